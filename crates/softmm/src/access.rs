@@ -1,0 +1,88 @@
+//! Copies between guest frames and Rust memory.
+//!
+//! Guest memory may be written by other guest threads at any time, so softmm
+//! touches it only with relaxed atomic accesses: word-sized for the aligned
+//! middle of a range, byte-sized at its edges. A race between guest threads is
+//! then the guest program's race, never undefined behaviour in softmm.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// Copies `dst.len()` bytes from the arena at `src` into `dst`.
+pub(crate) fn copy_from_host(src: *const u8, dst: &mut [u8]) {
+    let mut i = 0;
+    let n = dst.len();
+    while i < n {
+        let p = src.wrapping_add(i);
+        if (p as usize) % 8 == 0 && n - i >= 8 {
+            // SAFETY: `p` is 8-aligned and `[p, p+8)` is inside the range the
+            // caller guarantees lies within one live arena frame.
+            let w = unsafe { &*(p as *const AtomicU64) }.load(Ordering::Relaxed);
+            dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+            i += 8;
+        } else {
+            // SAFETY: `p` is inside the caller's arena range.
+            dst[i] = unsafe { &*(p as *const AtomicU8) }.load(Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+/// Copies `src` into the arena at `dst`.
+pub(crate) fn copy_to_host(src: &[u8], dst: *mut u8) {
+    let mut i = 0;
+    let n = src.len();
+    while i < n {
+        let p = dst.wrapping_add(i);
+        if (p as usize) % 8 == 0 && n - i >= 8 {
+            let w = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
+            // SAFETY: as in `copy_from_host`.
+            unsafe { &*(p as *const AtomicU64) }.store(w, Ordering::Relaxed);
+            i += 8;
+        } else {
+            // SAFETY: as in `copy_from_host`.
+            unsafe { &*(p as *const AtomicU8) }.store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+/// Fills `len` bytes of the arena at `dst` with `byte`.
+pub(crate) fn fill_host(dst: *mut u8, byte: u8, len: usize) {
+    let word = u64::from_ne_bytes([byte; 8]);
+    let mut i = 0;
+    while i < len {
+        let p = dst.wrapping_add(i);
+        if (p as usize) % 8 == 0 && len - i >= 8 {
+            // SAFETY: as in `copy_from_host`.
+            unsafe { &*(p as *const AtomicU64) }.store(word, Ordering::Relaxed);
+            i += 8;
+        } else {
+            // SAFETY: as in `copy_from_host`.
+            unsafe { &*(p as *const AtomicU8) }.store(byte, Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_roundtrip_at_every_alignment() {
+        let mut host = vec![0u64; 8];
+        let base = host.as_mut_ptr() as *mut u8;
+        for off in 0..8 {
+            for len in 0..40 {
+                let src: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37).wrapping_add(off as u8)).collect();
+                copy_to_host(&src, base.wrapping_add(off));
+                let mut back = vec![0xaa; len];
+                copy_from_host(base.wrapping_add(off), &mut back);
+                assert_eq!(back, src);
+                fill_host(base.wrapping_add(off), 0x5c, len);
+                copy_from_host(base.wrapping_add(off), &mut back);
+                assert!(back.iter().all(|&b| b == 0x5c));
+            }
+        }
+    }
+}

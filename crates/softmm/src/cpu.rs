@@ -1,0 +1,369 @@
+//! A CPU: one per thread, attached to one address space at a time, owning a
+//! software TLB through which every guest access goes.
+//!
+//! A TLB hit is a generation check (one load of a line written only by TLB
+//! shootdowns), an index, a tag compare and an add. A miss walks the page
+//! table without locks and fills the entry, setting the accessed and dirty
+//! bits as hardware does; a walk that finds no usable entry raises a page
+//! fault, during which the CPU is quiescent for shootdowns (see [`crate::tlb`]).
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crate::error::Fault;
+use crate::fault::Access;
+use crate::mm::AddressSpace;
+use crate::pgtable::{self, pte_pfn, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_WRITE};
+use crate::tlb::CpuTlbState;
+use crate::PAGE_SIZE;
+
+/// Entries in the software TLB (direct mapped).
+const TLB_ENTRIES: usize = 64;
+
+#[derive(Clone, Copy, Default)]
+struct TlbEntry {
+    /// Virtual page number + 1 (0 = empty).
+    tag: u64,
+    /// Valid only while equal to the CPU's `epoch`.
+    epoch: u64,
+    /// Host address of the frame.
+    host: usize,
+    writable: bool,
+}
+
+/// Per-CPU counters (never written by another thread).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuStats {
+    /// Page faults raised by this CPU's accesses.
+    pub faults: u64,
+    /// TLB misses (page-table walks).
+    pub tlb_misses: u64,
+    /// Full TLB flushes done on a shootdown.
+    pub tlb_flushes: u64,
+}
+
+thread_local! {
+    /// The shootdown state of every CPU made on this thread, so that a
+    /// syscall from this thread marks them quiescent (they cannot be using a
+    /// translation while their thread is inside softmm).
+    static THREAD_CPUS: RefCell<Vec<Arc<CpuTlbState>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks the calling thread's CPUs quiescent for the life of the guard.
+pub(crate) struct QuiescentGuard(PhantomData<*const ()>);
+
+impl QuiescentGuard {
+    pub(crate) fn enter() -> QuiescentGuard {
+        THREAD_CPUS.with(|c| c.borrow().iter().for_each(|s| s.enter_quiescent()));
+        QuiescentGuard(PhantomData)
+    }
+}
+
+impl Drop for QuiescentGuard {
+    fn drop(&mut self) {
+        THREAD_CPUS.with(|c| c.borrow().iter().for_each(|s| s.exit_quiescent()));
+    }
+}
+
+/// A virtual CPU with a software TLB. Not `Send`: a CPU belongs to the thread
+/// that made it, like a hardware thread's TLB.
+pub struct Cpu {
+    mm: Option<Arc<AddressSpace>>,
+    state: Arc<CpuTlbState>,
+    tlb: Box<[TlbEntry; TLB_ENTRIES]>,
+    /// The flush generation the TLB is current for.
+    seen_gen: u64,
+    /// Entries whose `epoch` differs are invalid: a flush is one increment.
+    epoch: u64,
+    parked: bool,
+    stats: CpuStats,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Default for Cpu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cpu {
+    /// A CPU attached to nothing.
+    pub fn new() -> Cpu {
+        let state = CpuTlbState::new();
+        THREAD_CPUS.with(|c| c.borrow_mut().push(state.clone()));
+        Cpu {
+            mm: None,
+            state,
+            tlb: Box::new([TlbEntry::default(); TLB_ENTRIES]),
+            seen_gen: 0,
+            epoch: 1,
+            parked: false,
+            stats: CpuStats::default(),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// A CPU attached to `mm`.
+    pub fn attached(mm: &Arc<AddressSpace>) -> Cpu {
+        let mut cpu = Cpu::new();
+        cpu.attach(mm);
+        cpu
+    }
+
+    /// Switches to `mm` (like loading CR3): the TLB starts empty.
+    pub fn attach(&mut self, mm: &Arc<AddressSpace>) {
+        self.detach();
+        self.seen_gen = mm.tlb.attach(&self.state);
+        self.epoch += 1;
+        self.mm = Some(mm.clone());
+    }
+
+    /// Leaves the current address space, if any.
+    pub fn detach(&mut self) {
+        if let Some(mm) = self.mm.take() {
+            mm.tlb.detach(&self.state);
+        }
+        self.epoch += 1;
+    }
+
+    /// The attached address space.
+    pub fn mm(&self) -> Option<&Arc<AddressSpace>> {
+        self.mm.as_ref()
+    }
+
+    /// Parks the CPU: shootdowns stop waiting for it until [`Cpu::resume`]
+    /// (call it before a thread blocks outside softmm for long). Idempotent.
+    pub fn park(&mut self) {
+        if !self.parked {
+            self.parked = true;
+            self.state.enter_quiescent();
+        }
+    }
+
+    /// Resumes a parked CPU; its next access flushes whatever was shot down.
+    pub fn resume(&mut self) {
+        if self.parked {
+            self.parked = false;
+            self.state.exit_quiescent();
+        }
+    }
+
+    /// This CPU's counters.
+    pub fn stats(&self) -> CpuStats {
+        self.stats
+    }
+
+    /// Translates `va` for `access`, faulting the page in if needed, and
+    /// returns the host address of the byte.
+    ///
+    /// # Panics
+    ///
+    /// If the CPU is not attached or is parked.
+    #[inline]
+    pub fn translate(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+        let mm = self.mm.as_deref().expect("CPU is not attached to an address space");
+        debug_assert!(!self.parked, "access from a parked CPU");
+        let gen = mm.tlb.generation();
+        if gen != self.seen_gen {
+            self.flush_local(gen);
+        }
+        let vpn = va / PAGE_SIZE;
+        let e = &self.tlb[vpn as usize % TLB_ENTRIES];
+        if e.tag == vpn + 1 && e.epoch == self.epoch && (e.writable || access == Access::Read) {
+            return Ok((e.host + (va % PAGE_SIZE) as usize) as *mut u8);
+        }
+        self.translate_slow(va, access)
+    }
+
+    #[cold]
+    fn flush_local(&mut self, gen: u64) {
+        self.epoch += 1;
+        self.seen_gen = gen;
+        self.stats.tlb_flushes += 1;
+        self.state.ack(gen);
+    }
+
+    #[cold]
+    fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+        self.stats.tlb_misses += 1;
+        let mm = self.mm.clone().expect("attached");
+        let write = access == Access::Write;
+        let vpn = va / PAGE_SIZE;
+        loop {
+            {
+                let guard = crossbeam_epoch::pin();
+                if let Some(t) = mm.pgtables.leaf(va, &guard) {
+                    let e = t.entry(pgtable::index(va, 0));
+                    let pte = e.load(Ordering::Acquire);
+                    if pte & PTE_PRESENT != 0 && (!write || pte & PTE_WRITE != 0) {
+                        let want = PTE_ACCESSED | if write { PTE_DIRTY } else { 0 };
+                        // Set A/D like the hardware walker: only on the entry
+                        // we read, never on one that was zapped meanwhile.
+                        if pte & want != want
+                            && e.compare_exchange(pte, pte | want, Ordering::AcqRel, Ordering::Acquire).is_err()
+                        {
+                            continue;
+                        }
+                        let host = mm.phys.frame_ptr(pte_pfn(pte)) as usize;
+                        let writable = pte & PTE_WRITE != 0 && (write || pte & PTE_DIRTY != 0);
+                        self.tlb[vpn as usize % TLB_ENTRIES] = TlbEntry { tag: vpn + 1, epoch: self.epoch, host, writable };
+                        return Ok((host + (va % PAGE_SIZE) as usize) as *mut u8);
+                    }
+                }
+            }
+            self.stats.faults += 1;
+            self.state.enter_quiescent();
+            let r = mm.handle_fault(va, access);
+            self.state.exit_quiescent();
+            r?;
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `addr`.
+    pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < buf.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
+            let p = self.translate(a, Access::Read)?;
+            crate::access::copy_from_host(p, &mut buf[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `addr`. On a fault, the bytes before the faulting
+    /// page have been written, as with a real `memcpy`.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < data.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
+            let p = self.translate(a, Access::Write)?;
+            crate::access::copy_to_host(&data[done..done + n], p);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads a little-endian `u8`.
+    pub fn read_u8(&mut self, addr: u64) -> Result<u8, Fault> {
+        let p = self.translate(addr, Access::Read)?;
+        // SAFETY: `translate` returned a pointer into a live arena frame.
+        Ok(unsafe { &*(p as *const AtomicU8) }.load(Ordering::Relaxed))
+    }
+
+    /// Writes a `u8`.
+    pub fn write_u8(&mut self, addr: u64, v: u8) -> Result<(), Fault> {
+        let p = self.translate(addr, Access::Write)?;
+        // SAFETY: as in `read_u8`.
+        unsafe { &*(p as *const AtomicU8) }.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads a little-endian `u64` (any alignment).
+    pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
+        let mut b = [0; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian `u64` (any alignment).
+    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
+        self.write(addr, &v.to_le_bytes())
+    }
+
+    /// Reads a little-endian `u32` (any alignment).
+    pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
+        let mut b = [0; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian `u32` (any alignment).
+    pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
+        self.write(addr, &v.to_le_bytes())
+    }
+
+    fn atomic_u64(&mut self, addr: u64) -> Result<&AtomicU64, Fault> {
+        if addr % 8 != 0 {
+            return Err(Fault::Unaligned { addr });
+        }
+        let p = self.translate(addr, Access::Write)?;
+        // SAFETY: 8-aligned (checked) inside one live arena frame (an aligned
+        // u64 never crosses a page); the frame outlives the borrow of `self`
+        // because it is freed only after this CPU's next MMU call acknowledges.
+        Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+
+    fn atomic_u32(&mut self, addr: u64) -> Result<&AtomicU32, Fault> {
+        if addr % 4 != 0 {
+            return Err(Fault::Unaligned { addr });
+        }
+        let p = self.translate(addr, Access::Write)?;
+        // SAFETY: as in `atomic_u64`, for 4 bytes.
+        Ok(unsafe { &*(p as *const AtomicU32) })
+    }
+
+    /// Atomic compare-and-exchange of a naturally aligned `u64` (SeqCst).
+    /// `Ok(Ok(old))` on success, `Ok(Err(actual))` on a mismatch; an
+    /// unaligned address is `Fault::Unaligned`. Needs write access even when
+    /// the comparison fails, like x86's `lock cmpxchg`.
+    pub fn compare_exchange_u64(&mut self, addr: u64, current: u64, new: u64) -> Result<Result<u64, u64>, Fault> {
+        Ok(self.atomic_u64(addr)?.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst))
+    }
+
+    /// Atomic fetch-and-add of a naturally aligned `u64`; returns the old value.
+    pub fn fetch_add_u64(&mut self, addr: u64, v: u64) -> Result<u64, Fault> {
+        Ok(self.atomic_u64(addr)?.fetch_add(v, Ordering::SeqCst))
+    }
+
+    /// Atomic compare-and-exchange of a naturally aligned `u32`.
+    pub fn compare_exchange_u32(&mut self, addr: u64, current: u32, new: u32) -> Result<Result<u32, u32>, Fault> {
+        Ok(self.atomic_u32(addr)?.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst))
+    }
+
+    /// Atomic fetch-and-add of a naturally aligned `u32`; returns the old value.
+    pub fn fetch_add_u32(&mut self, addr: u64, v: u32) -> Result<u32, Fault> {
+        Ok(self.atomic_u32(addr)?.fetch_add(v, Ordering::SeqCst))
+    }
+
+    /// Zero-copy access to `[addr, addr+len)`: calls `f(offset, chunk)` for
+    /// each page-contiguous chunk in order, `offset` being the chunk's offset
+    /// in the range. The bytes are atomics because other guest threads may
+    /// access them concurrently. An empty range calls nothing and succeeds;
+    /// on a fault the chunks before it have been visited.
+    pub fn with_slice(
+        &mut self,
+        addr: u64,
+        len: usize,
+        access: Access,
+        mut f: impl FnMut(usize, &[AtomicU8]),
+    ) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < len {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
+            let p = self.translate(a, access)?;
+            // SAFETY: `[p, p+n)` lies in one live arena frame (n stops at the
+            // page end) and is only ever accessed atomically; the frame stays
+            // allocated at least until this CPU's next MMU call.
+            let chunk = unsafe { std::slice::from_raw_parts(p as *const AtomicU8, n) };
+            f(done, chunk);
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cpu {
+    fn drop(&mut self) {
+        self.detach();
+        if self.parked {
+            self.state.exit_quiescent();
+        }
+        THREAD_CPUS.with(|c| c.borrow_mut().retain(|s| !Arc::ptr_eq(s, &self.state)));
+    }
+}

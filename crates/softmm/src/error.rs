@@ -1,0 +1,131 @@
+//! Errors with Linux's errno semantics, and the signals a faulting access raises.
+
+/// The error of a syscall-like call: each variant is the errno Linux returns for
+/// the same input, and [`Errno::code`] gives its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Errno {
+    /// `EPERM`: operation not permitted (e.g. a fixed mapping below `mmap_min_addr`).
+    #[error("EPERM: operation not permitted")]
+    Perm,
+    /// `EBADF`: the file cannot be used this way.
+    #[error("EBADF: bad file descriptor")]
+    BadF,
+    /// `EAGAIN`: a resource limit would be exceeded (e.g. the memlock limit).
+    #[error("EAGAIN: resource temporarily unavailable")]
+    Again,
+    /// `ENOMEM`: no memory, no room in the address space, or an unmapped range.
+    #[error("ENOMEM: cannot allocate memory")]
+    NoMem,
+    /// `EACCES`: the file's open mode forbids the requested protection.
+    #[error("EACCES: permission denied")]
+    Acces,
+    /// `EFAULT`: a bad address.
+    #[error("EFAULT: bad address")]
+    Fault,
+    /// `EBUSY`: the resource is busy (e.g. pinned pages).
+    #[error("EBUSY: device or resource busy")]
+    Busy,
+    /// `EEXIST`: the range is already mapped (`MAP_FIXED_NOREPLACE`).
+    #[error("EEXIST: file exists")]
+    Exist,
+    /// `ENODEV`: the file type does not support mapping.
+    #[error("ENODEV: no such device")]
+    NoDev,
+    /// `EINVAL`: an invalid argument.
+    #[error("EINVAL: invalid argument")]
+    Inval,
+    /// `EFBIG`: the file would grow past its limit.
+    #[error("EFBIG: file too large")]
+    FBig,
+    /// `EOVERFLOW`: an offset plus a length overflows.
+    #[error("EOVERFLOW: value too large for defined data type")]
+    Overflow,
+    /// `EOPNOTSUPP`: unknown flags with `MAP_SHARED_VALIDATE`.
+    #[error("EOPNOTSUPP: operation not supported")]
+    OpNotSupp,
+}
+
+impl Errno {
+    /// The errno number, as `libc` defines it.
+    pub fn code(self) -> i32 {
+        match self {
+            Errno::Perm => libc::EPERM,
+            Errno::BadF => libc::EBADF,
+            Errno::Again => libc::EAGAIN,
+            Errno::NoMem => libc::ENOMEM,
+            Errno::Acces => libc::EACCES,
+            Errno::Fault => libc::EFAULT,
+            Errno::Busy => libc::EBUSY,
+            Errno::Exist => libc::EEXIST,
+            Errno::NoDev => libc::ENODEV,
+            Errno::Inval => libc::EINVAL,
+            Errno::FBig => libc::EFBIG,
+            Errno::Overflow => libc::EOVERFLOW,
+            Errno::OpNotSupp => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// The result of a syscall-like call.
+pub type Result<T> = core::result::Result<T, Errno>;
+
+/// The `si_code` of a SIGSEGV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SegvCode {
+    /// `SEGV_MAPERR`: no mapping at the address.
+    MapErr,
+    /// `SEGV_ACCERR`: a mapping exists but forbids the access.
+    AccErr,
+}
+
+impl SegvCode {
+    /// The `si_code` number.
+    pub fn code(self) -> i32 {
+        match self {
+            SegvCode::MapErr => 1,
+            SegvCode::AccErr => 2,
+        }
+    }
+}
+
+/// Why a guest memory access did not complete: the signal Linux would deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Fault {
+    /// SIGSEGV at `addr`.
+    #[error("SIGSEGV ({code:?}) at {addr:#x}")]
+    Segv {
+        /// The faulting guest address.
+        addr: u64,
+        /// `SEGV_MAPERR` or `SEGV_ACCERR`.
+        code: SegvCode,
+    },
+    /// SIGBUS with `BUS_ADRERR` at `addr`: a file page past the end of the file.
+    #[error("SIGBUS (BUS_ADRERR) at {addr:#x}")]
+    Bus {
+        /// The faulting guest address.
+        addr: u64,
+    },
+    /// SIGBUS with `BUS_ADRALN`: an atomic access that is not naturally aligned.
+    #[error("SIGBUS (BUS_ADRALN) at {addr:#x}")]
+    Unaligned {
+        /// The faulting guest address.
+        addr: u64,
+    },
+    /// The fault needed a frame and none was free (`VM_FAULT_OOM`).
+    #[error("out of memory at {addr:#x}")]
+    Oom {
+        /// The faulting guest address.
+        addr: u64,
+    },
+}
+
+impl Fault {
+    /// The signal number Linux would deliver (`SIGSEGV`, `SIGBUS`, or `SIGKILL` for OOM).
+    pub fn signal(&self) -> i32 {
+        match self {
+            Fault::Segv { .. } => libc::SIGSEGV,
+            Fault::Bus { .. } | Fault::Unaligned { .. } => libc::SIGBUS,
+            Fault::Oom { .. } => libc::SIGKILL,
+        }
+    }
+}

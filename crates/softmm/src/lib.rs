@@ -1,0 +1,65 @@
+//! softmm: a userspace virtual-memory subsystem with Linux semantics.
+//!
+//! An [`AddressSpace`] holds VMAs and 4-level page tables over frames of a
+//! [`PhysMem`] arena; a [`Cpu`] per thread accesses it through a software TLB;
+//! faults, COW after [`AddressSpace::fork`], files with a page cache
+//! ([`File`]) and every mapping call behave as Linux's, errno included.
+//!
+//! ```
+//! use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+//! let phys = PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap();
+//! let mm = AddressSpace::new(&phys, MmConfig::default());
+//! let a = mm.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+//! let mut cpu = Cpu::attached(&mm);
+//! cpu.write_u64(a, 42).unwrap();
+//! assert_eq!(cpu.read_u64(a).unwrap(), 42);
+//! ```
+#![warn(missing_docs)]
+
+#[cfg(not(loom))]
+mod access;
+#[cfg(not(loom))]
+mod cpu;
+#[cfg(not(loom))]
+mod error;
+#[cfg(not(loom))]
+pub mod fault;
+#[cfg(not(loom))]
+mod file;
+#[cfg(not(loom))]
+pub mod mm;
+#[cfg(not(loom))]
+pub mod pgtable;
+#[cfg(not(loom))]
+pub mod phys;
+mod sync;
+pub mod tlb;
+#[cfg(not(loom))]
+pub mod uapi;
+#[cfg(not(loom))]
+pub mod vma;
+
+#[cfg(not(loom))]
+pub use cpu::{Cpu, CpuStats};
+#[cfg(not(loom))]
+pub use error::{Errno, Fault, Result, SegvCode};
+#[cfg(not(loom))]
+pub use fault::{Access, FaultPolicy};
+#[cfg(not(loom))]
+pub use file::{File, OpenFile};
+#[cfg(not(loom))]
+pub use mm::{AddressSpace, MapEntry, MmConfig, MmStats};
+#[cfg(not(loom))]
+pub use phys::{PhysConfig, PhysMem, PhysStats};
+
+/// log2 of the page size.
+pub const PAGE_SHIFT: u64 = 12;
+/// The base page size: 4 KiB.
+pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+
+/// Rounds up to a page boundary, wrapping to 0 on overflow as Linux's
+/// `PAGE_ALIGN` does (callers treat 0 as overflow).
+#[inline]
+pub const fn page_align(x: u64) -> u64 {
+    x.wrapping_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}

@@ -1,0 +1,65 @@
+//! `brk`: the heap.
+
+use crate::vma::flags::*;
+use crate::vma::Vma;
+use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
+
+use super::mmap::accountable;
+use super::{AddressSpace, MmuGather};
+
+impl AddressSpace {
+    /// `brk(addr)`: moves the end of the heap and returns the new break, or
+    /// the unchanged break when the request is refused (below the heap's
+    /// start, into another mapping or its guard gap, or no memory) — Linux's
+    /// brk never returns an errno.
+    pub fn brk(&self, brk: u64) -> u64 {
+        let _q = crate::cpu::QuiescentGuard::enter();
+        let mut tlb = MmuGather::default();
+        let mut st = self.write_lock();
+        let orig = st.brk;
+        let result = 'out: {
+            if brk < st.start_brk || brk > self.config.task_size {
+                break 'out orig;
+            }
+            let newbrk = page_align(brk);
+            let oldbrk = page_align(st.brk);
+            if newbrk == oldbrk {
+                st.brk = brk;
+                break 'out brk;
+            }
+            if brk <= st.brk {
+                // Shrink: only the heap's own VMA may be cut.
+                let Some(v) = st.vmas.find_from(newbrk).cloned() else { break 'out orig };
+                if v.start >= oldbrk {
+                    break 'out orig;
+                }
+                if self.do_munmap(&mut st, newbrk, oldbrk, &mut tlb).is_err() {
+                    break 'out orig;
+                }
+                st.brk = brk;
+                break 'out brk;
+            }
+            // Grow: the new heap end plus a page must stay below the next
+            // VMA's guard gap.
+            if let Some(next) = st.vmas.find_from(oldbrk) {
+                if newbrk + PAGE_SIZE > next.start_gap(self.config.stack_guard_gap) {
+                    break 'out orig;
+                }
+            }
+            if st.vmas.len() > self.config.max_map_count {
+                break 'out orig;
+            }
+            let mut flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+            if accountable(flags) {
+                flags |= VM_ACCOUNT;
+            }
+            let heap = Vma::new(&self.phys, oldbrk, newbrk, flags, oldbrk >> PAGE_SHIFT, None, None, false);
+            self.insert_merged(&mut st, heap);
+            st.brk = brk;
+            brk
+        };
+        drop(st);
+        tlb.finish(self);
+        result
+    }
+}

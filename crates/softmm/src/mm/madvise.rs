@@ -1,0 +1,261 @@
+//! `madvise`.
+
+use crate::error::{Errno, Result};
+use crate::pgtable::{self, PTE_DIRTY, PTE_PRESENT};
+use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
+use crate::uapi::*;
+use crate::vma::flags::*;
+use crate::{page_align, PAGE_SIZE};
+
+use super::{AddressSpace, MmuGather};
+use crate::vma::{Vma, VmaTree};
+use std::sync::Arc;
+
+/// The cursor of `madvise_walk_vmas`: the next VMA part of a range, noting
+/// whether an unmapped hole was skipped.
+struct VmaWalk {
+    next: u64,
+    end: u64,
+    unmapped: bool,
+}
+
+impl VmaWalk {
+    /// The next `(vma, start, stop)` part; `ENOMEM` at once if no VMA is left
+    /// at all, as in Linux.
+    fn step(&mut self, vmas: &VmaTree) -> Result<Option<(Arc<Vma>, u64, u64)>> {
+        if self.next >= self.end {
+            return Ok(None);
+        }
+        let vma = vmas.find_from(self.next).cloned().ok_or(Errno::NoMem)?;
+        if vma.start >= self.end {
+            self.unmapped = true;
+            return Ok(None);
+        }
+        if self.next < vma.start {
+            self.unmapped = true;
+            self.next = vma.start;
+        }
+        let (start, stop) = (self.next, vma.end.min(self.end));
+        self.next = stop;
+        Ok(Some((vma, start, stop)))
+    }
+
+    fn result(&self) -> Result<()> {
+        if self.unmapped {
+            Err(Errno::NoMem)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Linux's `VM_SEQ_READ`.
+const VM_SEQ_READ: u64 = 0x8000;
+/// Linux's `VM_RAND_READ`.
+const VM_RAND_READ: u64 = 0x10000;
+/// Linux's `VM_DONTDUMP`.
+const VM_DONTDUMP: u64 = 0x0400_0000;
+/// Linux's `VM_HUGEPAGE`.
+const VM_HUGEPAGE: u64 = 0x2000_0000;
+/// Linux's `VM_NOHUGEPAGE`.
+const VM_NOHUGEPAGE: u64 = 0x4000_0000;
+
+impl AddressSpace {
+    /// `madvise(addr, len, advice)`.
+    ///
+    /// Supported: `MADV_NORMAL`, `RANDOM`, `SEQUENTIAL`, `WILLNEED`,
+    /// `DONTNEED`, `DONTNEED_LOCKED`, `FREE`, `REMOVE`, `DONTFORK`, `DOFORK`,
+    /// `WIPEONFORK`, `KEEPONFORK`, `DONTDUMP`, `DODUMP`, `HUGEPAGE`,
+    /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`.
+    /// `EINVAL` for other advice, an unaligned address, a wrapping range or
+    /// advice the VMA does not support; `ENOMEM` if part of the range is
+    /// unmapped (after advising the mapped parts, as Linux does).
+    pub fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<()> {
+        let _q = crate::cpu::QuiescentGuard::enter();
+        let known = matches!(
+            advice,
+            MADV_NORMAL
+                | MADV_RANDOM
+                | MADV_SEQUENTIAL
+                | MADV_WILLNEED
+                | MADV_DONTNEED
+                | MADV_DONTNEED_LOCKED
+                | MADV_FREE
+                | MADV_REMOVE
+                | MADV_DONTFORK
+                | MADV_DOFORK
+                | MADV_WIPEONFORK
+                | MADV_KEEPONFORK
+                | MADV_DONTDUMP
+                | MADV_DODUMP
+                | MADV_HUGEPAGE
+                | MADV_NOHUGEPAGE
+                | MADV_COLD
+                | MADV_PAGEOUT
+                | MADV_POPULATE_READ
+                | MADV_POPULATE_WRITE
+        );
+        if !known || addr % PAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        let alen = page_align(len);
+        if len != 0 && alen == 0 {
+            return Err(Errno::Inval);
+        }
+        let end = addr.checked_add(alen).ok_or(Errno::Inval)?;
+        if end == addr {
+            return Ok(());
+        }
+        match advice {
+            MADV_POPULATE_READ | MADV_POPULATE_WRITE => {
+                return self.populate(addr, end, advice == MADV_POPULATE_WRITE, false)
+            }
+            MADV_REMOVE => return self.madvise_remove(addr, end),
+            _ => {}
+        }
+        let flag_change = matches!(
+            advice,
+            MADV_NORMAL
+                | MADV_RANDOM
+                | MADV_SEQUENTIAL
+                | MADV_DONTFORK
+                | MADV_DOFORK
+                | MADV_WIPEONFORK
+                | MADV_KEEPONFORK
+                | MADV_DONTDUMP
+                | MADV_DODUMP
+                | MADV_HUGEPAGE
+                | MADV_NOHUGEPAGE
+        );
+        let mut tlb = MmuGather::default();
+        let res = if flag_change {
+            let mut st = self.write_lock();
+            self.walk_vmas(&mut st, addr, end, |mm, st, vma, start, stop| {
+                let mut f = vma.flags;
+                match advice {
+                    MADV_NORMAL => f &= !(VM_SEQ_READ | VM_RAND_READ),
+                    MADV_RANDOM => f = (f & !VM_SEQ_READ) | VM_RAND_READ,
+                    MADV_SEQUENTIAL => f = (f & !VM_RAND_READ) | VM_SEQ_READ,
+                    MADV_DONTFORK => f |= VM_DONTCOPY,
+                    MADV_DOFORK => f &= !VM_DONTCOPY,
+                    MADV_WIPEONFORK => {
+                        if vma.file.is_some() || vma.flags & VM_SHARED != 0 {
+                            return Err(Errno::Inval);
+                        }
+                        f |= VM_WIPEONFORK;
+                    }
+                    MADV_KEEPONFORK => f &= !VM_WIPEONFORK,
+                    MADV_DONTDUMP => f |= VM_DONTDUMP,
+                    MADV_DODUMP => f &= !VM_DONTDUMP,
+                    MADV_HUGEPAGE => f = (f & !VM_NOHUGEPAGE) | VM_HUGEPAGE,
+                    MADV_NOHUGEPAGE => f = (f & !VM_HUGEPAGE) | VM_NOHUGEPAGE,
+                    _ => unreachable!(),
+                }
+                mm.vma_modify_flags(st, vma, start, stop, f)
+            })
+        } else {
+            let st = self.read_lock();
+            self.walk_vmas_read(&st, addr, end, |mm, vma, start, stop| match advice {
+                MADV_DONTNEED | MADV_DONTNEED_LOCKED => {
+                    if vma.flags & VM_LOCKED != 0 && advice == MADV_DONTNEED {
+                        return Err(Errno::Inval);
+                    }
+                    mm.zap_range(start, stop, &mut tlb, |_| true);
+                    Ok(())
+                }
+                MADV_FREE => {
+                    if vma.file.is_some() || vma.flags & VM_LOCKED != 0 {
+                        return Err(Errno::Inval);
+                    }
+                    mm.madvise_free(start, stop, &mut tlb);
+                    Ok(())
+                }
+                _ => Ok(()), // WILLNEED, COLD, PAGEOUT: hints with no effect on contents
+            })
+        };
+        tlb.finish(self);
+        res
+    }
+
+    /// Linux's `madvise_walk_vmas`: visits each VMA part in `[start, end)`;
+    /// an unmapped part makes the result `ENOMEM` after the visits.
+    fn walk_vmas(
+        &self,
+        st: &mut super::MmState,
+        start: u64,
+        end: u64,
+        mut visit: impl FnMut(&Self, &mut super::MmState, &Arc<Vma>, u64, u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut walk = VmaWalk { next: start, end, unmapped: false };
+        while let Some((vma, a, stop)) = walk.step(&st.vmas)? {
+            visit(self, st, &vma, a, stop)?;
+        }
+        walk.result()
+    }
+
+    /// [`Self::walk_vmas`] under `mmap_lock` held for read.
+    fn walk_vmas_read(
+        &self,
+        st: &super::MmState,
+        start: u64,
+        end: u64,
+        mut visit: impl FnMut(&Self, &Arc<Vma>, u64, u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut walk = VmaWalk { next: start, end, unmapped: false };
+        while let Some((vma, a, stop)) = walk.step(&st.vmas)? {
+            visit(self, &vma, a, stop)?;
+        }
+        walk.result()
+    }
+
+    /// `MADV_FREE`: exclusively owned anonymous pages become lazily freeable:
+    /// clean them (so a later write re-dirties them through a fault-free TLB
+    /// refill) and mark them; pages shared with another mapping are left alone,
+    /// as Linux does.
+    fn madvise_free(&self, start: u64, end: u64, tlb: &mut MmuGather) {
+        let guard = crossbeam_epoch::pin();
+        let phys = &self.phys;
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            let mut a = va;
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                let pte = e.load(std::sync::atomic::Ordering::Relaxed);
+                if pte & PTE_PRESENT != 0 {
+                    let pfn = pgtable::pte_pfn(pte);
+                    if pfn == phys.zero_pfn() {
+                        // Nothing to free: the zero page stays mapped.
+                    } else {
+                        let d = phys.desc(pfn);
+                        let exclusive = d.refcount.load(std::sync::atomic::Ordering::Relaxed) == 1
+                            && d.flags.load(std::sync::atomic::Ordering::Relaxed) & PG_ANON != 0;
+                        if exclusive {
+                            d.flags.fetch_and(!PG_DIRTY, std::sync::atomic::Ordering::Relaxed);
+                            d.flags.fetch_or(PG_LAZYFREE, std::sync::atomic::Ordering::Relaxed);
+                            e.store(pte & !(PTE_DIRTY | pgtable::PTE_WRITE), std::sync::atomic::Ordering::Release);
+                            tlb.need_flush = true;
+                        }
+                    }
+                }
+                a += PAGE_SIZE;
+            }
+        });
+    }
+
+    /// `MADV_REMOVE`: punch a hole in the file behind a shared mapping.
+    fn madvise_remove(&self, start: u64, end: u64) -> Result<()> {
+        let (file, offset) = {
+            let st = self.read_lock();
+            let vma = st.vmas.find(start).ok_or(Errno::NoMem)?;
+            if vma.flags & VM_SHARED == 0 || vma.file.is_none() {
+                return Err(Errno::Inval);
+            }
+            if end > vma.end {
+                return Err(Errno::Inval);
+            }
+            (vma.file.clone().expect("file"), vma.pgoff_at(start) * PAGE_SIZE)
+        };
+        file.punch_hole(offset, end - start)
+    }
+}

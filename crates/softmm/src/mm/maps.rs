@@ -1,0 +1,89 @@
+//! `/proc/pid/maps` and the `smaps` resident counts.
+
+use std::fmt::Write;
+
+use crate::vma::flags::*;
+use crate::PAGE_SIZE;
+
+use super::AddressSpace;
+
+/// One line of `/proc/pid/maps`, with the smaps `Rss` of the mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapEntry {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// `rwxp`-style permissions (`s` for shared).
+    pub perms: String,
+    /// File offset in bytes (0 for anonymous memory).
+    pub offset: u64,
+    /// Inode number (0 for anonymous memory).
+    pub inode: u64,
+    /// Path or pseudo-name (`[heap]`), empty for anonymous memory.
+    pub name: String,
+    /// Resident bytes (smaps `Rss`).
+    pub rss: u64,
+}
+
+impl MapEntry {
+    /// The line as `/proc/pid/maps` prints it (without the newline).
+    pub fn to_line(&self) -> String {
+        let dev = if self.inode != 0 { "00:01" } else { "00:00" };
+        let mut s = format!(
+            "{:08x}-{:08x} {} {:08x} {} {} ",
+            self.start, self.end, self.perms, self.offset, dev, self.inode
+        );
+        if !self.name.is_empty() {
+            while s.len() < 73 {
+                s.push(' ');
+            }
+            s.push_str(&self.name);
+        }
+        s
+    }
+}
+
+impl AddressSpace {
+    /// The mappings, in address order.
+    pub fn maps(&self) -> Vec<MapEntry> {
+        let st = self.read_lock();
+        st.vmas
+            .iter()
+            .map(|v| {
+                let perms: String = [
+                    if v.flags & VM_READ != 0 { 'r' } else { '-' },
+                    if v.flags & VM_WRITE != 0 { 'w' } else { '-' },
+                    if v.flags & VM_EXEC != 0 { 'x' } else { '-' },
+                    if v.flags & VM_MAYSHARE != 0 { 's' } else { 'p' },
+                ]
+                .iter()
+                .collect();
+                let heap = v.file.is_none() && v.start <= st.brk && v.end >= st.start_brk;
+                let (offset, inode, name) = match &v.file {
+                    Some(f) => (v.pgoff * PAGE_SIZE, f.id(), f.name().to_string()),
+                    None if heap => (0, 0, "[heap]".to_string()),
+                    None => (0, 0, String::new()),
+                };
+                MapEntry {
+                    start: v.start,
+                    end: v.end,
+                    perms,
+                    offset,
+                    inode,
+                    name,
+                    rss: self.resident_pages(v.start, v.end) * PAGE_SIZE,
+                }
+            })
+            .collect()
+    }
+
+    /// The whole `/proc/pid/maps` text.
+    pub fn maps_text(&self) -> String {
+        let mut out = String::new();
+        for e in self.maps() {
+            let _ = writeln!(out, "{}", e.to_line());
+        }
+        out
+    }
+}

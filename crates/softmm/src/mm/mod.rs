@@ -1,0 +1,463 @@
+//! The address space (`mm_struct`): its VMA tree, page tables, `mmap_lock`,
+//! TLB domain and statistics, and the syscalls that change it.
+//!
+//! # Locking
+//!
+//! * `mmap_lock` (a `parking_lot` rwlock around [`MmState`]): every change to
+//!   the VMA set holds it for write; a fault under [`FaultPolicy::MmapLock`]
+//!   holds it for read. Each write section ends by publishing the new VMA
+//!   tree version for lock-free readers.
+//! * PTE locks (one per leaf table): every change of a leaf entry.
+//! * Lock order: `mmap_lock` → file `invalidate_lock` → page-cache lock → PTE
+//!   lock → TLB domain's CPU list. A TLB shootdown may wait while a PTE lock is
+//!   held; that is safe because a CPU that blocks on a PTE lock or on
+//!   `mmap_lock` is quiescent.
+
+mod brk;
+mod fork;
+mod gather;
+mod layout;
+mod madvise;
+mod maps;
+mod mincore;
+mod mmap;
+mod mprotect;
+mod mremap;
+mod populate;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub use maps::MapEntry;
+
+use crate::fault::FaultPolicy;
+use crate::file::File;
+use crate::pgtable::{self, PageTables, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
+use crate::phys::{Pfn, PhysMem};
+use crate::tlb::{TlbDomain, TlbStats};
+use crate::vma::{Vma, VmaTree};
+use crate::{PAGE_SHIFT, PAGE_SIZE};
+pub(crate) use gather::MmuGather;
+
+/// Layout and limits of an address space. The defaults are those of an x86-64
+/// Linux process started without address randomization and with an 8 MiB
+/// stack limit, so that the same calls from the same layout get the same
+/// addresses as on Linux.
+#[derive(Debug, Clone)]
+pub struct MmConfig {
+    /// How page faults synchronize with mapping changes.
+    pub policy: FaultPolicy,
+    /// One past the highest user address (`TASK_SIZE`).
+    pub task_size: u64,
+    /// Top of the top-down mmap area (`mm->mmap_base`).
+    pub mmap_base: u64,
+    /// Lowest address a mapping may use (`vm.mmap_min_addr`).
+    pub mmap_min_addr: u64,
+    /// Start of the brk heap (`mm->start_brk`).
+    pub start_brk: u64,
+    /// Most VMAs an address space may have (`vm.max_map_count`).
+    pub max_map_count: usize,
+    /// Gap kept below a growsdown stack (`stack_guard_gap`).
+    pub stack_guard_gap: u64,
+    /// `RLIMIT_STACK`: how far a growsdown VMA may grow.
+    pub stack_limit: u64,
+    /// Align anonymous mappings whose length is a multiple of 2 MiB to 2 MiB,
+    /// as Linux 6.7+ does with transparent huge pages built in.
+    pub thp_align: bool,
+    /// Pages mapped around a file read fault from the page cache (Linux: 16).
+    pub fault_around_pages: u64,
+}
+
+/// x86-64 `TASK_SIZE` with 4-level paging.
+pub const TASK_SIZE: u64 = 0x7fff_ffff_f000;
+
+impl Default for MmConfig {
+    fn default() -> Self {
+        MmConfig {
+            policy: FaultPolicy::default(),
+            task_size: TASK_SIZE,
+            // TASK_SIZE - clamp(8 MiB stack + 1 MiB guard gap, 128 MiB, ..).
+            mmap_base: TASK_SIZE - (128 << 20),
+            mmap_min_addr: 0x1000,
+            start_brk: 0x5555_5555_9000,
+            max_map_count: 65530,
+            stack_guard_gap: 256 * PAGE_SIZE,
+            stack_limit: 8 << 20,
+            thp_align: true,
+            fault_around_pages: 16,
+        }
+    }
+}
+
+/// What `mmap_lock` protects.
+pub(crate) struct MmState {
+    pub(crate) vmas: VmaTree,
+    pub(crate) start_brk: u64,
+    pub(crate) brk: u64,
+}
+
+/// Counters of one address space (changed only on slow paths).
+#[derive(Default)]
+pub(crate) struct MmCounters {
+    pub(crate) mmap_lock_write: AtomicU64,
+    pub(crate) mmap_lock_read: AtomicU64,
+}
+
+/// Statistics of an address space.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MmStats {
+    /// Number of VMAs (`map_count`).
+    pub map_count: usize,
+    /// `mmap_lock` taken for write.
+    pub mmap_lock_write: u64,
+    /// `mmap_lock` taken for read outside CPUs' faults (those count on the CPU).
+    pub mmap_lock_read: u64,
+    /// TLB shootdown traffic.
+    pub tlb: TlbStats,
+    /// Resident pages (present PTEs, zero page included), like `VmRSS`.
+    pub rss_pages: u64,
+}
+
+/// A virtual address space with Linux semantics.
+pub struct AddressSpace {
+    pub(crate) phys: Arc<PhysMem>,
+    pub(crate) config: MmConfig,
+    mmap_lock: RwLock<MmState>,
+    /// The published VMA tree for lock-free readers.
+    vmas_rcu: Atomic<VmaTree>,
+    pub(crate) pgtables: PageTables,
+    pub(crate) tlb: TlbDomain,
+    pub(crate) counters: MmCounters,
+    self_weak: Weak<AddressSpace>,
+}
+
+/// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
+pub(crate) struct MmapWriteGuard<'a> {
+    mm: &'a AddressSpace,
+    st: RwLockWriteGuard<'a, MmState>,
+}
+
+impl std::ops::Deref for MmapWriteGuard<'_> {
+    type Target = MmState;
+    fn deref(&self) -> &MmState {
+        &self.st
+    }
+}
+
+impl std::ops::DerefMut for MmapWriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut MmState {
+        &mut self.st
+    }
+}
+
+impl Drop for MmapWriteGuard<'_> {
+    fn drop(&mut self) {
+        self.mm.publish(&self.st.vmas);
+    }
+}
+
+impl AddressSpace {
+    /// An empty address space on `phys`.
+    pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> Arc<AddressSpace> {
+        let st = MmState {
+            vmas: VmaTree::default(),
+            start_brk: config.start_brk,
+            brk: config.start_brk,
+        };
+        Arc::new_cyclic(|w| AddressSpace {
+            phys: phys.clone(),
+            pgtables: PageTables::new(phys),
+            config,
+            mmap_lock: RwLock::new(st),
+            vmas_rcu: Atomic::new(VmaTree::default()),
+            tlb: TlbDomain::new(),
+            counters: MmCounters::default(),
+            self_weak: w.clone(),
+        })
+    }
+
+    /// The physical memory this address space allocates from.
+    pub fn phys(&self) -> &Arc<PhysMem> {
+        &self.phys
+    }
+
+    /// The configuration it was made with.
+    pub fn config(&self) -> &MmConfig {
+        &self.config
+    }
+
+    /// The fault policy.
+    pub fn policy(&self) -> FaultPolicy {
+        self.config.policy
+    }
+
+    pub(crate) fn arc(&self) -> Arc<AddressSpace> {
+        self.self_weak.upgrade().expect("address space is alive")
+    }
+
+    pub(crate) fn write_lock(&self) -> MmapWriteGuard<'_> {
+        self.counters.mmap_lock_write.fetch_add(1, Ordering::Relaxed);
+        MmapWriteGuard { mm: self, st: self.mmap_lock.write() }
+    }
+
+    pub(crate) fn read_lock(&self) -> RwLockReadGuard<'_, MmState> {
+        self.mmap_lock.read()
+    }
+
+    /// `mmap_lock` for read even while a writer waits; only for paths that
+    /// already hold a lock a writer may need (truncate under `invalidate_lock`).
+    pub(crate) fn read_lock_recursive(&self) -> RwLockReadGuard<'_, MmState> {
+        self.mmap_lock.read_recursive()
+    }
+
+    fn publish(&self, tree: &VmaTree) {
+        let guard = crossbeam_epoch::pin();
+        let old = self.vmas_rcu.swap(Owned::new(tree.clone()), Ordering::AcqRel, &guard);
+        // SAFETY: `old` was the published version; it is unreachable from
+        // `vmas_rcu` now, and readers that loaded it hold a guard that the
+        // deferred destruction waits for.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    /// The published VMA tree, readable without `mmap_lock` for as long as
+    /// `guard` is held.
+    pub fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
+        let p: Shared<'g, VmaTree> = self.vmas_rcu.load(Ordering::Acquire, guard);
+        // SAFETY: the pointer is never null (set in `new`, swapped for non-null
+        // in `publish`) and is freed only after every guard that could have
+        // loaded it is dropped.
+        unsafe { p.deref() }
+    }
+
+    /// Shoots down every CPU's TLB for this address space (see [`crate::tlb`]).
+    pub(crate) fn flush_tlb(&self) {
+        self.tlb.flush(None);
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> MmStats {
+        let st = self.read_lock();
+        let map_count = st.vmas.len();
+        let rss_pages = st.vmas.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        MmStats {
+            map_count,
+            mmap_lock_write: self.counters.mmap_lock_write.load(Ordering::Relaxed),
+            mmap_lock_read: self.counters.mmap_lock_read.load(Ordering::Relaxed),
+            tlb: self.tlb.stats(),
+            rss_pages,
+        }
+    }
+
+    /// Present pages in `[start, end)` (smaps `Rss` in pages).
+    pub(crate) fn resident_pages(&self, start: u64, end: u64) -> u64 {
+        let guard = crossbeam_epoch::pin();
+        let mut n = 0;
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let mut a = va;
+            while a < stop {
+                if t.entry(pgtable::index(a, 0)).load(Ordering::Relaxed) & PTE_PRESENT != 0 {
+                    n += 1;
+                }
+                a += PAGE_SIZE;
+            }
+        });
+        n
+    }
+
+    /// The PTE value at `va` (0 if none), read without locks.
+    pub(crate) fn pte_at(&self, va: u64) -> u64 {
+        let guard = crossbeam_epoch::pin();
+        self.pgtables.leaf(va, &guard).map_or(0, |t| t.entry(pgtable::index(va, 0)).load(Ordering::Acquire))
+    }
+
+    /// Clears every leaf entry holding a frame in `[start, end)` for which
+    /// `filter(pte)` holds, gathering the frames; Linux's `zap_page_range`.
+    pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(u64) -> bool) {
+        let guard = crossbeam_epoch::pin();
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            let mut a = va;
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                let pte = e.load(Ordering::Relaxed);
+                if pgtable::pte_has_frame(pte) && filter(pte) {
+                    e.store(0, Ordering::Release);
+                    let pfn = pgtable::pte_pfn(pte);
+                    if pfn != self.phys.zero_pfn() {
+                        self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
+                        tlb.frames.push(pfn);
+                    } else {
+                        tlb.need_flush = true;
+                    }
+                }
+                a += PAGE_SIZE;
+            }
+        });
+    }
+
+    /// Applies the protection of `flags` (`VM_*`) to the present entries of
+    /// `[start, end)`: `PROT_NONE` hides them, read-only drops write access.
+    /// Write access is never added here; a write fault grants it (and breaks
+    /// COW where needed).
+    pub(crate) fn change_protection(&self, start: u64, end: u64, flags: u64, tlb: &mut MmuGather) {
+        use crate::vma::flags::VM_ACCESS_FLAGS;
+        let guard = crossbeam_epoch::pin();
+        let accessible = flags & VM_ACCESS_FLAGS != 0;
+        let writable = flags & crate::vma::flags::VM_WRITE != 0;
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            let mut a = va;
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                let pte = e.load(Ordering::Relaxed);
+                if pgtable::pte_has_frame(pte) {
+                    let mut new = pte;
+                    if !accessible {
+                        new = (new & !(PTE_PRESENT | PTE_WRITE)) | PTE_PROTNONE;
+                    } else {
+                        new = (new & !PTE_PROTNONE) | PTE_PRESENT;
+                        if !writable {
+                            new &= !PTE_WRITE;
+                        }
+                    }
+                    if new != pte {
+                        // Narrowing (losing present or write) needs a shootdown.
+                        if (pte & PTE_PRESENT != 0 && new & PTE_PRESENT == 0)
+                            || (pte & PTE_WRITE != 0 && new & PTE_WRITE == 0)
+                        {
+                            tlb.need_flush = true;
+                        }
+                        e.store(new, Ordering::Release);
+                    }
+                }
+                a += PAGE_SIZE;
+            }
+        });
+    }
+
+    /// Moves the entries of `[old, old+len)` to `[new, new+len)` (mremap).
+    /// The destination must have no entries. Old translations need a flush.
+    pub(crate) fn move_ptes(&self, old: u64, new: u64, len: u64, tlb: &mut MmuGather) {
+        let guard = crossbeam_epoch::pin();
+        let mut off = 0;
+        while off < len {
+            let src = old + off;
+            let Some(t) = self.pgtables.leaf(src, &guard) else {
+                off = ((src & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE) - old;
+                continue;
+            };
+            let pte = {
+                let _ptl = t.lock();
+                t.entry(pgtable::index(src, 0)).swap(0, Ordering::AcqRel)
+            };
+            if pte != 0 {
+                tlb.need_flush = true;
+                let dst = new + off;
+                let dt = self.pgtables.leaf_alloc(dst, &self.phys, &guard);
+                let _ptl = dt.lock();
+                let prev = dt.entry(pgtable::index(dst, 0)).swap(pte, Ordering::Release);
+                debug_assert_eq!(prev, 0, "mremap destination had an entry");
+            }
+            off += PAGE_SIZE;
+        }
+    }
+
+    /// Removes `[start, end)`'s mappings from the VMA tree (splitting VMAs at
+    /// the edges), zaps their pages and frees page tables no VMA needs any
+    /// more; Linux's `do_vmi_align_munmap`. `start`/`end` are page aligned.
+    pub(crate) fn do_munmap(&self, st: &mut MmState, start: u64, end: u64, tlb: &mut MmuGather) -> crate::Result<()> {
+        let victims: Vec<Arc<Vma>> = st.vmas.overlapping(start, end).cloned().collect();
+        let Some(first) = victims.first() else {
+            return Ok(());
+        };
+        if start > first.start && end < first.end && st.vmas.len() >= self.config.max_map_count {
+            return Err(crate::Errno::NoMem);
+        }
+        for v in &victims {
+            st.vmas.remove(v.start);
+            if v.start < start {
+                st.vmas.insert(v.slice(v.start, start, v.flags));
+            }
+            if v.end > end {
+                st.vmas.insert(v.slice(end, v.end, v.flags));
+            }
+        }
+        let lo = start.max(first.start);
+        let hi = end.min(victims.last().expect("non-empty").end);
+        self.zap_range(lo, hi, tlb, |_| true);
+        self.free_pgtables(st, lo, hi, tlb);
+        Ok(())
+    }
+
+    /// Detaches the page tables that only the now-empty `[start, end)` used.
+    pub(crate) fn free_pgtables(&self, st: &MmState, start: u64, end: u64, tlb: &mut MmuGather) {
+        let floor = st.vmas.prev_of(start).map_or(0, |v| v.end);
+        let ceiling = st.vmas.find_from(end).map_or(self.config.task_size.next_power_of_two(), |v| v.start);
+        self.pgtables.detach_tables(start, end, floor, ceiling, &mut tlb.tables);
+    }
+
+    /// Zaps the mappings of file pages `[first, last)` of `file` (truncate and
+    /// hole punch); see [`File::set_len`].
+    pub(crate) fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool) {
+        let st = self.read_lock_recursive();
+        let mut tlb = MmuGather::default();
+        for v in st.vmas.iter() {
+            if v.file.as_ref().is_none_or(|f| f.id() != file.id()) {
+                continue;
+            }
+            let vfirst = v.pgoff;
+            let vlast = v.pgoff + v.pages();
+            let lo = first.max(vfirst);
+            let hi = last.min(vlast);
+            if lo >= hi {
+                continue;
+            }
+            let start = v.start + ((lo - vfirst) << PAGE_SHIFT);
+            let end = v.start + ((hi - vfirst) << PAGE_SHIFT);
+            let file_id = file.id();
+            let phys = &self.phys;
+            self.zap_range(start, end, &mut tlb, |pte| {
+                let d = phys.desc(pgtable::pte_pfn(pte));
+                even_cows || d.mapping.load(Ordering::Relaxed) == file_id
+            });
+        }
+        drop(st);
+        tlb.finish(self);
+    }
+
+    /// Takes one more reference on the frame `pfn` for a new mapping.
+    pub(crate) fn map_frame(&self, pfn: Pfn) {
+        if pfn != self.phys.zero_pfn() {
+            self.phys.desc(pfn).mapcount.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for AddressSpace {
+    fn drop(&mut self) {
+        // exit_mmap: no CPU is attached (each holds an Arc) and no walker can
+        // reach the tree, so frames and tables go without a shootdown.
+        let mut frames = Vec::new();
+        self.pgtables.free_all(&self.phys, &mut frames);
+        self.pgtables.release_root(&self.phys);
+        for pfn in frames {
+            if pfn != self.phys.zero_pfn() {
+                self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.phys.put(pfn);
+        }
+        let st = self.mmap_lock.get_mut();
+        st.vmas = VmaTree::default();
+        let guard = crossbeam_epoch::pin();
+        let old = self.vmas_rcu.swap(Shared::null(), Ordering::AcqRel, &guard);
+        // SAFETY: as in `publish`; no reader can load the null left behind
+        // because no one holds a reference to a dying address space.
+        unsafe { guard.defer_destroy(old) };
+    }
+}

@@ -1,0 +1,159 @@
+//! `mprotect`, and the VMA flag change it shares with `madvise` (Linux's
+//! `vma_modify_flags`: merge with a neighbour where possible, else split).
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Result};
+use crate::uapi::*;
+use crate::vma::flags::*;
+use crate::vma::{anon_compatible, Vma};
+use crate::{page_align, PAGE_SIZE};
+
+use super::mmap::calc_vm_prot_bits;
+use super::{AddressSpace, MmState, MmuGather};
+
+impl AddressSpace {
+    /// `mprotect(addr, len, prot)`.
+    ///
+    /// `EINVAL` for an unaligned address or unknown `prot` bits; `ENOMEM` if
+    /// the range wraps or any part of it is unmapped; `EACCES` if a file
+    /// mapping's open mode forbids the protection. As on Linux, VMAs before
+    /// the first failure keep their new protection.
+    pub fn mprotect(&self, addr: u64, len: u64, prot: i32) -> Result<()> {
+        let _q = crate::cpu::QuiescentGuard::enter();
+        if addr % PAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let len = page_align(len);
+        let end = addr.wrapping_add(len);
+        if len == 0 || end <= addr {
+            return Err(Errno::NoMem);
+        }
+        let grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
+        if grows == (PROT_GROWSDOWN | PROT_GROWSUP) {
+            return Err(Errno::Inval);
+        }
+        if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_GROWSDOWN | PROT_GROWSUP | 0x8 /* PROT_SEM */) != 0 {
+            return Err(Errno::Inval);
+        }
+        let mut tlb = MmuGather::default();
+        let mut st = self.write_lock();
+        let res = self.do_mprotect(&mut st, addr, end, prot, &mut tlb);
+        drop(st);
+        tlb.finish(self);
+        res
+    }
+
+    fn do_mprotect(&self, st: &mut MmState, mut start: u64, end: u64, prot: i32, tlb: &mut MmuGather) -> Result<()> {
+        let Some(first) = st.vmas.find_from(start).cloned() else {
+            return Err(Errno::NoMem);
+        };
+        if prot & PROT_GROWSDOWN != 0 {
+            if first.start >= end || first.flags & VM_GROWSDOWN == 0 {
+                return Err(Errno::Inval);
+            }
+            start = first.start;
+        } else if first.start > start {
+            return Err(Errno::NoMem);
+        }
+        let mut tmp = start;
+        let want = calc_vm_prot_bits(prot & (PROT_READ | PROT_WRITE | PROT_EXEC));
+        while tmp < end {
+            let Some(v) = st.vmas.find_from(tmp).cloned() else { break };
+            if v.start >= end {
+                break;
+            }
+            if v.start != tmp {
+                return Err(Errno::NoMem);
+            }
+            let mut newflags = want | (v.flags & !VM_ACCESS_FLAGS);
+            // VM_MAY* sit four bits above VM_*: a bit without its MAY twin is refused.
+            if (newflags & !(newflags >> 4)) & VM_ACCESS_FLAGS != 0 {
+                return Err(Errno::Acces);
+            }
+            let range_end = v.end.min(end);
+            // Linux's mprotect_fixup accounting flags.
+            if newflags & VM_WRITE != 0 {
+                if v.flags & (VM_ACCOUNT | VM_WRITE | VM_SHARED | VM_NORESERVE) == 0 {
+                    newflags |= VM_ACCOUNT;
+                }
+            } else if v.flags & VM_ACCOUNT != 0 && v.is_anonymous() && v.anon_vma.get().is_none() {
+                newflags &= !VM_ACCOUNT;
+            }
+            if newflags != v.flags {
+                self.vma_modify_flags(st, &v, tmp, range_end, newflags)?;
+                self.change_protection(tmp, range_end, newflags, tlb);
+            }
+            tmp = range_end;
+        }
+        if tmp < end {
+            return Err(Errno::NoMem);
+        }
+        Ok(())
+    }
+
+    /// Gives `[start, end)` of `vma` the flags `newflags`, merging with the
+    /// previous or next VMA when the range touches it and they become
+    /// compatible, splitting `vma` otherwise. `ENOMEM` if a split would exceed
+    /// `max_map_count`; nothing changes then.
+    pub(crate) fn vma_modify_flags(
+        &self,
+        st: &mut MmState,
+        vma: &Arc<Vma>,
+        start: u64,
+        end: u64,
+        newflags: u64,
+    ) -> Result<()> {
+        if newflags == vma.flags {
+            return Ok(());
+        }
+        let file = vma.file.as_ref().map(|f| f.id());
+        let anon = vma.anon_vma.get();
+        let pgoff = vma.pgoff_at(start);
+        let pages = (end - start) / PAGE_SIZE;
+        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start).cloned();
+        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end).cloned();
+        let left = !vma.shared_anon && prev.as_ref().is_some_and(|p| p.can_merge_after(newflags, file, anon, pgoff));
+        let mut right =
+            !vma.shared_anon && next.as_ref().is_some_and(|n| n.can_merge_before(newflags, file, anon, pgoff, pages));
+        if left && right {
+            right = anon_compatible(prev.as_ref().and_then(|p| p.anon_vma.get()), next.as_ref().and_then(|n| n.anon_vma.get()));
+        }
+        let union = |vs: &[Option<&Arc<Vma>>]| vs.iter().flatten().find_map(|v| v.anon_vma.get().cloned());
+        // Splits needed when no merge absorbs an edge.
+        let splits = (start > vma.start && !left) as usize + (end < vma.end && !right) as usize;
+        if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
+            return Err(Errno::NoMem);
+        }
+        st.vmas.remove(vma.start);
+        let mut lo = start;
+        let mut hi = end;
+        let mut anon_new = vma.anon_vma.get().cloned();
+        let mut pg = pgoff;
+        if left {
+            let p = prev.as_ref().expect("left");
+            st.vmas.remove(p.start);
+            lo = p.start;
+            pg = p.pgoff;
+            anon_new = union(&[Some(p), Some(vma)]);
+        } else if start > vma.start {
+            st.vmas.insert(vma.slice(vma.start, start, vma.flags));
+        }
+        if right {
+            let n = next.as_ref().expect("right");
+            st.vmas.remove(n.start);
+            hi = n.end;
+            anon_new = anon_new.or_else(|| union(&[Some(n)]));
+        } else if end < vma.end {
+            st.vmas.insert(vma.slice(end, vma.end, vma.flags));
+        }
+        let mut merged = vma.rebound(lo, hi, pg);
+        merged.flags = newflags;
+        merged.set_anon(anon_new);
+        st.vmas.insert(merged);
+        Ok(())
+    }
+}

@@ -1,0 +1,28 @@
+//! The crate's synchronization primitives, switched to `loom`'s under `cfg(loom)`.
+//!
+//! Every atomic and lock that takes part in a lock-free protocol is imported from
+//! here, so the `loom` models in `tests/loom_*.rs` explore the real code.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Spin-wait hint: a CPU pause on hardware, a yield under `loom` so the model
+/// checker can schedule the thread we are waiting for.
+#[inline]
+pub(crate) fn spin_hint(iteration: u32) {
+    #[cfg(loom)]
+    {
+        let _ = iteration;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        if iteration < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The shootdown handshake of [`super`], free of the rest of the crate so that
+//! loom can model it.
+
+use std::sync::Arc;
+
+use crate::sync::{spin_hint, AtomicU64, Ordering};
+
+#[cfg(not(loom))]
+use parking_lot::Mutex;
+
+#[cfg(loom)]
+struct Mutex<T>(loom::sync::Mutex<T>);
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    fn new(v: T) -> Self {
+        Mutex(loom::sync::Mutex::new(v))
+    }
+    fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap()
+    }
+}
+
+/// The shootdown state one CPU shares with the initiators.
+pub struct CpuTlbState {
+    /// The last flush generation this CPU acknowledged.
+    acked: AtomicU64,
+    /// Non-zero while the CPU is parked or blocked in softmm.
+    quiescent: AtomicU64,
+}
+
+impl CpuTlbState {
+    /// A running CPU that has acknowledged nothing yet.
+    pub fn new() -> Arc<CpuTlbState> {
+        Arc::new(CpuTlbState {
+            acked: AtomicU64::new(0),
+            quiescent: AtomicU64::new(0),
+        })
+    }
+
+    /// Marks the CPU quiescent (parked or blocked in softmm); nests.
+    #[inline]
+    pub fn enter_quiescent(&self) {
+        self.quiescent.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Leaves one level of quiescence. The caller's next MMU call must check
+    /// the generation with [`TlbDomain::generation`] before using its TLB.
+    #[inline]
+    pub fn exit_quiescent(&self) {
+        let old = self.quiescent.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(old > 0);
+    }
+
+    /// Publishes that every entry cached before generation `gen` is gone.
+    #[inline]
+    pub fn ack(&self, gen: u64) {
+        // Release: the flush of the CPU's entries happens before the
+        // initiator, which loads `acked` with Acquire, frees anything.
+        self.acked.store(gen, Ordering::Release);
+    }
+}
+
+/// Counters of shootdown traffic (the seeds count IPIs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TlbStats {
+    /// Flushes initiated.
+    pub flushes: u64,
+    /// Flush requests sent: one per other CPU attached at the time (IPIs).
+    pub flush_requests: u64,
+    /// Requests that needed a wait for an acknowledgement (the CPU was running).
+    pub flush_waits: u64,
+}
+
+/// The CPUs attached to one address space and its flush generation.
+pub struct TlbDomain {
+    gen: AtomicU64,
+    cpus: Mutex<Vec<Arc<CpuTlbState>>>,
+    flushes: AtomicU64,
+    flush_requests: AtomicU64,
+    flush_waits: AtomicU64,
+}
+
+impl Default for TlbDomain {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TlbDomain {
+    /// A domain with no CPU attached.
+    pub fn new() -> TlbDomain {
+        TlbDomain {
+            gen: AtomicU64::new(0),
+            cpus: Mutex::new(Vec::new()),
+            flushes: AtomicU64::new(0),
+            flush_requests: AtomicU64::new(0),
+            flush_waits: AtomicU64::new(0),
+        }
+    }
+
+    /// The current flush generation, loaded at every MMU call.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        // SeqCst: pairs with `enter/exit_quiescent` in the Dekker handshake.
+        self.gen.load(Ordering::SeqCst)
+    }
+
+    /// Attaches a CPU; returns the generation its (empty) TLB is current for.
+    pub fn attach(&self, cpu: &Arc<CpuTlbState>) -> u64 {
+        let mut cpus = self.cpus.lock();
+        let gen = self.gen.load(Ordering::SeqCst);
+        cpu.ack(gen);
+        cpus.push(cpu.clone());
+        gen
+    }
+
+    /// Detaches a CPU; it must hold no translation of this domain afterwards.
+    pub fn detach(&self, cpu: &Arc<CpuTlbState>) {
+        self.cpus.lock().retain(|c| !Arc::ptr_eq(c, cpu));
+    }
+
+    /// Number of attached CPUs.
+    pub fn attached(&self) -> usize {
+        self.cpus.lock().len()
+    }
+
+    /// Shoots down every attached CPU's TLB and returns once each has either
+    /// acknowledged or is quiescent. `me` is the caller's own CPU, if any,
+    /// which needs no wait (it flushes at its next MMU call).
+    pub fn flush(&self, me: Option<&Arc<CpuTlbState>>) {
+        let target = self.gen.fetch_add(1, Ordering::SeqCst) + 1;
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let cpus = self.cpus.lock();
+        let mut requests = 0;
+        let mut waits = 0;
+        for cpu in cpus.iter() {
+            if me.is_some_and(|m| Arc::ptr_eq(m, cpu)) {
+                continue;
+            }
+            requests += 1;
+            let mut waited = false;
+            let mut i = 0;
+            // Acquire on `acked` pairs with the CPU's Release in `ack`.
+            while cpu.acked.load(Ordering::Acquire) < target
+                && cpu.quiescent.load(Ordering::SeqCst) == 0
+            {
+                waited = true;
+                spin_hint(i);
+                i = i.saturating_add(1);
+            }
+            waits += waited as u64;
+        }
+        drop(cpus);
+        self.flush_requests.fetch_add(requests, Ordering::Relaxed);
+        self.flush_waits.fetch_add(waits, Ordering::Relaxed);
+    }
+
+    /// Shootdown counters so far.
+    pub fn stats(&self) -> TlbStats {
+        TlbStats {
+            flushes: self.flushes.load(Ordering::Relaxed),
+            flush_requests: self.flush_requests.load(Ordering::Relaxed),
+            flush_waits: self.flush_waits.load(Ordering::Relaxed),
+        }
+    }
+}

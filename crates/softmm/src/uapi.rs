@@ -1,0 +1,30 @@
+//! The Linux constants of the syscall interface softmm mirrors (x86-64 values).
+
+pub use libc::{
+    MADV_DODUMP, MADV_DOFORK, MADV_DONTDUMP, MADV_DONTFORK, MADV_DONTNEED, MADV_FREE, MADV_HUGEPAGE, MADV_KEEPONFORK,
+    MADV_NOHUGEPAGE, MADV_NORMAL, MADV_RANDOM, MADV_REMOVE, MADV_SEQUENTIAL, MADV_WILLNEED, MADV_WIPEONFORK,
+    MAP_ANONYMOUS, MAP_DENYWRITE, MAP_EXECUTABLE, MAP_FIXED, MAP_GROWSDOWN, MAP_HUGETLB, MAP_LOCKED, MAP_NONBLOCK,
+    MAP_NORESERVE, MAP_POPULATE, MAP_PRIVATE, MAP_SHARED, MAP_STACK, MREMAP_FIXED, MREMAP_MAYMOVE, PROT_EXEC,
+    PROT_GROWSDOWN, PROT_GROWSUP, PROT_NONE, PROT_READ, PROT_WRITE,
+};
+
+/// `MAP_SHARED` with unknown flags rejected.
+pub const MAP_SHARED_VALIDATE: i32 = 0x03;
+/// The mapping-type bits of the flags.
+pub const MAP_TYPE: i32 = 0x0f;
+/// Like `MAP_FIXED`, but fails with `EEXIST` instead of replacing a mapping.
+pub const MAP_FIXED_NOREPLACE: i32 = 0x100000;
+/// Accepted and ignored, as by Linux.
+pub const MAP_UNINITIALIZED: i32 = 0x4000000;
+/// Move the pages but leave the source mapping in place, empty.
+pub const MREMAP_DONTUNMAP: i32 = 4;
+/// Fault pages in readable.
+pub const MADV_POPULATE_READ: i32 = 22;
+/// Fault pages in writable.
+pub const MADV_POPULATE_WRITE: i32 = 23;
+/// Like `MADV_DONTNEED`, also on locked VMAs.
+pub const MADV_DONTNEED_LOCKED: i32 = 24;
+/// Reclaim hint: deactivate.
+pub const MADV_COLD: i32 = 20;
+/// Reclaim hint: page out.
+pub const MADV_PAGEOUT: i32 = 21;
