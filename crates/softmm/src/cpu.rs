@@ -208,7 +208,8 @@ impl Cpu {
                         }
                         let host = mm.phys.frame_ptr(pte_pfn(pte)) as usize;
                         let writable = pte & PTE_WRITE != 0 && (write || pte & PTE_DIRTY != 0);
-                        self.tlb[vpn as usize % TLB_ENTRIES] = TlbEntry { tag: vpn + 1, epoch: self.epoch, host, writable };
+                        self.tlb[vpn as usize % TLB_ENTRIES] =
+                            TlbEntry { tag: vpn + 1, epoch: self.epoch, host, writable };
                         return Ok((host + (va % PAGE_SIZE) as usize) as *mut u8);
                     }
                 }

@@ -57,10 +57,7 @@ impl File {
             id: phys.next_id(),
             name: name.to_string(),
             phys: phys.clone(),
-            inner: Mutex::new(FileInner {
-                size,
-                pages: BTreeMap::new(),
-            }),
+            inner: Mutex::new(FileInner { size, pages: BTreeMap::new() }),
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
         }))
@@ -159,7 +156,10 @@ impl File {
             let in_page = (pos % PAGE_SIZE) as usize;
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
             let p = self.get_page(pos / PAGE_SIZE)?.expect("within size");
-            crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], self.phys.frame_ptr(p).wrapping_add(in_page));
+            crate::access::copy_to_host(
+                &data[(pos - offset) as usize..][..n],
+                self.phys.frame_ptr(p).wrapping_add(in_page),
+            );
             self.phys.put(p);
             pos += n as u64;
         }
@@ -186,7 +186,11 @@ impl File {
             if size % PAGE_SIZE != 0 {
                 if let Some(&p) = self.inner.lock().pages.get(&(size / PAGE_SIZE)) {
                     let tail = PAGE_SIZE - size % PAGE_SIZE;
-                    crate::access::fill_host(self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize), 0, tail as usize);
+                    crate::access::fill_host(
+                        self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize),
+                        0,
+                        tail as usize,
+                    );
                 }
             }
         }
@@ -206,7 +210,11 @@ impl File {
         for (lo, hi) in [(offset, (first * PAGE_SIZE).min(end)), ((last * PAGE_SIZE).max(offset), end)] {
             if lo < hi {
                 if let Some(&p) = inner.pages.get(&(lo / PAGE_SIZE)) {
-                    crate::access::fill_host(self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize), 0, (hi - lo) as usize);
+                    crate::access::fill_host(
+                        self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize),
+                        0,
+                        (hi - lo) as usize,
+                    );
                 }
             }
         }

@@ -69,10 +69,7 @@ pub struct PageTable {
 
 impl PageTable {
     fn new_boxed() -> Box<PageTable> {
-        Box::new(PageTable {
-            entries: std::array::from_fn(|_| AtomicU64::new(0)),
-            lock: Mutex::new(()),
-        })
+        Box::new(PageTable { entries: std::array::from_fn(|_| AtomicU64::new(0)), lock: Mutex::new(()) })
     }
 
     /// Entry `i` of this table.
@@ -114,9 +111,7 @@ impl PageTables {
     /// An empty tree: just the PGD.
     pub fn new(phys: &PhysMem) -> PageTables {
         phys.account_page_table(1);
-        PageTables {
-            root: PageTable::new_boxed(),
-        }
+        PageTables { root: PageTable::new_boxed() }
     }
 
     /// The leaf table covering `va`, if the tree has one. Takes no lock.
@@ -170,13 +165,7 @@ impl PageTables {
 
     /// Calls `f(va, leaf_table)` for every existing leaf table overlapping
     /// `[start, end)`, with `va` the first address of the overlap.
-    pub fn for_each_leaf<'g>(
-        &self,
-        start: u64,
-        end: u64,
-        guard: &'g Guard,
-        mut f: impl FnMut(u64, &'g PageTable),
-    ) {
+    pub fn for_each_leaf<'g>(&self, start: u64, end: u64, guard: &'g Guard, mut f: impl FnMut(u64, &'g PageTable)) {
         let mut va = start;
         while va < end {
             if let Some(t) = self.leaf(va, guard) {
@@ -190,14 +179,7 @@ impl PageTables {
     /// and overlaps `[start, end)`, Linux's `free_pgtables`. Their leaf entries
     /// must already be zapped. The detached tables go to `out`, to be freed
     /// after the TLB flush and a grace period.
-    pub fn detach_tables(
-        &self,
-        start: u64,
-        end: u64,
-        floor: u64,
-        ceiling: u64,
-        out: &mut Vec<DetachedTable>,
-    ) {
+    pub fn detach_tables(&self, start: u64, end: u64, floor: u64, ceiling: u64, out: &mut Vec<DetachedTable>) {
         if start >= end {
             return;
         }

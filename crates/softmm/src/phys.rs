@@ -60,10 +60,7 @@ pub struct PhysConfig {
 
 impl Default for PhysConfig {
     fn default() -> Self {
-        PhysConfig {
-            bytes: 256 << 20,
-            nodes: 1,
-        }
+        PhysConfig { bytes: 256 << 20, nodes: 1 }
     }
 }
 
@@ -170,11 +167,7 @@ impl PhysMem {
                 let end = first + per_node;
                 // Pop from the end gives ascending frames.
                 let free = (first..end).filter(|&p| p != zero_pfn).rev().collect();
-                Node {
-                    free: Mutex::new(free),
-                    first,
-                    end,
-                }
+                Node { free: Mutex::new(free), first, end }
             })
             .collect();
         let nshards = std::thread::available_parallelism().map_or(4, |n| n.get()) * 2;
@@ -205,10 +198,7 @@ impl PhysMem {
 
     /// The node a frame belongs to.
     pub fn node_of(&self, pfn: Pfn) -> usize {
-        self.nodes
-            .iter()
-            .position(|n| (n.first..n.end).contains(&pfn))
-            .expect("pfn outside the arena")
+        self.nodes.iter().position(|n| (n.first..n.end).contains(&pfn)).expect("pfn outside the arena")
     }
 
     /// A process-unique id for files and anon_vmas made on this memory.

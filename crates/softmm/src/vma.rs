@@ -111,16 +111,7 @@ impl Vma {
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
         }
-        Vma {
-            start,
-            end,
-            flags,
-            pgoff,
-            file,
-            anon_vma: cell,
-            shared_anon,
-            acct: phys.clone(),
-        }
+        Vma { start, end, flags, pgoff, file, anon_vma: cell, shared_anon, acct: phys.clone() }
     }
 
     /// A copy of this VMA limited to `[start, end)` with `flags`.
@@ -199,7 +190,13 @@ impl Vma {
     /// Linux's `is_mergeable_vma` + `is_mergeable_anon_vma` for placing
     /// something with `flags`, `file`, `anon` directly after this VMA, where
     /// that something would start at file page `pgoff`.
-    pub(crate) fn can_merge_after(&self, flags: u64, file: Option<u64>, anon: Option<&Arc<AnonVma>>, pgoff: u64) -> bool {
+    pub(crate) fn can_merge_after(
+        &self,
+        flags: u64,
+        file: Option<u64>,
+        anon: Option<&Arc<AnonVma>>,
+        pgoff: u64,
+    ) -> bool {
         mergeable(self, flags, file, anon) && self.pgoff + self.pages() == pgoff
     }
 

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Errno, Fault, SegvCode};
 use crate::mm::AddressSpace;
-use crate::pgtable::{
-    self, mk_pte, pte_pfn, PageTable, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE,
-};
+use crate::pgtable::{self, mk_pte, pte_pfn, PageTable, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
 use crate::phys::{Pfn, PG_ANON, PG_DIRTY, PG_FILE};
 use crate::sync::AtomicU64;
 use crate::vma::flags::*;

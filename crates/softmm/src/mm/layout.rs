@@ -32,7 +32,8 @@ pub(crate) fn get_unmapped_area(
         return Err(Errno::NoMem);
     }
     let a = if cfg.thp_align && kind == AreaKind::Anon && addr == 0 && !fixed && len % PMD_SIZE == 0 {
-        thp_get_unmapped_area(cfg, vmas, len).map_or_else(|| arch_get_unmapped_area_topdown(cfg, vmas, 0, len, false), Ok)?
+        thp_get_unmapped_area(cfg, vmas, len)
+            .map_or_else(|| arch_get_unmapped_area_topdown(cfg, vmas, 0, len, false), Ok)?
     } else {
         arch_get_unmapped_area_topdown(cfg, vmas, addr, len, fixed)?
     };

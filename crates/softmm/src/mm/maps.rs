@@ -30,10 +30,8 @@ impl MapEntry {
     /// The line as `/proc/pid/maps` prints it (without the newline).
     pub fn to_line(&self) -> String {
         let dev = if self.inode != 0 { "00:01" } else { "00:00" };
-        let mut s = format!(
-            "{:08x}-{:08x} {} {:08x} {} {} ",
-            self.start, self.end, self.perms, self.offset, dev, self.inode
-        );
+        let mut s =
+            format!("{:08x}-{:08x} {} {:08x} {} {} ", self.start, self.end, self.perms, self.offset, dev, self.inode);
         if !self.name.is_empty() {
             while s.len() < 73 {
                 s.push(' ');

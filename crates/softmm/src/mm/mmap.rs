@@ -61,16 +61,20 @@ impl AddressSpace {
     /// for unknown flags with `MAP_SHARED_VALIDATE`; `EPERM` for a fixed
     /// address below `mmap_min_addr`. A failed call changes nothing.
     /// `MAP_POPULATE` faults the pages in after the mapping is made.
-    pub fn mmap(&self, addr: u64, len: u64, prot: i32, flags: i32, file: Option<&OpenFile>, offset: u64) -> Result<u64> {
+    pub fn mmap(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        file: Option<&OpenFile>,
+        offset: u64,
+    ) -> Result<u64> {
         let _q = crate::cpu::QuiescentGuard::enter();
         if offset % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
-        let file = if flags & MAP_ANONYMOUS != 0 {
-            None
-        } else {
-            Some(file.ok_or(Errno::BadF)?)
-        };
+        let file = if flags & MAP_ANONYMOUS != 0 { None } else { Some(file.ok_or(Errno::BadF)?) };
         if flags & MAP_HUGETLB != 0 && file.is_none() {
             // No hugetlb pool is configured: like a host with nr_hugepages = 0.
             return Err(Errno::NoMem);
@@ -183,7 +187,8 @@ impl AddressSpace {
         drop(st);
         tlb.finish(self);
         res?;
-        let populate = (flags & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE || vm_flags & VM_LOCKED != 0).then_some(len);
+        let populate =
+            (flags & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE || vm_flags & VM_LOCKED != 0).then_some(len);
         Ok((addr, populate))
     }
 
@@ -222,10 +227,12 @@ impl AddressSpace {
         let prev = st.vmas.prev_of(new.start).filter(|p| p.end == new.start).cloned();
         let next = st.vmas.first_starting_at(new.end).filter(|n| n.start == new.end).cloned();
         let mergeable = !new.shared_anon;
-        let left = mergeable
-            && prev.as_ref().is_some_and(|p| p.can_merge_after(new.flags, file, anon.as_ref(), new.pgoff));
+        let left =
+            mergeable && prev.as_ref().is_some_and(|p| p.can_merge_after(new.flags, file, anon.as_ref(), new.pgoff));
         let mut right = mergeable
-            && next.as_ref().is_some_and(|n| n.can_merge_before(new.flags, file, anon.as_ref(), new.pgoff, new.pages()));
+            && next
+                .as_ref()
+                .is_some_and(|n| n.can_merge_before(new.flags, file, anon.as_ref(), new.pgoff, new.pages()));
         if left && right {
             let (p, n) = (prev.as_ref().expect("left"), next.as_ref().expect("right"));
             right = crate::vma::anon_compatible(p.anon_vma.get(), n.anon_vma.get());

@@ -162,11 +162,7 @@ impl Drop for MmapWriteGuard<'_> {
 impl AddressSpace {
     /// An empty address space on `phys`.
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> Arc<AddressSpace> {
-        let st = MmState {
-            vmas: VmaTree::default(),
-            start_brk: config.start_brk,
-            brk: config.start_brk,
-        };
+        let st = MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk };
         Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),

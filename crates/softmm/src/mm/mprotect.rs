@@ -36,7 +36,7 @@ impl AddressSpace {
         if grows == (PROT_GROWSDOWN | PROT_GROWSUP) {
             return Err(Errno::Inval);
         }
-        if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_GROWSDOWN | PROT_GROWSUP | 0x8 /* PROT_SEM */) != 0 {
+        if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_GROWSDOWN | PROT_GROWSUP | 0x8/* PROT_SEM */) != 0 {
             return Err(Errno::Inval);
         }
         let mut tlb = MmuGather::default();
@@ -120,7 +120,10 @@ impl AddressSpace {
         let mut right =
             !vma.shared_anon && next.as_ref().is_some_and(|n| n.can_merge_before(newflags, file, anon, pgoff, pages));
         if left && right {
-            right = anon_compatible(prev.as_ref().and_then(|p| p.anon_vma.get()), next.as_ref().and_then(|n| n.anon_vma.get()));
+            right = anon_compatible(
+                prev.as_ref().and_then(|p| p.anon_vma.get()),
+                next.as_ref().and_then(|n| n.anon_vma.get()),
+            );
         }
         let union = |vs: &[Option<&Arc<Vma>>]| vs.iter().flatten().find_map(|v| v.anon_vma.get().cloned());
         // Splits needed when no merge absorbs an edge.

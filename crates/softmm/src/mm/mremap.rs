@@ -152,7 +152,8 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         }
         // Never-faulted anonymous memory takes the linear index of its new home.
-        let pgoff = if vma.is_anonymous() && vma.anon_vma.get().is_none() { dst >> PAGE_SHIFT } else { vma.pgoff_at(addr) };
+        let pgoff =
+            if vma.is_anonymous() && vma.anon_vma.get().is_none() { dst >> PAGE_SHIFT } else { vma.pgoff_at(addr) };
         let moved = vma.rebound(dst, dst + new_len, pgoff);
         self.insert_merged(st, moved);
         self.move_ptes(addr, dst, old_len, tlb);

@@ -31,10 +31,7 @@ pub struct CpuTlbState {
 impl CpuTlbState {
     /// A running CPU that has acknowledged nothing yet.
     pub fn new() -> Arc<CpuTlbState> {
-        Arc::new(CpuTlbState {
-            acked: AtomicU64::new(0),
-            quiescent: AtomicU64::new(0),
-        })
+        Arc::new(CpuTlbState { acked: AtomicU64::new(0), quiescent: AtomicU64::new(0) })
     }
 
     /// Marks the CPU quiescent (parked or blocked in softmm); nests.
@@ -141,9 +138,7 @@ impl TlbDomain {
             let mut waited = false;
             let mut i = 0;
             // Acquire on `acked` pairs with the CPU's Release in `ack`.
-            while cpu.acked.load(Ordering::Acquire) < target
-                && cpu.quiescent.load(Ordering::SeqCst) == 0
-            {
+            while cpu.acked.load(Ordering::Acquire) < target && cpu.quiescent.load(Ordering::SeqCst) == 0 {
                 waited = true;
                 spin_hint(i);
                 i = i.saturating_add(1);
