@@ -1,0 +1,28 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use softmm::uapi::*;
+use softmm::{AddressSpace, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+
+pub const PAGE: u64 = 4096;
+pub const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+pub const RW: i32 = PROT_READ | PROT_WRITE;
+
+/// A small machine: `mib` MiB of frames.
+pub fn phys(mib: u64) -> Arc<PhysMem> {
+    PhysMem::new(PhysConfig { bytes: mib << 20, nodes: 1 }).expect("arena")
+}
+
+/// An address space with the default layout and `policy`.
+pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
+    AddressSpace::new(phys, MmConfig { policy, ..MmConfig::default() })
+}
+
+/// Asserts that everything allocated on `phys` has been freed.
+#[track_caller]
+pub fn assert_no_leaks(phys: &PhysMem) {
+    let s = phys.quiesce();
+    assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "leak: {s:?}");
+}

@@ -1,0 +1,203 @@
+//! Behaviour of the core calls, checked against what Linux does.
+
+mod common;
+
+use common::*;
+use softmm::uapi::*;
+use softmm::{Access, Cpu, Errno, Fault, FaultPolicy, File, MmConfig, OpenFile, SegvCode};
+
+fn segv(addr: u64, code: SegvCode) -> Fault {
+    Fault::Segv { addr, code }
+}
+
+#[test]
+fn anonymous_mappings_are_placed_top_down_below_mmap_base() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let base = MmConfig::default().mmap_base;
+    let a = mm.mmap(0, 3 * PAGE, RW, ANON, None, 0).unwrap();
+    assert_eq!(a, base - 3 * PAGE);
+    let b = mm.mmap(0, PAGE, PROT_READ, ANON, None, 0).unwrap();
+    assert_eq!(b, a - PAGE);
+    // Same flags and adjacent: merges into one VMA.
+    let c = mm.mmap(0, PAGE, PROT_READ, ANON, None, 0).unwrap();
+    assert_eq!(c, b - PAGE);
+    assert_eq!(mm.maps().len(), 2, "{}", mm.maps_text());
+    // A 2 MiB multiple is THP-aligned.
+    let h = mm.mmap(0, 2 << 20, RW, ANON, None, 0).unwrap();
+    assert_eq!(h % (2 << 20), 0);
+    assert!(h + (2 << 20) <= c);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn bad_input_gets_linux_errnos_and_changes_nothing() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let a = mm.mmap(0, 4 * PAGE, RW, ANON, None, 0).unwrap();
+    let before = mm.maps_text();
+    assert_eq!(mm.mmap(0, 0, RW, ANON, None, 0), Err(Errno::Inval));
+    assert_eq!(mm.mmap(0, PAGE, RW, ANON, None, 1), Err(Errno::Inval));
+    assert_eq!(mm.mmap(0, u64::MAX - 10, RW, ANON, None, 0), Err(Errno::NoMem));
+    assert_eq!(mm.mmap(0, PAGE, RW, MAP_ANONYMOUS, None, 0), Err(Errno::Inval));
+    assert_eq!(mm.mmap(0, PAGE, RW, MAP_PRIVATE, None, 0), Err(Errno::BadF));
+    assert_eq!(mm.mmap(a + 1, PAGE, RW, ANON | MAP_FIXED, None, 0), Err(Errno::Inval));
+    assert_eq!(mm.mmap(a, PAGE, RW, ANON | MAP_FIXED_NOREPLACE, None, 0), Err(Errno::Exist));
+    assert_eq!(mm.munmap(a + 1, PAGE), Err(Errno::Inval));
+    assert_eq!(mm.munmap(a, 0), Err(Errno::Inval));
+    assert_eq!(mm.mprotect(a + 1, PAGE, PROT_READ), Err(Errno::Inval));
+    assert_eq!(mm.mprotect(a, PAGE, 0x100), Err(Errno::Inval));
+    assert_eq!(mm.mprotect(a - PAGE, 2 * PAGE, PROT_READ), Err(Errno::NoMem));
+    assert_eq!(mm.mremap(a - PAGE, PAGE, 2 * PAGE, MREMAP_MAYMOVE, 0), Err(Errno::Fault));
+    assert_eq!(mm.mremap(a, PAGE, 0, MREMAP_MAYMOVE, 0), Err(Errno::Inval));
+    assert_eq!(mm.mremap(a, PAGE, PAGE, MREMAP_FIXED, 0), Err(Errno::Inval));
+    assert_eq!(mm.madvise(a, PAGE, 9999), Err(Errno::Inval));
+    assert_eq!(mm.mincore(a + 1, PAGE), Err(Errno::Inval));
+    assert_eq!(mm.maps_text(), before);
+}
+
+#[test]
+fn faults_report_segv_codes_and_cow_after_fork() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let a = mm.mmap(0, 2 * PAGE, RW, ANON, None, 0).unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        assert_eq!(cpu.read_u64(a).unwrap(), 0, "zero page");
+        cpu.write_u64(a, 7).unwrap();
+        let child = mm.fork().unwrap();
+        let mut ccpu = Cpu::attached(&child);
+        assert_eq!(ccpu.read_u64(a).unwrap(), 7);
+        ccpu.write_u64(a, 9).unwrap();
+        assert_eq!(cpu.read_u64(a).unwrap(), 7, "child write must not reach the parent");
+        cpu.write_u64(a, 11).unwrap();
+        assert_eq!(ccpu.read_u64(a).unwrap(), 9);
+        mm.mprotect(a, PAGE, PROT_READ).unwrap();
+        assert_eq!(cpu.write_u64(a, 1), Err(segv(a, SegvCode::AccErr)));
+        assert_eq!(cpu.read_u64(a).unwrap(), 11);
+        mm.munmap(a, PAGE).unwrap();
+        assert_eq!(cpu.read_u8(a), Err(segv(a, SegvCode::MapErr)));
+        assert_eq!(cpu.compare_exchange_u64(a + PAGE + 1, 0, 1), Err(Fault::Unaligned { addr: a + PAGE + 1 }));
+        assert_eq!(cpu.fetch_add_u64(a + PAGE, 5).unwrap(), 0);
+        assert_eq!(cpu.compare_exchange_u64(a + PAGE, 5, 6).unwrap(), Ok(5));
+        assert!(mm.stats().tlb.flushes > 0);
+    }
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn file_mappings_share_cow_and_sigbus_past_eof() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let f = File::create(&p, "/tmp/data", 3 * PAGE).unwrap();
+    f.write_at(0, b"hello").unwrap();
+    let of = OpenFile::read_write(&f);
+    let s = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED, Some(&of), 0).unwrap();
+    let pr = mm.mmap(0, 2 * PAGE, RW, MAP_PRIVATE, Some(&of), 0).unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        let mut b = [0; 5];
+        cpu.read(s, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        cpu.write(s + 1, b"E").unwrap();
+        let mut fb = [0; 5];
+        f.read_at(0, &mut fb);
+        assert_eq!(&fb, b"hEllo", "shared write reaches the file");
+        cpu.read(pr, &mut b).unwrap();
+        assert_eq!(&b, b"hEllo");
+        cpu.write(pr, b"J").unwrap();
+        f.read_at(0, &mut fb);
+        assert_eq!(&fb, b"hEllo", "private write stays private");
+        assert_eq!(cpu.read_u8(s + 3 * PAGE), Err(Fault::Bus { addr: s + 3 * PAGE }));
+        f.set_len(PAGE).unwrap();
+        assert_eq!(cpu.read_u8(s + PAGE), Err(Fault::Bus { addr: s + PAGE }));
+        assert_eq!(cpu.read_u8(s).unwrap(), b'h');
+        // Private COW copy within EOF survives truncate; the page past EOF does not.
+        assert_eq!(cpu.read_u8(pr).unwrap(), b'J');
+        assert_eq!(mm.mincore(s, 2 * PAGE).unwrap(), vec![1, 0]);
+    }
+    let ro = OpenFile::read_only(&f);
+    assert_eq!(mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&ro), 0), Err(Errno::Acces));
+    let r = mm.mmap(0, PAGE, PROT_READ, MAP_SHARED, Some(&ro), 0).unwrap();
+    assert_eq!(mm.mprotect(r, PAGE, RW), Err(Errno::Acces));
+    drop(mm);
+    drop(f);
+    drop(of);
+    drop(ro);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn mremap_grows_in_place_moves_and_keeps_data() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let a = mm.mmap(0, 2 * PAGE, RW, ANON, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + PAGE, 0xfeed).unwrap();
+    // Below `a` is free (top-down), above is mmap_base: cannot grow up in place.
+    let blocker = mm.mmap(a + 2 * PAGE, PAGE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+    assert_eq!(mm.mremap(a, 2 * PAGE, 4 * PAGE, 0, 0), Err(Errno::NoMem));
+    let b = mm.mremap(a, 2 * PAGE, 4 * PAGE, MREMAP_MAYMOVE, 0).unwrap();
+    assert_ne!(a, b);
+    assert_eq!(cpu.read_u64(b + PAGE).unwrap(), 0xfeed);
+    assert_eq!(cpu.read_u8(a), Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
+    let c = mm.mremap(b, 4 * PAGE, 4 * PAGE, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, 0).unwrap();
+    assert_eq!(cpu.read_u64(c + PAGE).unwrap(), 0xfeed);
+    assert_eq!(cpu.read_u64(b + PAGE).unwrap(), 0, "DONTUNMAP leaves the source mapped and empty");
+    mm.munmap(blocker, PAGE).unwrap();
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn brk_grows_and_shrinks_the_heap() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let start = MmConfig::default().start_brk;
+    assert_eq!(mm.brk(0), start);
+    assert_eq!(mm.brk(start + 10_000), start + 10_000);
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(start + 9_999, 1).unwrap();
+    assert!(mm.maps_text().contains("[heap]"));
+    assert_eq!(mm.brk(start + 100), start + 100);
+    assert_eq!(cpu.read_u8(start + 2 * PAGE), Err(Fault::Segv { addr: start + 2 * PAGE, code: SegvCode::MapErr }));
+    assert_eq!(mm.brk(start - PAGE), start + 100, "below start_brk is refused");
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn growsdown_stack_expands_on_fault_below_it() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let s = mm.mmap(0x7000_0000_0000, 4 * PAGE, RW, ANON | MAP_GROWSDOWN | MAP_FIXED, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(s - 10 * PAGE, 3).unwrap();
+    assert_eq!(mm.maps()[0].start, s - 10 * PAGE);
+    let t = cpu.translate(s - 10 * PAGE, Access::Read).unwrap();
+    assert!(!t.is_null());
+}
+
+#[test]
+fn out_of_frames_is_an_error_not_a_panic() {
+    let p = phys(1);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let a = mm.mmap(0, 1 << 20, RW, ANON, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    let mut oom = None;
+    for i in 0..256 {
+        if let Err(e) = cpu.write_u8(a + i * PAGE, 1) {
+            oom = Some(e);
+            break;
+        }
+    }
+    assert!(matches!(oom, Some(Fault::Oom { .. })), "{oom:?}");
+    assert_eq!(mm.madvise(a, 1 << 20, MADV_POPULATE_WRITE), Err(Errno::NoMem));
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
