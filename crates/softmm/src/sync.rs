@@ -4,9 +4,9 @@
 //! here, so the `loom` models in `tests/loom_*.rs` explore the real code.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Spin-wait hint: a CPU pause on hardware, a yield under `loom` so the model
 /// checker can schedule the thread we are waiting for.

@@ -7,21 +7,24 @@
 //! `acked` generation and a `quiescent` depth.
 //!
 //! * **Initiator** (after clearing or narrowing PTEs under their locks):
-//!   `target = gen.fetch_add(1) + 1` (SeqCst), then for every attached CPU but
-//!   its own: count one flush request, and wait until `acked >= target` or
-//!   `quiescent > 0` (SeqCst load). Only then may it free frames and tables.
+//!   `target = gen.fetch_add(1) + 1`, a SeqCst fence, then for every attached
+//!   CPU but its own: count one flush request, and wait until
+//!   `acked >= target` or `quiescent > 0`. Only then may it free frames and
+//!   tables.
 //! * **CPU, at every MMU call** (the start of each translation): load `gen`
-//!   (SeqCst, a plain load on x86); if it moved, drop every TLB entry, then
-//!   publish `acked = gen` (Release). The access that was in flight when the
-//!   initiator cleared the PTE finished before this MMU call, so after the ack
-//!   no stale translation is in use.
+//!   (Acquire); if it moved, drop every TLB entry, then publish `acked = gen`
+//!   (Release). The access that was in flight when the initiator cleared the
+//!   PTE finished before this MMU call, so after the ack no stale translation
+//!   is in use.
 //! * **Quiescent CPU** (parked, or blocked inside softmm: in a fault's slow
 //!   path or a syscall): `quiescent += 1` on entry; on exit `quiescent -= 1`
-//!   (SeqCst) and the next MMU call re-checks `gen` (SeqCst). The two SeqCst
-//!   pairs (initiator: store `gen`, load `quiescent`; CPU: store `quiescent`,
-//!   load `gen`) form a Dekker handshake: either the initiator sees the CPU
-//!   running and waits for its ack, or the CPU sees the new generation and
-//!   flushes before it uses a stale entry.
+//!   and a SeqCst fence, so the next MMU call's load of `gen` is ordered after
+//!   it. The two fenced pairs (initiator: store `gen`, fence, load
+//!   `quiescent`; CPU: store `quiescent`, fence, load `gen`) form a Dekker
+//!   handshake: either the initiator sees the CPU running and waits for its
+//!   ack, or the CPU sees the new generation and flushes before it uses a
+//!   stale entry. Fences rather than SeqCst accesses because that is the form
+//!   loom can check.
 //!
 //! The protocol is modelled with loom in `tests/loom_tlb.rs`.
 

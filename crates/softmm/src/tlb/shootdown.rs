@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::sync::{spin_hint, AtomicU64, Ordering};
+use crate::sync::{fence, spin_hint, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
 use parking_lot::Mutex;
@@ -46,6 +46,11 @@ impl CpuTlbState {
     pub fn exit_quiescent(&self) {
         let old = self.quiescent.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(old > 0);
+        // Dekker with `TlbDomain::flush`: our store to `quiescent`, this
+        // fence, then our next load of `gen`; the initiator's store to `gen`,
+        // its fence, then its load of `quiescent`. With both fences SeqCst,
+        // either we see the new generation or the initiator sees us running.
+        fence(Ordering::SeqCst);
     }
 
     /// Publishes that every entry cached before generation `gen` is gone.
@@ -98,8 +103,10 @@ impl TlbDomain {
     /// The current flush generation, loaded at every MMU call.
     #[inline]
     pub fn generation(&self) -> u64 {
-        // SeqCst: pairs with `enter/exit_quiescent` in the Dekker handshake.
-        self.gen.load(Ordering::SeqCst)
+        // Acquire suffices: the Dekker ordering against the initiator is
+        // carried by the SeqCst fence in `exit_quiescent`, which precedes
+        // every load made after the CPU resumes.
+        self.gen.load(Ordering::Acquire)
     }
 
     /// Attaches a CPU; returns the generation its (empty) TLB is current for.
@@ -126,6 +133,8 @@ impl TlbDomain {
     /// which needs no wait (it flushes at its next MMU call).
     pub fn flush(&self, me: Option<&Arc<CpuTlbState>>) {
         let target = self.gen.fetch_add(1, Ordering::SeqCst) + 1;
+        // Pairs with the fence in `CpuTlbState::exit_quiescent`.
+        fence(Ordering::SeqCst);
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let cpus = self.cpus.lock();
         let mut requests = 0;

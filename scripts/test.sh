@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit/integration/property/differential/stress
+# tests, and the loom models (built with --cfg loom in a separate target directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo test --release --workspace
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --test 'loom_*'
