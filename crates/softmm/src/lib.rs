@@ -32,7 +32,7 @@ pub mod mm;
 pub mod pgtable;
 #[cfg(not(loom))]
 pub mod phys;
-mod sync;
+pub mod sync;
 pub mod tlb;
 #[cfg(not(loom))]
 pub mod uapi;

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::file::File;
 use crate::phys::PhysMem;
+use crate::sync::VmaLock;
 use crate::PAGE_SHIFT;
 
 /// `VM_*` flags, with Linux's values.
@@ -77,6 +78,9 @@ pub struct Vma {
     pub anon_vma: OnceLock<Arc<AnonVma>>,
     /// True for the mapping whose file stands for `MAP_SHARED|MAP_ANONYMOUS`.
     pub shared_anon: bool,
+    /// Detached when a writer replaces or removes this VMA; lock-free faults
+    /// validate against it (see [`crate::sync::VmaLock`]).
+    pub lock: VmaLock,
     acct: Arc<PhysMem>,
 }
 
@@ -111,7 +115,7 @@ impl Vma {
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
         }
-        Vma { start, end, flags, pgoff, file, anon_vma: cell, shared_anon, acct: phys.clone() }
+        Vma { start, end, flags, pgoff, file, anon_vma: cell, shared_anon, lock: VmaLock::new(), acct: phys.clone() }
     }
 
     /// A copy of this VMA limited to `[start, end)` with `flags`.
@@ -297,14 +301,18 @@ impl VmaTree {
         v
     }
 
-    /// Removes the VMA starting at `start`.
+    /// Removes the VMA starting at `start` and detaches it, waiting for
+    /// faults holding it (see [`VmaLock::detach`]). Callers hold `mmap_lock`
+    /// for write and have not yet touched the VMA's page-table entries.
     pub(crate) fn remove(&mut self, start: u64) -> Option<Arc<Vma>> {
-        self.map.remove(&start)
+        let v = self.map.remove(&start)?;
+        v.lock.detach();
+        Some(v)
     }
 
-    /// Replaces the VMA starting at `old_start` by `v`.
+    /// Replaces the VMA starting at `old_start` by `v` (see [`VmaTree::remove`]).
     pub(crate) fn replace(&mut self, old_start: u64, v: Vma) -> Arc<Vma> {
-        self.map.remove(&old_start);
+        self.remove(old_start);
         self.insert(v)
     }
 }

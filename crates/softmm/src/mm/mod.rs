@@ -37,6 +37,7 @@ use crate::fault::FaultPolicy;
 use crate::file::File;
 use crate::pgtable::{self, PageTables, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
 use crate::phys::{Pfn, PhysMem};
+use crate::sync::SeqCount;
 use crate::tlb::{TlbDomain, TlbStats};
 use crate::vma::{Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
@@ -131,6 +132,8 @@ pub struct AddressSpace {
     pub(crate) pgtables: PageTables,
     pub(crate) tlb: TlbDomain,
     pub(crate) counters: MmCounters,
+    /// Odd while an `mmap_lock` writer runs (seed 001's `mmap_seq`).
+    pub(crate) seq: SeqCount,
     self_weak: Weak<AddressSpace>,
 }
 
@@ -156,6 +159,7 @@ impl std::ops::DerefMut for MmapWriteGuard<'_> {
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
         self.mm.publish(&self.st.vmas);
+        self.mm.seq.write_end();
     }
 }
 
@@ -171,6 +175,7 @@ impl AddressSpace {
             vmas_rcu: Atomic::new(VmaTree::default()),
             tlb: TlbDomain::new(),
             counters: MmCounters::default(),
+            seq: SeqCount::new(),
             self_weak: w.clone(),
         })
     }
@@ -196,7 +201,9 @@ impl AddressSpace {
 
     pub(crate) fn write_lock(&self) -> MmapWriteGuard<'_> {
         self.counters.mmap_lock_write.fetch_add(1, Ordering::Relaxed);
-        MmapWriteGuard { mm: self, st: self.mmap_lock.write() }
+        let st = self.mmap_lock.write();
+        self.seq.write_begin();
+        MmapWriteGuard { mm: self, st }
     }
 
     pub(crate) fn read_lock(&self) -> RwLockReadGuard<'_, MmState> {

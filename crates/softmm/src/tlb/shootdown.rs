@@ -76,6 +76,8 @@ pub struct TlbStats {
 /// The CPUs attached to one address space and its flush generation.
 pub struct TlbDomain {
     gen: AtomicU64,
+    /// Number of attached CPUs, readable without the list's lock.
+    nr_cpus: AtomicU64,
     cpus: Mutex<Vec<Arc<CpuTlbState>>>,
     flushes: AtomicU64,
     flush_requests: AtomicU64,
@@ -93,6 +95,7 @@ impl TlbDomain {
     pub fn new() -> TlbDomain {
         TlbDomain {
             gen: AtomicU64::new(0),
+            nr_cpus: AtomicU64::new(0),
             cpus: Mutex::new(Vec::new()),
             flushes: AtomicU64::new(0),
             flush_requests: AtomicU64::new(0),
@@ -115,17 +118,21 @@ impl TlbDomain {
         let gen = self.gen.load(Ordering::SeqCst);
         cpu.ack(gen);
         cpus.push(cpu.clone());
+        self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
         gen
     }
 
     /// Detaches a CPU; it must hold no translation of this domain afterwards.
     pub fn detach(&self, cpu: &Arc<CpuTlbState>) {
-        self.cpus.lock().retain(|c| !Arc::ptr_eq(c, cpu));
+        let mut cpus = self.cpus.lock();
+        cpus.retain(|c| !Arc::ptr_eq(c, cpu));
+        self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
     }
 
-    /// Number of attached CPUs.
+    /// Number of attached CPUs (a racy snapshot; takes no lock).
+    #[inline]
     pub fn attached(&self) -> usize {
-        self.cpus.lock().len()
+        self.nr_cpus.load(Ordering::Relaxed) as usize
     }
 
     /// Shoots down every attached CPU's TLB and returns once each has either

@@ -2,6 +2,13 @@
 //!
 //! Every atomic and lock that takes part in a lock-free protocol is imported from
 //! here, so the `loom` models in `tests/loom_*.rs` explore the real code.
+//! The protocol primitives built on them live in submodules.
+
+mod seqcount;
+mod vma_lock;
+
+pub use seqcount::SeqCount;
+pub use vma_lock::VmaLock;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
