@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::error::Fault;
-use crate::fault::Access;
+use crate::fault::{Access, FaultStats};
 use crate::mm::AddressSpace;
 use crate::pgtable::{self, pte_pfn, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_WRITE};
 use crate::tlb::CpuTlbState;
@@ -36,8 +36,8 @@ struct TlbEntry {
 /// Per-CPU counters (never written by another thread).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuStats {
-    /// Page faults raised by this CPU's accesses.
-    pub faults: u64,
+    /// Page faults raised by this CPU's accesses, by outcome and policy path.
+    pub fault: FaultStats,
     /// TLB misses (page-table walks).
     pub tlb_misses: u64,
     /// Full TLB flushes done on a shootdown.
@@ -214,9 +214,10 @@ impl Cpu {
                     }
                 }
             }
-            self.stats.faults += 1;
             self.state.enter_quiescent();
-            let r = mm.handle_fault(va, access);
+            let before = crate::fault::shared_writes_so_far();
+            let r = mm.handle_fault_counted(va, access, &mut self.stats.fault);
+            self.stats.fault.shared_writes += crate::fault::shared_writes_so_far() - before;
             self.state.exit_quiescent();
             r?;
         }

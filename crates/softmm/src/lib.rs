@@ -44,7 +44,7 @@ pub use cpu::{Cpu, CpuStats};
 #[cfg(not(loom))]
 pub use error::{Errno, Fault, Result, SegvCode};
 #[cfg(not(loom))]
-pub use fault::{Access, FaultPolicy};
+pub use fault::{Access, FaultPolicy, FaultStats};
 #[cfg(not(loom))]
 pub use file::{File, OpenFile};
 #[cfg(not(loom))]

@@ -1,10 +1,12 @@
 //! The fault kinds, shared by every [`FaultPolicy`](super::FaultPolicy): each
-//! takes a VMA the policy has made stable and commits under the PTE lock.
+//! works on a VMA the policy vouches for and commits under the PTE lock after
+//! the policy's validation ([`FaultCtx::validate`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::error::{Errno, Fault, SegvCode};
+use crate::error::{Fault, SegvCode};
+use crate::file::File;
 use crate::mm::AddressSpace;
 use crate::pgtable::{self, mk_pte, pte_pfn, PageTable, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
 use crate::phys::{Pfn, PG_ANON, PG_DIRTY, PG_FILE};
@@ -13,31 +15,81 @@ use crate::vma::flags::*;
 use crate::vma::{AnonVma, Vma};
 use crate::PAGE_SIZE;
 
-use super::Access;
+use super::{shared_write, Abort, Access, FaultError};
 
-/// Resolves a fault at `addr` inside `vma`.
-pub(crate) fn handle_vma_fault(mm: &AddressSpace, vma: &Arc<Vma>, addr: u64, access: Access) -> Result<(), Fault> {
+/// What must still hold, under the PTE lock, for a fault to commit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Check {
+    /// Nothing: a lock (`mmap_lock` or the VMA's read reference) excludes writers.
+    None,
+    /// The address space's sequence count still has this value.
+    MmSeq(u64),
+    /// The VMA is still attached.
+    VmaDetached,
+}
+
+/// One fault's context: the VMA and what the policy allows.
+pub(crate) struct FaultCtx<'a> {
+    pub(crate) mm: &'a AddressSpace,
+    pub(crate) vma: &'a Vma,
+    pub(crate) check: Check,
+    /// `mmap_lock` is held: may wait for `invalidate_lock` and assign an anon_vma.
+    pub(crate) may_sleep: bool,
+    /// May allocate page tables (no concurrent `free_pgtables` can detach them).
+    pub(crate) may_alloc_tables: bool,
+}
+
+type FaultResult<T> = Result<T, FaultError>;
+
+impl FaultCtx<'_> {
+    /// The policy's validation; call under the PTE lock.
+    #[inline]
+    fn validate(&self) -> FaultResult<()> {
+        match self.check {
+            Check::None => Ok(()),
+            Check::MmSeq(s) if self.mm.seq.validate(s) => Ok(()),
+            Check::MmSeq(_) => Err(FaultError::Abort(Abort::MmSeq)),
+            Check::VmaDetached if !self.vma.lock.is_detached() => Ok(()),
+            Check::VmaDetached => Err(FaultError::Abort(Abort::VmaChanged)),
+        }
+    }
+
+    fn unsupported<T>(&self) -> FaultResult<T> {
+        Err(FaultError::Abort(Abort::Unsupported))
+    }
+}
+
+/// Resolves a fault at `addr` inside `ctx.vma`.
+pub(crate) fn handle_vma_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResult<()> {
+    let vma = ctx.vma;
     let write = access == Access::Write;
     let allowed = if write { vma.flags & VM_WRITE != 0 } else { vma.flags & VM_ACCESS_FLAGS != 0 };
     if !allowed {
-        return Err(Fault::Segv { addr, code: SegvCode::AccErr });
+        return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
     let va = addr & !(PAGE_SIZE - 1);
     let guard = crossbeam_epoch::pin();
-    let table = mm.pgtables.leaf_alloc(va, &mm.phys, &guard);
+    let table = if ctx.may_alloc_tables {
+        ctx.mm.pgtables.leaf_alloc(va, &ctx.mm.phys, &guard)
+    } else {
+        match ctx.mm.pgtables.leaf(va, &guard) {
+            Some(t) => t,
+            None => return ctx.unsupported(),
+        }
+    };
     let entry = table.entry(pgtable::index(va, 0));
     loop {
         let pte = entry.load(Ordering::Acquire);
         let done = if pte & PTE_PRESENT == 0 {
             if pte & PTE_PROTNONE != 0 {
-                restore_protnone(table, entry, pte, vma)
+                restore_protnone(ctx, table, entry, pte)?
             } else if vma.file.is_some() {
-                do_file_fault(mm, vma, va, table, entry, write)?
+                do_file_fault(ctx, va, table, entry, write)?
             } else {
-                do_anonymous_page(mm, vma, va, table, entry, write)?
+                do_anonymous_page(ctx, va, table, entry, write)?
             }
         } else if write && pte & PTE_WRITE == 0 {
-            do_wp_page(mm, vma, va, table, entry, pte)?
+            do_wp_page(ctx, va, table, entry, pte)?
         } else {
             true
         };
@@ -47,105 +99,123 @@ pub(crate) fn handle_vma_fault(mm: &AddressSpace, vma: &Arc<Vma>, addr: u64, acc
     }
 }
 
-/// The anon_vma of `vma`, made on its first anonymous fault.
-pub(crate) fn anon_vma_prepare(mm: &AddressSpace, vma: &Vma) -> Arc<AnonVma> {
-    vma.anon_vma.get_or_init(|| Arc::new(AnonVma { id: mm.phys.next_id(), forked: false })).clone()
+/// The anon_vma of `vma`, made on its first anonymous fault (only with
+/// `mmap_lock` held: fork and merges must see it).
+fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> {
+    if let Some(a) = ctx.vma.anon_vma.get() {
+        return Ok(a.clone());
+    }
+    if !ctx.may_sleep {
+        return ctx.unsupported();
+    }
+    Ok(ctx.vma.anon_vma.get_or_init(|| Arc::new(AnonVma { id: ctx.mm.phys.next_id(), forked: false })).clone())
 }
 
-fn oom(va: u64) -> Fault {
-    Fault::Oom { addr: va }
+fn oom(va: u64) -> FaultError {
+    Fault::Oom { addr: va }.into()
 }
 
 /// A `PROT_NONE` entry in a VMA that is accessible again.
-fn restore_protnone(table: &PageTable, entry: &AtomicU64, pte: u64, vma: &Vma) -> bool {
+fn restore_protnone(ctx: &FaultCtx<'_>, table: &PageTable, entry: &AtomicU64, pte: u64) -> FaultResult<bool> {
     let _ptl = table.lock();
+    ctx.validate()?;
     if entry.load(Ordering::Relaxed) == pte {
         let mut new = (pte & !PTE_PROTNONE) | PTE_PRESENT;
-        if vma.flags & VM_WRITE == 0 {
+        if ctx.vma.flags & VM_WRITE == 0 {
             new &= !PTE_WRITE;
         }
         entry.store(new, Ordering::Release);
     }
-    false
+    Ok(false)
 }
 
-fn install(mm: &AddressSpace, table: &PageTable, entry: &AtomicU64, pfn: Pfn, flags: u64) -> bool {
+/// Installs `pfn` (whose reference the caller passes on) into an empty entry.
+/// `Ok(false)` if the entry is no longer empty (the reference is dropped).
+fn install(ctx: &FaultCtx<'_>, table: &PageTable, entry: &AtomicU64, pfn: Pfn, flags: u64) -> FaultResult<bool> {
     let ptl = table.lock();
-    if entry.load(Ordering::Relaxed) != 0 {
+    let outcome = ctx.validate().map(|()| entry.load(Ordering::Relaxed) == 0);
+    if outcome != Ok(true) {
         drop(ptl);
-        mm.phys.put(pfn);
-        return false;
+        ctx.mm.phys.put(pfn);
+        return outcome;
     }
-    mm.map_frame(pfn);
+    ctx.mm.map_frame(pfn);
     entry.store(mk_pte(pfn, flags | PTE_PRESENT | PTE_ACCESSED), Ordering::Release);
-    true
+    Ok(true)
+}
+
+fn new_anon_frame(ctx: &FaultCtx<'_>, pfn: Pfn, va: u64) {
+    let d = ctx.mm.phys.desc(pfn);
+    d.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
+    d.index.store(ctx.vma.pgoff_at(va), Ordering::Relaxed);
 }
 
 fn do_anonymous_page(
-    mm: &AddressSpace,
-    vma: &Vma,
+    ctx: &FaultCtx<'_>,
     va: u64,
     table: &PageTable,
     entry: &AtomicU64,
     write: bool,
-) -> Result<bool, Fault> {
+) -> FaultResult<bool> {
     if !write {
-        return Ok(install(mm, table, entry, mm.phys.zero_pfn(), 0));
+        return install(ctx, table, entry, ctx.mm.phys.zero_pfn(), 0);
     }
-    anon_vma_prepare(mm, vma);
-    let pfn = mm.phys.alloc_zeroed(0).ok_or_else(|| oom(va))?;
-    let d = mm.phys.desc(pfn);
-    d.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
-    d.index.store(vma.pgoff_at(va), Ordering::Relaxed);
-    Ok(install(mm, table, entry, pfn, PTE_WRITE | PTE_DIRTY))
+    anon_vma_prepare(ctx)?;
+    let pfn = ctx.mm.phys.alloc_zeroed(0).ok_or_else(|| oom(va))?;
+    new_anon_frame(ctx, pfn, va);
+    install(ctx, table, entry, pfn, PTE_WRITE | PTE_DIRTY)
 }
 
-fn do_file_fault(
-    mm: &AddressSpace,
-    vma: &Vma,
-    va: u64,
-    table: &PageTable,
-    entry: &AtomicU64,
-    write: bool,
-) -> Result<bool, Fault> {
+fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU64, write: bool) -> FaultResult<bool> {
+    let vma = ctx.vma;
     let file = vma.file.as_ref().expect("file VMA");
     let index = vma.pgoff_at(va);
     let shared = vma.flags & VM_MAYSHARE != 0;
-    let _inval = file.invalidate_lock.read();
+    if write && !shared {
+        anon_vma_prepare(ctx)?;
+    }
+    // A lock-free fault must not wait here: truncate holds this lock for
+    // write while it waits for `mmap_lock`, whose writer may wait for us.
+    shared_write(2);
+    let _inval = if ctx.may_sleep {
+        file.invalidate_lock.read()
+    } else {
+        file.invalidate_lock.try_read().ok_or(FaultError::Abort(Abort::Contended))?
+    };
+    shared_write(3); // page-cache lock (twice) and the page's reference
     let page = match file.get_page(index) {
         Ok(Some(p)) => p,
-        Ok(None) => return Err(Fault::Bus { addr: va }),
-        Err(Errno::NoMem) | Err(_) => return Err(oom(va)),
+        Ok(None) => return Err(Fault::Bus { addr: va }.into()),
+        Err(_) => return Err(oom(va)),
     };
     if write && !shared {
         // Private write: the mapping gets its own copy (COW from the file).
-        anon_vma_prepare(mm, vma);
-        let copy = mm.phys.alloc_copy(page, 0);
-        mm.phys.put(page);
+        let copy = ctx.mm.phys.alloc_copy(page, 0);
+        ctx.mm.phys.put(page);
         let copy = copy.ok_or_else(|| oom(va))?;
-        let d = mm.phys.desc(copy);
-        d.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
-        d.index.store(index, Ordering::Relaxed);
-        return Ok(install(mm, table, entry, copy, PTE_WRITE | PTE_DIRTY));
+        new_anon_frame(ctx, copy, va);
+        return install(ctx, table, entry, copy, PTE_WRITE | PTE_DIRTY);
     }
+    shared_write(1); // the page's mapcount
     let flags = if write {
-        mm.phys.desc(page).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+        ctx.mm.phys.desc(page).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
         PTE_WRITE | PTE_DIRTY
     } else {
         0
     };
-    if !install(mm, table, entry, page, flags) {
+    if !install(ctx, table, entry, page, flags)? {
         return Ok(false);
     }
     if !write {
-        fault_around(mm, vma, va, table, file);
+        fault_around(ctx, va, table, file);
     }
     Ok(true)
 }
 
 /// Maps the cached pages around a file read fault, read-only, in one go
 /// (Linux's `filemap_map_pages` over `fault_around_bytes`).
-fn fault_around(mm: &AddressSpace, vma: &Vma, va: u64, table: &PageTable, file: &crate::file::File) {
+fn fault_around(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, file: &File) {
+    let (mm, vma) = (ctx.mm, ctx.vma);
     let window = mm.config.fault_around_pages * PAGE_SIZE;
     if window <= PAGE_SIZE {
         return;
@@ -154,6 +224,9 @@ fn fault_around(mm: &AddressSpace, vma: &Vma, va: u64, table: &PageTable, file: 
     let start = (va & !(window - 1)).max(vma.start).max(table_start);
     let end = ((va & !(window - 1)) + window).min(vma.end).min(table_start + pgtable::PMD_SIZE);
     let _ptl = table.lock();
+    if ctx.validate().is_err() {
+        return;
+    }
     let mut a = start;
     while a < end {
         let e = table.entry(pgtable::index(a, 0));
@@ -169,18 +242,13 @@ fn fault_around(mm: &AddressSpace, vma: &Vma, va: u64, table: &PageTable, file: 
 
 /// A write to a present, write-protected page: make it writable in place when
 /// the page is shared-mapped or exclusively ours, else copy it (COW).
-fn do_wp_page(
-    mm: &AddressSpace,
-    vma: &Vma,
-    va: u64,
-    table: &PageTable,
-    entry: &AtomicU64,
-    pte: u64,
-) -> Result<bool, Fault> {
+fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU64, pte: u64) -> FaultResult<bool> {
+    let (mm, vma) = (ctx.mm, ctx.vma);
     let pfn = pte_pfn(pte);
     let phys = &mm.phys;
     if vma.flags & VM_SHARED != 0 {
         let _ptl = table.lock();
+        ctx.validate()?;
         if entry.load(Ordering::Relaxed) == pte {
             phys.desc(pfn).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
             entry.store(pte | PTE_WRITE | PTE_DIRTY | PTE_ACCESSED, Ordering::Release);
@@ -192,6 +260,7 @@ fn do_wp_page(
         let flags = d.flags.load(Ordering::Relaxed);
         if flags & PG_ANON != 0 && flags & PG_FILE == 0 {
             let _ptl = table.lock();
+            ctx.validate()?;
             // Under the PTE lock no new mapping of this frame can appear
             // (fork copies entries under this lock), so refcount 1 means ours.
             if entry.load(Ordering::Relaxed) == pte
@@ -203,21 +272,21 @@ fn do_wp_page(
             }
         }
     }
-    anon_vma_prepare(mm, vma);
+    anon_vma_prepare(ctx)?;
     let new = if pfn == phys.zero_pfn() { phys.alloc_zeroed(0) } else { phys.alloc_copy(pfn, 0) };
     let new = new.ok_or_else(|| oom(va))?;
-    let d = phys.desc(new);
-    d.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
-    d.index.store(vma.pgoff_at(va), Ordering::Relaxed);
+    new_anon_frame(ctx, new, va);
     let ptl = table.lock();
-    if entry.load(Ordering::Relaxed) != pte {
+    let valid = ctx.validate();
+    if valid.is_err() || entry.load(Ordering::Relaxed) != pte {
         drop(ptl);
         phys.put(new);
-        return Ok(false);
+        return valid.map(|()| false);
     }
     // Other CPUs may cache the read-only translation of the old frame: clear,
     // flush, then install, so no CPU reads the old copy after a write to the new.
     entry.store(0, Ordering::Release);
+    shared_write(1); // the shootdown generation
     mm.flush_tlb();
     mm.map_frame(new);
     entry.store(mk_pte(new, PTE_PRESENT | PTE_WRITE | PTE_DIRTY | PTE_ACCESSED), Ordering::Release);

@@ -1,18 +1,42 @@
-//! The page-fault handler.
+//! The page-fault handler and the policies that keep it safe from concurrent
+//! changes to the address space.
 //!
 //! # Protocol
 //!
 //! A fault is resolved against one VMA and committed under the PTE lock of
 //! the leaf table that maps the address: the handler re-reads the entry under
-//! the lock and installs its result only if the entry is still what it based
-//! the work on, so two CPUs faulting the same page install one frame.
+//! the lock and installs its result only if the entry is still what its work
+//! was based on. Lock-free policies additionally *validate* under that lock
+//! that no writer changed the VMA since the fault looked it up; the writer
+//! side of every policy is the same: an `mmap_lock` writer makes the address
+//! space's sequence count odd and detaches every VMA it replaces or removes
+//! before it touches a page-table entry of that VMA, and takes the PTE lock
+//! to do so. Hence either the fault's locked commit comes first and the writer
+//! undoes it, or the writer's comes first and the validation fails.
 //!
-//! How the fault is kept safe from concurrent mapping changes is the
-//! [`FaultPolicy`], chosen per address space:
+//! # Policies (chosen per address space)
 //!
-//! * [`FaultPolicy::MmapLock`] — the classic path: `mmap_lock` is held for read
-//!   across the whole fault, so no VMA or page table it uses can change or be
-//!   freed under it.
+//! * [`FaultPolicy::MmapLock`] — `mmap_lock` held for read across the fault.
+//! * [`FaultPolicy::Speculative`] — seed 001: read the sequence count (odd:
+//!   fall back), look the VMA up in the RCU-published tree, walk the existing
+//!   page tables without locks, do the work, and commit only if the count is
+//!   unchanged. Any writer anywhere in the address space aborts it. Tried only
+//!   when more than one CPU is attached, unless
+//!   [`MmConfig::force_speculative`](crate::MmConfig) is set (seed patch 33).
+//! * [`FaultPolicy::PerVma`] — Linux 6.4: look the VMA up under RCU and take
+//!   its read reference (one atomic write to the VMA); a writer's detach waits
+//!   for readers. Falls back to `mmap_lock` if the VMA is being replaced.
+//! * [`FaultPolicy::PerVmaSeq`] — beyond both: like `Speculative`, but the
+//!   validation is the VMA's own detached bit, so only a writer that changes
+//!   *this* VMA aborts the fault, and like `PerVma` without the reference, so
+//!   the fault writes no shared memory before its PTE lock.
+//!
+//! What lock-free paths do not do, and leave to the `mmap_lock` fallback
+//! (counted as "unsupported"): allocate page tables (a table allocated
+//! beside a concurrent `free_pgtables` could be detached with the entry the
+//! fault puts in it), assign a VMA's first `anon_vma` (`fork` and merging
+//! must see it), grow a stack, wait for a file's `invalidate_lock`, and
+//! resolve faults that end in a signal.
 //!
 //! Fault kinds (all in [`handler`]): anonymous read (zero page), anonymous
 //! write (zeroed frame), file read (page-cache page, read-only, with
@@ -23,6 +47,12 @@
 
 pub(crate) mod handler;
 mod mmap_lock;
+mod per_vma;
+mod speculative;
+mod stats;
+
+pub use stats::FaultStats;
+pub(crate) use stats::{shared_write, shared_writes_so_far};
 
 use crate::error::Fault;
 use crate::mm::AddressSpace;
@@ -31,19 +61,34 @@ use crate::mm::AddressSpace;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum FaultPolicy {
     /// Every fault takes `mmap_lock` for read.
-    #[default]
     MmapLock,
+    /// Seed 001: validate against the address space's sequence count.
+    Speculative,
+    /// Linux 6.4: a read reference on the VMA.
+    PerVma,
+    /// Validate against the VMA's own detached bit; no shared write.
+    #[default]
+    PerVmaSeq,
 }
 
 impl FaultPolicy {
     /// Every policy, for sweeps.
-    pub const ALL: &'static [FaultPolicy] = &[FaultPolicy::MmapLock];
+    pub const ALL: &'static [FaultPolicy] =
+        &[FaultPolicy::MmapLock, FaultPolicy::Speculative, FaultPolicy::PerVma, FaultPolicy::PerVmaSeq];
 
     /// The kebab-case name used on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
             FaultPolicy::MmapLock => "mmap-lock",
+            FaultPolicy::Speculative => "speculative",
+            FaultPolicy::PerVma => "per-vma",
+            FaultPolicy::PerVmaSeq => "per-vma-seq",
         }
+    }
+
+    /// The policy named `name` (see [`FaultPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<FaultPolicy> {
+        FaultPolicy::ALL.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -56,13 +101,65 @@ pub enum Access {
     Write,
 }
 
+/// Why a lock-free attempt gave up (it then retries under `mmap_lock`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abort {
+    /// The address space's sequence count moved (or was odd).
+    MmSeq,
+    /// The VMA was replaced or removed.
+    VmaChanged,
+    /// A case the lock-free path leaves to the fallback.
+    Unsupported,
+    /// A lock it would have to wait for was held.
+    Contended,
+}
+
+/// A fault that did not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FaultError {
+    /// The access must raise this signal.
+    Signal(Fault),
+    /// A lock-free attempt gave up.
+    Abort(Abort),
+}
+
+impl From<Fault> for FaultError {
+    fn from(f: Fault) -> Self {
+        FaultError::Signal(f)
+    }
+}
+
 impl AddressSpace {
     /// Resolves a fault at `addr` for `access`, as the MMU would raise it.
     /// On success the page is mapped with at least the needed permission; on
     /// failure the signal Linux would deliver.
     pub fn handle_fault(&self, addr: u64, access: Access) -> Result<(), Fault> {
-        match self.policy() {
-            FaultPolicy::MmapLock => mmap_lock::handle(self, addr, access),
+        self.handle_fault_counted(addr, access, &mut FaultStats::default())
+    }
+
+    /// [`AddressSpace::handle_fault`], counting into `stats` (a CPU's own).
+    pub(crate) fn handle_fault_counted(&self, addr: u64, access: Access, stats: &mut FaultStats) -> Result<(), Fault> {
+        stats.faults += 1;
+        let attempt = match self.policy() {
+            FaultPolicy::MmapLock => None,
+            FaultPolicy::Speculative => (self.config.force_speculative || self.tlb.attached() > 1)
+                .then(|| speculative::handle(self, addr, access)),
+            FaultPolicy::PerVma => Some(per_vma::handle(self, addr, access, true)),
+            FaultPolicy::PerVmaSeq => Some(per_vma::handle(self, addr, access, false)),
+        };
+        if let Some(result) = attempt {
+            stats.spec_attempts += 1;
+            match result {
+                Ok(()) => {
+                    stats.spec_successes += 1;
+                    return Ok(());
+                }
+                Err(FaultError::Abort(cause)) => stats.count_abort(cause),
+                Err(FaultError::Signal(_)) => stats.count_abort(Abort::Unsupported),
+            }
+            stats.fallbacks += 1;
         }
+        stats.mmap_lock_acquisitions += 1;
+        mmap_lock::handle(self, addr, access)
     }
 }

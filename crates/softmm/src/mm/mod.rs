@@ -70,6 +70,9 @@ pub struct MmConfig {
     pub thp_align: bool,
     /// Pages mapped around a file read fault from the page cache (Linux: 16).
     pub fault_around_pages: u64,
+    /// Try [`FaultPolicy::Speculative`] even with a single CPU attached (seed
+    /// 001 patch 33 tries it only in multithreaded address spaces).
+    pub force_speculative: bool,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -89,6 +92,7 @@ impl Default for MmConfig {
             stack_limit: 8 << 20,
             thp_align: true,
             fault_around_pages: 16,
+            force_speculative: false,
         }
     }
 }

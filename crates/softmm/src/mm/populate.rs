@@ -2,7 +2,8 @@
 //! growsdown stack expansion that a fault below a stack needs.
 
 use crate::error::{Errno, Fault, Result};
-use crate::fault::{handler, Access};
+use crate::fault::handler::{self, Check, FaultCtx};
+use crate::fault::{Access, FaultError};
 use crate::vma::flags::*;
 use crate::PAGE_SIZE;
 
@@ -35,10 +36,11 @@ impl AddressSpace {
             let stop = vma.end.min(end);
             while a < stop {
                 let access = if write { Access::Write } else { Access::Read };
-                match handler::handle_vma_fault(self, vma, a, access) {
+                let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+                match handler::handle_vma_fault(&ctx, a, access) {
                     Ok(()) => {}
                     Err(_) if best_effort => {}
-                    Err(Fault::Oom { .. }) => return Err(Errno::NoMem),
+                    Err(FaultError::Signal(Fault::Oom { .. })) => return Err(Errno::NoMem),
                     Err(_) => return Err(Errno::Fault),
                 }
                 a += PAGE_SIZE;

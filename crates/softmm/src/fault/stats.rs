@@ -1,0 +1,81 @@
+//! Per-CPU fault counters (seed 001 patch 35's `spf statistics`), and the
+//! opt-in count of writes to memory other CPUs also write.
+
+use super::Abort;
+
+/// Fault counters of one CPU. Only that CPU writes them, so counting adds no
+/// shared write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    /// Faults handled.
+    pub faults: u64,
+    /// Lock-free attempts.
+    pub spec_attempts: u64,
+    /// Lock-free attempts that committed.
+    pub spec_successes: u64,
+    /// Aborts because the address space's sequence count moved.
+    pub aborts_mm_seq: u64,
+    /// Aborts because the VMA was replaced or removed.
+    pub aborts_vma: u64,
+    /// Aborts for cases the lock-free path does not handle.
+    pub aborts_unsupported: u64,
+    /// Aborts because a lock was held.
+    pub aborts_contended: u64,
+    /// Lock-free attempts that fell back to `mmap_lock`.
+    pub fallbacks: u64,
+    /// `mmap_lock` read acquisitions by faults.
+    pub mmap_lock_acquisitions: u64,
+    /// Writes to shared cache lines made by faults (counted only with the
+    /// `shared-write-stats` feature).
+    pub shared_writes: u64,
+}
+
+impl FaultStats {
+    pub(crate) fn count_abort(&mut self, cause: Abort) {
+        match cause {
+            Abort::MmSeq => self.aborts_mm_seq += 1,
+            Abort::VmaChanged => self.aborts_vma += 1,
+            Abort::Unsupported => self.aborts_unsupported += 1,
+            Abort::Contended => self.aborts_contended += 1,
+        }
+    }
+
+    /// Adds another CPU's counters.
+    pub fn add(&mut self, o: &FaultStats) {
+        self.faults += o.faults;
+        self.spec_attempts += o.spec_attempts;
+        self.spec_successes += o.spec_successes;
+        self.aborts_mm_seq += o.aborts_mm_seq;
+        self.aborts_vma += o.aborts_vma;
+        self.aborts_unsupported += o.aborts_unsupported;
+        self.aborts_contended += o.aborts_contended;
+        self.fallbacks += o.fallbacks;
+        self.mmap_lock_acquisitions += o.mmap_lock_acquisitions;
+        self.shared_writes += o.shared_writes;
+    }
+}
+
+#[cfg(feature = "shared-write-stats")]
+thread_local! {
+    static SHARED_WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Records `n` writes to memory that other CPUs also write (a lock word, a
+/// shared reference count or statistic). Compiles to nothing without the
+/// `shared-write-stats` feature.
+#[inline(always)]
+pub(crate) fn shared_write(n: u64) {
+    #[cfg(feature = "shared-write-stats")]
+    SHARED_WRITES.with(|c| c.set(c.get() + n));
+    #[cfg(not(feature = "shared-write-stats"))]
+    let _ = n;
+}
+
+/// The calling thread's shared-write count so far (0 without the feature).
+#[inline]
+pub(crate) fn shared_writes_so_far() -> u64 {
+    #[cfg(feature = "shared-write-stats")]
+    return SHARED_WRITES.with(|c| c.get());
+    #[cfg(not(feature = "shared-write-stats"))]
+    0
+}
