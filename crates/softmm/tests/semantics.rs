@@ -12,8 +12,14 @@ fn segv(addr: u64, code: SegvCode) -> Fault {
 
 #[test]
 fn anonymous_mappings_are_placed_top_down_below_mmap_base() {
+    for &policy in FaultPolicy::ALL {
+        anonymous_mappings_are_placed_top_down_below_mmap_base_with(policy);
+    }
+}
+
+fn anonymous_mappings_are_placed_top_down_below_mmap_base_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let base = MmConfig::default().mmap_base;
     let a = mm.mmap(0, 3 * PAGE, RW, ANON, None, 0).unwrap();
     assert_eq!(a, base - 3 * PAGE);
@@ -33,8 +39,14 @@ fn anonymous_mappings_are_placed_top_down_below_mmap_base() {
 
 #[test]
 fn bad_input_gets_linux_errnos_and_changes_nothing() {
+    for &policy in FaultPolicy::ALL {
+        bad_input_gets_linux_errnos_and_changes_nothing_with(policy);
+    }
+}
+
+fn bad_input_gets_linux_errnos_and_changes_nothing_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let a = mm.mmap(0, 4 * PAGE, RW, ANON, None, 0).unwrap();
     let before = mm.maps_text();
     assert_eq!(mm.mmap(0, 0, RW, ANON, None, 0), Err(Errno::Inval));
@@ -59,8 +71,14 @@ fn bad_input_gets_linux_errnos_and_changes_nothing() {
 
 #[test]
 fn faults_report_segv_codes_and_cow_after_fork() {
+    for &policy in FaultPolicy::ALL {
+        faults_report_segv_codes_and_cow_after_fork_with(policy);
+    }
+}
+
+fn faults_report_segv_codes_and_cow_after_fork_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let a = mm.mmap(0, 2 * PAGE, RW, ANON, None, 0).unwrap();
     {
         let mut cpu = Cpu::attached(&mm);
@@ -89,8 +107,14 @@ fn faults_report_segv_codes_and_cow_after_fork() {
 
 #[test]
 fn file_mappings_share_cow_and_sigbus_past_eof() {
+    for &policy in FaultPolicy::ALL {
+        file_mappings_share_cow_and_sigbus_past_eof_with(policy);
+    }
+}
+
+fn file_mappings_share_cow_and_sigbus_past_eof_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let f = File::create(&p, "/tmp/data", 3 * PAGE).unwrap();
     f.write_at(0, b"hello").unwrap();
     let of = OpenFile::read_write(&f);
@@ -131,8 +155,14 @@ fn file_mappings_share_cow_and_sigbus_past_eof() {
 
 #[test]
 fn mremap_grows_in_place_moves_and_keeps_data() {
+    for &policy in FaultPolicy::ALL {
+        mremap_grows_in_place_moves_and_keeps_data_with(policy);
+    }
+}
+
+fn mremap_grows_in_place_moves_and_keeps_data_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let a = mm.mmap(0, 2 * PAGE, RW, ANON, None, 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
     cpu.write_u64(a + PAGE, 0xfeed).unwrap();
@@ -154,8 +184,14 @@ fn mremap_grows_in_place_moves_and_keeps_data() {
 
 #[test]
 fn brk_grows_and_shrinks_the_heap() {
+    for &policy in FaultPolicy::ALL {
+        brk_grows_and_shrinks_the_heap_with(policy);
+    }
+}
+
+fn brk_grows_and_shrinks_the_heap_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let start = MmConfig::default().start_brk;
     assert_eq!(mm.brk(0), start);
     assert_eq!(mm.brk(start + 10_000), start + 10_000);
@@ -172,8 +208,14 @@ fn brk_grows_and_shrinks_the_heap() {
 
 #[test]
 fn growsdown_stack_expands_on_fault_below_it() {
+    for &policy in FaultPolicy::ALL {
+        growsdown_stack_expands_on_fault_below_it_with(policy);
+    }
+}
+
+fn growsdown_stack_expands_on_fault_below_it_with(policy: FaultPolicy) {
     let p = phys(8);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let s = mm.mmap(0x7000_0000_0000, 4 * PAGE, RW, ANON | MAP_GROWSDOWN | MAP_FIXED, None, 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
     cpu.write_u8(s - 10 * PAGE, 3).unwrap();
@@ -184,8 +226,14 @@ fn growsdown_stack_expands_on_fault_below_it() {
 
 #[test]
 fn out_of_frames_is_an_error_not_a_panic() {
+    for &policy in FaultPolicy::ALL {
+        out_of_frames_is_an_error_not_a_panic_with(policy);
+    }
+}
+
+fn out_of_frames_is_an_error_not_a_panic_with(policy: FaultPolicy) {
     let p = phys(1);
-    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let mm = mm_with(&p, policy);
     let a = mm.mmap(0, 1 << 20, RW, ANON, None, 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
     let mut oom = None;

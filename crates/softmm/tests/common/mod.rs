@@ -15,9 +15,10 @@ pub fn phys(mib: u64) -> Arc<PhysMem> {
     PhysMem::new(PhysConfig { bytes: mib << 20, nodes: 1 }).expect("arena")
 }
 
-/// An address space with the default layout and `policy`.
+/// An address space with the default layout and `policy` (speculation
+/// forced on, so that single-threaded tests exercise it too).
 pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
-    AddressSpace::new(phys, MmConfig { policy, ..MmConfig::default() })
+    AddressSpace::new(phys, MmConfig { policy, force_speculative: true, ..MmConfig::default() })
 }
 
 /// Asserts that everything allocated on `phys` has been freed.
