@@ -1,0 +1,58 @@
+//! Micro-benchmarks of the MMU paths: a TLB hit, a page fault per policy, and
+//! an mmap/munmap pair.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use softmm::uapi::*;
+use softmm::{Access, AddressSpace, Cpu, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+
+const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+const RW: i32 = PROT_READ | PROT_WRITE;
+
+fn translate_hit(c: &mut Criterion) {
+    let phys = PhysMem::new(PhysConfig { bytes: 16 << 20, nodes: 1 }).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default());
+    let a = mm.mmap(0, 4096, RW, ANON, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(a, 1).unwrap();
+    c.bench_function("translate_hit", |b| {
+        b.iter(|| cpu.translate(std::hint::black_box(a + 8), Access::Write).unwrap())
+    });
+    c.bench_function("read_u64_hit", |b| b.iter(|| cpu.read_u64(std::hint::black_box(a + 8)).unwrap()));
+}
+
+fn fault(c: &mut Criterion) {
+    const PAGES: u64 = 256;
+    for &policy in FaultPolicy::ALL {
+        let phys = PhysMem::new(PhysConfig { bytes: 8 << 20, nodes: 1 }).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig { policy, force_speculative: true, ..MmConfig::default() });
+        let mut cpu = Cpu::attached(&mm);
+        let a = mm.mmap(0, PAGES * 4096, RW, ANON, None, 0).unwrap();
+        // Keep the page tables and the anon_vma: the measured fault is the steady-state one.
+        cpu.write_u8(a, 1).unwrap();
+        c.bench_function(&format!("anon_write_fault/{}", policy.name()), |b| {
+            b.iter_batched(
+                || mm.madvise(a, PAGES * 4096, MADV_DONTNEED).unwrap(),
+                |()| {
+                    for p in 0..PAGES {
+                        cpu.write_u8(a + p * 4096, 1).unwrap();
+                    }
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+}
+
+fn mmap_munmap(c: &mut Criterion) {
+    let phys = PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default());
+    c.bench_function("mmap_munmap_64k", |b| {
+        b.iter(|| {
+            let a = mm.mmap(0, 64 << 10, RW, ANON, None, 0).unwrap();
+            mm.munmap(a, 64 << 10).unwrap();
+        })
+    });
+}
+
+criterion_group!(benches, translate_hit, fault, mmap_munmap);
+criterion_main!(benches);
