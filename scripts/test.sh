@@ -7,3 +7,11 @@ cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo test --release --workspace
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --test 'loom_*'
+# Miri on the library's unit tests (arena, page tables, shootdown, sync
+# primitives, copies), where the nightly Miri component is installed.
+if cargo +nightly miri --version >/dev/null 2>&1; then
+  MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
+    cargo +nightly miri test -p softmm --lib
+else
+  echo "miri: nightly component not installed, skipped"
+fi

@@ -4,8 +4,12 @@
 //! touches it only with relaxed atomic accesses: word-sized for the aligned
 //! middle of a range, byte-sized at its edges. A race between guest threads is
 //! then the guest program's race, never undefined behaviour in softmm.
+//! (Under Miri, which does not model mixed-size atomics, every access is a byte.)
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// Copy in words where alignment allows.
+const WORDS: bool = !cfg!(miri);
 
 /// Copies `dst.len()` bytes from the arena at `src` into `dst`.
 pub(crate) fn copy_from_host(src: *const u8, dst: &mut [u8]) {
@@ -13,7 +17,7 @@ pub(crate) fn copy_from_host(src: *const u8, dst: &mut [u8]) {
     let n = dst.len();
     while i < n {
         let p = src.wrapping_add(i);
-        if (p as usize) % 8 == 0 && n - i >= 8 {
+        if WORDS && (p as usize) % 8 == 0 && n - i >= 8 {
             // SAFETY: `p` is 8-aligned and `[p, p+8)` is inside the range the
             // caller guarantees lies within one live arena frame.
             let w = unsafe { &*(p as *const AtomicU64) }.load(Ordering::Relaxed);
@@ -33,7 +37,7 @@ pub(crate) fn copy_to_host(src: &[u8], dst: *mut u8) {
     let n = src.len();
     while i < n {
         let p = dst.wrapping_add(i);
-        if (p as usize) % 8 == 0 && n - i >= 8 {
+        if WORDS && (p as usize) % 8 == 0 && n - i >= 8 {
             let w = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
             // SAFETY: as in `copy_from_host`.
             unsafe { &*(p as *const AtomicU64) }.store(w, Ordering::Relaxed);
@@ -52,7 +56,7 @@ pub(crate) fn fill_host(dst: *mut u8, byte: u8, len: usize) {
     let mut i = 0;
     while i < len {
         let p = dst.wrapping_add(i);
-        if (p as usize) % 8 == 0 && len - i >= 8 {
+        if WORDS && (p as usize) % 8 == 0 && len - i >= 8 {
             // SAFETY: as in `copy_from_host`.
             unsafe { &*(p as *const AtomicU64) }.store(word, Ordering::Relaxed);
             i += 8;

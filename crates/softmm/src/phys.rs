@@ -139,7 +139,7 @@ impl PhysMem {
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if cfg!(miri) { 0 } else { libc::MAP_NORESERVE },
                 -1,
                 0,
             )
@@ -148,7 +148,8 @@ impl PhysMem {
             return Err(Errno::NoMem);
         }
         // SAFETY: `base..base+bytes` is the mapping just made; advice and
-        // population do not change its contents (zero).
+        // population do not change its contents (zero). (Miri models neither.)
+        #[cfg(not(miri))]
         unsafe {
             libc::madvise(base, bytes, libc::MADV_HUGEPAGE);
             if libc::madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) != 0 {

@@ -63,3 +63,21 @@ impl SeqCount {
         self.seq.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_see_writers() {
+        let s = SeqCount::new();
+        let start = s.read_begin().unwrap();
+        assert!(s.validate(start));
+        s.write_begin();
+        assert_eq!(s.read_begin(), None);
+        assert!(!s.validate(start));
+        s.write_end();
+        let again = s.read_begin().unwrap();
+        assert_ne!(again, start);
+    }
+}

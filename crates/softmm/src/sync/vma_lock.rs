@@ -76,3 +76,26 @@ impl VmaLock {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_block_detach_and_detach_blocks_readers() {
+        let l = std::sync::Arc::new(VmaLock::new());
+        assert!(l.try_read());
+        let writer = {
+            let l = l.clone();
+            std::thread::spawn(move || l.detach())
+        };
+        while !l.is_detached() {
+            std::thread::yield_now();
+        }
+        assert!(!writer.is_finished(), "detach returned while a reader held the VMA");
+        assert!(!l.try_read(), "a reader got a detached VMA");
+        l.read_unlock();
+        writer.join().unwrap();
+        assert!(!l.try_read());
+    }
+}

@@ -175,3 +175,41 @@ impl TlbDomain {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_waits_for_a_running_cpu_and_skips_a_quiescent_one() {
+        let dom = Arc::new(TlbDomain::new());
+        let running = CpuTlbState::new();
+        let parked = CpuTlbState::new();
+        dom.attach(&running);
+        dom.attach(&parked);
+        parked.enter_quiescent();
+        assert_eq!(dom.attached(), 2);
+        let cpu = {
+            let (dom, running) = (dom.clone(), running.clone());
+            std::thread::spawn(move || {
+                // The CPU's MMU calls: acknowledge whatever generation it sees.
+                let mut seen = 0;
+                while seen < 1 {
+                    let g = dom.generation();
+                    if g != seen {
+                        seen = g;
+                        running.ack(g);
+                    }
+                    std::thread::yield_now();
+                }
+            })
+        };
+        dom.flush(None);
+        cpu.join().unwrap();
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests), (1, 2));
+        dom.detach(&running);
+        dom.detach(&parked);
+        assert_eq!(dom.attached(), 0);
+    }
+}
