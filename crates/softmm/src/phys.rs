@@ -254,6 +254,7 @@ impl PhysMem {
 
     #[cold]
     fn refill(&self, shard: &mut Shard, node: usize) -> Option<Pfn> {
+        crate::fault::shared_write(2); // the node's free-list lock
         let order = (0..self.nodes.len()).map(|i| (node + i) % self.nodes.len());
         for n in order {
             let mut free = self.nodes[n].free.lock();
@@ -316,6 +317,7 @@ impl PhysMem {
         if shard.frames.len() >= 4 * CACHE_BATCH {
             let drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
             drop(shard);
+            crate::fault::shared_write(2 * drained.len() as u64);
             for p in drained {
                 self.nodes[self.node_of_fast(p)].free.lock().push(p);
             }
