@@ -123,7 +123,11 @@ impl Cpu {
     /// Leaves the current address space, if any.
     pub fn detach(&mut self) {
         if let Some(mm) = self.mm.take() {
+            // Quiescent first: a shootdown in progress holds the domain's CPU
+            // list while it waits, and must stop waiting for us to let go.
+            self.state.enter_quiescent();
             mm.tlb.detach(&self.state);
+            self.state.exit_quiescent();
         }
         self.epoch += 1;
     }

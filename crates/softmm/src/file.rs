@@ -146,6 +146,7 @@ impl File {
     /// Writes at `offset`, growing the file like `pwrite` does.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
         let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Errno::FBig)?;
+        let _q = crate::cpu::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.read();
         {
             let mut inner = self.inner.lock();
@@ -173,6 +174,7 @@ impl File {
         if size > MAX_FILE_SIZE {
             return Err(Errno::FBig);
         }
+        let _q = crate::cpu::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
         let old = {
             let mut inner = self.inner.lock();
@@ -202,6 +204,7 @@ impl File {
     /// mappings and dropped; private COW copies are kept, as in Linux.
     pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
         let end = offset.checked_add(len).ok_or(Errno::FBig)?;
+        let _q = crate::cpu::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
         let first = offset.div_ceil(PAGE_SIZE);
         let last = end / PAGE_SIZE;

@@ -345,21 +345,18 @@ impl PhysMem {
     }
 
     /// Runs deferred frees until no grace period is pending that would change
-    /// [`PhysMem::stats`] (bounded: gives up after a few hundred epochs).
+    /// [`PhysMem::stats`], or ten seconds have passed (a thread of the process
+    /// that stays pinned holds every grace period back), and returns the stats.
     pub fn quiesce(&self) -> PhysStats {
-        let mut last = self.stats();
-        for _ in 0..512 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
             crossbeam_epoch::pin().flush();
             let now = self.stats();
-            if now.page_tables == 0 && now.vmas == 0 {
+            if (now.page_tables == 0 && now.vmas == 0) || std::time::Instant::now() > deadline {
                 return now;
             }
-            if now == last {
-                std::thread::yield_now();
-            }
-            last = now;
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
-        last
     }
 }
 

@@ -59,8 +59,17 @@ impl FaultCtx<'_> {
     }
 }
 
-/// Resolves a fault at `addr` inside `ctx.vma`.
+/// Resolves a fault at `addr` inside `ctx.vma`. A signal reports `addr`
+/// itself, not its page.
 pub(crate) fn handle_vma_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResult<()> {
+    handle_page_fault(ctx, addr, access).map_err(|e| match e {
+        FaultError::Signal(Fault::Bus { .. }) => Fault::Bus { addr }.into(),
+        FaultError::Signal(Fault::Oom { .. }) => Fault::Oom { addr }.into(),
+        e => e,
+    })
+}
+
+fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResult<()> {
     let vma = ctx.vma;
     let write = access == Access::Write;
     let allowed = if write { vma.flags & VM_WRITE != 0 } else { vma.flags & VM_ACCESS_FLAGS != 0 };

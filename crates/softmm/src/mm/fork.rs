@@ -22,15 +22,30 @@ impl AddressSpace {
         let _q = crate::cpu::QuiescentGuard::enter();
         let child = AddressSpace::new(&self.phys, self.config.clone());
         let mut tlb = MmuGather::default();
-        let st = self.write_lock();
-        let res = self.dup_mmap(&st, &child, &mut tlb);
-        drop(st);
+        let mut st = self.write_lock();
+        let res = self.dup_mmap(&mut st, &child, &mut tlb);
         // Write-protecting the parent's entries narrowed its translations.
+        // Flush before any fault can run again on those VMAs: a COW copy made
+        // while a CPU still writes through its old writable entry would lose
+        // that write (the Linux 6.4 fork corruption).
         tlb.finish(self);
+        drop(st);
         res.map(|()| child)
     }
 
-    fn dup_mmap(&self, st: &MmState, child: &Arc<AddressSpace>, tlb: &mut MmuGather) -> Result<()> {
+    fn dup_mmap(&self, st: &mut MmState, child: &Arc<AddressSpace>, tlb: &mut MmuGather) -> Result<()> {
+        // Keep lock-free faults off every VMA whose entries we write-protect,
+        // until the flush above: replace each by an identical copy, which
+        // detaches (and, for per-VMA readers, drains) the old one.
+        let cow: Vec<Arc<Vma>> = st
+            .vmas
+            .iter()
+            .filter(|v| v.flags & (VM_DONTCOPY | VM_WIPEONFORK | VM_MAYSHARE) == 0 && v.anon_vma.get().is_some())
+            .cloned()
+            .collect();
+        for v in cow {
+            st.vmas.replace(v.start, v.rebound(v.start, v.end, v.pgoff));
+        }
         let mut cst = child.write_lock();
         cst.start_brk = st.start_brk;
         cst.brk = st.brk;

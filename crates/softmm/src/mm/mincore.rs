@@ -20,6 +20,7 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         }
         let end = addr + page_align(len);
+        let _q = crate::cpu::QuiescentGuard::enter();
         let st = self.read_lock();
         let mut out = Vec::with_capacity(((end - addr) / PAGE_SIZE) as usize);
         let mut a = addr;

@@ -246,6 +246,7 @@ impl AddressSpace {
 
     /// Current statistics.
     pub fn stats(&self) -> MmStats {
+        let _q = crate::cpu::QuiescentGuard::enter();
         let st = self.read_lock();
         let map_count = st.vmas.len();
         let rss_pages = st.vmas.iter().map(|v| self.resident_pages(v.start, v.end)).sum();

@@ -59,6 +59,8 @@ impl AddressSpace {
         } else if first.start > start {
             return Err(Errno::NoMem);
         }
+        // `tmp` is where the next VMA must start (a hole is ENOMEM); a VMA
+        // that the previous step merged forward may start before it.
         let mut tmp = start;
         let want = calc_vm_prot_bits(prot & (PROT_READ | PROT_WRITE | PROT_EXEC));
         while tmp < end {
@@ -66,7 +68,7 @@ impl AddressSpace {
             if v.start >= end {
                 break;
             }
-            if v.start != tmp {
+            if v.start > tmp {
                 return Err(Errno::NoMem);
             }
             let mut newflags = want | (v.flags & !VM_ACCESS_FLAGS);
