@@ -51,6 +51,11 @@ thread_local! {
     static THREAD_CPUS: RefCell<Vec<Arc<CpuTlbState>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Runs `f` on the shootdown state of the calling thread's CPUs.
+pub(crate) fn with_thread_cpus<R>(f: impl FnOnce(&[Arc<CpuTlbState>]) -> R) -> R {
+    THREAD_CPUS.with(|c| f(&c.borrow()))
+}
+
 /// Marks the calling thread's CPUs quiescent for the life of the guard.
 pub(crate) struct QuiescentGuard(PhantomData<*const ()>);
 
@@ -218,11 +223,14 @@ impl Cpu {
                     }
                 }
             }
-            self.state.enter_quiescent();
+            // Every CPU of this thread is quiescent, not just this one: a
+            // shootdown the fault starts must not wait for a sibling CPU that
+            // cannot ack while its thread is in here.
+            let quiescent = QuiescentGuard::enter();
             let before = crate::fault::shared_writes_so_far();
             let r = mm.handle_fault_counted(va, access, &mut self.stats.fault);
             self.stats.fault.shared_writes += crate::fault::shared_writes_so_far() - before;
-            self.state.exit_quiescent();
+            drop(quiescent);
             r?;
         }
     }

@@ -170,9 +170,10 @@ impl File {
     /// Sets the size (`ftruncate`). Shrinking zaps every mapping of the pages
     /// past the new end — private COW copies too, as Linux does — and drops
     /// them from the page cache; an access there then raises SIGBUS.
+    /// `EINVAL` for a size that is negative as an `off_t` (above `i64::MAX`).
     pub fn set_len(&self, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
-            return Err(Errno::FBig);
+            return Err(Errno::Inval);
         }
         let _q = crate::cpu::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();

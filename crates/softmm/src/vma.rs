@@ -221,11 +221,7 @@ impl Vma {
 const VM_NOMERGE: u64 = VM_DONTEXPAND;
 
 fn mergeable(v: &Vma, flags: u64, file: Option<u64>, anon: Option<&Arc<AnonVma>>) -> bool {
-    v.flags == flags
-        && flags & VM_NOMERGE == 0
-        && v.file_id() == file
-        && !v.shared_anon
-        && anon_compatible(v.anon_vma.get(), anon)
+    v.flags == flags && flags & VM_NOMERGE == 0 && v.file_id() == file && anon_compatible(v.anon_vma.get(), anon)
 }
 
 /// Linux's `is_mergeable_anon_vma`: either side without one, or the same one,

@@ -65,7 +65,7 @@ fn running_cpu_acknowledges_before_the_frame_is_freed() {
         };
         // munmap: clear the PTE, shoot down, then free.
         pte.store(0, Ordering::Release);
-        dom.flush(None);
+        dom.flush(&[]);
         freed.store(true, Ordering::Relaxed);
         cpu.join().unwrap();
     });
@@ -92,7 +92,7 @@ fn quiescent_cpu_is_not_waited_for_and_flushes_on_resume() {
             })
         };
         pte.store(0, Ordering::Release);
-        dom.flush(None);
+        dom.flush(&[]);
         freed.store(true, Ordering::Relaxed);
         cpu.join().unwrap();
     });
@@ -118,10 +118,10 @@ fn two_initiators_and_one_cpu() {
         // A second initiator narrows something unrelated at the same time.
         let other = {
             let dom = dom.clone();
-            loom::thread::spawn(move || dom.flush(None))
+            loom::thread::spawn(move || dom.flush(&[]))
         };
         pte.store(0, Ordering::Release);
-        dom.flush(None);
+        dom.flush(&[]);
         freed.store(true, Ordering::Relaxed);
         other.join().unwrap();
         cpu.join().unwrap();

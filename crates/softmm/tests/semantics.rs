@@ -249,3 +249,55 @@ fn out_of_frames_is_an_error_not_a_panic_with(policy: FaultPolicy) {
     drop(mm);
     assert_no_leaks(&p);
 }
+
+#[test]
+fn mremap_fixed_moves_several_vmas_and_dontunmap_keeps_the_source() {
+    for &policy in FaultPolicy::ALL {
+        mremap_fixed_moves_several_vmas_and_dontunmap_keeps_the_source_with(policy);
+    }
+}
+
+fn mremap_fixed_moves_several_vmas_and_dontunmap_keeps_the_source_with(policy: FaultPolicy) {
+    let p = phys(8);
+    let mm = mm_with(&p, policy);
+    let mut cpu = Cpu::attached(&mm);
+    // DONTUNMAP of the first 8 pages of a 10-page VMA: the pages move, the
+    // whole source stays mapped (Linux 6.18 leaves it unsplit).
+    let a = 0x7f00_0000_0000;
+    assert_eq!(mm.mmap(a, 10 * PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+    cpu.write_u64(a, 7).unwrap();
+    let to = a + 0x10_0000;
+    assert_eq!(mm.mremap(a, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to), Ok(to));
+    assert_eq!(cpu.read_u64(to).unwrap(), 7);
+    assert_eq!(cpu.read_u64(a).unwrap(), 0);
+    let spans: Vec<(u64, u64)> = mm.maps().iter().map(|m| (m.start, m.end)).collect();
+    assert_eq!(spans, [(a, a + 10 * PAGE), (to, to + 8 * PAGE)], "{}", mm.maps_text());
+    // Without a target, DONTUNMAP of part of a VMA picks a free range.
+    let b = mm.mremap(a, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, 0).unwrap();
+    assert!(b + 8 * PAGE <= a || b >= a + 10 * PAGE, "{b:#x}");
+    // A fixed move of unchanged size spans VMAs and keeps the gap between them
+    // (Linux 6.17 remap_move), here over two pieces with one page between.
+    let c = 0x7e00_0000_0000;
+    assert_eq!(mm.mmap(c, 2 * PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(c));
+    assert_eq!(mm.mmap(c + 3 * PAGE, PAGE, PROT_READ, ANON | MAP_FIXED, None, 0), Ok(c + 3 * PAGE));
+    cpu.write_u64(c + PAGE, 9).unwrap();
+    let d = 0x7d00_0000_0000;
+    assert_eq!(mm.mremap(c, 4 * PAGE, 4 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, d), Ok(d));
+    assert_eq!(cpu.read_u64(d + PAGE).unwrap(), 9);
+    assert_eq!(cpu.read_u8(d + 2 * PAGE), Err(segv(d + 2 * PAGE, SegvCode::MapErr)));
+    assert_eq!(cpu.read_u8(d + 3 * PAGE), Ok(0));
+    assert_eq!(cpu.read_u8(c), Err(segv(c, SegvCode::MapErr)));
+    // With DONTUNMAP too, each source VMA is moved once and stays mapped.
+    let e = 0x7c00_0000_0000;
+    assert_eq!(mm.mremap(d, 4 * PAGE, 4 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, e), Ok(e));
+    assert_eq!(cpu.read_u64(e + PAGE).unwrap(), 9);
+    assert_eq!(cpu.read_u64(d + PAGE).unwrap(), 0);
+    // A range starting in a hole is EFAULT.
+    assert_eq!(
+        mm.mremap(d - PAGE, 2 * PAGE, 2 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, e - 0x10_0000),
+        Err(Errno::Fault)
+    );
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}

@@ -117,7 +117,30 @@ fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> {
     if !ctx.may_sleep {
         return ctx.unsupported();
     }
-    Ok(ctx.vma.anon_vma.get_or_init(|| Arc::new(AnonVma { id: ctx.mm.phys.next_id(), forked: false })).clone())
+    let anon = ctx.vma.anon_vma.get_or_init(|| {
+        find_mergeable_anon_vma(ctx).unwrap_or_else(|| Arc::new(AnonVma { id: ctx.mm.phys.next_id(), forked: false }))
+    });
+    Ok(anon.clone())
+}
+
+/// Linux's `find_mergeable_anon_vma`: the anon_vma of the next VMA, else of
+/// the previous one, where that neighbour could merge with `vma` but for
+/// their access flags, so that a later mprotect can merge them. A forked
+/// (chained) anon_vma is never shared this way. Needs `mmap_lock`: the
+/// published tree is then the current one.
+fn find_mergeable_anon_vma(ctx: &FaultCtx<'_>) -> Option<Arc<AnonVma>> {
+    let guard = crossbeam_epoch::pin();
+    let tree = ctx.mm.vmas_rcu(&guard);
+    let vma = ctx.vma;
+    let compatible = |a: &Vma, b: &Vma| {
+        a.end == b.start
+            && a.file.as_ref().map(|f| f.id()) == b.file.as_ref().map(|f| f.id())
+            && (a.flags ^ b.flags) & !VM_ACCESS_FLAGS == 0
+            && b.pgoff == a.pgoff + a.pages()
+    };
+    let reusable = |old: &Vma| old.anon_vma.get().filter(|a| !a.forked).cloned();
+    let next = tree.first_starting_at(vma.end).filter(|n| compatible(vma, n)).and_then(|n| reusable(n));
+    next.or_else(|| tree.prev_of(vma.start).filter(|p| compatible(p, vma)).and_then(|p| reusable(p)))
 }
 
 fn oom(va: u64) -> FaultError {

@@ -10,7 +10,7 @@ use super::{shared_write, Access, FaultError};
 
 pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access) -> Result<(), Fault> {
     shared_write(2); // the rwlock word, on lock and on unlock
-    let st = mm.read_lock();
+    let st = mm.read_lock_fault();
     let segv = Fault::Segv { addr, code: SegvCode::MapErr };
     if let Some(vma) = st.vmas.find(addr) {
         return locked(mm, vma, addr, access);
@@ -24,7 +24,7 @@ pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access) -> Result<(),
     // never an upgrade of the read lock (StackRot).
     mm.expand_stack(addr).map_err(|_| segv)?;
     shared_write(2);
-    let st = mm.read_lock();
+    let st = mm.read_lock_fault();
     let vma = st.vmas.find(addr).ok_or(segv)?;
     locked(mm, vma, addr, access)
 }

@@ -107,9 +107,7 @@ impl AddressSpace {
             return Ok(());
         }
         match advice {
-            MADV_POPULATE_READ | MADV_POPULATE_WRITE => {
-                return self.populate(addr, end, advice == MADV_POPULATE_WRITE, false)
-            }
+            MADV_POPULATE_READ | MADV_POPULATE_WRITE => return self.populate(addr, end, advice == MADV_POPULATE_WRITE),
             MADV_REMOVE => return self.madvise_remove(addr, end),
             _ => {}
         }

@@ -1,7 +1,6 @@
 //! `mincore`: which pages of a range are resident.
 
 use crate::error::{Errno, Result};
-use crate::pgtable::PTE_PRESENT;
 use crate::{page_align, PAGE_SIZE};
 
 use super::AddressSpace;
@@ -28,7 +27,7 @@ impl AddressSpace {
             let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
             let stop = vma.end.min(end);
             while a < stop {
-                let resident = self.pte_at(a) & PTE_PRESENT != 0
+                let resident = crate::pgtable::pte_has_frame(self.pte_at(a))
                     || vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a)));
                 out.push(resident as u8);
                 a += PAGE_SIZE;

@@ -82,7 +82,7 @@ impl AddressSpace {
         let (addr, populate) = self.do_mmap(addr, len, prot, flags, file, offset >> PAGE_SHIFT)?;
         if let Some(len) = populate {
             // Linux's mm_populate: after mmap_lock is dropped; errors ignored.
-            let _ = self.populate(addr, addr + len, false, true);
+            self.mm_populate(addr, addr + len);
         }
         Ok(addr)
     }
@@ -226,13 +226,11 @@ impl AddressSpace {
         let anon: Option<Arc<AnonVma>> = new.anon_vma.get().cloned();
         let prev = st.vmas.prev_of(new.start).filter(|p| p.end == new.start).cloned();
         let next = st.vmas.first_starting_at(new.end).filter(|n| n.start == new.end).cloned();
-        let mergeable = !new.shared_anon;
-        let left =
-            mergeable && prev.as_ref().is_some_and(|p| p.can_merge_after(new.flags, file, anon.as_ref(), new.pgoff));
-        let mut right = mergeable
-            && next
-                .as_ref()
-                .is_some_and(|n| n.can_merge_before(new.flags, file, anon.as_ref(), new.pgoff, new.pages()));
+        // A new shared anonymous mapping has a file of its own and so never
+        // merges; pieces of one (moved by mremap) merge like file mappings.
+        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(new.flags, file, anon.as_ref(), new.pgoff));
+        let mut right =
+            next.as_ref().is_some_and(|n| n.can_merge_before(new.flags, file, anon.as_ref(), new.pgoff, new.pages()));
         if left && right {
             let (p, n) = (prev.as_ref().expect("left"), next.as_ref().expect("right"));
             right = crate::vma::anon_compatible(p.anon_vma.get(), n.anon_vma.get());

@@ -210,7 +210,16 @@ impl AddressSpace {
         MmapWriteGuard { mm: self, st }
     }
 
+    /// `mmap_lock` for read, counted in [`MmStats::mmap_lock_read`].
     pub(crate) fn read_lock(&self) -> RwLockReadGuard<'_, MmState> {
+        self.counters.mmap_lock_read.fetch_add(1, Ordering::Relaxed);
+        self.mmap_lock.read()
+    }
+
+    /// `mmap_lock` for read in a fault: counted by the faulting CPU instead
+    /// ([`crate::FaultStats::mmap_lock_acquisitions`]), so that the fault
+    /// writes no shared counter besides the lock word itself.
+    pub(crate) fn read_lock_fault(&self) -> RwLockReadGuard<'_, MmState> {
         self.mmap_lock.read()
     }
 
@@ -240,8 +249,10 @@ impl AddressSpace {
     }
 
     /// Shoots down every CPU's TLB for this address space (see [`crate::tlb`]).
+    /// The calling thread's own CPUs are quiescent (it is inside softmm) and
+    /// are not sent a request.
     pub(crate) fn flush_tlb(&self) {
-        self.tlb.flush(None);
+        crate::cpu::with_thread_cpus(|mine| self.tlb.flush(mine));
     }
 
     /// Current statistics.
@@ -267,7 +278,7 @@ impl AddressSpace {
             let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
             let mut a = va;
             while a < stop {
-                if t.entry(pgtable::index(a, 0)).load(Ordering::Relaxed) & PTE_PRESENT != 0 {
+                if pgtable::pte_has_frame(t.entry(pgtable::index(a, 0)).load(Ordering::Relaxed)) {
                     n += 1;
                 }
                 a += PAGE_SIZE;
@@ -380,9 +391,29 @@ impl AddressSpace {
     /// the edges), zaps their pages and frees page tables no VMA needs any
     /// more; Linux's `do_vmi_align_munmap`. `start`/`end` are page aligned.
     pub(crate) fn do_munmap(&self, st: &mut MmState, start: u64, end: u64, tlb: &mut MmuGather) -> crate::Result<()> {
+        if let Some((lo, hi)) = self.detach_vmas(st, start, end)? {
+            self.zap_range(lo, hi, tlb, |_| true);
+            self.free_pgtables(st, lo, hi, tlb);
+        }
+        Ok(())
+    }
+
+    /// Removes `[start, end)` from the VMA tree, splitting the VMAs at its
+    /// edges, and returns the span the removed mappings covered (`None` if
+    /// nothing was mapped). Their page-table entries are left for the caller:
+    /// once this returns no fault can install one there any more, because
+    /// every removed VMA is detached (lock-free faults abort) and `mmap_lock`
+    /// is held for write (locked faults wait and then find no VMA).
+    /// `ENOMEM` without change if a split would exceed `max_map_count`.
+    pub(crate) fn detach_vmas(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<Option<(u64, u64)>> {
+        if start >= end {
+            // mremap of a shared mapping with old_len 0 duplicates it and
+            // unmaps nothing.
+            return Ok(None);
+        }
         let victims: Vec<Arc<Vma>> = st.vmas.overlapping(start, end).cloned().collect();
-        let Some(first) = victims.first() else {
-            return Ok(());
+        let (Some(first), Some(last)) = (victims.first(), victims.last()) else {
+            return Ok(None);
         };
         if start > first.start && end < first.end && st.vmas.len() >= self.config.max_map_count {
             return Err(crate::Errno::NoMem);
@@ -396,11 +427,7 @@ impl AddressSpace {
                 st.vmas.insert(v.slice(end, v.end, v.flags));
             }
         }
-        let lo = start.max(first.start);
-        let hi = end.min(victims.last().expect("non-empty").end);
-        self.zap_range(lo, hi, tlb, |_| true);
-        self.free_pgtables(st, lo, hi, tlb);
-        Ok(())
+        Ok(Some((start.max(first.start), end.min(last.end))))
     }
 
     /// Detaches the page tables that only the now-empty `[start, end)` used.

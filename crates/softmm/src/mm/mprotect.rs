@@ -52,7 +52,10 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         };
         if prot & PROT_GROWSDOWN != 0 {
-            if first.start >= end || first.flags & VM_GROWSDOWN == 0 {
+            if first.start >= end {
+                return Err(Errno::NoMem);
+            }
+            if first.flags & VM_GROWSDOWN == 0 {
                 return Err(Errno::Inval);
             }
             start = first.start;
@@ -118,9 +121,8 @@ impl AddressSpace {
         let pages = (end - start) / PAGE_SIZE;
         let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start).cloned();
         let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end).cloned();
-        let left = !vma.shared_anon && prev.as_ref().is_some_and(|p| p.can_merge_after(newflags, file, anon, pgoff));
-        let mut right =
-            !vma.shared_anon && next.as_ref().is_some_and(|n| n.can_merge_before(newflags, file, anon, pgoff, pages));
+        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(newflags, file, anon, pgoff));
+        let mut right = next.as_ref().is_some_and(|n| n.can_merge_before(newflags, file, anon, pgoff, pages));
         if left && right {
             right = anon_compatible(
                 prev.as_ref().and_then(|p| p.anon_vma.get()),

@@ -3,6 +3,7 @@
 use crate::error::{Errno, Result};
 use crate::uapi::*;
 use crate::vma::flags::*;
+use crate::vma::Vma;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use super::layout::{get_unmapped_area, AreaKind};
@@ -59,46 +60,21 @@ impl AddressSpace {
         &self,
         st: &mut MmState,
         addr: u64,
-        mut old_len: u64,
+        old_len: u64,
         new_len: u64,
         flags: i32,
         new_addr: u64,
         tlb: &mut MmuGather,
     ) -> Result<u64> {
-        let implies_new_addr = flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0;
-        if implies_new_addr && st.vmas.len() + 2 >= self.config.max_map_count - 3 {
-            return Err(Errno::NoMem);
+        if flags & MREMAP_FIXED != 0 && old_len == new_len {
+            return self.remap_move(st, addr, old_len, flags, new_addr, tlb);
         }
-        let vma = st.vmas.find(addr).cloned().ok_or(Errno::Fault)?;
-        if old_len == 0 && vma.flags & VM_MAYSHARE == 0 {
-            return Err(Errno::Inval);
+        let vma = st.vmas.find(addr).cloned();
+        self.check_prep_vma(vma.as_deref(), addr, old_len, new_len, flags)?;
+        if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 {
+            return self.mremap_to(st, addr, old_len, new_len, flags, new_addr, tlb);
         }
-        let expand = new_len > old_len;
-        if expand || implies_new_addr {
-            if old_len > vma.end - addr {
-                return Err(Errno::Fault);
-            }
-            if new_len != old_len {
-                let pgoff = vma.pgoff_at(addr);
-                if pgoff.checked_add(new_len >> PAGE_SHIFT).is_none() {
-                    return Err(Errno::Inval);
-                }
-                if vma.flags & VM_DONTEXPAND != 0 {
-                    return Err(Errno::Fault);
-                }
-            }
-        }
-        if implies_new_addr {
-            if flags & MREMAP_FIXED != 0 {
-                self.do_munmap(st, new_addr, new_addr + new_len, tlb)?;
-            }
-            if new_len < old_len {
-                self.do_munmap(st, addr + new_len, addr + old_len, tlb)?;
-                old_len = new_len;
-            }
-            let dst = self.mremap_target(st, addr, new_len, flags, new_addr)?;
-            return self.move_vma(st, addr, old_len, new_len, dst, flags & MREMAP_DONTUNMAP != 0, tlb);
-        }
+        let vma = vma.expect("checked");
         if new_len == old_len {
             return Ok(addr);
         }
@@ -112,9 +88,10 @@ impl AddressSpace {
             && vma.end.checked_add(delta).is_some_and(|e| e <= self.config.task_size)
             && st.vmas.overlapping(vma.end, vma.end + delta).next().is_none();
         if in_place {
+            // vma_merge_extend: the extension joins this VMA, and the next one
+            // too when it becomes adjacent and compatible.
             let grown = vma.rebound(vma.start, vma.end + delta, vma.pgoff);
-            let start = vma.start;
-            st.vmas.remove(start);
+            st.vmas.remove(vma.start);
             self.insert_merged(st, grown);
             return Ok(addr);
         }
@@ -123,6 +100,108 @@ impl AddressSpace {
         }
         let dst = self.mremap_target(st, addr, new_len, flags, 0)?;
         self.move_vma(st, addr, old_len, new_len, dst, false, tlb)
+    }
+
+    /// Linux's `check_prep_vma`: the checks that need the VMA at `addr`.
+    fn check_prep_vma(&self, vma: Option<&Vma>, addr: u64, old_len: u64, new_len: u64, flags: i32) -> Result<()> {
+        let vma = vma.ok_or(Errno::Fault)?;
+        let will_map_new = new_len > old_len || flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0;
+        if !will_map_new {
+            return Ok(());
+        }
+        if old_len == 0 && vma.flags & (VM_SHARED | VM_MAYSHARE) == 0 {
+            return Err(Errno::Inval);
+        }
+        if flags & MREMAP_DONTUNMAP != 0 && vma.flags & VM_DONTEXPAND != 0 {
+            return Err(Errno::Inval);
+        }
+        // A shrink may cross VMA boundaries in the part it unmaps.
+        let old_len = old_len.min(new_len);
+        if old_len > vma.end - addr {
+            return Err(Errno::Fault);
+        }
+        if new_len == old_len {
+            return Ok(());
+        }
+        if vma.pgoff_at(addr).checked_add(new_len >> PAGE_SHIFT).is_none() {
+            return Err(Errno::Inval);
+        }
+        if vma.flags & VM_DONTEXPAND != 0 {
+            return Err(Errno::Fault);
+        }
+        Ok(())
+    }
+
+    /// Linux's `mremap_to`: a move to `new_addr` (fixed, or a hint with
+    /// `MREMAP_DONTUNMAP`), unmapping the target first when fixed.
+    #[allow(clippy::too_many_arguments)]
+    fn mremap_to(
+        &self,
+        st: &mut MmState,
+        addr: u64,
+        mut old_len: u64,
+        new_len: u64,
+        flags: i32,
+        new_addr: u64,
+        tlb: &mut MmuGather,
+    ) -> Result<u64> {
+        // Both the target and the source may split in three before the move,
+        // which itself needs four maps below the limit: refuse early rather
+        // than fail after unmapping.
+        if st.vmas.len() + 2 >= self.config.max_map_count.saturating_sub(3) {
+            return Err(Errno::NoMem);
+        }
+        if flags & MREMAP_FIXED != 0 {
+            self.do_munmap(st, new_addr, new_addr + new_len, tlb)?;
+            st.vmas.find(addr).ok_or(Errno::Fault)?;
+        }
+        if new_len < old_len {
+            self.do_munmap(st, addr + new_len, addr + old_len, tlb)?;
+            st.vmas.find(addr).ok_or(Errno::Fault)?;
+            old_len = new_len;
+        }
+        let dst = self.mremap_target(st, addr, new_len, flags, new_addr)?;
+        self.move_vma(st, addr, old_len, new_len, dst, flags & MREMAP_DONTUNMAP != 0, tlb)
+    }
+
+    /// Linux 6.17's `remap_move`: a fixed move of unchanged size may span
+    /// several VMAs (but may not start in a hole); each is moved to the same
+    /// offset from the previous one's new end, so the gaps between them are
+    /// kept, and only the targets of VMAs are unmapped first.
+    fn remap_move(
+        &self,
+        st: &mut MmState,
+        start: u64,
+        len: u64,
+        flags: i32,
+        new_addr: u64,
+        tlb: &mut MmuGather,
+    ) -> Result<u64> {
+        let end = start + len;
+        let mut res = Err(Errno::Fault);
+        let mut target = new_addr;
+        let mut last_end = 0;
+        let mut cursor = start;
+        while let Some(vma) = st.vmas.find_from(cursor).filter(|v| v.start < end).cloned() {
+            let seen = res.is_ok();
+            let addr = vma.start.max(start);
+            let part = end.min(vma.end) - addr;
+            if !seen && start < vma.start {
+                return Err(Errno::Fault);
+            }
+            let offset = if seen { vma.start - last_end } else { 0 };
+            last_end = vma.end;
+            self.check_prep_vma(Some(&vma), addr, part, part, flags)?;
+            let moved = self.mremap_to(st, addr, part, part, flags, target + offset, tlb)?;
+            if !seen {
+                res = Ok(moved);
+            }
+            target = moved + part;
+            // Resume after the VMA as it was: with MREMAP_DONTUNMAP the
+            // source stays mapped and must not be found again.
+            cursor = vma.end;
+        }
+        res
     }
 
     /// Linux's `vrm_set_new_addr`: where a moving mremap goes.
@@ -148,17 +227,36 @@ impl AddressSpace {
         tlb: &mut MmuGather,
     ) -> Result<u64> {
         let vma = st.vmas.find(addr).cloned().expect("source VMA");
-        if st.vmas.len() >= self.config.max_map_count {
+        // do_munmap of the source may split it in three.
+        if st.vmas.len() >= self.config.max_map_count.saturating_sub(3) {
             return Err(Errno::NoMem);
         }
         // Never-faulted anonymous memory takes the linear index of its new home.
         let pgoff =
             if vma.is_anonymous() && vma.anon_vma.get().is_none() { dst >> PAGE_SHIFT } else { vma.pgoff_at(addr) };
         let moved = vma.rebound(dst, dst + new_len, pgoff);
-        self.insert_merged(st, moved);
+        // The source VMA is detached before its entries move (Linux
+        // write-locks it, `vma_start_write`): a lock-free fault that found it
+        // aborts instead of installing a page behind the move, and one that
+        // finds its replacement (MREMAP_DONTUNMAP) is ordered after the move.
+        // The destination gets its VMA only once its entries are in place, so
+        // no fault can fill it meanwhile.
+        let span = if !dontunmap {
+            self.detach_vmas(st, addr, addr + old_len)?
+        } else {
+            let mut stays = vma.rebound(vma.start, vma.end, vma.pgoff);
+            if vma.start == addr && vma.end == addr + old_len {
+                // The whole VMA moved: the empty source leaves its anon_vma
+                // behind (unlink_anon_vmas), which decides its later merges.
+                stays.set_anon(None);
+            }
+            st.vmas.replace(vma.start, stays);
+            None
+        };
         self.move_ptes(addr, dst, old_len, tlb);
-        if !dontunmap {
-            self.do_munmap(st, addr, addr + old_len, tlb)?;
+        self.insert_merged(st, moved);
+        if let Some((lo, hi)) = span {
+            self.free_pgtables(st, lo, hi, tlb);
         }
         Ok(dst)
     }

@@ -5,46 +5,60 @@ use crate::error::{Errno, Fault, Result};
 use crate::fault::handler::{self, Check, FaultCtx};
 use crate::fault::{Access, FaultError};
 use crate::vma::flags::*;
+use crate::vma::Vma;
 use crate::PAGE_SIZE;
 
 use super::AddressSpace;
 
 impl AddressSpace {
-    /// Faults in `[start, end)` (page aligned) for read or write. With
-    /// `best_effort` (`MAP_POPULATE`) errors are skipped; otherwise the
-    /// errno of `MADV_POPULATE_*`: `ENOMEM` for an unmapped page, `EINVAL`
-    /// for a VMA without the access, `EFAULT` for a page that would SIGBUS.
-    pub(crate) fn populate(&self, start: u64, end: u64, write: bool, best_effort: bool) -> Result<()> {
+    /// Linux's `mm_populate` (`MAP_POPULATE`): faults in the accessible VMAs
+    /// of `[start, end)`, private writable ones for write (so that they get
+    /// their own pages, as `populate_vma_page_range` asks with `FOLL_WRITE`),
+    /// others for read; errors are ignored.
+    pub(crate) fn mm_populate(&self, start: u64, end: u64) {
+        let st = self.read_lock();
+        let mut a = start;
+        while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
+            let from = a.max(vma.start);
+            a = vma.end.min(end);
+            if vma.flags & (VM_READ | VM_WRITE | VM_EXEC) == 0 {
+                continue;
+            }
+            let write = vma.flags & (VM_WRITE | VM_SHARED) == VM_WRITE;
+            let _ = self.fault_in(vma, from, a, if write { Access::Write } else { Access::Read });
+        }
+    }
+
+    /// `MADV_POPULATE_READ`/`WRITE`: faults in `[start, end)` (page aligned);
+    /// `ENOMEM` for an unmapped page, `EINVAL` for a VMA without the access,
+    /// `EFAULT` for a page that would SIGBUS.
+    pub(crate) fn populate(&self, start: u64, end: u64, write: bool) -> Result<()> {
         let st = self.read_lock();
         let mut a = start;
         while a < end {
-            let Some(vma) = st.vmas.find(a) else {
-                if best_effort {
-                    a = st.vmas.find_from(a).map_or(end, |v| v.start);
-                    continue;
-                }
-                return Err(Errno::NoMem);
-            };
+            let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
             let need = if write { VM_WRITE } else { VM_READ };
             if vma.flags & need == 0 {
-                if best_effort {
-                    a = vma.end;
-                    continue;
-                }
                 return Err(Errno::Inval);
             }
             let stop = vma.end.min(end);
-            while a < stop {
-                let access = if write { Access::Write } else { Access::Read };
-                let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
-                match handler::handle_vma_fault(&ctx, a, access) {
-                    Ok(()) => {}
-                    Err(_) if best_effort => {}
-                    Err(FaultError::Signal(Fault::Oom { .. })) => return Err(Errno::NoMem),
-                    Err(_) => return Err(Errno::Fault),
-                }
-                a += PAGE_SIZE;
+            self.fault_in(vma, a, stop, if write { Access::Write } else { Access::Read })?;
+            a = stop;
+        }
+        Ok(())
+    }
+
+    /// Faults in `[start, end)` of `vma` (under `mmap_lock` for read).
+    fn fault_in(&self, vma: &Vma, start: u64, end: u64, access: Access) -> Result<()> {
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        let mut a = start;
+        while a < end {
+            match handler::handle_vma_fault(&ctx, a, access) {
+                Ok(()) => {}
+                Err(FaultError::Signal(Fault::Oom { .. })) => return Err(Errno::NoMem),
+                Err(_) => return Err(Errno::Fault),
             }
+            a += PAGE_SIZE;
         }
         Ok(())
     }

@@ -67,7 +67,8 @@ impl CpuTlbState {
 pub struct TlbStats {
     /// Flushes initiated.
     pub flushes: u64,
-    /// Flush requests sent: one per other CPU attached at the time (IPIs).
+    /// Flush requests sent: one per CPU of another thread attached at the
+    /// time (the IPIs Linux would send; the initiator flushes itself).
     pub flush_requests: u64,
     /// Requests that needed a wait for an acknowledgement (the CPU was running).
     pub flush_waits: u64,
@@ -136,9 +137,9 @@ impl TlbDomain {
     }
 
     /// Shoots down every attached CPU's TLB and returns once each has either
-    /// acknowledged or is quiescent. `me` is the caller's own CPU, if any,
-    /// which needs no wait (it flushes at its next MMU call).
-    pub fn flush(&self, me: Option<&Arc<CpuTlbState>>) {
+    /// acknowledged or is quiescent. `mine` are the caller's own CPUs, which
+    /// get no request (they flush at their next MMU call).
+    pub fn flush(&self, mine: &[Arc<CpuTlbState>]) {
         let target = self.gen.fetch_add(1, Ordering::SeqCst) + 1;
         // Pairs with the fence in `CpuTlbState::exit_quiescent`.
         fence(Ordering::SeqCst);
@@ -147,7 +148,7 @@ impl TlbDomain {
         let mut requests = 0;
         let mut waits = 0;
         for cpu in cpus.iter() {
-            if me.is_some_and(|m| Arc::ptr_eq(m, cpu)) {
+            if mine.iter().any(|m| Arc::ptr_eq(m, cpu)) {
                 continue;
             }
             requests += 1;
@@ -204,7 +205,7 @@ mod tests {
                 }
             })
         };
-        dom.flush(None);
+        dom.flush(&[]);
         cpu.join().unwrap();
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests), (1, 2));
