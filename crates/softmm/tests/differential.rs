@@ -1,0 +1,287 @@
+//! Differential test against the host kernel: the same scenario of mmap,
+//! munmap, mprotect, mremap, madvise, ftruncate, mincore calls and probing
+//! accesses runs on Linux (in a child process, inside a reserved address
+//! window) and on softmm, under every fault policy; every return value,
+//! errno, probe outcome and the `/proc/self/maps` lines of the window after
+//! every step must agree.
+
+mod common;
+#[path = "differential/host.rs"]
+mod host;
+#[path = "differential/ops.rs"]
+mod ops;
+
+use std::sync::Arc;
+
+use ops::{MapLine, Op, Outcome, Scenario, Trace};
+use proptest::prelude::*;
+use softmm::uapi::*;
+use softmm::{AddressSpace, Cpu, Fault, FaultPolicy, File, MmConfig, OpenFile, PhysConfig, PhysMem};
+
+/// The host runner's entry point (see `differential/host.rs`).
+#[test]
+#[ignore = "entry point of the host child process, run by run_on_host"]
+fn host_runner_entry() {
+    if std::env::var_os(host::RUNNER_ENV).is_some() {
+        host::host_runner_main()
+    }
+}
+
+/// Runs `s` on softmm with `policy`, in an address space laid out like the
+/// host child: `mmap_base` at the window's top, with a never-merging
+/// `PROT_NONE` placeholder right above it as the host has.
+fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
+    let phys = PhysMem::new(PhysConfig { bytes: 64 << 20, nodes: 1 }).expect("arena");
+    let trace = {
+        let mm = AddressSpace::new(
+            &phys,
+            MmConfig { policy, mmap_base: s.window.1, force_speculative: true, ..MmConfig::default() },
+        );
+        mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
+            .expect("placeholder above the window");
+        let files: Vec<Arc<File>> = s
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| {
+                let f = File::create(&phys, &format!("/memfd:f{i} (deleted)"), size).expect("file");
+                let data: Vec<u8> = (0..size).map(|k| ops::file_byte(i, k)).collect();
+                f.write_at(0, &data).expect("fill");
+                f
+            })
+            .collect();
+        let mut cpu = Cpu::attached(&mm);
+        let steps = s
+            .ops
+            .iter()
+            .map(|op| {
+                let out = apply(&mm, &mut cpu, &files, op);
+                (out, maps_in_window(&mm, s.window))
+            })
+            .collect();
+        Trace { steps }
+    };
+    let left = phys.quiesce();
+    assert_eq!((left.frames_used, left.page_tables, left.vmas), (0, 0, 0), "leak after {s:?}");
+    trace
+}
+
+fn errno(r: softmm::Result<u64>) -> Outcome {
+    match r {
+        Ok(v) => Outcome::Ok(v),
+        Err(e) => Outcome::Err(e.code()),
+    }
+}
+
+fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], op: &Op) -> Outcome {
+    match *op {
+        Op::Mmap { addr, len, prot, flags, file, offset } => {
+            let of = file.map(|i| OpenFile::read_write(&files[i]));
+            errno(mm.mmap(addr, len, prot, flags, of.as_ref(), offset))
+        }
+        Op::Munmap { addr, len } => errno(mm.munmap(addr, len).map(|()| 0)),
+        Op::Mprotect { addr, len, prot } => errno(mm.mprotect(addr, len, prot).map(|()| 0)),
+        Op::Mremap { old_addr, old_len, new_len, flags, new_addr } => {
+            errno(mm.mremap(old_addr, old_len, new_len, flags, new_addr))
+        }
+        Op::Madvise { addr, len, advice } => errno(mm.madvise(addr, len, advice).map(|()| 0)),
+        Op::Ftruncate { file, len } => errno(files[file].set_len(len).map(|()| 0)),
+        Op::Mincore { addr, len } => match mm.mincore(addr, len) {
+            Ok(v) => Outcome::Mincore(v),
+            Err(e) => Outcome::Err(e.code()),
+        },
+        Op::Probe { addr, write } => {
+            let r = match write {
+                None => cpu.read_u8(addr),
+                Some(b) => cpu.write_u8(addr, b).map(|()| b),
+            };
+            match r {
+                Ok(b) => Outcome::Read(b),
+                Err(Fault::Segv { code, .. }) => Outcome::Segv(code.code()),
+                Err(Fault::Bus { .. }) => Outcome::Bus(ops::BUS_ADRERR),
+                Err(f) => panic!("unexpected fault {f:?} probing {addr:#x}"),
+            }
+        }
+    }
+}
+
+fn maps_in_window(mm: &AddressSpace, (lo, hi): (u64, u64)) -> Vec<MapLine> {
+    mm.maps()
+        .into_iter()
+        .filter(|e| e.start < hi && e.end > lo)
+        .map(|e| MapLine { start: e.start, end: e.end, perms: e.perms, offset: e.offset, anon: e.inode == 0 })
+        .collect()
+}
+
+/// Compares softmm's trace with the host's step by step; on the first
+/// difference, fails with the scenario up to that step and both sides.
+fn compare(s: &Scenario, host: &Trace, policy: FaultPolicy) -> Result<(), String> {
+    let mine = run_on_softmm(s, policy);
+    for (i, (h, m)) in host.steps.iter().zip(&mine.steps).enumerate() {
+        if h != m {
+            let mut msg = format!("policy {}: step {i} differs\nscenario (files {:?}):\n", policy.name(), s.files);
+            for (j, op) in s.ops.iter().enumerate().take(i + 1) {
+                msg += &format!("  {j:2}: {op:?}\n      host -> {:?}\n", host.steps[j].0);
+                if j < i && (j == 0 || host.steps[j].1 != host.steps[j - 1].1) {
+                    msg += &fmt_maps(&host.steps[j].1);
+                }
+            }
+            msg += &format!("host:   {:?}\nsoftmm: {:?}\n", h.0, m.0);
+            if h.1 != m.1 {
+                msg += &format!("host maps:\n{}softmm maps:\n{}", fmt_maps(&h.1), fmt_maps(&m.1));
+            }
+            return Err(msg);
+        }
+    }
+    assert_eq!(host.steps.len(), mine.steps.len());
+    Ok(())
+}
+
+fn fmt_maps(lines: &[MapLine]) -> String {
+    lines
+        .iter()
+        .map(|l| {
+            format!("    {:x}-{:x} {} {:x}{}\n", l.start, l.end, l.perms, l.offset, if l.anon { "" } else { " file" })
+        })
+        .collect()
+}
+
+#[test]
+fn kselftest_cases_match_the_host() {
+    for (name, s) in ops::kselftest_scenarios_named(ops::DEFAULT_WINDOW) {
+        let host = host::run_on_host(&s);
+        for &policy in FaultPolicy::ALL {
+            if let Err(e) = compare(&s, &host, policy) {
+                panic!("kselftest case {name}: {e}");
+            }
+        }
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_scenarios_match_the_host(s in ops::scenario_strategy(ops::DEFAULT_WINDOW)) {
+        let host = host::run_on_host(&s);
+        for &policy in FaultPolicy::ALL {
+            compare(&s, &host, policy).map_err(TestCaseError::fail)?;
+        }
+    }
+}
+
+/// Scenarios the random test once found differing, kept as fixed cases.
+fn past_failures() -> Vec<(&'static str, Vec<Op>)> {
+    use Op::*;
+    let w = ops::DEFAULT_WINDOW.1;
+    let p = ops::PAGE;
+    vec![
+        (
+            "MAP_POPULATE of a private writable mapping write-faults (anon_vma decides the later merge)",
+            vec![
+                Mmap { addr: 0, len: 8 * p, prot: 3, flags: ANON_PRIVATE | MAP_POPULATE, file: None, offset: 0 },
+                Mmap { addr: w - 62 * p, len: 5 * p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Mremap { old_addr: w - p, old_len: p, new_len: p, flags: 0, new_addr: 0 },
+                Mremap { old_addr: w - 4 * p, old_len: p, new_len: 2 * p, flags: MREMAP_MAYMOVE, new_addr: 0 },
+            ],
+        ),
+        (
+            "pieces of one shared anonymous mapping merge back",
+            vec![
+                Mmap {
+                    addr: w - 30 * p,
+                    len: 13 * p,
+                    prot: 3,
+                    flags: MAP_SHARED | MAP_ANONYMOUS,
+                    file: None,
+                    offset: 0,
+                },
+                Mprotect { addr: w - 18 * p, len: p, prot: PROT_READ },
+                Mprotect { addr: w - 19 * p, len: 2 * p, prot: 3 },
+            ],
+        ),
+        (
+            "mremap of a shared mapping with old_len 0 leaves the source whole",
+            vec![
+                Mmap { addr: 0, len: 2 * p, prot: 3, flags: MAP_SHARED, file: Some(0), offset: 0 },
+                Mremap { old_addr: w - p, old_len: 0, new_len: p, flags: MREMAP_MAYMOVE, new_addr: 0 },
+            ],
+        ),
+        (
+            "a PROT_NONE page keeps its frame for mincore",
+            vec![
+                Mmap { addr: 0, len: p, prot: 3, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Probe { addr: w - p, write: None },
+                Mprotect { addr: w - p, len: p, prot: PROT_NONE },
+                Mincore { addr: w - p, len: p },
+            ],
+        ),
+        (
+            "mprotect merging with a faulted neighbour",
+            vec![
+                Mmap { addr: w - 5 * p, len: 5 * p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Mmap {
+                    addr: w - p,
+                    len: p,
+                    prot: 3,
+                    flags: MAP_SHARED_VALIDATE | MAP_ANONYMOUS,
+                    file: None,
+                    offset: 0,
+                },
+                Mmap { addr: 0, len: p, prot: PROT_WRITE, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Probe { addr: w - 6 * p, write: Some(0) },
+                Mmap {
+                    addr: w - 7 * p,
+                    len: p,
+                    prot: 3,
+                    flags: ANON_PRIVATE | MAP_FIXED_NOREPLACE,
+                    file: None,
+                    offset: 0,
+                },
+                Probe { addr: w - p, write: Some(0) },
+                Mprotect { addr: w - 7 * p, len: 3 * p, prot: 3 },
+            ],
+        ),
+        (
+            "mprotect merging after DONTUNMAP moves and populate",
+            vec![
+                Mmap {
+                    addr: w - 17 * p,
+                    len: p,
+                    prot: 3,
+                    flags: MAP_SHARED_VALIDATE | MAP_ANONYMOUS,
+                    file: None,
+                    offset: 0,
+                },
+                Mmap { addr: w - 15 * p, len: 13 * p, prot: PROT_WRITE, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Mremap { old_addr: w - p, old_len: p, new_len: p, flags: 3, new_addr: w - 16 * p },
+                Mmap { addr: 0, len: p, prot: 3, flags: MAP_SHARED, file: Some(0), offset: 0 },
+                Mmap { addr: 0, len: 3 * p, prot: 3, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Probe { addr: w - 15 * p, write: Some(0) },
+                Mmap { addr: w - p, len: p, prot: 3, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Mmap { addr: 0, len: 4 * p, prot: 3, flags: ANON_PRIVATE | MAP_POPULATE, file: None, offset: 0 },
+                Probe { addr: w - p + 1368, write: Some(194) },
+                Mprotect { addr: w - 17 * p, len: 3 * p, prot: 3 },
+            ],
+        ),
+    ]
+}
+
+const ANON_PRIVATE: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+
+#[test]
+fn past_failures_match_the_host() {
+    for (name, ops) in past_failures() {
+        let s = Scenario { window: ops::DEFAULT_WINDOW, files: vec![65536, 122880], ops };
+        let host = host::run_on_host(&s);
+        for &policy in FaultPolicy::ALL {
+            if let Err(e) = compare(&s, &host, policy) {
+                panic!("{name}: {e}");
+            }
+        }
+    }
+}

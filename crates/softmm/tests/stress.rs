@@ -1,0 +1,1406 @@
+//! Multithreaded stress tests of softmm's concurrency: TLB shootdowns against
+//! running, parked and syscalling CPUs, mapping changes racing with accesses,
+//! frame reuse after munmap, and fork under load, each under every
+//! [`FaultPolicy`]. Each test runs a fixed number of iterations under a hang
+//! detector (a watchdog, not a timing assertion) and ends with a leak check.
+//!
+//! `STRESS_SEED=<n>` changes the random choices, `STRESS_SCALE=<n>` multiplies
+//! the iteration counts.
+//!
+//! Bugs these tests found have regression tests in `stress_regressions.rs`.
+
+mod common;
+
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use softmm::uapi::*;
+use softmm::{Access, AddressSpace, Cpu, Errno, Fault, FaultPolicy, SegvCode};
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// Hang detector: a scenario not done after this long is a deadlock.
+const WATCHDOG_SECS: u64 = 60;
+const WORDS: usize = (PAGE / 8) as usize;
+
+/// Runs `f` on its own thread; fails if it panics or does not finish within
+/// [`WATCHDOG_SECS`].
+fn watchdog<R: Send + 'static>(name: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    let h = thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let r = f();
+            let _ = tx.send(());
+            r
+        })
+        .expect("spawn");
+    match rx.recv_timeout(Duration::from_secs(WATCHDOG_SECS)) {
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock: not done after {WATCHDOG_SECS} s"),
+    }
+}
+
+/// Runs `scenario` for every fault policy, each under its own watchdog.
+fn for_each_policy(test: &str, scenario: fn(FaultPolicy, u64)) {
+    let _serial = serial();
+    let seed = env_u64("STRESS_SEED", 0x5eed);
+    for &policy in FaultPolicy::ALL {
+        eprintln!("{test} [{}] STRESS_SEED={seed}", policy.name());
+        watchdog(&format!("{test}[{}]", policy.name()), move || scenario(policy, seed));
+    }
+}
+
+/// A named thread (the name shows in panic messages).
+fn spawn<R: Send + 'static>(name: String, f: impl FnOnce() -> R + Send + 'static) -> thread::JoinHandle<R> {
+    thread::Builder::new().name(name).spawn(f).expect("spawn")
+}
+
+/// Joins every thread, then re-raises the first panic: no thread is left
+/// spinning when a scenario fails.
+fn join_all<R>(hs: Vec<thread::JoinHandle<R>>) -> Vec<R> {
+    let rs: Vec<_> = hs.into_iter().map(|h| h.join()).collect();
+    rs.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+fn scaled(n: u64) -> u64 {
+    n * env_u64("STRESS_SCALE", 1).max(1)
+}
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn map_err(addr: u64) -> Fault {
+    Fault::Segv { addr, code: SegvCode::MapErr }
+}
+
+fn acc_err(addr: u64) -> Fault {
+    Fault::Segv { addr, code: SegvCode::AccErr }
+}
+
+/// Blocking waits on conditions over atomics: an idle thread sleeps (its CPU
+/// parked) instead of spinning, and leaves its core to the busy ones. (On an
+/// oversubscribed machine a shootdown that needs a preempted running CPU
+/// waits until that CPU runs again.)
+struct Note {
+    m: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Note {
+    fn new() -> Note {
+        Note { m: Mutex::new(()), cv: Condvar::new() }
+    }
+
+    /// Wakes the waiters; call after changing what they wait for.
+    fn notify(&self) {
+        drop(self.m.lock().unwrap_or_else(|e| e.into_inner()));
+        self.cv.notify_all();
+    }
+
+    /// Waits, parked, until `cond` holds (re-checked at each notify).
+    fn wait(&self, cpu: &mut Cpu, mut cond: impl FnMut() -> bool) {
+        cpu.park();
+        let mut g = self.m.lock().unwrap_or_else(|e| e.into_inner());
+        while !cond() {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(g);
+        cpu.resume();
+    }
+}
+
+/// Sets `failed` and wakes every waiter if dropped while panicking, so that
+/// the other threads of a scenario stop waiting for the one that failed.
+struct FailGuard<'a> {
+    failed: &'a AtomicBool,
+    notes: Vec<&'a Note>,
+}
+
+impl Drop for FailGuard<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            self.failed.store(true, SeqCst);
+            self.notes.iter().for_each(|n| n.notify());
+        }
+    }
+}
+
+/// The stress tests run one at a time: each wants the whole machine.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A tagged guest word: who wrote it, where (page or word id) and when.
+const MAGIC: u64 = 0x5a;
+
+fn enc(who: u64, place: u64, seq: u64) -> u64 {
+    debug_assert!(who < 16 && place < 4096 && seq < 1 << 40);
+    (MAGIC << 56) | (who << 52) | (place << 40) | seq
+}
+
+fn dec(v: u64) -> Option<(u64, u64, u64)> {
+    (v >> 56 == MAGIC).then_some(((v >> 52) & 0xf, (v >> 40) & 0xfff, v & ((1 << 40) - 1)))
+}
+
+fn read_page(cpu: &mut Cpu, addr: u64) -> Result<Vec<u64>, Fault> {
+    let mut buf = vec![0u8; PAGE as usize];
+    cpu.read(addr, &mut buf)?;
+    Ok(buf.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+}
+
+// ---------------------------------------------------------------------------
+// 1. Writers and mutators
+//
+// W1 writers write tagged values into their own stable pages (never changed:
+// every write must stick, whatever happens next door) and into their own word
+// of every volatile page, and check each outcome; M1 mutators change random
+// ranges of volatile pages (mmap over, munmap, mprotect RO/RW/NONE, DONTNEED,
+// POPULATE_WRITE, mremap shrink/grow/move away and back), next to the stable
+// pages and overlapping each other's ranges, check each call's result against
+// Linux's, then check every page they changed through their own CPU. The
+// per-page version tells a writer whether its access raced with a change:
+// a settled access must match the settled state exactly (SIGSEGV MAPERR after
+// munmap, ACCERR for a write after mprotect RO, our last write otherwise);
+// a racing one may see either side of the change but never lose data unless
+// the change reset the contents.
+
+const W1: usize = 4; // writer threads
+const M1: usize = 2; // mutator threads
+const SLOTS: u64 = 8; // [stable | volatile] slots in the main area
+const S_PAGES: u64 = 2; // stable pages per slot
+const GROUP: u64 = 6; // pages per volatile group
+const ISLANDS: u64 = 2; // volatile groups alone in their own page tables
+const MAIN_BASE: u64 = 0x2000_0000_0000;
+const ISLAND_BASE: u64 = 0x3000_0000_0000;
+const SCRATCH_BASE: u64 = 0x4000_0000_0000;
+/// 64 read-only-used pages, one per slot of the direct-mapped 64-entry TLB:
+/// reading the one in a page's slot evicts that page's translation, so that
+/// the next access walks the page table (and faults) while changes race.
+const EVICT_BASE: u64 = 0x3800_0000_0000;
+const TLB_SLOTS: u64 = 64;
+/// Each mutator op waits until every writer has done this many more accesses.
+const WRITER_ITERS_PER_OP: u64 = 16;
+
+const ST_UNMAPPED: u64 = 0;
+const ST_RO: u64 = 1;
+const ST_RW: u64 = 2;
+const ST_NONE: u64 = 3; // PROT_NONE
+
+fn pack(prot: u64, epoch: u64) -> u64 {
+    prot | (epoch << 2)
+}
+fn prot_of(st: u64) -> u64 {
+    st & 3
+}
+fn epoch_of(st: u64) -> u64 {
+    st >> 2
+}
+
+/// One volatile page. A mutator holds `lock` across a change and bumps `ver`
+/// before (odd: changing) and after (even: settled) it; `st` is the settled
+/// state: protection and the version at which the contents were last reset
+/// (zeroed). `resets` and `moves` are odd while a change of that kind runs
+/// (`moves`: an mremap moving the page out or back), so that an access can
+/// tell which kinds of change it raced with.
+struct VPage {
+    addr: u64,
+    ver: AtomicU64,
+    st: AtomicU64,
+    resets: AtomicU64,
+    moves: AtomicU64,
+    lock: Mutex<()>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Leaves the contents in place (munmap, mprotect, ...).
+    Keep,
+    /// Zeroes the contents (mmap over, DONTNEED, growing into the page).
+    Reset,
+    /// Moves the page away or back, contents included.
+    Move,
+}
+
+struct World1 {
+    pages: Vec<VPage>,
+    groups: u64,
+    stable: Vec<Vec<u64>>,    // per writer: its stable pages
+    progress: Vec<AtomicU64>, // per writer: iterations done
+    progress_note: Note,
+    done: AtomicBool,
+    failed: AtomicBool,
+}
+
+impl World1 {
+    fn new() -> World1 {
+        let slot = S_PAGES + GROUP;
+        let mut pages = Vec::new();
+        let mut stable = vec![Vec::new(); W1];
+        for k in 0..=SLOTS {
+            let s = MAIN_BASE + k * slot * PAGE;
+            for j in 0..S_PAGES {
+                stable[k as usize % W1].push(s + j * PAGE);
+            }
+            if k < SLOTS {
+                for j in 0..GROUP {
+                    pages.push(s + (S_PAGES + j) * PAGE);
+                }
+            }
+        }
+        for i in 0..ISLANDS {
+            for j in 0..GROUP {
+                pages.push(ISLAND_BASE + (i << 30) + j * PAGE);
+            }
+        }
+        let pages = pages
+            .into_iter()
+            .map(|addr| VPage {
+                addr,
+                ver: AtomicU64::new(0),
+                st: AtomicU64::new(pack(ST_RW, 0)),
+                resets: AtomicU64::new(0),
+                moves: AtomicU64::new(0),
+                lock: Mutex::new(()),
+            })
+            .collect();
+        World1 {
+            pages,
+            groups: SLOTS + ISLANDS,
+            stable,
+            progress: (0..W1).map(|_| AtomicU64::new(0)).collect(),
+            done: AtomicBool::new(false),
+            progress_note: Note::new(),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    fn map_all(&self, mm: &AddressSpace) {
+        let len = ((S_PAGES + GROUP) * SLOTS + S_PAGES) * PAGE;
+        assert_eq!(mm.mmap(MAIN_BASE, len, RW, ANON | MAP_FIXED, None, 0), Ok(MAIN_BASE));
+        for i in 0..ISLANDS {
+            let a = ISLAND_BASE + (i << 30);
+            assert_eq!(mm.mmap(a, GROUP * PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        }
+        assert_eq!(mm.mmap(EVICT_BASE, TLB_SLOTS * PAGE, PROT_READ, ANON | MAP_FIXED, None, 0), Ok(EVICT_BASE));
+    }
+
+    fn kind_counter(&self, p: usize, kind: Kind) -> Option<&AtomicU64> {
+        match kind {
+            Kind::Keep => None,
+            Kind::Reset => Some(&self.pages[p].resets),
+            Kind::Move => Some(&self.pages[p].moves),
+        }
+    }
+
+    fn begin(&self, idx: &[usize], kind: Kind) {
+        for &p in idx {
+            if let Some(c) = self.kind_counter(p, kind) {
+                c.fetch_add(1, SeqCst);
+            }
+            let old = self.pages[p].ver.fetch_add(1, SeqCst);
+            assert_eq!(old % 2, 0, "page {p} changed by two mutators at once");
+        }
+    }
+
+    /// Settles the pages of `idx` in the state `new(position, old state,
+    /// version after this change)` returns.
+    fn finish(&self, idx: &[usize], kind: Kind, mut new: impl FnMut(usize, u64, u64) -> u64) {
+        for (k, &p) in idx.iter().enumerate() {
+            let pg = &self.pages[p];
+            let old = pg.st.load(SeqCst);
+            let settled = pg.ver.load(SeqCst) + 1;
+            pg.st.store(new(k, old, settled), SeqCst);
+            pg.ver.fetch_add(1, SeqCst);
+            if let Some(c) = self.kind_counter(p, kind) {
+                c.fetch_add(1, SeqCst);
+            }
+        }
+    }
+}
+
+/// What a thread knows about its own word in a volatile page.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// It holds `val`, known at version `ver` (a reset settled later zeroes it).
+    Known(u64, u64),
+    /// A write raced with a reset (or a move, see the header) still going on
+    /// at version `ver`: any value of ours, or zero.
+    Unknown(u64),
+}
+
+impl Expect {
+    /// The exact value a read must return when the page's contents were last
+    /// reset at `epoch` and no reset raced with the read; `None` if any value
+    /// of ours (or zero) is possible.
+    fn want(self, epoch: u64) -> Option<u64> {
+        match self {
+            Expect::Known(val, ver) => Some(if epoch > ver { 0 } else { val }),
+            // Zero if the reset began after the racing write ended.
+            Expect::Unknown(ver) => (epoch > ver + 1).then_some(0),
+        }
+    }
+}
+
+/// Zero, or a word that `who` wrote into page `p`.
+fn valid_word(x: u64, who: u64, p: usize) -> bool {
+    x == 0 || dec(x).is_some_and(|(w, pl, _)| w == who && pl == p as u64)
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+struct WriterStats {
+    iters: u64,
+    settled: u64,
+    racy_checked: u64,
+    racy_loose: u64,
+}
+
+fn writer1(mm: Arc<AddressSpace>, world: Arc<World1>, w: usize, seed: u64) -> WriterStats {
+    let _fail = FailGuard { failed: &world.failed, notes: vec![&world.progress_note] };
+    let mut rng = Rng::new(seed);
+    let mut cpu = Cpu::attached(&mm);
+    let mine = world.stable[w].clone();
+    let mut s_exp = vec![0u64; mine.len() * WORDS];
+    let mut exp = vec![Expect::Known(0, 0); world.pages.len()];
+    let mut stats = WriterStats::default();
+    let who = w as u64;
+    let verify_stable = |cpu: &mut Cpu, s_exp: &[u64]| {
+        for (k, &a) in mine.iter().enumerate() {
+            let got = read_page(cpu, a).unwrap_or_else(|e| panic!("writer {w}: stable page {a:#x}: {e}"));
+            for (i, (&g, &e)) in got.iter().zip(&s_exp[k * WORDS..]).enumerate() {
+                assert_eq!(g, e, "writer {w}: stable page {a:#x} word {i}: lost write / corruption");
+            }
+        }
+    };
+    let mut seq = 0;
+    while !world.done.load(Relaxed) && !world.failed.load(Relaxed) {
+        seq += 1;
+        stats.iters += 1;
+        world.progress[w].store(seq, SeqCst);
+        if seq % 1024 == 0 {
+            // A parked CPU skips shootdowns; resuming must flush what it missed.
+            cpu.park();
+            std::hint::spin_loop();
+            cpu.resume();
+        }
+        if seq % 16 == 0 {
+            world.progress_note.notify();
+        }
+        if rng.below(4) == 0 {
+            // A stable page of ours: never touched by a mutator, so every
+            // write sticks, whatever happens to its neighbours.
+            let i = rng.below(s_exp.len() as u64) as usize;
+            let a = mine[i / WORDS] + (i % WORDS) as u64 * 8;
+            let val = enc(who, 4000 + (i / WORDS) as u64, seq);
+            cpu.write_u64(a, val).unwrap_or_else(|e| panic!("writer {w}: write to stable {a:#x}: {e}"));
+            s_exp[i] = val;
+            assert_eq!(cpu.read_u64(a), Ok(val), "writer {w}: stable {a:#x} lost its write");
+            if seq % 512 == 0 {
+                verify_stable(&mut cpu, &s_exp);
+            }
+            continue;
+        }
+        // A volatile page: our own word in it (writer w owns word w).
+        let p = rng.below(world.pages.len() as u64) as usize;
+        let pg = &world.pages[p];
+        let a = pg.addr + who * 8;
+        if rng.below(2) == 0 {
+            let evict = EVICT_BASE + (a / PAGE % TLB_SLOTS) * PAGE;
+            assert_eq!(cpu.read_u64(evict), Ok(0), "writer {w}: evicting page {evict:#x}");
+        }
+        let r0 = pg.resets.load(SeqCst);
+        let v0 = pg.ver.load(SeqCst);
+        let st = pg.st.load(SeqCst);
+        let (wrote, res, back) = match rng.below(3) {
+            0 => {
+                let r = cpu.read_u64(a);
+                (None, r.map(|_| ()), Some(r))
+            }
+            k => {
+                let val = enc(who, p as u64, seq);
+                let r = if k == 1 {
+                    cpu.write_u64(a, val)
+                } else {
+                    let bytes = val.to_le_bytes();
+                    cpu.with_slice(a, 8, Access::Write, |off, c| {
+                        for (b, &v) in c.iter().zip(&bytes[off..]) {
+                            b.store(v, Relaxed);
+                        }
+                    })
+                };
+                let back = r.is_ok().then(|| cpu.read_u64(a));
+                (Some(val), r, back)
+            }
+        };
+        let v1 = pg.ver.load(SeqCst);
+        let r1 = pg.resets.load(SeqCst);
+        let (prot, epoch) = (prot_of(st), epoch_of(st));
+        let ctx = || format!("writer {w} page {p} ({a:#x}) state {prot} epoch {epoch} ver {v0}..{v1} {:?}", exp[p]);
+        if v0 == v1 && v0 % 2 == 0 {
+            // Settled: no change ran during the access.
+            stats.settled += 1;
+            match (prot, wrote) {
+                (ST_UNMAPPED, _) => assert_eq!(res, Err(map_err(a)), "access to an unmapped page: {}", ctx()),
+                (ST_NONE, _) => assert_eq!(res, Err(acc_err(a)), "access to a PROT_NONE page: {}", ctx()),
+                (ST_RO, Some(_)) => assert_eq!(res, Err(acc_err(a)), "write to a read-only page: {}", ctx()),
+                (_, None) => {
+                    let x = match back {
+                        Some(Ok(x)) => x,
+                        other => panic!("read of a mapped page failed: {other:?}: {}", ctx()),
+                    };
+                    match exp[p].want(epoch) {
+                        Some(want) => assert_eq!(x, want, "lost write / stale data: {}", ctx()),
+                        None => assert!(valid_word(x, who, p), "foreign word {x:#x}: {}", ctx()),
+                    }
+                    exp[p] = Expect::Known(x, v0);
+                }
+                (_, Some(val)) => {
+                    assert_eq!(res, Ok(()), "write to a read-write page: {}", ctx());
+                    assert_eq!(back, Some(Ok(val)), "write not read back: {}", ctx());
+                    exp[p] = Expect::Known(val, v0);
+                }
+            }
+            continue;
+        }
+        // Raced with a change: either outcome of the race is allowed, but
+        // unless a reset was involved the
+        // contents are ours exactly.
+        match res {
+            Ok(()) => {}
+            Err(Fault::Segv { addr, code: SegvCode::MapErr }) if addr == a => {}
+            Err(Fault::Segv { addr, code: SegvCode::AccErr }) if addr == a => {}
+            Err(e) => panic!("unexpected fault {e:?}: {}", ctx()),
+        }
+        let reset_raced = r0 != r1 || r0 % 2 == 1;
+        if reset_raced {
+            stats.racy_loose += 1;
+            if let Some(Ok(x)) = back {
+                assert!(valid_word(x, who, p), "foreign word {x:#x} (racing access): {}", ctx());
+            }
+            if wrote.is_some() && res.is_ok() {
+                exp[p] = Expect::Unknown(v1);
+            }
+            continue;
+        }
+        stats.racy_checked += 1;
+        match (wrote, back) {
+            (None, Some(Ok(x))) => {
+                match exp[p].want(epoch) {
+                    Some(want) => assert_eq!(x, want, "lost write / stale data (racing read): {}", ctx()),
+                    None => assert!(valid_word(x, who, p), "foreign word {x:#x}: {}", ctx()),
+                }
+                exp[p] = Expect::Known(x, v1);
+            }
+            (Some(val), Some(back)) => {
+                // The write landed; the page may have gone since.
+                if let Ok(x) = back {
+                    assert_eq!(x, val, "write not read back (racing write): {}", ctx());
+                }
+                exp[p] = Expect::Known(val, v1);
+            }
+            _ => {}
+        }
+    }
+    verify_stable(&mut cpu, &s_exp);
+    stats
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    MmapRw,
+    MmapRo,
+    MmapNoReplace,
+    Munmap,
+    ProtectRo,
+    ProtectRw,
+    ProtectNone,
+    DontNeed,
+    PopulateWrite,
+    MremapShrink,
+    MremapGrow,
+    MremapMove,
+}
+
+const OPS: [Op; 12] = [
+    Op::MmapRw,
+    Op::MmapRo,
+    Op::MmapNoReplace,
+    Op::Munmap,
+    Op::ProtectRo,
+    Op::ProtectRw,
+    Op::ProtectNone,
+    Op::DontNeed,
+    Op::PopulateWrite,
+    Op::MremapShrink,
+    Op::MremapGrow,
+    Op::MremapMove,
+];
+
+struct Mutator<'a> {
+    m: usize,
+    mm: &'a AddressSpace,
+    world: &'a World1,
+    cpu: Cpu,
+    /// Its own word per volatile page: (value, version written).
+    own: Vec<(u64, u64)>,
+    seq: u64,
+}
+
+impl Mutator<'_> {
+    fn own_off(&self) -> u64 {
+        PAGE - 8 * (self.m as u64 + 1)
+    }
+
+    fn own_want(&self, p: usize) -> u64 {
+        let (val, ver) = self.own[p];
+        if epoch_of(self.world.pages[p].st.load(SeqCst)) > ver {
+            0
+        } else {
+            val
+        }
+    }
+
+    /// Checks every word of a page's contents found at `at` (the page itself,
+    /// or its moved-out copy): the writers' and mutators' words carry their
+    /// tags, ours is exact, the rest is zero.
+    fn check_words(&self, p: usize, at: u64, got: &[u64]) {
+        let own = self.own_want(p);
+        for (i, &x) in got.iter().enumerate() {
+            if i < W1 {
+                assert!(valid_word(x, i as u64, p), "page {p} at {at:#x} word {i}: foreign {x:#x}");
+            } else if i >= WORDS - M1 {
+                let m = WORDS - 1 - i;
+                if m == self.m {
+                    assert_eq!(x, own, "mutator {m}: page {p} at {at:#x}: own word lost");
+                } else {
+                    assert!(valid_word(x, 8 + m as u64, p), "page {p} at {at:#x} word {i}: foreign {x:#x}");
+                }
+            } else {
+                assert_eq!(x, 0, "page {p} at {at:#x} word {i}: nobody writes here");
+            }
+        }
+    }
+
+    /// With the pages locked and settled: every access by this thread agrees
+    /// with the state the last change left (its own TLB was shot down too).
+    fn self_check(&mut self, idx: &[usize]) {
+        for &p in idx {
+            let pg = &self.world.pages[p];
+            let st = pg.st.load(SeqCst);
+            let ver = pg.ver.load(SeqCst);
+            let a = pg.addr + self.own_off();
+            match prot_of(st) {
+                ST_UNMAPPED => {
+                    assert_eq!(self.cpu.read_u64(a), Err(map_err(a)), "read after unmap, page {p}");
+                    assert_eq!(self.cpu.write_u64(a, 1), Err(map_err(a)), "write after unmap, page {p}");
+                }
+                ST_NONE => {
+                    assert_eq!(self.cpu.read_u64(a), Err(acc_err(a)), "read after mprotect NONE, page {p}");
+                    assert_eq!(self.cpu.write_u64(a, 1), Err(acc_err(a)), "write after mprotect NONE, page {p}");
+                }
+                prot => {
+                    let got = read_page(&mut self.cpu, pg.addr).unwrap_or_else(|e| panic!("page {p}: {e}"));
+                    self.check_words(p, pg.addr, &got);
+                    self.seq += 1;
+                    let val = enc(8 + self.m as u64, p as u64, self.seq);
+                    if prot == ST_RO {
+                        assert_eq!(self.cpu.write_u64(a, val), Err(acc_err(a)), "write after mprotect RO, page {p}");
+                    } else {
+                        assert_eq!(self.cpu.write_u64(a, val), Ok(()), "write to RW page {p}");
+                        assert_eq!(self.cpu.read_u64(a), Ok(val));
+                        self.own[p] = (val, ver);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One random change of a random range of one volatile group, checked
+    /// against Linux's outcome, then checked through this thread's CPU.
+    fn step(&mut self, rng: &mut Rng) {
+        let world = self.world;
+        let g = rng.below(world.groups);
+        let first = rng.below(GROUP);
+        let len = 1 + rng.below(GROUP - first);
+        let idx: Vec<usize> = (first..first + len).map(|j| (g * GROUP + j) as usize).collect();
+        self.cpu.park();
+        let guards: Vec<MutexGuard<'_, ()>> = idx.iter().map(|&p| world.pages[p].lock.lock().expect("lock")).collect();
+        self.cpu.resume();
+        let addr = world.pages[idx[0]].addr;
+        let bytes = len * PAGE;
+        let prots: Vec<u64> = idx.iter().map(|&p| prot_of(world.pages[p].st.load(SeqCst))).collect();
+        let all_mapped = prots.iter().all(|&p| p != ST_UNMAPPED);
+        let any_mapped = prots.iter().any(|&p| p != ST_UNMAPPED);
+        let mut op = OPS[rng.below(OPS.len() as u64) as usize];
+        let ok = match op {
+            Op::MremapShrink => len >= 2 && prots[0] != ST_UNMAPPED,
+            Op::MremapGrow => len >= 2 && prots[0] != ST_UNMAPPED && prots[1..].iter().all(|&p| p == ST_UNMAPPED),
+            Op::MremapMove => all_mapped,
+            _ => true,
+        };
+        if !ok {
+            op = if any_mapped { Op::Munmap } else { Op::MmapRw };
+        }
+        let mm = self.mm;
+        match op {
+            Op::MmapRw | Op::MmapRo => {
+                let (prot, s) = if op == Op::MmapRw { (RW, ST_RW) } else { (PROT_READ, ST_RO) };
+                world.begin(&idx, Kind::Reset);
+                assert_eq!(mm.mmap(addr, bytes, prot, ANON | MAP_FIXED, None, 0), Ok(addr));
+                world.finish(&idx, Kind::Reset, |_, _, v| pack(s, v));
+            }
+            Op::MmapNoReplace if any_mapped => {
+                world.begin(&idx, Kind::Keep);
+                assert_eq!(mm.mmap(addr, bytes, RW, ANON | MAP_FIXED_NOREPLACE, None, 0), Err(Errno::Exist));
+                world.finish(&idx, Kind::Keep, |_, old, _| old);
+            }
+            Op::MmapNoReplace => {
+                world.begin(&idx, Kind::Reset);
+                assert_eq!(mm.mmap(addr, bytes, RW, ANON | MAP_FIXED_NOREPLACE, None, 0), Ok(addr));
+                world.finish(&idx, Kind::Reset, |_, _, v| pack(ST_RW, v));
+            }
+            Op::Munmap => {
+                world.begin(&idx, Kind::Keep);
+                assert_eq!(mm.munmap(addr, bytes), Ok(()));
+                world.finish(&idx, Kind::Keep, |_, old, _| pack(ST_UNMAPPED, epoch_of(old)));
+            }
+            Op::ProtectRo | Op::ProtectRw | Op::ProtectNone => {
+                let (prot, s) = match op {
+                    Op::ProtectRw => (RW, ST_RW),
+                    Op::ProtectRo => (PROT_READ, ST_RO),
+                    _ => (PROT_NONE, ST_NONE),
+                };
+                let hole = prots.iter().position(|&p| p == ST_UNMAPPED).unwrap_or(idx.len());
+                world.begin(&idx, Kind::Keep);
+                let r = mm.mprotect(addr, bytes, prot);
+                // Linux: ENOMEM for a hole; the VMAs before it are changed.
+                assert_eq!(r, if hole == idx.len() { Ok(()) } else { Err(Errno::NoMem) }, "mprotect {prots:?}");
+                world.finish(&idx, Kind::Keep, |k, old, _| if k < hole { pack(s, epoch_of(old)) } else { old });
+            }
+            Op::DontNeed => {
+                world.begin(&idx, Kind::Reset);
+                let r = mm.madvise(addr, bytes, MADV_DONTNEED);
+                assert_eq!(r, if all_mapped { Ok(()) } else { Err(Errno::NoMem) }, "DONTNEED {prots:?}");
+                world.finish(
+                    &idx,
+                    Kind::Reset,
+                    |_, old, v| {
+                        if prot_of(old) == ST_UNMAPPED {
+                            old
+                        } else {
+                            pack(prot_of(old), v)
+                        }
+                    },
+                );
+            }
+            Op::PopulateWrite => {
+                let want = match prots.iter().find(|&&p| p != ST_RW) {
+                    None => Ok(()),
+                    Some(&ST_UNMAPPED) => Err(Errno::NoMem),
+                    Some(_) => Err(Errno::Inval),
+                };
+                world.begin(&idx, Kind::Keep);
+                assert_eq!(mm.madvise(addr, bytes, MADV_POPULATE_WRITE), want, "POPULATE_WRITE {prots:?}");
+                world.finish(&idx, Kind::Keep, |_, old, _| old);
+            }
+            Op::MremapShrink => {
+                let keep = 1 + rng.below(len - 1);
+                world.begin(&idx, Kind::Keep);
+                assert_eq!(mm.mremap(addr, bytes, keep * PAGE, 0, 0), Ok(addr));
+                world.finish(
+                    &idx,
+                    Kind::Keep,
+                    |k, old, _| if (k as u64) < keep { old } else { pack(ST_UNMAPPED, epoch_of(old)) },
+                );
+            }
+            Op::MremapGrow => {
+                world.begin(&idx, Kind::Reset);
+                assert_eq!(mm.mremap(addr, PAGE, bytes, 0, 0), Ok(addr), "grow in place {prots:?}");
+                let p0 = prots[0];
+                world.finish(&idx, Kind::Reset, |k, old, v| if k == 0 { old } else { pack(p0, v) });
+            }
+            Op::MremapMove => {
+                let scratch = SCRATCH_BASE + ((self.m as u64) << 21);
+                world.begin(&idx, Kind::Move);
+                match mm.mremap(addr, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, scratch) {
+                    Ok(a) => {
+                        assert_eq!(a, scratch);
+                        world.finish(&idx, Kind::Move, |_, old, _| pack(ST_UNMAPPED, epoch_of(old)));
+                        self.self_check(&idx);
+                        // The contents travelled: check them at the scratch address.
+                        for (k, &p) in idx.iter().enumerate() {
+                            let at = scratch + k as u64 * PAGE;
+                            match read_page(&mut self.cpu, at) {
+                                Ok(got) => self.check_words(p, at, &got),
+                                Err(e) => assert!(prots[k] == ST_NONE && e == acc_err(at), "moved page {p}: {e}"),
+                            }
+                        }
+                        world.begin(&idx, Kind::Move);
+                        assert_eq!(mm.mremap(scratch, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, addr), Ok(addr));
+                        world.finish(&idx, Kind::Move, |k, old, _| pack(prots[k], epoch_of(old)));
+                    }
+                    // The range spans several VMAs (not predictable: merging
+                    // depends on anon_vmas); nothing changed.
+                    Err(Errno::Fault) if len > 1 => world.finish(&idx, Kind::Move, |_, old, _| old),
+                    Err(e) => panic!("mremap move of {len} mapped pages {prots:?}: {e:?}"),
+                }
+            }
+        }
+        self.self_check(&idx);
+        self.cpu.park();
+        drop(guards);
+        self.cpu.resume();
+    }
+}
+
+fn mutator1(mm: Arc<AddressSpace>, world: Arc<World1>, m: usize, ops: u64, seed: u64) {
+    let _fail = FailGuard { failed: &world.failed, notes: vec![&world.progress_note] };
+    let mut rng = Rng::new(seed);
+    let mut mu =
+        Mutator { m, mm: &mm, world: &world, cpu: Cpu::attached(&mm), own: vec![(0, 0); world.pages.len()], seq: 0 };
+    for i in 0..ops {
+        // Keep the writers in the race whatever the scheduler does: each op
+        // waits (parked) until every writer has done a few more accesses.
+        let need = i * WRITER_ITERS_PER_OP;
+        world
+            .progress_note
+            .wait(&mut mu.cpu, || world.failed.load(SeqCst) || world.progress.iter().all(|p| p.load(SeqCst) >= need));
+        if world.failed.load(Relaxed) {
+            return;
+        }
+        mu.step(&mut rng);
+    }
+}
+
+fn writers_and_mutators(policy: FaultPolicy, seed: u64) {
+    let ops = scaled(400);
+    let p = phys(64);
+    let mm = mm_with(&p, policy);
+    let world = Arc::new(World1::new());
+    world.map_all(&mm);
+    let name = policy.name();
+    let writers: Vec<_> = (0..W1)
+        .map(|w| {
+            let (mm, world) = (mm.clone(), world.clone());
+            spawn(format!("{name}-writer-{w}"), move || writer1(mm, world, w, seed ^ ((w as u64 + 1) * 0x1000)))
+        })
+        .collect();
+    let mutators: Vec<_> = (0..M1)
+        .map(|m| {
+            let (mm, world) = (mm.clone(), world.clone());
+            spawn(format!("{name}-mutator-{m}"), move || mutator1(mm, world, m, ops, seed ^ ((m as u64 + 1) << 20)))
+        })
+        .collect();
+    let mutators: Vec<_> = mutators.into_iter().map(|h| h.join()).collect();
+    world.done.store(true, SeqCst);
+    let stats = join_all(writers);
+    mutators.into_iter().for_each(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e)));
+    eprintln!("  {} mutator ops; writers {stats:?}; {:?}", ops * M1 as u64, mm.stats().tlb);
+    // The final state, seen by a fresh CPU.
+    let mut cpu = Cpu::attached(&mm);
+    for (p, pg) in world.pages.iter().enumerate() {
+        let got = read_page(&mut cpu, pg.addr);
+        match prot_of(pg.st.load(SeqCst)) {
+            ST_UNMAPPED => assert_eq!(got, Err(map_err(pg.addr)), "page {p}"),
+            ST_NONE => assert_eq!(got, Err(acc_err(pg.addr)), "page {p}"),
+            _ => {}
+        }
+        let Ok(got) = got else { continue };
+        for (i, &x) in got.iter().enumerate() {
+            let who = if i < W1 { i as u64 } else { 8 + (WORDS - 1 - i) as u64 };
+            assert!(((W1..WORDS - M1).contains(&i) && x == 0) || valid_word(x, who, p), "page {p} word {i}: {x:#x}");
+        }
+    }
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn writers_and_mutators_agree_on_every_access() {
+    for_each_policy("writers-and-mutators", writers_and_mutators);
+}
+
+// ---------------------------------------------------------------------------
+// 2. A frame freed by munmap never receives a write after munmap returned
+
+const P2: u64 = 0x1000_0000_0000; // the pages the hammer writes
+const P2_MOVED: u64 = 0x1000_4000_0000; // where the mremap variant moves them
+const F2: u64 = 0x1100_0000_0000; // fresh memory that reuses the freed frames
+const P2_PAGES: u64 = 4;
+const F2_PAGES: u64 = 8;
+/// Successful writes the hammer makes in a round before the change.
+const WRITES_BEFORE_KILL: u64 = 64;
+
+/// How a round takes the hammered pages away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kill {
+    Munmap,
+    DontNeed,
+    MapFixed,
+    Mremap,
+    ProtectRo,
+}
+
+const KILLS: [Kill; 5] = [Kill::Munmap, Kill::DontNeed, Kill::MapFixed, Kill::Mremap, Kill::ProtectRo];
+
+struct World2 {
+    /// The round whose pages are ready to hammer (`u64::MAX`: no more).
+    round: AtomicU64,
+    /// The round the hammer has made its first writes in.
+    started: AtomicU64,
+    /// The round whose change has returned: from then on a write to the
+    /// old address must fail (munmap, mremap, mprotect).
+    killed: AtomicU64,
+    /// The round the hammer must stop writing in, and the one it did.
+    stop: AtomicU64,
+    stopped: AtomicU64,
+    kill: Mutex<Kill>,
+    note: Note,
+    failed: AtomicBool,
+}
+
+impl World2 {
+    fn load(&self, x: &AtomicU64) -> u64 {
+        if self.failed.load(SeqCst) {
+            u64::MAX
+        } else {
+            x.load(SeqCst)
+        }
+    }
+}
+
+/// Thread A: writes into the pages of each round through its CPU, as fast as
+/// it can, in three ways (plain store, atomic RMW, a page-long slice), until
+/// told to stop; faults only once the change has taken the pages away.
+fn hammer2(mm: Arc<AddressSpace>, world: Arc<World2>) -> u64 {
+    let _fail = FailGuard { failed: &world.failed, notes: vec![&world.note] };
+    let mut cpu = Cpu::attached(&mm);
+    let mut seen = 0;
+    let mut total = 0;
+    loop {
+        world.note.wait(&mut cpu, || world.load(&world.round) > seen);
+        let r = world.load(&world.round);
+        if r == u64::MAX {
+            break;
+        }
+        let kill = *world.kill.lock().expect("kill");
+        let marker = enc(0xa, 0xaaa, r);
+        let mut ok = 0;
+        let mut i = 0u64;
+        while world.load(&world.stop) < r {
+            i += 1;
+            let pg = P2 + (i % P2_PAGES) * PAGE;
+            let dead = world.killed.load(SeqCst) >= r;
+            let a8 = pg + (i * 8 * 7) % PAGE;
+            let (res, at) = match i % 3 {
+                0 => (cpu.write_u64(a8, marker), a8),
+                1 => (cpu.fetch_add_u64(a8, 1).map(|_| ()), a8),
+                _ => (
+                    cpu.with_slice(pg, PAGE as usize, Access::Write, |_, c| {
+                        for b in c {
+                            b.store(0xa5, Relaxed);
+                        }
+                    }),
+                    pg,
+                ),
+            };
+            match (res, kill) {
+                (Ok(()), _) => {
+                    assert!(
+                        !dead || matches!(kill, Kill::DontNeed | Kill::MapFixed),
+                        "round {r}: write to {at:#x} succeeded after {kill:?} returned"
+                    );
+                    ok += 1;
+                    if ok == WRITES_BEFORE_KILL {
+                        world.started.store(r, SeqCst);
+                        world.note.notify();
+                    }
+                }
+                (Err(e), Kill::Munmap | Kill::Mremap) if e == map_err(at) && dead => {}
+                (Err(e), Kill::Munmap | Kill::Mremap) if e == map_err(at) => {
+                    // Between the change's PTE update and its return: allowed.
+                }
+                (Err(e), Kill::ProtectRo) if e == acc_err(at) => {}
+                (Err(e), _) => panic!("round {r} ({kill:?}): unexpected {e:?}"),
+            }
+        }
+        total += ok;
+        seen = r;
+        cpu.park();
+        world.stopped.store(r, SeqCst);
+        world.note.notify();
+        cpu.resume();
+    }
+    total
+}
+
+/// Thread B: each round maps the pages, lets A hammer them, takes them away
+/// (munmap, DONTNEED, MAP_FIXED over, mremap away, mprotect read-only) and at
+/// once faults in fresh memory, which reuses the freed frames (per-thread
+/// LIFO frame cache), fills it and checks it while A is still writing: any
+/// word of A's there is a write through a translation that the change
+/// should have shot down.
+fn stale_tlb_writes(policy: FaultPolicy, seed: u64) {
+    let rounds = scaled(300);
+    let mut rng = Rng::new(seed ^ 2);
+    let p = phys(32);
+    let mm = mm_with(&p, policy);
+    let world = Arc::new(World2 {
+        round: AtomicU64::new(0),
+        started: AtomicU64::new(0),
+        killed: AtomicU64::new(0),
+        stop: AtomicU64::new(0),
+        stopped: AtomicU64::new(0),
+        kill: Mutex::new(Kill::Munmap),
+        note: Note::new(),
+        failed: AtomicBool::new(false),
+    });
+    let hammer = {
+        let (mm, world) = (mm.clone(), world.clone());
+        spawn(format!("{}-hammer", policy.name()), move || hammer2(mm, world))
+    };
+    let mut run = || {
+        let _fail = FailGuard { failed: &world.failed, notes: vec![&world.note] };
+        let mut cpu = Cpu::attached(&mm);
+        let pat = |pg: u64, i: usize| enc(0xb, pg, i as u64);
+        let len = P2_PAGES * PAGE;
+        for r in 1..=rounds {
+            let kill = KILLS[rng.below(KILLS.len() as u64) as usize];
+            *world.kill.lock().expect("kill") = kill;
+            assert_eq!(mm.mmap(P2, len, RW, ANON | MAP_FIXED, None, 0), Ok(P2));
+            for k in 0..P2_PAGES {
+                cpu.write_u64(P2 + k * PAGE, 1).expect("populate");
+            }
+            world.round.store(r, SeqCst);
+            world.note.notify();
+            // A caches writable translations and keeps writing.
+            world.note.wait(&mut cpu, || world.load(&world.started) >= r);
+            if world.failed.load(SeqCst) {
+                return;
+            }
+            match kill {
+                Kill::Munmap => assert_eq!(mm.munmap(P2, len), Ok(())),
+                Kill::DontNeed => assert_eq!(mm.madvise(P2, len, MADV_DONTNEED), Ok(())),
+                Kill::MapFixed => assert_eq!(mm.mmap(P2, len, RW, ANON | MAP_FIXED, None, 0), Ok(P2)),
+                Kill::Mremap => {
+                    assert_eq!(mm.mremap(P2, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, P2_MOVED), Ok(P2_MOVED))
+                }
+                Kill::ProtectRo => assert_eq!(mm.mprotect(P2, len, PROT_READ), Ok(())),
+            }
+            world.killed.store(r, SeqCst);
+            // Fresh memory, faulted in while A is still going.
+            assert_eq!(mm.mmap(F2, F2_PAGES * PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(F2));
+            for k in 0..F2_PAGES {
+                let pg = F2 + k * PAGE;
+                cpu.write_u64(pg, pat(k, 0)).expect("fault in");
+                let got = read_page(&mut cpu, pg).expect("fresh page");
+                for (i, &x) in got.iter().enumerate().skip(1) {
+                    assert_eq!(x, 0, "round {r} ({kill:?}): fresh page {pg:#x} word {i} = {x:#x}: stale write");
+                }
+                let bytes: Vec<u8> = (0..WORDS).flat_map(|i| pat(k, i).to_le_bytes()).collect();
+                cpu.write(pg, &bytes).expect("fill");
+            }
+            for pass in 0..3 {
+                for k in 0..F2_PAGES {
+                    let pg = F2 + k * PAGE;
+                    for (i, &x) in read_page(&mut cpu, pg).expect("fresh page").iter().enumerate() {
+                        assert_eq!(
+                            x,
+                            pat(k, i),
+                            "round {r} ({kill:?}) pass {pass}: fresh page {pg:#x} word {i}: write through a stale TLB"
+                        );
+                    }
+                }
+            }
+            world.stop.store(r, SeqCst);
+            world.note.wait(&mut cpu, || world.load(&world.stopped) >= r);
+            assert_eq!(mm.munmap(F2, F2_PAGES * PAGE), Ok(()));
+            assert_eq!(mm.munmap(P2, len), Ok(()));
+            assert_eq!(mm.munmap(P2_MOVED, len), Ok(()));
+        }
+    };
+    run();
+    world.round.store(u64::MAX, SeqCst);
+    world.note.notify();
+    let writes = join_all(vec![hammer]);
+    eprintln!("  {rounds} rounds; hammer writes {writes:?}; {:?}", mm.stats().tlb);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn freed_frames_never_see_writes_through_stale_translations() {
+    for_each_policy("stale-tlb-writes", stale_tlb_writes);
+}
+
+// ---------------------------------------------------------------------------
+// 3. Fork under load
+//
+// Two writers write sequence-numbered values into interleaved words of the
+// same pages (so each COW-faults pages the other is writing) while the main
+// thread forks. Each child must hold, per writer, exactly a prefix of its
+// writes that ends while fork ran; child writes must never reach the parent
+// (the writers verify their words) nor parent writes the child (children are
+// re-verified on later rounds); MAP_SHARED stays shared both ways,
+// WIPEONFORK reads zero and DONTFORK is unmapped in the child.
+
+const W3: usize = 2; // parent writer threads, their words interleaved in the same pages
+const PAGES3: u64 = 2;
+const NW3: u64 = PAGES3 * WORDS as u64 / W3 as u64; // words per writer
+const BASE3: u64 = 0x5000_0000_0000;
+const SPECIAL3: u64 = 0x5100_0000_0000; // [wipe-on-fork | dont-fork | shared]
+
+/// Word `i` of writer `w`: every `W3`-th word of the pages, so that the
+/// writers COW-fault the same pages while the other still writes to them.
+fn word3(w: usize, i: u64) -> u64 {
+    BASE3 + (i * W3 as u64 + w as u64) * 8
+}
+
+/// Word `i` of writer `w` after the writer's writes `1..=cut` (write `s` goes
+/// to word `s % NW3`).
+fn cut_value(w: usize, i: u64, cut: u64) -> u64 {
+    match cut.checked_sub((cut % NW3 + NW3 - i) % NW3) {
+        Some(s) if s > 0 => enc(w as u64, i, s),
+        _ => 0,
+    }
+}
+
+/// Every writer's words, as `cpu` sees them.
+fn read_words3(cpu: &mut Cpu) -> Vec<Vec<u64>> {
+    let mut all = Vec::new();
+    for k in 0..PAGES3 {
+        all.extend(read_page(cpu, BASE3 + k * PAGE).expect("writer page"));
+    }
+    (0..W3).map(|w| all.iter().skip(w).step_by(W3).copied().collect()).collect()
+}
+
+struct World3 {
+    published: Vec<AtomicU64>,
+    progress_note: Note,
+    done: AtomicBool,
+    failed: AtomicBool,
+}
+
+fn writer3(mm: Arc<AddressSpace>, world: Arc<World3>, w: usize) -> u64 {
+    let _fail = FailGuard { failed: &world.failed, notes: vec![&world.progress_note] };
+    let mut cpu = Cpu::attached(&mm);
+    let mut seq = 0;
+    while !world.done.load(Relaxed) && !world.failed.load(Relaxed) {
+        seq += 1;
+        let i = seq % NW3;
+        let a = word3(w, i);
+        let val = enc(w as u64, i, seq);
+        cpu.write_u64(a, val).unwrap_or_else(|e| panic!("writer {w}: {e}"));
+        world.published[w].store(seq, SeqCst);
+        if seq % 64 == 0 {
+            world.progress_note.notify();
+        }
+        if seq % 61 == 0 {
+            assert_eq!(cpu.read_u64(a), Ok(val), "writer {w}: lost write at seq {seq}");
+        }
+        if seq % 4099 == 0 {
+            // Nothing a child wrote, and nothing lost to a COW copy.
+            for (i, x) in read_words3(&mut cpu).swap_remove(w).into_iter().enumerate() {
+                assert_eq!(x, cut_value(w, i as u64, seq), "writer {w}: word {i} at seq {seq}");
+            }
+        }
+    }
+    seq
+}
+
+struct Child3 {
+    mm: Arc<AddressSpace>,
+    cpu: Cpu,
+    /// Its expected writer words, child writes included.
+    words: Vec<Vec<u64>>,
+    round: u64,
+}
+
+impl Child3 {
+    fn verify(&mut self) {
+        for (w, (got, want)) in read_words3(&mut self.cpu).iter().zip(&self.words).enumerate() {
+            for (i, (&g, &e)) in got.iter().zip(want).enumerate() {
+                assert_eq!(g, e, "child of round {}: writer {w} word {i} changed after fork", self.round);
+            }
+        }
+    }
+}
+
+fn fork_under_load(policy: FaultPolicy, seed: u64) {
+    let rounds = scaled(100);
+    let mut rng = Rng::new(seed ^ 3);
+    let p = phys(64);
+    let mm = mm_with(&p, policy);
+    assert_eq!(mm.mmap(BASE3, PAGES3 * PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(BASE3));
+    let (wipe, dontfork, shared) = (SPECIAL3, SPECIAL3 + 2 * PAGE, SPECIAL3 + 4 * PAGE);
+    assert_eq!(mm.mmap(wipe, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(wipe));
+    assert_eq!(mm.mmap(dontfork, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(dontfork));
+    assert_eq!(mm.mmap(shared, PAGE, RW, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0), Ok(shared));
+    assert_eq!(mm.madvise(wipe, PAGE, MADV_WIPEONFORK), Ok(()));
+    assert_eq!(mm.madvise(dontfork, PAGE, MADV_DONTFORK), Ok(()));
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(wipe, 0x11).expect("wipe page");
+    cpu.write_u64(dontfork, 0x22).expect("dontfork page");
+    cpu.park();
+    let world = Arc::new(World3 {
+        published: (0..W3).map(|_| AtomicU64::new(0)).collect(),
+        progress_note: Note::new(),
+        done: AtomicBool::new(false),
+        failed: AtomicBool::new(false),
+    });
+    let _fail = FailGuard { failed: &world.failed, notes: vec![&world.progress_note] };
+    let writers: Vec<_> = (0..W3)
+        .map(|w| {
+            let (mm, world) = (mm.clone(), world.clone());
+            spawn(format!("{}-writer-{w}", policy.name()), move || writer3(mm, world, w))
+        })
+        .collect();
+    let published = |w: usize| world.published[w].load(SeqCst);
+    let mut children: Vec<Child3> = Vec::new();
+    for round in 1..=rounds {
+        let before: Vec<u64> = (0..W3).map(published).collect();
+        let child = mm.fork().expect("fork");
+        let after: Vec<u64> = (0..W3).map(published).collect();
+        let mut ccpu = Cpu::attached(&child);
+        let mut snap = read_words3(&mut ccpu);
+        for (w, got) in snap.iter().enumerate() {
+            // A prefix of each writer's writes, ending while fork ran.
+            let mut cut = 0;
+            for (i, &x) in got.iter().enumerate() {
+                if x != 0 {
+                    let (who, place, s) = dec(x).unwrap_or_else(|| panic!("round {round}: foreign word {x:#x}"));
+                    assert_eq!((who, place, s % NW3), (w as u64, i as u64, i as u64), "round {round}: {x:#x}");
+                    cut = cut.max(s);
+                }
+            }
+            assert!(
+                before[w] <= cut && cut <= after[w] + 1,
+                "round {round}: writer {w}: child holds writes up to {cut}, fork ran during {}..={}",
+                before[w],
+                after[w]
+            );
+            for (i, &x) in got.iter().enumerate() {
+                assert_eq!(x, cut_value(w, i as u64, cut), "round {round}: writer {w} word {i}: torn snapshot");
+            }
+        }
+        assert_eq!(ccpu.read_u64(wipe), Ok(0), "MADV_WIPEONFORK");
+        assert_eq!(ccpu.read_u64(dontfork), Err(map_err(dontfork)), "MADV_DONTFORK");
+        // Child writes, on every other round only (so that the parent also
+        // COW-copies pages still shared): the parent's writers must never
+        // see them (they verify their words).
+        if round % 2 == 0 {
+            for (w, words) in snap.iter_mut().enumerate() {
+                for _ in 0..4 {
+                    let i = rng.below(NW3);
+                    let val = enc(0xf, i, round);
+                    ccpu.write_u64(word3(w, i), val).expect("child write");
+                    words[i as usize] = val;
+                }
+            }
+        }
+        // The shared mapping stays shared both ways.
+        ccpu.write_u64(shared, round).expect("shared write");
+        cpu.resume();
+        assert_eq!(cpu.read_u64(shared), Ok(round), "child's write to MAP_SHARED memory");
+        cpu.write_u64(shared + 8, round).expect("parent shared write");
+        assert_eq!(cpu.read_u64(wipe), Ok(0x11));
+        cpu.park();
+        assert_eq!(ccpu.read_u64(shared + 8), Ok(round), "parent's write to MAP_SHARED memory");
+        children.push(Child3 { mm: child, cpu: ccpu, words: snap, round });
+        // Every child must stay as it was while the parent keeps writing.
+        for c in &mut children {
+            c.verify();
+        }
+        if children.len() > 2 {
+            let old = children.remove(0);
+            drop(old.cpu);
+            drop(old.mm);
+        }
+        // Let every writer get through all its words (COW-faulting the pages
+        // and caching writable translations) before the next fork.
+        world
+            .progress_note
+            .wait(&mut cpu, || (0..W3).all(|w| published(w) >= after[w] + NW3) || world.failed.load(SeqCst));
+        cpu.park();
+    }
+    world.done.store(true, SeqCst);
+    let seqs = join_all(writers);
+    for c in &mut children {
+        c.verify();
+    }
+    drop(children);
+    eprintln!("  {rounds} forks; writer seqs {seqs:?}; {:?}", mm.stats().tlb);
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn fork_under_load_gives_consistent_isolated_snapshots() {
+    for_each_policy("fork-under-load", fork_under_load);
+}
+
+// ---------------------------------------------------------------------------
+// 4. Parked CPUs are not waited for, and flush on resume
+//
+// A thread caches translations of a page, parks its CPU and blocks; the main
+// thread changes the page (munmap, mprotect RO/NONE, mremap, DONTNEED, MAP_FIXED
+// over). The call must return while the other CPU sleeps (else the watchdog
+// fires), must not have waited for any CPU (flush_waits unchanged: the other is
+// parked, ours is inside the call), and after resume() both CPUs must see the
+// change: SIGSEGV, the moved data, or zeroes.
+
+const P4: u64 = 0x6000_0000_0000;
+const Q4: u64 = P4 + 2 * PAGE; // a neighbour that no change touches
+const P4_MOVED: u64 = 0x6000_4000_0000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    Munmap,
+    ProtectRo,
+    ProtectNone,
+    Mremap,
+    DontNeed,
+    MapFixed,
+}
+
+const CHANGES: [Change; 6] =
+    [Change::Munmap, Change::ProtectRo, Change::ProtectNone, Change::Mremap, Change::DontNeed, Change::MapFixed];
+
+/// What any CPU must see at P4 (and the moved copy) after `change`, the page
+/// having held `val`.
+fn check_after(cpu: &mut Cpu, change: Change, val: u64, who: &str) {
+    match change {
+        Change::Munmap => {
+            assert_eq!(cpu.read_u64(P4), Err(map_err(P4)), "{who}: read after munmap");
+            assert_eq!(cpu.write_u64(P4, 1), Err(map_err(P4)), "{who}: write after munmap");
+        }
+        Change::ProtectRo => {
+            assert_eq!(cpu.write_u64(P4, 1), Err(acc_err(P4)), "{who}: write after mprotect RO");
+            assert_eq!(cpu.read_u64(P4), Ok(val), "{who}");
+        }
+        Change::ProtectNone => {
+            assert_eq!(cpu.read_u64(P4), Err(acc_err(P4)), "{who}: read after mprotect NONE");
+        }
+        Change::Mremap => {
+            assert_eq!(cpu.write_u64(P4, 1), Err(map_err(P4)), "{who}: write to the old address after mremap");
+            assert_eq!(cpu.read_u64(P4_MOVED), Ok(val), "{who}: data at the new address");
+        }
+        Change::DontNeed | Change::MapFixed => {
+            assert_eq!(cpu.read_u64(P4), Ok(0), "{who}: old frame still visible after {change:?}");
+        }
+    }
+}
+
+fn parked_cpus(policy: FaultPolicy, seed: u64) {
+    let rounds = scaled(1000);
+    let mut rng = Rng::new(seed ^ 4);
+    let p = phys(16);
+    let mm = mm_with(&p, policy);
+    assert_eq!(mm.mmap(Q4, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(Q4));
+    let (cmd_tx, cmd_rx) = mpsc::channel::<Option<(u64, Change)>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<u64>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<u64>();
+    let parked = {
+        let mm = mm.clone();
+        spawn(format!("{}-parked", policy.name()), move || {
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(Q4, 0x99).expect("neighbour");
+            cpu.park();
+            while let Some((r, change)) = cmd_rx.recv().expect("cmd") {
+                cpu.resume();
+                // Cache read and write translations of P4, then sleep parked.
+                cpu.write_u64(P4, r).expect("write P4");
+                assert_eq!(cpu.read_u64(P4), Ok(r));
+                cpu.park();
+                ready_tx.send(r).expect("ready");
+                go_rx.recv().expect("go"); // blocked outside softmm, parked
+                cpu.resume();
+                check_after(&mut cpu, change, r, "resumed CPU");
+                assert_eq!(cpu.read_u64(Q4), Ok(0x99), "neighbour page");
+                cpu.park();
+                done_tx.send(r).expect("done");
+            }
+        })
+    };
+    let mut cpu = Cpu::attached(&mm);
+    for r in 1..=rounds {
+        let change = CHANGES[rng.below(CHANGES.len() as u64) as usize];
+        assert_eq!(mm.mmap(P4, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(P4));
+        cmd_tx.send(Some((r, change))).expect("cmd");
+        cpu.park();
+        assert_eq!(ready_rx.recv(), Ok(r));
+        cpu.resume();
+        assert_eq!(cpu.read_u64(P4), Ok(r)); // our TLB holds it too
+        cpu.park();
+        // Every other CPU is parked: stats() cannot meet a shootdown.
+        let t0 = mm.stats().tlb;
+        // Must complete while the other CPU sleeps parked (a wait for
+        // it would never end: the watchdog reports the hang).
+        match change {
+            Change::Munmap => assert_eq!(mm.munmap(P4, PAGE), Ok(())),
+            Change::ProtectRo => assert_eq!(mm.mprotect(P4, PAGE, PROT_READ), Ok(())),
+            Change::ProtectNone => assert_eq!(mm.mprotect(P4, PAGE, PROT_NONE), Ok(())),
+            Change::Mremap => {
+                assert_eq!(mm.mremap(P4, PAGE, PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, P4_MOVED), Ok(P4_MOVED))
+            }
+            Change::DontNeed => assert_eq!(mm.madvise(P4, PAGE, MADV_DONTNEED), Ok(())),
+            Change::MapFixed => assert_eq!(mm.mmap(P4, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(P4)),
+        }
+        let t1 = mm.stats().tlb;
+        let flushes = t1.flushes - t0.flushes;
+        assert!(flushes >= 1, "{change:?} narrowed a cached translation without a shootdown");
+        // One request per flush: to the other thread's CPU, not our own.
+        assert_eq!(t1.flush_requests - t0.flush_requests, flushes, "requests sent to other threads' CPUs");
+        assert_eq!(t1.flush_waits, t0.flush_waits, "{change:?} waited for a parked or syscalling CPU");
+        cpu.resume();
+        check_after(&mut cpu, change, r, "initiating CPU");
+        cpu.park();
+        go_tx.send(()).expect("go");
+        assert_eq!(done_rx.recv(), Ok(r));
+        cpu.resume();
+        assert_eq!(mm.munmap(P4, PAGE), Ok(()));
+        assert_eq!(mm.munmap(P4_MOVED, PAGE), Ok(()));
+    }
+    cmd_tx.send(None).expect("stop");
+    join_all(vec![parked]);
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn parked_cpus_do_not_block_shootdowns_and_flush_on_resume() {
+    for_each_policy("parked-cpus", parked_cpus);
+}
