@@ -1,0 +1,392 @@
+//! `softmm bench`: the sweep over workloads, policies (plus the host),
+//! thread counts and repeats, with progress, table, JSON and plot.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use softmm::FaultPolicy;
+
+use crate::machine::{cores, Machine};
+use crate::report::{self, Results, Sample};
+use crate::workloads::{self, Arena, Backend, Limit, Params, Workload};
+
+/// Where the headline plot goes.
+pub const HEADLINE_PLOT: &str = "softmm-results.svg";
+
+/// `softmm bench` options.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "bench")]
+pub struct BenchArgs {
+    /// Workloads, comma-separated or repeated: pft, page-fault1, page-fault2,
+    /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm, or all.
+    /// None: the headline experiment (pft and interference for every policy
+    /// and the host, plotted to softmm-results.svg).
+    #[arg(value_delimiter = ',')]
+    pub workloads: Vec<String>,
+
+    /// Fault policies: one, a comma list, `all`, or `default` (the library's
+    /// default, recorded under its real name). `host` alone runs only the host.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+
+    /// Thread counts, e.g. `1,2,4` or `1-8` [default: 1 to the number of CPUs].
+    #[arg(long)]
+    pub threads: Option<String>,
+
+    /// Seconds per sample.
+    #[arg(long, default_value_t = 0.5)]
+    pub duration: f64,
+
+    /// Loop iterations per task instead of a duration (one map/touch/unmap
+    /// cycle, one pass over a slice, one page, or one 16 KiB region operation).
+    #[arg(long)]
+    pub iterations: Option<u64>,
+
+    /// Samples per configuration (the table shows median, min and max).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+
+    /// Modes, comma-separated: `threads`/`processes` for page-fault1-3,
+    /// mmap1-2 and tlb-flush; CortenMM operations (`mmap-low`, `pf-high`, ...)
+    /// for cortenmm. Workloads run in their default modes where none applies.
+    #[arg(long, value_delimiter = ',')]
+    pub mode: Vec<String>,
+
+    /// Region size: per mapping for page-fault1-3, mmap1-2 and the mmap
+    /// thread of interference; per thread for pft and interference's faulters;
+    /// per task (at most 1 MiB) for tlb-flush. Suffixes K, M, G.
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    pub size: u64,
+
+    /// Write every sample and the machine description as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Plot throughput against threads (.svg or .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+
+    /// Leave out the host rows.
+    #[arg(long)]
+    pub no_host: bool,
+
+    /// Try speculative faults even with one CPU attached (MmConfig::force_speculative).
+    #[arg(long)]
+    pub force_speculative: bool,
+}
+
+/// `4096`, `16K`, `128M`, `1G`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown size suffix in `{s}` (K, M or G)")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let v: u64 = num.trim().parse().map_err(|_| format!("not a size: `{s}`"))?;
+    if v == 0 {
+        return Err("the size must not be zero".into());
+    }
+    Ok(v * mult)
+}
+
+fn parse_threads(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("bad thread count `{part}`");
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+            if a == 0 || b < a {
+                return Err(bad());
+            }
+            out.extend(a..=b);
+        } else {
+            let n: usize = part.parse().map_err(|_| bad())?;
+            if n == 0 {
+                return Err(bad());
+            }
+            out.push(n);
+        }
+    }
+    if out.is_empty() {
+        return Err("no thread counts".into());
+    }
+    out.dedup();
+    Ok(out)
+}
+
+fn parse_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
+    let mut out: Vec<Backend> = Vec::new();
+    let mut host = !no_host;
+    let mut only_host = true;
+    for name in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let add: Vec<Backend> = match name {
+            "all" => FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect(),
+            "default" => vec![Backend::Soft(FaultPolicy::default())],
+            "host" => {
+                host = true;
+                continue;
+            }
+            _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown policy `{name}` (known: {}, all, default, host)", names.join(", "))
+            })?)],
+        };
+        only_host = false;
+        for b in add {
+            if !out.contains(&b) {
+                out.push(b);
+            }
+        }
+    }
+    if only_host && !no_host {
+        return Ok(vec![Backend::Host]);
+    }
+    if host {
+        out.push(Backend::Host);
+    }
+    if out.is_empty() {
+        return Err("no policy to run".into());
+    }
+    Ok(out)
+}
+
+fn parse_workloads(names: &[String]) -> Result<Vec<Workload>, String> {
+    let mut out = Vec::new();
+    for n in names.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let add: Vec<Workload> = if n == "all" {
+            Workload::ALL.to_vec()
+        } else {
+            vec![Workload::from_name(n).ok_or_else(|| {
+                let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+                format!("unknown workload `{n}` (known: {}, all)", names.join(", "))
+            })?]
+        };
+        for w in add {
+            if !out.contains(&w) {
+                out.push(w);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One planned sample.
+struct Job {
+    workload: Workload,
+    backend: Backend,
+    mode: &'static str,
+    threads: usize,
+    repeat: usize,
+}
+
+fn mem_available() -> Option<u64> {
+    let t = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let l = t.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(l.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Runs `softmm bench`; returns the exit status.
+pub fn run(args: &BenchArgs) -> Result<i32, String> {
+    let headline = args.workloads.is_empty();
+    let workloads =
+        if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
+    let backends = parse_backends(&args.policy, args.no_host)?;
+    let threads = match &args.threads {
+        Some(s) => parse_threads(s)?,
+        None => (1..=cores()).collect(),
+    };
+    if args.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    if !(args.duration > 0.0 && args.duration.is_finite()) {
+        return Err("--duration must be positive".into());
+    }
+    let limit = match args.iterations {
+        Some(0) => return Err("--iterations must be at least 1".into()),
+        Some(n) => Limit::Iterations(n),
+        None => Limit::Duration(Duration::from_secs_f64(args.duration)),
+    };
+    for m in &args.mode {
+        if !workloads.iter().any(|w| w.modes().contains(&m.as_str())) {
+            return Err(format!("mode `{m}` applies to none of the workloads"));
+        }
+    }
+    if let Some(p) = &args.plot {
+        let ext = p.extension().map(|x| x.to_string_lossy().to_ascii_lowercase());
+        if !matches!(ext.as_deref(), Some("svg" | "png")) {
+            return Err(format!("{}: the plot file must end in .svg or .png", p.display()));
+        }
+    }
+    let max_threads = threads.iter().copied().max().unwrap_or(1);
+    if let Some(avail) = mem_available() {
+        for &w in &workloads {
+            let need = w.arena_bytes(max_threads, args.size);
+            if backends.iter().any(|b| matches!(b, Backend::Soft(_))) && need > avail / 10 * 9 {
+                return Err(format!(
+                    "{} at {max_threads} threads needs a {} MiB softmm arena, more than the {} MiB available: use a smaller --size",
+                    w.name(),
+                    need >> 20,
+                    avail >> 20
+                ));
+            }
+        }
+    }
+
+    let mut jobs = Vec::new();
+    for &w in &workloads {
+        let mut modes: Vec<&'static str> =
+            w.modes().iter().copied().filter(|m| args.mode.iter().any(|a| a == m)).collect();
+        if modes.is_empty() {
+            modes = w.default_modes().to_vec();
+        }
+        for &b in &backends {
+            for &mode in &modes {
+                for &t in &threads {
+                    for r in 0..args.repeat {
+                        jobs.push(Job { workload: w, backend: b, mode, threads: t, repeat: r });
+                    }
+                }
+            }
+        }
+    }
+
+    let machine = Machine::detect();
+    let tty = std::io::stdout().is_terminal();
+    let bar = if tty {
+        let bar = ProgressBar::with_draw_target(Some(jobs.len() as u64), ProgressDrawTarget::stdout());
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} [{elapsed_precise}, eta {eta}] {msg}")
+                .expect("valid template"),
+        );
+        Some(bar)
+    } else {
+        None
+    };
+    eprintln!(
+        "softmm bench on {} ({} CPUs, {}), softmm {}: {} samples",
+        machine.model,
+        machine.cores,
+        machine.kernel,
+        machine.softmm_commit,
+        jobs.len()
+    );
+    let mut arena = Arena::default();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut failures = 0;
+    let mut last_backend = None;
+    for (i, job) in jobs.iter().enumerate() {
+        if job.backend == Backend::Host && last_backend != Some(Backend::Host) {
+            // Forked host processes should not inherit a large arena.
+            arena.release();
+        }
+        last_backend = Some(job.backend);
+        let label = format!(
+            "{} {} {} threads={} repeat={}",
+            job.workload.name(),
+            job.mode,
+            job.backend.name(),
+            job.threads,
+            job.repeat
+        );
+        if let Some(bar) = &bar {
+            bar.set_message(label.clone());
+        }
+        let params = Params {
+            threads: job.threads,
+            mode: job.mode,
+            limit,
+            size: args.size,
+            force_speculative: args.force_speculative,
+        };
+        match workloads::run(job.workload, job.backend, &params, &mut arena) {
+            Ok(m) => {
+                let ops_per_sec = if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 };
+                if bar.is_none() {
+                    eprintln!("[{}/{}] {label}: {} ops/s", i + 1, jobs.len(), report::si(ops_per_sec));
+                }
+                samples.push(Sample {
+                    workload: job.workload.name().to_string(),
+                    mode: job.mode.to_string(),
+                    policy: job.backend.name().to_string(),
+                    threads: job.threads,
+                    repeat: job.repeat,
+                    ops: m.ops,
+                    seconds: m.seconds,
+                    ops_per_sec,
+                    counters: m.counters,
+                    cpu_seconds: m.cpu_seconds,
+                });
+            }
+            Err(e) => {
+                failures += 1;
+                let msg = format!("softmm: {label}: {e}");
+                match &bar {
+                    Some(bar) => bar.suspend(|| eprintln!("{msg}")),
+                    None => eprintln!("{msg}"),
+                }
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.inc(1);
+        }
+    }
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    drop(arena);
+
+    println!("{}", report::table(&samples));
+    print!("{}", report::legend(&samples));
+    let results = Results { machine, samples };
+    if let Some(path) = &args.json {
+        report::write_json(path, &results)?;
+        println!("wrote {}", path.display());
+    }
+    let plot = args.plot.clone().or_else(|| headline.then(|| PathBuf::from(HEADLINE_PLOT)));
+    if let Some(path) = plot {
+        if results.samples.is_empty() {
+            eprintln!("softmm: no samples: {} not written", path.display());
+        } else {
+            crate::plot::plot(&path, &results.samples)?;
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(if failures > 0 { 1 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_threads_policies() {
+        assert_eq!(parse_size("128M"), Ok(128 << 20));
+        assert_eq!(parse_size("16k"), Ok(16 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_threads("1,2,4"), Ok(vec![1, 2, 4]));
+        assert_eq!(parse_threads("1-3,8"), Ok(vec![1, 2, 3, 8]));
+        assert!(parse_threads("0").is_err());
+        let all = parse_backends("all", false).unwrap();
+        assert_eq!(all.len(), FaultPolicy::ALL.len() + 1);
+        assert_eq!(all.last(), Some(&Backend::Host));
+        assert_eq!(parse_backends("default", true).unwrap(), vec![Backend::Soft(FaultPolicy::default())]);
+        assert_eq!(parse_backends("host", false).unwrap(), vec![Backend::Host]);
+        assert_eq!(
+            parse_backends("mmap-lock,per-vma", false).unwrap(),
+            vec![Backend::Soft(FaultPolicy::MmapLock), Backend::Soft(FaultPolicy::PerVma), Backend::Host]
+        );
+        assert!(parse_backends("nope", false).is_err());
+    }
+}

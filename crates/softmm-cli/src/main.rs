@@ -1,0 +1,106 @@
+//! `softmm`: the softmm lab.
+//!
+//! * `softmm` (or `softmm bench` with no workload): the headline experiment —
+//!   pft and interference for every fault policy and the host at 1..=nproc
+//!   threads; prints the table and writes `softmm-results.svg`.
+//! * `softmm bench WORKLOAD...`: the fault-scalability workloads side by side
+//!   with the host kernel (table, `--json`, `--plot`).
+//! * `softmm replay LOG`: replays an strace log of a real program against a
+//!   softmm address space and compares every result.
+
+mod bench;
+mod machine;
+mod plot;
+mod replay;
+mod report;
+mod workloads;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "softmm",
+    version,
+    about = "The softmm lab: fault-scalability workloads against the host kernel, and strace log replay",
+    after_help = "With no command, runs the headline experiment (`softmm bench`)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run workloads for fault policies and the host; print a table, write JSON and plots.
+    Bench(bench::BenchArgs),
+    /// Replay an `strace -f -y -e trace=mmap,munmap,mprotect,mremap,brk,madvise` log.
+    Replay(ReplayArgs),
+    /// Plot the samples of a `bench --json` file again (.svg or .png).
+    Plot {
+        /// A file written by `softmm bench --json`.
+        json: PathBuf,
+        /// The plot to write.
+        out: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// The log (`-` for standard input).
+    log: PathBuf,
+    /// Where non-fixed mmap/mremap calls place their mappings.
+    #[arg(long, value_enum, default_value = "recorded")]
+    addresses: replay::Addresses,
+    /// Print the final mappings in /proc/pid/maps format.
+    #[arg(long)]
+    maps: bool,
+    /// Print every call with softmm's result.
+    #[arg(long, short)]
+    verbose: bool,
+    /// softmm arena size (default: enough for the log's populating calls).
+    #[arg(long, value_parser = bench::parse_size)]
+    arena: Option<u64>,
+}
+
+fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
+    let text = if a.log.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| format!("stdin: {e}"))?;
+        s
+    } else {
+        let bytes = std::fs::read(&a.log).map_err(|e| format!("{}: {e}", a.log.display()))?;
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let opts = replay::Options { addresses: a.addresses, maps: a.maps, verbose: a.verbose, arena: a.arena };
+    let (out, ok) = replay::replay(&a.log.display().to_string(), &text, &opts)?;
+    print!("{out}");
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<i32, String> {
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let results: report::Results = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    plot::plot(out, &results.samples)?;
+    println!("wrote {}", out.display());
+    Ok(0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match &cli.cmd {
+        None => bench::BenchArgs::try_parse_from(["bench"]).map_err(|e| e.to_string()).and_then(|a| bench::run(&a)),
+        Some(Cmd::Bench(a)) => bench::run(a),
+        Some(Cmd::Replay(a)) => run_replay(a),
+        Some(Cmd::Plot { json, out }) => replot(json, out),
+    };
+    match r {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("softmm: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,607 @@
+//! Parsing `strace -f -y -e trace=mmap,munmap,mprotect,mremap,brk,madvise`
+//! output (or the same syntax written by hand): pid prefixes (`123 ` or
+//! `[pid 123] `), optional timestamps, `<unfinished ...>` / `<... NAME
+//! resumed>` pairs of interleaved threads, fd annotations (`3</usr/lib/x.so>`),
+//! symbolic flags (`PROT_READ|PROT_WRITE`, `MAP_PRIVATE|MAP_FIXED`,
+//! `MADV_DONTNEED`, `0x...` for unknown bits) and results (`0x7f...`, `0`,
+//! `-1 ENOMEM (Cannot allocate memory)`).
+
+use std::collections::HashMap;
+
+/// The fd argument of an `mmap`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fd {
+    /// `-1` (or any negative number).
+    None,
+    /// A descriptor without a path (`3`).
+    Num(i64),
+    /// A descriptor with `-y`'s path (`3</usr/lib/libc.so.6>`).
+    Path(i64, String),
+}
+
+impl Fd {
+    /// The name its in-memory file gets, if it is a descriptor.
+    pub fn key(&self) -> Option<String> {
+        match self {
+            Fd::None => None,
+            Fd::Num(n) => Some(format!("fd {n}")),
+            Fd::Path(_, p) => Some(p.clone()),
+        }
+    }
+}
+
+/// A traced call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `mmap(addr, len, prot, flags, fd, offset)`.
+    Mmap { addr: u64, len: u64, prot: i32, flags: i32, fd: Fd, off: u64 },
+    /// `munmap(addr, len)`.
+    Munmap { addr: u64, len: u64 },
+    /// `mprotect(addr, len, prot)`.
+    Mprotect { addr: u64, len: u64, prot: i32 },
+    /// `mremap(old, old_len, new_len, flags[, new_addr])`.
+    Mremap { old: u64, old_len: u64, new_len: u64, flags: i32, new_addr: u64 },
+    /// `brk(addr)`.
+    Brk { addr: u64 },
+    /// `madvise(addr, len, advice)`.
+    Madvise { addr: u64, len: u64, advice: i32 },
+}
+
+impl Call {
+    /// The syscall's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Mmap { .. } => "mmap",
+            Call::Munmap { .. } => "munmap",
+            Call::Mprotect { .. } => "mprotect",
+            Call::Mremap { .. } => "mremap",
+            Call::Brk { .. } => "brk",
+            Call::Madvise { .. } => "madvise",
+        }
+    }
+}
+
+/// A recorded result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ret {
+    /// A value (an address, or 0).
+    Val(u64),
+    /// `-1 ERRNO`.
+    Err(i32),
+}
+
+/// One call with its result.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Line where the call starts (1-based).
+    pub line: usize,
+    /// Line where its result is (the `resumed` line of a split call).
+    pub end_line: usize,
+    /// The thread, if the log names it.
+    pub pid: Option<u64>,
+    /// The call.
+    pub call: Call,
+    /// What it returned.
+    pub ret: Ret,
+    /// The call as written (`name(args)`), rejoined if it was split.
+    pub text: String,
+}
+
+/// A parsed log.
+#[derive(Debug, Default)]
+pub struct Log {
+    /// The calls, in the order their results were written.
+    pub records: Vec<Record>,
+    /// Lines of traced calls that could not be understood: `(line, why)`.
+    pub bad: Vec<(usize, String)>,
+    /// Calls without a result (`= ?`, or never resumed).
+    pub incomplete: Vec<usize>,
+    /// Calls of other syscalls, ignored.
+    pub other_calls: usize,
+}
+
+const NAMES: &[&str] = &["mmap", "munmap", "mprotect", "mremap", "brk", "madvise"];
+
+/// Parses a whole log.
+pub fn parse(text: &str) -> Log {
+    let mut log = Log::default();
+    // Per thread: (line, text up to the `<unfinished ...>` marker).
+    let mut pending: HashMap<Option<u64>, (usize, String)> = HashMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let lineno = i + 1;
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (pid, rest) = split_pid(line);
+        let rest = strip_timestamp(rest);
+        if rest.starts_with("+++") || rest.starts_with("---") || rest.starts_with("strace:") {
+            continue;
+        }
+        if let Some(after) = rest.strip_prefix("<...") {
+            // `<... mmap resumed>) = 0x...`
+            let Some(close) = after.find('>') else {
+                log.bad.push((lineno, "malformed `resumed` line".into()));
+                continue;
+            };
+            let name = after[..close].trim().trim_end_matches("resumed").trim();
+            let tail = &after[close + 1..];
+            match pending.remove(&pid) {
+                Some((start, head)) => {
+                    if !head.starts_with(name) {
+                        log.bad.push((lineno, format!("`{name}` resumed, but line {start} started another call")));
+                        continue;
+                    }
+                    let full = format!("{head}{tail}");
+                    finish(&mut log, start, lineno, pid, &full);
+                }
+                None => {
+                    if NAMES.contains(&name) {
+                        log.bad.push((lineno, format!("`{name}` resumed without its start")));
+                    }
+                }
+            }
+            continue;
+        }
+        if let Some(head) = rest.strip_suffix("<unfinished ...>") {
+            let head = head.trim_end().to_string();
+            if let Some((old, _)) = pending.insert(pid, (lineno, head)) {
+                log.incomplete.push(old);
+            }
+            continue;
+        }
+        finish(&mut log, lineno, lineno, pid, rest);
+    }
+    let mut left: Vec<usize> = pending.into_values().map(|(l, _)| l).collect();
+    left.sort_unstable();
+    log.incomplete.extend(left);
+    log
+}
+
+/// `123 rest` or `[pid 123] rest` → the pid and the rest.
+fn split_pid(line: &str) -> (Option<u64>, &str) {
+    if let Some(r) = line.strip_prefix("[pid") {
+        if let Some(end) = r.find(']') {
+            if let Ok(pid) = r[..end].trim().parse() {
+                return (Some(pid), r[end + 1..].trim_start());
+            }
+        }
+    }
+    let digits = line.bytes().take_while(|b| b.is_ascii_digit()).count();
+    if digits > 0 && line[digits..].starts_with([' ', '\t']) {
+        let rest = line[digits..].trim_start();
+        // A timestamp (`12:00:01.5`) is not a pid: it is followed by `:` or `.`.
+        if let Ok(pid) = line[..digits].parse() {
+            return (Some(pid), rest);
+        }
+    }
+    (None, line)
+}
+
+/// Drops a leading `-t`/`-tt`/`-ttt`/`-r` timestamp.
+fn strip_timestamp(s: &str) -> &str {
+    let end = s.find([' ', '\t']).unwrap_or(0);
+    let tok = &s[..end];
+    if !tok.is_empty() && tok.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.') && tok.contains([':', '.'])
+    {
+        s[end..].trim_start()
+    } else {
+        s
+    }
+}
+
+fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &str) {
+    let Some(open) = text.find('(') else {
+        log.bad.push((line, "not a call".into()));
+        return;
+    };
+    let name = text[..open].trim();
+    if !NAMES.contains(&name) {
+        if name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            log.other_calls += 1;
+        } else {
+            log.bad.push((line, "not a call".into()));
+        }
+        return;
+    }
+    // The result follows the last `)` that is followed by `=`.
+    let Some((close, ret)) = split_result(text) else {
+        log.bad.push((line, "no result (`= ...`)".into()));
+        return;
+    };
+    let ret = match parse_ret(ret) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            log.incomplete.push(line);
+            return;
+        }
+        Err(e) => {
+            log.bad.push((end_line, e));
+            return;
+        }
+    };
+    let args = split_args(&text[open + 1..close]);
+    match parse_call(name, &args) {
+        Ok(call) => {
+            log.records.push(Record { line, end_line, pid, call, ret, text: format!("{}({})", name, args.join(", ")) })
+        }
+        Err(e) => log.bad.push((line, e)),
+    }
+}
+
+fn split_result(text: &str) -> Option<(usize, &str)> {
+    let bytes = text.as_bytes();
+    let mut i = text.len();
+    while let Some(eq) = text[..i].rfind('=') {
+        let before = text[..eq].trim_end();
+        if before.ends_with(')') && (eq + 1 == bytes.len() || bytes[eq + 1] == b' ') {
+            return Some((before.len() - 1, text[eq + 1..].trim()));
+        }
+        i = eq;
+    }
+    None
+}
+
+/// `Ok(None)` for an unknown result (`?`).
+fn parse_ret(s: &str) -> Result<Option<Ret>, String> {
+    let mut toks = s.split_whitespace();
+    let v = toks.next().ok_or("empty result")?;
+    if v == "?" {
+        return Ok(None);
+    }
+    if v.starts_with('-') {
+        let name = toks.next().ok_or_else(|| format!("result {v} without an errno name"))?;
+        let code = errno_code(name).ok_or_else(|| format!("unknown errno {name}"))?;
+        return Ok(Some(Ret::Err(code)));
+    }
+    Ok(Some(Ret::Val(number(v)?)))
+}
+
+/// Splits an argument list at top-level commas (not inside brackets, quotes
+/// or an fd's `<path>`, which ends at a `>` followed by `,` or the end).
+fn split_args(s: &str) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut quote = false;
+    let mut path = false;
+    let mut cur = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if path {
+            cur.push(c);
+            if c == '>' && chars[i + 1..].iter().find(|c| !c.is_whitespace()).is_none_or(|&n| n == ',') {
+                path = false;
+            }
+            continue;
+        }
+        match c {
+            '"' if i == 0 || chars[i - 1] != '\\' => quote = !quote,
+            '<' if !quote && depth == 0 && !cur.trim().is_empty() && cur.trim().bytes().all(|b| b.is_ascii_digit()) => {
+                path = true;
+            }
+            '(' | '[' | '{' if !quote => depth += 1,
+            ')' | ']' | '}' if !quote => depth -= 1,
+            ',' if !quote && depth <= 0 => {
+                out.push(cur.trim().to_string());
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() || !out.is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+fn strip_comments(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("/*") {
+        out.push_str(&rest[..i]);
+        match rest[i..].find("*/") {
+            Some(j) => rest = &rest[i + j + 2..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim().to_string()
+}
+
+/// A decimal or `0x` number; `NULL` is 0; negative numbers wrap (`-1`).
+pub fn number(s: &str) -> Result<u64, String> {
+    let s = strip_comments(s);
+    let s = s.as_str();
+    if s == "NULL" {
+        return Ok(0);
+    }
+    let (neg, t) = match s.strip_prefix('-') {
+        Some(t) => (true, t),
+        None => (false, s),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else {
+        t.parse::<u64>()
+    }
+    .map_err(|_| format!("not a number: `{s}`"))?;
+    Ok(if neg { v.wrapping_neg() } else { v })
+}
+
+/// Parses `A|B|0x10|21<<MAP_HUGE_SHIFT` against a name table.
+fn flags(s: &str, table: &[(&str, i64)]) -> Result<i32, String> {
+    let s = strip_comments(s);
+    let mut v: i64 = 0;
+    for tok in s.split('|').map(str::trim) {
+        if let Some((n, shift)) = tok.split_once("<<") {
+            let n = number(n.trim())? as i64;
+            let sh = match shift.trim() {
+                "MAP_HUGE_SHIFT" => 26,
+                other => number(other)? as i64,
+            };
+            v |= n << sh;
+        } else if let Some(&(_, x)) = table.iter().find(|(name, _)| *name == tok) {
+            v |= x;
+        } else {
+            v |= number(tok).map_err(|_| format!("unknown flag `{tok}`"))? as i64;
+        }
+    }
+    Ok(v as i32)
+}
+
+const PROT: &[(&str, i64)] = &[
+    ("PROT_NONE", 0),
+    ("PROT_READ", 0x1),
+    ("PROT_WRITE", 0x2),
+    ("PROT_EXEC", 0x4),
+    ("PROT_SEM", 0x8),
+    ("PROT_GROWSDOWN", 0x0100_0000),
+    ("PROT_GROWSUP", 0x0200_0000),
+];
+
+const MAP: &[(&str, i64)] = &[
+    ("MAP_FILE", 0),
+    ("MAP_SHARED", 0x1),
+    ("MAP_PRIVATE", 0x2),
+    ("MAP_SHARED_VALIDATE", 0x3),
+    ("MAP_FIXED", 0x10),
+    ("MAP_ANONYMOUS", 0x20),
+    ("MAP_ANON", 0x20),
+    ("MAP_32BIT", 0x40),
+    ("MAP_GROWSDOWN", 0x100),
+    ("MAP_DENYWRITE", 0x800),
+    ("MAP_EXECUTABLE", 0x1000),
+    ("MAP_LOCKED", 0x2000),
+    ("MAP_NORESERVE", 0x4000),
+    ("MAP_POPULATE", 0x8000),
+    ("MAP_NONBLOCK", 0x10000),
+    ("MAP_STACK", 0x20000),
+    ("MAP_HUGETLB", 0x40000),
+    ("MAP_SYNC", 0x80000),
+    ("MAP_FIXED_NOREPLACE", 0x100000),
+    ("MAP_UNINITIALIZED", 0x4000000),
+    ("MAP_HUGE_64KB", 16 << 26),
+    ("MAP_HUGE_512KB", 19 << 26),
+    ("MAP_HUGE_1MB", 20 << 26),
+    ("MAP_HUGE_2MB", 21 << 26),
+    ("MAP_HUGE_8MB", 23 << 26),
+    ("MAP_HUGE_16MB", 24 << 26),
+    ("MAP_HUGE_32MB", 25 << 26),
+    ("MAP_HUGE_256MB", 28 << 26),
+    ("MAP_HUGE_512MB", 29 << 26),
+    ("MAP_HUGE_1GB", 30 << 26),
+    ("MAP_HUGE_2GB", 31 << 26),
+    ("MAP_HUGE_16GB", 34 << 26),
+];
+
+const MREMAP: &[(&str, i64)] = &[("MREMAP_MAYMOVE", 1), ("MREMAP_FIXED", 2), ("MREMAP_DONTUNMAP", 4)];
+
+const MADV: &[(&str, i64)] = &[
+    ("MADV_NORMAL", 0),
+    ("MADV_RANDOM", 1),
+    ("MADV_SEQUENTIAL", 2),
+    ("MADV_WILLNEED", 3),
+    ("MADV_DONTNEED", 4),
+    ("MADV_FREE", 8),
+    ("MADV_REMOVE", 9),
+    ("MADV_DONTFORK", 10),
+    ("MADV_DOFORK", 11),
+    ("MADV_MERGEABLE", 12),
+    ("MADV_UNMERGEABLE", 13),
+    ("MADV_HUGEPAGE", 14),
+    ("MADV_NOHUGEPAGE", 15),
+    ("MADV_DONTDUMP", 16),
+    ("MADV_DODUMP", 17),
+    ("MADV_WIPEONFORK", 18),
+    ("MADV_KEEPONFORK", 19),
+    ("MADV_COLD", 20),
+    ("MADV_PAGEOUT", 21),
+    ("MADV_POPULATE_READ", 22),
+    ("MADV_POPULATE_WRITE", 23),
+    ("MADV_DONTNEED_LOCKED", 24),
+    ("MADV_COLLAPSE", 25),
+    ("MADV_HWPOISON", 100),
+    ("MADV_SOFT_OFFLINE", 101),
+    ("MADV_GUARD_INSTALL", 102),
+    ("MADV_GUARD_REMOVE", 103),
+];
+
+const ERRNO: &[(&str, i32)] = &[
+    ("EPERM", libc::EPERM),
+    ("ENOENT", libc::ENOENT),
+    ("EINTR", libc::EINTR),
+    ("EIO", libc::EIO),
+    ("EBADF", libc::EBADF),
+    ("EAGAIN", libc::EAGAIN),
+    ("ENOMEM", libc::ENOMEM),
+    ("EACCES", libc::EACCES),
+    ("EFAULT", libc::EFAULT),
+    ("EBUSY", libc::EBUSY),
+    ("EEXIST", libc::EEXIST),
+    ("ENODEV", libc::ENODEV),
+    ("EINVAL", libc::EINVAL),
+    ("ENFILE", libc::ENFILE),
+    ("EMFILE", libc::EMFILE),
+    ("ETXTBSY", libc::ETXTBSY),
+    ("EFBIG", libc::EFBIG),
+    ("ENOSPC", libc::ENOSPC),
+    ("ENOSYS", libc::ENOSYS),
+    ("EOVERFLOW", libc::EOVERFLOW),
+    ("EOPNOTSUPP", libc::EOPNOTSUPP),
+    ("ENOTSUP", libc::ENOTSUP),
+    ("EHWPOISON", libc::EHWPOISON),
+];
+
+/// The number of errno `name`.
+pub fn errno_code(name: &str) -> Option<i32> {
+    ERRNO.iter().find(|(n, _)| *n == name).map(|&(_, c)| c)
+}
+
+/// The name of errno `code`.
+pub fn errno_name(code: i32) -> String {
+    ERRNO.iter().find(|&&(_, c)| c == code).map_or_else(|| format!("errno {code}"), |(n, _)| n.to_string())
+}
+
+fn fd(s: &str) -> Result<Fd, String> {
+    match s.find('<') {
+        Some(i) => {
+            let n = number(&s[..i])? as i64;
+            let path = s[i + 1..].strip_suffix('>').ok_or_else(|| format!("malformed fd `{s}`"))?;
+            Ok(Fd::Path(n, path.to_string()))
+        }
+        None => {
+            let n = number(s)? as i64;
+            Ok(if n < 0 { Fd::None } else { Fd::Num(n) })
+        }
+    }
+}
+
+fn parse_call(name: &str, a: &[String]) -> Result<Call, String> {
+    let want = |n: usize| {
+        if a.len() == n {
+            Ok(())
+        } else {
+            Err(format!("{name} with {} arguments, expected {n}", a.len()))
+        }
+    };
+    Ok(match name {
+        "mmap" => {
+            want(6)?;
+            Call::Mmap {
+                addr: number(&a[0])?,
+                len: number(&a[1])?,
+                prot: flags(&a[2], PROT)?,
+                flags: flags(&a[3], MAP)?,
+                fd: fd(&a[4])?,
+                off: number(&a[5])?,
+            }
+        }
+        "munmap" => {
+            want(2)?;
+            Call::Munmap { addr: number(&a[0])?, len: number(&a[1])? }
+        }
+        "mprotect" => {
+            want(3)?;
+            Call::Mprotect { addr: number(&a[0])?, len: number(&a[1])?, prot: flags(&a[2], PROT)? }
+        }
+        "mremap" => {
+            if a.len() != 4 && a.len() != 5 {
+                return Err(format!("mremap with {} arguments, expected 4 or 5", a.len()));
+            }
+            Call::Mremap {
+                old: number(&a[0])?,
+                old_len: number(&a[1])?,
+                new_len: number(&a[2])?,
+                flags: flags(&a[3], MREMAP)?,
+                new_addr: a.get(4).map(|s| number(s)).transpose()?.unwrap_or(0),
+            }
+        }
+        "brk" => {
+            want(1)?;
+            Call::Brk { addr: number(&a[0])? }
+        }
+        "madvise" => {
+            want(3)?;
+            Call::Madvise { addr: number(&a[0])?, len: number(&a[1])?, advice: flags(&a[2], MADV)? }
+        }
+        _ => unreachable!("filtered by NAMES"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strace_lines() {
+        let log = parse(
+            "14737 brk(NULL)                         = 0x55b9ff4e2000\n\
+             14737 mmap(NULL, 1974096, PROT_READ, MAP_PRIVATE|MAP_DENYWRITE, 3</usr/lib/x86_64-linux-gnu/libc.so.6>, 0) = 0x7efefba12000\n\
+             14801 mmap(NULL, 4198400, PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_STACK, -1, 0 <unfinished ...>\n\
+             14809 mprotect(0x7fec48021000, 32768, PROT_READ|PROT_WRITE <unfinished ...>\n\
+             14801 <... mmap resumed>)               = 0x7fec53bff000\n\
+             14809 <... mprotect resumed>)           = 0\n\
+             [pid 7] mremap(0x7f0000000000, 4096, 8192, MREMAP_MAYMOVE|MREMAP_FIXED, 0x7f0000100000) = 0x7f0000100000\n\
+             madvise(0x1000, 4096, 0x63 /* MADV_??? */) = -1 EINVAL (Invalid argument)\n\
+             mmap(NULL, 8192, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|21<<MAP_HUGE_SHIFT, -1, 0) = -1 ENOMEM (Cannot allocate memory)\n\
+             14737 +++ exited with 0 +++\n\
+             14862 --- SIGSEGV {si_signo=SIGSEGV, si_code=SEGV_MAPERR, si_addr=NULL} ---\n\
+             openat(AT_FDCWD, \"/x\", O_RDONLY) = 3\n\
+             12:00:01.123 munmap(0x2000, 4096) = 0\n",
+        );
+        assert!(log.bad.is_empty(), "{:?}", log.bad);
+        assert_eq!(log.other_calls, 1);
+        let r = &log.records;
+        assert_eq!(r.len(), 8);
+        assert_eq!(r[0].call, Call::Brk { addr: 0 });
+        assert_eq!(r[0].ret, Ret::Val(0x55b9ff4e2000));
+        assert_eq!(
+            r[1].call,
+            Call::Mmap {
+                addr: 0,
+                len: 1974096,
+                prot: 1,
+                flags: 0x802,
+                fd: Fd::Path(3, "/usr/lib/x86_64-linux-gnu/libc.so.6".into()),
+                off: 0
+            }
+        );
+        assert_eq!((r[2].line, r[2].end_line, r[2].pid), (3, 5, Some(14801)));
+        assert_eq!(r[2].ret, Ret::Val(0x7fec53bff000));
+        assert_eq!(r[3].call, Call::Mprotect { addr: 0x7fec48021000, len: 32768, prot: 3 });
+        assert_eq!(r[4].pid, Some(7));
+        assert_eq!(
+            r[4].call,
+            Call::Mremap { old: 0x7f0000000000, old_len: 4096, new_len: 8192, flags: 3, new_addr: 0x7f0000100000 }
+        );
+        assert_eq!(r[5].call, Call::Madvise { addr: 0x1000, len: 4096, advice: 0x63 });
+        assert_eq!(r[5].ret, Ret::Err(libc::EINVAL));
+        assert!(matches!(r[6].call, Call::Mmap { flags, .. } if flags == 0x22 | (21 << 26)));
+        assert_eq!(r[6].ret, Ret::Err(libc::ENOMEM));
+        assert_eq!(r[7].call, Call::Munmap { addr: 0x2000, len: 4096 });
+    }
+
+    #[test]
+    fn unfinished_without_resume_is_incomplete() {
+        let log = parse("5 mmap(NULL, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0 <unfinished ...>\n5 +++ killed by SIGKILL +++\n");
+        assert!(log.records.is_empty());
+        assert_eq!(log.incomplete, vec![1]);
+    }
+
+    #[test]
+    fn paths_with_commas_and_parens() {
+        let log = parse(
+            "mmap(NULL, 4096, PROT_READ, MAP_SHARED, 4</tmp/a, b (1>)>, 0x1000) = 0x7f0000000000\n\
+             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 5</tmp/x>y>, 0) = 0x7f0000001000\n",
+        );
+        assert!(log.bad.is_empty(), "{:?}", log.bad);
+        assert!(
+            matches!(&log.records[0].call, Call::Mmap { fd: Fd::Path(4, p), off: 0x1000, .. } if p == "/tmp/a, b (1>)")
+        );
+        assert!(matches!(&log.records[1].call, Call::Mmap { fd: Fd::Path(5, p), .. } if p == "/tmp/x>y"));
+    }
+}

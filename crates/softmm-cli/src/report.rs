@@ -1,0 +1,330 @@
+//! Samples, the terminal table and the JSON file.
+//!
+//! JSON shape: `{"machine": {"cores", "model", "kernel", "softmm_commit"},
+//! "samples": [{"workload", "mode", "policy", "threads", "repeat", "ops",
+//! "seconds", "ops_per_sec", "counters": {...}}]}`; counters are totals for
+//! the sample and absent where they do not apply.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::Machine;
+use crate::workloads::Workload;
+
+/// Per-sample totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub faults: Option<u64>,
+    /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mmap_lock_acquisitions: Option<u64>,
+    /// TLB flush requests sent to other CPUs.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub flush_requests: Option<u64>,
+    /// Lock-free fault attempts.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub spec_attempts: Option<u64>,
+    /// Lock-free attempts aborted (every cause).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub spec_aborts: Option<u64>,
+    /// Lock-free attempts that fell back to `mmap_lock`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fallbacks: Option<u64>,
+    /// Writes to shared cache lines by faults (`shared-write-stats` builds).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub shared_writes: Option<u64>,
+}
+
+impl Counters {
+    fn add(&mut self, o: &Counters) {
+        fn add(a: &mut Option<u64>, b: Option<u64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0) + b);
+            }
+        }
+        add(&mut self.faults, o.faults);
+        add(&mut self.mmap_lock_acquisitions, o.mmap_lock_acquisitions);
+        add(&mut self.flush_requests, o.flush_requests);
+        add(&mut self.spec_attempts, o.spec_attempts);
+        add(&mut self.spec_aborts, o.spec_aborts);
+        add(&mut self.fallbacks, o.fallbacks);
+        add(&mut self.shared_writes, o.shared_writes);
+    }
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sample {
+    /// Workload name.
+    pub workload: String,
+    /// Mode (`threads`, `processes`, `alone`, `interfered`, a CortenMM operation).
+    pub mode: String,
+    /// A fault policy's name, or `host`.
+    pub policy: String,
+    /// Tasks.
+    pub threads: usize,
+    /// Repetition index.
+    pub repeat: usize,
+    /// Operations.
+    pub ops: u64,
+    /// Seconds.
+    pub seconds: f64,
+    /// `ops / seconds`.
+    pub ops_per_sec: f64,
+    /// Totals.
+    pub counters: Counters,
+    /// CPU seconds of the tasks (table only).
+    #[serde(skip)]
+    pub cpu_seconds: f64,
+}
+
+/// Everything a run wrote.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Results {
+    /// Where it ran.
+    pub machine: Machine,
+    /// Every sample.
+    pub samples: Vec<Sample>,
+}
+
+/// The samples of one table row (same workload, mode, policy, threads).
+pub struct Row<'a> {
+    /// The samples, one per repeat.
+    pub samples: Vec<&'a Sample>,
+}
+
+impl Row<'_> {
+    fn first(&self) -> &Sample {
+        self.samples[0]
+    }
+
+    /// Sorted throughputs.
+    fn rates(&self) -> Vec<f64> {
+        let mut r: Vec<f64> = self.samples.iter().map(|s| s.ops_per_sec).collect();
+        r.sort_by(f64::total_cmp);
+        r
+    }
+
+    /// Median throughput.
+    pub fn median(&self) -> f64 {
+        let r = self.rates();
+        let m = r.len() / 2;
+        if r.len() % 2 == 1 {
+            r[m]
+        } else {
+            (r[m - 1] + r[m]) / 2.0
+        }
+    }
+
+    fn min(&self) -> f64 {
+        self.rates()[0]
+    }
+
+    fn max(&self) -> f64 {
+        *self.rates().last().expect("non-empty row")
+    }
+
+    fn ops(&self) -> u64 {
+        self.samples.iter().map(|s| s.ops).sum()
+    }
+
+    fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for s in &self.samples {
+            c.add(&s.counters);
+        }
+        c
+    }
+
+    fn per_cpu_second(&self) -> Option<f64> {
+        let cpu: f64 = self.samples.iter().map(|s| s.cpu_seconds).sum();
+        (cpu > 0.0).then(|| self.ops() as f64 / cpu)
+    }
+}
+
+fn policy_rank(p: &str) -> usize {
+    softmm::FaultPolicy::ALL.iter().position(|q| q.name() == p).unwrap_or(usize::MAX - 1)
+}
+
+fn workload_rank(w: &str) -> usize {
+    Workload::ALL.iter().position(|q| q.name() == w).unwrap_or(usize::MAX)
+}
+
+fn mode_rank(w: &str, m: &str) -> usize {
+    Workload::from_name(w).and_then(|w| w.modes().iter().position(|q| *q == m)).unwrap_or(usize::MAX)
+}
+
+/// Groups samples into rows, in workload, mode, policy (host last), threads order.
+pub fn rows(samples: &[Sample]) -> Vec<Row<'_>> {
+    type Key = (usize, String, usize, String, usize, String, usize);
+    let mut map: BTreeMap<Key, Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        let key = (
+            workload_rank(&s.workload),
+            s.workload.clone(),
+            mode_rank(&s.workload, &s.mode),
+            s.mode.clone(),
+            policy_rank(&s.policy),
+            s.policy.clone(),
+            s.threads,
+        );
+        map.entry(key).or_default().push(s);
+    }
+    map.into_values().map(|samples| Row { samples }).collect()
+}
+
+/// `1.23M`-style number.
+pub fn si(x: f64) -> String {
+    let (v, unit) = match x.abs() {
+        a if a >= 1e9 => (x / 1e9, "G"),
+        a if a >= 1e6 => (x / 1e6, "M"),
+        a if a >= 1e3 => (x / 1e3, "k"),
+        _ => (x, ""),
+    };
+    if v.abs() >= 100.0 {
+        format!("{v:.0}{unit}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}{unit}")
+    } else {
+        format!("{v:.2}{unit}")
+    }
+}
+
+fn per_op(total: Option<u64>, ops: u64) -> String {
+    match total {
+        None => "-".to_string(),
+        Some(_) if ops == 0 => "-".to_string(),
+        Some(t) => {
+            let v = t as f64 / ops as f64;
+            if v == 0.0 {
+                "0".to_string()
+            } else if v >= 100.0 {
+                format!("{v:.0}")
+            } else if v >= 0.01 {
+                format!("{v:.3}")
+            } else {
+                format!("{v:.1e}")
+            }
+        }
+    }
+}
+
+/// The terminal table.
+pub fn table(samples: &[Sample]) -> String {
+    let rows = rows(samples);
+    let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
+    let mut head = vec![
+        "workload",
+        "mode",
+        "policy",
+        "thr",
+        "ops/s",
+        "min",
+        "max",
+        "ops/cpu-s",
+        "vs alone",
+        "faults/op",
+        "lock/op",
+        "flush/op",
+        "spec/op",
+        "aborts/op",
+        "fallbk/op",
+    ];
+    if shared {
+        head.push("shared/op");
+    }
+    let mut cells: Vec<Vec<String>> = Vec::new();
+    for row in &rows {
+        let s = row.first();
+        let c = row.counters();
+        let ops = row.ops();
+        let vs_alone = if s.mode == "interfered" {
+            rows.iter()
+                .find(|r| {
+                    let a = r.first();
+                    a.workload == s.workload && a.mode == "alone" && a.policy == s.policy && a.threads == s.threads
+                })
+                .map(|a| format!("{:.2}x", row.median() / a.median()))
+                .unwrap_or_else(|| "-".to_string())
+        } else {
+            "-".to_string()
+        };
+        let mut line = vec![
+            s.workload.clone(),
+            s.mode.clone(),
+            s.policy.clone(),
+            s.threads.to_string(),
+            si(row.median()),
+            si(row.min()),
+            si(row.max()),
+            row.per_cpu_second().map_or("-".to_string(), si),
+            vs_alone,
+            per_op(c.faults, ops),
+            per_op(c.mmap_lock_acquisitions, ops),
+            per_op(c.flush_requests, ops),
+            per_op(c.spec_attempts, ops),
+            per_op(c.spec_aborts, ops),
+            per_op(c.fallbacks, ops),
+        ];
+        if shared {
+            line.push(per_op(c.shared_writes, ops));
+        }
+        cells.push(line);
+    }
+    let widths: Vec<usize> =
+        (0..head.len()).map(|i| cells.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    let fmt_line = |out: &mut String, cols: &[String]| {
+        for (i, c) in cols.iter().enumerate() {
+            if i < 3 {
+                let _ = write!(out, "{:<w$}  ", c, w = widths[i]);
+            } else {
+                let _ = write!(out, "{:>w$}  ", c, w = widths[i]);
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    fmt_line(&mut out, &head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let mut last = String::new();
+    for (row, line) in rows.iter().zip(&cells) {
+        let group = format!("{}/{}", row.first().workload, row.first().mode);
+        if !last.is_empty() && group != last {
+            out.push('\n');
+        }
+        last = group;
+        fmt_line(&mut out, line);
+    }
+    out
+}
+
+/// A legend under the table: what one operation is.
+pub fn legend(samples: &[Sample]) -> String {
+    let mut seen = Vec::new();
+    for s in samples {
+        if let Some(w) = Workload::from_name(&s.workload) {
+            if !seen.contains(&w) {
+                seen.push(w);
+            }
+        }
+    }
+    let mut out = String::from(
+        "ops/s: median of the repeats (min, max); per-op counters: totals over the repeats / operations; \
+         lock = mmap_lock acquisitions, flush = TLB flush requests, spec = lock-free fault attempts.\n",
+    );
+    for w in seen {
+        let _ = writeln!(out, "  {}: one op = one {}", w.name(), w.op_unit());
+    }
+    out
+}
+
+/// Writes `results` as JSON.
+pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

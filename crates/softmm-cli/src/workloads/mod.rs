@@ -1,0 +1,297 @@
+//! The benchmark workloads, each re-creating the access pattern of the public
+//! benchmark it is named after, on softmm (one fault policy) or on the host.
+
+mod cortenmm;
+pub mod harness;
+mod interference;
+mod pft;
+pub mod space;
+mod tlb_flush;
+mod wis;
+
+use std::sync::Arc;
+
+use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem};
+
+use crate::report::Counters;
+pub use harness::Limit;
+use harness::RunOut;
+use space::SoftSpace;
+
+/// A workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// mmtests' page-fault test.
+    Pft,
+    /// will-it-scale page_fault1: anonymous private.
+    PageFault1,
+    /// will-it-scale page_fault2: private file.
+    PageFault2,
+    /// will-it-scale page_fault3: shared file.
+    PageFault3,
+    /// will-it-scale mmap1: anonymous map/unmap.
+    Mmap1,
+    /// will-it-scale mmap2: file map/unmap.
+    Mmap2,
+    /// will-it-scale tlb_flush1-3: write, MADV_DONTNEED, check.
+    TlbFlush,
+    /// Faulting threads beside an mmap/munmap thread.
+    Interference,
+    /// The CortenMM microbenchmarks.
+    Cortenmm,
+}
+
+/// The CortenMM operations, each in low and high contention.
+pub const CORTENMM_MODES: &[&str] = &[
+    "mmap-low",
+    "mmap-high",
+    "mmap-pf-low",
+    "mmap-pf-high",
+    "pf-low",
+    "pf-high",
+    "unmap-virt-low",
+    "unmap-virt-high",
+    "unmap-low",
+    "unmap-high",
+];
+
+impl Workload {
+    /// Every workload, in the order they are listed and run.
+    pub const ALL: &'static [Workload] = &[
+        Workload::Pft,
+        Workload::PageFault1,
+        Workload::PageFault2,
+        Workload::PageFault3,
+        Workload::Mmap1,
+        Workload::Mmap2,
+        Workload::TlbFlush,
+        Workload::Interference,
+        Workload::Cortenmm,
+    ];
+
+    /// The command-line and result name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Pft => "pft",
+            Workload::PageFault1 => "page-fault1",
+            Workload::PageFault2 => "page-fault2",
+            Workload::PageFault3 => "page-fault3",
+            Workload::Mmap1 => "mmap1",
+            Workload::Mmap2 => "mmap2",
+            Workload::TlbFlush => "tlb-flush",
+            Workload::Interference => "interference",
+            Workload::Cortenmm => "cortenmm",
+        }
+    }
+
+    /// The workload called `name`.
+    pub fn from_name(name: &str) -> Option<Workload> {
+        Workload::ALL.iter().copied().find(|w| w.name() == name)
+    }
+
+    /// The modes it can run in.
+    pub fn modes(self) -> &'static [&'static str] {
+        match self {
+            Workload::Pft => &["threads"],
+            Workload::PageFault1
+            | Workload::PageFault2
+            | Workload::PageFault3
+            | Workload::Mmap1
+            | Workload::Mmap2
+            | Workload::TlbFlush => &["threads", "processes"],
+            Workload::Interference => &["alone", "interfered"],
+            Workload::Cortenmm => CORTENMM_MODES,
+        }
+    }
+
+    /// The modes it runs in when `--mode` names none of its own.
+    pub fn default_modes(self) -> &'static [&'static str] {
+        match self {
+            Workload::Interference | Workload::Cortenmm => self.modes(),
+            _ => &self.modes()[..1],
+        }
+    }
+
+    /// What one operation is, for the table's legend.
+    pub fn op_unit(self) -> &'static str {
+        match self {
+            Workload::Pft | Workload::PageFault1 | Workload::PageFault2 | Workload::PageFault3 => "page faulted",
+            Workload::Mmap1 | Workload::Mmap2 => "map+unmap",
+            Workload::TlbFlush => "page written, dropped, checked",
+            Workload::Interference => "page faulted by a faulter",
+            Workload::Cortenmm => "16 KiB region operation",
+        }
+    }
+
+    /// Frames the softmm arena needs for `tasks` tasks of `size` bytes.
+    pub fn arena_bytes(self, tasks: usize, size: u64) -> u64 {
+        let t = tasks as u64;
+        let frames = match self {
+            Workload::Pft | Workload::PageFault1 | Workload::PageFault3 | Workload::Interference => t * size,
+            // Page-cache page plus the private copy.
+            Workload::PageFault2 => 2 * t * size,
+            Workload::Mmap1 | Workload::Mmap2 => 0,
+            Workload::TlbFlush => t * tlb_flush::region(size),
+            Workload::Cortenmm => t * cortenmm::REGION,
+        };
+        // Frames may sit in per-thread caches of threads that have exited.
+        let cpus = std::thread::available_parallelism().map_or(4, |n| n.get()) as u64;
+        frames + (16 << 20) + cpus * (2 << 20)
+    }
+}
+
+/// What runs the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// softmm with a fault policy.
+    Soft(FaultPolicy),
+    /// The host kernel.
+    Host,
+}
+
+impl Backend {
+    /// The result's `policy` field.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Soft(p) => p.name(),
+            Backend::Host => "host",
+        }
+    }
+}
+
+/// The parameters of one sample.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Tasks (threads or processes); faulting threads for `interference`.
+    pub threads: usize,
+    /// One of the workload's modes.
+    pub mode: &'static str,
+    /// How long.
+    pub limit: Limit,
+    /// Region size in bytes (see each workload).
+    pub size: u64,
+    /// softmm's `MmConfig::force_speculative`.
+    pub force_speculative: bool,
+}
+
+/// What a sample measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Operations.
+    pub ops: u64,
+    /// Seconds they took.
+    pub seconds: f64,
+    /// CPU seconds of the tasks.
+    pub cpu_seconds: f64,
+    /// Per-sample totals.
+    pub counters: Counters,
+}
+
+/// A softmm arena reused across samples, grown on demand.
+#[derive(Default)]
+pub struct Arena {
+    phys: Option<Arc<PhysMem>>,
+    bytes: u64,
+}
+
+impl Arena {
+    /// An arena of at least `bytes`.
+    pub fn get(&mut self, bytes: u64) -> Result<Arc<PhysMem>, String> {
+        if self.phys.is_none() || self.bytes < bytes {
+            self.phys = None;
+            let phys = PhysMem::new(PhysConfig { bytes, nodes: 1 })
+                .map_err(|e| format!("cannot make a {} MiB softmm arena: {e}", bytes >> 20))?;
+            self.phys = Some(phys);
+            self.bytes = bytes;
+        }
+        Ok(self.phys.clone().expect("made above"))
+    }
+
+    /// Gives the memory back to the host.
+    pub fn release(&mut self) {
+        self.phys = None;
+        self.bytes = 0;
+    }
+}
+
+/// The context of a softmm sample: the arena and how to make address spaces.
+pub struct SoftEnv {
+    /// Physical memory.
+    pub phys: Arc<PhysMem>,
+    /// The policy.
+    pub policy: FaultPolicy,
+    /// `MmConfig::force_speculative`.
+    pub force_speculative: bool,
+}
+
+impl SoftEnv {
+    /// A fresh address space.
+    pub fn space(&self) -> SoftSpace {
+        let config = MmConfig { policy: self.policy, force_speculative: self.force_speculative, ..MmConfig::default() };
+        SoftSpace { mm: AddressSpace::new(&self.phys, config) }
+    }
+}
+
+/// Runs one sample.
+pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Result<Measured, String> {
+    let env = match backend {
+        Backend::Soft(policy) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy,
+            force_speculative: p.force_speculative,
+        }),
+        Backend::Host => None,
+    };
+    match w {
+        Workload::Pft => pft::run(env.as_ref(), p),
+        Workload::PageFault1 | Workload::PageFault2 | Workload::PageFault3 | Workload::Mmap1 | Workload::Mmap2 => {
+            wis::run(w, env.as_ref(), p)
+        }
+        Workload::TlbFlush => tlb_flush::run(env.as_ref(), p),
+        Workload::Interference => interference::run(env.as_ref(), p),
+        Workload::Cortenmm => cortenmm::run(env.as_ref(), p),
+    }
+}
+
+/// The counters of a softmm run: its CPUs' fault counters and its address
+/// spaces' statistics (taken after the run).
+pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
+    let fault = out.fault().unwrap_or_default();
+    let (mut lock, mut flush) = (0, 0);
+    for s in spaces {
+        let st = s.mm.stats();
+        lock += st.mmap_lock_write + st.mmap_lock_read;
+        flush += st.tlb.flush_requests;
+    }
+    Measured {
+        ops: out.ops(),
+        seconds: out.seconds(),
+        cpu_seconds: out.cpu_seconds(),
+        counters: soft_counters(policy, &fault, lock, flush),
+    }
+}
+
+/// The counters of a softmm sample.
+pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flush_requests: u64) -> Counters {
+    let lock_free = policy != FaultPolicy::MmapLock;
+    let aborts = fault.aborts_mm_seq + fault.aborts_vma + fault.aborts_unsupported + fault.aborts_contended;
+    Counters {
+        faults: Some(fault.faults),
+        mmap_lock_acquisitions: Some(fault.mmap_lock_acquisitions + mm_lock),
+        flush_requests: Some(flush_requests),
+        spec_attempts: lock_free.then_some(fault.spec_attempts),
+        spec_aborts: lock_free.then_some(aborts),
+        fallbacks: lock_free.then_some(fault.fallbacks),
+        shared_writes: cfg!(feature = "shared-write-stats").then_some(fault.shared_writes),
+    }
+}
+
+/// The counters of a host run: the minor faults the kernel counted.
+pub fn host_measured(out: &RunOut) -> Measured {
+    Measured {
+        ops: out.ops(),
+        seconds: out.seconds(),
+        cpu_seconds: out.cpu_seconds(),
+        counters: Counters { faults: Some(out.minflt()), ..Counters::default() },
+    }
+}

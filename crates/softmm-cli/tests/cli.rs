@@ -1,0 +1,394 @@
+//! The `softmm` command: every bench workload for 1-2 threads with tiny
+//! sizes (JSON in the documented shape), the plots, the headline, and the
+//! replay of recorded strace logs.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const POLICIES: &[&str] = &["mmap-lock", "speculative", "per-vma", "per-vma-seq"];
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `softmm args` in `dir`, killing it after `limit`.
+fn softmm_in(dir: &Path, args: &[&str], limit: Duration) -> Out {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_softmm"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn softmm");
+    let mut so = child.stdout.take().expect("stdout");
+    let mut se = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = Out {
+        code: status.and_then(|s| s.code()),
+        stdout: t_out.join().expect("stdout reader"),
+        stderr: t_err.join().expect("stderr reader"),
+    };
+    assert!(status.is_some(), "softmm {args:?} ran past {limit:?}\nstdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    out
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("softmm-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().expect("an object").keys().cloned().collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// Checks the JSON shape and returns the samples.
+fn check_json(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("json written");
+    let v: Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(keys(&v), set(&["machine", "samples"]));
+    let m = &v["machine"];
+    assert_eq!(keys(m), set(&["cores", "model", "kernel", "softmm_commit"]));
+    assert!(m["cores"].as_u64().unwrap() >= 1);
+    for k in ["model", "kernel", "softmm_commit"] {
+        assert!(!m[k].as_str().unwrap().is_empty(), "machine.{k}");
+    }
+    let samples = v["samples"].as_array().expect("samples").clone();
+    let all_counters = set(&[
+        "faults",
+        "mmap_lock_acquisitions",
+        "flush_requests",
+        "spec_attempts",
+        "spec_aborts",
+        "fallbacks",
+        "shared_writes",
+    ]);
+    for s in &samples {
+        assert_eq!(
+            keys(s),
+            set(&["workload", "mode", "policy", "threads", "repeat", "ops", "seconds", "ops_per_sec", "counters"]),
+            "{s}"
+        );
+        let ops = s["ops"].as_u64().unwrap();
+        let secs = s["seconds"].as_f64().unwrap();
+        let rate = s["ops_per_sec"].as_f64().unwrap();
+        assert!(ops > 0 && secs > 0.0, "{s}");
+        assert!((rate - ops as f64 / secs).abs() <= 1e-6 * rate, "{s}");
+        let policy = s["policy"].as_str().unwrap();
+        let c = keys(&s["counters"]);
+        assert!(c.is_subset(&all_counters), "{s}");
+        if policy == "host" {
+            assert_eq!(c, set(&["faults"]), "{s}");
+        } else {
+            assert!(POLICIES.contains(&policy), "{s}");
+            for k in ["faults", "mmap_lock_acquisitions", "flush_requests"] {
+                assert!(c.contains(k), "{k} missing in {s}");
+            }
+            let lock_free = policy != "mmap-lock";
+            for k in ["spec_attempts", "spec_aborts", "fallbacks"] {
+                assert_eq!(c.contains(k), lock_free, "{k} in {s}");
+            }
+            assert_eq!(c.contains("shared_writes"), cfg!(feature = "shared-write-stats"), "{s}");
+        }
+    }
+    samples
+}
+
+/// Runs one workload for every policy and the host at 1 and 2 threads and
+/// checks that every (mode, policy, threads) has a sample.
+fn bench(workload: &str, modes: &[&str], extra: &[&str]) -> Vec<Value> {
+    let dir = scratch(workload);
+    let json = dir.join("out.json");
+    let json_s = json.to_str().unwrap();
+    let mut args = vec!["bench", workload, "--threads", "1,2", "--iterations", "2", "--size", "1M", "--json", json_s];
+    args.extend_from_slice(extra);
+    let out = softmm_in(&dir, &args, Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("ops/s") && out.stdout.contains(workload), "{}", out.stdout);
+    let samples = check_json(&json);
+    let mut want = BTreeSet::new();
+    for m in modes {
+        for p in POLICIES.iter().chain(&["host"]) {
+            for t in [1, 2] {
+                want.insert((m.to_string(), p.to_string(), t));
+            }
+        }
+    }
+    let got: BTreeSet<(String, String, u64)> = samples
+        .iter()
+        .map(|s| {
+            assert_eq!(s["workload"], workload);
+            (
+                s["mode"].as_str().unwrap().to_string(),
+                s["policy"].as_str().unwrap().to_string(),
+                s["threads"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: BTreeSet<(String, String, u64)> = want.into_iter().collect();
+    assert_eq!(got, want);
+    let _ = std::fs::remove_dir_all(&dir);
+    samples
+}
+
+fn faults(s: &Value) -> u64 {
+    s["counters"]["faults"].as_u64().unwrap()
+}
+
+#[test]
+fn bench_pft() {
+    let samples = bench("pft", &["threads"], &[]);
+    for s in samples.iter().filter(|s| s["policy"] != "host") {
+        // 2 passes over 1 MiB per thread, one fault per page.
+        assert_eq!(s["ops"].as_u64().unwrap(), 2 * 256 * s["threads"].as_u64().unwrap(), "{s}");
+        assert_eq!(faults(s), s["ops"].as_u64().unwrap(), "{s}");
+    }
+}
+
+#[test]
+fn bench_page_fault1() {
+    bench("page-fault1", &["threads", "processes"], &["--mode", "threads,processes"]);
+}
+
+#[test]
+fn bench_page_fault2() {
+    bench("page-fault2", &["threads", "processes"], &["--mode", "threads,processes"]);
+}
+
+#[test]
+fn bench_page_fault3() {
+    let samples = bench("page-fault3", &["threads", "processes"], &["--mode", "threads,processes"]);
+    for s in samples.iter().filter(|s| s["policy"] != "host") {
+        assert_eq!(faults(s), s["ops"].as_u64().unwrap(), "{s}");
+    }
+}
+
+#[test]
+fn bench_mmap1() {
+    let samples = bench("mmap1", &["threads", "processes"], &["--mode", "threads,processes"]);
+    for s in samples.iter().filter(|s| s["policy"] != "host") {
+        // Two iterations per task, each one map and one unmap under the write lock.
+        assert_eq!(s["ops"].as_u64().unwrap(), 2 * s["threads"].as_u64().unwrap(), "{s}");
+        assert!(s["counters"]["mmap_lock_acquisitions"].as_u64().unwrap() >= 2 * s["ops"].as_u64().unwrap(), "{s}");
+    }
+}
+
+#[test]
+fn bench_mmap2() {
+    bench("mmap2", &["threads", "processes"], &["--mode", "threads,processes"]);
+}
+
+#[test]
+fn bench_tlb_flush() {
+    let samples = bench("tlb-flush", &["threads", "processes"], &["--mode", "threads,processes"]);
+    for s in samples.iter().filter(|s| s["policy"] != "host") {
+        // The write faults the page in, the check after MADV_DONTNEED faults the zero page.
+        assert_eq!(faults(s), 2 * s["ops"].as_u64().unwrap(), "{s}");
+    }
+}
+
+#[test]
+fn bench_interference() {
+    let samples = bench("interference", &["alone", "interfered"], &[]);
+    // Two softmm faulters plus the mapper: the address space is multithreaded.
+    let spec = samples
+        .iter()
+        .find(|s| s["policy"] == "speculative" && s["mode"] == "interfered" && s["threads"] == 1)
+        .expect("sample");
+    assert!(spec["counters"]["spec_attempts"].as_u64().unwrap() > 0, "{spec}");
+}
+
+#[test]
+fn bench_cortenmm() {
+    let modes = [
+        "mmap-low",
+        "mmap-high",
+        "mmap-pf-low",
+        "mmap-pf-high",
+        "pf-low",
+        "pf-high",
+        "unmap-virt-low",
+        "unmap-virt-high",
+        "unmap-low",
+        "unmap-high",
+    ];
+    let samples = bench("cortenmm", &modes, &[]);
+    for s in samples.iter().filter(|s| s["policy"] != "host") {
+        // Operations that touch write the 4 pages of a fresh 16 KiB region.
+        if ["mmap-pf-low", "mmap-pf-high", "pf-low", "pf-high"].contains(&s["mode"].as_str().unwrap()) {
+            assert_eq!(faults(s), 4 * s["ops"].as_u64().unwrap(), "{s}");
+        }
+    }
+}
+
+#[test]
+fn bench_default_policy_records_its_name_and_plots() {
+    let dir = scratch("plot");
+    let args = ["bench", "pft", "--policy", "default", "--threads", "1", "--iterations", "1", "--size", "1M"];
+    for (file, magic) in [("p.svg", &b"<svg"[..]), ("p.png", &b"\x89PNG"[..])] {
+        let json = dir.join(format!("{file}.json"));
+        let mut a = args.to_vec();
+        a.extend(["--plot", file, "--json", json.to_str().unwrap()]);
+        let out = softmm_in(&dir, &a, Duration::from_secs(30));
+        assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+        let bytes = std::fs::read(dir.join(file)).expect("plot written");
+        assert!(bytes.len() > 1000 && bytes.starts_with(magic), "{file}: {} bytes", bytes.len());
+        let samples = check_json(&json);
+        let policies: BTreeSet<&str> = samples.iter().map(|s| s["policy"].as_str().unwrap()).collect();
+        // The library's default policy, under its real name, and the host.
+        assert_eq!(policies.len(), 2, "{policies:?}");
+        assert!(policies.contains("host"));
+        assert!(policies.iter().any(|p| POLICIES.contains(p)));
+    }
+    let out = softmm_in(&dir, &["bench", "pft", "--plot", "p.gif"], Duration::from_secs(10));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    // Plotting again from the JSON.
+    let out = softmm_in(&dir, &["plot", "p.svg.json", "again.png"], Duration::from_secs(10));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(std::fs::read(dir.join("again.png")).unwrap().starts_with(b"\x89PNG"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_without_workload_runs_the_headline() {
+    let dir = scratch("headline");
+    let out =
+        softmm_in(&dir, &["bench", "--threads", "1", "--duration", "0.02", "--size", "1M"], Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    for needle in ["pft", "interference", "interfered", "vs alone", "host", "per-vma-seq", "softmm-results.svg"] {
+        assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
+    }
+    let svg = std::fs::read_to_string(dir.join("softmm-results.svg")).expect("headline plot");
+    assert!(svg.starts_with("<svg") && svg.contains("interference"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn logs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logs")
+}
+
+fn replay(log: &str, extra: &[&str]) -> Out {
+    let path = logs().join(log);
+    let mut args = vec!["replay", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    softmm_in(&logs(), &args, Duration::from_secs(30))
+}
+
+fn replays_cleanly(log: &str) {
+    for mode in ["recorded", "own"] {
+        let out = replay(log, &["--addresses", mode]);
+        assert_eq!(out.code, Some(0), "{log} --addresses {mode}:\n{}\n{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("OK: 0 mismatches, 0 unparsed lines"), "{}", out.stdout);
+        assert!(!out.stdout.contains("MISMATCH"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn replay_jvm_start() {
+    replays_cleanly("java-version.log");
+}
+
+#[test]
+fn replay_node_worker_threads() {
+    replays_cleanly("node-workers.log");
+}
+
+#[test]
+fn replay_python_threads() {
+    replays_cleanly("python-threads.log");
+}
+
+#[test]
+fn replay_c_realloc() {
+    replays_cleanly("c-realloc.log");
+    let out = replay("c-realloc.log", &["--maps"]);
+    // The buffer grown by mremap was shrunk and unmapped; libc is mapped.
+    assert!(out.stdout.contains("/usr/lib/x86_64-linux-gnu/libc.so.6"), "{}", out.stdout);
+    assert!(out.stdout.contains("[heap]"), "{}", out.stdout);
+    assert!(out.stdout.contains("mremap 7"), "{}", out.stdout);
+}
+
+#[test]
+fn replay_c_edge_cases() {
+    replays_cleanly("c-edge-cases.log");
+}
+
+#[test]
+fn replay_handwritten_log() {
+    replays_cleanly("synthetic.log");
+    let out = replay("synthetic.log", &["--maps"]);
+    for line in [
+        "555555559000-555555569000 rw-p 00000000 00:00 0",
+        "7ffff7ddc000-7ffff7dfc000 rw-p 00000000 00:00 0",
+        "7ffff7dfe000-7ffff7e00000 r--p 00002000",
+        "/data/table.bin",
+        "7ffff7e10000-7ffff7e20000 ---p",
+    ] {
+        assert!(out.stdout.contains(line), "{line} missing in\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn replay_reports_mismatches_with_line_numbers() {
+    let dir = scratch("mismatch");
+    let log = dir.join("bad.log");
+    std::fs::write(
+        &log,
+        "brk(NULL) = 0x555555559000\n\
+         mmap(NULL, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0) = 0x7ffff7ff0000\n\
+         munmap(0x7ffff7ff1000, 4096) = 0\n\
+         mprotect(0x7ffff7ff1000, 4096, PROT_READ) = 0\n\
+         mmap(NULL, 4096, PROT_READ, BOGUS_FLAG, -1, 0) = 0x1000\n",
+    )
+    .unwrap();
+    let out = softmm_in(&dir, &["replay", log.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("MISMATCH line 4: mprotect(0x7ffff7ff1000, 4096, PROT_READ) = 0 recorded, softmm -1 ENOMEM"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("line 5: cannot parse: unknown flag `BOGUS_FLAG`"), "{}", out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `mremap(MREMAP_MAYMOVE | MREMAP_DONTUNMAP)` of part of an anonymous VMA
+/// (once ENOMEM, and with `MREMAP_FIXED` a hang).
+#[test]
+fn replay_mremap_dontunmap_of_part_of_a_vma() {
+    replays_cleanly("dontunmap-part-of-vma.log");
+}
