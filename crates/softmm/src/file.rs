@@ -105,8 +105,14 @@ impl File {
     /// reference for the caller. `Ok(None)` past the end of the file (SIGBUS).
     /// Callers hold `invalidate_lock` for read.
     pub(crate) fn get_page(&self, index: u64) -> std::result::Result<Option<Pfn>, Errno> {
+        self.grab_page(index, false)
+    }
+
+    /// [`File::get_page`], past the end of the file too when `beyond_eof`
+    /// (a write about to extend it).
+    fn grab_page(&self, index: u64, beyond_eof: bool) -> std::result::Result<Option<Pfn>, Errno> {
         let mut inner = self.inner.lock();
-        if index >= inner.size.div_ceil(PAGE_SIZE) {
+        if !beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE) {
             return Ok(None);
         }
         let pfn = match inner.pages.get(&index) {
@@ -143,28 +149,36 @@ impl File {
         end.saturating_sub(offset) as usize
     }
 
-    /// Writes at `offset`, growing the file like `pwrite` does.
+    /// Writes at `offset`, growing the file like `pwrite` does: the size
+    /// grows with each page written, so running out of memory part way gives
+    /// a short write (the bytes written so far) and leaves the size covering
+    /// only those; `ENOMEM` if nothing could be written, `EFBIG` past the
+    /// maximum file size (nothing written).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
         let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Errno::FBig)?;
         let _q = crate::cpu::QuiescentGuard::enter();
+        // Held for read: no truncate runs between a page's allocation beyond
+        // the old end and the size update that covers it.
         let _inval = self.invalidate_lock.read();
-        {
-            let mut inner = self.inner.lock();
-            inner.size = inner.size.max(end);
-        }
         let mut pos = offset;
         while pos < end {
             let in_page = (pos % PAGE_SIZE) as usize;
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
-            let p = self.get_page(pos / PAGE_SIZE)?.expect("within size");
+            let p = match self.grab_page(pos / PAGE_SIZE, true) {
+                Ok(p) => p.expect("allowed beyond the end"),
+                Err(e) if pos == offset => return Err(e),
+                Err(_) => break,
+            };
             crate::access::copy_to_host(
                 &data[(pos - offset) as usize..][..n],
                 self.phys.frame_ptr(p).wrapping_add(in_page),
             );
             self.phys.put(p);
             pos += n as u64;
+            let mut inner = self.inner.lock();
+            inner.size = inner.size.max(pos);
         }
-        Ok(data.len())
+        Ok((pos - offset) as usize)
     }
 
     /// Sets the size (`ftruncate`). Shrinking zaps every mapping of the pages
@@ -293,5 +307,250 @@ impl OpenFile {
     /// The file opened read-only.
     pub fn read_only(file: &Arc<File>) -> OpenFile {
         OpenFile { file: file.clone(), readable: true, writable: false }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::phys::PhysConfig;
+
+    const PS: u64 = PAGE_SIZE;
+
+    /// A tiny arena (15 usable frames) so leaks show up in `frames_used`.
+    fn phys() -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+    }
+
+    /// `len` bytes of the file from `offset`, and how many `read_at` reported.
+    fn read(f: &File, offset: u64, len: usize) -> (usize, Vec<u8>) {
+        let mut buf = vec![0xee; len];
+        let n = f.read_at(offset, &mut buf);
+        (n, buf)
+    }
+
+    /// A file of three pages of `0xab`, every page cached.
+    fn three_pages(phys: &Arc<PhysMem>) -> Arc<File> {
+        let f = File::create(phys, "three", 0).unwrap();
+        assert_eq!(f.write_at(0, &[0xab; 3 * PS as usize]).unwrap(), 3 * PS as usize);
+        assert_eq!(f.cached_pages(), 3);
+        f
+    }
+
+    #[test]
+    fn create_is_sparse_and_reads_zero() {
+        let p = phys();
+        let f = File::create(&p, "sparse", 10_000).unwrap();
+        assert_eq!((f.len(), f.is_empty(), f.name()), (10_000, false, "sparse"));
+        assert_eq!(f.cached_pages(), 0, "no page until written");
+        let (n, buf) = read(&f, 4000, 200);
+        assert_eq!(n, 200);
+        assert!(buf.iter().all(|&b| b == 0));
+        assert_eq!(f.cached_pages(), 0, "reading a hole does not allocate");
+        assert_eq!(p.stats().frames_used, 0);
+        let g = File::create(&p, "other", 0).unwrap();
+        assert!(g.is_empty());
+        assert_ne!(f.id(), g.id());
+    }
+
+    #[test]
+    fn create_above_max_file_size_is_efbig() {
+        let p = phys();
+        assert_eq!(File::create(&p, "big", MAX_FILE_SIZE + 1).unwrap_err(), Errno::FBig);
+        assert_eq!(File::create(&p, "max", MAX_FILE_SIZE).unwrap().len(), MAX_FILE_SIZE);
+    }
+
+    #[test]
+    fn write_then_read_round_trips_across_a_page_boundary() {
+        let p = phys();
+        let f = File::create(&p, "f", 0).unwrap();
+        let data: Vec<u8> = (0..100u8).collect();
+        assert_eq!(f.write_at(PS - 40, &data).unwrap(), 100);
+        assert_eq!(f.len(), PS + 60, "pwrite grows the file to the end of the write");
+        assert!(!f.is_cached(2) && f.is_cached(0) && f.is_cached(1));
+        assert_eq!(f.cached_pages(), 2);
+        assert_eq!(p.stats().frames_used, 2);
+        let (n, buf) = read(&f, PS - 40, 100);
+        assert_eq!(n, 100);
+        assert_eq!(buf, data);
+        // The bytes before the write are zero, not whatever the frame held.
+        let (n, buf) = read(&f, 0, 8);
+        assert_eq!((n, buf), (8, vec![0; 8]));
+        // Overwriting in place allocates nothing and does not shrink the file.
+        f.write_at(0, b"xy").unwrap();
+        assert_eq!((f.len(), f.cached_pages()), (PS + 60, 2));
+        assert_eq!(read(&f, 0, 3).1, b"xy\0");
+    }
+
+    #[test]
+    fn reads_stop_at_end_of_file() {
+        let p = phys();
+        let f = File::create(&p, "f", 0).unwrap();
+        f.write_at(0, &[7; 100]).unwrap();
+        let (n, buf) = read(&f, 90, 20);
+        assert_eq!(n, 10, "a short read at EOF");
+        assert_eq!(buf[..10], [7; 10]);
+        assert_eq!(buf[10..], [0xee; 10], "nothing written past what was read");
+        assert_eq!(read(&f, 100, 4).0, 0);
+        assert_eq!(read(&f, 1 << 40, 4), (0, vec![0xee; 4]));
+        assert_eq!(read(&f, u64::MAX, 4).0, 0, "offset + len overflowing is still just EOF");
+    }
+
+    #[test]
+    fn write_past_max_file_size_is_efbig() {
+        let p = phys();
+        let f = File::create(&p, "f", 0).unwrap();
+        assert_eq!(f.write_at(MAX_FILE_SIZE, &[1]).unwrap_err(), Errno::FBig);
+        assert_eq!(f.write_at(u64::MAX, &[1, 2]).unwrap_err(), Errno::FBig);
+        assert_eq!((f.len(), f.cached_pages()), (0, 0), "a failed write changes nothing");
+        // Up to the limit itself is fine.
+        assert_eq!(f.write_at(MAX_FILE_SIZE - 1, &[1]).unwrap(), 1);
+        assert_eq!(f.len(), MAX_FILE_SIZE);
+        assert!(f.is_cached((MAX_FILE_SIZE - 1) / PS));
+        assert_eq!(read(&f, MAX_FILE_SIZE - 2, 4), (2, vec![0, 1, 0xee, 0xee]));
+    }
+
+    #[test]
+    fn set_len_shrink_drops_pages_and_zeroes_the_tail() {
+        let p = phys();
+        let f = three_pages(&p);
+        f.set_len(PS + 904).unwrap();
+        assert_eq!(f.len(), PS + 904);
+        assert_eq!((f.is_cached(0), f.is_cached(1), f.is_cached(2)), (true, true, false));
+        assert_eq!(p.stats().frames_used, 2, "the dropped page went back to the arena");
+        // Growing again must not resurrect the old bytes past the shrink point (truncate_inode_pages).
+        f.set_len(3 * PS).unwrap();
+        assert_eq!(f.len(), 3 * PS);
+        assert_eq!(f.cached_pages(), 2, "growing allocates nothing");
+        let (n, buf) = read(&f, 0, 3 * PS as usize);
+        assert_eq!(n, 3 * PS as usize);
+        let keep = (PS + 904) as usize;
+        assert!(buf[..keep].iter().all(|&b| b == 0xab));
+        assert!(buf[keep..].iter().all(|&b| b == 0), "stale bytes after shrink and regrow");
+    }
+
+    #[test]
+    fn set_len_to_a_page_boundary_and_to_zero() {
+        let p = phys();
+        let f = three_pages(&p);
+        f.set_len(PS).unwrap();
+        assert_eq!((f.len(), f.cached_pages()), (PS, 1));
+        assert_eq!(read(&f, PS - 1, 2), (1, vec![0xab, 0xee]));
+        f.set_len(0).unwrap();
+        assert_eq!((f.len(), f.is_empty(), f.cached_pages()), (0, true, 0));
+        assert_eq!(p.stats().frames_used, 0);
+    }
+
+    #[test]
+    fn set_len_above_i64_max_is_einval() {
+        let p = phys();
+        let f = three_pages(&p);
+        assert_eq!(f.set_len(MAX_FILE_SIZE + 1).unwrap_err(), Errno::Inval);
+        assert_eq!(f.set_len(u64::MAX).unwrap_err(), Errno::Inval);
+        assert_eq!((f.len(), f.cached_pages()), (3 * PS, 3), "a failed truncate changes nothing");
+        f.set_len(MAX_FILE_SIZE).unwrap();
+        assert_eq!((f.len(), f.cached_pages()), (MAX_FILE_SIZE, 3));
+    }
+
+    #[test]
+    fn punch_hole_zeroes_edges_drops_whole_pages_and_keeps_size() {
+        let p = phys();
+        let f = three_pages(&p);
+        // [100, 2*PS + 100): the tail of page 0, all of page 1, the head of page 2.
+        f.punch_hole(100, 2 * PS).unwrap();
+        assert_eq!(f.len(), 3 * PS, "FALLOC_FL_KEEP_SIZE");
+        assert_eq!((f.is_cached(0), f.is_cached(1), f.is_cached(2)), (true, false, true));
+        assert_eq!(p.stats().frames_used, 2);
+        let (n, buf) = read(&f, 0, 3 * PS as usize);
+        assert_eq!(n, 3 * PS as usize);
+        assert!(buf[..100].iter().all(|&b| b == 0xab));
+        assert!(buf[100..(2 * PS + 100) as usize].iter().all(|&b| b == 0));
+        assert!(buf[(2 * PS + 100) as usize..].iter().all(|&b| b == 0xab));
+    }
+
+    #[test]
+    fn punch_hole_inside_one_page_only_zeroes() {
+        let p = phys();
+        let f = three_pages(&p);
+        f.punch_hole(PS + 10, 20).unwrap();
+        assert_eq!(f.cached_pages(), 3);
+        let (_, buf) = read(&f, PS, 40);
+        assert!(buf[..10].iter().all(|&b| b == 0xab));
+        assert!(buf[10..30].iter().all(|&b| b == 0));
+        assert!(buf[30..].iter().all(|&b| b == 0xab));
+        // An exactly page-aligned punch drops the page without touching its neighbours.
+        f.punch_hole(2 * PS, PS).unwrap();
+        assert_eq!((f.is_cached(1), f.is_cached(2), f.len()), (true, false, 3 * PS));
+        assert_eq!(read(&f, 2 * PS - 1, 2).1, [0xab, 0]);
+        assert_eq!(f.punch_hole(u64::MAX, 2).unwrap_err(), Errno::FBig);
+    }
+
+    #[test]
+    fn get_page_fills_holes_and_stops_at_eof() {
+        let p = phys();
+        let f = File::create(&p, "f", PS + 1).unwrap();
+        assert_eq!(f.find_get_page(1), None, "a hole is not cached");
+        let pfn = f.get_page(1).unwrap().unwrap();
+        assert!(f.is_cached(1));
+        let d = p.desc(pfn);
+        assert_eq!(d.flags.load(Ordering::Relaxed), PG_FILE);
+        assert_eq!(d.mapping.load(Ordering::Relaxed), f.id());
+        assert_eq!(d.index.load(Ordering::Relaxed), 1);
+        assert_eq!(d.refcount.load(Ordering::Relaxed), 2, "the page cache's and the caller's");
+        assert_eq!(f.find_get_page(1), Some(pfn));
+        assert_eq!(d.refcount.load(Ordering::Relaxed), 3);
+        p.put(pfn);
+        p.put(pfn);
+        assert_eq!(f.get_page(2), Ok(None), "past EOF: SIGBUS for a fault");
+        assert_eq!(f.get_page(u64::MAX), Ok(None));
+        assert_eq!(f.cached_pages(), 1);
+    }
+
+    #[test]
+    fn get_page_out_of_frames_is_enomem() {
+        let p = phys();
+        let f = File::create(&p, "f", 64 * PS).unwrap();
+        // 15 usable frames: the 16th page cannot be allocated.
+        for i in 0..15 {
+            let pfn = f.get_page(i).unwrap().unwrap();
+            p.put(pfn);
+        }
+        assert_eq!(f.get_page(15), Err(Errno::NoMem));
+        assert_eq!(f.write_at(15 * PS, &[1]).unwrap_err(), Errno::NoMem);
+        assert!(!f.is_cached(15));
+        drop(f);
+        assert_eq!(p.stats().frames_used, 0);
+    }
+
+    #[test]
+    fn write_failing_with_enomem_does_not_grow_the_file() {
+        let p = phys();
+        let hog = File::create(&p, "hog", 15 * PS).unwrap();
+        hog.write_at(0, &[1; 15 * PS as usize]).unwrap();
+        assert_eq!(p.stats().frames_used, 15);
+        let f = File::create(&p, "f", 0).unwrap();
+        assert_eq!(f.write_at(0, b"x").unwrap_err(), Errno::NoMem);
+        // pwrite that writes nothing leaves i_size alone.
+        assert_eq!(f.len(), 0);
+        // One frame free: a two-page write is short and the size covers what it wrote.
+        hog.set_len(14 * PS).unwrap();
+        assert_eq!(f.write_at(0, &[2; 2 * PS as usize]), Ok(PS as usize));
+        assert_eq!(f.len(), PS);
+        assert_eq!(read(&f, PS - 1, 2), (1, vec![2, 0xee]));
+    }
+
+    #[test]
+    fn dropping_the_file_frees_its_page_cache() {
+        let p = phys();
+        let f = three_pages(&p);
+        f.write_at(10 * PS, b"z").unwrap();
+        assert_eq!(p.stats().frames_used, 4);
+        let g = File::create(&p, "g", 0).unwrap();
+        g.write_at(0, b"g").unwrap();
+        drop(f);
+        assert_eq!(p.stats().frames_used, 1, "only the other file's page");
+        assert_eq!(read(&g, 0, 1).1, b"g");
+        drop(g);
+        assert_eq!(p.quiesce(), crate::phys::PhysStats { frames_total: 16, ..Default::default() });
     }
 }

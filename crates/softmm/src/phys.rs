@@ -130,7 +130,7 @@ impl PhysMem {
     /// is too small to hold the zero page and one frame per node.
     pub fn new(config: PhysConfig) -> Result<std::sync::Arc<PhysMem>> {
         let nodes = config.nodes.max(1);
-        let per_node = (config.bytes / PAGE_SIZE).div_ceil(nodes as u64).max(2);
+        let per_node = config.bytes.div_ceil(PAGE_SIZE).div_ceil(nodes as u64).max(2);
         let frames = per_node * nodes as u64;
         let bytes = (frames * PAGE_SIZE) as usize;
         // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
@@ -226,20 +226,42 @@ impl PhysMem {
     }
 
     /// Allocates a frame, preferring `node`, with a reference count of one and
-    /// unspecified contents. `None` when every node is out of frames.
+    /// unspecified contents. `None` when every node is out of frames, frames
+    /// cached by other threads included.
     pub(crate) fn alloc(&self, node: usize) -> Option<Pfn> {
-        let mut shard = self.shard().lock();
-        let pfn = match shard.frames.iter().rposition(|&p| self.node_of_fast(p) == node) {
-            Some(i) => shard.frames.swap_remove(i),
-            None => self.refill(&mut shard, node)?,
+        let pfn = match self.alloc_cached(node) {
+            Some(p) => p,
+            None => {
+                // Out of memory everywhere this thread can see: give back what
+                // other threads' caches hold and try once more (Linux's
+                // drain_all_pages before declaring OOM).
+                self.drain_all_caches();
+                self.alloc_cached(node)?
+            }
         };
-        shard.used += 1;
-        drop(shard);
         let d = self.desc(pfn);
         d.flags.store(0, Ordering::Relaxed);
         d.mapping.store(0, Ordering::Relaxed);
         d.mapcount.store(0, Ordering::Relaxed);
         d.refcount.store(1, Ordering::Release);
+        Some(pfn)
+    }
+
+    /// A frame from this thread's cache or the node free lists, in the
+    /// zonelist order: the cache's frames of `node`, `node`'s free list, then
+    /// any cached frame, then the other nodes' free lists.
+    fn alloc_cached(&self, node: usize) -> Option<Pfn> {
+        let mut shard = self.shard().lock();
+        let pfn = match shard.frames.iter().rposition(|&p| self.node_of_fast(p) == node) {
+            Some(i) => Some(shard.frames.swap_remove(i)),
+            None => self.refill(&mut shard, node).or_else(|| {
+                shard.frames.pop().or_else(|| {
+                    let nodes = self.nodes.len();
+                    (1..nodes).map(|i| (node + i) % nodes).find_map(|n| self.refill(&mut shard, n))
+                })
+            }),
+        }?;
+        shard.used += 1;
         Some(pfn)
     }
 
@@ -252,22 +274,28 @@ impl PhysMem {
         }
     }
 
+    /// Moves up to a batch of `node`'s free frames into `shard` and takes one.
     #[cold]
     fn refill(&self, shard: &mut Shard, node: usize) -> Option<Pfn> {
         crate::fault::shared_write(2); // the node's free-list lock
-        let order = (0..self.nodes.len()).map(|i| (node + i) % self.nodes.len());
-        for n in order {
-            let mut free = self.nodes[n].free.lock();
-            if free.is_empty() {
-                continue;
+        let mut free = self.nodes[node].free.lock();
+        let take = free.len().min(CACHE_BATCH);
+        let at = free.len() - take;
+        shard.frames.extend(free.drain(at..));
+        drop(free);
+        shard.frames.pop()
+    }
+
+    /// Returns every thread cache's frames to the node free lists.
+    #[cold]
+    fn drain_all_caches(&self) {
+        for shard in self.shards.iter() {
+            // One shard lock at a time, none held by the caller: no order to break.
+            let frames = std::mem::take(&mut shard.lock().frames);
+            for p in frames {
+                self.nodes[self.node_of_fast(p)].free.lock().push(p);
             }
-            let take = free.len().min(CACHE_BATCH);
-            let at = free.len() - take;
-            shard.frames.extend(free.drain(at..));
-            drop(free);
-            return shard.frames.pop();
         }
-        None
     }
 
     /// Allocates a zero-filled frame (see [`PhysMem::alloc`]).
@@ -383,5 +411,260 @@ pub(crate) fn copy_frame(src: *const u8, dst: *mut u8) {
             let d = &*(dst as *const A).add(i);
             d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A one-node arena of `frames` frames, frame 0 being the zero page.
+    fn arena(frames: u64) -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig { bytes: frames * PAGE_SIZE, nodes: 1 }).unwrap()
+    }
+
+    /// Allocates from `node` until the arena runs out, in allocation order.
+    fn alloc_all(phys: &PhysMem, node: usize) -> Vec<Pfn> {
+        std::iter::from_fn(|| phys.alloc(node)).collect()
+    }
+
+    #[test]
+    fn fresh_arena_counts_every_frame_and_uses_none() {
+        let phys = arena(16);
+        assert_eq!(phys.stats(), PhysStats { frames_total: 16, frames_used: 0, page_tables: 0, vmas: 0 });
+        assert_eq!(phys.nodes(), 1);
+        assert_eq!(phys.zero_pfn(), 0);
+        assert_eq!(phys.quiesce(), phys.stats());
+    }
+
+    #[test]
+    fn arena_size_rounds_up_to_whole_frames_per_node() {
+        // 5 frames over 2 nodes: 3 per node.
+        let phys = PhysMem::new(PhysConfig { bytes: 5 * PAGE_SIZE, nodes: 2 }).unwrap();
+        assert_eq!(phys.stats().frames_total, 6);
+        // Room for the zero page and one frame at least, even when asked for nothing.
+        let phys = PhysMem::new(PhysConfig { bytes: 0, nodes: 0 }).unwrap();
+        assert_eq!(phys.nodes(), 1, "zero nodes means one");
+        assert_eq!(phys.stats().frames_total, 2);
+        assert_eq!(alloc_all(&phys, 0), vec![1]);
+    }
+
+    #[test]
+    fn arena_size_rounds_a_partial_frame_up() {
+        // The doc promises rounding up: a partial fifth frame is a whole one.
+        let phys = PhysMem::new(PhysConfig { bytes: 4 * PAGE_SIZE + 1, nodes: 1 }).unwrap();
+        assert_eq!(phys.stats().frames_total, 5);
+    }
+
+    #[test]
+    fn alloc_hands_out_distinct_frames_never_the_zero_page() {
+        let phys = arena(16);
+        let mut got = alloc_all(&phys, 0);
+        assert_eq!(got.len(), 15, "every frame but the zero page");
+        assert_eq!(phys.stats().frames_used, 15);
+        for &p in &got {
+            assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 1);
+        }
+        got.sort_unstable();
+        assert_eq!(got, (1..16).collect::<Vec<_>>());
+        for p in got {
+            phys.put(p);
+        }
+        assert_eq!(phys.stats().frames_used, 0);
+    }
+
+    #[test]
+    fn out_of_frames_is_none_and_recovers_after_a_free() {
+        let phys = arena(8);
+        let got = alloc_all(&phys, 0);
+        assert_eq!(got.len(), 7);
+        assert_eq!(phys.alloc(0), None);
+        assert_eq!(phys.alloc_zeroed(0), None);
+        assert_eq!(phys.alloc_copy(got[0], 0), None);
+        assert_eq!(phys.stats().frames_used, 7, "failed allocations are not counted");
+        phys.put(got[3]);
+        assert_eq!(phys.stats().frames_used, 6);
+        assert_eq!(phys.alloc(0), Some(got[3]), "the only free frame");
+        assert_eq!(phys.alloc(0), None);
+        for p in got {
+            phys.put(p);
+        }
+        assert_eq!(phys.stats().frames_used, 0);
+        assert_eq!(alloc_all(&phys, 0).len(), 7, "every frame is free again");
+    }
+
+    #[test]
+    fn get_and_put_count_references_and_the_last_put_frees() {
+        let phys = arena(4);
+        let p = phys.alloc(0).unwrap();
+        phys.get(p);
+        phys.get(p);
+        assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 3);
+        phys.put(p);
+        phys.put(p);
+        assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 1);
+        assert_eq!(phys.stats().frames_used, 1, "still referenced");
+        phys.put(p);
+        assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 0);
+        assert_eq!(phys.stats().frames_used, 0);
+    }
+
+    #[test]
+    fn zero_page_is_not_reference_counted() {
+        let phys = arena(4);
+        let z = phys.zero_pfn();
+        phys.get(z);
+        phys.put(z);
+        // A counted put would underflow (debug) or free the zero page.
+        phys.put(z);
+        assert_eq!(phys.desc(z).refcount.load(Ordering::Relaxed), 0);
+        assert_eq!(phys.stats().frames_used, 0);
+        let got = alloc_all(&phys, 0);
+        assert!(!got.contains(&z), "the zero page was handed out: {got:?}");
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn alloc_resets_the_descriptor_of_a_reused_frame() {
+        let phys = arena(4);
+        let got = alloc_all(&phys, 0);
+        for &p in &got {
+            let d = phys.desc(p);
+            d.flags.store(PG_FILE | PG_DIRTY | PG_LAZYFREE, Ordering::Relaxed);
+            d.mapping.store(77, Ordering::Relaxed);
+            d.mapcount.store(2, Ordering::Relaxed);
+            phys.put(p);
+        }
+        let p = phys.alloc(0).unwrap();
+        let d = phys.desc(p);
+        assert_eq!(d.flags.load(Ordering::Relaxed), 0);
+        assert_eq!(d.mapping.load(Ordering::Relaxed), 0);
+        assert_eq!(d.mapcount.load(Ordering::Relaxed), 0);
+        assert_eq!(d.refcount.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn alloc_zeroed_and_alloc_copy_fill_the_frame() {
+        let phys = arena(4);
+        // Dirty every frame so the one handed back cannot be zero by chance.
+        for p in alloc_all(&phys, 0) {
+            // SAFETY: the frame is allocated to this test and referenced by nothing else.
+            unsafe { std::ptr::write_bytes(phys.frame_ptr(p), 0xa5, PAGE_SIZE as usize) };
+            phys.put(p);
+        }
+        let src = phys.alloc_zeroed(0).unwrap();
+        let frame = |p: Pfn| {
+            let mut buf = vec![0u8; PAGE_SIZE as usize];
+            crate::access::copy_from_host(phys.frame_ptr(p), &mut buf);
+            buf
+        };
+        assert!(frame(src).iter().all(|&b| b == 0), "alloc_zeroed left old contents");
+        let pattern: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
+        crate::access::copy_to_host(&pattern, phys.frame_ptr(src));
+        let dst = phys.alloc_copy(src, 0).unwrap();
+        assert_ne!(dst, src);
+        assert_eq!(frame(dst), pattern);
+        assert_eq!(phys.stats().frames_used, 2);
+    }
+
+    #[test]
+    fn numa_nodes_split_the_arena_and_alloc_prefers_the_asked_node() {
+        // 16 frames on 2 nodes: node 0 holds frames 0..8 (0 is the zero page), node 1 frames 8..16.
+        let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
+        assert_eq!(phys.nodes(), 2);
+        assert_eq!((phys.node_of(0), phys.node_of(7), phys.node_of(8), phys.node_of(15)), (0, 0, 1, 1));
+        let on1: Vec<Pfn> = (0..8).map(|_| phys.alloc(1).unwrap()).collect();
+        assert!(on1.iter().all(|&p| phys.node_of(p) == 1 && (8..16).contains(&p)), "{on1:?}");
+        // Node 1 is empty: the allocation falls back to node 0 rather than failing.
+        let fallback = phys.alloc(1).unwrap();
+        assert_eq!(phys.node_of(fallback), 0);
+        let on0 = phys.alloc(0).unwrap();
+        assert_eq!(phys.node_of(on0), 0);
+        assert_eq!(phys.stats().frames_used, 10);
+        // The 5 frames left on node 0.
+        assert_eq!(alloc_all(&phys, 0).len(), 5);
+        assert_eq!(phys.alloc(0), None);
+    }
+
+    #[test]
+    fn fallback_allocations_can_use_every_frame_of_the_other_node() {
+        // Every softmm caller asks for node 0. Once node 0 is empty, refill moves a batch of node 1
+        // frames into the thread cache and hands out one; the next alloc(0) finds no node-0 frame
+        // in the cache, finds both free lists empty, and fails with 7 free frames in the cache.
+        let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let got = alloc_all(&phys, 0);
+        assert_eq!(got.len(), 15, "frames_used = {}", phys.stats().frames_used);
+    }
+
+    #[test]
+    fn freeing_past_the_cache_limit_spills_to_the_node() {
+        // More frames than a thread cache keeps (4 * CACHE_BATCH), so frees drain to the free list.
+        let phys = arena(256);
+        let got = alloc_all(&phys, 0);
+        assert_eq!(got.len(), 255);
+        for &p in &got {
+            phys.put(p);
+        }
+        assert_eq!(phys.stats().frames_used, 0);
+        assert!(phys.shard().lock().frames.len() < 4 * CACHE_BATCH, "the thread cache never drained");
+        assert_eq!(alloc_all(&phys, 0).len(), 255, "a frame was lost between the cache and the node");
+    }
+
+    #[test]
+    fn frames_cached_by_another_thread_are_still_allocatable() {
+        // Linux drains the per-cpu pagesets (drain_all_pages) before it reports an allocation failure.
+        let phys = arena(8);
+        let got = alloc_all(&phys, 0);
+        assert_eq!(got.len(), 7);
+        // Free from a thread whose cache is not this thread's (threads share caches modulo their count).
+        let here = SLOT.with(|s| *s) % phys.shards.len();
+        let mut frames = got;
+        while !frames.is_empty() {
+            let freer = phys.clone();
+            frames = std::thread::spawn(move || {
+                if SLOT.with(|s| *s) % freer.shards.len() == here {
+                    return frames;
+                }
+                frames.into_iter().for_each(|p| freer.put(p));
+                Vec::new()
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(phys.stats().frames_used, 0);
+        assert_eq!(alloc_all(&phys, 0).len(), 7);
+    }
+
+    #[test]
+    fn allocation_counts_add_up_across_threads() {
+        let phys = arena(64);
+        let got = alloc_all(&phys, 0);
+        assert_eq!(got.len(), 63);
+        // Frees on other threads land in other thread caches but the totals still balance.
+        let halves: Vec<Vec<Pfn>> = got.chunks(32).map(<[Pfn]>::to_vec).collect();
+        std::thread::scope(|s| {
+            for half in halves {
+                let phys = &phys;
+                s.spawn(move || half.into_iter().for_each(|p| phys.put(p)));
+            }
+        });
+        assert_eq!(phys.stats().frames_used, 0);
+    }
+
+    #[test]
+    fn stats_count_vmas_and_page_tables_and_quiesce_waits_for_deferred_frees() {
+        let phys = arena(4);
+        phys.account_vma(2);
+        phys.account_page_table(3);
+        assert_eq!((phys.stats().vmas, phys.stats().page_tables), (2, 3));
+        phys.account_vma(-2);
+        phys.account_page_table(-1);
+        // Free the last two page tables after a grace period, as detached page tables are.
+        let guard = crossbeam_epoch::pin();
+        let deferred = phys.clone();
+        guard.defer(move || deferred.account_page_table(-2));
+        drop(guard);
+        assert_eq!(phys.quiesce(), PhysStats { frames_total: 4, frames_used: 0, page_tables: 0, vmas: 0 });
     }
 }

@@ -312,3 +312,285 @@ impl VmaTree {
         self.insert(v)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::phys::PhysConfig;
+    use crate::PAGE_SIZE;
+
+    const RW: u64 = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+
+    /// A tiny arena: VMAs only need it for their accounting.
+    fn phys() -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+    }
+
+    /// A private anonymous read-write VMA `[start, end)` with linear page offset `start >> PAGE_SHIFT`.
+    fn anon(phys: &Arc<PhysMem>, start: u64, end: u64) -> Vma {
+        Vma::new(phys, start, end, RW, start >> PAGE_SHIFT, None, None, false)
+    }
+
+    /// A tree of `[0x1000, 0x3000)` and `[0x5000, 0x8000)`, with a gap between them.
+    fn two_vmas(phys: &Arc<PhysMem>) -> VmaTree {
+        let mut t = VmaTree::default();
+        t.insert(anon(phys, 0x5000, 0x8000));
+        t.insert(anon(phys, 0x1000, 0x3000));
+        t
+    }
+
+    /// The bounds of an optional VMA, for compact assertions.
+    fn span(v: Option<&Arc<Vma>>) -> Option<(u64, u64)> {
+        v.map(|v| (v.start, v.end))
+    }
+
+    /// The bounds of every VMA an iterator yields.
+    fn spans<'a>(it: impl Iterator<Item = &'a Arc<Vma>>) -> Vec<(u64, u64)> {
+        it.map(|v| (v.start, v.end)).collect()
+    }
+
+    const A: (u64, u64) = (0x1000, 0x3000);
+    const B: (u64, u64) = (0x5000, 0x8000);
+
+    #[test]
+    fn empty_tree_answers_nothing() {
+        let t = VmaTree::default();
+        assert_eq!((t.len(), t.is_empty()), (0, true));
+        assert_eq!(span(t.find(0)), None);
+        assert_eq!(span(t.find_from(0)), None);
+        assert_eq!(span(t.prev_of(u64::MAX)), None);
+        assert_eq!(spans(t.overlapping(0, u64::MAX)), []);
+        assert_eq!(span(t.first_starting_at(0)), None);
+        assert_eq!(spans(t.rev_starting_before(u64::MAX)), []);
+        assert_eq!(spans(t.iter()), []);
+    }
+
+    #[test]
+    fn find_is_end_exclusive() {
+        let p = phys();
+        let t = two_vmas(&p);
+        assert_eq!((t.len(), t.is_empty()), (2, false));
+        assert_eq!(span(t.find(0)), None);
+        assert_eq!(span(t.find(0xfff)), None);
+        assert_eq!(span(t.find(0x1000)), Some(A));
+        assert_eq!(span(t.find(0x2fff)), Some(A));
+        assert_eq!(span(t.find(0x3000)), None, "an address at a VMA's end is outside it");
+        assert_eq!(span(t.find(0x4fff)), None);
+        assert_eq!(span(t.find(0x5000)), Some(B));
+        assert_eq!(span(t.find(0x7fff)), Some(B));
+        assert_eq!(span(t.find(0x8000)), None);
+        assert_eq!(span(t.find(u64::MAX)), None);
+    }
+
+    #[test]
+    fn find_from_is_linux_find_vma() {
+        let p = phys();
+        let t = two_vmas(&p);
+        assert_eq!(span(t.find_from(0)), Some(A));
+        assert_eq!(span(t.find_from(0x2000)), Some(A), "the VMA containing the address");
+        assert_eq!(span(t.find_from(0x3000)), Some(B), "at A's end: the next VMA");
+        assert_eq!(span(t.find_from(0x4000)), Some(B), "in the gap: the next VMA");
+        assert_eq!(span(t.find_from(0x7fff)), Some(B));
+        assert_eq!(span(t.find_from(0x8000)), None);
+    }
+
+    #[test]
+    fn prev_of_is_the_last_vma_ending_at_or_below() {
+        let p = phys();
+        let t = two_vmas(&p);
+        assert_eq!(span(t.prev_of(0)), None);
+        assert_eq!(span(t.prev_of(0x2000)), None, "A contains it, nothing ends below");
+        assert_eq!(span(t.prev_of(0x3000)), Some(A), "A ends exactly there");
+        assert_eq!(span(t.prev_of(0x4000)), Some(A));
+        assert_eq!(span(t.prev_of(0x5000)), Some(A));
+        assert_eq!(span(t.prev_of(0x6000)), Some(A), "B contains it, so A is the one before");
+        assert_eq!(span(t.prev_of(0x8000)), Some(B));
+        assert_eq!(span(t.prev_of(u64::MAX)), Some(B));
+    }
+
+    #[test]
+    fn overlapping_yields_every_intersecting_vma_in_order() {
+        let p = phys();
+        let t = two_vmas(&p);
+        assert_eq!(spans(t.overlapping(0, 0x1000)), [], "ends where A starts");
+        assert_eq!(spans(t.overlapping(0, 0x1001)), [A]);
+        assert_eq!(spans(t.overlapping(0x2000, 0x6000)), [A, B]);
+        assert_eq!(spans(t.overlapping(0x2fff, 0x5001)), [A, B]);
+        assert_eq!(spans(t.overlapping(0x3000, 0x5000)), [], "exactly the gap");
+        assert_eq!(spans(t.overlapping(0x6000, 0x7000)), [B], "inside B");
+        assert_eq!(spans(t.overlapping(0x8000, 0x9000)), []);
+        assert_eq!(spans(t.overlapping(0, u64::MAX)), [A, B]);
+    }
+
+    #[test]
+    fn first_starting_at_and_rev_starting_before() {
+        let p = phys();
+        let t = two_vmas(&p);
+        assert_eq!(span(t.first_starting_at(0)), Some(A));
+        assert_eq!(span(t.first_starting_at(0x1000)), Some(A));
+        assert_eq!(span(t.first_starting_at(0x1001)), Some(B), "A contains it but starts below");
+        assert_eq!(span(t.first_starting_at(0x5000)), Some(B));
+        assert_eq!(span(t.first_starting_at(0x5001)), None);
+        assert_eq!(spans(t.rev_starting_before(0x1000)), []);
+        assert_eq!(spans(t.rev_starting_before(0x1001)), [A]);
+        assert_eq!(spans(t.rev_starting_before(0x5000)), [A]);
+        assert_eq!(spans(t.rev_starting_before(0x5001)), [B, A]);
+        assert_eq!(spans(t.rev_starting_before(u64::MAX)), [B, A]);
+        assert_eq!(spans(t.iter()), [A, B]);
+    }
+
+    #[test]
+    fn remove_detaches_and_old_versions_keep_their_vmas() {
+        let p = phys();
+        let mut t = two_vmas(&p);
+        let old = t.clone();
+        assert!(t.remove(0x2000).is_none(), "only a VMA's start removes it");
+        let a = t.remove(0x1000).unwrap();
+        assert_eq!((a.start, a.end), A);
+        assert!(a.lock.is_detached(), "removal must detach for lock-free faults");
+        assert_eq!(spans(t.iter()), [B]);
+        let c = t.replace(0x5000, anon(&p, 0x5000, 0x6000));
+        assert_eq!((c.start, c.end), (0x5000, 0x6000));
+        assert_eq!(spans(t.iter()), [(0x5000, 0x6000)]);
+        // The version readers may still hold is a separate, untouched snapshot.
+        assert_eq!(spans(old.iter()), [A, B]);
+        assert_eq!(span(old.find(0x7000)), Some(B));
+        // It shares the replaced VMA itself, now detached so lock-free faults on it retry.
+        assert!(old.find(0x7000).unwrap().lock.is_detached());
+        assert!(Arc::ptr_eq(old.find(0x1000).unwrap(), &a));
+    }
+
+    #[test]
+    fn slice_and_rebound_keep_the_backing_object() {
+        let p = phys();
+        let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
+        let av = Arc::new(AnonVma { id: 9, forked: false });
+        let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()), false);
+        assert_eq!(v.pages(), 16);
+        assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
+        assert!(v.contains(0x10000) && v.contains(0x1ffff) && !v.contains(0x20000) && !v.contains(0xffff));
+        assert!(!v.is_anonymous());
+
+        let s = v.slice(0x14000, 0x18000, VM_READ);
+        assert_eq!((s.start, s.end, s.flags, s.pgoff), (0x14000, 0x18000, VM_READ, 9));
+        assert!(Arc::ptr_eq(s.file.as_ref().unwrap(), &file));
+        assert!(Arc::ptr_eq(s.anon_vma.get().unwrap(), &av));
+        assert!(!s.lock.is_detached());
+
+        let r = v.rebound(0x40000, 0x42000, 100);
+        assert_eq!((r.start, r.end, r.flags, r.pgoff), (0x40000, 0x42000, RW | VM_SHARED, 100));
+        assert!(Arc::ptr_eq(r.file.as_ref().unwrap(), &file));
+        assert!(Arc::ptr_eq(r.anon_vma.get().unwrap(), &av));
+        assert_eq!(r.pgoff_at(0x41000), 101);
+    }
+
+    #[test]
+    fn set_anon_replaces_or_clears_the_anon_vma() {
+        let p = phys();
+        let mut v = anon(&p, 0x1000, 0x2000);
+        assert!(v.anon_vma.get().is_none());
+        let av = Arc::new(AnonVma { id: 1, forked: false });
+        v.set_anon(Some(av.clone()));
+        assert!(Arc::ptr_eq(v.anon_vma.get().unwrap(), &av));
+        v.set_anon(None);
+        assert!(v.anon_vma.get().is_none());
+    }
+
+    #[test]
+    fn start_gap_only_for_growsdown() {
+        let p = phys();
+        let gap = 256 * PAGE_SIZE;
+        let plain = anon(&p, 0x20_0000, 0x30_0000);
+        assert_eq!(plain.start_gap(gap), 0x20_0000);
+        let stack = Vma::new(&p, 0x20_0000, 0x30_0000, RW | VM_GROWSDOWN, 0, None, None, false);
+        assert_eq!(stack.start_gap(gap), 0x10_0000);
+        // Near address zero the gap saturates instead of wrapping (vm_start_gap).
+        let low = Vma::new(&p, 0x1000, 0x2000, RW | VM_GROWSDOWN, 0, None, None, false);
+        assert_eq!(low.start_gap(gap), 0);
+    }
+
+    #[test]
+    fn anon_compatible_follows_is_mergeable_anon_vma() {
+        let a = Arc::new(AnonVma { id: 1, forked: false });
+        let b = Arc::new(AnonVma { id: 1, forked: false });
+        let f = Arc::new(AnonVma { id: 2, forked: true });
+        assert!(anon_compatible(None, None));
+        assert!(anon_compatible(Some(&a), None));
+        assert!(anon_compatible(None, Some(&a)));
+        assert!(anon_compatible(Some(&a), Some(&a)));
+        assert!(!anon_compatible(Some(&a), Some(&b)), "identity, not id equality");
+        // A forked (chained) anon_vma only merges with itself.
+        assert!(!anon_compatible(Some(&f), None));
+        assert!(!anon_compatible(None, Some(&f)));
+        assert!(!anon_compatible(Some(&f), Some(&a)));
+        assert!(anon_compatible(Some(&f), Some(&f)));
+    }
+
+    #[test]
+    fn merge_predicates_need_equal_flags_file_anon_and_contiguous_pgoff() {
+        let p = phys();
+        // Four pages at pgoff 10..14.
+        let v = Vma::new(&p, 0x10000, 0x14000, RW, 10, None, None, false);
+        assert!(v.can_merge_after(RW, None, None, 14));
+        assert!(!v.can_merge_after(RW, None, None, 13), "pgoff not contiguous");
+        assert!(!v.can_merge_after(RW, None, None, 15));
+        assert!(!v.can_merge_after(RW | VM_EXEC, None, None, 14), "flags differ");
+        assert!(!v.can_merge_after(RW, Some(1), None, 14), "file differs");
+        assert!(v.can_merge_before(RW, None, None, 8, 2));
+        assert!(v.can_merge_before(RW, None, None, 6, 4));
+        assert!(!v.can_merge_before(RW, None, None, 7, 2), "pgoff not contiguous");
+        assert!(!v.can_merge_before(VM_READ, None, None, 8, 2), "flags differ");
+
+        // VM_DONTEXPAND (VM_SPECIAL) never merges, even with identical flags.
+        let special = Vma::new(&p, 0x10000, 0x14000, RW | VM_DONTEXPAND, 10, None, None, false);
+        assert!(!special.can_merge_after(RW | VM_DONTEXPAND, None, None, 14));
+        assert!(!special.can_merge_before(RW | VM_DONTEXPAND, None, None, 8, 2));
+    }
+
+    #[test]
+    fn merge_predicates_compare_file_identity_and_anon_vma() {
+        let p = phys();
+        let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
+        let other = crate::file::File::create(&p, "g", 1 << 20).unwrap();
+        let v = Vma::new(&p, 0x10000, 0x12000, RW | VM_SHARED, 0, Some(file.clone()), None, false);
+        assert!(v.can_merge_after(RW | VM_SHARED, Some(file.id()), None, 2));
+        assert!(!v.can_merge_after(RW | VM_SHARED, Some(other.id()), None, 2));
+        assert!(!v.can_merge_after(RW | VM_SHARED, None, None, 2), "file next to anonymous memory");
+
+        let own = Arc::new(AnonVma { id: 3, forked: false });
+        let forked = Arc::new(AnonVma { id: 4, forked: true });
+        let with_anon = Vma::new(&p, 0x10000, 0x12000, RW, 0, None, Some(own.clone()), false);
+        assert!(with_anon.can_merge_after(RW, None, None, 2), "a faulted VMA absorbs an unfaulted one");
+        assert!(with_anon.can_merge_after(RW, None, Some(&own), 2));
+        assert!(!with_anon.can_merge_after(RW, None, Some(&forked), 2));
+        let child = Vma::new(&p, 0x10000, 0x12000, RW, 10, None, Some(forked.clone()), false);
+        assert!(!child.can_merge_after(RW, None, None, 12), "a forked anon_vma only merges with itself");
+        assert!(!child.can_merge_before(RW, None, None, 8, 2));
+        assert!(child.can_merge_after(RW, None, Some(&forked), 12));
+        assert!(child.can_merge_before(RW, None, Some(&forked), 8, 2));
+    }
+
+    #[test]
+    fn vmas_are_counted_until_dropped() {
+        let p = phys();
+        let v = anon(&p, 0x1000, 0x4000);
+        assert_eq!(p.stats().vmas, 1);
+        let s = v.slice(0x2000, 0x3000, RW);
+        let r = v.rebound(0x8000, 0xb000, 8);
+        assert_eq!(p.stats().vmas, 3);
+        drop((v, s));
+        assert_eq!(p.stats().vmas, 1);
+        let mut t = two_vmas(&p);
+        t.insert(r);
+        assert_eq!(p.stats().vmas, 3);
+        let snapshot = t.clone();
+        let removed = t.remove(0x8000).unwrap();
+        drop(removed);
+        assert_eq!(p.stats().vmas, 3, "the old version still holds the removed VMA");
+        drop(snapshot);
+        assert_eq!(p.stats().vmas, 2);
+        drop(t);
+        assert_eq!(p.stats().vmas, 0);
+        assert_eq!(p.quiesce().vmas, 0);
+    }
+}

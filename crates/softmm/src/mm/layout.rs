@@ -108,3 +108,207 @@ fn unmapped_area(vmas: &VmaTree, len: u64, low: u64, high: u64, guard_gap: u64) 
     }
     (high >= bottom && high - bottom >= len).then_some(bottom)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::vma::flags::*;
+    use crate::vma::Vma;
+
+    const MIB: u64 = 1 << 20;
+    const RW: u64 = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE;
+    /// The default `mmap_base`: 128 MiB below `TASK_SIZE`, not 2 MiB aligned.
+    const BASE: u64 = crate::mm::TASK_SIZE - 128 * MIB;
+
+    /// A tiny arena: VMAs only need it for their accounting.
+    fn phys() -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+    }
+
+    /// A tree holding a read-write VMA `[start, end)` for each pair, with `VM_GROWSDOWN` added where asked.
+    fn tree(phys: &Arc<PhysMem>, vmas: &[(u64, u64, bool)]) -> VmaTree {
+        let mut t = VmaTree::default();
+        for &(start, end, growsdown) in vmas {
+            let flags = if growsdown { RW | VM_GROWSDOWN } else { RW };
+            t.insert(Vma::new(phys, start, end, flags, 0, None, None, false));
+        }
+        t
+    }
+
+    /// A small address space: 256 MiB `TASK_SIZE`, `mmap_base` at 192 MiB, a 1 MiB stack guard gap.
+    fn small() -> MmConfig {
+        MmConfig {
+            task_size: 256 * MIB,
+            mmap_base: 192 * MIB,
+            mmap_min_addr: 0x1_0000,
+            stack_guard_gap: MIB,
+            ..MmConfig::default()
+        }
+    }
+
+    /// `get_unmapped_area` for a non-THP object (a file or shared mapping).
+    fn area(cfg: &MmConfig, t: &VmaTree, addr: u64, len: u64, fixed: bool) -> Result<u64> {
+        get_unmapped_area(cfg, t, AreaKind::Other, addr, len, fixed)
+    }
+
+    #[test]
+    fn empty_space_maps_just_below_mmap_base() {
+        let cfg = MmConfig::default();
+        let t = VmaTree::default();
+        assert_eq!(area(&cfg, &t, 0, 0x1000, false), Ok(BASE - 0x1000));
+        assert_eq!(area(&cfg, &t, 0, 3 * MIB, false), Ok(BASE - 3 * MIB));
+        let cfg = small();
+        assert_eq!(area(&cfg, &t, 0, 0x5000, false), Ok(192 * MIB - 0x5000));
+    }
+
+    #[test]
+    fn top_down_takes_the_highest_gap_that_fits() {
+        let p = phys();
+        let cfg = small();
+        // [188M, 192M) is used; below it a 2 MiB hole [186M, 188M) above [180M, 186M).
+        let t = tree(&p, &[(188 * MIB, 192 * MIB, false), (180 * MIB, 186 * MIB, false)]);
+        assert_eq!(area(&cfg, &t, 0, MIB, false), Ok(187 * MIB), "the top of the highest hole");
+        assert_eq!(area(&cfg, &t, 0, 2 * MIB, false), Ok(186 * MIB), "a hole exactly as long");
+        assert_eq!(area(&cfg, &t, 0, 2 * MIB + 0x1000, false), Ok(180 * MIB - 2 * MIB - 0x1000));
+        // A VMA above mmap_base does not matter to the top-down search.
+        let t = tree(&p, &[(200 * MIB, 210 * MIB, false), (191 * MIB, 195 * MIB, false)]);
+        assert_eq!(area(&cfg, &t, 0, MIB, false), Ok(190 * MIB), "below the VMA straddling mmap_base");
+    }
+
+    #[test]
+    fn top_down_keeps_the_guard_gap_below_a_stack() {
+        let p = phys();
+        let cfg = small();
+        // A growsdown stack at [190M, 192M) reserves [189M, 190M) as its guard gap (vm_start_gap).
+        let t = tree(&p, &[(190 * MIB, 192 * MIB, true)]);
+        assert_eq!(area(&cfg, &t, 0, 0x1000, false), Ok(189 * MIB - 0x1000));
+        // A plain VMA there gets no gap.
+        let t = tree(&p, &[(190 * MIB, 192 * MIB, false)]);
+        assert_eq!(area(&cfg, &t, 0, 0x1000, false), Ok(190 * MIB - 0x1000));
+    }
+
+    #[test]
+    fn free_hint_is_honoured_even_above_mmap_base() {
+        let p = phys();
+        let cfg = small();
+        let t = tree(&p, &[(100 * MIB, 110 * MIB, false)]);
+        assert_eq!(area(&cfg, &t, 50 * MIB, MIB, false), Ok(50 * MIB));
+        assert_eq!(area(&cfg, &t, 99 * MIB, MIB, false), Ok(99 * MIB), "ends exactly at the next VMA");
+        assert_eq!(area(&cfg, &t, 110 * MIB, MIB, false), Ok(110 * MIB), "starts exactly at a VMA's end");
+        assert_eq!(area(&cfg, &t, 200 * MIB, MIB, false), Ok(200 * MIB));
+        assert_eq!(area(&cfg, &t, 255 * MIB, MIB, false), Ok(255 * MIB), "ends exactly at TASK_SIZE");
+        // An unaligned hint is rounded down to its page.
+        assert_eq!(area(&cfg, &t, 50 * MIB + 0x123, 0x1000, false), Ok(50 * MIB));
+    }
+
+    #[test]
+    fn occupied_or_impossible_hint_falls_back_to_top_down() {
+        let p = phys();
+        let cfg = small();
+        let t = tree(&p, &[(100 * MIB, 110 * MIB, false), (150 * MIB, 160 * MIB, true)]);
+        let top_down = Ok(192 * MIB - MIB);
+        assert_eq!(area(&cfg, &t, 105 * MIB, MIB, false), top_down, "inside a VMA");
+        assert_eq!(area(&cfg, &t, 99 * MIB + 0x1000, MIB, false), top_down, "overlaps the next VMA");
+        // The stack at 150M keeps [149M, 150M) free as its guard gap.
+        let page_top_down = Ok(192 * MIB - 0x1000);
+        assert_eq!(area(&cfg, &t, 150 * MIB - 0x1000, 0x1000, false), page_top_down, "in a stack's guard gap");
+        assert_eq!(area(&cfg, &t, 148 * MIB + 0x1000, MIB, false), top_down, "reaches into the guard gap");
+        assert_eq!(area(&cfg, &t, 148 * MIB, MIB, false), Ok(148 * MIB), "ends where the guard gap starts");
+        assert_eq!(area(&cfg, &t, 255 * MIB + 0x1000, MIB, false), top_down, "would cross TASK_SIZE");
+    }
+
+    #[test]
+    fn map_fixed_is_taken_as_is_over_existing_vmas() {
+        let p = phys();
+        let cfg = small();
+        let t = tree(&p, &[(100 * MIB, 110 * MIB, false)]);
+        // MAP_FIXED replaces whatever is there: no address checking.
+        assert_eq!(area(&cfg, &t, 105 * MIB, MIB, true), Ok(105 * MIB));
+        assert_eq!(area(&cfg, &t, 255 * MIB, MIB, true), Ok(255 * MIB));
+        assert_eq!(area(&cfg, &t, 255 * MIB + 0x1000, MIB, true), Err(Errno::NoMem), "past TASK_SIZE");
+        assert_eq!(area(&cfg, &t, 100 * MIB + 0x10, 0x1000, true), Err(Errno::Inval), "not page aligned");
+        // A fixed 2 MiB anonymous mapping is not moved for THP alignment.
+        let anon = get_unmapped_area(&cfg, &t, AreaKind::Anon, 101 * MIB, 2 * MIB, true);
+        assert_eq!(anon, Ok(101 * MIB));
+    }
+
+    #[test]
+    fn bottom_up_fallback_when_below_mmap_base_is_full() {
+        let p = phys();
+        let cfg = small();
+        let t = tree(&p, &[(0x1_0000, 192 * MIB, false)]);
+        // Linux retries bottom-up from TASK_UNMAPPED_BASE (TASK_SIZE / 3) when top-down fails.
+        assert_eq!(area(&cfg, &t, 0, MIB, false), Ok(192 * MIB));
+        let t = tree(&p, &[(0x1_0000, 192 * MIB, false), (192 * MIB, 200 * MIB, true)]);
+        assert_eq!(area(&cfg, &t, 0, MIB, false), Ok(200 * MIB), "the lowest free address above the base");
+    }
+
+    #[test]
+    fn enomem_when_nothing_fits() {
+        let p = phys();
+        let cfg = small();
+        let full = tree(&p, &[(0x1_0000, 256 * MIB, false)]);
+        assert_eq!(area(&cfg, &full, 0, 0x1000, false), Err(Errno::NoMem));
+        assert_eq!(area(&cfg, &full, 50 * MIB, 0x1000, false), Err(Errno::NoMem), "occupied hint");
+        assert_eq!(get_unmapped_area(&cfg, &full, AreaKind::Anon, 0, 2 * MIB, false), Err(Errno::NoMem));
+        let t = VmaTree::default();
+        assert_eq!(area(&cfg, &t, 0, 256 * MIB + 0x1000, false), Err(Errno::NoMem), "longer than TASK_SIZE");
+        assert_eq!(area(&cfg, &t, 0, 256 * MIB, false), Err(Errno::NoMem), "longer than above mmap_min_addr");
+        // Exactly the room between mmap_min_addr and mmap_base.
+        assert_eq!(area(&cfg, &t, 0, 192 * MIB - 0x1_0000, false), Ok(0x1_0000));
+        // One page more: neither top-down below mmap_base nor bottom-up from TASK_UNMAPPED_BASE
+        // (TASK_SIZE / 3) has room, though the whole space would.
+        assert_eq!(area(&cfg, &t, 0, 192 * MIB - 0x1_0000 + 0x1000, false), Err(Errno::NoMem));
+        // Free space below mmap_min_addr is never used.
+        let t = tree(&p, &[(0x2_0000, 256 * MIB, false)]);
+        assert_eq!(area(&cfg, &t, 0, 0x1_0000, false), Ok(0x1_0000));
+        assert_eq!(area(&cfg, &t, 0, 0x2_0000, false), Err(Errno::NoMem));
+    }
+
+    #[test]
+    fn anonymous_2mib_multiples_are_2mib_aligned_without_a_hint() {
+        let cfg = MmConfig::default();
+        let t = VmaTree::default();
+        for len in [2 * MIB, 4 * MIB, 6 * MIB] {
+            let a = get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, len, false).unwrap();
+            assert_eq!(a % (2 * MIB), 0, "len {len:#x} at {a:#x}");
+            // The highest aligned start that still ends below mmap_base.
+            assert_eq!(a, (BASE - len) & !(2 * MIB - 1), "len {len:#x}");
+        }
+        // Neither other lengths, nor file/shared mappings, nor hinted ones, nor with THP alignment off.
+        let unaligned = BASE - 2 * MIB;
+        assert_ne!(unaligned % (2 * MIB), 0);
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 3 * MIB, false), Ok(BASE - 3 * MIB));
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Other, 0, 2 * MIB, false), Ok(unaligned));
+        let hint = 0x7000_0000_1000;
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, hint, 2 * MIB, false), Ok(hint));
+        let off = MmConfig { thp_align: false, ..MmConfig::default() };
+        assert_eq!(get_unmapped_area(&off, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(unaligned));
+    }
+
+    #[test]
+    fn thp_alignment_of_an_aligned_gap_ends_at_its_top() {
+        // With mmap_base 2 MiB aligned, the padded search returns an aligned address, which
+        // __thp_get_unmapped_area moves up by 2 MiB so the mapping ends at mmap_base.
+        let cfg = small();
+        let t = VmaTree::default();
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(190 * MIB));
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 4 * MIB, false), Ok(188 * MIB));
+    }
+
+    #[test]
+    fn thp_alignment_falls_back_to_an_exact_fit() {
+        let p = phys();
+        let cfg = small();
+        // The only room below mmap_base is an aligned 2 MiB hole [100M, 102M): no room for the
+        // padding, so Linux retries without it and the mapping fills the hole.
+        let t = tree(&p, &[(0x1_0000, 100 * MIB, false), (102 * MIB, 256 * MIB, false)]);
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(100 * MIB));
+        // An unaligned 2 MiB hole still fits the mapping, unaligned.
+        let t = tree(&p, &[(0x1_0000, 100 * MIB + 0x1000, false), (102 * MIB + 0x1000, 256 * MIB, false)]);
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(100 * MIB + 0x1000));
+    }
+}
