@@ -20,6 +20,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// softmm's VMA trees and VMAs live on the heap, and with several address
+/// spaces their memory is often freed by a thread other than the one that
+/// allocated it (epoch-deferred frees run wherever the collector runs).
+/// glibc's malloc then contends on the owning arena's lock; mimalloc frees
+/// remotely without a lock, like the kernel's per-CPU slab caches that the
+/// host rows get. See docs/architecture.md for the measurement.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "softmm",
