@@ -250,11 +250,19 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         if modes.is_empty() {
             modes = w.default_modes().to_vec();
         }
-        for &b in &backends {
+        // The softmm policies take turns within each repeat, so that drift
+        // in the machine (other tenants, the host's memory state) spreads
+        // over all of them instead of favouring whichever runs first; the
+        // host runs after them (its processes must not inherit the arena).
+        let (soft, host): (Vec<Backend>, Vec<Backend>) =
+            backends.iter().copied().partition(|b| matches!(b, Backend::Soft(_)));
+        for group in [soft, host] {
             for &mode in &modes {
                 for &t in &threads {
                     for r in 0..args.repeat {
-                        jobs.push(Job { workload: w, backend: b, mode, threads: t, repeat: r });
+                        for &b in &group {
+                            jobs.push(Job { workload: w, backend: b, mode, threads: t, repeat: r });
+                        }
                     }
                 }
             }
@@ -291,6 +299,13 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             arena.release();
         }
         last_backend = Some(job.backend);
+        if matches!(job.backend, Backend::Soft(_)) {
+            // One arena for the whole sweep of a workload, sized for its most
+            // threads up front: every sample hands out frames of the same
+            // host memory (a larger arena made midway would be backed
+            // differently, by huge pages or not).
+            arena.get(job.workload.arena_bytes(max_threads, args.size))?;
+        }
         let label = format!(
             "{} {} {} threads={} repeat={}",
             job.workload.name(),

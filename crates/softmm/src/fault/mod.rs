@@ -32,11 +32,12 @@
 //!   the fault writes no shared memory before its PTE lock.
 //!
 //! What lock-free paths do not do, and leave to the `mmap_lock` fallback
-//! (counted as "unsupported"): allocate page tables (a table allocated
-//! beside a concurrent `free_pgtables` could be detached with the entry the
-//! fault puts in it), assign a VMA's first `anon_vma` (`fork` and merging
-//! must see it), grow a stack, wait for a file's `invalidate_lock`, and
-//! resolve faults that end in a signal.
+//! (counted as "unsupported"): allocate page tables (except `PerVma`, whose
+//! reference keeps the VMA attached: a table the fault installs may be one a
+//! racing writer's zap never saw, and only the PTE lock orders the fault's
+//! commit after that zap; see docs/architecture.md), assign a VMA's first
+//! `anon_vma` (`fork` and merging must see it), grow a stack, wait for a
+//! file's `invalidate_lock`, and resolve faults that end in a signal.
 //!
 //! Fault kinds (all in [`handler`]): anonymous read (zero page), anonymous
 //! write (zeroed frame), file read (page-cache page, read-only, with
