@@ -187,3 +187,56 @@ fn lockless_walk_against_page_table_free() {
         fault.join().unwrap();
     });
 }
+
+/// One fault of the per-VMA sequence scheme (the VMA, its leaf table's
+/// parent entry, the entry): lock-free through an existing table; where the
+/// table is missing, under the VMA's reference, which it needs to install one.
+fn per_vma_seq_fault(vma: &VmaLock, table: &AtomicBool, pte: &Mutex<u64>) {
+    if vma.is_detached() {
+        return;
+    }
+    if table.load(Ordering::Acquire) {
+        let mut p = pte.lock().unwrap();
+        if !vma.is_detached() {
+            *p = WRITABLE;
+        }
+        return;
+    }
+    if !vma.try_read() {
+        return;
+    }
+    // Install the table (or find the one a racing fault installed).
+    let _ = table.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire);
+    // The reference keeps the VMA attached: no check needed to commit.
+    *pte.lock().unwrap() = WRITABLE;
+    vma.read_unlock();
+}
+
+/// The per-VMA sequence scheme's page-table allocation against munmap: two
+/// faults, either of which may install the leaf table (under the VMA's
+/// reference) while the other commits into it lock-free, and a writer that
+/// detaches the VMA and then zaps the entries of every table it finds. No
+/// entry survives, in particular none in a table the writer's walk missed.
+#[test]
+fn per_vma_seq_table_allocation_against_munmap() {
+    builder().check(|| {
+        let vma = Arc::new(VmaLock::new());
+        let table = Arc::new(AtomicBool::new(false));
+        let pte = Arc::new(Mutex::new(NONE));
+        let faults: Vec<_> = (0..2)
+            .map(|_| {
+                let (vma, table, pte) = (vma.clone(), table.clone(), pte.clone());
+                loom::thread::spawn(move || per_vma_seq_fault(&vma, &table, &pte))
+            })
+            .collect();
+        // munmap: detach (waits for references), then zap what the walk finds.
+        vma.detach();
+        if table.load(Ordering::Acquire) {
+            *pte.lock().unwrap() = NONE;
+        }
+        for f in faults {
+            f.join().unwrap();
+        }
+        assert_eq!(*pte.lock().unwrap(), NONE, "an entry outlived its VMA");
+    });
+}

@@ -35,7 +35,8 @@ pub(crate) struct FaultCtx<'a> {
     pub(crate) check: Check,
     /// `mmap_lock` is held: may wait for `invalidate_lock` and assign an anon_vma.
     pub(crate) may_sleep: bool,
-    /// May allocate page tables (no concurrent `free_pgtables` can detach them).
+    /// May allocate page tables: `mmap_lock` or the VMA's reference is held,
+    /// so the writer that removes the VMA sees every table installed here.
     pub(crate) may_alloc_tables: bool,
 }
 
@@ -83,7 +84,7 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
     } else {
         match ctx.mm.pgtables.leaf(va, &guard) {
             Some(t) => t,
-            None => return ctx.unsupported(),
+            None => return Err(FaultError::Abort(Abort::NoPageTable)),
         }
     };
     let entry = table.entry(pgtable::index(va, 0));

@@ -32,10 +32,12 @@
 //!   the fault writes no shared memory before its PTE lock.
 //!
 //! What lock-free paths do not do, and leave to the `mmap_lock` fallback
-//! (counted as "unsupported"): allocate page tables (except `PerVma`, whose
-//! reference keeps the VMA attached: a table the fault installs may be one a
-//! racing writer's zap never saw, and only the PTE lock orders the fault's
-//! commit after that zap; see docs/architecture.md), assign a VMA's first
+//! (counted as "unsupported"): allocate page tables without the VMA's
+//! reference (a table the fault installs may be one a racing writer's zap
+//! never saw, and only the PTE lock orders the fault's commit after that zap;
+//! see docs/architecture.md: `PerVma` holds the reference anyway, `PerVmaSeq`
+//! takes it only for a fault that must allocate, `Speculative` falls back),
+//! assign a VMA's first
 //! `anon_vma` (`fork` and merging must see it), grow a stack, wait for a
 //! file's `invalidate_lock`, and resolve faults that end in a signal.
 //!
@@ -111,6 +113,8 @@ pub(crate) enum Abort {
     VmaChanged,
     /// A case the lock-free path leaves to the fallback.
     Unsupported,
+    /// A page table is missing and this path may not allocate one.
+    NoPageTable,
     /// A lock it would have to wait for was held.
     Contended,
 }
