@@ -268,6 +268,20 @@ fn past_failures() -> Vec<(&'static str, Vec<Op>)> {
                 Mprotect { addr: w - 17 * p, len: 3 * p, prot: 3 },
             ],
         ),
+        (
+            "a DONTUNMAP move that merges back into its source VMA ends the multi-VMA walk",
+            vec![
+                Mmap { addr: w - 33 * p, len: 3 * p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Mremap {
+                    old_addr: w - 32 * p,
+                    old_len: p,
+                    new_len: p,
+                    flags: MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                    new_addr: w - 30 * p,
+                },
+                Probe { addr: w - 30 * p, write: None },
+            ],
+        ),
     ]
 }
 

@@ -182,23 +182,25 @@ impl AddressSpace {
         let mut target = new_addr;
         let mut last_end = 0;
         let mut cursor = start;
-        while let Some(vma) = st.vmas.find_from(cursor).filter(|v| v.start < end).cloned() {
+        // Linux's for_each_vma_range resumes after the VMA as it was found, and
+        // only below `end`: a moved piece that merged back into its source
+        // (MREMAP_DONTUNMAP next to the source) is not visited again.
+        while let Some(vma) = st.vmas.find_from(cursor).filter(|v| cursor < end && v.start < end).cloned() {
             let seen = res.is_ok();
             let addr = vma.start.max(start);
             let part = end.min(vma.end) - addr;
             if !seen && start < vma.start {
                 return Err(Errno::Fault);
             }
-            let offset = if seen { vma.start - last_end } else { 0 };
+            // Unsigned, as in Linux: VMAs are visited in address order.
+            let offset = if seen { vma.start.wrapping_sub(last_end) } else { 0 };
             last_end = vma.end;
             self.check_prep_vma(Some(&vma), addr, part, part, flags)?;
-            let moved = self.mremap_to(st, addr, part, part, flags, target + offset, tlb)?;
+            let moved = self.mremap_to(st, addr, part, part, flags, target.wrapping_add(offset), tlb)?;
             if !seen {
                 res = Ok(moved);
             }
             target = moved + part;
-            // Resume after the VMA as it was: with MREMAP_DONTUNMAP the
-            // source stays mapped and must not be found again.
             cursor = vma.end;
         }
         res
