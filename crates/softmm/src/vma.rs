@@ -215,6 +215,16 @@ impl Vma {
     ) -> bool {
         mergeable(self, flags, file, anon) && pgoff + pages == self.pgoff
     }
+
+    /// Linux's `anon_vma_compatible`: `next` directly follows this VMA and
+    /// the two could merge but for their access flags (and anon_vmas), so
+    /// that they may share an anon_vma and merge after an mprotect.
+    pub(crate) fn anon_vma_compatible(&self, next: &Vma) -> bool {
+        self.end == next.start
+            && self.file_id() == next.file_id()
+            && (self.flags ^ next.flags) & !VM_ACCESS_FLAGS == 0
+            && next.pgoff == self.pgoff + self.pages()
+    }
 }
 
 /// Flags that forbid any merge (Linux's `VM_SPECIAL` subset softmm has).

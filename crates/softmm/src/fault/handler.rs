@@ -133,15 +133,9 @@ fn find_mergeable_anon_vma(ctx: &FaultCtx<'_>) -> Option<Arc<AnonVma>> {
     let guard = crossbeam_epoch::pin();
     let tree = ctx.mm.vmas_rcu(&guard);
     let vma = ctx.vma;
-    let compatible = |a: &Vma, b: &Vma| {
-        a.end == b.start
-            && a.file.as_ref().map(|f| f.id()) == b.file.as_ref().map(|f| f.id())
-            && (a.flags ^ b.flags) & !VM_ACCESS_FLAGS == 0
-            && b.pgoff == a.pgoff + a.pages()
-    };
     let reusable = |old: &Vma| old.anon_vma.get().filter(|a| !a.forked).cloned();
-    let next = tree.first_starting_at(vma.end).filter(|n| compatible(vma, n)).and_then(|n| reusable(n));
-    next.or_else(|| tree.prev_of(vma.start).filter(|p| compatible(p, vma)).and_then(|p| reusable(p)))
+    let next = tree.first_starting_at(vma.end).filter(|n| vma.anon_vma_compatible(n)).and_then(|n| reusable(n));
+    next.or_else(|| tree.prev_of(vma.start).filter(|p| p.anon_vma_compatible(vma)).and_then(|p| reusable(p)))
 }
 
 fn oom(va: u64) -> FaultError {

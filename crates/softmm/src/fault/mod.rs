@@ -37,9 +37,9 @@
 //! never saw, and only the PTE lock orders the fault's commit after that zap;
 //! see docs/architecture.md: `PerVma` holds the reference anyway, `PerVmaSeq`
 //! takes it only for a fault that must allocate, `Speculative` falls back),
-//! assign a VMA's first
-//! `anon_vma` (`fork` and merging must see it), grow a stack, wait for a
-//! file's `invalidate_lock`, and resolve faults that end in a signal.
+//! assign a VMA's first `anon_vma` (`fork` and merging must see it), grow a
+//! stack, wait for a file's `invalidate_lock`, and resolve faults that end in
+//! a signal.
 //!
 //! Fault kinds (all in [`handler`]): anonymous read (zero page), anonymous
 //! write (zeroed frame), file read (page-cache page, read-only, with

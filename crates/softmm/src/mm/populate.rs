@@ -21,7 +21,7 @@ impl AddressSpace {
         while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
             let from = a.max(vma.start);
             a = vma.end.min(end);
-            if vma.flags & (VM_READ | VM_WRITE | VM_EXEC) == 0 {
+            if vma.flags & VM_ACCESS_FLAGS == 0 {
                 continue;
             }
             let write = vma.flags & (VM_WRITE | VM_SHARED) == VM_WRITE;
