@@ -58,8 +58,11 @@ impl AddressSpace {
             st.brk = brk;
             brk
         };
-        drop(st);
+        // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
+        // does: once another thread can map this range again, no CPU may
+        // still reach the old frames through its TLB.
         tlb.finish(self);
+        drop(st);
         result
     }
 }

@@ -126,9 +126,9 @@ impl AddressSpace {
                 | MADV_NOHUGEPAGE
         );
         let mut tlb = MmuGather::default();
-        let res = if flag_change {
+        if flag_change {
             let mut st = self.write_lock();
-            self.walk_vmas(&mut st, addr, end, |mm, st, vma, start, stop| {
+            let res = self.walk_vmas(&mut st, addr, end, |mm, st, vma, start, stop| {
                 let mut f = vma.flags;
                 match advice {
                     MADV_NORMAL => f &= !(VM_SEQ_READ | VM_RAND_READ),
@@ -150,10 +150,13 @@ impl AddressSpace {
                     _ => unreachable!(),
                 }
                 mm.vma_modify_flags(st, vma, start, stop, f)
-            })
+            });
+            std::mem::take(&mut tlb).finish(self);
+            drop(st);
+            res
         } else {
             let st = self.read_lock();
-            self.walk_vmas_read(&st, addr, end, |mm, vma, start, stop| match advice {
+            let res = self.walk_vmas_read(&st, addr, end, |mm, vma, start, stop| match advice {
                 MADV_DONTNEED | MADV_DONTNEED_LOCKED => {
                     if vma.flags & VM_LOCKED != 0 && advice == MADV_DONTNEED {
                         return Err(Errno::Inval);
@@ -169,10 +172,12 @@ impl AddressSpace {
                     Ok(())
                 }
                 _ => Ok(()), // WILLNEED, COLD, PAGEOUT: hints with no effect on contents
-            })
-        };
-        tlb.finish(self);
-        res
+            });
+            // Flush while mmap_lock is still held (see `munmap`).
+            std::mem::take(&mut tlb).finish(self);
+            drop(st);
+            res
+        }
     }
 
     /// Linux's `madvise_walk_vmas`: visits each VMA part in `[start, end)`;

@@ -184,8 +184,11 @@ impl AddressSpace {
         let shared_anon = file.is_none() && backing.is_some();
         let mut tlb = MmuGather::default();
         let res = self.mmap_region(&mut st, backing, shared_anon, addr, len, vm_flags, pgoff, &mut tlb);
-        drop(st);
+        // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
+        // does: once another thread can map this range again, no CPU may
+        // still reach the old frames through its TLB.
         tlb.finish(self);
+        drop(st);
         res?;
         let populate =
             (flags & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE || vm_flags & VM_LOCKED != 0).then_some(len);
@@ -275,8 +278,11 @@ impl AddressSpace {
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         let res = self.do_munmap(&mut st, addr, addr + len, &mut tlb);
-        drop(st);
+        // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
+        // does: once another thread can map this range again, no CPU may
+        // still reach the old frames through its TLB.
         tlb.finish(self);
+        drop(st);
         res
     }
 }

@@ -462,8 +462,11 @@ impl AddressSpace {
                 even_cows || d.mapping.load(Ordering::Relaxed) == file_id
             });
         }
-        drop(st);
+        // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
+        // does: once another thread can map this range again, no CPU may
+        // still reach the old frames through its TLB.
         tlb.finish(self);
+        drop(st);
     }
 
     /// Takes one more reference on the frame `pfn` for a new mapping.

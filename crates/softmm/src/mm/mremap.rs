@@ -50,8 +50,11 @@ impl AddressSpace {
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         let res = self.do_mremap(&mut st, old_addr, old_len, new_len, flags, new_addr, &mut tlb);
-        drop(st);
+        // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
+        // does: once another thread can map this range again, no CPU may
+        // still reach the old frames through its TLB.
         tlb.finish(self);
+        drop(st);
         res
     }
 
