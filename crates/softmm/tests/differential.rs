@@ -55,7 +55,7 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
             .ops
             .iter()
             .map(|op| {
-                let out = apply(&mm, &mut cpu, &files, op);
+                let out = apply(&mm, &mut cpu, &files, host::mincore_cap(s), op);
                 (out, maps_in_window(&mm, s.window))
             })
             .collect();
@@ -73,7 +73,7 @@ fn errno(r: softmm::Result<u64>) -> Outcome {
     }
 }
 
-fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], op: &Op) -> Outcome {
+fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], mincore_cap: usize, op: &Op) -> Outcome {
     match *op {
         Op::Mmap { addr, len, prot, flags, file, offset } => {
             let of = file.map(|i| OpenFile::read_write(&files[i]));
@@ -86,10 +86,17 @@ fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], op: &Op) -> Outc
         }
         Op::Madvise { addr, len, advice } => errno(mm.madvise(addr, len, advice).map(|()| 0)),
         Op::Ftruncate { file, len } => errno(files[file].set_len(len).map(|()| 0)),
-        Op::Mincore { addr, len } => match mm.mincore(addr, len) {
-            Ok(v) => Outcome::Mincore(v),
-            Err(e) => Outcome::Err(e.code()),
-        },
+        Op::Mincore { addr, len } => {
+            // The host's buffer is as long, followed by a guard page.
+            let mut v = vec![0u8; mincore_cap];
+            match mm.mincore(addr, len, &mut v) {
+                Ok(()) => {
+                    v.truncate(len.div_ceil(softmm::PAGE_SIZE) as usize);
+                    Outcome::Mincore(v)
+                }
+                Err(e) => Outcome::Err(e.code()),
+            }
+        }
         Op::Probe { addr, write } => {
             let r = match write {
                 None => cpu.read_u8(addr),

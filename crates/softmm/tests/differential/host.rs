@@ -903,19 +903,7 @@ pub fn host_runner_main() -> ! {
     }
 
     // Every allocation happens here, before the fillers.
-    let window_pages = ((s.window.1 - s.window.0) / PAGE) as usize;
-    let want = s
-        .ops
-        .iter()
-        .filter_map(|op| match *op {
-            Op::Mincore { len, .. } => Some((len / PAGE + u64::from(len % PAGE != 0)) as usize),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
-        .min(window_pages)
-        .max(1);
-    let mincore_cap = want.div_ceil(PAGE as usize) * PAGE as usize;
+    let mincore_cap = mincore_cap(&s);
     // SAFETY: anonymous mapping for the mincore vector plus a guard page.
     let mincore_buf = unsafe {
         let p = libc::mmap(
@@ -995,4 +983,23 @@ pub fn host_runner_main() -> ! {
     r.out.flush();
     // SAFETY: leave without running libtest's epilogue or any destructor.
     unsafe { libc::_exit(0) }
+}
+
+/// Bytes of the mincore result buffer a scenario's child maps (a guard page
+/// follows it): enough for its largest `mincore`, at most the window's pages,
+/// rounded up to a page. softmm's side gets a slice of the same length.
+pub fn mincore_cap(s: &Scenario) -> usize {
+    let window_pages = ((s.window.1 - s.window.0) / PAGE) as usize;
+    let want = s
+        .ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::Mincore { len, .. } => Some((len / PAGE + u64::from(len % PAGE != 0)) as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .min(window_pages)
+        .max(1);
+    want.div_ceil(PAGE as usize) * PAGE as usize
 }
