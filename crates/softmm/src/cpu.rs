@@ -12,10 +12,11 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use crate::error::Fault;
+use crate::error::{Fault, SegvCode};
 use crate::fault::{Access, FaultStats};
 use crate::mm::AddressSpace;
 use crate::pgtable::{self, pte_pfn, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_WRITE};
+use crate::phys::{Pfn, PhysMem};
 use crate::tlb::CpuTlbState;
 use crate::PAGE_SIZE;
 
@@ -119,7 +120,12 @@ impl Cpu {
 
     /// Switches to `mm` (like loading CR3): the TLB starts empty.
     pub fn attach(&mut self, mm: &Arc<AddressSpace>) {
-        self.detach();
+        // Every CPU of this thread is quiescent while the domain's CPU list
+        // is locked: a shootdown holds that lock while it waits, and may be
+        // waiting for another CPU of this very thread (an emulator switching
+        // vCPUs), which cannot acknowledge while the thread blocks here.
+        let _q = QuiescentGuard::enter();
+        self.detach_locked();
         self.seen_gen = mm.tlb.attach(&self.state);
         self.epoch += 1;
         self.mm = Some(mm.clone());
@@ -127,12 +133,14 @@ impl Cpu {
 
     /// Leaves the current address space, if any.
     pub fn detach(&mut self) {
+        let _q = QuiescentGuard::enter();
+        self.detach_locked();
+    }
+
+    /// [`Cpu::detach`] with the thread's CPUs already quiescent.
+    fn detach_locked(&mut self) {
         if let Some(mm) = self.mm.take() {
-            // Quiescent first: a shootdown in progress holds the domain's CPU
-            // list while it waits, and must stop waiting for us to let go.
-            self.state.enter_quiescent();
             mm.tlb.detach(&self.state);
-            self.state.exit_quiescent();
         }
         self.epoch += 1;
     }
@@ -198,6 +206,10 @@ impl Cpu {
     fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
         self.stats.tlb_misses += 1;
         let mm = self.mm.clone().expect("attached");
+        // The walk indexes with the low 48 bits only: anything above the
+        // user address space must fault before it, or it would alias a user
+        // page. (The TLB is filled only here, so its hit path needs no check.)
+        check_user_address(va, mm.config.task_size)?;
         let write = access == Access::Write;
         let vpn = va / PAGE_SIZE;
         loop {
@@ -344,12 +356,53 @@ impl Cpu {
         Ok(self.atomic_u32(addr)?.fetch_add(v, Ordering::SeqCst))
     }
 
-    /// Zero-copy access to `[addr, addr+len)`: calls `f(offset, chunk)` for
-    /// each page-contiguous chunk in order, `offset` being the chunk's offset
-    /// in the range. The bytes are atomics because other guest threads may
-    /// access them concurrently. An empty range calls nothing and succeeds;
-    /// on a fault the chunks before it have been visited.
-    pub fn with_slice(
+    /// Zero-copy read access to `[addr, addr+len)`: calls `f(offset, chunk)`
+    /// for each page-contiguous chunk in order, `offset` being the chunk's
+    /// offset in the range. The chunk is a read-only view ([`GuestBytes`]):
+    /// a read translation may point at the shared zero page or at a page
+    /// cache page the address space may not write. An empty range calls
+    /// nothing and succeeds; on a fault the chunks before it have been
+    /// visited.
+    ///
+    /// The chunk's frame is referenced while `f` runs, so `f` may change the
+    /// address space (unmap the very page, truncate its file): the frame is
+    /// then not reused before `f` returns, and the next access through this
+    /// CPU sees the change, as a DMA through `get_user_pages` would.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default());
+    /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_u64(a, 0x0102).unwrap();
+    /// let mut sum = 0u32;
+    /// cpu.with_slice(a, 8, |_, bytes| sum += (0..bytes.len()).map(|i| bytes.get(i) as u32).sum::<u32>()).unwrap();
+    /// assert_eq!(sum, 3);
+    /// ```
+    ///
+    /// A read view cannot be written through:
+    ///
+    /// ```compile_fail
+    /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default());
+    /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// cpu.with_slice(a, 1, |_, bytes| bytes.0[0].store(0x41, std::sync::atomic::Ordering::Relaxed));
+    /// ```
+    pub fn with_slice(&mut self, addr: u64, len: usize, mut f: impl FnMut(usize, GuestBytes<'_>)) -> Result<(), Fault> {
+        self.for_each_chunk(addr, len, Access::Read, |off, chunk| f(off, GuestBytes(chunk)))
+    }
+
+    /// Zero-copy write access to `[addr, addr+len)`, as [`Cpu::with_slice`]
+    /// but translated for writing (breaking COW where needed). The bytes are
+    /// atomics because other guest threads may access them concurrently.
+    pub fn with_slice_mut(&mut self, addr: u64, len: usize, f: impl FnMut(usize, &[AtomicU8])) -> Result<(), Fault> {
+        self.for_each_chunk(addr, len, Access::Write, f)
+    }
+
+    fn for_each_chunk(
         &mut self,
         addr: u64,
         len: usize,
@@ -361,15 +414,88 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
             let p = self.translate(a, access)?;
-            // SAFETY: `[p, p+n)` lies in one live arena frame (n stops at the
-            // page end) and is only ever accessed atomically; the frame stays
-            // allocated at least until this CPU's next MMU call.
+            let phys = &self.mm.as_deref().expect("attached").phys;
+            let _frame = FrameRef::get(phys, phys.pfn_of_ptr(p));
+            // SAFETY:
+            // 1. `[p, p+n)` lies in one arena frame: `translate` returned a
+            //    pointer into it and `n` stops at the page end;
+            // 2. the frame stays allocated until `_frame` is dropped after
+            //    `f` returns, whatever `f` does to the address space;
+            // 3. arena memory is only ever accessed atomically.
             let chunk = unsafe { std::slice::from_raw_parts(p as *const AtomicU8, n) };
             f(done, chunk);
             done += n;
         }
         Ok(())
     }
+}
+
+/// A read-only view of guest bytes lent by [`Cpu::with_slice`]. Other guest
+/// threads may write them meanwhile, so each read is an atomic load.
+#[derive(Clone, Copy)]
+pub struct GuestBytes<'a>(&'a [AtomicU8]);
+
+impl GuestBytes<'_> {
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True for an empty view.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The byte at `i`. Panics if `i >= len()`, like slice indexing.
+    pub fn get(&self, i: usize) -> u8 {
+        self.0[i].load(Ordering::Relaxed)
+    }
+
+    /// Copies the bytes into `dst`, which must have the same length.
+    ///
+    /// # Panics
+    ///
+    /// If `dst.len() != self.len()`, like `<[u8]>::copy_from_slice`.
+    pub fn copy_to_slice(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.0.len(), "destination and source slices have different lengths");
+        crate::access::copy_from_host(self.0.as_ptr().cast(), dst);
+    }
+}
+
+/// A frame reference held for the duration of a borrow of its bytes.
+struct FrameRef<'a> {
+    phys: &'a PhysMem,
+    pfn: Pfn,
+}
+
+impl<'a> FrameRef<'a> {
+    fn get(phys: &'a PhysMem, pfn: Pfn) -> FrameRef<'a> {
+        phys.get(pfn);
+        FrameRef { phys, pfn }
+    }
+}
+
+impl Drop for FrameRef<'_> {
+    fn drop(&mut self) {
+        self.phys.put(self.pfn);
+    }
+}
+
+/// Faults an address outside the user address space as x86-64 does: a
+/// non-canonical one (bits 63..47 not all equal) raises a general protection
+/// fault, which Linux reports as `SIGSEGV` with `SI_KERNEL` and address 0;
+/// a canonical one at or above `task_size` (the last user page, the kernel
+/// half) is a page fault with no VMA, `SEGV_MAPERR`.
+#[inline]
+fn check_user_address(va: u64, task_size: u64) -> Result<(), Fault> {
+    if va < task_size {
+        return Ok(());
+    }
+    let top = (va as i64) >> 47;
+    if top != 0 && top != -1 {
+        return Err(Fault::Segv { addr: 0, code: SegvCode::Kernel });
+    }
+    Err(Fault::Segv { addr: va, code: SegvCode::MapErr })
 }
 
 impl Drop for Cpu {

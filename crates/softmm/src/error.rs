@@ -76,6 +76,9 @@ pub enum SegvCode {
     MapErr,
     /// `SEGV_ACCERR`: a mapping exists but forbids the access.
     AccErr,
+    /// `SI_KERNEL`: a non-canonical address (x86-64 raises a general
+    /// protection fault, not a page fault); Linux reports address 0.
+    Kernel,
 }
 
 impl SegvCode {
@@ -84,6 +87,7 @@ impl SegvCode {
         match self {
             SegvCode::MapErr => 1,
             SegvCode::AccErr => 2,
+            SegvCode::Kernel => 0x80,
         }
     }
 }

@@ -30,7 +30,7 @@ pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 pub struct File {
     id: u64,
     name: String,
-    phys: Arc<PhysMem>,
+    pub(crate) phys: Arc<PhysMem>,
     inner: Mutex<FileInner>,
     pub(crate) invalidate_lock: RwLock<()>,
     i_mmap: Mutex<Vec<Weak<AddressSpace>>>,

@@ -40,7 +40,7 @@ pub mod uapi;
 pub mod vma;
 
 #[cfg(not(loom))]
-pub use cpu::{Cpu, CpuStats};
+pub use cpu::{Cpu, CpuStats, GuestBytes};
 #[cfg(not(loom))]
 pub use error::{Errno, Fault, Result, SegvCode};
 #[cfg(not(loom))]

@@ -220,6 +220,15 @@ impl PhysMem {
         unsafe { self.base.as_ptr().add(pfn as usize * PAGE_SIZE as usize) }
     }
 
+    /// The frame holding the arena byte at `ptr`, which must come from
+    /// [`PhysMem::frame_ptr`] of this arena (plus an offset inside the frame).
+    #[inline]
+    pub(crate) fn pfn_of_ptr(&self, ptr: *const u8) -> Pfn {
+        let off = (ptr as usize).wrapping_sub(self.base.as_ptr() as usize);
+        debug_assert!(off < self.desc.len() * PAGE_SIZE as usize, "pointer outside the arena");
+        (off / PAGE_SIZE as usize) as Pfn
+    }
+
     fn shard(&self) -> &Mutex<Shard> {
         let slot = SLOT.with(|s| *s);
         &self.shards[slot % self.shards.len()]

@@ -30,3 +30,215 @@ fn mincore_of_a_huge_range_uses_bounded_memory() {
     drop(mm);
     assert_no_leaks(&p);
 }
+
+/// Defect 6: `munmap` (and `mremap`, `mprotect`, `madvise`, `MAP_FIXED`)
+/// shot down the TLBs only after releasing `mmap_lock`, so another thread
+/// could map a new page at the address (and write it) while a third CPU still
+/// translated the address to the old frame: stale reads, and writes landing
+/// in the moved page after `mremap`. As on Linux, the flush now completes
+/// before the lock is released, so a mapping call that waited for the lock
+/// returns only after every running CPU has acknowledged. The reader's CPU
+/// runs without MMU calls (the sleep) while the munmap waits for it; the
+/// mapper, blocked on `mmap_lock`, must not get the range back before the
+/// reader's next MMU call. Every mapping call that unmaps is checked.
+#[test]
+fn a_range_is_not_reused_before_every_cpu_has_dropped_its_translation() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+    type Unmap = fn(&softmm::AddressSpace, u64);
+    let unmappers: [(&str, Unmap); 5] = [
+        ("munmap", |mm, a| mm.munmap(a, PAGE).unwrap()),
+        ("mremap", |mm, a| {
+            mm.mremap(a, PAGE, PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, a + 64 * PAGE).unwrap();
+        }),
+        ("mmap MAP_FIXED", |mm, a| {
+            mm.mmap(a, PAGE, PROT_NONE, ANON | MAP_FIXED | MAP_NORESERVE, None, 0).unwrap();
+        }),
+        ("madvise", |mm, a| mm.madvise(a, PAGE, MADV_DONTNEED).unwrap()),
+        ("mprotect", |mm, a| mm.mprotect(a, PAGE, PROT_NONE).unwrap()),
+    ];
+    for (name, unmap) in unmappers {
+        let p = phys(4);
+        let mm = mm_with(&p, FaultPolicy::default());
+        let a = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        let woke = Arc::new(AtomicBool::new(false));
+        let (cached_tx, cached_rx) = mpsc::channel();
+        let reader = {
+            let (mm, woke) = (mm.clone(), woke.clone());
+            std::thread::spawn(move || {
+                let mut cpu = softmm::Cpu::attached(&mm);
+                cpu.write_u64(a, 1).unwrap();
+                cached_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                woke.store(true, SeqCst);
+                // This MMU call acknowledges the shootdown.
+                let _ = cpu.read_u64(a);
+            })
+        };
+        cached_rx.recv().unwrap();
+        let mapper = {
+            let (mm, woke) = (mm.clone(), woke.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                // Waits for mmap_lock, held by the unmapper below.
+                let _q = mm.mprotect(a, PAGE, PROT_READ);
+                woke.load(SeqCst)
+            })
+        };
+        unmap(&mm, a);
+        let reader_had_acknowledged = mapper.join().unwrap();
+        reader.join().unwrap();
+        assert!(reader_had_acknowledged, "{name}: mmap_lock was released before the reader's TLB was flushed");
+        drop(mm);
+        assert_no_leaks(&p);
+    }
+}
+
+/// Defect 1: `with_slice` with a read translation handed out writable
+/// atomics, so a store through a read-only (even PROT_READ, or zero-page)
+/// translation changed the shared zero page or a read-only file's page
+/// cache. Reads now get a [`softmm::GuestBytes`], which has no store (see
+/// the `compile_fail` example on `Cpu::with_slice`); this checks that what
+/// it reads is the guest's data and that the zero page stays zero.
+#[test]
+fn read_slices_see_guest_bytes_and_cannot_change_the_zero_page() {
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let a = mm.mmap(0, 2 * PAGE, PROT_READ, ANON, None, 0).unwrap();
+    let mut cpu = softmm::Cpu::attached(&mm);
+    let mut seen = Vec::new();
+    cpu.with_slice(a + PAGE - 2, 4, |off, s| {
+        let mut b = vec![0xee; s.len()];
+        s.copy_to_slice(&mut b);
+        seen.push((off, b, s.get(0)));
+    })
+    .unwrap();
+    assert_eq!(seen, vec![(0, vec![0, 0], 0), (2, vec![0, 0], 0)]);
+    let other = mm_with(&p, FaultPolicy::default());
+    let b = other.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+    let mut cpu2 = softmm::Cpu::attached(&other);
+    assert_eq!(cpu2.read_u64(b).unwrap(), 0);
+    drop((cpu, cpu2, mm, other));
+    assert_no_leaks(&p);
+}
+
+/// Defect 2: a `File` of one `PhysMem` could be mapped into an address space
+/// of another; a fault then used the foreign frame number with this arena's
+/// base (out-of-bounds pointer arithmetic in safe code). `mmap` refuses it.
+#[test]
+fn a_file_of_another_arena_cannot_be_mapped() {
+    let p1 = phys(4);
+    let p2 = phys(4);
+    let f = softmm::File::create(&p1, "f", PAGE).unwrap();
+    f.write_at(0, b"x").unwrap();
+    let mm = mm_with(&p2, FaultPolicy::default());
+    for flags in [MAP_SHARED, MAP_PRIVATE] {
+        assert_eq!(mm.mmap(0, PAGE, PROT_READ, flags, Some(&softmm::OpenFile::read_write(&f)), 0), Err(Errno::Inval));
+    }
+    assert_eq!(mm.stats().map_count, 0);
+    drop((mm, f));
+    assert_no_leaks(&p1);
+    assert_no_leaks(&p2);
+}
+
+/// Defect 3: a `with_slice_mut` callback that unmapped its own page kept
+/// writing into the freed frame after the page cache of a file reused it
+/// (the calling thread's CPUs are quiescent during its munmap, so the
+/// shootdown did not wait for the CPU that lent the slice). The slice now
+/// holds a reference to its frame until the callback returns.
+#[test]
+fn a_slice_outlives_the_unmap_of_its_page_without_corrupting_the_reuser() {
+    for &policy in FaultPolicy::ALL {
+        let p = phys(1);
+        let mm = mm_with(&p, policy);
+        let f = softmm::File::create(&p, "f", 0).unwrap();
+        let a = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        let mut cpu = softmm::Cpu::attached(&mm);
+        cpu.write_u8(a, 1).unwrap();
+        cpu.with_slice_mut(a, PAGE as usize, |_, s| {
+            mm.munmap(a, PAGE).unwrap();
+            // The most recently freed frame is the first one reused.
+            f.write_at(0, &[0x11; PAGE as usize]).unwrap();
+            s.iter().for_each(|b| b.store(0x41, std::sync::atomic::Ordering::Relaxed));
+        })
+        .unwrap();
+        let mut back = [0u8; PAGE as usize];
+        assert_eq!(f.read_at(0, &mut back), PAGE as usize);
+        assert!(back.iter().all(|&b| b == 0x11), "{policy:?}: the file's page was written through a stale slice");
+        assert!(matches!(cpu.read_u8(a), Err(softmm::Fault::Segv { .. })));
+        drop((cpu, mm, f));
+        assert_no_leaks(&p);
+    }
+}
+
+/// Defect 4: addresses at or above 2^48, and non-canonical ones, aliased the
+/// low 48 bits once the page was present. Linux raises SIGSEGV: `SI_KERNEL`
+/// with address 0 for a non-canonical address (a general protection fault),
+/// `SEGV_MAPERR` at the address for a canonical one outside user space.
+#[test]
+fn addresses_outside_user_space_fault_as_on_x86_64() {
+    use softmm::{Fault, SegvCode};
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let a = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+    let mut cpu = softmm::Cpu::attached(&mm);
+    cpu.write_u64(a, 42).unwrap();
+    let gp = Fault::Segv { addr: 0, code: SegvCode::Kernel };
+    for bad in [a | 1 << 48, a | 0xffff_0000_0000_0000 & !(1 << 63), a | 1 << 47, a ^ 1 << 62] {
+        assert_eq!(cpu.read_u64(bad), Err(gp), "{bad:#x}");
+        assert_eq!(cpu.write_u8(bad, 1), Err(gp), "{bad:#x}");
+    }
+    for bad in [a | 0xffff_8000_0000_0000, softmm::mm::TASK_SIZE, 0xffff_ffff_ff60_0000] {
+        let segv = Fault::Segv { addr: bad, code: SegvCode::MapErr };
+        assert_eq!(cpu.read_u8(bad), Err(segv), "{bad:#x}");
+        assert_eq!(cpu.write_u8(bad, 1), Err(segv), "{bad:#x}");
+    }
+    assert_eq!(cpu.read_u64(a).unwrap(), 42);
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}
+
+/// Defect 5 (deadlock): attaching or dropping a second `Cpu` on a thread
+/// whose first CPU a shootdown is waiting for took the domain's CPU-list
+/// lock, which the waiting shootdown holds, without making the thread's CPUs
+/// quiescent. Each case must finish (the watchdog catches a hang).
+#[test]
+fn a_thread_attaches_and_drops_cpus_while_another_shoots_down() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    for case in ["attach", "drop", "detach"] {
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let p = phys(4);
+            let mm = mm_with(&p, FaultPolicy::default());
+            let a = mm.mmap(0, 2 * PAGE, RW, ANON, None, 0).unwrap();
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let vcpus = {
+                let mm = mm.clone();
+                std::thread::spawn(move || {
+                    let mut first = softmm::Cpu::attached(&mm);
+                    first.write_u64(a, 1).unwrap();
+                    let mut second = softmm::Cpu::attached(&mm);
+                    ready_tx.send(()).unwrap();
+                    // `first` runs guest code (no MMU call): the munmap below
+                    // waits for it. Meanwhile the thread switches vCPUs.
+                    std::thread::sleep(Duration::from_millis(200));
+                    match case {
+                        "attach" => second.attach(&mm),
+                        "detach" => second.detach(),
+                        _ => drop(second),
+                    }
+                    assert!(first.read_u64(a).is_err(), "the page was unmapped");
+                })
+            };
+            ready_rx.recv().unwrap();
+            mm.munmap(a, PAGE).unwrap();
+            vcpus.join().unwrap();
+            drop(mm);
+            assert_no_leaks(&p);
+            done_tx.send(()).unwrap();
+        });
+        done_rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("{case}: deadlock"));
+    }
+}

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::*;
 use softmm::uapi::*;
-use softmm::{Access, AddressSpace, Cpu, Errno, Fault, FaultPolicy, SegvCode};
+use softmm::{AddressSpace, Cpu, Errno, Fault, FaultPolicy, SegvCode};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -451,7 +451,7 @@ fn writer1(mm: Arc<AddressSpace>, world: Arc<World1>, w: usize, seed: u64) -> Wr
                     cpu.write_u64(a, val)
                 } else {
                     let bytes = val.to_le_bytes();
-                    cpu.with_slice(a, 8, Access::Write, |off, c| {
+                    cpu.with_slice_mut(a, 8, |off, c| {
                         for (b, &v) in c.iter().zip(&bytes[off..]) {
                             b.store(v, Relaxed);
                         }
@@ -926,7 +926,7 @@ fn hammer2(mm: Arc<AddressSpace>, world: Arc<World2>) -> u64 {
                 0 => (cpu.write_u64(a8, marker), a8),
                 1 => (cpu.fetch_add_u64(a8, 1).map(|_| ()), a8),
                 _ => (
-                    cpu.with_slice(pg, PAGE as usize, Access::Write, |_, c| {
+                    cpu.with_slice_mut(pg, PAGE as usize, |_, c| {
                         for b in c {
                             b.store(0xa5, Relaxed);
                         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use softmm::uapi::*;
-use softmm::{Access, Cpu, FaultPolicy, File, OpenFile};
+use softmm::{Cpu, FaultPolicy, File, OpenFile};
 
 /// Runs `f` on its own thread and fails if it does not finish within `secs`.
 fn watchdog(name: &str, secs: u64, f: impl FnOnce() + Send + 'static) {
@@ -177,7 +177,7 @@ fn fork_vs_cow(policy: FaultPolicy) {
         thread::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             cpu.write_u64(a, 1).unwrap();
-            cpu.with_slice(a, PAGE as usize, Access::Write, |_, chunk| {
+            cpu.with_slice_mut(a, PAGE as usize, |_, chunk| {
                 in_slice.store(true, Ordering::SeqCst);
                 while !go.load(Ordering::SeqCst) {
                     std::hint::spin_loop();

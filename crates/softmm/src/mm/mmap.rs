@@ -55,7 +55,7 @@ impl AddressSpace {
     /// Follows Linux's checks in order and returns the same errno: `EINVAL`
     /// for a zero length, an unaligned offset or fixed address, or no
     /// `MAP_SHARED`/`MAP_PRIVATE`; `EBADF` without a file for a file mapping;
-    /// `ENOMEM` when the length overflows, no room is left or there are too
+    /// `EINVAL` for a file of another [`crate::PhysMem`]; `ENOMEM` when the length overflows, no room is left or there are too
     /// many mappings; `EEXIST` for `MAP_FIXED_NOREPLACE` over a mapping;
     /// `EACCES` for a protection the file's open mode forbids; `EOPNOTSUPP`
     /// for unknown flags with `MAP_SHARED_VALIDATE`; `EPERM` for a fixed
@@ -75,6 +75,11 @@ impl AddressSpace {
             return Err(Errno::Inval);
         }
         let file = if flags & MAP_ANONYMOUS != 0 { None } else { Some(file.ok_or(Errno::BadF)?) };
+        if file.is_some_and(|f| !Arc::ptr_eq(&f.file.phys, &self.phys)) {
+            // Its page cache holds frames of another arena, which this
+            // address space's page tables cannot name.
+            return Err(Errno::Inval);
+        }
         if flags & MAP_HUGETLB != 0 && file.is_none() {
             // No hugetlb pool is configured: like a host with nr_hugepages = 0.
             return Err(Errno::NoMem);
