@@ -257,14 +257,29 @@ impl File {
 
     /// Zaps file pages `[first, last)` from every address space mapping them;
     /// `even_cows` also zaps private COW copies.
+    ///
+    /// A `fork` copies the entries of a private file mapping into a child it
+    /// first records here, both under the parent's `mmap_lock`, which the
+    /// parent's zap also takes. So a child missing from one snapshot of the
+    /// list was forked either after its parent's zap (and copied nothing to
+    /// zap) or before it, and is then in the list the next time it is read:
+    /// the walk repeats until a pass finds no address space it has not
+    /// visited. (Linux walks the file's VMA tree under `i_mmap_rwsem`, which
+    /// `dup_mmap` takes to link the child's VMAs.)
     fn unmap_mapping_range(&self, first: u64, last: u64, even_cows: bool) {
-        let mms: Vec<Arc<AddressSpace>> = {
-            let mut list = self.i_mmap.lock();
-            list.retain(|w| w.strong_count() > 0);
-            list.iter().filter_map(Weak::upgrade).collect()
-        };
-        for mm in mms {
-            mm.unmap_file_range(self, first, last, even_cows);
+        let mut visited: Vec<Arc<AddressSpace>> = Vec::new();
+        loop {
+            let fresh: Vec<Arc<AddressSpace>> = {
+                let list = self.i_mmap.lock();
+                list.iter().filter_map(Weak::upgrade).filter(|m| !visited.iter().any(|v| Arc::ptr_eq(v, m))).collect()
+            };
+            if fresh.is_empty() {
+                return;
+            }
+            for mm in &fresh {
+                mm.unmap_file_range(self, first, last, even_cows);
+            }
+            visited.extend(fresh);
         }
     }
 
@@ -273,12 +288,24 @@ impl File {
         let mut list = self.i_mmap.lock();
         if !list.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(mm))) {
             list.push(Arc::downgrade(mm));
+            self.phys.account_rmap(1);
         }
+    }
+
+    /// Forgets `mm` (an address space being torn down) in the reverse map.
+    pub(crate) fn remove_mapping(&self, mm: *const AddressSpace) {
+        let mut list = self.i_mmap.lock();
+        let before = list.len();
+        list.retain(|w| !std::ptr::eq(w.as_ptr(), mm));
+        self.phys.account_rmap(list.len() as i64 - before as i64);
     }
 }
 
 impl Drop for File {
     fn drop(&mut self) {
+        // Address spaces that still list this file died before it; nothing
+        // else can hold an entry (a mapping holds the file).
+        self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
         let inner = self.inner.get_mut();
         for (_, p) in std::mem::take(&mut inner.pages) {
             self.phys.put(p);

@@ -76,6 +76,8 @@ pub struct PhysStats {
     pub page_tables: u64,
     /// VMAs alive (including ones waiting for their grace period).
     pub vmas: u64,
+    /// Reverse-map entries: (file, address space) pairs in files' `i_mmap`.
+    pub rmap_entries: u64,
 }
 
 /// A per-thread frame cache with its own allocation count, so that the common
@@ -104,6 +106,7 @@ pub struct PhysMem {
     zero_pfn: Pfn,
     page_tables: AtomicI64,
     vmas: AtomicI64,
+    rmap_entries: AtomicI64,
     next_id: AtomicU64,
 }
 
@@ -182,6 +185,7 @@ impl PhysMem {
             zero_pfn,
             page_tables: AtomicI64::new(0),
             vmas: AtomicI64::new(0),
+            rmap_entries: AtomicI64::new(0),
             next_id: AtomicU64::new(1),
         }))
     }
@@ -215,8 +219,9 @@ impl PhysMem {
     /// The host address of a frame's first byte.
     #[inline]
     pub(crate) fn frame_ptr(&self, pfn: Pfn) -> *mut u8 {
-        debug_assert!((pfn as usize) < self.desc.len());
-        // SAFETY: pfn < frames, so the offset stays inside the arena mapping.
+        // A frame number of another arena must never become a pointer here.
+        assert!((pfn as usize) < self.desc.len(), "pfn {pfn} outside the arena");
+        // SAFETY: pfn < frames (checked), so the offset stays inside the arena mapping.
         unsafe { self.base.as_ptr().add(pfn as usize * PAGE_SIZE as usize) }
     }
 
@@ -369,6 +374,10 @@ impl PhysMem {
         self.vmas.fetch_add(delta, Ordering::Relaxed);
     }
 
+    pub(crate) fn account_rmap(&self, delta: i64) {
+        self.rmap_entries.fetch_add(delta, Ordering::Relaxed);
+    }
+
     /// Current allocation counts. Objects freed after a grace period are
     /// counted until the grace period ends; [`PhysMem::quiesce`] waits for it.
     pub fn stats(&self) -> PhysStats {
@@ -378,6 +387,7 @@ impl PhysMem {
             frames_used: used as u64,
             page_tables: self.page_tables.load(Ordering::Relaxed) as u64,
             vmas: self.vmas.load(Ordering::Relaxed) as u64,
+            rmap_entries: self.rmap_entries.load(Ordering::Relaxed) as u64,
         }
     }
 
@@ -441,7 +451,10 @@ mod tests {
     #[test]
     fn fresh_arena_counts_every_frame_and_uses_none() {
         let phys = arena(16);
-        assert_eq!(phys.stats(), PhysStats { frames_total: 16, frames_used: 0, page_tables: 0, vmas: 0 });
+        assert_eq!(
+            phys.stats(),
+            PhysStats { frames_total: 16, frames_used: 0, page_tables: 0, vmas: 0, rmap_entries: 0 }
+        );
         assert_eq!(phys.nodes(), 1);
         assert_eq!(phys.zero_pfn(), 0);
         assert_eq!(phys.quiesce(), phys.stats());
@@ -674,6 +687,9 @@ mod tests {
         let deferred = phys.clone();
         guard.defer(move || deferred.account_page_table(-2));
         drop(guard);
-        assert_eq!(phys.quiesce(), PhysStats { frames_total: 4, frames_used: 0, page_tables: 0, vmas: 0 });
+        assert_eq!(
+            phys.quiesce(),
+            PhysStats { frames_total: 4, frames_used: 0, page_tables: 0, vmas: 0, rmap_entries: 0 }
+        );
     }
 }

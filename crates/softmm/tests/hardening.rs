@@ -242,3 +242,88 @@ fn a_thread_attaches_and_drops_cpus_while_another_shoots_down() {
         done_rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("{case}: deadlock"));
     }
 }
+
+/// Defect 7: `fork` racing `ftruncate`. Truncate read the file's reverse map
+/// once, before taking each address space's `mmap_lock`; a fork in between
+/// copied page-cache entries into a child that truncate never zapped, and
+/// the child then read old data past the new end of file instead of getting
+/// SIGBUS. To open the window every run, another address space mapping the
+/// file comes first in the reverse map and its zap waits (the shootdown) for
+/// a CPU that runs without MMU calls; the fork happens meanwhile.
+#[test]
+fn a_child_forked_during_truncate_gets_sigbus_past_the_new_end() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    for &policy in FaultPolicy::ALL {
+        let p = phys(4);
+        let f = softmm::File::create(&p, "f", 0).unwrap();
+        f.write_at(0, &[7u8; 4 * PAGE as usize]).unwrap();
+        let of = softmm::OpenFile::read_write(&f);
+        // First in the file's reverse map.
+        let other = mm_with(&p, policy);
+        let o = other.mmap(0, PAGE, PROT_READ, MAP_SHARED, Some(&of), 0).unwrap();
+        let mm = mm_with(&p, policy);
+        let a = mm.mmap(0, 4 * PAGE, RW, MAP_PRIVATE, Some(&of), 0).unwrap();
+        let mut cpu = softmm::Cpu::attached(&mm);
+        // Page 0 a private COW copy (so fork copies this VMA's entries), the
+        // others page-cache pages mapped read-only.
+        cpu.write_u8(a, 1).unwrap();
+        for i in 1..4 {
+            assert_eq!(cpu.read_u8(a + i * PAGE).unwrap(), 7);
+        }
+        let (cached_tx, cached_rx) = mpsc::channel();
+        let runner = {
+            let other = other.clone();
+            std::thread::spawn(move || {
+                let mut ocpu = softmm::Cpu::attached(&other);
+                assert_eq!(ocpu.read_u8(o).unwrap(), 7);
+                cached_tx.send(()).unwrap();
+                // Guest code without MMU calls: the truncate waits for it.
+                std::thread::sleep(Duration::from_millis(300));
+                assert!(ocpu.read_u8(o).is_err());
+            })
+        };
+        cached_rx.recv().unwrap();
+        let truncater = {
+            let f = f.clone();
+            std::thread::spawn(move || f.set_len(0).unwrap())
+        };
+        // Parked: this thread's waits below must not hold up the truncate's
+        // shootdown of `mm`.
+        cpu.park();
+        std::thread::sleep(Duration::from_millis(100));
+        let child = mm.fork().unwrap();
+        truncater.join().unwrap();
+        runner.join().unwrap();
+        cpu.resume();
+        let mut ccpu = softmm::Cpu::attached(&child);
+        for i in 1..4 {
+            let r = ccpu.read_u8(a + i * PAGE);
+            assert_eq!(r, Err(softmm::Fault::Bus { addr: a + i * PAGE }), "{policy:?}: page {i} past the end of file");
+        }
+        drop((ccpu, child, cpu, mm, other, f, of));
+        assert_no_leaks(&p);
+    }
+}
+
+/// Defect 11: a file's reverse map kept an entry per dead address space that
+/// had mapped it (until the next truncate): heap growing with every fork and
+/// exit, invisible to the leak checks. An address space now removes itself
+/// when it dies, and `PhysStats::rmap_entries` counts what is left.
+#[test]
+fn dead_address_spaces_leave_no_reverse_map_entries() {
+    let p = phys(4);
+    let f = softmm::File::create(&p, "f", PAGE).unwrap();
+    let mm = mm_with(&p, FaultPolicy::default());
+    let a = mm.mmap(0, PAGE, PROT_READ, MAP_SHARED, Some(&softmm::OpenFile::read_write(&f)), 0).unwrap();
+    for _ in 0..100 {
+        drop(mm.fork().unwrap());
+    }
+    assert_eq!(p.stats().rmap_entries, 1);
+    // Unmapped but alive: the entry stays until the address space dies.
+    mm.munmap(a, PAGE).unwrap();
+    drop(mm);
+    assert_eq!(p.stats().rmap_entries, 0);
+    drop(f);
+    assert_no_leaks(&p);
+}

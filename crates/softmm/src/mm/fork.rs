@@ -60,7 +60,7 @@ impl AddressSpace {
             };
             let cv = Vma::new(&self.phys, v.start, v.end, v.flags, v.pgoff, v.file.clone(), anon, v.shared_anon);
             if let Some(f) = &v.file {
-                f.add_mapping(child);
+                child.link_file(f);
             }
             cst.vmas.insert(cv);
             // Like Linux's vma_needs_copy: only VMAs with anonymous pages need

@@ -220,7 +220,7 @@ impl AddressSpace {
             vm_flags |= VM_ACCOUNT;
         }
         if let Some(f) = &file {
-            f.add_mapping(&self.arc());
+            self.arc().link_file(f);
         }
         self.insert_merged(st, Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None, shared_anon));
         Ok(())

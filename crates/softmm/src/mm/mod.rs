@@ -138,6 +138,9 @@ pub struct AddressSpace {
     pub(crate) counters: MmCounters,
     /// Odd while an `mmap_lock` writer runs (seed 001's `mmap_seq`).
     pub(crate) seq: SeqCount,
+    /// Files whose reverse map lists this address space, so that dying it
+    /// can remove itself from them.
+    linked_files: parking_lot::Mutex<Vec<Weak<File>>>,
     self_weak: Weak<AddressSpace>,
 }
 
@@ -180,6 +183,7 @@ impl AddressSpace {
             tlb: TlbDomain::new(),
             counters: MmCounters::default(),
             seq: SeqCount::new(),
+            linked_files: parking_lot::Mutex::new(Vec::new()),
             self_weak: w.clone(),
         })
     }
@@ -469,6 +473,15 @@ impl AddressSpace {
         drop(st);
     }
 
+    /// Records in `file`'s reverse map that this address space maps it.
+    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
+        let mut linked = self.linked_files.lock();
+        if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
+            linked.push(Arc::downgrade(file));
+            file.add_mapping(self);
+        }
+    }
+
     /// Takes one more reference on the frame `pfn` for a new mapping.
     pub(crate) fn map_frame(&self, pfn: Pfn) {
         if pfn != self.phys.zero_pfn() {
@@ -489,6 +502,10 @@ impl Drop for AddressSpace {
                 self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
             }
             self.phys.put(pfn);
+        }
+        let me: *const AddressSpace = self;
+        for file in self.linked_files.get_mut().drain(..).filter_map(|w| w.upgrade()) {
+            file.remove_mapping(me);
         }
         let st = self.mmap_lock.get_mut();
         st.vmas = VmaTree::default();

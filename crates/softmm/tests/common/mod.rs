@@ -25,5 +25,5 @@ pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
 #[track_caller]
 pub fn assert_no_leaks(phys: &PhysMem) {
     let s = phys.quiesce();
-    assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "leak: {s:?}");
+    assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "leak: {s:?}");
 }
