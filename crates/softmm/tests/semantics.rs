@@ -127,12 +127,12 @@ fn file_mappings_share_cow_and_sigbus_past_eof_with(policy: FaultPolicy) {
         assert_eq!(&b, b"hello");
         cpu.write(s + 1, b"E").unwrap();
         let mut fb = [0; 5];
-        f.read_at(0, &mut fb);
+        f.read_at(0, &mut fb).unwrap();
         assert_eq!(&fb, b"hEllo", "shared write reaches the file");
         cpu.read(pr, &mut b).unwrap();
         assert_eq!(&b, b"hEllo");
         cpu.write(pr, b"J").unwrap();
-        f.read_at(0, &mut fb);
+        f.read_at(0, &mut fb).unwrap();
         assert_eq!(&fb, b"hEllo", "private write stays private");
         assert_eq!(cpu.read_u8(s + 3 * PAGE), Err(Fault::Bus { addr: s + 3 * PAGE }));
         f.set_len(PAGE).unwrap();
