@@ -246,19 +246,42 @@ impl AddressSpace {
         });
     }
 
-    /// `MADV_REMOVE`: punch a hole in the file behind a shared mapping.
+    /// `MADV_REMOVE`, Linux's `madvise_walk_vmas` visiting `madvise_remove`:
+    /// each VMA part of `[start, end)` in turn is checked (`EINVAL` for a
+    /// locked VMA or one without a file, `EACCES` unless it is shared and may
+    /// write) and its file range punched with `mmap_lock` dropped, as Linux
+    /// drops it around `vfs_fallocate`; the walk then looks the next VMA up
+    /// afresh. The first error ends the walk (earlier parts stay punched);
+    /// holes are skipped and reported as `ENOMEM` at the end.
     fn madvise_remove(&self, start: u64, end: u64) -> Result<()> {
-        let (file, offset) = {
-            let st = self.read_lock();
-            let vma = st.vmas.find(start).ok_or(Errno::NoMem)?;
-            if vma.flags & VM_SHARED == 0 || vma.file.is_none() {
-                return Err(Errno::Inval);
-            }
-            if end > vma.end {
-                return Err(Errno::Inval);
-            }
-            (vma.file.clone().expect("file"), vma.pgoff_at(start) * PAGE_SIZE)
-        };
-        file.punch_hole(offset, end - start)
+        let mut walk = VmaWalk { next: start, end, unmapped: false };
+        loop {
+            let (file, offset, len) = {
+                let st = self.read_lock();
+                let Some((vma, a, stop)) = walk.step(&st.vmas)? else { break };
+                if vma.flags & VM_LOCKED != 0 {
+                    return Err(Errno::Inval);
+                }
+                let Some(file) = vma.file.clone() else { return Err(Errno::Inval) };
+                if vma.flags & (VM_SHARED | VM_MAYWRITE) != (VM_SHARED | VM_MAYWRITE) {
+                    return Err(Errno::Acces);
+                }
+                // Linux's `(start - vm_start) + (vm_pgoff << PAGE_SHIFT)` as a
+                // loff_t. Where it does not overflow, this is the same value;
+                // where it would (only for VMAs Linux's mmap refuses with
+                // EOVERFLOW), the offset is past any file: EINVAL, as
+                // vfs_fallocate gives a negative offset, rather than a
+                // wrapped offset that punches the start of the file.
+                let offset = vma
+                    .pgoff
+                    .checked_mul(PAGE_SIZE)
+                    .and_then(|o| o.checked_add(a - vma.start))
+                    .filter(|&o| o <= crate::file::MAX_FILE_SIZE)
+                    .ok_or(Errno::Inval)?;
+                (file, offset, stop - a)
+            };
+            file.punch_hole(offset, len)?;
+        }
+        walk.result()
     }
 }
