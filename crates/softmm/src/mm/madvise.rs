@@ -1,7 +1,8 @@
 //! `madvise`.
 
 use crate::error::{Errno, Result};
-use crate::pgtable::{self, PTE_DIRTY, PTE_PRESENT};
+use crate::fault::handler::{self, Check, FaultCtx};
+use crate::pgtable::{self, PTE_DIRTY, PTE_GUARD, PTE_PRESENT};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
 use crate::vma::flags::*;
@@ -9,6 +10,7 @@ use crate::{page_align, PAGE_SIZE};
 
 use super::{AddressSpace, MmuGather};
 use crate::vma::{Vma, VmaTree};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The cursor of `madvise_walk_vmas`: the next VMA part of a range, noting
@@ -59,6 +61,17 @@ const VM_DONTDUMP: u64 = 0x0400_0000;
 const VM_HUGEPAGE: u64 = 0x2000_0000;
 /// Linux's `VM_NOHUGEPAGE`.
 const VM_NOHUGEPAGE: u64 = 0x4000_0000;
+/// Linux's `VM_MERGEABLE`: KSM may merge the VMA's pages.
+const VM_MERGEABLE: u64 = 0x8000_0000;
+/// Linux's `VM_SPECIAL` (`VM_IO | VM_DONTEXPAND | VM_PFNMAP | VM_MIXEDMAP`);
+/// of these softmm has only `VM_DONTEXPAND`, but the checks name them all.
+const VM_SPECIAL: u64 = 0x4000 | VM_DONTEXPAND | 0x400 | 0x1000_0000;
+
+/// KSM's `vma_ksm_compatible` for the flags softmm has: KSM never merges
+/// shared or special mappings, so `MADV_MERGEABLE` leaves them alone.
+fn ksm_compatible(flags: u64) -> bool {
+    flags & (VM_SHARED | VM_MAYSHARE | VM_SPECIAL) == 0
+}
 
 impl AddressSpace {
     /// `madvise(addr, len, advice)`.
@@ -66,7 +79,11 @@ impl AddressSpace {
     /// Supported: `MADV_NORMAL`, `RANDOM`, `SEQUENTIAL`, `WILLNEED`,
     /// `DONTNEED`, `DONTNEED_LOCKED`, `FREE`, `REMOVE`, `DONTFORK`, `DOFORK`,
     /// `WIPEONFORK`, `KEEPONFORK`, `DONTDUMP`, `DODUMP`, `HUGEPAGE`,
-    /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`.
+    /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`,
+    /// `MERGEABLE`, `UNMERGEABLE` (the `VM_MERGEABLE` flag, as KSM's
+    /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux's
+    /// outcome, see [`Self::madvise_collapse`]), `GUARD_INSTALL`,
+    /// `GUARD_REMOVE` (guard markers, see [`crate::pgtable::PTE_GUARD`]).
     /// `EINVAL` for other advice, an unaligned address, a wrapping range or
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).
@@ -94,6 +111,11 @@ impl AddressSpace {
                 | MADV_PAGEOUT
                 | MADV_POPULATE_READ
                 | MADV_POPULATE_WRITE
+                | MADV_MERGEABLE
+                | MADV_UNMERGEABLE
+                | MADV_COLLAPSE
+                | MADV_GUARD_INSTALL
+                | MADV_GUARD_REMOVE
         );
         if !known || addr % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
@@ -124,6 +146,8 @@ impl AddressSpace {
                 | MADV_DODUMP
                 | MADV_HUGEPAGE
                 | MADV_NOHUGEPAGE
+                | MADV_MERGEABLE
+                | MADV_UNMERGEABLE
         );
         let mut tlb = MmuGather::default();
         if flag_change {
@@ -147,6 +171,10 @@ impl AddressSpace {
                     MADV_DODUMP => f &= !VM_DONTDUMP,
                     MADV_HUGEPAGE => f = (f & !VM_NOHUGEPAGE) | VM_HUGEPAGE,
                     MADV_NOHUGEPAGE => f = (f & !VM_HUGEPAGE) | VM_NOHUGEPAGE,
+                    // ksm_madvise: advice on a VMA KSM cannot merge is ignored.
+                    MADV_MERGEABLE if ksm_compatible(f) => f |= VM_MERGEABLE,
+                    MADV_MERGEABLE => {}
+                    MADV_UNMERGEABLE => f &= !VM_MERGEABLE,
                     _ => unreachable!(),
                 }
                 mm.vma_modify_flags(st, vma, start, stop, f)
@@ -171,6 +199,9 @@ impl AddressSpace {
                     mm.madvise_free(start, stop, &mut tlb);
                     Ok(())
                 }
+                MADV_GUARD_INSTALL => mm.guard_install(vma, start, stop, &mut tlb),
+                MADV_GUARD_REMOVE => mm.guard_remove(vma, start, stop),
+                MADV_COLLAPSE => mm.madvise_collapse(vma, start, stop),
                 _ => Ok(()), // WILLNEED, COLD, PAGEOUT: hints with no effect on contents
             });
             // Flush while mmap_lock is still held (see `munmap`).
@@ -283,5 +314,134 @@ impl AddressSpace {
             file.punch_hole(offset, len)?;
         }
         walk.result()
+    }
+
+    /// `MADV_GUARD_INSTALL` on one VMA part (Linux's `madvise_guard_install`):
+    /// `EINVAL` for a locked or special VMA; otherwise the VMA gets an
+    /// anon_vma (as Linux's `anon_vma_prepare`, so that `fork` copies its
+    /// entries), the pages of the range are zapped and every entry becomes a
+    /// guard marker. A fault racing in between installs a page that the next
+    /// round zaps again (Linux retries, then restarts the call).
+    fn guard_install(&self, vma: &Arc<Vma>, start: u64, end: u64, tlb: &mut MmuGather) -> Result<()> {
+        if vma.flags & (VM_LOCKED | VM_SPECIAL) != 0 {
+            return Err(Errno::Inval);
+        }
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        handler::anon_vma_prepare(&ctx).map_err(|_| Errno::NoMem)?;
+        loop {
+            self.zap_range(start, end, tlb, |_| true);
+            if self.set_guard_markers(start, end) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Turns every empty entry of `[start, end)` into a guard marker; false
+    /// if some entry holds a frame (a fault raced with the zap).
+    fn set_guard_markers(&self, start: u64, end: u64) -> bool {
+        let guard = crossbeam_epoch::pin();
+        let mut all = true;
+        let mut a = start;
+        while a < end {
+            let t = self.pgtables.leaf_alloc(a, &self.phys, &guard);
+            let stop = end.min((a & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                let pte = e.load(Ordering::Relaxed);
+                if pte == 0 {
+                    // Release: a lock-free walker that sees the marker sees
+                    // it whole (it is one word; nothing else to publish).
+                    e.store(PTE_GUARD, Ordering::Release);
+                } else if !pgtable::pte_is_guard(pte) {
+                    all = false;
+                }
+                a += PAGE_SIZE;
+            }
+        }
+        all
+    }
+
+    /// `MADV_GUARD_REMOVE` on one VMA part (Linux's `madvise_guard_remove`):
+    /// `EINVAL` for a special VMA; locked VMAs are allowed, removing markers
+    /// destroys nothing.
+    fn guard_remove(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
+        if vma.flags & VM_SPECIAL != 0 {
+            return Err(Errno::Inval);
+        }
+        self.clear_guard_markers(start, end);
+        Ok(())
+    }
+
+    /// Clears the guard markers of `[start, end)` (`MADV_GUARD_REMOVE`, and
+    /// `munmap`, whose zap keeps them but whose range must end up empty even
+    /// in page tables that a neighbouring VMA keeps). Markers never
+    /// translate, so no TLB flush is needed.
+    pub(crate) fn clear_guard_markers(&self, start: u64, end: u64) {
+        let guard = crossbeam_epoch::pin();
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            let mut a = va;
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                if pgtable::pte_is_guard(e.load(Ordering::Relaxed)) {
+                    e.store(0, Ordering::Release);
+                }
+                a += PAGE_SIZE;
+            }
+        });
+    }
+
+    /// `MADV_COLLAPSE` on one VMA part, with the outcome Linux 6.18 gives for
+    /// the mappings softmm has (THP `madvise` mode, shmem THP `never`, both
+    /// checked on the host): `EINVAL` unless the VMA is private anonymous,
+    /// not `MADV_NOHUGEPAGE`, and holds an aligned 2 MiB block below its end
+    /// (`thp_vma_allowable_order`); then each whole 2 MiB block of the range
+    /// collapses if the VMA is writable and the block holds an anonymous page
+    /// (not only the zero page) and no guard marker; any block that does not
+    /// makes the result `EINVAL` (the errno of `SCAN_PMD_NULL`,
+    /// `SCAN_PAGE_RO`, `SCAN_PTE_NON_PRESENT`, …). A range with no whole
+    /// block is `Ok`. softmm has no huge pages, so a collapse leaves the
+    /// 4 KiB pages as they are: contents and mincore are unchanged, as the
+    /// host's mincore also shows (only its smaps `Rss` would grow to 2 MiB).
+    fn madvise_collapse(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
+        let pmd = pgtable::PMD_SIZE;
+        let eligible = vma.file.is_none()
+            && vma.flags & (VM_NOHUGEPAGE | VM_SPECIAL | VM_SHARED | VM_MAYSHARE) == 0
+            && vma.end.checked_sub(pmd).is_some_and(|last| last & !(pmd - 1) >= vma.start);
+        if !eligible {
+            return Err(Errno::Inval);
+        }
+        // start < end <= task size, so neither rounding overflows.
+        let hstart = (start + pmd - 1) & !(pmd - 1);
+        let hend = end & !(pmd - 1);
+        let mut all = true;
+        let mut block = hstart;
+        while block < hend {
+            all &= vma.flags & VM_WRITE != 0 && self.block_collapsible(block);
+            block += pmd;
+        }
+        if all {
+            Ok(())
+        } else {
+            Err(Errno::Inval)
+        }
+    }
+
+    /// True if the 2 MiB block at `block` holds an anonymous page and no
+    /// guard marker (a missing page table holds neither).
+    fn block_collapsible(&self, block: u64) -> bool {
+        let guard = crossbeam_epoch::pin();
+        let Some(t) = self.pgtables.leaf(block, &guard) else { return false };
+        let mut page = false;
+        for i in 0..pgtable::PTRS_PER_TABLE {
+            let pte = t.entry(i).load(Ordering::Acquire);
+            if pgtable::pte_is_guard(pte) {
+                return false;
+            }
+            page |= pte & PTE_PRESENT != 0 && pgtable::pte_pfn(pte) != self.phys.zero_pfn();
+        }
+        page
     }
 }
