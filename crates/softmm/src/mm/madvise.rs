@@ -2,6 +2,7 @@
 
 use crate::error::{Errno, Result};
 use crate::fault::handler::{self, Check, FaultCtx};
+use crate::fault::Access;
 use crate::pgtable::{self, PTE_DIRTY, PTE_GUARD, PTE_PRESENT};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
@@ -397,14 +398,16 @@ impl AddressSpace {
     /// the mappings softmm has (THP `madvise` mode, shmem THP `never`, both
     /// checked on the host): `EINVAL` unless the VMA is private anonymous,
     /// not `MADV_NOHUGEPAGE`, and holds an aligned 2 MiB block below its end
-    /// (`thp_vma_allowable_order`); then each whole 2 MiB block of the range
-    /// collapses if the VMA is writable and the block holds an anonymous page
-    /// (not only the zero page) and no guard marker; any block that does not
-    /// makes the result `EINVAL` (the errno of `SCAN_PMD_NULL`,
-    /// `SCAN_PAGE_RO`, `SCAN_PTE_NON_PRESENT`, …). A range with no whole
-    /// block is `Ok`. softmm has no huge pages, so a collapse leaves the
-    /// 4 KiB pages as they are: contents and mincore are unchanged, as the
-    /// host's mincore also shows (only its smaps `Rss` would grow to 2 MiB).
+    /// (`thp_vma_allowable_order`). Then each whole 2 MiB block of the range,
+    /// in order, collapses if the VMA is writable and the block holds an
+    /// anonymous page (not only the zero page) and no guard marker; a block
+    /// that does not makes the result `EINVAL` (the errno of `SCAN_PMD_NULL`,
+    /// `SCAN_PAGE_RO`, `SCAN_PTE_NON_PRESENT`, …) but does not stop the
+    /// others. A range with no whole block is `Ok`. softmm has no huge pages:
+    /// a collapsed block is every page of it made present, private and
+    /// writable (missing pages zero, shared ones copied), which is what the
+    /// host's huge page shows to mincore, `Rss` and the program; `ENOMEM` if
+    /// frames run out part way.
     fn madvise_collapse(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
         let pmd = pgtable::PMD_SIZE;
         let eligible = vma.file.is_none()
@@ -416,17 +419,22 @@ impl AddressSpace {
         // start < end <= task size, so neither rounding overflows.
         let hstart = (start + pmd - 1) & !(pmd - 1);
         let hend = end & !(pmd - 1);
-        let mut all = true;
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        let mut res = Ok(());
         let mut block = hstart;
         while block < hend {
-            all &= vma.flags & VM_WRITE != 0 && self.block_collapsible(block);
+            if vma.flags & VM_WRITE != 0 && self.block_collapsible(block) {
+                let mut a = block;
+                while a < block + pmd {
+                    handler::handle_vma_fault(&ctx, a, Access::Write).map_err(|_| Errno::NoMem)?;
+                    a += PAGE_SIZE;
+                }
+            } else {
+                res = Err(Errno::Inval);
+            }
             block += pmd;
         }
-        if all {
-            Ok(())
-        } else {
-            Err(Errno::Inval)
-        }
+        res
     }
 
     /// True if the 2 MiB block at `block` holds an anonymous page and no
