@@ -48,10 +48,15 @@ impl std::fmt::Debug for File {
 }
 
 impl File {
-    /// A file of `size` bytes, all zero (no page allocated until written).
+    /// The most bytes one read or write moves (Linux's `MAX_RW_COUNT`).
+    pub const MAX_RW_COUNT: usize = (i32::MAX as usize) & !(PAGE_SIZE as usize - 1);
+
+    /// A file of `size` bytes, all zero (no page allocated until written):
+    /// Linux's `memfd_create` followed by `ftruncate(size)`, so `EINVAL` for
+    /// a size that is negative as an `off_t` (above `i64::MAX`).
     pub fn create(phys: &Arc<PhysMem>, name: &str, size: u64) -> Result<Arc<File>> {
         if size > MAX_FILE_SIZE {
-            return Err(Errno::FBig);
+            return Err(Errno::Inval);
         }
         Ok(Arc::new(File {
             id: phys.next_id(),
@@ -131,10 +136,16 @@ impl File {
         Ok(Some(pfn))
     }
 
-    /// Reads from `offset`; returns the bytes read (short at end of file).
-    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> usize {
+    /// Reads from `offset` into `buf`, as Linux's `pread` on a tmpfs file:
+    /// returns the bytes read, short at the end of the file and at most
+    /// [`File::MAX_RW_COUNT`]; `Ok(0)` at or past the end. `EINVAL` (nothing
+    /// read) for an offset that is negative as an `off_t` (above `i64::MAX`)
+    /// or an `offset + buf.len()` beyond `i64::MAX`.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let count = rw_verify_area(offset, buf.len())?;
         let inner = self.inner.lock();
-        let end = inner.size.min(offset.saturating_add(buf.len() as u64));
+        // No overflow: rw_verify_area bounds offset + count by i64::MAX.
+        let end = inner.size.min(offset + count as u64);
         let mut pos = offset;
         while pos < end {
             let in_page = (pos % PAGE_SIZE) as usize;
@@ -146,16 +157,30 @@ impl File {
             }
             pos += n as u64;
         }
-        end.saturating_sub(offset) as usize
+        Ok(end.saturating_sub(offset) as usize)
     }
 
-    /// Writes at `offset`, growing the file like `pwrite` does: the size
-    /// grows with each page written, so running out of memory part way gives
-    /// a short write (the bytes written so far) and leaves the size covering
-    /// only those; `ENOMEM` if nothing could be written, `EFBIG` past the
-    /// maximum file size (nothing written).
+    /// Writes at `offset`, growing the file like Linux's `pwrite` on a tmpfs
+    /// file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
+    /// each page written, so running out of memory part way gives a short
+    /// write (the bytes written so far) and leaves the size covering only
+    /// those; `ENOMEM` if nothing could be written. `EINVAL` (nothing
+    /// written) for an offset that is negative as an `off_t` (above
+    /// `i64::MAX`) or an `offset + data.len()` beyond `i64::MAX`, checked
+    /// first even for an empty write; then an empty write returns `Ok(0)`.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
-        let end = offset.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Errno::FBig)?;
+        let mut count = rw_verify_area(offset, data.len())?;
+        if count == 0 {
+            return Ok(0);
+        }
+        // generic_write_check_limits: cannot fail or shorten the write once
+        // rw_verify_area has bounded offset + count by MAX_FILE_SIZE, but kept
+        // in Linux's order so a lower size limit would behave as Linux's.
+        if offset >= MAX_FILE_SIZE {
+            return Err(Errno::FBig);
+        }
+        count = count.min((MAX_FILE_SIZE - offset) as usize);
+        let end = offset + count as u64;
         let _q = crate::cpu::QuiescentGuard::enter();
         // Held for read: no truncate runs between a page's allocation beyond
         // the old end and the size update that covers it.
@@ -216,9 +241,16 @@ impl File {
 
     /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`):
     /// partial pages at the edges are zeroed, whole pages unmapped from shared
-    /// mappings and dropped; private COW copies are kept, as in Linux.
+    /// mappings and dropped; private COW copies are kept, as in Linux. The
+    /// size never changes. As Linux's `vfs_fallocate`: `EINVAL` for an
+    /// offset that is negative as an `off_t` or a length that is zero or
+    /// negative, then `EFBIG` when `offset + len` passes `i64::MAX`; nothing
+    /// changes on an error.
     pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
-        let end = offset.checked_add(len).ok_or(Errno::FBig)?;
+        if (offset as i64) < 0 || (len as i64) <= 0 {
+            return Err(Errno::Inval);
+        }
+        let end = (offset as i64).checked_add(len as i64).ok_or(Errno::FBig)? as u64;
         let _q = crate::cpu::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
         let first = offset.div_ceil(PAGE_SIZE);
@@ -301,6 +333,16 @@ impl File {
     }
 }
 
+/// Linux's `rw_verify_area` for a file without unsigned offsets, then the
+/// `MAX_RW_COUNT` cap of `vfs_read`/`vfs_write`: the byte count to move.
+/// `EINVAL` if `pos` is negative as an `off_t` or `pos + count` overflows it.
+fn rw_verify_area(pos: u64, count: usize) -> Result<usize> {
+    // A slice is at most isize::MAX bytes, so `count` is a valid ssize_t.
+    let pos = i64::try_from(pos).map_err(|_| Errno::Inval)?;
+    pos.checked_add(count as i64).ok_or(Errno::Inval)?;
+    Ok(count.min(File::MAX_RW_COUNT))
+}
+
 impl Drop for File {
     fn drop(&mut self) {
         // Address spaces that still list this file died before it; nothing
@@ -352,7 +394,7 @@ mod tests {
     /// `len` bytes of the file from `offset`, and how many `read_at` reported.
     fn read(f: &File, offset: u64, len: usize) -> (usize, Vec<u8>) {
         let mut buf = vec![0xee; len];
-        let n = f.read_at(offset, &mut buf);
+        let n = f.read_at(offset, &mut buf).unwrap();
         (n, buf)
     }
 
@@ -381,9 +423,9 @@ mod tests {
     }
 
     #[test]
-    fn create_above_max_file_size_is_efbig() {
+    fn create_above_max_file_size_is_einval_like_ftruncate() {
         let p = phys();
-        assert_eq!(File::create(&p, "big", MAX_FILE_SIZE + 1).unwrap_err(), Errno::FBig);
+        assert_eq!(File::create(&p, "big", MAX_FILE_SIZE + 1).unwrap_err(), Errno::Inval);
         assert_eq!(File::create(&p, "max", MAX_FILE_SIZE).unwrap().len(), MAX_FILE_SIZE);
     }
 
@@ -420,21 +462,29 @@ mod tests {
         assert_eq!(buf[10..], [0xee; 10], "nothing written past what was read");
         assert_eq!(read(&f, 100, 4).0, 0);
         assert_eq!(read(&f, 1 << 40, 4), (0, vec![0xee; 4]));
-        assert_eq!(read(&f, u64::MAX, 4).0, 0, "offset + len overflowing is still just EOF");
+        assert_eq!(read(&f, MAX_FILE_SIZE - 4, 4).0, 0, "up to the largest offset is just EOF");
+        // pread: a negative offset or an offset + len past i64::MAX is EINVAL.
+        let mut buf = [0xee; 4];
+        assert_eq!(f.read_at(u64::MAX, &mut buf), Err(Errno::Inval));
+        assert_eq!(f.read_at(MAX_FILE_SIZE - 3, &mut buf), Err(Errno::Inval));
+        assert_eq!(buf, [0xee; 4], "nothing read on an error");
     }
 
     #[test]
-    fn write_past_max_file_size_is_efbig() {
+    fn write_past_max_file_size_is_einval() {
         let p = phys();
         let f = File::create(&p, "f", 0).unwrap();
-        assert_eq!(f.write_at(MAX_FILE_SIZE, &[1]).unwrap_err(), Errno::FBig);
-        assert_eq!(f.write_at(u64::MAX, &[1, 2]).unwrap_err(), Errno::FBig);
+        // pwrite: offset + len past i64::MAX, or a negative offset: EINVAL.
+        assert_eq!(f.write_at(MAX_FILE_SIZE, &[1]).unwrap_err(), Errno::Inval);
+        assert_eq!(f.write_at(u64::MAX, &[1, 2]).unwrap_err(), Errno::Inval);
+        assert_eq!(f.write_at(u64::MAX, &[]).unwrap_err(), Errno::Inval);
+        assert_eq!(f.write_at(MAX_FILE_SIZE, &[]), Ok(0), "an empty write at the limit is fine");
         assert_eq!((f.len(), f.cached_pages()), (0, 0), "a failed write changes nothing");
         // Up to the limit itself is fine.
         assert_eq!(f.write_at(MAX_FILE_SIZE - 1, &[1]).unwrap(), 1);
         assert_eq!(f.len(), MAX_FILE_SIZE);
         assert!(f.is_cached((MAX_FILE_SIZE - 1) / PS));
-        assert_eq!(read(&f, MAX_FILE_SIZE - 2, 4), (2, vec![0, 1, 0xee, 0xee]));
+        assert_eq!(read(&f, MAX_FILE_SIZE - 2, 2), (2, vec![0, 1]));
     }
 
     #[test]
@@ -509,7 +559,14 @@ mod tests {
         f.punch_hole(2 * PS, PS).unwrap();
         assert_eq!((f.is_cached(1), f.is_cached(2), f.len()), (true, false, 3 * PS));
         assert_eq!(read(&f, 2 * PS - 1, 2).1, [0xab, 0]);
-        assert_eq!(f.punch_hole(u64::MAX, 2).unwrap_err(), Errno::FBig);
+        // vfs_fallocate: negative offset or length, or a zero length: EINVAL;
+        // an end past i64::MAX: EFBIG. Nothing changes.
+        assert_eq!(f.punch_hole(u64::MAX, 2).unwrap_err(), Errno::Inval);
+        assert_eq!(f.punch_hole(0, 0).unwrap_err(), Errno::Inval);
+        assert_eq!(f.punch_hole(0, 1 << 63).unwrap_err(), Errno::Inval);
+        assert_eq!(f.punch_hole(PS, MAX_FILE_SIZE).unwrap_err(), Errno::FBig);
+        assert_eq!((f.cached_pages(), f.len()), (2, 3 * PS));
+        assert_eq!(read(&f, 0, 1).1, [0xab], "page 0 kept its data");
     }
 
     #[test]

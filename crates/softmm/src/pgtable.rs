@@ -31,6 +31,12 @@ pub const PTE_HUGE: u64 = 1 << 7;
 pub const PTE_PROTNONE: u64 = 1 << 9;
 /// Frame-number field.
 pub const PTE_PFN_MASK: u64 = 0x000f_ffff_ffff_f000;
+/// A guard marker (`MADV_GUARD_INSTALL`, Linux's `PTE_MARKER_GUARD`): a
+/// non-present leaf entry with no frame, and this software bit alone. An
+/// access faults and the fault raises SIGSEGV; zapping for `MADV_DONTNEED` or
+/// truncation keeps it, `munmap` and `MADV_GUARD_REMOVE` clear it, `fork`
+/// copies it, `mremap` moves it.
+pub const PTE_GUARD: u64 = 1 << 10;
 
 /// Entries per table.
 pub const PTRS_PER_TABLE: usize = 512;
@@ -57,6 +63,12 @@ pub fn mk_pte(pfn: Pfn, flags: u64) -> u64 {
 #[inline]
 pub fn pte_has_frame(pte: u64) -> bool {
     pte & (PTE_PRESENT | PTE_PROTNONE) != 0
+}
+
+/// True if the entry is a guard marker ([`PTE_GUARD`]).
+#[inline]
+pub fn pte_is_guard(pte: u64) -> bool {
+    pte == PTE_GUARD
 }
 
 /// One page-table page with its split lock.

@@ -32,6 +32,17 @@ pub(crate) const PG_DIRTY: u32 = 1 << 2;
 /// Frame flag: `MADV_FREE` made it lazily freeable.
 pub(crate) const PG_LAZYFREE: u32 = 1 << 3;
 
+/// Most NUMA nodes an arena may have (Linux's `MAX_NUMNODES` on x86-64).
+pub const MAX_NODES: usize = 1 << 10;
+
+/// `MemAvailable` of the host's /proc/meminfo in bytes, if it can be read.
+fn host_mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// The descriptor of one frame, Linux's `struct page`.
 #[derive(Default)]
 pub(crate) struct FrameDesc {
@@ -52,9 +63,10 @@ pub(crate) struct FrameDesc {
 /// How to build a [`PhysMem`].
 #[derive(Debug, Clone)]
 pub struct PhysConfig {
-    /// Arena size in bytes, rounded up to whole frames per node.
+    /// Arena size in bytes, rounded up to whole frames per node; at least two
+    /// frames per node (see [`PhysMem::new`]).
     pub bytes: u64,
-    /// Number of NUMA nodes the frames are split into (at least 1).
+    /// Number of NUMA nodes the frames are split into (1 to [`MAX_NODES`]).
     pub nodes: usize,
 }
 
@@ -126,23 +138,50 @@ thread_local! {
 }
 
 impl PhysMem {
-    /// Maps and prefaults an arena of `config.bytes` (asks the host for
-    /// transparent huge pages), and returns it with every frame free.
+    /// Maps and prefaults an arena of `config.bytes` rounded up to whole
+    /// frames per node (asks the host for transparent huge pages), and
+    /// returns it with every frame free.
     ///
-    /// Fails with `ENOMEM` if the host cannot provide the memory or the arena
-    /// is too small to hold the zero page and one frame per node.
+    /// `EINVAL` for a configuration that makes no sense: no nodes or more
+    /// than [`MAX_NODES`], fewer than two frames per node (node 0 holds the
+    /// zero page, and every node must have a frame to hand out), or a size
+    /// whose rounding overflows. `ENOMEM` when the host cannot back the
+    /// arena: the rule is that the arena plus its frame descriptors must fit
+    /// in the host's `MemAvailable` when it is made (checked before anything
+    /// is mapped, so a refused arena costs nothing), and that the host's own
+    /// commit accounting accepts the mapping (it is not `MAP_NORESERVE`;
+    /// under `vm.overcommit_memory=2` that alone guarantees the prefault
+    /// cannot meet the OOM killer). Under the default heuristic overcommit the
+    /// `MemAvailable` check is a snapshot: memory other processes take while
+    /// the arena is prefaulted can still exhaust the host. A prefault that
+    /// fails is undone and reported as `ENOMEM`.
     pub fn new(config: PhysConfig) -> Result<std::sync::Arc<PhysMem>> {
-        let nodes = config.nodes.max(1);
-        let per_node = config.bytes.div_ceil(PAGE_SIZE).div_ceil(nodes as u64).max(2);
-        let frames = per_node * nodes as u64;
-        let bytes = (frames * PAGE_SIZE) as usize;
+        let nodes = config.nodes;
+        if nodes == 0 || nodes > MAX_NODES || config.bytes == 0 {
+            return Err(Errno::Inval);
+        }
+        let per_node = config.bytes.div_ceil(PAGE_SIZE).div_ceil(nodes as u64);
+        if per_node < 2 {
+            return Err(Errno::Inval);
+        }
+        let frames = per_node * nodes as u64; // <= bytes / PAGE_SIZE + nodes: no overflow
+        let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
+        let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
+        // Miri cannot read /proc (isolation); its arenas are tiny anyway.
+        let avail = if cfg!(miri) { None } else { host_mem_available() };
+        if avail.is_some_and(|avail| (bytes as u64).saturating_add(desc_bytes) > avail) {
+            return Err(Errno::NoMem);
+        }
+        let mut desc = Vec::new();
+        // Fallible: a failed allocation is ENOMEM, not an abort.
+        desc.try_reserve_exact(frames as usize).map_err(|_| Errno::NoMem)?;
         // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if cfg!(miri) { 0 } else { libc::MAP_NORESERVE },
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -156,13 +195,19 @@ impl PhysMem {
         unsafe {
             libc::madvise(base, bytes, libc::MADV_HUGEPAGE);
             if libc::madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) != 0 {
-                // Older hosts: touch every page ourselves.
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                    // Out of memory (or interrupted): give it back.
+                    libc::munmap(base, bytes);
+                    return Err(Errno::NoMem);
+                }
+                // Older hosts without MADV_POPULATE_WRITE: touch every page ourselves.
                 for off in (0..bytes).step_by(PAGE_SIZE as usize) {
                     std::ptr::write_volatile((base as *mut u8).add(off), 0);
                 }
             }
         }
-        let desc: Box<[FrameDesc]> = (0..frames).map(|_| FrameDesc::default()).collect();
+        desc.extend((0..frames).map(|_| FrameDesc::default()));
+        let desc: Box<[FrameDesc]> = desc.into_boxed_slice();
         // Frame 0 is the zero page: never allocated, never refcounted.
         let zero_pfn = 0;
         let nodes: Box<[Node]> = (0..nodes as u64)
@@ -465,11 +510,55 @@ mod tests {
         // 5 frames over 2 nodes: 3 per node.
         let phys = PhysMem::new(PhysConfig { bytes: 5 * PAGE_SIZE, nodes: 2 }).unwrap();
         assert_eq!(phys.stats().frames_total, 6);
-        // Room for the zero page and one frame at least, even when asked for nothing.
-        let phys = PhysMem::new(PhysConfig { bytes: 0, nodes: 0 }).unwrap();
-        assert_eq!(phys.nodes(), 1, "zero nodes means one");
+        // The smallest arena: the zero page and one frame to allocate.
+        let phys = PhysMem::new(PhysConfig { bytes: PAGE_SIZE + 1, nodes: 1 }).unwrap();
         assert_eq!(phys.stats().frames_total, 2);
         assert_eq!(alloc_all(&phys, 0), vec![1]);
+    }
+
+    #[track_caller]
+    fn refused(bytes: u64, nodes: usize) -> Errno {
+        match PhysMem::new(PhysConfig { bytes, nodes }) {
+            Ok(_) => panic!("PhysConfig {{ bytes: {bytes:#x}, nodes: {nodes} }} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn nonsensical_configs_are_einval() {
+        // No nodes, or more than Linux's MAX_NUMNODES (1 << 10 on x86-64).
+        assert_eq!(refused(1 << 20, 0), Errno::Inval);
+        assert_eq!(refused(1 << 20, usize::MAX), Errno::Inval);
+        assert_eq!(refused(1 << 40, MAX_NODES + 1), Errno::Inval);
+        // No bytes, or too few for the zero page plus one frame on every node.
+        assert_eq!(refused(0, 1), Errno::Inval);
+        assert_eq!(refused(1, 1), Errno::Inval);
+        assert_eq!(refused(PAGE_SIZE, 1), Errno::Inval);
+        assert_eq!(refused(2 * PAGE_SIZE, 2), Errno::Inval);
+        assert_eq!(refused(1 << 20, 512), Errno::Inval, "one frame per node");
+        assert_eq!(PhysMem::new(PhysConfig { bytes: 3 * PAGE_SIZE, nodes: 2 }).unwrap().stats().frames_total, 4);
+        // Sizes whose rounding to whole frames per node overflows.
+        assert_eq!(refused(u64::MAX, 1), Errno::Inval);
+        // 2^52 - 1 frames: 2^51 per node on two nodes, 2^64 bytes in all.
+        assert_eq!(refused(u64::MAX - PAGE_SIZE, 2), Errno::Inval);
+    }
+
+    /// The host's free memory, from /proc/meminfo.
+    fn mem_available() -> u64 {
+        host_mem_available().expect("MemAvailable in /proc/meminfo")
+    }
+
+    #[test]
+    fn an_arena_the_host_cannot_back_is_enomem_not_the_oom_killer() {
+        // Refused before anything is mapped or allocated: the test itself
+        // touches no memory (an accepted arena this size would be prefaulted
+        // and meet the host's OOM killer).
+        let avail = mem_available();
+        assert_eq!(refused(2 * avail, 1), Errno::NoMem);
+        assert_eq!(refused(avail + (avail >> 6), 4), Errno::NoMem, "descriptors count too");
+        assert_eq!(refused(1 << 50, 16), Errno::NoMem);
+        // Representable but far beyond any host.
+        assert_eq!(refused(u64::MAX - 2 * PAGE_SIZE, 1), Errno::NoMem);
     }
 
     #[test]

@@ -28,3 +28,13 @@ pub const MADV_DONTNEED_LOCKED: i32 = 24;
 pub const MADV_COLD: i32 = 20;
 /// Reclaim hint: page out.
 pub const MADV_PAGEOUT: i32 = 21;
+/// KSM may merge the range's pages (sets `VM_MERGEABLE`).
+pub const MADV_MERGEABLE: i32 = 12;
+/// Undoes `MADV_MERGEABLE`.
+pub const MADV_UNMERGEABLE: i32 = 13;
+/// Collapse the range into transparent huge pages now.
+pub const MADV_COLLAPSE: i32 = 25;
+/// Install guard markers: any access raises SIGSEGV (Linux 6.13+).
+pub const MADV_GUARD_INSTALL: i32 = 102;
+/// Remove guard markers.
+pub const MADV_GUARD_REMOVE: i32 = 103;

@@ -306,3 +306,122 @@ fn past_failures_match_the_host() {
         }
     }
 }
+
+/// madvise advice Linux 6.18 knows and softmm once refused or got wrong
+/// (`MADV_GUARD_*`, `MERGEABLE`/`UNMERGEABLE`, `COLLAPSE`, `REMOVE`), run on
+/// the host and on softmm step by step: results, probes, mincore and maps.
+fn madvise_scenarios() -> Vec<(&'static str, Vec<Op>)> {
+    use Op::*;
+    let w = ops::DEFAULT_WINDOW.1;
+    let p = ops::PAGE;
+    vec![
+        (
+            "guard markers: SIGSEGV, zap on install, kept by DONTNEED/mprotect, moved by mremap, cleared by munmap, hole gives ENOMEM",
+            vec![
+                Mmap { addr: 0, len: 8 * p, prot: 3, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Probe { addr: w - 8 * p, write: Some(3) },
+                Probe { addr: w - 7 * p, write: Some(3) },
+                Madvise { addr: w - 7 * p, len: 2 * p, advice: MADV_GUARD_INSTALL },
+                Probe { addr: w - 7 * p, write: None },
+                Probe { addr: w - 6 * p, write: Some(1) },
+                Mincore { addr: w - 8 * p, len: 8 * p },
+                Madvise { addr: w - 8 * p, len: 8 * p, advice: MADV_DONTNEED },
+                Probe { addr: w - 7 * p, write: None },
+                Madvise { addr: w - 8 * p, len: 8 * p, advice: MADV_POPULATE_READ },
+                Mprotect { addr: w - 8 * p, len: 8 * p, prot: 0 },
+                Probe { addr: w - 7 * p, write: None },
+                Mprotect { addr: w - 8 * p, len: 8 * p, prot: 3 },
+                Mremap { old_addr: w - 8 * p, old_len: 4 * p, new_len: 4 * p, flags: 3, new_addr: w - 20 * p },
+                Probe { addr: w - 19 * p, write: None },
+                Madvise { addr: w - 19 * p, len: p, advice: MADV_GUARD_REMOVE },
+                Probe { addr: w - 19 * p, write: None },
+                Munmap { addr: w - 18 * p, len: p },
+                Mmap { addr: w - 18 * p, len: p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Probe { addr: w - 18 * p, write: None },
+                Madvise { addr: w - 20 * p, len: 20 * p, advice: MADV_GUARD_INSTALL },
+                Probe { addr: w - 20 * p, write: None },
+                Mincore { addr: w - 4 * p, len: 4 * p },
+            ],
+        ),
+        (
+            "guard markers in shared and private file mappings: kept by truncate, file shows through after removal",
+            vec![
+                Mmap { addr: 0, len: 4 * p, prot: 3, flags: MAP_SHARED, file: Some(0), offset: 0 },
+                Mmap { addr: 0, len: 4 * p, prot: 3, flags: MAP_PRIVATE, file: Some(1), offset: 0 },
+                Probe { addr: w - 8 * p, write: Some(9) },
+                Madvise { addr: w - 8 * p, len: 8 * p, advice: MADV_GUARD_INSTALL },
+                Probe { addr: w - 8 * p, write: None },
+                Probe { addr: w - 2 * p, write: None },
+                Mincore { addr: w - 8 * p, len: 8 * p },
+                Ftruncate { file: 0, len: p },
+                Ftruncate { file: 0, len: 8 * p },
+                Probe { addr: w - 3 * p, write: None },
+                Madvise { addr: w - 8 * p, len: 8 * p, advice: MADV_GUARD_REMOVE },
+                Probe { addr: w - 8 * p, write: None },
+                Probe { addr: w - 3 * p, write: None },
+                Mincore { addr: w - 8 * p, len: 8 * p },
+            ],
+        ),
+        (
+            "MADV_MERGEABLE splits private VMAs, is ignored on shared ones, UNMERGEABLE merges back",
+            vec![
+                Mmap { addr: 0, len: 4 * p, prot: 3, flags: ANON_PRIVATE, file: None, offset: 0 },
+                Madvise { addr: w - 3 * p, len: p, advice: MADV_MERGEABLE },
+                Mmap { addr: 0, len: 4 * p, prot: 3, flags: MAP_PRIVATE, file: Some(1), offset: 0 },
+                Madvise { addr: w - 7 * p, len: p, advice: MADV_MERGEABLE },
+                Mmap { addr: 0, len: 4 * p, prot: 3, flags: MAP_SHARED, file: Some(1), offset: 0 },
+                Madvise { addr: w - 11 * p, len: p, advice: MADV_MERGEABLE },
+                Madvise { addr: w - 12 * p, len: 12 * p, advice: MADV_UNMERGEABLE },
+                Munmap { addr: w - 2 * p, len: p },
+                Madvise { addr: w - 4 * p, len: 4 * p, advice: MADV_MERGEABLE },
+                Mmap { addr: w - 2 * p, len: p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+            ],
+        ),
+        (
+            "MADV_REMOVE across VMAs and holes, on private, anonymous and shared anonymous mappings",
+            vec![
+                Mmap { addr: w - 8 * p, len: 4 * p, prot: 3, flags: MAP_SHARED | MAP_FIXED, file: Some(0), offset: 0 },
+                Mprotect { addr: w - 6 * p, len: p, prot: 1 },
+                Mincore { addr: w - 8 * p, len: 4 * p },
+                Madvise { addr: w - 10 * p, len: 6 * p, advice: MADV_REMOVE },
+                Mincore { addr: w - 8 * p, len: 4 * p },
+                Probe { addr: w - 8 * p, write: None },
+                Mmap { addr: w - 3 * p, len: 2 * p, prot: 3, flags: MAP_PRIVATE | MAP_FIXED, file: Some(0), offset: 0 },
+                Madvise { addr: w - 8 * p, len: 6 * p, advice: MADV_REMOVE },
+                Mmap { addr: w - 3 * p, len: 2 * p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Madvise { addr: w - 3 * p, len: 2 * p, advice: MADV_REMOVE },
+                Mmap { addr: w - 3 * p, len: 2 * p, prot: 3, flags: MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, file: None, offset: 0 },
+                Probe { addr: w - 3 * p, write: Some(4) },
+                Madvise { addr: w - 3 * p, len: 2 * p, advice: MADV_REMOVE },
+                Probe { addr: w - 3 * p, write: None },
+            ],
+        ),
+        (
+            "MADV_COLLAPSE of an anonymous block makes it resident; an empty block or a small VMA is EINVAL",
+            vec![
+                Mmap { addr: w - 8 * ops::PMD, len: 4 * ops::PMD, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Madvise { addr: w - 8 * ops::PMD, len: ops::PMD, advice: MADV_COLLAPSE },
+                Probe { addr: w - 8 * ops::PMD + 5 * p, write: Some(1) },
+                Madvise { addr: w - 8 * ops::PMD, len: ops::PMD, advice: MADV_COLLAPSE },
+                Madvise { addr: w - 8 * ops::PMD, len: 2 * ops::PMD, advice: MADV_COLLAPSE },
+                Madvise { addr: w - 8 * ops::PMD, len: ops::PMD / 2, advice: MADV_COLLAPSE },
+                Mincore { addr: w - 8 * ops::PMD, len: 8 * p },
+                Mmap { addr: w - 4 * p, len: 4 * p, prot: 3, flags: ANON_PRIVATE | MAP_FIXED, file: None, offset: 0 },
+                Madvise { addr: w - 4 * p, len: 4 * p, advice: MADV_COLLAPSE },
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn madvise_scenarios_match_the_host() {
+    for (name, ops) in madvise_scenarios() {
+        let s = Scenario { window: ops::DEFAULT_WINDOW, files: vec![65536, 122880], ops };
+        let host = host::run_on_host(&s);
+        for &policy in FaultPolicy::ALL {
+            if let Err(e) = compare(&s, &host, policy) {
+                panic!("{name}: {e}");
+            }
+        }
+    }
+}

@@ -735,7 +735,7 @@ fn run(sc: &Scenario, log: &Mutex<Vec<String>>) -> Result<(), String> {
         for (i, f) in files.iter().enumerate() {
             let o = &model.objs[i];
             let mut buf = vec![0; o.size as usize];
-            ensure!(f.read_at(0, &mut buf) == o.size as usize, "file {i}: short read");
+            ensure!(f.read_at(0, &mut buf) == Ok(o.size as usize), "file {i}: short read");
             if let Some(at) = (0..buf.len()).find(|&j| buf[j] != o.data[j]) {
                 return Err(format!("file {i} byte {at:#x}: softmm {:#04x}, model {:#04x}", buf[at], o.data[at]));
             }

@@ -127,12 +127,12 @@ fn file_mappings_share_cow_and_sigbus_past_eof_with(policy: FaultPolicy) {
         assert_eq!(&b, b"hello");
         cpu.write(s + 1, b"E").unwrap();
         let mut fb = [0; 5];
-        f.read_at(0, &mut fb);
+        f.read_at(0, &mut fb).unwrap();
         assert_eq!(&fb, b"hEllo", "shared write reaches the file");
         cpu.read(pr, &mut b).unwrap();
         assert_eq!(&b, b"hEllo");
         cpu.write(pr, b"J").unwrap();
-        f.read_at(0, &mut fb);
+        f.read_at(0, &mut fb).unwrap();
         assert_eq!(&fb, b"hEllo", "private write stays private");
         assert_eq!(cpu.read_u8(s + 3 * PAGE), Err(Fault::Bus { addr: s + 3 * PAGE }));
         f.set_len(PAGE).unwrap();
@@ -301,5 +301,377 @@ fn mremap_fixed_moves_several_vmas_and_dontunmap_keeps_the_source_with(policy: F
     );
     drop(cpu);
     drop(mm);
+    assert_no_leaks(&p);
+}
+
+/// The first byte of each of the first `n` pages of `f`.
+fn file_pages(f: &File, n: u64) -> Vec<u8> {
+    (0..n)
+        .map(|i| {
+            let mut b = [0xee];
+            f.read_at(i * PAGE, &mut b).unwrap();
+            b[0]
+        })
+        .collect()
+}
+
+/// An 8-page file of 7s, opened read-write.
+fn file_of_sevens(p: &std::sync::Arc<softmm::PhysMem>) -> (std::sync::Arc<File>, OpenFile) {
+    let f = File::create(p, "/memfd:x (deleted)", 0).unwrap();
+    f.write_at(0, &[7; 8 * PAGE as usize]).unwrap();
+    let of = OpenFile::read_write(&f);
+    (f, of)
+}
+
+/// `MADV_REMOVE` follows Linux's `madvise_walk_vmas` + `madvise_remove`: each
+/// VMA part of the range is punched in turn (`EINVAL` for a locked VMA or one
+/// without a file, `EACCES` unless shared and may-write), holes are skipped
+/// and reported as `ENOMEM` at the end. Every expectation here was observed on
+/// the host (Linux 6.18, memfd and shared anonymous mappings).
+#[test]
+fn madvise_remove_walks_vmas_and_holes_like_linux() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let w = mm.mmap(0, 64 * PAGE, PROT_NONE, ANON, None, 0).unwrap();
+    mm.munmap(w, 64 * PAGE).unwrap();
+    let fixed = MAP_SHARED | MAP_FIXED;
+    // One file mapping split in two VMAs by mprotect: both parts are punched.
+    let (mut f, mut of) = file_of_sevens(&p);
+    mm.mmap(w, 4 * PAGE, RW, fixed, Some(&of), 0).unwrap();
+    mm.mprotect(w + 2 * PAGE, PAGE, PROT_READ).unwrap();
+    assert_eq!(mm.madvise(w, 4 * PAGE, MADV_REMOVE), Ok(()));
+    assert_eq!(file_pages(&f, 8), [0, 0, 0, 0, 7, 7, 7, 7]);
+    mm.munmap(w, 64 * PAGE).unwrap();
+    // A range starting in a hole: the mapped part is punched, then ENOMEM.
+    (f, of) = file_of_sevens(&p);
+    mm.mmap(w + 2 * PAGE, 2 * PAGE, RW, fixed, Some(&of), PAGE).unwrap();
+    assert_eq!(mm.madvise(w, 4 * PAGE, MADV_REMOVE), Err(Errno::NoMem));
+    assert_eq!(file_pages(&f, 8), [7, 0, 0, 7, 7, 7, 7, 7]);
+    mm.munmap(w, 64 * PAGE).unwrap();
+    // A hole in the middle: both sides punched, ENOMEM.
+    (f, of) = file_of_sevens(&p);
+    mm.mmap(w, 2 * PAGE, RW, fixed, Some(&of), 0).unwrap();
+    mm.mmap(w + 3 * PAGE, 2 * PAGE, RW, fixed, Some(&of), 4 * PAGE).unwrap();
+    assert_eq!(mm.madvise(w, 5 * PAGE, MADV_REMOVE), Err(Errno::NoMem));
+    assert_eq!(file_pages(&f, 8), [0, 0, 7, 7, 0, 0, 7, 7]);
+    mm.munmap(w, 64 * PAGE).unwrap();
+    // Shared, anonymous private, shared: the first part is punched, then EINVAL.
+    (f, of) = file_of_sevens(&p);
+    mm.mmap(w, 2 * PAGE, RW, fixed, Some(&of), 0).unwrap();
+    mm.mmap(w + 2 * PAGE, 2 * PAGE, RW, ANON | MAP_FIXED, None, 0).unwrap();
+    mm.mmap(w + 4 * PAGE, 2 * PAGE, RW, fixed, Some(&of), 4 * PAGE).unwrap();
+    assert_eq!(mm.madvise(w, 6 * PAGE, MADV_REMOVE), Err(Errno::Inval));
+    assert_eq!(file_pages(&f, 8), [0, 0, 7, 7, 7, 7, 7, 7]);
+    mm.munmap(w, 64 * PAGE).unwrap();
+    // Nothing mapped in the range: ENOMEM, whether a VMA follows or not.
+    (f, of) = file_of_sevens(&p);
+    mm.mmap(w + 4 * PAGE, 2 * PAGE, RW, fixed, Some(&of), 0).unwrap();
+    assert_eq!(mm.madvise(w, 2 * PAGE, MADV_REMOVE), Err(Errno::NoMem));
+    assert_eq!(mm.madvise(w + 6 * PAGE, 2 * PAGE, MADV_REMOVE), Err(Errno::NoMem));
+    assert_eq!(file_pages(&f, 8), [7; 8]);
+    // An unaligned length covers the whole page.
+    assert_eq!(mm.madvise(w + 4 * PAGE, 100, MADV_REMOVE), Ok(()));
+    assert_eq!(file_pages(&f, 8), [0, 7, 7, 7, 7, 7, 7, 7]);
+    mm.munmap(w, 64 * PAGE).unwrap();
+    // Which VMAs refuse, and with what.
+    (f, of) = file_of_sevens(&p);
+    mm.mmap(w, 2 * PAGE, RW, MAP_PRIVATE | MAP_FIXED, Some(&of), 0).unwrap();
+    assert_eq!(mm.madvise(w, 2 * PAGE, MADV_REMOVE), Err(Errno::Acces), "private file mapping");
+    mm.mmap(w, 2 * PAGE, RW, ANON | MAP_FIXED, None, 0).unwrap();
+    assert_eq!(mm.madvise(w, 2 * PAGE, MADV_REMOVE), Err(Errno::Inval), "anonymous private mapping");
+    mm.mmap(w, 2 * PAGE, RW, fixed | MAP_LOCKED, Some(&of), 0).unwrap();
+    assert_eq!(mm.madvise(w, PAGE, MADV_REMOVE), Err(Errno::Inval), "locked");
+    let ro = OpenFile::read_only(&f);
+    mm.mmap(w, 2 * PAGE, PROT_READ, fixed, Some(&ro), 0).unwrap();
+    assert_eq!(mm.madvise(w, PAGE, MADV_REMOVE), Err(Errno::Acces), "file opened read-only");
+    assert_eq!(file_pages(&f, 8), [7; 8], "every refusal changed nothing");
+    // A read-only shared mapping of a file opened read-write may write: punched.
+    mm.mmap(w, 2 * PAGE, PROT_READ, fixed, Some(&of), 0).unwrap();
+    assert_eq!(mm.madvise(w, PAGE, MADV_REMOVE), Ok(()));
+    assert_eq!(file_pages(&f, 8), [0, 7, 7, 7, 7, 7, 7, 7]);
+    // Shared anonymous memory is shmem: punched, and reads back zero.
+    let s = mm.mmap(w, 2 * PAGE, RW, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0).unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(s, 5).unwrap();
+        assert_eq!(mm.madvise(s, 2 * PAGE, MADV_REMOVE), Ok(()));
+        assert_eq!(cpu.read_u8(s), Ok(0));
+    }
+    drop(mm);
+    drop((f, of, ro));
+    assert_no_leaks(&p);
+}
+
+/// The file offset of a `MADV_REMOVE` is computed as Linux's `loff_t`
+/// (`(start - vm_start) + (vm_pgoff << PAGE_SHIFT)`, wrapping) and checked by
+/// `vfs_fallocate`: an offset that is negative as an `off_t` is `EINVAL` and
+/// punches nothing (it used to overflow: a panic with overflow checks, and in
+/// release a punch of file offset 0). Near the largest file size it works.
+#[test]
+fn madvise_remove_at_huge_file_offsets_is_checked() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let (f, of) = file_of_sevens(&p);
+    // Mappings whose offsets Linux's mmap refuses (EOVERFLOW) are refused here
+    // too once mmap checks them; the madvise must be safe whatever mmap allows.
+    if let Ok(a) = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED, Some(&of), u64::MAX - PAGE + 1) {
+        assert_eq!(mm.madvise(a, PAGE, MADV_REMOVE), Err(Errno::Inval));
+        // The second page's file offset is 2^64: it must not wrap to 0.
+        assert_eq!(mm.madvise(a + PAGE, PAGE, MADV_REMOVE), Err(Errno::Inval));
+        mm.munmap(a, 2 * PAGE).unwrap();
+    }
+    if let Ok(a) = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED, Some(&of), 1 << 63) {
+        assert_eq!(mm.madvise(a, 2 * PAGE, MADV_REMOVE), Err(Errno::Inval));
+        mm.munmap(a, 2 * PAGE).unwrap();
+    }
+    assert_eq!(file_pages(&f, 8), [7; 8], "file offset 0 was punched");
+    // The host maps and punches at offset i64::MAX - 8191 (one page).
+    let top = (i64::MAX as u64) & !(2 * PAGE - 1);
+    let a = mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&of), top).unwrap();
+    assert_eq!(mm.madvise(a, PAGE, MADV_REMOVE), Ok(()));
+    drop(mm);
+    drop((f, of));
+    assert_no_leaks(&p);
+}
+
+/// The number of VMAs in `[a, a + len)`.
+fn vmas_in(mm: &softmm::AddressSpace, a: u64, len: u64) -> usize {
+    mm.maps().iter().filter(|e| e.start >= a && e.start < a + len).count()
+}
+
+/// `MADV_MERGEABLE`/`UNMERGEABLE` set and clear `VM_MERGEABLE` as KSM's
+/// `ksm_madvise` does: the advice is silently ignored on shared mappings, and
+/// the flag splits a VMA and is cleared back into one. Host-confirmed (Linux
+/// 6.18) VMA counts.
+#[test]
+fn madvise_mergeable_sets_a_flag_as_ksm_does() {
+    let p = phys(8);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let f = File::create(&p, "/memfd:x (deleted)", 8 * PAGE).unwrap();
+    let of = OpenFile::read_write(&f);
+    let cases: [(&str, i32, i32, Option<&OpenFile>, usize); 5] = [
+        ("anonymous private", RW, ANON, None, 3),
+        ("shared anonymous", RW, MAP_SHARED | MAP_ANONYMOUS, None, 1),
+        ("shared file", RW, MAP_SHARED, Some(&of), 1),
+        ("private file", RW, MAP_PRIVATE, Some(&of), 3),
+        ("PROT_NONE", PROT_NONE, ANON, None, 3),
+    ];
+    for (what, prot, flags, file, vmas) in cases {
+        let a = mm.mmap(0, 4 * PAGE, prot, flags, file, 0).unwrap();
+        assert_eq!(mm.madvise(a + PAGE, PAGE, MADV_MERGEABLE), Ok(()), "{what}");
+        assert_eq!(vmas_in(&mm, a, 4 * PAGE), vmas, "{what}: VMAs after MADV_MERGEABLE");
+        assert_eq!(mm.madvise(a + PAGE, PAGE, MADV_MERGEABLE), Ok(()), "{what}: again");
+        assert_eq!(mm.madvise(a, 4 * PAGE, MADV_UNMERGEABLE), Ok(()), "{what}");
+        assert_eq!(vmas_in(&mm, a, 4 * PAGE), 1, "{what}: MADV_UNMERGEABLE merges back");
+        mm.munmap(a, 4 * PAGE).unwrap();
+    }
+    // A hole: the mapped parts are advised, then ENOMEM.
+    let a = mm.mmap(0, 4 * PAGE, RW, ANON, None, 0).unwrap();
+    mm.munmap(a + 2 * PAGE, PAGE).unwrap();
+    assert_eq!(mm.madvise(a, 4 * PAGE, MADV_MERGEABLE), Err(Errno::NoMem));
+    assert_eq!(vmas_in(&mm, a, 4 * PAGE), 2);
+    // The flag keeps the advised VMA apart from a new neighbour without it.
+    assert_eq!(mm.mmap(a + 2 * PAGE, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(a + 2 * PAGE));
+    assert_eq!(vmas_in(&mm, a, 4 * PAGE), 3);
+    drop(mm);
+    drop((f, of));
+    assert_no_leaks(&p);
+}
+
+/// `MADV_COLLAPSE` on the mappings softmm has, with the outcomes the host
+/// (Linux 6.18, THP `madvise` mode, shmem THP `never`) gives: `EINVAL` for a
+/// VMA that holds no aligned 2 MiB block, for shared, file, read-only,
+/// `PROT_NONE` and `MADV_NOHUGEPAGE` mappings, and for a block with no
+/// anonymous page, a guard marker or no page table; `Ok` when every block of
+/// the range collapses, and for a range holding no whole block. softmm has
+/// no huge pages: a collapsed block has all its pages present (the host's
+/// huge page: mincore shows every page resident, data kept, the rest zero).
+#[test]
+fn madvise_collapse_returns_what_linux_returns() {
+    let p = phys(16);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let pmd = 2 << 20;
+    let mut cpu = Cpu::attached(&mm);
+    let small = mm.mmap(0, 4 * PAGE, RW, ANON, None, 0).unwrap();
+    assert_eq!(mm.madvise(small, PAGE, MADV_COLLAPSE), Err(Errno::Inval), "no 2 MiB block fits");
+    let big = |prot: i32, flags: i32| {
+        let a = mm.mmap(0, 2 * pmd, prot, flags, None, 0).unwrap();
+        assert_eq!(a % pmd, 0);
+        a
+    };
+    let a = big(RW, ANON);
+    assert_eq!(mm.madvise(a, pmd, MADV_COLLAPSE), Err(Errno::Inval), "untouched: no page table");
+    cpu.write_u8(a + 5 * PAGE, 1).unwrap();
+    assert_eq!(mm.madvise(a, pmd, MADV_COLLAPSE), Ok(()));
+    assert_eq!(mm.madvise(a, 2 * pmd, MADV_COLLAPSE), Err(Errno::Inval), "the second block is empty");
+    assert_eq!(mm.madvise(a, pmd / 2, MADV_COLLAPSE), Ok(()), "no whole block in the range");
+    assert_eq!(mm.madvise(a + PAGE, pmd, MADV_COLLAPSE), Ok(()), "no whole block in the range");
+    let mut v = vec![0u8; 1024];
+    mm.mincore(a, 2 * pmd, &mut v).unwrap();
+    assert_eq!(v.iter().filter(|&&b| b == 1).count(), 512, "the collapsed block is resident, not the next");
+    assert!(v[..512].iter().all(|&b| b == 1));
+    assert_eq!((cpu.read_u8(a + 5 * PAGE), cpu.read_u8(a + 6 * PAGE)), (Ok(1), Ok(0)));
+    assert_eq!(mm.maps().iter().find(|e| e.start == a).unwrap().rss, pmd);
+    cpu.write_u8(a + pmd + 5 * PAGE, 1).unwrap();
+    assert_eq!(mm.madvise(a, 2 * pmd, MADV_COLLAPSE), Ok(()));
+    // A guard marker in the block.
+    assert_eq!(mm.madvise(a + 7 * PAGE, PAGE, MADV_GUARD_INSTALL), Ok(()));
+    assert_eq!(mm.madvise(a, pmd, MADV_COLLAPSE), Err(Errno::Inval));
+    // Only the zero page: nothing to collapse.
+    let z = big(RW, ANON);
+    cpu.read_u8(z + 5 * PAGE).unwrap();
+    assert_eq!(mm.madvise(z, pmd, MADV_COLLAPSE), Err(Errno::Inval));
+    let ro = big(PROT_READ, ANON);
+    cpu.read_u8(ro + 5 * PAGE).unwrap();
+    assert_eq!(mm.madvise(ro, pmd, MADV_COLLAPSE), Err(Errno::Inval), "read-only");
+    let none = big(PROT_NONE, ANON);
+    assert_eq!(mm.madvise(none, pmd, MADV_COLLAPSE), Err(Errno::Inval), "PROT_NONE");
+    let sh = big(RW, MAP_SHARED | MAP_ANONYMOUS);
+    cpu.write_u8(sh + 5 * PAGE, 1).unwrap();
+    assert_eq!(mm.madvise(sh, pmd, MADV_COLLAPSE), Err(Errno::Inval), "shared anonymous");
+    let f = File::create(&p, "/memfd:x (deleted)", 4 * pmd).unwrap();
+    let of = OpenFile::read_write(&f);
+    for flags in [MAP_SHARED, MAP_PRIVATE] {
+        let m = mm.mmap(0, 2 * pmd, RW, flags, Some(&of), 0).unwrap();
+        cpu.write_u8(m + 5 * PAGE, 1).unwrap();
+        assert_eq!(mm.madvise(m, 2 * pmd, MADV_COLLAPSE), Err(Errno::Inval), "file, flags {flags:#x}");
+    }
+    let nh = big(RW, ANON);
+    cpu.write_u8(nh + 5 * PAGE, 1).unwrap();
+    mm.madvise(nh, 2 * pmd, MADV_NOHUGEPAGE).unwrap();
+    assert_eq!(mm.madvise(nh, pmd, MADV_COLLAPSE), Err(Errno::Inval), "MADV_NOHUGEPAGE");
+    drop(cpu);
+    drop(mm);
+    drop((f, of));
+    assert_no_leaks(&p);
+}
+
+#[test]
+fn guard_regions_behave_as_linux_6_18() {
+    for &policy in FaultPolicy::ALL {
+        guard_regions_behave_as_linux_6_18_with(policy);
+    }
+}
+
+/// `MADV_GUARD_INSTALL`/`REMOVE` (Linux 6.13+): a guard marker makes any
+/// access in an accessible VMA raise SIGSEGV with `SEGV_MAPERR` (an
+/// inaccessible VMA still gives `SEGV_ACCERR` first); installing zaps the
+/// pages there; markers survive `MADV_DONTNEED`, `MADV_FREE`, `mprotect`
+/// and truncation, move with `mremap`, are copied by `fork` (not into a
+/// `MADV_WIPEONFORK` VMA), make `MADV_POPULATE_*` fail with `EFAULT`, count
+/// neither as resident in mincore nor in `Rss`, and go with `munmap` and
+/// `MADV_GUARD_REMOVE`. Installing is refused on locked VMAs (`EINVAL`),
+/// removing is not. Each expectation was observed on the host (Linux 6.18).
+fn guard_regions_behave_as_linux_6_18_with(policy: FaultPolicy) {
+    let p = phys(8);
+    let mm = mm_with(&p, policy);
+    fn maperr<T>(a: u64) -> Result<T, Fault> {
+        Err(segv(a, SegvCode::MapErr))
+    }
+    let a = mm.mmap(0, 4 * PAGE, RW, ANON, None, 0).unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        for i in 0..4 {
+            cpu.write_u8(a + i * PAGE, 7).unwrap();
+        }
+        assert_eq!(mm.madvise(a + PAGE, 2 * PAGE, MADV_GUARD_INSTALL), Ok(()));
+        assert_eq!(cpu.read_u8(a + PAGE + 3), maperr(a + PAGE + 3));
+        assert_eq!(cpu.write_u8(a + 2 * PAGE, 1), maperr(a + 2 * PAGE));
+        assert_eq!(cpu.read_u8(a), Ok(7));
+        let mut v = [9; 4];
+        mm.mincore(a, 4 * PAGE, &mut v).unwrap();
+        assert_eq!(v, [1, 0, 0, 1], "installing zapped the pages");
+        assert_eq!(mm.maps()[0].rss, 2 * PAGE, "markers are not resident");
+        // Idempotent, and kept by DONTNEED, FREE and mprotect.
+        assert_eq!(mm.madvise(a + PAGE, PAGE, MADV_GUARD_INSTALL), Ok(()));
+        assert_eq!(mm.madvise(a, 4 * PAGE, MADV_DONTNEED), Ok(()));
+        assert_eq!(mm.madvise(a, 4 * PAGE, MADV_FREE), Ok(()));
+        assert_eq!(cpu.read_u8(a + PAGE), maperr(a + PAGE));
+        assert_eq!(mm.madvise(a, 4 * PAGE, MADV_POPULATE_READ), Err(Errno::Fault));
+        assert_eq!(mm.madvise(a, 4 * PAGE, MADV_POPULATE_WRITE), Err(Errno::Fault));
+        mm.mprotect(a, 4 * PAGE, PROT_READ).unwrap();
+        assert_eq!(cpu.read_u8(a + PAGE), maperr(a + PAGE));
+        mm.mprotect(a, 4 * PAGE, PROT_NONE).unwrap();
+        assert_eq!(cpu.read_u8(a + PAGE), Err(segv(a + PAGE, SegvCode::AccErr)), "the VMA's check comes first");
+        mm.mprotect(a, 4 * PAGE, RW).unwrap();
+    }
+    // mremap moves the markers with the pages.
+    let b = mm.mremap(a, 4 * PAGE, 4 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, a - 100 * PAGE).unwrap();
+    // fork copies them; a WIPEONFORK VMA's child gets none.
+    let child = mm.fork().unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        assert_eq!(cpu.read_u8(b + PAGE), maperr(b + PAGE));
+        assert_eq!(cpu.read_u8(b), Ok(0));
+        let mut ccpu = Cpu::attached(&child);
+        assert_eq!(ccpu.read_u8(b + 2 * PAGE), maperr(b + 2 * PAGE), "fork copied the marker");
+    }
+    drop(child);
+    mm.madvise(b, 4 * PAGE, MADV_WIPEONFORK).unwrap();
+    let child = mm.fork().unwrap();
+    assert_eq!(Cpu::attached(&child).read_u8(b + PAGE), Ok(0), "wiped in the child");
+    drop(child);
+    mm.madvise(b, 4 * PAGE, MADV_KEEPONFORK).unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        // GUARD_REMOVE: the page is empty again.
+        assert_eq!(mm.madvise(b + PAGE, PAGE, MADV_GUARD_REMOVE), Ok(()));
+        assert_eq!(cpu.read_u8(b + PAGE), Ok(0));
+        // munmap removes markers, also in a page table another VMA keeps.
+        assert_eq!(cpu.read_u8(b + 2 * PAGE), maperr(b + 2 * PAGE));
+        mm.munmap(b + 2 * PAGE, PAGE).unwrap();
+        mm.mmap(b + 2 * PAGE, PAGE, RW, ANON | MAP_FIXED, None, 0).unwrap();
+        assert_eq!(cpu.read_u8(b + 2 * PAGE), Ok(0));
+        // A range with a hole: the mapped part is guarded, then ENOMEM.
+        mm.munmap(b + 3 * PAGE, PAGE).unwrap();
+        assert_eq!(mm.madvise(b, 8 * PAGE, MADV_GUARD_INSTALL), Err(Errno::NoMem));
+        assert_eq!(cpu.read_u8(b), maperr(b));
+    }
+    mm.munmap(b, 4 * PAGE).unwrap();
+    // Locked VMAs refuse installing but allow removing.
+    let l = mm.mmap(0, 4 * PAGE, RW, ANON | MAP_LOCKED, None, 0).unwrap();
+    assert_eq!(mm.madvise(l, 4 * PAGE, MADV_GUARD_INSTALL), Err(Errno::Inval));
+    assert_eq!(mm.madvise(l, 4 * PAGE, MADV_GUARD_REMOVE), Ok(()));
+    let mut v = [9; 4];
+    mm.mincore(l, 4 * PAGE, &mut v).unwrap();
+    assert_eq!(v, [1; 4], "the refused install zapped nothing");
+    mm.munmap(l, 4 * PAGE).unwrap();
+    // Shared and private file mappings, and read-only ones, take markers too.
+    let f = File::create(&p, "/memfd:x (deleted)", 0).unwrap();
+    f.write_at(0, &[7; 4 * PAGE as usize]).unwrap();
+    let of = OpenFile::read_write(&f);
+    let ro = OpenFile::read_only(&f);
+    let s = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED, Some(&of), 0).unwrap();
+    let r = mm.mmap(0, 4 * PAGE, PROT_READ, MAP_SHARED, Some(&ro), 0).unwrap();
+    let pr = mm.mmap(0, 4 * PAGE, RW, MAP_PRIVATE, Some(&of), 0).unwrap();
+    let sa = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+    {
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(pr + PAGE, 9).unwrap();
+        for m in [s, r, pr, sa] {
+            assert_eq!(mm.madvise(m + PAGE, PAGE, MADV_GUARD_INSTALL), Ok(()));
+            assert_eq!(cpu.read_u8(m + PAGE), maperr(m + PAGE));
+        }
+        let mut v = [9; 4];
+        mm.mincore(s, 4 * PAGE, &mut v).unwrap();
+        assert_eq!(v, [1; 4], "a guarded file page still counts by the page cache");
+        let child = mm.fork().unwrap();
+        let mut ccpu = Cpu::attached(&child);
+        for m in [s, r, pr, sa] {
+            assert_eq!(ccpu.read_u8(m + PAGE), maperr(m + PAGE), "fork copies file and shared markers");
+        }
+        drop(ccpu);
+        drop(child);
+        f.set_len(PAGE).unwrap();
+        f.set_len(4 * PAGE).unwrap();
+        assert_eq!(cpu.read_u8(s + PAGE), maperr(s + PAGE), "truncate keeps markers");
+        f.write_at(PAGE, &[7]).unwrap();
+        assert_eq!(mm.madvise(s + PAGE, PAGE, MADV_GUARD_REMOVE), Ok(()));
+        assert_eq!(cpu.read_u8(s + PAGE), Ok(7), "the file shows through again");
+        assert_eq!(mm.madvise(pr + PAGE, PAGE, MADV_GUARD_REMOVE), Ok(()));
+        assert_eq!(cpu.read_u8(pr + PAGE), Ok(7), "the private copy was zapped; the file shows");
+    }
+    drop(mm);
+    drop((f, of, ro));
     assert_no_leaks(&p);
 }

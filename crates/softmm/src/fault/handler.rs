@@ -91,7 +91,10 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
     loop {
         let pte = entry.load(Ordering::Acquire);
         let done = if pte & PTE_PRESENT == 0 {
-            if pte & PTE_PROTNONE != 0 {
+            if pgtable::pte_is_guard(pte) {
+                // Linux's VM_FAULT_SIGSEGV from a guard marker: SEGV_MAPERR.
+                return Err(Fault::Segv { addr, code: SegvCode::MapErr }.into());
+            } else if pte & PTE_PROTNONE != 0 {
                 restore_protnone(ctx, table, entry, pte)?
             } else if vma.file.is_some() {
                 do_file_fault(ctx, va, table, entry, write)?
@@ -110,8 +113,8 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
 }
 
 /// The anon_vma of `vma`, made on its first anonymous fault (only with
-/// `mmap_lock` held: fork and merges must see it).
-fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> {
+/// `mmap_lock` held: fork and merges must see it) or by `MADV_GUARD_INSTALL`.
+pub(crate) fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> {
     if let Some(a) = ctx.vma.anon_vma.get() {
         return Ok(a.clone());
     }

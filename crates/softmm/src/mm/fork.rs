@@ -116,6 +116,9 @@ impl AddressSpace {
                     }
                     debug_assert!(cpte & (PTE_PRESENT | PTE_PROTNONE) != 0);
                     ct.entry(pgtable::index(a, 0)).store(cpte, Ordering::Release);
+                } else if pgtable::pte_is_guard(pte) {
+                    // copy_nonpresent_pte: guard markers go to the child.
+                    ct.entry(pgtable::index(a, 0)).store(pte, Ordering::Release);
                 }
                 a += PAGE_SIZE;
             }

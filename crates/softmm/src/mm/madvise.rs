@@ -1,7 +1,9 @@
 //! `madvise`.
 
 use crate::error::{Errno, Result};
-use crate::pgtable::{self, PTE_DIRTY, PTE_PRESENT};
+use crate::fault::handler::{self, Check, FaultCtx};
+use crate::fault::Access;
+use crate::pgtable::{self, PTE_DIRTY, PTE_GUARD, PTE_PRESENT};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
 use crate::vma::flags::*;
@@ -9,6 +11,7 @@ use crate::{page_align, PAGE_SIZE};
 
 use super::{AddressSpace, MmuGather};
 use crate::vma::{Vma, VmaTree};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The cursor of `madvise_walk_vmas`: the next VMA part of a range, noting
@@ -59,6 +62,17 @@ const VM_DONTDUMP: u64 = 0x0400_0000;
 const VM_HUGEPAGE: u64 = 0x2000_0000;
 /// Linux's `VM_NOHUGEPAGE`.
 const VM_NOHUGEPAGE: u64 = 0x4000_0000;
+/// Linux's `VM_MERGEABLE`: KSM may merge the VMA's pages.
+const VM_MERGEABLE: u64 = 0x8000_0000;
+/// Linux's `VM_SPECIAL` (`VM_IO | VM_DONTEXPAND | VM_PFNMAP | VM_MIXEDMAP`);
+/// of these softmm has only `VM_DONTEXPAND`, but the checks name them all.
+const VM_SPECIAL: u64 = 0x4000 | VM_DONTEXPAND | 0x400 | 0x1000_0000;
+
+/// KSM's `vma_ksm_compatible` for the flags softmm has: KSM never merges
+/// shared or special mappings, so `MADV_MERGEABLE` leaves them alone.
+fn ksm_compatible(flags: u64) -> bool {
+    flags & (VM_SHARED | VM_MAYSHARE | VM_SPECIAL) == 0
+}
 
 impl AddressSpace {
     /// `madvise(addr, len, advice)`.
@@ -66,7 +80,11 @@ impl AddressSpace {
     /// Supported: `MADV_NORMAL`, `RANDOM`, `SEQUENTIAL`, `WILLNEED`,
     /// `DONTNEED`, `DONTNEED_LOCKED`, `FREE`, `REMOVE`, `DONTFORK`, `DOFORK`,
     /// `WIPEONFORK`, `KEEPONFORK`, `DONTDUMP`, `DODUMP`, `HUGEPAGE`,
-    /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`.
+    /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`,
+    /// `MERGEABLE`, `UNMERGEABLE` (the `VM_MERGEABLE` flag, as KSM's
+    /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux's
+    /// outcome, see [`Self::madvise_collapse`]), `GUARD_INSTALL`,
+    /// `GUARD_REMOVE` (guard markers, see [`crate::pgtable::PTE_GUARD`]).
     /// `EINVAL` for other advice, an unaligned address, a wrapping range or
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).
@@ -94,6 +112,11 @@ impl AddressSpace {
                 | MADV_PAGEOUT
                 | MADV_POPULATE_READ
                 | MADV_POPULATE_WRITE
+                | MADV_MERGEABLE
+                | MADV_UNMERGEABLE
+                | MADV_COLLAPSE
+                | MADV_GUARD_INSTALL
+                | MADV_GUARD_REMOVE
         );
         if !known || addr % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
@@ -124,6 +147,8 @@ impl AddressSpace {
                 | MADV_DODUMP
                 | MADV_HUGEPAGE
                 | MADV_NOHUGEPAGE
+                | MADV_MERGEABLE
+                | MADV_UNMERGEABLE
         );
         let mut tlb = MmuGather::default();
         if flag_change {
@@ -147,6 +172,10 @@ impl AddressSpace {
                     MADV_DODUMP => f &= !VM_DONTDUMP,
                     MADV_HUGEPAGE => f = (f & !VM_NOHUGEPAGE) | VM_HUGEPAGE,
                     MADV_NOHUGEPAGE => f = (f & !VM_HUGEPAGE) | VM_NOHUGEPAGE,
+                    // ksm_madvise: advice on a VMA KSM cannot merge is ignored.
+                    MADV_MERGEABLE if ksm_compatible(f) => f |= VM_MERGEABLE,
+                    MADV_MERGEABLE => {}
+                    MADV_UNMERGEABLE => f &= !VM_MERGEABLE,
                     _ => unreachable!(),
                 }
                 mm.vma_modify_flags(st, vma, start, stop, f)
@@ -171,6 +200,9 @@ impl AddressSpace {
                     mm.madvise_free(start, stop, &mut tlb);
                     Ok(())
                 }
+                MADV_GUARD_INSTALL => mm.guard_install(vma, start, stop, &mut tlb),
+                MADV_GUARD_REMOVE => mm.guard_remove(vma, start, stop),
+                MADV_COLLAPSE => mm.madvise_collapse(vma, start, stop),
                 _ => Ok(()), // WILLNEED, COLD, PAGEOUT: hints with no effect on contents
             });
             // Flush while mmap_lock is still held (see `munmap`).
@@ -246,19 +278,178 @@ impl AddressSpace {
         });
     }
 
-    /// `MADV_REMOVE`: punch a hole in the file behind a shared mapping.
+    /// `MADV_REMOVE`, Linux's `madvise_walk_vmas` visiting `madvise_remove`:
+    /// each VMA part of `[start, end)` in turn is checked (`EINVAL` for a
+    /// locked VMA or one without a file, `EACCES` unless it is shared and may
+    /// write) and its file range punched with `mmap_lock` dropped, as Linux
+    /// drops it around `vfs_fallocate`; the walk then looks the next VMA up
+    /// afresh. The first error ends the walk (earlier parts stay punched);
+    /// holes are skipped and reported as `ENOMEM` at the end.
     fn madvise_remove(&self, start: u64, end: u64) -> Result<()> {
-        let (file, offset) = {
-            let st = self.read_lock();
-            let vma = st.vmas.find(start).ok_or(Errno::NoMem)?;
-            if vma.flags & VM_SHARED == 0 || vma.file.is_none() {
-                return Err(Errno::Inval);
+        let mut walk = VmaWalk { next: start, end, unmapped: false };
+        loop {
+            let (file, offset, len) = {
+                let st = self.read_lock();
+                let Some((vma, a, stop)) = walk.step(&st.vmas)? else { break };
+                if vma.flags & VM_LOCKED != 0 {
+                    return Err(Errno::Inval);
+                }
+                let Some(file) = vma.file.clone() else { return Err(Errno::Inval) };
+                if vma.flags & (VM_SHARED | VM_MAYWRITE) != (VM_SHARED | VM_MAYWRITE) {
+                    return Err(Errno::Acces);
+                }
+                // Linux's `(start - vm_start) + (vm_pgoff << PAGE_SHIFT)` as a
+                // loff_t. Where it does not overflow, this is the same value;
+                // where it would (only for VMAs Linux's mmap refuses with
+                // EOVERFLOW), the offset is past any file: EINVAL, as
+                // vfs_fallocate gives a negative offset, rather than a
+                // wrapped offset that punches the start of the file.
+                let offset = vma
+                    .pgoff
+                    .checked_mul(PAGE_SIZE)
+                    .and_then(|o| o.checked_add(a - vma.start))
+                    .filter(|&o| o <= crate::file::MAX_FILE_SIZE)
+                    .ok_or(Errno::Inval)?;
+                (file, offset, stop - a)
+            };
+            file.punch_hole(offset, len)?;
+        }
+        walk.result()
+    }
+
+    /// `MADV_GUARD_INSTALL` on one VMA part (Linux's `madvise_guard_install`):
+    /// `EINVAL` for a locked or special VMA; otherwise the VMA gets an
+    /// anon_vma (as Linux's `anon_vma_prepare`, so that `fork` copies its
+    /// entries), the pages of the range are zapped and every entry becomes a
+    /// guard marker. A fault racing in between installs a page that the next
+    /// round zaps again (Linux retries, then restarts the call).
+    fn guard_install(&self, vma: &Arc<Vma>, start: u64, end: u64, tlb: &mut MmuGather) -> Result<()> {
+        if vma.flags & (VM_LOCKED | VM_SPECIAL) != 0 {
+            return Err(Errno::Inval);
+        }
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        handler::anon_vma_prepare(&ctx).map_err(|_| Errno::NoMem)?;
+        loop {
+            self.zap_range(start, end, tlb, |_| true);
+            if self.set_guard_markers(start, end) {
+                return Ok(());
             }
-            if end > vma.end {
-                return Err(Errno::Inval);
+        }
+    }
+
+    /// Turns every empty entry of `[start, end)` into a guard marker; false
+    /// if some entry holds a frame (a fault raced with the zap).
+    fn set_guard_markers(&self, start: u64, end: u64) -> bool {
+        let guard = crossbeam_epoch::pin();
+        let mut all = true;
+        let mut a = start;
+        while a < end {
+            let t = self.pgtables.leaf_alloc(a, &self.phys, &guard);
+            let stop = end.min((a & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                let pte = e.load(Ordering::Relaxed);
+                if pte == 0 {
+                    // Release: a lock-free walker that sees the marker sees
+                    // it whole (it is one word; nothing else to publish).
+                    e.store(PTE_GUARD, Ordering::Release);
+                } else if !pgtable::pte_is_guard(pte) {
+                    all = false;
+                }
+                a += PAGE_SIZE;
             }
-            (vma.file.clone().expect("file"), vma.pgoff_at(start) * PAGE_SIZE)
-        };
-        file.punch_hole(offset, end - start)
+        }
+        all
+    }
+
+    /// `MADV_GUARD_REMOVE` on one VMA part (Linux's `madvise_guard_remove`):
+    /// `EINVAL` for a special VMA; locked VMAs are allowed, removing markers
+    /// destroys nothing.
+    fn guard_remove(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
+        if vma.flags & VM_SPECIAL != 0 {
+            return Err(Errno::Inval);
+        }
+        self.clear_guard_markers(start, end);
+        Ok(())
+    }
+
+    /// Clears the guard markers of `[start, end)` (`MADV_GUARD_REMOVE`, and
+    /// `munmap`, whose zap keeps them but whose range must end up empty even
+    /// in page tables that a neighbouring VMA keeps). Markers never
+    /// translate, so no TLB flush is needed.
+    pub(crate) fn clear_guard_markers(&self, start: u64, end: u64) {
+        let guard = crossbeam_epoch::pin();
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let _ptl = t.lock();
+            let mut a = va;
+            while a < stop {
+                let e = t.entry(pgtable::index(a, 0));
+                if pgtable::pte_is_guard(e.load(Ordering::Relaxed)) {
+                    e.store(0, Ordering::Release);
+                }
+                a += PAGE_SIZE;
+            }
+        });
+    }
+
+    /// `MADV_COLLAPSE` on one VMA part, with the outcome Linux 6.18 gives for
+    /// the mappings softmm has (THP `madvise` mode, shmem THP `never`, both
+    /// checked on the host): `EINVAL` unless the VMA is private anonymous,
+    /// not `MADV_NOHUGEPAGE`, and holds an aligned 2 MiB block below its end
+    /// (`thp_vma_allowable_order`). Then each whole 2 MiB block of the range,
+    /// in order, collapses if the VMA is writable and the block holds an
+    /// anonymous page (not only the zero page) and no guard marker; a block
+    /// that does not makes the result `EINVAL` (the errno of `SCAN_PMD_NULL`,
+    /// `SCAN_PAGE_RO`, `SCAN_PTE_NON_PRESENT`, …) but does not stop the
+    /// others. A range with no whole block is `Ok`. softmm has no huge pages:
+    /// a collapsed block is every page of it made present, private and
+    /// writable (missing pages zero, shared ones copied), which is what the
+    /// host's huge page shows to mincore, `Rss` and the program; `ENOMEM` if
+    /// frames run out part way.
+    fn madvise_collapse(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
+        let pmd = pgtable::PMD_SIZE;
+        let eligible = vma.file.is_none()
+            && vma.flags & (VM_NOHUGEPAGE | VM_SPECIAL | VM_SHARED | VM_MAYSHARE) == 0
+            && vma.end.checked_sub(pmd).is_some_and(|last| last & !(pmd - 1) >= vma.start);
+        if !eligible {
+            return Err(Errno::Inval);
+        }
+        // start < end <= task size, so neither rounding overflows.
+        let hstart = (start + pmd - 1) & !(pmd - 1);
+        let hend = end & !(pmd - 1);
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        let mut res = Ok(());
+        let mut block = hstart;
+        while block < hend {
+            if vma.flags & VM_WRITE != 0 && self.block_collapsible(block) {
+                let mut a = block;
+                while a < block + pmd {
+                    handler::handle_vma_fault(&ctx, a, Access::Write).map_err(|_| Errno::NoMem)?;
+                    a += PAGE_SIZE;
+                }
+            } else {
+                res = Err(Errno::Inval);
+            }
+            block += pmd;
+        }
+        res
+    }
+
+    /// True if the 2 MiB block at `block` holds an anonymous page and no
+    /// guard marker (a missing page table holds neither).
+    fn block_collapsible(&self, block: u64) -> bool {
+        let guard = crossbeam_epoch::pin();
+        let Some(t) = self.pgtables.leaf(block, &guard) else { return false };
+        let mut page = false;
+        for i in 0..pgtable::PTRS_PER_TABLE {
+            let pte = t.entry(i).load(Ordering::Acquire);
+            if pgtable::pte_is_guard(pte) {
+                return false;
+            }
+            page |= pte & PTE_PRESENT != 0 && pgtable::pte_pfn(pte) != self.phys.zero_pfn();
+        }
+        page
     }
 }

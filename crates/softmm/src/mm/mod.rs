@@ -397,6 +397,7 @@ impl AddressSpace {
     pub(crate) fn do_munmap(&self, st: &mut MmState, start: u64, end: u64, tlb: &mut MmuGather) -> crate::Result<()> {
         if let Some((lo, hi)) = self.detach_vmas(st, start, end)? {
             self.zap_range(lo, hi, tlb, |_| true);
+            self.clear_guard_markers(lo, hi);
             self.free_pgtables(st, lo, hi, tlb);
         }
         Ok(())
