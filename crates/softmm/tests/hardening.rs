@@ -164,7 +164,7 @@ fn a_slice_outlives_the_unmap_of_its_page_without_corrupting_the_reuser() {
         })
         .unwrap();
         let mut back = [0u8; PAGE as usize];
-        assert_eq!(f.read_at(0, &mut back), PAGE as usize);
+        assert_eq!(f.read_at(0, &mut back), Ok(PAGE as usize));
         assert!(back.iter().all(|&b| b == 0x11), "{policy:?}: the file's page was written through a stale slice");
         assert!(matches!(cpu.read_u8(a), Err(softmm::Fault::Segv { .. })));
         drop((cpu, mm, f));
