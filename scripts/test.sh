@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
-cargo test --release --workspace
-cargo test --release -p softmm --features shared-write-stats --test shared_writes
+# The `checked` profile: release optimizations with overflow checks and debug
+# assertions on (see Cargo.toml).
+cargo test --profile checked --workspace
+cargo test --profile checked -p softmm --features shared-write-stats --test shared_writes
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --test 'loom_*'
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
