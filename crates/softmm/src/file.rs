@@ -34,6 +34,9 @@ pub struct File {
     inner: Mutex<FileInner>,
     pub(crate) invalidate_lock: RwLock<()>,
     i_mmap: Mutex<Vec<Weak<AddressSpace>>>,
+    /// Pages charged to the commit limit for this object (a shared
+    /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
+    pub(crate) shmem_acct: std::sync::atomic::AtomicU64,
 }
 
 struct FileInner {
@@ -60,6 +63,7 @@ impl File {
             inner: Mutex::new(FileInner { size, pages: BTreeMap::new() }),
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
+            shmem_acct: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -279,6 +283,7 @@ impl File {
 
 impl Drop for File {
     fn drop(&mut self) {
+        self.phys.vm_unacct_memory(*self.shmem_acct.get_mut());
         let inner = self.inner.get_mut();
         for (_, p) in std::mem::take(&mut inner.pages) {
             self.phys.put(p);

@@ -105,6 +105,8 @@ pub struct PhysMem {
     page_tables: AtomicI64,
     vmas: AtomicI64,
     next_id: AtomicU64,
+    /// The committed total and overcommit policy (see [`crate::mm::commit`]).
+    pub(crate) commit: crate::mm::commit::CommitState,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -183,6 +185,7 @@ impl PhysMem {
             page_tables: AtomicI64::new(0),
             vmas: AtomicI64::new(0),
             next_id: AtomicU64::new(1),
+            commit: crate::mm::commit::CommitState::new(frames),
         }))
     }
 

@@ -457,7 +457,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     if let Some(b) = start_brk {
         config.start_brk = b;
     }
-    let mm = AddressSpace::new(&phys, config);
+    let mm = AddressSpace::new(&phys, config).map_err(|e| format!("address space for the recorded layout: {e}"))?;
     let mut rp = Replayer {
         mm,
         phys: phys.clone(),
