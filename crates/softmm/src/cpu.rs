@@ -372,7 +372,7 @@ impl Cpu {
     /// ```
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
     /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
-    /// # let mm = AddressSpace::new(&phys, MmConfig::default());
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     /// let mut cpu = Cpu::attached(&mm);
     /// cpu.write_u64(a, 0x0102).unwrap();
@@ -386,7 +386,7 @@ impl Cpu {
     /// ```compile_fail
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
     /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
-    /// # let mm = AddressSpace::new(&phys, MmConfig::default());
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     /// # let mut cpu = Cpu::attached(&mm);
     /// cpu.with_slice(a, 1, |_, bytes| bytes.0[0].store(0x41, std::sync::atomic::Ordering::Relaxed));

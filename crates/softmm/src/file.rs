@@ -34,6 +34,9 @@ pub struct File {
     inner: Mutex<FileInner>,
     pub(crate) invalidate_lock: RwLock<()>,
     i_mmap: Mutex<Vec<Weak<AddressSpace>>>,
+    /// Pages charged to the commit limit for this object (a shared
+    /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
+    pub(crate) shmem_acct: std::sync::atomic::AtomicU64,
 }
 
 struct FileInner {
@@ -65,6 +68,7 @@ impl File {
             inner: Mutex::new(FileInner { size, pages: BTreeMap::new() }),
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
+            shmem_acct: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -348,6 +352,7 @@ impl Drop for File {
         // Address spaces that still list this file died before it; nothing
         // else can hold an entry (a mapping holds the file).
         self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
+        self.phys.vm_unacct_memory(*self.shmem_acct.get_mut());
         let inner = self.inner.get_mut();
         for (_, p) in std::mem::take(&mut inner.pages) {
             self.phys.put(p);

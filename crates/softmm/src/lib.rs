@@ -8,7 +8,7 @@
 //! ```
 //! use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
 //! let phys = PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap();
-//! let mm = AddressSpace::new(&phys, MmConfig::default());
+//! let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
 //! let a = mm.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
 //! let mut cpu = Cpu::attached(&mm);
 //! cpu.write_u64(a, 42).unwrap();

@@ -180,11 +180,41 @@ impl PageTables {
     pub fn for_each_leaf<'g>(&self, start: u64, end: u64, guard: &'g Guard, mut f: impl FnMut(u64, &'g PageTable)) {
         let mut va = start;
         while va < end {
-            if let Some(t) = self.leaf(va, guard) {
-                f(va, t);
+            match self.walk(va, guard) {
+                Ok(t) => f(va, t),
+                // No table at this level: nothing below it either, so the
+                // walk skips the whole span it would have covered (a range
+                // of terabytes with a few mappings costs a few lookups).
+                Err(level) => {
+                    let span = 1u64 << (PAGE_SHIFT + 9 * level as u64);
+                    match (va & !(span - 1)).checked_add(span) {
+                        Some(next) => va = next,
+                        None => return,
+                    }
+                    continue;
+                }
             }
-            va = (va & !(PMD_SIZE - 1)) + PMD_SIZE;
+            match (va & !(PMD_SIZE - 1)).checked_add(PMD_SIZE) {
+                Some(next) => va = next,
+                None => return,
+            }
         }
+    }
+
+    /// The leaf table covering `va`, or the level (1..=3) of the table whose
+    /// entry for `va` is empty.
+    fn walk<'g>(&self, va: u64, _guard: &'g Guard) -> Result<&'g PageTable, u32> {
+        let mut table: *const PageTable = &*self.root;
+        for level in (1..=3).rev() {
+            // SAFETY: as in `leaf`.
+            let e = unsafe { &*table }.entries[index(va, level)].load(Ordering::Acquire);
+            if e & PTE_PRESENT == 0 {
+                return Err(level);
+            }
+            table = table_of(e);
+        }
+        // SAFETY: as in `leaf`.
+        Ok(unsafe { &*table })
     }
 
     /// Detaches every table that maps only addresses inside `[floor, ceiling)`

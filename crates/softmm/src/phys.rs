@@ -120,6 +120,8 @@ pub struct PhysMem {
     vmas: AtomicI64,
     rmap_entries: AtomicI64,
     next_id: AtomicU64,
+    /// The committed total and overcommit policy (see [`crate::mm::commit`]).
+    pub(crate) commit: crate::mm::commit::CommitState,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -232,6 +234,7 @@ impl PhysMem {
             vmas: AtomicI64::new(0),
             rmap_entries: AtomicI64::new(0),
             next_id: AtomicU64::new(1),
+            commit: crate::mm::commit::CommitState::new(frames),
         }))
     }
 

@@ -36,7 +36,8 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
         let mm = AddressSpace::new(
             &phys,
             MmConfig { policy, mmap_base: s.window.1, force_speculative: true, ..MmConfig::default() },
-        );
+        )
+        .expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
             .expect("placeholder above the window");
         let files: Vec<Arc<File>> = s

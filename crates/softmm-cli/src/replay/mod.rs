@@ -414,8 +414,13 @@ impl Replayer {
 }
 
 fn mem_available() -> Option<u64> {
+    meminfo("MemAvailable:")
+}
+
+/// A `/proc/meminfo` field in bytes.
+fn meminfo(key: &str) -> Option<u64> {
     let t = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let l = t.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let l = t.lines().find(|l| l.starts_with(key))?;
     Some(l.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
@@ -449,6 +454,13 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     });
     let phys =
         PhysMem::new(PhysConfig { bytes: arena, nodes: 1 }).map_err(|e| format!("arena of {arena} bytes: {e}"))?;
+    // The traced process was charged against a real machine's RAM, not the
+    // arena's: commit accounting follows this machine's RAM and swap.
+    if let Some(ram) = meminfo("MemTotal:") {
+        let mut oc = softmm::mm::Overcommit::for_ram(ram / softmm::PAGE_SIZE);
+        oc.swap_pages = meminfo("SwapTotal:").unwrap_or(0) / softmm::PAGE_SIZE;
+        phys.set_overcommit(oc);
+    }
     let start_brk = log.records.iter().find_map(|r| match (&r.call, r.ret) {
         (Call::Brk { .. }, Ret::Val(v)) => Some(v),
         _ => None,
@@ -457,7 +469,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     if let Some(b) = start_brk {
         config.start_brk = b;
     }
-    let mm = AddressSpace::new(&phys, config);
+    let mm = AddressSpace::new(&phys, config).map_err(|e| format!("address space for the recorded layout: {e}"))?;
     let mut rp = Replayer {
         mm,
         phys: phys.clone(),

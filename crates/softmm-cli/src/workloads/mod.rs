@@ -228,7 +228,7 @@ impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
         let config = MmConfig { policy: self.policy, force_speculative: self.force_speculative, ..MmConfig::default() };
-        SoftSpace { mm: AddressSpace::new(&self.phys, config) }
+        SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
 

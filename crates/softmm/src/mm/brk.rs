@@ -4,6 +4,7 @@ use crate::vma::flags::*;
 use crate::vma::Vma;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
+use super::commit::total_vm;
 use super::mmap::accountable;
 use super::{AddressSpace, MmuGather};
 
@@ -47,6 +48,11 @@ impl AddressSpace {
                 }
             }
             if st.vmas.len() > self.config.max_map_count {
+                break 'out orig;
+            }
+            // do_brk_flags charges the growth: brk(TASK_SIZE) asks for more
+            // than the machine has and is refused.
+            if self.phys.vm_enough_memory((newbrk - oldbrk) >> PAGE_SHIFT, || total_vm(&st.vmas)).is_err() {
                 break 'out orig;
             }
             let mut flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;

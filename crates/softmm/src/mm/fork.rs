@@ -20,7 +20,7 @@ impl AddressSpace {
     /// pages are copied at once, never shared. `ENOMEM` if frames run out.
     pub fn fork(&self) -> Result<Arc<AddressSpace>> {
         let _q = crate::cpu::QuiescentGuard::enter();
-        let child = AddressSpace::new(&self.phys, self.config.clone());
+        let child = AddressSpace::new(&self.phys, self.config.clone())?;
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         let res = self.dup_mmap(&mut st, &child, &mut tlb);
@@ -52,6 +52,10 @@ impl AddressSpace {
         for v in st.vmas.iter() {
             if v.flags & VM_DONTCOPY != 0 {
                 continue;
+            }
+            if v.flags & VM_ACCOUNT != 0 {
+                // dup_mmap charges the child's copy; the child's exit returns it.
+                self.phys.vm_enough_memory(v.pages(), || super::commit::total_vm(&st.vmas))?;
             }
             let wipe = v.flags & VM_WIPEONFORK != 0;
             let anon = match v.anon_vma.get() {

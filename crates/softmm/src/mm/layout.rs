@@ -5,7 +5,7 @@
 use crate::error::{Errno, Result};
 use crate::pgtable::PMD_SIZE;
 use crate::vma::VmaTree;
-use crate::PAGE_SIZE;
+use crate::{page_align, PAGE_SIZE};
 
 use super::MmConfig;
 
@@ -16,26 +16,62 @@ pub(crate) enum AreaKind {
     Anon,
     /// A file or shared anonymous (shmem) mapping.
     Other,
+    /// A hugetlbfs mapping with this huge page size.
+    Huge(u64),
 }
 
+/// The `MAP_*` flags that steer the search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct AreaFlags {
+    /// `MAP_FIXED`: `addr` is taken as is.
+    pub(crate) fixed: bool,
+    /// `MAP_32BIT`: search bottom-up in `[1 GiB, 2 GiB)`.
+    pub(crate) low32: bool,
+}
+
+impl AreaFlags {
+    /// Only `MAP_FIXED` or not.
+    pub(crate) fn fixed(fixed: bool) -> AreaFlags {
+        AreaFlags { fixed, low32: false }
+    }
+}
+
+/// Where x86-64's `find_start_end` puts `MAP_32BIT` mappings (without
+/// address randomization): `[1 GiB, 2 GiB)`.
+const MAP_32BIT_AREA: (u64, u64) = (0x4000_0000, 0x8000_0000);
+
 /// Linux's `__get_unmapped_area`: the address for a mapping of `len` bytes
-/// (page aligned, non-zero) with hint or fixed address `addr`.
+/// (page aligned, non-zero) with hint or fixed address `addr`. `ENOMEM` if
+/// it does not fit, `EINVAL` for a misaligned fixed hugetlb address, `EPERM`
+/// below `mmap_min_addr` (`security_mmap_addr`, for every caller: mmap,
+/// mremap moves and expansions).
 pub(crate) fn get_unmapped_area(
     cfg: &MmConfig,
     vmas: &VmaTree,
     kind: AreaKind,
     addr: u64,
     len: u64,
-    fixed: bool,
+    flags: AreaFlags,
 ) -> Result<u64> {
     if len > cfg.task_size {
         return Err(Errno::NoMem);
     }
-    let a = if cfg.thp_align && kind == AreaKind::Anon && addr == 0 && !fixed && len % PMD_SIZE == 0 {
-        thp_get_unmapped_area(cfg, vmas, len)
-            .map_or_else(|| arch_get_unmapped_area_topdown(cfg, vmas, 0, len, false), Ok)?
-    } else {
-        arch_get_unmapped_area_topdown(cfg, vmas, addr, len, fixed)?
+    let a = match kind {
+        AreaKind::Huge(size) => {
+            // hugetlb_get_unmapped_area
+            if len % size != 0 {
+                return Err(Errno::Inval);
+            }
+            if flags.fixed && addr % size != 0 {
+                return Err(Errno::Inval);
+            }
+            arch_get_unmapped_area_topdown(cfg, vmas, addr, len, flags)?
+        }
+        AreaKind::Anon if cfg.thp_align && addr == 0 && !flags.fixed && len % PMD_SIZE == 0 => {
+            thp_get_unmapped_area(cfg, vmas, len, flags)
+                .map_or_else(|| arch_get_unmapped_area_topdown(cfg, vmas, 0, len, flags), Ok)?
+        }
+        _ => arch_get_unmapped_area_topdown(cfg, vmas, addr, len, flags)?,
     };
     if a > cfg.task_size - len {
         return Err(Errno::NoMem);
@@ -43,26 +79,52 @@ pub(crate) fn get_unmapped_area(
     if a % PAGE_SIZE != 0 {
         return Err(Errno::Inval);
     }
+    if a < cfg.mmap_min_addr {
+        return Err(Errno::Perm);
+    }
     Ok(a)
 }
 
 /// `__thp_get_unmapped_area`: search for `len + 2 MiB` and align inside it;
 /// with a top-down layout an already aligned result moves up by 2 MiB, so the
 /// mapping ends as high as it can.
-fn thp_get_unmapped_area(cfg: &MmConfig, vmas: &VmaTree, len: u64) -> Option<u64> {
+fn thp_get_unmapped_area(cfg: &MmConfig, vmas: &VmaTree, len: u64, flags: AreaFlags) -> Option<u64> {
     let len_pad = len.checked_add(PMD_SIZE)?;
-    let ret = arch_get_unmapped_area_topdown(cfg, vmas, 0, len_pad, false).ok()?;
+    let ret = arch_get_unmapped_area_topdown(cfg, vmas, 0, len_pad, flags).ok()?;
     let off_sub = ret.wrapping_neg() & (PMD_SIZE - 1);
     Some(if off_sub == 0 { ret + PMD_SIZE } else { ret + off_sub })
 }
 
 /// x86-64's `arch_get_unmapped_area_topdown`.
-fn arch_get_unmapped_area_topdown(cfg: &MmConfig, vmas: &VmaTree, addr: u64, len: u64, fixed: bool) -> Result<u64> {
-    if len > cfg.task_size - cfg.mmap_min_addr {
+fn arch_get_unmapped_area_topdown(
+    cfg: &MmConfig,
+    vmas: &VmaTree,
+    addr: u64,
+    len: u64,
+    flags: AreaFlags,
+) -> Result<u64> {
+    // requested length too big for entire address space
+    if len > cfg.task_size {
         return Err(Errno::NoMem);
     }
-    if fixed {
+    if flags.fixed {
         return Ok(addr);
+    }
+    if flags.low32 {
+        // arch_get_unmapped_area with find_start_end's MAP_32BIT window.
+        let (begin, end) = MAP_32BIT_AREA;
+        if len > end {
+            return Err(Errno::NoMem);
+        }
+        if addr != 0 {
+            let addr = page_align(addr);
+            if end - len >= addr && vmas.find_from(addr).is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap))
+            {
+                return Ok(addr);
+            }
+        }
+        let low = begin.max(cfg.min_addr());
+        return unmapped_area(vmas, len, low, end, cfg.stack_guard_gap).ok_or(Errno::NoMem);
     }
     if addr != 0 {
         let addr = addr & !(PAGE_SIZE - 1);
@@ -73,7 +135,7 @@ fn arch_get_unmapped_area_topdown(cfg: &MmConfig, vmas: &VmaTree, addr: u64, len
             }
         }
     }
-    let low = PAGE_SIZE.max(cfg.mmap_min_addr);
+    let low = PAGE_SIZE.max(cfg.min_addr());
     if let Some(a) = unmapped_area_topdown(vmas, len, low, cfg.mmap_base, cfg.stack_guard_gap) {
         return Ok(a);
     }
@@ -151,7 +213,7 @@ mod tests {
 
     /// `get_unmapped_area` for a non-THP object (a file or shared mapping).
     fn area(cfg: &MmConfig, t: &VmaTree, addr: u64, len: u64, fixed: bool) -> Result<u64> {
-        get_unmapped_area(cfg, t, AreaKind::Other, addr, len, fixed)
+        get_unmapped_area(cfg, t, AreaKind::Other, addr, len, AreaFlags::fixed(fixed))
     }
 
     #[test]
@@ -231,7 +293,7 @@ mod tests {
         assert_eq!(area(&cfg, &t, 255 * MIB + 0x1000, MIB, true), Err(Errno::NoMem), "past TASK_SIZE");
         assert_eq!(area(&cfg, &t, 100 * MIB + 0x10, 0x1000, true), Err(Errno::Inval), "not page aligned");
         // A fixed 2 MiB anonymous mapping is not moved for THP alignment.
-        let anon = get_unmapped_area(&cfg, &t, AreaKind::Anon, 101 * MIB, 2 * MIB, true);
+        let anon = get_unmapped_area(&cfg, &t, AreaKind::Anon, 101 * MIB, 2 * MIB, AreaFlags::fixed(true));
         assert_eq!(anon, Ok(101 * MIB));
     }
 
@@ -253,7 +315,10 @@ mod tests {
         let full = tree(&p, &[(0x1_0000, 256 * MIB, false)]);
         assert_eq!(area(&cfg, &full, 0, 0x1000, false), Err(Errno::NoMem));
         assert_eq!(area(&cfg, &full, 50 * MIB, 0x1000, false), Err(Errno::NoMem), "occupied hint");
-        assert_eq!(get_unmapped_area(&cfg, &full, AreaKind::Anon, 0, 2 * MIB, false), Err(Errno::NoMem));
+        assert_eq!(
+            get_unmapped_area(&cfg, &full, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)),
+            Err(Errno::NoMem)
+        );
         let t = VmaTree::default();
         assert_eq!(area(&cfg, &t, 0, 256 * MIB + 0x1000, false), Err(Errno::NoMem), "longer than TASK_SIZE");
         assert_eq!(area(&cfg, &t, 0, 256 * MIB, false), Err(Errno::NoMem), "longer than above mmap_min_addr");
@@ -273,7 +338,7 @@ mod tests {
         let cfg = MmConfig::default();
         let t = VmaTree::default();
         for len in [2 * MIB, 4 * MIB, 6 * MIB] {
-            let a = get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, len, false).unwrap();
+            let a = get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, len, AreaFlags::fixed(false)).unwrap();
             assert_eq!(a % (2 * MIB), 0, "len {len:#x} at {a:#x}");
             // The highest aligned start that still ends below mmap_base.
             assert_eq!(a, (BASE - len) & !(2 * MIB - 1), "len {len:#x}");
@@ -281,12 +346,15 @@ mod tests {
         // Neither other lengths, nor file/shared mappings, nor hinted ones, nor with THP alignment off.
         let unaligned = BASE - 2 * MIB;
         assert_ne!(unaligned % (2 * MIB), 0);
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 3 * MIB, false), Ok(BASE - 3 * MIB));
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Other, 0, 2 * MIB, false), Ok(unaligned));
+        assert_eq!(
+            get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 3 * MIB, AreaFlags::fixed(false)),
+            Ok(BASE - 3 * MIB)
+        );
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Other, 0, 2 * MIB, AreaFlags::fixed(false)), Ok(unaligned));
         let hint = 0x7000_0000_1000;
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, hint, 2 * MIB, false), Ok(hint));
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, hint, 2 * MIB, AreaFlags::fixed(false)), Ok(hint));
         let off = MmConfig { thp_align: false, ..MmConfig::default() };
-        assert_eq!(get_unmapped_area(&off, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(unaligned));
+        assert_eq!(get_unmapped_area(&off, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)), Ok(unaligned));
     }
 
     #[test]
@@ -295,8 +363,8 @@ mod tests {
         // __thp_get_unmapped_area moves up by 2 MiB so the mapping ends at mmap_base.
         let cfg = small();
         let t = VmaTree::default();
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(190 * MIB));
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 4 * MIB, false), Ok(188 * MIB));
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)), Ok(190 * MIB));
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 4 * MIB, AreaFlags::fixed(false)), Ok(188 * MIB));
     }
 
     #[test]
@@ -306,9 +374,12 @@ mod tests {
         // The only room below mmap_base is an aligned 2 MiB hole [100M, 102M): no room for the
         // padding, so Linux retries without it and the mapping fills the hole.
         let t = tree(&p, &[(0x1_0000, 100 * MIB, false), (102 * MIB, 256 * MIB, false)]);
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(100 * MIB));
+        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)), Ok(100 * MIB));
         // An unaligned 2 MiB hole still fits the mapping, unaligned.
         let t = tree(&p, &[(0x1_0000, 100 * MIB + 0x1000, false), (102 * MIB + 0x1000, 256 * MIB, false)]);
-        assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, false), Ok(100 * MIB + 0x1000));
+        assert_eq!(
+            get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)),
+            Ok(100 * MIB + 0x1000)
+        );
     }
 }

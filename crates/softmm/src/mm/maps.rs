@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::vma::flags::*;
-use crate::PAGE_SIZE;
+use crate::{PAGE_SHIFT, PAGE_SIZE};
 
 use super::AddressSpace;
 
@@ -60,7 +60,8 @@ impl AddressSpace {
                 .collect();
                 let heap = v.file.is_none() && v.start <= st.brk && v.end >= st.start_brk;
                 let (offset, inode, name) = match &v.file {
-                    Some(f) => (v.pgoff * PAGE_SIZE, f.id(), f.name().to_string()),
+                    // show_map_vma prints `pgoff << PAGE_SHIFT` (wrapping).
+                    Some(f) => (v.pgoff.wrapping_shl(PAGE_SHIFT as u32), f.id(), f.name().to_string()),
                     None if heap => (0, 0, "[heap]".to_string()),
                     None => (0, 0, String::new()),
                 };

@@ -9,10 +9,24 @@ use crate::vma::flags::*;
 use crate::vma::{AnonVma, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use super::layout::{get_unmapped_area, AreaKind};
-use super::{AddressSpace, MmState, MmuGather};
+use super::commit::{accounted_pages, total_vm};
+use super::layout::{get_unmapped_area, AreaFlags, AreaKind};
+use super::{AddressSpace, MmState, MmuGather, OvercommitMode};
 
-/// Flags `MAP_SHARED_VALIDATE` accepts (Linux's `LEGACY_MAP_MASK`).
+/// `MAP_32BIT`: place the mapping in the first 2 GiB (x86-64).
+pub(crate) const MAP_32BIT: i32 = 0x40;
+/// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
+const MAP_ABOVE4G: i32 = 0x80;
+/// `MAP_DROPPABLE` (Linux 6.11+): a mapping type whose pages may be dropped.
+pub(crate) const MAP_DROPPABLE: i32 = 0x08;
+/// Shift of the huge page size log in the flags (`MAP_HUGE_SHIFT`).
+const MAP_HUGE_SHIFT: i32 = 26;
+/// `MAP_HUGE_2MB`.
+const MAP_HUGE_2MB: i32 = 21 << MAP_HUGE_SHIFT;
+/// `MAP_HUGE_1GB`.
+const MAP_HUGE_1GB: i32 = 30 << MAP_HUGE_SHIFT;
+
+/// Flags `MAP_SHARED_VALIDATE` accepts (Linux's `LEGACY_MAP_MASK`, 6.12+).
 const LEGACY_MAP_MASK: i32 = MAP_SHARED
     | MAP_PRIVATE
     | MAP_FIXED
@@ -26,7 +40,37 @@ const LEGACY_MAP_MASK: i32 = MAP_SHARED
     | MAP_POPULATE
     | MAP_NONBLOCK
     | MAP_STACK
-    | MAP_HUGETLB;
+    | MAP_HUGETLB
+    | MAP_32BIT
+    | MAP_ABOVE4G
+    | MAP_HUGE_2MB
+    | MAP_HUGE_1GB;
+
+/// Linux's `VM_DONTDUMP`.
+const VM_DONTDUMP: u64 = 0x0400_0000;
+/// Linux's `VM_NOHUGEPAGE` (`MAP_STACK` sets it, Linux 6.7+).
+const VM_NOHUGEPAGE: u64 = 0x4000_0000;
+/// Linux's `VM_DROPPABLE` (bit 40 on 64-bit).
+pub(crate) const VM_DROPPABLE: u64 = 1 << 40;
+
+/// `MAX_LFS_FILESIZE`: the largest offset of a regular file (memfds included).
+const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
+
+/// Linux's `file_mmap_ok` for a regular file: `len` bytes from page `pgoff`
+/// stay below `MAX_LFS_FILESIZE`.
+fn file_mmap_ok(pgoff: u64, len: u64) -> bool {
+    len <= MAX_LFS_FILESIZE && pgoff <= (MAX_LFS_FILESIZE - len) >> PAGE_SHIFT
+}
+
+/// Why a mapping is being made, for the checks that differ: an anonymous
+/// `MAP_HUGETLB` mapping goes through a hugetlbfs file in Linux.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    Anon,
+    File,
+    /// Anonymous `MAP_HUGETLB` with this huge page size.
+    Hugetlb(u64),
+}
 
 /// `VM_*` access bits for `PROT_*` bits (Linux's `calc_vm_prot_bits`).
 pub(crate) fn calc_vm_prot_bits(prot: i32) -> u64 {
@@ -52,15 +96,25 @@ impl AddressSpace {
     /// `mmap(addr, len, prot, flags, fd, offset)`: maps anonymous memory
     /// (`MAP_ANONYMOUS`, `file` ignored) or `file`, and returns the address.
     ///
-    /// Follows Linux's checks in order and returns the same errno: `EINVAL`
-    /// for a zero length, an unaligned offset or fixed address, or no
-    /// `MAP_SHARED`/`MAP_PRIVATE`; `EBADF` without a file for a file mapping;
-    /// `EINVAL` for a file of another [`crate::PhysMem`]; `ENOMEM` when the length overflows, no room is left or there are too
-    /// many mappings; `EEXIST` for `MAP_FIXED_NOREPLACE` over a mapping;
-    /// `EACCES` for a protection the file's open mode forbids; `EOPNOTSUPP`
-    /// for unknown flags with `MAP_SHARED_VALIDATE`; `EPERM` for a fixed
-    /// address below `mmap_min_addr`. A failed call changes nothing.
-    /// `MAP_POPULATE` faults the pages in after the mapping is made.
+    /// Follows Linux's checks in order (`ksys_mmap_pgoff`, `do_mmap`,
+    /// `mmap_region`) and returns the same errno: `EINVAL` for a zero length,
+    /// an unaligned offset or fixed address, an unknown mapping type, a
+    /// `MAP_HUGETLB` size other than 2 MiB or 1 GiB, or a file with
+    /// `MAP_HUGETLB`; `EBADF` without a file for a file mapping; `EINVAL` for a
+    /// file of another [`crate::PhysMem`]; `ENOMEM`
+    /// when the length overflows, no room is left, there are too many
+    /// mappings or the commit limit refuses the charge (see
+    /// [`crate::mm::commit`]); `EOVERFLOW` when offset plus length passes the
+    /// largest file offset; `EEXIST` for `MAP_FIXED_NOREPLACE` over a mapping;
+    /// `EPERM` for a fixed address below `mmap_min_addr` or `MAP_LOCKED` with
+    /// a zero memlock limit, `EAGAIN` past it; `EACCES` for a protection the
+    /// file's open mode forbids; `EOPNOTSUPP` for unknown flags with
+    /// `MAP_SHARED_VALIDATE`. `MAP_32BIT` places the mapping in the first
+    /// 2 GiB, `MAP_DROPPABLE` makes a private anonymous mapping that is never
+    /// charged nor copied to a child. `MAP_HUGETLB` gets `ENOMEM` after
+    /// Linux's checks, as on a machine without huge pages. A failed call
+    /// changes nothing. `MAP_POPULATE` faults the pages in after the mapping
+    /// is made.
     pub fn mmap(
         &self,
         addr: u64,
@@ -74,17 +128,34 @@ impl AddressSpace {
         if offset % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
+        // ksys_mmap_pgoff: the file, then the hugetlb size and length.
         let file = if flags & MAP_ANONYMOUS != 0 { None } else { Some(file.ok_or(Errno::BadF)?) };
         if file.is_some_and(|f| !Arc::ptr_eq(&f.file.phys, &self.phys)) {
             // Its page cache holds frames of another arena, which this
             // address space's page tables cannot name.
             return Err(Errno::Inval);
         }
-        if flags & MAP_HUGETLB != 0 && file.is_none() {
-            // No hugetlb pool is configured: like a host with nr_hugepages = 0.
-            return Err(Errno::NoMem);
-        }
-        let (addr, populate) = self.do_mmap(addr, len, prot, flags, file, offset >> PAGE_SHIFT)?;
+        let mut len = len;
+        let backing = if flags & MAP_HUGETLB == 0 {
+            if file.is_some() {
+                Backing::File
+            } else {
+                Backing::Anon
+            }
+        } else if file.is_some() {
+            // No softmm file lives on hugetlbfs.
+            return Err(Errno::Inval);
+        } else {
+            // hstate_sizelog: the default (2 MiB), 2 MiB or 1 GiB.
+            let size = match (flags >> MAP_HUGE_SHIFT) & 0x3f {
+                0 | 21 => 2 << 20,
+                30 => 1 << 30,
+                _ => return Err(Errno::Inval),
+            };
+            len = len.wrapping_add(size - 1) & !(size - 1);
+            Backing::Hugetlb(size)
+        };
+        let (addr, populate) = self.do_mmap(addr, len, prot, flags, file, backing, offset >> PAGE_SHIFT)?;
         if let Some(len) = populate {
             // Linux's mm_populate: after mmap_lock is dropped; errors ignored.
             self.mm_populate(addr, addr + len);
@@ -92,6 +163,7 @@ impl AddressSpace {
         Ok(addr)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn do_mmap(
         &self,
         mut addr: u64,
@@ -99,6 +171,7 @@ impl AddressSpace {
         prot: i32,
         mut flags: i32,
         file: Option<&OpenFile>,
+        backing: Backing,
         mut pgoff: u64,
     ) -> Result<(u64, Option<u64>)> {
         if len == 0 {
@@ -109,9 +182,11 @@ impl AddressSpace {
         }
         let fixed = flags & MAP_FIXED != 0;
         if !fixed {
+            // round_hint_to_min
             addr &= !(PAGE_SIZE - 1);
-            if addr != 0 && addr < self.config.mmap_min_addr {
-                addr = page_align(self.config.mmap_min_addr);
+            let min = self.config.min_addr();
+            if addr != 0 && addr < min {
+                addr = page_align(min);
             }
         }
         let len = page_align(len);
@@ -125,15 +200,7 @@ impl AddressSpace {
         if st.vmas.len() > self.config.max_map_count {
             return Err(Errno::NoMem);
         }
-        let shared = matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE);
-        let kind = if file.is_none() && !shared { AreaKind::Anon } else { AreaKind::Other };
-        let addr = get_unmapped_area(&self.config, &st.vmas, kind, addr, len, fixed)?;
-        if fixed && addr < self.config.mmap_min_addr {
-            return Err(Errno::Perm);
-        }
-        if flags & MAP_FIXED_NOREPLACE != 0 && st.vmas.overlapping(addr, addr + len).next().is_some() {
-            return Err(Errno::Exist);
-        }
+        // calc_vm_prot_bits | calc_vm_flag_bits | VM_MAY*.
         let mut vm_flags = calc_vm_prot_bits(prot) | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
         if flags & MAP_GROWSDOWN != 0 {
             vm_flags |= VM_GROWSDOWN;
@@ -141,32 +208,59 @@ impl AddressSpace {
         if flags & MAP_LOCKED != 0 {
             vm_flags |= VM_LOCKED;
         }
-        match file {
-            Some(f) => {
-                match flags & MAP_TYPE {
-                    MAP_SHARED | MAP_SHARED_VALIDATE => {
-                        if flags & MAP_TYPE == MAP_SHARED_VALIDATE && flags & !LEGACY_MAP_MASK != 0 {
-                            return Err(Errno::OpNotSupp);
-                        }
-                        if prot & PROT_WRITE != 0 && !f.writable {
-                            return Err(Errno::Acces);
-                        }
-                        vm_flags |= VM_SHARED | VM_MAYSHARE;
-                        if !f.writable {
-                            vm_flags &= !(VM_MAYWRITE | VM_SHARED);
-                        }
-                    }
-                    MAP_PRIVATE => {}
-                    _ => return Err(Errno::Inval),
-                }
-                if !f.readable {
-                    return Err(Errno::Acces);
-                }
-                if vm_flags & VM_GROWSDOWN != 0 {
-                    return Err(Errno::Inval);
-                }
+        if flags & MAP_STACK != 0 {
+            vm_flags |= VM_NOHUGEPAGE;
+        }
+        let shared = matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE);
+        let kind = match backing {
+            Backing::Anon if !shared => AreaKind::Anon,
+            Backing::Hugetlb(size) => AreaKind::Huge(size),
+            _ => AreaKind::Other,
+        };
+        let area_flags = AreaFlags { fixed, low32: flags & MAP_32BIT != 0 };
+        let addr = get_unmapped_area(&self.config, &st.vmas, kind, addr, len, area_flags)?;
+        if flags & MAP_FIXED_NOREPLACE != 0 && st.vmas.overlapping(addr, addr + len).next().is_some() {
+            return Err(Errno::Exist);
+        }
+        if flags & MAP_LOCKED != 0 && !self.config.can_do_mlock() {
+            return Err(Errno::Perm);
+        }
+        if !self.config.mlock_future_ok(vm_flags, len, || super::commit::locked_vm(&st.vmas)) {
+            return Err(Errno::Again);
+        }
+        if backing != Backing::Anon {
+            if !file_mmap_ok(pgoff, len) {
+                return Err(Errno::Overflow);
             }
-            None => match flags & MAP_TYPE {
+            // A hugetlbfs file is opened read-write.
+            let (readable, writable) = file.map_or((true, true), |f| (f.readable, f.writable));
+            match flags & MAP_TYPE {
+                t @ (MAP_SHARED | MAP_SHARED_VALIDATE) => {
+                    // Unknown flags are dropped with MAP_SHARED, refused with
+                    // MAP_SHARED_VALIDATE.
+                    if t == MAP_SHARED_VALIDATE && flags & !LEGACY_MAP_MASK != 0 {
+                        return Err(Errno::OpNotSupp);
+                    }
+                    if prot & PROT_WRITE != 0 && !writable {
+                        return Err(Errno::Acces);
+                    }
+                    vm_flags |= VM_SHARED | VM_MAYSHARE;
+                    if !writable {
+                        vm_flags &= !(VM_MAYWRITE | VM_SHARED);
+                    }
+                }
+                MAP_PRIVATE => {}
+                _ => return Err(Errno::Inval),
+            }
+            if !readable {
+                return Err(Errno::Acces);
+            }
+            if vm_flags & VM_GROWSDOWN != 0 {
+                return Err(Errno::Inval);
+            }
+        } else {
+            match flags & MAP_TYPE {
+                // Not MAP_SHARED_VALIDATE: Linux refuses it for anonymous memory.
                 MAP_SHARED => {
                     if vm_flags & VM_GROWSDOWN != 0 {
                         return Err(Errno::Inval);
@@ -174,16 +268,52 @@ impl AddressSpace {
                     pgoff = 0;
                     vm_flags |= VM_SHARED | VM_MAYSHARE;
                 }
-                MAP_PRIVATE => pgoff = addr >> PAGE_SHIFT,
+                t @ (MAP_PRIVATE | MAP_DROPPABLE) => {
+                    if t == MAP_DROPPABLE {
+                        // A locked or stack area makes no sense droppable.
+                        if flags & (MAP_LOCKED | MAP_HUGETLB) != 0 || vm_flags & VM_GROWSDOWN != 0 {
+                            return Err(Errno::Inval);
+                        }
+                        // Never reserved, never copied to a child or dumped.
+                        vm_flags |= VM_DROPPABLE | VM_NORESERVE | VM_WIPEONFORK | VM_DONTDUMP;
+                    }
+                    pgoff = addr >> PAGE_SHIFT;
+                }
                 _ => return Err(Errno::Inval),
-            },
+            }
         }
-        if flags & MAP_NORESERVE != 0 {
+        if flags & MAP_NORESERVE != 0 && self.phys.overcommit().mode != OvercommitMode::Never {
             vm_flags |= VM_NORESERVE;
+        }
+        if let Backing::Hugetlb(size) = backing {
+            // hugetlbfs_file_mmap: the offset must be huge page aligned, then
+            // it reserves the huge pages and finds none: no hugetlb pool is
+            // configured (a host with nr_hugepages = 0).
+            if pgoff % (size >> PAGE_SHIFT) != 0 {
+                return Err(Errno::Inval);
+            }
+            return Err(Errno::NoMem);
         }
         let backing = match file {
             Some(f) => Some(f.file.clone()),
-            None if vm_flags & VM_SHARED != 0 => Some(File::create(&self.phys, "/dev/zero (deleted)", len)?),
+            None if vm_flags & VM_SHARED != 0 => {
+                // shmem_zero_setup charges the whole object unless
+                // MAP_NORESERVE (shmem_acct_size); the object returns it.
+                let pages = if vm_flags & VM_NORESERVE == 0 { len >> PAGE_SHIFT } else { 0 };
+                if pages != 0 {
+                    self.phys.vm_enough_memory(pages, || total_vm(&st.vmas))?;
+                }
+                match File::create(&self.phys, "/dev/zero (deleted)", len) {
+                    Ok(f) => {
+                        f.shmem_acct.store(pages, std::sync::atomic::Ordering::Relaxed);
+                        Some(f)
+                    }
+                    Err(e) => {
+                        self.phys.vm_unacct_memory(pages);
+                        return Err(e);
+                    }
+                }
+            }
             None => None,
         };
         let shared_anon = file.is_none() && backing.is_some();
@@ -215,8 +345,20 @@ impl AddressSpace {
         tlb: &mut MmuGather,
     ) -> Result<()> {
         let end = addr + len;
-        self.do_munmap(st, addr, end, tlb)?;
+        // Linux charges the new mapping less what it replaces, before the
+        // replaced mappings go; failing, nothing has changed.
+        let replaced = accounted_pages(&st.vmas, addr, end);
+        let charged = if accountable(vm_flags) { (len >> PAGE_SHIFT) - replaced } else { 0 };
+        if charged != 0 {
+            self.phys.vm_enough_memory(charged, || total_vm(&st.vmas))?;
+        }
+        if let Err(e) = self.do_munmap(st, addr, end, tlb) {
+            self.phys.vm_unacct_memory(charged);
+            return Err(e);
+        }
         if accountable(vm_flags) {
+            // do_munmap returned the replaced mappings' charge; the new one keeps it.
+            self.phys.vm_acct_memory(replaced);
             vm_flags |= VM_ACCOUNT;
         }
         if let Some(f) = &file {

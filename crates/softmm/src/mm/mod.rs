@@ -14,6 +14,7 @@
 //!   `mmap_lock` is quiescent.
 
 mod brk;
+pub mod commit;
 mod fork;
 mod gather;
 mod layout;
@@ -31,6 +32,7 @@ use std::sync::{Arc, Weak};
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub use commit::{Overcommit, OvercommitMode};
 pub use maps::MapEntry;
 
 use crate::fault::FaultPolicy;
@@ -55,8 +57,14 @@ pub struct MmConfig {
     pub task_size: u64,
     /// Top of the top-down mmap area (`mm->mmap_base`).
     pub mmap_base: u64,
-    /// Lowest address a mapping may use (`vm.mmap_min_addr`).
+    /// Lowest address a mapping may use (`vm.mmap_min_addr`): a fixed
+    /// mapping below it is refused with `EPERM`.
     pub mmap_min_addr: u64,
+    /// `CONFIG_LSM_MMAP_MIN_ADDR` (distributions: 65536; 0 here): Linux's
+    /// effective minimum is the larger of it and `mmap_min_addr` for hints,
+    /// searches and stack growth, while a fixed mapping is refused only below
+    /// `mmap_min_addr` unless a security module enforces it too.
+    pub lsm_mmap_min_addr: u64,
     /// Start of the brk heap (`mm->start_brk`).
     pub start_brk: u64,
     /// Most VMAs an address space may have (`vm.max_map_count`).
@@ -73,6 +81,11 @@ pub struct MmConfig {
     /// Try [`FaultPolicy::Speculative`] even with a single CPU attached (seed
     /// 001 patch 33 tries it only in multithreaded address spaces).
     pub force_speculative: bool,
+    /// `RLIMIT_MEMLOCK` in bytes (Linux's default: 8 MiB; `u64::MAX` is
+    /// `RLIM_INFINITY`): the most `MAP_LOCKED` memory the address space holds.
+    pub memlock_limit: u64,
+    /// The process has `CAP_IPC_LOCK` (locks without limit).
+    pub cap_ipc_lock: bool,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -86,6 +99,7 @@ impl Default for MmConfig {
             // TASK_SIZE - clamp(8 MiB stack + 1 MiB guard gap, 128 MiB, ..).
             mmap_base: TASK_SIZE - (128 << 20),
             mmap_min_addr: 0x1000,
+            lsm_mmap_min_addr: 0,
             start_brk: 0x5555_5555_9000,
             max_map_count: 65530,
             stack_guard_gap: 256 * PAGE_SIZE,
@@ -93,7 +107,61 @@ impl Default for MmConfig {
             thp_align: true,
             fault_around_pages: 16,
             force_speculative: false,
+            memlock_limit: 8 << 20,
+            cap_ipc_lock: false,
         }
+    }
+}
+
+/// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
+const PTRS_PER_PTE: u64 = 512;
+
+impl MmConfig {
+    /// Linux's `mmap_min_addr` variable: the larger of the sysctl and the
+    /// security modules' minimum.
+    pub fn min_addr(&self) -> u64 {
+        self.mmap_min_addr.max(self.lsm_mmap_min_addr)
+    }
+
+    /// The configuration as an address space uses it, or `EINVAL` if Linux
+    /// could not have it: `task_size` not page aligned, zero, or above
+    /// [`TASK_SIZE`] (4-level paging); `mmap_min_addr`, `mmap_base`,
+    /// `start_brk` or `stack_guard_gap` not page aligned; `mmap_min_addr` not
+    /// below `mmap_base`, `mmap_base` above `task_size` (the top-down search
+    /// needs room between them); `start_brk` outside
+    /// `[mmap_min_addr, task_size]`; `stack_guard_gap` not below `task_size`;
+    /// `max_map_count` zero or above `i32::MAX` (a sysctl `int`);
+    /// `fault_around_pages` above `PTRS_PER_PTE` (512). As Linux's
+    /// `fault_around_bytes` handler does, `fault_around_pages` is rounded
+    /// down to a power of two, and 0 becomes 1.
+    pub fn validate(&self) -> Result<MmConfig, crate::Errno> {
+        let aligned = |v: u64| v % PAGE_SIZE == 0;
+        let ok = aligned(self.task_size)
+            && self.task_size != 0
+            && self.task_size <= TASK_SIZE
+            && aligned(self.mmap_min_addr)
+            && aligned(self.lsm_mmap_min_addr)
+            && aligned(self.mmap_base)
+            && aligned(self.start_brk)
+            && aligned(self.stack_guard_gap)
+            && PAGE_SIZE.max(self.min_addr()) < self.mmap_base
+            && self.mmap_base <= self.task_size
+            && self.mmap_min_addr <= self.start_brk
+            && self.start_brk <= self.task_size
+            && self.stack_guard_gap < self.task_size
+            && self.max_map_count != 0
+            && self.max_map_count <= i32::MAX as usize
+            && self.fault_around_pages <= PTRS_PER_PTE;
+        if !ok {
+            return Err(crate::Errno::Inval);
+        }
+        let mut cfg = self.clone();
+        // fault_around_bytes_set: max(rounddown_pow_of_two(bytes) >> PAGE_SHIFT, 1).
+        cfg.fault_around_pages = match self.fault_around_pages {
+            0 => 1,
+            n => 1 << n.ilog2(),
+        };
+        Ok(cfg)
     }
 }
 
@@ -171,10 +239,12 @@ impl Drop for MmapWriteGuard<'_> {
 }
 
 impl AddressSpace {
-    /// An empty address space on `phys`.
-    pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> Arc<AddressSpace> {
+    /// An empty address space on `phys`, or `EINVAL` for a configuration
+    /// Linux could not have (see [`MmConfig::validate`]).
+    pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
+        let config = config.validate()?;
         let st = MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk };
-        Arc::new_cyclic(|w| AddressSpace {
+        Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
             config,
@@ -185,7 +255,7 @@ impl AddressSpace {
             seq: SeqCount::new(),
             linked_files: parking_lot::Mutex::new(Vec::new()),
             self_weak: w.clone(),
-        })
+        }))
     }
 
     /// The physical memory this address space allocates from.
@@ -411,6 +481,21 @@ impl AddressSpace {
     /// is held for write (locked faults wait and then find no VMA).
     /// `ENOMEM` without change if a split would exceed `max_map_count`.
     pub(crate) fn detach_vmas(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<Option<(u64, u64)>> {
+        let accounted = commit::accounted_pages(&st.vmas, start, end);
+        let span = self.detach_vmas_keep_charge(st, start, end)?;
+        // vms_complete_munmap_vmas: the removed mappings' commit charge goes.
+        self.phys.vm_unacct_memory(accounted);
+        Ok(span)
+    }
+
+    /// [`Self::detach_vmas`] leaving the commit charge of the removed
+    /// mappings in place, for a move whose destination takes it over.
+    pub(crate) fn detach_vmas_keep_charge(
+        &self,
+        st: &mut MmState,
+        start: u64,
+        end: u64,
+    ) -> crate::Result<Option<(u64, u64)>> {
         if start >= end {
             // mremap of a shared mapping with old_len 0 duplicates it and
             // unmaps nothing.
@@ -509,6 +594,8 @@ impl Drop for AddressSpace {
             file.remove_mapping(me);
         }
         let st = self.mmap_lock.get_mut();
+        // exit_mmap: the commit charge of what is left goes.
+        self.phys.vm_unacct_memory(commit::accounted_pages(&st.vmas, 0, u64::MAX));
         st.vmas = VmaTree::default();
         let guard = crossbeam_epoch::pin();
         let old = self.vmas_rcu.swap(Shared::null(), Ordering::AcqRel, &guard);

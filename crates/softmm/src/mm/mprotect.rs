@@ -7,20 +7,33 @@ use crate::error::{Errno, Result};
 use crate::uapi::*;
 use crate::vma::flags::*;
 use crate::vma::{anon_compatible, Vma};
-use crate::{page_align, PAGE_SIZE};
+use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
+use super::commit::total_vm;
 use super::mmap::calc_vm_prot_bits;
 use super::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
     /// `mprotect(addr, len, prot)`.
     ///
-    /// `EINVAL` for an unaligned address or unknown `prot` bits; `ENOMEM` if
-    /// the range wraps or any part of it is unmapped; `EACCES` if a file
-    /// mapping's open mode forbids the protection. As on Linux, VMAs before
-    /// the first failure keep their new protection.
+    /// In Linux's order: `EINVAL` for both `PROT_GROWSDOWN` and
+    /// `PROT_GROWSUP`, then for an unaligned address, then (after a zero
+    /// length, which succeeds, and a wrapping range, `ENOMEM`) for unknown
+    /// `prot` bits; `ENOMEM` if any part of the range is unmapped; `EINVAL`
+    /// for `PROT_GROWSUP` (x86 has no upward stacks) or `PROT_GROWSDOWN` on a
+    /// VMA that does not grow down; `EACCES` if a file mapping's open mode
+    /// forbids the protection; `ENOMEM` if making a private mapping writable
+    /// exceeds the commit limit. As on Linux, VMAs before the first failure
+    /// keep their new protection.
     pub fn mprotect(&self, addr: u64, len: u64, prot: i32) -> Result<()> {
         let _q = crate::cpu::QuiescentGuard::enter();
+        // do_mprotect_pkey's order: the grows bits, alignment, length, then
+        // the remaining bits (arch_validate_prot).
+        let grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
+        let prot = prot & !grows;
+        if grows == (PROT_GROWSDOWN | PROT_GROWSUP) {
+            return Err(Errno::Inval);
+        }
         if addr % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
@@ -29,16 +42,13 @@ impl AddressSpace {
         }
         let len = page_align(len);
         let end = addr.wrapping_add(len);
-        if len == 0 || end <= addr {
+        if end <= addr {
             return Err(Errno::NoMem);
         }
-        let grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
-        if grows == (PROT_GROWSDOWN | PROT_GROWSUP) {
+        if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | 0x8/* PROT_SEM */) != 0 {
             return Err(Errno::Inval);
         }
-        if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_GROWSDOWN | PROT_GROWSUP | 0x8/* PROT_SEM */) != 0 {
-            return Err(Errno::Inval);
-        }
+        let prot = prot | grows;
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         let res = self.do_mprotect(&mut st, addr, end, prot, &mut tlb);
@@ -62,8 +72,14 @@ impl AddressSpace {
                 return Err(Errno::Inval);
             }
             start = first.start;
-        } else if first.start > start {
-            return Err(Errno::NoMem);
+        } else {
+            if first.start > start {
+                return Err(Errno::NoMem);
+            }
+            if prot & PROT_GROWSUP != 0 {
+                // x86 has no VM_GROWSUP.
+                return Err(Errno::Inval);
+            }
         }
         // `tmp` is where the next VMA must start (a hole is ENOMEM); a VMA
         // that the previous step merged forward may start before it.
@@ -83,16 +99,28 @@ impl AddressSpace {
                 return Err(Errno::Acces);
             }
             let range_end = v.end.min(end);
-            // Linux's mprotect_fixup accounting flags.
+            // Linux's mprotect_fixup accounting: a private mapping turning
+            // writable is charged, an untouched anonymous one turning
+            // read-only is uncharged.
+            let nrpages = (range_end - tmp) >> PAGE_SHIFT;
+            let mut charged = 0;
             if newflags & VM_WRITE != 0 {
                 if v.flags & (VM_ACCOUNT | VM_WRITE | VM_SHARED | VM_NORESERVE) == 0 {
+                    self.phys.vm_enough_memory(nrpages, || total_vm(&st.vmas))?;
+                    charged = nrpages;
                     newflags |= VM_ACCOUNT;
                 }
             } else if v.flags & VM_ACCOUNT != 0 && v.is_anonymous() && v.anon_vma.get().is_none() {
                 newflags &= !VM_ACCOUNT;
             }
             if newflags != v.flags {
-                self.vma_modify_flags(st, &v, tmp, range_end, newflags)?;
+                if let Err(e) = self.vma_modify_flags(st, &v, tmp, range_end, newflags) {
+                    self.phys.vm_unacct_memory(charged);
+                    return Err(e);
+                }
+                if v.flags & VM_ACCOUNT != 0 && newflags & VM_ACCOUNT == 0 {
+                    self.phys.vm_unacct_memory(nrpages);
+                }
                 self.change_protection(tmp, range_end, newflags, tlb);
             }
             tmp = range_end;

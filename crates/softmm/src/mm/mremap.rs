@@ -3,10 +3,11 @@
 use crate::error::{Errno, Result};
 use crate::uapi::*;
 use crate::vma::flags::*;
-use crate::vma::Vma;
+use crate::vma::{Vma, VmaTree};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use super::layout::{get_unmapped_area, AreaKind};
+use super::commit::{locked_vm, total_vm};
+use super::layout::{get_unmapped_area, AreaFlags, AreaKind};
 use super::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
@@ -14,12 +15,18 @@ impl AddressSpace {
     ///
     /// `EINVAL` for unknown flags, an unaligned address, a zero new length,
     /// `MREMAP_FIXED` or `MREMAP_DONTUNMAP` without `MREMAP_MAYMOVE`,
-    /// `MREMAP_DONTUNMAP` with a size change, or overlapping source and
-    /// destination; `EFAULT` if `old_addr` is unmapped or the old range
-    /// crosses the end of its VMA; `ENOMEM` if growing in place is impossible
-    /// without `MREMAP_MAYMOVE` or no room is left.
+    /// `MREMAP_DONTUNMAP` with a size change, overlapping source and
+    /// destination (fixed, or a `MREMAP_DONTUNMAP` hint), or a shrink whose
+    /// unmapped tail passes `task_size`; `EFAULT` if `old_addr` is unmapped
+    /// or the old range crosses the end of its VMA; `EPERM` for a destination
+    /// below `mmap_min_addr`; `EAGAIN` if a locked mapping would grow past
+    /// the memlock limit; `ENOMEM` if growing in place is impossible without
+    /// `MREMAP_MAYMOVE`, no room is left or the commit limit refuses the
+    /// growth. Arithmetic on the lengths wraps where Linux's does and never
+    /// panics.
     pub fn mremap(&self, old_addr: u64, old_len: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64> {
         let _q = crate::cpu::QuiescentGuard::enter();
+        // check_mremap_params (Linux 6.17+ checks the new range up front).
         let task = self.config.task_size;
         if flags & !(MREMAP_FIXED | MREMAP_MAYMOVE | MREMAP_DONTUNMAP) != 0 {
             return Err(Errno::Inval);
@@ -27,6 +34,7 @@ impl AddressSpace {
         if old_addr % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
+        // PAGE_ALIGN wraps a length within a page of 2^64 to 0, as in Linux.
         let old_len = page_align(old_len);
         let new_len = page_align(new_len);
         if new_len == 0 || new_len > task {
@@ -43,18 +51,34 @@ impl AddressSpace {
             if flags & MREMAP_DONTUNMAP != 0 && old_len != new_len {
                 return Err(Errno::Inval);
             }
-            if flags & MREMAP_FIXED != 0 && old_addr < new_addr + new_len && new_addr < old_addr + old_len {
+            // vrm_overlaps, for a fixed target and a DONTUNMAP hint alike,
+            // with Linux's unsigned (wrapping) end of the old range.
+            if old_addr.wrapping_add(old_len) > new_addr && new_addr + new_len > old_addr {
                 return Err(Errno::Inval);
             }
         }
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
-        let res = self.do_mremap(&mut st, old_addr, old_len, new_len, flags, new_addr, &mut tlb);
+        let res = if implies_new_addr && st.vmas.len() + 2 >= self.config.max_map_count.saturating_sub(3) {
+            // move_vma needs four maps below the limit and both ranges may
+            // split in three: refuse before unmapping anything.
+            Err(Errno::NoMem)
+        } else {
+            self.do_mremap(&mut st, old_addr, old_len, new_len, flags, new_addr, &mut tlb)
+        };
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
         tlb.finish(self);
         drop(st);
+        if let Ok(a) = res {
+            // A grown locked mapping has its new pages faulted in, after
+            // mmap_lock is dropped (mremap's mm_populate).
+            let grown = new_len > old_len && self.read_lock().vmas.find(a).is_some_and(|v| v.flags & VM_LOCKED != 0);
+            if grown {
+                self.mm_populate(a + old_len, a + new_len);
+            }
+        }
         res
     }
 
@@ -72,25 +96,34 @@ impl AddressSpace {
         if flags & MREMAP_FIXED != 0 && old_len == new_len {
             return self.remap_move(st, addr, old_len, flags, new_addr, tlb);
         }
-        let vma = st.vmas.find(addr).cloned();
-        self.check_prep_vma(vma.as_deref(), addr, old_len, new_len, flags)?;
+        let vma = st.vmas.find(addr).cloned().ok_or(Errno::Fault)?;
         if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 {
+            // Linux 6.17+ validates the VMA (check_prep_vma) before it
+            // unmaps the target; a shrink may cross VMA boundaries in the
+            // part it unmaps.
+            self.remap_is_valid(&st.vmas, &vma, addr, old_len.min(new_len), new_len, flags)?;
             return self.mremap_to(st, addr, old_len, new_len, flags, new_addr, tlb);
         }
-        let vma = vma.expect("checked");
         if new_len == old_len {
             return Ok(addr);
         }
         if new_len < old_len {
-            self.do_munmap(st, addr + new_len, addr + old_len, tlb)?;
+            // shrink_vma: do_vmi_munmap with its range checks; the start
+            // wraps as Linux's unsigned sum does.
+            self.munmap_checked(st, addr.wrapping_add(new_len), old_len - new_len, tlb)?;
             return Ok(addr);
         }
-        // Grow: in place if the old range ends the VMA and the space after is free.
+        // expand_vma: in place if the old range ends the VMA and the space
+        // after it is free, else move.
+        self.remap_is_valid(&st.vmas, &vma, addr, old_len, new_len, flags)?;
         let delta = new_len - old_len;
-        let in_place = addr + old_len == vma.end
+        let in_place = vma.end - addr == old_len
             && vma.end.checked_add(delta).is_some_and(|e| e <= self.config.task_size)
             && st.vmas.overlapping(vma.end, vma.end + delta).next().is_none();
         if in_place {
+            if vma.flags & VM_ACCOUNT != 0 {
+                self.phys.vm_enough_memory(delta >> PAGE_SHIFT, || total_vm(&st.vmas))?;
+            }
             // vma_merge_extend: the extension joins this VMA, and the next one
             // too when it becomes adjacent and compatible.
             let grown = vma.rebound(vma.start, vma.end + delta, vma.pgoff);
@@ -105,21 +138,37 @@ impl AddressSpace {
         self.move_vma(st, addr, old_len, new_len, dst, false, tlb)
     }
 
-    /// Linux's `check_prep_vma`: the checks that need the VMA at `addr`.
-    fn check_prep_vma(&self, vma: Option<&Vma>, addr: u64, old_len: u64, new_len: u64, flags: i32) -> Result<()> {
-        let vma = vma.ok_or(Errno::Fault)?;
-        let will_map_new = new_len > old_len || flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0;
-        if !will_map_new {
-            return Ok(());
+    /// `do_vmi_munmap(start, len)` with its checks: `EINVAL` for an
+    /// unaligned start, a range past `task_size` or an empty one.
+    fn munmap_checked(&self, st: &mut MmState, start: u64, len: u64, tlb: &mut MmuGather) -> Result<()> {
+        let task = self.config.task_size;
+        if start % PAGE_SIZE != 0 || start > task || len > task - start {
+            return Err(Errno::Inval);
         }
+        let len = page_align(len);
+        if len == 0 {
+            return Err(Errno::Inval);
+        }
+        self.do_munmap(st, start, start + len, tlb)
+    }
+
+    /// Linux's `remap_is_valid`: the checks of a resize or move that need
+    /// the VMA at `addr`.
+    fn remap_is_valid(
+        &self,
+        vmas: &VmaTree,
+        vma: &Vma,
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: i32,
+    ) -> Result<()> {
         if old_len == 0 && vma.flags & (VM_SHARED | VM_MAYSHARE) == 0 {
             return Err(Errno::Inval);
         }
         if flags & MREMAP_DONTUNMAP != 0 && vma.flags & VM_DONTEXPAND != 0 {
             return Err(Errno::Inval);
         }
-        // A shrink may cross VMA boundaries in the part it unmaps.
-        let old_len = old_len.min(new_len);
         if old_len > vma.end - addr {
             return Err(Errno::Fault);
         }
@@ -131,6 +180,10 @@ impl AddressSpace {
         }
         if vma.flags & VM_DONTEXPAND != 0 {
             return Err(Errno::Fault);
+        }
+        let delta = new_len.abs_diff(old_len);
+        if !self.config.mlock_future_ok(vma.flags, delta, || locked_vm(vmas)) {
+            return Err(Errno::Again);
         }
         Ok(())
     }
@@ -148,21 +201,16 @@ impl AddressSpace {
         new_addr: u64,
         tlb: &mut MmuGather,
     ) -> Result<u64> {
-        // Both the target and the source may split in three before the move,
-        // which itself needs four maps below the limit: refuse early rather
-        // than fail after unmapping.
-        if st.vmas.len() + 2 >= self.config.max_map_count.saturating_sub(3) {
-            return Err(Errno::NoMem);
-        }
         if flags & MREMAP_FIXED != 0 {
             self.do_munmap(st, new_addr, new_addr + new_len, tlb)?;
             st.vmas.find(addr).ok_or(Errno::Fault)?;
         }
         if new_len < old_len {
-            self.do_munmap(st, addr + new_len, addr + old_len, tlb)?;
-            st.vmas.find(addr).ok_or(Errno::Fault)?;
+            self.munmap_checked(st, addr.wrapping_add(new_len), old_len - new_len, tlb)?;
             old_len = new_len;
         }
+        let vma = st.vmas.find(addr).cloned().ok_or(Errno::Fault)?;
+        self.remap_is_valid(&st.vmas, &vma, addr, old_len, new_len, flags)?;
         let dst = self.mremap_target(st, addr, new_len, flags, new_addr)?;
         self.move_vma(st, addr, old_len, new_len, dst, flags & MREMAP_DONTUNMAP != 0, tlb)
     }
@@ -180,7 +228,9 @@ impl AddressSpace {
         new_addr: u64,
         tlb: &mut MmuGather,
     ) -> Result<u64> {
-        let end = start + len;
+        // Unsigned, as in Linux: an end past 2^64 wraps (and then no VMA lies
+        // below it).
+        let end = start.wrapping_add(len);
         let mut res = Err(Errno::Fault);
         let mut target = new_addr;
         let mut last_end = 0;
@@ -198,7 +248,7 @@ impl AddressSpace {
             // Unsigned, as in Linux: VMAs are visited in address order.
             let offset = if seen { vma.start.wrapping_sub(last_end) } else { 0 };
             last_end = vma.end;
-            self.check_prep_vma(Some(&vma), addr, part, part, flags)?;
+            self.remap_is_valid(&st.vmas, &vma, addr, part, part, flags)?;
             let moved = self.mremap_to(st, addr, part, part, flags, target.wrapping_add(offset), tlb)?;
             if !seen {
                 res = Ok(moved);
@@ -209,12 +259,13 @@ impl AddressSpace {
         res
     }
 
-    /// Linux's `vrm_set_new_addr`: where a moving mremap goes.
+    /// Linux's `vrm_set_new_addr`: where a moving mremap goes (`EPERM` below
+    /// `mmap_min_addr`, as `get_unmapped_area` checks for mmap).
     fn mremap_target(&self, st: &MmState, addr: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64> {
-        let vma = st.vmas.find(addr).expect("checked by caller");
+        let vma = st.vmas.find(addr).ok_or(Errno::Fault)?;
         let kind = if vma.file.is_none() && vma.flags & VM_MAYSHARE == 0 { AreaKind::Anon } else { AreaKind::Other };
         let hint = if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 { new_addr } else { 0 };
-        get_unmapped_area(&self.config, &st.vmas, kind, hint, new_len, flags & MREMAP_FIXED != 0)
+        get_unmapped_area(&self.config, &st.vmas, kind, hint, new_len, AreaFlags::fixed(flags & MREMAP_FIXED != 0))
     }
 
     /// Linux's `move_vma`: a copy of the VMA part `[addr, addr+old_len)` grown
@@ -231,10 +282,17 @@ impl AddressSpace {
         dontunmap: bool,
         tlb: &mut MmuGather,
     ) -> Result<u64> {
-        let vma = st.vmas.find(addr).cloned().expect("source VMA");
+        let vma = st.vmas.find(addr).cloned().ok_or(Errno::Fault)?;
         // do_munmap of the source may split it in three.
         if st.vmas.len() >= self.config.max_map_count.saturating_sub(3) {
             return Err(Errno::NoMem);
+        }
+        // vrm_calc_charge: the growth, or the whole copy when the source
+        // stays; the moved part keeps the source's charge.
+        let accounted = vma.flags & VM_ACCOUNT != 0;
+        if accounted {
+            let charge = if dontunmap { new_len } else { new_len - old_len };
+            self.phys.vm_enough_memory(charge >> PAGE_SHIFT, || total_vm(&st.vmas))?;
         }
         // Never-faulted anonymous memory takes the linear index of its new home.
         let pgoff =
@@ -247,7 +305,8 @@ impl AddressSpace {
         // The destination gets its VMA only once its entries are in place, so
         // no fault can fill it meanwhile.
         let span = if !dontunmap {
-            self.detach_vmas(st, addr, addr + old_len)?
+            // Cannot fail: the map count was checked above.
+            self.detach_vmas_keep_charge(st, addr, addr + old_len)?
         } else {
             let mut stays = vma.rebound(vma.start, vma.end, vma.pgoff);
             if vma.start == addr && vma.end == addr + old_len {

@@ -76,7 +76,7 @@ impl AddressSpace {
         if vma.start <= addr {
             return Ok(()); // someone else grew it
         }
-        if vma.flags & VM_GROWSDOWN == 0 || new_start < self.config.mmap_min_addr {
+        if vma.flags & VM_GROWSDOWN == 0 || new_start < self.config.min_addr() {
             return Err(Errno::NoMem);
         }
         if let Some(prev) = st.vmas.prev_of(vma.start) {
@@ -94,6 +94,13 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         }
         let grow = (vma.start - new_start) / PAGE_SIZE;
+        // acct_stack_growth: the memlock limit, then the commit charge.
+        if !self.config.mlock_future_ok(vma.flags, grow * PAGE_SIZE, || super::commit::locked_vm(&st.vmas)) {
+            return Err(Errno::NoMem);
+        }
+        if vma.flags & VM_ACCOUNT != 0 {
+            self.phys.vm_enough_memory(grow, || super::commit::total_vm(&st.vmas))?;
+        }
         let grown = vma.rebound(new_start, vma.end, vma.pgoff.wrapping_sub(grow));
         st.vmas.replace(vma.start, grown);
         Ok(())

@@ -18,7 +18,7 @@ pub fn phys(mib: u64) -> Arc<PhysMem> {
 /// An address space with the default layout and `policy` (speculation
 /// forced on, so that single-threaded tests exercise it too).
 pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
-    AddressSpace::new(phys, MmConfig { policy, force_speculative: true, ..MmConfig::default() })
+    AddressSpace::new(phys, MmConfig { policy, force_speculative: true, ..MmConfig::default() }).expect("valid config")
 }
 
 /// Asserts that everything allocated on `phys` has been freed.

@@ -92,20 +92,59 @@ const MREMAP_FIXED: i32 = 2;
 /// before starting it if an op could modify memory outside the window (see
 /// [`check_scenario`]). Takes a few milliseconds per scenario.
 pub fn run_on_host(s: &Scenario) -> Trace {
+    run_on_host_with(s, &HostOptions::default()).0
+}
+
+/// How the runner process is set up beyond the defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostOptions {
+    /// Drop every capability before the ops run, so that the kernel treats
+    /// the runner as an ordinary process (`mmap_min_addr`, `RLIMIT_MEMLOCK`
+    /// and the overcommit reserves apply as they do to one).
+    pub unprivileged: bool,
+    /// Start the runner with `ADDR_NO_RANDOMIZE`, so that the layouts the
+    /// kernel picks outside the window (the `MAP_32BIT` area, the bottom-up
+    /// fallback base) are Linux's fixed ones.
+    pub no_aslr: bool,
+}
+
+/// A mapping of the runner outside the window, after its setup: what a model
+/// must have mapped there to place mappings as the host does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutsideVma {
+    pub start: u64,
+    pub end: u64,
+    /// The `[stack]`: grows down and keeps a guard gap below it.
+    pub stack: bool,
+}
+
+/// [`run_on_host`] with `opts`; also returns the runner's mappings outside
+/// the window (below `TASK_SIZE`) as they were after its setup.
+pub fn run_on_host_with(s: &Scenario, opts: &HostOptions) -> (Trace, Vec<OutsideVma>) {
     if let Err(e) = check_scenario(s) {
         panic!("scenario not safe to run on the host: {e}\n{s:?}");
     }
-    let input = encode_scenario(s);
+    let input = encode_scenario(s, opts);
     let exe = std::env::current_exe().expect("current_exe");
-    let mut child = Command::new(exe)
-        .args([RUNNER_TEST_NAME, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+    let mut cmd = Command::new(exe);
+    cmd.args([RUNNER_TEST_NAME, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(RUNNER_ENV, "1")
         .env_remove("RUST_TEST_THREADS")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning the host runner (current test binary)");
+        .stderr(Stdio::piped());
+    if opts.no_aslr {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: personality(2) is async-signal-safe and touches no memory of
+        // the parent; it only sets the persona the exec'd runner starts with.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().expect("spawning the host runner (current test binary)");
     let mut stdin = child.stdin.take().expect("child stdin");
     let writer = std::thread::spawn(move || {
         // A runner that dies early closes the pipe; the error then shows in its output.
@@ -124,11 +163,28 @@ pub fn run_on_host(s: &Scenario) -> Trace {
     if !out.status.success() {
         fail("the runner exited with a failure (see its stderr)");
     }
+    let outside = parse_outside(&stdout);
     match parse_trace(&stdout) {
-        Ok(t) if t.steps.len() == s.ops.len() => t,
+        Ok(t) if t.steps.len() == s.ops.len() => (t, outside),
         Ok(t) => fail(&format!("{} steps for {} ops", t.steps.len(), s.ops.len())),
         Err(e) => fail(&e),
     }
+}
+
+/// The `setup vma` lines of the runner's output.
+fn parse_outside(stdout: &str) -> Vec<OutsideVma> {
+    let mut v = Vec::new();
+    for raw in stdout.lines() {
+        let Some(pos) = raw.find(MARK) else { continue };
+        let mut t = raw[pos + MARK.len()..].split_ascii_whitespace();
+        if (t.next(), t.next()) != (Some("setup"), Some("vma")) {
+            continue;
+        }
+        if let (Ok(start), Ok(end), Some(g)) = (hex(t.next()), hex(t.next()), t.next()) {
+            v.push(OutsideVma { start, end, stack: g == "s" });
+        }
+    }
+    v
 }
 
 /// Checks that no op can modify memory outside `s.window` on the host (where
@@ -157,13 +213,36 @@ pub fn check_scenario(s: &Scenario) -> Result<(), String> {
     for (i, op) in s.ops.iter().enumerate() {
         let bad = match *op {
             Op::Mmap { addr, len, flags, .. } => {
-                flags & libc::MAP_FIXED != 0 && flags & MAP_FIXED_NOREPLACE == 0 && outside(addr, len)
+                flags & libc::MAP_FIXED != 0
+                    && flags & MAP_FIXED_NOREPLACE == 0
+                    && outside(addr, len)
+                    && !past_task_size(addr, len)
             }
-            Op::Munmap { addr, len } | Op::Mprotect { addr, len, .. } | Op::Madvise { addr, len, .. } => {
+            // munmap refuses a range past TASK_SIZE (EINVAL) before anything.
+            Op::Munmap { addr, len } => outside(addr, len) && !(addr > TASK_SIZE || len > TASK_SIZE - addr),
+            // Nothing is mapped at or above TASK_SIZE. The runner checks at run
+            // time that an mprotect walk leaving the window upwards meets a
+            // hole first (see `Runner::guard`).
+            Op::Mprotect { addr, len, prot } => {
                 outside(addr, len)
+                    && addr < TASK_SIZE
+                    && addr >= hi
+                    && prot & !(libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC | 0x8) == 0
             }
+            Op::Madvise { addr, len, .. } => outside(addr, len) && addr < TASK_SIZE,
+            // The old range is only touched within the VMA found at old_addr,
+            // and a shrink's unmap is checked like munmap's.
             Op::Mremap { old_addr, old_len, new_len, flags, new_addr } => {
-                outside(old_addr, old_len) || (flags & MREMAP_FIXED != 0 && outside(new_addr, new_len))
+                let moves_range = flags & MREMAP_FIXED != 0 && old_len == new_len;
+                let shrink_outside = new_len < old_len && {
+                    let start = old_addr.wrapping_add(page_up(new_len));
+                    let len = page_up(old_len).wrapping_sub(page_up(new_len));
+                    !(start > TASK_SIZE || len > TASK_SIZE - start) && outside(start, len)
+                };
+                (old_addr < TASK_SIZE && old_addr >= hi && outside(old_addr, old_len))
+                    || (moves_range && old_addr < TASK_SIZE && outside(old_addr, old_len))
+                    || shrink_outside
+                    || (flags & MREMAP_FIXED != 0 && outside(new_addr, new_len) && !past_task_size(new_addr, new_len))
             }
             Op::Probe { addr, write: Some(_) } => !(addr >= lo && addr < hi),
             Op::Ftruncate { .. } | Op::Probe { .. } | Op::Mincore { .. } => false,
@@ -175,9 +254,24 @@ pub fn check_scenario(s: &Scenario) -> Result<(), String> {
     Ok(())
 }
 
-fn encode_scenario(s: &Scenario) -> String {
+/// `PAGE_ALIGN` (wrapping).
+fn page_up(len: u64) -> u64 {
+    len.wrapping_add(PAGE - 1) & !(PAGE - 1)
+}
+
+/// A fixed range the kernel refuses before it unmaps anything: its rounded
+/// length is 0 (refused) or it ends past `TASK_SIZE` (`ENOMEM`/`EINVAL`).
+fn past_task_size(addr: u64, len: u64) -> bool {
+    let alen = page_up(len);
+    alen == 0 || alen > TASK_SIZE || addr > TASK_SIZE - alen
+}
+
+fn encode_scenario(s: &Scenario, opts: &HostOptions) -> String {
     let mut o = String::new();
     o.push_str(&format!("window {:x} {:x}\n", s.window.0, s.window.1));
+    if opts.unprivileged {
+        o.push_str("unprivileged\n");
+    }
     for f in &s.files {
         o.push_str(&format!("file {f:x}\n"));
     }
@@ -218,7 +312,8 @@ fn hex32(t: Option<&str>) -> Result<i32, String> {
     u32::try_from(v).map(|v| v as i32).map_err(|_| format!("{v:#x} does not fit 32 bits"))
 }
 
-fn decode_scenario(input: &str) -> Result<Scenario, String> {
+fn decode_scenario(input: &str) -> Result<(Scenario, bool), String> {
+    let mut unprivileged = false;
     let mut window = None;
     let mut files = Vec::new();
     let mut ops = Vec::new();
@@ -233,6 +328,10 @@ fn decode_scenario(input: &str) -> Result<Scenario, String> {
             }
             "file" => {
                 files.push(hex(t.next())?);
+                continue;
+            }
+            "unprivileged" => {
+                unprivileged = true;
                 continue;
             }
             "end" => {
@@ -278,7 +377,7 @@ fn decode_scenario(input: &str) -> Result<Scenario, String> {
     if !ended {
         return Err("input not terminated by `end`".into());
     }
-    Ok(Scenario { window: window.ok_or("no window line")?, files, ops })
+    Ok((Scenario { window: window.ok_or("no window line")?, files, ops }, unprivileged))
 }
 
 fn parse_trace(stdout: &str) -> Result<Trace, String> {
@@ -733,6 +832,43 @@ impl Runner {
         self.ranges = ranges;
     }
 
+    /// Reports every mapping outside the window below `TASK_SIZE` as a
+    /// `setup vma <start> <end> <s|->` line (`s` for the stack).
+    fn report_outside(&mut self) {
+        self.read_maps();
+        let (lo, hi) = self.window;
+        let maps = std::mem::take(&mut self.maps);
+        for l in maps[..self.maps_len].split(|&c| c == b'\n') {
+            let Some(e) = parse_maps_line(l) else { continue };
+            if (e.end <= lo || e.start >= hi) && e.start < TASK_SIZE {
+                self.out.mark(b"setup vma ");
+                self.out.hex(e.start);
+                self.out.put(b" ");
+                self.out.hex(e.end);
+                self.out.put(if e.is_stack { b" s\n" } else { b" -\n" });
+            }
+        }
+        self.maps = maps;
+    }
+
+    /// The run-time half of [`check_scenario`]: an mprotect that starts in
+    /// the window and ends above it walks the VMAs from its start until the
+    /// first hole, so the window's last page must be a hole.
+    fn guard(&mut self, op: &Op) {
+        let hi = self.window.1;
+        let Op::Mprotect { addr, len, .. } = *op else { return };
+        let end = addr.wrapping_add(page_up(len));
+        if !(addr < hi && addr % PAGE == 0 && len != 0 && end > hi) {
+            return;
+        }
+        self.read_maps();
+        let mut top_mapped = false;
+        self.each_line(|e| top_mapped |= e.start < hi && e.end > hi - PAGE);
+        if top_mapped {
+            die("an mprotect leaving the window would not stop at a hole in it");
+        }
+    }
+
     fn record_maps(&mut self) {
         self.read_maps();
         let (lo, hi) = self.window;
@@ -897,7 +1033,7 @@ pub fn host_runner_main() -> ! {
     if std::io::stdin().read_to_string(&mut input).is_err() {
         die("reading stdin");
     }
-    let s = decode_scenario(&input).unwrap_or_else(|e| die(&format!("bad input: {e}")));
+    let (s, unprivileged) = decode_scenario(&input).unwrap_or_else(|e| die(&format!("bad input: {e}")));
     if let Err(e) = check_scenario(&s) {
         die(&e);
     }
@@ -972,9 +1108,14 @@ pub fn host_runner_main() -> ! {
     install_fault_handlers();
     r.out.put(b"\n");
     r.setup_window();
+    r.report_outside();
+    if unprivileged {
+        drop_capabilities();
+    }
     r.out.mark(b"setup ok\n");
 
     for op in &s.ops {
+        r.guard(op);
         r.run_op(op);
         r.record_maps();
         r.out.mark(b"step\n");
@@ -985,9 +1126,35 @@ pub fn host_runner_main() -> ! {
     unsafe { libc::_exit(0) }
 }
 
+/// Drops every capability of the runner (`capset` with empty sets), so that
+/// the kernel checks what it checks for an ordinary process.
+fn drop_capabilities() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header { version: 0x2008_0522, pid: 0 };
+    let d = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset reads the header and two data structs of the
+    // _LINUX_CAPABILITY_VERSION_3 layout, which these are.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr()) };
+    if r != 0 {
+        die("capset");
+    }
+}
+
 /// Bytes of the mincore result buffer a scenario's child maps (a guard page
 /// follows it): enough for its largest `mincore`, at most the window's pages,
-/// rounded up to a page. softmm's side gets a slice of the same length.
+/// rounded up to a page, and at most 1 MiB. softmm's side gets a slice of
+/// the same length.
 pub fn mincore_cap(s: &Scenario) -> usize {
     let window_pages = ((s.window.1 - s.window.0) / PAGE) as usize;
     let want = s
@@ -1000,6 +1167,8 @@ pub fn mincore_cap(s: &Scenario) -> usize {
         .max()
         .unwrap_or(0)
         .min(window_pages)
-        .max(1);
+        // At most 1 MiB: a larger range fails at its first hole long before
+        // (or, fully mapped, with EFAULT at the vector's end on both sides).
+        .clamp(1, 1 << 20);
     want.div_ceil(PAGE as usize) * PAGE as usize
 }

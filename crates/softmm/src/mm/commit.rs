@@ -1,0 +1,218 @@
+//! Commit accounting (Linux's `vm_committed_as`, `__vm_enough_memory` in
+//! `mm/util.c`) and the memlock limit (`mlock_future_ok`, `can_do_mlock`).
+//!
+//! The committed total is one counter per [`PhysMem`], as Linux's is one per
+//! machine: every private writable mapping (`VM_ACCOUNT`) of every address
+//! space on the arena is charged to it when it is made or grows (mmap, brk,
+//! mremap, mprotect making it writable, fork) and uncharged when it goes
+//! (munmap, mprotect making an untouched one read-only, exit). The policy is
+//! the `vm.overcommit_*` sysctls, changed at run time with
+//! [`PhysMem::set_overcommit`]; its default is what Linux computes for a
+//! machine whose RAM is the arena.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::error::{Errno, Result};
+use crate::phys::PhysMem;
+use crate::vma::flags::*;
+use crate::vma::VmaTree;
+use crate::{PAGE_SHIFT, PAGE_SIZE};
+
+/// `vm.overcommit_memory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OvercommitMode {
+    /// 0, `OVERCOMMIT_GUESS`: only a single charge larger than RAM + swap fails.
+    #[default]
+    Guess,
+    /// 1, `OVERCOMMIT_ALWAYS`: never fails.
+    Always,
+    /// 2, `OVERCOMMIT_NEVER`: the committed total may not pass the commit limit.
+    Never,
+}
+
+/// The overcommit sysctls and the machine sizes they are computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overcommit {
+    /// `vm.overcommit_memory`.
+    pub mode: OvercommitMode,
+    /// `vm.overcommit_ratio`: percent of RAM in the commit limit (Linux: 50).
+    pub ratio: u64,
+    /// `vm.overcommit_kbytes`: the commit limit's RAM part in KiB; 0 = use `ratio`.
+    pub kbytes: u64,
+    /// `vm.admin_reserve_kbytes` (Linux: min(3% of free memory, 8 MiB)).
+    pub admin_reserve_kbytes: u64,
+    /// `vm.user_reserve_kbytes` (Linux: min(3% of free memory, 128 MiB)).
+    pub user_reserve_kbytes: u64,
+    /// The caller has `CAP_SYS_ADMIN` (exempt from the admin reserve).
+    pub cap_sys_admin: bool,
+    /// `totalram_pages()`: RAM pages as the kernel counts them.
+    pub totalram_pages: u64,
+    /// `total_swap_pages`.
+    pub swap_pages: u64,
+}
+
+impl Overcommit {
+    /// Linux's defaults on a machine with `totalram_pages` pages of RAM, all
+    /// free, and no swap: heuristic mode, ratio 50, reserves as
+    /// `init_admin_reserve`/`init_user_reserve` compute them.
+    pub fn for_ram(totalram_pages: u64) -> Overcommit {
+        let free_kbytes = totalram_pages * (PAGE_SIZE >> 10);
+        Overcommit {
+            mode: OvercommitMode::Guess,
+            ratio: 50,
+            kbytes: 0,
+            admin_reserve_kbytes: (free_kbytes / 32).min(1 << 13),
+            user_reserve_kbytes: (free_kbytes / 32).min(1 << 17),
+            cap_sys_admin: false,
+            totalram_pages,
+            swap_pages: 0,
+        }
+    }
+
+    /// `vm_commit_limit()`: the most pages `OVERCOMMIT_NEVER` lets be committed.
+    pub fn commit_limit(&self) -> u64 {
+        let ram = if self.kbytes != 0 {
+            self.kbytes >> (PAGE_SHIFT - 10)
+        } else {
+            // u128: a ratio above 100 is allowed and must not overflow.
+            (u128::from(self.totalram_pages) * u128::from(self.ratio) / 100).min(u128::from(u64::MAX)) as u64
+        };
+        ram.saturating_add(self.swap_pages)
+    }
+}
+
+/// The committed total and the policy of one [`PhysMem`].
+pub(crate) struct CommitState {
+    committed: AtomicI64,
+    policy: RwLock<Overcommit>,
+}
+
+impl CommitState {
+    /// Nothing committed, Linux's default policy for `frames` pages of RAM.
+    pub(crate) fn new(frames: u64) -> CommitState {
+        CommitState { committed: AtomicI64::new(0), policy: RwLock::new(Overcommit::for_ram(frames)) }
+    }
+}
+
+impl PhysMem {
+    /// Pages charged to the commit limit (`Committed_AS`) by the address
+    /// spaces on this arena.
+    pub fn committed_pages(&self) -> u64 {
+        self.commit.committed.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// The overcommit policy in force.
+    pub fn overcommit(&self) -> Overcommit {
+        *self.commit.policy.read()
+    }
+
+    /// Sets the overcommit policy (writing the `vm.overcommit_*` sysctls);
+    /// later charges follow it, what is committed stays.
+    pub fn set_overcommit(&self, policy: Overcommit) {
+        *self.commit.policy.write() = policy;
+    }
+
+    /// `vm_acct_memory`: charges `pages` without a check.
+    pub(crate) fn vm_acct_memory(&self, pages: u64) {
+        self.commit.committed.fetch_add(pages as i64, Ordering::Relaxed);
+    }
+
+    /// `vm_unacct_memory`: returns `pages` charged earlier.
+    pub(crate) fn vm_unacct_memory(&self, pages: u64) {
+        if pages != 0 {
+            self.commit.committed.fetch_sub(pages as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// `__vm_enough_memory`: charges `pages` if the policy allows it, else
+    /// `ENOMEM` with nothing charged. `total_vm` is the charging address
+    /// space's size in pages (it shrinks the user reserve in never mode).
+    pub(crate) fn vm_enough_memory(&self, pages: u64, total_vm: impl FnOnce() -> u64) -> Result<()> {
+        let p = self.overcommit();
+        self.vm_acct_memory(pages);
+        let ok = match p.mode {
+            OvercommitMode::Guess => pages <= p.totalram_pages.saturating_add(p.swap_pages),
+            OvercommitMode::Always => true,
+            OvercommitMode::Never => {
+                let mut allowed = p.commit_limit() as i64;
+                if !p.cap_sys_admin {
+                    allowed -= (p.admin_reserve_kbytes >> (PAGE_SHIFT - 10)) as i64;
+                }
+                let reserve = (p.user_reserve_kbytes >> (PAGE_SHIFT - 10)) as i64;
+                allowed -= ((total_vm() / 32) as i64).min(reserve);
+                self.commit.committed.load(Ordering::Relaxed).max(0) < allowed
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            self.vm_unacct_memory(pages);
+            Err(Errno::NoMem)
+        }
+    }
+}
+
+/// Pages of `VM_ACCOUNT` VMAs within `[start, end)`.
+pub(crate) fn accounted_pages(vmas: &VmaTree, start: u64, end: u64) -> u64 {
+    pages_with(vmas, start, end, VM_ACCOUNT)
+}
+
+/// Pages of VMAs with any of `flags` within `[start, end)`.
+pub(crate) fn pages_with(vmas: &VmaTree, start: u64, end: u64, flags: u64) -> u64 {
+    if start >= end {
+        return 0;
+    }
+    vmas.overlapping(start, end)
+        .filter(|v| v.flags & flags != 0)
+        .map(|v| (v.end.min(end) - v.start.max(start)) >> PAGE_SHIFT)
+        .sum()
+}
+
+/// `mm->total_vm`: every mapped page.
+pub(crate) fn total_vm(vmas: &VmaTree) -> u64 {
+    vmas.iter().map(|v| v.pages()).sum()
+}
+
+/// `mm->locked_vm`: the pages of `VM_LOCKED` VMAs.
+pub(crate) fn locked_vm(vmas: &VmaTree) -> u64 {
+    vmas.iter().filter(|v| v.flags & VM_LOCKED != 0).map(|v| v.pages()).sum()
+}
+
+impl super::MmConfig {
+    /// `can_do_mlock`: a locked mapping is possible at all.
+    pub(crate) fn can_do_mlock(&self) -> bool {
+        self.memlock_limit != 0 || self.cap_ipc_lock
+    }
+
+    /// `mlock_future_ok`: `bytes` more of a VMA with `flags` stay within
+    /// `RLIMIT_MEMLOCK` given `locked` pages already locked.
+    pub(crate) fn mlock_future_ok(&self, flags: u64, bytes: u64, locked: impl FnOnce() -> u64) -> bool {
+        if flags & VM_LOCKED == 0 || self.cap_ipc_lock {
+            return true;
+        }
+        let pages = (bytes >> PAGE_SHIFT).saturating_add(locked());
+        pages <= self.memlock_limit >> PAGE_SHIFT
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_linux_for_the_ram_size() {
+        // 24 GiB of RAM: reserves capped at 8 MiB and 128 MiB, limit half of RAM.
+        let o = Overcommit::for_ram(6 << 20);
+        assert_eq!((o.admin_reserve_kbytes, o.user_reserve_kbytes), (8192, 131072));
+        assert_eq!(o.commit_limit(), 3 << 20);
+        // A 64 MiB arena: 3% of it.
+        let o = Overcommit::for_ram(16384);
+        assert_eq!((o.admin_reserve_kbytes, o.user_reserve_kbytes), (2048, 2048));
+        let o = Overcommit { kbytes: 4096, swap_pages: 10, ..o };
+        assert_eq!(o.commit_limit(), 1024 + 10);
+        let o = Overcommit { kbytes: 0, ratio: u64::MAX, totalram_pages: u64::MAX, ..o };
+        assert_eq!(o.commit_limit(), u64::MAX, "saturates");
+    }
+}
