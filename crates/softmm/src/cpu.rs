@@ -507,3 +507,118 @@ impl Drop for Cpu {
         THREAD_CPUS.with(|c| c.borrow_mut().retain(|s| !Arc::ptr_eq(s, &self.state)));
     }
 }
+
+/// Soundness of the safe accessors against a hostile caller; these run under
+/// Miri with the other library unit tests.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::*;
+    use crate::uapi::*;
+    use crate::{File, MmConfig, OpenFile, PhysConfig};
+
+    const RW: i32 = PROT_READ | PROT_WRITE;
+    const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+
+    fn phys() -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+    }
+
+    #[track_caller]
+    fn assert_no_leaks(phys: &PhysMem) {
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
+    }
+
+    #[test]
+    fn a_slice_callback_may_unmap_and_reuse_its_own_page() {
+        let p = phys();
+        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let f = File::create(&p, "f", 0).unwrap();
+        let a = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(a, 1).unwrap();
+        cpu.with_slice_mut(a, 16, |_, s| {
+            mm.munmap(a, PAGE_SIZE).unwrap();
+            f.write_at(0, &[0x11; 16]).unwrap();
+            s.iter().for_each(|b| b.store(0x41, Relaxed));
+        })
+        .unwrap();
+        let mut back = [0; 16];
+        f.read_at(0, &mut back).unwrap();
+        assert_eq!(back, [0x11; 16]);
+        assert!(cpu.read_u8(a).is_err());
+        drop((cpu, mm, f));
+        assert_no_leaks(&p);
+    }
+
+    #[test]
+    fn a_read_slice_of_the_zero_page_reads_zeros() {
+        let p = phys();
+        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ, ANON, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        let mut n = 0;
+        cpu.with_slice(a + PAGE_SIZE - 3, 6, |_, s| {
+            let mut b = vec![1; s.len()];
+            s.copy_to_slice(&mut b);
+            n += b.iter().filter(|&&x| x == 0).count();
+        })
+        .unwrap();
+        assert_eq!(n, 6);
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+
+    #[test]
+    fn a_file_of_another_arena_is_refused_and_nothing_reaches_its_frames() {
+        let (p1, p2) = (phys(), phys());
+        let f = File::create(&p1, "f", PAGE_SIZE).unwrap();
+        let mm = AddressSpace::new(&p2, MmConfig::default()).unwrap();
+        assert_eq!(
+            mm.mmap(0, PAGE_SIZE, PROT_READ, MAP_SHARED, Some(&OpenFile::read_only(&f)), 0),
+            Err(crate::Errno::Inval)
+        );
+        drop((mm, f));
+        assert_no_leaks(&p1);
+        assert_no_leaks(&p2);
+    }
+
+    #[test]
+    fn addresses_above_user_space_never_reach_the_walk() {
+        let p = phys();
+        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(a, 5).unwrap();
+        assert_eq!(cpu.read_u8(a | 1 << 52), Err(Fault::Segv { addr: 0, code: SegvCode::Kernel }));
+        let high = a | 0xffff_8000_0000_0000;
+        assert_eq!(cpu.read_u8(high), Err(Fault::Segv { addr: high, code: SegvCode::MapErr }));
+        // A copy that runs off the top of the address space wraps to page 0.
+        let mut buf = [0; 2];
+        assert!(cpu.read(u64::MAX, &mut buf).is_err());
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+
+    #[test]
+    fn cpus_attach_switch_and_drop_in_any_order() {
+        let p = phys();
+        let mm1 = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let mm2 = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm1.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        let mut c1 = Cpu::attached(&mm1);
+        let mut c2 = Cpu::attached(&mm1);
+        c1.write_u8(a, 3).unwrap();
+        c2.attach(&mm2);
+        c1.detach();
+        c1.attach(&mm1);
+        assert_eq!(c1.read_u8(a).unwrap(), 3);
+        mm1.munmap(a, PAGE_SIZE).unwrap();
+        drop(c1);
+        c2.detach();
+        drop((c2, mm1, mm2));
+        assert_no_leaks(&p);
+    }
+}
