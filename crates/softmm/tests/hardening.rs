@@ -327,3 +327,19 @@ fn dead_address_spaces_leave_no_reverse_map_entries() {
     drop(f);
     assert_no_leaks(&p);
 }
+
+/// Found by the fuzz target against the reference model: `fork` copied
+/// `VM_LOCKED`, so the child's memory counted against its memlock limit and
+/// refused `MADV_DONTNEED`; Linux's `dup_mmap` clears the lock flags.
+#[test]
+fn a_forked_child_does_not_inherit_memory_locks() {
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let a = mm.mmap(0, 2 * PAGE, RW, ANON | MAP_LOCKED, None, 0).unwrap();
+    assert_eq!(mm.madvise(a, PAGE, MADV_DONTNEED), Err(Errno::Inval));
+    let child = mm.fork().unwrap();
+    assert_eq!(child.madvise(a, PAGE, MADV_DONTNEED), Ok(()));
+    assert!(child.maps_text().lines().count() == 1);
+    drop((child, mm));
+    assert_no_leaks(&p);
+}

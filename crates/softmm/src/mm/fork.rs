@@ -62,7 +62,9 @@ impl AddressSpace {
                 Some(_) if !wipe => Some(Arc::new(AnonVma { id: self.phys.next_id(), forked: true })),
                 _ => None,
             };
-            let cv = Vma::new(&self.phys, v.start, v.end, v.flags, v.pgoff, v.file.clone(), anon, v.shared_anon);
+            // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
+            let flags = v.flags & !VM_LOCKED;
+            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon, v.shared_anon);
             if let Some(f) = &v.file {
                 child.link_file(f);
             }
