@@ -51,16 +51,31 @@ impl AddressSpace {
         let prot = prot | grows;
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
-        let res = self.do_mprotect(&mut st, addr, end, prot, &mut tlb);
+        let mut populate = Vec::new();
+        let res = self.do_mprotect(&mut st, addr, end, prot, &mut tlb, &mut populate);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
         tlb.finish(self);
         drop(st);
+        // mprotect_fixup: a locked private mapping made writable is faulted
+        // in for write, so it gets its own pages as mlock promised (Linux
+        // does it under the lock; faults here take it for read).
+        for (start, end) in populate {
+            self.mm_populate(start, end);
+        }
         res
     }
 
-    fn do_mprotect(&self, st: &mut MmState, mut start: u64, end: u64, prot: i32, tlb: &mut MmuGather) -> Result<()> {
+    fn do_mprotect(
+        &self,
+        st: &mut MmState,
+        mut start: u64,
+        end: u64,
+        prot: i32,
+        tlb: &mut MmuGather,
+        populate: &mut Vec<(u64, u64)>,
+    ) -> Result<()> {
         let Some(first) = st.vmas.find_from(start).cloned() else {
             return Err(Errno::NoMem);
         };
@@ -122,6 +137,9 @@ impl AddressSpace {
                     self.phys.vm_unacct_memory(nrpages);
                 }
                 self.change_protection(tmp, range_end, newflags, tlb);
+                if v.flags & (VM_WRITE | VM_SHARED | VM_LOCKED) == VM_LOCKED && newflags & VM_WRITE != 0 {
+                    populate.push((tmp, range_end));
+                }
             }
             tmp = range_end;
         }
