@@ -552,6 +552,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads the host's /proc/meminfo")]
     fn an_arena_the_host_cannot_back_is_enomem_not_the_oom_killer() {
         // Refused before anything is mapped or allocated: the test itself
         // touches no memory (an accepted arena this size would be prefaulted

@@ -5,9 +5,9 @@
 //! `differential/host.rs`) and on softmm, and the errno or result, the maps
 //! lines and the residency (`mincore`) after it must agree.
 //!
-//! The enumeration is deterministic (every class of every argument, and a
-//! seeded sample of their products), plus a proptest part drawing random
-//! combinations. Cases that could change memory of the runner itself on the
+//! The enumeration is deterministic: every class of every argument, and a
+//! seeded sample of their products (the random-sequence differential test in
+//! `differential.rs` covers sequences). Cases that could change memory of the runner itself on the
 //! host (see `host::check_scenario`) run on softmm only, where they must
 //! return an error or a result without panicking (with overflow checks on).
 //!
