@@ -858,6 +858,9 @@ impl World<'_> {
             p.flags = pflags;
             self.model.ases[a].pages.insert(pg + i as u64, p);
         }
+        if fl & MAP_LOCKED != 0 || fl & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE {
+            self.model.populate_write(a, pg..pg + n);
+        }
         Ok(line)
     }
 
@@ -993,7 +996,12 @@ impl World<'_> {
                 if p.writable() && mp.flags & vm::NOMAYWRITE != 0 {
                     return Err(Errno::Acces);
                 }
+                // mprotect_fixup populates a locked private VMA made writable.
+                let populate = mp.flags & vm::LOCKED != 0 && mp.private() && !mp.prot.writable() && p.writable();
                 mp.prot = p;
+                if populate {
+                    self.model.populate_write(a, [k]);
+                }
                 next = k + 1;
             }
             if next < pg + n {
@@ -1182,6 +1190,9 @@ impl World<'_> {
             }
             let last = self.model.ases[a].pages[&(vend - 1)].clone();
             self.model.extend(a, vend - 1, &last, delta);
+            if last.flags & vm::LOCKED != 0 {
+                self.model.populate_write(a, vend..vend + delta);
+            }
             return Ok((addr, None));
         }
         if flags & MREMAP_MAYMOVE == 0 {
@@ -1213,8 +1224,13 @@ impl World<'_> {
             Vec::new()
         };
         let n = n.min(MAX_MODEL_PAGES + 1);
+        let locked = m.ases[a].pages[&src].flags & vm::LOCKED != 0;
         m.move_pages(a, src, o, dst, n.max(o));
         m.ases[a].pages.extend(left);
+        if locked && n > o {
+            // move_vma of a locked VMA populates what it grew by.
+            m.populate_write(a, dst + o..dst + n);
+        }
     }
 
     fn madvise(&mut self, asi: u8, addr: Addr, len: Len, advice: Advice) -> Result<String, String> {

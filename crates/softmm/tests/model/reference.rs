@@ -290,6 +290,25 @@ impl Model {
         }
     }
 
+    /// Linux's `populate_vma_page_range` on `pages` (mapped): a private
+    /// writable page is faulted in for write (`FOLL_WRITE`), so it gets its
+    /// own copy, which later file writes do not change; a page past EOF
+    /// (SIGBUS) stops the walk of its VMA, and only pages past EOF follow it
+    /// there. What `MAP_POPULATE`, `MAP_LOCKED`, growing a locked VMA and
+    /// making a locked VMA writable do.
+    pub fn populate_write(&mut self, a: usize, pages: impl IntoIterator<Item = u64>) {
+        for pg in pages {
+            let p = &self.ases[a].pages[&pg];
+            let in_file = match p.kind {
+                Kind::Obj { obj, idx, .. } => p.cow.is_some() || idx < self.objs[obj].pages(),
+                Kind::Anon => true,
+            };
+            if p.private() && p.prot.writable() && in_file {
+                self.break_cow(a, pg);
+            }
+        }
+    }
+
     /// Stores `v` at `va` (its page mapped and writable).
     pub fn write_byte(&mut self, a: usize, va: u64, v: u8) {
         let pg = va / PG;
