@@ -9,7 +9,7 @@ use common::*;
 use softmm::uapi::*;
 use softmm::{Cpu, Errno, FaultPolicy, File, OpenFile};
 
-/// Fuzzer finding (crash, `attempt to multiply with overflow` at
+/// Fuzzer finding (first short run: crash, `attempt to multiply with overflow` at
 /// `file.rs` `punch_hole`, `first * PAGE_SIZE`): a hole punch at an offset
 /// in the last page of the 64-bit range panics with overflow checks on. The
 /// offset is negative as an `off_t`, so Linux's `fallocate` returns
@@ -24,9 +24,12 @@ fn punch_hole_at_a_negative_offset_is_einval_not_a_panic() {
     assert_eq!(f.punch_hole(1 << 63, PAGE), Err(Errno::Inval));
 }
 
-/// Model finding (checked on the Linux 6.18 host): `MADV_COLD` and
-/// `MADV_PAGEOUT` refuse a `VM_LOCKED` VMA with `EINVAL`
-/// (`can_madv_lru_vma`); softmm accepts them.
+/// Fuzzer finding (hour run: 5 of its 19 crash inputs, e.g.
+/// crash-f399b9a4…: `madvise(a, 10 pages, MADV_PAGEOUT)` over a locked
+/// mapping = `Ok`, model `EINVAL`; checked on the Linux 6.18 host):
+/// `MADV_COLD` and `MADV_PAGEOUT` refuse a `VM_LOCKED` VMA with `EINVAL`
+/// (`can_madv_lru_vma`); softmm accepts them (and, over a range ending in a
+/// hole, returns the hole's `ENOMEM` instead).
 #[test]
 #[ignore = "open: found by the fuzz model"]
 fn madv_cold_and_pageout_refuse_locked_vmas() {
@@ -88,4 +91,22 @@ fn mremap_growth_of_a_locked_private_mapping_populates_for_write() {
     f.write_at(PAGE, b"C").unwrap();
     let mut cpu = Cpu::attached(&mm);
     assert_eq!(cpu.read_u8(b + PAGE).unwrap(), b'A');
+}
+
+/// Fuzzer finding (hour run, crash-88db5df3…, checked on the Linux 6.18
+/// host): `MADV_REMOVE` refuses a `VM_LOCKED` VMA with `EINVAL`
+/// (`madvise_remove`'s first check); softmm punches the hole, discarding
+/// the file's data. Part of issue 9 defect 12 (`MADV_REMOVE` errnos).
+#[test]
+#[ignore = "open: issue 9 defect 12"]
+fn madv_remove_refuses_a_locked_vma() {
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::MmapLock);
+    let f = File::create(&p, "/tmp/f", 0).unwrap();
+    f.write_at(0, &[b'A'; 4 * PAGE as usize]).unwrap();
+    let a = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED | MAP_LOCKED, Some(&OpenFile::read_write(&f)), 0).unwrap();
+    assert_eq!(mm.madvise(a, PAGE, MADV_REMOVE), Err(Errno::Inval));
+    let mut b = [0; 1];
+    f.read_at(0, &mut b);
+    assert_eq!(b[0], b'A', "the file keeps its data");
 }
