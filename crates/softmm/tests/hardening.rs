@@ -327,39 +327,3 @@ fn dead_address_spaces_leave_no_reverse_map_entries() {
     drop(f);
     assert_no_leaks(&p);
 }
-
-/// Found by the fuzz target against the reference model: `fork` copied
-/// `VM_LOCKED`, so the child's memory counted against its memlock limit and
-/// refused `MADV_DONTNEED`; Linux's `dup_mmap` clears the lock flags.
-#[test]
-fn a_forked_child_does_not_inherit_memory_locks() {
-    let p = phys(4);
-    let mm = mm_with(&p, FaultPolicy::default());
-    let a = mm.mmap(0, 2 * PAGE, RW, ANON | MAP_LOCKED, None, 0).unwrap();
-    assert_eq!(mm.madvise(a, PAGE, MADV_DONTNEED), Err(Errno::Inval));
-    let child = mm.fork().unwrap();
-    assert_eq!(child.madvise(a, PAGE, MADV_DONTNEED), Ok(()));
-    assert!(child.maps_text().lines().count() == 1);
-    drop((child, mm));
-    assert_no_leaks(&p);
-}
-
-/// Found by the fuzz target's model (the host agrees): making a locked
-/// private file mapping writable populates it for write (`mprotect_fixup`
-/// calls `populate_vma_page_range`), so its pages become private copies and
-/// a later write to the file is not seen through the mapping.
-#[test]
-fn mprotect_making_a_locked_private_mapping_writable_populates_for_write() {
-    let p = phys(4);
-    let mm = mm_with(&p, FaultPolicy::default());
-    let f = softmm::File::create(&p, "f", 0).unwrap();
-    f.write_at(0, &[b'A'; 2 * PAGE as usize]).unwrap();
-    let of = softmm::OpenFile::read_write(&f);
-    let a = mm.mmap(0, 2 * PAGE, PROT_READ, MAP_PRIVATE | MAP_LOCKED, Some(&of), 0).unwrap();
-    mm.mprotect(a, 2 * PAGE, RW).unwrap();
-    f.write_at(0, b"B").unwrap();
-    let mut cpu = softmm::Cpu::attached(&mm);
-    assert_eq!(cpu.read_u8(a).unwrap(), b'A');
-    drop((cpu, mm, f, of));
-    assert_no_leaks(&p);
-}

@@ -21,8 +21,9 @@
 //! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test model`.
 
 mod common;
+#[path = "model/reference.rs"]
+mod reference;
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::{mpsc, Arc, Mutex};
@@ -31,10 +32,10 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
+use reference::*;
 use softmm::uapi::*;
-use softmm::{AddressSpace, Cpu, Errno, Fault, FaultPolicy, File, MapEntry, MmConfig, OpenFile, SegvCode};
+use softmm::{AddressSpace, Cpu, Errno, Fault, FaultPolicy, File, MmConfig, OpenFile};
 
-const P: usize = PAGE as usize;
 /// Pages of the window that fixed mappings, unmaps and accesses aim at; it
 /// ends at `mmap_base`, so that top-down placement fills its holes.
 const WIN_PAGES: u64 = 256;
@@ -56,31 +57,6 @@ fn win_pg() -> u64 {
 // ---------------------------------------------------------------------------
 // Generated operations. Addresses are selectors resolved when the operation
 // runs, against the state reached so far, so that shrinking keeps them valid.
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Prot {
-    None,
-    R,
-    RW,
-}
-
-impl Prot {
-    fn bits(self) -> i32 {
-        match self {
-            Prot::None => PROT_NONE,
-            Prot::R => PROT_READ,
-            Prot::RW => PROT_READ | PROT_WRITE,
-        }
-    }
-
-    fn perms(self) -> &'static str {
-        match self {
-            Prot::None => "---",
-            Prot::R => "r--",
-            Prot::RW => "rw-",
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Backing {
@@ -192,7 +168,7 @@ struct Scenario {
 }
 
 fn prot() -> impl Strategy<Value = Prot> {
-    prop_oneof![1 => Just(Prot::None), 2 => Just(Prot::R), 5 => Just(Prot::RW)]
+    prop_oneof![1 => Just(Prot::NONE), 2 => Just(Prot::R), 5 => Just(Prot::RW)]
 }
 
 fn target() -> impl Strategy<Value = Target> {
@@ -272,267 +248,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 }
 
 // ---------------------------------------------------------------------------
-// The reference model.
-
-/// A file or the object behind a shared anonymous mapping (tmpfs semantics:
-/// `data` holds every page below `ceil(size)`, including the bytes past EOF in
-/// the last page, which a shared mapping may write and which a later growth
-/// of the file exposes, as on tmpfs).
-#[derive(Clone, Debug)]
-struct Obj {
-    inode: u64,
-    size: u64,
-    data: Vec<u8>,
-}
-
-impl Obj {
-    fn new(inode: u64, size: u64) -> Obj {
-        Obj { inode, size, data: vec![0; (size.div_ceil(PAGE) * PAGE) as usize] }
-    }
-
-    fn pages(&self) -> u64 {
-        self.size.div_ceil(PAGE)
-    }
-
-    /// `ftruncate`: shrinking zeroes the tail of the new last page and drops
-    /// the pages past it; growing exposes what the last page holds.
-    fn set_size(&mut self, size: u64) {
-        let bytes = (size.div_ceil(PAGE) * PAGE) as usize;
-        if size < self.size {
-            self.data.truncate(bytes);
-            self.data[size as usize..].fill(0);
-        } else {
-            self.data.resize(bytes, 0);
-        }
-        self.size = size;
-    }
-
-    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)`: zeroes, the size stays.
-    fn punch(&mut self, off: u64, len: u64) {
-        let end = ((off + len) as usize).min(self.data.len());
-        if (off as usize) < end {
-            self.data[off as usize..end].fill(0);
-        }
-    }
-
-    /// `pwrite`.
-    fn write_at(&mut self, off: u64, bytes: &[u8]) {
-        let end = off + bytes.len() as u64;
-        if end > self.size {
-            self.set_size(end);
-        }
-        self.data[off as usize..end as usize].copy_from_slice(bytes);
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// Private anonymous memory.
-    Anon,
-    /// Page `idx` of object `obj`, mapped shared or private.
-    Obj { shared: bool, obj: usize, idx: u64 },
-}
-
-#[derive(Clone, Debug)]
-struct MPage {
-    prot: Prot,
-    kind: Kind,
-    /// A private page's own copy, once written (or inherited through fork).
-    cow: Option<Box<[u8]>>,
-}
-
-#[derive(Clone, Default, Debug)]
-struct MAs {
-    pages: BTreeMap<u64, MPage>,
-}
-
-#[derive(Default)]
-struct Model {
-    objs: Vec<Obj>,
-    ases: Vec<MAs>,
-}
-
-impl Model {
-    /// The signal an access to `va` raises, if any.
-    fn fault(&self, a: usize, va: u64, write: bool) -> Option<Fault> {
-        let Some(p) = self.ases[a].pages.get(&(va / PAGE)) else {
-            return Some(Fault::Segv { addr: va, code: SegvCode::MapErr });
-        };
-        let allowed = match p.prot {
-            Prot::None => false,
-            Prot::R => !write,
-            Prot::RW => true,
-        };
-        if !allowed {
-            return Some(Fault::Segv { addr: va, code: SegvCode::AccErr });
-        }
-        if let Kind::Obj { obj, idx, .. } = p.kind {
-            if p.cow.is_none() && idx >= self.objs[obj].pages() {
-                return Some(Fault::Bus { addr: va });
-            }
-        }
-        None
-    }
-
-    /// The current contents of a mapped page (assumed accessible).
-    fn page_contents(&self, a: usize, pg: u64) -> Vec<u8> {
-        let p = &self.ases[a].pages[&pg];
-        match (&p.cow, p.kind) {
-            (Some(c), _) => c.to_vec(),
-            (None, Kind::Anon) => vec![0; P],
-            (None, Kind::Obj { obj, idx, .. }) => self.objs[obj].data[idx as usize * P..][..P].to_vec(),
-        }
-    }
-
-    fn read_byte(&self, a: usize, va: u64) -> u8 {
-        let p = &self.ases[a].pages[&(va / PAGE)];
-        let off = (va % PAGE) as usize;
-        match (&p.cow, p.kind) {
-            (Some(c), _) => c[off],
-            (None, Kind::Anon) => 0,
-            (None, Kind::Obj { obj, idx, .. }) => self.objs[obj].data[idx as usize * P + off],
-        }
-    }
-
-    fn write_byte(&mut self, a: usize, va: u64, v: u8) {
-        let pg = va / PAGE;
-        let off = (va % PAGE) as usize;
-        let p = &self.ases[a].pages[&pg];
-        if let Kind::Obj { shared: true, obj, idx } = p.kind {
-            self.objs[obj].data[idx as usize * P + off] = v;
-            return;
-        }
-        if p.cow.is_none() {
-            let copy = self.page_contents(a, pg).into_boxed_slice();
-            self.ases[a].pages.get_mut(&pg).expect("mapped").cow = Some(copy);
-        }
-        self.ases[a].pages.get_mut(&pg).expect("mapped").cow.as_mut().expect("cow")[off] = v;
-    }
-
-    /// `Cpu::read`: page by page, stopping at the first fault.
-    fn read(&self, a: usize, va: u64, len: usize) -> Result<Vec<u8>, Fault> {
-        let mut out = Vec::with_capacity(len);
-        let mut done = 0;
-        while done < len {
-            let x = va + done as u64;
-            let n = ((PAGE - x % PAGE) as usize).min(len - done);
-            if let Some(f) = self.fault(a, x, false) {
-                return Err(f);
-            }
-            out.extend((0..n).map(|i| self.read_byte(a, x + i as u64)));
-            done += n;
-        }
-        Ok(out)
-    }
-
-    /// `Cpu::write`: page by page; the pages before a fault are written.
-    fn write(&mut self, a: usize, va: u64, data: &[u8]) -> Result<(), Fault> {
-        let mut done = 0;
-        while done < data.len() {
-            let x = va + done as u64;
-            let n = ((PAGE - x % PAGE) as usize).min(data.len() - done);
-            if let Some(f) = self.fault(a, x, true) {
-                return Err(f);
-            }
-            for i in 0..n {
-                self.write_byte(a, x + i as u64, data[done + i]);
-            }
-            done += n;
-        }
-        Ok(())
-    }
-
-    fn is_free(&self, a: usize, pg: u64, n: u64) -> bool {
-        self.ases[a].pages.range(pg..pg + n).next().is_none()
-    }
-
-    /// Linux's top-down `get_unmapped_area` without a hint: the highest free
-    /// range of `n` pages ending at or below `mmap_base`.
-    fn topdown(&self, a: usize, n: u64) -> u64 {
-        let mut top = mmap_base_pg();
-        for &pg in self.ases[a].pages.range(..top).rev().map(|(k, _)| k) {
-            if top - (pg + 1) >= n {
-                return top - n;
-            }
-            top = pg;
-        }
-        top - n
-    }
-
-    fn unmap(&mut self, a: usize, pg: u64, n: u64) {
-        let keys: Vec<u64> = self.ases[a].pages.range(pg..pg + n).map(|(&k, _)| k).collect();
-        for k in keys {
-            self.ases[a].pages.remove(&k);
-        }
-    }
-
-    /// Moves `[src, src+old)` (all mapped, one VMA) to `dst`, growing it to
-    /// `new` pages that continue the last page's object linearly.
-    fn move_pages(&mut self, a: usize, src: u64, old: u64, dst: u64, new: u64) {
-        let last = self.ases[a].pages[&(src + old - 1)].clone();
-        let moved: Vec<MPage> =
-            (0..old).map(|i| self.ases[a].pages.remove(&(src + i)).expect("source page mapped")).collect();
-        for (i, p) in moved.into_iter().enumerate() {
-            self.ases[a].pages.insert(dst + i as u64, p);
-        }
-        self.extend(a, dst + old - 1, &last, new - old);
-    }
-
-    /// Maps `extra` pages after `end_pg`, continuing `last` (its page).
-    fn extend(&mut self, a: usize, end_pg: u64, last: &MPage, extra: u64) {
-        for j in 1..=extra {
-            let kind = match last.kind {
-                Kind::Anon => Kind::Anon,
-                Kind::Obj { shared, obj, idx } => Kind::Obj { shared, obj, idx: idx + j },
-            };
-            self.ases[a].pages.insert(end_pg + j, MPage { prot: last.prot, kind, cow: None });
-        }
-    }
-
-    fn truncate(&mut self, obj: usize, size: u64) {
-        if size < self.objs[obj].size {
-            // Truncate zaps private COW copies past the new last page too.
-            let first = size.div_ceil(PAGE);
-            for m in &mut self.ases {
-                for p in m.pages.values_mut() {
-                    if let Kind::Obj { shared: false, obj: o, idx } = p.kind {
-                        if o == obj && idx >= first {
-                            p.cow = None;
-                        }
-                    }
-                }
-            }
-        }
-        self.objs[obj].set_size(size);
-    }
-
-    /// Per page: perms (`rw-p`), inode and file page index (0 for anonymous).
-    fn layout(&self, a: usize) -> BTreeMap<u64, (String, u64, u64)> {
-        self.ases[a]
-            .pages
-            .iter()
-            .map(|(&pg, p)| {
-                let (s, inode, idx) = match p.kind {
-                    Kind::Anon => ('p', 0, 0),
-                    Kind::Obj { shared, obj, idx } => (if shared { 's' } else { 'p' }, self.objs[obj].inode, idx),
-                };
-                (pg, (format!("{}{}", p.prot.perms(), s), inode, idx))
-            })
-            .collect()
-    }
-}
-
-/// Per page of softmm's `maps()`: perms, inode and file page index.
-fn real_layout(maps: &[MapEntry]) -> BTreeMap<u64, (String, u64, u64)> {
-    let mut out = BTreeMap::new();
-    for e in maps {
-        for (i, pg) in (e.start / PAGE..e.end / PAGE).enumerate() {
-            let idx = if e.inode == 0 { 0 } else { e.offset / PAGE + i as u64 };
-            out.insert(pg, (e.perms.clone(), e.inode, idx));
-        }
-    }
-    out
-}
+// The reference model: tests/model/reference.rs (shared with the fuzz target).
 
 // ---------------------------------------------------------------------------
 // Running a scenario against both.
@@ -736,8 +452,9 @@ fn run(sc: &Scenario, log: &Mutex<Vec<String>>) -> Result<(), String> {
             let o = &model.objs[i];
             let mut buf = vec![0; o.size as usize];
             ensure!(f.read_at(0, &mut buf) == Ok(o.size as usize), "file {i}: short read");
-            if let Some(at) = (0..buf.len()).find(|&j| buf[j] != o.data[j]) {
-                return Err(format!("file {i} byte {at:#x}: softmm {:#04x}, model {:#04x}", buf[at], o.data[at]));
+            let want = o.read_at(0, o.size);
+            if let Some(at) = (0..buf.len()).find(|&j| buf[j] != want[j]) {
+                return Err(format!("file {i} byte {at:#x}: softmm {:#04x}, model {:#04x}", buf[at], want[at]));
             }
         }
         drop(real);
@@ -839,7 +556,7 @@ fn apply(
                 model.objs.push(Obj::new(inode, n * PAGE));
             }
             for (i, kind) in kinds.into_iter().enumerate() {
-                model.ases[a].pages.insert(at + i as u64, MPage { prot, kind, cow: None });
+                model.ases[a].pages.insert(at + i as u64, MPage::new(prot, kind));
             }
         }
         Op::Munmap { asi, at, pages } => {
