@@ -518,8 +518,10 @@ impl World<'_> {
             let idxs: std::collections::BTreeSet<u64> =
                 o.data.keys().copied().chain(0..o.pages().min(16)).filter(|&k| k < o.pages()).collect();
             for k in idxs {
-                let want = o.read_at(k * PG, PG);
-                let mut buf = vec![0; P];
+                // pread refuses an end past i64::MAX: read the last page short.
+                let len = PG.min(i64::MAX as u64 - k * PG);
+                let want = o.read_at(k * PG, len);
+                let mut buf = vec![0; len as usize];
                 let n = f.read_at(k * PG, &mut buf).map_err(|e| format!("file {i} page {k:#x}: read_at {e:?}"))?;
                 ensure!(n == want.len(), "file {i} page {k:#x}: read {n} bytes, model {}", want.len());
                 if let Some(at) = (0..n).find(|&j| buf[j] != want[j]) {
@@ -810,13 +812,17 @@ impl World<'_> {
         }
         let r = self.real[a].mm.mmap(addr, len, prot, fl, open.as_ref(), offset);
         let line = format!("{line} = {r:x?}");
-        let accountable = !matches!(ty, MAP_SHARED | MAP_SHARED_VALIDATE);
+        // What Linux charges to the commit total: private writable memory
+        // (`accountable_mapping`), and a shared anonymous object whole
+        // (`shmem_acct_size`) unless MAP_NORESERVE.
+        let shared = matches!(ty, MAP_SHARED | MAP_SHARED_VALIDATE);
+        let charged = if shared { anon && fl & MAP_NORESERVE == 0 } else { prot & PROT_WRITE != 0 };
         let at: u64 = match (&want, r) {
             (_, r) if relaxed => match r {
                 Ok(at) => at,
                 Err(_) => return Ok(line + " (relaxed)"),
             },
-            (Ok(_), Err(Errno::NoMem)) if alen >= COMMIT_SLACK && accountable && prot & PROT_WRITE != 0 => {
+            (Ok(_), Err(Errno::NoMem)) if alen >= COMMIT_SLACK && charged => {
                 return Ok(line + " (commit limit, accepted)")
             }
             (Ok(_), Err(Errno::Again)) if fl & MAP_LOCKED != 0 => return Ok(line + " (memlock limit, accepted)"),
