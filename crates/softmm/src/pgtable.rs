@@ -201,6 +201,22 @@ impl PageTables {
         }
     }
 
+    /// Calls `f(va, entry)` for each leaf entry of `[start, end)` whose table
+    /// exists, holding that table's PTE lock: the one loop through which
+    /// zap, protection change, lazy free and guard-marker removal
+    /// read-modify-write leaf entries.
+    pub fn for_each_pte_locked(&self, start: u64, end: u64, guard: &Guard, mut f: impl FnMut(u64, &AtomicU64)) {
+        self.for_each_leaf(start, end, guard, |va, t| {
+            let stop = end.min((va & !(PMD_SIZE - 1)) + PMD_SIZE);
+            let _ptl = t.lock();
+            let mut a = va;
+            while a < stop {
+                f(a, t.entry(index(a, 0)));
+                a += PAGE_SIZE;
+            }
+        });
+    }
+
     /// The leaf table covering `va`, or the level (1..=3) of the table whose
     /// entry for `va` is empty.
     fn walk<'g>(&self, va: u64, _guard: &'g Guard) -> Result<&'g PageTable, u32> {

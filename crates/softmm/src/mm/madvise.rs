@@ -252,30 +252,22 @@ impl AddressSpace {
     fn madvise_free(&self, start: u64, end: u64, tlb: &mut MmuGather) {
         let guard = crossbeam_epoch::pin();
         let phys = &self.phys;
-        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
-            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let _ptl = t.lock();
-            let mut a = va;
-            while a < stop {
-                let e = t.entry(pgtable::index(a, 0));
-                let pte = e.load(std::sync::atomic::Ordering::Relaxed);
-                if pte & PTE_PRESENT != 0 {
-                    let pfn = pgtable::pte_pfn(pte);
-                    if pfn == phys.zero_pfn() {
-                        // Nothing to free: the zero page stays mapped.
-                    } else {
-                        let d = phys.desc(pfn);
-                        let exclusive = d.refcount.load(std::sync::atomic::Ordering::Relaxed) == 1
-                            && d.flags.load(std::sync::atomic::Ordering::Relaxed) & PG_ANON != 0;
-                        if exclusive {
-                            d.flags.fetch_and(!PG_DIRTY, std::sync::atomic::Ordering::Relaxed);
-                            d.flags.fetch_or(PG_LAZYFREE, std::sync::atomic::Ordering::Relaxed);
-                            e.store(pte & !(PTE_DIRTY | pgtable::PTE_WRITE), std::sync::atomic::Ordering::Release);
-                            tlb.need_flush = true;
-                        }
-                    }
-                }
-                a += PAGE_SIZE;
+        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
+            let pte = e.load(Ordering::Relaxed);
+            if pte & PTE_PRESENT == 0 {
+                return;
+            }
+            let pfn = pgtable::pte_pfn(pte);
+            if pfn == phys.zero_pfn() {
+                return; // Nothing to free: the zero page stays mapped.
+            }
+            let d = phys.desc(pfn);
+            let exclusive = d.refcount.load(Ordering::Relaxed) == 1 && d.flags.load(Ordering::Relaxed) & PG_ANON != 0;
+            if exclusive {
+                d.flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+                d.flags.fetch_or(PG_LAZYFREE, Ordering::Relaxed);
+                e.store(pte & !(PTE_DIRTY | pgtable::PTE_WRITE), Ordering::Release);
+                tlb.need_flush = true;
             }
         });
     }
@@ -382,16 +374,9 @@ impl AddressSpace {
     /// translate, so no TLB flush is needed.
     pub(crate) fn clear_guard_markers(&self, start: u64, end: u64) {
         let guard = crossbeam_epoch::pin();
-        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
-            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let _ptl = t.lock();
-            let mut a = va;
-            while a < stop {
-                let e = t.entry(pgtable::index(a, 0));
-                if pgtable::pte_is_guard(e.load(Ordering::Relaxed)) {
-                    e.store(0, Ordering::Release);
-                }
-                a += PAGE_SIZE;
+        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
+            if pgtable::pte_is_guard(e.load(Ordering::Relaxed)) {
+                e.store(0, Ordering::Release);
             }
         });
     }

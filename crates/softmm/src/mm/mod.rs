@@ -371,24 +371,17 @@ impl AddressSpace {
     /// `filter(pte)` holds, gathering the frames; Linux's `zap_page_range`.
     pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(u64) -> bool) {
         let guard = crossbeam_epoch::pin();
-        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
-            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let _ptl = t.lock();
-            let mut a = va;
-            while a < stop {
-                let e = t.entry(pgtable::index(a, 0));
-                let pte = e.load(Ordering::Relaxed);
-                if pgtable::pte_has_frame(pte) && filter(pte) {
-                    e.store(0, Ordering::Release);
-                    let pfn = pgtable::pte_pfn(pte);
-                    if pfn != self.phys.zero_pfn() {
-                        self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
-                        tlb.frames.push(pfn);
-                    } else {
-                        tlb.need_flush = true;
-                    }
+        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
+            let pte = e.load(Ordering::Relaxed);
+            if pgtable::pte_has_frame(pte) && filter(pte) {
+                e.store(0, Ordering::Release);
+                let pfn = pgtable::pte_pfn(pte);
+                if pfn != self.phys.zero_pfn() {
+                    self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
+                    tlb.frames.push(pfn);
+                } else {
+                    tlb.need_flush = true;
                 }
-                a += PAGE_SIZE;
             }
         });
     }
@@ -402,34 +395,27 @@ impl AddressSpace {
         let guard = crossbeam_epoch::pin();
         let accessible = flags & VM_ACCESS_FLAGS != 0;
         let writable = flags & crate::vma::flags::VM_WRITE != 0;
-        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
-            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let _ptl = t.lock();
-            let mut a = va;
-            while a < stop {
-                let e = t.entry(pgtable::index(a, 0));
-                let pte = e.load(Ordering::Relaxed);
-                if pgtable::pte_has_frame(pte) {
-                    let mut new = pte;
-                    if !accessible {
-                        new = (new & !(PTE_PRESENT | PTE_WRITE)) | PTE_PROTNONE;
-                    } else {
-                        new = (new & !PTE_PROTNONE) | PTE_PRESENT;
-                        if !writable {
-                            new &= !PTE_WRITE;
-                        }
-                    }
-                    if new != pte {
-                        // Narrowing (losing present or write) needs a shootdown.
-                        if (pte & PTE_PRESENT != 0 && new & PTE_PRESENT == 0)
-                            || (pte & PTE_WRITE != 0 && new & PTE_WRITE == 0)
-                        {
-                            tlb.need_flush = true;
-                        }
-                        e.store(new, Ordering::Release);
-                    }
+        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
+            let pte = e.load(Ordering::Relaxed);
+            if !pgtable::pte_has_frame(pte) {
+                return;
+            }
+            let mut new = pte;
+            if !accessible {
+                new = (new & !(PTE_PRESENT | PTE_WRITE)) | PTE_PROTNONE;
+            } else {
+                new = (new & !PTE_PROTNONE) | PTE_PRESENT;
+                if !writable {
+                    new &= !PTE_WRITE;
                 }
-                a += PAGE_SIZE;
+            }
+            if new != pte {
+                // Narrowing (losing present or write) needs a shootdown.
+                if (pte & PTE_PRESENT != 0 && new & PTE_PRESENT == 0) || (pte & PTE_WRITE != 0 && new & PTE_WRITE == 0)
+                {
+                    tlb.need_flush = true;
+                }
+                e.store(new, Ordering::Release);
             }
         });
     }
