@@ -433,13 +433,7 @@ fn run(sc: &Scenario, log: &Mutex<Vec<String>>) -> Result<(), String> {
                 let want = model.read(a, pg * PAGE, P);
                 let got = access(&mut real, a, (pg % 2) as u8, Req::Read(pg * PAGE, P));
                 if got != want {
-                    let what = match (&got, &want) {
-                        (Ok(g), Ok(w)) => {
-                            let i = (0..P).find(|&i| g[i] != w[i]).expect("differ");
-                            format!("byte {i:#x}: softmm {:#04x}, model {:#04x}", g[i], w[i])
-                        }
-                        _ => format!("softmm {:?}, model {:?}", got.as_ref().err(), want.as_ref().err()),
-                    };
+                    let what = reference::describe_difference(&got, &want);
                     return Err(format!(
                         "final contents of as{a} page {} ({:?}): {what}",
                         wp(pg),

@@ -502,13 +502,7 @@ impl World<'_> {
                 let mut buf = vec![0; P];
                 let got = self.real[a].cpus[(pg % 2) as usize].read(pg * PG, &mut buf).map(|()| buf);
                 if got != want {
-                    let what = match (&got, &want) {
-                        (Ok(g), Ok(w)) => {
-                            let i = (0..P).find(|&i| g[i] != w[i]).expect("differ");
-                            format!("byte {i:#x}: softmm {:#04x}, model {:#04x}", g[i], w[i])
-                        }
-                        _ => format!("softmm {:?}, model {:?}", got.as_ref().err(), want.as_ref().err()),
-                    };
+                    let what = reference::describe_difference(&got, &want);
                     return Err(format!("final contents of as{a} page {pg:#x}: {what}"));
                 }
             }

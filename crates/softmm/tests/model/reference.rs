@@ -520,3 +520,15 @@ pub fn real_layout(maps: &[MapEntry]) -> BTreeMap<u64, (String, u64, u64)> {
     }
     out
 }
+
+/// How a page read through softmm (`got`) differs from the model's (`want`),
+/// for a failure message: the first differing byte, or the two faults.
+pub fn describe_difference(got: &Result<Vec<u8>, Fault>, want: &Result<Vec<u8>, Fault>) -> String {
+    match (got, want) {
+        (Ok(g), Ok(w)) => match (0..g.len().min(w.len())).find(|&i| g[i] != w[i]) {
+            Some(i) => format!("byte {i:#x}: softmm {:#04x}, model {:#04x}", g[i], w[i]),
+            None => format!("softmm {} bytes, model {}", g.len(), w.len()),
+        },
+        _ => format!("softmm {:?}, model {:?}", got.as_ref().err(), want.as_ref().err()),
+    }
+}
