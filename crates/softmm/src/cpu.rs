@@ -15,23 +15,27 @@ use std::sync::Arc;
 use crate::error::{Fault, SegvCode};
 use crate::fault::{Access, FaultStats};
 use crate::mm::AddressSpace;
-use crate::pgtable::{self, pte_pfn, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_WRITE};
-use crate::phys::{Pfn, PhysMem};
+use crate::pgtable::Pte;
+use crate::phys::FrameRef;
 use crate::tlb::CpuTlbState;
 use crate::PAGE_SIZE;
 
 /// Entries in the software TLB (direct mapped).
 const TLB_ENTRIES: usize = 64;
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct TlbEntry {
     /// Virtual page number + 1 (0 = empty).
     tag: u64,
     /// Valid only while equal to the CPU's `epoch`.
     epoch: u64,
-    /// Host address of the frame.
-    host: usize,
+    /// Host address of the frame (a pointer into the arena, with its provenance).
+    host: *mut u8,
     writable: bool,
+}
+
+impl TlbEntry {
+    const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), writable: false };
 }
 
 /// Per-CPU counters (never written by another thread).
@@ -102,7 +106,7 @@ impl Cpu {
         Cpu {
             mm: None,
             state,
-            tlb: Box::new([TlbEntry::default(); TLB_ENTRIES]),
+            tlb: Box::new([TlbEntry::EMPTY; TLB_ENTRIES]),
             seen_gen: 0,
             epoch: 1,
             parked: false,
@@ -189,7 +193,7 @@ impl Cpu {
         let vpn = va / PAGE_SIZE;
         let e = &self.tlb[vpn as usize % TLB_ENTRIES];
         if e.tag == vpn + 1 && e.epoch == self.epoch && (e.writable || access == Access::Read) {
-            return Ok((e.host + (va % PAGE_SIZE) as usize) as *mut u8);
+            return Ok(e.host.wrapping_add((va % PAGE_SIZE) as usize));
         }
         self.translate_slow(va, access)
     }
@@ -215,23 +219,20 @@ impl Cpu {
         loop {
             {
                 let guard = crossbeam_epoch::pin();
-                if let Some(t) = mm.pgtables.leaf(va, &guard) {
-                    let e = t.entry(pgtable::index(va, 0));
-                    let pte = e.load(Ordering::Acquire);
-                    if pte & PTE_PRESENT != 0 && (!write || pte & PTE_WRITE != 0) {
-                        let want = PTE_ACCESSED | if write { PTE_DIRTY } else { 0 };
+                if let Some(leaf) = mm.pgtables.leaf(va, &guard) {
+                    let pte = leaf.load(va);
+                    if pte.is_present() && (!write || pte.has(Pte::WRITE)) {
+                        let want = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
                         // Set A/D like the hardware walker: only on the entry
                         // we read, never on one that was zapped meanwhile.
-                        if pte & want != want
-                            && e.compare_exchange(pte, pte | want, Ordering::AcqRel, Ordering::Acquire).is_err()
-                        {
+                        if !pte.has(want) && !leaf.set_accessed(va, pte, want) {
                             continue;
                         }
-                        let host = mm.phys.frame_ptr(pte_pfn(pte)) as usize;
-                        let writable = pte & PTE_WRITE != 0 && (write || pte & PTE_DIRTY != 0);
+                        let host = mm.phys.frame_ptr(pte.pfn());
+                        let writable = pte.has(Pte::WRITE) && (write || pte.has(Pte::DIRTY));
                         self.tlb[vpn as usize % TLB_ENTRIES] =
                             TlbEntry { tag: vpn + 1, epoch: self.epoch, host, writable };
-                        return Ok((host + (va % PAGE_SIZE) as usize) as *mut u8);
+                        return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
                     }
                 }
             }
@@ -415,7 +416,7 @@ impl Cpu {
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
             let p = self.translate(a, access)?;
             let phys = &self.mm.as_deref().expect("attached").phys;
-            let _frame = FrameRef::get(phys, phys.pfn_of_ptr(p));
+            let _frame: FrameRef<'_> = phys.get(phys.pfn_of_ptr(p));
             // SAFETY:
             // 1. `[p, p+n)` lies in one arena frame: `translate` returned a
             //    pointer into it and `n` stops at the page end;
@@ -462,25 +463,6 @@ impl GuestBytes<'_> {
     }
 }
 
-/// A frame reference held for the duration of a borrow of its bytes.
-struct FrameRef<'a> {
-    phys: &'a PhysMem,
-    pfn: Pfn,
-}
-
-impl<'a> FrameRef<'a> {
-    fn get(phys: &'a PhysMem, pfn: Pfn) -> FrameRef<'a> {
-        phys.get(pfn);
-        FrameRef { phys, pfn }
-    }
-}
-
-impl Drop for FrameRef<'_> {
-    fn drop(&mut self) {
-        self.phys.put(self.pfn);
-    }
-}
-
 /// Faults an address outside the user address space as x86-64 does: a
 /// non-canonical one (bits 63..47 not all equal) raises a general protection
 /// fault, which Linux reports as `SIGSEGV` with `SI_KERNEL` and address 0;
@@ -516,7 +498,7 @@ mod tests {
 
     use super::*;
     use crate::uapi::*;
-    use crate::{File, MmConfig, OpenFile, PhysConfig};
+    use crate::{File, MmConfig, OpenFile, PhysConfig, PhysMem};
 
     const RW: i32 = PROT_READ | PROT_WRITE;
     const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;

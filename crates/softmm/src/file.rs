@@ -20,7 +20,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Errno, Result};
 use crate::mm::AddressSpace;
-use crate::phys::{Pfn, PhysMem, PG_FILE};
+use crate::phys::{FrameRef, Pfn, PhysMem, PG_FILE};
 use crate::PAGE_SIZE;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
@@ -103,23 +103,21 @@ impl File {
     }
 
     /// The cached page at `index`, if any, with a reference for the caller.
-    pub(crate) fn find_get_page(&self, index: u64) -> Option<Pfn> {
+    pub(crate) fn find_get_page(&self, index: u64) -> Option<FrameRef<'_>> {
         let inner = self.inner.lock();
-        let pfn = *inner.pages.get(&index)?;
-        self.phys.get(pfn);
-        Some(pfn)
+        Some(self.phys.get(*inner.pages.get(&index)?))
     }
 
     /// The page at `index`, allocating a zeroed one for a hole (tmpfs), with a
     /// reference for the caller. `Ok(None)` past the end of the file (SIGBUS).
     /// Callers hold `invalidate_lock` for read.
-    pub(crate) fn get_page(&self, index: u64) -> std::result::Result<Option<Pfn>, Errno> {
+    pub(crate) fn get_page(&self, index: u64) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         self.grab_page(index, false)
     }
 
     /// [`File::get_page`], past the end of the file too when `beyond_eof`
     /// (a write about to extend it).
-    fn grab_page(&self, index: u64, beyond_eof: bool) -> std::result::Result<Option<Pfn>, Errno> {
+    fn grab_page(&self, index: u64, beyond_eof: bool) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         let mut inner = self.inner.lock();
         if !beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE) {
             return Ok(None);
@@ -127,17 +125,18 @@ impl File {
         let pfn = match inner.pages.get(&index) {
             Some(&p) => p,
             None => {
-                let p = self.phys.alloc_zeroed(0).ok_or(Errno::NoMem)?;
-                let d = self.phys.desc(p);
+                let page = self.phys.alloc_zeroed(0).ok_or(Errno::NoMem)?;
+                let d = page.desc();
                 d.flags.store(PG_FILE, Ordering::Relaxed);
                 d.mapping.store(self.id, Ordering::Relaxed);
                 d.index.store(index, Ordering::Relaxed);
+                // The page cache keeps the allocation's reference.
+                let p = page.into_raw();
                 inner.pages.insert(index, p);
                 p
             }
         };
-        self.phys.get(pfn);
-        Ok(Some(pfn))
+        Ok(Some(self.phys.get(pfn)))
     }
 
     /// Reads from `offset` into `buf`, as Linux's `pread` on a tmpfs file:
@@ -193,16 +192,13 @@ impl File {
         while pos < end {
             let in_page = (pos % PAGE_SIZE) as usize;
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
-            let p = match self.grab_page(pos / PAGE_SIZE, true) {
+            let page = match self.grab_page(pos / PAGE_SIZE, true) {
                 Ok(p) => p.expect("allowed beyond the end"),
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
-            crate::access::copy_to_host(
-                &data[(pos - offset) as usize..][..n],
-                self.phys.frame_ptr(p).wrapping_add(in_page),
-            );
-            self.phys.put(p);
+            crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], page.ptr().wrapping_add(in_page));
+            drop(page);
             pos += n as u64;
             let mut inner = self.inner.lock();
             inner.size = inner.size.max(pos);
@@ -287,7 +283,8 @@ impl File {
             keys.into_iter().filter_map(|k| inner.pages.remove(&k)).collect()
         };
         for p in dropped {
-            self.phys.put(p);
+            // The page cache's reference, kept since `grab_page`.
+            drop(FrameRef::from_raw(&self.phys, p));
         }
     }
 
@@ -355,7 +352,7 @@ impl Drop for File {
         self.phys.vm_unacct_memory(*self.shmem_acct.get_mut());
         let inner = self.inner.get_mut();
         for (_, p) in std::mem::take(&mut inner.pages) {
-            self.phys.put(p);
+            drop(FrameRef::from_raw(&self.phys, p));
         }
     }
 }
@@ -578,20 +575,22 @@ mod tests {
     fn get_page_fills_holes_and_stops_at_eof() {
         let p = phys();
         let f = File::create(&p, "f", PS + 1).unwrap();
-        assert_eq!(f.find_get_page(1), None, "a hole is not cached");
-        let pfn = f.get_page(1).unwrap().unwrap();
+        assert!(f.find_get_page(1).is_none(), "a hole is not cached");
+        let page = f.get_page(1).unwrap().unwrap();
+        let pfn = page.pfn();
         assert!(f.is_cached(1));
         let d = p.desc(pfn);
         assert_eq!(d.flags.load(Ordering::Relaxed), PG_FILE);
         assert_eq!(d.mapping.load(Ordering::Relaxed), f.id());
         assert_eq!(d.index.load(Ordering::Relaxed), 1);
         assert_eq!(d.refcount.load(Ordering::Relaxed), 2, "the page cache's and the caller's");
-        assert_eq!(f.find_get_page(1), Some(pfn));
+        let again = f.find_get_page(1).unwrap();
+        assert_eq!(again.pfn(), pfn);
         assert_eq!(d.refcount.load(Ordering::Relaxed), 3);
-        p.put(pfn);
-        p.put(pfn);
-        assert_eq!(f.get_page(2), Ok(None), "past EOF: SIGBUS for a fault");
-        assert_eq!(f.get_page(u64::MAX), Ok(None));
+        drop((page, again));
+        assert_eq!(d.refcount.load(Ordering::Relaxed), 1);
+        assert!(matches!(f.get_page(2), Ok(None)), "past EOF: SIGBUS for a fault");
+        assert!(matches!(f.get_page(u64::MAX), Ok(None)));
         assert_eq!(f.cached_pages(), 1);
     }
 
@@ -601,10 +600,9 @@ mod tests {
         let f = File::create(&p, "f", 64 * PS).unwrap();
         // 15 usable frames: the 16th page cannot be allocated.
         for i in 0..15 {
-            let pfn = f.get_page(i).unwrap().unwrap();
-            p.put(pfn);
+            drop(f.get_page(i).unwrap().unwrap());
         }
-        assert_eq!(f.get_page(15), Err(Errno::NoMem));
+        assert_eq!(f.get_page(15).unwrap_err(), Errno::NoMem);
         assert_eq!(f.write_at(15 * PS, &[1]).unwrap_err(), Errno::NoMem);
         assert!(!f.is_cached(15));
         drop(f);

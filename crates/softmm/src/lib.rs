@@ -32,6 +32,8 @@ pub mod mm;
 pub mod pgtable;
 #[cfg(not(loom))]
 pub mod phys;
+#[cfg(not(loom))]
+mod rmap;
 pub mod sync;
 pub mod tlb;
 #[cfg(not(loom))]

@@ -46,10 +46,9 @@ fn host_mem_available() -> Option<u64> {
 /// The descriptor of one frame, Linux's `struct page`.
 #[derive(Default)]
 pub(crate) struct FrameDesc {
-    /// References: one per mapping PTE, one for the page cache, one per pin.
+    /// References: one per mapping PTE, one for the page cache, one per pin,
+    /// one per [`FrameRef`].
     pub(crate) refcount: AtomicU32,
-    /// Number of PTEs mapping the frame.
-    pub(crate) mapcount: AtomicU32,
     /// `pin_user_pages` pins; a pinned frame is never migrated or COW-shared.
     pub(crate) pincount: AtomicU32,
     /// `PG_*` bits.
@@ -287,10 +286,10 @@ impl PhysMem {
         &self.shards[slot % self.shards.len()]
     }
 
-    /// Allocates a frame, preferring `node`, with a reference count of one and
-    /// unspecified contents. `None` when every node is out of frames, frames
-    /// cached by other threads included.
-    pub(crate) fn alloc(&self, node: usize) -> Option<Pfn> {
+    /// Allocates a frame, preferring `node`, with unspecified contents: the
+    /// returned reference is its only one. `None` when every node is out of
+    /// frames, frames cached by other threads included.
+    pub(crate) fn alloc(&self, node: usize) -> Option<FrameRef<'_>> {
         let pfn = match self.alloc_cached(node) {
             Some(p) => p,
             None => {
@@ -304,9 +303,8 @@ impl PhysMem {
         let d = self.desc(pfn);
         d.flags.store(0, Ordering::Relaxed);
         d.mapping.store(0, Ordering::Relaxed);
-        d.mapcount.store(0, Ordering::Relaxed);
         d.refcount.store(1, Ordering::Release);
-        Some(pfn)
+        Some(FrameRef { phys: self, pfn })
     }
 
     /// A frame from this thread's cache or the node free lists, in the
@@ -361,37 +359,46 @@ impl PhysMem {
     }
 
     /// Allocates a zero-filled frame (see [`PhysMem::alloc`]).
-    pub(crate) fn alloc_zeroed(&self, node: usize) -> Option<Pfn> {
-        let pfn = self.alloc(node)?;
+    pub(crate) fn alloc_zeroed(&self, node: usize) -> Option<FrameRef<'_>> {
+        let frame = self.alloc(node)?;
         // SAFETY: the frame was just allocated: nothing else maps or references it.
-        unsafe { std::ptr::write_bytes(self.frame_ptr(pfn), 0, PAGE_SIZE as usize) };
-        Some(pfn)
+        unsafe { std::ptr::write_bytes(frame.ptr(), 0, PAGE_SIZE as usize) };
+        Some(frame)
     }
 
     /// Allocates a frame holding a copy of `src`.
-    pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<Pfn> {
-        let pfn = self.alloc(node)?;
-        copy_frame(self.frame_ptr(src), self.frame_ptr(pfn));
-        Some(pfn)
+    pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<FrameRef<'_>> {
+        let frame = self.alloc(node)?;
+        copy_frame(self.frame_ptr(src), frame.ptr());
+        Some(frame)
     }
 
-    /// Takes a reference on a frame that the caller already holds a reference
-    /// to (directly or through a locked PTE). The zero page is not counted.
+    /// A new reference on a frame that the caller already holds a reference
+    /// to (directly, through a locked PTE or through the page cache's lock).
     #[inline]
-    pub(crate) fn get(&self, pfn: Pfn) {
+    pub(crate) fn get(&self, pfn: Pfn) -> FrameRef<'_> {
         if pfn != self.zero_pfn {
             self.desc(pfn).refcount.fetch_add(1, Ordering::Relaxed);
         }
+        FrameRef { phys: self, pfn }
     }
 
-    /// Drops a reference; the last one frees the frame.
+    /// The shared zero page, whose references are not counted.
     #[inline]
-    pub(crate) fn put(&self, pfn: Pfn) {
+    pub(crate) fn zero_page(&self) -> FrameRef<'_> {
+        FrameRef { phys: self, pfn: self.zero_pfn }
+    }
+
+    /// Drops a reference; the last one frees the frame. Only [`FrameRef`]'s
+    /// drop calls it.
+    #[inline]
+    fn put(&self, pfn: Pfn) {
         if pfn == self.zero_pfn {
             return;
         }
         // Release pairs with the Acquire below so that every use of the frame
-        // through other references happens before it is reused.
+        // through other references happens before it is reused (the reasons
+        // of `Arc::drop`).
         let old = self.desc(pfn).refcount.fetch_sub(1, Ordering::Release);
         debug_assert!(old > 0, "frame {pfn} refcount underflow");
         if old == 1 {
@@ -463,6 +470,62 @@ impl Drop for PhysMem {
     }
 }
 
+/// One counted reference on a frame of a [`PhysMem`] (the zero page's is not
+/// counted). Dropping it puts the reference, so no path can forget to; a
+/// page-table entry or the page cache that keeps the reference takes it with
+/// [`FrameRef::into_raw`] and gives it back with [`FrameRef::from_raw`].
+#[must_use = "dropping a frame reference puts it"]
+pub(crate) struct FrameRef<'a> {
+    phys: &'a PhysMem,
+    pfn: Pfn,
+}
+
+impl<'a> FrameRef<'a> {
+    /// Takes back the reference that `pfn`'s holder (an entry, the page
+    /// cache) kept with [`FrameRef::into_raw`].
+    #[inline]
+    pub(crate) fn from_raw(phys: &'a PhysMem, pfn: Pfn) -> FrameRef<'a> {
+        FrameRef { phys, pfn }
+    }
+
+    /// Passes the reference on to a holder that stores only the number.
+    #[inline]
+    pub(crate) fn into_raw(self) -> Pfn {
+        std::mem::ManuallyDrop::new(self).pfn
+    }
+
+    /// The frame number.
+    #[inline]
+    pub(crate) fn pfn(&self) -> Pfn {
+        self.pfn
+    }
+
+    /// The frame's descriptor.
+    #[inline]
+    pub(crate) fn desc(&self) -> &'a FrameDesc {
+        self.phys.desc(self.pfn)
+    }
+
+    /// The host address of the frame's first byte.
+    #[inline]
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.phys.frame_ptr(self.pfn)
+    }
+}
+
+impl Drop for FrameRef<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.phys.put(self.pfn);
+    }
+}
+
+impl std::fmt::Debug for FrameRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FrameRef({})", self.pfn)
+    }
+}
+
 /// Copies one frame to another with word-sized relaxed atomic accesses, so a
 /// guest thread writing the source concurrently is a race of the guest
 /// program, not undefined behaviour of softmm.
@@ -491,9 +554,19 @@ mod tests {
         PhysMem::new(PhysConfig { bytes: frames * PAGE_SIZE, nodes: 1 }).unwrap()
     }
 
+    /// A frame's reference as a number, as a page-table entry holds it.
+    fn alloc_raw(phys: &PhysMem, node: usize) -> Option<Pfn> {
+        phys.alloc(node).map(FrameRef::into_raw)
+    }
+
+    /// Puts a reference held as a number.
+    fn put(phys: &PhysMem, pfn: Pfn) {
+        drop(FrameRef::from_raw(phys, pfn));
+    }
+
     /// Allocates from `node` until the arena runs out, in allocation order.
     fn alloc_all(phys: &PhysMem, node: usize) -> Vec<Pfn> {
-        std::iter::from_fn(|| phys.alloc(node)).collect()
+        std::iter::from_fn(|| alloc_raw(phys, node)).collect()
     }
 
     #[test]
@@ -584,7 +657,7 @@ mod tests {
         got.sort_unstable();
         assert_eq!(got, (1..16).collect::<Vec<_>>());
         for p in got {
-            phys.put(p);
+            put(&phys, p);
         }
         assert_eq!(phys.stats().frames_used, 0);
     }
@@ -594,16 +667,16 @@ mod tests {
         let phys = arena(8);
         let got = alloc_all(&phys, 0);
         assert_eq!(got.len(), 7);
-        assert_eq!(phys.alloc(0), None);
-        assert_eq!(phys.alloc_zeroed(0), None);
-        assert_eq!(phys.alloc_copy(got[0], 0), None);
+        assert_eq!(alloc_raw(&phys, 0), None);
+        assert!(phys.alloc_zeroed(0).is_none());
+        assert!(phys.alloc_copy(got[0], 0).is_none());
         assert_eq!(phys.stats().frames_used, 7, "failed allocations are not counted");
-        phys.put(got[3]);
+        put(&phys, got[3]);
         assert_eq!(phys.stats().frames_used, 6);
-        assert_eq!(phys.alloc(0), Some(got[3]), "the only free frame");
-        assert_eq!(phys.alloc(0), None);
+        assert_eq!(alloc_raw(&phys, 0), Some(got[3]), "the only free frame");
+        assert_eq!(alloc_raw(&phys, 0), None);
         for p in got {
-            phys.put(p);
+            put(&phys, p);
         }
         assert_eq!(phys.stats().frames_used, 0);
         assert_eq!(alloc_all(&phys, 0).len(), 7, "every frame is free again");
@@ -612,15 +685,15 @@ mod tests {
     #[test]
     fn get_and_put_count_references_and_the_last_put_frees() {
         let phys = arena(4);
-        let p = phys.alloc(0).unwrap();
-        phys.get(p);
-        phys.get(p);
+        let p = alloc_raw(&phys, 0).unwrap();
+        phys.get(p).into_raw();
+        phys.get(p).into_raw();
         assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 3);
-        phys.put(p);
-        phys.put(p);
+        put(&phys, p);
+        put(&phys, p);
         assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 1);
         assert_eq!(phys.stats().frames_used, 1, "still referenced");
-        phys.put(p);
+        put(&phys, p);
         assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 0);
         assert_eq!(phys.stats().frames_used, 0);
     }
@@ -629,10 +702,10 @@ mod tests {
     fn zero_page_is_not_reference_counted() {
         let phys = arena(4);
         let z = phys.zero_pfn();
-        phys.get(z);
-        phys.put(z);
+        phys.get(z).into_raw();
+        put(&phys, z);
         // A counted put would underflow (debug) or free the zero page.
-        phys.put(z);
+        put(&phys, z);
         assert_eq!(phys.desc(z).refcount.load(Ordering::Relaxed), 0);
         assert_eq!(phys.stats().frames_used, 0);
         let got = alloc_all(&phys, 0);
@@ -648,14 +721,12 @@ mod tests {
             let d = phys.desc(p);
             d.flags.store(PG_FILE | PG_DIRTY | PG_LAZYFREE, Ordering::Relaxed);
             d.mapping.store(77, Ordering::Relaxed);
-            d.mapcount.store(2, Ordering::Relaxed);
-            phys.put(p);
+            put(&phys, p);
         }
-        let p = phys.alloc(0).unwrap();
+        let p = alloc_raw(&phys, 0).unwrap();
         let d = phys.desc(p);
         assert_eq!(d.flags.load(Ordering::Relaxed), 0);
         assert_eq!(d.mapping.load(Ordering::Relaxed), 0);
-        assert_eq!(d.mapcount.load(Ordering::Relaxed), 0);
         assert_eq!(d.refcount.load(Ordering::Relaxed), 1);
     }
 
@@ -666,9 +737,9 @@ mod tests {
         for p in alloc_all(&phys, 0) {
             // SAFETY: the frame is allocated to this test and referenced by nothing else.
             unsafe { std::ptr::write_bytes(phys.frame_ptr(p), 0xa5, PAGE_SIZE as usize) };
-            phys.put(p);
+            put(&phys, p);
         }
-        let src = phys.alloc_zeroed(0).unwrap();
+        let src = phys.alloc_zeroed(0).unwrap().into_raw();
         let frame = |p: Pfn| {
             let mut buf = vec![0u8; PAGE_SIZE as usize];
             crate::access::copy_from_host(phys.frame_ptr(p), &mut buf);
@@ -677,7 +748,7 @@ mod tests {
         assert!(frame(src).iter().all(|&b| b == 0), "alloc_zeroed left old contents");
         let pattern: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
         crate::access::copy_to_host(&pattern, phys.frame_ptr(src));
-        let dst = phys.alloc_copy(src, 0).unwrap();
+        let dst = phys.alloc_copy(src, 0).unwrap().into_raw();
         assert_ne!(dst, src);
         assert_eq!(frame(dst), pattern);
         assert_eq!(phys.stats().frames_used, 2);
@@ -689,17 +760,17 @@ mod tests {
         let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
         assert_eq!(phys.nodes(), 2);
         assert_eq!((phys.node_of(0), phys.node_of(7), phys.node_of(8), phys.node_of(15)), (0, 0, 1, 1));
-        let on1: Vec<Pfn> = (0..8).map(|_| phys.alloc(1).unwrap()).collect();
+        let on1: Vec<Pfn> = (0..8).map(|_| alloc_raw(&phys, 1).unwrap()).collect();
         assert!(on1.iter().all(|&p| phys.node_of(p) == 1 && (8..16).contains(&p)), "{on1:?}");
         // Node 1 is empty: the allocation falls back to node 0 rather than failing.
-        let fallback = phys.alloc(1).unwrap();
+        let fallback = alloc_raw(&phys, 1).unwrap();
         assert_eq!(phys.node_of(fallback), 0);
-        let on0 = phys.alloc(0).unwrap();
+        let on0 = alloc_raw(&phys, 0).unwrap();
         assert_eq!(phys.node_of(on0), 0);
         assert_eq!(phys.stats().frames_used, 10);
         // The 5 frames left on node 0.
         assert_eq!(alloc_all(&phys, 0).len(), 5);
-        assert_eq!(phys.alloc(0), None);
+        assert_eq!(alloc_raw(&phys, 0), None);
     }
 
     #[test]
@@ -719,7 +790,7 @@ mod tests {
         let got = alloc_all(&phys, 0);
         assert_eq!(got.len(), 255);
         for &p in &got {
-            phys.put(p);
+            put(&phys, p);
         }
         assert_eq!(phys.stats().frames_used, 0);
         assert!(phys.shard().lock().frames.len() < 4 * CACHE_BATCH, "the thread cache never drained");
@@ -741,7 +812,7 @@ mod tests {
                 if SLOT.with(|s| *s) % freer.shards.len() == here {
                     return frames;
                 }
-                frames.into_iter().for_each(|p| freer.put(p));
+                frames.into_iter().for_each(|p| put(&freer, p));
                 Vec::new()
             })
             .join()
@@ -761,7 +832,7 @@ mod tests {
         std::thread::scope(|s| {
             for half in halves {
                 let phys = &phys;
-                s.spawn(move || half.into_iter().for_each(|p| phys.put(p)));
+                s.spawn(move || half.into_iter().for_each(|p| put(phys, p)));
             }
         });
         assert_eq!(phys.stats().frames_used, 0);

@@ -55,8 +55,6 @@ use flags::*;
 /// one may merge; it is assigned on the first anonymous fault.
 #[derive(Debug)]
 pub struct AnonVma {
-    /// Unique id.
-    pub id: u64,
     /// True for the anon_vma a child gets at fork (Linux's chained anon_vma).
     pub forked: bool,
 }
@@ -474,7 +472,7 @@ mod tests {
     fn slice_and_rebound_keep_the_backing_object() {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
-        let av = Arc::new(AnonVma { id: 9, forked: false });
+        let av = Arc::new(AnonVma { forked: false });
         let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()), false);
         assert_eq!(v.pages(), 16);
         assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
@@ -499,7 +497,7 @@ mod tests {
         let p = phys();
         let mut v = anon(&p, 0x1000, 0x2000);
         assert!(v.anon_vma.get().is_none());
-        let av = Arc::new(AnonVma { id: 1, forked: false });
+        let av = Arc::new(AnonVma { forked: false });
         v.set_anon(Some(av.clone()));
         assert!(Arc::ptr_eq(v.anon_vma.get().unwrap(), &av));
         v.set_anon(None);
@@ -521,9 +519,9 @@ mod tests {
 
     #[test]
     fn anon_compatible_follows_is_mergeable_anon_vma() {
-        let a = Arc::new(AnonVma { id: 1, forked: false });
-        let b = Arc::new(AnonVma { id: 1, forked: false });
-        let f = Arc::new(AnonVma { id: 2, forked: true });
+        let a = Arc::new(AnonVma { forked: false });
+        let b = Arc::new(AnonVma { forked: false });
+        let f = Arc::new(AnonVma { forked: true });
         assert!(anon_compatible(None, None));
         assert!(anon_compatible(Some(&a), None));
         assert!(anon_compatible(None, Some(&a)));
@@ -567,8 +565,8 @@ mod tests {
         assert!(!v.can_merge_after(RW | VM_SHARED, Some(other.id()), None, 2));
         assert!(!v.can_merge_after(RW | VM_SHARED, None, None, 2), "file next to anonymous memory");
 
-        let own = Arc::new(AnonVma { id: 3, forked: false });
-        let forked = Arc::new(AnonVma { id: 4, forked: true });
+        let own = Arc::new(AnonVma { forked: false });
+        let forked = Arc::new(AnonVma { forked: true });
         let with_anon = Vma::new(&p, 0x10000, 0x12000, RW, 0, None, Some(own.clone()), false);
         assert!(with_anon.can_merge_after(RW, None, None, 2), "a faulted VMA absorbs an unfaulted one");
         assert!(with_anon.can_merge_after(RW, None, Some(&own), 2));

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use crate::error::{Fault, SegvCode};
 use crate::file::File;
 use crate::mm::AddressSpace;
-use crate::pgtable::{self, mk_pte, pte_pfn, PageTable, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
-use crate::phys::{Pfn, PG_ANON, PG_DIRTY, PG_FILE};
-use crate::sync::AtomicU64;
+use crate::pgtable::{Leaf, Pte, PteKind, PMD_SIZE};
+use crate::phys::{FrameRef, PG_ANON, PG_DIRTY, PG_FILE};
+use crate::rmap;
 use crate::vma::flags::*;
 use crate::vma::{AnonVma, Vma};
 use crate::PAGE_SIZE;
@@ -79,32 +79,24 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
     }
     let va = addr & !(PAGE_SIZE - 1);
     let guard = crossbeam_epoch::pin();
-    let table = if ctx.may_alloc_tables {
-        ctx.mm.pgtables.leaf_alloc(va, &ctx.mm.phys, &guard)
+    let leaf = if ctx.may_alloc_tables {
+        ctx.mm.pgtables.leaf_alloc(va, &guard)
     } else {
-        match ctx.mm.pgtables.leaf(va, &guard) {
-            Some(t) => t,
-            None => return Err(FaultError::Abort(Abort::NoPageTable)),
-        }
+        ctx.mm.pgtables.leaf(va, &guard).ok_or(FaultError::Abort(Abort::NoPageTable))?
     };
-    let entry = table.entry(pgtable::index(va, 0));
     loop {
-        let pte = entry.load(Ordering::Acquire);
-        let done = if pte & PTE_PRESENT == 0 {
-            if pgtable::pte_is_guard(pte) {
-                // Linux's VM_FAULT_SIGSEGV from a guard marker: SEGV_MAPERR.
-                return Err(Fault::Segv { addr, code: SegvCode::MapErr }.into());
-            } else if pte & PTE_PROTNONE != 0 {
-                restore_protnone(ctx, table, entry, pte)?
-            } else if vma.file.is_some() {
-                do_file_fault(ctx, va, table, entry, write)?
-            } else {
-                do_anonymous_page(ctx, va, table, entry, write)?
-            }
-        } else if write && pte & PTE_WRITE == 0 {
-            do_wp_page(ctx, va, table, entry, pte)?
-        } else {
-            true
+        let pte = leaf.load(va);
+        let done = match pte.kind() {
+            // Linux's VM_FAULT_SIGSEGV from a guard marker: SEGV_MAPERR.
+            PteKind::Guard => return Err(Fault::Segv { addr, code: SegvCode::MapErr }.into()),
+            PteKind::ProtNone(_) => restore_protnone(ctx, leaf, va, pte)?,
+            PteKind::None if vma.file.is_some() => do_file_fault(ctx, va, leaf, write)?,
+            PteKind::None => do_anonymous_page(ctx, va, leaf, write)?,
+            PteKind::Page(_) if write && !pte.has(Pte::WRITE) => do_wp_page(ctx, va, leaf, pte)?,
+            PteKind::Page(_) => true,
+            // No migration entries are made yet; the migration issue adds
+            // the wait for the new page here.
+            PteKind::Migration(_) => ctx.unsupported()?,
         };
         if done {
             return Ok(());
@@ -121,9 +113,10 @@ pub(crate) fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> 
     if !ctx.may_sleep {
         return ctx.unsupported();
     }
-    let anon = ctx.vma.anon_vma.get_or_init(|| {
-        find_mergeable_anon_vma(ctx).unwrap_or_else(|| Arc::new(AnonVma { id: ctx.mm.phys.next_id(), forked: false }))
-    });
+    let anon = ctx
+        .vma
+        .anon_vma
+        .get_or_init(|| find_mergeable_anon_vma(ctx).unwrap_or_else(|| Arc::new(AnonVma { forked: false })));
     Ok(anon.clone())
 }
 
@@ -146,57 +139,49 @@ fn oom(va: u64) -> FaultError {
 }
 
 /// A `PROT_NONE` entry in a VMA that is accessible again.
-fn restore_protnone(ctx: &FaultCtx<'_>, table: &PageTable, entry: &AtomicU64, pte: u64) -> FaultResult<bool> {
-    let _ptl = table.lock();
+fn restore_protnone(ctx: &FaultCtx<'_>, leaf: Leaf<'_>, va: u64, pte: Pte) -> FaultResult<bool> {
+    let mut ptl = leaf.lock();
     ctx.validate()?;
-    if entry.load(Ordering::Relaxed) == pte {
-        let mut new = (pte & !PTE_PROTNONE) | PTE_PRESENT;
+    if ptl.get(va) == pte {
+        let mut new = pte.unprotnone();
         if ctx.vma.flags & VM_WRITE == 0 {
-            new &= !PTE_WRITE;
+            new = new.clear(Pte::WRITE);
         }
-        entry.store(new, Ordering::Release);
+        ptl.set(va, new);
     }
     Ok(false)
 }
 
-/// Installs `pfn` (whose reference the caller passes on) into an empty entry.
-/// `Ok(false)` if the entry is no longer empty (the reference is dropped).
-fn install(ctx: &FaultCtx<'_>, table: &PageTable, entry: &AtomicU64, pfn: Pfn, flags: u64) -> FaultResult<bool> {
-    let ptl = table.lock();
-    let outcome = ctx.validate().map(|()| entry.load(Ordering::Relaxed) == 0);
-    if outcome != Ok(true) {
-        drop(ptl);
-        ctx.mm.phys.put(pfn);
-        return outcome;
+/// Installs `frame` into the empty entry of `va`: the entry takes over the
+/// reference. `Ok(false)` if the entry is no longer empty (the reference is
+/// dropped).
+fn install(ctx: &FaultCtx<'_>, leaf: Leaf<'_>, va: u64, frame: FrameRef<'_>, flags: u64) -> FaultResult<bool> {
+    let mut ptl = leaf.lock();
+    ctx.validate()?;
+    if !ptl.get(va).is_none() {
+        return Ok(false);
     }
-    ctx.mm.map_frame(pfn);
-    entry.store(mk_pte(pfn, flags | PTE_PRESENT | PTE_ACCESSED), Ordering::Release);
+    rmap::map_page(&mut ptl, va, frame, flags | Pte::ACCESSED);
     Ok(true)
 }
 
-fn new_anon_frame(ctx: &FaultCtx<'_>, pfn: Pfn, va: u64) {
-    let d = ctx.mm.phys.desc(pfn);
+fn new_anon_frame(ctx: &FaultCtx<'_>, frame: &FrameRef<'_>, va: u64) {
+    let d = frame.desc();
     d.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
     d.index.store(ctx.vma.pgoff_at(va), Ordering::Relaxed);
 }
 
-fn do_anonymous_page(
-    ctx: &FaultCtx<'_>,
-    va: u64,
-    table: &PageTable,
-    entry: &AtomicU64,
-    write: bool,
-) -> FaultResult<bool> {
+fn do_anonymous_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> FaultResult<bool> {
     if !write {
-        return install(ctx, table, entry, ctx.mm.phys.zero_pfn(), 0);
+        return install(ctx, leaf, va, ctx.mm.phys.zero_page(), 0);
     }
     anon_vma_prepare(ctx)?;
-    let pfn = ctx.mm.phys.alloc_zeroed(0).ok_or_else(|| oom(va))?;
-    new_anon_frame(ctx, pfn, va);
-    install(ctx, table, entry, pfn, PTE_WRITE | PTE_DIRTY)
+    let frame = ctx.mm.phys.alloc_zeroed(0).ok_or_else(|| oom(va))?;
+    new_anon_frame(ctx, &frame, va);
+    install(ctx, leaf, va, frame, Pte::WRITE | Pte::DIRTY)
 }
 
-fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU64, write: bool) -> FaultResult<bool> {
+fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> FaultResult<bool> {
     let vma = ctx.vma;
     let file = vma.file.as_ref().expect("file VMA");
     let index = vma.pgoff_at(va);
@@ -220,68 +205,62 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU
     };
     if write && !shared {
         // Private write: the mapping gets its own copy (COW from the file).
-        let copy = ctx.mm.phys.alloc_copy(page, 0);
-        ctx.mm.phys.put(page);
-        let copy = copy.ok_or_else(|| oom(va))?;
-        new_anon_frame(ctx, copy, va);
-        return install(ctx, table, entry, copy, PTE_WRITE | PTE_DIRTY);
+        let copy = ctx.mm.phys.alloc_copy(page.pfn(), 0).ok_or_else(|| oom(va))?;
+        drop(page);
+        new_anon_frame(ctx, &copy, va);
+        return install(ctx, leaf, va, copy, Pte::WRITE | Pte::DIRTY);
     }
-    shared_write(1); // the page's mapcount
     let flags = if write {
-        ctx.mm.phys.desc(page).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
-        PTE_WRITE | PTE_DIRTY
+        page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+        Pte::WRITE | Pte::DIRTY
     } else {
         0
     };
-    if !install(ctx, table, entry, page, flags)? {
+    if !install(ctx, leaf, va, page, flags)? {
         return Ok(false);
     }
     if !write {
-        fault_around(ctx, va, table, file);
+        fault_around(ctx, va, leaf, file);
     }
     Ok(true)
 }
 
 /// Maps the cached pages around a file read fault, read-only, in one go
 /// (Linux's `filemap_map_pages` over `fault_around_bytes`).
-fn fault_around(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, file: &File) {
+fn fault_around(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, file: &File) {
     let (mm, vma) = (ctx.mm, ctx.vma);
     let window = mm.config.fault_around_pages * PAGE_SIZE;
     if window <= PAGE_SIZE {
         return;
     }
-    let table_start = va & !(pgtable::PMD_SIZE - 1);
+    let table_start = va & !(PMD_SIZE - 1);
     let start = (va & !(window - 1)).max(vma.start).max(table_start);
-    let end = ((va & !(window - 1)) + window).min(vma.end).min(table_start + pgtable::PMD_SIZE);
-    let _ptl = table.lock();
+    let end = ((va & !(window - 1)) + window).min(vma.end).min(table_start + PMD_SIZE);
+    let mut ptl = leaf.with_range(start, end).lock();
     if ctx.validate().is_err() {
         return;
     }
-    let mut a = start;
-    while a < end {
-        let e = table.entry(pgtable::index(a, 0));
-        if a != va && e.load(Ordering::Relaxed) == 0 {
-            if let Some(p) = file.find_get_page(vma.pgoff_at(a)) {
-                mm.map_frame(p);
-                e.store(mk_pte(p, PTE_PRESENT), Ordering::Release);
-            }
+    ptl.update(|a, pte| {
+        if a == va || !pte.is_none() {
+            return None;
         }
-        a += PAGE_SIZE;
-    }
+        file.find_get_page(vma.pgoff_at(a)).map(|page| rmap::mapped(page, 0))
+    });
 }
 
 /// A write to a present, write-protected page: make it writable in place when
 /// the page is shared-mapped or exclusively ours, else copy it (COW).
-fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU64, pte: u64) -> FaultResult<bool> {
+fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultResult<bool> {
     let (mm, vma) = (ctx.mm, ctx.vma);
-    let pfn = pte_pfn(pte);
     let phys = &mm.phys;
+    let pfn = pte.pfn();
+    let writable = pte.set(Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
     if vma.flags & VM_SHARED != 0 {
-        let _ptl = table.lock();
+        let mut ptl = leaf.lock();
         ctx.validate()?;
-        if entry.load(Ordering::Relaxed) == pte {
+        if ptl.get(va) == pte {
             phys.desc(pfn).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
-            entry.store(pte | PTE_WRITE | PTE_DIRTY | PTE_ACCESSED, Ordering::Release);
+            ptl.set(va, writable);
         }
         return Ok(false);
     }
@@ -289,15 +268,13 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU64,
         let d = phys.desc(pfn);
         let flags = d.flags.load(Ordering::Relaxed);
         if flags & PG_ANON != 0 && flags & PG_FILE == 0 {
-            let _ptl = table.lock();
+            let mut ptl = leaf.lock();
             ctx.validate()?;
             // Under the PTE lock no new mapping of this frame can appear
             // (fork copies entries under this lock), so refcount 1 means ours.
-            if entry.load(Ordering::Relaxed) == pte
-                && d.refcount.load(Ordering::Acquire) == 1
-                && d.pincount.load(Ordering::Relaxed) == 0
+            if ptl.get(va) == pte && d.refcount.load(Ordering::Acquire) == 1 && d.pincount.load(Ordering::Relaxed) == 0
             {
-                entry.store(pte | PTE_WRITE | PTE_DIRTY | PTE_ACCESSED, Ordering::Release);
+                ptl.set(va, writable);
                 return Ok(true);
             }
         }
@@ -305,25 +282,19 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, table: &PageTable, entry: &AtomicU64,
     anon_vma_prepare(ctx)?;
     let new = if pfn == phys.zero_pfn() { phys.alloc_zeroed(0) } else { phys.alloc_copy(pfn, 0) };
     let new = new.ok_or_else(|| oom(va))?;
-    new_anon_frame(ctx, new, va);
-    let ptl = table.lock();
-    let valid = ctx.validate();
-    if valid.is_err() || entry.load(Ordering::Relaxed) != pte {
-        drop(ptl);
-        phys.put(new);
-        return valid.map(|()| false);
+    new_anon_frame(ctx, &new, va);
+    let mut ptl = leaf.lock();
+    ctx.validate()?;
+    if ptl.get(va) != pte {
+        return Ok(false);
     }
     // Other CPUs may cache the read-only translation of the old frame: clear,
     // flush, then install, so no CPU reads the old copy after a write to the new.
-    entry.store(0, Ordering::Release);
+    let (_, old) = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
     shared_write(1); // the shootdown generation
     mm.flush_tlb();
-    mm.map_frame(new);
-    entry.store(mk_pte(new, PTE_PRESENT | PTE_WRITE | PTE_DIRTY | PTE_ACCESSED), Ordering::Release);
+    rmap::map_page(&mut ptl, va, new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
     drop(ptl);
-    if pfn != phys.zero_pfn() {
-        phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
-        phys.put(pfn);
-    }
+    drop(old);
     Ok(true)
 }

@@ -4,11 +4,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::pgtable::{self, mk_pte, pte_pfn, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
+use crate::pgtable::Pte;
 use crate::phys::{PG_ANON, PG_DIRTY};
+use crate::rmap;
 use crate::vma::flags::*;
 use crate::vma::{AnonVma, Vma};
-use crate::{Errno, PAGE_SIZE};
+use crate::Errno;
 
 use super::{AddressSpace, MmState, MmuGather};
 
@@ -59,7 +60,7 @@ impl AddressSpace {
             }
             let wipe = v.flags & VM_WIPEONFORK != 0;
             let anon = match v.anon_vma.get() {
-                Some(_) if !wipe => Some(Arc::new(AnonVma { id: self.phys.next_id(), forked: true })),
+                Some(_) if !wipe => Some(Arc::new(AnonVma { forked: true })),
                 _ => None,
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
@@ -78,57 +79,57 @@ impl AddressSpace {
         Ok(())
     }
 
-    /// Copies the entries of `vma` from `parent` into `self` (the child).
+    /// Copies the entries of `vma` from `parent` into `self` (the child),
+    /// Linux's `copy_page_range`: private pages become read-only in both
+    /// (COW), pinned private pages are copied at once, guard markers are
+    /// copied as they are.
     fn copy_page_range(&self, parent: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
         let guard = crossbeam_epoch::pin();
         let phys = &self.phys;
         let private = vma.flags & VM_MAYSHARE == 0;
         let mut err = Ok(());
-        parent.pgtables.for_each_leaf(vma.start, vma.end, &guard, |va, t| {
-            if err.is_err() {
-                return;
-            }
-            let stop = vma.end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let ct = self.pgtables.leaf_alloc(va, phys, &guard);
-            let _ptl = t.lock();
-            let _cptl = ct.lock();
-            let mut a = va;
-            while a < stop {
-                let e = t.entry(pgtable::index(a, 0));
-                let pte = e.load(Ordering::Relaxed);
-                if pgtable::pte_has_frame(pte) {
-                    let pfn = pte_pfn(pte);
-                    let d = phys.desc(pfn);
-                    let mut cpte = pte;
-                    if private && pfn != phys.zero_pfn() && d.pincount.load(Ordering::Relaxed) > 0 {
-                        // A pinned page must stay the parent's: the child gets a copy.
-                        let Some(copy) = phys.alloc_copy(pfn, 0) else {
-                            err = Err(Errno::NoMem);
-                            return;
-                        };
-                        let cd = phys.desc(copy);
-                        cd.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
-                        cd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
-                        cd.mapcount.store(1, Ordering::Relaxed);
-                        cpte = mk_pte(copy, pte & !pgtable::PTE_PFN_MASK & !pgtable::PTE_USER);
-                    } else {
-                        phys.get(pfn);
-                        self.map_frame(pfn);
-                        if private && pte & PTE_WRITE != 0 {
-                            e.store(pte & !PTE_WRITE, Ordering::Release);
-                            tlb.need_flush = true;
-                            cpte &= !PTE_WRITE;
-                        }
-                    }
-                    debug_assert!(cpte & (PTE_PRESENT | PTE_PROTNONE) != 0);
-                    ct.entry(pgtable::index(a, 0)).store(cpte, Ordering::Release);
-                } else if pgtable::pte_is_guard(pte) {
-                    // copy_nonpresent_pte: guard markers go to the child.
-                    ct.entry(pgtable::index(a, 0)).store(pte, Ordering::Release);
+        for src in parent.pgtables.leaves(vma.start, vma.end, &guard) {
+            // The parent's lock first, as everywhere (the child is not
+            // reachable by anyone else yet, so its lock is never contended).
+            let mut sptl = src.lock();
+            let mut dst = self.pgtables.leaf_alloc(src.start(), &guard).with_range(src.start(), src.end()).lock();
+            sptl.update(|va, pte| {
+                if err.is_err() {
+                    return None;
                 }
-                a += PAGE_SIZE;
-            }
-        });
-        err
+                if pte.is_guard() {
+                    // copy_nonpresent_pte: guard markers go to the child.
+                    dst.set(va, pte);
+                    return None;
+                }
+                if !pte.has_frame() {
+                    return None;
+                }
+                let d = phys.desc(pte.pfn());
+                if private && pte.pfn() != phys.zero_pfn() && d.pincount.load(Ordering::Relaxed) > 0 {
+                    // A pinned page must stay the parent's: the child gets a copy.
+                    let Some(copy) = phys.alloc_copy(pte.pfn(), 0) else {
+                        err = Err(Errno::NoMem);
+                        return None;
+                    };
+                    let cd = copy.desc();
+                    cd.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
+                    cd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
+                    let cpte = pte.with_pfn(copy.pfn());
+                    rmap::map_pte(&mut dst, va, copy, cpte);
+                    return None;
+                }
+                let frame = rmap::dup_page(phys, pte);
+                if private && pte.has(Pte::WRITE) {
+                    tlb.need_flush = true;
+                    rmap::map_pte(&mut dst, va, frame, pte.clear(Pte::WRITE));
+                    return Some(pte.clear(Pte::WRITE));
+                }
+                rmap::map_pte(&mut dst, va, frame, pte);
+                None
+            });
+            err?;
+        }
+        Ok(())
     }
 }

@@ -2,7 +2,7 @@
 //! until the TLB shootdown says no CPU can reach it any more.
 
 use crate::pgtable::DetachedTable;
-use crate::phys::Pfn;
+use crate::phys::{FrameRef, Pfn};
 
 use super::AddressSpace;
 
@@ -12,7 +12,8 @@ use super::AddressSpace;
 #[must_use = "call finish() to flush the TLB and free what was unmapped"]
 #[derive(Default)]
 pub(crate) struct MmuGather {
-    pub(crate) frames: Vec<Pfn>,
+    /// Frame references taken out of entries, owned by the gather.
+    frames: Vec<Pfn>,
     pub(crate) tables: Vec<DetachedTable>,
     /// A translation was removed or narrowed: a shootdown is needed even if
     /// nothing is freed (e.g. mprotect to read-only).
@@ -20,6 +21,13 @@ pub(crate) struct MmuGather {
 }
 
 impl MmuGather {
+    /// Takes over the reference an entry held on `frame`, to be put after
+    /// the flush.
+    #[inline]
+    pub(crate) fn add_frame(&mut self, frame: FrameRef<'_>) {
+        self.frames.push(frame.into_raw());
+    }
+
     /// Flushes `mm`'s TLBs if anything changed, then drops the frame
     /// references and schedules the tables for freeing after a grace period.
     pub(crate) fn finish(self, mm: &AddressSpace) {
@@ -27,7 +35,8 @@ impl MmuGather {
             mm.flush_tlb();
         }
         for pfn in self.frames {
-            mm.phys.put(pfn);
+            // The reference `add_frame` took over; no CPU reaches the frame now.
+            drop(FrameRef::from_raw(&mm.phys, pfn));
         }
         if !self.tables.is_empty() {
             let guard = crossbeam_epoch::pin();

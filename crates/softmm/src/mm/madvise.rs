@@ -3,7 +3,7 @@
 use crate::error::{Errno, Result};
 use crate::fault::handler::{self, Check, FaultCtx};
 use crate::fault::Access;
-use crate::pgtable::{self, PTE_DIRTY, PTE_GUARD, PTE_PRESENT};
+use crate::pgtable::{Pte, PMD_SIZE};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
 use crate::vma::flags::*;
@@ -84,7 +84,7 @@ impl AddressSpace {
     /// `MERGEABLE`, `UNMERGEABLE` (the `VM_MERGEABLE` flag, as KSM's
     /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux's
     /// outcome, see [`Self::madvise_collapse`]), `GUARD_INSTALL`,
-    /// `GUARD_REMOVE` (guard markers, see [`crate::pgtable::PTE_GUARD`]).
+    /// `GUARD_REMOVE` (guard markers, see [`crate::pgtable::PteKind::Guard`]).
     /// `EINVAL` for other advice, an unaligned address, a wrapping range or
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).
@@ -250,25 +250,20 @@ impl AddressSpace {
     /// refill) and mark them; pages shared with another mapping are left alone,
     /// as Linux does.
     fn madvise_free(&self, start: u64, end: u64, tlb: &mut MmuGather) {
-        let guard = crossbeam_epoch::pin();
         let phys = &self.phys;
-        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
-            let pte = e.load(Ordering::Relaxed);
-            if pte & PTE_PRESENT == 0 {
-                return;
+        self.pgtables.update_range(start, end, |_, pte| {
+            if !pte.is_present() || pte.pfn() == phys.zero_pfn() {
+                return None; // Nothing to free: the zero page stays mapped.
             }
-            let pfn = pgtable::pte_pfn(pte);
-            if pfn == phys.zero_pfn() {
-                return; // Nothing to free: the zero page stays mapped.
-            }
-            let d = phys.desc(pfn);
+            let d = phys.desc(pte.pfn());
             let exclusive = d.refcount.load(Ordering::Relaxed) == 1 && d.flags.load(Ordering::Relaxed) & PG_ANON != 0;
-            if exclusive {
-                d.flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
-                d.flags.fetch_or(PG_LAZYFREE, Ordering::Relaxed);
-                e.store(pte & !(PTE_DIRTY | pgtable::PTE_WRITE), Ordering::Release);
-                tlb.need_flush = true;
+            if !exclusive {
+                return None;
             }
+            d.flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+            d.flags.fetch_or(PG_LAZYFREE, Ordering::Relaxed);
+            tlb.need_flush = true;
+            Some(pte.clear(Pte::DIRTY | Pte::WRITE))
         });
     }
 
@@ -336,23 +331,11 @@ impl AddressSpace {
     fn set_guard_markers(&self, start: u64, end: u64) -> bool {
         let guard = crossbeam_epoch::pin();
         let mut all = true;
-        let mut a = start;
-        while a < end {
-            let t = self.pgtables.leaf_alloc(a, &self.phys, &guard);
-            let stop = end.min((a & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let _ptl = t.lock();
-            while a < stop {
-                let e = t.entry(pgtable::index(a, 0));
-                let pte = e.load(Ordering::Relaxed);
-                if pte == 0 {
-                    // Release: a lock-free walker that sees the marker sees
-                    // it whole (it is one word; nothing else to publish).
-                    e.store(PTE_GUARD, Ordering::Release);
-                } else if !pgtable::pte_is_guard(pte) {
-                    all = false;
-                }
-                a += PAGE_SIZE;
-            }
+        for leaf in self.pgtables.leaves_alloc(start, end, &guard) {
+            leaf.lock().update(|_, pte| {
+                all &= pte.is_none() || pte.is_guard();
+                pte.is_none().then_some(Pte::GUARD_MARKER)
+            });
         }
         all
     }
@@ -373,12 +356,7 @@ impl AddressSpace {
     /// in page tables that a neighbouring VMA keeps). Markers never
     /// translate, so no TLB flush is needed.
     pub(crate) fn clear_guard_markers(&self, start: u64, end: u64) {
-        let guard = crossbeam_epoch::pin();
-        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
-            if pgtable::pte_is_guard(e.load(Ordering::Relaxed)) {
-                e.store(0, Ordering::Release);
-            }
-        });
+        self.pgtables.update_range(start, end, |_, pte| pte.is_guard().then_some(Pte::NONE));
     }
 
     /// `MADV_COLLAPSE` on one VMA part, with the outcome Linux 6.18 gives for
@@ -396,7 +374,7 @@ impl AddressSpace {
     /// host's huge page shows to mincore, `Rss` and the program; `ENOMEM` if
     /// frames run out part way.
     fn madvise_collapse(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
-        let pmd = pgtable::PMD_SIZE;
+        let pmd = PMD_SIZE;
         let eligible = vma.file.is_none()
             && vma.flags & (VM_NOHUGEPAGE | VM_SPECIAL | VM_SHARED | VM_MAYSHARE) == 0
             && vma.end.checked_sub(pmd).is_some_and(|last| last & !(pmd - 1) >= vma.start);
@@ -428,14 +406,13 @@ impl AddressSpace {
     /// guard marker (a missing page table holds neither).
     fn block_collapsible(&self, block: u64) -> bool {
         let guard = crossbeam_epoch::pin();
-        let Some(t) = self.pgtables.leaf(block, &guard) else { return false };
+        let Some(leaf) = self.pgtables.leaf(block, &guard) else { return false };
         let mut page = false;
-        for i in 0..pgtable::PTRS_PER_TABLE {
-            let pte = t.entry(i).load(Ordering::Acquire);
-            if pgtable::pte_is_guard(pte) {
+        for (_, pte) in leaf.with_range(block, block + PMD_SIZE).iter() {
+            if pte.is_guard() {
                 return false;
             }
-            page |= pte & PTE_PRESENT != 0 && pgtable::pte_pfn(pte) != self.phys.zero_pfn();
+            page |= pte.is_present() && pte.pfn() != self.phys.zero_pfn();
         }
         page
     }

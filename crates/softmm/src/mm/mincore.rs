@@ -53,8 +53,8 @@ impl AddressSpace {
         let fits = vec.len().min(n as usize);
         for (i, byte) in vec[..fits].iter_mut().enumerate() {
             let a = addr + i as u64 * PAGE_SIZE;
-            let resident = crate::pgtable::pte_has_frame(self.pte_at(a))
-                || vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a)));
+            let resident =
+                self.pte_at(a).has_frame() || vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a)));
             *byte = resident as u8;
         }
         if fits < n as usize {

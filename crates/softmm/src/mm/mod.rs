@@ -37,8 +37,9 @@ pub use maps::MapEntry;
 
 use crate::fault::FaultPolicy;
 use crate::file::File;
-use crate::pgtable::{self, PageTables, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
-use crate::phys::{Pfn, PhysMem};
+use crate::pgtable::{Leaf, PageTables, Pte};
+use crate::phys::PhysMem;
+use crate::rmap;
 use crate::sync::SeqCount;
 use crate::tlb::{TlbDomain, TlbStats};
 use crate::vma::{Vma, VmaTree};
@@ -347,76 +348,55 @@ impl AddressSpace {
     /// Present pages in `[start, end)` (smaps `Rss` in pages).
     pub(crate) fn resident_pages(&self, start: u64, end: u64) -> u64 {
         let guard = crossbeam_epoch::pin();
-        let mut n = 0;
-        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
-            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
-            let mut a = va;
-            while a < stop {
-                if pgtable::pte_has_frame(t.entry(pgtable::index(a, 0)).load(Ordering::Relaxed)) {
-                    n += 1;
-                }
-                a += PAGE_SIZE;
-            }
-        });
-        n
+        let pages = |leaf: Leaf<'_>| {
+            leaf.iter().filter(|(_, pte)| pte.has_frame()).count() as u64 * (leaf.entry_size() / PAGE_SIZE)
+        };
+        self.pgtables.leaves(start, end, &guard).map(pages).sum()
     }
 
-    /// The PTE value at `va` (0 if none), read without locks.
-    pub(crate) fn pte_at(&self, va: u64) -> u64 {
+    /// The entry mapping `va` (none if no table), read without locks.
+    pub(crate) fn pte_at(&self, va: u64) -> Pte {
         let guard = crossbeam_epoch::pin();
-        self.pgtables.leaf(va, &guard).map_or(0, |t| t.entry(pgtable::index(va, 0)).load(Ordering::Acquire))
+        self.pgtables.leaf(va, &guard).map_or(Pte::NONE, |leaf| leaf.load(va))
     }
 
-    /// Clears every leaf entry holding a frame in `[start, end)` for which
+    /// Clears every entry holding a frame in `[start, end)` for which
     /// `filter(pte)` holds, gathering the frames; Linux's `zap_page_range`.
-    pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(u64) -> bool) {
+    pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(Pte) -> bool) {
         let guard = crossbeam_epoch::pin();
-        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
-            let pte = e.load(Ordering::Relaxed);
-            if pgtable::pte_has_frame(pte) && filter(pte) {
-                e.store(0, Ordering::Release);
-                let pfn = pgtable::pte_pfn(pte);
-                if pfn != self.phys.zero_pfn() {
-                    self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
-                    tlb.frames.push(pfn);
-                } else {
-                    tlb.need_flush = true;
+        for leaf in self.pgtables.leaves(start, end, &guard) {
+            leaf.lock().update(|_, pte| {
+                if !pte.has_frame() || !filter(pte) {
+                    return None;
                 }
-            }
-        });
+                tlb.add_frame(rmap::unmapped(&self.phys, pte));
+                Some(Pte::NONE)
+            });
+        }
     }
 
-    /// Applies the protection of `flags` (`VM_*`) to the present entries of
-    /// `[start, end)`: `PROT_NONE` hides them, read-only drops write access.
-    /// Write access is never added here; a write fault grants it (and breaks
-    /// COW where needed).
+    /// Applies the protection of `flags` (`VM_*`) to the entries of
+    /// `[start, end)` that hold a frame: `PROT_NONE` hides them, read-only
+    /// drops write access. Write access is never added here; a write fault
+    /// grants it (and breaks COW where needed).
     pub(crate) fn change_protection(&self, start: u64, end: u64, flags: u64, tlb: &mut MmuGather) {
-        use crate::vma::flags::VM_ACCESS_FLAGS;
-        let guard = crossbeam_epoch::pin();
+        use crate::vma::flags::{VM_ACCESS_FLAGS, VM_WRITE};
         let accessible = flags & VM_ACCESS_FLAGS != 0;
-        let writable = flags & crate::vma::flags::VM_WRITE != 0;
-        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
-            let pte = e.load(Ordering::Relaxed);
-            if !pgtable::pte_has_frame(pte) {
-                return;
+        let writable = flags & VM_WRITE != 0;
+        self.pgtables.update_range(start, end, |_, pte| {
+            if !pte.has_frame() {
+                return None;
             }
-            let mut new = pte;
-            if !accessible {
-                new = (new & !(PTE_PRESENT | PTE_WRITE)) | PTE_PROTNONE;
-            } else {
-                new = (new & !PTE_PROTNONE) | PTE_PRESENT;
-                if !writable {
-                    new &= !PTE_WRITE;
-                }
+            let new = match (accessible, writable) {
+                (false, _) => pte.protnone(),
+                (true, true) => pte.unprotnone(),
+                (true, false) => pte.unprotnone().clear(Pte::WRITE),
+            };
+            // Narrowing (losing present or write) needs a shootdown.
+            if (pte.is_present() && !new.is_present()) || (pte.has(Pte::WRITE) && !new.has(Pte::WRITE)) {
+                tlb.need_flush = true;
             }
-            if new != pte {
-                // Narrowing (losing present or write) needs a shootdown.
-                if (pte & PTE_PRESENT != 0 && new & PTE_PRESENT == 0) || (pte & PTE_WRITE != 0 && new & PTE_WRITE == 0)
-                {
-                    tlb.need_flush = true;
-                }
-                e.store(new, Ordering::Release);
-            }
+            (new != pte).then_some(new)
         });
     }
 
@@ -424,26 +404,26 @@ impl AddressSpace {
     /// The destination must have no entries. Old translations need a flush.
     pub(crate) fn move_ptes(&self, old: u64, new: u64, len: u64, tlb: &mut MmuGather) {
         let guard = crossbeam_epoch::pin();
-        let mut off = 0;
-        while off < len {
-            let src = old + off;
-            let Some(t) = self.pgtables.leaf(src, &guard) else {
-                off = ((src & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE) - old;
-                continue;
-            };
-            let pte = {
-                let _ptl = t.lock();
-                t.entry(pgtable::index(src, 0)).swap(0, Ordering::AcqRel)
-            };
-            if pte != 0 {
+        let mut moved = Vec::new();
+        for leaf in self.pgtables.leaves(old, old + len, &guard) {
+            // Taken under the source table's lock, stored under the
+            // destination's: the two may be one table, and each lock is held
+            // alone (mmap_lock for write keeps the entries from changing in
+            // between: the VMA is detached, so no fault installs one).
+            moved.clear();
+            leaf.lock().update(|va, pte| {
+                if pte.is_none() {
+                    return None;
+                }
+                moved.push((va, pte));
+                Some(Pte::NONE)
+            });
+            for &(va, pte) in &moved {
                 tlb.need_flush = true;
-                let dst = new + off;
-                let dt = self.pgtables.leaf_alloc(dst, &self.phys, &guard);
-                let _ptl = dt.lock();
-                let prev = dt.entry(pgtable::index(dst, 0)).swap(pte, Ordering::Release);
-                debug_assert_eq!(prev, 0, "mremap destination had an entry");
+                let dst = new + (va - old);
+                let prev = self.pgtables.leaf_alloc(dst, &guard).lock().replace(dst, pte);
+                debug_assert!(prev.is_none(), "mremap destination had an entry");
             }
-            off += PAGE_SIZE;
         }
     }
 
@@ -534,8 +514,7 @@ impl AddressSpace {
             let file_id = file.id();
             let phys = &self.phys;
             self.zap_range(start, end, &mut tlb, |pte| {
-                let d = phys.desc(pgtable::pte_pfn(pte));
-                even_cows || d.mapping.load(Ordering::Relaxed) == file_id
+                even_cows || phys.desc(pte.pfn()).mapping.load(Ordering::Relaxed) == file_id
             });
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
@@ -553,28 +532,13 @@ impl AddressSpace {
             file.add_mapping(self);
         }
     }
-
-    /// Takes one more reference on the frame `pfn` for a new mapping.
-    pub(crate) fn map_frame(&self, pfn: Pfn) {
-        if pfn != self.phys.zero_pfn() {
-            self.phys.desc(pfn).mapcount.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 impl Drop for AddressSpace {
     fn drop(&mut self) {
-        // exit_mmap: no CPU is attached (each holds an Arc) and no walker can
-        // reach the tree, so frames and tables go without a shootdown.
-        let mut frames = Vec::new();
-        self.pgtables.free_all(&self.phys, &mut frames);
-        self.pgtables.release_root(&self.phys);
-        for pfn in frames {
-            if pfn != self.phys.zero_pfn() {
-                self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
-            }
-            self.phys.put(pfn);
-        }
+        // exit_mmap: the page tables, and the frames their entries hold, go
+        // when `pgtables` drops after this: no CPU is attached (each holds an
+        // Arc) and no walker can reach the tree, so nothing waits for a flush.
         let me: *const AddressSpace = self;
         for file in self.linked_files.get_mut().drain(..).filter_map(|w| w.upgrade()) {
             file.remove_mapping(me);

@@ -11,9 +11,9 @@ pub use seqcount::SeqCount;
 pub use vma_lock::VmaLock;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
 /// Spin-wait hint: a CPU pause on hardware, a yield under `loom` so the model
 /// checker can schedule the thread we are waiting for.

@@ -1,0 +1,386 @@
+//! Page tables: the x86-64 4-level radix tree of 512-entry tables.
+//!
+//! # Layout
+//!
+//! A directory entry (PGD, PUD, PMD) leads to the next table, or at the PMD
+//! level may be a 2 MiB leaf; a PTE-table entry is a leaf ([`Pte`]: a present
+//! page, a `PROT_NONE` page, a guard marker, a migration entry, or nothing).
+//! Each table carries its own lock (Linux's split PTE lock; at the PMD level
+//! the split PMD lock that guards 2 MiB leaves).
+//!
+//! # Protocol
+//!
+//! * A leaf entry changes only under its table's lock, through a
+//!   [`PteGuard`]; the one exception is the hardware walker's setting of the
+//!   accessed and dirty bits ([`Leaf::set_accessed`]), a compare-exchange on
+//!   the value it read, as on x86.
+//! * A walk takes no lock, like a hardware walker: it runs under an epoch
+//!   guard, and everything it returns borrows both the tree and the guard.
+//! * Tables are allocated on demand by a compare-exchange on the empty
+//!   directory entry (the loser frees its table) and leave the tree only by
+//!   [`PageTables::detach_tables`] — serialized by the tree's own detach lock
+//!   and, in every caller, done under `mmap_lock` for write after the
+//!   entries below were zapped — as a [`DetachedTable`], which is freed only
+//!   after the TLB flush and a grace period.
+//! * Every loop over leaf entries is a [`Cursor`] (the leaves of a range) or
+//!   a single [`Leaf`]; nothing outside this module indexes a table.
+//!
+//! # Coming mechanisms
+//!
+//! A 2 MiB leaf (hugetlb) is a [`Leaf`] at level 1 whose entries step by
+//! 2 MiB, so every cursor user already visits it as one entry. A PMD table
+//! shared between address spaces (hugetlb PMD sharing) will be a table with a
+//! share count that detach drops instead of freeing. A migration entry is a
+//! non-present [`PteKind::Migration`] that keeps the frame number.
+
+mod cursor;
+mod pte;
+mod table;
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+use parking_lot::Mutex;
+
+pub(crate) use cursor::{Cursor, Leaf, PteGuard};
+pub(crate) use pte::{Pte, PteKind};
+
+use crate::phys::{FrameRef, PhysMem};
+use crate::PAGE_SIZE;
+use cursor::{entry_span, index, step, Walk};
+use table::{Child, Table};
+
+/// Entries per table.
+pub(crate) const PTRS_PER_TABLE: usize = 512;
+/// Bytes mapped by one PTE table (and by one PMD leaf): 2 MiB.
+pub(crate) const PMD_SIZE: u64 = PAGE_SIZE * PTRS_PER_TABLE as u64;
+
+/// The 4-level tree of one address space.
+pub(crate) struct PageTables {
+    root: NonNull<Table>,
+    phys: Arc<PhysMem>,
+    /// Serializes detaches: two of them must never take the same table.
+    detach: Mutex<()>,
+}
+
+// SAFETY: the tree is shared through atomics and per-table locks; `root` is
+// owned by this value like a `Box`.
+unsafe impl Send for PageTables {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for PageTables {}
+
+impl PageTables {
+    /// An empty tree: just the PGD.
+    pub(crate) fn new(phys: &Arc<PhysMem>) -> PageTables {
+        phys.account_page_table(1);
+        let root = NonNull::from(Box::leak(Table::new_boxed()));
+        PageTables { root, phys: phys.clone(), detach: Mutex::new(()) }
+    }
+
+    fn root(&self) -> &Table {
+        // SAFETY: the root is allocated in `new`, freed only in `drop`, and
+        // never detached.
+        unsafe { self.root.as_ref() }
+    }
+
+    /// Walks to the table holding `va`'s leaf entry.
+    fn walk<'a>(&'a self, va: u64, _guard: &'a Guard) -> Walk<'a> {
+        let mut table = self.root();
+        for level in (1..=3).rev() {
+            match step(table, va, level) {
+                Child::None => return Walk::Hole(level),
+                Child::Leaf if level == 1 => return Walk::Leaf(table, 1),
+                Child::Leaf => unreachable!("no leaf above the PMD level is ever made"),
+                // SAFETY: a table reached from a present entry is freed only
+                // (1) after it is detached, behind a grace period that
+                // `_guard` holds open for as long as 'a, or (2) when the tree
+                // is dropped, which needs `self` unborrowed for 'a.
+                Child::Table(t) => table = unsafe { t.as_ref() },
+            }
+        }
+        Walk::Leaf(table, 0)
+    }
+
+    /// [`Self::walk`], allocating missing tables.
+    fn walk_alloc<'a>(&'a self, va: u64, _guard: &'a Guard) -> (&'a Table, u32) {
+        let mut table = self.root();
+        for level in (1..=3).rev() {
+            let mut child = step(table, va, level);
+            if let Child::None = child {
+                let new = NonNull::from(Box::leak(Table::new_boxed()));
+                match table.install_child(index(va, level), new) {
+                    Ok(()) => {
+                        self.phys.account_page_table(1);
+                        child = Child::Table(new);
+                    }
+                    Err(winner) => {
+                        // SAFETY: `new` came from Box::leak above and was never published.
+                        drop(unsafe { Box::from_raw(new.as_ptr()) });
+                        child = winner;
+                    }
+                }
+            }
+            match child {
+                Child::None => unreachable!("an entry that lost its install race holds a table"),
+                Child::Leaf if level == 1 => return (table, 1),
+                Child::Leaf => unreachable!("no leaf above the PMD level is ever made"),
+                // SAFETY: as in `walk`.
+                Child::Table(t) => table = unsafe { t.as_ref() },
+            }
+        }
+        (table, 0)
+    }
+
+    /// The leaf entry of `va`, if its table exists.
+    #[inline]
+    pub(crate) fn leaf<'a>(&'a self, va: u64, guard: &'a Guard) -> Option<Leaf<'a>> {
+        match self.walk(va, guard) {
+            Walk::Leaf(t, level) => Some(Leaf::new(t, level, va & !(entry_span(level) - 1), page_end(va, level))),
+            Walk::Hole(_) => None,
+        }
+    }
+
+    /// The leaf entry of `va`, allocating missing tables. Concurrent callers
+    /// race with compare-exchange; the loser frees its table.
+    pub(crate) fn leaf_alloc<'a>(&'a self, va: u64, guard: &'a Guard) -> Leaf<'a> {
+        let (t, level) = self.walk_alloc(va, guard);
+        Leaf::new(t, level, va & !(entry_span(level) - 1), page_end(va, level))
+    }
+
+    /// The leaves overlapping `[start, end)` whose tables exist.
+    pub(crate) fn leaves<'a>(&'a self, start: u64, end: u64, guard: &'a Guard) -> Cursor<'a> {
+        Cursor::new(self, guard, start, end, false)
+    }
+
+    /// The leaves of `[start, end)`, allocating missing tables.
+    pub(crate) fn leaves_alloc<'a>(&'a self, start: u64, end: u64, guard: &'a Guard) -> Cursor<'a> {
+        Cursor::new(self, guard, start, end, true)
+    }
+
+    /// Calls `f(va, pte)` for each leaf entry of `[start, end)` whose table
+    /// exists, under that table's lock, storing what `f` returns when `Some`.
+    pub(crate) fn update_range(&self, start: u64, end: u64, mut f: impl FnMut(u64, Pte) -> Option<Pte>) {
+        let guard = crossbeam_epoch::pin();
+        for leaf in self.leaves(start, end, &guard) {
+            leaf.lock().update(&mut f);
+        }
+    }
+
+    /// Detaches every table that maps only addresses inside `[floor, ceiling)`
+    /// and overlaps `[start, end)`, Linux's `free_pgtables`. Their leaf
+    /// entries must already be zapped (a frame left behind is put when the
+    /// table is freed). The detached tables go to `out`, to be freed after
+    /// the TLB flush and a grace period.
+    pub(crate) fn detach_tables(&self, start: u64, end: u64, floor: u64, ceiling: u64, out: &mut Vec<DetachedTable>) {
+        if start >= end {
+            return;
+        }
+        let _serial = self.detach.lock();
+        detach_level(self.root(), 3, 0, &Span { start, end, floor, ceiling }, out);
+    }
+}
+
+/// One past the last byte of the entry of `level` that maps `va`.
+fn page_end(va: u64, level: u32) -> u64 {
+    (va & !(entry_span(level) - 1)) + entry_span(level)
+}
+
+struct Span {
+    start: u64,
+    end: u64,
+    floor: u64,
+    ceiling: u64,
+}
+
+fn detach_level(t: &Table, level: u32, base: u64, span: &Span, out: &mut Vec<DetachedTable>) {
+    let size = entry_span(level);
+    for i in 0..PTRS_PER_TABLE {
+        let lo = base + i as u64 * size;
+        let hi = lo + size;
+        if hi <= span.start || lo >= span.end {
+            continue;
+        }
+        let Child::Table(child) = t.child(i) else { continue };
+        if lo >= span.floor && hi <= span.ceiling {
+            t.take_child(i);
+            out.push(DetachedTable { table: child, level: level - 1 });
+        } else if level > 1 {
+            // SAFETY: reached from a present entry while the detach lock is
+            // held, so no one detaches (and frees) it concurrently.
+            detach_level(unsafe { child.as_ref() }, level - 1, lo, span, out);
+        }
+    }
+}
+
+/// Frees `table` at `level` and every table below it, putting the frames
+/// that leaf entries still hold.
+///
+/// # Safety
+///
+/// The caller owns `table` uniquely: it is out of every tree and no walker
+/// can still hold it.
+unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem) {
+    // SAFETY: owned uniquely (the caller's contract), made by Box::leak.
+    let t = unsafe { Box::from_raw(table.as_ptr()) };
+    for i in 0..PTRS_PER_TABLE {
+        if level == 0 {
+            put_entry_frame(phys, t.load(i, crate::sync::Ordering::Relaxed));
+            continue;
+        }
+        match t.child(i) {
+            // SAFETY: a present directory entry owns its child, so we own it too.
+            Child::Table(c) => unsafe { free_table(c, level - 1, phys) },
+            Child::Leaf => put_entry_frame(phys, t.load(i, crate::sync::Ordering::Relaxed)),
+            Child::None => {}
+        }
+    }
+    drop(t);
+    phys.account_page_table(-1);
+}
+
+/// Puts the reference a leaf entry of a table being freed holds, if any.
+fn put_entry_frame(phys: &PhysMem, pte: Pte) {
+    if pte.has_frame() {
+        drop(FrameRef::from_raw(phys, pte.pfn()));
+    }
+}
+
+impl Drop for PageTables {
+    /// exit_mmap's `free_pgtables` with the frames: no CPU is attached and no
+    /// walker can reach a dying tree, so nothing waits for a flush.
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: nothing borrows the tree, so no walk is in
+        // progress, and the root is never detached.
+        unsafe { free_table(self.root, 3, &self.phys) };
+    }
+}
+
+/// A page table cut out of the tree, which may still be walked by CPUs that
+/// loaded its address before the cut. Only the shootdown path frees it: after
+/// the TLB flush, behind a grace period.
+#[must_use = "a detached table must be freed through the mmu_gather"]
+pub(crate) struct DetachedTable {
+    table: NonNull<Table>,
+    level: u32,
+}
+
+// SAFETY: the table is owned by this value; moving ownership across threads is fine.
+unsafe impl Send for DetachedTable {}
+
+impl DetachedTable {
+    /// Frees the table and its subtables once every current walker is done.
+    pub(crate) fn free_after_grace_period(self, phys: &Arc<PhysMem>, guard: &Guard) {
+        let phys = phys.clone();
+        // SAFETY: the table was detached before `defer`, so once the grace
+        // period ends no walker holds it; `self` is its only owner.
+        guard.defer(move || unsafe { self.free(&phys) });
+    }
+
+    /// Frees the table now.
+    ///
+    /// # Safety
+    ///
+    /// No walker may still hold the table (a grace period has passed since
+    /// it was detached).
+    unsafe fn free(self, phys: &PhysMem) {
+        // SAFETY: the caller's contract, and `self` owned the table.
+        unsafe { free_table(self.table, self.level, phys) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::phys::PhysConfig;
+
+    fn arena() -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap()
+    }
+
+    #[test]
+    fn alloc_walk_and_detach() {
+        let phys = arena();
+        let pt = PageTables::new(&phys);
+        let g = crossbeam_epoch::pin();
+        assert!(pt.leaf(0x40_0000, &g).is_none());
+        let l = pt.leaf_alloc(0x40_1000, &g);
+        l.lock().set(0x40_1000, Pte::page(phys.zero_pfn(), 0));
+        let l2 = pt.leaf(0x40_1000, &g).unwrap();
+        assert_eq!(l2.load(0x40_1000).kind(), PteKind::Page(phys.zero_pfn()));
+        assert_eq!(phys.stats().page_tables, 4);
+        // A leaf in another 2 MiB needs only a new PTE table.
+        pt.leaf_alloc(0x60_0000, &g);
+        assert_eq!(phys.stats().page_tables, 5);
+        l2.lock().set(0x40_1000, Pte::NONE);
+        let mut out = Vec::new();
+        pt.detach_tables(0x40_0000, 0x60_0000, 0x40_0000, 0x60_0000, &mut out);
+        assert_eq!(out.len(), 1, "only the PTE table for [4M,6M) lies inside the gap");
+        for d in out {
+            d.free_after_grace_period(&phys, &g);
+        }
+        drop(g);
+        drop(pt);
+        assert_eq!(phys.quiesce().page_tables, 0);
+    }
+
+    #[test]
+    fn a_cursor_visits_existing_leaves_in_order_and_skips_holes() {
+        let phys = arena();
+        let pt = PageTables::new(&phys);
+        let g = crossbeam_epoch::pin();
+        for va in [0x1000, 0x20_3000, 0x40_0000_0000] {
+            pt.leaf_alloc(va, &g).lock().set(va, Pte::GUARD_MARKER);
+        }
+        let seen: Vec<(u64, u64)> = pt.leaves(0, 1 << 47, &g).map(|l| (l.start(), l.end())).collect();
+        assert_eq!(seen, vec![(0, 0x20_0000), (0x20_0000, 0x40_0000), (0x40_0000_0000, 0x40_0020_0000)]);
+        let guards: Vec<u64> = pt
+            .leaves(0x800, 1 << 47, &g)
+            .flat_map(|l| l.iter())
+            .filter(|(_, p)| p.is_guard())
+            .map(|(va, _)| va)
+            .collect();
+        assert_eq!(guards, vec![0x1000, 0x20_3000, 0x40_0000_0000]);
+        // A range ending at the top of the address space does not overflow.
+        assert_eq!(pt.leaves(u64::MAX - 0x1fff, u64::MAX, &g).count(), 0);
+        let mut cleared = 0;
+        pt.update_range(0, 1 << 47, |_, p| {
+            cleared += p.is_guard() as u32;
+            p.is_guard().then_some(Pte::NONE)
+        });
+        assert_eq!(cleared, 3);
+        assert!(pt.leaves(0, 1 << 47, &g).flat_map(|l| l.iter()).all(|(_, p)| p.is_none()));
+    }
+
+    #[test]
+    fn a_pmd_leaf_is_one_entry_of_two_mib() {
+        let phys = arena();
+        let pt = PageTables::new(&phys);
+        let g = crossbeam_epoch::pin();
+        // Build the path to a PMD table, then make its entry for [2M, 4M) a leaf.
+        pt.leaf_alloc(0, &g);
+        let pmd = match pt.walk(0, &g) {
+            Walk::Leaf(_, 0) => {
+                let mut t = pt.root();
+                for level in [3, 2] {
+                    let Child::Table(c) = step(t, 0, level) else { panic!("path was allocated") };
+                    // SAFETY: reached under `g`, tree alive.
+                    t = unsafe { c.as_ref() };
+                }
+                t
+            }
+            _ => panic!("leaf_alloc made a PTE table"),
+        };
+        pmd.store(1, Pte::page(phys.zero_pfn(), 0).set(Pte::HUGE), crate::sync::Ordering::Release);
+        let leaves: Vec<(u64, u64, u64)> =
+            pt.leaves(0x1000, 0x50_0000, &g).map(|l| (l.start(), l.end(), l.entry_size())).collect();
+        assert_eq!(leaves, vec![(0x1000, 0x20_0000, PAGE_SIZE), (0x20_0000, 0x40_0000, PMD_SIZE)]);
+        let huge = pt.leaf(0x30_0000, &g).unwrap();
+        assert_eq!((huge.start(), huge.entry_size()), (0x20_0000, PMD_SIZE));
+        assert!(huge.load(0x30_0000).is_present());
+        assert_eq!(huge.iter().count(), 1);
+        drop(g);
+        drop(pt);
+        assert_eq!(phys.quiesce().page_tables, 0);
+    }
+}

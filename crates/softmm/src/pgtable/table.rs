@@ -1,0 +1,121 @@
+//! One page-table page: 512 entries and the split lock that guards them.
+//!
+//! Every entry is one pointer-sized word. A directory entry (PGD, PUD, PMD
+//! level) that leads to the next table holds that table's pointer, with its
+//! provenance, and the present bit set through [`pointer::map_addr`]; a leaf
+//! entry holds a [`Pte`] value as a pointer without provenance. So a walk
+//! turns an entry back into a table without an integer-to-pointer cast, and
+//! Miri checks it under strict provenance.
+
+use std::ptr::NonNull;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::{Pte, PTRS_PER_TABLE};
+use crate::sync::{AtomicPtr, Ordering};
+
+/// A page-table page with its lock (Linux's split PTE lock at the PTE level,
+/// the split PMD lock at the PMD level). Aligned so that a table's address
+/// has every bit a directory entry decodes (present, huge) clear.
+#[repr(C, align(256))]
+pub(super) struct Table {
+    entries: [AtomicPtr<Table>; PTRS_PER_TABLE],
+    lock: Mutex<()>,
+}
+
+const _: () = assert!(std::mem::align_of::<Table>() > Pte::HUGE as usize);
+
+/// What a directory entry leads to.
+pub(super) enum Child {
+    /// Nothing mapped below.
+    None,
+    /// The next-level table.
+    Table(NonNull<Table>),
+    /// A leaf at this level (a 2 MiB page at the PMD level).
+    Leaf,
+}
+
+impl Table {
+    pub(super) fn new_boxed() -> Box<Table> {
+        Box::new(Table { entries: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())), lock: Mutex::new(()) })
+    }
+
+    /// Entry `i` read as a leaf value.
+    #[inline]
+    pub(super) fn load(&self, i: usize, order: Ordering) -> Pte {
+        Pte::from_bits(self.entries[i].load(order).addr() as u64)
+    }
+
+    /// Stores a leaf value into entry `i`.
+    #[inline]
+    pub(super) fn store(&self, i: usize, pte: Pte, order: Ordering) {
+        self.entries[i].store(std::ptr::without_provenance_mut(pte.bits() as usize), order);
+    }
+
+    /// Stores a leaf value into entry `i` and returns the old one.
+    #[inline]
+    pub(super) fn swap(&self, i: usize, pte: Pte) -> Pte {
+        // AcqRel: Release like `store`; Acquire so the old value is read
+        // after any walker's update of it.
+        let old = self.entries[i].swap(std::ptr::without_provenance_mut(pte.bits() as usize), Ordering::AcqRel);
+        Pte::from_bits(old.addr() as u64)
+    }
+
+    /// Sets `bits` in entry `i` if it still holds `seen`, as a hardware walker
+    /// sets the accessed and dirty bits: without the lock, and never on an
+    /// entry that changed since it was read.
+    #[inline]
+    pub(super) fn set_bits_if(&self, i: usize, seen: Pte, bits: u64) -> bool {
+        let new = std::ptr::without_provenance_mut(seen.set(bits).bits() as usize);
+        let old = std::ptr::without_provenance_mut(seen.bits() as usize);
+        // AcqRel: a success is ordered like any store of the entry (Release)
+        // and after the fill's read of it (Acquire).
+        self.entries[i].compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Directory entry `i` decoded. Acquire pairs with the Release of
+    /// [`Table::install_child`], so a table reached here is seen zeroed.
+    #[inline]
+    pub(super) fn child(&self, i: usize) -> Child {
+        let p = self.entries[i].load(Ordering::Acquire);
+        let bits = p.addr() as u64;
+        if bits & Pte::PRESENT == 0 {
+            Child::None
+        } else if bits & Pte::HUGE != 0 {
+            Child::Leaf
+        } else {
+            let table = p.map_addr(|a| a & !(Pte::PRESENT as usize));
+            Child::Table(NonNull::new(table).expect("a present directory entry points to a table"))
+        }
+    }
+
+    /// Installs `new` into the empty directory entry `i`, or returns what
+    /// another thread installed first (the caller then frees `new`).
+    pub(super) fn install_child(&self, i: usize, new: NonNull<Table>) -> Result<(), Child> {
+        let tagged = new.as_ptr().map_addr(|a| a | Pte::PRESENT as usize);
+        // Release publishes the zeroed table to walkers; Acquire on failure
+        // reads the winner's table like `child` does.
+        match self.entries[i].compare_exchange(std::ptr::null_mut(), tagged, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(self.child(i)),
+        }
+    }
+
+    /// Clears directory entry `i`, returning the table it led to.
+    pub(super) fn take_child(&self, i: usize) -> Option<NonNull<Table>> {
+        match self.child(i) {
+            Child::Table(t) => {
+                // Release: walkers that load the empty entry find nothing below.
+                self.entries[i].store(std::ptr::null_mut(), Ordering::Release);
+                Some(t)
+            }
+            Child::None | Child::Leaf => None,
+        }
+    }
+
+    /// Takes the table's lock.
+    #[inline]
+    pub(super) fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock()
+    }
+}
