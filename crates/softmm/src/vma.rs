@@ -74,8 +74,6 @@ pub struct Vma {
     pub file: Option<Arc<File>>,
     /// Set on the first anonymous fault, shared by the VMAs split from this one.
     pub anon_vma: OnceLock<Arc<AnonVma>>,
-    /// True for the mapping whose file stands for `MAP_SHARED|MAP_ANONYMOUS`.
-    pub shared_anon: bool,
     /// Detached when a writer replaces or removes this VMA; lock-free faults
     /// validate against it (see [`crate::sync::VmaLock`]).
     pub lock: VmaLock,
@@ -105,7 +103,6 @@ impl Vma {
         pgoff: u64,
         file: Option<Arc<File>>,
         anon_vma: Option<Arc<AnonVma>>,
-        shared_anon: bool,
     ) -> Vma {
         debug_assert!(start < end);
         phys.account_vma(1);
@@ -113,36 +110,18 @@ impl Vma {
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
         }
-        Vma { start, end, flags, pgoff, file, anon_vma: cell, shared_anon, lock: VmaLock::new(), acct: phys.clone() }
+        Vma { start, end, flags, pgoff, file, anon_vma: cell, lock: VmaLock::new(), acct: phys.clone() }
     }
 
     /// A copy of this VMA limited to `[start, end)` with `flags`.
     pub(crate) fn slice(&self, start: u64, end: u64, flags: u64) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
-        Vma::new(
-            &self.acct,
-            start,
-            end,
-            flags,
-            self.pgoff_at(start),
-            self.file.clone(),
-            self.anon_vma.get().cloned(),
-            self.shared_anon,
-        )
+        Vma::new(&self.acct, start, end, flags, self.pgoff_at(start), self.file.clone(), self.anon_vma.get().cloned())
     }
 
     /// The same VMA with other bounds and page offset (for merges and moves).
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
-        Vma::new(
-            &self.acct,
-            start,
-            end,
-            self.flags,
-            pgoff,
-            self.file.clone(),
-            self.anon_vma.get().cloned(),
-            self.shared_anon,
-        )
+        Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
     }
 
     /// Sets the anon_vma of a VMA not yet published.
@@ -336,7 +315,7 @@ mod tests {
 
     /// A private anonymous read-write VMA `[start, end)` with linear page offset `start >> PAGE_SHIFT`.
     fn anon(phys: &Arc<PhysMem>, start: u64, end: u64) -> Vma {
-        Vma::new(phys, start, end, RW, start >> PAGE_SHIFT, None, None, false)
+        Vma::new(phys, start, end, RW, start >> PAGE_SHIFT, None, None)
     }
 
     /// A tree of `[0x1000, 0x3000)` and `[0x5000, 0x8000)`, with a gap between them.
@@ -473,7 +452,7 @@ mod tests {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
         let av = Arc::new(AnonVma { forked: false });
-        let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()), false);
+        let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()));
         assert_eq!(v.pages(), 16);
         assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
         assert!(v.contains(0x10000) && v.contains(0x1ffff) && !v.contains(0x20000) && !v.contains(0xffff));
@@ -510,10 +489,10 @@ mod tests {
         let gap = 256 * PAGE_SIZE;
         let plain = anon(&p, 0x20_0000, 0x30_0000);
         assert_eq!(plain.start_gap(gap), 0x20_0000);
-        let stack = Vma::new(&p, 0x20_0000, 0x30_0000, RW | VM_GROWSDOWN, 0, None, None, false);
+        let stack = Vma::new(&p, 0x20_0000, 0x30_0000, RW | VM_GROWSDOWN, 0, None, None);
         assert_eq!(stack.start_gap(gap), 0x10_0000);
         // Near address zero the gap saturates instead of wrapping (vm_start_gap).
-        let low = Vma::new(&p, 0x1000, 0x2000, RW | VM_GROWSDOWN, 0, None, None, false);
+        let low = Vma::new(&p, 0x1000, 0x2000, RW | VM_GROWSDOWN, 0, None, None);
         assert_eq!(low.start_gap(gap), 0);
     }
 
@@ -538,7 +517,7 @@ mod tests {
     fn merge_predicates_need_equal_flags_file_anon_and_contiguous_pgoff() {
         let p = phys();
         // Four pages at pgoff 10..14.
-        let v = Vma::new(&p, 0x10000, 0x14000, RW, 10, None, None, false);
+        let v = Vma::new(&p, 0x10000, 0x14000, RW, 10, None, None);
         assert!(v.can_merge_after(RW, None, None, 14));
         assert!(!v.can_merge_after(RW, None, None, 13), "pgoff not contiguous");
         assert!(!v.can_merge_after(RW, None, None, 15));
@@ -550,7 +529,7 @@ mod tests {
         assert!(!v.can_merge_before(VM_READ, None, None, 8, 2), "flags differ");
 
         // VM_DONTEXPAND (VM_SPECIAL) never merges, even with identical flags.
-        let special = Vma::new(&p, 0x10000, 0x14000, RW | VM_DONTEXPAND, 10, None, None, false);
+        let special = Vma::new(&p, 0x10000, 0x14000, RW | VM_DONTEXPAND, 10, None, None);
         assert!(!special.can_merge_after(RW | VM_DONTEXPAND, None, None, 14));
         assert!(!special.can_merge_before(RW | VM_DONTEXPAND, None, None, 8, 2));
     }
@@ -560,18 +539,18 @@ mod tests {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
         let other = crate::file::File::create(&p, "g", 1 << 20).unwrap();
-        let v = Vma::new(&p, 0x10000, 0x12000, RW | VM_SHARED, 0, Some(file.clone()), None, false);
+        let v = Vma::new(&p, 0x10000, 0x12000, RW | VM_SHARED, 0, Some(file.clone()), None);
         assert!(v.can_merge_after(RW | VM_SHARED, Some(file.id()), None, 2));
         assert!(!v.can_merge_after(RW | VM_SHARED, Some(other.id()), None, 2));
         assert!(!v.can_merge_after(RW | VM_SHARED, None, None, 2), "file next to anonymous memory");
 
         let own = Arc::new(AnonVma { forked: false });
         let forked = Arc::new(AnonVma { forked: true });
-        let with_anon = Vma::new(&p, 0x10000, 0x12000, RW, 0, None, Some(own.clone()), false);
+        let with_anon = Vma::new(&p, 0x10000, 0x12000, RW, 0, None, Some(own.clone()));
         assert!(with_anon.can_merge_after(RW, None, None, 2), "a faulted VMA absorbs an unfaulted one");
         assert!(with_anon.can_merge_after(RW, None, Some(&own), 2));
         assert!(!with_anon.can_merge_after(RW, None, Some(&forked), 2));
-        let child = Vma::new(&p, 0x10000, 0x12000, RW, 10, None, Some(forked.clone()), false);
+        let child = Vma::new(&p, 0x10000, 0x12000, RW, 10, None, Some(forked.clone()));
         assert!(!child.can_merge_after(RW, None, None, 12), "a forked anon_vma only merges with itself");
         assert!(!child.can_merge_before(RW, None, None, 8, 2));
         assert!(child.can_merge_after(RW, None, Some(&forked), 12));

@@ -59,7 +59,7 @@ impl AddressSpace {
             if accountable(flags) {
                 flags |= VM_ACCOUNT;
             }
-            let heap = Vma::new(&self.phys, oldbrk, newbrk, flags, oldbrk >> PAGE_SHIFT, None, None, false);
+            let heap = Vma::new(&self.phys, oldbrk, newbrk, flags, oldbrk >> PAGE_SHIFT, None, None);
             self.insert_merged(&mut st, heap);
             st.brk = brk;
             brk

@@ -65,7 +65,7 @@ impl AddressSpace {
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
             let flags = v.flags & !VM_LOCKED;
-            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon, v.shared_anon);
+            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon);
             if let Some(f) = &v.file {
                 child.link_file(f);
             }

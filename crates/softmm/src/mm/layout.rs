@@ -195,7 +195,7 @@ mod tests {
         let mut t = VmaTree::default();
         for &(start, end, growsdown) in vmas {
             let flags = if growsdown { RW | VM_GROWSDOWN } else { RW };
-            t.insert(Vma::new(phys, start, end, flags, 0, None, None, false));
+            t.insert(Vma::new(phys, start, end, flags, 0, None, None));
         }
         t
     }

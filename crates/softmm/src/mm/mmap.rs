@@ -316,9 +316,8 @@ impl AddressSpace {
             }
             None => None,
         };
-        let shared_anon = file.is_none() && backing.is_some();
         let mut tlb = MmuGather::default();
-        let res = self.mmap_region(&mut st, backing, shared_anon, addr, len, vm_flags, pgoff, &mut tlb);
+        let res = self.mmap_region(&mut st, backing, addr, len, vm_flags, pgoff, &mut tlb);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
@@ -337,7 +336,6 @@ impl AddressSpace {
         &self,
         st: &mut MmState,
         file: Option<Arc<File>>,
-        shared_anon: bool,
         addr: u64,
         len: u64,
         mut vm_flags: u64,
@@ -364,7 +362,7 @@ impl AddressSpace {
         if let Some(f) = &file {
             self.arc().link_file(f);
         }
-        self.insert_merged(st, Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None, shared_anon));
+        self.insert_merged(st, Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None));
         Ok(())
     }
 
