@@ -239,9 +239,9 @@ impl Cpu {
             // shootdown the fault starts must not wait for a sibling CPU that
             // cannot ack while its thread is in here.
             let quiescent = QuiescentGuard::enter();
-            let before = crate::fault::shared_writes_so_far();
+            let before = crate::sync::shared_writes_so_far();
             let r = mm.handle_fault_counted(va, access, &mut self.stats.fault);
-            self.stats.fault.shared_writes += crate::fault::shared_writes_so_far() - before;
+            self.stats.fault.shared_writes += crate::sync::shared_writes_so_far() - before;
             drop(quiescent);
             r?;
         }

@@ -27,6 +27,8 @@ pub mod fault;
 #[cfg(not(loom))]
 mod file;
 #[cfg(not(loom))]
+mod gup;
+#[cfg(not(loom))]
 pub mod mm;
 #[cfg(not(loom))]
 pub mod pgtable;
@@ -44,11 +46,11 @@ pub use cpu::{Cpu, CpuStats, GuestBytes};
 #[cfg(not(loom))]
 pub use error::{Errno, Fault, Result, SegvCode};
 #[cfg(not(loom))]
-pub use fault::{Access, FaultPolicy, FaultStats};
+pub use fault::{Access, FaultStats};
 #[cfg(not(loom))]
 pub use file::{File, OpenFile};
 #[cfg(not(loom))]
-pub use mm::{AddressSpace, MapEntry, MmConfig, MmStats};
+pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats};
 #[cfg(not(loom))]
 pub use phys::{PhysConfig, PhysMem, PhysStats};
 

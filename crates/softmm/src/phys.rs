@@ -339,7 +339,7 @@ impl PhysMem {
     /// Moves up to a batch of `node`'s free frames into `shard` and takes one.
     #[cold]
     fn refill(&self, shard: &mut Shard, node: usize) -> Option<Pfn> {
-        crate::fault::shared_write(2); // the node's free-list lock
+        crate::sync::shared_write(2); // the node's free-list lock
         let mut free = self.nodes[node].free.lock();
         let take = free.len().min(CACHE_BATCH);
         let at = free.len() - take;
@@ -407,7 +407,7 @@ impl PhysMem {
         if shard.frames.len() >= 4 * CACHE_BATCH {
             let drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
             drop(shard);
-            crate::fault::shared_write(2 * drained.len() as u64);
+            crate::sync::shared_write(2 * drained.len() as u64);
             for p in drained {
                 self.nodes[self.node_of_fast(p)].free.lock().push(p);
             }

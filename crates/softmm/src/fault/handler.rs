@@ -1,4 +1,4 @@
-//! The fault kinds, shared by every [`FaultPolicy`](super::FaultPolicy): each
+//! The fault kinds, shared by every [`FaultPolicy`](crate::FaultPolicy): each
 //! works on a VMA the policy vouches for and commits under the PTE lock after
 //! the policy's validation ([`FaultCtx::validate`]).
 
@@ -10,12 +10,12 @@ use crate::file::File;
 use crate::mm::AddressSpace;
 use crate::pgtable::{self, mk_pte, pte_pfn, PageTable, PTE_ACCESSED, PTE_DIRTY, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
 use crate::phys::{Pfn, PG_ANON, PG_DIRTY, PG_FILE};
-use crate::sync::AtomicU64;
+use crate::sync::{shared_write, AtomicU64};
 use crate::vma::flags::*;
 use crate::vma::{AnonVma, Vma};
 use crate::PAGE_SIZE;
 
-use super::{shared_write, Abort, Access, FaultError};
+use super::{Abort, Access, FaultError};
 
 /// What must still hold, under the PTE lock, for a fault to commit.
 #[derive(Debug, Clone, Copy)]

@@ -1,8 +1,8 @@
 //! `madvise`.
 
 use crate::error::{Errno, Result};
-use crate::fault::handler::{self, Check, FaultCtx};
 use crate::fault::Access;
+use crate::gup;
 use crate::pgtable::{self, PTE_DIRTY, PTE_GUARD, PTE_PRESENT};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
@@ -130,7 +130,9 @@ impl AddressSpace {
             return Ok(());
         }
         match advice {
-            MADV_POPULATE_READ | MADV_POPULATE_WRITE => return self.populate(addr, end, advice == MADV_POPULATE_WRITE),
+            MADV_POPULATE_READ | MADV_POPULATE_WRITE => {
+                return crate::gup::faultin_page_range(self, addr, end, advice == MADV_POPULATE_WRITE)
+            }
             MADV_REMOVE => return self.madvise_remove(addr, end),
             _ => {}
         }
@@ -321,8 +323,9 @@ impl AddressSpace {
         if vma.flags & (VM_LOCKED | VM_SPECIAL) != 0 {
             return Err(Errno::Inval);
         }
-        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
-        handler::anon_vma_prepare(&ctx).map_err(|_| Errno::NoMem)?;
+        if !self.anon_vma_prepare_locked(vma) {
+            return Err(Errno::NoMem);
+        }
         loop {
             self.zap_range(start, end, tlb, |_| true);
             if self.set_guard_markers(start, end) {
@@ -406,16 +409,11 @@ impl AddressSpace {
         // start < end <= task size, so neither rounding overflows.
         let hstart = (start + pmd - 1) & !(pmd - 1);
         let hend = end & !(pmd - 1);
-        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
         let mut res = Ok(());
         let mut block = hstart;
         while block < hend {
             if vma.flags & VM_WRITE != 0 && self.block_collapsible(block) {
-                let mut a = block;
-                while a < block + pmd {
-                    handler::handle_vma_fault(&ctx, a, Access::Write).map_err(|_| Errno::NoMem)?;
-                    a += PAGE_SIZE;
-                }
+                gup::get_user_pages(self, vma, block, block + pmd, Access::Write).map_err(|_| Errno::NoMem)?;
             } else {
                 res = Err(Errno::Inval);
             }
