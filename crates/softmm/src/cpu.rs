@@ -254,7 +254,10 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
             let p = self.translate(a, Access::Read)?;
-            crate::access::copy_from_host(p, &mut buf[done..done + n]);
+            // SAFETY: `translate` returned a pointer into an arena frame of
+            // the attached address space, which holds its `PhysMem` (hence
+            // the arena mapping) alive; `n` stops at the page end.
+            unsafe { crate::access::copy_from_host(p, &mut buf[done..done + n]) };
             done += n;
         }
         Ok(())
@@ -268,7 +271,8 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
             let p = self.translate(a, Access::Write)?;
-            crate::access::copy_to_host(&data[done..done + n], p);
+            // SAFETY: as in `read`.
+            unsafe { crate::access::copy_to_host(&data[done..done + n], p) };
             done += n;
         }
         Ok(())
@@ -458,7 +462,9 @@ impl GuestBytes<'_> {
     /// If `dst.len() != self.len()`, like `<[u8]>::copy_from_slice`.
     pub fn copy_to_slice(&self, dst: &mut [u8]) {
         assert_eq!(dst.len(), self.0.len(), "destination and source slices have different lengths");
-        crate::access::copy_from_host(self.0.as_ptr().cast(), dst);
+        // SAFETY: the range is `self.0`, a slice of atomics borrowed for the
+        // view's lifetime, `dst.len()` bytes long (checked).
+        unsafe { crate::access::copy_from_host(self.0.as_ptr().cast(), dst) };
     }
 }
 

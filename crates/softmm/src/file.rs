@@ -179,7 +179,9 @@ impl File {
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
             let dst = &mut buf[(pos - offset) as usize..][..n];
             match inner.pages.get(&(pos / PAGE_SIZE)) {
-                Some(&p) => crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst),
+                // SAFETY: `frame_ptr` points into this file's arena, which
+                // `self.phys` keeps mapped; `n` stops at the page end.
+                Some(&p) => unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst) },
                 None => dst.fill(0),
             }
             pos += n as u64;
@@ -221,10 +223,14 @@ impl File {
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
-            crate::access::copy_to_host(
-                &data[(pos - offset) as usize..][..n],
-                self.phys.frame_ptr(p).wrapping_add(in_page),
-            );
+            // SAFETY: as in `read_at`; the reference taken by `grab_page`
+            // keeps the page this file's until the `put` below.
+            unsafe {
+                crate::access::copy_to_host(
+                    &data[(pos - offset) as usize..][..n],
+                    self.phys.frame_ptr(p).wrapping_add(in_page),
+                )
+            };
             self.phys.put(p);
             pos += n as u64;
             let mut inner = self.inner.lock();
@@ -255,11 +261,15 @@ impl File {
             if size % PAGE_SIZE != 0 {
                 if let Some(&p) = self.inner.lock().pages.get(&(size / PAGE_SIZE)) {
                     let tail = PAGE_SIZE - size % PAGE_SIZE;
-                    crate::access::fill_host(
-                        self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize),
-                        0,
-                        tail as usize,
-                    );
+                    // SAFETY: as in `read_at`: from the size's offset to the
+                    // end of the page, in this file's arena.
+                    unsafe {
+                        crate::access::fill_host(
+                            self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize),
+                            0,
+                            tail as usize,
+                        )
+                    };
                 }
             }
         }
@@ -287,11 +297,15 @@ impl File {
         for (lo, hi) in [(offset, (first * PAGE_SIZE).min(end)), ((last * PAGE_SIZE).max(offset), end)] {
             if lo < hi {
                 if let Some(&p) = inner.pages.get(&(lo / PAGE_SIZE)) {
-                    crate::access::fill_host(
-                        self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize),
-                        0,
-                        (hi - lo) as usize,
-                    );
+                    // SAFETY: as in `read_at`: `[lo, hi)` lies in one page
+                    // (each edge stops at a page boundary), in this file's arena.
+                    unsafe {
+                        crate::access::fill_host(
+                            self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize),
+                            0,
+                            (hi - lo) as usize,
+                        )
+                    };
                 }
             }
         }

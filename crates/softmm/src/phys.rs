@@ -371,7 +371,9 @@ impl PhysMem {
     /// Allocates a frame holding a copy of `src`.
     pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<Pfn> {
         let pfn = self.alloc(node)?;
-        copy_frame(self.frame_ptr(src), self.frame_ptr(pfn));
+        // SAFETY: both pointers come from `frame_ptr` (which checks the
+        // frame number) of this arena, mapped while `self` lives.
+        unsafe { copy_frame(self.frame_ptr(src), self.frame_ptr(pfn)) };
         Some(pfn)
     }
 
@@ -466,13 +468,20 @@ impl Drop for PhysMem {
 /// Copies one frame to another with word-sized relaxed atomic accesses, so a
 /// guest thread writing the source concurrently is a race of the guest
 /// program, not undefined behaviour of softmm.
-pub(crate) fn copy_frame(src: *const u8, dst: *mut u8) {
+///
+/// # Safety
+///
+/// `src` and `dst` must each point at the first byte of a frame of a live
+/// arena (from [`PhysMem::frame_ptr`], with the `PhysMem` alive for the
+/// call), so that each is page aligned and valid for a page; arena memory is
+/// only ever accessed atomically.
+pub(crate) unsafe fn copy_frame(src: *const u8, dst: *mut u8) {
     use std::sync::atomic::AtomicU64 as A;
     let words = PAGE_SIZE as usize / 8;
     for i in 0..words {
-        // SAFETY: both pointers are frame-aligned frames of the arena, so each
-        // word is in bounds and 8-byte aligned; arena memory is only ever
-        // accessed atomically or by the guest.
+        // SAFETY: both pointers are frames of a live arena (`# Safety`), so
+        // each word is in bounds and 8-byte aligned; arena memory is only
+        // ever accessed atomically.
         unsafe {
             let s = &*(src as *const A).add(i);
             let d = &*(dst as *const A).add(i);
@@ -671,12 +680,14 @@ mod tests {
         let src = phys.alloc_zeroed(0).unwrap();
         let frame = |p: Pfn| {
             let mut buf = vec![0u8; PAGE_SIZE as usize];
-            crate::access::copy_from_host(phys.frame_ptr(p), &mut buf);
+            // SAFETY: one frame of this test's live arena.
+            unsafe { crate::access::copy_from_host(phys.frame_ptr(p), &mut buf) };
             buf
         };
         assert!(frame(src).iter().all(|&b| b == 0), "alloc_zeroed left old contents");
         let pattern: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
-        crate::access::copy_to_host(&pattern, phys.frame_ptr(src));
+        // SAFETY: one frame of this test's live arena.
+        unsafe { crate::access::copy_to_host(&pattern, phys.frame_ptr(src)) };
         let dst = phys.alloc_copy(src, 0).unwrap();
         assert_ne!(dst, src);
         assert_eq!(frame(dst), pattern);
