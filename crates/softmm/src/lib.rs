@@ -16,6 +16,10 @@
 //! ```
 #![warn(missing_docs)]
 
+// Every module is private: the public surface is what is re-exported below.
+// Nothing reachable from it exposes a page-table entry, a frame number, an
+// epoch guard or a lock guard, so the mechanisms can change without breaking
+// an embedder. Under `cfg(loom)` only the protocols the models check build.
 #[cfg(not(loom))]
 mod access;
 #[cfg(not(loom))]
@@ -23,23 +27,23 @@ mod cpu;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
-pub mod fault;
+mod fault;
 #[cfg(not(loom))]
 mod file;
 #[cfg(not(loom))]
 mod gup;
 #[cfg(not(loom))]
-pub mod mm;
+mod mm;
 #[cfg(not(loom))]
-pub mod pgtable;
+mod pgtable;
 #[cfg(not(loom))]
-pub mod phys;
-pub mod sync;
-pub mod tlb;
+mod phys;
+mod sync;
+mod tlb;
 #[cfg(not(loom))]
 pub mod uapi;
 #[cfg(not(loom))]
-pub mod vma;
+mod vma;
 
 #[cfg(not(loom))]
 pub use cpu::{Cpu, CpuStats, GuestBytes};
@@ -50,9 +54,10 @@ pub use fault::{Access, FaultStats};
 #[cfg(not(loom))]
 pub use file::{File, OpenFile};
 #[cfg(not(loom))]
-pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats};
+pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 #[cfg(not(loom))]
-pub use phys::{PhysConfig, PhysMem, PhysStats};
+pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
+pub use tlb::TlbStats;
 
 /// log2 of the page size.
 pub const PAGE_SHIFT: u64 = 12;

@@ -25,8 +25,6 @@ pub const PTE_USER: u64 = 1 << 2;
 pub const PTE_ACCESSED: u64 = 1 << 5;
 /// Dirty: set by the walker on a TLB fill for write.
 pub const PTE_DIRTY: u64 = 1 << 6;
-/// A 2 MiB leaf at the PMD level.
-pub const PTE_HUGE: u64 = 1 << 7;
 /// Software bit: `PROT_NONE` entry that keeps its frame but does not translate.
 pub const PTE_PROTNONE: u64 = 1 << 9;
 /// Frame-number field.
@@ -42,10 +40,6 @@ pub const PTE_GUARD: u64 = 1 << 10;
 pub const PTRS_PER_TABLE: usize = 512;
 /// Bytes mapped by one leaf (PTE) table: 2 MiB.
 pub const PMD_SIZE: u64 = PAGE_SIZE * PTRS_PER_TABLE as u64;
-/// Bytes mapped by one PMD table: 1 GiB.
-pub const PUD_SIZE: u64 = PMD_SIZE * PTRS_PER_TABLE as u64;
-/// Bytes mapped by one PUD table: 512 GiB.
-pub const PGDIR_SIZE: u64 = PUD_SIZE * PTRS_PER_TABLE as u64;
 
 /// A leaf entry's frame.
 #[inline]

@@ -240,7 +240,7 @@ impl PhysMem {
 
     /// The shared zero page: mapped read-only by anonymous read faults.
     #[inline]
-    pub fn zero_pfn(&self) -> Pfn {
+    pub(crate) fn zero_pfn(&self) -> Pfn {
         self.zero_pfn
     }
 
@@ -250,11 +250,11 @@ impl PhysMem {
     }
 
     /// The node a frame belongs to.
-    pub fn node_of(&self, pfn: Pfn) -> usize {
+    pub(crate) fn node_of(&self, pfn: Pfn) -> usize {
         self.nodes.iter().position(|n| (n.first..n.end).contains(&pfn)).expect("pfn outside the arena")
     }
 
-    /// A process-unique id for files and anon_vmas made on this memory.
+    /// A process-unique id for files made on this memory.
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -52,11 +52,10 @@ pub mod flags {
 use flags::*;
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
-/// one may merge; it is assigned on the first anonymous fault.
+/// one may merge; it is assigned on the first anonymous fault. Its identity is
+/// its address (compared with `Arc::ptr_eq`).
 #[derive(Debug)]
 pub struct AnonVma {
-    /// Unique id.
-    pub id: u64,
     /// True for the anon_vma a child gets at fork (Linux's chained anon_vma).
     pub forked: bool,
 }
@@ -169,12 +168,6 @@ impl Vma {
     /// True for private anonymous memory (no file at all).
     pub fn is_anonymous(&self) -> bool {
         self.file.is_none()
-    }
-
-    /// True if `addr` is inside.
-    #[inline]
-    pub fn contains(&self, addr: u64) -> bool {
-        self.start <= addr && addr < self.end
     }
 
     /// The bottom of the stack guard gap below a growsdown VMA (`vm_start_gap`).
@@ -294,11 +287,6 @@ impl VmaTree {
         self.map.len()
     }
 
-    /// True if there is no VMA.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Inserts a VMA that overlaps none.
     pub(crate) fn insert(&mut self, v: Vma) -> Arc<Vma> {
         debug_assert!(self.overlapping(v.start, v.end).next().is_none(), "overlap inserting {v:?}");
@@ -365,7 +353,7 @@ mod tests {
     #[test]
     fn empty_tree_answers_nothing() {
         let t = VmaTree::default();
-        assert_eq!((t.len(), t.is_empty()), (0, true));
+        assert_eq!(t.len(), 0);
         assert_eq!(span(t.find(0)), None);
         assert_eq!(span(t.find_from(0)), None);
         assert_eq!(span(t.prev_of(u64::MAX)), None);
@@ -379,7 +367,7 @@ mod tests {
     fn find_is_end_exclusive() {
         let p = phys();
         let t = two_vmas(&p);
-        assert_eq!((t.len(), t.is_empty()), (2, false));
+        assert_eq!(t.len(), 2);
         assert_eq!(span(t.find(0)), None);
         assert_eq!(span(t.find(0xfff)), None);
         assert_eq!(span(t.find(0x1000)), Some(A));
@@ -474,11 +462,10 @@ mod tests {
     fn slice_and_rebound_keep_the_backing_object() {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
-        let av = Arc::new(AnonVma { id: 9, forked: false });
+        let av = Arc::new(AnonVma { forked: false });
         let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()), false);
         assert_eq!(v.pages(), 16);
         assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
-        assert!(v.contains(0x10000) && v.contains(0x1ffff) && !v.contains(0x20000) && !v.contains(0xffff));
         assert!(!v.is_anonymous());
 
         let s = v.slice(0x14000, 0x18000, VM_READ);
@@ -499,7 +486,7 @@ mod tests {
         let p = phys();
         let mut v = anon(&p, 0x1000, 0x2000);
         assert!(v.anon_vma.get().is_none());
-        let av = Arc::new(AnonVma { id: 1, forked: false });
+        let av = Arc::new(AnonVma { forked: false });
         v.set_anon(Some(av.clone()));
         assert!(Arc::ptr_eq(v.anon_vma.get().unwrap(), &av));
         v.set_anon(None);
@@ -521,9 +508,9 @@ mod tests {
 
     #[test]
     fn anon_compatible_follows_is_mergeable_anon_vma() {
-        let a = Arc::new(AnonVma { id: 1, forked: false });
-        let b = Arc::new(AnonVma { id: 1, forked: false });
-        let f = Arc::new(AnonVma { id: 2, forked: true });
+        let a = Arc::new(AnonVma { forked: false });
+        let b = Arc::new(AnonVma { forked: false });
+        let f = Arc::new(AnonVma { forked: true });
         assert!(anon_compatible(None, None));
         assert!(anon_compatible(Some(&a), None));
         assert!(anon_compatible(None, Some(&a)));
@@ -567,8 +554,8 @@ mod tests {
         assert!(!v.can_merge_after(RW | VM_SHARED, Some(other.id()), None, 2));
         assert!(!v.can_merge_after(RW | VM_SHARED, None, None, 2), "file next to anonymous memory");
 
-        let own = Arc::new(AnonVma { id: 3, forked: false });
-        let forked = Arc::new(AnonVma { id: 4, forked: true });
+        let own = Arc::new(AnonVma { forked: false });
+        let forked = Arc::new(AnonVma { forked: true });
         let with_anon = Vma::new(&p, 0x10000, 0x12000, RW, 0, None, Some(own.clone()), false);
         assert!(with_anon.can_merge_after(RW, None, None, 2), "a faulted VMA absorbs an unfaulted one");
         assert!(with_anon.can_merge_after(RW, None, Some(&own), 2));

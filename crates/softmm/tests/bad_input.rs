@@ -22,9 +22,9 @@ mod ops;
 use std::sync::Arc;
 
 use ops::{MapLine, Op, Outcome, Scenario};
-use softmm::mm::{Overcommit, OvercommitMode};
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, Fault, File, MmConfig, OpenFile, PhysConfig, PhysMem};
+use softmm::{Overcommit, OvercommitMode};
 
 /// The host runner's entry point (see `differential/host.rs`).
 #[test]

@@ -457,7 +457,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     // The traced process was charged against a real machine's RAM, not the
     // arena's: commit accounting follows this machine's RAM and swap.
     if let Some(ram) = meminfo("MemTotal:") {
-        let mut oc = softmm::mm::Overcommit::for_ram(ram / softmm::PAGE_SIZE);
+        let mut oc = softmm::Overcommit::for_ram(ram / softmm::PAGE_SIZE);
         oc.swap_pages = meminfo("SwapTotal:").unwrap_or(0) / softmm::PAGE_SIZE;
         phys.set_overcommit(oc);
     }

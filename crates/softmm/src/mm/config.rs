@@ -47,6 +47,21 @@ impl FaultPolicy {
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
 /// addresses as on Linux.
+///
+/// # Validity
+///
+/// [`AddressSpace::new`](crate::AddressSpace::new) refuses with `EINVAL` a
+/// configuration Linux could not have: `task_size` not page aligned, zero,
+/// or above [`TASK_SIZE`] (4-level paging); `mmap_min_addr`,
+/// `lsm_mmap_min_addr`, `mmap_base`, `start_brk` or `stack_guard_gap` not
+/// page aligned; `mmap_base` not above both the first page and the larger of
+/// the two minimum addresses, or above `task_size` (the top-down search needs
+/// room between them); `start_brk` outside `[mmap_min_addr, task_size]`;
+/// `stack_guard_gap` not below `task_size`; `max_map_count` zero or above
+/// `i32::MAX` (a sysctl `int`); `fault_around_pages` above `PTRS_PER_PTE`
+/// (512). As Linux's `fault_around_bytes` handler does, the address space
+/// rounds `fault_around_pages` down to a power of two, and 0 becomes 1
+/// ([`AddressSpace::config`](crate::AddressSpace::config) shows the result).
 #[derive(Debug, Clone)]
 pub struct MmConfig {
     /// How page faults synchronize with mapping changes.
@@ -117,22 +132,13 @@ const PTRS_PER_PTE: u64 = 512;
 impl MmConfig {
     /// Linux's `mmap_min_addr` variable: the larger of the sysctl and the
     /// security modules' minimum.
-    pub fn min_addr(&self) -> u64 {
+    pub(crate) fn min_addr(&self) -> u64 {
         self.mmap_min_addr.max(self.lsm_mmap_min_addr)
     }
 
     /// The configuration as an address space uses it, or `EINVAL` if Linux
-    /// could not have it: `task_size` not page aligned, zero, or above
-    /// [`TASK_SIZE`] (4-level paging); `mmap_min_addr`, `mmap_base`,
-    /// `start_brk` or `stack_guard_gap` not page aligned; `mmap_min_addr` not
-    /// below `mmap_base`, `mmap_base` above `task_size` (the top-down search
-    /// needs room between them); `start_brk` outside
-    /// `[mmap_min_addr, task_size]`; `stack_guard_gap` not below `task_size`;
-    /// `max_map_count` zero or above `i32::MAX` (a sysctl `int`);
-    /// `fault_around_pages` above `PTRS_PER_PTE` (512). As Linux's
-    /// `fault_around_bytes` handler does, `fault_around_pages` is rounded
-    /// down to a power of two, and 0 becomes 1.
-    pub fn validate(&self) -> Result<MmConfig, crate::Errno> {
+    /// could not have it (the rules are the type's "Validity" section).
+    pub(crate) fn validate(&self) -> Result<MmConfig, crate::Errno> {
         let aligned = |v: u64| v % PAGE_SIZE == 0;
         let ok = aligned(self.task_size)
             && self.task_size != 0

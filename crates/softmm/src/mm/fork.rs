@@ -59,7 +59,7 @@ impl AddressSpace {
             }
             let wipe = v.flags & VM_WIPEONFORK != 0;
             let anon = match v.anon_vma.get() {
-                Some(_) if !wipe => Some(Arc::new(AnonVma { id: self.phys.next_id(), forked: true })),
+                Some(_) if !wipe => Some(Arc::new(AnonVma { forked: true })),
                 _ => None,
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).

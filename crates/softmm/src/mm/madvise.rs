@@ -82,9 +82,15 @@ impl AddressSpace {
     /// `WIPEONFORK`, `KEEPONFORK`, `DONTDUMP`, `DODUMP`, `HUGEPAGE`,
     /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`,
     /// `MERGEABLE`, `UNMERGEABLE` (the `VM_MERGEABLE` flag, as KSM's
-    /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux's
-    /// outcome, see [`Self::madvise_collapse`]), `GUARD_INSTALL`,
-    /// `GUARD_REMOVE` (guard markers, see [`crate::pgtable::PTE_GUARD`]).
+    /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux 6.18's
+    /// outcome: `EINVAL` unless the VMA is private anonymous, not
+    /// `NOHUGEPAGE` and holds an aligned 2 MiB block; each whole block that
+    /// is writable and holds an anonymous page and no guard marker is made
+    /// present, private and writable, as a huge page would be, and any other
+    /// block makes the result `EINVAL`), `GUARD_INSTALL`, `GUARD_REMOVE`
+    /// (guard markers: an access to a marked page raises `SIGSEGV` with
+    /// `SEGV_MAPERR`; `MADV_DONTNEED` and truncation keep them, `munmap` and
+    /// `GUARD_REMOVE` clear them, `fork` copies and `mremap` moves them).
     /// `EINVAL` for other advice, an unaligned address, a wrapping range or
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).

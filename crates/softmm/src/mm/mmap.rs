@@ -104,7 +104,8 @@ impl AddressSpace {
     /// file of another [`crate::PhysMem`]; `ENOMEM`
     /// when the length overflows, no room is left, there are too many
     /// mappings or the commit limit refuses the charge (see
-    /// [`crate::mm::commit`]); `EOVERFLOW` when offset plus length passes the
+    /// [`PhysMem::set_overcommit`](crate::PhysMem::set_overcommit));
+    /// `EOVERFLOW` when offset plus length passes the
     /// largest file offset; `EEXIST` for `MAP_FIXED_NOREPLACE` over a mapping;
     /// `EPERM` for a fixed address below `mmap_min_addr` or `MAP_LOCKED` with
     /// a zero memlock limit, `EAGAIN` past it; `EACCES` for a protection the

@@ -14,7 +14,7 @@
 //!   `mmap_lock` is quiescent.
 
 mod brk;
-pub mod commit;
+pub(crate) mod commit;
 mod config;
 mod fork;
 mod gather;
@@ -121,7 +121,7 @@ impl Drop for MmapWriteGuard<'_> {
 
 impl AddressSpace {
     /// An empty address space on `phys`, or `EINVAL` for a configuration
-    /// Linux could not have (see [`MmConfig::validate`]).
+    /// Linux could not have (see [`MmConfig`]'s "Validity").
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
         let config = config.validate()?;
         let st = MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk };
@@ -195,7 +195,7 @@ impl AddressSpace {
 
     /// The published VMA tree, readable without `mmap_lock` for as long as
     /// `guard` is held.
-    pub fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
+    pub(crate) fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
         let p: Shared<'g, VmaTree> = self.vmas_rcu.load(Ordering::Acquire, guard);
         // SAFETY: the pointer is never null (set in `new`, swapped for non-null
         // in `publish`) and is freed only after every guard that could have

@@ -57,11 +57,6 @@ impl SeqCount {
     pub fn validate(&self, start: u64) -> bool {
         self.seq.load(Ordering::Acquire) == start
     }
-
-    /// The raw count (for statistics).
-    pub fn value(&self) -> u64 {
-        self.seq.load(Ordering::Relaxed)
-    }
 }
 
 #[cfg(all(test, not(loom)))]
