@@ -34,8 +34,10 @@ struct TlbEntry {
     writable: bool,
 }
 
-/// Per-CPU counters (never written by another thread).
+/// Per-CPU counters (never written by another thread). More counters may
+/// come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CpuStats {
     /// Page faults raised by this CPU's accesses, by outcome and policy path.
     pub fault: FaultStats,
@@ -174,6 +176,15 @@ impl Cpu {
 
     /// Translates `va` for `access`, faulting the page in if needed, and
     /// returns the host address of the byte.
+    ///
+    /// The pointer stays usable for the rest of the byte's page until this
+    /// CPU's next translation or access (which acknowledges shootdowns), as
+    /// long as the CPU is not parked and its thread makes no call into
+    /// softmm meanwhile (the CPU is then quiescent, and a shootdown may free
+    /// the frame without waiting for it). Dereferencing it is the caller's
+    /// `unsafe`, and must be atomic: other guest threads may access the
+    /// bytes. The safe accessors ([`Cpu::read`], [`Cpu::with_slice`], ...)
+    /// need none of this.
     ///
     /// # Panics
     ///
@@ -375,7 +386,7 @@ impl Cpu {
     ///
     /// ```
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
-    /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     /// let mut cpu = Cpu::attached(&mm);
@@ -389,7 +400,7 @@ impl Cpu {
     ///
     /// ```compile_fail
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
-    /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     /// # let mut cpu = Cpu::attached(&mm);
@@ -528,7 +539,7 @@ mod tests {
     const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     #[track_caller]

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
-//! let phys = PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap();
+//! let phys = PhysMem::new(PhysConfig::new(4 << 20)).unwrap();
 //! let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
 //! let a = mm.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
 //! let mut cpu = Cpu::attached(&mm);
@@ -42,6 +42,9 @@ mod sync;
 mod tlb;
 #[cfg(not(loom))]
 pub mod uapi;
+// Doctests that pin the public surface (compile_fail examples).
+#[cfg(doctest)]
+mod surface;
 #[cfg(not(loom))]
 mod vma;
 

@@ -60,8 +60,10 @@ pub(crate) struct FrameDesc {
     pub(crate) index: AtomicU64,
 }
 
-/// How to build a [`PhysMem`].
+/// How to build a [`PhysMem`]. The type may gain fields: build it with
+/// [`PhysConfig::new`] (or [`Default`], 256 MiB) and the setters.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PhysConfig {
     /// Arena size in bytes, rounded up to whole frames per node; at least two
     /// frames per node (see [`PhysMem::new`]).
@@ -76,9 +78,31 @@ impl Default for PhysConfig {
     }
 }
 
+impl PhysConfig {
+    /// An arena of `bytes` on one node. Checked only by [`PhysMem::new`].
+    pub fn new(bytes: u64) -> PhysConfig {
+        PhysConfig { bytes, nodes: 1 }
+    }
+
+    /// Sets `bytes`: the arena size, rounded up to whole frames per node.
+    #[must_use]
+    pub fn bytes(mut self, bytes: u64) -> PhysConfig {
+        self.bytes = bytes;
+        self
+    }
+
+    /// Sets `nodes`: the number of NUMA nodes the frames are split into.
+    #[must_use]
+    pub fn nodes(mut self, nodes: usize) -> PhysConfig {
+        self.nodes = nodes;
+        self
+    }
+}
+
 /// Counts of what is allocated, for leak checks: all return to zero when every
 /// address space and file built on a [`PhysMem`] is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct PhysStats {
     /// Frames in the arena, including the shared zero page.
     pub frames_total: u64,
@@ -503,6 +527,16 @@ mod tests {
     /// Allocates from `node` until the arena runs out, in allocation order.
     fn alloc_all(phys: &PhysMem, node: usize) -> Vec<Pfn> {
         std::iter::from_fn(|| phys.alloc(node)).collect()
+    }
+
+    #[test]
+    fn config_constructor_and_setters() {
+        let c = PhysConfig::new(5 << 20);
+        assert_eq!((c.bytes, c.nodes), (5 << 20, 1));
+        let c = c.nodes(3).bytes(7 << 20);
+        assert_eq!((c.bytes, c.nodes), (7 << 20, 3));
+        let d = PhysConfig::default();
+        assert_eq!((d.bytes, d.nodes), (256 << 20, 1));
     }
 
     #[test]

@@ -61,8 +61,10 @@ use crate::mm::{AddressSpace, FaultPolicy};
 use crate::vma::Vma;
 use handler::{Check, FaultCtx};
 
-/// The kind of access that faulted.
+/// The kind of access that faulted. More kinds may come (an instruction
+/// fetch), so a `match` on it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Access {
     /// A load.
     Read,

@@ -3,8 +3,10 @@
 use super::Abort;
 
 /// Fault counters of one CPU. Only that CPU writes them, so counting adds no
-/// shared write.
+/// shared write. More counters may come: read the fields, and sum CPUs'
+/// counters with [`FaultStats::add`] from [`FaultStats::default`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FaultStats {
     /// Faults handled.
     pub faults: u64,

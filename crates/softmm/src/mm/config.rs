@@ -8,8 +8,10 @@
 
 use crate::PAGE_SIZE;
 
-/// How page faults synchronize with changes to the address space.
+/// How page faults synchronize with changes to the address space. More
+/// policies may come, so a `match` on it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FaultPolicy {
     /// Every fault takes `mmap_lock` for read.
     MmapLock,
@@ -62,7 +64,19 @@ impl FaultPolicy {
 /// (512). As Linux's `fault_around_bytes` handler does, the address space
 /// rounds `fault_around_pages` down to a power of two, and 0 becomes 1
 /// ([`AddressSpace::config`](crate::AddressSpace::config) shows the result).
+///
+/// The type may gain fields: build it from [`MmConfig::default`] with the
+/// setters, named after the fields.
+///
+/// ```
+/// use softmm::{AddressSpace, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+/// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// let config = MmConfig::default().policy(FaultPolicy::MmapLock).stack_limit(1 << 20);
+/// let mm = AddressSpace::new(&phys, config).unwrap();
+/// assert_eq!(mm.config().stack_limit, 1 << 20);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MmConfig {
     /// How page faults synchronize with mapping changes.
     pub policy: FaultPolicy,
@@ -126,6 +140,111 @@ impl Default for MmConfig {
     }
 }
 
+impl MmConfig {
+    // Consuming setters, one per field, so that an embedder builds a
+    // configuration from `MmConfig::default()` without a struct literal
+    // (the type is `#[non_exhaustive]`: fields may be added). Each is
+    // checked only when the address space is made (see "Validity").
+
+    /// Sets `policy`: how page faults synchronize with mapping changes (default [`FaultPolicy::PerVmaSeq`]).
+    #[must_use]
+    pub fn policy(mut self, policy: FaultPolicy) -> MmConfig {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets `task_size`: one past the highest user address (default [`TASK_SIZE`]).
+    #[must_use]
+    pub fn task_size(mut self, task_size: u64) -> MmConfig {
+        self.task_size = task_size;
+        self
+    }
+
+    /// Sets `mmap_base`: the top of the top-down mmap area (default `TASK_SIZE` - 128 MiB).
+    #[must_use]
+    pub fn mmap_base(mut self, mmap_base: u64) -> MmConfig {
+        self.mmap_base = mmap_base;
+        self
+    }
+
+    /// Sets `mmap_min_addr`: the lowest address a fixed mapping may use, `vm.mmap_min_addr` (default 4096).
+    #[must_use]
+    pub fn mmap_min_addr(mut self, mmap_min_addr: u64) -> MmConfig {
+        self.mmap_min_addr = mmap_min_addr;
+        self
+    }
+
+    /// Sets `lsm_mmap_min_addr`: the security modules' minimum address, `CONFIG_LSM_MMAP_MIN_ADDR` (default 0).
+    #[must_use]
+    pub fn lsm_mmap_min_addr(mut self, lsm_mmap_min_addr: u64) -> MmConfig {
+        self.lsm_mmap_min_addr = lsm_mmap_min_addr;
+        self
+    }
+
+    /// Sets `start_brk`: the start of the brk heap (default `0x5555_5555_9000`).
+    #[must_use]
+    pub fn start_brk(mut self, start_brk: u64) -> MmConfig {
+        self.start_brk = start_brk;
+        self
+    }
+
+    /// Sets `max_map_count`: the most VMAs the address space may have, `vm.max_map_count` (default 65530).
+    #[must_use]
+    pub fn max_map_count(mut self, max_map_count: usize) -> MmConfig {
+        self.max_map_count = max_map_count;
+        self
+    }
+
+    /// Sets `stack_guard_gap`: the gap kept below a growsdown stack, in bytes (default 1 MiB).
+    #[must_use]
+    pub fn stack_guard_gap(mut self, stack_guard_gap: u64) -> MmConfig {
+        self.stack_guard_gap = stack_guard_gap;
+        self
+    }
+
+    /// Sets `stack_limit`: `RLIMIT_STACK`, how far a growsdown VMA may grow, in bytes (default 8 MiB).
+    #[must_use]
+    pub fn stack_limit(mut self, stack_limit: u64) -> MmConfig {
+        self.stack_limit = stack_limit;
+        self
+    }
+
+    /// Sets `thp_align`: whether anonymous mappings whose length is a multiple of 2 MiB are 2 MiB aligned (default true).
+    #[must_use]
+    pub fn thp_align(mut self, thp_align: bool) -> MmConfig {
+        self.thp_align = thp_align;
+        self
+    }
+
+    /// Sets `fault_around_pages`: the pages mapped around a file read fault (default 16).
+    #[must_use]
+    pub fn fault_around_pages(mut self, fault_around_pages: u64) -> MmConfig {
+        self.fault_around_pages = fault_around_pages;
+        self
+    }
+
+    /// Sets `force_speculative`: whether [`FaultPolicy::Speculative`] is tried with a single CPU attached (default false).
+    #[must_use]
+    pub fn force_speculative(mut self, force_speculative: bool) -> MmConfig {
+        self.force_speculative = force_speculative;
+        self
+    }
+
+    /// Sets `memlock_limit`: `RLIMIT_MEMLOCK` in bytes, `u64::MAX` for no limit (default 8 MiB).
+    #[must_use]
+    pub fn memlock_limit(mut self, memlock_limit: u64) -> MmConfig {
+        self.memlock_limit = memlock_limit;
+        self
+    }
+
+    /// Sets `cap_ipc_lock`: whether the process has `CAP_IPC_LOCK` and locks without limit (default false).
+    #[must_use]
+    pub fn cap_ipc_lock(mut self, cap_ipc_lock: bool) -> MmConfig {
+        self.cap_ipc_lock = cap_ipc_lock;
+        self
+    }
+}
+
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
 const PTRS_PER_PTE: u64 = 512;
 
@@ -166,5 +285,49 @@ impl MmConfig {
             n => 1 << n.ilog2(),
         };
         Ok(cfg)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_setter_sets_its_own_field() {
+        // Every field differs from its default, and the literal names every
+        // field: a new field fails to compile here until it gets a setter.
+        let built = MmConfig::default()
+            .policy(FaultPolicy::Speculative)
+            .task_size(1 << 40)
+            .mmap_base(1 << 39)
+            .mmap_min_addr(0x2000)
+            .lsm_mmap_min_addr(0x10000)
+            .start_brk(1 << 30)
+            .max_map_count(77)
+            .stack_guard_gap(3 * PAGE_SIZE)
+            .stack_limit(5 << 20)
+            .thp_align(false)
+            .fault_around_pages(4)
+            .force_speculative(true)
+            .memlock_limit(9 << 20)
+            .cap_ipc_lock(true);
+        let want = MmConfig {
+            policy: FaultPolicy::Speculative,
+            task_size: 1 << 40,
+            mmap_base: 1 << 39,
+            mmap_min_addr: 0x2000,
+            lsm_mmap_min_addr: 0x10000,
+            start_brk: 1 << 30,
+            max_map_count: 77,
+            stack_guard_gap: 3 * PAGE_SIZE,
+            stack_limit: 5 << 20,
+            thp_align: false,
+            fault_around_pages: 4,
+            force_speculative: true,
+            memlock_limit: 9 << 20,
+            cap_ipc_lock: true,
+        };
+        assert_eq!(format!("{built:?}"), format!("{want:?}"));
+        assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));
     }
 }

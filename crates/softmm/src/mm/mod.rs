@@ -60,8 +60,10 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
 }
 
-/// Statistics of an address space.
+/// Statistics of an address space. More counters may come: read the fields,
+/// never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MmStats {
     /// Number of VMAs (`map_count`).
     pub map_count: usize,
