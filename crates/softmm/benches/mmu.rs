@@ -9,7 +9,7 @@ const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 const RW: i32 = PROT_READ | PROT_WRITE;
 
 fn translate_hit(c: &mut Criterion) {
-    let phys = PhysMem::new(PhysConfig { bytes: 16 << 20, nodes: 1 }).unwrap();
+    let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     let a = mm.mmap(0, 4096, RW, ANON, None, 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
@@ -23,8 +23,8 @@ fn translate_hit(c: &mut Criterion) {
 fn fault(c: &mut Criterion) {
     const PAGES: u64 = 256;
     for &policy in FaultPolicy::ALL {
-        let phys = PhysMem::new(PhysConfig { bytes: 8 << 20, nodes: 1 }).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig { policy, force_speculative: true, ..MmConfig::default() }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().policy(policy).force_speculative(true)).unwrap();
         let mut cpu = Cpu::attached(&mm);
         let a = mm.mmap(0, PAGES * 4096, RW, ANON, None, 0).unwrap();
         // Keep the page tables and the anon_vma: the measured fault is the steady-state one.
@@ -44,7 +44,7 @@ fn fault(c: &mut Criterion) {
 }
 
 fn mmap_munmap(c: &mut Criterion) {
-    let phys = PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap();
+    let phys = PhysMem::new(PhysConfig::new(4 << 20)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     c.bench_function("mmap_munmap_64k", |b| {
         b.iter(|| {

@@ -7,7 +7,7 @@ use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, File, MmConfig, OpenFile, PhysConfig, PhysMem};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let phys = PhysMem::new(PhysConfig { bytes: 64 << 20, nodes: 1 })?;
+    let phys = PhysMem::new(PhysConfig::new(64 << 20))?;
     let mm = AddressSpace::new(&phys, MmConfig::default())?;
     let len = 8 << 20;
     let heap = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0)?;

@@ -5,6 +5,9 @@
 //! middle of a range, byte-sized at its edges. A race between guest threads is
 //! then the guest program's race, never undefined behaviour in softmm.
 //! (Under Miri, which does not model mixed-size atomics, every access is a byte.)
+//!
+//! The copies take a raw pointer whose range they cannot check, so they are
+//! `unsafe fn`s; each caller says why its range is live arena memory.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -12,19 +15,28 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 const WORDS: bool = !cfg!(miri);
 
 /// Copies `dst.len()` bytes from the arena at `src` into `dst`.
-pub(crate) fn copy_from_host(src: *const u8, dst: &mut [u8]) {
+///
+/// # Safety
+///
+/// `[src, src + dst.len())` must be valid for reads until the call returns,
+/// and others may access it only atomically meanwhile. Arena memory is both
+/// for as long as its `PhysMem` lives (the arena is unmapped only when the
+/// last reference goes, and is only ever accessed atomically). That the
+/// frame is still the one the caller means, not freed and reused, is a
+/// matter of correctness, which each caller ensures, not of safety.
+pub(crate) unsafe fn copy_from_host(src: *const u8, dst: &mut [u8]) {
     let mut i = 0;
     let n = dst.len();
     while i < n {
         let p = src.wrapping_add(i);
         if WORDS && (p as usize) % 8 == 0 && n - i >= 8 {
             // SAFETY: `p` is 8-aligned and `[p, p+8)` is inside the range the
-            // caller guarantees lies within one live arena frame.
+            // caller guarantees valid and atomically accessed (`# Safety`).
             let w = unsafe { &*(p as *const AtomicU64) }.load(Ordering::Relaxed);
             dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
             i += 8;
         } else {
-            // SAFETY: `p` is inside the caller's arena range.
+            // SAFETY: `p` is inside the caller's range (`# Safety`).
             dst[i] = unsafe { &*(p as *const AtomicU8) }.load(Ordering::Relaxed);
             i += 1;
         }
@@ -32,7 +44,11 @@ pub(crate) fn copy_from_host(src: *const u8, dst: &mut [u8]) {
 }
 
 /// Copies `src` into the arena at `dst`.
-pub(crate) fn copy_to_host(src: &[u8], dst: *mut u8) {
+///
+/// # Safety
+///
+/// As [`copy_from_host`], for `[dst, dst + src.len())` and writes.
+pub(crate) unsafe fn copy_to_host(src: &[u8], dst: *mut u8) {
     let mut i = 0;
     let n = src.len();
     while i < n {
@@ -51,7 +67,11 @@ pub(crate) fn copy_to_host(src: &[u8], dst: *mut u8) {
 }
 
 /// Fills `len` bytes of the arena at `dst` with `byte`.
-pub(crate) fn fill_host(dst: *mut u8, byte: u8, len: usize) {
+///
+/// # Safety
+///
+/// As [`copy_from_host`], for `[dst, dst + len)` and writes.
+pub(crate) unsafe fn fill_host(dst: *mut u8, byte: u8, len: usize) {
     let word = u64::from_ne_bytes([byte; 8]);
     let mut i = 0;
     while i < len {
@@ -79,12 +99,19 @@ mod tests {
         for off in 0..8 {
             for len in 0..40 {
                 let src: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37).wrapping_add(off as u8)).collect();
-                copy_to_host(&src, base.wrapping_add(off));
                 let mut back = vec![0xaa; len];
-                copy_from_host(base.wrapping_add(off), &mut back);
+                // SAFETY: `off + len < 48 <= 64`: every range lies in `host`,
+                // which nothing else accesses.
+                unsafe {
+                    copy_to_host(&src, base.wrapping_add(off));
+                    copy_from_host(base.wrapping_add(off), &mut back);
+                }
                 assert_eq!(back, src);
-                fill_host(base.wrapping_add(off), 0x5c, len);
-                copy_from_host(base.wrapping_add(off), &mut back);
+                // SAFETY: as above.
+                unsafe {
+                    fill_host(base.wrapping_add(off), 0x5c, len);
+                    copy_from_host(base.wrapping_add(off), &mut back);
+                }
                 assert!(back.iter().all(|&b| b == 0x5c));
             }
         }

@@ -38,8 +38,10 @@ impl TlbEntry {
     const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), writable: false };
 }
 
-/// Per-CPU counters (never written by another thread).
+/// Per-CPU counters (never written by another thread). More counters may
+/// come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CpuStats {
     /// Page faults raised by this CPU's accesses, by outcome and policy path.
     pub fault: FaultStats,
@@ -179,6 +181,15 @@ impl Cpu {
     /// Translates `va` for `access`, faulting the page in if needed, and
     /// returns the host address of the byte.
     ///
+    /// The pointer stays usable for the rest of the byte's page until this
+    /// CPU's next translation or access (which acknowledges shootdowns), as
+    /// long as the CPU is not parked and its thread makes no call into
+    /// softmm meanwhile (the CPU is then quiescent, and a shootdown may free
+    /// the frame without waiting for it). Dereferencing it is the caller's
+    /// `unsafe`, and must be atomic: other guest threads may access the
+    /// bytes. The safe accessors ([`Cpu::read`], [`Cpu::with_slice`], ...)
+    /// need none of this.
+    ///
     /// # Panics
     ///
     /// If the CPU is not attached or is parked.
@@ -240,9 +251,9 @@ impl Cpu {
             // shootdown the fault starts must not wait for a sibling CPU that
             // cannot ack while its thread is in here.
             let quiescent = QuiescentGuard::enter();
-            let before = crate::fault::shared_writes_so_far();
+            let before = crate::sync::shared_writes_so_far();
             let r = mm.handle_fault_counted(va, access, &mut self.stats.fault);
-            self.stats.fault.shared_writes += crate::fault::shared_writes_so_far() - before;
+            self.stats.fault.shared_writes += crate::sync::shared_writes_so_far() - before;
             drop(quiescent);
             r?;
         }
@@ -255,7 +266,10 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
             let p = self.translate(a, Access::Read)?;
-            crate::access::copy_from_host(p, &mut buf[done..done + n]);
+            // SAFETY: `translate` returned a pointer into an arena frame of
+            // the attached address space, which holds its `PhysMem` (hence
+            // the arena mapping) alive; `n` stops at the page end.
+            unsafe { crate::access::copy_from_host(p, &mut buf[done..done + n]) };
             done += n;
         }
         Ok(())
@@ -269,7 +283,8 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
             let p = self.translate(a, Access::Write)?;
-            crate::access::copy_to_host(&data[done..done + n], p);
+            // SAFETY: as in `read`.
+            unsafe { crate::access::copy_to_host(&data[done..done + n], p) };
             done += n;
         }
         Ok(())
@@ -372,7 +387,7 @@ impl Cpu {
     ///
     /// ```
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
-    /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     /// let mut cpu = Cpu::attached(&mm);
@@ -386,7 +401,7 @@ impl Cpu {
     ///
     /// ```compile_fail
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
-    /// # let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     /// # let mut cpu = Cpu::attached(&mm);
@@ -459,7 +474,9 @@ impl GuestBytes<'_> {
     /// If `dst.len() != self.len()`, like `<[u8]>::copy_from_slice`.
     pub fn copy_to_slice(&self, dst: &mut [u8]) {
         assert_eq!(dst.len(), self.0.len(), "destination and source slices have different lengths");
-        crate::access::copy_from_host(self.0.as_ptr().cast(), dst);
+        // SAFETY: the range is `self.0`, a slice of atomics borrowed for the
+        // view's lifetime, `dst.len()` bytes long (checked).
+        unsafe { crate::access::copy_from_host(self.0.as_ptr().cast(), dst) };
     }
 }
 
@@ -504,7 +521,7 @@ mod tests {
     const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     #[track_caller]

@@ -1,8 +1,10 @@
 //! Errors with Linux's errno semantics, and the signals a faulting access raises.
 
 /// The error of a syscall-like call: each variant is the errno Linux returns for
-/// the same input, and [`Errno::code`] gives its number.
+/// the same input, and [`Errno::code`] gives its number. New calls may bring
+/// new errnos, so a `match` on it needs a wildcard arm (or use `code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum Errno {
     /// `EPERM`: operation not permitted (e.g. a fixed mapping below `mmap_min_addr`).
     #[error("EPERM: operation not permitted")]
@@ -69,8 +71,10 @@ impl Errno {
 /// The result of a syscall-like call.
 pub type Result<T> = core::result::Result<T, Errno>;
 
-/// The `si_code` of a SIGSEGV.
+/// The `si_code` of a SIGSEGV. More codes may come (`SEGV_PKUERR`), so a
+/// `match` on it needs a wildcard arm (or use [`SegvCode::code`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SegvCode {
     /// `SEGV_MAPERR`: no mapping at the address.
     MapErr,
@@ -93,7 +97,10 @@ impl SegvCode {
 }
 
 /// Why a guest memory access did not complete: the signal Linux would deliver.
+/// More signals may come, so a `match` on it needs a wildcard arm (or use
+/// [`Fault::signal`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
 pub enum Fault {
     /// SIGSEGV at `addr`.
     #[error("SIGSEGV ({code:?}) at {addr:#x}")]

@@ -11,6 +11,13 @@
 //! takes `mmap_lock` under `invalidate_lock`, but only with `read_recursive`,
 //! and no `mmap_lock` writer ever takes `invalidate_lock`, so the two orders
 //! cannot deadlock.
+//!
+//! # Reverse map
+//!
+//! The file knows its mappers only through the [`Mapper`] trait, so that files
+//! sit below address spaces: an address space links itself into the reverse
+//! map of every file it maps and removes itself when it dies, and truncate and
+//! hole punch ask each mapper to zap the file's pages.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -19,12 +26,28 @@ use std::sync::{Arc, Weak};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Errno, Result};
-use crate::mm::AddressSpace;
 use crate::phys::{FrameRef, Pfn, PhysMem, PG_FILE};
 use crate::PAGE_SIZE;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+/// Something that maps files' pages and can zap them: an address space.
+/// Linux's `i_mmap` tree holds VMAs; here it holds whole address spaces,
+/// each of which finds its own VMAs of the file.
+pub(crate) trait Mapper: Send + Sync {
+    /// Zaps the mappings of file pages `[first, last)` of `file`, private
+    /// COW copies too when `even_cows` (truncate), and finishes the TLB
+    /// shootdown before returning. Called with `file`'s `invalidate_lock`
+    /// held for write, so it may take `mmap_lock` only for read, recursively.
+    fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool);
+}
+
+/// The identity of a mapper in the reverse map: its address, without the
+/// vtable (two pointers to one object may carry different vtables).
+fn mapper_id(m: *const dyn Mapper) -> *const () {
+    m.cast()
+}
 
 /// A tmpfs-like in-memory file.
 pub struct File {
@@ -33,7 +56,7 @@ pub struct File {
     pub(crate) phys: Arc<PhysMem>,
     inner: Mutex<FileInner>,
     pub(crate) invalidate_lock: RwLock<()>,
-    i_mmap: Mutex<Vec<Weak<AddressSpace>>>,
+    i_mmap: Mutex<Vec<Weak<dyn Mapper>>>,
     /// Pages charged to the commit limit for this object (a shared
     /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
     pub(crate) shmem_acct: std::sync::atomic::AtomicU64,
@@ -155,7 +178,9 @@ impl File {
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
             let dst = &mut buf[(pos - offset) as usize..][..n];
             match inner.pages.get(&(pos / PAGE_SIZE)) {
-                Some(&p) => crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst),
+                // SAFETY: `frame_ptr` points into this file's arena, which
+                // `self.phys` keeps mapped; `n` stops at the page end.
+                Some(&p) => unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst) },
                 None => dst.fill(0),
             }
             pos += n as u64;
@@ -197,7 +222,11 @@ impl File {
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
-            crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], page.ptr().wrapping_add(in_page));
+            // SAFETY: as in `read_at`; the reference `page` keeps the page
+            // this file's until it is dropped below.
+            unsafe {
+                crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], page.ptr().wrapping_add(in_page))
+            };
             drop(page);
             pos += n as u64;
             let mut inner = self.inner.lock();
@@ -228,11 +257,15 @@ impl File {
             if size % PAGE_SIZE != 0 {
                 if let Some(&p) = self.inner.lock().pages.get(&(size / PAGE_SIZE)) {
                     let tail = PAGE_SIZE - size % PAGE_SIZE;
-                    crate::access::fill_host(
-                        self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize),
-                        0,
-                        tail as usize,
-                    );
+                    // SAFETY: as in `read_at`: from the size's offset to the
+                    // end of the page, in this file's arena.
+                    unsafe {
+                        crate::access::fill_host(
+                            self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize),
+                            0,
+                            tail as usize,
+                        )
+                    };
                 }
             }
         }
@@ -260,11 +293,15 @@ impl File {
         for (lo, hi) in [(offset, (first * PAGE_SIZE).min(end)), ((last * PAGE_SIZE).max(offset), end)] {
             if lo < hi {
                 if let Some(&p) = inner.pages.get(&(lo / PAGE_SIZE)) {
-                    crate::access::fill_host(
-                        self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize),
-                        0,
-                        (hi - lo) as usize,
-                    );
+                    // SAFETY: as in `read_at`: `[lo, hi)` lies in one page
+                    // (each edge stops at a page boundary), in this file's arena.
+                    unsafe {
+                        crate::access::fill_host(
+                            self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize),
+                            0,
+                            (hi - lo) as usize,
+                        )
+                    };
                 }
             }
         }
@@ -300,11 +337,14 @@ impl File {
     /// visited. (Linux walks the file's VMA tree under `i_mmap_rwsem`, which
     /// `dup_mmap` takes to link the child's VMAs.)
     fn unmap_mapping_range(&self, first: u64, last: u64, even_cows: bool) {
-        let mut visited: Vec<Arc<AddressSpace>> = Vec::new();
+        let mut visited: Vec<Arc<dyn Mapper>> = Vec::new();
         loop {
-            let fresh: Vec<Arc<AddressSpace>> = {
+            let fresh: Vec<Arc<dyn Mapper>> = {
                 let list = self.i_mmap.lock();
-                list.iter().filter_map(Weak::upgrade).filter(|m| !visited.iter().any(|v| Arc::ptr_eq(v, m))).collect()
+                list.iter()
+                    .filter_map(Weak::upgrade)
+                    .filter(|m| !visited.iter().any(|v| mapper_id(Arc::as_ptr(v)) == mapper_id(Arc::as_ptr(m))))
+                    .collect()
             };
             if fresh.is_empty() {
                 return;
@@ -317,19 +357,20 @@ impl File {
     }
 
     /// Records that `mm` maps this file (the `i_mmap` reverse map).
-    pub(crate) fn add_mapping(&self, mm: &Arc<AddressSpace>) {
+    pub(crate) fn add_mapping(&self, mm: Weak<dyn Mapper>) {
         let mut list = self.i_mmap.lock();
-        if !list.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(mm))) {
-            list.push(Arc::downgrade(mm));
+        if !list.iter().any(|w| mapper_id(w.as_ptr()) == mapper_id(mm.as_ptr())) {
+            list.push(mm);
             self.phys.account_rmap(1);
         }
     }
 
-    /// Forgets `mm` (an address space being torn down) in the reverse map.
-    pub(crate) fn remove_mapping(&self, mm: *const AddressSpace) {
+    /// Forgets the mapper at `mm` (an address space being torn down) in the
+    /// reverse map.
+    pub(crate) fn remove_mapping(&self, mm: *const dyn Mapper) {
         let mut list = self.i_mmap.lock();
         let before = list.len();
-        list.retain(|w| !std::ptr::eq(w.as_ptr(), mm));
+        list.retain(|w| mapper_id(w.as_ptr()) != mapper_id(mm));
         self.phys.account_rmap(list.len() as i64 - before as i64);
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
-//! let phys = PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap();
+//! let phys = PhysMem::new(PhysConfig::new(4 << 20)).unwrap();
 //! let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
 //! let a = mm.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
 //! let mut cpu = Cpu::attached(&mm);
@@ -16,6 +16,10 @@
 //! ```
 #![warn(missing_docs)]
 
+// Every module is private: the public surface is what is re-exported below.
+// Nothing reachable from it exposes a page-table entry, a frame number, an
+// epoch guard or a lock guard, so the mechanisms can change without breaking
+// an embedder. Under `cfg(loom)` only the protocols the models check build.
 #[cfg(not(loom))]
 mod access;
 #[cfg(not(loom))]
@@ -23,36 +27,42 @@ mod cpu;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
-pub mod fault;
+mod fault;
 #[cfg(not(loom))]
 mod file;
 #[cfg(not(loom))]
-pub mod mm;
+mod gup;
 #[cfg(not(loom))]
-pub mod pgtable;
+mod mm;
 #[cfg(not(loom))]
-pub mod phys;
+mod pgtable;
+#[cfg(not(loom))]
+mod phys;
 #[cfg(not(loom))]
 mod rmap;
-pub mod sync;
-pub mod tlb;
+mod sync;
+mod tlb;
 #[cfg(not(loom))]
 pub mod uapi;
+// Doctests that pin the public surface (compile_fail examples).
+#[cfg(doctest)]
+mod surface;
 #[cfg(not(loom))]
-pub mod vma;
+mod vma;
 
 #[cfg(not(loom))]
 pub use cpu::{Cpu, CpuStats, GuestBytes};
 #[cfg(not(loom))]
 pub use error::{Errno, Fault, Result, SegvCode};
 #[cfg(not(loom))]
-pub use fault::{Access, FaultPolicy, FaultStats};
+pub use fault::{Access, FaultStats};
 #[cfg(not(loom))]
 pub use file::{File, OpenFile};
 #[cfg(not(loom))]
-pub use mm::{AddressSpace, MapEntry, MmConfig, MmStats};
+pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 #[cfg(not(loom))]
-pub use phys::{PhysConfig, PhysMem, PhysStats};
+pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
+pub use tlb::TlbStats;
 
 /// log2 of the page size.
 pub const PAGE_SHIFT: u64 = 12;

@@ -59,8 +59,10 @@ pub(crate) struct FrameDesc {
     pub(crate) index: AtomicU64,
 }
 
-/// How to build a [`PhysMem`].
+/// How to build a [`PhysMem`]. The type may gain fields: build it with
+/// [`PhysConfig::new`] (or [`Default`], 256 MiB) and the setters.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PhysConfig {
     /// Arena size in bytes, rounded up to whole frames per node; at least two
     /// frames per node (see [`PhysMem::new`]).
@@ -75,9 +77,31 @@ impl Default for PhysConfig {
     }
 }
 
+impl PhysConfig {
+    /// An arena of `bytes` on one node. Checked only by [`PhysMem::new`].
+    pub fn new(bytes: u64) -> PhysConfig {
+        PhysConfig { bytes, nodes: 1 }
+    }
+
+    /// Sets `bytes`: the arena size, rounded up to whole frames per node.
+    #[must_use]
+    pub fn bytes(mut self, bytes: u64) -> PhysConfig {
+        self.bytes = bytes;
+        self
+    }
+
+    /// Sets `nodes`: the number of NUMA nodes the frames are split into.
+    #[must_use]
+    pub fn nodes(mut self, nodes: usize) -> PhysConfig {
+        self.nodes = nodes;
+        self
+    }
+}
+
 /// Counts of what is allocated, for leak checks: all return to zero when every
 /// address space and file built on a [`PhysMem`] is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct PhysStats {
     /// Frames in the arena, including the shared zero page.
     pub frames_total: u64,
@@ -239,7 +263,7 @@ impl PhysMem {
 
     /// The shared zero page: mapped read-only by anonymous read faults.
     #[inline]
-    pub fn zero_pfn(&self) -> Pfn {
+    pub(crate) fn zero_pfn(&self) -> Pfn {
         self.zero_pfn
     }
 
@@ -249,11 +273,11 @@ impl PhysMem {
     }
 
     /// The node a frame belongs to.
-    pub fn node_of(&self, pfn: Pfn) -> usize {
+    pub(crate) fn node_of(&self, pfn: Pfn) -> usize {
         self.nodes.iter().position(|n| (n.first..n.end).contains(&pfn)).expect("pfn outside the arena")
     }
 
-    /// A process-unique id for files and anon_vmas made on this memory.
+    /// A process-unique id for files made on this memory.
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -337,7 +361,7 @@ impl PhysMem {
     /// Moves up to a batch of `node`'s free frames into `shard` and takes one.
     #[cold]
     fn refill(&self, shard: &mut Shard, node: usize) -> Option<Pfn> {
-        crate::fault::shared_write(2); // the node's free-list lock
+        crate::sync::shared_write(2); // the node's free-list lock
         let mut free = self.nodes[node].free.lock();
         let take = free.len().min(CACHE_BATCH);
         let at = free.len() - take;
@@ -369,7 +393,9 @@ impl PhysMem {
     /// Allocates a frame holding a copy of `src`.
     pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<FrameRef<'_>> {
         let frame = self.alloc(node)?;
-        copy_frame(self.frame_ptr(src), frame.ptr());
+        // SAFETY: both pointers come from `frame_ptr` (which checks the
+        // frame number) of this arena, mapped while `self` lives.
+        unsafe { copy_frame(self.frame_ptr(src), frame.ptr()) };
         Some(frame)
     }
 
@@ -414,7 +440,7 @@ impl PhysMem {
         if shard.frames.len() >= 4 * CACHE_BATCH {
             let drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
             drop(shard);
-            crate::fault::shared_write(2 * drained.len() as u64);
+            crate::sync::shared_write(2 * drained.len() as u64);
             for p in drained {
                 self.nodes[self.node_of_fast(p)].free.lock().push(p);
             }
@@ -529,13 +555,20 @@ impl std::fmt::Debug for FrameRef<'_> {
 /// Copies one frame to another with word-sized relaxed atomic accesses, so a
 /// guest thread writing the source concurrently is a race of the guest
 /// program, not undefined behaviour of softmm.
-pub(crate) fn copy_frame(src: *const u8, dst: *mut u8) {
+///
+/// # Safety
+///
+/// `src` and `dst` must each point at the first byte of a frame of a live
+/// arena (from [`PhysMem::frame_ptr`], with the `PhysMem` alive for the
+/// call), so that each is page aligned and valid for a page; arena memory is
+/// only ever accessed atomically.
+pub(crate) unsafe fn copy_frame(src: *const u8, dst: *mut u8) {
     use std::sync::atomic::AtomicU64 as A;
     let words = PAGE_SIZE as usize / 8;
     for i in 0..words {
-        // SAFETY: both pointers are frame-aligned frames of the arena, so each
-        // word is in bounds and 8-byte aligned; arena memory is only ever
-        // accessed atomically or by the guest.
+        // SAFETY: both pointers are frames of a live arena (`# Safety`), so
+        // each word is in bounds and 8-byte aligned; arena memory is only
+        // ever accessed atomically.
         unsafe {
             let s = &*(src as *const A).add(i);
             let d = &*(dst as *const A).add(i);
@@ -567,6 +600,16 @@ mod tests {
     /// Allocates from `node` until the arena runs out, in allocation order.
     fn alloc_all(phys: &PhysMem, node: usize) -> Vec<Pfn> {
         std::iter::from_fn(|| alloc_raw(phys, node)).collect()
+    }
+
+    #[test]
+    fn config_constructor_and_setters() {
+        let c = PhysConfig::new(5 << 20);
+        assert_eq!((c.bytes, c.nodes), (5 << 20, 1));
+        let c = c.nodes(3).bytes(7 << 20);
+        assert_eq!((c.bytes, c.nodes), (7 << 20, 3));
+        let d = PhysConfig::default();
+        assert_eq!((d.bytes, d.nodes), (256 << 20, 1));
     }
 
     #[test]
@@ -742,12 +785,14 @@ mod tests {
         let src = phys.alloc_zeroed(0).unwrap().into_raw();
         let frame = |p: Pfn| {
             let mut buf = vec![0u8; PAGE_SIZE as usize];
-            crate::access::copy_from_host(phys.frame_ptr(p), &mut buf);
+            // SAFETY: one frame of this test's live arena.
+            unsafe { crate::access::copy_from_host(phys.frame_ptr(p), &mut buf) };
             buf
         };
         assert!(frame(src).iter().all(|&b| b == 0), "alloc_zeroed left old contents");
         let pattern: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7 % 251) as u8).collect();
-        crate::access::copy_to_host(&pattern, phys.frame_ptr(src));
+        // SAFETY: one frame of this test's live arena.
+        unsafe { crate::access::copy_to_host(&pattern, phys.frame_ptr(src)) };
         let dst = phys.alloc_copy(src, 0).unwrap().into_raw();
         assert_ne!(dst, src);
         assert_eq!(frame(dst), pattern);

@@ -52,7 +52,8 @@ pub mod flags {
 use flags::*;
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
-/// one may merge; it is assigned on the first anonymous fault.
+/// one may merge; it is assigned on the first anonymous fault. Its identity is
+/// its address (compared with `Arc::ptr_eq`).
 #[derive(Debug)]
 pub struct AnonVma {
     /// True for the anon_vma a child gets at fork (Linux's chained anon_vma).
@@ -146,12 +147,6 @@ impl Vma {
     /// True for private anonymous memory (no file at all).
     pub fn is_anonymous(&self) -> bool {
         self.file.is_none()
-    }
-
-    /// True if `addr` is inside.
-    #[inline]
-    pub fn contains(&self, addr: u64) -> bool {
-        self.start <= addr && addr < self.end
     }
 
     /// The bottom of the stack guard gap below a growsdown VMA (`vm_start_gap`).
@@ -271,11 +266,6 @@ impl VmaTree {
         self.map.len()
     }
 
-    /// True if there is no VMA.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Inserts a VMA that overlaps none.
     pub(crate) fn insert(&mut self, v: Vma) -> Arc<Vma> {
         debug_assert!(self.overlapping(v.start, v.end).next().is_none(), "overlap inserting {v:?}");
@@ -342,7 +332,7 @@ mod tests {
     #[test]
     fn empty_tree_answers_nothing() {
         let t = VmaTree::default();
-        assert_eq!((t.len(), t.is_empty()), (0, true));
+        assert_eq!(t.len(), 0);
         assert_eq!(span(t.find(0)), None);
         assert_eq!(span(t.find_from(0)), None);
         assert_eq!(span(t.prev_of(u64::MAX)), None);
@@ -356,7 +346,7 @@ mod tests {
     fn find_is_end_exclusive() {
         let p = phys();
         let t = two_vmas(&p);
-        assert_eq!((t.len(), t.is_empty()), (2, false));
+        assert_eq!(t.len(), 2);
         assert_eq!(span(t.find(0)), None);
         assert_eq!(span(t.find(0xfff)), None);
         assert_eq!(span(t.find(0x1000)), Some(A));
@@ -455,7 +445,6 @@ mod tests {
         let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()));
         assert_eq!(v.pages(), 16);
         assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
-        assert!(v.contains(0x10000) && v.contains(0x1ffff) && !v.contains(0x20000) && !v.contains(0xffff));
         assert!(!v.is_anonymous());
 
         let s = v.slice(0x14000, 0x18000, VM_READ);

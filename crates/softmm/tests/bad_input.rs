@@ -22,9 +22,9 @@ mod ops;
 use std::sync::Arc;
 
 use ops::{MapLine, Op, Outcome, Scenario};
-use softmm::mm::{Overcommit, OvercommitMode};
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, Fault, File, MmConfig, OpenFile, PhysConfig, PhysMem};
+use softmm::{Overcommit, OvercommitMode};
 
 /// The host runner's entry point (see `differential/host.rs`).
 #[test]
@@ -61,7 +61,7 @@ const MADV_GUARD_REMOVE: i32 = 103;
 // ---------------------------------------------------------------------------
 
 fn phys() -> Arc<PhysMem> {
-    PhysMem::new(PhysConfig { bytes: 8 << 20, nodes: 1 }).expect("arena")
+    PhysMem::new(PhysConfig::new(8 << 20)).expect("arena")
 }
 
 #[test]
@@ -69,41 +69,40 @@ fn invalid_configs_are_einval_not_panics() {
     let p = phys();
     let d = MmConfig::default();
     let bad: Vec<(&str, MmConfig)> = vec![
-        ("mmap_min_addr above task_size", MmConfig { mmap_min_addr: d.task_size + P, ..d.clone() }),
-        ("task_size u64::MAX", MmConfig { task_size: u64::MAX, ..d.clone() }),
-        ("task_size unaligned", MmConfig { task_size: TASK_SIZE - 1, ..d.clone() }),
-        ("task_size above 2^47 - 4096", MmConfig { task_size: 1 << 47, ..d.clone() }),
-        ("task_size 0", MmConfig { task_size: 0, ..d.clone() }),
-        ("task_size one page", MmConfig { task_size: P, mmap_base: P, start_brk: P, ..d.clone() }),
-        ("fault_around_pages 1 << 60", MmConfig { fault_around_pages: 1 << 60, ..d.clone() }),
-        ("fault_around_pages 513", MmConfig { fault_around_pages: 513, ..d.clone() }),
-        ("mmap_base above task_size", MmConfig { mmap_base: TASK_SIZE + P, ..d.clone() }),
-        ("mmap_base below mmap_min_addr", MmConfig { mmap_base: 0, ..d.clone() }),
-        ("mmap_base unaligned", MmConfig { mmap_base: d.mmap_base - 1, ..d.clone() }),
-        ("start_brk above task_size", MmConfig { start_brk: LAST_PAGE, ..d.clone() }),
-        ("start_brk unaligned", MmConfig { start_brk: d.start_brk + 1, ..d.clone() }),
-        ("max_map_count 0", MmConfig { max_map_count: 0, ..d.clone() }),
-        ("max_map_count above INT_MAX", MmConfig { max_map_count: usize::MAX, ..d.clone() }),
-        ("mmap_min_addr unaligned", MmConfig { mmap_min_addr: 0x1001, ..d.clone() }),
-        ("stack_guard_gap u64::MAX", MmConfig { stack_guard_gap: LAST_PAGE, ..d.clone() }),
+        ("mmap_min_addr above task_size", d.clone().mmap_min_addr(d.task_size + P)),
+        ("task_size u64::MAX", d.clone().task_size(u64::MAX)),
+        ("task_size unaligned", d.clone().task_size(TASK_SIZE - 1)),
+        ("task_size above 2^47 - 4096", d.clone().task_size(1 << 47)),
+        ("task_size 0", d.clone().task_size(0)),
+        ("task_size one page", d.clone().task_size(P).mmap_base(P).start_brk(P)),
+        ("fault_around_pages 1 << 60", d.clone().fault_around_pages(1 << 60)),
+        ("fault_around_pages 513", d.clone().fault_around_pages(513)),
+        ("mmap_base above task_size", d.clone().mmap_base(TASK_SIZE + P)),
+        ("mmap_base below mmap_min_addr", d.clone().mmap_base(0)),
+        ("mmap_base unaligned", d.clone().mmap_base(d.mmap_base - 1)),
+        ("start_brk above task_size", d.clone().start_brk(LAST_PAGE)),
+        ("start_brk unaligned", d.clone().start_brk(d.start_brk + 1)),
+        ("max_map_count 0", d.clone().max_map_count(0)),
+        ("max_map_count above INT_MAX", d.clone().max_map_count(usize::MAX)),
+        ("mmap_min_addr unaligned", d.clone().mmap_min_addr(0x1001)),
+        ("stack_guard_gap u64::MAX", d.clone().stack_guard_gap(LAST_PAGE)),
     ];
     for (what, cfg) in bad {
         assert_eq!(AddressSpace::new(&p, cfg).err(), Some(Errno::Inval), "{what}");
     }
     // A small valid layout works, and fault_around_pages is clamped as Linux's sysctl does.
-    let small = MmConfig {
-        task_size: 256 << 20,
-        mmap_base: 192 << 20,
-        start_brk: 64 << 20,
-        mmap_min_addr: 0x10000,
-        fault_around_pages: 100,
-        ..d.clone()
-    };
+    let small = d
+        .clone()
+        .task_size(256 << 20)
+        .mmap_base(192 << 20)
+        .start_brk(64 << 20)
+        .mmap_min_addr(0x10000)
+        .fault_around_pages(100);
     let mm = AddressSpace::new(&p, small).expect("valid");
     assert_eq!(mm.config().fault_around_pages, 64);
     let a = mm.mmap(0, 3 * P, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     assert_eq!(a, (192 << 20) - 3 * P);
-    let mm = AddressSpace::new(&p, MmConfig { fault_around_pages: 0, ..d.clone() }).expect("valid");
+    let mm = AddressSpace::new(&p, d.clone().fault_around_pages(0)).expect("valid");
     assert_eq!(mm.config().fault_around_pages, 1);
 }
 
@@ -179,7 +178,7 @@ fn never_mode_limits_the_committed_total() {
     // 2048 pages of RAM, ratio 50: a commit limit of 1024 pages, less the
     // admin reserve (3% of 8 MiB: 64 pages) and min(total_vm / 32, user
     // reserve): 942 pages with 600 mapped.
-    p.set_overcommit(Overcommit { mode: OvercommitMode::Never, ..p.overcommit() });
+    p.set_overcommit(p.overcommit().mode(OvercommitMode::Never));
     assert_eq!(p.overcommit().commit_limit(), 1024);
     let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
     let a = mm.mmap(0, 600 * P, rw, anon, None, 0).unwrap();
@@ -191,7 +190,7 @@ fn never_mode_limits_the_committed_total() {
     assert_eq!(mm.mmap(0, 100 * P, rw, anon | MAP_NORESERVE, None, 0), Err(Errno::NoMem));
     mm.munmap(a, 600 * P).unwrap();
     mm.mmap(0, 500 * P, rw, anon, None, 0).unwrap();
-    p.set_overcommit(Overcommit { mode: OvercommitMode::Always, ..p.overcommit() });
+    p.set_overcommit(p.overcommit().mode(OvercommitMode::Always));
     mm.mmap(0, 100_000 * P, rw, anon, None, 0).unwrap();
 }
 
@@ -200,14 +199,14 @@ fn memlock_limit_refuses_map_locked_and_locked_growth() {
     let p = phys();
     let rw = PROT_READ | PROT_WRITE;
     let locked = MAP_PRIVATE | MAP_ANONYMOUS | MAP_LOCKED;
-    let mm = AddressSpace::new(&p, MmConfig { memlock_limit: 4 * P, ..MmConfig::default() }).unwrap();
+    let mm = AddressSpace::new(&p, MmConfig::default().memlock_limit(4 * P)).unwrap();
     assert_eq!(mm.mmap(0, 5 * P, rw, locked, None, 0), Err(Errno::Again));
     let a = mm.mmap(0, 3 * P, rw, locked, None, 0).unwrap();
     assert_eq!(mm.mremap(a, 3 * P, 5 * P, MREMAP_MAYMOVE, 0), Err(Errno::Again));
     assert_eq!(mm.mremap(a, 3 * P, 4 * P, MREMAP_MAYMOVE, 0).map(|_| ()), Ok(()));
-    let mm = AddressSpace::new(&p, MmConfig { memlock_limit: 0, ..MmConfig::default() }).unwrap();
+    let mm = AddressSpace::new(&p, MmConfig::default().memlock_limit(0)).unwrap();
     assert_eq!(mm.mmap(0, P, rw, locked, None, 0), Err(Errno::Perm), "can_do_mlock");
-    let mm = AddressSpace::new(&p, MmConfig { memlock_limit: 0, cap_ipc_lock: true, ..MmConfig::default() }).unwrap();
+    let mm = AddressSpace::new(&p, MmConfig::default().memlock_limit(0).cap_ipc_lock(true)).unwrap();
     assert!(mm.mmap(0, 5 * P, rw, locked, None, 0).is_ok());
 }
 
@@ -618,18 +617,16 @@ fn batch(cases: &[Case], per: usize) -> (Vec<(Scenario, Vec<usize>)>, Vec<Case>)
 /// as `PROT_NONE` placeholders (the stack growing down), `mmap_base` at the
 /// window's top, and the host's limits.
 fn softmm_for(outside: &[host::OutsideVma], lim: &HostLimits) -> (Arc<PhysMem>, Arc<AddressSpace>) {
-    let phys = PhysMem::new(PhysConfig { bytes: 32 << 20, nodes: 1 }).expect("arena");
+    let phys = PhysMem::new(PhysConfig::new(32 << 20)).expect("arena");
     phys.set_overcommit(lim.overcommit);
-    let cfg = MmConfig {
-        mmap_base: WINDOW.1,
-        mmap_min_addr: lim.mmap_min_addr,
+    let cfg = MmConfig::default()
+        .mmap_base(WINDOW.1)
+        .mmap_min_addr(lim.mmap_min_addr)
         // The host kernel's CONFIG_LSM_MMAP_MIN_ADDR (65536, as distributions
         // build it): hints below it are rounded up to it.
-        lsm_mmap_min_addr: 65536,
-        max_map_count: lim.max_map_count,
-        memlock_limit: lim.memlock,
-        ..MmConfig::default()
-    };
+        .lsm_mmap_min_addr(65536)
+        .max_map_count(lim.max_map_count)
+        .memlock_limit(lim.memlock);
     let mm = AddressSpace::new(&phys, cfg).expect("valid config");
     for v in outside {
         let flags = if v.stack { MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN } else { MAP_SHARED | MAP_ANONYMOUS }

@@ -31,13 +31,11 @@ fn host_runner_entry() {
 /// host child: `mmap_base` at the window's top, with a never-merging
 /// `PROT_NONE` placeholder right above it as the host has.
 fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
-    let phys = PhysMem::new(PhysConfig { bytes: 64 << 20, nodes: 1 }).expect("arena");
+    let phys = PhysMem::new(PhysConfig::new(64 << 20)).expect("arena");
     let trace = {
-        let mm = AddressSpace::new(
-            &phys,
-            MmConfig { policy, mmap_base: s.window.1, force_speculative: true, ..MmConfig::default() },
-        )
-        .expect("valid config");
+        let mm =
+            AddressSpace::new(&phys, MmConfig::default().policy(policy).mmap_base(s.window.1).force_speculative(true))
+                .expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
             .expect("placeholder above the window");
         let files: Vec<Arc<File>> = s

@@ -44,7 +44,7 @@ const VALUES: [u64; 14] = [
 const LENS: [usize; 5] = [0, 1, 4095, 4096, 8193];
 
 fn phys() -> Arc<PhysMem> {
-    PhysMem::new(PhysConfig { bytes: 4 << 20, nodes: 1 }).unwrap()
+    PhysMem::new(PhysConfig::new(4 << 20)).unwrap()
 }
 
 /// A host memfd, closed on drop.
@@ -213,7 +213,7 @@ fn create_returns_what_memfd_create_and_ftruncate_return() {
 /// compared with the host: it needs a 2 GiB buffer.)
 #[test]
 fn reads_and_writes_are_capped_at_max_rw_count() {
-    let p = PhysMem::new(PhysConfig { bytes: 8 << 20, nodes: 1 }).unwrap();
+    let p = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
     let f = File::create(&p, "big", 0).unwrap();
     let max = File::MAX_RW_COUNT;
     f.set_len(max as u64 + 2 * PAGE).unwrap();

@@ -189,7 +189,7 @@ fn addresses_outside_user_space_fault_as_on_x86_64() {
         assert_eq!(cpu.read_u64(bad), Err(gp), "{bad:#x}");
         assert_eq!(cpu.write_u8(bad, 1), Err(gp), "{bad:#x}");
     }
-    for bad in [a | 0xffff_8000_0000_0000, softmm::mm::TASK_SIZE, 0xffff_ffff_ff60_0000] {
+    for bad in [a | 0xffff_8000_0000_0000, softmm::TASK_SIZE, 0xffff_ffff_ff60_0000] {
         let segv = Fault::Segv { addr: bad, code: SegvCode::MapErr };
         assert_eq!(cpu.read_u8(bad), Err(segv), "{bad:#x}");
         assert_eq!(cpu.write_u8(bad, 1), Err(segv), "{bad:#x}");

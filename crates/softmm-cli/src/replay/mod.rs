@@ -452,12 +452,11 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         let want = (64 << 20) + populate.min(8 << 30);
         mem_available().map_or(want, |a| want.min(a / 2).max(64 << 20))
     });
-    let phys =
-        PhysMem::new(PhysConfig { bytes: arena, nodes: 1 }).map_err(|e| format!("arena of {arena} bytes: {e}"))?;
+    let phys = PhysMem::new(PhysConfig::new(arena)).map_err(|e| format!("arena of {arena} bytes: {e}"))?;
     // The traced process was charged against a real machine's RAM, not the
     // arena's: commit accounting follows this machine's RAM and swap.
     if let Some(ram) = meminfo("MemTotal:") {
-        let mut oc = softmm::mm::Overcommit::for_ram(ram / softmm::PAGE_SIZE);
+        let mut oc = softmm::Overcommit::for_ram(ram / softmm::PAGE_SIZE);
         oc.swap_pages = meminfo("SwapTotal:").unwrap_or(0) / softmm::PAGE_SIZE;
         phys.set_overcommit(oc);
     }

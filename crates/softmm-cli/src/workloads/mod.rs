@@ -199,7 +199,7 @@ impl Arena {
     pub fn get(&mut self, bytes: u64) -> Result<Arc<PhysMem>, String> {
         if self.phys.is_none() || self.bytes < bytes {
             self.phys = None;
-            let phys = PhysMem::new(PhysConfig { bytes, nodes: 1 })
+            let phys = PhysMem::new(PhysConfig::new(bytes))
                 .map_err(|e| format!("cannot make a {} MiB softmm arena: {e}", bytes >> 20))?;
             self.phys = Some(phys);
             self.bytes = bytes;
@@ -227,7 +227,7 @@ pub struct SoftEnv {
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config = MmConfig { policy: self.policy, force_speculative: self.force_speculative, ..MmConfig::default() };
+        let config = MmConfig::default().policy(self.policy).force_speculative(self.force_speculative);
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }

@@ -54,8 +54,9 @@ pub struct SoftSpace {
 fn fault_errno(f: Fault) -> i32 {
     match f {
         Fault::Oom { .. } => libc::ENOMEM,
-        Fault::Segv { .. } => libc::EFAULT,
         Fault::Bus { .. } | Fault::Unaligned { .. } => libc::EIO,
+        // SIGSEGV, and any signal a later softmm adds.
+        _ => libc::EFAULT,
     }
 }
 

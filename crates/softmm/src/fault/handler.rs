@@ -1,4 +1,4 @@
-//! The fault kinds, shared by every [`FaultPolicy`](super::FaultPolicy): each
+//! The fault kinds, shared by every [`FaultPolicy`](crate::FaultPolicy): each
 //! works on a VMA the policy vouches for and commits under the PTE lock after
 //! the policy's validation ([`FaultCtx::validate`]).
 
@@ -11,11 +11,12 @@ use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte, PteKind, PMD_SIZE};
 use crate::phys::{FrameRef, PG_ANON, PG_DIRTY, PG_FILE};
 use crate::rmap;
+use crate::sync::shared_write;
 use crate::vma::flags::*;
 use crate::vma::{AnonVma, Vma};
 use crate::PAGE_SIZE;
 
-use super::{shared_write, Abort, Access, FaultError};
+use super::{Abort, Access, FaultError};
 
 /// What must still hold, under the PTE lock, for a fault to commit.
 #[derive(Debug, Clone, Copy)]

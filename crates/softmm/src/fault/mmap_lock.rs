@@ -1,12 +1,13 @@
-//! [`FaultPolicy::MmapLock`](super::FaultPolicy::MmapLock): the whole fault
+//! [`FaultPolicy::MmapLock`](crate::FaultPolicy::MmapLock): the whole fault
 //! under `mmap_lock` held for read; also every other policy's fallback.
 
 use crate::error::{Fault, SegvCode};
 use crate::mm::AddressSpace;
+use crate::sync::shared_write;
 use crate::vma::flags::VM_GROWSDOWN;
 
 use super::handler::{self, Check, FaultCtx};
-use super::{shared_write, Access, FaultError};
+use super::{Access, FaultError};
 
 pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access) -> Result<(), Fault> {
     shared_write(2); // the rwlock word, on lock and on unlock
@@ -29,7 +30,8 @@ pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access) -> Result<(),
     locked(mm, vma, addr, access)
 }
 
-fn locked(mm: &AddressSpace, vma: &crate::vma::Vma, addr: u64, access: Access) -> Result<(), Fault> {
+/// The fault under `mmap_lock` (held by the caller, for read or write).
+pub(super) fn locked(mm: &AddressSpace, vma: &crate::vma::Vma, addr: u64, access: Access) -> Result<(), Fault> {
     let ctx = FaultCtx { mm, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
     match handler::handle_vma_fault(&ctx, addr, access) {
         Ok(()) => Ok(()),

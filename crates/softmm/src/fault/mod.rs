@@ -48,55 +48,23 @@
 //! of an exclusively owned page), and growsdown stack expansion, done with
 //! `mmap_lock` held for write (the StackRot fix).
 
-pub(crate) mod handler;
+mod handler;
 mod mmap_lock;
 mod per_vma;
 mod speculative;
 mod stats;
 
 pub use stats::FaultStats;
-pub(crate) use stats::{shared_write, shared_writes_so_far};
 
 use crate::error::Fault;
-use crate::mm::AddressSpace;
+use crate::mm::{AddressSpace, FaultPolicy};
+use crate::vma::Vma;
+use handler::{Check, FaultCtx};
 
-/// How page faults synchronize with changes to the address space.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum FaultPolicy {
-    /// Every fault takes `mmap_lock` for read.
-    MmapLock,
-    /// Seed 001: validate against the address space's sequence count.
-    Speculative,
-    /// Linux 6.4: a read reference on the VMA.
-    PerVma,
-    /// Validate against the VMA's own detached bit; no shared write.
-    #[default]
-    PerVmaSeq,
-}
-
-impl FaultPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [FaultPolicy] =
-        &[FaultPolicy::MmapLock, FaultPolicy::Speculative, FaultPolicy::PerVma, FaultPolicy::PerVmaSeq];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultPolicy::MmapLock => "mmap-lock",
-            FaultPolicy::Speculative => "speculative",
-            FaultPolicy::PerVma => "per-vma",
-            FaultPolicy::PerVmaSeq => "per-vma-seq",
-        }
-    }
-
-    /// The policy named `name` (see [`FaultPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<FaultPolicy> {
-        FaultPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// The kind of access that faulted.
+/// The kind of access that faulted. More kinds may come (an instruction
+/// fetch), so a `match` on it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Access {
     /// A load.
     Read,
@@ -141,6 +109,22 @@ impl AddressSpace {
     pub fn handle_fault(&self, addr: u64, access: Access) -> Result<(), Fault> {
         let _q = crate::cpu::QuiescentGuard::enter();
         self.handle_fault_counted(addr, access, &mut FaultStats::default())
+    }
+
+    /// Linux's `handle_mm_fault` for a caller that holds `mmap_lock` (for
+    /// read or write) and found `vma` at `addr`: resolves the fault on the
+    /// locked path, which never aborts. For `get_user_pages` (`crate::gup`).
+    pub(crate) fn handle_mm_fault(&self, vma: &Vma, addr: u64, access: Access) -> Result<(), Fault> {
+        mmap_lock::locked(self, vma, addr, access)
+    }
+
+    /// Linux's `anon_vma_prepare` for a caller that holds `mmap_lock`:
+    /// gives `vma` its anon_vma if it has none yet (`MADV_GUARD_INSTALL`,
+    /// so that `fork` copies its markers). False only if that could not be
+    /// done, which the locked path never meets.
+    pub(crate) fn anon_vma_prepare_locked(&self, vma: &Vma) -> bool {
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        handler::anon_vma_prepare(&ctx).is_ok()
     }
 
     /// [`AddressSpace::handle_fault`], counting into `stats` (a CPU's own).

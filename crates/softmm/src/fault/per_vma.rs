@@ -1,13 +1,14 @@
-//! [`FaultPolicy::PerVma`](super::FaultPolicy::PerVma) (a read reference on
-//! the VMA, Linux 6.4) and [`FaultPolicy::PerVmaSeq`](super::FaultPolicy::PerVmaSeq)
+//! [`FaultPolicy::PerVma`](crate::FaultPolicy::PerVma) (a read reference on
+//! the VMA, Linux 6.4) and [`FaultPolicy::PerVmaSeq`](crate::FaultPolicy::PerVmaSeq)
 //! (validation against the VMA's detached bit, no shared write; the
 //! reference only for the rare fault that allocates a page table).
 
 use crate::mm::AddressSpace;
+use crate::sync::shared_write;
 use crate::vma::Vma;
 
 use super::handler::{self, Check, FaultCtx};
-use super::{shared_write, Abort, Access, FaultError};
+use super::{Abort, Access, FaultError};
 
 /// `with_ref`: take the VMA's read reference (`PerVma`); else validate
 /// optimistically (`PerVmaSeq`), taking the reference only when a page table

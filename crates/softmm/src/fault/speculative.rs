@@ -1,4 +1,4 @@
-//! [`FaultPolicy::Speculative`](super::FaultPolicy::Speculative): seed 001's
+//! [`FaultPolicy::Speculative`](crate::FaultPolicy::Speculative): seed 001's
 //! speculative page fault, validated against the address space's sequence
 //! count.
 

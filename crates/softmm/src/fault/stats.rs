@@ -1,11 +1,12 @@
-//! Per-CPU fault counters (seed 001 patch 35's `spf statistics`), and the
-//! opt-in count of writes to memory other CPUs also write.
+//! Per-CPU fault counters (seed 001 patch 35's `spf statistics`).
 
 use super::Abort;
 
 /// Fault counters of one CPU. Only that CPU writes them, so counting adds no
-/// shared write.
+/// shared write. More counters may come: read the fields, and sum CPUs'
+/// counters with [`FaultStats::add`] from [`FaultStats::default`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FaultStats {
     /// Faults handled.
     pub faults: u64,
@@ -53,29 +54,4 @@ impl FaultStats {
         self.mmap_lock_acquisitions += o.mmap_lock_acquisitions;
         self.shared_writes += o.shared_writes;
     }
-}
-
-#[cfg(feature = "shared-write-stats")]
-thread_local! {
-    static SHARED_WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// Records `n` writes to memory that other CPUs also write (a lock word, a
-/// shared reference count or statistic). Compiles to nothing without the
-/// `shared-write-stats` feature.
-#[inline(always)]
-pub(crate) fn shared_write(n: u64) {
-    #[cfg(feature = "shared-write-stats")]
-    SHARED_WRITES.with(|c| c.set(c.get() + n));
-    #[cfg(not(feature = "shared-write-stats"))]
-    let _ = n;
-}
-
-/// The calling thread's shared-write count so far (0 without the feature).
-#[inline]
-pub(crate) fn shared_writes_so_far() -> u64 {
-    #[cfg(feature = "shared-write-stats")]
-    return SHARED_WRITES.with(|c| c.get());
-    #[cfg(not(feature = "shared-write-stats"))]
-    0
 }

@@ -33,7 +33,18 @@ pub enum OvercommitMode {
 }
 
 /// The overcommit sysctls and the machine sizes they are computed from.
+/// The type may gain fields: start from [`Overcommit::for_ram`] or
+/// [`PhysMem::overcommit`] and change it with the setters, named after the
+/// fields.
+///
+/// ```
+/// use softmm::{OvercommitMode, PhysConfig, PhysMem};
+/// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// phys.set_overcommit(phys.overcommit().mode(OvercommitMode::Never).ratio(100));
+/// assert_eq!(phys.overcommit().commit_limit(), 256);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Overcommit {
     /// `vm.overcommit_memory`.
     pub mode: OvercommitMode,
@@ -80,6 +91,62 @@ impl Overcommit {
             (u128::from(self.totalram_pages) * u128::from(self.ratio) / 100).min(u128::from(u64::MAX)) as u64
         };
         ram.saturating_add(self.swap_pages)
+    }
+
+    /// Sets `mode`: `vm.overcommit_memory`.
+    #[must_use]
+    pub fn mode(mut self, mode: OvercommitMode) -> Overcommit {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets `ratio`: `vm.overcommit_ratio`, the percent of RAM in the commit limit.
+    #[must_use]
+    pub fn ratio(mut self, ratio: u64) -> Overcommit {
+        self.ratio = ratio;
+        self
+    }
+
+    /// Sets `kbytes`: `vm.overcommit_kbytes`, the commit limit's RAM part in KiB (0: use `ratio`).
+    #[must_use]
+    pub fn kbytes(mut self, kbytes: u64) -> Overcommit {
+        self.kbytes = kbytes;
+        self
+    }
+
+    /// Sets `admin_reserve_kbytes`: `vm.admin_reserve_kbytes`.
+    #[must_use]
+    pub fn admin_reserve_kbytes(mut self, admin_reserve_kbytes: u64) -> Overcommit {
+        self.admin_reserve_kbytes = admin_reserve_kbytes;
+        self
+    }
+
+    /// Sets `user_reserve_kbytes`: `vm.user_reserve_kbytes`.
+    #[must_use]
+    pub fn user_reserve_kbytes(mut self, user_reserve_kbytes: u64) -> Overcommit {
+        self.user_reserve_kbytes = user_reserve_kbytes;
+        self
+    }
+
+    /// Sets `cap_sys_admin`: whether the caller has `CAP_SYS_ADMIN` (exempt from the admin reserve).
+    #[must_use]
+    pub fn cap_sys_admin(mut self, cap_sys_admin: bool) -> Overcommit {
+        self.cap_sys_admin = cap_sys_admin;
+        self
+    }
+
+    /// Sets `totalram_pages`: the RAM pages the limits are computed from.
+    #[must_use]
+    pub fn totalram_pages(mut self, totalram_pages: u64) -> Overcommit {
+        self.totalram_pages = totalram_pages;
+        self
+    }
+
+    /// Sets `swap_pages`: the swap pages counted in the commit limit.
+    #[must_use]
+    pub fn swap_pages(mut self, swap_pages: u64) -> Overcommit {
+        self.swap_pages = swap_pages;
+        self
     }
 }
 
@@ -214,5 +281,29 @@ mod tests {
         assert_eq!(o.commit_limit(), 1024 + 10);
         let o = Overcommit { kbytes: 0, ratio: u64::MAX, totalram_pages: u64::MAX, ..o };
         assert_eq!(o.commit_limit(), u64::MAX, "saturates");
+    }
+
+    #[test]
+    fn each_overcommit_setter_sets_its_own_field() {
+        let built = Overcommit::for_ram(1000)
+            .mode(OvercommitMode::Never)
+            .ratio(70)
+            .kbytes(12)
+            .admin_reserve_kbytes(34)
+            .user_reserve_kbytes(56)
+            .cap_sys_admin(true)
+            .totalram_pages(2000)
+            .swap_pages(78);
+        let want = Overcommit {
+            mode: OvercommitMode::Never,
+            ratio: 70,
+            kbytes: 12,
+            admin_reserve_kbytes: 34,
+            user_reserve_kbytes: 56,
+            cap_sys_admin: true,
+            totalram_pages: 2000,
+            swap_pages: 78,
+        };
+        assert_eq!(built, want);
     }
 }

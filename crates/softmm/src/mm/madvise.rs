@@ -1,8 +1,8 @@
 //! `madvise`.
 
 use crate::error::{Errno, Result};
-use crate::fault::handler::{self, Check, FaultCtx};
 use crate::fault::Access;
+use crate::gup;
 use crate::pgtable::{Pte, PMD_SIZE};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
@@ -82,9 +82,15 @@ impl AddressSpace {
     /// `WIPEONFORK`, `KEEPONFORK`, `DONTDUMP`, `DODUMP`, `HUGEPAGE`,
     /// `NOHUGEPAGE`, `COLD`, `PAGEOUT`, `POPULATE_READ`, `POPULATE_WRITE`,
     /// `MERGEABLE`, `UNMERGEABLE` (the `VM_MERGEABLE` flag, as KSM's
-    /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux's
-    /// outcome, see [`Self::madvise_collapse`]), `GUARD_INSTALL`,
-    /// `GUARD_REMOVE` (guard markers, see [`crate::pgtable::PteKind::Guard`]).
+    /// `ksm_madvise` sets it; nothing is merged), `COLLAPSE` (Linux 6.18's
+    /// outcome: `EINVAL` unless the VMA is private anonymous, not
+    /// `NOHUGEPAGE` and holds an aligned 2 MiB block; each whole block that
+    /// is writable and holds an anonymous page and no guard marker is made
+    /// present, private and writable, as a huge page would be, and any other
+    /// block makes the result `EINVAL`), `GUARD_INSTALL`, `GUARD_REMOVE`
+    /// (guard markers: an access to a marked page raises `SIGSEGV` with
+    /// `SEGV_MAPERR`; `MADV_DONTNEED` and truncation keep them, `munmap` and
+    /// `GUARD_REMOVE` clear them, `fork` copies and `mremap` moves them).
     /// `EINVAL` for other advice, an unaligned address, a wrapping range or
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).
@@ -130,7 +136,9 @@ impl AddressSpace {
             return Ok(());
         }
         match advice {
-            MADV_POPULATE_READ | MADV_POPULATE_WRITE => return self.populate(addr, end, advice == MADV_POPULATE_WRITE),
+            MADV_POPULATE_READ | MADV_POPULATE_WRITE => {
+                return crate::gup::faultin_page_range(self, addr, end, advice == MADV_POPULATE_WRITE)
+            }
             MADV_REMOVE => return self.madvise_remove(addr, end),
             _ => {}
         }
@@ -316,8 +324,9 @@ impl AddressSpace {
         if vma.flags & (VM_LOCKED | VM_SPECIAL) != 0 {
             return Err(Errno::Inval);
         }
-        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
-        handler::anon_vma_prepare(&ctx).map_err(|_| Errno::NoMem)?;
+        if !self.anon_vma_prepare_locked(vma) {
+            return Err(Errno::NoMem);
+        }
         loop {
             self.zap_range(start, end, tlb, |_| true);
             if self.set_guard_markers(start, end) {
@@ -384,16 +393,11 @@ impl AddressSpace {
         // start < end <= task size, so neither rounding overflows.
         let hstart = (start + pmd - 1) & !(pmd - 1);
         let hend = end & !(pmd - 1);
-        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
         let mut res = Ok(());
         let mut block = hstart;
         while block < hend {
             if vma.flags & VM_WRITE != 0 && self.block_collapsible(block) {
-                let mut a = block;
-                while a < block + pmd {
-                    handler::handle_vma_fault(&ctx, a, Access::Write).map_err(|_| Errno::NoMem)?;
-                    a += PAGE_SIZE;
-                }
+                gup::get_user_pages(self, vma, block, block + pmd, Access::Write).map_err(|_| Errno::NoMem)?;
             } else {
                 res = Err(Errno::Inval);
             }

@@ -7,8 +7,10 @@ use crate::{PAGE_SHIFT, PAGE_SIZE};
 
 use super::AddressSpace;
 
-/// One line of `/proc/pid/maps`, with the smaps `Rss` of the mapping.
+/// One line of `/proc/pid/maps`, with the smaps `Rss` of the mapping. More
+/// smaps fields may come: read the fields, never build one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MapEntry {
     /// First address.
     pub start: u64,

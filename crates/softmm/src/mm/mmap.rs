@@ -104,7 +104,8 @@ impl AddressSpace {
     /// file of another [`crate::PhysMem`]; `ENOMEM`
     /// when the length overflows, no room is left, there are too many
     /// mappings or the commit limit refuses the charge (see
-    /// [`crate::mm::commit`]); `EOVERFLOW` when offset plus length passes the
+    /// [`PhysMem::set_overcommit`](crate::PhysMem::set_overcommit));
+    /// `EOVERFLOW` when offset plus length passes the
     /// largest file offset; `EEXIST` for `MAP_FIXED_NOREPLACE` over a mapping;
     /// `EPERM` for a fixed address below `mmap_min_addr` or `MAP_LOCKED` with
     /// a zero memlock limit, `EAGAIN` past it; `EACCES` for a protection the
@@ -158,7 +159,7 @@ impl AddressSpace {
         let (addr, populate) = self.do_mmap(addr, len, prot, flags, file, backing, offset >> PAGE_SHIFT)?;
         if let Some(len) = populate {
             // Linux's mm_populate: after mmap_lock is dropped; errors ignored.
-            self.mm_populate(addr, addr + len);
+            crate::gup::mm_populate(self, addr, addr + len);
         }
         Ok(addr)
     }

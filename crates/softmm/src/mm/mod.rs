@@ -14,7 +14,8 @@
 //!   `mmap_lock` is quiescent.
 
 mod brk;
-pub mod commit;
+pub(crate) mod commit;
+mod config;
 mod fork;
 mod gather;
 mod layout;
@@ -24,7 +25,7 @@ mod mincore;
 mod mmap;
 mod mprotect;
 mod mremap;
-mod populate;
+mod stack;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -33,10 +34,10 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
+pub use config::{FaultPolicy, MmConfig, TASK_SIZE};
 pub use maps::MapEntry;
 
-use crate::fault::FaultPolicy;
-use crate::file::File;
+use crate::file::{File, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
@@ -45,126 +46,6 @@ use crate::tlb::{TlbDomain, TlbStats};
 use crate::vma::{Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::MmuGather;
-
-/// Layout and limits of an address space. The defaults are those of an x86-64
-/// Linux process started without address randomization and with an 8 MiB
-/// stack limit, so that the same calls from the same layout get the same
-/// addresses as on Linux.
-#[derive(Debug, Clone)]
-pub struct MmConfig {
-    /// How page faults synchronize with mapping changes.
-    pub policy: FaultPolicy,
-    /// One past the highest user address (`TASK_SIZE`).
-    pub task_size: u64,
-    /// Top of the top-down mmap area (`mm->mmap_base`).
-    pub mmap_base: u64,
-    /// Lowest address a mapping may use (`vm.mmap_min_addr`): a fixed
-    /// mapping below it is refused with `EPERM`.
-    pub mmap_min_addr: u64,
-    /// `CONFIG_LSM_MMAP_MIN_ADDR` (distributions: 65536; 0 here): Linux's
-    /// effective minimum is the larger of it and `mmap_min_addr` for hints,
-    /// searches and stack growth, while a fixed mapping is refused only below
-    /// `mmap_min_addr` unless a security module enforces it too.
-    pub lsm_mmap_min_addr: u64,
-    /// Start of the brk heap (`mm->start_brk`).
-    pub start_brk: u64,
-    /// Most VMAs an address space may have (`vm.max_map_count`).
-    pub max_map_count: usize,
-    /// Gap kept below a growsdown stack (`stack_guard_gap`).
-    pub stack_guard_gap: u64,
-    /// `RLIMIT_STACK`: how far a growsdown VMA may grow.
-    pub stack_limit: u64,
-    /// Align anonymous mappings whose length is a multiple of 2 MiB to 2 MiB,
-    /// as Linux 6.7+ does with transparent huge pages built in.
-    pub thp_align: bool,
-    /// Pages mapped around a file read fault from the page cache (Linux: 16).
-    pub fault_around_pages: u64,
-    /// Try [`FaultPolicy::Speculative`] even with a single CPU attached (seed
-    /// 001 patch 33 tries it only in multithreaded address spaces).
-    pub force_speculative: bool,
-    /// `RLIMIT_MEMLOCK` in bytes (Linux's default: 8 MiB; `u64::MAX` is
-    /// `RLIM_INFINITY`): the most `MAP_LOCKED` memory the address space holds.
-    pub memlock_limit: u64,
-    /// The process has `CAP_IPC_LOCK` (locks without limit).
-    pub cap_ipc_lock: bool,
-}
-
-/// x86-64 `TASK_SIZE` with 4-level paging.
-pub const TASK_SIZE: u64 = 0x7fff_ffff_f000;
-
-impl Default for MmConfig {
-    fn default() -> Self {
-        MmConfig {
-            policy: FaultPolicy::default(),
-            task_size: TASK_SIZE,
-            // TASK_SIZE - clamp(8 MiB stack + 1 MiB guard gap, 128 MiB, ..).
-            mmap_base: TASK_SIZE - (128 << 20),
-            mmap_min_addr: 0x1000,
-            lsm_mmap_min_addr: 0,
-            start_brk: 0x5555_5555_9000,
-            max_map_count: 65530,
-            stack_guard_gap: 256 * PAGE_SIZE,
-            stack_limit: 8 << 20,
-            thp_align: true,
-            fault_around_pages: 16,
-            force_speculative: false,
-            memlock_limit: 8 << 20,
-            cap_ipc_lock: false,
-        }
-    }
-}
-
-/// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
-const PTRS_PER_PTE: u64 = 512;
-
-impl MmConfig {
-    /// Linux's `mmap_min_addr` variable: the larger of the sysctl and the
-    /// security modules' minimum.
-    pub fn min_addr(&self) -> u64 {
-        self.mmap_min_addr.max(self.lsm_mmap_min_addr)
-    }
-
-    /// The configuration as an address space uses it, or `EINVAL` if Linux
-    /// could not have it: `task_size` not page aligned, zero, or above
-    /// [`TASK_SIZE`] (4-level paging); `mmap_min_addr`, `mmap_base`,
-    /// `start_brk` or `stack_guard_gap` not page aligned; `mmap_min_addr` not
-    /// below `mmap_base`, `mmap_base` above `task_size` (the top-down search
-    /// needs room between them); `start_brk` outside
-    /// `[mmap_min_addr, task_size]`; `stack_guard_gap` not below `task_size`;
-    /// `max_map_count` zero or above `i32::MAX` (a sysctl `int`);
-    /// `fault_around_pages` above `PTRS_PER_PTE` (512). As Linux's
-    /// `fault_around_bytes` handler does, `fault_around_pages` is rounded
-    /// down to a power of two, and 0 becomes 1.
-    pub fn validate(&self) -> Result<MmConfig, crate::Errno> {
-        let aligned = |v: u64| v % PAGE_SIZE == 0;
-        let ok = aligned(self.task_size)
-            && self.task_size != 0
-            && self.task_size <= TASK_SIZE
-            && aligned(self.mmap_min_addr)
-            && aligned(self.lsm_mmap_min_addr)
-            && aligned(self.mmap_base)
-            && aligned(self.start_brk)
-            && aligned(self.stack_guard_gap)
-            && PAGE_SIZE.max(self.min_addr()) < self.mmap_base
-            && self.mmap_base <= self.task_size
-            && self.mmap_min_addr <= self.start_brk
-            && self.start_brk <= self.task_size
-            && self.stack_guard_gap < self.task_size
-            && self.max_map_count != 0
-            && self.max_map_count <= i32::MAX as usize
-            && self.fault_around_pages <= PTRS_PER_PTE;
-        if !ok {
-            return Err(crate::Errno::Inval);
-        }
-        let mut cfg = self.clone();
-        // fault_around_bytes_set: max(rounddown_pow_of_two(bytes) >> PAGE_SHIFT, 1).
-        cfg.fault_around_pages = match self.fault_around_pages {
-            0 => 1,
-            n => 1 << n.ilog2(),
-        };
-        Ok(cfg)
-    }
-}
 
 /// What `mmap_lock` protects.
 pub(crate) struct MmState {
@@ -180,8 +61,10 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
 }
 
-/// Statistics of an address space.
+/// Statistics of an address space. More counters may come: read the fields,
+/// never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MmStats {
     /// Number of VMAs (`map_count`).
     pub map_count: usize,
@@ -241,7 +124,7 @@ impl Drop for MmapWriteGuard<'_> {
 
 impl AddressSpace {
     /// An empty address space on `phys`, or `EINVAL` for a configuration
-    /// Linux could not have (see [`MmConfig::validate`]).
+    /// Linux could not have (see [`MmConfig`]'s "Validity").
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
         let config = config.validate()?;
         let st = MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk };
@@ -315,7 +198,7 @@ impl AddressSpace {
 
     /// The published VMA tree, readable without `mmap_lock` for as long as
     /// `guard` is held.
-    pub fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
+    pub(crate) fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
         let p: Shared<'g, VmaTree> = self.vmas_rcu.load(Ordering::Acquire, guard);
         // SAFETY: the pointer is never null (set in `new`, swapped for non-null
         // in `publish`) and is freed only after every guard that could have
@@ -493,9 +376,21 @@ impl AddressSpace {
         self.pgtables.detach_tables(start, end, floor, ceiling, &mut tlb.tables);
     }
 
+    /// Records in `file`'s reverse map that this address space maps it.
+    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
+        let mut linked = self.linked_files.lock();
+        if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
+            linked.push(Arc::downgrade(file));
+            let me: Weak<AddressSpace> = Arc::downgrade(self);
+            file.add_mapping(me);
+        }
+    }
+}
+
+impl Mapper for AddressSpace {
     /// Zaps the mappings of file pages `[first, last)` of `file` (truncate and
     /// hole punch); see [`File::set_len`].
-    pub(crate) fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool) {
+    fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool) {
         let st = self.read_lock_recursive();
         let mut tlb = MmuGather::default();
         for v in st.vmas.iter() {
@@ -523,15 +418,6 @@ impl AddressSpace {
         tlb.finish(self);
         drop(st);
     }
-
-    /// Records in `file`'s reverse map that this address space maps it.
-    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
-        let mut linked = self.linked_files.lock();
-        if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
-            linked.push(Arc::downgrade(file));
-            file.add_mapping(self);
-        }
-    }
 }
 
 impl Drop for AddressSpace {
@@ -539,7 +425,7 @@ impl Drop for AddressSpace {
         // exit_mmap: the page tables, and the frames their entries hold, go
         // when `pgtables` drops after this: no CPU is attached (each holds an
         // Arc) and no walker can reach the tree, so nothing waits for a flush.
-        let me: *const AddressSpace = self;
+        let me: *const dyn Mapper = self as *const AddressSpace;
         for file in self.linked_files.get_mut().drain(..).filter_map(|w| w.upgrade()) {
             file.remove_mapping(me);
         }

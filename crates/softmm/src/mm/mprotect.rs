@@ -62,7 +62,7 @@ impl AddressSpace {
         // in for write, so it gets its own pages as mlock promised (Linux
         // does it under the lock; faults here take it for read).
         for (start, end) in populate {
-            self.mm_populate(start, end);
+            crate::gup::mm_populate(self, start, end);
         }
         res
     }

@@ -76,7 +76,7 @@ impl AddressSpace {
             // mmap_lock is dropped (mremap's mm_populate).
             let grown = new_len > old_len && self.read_lock().vmas.find(a).is_some_and(|v| v.flags & VM_LOCKED != 0);
             if grown {
-                self.mm_populate(a + old_len, a + new_len);
+                crate::gup::mm_populate(self, a + old_len, a + new_len);
             }
         }
         res

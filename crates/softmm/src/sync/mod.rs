@@ -2,12 +2,18 @@
 //!
 //! Every atomic and lock that takes part in a lock-free protocol is imported from
 //! here, so the `loom` models in `tests/loom_*.rs` explore the real code.
-//! The protocol primitives built on them live in submodules.
+//! The protocol primitives built on them live in submodules, with the opt-in
+//! count of writes to shared memory (`shared_write`), which every mechanism
+//! below the fault handler reports to.
 
 mod seqcount;
+#[cfg(not(loom))]
+mod shared_write;
 mod vma_lock;
 
 pub use seqcount::SeqCount;
+#[cfg(not(loom))]
+pub(crate) use shared_write::{shared_write, shared_writes_so_far};
 pub use vma_lock::VmaLock;
 
 #[cfg(loom)]

@@ -62,8 +62,10 @@ impl CpuTlbState {
     }
 }
 
-/// Counters of shootdown traffic (the seeds count IPIs).
+/// Counters of shootdown traffic (the seeds count IPIs). More counters may
+/// come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TlbStats {
     /// Flushes initiated.
     pub flushes: u64,

@@ -12,13 +12,13 @@ pub const RW: i32 = PROT_READ | PROT_WRITE;
 
 /// A small machine: `mib` MiB of frames.
 pub fn phys(mib: u64) -> Arc<PhysMem> {
-    PhysMem::new(PhysConfig { bytes: mib << 20, nodes: 1 }).expect("arena")
+    PhysMem::new(PhysConfig::new(mib << 20)).expect("arena")
 }
 
 /// An address space with the default layout and `policy` (speculation
 /// forced on, so that single-threaded tests exercise it too).
 pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
-    AddressSpace::new(phys, MmConfig { policy, force_speculative: true, ..MmConfig::default() }).expect("valid config")
+    AddressSpace::new(phys, MmConfig::default().policy(policy).force_speculative(true)).expect("valid config")
 }
 
 /// Asserts that everything allocated on `phys` has been freed.

@@ -50,7 +50,7 @@
 //!   bytes are checked to be 0 or 1, and 1 for every page with a private copy
 //!   (residency of untouched or page-cache pages is not modelled).
 //!
-//! Address spaces use `MmConfig { thp_align: false }` (the 2 MiB alignment
+//! Address spaces use `MmConfig::default().thp_align(false)` (the 2 MiB alignment
 //! of large anonymous mappings is not modelled).
 #![allow(dead_code)]
 
@@ -96,7 +96,7 @@ const MADV_COLLAPSE: i32 = 25;
 const MAX_FILE: u64 = i64::MAX as u64;
 
 fn cfg() -> MmConfig {
-    MmConfig { thp_align: false, force_speculative: true, ..MmConfig::default() }
+    MmConfig::default().thp_align(false).force_speculative(true)
 }
 
 fn win_pg() -> u64 {
@@ -414,7 +414,7 @@ pub fn run_bytes(data: &[u8], phys: &Arc<PhysMem>) -> Result<(), String> {
 
 /// The arena the harness runs on.
 pub fn arena() -> Arc<PhysMem> {
-    PhysMem::new(softmm::PhysConfig { bytes: ARENA_BYTES, nodes: 1 }).expect("arena")
+    PhysMem::new(softmm::PhysConfig::new(ARENA_BYTES)).expect("arena")
 }
 
 fn pattern(len: usize, val: u8) -> Vec<u8> {
@@ -436,7 +436,7 @@ impl World<'_> {
             self.model.objs.push(o);
             self.files.push(f);
         }
-        let mm = AddressSpace::new(self.phys, MmConfig { policy: input.policy, ..cfg() })
+        let mm = AddressSpace::new(self.phys, cfg().policy(input.policy))
             .map_err(|e| format!("AddressSpace::new: {e:?}"))?;
         self.real.push(Real::new(mm));
         self.model.ases.push(MAs { pages: Default::default(), brk: cfg().start_brk });

@@ -1,0 +1,96 @@
+//! `get_user_pages`: faulting the pages of a range in for a call that needs
+//! them present, as Linux's `mm/gup.c` does. `MAP_POPULATE` and the populate
+//! that `mprotect` and `mremap` do for locked mappings ([`mm_populate`] →
+//! [`populate_vma_page_range`]), `MADV_POPULATE_READ`/`WRITE`
+//! ([`faultin_page_range`]) and `MADV_COLLAPSE` all come down to
+//! [`get_user_pages`], Linux's `__get_user_pages` on one VMA: a loop that
+//! faults the pages in one by one through the fault handler's locked path,
+//! with `mmap_lock` held for read.
+//!
+//! Layering: the syscalls (`crate::mm`) call this module, and this module
+//! calls the fault handler (`crate::fault`); the handler never calls back.
+
+use crate::error::{Errno, Fault, Result};
+use crate::fault::Access;
+use crate::mm::AddressSpace;
+use crate::vma::flags::*;
+use crate::vma::Vma;
+use crate::PAGE_SIZE;
+
+/// Linux's `__get_user_pages` on `[start, end)` of `vma` (page aligned and
+/// inside it), for a caller holding `mmap_lock`: faults each page in for
+/// `access`, in address order. Stops at the first page whose fault raises a
+/// signal and returns it; the pages before it stay mapped.
+pub(crate) fn get_user_pages(
+    mm: &AddressSpace,
+    vma: &Vma,
+    start: u64,
+    end: u64,
+    access: Access,
+) -> core::result::Result<(), Fault> {
+    let mut a = start;
+    while a < end {
+        mm.handle_mm_fault(vma, a, access)?;
+        a += PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// [`get_user_pages`] with its signal turned into the errno a syscall
+/// returns (`faultin_page`): `ENOMEM` when frames ran out (`VM_FAULT_OOM`),
+/// `EFAULT` for any other signal (`SIGBUS` past the end of a file, a guard
+/// marker's `SIGSEGV`).
+pub(crate) fn populate_vma_page_range(
+    mm: &AddressSpace,
+    vma: &Vma,
+    start: u64,
+    end: u64,
+    access: Access,
+) -> Result<()> {
+    get_user_pages(mm, vma, start, end, access).map_err(|f| match f {
+        Fault::Oom { .. } => Errno::NoMem,
+        _ => Errno::Fault,
+    })
+}
+
+/// Linux's `mm_populate` (`MAP_POPULATE`, and `mprotect`/`mremap` of locked
+/// mappings), called after `mmap_lock` was dropped: faults in the accessible
+/// VMAs of `[start, end)`, private writable ones for write (so that they get
+/// their own pages, as `populate_vma_page_range` asks with `FOLL_WRITE`),
+/// others for read. Errors are ignored, as Linux's `__mm_populate(.., 1)`
+/// does: the call that asked has already succeeded.
+pub(crate) fn mm_populate(mm: &AddressSpace, start: u64, end: u64) {
+    let st = mm.read_lock();
+    let mut a = start;
+    while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
+        let from = a.max(vma.start);
+        a = vma.end.min(end);
+        if vma.flags & VM_ACCESS_FLAGS == 0 {
+            continue;
+        }
+        let write = vma.flags & (VM_WRITE | VM_SHARED) == VM_WRITE;
+        let access = if write { Access::Write } else { Access::Read };
+        let _ = populate_vma_page_range(mm, vma, from, a, access);
+    }
+}
+
+/// Linux's `faultin_page_range` (`MADV_POPULATE_READ`/`WRITE`): faults in
+/// `[start, end)` (page aligned) for read or write. `ENOMEM` for an unmapped
+/// page, `EINVAL` for a VMA without the access, `EFAULT` for a page that
+/// would raise a signal (`ENOMEM` if frames ran out); the pages before the
+/// failing one stay in.
+pub(crate) fn faultin_page_range(mm: &AddressSpace, start: u64, end: u64, write: bool) -> Result<()> {
+    let st = mm.read_lock();
+    let (need, access) = if write { (VM_WRITE, Access::Write) } else { (VM_READ, Access::Read) };
+    let mut a = start;
+    while a < end {
+        let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
+        if vma.flags & need == 0 {
+            return Err(Errno::Inval);
+        }
+        let stop = vma.end.min(end);
+        populate_vma_page_range(mm, vma, a, stop, access)?;
+        a = stop;
+    }
+    Ok(())
+}

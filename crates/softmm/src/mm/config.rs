@@ -1,0 +1,333 @@
+//! An address space's configuration: its layout and limits ([`MmConfig`]),
+//! the fault policy it runs ([`FaultPolicy`]), and the checks that refuse a
+//! configuration Linux could not have.
+//!
+//! The policy is part of the configuration, not of the fault handler: the
+//! address space and its calls only carry it, and the handler (`crate::fault`)
+//! is what reads it, so the core of `mm` does not depend on `fault`.
+
+use crate::PAGE_SIZE;
+
+/// How page faults synchronize with changes to the address space. More
+/// policies may come, so a `match` on it needs a wildcard arm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FaultPolicy {
+    /// Every fault takes `mmap_lock` for read.
+    MmapLock,
+    /// Seed 001: validate against the address space's sequence count.
+    Speculative,
+    /// Linux 6.4: a read reference on the VMA.
+    PerVma,
+    /// Validate against the VMA's own detached bit; no shared write.
+    #[default]
+    PerVmaSeq,
+}
+
+impl FaultPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [FaultPolicy] =
+        &[FaultPolicy::MmapLock, FaultPolicy::Speculative, FaultPolicy::PerVma, FaultPolicy::PerVmaSeq];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPolicy::MmapLock => "mmap-lock",
+            FaultPolicy::Speculative => "speculative",
+            FaultPolicy::PerVma => "per-vma",
+            FaultPolicy::PerVmaSeq => "per-vma-seq",
+        }
+    }
+
+    /// The policy named `name` (see [`FaultPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<FaultPolicy> {
+        FaultPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
+/// Layout and limits of an address space. The defaults are those of an x86-64
+/// Linux process started without address randomization and with an 8 MiB
+/// stack limit, so that the same calls from the same layout get the same
+/// addresses as on Linux.
+///
+/// # Validity
+///
+/// [`AddressSpace::new`](crate::AddressSpace::new) refuses with `EINVAL` a
+/// configuration Linux could not have: `task_size` not page aligned, zero,
+/// or above [`TASK_SIZE`] (4-level paging); `mmap_min_addr`,
+/// `lsm_mmap_min_addr`, `mmap_base`, `start_brk` or `stack_guard_gap` not
+/// page aligned; `mmap_base` not above both the first page and the larger of
+/// the two minimum addresses, or above `task_size` (the top-down search needs
+/// room between them); `start_brk` outside `[mmap_min_addr, task_size]`;
+/// `stack_guard_gap` not below `task_size`; `max_map_count` zero or above
+/// `i32::MAX` (a sysctl `int`); `fault_around_pages` above `PTRS_PER_PTE`
+/// (512). As Linux's `fault_around_bytes` handler does, the address space
+/// rounds `fault_around_pages` down to a power of two, and 0 becomes 1
+/// ([`AddressSpace::config`](crate::AddressSpace::config) shows the result).
+///
+/// The type may gain fields: build it from [`MmConfig::default`] with the
+/// setters, named after the fields.
+///
+/// ```
+/// use softmm::{AddressSpace, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+/// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// let config = MmConfig::default().policy(FaultPolicy::MmapLock).stack_limit(1 << 20);
+/// let mm = AddressSpace::new(&phys, config).unwrap();
+/// assert_eq!(mm.config().stack_limit, 1 << 20);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MmConfig {
+    /// How page faults synchronize with mapping changes.
+    pub policy: FaultPolicy,
+    /// One past the highest user address (`TASK_SIZE`).
+    pub task_size: u64,
+    /// Top of the top-down mmap area (`mm->mmap_base`).
+    pub mmap_base: u64,
+    /// Lowest address a mapping may use (`vm.mmap_min_addr`): a fixed
+    /// mapping below it is refused with `EPERM`.
+    pub mmap_min_addr: u64,
+    /// `CONFIG_LSM_MMAP_MIN_ADDR` (distributions: 65536; 0 here): Linux's
+    /// effective minimum is the larger of it and `mmap_min_addr` for hints,
+    /// searches and stack growth, while a fixed mapping is refused only below
+    /// `mmap_min_addr` unless a security module enforces it too.
+    pub lsm_mmap_min_addr: u64,
+    /// Start of the brk heap (`mm->start_brk`).
+    pub start_brk: u64,
+    /// Most VMAs an address space may have (`vm.max_map_count`).
+    pub max_map_count: usize,
+    /// Gap kept below a growsdown stack (`stack_guard_gap`).
+    pub stack_guard_gap: u64,
+    /// `RLIMIT_STACK`: how far a growsdown VMA may grow.
+    pub stack_limit: u64,
+    /// Align anonymous mappings whose length is a multiple of 2 MiB to 2 MiB,
+    /// as Linux 6.7+ does with transparent huge pages built in.
+    pub thp_align: bool,
+    /// Pages mapped around a file read fault from the page cache (Linux: 16).
+    pub fault_around_pages: u64,
+    /// Try [`FaultPolicy::Speculative`] even with a single CPU attached (seed
+    /// 001 patch 33 tries it only in multithreaded address spaces).
+    pub force_speculative: bool,
+    /// `RLIMIT_MEMLOCK` in bytes (Linux's default: 8 MiB; `u64::MAX` is
+    /// `RLIM_INFINITY`): the most `MAP_LOCKED` memory the address space holds.
+    pub memlock_limit: u64,
+    /// The process has `CAP_IPC_LOCK` (locks without limit).
+    pub cap_ipc_lock: bool,
+}
+
+/// x86-64 `TASK_SIZE` with 4-level paging.
+pub const TASK_SIZE: u64 = 0x7fff_ffff_f000;
+
+impl Default for MmConfig {
+    fn default() -> Self {
+        MmConfig {
+            policy: FaultPolicy::default(),
+            task_size: TASK_SIZE,
+            // TASK_SIZE - clamp(8 MiB stack + 1 MiB guard gap, 128 MiB, ..).
+            mmap_base: TASK_SIZE - (128 << 20),
+            mmap_min_addr: 0x1000,
+            lsm_mmap_min_addr: 0,
+            start_brk: 0x5555_5555_9000,
+            max_map_count: 65530,
+            stack_guard_gap: 256 * PAGE_SIZE,
+            stack_limit: 8 << 20,
+            thp_align: true,
+            fault_around_pages: 16,
+            force_speculative: false,
+            memlock_limit: 8 << 20,
+            cap_ipc_lock: false,
+        }
+    }
+}
+
+impl MmConfig {
+    // Consuming setters, one per field, so that an embedder builds a
+    // configuration from `MmConfig::default()` without a struct literal
+    // (the type is `#[non_exhaustive]`: fields may be added). Each is
+    // checked only when the address space is made (see "Validity").
+
+    /// Sets `policy`: how page faults synchronize with mapping changes (default [`FaultPolicy::PerVmaSeq`]).
+    #[must_use]
+    pub fn policy(mut self, policy: FaultPolicy) -> MmConfig {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets `task_size`: one past the highest user address (default [`TASK_SIZE`]).
+    #[must_use]
+    pub fn task_size(mut self, task_size: u64) -> MmConfig {
+        self.task_size = task_size;
+        self
+    }
+
+    /// Sets `mmap_base`: the top of the top-down mmap area (default `TASK_SIZE` - 128 MiB).
+    #[must_use]
+    pub fn mmap_base(mut self, mmap_base: u64) -> MmConfig {
+        self.mmap_base = mmap_base;
+        self
+    }
+
+    /// Sets `mmap_min_addr`: the lowest address a fixed mapping may use, `vm.mmap_min_addr` (default 4096).
+    #[must_use]
+    pub fn mmap_min_addr(mut self, mmap_min_addr: u64) -> MmConfig {
+        self.mmap_min_addr = mmap_min_addr;
+        self
+    }
+
+    /// Sets `lsm_mmap_min_addr`: the security modules' minimum address, `CONFIG_LSM_MMAP_MIN_ADDR` (default 0).
+    #[must_use]
+    pub fn lsm_mmap_min_addr(mut self, lsm_mmap_min_addr: u64) -> MmConfig {
+        self.lsm_mmap_min_addr = lsm_mmap_min_addr;
+        self
+    }
+
+    /// Sets `start_brk`: the start of the brk heap (default `0x5555_5555_9000`).
+    #[must_use]
+    pub fn start_brk(mut self, start_brk: u64) -> MmConfig {
+        self.start_brk = start_brk;
+        self
+    }
+
+    /// Sets `max_map_count`: the most VMAs the address space may have, `vm.max_map_count` (default 65530).
+    #[must_use]
+    pub fn max_map_count(mut self, max_map_count: usize) -> MmConfig {
+        self.max_map_count = max_map_count;
+        self
+    }
+
+    /// Sets `stack_guard_gap`: the gap kept below a growsdown stack, in bytes (default 1 MiB).
+    #[must_use]
+    pub fn stack_guard_gap(mut self, stack_guard_gap: u64) -> MmConfig {
+        self.stack_guard_gap = stack_guard_gap;
+        self
+    }
+
+    /// Sets `stack_limit`: `RLIMIT_STACK`, how far a growsdown VMA may grow, in bytes (default 8 MiB).
+    #[must_use]
+    pub fn stack_limit(mut self, stack_limit: u64) -> MmConfig {
+        self.stack_limit = stack_limit;
+        self
+    }
+
+    /// Sets `thp_align`: whether anonymous mappings whose length is a multiple of 2 MiB are 2 MiB aligned (default true).
+    #[must_use]
+    pub fn thp_align(mut self, thp_align: bool) -> MmConfig {
+        self.thp_align = thp_align;
+        self
+    }
+
+    /// Sets `fault_around_pages`: the pages mapped around a file read fault (default 16).
+    #[must_use]
+    pub fn fault_around_pages(mut self, fault_around_pages: u64) -> MmConfig {
+        self.fault_around_pages = fault_around_pages;
+        self
+    }
+
+    /// Sets `force_speculative`: whether [`FaultPolicy::Speculative`] is tried with a single CPU attached (default false).
+    #[must_use]
+    pub fn force_speculative(mut self, force_speculative: bool) -> MmConfig {
+        self.force_speculative = force_speculative;
+        self
+    }
+
+    /// Sets `memlock_limit`: `RLIMIT_MEMLOCK` in bytes, `u64::MAX` for no limit (default 8 MiB).
+    #[must_use]
+    pub fn memlock_limit(mut self, memlock_limit: u64) -> MmConfig {
+        self.memlock_limit = memlock_limit;
+        self
+    }
+
+    /// Sets `cap_ipc_lock`: whether the process has `CAP_IPC_LOCK` and locks without limit (default false).
+    #[must_use]
+    pub fn cap_ipc_lock(mut self, cap_ipc_lock: bool) -> MmConfig {
+        self.cap_ipc_lock = cap_ipc_lock;
+        self
+    }
+}
+
+/// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
+const PTRS_PER_PTE: u64 = 512;
+
+impl MmConfig {
+    /// Linux's `mmap_min_addr` variable: the larger of the sysctl and the
+    /// security modules' minimum.
+    pub(crate) fn min_addr(&self) -> u64 {
+        self.mmap_min_addr.max(self.lsm_mmap_min_addr)
+    }
+
+    /// The configuration as an address space uses it, or `EINVAL` if Linux
+    /// could not have it (the rules are the type's "Validity" section).
+    pub(crate) fn validate(&self) -> Result<MmConfig, crate::Errno> {
+        let aligned = |v: u64| v % PAGE_SIZE == 0;
+        let ok = aligned(self.task_size)
+            && self.task_size != 0
+            && self.task_size <= TASK_SIZE
+            && aligned(self.mmap_min_addr)
+            && aligned(self.lsm_mmap_min_addr)
+            && aligned(self.mmap_base)
+            && aligned(self.start_brk)
+            && aligned(self.stack_guard_gap)
+            && PAGE_SIZE.max(self.min_addr()) < self.mmap_base
+            && self.mmap_base <= self.task_size
+            && self.mmap_min_addr <= self.start_brk
+            && self.start_brk <= self.task_size
+            && self.stack_guard_gap < self.task_size
+            && self.max_map_count != 0
+            && self.max_map_count <= i32::MAX as usize
+            && self.fault_around_pages <= PTRS_PER_PTE;
+        if !ok {
+            return Err(crate::Errno::Inval);
+        }
+        let mut cfg = self.clone();
+        // fault_around_bytes_set: max(rounddown_pow_of_two(bytes) >> PAGE_SHIFT, 1).
+        cfg.fault_around_pages = match self.fault_around_pages {
+            0 => 1,
+            n => 1 << n.ilog2(),
+        };
+        Ok(cfg)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_setter_sets_its_own_field() {
+        // Every field differs from its default, and the literal names every
+        // field: a new field fails to compile here until it gets a setter.
+        let built = MmConfig::default()
+            .policy(FaultPolicy::Speculative)
+            .task_size(1 << 40)
+            .mmap_base(1 << 39)
+            .mmap_min_addr(0x2000)
+            .lsm_mmap_min_addr(0x10000)
+            .start_brk(1 << 30)
+            .max_map_count(77)
+            .stack_guard_gap(3 * PAGE_SIZE)
+            .stack_limit(5 << 20)
+            .thp_align(false)
+            .fault_around_pages(4)
+            .force_speculative(true)
+            .memlock_limit(9 << 20)
+            .cap_ipc_lock(true);
+        let want = MmConfig {
+            policy: FaultPolicy::Speculative,
+            task_size: 1 << 40,
+            mmap_base: 1 << 39,
+            mmap_min_addr: 0x2000,
+            lsm_mmap_min_addr: 0x10000,
+            start_brk: 1 << 30,
+            max_map_count: 77,
+            stack_guard_gap: 3 * PAGE_SIZE,
+            stack_limit: 5 << 20,
+            thp_align: false,
+            fault_around_pages: 4,
+            force_speculative: true,
+            memlock_limit: 9 << 20,
+            cap_ipc_lock: true,
+        };
+        assert_eq!(format!("{built:?}"), format!("{want:?}"));
+        assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));
+    }
+}
