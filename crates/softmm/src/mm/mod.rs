@@ -326,12 +326,12 @@ impl AddressSpace {
     /// The calling thread's own CPUs are quiescent (it is inside softmm) and
     /// are not sent a request.
     pub(crate) fn flush_tlb(&self) {
-        crate::cpu::with_thread_cpus(|mine| self.tlb.flush(mine));
+        crate::tlb::with_thread_cpus(|mine| self.tlb.flush(mine));
     }
 
     /// Current statistics.
     pub fn stats(&self) -> MmStats {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let st = self.read_lock();
         let map_count = st.vmas.len();
         let rss_pages = st.vmas.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
