@@ -30,13 +30,15 @@
 //! passed as `mine` ([`quiescent`]), so no shootdown waits for a CPU whose
 //! thread is the one waiting, or is blocked on a lock the waiter holds.
 //!
-//! The protocol is modelled with loom in `tests/loom_tlb.rs`.
+//! The protocol is modelled with loom in `loom_tests.rs`, on this code.
 
+#[cfg(all(test, loom))]
+mod loom_tests;
 // Without the rest of the crate (a loom build), only the models use it.
-#[cfg_attr(all(loom, not(test)), allow(dead_code))]
+#[cfg_attr(loom, allow(dead_code))]
 mod quiescent;
 mod shootdown;
 
-#[cfg_attr(all(loom, not(test)), allow(unused_imports))]
+#[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
 pub use shootdown::{CpuTlbState, TlbDomain, TlbStats};

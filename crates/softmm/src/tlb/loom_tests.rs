@@ -1,15 +1,15 @@
-//! loom model of the TLB shootdown handshake (`softmm::tlb`).
+//! loom models of the TLB shootdown protocol of [`super`], on the real
+//! [`TlbDomain`] and [`CpuTlbState`].
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test --release --test loom_tlb`.
-//! The CPU side is modelled here with the real `CpuTlbState`/`TlbDomain`
-//! calls the `Cpu` makes; the property is the one the frame allocator relies
-//! on: once `flush` returns, no CPU uses a translation cached before it.
-#![cfg(loom)]
+//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p softmm --lib`.
+//! The CPU side is modelled with the calls the `Cpu` makes; the property is
+//! the one the frame allocator relies on: once `flush` returns, no CPU uses a
+//! translation cached before it.
 
 use std::sync::Arc;
 
+use super::{CpuTlbState, TlbDomain};
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use softmm::tlb::{CpuTlbState, TlbDomain};
 
 /// A CPU's view: its cached translation (if any) and the generation it is current for.
 struct ModelCpu {
