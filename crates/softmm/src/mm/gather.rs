@@ -37,3 +37,62 @@ impl MmuGather {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::tlb::FlushTicket;
+    use crate::uapi::*;
+    use crate::{Cpu, MmConfig, PhysConfig, PhysMem, PAGE_SIZE};
+
+    /// `flush_tlb_begin` on two address spaces, then both waits: each CPU of
+    /// another thread gets its request, and each wait ends once its CPU
+    /// acknowledged.
+    #[test]
+    fn flushes_of_two_address_spaces_begin_then_wait() {
+        let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+        let mms = [
+            AddressSpace::new(&phys, MmConfig::default()).unwrap(),
+            AddressSpace::new(&phys, MmConfig::default()).unwrap(),
+        ];
+        let addrs: Vec<u64> = mms
+            .iter()
+            .map(|mm| mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap())
+            .collect();
+        let (ready_tx, ready) = mpsc::channel();
+        let (stop, stop_rx) = mpsc::channel::<()>();
+        let remote = {
+            let mms = mms.clone();
+            let addrs = addrs.clone();
+            std::thread::spawn(move || {
+                // Two running CPUs on one thread: each access acknowledges
+                // whatever shootdown its address space began.
+                let mut cpus = [Cpu::attached(&mms[0]), Cpu::attached(&mms[1])];
+                for (c, &a) in cpus.iter_mut().zip(&addrs) {
+                    c.write_u8(a, 1).unwrap();
+                }
+                ready_tx.send(()).unwrap();
+                while stop_rx.try_recv().is_err() {
+                    for (c, &a) in cpus.iter_mut().zip(&addrs) {
+                        assert_eq!(c.read_u8(a).unwrap(), 1);
+                    }
+                    std::thread::yield_now();
+                }
+            })
+        };
+        ready.recv().unwrap();
+        let tickets = [mms[0].flush_tlb_begin(), mms[1].flush_tlb_begin()];
+        tickets.into_iter().for_each(FlushTicket::wait);
+        for mm in &mms {
+            let s = mm.stats().tlb;
+            assert_eq!((s.flushes, s.flush_requests), (1, 1), "{s:?}");
+        }
+        stop.send(()).unwrap();
+        remote.join().unwrap();
+        drop(mms);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
+    }
+}

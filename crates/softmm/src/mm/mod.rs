@@ -40,7 +40,7 @@ use crate::file::File;
 use crate::pgtable::{self, PageTables, PTE_PRESENT, PTE_PROTNONE, PTE_WRITE};
 use crate::phys::{Pfn, PhysMem};
 use crate::sync::SeqCount;
-use crate::tlb::{TlbDomain, TlbStats};
+use crate::tlb::{FlushTicket, TlbDomain, TlbStats};
 use crate::vma::{Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::MmuGather;
@@ -327,6 +327,16 @@ impl AddressSpace {
     /// are not sent a request.
     pub(crate) fn flush_tlb(&self) {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush(mine));
+    }
+
+    /// Begins a shootdown of every CPU's TLB for this address space and
+    /// returns without waiting, so that a caller can begin those of several
+    /// address spaces and then wait for all (batched migration); see
+    /// [`crate::tlb::TlbDomain::flush_begin`]. The calling thread's own CPUs
+    /// are quiescent and get no request, as in [`AddressSpace::flush_tlb`].
+    #[cfg_attr(not(test), allow(dead_code))] // until batched migration (seed 003) uses it
+    pub(crate) fn flush_tlb_begin(&self) -> FlushTicket {
+        crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }
 
     /// Current statistics.

@@ -47,7 +47,7 @@ pub(crate) fn unregister_thread_cpu(cpu: &Arc<CpuTlbState>) {
 }
 
 /// Runs `f` on the shootdown state of the calling thread's CPUs (the `mine`
-/// argument of [`super::TlbDomain::flush`]).
+/// argument of [`super::TlbDomain::flush_begin`]).
 pub(crate) fn with_thread_cpus<R>(f: impl FnOnce(&[Arc<CpuTlbState>]) -> R) -> R {
     THREAD_CPUS.with(|c| f(&c.borrow()))
 }
