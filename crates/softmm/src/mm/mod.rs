@@ -379,19 +379,37 @@ impl AddressSpace {
 
     /// Clears every leaf entry holding a frame in `[start, end)` for which
     /// `filter(pte)` holds, gathering the frames; Linux's `zap_page_range`.
+    ///
+    /// When the gather fills, the zap stops, drops the PTE lock, flushes and
+    /// frees what it gathered, and goes on where it stopped, as
+    /// `zap_pte_range` does with `force_flush`: an unmap of any size holds at
+    /// most `MAX_GATHER_FRAMES` frames between flushes.
     pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(u64) -> bool) {
         let guard = crossbeam_epoch::pin();
-        self.pgtables.for_each_pte_locked(start, end, &guard, |_, e| {
-            let pte = e.load(Ordering::Relaxed);
-            if pgtable::pte_has_frame(pte) && filter(pte) {
-                e.store(0, Ordering::Release);
-                let pfn = pgtable::pte_pfn(pte);
-                if pfn != self.phys.zero_pfn() {
-                    self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
-                    tlb.frames.push(pfn);
-                } else {
-                    tlb.need_flush = true;
+        self.pgtables.for_each_leaf(start, end, &guard, |va, t| {
+            let stop = end.min((va & !(pgtable::PMD_SIZE - 1)) + pgtable::PMD_SIZE);
+            let mut a = va;
+            while a < stop {
+                let ptl = t.lock();
+                while a < stop {
+                    let e = t.entry(pgtable::index(a, 0));
+                    a += PAGE_SIZE;
+                    let pte = e.load(Ordering::Relaxed);
+                    if pgtable::pte_has_frame(pte) && filter(pte) {
+                        e.store(0, Ordering::Release);
+                        let pfn = pgtable::pte_pfn(pte);
+                        if pfn == self.phys.zero_pfn() {
+                            tlb.need_flush = true;
+                            continue;
+                        }
+                        self.phys.desc(pfn).mapcount.fetch_sub(1, Ordering::Relaxed);
+                        if !tlb.add_frame(pfn) {
+                            break;
+                        }
+                    }
                 }
+                drop(ptl);
+                tlb.flush_if_full(self);
             }
         });
     }
