@@ -52,7 +52,7 @@
 //! released it, so its walks see the entries cleared before begin.
 //!
 //! A thread's own CPUs are made quiescent for every call into softmm and are
-//! passed as `mine` ([`quiescent`]), so no shootdown waits for a CPU whose
+//! passed as `mine` (`quiescent.rs`), so no shootdown waits for a CPU whose
 //! thread is the one waiting, or is blocked on a lock the waiter holds.
 //!
 //! The protocol is modelled with loom in `loom_tests.rs`, on this code.
