@@ -9,7 +9,9 @@ cargo clippy --all-targets -- -D warnings
 # assertions on (see Cargo.toml).
 cargo test --profile checked --workspace
 cargo test --profile checked -p softmm --features shared-write-stats --test shared_writes
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --test 'loom_*'
+# loom: the library's unit tests built with --cfg loom, where only `sync` and
+# `tlb` compile and the only tests are their `loom_tests` modules.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --lib
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
 if cargo +nightly miri --version >/dev/null 2>&1; then

@@ -7,7 +7,6 @@
 //! bits as hardware does; a walk that finds no usable entry raises a page
 //! fault, during which the CPU is quiescent for shootdowns (see [`crate::tlb`]).
 
-use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use crate::fault::{Access, FaultStats};
 use crate::mm::AddressSpace;
 use crate::pgtable::Pte;
 use crate::phys::FrameRef;
-use crate::tlb::CpuTlbState;
+use crate::tlb::{CpuTlbState, QuiescentGuard};
 use crate::PAGE_SIZE;
 
 /// Entries in the software TLB (direct mapped).
@@ -51,34 +50,6 @@ pub struct CpuStats {
     pub tlb_flushes: u64,
 }
 
-thread_local! {
-    /// The shootdown state of every CPU made on this thread, so that a
-    /// syscall from this thread marks them quiescent (they cannot be using a
-    /// translation while their thread is inside softmm).
-    static THREAD_CPUS: RefCell<Vec<Arc<CpuTlbState>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on the shootdown state of the calling thread's CPUs.
-pub(crate) fn with_thread_cpus<R>(f: impl FnOnce(&[Arc<CpuTlbState>]) -> R) -> R {
-    THREAD_CPUS.with(|c| f(&c.borrow()))
-}
-
-/// Marks the calling thread's CPUs quiescent for the life of the guard.
-pub(crate) struct QuiescentGuard(PhantomData<*const ()>);
-
-impl QuiescentGuard {
-    pub(crate) fn enter() -> QuiescentGuard {
-        THREAD_CPUS.with(|c| c.borrow().iter().for_each(|s| s.enter_quiescent()));
-        QuiescentGuard(PhantomData)
-    }
-}
-
-impl Drop for QuiescentGuard {
-    fn drop(&mut self) {
-        THREAD_CPUS.with(|c| c.borrow().iter().for_each(|s| s.exit_quiescent()));
-    }
-}
-
 /// A virtual CPU with a software TLB. Not `Send`: a CPU belongs to the thread
 /// that made it, like a hardware thread's TLB.
 pub struct Cpu {
@@ -104,7 +75,7 @@ impl Cpu {
     /// A CPU attached to nothing.
     pub fn new() -> Cpu {
         let state = CpuTlbState::new();
-        THREAD_CPUS.with(|c| c.borrow_mut().push(state.clone()));
+        crate::tlb::register_thread_cpu(&state);
         Cpu {
             mm: None,
             state,
@@ -126,10 +97,11 @@ impl Cpu {
 
     /// Switches to `mm` (like loading CR3): the TLB starts empty.
     pub fn attach(&mut self, mm: &Arc<AddressSpace>) {
-        // Every CPU of this thread is quiescent while the domain's CPU list
-        // is locked: a shootdown holds that lock while it waits, and may be
-        // waiting for another CPU of this very thread (an emulator switching
-        // vCPUs), which cannot acknowledge while the thread blocks here.
+        // Every CPU of this thread is quiescent while it attaches: the
+        // thread may block on the domain's CPU-list lock (a flush reads the
+        // list under it), and meanwhile a shootdown must not wait for
+        // another CPU of this very thread (an emulator switching vCPUs),
+        // which cannot acknowledge until the thread returns.
         let _q = QuiescentGuard::enter();
         self.detach_locked();
         self.seen_gen = mm.tlb.attach(&self.state);
@@ -503,7 +475,7 @@ impl Drop for Cpu {
         if self.parked {
             self.state.exit_quiescent();
         }
-        THREAD_CPUS.with(|c| c.borrow_mut().retain(|s| !Arc::ptr_eq(s, &self.state)));
+        crate::tlb::unregister_thread_cpu(&self.state);
     }
 }
 

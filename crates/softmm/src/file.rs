@@ -209,7 +209,7 @@ impl File {
         }
         count = count.min((MAX_FILE_SIZE - offset) as usize);
         let end = offset + count as u64;
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         // Held for read: no truncate runs between a page's allocation beyond
         // the old end and the size update that covers it.
         let _inval = self.invalidate_lock.read();
@@ -243,7 +243,7 @@ impl File {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
         }
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
         let old = {
             let mut inner = self.inner.lock();
@@ -284,7 +284,7 @@ impl File {
             return Err(Errno::Inval);
         }
         let end = (offset as i64).checked_add(len as i64).ok_or(Errno::FBig)? as u64;
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
         let first = offset.div_ceil(PAGE_SIZE);
         let last = end / PAGE_SIZE;

@@ -107,7 +107,7 @@ impl AddressSpace {
     /// On success the page is mapped with at least the needed permission; on
     /// failure the signal Linux would deliver.
     pub fn handle_fault(&self, addr: u64, access: Access) -> Result<(), Fault> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         self.handle_fault_counted(addr, access, &mut FaultStats::default())
     }
 

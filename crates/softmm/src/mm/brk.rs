@@ -14,7 +14,7 @@ impl AddressSpace {
     /// start, into another mapping or its guard gap, or no memory) — Linux's
     /// brk never returns an errno.
     pub fn brk(&self, brk: u64) -> u64 {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         let orig = st.brk;

@@ -20,7 +20,7 @@ impl AddressSpace {
     /// left out and `MADV_WIPEONFORK` VMAs are empty in the child. Pinned
     /// pages are copied at once, never shared. `ENOMEM` if frames run out.
     pub fn fork(&self) -> Result<Arc<AddressSpace>> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let child = AddressSpace::new(&self.phys, self.config.clone())?;
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();

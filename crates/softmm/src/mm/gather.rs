@@ -6,9 +6,32 @@ use crate::phys::{FrameRef, Pfn};
 
 use super::AddressSpace;
 
+/// Frame numbers per batch: Linux's `MAX_GATHER_BATCH`, what one 4 KiB page
+/// holds after the batch header, `(4096 - 16) / 8`.
+const MAX_GATHER_BATCH: usize = 510;
+
+/// Batches gathered before a forced flush: Linux's `MAX_GATHER_BATCH_COUNT`,
+/// `10000 / MAX_GATHER_BATCH`, which Linux chose so that no more than about
+/// 10,000 pages are freed at once after a flush.
+const MAX_GATHER_BATCH_COUNT: usize = 10_000 / MAX_GATHER_BATCH;
+
+/// The most frames an [`MmuGather`] holds before its zap loop must flush the
+/// TLB and free them (19 batches of 510: 9,690 frames, 76 KiB of frame
+/// numbers, 38 MiB of guest memory). The same bound as Linux's, for the same
+/// reasons: an unmap of any size holds bounded memory between flushes (and
+/// keeps up to ~38 MiB of memory unavailable to others only that long),
+/// while a flush, one shootdown of every running CPU, is amortized over
+/// thousands of pages.
+pub(crate) const MAX_GATHER_FRAMES: usize = MAX_GATHER_BATCH * MAX_GATHER_BATCH_COUNT;
+
 /// Frames and page tables removed from an address space, to be released only
 /// after its TLB is flushed. Dropping it without [`MmuGather::finish`] leaks
 /// the references, which the leak tests catch.
+///
+/// It holds at most [`MAX_GATHER_FRAMES`] frames: a zap loop adds frames with
+/// [`MmuGather::add_frame`] while that returns `true`, then drops its PTE lock
+/// and calls [`MmuGather::flush_if_full`] before gathering more, as Linux's
+/// `zap_pte_range` sets `force_flush`, unlocks and calls `tlb_flush_mmu`.
 #[must_use = "call finish() to flush the TLB and free what was unmapped"]
 #[derive(Default)]
 pub(crate) struct MmuGather {
@@ -21,28 +44,179 @@ pub(crate) struct MmuGather {
 }
 
 impl MmuGather {
-    /// Takes over the reference an entry held on `frame`, to be put after
-    /// the flush.
-    #[inline]
-    pub(crate) fn add_frame(&mut self, frame: FrameRef<'_>) {
+    /// Takes over the reference an entry that was just cleared held on
+    /// `frame`; it is put after the flush. Returns `false` once the gather
+    /// is full: the caller must then stop clearing entries, drop its PTE
+    /// lock and call [`MmuGather::flush_if_full`] before it adds another.
+    #[must_use = "a full gather must be flushed before more frames are added"]
+    pub(crate) fn add_frame(&mut self, frame: FrameRef<'_>) -> bool {
+        debug_assert!(!self.is_full(), "frame added to a full gather");
+        let cap = self.frames.capacity();
+        if self.frames.len() == cap {
+            // Grow as `Vec` does, but never past the bound: a one-page unmap
+            // allocates little, a huge one at most MAX_GATHER_FRAMES entries.
+            self.frames.reserve_exact(cap.saturating_mul(2).clamp(8, MAX_GATHER_FRAMES).saturating_sub(cap));
+        }
+        // A translation went away even when the frame is the zero page,
+        // whose reference is not counted.
+        self.need_flush = true;
         self.frames.push(frame.into_raw());
+        !self.is_full()
+    }
+
+    /// True once [`MAX_GATHER_FRAMES`] frames wait for a flush.
+    pub(crate) fn is_full(&self) -> bool {
+        self.frames.len() >= MAX_GATHER_FRAMES
+    }
+
+    /// If the gather is full, flushes `mm`'s TLB and frees what it holds,
+    /// leaving it empty for more (Linux's `tlb_flush_mmu`). Call it with no
+    /// PTE lock held: [`MmuGather::add_frame`] never flushes by itself
+    /// because its caller holds one, and a shootdown under it would make
+    /// every fault on that table wait for the slowest CPU's acknowledgement
+    /// (safe, since a CPU blocked on the lock is quiescent, but needless).
+    pub(crate) fn flush_if_full(&mut self, mm: &AddressSpace) {
+        if self.is_full() {
+            self.flush_and_free(mm);
+        }
     }
 
     /// Flushes `mm`'s TLBs if anything changed, then drops the frame
     /// references and schedules the tables for freeing after a grace period.
-    pub(crate) fn finish(self, mm: &AddressSpace) {
+    pub(crate) fn finish(mut self, mm: &AddressSpace) {
+        self.flush_and_free(mm);
+    }
+
+    fn flush_and_free(&mut self, mm: &AddressSpace) {
         if self.need_flush || !self.frames.is_empty() || !self.tables.is_empty() {
             mm.flush_tlb();
         }
-        for pfn in self.frames {
+        self.need_flush = false;
+        for pfn in self.frames.drain(..) {
             // The reference `add_frame` took over; no CPU reaches the frame now.
             drop(FrameRef::from_raw(&mm.phys, pfn));
         }
         if !self.tables.is_empty() {
             let guard = crossbeam_epoch::pin();
-            for t in self.tables {
+            for t in self.tables.drain(..) {
                 t.free_after_grace_period(&mm.phys, &guard);
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::tlb::FlushTicket;
+    use crate::uapi::*;
+    use crate::{Cpu, MmConfig, PhysConfig, PhysMem, PAGE_SIZE};
+
+    #[test]
+    fn a_gather_is_full_at_the_bound() {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+        let mut tlb = MmuGather::default();
+        // The zero page's references are not counted: any number will do.
+        for _ in 0..MAX_GATHER_FRAMES - 1 {
+            assert!(tlb.add_frame(phys.zero_page()));
+        }
+        assert!(!tlb.is_full());
+        assert!(!tlb.add_frame(phys.zero_page()), "the last frame under the bound reports the gather full");
+        assert!(tlb.is_full());
+        assert!(tlb.frames.capacity() <= MAX_GATHER_FRAMES + 8, "the batch grew past its bound");
+        std::mem::forget(tlb); // frame numbers only: nothing to free
+    }
+
+    /// An munmap of more resident pages than one gather holds flushes once
+    /// per full gather (the TLB statistics show each, with a request to a
+    /// CPU of another thread), frees everything, and leaks nothing.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps and faults ~10,000 pages")]
+    fn a_huge_munmap_flushes_each_full_gather() {
+        let pages = MAX_GATHER_FRAMES as u64 + 1;
+        let phys = PhysMem::new(PhysConfig { bytes: (pages + 64) * PAGE_SIZE, nodes: 1 }).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let len = pages * PAGE_SIZE;
+        let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();
+        assert_eq!(mm.stats().rss_pages, pages);
+        // A parked CPU of another thread: every flush sends it a request.
+        let (attached_tx, attached) = mpsc::channel();
+        let (done, done_rx) = mpsc::channel::<()>();
+        let remote = {
+            let mm = mm.clone();
+            std::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                cpu.park();
+                attached_tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            })
+        };
+        attached.recv().unwrap();
+        let before = mm.stats().tlb;
+        mm.munmap(a, len).unwrap();
+        let after = mm.stats().tlb;
+        let flushes = after.flushes - before.flushes;
+        // One flush when the gather fills, one at the end for the rest and
+        // the page tables; without the bound, a single flush.
+        assert_eq!(flushes, pages.div_ceil(MAX_GATHER_FRAMES as u64));
+        assert!(flushes >= 2);
+        assert_eq!(after.flush_requests - before.flush_requests, flushes);
+        assert_eq!(phys.stats().frames_used, 0, "every unmapped frame is free once munmap returns");
+        done.send(()).unwrap();
+        remote.join().unwrap();
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
+    }
+
+    /// `flush_tlb_begin` on two address spaces, then both waits: each CPU of
+    /// another thread gets its request, and each wait ends once its CPU
+    /// acknowledged.
+    #[test]
+    fn flushes_of_two_address_spaces_begin_then_wait() {
+        let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+        let mms = [
+            AddressSpace::new(&phys, MmConfig::default()).unwrap(),
+            AddressSpace::new(&phys, MmConfig::default()).unwrap(),
+        ];
+        let addrs: Vec<u64> = mms
+            .iter()
+            .map(|mm| mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap())
+            .collect();
+        let (ready_tx, ready) = mpsc::channel();
+        let (stop, stop_rx) = mpsc::channel::<()>();
+        let remote = {
+            let mms = mms.clone();
+            let addrs = addrs.clone();
+            std::thread::spawn(move || {
+                // Two running CPUs on one thread: each access acknowledges
+                // whatever shootdown its address space began.
+                let mut cpus = [Cpu::attached(&mms[0]), Cpu::attached(&mms[1])];
+                for (c, &a) in cpus.iter_mut().zip(&addrs) {
+                    c.write_u8(a, 1).unwrap();
+                }
+                ready_tx.send(()).unwrap();
+                while stop_rx.try_recv().is_err() {
+                    for (c, &a) in cpus.iter_mut().zip(&addrs) {
+                        assert_eq!(c.read_u8(a).unwrap(), 1);
+                    }
+                    std::thread::yield_now();
+                }
+            })
+        };
+        ready.recv().unwrap();
+        let tickets = [mms[0].flush_tlb_begin(), mms[1].flush_tlb_begin()];
+        tickets.into_iter().for_each(FlushTicket::wait);
+        for mm in &mms {
+            let s = mm.stats().tlb;
+            assert_eq!((s.flushes, s.flush_requests), (1, 1), "{s:?}");
+        }
+        stop.send(()).unwrap();
+        remote.join().unwrap();
+        drop(mms);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
     }
 }

@@ -95,7 +95,7 @@ impl AddressSpace {
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).
     pub fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<()> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let known = matches!(
             advice,
             MADV_NORMAL

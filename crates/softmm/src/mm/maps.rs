@@ -47,7 +47,7 @@ impl MapEntry {
 impl AddressSpace {
     /// The mappings, in address order.
     pub fn maps(&self) -> Vec<MapEntry> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let st = self.read_lock();
         st.vmas
             .iter()

@@ -31,7 +31,7 @@ impl AddressSpace {
         }
         // `len <= task_size`, so neither this nor `addr + len` overflows.
         let mut pages = len.div_ceil(PAGE_SIZE);
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let mut a = addr;
         let mut out = 0usize;
         while pages > 0 {

@@ -125,7 +125,7 @@ impl AddressSpace {
         file: Option<&OpenFile>,
         offset: u64,
     ) -> Result<u64> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         if offset % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
@@ -412,7 +412,7 @@ impl AddressSpace {
     /// `munmap(addr, len)`: `EINVAL` for an unaligned address, a zero length or
     /// a range outside the user address space; unmapping nothing succeeds.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let task = self.config.task_size;
         if addr % PAGE_SIZE != 0 || addr > task || len > task - addr {
             return Err(Errno::Inval);

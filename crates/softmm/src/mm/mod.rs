@@ -42,7 +42,7 @@ use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
 use crate::sync::SeqCount;
-use crate::tlb::{TlbDomain, TlbStats};
+use crate::tlb::{FlushTicket, TlbDomain, TlbStats};
 use crate::vma::{Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::MmuGather;
@@ -210,12 +210,22 @@ impl AddressSpace {
     /// The calling thread's own CPUs are quiescent (it is inside softmm) and
     /// are not sent a request.
     pub(crate) fn flush_tlb(&self) {
-        crate::cpu::with_thread_cpus(|mine| self.tlb.flush(mine));
+        crate::tlb::with_thread_cpus(|mine| self.tlb.flush(mine));
+    }
+
+    /// Begins a shootdown of every CPU's TLB for this address space and
+    /// returns without waiting, so that a caller can begin those of several
+    /// address spaces and then wait for all (batched migration); see
+    /// [`crate::tlb::TlbDomain::flush_begin`]. The calling thread's own CPUs
+    /// are quiescent and get no request, as in [`AddressSpace::flush_tlb`].
+    #[cfg_attr(not(test), allow(dead_code))] // until batched migration (seed 003) uses it
+    pub(crate) fn flush_tlb_begin(&self) -> FlushTicket {
+        crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }
 
     /// Current statistics.
     pub fn stats(&self) -> MmStats {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         let st = self.read_lock();
         let map_count = st.vmas.len();
         let rss_pages = st.vmas.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
@@ -245,16 +255,30 @@ impl AddressSpace {
 
     /// Clears every entry holding a frame in `[start, end)` for which
     /// `filter(pte)` holds, gathering the frames; Linux's `zap_page_range`.
+    ///
+    /// When the gather fills, the zap stops, drops the PTE lock, flushes and
+    /// frees what it gathered, and goes on where it stopped, as
+    /// `zap_pte_range` does with `force_flush`: an unmap of any size holds at
+    /// most `MAX_GATHER_FRAMES` frames between flushes.
     pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(Pte) -> bool) {
         let guard = crossbeam_epoch::pin();
         for leaf in self.pgtables.leaves(start, end, &guard) {
-            leaf.lock().update(|_, pte| {
-                if !pte.has_frame() || !filter(pte) {
-                    return None;
-                }
-                tlb.add_frame(rmap::unmapped(&self.phys, pte));
-                Some(Pte::NONE)
-            });
+            let mut from = leaf.start();
+            while from < leaf.end() {
+                let mut stopped = None;
+                leaf.with_range(from, leaf.end()).lock().update(|va, pte| {
+                    if stopped.is_some() || !pte.has_frame() || !filter(pte) {
+                        return None;
+                    }
+                    if !tlb.add_frame(rmap::unmapped(&self.phys, pte)) {
+                        stopped = Some(va + leaf.entry_size());
+                    }
+                    Some(Pte::NONE)
+                });
+                // The PTE lock is dropped: flush and free a full gather.
+                tlb.flush_if_full(self);
+                from = stopped.unwrap_or(leaf.end());
+            }
         }
     }
 

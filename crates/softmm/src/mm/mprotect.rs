@@ -26,7 +26,7 @@ impl AddressSpace {
     /// exceeds the commit limit. As on Linux, VMAs before the first failure
     /// keep their new protection.
     pub fn mprotect(&self, addr: u64, len: u64, prot: i32) -> Result<()> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         // do_mprotect_pkey's order: the grows bits, alignment, length, then
         // the remaining bits (arch_validate_prot).
         let grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);

@@ -25,7 +25,7 @@ impl AddressSpace {
     /// growth. Arithmetic on the lengths wraps where Linux's does and never
     /// panics.
     pub fn mremap(&self, old_addr: u64, old_len: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64> {
-        let _q = crate::cpu::QuiescentGuard::enter();
+        let _q = crate::tlb::QuiescentGuard::enter();
         // check_mremap_params (Linux 6.17+ checks the new range up front).
         let task = self.config.task_size;
         if flags & !(MREMAP_FIXED | MREMAP_MAYMOVE | MREMAP_DONTUNMAP) != 0 {

@@ -1,11 +1,14 @@
 //! The crate's synchronization primitives, switched to `loom`'s under `cfg(loom)`.
 //!
 //! Every atomic and lock that takes part in a lock-free protocol is imported from
-//! here, so the `loom` models in `tests/loom_*.rs` explore the real code.
+//! here, so the `loom` models (`loom_tests.rs` here and in `crate::tlb`,
+//! unit-test modules built only with `--cfg loom`) explore the real code.
 //! The protocol primitives built on them live in submodules, with the opt-in
 //! count of writes to shared memory (`shared_write`), which every mechanism
 //! below the fault handler reports to.
 
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod seqcount;
 #[cfg(not(loom))]
 mod shared_write;

@@ -1,17 +1,17 @@
-//! loom models of the lock-free fault protocols (`softmm::fault`), built on
-//! the real primitives `softmm::sync::{SeqCount, VmaLock}`.
+//! loom models of the lock-free fault protocols (`crate::fault`), built on
+//! the real primitives [`SeqCount`] and [`VmaLock`].
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test --release --test loom_fault`.
+//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p softmm --lib`.
 //! Each model has a fault thread and a writer; the PTE lock is a loom mutex
 //! and the VMA tree a flag, as in the code: the writer changes the tree, then
 //! zaps or changes the entry under the PTE lock.
-#![cfg(loom)]
 
 use std::sync::Arc;
 
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use loom::sync::Mutex;
-use softmm::sync::{SeqCount, VmaLock};
+
+use super::{SeqCount, VmaLock};
 
 const NONE: u64 = 0;
 const READ_ONLY: u64 = 1;
