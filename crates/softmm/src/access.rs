@@ -29,7 +29,7 @@ pub(crate) unsafe fn copy_from_host(src: *const u8, dst: &mut [u8]) {
     let n = dst.len();
     while i < n {
         let p = src.wrapping_add(i);
-        if WORDS && (p as usize) % 8 == 0 && n - i >= 8 {
+        if WORDS && p.addr() % 8 == 0 && n - i >= 8 {
             // SAFETY: `p` is 8-aligned and `[p, p+8)` is inside the range the
             // caller guarantees valid and atomically accessed (`# Safety`).
             let w = unsafe { &*(p as *const AtomicU64) }.load(Ordering::Relaxed);
@@ -53,7 +53,7 @@ pub(crate) unsafe fn copy_to_host(src: &[u8], dst: *mut u8) {
     let n = src.len();
     while i < n {
         let p = dst.wrapping_add(i);
-        if WORDS && (p as usize) % 8 == 0 && n - i >= 8 {
+        if WORDS && p.addr() % 8 == 0 && n - i >= 8 {
             let w = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
             // SAFETY: as in `copy_from_host`.
             unsafe { &*(p as *const AtomicU64) }.store(w, Ordering::Relaxed);
@@ -76,7 +76,7 @@ pub(crate) unsafe fn fill_host(dst: *mut u8, byte: u8, len: usize) {
     let mut i = 0;
     while i < len {
         let p = dst.wrapping_add(i);
-        if WORDS && (p as usize) % 8 == 0 && len - i >= 8 {
+        if WORDS && p.addr() % 8 == 0 && len - i >= 8 {
             // SAFETY: as in `copy_from_host`.
             unsafe { &*(p as *const AtomicU64) }.store(word, Ordering::Relaxed);
             i += 8;

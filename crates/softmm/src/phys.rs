@@ -300,7 +300,7 @@ impl PhysMem {
     /// [`PhysMem::frame_ptr`] of this arena (plus an offset inside the frame).
     #[inline]
     pub(crate) fn pfn_of_ptr(&self, ptr: *const u8) -> Pfn {
-        let off = (ptr as usize).wrapping_sub(self.base.as_ptr() as usize);
+        let off = ptr.addr().wrapping_sub(self.base.as_ptr().addr());
         debug_assert!(off < self.desc.len() * PAGE_SIZE as usize, "pointer outside the arena");
         (off / PAGE_SIZE as usize) as Pfn
     }
