@@ -113,3 +113,53 @@ fn fault_vs_mprotect() {
         stats
     });
 }
+
+/// mremap moving the VMA against a write fault on its first page: once
+/// mremap has returned and the fault's thread is joined, nothing is mapped at
+/// the old address, and every allocated frame is mapped at the new one (a
+/// fault that committed into the old range after the move would leave an
+/// entry there, or a frame nobody maps).
+#[test]
+fn fault_vs_mremap_move() {
+    check_policies(|policy| {
+        let (phys, mm, a) = setup(policy);
+        let t = spawn_write_fault(&mm, a);
+        let b = a + 16 * PAGE_SIZE;
+        assert_eq!(mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, b), Ok(b));
+        let (r, stats) = t.join().unwrap();
+        assert!(r.is_ok() || r.is_err_and(|f| f.signal() == libc::SIGSEGV), "{policy:?}: {r:?}");
+        for page in [a, a + PAGE_SIZE] {
+            assert!(mm.pte_at(page).is_none(), "{policy:?}: an entry survived the move at {page:#x}");
+        }
+        let mapped =
+            [b, b + PAGE_SIZE].iter().filter(|&&p| mm.pte_at(p).has_frame() && mm.pte_at(p).pfn() != 0).count();
+        assert_eq!(phys.stats().frames_used, mapped as u64, "{policy:?}: a frame nobody maps");
+        stats
+    });
+}
+
+/// fork against a write fault on a page that maps the zero page: once fork
+/// has returned and the fault's thread is joined, no parent entry is writable
+/// while its frame is also the child's (the parent would write into the
+/// child), whichever of fork's copy and the fault's commit took the PTE lock
+/// first, and once both address spaces are gone no frame is left allocated.
+#[test]
+fn fault_vs_fork() {
+    check_policies(|policy| {
+        let (phys, mm, a) = setup(policy);
+        let t = spawn_write_fault(&mm, a);
+        let child = mm.fork().unwrap();
+        let (r, stats) = t.join().unwrap();
+        assert_eq!(r, Ok(()), "{policy:?}");
+        for page in [a, a + PAGE_SIZE] {
+            let (p, c) = (mm.pte_at(page), child.pte_at(page));
+            if p.has(Pte::WRITE) && c.has_frame() {
+                assert_ne!(p.pfn(), c.pfn(), "{policy:?}: parent writes the child's frame at {page:#x}");
+            }
+        }
+        drop(child);
+        drop(mm);
+        assert_eq!(phys.stats().frames_used, 0, "{policy:?}: a frame outlived both address spaces");
+        stats
+    });
+}

@@ -3,10 +3,10 @@
 //!
 //! # Locking
 //!
-//! * `mmap_lock` (a `parking_lot` rwlock around [`MmState`]): every change to
-//!   the VMA set holds it for write; a fault under [`FaultPolicy::MmapLock`]
-//!   holds it for read. Each write section ends by publishing the new VMA
-//!   tree version for lock-free readers.
+//! * `mmap_lock` (a `crate::sync` rwlock, `parking_lot`'s or loom's, around
+//!   [`MmState`]): every change to the VMA set holds it for write; a fault
+//!   under [`FaultPolicy::MmapLock`] holds it for read. Each write section
+//!   ends by publishing the new VMA tree version for lock-free readers.
 //! * PTE locks (one per leaf table): every change of a leaf entry.
 //! * Lock order: `mmap_lock` → file `invalidate_lock` → page-cache lock → PTE
 //!   lock → TLB domain's CPU list. A TLB shootdown may wait while a PTE lock is
