@@ -9,9 +9,12 @@ cargo clippy --all-targets -- -D warnings
 # assertions on (see Cargo.toml).
 cargo test --profile checked --workspace
 cargo test --profile checked -p softmm --features shared-write-stats --test shared_writes
-# loom: the library's unit tests built with --cfg loom, where only `sync` and
-# `tlb` compile and the only tests are their `loom_tests` modules.
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --lib
+# loom: the library's unit tests built with --cfg loom, where the whole crate
+# runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
+# loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`
+# modules: sync's primitives, tlb's shootdown, and fault's models of the real
+# fault handler against real munmap and mprotect calls.
+RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --lib
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
 if cargo +nightly miri --version >/dev/null 2>&1; then

@@ -88,7 +88,7 @@ pub(crate) unsafe fn fill_host(dst: *mut u8, byte: u8, len: usize) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

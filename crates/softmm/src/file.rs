@@ -20,10 +20,9 @@
 //! hole punch ask each mapper to zap the file's pages.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, RwLock};
+use crate::sync::{AtomicU64, Mutex, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
 use crate::phys::{FrameRef, Pfn, PhysMem, PG_FILE};
@@ -59,7 +58,7 @@ pub struct File {
     i_mmap: Mutex<Vec<Weak<dyn Mapper>>>,
     /// Pages charged to the commit limit for this object (a shared
     /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
-    pub(crate) shmem_acct: std::sync::atomic::AtomicU64,
+    pub(crate) shmem_acct: AtomicU64,
 }
 
 struct FileInner {
@@ -91,7 +90,7 @@ impl File {
             inner: Mutex::new(FileInner { size, pages: BTreeMap::new() }),
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
-            shmem_acct: std::sync::atomic::AtomicU64::new(0),
+            shmem_acct: AtomicU64::new(0),
         }))
     }
 
@@ -390,7 +389,7 @@ impl Drop for File {
         // Address spaces that still list this file died before it; nothing
         // else can hold an entry (a mapping holds the file).
         self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
-        self.phys.vm_unacct_memory(*self.shmem_acct.get_mut());
+        self.phys.vm_unacct_memory(self.shmem_acct.load(Ordering::Relaxed));
         let inner = self.inner.get_mut();
         for (_, p) in std::mem::take(&mut inner.pages) {
             drop(FrameRef::from_raw(&self.phys, p));

@@ -19,48 +19,30 @@
 // Every module is private: the public surface is what is re-exported below.
 // Nothing reachable from it exposes a page-table entry, a frame number, an
 // epoch guard or a lock guard, so the mechanisms can change without breaking
-// an embedder. Under `cfg(loom)` only the protocols the models check build.
-#[cfg(not(loom))]
+// an embedder. The whole crate builds under `cfg(loom)` too (see `sync`).
 mod access;
-#[cfg(not(loom))]
 mod cpu;
-#[cfg(not(loom))]
 mod error;
-#[cfg(not(loom))]
 mod fault;
-#[cfg(not(loom))]
 mod file;
-#[cfg(not(loom))]
 mod gup;
-#[cfg(not(loom))]
 mod mm;
-#[cfg(not(loom))]
 mod pgtable;
-#[cfg(not(loom))]
 mod phys;
-#[cfg(not(loom))]
 mod rmap;
 mod sync;
 mod tlb;
-#[cfg(not(loom))]
 pub mod uapi;
 // Doctests that pin the public surface (compile_fail examples).
 #[cfg(doctest)]
 mod surface;
-#[cfg(not(loom))]
 mod vma;
 
-#[cfg(not(loom))]
 pub use cpu::{Cpu, CpuStats, GuestBytes};
-#[cfg(not(loom))]
 pub use error::{Errno, Fault, Result, SegvCode};
-#[cfg(not(loom))]
 pub use fault::{Access, FaultStats};
-#[cfg(not(loom))]
 pub use file::{File, OpenFile};
-#[cfg(not(loom))]
 pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
-#[cfg(not(loom))]
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use tlb::TlbStats;
 

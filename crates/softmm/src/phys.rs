@@ -9,10 +9,11 @@
 //! the calling thread's cache.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
+
+use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Mutex, Ordering};
 
 use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
@@ -244,7 +245,9 @@ impl PhysMem {
                 Node { free: Mutex::new(free), first, end }
             })
             .collect();
-        let nshards = std::thread::available_parallelism().map_or(4, |n| n.get()) * 2;
+        // Under loom one shard: a model's threads share one OS thread (and so
+        // one `SLOT`), and every lock is a point the model checker explores.
+        let nshards = if cfg!(loom) { 1 } else { std::thread::available_parallelism().map_or(4, |n| n.get()) * 2 };
         let shards = (0..nshards).map(|_| CachePadded::new(Mutex::default())).collect();
         Ok(std::sync::Arc::new(PhysMem {
             base: NonNull::new(base as *mut u8).expect("mmap returned null"),
@@ -428,7 +431,7 @@ impl PhysMem {
         let old = self.desc(pfn).refcount.fetch_sub(1, Ordering::Release);
         debug_assert!(old > 0, "frame {pfn} refcount underflow");
         if old == 1 {
-            std::sync::atomic::fence(Ordering::Acquire);
+            crate::sync::fence(Ordering::Acquire);
             self.free(pfn);
         }
     }

@@ -2,7 +2,7 @@
 //! works on a VMA the policy vouches for and commits under the PTE lock after
 //! the policy's validation ([`FaultCtx::validate`]).
 
-use std::sync::atomic::Ordering;
+use crate::sync::Ordering;
 use std::sync::Arc;
 
 use crate::error::{Fault, SegvCode};

@@ -49,6 +49,8 @@
 //! `mmap_lock` held for write (the StackRot fix).
 
 mod handler;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod mmap_lock;
 mod per_vma;
 mod speculative;

@@ -10,9 +10,7 @@
 //! [`PhysMem::set_overcommit`]; its default is what Linux computes for a
 //! machine whose RAM is the arena.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
-use parking_lot::RwLock;
+use crate::sync::{AtomicI64, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
 use crate::phys::PhysMem;

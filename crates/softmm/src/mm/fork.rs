@@ -1,6 +1,6 @@
 //! `fork`: a child address space sharing private memory copy-on-write.
 
-use std::sync::atomic::Ordering;
+use crate::sync::Ordering;
 use std::sync::Arc;
 
 use crate::error::Result;

@@ -10,8 +10,8 @@ use crate::vma::flags::*;
 use crate::{page_align, PAGE_SIZE};
 
 use super::{AddressSpace, MmuGather};
+use crate::sync::Ordering;
 use crate::vma::{Vma, VmaTree};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The cursor of `madvise_walk_vmas`: the next VMA part of a range, noting

@@ -306,7 +306,7 @@ impl AddressSpace {
                 }
                 match File::create(&self.phys, "/dev/zero (deleted)", len) {
                     Ok(f) => {
-                        f.shmem_acct.store(pages, std::sync::atomic::Ordering::Relaxed);
+                        f.shmem_acct.store(pages, crate::sync::Ordering::Relaxed);
                         Some(f)
                     }
                     Err(e) => {

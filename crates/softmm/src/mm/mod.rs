@@ -3,10 +3,10 @@
 //!
 //! # Locking
 //!
-//! * `mmap_lock` (a `parking_lot` rwlock around [`MmState`]): every change to
-//!   the VMA set holds it for write; a fault under [`FaultPolicy::MmapLock`]
-//!   holds it for read. Each write section ends by publishing the new VMA
-//!   tree version for lock-free readers.
+//! * `mmap_lock` (a `crate::sync` rwlock, `parking_lot`'s or loom's, around
+//!   [`MmState`]): every change to the VMA set holds it for write; a fault
+//!   under [`FaultPolicy::MmapLock`] holds it for read. Each write section
+//!   ends by publishing the new VMA tree version for lock-free readers.
 //! * PTE locks (one per leaf table): every change of a leaf entry.
 //! * Lock order: `mmap_lock` → file `invalidate_lock` → page-cache lock → PTE
 //!   lock → TLB domain's CPU list. A TLB shootdown may wait while a PTE lock is
@@ -27,11 +27,11 @@ mod mprotect;
 mod mremap;
 mod stack;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
 pub use config::{FaultPolicy, MmConfig, TASK_SIZE};
@@ -92,7 +92,7 @@ pub struct AddressSpace {
     pub(crate) seq: SeqCount,
     /// Files whose reverse map lists this address space, so that dying it
     /// can remove itself from them.
-    linked_files: parking_lot::Mutex<Vec<Weak<File>>>,
+    linked_files: crate::sync::Mutex<Vec<Weak<File>>>,
     self_weak: Weak<AddressSpace>,
 }
 
@@ -137,7 +137,7 @@ impl AddressSpace {
             tlb: TlbDomain::new(),
             counters: MmCounters::default(),
             seq: SeqCount::new(),
-            linked_files: parking_lot::Mutex::new(Vec::new()),
+            linked_files: crate::sync::Mutex::new(Vec::new()),
             self_weak: w.clone(),
         }))
     }
@@ -218,7 +218,7 @@ impl AddressSpace {
     /// address spaces and then wait for all (batched migration); see
     /// [`crate::tlb::TlbDomain::flush_begin`]. The calling thread's own CPUs
     /// are quiescent and get no request, as in [`AddressSpace::flush_tlb`].
-    #[cfg_attr(not(test), allow(dead_code))] // until batched migration (seed 003) uses it
+    #[cfg_attr(any(not(test), loom), allow(dead_code))] // until batched migration (seed 003) uses it
     pub(crate) fn flush_tlb_begin(&self) -> FlushTicket {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }

@@ -10,7 +10,8 @@
 //! the guard).
 
 use crossbeam_epoch::Guard;
-use parking_lot::MutexGuard;
+
+use crate::sync::MutexGuard;
 
 use super::table::{Child, Table};
 use super::{PageTables, Pte, PMD_SIZE, PTRS_PER_TABLE};

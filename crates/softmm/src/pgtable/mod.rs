@@ -41,7 +41,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
-use parking_lot::Mutex;
+
+use crate::sync::Mutex;
 
 pub(crate) use cursor::{Cursor, Leaf, PteGuard};
 pub(crate) use pte::{Pte, PteKind};
@@ -289,7 +290,7 @@ impl DetachedTable {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::phys::PhysConfig;

@@ -67,7 +67,7 @@ impl Pte {
     }
 
     /// A migration entry for `pfn`, remembering whether the page was writable.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn migration(pfn: Pfn, writable: bool) -> Pte {
         Pte((pfn << PAGE_SHIFT) | Self::MIGRATION | if writable { Self::WRITE } else { 0 })
     }
@@ -183,7 +183,7 @@ impl std::fmt::Debug for Pte {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -9,10 +9,8 @@
 
 use std::ptr::NonNull;
 
-use parking_lot::{Mutex, MutexGuard};
-
 use super::{Pte, PTRS_PER_TABLE};
-use crate::sync::{AtomicPtr, Ordering};
+use crate::sync::{AtomicPtr, Mutex, MutexGuard, Ordering};
 
 /// A page-table page with its lock (Linux's split PTE lock at the PTE level,
 /// the split PMD lock at the PMD level). Aligned so that a table's address

@@ -1,7 +1,7 @@
 //! loom models of the lock-free fault protocols (`crate::fault`), built on
 //! the real primitives [`SeqCount`] and [`VmaLock`].
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p softmm --lib`.
+//! Run with `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release -p softmm --lib`.
 //! Each model has a fault thread and a writer; the PTE lock is a loom mutex
 //! and the VMA tree a flag, as in the code: the writer changes the tree, then
 //! zaps or changes the entry under the PTE lock.

@@ -6,23 +6,49 @@
 //! The protocol primitives built on them live in submodules, with the opt-in
 //! count of writes to shared memory (`shared_write`), which every mechanism
 //! below the fault handler reports to.
+//!
+//! What comes from here: the atomics (`AtomicU32`, `AtomicU64`, `AtomicI64`,
+//! `AtomicUsize`, `AtomicPtr`, `AtomicBool`, `Ordering`, `fence`) and the
+//! locks (`Mutex`, `RwLock` and their guards, with `parking_lot`'s API:
+//! `lock`, `read`, `read_recursive`, `try_read`, `write`, `get_mut`, no
+//! poisoning). They are `std`'s and `parking_lot`'s in a normal build and
+//! `loom`'s under `cfg(loom)`, where `crossbeam-epoch` is built with its own
+//! `loom` support too (`--cfg crossbeam_loom`), so a model runs the real
+//! fault handler, page tables and mapping calls. Every lock and every atomic
+//! of a protocol (frame reference and pin counts, PTE locks, `mmap_lock`,
+//! the page cache's locks, the sequence counts, the TLB generations) is
+//! imported from here. What may stay `std`'s: the guest-memory atomics of
+//! the arena (`access.rs`, `cpu.rs`, `phys::copy_frame`: they carry the guest
+//! program's data, not softmm's protocol), pure statistics counters, and
+//! thread-local hints such as the frame-cache shard slot.
 
+#[cfg(loom)]
+mod loom_lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod seqcount;
-#[cfg(not(loom))]
 mod shared_write;
 mod vma_lock;
 
 pub use seqcount::SeqCount;
-#[cfg(not(loom))]
 pub(crate) use shared_write::{shared_write, shared_writes_so_far};
 pub use vma_lock::VmaLock;
 
+// The whole set, used or not yet, so no file needs `std`'s for a protocol.
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+#[allow(unused_imports)]
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub(crate) use loom_lock::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
+pub(crate) use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 /// Spin-wait hint: a CPU pause on hardware, a yield under `loom` so the model
 /// checker can schedule the thread we are waiting for.

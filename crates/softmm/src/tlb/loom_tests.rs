@@ -1,7 +1,7 @@
 //! loom models of the TLB shootdown protocol of [`super`], on the real
 //! [`TlbDomain`], [`CpuTlbState`] and thread quiescence.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test --release -p softmm --lib`.
+//! Run with `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release -p softmm --lib`.
 //! The CPU side is modelled with the calls the `Cpu` makes; the property is
 //! the one the frame allocator relies on: once a flush's wait returns, no CPU
 //! uses a translation cached before it began.

@@ -3,22 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::sync::{fence, spin_hint, AtomicU64, Ordering};
-
-#[cfg(not(loom))]
-use parking_lot::Mutex;
-
-#[cfg(loom)]
-struct Mutex<T>(loom::sync::Mutex<T>);
-#[cfg(loom)]
-impl<T> Mutex<T> {
-    fn new(v: T) -> Self {
-        Mutex(loom::sync::Mutex::new(v))
-    }
-    fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
-        self.0.lock().unwrap()
-    }
-}
+use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
 
 /// The shootdown state one CPU shares with the initiators.
 ///
