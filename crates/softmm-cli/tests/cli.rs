@@ -130,10 +130,14 @@ fn check_json(path: &Path) -> Vec<Value> {
 /// Runs one workload for every policy and the host at 1 and 2 threads and
 /// checks that every (mode, policy, threads) has a sample.
 fn bench(workload: &str, modes: &[&str], extra: &[&str]) -> Vec<Value> {
+    bench_sized(workload, "1M", modes, extra)
+}
+
+fn bench_sized(workload: &str, size: &str, modes: &[&str], extra: &[&str]) -> Vec<Value> {
     let dir = scratch(workload);
     let json = dir.join("out.json");
     let json_s = json.to_str().unwrap();
-    let mut args = vec!["bench", workload, "--threads", "1,2", "--iterations", "2", "--size", "1M", "--json", json_s];
+    let mut args = vec!["bench", workload, "--threads", "1,2", "--iterations", "2", "--size", size, "--json", json_s];
     args.extend_from_slice(extra);
     let out = softmm_in(&dir, &args, Duration::from_secs(60));
     assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
@@ -198,7 +202,9 @@ fn bench_page_fault3() {
 
 #[test]
 fn bench_mmap1() {
-    let samples = bench("mmap1", &["threads", "processes"], &["--mode", "threads,processes"]);
+    // The lab's default size: each mapping must pass the commit check alone
+    // in its own arena, never touched.
+    let samples = bench_sized("mmap1", "128M", &["threads", "processes"], &["--mode", "threads,processes"]);
     for s in samples.iter().filter(|s| s["policy"] != "host") {
         // Two iterations per task, each one map and one unmap under the write lock.
         assert_eq!(s["ops"].as_u64().unwrap(), 2 * s["threads"].as_u64().unwrap(), "{s}");
@@ -208,7 +214,7 @@ fn bench_mmap1() {
 
 #[test]
 fn bench_mmap2() {
-    bench("mmap2", &["threads", "processes"], &["--mode", "threads,processes"]);
+    bench_sized("mmap2", "128M", &["threads", "processes"], &["--mode", "threads,processes"]);
 }
 
 #[test]

@@ -130,7 +130,9 @@ impl Workload {
             Workload::Pft | Workload::PageFault1 | Workload::PageFault3 | Workload::Interference => t * size,
             // Page-cache page plus the private copy.
             Workload::PageFault2 => 2 * t * size,
-            Workload::Mmap1 | Workload::Mmap2 => 0,
+            // Never touched, but a private writable mapping is charged to
+            // the commit total, and the heuristic refuses one larger than RAM.
+            Workload::Mmap1 | Workload::Mmap2 => size,
             Workload::TlbFlush => t * tlb_flush::region(size),
             Workload::Cortenmm => t * cortenmm::REGION,
         };
