@@ -13,7 +13,7 @@
 use crate::error::{Errno, Fault, Result};
 use crate::fault::Access;
 use crate::mm::AddressSpace;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::Vma;
 use crate::PAGE_SIZE;
 
@@ -65,10 +65,10 @@ pub(crate) fn mm_populate(mm: &AddressSpace, start: u64, end: u64) {
     while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
         let from = a.max(vma.start);
         a = vma.end.min(end);
-        if vma.flags & VM_ACCESS_FLAGS == 0 {
+        if !vma.flags.intersects(VmFlags::ACCESS_FLAGS) {
             continue;
         }
-        let write = vma.flags & (VM_WRITE | VM_SHARED) == VM_WRITE;
+        let write = vma.flags & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE;
         let access = if write { Access::Write } else { Access::Read };
         let _ = populate_vma_page_range(mm, vma, from, a, access);
     }
@@ -81,11 +81,11 @@ pub(crate) fn mm_populate(mm: &AddressSpace, start: u64, end: u64) {
 /// failing one stay in.
 pub(crate) fn faultin_page_range(mm: &AddressSpace, start: u64, end: u64, write: bool) -> Result<()> {
     let st = mm.read_lock();
-    let (need, access) = if write { (VM_WRITE, Access::Write) } else { (VM_READ, Access::Read) };
+    let (need, access) = if write { (VmFlags::WRITE, Access::Write) } else { (VmFlags::READ, Access::Read) };
     let mut a = start;
     while a < end {
         let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
-        if vma.flags & need == 0 {
+        if !vma.flags.intersects(need) {
             return Err(Errno::Inval);
         }
         let stop = vma.end.min(end);

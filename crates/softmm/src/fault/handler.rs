@@ -12,7 +12,7 @@ use crate::pgtable::{Leaf, Pte, PteKind, PMD_SIZE};
 use crate::phys::{FrameRef, PG_ANON, PG_DIRTY, PG_FILE};
 use crate::rmap;
 use crate::sync::shared_write;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma};
 use crate::PAGE_SIZE;
 
@@ -74,7 +74,7 @@ pub(crate) fn handle_vma_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) ->
 fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResult<()> {
     let vma = ctx.vma;
     let write = access == Access::Write;
-    let allowed = if write { vma.flags & VM_WRITE != 0 } else { vma.flags & VM_ACCESS_FLAGS != 0 };
+    let allowed = if write { vma.flags.contains(VmFlags::WRITE) } else { vma.flags.intersects(VmFlags::ACCESS_FLAGS) };
     if !allowed {
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
@@ -145,7 +145,7 @@ fn restore_protnone(ctx: &FaultCtx<'_>, leaf: Leaf<'_>, va: u64, pte: Pte) -> Fa
     ctx.validate()?;
     if ptl.get(va) == pte {
         let mut new = pte.unprotnone();
-        if ctx.vma.flags & VM_WRITE == 0 {
+        if !ctx.vma.flags.contains(VmFlags::WRITE) {
             new = new.clear(Pte::WRITE);
         }
         ptl.set(va, new);
@@ -186,7 +186,7 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
     let vma = ctx.vma;
     let file = vma.file.as_ref().expect("file VMA");
     let index = vma.pgoff_at(va);
-    let shared = vma.flags & VM_MAYSHARE != 0;
+    let shared = vma.flags.contains(VmFlags::MAYSHARE);
     if write && !shared {
         anon_vma_prepare(ctx)?;
     }
@@ -256,7 +256,7 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
     let phys = &mm.phys;
     let pfn = pte.pfn();
     let writable = pte.set(Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
-    if vma.flags & VM_SHARED != 0 {
+    if vma.flags.contains(VmFlags::SHARED) {
         let mut ptl = leaf.lock();
         ctx.validate()?;
         if ptl.get(va) == pte {

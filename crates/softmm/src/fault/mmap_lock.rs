@@ -4,7 +4,7 @@
 use crate::error::{Fault, SegvCode};
 use crate::mm::AddressSpace;
 use crate::sync::shared_write;
-use crate::vma::flags::VM_GROWSDOWN;
+use crate::vma::VmFlags;
 
 use super::handler::{self, Check, FaultCtx};
 use super::{Access, FaultError};
@@ -16,7 +16,7 @@ pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access) -> Result<(),
     if let Some(vma) = st.vmas.find(addr) {
         return locked(mm, vma, addr, access);
     }
-    let below_stack = st.vmas.find_from(addr).is_some_and(|v| v.flags & VM_GROWSDOWN != 0);
+    let below_stack = st.vmas.find_from(addr).is_some_and(|v| v.flags.contains(VmFlags::GROWSDOWN));
     drop(st);
     if !below_stack {
         return Err(segv);

@@ -1,6 +1,6 @@
 //! `brk`: the heap.
 
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::Vma;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
@@ -55,9 +55,9 @@ impl AddressSpace {
             if self.phys.vm_enough_memory((newbrk - oldbrk) >> PAGE_SHIFT, || total_vm(&st.vmas)).is_err() {
                 break 'out orig;
             }
-            let mut flags = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+            let mut flags = VmFlags::READ | VmFlags::WRITE | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC;
             if accountable(flags) {
-                flags |= VM_ACCOUNT;
+                flags |= VmFlags::ACCOUNT;
             }
             let heap = Vma::new(&self.phys, oldbrk, newbrk, flags, oldbrk >> PAGE_SHIFT, None, None);
             self.insert_merged(&mut st, heap);

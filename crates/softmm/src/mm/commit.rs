@@ -14,7 +14,7 @@ use crate::sync::{AtomicI64, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
 use crate::phys::PhysMem;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::VmaTree;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 
@@ -221,16 +221,16 @@ impl PhysMem {
 
 /// Pages of `VM_ACCOUNT` VMAs within `[start, end)`.
 pub(crate) fn accounted_pages(vmas: &VmaTree, start: u64, end: u64) -> u64 {
-    pages_with(vmas, start, end, VM_ACCOUNT)
+    pages_with(vmas, start, end, VmFlags::ACCOUNT)
 }
 
 /// Pages of VMAs with any of `flags` within `[start, end)`.
-pub(crate) fn pages_with(vmas: &VmaTree, start: u64, end: u64, flags: u64) -> u64 {
+pub(crate) fn pages_with(vmas: &VmaTree, start: u64, end: u64, flags: VmFlags) -> u64 {
     if start >= end {
         return 0;
     }
     vmas.overlapping(start, end)
-        .filter(|v| v.flags & flags != 0)
+        .filter(|v| v.flags.intersects(flags))
         .map(|v| (v.end.min(end) - v.start.max(start)) >> PAGE_SHIFT)
         .sum()
 }
@@ -242,7 +242,7 @@ pub(crate) fn total_vm(vmas: &VmaTree) -> u64 {
 
 /// `mm->locked_vm`: the pages of `VM_LOCKED` VMAs.
 pub(crate) fn locked_vm(vmas: &VmaTree) -> u64 {
-    vmas.iter().filter(|v| v.flags & VM_LOCKED != 0).map(|v| v.pages()).sum()
+    vmas.iter().filter(|v| v.flags.contains(VmFlags::LOCKED)).map(|v| v.pages()).sum()
 }
 
 impl super::MmConfig {
@@ -253,8 +253,8 @@ impl super::MmConfig {
 
     /// `mlock_future_ok`: `bytes` more of a VMA with `flags` stay within
     /// `RLIMIT_MEMLOCK` given `locked` pages already locked.
-    pub(crate) fn mlock_future_ok(&self, flags: u64, bytes: u64, locked: impl FnOnce() -> u64) -> bool {
-        if flags & VM_LOCKED == 0 || self.cap_ipc_lock {
+    pub(crate) fn mlock_future_ok(&self, flags: VmFlags, bytes: u64, locked: impl FnOnce() -> u64) -> bool {
+        if !flags.contains(VmFlags::LOCKED) || self.cap_ipc_lock {
             return true;
         }
         let pages = (bytes >> PAGE_SHIFT).saturating_add(locked());

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::pgtable::Pte;
 use crate::phys::{PG_ANON, PG_DIRTY};
 use crate::rmap;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma};
 use crate::Errno;
 
@@ -41,7 +41,10 @@ impl AddressSpace {
         let cow: Vec<Arc<Vma>> = st
             .vmas
             .iter()
-            .filter(|v| v.flags & (VM_DONTCOPY | VM_WIPEONFORK | VM_MAYSHARE) == 0 && v.anon_vma.get().is_some())
+            .filter(|v| {
+                !v.flags.intersects(VmFlags::DONTCOPY | VmFlags::WIPEONFORK | VmFlags::MAYSHARE)
+                    && v.anon_vma.get().is_some()
+            })
             .cloned()
             .collect();
         for v in cow {
@@ -51,20 +54,20 @@ impl AddressSpace {
         cst.start_brk = st.start_brk;
         cst.brk = st.brk;
         for v in st.vmas.iter() {
-            if v.flags & VM_DONTCOPY != 0 {
+            if v.flags.contains(VmFlags::DONTCOPY) {
                 continue;
             }
-            if v.flags & VM_ACCOUNT != 0 {
+            if v.flags.contains(VmFlags::ACCOUNT) {
                 // dup_mmap charges the child's copy; the child's exit returns it.
                 self.phys.vm_enough_memory(v.pages(), || super::commit::total_vm(&st.vmas))?;
             }
-            let wipe = v.flags & VM_WIPEONFORK != 0;
+            let wipe = v.flags.contains(VmFlags::WIPEONFORK);
             let anon = match v.anon_vma.get() {
                 Some(_) if !wipe => Some(Arc::new(AnonVma { forked: true })),
                 _ => None,
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
-            let flags = v.flags & !VM_LOCKED;
+            let flags = v.flags & !VmFlags::LOCKED;
             let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon);
             if let Some(f) = &v.file {
                 child.link_file(f);
@@ -86,7 +89,7 @@ impl AddressSpace {
     fn copy_page_range(&self, parent: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
         let guard = crossbeam_epoch::pin();
         let phys = &self.phys;
-        let private = vma.flags & VM_MAYSHARE == 0;
+        let private = !vma.flags.contains(VmFlags::MAYSHARE);
         let mut err = Ok(());
         for src in parent.pgtables.leaves(vma.start, vma.end, &guard) {
             // The parent's lock first, as everywhere (the child is not

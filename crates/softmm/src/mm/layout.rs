@@ -177,11 +177,11 @@ mod tests {
 
     use super::*;
     use crate::phys::{PhysConfig, PhysMem};
-    use crate::vma::flags::*;
+    use crate::vma::VmFlags;
     use crate::vma::Vma;
 
     const MIB: u64 = 1 << 20;
-    const RW: u64 = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE;
+    const RW: VmFlags = VmFlags::READ.union(VmFlags::WRITE).union(VmFlags::MAYREAD).union(VmFlags::MAYWRITE);
     /// The default `mmap_base`: 128 MiB below `TASK_SIZE`, not 2 MiB aligned.
     const BASE: u64 = crate::mm::TASK_SIZE - 128 * MIB;
 
@@ -194,7 +194,7 @@ mod tests {
     fn tree(phys: &Arc<PhysMem>, vmas: &[(u64, u64, bool)]) -> VmaTree {
         let mut t = VmaTree::default();
         for &(start, end, growsdown) in vmas {
-            let flags = if growsdown { RW | VM_GROWSDOWN } else { RW };
+            let flags = if growsdown { RW | VmFlags::GROWSDOWN } else { RW };
             t.insert(Vma::new(phys, start, end, flags, 0, None, None));
         }
         t

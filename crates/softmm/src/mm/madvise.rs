@@ -6,7 +6,7 @@ use crate::gup;
 use crate::pgtable::{Pte, PMD_SIZE};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::uapi::*;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::{page_align, PAGE_SIZE};
 
 use super::{AddressSpace, MmuGather};
@@ -52,26 +52,10 @@ impl VmaWalk {
     }
 }
 
-/// Linux's `VM_SEQ_READ`.
-const VM_SEQ_READ: u64 = 0x8000;
-/// Linux's `VM_RAND_READ`.
-const VM_RAND_READ: u64 = 0x10000;
-/// Linux's `VM_DONTDUMP`.
-const VM_DONTDUMP: u64 = 0x0400_0000;
-/// Linux's `VM_HUGEPAGE`.
-const VM_HUGEPAGE: u64 = 0x2000_0000;
-/// Linux's `VM_NOHUGEPAGE`.
-const VM_NOHUGEPAGE: u64 = 0x4000_0000;
-/// Linux's `VM_MERGEABLE`: KSM may merge the VMA's pages.
-const VM_MERGEABLE: u64 = 0x8000_0000;
-/// Linux's `VM_SPECIAL` (`VM_IO | VM_DONTEXPAND | VM_PFNMAP | VM_MIXEDMAP`);
-/// of these softmm has only `VM_DONTEXPAND`, but the checks name them all.
-const VM_SPECIAL: u64 = 0x4000 | VM_DONTEXPAND | 0x400 | 0x1000_0000;
-
 /// KSM's `vma_ksm_compatible` for the flags softmm has: KSM never merges
 /// shared or special mappings, so `MADV_MERGEABLE` leaves them alone.
-fn ksm_compatible(flags: u64) -> bool {
-    flags & (VM_SHARED | VM_MAYSHARE | VM_SPECIAL) == 0
+fn ksm_compatible(flags: VmFlags) -> bool {
+    !flags.intersects(VmFlags::SHARED | VmFlags::MAYSHARE | VmFlags::SPECIAL)
 }
 
 impl AddressSpace {
@@ -164,26 +148,26 @@ impl AddressSpace {
             let res = self.walk_vmas(&mut st, addr, end, |mm, st, vma, start, stop| {
                 let mut f = vma.flags;
                 match advice {
-                    MADV_NORMAL => f &= !(VM_SEQ_READ | VM_RAND_READ),
-                    MADV_RANDOM => f = (f & !VM_SEQ_READ) | VM_RAND_READ,
-                    MADV_SEQUENTIAL => f = (f & !VM_RAND_READ) | VM_SEQ_READ,
-                    MADV_DONTFORK => f |= VM_DONTCOPY,
-                    MADV_DOFORK => f &= !VM_DONTCOPY,
+                    MADV_NORMAL => f &= !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
+                    MADV_RANDOM => f = (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
+                    MADV_SEQUENTIAL => f = (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
+                    MADV_DONTFORK => f |= VmFlags::DONTCOPY,
+                    MADV_DOFORK => f &= !VmFlags::DONTCOPY,
                     MADV_WIPEONFORK => {
-                        if vma.file.is_some() || vma.flags & VM_SHARED != 0 {
+                        if vma.file.is_some() || vma.flags.contains(VmFlags::SHARED) {
                             return Err(Errno::Inval);
                         }
-                        f |= VM_WIPEONFORK;
+                        f |= VmFlags::WIPEONFORK;
                     }
-                    MADV_KEEPONFORK => f &= !VM_WIPEONFORK,
-                    MADV_DONTDUMP => f |= VM_DONTDUMP,
-                    MADV_DODUMP => f &= !VM_DONTDUMP,
-                    MADV_HUGEPAGE => f = (f & !VM_NOHUGEPAGE) | VM_HUGEPAGE,
-                    MADV_NOHUGEPAGE => f = (f & !VM_HUGEPAGE) | VM_NOHUGEPAGE,
+                    MADV_KEEPONFORK => f &= !VmFlags::WIPEONFORK,
+                    MADV_DONTDUMP => f |= VmFlags::DONTDUMP,
+                    MADV_DODUMP => f &= !VmFlags::DONTDUMP,
+                    MADV_HUGEPAGE => f = (f & !VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE,
+                    MADV_NOHUGEPAGE => f = (f & !VmFlags::HUGEPAGE) | VmFlags::NOHUGEPAGE,
                     // ksm_madvise: advice on a VMA KSM cannot merge is ignored.
-                    MADV_MERGEABLE if ksm_compatible(f) => f |= VM_MERGEABLE,
+                    MADV_MERGEABLE if ksm_compatible(f) => f |= VmFlags::MERGEABLE,
                     MADV_MERGEABLE => {}
-                    MADV_UNMERGEABLE => f &= !VM_MERGEABLE,
+                    MADV_UNMERGEABLE => f &= !VmFlags::MERGEABLE,
                     _ => unreachable!(),
                 }
                 mm.vma_modify_flags(st, vma, start, stop, f)
@@ -195,14 +179,14 @@ impl AddressSpace {
             let st = self.read_lock();
             let res = self.walk_vmas_read(&st, addr, end, |mm, vma, start, stop| match advice {
                 MADV_DONTNEED | MADV_DONTNEED_LOCKED => {
-                    if vma.flags & VM_LOCKED != 0 && advice == MADV_DONTNEED {
+                    if vma.flags.contains(VmFlags::LOCKED) && advice == MADV_DONTNEED {
                         return Err(Errno::Inval);
                     }
                     mm.zap_range(start, stop, &mut tlb, |_| true);
                     Ok(())
                 }
                 MADV_FREE => {
-                    if vma.file.is_some() || vma.flags & VM_LOCKED != 0 {
+                    if vma.file.is_some() || vma.flags.contains(VmFlags::LOCKED) {
                         return Err(Errno::Inval);
                     }
                     mm.madvise_free(start, stop, &mut tlb);
@@ -212,7 +196,7 @@ impl AddressSpace {
                 MADV_GUARD_REMOVE => mm.guard_remove(vma, start, stop),
                 MADV_COLLAPSE => mm.madvise_collapse(vma, start, stop),
                 // can_madv_lru_vma: locked pages stay on their LRU.
-                MADV_COLD | MADV_PAGEOUT if vma.flags & VM_LOCKED != 0 => Err(Errno::Inval),
+                MADV_COLD | MADV_PAGEOUT if vma.flags.contains(VmFlags::LOCKED) => Err(Errno::Inval),
                 _ => Ok(()), // WILLNEED, COLD, PAGEOUT: hints with no effect on contents
             });
             // Flush while mmap_lock is still held (see `munmap`).
@@ -288,11 +272,11 @@ impl AddressSpace {
             let (file, offset, len) = {
                 let st = self.read_lock();
                 let Some((vma, a, stop)) = walk.step(&st.vmas)? else { break };
-                if vma.flags & VM_LOCKED != 0 {
+                if vma.flags.contains(VmFlags::LOCKED) {
                     return Err(Errno::Inval);
                 }
                 let Some(file) = vma.file.clone() else { return Err(Errno::Inval) };
-                if vma.flags & (VM_SHARED | VM_MAYWRITE) != (VM_SHARED | VM_MAYWRITE) {
+                if vma.flags & (VmFlags::SHARED | VmFlags::MAYWRITE) != (VmFlags::SHARED | VmFlags::MAYWRITE) {
                     return Err(Errno::Acces);
                 }
                 // Linux's `(start - vm_start) + (vm_pgoff << PAGE_SHIFT)` as a
@@ -321,7 +305,7 @@ impl AddressSpace {
     /// guard marker. A fault racing in between installs a page that the next
     /// round zaps again (Linux retries, then restarts the call).
     fn guard_install(&self, vma: &Arc<Vma>, start: u64, end: u64, tlb: &mut MmuGather) -> Result<()> {
-        if vma.flags & (VM_LOCKED | VM_SPECIAL) != 0 {
+        if vma.flags.intersects(VmFlags::LOCKED | VmFlags::SPECIAL) {
             return Err(Errno::Inval);
         }
         if !self.anon_vma_prepare_locked(vma) {
@@ -353,7 +337,7 @@ impl AddressSpace {
     /// `EINVAL` for a special VMA; locked VMAs are allowed, removing markers
     /// destroys nothing.
     fn guard_remove(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
-        if vma.flags & VM_SPECIAL != 0 {
+        if vma.flags.intersects(VmFlags::SPECIAL) {
             return Err(Errno::Inval);
         }
         self.clear_guard_markers(start, end);
@@ -385,7 +369,7 @@ impl AddressSpace {
     fn madvise_collapse(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
         let pmd = PMD_SIZE;
         let eligible = vma.file.is_none()
-            && vma.flags & (VM_NOHUGEPAGE | VM_SPECIAL | VM_SHARED | VM_MAYSHARE) == 0
+            && !vma.flags.intersects(VmFlags::NOHUGEPAGE | VmFlags::SPECIAL | VmFlags::SHARED | VmFlags::MAYSHARE)
             && vma.end.checked_sub(pmd).is_some_and(|last| last & !(pmd - 1) >= vma.start);
         if !eligible {
             return Err(Errno::Inval);
@@ -396,7 +380,7 @@ impl AddressSpace {
         let mut res = Ok(());
         let mut block = hstart;
         while block < hend {
-            if vma.flags & VM_WRITE != 0 && self.block_collapsible(block) {
+            if vma.flags.contains(VmFlags::WRITE) && self.block_collapsible(block) {
                 gup::get_user_pages(self, vma, block, block + pmd, Access::Write).map_err(|_| Errno::NoMem)?;
             } else {
                 res = Err(Errno::Inval);

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 
 use super::AddressSpace;
@@ -53,10 +53,10 @@ impl AddressSpace {
             .iter()
             .map(|v| {
                 let perms: String = [
-                    if v.flags & VM_READ != 0 { 'r' } else { '-' },
-                    if v.flags & VM_WRITE != 0 { 'w' } else { '-' },
-                    if v.flags & VM_EXEC != 0 { 'x' } else { '-' },
-                    if v.flags & VM_MAYSHARE != 0 { 's' } else { 'p' },
+                    if v.flags.contains(VmFlags::READ) { 'r' } else { '-' },
+                    if v.flags.contains(VmFlags::WRITE) { 'w' } else { '-' },
+                    if v.flags.contains(VmFlags::EXEC) { 'x' } else { '-' },
+                    if v.flags.contains(VmFlags::MAYSHARE) { 's' } else { 'p' },
                 ]
                 .iter()
                 .collect();

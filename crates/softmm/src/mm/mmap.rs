@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::error::{Errno, Result};
 use crate::file::{File, OpenFile};
 use crate::uapi::*;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
@@ -46,13 +46,6 @@ const LEGACY_MAP_MASK: i32 = MAP_SHARED
     | MAP_HUGE_2MB
     | MAP_HUGE_1GB;
 
-/// Linux's `VM_DONTDUMP`.
-const VM_DONTDUMP: u64 = 0x0400_0000;
-/// Linux's `VM_NOHUGEPAGE` (`MAP_STACK` sets it, Linux 6.7+).
-const VM_NOHUGEPAGE: u64 = 0x4000_0000;
-/// Linux's `VM_DROPPABLE` (bit 40 on 64-bit).
-pub(crate) const VM_DROPPABLE: u64 = 1 << 40;
-
 /// `MAX_LFS_FILESIZE`: the largest offset of a regular file (memfds included).
 const MAX_LFS_FILESIZE: u64 = i64::MAX as u64;
 
@@ -72,24 +65,9 @@ enum Backing {
     Hugetlb(u64),
 }
 
-/// `VM_*` access bits for `PROT_*` bits (Linux's `calc_vm_prot_bits`).
-pub(crate) fn calc_vm_prot_bits(prot: i32) -> u64 {
-    let mut f = 0;
-    if prot & PROT_READ != 0 {
-        f |= VM_READ;
-    }
-    if prot & PROT_WRITE != 0 {
-        f |= VM_WRITE;
-    }
-    if prot & PROT_EXEC != 0 {
-        f |= VM_EXEC;
-    }
-    f
-}
-
 /// Linux's `accountable_mapping`: private writable memory is charged.
-pub(crate) fn accountable(flags: u64) -> bool {
-    flags & (VM_NORESERVE | VM_SHARED | VM_WRITE) == VM_WRITE
+pub(crate) fn accountable(flags: VmFlags) -> bool {
+    flags & (VmFlags::NORESERVE | VmFlags::SHARED | VmFlags::WRITE) == VmFlags::WRITE
 }
 
 impl AddressSpace {
@@ -202,15 +180,15 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         }
         // calc_vm_prot_bits | calc_vm_flag_bits | VM_MAY*.
-        let mut vm_flags = calc_vm_prot_bits(prot) | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+        let mut vm_flags = VmFlags::from_prot(prot) | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC;
         if flags & MAP_GROWSDOWN != 0 {
-            vm_flags |= VM_GROWSDOWN;
+            vm_flags |= VmFlags::GROWSDOWN;
         }
         if flags & MAP_LOCKED != 0 {
-            vm_flags |= VM_LOCKED;
+            vm_flags |= VmFlags::LOCKED;
         }
         if flags & MAP_STACK != 0 {
-            vm_flags |= VM_NOHUGEPAGE;
+            vm_flags |= VmFlags::NOHUGEPAGE;
         }
         let shared = matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE);
         let kind = match backing {
@@ -245,9 +223,9 @@ impl AddressSpace {
                     if prot & PROT_WRITE != 0 && !writable {
                         return Err(Errno::Acces);
                     }
-                    vm_flags |= VM_SHARED | VM_MAYSHARE;
+                    vm_flags |= VmFlags::SHARED | VmFlags::MAYSHARE;
                     if !writable {
-                        vm_flags &= !(VM_MAYWRITE | VM_SHARED);
+                        vm_flags &= !(VmFlags::MAYWRITE | VmFlags::SHARED);
                     }
                 }
                 MAP_PRIVATE => {}
@@ -256,27 +234,27 @@ impl AddressSpace {
             if !readable {
                 return Err(Errno::Acces);
             }
-            if vm_flags & VM_GROWSDOWN != 0 {
+            if vm_flags.contains(VmFlags::GROWSDOWN) {
                 return Err(Errno::Inval);
             }
         } else {
             match flags & MAP_TYPE {
                 // Not MAP_SHARED_VALIDATE: Linux refuses it for anonymous memory.
                 MAP_SHARED => {
-                    if vm_flags & VM_GROWSDOWN != 0 {
+                    if vm_flags.contains(VmFlags::GROWSDOWN) {
                         return Err(Errno::Inval);
                     }
                     pgoff = 0;
-                    vm_flags |= VM_SHARED | VM_MAYSHARE;
+                    vm_flags |= VmFlags::SHARED | VmFlags::MAYSHARE;
                 }
                 t @ (MAP_PRIVATE | MAP_DROPPABLE) => {
                     if t == MAP_DROPPABLE {
                         // A locked or stack area makes no sense droppable.
-                        if flags & (MAP_LOCKED | MAP_HUGETLB) != 0 || vm_flags & VM_GROWSDOWN != 0 {
+                        if flags & (MAP_LOCKED | MAP_HUGETLB) != 0 || vm_flags.contains(VmFlags::GROWSDOWN) {
                             return Err(Errno::Inval);
                         }
                         // Never reserved, never copied to a child or dumped.
-                        vm_flags |= VM_DROPPABLE | VM_NORESERVE | VM_WIPEONFORK | VM_DONTDUMP;
+                        vm_flags |= VmFlags::DROPPABLE | VmFlags::NORESERVE | VmFlags::WIPEONFORK | VmFlags::DONTDUMP;
                     }
                     pgoff = addr >> PAGE_SHIFT;
                 }
@@ -284,7 +262,7 @@ impl AddressSpace {
             }
         }
         if flags & MAP_NORESERVE != 0 && self.phys.overcommit().mode != OvercommitMode::Never {
-            vm_flags |= VM_NORESERVE;
+            vm_flags |= VmFlags::NORESERVE;
         }
         if let Backing::Hugetlb(size) = backing {
             // hugetlbfs_file_mmap: the offset must be huge page aligned, then
@@ -297,10 +275,10 @@ impl AddressSpace {
         }
         let backing = match file {
             Some(f) => Some(f.file.clone()),
-            None if vm_flags & VM_SHARED != 0 => {
+            None if vm_flags.contains(VmFlags::SHARED) => {
                 // shmem_zero_setup charges the whole object unless
                 // MAP_NORESERVE (shmem_acct_size); the object returns it.
-                let pages = if vm_flags & VM_NORESERVE == 0 { len >> PAGE_SHIFT } else { 0 };
+                let pages = if !vm_flags.contains(VmFlags::NORESERVE) { len >> PAGE_SHIFT } else { 0 };
                 if pages != 0 {
                     self.phys.vm_enough_memory(pages, || total_vm(&st.vmas))?;
                 }
@@ -325,8 +303,8 @@ impl AddressSpace {
         tlb.finish(self);
         drop(st);
         res?;
-        let populate =
-            (flags & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE || vm_flags & VM_LOCKED != 0).then_some(len);
+        let populate = (flags & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE || vm_flags.contains(VmFlags::LOCKED))
+            .then_some(len);
         Ok((addr, populate))
     }
 
@@ -339,7 +317,7 @@ impl AddressSpace {
         file: Option<Arc<File>>,
         addr: u64,
         len: u64,
-        mut vm_flags: u64,
+        mut vm_flags: VmFlags,
         pgoff: u64,
         tlb: &mut MmuGather,
     ) -> Result<()> {
@@ -358,7 +336,7 @@ impl AddressSpace {
         if accountable(vm_flags) {
             // do_munmap returned the replaced mappings' charge; the new one keeps it.
             self.phys.vm_acct_memory(replaced);
-            vm_flags |= VM_ACCOUNT;
+            vm_flags |= VmFlags::ACCOUNT;
         }
         if let Some(f) = &file {
             self.arc().link_file(f);

@@ -43,7 +43,7 @@ use crate::phys::PhysMem;
 use crate::rmap;
 use crate::sync::SeqCount;
 use crate::tlb::{FlushTicket, TlbDomain, TlbStats};
-use crate::vma::{Vma, VmaTree};
+use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::MmuGather;
 
@@ -286,10 +286,9 @@ impl AddressSpace {
     /// `[start, end)` that hold a frame: `PROT_NONE` hides them, read-only
     /// drops write access. Write access is never added here; a write fault
     /// grants it (and breaks COW where needed).
-    pub(crate) fn change_protection(&self, start: u64, end: u64, flags: u64, tlb: &mut MmuGather) {
-        use crate::vma::flags::{VM_ACCESS_FLAGS, VM_WRITE};
-        let accessible = flags & VM_ACCESS_FLAGS != 0;
-        let writable = flags & VM_WRITE != 0;
+    pub(crate) fn change_protection(&self, start: u64, end: u64, flags: VmFlags, tlb: &mut MmuGather) {
+        let accessible = flags.intersects(VmFlags::ACCESS_FLAGS);
+        let writable = flags.contains(VmFlags::WRITE);
         self.pgtables.update_range(start, end, |_, pte| {
             if !pte.has_frame() {
                 return None;

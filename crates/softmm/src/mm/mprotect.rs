@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::uapi::*;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::{anon_compatible, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use super::commit::total_vm;
-use super::mmap::calc_vm_prot_bits;
 use super::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
@@ -83,7 +82,7 @@ impl AddressSpace {
             if first.start >= end {
                 return Err(Errno::NoMem);
             }
-            if first.flags & VM_GROWSDOWN == 0 {
+            if !first.flags.contains(VmFlags::GROWSDOWN) {
                 return Err(Errno::Inval);
             }
             start = first.start;
@@ -99,7 +98,7 @@ impl AddressSpace {
         // `tmp` is where the next VMA must start (a hole is ENOMEM); a VMA
         // that the previous step merged forward may start before it.
         let mut tmp = start;
-        let want = calc_vm_prot_bits(prot & (PROT_READ | PROT_WRITE | PROT_EXEC));
+        let want = VmFlags::from_prot(prot);
         while tmp < end {
             let Some(v) = st.vmas.find_from(tmp).cloned() else { break };
             if v.start >= end {
@@ -108,9 +107,9 @@ impl AddressSpace {
             if v.start > tmp {
                 return Err(Errno::NoMem);
             }
-            let mut newflags = want | (v.flags & !VM_ACCESS_FLAGS);
+            let mut newflags = want | (v.flags & !VmFlags::ACCESS_FLAGS);
             // VM_MAY* sit four bits above VM_*: a bit without its MAY twin is refused.
-            if (newflags & !(newflags >> 4)) & VM_ACCESS_FLAGS != 0 {
+            if !newflags.access_without_may().is_empty() {
                 return Err(Errno::Acces);
             }
             let range_end = v.end.min(end);
@@ -119,25 +118,27 @@ impl AddressSpace {
             // read-only is uncharged.
             let nrpages = (range_end - tmp) >> PAGE_SHIFT;
             let mut charged = 0;
-            if newflags & VM_WRITE != 0 {
-                if v.flags & (VM_ACCOUNT | VM_WRITE | VM_SHARED | VM_NORESERVE) == 0 {
+            if newflags.contains(VmFlags::WRITE) {
+                if !v.flags.intersects(VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::SHARED | VmFlags::NORESERVE) {
                     self.phys.vm_enough_memory(nrpages, || total_vm(&st.vmas))?;
                     charged = nrpages;
-                    newflags |= VM_ACCOUNT;
+                    newflags |= VmFlags::ACCOUNT;
                 }
-            } else if v.flags & VM_ACCOUNT != 0 && v.is_anonymous() && v.anon_vma.get().is_none() {
-                newflags &= !VM_ACCOUNT;
+            } else if v.flags.contains(VmFlags::ACCOUNT) && v.is_anonymous() && v.anon_vma.get().is_none() {
+                newflags &= !VmFlags::ACCOUNT;
             }
             if newflags != v.flags {
                 if let Err(e) = self.vma_modify_flags(st, &v, tmp, range_end, newflags) {
                     self.phys.vm_unacct_memory(charged);
                     return Err(e);
                 }
-                if v.flags & VM_ACCOUNT != 0 && newflags & VM_ACCOUNT == 0 {
+                if v.flags.contains(VmFlags::ACCOUNT) && !newflags.contains(VmFlags::ACCOUNT) {
                     self.phys.vm_unacct_memory(nrpages);
                 }
                 self.change_protection(tmp, range_end, newflags, tlb);
-                if v.flags & (VM_WRITE | VM_SHARED | VM_LOCKED) == VM_LOCKED && newflags & VM_WRITE != 0 {
+                if v.flags & (VmFlags::WRITE | VmFlags::SHARED | VmFlags::LOCKED) == VmFlags::LOCKED
+                    && newflags.contains(VmFlags::WRITE)
+                {
                     populate.push((tmp, range_end));
                 }
             }
@@ -159,7 +160,7 @@ impl AddressSpace {
         vma: &Arc<Vma>,
         start: u64,
         end: u64,
-        newflags: u64,
+        newflags: VmFlags,
     ) -> Result<()> {
         if newflags == vma.flags {
             return Ok(());

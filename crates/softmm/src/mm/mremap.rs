@@ -2,7 +2,7 @@
 
 use crate::error::{Errno, Result};
 use crate::uapi::*;
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::vma::{Vma, VmaTree};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
@@ -74,7 +74,8 @@ impl AddressSpace {
         if let Ok(a) = res {
             // A grown locked mapping has its new pages faulted in, after
             // mmap_lock is dropped (mremap's mm_populate).
-            let grown = new_len > old_len && self.read_lock().vmas.find(a).is_some_and(|v| v.flags & VM_LOCKED != 0);
+            let grown =
+                new_len > old_len && self.read_lock().vmas.find(a).is_some_and(|v| v.flags.contains(VmFlags::LOCKED));
             if grown {
                 crate::gup::mm_populate(self, a + old_len, a + new_len);
             }
@@ -121,7 +122,7 @@ impl AddressSpace {
             && vma.end.checked_add(delta).is_some_and(|e| e <= self.config.task_size)
             && st.vmas.overlapping(vma.end, vma.end + delta).next().is_none();
         if in_place {
-            if vma.flags & VM_ACCOUNT != 0 {
+            if vma.flags.contains(VmFlags::ACCOUNT) {
                 self.phys.vm_enough_memory(delta >> PAGE_SHIFT, || total_vm(&st.vmas))?;
             }
             // vma_merge_extend: the extension joins this VMA, and the next one
@@ -163,10 +164,10 @@ impl AddressSpace {
         new_len: u64,
         flags: i32,
     ) -> Result<()> {
-        if old_len == 0 && vma.flags & (VM_SHARED | VM_MAYSHARE) == 0 {
+        if old_len == 0 && !vma.flags.intersects(VmFlags::SHARED | VmFlags::MAYSHARE) {
             return Err(Errno::Inval);
         }
-        if flags & MREMAP_DONTUNMAP != 0 && vma.flags & VM_DONTEXPAND != 0 {
+        if flags & MREMAP_DONTUNMAP != 0 && vma.flags.contains(VmFlags::DONTEXPAND) {
             return Err(Errno::Inval);
         }
         if old_len > vma.end - addr {
@@ -178,7 +179,7 @@ impl AddressSpace {
         if vma.pgoff_at(addr).checked_add(new_len >> PAGE_SHIFT).is_none() {
             return Err(Errno::Inval);
         }
-        if vma.flags & VM_DONTEXPAND != 0 {
+        if vma.flags.contains(VmFlags::DONTEXPAND) {
             return Err(Errno::Fault);
         }
         let delta = new_len.abs_diff(old_len);
@@ -263,7 +264,8 @@ impl AddressSpace {
     /// `mmap_min_addr`, as `get_unmapped_area` checks for mmap).
     fn mremap_target(&self, st: &MmState, addr: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64> {
         let vma = st.vmas.find(addr).ok_or(Errno::Fault)?;
-        let kind = if vma.file.is_none() && vma.flags & VM_MAYSHARE == 0 { AreaKind::Anon } else { AreaKind::Other };
+        let kind =
+            if vma.file.is_none() && !vma.flags.contains(VmFlags::MAYSHARE) { AreaKind::Anon } else { AreaKind::Other };
         let hint = if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 { new_addr } else { 0 };
         get_unmapped_area(&self.config, &st.vmas, kind, hint, new_len, AreaFlags::fixed(flags & MREMAP_FIXED != 0))
     }
@@ -289,7 +291,7 @@ impl AddressSpace {
         }
         // vrm_calc_charge: the growth, or the whole copy when the source
         // stays; the moved part keeps the source's charge.
-        let accounted = vma.flags & VM_ACCOUNT != 0;
+        let accounted = vma.flags.contains(VmFlags::ACCOUNT);
         if accounted {
             let charge = if dontunmap { new_len } else { new_len - old_len };
             self.phys.vm_enough_memory(charge >> PAGE_SHIFT, || total_vm(&st.vmas))?;

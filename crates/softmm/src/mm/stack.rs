@@ -4,7 +4,7 @@
 //! the read lock: the StackRot fix).
 
 use crate::error::{Errno, Result};
-use crate::vma::flags::*;
+use crate::vma::VmFlags;
 use crate::PAGE_SIZE;
 
 use super::AddressSpace;
@@ -23,12 +23,12 @@ impl AddressSpace {
         if vma.start <= addr {
             return Ok(()); // someone else grew it
         }
-        if vma.flags & VM_GROWSDOWN == 0 || new_start < self.config.min_addr() {
+        if !vma.flags.contains(VmFlags::GROWSDOWN) || new_start < self.config.min_addr() {
             return Err(Errno::NoMem);
         }
         if let Some(prev) = st.vmas.prev_of(vma.start) {
-            if prev.flags & VM_GROWSDOWN == 0
-                && prev.flags & VM_ACCESS_FLAGS != 0
+            if !prev.flags.contains(VmFlags::GROWSDOWN)
+                && prev.flags.intersects(VmFlags::ACCESS_FLAGS)
                 && new_start.saturating_sub(prev.end) < self.config.stack_guard_gap
             {
                 return Err(Errno::NoMem);
@@ -45,7 +45,7 @@ impl AddressSpace {
         if !self.config.mlock_future_ok(vma.flags, grow * PAGE_SIZE, || super::commit::locked_vm(&st.vmas)) {
             return Err(Errno::NoMem);
         }
-        if vma.flags & VM_ACCOUNT != 0 {
+        if vma.flags.contains(VmFlags::ACCOUNT) {
             self.phys.vm_enough_memory(grow, || super::commit::total_vm(&st.vmas))?;
         }
         let grown = vma.rebound(new_start, vma.end, vma.pgoff.wrapping_sub(grow));

@@ -196,12 +196,17 @@ struct Span {
 
 fn detach_level(t: &Table, level: u32, base: u64, span: &Span, out: &mut Vec<DetachedTable>) {
     let size = entry_span(level);
-    for i in 0..PTRS_PER_TABLE {
+    // Only the entries that overlap the span: a munmap of a small range
+    // looks at a handful of entries per level, not 512.
+    let lo_va = span.start.max(base);
+    let hi_va = span.end.min(base + size * PTRS_PER_TABLE as u64);
+    if lo_va >= hi_va {
+        return;
+    }
+    let (first, last) = (((lo_va - base) / size) as usize, ((hi_va - 1 - base) / size) as usize);
+    for i in first..=last {
         let lo = base + i as u64 * size;
         let hi = lo + size;
-        if hi <= span.start || lo >= span.end {
-            continue;
-        }
         let Child::Table(child) = t.child(i) else { continue };
         if lo >= span.floor && hi <= span.ceiling {
             t.take_child(i);

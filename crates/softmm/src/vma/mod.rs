@@ -14,42 +14,9 @@ use crate::phys::PhysMem;
 use crate::sync::VmaLock;
 use crate::PAGE_SHIFT;
 
-/// `VM_*` flags, with Linux's values.
-pub mod flags {
-    /// Readable.
-    pub const VM_READ: u64 = 0x1;
-    /// Writable.
-    pub const VM_WRITE: u64 = 0x2;
-    /// Executable.
-    pub const VM_EXEC: u64 = 0x4;
-    /// Shared and writable through the file: writes reach the page cache.
-    pub const VM_SHARED: u64 = 0x8;
-    /// `mprotect` may add `PROT_READ`.
-    pub const VM_MAYREAD: u64 = 0x10;
-    /// `mprotect` may add `PROT_WRITE`.
-    pub const VM_MAYWRITE: u64 = 0x20;
-    /// `mprotect` may add `PROT_EXEC`.
-    pub const VM_MAYEXEC: u64 = 0x40;
-    /// Mapped `MAP_SHARED` (shown as `s` in maps).
-    pub const VM_MAYSHARE: u64 = 0x80;
-    /// A stack that grows down on faults below it.
-    pub const VM_GROWSDOWN: u64 = 0x100;
-    /// `mlock`ed.
-    pub const VM_LOCKED: u64 = 0x2000;
-    /// `MADV_DONTFORK`: not copied to a child.
-    pub const VM_DONTCOPY: u64 = 0x20000;
-    /// Cannot be expanded by mremap.
-    pub const VM_DONTEXPAND: u64 = 0x40000;
-    /// Charged to the commit limit (private writable).
-    pub const VM_ACCOUNT: u64 = 0x100000;
-    /// `MAP_NORESERVE`.
-    pub const VM_NORESERVE: u64 = 0x200000;
-    /// `MADV_WIPEONFORK`: the child sees zeroes.
-    pub const VM_WIPEONFORK: u64 = 0x2000000;
-    /// The access bits.
-    pub const VM_ACCESS_FLAGS: u64 = VM_READ | VM_WRITE | VM_EXEC;
-}
-use flags::*;
+mod flags;
+
+pub(crate) use flags::VmFlags;
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
 /// one may merge; it is assigned on the first anonymous fault. Its identity is
@@ -68,7 +35,7 @@ pub struct Vma {
     /// One past the last address.
     pub end: u64,
     /// `VM_*` flags.
-    pub flags: u64,
+    pub flags: VmFlags,
     /// Page offset in the file of `start` (for anonymous memory, Linux's linear index).
     pub pgoff: u64,
     /// The backing file, for file and shared anonymous mappings.
@@ -100,7 +67,7 @@ impl Vma {
         phys: &Arc<PhysMem>,
         start: u64,
         end: u64,
-        flags: u64,
+        flags: VmFlags,
         pgoff: u64,
         file: Option<Arc<File>>,
         anon_vma: Option<Arc<AnonVma>>,
@@ -115,7 +82,7 @@ impl Vma {
     }
 
     /// A copy of this VMA limited to `[start, end)` with `flags`.
-    pub(crate) fn slice(&self, start: u64, end: u64, flags: u64) -> Vma {
+    pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
         Vma::new(&self.acct, start, end, flags, self.pgoff_at(start), self.file.clone(), self.anon_vma.get().cloned())
     }
@@ -151,7 +118,7 @@ impl Vma {
 
     /// The bottom of the stack guard gap below a growsdown VMA (`vm_start_gap`).
     pub fn start_gap(&self, guard_gap: u64) -> u64 {
-        if self.flags & VM_GROWSDOWN != 0 {
+        if self.flags.contains(VmFlags::GROWSDOWN) {
             self.start.saturating_sub(guard_gap)
         } else {
             self.start
@@ -168,7 +135,7 @@ impl Vma {
     /// that something would start at file page `pgoff`.
     pub(crate) fn can_merge_after(
         &self,
-        flags: u64,
+        flags: VmFlags,
         file: Option<u64>,
         anon: Option<&Arc<AnonVma>>,
         pgoff: u64,
@@ -179,7 +146,7 @@ impl Vma {
     /// As [`Vma::can_merge_after`], for something of `pages` pages placed directly before.
     pub(crate) fn can_merge_before(
         &self,
-        flags: u64,
+        flags: VmFlags,
         file: Option<u64>,
         anon: Option<&Arc<AnonVma>>,
         pgoff: u64,
@@ -194,16 +161,16 @@ impl Vma {
     pub(crate) fn anon_vma_compatible(&self, next: &Vma) -> bool {
         self.end == next.start
             && self.file_id() == next.file_id()
-            && (self.flags ^ next.flags) & !VM_ACCESS_FLAGS == 0
+            && (self.flags ^ next.flags).difference(VmFlags::ACCESS_FLAGS).is_empty()
             && next.pgoff == self.pgoff + self.pages()
     }
 }
 
-/// Flags that forbid any merge (Linux's `VM_SPECIAL` subset softmm has).
-const VM_NOMERGE: u64 = VM_DONTEXPAND;
-
-fn mergeable(v: &Vma, flags: u64, file: Option<u64>, anon: Option<&Arc<AnonVma>>) -> bool {
-    v.flags == flags && flags & VM_NOMERGE == 0 && v.file_id() == file && anon_compatible(v.anon_vma.get(), anon)
+fn mergeable(v: &Vma, flags: VmFlags, file: Option<u64>, anon: Option<&Arc<AnonVma>>) -> bool {
+    v.flags == flags
+        && !flags.intersects(VmFlags::SPECIAL)
+        && v.file_id() == file
+        && anon_compatible(v.anon_vma.get(), anon)
 }
 
 /// Linux's `is_mergeable_anon_vma`: either side without one, or the same one,
@@ -296,7 +263,8 @@ mod tests {
     use crate::phys::PhysConfig;
     use crate::PAGE_SIZE;
 
-    const RW: u64 = VM_READ | VM_WRITE | VM_MAYREAD | VM_MAYWRITE | VM_MAYEXEC;
+    const RW: VmFlags =
+        VmFlags::READ.union(VmFlags::WRITE).union(VmFlags::MAYREAD).union(VmFlags::MAYWRITE).union(VmFlags::MAYEXEC);
 
     /// A tiny arena: VMAs only need it for their accounting.
     fn phys() -> Arc<PhysMem> {
@@ -442,19 +410,19 @@ mod tests {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
         let av = Arc::new(AnonVma { forked: false });
-        let v = Vma::new(&p, 0x10000, 0x20000, RW | VM_SHARED, 5, Some(file.clone()), Some(av.clone()));
+        let v = Vma::new(&p, 0x10000, 0x20000, RW | VmFlags::SHARED, 5, Some(file.clone()), Some(av.clone()));
         assert_eq!(v.pages(), 16);
         assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
         assert!(!v.is_anonymous());
 
-        let s = v.slice(0x14000, 0x18000, VM_READ);
-        assert_eq!((s.start, s.end, s.flags, s.pgoff), (0x14000, 0x18000, VM_READ, 9));
+        let s = v.slice(0x14000, 0x18000, VmFlags::READ);
+        assert_eq!((s.start, s.end, s.flags, s.pgoff), (0x14000, 0x18000, VmFlags::READ, 9));
         assert!(Arc::ptr_eq(s.file.as_ref().unwrap(), &file));
         assert!(Arc::ptr_eq(s.anon_vma.get().unwrap(), &av));
         assert!(!s.lock.is_detached());
 
         let r = v.rebound(0x40000, 0x42000, 100);
-        assert_eq!((r.start, r.end, r.flags, r.pgoff), (0x40000, 0x42000, RW | VM_SHARED, 100));
+        assert_eq!((r.start, r.end, r.flags, r.pgoff), (0x40000, 0x42000, RW | VmFlags::SHARED, 100));
         assert!(Arc::ptr_eq(r.file.as_ref().unwrap(), &file));
         assert!(Arc::ptr_eq(r.anon_vma.get().unwrap(), &av));
         assert_eq!(r.pgoff_at(0x41000), 101);
@@ -478,10 +446,10 @@ mod tests {
         let gap = 256 * PAGE_SIZE;
         let plain = anon(&p, 0x20_0000, 0x30_0000);
         assert_eq!(plain.start_gap(gap), 0x20_0000);
-        let stack = Vma::new(&p, 0x20_0000, 0x30_0000, RW | VM_GROWSDOWN, 0, None, None);
+        let stack = Vma::new(&p, 0x20_0000, 0x30_0000, RW | VmFlags::GROWSDOWN, 0, None, None);
         assert_eq!(stack.start_gap(gap), 0x10_0000);
         // Near address zero the gap saturates instead of wrapping (vm_start_gap).
-        let low = Vma::new(&p, 0x1000, 0x2000, RW | VM_GROWSDOWN, 0, None, None);
+        let low = Vma::new(&p, 0x1000, 0x2000, RW | VmFlags::GROWSDOWN, 0, None, None);
         assert_eq!(low.start_gap(gap), 0);
     }
 
@@ -510,17 +478,17 @@ mod tests {
         assert!(v.can_merge_after(RW, None, None, 14));
         assert!(!v.can_merge_after(RW, None, None, 13), "pgoff not contiguous");
         assert!(!v.can_merge_after(RW, None, None, 15));
-        assert!(!v.can_merge_after(RW | VM_EXEC, None, None, 14), "flags differ");
+        assert!(!v.can_merge_after(RW | VmFlags::EXEC, None, None, 14), "flags differ");
         assert!(!v.can_merge_after(RW, Some(1), None, 14), "file differs");
         assert!(v.can_merge_before(RW, None, None, 8, 2));
         assert!(v.can_merge_before(RW, None, None, 6, 4));
         assert!(!v.can_merge_before(RW, None, None, 7, 2), "pgoff not contiguous");
-        assert!(!v.can_merge_before(VM_READ, None, None, 8, 2), "flags differ");
+        assert!(!v.can_merge_before(VmFlags::READ, None, None, 8, 2), "flags differ");
 
         // VM_DONTEXPAND (VM_SPECIAL) never merges, even with identical flags.
-        let special = Vma::new(&p, 0x10000, 0x14000, RW | VM_DONTEXPAND, 10, None, None);
-        assert!(!special.can_merge_after(RW | VM_DONTEXPAND, None, None, 14));
-        assert!(!special.can_merge_before(RW | VM_DONTEXPAND, None, None, 8, 2));
+        let special = Vma::new(&p, 0x10000, 0x14000, RW | VmFlags::DONTEXPAND, 10, None, None);
+        assert!(!special.can_merge_after(RW | VmFlags::DONTEXPAND, None, None, 14));
+        assert!(!special.can_merge_before(RW | VmFlags::DONTEXPAND, None, None, 8, 2));
     }
 
     #[test]
@@ -528,10 +496,10 @@ mod tests {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
         let other = crate::file::File::create(&p, "g", 1 << 20).unwrap();
-        let v = Vma::new(&p, 0x10000, 0x12000, RW | VM_SHARED, 0, Some(file.clone()), None);
-        assert!(v.can_merge_after(RW | VM_SHARED, Some(file.id()), None, 2));
-        assert!(!v.can_merge_after(RW | VM_SHARED, Some(other.id()), None, 2));
-        assert!(!v.can_merge_after(RW | VM_SHARED, None, None, 2), "file next to anonymous memory");
+        let v = Vma::new(&p, 0x10000, 0x12000, RW | VmFlags::SHARED, 0, Some(file.clone()), None);
+        assert!(v.can_merge_after(RW | VmFlags::SHARED, Some(file.id()), None, 2));
+        assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some(other.id()), None, 2));
+        assert!(!v.can_merge_after(RW | VmFlags::SHARED, None, None, 2), "file next to anonymous memory");
 
         let own = Arc::new(AnonVma { forked: false });
         let forked = Arc::new(AnonVma { forked: true });
