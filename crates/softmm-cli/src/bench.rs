@@ -11,6 +11,7 @@ use softmm::FaultPolicy;
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
+use crate::summary;
 use crate::workloads::{self, Arena, Backend, Limit, Params, Workload};
 
 /// Where the headline plot goes.
@@ -363,6 +364,10 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
 
     println!("{}", report::table(&samples));
     print!("{}", report::legend(&samples));
+    if headline {
+        let seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
+        println!("\n{}", summary::table(&seeds));
+    }
     let results = Results { machine, samples };
     if let Some(path) = &args.json {
         report::write_json(path, &results)?;

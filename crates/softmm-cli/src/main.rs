@@ -13,6 +13,7 @@ mod machine;
 mod plot;
 mod replay;
 mod report;
+mod summary;
 mod workloads;
 
 use std::path::PathBuf;

@@ -294,7 +294,17 @@ fn bench_without_workload_runs_the_headline() {
     let out =
         softmm_in(&dir, &["bench", "--threads", "1", "--duration", "0.02", "--size", "1M"], Duration::from_secs(60));
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    for needle in ["pft", "interference", "interfered", "vs alone", "host", "per-vma-seq", "softmm-results.svg"] {
+    for needle in [
+        "pft",
+        "interference",
+        "interfered",
+        "vs alone",
+        "host",
+        "per-vma-seq",
+        "softmm-results.svg",
+        "Per seed",
+        "001 speculative faults",
+    ] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
     let svg = std::fs::read_to_string(dir.join("softmm-results.svg")).expect("headline plot");

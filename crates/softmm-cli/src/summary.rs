@@ -1,0 +1,127 @@
+//! The last table of the headline run: one row per seed mechanism, its old
+//! design against softmm's default design for it and the host kernel doing
+//! the same work, so a reader sees each seed's result in one line.
+//!
+//! A seed adds its row with a function that turns samples (from the headline
+//! run, or from a short run of its own experiment) into a [`SeedRow`].
+
+use crate::report::{rows, si, Sample};
+
+/// One seed's result in one figure of merit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeedRow {
+    /// The seed and its mechanism, e.g. `001 speculative faults`.
+    pub seed: &'static str,
+    /// What the figures measure, with the setting they were taken at.
+    pub metric: String,
+    /// The design before the seed: its policy name and figure.
+    pub old: (String, Option<f64>),
+    /// softmm's default design: its policy name and figure.
+    pub new: (String, Option<f64>),
+    /// The host kernel's figure, where it can run the experiment.
+    pub host: Option<f64>,
+}
+
+/// The median of the samples of `workload`/`mode`/`policy` at `threads`.
+pub fn median(samples: &[Sample], workload: &str, mode: &str, policy: &str, threads: usize) -> Option<f64> {
+    rows(samples)
+        .into_iter()
+        .find(|r| {
+            let s = r.samples[0];
+            s.workload == workload && s.mode == mode && s.policy == policy && s.threads == threads
+        })
+        .map(|r| r.median())
+}
+
+/// Seed 001 from the headline samples: page faults per second while another
+/// thread maps and unmaps (interference, interfered), at the
+/// largest thread count measured; `mmap-lock` against the default policy.
+pub fn seed_001(samples: &[Sample], default_policy: &str) -> Option<SeedRow> {
+    let threads = samples.iter().filter(|s| s.workload == "interference").map(|s| s.threads).max()?;
+    let get = |p: &str| median(samples, "interference", "interfered", p, threads);
+    Some(SeedRow {
+        seed: "001 speculative faults",
+        metric: format!("faults/s beside an mmap/munmap loop, {threads} threads"),
+        old: ("mmap-lock".into(), get("mmap-lock")),
+        new: (default_policy.into(), get(default_policy)),
+        host: get("host"),
+    })
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), si)
+}
+
+/// The table: seed, metric, old and new design with their names, host, and
+/// new over old.
+pub fn table(rows: &[SeedRow]) -> String {
+    let mut lines = vec![[
+        "seed".to_string(),
+        "metric".into(),
+        "old design".into(),
+        "new design".into(),
+        "host".into(),
+        "new/old".into(),
+    ]];
+    for r in rows {
+        let ratio = match (r.old.1, r.new.1) {
+            (Some(o), Some(n)) if o > 0.0 => format!("{:.2}x", n / o),
+            _ => "-".into(),
+        };
+        lines.push([
+            r.seed.to_string(),
+            r.metric.clone(),
+            format!("{} {}", cell(r.old.1), r.old.0),
+            format!("{} {}", cell(r.new.1), r.new.0),
+            cell(r.host),
+            ratio,
+        ]);
+    }
+    let widths: Vec<usize> = (0..6).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::from("Per seed: the old design, softmm's default, and the host.\n");
+    for l in &lines {
+        let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Counters;
+
+    fn sample(mode: &str, policy: &str, threads: usize, ops_per_sec: f64) -> Sample {
+        Sample {
+            workload: "interference".into(),
+            mode: mode.into(),
+            policy: policy.into(),
+            threads,
+            repeat: 0,
+            ops: 1,
+            seconds: 1.0,
+            ops_per_sec,
+            counters: Counters::default(),
+            cpu_seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn seed_001_takes_the_interfered_medians_at_the_most_threads() {
+        let s = vec![
+            sample("interfered", "mmap-lock", 2, 10.0),
+            sample("interfered", "mmap-lock", 2, 30.0),
+            sample("interfered", "mmap-lock", 2, 20.0),
+            sample("interfered", "mmap-lock", 1, 99.0),
+            sample("alone", "per-vma-seq", 2, 999.0),
+            sample("interfered", "per-vma-seq", 2, 100.0),
+        ];
+        let r = seed_001(&s, "per-vma-seq").unwrap();
+        assert_eq!(r.old, ("mmap-lock".into(), Some(20.0)));
+        assert_eq!(r.new, ("per-vma-seq".into(), Some(100.0)));
+        assert_eq!(r.host, None);
+        let t = table(&[r]);
+        assert!(t.contains("5.00x") && t.contains("2 threads"), "{t}");
+    }
+}
