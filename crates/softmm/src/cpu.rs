@@ -30,11 +30,13 @@ struct TlbEntry {
     epoch: u64,
     /// Host address of the frame (a pointer into the arena, with its provenance).
     host: *mut u8,
-    writable: bool,
+    /// The accesses the entry allows, as [`Access::bit`]s: always read;
+    /// write if the PTE is writable and dirty; execute if it is not NX.
+    perms: u8,
 }
 
 impl TlbEntry {
-    const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), writable: false };
+    const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), perms: 0 };
 }
 
 /// Per-CPU counters (never written by another thread). More counters may
@@ -175,7 +177,7 @@ impl Cpu {
         }
         let vpn = va / PAGE_SIZE;
         let e = &self.tlb[vpn as usize % TLB_ENTRIES];
-        if e.tag == vpn + 1 && e.epoch == self.epoch && (e.writable || access == Access::Read) {
+        if e.tag == vpn + 1 && e.epoch == self.epoch && e.perms & access.bit() != 0 {
             return Ok(e.host.wrapping_add((va % PAGE_SIZE) as usize));
         }
         self.translate_slow(va, access)
@@ -204,6 +206,13 @@ impl Cpu {
                 let guard = crossbeam_epoch::pin();
                 if let Some(leaf) = mm.pgtables.leaf(va, &guard) {
                     let pte = leaf.load(va);
+                    if access == Access::Execute && pte.is_present() && pte.has(Pte::NX) {
+                        // x86-64 raises a protection fault for a fetch
+                        // through an NX entry, and `access_error` refuses
+                        // every present-entry fault that is not a write:
+                        // no fault handling, just the signal.
+                        return Err(Fault::Segv { addr: va, code: SegvCode::AccErr });
+                    }
                     if pte.is_present() && (!write || pte.has(Pte::WRITE)) {
                         let want = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
                         // Set A/D like the hardware walker: only on the entry
@@ -213,8 +222,11 @@ impl Cpu {
                         }
                         let host = mm.phys.frame_ptr(pte.pfn());
                         let writable = pte.has(Pte::WRITE) && (write || pte.has(Pte::DIRTY));
+                        let perms = Access::Read.bit()
+                            | if writable { Access::Write.bit() } else { 0 }
+                            | if pte.has(Pte::NX) { 0 } else { Access::Execute.bit() };
                         self.tlb[vpn as usize % TLB_ENTRIES] =
-                            TlbEntry { tag: vpn + 1, epoch: self.epoch, host, writable };
+                            TlbEntry { tag: vpn + 1, epoch: self.epoch, host, perms };
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
                     }
                 }
@@ -233,11 +245,35 @@ impl Cpu {
 
     /// Reads `buf.len()` bytes at `addr`.
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        self.copy_in(addr, buf, Access::Read)
+    }
+
+    /// Fetches `buf.len()` bytes of instructions at `addr`: as [`Cpu::read`],
+    /// but each page must be executable. A page mapped without `PROT_EXEC`
+    /// faults with `SIGSEGV`/`SEGV_ACCERR` (after being mapped for reading,
+    /// as on x86-64), an unmapped one with `SEGV_MAPERR`; the TLB keeps the
+    /// execute permission apart, so a page already read through this CPU
+    /// still faults on a fetch.
+    pub fn fetch(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        self.copy_in(addr, buf, Access::Execute)
+    }
+
+    /// Fetches a little-endian `u32` instruction word at `addr` (any
+    /// alignment), with [`Cpu::fetch`]'s permission check.
+    pub fn fetch_u32(&mut self, addr: u64) -> Result<u32, Fault> {
+        let mut b = [0; 4];
+        self.fetch(addr, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Copies guest bytes at `addr` into `buf`, translating each page for
+    /// `access` (a read or a fetch).
+    fn copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
         let mut done = 0;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            let p = self.translate(a, Access::Read)?;
+            let p = self.translate(a, access)?;
             // SAFETY: `translate` returned a pointer into an arena frame of
             // the attached address space, which holds its `PhysMem` (hence
             // the arena mapping) alive; `n` stops at the page end.

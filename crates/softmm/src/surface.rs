@@ -149,13 +149,14 @@
 //! }
 //! ```
 //!
-//! `Access` may gain kinds (an instruction fetch).
+//! `Access` may gain kinds (a forced access for debuggers).
 //!
 //! ```compile_fail,E0004
 //! fn write(a: softmm::Access) -> bool {
 //!     match a {
 //!         softmm::Access::Read => false,
 //!         softmm::Access::Write => true,
+//!         softmm::Access::Execute => false,
 //!     }
 //! }
 //! ```

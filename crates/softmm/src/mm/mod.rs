@@ -284,8 +284,9 @@ impl AddressSpace {
 
     /// Applies the protection of `flags` (`VM_*`) to the entries of
     /// `[start, end)` that hold a frame: `PROT_NONE` hides them, read-only
-    /// drops write access. Write access is never added here; a write fault
-    /// grants it (and breaks COW where needed).
+    /// drops write access, and NX is set or cleared with `VM_EXEC`. Write
+    /// access is never added here; a write fault grants it (and breaks COW
+    /// where needed).
     pub(crate) fn change_protection(&self, start: u64, end: u64, flags: VmFlags, tlb: &mut MmuGather) {
         let accessible = flags.intersects(VmFlags::ACCESS_FLAGS);
         let writable = flags.contains(VmFlags::WRITE);
@@ -298,8 +299,13 @@ impl AddressSpace {
                 (true, true) => pte.unprotnone(),
                 (true, false) => pte.unprotnone().clear(Pte::WRITE),
             };
-            // Narrowing (losing present or write) needs a shootdown.
-            if (pte.is_present() && !new.is_present()) || (pte.has(Pte::WRITE) && !new.has(Pte::WRITE)) {
+            // NX follows `VM_EXEC` both ways (x86-64's `pte_modify`).
+            let new = if flags.contains(VmFlags::EXEC) { new.clear(Pte::NX) } else { new.set(Pte::NX) };
+            // Narrowing (losing present, write or execute) needs a shootdown.
+            if (pte.is_present() && !new.is_present())
+                || (pte.has(Pte::WRITE) && !new.has(Pte::WRITE))
+                || (!pte.has(Pte::NX) && new.has(Pte::NX))
+            {
                 tlb.need_flush = true;
             }
             (new != pte).then_some(new)
