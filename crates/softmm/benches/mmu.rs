@@ -18,6 +18,8 @@ fn translate_hit(c: &mut Criterion) {
         b.iter(|| cpu.translate(std::hint::black_box(a + 8), Access::Write).unwrap())
     });
     c.bench_function("read_u64_hit", |b| b.iter(|| cpu.read_u64(std::hint::black_box(a + 8)).unwrap()));
+    c.bench_function("read_u32_hit", |b| b.iter(|| cpu.read_u32(std::hint::black_box(a + 8)).unwrap()));
+    c.bench_function("read_u32_unaligned_hit", |b| b.iter(|| cpu.read_u32(std::hint::black_box(a + 13)).unwrap()));
 }
 
 fn fault(c: &mut Criterion) {

@@ -69,7 +69,7 @@ fn host_fetch(prot: i32, touch_first: bool) -> Result<(), (i32, bool)> {
         if pid == 0 {
             PAGE_ADDR.store(p as usize, Ordering::Relaxed);
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_segv as usize;
+            sa.sa_sigaction = on_segv as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO;
             libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
             libc::sigaction(libc::SIGILL, &sa, std::ptr::null_mut());
