@@ -53,6 +53,7 @@ impl AddressSpace {
         let mut cst = child.write_lock();
         cst.start_brk = st.start_brk;
         cst.brk = st.brk;
+        cst.start_stack = st.start_stack;
         for v in st.vmas.iter() {
             if v.flags.contains(VmFlags::DONTCOPY) {
                 continue;

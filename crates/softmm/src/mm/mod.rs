@@ -52,6 +52,9 @@ pub(crate) struct MmState {
     pub(crate) vmas: VmaTree,
     pub(crate) start_brk: u64,
     pub(crate) brk: u64,
+    /// The main thread's initial stack pointer (`mm->start_stack`), if the
+    /// embedder declared one: the VMA holding it is `[stack]` in the maps.
+    pub(crate) start_stack: Option<u64>,
 }
 
 /// Counters of one address space (changed only on slow paths).
@@ -127,7 +130,8 @@ impl AddressSpace {
     /// Linux could not have (see [`MmConfig`]'s "Validity").
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
         let config = config.validate()?;
-        let st = MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk };
+        let st =
+            MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk, start_stack: None };
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
