@@ -58,6 +58,33 @@ pub struct CpuStats {
 
 /// A virtual CPU with a software TLB. Not `Send`: a CPU belongs to the thread
 /// that made it, like a hardware thread's TLB.
+///
+/// Make one per host thread that accesses guest memory (a thread may hold
+/// several, e.g. one per vCPU it switches between). The rule to follow:
+/// **park an attached CPU before its thread blocks outside softmm** (a
+/// join, a lock, a channel, host I/O) and resume it after, because a
+/// `munmap`, `mprotect`, `mremap`, `madvise`, `fork` or COW break on
+/// another thread waits until every attached, unparked CPU of other
+/// threads has made its next access (see "Threads and CPUs" in
+/// `docs/architecture.md`). Calls into softmm itself need no parking.
+///
+/// ```
+/// use softmm::{uapi::*, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, SegvCode};
+/// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+/// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+/// let mut cpu = Cpu::attached(&mm);
+/// cpu.write_u16(a, 0xbeef).unwrap();
+/// assert_eq!(cpu.read_u8(a + 1).unwrap(), 0xbe);
+/// assert_eq!(cpu.read_be::<u16>(a).unwrap(), 0xefbe);
+/// // Not executable: a fetch faults as on x86-64 with NX.
+/// assert_eq!(cpu.fetch_u32(a), Err(Fault::Segv { addr: a, code: SegvCode::AccErr }));
+/// // Blocking elsewhere: park first.
+/// cpu.park();
+/// std::thread::scope(|s| s.spawn(|| mm.munmap(a, 4096).unwrap()).join().unwrap());
+/// cpu.resume();
+/// assert_eq!(cpu.read_u8(a), Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
+/// ```
 pub struct Cpu {
     mm: Option<Arc<AddressSpace>>,
     state: Arc<CpuTlbState>,
