@@ -196,3 +196,12 @@
 //!     }
 //! }
 //! ```
+//!
+//! `Scalar` is sealed: the typed accessors rely on its widths (1, 2, 4, 8
+//! bytes), so no other crate can implement it.
+//!
+//! ```compile_fail,E0277
+//! #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+//! struct U24(u32);
+//! impl softmm::Scalar for U24 {}
+//! ```
