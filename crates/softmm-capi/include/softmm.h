@@ -27,7 +27,7 @@
  *    CPU per guest thread on the host thread that runs it. Park a CPU
  *    (softmm_cpu_park) before its thread blocks outside softmm for long:
  *    a munmap or mprotect elsewhere waits for every attached, unparked
- *    CPU to reach its next access.
+ *    CPU to reach its next access. No function is async-signal-safe.
  */
 
 #ifndef SOFTMM_H

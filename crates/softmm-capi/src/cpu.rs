@@ -1,5 +1,6 @@
 //! `softmm_cpu`: a CPU and the guest accesses through it.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -12,9 +13,17 @@ use crate::{access_result, guard, put, softmm_fault, softmm_mm};
 /// it (other threads get `-EPERM`), and it must be freed before that
 /// thread exits.
 pub struct softmm_cpu {
-    cpu: Cpu,
-    /// The identity of the thread that made it (see [`thread_id`]).
+    /// The identity of the thread that made it (see [`thread_id`]). Never
+    /// written after creation, and read by any thread that passes the
+    /// handle, so it lives outside the cell that only the owner borrows.
     owner: usize,
+    /// Borrowed mutably only by the owner thread, after the owner check.
+    state: UnsafeCell<CpuState>,
+}
+
+/// The owner thread's part of a [`softmm_cpu`].
+struct CpuState {
+    cpu: Cpu,
     parked: bool,
 }
 
@@ -35,11 +44,9 @@ fn thread_id() -> usize {
 ///
 /// # Safety
 ///
-/// `cpu` is null or a live handle; no other reference to it is in use (its
-/// thread is the only one allowed to use it, and it is in this call).
+/// `cpu` is null or a live handle.
 unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i32> {
-    // SAFETY: the caller's contract; the owner check below then ensures
-    // that no other thread holds it.
+    // SAFETY: the caller's contract.
     let c = unsafe { owned(cpu) }?;
     if c.parked || c.cpu.mm().is_none() {
         return Err(-libc::EINVAL);
@@ -47,22 +54,24 @@ unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i32> {
     Ok(&mut c.cpu)
 }
 
-/// The handle, if the calling thread owns it; `-EINVAL` for null, `-EPERM`
-/// for another thread's.
+/// The owner's state of a handle, if the calling thread owns it; `-EINVAL`
+/// for null, `-EPERM` for another thread's.
 ///
 /// # Safety
 ///
-/// As [`running`].
-unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut softmm_cpu, i32> {
-    // The owner is read through a shared reference first: another
-    // thread's CPU must not be borrowed mutably here.
+/// `cpu` is null or a live handle.
+unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut CpuState, i32> {
+    // A shared reference: other threads may hold one too (to be refused
+    // here), and the owner's mutable borrow is of `state` only.
     // SAFETY: null or live (the caller's contract).
-    let owner = unsafe { cpu.as_ref() }.ok_or(-libc::EINVAL)?.owner;
-    if owner != thread_id() {
+    let h = unsafe { cpu.as_ref() }.ok_or(-libc::EINVAL)?;
+    if h.owner != thread_id() {
         return Err(-libc::EPERM);
     }
-    // SAFETY: live, and this thread is its only user.
-    Ok(unsafe { &mut *cpu })
+    // SAFETY: only the owner thread gets past the check, and no call of
+    // this API runs another one on its thread (there are no callbacks), so
+    // this is the one reference to the state while the call lasts.
+    Ok(unsafe { &mut *h.state.get() })
 }
 
 /// Makes a CPU on the calling thread, attached to `mm` unless `mm` is null.
@@ -81,7 +90,7 @@ pub unsafe extern "C" fn softmm_cpu_new(mm: *const softmm_mm, out: *mut *mut sof
         if let Some(mm) = unsafe { mm.as_ref() } {
             cpu.attach(&mm.inner);
         }
-        let h = Box::new(softmm_cpu { cpu, owner: thread_id(), parked: false });
+        let h = Box::new(softmm_cpu { owner: thread_id(), state: UnsafeCell::new(CpuState { cpu, parked: false }) });
         // SAFETY: not null and valid (the caller's contract).
         unsafe { put(out, Box::into_raw(h)) }
     })

@@ -27,6 +27,8 @@
 //!   the host thread that runs it. A thread that holds an attached CPU and
 //!   blocks outside softmm for long should `softmm_cpu_park` it first (a
 //!   munmap elsewhere waits for unparked CPUs to acknowledge).
+//! * **Signals**: no function is async-signal-safe; do not call one from a
+//!   signal handler that may interrupt another.
 //! * **Panics** never cross the boundary: each function catches them and
 //!   returns `-ENOTRECOVERABLE` (a bug in softmm, to be reported).
 
