@@ -8,7 +8,7 @@
 //! fault, during which the CPU is quiescent for shootdowns (see [`crate::tlb`]).
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Fault, SegvCode};
@@ -18,6 +18,10 @@ use crate::pgtable::Pte;
 use crate::phys::FrameRef;
 use crate::tlb::{CpuTlbState, QuiescentGuard};
 use crate::PAGE_SIZE;
+
+mod scalar;
+
+pub use scalar::Scalar;
 
 /// Entries in the software TLB (direct mapped).
 const TLB_ENTRIES: usize = 64;
@@ -30,11 +34,13 @@ struct TlbEntry {
     epoch: u64,
     /// Host address of the frame (a pointer into the arena, with its provenance).
     host: *mut u8,
-    writable: bool,
+    /// The accesses the entry allows, as [`Access::bit`]s: always read;
+    /// write if the PTE is writable and dirty; execute if it is not NX.
+    perms: u8,
 }
 
 impl TlbEntry {
-    const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), writable: false };
+    const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), perms: 0 };
 }
 
 /// Per-CPU counters (never written by another thread). More counters may
@@ -52,6 +58,33 @@ pub struct CpuStats {
 
 /// A virtual CPU with a software TLB. Not `Send`: a CPU belongs to the thread
 /// that made it, like a hardware thread's TLB.
+///
+/// Make one per host thread that accesses guest memory (a thread may hold
+/// several, e.g. one per vCPU it switches between). The rule to follow:
+/// **park an attached CPU before its thread blocks outside softmm** (a
+/// join, a lock, a channel, host I/O) and resume it after, because a
+/// `munmap`, `mprotect`, `mremap`, `madvise`, `fork` or COW break on
+/// another thread waits until every attached, unparked CPU of other
+/// threads has made its next access (see "Threads and CPUs" in
+/// `docs/architecture.md`). Calls into softmm itself need no parking.
+///
+/// ```
+/// use softmm::{uapi::*, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, SegvCode};
+/// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+/// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+/// let mut cpu = Cpu::attached(&mm);
+/// cpu.write_u16(a, 0xbeef).unwrap();
+/// assert_eq!(cpu.read_u8(a + 1).unwrap(), 0xbe);
+/// assert_eq!(cpu.read_be::<u16>(a).unwrap(), 0xefbe);
+/// // Not executable: a fetch faults as on x86-64 with NX.
+/// assert_eq!(cpu.fetch_u32(a), Err(Fault::Segv { addr: a, code: SegvCode::AccErr }));
+/// // Blocking elsewhere: park first.
+/// cpu.park();
+/// std::thread::scope(|s| s.spawn(|| mm.munmap(a, 4096).unwrap()).join().unwrap());
+/// cpu.resume();
+/// assert_eq!(cpu.read_u8(a), Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
+/// ```
 pub struct Cpu {
     mm: Option<Arc<AddressSpace>>,
     state: Arc<CpuTlbState>,
@@ -175,7 +208,7 @@ impl Cpu {
         }
         let vpn = va / PAGE_SIZE;
         let e = &self.tlb[vpn as usize % TLB_ENTRIES];
-        if e.tag == vpn + 1 && e.epoch == self.epoch && (e.writable || access == Access::Read) {
+        if e.tag == vpn + 1 && e.epoch == self.epoch && e.perms & access.bit() != 0 {
             return Ok(e.host.wrapping_add((va % PAGE_SIZE) as usize));
         }
         self.translate_slow(va, access)
@@ -204,6 +237,13 @@ impl Cpu {
                 let guard = crossbeam_epoch::pin();
                 if let Some(leaf) = mm.pgtables.leaf(va, &guard) {
                     let pte = leaf.load(va);
+                    if access == Access::Execute && pte.is_present() && pte.has(Pte::NX) {
+                        // x86-64 raises a protection fault for a fetch
+                        // through an NX entry, and `access_error` refuses
+                        // every present-entry fault that is not a write:
+                        // no fault handling, just the signal.
+                        return Err(Fault::Segv { addr: va, code: SegvCode::AccErr });
+                    }
                     if pte.is_present() && (!write || pte.has(Pte::WRITE)) {
                         let want = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
                         // Set A/D like the hardware walker: only on the entry
@@ -213,8 +253,11 @@ impl Cpu {
                         }
                         let host = mm.phys.frame_ptr(pte.pfn());
                         let writable = pte.has(Pte::WRITE) && (write || pte.has(Pte::DIRTY));
+                        let perms = Access::Read.bit()
+                            | if writable { Access::Write.bit() } else { 0 }
+                            | if pte.has(Pte::NX) { 0 } else { Access::Execute.bit() };
                         self.tlb[vpn as usize % TLB_ENTRIES] =
-                            TlbEntry { tag: vpn + 1, epoch: self.epoch, host, writable };
+                            TlbEntry { tag: vpn + 1, epoch: self.epoch, host, perms };
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
                     }
                 }
@@ -233,11 +276,27 @@ impl Cpu {
 
     /// Reads `buf.len()` bytes at `addr`.
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        self.copy_in(addr, buf, Access::Read)
+    }
+
+    /// Fetches `buf.len()` bytes of instructions at `addr`: as [`Cpu::read`],
+    /// but each page must be executable. A page mapped without `PROT_EXEC`
+    /// faults with `SIGSEGV`/`SEGV_ACCERR` (after being mapped for reading,
+    /// as on x86-64), an unmapped one with `SEGV_MAPERR`; the TLB keeps the
+    /// execute permission apart, so a page already read through this CPU
+    /// still faults on a fetch.
+    pub fn fetch(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        self.copy_in(addr, buf, Access::Execute)
+    }
+
+    /// Copies guest bytes at `addr` into `buf`, translating each page for
+    /// `access` (a read or a fetch).
+    fn copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
         let mut done = 0;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            let p = self.translate(a, Access::Read)?;
+            let p = self.translate(a, access)?;
             // SAFETY: `translate` returned a pointer into an arena frame of
             // the attached address space, which holds its `PhysMem` (hence
             // the arena mapping) alive; `n` stops at the page end.
@@ -262,86 +321,294 @@ impl Cpu {
         Ok(())
     }
 
-    /// Reads a little-endian `u8`.
+    /// Reads the little-endian `T` at `addr` (any alignment). Naturally
+    /// aligned, it is one atomic load (no other guest thread's aligned
+    /// store is seen halfway, as on x86-64); inside a page it costs one
+    /// translation and one or two word loads; across a page boundary it is
+    /// read page by page, and faults at the first byte it cannot read.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_le::<u32>(a + 1, 0x1122_3344).unwrap();
+    /// assert_eq!(cpu.read_le::<u16>(a + 1).unwrap(), 0x3344);
+    /// assert_eq!(cpu.read_be::<u32>(a + 1).unwrap(), 0x4433_2211);
+    /// assert_eq!(cpu.read_le::<i8>(a + 4).unwrap(), 0x11);
+    /// ```
+    #[inline]
+    pub fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
+    }
+
+    /// Reads the big-endian `T` at `addr`, as [`Cpu::read_le`].
+    #[inline]
+    pub fn read_be<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+        Ok(self.read_le::<T>(addr)?.swap_bytes())
+    }
+
+    /// Writes `v` little-endian at `addr` (any alignment). Naturally
+    /// aligned, it is one atomic store; unaligned inside a page, the widest
+    /// aligned stores that make it up (never a byte outside it); across a
+    /// page boundary, page by page: on a fault the bytes before the
+    /// faulting page have been written, as with [`Cpu::write`].
+    #[inline]
+    pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
+        self.store_raw(addr, T::SIZE, v.to_raw())
+    }
+
+    /// Writes `v` big-endian at `addr`, as [`Cpu::write_le`].
+    #[inline]
+    pub fn write_be<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
+        self.write_le(addr, v.swap_bytes())
+    }
+
+    /// Fetches the little-endian instruction unit `T` at `addr` (any
+    /// alignment): [`Cpu::read_le`] with [`Cpu::fetch`]'s permission check.
+    #[inline]
+    pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
+    }
+
+    /// Fetches a little-endian `u16` instruction unit (a RISC-V compressed
+    /// instruction, a Thumb half-word), as [`Cpu::fetch_le`].
+    #[inline]
+    pub fn fetch_u16(&mut self, addr: u64) -> Result<u16, Fault> {
+        self.fetch_le(addr)
+    }
+
+    /// Fetches a little-endian `u32` instruction word, as [`Cpu::fetch_le`].
+    #[inline]
+    pub fn fetch_u32(&mut self, addr: u64) -> Result<u32, Fault> {
+        self.fetch_le(addr)
+    }
+
+    /// Reads a `u8`.
+    #[inline]
     pub fn read_u8(&mut self, addr: u64) -> Result<u8, Fault> {
-        let p = self.translate(addr, Access::Read)?;
-        // SAFETY: `translate` returned a pointer into a live arena frame.
-        Ok(unsafe { &*(p as *const AtomicU8) }.load(Ordering::Relaxed))
+        self.read_le(addr)
     }
 
     /// Writes a `u8`.
+    #[inline]
     pub fn write_u8(&mut self, addr: u64, v: u8) -> Result<(), Fault> {
-        let p = self.translate(addr, Access::Write)?;
-        // SAFETY: as in `read_u8`.
-        unsafe { &*(p as *const AtomicU8) }.store(v, Ordering::Relaxed);
+        self.write_le(addr, v)
+    }
+
+    /// Reads a little-endian `u16` (any alignment), as [`Cpu::read_le`].
+    #[inline]
+    pub fn read_u16(&mut self, addr: u64) -> Result<u16, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a little-endian `u16` (any alignment), as [`Cpu::write_le`].
+    #[inline]
+    pub fn write_u16(&mut self, addr: u64, v: u16) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a little-endian `u32` (any alignment), as [`Cpu::read_le`].
+    #[inline]
+    pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a little-endian `u32` (any alignment), as [`Cpu::write_le`].
+    #[inline]
+    pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a little-endian `u64` (any alignment), as [`Cpu::read_le`].
+    #[inline]
+    pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a little-endian `u64` (any alignment), as [`Cpu::write_le`].
+    #[inline]
+    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a plain-old-data value (any [`bytemuck::Pod`] type: integers,
+    /// arrays of them, `#[repr(C)]` structs deriving `Pod`) at `addr`, in
+    /// host byte order (little-endian on x86-64, like the guest). The copy
+    /// is not one atomic access: another guest thread's concurrent store
+    /// may be seen in part, as with `memcpy`.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// # let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_obj(a, &[1u32, 2, 3]).unwrap();
+    /// let v: [u32; 3] = cpu.read_obj(a).unwrap();
+    /// assert_eq!(v, [1, 2, 3]);
+    /// ```
+    pub fn read_obj<T: bytemuck::Pod>(&mut self, addr: u64) -> Result<T, Fault> {
+        let mut v = T::zeroed();
+        self.read(addr, bytemuck::bytes_of_mut(&mut v))?;
+        Ok(v)
+    }
+
+    /// Writes a plain-old-data value at `addr`, as [`Cpu::write`] writes
+    /// its bytes (in host byte order; not one atomic access).
+    pub fn write_obj<T: bytemuck::Pod>(&mut self, addr: u64, v: &T) -> Result<(), Fault> {
+        self.write(addr, bytemuck::bytes_of(v))
+    }
+
+    /// The naturally aligned atomic `T` at `addr`, translated for `access`.
+    fn atomic_at<T: Scalar>(&mut self, addr: u64, access: Access) -> Result<&T::Atomic, Fault> {
+        if addr % T::SIZE as u64 != 0 {
+            return Err(Fault::Unaligned { addr });
+        }
+        let p = self.translate(addr, access)?;
+        // SAFETY: aligned to its width (checked), so inside one live arena
+        // frame (a naturally aligned scalar never crosses a page); the frame
+        // outlives the borrow of `self` because it is freed only after this
+        // CPU's next MMU call acknowledges the shootdown.
+        Ok(unsafe { T::atomic(p) })
+    }
+
+    /// Atomically loads the naturally aligned `T` at `addr` with `order`
+    /// (host byte order, as every atomic here). An unaligned address is
+    /// `Fault::Unaligned`. An ordering that a load cannot have is reduced
+    /// to its load part (`Release` to `Relaxed`, `AcqRel` to `Acquire`)
+    /// instead of panicking as `std`'s atomics do.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// use std::sync::atomic::Ordering;
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// # let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// cpu.atomic_store::<u16>(a + 2, 7, Ordering::Release).unwrap();
+    /// assert_eq!(cpu.atomic_fetch_or::<u16>(a + 2, 8, Ordering::AcqRel).unwrap(), 7);
+    /// assert_eq!(cpu.atomic_load::<u16>(a + 2, Ordering::Acquire).unwrap(), 15);
+    /// assert!(cpu.atomic_load::<u32>(a + 2, Ordering::Relaxed).is_err()); // unaligned
+    /// ```
+    pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
+        Ok(T::load(self.atomic_at::<T>(addr, Access::Read)?, load_part(order)))
+    }
+
+    /// Atomically stores `v` at the naturally aligned `addr` with `order`
+    /// (`Acquire` reduced to `Relaxed`, `AcqRel` to `Release`).
+    pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
+        T::store(self.atomic_at::<T>(addr, Access::Write)?, v, store_part(order));
         Ok(())
     }
 
-    /// Reads a little-endian `u64` (any alignment).
-    pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
+    /// Atomically swaps the `T` at the naturally aligned `addr` for `v`;
+    /// returns the old value.
+    pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        Ok(T::swap(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+    }
+
+    /// Atomic compare-and-exchange of the naturally aligned `T` at `addr`:
+    /// `Ok(Ok(old))` on success, `Ok(Err(actual))` on a mismatch. Needs
+    /// write access even when the comparison fails, like x86's `lock
+    /// cmpxchg`. A `failure` ordering a load cannot have is reduced to its
+    /// load part.
+    pub fn atomic_compare_exchange<T: Scalar>(
+        &mut self,
+        addr: u64,
+        current: T,
+        new: T,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Result<T, T>, Fault> {
+        let a = self.atomic_at::<T>(addr, Access::Write)?;
+        Ok(T::compare_exchange(a, current, new, success, load_part(failure)))
+    }
+
+    /// Atomic wrapping add at the naturally aligned `addr`; returns the old value.
+    pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        Ok(T::fetch_add(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+    }
+
+    /// Atomic wrapping subtract at the naturally aligned `addr`; returns the old value.
+    pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        Ok(T::fetch_sub(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+    }
+
+    /// Atomic bitwise and at the naturally aligned `addr`; returns the old value.
+    pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        Ok(T::fetch_and(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+    }
+
+    /// Atomic bitwise or at the naturally aligned `addr`; returns the old value.
+    pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        Ok(T::fetch_or(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+    }
+
+    /// Atomic bitwise exclusive or at the naturally aligned `addr`; returns the old value.
+    pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        Ok(T::fetch_xor(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+    }
+
+    /// Atomic compare-and-exchange of a naturally aligned `u64` (SeqCst):
+    /// [`Cpu::atomic_compare_exchange`] with `SeqCst` both ways.
+    pub fn compare_exchange_u64(&mut self, addr: u64, current: u64, new: u64) -> Result<Result<u64, u64>, Fault> {
+        self.atomic_compare_exchange(addr, current, new, Ordering::SeqCst, Ordering::SeqCst)
+    }
+
+    /// Atomic fetch-and-add of a naturally aligned `u64` (SeqCst); returns the old value.
+    pub fn fetch_add_u64(&mut self, addr: u64, v: u64) -> Result<u64, Fault> {
+        self.atomic_fetch_add(addr, v, Ordering::SeqCst)
+    }
+
+    /// Atomic compare-and-exchange of a naturally aligned `u32` (SeqCst).
+    pub fn compare_exchange_u32(&mut self, addr: u64, current: u32, new: u32) -> Result<Result<u32, u32>, Fault> {
+        self.atomic_compare_exchange(addr, current, new, Ordering::SeqCst, Ordering::SeqCst)
+    }
+
+    /// Atomic fetch-and-add of a naturally aligned `u32` (SeqCst); returns the old value.
+    pub fn fetch_add_u32(&mut self, addr: u64, v: u32) -> Result<u32, Fault> {
+        self.atomic_fetch_add(addr, v, Ordering::SeqCst)
+    }
+
+    /// The `n`-byte little-endian value at `addr`, translated for `access`.
+    #[inline]
+    fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
+            let p = self.translate(addr, access)?;
+            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
+            // it and the aligned words holding it lie in one arena frame
+            // (frames are page aligned); the frame stays allocated until
+            // this CPU's next MMU call acknowledges a shootdown; arena
+            // memory is only ever accessed atomically.
+            return Ok(unsafe { scalar::load_in_page(p, n) });
+        }
+        self.load_raw_across(addr, n, access)
+    }
+
+    #[cold]
+    fn load_raw_across(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         let mut b = [0; 8];
-        self.read(addr, &mut b)?;
+        self.copy_in(addr, &mut b[..n], access)?;
         Ok(u64::from_le_bytes(b))
     }
 
-    /// Writes a little-endian `u64` (any alignment).
-    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
-        self.write(addr, &v.to_le_bytes())
-    }
-
-    /// Reads a little-endian `u32` (any alignment).
-    pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
-        let mut b = [0; 4];
-        self.read(addr, &mut b)?;
-        Ok(u32::from_le_bytes(b))
-    }
-
-    /// Writes a little-endian `u32` (any alignment).
-    pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
-        self.write(addr, &v.to_le_bytes())
-    }
-
-    fn atomic_u64(&mut self, addr: u64) -> Result<&AtomicU64, Fault> {
-        if addr % 8 != 0 {
-            return Err(Fault::Unaligned { addr });
+    /// Stores the low `n` bytes of `raw` little-endian at `addr`.
+    #[inline]
+    fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
+            let p = self.translate(addr, Access::Write)?;
+            // SAFETY: as in `load_raw`, for `[p, p + n)`.
+            unsafe { scalar::store_in_page(p, raw, n) };
+            return Ok(());
         }
-        let p = self.translate(addr, Access::Write)?;
-        // SAFETY: 8-aligned (checked) inside one live arena frame (an aligned
-        // u64 never crosses a page); the frame outlives the borrow of `self`
-        // because it is freed only after this CPU's next MMU call acknowledges.
-        Ok(unsafe { &*(p as *const AtomicU64) })
+        self.store_raw_across(addr, n, raw)
     }
 
-    fn atomic_u32(&mut self, addr: u64) -> Result<&AtomicU32, Fault> {
-        if addr % 4 != 0 {
-            return Err(Fault::Unaligned { addr });
-        }
-        let p = self.translate(addr, Access::Write)?;
-        // SAFETY: as in `atomic_u64`, for 4 bytes.
-        Ok(unsafe { &*(p as *const AtomicU32) })
-    }
-
-    /// Atomic compare-and-exchange of a naturally aligned `u64` (SeqCst).
-    /// `Ok(Ok(old))` on success, `Ok(Err(actual))` on a mismatch; an
-    /// unaligned address is `Fault::Unaligned`. Needs write access even when
-    /// the comparison fails, like x86's `lock cmpxchg`.
-    pub fn compare_exchange_u64(&mut self, addr: u64, current: u64, new: u64) -> Result<Result<u64, u64>, Fault> {
-        Ok(self.atomic_u64(addr)?.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst))
-    }
-
-    /// Atomic fetch-and-add of a naturally aligned `u64`; returns the old value.
-    pub fn fetch_add_u64(&mut self, addr: u64, v: u64) -> Result<u64, Fault> {
-        Ok(self.atomic_u64(addr)?.fetch_add(v, Ordering::SeqCst))
-    }
-
-    /// Atomic compare-and-exchange of a naturally aligned `u32`.
-    pub fn compare_exchange_u32(&mut self, addr: u64, current: u32, new: u32) -> Result<Result<u32, u32>, Fault> {
-        Ok(self.atomic_u32(addr)?.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst))
-    }
-
-    /// Atomic fetch-and-add of a naturally aligned `u32`; returns the old value.
-    pub fn fetch_add_u32(&mut self, addr: u64, v: u32) -> Result<u32, Fault> {
-        Ok(self.atomic_u32(addr)?.fetch_add(v, Ordering::SeqCst))
+    #[cold]
+    fn store_raw_across(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        self.write(addr, &raw.to_le_bytes()[..n])
     }
 
     /// Zero-copy read access to `[addr, addr+len)`: calls `f(offset, chunk)`
@@ -415,6 +682,26 @@ impl Cpu {
             done += n;
         }
         Ok(())
+    }
+}
+
+/// The part of `order` that a load can have (`std` panics on the rest).
+#[inline]
+fn load_part(order: Ordering) -> Ordering {
+    match order {
+        Ordering::Release => Ordering::Relaxed,
+        Ordering::AcqRel => Ordering::Acquire,
+        o => o,
+    }
+}
+
+/// The part of `order` that a store can have.
+#[inline]
+fn store_part(order: Ordering) -> Ordering {
+    match order {
+        Ordering::Acquire => Ordering::Relaxed,
+        Ordering::AcqRel => Ordering::Release,
+        o => o,
     }
 }
 

@@ -38,7 +38,11 @@ pub mod uapi;
 mod surface;
 mod vma;
 
-pub use cpu::{Cpu, CpuStats, GuestBytes};
+/// The `bytemuck` crate whose [`Pod`](bytemuck::Pod) bound
+/// [`Cpu::read_obj`]/[`Cpu::write_obj`] take (derive it with the same
+/// version).
+pub use bytemuck;
+pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};

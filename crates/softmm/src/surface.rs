@@ -149,13 +149,14 @@
 //! }
 //! ```
 //!
-//! `Access` may gain kinds (an instruction fetch).
+//! `Access` may gain kinds (a forced access for debuggers).
 //!
 //! ```compile_fail,E0004
 //! fn write(a: softmm::Access) -> bool {
 //!     match a {
 //!         softmm::Access::Read => false,
 //!         softmm::Access::Write => true,
+//!         softmm::Access::Execute => false,
 //!     }
 //! }
 //! ```
@@ -194,4 +195,13 @@
 //!         OpNotSupp => true,
 //!     }
 //! }
+//! ```
+//!
+//! `Scalar` is sealed: the typed accessors rely on its widths (1, 2, 4, 8
+//! bytes), so no other crate can implement it.
+//!
+//! ```compile_fail,E0277
+//! #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+//! struct U24(u32);
+//! impl softmm::Scalar for U24 {}
 //! ```

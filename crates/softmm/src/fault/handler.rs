@@ -74,8 +74,18 @@ pub(crate) fn handle_vma_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) ->
 fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResult<()> {
     let vma = ctx.vma;
     let write = access == Access::Write;
+    // x86's `access_error` for a not-present entry: a write needs
+    // `VM_WRITE`; a read or an instruction fetch only an accessible VMA.
     let allowed = if write { vma.flags.contains(VmFlags::WRITE) } else { vma.flags.intersects(VmFlags::ACCESS_FLAGS) };
     if !allowed {
+        return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
+    }
+    if access == Access::Execute && !vma.flags.contains(VmFlags::EXEC) {
+        // On x86-64 the fetch from a not-present page of a readable,
+        // non-executable VMA maps the page as a read would, and the retried
+        // fetch then faults on the NX entry (`X86_PF_PROT`): the page ends
+        // up mapped and the signal is `SEGV_ACCERR`. Do both here.
+        handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
     let va = addr & !(PAGE_SIZE - 1);
@@ -135,6 +145,17 @@ fn find_mergeable_anon_vma(ctx: &FaultCtx<'_>) -> Option<Arc<AnonVma>> {
     next.or_else(|| tree.prev_of(vma.start).filter(|p| p.anon_vma_compatible(vma)).and_then(|p| reusable(p)))
 }
 
+/// The NX bit a new entry of `vma` gets: set unless the VMA is executable
+/// (x86-64's `vm_get_page_prot`).
+#[inline]
+fn nx(vma: &Vma) -> u64 {
+    if vma.flags.contains(VmFlags::EXEC) {
+        0
+    } else {
+        Pte::NX
+    }
+}
+
 fn oom(va: u64) -> FaultError {
     Fault::Oom { addr: va }.into()
 }
@@ -162,7 +183,7 @@ fn install(ctx: &FaultCtx<'_>, leaf: Leaf<'_>, va: u64, frame: FrameRef<'_>, fla
     if !ptl.get(va).is_none() {
         return Ok(false);
     }
-    rmap::map_page(&mut ptl, va, frame, flags | Pte::ACCESSED);
+    rmap::map_page(&mut ptl, va, frame, flags | Pte::ACCESSED | nx(ctx.vma));
     Ok(true)
 }
 
@@ -245,7 +266,7 @@ fn fault_around(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, file: &File) {
         if a == va || !pte.is_none() {
             return None;
         }
-        file.find_get_page(vma.pgoff_at(a)).map(|page| rmap::mapped(page, 0))
+        file.find_get_page(vma.pgoff_at(a)).map(|page| rmap::mapped(page, nx(vma)))
     });
 }
 
@@ -294,7 +315,7 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
     let (_, old) = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
     shared_write(1); // the shootdown generation
     mm.flush_tlb();
-    rmap::map_page(&mut ptl, va, new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
+    rmap::map_page(&mut ptl, va, new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | nx(vma));
     drop(ptl);
     drop(old);
     Ok(true)

@@ -19,6 +19,20 @@ impl AddressSpace {
     /// are shot down), shared mappings stay shared, `MADV_DONTFORK` VMAs are
     /// left out and `MADV_WIPEONFORK` VMAs are empty in the child. Pinned
     /// pages are copied at once, never shared. `ENOMEM` if frames run out.
+    ///
+    /// ```
+    /// use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = parent.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&parent);
+    /// cpu.write_u64(a, 1).unwrap();
+    /// let child = parent.fork().unwrap();
+    /// // The child runs on a CPU of its own (or this one, re-attached).
+    /// let mut child_cpu = Cpu::attached(&child);
+    /// child_cpu.write_u64(a, 2).unwrap(); // copy on write
+    /// assert_eq!((cpu.read_u64(a).unwrap(), child_cpu.read_u64(a).unwrap()), (1, 2));
+    /// ```
     pub fn fork(&self) -> Result<Arc<AddressSpace>> {
         let _q = crate::tlb::QuiescentGuard::enter();
         let child = AddressSpace::new(&self.phys, self.config.clone())?;
@@ -53,6 +67,7 @@ impl AddressSpace {
         let mut cst = child.write_lock();
         cst.start_brk = st.start_brk;
         cst.brk = st.brk;
+        cst.start_stack = st.start_stack;
         for v in st.vmas.iter() {
             if v.flags.contains(VmFlags::DONTCOPY) {
                 continue;

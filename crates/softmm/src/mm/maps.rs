@@ -45,6 +45,35 @@ impl MapEntry {
 }
 
 impl AddressSpace {
+    /// Declares the main thread's initial stack pointer (Linux's
+    /// `mm->start_stack`, which `exec` sets): from now on the VMA that
+    /// contains `sp` — `start <= sp <= end`, both bounds inclusive as in
+    /// Linux's `vma_is_initial_stack` — is named `[stack]` in
+    /// [`AddressSpace::maps`], whichever VMA that is after later `mmap`s,
+    /// `munmap`s or stack growth. A forked child inherits it. Naming is all
+    /// it changes: a stack that should grow down is mapped with
+    /// `MAP_GROWSDOWN`.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN;
+    /// let stack = mm.mmap(0, 32 << 10, PROT_READ | PROT_WRITE, flags, None, 0).unwrap();
+    /// mm.set_start_stack(stack + (32 << 10) - 64);
+    /// assert!(mm.maps_text().lines().any(|l| l.ends_with(" [stack]")));
+    /// ```
+    pub fn set_start_stack(&self, sp: u64) {
+        let _q = crate::tlb::QuiescentGuard::enter();
+        self.write_lock().start_stack = Some(sp);
+    }
+
+    /// The address [`AddressSpace::set_start_stack`] declared, if any.
+    pub fn start_stack(&self) -> Option<u64> {
+        let _q = crate::tlb::QuiescentGuard::enter();
+        self.read_lock().start_stack
+    }
+
     /// The mappings, in address order.
     pub fn maps(&self) -> Vec<MapEntry> {
         let _q = crate::tlb::QuiescentGuard::enter();
@@ -60,11 +89,16 @@ impl AddressSpace {
                 ]
                 .iter()
                 .collect();
-                let heap = v.file.is_none() && v.start <= st.brk && v.end >= st.start_brk;
+                // get_vma_name: a file's name first (shared anonymous
+                // memory has one), then `vma_is_initial_heap` (strict
+                // bounds), then `vma_is_initial_stack` (inclusive bounds).
+                let heap = v.start < st.brk && v.end > st.start_brk;
+                let stack = st.start_stack.is_some_and(|s| v.start <= s && v.end >= s);
                 let (offset, inode, name) = match &v.file {
                     // show_map_vma prints `pgoff << PAGE_SHIFT` (wrapping).
                     Some(f) => (v.pgoff.wrapping_shl(PAGE_SHIFT as u32), f.id(), f.name().to_string()),
                     None if heap => (0, 0, "[heap]".to_string()),
+                    None if stack => (0, 0, "[stack]".to_string()),
                     None => (0, 0, String::new()),
                 };
                 MapEntry {

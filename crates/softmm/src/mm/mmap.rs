@@ -94,6 +94,26 @@ impl AddressSpace {
     /// Linux's checks, as on a machine without huge pages. A failed call
     /// changes nothing. `MAP_POPULATE` faults the pages in after the mapping
     /// is made.
+    ///
+    /// ```
+    /// use softmm::{uapi::*, AddressSpace, Cpu, Errno, File, MmConfig, OpenFile, PhysConfig, PhysMem};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// // Anonymous memory: the address is chosen top-down, as on x86-64.
+    /// let heap = mm.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// // A file, shared: writes through the mapping reach the file.
+    /// let f = File::create(&phys, "/data", 4096).unwrap();
+    /// let shared = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&OpenFile::read_write(&f)), 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_u32(shared, 0xfeed).unwrap();
+    /// let mut back = [0; 4];
+    /// f.read_at(0, &mut back).unwrap();
+    /// assert_eq!(u32::from_le_bytes(back), 0xfeed);
+    /// // The same errno as Linux, and nothing changed.
+    /// assert_eq!(mm.mmap(heap, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, None, 0), Err(Errno::Exist));
+    /// let ro = OpenFile::read_only(&f);
+    /// assert_eq!(mm.mmap(0, 4096, PROT_WRITE, MAP_SHARED, Some(&ro), 0), Err(Errno::Acces));
+    /// ```
     pub fn mmap(
         &self,
         addr: u64,

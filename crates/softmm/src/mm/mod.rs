@@ -52,6 +52,9 @@ pub(crate) struct MmState {
     pub(crate) vmas: VmaTree,
     pub(crate) start_brk: u64,
     pub(crate) brk: u64,
+    /// The main thread's initial stack pointer (`mm->start_stack`), if the
+    /// embedder declared one: the VMA holding it is `[stack]` in the maps.
+    pub(crate) start_stack: Option<u64>,
 }
 
 /// Counters of one address space (changed only on slow paths).
@@ -127,7 +130,8 @@ impl AddressSpace {
     /// Linux could not have (see [`MmConfig`]'s "Validity").
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
         let config = config.validate()?;
-        let st = MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk };
+        let st =
+            MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk, start_stack: None };
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
@@ -284,8 +288,9 @@ impl AddressSpace {
 
     /// Applies the protection of `flags` (`VM_*`) to the entries of
     /// `[start, end)` that hold a frame: `PROT_NONE` hides them, read-only
-    /// drops write access. Write access is never added here; a write fault
-    /// grants it (and breaks COW where needed).
+    /// drops write access, and NX is set or cleared with `VM_EXEC`. Write
+    /// access is never added here; a write fault grants it (and breaks COW
+    /// where needed).
     pub(crate) fn change_protection(&self, start: u64, end: u64, flags: VmFlags, tlb: &mut MmuGather) {
         let accessible = flags.intersects(VmFlags::ACCESS_FLAGS);
         let writable = flags.contains(VmFlags::WRITE);
@@ -298,8 +303,13 @@ impl AddressSpace {
                 (true, true) => pte.unprotnone(),
                 (true, false) => pte.unprotnone().clear(Pte::WRITE),
             };
-            // Narrowing (losing present or write) needs a shootdown.
-            if (pte.is_present() && !new.is_present()) || (pte.has(Pte::WRITE) && !new.has(Pte::WRITE)) {
+            // NX follows `VM_EXEC` both ways (x86-64's `pte_modify`).
+            let new = if flags.contains(VmFlags::EXEC) { new.clear(Pte::NX) } else { new.set(Pte::NX) };
+            // Narrowing (losing present, write or execute) needs a shootdown.
+            if (pte.is_present() && !new.is_present())
+                || (pte.has(Pte::WRITE) && !new.has(Pte::WRITE))
+                || (!pte.has(Pte::NX) && new.has(Pte::NX))
+            {
                 tlb.need_flush = true;
             }
             (new != pte).then_some(new)

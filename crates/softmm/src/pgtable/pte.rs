@@ -1,6 +1,6 @@
 //! The value of a page-table entry ([`Pte`]) and its decoder ([`PteKind`]).
 //!
-//! The layout is x86-64's, plus software bits in the ignored range: bit 9
+//! The layout is x86-64's (NX in bit 63 included), plus software bits in the ignored range: bit 9
 //! marks a `PROT_NONE` entry that keeps its frame, bit 10 a guard marker and
 //! bit 11 a migration entry. The three software kinds are not present, so a
 //! walker never translates through them.
@@ -42,6 +42,9 @@ impl Pte {
     pub(crate) const DIRTY: u64 = 1 << 6;
     /// A 2 MiB leaf at the PMD level (x86's PSE bit).
     pub(crate) const HUGE: u64 = 1 << 7;
+    /// No-execute (x86-64's NX, bit 63): an instruction fetch through the
+    /// entry faults. Set on every entry of a VMA without `VM_EXEC`.
+    pub(crate) const NX: u64 = 1 << 63;
     /// Software: a `PROT_NONE` entry that keeps its frame.
     const PROTNONE: u64 = 1 << 9;
     /// Software: a guard marker, alone in its entry.
@@ -59,7 +62,7 @@ impl Pte {
     pub(crate) const GUARD_MARKER: Pte = Pte(Self::GUARD);
 
     /// A present user entry mapping `pfn` with the extra bits `flags`
-    /// (`WRITE`, `ACCESSED`, `DIRTY`).
+    /// (`WRITE`, `ACCESSED`, `DIRTY`, `NX`).
     #[inline]
     pub(crate) fn page(pfn: Pfn, flags: u64) -> Pte {
         debug_assert_eq!(flags & Self::PFN_MASK, 0);

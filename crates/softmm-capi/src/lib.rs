@@ -1,0 +1,151 @@
+//! The C API of softmm (`include/softmm.h`, generated from this crate by
+//! cbindgen).
+//!
+//! # Conventions
+//!
+//! * **Handles** are opaque pointers made by a `*_new`/`*_create` function
+//!   and released by the matching `*_free` (which accepts `NULL`):
+//!   [`softmm_phys`] (a frame arena), [`softmm_mm`] (an address space),
+//!   [`softmm_file`] (an in-memory file opened with an access mode, like a
+//!   file descriptor), [`softmm_cpu`] (a CPU with its software TLB). An
+//!   address space keeps its arena alive, a file its arena, a CPU its
+//!   address space: they may be freed in any order.
+//! * **Results** are `0` (or a non-negative value: an address, a byte
+//!   count) on success and `-errno` on failure, with Linux's errno for the
+//!   same call; a failed call changes nothing. A `NULL` handle or output
+//!   pointer is `-EINVAL`.
+//! * **Faults**: a guest access that does not complete returns
+//!   [`SOFTMM_FAULTED`] and, if `fault` is not `NULL`, fills it with the
+//!   signal Linux would deliver ([`softmm_fault`]: `SIGSEGV` with
+//!   `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`/`BUS_ADRALN`,
+//!   `SIGKILL` for out of memory).
+//! * **Threads**: arenas, address spaces and files may be used from any
+//!   thread at once. A CPU belongs to the thread that made it (it is one
+//!   hardware thread's TLB): every `softmm_cpu_*` call, `free` included,
+//!   must come from that thread, and is refused with `-EPERM` otherwise;
+//!   free a CPU before its thread exits. Make one CPU per guest thread on
+//!   the host thread that runs it. A thread that holds an attached CPU and
+//!   blocks outside softmm for long should `softmm_cpu_park` it first (a
+//!   munmap elsewhere waits for unparked CPUs to acknowledge).
+//! * **Signals**: no function is async-signal-safe; do not call one from a
+//!   signal handler that may interrupt another.
+//! * **Panics** never cross the boundary: each function catches them and
+//!   returns `-ENOTRECOVERABLE` (a bug in softmm, to be reported).
+
+#![allow(non_camel_case_types)]
+
+mod cpu;
+mod file;
+mod mm;
+mod phys;
+
+pub use cpu::*;
+pub use file::*;
+pub use mm::*;
+pub use phys::*;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use softmm::{Errno, Fault};
+
+/// Returned by a guest access that faulted; the fault is in its `fault`
+/// argument.
+pub const SOFTMM_FAULTED: i32 = 1;
+
+/// A guest fault: the signal Linux would deliver for the access.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct softmm_fault {
+    /// `SIGSEGV`, `SIGBUS`, or `SIGKILL` (out of memory).
+    pub signo: i32,
+    /// `si_code`: `SEGV_MAPERR` (1), `SEGV_ACCERR` (2), `SI_KERNEL` (0x80,
+    /// a non-canonical address), `BUS_ADRALN` (1), `BUS_ADRERR` (2); 0 for
+    /// `SIGKILL`.
+    pub code: i32,
+    /// The faulting guest address (`si_addr`; 0 for `SI_KERNEL`).
+    pub addr: u64,
+}
+
+impl From<Fault> for softmm_fault {
+    fn from(f: Fault) -> Self {
+        let (code, addr) = match f {
+            Fault::Segv { addr, code } => (code.code(), addr),
+            Fault::Bus { addr } => (libc::BUS_ADRERR, addr),
+            Fault::Unaligned { addr } => (libc::BUS_ADRALN, addr),
+            Fault::Oom { addr } => (0, addr),
+            // A signal added later: its number at least.
+            _ => (0, 0),
+        };
+        softmm_fault { signo: f.signal(), code, addr }
+    }
+}
+
+/// `-errno` of an error.
+pub(crate) fn neg(e: Errno) -> i32 {
+    -e.code()
+}
+
+/// Runs `f`, turning a panic into `-ENOTRECOVERABLE`.
+pub(crate) fn guard(f: impl FnOnce() -> i32) -> i32 {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(-libc::ENOTRECOVERABLE)
+}
+
+/// [`guard`] for calls that return a value or `-errno` as an `i64`.
+pub(crate) fn guard64(f: impl FnOnce() -> i64) -> i64 {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(-i64::from(libc::ENOTRECOVERABLE))
+}
+
+/// Stores `v` through the output pointer `out`, `-EINVAL` if it is null.
+///
+/// # Safety
+///
+/// `out` is null or valid for a write of `T`.
+pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> i32 {
+    if out.is_null() {
+        return -libc::EINVAL;
+    }
+    // SAFETY: not null, and valid for a write (the caller's contract).
+    unsafe { out.write(v) };
+    0
+}
+
+/// The result of a guest access: `0`, or [`SOFTMM_FAULTED`] with the fault
+/// stored through `fault` (if not null).
+///
+/// # Safety
+///
+/// `fault` is null or valid for a write of a `softmm_fault`.
+pub(crate) unsafe fn access_result(r: Result<(), Fault>, fault: *mut softmm_fault) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(f) => {
+            if !fault.is_null() {
+                // SAFETY: not null, and valid for a write (the caller's contract).
+                unsafe { fault.write(f.into()) };
+            }
+            SOFTMM_FAULTED
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_enotrecoverable_at_the_boundary() {
+        assert_eq!(guard(|| panic!("a bug")), -libc::ENOTRECOVERABLE);
+        assert_eq!(guard64(|| panic!("a bug")), -i64::from(libc::ENOTRECOVERABLE));
+        assert_eq!(guard(|| 7), 7);
+    }
+
+    #[test]
+    fn faults_map_to_their_signal_code_and_address() {
+        let segv = softmm_fault::from(Fault::Segv { addr: 0x1000, code: softmm::SegvCode::AccErr });
+        assert_eq!(segv, softmm_fault { signo: libc::SIGSEGV, code: 2, addr: 0x1000 });
+        let bus = softmm_fault::from(Fault::Bus { addr: 8 });
+        assert_eq!(bus, softmm_fault { signo: libc::SIGBUS, code: libc::BUS_ADRERR, addr: 8 });
+        let aln = softmm_fault::from(Fault::Unaligned { addr: 9 });
+        assert_eq!(aln, softmm_fault { signo: libc::SIGBUS, code: libc::BUS_ADRALN, addr: 9 });
+    }
+}

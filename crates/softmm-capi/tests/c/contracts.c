@@ -1,0 +1,178 @@
+/*
+ * The C API's contracts: -errno results with Linux's errno (and nothing
+ * changed by a failed call), guest faults as {signo, code, addr}, NULL
+ * handles, thread affinity of CPUs, atomics, the maps buffer, and no leak.
+ * Run by tests/c.rs; prints "N passed, M failed" and exits non-zero on a
+ * failure.
+ */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_GROWSDOWN, MREMAP_MAYMOVE under -std=c11 */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "softmm.h"
+
+static int passed, failed;
+
+#define EXPECT(cond)                                                   \
+    do {                                                               \
+        if (cond) {                                                    \
+            passed++;                                                  \
+        } else {                                                       \
+            failed++;                                                  \
+            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                              \
+    } while (0)
+
+#define EXPECT_FAULT(call, sig, si_code, address)                                          \
+    do {                                                                                   \
+        softmm_fault f_ = {0};                                                             \
+        int rc_ = (call);                                                                  \
+        EXPECT(rc_ == SOFTMM_FAULTED && f_.signo == (sig) && f_.code == (si_code) &&       \
+               f_.addr == (uint64_t)(address));                                            \
+        if (rc_ != SOFTMM_FAULTED || f_.addr != (uint64_t)(address))                       \
+            fprintf(stderr, "  rc %d signo %d code %d addr %#llx\n", rc_, f_.signo, f_.code, \
+                    (unsigned long long)f_.addr);                                          \
+    } while (0)
+
+#define ANON (MAP_PRIVATE | MAP_ANONYMOUS)
+#define RW (PROT_READ | PROT_WRITE)
+#define PAGE 4096ULL
+
+struct other_thread {
+    softmm_cpu *cpu;
+    int read_rc, free_rc;
+};
+
+static void *use_from_another_thread(void *arg) {
+    struct other_thread *t = arg;
+    uint64_t v;
+    t->read_rc = softmm_cpu_read_uint(t->cpu, 0x10000, 8, &v, NULL);
+    t->free_rc = softmm_cpu_free(t->cpu);
+    return NULL;
+}
+
+static char maps_before[8192], maps_after[8192];
+
+int main(void) {
+    softmm_phys *phys;
+    softmm_mm *mm;
+    EXPECT(softmm_phys_new(1 << 20, NULL) == -EINVAL);
+    EXPECT(softmm_phys_new(0, &phys) == -EINVAL);
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    EXPECT(softmm_mm_new(NULL, &mm) == -EINVAL);
+    EXPECT(softmm_mm_new(phys, &mm) == 0);
+
+    /* errno results, in Linux's order of checks. */
+    EXPECT(softmm_munmap(NULL, 0x10000, PAGE) == -EINVAL);
+    EXPECT(softmm_mmap(mm, 0, 0, RW, ANON, NULL, 0) == -EINVAL);
+    EXPECT(softmm_mmap(mm, 0, PAGE, RW, MAP_PRIVATE, NULL, 0) == -EBADF);
+    EXPECT(softmm_mmap(mm, 0, PAGE, RW, ANON | MAP_FIXED, NULL, 0) == -EPERM); /* below mmap_min_addr */
+    EXPECT(softmm_munmap(mm, 0x10001, PAGE) == -EINVAL);
+    EXPECT(softmm_mprotect(mm, 0x10000, PAGE, PROT_READ) == -ENOMEM);
+    long long a = softmm_mmap(mm, 0, 4 * PAGE, RW, ANON, NULL, 0);
+    EXPECT(a > 0);
+    EXPECT(softmm_mmap(mm, (uint64_t)a, PAGE, RW, ANON | MAP_FIXED_NOREPLACE, NULL, 0) == -EEXIST);
+    EXPECT(softmm_madvise(mm, (uint64_t)a, PAGE, 12345) == -EINVAL);
+    /* A failed call changes nothing. */
+    EXPECT(softmm_mm_maps(mm, maps_before, sizeof maps_before) > 0);
+    EXPECT(softmm_mremap(mm, (uint64_t)a, PAGE, 2 * PAGE, 0, 0) == -ENOMEM); /* no room in place */
+    EXPECT(softmm_mremap(mm, (uint64_t)a + 1, PAGE, PAGE, 0, 0) == -EINVAL);
+    EXPECT(softmm_mprotect(mm, (uint64_t)a, 8 * PAGE, PROT_READ) == -ENOMEM); /* a hole after: applied up to it, as Linux */
+    EXPECT(softmm_mprotect(mm, (uint64_t)a, 4 * PAGE, RW) == 0);
+    EXPECT(softmm_mm_maps(mm, maps_after, sizeof maps_after) > 0);
+    EXPECT(strcmp(maps_before, maps_after) == 0);
+
+    /* Files: the open mode decides, as for a file descriptor. */
+    softmm_file *ro, *rw;
+    EXPECT(softmm_file_create(phys, "ro", PAGE, 3, &ro) == -EINVAL);
+    EXPECT(softmm_file_create(phys, "ro", PAGE, O_RDONLY, &ro) == 0);
+    EXPECT(softmm_file_create(phys, "rw", PAGE, O_RDWR, &rw) == 0);
+    EXPECT(softmm_mmap(mm, 0, PAGE, RW, MAP_SHARED, ro, 0) == -EACCES);
+    EXPECT(softmm_mmap(mm, 0, PAGE, RW, MAP_SHARED, ro, 1) == -EINVAL);
+    EXPECT(softmm_file_pwrite(ro, "x", 1, 0) == -EBADF);
+    EXPECT(softmm_file_truncate(ro, 0) == -EINVAL);
+    EXPECT(softmm_file_pwrite(rw, "hello", 5, 0) == 5);
+    char buf[8] = {0};
+    EXPECT(softmm_file_pread(rw, buf, sizeof buf, 0) == sizeof buf && memcmp(buf, "hello", 6) == 0);
+    EXPECT(softmm_file_pread(rw, buf, sizeof buf, 2 * PAGE) == 0);
+
+    /* Faults as {signo, code, addr}. */
+    softmm_cpu *cpu;
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    uint64_t v = 0;
+    uint64_t base = (uint64_t)a;
+    EXPECT(softmm_munmap(mm, base + 3 * PAGE, PAGE) == 0);
+    EXPECT(softmm_mprotect(mm, base + PAGE, PAGE, PROT_READ) == 0);
+    EXPECT_FAULT(softmm_cpu_read_uint(cpu, base + 3 * PAGE + 8, 8, &v, &f_), SIGSEGV, SEGV_MAPERR, base + 3 * PAGE + 8);
+    EXPECT_FAULT(softmm_cpu_write_uint(cpu, base + PAGE + 4, 4, 1, &f_), SIGSEGV, SEGV_ACCERR, base + PAGE + 4);
+    EXPECT_FAULT(softmm_cpu_fetch_uint(cpu, base + 16, 4, &v, &f_), SIGSEGV, SEGV_ACCERR, base + 16);
+    EXPECT_FAULT(softmm_cpu_atomic_rmw(cpu, base + 4, 8, SOFTMM_ATOMIC_ADD, 1, 5, &v, &f_), SIGBUS, BUS_ADRALN, base + 4);
+    EXPECT_FAULT(softmm_cpu_read_uint(cpu, 1ULL << 60, 1, &v, &f_), SIGSEGV, 0x80, 0);
+    /* A write across into the read-only page stores the bytes before it. */
+    EXPECT_FAULT(softmm_cpu_write(cpu, base + PAGE - 2, "abcd", 4, &f_), SIGSEGV, SEGV_ACCERR, base + PAGE);
+    EXPECT(softmm_cpu_read(cpu, base + PAGE - 2, buf, 4, NULL) == 0 && memcmp(buf, "ab\0\0", 4) == 0);
+    EXPECT(softmm_cpu_read_uint(cpu, base + 3 * PAGE, 1, &v, NULL) == SOFTMM_FAULTED); /* fault may be NULL */
+    /* SIGBUS past the end of a file. */
+    long long fm = softmm_mmap(mm, 0, 2 * PAGE, PROT_READ, MAP_SHARED, rw, 0);
+    EXPECT(fm > 0);
+    EXPECT(softmm_cpu_read_uint(cpu, (uint64_t)fm, 4, &v, NULL) == 0 && v == 0x6c6c6568);
+    EXPECT_FAULT(softmm_cpu_read_uint(cpu, (uint64_t)fm + PAGE + 1, 1, &v, &f_), SIGBUS, BUS_ADRERR, (uint64_t)fm + PAGE + 1);
+
+    /* Bad calls on a CPU. */
+    EXPECT(softmm_cpu_read_uint(cpu, base, 3, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_read_uint(cpu, base, 8, NULL, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_atomic_rmw(cpu, base, 8, 42, 1, 5, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_atomic_rmw(cpu, base, 8, SOFTMM_ATOMIC_ADD, 1, 9, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_read_uint(NULL, base, 8, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_park(cpu) == 0);
+    EXPECT(softmm_cpu_read_uint(cpu, base, 8, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_resume(cpu) == 0);
+    EXPECT(softmm_cpu_detach(cpu) == 0);
+    EXPECT(softmm_cpu_read_uint(cpu, base, 8, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_attach(cpu, mm) == 0);
+
+    /* Atomics. */
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 40, NULL) == 0);
+    EXPECT(softmm_cpu_atomic_rmw(cpu, base + 8, 8, SOFTMM_ATOMIC_ADD, 2, 5, &v, NULL) == 0 && v == 40);
+    uint64_t expected = 7;
+    EXPECT(softmm_cpu_atomic_cmpxchg(cpu, base + 8, 8, &expected, 1, 5, NULL) == 0 && expected == 42);
+    EXPECT(softmm_cpu_atomic_cmpxchg(cpu, base + 8, 8, &expected, 1, 4, NULL) == 0 && expected == 42);
+    EXPECT(softmm_cpu_read_uint(cpu, base + 8, 8, &v, NULL) == 0 && v == 1);
+    EXPECT(softmm_cpu_atomic_rmw(cpu, base + 8, 2, SOFTMM_ATOMIC_SUB, 2, 0, &v, NULL) == 0 && v == 1);
+    EXPECT(softmm_cpu_read_uint(cpu, base + 8, 8, &v, NULL) == 0 && v == 0xffff);
+
+    /* Another thread may not use this thread's CPU. */
+    struct other_thread t = {cpu, 0, 0};
+    pthread_t th;
+    EXPECT(pthread_create(&th, NULL, use_from_another_thread, &t) == 0);
+    pthread_join(th, NULL);
+    EXPECT(t.read_rc == -EPERM && t.free_rc == -EPERM);
+    EXPECT(softmm_cpu_read_uint(cpu, base + 8, 8, &v, NULL) == 0);
+
+    /* The maps text, snprintf style. */
+    long long len = softmm_mm_maps(mm, NULL, 0);
+    EXPECT(len > 0);
+    char small[10];
+    EXPECT(softmm_mm_maps(mm, small, sizeof small) == len && strlen(small) == sizeof small - 1);
+
+    /* Free in any order; nothing leaks. */
+    softmm_mm_free(mm);
+    softmm_file_free(ro);
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_file_free(rw);
+    softmm_cpu_free(NULL);
+    softmm_mm_free(NULL);
+    softmm_phys_stats s = {1, 1, 1, 1};
+    EXPECT(softmm_phys_get_stats(phys, &s) == 0);
+    EXPECT(s.frames_used == 0 && s.page_tables == 0 && s.vmas == 0 && s.rmap_entries == 0);
+    softmm_phys_free(phys);
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
