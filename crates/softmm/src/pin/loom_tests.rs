@@ -63,24 +63,36 @@ fn spawn_gup_fast(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle<Op
     })
 }
 
-/// munmap, then a new mapping at the same address whose write fault reuses
-/// the freed frame (the thread cache hands it back first): a pin that holds
-/// a frame must hold the original page, with its data, alive after the
-/// unmap; a try-get without the re-check of the entry would pin the reused
-/// frame of the new mapping.
+/// munmap, then a new mapping elsewhere whose write fault reuses the freed
+/// frame (the thread cache hands it back first): a pin that holds a frame
+/// must hold the original page, with its data, alive after the unmap; a
+/// try-get without the re-check of the entry would pin the reused frame of
+/// the new mapping. (At the same address the pin of the new page would be
+/// right: it was mapped there when the re-check saw it.)
 #[test]
 fn gup_fast_vs_munmap() {
     builder().check(|| {
         let (phys, mm, a) = setup();
         let t = spawn_gup_fast(&mm, a);
         mm.munmap(a, PAGE_SIZE).unwrap();
-        let b =
-            mm.mmap(a, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, None, 0).unwrap();
+        let b = a + 16 * PAGE_SIZE;
+        mm.mmap(b, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, None, 0).unwrap();
         mm.handle_fault(b, Access::Write).unwrap();
         write(&phys, mm.pte_at(b).pfn(), 0x77);
         let pinned = t.join().unwrap();
+        assert_eq!(mm.pte_at(a), Pte::NONE, "munmap left an entry");
         if let Some(pfn) = pinned {
-            assert_ne!(pfn, mm.pte_at(b).pfn(), "the pin holds the new mapping's frame");
+            let d = phys.desc(pfn);
+            assert_ne!(
+                pfn,
+                mm.pte_at(b).pfn(),
+                "the pin holds the new mapping's frame: ref {} pin {} used {} a {:?} b {:?}",
+                d.refcount.load(crate::sync::Ordering::Relaxed),
+                d.pincount.load(crate::sync::Ordering::Relaxed),
+                phys.stats().frames_used,
+                mm.pte_at(a),
+                mm.pte_at(b)
+            );
             assert_eq!(read(&phys, pfn), 0x55, "the pinned frame lost the unmapped page's data");
             assert_eq!(phys.stats().frames_used, 2, "the pinned frame was freed");
             super::release(&phys, pfn, true);
