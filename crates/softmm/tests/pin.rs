@@ -203,6 +203,24 @@ fn a_long_term_read_pin_of_a_private_file_page_unshares_it() {
 }
 
 #[test]
+fn pins_of_shared_mappings_are_shared_with_the_child() {
+    let phys = phys(8);
+    let mm = mm_pin(&phys, PinPolicy::default(), FaultPolicy::default());
+    let a = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 1).unwrap();
+    let p = mm.pin_user_pages(a, 2, Foll::WRITE | Foll::LONGTERM).unwrap();
+    let child = mm.fork().unwrap();
+    let mut ccpu = Cpu::attached(&child);
+    ccpu.write_u64(a, 2).unwrap();
+    assert_eq!(dev_u64(&p, 0), 2, "a shared page is the child's too");
+    dev_write_u64(&p, PAGE, 3);
+    assert_eq!((cpu.read_u64(a + PAGE).unwrap(), ccpu.read_u64(a + PAGE).unwrap()), (3, 3));
+    drop((ccpu, child, p, cpu, mm));
+    assert_no_leaks(&phys);
+}
+
+#[test]
 fn munmap_and_dontneed_of_pinned_pages_leave_the_frames_to_the_pin() {
     for pin in PinPolicy::ALL.iter().copied() {
         let phys = phys(8);

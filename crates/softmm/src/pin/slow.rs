@@ -219,8 +219,14 @@ fn fault_lock_free(mm: &AddressSpace, req: &Request, va: u64, out: &mut Taken<'_
     ok
 }
 
-/// The `per-vma` policy: gup-fast, a lock-free fault and gup-fast again for
-/// each page it could not take, and the locked path for a page neither can.
+/// Pages faulted in ahead, lock-free, when gup-fast stops at a page that
+/// is not present, so that one gup-fast walk takes them all.
+const FAULT_AHEAD: u64 = 16;
+
+/// The `per-vma` policy: gup-fast; where it stops, lock-free faults for up
+/// to [`FAULT_AHEAD`] pages (not past the first that fails or is present,
+/// nor out of the leaf table) and gup-fast again; the locked path for a
+/// page neither can take.
 pub(crate) fn take_lock_free(
     mm: &AddressSpace,
     req: &Request,
@@ -235,6 +241,12 @@ pub(crate) fn take_lock_free(
             break;
         }
         if fault_lock_free(mm, req, va, out) {
+            let table_end = (va | (crate::pgtable::PMD_SIZE - 1)) + 1;
+            let ahead = end.min(table_end).min(va + FAULT_AHEAD * PAGE_SIZE);
+            let mut f = va + PAGE_SIZE;
+            while f < ahead && !mm.pte_at(f).is_present() && fault_lock_free(mm, req, f, out) {
+                f += PAGE_SIZE;
+            }
             let next = fast::gup_fast(mm, req, va, end, out);
             if next > va {
                 va = next;
