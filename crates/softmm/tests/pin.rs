@@ -299,6 +299,7 @@ fn bad_requests_fail_with_linux_errnos_and_pin_nothing() {
         }
         assert_eq!(phys.stats().frames_used, used + 1, "only the hole's neighbour was faulted in");
         assert_eq!(mm.get_user_pages(a, 1, Foll::LONGTERM).err(), Some(Errno::Inval));
+        assert_eq!(mm.pin_user_pages(a, 1, Foll::from_bits_retain(1 << 1)).err(), Some(Errno::Inval), "FOLL_GET");
         assert_eq!(mm.pin_user_pages_parallel(a, 1, Foll::WRITE, 0).err(), Some(Errno::Inval));
         let empty = mm.pin_user_pages(a, 0, Foll::WRITE).unwrap();
         assert!(empty.is_empty());

@@ -362,6 +362,11 @@ impl AddressSpace {
 
     fn take_pages(&self, addr: u64, npages: usize, flags: Foll, pin: bool, threads: usize) -> Result<PinnedPages> {
         let _q = crate::tlb::QuiescentGuard::enter();
+        // is_valid_gup_args: flags the caller may not pass (FOLL_PIN,
+        // FOLL_GET and any bit softmm does not know) are EINVAL.
+        if Foll::from_bits(flags.bits()).is_none() {
+            return Err(Errno::Inval);
+        }
         let req = Request::new(self, addr, npages, flags, pin)?;
         let accounted = if pin && req.longterm { req.pages() } else { 0 };
         // Charged before any page is pinned, as ib_umem_get does: a pin over
