@@ -202,6 +202,32 @@ fn a_long_term_read_pin_of_a_private_file_page_unshares_it() {
     assert_no_leaks(&phys);
 }
 
+/// A pinned page keeps its frame through mprotect (read-only, then
+/// writable again: the write fault reuses the exclusive page instead of
+/// copying it away from the pin) and through an mremap move.
+#[test]
+fn pinned_pages_stay_coherent_through_mprotect_and_mremap() {
+    let phys = phys(8);
+    let mm = mm_pin(&phys, PinPolicy::default(), FaultPolicy::default());
+    let a = mm.mmap(0, 4 * PAGE, RW, ANON, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 1).unwrap();
+    let p = mm.pin_user_pages(a, 4, Foll::WRITE | Foll::LONGTERM).unwrap();
+    mm.mprotect(a, 4 * PAGE, PROT_READ).unwrap();
+    assert!(cpu.write_u64(a, 2).is_err());
+    mm.mprotect(a, 4 * PAGE, RW).unwrap();
+    cpu.write_u64(a, 3).unwrap();
+    assert_eq!(dev_u64(&p, 0), 3, "the write after mprotect copied the pinned page away");
+    let b = mm.mremap(a, 4 * PAGE, 4 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, a + 64 * PAGE).unwrap();
+    cpu.write_u64(b + PAGE, 4).unwrap();
+    assert_eq!(dev_u64(&p, PAGE), 4, "the moved mapping lost the pinned frame");
+    dev_write_u64(&p, 2 * PAGE, 5);
+    assert_eq!(cpu.read_u64(b + 2 * PAGE).unwrap(), 5);
+    assert!(mm.page_maybe_dma_pinned(b) && !mm.page_maybe_dma_pinned(a));
+    drop((p, cpu, mm));
+    assert_no_leaks(&phys);
+}
+
 #[test]
 fn pins_of_shared_mappings_are_shared_with_the_child() {
     let phys = phys(8);
