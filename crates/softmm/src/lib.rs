@@ -46,7 +46,7 @@ pub use file::{File, OpenFile};
 pub use mm::PinPolicy;
 pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
-pub use pin::{Foll, PinStats, PinnedPages};
+pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use tlb::TlbStats;
 
 /// log2 of the page size.

@@ -316,6 +316,7 @@ fn bad_requests_fail_with_linux_errnos_and_pin_nothing() {
             (u64::MAX - PAGE, 2, w, Errno::Overflow), // wraps
             (softmm::TASK_SIZE - PAGE, 2, w, Errno::Fault),
             (a, usize::MAX, w, Errno::Overflow),
+            (0x1000, 1 << 34, w, Errno::Fault), // far more pages than exist: no huge reservation
         ];
         for (addr, n, flags, want) in cases {
             assert_eq!(mm.pin_user_pages(addr, n, flags).err(), Some(want), "{pin:?} {addr:#x} {n}");
@@ -327,6 +328,8 @@ fn bad_requests_fail_with_linux_errnos_and_pin_nothing() {
         assert_eq!(mm.get_user_pages(a, 1, Foll::LONGTERM).err(), Some(Errno::Inval));
         assert_eq!(mm.pin_user_pages(a, 1, Foll::from_bits_retain(1 << 1)).err(), Some(Errno::Inval), "FOLL_GET");
         assert_eq!(mm.pin_user_pages_parallel(a, 1, Foll::WRITE, 0).err(), Some(Errno::Inval));
+        assert_eq!(mm.pin_user_pages_parallel(0x1000, 1 << 30, Foll::WRITE, usize::MAX).err(), Some(Errno::Fault));
+        drop(mm.pin_user_pages_parallel(a, 2, Foll::WRITE, usize::MAX).unwrap());
         let empty = mm.pin_user_pages(a, 0, Foll::WRITE).unwrap();
         assert!(empty.is_empty());
         assert_eq!(empty.read(0, &mut [0u8; 1]), Err(Errno::Fault));

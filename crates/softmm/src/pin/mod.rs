@@ -51,6 +51,9 @@ use crate::phys::{FrameRef, Pfn, PhysMem};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
 
+/// The most worker threads [`AddressSpace::pin_user_pages_parallel`] uses.
+pub const MAX_PIN_THREADS: usize = 256;
+
 bitflags::bitflags! {
     /// `FOLL_*` flags of a pin or reference request, with Linux's values.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -270,7 +273,10 @@ pub(crate) struct Taken<'a> {
 
 impl<'a> Taken<'a> {
     pub(crate) fn new(phys: &'a PhysMem, pin: bool, capacity: usize) -> Taken<'a> {
-        Taken { phys, pin, pfns: Vec::with_capacity(capacity), stats: PinStats::default() }
+        // Reserved for at most 64Ki pages up front: a request may name far
+        // more pages than exist (it then fails), and the vector only grows
+        // with pages actually taken, which the arena bounds.
+        Taken { phys, pin, pfns: Vec::with_capacity(capacity.min(1 << 16)), stats: PinStats::default() }
     }
 
     fn into_pfns(mut self) -> (Vec<Pfn>, PinStats) {
@@ -319,7 +325,8 @@ impl AddressSpace {
     /// threads (seed 004's parallel pinning; never merged into Linux): the
     /// range is cut into chunks aligned to 2 MiB, so that no two workers
     /// share a page table and its lock, which the workers take in turn.
-    /// The same result and errors; `threads` 0 is `EINVAL`.
+    /// The same result and errors; `threads` 0 is `EINVAL`, and more than
+    /// [`MAX_PIN_THREADS`] work as that many.
     pub fn pin_user_pages_parallel(
         &self,
         addr: u64,
@@ -330,7 +337,7 @@ impl AddressSpace {
         if threads == 0 {
             return Err(Errno::Inval);
         }
-        self.take_pages(addr, npages, flags, true, threads)
+        self.take_pages(addr, npages, flags, true, threads.min(MAX_PIN_THREADS))
     }
 
     /// Linux's `get_user_pages` (`FOLL_GET`): short-term references on the

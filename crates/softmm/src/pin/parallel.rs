@@ -68,7 +68,7 @@ pub(crate) fn take(mm: &AddressSpace, req: &Request, threads: usize) -> Result<(
         return Err(e); // `parts` drop: every pin taken is released
     }
     parts.sort_by_key(|(i, _)| *i);
-    let mut pfns = Vec::with_capacity(((req.end - req.start) / crate::PAGE_SIZE) as usize);
+    let mut pfns = Vec::with_capacity(parts.iter().map(|(_, t)| t.pfns.len()).sum());
     let mut stats = PinStats::default();
     for (_, mut t) in parts {
         pfns.append(&mut t.pfns);
