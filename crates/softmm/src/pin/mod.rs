@@ -407,3 +407,37 @@ impl AddressSpace {
         })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Foll, PAGE_SIZE};
+
+    /// The device view's copies (the `unsafe` of this module, which Miri
+    /// checks) across a page boundary, against the process's view, and the
+    /// release of every pin and frame.
+    #[test]
+    fn the_device_view_reads_and_writes_the_pinned_frames() {
+        let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        let p = mm.pin_user_pages(a, 2, Foll::WRITE | Foll::LONGTERM).unwrap();
+        assert!(mm.page_maybe_dma_pinned(a + PAGE_SIZE));
+        let data: Vec<u8> = (0..21).collect();
+        p.write(PAGE_SIZE - 10, &data).unwrap();
+        let mut back = vec![0u8; 21];
+        p.read(PAGE_SIZE - 10, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut cpu = crate::Cpu::attached(&mm);
+        assert_eq!(cpu.read_u8(a + PAGE_SIZE + 10).unwrap(), 20);
+        drop(cpu);
+        assert_eq!(mm.pinned_vm(), 2);
+        drop(p);
+        assert!(!mm.page_maybe_dma_pinned(a));
+        assert_eq!(mm.pinned_vm(), 0);
+        drop(mm);
+        assert_eq!(phys.quiesce().frames_used, 0);
+    }
+}
