@@ -44,6 +44,16 @@ pub fn arena_bytes(size: u64) -> u64 {
     size + size / 256 + (64 << 20) + cores() as u64 * (2 << 20)
 }
 
+/// CPU seconds this process has used (user and system, every thread).
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// One softmm sample: an address space with `policy` maps `size` bytes, and
 /// `threads` workers pin all of it (timed); the pins are dropped and the
 /// address space with them (untimed).
@@ -78,13 +88,14 @@ pub fn soft(
             // Let the mapper get going first.
             std::thread::sleep(Duration::from_millis(2));
         }
-        let t0 = Instant::now();
+        let (c0, t0) = (process_cpu_seconds(), Instant::now());
         let pinned = mm.pin_user_pages_parallel(a, npages, Foll::WRITE | Foll::LONGTERM, threads);
-        let seconds = t0.elapsed().as_secs_f64();
+        let (seconds, cpu) = (t0.elapsed().as_secs_f64(), process_cpu_seconds() - c0);
         stop.store(true, Ordering::Relaxed);
         let mapper = mapper.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        (pinned, seconds, mapper)
+        (pinned, (seconds, cpu), mapper)
     });
+    let (seconds, cpu_seconds) = seconds;
     if let Some(m) = mapper {
         m?;
     }
@@ -95,7 +106,7 @@ pub fn soft(
     Ok(Measured {
         ops: st.pages,
         seconds,
-        cpu_seconds: seconds * threads as f64,
+        cpu_seconds,
         counters: Counters {
             pages: Some(st.pages),
             faults: Some(st.faults),
@@ -191,7 +202,7 @@ pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
     let slice = (size / threads as u64).div_ceil(2 << 20) * (2 << 20);
     let result = (|| {
         let rings: Vec<Ring> = (0..threads).map(|_| Ring::new()).collect::<Result<_, _>>()?;
-        let t0 = Instant::now();
+        let (c0, t0) = (process_cpu_seconds(), Instant::now());
         let results: Vec<Result<(), String>> = std::thread::scope(|s| {
             let handles: Vec<_> = rings
                 .iter()
@@ -204,14 +215,14 @@ pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
         });
-        let seconds = t0.elapsed().as_secs_f64();
+        let (seconds, cpu_seconds) = (t0.elapsed().as_secs_f64(), process_cpu_seconds() - c0);
         results.into_iter().collect::<Result<Vec<()>, String>>()?;
         drop(rings);
         let pages = size / PAGE_SIZE;
         Ok(Measured {
             ops: pages,
             seconds,
-            cpu_seconds: seconds * threads as f64,
+            cpu_seconds,
             counters: Counters { pages: Some(pages), ..Counters::default() },
         })
     })();
@@ -359,8 +370,9 @@ fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Optio
 /// The pin table: seconds, pages/s, speedup over one thread of the same
 /// policy and mode, and `mmap_lock` acquisitions per 512 pages.
 pub fn table(samples: &[Sample]) -> String {
-    let mut lines =
-        vec![["mode", "policy", "thr", "seconds", "pages/s", "speedup", "lock/512 pages"].map(String::from).to_vec()];
+    let mut lines = vec![["mode", "policy", "thr", "seconds", "pages/s", "pages/cpu-s", "speedup", "lock/512 pages"]
+        .map(String::from)
+        .to_vec()];
     for row in report::rows(samples) {
         let s = row.samples[0];
         let rate = row.median();
@@ -370,17 +382,21 @@ pub fn table(samples: &[Sample]) -> String {
         let locks: Option<u64> = row.samples.iter().map(|x| x.counters.mmap_lock_acquisitions).sum();
         let per512 = locks.map_or("-".into(), |l| format!("{:.2}", l as f64 * 512.0 / pages.max(1) as f64));
         let secs = s.ops as f64 / rate.max(f64::MIN_POSITIVE);
+        let cpu: f64 = row.samples.iter().map(|x| x.cpu_seconds).sum();
+        let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
+        let per_cpu = if cpu > 0.0 { report::si(ops as f64 / cpu) } else { "-".into() };
         lines.push(vec![
             s.mode.clone(),
             s.policy.clone(),
             s.threads.to_string(),
             format!("{secs:.3}"),
             report::si(rate),
+            per_cpu,
             speedup,
             per512,
         ]);
     }
-    let widths: Vec<usize> = (0..7).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..8).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for l in &lines {
         let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
@@ -388,7 +404,7 @@ pub fn table(samples: &[Sample]) -> String {
         out.push('\n');
     }
     out.push_str("pin: one op = one page pinned (FOLL_WRITE | FOLL_LONGTERM, faulted in); seconds at the median rate; \
-                  speedup over 1 thread; lock = mmap_lock acquisitions; host = io_uring IORING_REGISTER_BUFFERS, one ring per thread.\n");
+                  pages/cpu-s: pages per CPU second of the whole process (the mapper's included); speedup over 1 thread; lock = mmap_lock acquisitions; host = io_uring IORING_REGISTER_BUFFERS, one ring per thread.\n");
     out
 }
 
