@@ -11,3 +11,4 @@ for w in page-fault1 page-fault2 page-fault3 mmap1 mmap2 tlb-flush; do
     out=$w; run "$w" --mode threads,processes --json "$w.json" --plot "$w.svg"
 done
 out=cortenmm; run cortenmm --json cortenmm.json --plot cortenmm.svg
+out=pin; "$softmm" bench pin --size 1G --repeat 3 --json pin.json | tee pin.txt

@@ -22,7 +22,9 @@ pub const HEADLINE_PLOT: &str = "softmm-results.svg";
 #[command(name = "bench")]
 pub struct BenchArgs {
     /// Workloads, comma-separated or repeated: pft, page-fault1, page-fault2,
-    /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm, or all.
+    /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm, or all;
+    /// or `pin` alone (seed 004: its own sweep over pin policies, default
+    /// --size 8G, modes alone and interfered).
     /// None: the headline experiment (pft and interference for every policy
     /// and the host, plotted to softmm-results.svg).
     #[arg(value_delimiter = ',')]
@@ -101,7 +103,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v * mult)
 }
 
-fn parse_threads(s: &str) -> Result<Vec<usize>, String> {
+pub(crate) fn parse_threads(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || format!("bad thread count `{part}`");
@@ -199,6 +201,9 @@ fn mem_available() -> Option<u64> {
 
 /// Runs `softmm bench`; returns the exit status.
 pub fn run(args: &BenchArgs) -> Result<i32, String> {
+    if args.workloads.iter().any(|w| w == "pin") {
+        return workloads::pin::bench(args); // seed 004's experiment has its own sweep
+    }
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
@@ -365,7 +370,8 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     println!("{}", report::table(&samples));
     print!("{}", report::legend(&samples));
     if headline {
-        let seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
+        let seeds: Vec<_> =
+            summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().chain(summary::seed_004()).collect();
         println!("\n{}", summary::table(&seeds));
     }
     let results = Results { machine, samples };

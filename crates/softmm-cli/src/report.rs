@@ -37,6 +37,9 @@ pub struct Counters {
     /// Writes to shared cache lines by faults (`shared-write-stats` builds).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shared_writes: Option<u64>,
+    /// Pages pinned (`pin`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pages: Option<u64>,
 }
 
 impl Counters {
@@ -53,6 +56,7 @@ impl Counters {
         add(&mut self.spec_aborts, o.spec_aborts);
         add(&mut self.fallbacks, o.fallbacks);
         add(&mut self.shared_writes, o.shared_writes);
+        add(&mut self.pages, o.pages);
     }
 }
 

@@ -48,6 +48,25 @@ pub fn seed_001(samples: &[Sample], default_policy: &str) -> Option<SeedRow> {
     })
 }
 
+/// Seed 004 from a short run of its own experiment (`softmm bench pin`):
+/// pages pinned per second (`FOLL_WRITE | FOLL_LONGTERM`, a 256 MiB region
+/// faulted in by the pin) with two workers (one on a single CPU), the
+/// median of three samples; `per-page` (`mmap_lock` around every page,
+/// before the seed) against the default pin policy, and the host pinning
+/// through io_uring's buffer registration (one sample). `None` if the arena
+/// cannot be made.
+pub fn seed_004() -> Option<SeedRow> {
+    let threads = crate::machine::cores().min(2);
+    let r = crate::workloads::pin::short_run(256 << 20, threads).ok()?;
+    Some(SeedRow {
+        seed: "004 page pinning",
+        metric: format!("pages pinned/s, 256 MiB faulted in, {threads} threads"),
+        old: ("per-page".into(), r.old),
+        new: (softmm::PinPolicy::default().name().into(), r.new),
+        host: r.host,
+    })
+}
+
 fn cell(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), si)
 }

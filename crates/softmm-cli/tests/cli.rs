@@ -304,11 +304,39 @@ fn bench_without_workload_runs_the_headline() {
         "softmm-results.svg",
         "Per seed",
         "001 speculative faults",
+        "004 page pinning",
     ] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
     let svg = std::fs::read_to_string(dir.join("softmm-results.svg")).expect("headline plot");
     assert!(svg.starts_with("<svg") && svg.contains("interference"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_pin_sweeps_the_pin_policies_with_counters() {
+    let dir = scratch("pin");
+    let out = softmm_in(
+        &dir,
+        &["bench", "pin", "--size", "8M", "--threads", "1,2", "--json", "pin.json"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    for needle in ["per-page", "batched", "per-vma", "interfered", "lock/512 pages", "512.00", "speedup"] {
+        assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
+    }
+    // The host pins through io_uring, or says why not.
+    assert!(out.stdout.contains("host"), "{}", out.stdout);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pin.json")).expect("json")).expect("valid json");
+    let samples = json["samples"].as_array().expect("samples");
+    let batched = samples.iter().find(|s| s["policy"] == "batched" && s["mode"] == "alone").expect("a batched sample");
+    assert_eq!(batched["counters"]["pages"], 2048);
+    assert_eq!(batched["counters"]["mmap_lock_acquisitions"], 4, "one per 512 pages");
+    assert_eq!(batched["ops"], 2048);
+    let bad = softmm_in(&dir, &["bench", "pin", "--policy", "nope"], Duration::from_secs(10));
+    assert_ne!(bad.code, Some(0));
+    assert!(bad.stderr.contains("unknown pin policy"), "{}", bad.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -29,6 +29,7 @@ mod gup;
 mod mm;
 mod pgtable;
 mod phys;
+mod pin;
 mod rmap;
 mod sync;
 mod tlb;
@@ -46,8 +47,10 @@ pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
+pub use mm::PinPolicy;
 pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
+pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use tlb::TlbStats;
 
 /// log2 of the page size.

@@ -32,6 +32,11 @@ pub(crate) const PG_FILE: u32 = 1 << 1;
 pub(crate) const PG_DIRTY: u32 = 1 << 2;
 /// Frame flag: `MADV_FREE` made it lazily freeable.
 pub(crate) const PG_LAZYFREE: u32 = 1 << 3;
+/// Frame flag: an anonymous page mapped by exactly one address space, which
+/// may write it without a copy and may pin it (Linux's `PG_anon_exclusive`,
+/// 5.19). Set on every new anonymous page; `fork` clears it when it shares
+/// the page copy-on-write, and never shares a pinned one.
+pub(crate) const PG_ANON_EXCLUSIVE: u32 = 1 << 4;
 
 /// Most NUMA nodes an arena may have (Linux's `MAX_NUMNODES` on x86-64).
 pub const MAX_NODES: usize = 1 << 10;
@@ -50,7 +55,10 @@ pub(crate) struct FrameDesc {
     /// References: one per mapping PTE, one for the page cache, one per pin,
     /// one per [`FrameRef`].
     pub(crate) refcount: AtomicU32,
-    /// `pin_user_pages` pins; a pinned frame is never migrated or COW-shared.
+    /// `pin_user_pages` pins (`FOLL_PIN`), each of which also holds one
+    /// reference in `refcount`: Linux's `_pincount` of a large folio, exact,
+    /// so `page_maybe_dma_pinned` is `pincount > 0`. A pinned frame is never
+    /// COW-shared by `fork` (and will not be migrated).
     pub(crate) pincount: AtomicU32,
     /// `PG_*` bits.
     pub(crate) flags: AtomicU32,

@@ -5,6 +5,7 @@ mod cortenmm;
 pub mod harness;
 mod interference;
 mod pft;
+pub mod pin;
 pub mod space;
 mod tlb_flush;
 mod wis;
@@ -285,6 +286,7 @@ pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flus
         spec_aborts: lock_free.then_some(aborts),
         fallbacks: lock_free.then_some(fault.fallbacks),
         shared_writes: cfg!(feature = "shared-write-stats").then_some(fault.shared_writes),
+        ..Counters::default()
     }
 }
 

@@ -9,7 +9,7 @@ use crate::error::{Fault, SegvCode};
 use crate::file::File;
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte, PteKind, PMD_SIZE};
-use crate::phys::{FrameRef, PG_ANON, PG_DIRTY, PG_FILE};
+use crate::phys::{FrameRef, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
 use crate::rmap;
 use crate::sync::shared_write;
 use crate::vma::VmFlags;
@@ -189,7 +189,7 @@ fn install(ctx: &FaultCtx<'_>, leaf: Leaf<'_>, va: u64, frame: FrameRef<'_>, fla
 
 fn new_anon_frame(ctx: &FaultCtx<'_>, frame: &FrameRef<'_>, va: u64) {
     let d = frame.desc();
-    d.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
+    d.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE, Ordering::Relaxed);
     d.index.store(ctx.vma.pgoff_at(va), Ordering::Relaxed);
 }
 
@@ -293,9 +293,14 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
             let mut ptl = leaf.lock();
             ctx.validate()?;
             // Under the PTE lock no new mapping of this frame can appear
-            // (fork copies entries under this lock), so refcount 1 means ours.
-            if ptl.get(va) == pte && d.refcount.load(Ordering::Acquire) == 1 && d.pincount.load(Ordering::Relaxed) == 0
-            {
+            // (fork copies entries under this lock), so refcount 1 means
+            // ours; an exclusive page (PG_anon_exclusive, which fork clears
+            // under this lock) is ours whatever pins or references hold it,
+            // and must be reused: a pinned page copied here would leave the
+            // device writing a page the process no longer maps.
+            let exclusive = d.flags.load(Ordering::Relaxed) & PG_ANON_EXCLUSIVE != 0;
+            if ptl.get(va) == pte && (exclusive || d.refcount.load(Ordering::Acquire) == 1) {
+                d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
                 ptl.set(va, writable);
                 return Ok(true);
             }

@@ -45,6 +45,43 @@ impl FaultPolicy {
     }
 }
 
+/// How `pin_user_pages` synchronizes with changes to the address space
+/// (seed 004). More policies may come, so a `match` on it needs a wildcard
+/// arm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PinPolicy {
+    /// `mmap_lock` for read taken and dropped around every page (VFIO
+    /// before seed 004).
+    PerPage,
+    /// `mmap_lock` for read held across 512 pages, then dropped so writers
+    /// are not starved (seed 004; VFIO's batching in Linux 5.12).
+    Batched,
+    /// gup-fast for present pages and the fault path's own lock-free
+    /// protocol for the rest: no `mmap_lock` and no shared write per page.
+    #[default]
+    PerVma,
+}
+
+impl PinPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [PinPolicy] = &[PinPolicy::PerPage, PinPolicy::Batched, PinPolicy::PerVma];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            PinPolicy::PerPage => "per-page",
+            PinPolicy::Batched => "batched",
+            PinPolicy::PerVma => "per-vma",
+        }
+    }
+
+    /// The policy named `name` (see [`PinPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<PinPolicy> {
+        PinPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
@@ -113,6 +150,9 @@ pub struct MmConfig {
     pub memlock_limit: u64,
     /// The process has `CAP_IPC_LOCK` (locks without limit).
     pub cap_ipc_lock: bool,
+    /// How `pin_user_pages` synchronizes with mapping changes. Long-term
+    /// pins are charged to `pinned_vm` against `memlock_limit` too.
+    pub pin_policy: PinPolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -136,6 +176,7 @@ impl Default for MmConfig {
             force_speculative: false,
             memlock_limit: 8 << 20,
             cap_ipc_lock: false,
+            pin_policy: PinPolicy::default(),
         }
     }
 }
@@ -243,6 +284,13 @@ impl MmConfig {
         self.cap_ipc_lock = cap_ipc_lock;
         self
     }
+
+    /// Sets `pin_policy`: how `pin_user_pages` synchronizes with mapping changes (default [`PinPolicy::PerVma`]).
+    #[must_use]
+    pub fn pin_policy(mut self, pin_policy: PinPolicy) -> MmConfig {
+        self.pin_policy = pin_policy;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -310,7 +358,8 @@ mod tests {
             .fault_around_pages(4)
             .force_speculative(true)
             .memlock_limit(9 << 20)
-            .cap_ipc_lock(true);
+            .cap_ipc_lock(true)
+            .pin_policy(PinPolicy::Batched);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -326,6 +375,7 @@ mod tests {
             force_speculative: true,
             memlock_limit: 9 << 20,
             cap_ipc_lock: true,
+            pin_policy: PinPolicy::Batched,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::pgtable::Pte;
-use crate::phys::{PG_ANON, PG_DIRTY};
+use crate::phys::{PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY};
 use crate::rmap;
 use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma};
@@ -38,12 +38,19 @@ impl AddressSpace {
         let child = AddressSpace::new(&self.phys, self.config.clone())?;
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
+        // write_protect_seq: gup-fast pins racing with the write-protect
+        // below either are seen here (pin count read after this fence) or
+        // see the count move and fall back to the slow path, which waits
+        // for mmap_lock (see crate::pin's fast.rs).
+        self.pins.write_protect_seq.write_begin();
+        crate::sync::fence(Ordering::SeqCst);
         let res = self.dup_mmap(&mut st, &child, &mut tlb);
         // Write-protecting the parent's entries narrowed its translations.
         // Flush before any fault can run again on those VMAs: a COW copy made
         // while a CPU still writes through its old writable entry would lose
         // that write (the Linux 6.4 fork corruption).
         tlb.finish(self);
+        self.pins.write_protect_seq.write_end();
         drop(st);
         res.map(|()| child)
     }
@@ -99,12 +106,16 @@ impl AddressSpace {
 
     /// Copies the entries of `vma` from `parent` into `self` (the child),
     /// Linux's `copy_page_range`: private pages become read-only in both
-    /// (COW), pinned private pages are copied at once, guard markers are
-    /// copied as they are.
+    /// (COW) and anonymous ones lose their exclusive mark; pinned anonymous
+    /// pages are copied into the child at once and stay the parent's,
+    /// writable (`copy_present_pte` since 5.19: `folio_needs_cow_for_dma`,
+    /// the CVE-2020-29374 fix); guard markers are copied as they are.
     fn copy_page_range(&self, parent: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
         let guard = crossbeam_epoch::pin();
         let phys = &self.phys;
         let private = !vma.flags.contains(VmFlags::MAYSHARE);
+        // MMF_HAS_PINNED: pin counts matter only once something was pinned.
+        let has_pinned = parent.pins.has_pinned();
         let mut err = Ok(());
         for src in parent.pgtables.leaves(vma.start, vma.end, &guard) {
             // The parent's lock first, as everywhere (the child is not
@@ -124,18 +135,27 @@ impl AddressSpace {
                     return None;
                 }
                 let d = phys.desc(pte.pfn());
-                if private && pte.pfn() != phys.zero_pfn() && d.pincount.load(Ordering::Relaxed) > 0 {
-                    // A pinned page must stay the parent's: the child gets a copy.
+                let anon = private && pte.pfn() != phys.zero_pfn() && d.flags.load(Ordering::Relaxed) & PG_ANON != 0;
+                // Ordered after write_protect_seq's odd value by the fence in
+                // `fork`: a gup-fast pin not seen here sees the count move.
+                if anon && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
+                    // folio_needs_cow_for_dma: the pinned page stays the
+                    // parent's, writable; the child gets a copy.
                     let Some(copy) = phys.alloc_copy(pte.pfn(), 0) else {
                         err = Err(Errno::NoMem);
                         return None;
                     };
                     let cd = copy.desc();
-                    cd.flags.store(PG_ANON | PG_DIRTY, Ordering::Relaxed);
+                    cd.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE, Ordering::Relaxed);
                     cd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
                     let cpte = pte.with_pfn(copy.pfn());
                     rmap::map_pte(&mut dst, va, copy, cpte);
                     return None;
+                }
+                if anon {
+                    // folio_try_dup_anon_rmap: shared now, so not pinnable
+                    // until a write or an unshare makes it exclusive again.
+                    d.flags.fetch_and(!PG_ANON_EXCLUSIVE, Ordering::Relaxed);
                 }
                 let frame = rmap::dup_page(phys, pte);
                 if private && pte.has(Pte::WRITE) {

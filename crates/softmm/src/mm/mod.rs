@@ -34,7 +34,7 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
-pub use config::{FaultPolicy, MmConfig, TASK_SIZE};
+pub use config::{FaultPolicy, MmConfig, PinPolicy, TASK_SIZE};
 pub use maps::MapEntry;
 
 use crate::file::{File, Mapper};
@@ -97,6 +97,8 @@ pub struct AddressSpace {
     /// can remove itself from them.
     linked_files: crate::sync::Mutex<Vec<Weak<File>>>,
     self_weak: Weak<AddressSpace>,
+    /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
+    pub(crate) pins: Arc<crate::pin::PinState>,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -143,6 +145,7 @@ impl AddressSpace {
             seq: SeqCount::new(),
             linked_files: crate::sync::Mutex::new(Vec::new()),
             self_weak: w.clone(),
+            pins: Arc::default(),
         }))
     }
 

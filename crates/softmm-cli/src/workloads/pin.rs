@@ -1,0 +1,441 @@
+//! `pin`: seed 004's experiment. A region mapped but never touched (default
+//! 8 GiB, `--size`) is pinned for write and long term, as VFIO pins a guest's
+//! memory, so every page is faulted in and pinned; by 1..=nproc worker
+//! threads (`--threads`; softmm's `pin_user_pages_parallel`, the range cut
+//! into 2 MiB-aligned chunks), under every `PinPolicy` (`per-page`: the
+//! seed's before, `batched`: the seed, `per-vma`: softmm's default). Modes:
+//! `alone`, and `interfered`, where one more thread of the address space
+//! loops mmap/munmap of an unrelated 16-page region meanwhile.
+//!
+//! The host row pins the same size through io_uring's fixed-buffer
+//! registration (`IORING_REGISTER_BUFFERS` pins with `FOLL_WRITE |
+//! FOLL_LONGTERM`), one ring per thread, each registering its slice in
+//! iovecs of at most 1 GiB (io_uring's limit), with `RLIMIT_MEMLOCK` raised
+//! to infinity (as root); if the host refuses, the reason is printed and
+//! only that row is skipped.
+//!
+//! One operation is one page pinned: `ops_per_sec` is pages pinned per
+//! second; counters `pages` and `mmap_lock_acquisitions` (the pin's own and
+//! its faults' fallbacks; the table shows them per 512 pages, VFIO's batch).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use softmm::{AddressSpace, Foll, MmConfig, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
+
+use super::Measured;
+use crate::bench::BenchArgs;
+use crate::machine::{cores, Machine};
+use crate::report::{self, Counters, Results, Sample};
+
+/// The modes.
+pub const MODES: &[&str] = &["alone", "interfered"];
+
+/// The default region: seed 004 pinned 320 GiB; 8 GiB keeps a sweep short.
+pub const DEFAULT_SIZE: u64 = 8 << 30;
+
+/// Pages of the interfering thread's mapping.
+const MAPPER_PAGES: u64 = 16;
+
+/// The softmm arena for a `size`-byte region: the region, its page tables
+/// (1/512), and frames cached by threads that exited.
+pub fn arena_bytes(size: u64) -> u64 {
+    size + size / 256 + (64 << 20) + cores() as u64 * (2 << 20)
+}
+
+/// CPU seconds this process has used (user and system, every thread).
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// One softmm sample: an address space with `policy` maps `size` bytes, and
+/// `threads` workers pin all of it (timed); the pins are dropped and the
+/// address space with them (untimed).
+pub fn soft(
+    phys: &Arc<PhysMem>,
+    policy: PinPolicy,
+    threads: usize,
+    size: u64,
+    interfered: bool,
+) -> Result<Measured, String> {
+    let config = MmConfig::default().pin_policy(policy).cap_ipc_lock(true);
+    let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space: {e}"))?;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let a = mm.mmap(0, size, rw, anon, None, 0).map_err(|e| format!("mmap of {} MiB: {e}", size >> 20))?;
+    let npages = (size / PAGE_SIZE) as usize;
+    let stop = AtomicBool::new(false);
+    let (pinned, seconds, mapper) = std::thread::scope(|s| {
+        let mapper = interfered.then(|| {
+            s.spawn(|| -> Result<u64, String> {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let len = MAPPER_PAGES * PAGE_SIZE;
+                    let b = mm.mmap(0, len, libc::PROT_READ, anon, None, 0).map_err(|e| format!("mapper: {e}"))?;
+                    mm.munmap(b, len).map_err(|e| format!("mapper: {e}"))?;
+                    n += 1;
+                }
+                Ok(n)
+            })
+        });
+        if interfered {
+            // Let the mapper get going first.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (c0, t0) = (process_cpu_seconds(), Instant::now());
+        let pinned = mm.pin_user_pages_parallel(a, npages, Foll::WRITE | Foll::LONGTERM, threads);
+        let (seconds, cpu) = (t0.elapsed().as_secs_f64(), process_cpu_seconds() - c0);
+        stop.store(true, Ordering::Relaxed);
+        let mapper = mapper.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (pinned, (seconds, cpu), mapper)
+    });
+    let (seconds, cpu_seconds) = seconds;
+    if let Some(m) = mapper {
+        m?;
+    }
+    let pinned = pinned.map_err(|e| format!("pin_user_pages of {} MiB: {e}", size >> 20))?;
+    let st = pinned.stats();
+    drop(pinned);
+    drop(mm);
+    Ok(Measured {
+        ops: st.pages,
+        seconds,
+        cpu_seconds,
+        counters: Counters {
+            pages: Some(st.pages),
+            faults: Some(st.faults),
+            mmap_lock_acquisitions: Some(st.mmap_lock_acquisitions),
+            ..Counters::default()
+        },
+    })
+}
+
+/// The host's `IORING_REGISTER_BUFFERS`.
+const IORING_REGISTER_BUFFERS: libc::c_uint = 0;
+/// io_uring's largest registered buffer.
+const IORING_MAX_BUF: u64 = 1 << 30;
+
+fn errno_text() -> String {
+    std::io::Error::last_os_error().to_string()
+}
+
+/// A ring whose registered buffers are released when it is closed.
+struct Ring(libc::c_int);
+
+impl Ring {
+    fn new() -> Result<Ring, String> {
+        // struct io_uring_params: 120 bytes, zeroed; the kernel fills it in.
+        let mut params = [0u64; 15];
+        // SAFETY: io_uring_setup(entries, params) writes at most the 120
+        // bytes of `params`, which lives across the call.
+        let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
+        if fd < 0 {
+            return Err(format!("io_uring_setup: {}", errno_text()));
+        }
+        Ok(Ring(fd as libc::c_int))
+    }
+
+    /// Registers `[addr, addr + len)` as fixed buffers of at most 1 GiB each.
+    fn register(&self, addr: u64, len: u64) -> Result<(), String> {
+        let iov: Vec<libc::iovec> = (0..len.div_ceil(IORING_MAX_BUF))
+            .map(|i| {
+                let off = i * IORING_MAX_BUF;
+                libc::iovec {
+                    iov_base: (addr + off) as *mut libc::c_void,
+                    iov_len: (len - off).min(IORING_MAX_BUF) as usize,
+                }
+            })
+            .collect();
+        // SAFETY: the iovecs describe memory this process mapped and keeps
+        // mapped until the ring is closed; the kernel only reads `iov`.
+        let rc = unsafe {
+            libc::syscall(libc::SYS_io_uring_register, self.0, IORING_REGISTER_BUFFERS, iov.as_ptr(), iov.len() as u32)
+        };
+        if rc < 0 {
+            return Err(format!("IORING_REGISTER_BUFFERS: {}", errno_text()));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor; closing the ring unpins its buffers.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// Raises `RLIMIT_MEMLOCK` to infinity where allowed (root); io_uring
+/// charges registered buffers against it otherwise.
+fn raise_memlock() {
+    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit reads `lim`; failure (not root) leaves the limit as it was.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+/// One host sample: `size` bytes mapped but never touched, registered by
+/// `threads` rings at once (each its slice, 2 MiB aligned), timed; then the
+/// rings are closed and the region unmapped.
+pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
+    raise_memlock();
+    // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!("mmap of {} MiB: {}", size >> 20, errno_text()));
+    }
+    let addr = base as u64;
+    let slice = (size / threads as u64).div_ceil(2 << 20) * (2 << 20);
+    let result = (|| {
+        let rings: Vec<Ring> = (0..threads).map(|_| Ring::new()).collect::<Result<_, _>>()?;
+        let (c0, t0) = (process_cpu_seconds(), Instant::now());
+        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = rings
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let lo = (i as u64 * slice).min(size);
+                    let hi = ((i as u64 + 1) * slice).min(size);
+                    (lo < hi).then(|| s.spawn(move || r.register(addr + lo, hi - lo)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        let (seconds, cpu_seconds) = (t0.elapsed().as_secs_f64(), process_cpu_seconds() - c0);
+        results.into_iter().collect::<Result<Vec<()>, String>>()?;
+        drop(rings);
+        let pages = size / PAGE_SIZE;
+        Ok(Measured {
+            ops: pages,
+            seconds,
+            cpu_seconds,
+            counters: Counters { pages: Some(pages), ..Counters::default() },
+        })
+    })();
+    // SAFETY: the mapping made above; the rings that pinned it are closed.
+    unsafe { libc::munmap(base, size as usize) };
+    result
+}
+
+/// A sample record.
+fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured) -> Sample {
+    Sample {
+        workload: "pin".into(),
+        mode: mode.into(),
+        policy: policy.into(),
+        threads,
+        repeat,
+        ops: m.ops,
+        seconds: m.seconds,
+        ops_per_sec: if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 },
+        counters: m.counters.clone(),
+        cpu_seconds: m.cpu_seconds,
+    }
+}
+
+/// The policies `--policy` names: `all`, `default`, pin policy names, `host`.
+fn parse_policies(s: &str, no_host: bool) -> Result<(Vec<PinPolicy>, bool), String> {
+    let mut out = Vec::new();
+    let mut host = !no_host;
+    let mut only_host = true;
+    for name in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let add: Vec<PinPolicy> = match name {
+            "all" => PinPolicy::ALL.to_vec(),
+            "default" => vec![PinPolicy::default()],
+            "host" => {
+                host = true;
+                continue;
+            }
+            _ => vec![PinPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = PinPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown pin policy `{name}` (known: {}, all, default, host)", names.join(", "))
+            })?],
+        };
+        only_host = false;
+        for p in add {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    if only_host && !no_host {
+        return Ok((Vec::new(), true));
+    }
+    Ok((out, host))
+}
+
+/// Was `--size` given on the command line (else the pin default applies)?
+fn size_given() -> bool {
+    std::env::args().any(|a| a == "--size" || a.starts_with("--size="))
+}
+
+/// `softmm bench pin`: the sweep, its table, `--json`.
+pub fn bench(args: &BenchArgs) -> Result<i32, String> {
+    if args.workloads.iter().any(|w| w != "pin") {
+        return Err("`pin` runs alone: give it as the only workload".into());
+    }
+    let size = if size_given() { args.size } else { DEFAULT_SIZE };
+    if size % PAGE_SIZE != 0 {
+        return Err("--size must be a multiple of 4K for pin".into());
+    }
+    let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
+    let threads = match &args.threads {
+        Some(s) => crate::bench::parse_threads(s)?,
+        None => (1..=cores()).collect(),
+    };
+    if args.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    let modes: Vec<&str> = if args.mode.is_empty() {
+        MODES.to_vec()
+    } else {
+        let mut m = Vec::new();
+        for a in &args.mode {
+            m.push(
+                *MODES.iter().find(|x| **x == a).ok_or_else(|| format!("pin has no mode `{a}` (alone, interfered)"))?,
+            );
+        }
+        m
+    };
+    let machine = Machine::detect();
+    eprintln!("softmm bench pin on {} ({} CPUs, {}): {} MiB", machine.model, machine.cores, machine.kernel, size >> 20);
+    let mut samples = Vec::new();
+    let mut failures = 0;
+    if !policies.is_empty() {
+        let phys = PhysMem::new(PhysConfig::new(arena_bytes(size))).map_err(|e| {
+            format!("cannot make a {} MiB softmm arena: {e}: use a smaller --size", arena_bytes(size) >> 20)
+        })?;
+        for &mode in &modes {
+            for &t in &threads {
+                for r in 0..args.repeat {
+                    for &p in &policies {
+                        match soft(&phys, p, t, size, mode == "interfered") {
+                            Ok(m) => {
+                                let s = sample(mode, p.name(), t, r, &m);
+                                eprintln!("pin {mode} {} threads={t}: {} pages/s", p.name(), report::si(s.ops_per_sec));
+                                samples.push(s);
+                            }
+                            Err(e) => {
+                                failures += 1;
+                                eprintln!("softmm: pin {mode} {} threads={t}: {e}", p.name());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if with_host {
+        // Alone only: the host's own mmap_lock traffic is not this row's subject.
+        'host: for &t in &threads {
+            for r in 0..args.repeat {
+                match host(t, size) {
+                    Ok(m) => samples.push(sample("alone", "host", t, r, &m)),
+                    Err(e) => {
+                        println!("host row skipped: the host cannot pin {} MiB through io_uring: {e}", size >> 20);
+                        break 'host;
+                    }
+                }
+            }
+        }
+    }
+    println!("{}", table(&samples));
+    let results = Results { machine, samples };
+    if let Some(path) = &args.json {
+        report::write_json(path, &results)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(if failures > 0 { 1 } else { 0 })
+}
+
+/// The median pages/s of `mode`/`policy` at `threads`.
+fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
+    crate::summary::median(samples, "pin", mode, policy, threads)
+}
+
+/// The pin table: seconds, pages/s, speedup over one thread of the same
+/// policy and mode, and `mmap_lock` acquisitions per 512 pages.
+pub fn table(samples: &[Sample]) -> String {
+    let mut lines = vec![["mode", "policy", "thr", "seconds", "pages/s", "pages/cpu-s", "speedup", "lock/512 pages"]
+        .map(String::from)
+        .to_vec()];
+    for row in report::rows(samples) {
+        let s = row.samples[0];
+        let rate = row.median();
+        let one = median(samples, &s.mode, &s.policy, 1);
+        let speedup = one.filter(|o| *o > 0.0).map_or("-".into(), |o| format!("{:.2}x", rate / o));
+        let pages: u64 = row.samples.iter().map(|x| x.counters.pages.unwrap_or(x.ops)).sum();
+        let locks: Option<u64> = row.samples.iter().map(|x| x.counters.mmap_lock_acquisitions).sum();
+        let per512 = locks.map_or("-".into(), |l| format!("{:.2}", l as f64 * 512.0 / pages.max(1) as f64));
+        let secs = s.ops as f64 / rate.max(f64::MIN_POSITIVE);
+        let cpu: f64 = row.samples.iter().map(|x| x.cpu_seconds).sum();
+        let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
+        let per_cpu = if cpu > 0.0 { report::si(ops as f64 / cpu) } else { "-".into() };
+        lines.push(vec![
+            s.mode.clone(),
+            s.policy.clone(),
+            s.threads.to_string(),
+            format!("{secs:.3}"),
+            report::si(rate),
+            per_cpu,
+            speedup,
+            per512,
+        ]);
+    }
+    let widths: Vec<usize> = (0..8).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for l in &lines {
+        let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out.push_str("pin: one op = one page pinned (FOLL_WRITE | FOLL_LONGTERM, faulted in); seconds at the median rate; \
+                  pages/cpu-s: pages per CPU second of the whole process (the mapper's included); speedup over 1 thread; lock = mmap_lock acquisitions; host = io_uring IORING_REGISTER_BUFFERS, one ring per thread.\n");
+    out
+}
+
+/// Pages pinned per second of the old design, softmm's default and the host
+/// (`None` where one could not run).
+pub struct ShortRun {
+    /// `per-page`.
+    pub old: Option<f64>,
+    /// The default pin policy.
+    pub new: Option<f64>,
+    /// io_uring's buffer registration.
+    pub host: Option<f64>,
+}
+
+/// Seed 004's short run for the headline summary: `size` bytes pinned by
+/// `threads` workers under `per-page` and the default policy (`alone`,
+/// taking turns, three samples each), and once by the host; the median
+/// pages per second of each.
+pub fn short_run(size: u64, threads: usize) -> Result<ShortRun, String> {
+    let phys = PhysMem::new(PhysConfig::new(arena_bytes(size))).map_err(|e| format!("arena: {e}"))?;
+    let rate = |m: Measured| m.ops as f64 / m.seconds.max(f64::MIN_POSITIVE);
+    let (mut old, mut new) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        old.extend(soft(&phys, PinPolicy::PerPage, threads, size, false).ok().map(rate));
+        new.extend(soft(&phys, PinPolicy::default(), threads, size, false).ok().map(rate));
+    }
+    drop(phys);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let host = host(threads, size).ok().map(rate);
+    Ok(ShortRun { old: median(old), new: median(new), host })
+}
