@@ -205,22 +205,13 @@ impl AddressSpace {
                 };
                 let done = Arc::new(Mutex::new(()));
                 let held = done.lock();
-                st.reserved.push(Reservation { start: lo, end: hi, done: done.clone() });
-                drop(st);
+                self.reserve(st, lo, hi, &done);
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
                 self.zap_range(lo, hi, &mut tlb, |_| true);
                 self.clear_guard_markers(lo, hi);
-                // The last frames' flush before anyone may map here again.
-                tlb.flush_and_free(self);
-                let mut st = self.write_lock();
-                st.reserved.retain(|r| !Arc::ptr_eq(&r.done, &done));
-                self.free_pgtables(&st, lo, hi, &mut tlb);
-                drop(st);
+                self.release(lo, hi, &done, tlb);
                 drop(held);
-                // Only detached tables are left: nothing translates through
-                // them, and they are freed after this flush and a grace period.
-                tlb.finish(self);
                 Ok(())
             }
             _ => {
@@ -236,5 +227,140 @@ impl AddressSpace {
                 res
             }
         }
+    }
+
+    /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached)
+    /// and ends the write section. The caller holds `done`'s lock until
+    /// after [`Self::release`].
+    fn reserve(&self, mut st: MmapWriteGuard<'_>, lo: u64, hi: u64, done: &Arc<Mutex<()>>) {
+        st.reserved.push(Reservation { start: lo, end: hi, done: done.clone() });
+        drop(st);
+    }
+
+    /// Ends a lock-free unmap of `[lo, hi)` whose entries are all zapped
+    /// into `tlb`: flushes and frees the last frames, then in a short write
+    /// section removes the reservation and detaches the page tables only the
+    /// range used, then flushes again and frees those after a grace period.
+    fn release(&self, lo: u64, hi: u64, done: &Arc<Mutex<()>>, mut tlb: MmuGather) {
+        // The last frames' flush before anyone may map here again.
+        tlb.flush_and_free(self);
+        let mut st = self.write_lock();
+        st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
+        self.free_pgtables(&st, lo, hi, &mut tlb);
+        drop(st);
+        // Only detached tables are left: nothing translates through them,
+        // and they are freed after this flush and a grace period.
+        tlb.finish(self);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::uapi::*;
+    use crate::{Cpu, PhysConfig, PhysMem, PAGE_SIZE};
+
+    const RW: i32 = PROT_READ | PROT_WRITE;
+    const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+    const LEN: u64 = 4 * PAGE_SIZE;
+
+    fn pattern(va: u64) -> u64 {
+        va ^ 0x5eed
+    }
+
+    /// Four written pages, mapped at a fixed address.
+    fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, Cpu, u64) {
+        let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, crate::MmConfig::default()).unwrap();
+        let a = 0x1000_0000;
+        assert_eq!(mm.mmap(a, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        let mut cpu = Cpu::attached(&mm);
+        for va in (a..a + LEN).step_by(PAGE_SIZE as usize) {
+            cpu.write_u64(va, pattern(va)).unwrap();
+        }
+        (phys, mm, cpu, a)
+    }
+
+    /// Seed 002's approach #2, dropping `mmap_lock` inside the zap
+    /// (`zap_pmd_range` → `up_write`) with nothing to keep the range: CPU B
+    /// runs a whole `mmap(MAP_FIXED)` over the half-zapped range, whose new,
+    /// zero-filled mapping then shows A's old data where A has not zapped
+    /// yet (the stale entry), and A, taking the lock back to go on with what
+    /// it was walking, zaps B's page (B's write is lost). In Linux the
+    /// walked VMAs would be freed under A (the use-after-free of the cover
+    /// letter); softmm's VMAs are reference counted, but the page-table
+    /// entries A walks are what B now uses.
+    #[test]
+    fn dropping_the_lock_inside_the_zap_shows_stale_entries_to_a_new_mapping() {
+        let (phys, mm, mut cpu, a) = setup();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        mm.zap_range(lo, lo + 2 * PAGE_SIZE, &mut tlb, |_| true);
+        // Even with what it zapped so far flushed and freed:
+        tlb.flush_and_free(&mm);
+        drop(st); // up_write in the middle of the zap
+                  // CPU B.
+        assert_eq!(mm.mmap(a, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        assert_eq!(cpu.read_u64(a), Ok(0), "the zapped half reads as new");
+        let stale = a + 3 * PAGE_SIZE;
+        assert_eq!(cpu.read_u64(stale), Ok(pattern(stale)), "B's new mapping shows A's old data");
+        cpu.write_u64(stale, 7).unwrap();
+        // A takes the lock back and goes on where it was.
+        let st = mm.write_lock();
+        mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
+        tlb.finish(&mm);
+        drop(st);
+        assert_eq!(cpu.read_u64(stale), Ok(0), "A's zap took B's page, and B's write");
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
+    /// The lock-free unmap drops `mmap_lock` for its zap too, but only after
+    /// reserving the range: B's `mmap(MAP_FIXED)` there waits until the
+    /// entries and tables are gone, then reads zeros and keeps its write.
+    /// The steps are the real ones of [`AddressSpace::vm_munmap`], with B
+    /// started halfway through the zap.
+    #[test]
+    fn a_fixed_mapping_waits_for_a_reserved_range_and_sees_no_stale_entry() {
+        let (phys, mm, mut cpu, a) = setup();
+        cpu.park();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        let done = Arc::new(Mutex::new(()));
+        let held = done.lock();
+        mm.reserve(st, lo, hi, &done);
+        mm.zap_range(lo, lo + 2 * PAGE_SIZE, &mut tlb, |_| true);
+        let stale = a + 3 * PAGE_SIZE;
+        let b = {
+            let mm = mm.clone();
+            std::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                assert_eq!(mm.mmap(a, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+                assert_eq!(cpu.read_u64(stale), Ok(0), "B's new mapping shows old data");
+                cpu.write_u64(stale, 7).unwrap();
+            })
+        };
+        // A hint into the range is placed elsewhere meanwhile.
+        let elsewhere = mm.mmap(a, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        assert!(elsewhere + PAGE_SIZE <= lo || elsewhere >= hi, "{elsewhere:#x} inside the reserved range");
+        mm.munmap(elsewhere, PAGE_SIZE).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!b.is_finished(), "MAP_FIXED over a reserved range did not wait");
+        mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
+        mm.release(lo, hi, &done, tlb);
+        drop(held);
+        b.join().unwrap();
+        cpu.resume();
+        assert_eq!(cpu.read_u64(stale), Ok(7), "B's page survived the unmap");
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
     }
 }
