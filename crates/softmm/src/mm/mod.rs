@@ -27,6 +27,8 @@ mod mprotect;
 mod mremap;
 mod stack;
 mod unmap;
+#[cfg(all(test, loom))]
+mod unmap_loom_tests;
 
 use std::sync::{Arc, Weak};
 
