@@ -17,6 +17,11 @@
 //! | `downgrade` (Linux 4.20+) | write | read (downgraded) | read |
 //! | `lock-free` (default) | write, + reserve the range | no `mmap_lock` | write (short), then drop the reservation |
 //!
+//! `sectioned` is not atomic: a writer that runs between two sections sees
+//! the range half unmapped (a `MAP_FIXED` mapping it makes in a later
+//! section is unmapped in turn), and faults there still succeed; seed 002
+//! accepted that. `downgrade` and `lock-free` detach the whole range at once.
+//!
 //! In all of them the frames are put and the tables freed only after a TLB
 //! flush (the gather's), and the call returns only after its last flush, so
 //! a `munmap` that returned leaves no translation of the range on any CPU.
