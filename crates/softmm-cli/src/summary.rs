@@ -163,6 +163,23 @@ mod tests {
     }
 
     #[test]
+    fn seed_002_takes_the_p99_fault_latency_of_locked_the_default_and_the_host() {
+        let p99 = |policy: &str, ns: u64| Sample {
+            workload: "big-munmap".into(),
+            mode: "fault".into(),
+            counters: Counters { p99_ns: Some(ns), ..Counters::default() },
+            ..sample("fault", policy, 1, 1.0)
+        };
+        let s = vec![p99("locked", 40_000_000), p99(UnmapPolicy::default().name(), 20_000), p99("host", 3_000)];
+        let r = seed_002(&s).unwrap();
+        assert_eq!(r.old, ("locked".into(), Some(40_000.0)));
+        assert_eq!(r.new, (UnmapPolicy::default().name().into(), Some(20.0)));
+        assert_eq!(r.host, Some(3.0));
+        assert!(table(&[r]).contains("0.00x"));
+        assert_eq!(seed_002(&[]), None);
+    }
+
+    #[test]
     fn seed_001_takes_the_interfered_medians_at_the_most_threads() {
         let s = vec![
             sample("interfered", "mmap-lock", 2, 10.0),
