@@ -329,3 +329,29 @@ fn mremap_and_brk_shrink_unmap_through_the_policy() {
         assert_no_leaks(&phys);
     }
 }
+
+/// What each policy holds, in `mmap_lock` write sections of one `munmap`
+/// of a populated range crossing a 1 GiB boundary: `locked` and
+/// `downgrade` one (the downgrade keeps it), `sectioned` one per section,
+/// `lock-free` two (detach and reserve, then free the tables and release).
+#[test]
+fn each_policy_takes_its_write_sections() {
+    for &unmap in UnmapPolicy::ALL {
+        let phys = phys(128);
+        let mm = mm_for(&phys, unmap, FaultPolicy::default());
+        let mut cpu = Cpu::attached(&mm);
+        map_big(&mm, &mut cpu);
+        let before = mm.stats().mmap_lock_write;
+        mm.munmap(BIG, BIG_LEN).unwrap();
+        let sections = mm.stats().mmap_lock_write - before;
+        let want = match unmap {
+            UnmapPolicy::Sectioned | UnmapPolicy::LockFree => 2,
+            _ => 1,
+        };
+        assert_eq!(sections, want, "{unmap:?}");
+        assert_eq!(phys.stats().frames_used, 0, "{unmap:?}");
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+    }
+}
