@@ -30,6 +30,8 @@ pub struct BenchArgs {
 
     /// Fault policies: one, a comma list, `all`, or `default` (the library's
     /// default, recorded under its real name). `host` alone runs only the host.
+    /// For big-munmap: unmap policies (`locked`, `sectioned`, `downgrade`,
+    /// `lock-free`), and every one when only fault policies are named.
     #[arg(long, default_value = "all")]
     pub policy: String,
 
@@ -164,14 +166,20 @@ fn parse_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
 }
 
 /// big-munmap's backends: the unmap policies named in `--policy` (`all`,
-/// `default`, names; fault policy names are ignored), and the host.
-fn parse_unmap_backends(s: &str, no_host: bool) -> Vec<Backend> {
+/// `default`, names; fault policy names, meant for the other workloads of
+/// the run, select every unmap policy), and the host.
+fn parse_unmap_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
     let mut out: Vec<Backend> = Vec::new();
     for name in s.split(',').map(str::trim) {
         let add: Vec<UnmapPolicy> = match name {
             "all" => UnmapPolicy::ALL.to_vec(),
             "default" => vec![UnmapPolicy::default()],
-            _ => UnmapPolicy::from_name(name).into_iter().collect(),
+            "host" => vec![],
+            _ if FaultPolicy::from_name(name).is_some() => vec![],
+            _ => vec![UnmapPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = UnmapPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown policy `{name}` (big-munmap knows: {}, all, default, host)", names.join(", "))
+            })?],
         };
         out.extend(add.into_iter().map(Backend::Unmap).filter(|b| !out.contains(b)).collect::<Vec<_>>());
     }
@@ -185,7 +193,7 @@ fn parse_unmap_backends(s: &str, no_host: bool) -> Vec<Backend> {
     if !no_host {
         out.push(Backend::Host);
     }
-    out
+    Ok(out)
 }
 
 /// The region size of `w`: `--size`, or its own default.
@@ -234,18 +242,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
     let only_big_munmap = !workloads.is_empty() && workloads.iter().all(|&w| w == Workload::BigMunmap);
-    let backends = if only_big_munmap {
-        parse_unmap_backends(&args.policy, args.no_host)
-    } else {
-        parse_backends(&args.policy, args.no_host)?
-    };
-    let backends_of = |w: Workload| {
-        if w == Workload::BigMunmap {
-            parse_unmap_backends(&args.policy, args.no_host)
-        } else {
-            backends.clone()
-        }
-    };
+    let unmap_backends = parse_unmap_backends(&args.policy, args.no_host)?;
+    let backends = if only_big_munmap { unmap_backends.clone() } else { parse_backends(&args.policy, args.no_host)? };
+    let backends_of = |w: Workload| if w == Workload::BigMunmap { unmap_backends.clone() } else { backends.clone() };
     let threads = match &args.threads {
         Some(s) => parse_threads(s)?,
         None => (1..=cores()).collect(),
@@ -452,5 +451,14 @@ mod tests {
             vec![Backend::Soft(FaultPolicy::MmapLock), Backend::Soft(FaultPolicy::PerVma), Backend::Host]
         );
         assert!(parse_backends("nope", false).is_err());
+        let unmap = parse_unmap_backends("all", false).unwrap();
+        assert_eq!(unmap.len(), UnmapPolicy::ALL.len() + 1);
+        assert_eq!(parse_unmap_backends("mmap-lock", true).unwrap().len(), UnmapPolicy::ALL.len());
+        assert_eq!(
+            parse_unmap_backends("locked,lock-free", true).unwrap(),
+            vec![Backend::Unmap(UnmapPolicy::Locked), Backend::Unmap(UnmapPolicy::LockFree)]
+        );
+        assert_eq!(parse_unmap_backends("host", false).unwrap(), vec![Backend::Host]);
+        assert!(parse_unmap_backends("nope", false).is_err());
     }
 }
