@@ -368,4 +368,37 @@ mod tests {
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
     }
+
+    /// A second `munmap` of a range a lock-free unmap is still zapping
+    /// waits for it: it must not return while an entry of the range still
+    /// translates (here, the half not zapped yet).
+    #[test]
+    fn a_munmap_of_a_reserved_range_returns_only_once_it_is_empty() {
+        let (phys, mm, mut cpu, a) = setup();
+        cpu.park();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        let done = Arc::new(Mutex::new(()));
+        let held = done.lock();
+        mm.reserve(st, lo, hi, &done);
+        mm.zap_range(lo, lo + 2 * PAGE_SIZE, &mut tlb, |_| true);
+        let b = {
+            let mm = mm.clone();
+            std::thread::spawn(move || {
+                mm.munmap(a, LEN).unwrap();
+                (a..a + LEN).step_by(PAGE_SIZE as usize).all(|va| mm.pte_at(va).is_none())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!b.is_finished(), "munmap over a reserved range returned before it was empty");
+        mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
+        mm.release(lo, hi, &done, tlb);
+        drop(held);
+        assert!(b.join().unwrap(), "an entry was left when the second munmap returned");
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
 }
