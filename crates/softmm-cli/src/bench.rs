@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use softmm::FaultPolicy;
+use softmm::{FaultPolicy, UnmapPolicy};
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
@@ -32,6 +32,8 @@ pub struct BenchArgs {
 
     /// Fault policies: one, a comma list, `all`, or `default` (the library's
     /// default, recorded under its real name). `host` alone runs only the host.
+    /// For big-munmap: unmap policies (`locked`, `sectioned`, `downgrade`,
+    /// `lock-free`), and every one when only fault policies are named.
     #[arg(long, default_value = "all")]
     pub policy: String,
 
@@ -60,9 +62,11 @@ pub struct BenchArgs {
 
     /// Region size: per mapping for page-fault1-3, mmap1-2 and the mmap
     /// thread of interference; per thread for pft and interference's faulters;
-    /// per task (at most 1 MiB) for tlb-flush. Suffixes K, M, G.
-    #[arg(long, default_value = "128M", value_parser = parse_size)]
-    pub size: u64,
+    /// per task (at most 1 MiB) for tlb-flush; the region unmapped by
+    /// big-munmap; the region pinned by pin. Suffixes K, M, G [default: 128M;
+    /// 8G for big-munmap and pin].
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
 
     /// Write every sample and the machine description as JSON.
     #[arg(long)]
@@ -164,6 +168,42 @@ fn parse_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
     Ok(out)
 }
 
+/// big-munmap's backends: the unmap policies named in `--policy` (`all`,
+/// `default`, names; fault policy names, meant for the other workloads of
+/// the run, select every unmap policy), and the host.
+fn parse_unmap_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
+    let mut out: Vec<Backend> = Vec::new();
+    for name in s.split(',').map(str::trim) {
+        let add: Vec<UnmapPolicy> = match name {
+            "all" => UnmapPolicy::ALL.to_vec(),
+            "default" => vec![UnmapPolicy::default()],
+            "host" => vec![],
+            _ if FaultPolicy::from_name(name).is_some() => vec![],
+            _ => vec![UnmapPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = UnmapPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown policy `{name}` (big-munmap knows: {}, all, default, host)", names.join(", "))
+            })?],
+        };
+        out.extend(add.into_iter().map(Backend::Unmap).filter(|b| !out.contains(b)).collect::<Vec<_>>());
+    }
+    if s.split(',').all(|n| FaultPolicy::from_name(n.trim()).is_some()) {
+        // Only fault policies named: every unmap policy.
+        out = UnmapPolicy::ALL.iter().map(|&p| Backend::Unmap(p)).collect();
+    }
+    if s.trim() == "host" {
+        out.clear();
+    }
+    if !no_host {
+        out.push(Backend::Host);
+    }
+    Ok(out)
+}
+
+/// The region size of `w`: `--size`, or its own default.
+fn size_of(args: &BenchArgs, w: Workload) -> u64 {
+    args.size.unwrap_or(if w == Workload::BigMunmap { 8 << 30 } else { 128 << 20 })
+}
+
 fn parse_workloads(names: &[String]) -> Result<Vec<Workload>, String> {
     let mut out = Vec::new();
     for n in names.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
@@ -207,7 +247,10 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
-    let backends = parse_backends(&args.policy, args.no_host)?;
+    let only_big_munmap = !workloads.is_empty() && workloads.iter().all(|&w| w == Workload::BigMunmap);
+    let unmap_backends = parse_unmap_backends(&args.policy, args.no_host)?;
+    let backends = if only_big_munmap { unmap_backends.clone() } else { parse_backends(&args.policy, args.no_host)? };
+    let backends_of = |w: Workload| if w == Workload::BigMunmap { unmap_backends.clone() } else { backends.clone() };
     let threads = match &args.threads {
         Some(s) => parse_threads(s)?,
         None => (1..=cores()).collect(),
@@ -237,8 +280,8 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     let max_threads = threads.iter().copied().max().unwrap_or(1);
     if let Some(avail) = mem_available() {
         for &w in &workloads {
-            let need = w.arena_bytes(max_threads, args.size);
-            if backends.iter().any(|b| matches!(b, Backend::Soft(_))) && need > avail / 10 * 9 {
+            let need = w.arena_bytes(max_threads, size_of(args, w));
+            if backends_of(w).iter().any(|b| b.is_soft()) && need > avail / 10 * 9 {
                 return Err(format!(
                     "{} at {max_threads} threads needs a {} MiB softmm arena, more than the {} MiB available: use a smaller --size",
                     w.name(),
@@ -260,8 +303,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         // in the machine (other tenants, the host's memory state) spreads
         // over all of them instead of favouring whichever runs first; the
         // host runs after them (its processes must not inherit the arena).
-        let (soft, host): (Vec<Backend>, Vec<Backend>) =
-            backends.iter().copied().partition(|b| matches!(b, Backend::Soft(_)));
+        let (soft, host): (Vec<Backend>, Vec<Backend>) = backends_of(w).iter().copied().partition(|b| b.is_soft());
         for group in [soft, host] {
             for &mode in &modes {
                 for &t in &threads {
@@ -305,12 +347,12 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             arena.release();
         }
         last_backend = Some(job.backend);
-        if matches!(job.backend, Backend::Soft(_)) {
+        if job.backend.is_soft() {
             // One arena for the whole sweep of a workload, sized for its most
             // threads up front: every sample hands out frames of the same
             // host memory (a larger arena made midway would be backed
             // differently, by huge pages or not).
-            arena.get(job.workload.arena_bytes(max_threads, args.size))?;
+            arena.get(job.workload.arena_bytes(max_threads, size_of(args, job.workload)))?;
         }
         let label = format!(
             "{} {} {} threads={} repeat={}",
@@ -327,7 +369,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             threads: job.threads,
             mode: job.mode,
             limit,
-            size: args.size,
+            size: size_of(args, job.workload),
             force_speculative: args.force_speculative,
         };
         match workloads::run(job.workload, job.backend, &params, &mut arena) {
@@ -365,13 +407,15 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    drop(arena);
-
     println!("{}", report::table(&samples));
     print!("{}", report::legend(&samples));
+    if let Some(t) = workloads::big_munmap::table(&samples) {
+        println!("\n{t}");
+    }
     if headline {
-        let seeds: Vec<_> =
-            summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().chain(summary::seed_004()).collect();
+        let mut seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
+        seeds.extend(summary::seed_002(&summary::seed_002_samples(limit, &mut arena)));
+        seeds.extend(summary::seed_004());
         println!("\n{}", summary::table(&seeds));
     }
     let results = Results { machine, samples };
@@ -414,5 +458,14 @@ mod tests {
             vec![Backend::Soft(FaultPolicy::MmapLock), Backend::Soft(FaultPolicy::PerVma), Backend::Host]
         );
         assert!(parse_backends("nope", false).is_err());
+        let unmap = parse_unmap_backends("all", false).unwrap();
+        assert_eq!(unmap.len(), UnmapPolicy::ALL.len() + 1);
+        assert_eq!(parse_unmap_backends("mmap-lock", true).unwrap().len(), UnmapPolicy::ALL.len());
+        assert_eq!(
+            parse_unmap_backends("locked,lock-free", true).unwrap(),
+            vec![Backend::Unmap(UnmapPolicy::Locked), Backend::Unmap(UnmapPolicy::LockFree)]
+        );
+        assert_eq!(parse_unmap_backends("host", false).unwrap(), vec![Backend::Host]);
+        assert!(parse_unmap_backends("nope", false).is_err());
     }
 }

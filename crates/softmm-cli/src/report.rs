@@ -40,6 +40,25 @@ pub struct Counters {
     /// Pages pinned (`pin`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub pages: Option<u64>,
+    /// big-munmap: how long the large `munmap` took, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_ns: Option<u64>,
+    /// big-munmap: median latency of the other threads' operations that
+    /// overlapped the munmap, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub p50_ns: Option<u64>,
+    /// big-munmap: their 99th percentile, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub p99_ns: Option<u64>,
+    /// big-munmap: their maximum, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub max_ns: Option<u64>,
+    /// big-munmap: the other threads' operations per second during the munmap.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ops_per_sec: Option<u64>,
+    /// big-munmap: the same threads' operations per second before it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub alone_ops_per_sec: Option<u64>,
 }
 
 impl Counters {
@@ -57,6 +76,18 @@ impl Counters {
         add(&mut self.fallbacks, o.fallbacks);
         add(&mut self.shared_writes, o.shared_writes);
         add(&mut self.pages, o.pages);
+        // Durations and rates do not add up: a row keeps the worst.
+        fn max(a: &mut Option<u64>, b: Option<u64>) {
+            if let Some(b) = b {
+                *a = Some(a.map_or(b, |a| a.max(b)));
+            }
+        }
+        max(&mut self.munmap_ns, o.munmap_ns);
+        max(&mut self.p50_ns, o.p50_ns);
+        max(&mut self.p99_ns, o.p99_ns);
+        max(&mut self.max_ns, o.max_ns);
+        max(&mut self.ops_per_sec, o.ops_per_sec);
+        max(&mut self.alone_ops_per_sec, o.alone_ops_per_sec);
     }
 }
 

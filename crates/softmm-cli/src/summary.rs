@@ -5,7 +5,10 @@
 //! A seed adds its row with a function that turns samples (from the headline
 //! run, or from a short run of its own experiment) into a [`SeedRow`].
 
+use softmm::UnmapPolicy;
+
 use crate::report::{rows, si, Sample};
+use crate::workloads::{self, Arena, Backend, Limit, Params, Workload};
 
 /// One seed's result in one figure of merit.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +48,58 @@ pub fn seed_001(samples: &[Sample], default_policy: &str) -> Option<SeedRow> {
         old: ("mmap-lock".into(), get("mmap-lock")),
         new: (default_policy.into(), get(default_policy)),
         host: get("host"),
+    })
+}
+
+/// Seed 002's short run for the headline: a 256 MiB munmap beside one
+/// faulting thread (`fault` mode; faults under `mmap_lock`, as in 2018),
+/// under `locked`, the default unmap policy, and on the host; the faulting
+/// thread runs alone for `limit` (a duration) before the munmap.
+pub fn seed_002_samples(limit: Limit, arena: &mut Arena) -> Vec<Sample> {
+    let params = Params { threads: 1, mode: "fault", limit, size: 256 << 20, force_speculative: false };
+    let backends = [Backend::Unmap(UnmapPolicy::Locked), Backend::Unmap(UnmapPolicy::default()), Backend::Host];
+    let mut out = Vec::new();
+    for b in backends {
+        if b == Backend::Host {
+            arena.release();
+        }
+        match workloads::run(Workload::BigMunmap, b, &params, arena) {
+            Ok(m) => out.push(Sample {
+                workload: Workload::BigMunmap.name().into(),
+                mode: params.mode.into(),
+                policy: b.name().into(),
+                threads: 1,
+                repeat: 0,
+                ops: m.ops,
+                seconds: m.seconds,
+                ops_per_sec: if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 },
+                counters: m.counters,
+                cpu_seconds: m.cpu_seconds,
+            }),
+            Err(e) => eprintln!("softmm: seed 002 {}: {e}", b.name()),
+        }
+    }
+    out
+}
+
+/// Seed 002 from [`seed_002_samples`]: the p99 latency (µs) of the other
+/// thread's faults during the munmap, `locked` against the default unmap
+/// policy (lower is better).
+pub fn seed_002(samples: &[Sample]) -> Option<SeedRow> {
+    let p99 = |policy: &str| {
+        samples
+            .iter()
+            .find(|s| s.workload == "big-munmap" && s.mode == "fault" && s.policy == policy)
+            .and_then(|s| s.counters.p99_ns)
+            .map(|ns| ns as f64 / 1e3)
+    };
+    let default = UnmapPolicy::default().name();
+    samples.iter().any(|s| s.workload == "big-munmap").then(|| SeedRow {
+        seed: "002 big munmap",
+        metric: "p99 fault latency (us) during a 256 MiB munmap, lower is better".into(),
+        old: ("locked".into(), p99("locked")),
+        new: (default.into(), p99(default)),
+        host: p99("host"),
     })
 }
 
@@ -124,6 +179,23 @@ mod tests {
             counters: Counters::default(),
             cpu_seconds: 1.0,
         }
+    }
+
+    #[test]
+    fn seed_002_takes_the_p99_fault_latency_of_locked_the_default_and_the_host() {
+        let p99 = |policy: &str, ns: u64| Sample {
+            workload: "big-munmap".into(),
+            mode: "fault".into(),
+            counters: Counters { p99_ns: Some(ns), ..Counters::default() },
+            ..sample("fault", policy, 1, 1.0)
+        };
+        let s = vec![p99("locked", 40_000_000), p99(UnmapPolicy::default().name(), 20_000), p99("host", 3_000)];
+        let r = seed_002(&s).unwrap();
+        assert_eq!(r.old, ("locked".into(), Some(40_000.0)));
+        assert_eq!(r.new, (UnmapPolicy::default().name().into(), Some(20.0)));
+        assert_eq!(r.host, Some(3.0));
+        assert!(table(&[r]).contains("0.00x"));
+        assert_eq!(seed_002(&[]), None);
     }
 
     #[test]

@@ -288,6 +288,40 @@ fn bench_default_policy_records_its_name_and_plots() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Seed 002's experiment: one sample per unmap policy (and the host) and
+/// mode, each with the munmap's duration and the other thread's latency
+/// percentiles (ordered) and throughput during it and alone.
+#[test]
+fn bench_big_munmap() {
+    let dir = scratch("big-munmap");
+    let json = dir.join("out.json");
+    let args = ["bench", "big-munmap", "--size", "16M", "--threads", "1", "--duration", "0.02", "--json"];
+    let mut args = args.to_vec();
+    args.push(json.to_str().unwrap());
+    let out = softmm_in(&dir, &args, Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("big-munmap: the munmap"), "{}", out.stdout);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let samples = v["samples"].as_array().unwrap();
+    for mode in ["fault", "mmap", "maps"] {
+        for policy in ["locked", "sectioned", "downgrade", "lock-free", "host"] {
+            let s = samples
+                .iter()
+                .find(|s| s["workload"] == "big-munmap" && s["mode"] == mode && s["policy"] == policy)
+                .unwrap_or_else(|| panic!("no {mode}/{policy} sample"));
+            let c = &s["counters"];
+            let n = |k: &str| c[k].as_u64();
+            assert!(n("munmap_ns").is_some_and(|ns| ns > 0), "{s}");
+            assert!(n("ops_per_sec").is_some() && n("alone_ops_per_sec").is_some(), "{s}");
+            if let (Some(p50), Some(p99), Some(max)) = (n("p50_ns"), n("p99_ns"), n("max_ns")) {
+                assert!(p50 <= p99 && p99 <= max, "{s}");
+            }
+            assert_eq!(n("mmap_lock_acquisitions").is_some(), policy != "host", "{s}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_without_workload_runs_the_headline() {
     let dir = scratch("headline");
@@ -304,6 +338,7 @@ fn bench_without_workload_runs_the_headline() {
         "softmm-results.svg",
         "Per seed",
         "001 speculative faults",
+        "002 big munmap",
         "004 page pinning",
     ] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);

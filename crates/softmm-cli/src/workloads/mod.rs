@@ -1,6 +1,7 @@
 //! The benchmark workloads, each re-creating the access pattern of the public
 //! benchmark it is named after, on softmm (one fault policy) or on the host.
 
+pub mod big_munmap;
 mod cortenmm;
 pub mod harness;
 mod interference;
@@ -12,7 +13,7 @@ mod wis;
 
 use std::sync::Arc;
 
-use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem};
+use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, UnmapPolicy};
 
 use crate::report::Counters;
 pub use harness::Limit;
@@ -40,6 +41,8 @@ pub enum Workload {
     Interference,
     /// The CortenMM microbenchmarks.
     Cortenmm,
+    /// Seed 002: a large munmap beside faulting, mapping or maps-reading threads.
+    BigMunmap,
 }
 
 /// The CortenMM operations, each in low and high contention.
@@ -68,6 +71,7 @@ impl Workload {
         Workload::TlbFlush,
         Workload::Interference,
         Workload::Cortenmm,
+        Workload::BigMunmap,
     ];
 
     /// The command-line and result name.
@@ -82,6 +86,7 @@ impl Workload {
             Workload::TlbFlush => "tlb-flush",
             Workload::Interference => "interference",
             Workload::Cortenmm => "cortenmm",
+            Workload::BigMunmap => "big-munmap",
         }
     }
 
@@ -102,13 +107,14 @@ impl Workload {
             | Workload::TlbFlush => &["threads", "processes"],
             Workload::Interference => &["alone", "interfered"],
             Workload::Cortenmm => CORTENMM_MODES,
+            Workload::BigMunmap => big_munmap::MODES,
         }
     }
 
     /// The modes it runs in when `--mode` names none of its own.
     pub fn default_modes(self) -> &'static [&'static str] {
         match self {
-            Workload::Interference | Workload::Cortenmm => self.modes(),
+            Workload::Interference | Workload::Cortenmm | Workload::BigMunmap => self.modes(),
             _ => &self.modes()[..1],
         }
     }
@@ -121,6 +127,7 @@ impl Workload {
             Workload::TlbFlush => "page written, dropped, checked",
             Workload::Interference => "page faulted by a faulter",
             Workload::Cortenmm => "16 KiB region operation",
+            Workload::BigMunmap => "other thread's operation during the munmap",
         }
     }
 
@@ -136,6 +143,7 @@ impl Workload {
             Workload::Mmap1 | Workload::Mmap2 => size,
             Workload::TlbFlush => t * tlb_flush::region(size),
             Workload::Cortenmm => t * cortenmm::REGION,
+            Workload::BigMunmap => size + big_munmap::arena_extra(tasks),
         };
         // Frames may sit in per-thread caches of threads that have exited.
         let cpus = std::thread::available_parallelism().map_or(4, |n| n.get()) as u64;
@@ -150,6 +158,8 @@ pub enum Backend {
     Soft(FaultPolicy),
     /// The host kernel.
     Host,
+    /// softmm with an unmap policy (big-munmap; faults under `mmap-lock`).
+    Unmap(UnmapPolicy),
 }
 
 impl Backend {
@@ -158,7 +168,13 @@ impl Backend {
         match self {
             Backend::Soft(p) => p.name(),
             Backend::Host => "host",
+            Backend::Unmap(p) => p.name(),
         }
+    }
+
+    /// Runs on softmm (needs an arena).
+    pub fn is_soft(self) -> bool {
+        !matches!(self, Backend::Host)
     }
 }
 
@@ -243,7 +259,16 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             policy,
             force_speculative: p.force_speculative,
         }),
+        Backend::Unmap(_) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy: FaultPolicy::MmapLock,
+            force_speculative: false,
+        }),
         Backend::Host => None,
+    };
+    let unmap = match backend {
+        Backend::Unmap(u) => Some(u),
+        _ => None,
     };
     match w {
         Workload::Pft => pft::run(env.as_ref(), p),
@@ -253,6 +278,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
         Workload::TlbFlush => tlb_flush::run(env.as_ref(), p),
         Workload::Interference => interference::run(env.as_ref(), p),
         Workload::Cortenmm => cortenmm::run(env.as_ref(), p),
+        Workload::BigMunmap => big_munmap::run(env.as_ref(), unmap, p),
     }
 }
 

@@ -278,17 +278,12 @@ fn parse_policies(s: &str, no_host: bool) -> Result<(Vec<PinPolicy>, bool), Stri
     Ok((out, host))
 }
 
-/// Was `--size` given on the command line (else the pin default applies)?
-fn size_given() -> bool {
-    std::env::args().any(|a| a == "--size" || a.starts_with("--size="))
-}
-
 /// `softmm bench pin`: the sweep, its table, `--json`.
 pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.iter().any(|w| w != "pin") {
         return Err("`pin` runs alone: give it as the only workload".into());
     }
-    let size = if size_given() { args.size } else { DEFAULT_SIZE };
+    let size = args.size.unwrap_or(DEFAULT_SIZE);
     if size % PAGE_SIZE != 0 {
         return Err("--size must be a multiple of 4K for pin".into());
     }

@@ -15,9 +15,15 @@ impl AddressSpace {
     /// brk never returns an errno.
     pub fn brk(&self, brk: u64) -> u64 {
         let _q = crate::tlb::QuiescentGuard::enter();
-        let mut tlb = MmuGather::default();
-        let mut st = self.write_lock();
+        let tlb = MmuGather::default();
+        // Wait for a lock-free unmap still zapping what the heap would grow
+        // into or shrink from.
+        let mut st = self.write_lock_clear_of(|st| {
+            let (lo, hi) = (brk.min(st.brk), brk.max(st.brk));
+            [(lo & !(PAGE_SIZE - 1), page_align(hi).saturating_add(PAGE_SIZE)), (0, 0)]
+        });
         let orig = st.brk;
+        let mut shrink = None;
         let result = 'out: {
             if brk < st.start_brk || brk > self.config.task_size {
                 break 'out orig;
@@ -34,10 +40,8 @@ impl AddressSpace {
                 if v.start >= oldbrk {
                     break 'out orig;
                 }
-                if self.do_munmap(&mut st, newbrk, oldbrk, &mut tlb).is_err() {
-                    break 'out orig;
-                }
-                st.brk = brk;
+                // The unmap policy's path, below, with the lock.
+                shrink = Some((newbrk, oldbrk));
                 break 'out brk;
             }
             // Grow: the new heap end plus a page must stay below the next
@@ -64,6 +68,14 @@ impl AddressSpace {
             st.brk = brk;
             brk
         };
+        if let Some((lo, hi)) = shrink {
+            // do_vmi_align_munmap(..., unlock=true) after setting the break.
+            tlb.finish(self);
+            return match self.vm_munmap(st, lo, hi, |st| st.brk = brk) {
+                Ok(()) => brk,
+                Err(_) => orig,
+            };
+        }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.

@@ -45,6 +45,51 @@ impl FaultPolicy {
     }
 }
 
+/// How a large unmap (`munmap`, `mremap` shrink, `brk` shrink) synchronizes
+/// with the rest of the address space (seed 002; see `mm/unmap.rs`). More
+/// policies may come, so a `match` on it needs a wildcard arm. Every policy
+/// gives the same result: once the call returns, nothing of the range is
+/// mapped, no CPU can reach its old frames, and its frames and page tables
+/// are freed (after the TLB flush).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnmapPolicy {
+    /// The whole unmap under `mmap_lock` held for write (Linux before 4.20).
+    Locked,
+    /// Seed 002: the range in 1 GiB (PUD-sized) sections, each unmapped
+    /// whole under the write lock, which is dropped between sections.
+    Sectioned,
+    /// Linux 4.20+ (`do_vmi_align_munmap`): the VMAs detached under the write
+    /// lock, then the zap and the page-table freeing under the read lock.
+    Downgrade,
+    /// The VMAs detached and the range reserved under the write lock, then
+    /// the zap with no `mmap_lock` at all; the page tables are freed and the
+    /// reservation dropped in a second, short write section.
+    #[default]
+    LockFree,
+}
+
+impl UnmapPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [UnmapPolicy] =
+        &[UnmapPolicy::Locked, UnmapPolicy::Sectioned, UnmapPolicy::Downgrade, UnmapPolicy::LockFree];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnmapPolicy::Locked => "locked",
+            UnmapPolicy::Sectioned => "sectioned",
+            UnmapPolicy::Downgrade => "downgrade",
+            UnmapPolicy::LockFree => "lock-free",
+        }
+    }
+
+    /// The policy named `name` (see [`UnmapPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<UnmapPolicy> {
+        UnmapPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
 /// How `pin_user_pages` synchronizes with changes to the address space
 /// (seed 004). More policies may come, so a `match` on it needs a wildcard
 /// arm.
@@ -153,6 +198,8 @@ pub struct MmConfig {
     /// How `pin_user_pages` synchronizes with mapping changes. Long-term
     /// pins are charged to `pinned_vm` against `memlock_limit` too.
     pub pin_policy: PinPolicy,
+    /// How large unmaps synchronize with other threads (seed 002).
+    pub unmap_policy: UnmapPolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -177,6 +224,7 @@ impl Default for MmConfig {
             memlock_limit: 8 << 20,
             cap_ipc_lock: false,
             pin_policy: PinPolicy::default(),
+            unmap_policy: UnmapPolicy::default(),
         }
     }
 }
@@ -291,6 +339,13 @@ impl MmConfig {
         self.pin_policy = pin_policy;
         self
     }
+
+    /// Sets `unmap_policy`: how large unmaps synchronize with other threads (default [`UnmapPolicy::LockFree`]).
+    #[must_use]
+    pub fn unmap_policy(mut self, unmap_policy: UnmapPolicy) -> MmConfig {
+        self.unmap_policy = unmap_policy;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -359,7 +414,8 @@ mod tests {
             .force_speculative(true)
             .memlock_limit(9 << 20)
             .cap_ipc_lock(true)
-            .pin_policy(PinPolicy::Batched);
+            .pin_policy(PinPolicy::Batched)
+            .unmap_policy(UnmapPolicy::Sectioned);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -376,6 +432,7 @@ mod tests {
             memlock_limit: 9 << 20,
             cap_ipc_lock: true,
             pin_policy: PinPolicy::Batched,
+            unmap_policy: UnmapPolicy::Sectioned,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

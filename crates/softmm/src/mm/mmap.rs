@@ -195,7 +195,10 @@ impl AddressSpace {
         if pgoff.checked_add(len >> PAGE_SHIFT).is_none() {
             return Err(Errno::Overflow);
         }
-        let mut st = self.write_lock();
+        // MAP_FIXED waits for a range a lock-free unmap still zaps; any
+        // other placement goes around it (`placement_view`).
+        let fixed_range = if fixed { (addr, addr.saturating_add(len)) } else { (0, 0) };
+        let mut st = self.write_lock_clear_of(|_| [fixed_range, (0, 0)]);
         if st.vmas.len() > self.config.max_map_count {
             return Err(Errno::NoMem);
         }
@@ -217,7 +220,14 @@ impl AddressSpace {
             _ => AreaKind::Other,
         };
         let area_flags = AreaFlags { fixed, low32: flags & MAP_32BIT != 0 };
-        let addr = get_unmapped_area(&self.config, &st.vmas, kind, addr, len, area_flags)?;
+        let view;
+        let vmas = if st.reserved.is_empty() || fixed {
+            &st.vmas
+        } else {
+            view = self.placement_view(&st);
+            &view
+        };
+        let addr = get_unmapped_area(&self.config, vmas, kind, addr, len, area_flags)?;
         if flags & MAP_FIXED_NOREPLACE != 0 && st.vmas.overlapping(addr, addr + len).next().is_some() {
             return Err(Errno::Exist);
         }
@@ -419,14 +429,9 @@ impl AddressSpace {
         if len == 0 {
             return Err(Errno::Inval);
         }
-        let mut tlb = MmuGather::default();
-        let mut st = self.write_lock();
-        let res = self.do_munmap(&mut st, addr, addr + len, &mut tlb);
-        // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
-        // does: once another thread can map this range again, no CPU may
-        // still reach the old frames through its TLB.
-        tlb.finish(self);
-        drop(st);
-        res
+        // A range still being zapped by a lock-free unmap is waited for:
+        // this call must not return before it is empty either.
+        let st = self.write_lock_clear_of(|_| [(addr, addr + len), (0, 0)]);
+        self.vm_munmap(st, addr, addr + len, |_| {})
     }
 }

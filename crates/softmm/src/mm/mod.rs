@@ -26,6 +26,9 @@ mod mmap;
 mod mprotect;
 mod mremap;
 mod stack;
+mod unmap;
+#[cfg(all(test, loom))]
+mod unmap_loom_tests;
 
 use std::sync::{Arc, Weak};
 
@@ -34,7 +37,7 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
-pub use config::{FaultPolicy, MmConfig, PinPolicy, TASK_SIZE};
+pub use config::{FaultPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
 pub use maps::MapEntry;
 
 use crate::file::{File, Mapper};
@@ -55,6 +58,10 @@ pub(crate) struct MmState {
     /// The main thread's initial stack pointer (`mm->start_stack`), if the
     /// embedder declared one: the VMA holding it is `[stack]` in the maps.
     pub(crate) start_stack: Option<u64>,
+    /// Ranges whose VMAs are gone but whose entries and page tables a
+    /// lock-free unmap is still zapping ([`UnmapPolicy::LockFree`]): no
+    /// mapping may be placed in one until it is released (`mm/unmap.rs`).
+    pub(crate) reserved: Vec<unmap::Reservation>,
 }
 
 /// Counters of one address space (changed only on slow paths).
@@ -104,26 +111,42 @@ pub struct AddressSpace {
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
 pub(crate) struct MmapWriteGuard<'a> {
     mm: &'a AddressSpace,
-    st: RwLockWriteGuard<'a, MmState>,
+    /// `None` only inside [`MmapWriteGuard::downgrade`].
+    st: Option<RwLockWriteGuard<'a, MmState>>,
 }
 
 impl std::ops::Deref for MmapWriteGuard<'_> {
     type Target = MmState;
     fn deref(&self) -> &MmState {
-        &self.st
+        self.st.as_ref().expect("held until downgraded")
     }
 }
 
 impl std::ops::DerefMut for MmapWriteGuard<'_> {
     fn deref_mut(&mut self) -> &mut MmState {
-        &mut self.st
+        self.st.as_mut().expect("held until downgraded")
+    }
+}
+
+impl<'a> MmapWriteGuard<'a> {
+    /// Ends the write section (publishing the VMA tree, as a drop does) and
+    /// keeps `mmap_lock` for read without letting a writer in between
+    /// (`mmap_write_downgrade`): readers may enter at once, writers wait for
+    /// the returned guard.
+    pub(crate) fn downgrade(mut self) -> RwLockReadGuard<'a, MmState> {
+        let st = self.st.take().expect("held until downgraded");
+        self.mm.publish(&st.vmas);
+        self.mm.seq.write_end();
+        RwLockWriteGuard::downgrade(st)
     }
 }
 
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
-        self.mm.publish(&self.st.vmas);
-        self.mm.seq.write_end();
+        if let Some(st) = &self.st {
+            self.mm.publish(&st.vmas);
+            self.mm.seq.write_end();
+        }
     }
 }
 
@@ -132,8 +155,13 @@ impl AddressSpace {
     /// Linux could not have (see [`MmConfig`]'s "Validity").
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
         let config = config.validate()?;
-        let st =
-            MmState { vmas: VmaTree::default(), start_brk: config.start_brk, brk: config.start_brk, start_stack: None };
+        let st = MmState {
+            vmas: VmaTree::default(),
+            start_brk: config.start_brk,
+            brk: config.start_brk,
+            start_stack: None,
+            reserved: Vec::new(),
+        };
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
@@ -172,7 +200,7 @@ impl AddressSpace {
         self.counters.mmap_lock_write.fetch_add(1, Ordering::Relaxed);
         let st = self.mmap_lock.write();
         self.seq.write_begin();
-        MmapWriteGuard { mm: self, st }
+        MmapWriteGuard { mm: self, st: Some(st) }
     }
 
     /// `mmap_lock` for read, counted in [`MmStats::mmap_lock_read`].
@@ -406,9 +434,17 @@ impl AddressSpace {
     }
 
     /// Detaches the page tables that only the now-empty `[start, end)` used.
+    /// A reserved range counts as used: a lock-free unmap may still be
+    /// zapping its tables, and frees them itself.
     pub(crate) fn free_pgtables(&self, st: &MmState, start: u64, end: u64, tlb: &mut MmuGather) {
-        let floor = st.vmas.prev_of(start).map_or(0, |v| v.end);
-        let ceiling = st.vmas.find_from(end).map_or(self.config.task_size.next_power_of_two(), |v| v.start);
+        let below = st.reserved.iter().filter(|r| r.end <= start).map(|r| r.end);
+        let above = st.reserved.iter().filter(|r| r.start >= end).map(|r| r.start);
+        let floor = st.vmas.prev_of(start).map_or(0, |v| v.end).max(below.max().unwrap_or(0));
+        let ceiling = st
+            .vmas
+            .find_from(end)
+            .map_or(self.config.task_size.next_power_of_two(), |v| v.start)
+            .min(above.min().unwrap_or(u64::MAX));
         self.pgtables.detach_tables(start, end, floor, ceiling, &mut tlb.tables);
     }
 

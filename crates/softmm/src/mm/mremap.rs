@@ -58,14 +58,25 @@ impl AddressSpace {
             }
         }
         let mut tlb = MmuGather::default();
-        let mut st = self.write_lock();
+        // Wait for a lock-free unmap still zapping the source, its in-place
+        // growth or a fixed target (a moved mapping goes around one).
+        let source = (old_addr, old_addr.saturating_add(old_len.max(new_len)));
+        let target = if implies_new_addr { (new_addr, new_addr + new_len) } else { (0, 0) };
+        let mut st = self.write_lock_clear_of(|_| [source, target]);
+        let mut tail = None;
         let res = if implies_new_addr && st.vmas.len() + 2 >= self.config.max_map_count.saturating_sub(3) {
             // move_vma needs four maps below the limit and both ranges may
             // split in three: refuse before unmapping anything.
             Err(Errno::NoMem)
         } else {
-            self.do_mremap(&mut st, old_addr, old_len, new_len, flags, new_addr, &mut tlb)
+            self.do_mremap(&mut st, old_addr, old_len, new_len, flags, new_addr, &mut tlb, &mut tail)
         };
+        if let (Ok(a), Some((start, end))) = (res, tail) {
+            // An in-place shrink: the tail goes through the unmap policy,
+            // as Linux's mremap downgrades for it.
+            tlb.finish(self);
+            return self.vm_munmap(st, start, end, |_| {}).map(|()| a);
+        }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
@@ -93,6 +104,7 @@ impl AddressSpace {
         flags: i32,
         new_addr: u64,
         tlb: &mut MmuGather,
+        tail: &mut Option<(u64, u64)>,
     ) -> Result<u64> {
         if flags & MREMAP_FIXED != 0 && old_len == new_len {
             return self.remap_move(st, addr, old_len, flags, new_addr, tlb);
@@ -111,7 +123,8 @@ impl AddressSpace {
         if new_len < old_len {
             // shrink_vma: do_vmi_munmap with its range checks; the start
             // wraps as Linux's unsigned sum does.
-            self.munmap_checked(st, addr.wrapping_add(new_len), old_len - new_len, tlb)?;
+            let start = addr.wrapping_add(new_len);
+            *tail = Some((start, Self::munmap_end(self.config.task_size, start, old_len - new_len)?));
             return Ok(addr);
         }
         // expand_vma: in place if the old range ends the VMA and the space
@@ -142,7 +155,12 @@ impl AddressSpace {
     /// `do_vmi_munmap(start, len)` with its checks: `EINVAL` for an
     /// unaligned start, a range past `task_size` or an empty one.
     fn munmap_checked(&self, st: &mut MmState, start: u64, len: u64, tlb: &mut MmuGather) -> Result<()> {
-        let task = self.config.task_size;
+        let end = Self::munmap_end(self.config.task_size, start, len)?;
+        self.do_munmap(st, start, end, tlb)
+    }
+
+    /// The end of `do_vmi_munmap(start, len)`'s range, or its `EINVAL`.
+    fn munmap_end(task: u64, start: u64, len: u64) -> Result<u64> {
         if start % PAGE_SIZE != 0 || start > task || len > task - start {
             return Err(Errno::Inval);
         }
@@ -150,7 +168,7 @@ impl AddressSpace {
         if len == 0 {
             return Err(Errno::Inval);
         }
-        self.do_munmap(st, start, start + len, tlb)
+        Ok(start + len)
     }
 
     /// Linux's `remap_is_valid`: the checks of a resize or move that need
@@ -267,7 +285,16 @@ impl AddressSpace {
         let kind =
             if vma.file.is_none() && !vma.flags.contains(VmFlags::MAYSHARE) { AreaKind::Anon } else { AreaKind::Other };
         let hint = if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 { new_addr } else { 0 };
-        get_unmapped_area(&self.config, &st.vmas, kind, hint, new_len, AreaFlags::fixed(flags & MREMAP_FIXED != 0))
+        let fixed = flags & MREMAP_FIXED != 0;
+        // A fixed target was waited for; any other goes around reserved ranges.
+        let view;
+        let vmas = if st.reserved.is_empty() || fixed {
+            &st.vmas
+        } else {
+            view = self.placement_view(st);
+            &view
+        };
+        get_unmapped_area(&self.config, vmas, kind, hint, new_len, AreaFlags::fixed(fixed))
     }
 
     /// Linux's `move_vma`: a copy of the VMA part `[addr, addr+old_len)` grown

@@ -15,8 +15,14 @@ impl AddressSpace {
     /// within the guard gap of the VMA below, pass `mmap_min_addr`, or exceed
     /// the stack limit.
     pub(crate) fn expand_stack(&self, addr: u64) -> Result<()> {
-        let mut st = self.write_lock();
         let new_start = addr & !(PAGE_SIZE - 1);
+        // Never into a range a lock-free unmap is still zapping (Linux 5.8's
+        // race): wait until its tables are gone, as the write lock waits for
+        // a downgraded zap.
+        let mut st = self.write_lock_clear_of(|st| match st.vmas.find_from(addr) {
+            Some(v) if v.start > new_start => [(new_start, v.start), (0, 0)],
+            _ => [(0, 0); 2],
+        });
         let Some(vma) = st.vmas.find_from(addr).cloned() else {
             return Err(Errno::NoMem);
         };

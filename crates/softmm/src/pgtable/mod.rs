@@ -19,9 +19,11 @@
 //! * Tables are allocated on demand by a compare-exchange on the empty
 //!   directory entry (the loser frees its table) and leave the tree only by
 //!   [`PageTables::detach_tables`] — serialized by the tree's own detach lock
-//!   and, in every caller, done under `mmap_lock` for write after the
-//!   entries below were zapped — as a [`DetachedTable`], which is freed only
-//!   after the TLB flush and a grace period.
+//!   and, in every caller, done under `mmap_lock` (for write, or for read
+//!   after an unmap downgraded it: writers, the only ones who add VMAs,
+//!   wait meanwhile) after the entries below were zapped — as a
+//!   [`DetachedTable`], which is freed only after the TLB flush and a grace
+//!   period.
 //! * Every loop over leaf entries is a [`Cursor`] (the leaves of a range) or
 //!   a single [`Leaf`]; nothing outside this module indexes a table.
 //!

@@ -8,8 +8,43 @@
 pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 /// `loom::sync::RwLockReadGuard`.
 pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
-/// `loom::sync::RwLockWriteGuard`.
-pub(crate) type RwLockWriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+
+/// A write guard of [`RwLock`]: loom's write guard plus the writers' gate,
+/// which [`RwLockWriteGuard::downgrade`] keeps until it holds the read lock,
+/// so that no writer gets in between (loom's rwlock has no downgrade).
+pub(crate) struct RwLockWriteGuard<'a, T> {
+    // Dropped in this order: the write lock, then the gate.
+    guard: loom::sync::RwLockWriteGuard<'a, T>,
+    _gate: loom::sync::MutexGuard<'a, ()>,
+    lock: &'a loom::sync::RwLock<T>,
+}
+
+impl<T> std::ops::Deref for RwLockWriteGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for RwLockWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<'a, T> RwLockWriteGuard<'a, T> {
+    /// `parking_lot`'s atomic downgrade: readers may enter at once, writers
+    /// only once the returned read guard is dropped. Every writer takes the
+    /// gate before the lock, and the gate is released only after the read
+    /// lock is held.
+    pub(crate) fn downgrade(s: Self) -> RwLockReadGuard<'a, T> {
+        let RwLockWriteGuard { guard, _gate, lock } = s;
+        drop(guard);
+        let read = lock.read().unwrap();
+        drop(_gate);
+        read
+    }
+}
 
 /// A mutex with `parking_lot::Mutex`'s API over `loom::sync::Mutex`.
 #[derive(Default)]
@@ -40,12 +75,12 @@ impl<T> Mutex<T> {
 
 /// A reader-writer lock with `parking_lot::RwLock`'s API over `loom::sync::RwLock`.
 #[derive(Default)]
-pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+pub(crate) struct RwLock<T>(loom::sync::RwLock<T>, loom::sync::Mutex<()>);
 
 impl<T> RwLock<T> {
     /// An unlocked rwlock holding `v`.
     pub(crate) fn new(v: T) -> Self {
-        RwLock(loom::sync::RwLock::new(v))
+        RwLock(loom::sync::RwLock::new(v), loom::sync::Mutex::new(()))
     }
 
     /// Locks for reading, waiting for a writer.
@@ -66,7 +101,8 @@ impl<T> RwLock<T> {
 
     /// Locks for writing, waiting for every holder.
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
-        self.0.write().unwrap()
+        let _gate = self.1.lock().unwrap();
+        RwLockWriteGuard { guard: self.0.write().unwrap(), _gate, lock: &self.0 }
     }
 
     /// The value, through exclusive access (no locking).

@@ -1,0 +1,404 @@
+//! Unmapping huge ranges without stalling the rest of the address space
+//! (seed 002, Yang Shi's "Drop mmap_sem during unmapping large map", and
+//! what Linux 4.20 merged instead), as the address space's [`UnmapPolicy`].
+//!
+//! An unmap has three parts: *detach* (split the VMAs at the edges, take them
+//! out of the tree, publish the tree: from then on a fault in the range finds
+//! no VMA, and a lock-free fault that found one before aborts at its commit,
+//! because the VMA is detached), *zap* (clear the entries, under their PTE
+//! locks, into the bounded [`MmuGather`], flushing and freeing every full
+//! gather) and *free the page tables* that only the range used. The policies
+//! differ in what they hold meanwhile:
+//!
+//! | policy | detach | zap | free tables |
+//! |---|---|---|---|
+//! | `locked` | write | write | write |
+//! | `sectioned` (seed 002 #3) | write, per 1 GiB section, dropped between sections | same | same |
+//! | `downgrade` (Linux 4.20+) | write | read (downgraded) | read |
+//! | `lock-free` (default) | write, + reserve the range | no `mmap_lock` | write (short), then drop the reservation |
+//!
+//! `sectioned` is not atomic: a writer that runs between two sections sees
+//! the range half unmapped (a `MAP_FIXED` mapping it makes in a later
+//! section is unmapped in turn), and faults there still succeed; seed 002
+//! accepted that. `downgrade` and `lock-free` detach the whole range at once.
+//!
+//! In all of them the frames are put and the tables freed only after a TLB
+//! flush (the gather's), and the call returns only after its last flush, so
+//! a `munmap` that returned leaves no translation of the range on any CPU.
+//!
+//! # The reservation (`lock-free`)
+//!
+//! Once the write lock is dropped, other writers run during the zap. The
+//! range must not be handed out again before its old entries and tables are
+//! gone — otherwise a new mapping's fault would find an old entry (and read
+//! the old data), or the zap would clear the new mapping's entries, or the
+//! table freeing would take a table the new mapping uses (seed 002's
+//! approach #2 race, `tests` below). So the range stays in
+//! [`MmState::reserved`] from the detach until the tables are freed:
+//!
+//! * placement without `MAP_FIXED` (a hint included) treats it as a VMA and
+//!   places the mapping elsewhere (never waits);
+//! * a call whose own range overlaps it — `MAP_FIXED`/`MAP_FIXED_NOREPLACE`,
+//!   `munmap` (which must not return before the range is empty), `mremap`
+//!   (source, in-place growth and fixed target), `brk`, and stack growth —
+//!   waits for it with the write lock dropped and then starts again
+//!   ([`AddressSpace::write_lock_clear_of`]), as it would have waited for the
+//!   write or read lock under Linux;
+//! * every `free_pgtables` counts it as mapped, so no other unmap frees a
+//!   table the zap is walking.
+//!
+//! The tables are freed under the write lock (a second, short section,
+//! after the zap's last flush) because that is what orders the freeing
+//! against a VMA inserted next to the range meanwhile: `free_pgtables`
+//! computes its floor and ceiling from the VMAs as they are then.
+//!
+//! # Faults in the range
+//!
+//! The VMAs are detached and the new tree published before the zap starts,
+//! so a fault in the range gets `SIGSEGV` (`SEGV_MAPERR`) at once under
+//! `downgrade` and `lock-free` (its `mmap_lock` fallback takes the read lock,
+//! which neither holds for write during the zap); it never sees a
+//! half-zapped page. The one fault that changes the VMA tree is growsdown
+//! stack expansion, Linux 5.8's race (a stack growing into the range being
+//! zapped under the read lock, 246c320a8cfe): in softmm `expand_stack`
+//! always takes the write lock (`mm/stack.rs`), which waits for a
+//! `downgrade` zap's read lock, and it waits for an overlapping reservation
+//! under `lock-free`, so the stack can only grow into the range after its
+//! tables are gone, as on Linux 6.5+.
+//!
+//! # Which calls
+//!
+//! `munmap`, the shrink of `mremap` and of `brk` go through
+//! [`AddressSpace::vm_munmap`] with the policy (Linux downgrades for the
+//! same three). A `MAP_FIXED` replacement and `mremap`'s fixed target unmap
+//! through the same detach/zap/free steps ([`AddressSpace::do_munmap`]) in
+//! one write section, seed 002's `atomic` caller: the new mapping must
+//! appear in the same step, as Linux's `mmap_region` does.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::pgtable::PMD_SIZE;
+use crate::sync::Mutex;
+
+use super::{AddressSpace, MmState, MmapWriteGuard, MmuGather, UnmapPolicy};
+
+/// Sections of [`UnmapPolicy::Sectioned`]: `HPAGE_PUD_SIZE`, as seed 002.
+pub(crate) const SECTION_SIZE: u64 = 1 << 30;
+
+/// [`UnmapPolicy::LockFree`] zaps without the lock only spans larger than
+/// this (one PTE table): a smaller zap is a few microseconds under the write
+/// lock, cheaper than a second write section. Zero under loom, so the
+/// models run the lock-free path on a page or two.
+const LOCK_FREE_MIN_SPAN: u64 = if cfg!(loom) { 0 } else { PMD_SIZE };
+
+/// A range being zapped without `mmap_lock` ([`MmState::reserved`]). The
+/// unmap holds `done`'s lock from before it publishes the reservation until
+/// after it removes it, so a waiter blocks on it instead of spinning.
+pub(crate) struct Reservation {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    done: Arc<Mutex<()>>,
+}
+
+impl Reservation {
+    fn overlaps(&self, start: u64, end: u64) -> bool {
+        start < self.end && self.start < end
+    }
+}
+
+impl AddressSpace {
+    /// `mmap_lock` for write, once none of the ranges `footprint` computes
+    /// from the state overlaps a [`Reservation`]; waits (without the lock)
+    /// for each one that does and tries again. Empty ranges never overlap.
+    pub(crate) fn write_lock_clear_of(&self, footprint: impl Fn(&MmState) -> [(u64, u64); 2]) -> MmapWriteGuard<'_> {
+        loop {
+            let st = self.write_lock();
+            if st.reserved.is_empty() {
+                return st;
+            }
+            let ranges = footprint(&st);
+            let busy = st.reserved.iter().find(|r| ranges.iter().any(|&(s, e)| r.overlaps(s, e)));
+            let Some(done) = busy.map(|r| r.done.clone()) else {
+                return st;
+            };
+            drop(st);
+            // The unmap holds it until its reservation is gone.
+            drop(done.lock());
+        }
+    }
+
+    /// The VMA tree a placement without `MAP_FIXED` searches: the mappings,
+    /// plus a stand-in VMA for every reserved range, so no mapping is placed
+    /// in one.
+    pub(crate) fn placement_view(&self, st: &MmState) -> crate::vma::VmaTree {
+        let mut view = st.vmas.clone();
+        for r in &st.reserved {
+            let flags = crate::vma::VmFlags::empty();
+            view.insert(crate::vma::Vma::new(&self.phys, r.start, r.end, flags, 0, None, None));
+        }
+        view
+    }
+
+    /// Unmaps `[start, end)` (page aligned, non-empty) with the address
+    /// space's [`UnmapPolicy`], starting with `st` held; Linux's
+    /// `do_vmi_align_munmap(..., unlock=true)`. `after_detach` runs under the
+    /// write lock once the range is detached (`brk` sets the new break
+    /// there). Returns once everything in the range is unmapped, flushed
+    /// and freed, with `mmap_lock` released. `ENOMEM` without change if a
+    /// split would exceed `max_map_count`.
+    pub(crate) fn vm_munmap(
+        &self,
+        mut st: MmapWriteGuard<'_>,
+        start: u64,
+        end: u64,
+        after_detach: impl FnOnce(&mut MmState),
+    ) -> Result<()> {
+        let mut tlb = MmuGather::default();
+        match self.config.unmap_policy {
+            UnmapPolicy::Sectioned => {
+                let mut after_detach = Some(after_detach);
+                let mut st = Some(st);
+                let mut from = start;
+                while from < end {
+                    let to = (from & !(SECTION_SIZE - 1)).saturating_add(SECTION_SIZE).min(end);
+                    let mut g = st.take().unwrap_or_else(|| self.write_lock());
+                    let res = self.do_munmap(&mut g, from, to, &mut tlb);
+                    if res.is_ok() {
+                        if let Some(f) = after_detach.take() {
+                            f(&mut g);
+                        }
+                    }
+                    // Each section is whole before the lock is dropped:
+                    // its flush, then the next writer.
+                    tlb.flush_and_free(self);
+                    drop(g);
+                    res?;
+                    from = to;
+                }
+                Ok(())
+            }
+            UnmapPolicy::Downgrade => {
+                let span = self.detach_vmas(&mut st, start, end);
+                if span.is_ok() {
+                    after_detach(&mut st);
+                }
+                let st = st.downgrade();
+                if let Some((lo, hi)) = span? {
+                    self.zap_range(lo, hi, &mut tlb, |_| true);
+                    self.clear_guard_markers(lo, hi);
+                    // Writers wait for the read lock: the VMAs around the
+                    // range, hence the floor and ceiling, cannot change.
+                    self.free_pgtables(&st, lo, hi, &mut tlb);
+                }
+                tlb.finish(self);
+                drop(st);
+                Ok(())
+            }
+            UnmapPolicy::LockFree => {
+                let span = self.detach_vmas(&mut st, start, end)?;
+                after_detach(&mut st);
+                let Some((lo, hi)) = span.filter(|&(lo, hi)| hi - lo > LOCK_FREE_MIN_SPAN) else {
+                    if let Some((lo, hi)) = span {
+                        self.zap_range(lo, hi, &mut tlb, |_| true);
+                        self.clear_guard_markers(lo, hi);
+                        self.free_pgtables(&st, lo, hi, &mut tlb);
+                    }
+                    tlb.finish(self);
+                    drop(st);
+                    return Ok(());
+                };
+                let done = Arc::new(Mutex::new(()));
+                let held = done.lock();
+                self.reserve(st, lo, hi, &done);
+                // No mmap_lock: the VMAs are detached and published, and the
+                // reservation keeps every writer out of [lo, hi).
+                self.zap_range(lo, hi, &mut tlb, |_| true);
+                self.clear_guard_markers(lo, hi);
+                self.release(lo, hi, &done, tlb);
+                drop(held);
+                Ok(())
+            }
+            _ => {
+                let res = self.do_munmap(&mut st, start, end, &mut tlb);
+                if res.is_ok() {
+                    after_detach(&mut st);
+                }
+                // Flush before mmap_lock is released, as Linux's
+                // tlb_finish_mmu does: once another thread can map this range
+                // again, no CPU may still reach the old frames.
+                tlb.finish(self);
+                drop(st);
+                res
+            }
+        }
+    }
+
+    /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached)
+    /// and ends the write section. The caller holds `done`'s lock until
+    /// after [`Self::release`].
+    fn reserve(&self, mut st: MmapWriteGuard<'_>, lo: u64, hi: u64, done: &Arc<Mutex<()>>) {
+        st.reserved.push(Reservation { start: lo, end: hi, done: done.clone() });
+        drop(st);
+    }
+
+    /// Ends a lock-free unmap of `[lo, hi)` whose entries are all zapped
+    /// into `tlb`: flushes and frees the last frames, then in a short write
+    /// section removes the reservation and detaches the page tables only the
+    /// range used, then flushes again and frees those after a grace period.
+    fn release(&self, lo: u64, hi: u64, done: &Arc<Mutex<()>>, mut tlb: MmuGather) {
+        // The last frames' flush before anyone may map here again.
+        tlb.flush_and_free(self);
+        let mut st = self.write_lock();
+        st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
+        self.free_pgtables(&st, lo, hi, &mut tlb);
+        drop(st);
+        // Only detached tables are left: nothing translates through them,
+        // and they are freed after this flush and a grace period.
+        tlb.finish(self);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::uapi::*;
+    use crate::{Cpu, PhysConfig, PhysMem, PAGE_SIZE};
+
+    const RW: i32 = PROT_READ | PROT_WRITE;
+    const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+    const LEN: u64 = 4 * PAGE_SIZE;
+
+    fn pattern(va: u64) -> u64 {
+        va ^ 0x5eed
+    }
+
+    /// Four written pages, mapped at a fixed address.
+    fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, Cpu, u64) {
+        let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, crate::MmConfig::default()).unwrap();
+        let a = 0x1000_0000;
+        assert_eq!(mm.mmap(a, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        let mut cpu = Cpu::attached(&mm);
+        for va in (a..a + LEN).step_by(PAGE_SIZE as usize) {
+            cpu.write_u64(va, pattern(va)).unwrap();
+        }
+        (phys, mm, cpu, a)
+    }
+
+    /// Seed 002's approach #2, dropping `mmap_lock` inside the zap
+    /// (`zap_pmd_range` → `up_write`) with nothing to keep the range: CPU B
+    /// runs a whole `mmap(MAP_FIXED)` over the half-zapped range, whose new,
+    /// zero-filled mapping then shows A's old data where A has not zapped
+    /// yet (the stale entry), and A, taking the lock back to go on with what
+    /// it was walking, zaps B's page (B's write is lost). In Linux the
+    /// walked VMAs would be freed under A (the use-after-free of the cover
+    /// letter); softmm's VMAs are reference counted, but the page-table
+    /// entries A walks are what B now uses.
+    #[test]
+    fn dropping_the_lock_inside_the_zap_shows_stale_entries_to_a_new_mapping() {
+        let (phys, mm, mut cpu, a) = setup();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        mm.zap_range(lo, lo + 2 * PAGE_SIZE, &mut tlb, |_| true);
+        // Even with what it zapped so far flushed and freed:
+        tlb.flush_and_free(&mm);
+        drop(st); // up_write in the middle of the zap
+                  // CPU B.
+        assert_eq!(mm.mmap(a, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        assert_eq!(cpu.read_u64(a), Ok(0), "the zapped half reads as new");
+        let stale = a + 3 * PAGE_SIZE;
+        assert_eq!(cpu.read_u64(stale), Ok(pattern(stale)), "B's new mapping shows A's old data");
+        cpu.write_u64(stale, 7).unwrap();
+        // A takes the lock back and goes on where it was.
+        let st = mm.write_lock();
+        mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
+        tlb.finish(&mm);
+        drop(st);
+        assert_eq!(cpu.read_u64(stale), Ok(0), "A's zap took B's page, and B's write");
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
+    /// The lock-free unmap drops `mmap_lock` for its zap too, but only after
+    /// reserving the range: B's `mmap(MAP_FIXED)` there waits until the
+    /// entries and tables are gone, then reads zeros and keeps its write.
+    /// The steps are the real ones of [`AddressSpace::vm_munmap`], with B
+    /// started halfway through the zap.
+    #[test]
+    fn a_fixed_mapping_waits_for_a_reserved_range_and_sees_no_stale_entry() {
+        let (phys, mm, mut cpu, a) = setup();
+        cpu.park();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        let done = Arc::new(Mutex::new(()));
+        let held = done.lock();
+        mm.reserve(st, lo, hi, &done);
+        mm.zap_range(lo, lo + 2 * PAGE_SIZE, &mut tlb, |_| true);
+        let stale = a + 3 * PAGE_SIZE;
+        let b = {
+            let mm = mm.clone();
+            std::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                assert_eq!(mm.mmap(a, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+                assert_eq!(cpu.read_u64(stale), Ok(0), "B's new mapping shows old data");
+                cpu.write_u64(stale, 7).unwrap();
+            })
+        };
+        // A hint into the range is placed elsewhere meanwhile.
+        let elsewhere = mm.mmap(a, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        assert!(elsewhere + PAGE_SIZE <= lo || elsewhere >= hi, "{elsewhere:#x} inside the reserved range");
+        mm.munmap(elsewhere, PAGE_SIZE).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!b.is_finished(), "MAP_FIXED over a reserved range did not wait");
+        mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
+        mm.release(lo, hi, &done, tlb);
+        drop(held);
+        b.join().unwrap();
+        cpu.resume();
+        assert_eq!(cpu.read_u64(stale), Ok(7), "B's page survived the unmap");
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
+    /// A second `munmap` of a range a lock-free unmap is still zapping
+    /// waits for it: it must not return while an entry of the range still
+    /// translates (here, the half not zapped yet).
+    #[test]
+    fn a_munmap_of_a_reserved_range_returns_only_once_it_is_empty() {
+        let (phys, mm, mut cpu, a) = setup();
+        cpu.park();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        let done = Arc::new(Mutex::new(()));
+        let held = done.lock();
+        mm.reserve(st, lo, hi, &done);
+        mm.zap_range(lo, lo + 2 * PAGE_SIZE, &mut tlb, |_| true);
+        let b = {
+            let mm = mm.clone();
+            std::thread::spawn(move || {
+                mm.munmap(a, LEN).unwrap();
+                (a..a + LEN).step_by(PAGE_SIZE as usize).all(|va| mm.pte_at(va).is_none())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!b.is_finished(), "munmap over a reserved range returned before it was empty");
+        mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
+        mm.release(lo, hi, &done, tlb);
+        drop(held);
+        assert!(b.join().unwrap(), "an entry was left when the second munmap returned");
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+}

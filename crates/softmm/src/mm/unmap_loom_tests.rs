@@ -1,0 +1,135 @@
+//! loom models of the unmap policies that differ from holding `mmap_lock`
+//! for write throughout (`mm/unmap.rs`): `downgrade` (zap under the read
+//! lock) and `lock-free` (zap under a reservation, no `mmap_lock`), each on
+//! the real [`AddressSpace::munmap`] against a concurrent fault in the range
+//! and against a concurrent `mmap(MAP_FIXED)` of part of it, on a two-page
+//! address space (under loom every span is zapped lock-free, however small).
+//!
+//! Run with the loom line of scripts/test.sh. Page tables, PTE locks,
+//! `mmap_lock` (with loom's downgrade, `sync/loom_lock.rs`), the
+//! reservation's lock, frame counts, the shootdown and crossbeam-epoch are
+//! loom's, so every interleaving up to the preemption bound is explored.
+
+use std::sync::Arc;
+
+use crate::error::Fault;
+use crate::fault::Access;
+use crate::mm::{AddressSpace, FaultPolicy, MmConfig, UnmapPolicy};
+use crate::phys::{PhysConfig, PhysMem};
+use crate::uapi::*;
+use crate::PAGE_SIZE;
+
+const UNMAP: [UnmapPolicy; 2] = [UnmapPolicy::Downgrade, UnmapPolicy::LockFree];
+/// A fault that takes `mmap_lock` for read (and so runs during a downgraded
+/// zap) and the default lock-free one.
+const FAULT: [FaultPolicy; 2] = [FaultPolicy::MmapLock, FaultPolicy::PerVmaSeq];
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.max_branches = 100_000;
+    b
+}
+
+/// What the old frame holds, byte by byte.
+const OLD: u8 = 0xab;
+
+/// The first byte of the frame `pfn`.
+fn first_byte(phys: &PhysMem, pfn: u64) -> u8 {
+    let mut b = [0u8];
+    // SAFETY: `pfn` is mapped by an entry of a live address space, so the
+    // frame is allocated and stays so for this read (no thread runs).
+    unsafe { crate::access::copy_from_host(phys.frame_ptr(pfn), &mut b) };
+    b[0]
+}
+
+/// Two pages: the first maps the zero page (read), the second a frame
+/// filled with [`OLD`]; returns the frame's number too.
+fn setup(unmap: UnmapPolicy, fault: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64, u64) {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default().policy(fault).unmap_policy(unmap)).unwrap();
+    let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
+    mm.handle_fault(a, Access::Read).unwrap();
+    let old = mm.pte_at(a + PAGE_SIZE).pfn();
+    // SAFETY: the frame is mapped at a + PAGE_SIZE and nothing else runs.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    (phys, mm, a, old)
+}
+
+fn each(body: impl Fn(UnmapPolicy, FaultPolicy) + Send + Sync + Clone + 'static) {
+    for unmap in UNMAP {
+        for fault in FAULT {
+            let body = body.clone();
+            builder().check(move || body(unmap, fault));
+        }
+    }
+}
+
+/// munmap against a write fault in the range: once munmap has returned and
+/// the fault joined, the range has no entry and no frame is left (a fault
+/// that committed behind the zap would leave both), and the fault either
+/// came first (it succeeded) or got `SIGSEGV` — never a page in a range
+/// whose VMA was gone.
+#[test]
+fn fault_vs_policy_munmap() {
+    each(|unmap, fault| {
+        let (phys, mm, a, _) = setup(unmap, fault);
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                mm.handle_fault(a, Access::Write)
+            })
+        };
+        mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        let r: Result<(), Fault> = t.join().unwrap();
+        assert!(r.is_ok() || r.is_err_and(|f| f.signal() == libc::SIGSEGV), "{unmap:?}/{fault:?}: {r:?}");
+        for page in [a, a + PAGE_SIZE] {
+            assert!(mm.pte_at(page).is_none(), "{unmap:?}/{fault:?}: an entry survived munmap at {page:#x}");
+        }
+        assert_eq!(phys.stats().frames_used, 0, "{unmap:?}/{fault:?}: a frame outlived its mapping");
+    });
+}
+
+/// munmap against `mmap(MAP_FIXED)` of its second page and a write fault
+/// there: if the new mapping outlived the munmap (it came second), its page
+/// is a new, zeroed frame (never the old one, a stale entry the zap had not
+/// reached yet: the frame number may repeat, as a freed frame is reused,
+/// but not the contents) and it is the only frame left; otherwise nothing
+/// is left.
+#[test]
+fn fixed_mmap_vs_policy_munmap() {
+    each(|unmap, fault| {
+        let (phys, mm, a, old) = setup(unmap, fault);
+        let b = a + PAGE_SIZE;
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+                assert_eq!(mm.mmap(b, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(b));
+                mm.handle_fault(b, Access::Write)
+            })
+        };
+        mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        let r = t.join().unwrap();
+        assert!(mm.pte_at(a).is_none(), "{unmap:?}/{fault:?}: an entry survived munmap");
+        let survived = mm.stats().map_count == 1;
+        let pte = mm.pte_at(b);
+        if survived && r.is_ok() {
+            assert!(pte.has_frame(), "{unmap:?}/{fault:?}: the new mapping has {pte:?}");
+            assert_eq!(
+                first_byte(&phys, pte.pfn()),
+                0,
+                "{unmap:?}/{fault:?}: old data (frame {old}) in the new mapping"
+            );
+            assert_eq!(phys.stats().frames_used, 1, "{unmap:?}/{fault:?}");
+        } else {
+            assert!(!pte.has_frame(), "{unmap:?}/{fault:?}: {pte:?} left after {r:?}");
+            assert_eq!(phys.stats().frames_used, 0, "{unmap:?}/{fault:?}");
+        }
+        mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        assert_eq!(phys.stats().frames_used, 0);
+    });
+}
