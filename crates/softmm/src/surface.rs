@@ -149,6 +149,29 @@
 //! }
 //! ```
 //!
+//! `UnmapPolicy` and `PinPolicy` may gain policies.
+//!
+//! ```compile_fail,E0004
+//! fn name(p: softmm::UnmapPolicy) -> &'static str {
+//!     match p {
+//!         softmm::UnmapPolicy::Locked => "a",
+//!         softmm::UnmapPolicy::Sectioned => "b",
+//!         softmm::UnmapPolicy::Downgrade => "c",
+//!         softmm::UnmapPolicy::LockFree => "d",
+//!     }
+//! }
+//! ```
+//!
+//! ```compile_fail,E0004
+//! fn name(p: softmm::PinPolicy) -> &'static str {
+//!     match p {
+//!         softmm::PinPolicy::PerPage => "a",
+//!         softmm::PinPolicy::Batched => "b",
+//!         softmm::PinPolicy::PerVma => "c",
+//!     }
+//! }
+//! ```
+//!
 //! `Access` may gain kinds (a forced access for debuggers).
 //!
 //! ```compile_fail,E0004
