@@ -408,3 +408,11 @@ fn replay_reports_mismatches_with_line_numbers() {
 fn replay_mremap_dontunmap_of_part_of_a_vma() {
     replays_cleanly("dontunmap-part-of-vma.log");
 }
+
+#[test]
+fn replay_descriptors_whose_first_call_fails() {
+    // Each descriptor's first mmap fails (ENOMEM, EINVAL, EEXIST, EOVERFLOW
+    // with an offset near 2^63, EACCES) and a later one succeeds; strace
+    // marks the unlinked files `N</path>(deleted)`.
+    replays_cleanly("fd-first-use-fails.log");
+}

@@ -203,8 +203,10 @@ impl Replayer {
         if let Some(f) = self.files.get(&key) {
             return Some(f.clone());
         }
+        // A descriptor the log names is open whatever its size: a file too
+        // large for softmm gets one page rather than turning the descriptor bad.
         let size = sizes.get(&key).copied().unwrap_or(PAGE_SIZE);
-        let f = File::create(&self.phys, &key, size).ok()?;
+        let f = File::create(&self.phys, &key, size).or_else(|_| File::create(&self.phys, &key, PAGE_SIZE)).ok()?;
         self.files.insert(key, f.clone());
         self.files_by_id.insert(f.id(), f.clone());
         Some(f)
@@ -428,15 +430,17 @@ fn meminfo(key: &str) -> Option<u64> {
 /// and whether every call matched.
 pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), String> {
     let log = parse::parse(text);
-    // File sizes covering every mapped offset; frames for populating calls.
+    // File sizes covering every offset a successful call mapped (a failed
+    // call proves nothing about the file, and its length or offset may be
+    // any number); frames for populating calls.
     let mut sizes: HashMap<String, u64> = HashMap::new();
     let mut populate = 0u64;
     for r in &log.records {
         match &r.call {
             Call::Mmap { len, flags, fd, off, .. } => {
-                if let Some(k) = fd.key() {
+                if let (Some(k), Ret::Val(_)) = (fd.key(), r.ret) {
                     let e = sizes.entry(k).or_insert(PAGE_SIZE);
-                    *e = (*e).max(off.saturating_add(page_align(*len)));
+                    *e = (*e).max(off.saturating_add(page_align(*len)).min(i64::MAX as u64));
                 }
                 if flags & (libc::MAP_POPULATE | libc::MAP_LOCKED) != 0 {
                     populate = populate.saturating_add(*len);

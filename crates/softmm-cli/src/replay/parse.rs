@@ -269,7 +269,7 @@ fn split_args(s: &str) -> Vec<String> {
     for (i, &c) in chars.iter().enumerate() {
         if path {
             cur.push(c);
-            if c == '>' && chars[i + 1..].iter().find(|c| !c.is_whitespace()).is_none_or(|&n| n == ',') {
+            if c == '>' && path_ends(&chars[i + 1..]) {
                 path = false;
             }
             continue;
@@ -295,6 +295,19 @@ fn split_args(s: &str) -> Vec<String> {
     }
     out
 }
+
+/// Whether a `>` followed by `rest` closes an fd's `<path>`: what follows is
+/// the end of the argument (`,` or nothing), perhaps after strace's
+/// `(deleted)` mark of an unlinked file (`3</tmp/x>(deleted)`).
+fn path_ends(rest: &[char]) -> bool {
+    let rest: String = rest.iter().collect();
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix(DELETED).unwrap_or(rest).trim_start();
+    rest.is_empty() || rest.starts_with(',')
+}
+
+/// strace's mark after the path of an unlinked file.
+const DELETED: &str = "(deleted)";
 
 fn strip_comments(s: &str) -> String {
     let mut out = String::new();
@@ -470,7 +483,9 @@ fn fd(s: &str) -> Result<Fd, String> {
     match s.find('<') {
         Some(i) => {
             let n = number(&s[..i])? as i64;
-            let path = s[i + 1..].strip_suffix('>').ok_or_else(|| format!("malformed fd `{s}`"))?;
+            let rest = s[i + 1..].trim_end();
+            let rest = rest.strip_suffix(DELETED).unwrap_or(rest).trim_end();
+            let path = rest.strip_suffix('>').ok_or_else(|| format!("malformed fd `{s}`"))?;
             Ok(Fd::Path(n, path.to_string()))
         }
         None => {
@@ -596,12 +611,14 @@ mod tests {
     fn paths_with_commas_and_parens() {
         let log = parse(
             "mmap(NULL, 4096, PROT_READ, MAP_SHARED, 4</tmp/a, b (1>)>, 0x1000) = 0x7f0000000000\n\
-             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 5</tmp/x>y>, 0) = 0x7f0000001000\n",
+             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 5</tmp/x>y>, 0) = 0x7f0000001000\n\
+             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 6</tmp/a>(deleted), 0) = 0x7f0000002000\n",
         );
         assert!(log.bad.is_empty(), "{:?}", log.bad);
         assert!(
             matches!(&log.records[0].call, Call::Mmap { fd: Fd::Path(4, p), off: 0x1000, .. } if p == "/tmp/a, b (1>)")
         );
         assert!(matches!(&log.records[1].call, Call::Mmap { fd: Fd::Path(5, p), .. } if p == "/tmp/x>y"));
+        assert!(matches!(&log.records[2].call, Call::Mmap { fd: Fd::Path(6, p), .. } if p == "/tmp/a"));
     }
 }
