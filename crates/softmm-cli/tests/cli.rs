@@ -416,3 +416,34 @@ fn replay_descriptors_whose_first_call_fails() {
     // marks the unlinked files `N</path>(deleted)`.
     replays_cleanly("fd-first-use-fails.log");
 }
+
+/// The `/proc/self/maps` lines (start-end perms) of `maps` that start in
+/// `[lo, hi)`.
+fn maps_in(maps: &str, lo: u64, hi: u64) -> Vec<String> {
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            (lo <= start && start < hi && perms.len() == 4).then(|| format!("{range} {perms}"))
+        })
+        .collect()
+}
+
+#[test]
+fn replay_invents_no_memory_where_the_log_proves_none() {
+    // Recorded by attaching to a program that mapped its window first (see
+    // programs/record-attached.sh); the program printed the window's maps at
+    // its end. Same-size and shrinking mremaps past a VMA's end and a
+    // multi-VMA move with a hole succeed on Linux without that memory.
+    replays_cleanly("pretrace-remap.log");
+    let out = replay("pretrace-remap.log", &["--maps"]);
+    let host = std::fs::read_to_string(logs().join("pretrace-remap.maps")).expect("host maps");
+    let (lo, hi) = (0x3_0000_0000, 0x3_0008_0000);
+    assert_eq!(maps_in(&out.stdout, lo, hi), maps_in(&host, lo, hi), "{}", out.stdout);
+    // Each placeholder is reported with the line that proved it.
+    assert!(out.stdout.contains("placeholder 300008000-300009000 for line 3 (mremap)"), "{}", out.stdout);
+    assert!(out.stdout.contains("placeholder 300043000-300045000 for line 7 (mprotect)"), "{}", out.stdout);
+    assert!(!out.stdout.contains("munmap 1 ("), "munmap proves nothing:\n{}", out.stdout);
+}

@@ -14,7 +14,9 @@
 //! * Mappings made before tracing began (the executable, the stack, the vDSO)
 //!   are unknown. A call the log recorded as successful on a range that no
 //!   earlier traced call touched ("pre-trace") gets an anonymous placeholder
-//!   for the parts softmm has unmapped, and is counted separately.
+//!   where its success proves memory by Linux's own checks and softmm has
+//!   none, and nowhere else (see [`proof`]); each placeholder is reported
+//!   with the line that required it.
 //! * Calls of several threads whose spans overlap (`<unfinished ...>`) are
 //!   replayed in the order their results were written; if one then collides
 //!   with a mapping an overlapping call of another thread removed, that call
@@ -26,7 +28,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use softmm::uapi::{MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MREMAP_FIXED, MREMAP_MAYMOVE};
+use softmm::uapi::{
+    MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE,
+};
 use softmm::{page_align, AddressSpace, File, MmConfig, OpenFile, PhysConfig, PhysMem, PAGE_SIZE};
 
 use parse::{errno_name, Call, Fd, Record, Ret};
@@ -75,6 +79,24 @@ impl RangeSet {
         self.map.insert(start, end);
     }
 
+    /// Removes `[start, end)` from the set.
+    fn remove(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let overlapping: Vec<(u64, u64)> =
+            self.map.range(..end).rev().take_while(|&(_, &e)| e > start).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in overlapping {
+            self.map.remove(&s);
+            if s < start {
+                self.map.insert(s, start);
+            }
+            if e > end {
+                self.map.insert(end, e);
+            }
+        }
+    }
+
     /// The parts of `[start, end)` not in the set.
     fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
@@ -115,6 +137,51 @@ impl Translation {
     }
 }
 
+/// An anonymous mapping standing for memory mapped before tracing began.
+struct Placeholder {
+    /// softmm addresses.
+    start: u64,
+    end: u64,
+    /// The log line whose recorded success proved the memory.
+    line: usize,
+    call: &'static str,
+}
+
+/// The range (recorded addresses) that a call's recorded success proves was
+/// mapped before it, by the checks Linux makes before it succeeds; `None`
+/// where success proves nothing (`munmap`, `mmap`, `brk`, an empty range).
+///
+/// * `mprotect`, `madvise`: the whole range (a hole is `ENOMEM`).
+/// * `mremap` that resizes in place or moves without `MREMAP_FIXED`: a shrink
+///   or a same-size call only looks up the VMA at `old` (its tail may cross
+///   holes and other VMAs): one page; a growth needs `[old, old + old_len)`
+///   in one VMA (`EFAULT` otherwise).
+/// * `mremap` with `MREMAP_FIXED` or `MREMAP_DONTUNMAP`: `[old, old +
+///   min(old_len, new_len))` in one VMA; a same-size `MREMAP_FIXED` move
+///   moves every VMA in the range, holes and all, and needs only the VMA at
+///   `old`: one page. (Checked on Linux 6.18.)
+fn proof(call: &Call) -> Option<(u64, u64)> {
+    let (start, len) = match *call {
+        Call::Mprotect { addr, len, .. } | Call::Madvise { addr, len, .. } => (addr, page_align(len)),
+        Call::Mremap { old, old_len, new_len, flags, .. } => {
+            let (o, n) = (page_align(old_len), page_align(new_len));
+            let len = if flags & MREMAP_FIXED != 0 && o == n {
+                PAGE_SIZE
+            } else if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 {
+                o.min(n)
+            } else if n <= o {
+                PAGE_SIZE
+            } else {
+                o
+            };
+            (old, len.max(PAGE_SIZE))
+        }
+        Call::Mmap { .. } | Call::Munmap { .. } | Call::Brk { .. } => return None,
+    };
+    let end = start.checked_add(len)?;
+    (start < end).then_some((start, end))
+}
+
 /// The replay's state.
 struct Replayer {
     mm: Arc<AddressSpace>,
@@ -131,7 +198,7 @@ struct Replayer {
     tr: Translation,
     mismatches: Vec<String>,
     pretrace: BTreeMap<&'static str, usize>,
-    placeholders: Vec<(u64, u64)>,
+    placeholders: Vec<Placeholder>,
     placed_differently: Vec<String>,
     reordered: Vec<String>,
     counts: BTreeMap<&'static str, usize>,
@@ -234,28 +301,30 @@ impl Replayer {
         out
     }
 
-    /// Before a call recorded as successful on `[addr, addr+len)` (recorded
-    /// addresses): maps placeholders where the range is pre-trace and softmm
-    /// has nothing. Returns whether the range touched pre-trace memory.
-    fn pretrace(&mut self, what: &'static str, addr: u64, len: u64, placeholder: bool) -> bool {
-        let end = addr.saturating_add(page_align(len));
+    /// Before a call recorded as successful: maps placeholders where the
+    /// range its success proves (see [`proof`]) is pre-trace (no traced call
+    /// touched it) and softmm has nothing, and counts the call.
+    fn pretrace(&mut self, r: &Record) {
+        let Some((addr, end)) = proof(&r.call) else {
+            return;
+        };
         let gaps = self.known.gaps(addr, end);
         if gaps.is_empty() {
-            return false;
+            return;
         }
-        *self.pretrace.entry(what).or_default() += 1;
-        if placeholder {
-            for (s, e) in gaps {
-                let (s, e) = (self.tr.tr(s), self.tr.tr(s) + (e - s));
-                for (hs, he) in self.unmapped(s, e) {
-                    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
-                    if self.mm.mmap(hs, he - hs, libc::PROT_READ | libc::PROT_WRITE, flags, None, 0).is_ok() {
-                        self.placeholders.push((hs, he));
-                    }
+        *self.pretrace.entry(r.call.name()).or_default() += 1;
+        for (s, e) in gaps {
+            // Proven now: later calls find it in softmm or see it unmapped
+            // by a traced call.
+            self.known.insert(s, e);
+            let (s, e) = (self.tr.tr(s), self.tr.tr(s).saturating_add(e - s));
+            for (hs, he) in self.unmapped(s, e) {
+                let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+                if self.mm.mmap(hs, he - hs, libc::PROT_READ | libc::PROT_WRITE, flags, None, 0).is_ok() {
+                    self.placeholders.push(Placeholder { start: hs, end: he, line: r.line, call: r.call.name() });
                 }
             }
         }
-        true
     }
 
     fn mismatch(&mut self, r: &Record, expected: Result<u64, i32>, actual: Result<u64, i32>, note: &str) {
@@ -329,9 +398,7 @@ impl Replayer {
                 }
             }
             Call::Munmap { addr, len } => {
-                if exp.is_ok() {
-                    self.pretrace("munmap", addr, len, false);
-                }
+                // Success proves nothing: Linux unmaps holes without error.
                 got = self.mm.munmap(self.tr.tr(addr), len).map(|()| 0).map_err(code);
                 if got != exp {
                     self.mismatch(r, exp, got, "");
@@ -342,7 +409,7 @@ impl Replayer {
             }
             Call::Mprotect { addr, len, prot } => {
                 if exp.is_ok() {
-                    self.pretrace("mprotect", addr, len, true);
+                    self.pretrace(r);
                 }
                 got = self.mm.mprotect(self.tr.tr(addr), len, prot).map(|()| 0).map_err(code);
                 if got != exp {
@@ -351,7 +418,7 @@ impl Replayer {
             }
             Call::Madvise { addr, len, advice } => {
                 if exp.is_ok() {
-                    self.pretrace("madvise", addr, len, true);
+                    self.pretrace(r);
                 }
                 got = self.mm.madvise(self.tr.tr(addr), len, advice).map(|()| 0).map_err(code);
                 if got != exp {
@@ -360,7 +427,7 @@ impl Replayer {
             }
             Call::Mremap { old, old_len, new_len, flags, new_addr } => {
                 if exp.is_ok() {
-                    self.pretrace("mremap", old, old_len.max(PAGE_SIZE), true);
+                    self.pretrace(r);
                 }
                 let (mut fl, mut na) = (flags, self.tr.tr(new_addr));
                 if let (false, Ok(rec)) = (own, exp) {
@@ -379,8 +446,7 @@ impl Replayer {
                         } else if !own && g != rec {
                             self.mismatch(r, exp, got, "");
                         }
-                        self.known.insert(old, old.saturating_add(page_align(old_len)));
-                        self.known.insert(rec, rec.saturating_add(page_align(new_len)));
+                        self.learn_mremap(old, old_len, new_len, flags, rec);
                         self.grow_file(g);
                     }
                     (Err(e), Err(g)) if e == g => {}
@@ -400,6 +466,30 @@ impl Replayer {
             let _ = writeln!(self.out, "{:>6}  {} = {}{}", r.line, r.text, show(got), ok);
         }
         Ok(())
+    }
+
+    /// What a successful `mremap` (recorded addresses, result `rec`) tells
+    /// about the address space: the ranges it unmapped or mapped are known
+    /// from now on; a moved range is known at its destination only where it
+    /// was known at its source (a pre-trace part softmm lacks stays unknown
+    /// there, so a later call may still prove it).
+    fn learn_mremap(&mut self, old: u64, old_len: u64, new_len: u64, flags: i32, rec: u64) {
+        let (o, n) = (page_align(old_len), page_align(new_len));
+        let moved = rec != old || flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0;
+        if !moved {
+            // In place: a shrink unmapped the tail, a growth mapped the new part.
+            self.known.insert(old.saturating_add(n.min(o)), old.saturating_add(n.max(o)));
+            return;
+        }
+        let kept = if flags & MREMAP_FIXED != 0 && o == n { o } else { o.min(n) };
+        let unknown = self.known.gaps(old, old.saturating_add(kept));
+        if flags & MREMAP_DONTUNMAP == 0 {
+            self.known.insert(old, old.saturating_add(o));
+        }
+        self.known.insert(rec, rec.saturating_add(n));
+        for (s, e) in unknown {
+            self.known.remove(rec.wrapping_add(s - old), rec.wrapping_add(e - old));
+        }
     }
 
     /// Makes the file behind the mapping at `addr` cover it.
@@ -541,7 +631,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     }
     if !rp.pretrace.is_empty() {
         let per: Vec<String> = rp.pretrace.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let bytes: u64 = rp.placeholders.iter().map(|(s, e)| e - s).sum();
+        let bytes: u64 = rp.placeholders.iter().map(|p| p.end - p.start).sum();
         let _ = writeln!(
             out,
             "calls on memory mapped before tracing began: {} ({} placeholder mappings, {} KiB)",
@@ -549,6 +639,9 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             rp.placeholders.len(),
             bytes >> 10
         );
+        for p in &rp.placeholders {
+            let _ = writeln!(out, "  placeholder {:08x}-{:08x} for line {} ({})", p.start, p.end, p.line, p.call);
+        }
     }
     if !rp.reordered.is_empty() {
         let _ = writeln!(out, "overlapping calls of different threads replayed out of result order:");
@@ -587,11 +680,53 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         out.push_str(&rp.mm.maps_text());
         if !rp.placeholders.is_empty() {
             let _ = writeln!(out, "(placeholders for pre-trace memory:");
-            for (s, e) in &rp.placeholders {
-                let _ = writeln!(out, "  {s:08x}-{e:08x}");
+            for p in &rp.placeholders {
+                let _ = writeln!(out, "  {:08x}-{:08x} (line {})", p.start, p.end, p.line);
             }
             let _ = writeln!(out, ")");
         }
     }
     Ok((out, ok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = PAGE_SIZE;
+
+    #[test]
+    fn what_success_proves() {
+        let mremap = |old_len, new_len, flags| Call::Mremap { old: 0x10000, old_len, new_len, flags, new_addr: 0 };
+        let page = Some((0x10000, 0x10000 + P));
+        // Shrink and same size in place: only the VMA at `old`.
+        assert_eq!(proof(&mremap(8 * P, 2 * P, 0)), page);
+        assert_eq!(proof(&mremap(8 * P, 8 * P, MREMAP_MAYMOVE)), page);
+        // Growth: the whole old range.
+        assert_eq!(proof(&mremap(3 * P, 8 * P, MREMAP_MAYMOVE)), Some((0x10000, 0x10000 + 3 * P)));
+        assert_eq!(proof(&mremap(0, 8 * P, MREMAP_MAYMOVE)), page);
+        // Fixed or DONTUNMAP: the part that moves; a same-size fixed move
+        // takes holes along.
+        assert_eq!(proof(&mremap(8 * P, 2 * P, MREMAP_MAYMOVE | MREMAP_FIXED)), Some((0x10000, 0x10000 + 2 * P)));
+        assert_eq!(proof(&mremap(5 * P, 5 * P, MREMAP_MAYMOVE | MREMAP_FIXED)), page);
+        assert_eq!(proof(&mremap(4 * P, 4 * P, MREMAP_MAYMOVE | MREMAP_DONTUNMAP)), Some((0x10000, 0x10000 + 4 * P)));
+        assert_eq!(proof(&Call::Mprotect { addr: P, len: 3 * P - 1, prot: 0 }), Some((P, 4 * P)));
+        assert_eq!(proof(&Call::Madvise { addr: P, len: 0, advice: 0 }), None);
+        assert_eq!(proof(&Call::Munmap { addr: P, len: P }), None);
+        // A range past 2^64 proves nothing (it cannot have succeeded).
+        assert_eq!(proof(&Call::Mprotect { addr: u64::MAX - P + 1, len: 2 * P, prot: 0 }), None);
+    }
+
+    #[test]
+    fn range_set_insert_remove_gaps() {
+        let mut s = RangeSet::default();
+        s.insert(0x1000, 0x5000);
+        s.insert(0x8000, 0x9000);
+        s.remove(0x2000, 0x3000);
+        assert_eq!(s.gaps(0, 0xa000), vec![(0, 0x1000), (0x2000, 0x3000), (0x5000, 0x8000), (0x9000, 0xa000)]);
+        s.remove(0x4000, 0x8800);
+        assert_eq!(s.gaps(0x1000, 0x9000), vec![(0x2000, 0x3000), (0x4000, 0x8800)]);
+        s.insert(0, 0x10000);
+        assert!(s.gaps(0, 0x10000).is_empty());
+    }
 }
