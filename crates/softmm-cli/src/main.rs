@@ -5,8 +5,8 @@
 //!   threads; prints the table and writes `softmm-results.svg`.
 //! * `softmm bench WORKLOAD...`: the fault-scalability workloads side by side
 //!   with the host kernel (table, `--json`, `--plot`).
-//! * `softmm replay LOG`: replays an strace log of a real program against a
-//!   softmm address space and compares every result.
+//! * `softmm replay LOG`: replays an strace log of real programs against
+//!   softmm address spaces (one per process) and compares every result.
 
 mod bench;
 mod machine;
@@ -46,7 +46,8 @@ struct Cli {
 enum Cmd {
     /// Run workloads for fault policies and the host; print a table, write JSON and plots.
     Bench(bench::BenchArgs),
-    /// Replay an `strace -f -y -e trace=mmap,munmap,mprotect,mremap,brk,madvise` log.
+    /// Replay an `strace -f -y -e trace=memory,process,openat,close,dup,dup2,dup3,memfd_create` log
+    /// (or one of the memory calls only).
     Replay(ReplayArgs),
     /// Plot the samples of a `bench --json` file again (.svg or .png).
     Plot {

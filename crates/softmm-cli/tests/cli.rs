@@ -447,3 +447,67 @@ fn replay_invents_no_memory_where_the_log_proves_none() {
     assert!(out.stdout.contains("placeholder 300043000-300045000 for line 7 (mprotect)"), "{}", out.stdout);
     assert!(!out.stdout.contains("munmap 1 ("), "munmap proves nothing:\n{}", out.stdout);
 }
+
+/// Replays `log` cleanly and returns the `process pid ...` lines of its report.
+fn process_lines(log: &str) -> Vec<String> {
+    replays_cleanly(log);
+    let out = replay(log, &[]);
+    out.stdout.lines().filter(|l| l.starts_with("process pid ")).map(str::to_string).collect()
+}
+
+#[test]
+fn replay_shell_pipeline_one_address_space_per_program() {
+    // `sh -c 'seq 1000 | sort -n | tail -1'`: sh forks three children that
+    // exec; each program's brk(NULL) and mprotect of its own image once
+    // mismatched in a single address space.
+    let procs = process_lines("pipeline.log");
+    for prog in ["`sh -c seq 1000 | sort -n | tail -1`", "`seq 1000`", "`sort -n`", "`tail -1`"] {
+        assert!(procs.iter().any(|l| l.contains(prog) && l.contains("0 mismatches")), "{prog} in {procs:#?}");
+    }
+    assert_eq!(procs.len(), 4, "{procs:#?}");
+}
+
+#[test]
+fn replay_gcc_compile() {
+    // gcc vforks cc1 and as (after failed execve's along PATH).
+    let procs = process_lines("gcc-compile.log");
+    assert_eq!(procs.len(), 3, "{procs:#?}");
+    assert!(procs.iter().any(|l| l.contains("`as --64")), "{procs:#?}");
+    assert!(procs.iter().any(|l| l.contains("cc1") || l.contains("/usr/lib/gcc/")), "{procs:#?}");
+}
+
+#[test]
+fn replay_program_started_through_a_wrapper_script() {
+    // programs/wrapper.sh: a subshell fork without exec, then exec of
+    // python3.11 with four threads (clone3 CLONE_VM|CLONE_THREAD).
+    let procs = process_lines("wrapper-python.log");
+    assert!(procs.iter().any(|l| l.contains("`programs/wrapper.sh python3.11") && l.contains("ended by execve")));
+    assert!(procs.iter().any(|l| l.contains("`/usr/bin/python3.11 programs/alloc_threads.py`")), "{procs:#?}");
+    let out = replay("wrapper-python.log", &[]);
+    assert!(out.stdout.contains("3 processes, 2 with memory calls"), "{}", out.stdout);
+}
+
+#[test]
+fn replay_fork_child_replays_against_its_copy_of_the_parent() {
+    // programs/fork_exec.c: the fork child unmaps half of its copy of the
+    // parent's mapping and protects the rest; the parent's stays whole (its
+    // MAP_FIXED_NOREPLACE over it is EEXIST, its mprotect of it succeeds).
+    let procs = process_lines("fork-exec.log");
+    assert!(procs.iter().any(|l| l.contains("(fork of pid 3818 at line 20")), "{procs:#?}");
+    assert!(procs.iter().any(|l| l.contains("`true` (execve")), "{procs:#?}");
+    let out = replay("fork-exec.log", &["--maps"]);
+    assert!(out.stdout.contains("final mappings of pid 3819 `./fork_exec` (at its end):"), "{}", out.stdout);
+    // The child's half, read-only, as it left it.
+    assert!(out.stdout.contains("7f296d5b5000-7f296d5bd000 r--p"), "{}", out.stdout);
+}
+
+#[test]
+fn replay_without_process_lines_starts_a_program_at_brk_null() {
+    // The old `-e trace=mmap,...` set: no execve or clone lines. Each
+    // program's first call, brk(NULL), starts a new address space.
+    let procs = process_lines("pipeline-memory-only.log");
+    assert_eq!(procs.len(), 4, "{procs:#?}");
+    let out = replay("pipeline-memory-only.log", &[]);
+    assert!(out.stdout.contains("no process lines in the log"), "{}", out.stdout);
+    assert_eq!(out.stdout.matches(": a new program, a new address space").count(), 3, "{}", out.stdout);
+}
