@@ -511,3 +511,32 @@ fn replay_without_process_lines_starts_a_program_at_brk_null() {
     assert!(out.stdout.contains("no process lines in the log"), "{}", out.stdout);
     assert_eq!(out.stdout.matches(": a new program, a new address space").count(), 3, "{}", out.stdout);
 }
+
+#[test]
+fn replay_open_modes_from_descriptor_lines() {
+    // programs/open_modes.c: one file opened read-write, read-only,
+    // write-only and O_PATH; a reused descriptor number; a dup; a memfd; a
+    // fork child; an exec that keeps one descriptor and closes another.
+    replays_cleanly("open-modes.log");
+    let out = replay("open-modes.log", &[]);
+    assert!(out.stdout.contains("open modes from the log's descriptor lines (close 5, dup 2, memfd_create 1, open 9)"));
+    // Without the descriptor lines the modes are inferred from the memory
+    // calls: the ENOMEM of an mprotect adding write over a hole shows the
+    // descriptor was writable (it once came out EACCES), but the reused
+    // number's read-only mode and the O_PATH descriptor cannot be told.
+    let dir = scratch("modes");
+    let log = dir.join("stripped.log");
+    let text = std::fs::read_to_string(logs().join("open-modes.log")).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !["openat(", "close(", "dup(", "memfd_create("].iter().any(|c| l.contains(c)))
+        .collect();
+    std::fs::write(&log, kept.join("\n")).unwrap();
+    let out = softmm_in(&dir, &["replay", log.to_str().unwrap()], Duration::from_secs(30));
+    assert!(out.stdout.contains("no descriptor lines in the log: open modes inferred"), "{}", out.stdout);
+    let mismatches: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("MISMATCH")).collect();
+    assert_eq!(mismatches.len(), 2, "{}", out.stdout);
+    assert!(mismatches[0].contains("mprotect(0x300020000, 8192, PROT_READ|PROT_WRITE) = -1 EACCES recorded, softmm 0"));
+    assert!(mismatches[1].contains("7</tmp/softmm-modes-0tHu26>, 0) = -1 EBADF recorded"), "{mismatches:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

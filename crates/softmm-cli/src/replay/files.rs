@@ -1,6 +1,8 @@
 //! The files a log maps, as in-memory softmm files shared by every process
 //! of the replay (a file mapped shared by two processes is one page cache),
-//! and the open mode of each descriptor an `mmap` names.
+//! and the open mode of each descriptor an `mmap` names: from the log's
+//! descriptor lines when it has them ([`super::fds`]), else inferred from
+//! the whole log ([`writable_fds`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -8,6 +10,7 @@ use std::sync::Arc;
 use softmm::uapi::MAP_ANONYMOUS;
 use softmm::{page_align, AddressSpace, File, OpenFile, PhysMem, PAGE_SIZE};
 
+use super::fds::Desc;
 use super::parse::{Call, Fd, Record, Ret};
 
 /// The largest file size (Linux's `MAX_LFS_FILESIZE`).
@@ -66,19 +69,48 @@ impl Files {
         Some(f)
     }
 
-    /// The open file an `mmap` with `flags` of `fd` gets, `None` for an
-    /// anonymous mapping or a descriptor that was not open; `expected` is the
-    /// recorded result (`EACCES` shows the descriptor was not writable).
-    pub(super) fn for_mmap(&mut self, fd: &Fd, flags: i32, expected: Result<u64, i32>) -> Option<OpenFile> {
+    /// The open file an `mmap` with `prot` and `flags` of `fd` gets, `None`
+    /// for an anonymous mapping or a descriptor that was not open (or is
+    /// `O_PATH`). `desc` is what the log's descriptor lines say `fd` is;
+    /// without it the mode is inferred: writable if the log shows it (see
+    /// [`writable_fds`]) and the call did not fail with `EACCES`, which a
+    /// shared writable mapping gets for a read-only descriptor and any other
+    /// mapping for a write-only one.
+    pub(super) fn for_mmap(
+        &mut self,
+        fd: &Fd,
+        prot: i32,
+        flags: i32,
+        expected: Result<u64, i32>,
+        desc: Option<&Desc>,
+    ) -> Option<OpenFile> {
         if flags & MAP_ANONYMOUS != 0 || (self.annotated && matches!(fd, Fd::Num(_))) {
             return None;
         }
-        let f = self.file(&fd.key()?)?;
-        Some(if expected != Err(libc::EACCES) && self.writable.contains(&fd_mode_key(fd)) {
-            OpenFile::read_write(&f)
-        } else {
-            OpenFile::read_only(&f)
+        let key = fd.key()?;
+        // The table's entry if it names this file (a path `-y` could not
+        // resolve the same way is not trusted).
+        if let Some(d) = desc.filter(|d| matches!(fd, Fd::Num(_)) || d.path == key) {
+            if d.path_only {
+                return None;
+            }
+            let file = self.file(&key)?;
+            return Some(OpenFile { file, readable: d.readable, writable: d.writable });
+        }
+        let file = self.file(&key)?;
+        let shared_write = is_shared(flags) && prot & libc::PROT_WRITE != 0;
+        Some(match expected {
+            Err(libc::EACCES) if !shared_write => OpenFile { file, readable: false, writable: true },
+            Err(libc::EACCES) => OpenFile::read_only(&file),
+            _ if self.writable.contains(&fd_mode_key(fd)) => OpenFile::read_write(&file),
+            _ => OpenFile::read_only(&file),
         })
+    }
+
+    /// Drops every file (after the address spaces that mapped them).
+    pub(super) fn clear(&mut self) {
+        self.by_key.clear();
+        self.by_id.clear();
     }
 
     /// Makes the file behind the mapping at `addr` of `mm` cover it (an
@@ -108,8 +140,11 @@ fn is_shared(flags: i32) -> bool {
 }
 
 /// The descriptors the log shows were writable: a shared writable mapping
-/// of it succeeded, or write permission was added to one with `mprotect`.
-/// Others are taken as opened read-only (what `mmap` and `mprotect` check).
+/// of it succeeded, or write permission was added to one with `mprotect`
+/// (which succeeded, or failed with `ENOMEM` for a hole further on: Linux
+/// checks the VMAs in order and refuses a read-only shared one with `EACCES`
+/// before it meets the hole; the mapping at `addr` passed). Others are taken
+/// as opened read-only (what `mmap` and `mprotect` check).
 fn writable_fds(records: &[Record]) -> HashSet<(i64, String)> {
     let mut out = HashSet::new();
     let mut shared: Vec<(u64, u64, (i64, String))> = Vec::new();
@@ -127,6 +162,12 @@ fn writable_fds(records: &[Record]) -> HashSet<(i64, String)> {
                     if *s < end && *addr < *e {
                         out.insert(k.clone());
                     }
+                }
+            }
+            (Call::Mprotect { addr, prot, .. }, Ret::Err(libc::ENOMEM)) if prot & libc::PROT_WRITE != 0 => {
+                // The latest shared mapping containing `addr`.
+                if let Some((_, _, k)) = shared.iter().rev().find(|(s, e, _)| s <= addr && addr < e) {
+                    out.insert(k.clone());
                 }
             }
             _ => {}

@@ -16,7 +16,13 @@
 //!   break).
 //! * Files named in the log become in-memory files covering every offset a
 //!   successful call maps (grown if an `mremap` extends a file mapping),
-//!   shared by all processes.
+//!   shared by all processes. With descriptor lines (`open`, `openat`,
+//!   `close`, `dup*`, `memfd_create`), each process's descriptor table is
+//!   followed (copied by `fork`, shared with `CLONE_FILES`, close-on-exec
+//!   descriptors closed by `execve`) and gives each descriptor's open mode
+//!   exactly; a descriptor the log never showed opened gets the mode
+//!   inferred from the whole log. A call that names a descriptor and fails
+//!   never makes it bad for later calls.
 //! * `--addresses recorded`: a non-fixed `mmap` that succeeded is made at the
 //!   recorded address with `MAP_FIXED_NOREPLACE` (so a divergence shows up as
 //!   `EEXIST`, never as a silent overwrite); a moving `mremap` gets
@@ -34,6 +40,7 @@
 //!   with a mapping an overlapping call of another thread of the same process
 //!   removed, that call is replayed first.
 
+mod fds;
 mod files;
 pub mod parse;
 mod process;
@@ -45,8 +52,9 @@ use std::sync::Arc;
 
 use softmm::{PhysConfig, PhysMem};
 
+use fds::{Desc, FdTable};
 use files::Files;
-use parse::{Call, Record, Ret, CLONE_VM};
+use parse::{Call, Record, Ret, CLONE_FILES, CLONE_VM};
 use process::Process;
 
 /// Where non-fixed mappings go.
@@ -103,6 +111,11 @@ struct Tracker<'a> {
     clones: HashMap<u64, usize>,
     /// Whether the log has process lines (`execve`, `clone`, `fork`, ...).
     process_lines: bool,
+    /// Descriptor tables, and which one each pid uses.
+    fdts: Vec<FdTable>,
+    fdt_of: HashMap<Option<u64>, usize>,
+    /// Whether the log has descriptor lines (`openat`, `close`, `dup*`, ...).
+    fd_lines: bool,
     /// What the replay assumed about pids, for the report.
     notes: Vec<String>,
 }
@@ -119,6 +132,40 @@ impl Tracker<'_> {
             }
         }
         None
+    }
+
+    /// The descriptor table of `pid` (a new, empty one for a pid the log
+    /// never showed created).
+    fn fdt(&mut self, pid: Option<u64>) -> usize {
+        if let Some(&t) = self.fdt_of.get(&pid) {
+            return t;
+        }
+        self.fdts.push(FdTable::default());
+        self.fdt_of.insert(pid, self.fdts.len() - 1);
+        self.fdts.len() - 1
+    }
+
+    /// Applies a descriptor call (`openat`, `close`, `dup*`, `memfd_create`)
+    /// recorded at `i` to its pid's table.
+    fn fd_call(&mut self, i: usize) {
+        let r = &self.recs[i];
+        let Ret::Val(v) = r.ret else { return };
+        let t = self.fdt(r.pid);
+        let table = &mut self.fdts[t];
+        let fd = v as i64;
+        match &r.call {
+            Call::Open { path, flags } => {
+                table.install(fd, Desc::opened(r.ret_path.clone().unwrap_or_else(|| path.clone()), *flags))
+            }
+            Call::Close { fd } => table.close(*fd),
+            Call::Dup { old, cloexec } => table.dup(*old, fd, *cloexec),
+            Call::MemfdCreate { name, cloexec } => {
+                let path = r.ret_path.clone().unwrap_or_else(|| format!("/memfd:{name} (deleted)"));
+                let flags = libc::O_RDWR | if *cloexec { libc::O_CLOEXEC } else { 0 };
+                table.install(fd, Desc::opened(path, flags));
+            }
+            _ => {}
+        }
     }
 
     fn add(&mut self, p: Process, pid: Option<u64>) -> usize {
@@ -140,6 +187,14 @@ impl Tracker<'_> {
         let r = &self.recs[c];
         let Call::Clone { flags } = r.call else { unreachable!("clones holds clone records") };
         let (parent, _) = self.process_of(c)?;
+        let parent_fds = self.fdt(r.pid);
+        let fds = if flags & CLONE_FILES != 0 {
+            parent_fds
+        } else {
+            self.fdts.push(self.fdts[parent_fds].clone());
+            self.fdts.len() - 1
+        };
+        self.fdt_of.insert(Some(child), fds);
         if flags & CLONE_VM != 0 {
             let role = if flags & 0x10000 != 0 { Role::Member } else { Role::Borrower };
             self.by_pid.insert(Some(child), (parent, role));
@@ -190,6 +245,8 @@ impl Tracker<'_> {
             r.line
         ));
         self.by_pid.insert(r.pid, (p, Role::Member));
+        let fds = self.fdt(self.procs[p].pid);
+        self.fdt_of.insert(r.pid, fds);
         Ok((p, Role::Member))
     }
 
@@ -205,6 +262,9 @@ impl Tracker<'_> {
                         self.procs[p].end(format!("execve at line {}", r.line));
                     }
                 }
+                let fds = self.fdt(r.pid);
+                self.fdts.push(self.fdts[fds].after_exec());
+                self.fdt_of.insert(r.pid, self.fdts.len() - 1);
                 let program = short(&if argv.is_empty() { path.clone() } else { argv.join(" ") });
                 let p = self.start(i, r.pid, format!("execve at line {}", r.line))?;
                 self.procs[p].program = Some(program);
@@ -216,10 +276,16 @@ impl Tracker<'_> {
                 }
             }
             (Call::Exit { group }, _) => {
+                self.fdt_of.remove(&r.pid);
                 if let Some((p, role)) = self.by_pid.remove(&r.pid) {
                     if *group && role == Role::Member && self.procs[p].alive() {
                         self.procs[p].end(format!("exit_group at line {}", r.line));
-                        self.by_pid.retain(|_, &mut (q, _)| q != p);
+                        let gone: Vec<Option<u64>> =
+                            self.by_pid.iter().filter(|(_, &(q, _))| q == p).map(|(&pid, _)| pid).collect();
+                        for pid in gone {
+                            self.by_pid.remove(&pid);
+                            self.fdt_of.remove(&pid);
+                        }
                     }
                 }
             }
@@ -299,8 +365,14 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             .collect(),
         process_lines: recs.iter().any(|r| r.call.is_process() && !matches!(r.call, Call::Exit { .. })),
         notes: Vec::new(),
+        fdts: Vec::new(),
+        fdt_of: HashMap::new(),
+        fd_lines: recs.iter().any(|r| {
+            matches!(r.call, Call::Open { .. } | Call::Close { .. } | Call::Dup { .. } | Call::MemfdCreate { .. })
+        }),
     };
     let mut process_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut fd_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut done = vec![false; recs.len()];
     for i in 0..recs.len() {
         if done[i] {
@@ -314,10 +386,13 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             continue;
         }
         if !r.call.is_memory() {
+            *fd_calls.entry(r.call.name()).or_default() += 1;
+            tr.fd_call(i);
             continue;
         }
         let (p, _) = tr.process_of(i)?;
-        if tr.procs[p].step(&mut sh, r, false).is_err() {
+        let fds = if tr.fd_lines { tr.fdt_of.get(&r.pid).map(|&t| &tr.fdts[t]) } else { None };
+        if tr.procs[p].step(&mut sh, r, fds, false).is_err() {
             // Collided: replay the calls of other threads of this process
             // that were in flight when this one returned and remove or move
             // mappings, then retry.
@@ -327,15 +402,30 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
                 }
                 let same = tr.by_pid.get(&recs[j].pid).is_some_and(|&(q, _)| q == p);
                 if !done[j] && recs[j].pid != r.pid && same && Process::frees(&recs[j]) {
-                    let _ = tr.procs[p].step(&mut sh, &recs[j], true);
+                    let fds = if tr.fd_lines { tr.fdt_of.get(&recs[j].pid).map(|&t| &tr.fdts[t]) } else { None };
+                    let _ = tr.procs[p].step(&mut sh, &recs[j], fds, true);
                     done[j] = true;
                     tr.procs[p].reordered.push(format!("line {} replayed before line {}", recs[j].line, r.line));
                 }
             }
-            let _ = tr.procs[p].step(&mut sh, r, true);
+            let fds = if tr.fd_lines { tr.fdt_of.get(&r.pid).map(|&t| &tr.fdts[t]) } else { None };
+            let _ = tr.procs[p].step(&mut sh, r, fds, true);
         }
     }
-    report(name, opts, &log, &tr, &sh, &process_calls)
+    // Every address space and file dies: softmm must be back to nothing.
+    for p in &mut tr.procs {
+        p.release();
+    }
+    sh.files.clear();
+    let left = phys.quiesce();
+    let leak = (left.frames_used, left.page_tables, left.vmas, left.rmap_entries) != (0, 0, 0, 0);
+    if leak {
+        sh.mismatches.push(format!(
+            "softmm kept {} frames, {} page tables, {} VMAs, {} rmap entries after every address space and file died",
+            left.frames_used, left.page_tables, left.vmas, left.rmap_entries
+        ));
+    }
+    report(name, opts, &log, &tr, &sh, &process_calls, &fd_calls)
 }
 
 /// `name 3, other 1`.
@@ -350,6 +440,7 @@ fn report(
     tr: &Tracker,
     sh: &Shared,
     process_calls: &BTreeMap<&'static str, usize>,
+    fd_calls: &BTreeMap<&'static str, usize>,
 ) -> Result<(String, bool), String> {
     let mut out = sh.out.clone();
     let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -379,6 +470,11 @@ fn report(
             "no process lines in the log: a pid whose first call is brk(NULL) starts a new address space".to_string()
         };
         let _ = writeln!(out, "{} processes, {} with memory calls ({how})", tr.procs.len(), shown.len());
+    }
+    if tr.fd_lines {
+        let _ = writeln!(out, "open modes from the log's descriptor lines ({})", per_call(fd_calls));
+    } else if shown.iter().any(|p| p.counts.contains_key("mmap")) {
+        let _ = writeln!(out, "no descriptor lines in the log: open modes inferred from the memory calls");
     }
     for n in &tr.notes {
         let _ = writeln!(out, "  {n}");
@@ -465,7 +561,7 @@ fn report(
         for p in &shown {
             if several {
                 let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
-                let when = if p.alive() { "at the end of the log" } else { "at its end" };
+                let when = if p.ended.is_none() { "at the end of the log" } else { "at its end" };
                 let _ = writeln!(out, "\nfinal mappings of pid {}{prog} ({when}):", fmt_pid(p.pid));
             } else {
                 let _ = writeln!(out, "\nfinal mappings:");

@@ -63,10 +63,10 @@ pub enum Call {
     /// `close(fd)`.
     Close { fd: i64 },
     /// `dup(old)`, `dup2(old, new)` or `dup3(old, new, flags)`: the result is
-    /// a descriptor for the same open file.
-    Dup { old: i64 },
+    /// a descriptor for the same open file, close-on-exec if `dup3` said so.
+    Dup { old: i64, cloexec: bool },
     /// `memfd_create(name, flags)`: a new read-write descriptor.
-    MemfdCreate { name: String },
+    MemfdCreate { name: String, cloexec: bool },
 }
 
 /// `CLONE_VM`: the child shares the parent's address space.
@@ -137,6 +137,8 @@ pub struct Record {
     pub call: Call,
     /// What it returned.
     pub ret: Ret,
+    /// The path `-y` wrote after a descriptor result (`= 3</usr/lib/x.so>`).
+    pub ret_path: Option<String>,
     /// The call as written (`name(args)`), rejoined if it was split.
     pub text: String,
 }
@@ -286,6 +288,7 @@ fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &
         log.bad.push((line, "no result (`= ...`)".into()));
         return;
     };
+    let ret_path = ret_path(ret);
     let ret = match parse_ret(ret) {
         Ok(Some(r)) => r,
         // An exit never returns: strace writes `= ?`.
@@ -303,7 +306,7 @@ fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &
     match parse_call(name, &args) {
         Ok(call) => {
             let text = format!("{}({})", name, args.join(", "));
-            log.records.push(Record { line, end_line, pid, call, ret, text })
+            log.records.push(Record { line, end_line, pid, call, ret, ret_path, text })
         }
         Err(e) => log.bad.push((line, e)),
     }
@@ -337,6 +340,18 @@ fn parse_ret(s: &str) -> Result<Option<Ret>, String> {
     // `3</usr/lib/x.so>`: a descriptor with its path.
     let v = v.split_once('<').map_or(v, |(n, _)| n);
     Ok(Some(Ret::Val(number(v)?)))
+}
+
+/// The path of a descriptor result (`3</a b>`, `3</tmp/x>(deleted)`).
+fn ret_path(s: &str) -> Option<String> {
+    let s = s.trim();
+    let (n, rest) = s.split_once('<')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rest = rest.trim_end();
+    let rest = rest.strip_suffix(DELETED).unwrap_or(rest).trim_end();
+    Some(rest.strip_suffix('>')?.to_string())
 }
 
 /// Splits an argument list at top-level commas (not inside brackets, quotes
@@ -773,8 +788,14 @@ fn parse_call(name: &str, a: &[String]) -> Result<Call, String> {
             Call::Open { path: unquote(path), flags }
         }
         "close" => Call::Close { fd: fd_number(a.first().ok_or("close without a descriptor")?)? },
-        "dup" | "dup2" | "dup3" => Call::Dup { old: fd_number(a.first().ok_or("dup without a descriptor")?)? },
-        "memfd_create" => Call::MemfdCreate { name: unquote(a.first().ok_or("memfd_create without a name")?) },
+        "dup" | "dup2" | "dup3" => Call::Dup {
+            old: fd_number(a.first().ok_or("dup without a descriptor")?)?,
+            cloexec: name == "dup3" && a.get(2).is_some_and(|f| open_flags(f) & libc::O_CLOEXEC != 0),
+        },
+        "memfd_create" => Call::MemfdCreate {
+            name: unquote(a.first().ok_or("memfd_create without a name")?),
+            cloexec: a.get(1).is_some_and(|f| f.contains("MFD_CLOEXEC")),
+        },
         _ => unreachable!("filtered by NAMES"),
     })
 }
@@ -826,6 +847,7 @@ fn open_flags(s: &str) -> i32 {
             "O_CREAT" => libc::O_CREAT,
             "O_TRUNC" => libc::O_TRUNC,
             "O_PATH" => libc::O_PATH,
+            "O_CLOEXEC" => libc::O_CLOEXEC,
             _ => number(tok).map_or(0, |n| n as i32),
         };
     }
@@ -912,9 +934,11 @@ mod tests {
         assert_eq!(calls[3], &Call::Clone { flags: CLONE_VM | CLONE_VFORK });
         assert_eq!(log.records[4].ret, Ret::Err(libc::ENOENT));
         assert_eq!((calls[5], calls[6]), (&Call::Exit { group: false }, &Call::Exit { group: true }));
-        assert_eq!(calls[7], &Call::Open { path: "/etc/ld.so.cache".into(), flags: libc::O_RDONLY });
+        assert_eq!(calls[7], &Call::Open { path: "/etc/ld.so.cache".into(), flags: libc::O_RDONLY | libc::O_CLOEXEC });
         assert_eq!(log.records[7].ret, Ret::Val(3));
-        assert_eq!((calls[8], log.records[8].ret), (&Call::Dup { old: 3 }, Ret::Val(0)));
+        assert_eq!((calls[8], log.records[8].ret), (&Call::Dup { old: 3, cloexec: false }, Ret::Val(0)));
+        assert_eq!(log.records[7].ret_path.as_deref(), Some("/etc/ld.so.cache"));
+        assert_eq!(log.records[8].ret_path.as_deref(), Some("pipe:[444347]"));
         assert_eq!(calls[9], &Call::Close { fd: 3 });
         assert_eq!(log.records[10].ret, Ret::Err(libc::ENXIO));
     }

@@ -10,7 +10,8 @@ use softmm::uapi::{
 };
 use softmm::{page_align, AddressSpace, MmConfig, PhysMem, PAGE_SIZE};
 
-use super::parse::{errno_name, Call, Record, Ret};
+use super::fds::FdTable;
+use super::parse::{errno_name, Call, Fd, Record, Ret};
 use super::ranges::{proof, Placeholder, RangeSet, Translation};
 use super::{Addresses, Shared};
 
@@ -140,6 +141,13 @@ impl Process {
         self.ended = Some(why);
     }
 
+    /// Frees its address space at the end of the log, keeping its maps.
+    pub(super) fn release(&mut self) {
+        if let Some(mm) = self.mm.take() {
+            self.final_maps = Some(mm.maps_text());
+        }
+    }
+
     /// Its maps now, or at its end.
     pub(super) fn maps_text(&self) -> String {
         match &self.mm {
@@ -230,7 +238,13 @@ impl Process {
 
     /// Replays one call; `Err(())` when a recorded-address placement collided
     /// (the caller may retry after replaying an overlapping call).
-    pub(super) fn step(&mut self, sh: &mut Shared, r: &Record, last_try: bool) -> Result<(), ()> {
+    pub(super) fn step(
+        &mut self,
+        sh: &mut Shared,
+        r: &Record,
+        fds: Option<&FdTable>,
+        last_try: bool,
+    ) -> Result<(), ()> {
         let own = sh.opts.addresses == Addresses::Own;
         if !r.call.is_memory() {
             return Ok(());
@@ -242,7 +256,11 @@ impl Process {
         match r.call {
             Call::Mmap { addr, len, prot, flags, ref fd, off } => {
                 let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
-                let open = sh.files.for_mmap(fd, flags, exp);
+                let desc = match fd {
+                    Fd::Num(n) | Fd::Path(n, _) => fds.and_then(|t| t.get(*n)),
+                    Fd::None => None,
+                };
+                let open = sh.files.for_mmap(fd, prot, flags, exp, desc);
                 let (a, fl) = match (own, fixed, exp) {
                     (false, false, Ok(rec)) => (rec, flags | MAP_FIXED_NOREPLACE),
                     (true, _, _) => (self.tr.tr(addr), flags),
