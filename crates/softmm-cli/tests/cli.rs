@@ -540,3 +540,54 @@ fn replay_open_modes_from_descriptor_lines() {
     assert!(mismatches[1].contains("7</tmp/softmm-modes-0tHu26>, 0) = -1 EBADF recorded"), "{mismatches:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn replay_run_records_and_replays_at_once() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("strace is not installed: replay_run_without_strace_is_a_clear_error covers --run");
+        return;
+    }
+    let dir = scratch("run");
+    let saved = dir.join("saved.log");
+    let args = ["replay", "--run", "--save", saved.to_str().unwrap(), "--", "sh", "-c", "seq 100 | sort -n | tail -1"];
+    let out = softmm_in(&dir, &args, Duration::from_secs(60));
+    if out.stderr.contains("strace wrote no log") {
+        eprintln!("strace cannot trace here: {}", out.stderr);
+        return;
+    }
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.starts_with("100\nrecorded `sh -c seq 100 | sort -n | tail -1` (exit status 0)"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("from the log's process lines"), "{}", out.stdout);
+    assert!(out.stdout.contains("open modes from the log's descriptor lines"), "{}", out.stdout);
+    for prog in ["`seq 100`", "`sort -n`", "`tail -1`"] {
+        assert!(out.stdout.contains(prog), "{prog} in {}", out.stdout);
+    }
+    assert!(out.stdout.contains("OK: 0 mismatches, 0 unparsed lines"), "{}", out.stdout);
+    let log = std::fs::read_to_string(&saved).expect("the saved log");
+    assert!(log.contains("execve(\"/usr/bin/sort\"") || log.contains("execve(\"/bin/sort\""), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn replay_run_without_strace_is_a_clear_error() {
+    let dir = scratch("nostrace");
+    let out = Command::new(env!("CARGO_BIN_EXE_softmm"))
+        .args(["replay", "--run", "--", "true"])
+        .env("PATH", &dir)
+        .output()
+        .expect("spawn softmm");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("strace is not installed (or not on PATH)"), "{err}");
+    assert!(err.contains("-e trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create"), "{err}");
+    // A log and --run together, or --run without a command, are usage errors.
+    let out = softmm_in(&dir, &["replay", "x.log", "--run", "--", "true"], Duration::from_secs(10));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let out = softmm_in(&dir, &["replay", "--run"], Duration::from_secs(10));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

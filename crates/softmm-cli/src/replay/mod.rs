@@ -45,6 +45,7 @@ mod files;
 pub mod parse;
 mod process;
 mod ranges;
+pub mod record;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
