@@ -323,9 +323,9 @@ fn meminfo(key: &str) -> Option<u64> {
 /// and whether every call matched.
 pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), String> {
     let log = parse::parse(text);
-    // Frames for populating calls.
+    // Frames for the populating calls that succeeded.
     let mut populate = 0u64;
-    for r in &log.records {
+    for r in log.records.iter().filter(|r| matches!(r.ret, Ret::Val(_))) {
         match &r.call {
             Call::Mmap { len, flags, .. } if flags & (libc::MAP_POPULATE | libc::MAP_LOCKED) != 0 => {
                 populate = populate.saturating_add(*len)
@@ -559,7 +559,11 @@ fn report(
         log.bad.len()
     );
     if opts.maps {
-        for p in &shown {
+        // Every address space, except a fork's copy that made no call before
+        // its child ran another program (its maps are its parent's).
+        let exec_only =
+            |p: &Process| p.counts.is_empty() && p.ended.as_deref().is_some_and(|e| e.starts_with("execve"));
+        for p in tr.procs.iter().filter(|p| !exec_only(p)) {
             if several {
                 let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
                 let when = if p.ended.is_none() { "at the end of the log" } else { "at its end" };

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use softmm::uapi::{
-    MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MREMAP_DONTUNMAP, MREMAP_FIXED, MREMAP_MAYMOVE,
+    MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED_VALIDATE, MAP_TYPE, MREMAP_DONTUNMAP,
+    MREMAP_FIXED, MREMAP_MAYMOVE,
 };
 use softmm::{page_align, AddressSpace, MmConfig, PhysMem, PAGE_SIZE};
 
@@ -262,11 +263,22 @@ impl Process {
                 };
                 let open = sh.files.for_mmap(fd, prot, flags, exp, desc);
                 let (a, fl) = match (own, fixed, exp) {
+                    // MAP_SHARED_VALIDATE refuses MAP_FIXED_NOREPLACE (not in
+                    // LEGACY_MAP_MASK, EOPNOTSUPP on Linux too): check the
+                    // range is free here and place it with MAP_FIXED.
+                    (false, false, Ok(rec)) if flags & MAP_TYPE == MAP_SHARED_VALIDATE => (rec, flags | MAP_FIXED),
                     (false, false, Ok(rec)) => (rec, flags | MAP_FIXED_NOREPLACE),
                     (true, _, _) => (self.tr.tr(addr), flags),
                     _ => (addr, flags),
                 };
-                got = mm.mmap(a, len, prot, fl, open.as_ref(), off).map_err(code);
+                let occupied = fl & MAP_FIXED != 0
+                    && !fixed
+                    && self.unmapped(a, a.saturating_add(page_align(len))) != [(a, a.saturating_add(page_align(len)))];
+                got = if occupied {
+                    Err(libc::EEXIST)
+                } else {
+                    mm.mmap(a, len, prot, fl, open.as_ref(), off).map_err(code)
+                };
                 if !own && !fixed && exp.is_ok() && got == Err(libc::EEXIST) && !last_try {
                     *self.counts.entry("mmap").or_default() -= 1;
                     return Err(());
@@ -330,6 +342,17 @@ impl Process {
                         fl |= MREMAP_FIXED;
                         na = rec;
                     }
+                }
+                // strace prints the fifth argument only with MREMAP_FIXED,
+                // but MREMAP_DONTUNMAP uses it as a hint, and Linux refuses
+                // a hint overlapping the source with EINVAL before it looks
+                // at any VMA. A recorded EINVAL with the hint missing gets
+                // the one hint that surely overlaps: `old` itself.
+                if flags & (MREMAP_DONTUNMAP | MREMAP_FIXED) == MREMAP_DONTUNMAP
+                    && new_addr == 0
+                    && exp == Err(libc::EINVAL)
+                {
+                    na = self.tr.tr(old);
                 }
                 got = mm.mremap(self.tr.tr(old), old_len, new_len, fl, na).map_err(code);
                 match (exp, got) {
