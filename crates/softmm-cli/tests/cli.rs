@@ -448,6 +448,88 @@ fn replay_invents_no_memory_where_the_log_proves_none() {
     assert!(!out.stdout.contains("munmap 1 ("), "munmap proves nothing:\n{}", out.stdout);
 }
 
+/// Compares each process's final mappings in the replay of `log` with the
+/// host's `/proc/self/maps` at its exit (`maps`, appended by the preloaded
+/// `programs/dumpmaps.c`): every softmm mapping is the host's (range and
+/// permissions, and the path of a file mapping), and every host mapping
+/// softmm lacks is one no traced call of that program touched (the
+/// executable and its bss, ld.so, `[stack]`, `[vdso]`, `[vvar]`,
+/// `[vsyscall]`: mapped by the kernel before tracing began). Returns how many
+/// processes it compared.
+fn final_maps_match_host(log: &str, maps: &str) -> usize {
+    let out = replay(log, &["--maps"]);
+    let text = std::fs::read_to_string(logs().join(log)).unwrap();
+    // The ranges a pid's successful calls named after its last execve.
+    let touched = |pid: &str| -> Vec<(u64, u64)> {
+        let num = |s: &str| {
+            let s = s.trim();
+            match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => s.parse().ok(),
+            }
+        };
+        let mut out = Vec::new();
+        for l in text.lines().filter(|l| l.starts_with(&format!("{pid} "))) {
+            if l.contains("execve(") && l.ends_with("= 0") {
+                out.clear();
+            }
+            let Some((call, ret)) = l.rsplit_once(") = ") else { continue };
+            let Some(ret) = num(ret.split_whitespace().next().unwrap_or("")) else { continue };
+            let Some((name, args)) =
+                call.split_whitespace().nth(1).and_then(|_| call[pid.len()..].trim().split_once('('))
+            else {
+                continue;
+            };
+            let a: Vec<u64> = args.split(", ").map(|x| num(x).unwrap_or(0)).collect();
+            match name {
+                "mmap" => out.push((ret, a[1])),
+                "munmap" | "mprotect" | "madvise" => out.push((a[0], a[1])),
+                "mremap" => out.extend([(a[0], a[1]), (ret, a[2])]),
+                _ => {}
+            }
+        }
+        out
+    };
+    let host = std::fs::read_to_string(logs().join(maps)).unwrap();
+    let fields = |l: &str| -> Option<(String, String, String)> {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 5)
+            .then(|| (f[0].to_string(), f[1].to_string(), f.get(5..).map(|p| p.join(" ")).unwrap_or_default()))
+    };
+    let mut compared = 0;
+    for block in host.split("== pid ").skip(1) {
+        let (pid, lines) = block.split_once('\n').unwrap();
+        let host: Vec<(String, String, String)> = lines.lines().filter_map(fields).collect();
+        let header = format!("final mappings of pid {pid} ");
+        // The last process of that pid: the program that ran last in it.
+        let at = out.stdout.rfind(&header).unwrap_or_else(|| panic!("no maps of pid {pid}:\n{}", out.stdout));
+        let mine: Vec<(String, String, String)> = out.stdout[at..]
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.is_empty() && !l.starts_with('('))
+            .filter_map(fields)
+            .collect();
+        for (range, perms, path) in &mine {
+            assert!(
+                host.iter().any(|(r, p, h)| r == range && p == perms && (path.is_empty() || h == path)),
+                "{log}: pid {pid}: softmm's {range} {perms} {path} is not the host's:\n{lines}"
+            );
+        }
+        let touched = touched(pid);
+        for (range, perms, path) in &host {
+            if mine.iter().any(|(r, _, _)| r == range) {
+                continue;
+            }
+            let (s, e) = range.split_once('-').unwrap();
+            let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+            let pretrace = !touched.iter().any(|&(a, len)| a < e && s < a.saturating_add(len.max(1)));
+            assert!(pretrace, "{log}: pid {pid}: the host's {range} {perms} {path} is missing in softmm");
+        }
+        compared += 1;
+    }
+    compared
+}
+
 /// Replays `log` cleanly and returns the `process pid ...` lines of its report.
 fn process_lines(log: &str) -> Vec<String> {
     replays_cleanly(log);
@@ -465,6 +547,8 @@ fn replay_shell_pipeline_one_address_space_per_program() {
         assert!(procs.iter().any(|l| l.contains(prog) && l.contains("0 mismatches")), "{prog} in {procs:#?}");
     }
     assert_eq!(procs.len(), 4, "{procs:#?}");
+    // seq, sort and tail (sh exits without running destructors).
+    assert_eq!(final_maps_match_host("pipeline.log", "pipeline.maps"), 3);
 }
 
 #[test]
@@ -474,6 +558,7 @@ fn replay_gcc_compile() {
     assert_eq!(procs.len(), 3, "{procs:#?}");
     assert!(procs.iter().any(|l| l.contains("`as --64")), "{procs:#?}");
     assert!(procs.iter().any(|l| l.contains("cc1") || l.contains("/usr/lib/gcc/")), "{procs:#?}");
+    assert_eq!(final_maps_match_host("gcc-compile.log", "gcc-compile.maps"), 3);
 }
 
 #[test]
@@ -485,6 +570,7 @@ fn replay_program_started_through_a_wrapper_script() {
     assert!(procs.iter().any(|l| l.contains("`/usr/bin/python3.11 programs/alloc_threads.py`")), "{procs:#?}");
     let out = replay("wrapper-python.log", &[]);
     assert!(out.stdout.contains("3 processes, 2 with memory calls"), "{}", out.stdout);
+    assert_eq!(final_maps_match_host("wrapper-python.log", "wrapper-python.maps"), 1);
 }
 
 #[test]
