@@ -145,7 +145,14 @@ fn wlen(r: &mut Rng, addr: u64) -> u64 {
 /// A length the kernel refuses before it looks at any mapping (for munmap
 /// and a shrinking mremap), or that runs past `TASK_SIZE` (fixed mmap).
 fn refused_len(r: &mut Rng, addr: u64) -> u64 {
-    r.pick(&[u64::MAX, u64::MAX - P + 2, u64::MAX - addr + 1 + P, TASK_SIZE, TASK_SIZE - addr + P, 1 << 63])
+    r.pick(&[
+        u64::MAX,
+        u64::MAX - P + 2,
+        0u64.wrapping_sub(addr).wrapping_add(P),
+        TASK_SIZE,
+        TASK_SIZE - addr + P,
+        1 << 63,
+    ])
 }
 
 fn prot(r: &mut Rng) -> i32 {

@@ -55,7 +55,7 @@ use softmm::{PhysConfig, PhysMem};
 
 use fds::{Desc, FdTable};
 use files::Files;
-use parse::{Call, Record, Ret, CLONE_FILES, CLONE_VM};
+use parse::{Call, Record, Ret, CLONE_FILES, CLONE_THREAD, CLONE_VM};
 use process::Process;
 
 /// Where non-fixed mappings go.
@@ -122,13 +122,13 @@ struct Tracker<'a> {
 }
 
 impl Tracker<'_> {
-    /// The first `brk` result of `pid` after record `from` (inclusive),
-    /// before it runs another program.
+    /// The first `brk` result of `pid` from record `from` on, before it runs
+    /// another program (a successful `execve` after `from`).
     fn first_brk(&self, from: usize, pid: Option<u64>) -> Option<u64> {
-        for r in self.recs[from..].iter().filter(|r| r.pid == pid) {
+        for (j, r) in self.recs.iter().enumerate().skip(from).filter(|(_, r)| r.pid == pid) {
             match (&r.call, r.ret) {
                 (Call::Brk { .. }, Ret::Val(v)) => return Some(v),
-                (Call::Execve { .. }, Ret::Val(_)) if !std::ptr::eq(r, &self.recs[from]) => return None,
+                (Call::Execve { .. }, Ret::Val(_)) if j > from => return None,
                 _ => {}
             }
         }
@@ -197,7 +197,7 @@ impl Tracker<'_> {
         };
         self.fdt_of.insert(Some(child), fds);
         if flags & CLONE_VM != 0 {
-            let role = if flags & 0x10000 != 0 { Role::Member } else { Role::Borrower };
+            let role = if flags & CLONE_THREAD != 0 { Role::Member } else { Role::Borrower };
             self.by_pid.insert(Some(child), (parent, role));
             return Ok(parent);
         }
@@ -254,6 +254,12 @@ impl Tracker<'_> {
     /// Applies a process call (`execve`, `clone`, `exit`) recorded at `i`.
     fn process_call(&mut self, i: usize) -> Result<(), String> {
         let r = &self.recs[i];
+        // A child whose first line is an execve (vfork + exec) gets its
+        // parent's address space and descriptors first: a failed execve
+        // leaves it there, a successful one keeps its descriptors.
+        if matches!(r.call, Call::Execve { .. }) && r.pid.is_some_and(|p| self.clones.contains_key(&p)) {
+            self.process_of(i)?;
+        }
         match (&r.call, r.ret) {
             (Call::Execve { path, argv }, Ret::Val(_)) => {
                 if let Some(&(p, role)) = self.by_pid.get(&r.pid) {

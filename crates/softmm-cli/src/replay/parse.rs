@@ -75,6 +75,8 @@ pub const CLONE_VM: u64 = 0x100;
 pub const CLONE_FILES: u64 = 0x400;
 /// `CLONE_VFORK`: the parent waits until the child execs or exits.
 pub const CLONE_VFORK: u64 = 0x4000;
+/// `CLONE_THREAD`: the child is a thread of the parent's process.
+pub const CLONE_THREAD: u64 = 0x10000;
 
 impl Call {
     /// The syscall's name.
@@ -829,7 +831,7 @@ fn clone_flags(s: &str) -> u64 {
             "CLONE_VM" => CLONE_VM,
             "CLONE_FILES" => CLONE_FILES,
             "CLONE_VFORK" => CLONE_VFORK,
-            "CLONE_THREAD" => 0x10000,
+            "CLONE_THREAD" => CLONE_THREAD,
             _ => number(tok).unwrap_or(0),
         };
     }
@@ -929,7 +931,7 @@ mod tests {
         assert_eq!(log.records[0].ret, Ret::Val(0));
         assert_eq!(calls[1], &Call::Clone { flags: 0 });
         assert_eq!(log.records[1].ret, Ret::Val(8));
-        assert_eq!(calls[2], &Call::Clone { flags: CLONE_VM | CLONE_FILES | 0x10000 });
+        assert_eq!(calls[2], &Call::Clone { flags: CLONE_VM | CLONE_FILES | CLONE_THREAD });
         assert_eq!(log.records[2].ret, Ret::Val(9));
         assert_eq!(calls[3], &Call::Clone { flags: CLONE_VM | CLONE_VFORK });
         assert_eq!(log.records[4].ret, Ret::Err(libc::ENOENT));
