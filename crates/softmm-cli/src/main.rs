@@ -5,8 +5,9 @@
 //!   threads; prints the table and writes `softmm-results.svg`.
 //! * `softmm bench WORKLOAD...`: the fault-scalability workloads side by side
 //!   with the host kernel (table, `--json`, `--plot`).
-//! * `softmm replay LOG`: replays an strace log of a real program against a
-//!   softmm address space and compares every result.
+//! * `softmm replay LOG`: replays an strace log of real programs against
+//!   softmm address spaces (one per process) and compares every result;
+//!   `softmm replay --run -- CMD ARGS...` records CMD with strace first.
 
 mod bench;
 mod machine;
@@ -46,7 +47,8 @@ struct Cli {
 enum Cmd {
     /// Run workloads for fault policies and the host; print a table, write JSON and plots.
     Bench(bench::BenchArgs),
-    /// Replay an `strace -f -y -e trace=mmap,munmap,mprotect,mremap,brk,madvise` log.
+    /// Replay an `strace -f -y -e trace=memory,process,openat,close,dup,dup2,dup3,memfd_create` log
+    /// (or one of the memory calls only), or record a command with `--run -- CMD ARGS...` and replay it.
     Replay(ReplayArgs),
     /// Plot the samples of a `bench --json` file again (.svg or .png).
     Plot {
@@ -60,7 +62,17 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ReplayArgs {
     /// The log (`-` for standard input).
-    log: PathBuf,
+    #[arg(required_unless_present = "run", conflicts_with = "run")]
+    log: Option<PathBuf>,
+    /// Record the command after `--` with strace (`-f -y -e trace=memory,process,open,...`) and replay its log.
+    #[arg(long, requires = "cmd")]
+    run: bool,
+    /// With `--run`: keep the recorded log here.
+    #[arg(long, requires = "run", value_name = "LOG")]
+    save: Option<PathBuf>,
+    /// With `--run`: the command and its arguments.
+    #[arg(last = true, value_name = "CMD")]
+    cmd: Vec<String>,
     /// Where non-fixed mmap/mremap calls place their mappings.
     #[arg(long, value_enum, default_value = "recorded")]
     addresses: replay::Addresses,
@@ -76,16 +88,25 @@ struct ReplayArgs {
 }
 
 fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
-    let text = if a.log.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| format!("stdin: {e}"))?;
-        s
-    } else {
-        let bytes = std::fs::read(&a.log).map_err(|e| format!("{}: {e}", a.log.display()))?;
-        String::from_utf8_lossy(&bytes).into_owned()
+    let (name, text) = match &a.log {
+        None => {
+            let rec = replay::record::record(&a.cmd, a.save.as_deref())?;
+            println!("recorded `{}` ({})", a.cmd.join(" "), rec.status);
+            let name = a.save.as_ref().map_or_else(|| "the recorded log".to_string(), |p| p.display().to_string());
+            (name, rec.text)
+        }
+        Some(log) if log.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| format!("stdin: {e}"))?;
+            ("-".to_string(), s)
+        }
+        Some(log) => {
+            let bytes = std::fs::read(log).map_err(|e| format!("{}: {e}", log.display()))?;
+            (log.display().to_string(), String::from_utf8_lossy(&bytes).into_owned())
+        }
     };
     let opts = replay::Options { addresses: a.addresses, maps: a.maps, verbose: a.verbose, arena: a.arena };
-    let (out, ok) = replay::replay(&a.log.display().to_string(), &text, &opts)?;
+    let (out, ok) = replay::replay(&name, &text, &opts)?;
     print!("{out}");
     Ok(if ok { 0 } else { 1 })
 }

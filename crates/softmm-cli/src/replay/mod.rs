@@ -1,10 +1,28 @@
 //! `softmm replay`: runs the memory-mapping calls of a traced program against
-//! one softmm address space and compares every result with the recorded one.
+//! softmm address spaces, one per process of the log, and compares every
+//! result with the recorded one.
 //!
 //! Faithfulness:
-//! * The heap starts at the log's first `brk` result (the initial break).
-//! * Files named in the log become in-memory files covering every offset the
-//!   log maps (grown if an `mremap` extends a file mapping).
+//! * Processes: with process lines (`strace -f -e trace=memory,process`), a
+//!   successful `execve` gives its process a new address space, a `clone`,
+//!   `clone3` or `fork` without `CLONE_VM` forks the parent's address space
+//!   copy-on-write ([`softmm::AddressSpace::fork`]) so the child replays
+//!   against its parent's state, one with `CLONE_VM` (a thread, `vfork`)
+//!   shares it, and `exit_group` ends the process. Without process lines, a
+//!   pid whose first call is `brk(NULL)` (the first call of a new program)
+//!   starts a new address space, and the report says so; any other new pid
+//!   is a thread of the process started last.
+//! * The heap of each process starts at its first `brk` result (the initial
+//!   break).
+//! * Files named in the log become in-memory files covering every offset a
+//!   successful call maps (grown if an `mremap` extends a file mapping),
+//!   shared by all processes. With descriptor lines (`open`, `openat`,
+//!   `close`, `dup*`, `memfd_create`), each process's descriptor table is
+//!   followed (copied by `fork`, shared with `CLONE_FILES`, close-on-exec
+//!   descriptors closed by `execve`) and gives each descriptor's open mode
+//!   exactly; a descriptor the log never showed opened gets the mode
+//!   inferred from the whole log. A call that names a descriptor and fails
+//!   never makes it bad for later calls.
 //! * `--addresses recorded`: a non-fixed `mmap` that succeeded is made at the
 //!   recorded address with `MAP_FIXED_NOREPLACE` (so a divergence shows up as
 //!   `EEXIST`, never as a silent overwrite); a moving `mremap` gets
@@ -14,22 +32,31 @@
 //! * Mappings made before tracing began (the executable, the stack, the vDSO)
 //!   are unknown. A call the log recorded as successful on a range that no
 //!   earlier traced call touched ("pre-trace") gets an anonymous placeholder
-//!   for the parts softmm has unmapped, and is counted separately.
+//!   where its success proves memory by Linux's own checks and softmm has
+//!   none, and nowhere else (see [`ranges::proof`]); each placeholder is
+//!   reported with the line that required it.
 //! * Calls of several threads whose spans overlap (`<unfinished ...>`) are
 //!   replayed in the order their results were written; if one then collides
-//!   with a mapping an overlapping call of another thread removed, that call
-//!   is replayed first.
+//!   with a mapping an overlapping call of another thread of the same process
+//!   removed, that call is replayed first.
 
+mod fds;
+mod files;
 pub mod parse;
+mod process;
+mod ranges;
+pub mod record;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use softmm::uapi::{MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MREMAP_FIXED, MREMAP_MAYMOVE};
-use softmm::{page_align, AddressSpace, File, MmConfig, OpenFile, PhysConfig, PhysMem, PAGE_SIZE};
+use softmm::{PhysConfig, PhysMem};
 
-use parse::{errno_name, Call, Fd, Record, Ret};
+use fds::{Desc, FdTable};
+use files::Files;
+use parse::{Call, Record, Ret, CLONE_FILES, CLONE_THREAD, CLONE_VM};
+use process::Process;
 
 /// Where non-fixed mappings go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -53,364 +80,238 @@ pub struct Options {
     pub arena: Option<u64>,
 }
 
-/// Ranges of addresses, merged.
-#[derive(Default)]
-struct RangeSet {
-    /// start → end
-    map: BTreeMap<u64, u64>,
-}
-
-impl RangeSet {
-    fn insert(&mut self, mut start: u64, mut end: u64) {
-        if start >= end {
-            return;
-        }
-        let overlapping: Vec<(u64, u64)> =
-            self.map.range(..=end).rev().take_while(|&(_, &e)| e >= start).map(|(&s, &e)| (s, e)).collect();
-        for (s, e) in overlapping {
-            self.map.remove(&s);
-            start = start.min(s);
-            end = end.max(e);
-        }
-        self.map.insert(start, end);
-    }
-
-    /// The parts of `[start, end)` not in the set.
-    fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
-        let mut cur = start;
-        if let Some((_, &e)) = self.map.range(..=start).next_back() {
-            cur = cur.max(e);
-        }
-        for (&s, &e) in self.map.range(start..end) {
-            if s > cur {
-                out.push((cur, s));
-            }
-            cur = cur.max(e);
-        }
-        if cur < end {
-            out.push((cur, end));
-        }
-        out
-    }
-}
-
-/// Recorded-address ranges softmm placed elsewhere (`--addresses own`).
-#[derive(Default)]
-struct Translation {
-    /// (recorded start, recorded end, softmm start − recorded start)
-    ranges: Vec<(u64, u64, u64)>,
-}
-
-impl Translation {
-    fn add(&mut self, rec: u64, len: u64, own: u64) {
-        self.ranges.push((rec, rec.saturating_add(page_align(len).max(PAGE_SIZE)), own.wrapping_sub(rec)));
-    }
-
-    fn tr(&self, a: u64) -> u64 {
-        match self.ranges.iter().rev().find(|&&(s, e, _)| s <= a && a < e) {
-            Some(&(_, _, d)) => a.wrapping_add(d),
-            None => a,
-        }
-    }
-}
-
-/// The replay's state.
-struct Replayer {
-    mm: Arc<AddressSpace>,
-    phys: Arc<PhysMem>,
+/// What every process of a replay shares.
+pub(crate) struct Shared {
     opts: Options,
-    files: HashMap<String, Arc<File>>,
-    /// Whether the log annotates descriptors with paths (`-y`): a bare fd
-    /// number is then one that was not open.
-    annotated: bool,
-    /// Descriptors the log shows were opened for writing.
-    writable: HashSet<(i64, String)>,
-    files_by_id: HashMap<u64, Arc<File>>,
-    known: RangeSet,
-    tr: Translation,
+    files: Files,
+    /// Every mismatch, in log order.
     mismatches: Vec<String>,
-    pretrace: BTreeMap<&'static str, usize>,
-    placeholders: Vec<(u64, u64)>,
-    placed_differently: Vec<String>,
-    reordered: Vec<String>,
-    counts: BTreeMap<&'static str, usize>,
+    /// `--verbose` lines.
     out: String,
 }
 
-fn show(r: Result<u64, i32>) -> String {
-    match r {
-        Ok(0) => "0".to_string(),
-        Ok(v) => format!("{v:#x}"),
-        Err(e) => format!("-1 {}", errno_name(e)),
-    }
+/// A pid's relation to the process it runs in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The pid that started the process, or a thread of it.
+    Member,
+    /// A `vfork` (or `CLONE_VM` without `CLONE_THREAD`) child: it borrows
+    /// the parent's address space until it execs or exits, which ends only
+    /// the child.
+    Borrower,
 }
 
-fn recorded(ret: Ret) -> Result<u64, i32> {
-    match ret {
-        Ret::Val(v) => Ok(v),
-        Ret::Err(e) => Err(e),
-    }
+/// The processes of a log and which pid runs in which.
+struct Tracker<'a> {
+    recs: &'a [Record],
+    phys: Arc<PhysMem>,
+    procs: Vec<Process>,
+    by_pid: HashMap<Option<u64>, (usize, Role)>,
+    /// Child pid → the index of the `clone`/`fork`/`vfork` record that
+    /// created it (its result), for children whose first call comes first.
+    clones: HashMap<u64, usize>,
+    /// Whether the log has process lines (`execve`, `clone`, `fork`, ...).
+    process_lines: bool,
+    /// Descriptor tables, and which one each pid uses.
+    fdts: Vec<FdTable>,
+    fdt_of: HashMap<Option<u64>, usize>,
+    /// Whether the log has descriptor lines (`openat`, `close`, `dup*`, ...).
+    fd_lines: bool,
+    /// What the replay assumed about pids, for the report.
+    notes: Vec<String>,
 }
 
-fn fd_mode_key(fd: &Fd) -> (i64, String) {
-    match fd {
-        Fd::None => (-1, String::new()),
-        Fd::Num(n) => (*n, String::new()),
-        Fd::Path(n, p) => (*n, p.clone()),
-    }
-}
-
-fn is_shared(flags: i32) -> bool {
-    matches!(flags & softmm::uapi::MAP_TYPE, softmm::uapi::MAP_SHARED | softmm::uapi::MAP_SHARED_VALIDATE)
-}
-
-/// The descriptors the log shows were writable: a shared writable mapping
-/// of it succeeded, or write permission was added to one with `mprotect`.
-/// Others are taken as opened read-only (what `mmap` and `mprotect` check).
-fn writable_fds(records: &[Record]) -> HashSet<(i64, String)> {
-    let mut out = HashSet::new();
-    let mut shared: Vec<(u64, u64, (i64, String))> = Vec::new();
-    for r in records {
-        match (&r.call, r.ret) {
-            (Call::Mmap { len, prot, flags, fd, .. }, Ret::Val(a)) if is_shared(*flags) && fd.key().is_some() => {
-                if prot & libc::PROT_WRITE != 0 {
-                    out.insert(fd_mode_key(fd));
-                }
-                shared.push((a, a.saturating_add(page_align(*len)), fd_mode_key(fd)));
+impl Tracker<'_> {
+    /// The first `brk` result of `pid` from record `from` on, before it runs
+    /// another program (a successful `execve` after `from`).
+    fn first_brk(&self, from: usize, pid: Option<u64>) -> Option<u64> {
+        for (j, r) in self.recs.iter().enumerate().skip(from).filter(|(_, r)| r.pid == pid) {
+            match (&r.call, r.ret) {
+                (Call::Brk { .. }, Ret::Val(v)) => return Some(v),
+                (Call::Execve { .. }, Ret::Val(_)) if j > from => return None,
+                _ => {}
             }
-            (Call::Mprotect { addr, len, prot }, Ret::Val(0)) if prot & libc::PROT_WRITE != 0 => {
-                let end = addr.saturating_add(page_align(*len));
-                for (s, e, k) in &shared {
-                    if *s < end && *addr < *e {
-                        out.insert(k.clone());
+        }
+        None
+    }
+
+    /// The descriptor table of `pid` (a new, empty one for a pid the log
+    /// never showed created).
+    fn fdt(&mut self, pid: Option<u64>) -> usize {
+        if let Some(&t) = self.fdt_of.get(&pid) {
+            return t;
+        }
+        self.fdts.push(FdTable::default());
+        self.fdt_of.insert(pid, self.fdts.len() - 1);
+        self.fdts.len() - 1
+    }
+
+    /// Applies a descriptor call (`openat`, `close`, `dup*`, `memfd_create`)
+    /// recorded at `i` to its pid's table.
+    fn fd_call(&mut self, i: usize) {
+        let r = &self.recs[i];
+        let Ret::Val(v) = r.ret else { return };
+        let t = self.fdt(r.pid);
+        let table = &mut self.fdts[t];
+        let fd = v as i64;
+        match &r.call {
+            Call::Open { path, flags } => {
+                table.install(fd, Desc::opened(r.ret_path.clone().unwrap_or_else(|| path.clone()), *flags))
+            }
+            Call::Close { fd } => table.close(*fd),
+            Call::Dup { old, cloexec } => table.dup(*old, fd, *cloexec),
+            Call::MemfdCreate { name, cloexec } => {
+                let path = r.ret_path.clone().unwrap_or_else(|| format!("/memfd:{name} (deleted)"));
+                let flags = libc::O_RDWR | if *cloexec { libc::O_CLOEXEC } else { 0 };
+                table.install(fd, Desc::opened(path, flags));
+            }
+            _ => {}
+        }
+    }
+
+    fn add(&mut self, p: Process, pid: Option<u64>) -> usize {
+        self.procs.push(p);
+        let i = self.procs.len() - 1;
+        self.by_pid.insert(pid, (i, Role::Member));
+        i
+    }
+
+    /// A new process for `pid` with a fresh address space.
+    fn start(&mut self, i: usize, pid: Option<u64>, origin: String) -> Result<usize, String> {
+        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid))?;
+        Ok(self.add(p, pid))
+    }
+
+    /// Sets up the child `child` of the clone record `c` in its parent's
+    /// process: shared (`CLONE_VM`) or forked.
+    fn spawn(&mut self, c: usize, child: u64) -> Result<usize, String> {
+        let r = &self.recs[c];
+        let Call::Clone { flags } = r.call else { unreachable!("clones holds clone records") };
+        let (parent, _) = self.process_of(c)?;
+        let parent_fds = self.fdt(r.pid);
+        let fds = if flags & CLONE_FILES != 0 {
+            parent_fds
+        } else {
+            self.fdts.push(self.fdts[parent_fds].clone());
+            self.fdts.len() - 1
+        };
+        self.fdt_of.insert(Some(child), fds);
+        if flags & CLONE_VM != 0 {
+            let role = if flags & CLONE_THREAD != 0 { Role::Member } else { Role::Borrower };
+            self.by_pid.insert(Some(child), (parent, role));
+            return Ok(parent);
+        }
+        let origin = format!("fork of pid {} at line {}", fmt_pid(r.pid), r.line);
+        let p = self.procs[parent].fork(Some(child), origin)?;
+        Ok(self.add(p, Some(child)))
+    }
+
+    /// The process record `i` runs in, set up when its pid is new.
+    fn process_of(&mut self, i: usize) -> Result<(usize, Role), String> {
+        let r = &self.recs[i];
+        if let Some(&(p, role)) = self.by_pid.get(&r.pid) {
+            if self.procs[p].alive() {
+                return Ok((p, role));
+            }
+        }
+        if let Some(&c) = r.pid.and_then(|pid| self.clones.get(&pid)) {
+            if c != i && self.recs[c].pid != r.pid {
+                let p = self.spawn(c, r.pid.expect("clones are keyed by pid"))?;
+                return Ok(self.by_pid.get(&r.pid).copied().unwrap_or((p, Role::Member)));
+            }
+        }
+        let first = self.procs.is_empty();
+        if first || (!self.process_lines && matches!(r.call, Call::Brk { addr: 0 })) {
+            let origin = if first {
+                "the log's first process".to_string()
+            } else {
+                let origin = format!("first call brk(NULL) at line {}: a new program", r.line);
+                self.notes.push(format!("pid {}: {origin}, a new address space", fmt_pid(r.pid)));
+                origin
+            };
+            let p = self.start(i, r.pid, origin)?;
+            return Ok((p, Role::Member));
+        }
+        // A pid the log never showed being created: a thread of the process
+        // started last (still alive).
+        let p = (0..self.procs.len()).rev().find(|&p| self.procs[p].alive()).unwrap_or(0);
+        if !self.procs[p].alive() {
+            let p = self.start(i, r.pid, format!("first call at line {}", r.line))?;
+            return Ok((p, Role::Member));
+        }
+        self.notes.push(format!(
+            "pid {}: no line creates it; taken for a thread of pid {} (line {})",
+            fmt_pid(r.pid),
+            fmt_pid(self.procs[p].pid),
+            r.line
+        ));
+        self.by_pid.insert(r.pid, (p, Role::Member));
+        let fds = self.fdt(self.procs[p].pid);
+        self.fdt_of.insert(r.pid, fds);
+        Ok((p, Role::Member))
+    }
+
+    /// Applies a process call (`execve`, `clone`, `exit`) recorded at `i`.
+    fn process_call(&mut self, i: usize) -> Result<(), String> {
+        let r = &self.recs[i];
+        // A child whose first line is an execve (vfork + exec) gets its
+        // parent's address space and descriptors first: a failed execve
+        // leaves it there, a successful one keeps its descriptors.
+        if matches!(r.call, Call::Execve { .. }) && r.pid.is_some_and(|p| self.clones.contains_key(&p)) {
+            self.process_of(i)?;
+        }
+        match (&r.call, r.ret) {
+            (Call::Execve { path, argv }, Ret::Val(_)) => {
+                if let Some(&(p, role)) = self.by_pid.get(&r.pid) {
+                    // A borrowing vfork child leaves its parent's address
+                    // space as it was; a member's exec replaces its process.
+                    if role == Role::Member && self.procs[p].alive() {
+                        self.procs[p].end(format!("execve at line {}", r.line));
+                    }
+                }
+                let fds = self.fdt(r.pid);
+                self.fdts.push(self.fdts[fds].after_exec());
+                self.fdt_of.insert(r.pid, self.fdts.len() - 1);
+                let program = short(&if argv.is_empty() { path.clone() } else { argv.join(" ") });
+                let p = self.start(i, r.pid, format!("execve at line {}", r.line))?;
+                self.procs[p].program = Some(program);
+            }
+            (Call::Clone { .. }, Ret::Val(child)) => {
+                self.process_of(i)?;
+                if !self.by_pid.get(&Some(child)).is_some_and(|&(p, _)| self.procs[p].alive()) {
+                    self.spawn(i, child)?;
+                }
+            }
+            (Call::Exit { group }, _) => {
+                self.fdt_of.remove(&r.pid);
+                if let Some((p, role)) = self.by_pid.remove(&r.pid) {
+                    if *group && role == Role::Member && self.procs[p].alive() {
+                        self.procs[p].end(format!("exit_group at line {}", r.line));
+                        let gone: Vec<Option<u64>> =
+                            self.by_pid.iter().filter(|(_, &(q, _))| q == p).map(|(&pid, _)| pid).collect();
+                        for pid in gone {
+                            self.by_pid.remove(&pid);
+                            self.fdt_of.remove(&pid);
+                        }
                     }
                 }
             }
             _ => {}
         }
-    }
-    out
-}
-
-fn code(e: softmm::Errno) -> i32 {
-    e.code()
-}
-
-impl Replayer {
-    fn file(&mut self, fd: &Fd, sizes: &HashMap<String, u64>) -> Option<Arc<File>> {
-        let key = fd.key()?;
-        if let Some(f) = self.files.get(&key) {
-            return Some(f.clone());
-        }
-        let size = sizes.get(&key).copied().unwrap_or(PAGE_SIZE);
-        let f = File::create(&self.phys, &key, size).ok()?;
-        self.files.insert(key, f.clone());
-        self.files_by_id.insert(f.id(), f.clone());
-        Some(f)
-    }
-
-    /// Parts of `[start, end)` (softmm addresses) with no mapping.
-    fn unmapped(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut cur = start;
-        let mut out = Vec::new();
-        for m in self.mm.maps() {
-            if m.end <= cur {
-                continue;
-            }
-            if m.start >= end {
-                break;
-            }
-            if m.start > cur {
-                out.push((cur, m.start));
-            }
-            cur = cur.max(m.end);
-        }
-        if cur < end {
-            out.push((cur, end));
-        }
-        out
-    }
-
-    /// Before a call recorded as successful on `[addr, addr+len)` (recorded
-    /// addresses): maps placeholders where the range is pre-trace and softmm
-    /// has nothing. Returns whether the range touched pre-trace memory.
-    fn pretrace(&mut self, what: &'static str, addr: u64, len: u64, placeholder: bool) -> bool {
-        let end = addr.saturating_add(page_align(len));
-        let gaps = self.known.gaps(addr, end);
-        if gaps.is_empty() {
-            return false;
-        }
-        *self.pretrace.entry(what).or_default() += 1;
-        if placeholder {
-            for (s, e) in gaps {
-                let (s, e) = (self.tr.tr(s), self.tr.tr(s) + (e - s));
-                for (hs, he) in self.unmapped(s, e) {
-                    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
-                    if self.mm.mmap(hs, he - hs, libc::PROT_READ | libc::PROT_WRITE, flags, None, 0).is_ok() {
-                        self.placeholders.push((hs, he));
-                    }
-                }
-            }
-        }
-        true
-    }
-
-    fn mismatch(&mut self, r: &Record, expected: Result<u64, i32>, actual: Result<u64, i32>, note: &str) {
-        let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-        let mut m =
-            format!("line {}{}: {} = {} recorded, softmm {}", r.line, pid, r.text, show(expected), show(actual));
-        if !note.is_empty() {
-            let _ = write!(m, " ({note})");
-        }
-        self.mismatches.push(m);
-    }
-
-    /// Whether `r` may be replayed before a call that collides with the
-    /// mapping it removes or moves.
-    fn frees(r: &Record) -> bool {
-        matches!(r.call, Call::Munmap { .. } | Call::Mremap { .. })
-            || matches!(r.call, Call::Mmap { flags, .. } if flags & MAP_FIXED != 0)
-    }
-
-    /// Replays one call; `Err(())` when a recorded-address placement collided
-    /// (the caller may retry after replaying an overlapping call).
-    fn step(&mut self, r: &Record, sizes: &HashMap<String, u64>, last_try: bool) -> Result<(), ()> {
-        let own = self.opts.addresses == Addresses::Own;
-        let exp = recorded(r.ret);
-        *self.counts.entry(r.call.name()).or_default() += 1;
-        let got: Result<u64, i32>;
-        match r.call {
-            Call::Mmap { addr, len, prot, flags, ref fd, off } => {
-                let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
-                let file = match fd {
-                    _ if flags & MAP_ANONYMOUS != 0 => None,
-                    Fd::Num(_) if self.annotated => None,
-                    _ => self.file(fd, sizes),
-                };
-                let open = file.as_ref().map(|f| {
-                    if exp != Err(libc::EACCES) && self.writable.contains(&fd_mode_key(fd)) {
-                        OpenFile::read_write(f)
-                    } else {
-                        OpenFile::read_only(f)
-                    }
-                });
-                let (a, fl) = match (own, fixed, exp) {
-                    (false, false, Ok(rec)) => (rec, flags | MAP_FIXED_NOREPLACE),
-                    (true, _, _) => (self.tr.tr(addr), flags),
-                    _ => (addr, flags),
-                };
-                got = self.mm.mmap(a, len, prot, fl, open.as_ref(), off).map_err(code);
-                if !own && !fixed && exp.is_ok() && got == Err(libc::EEXIST) && !last_try {
-                    *self.counts.entry("mmap").or_default() -= 1;
-                    return Err(());
-                }
-                match (exp, got) {
-                    (Ok(rec), Ok(g)) => {
-                        if own && !fixed && g != rec {
-                            self.tr.add(rec, len, g);
-                            self.placed_differently
-                                .push(format!("line {}: {} at {g:#x}, recorded {rec:#x}", r.line, r.text));
-                        } else if (own && fixed && g != self.tr.tr(rec)) || (!own && g != rec) {
-                            self.mismatch(r, exp, got, "");
-                        }
-                        self.known.insert(rec, rec.saturating_add(page_align(len)));
-                    }
-                    (Err(e), Err(g)) if e == g => {}
-                    (Err(_), Ok(g)) => {
-                        self.mismatch(r, exp, got, "undone");
-                        if !fixed {
-                            let _ = self.mm.munmap(g, len);
-                        }
-                    }
-                    _ => self.mismatch(r, exp, got, ""),
-                }
-            }
-            Call::Munmap { addr, len } => {
-                if exp.is_ok() {
-                    self.pretrace("munmap", addr, len, false);
-                }
-                got = self.mm.munmap(self.tr.tr(addr), len).map(|()| 0).map_err(code);
-                if got != exp {
-                    self.mismatch(r, exp, got, "");
-                }
-                if exp.is_ok() {
-                    self.known.insert(addr, addr.saturating_add(page_align(len)));
-                }
-            }
-            Call::Mprotect { addr, len, prot } => {
-                if exp.is_ok() {
-                    self.pretrace("mprotect", addr, len, true);
-                }
-                got = self.mm.mprotect(self.tr.tr(addr), len, prot).map(|()| 0).map_err(code);
-                if got != exp {
-                    self.mismatch(r, exp, got, "");
-                }
-            }
-            Call::Madvise { addr, len, advice } => {
-                if exp.is_ok() {
-                    self.pretrace("madvise", addr, len, true);
-                }
-                got = self.mm.madvise(self.tr.tr(addr), len, advice).map(|()| 0).map_err(code);
-                if got != exp {
-                    self.mismatch(r, exp, got, "");
-                }
-            }
-            Call::Mremap { old, old_len, new_len, flags, new_addr } => {
-                if exp.is_ok() {
-                    self.pretrace("mremap", old, old_len.max(PAGE_SIZE), true);
-                }
-                let (mut fl, mut na) = (flags, self.tr.tr(new_addr));
-                if let (false, Ok(rec)) = (own, exp) {
-                    if rec != old && flags & MREMAP_MAYMOVE != 0 && flags & MREMAP_FIXED == 0 {
-                        fl |= MREMAP_FIXED;
-                        na = rec;
-                    }
-                }
-                got = self.mm.mremap(self.tr.tr(old), old_len, new_len, fl, na).map_err(code);
-                match (exp, got) {
-                    (Ok(rec), Ok(g)) => {
-                        if own && g != self.tr.tr(rec) && flags & MREMAP_FIXED == 0 {
-                            self.tr.add(rec, new_len, g);
-                            self.placed_differently
-                                .push(format!("line {}: {} at {g:#x}, recorded {rec:#x}", r.line, r.text));
-                        } else if !own && g != rec {
-                            self.mismatch(r, exp, got, "");
-                        }
-                        self.known.insert(old, old.saturating_add(page_align(old_len)));
-                        self.known.insert(rec, rec.saturating_add(page_align(new_len)));
-                        self.grow_file(g);
-                    }
-                    (Err(e), Err(g)) if e == g => {}
-                    _ => self.mismatch(r, exp, got, ""),
-                }
-            }
-            Call::Brk { addr } => {
-                let g = self.mm.brk(addr);
-                got = Ok(g);
-                if got != exp {
-                    self.mismatch(r, exp, got, "");
-                }
-            }
-        }
-        if self.opts.verbose {
-            let ok = if got == exp { "" } else { "  <-- MISMATCH" };
-            let _ = writeln!(self.out, "{:>6}  {} = {}{}", r.line, r.text, show(got), ok);
-        }
         Ok(())
     }
+}
 
-    /// Makes the file behind the mapping at `addr` cover it.
-    fn grow_file(&self, addr: u64) {
-        if let Some(m) = self.mm.maps().into_iter().find(|m| m.start <= addr && addr < m.end) {
-            if let Some(f) = self.files_by_id.get(&m.inode) {
-                let need = m.offset + (m.end - m.start);
-                if f.len() < need {
-                    let _ = f.set_len(need);
-                }
-            }
-        }
+/// `s`, cut to 60 characters.
+fn short(s: &str) -> String {
+    match s.char_indices().nth(60) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
     }
+}
+
+fn fmt_pid(pid: Option<u64>) -> String {
+    pid.map_or_else(|| "-".to_string(), |p| p.to_string())
 }
 
 fn mem_available() -> Option<u64> {
@@ -428,19 +329,12 @@ fn meminfo(key: &str) -> Option<u64> {
 /// and whether every call matched.
 pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), String> {
     let log = parse::parse(text);
-    // File sizes covering every mapped offset; frames for populating calls.
-    let mut sizes: HashMap<String, u64> = HashMap::new();
+    // Frames for the populating calls that succeeded.
     let mut populate = 0u64;
-    for r in &log.records {
+    for r in log.records.iter().filter(|r| matches!(r.ret, Ret::Val(_))) {
         match &r.call {
-            Call::Mmap { len, flags, fd, off, .. } => {
-                if let Some(k) = fd.key() {
-                    let e = sizes.entry(k).or_insert(PAGE_SIZE);
-                    *e = (*e).max(off.saturating_add(page_align(*len)));
-                }
-                if flags & (libc::MAP_POPULATE | libc::MAP_LOCKED) != 0 {
-                    populate = populate.saturating_add(*len);
-                }
+            Call::Mmap { len, flags, .. } if flags & (libc::MAP_POPULATE | libc::MAP_LOCKED) != 0 => {
+                populate = populate.saturating_add(*len)
             }
             Call::Madvise { len, advice, .. } if matches!(*advice, 3 | 22 | 23) => {
                 populate = populate.saturating_add(*len)
@@ -460,96 +354,186 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         oc.swap_pages = meminfo("SwapTotal:").unwrap_or(0) / softmm::PAGE_SIZE;
         phys.set_overcommit(oc);
     }
-    let start_brk = log.records.iter().find_map(|r| match (&r.call, r.ret) {
-        (Call::Brk { .. }, Ret::Val(v)) => Some(v),
-        _ => None,
-    });
-    let mut config = MmConfig::default();
-    if let Some(b) = start_brk {
-        config.start_brk = b;
-    }
-    let mm = AddressSpace::new(&phys, config).map_err(|e| format!("address space for the recorded layout: {e}"))?;
-    let mut rp = Replayer {
-        mm,
-        phys: phys.clone(),
-        opts: opts.clone(),
-        files: HashMap::new(),
-        annotated: log.records.iter().any(|r| matches!(&r.call, Call::Mmap { fd: Fd::Path(..), .. })),
-        writable: writable_fds(&log.records),
-        files_by_id: HashMap::new(),
-        known: RangeSet::default(),
-        tr: Translation::default(),
-        mismatches: Vec::new(),
-        pretrace: BTreeMap::new(),
-        placeholders: Vec::new(),
-        placed_differently: Vec::new(),
-        reordered: Vec::new(),
-        counts: BTreeMap::new(),
-        out: String::new(),
-    };
-    if let Some(b) = start_brk {
-        rp.known.insert(b, b + PAGE_SIZE);
-    }
     let recs = &log.records;
+    let mut sh =
+        Shared { opts: opts.clone(), files: Files::new(&phys, recs), mismatches: Vec::new(), out: String::new() };
+    let mut tr = Tracker {
+        recs,
+        phys: phys.clone(),
+        procs: Vec::new(),
+        by_pid: HashMap::new(),
+        clones: recs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match (&r.call, r.ret) {
+                (Call::Clone { .. }, Ret::Val(child)) => Some((child, i)),
+                _ => None,
+            })
+            .collect(),
+        process_lines: recs.iter().any(|r| r.call.is_process() && !matches!(r.call, Call::Exit { .. })),
+        notes: Vec::new(),
+        fdts: Vec::new(),
+        fdt_of: HashMap::new(),
+        fd_lines: recs.iter().any(|r| {
+            matches!(r.call, Call::Open { .. } | Call::Close { .. } | Call::Dup { .. } | Call::MemfdCreate { .. })
+        }),
+    };
+    let mut process_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut fd_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut done = vec![false; recs.len()];
     for i in 0..recs.len() {
         if done[i] {
             continue;
         }
-        if rp.step(&recs[i], &sizes, false).is_err() {
-            // Collided: replay the calls of other threads that were in flight
-            // when this one returned and remove or move mappings, then retry.
+        done[i] = true;
+        let r = &recs[i];
+        if r.call.is_process() {
+            *process_calls.entry(r.call.name()).or_default() += 1;
+            tr.process_call(i)?;
+            continue;
+        }
+        if !r.call.is_memory() {
+            *fd_calls.entry(r.call.name()).or_default() += 1;
+            tr.fd_call(i);
+            continue;
+        }
+        let (p, _) = tr.process_of(i)?;
+        let fds = if tr.fd_lines { tr.fdt_of.get(&r.pid).map(|&t| &tr.fdts[t]) } else { None };
+        if tr.procs[p].step(&mut sh, r, fds, false).is_err() {
+            // Collided: replay the calls of other threads of this process
+            // that were in flight when this one returned and remove or move
+            // mappings, then retry.
             for j in i + 1..recs.len() {
-                if recs[j].line >= recs[i].end_line {
+                if recs[j].line >= r.end_line {
                     break;
                 }
-                if !done[j] && recs[j].pid != recs[i].pid && Replayer::frees(&recs[j]) {
-                    let _ = rp.step(&recs[j], &sizes, true);
+                let same = tr.by_pid.get(&recs[j].pid).is_some_and(|&(q, _)| q == p);
+                if !done[j] && recs[j].pid != r.pid && same && Process::frees(&recs[j]) {
+                    let fds = if tr.fd_lines { tr.fdt_of.get(&recs[j].pid).map(|&t| &tr.fdts[t]) } else { None };
+                    let _ = tr.procs[p].step(&mut sh, &recs[j], fds, true);
                     done[j] = true;
-                    rp.reordered.push(format!("line {} replayed before line {}", recs[j].line, recs[i].line));
+                    tr.procs[p].reordered.push(format!("line {} replayed before line {}", recs[j].line, r.line));
                 }
             }
-            let _ = rp.step(&recs[i], &sizes, true);
-        }
-        done[i] = true;
-        // Keep the start of the heap known once the break moved.
-        if let (Call::Brk { .. }, Ret::Val(v)) = (&recs[i].call, recs[i].ret) {
-            if let Some(b) = start_brk {
-                rp.known.insert(b, v.max(b + PAGE_SIZE));
-            }
+            let fds = if tr.fd_lines { tr.fdt_of.get(&r.pid).map(|&t| &tr.fdts[t]) } else { None };
+            let _ = tr.procs[p].step(&mut sh, r, fds, true);
         }
     }
+    // Every address space and file dies: softmm must be back to nothing.
+    for p in &mut tr.procs {
+        p.release();
+    }
+    sh.files.clear();
+    let left = phys.quiesce();
+    let leak = (left.frames_used, left.page_tables, left.vmas, left.rmap_entries) != (0, 0, 0, 0);
+    if leak {
+        sh.mismatches.push(format!(
+            "softmm kept {} frames, {} page tables, {} VMAs, {} rmap entries after every address space and file died",
+            left.frames_used, left.page_tables, left.vmas, left.rmap_entries
+        ));
+    }
+    report(name, opts, &log, &tr, &sh, &process_calls, &fd_calls)
+}
 
-    let mut out = std::mem::take(&mut rp.out);
-    let calls: usize = rp.counts.values().sum();
-    let per: Vec<String> = rp.counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+/// `name 3, other 1`.
+fn per_call(counts: &BTreeMap<&'static str, usize>) -> String {
+    counts.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+}
+
+fn report(
+    name: &str,
+    opts: &Options,
+    log: &parse::Log,
+    tr: &Tracker,
+    sh: &Shared,
+    process_calls: &BTreeMap<&'static str, usize>,
+    fd_calls: &BTreeMap<&'static str, usize>,
+) -> Result<(String, bool), String> {
+    let mut out = sh.out.clone();
+    let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for p in &tr.procs {
+        for (k, v) in &p.counts {
+            *total.entry(k).or_default() += v;
+        }
+    }
+    let calls: usize = total.values().sum();
     let _ = writeln!(
         out,
         "{name}: {calls} calls replayed ({}), addresses {}",
-        per.join(", "),
+        per_call(&total),
         match opts.addresses {
             Addresses::Recorded => "recorded",
             Addresses::Own => "own",
         }
     );
-    if let Some(b) = start_brk {
-        let _ = writeln!(out, "initial break {b:#x}");
+    // Processes that made no memory call (a vfork child that only exec'd,
+    // a fork that only waited) are counted, not listed.
+    let shown: Vec<&Process> = tr.procs.iter().filter(|p| !p.counts.is_empty()).collect();
+    let several = tr.procs.len() > 1;
+    if several || tr.process_lines {
+        let how = if tr.process_lines {
+            format!("from the log's process lines ({})", per_call(process_calls))
+        } else {
+            "no process lines in the log: a pid whose first call is brk(NULL) starts a new address space".to_string()
+        };
+        let _ = writeln!(out, "{} processes, {} with memory calls ({how})", tr.procs.len(), shown.len());
     }
-    if !rp.pretrace.is_empty() {
-        let per: Vec<String> = rp.pretrace.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let bytes: u64 = rp.placeholders.iter().map(|(s, e)| e - s).sum();
-        let _ = writeln!(
-            out,
-            "calls on memory mapped before tracing began: {} ({} placeholder mappings, {} KiB)",
-            per.join(", "),
-            rp.placeholders.len(),
-            bytes >> 10
-        );
+    if tr.fd_lines {
+        let _ = writeln!(out, "open modes from the log's descriptor lines ({})", per_call(fd_calls));
+    } else if shown.iter().any(|p| p.counts.contains_key("mmap")) {
+        let _ = writeln!(out, "no descriptor lines in the log: open modes inferred from the memory calls");
     }
-    if !rp.reordered.is_empty() {
-        let _ = writeln!(out, "overlapping calls of different threads replayed out of result order:");
-        for l in &rp.reordered {
-            let _ = writeln!(out, "  {l}");
+    for n in &tr.notes {
+        let _ = writeln!(out, "  {n}");
+    }
+    for p in &shown {
+        let indent = if several {
+            let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
+            let ended = p.ended.as_deref().map(|s| format!(", ended by {s}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "process pid {}{prog} ({}{ended}): {} calls ({}), {} mismatches",
+                fmt_pid(p.pid),
+                p.origin,
+                p.counts.values().sum::<usize>(),
+                per_call(&p.counts),
+                p.mismatches
+            );
+            "  "
+        } else {
+            ""
+        };
+        if let Some(b) = p.start_brk {
+            let _ = writeln!(out, "{indent}initial break {b:#x}");
+        }
+        if !p.pretrace.is_empty() {
+            let bytes: u64 = p.placeholders.iter().map(|p| p.end - p.start).sum();
+            let _ = writeln!(
+                out,
+                "{indent}calls on memory mapped before tracing began: {} ({} placeholder mappings, {} KiB)",
+                per_call(&p.pretrace),
+                p.placeholders.len(),
+                bytes >> 10
+            );
+            for ph in &p.placeholders {
+                let _ = writeln!(
+                    out,
+                    "{indent}  placeholder {:08x}-{:08x} for line {} ({})",
+                    ph.start, ph.end, ph.line, ph.call
+                );
+            }
+        }
+        if !p.reordered.is_empty() {
+            let _ = writeln!(out, "{indent}overlapping calls of different threads replayed out of result order:");
+            for l in &p.reordered {
+                let _ = writeln!(out, "{indent}  {l}");
+            }
+        }
+        if !p.placed_differently.is_empty() {
+            let _ = writeln!(out, "{indent}softmm placed {} mappings differently:", p.placed_differently.len());
+            for l in &p.placed_differently {
+                let _ = writeln!(out, "{indent}  {l}");
+            }
         }
     }
     if !log.incomplete.is_empty() {
@@ -558,35 +542,49 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     if log.other_calls > 0 {
         let _ = writeln!(out, "other syscalls ignored: {}", log.other_calls);
     }
-    if !rp.placed_differently.is_empty() {
-        let _ = writeln!(out, "softmm placed {} mappings differently:", rp.placed_differently.len());
-        for l in &rp.placed_differently {
-            let _ = writeln!(out, "  {l}");
-        }
-    }
     for (line, why) in &log.bad {
         let _ = writeln!(out, "line {line}: cannot parse: {why}");
     }
-    for m in &rp.mismatches {
+    for m in &sh.mismatches {
         let _ = writeln!(out, "MISMATCH {m}");
     }
-    let ok = rp.mismatches.is_empty() && log.bad.is_empty();
+    if !sh.mismatches.is_empty() && several && !tr.process_lines {
+        let _ = writeln!(
+            out,
+            "hint: the log has several processes but no process lines; record with \
+             `strace -f -y -e trace=memory,process,openat,close,dup,dup2,dup3,memfd_create` \
+             (or use `softmm replay --run -- CMD`) so that each process gets its own address space"
+        );
+    }
+    let ok = sh.mismatches.is_empty() && log.bad.is_empty();
     let _ = writeln!(
         out,
         "{}: {} mismatches, {} unparsed lines",
         if ok { "OK" } else { "FAILED" },
-        rp.mismatches.len(),
+        sh.mismatches.len(),
         log.bad.len()
     );
     if opts.maps {
-        let _ = writeln!(out, "\nfinal mappings:");
-        out.push_str(&rp.mm.maps_text());
-        if !rp.placeholders.is_empty() {
-            let _ = writeln!(out, "(placeholders for pre-trace memory:");
-            for (s, e) in &rp.placeholders {
-                let _ = writeln!(out, "  {s:08x}-{e:08x}");
+        // Every address space, except a fork's copy that made no call before
+        // its child ran another program (its maps are its parent's).
+        let exec_only =
+            |p: &Process| p.counts.is_empty() && p.ended.as_deref().is_some_and(|e| e.starts_with("execve"));
+        for p in tr.procs.iter().filter(|p| !exec_only(p)) {
+            if several {
+                let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
+                let when = if p.ended.is_none() { "at the end of the log" } else { "at its end" };
+                let _ = writeln!(out, "\nfinal mappings of pid {}{prog} ({when}):", fmt_pid(p.pid));
+            } else {
+                let _ = writeln!(out, "\nfinal mappings:");
             }
-            let _ = writeln!(out, ")");
+            out.push_str(&p.maps_text());
+            if !p.placeholders.is_empty() {
+                let _ = writeln!(out, "(placeholders for pre-trace memory:");
+                for ph in &p.placeholders {
+                    let _ = writeln!(out, "  {:08x}-{:08x} (line {})", ph.start, ph.end, ph.line);
+                }
+                let _ = writeln!(out, ")");
+            }
         }
     }
     Ok((out, ok))

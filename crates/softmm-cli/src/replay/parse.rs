@@ -1,10 +1,14 @@
-//! Parsing `strace -f -y -e trace=mmap,munmap,mprotect,mremap,brk,madvise`
-//! output (or the same syntax written by hand): pid prefixes (`123 ` or
-//! `[pid 123] `), optional timestamps, `<unfinished ...>` / `<... NAME
-//! resumed>` pairs of interleaved threads, fd annotations (`3</usr/lib/x.so>`),
-//! symbolic flags (`PROT_READ|PROT_WRITE`, `MAP_PRIVATE|MAP_FIXED`,
-//! `MADV_DONTNEED`, `0x...` for unknown bits) and results (`0x7f...`, `0`,
-//! `-1 ENOMEM (Cannot allocate memory)`).
+//! Parsing `strace -f -y` output (or the same syntax written by hand): the
+//! memory calls (`-e trace=memory`: mmap, munmap, mprotect, mremap, brk,
+//! madvise), the process calls when the log has them (`-e trace=process`:
+//! execve, clone, clone3, fork, vfork, exit, exit_group) and the descriptor
+//! calls (open, openat, creat, close, dup, dup2, dup3, memfd_create); pid
+//! prefixes (`123 ` or `[pid 123] `), optional timestamps, `<unfinished ...>`
+//! / `<... NAME resumed>` pairs of interleaved threads, fd annotations
+//! (`3</usr/lib/x.so>`, `3</tmp/x>(deleted)`), symbolic flags
+//! (`PROT_READ|PROT_WRITE`, `MAP_PRIVATE|MAP_FIXED`, `MADV_DONTNEED`, `0x...`
+//! for unknown bits) and results (`0x7f...`, `0`, `3</path>`, `-1 ENOMEM
+//! (Cannot allocate memory)`, `?` for an exit).
 
 use std::collections::HashMap;
 
@@ -45,7 +49,34 @@ pub enum Call {
     Brk { addr: u64 },
     /// `madvise(addr, len, advice)`.
     Madvise { addr: u64, len: u64, advice: i32 },
+    /// `execve(path, argv, envp)` or `execveat`: on success the thread's
+    /// process runs a new program in a new address space.
+    Execve { path: String, argv: Vec<String> },
+    /// `clone`, `clone3`, `fork` (flags 0) or `vfork` (`CLONE_VM |
+    /// CLONE_VFORK`): a new thread or process, whose pid is the result.
+    Clone { flags: u64 },
+    /// `exit_group` (the whole process) or `exit` (one thread).
+    Exit { group: bool },
+    /// `open`, `openat` or `creat`: a new descriptor (the result) for `path`
+    /// with `O_*` flags `flags`.
+    Open { path: String, flags: i32 },
+    /// `close(fd)`.
+    Close { fd: i64 },
+    /// `dup(old)`, `dup2(old, new)` or `dup3(old, new, flags)`: the result is
+    /// a descriptor for the same open file, close-on-exec if `dup3` said so.
+    Dup { old: i64, cloexec: bool },
+    /// `memfd_create(name, flags)`: a new read-write descriptor.
+    MemfdCreate { name: String, cloexec: bool },
 }
+
+/// `CLONE_VM`: the child shares the parent's address space.
+pub const CLONE_VM: u64 = 0x100;
+/// `CLONE_FILES`: the child shares the parent's descriptor table.
+pub const CLONE_FILES: u64 = 0x400;
+/// `CLONE_VFORK`: the parent waits until the child execs or exits.
+pub const CLONE_VFORK: u64 = 0x4000;
+/// `CLONE_THREAD`: the child is a thread of the parent's process.
+pub const CLONE_THREAD: u64 = 0x10000;
 
 impl Call {
     /// The syscall's name.
@@ -57,7 +88,32 @@ impl Call {
             Call::Mremap { .. } => "mremap",
             Call::Brk { .. } => "brk",
             Call::Madvise { .. } => "madvise",
+            Call::Execve { .. } => "execve",
+            Call::Clone { .. } => "clone",
+            Call::Exit { .. } => "exit",
+            Call::Open { .. } => "open",
+            Call::Close { .. } => "close",
+            Call::Dup { .. } => "dup",
+            Call::MemfdCreate { .. } => "memfd_create",
         }
+    }
+
+    /// Whether it is one of the memory calls softmm replays.
+    pub fn is_memory(&self) -> bool {
+        matches!(
+            self,
+            Call::Mmap { .. }
+                | Call::Munmap { .. }
+                | Call::Mprotect { .. }
+                | Call::Mremap { .. }
+                | Call::Brk { .. }
+                | Call::Madvise { .. }
+        )
+    }
+
+    /// Whether it creates or ends a process or thread.
+    pub fn is_process(&self) -> bool {
+        matches!(self, Call::Execve { .. } | Call::Clone { .. } | Call::Exit { .. })
     }
 }
 
@@ -83,6 +139,8 @@ pub struct Record {
     pub call: Call,
     /// What it returned.
     pub ret: Ret,
+    /// The path `-y` wrote after a descriptor result (`= 3</usr/lib/x.so>`).
+    pub ret_path: Option<String>,
     /// The call as written (`name(args)`), rejoined if it was split.
     pub text: String,
 }
@@ -100,7 +158,30 @@ pub struct Log {
     pub other_calls: usize,
 }
 
-const NAMES: &[&str] = &["mmap", "munmap", "mprotect", "mremap", "brk", "madvise"];
+const NAMES: &[&str] = &[
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "brk",
+    "madvise",
+    "execve",
+    "execveat",
+    "clone",
+    "clone3",
+    "fork",
+    "vfork",
+    "exit",
+    "exit_group",
+    "open",
+    "openat",
+    "creat",
+    "close",
+    "dup",
+    "dup2",
+    "dup3",
+    "memfd_create",
+];
 
 /// Parses a whole log.
 pub fn parse(text: &str) -> Log {
@@ -209,8 +290,11 @@ fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &
         log.bad.push((line, "no result (`= ...`)".into()));
         return;
     };
+    let ret_path = ret_path(ret);
     let ret = match parse_ret(ret) {
         Ok(Some(r)) => r,
+        // An exit never returns: strace writes `= ?`.
+        Ok(None) if name == "exit" || name == "exit_group" => Ret::Val(0),
         Ok(None) => {
             log.incomplete.push(line);
             return;
@@ -223,7 +307,8 @@ fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &
     let args = split_args(&text[open + 1..close]);
     match parse_call(name, &args) {
         Ok(call) => {
-            log.records.push(Record { line, end_line, pid, call, ret, text: format!("{}({})", name, args.join(", ")) })
+            let text = format!("{}({})", name, args.join(", "));
+            log.records.push(Record { line, end_line, pid, call, ret, ret_path, text })
         }
         Err(e) => log.bad.push((line, e)),
     }
@@ -254,7 +339,21 @@ fn parse_ret(s: &str) -> Result<Option<Ret>, String> {
         let code = errno_code(name).ok_or_else(|| format!("unknown errno {name}"))?;
         return Ok(Some(Ret::Err(code)));
     }
+    // `3</usr/lib/x.so>`: a descriptor with its path.
+    let v = v.split_once('<').map_or(v, |(n, _)| n);
     Ok(Some(Ret::Val(number(v)?)))
+}
+
+/// The path of a descriptor result (`3</a b>`, `3</tmp/x>(deleted)`).
+fn ret_path(s: &str) -> Option<String> {
+    let s = s.trim();
+    let (n, rest) = s.split_once('<')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rest = rest.trim_end();
+    let rest = rest.strip_suffix(DELETED).unwrap_or(rest).trim_end();
+    Some(rest.strip_suffix('>')?.to_string())
 }
 
 /// Splits an argument list at top-level commas (not inside brackets, quotes
@@ -269,7 +368,7 @@ fn split_args(s: &str) -> Vec<String> {
     for (i, &c) in chars.iter().enumerate() {
         if path {
             cur.push(c);
-            if c == '>' && chars[i + 1..].iter().find(|c| !c.is_whitespace()).is_none_or(|&n| n == ',') {
+            if c == '>' && path_ends(&chars[i + 1..]) {
                 path = false;
             }
             continue;
@@ -295,6 +394,19 @@ fn split_args(s: &str) -> Vec<String> {
     }
     out
 }
+
+/// Whether a `>` followed by `rest` closes an fd's `<path>`: what follows is
+/// the end of the argument (`,` or nothing), perhaps after strace's
+/// `(deleted)` mark of an unlinked file (`3</tmp/x>(deleted)`).
+fn path_ends(rest: &[char]) -> bool {
+    let rest: String = rest.iter().collect();
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix(DELETED).unwrap_or(rest).trim_start();
+    rest.is_empty() || rest.starts_with(',')
+}
+
+/// strace's mark after the path of an unlinked file.
+const DELETED: &str = "(deleted)";
 
 fn strip_comments(s: &str) -> String {
     let mut out = String::new();
@@ -456,9 +568,129 @@ const ERRNO: &[(&str, i32)] = &[
     ("EHWPOISON", libc::EHWPOISON),
 ];
 
+/// The other errnos of x86-64 Linux (a descriptor or process call may fail
+/// with any of them), by number.
+const MORE_ERRNO: &[(&str, i32)] = &[
+    ("ESRCH", 3),
+    ("ENXIO", 6),
+    ("E2BIG", 7),
+    ("ENOEXEC", 8),
+    ("ECHILD", 10),
+    ("ENOTBLK", 15),
+    ("EXDEV", 18),
+    ("ENOTDIR", 20),
+    ("EISDIR", 21),
+    ("ENOTTY", 25),
+    ("ESPIPE", 29),
+    ("EROFS", 30),
+    ("EMLINK", 31),
+    ("EPIPE", 32),
+    ("EDOM", 33),
+    ("ERANGE", 34),
+    ("EDEADLOCK", 35),
+    ("ENAMETOOLONG", 36),
+    ("ENOLCK", 37),
+    ("ENOTEMPTY", 39),
+    ("ELOOP", 40),
+    ("ENOMSG", 42),
+    ("EIDRM", 43),
+    ("ECHRNG", 44),
+    ("EL2NSYNC", 45),
+    ("EL3HLT", 46),
+    ("EL3RST", 47),
+    ("ELNRNG", 48),
+    ("EUNATCH", 49),
+    ("ENOCSI", 50),
+    ("EL2HLT", 51),
+    ("EBADE", 52),
+    ("EBADR", 53),
+    ("EXFULL", 54),
+    ("ENOANO", 55),
+    ("EBADRQC", 56),
+    ("EBADSLT", 57),
+    ("EBFONT", 59),
+    ("ENOSTR", 60),
+    ("ENODATA", 61),
+    ("ETIME", 62),
+    ("ENOSR", 63),
+    ("ENONET", 64),
+    ("ENOPKG", 65),
+    ("EREMOTE", 66),
+    ("ENOLINK", 67),
+    ("EADV", 68),
+    ("ESRMNT", 69),
+    ("ECOMM", 70),
+    ("EPROTO", 71),
+    ("EMULTIHOP", 72),
+    ("EDOTDOT", 73),
+    ("EBADMSG", 74),
+    ("ENOTUNIQ", 76),
+    ("EBADFD", 77),
+    ("EREMCHG", 78),
+    ("ELIBACC", 79),
+    ("ELIBBAD", 80),
+    ("ELIBSCN", 81),
+    ("ELIBMAX", 82),
+    ("ELIBEXEC", 83),
+    ("EILSEQ", 84),
+    ("ERESTART", 85),
+    ("ESTRPIPE", 86),
+    ("EUSERS", 87),
+    ("ENOTSOCK", 88),
+    ("EDESTADDRREQ", 89),
+    ("EMSGSIZE", 90),
+    ("EPROTOTYPE", 91),
+    ("ENOPROTOOPT", 92),
+    ("EPROTONOSUPPORT", 93),
+    ("ESOCKTNOSUPPORT", 94),
+    ("EPFNOSUPPORT", 96),
+    ("EAFNOSUPPORT", 97),
+    ("EADDRINUSE", 98),
+    ("EADDRNOTAVAIL", 99),
+    ("ENETDOWN", 100),
+    ("ENETUNREACH", 101),
+    ("ENETRESET", 102),
+    ("ECONNABORTED", 103),
+    ("ECONNRESET", 104),
+    ("ENOBUFS", 105),
+    ("EISCONN", 106),
+    ("ENOTCONN", 107),
+    ("ESHUTDOWN", 108),
+    ("ETOOMANYREFS", 109),
+    ("ETIMEDOUT", 110),
+    ("ECONNREFUSED", 111),
+    ("EHOSTDOWN", 112),
+    ("EHOSTUNREACH", 113),
+    ("EALREADY", 114),
+    ("EINPROGRESS", 115),
+    ("ESTALE", 116),
+    ("EUCLEAN", 117),
+    ("ENOTNAM", 118),
+    ("ENAVAIL", 119),
+    ("EISNAM", 120),
+    ("EREMOTEIO", 121),
+    ("EDQUOT", 122),
+    ("ENOMEDIUM", 123),
+    ("EMEDIUMTYPE", 124),
+    ("ECANCELED", 125),
+    ("ENOKEY", 126),
+    ("EKEYEXPIRED", 127),
+    ("EKEYREVOKED", 128),
+    ("EKEYREJECTED", 129),
+    ("EOWNERDEAD", 130),
+    ("ENOTRECOVERABLE", 131),
+    ("ERFKILL", 132),
+    ("EWOULDBLOCK", 11),
+    ("EDEADLK", 35),
+    ("ERESTARTSYS", 512),
+    ("ERESTARTNOINTR", 513),
+    ("ERESTARTNOHAND", 514),
+    ("ERESTART_RESTARTBLOCK", 516),
+];
+
 /// The number of errno `name`.
 pub fn errno_code(name: &str) -> Option<i32> {
-    ERRNO.iter().find(|(n, _)| *n == name).map(|&(_, c)| c)
+    ERRNO.iter().chain(MORE_ERRNO).find(|(n, _)| *n == name).map(|&(_, c)| c)
 }
 
 /// The name of errno `code`.
@@ -470,7 +702,9 @@ fn fd(s: &str) -> Result<Fd, String> {
     match s.find('<') {
         Some(i) => {
             let n = number(&s[..i])? as i64;
-            let path = s[i + 1..].strip_suffix('>').ok_or_else(|| format!("malformed fd `{s}`"))?;
+            let rest = s[i + 1..].trim_end();
+            let rest = rest.strip_suffix(DELETED).unwrap_or(rest).trim_end();
+            let path = rest.strip_suffix('>').ok_or_else(|| format!("malformed fd `{s}`"))?;
             Ok(Fd::Path(n, path.to_string()))
         }
         None => {
@@ -528,8 +762,98 @@ fn parse_call(name: &str, a: &[String]) -> Result<Call, String> {
             want(3)?;
             Call::Madvise { addr: number(&a[0])?, len: number(&a[1])?, advice: flags(&a[2], MADV)? }
         }
+        "execve" | "execveat" => {
+            // execveat(dirfd, path, argv, envp, flags)
+            let at = usize::from(name == "execveat");
+            let path = a.get(at).ok_or("execve without a path")?;
+            Call::Execve { path: unquote(path), argv: a.get(at + 1).map(|v| strings(v)).unwrap_or_default() }
+        }
+        "clone" => Call::Clone { flags: clone_flags(a.iter().find_map(|x| x.strip_prefix("flags=")).unwrap_or("")) },
+        "clone3" => {
+            let first = a.first().ok_or("clone3 without arguments")?;
+            let f = first.split_once("flags=").map_or("", |(_, r)| r);
+            let f = &f[..f.find([',', '}']).unwrap_or(f.len())];
+            Call::Clone { flags: clone_flags(f) }
+        }
+        "fork" => Call::Clone { flags: 0 },
+        "vfork" => Call::Clone { flags: CLONE_VM | CLONE_VFORK },
+        "exit" | "exit_group" => Call::Exit { group: name == "exit_group" },
+        "open" | "openat" | "creat" => {
+            // open(path, flags[, mode]), openat(dirfd, path, flags[, mode]),
+            // creat(path, mode) = open(path, O_CREAT|O_WRONLY|O_TRUNC, mode).
+            let at = usize::from(name == "openat");
+            let path = a.get(at).ok_or_else(|| format!("{name} without a path"))?;
+            let flags = match name {
+                "creat" => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                _ => open_flags(a.get(at + 1).ok_or_else(|| format!("{name} without flags"))?),
+            };
+            Call::Open { path: unquote(path), flags }
+        }
+        "close" => Call::Close { fd: fd_number(a.first().ok_or("close without a descriptor")?)? },
+        "dup" | "dup2" | "dup3" => Call::Dup {
+            old: fd_number(a.first().ok_or("dup without a descriptor")?)?,
+            cloexec: name == "dup3" && a.get(2).is_some_and(|f| open_flags(f) & libc::O_CLOEXEC != 0),
+        },
+        "memfd_create" => Call::MemfdCreate {
+            name: unquote(a.first().ok_or("memfd_create without a name")?),
+            cloexec: a.get(1).is_some_and(|f| f.contains("MFD_CLOEXEC")),
+        },
         _ => unreachable!("filtered by NAMES"),
     })
+}
+
+/// A quoted string argument without its quotes (strace's escapes kept).
+fn unquote(s: &str) -> String {
+    let s = s.trim();
+    let s = s.strip_suffix("...").unwrap_or(s);
+    s.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(s).to_string()
+}
+
+/// `["sort", "-n"]` → its strings.
+fn strings(s: &str) -> Vec<String> {
+    let s = s.trim();
+    let inner = s.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(s);
+    split_args(inner).iter().map(|x| unquote(x)).filter(|x| !x.is_empty()).collect()
+}
+
+/// The descriptor number of `3` or `3</path>`.
+fn fd_number(s: &str) -> Result<i64, String> {
+    let n = s.split_once('<').map_or(s, |(n, _)| n);
+    Ok(number(n)? as i64)
+}
+
+/// The clone flags strace names that the replay needs (`CLONE_VM`,
+/// `CLONE_FILES`, `CLONE_VFORK`, `CLONE_THREAD`) and any number.
+fn clone_flags(s: &str) -> u64 {
+    let mut v = 0;
+    for tok in s.split('|').map(str::trim) {
+        v |= match tok {
+            "CLONE_VM" => CLONE_VM,
+            "CLONE_FILES" => CLONE_FILES,
+            "CLONE_VFORK" => CLONE_VFORK,
+            "CLONE_THREAD" => CLONE_THREAD,
+            _ => number(tok).unwrap_or(0),
+        };
+    }
+    v
+}
+
+/// The access mode and `O_CREAT`/`O_TRUNC` of `O_RDWR|O_CLOEXEC|...`.
+fn open_flags(s: &str) -> i32 {
+    let mut v = 0;
+    for tok in s.split('|').map(str::trim) {
+        v |= match tok {
+            "O_RDONLY" => libc::O_RDONLY,
+            "O_WRONLY" => libc::O_WRONLY,
+            "O_RDWR" => libc::O_RDWR,
+            "O_CREAT" => libc::O_CREAT,
+            "O_TRUNC" => libc::O_TRUNC,
+            "O_PATH" => libc::O_PATH,
+            "O_CLOEXEC" => libc::O_CLOEXEC,
+            _ => number(tok).map_or(0, |n| n as i32),
+        };
+    }
+    v
 }
 
 #[cfg(test)]
@@ -550,7 +874,7 @@ mod tests {
              mmap(NULL, 8192, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|21<<MAP_HUGE_SHIFT, -1, 0) = -1 ENOMEM (Cannot allocate memory)\n\
              14737 +++ exited with 0 +++\n\
              14862 --- SIGSEGV {si_signo=SIGSEGV, si_code=SEGV_MAPERR, si_addr=NULL} ---\n\
-             openat(AT_FDCWD, \"/x\", O_RDONLY) = 3\n\
+             wait4(-1, NULL, 0, NULL) = 3\n\
              12:00:01.123 munmap(0x2000, 4096) = 0\n",
         );
         assert!(log.bad.is_empty(), "{:?}", log.bad);
@@ -586,6 +910,42 @@ mod tests {
     }
 
     #[test]
+    fn process_and_descriptor_lines() {
+        let log = parse(
+            "7 execve(\"/usr/bin/sort\", [\"sort\", \"-n\"], 0x55a82bdd9b98 /* 35 vars */ <unfinished ...>\n\
+             7 <... execve resumed>) = 0\n\
+             7 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f) = 8\n\
+             7 clone3({flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_THREAD, exit_signal=0, stack=0x7f} => {parent_tid=[9]}, 88) = 9\n\
+             7 vfork() = 10\n\
+             10 execve(\"/x/as\", [\"as\"], 0x33 /* 39 vars */) = -1 ENOENT (No such file or directory)\n\
+             9 exit(0) = ?\n\
+             7 exit_group(0) = ?\n\
+             7 openat(AT_FDCWD, \"/etc/ld.so.cache\", O_RDONLY|O_CLOEXEC) = 3</etc/ld.so.cache>\n\
+             7 dup2(3<pipe:[444347]>, 0</dev/null>) = 0<pipe:[444347]>\n\
+             7 close(3</etc/ld.so.cache>) = 0\n\
+             7 openat(AT_FDCWD, \"/nope\", O_RDONLY) = -1 ENXIO (No such device or address)\n",
+        );
+        assert!(log.bad.is_empty(), "{:?}", log.bad);
+        let calls: Vec<&Call> = log.records.iter().map(|r| &r.call).collect();
+        assert_eq!(calls[0], &Call::Execve { path: "/usr/bin/sort".into(), argv: vec!["sort".into(), "-n".into()] });
+        assert_eq!(log.records[0].ret, Ret::Val(0));
+        assert_eq!(calls[1], &Call::Clone { flags: 0 });
+        assert_eq!(log.records[1].ret, Ret::Val(8));
+        assert_eq!(calls[2], &Call::Clone { flags: CLONE_VM | CLONE_FILES | CLONE_THREAD });
+        assert_eq!(log.records[2].ret, Ret::Val(9));
+        assert_eq!(calls[3], &Call::Clone { flags: CLONE_VM | CLONE_VFORK });
+        assert_eq!(log.records[4].ret, Ret::Err(libc::ENOENT));
+        assert_eq!((calls[5], calls[6]), (&Call::Exit { group: false }, &Call::Exit { group: true }));
+        assert_eq!(calls[7], &Call::Open { path: "/etc/ld.so.cache".into(), flags: libc::O_RDONLY | libc::O_CLOEXEC });
+        assert_eq!(log.records[7].ret, Ret::Val(3));
+        assert_eq!((calls[8], log.records[8].ret), (&Call::Dup { old: 3, cloexec: false }, Ret::Val(0)));
+        assert_eq!(log.records[7].ret_path.as_deref(), Some("/etc/ld.so.cache"));
+        assert_eq!(log.records[8].ret_path.as_deref(), Some("pipe:[444347]"));
+        assert_eq!(calls[9], &Call::Close { fd: 3 });
+        assert_eq!(log.records[10].ret, Ret::Err(libc::ENXIO));
+    }
+
+    #[test]
     fn unfinished_without_resume_is_incomplete() {
         let log = parse("5 mmap(NULL, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0 <unfinished ...>\n5 +++ killed by SIGKILL +++\n");
         assert!(log.records.is_empty());
@@ -596,12 +956,14 @@ mod tests {
     fn paths_with_commas_and_parens() {
         let log = parse(
             "mmap(NULL, 4096, PROT_READ, MAP_SHARED, 4</tmp/a, b (1>)>, 0x1000) = 0x7f0000000000\n\
-             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 5</tmp/x>y>, 0) = 0x7f0000001000\n",
+             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 5</tmp/x>y>, 0) = 0x7f0000001000\n\
+             mmap(NULL, 4096, PROT_READ, MAP_SHARED, 6</tmp/a>(deleted), 0) = 0x7f0000002000\n",
         );
         assert!(log.bad.is_empty(), "{:?}", log.bad);
         assert!(
             matches!(&log.records[0].call, Call::Mmap { fd: Fd::Path(4, p), off: 0x1000, .. } if p == "/tmp/a, b (1>)")
         );
         assert!(matches!(&log.records[1].call, Call::Mmap { fd: Fd::Path(5, p), .. } if p == "/tmp/x>y"));
+        assert!(matches!(&log.records[2].call, Call::Mmap { fd: Fd::Path(6, p), .. } if p == "/tmp/a"));
     }
 }

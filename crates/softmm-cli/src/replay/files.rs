@@ -1,0 +1,177 @@
+//! The files a log maps, as in-memory softmm files shared by every process
+//! of the replay (a file mapped shared by two processes is one page cache),
+//! and the open mode of each descriptor an `mmap` names: from the log's
+//! descriptor lines when it has them ([`super::fds`]), else inferred from
+//! the whole log ([`writable_fds`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use softmm::uapi::MAP_ANONYMOUS;
+use softmm::{page_align, AddressSpace, File, OpenFile, PhysMem, PAGE_SIZE};
+
+use super::fds::Desc;
+use super::parse::{Call, Fd, Record, Ret};
+
+/// The largest file size (Linux's `MAX_LFS_FILESIZE`).
+const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+/// The log's files.
+pub(super) struct Files {
+    phys: Arc<PhysMem>,
+    by_key: HashMap<String, Arc<File>>,
+    by_id: HashMap<u64, Arc<File>>,
+    /// Sizes covering every offset a successful call mapped.
+    sizes: HashMap<String, u64>,
+    /// Whether the log annotates descriptors with paths (`-y`): a bare fd
+    /// number is then one that was not open.
+    annotated: bool,
+    /// Descriptors the log shows were opened for writing (inferred from the
+    /// memory calls, see [`writable_fds`]).
+    writable: HashSet<(i64, String)>,
+}
+
+impl Files {
+    /// The files of `records`, created on first use.
+    pub(super) fn new(phys: &Arc<PhysMem>, records: &[Record]) -> Files {
+        // A failed call proves nothing about the file, and its length or
+        // offset may be any number.
+        let mut sizes: HashMap<String, u64> = HashMap::new();
+        for r in records {
+            if let (Call::Mmap { len, fd, off, .. }, Ret::Val(_)) = (&r.call, r.ret) {
+                if let Some(k) = fd.key() {
+                    let e = sizes.entry(k).or_insert(PAGE_SIZE);
+                    *e = (*e).max(off.saturating_add(page_align(*len)).min(MAX_FILE_SIZE));
+                }
+            }
+        }
+        Files {
+            phys: phys.clone(),
+            by_key: HashMap::new(),
+            by_id: HashMap::new(),
+            sizes,
+            annotated: records.iter().any(|r| matches!(&r.call, Call::Mmap { fd: Fd::Path(..), .. })),
+            writable: writable_fds(records),
+        }
+    }
+
+    /// The file named `key`. A descriptor the log names is open whatever its
+    /// size: a file too large for softmm gets one page rather than turning
+    /// the descriptor bad.
+    fn file(&mut self, key: &str) -> Option<Arc<File>> {
+        if let Some(f) = self.by_key.get(key) {
+            return Some(f.clone());
+        }
+        let size = self.sizes.get(key).copied().unwrap_or(PAGE_SIZE);
+        let f = File::create(&self.phys, key, size).or_else(|_| File::create(&self.phys, key, PAGE_SIZE)).ok()?;
+        self.by_key.insert(key.to_string(), f.clone());
+        self.by_id.insert(f.id(), f.clone());
+        Some(f)
+    }
+
+    /// The open file an `mmap` with `prot` and `flags` of `fd` gets, `None`
+    /// for an anonymous mapping or a descriptor that was not open (or is
+    /// `O_PATH`). `desc` is what the log's descriptor lines say `fd` is;
+    /// without it the mode is inferred: writable if the log shows it (see
+    /// [`writable_fds`]) and the call did not fail with `EACCES`, which a
+    /// shared writable mapping gets for a read-only descriptor and any other
+    /// mapping for a write-only one.
+    pub(super) fn for_mmap(
+        &mut self,
+        fd: &Fd,
+        prot: i32,
+        flags: i32,
+        expected: Result<u64, i32>,
+        desc: Option<&Desc>,
+    ) -> Option<OpenFile> {
+        if flags & MAP_ANONYMOUS != 0 || (self.annotated && matches!(fd, Fd::Num(_))) {
+            return None;
+        }
+        let key = fd.key()?;
+        // The table's entry if it names this file (a path `-y` could not
+        // resolve the same way is not trusted).
+        if let Some(d) = desc.filter(|d| matches!(fd, Fd::Num(_)) || d.path == key) {
+            if d.path_only {
+                return None;
+            }
+            let file = self.file(&key)?;
+            return Some(OpenFile { file, readable: d.readable, writable: d.writable });
+        }
+        let file = self.file(&key)?;
+        let shared_write = is_shared(flags) && prot & libc::PROT_WRITE != 0;
+        Some(match expected {
+            Err(libc::EACCES) if !shared_write => OpenFile { file, readable: false, writable: true },
+            Err(libc::EACCES) => OpenFile::read_only(&file),
+            _ if self.writable.contains(&fd_mode_key(fd)) => OpenFile::read_write(&file),
+            _ => OpenFile::read_only(&file),
+        })
+    }
+
+    /// Drops every file (after the address spaces that mapped them).
+    pub(super) fn clear(&mut self) {
+        self.by_key.clear();
+        self.by_id.clear();
+    }
+
+    /// Makes the file behind the mapping at `addr` of `mm` cover it (an
+    /// `mremap` grew a file mapping).
+    pub(super) fn grow(&self, mm: &AddressSpace, addr: u64) {
+        if let Some(m) = mm.maps().into_iter().find(|m| m.start <= addr && addr < m.end) {
+            if let Some(f) = self.by_id.get(&m.inode) {
+                let need = m.offset + (m.end - m.start);
+                if f.len() < need {
+                    let _ = f.set_len(need);
+                }
+            }
+        }
+    }
+}
+
+fn fd_mode_key(fd: &Fd) -> (i64, String) {
+    match fd {
+        Fd::None => (-1, String::new()),
+        Fd::Num(n) => (*n, String::new()),
+        Fd::Path(n, p) => (*n, p.clone()),
+    }
+}
+
+fn is_shared(flags: i32) -> bool {
+    matches!(flags & softmm::uapi::MAP_TYPE, softmm::uapi::MAP_SHARED | softmm::uapi::MAP_SHARED_VALIDATE)
+}
+
+/// The descriptors the log shows were writable: a shared writable mapping
+/// of it succeeded, or write permission was added to one with `mprotect`
+/// (which succeeded, or failed with `ENOMEM` for a hole further on: Linux
+/// checks the VMAs in order and refuses a read-only shared one with `EACCES`
+/// before it meets the hole; the mapping at `addr` passed). Others are taken
+/// as opened read-only (what `mmap` and `mprotect` check).
+fn writable_fds(records: &[Record]) -> HashSet<(i64, String)> {
+    let mut out = HashSet::new();
+    let mut shared: Vec<(u64, u64, (i64, String))> = Vec::new();
+    for r in records {
+        match (&r.call, r.ret) {
+            (Call::Mmap { len, prot, flags, fd, .. }, Ret::Val(a)) if is_shared(*flags) && fd.key().is_some() => {
+                if prot & libc::PROT_WRITE != 0 {
+                    out.insert(fd_mode_key(fd));
+                }
+                shared.push((a, a.saturating_add(page_align(*len)), fd_mode_key(fd)));
+            }
+            (Call::Mprotect { addr, len, prot }, Ret::Val(0)) if prot & libc::PROT_WRITE != 0 => {
+                let end = addr.saturating_add(page_align(*len));
+                for (s, e, k) in &shared {
+                    if *s < end && *addr < *e {
+                        out.insert(k.clone());
+                    }
+                }
+            }
+            (Call::Mprotect { addr, prot, .. }, Ret::Err(libc::ENOMEM)) if prot & libc::PROT_WRITE != 0 => {
+                // The latest shared mapping containing `addr`.
+                if let Some((_, _, k)) = shared.iter().rev().find(|(s, e, _)| s <= addr && addr < e) {
+                    out.insert(k.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}

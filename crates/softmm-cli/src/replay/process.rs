@@ -1,0 +1,417 @@
+//! One traced process of a replay: its softmm address space, what the
+//! replay knows of it, and the replay of its memory calls.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use softmm::uapi::{
+    MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED_VALIDATE, MAP_TYPE, MREMAP_DONTUNMAP,
+    MREMAP_FIXED, MREMAP_MAYMOVE,
+};
+use softmm::{page_align, AddressSpace, MmConfig, PhysMem, PAGE_SIZE};
+
+use super::fds::FdTable;
+use super::parse::{errno_name, Call, Fd, Record, Ret};
+use super::ranges::{proof, Placeholder, RangeSet, Translation};
+use super::{Addresses, Shared};
+
+/// A process of the log (its threads share it).
+pub(super) struct Process {
+    /// The pid that started it (its leader), if the log names pids.
+    pub pid: Option<u64>,
+    /// The program (`sort -n`), when an `execve` line named it.
+    pub program: Option<String>,
+    /// How it began (`execve at line 12`, `fork of pid 7 at line 9`, ...).
+    pub origin: String,
+    /// Its address space, until it exits or execs.
+    mm: Option<Arc<AddressSpace>>,
+    /// The initial break, from its first `brk` result.
+    pub start_brk: Option<u64>,
+    /// Recorded ranges traced calls touched.
+    known: RangeSet,
+    tr: Translation,
+    /// Calls on pre-trace memory, per call.
+    pub pretrace: BTreeMap<&'static str, usize>,
+    pub placeholders: Vec<Placeholder>,
+    pub placed_differently: Vec<String>,
+    pub reordered: Vec<String>,
+    /// Memory calls replayed, per call.
+    pub counts: BTreeMap<&'static str, usize>,
+    pub mismatches: usize,
+    /// `/proc/pid/maps` text at its end (exit or execve).
+    pub final_maps: Option<String>,
+    /// How it ended (`exit_group at line 40`), if it did.
+    pub ended: Option<String>,
+}
+
+fn show(r: Result<u64, i32>) -> String {
+    match r {
+        Ok(0) => "0".to_string(),
+        Ok(v) => format!("{v:#x}"),
+        Err(e) => format!("-1 {}", errno_name(e)),
+    }
+}
+
+fn recorded(ret: Ret) -> Result<u64, i32> {
+    match ret {
+        Ret::Val(v) => Ok(v),
+        Ret::Err(e) => Err(e),
+    }
+}
+
+fn code(e: softmm::Errno) -> i32 {
+    e.code()
+}
+
+impl Process {
+    /// A process with a new, empty address space whose heap starts at
+    /// `start_brk` (the recorded initial break).
+    pub(super) fn new(
+        phys: &Arc<PhysMem>,
+        pid: Option<u64>,
+        origin: String,
+        start_brk: Option<u64>,
+    ) -> Result<Process, String> {
+        let mut config = MmConfig::default();
+        if let Some(b) = start_brk {
+            config.start_brk = b;
+        }
+        let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space for the recorded layout: {e}"))?;
+        let mut known = RangeSet::default();
+        if let Some(b) = start_brk {
+            known.insert(b, b + PAGE_SIZE);
+        }
+        Ok(Process {
+            pid,
+            program: None,
+            origin,
+            mm: Some(mm),
+            start_brk,
+            known,
+            tr: Translation::default(),
+            pretrace: BTreeMap::new(),
+            placeholders: Vec::new(),
+            placed_differently: Vec::new(),
+            reordered: Vec::new(),
+            counts: BTreeMap::new(),
+            mismatches: 0,
+            final_maps: None,
+            ended: None,
+        })
+    }
+
+    /// A child of `fork()`: a copy-on-write copy of this address space
+    /// ([`AddressSpace::fork`]) and of what the replay knows of it.
+    pub(super) fn fork(&self, pid: Option<u64>, origin: String) -> Result<Process, String> {
+        let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
+        Ok(Process {
+            pid,
+            program: self.program.clone(),
+            origin,
+            mm: Some(mm),
+            start_brk: self.start_brk,
+            known: self.known.clone(),
+            tr: self.tr.clone(),
+            pretrace: BTreeMap::new(),
+            placeholders: Vec::new(),
+            placed_differently: Vec::new(),
+            reordered: Vec::new(),
+            counts: BTreeMap::new(),
+            mismatches: 0,
+            final_maps: None,
+            ended: None,
+        })
+    }
+
+    /// Whether it still has its address space.
+    pub(super) fn alive(&self) -> bool {
+        self.mm.is_some()
+    }
+
+    /// Its address space (it is alive).
+    fn mm(&self) -> &Arc<AddressSpace> {
+        self.mm.as_ref().expect("calls are replayed only into live processes")
+    }
+
+    /// Ends it (exit or execve): keeps its final maps, frees its address space.
+    pub(super) fn end(&mut self, why: String) {
+        if let Some(mm) = self.mm.take() {
+            self.final_maps = Some(mm.maps_text());
+        }
+        self.ended = Some(why);
+    }
+
+    /// Frees its address space at the end of the log, keeping its maps.
+    pub(super) fn release(&mut self) {
+        if let Some(mm) = self.mm.take() {
+            self.final_maps = Some(mm.maps_text());
+        }
+    }
+
+    /// Its maps now, or at its end.
+    pub(super) fn maps_text(&self) -> String {
+        match &self.mm {
+            Some(mm) => mm.maps_text(),
+            None => self.final_maps.clone().unwrap_or_default(),
+        }
+    }
+
+    /// After a successful `brk`: the heap from the initial break is known.
+    pub(super) fn learn_brk(&mut self, v: u64) {
+        if let Some(b) = self.start_brk {
+            self.known.insert(b, v.max(b + PAGE_SIZE));
+        }
+    }
+
+    /// Parts of `[start, end)` (softmm addresses) with no mapping.
+    fn unmapped(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut cur = start;
+        let mut out = Vec::new();
+        for m in self.mm().maps() {
+            if m.end <= cur {
+                continue;
+            }
+            if m.start >= end {
+                break;
+            }
+            if m.start > cur {
+                out.push((cur, m.start));
+            }
+            cur = cur.max(m.end);
+        }
+        if cur < end {
+            out.push((cur, end));
+        }
+        out
+    }
+
+    /// Before a call recorded as successful: maps placeholders where the
+    /// range its success proves (see [`proof`]) is pre-trace (no traced call
+    /// touched it) and softmm has nothing, and counts the call.
+    fn pretrace(&mut self, r: &Record) {
+        let Some((addr, end)) = proof(&r.call) else {
+            return;
+        };
+        let gaps = self.known.gaps(addr, end);
+        if gaps.is_empty() {
+            return;
+        }
+        *self.pretrace.entry(r.call.name()).or_default() += 1;
+        for (s, e) in gaps {
+            // Proven now: later calls find it in softmm or see it unmapped
+            // by a traced call.
+            self.known.insert(s, e);
+            let (s, e) = (self.tr.tr(s), self.tr.tr(s).saturating_add(e - s));
+            for (hs, he) in self.unmapped(s, e) {
+                let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+                if self.mm().mmap(hs, he - hs, libc::PROT_READ | libc::PROT_WRITE, flags, None, 0).is_ok() {
+                    self.placeholders.push(Placeholder { start: hs, end: he, line: r.line, call: r.call.name() });
+                }
+            }
+        }
+    }
+
+    fn mismatch(
+        &mut self,
+        sh: &mut Shared,
+        r: &Record,
+        expected: Result<u64, i32>,
+        actual: Result<u64, i32>,
+        note: &str,
+    ) {
+        let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        let mut m =
+            format!("line {}{}: {} = {} recorded, softmm {}", r.line, pid, r.text, show(expected), show(actual));
+        if !note.is_empty() {
+            let _ = write!(m, " ({note})");
+        }
+        sh.mismatches.push(m);
+        self.mismatches += 1;
+    }
+
+    /// Whether `r` may be replayed before a call that collides with the
+    /// mapping it removes or moves.
+    pub(super) fn frees(r: &Record) -> bool {
+        matches!(r.call, Call::Munmap { .. } | Call::Mremap { .. })
+            || matches!(r.call, Call::Mmap { flags, .. } if flags & MAP_FIXED != 0)
+    }
+
+    /// Replays one call; `Err(())` when a recorded-address placement collided
+    /// (the caller may retry after replaying an overlapping call).
+    pub(super) fn step(
+        &mut self,
+        sh: &mut Shared,
+        r: &Record,
+        fds: Option<&FdTable>,
+        last_try: bool,
+    ) -> Result<(), ()> {
+        let own = sh.opts.addresses == Addresses::Own;
+        if !r.call.is_memory() {
+            return Ok(());
+        }
+        let mm = self.mm().clone();
+        let exp = recorded(r.ret);
+        *self.counts.entry(r.call.name()).or_default() += 1;
+        let got: Result<u64, i32>;
+        match r.call {
+            Call::Mmap { addr, len, prot, flags, ref fd, off } => {
+                let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
+                let desc = match fd {
+                    Fd::Num(n) | Fd::Path(n, _) => fds.and_then(|t| t.get(*n)),
+                    Fd::None => None,
+                };
+                let open = sh.files.for_mmap(fd, prot, flags, exp, desc);
+                let (a, fl) = match (own, fixed, exp) {
+                    // MAP_SHARED_VALIDATE refuses MAP_FIXED_NOREPLACE (not in
+                    // LEGACY_MAP_MASK, EOPNOTSUPP on Linux too): check the
+                    // range is free here and place it with MAP_FIXED.
+                    (false, false, Ok(rec)) if flags & MAP_TYPE == MAP_SHARED_VALIDATE => (rec, flags | MAP_FIXED),
+                    (false, false, Ok(rec)) => (rec, flags | MAP_FIXED_NOREPLACE),
+                    (true, _, _) => (self.tr.tr(addr), flags),
+                    _ => (addr, flags),
+                };
+                let occupied = fl & MAP_FIXED != 0
+                    && !fixed
+                    && self.unmapped(a, a.saturating_add(page_align(len))) != [(a, a.saturating_add(page_align(len)))];
+                got = if occupied {
+                    Err(libc::EEXIST)
+                } else {
+                    mm.mmap(a, len, prot, fl, open.as_ref(), off).map_err(code)
+                };
+                if !own && !fixed && exp.is_ok() && got == Err(libc::EEXIST) && !last_try {
+                    *self.counts.entry("mmap").or_default() -= 1;
+                    return Err(());
+                }
+                match (exp, got) {
+                    (Ok(rec), Ok(g)) => {
+                        if own && !fixed && g != rec {
+                            self.tr.add(rec, len, g);
+                            self.placed_differently
+                                .push(format!("line {}: {} at {g:#x}, recorded {rec:#x}", r.line, r.text));
+                        } else if (own && fixed && g != self.tr.tr(rec)) || (!own && g != rec) {
+                            self.mismatch(sh, r, exp, got, "");
+                        }
+                        self.known.insert(rec, rec.saturating_add(page_align(len)));
+                    }
+                    (Err(e), Err(g)) if e == g => {}
+                    (Err(_), Ok(g)) => {
+                        self.mismatch(sh, r, exp, got, "undone");
+                        if !fixed {
+                            let _ = mm.munmap(g, len);
+                        }
+                    }
+                    _ => self.mismatch(sh, r, exp, got, ""),
+                }
+            }
+            Call::Munmap { addr, len } => {
+                // Success proves nothing: Linux unmaps holes without error.
+                got = mm.munmap(self.tr.tr(addr), len).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+                if exp.is_ok() {
+                    self.known.insert(addr, addr.saturating_add(page_align(len)));
+                }
+            }
+            Call::Mprotect { addr, len, prot } => {
+                if exp.is_ok() {
+                    self.pretrace(r);
+                }
+                got = mm.mprotect(self.tr.tr(addr), len, prot).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Madvise { addr, len, advice } => {
+                if exp.is_ok() {
+                    self.pretrace(r);
+                }
+                got = mm.madvise(self.tr.tr(addr), len, advice).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mremap { old, old_len, new_len, flags, new_addr } => {
+                if exp.is_ok() {
+                    self.pretrace(r);
+                }
+                let (mut fl, mut na) = (flags, self.tr.tr(new_addr));
+                if let (false, Ok(rec)) = (own, exp) {
+                    if rec != old && flags & MREMAP_MAYMOVE != 0 && flags & MREMAP_FIXED == 0 {
+                        fl |= MREMAP_FIXED;
+                        na = rec;
+                    }
+                }
+                // strace prints the fifth argument only with MREMAP_FIXED,
+                // but MREMAP_DONTUNMAP uses it as a hint, and Linux refuses
+                // a hint overlapping the source with EINVAL before it looks
+                // at any VMA. A recorded EINVAL with the hint missing gets
+                // the one hint that surely overlaps: `old` itself.
+                if flags & (MREMAP_DONTUNMAP | MREMAP_FIXED) == MREMAP_DONTUNMAP
+                    && new_addr == 0
+                    && exp == Err(libc::EINVAL)
+                {
+                    na = self.tr.tr(old);
+                }
+                got = mm.mremap(self.tr.tr(old), old_len, new_len, fl, na).map_err(code);
+                match (exp, got) {
+                    (Ok(rec), Ok(g)) => {
+                        if own && g != self.tr.tr(rec) && flags & MREMAP_FIXED == 0 {
+                            self.tr.add(rec, new_len, g);
+                            self.placed_differently
+                                .push(format!("line {}: {} at {g:#x}, recorded {rec:#x}", r.line, r.text));
+                        } else if !own && g != rec {
+                            self.mismatch(sh, r, exp, got, "");
+                        }
+                        self.learn_mremap(old, old_len, new_len, flags, rec);
+                        sh.files.grow(&mm, g);
+                    }
+                    (Err(e), Err(g)) if e == g => {}
+                    _ => self.mismatch(sh, r, exp, got, ""),
+                }
+            }
+            Call::Brk { addr } => {
+                let g = mm.brk(addr);
+                got = Ok(g);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+                if let Ok(v) = exp {
+                    self.learn_brk(v);
+                }
+            }
+            _ => return Ok(()),
+        }
+        if sh.opts.verbose {
+            let ok = if got == exp { "" } else { "  <-- MISMATCH" };
+            let pid = r.pid.map(|p| format!("{p} ")).unwrap_or_default();
+            let _ = writeln!(sh.out, "{:>6}  {pid}{} = {}{}", r.line, r.text, show(got), ok);
+        }
+        Ok(())
+    }
+
+    /// What a successful `mremap` (recorded addresses, result `rec`) tells
+    /// about the address space: the ranges it unmapped or mapped are known
+    /// from now on; a moved range is known at its destination only where it
+    /// was known at its source (a pre-trace part softmm lacks stays unknown
+    /// there, so a later call may still prove it).
+    fn learn_mremap(&mut self, old: u64, old_len: u64, new_len: u64, flags: i32, rec: u64) {
+        let (o, n) = (page_align(old_len), page_align(new_len));
+        let moved = rec != old || flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0;
+        if !moved {
+            // In place: a shrink unmapped the tail, a growth mapped the new part.
+            self.known.insert(old.saturating_add(n.min(o)), old.saturating_add(n.max(o)));
+            return;
+        }
+        let kept = if flags & MREMAP_FIXED != 0 && o == n { o } else { o.min(n) };
+        let unknown = self.known.gaps(old, old.saturating_add(kept));
+        if flags & MREMAP_DONTUNMAP == 0 {
+            self.known.insert(old, old.saturating_add(o));
+        }
+        self.known.insert(rec, rec.saturating_add(n));
+        for (s, e) in unknown {
+            self.known.remove(rec.wrapping_add(s - old), rec.wrapping_add(e - old));
+        }
+    }
+}

@@ -1,0 +1,755 @@
+//! Random sequences of memory calls run on the host kernel under strace,
+//! then replayed by `softmm replay --maps`: every call and each sequence's
+//! final mappings must agree with the host's.
+//!
+//! A runner process (this test binary re-executed, single-threaded) opens
+//! three files (read-write, read-only, write-only) and a memfd, then forks
+//! one child per sequence. A child runs its sequence with raw system calls
+//! inside a 1 MiB window: anonymous and file mappings, private and shared,
+//! fixed and noreplace, hints, bad lengths and flags, descriptors it opens
+//! itself (read-write, read-only, write-only) whose first use often fails,
+//! munmap, mprotect, madvise, mremap with and without `MREMAP_FIXED` /
+//! `MREMAP_DONTUNMAP`, shrinks over holes and across VMAs, huge and wrapping
+//! lengths in every length argument; then it writes its `/proc/self/maps` to
+//! the runner's standard output and exits. strace (`-f -y -e
+//! trace=memory,process,openat,close,...`) records the runner and its
+//! children; the replay forks the runner's softmm address space for each
+//! child, exactly as the kernel did.
+//!
+//! Arguments that could touch the runner's own memory outside the window are
+//! never generated: a fixed range lies in the window or ends past
+//! `TASK_SIZE` (refused before anything is unmapped), a munmap or shrinking
+//! mremap length stays in the window or passes `TASK_SIZE` or 2^64 (refused),
+//! and an mprotect or madvise walk that leaves the window meets the hole above
+//! it. `SOFTMM_REPLAY_SEQUENCES` sets the number of sequences (default 2048,
+//! in batches of 64 per strace run); `SOFTMM_REPLAY_SEED` the first seed.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const P: u64 = 4096;
+/// The window: 1 MiB at 12 GiB, far from anything the runner maps.
+const W: u64 = 0x3_0000_0000;
+const W_PAGES: u64 = 256;
+const W_END: u64 = W + W_PAGES * P;
+const TASK_SIZE: u64 = 0x7fff_ffff_f000;
+const RUNNER_ENV: &str = "SOFTMM_REPLAY_RUNNER";
+/// Marks the runner's lines among libtest's.
+const MARK: &str = "@@softmm@@";
+const BATCH: usize = 64;
+
+/// Where a mapping's descriptor comes from.
+#[derive(Clone, Copy, Debug)]
+enum FdSrc {
+    Anon,
+    /// Opened by the runner: 0 read-write, 1 read-only, 2 write-only, 3 memfd.
+    Inherited(usize),
+    /// A slot of the child's own opens (an unopened or closed slot is a
+    /// number no descriptor has: `EBADF`).
+    Slot(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// `openat(file, mode)` into a slot.
+    Open {
+        slot: usize,
+        file: usize,
+        mode: i32,
+    },
+    Close {
+        slot: usize,
+    },
+    Mmap {
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        fd: FdSrc,
+        off: u64,
+    },
+    Munmap {
+        addr: u64,
+        len: u64,
+    },
+    Mprotect {
+        addr: u64,
+        len: u64,
+        prot: i32,
+    },
+    Madvise {
+        addr: u64,
+        len: u64,
+        advice: i32,
+    },
+    Mremap {
+        old: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: i32,
+        new_addr: u64,
+    },
+    /// `fork()`: the child runs the rest of the sequence on its copy, then
+    /// the parent does on its own.
+    Fork,
+}
+
+const SLOTS: usize = 4;
+const FILES: usize = 3;
+
+// ---------------------------------------------------------------------------
+// Generation
+// ---------------------------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[self.below(v.len() as u64) as usize]
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+}
+
+/// A page-aligned address in the window.
+fn waddr(r: &mut Rng) -> u64 {
+    W + r.below(W_PAGES) * P
+}
+
+/// A length from `addr` that stays in the window (whole pages, sometimes a
+/// byte short).
+fn wlen(r: &mut Rng, addr: u64) -> u64 {
+    let room = (W_END.saturating_sub(addr) / P).max(1);
+    let most = if r.chance(20) { 64 } else { 16 };
+    let pages = 1 + r.below(room.min(most));
+    let len = pages * P;
+    if r.chance(10) {
+        len - 1 - r.below(P - 1)
+    } else {
+        len
+    }
+}
+
+/// A length the kernel refuses before it looks at any mapping (for munmap
+/// and a shrinking mremap), or that runs past `TASK_SIZE` (fixed mmap).
+fn refused_len(r: &mut Rng, addr: u64) -> u64 {
+    r.pick(&[
+        u64::MAX,
+        u64::MAX - P + 2,
+        0u64.wrapping_sub(addr).wrapping_add(P),
+        TASK_SIZE,
+        TASK_SIZE - addr + P,
+        1 << 63,
+    ])
+}
+
+fn prot(r: &mut Rng) -> i32 {
+    let p = r.pick(&[
+        libc::PROT_READ,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::PROT_NONE,
+        libc::PROT_WRITE,
+        libc::PROT_READ | libc::PROT_EXEC,
+    ]);
+    if r.chance(3) {
+        p | 0x10
+    } else {
+        p
+    }
+}
+
+fn gen_op(r: &mut Rng) -> Op {
+    match r.below(102) {
+        100 | 101 => Op::Fork,
+        0..=7 => Op::Open {
+            slot: r.below(SLOTS as u64) as usize,
+            file: r.below(FILES as u64) as usize,
+            mode: r.pick(&[libc::O_RDWR, libc::O_RDONLY, libc::O_WRONLY, libc::O_RDONLY]),
+        },
+        8..=10 => Op::Close { slot: r.below(SLOTS as u64) as usize },
+        11..=44 => {
+            let fd = match r.below(10) {
+                0..=3 => FdSrc::Anon,
+                4..=6 => FdSrc::Inherited(r.below(4) as usize),
+                _ => FdSrc::Slot(r.below(SLOTS as u64) as usize),
+            };
+            let kind = r.pick(&[libc::MAP_PRIVATE, libc::MAP_SHARED, libc::MAP_SHARED_VALIDATE, libc::MAP_PRIVATE]);
+            let mut flags = kind | if matches!(fd, FdSrc::Anon) { libc::MAP_ANONYMOUS } else { 0 };
+            let placement = r.below(10);
+            let mut addr = waddr(r);
+            match placement {
+                0..=3 => flags |= libc::MAP_FIXED,
+                4..=6 => flags |= libc::MAP_FIXED_NOREPLACE,
+                7 => {}        // a hint in the window
+                _ => addr = 0, // anywhere
+            }
+            let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
+            let mut len = if addr == 0 { (1 + r.below(16)) * P } else { wlen(r, addr) };
+            if r.chance(8) {
+                len = match r.below(4) {
+                    0 => 0,
+                    1 if !fixed => 1 << 40,
+                    _ => refused_len(r, addr),
+                };
+            }
+            if r.chance(3) {
+                flags |= r.pick(&[libc::MAP_POPULATE, 0x0400_0000, libc::MAP_NORESERVE, 0x40 /* MAP_32BIT */]);
+            }
+            if len >= 1 << 30 {
+                // Never populate a huge mapping (NORESERVE would let it be made).
+                flags &= !libc::MAP_POPULATE;
+            }
+            if r.chance(3) {
+                flags &= !libc::MAP_TYPE;
+            }
+            let off =
+                if r.chance(85) { r.below(4) * P } else { r.pick(&[1, 1 << 40, (1 << 63) - P, u64::MAX - P + 1]) };
+            if r.chance(3) && fixed {
+                addr += 1;
+            }
+            Op::Mmap { addr, len, prot: prot(r), flags, fd, off }
+        }
+        45..=57 => {
+            let addr = waddr(r);
+            let len = if r.chance(8) { refused_len(r, addr) } else { wlen(r, addr) };
+            Op::Munmap { addr: if r.chance(3) { addr + 1 } else { addr }, len }
+        }
+        58..=71 => {
+            let addr = waddr(r);
+            // A walk leaving the window meets the hole above it.
+            let len = if r.chance(8) { r.pick(&[1 << 40, u64::MAX - P + 2, TASK_SIZE]) } else { wlen(r, addr) };
+            Op::Mprotect { addr, len, prot: prot(r) }
+        }
+        72..=81 => {
+            let addr = waddr(r);
+            let len = if r.chance(8) { r.pick(&[1 << 40, u64::MAX - P + 2, 0]) } else { wlen(r, addr) };
+            let advice = r.pick(&[
+                libc::MADV_DONTNEED,
+                libc::MADV_NORMAL,
+                libc::MADV_WILLNEED,
+                libc::MADV_FREE,
+                libc::MADV_RANDOM,
+                libc::MADV_DONTFORK,
+                libc::MADV_REMOVE,
+                libc::MADV_WIPEONFORK,
+                libc::MADV_DOFORK,
+                12345,
+            ]);
+            Op::Madvise { addr, len, advice }
+        }
+        _ => {
+            let old = waddr(r);
+            let flags = r.pick(&[
+                0,
+                libc::MREMAP_MAYMOVE,
+                libc::MREMAP_MAYMOVE,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_DONTUNMAP,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+                libc::MREMAP_FIXED,
+                8,
+            ]);
+            let mut old_len = wlen(r, old);
+            let mut new_len = wlen(r, old);
+            if r.chance(15) {
+                // A shrink (over holes and VMAs); sometimes with an old
+                // length past TASK_SIZE or 2^64.
+                if old_len < new_len {
+                    std::mem::swap(&mut old_len, &mut new_len);
+                }
+                if r.chance(40) {
+                    old_len = refused_len(r, old);
+                }
+            }
+            if r.chance(5) {
+                old_len = 0;
+            }
+            if r.chance(4) && flags & libc::MREMAP_FIXED == 0 {
+                new_len = r.pick(&[1 << 40, u64::MAX - P + 2, 0]);
+            }
+            let mut new_addr = if flags & (libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP) != 0 { waddr(r) } else { 0 };
+            if flags & libc::MREMAP_FIXED != 0 && new_addr.saturating_add(new_len) > W_END {
+                new_addr = W_END - (new_len.div_ceil(P) * P).min(W_END - W);
+            }
+            Op::Mremap { old, old_len, new_len, flags, new_addr }
+        }
+    }
+}
+
+fn gen_sequence(seed: u64) -> Vec<Op> {
+    let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let n = 5 + r.below(56);
+    let mut forks = 0;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let op = gen_op(&mut r);
+        if matches!(op, Op::Fork) {
+            // At most two forks: four processes.
+            if forks == 2 {
+                continue;
+            }
+            forks += 1;
+        }
+        out.push(op);
+    }
+    out
+}
+
+fn encode(seqs: &[Vec<Op>]) -> String {
+    let mut o = String::new();
+    for s in seqs {
+        o.push_str("seq\n");
+        for op in s {
+            let line = match *op {
+                Op::Open { slot, file, mode } => format!("open {slot} {file} {mode}"),
+                Op::Close { slot } => format!("close {slot}"),
+                Op::Mmap { addr, len, prot, flags, fd, off } => {
+                    let (k, i) = match fd {
+                        FdSrc::Anon => ("a", 0),
+                        FdSrc::Inherited(i) => ("i", i),
+                        FdSrc::Slot(i) => ("s", i),
+                    };
+                    format!("mmap {addr:x} {len:x} {prot:x} {flags:x} {k} {i} {off:x}")
+                }
+                Op::Munmap { addr, len } => format!("munmap {addr:x} {len:x}"),
+                Op::Mprotect { addr, len, prot } => format!("mprotect {addr:x} {len:x} {prot:x}"),
+                Op::Madvise { addr, len, advice } => format!("madvise {addr:x} {len:x} {advice:x}"),
+                Op::Mremap { old, old_len, new_len, flags, new_addr } => {
+                    format!("mremap {old:x} {old_len:x} {new_len:x} {flags:x} {new_addr:x}")
+                }
+                Op::Fork => "fork".to_string(),
+            };
+            o.push_str(&line);
+            o.push('\n');
+        }
+    }
+    o
+}
+
+fn decode(text: &str) -> Vec<Vec<Op>> {
+    let mut out: Vec<Vec<Op>> = Vec::new();
+    for l in text.lines() {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        let h = |i: usize| u64::from_str_radix(t[i], 16).expect("hex");
+        let d = |i: usize| t[i].parse::<usize>().expect("number");
+        let op = match t[0] {
+            "seq" => {
+                out.push(Vec::new());
+                continue;
+            }
+            "open" => Op::Open { slot: d(1), file: d(2), mode: t[3].parse().expect("mode") },
+            "close" => Op::Close { slot: d(1) },
+            "mmap" => Op::Mmap {
+                addr: h(1),
+                len: h(2),
+                prot: h(3) as i32,
+                flags: h(4) as i32,
+                fd: match t[5] {
+                    "a" => FdSrc::Anon,
+                    "i" => FdSrc::Inherited(d(6)),
+                    _ => FdSrc::Slot(d(6)),
+                },
+                off: h(7),
+            },
+            "munmap" => Op::Munmap { addr: h(1), len: h(2) },
+            "mprotect" => Op::Mprotect { addr: h(1), len: h(2), prot: h(3) as i32 },
+            "madvise" => Op::Madvise { addr: h(1), len: h(2), advice: h(3) as i32 },
+            "mremap" => Op::Mremap { old: h(1), old_len: h(2), new_len: h(3), flags: h(4) as i32, new_addr: h(5) },
+            "fork" => Op::Fork,
+            other => panic!("bad op {other}"),
+        };
+        out.last_mut().expect("seq first").push(op);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The runner (on the host, under strace)
+// ---------------------------------------------------------------------------
+
+/// The runner's entry point: re-executed by [`run_batch`] under strace.
+#[test]
+#[ignore = "entry point of the runner process, run under strace by run_batch"]
+fn runner_entry() {
+    if let Some(input) = std::env::var_os(RUNNER_ENV) {
+        runner_main(Path::new(&input));
+    }
+}
+
+fn runner_main(input: &Path) -> ! {
+    let seqs = decode(&std::fs::read_to_string(input).expect("ops file"));
+    let dir = input.parent().expect("ops file dir");
+    // Everything the children use is made before the first fork: they run
+    // raw system calls only (no allocation).
+    let paths: Vec<std::ffi::CString> = (0..FILES)
+        .map(|i| {
+            let p = dir.join(format!("file{i}"));
+            std::fs::write(&p, vec![7u8; 16 * P as usize]).expect("file");
+            std::ffi::CString::new(p.to_str().expect("utf-8 path")).expect("path")
+        })
+        .collect();
+    let modes = [libc::O_RDWR, libc::O_RDONLY, libc::O_WRONLY];
+    // SAFETY: plain system calls on valid NUL-terminated paths.
+    let inherited: Vec<i32> = unsafe {
+        let mut v: Vec<i32> = paths.iter().zip(modes).map(|(p, m)| libc::open(p.as_ptr(), m)).collect();
+        let m = libc::memfd_create(c"replay".as_ptr(), 0);
+        libc::ftruncate(m, 16 * P as i64);
+        v.push(m);
+        v
+    };
+    let mut maps_buf = vec![0u8; 1 << 20];
+    let maps_path = c"/proc/self/maps";
+    for (i, seq) in seqs.iter().enumerate() {
+        let header = format!("{MARK} seq {i} pid ");
+        // SAFETY: fork of a single-threaded process (libtest runs this test
+        // on its main thread with --test-threads=1); the child makes only
+        // system calls on memory allocated before the fork, then _exit.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                run_child(seq, &inherited, &paths, &mut maps_buf, maps_path, &header);
+            }
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, 0);
+        }
+    }
+    // SAFETY: ends the runner without libtest's summary.
+    unsafe { libc::_exit(0) }
+}
+
+/// # Safety
+/// Runs in a forked child of a single-threaded process: only system calls.
+unsafe fn run_child(
+    seq: &[Op],
+    inherited: &[i32],
+    paths: &[std::ffi::CString],
+    buf: &mut [u8],
+    maps_path: &std::ffi::CStr,
+    header: &str,
+) -> ! {
+    let mut slots = [-1i32; SLOTS];
+    for op in seq {
+        // SAFETY: raw system calls (all arms) whose ranges the generator
+        // keeps in the window or makes the kernel refuse (see module docs).
+        unsafe {
+            match *op {
+                Op::Open { slot, file, mode } => {
+                    if slots[slot] >= 0 {
+                        libc::close(slots[slot]);
+                    }
+                    slots[slot] = libc::openat(libc::AT_FDCWD, paths[file].as_ptr(), mode);
+                }
+                Op::Close { slot } => {
+                    if slots[slot] >= 0 {
+                        libc::close(slots[slot]);
+                        slots[slot] = -1;
+                    }
+                }
+                Op::Mmap { addr, len, prot, flags, fd, off } => {
+                    let fd = match fd {
+                        FdSrc::Anon => -1,
+                        FdSrc::Inherited(i) => inherited[i],
+                        FdSrc::Slot(s) if slots[s] >= 0 => slots[s],
+                        FdSrc::Slot(s) => 90 + s as i32,
+                    };
+                    libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off);
+                }
+                Op::Munmap { addr, len } => {
+                    libc::syscall(libc::SYS_munmap, addr, len);
+                }
+                Op::Mprotect { addr, len, prot } => {
+                    libc::syscall(libc::SYS_mprotect, addr, len, prot);
+                }
+                Op::Madvise { addr, len, advice } => {
+                    libc::syscall(libc::SYS_madvise, addr, len, advice);
+                }
+                Op::Mremap { old, old_len, new_len, flags, new_addr } => {
+                    libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr);
+                }
+                Op::Fork => {
+                    let pid = libc::fork();
+                    if pid > 0 {
+                        let mut st = 0;
+                        libc::waitpid(pid, &mut st, 0);
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: open/read/write/close on buffers allocated before the fork.
+    unsafe {
+        let fd = libc::open(maps_path.as_ptr(), libc::O_RDONLY);
+        let mut n = 0usize;
+        loop {
+            let r = libc::read(fd, buf[n..].as_mut_ptr().cast(), buf.len() - n);
+            if r <= 0 {
+                break;
+            }
+            n += r as usize;
+        }
+        libc::close(fd);
+        libc::write(1, header.as_ptr().cast(), header.len());
+        // The pid in decimal, without allocating.
+        let mut digits = [0u8; 24];
+        let mut at = digits.len() - 1;
+        digits[at] = b'\n';
+        let mut pid = libc::getpid() as u64;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (pid % 10) as u8;
+            pid /= 10;
+            if pid == 0 {
+                break;
+            }
+        }
+        libc::write(1, digits[at..].as_ptr().cast(), digits.len() - at);
+        libc::write(1, buf.as_ptr().cast(), n);
+        let end = "@@end\n";
+        libc::write(1, end.as_ptr().cast(), end.len());
+        libc::_exit(0)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Comparing
+// ---------------------------------------------------------------------------
+
+/// `start-end perms offset` of the maps lines that start in the window.
+fn window_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
+    lines
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let range = f.next()?;
+            let perms = f.next()?;
+            let off = f.next()?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            (perms.len() == 4 && (W..W_END).contains(&start)).then(|| format!("{range} {perms} {off}"))
+        })
+        .collect()
+}
+
+struct Batch {
+    /// Per sequence: the pid of each of its processes and the host's window
+    /// maps at its end.
+    host: Vec<Vec<(u64, Vec<String>)>>,
+}
+
+/// Runs `seqs` under strace; `None` when strace is missing or cannot trace.
+fn run_batch(dir: &Path, seqs: &[Vec<Op>]) -> Option<Batch> {
+    let input = dir.join("ops.txt");
+    std::fs::write(&input, encode(seqs)).expect("ops file");
+    let log = dir.join("runner.strace");
+    let out = Command::new("strace")
+        .args(["-f", "-y", "-e", "trace=memory,process,openat,close,dup,dup2,dup3,memfd_create", "-o"])
+        .arg(&log)
+        .arg(std::env::current_exe().expect("current_exe"))
+        .args(["runner_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(RUNNER_ENV, &input)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut host: Vec<Vec<(u64, Vec<String>)>> = vec![Vec::new(); seqs.len()];
+    let mut blocks = 0;
+    let mut rest = stdout.as_ref();
+    while let Some(at) = rest.find(MARK) {
+        let block = &rest[at + MARK.len()..];
+        let end = block.find("@@end").expect("block end");
+        let mut lines = block[..end].lines();
+        let head: Vec<&str> = lines.next()?.split_whitespace().collect();
+        let (i, pid): (usize, u64) = (head.get(1)?.parse().ok()?, head.get(3)?.parse().ok()?);
+        host.get_mut(i)?.push((pid, window_lines(lines)));
+        blocks += 1;
+        rest = &block[end..];
+    }
+    if host.iter().any(Vec::is_empty) || blocks < seqs.len() {
+        eprintln!("runner did not finish under strace ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    Some(Batch { host })
+}
+
+/// Replays a batch's log; returns the failures (empty if all agree) and the
+/// number of memory calls the children made.
+fn check_batch(dir: &Path, first_seed: u64, seqs: &[Vec<Op>], b: &Batch) -> (Vec<String>, usize) {
+    let log = dir.join("runner.strace");
+    let out = Command::new(env!("CARGO_BIN_EXE_softmm"))
+        .args(["replay", "--maps"])
+        .arg(&log)
+        .output()
+        .expect("softmm replay");
+    let report = String::from_utf8_lossy(&out.stdout);
+    let child_calls: usize = report
+        .lines()
+        .filter(|l| l.starts_with("process pid ") && l.contains("(fork of pid "))
+        .filter_map(|l| l.split("): ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    let forks: Vec<u64> = b.host.iter().flatten().map(|&(pid, _)| pid).collect();
+    let mut failures = Vec::new();
+    for (i, procs) in b.host.iter().enumerate() {
+        let seed = first_seed + i as u64;
+        let mut f = String::new();
+        for (pid, host) in procs {
+            let mism: Vec<&str> =
+                report.lines().filter(|l| l.starts_with("MISMATCH") && l.contains(&format!("(pid {pid})"))).collect();
+            let header = format!("final mappings of pid {pid} ");
+            let mine = match report.find(&header) {
+                Some(at) => window_lines(report[at..].lines().skip(1).take_while(|l| !l.is_empty())),
+                None => Vec::new(),
+            };
+            for m in &mism {
+                f += &format!("  {m}\n");
+            }
+            if &mine != host {
+                f += &format!("  final maps of pid {pid} differ\n  host:   {host:?}\n  softmm: {mine:?}\n");
+            }
+        }
+        if !f.is_empty() {
+            let pids: Vec<u64> = procs.iter().map(|&(p, _)| p).collect();
+            failures.push(format!("seed {seed} (pids {pids:?}):\n{f}  sequence: {:?}\n", seqs[i]));
+        }
+    }
+    let other: Vec<&str> = report
+        .lines()
+        .filter(|l| {
+            (l.starts_with("MISMATCH") && !forks.iter().any(|p| l.contains(&format!("(pid {p})"))))
+                || l.contains("cannot parse")
+        })
+        .collect();
+    if !other.is_empty() {
+        failures.push(format!("runner lines:\n{}", other.join("\n")));
+    }
+    (failures, child_calls)
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn scratch() -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("softmm-replay-random-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Runs the sequences of `seeds` and returns their failures.
+fn run_seeds(seeds: &[u64]) -> Option<Vec<String>> {
+    let dir = scratch();
+    let mut failures = Vec::new();
+    let mut calls = 0;
+    for chunk in seeds.chunks(BATCH) {
+        let seqs: Vec<Vec<Op>> = chunk.iter().map(|&s| gen_sequence(s)).collect();
+        let b = run_batch(&dir, &seqs)?;
+        let (f, c) = check_batch(&dir, chunk[0], &seqs, &b);
+        calls += c;
+        if !f.is_empty() {
+            let _ = std::fs::copy(dir.join("runner.strace"), std::env::temp_dir().join("softmm-replay-failed.strace"));
+        }
+        failures.extend(f);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "{} sequences ({calls} memory calls in the children) recorded on the host and replayed; {} differ",
+        seeds.len(),
+        failures.len()
+    );
+    Some(failures)
+}
+
+/// Sequences that once differed (minimized), in the encoding of [`encode`].
+const REGRESSIONS: &[(&str, &str)] = &[
+    (
+        // The replay placed a non-fixed MAP_SHARED_VALIDATE mapping with
+        // MAP_FIXED_NOREPLACE, which MAP_SHARED_VALIDATE refuses (EOPNOTSUPP).
+        "MAP_SHARED_VALIDATE without a fixed address, anywhere and at a hint",
+        "mmap 0 5000 0 3 i 0 2000\nmmap 300010000 4000 1 3 i 1 0\nmmap 0 2000 5 3 i 3 1000\n",
+    ),
+    (
+        // strace omits mremap's fifth argument without MREMAP_FIXED; Linux
+        // refuses a MREMAP_DONTUNMAP hint overlapping the source (EINVAL)
+        // before it looks for the source VMA (EFAULT).
+        "MREMAP_DONTUNMAP with a hint overlapping an unmapped source",
+        "mremap 300055000 7000 7000 5 300055000\n",
+    ),
+    (
+        "MREMAP_DONTUNMAP with a hint overlapping a mapped source, then a free hint",
+        "mmap 300050000 10000 3 32 a 0 0\nmremap 300050000 4000 4000 5 300052000\n\
+         mremap 300050000 4000 4000 5 300080000\n",
+    ),
+];
+
+#[test]
+fn past_differences_replay_like_the_host() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("strace is not installed: skipped");
+        return;
+    }
+    let dir = scratch();
+    let seqs: Vec<Vec<Op>> = REGRESSIONS.iter().map(|(_, ops)| decode(&format!("seq\n{ops}")).remove(0)).collect();
+    let Some(b) = run_batch(&dir, &seqs) else {
+        eprintln!("strace cannot trace here: skipped");
+        return;
+    };
+    let (failures, _) = check_batch(&dir, 0, &seqs, &b);
+    let _ = std::fs::remove_dir_all(&dir);
+    let named: Vec<String> = failures
+        .iter()
+        .map(|f| {
+            let i: usize = f.strip_prefix("seed ").and_then(|r| r.split(' ').next()?.parse().ok()).unwrap_or(0);
+            format!("{}: {f}", REGRESSIONS.get(i).map_or("?", |r| r.0))
+        })
+        .collect();
+    assert!(named.is_empty(), "{}", named.join("\n"));
+}
+
+/// Found by `random_sequences_replay_like_the_host` (seed 7291 of 10,000):
+/// Linux merges adjacent VMAs only if they map the same open file
+/// (`is_mergeable_vma` compares `vm_file`, one per `open`); softmm compares
+/// the file itself, so two opens of one file mapped side by side with
+/// contiguous offsets become one VMA. A library gap (VMA merging in
+/// `crates/softmm/src`), open: ignored until it is fixed there.
+#[test]
+#[ignore = "open: softmm merges VMAs of two opens of one file (Linux compares vm_file)"]
+fn vmas_of_two_opens_of_one_file_stay_apart() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        return;
+    }
+    let dir = scratch();
+    let seqs = decode("seq\nmmap 300010000 2000 1 12 i 1 0\nopen 0 1 0\nmmap 300012000 2000 1 12 s 0 2000\n");
+    let Some(b) = run_batch(&dir, &seqs) else { return };
+    let (failures, _) = check_batch(&dir, 0, &seqs, &b);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn random_sequences_replay_like_the_host() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("strace is not installed: skipped");
+        return;
+    }
+    let n = env_u64("SOFTMM_REPLAY_SEQUENCES", 2048);
+    let first = env_u64("SOFTMM_REPLAY_SEED", 1);
+    let seeds: Vec<u64> = (first..first + n).collect();
+    let Some(failures) = run_seeds(&seeds) else {
+        eprintln!("strace cannot trace here: skipped");
+        return;
+    };
+    let _ = std::io::stderr().flush();
+    assert!(failures.is_empty(), "{} of {n} sequences differ:\n{}", failures.len(), failures.join("\n"));
+}
