@@ -46,7 +46,7 @@ pub unsafe extern "C" fn softmm_file_create(
         };
         match File::create(&phys.inner, name, size) {
             Ok(file) => {
-                let inner = OpenFile { file, readable, writable };
+                let inner = OpenFile::new(&file, readable, writable);
                 // SAFETY: `out` is not null and valid (the caller's contract).
                 unsafe { put(out, Box::into_raw(Box::new(softmm_file { inner }))) }
             }

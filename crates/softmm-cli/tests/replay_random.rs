@@ -719,12 +719,11 @@ fn past_differences_replay_like_the_host() {
 
 /// Found by `random_sequences_replay_like_the_host` (seed 7291 of 10,000):
 /// Linux merges adjacent VMAs only if they map the same open file
-/// (`is_mergeable_vma` compares `vm_file`, one per `open`); softmm compares
+/// (`is_mergeable_vma` compares `vm_file`, one per `open`); softmm compared
 /// the file itself, so two opens of one file mapped side by side with
-/// contiguous offsets become one VMA. A library gap (VMA merging in
-/// `crates/softmm/src`), open: ignored until it is fixed there.
+/// contiguous offsets became one VMA. Fixed: a VMA keeps its open
+/// (`OpenFile`'s identity) and merges compare it.
 #[test]
-#[ignore = "open: softmm merges VMAs of two opens of one file (Linux compares vm_file)"]
 fn vmas_of_two_opens_of_one_file_stay_apart() {
     if Command::new("strace").arg("-V").output().is_err() {
         return;

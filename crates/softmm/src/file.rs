@@ -397,8 +397,12 @@ impl Drop for File {
     }
 }
 
-/// A file opened with an access mode: what `mmap` checks against the requested
-/// protection (`EACCES`), like an open file description.
+/// A file opened with an access mode, Linux's open file description (a
+/// `struct file`): what `mmap` checks against the requested protection
+/// (`EACCES`), and the identity a VMA keeps as its `vm_file`. Each
+/// constructor call is a new open; a clone is the same open (as `dup` or a
+/// forked child's descriptor is), so mappings of one open merge where Linux
+/// merges them and mappings of two opens of one file never do.
 #[derive(Clone, Debug)]
 pub struct OpenFile {
     /// The file.
@@ -407,17 +411,33 @@ pub struct OpenFile {
     pub readable: bool,
     /// Opened for writing.
     pub writable: bool,
+    /// This open's identity (never 0, unique in the process).
+    open: u64,
 }
 
+/// The next open's identity. A plain counter: only uniqueness matters.
+static NEXT_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl OpenFile {
-    /// The file opened read-write.
-    pub fn read_write(file: &Arc<File>) -> OpenFile {
-        OpenFile { file: file.clone(), readable: true, writable: true }
+    /// A new open of `file` with the given access mode.
+    pub fn new(file: &Arc<File>, readable: bool, writable: bool) -> OpenFile {
+        let open = NEXT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenFile { file: file.clone(), readable, writable, open }
     }
 
-    /// The file opened read-only.
+    /// A new open of `file`, read-write.
+    pub fn read_write(file: &Arc<File>) -> OpenFile {
+        OpenFile::new(file, true, true)
+    }
+
+    /// A new open of `file`, read-only.
     pub fn read_only(file: &Arc<File>) -> OpenFile {
-        OpenFile { file: file.clone(), readable: true, writable: false }
+        OpenFile::new(file, true, false)
+    }
+
+    /// This open's identity, for the VMAs that map through it.
+    pub(crate) fn open_id(&self) -> u64 {
+        self.open
     }
 }
 

@@ -11,8 +11,6 @@ mod host;
 #[path = "differential/ops.rs"]
 mod ops;
 
-use std::sync::Arc;
-
 use ops::{MapLine, Op, Outcome, Scenario, Trace};
 use proptest::prelude::*;
 use softmm::uapi::*;
@@ -38,7 +36,8 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
                 .expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
             .expect("placeholder above the window");
-        let files: Vec<Arc<File>> = s
+        // One open per file, as the host child opens each memfd once.
+        let files: Vec<OpenFile> = s
             .files
             .iter()
             .enumerate()
@@ -46,7 +45,7 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
                 let f = File::create(&phys, &format!("/memfd:f{i} (deleted)"), size).expect("file");
                 let data: Vec<u8> = (0..size).map(|k| ops::file_byte(i, k)).collect();
                 f.write_at(0, &data).expect("fill");
-                f
+                OpenFile::read_write(&f)
             })
             .collect();
         let mut cpu = Cpu::attached(&mm);
@@ -72,11 +71,10 @@ fn errno(r: softmm::Result<u64>) -> Outcome {
     }
 }
 
-fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], mincore_cap: usize, op: &Op) -> Outcome {
+fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[OpenFile], mincore_cap: usize, op: &Op) -> Outcome {
     match *op {
         Op::Mmap { addr, len, prot, flags, file, offset } => {
-            let of = file.map(|i| OpenFile::read_write(&files[i]));
-            errno(mm.mmap(addr, len, prot, flags, of.as_ref(), offset))
+            errno(mm.mmap(addr, len, prot, flags, file.map(|i| &files[i]), offset))
         }
         Op::Munmap { addr, len } => errno(mm.munmap(addr, len).map(|()| 0)),
         Op::Mprotect { addr, len, prot } => errno(mm.mprotect(addr, len, prot).map(|()| 0)),
@@ -84,7 +82,7 @@ fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], mincore_cap: usi
             errno(mm.mremap(old_addr, old_len, new_len, flags, new_addr))
         }
         Op::Madvise { addr, len, advice } => errno(mm.madvise(addr, len, advice).map(|()| 0)),
-        Op::Ftruncate { file, len } => errno(files[file].set_len(len).map(|()| 0)),
+        Op::Ftruncate { file, len } => errno(files[file].file.set_len(len).map(|()| 0)),
         Op::Mincore { addr, len } => {
             // The host's buffer is as long, followed by a guard page.
             let mut v = vec![0u8; mincore_cap];

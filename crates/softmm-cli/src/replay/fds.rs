@@ -19,7 +19,13 @@ pub(super) struct Desc {
     pub path_only: bool,
     /// Closed by a successful `execve`.
     pub cloexec: bool,
+    /// The open file description: `dup` and `fork` copy it, `open` makes a
+    /// new one (VMAs of two opens of one file never merge).
+    pub open: u64,
 }
+
+/// The next open file description's number.
+static NEXT_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Desc {
     /// The descriptor `open(path, flags)` returns.
@@ -31,6 +37,7 @@ impl Desc {
             writable: acc == libc::O_WRONLY || acc == libc::O_RDWR,
             path_only: flags & libc::O_PATH != 0,
             cloexec: flags & libc::O_CLOEXEC != 0,
+            open: NEXT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

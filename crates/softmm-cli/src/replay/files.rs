@@ -21,6 +21,10 @@ pub(super) struct Files {
     phys: Arc<PhysMem>,
     by_key: HashMap<String, Arc<File>>,
     by_id: HashMap<u64, Arc<File>>,
+    /// One softmm open per open file description of the log: by the
+    /// descriptor line's description, or, without descriptor lines, by the
+    /// descriptor (number and path) and the mode inferred for it.
+    opens: HashMap<(u64, (i64, String), bool, bool), OpenFile>,
     /// Sizes covering every offset a successful call mapped.
     sizes: HashMap<String, u64>,
     /// Whether the log annotates descriptors with paths (`-y`): a bare fd
@@ -49,6 +53,7 @@ impl Files {
             phys: phys.clone(),
             by_key: HashMap::new(),
             by_id: HashMap::new(),
+            opens: HashMap::new(),
             sizes,
             annotated: records.iter().any(|r| matches!(&r.call, Call::Mmap { fd: Fd::Path(..), .. })),
             writable: writable_fds(records),
@@ -95,20 +100,30 @@ impl Files {
                 return None;
             }
             let file = self.file(&key)?;
-            return Some(OpenFile { file, readable: d.readable, writable: d.writable });
+            return Some(self.open(&file, (d.open, (-1, String::new())), d.readable, d.writable));
         }
         let file = self.file(&key)?;
         let shared_write = is_shared(flags) && prot & libc::PROT_WRITE != 0;
-        Some(match expected {
-            Err(libc::EACCES) if !shared_write => OpenFile { file, readable: false, writable: true },
-            Err(libc::EACCES) => OpenFile::read_only(&file),
-            _ if self.writable.contains(&fd_mode_key(fd)) => OpenFile::read_write(&file),
-            _ => OpenFile::read_only(&file),
-        })
+        let (readable, writable) = match expected {
+            Err(libc::EACCES) if !shared_write => (false, true),
+            Err(libc::EACCES) => (true, false),
+            _ => (true, self.writable.contains(&fd_mode_key(fd))),
+        };
+        Some(self.open(&file, (0, fd_mode_key(fd)), readable, writable))
+    }
+
+    /// The softmm open of `file` for the description `key` with this mode,
+    /// made on first use.
+    fn open(&mut self, file: &Arc<File>, key: (u64, (i64, String)), readable: bool, writable: bool) -> OpenFile {
+        self.opens
+            .entry((key.0, key.1, readable, writable))
+            .or_insert_with(|| OpenFile::new(file, readable, writable))
+            .clone()
     }
 
     /// Drops every file (after the address spaces that mapped them).
     pub(super) fn clear(&mut self) {
+        self.opens.clear();
         self.by_key.clear();
         self.by_id.clear();
     }

@@ -90,7 +90,7 @@ impl AddressSpace {
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
             let flags = v.flags & !VmFlags::LOCKED;
-            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon);
+            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon).with_open(v.open);
             if let Some(f) = &v.file {
                 child.link_file(f);
             }

@@ -326,7 +326,8 @@ impl AddressSpace {
             None => None,
         };
         let mut tlb = MmuGather::default();
-        let res = self.mmap_region(&mut st, backing, addr, len, vm_flags, pgoff, &mut tlb);
+        let open = file.map_or(0, OpenFile::open_id);
+        let res = self.mmap_region(&mut st, backing, open, addr, len, vm_flags, pgoff, &mut tlb);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
@@ -345,6 +346,7 @@ impl AddressSpace {
         &self,
         st: &mut MmState,
         file: Option<Arc<File>>,
+        open: u64,
         addr: u64,
         len: u64,
         mut vm_flags: VmFlags,
@@ -371,7 +373,7 @@ impl AddressSpace {
         if let Some(f) = &file {
             self.arc().link_file(f);
         }
-        self.insert_merged(st, Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None));
+        self.insert_merged(st, Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None).with_open(open));
         Ok(())
     }
 
@@ -379,7 +381,7 @@ impl AddressSpace {
     /// start and the one starting at its end where Linux's
     /// `vma_merge_new_range` would. Returns the VMA now covering `new`.
     pub(crate) fn insert_merged(&self, st: &mut MmState, new: Vma) -> Arc<Vma> {
-        let file = new.file.as_ref().map(|f| f.id());
+        let file = new.file_id();
         let anon: Option<Arc<AnonVma>> = new.anon_vma.get().cloned();
         let prev = st.vmas.prev_of(new.start).filter(|p| p.end == new.start).cloned();
         let next = st.vmas.first_starting_at(new.end).filter(|n| n.start == new.end).cloned();

@@ -165,7 +165,7 @@ impl AddressSpace {
         if newflags == vma.flags {
             return Ok(());
         }
-        let file = vma.file.as_ref().map(|f| f.id());
+        let file = vma.file_id();
         let anon = vma.anon_vma.get();
         let pgoff = vma.pgoff_at(start);
         let pages = (end - start) / PAGE_SIZE;

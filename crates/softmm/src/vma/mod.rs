@@ -16,6 +16,9 @@ use crate::PAGE_SHIFT;
 
 mod flags;
 
+/// A VMA's backing for merge checks: the file's id and the open's.
+pub(crate) type FileKey = (u64, u64);
+
 pub(crate) use flags::VmFlags;
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
@@ -40,6 +43,10 @@ pub struct Vma {
     pub pgoff: u64,
     /// The backing file, for file and shared anonymous mappings.
     pub file: Option<Arc<File>>,
+    /// The open `file` was mapped through ([`crate::OpenFile`]'s identity; 0
+    /// for the private file of a shared anonymous mapping). With `file`, it
+    /// is Linux's `vm_file`: VMAs of two opens of one file never merge.
+    pub(crate) open: u64,
     /// Set on the first anonymous fault, shared by the VMAs split from this one.
     pub anon_vma: OnceLock<Arc<AnonVma>>,
     /// Detached when a writer replaces or removes this VMA; lock-free faults
@@ -78,18 +85,26 @@ impl Vma {
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
         }
-        Vma { start, end, flags, pgoff, file, anon_vma: cell, lock: VmaLock::new(), acct: phys.clone() }
+        Vma { start, end, flags, pgoff, file, open: 0, anon_vma: cell, lock: VmaLock::new(), acct: phys.clone() }
+    }
+
+    /// The same VMA mapped through the open `open` (see [`Vma::open`]).
+    pub(crate) fn with_open(mut self, open: u64) -> Vma {
+        self.open = open;
+        self
     }
 
     /// A copy of this VMA limited to `[start, end)` with `flags`.
     pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
         Vma::new(&self.acct, start, end, flags, self.pgoff_at(start), self.file.clone(), self.anon_vma.get().cloned())
+            .with_open(self.open)
     }
 
     /// The same VMA with other bounds and page offset (for merges and moves).
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
         Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
+            .with_open(self.open)
     }
 
     /// Sets the anon_vma of a VMA not yet published.
@@ -125,9 +140,10 @@ impl Vma {
         }
     }
 
-    /// The identity of the backing file, for merge checks.
-    fn file_id(&self) -> Option<u64> {
-        self.file.as_ref().map(|f| f.id())
+    /// The identity of the backing file and of the open it was mapped
+    /// through (Linux's `vm_file`), for merge checks.
+    pub(crate) fn file_id(&self) -> Option<FileKey> {
+        self.file.as_ref().map(|f| (f.id(), self.open))
     }
 
     /// Linux's `is_mergeable_vma` + `is_mergeable_anon_vma` for placing
@@ -136,7 +152,7 @@ impl Vma {
     pub(crate) fn can_merge_after(
         &self,
         flags: VmFlags,
-        file: Option<u64>,
+        file: Option<FileKey>,
         anon: Option<&Arc<AnonVma>>,
         pgoff: u64,
     ) -> bool {
@@ -147,7 +163,7 @@ impl Vma {
     pub(crate) fn can_merge_before(
         &self,
         flags: VmFlags,
-        file: Option<u64>,
+        file: Option<FileKey>,
         anon: Option<&Arc<AnonVma>>,
         pgoff: u64,
         pages: u64,
@@ -166,7 +182,7 @@ impl Vma {
     }
 }
 
-fn mergeable(v: &Vma, flags: VmFlags, file: Option<u64>, anon: Option<&Arc<AnonVma>>) -> bool {
+fn mergeable(v: &Vma, flags: VmFlags, file: Option<FileKey>, anon: Option<&Arc<AnonVma>>) -> bool {
     v.flags == flags
         && !flags.intersects(VmFlags::SPECIAL)
         && v.file_id() == file
@@ -479,7 +495,7 @@ mod tests {
         assert!(!v.can_merge_after(RW, None, None, 13), "pgoff not contiguous");
         assert!(!v.can_merge_after(RW, None, None, 15));
         assert!(!v.can_merge_after(RW | VmFlags::EXEC, None, None, 14), "flags differ");
-        assert!(!v.can_merge_after(RW, Some(1), None, 14), "file differs");
+        assert!(!v.can_merge_after(RW, Some((1, 0)), None, 14), "file differs");
         assert!(v.can_merge_before(RW, None, None, 8, 2));
         assert!(v.can_merge_before(RW, None, None, 6, 4));
         assert!(!v.can_merge_before(RW, None, None, 7, 2), "pgoff not contiguous");
@@ -496,9 +512,10 @@ mod tests {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
         let other = crate::file::File::create(&p, "g", 1 << 20).unwrap();
-        let v = Vma::new(&p, 0x10000, 0x12000, RW | VmFlags::SHARED, 0, Some(file.clone()), None);
-        assert!(v.can_merge_after(RW | VmFlags::SHARED, Some(file.id()), None, 2));
-        assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some(other.id()), None, 2));
+        let v = Vma::new(&p, 0x10000, 0x12000, RW | VmFlags::SHARED, 0, Some(file.clone()), None).with_open(7);
+        assert!(v.can_merge_after(RW | VmFlags::SHARED, Some((file.id(), 7)), None, 2));
+        assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some((file.id(), 8)), None, 2), "another open of the file");
+        assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some((other.id(), 7)), None, 2));
         assert!(!v.can_merge_after(RW | VmFlags::SHARED, None, None, 2), "file next to anonymous memory");
 
         let own = Arc::new(AnonVma { forked: false });

@@ -365,6 +365,9 @@ struct World<'a> {
     model: Model,
     real: Vec<Real>,
     files: Vec<Arc<File>>,
+    /// One open per file and access mode, as a process opens each file once
+    /// (the model merges mappings of one file; softmm merges one open's).
+    opens: std::collections::HashMap<(usize, u8), OpenFile>,
     log: Vec<String>,
 }
 
@@ -381,7 +384,14 @@ macro_rules! ensure {
 /// softmm propagate (the fuzzer reports them as crashes). `phys` must have
 /// nothing allocated; it is left so.
 pub fn run(input: &Input, phys: &Arc<PhysMem>) -> Result<(), String> {
-    let mut w = World { phys, model: Model::default(), real: Vec::new(), files: Vec::new(), log: Vec::new() };
+    let mut w = World {
+        phys,
+        model: Model::default(),
+        real: Vec::new(),
+        files: Vec::new(),
+        opens: std::collections::HashMap::new(),
+        log: Vec::new(),
+    };
     let r = w.run(input);
     let log = std::mem::take(&mut w.log);
     drop(w);
@@ -776,10 +786,10 @@ impl World<'_> {
         let offset = off_val(off);
         let anon = fl & MAP_ANONYMOUS != 0;
         let fi = usize::from(file.file) % self.files.len();
-        let open = (!file.none).then(|| OpenFile {
-            file: self.files[fi].clone(),
-            readable: file.mode % 4 == 0 || file.mode % 4 == 1,
-            writable: file.mode % 4 == 0 || file.mode % 4 == 2,
+        let mode = file.mode % 4;
+        let open = (!file.none).then(|| {
+            let f = &self.files[fi];
+            self.opens.entry((fi, mode)).or_insert_with(|| OpenFile::new(f, mode <= 1, mode % 2 == 0)).clone()
         });
         let what = if anon {
             "anon".to_string()
