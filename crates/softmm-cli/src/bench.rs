@@ -22,8 +22,9 @@ pub const HEADLINE_PLOT: &str = "softmm-results.svg";
 #[command(name = "bench")]
 pub struct BenchArgs {
     /// Workloads, comma-separated or repeated: pft, page-fault1, page-fault2,
-    /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm, or all;
-    /// or `pin` alone (seed 004: its own sweep over pin policies, default
+    /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm,
+    /// big-munmap (seed 002: a large munmap beside a faulting, mapping or
+    /// maps-reading thread, default --size 8G), or all; or `pin` alone (seed 004: its own sweep over pin policies, default
     /// --size 8G, modes alone and interfered).
     /// None: the headline experiment (pft and interference for every policy
     /// and the host, plotted to softmm-results.svg).
