@@ -12,3 +12,4 @@ for w in page-fault1 page-fault2 page-fault3 mmap1 mmap2 tlb-flush; do
 done
 out=cortenmm; run cortenmm --json cortenmm.json --plot cortenmm.svg
 out=pin; "$softmm" bench pin --size 1G --repeat 3 --json pin.json | tee pin.txt
+out=big-munmap; "$softmm" bench big-munmap --size 8G --threads 1 --repeat 3 --json big-munmap.json | tee big-munmap.txt
