@@ -421,19 +421,28 @@ fn runner_entry() {
 /// slots' descriptors (-1 for none) as the process had them at its execve.
 const EXEC_ENV: &str = "SOFTMM_REPLAY_EXEC";
 
-/// What a child needs to exec this test binary without allocating.
-struct Exec {
+/// What a sequence's processes use, made before any fork: they run raw
+/// system calls only (no allocation), exec included.
+struct Ctx {
+    /// The runner's descriptors: read-write, read-only, write-only, memfd.
+    inherited: Vec<i32>,
+    /// The files the ops open.
+    paths: Vec<std::ffi::CString>,
+    /// Starts each block of maps on standard output.
+    header: String,
+    /// This test binary.
     exe: std::ffi::CString,
     /// `exe runner_entry --exact ...`, then a null pointer.
     argv: Vec<*const libc::c_char>,
     _args: Vec<std::ffi::CString>,
     /// `RUNNER_ENV=ops file`.
     input_env: std::ffi::CString,
+    /// The sequence's index in the ops file.
     seq: usize,
 }
 
-impl Exec {
-    fn new(input: &Path, seq: usize) -> Exec {
+impl Ctx {
+    fn new(input: &Path, seq: usize, inherited: &[i32], paths: &[std::ffi::CString]) -> Ctx {
         let exe = std::env::current_exe().expect("current_exe");
         let exe = std::ffi::CString::new(exe.to_str().expect("utf-8 path")).expect("path");
         let args: Vec<std::ffi::CString> =
@@ -445,7 +454,8 @@ impl Exec {
         argv.push(std::ptr::null());
         let input_env =
             std::ffi::CString::new(format!("{RUNNER_ENV}={}", input.to_str().expect("utf-8 path"))).expect("env");
-        Exec { exe, argv, _args: args, input_env, seq }
+        let (inherited, paths) = (inherited.to_vec(), paths.to_vec());
+        Ctx { inherited, paths, header: format!("{MARK} seq {seq} pid "), exe, argv, _args: args, input_env, seq }
     }
 }
 
@@ -506,14 +516,13 @@ fn runner_main(input: &Path) -> ! {
     };
     let mut maps_buf = vec![0u8; 1 << 20];
     for (i, seq) in seqs.iter().enumerate() {
-        let header = format!("{MARK} seq {i} pid ");
-        let exec = Exec::new(input, i);
+        let ctx = Ctx::new(input, i, &inherited, &paths);
         // SAFETY: the child makes only system calls on memory allocated
         // before the fork, then _exit or execve.
         unsafe {
             let pid = libc::fork();
             if pid == 0 {
-                run_child(seq, 0, [-1; SLOTS], &inherited, &paths, &mut maps_buf, &header, &exec);
+                run_child(seq, 0, [-1; SLOTS], &ctx, &mut maps_buf);
             }
             let mut st = 0;
             libc::waitpid(pid, &mut st, 0);
@@ -539,11 +548,10 @@ fn exec_main(input: &Path, state: &str) -> ! {
         .map(|i| std::ffi::CString::new(dir.join(format!("file{i}")).to_str().expect("utf-8")).expect("path"))
         .collect();
     let mut maps_buf = vec![0u8; 1 << 20];
-    let header = format!("{MARK} seq {seq} pid ");
-    let exec = Exec::new(input, seq);
+    let ctx = Ctx::new(input, seq, &inherited, &paths);
     // SAFETY: as for a forked child (its own forks' children make only
     // system calls on memory allocated here).
-    unsafe { run_child(&seqs[seq][next..], next, slots, &inherited, &paths, &mut maps_buf, &header, &exec) }
+    unsafe { run_child(&seqs[seq][next..], next, slots, &ctx, &mut maps_buf) }
 }
 
 /// Writes `/proc/self/maps` to standard output as a block of the runner's
@@ -581,17 +589,8 @@ unsafe fn dump_maps(buf: &mut [u8], header: &str) {
 /// # Safety
 /// Runs in a forked child of the runner or in an exec'd program: only
 /// system calls on memory allocated before the fork.
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_child(
-    seq: &[Op],
-    base: usize,
-    mut slots: [i32; SLOTS],
-    inherited: &[i32],
-    paths: &[std::ffi::CString],
-    buf: &mut [u8],
-    header: &str,
-    exec: &Exec,
-) -> ! {
+unsafe fn run_child(seq: &[Op], base: usize, mut slots: [i32; SLOTS], ctx: &Ctx, buf: &mut [u8]) -> ! {
+    let (inherited, paths, header) = (&ctx.inherited, &ctx.paths, ctx.header.as_str());
     for (k, op) in seq.iter().enumerate() {
         // SAFETY: raw system calls (all arms) whose ranges the generator
         // keeps in the window or makes the kernel refuse (see module docs).
@@ -645,7 +644,7 @@ unsafe fn run_child(
                     let mut state = Line::new();
                     state.push(EXEC_ENV.as_bytes());
                     state.push(b"=");
-                    state.num(exec.seq as i64);
+                    state.num(ctx.seq as i64);
                     state.push(b" ");
                     state.num((base + k + 1) as i64);
                     for &f in inherited.iter().chain(&slots) {
@@ -653,8 +652,8 @@ unsafe fn run_child(
                         state.num(f as i64);
                     }
                     state.push(b"\0");
-                    let envp = [exec.input_env.as_ptr(), state.b.as_ptr().cast(), std::ptr::null()];
-                    libc::execve(exec.exe.as_ptr(), exec.argv.as_ptr(), envp.as_ptr());
+                    let envp = [ctx.input_env.as_ptr(), state.b.as_ptr().cast(), std::ptr::null()];
+                    libc::execve(ctx.exe.as_ptr(), ctx.argv.as_ptr(), envp.as_ptr());
                     let msg = "execve failed\n";
                     libc::write(2, msg.as_ptr().cast(), msg.len());
                     libc::_exit(1)
