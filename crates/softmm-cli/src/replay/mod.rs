@@ -110,6 +110,10 @@ struct Tracker<'a> {
     /// Child pid → the index of the `clone`/`fork`/`vfork` record that
     /// created it (its result), for children whose first call comes first.
     clones: HashMap<u64, usize>,
+    /// The `clone`/`fork`/`vfork` records whose child is set up (a child
+    /// that ran and exited before its parent's call returned in the log
+    /// must not be set up again at that result).
+    spawned: std::collections::HashSet<usize>,
     /// Whether the log has process lines (`execve`, `clone`, `fork`, ...).
     process_lines: bool,
     /// Descriptor tables, and which one each pid uses.
@@ -188,6 +192,7 @@ impl Tracker<'_> {
         let r = &self.recs[c];
         let Call::Clone { flags } = r.call else { unreachable!("clones holds clone records") };
         let (parent, _) = self.process_of(c)?;
+        self.spawned.insert(c);
         let parent_fds = self.fdt(r.pid);
         let fds = if flags & CLONE_FILES != 0 {
             parent_fds
@@ -278,7 +283,9 @@ impl Tracker<'_> {
             }
             (Call::Clone { .. }, Ret::Val(child)) => {
                 self.process_of(i)?;
-                if !self.by_pid.get(&Some(child)).is_some_and(|&(p, _)| self.procs[p].alive()) {
+                if !self.spawned.contains(&i)
+                    && !self.by_pid.get(&Some(child)).is_some_and(|&(p, _)| self.procs[p].alive())
+                {
                     self.spawn(i, child)?;
                 }
             }
@@ -362,6 +369,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         phys: phys.clone(),
         procs: Vec::new(),
         by_pid: HashMap::new(),
+        spawned: Default::default(),
         clones: recs
             .iter()
             .enumerate()
@@ -588,4 +596,35 @@ fn report(
         }
     }
     Ok((out, ok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options { addresses: Addresses::Recorded, maps: true, verbose: false, arena: Some(64 << 20) }
+    }
+
+    /// strace writes a `fork`'s result after the child's own lines when the
+    /// child runs first: a child that exited before then is one process, not
+    /// set up again at the result (found by `tests/replay_random.rs` once
+    /// its generated programs exec'd and forked from a thread).
+    #[test]
+    fn a_child_that_exits_before_its_fork_returns_is_one_process() {
+        let log = "10 mmap(0x300000000, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
+                   10 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD <unfinished ...>\n\
+                   11 munmap(0x300000000, 4096) = 0\n\
+                   11 exit_group(0) = ?\n\
+                   11 +++ exited with 0 +++\n\
+                   10 <... clone resumed>, child_tidptr=0x7f6b411c2990) = 11\n\
+                   10 exit_group(0) = ?\n";
+        let (out, ok) = replay("t", log, &opts()).expect("replay");
+        assert!(ok, "{out}");
+        assert!(out.contains("2 processes"), "{out}");
+        assert_eq!(out.matches("final mappings of pid 11 ").count(), 1, "{out}");
+        // The child's munmap happened in its copy only.
+        let parent = &out[out.find("final mappings of pid 10 ").expect("parent maps")..];
+        assert!(parent.lines().nth(1).is_some_and(|l| l.starts_with("300000000-300002000")), "{out}");
+    }
 }
