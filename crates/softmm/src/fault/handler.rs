@@ -198,7 +198,8 @@ fn do_anonymous_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -
         return install(ctx, leaf, va, ctx.mm.phys.zero_page(), 0);
     }
     anon_vma_prepare(ctx)?;
-    let frame = ctx.mm.phys.alloc_zeroed(0).ok_or_else(|| oom(va))?;
+    let at = ctx.mm.placement(ctx.vma, va);
+    let frame = ctx.mm.phys.alloc_zeroed_at(&at).ok_or_else(|| oom(va))?;
     new_anon_frame(ctx, &frame, va);
     install(ctx, leaf, va, frame, Pte::WRITE | Pte::DIRTY)
 }
@@ -220,14 +221,16 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
         file.invalidate_lock.try_read().ok_or(FaultError::Abort(Abort::Contended))?
     };
     shared_write(3); // page-cache lock (twice) and the page's reference
-    let page = match file.get_page(index) {
+                     // shmem_alloc_folio: the mapping's policy places a new page-cache page.
+    let at = ctx.mm.placement(vma, va);
+    let page = match file.get_page_at(index, &at) {
         Ok(Some(p)) => p,
         Ok(None) => return Err(Fault::Bus { addr: va }.into()),
         Err(_) => return Err(oom(va)),
     };
     if write && !shared {
         // Private write: the mapping gets its own copy (COW from the file).
-        let copy = ctx.mm.phys.alloc_copy(page.pfn(), 0).ok_or_else(|| oom(va))?;
+        let copy = ctx.mm.phys.alloc_copy_at(page.pfn(), &at).ok_or_else(|| oom(va))?;
         drop(page);
         new_anon_frame(ctx, &copy, va);
         return install(ctx, leaf, va, copy, Pte::WRITE | Pte::DIRTY);
@@ -307,7 +310,8 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
         }
     }
     anon_vma_prepare(ctx)?;
-    let new = if pfn == phys.zero_pfn() { phys.alloc_zeroed(0) } else { phys.alloc_copy(pfn, 0) };
+    let at = ctx.mm.placement(ctx.vma, va);
+    let new = if pfn == phys.zero_pfn() { phys.alloc_zeroed_at(&at) } else { phys.alloc_copy_at(pfn, &at) };
     let new = new.ok_or_else(|| oom(va))?;
     new_anon_frame(ctx, &new, va);
     let mut ptl = leaf.lock();

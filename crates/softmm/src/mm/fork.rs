@@ -36,6 +36,8 @@ impl AddressSpace {
     pub fn fork(&self) -> Result<Arc<AddressSpace>> {
         let _q = crate::tlb::QuiescentGuard::enter();
         let child = AddressSpace::new(&self.phys, self.config.clone())?;
+        // copy_process's mpol_dup: the child starts with the parent's policy.
+        child.set_mm_policy(self.mm_policy());
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         // write_protect_seq: gup-fast pins racing with the write-protect
@@ -90,7 +92,9 @@ impl AddressSpace {
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
             let flags = v.flags & !VmFlags::LOCKED;
-            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon);
+            let mut cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon);
+            // vma_dup_policy: the child's VMA keeps the parent's policy.
+            cv.policy = v.policy.clone();
             if let Some(f) = &v.file {
                 child.link_file(f);
             }
@@ -141,7 +145,7 @@ impl AddressSpace {
                 if anon && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
                     // folio_needs_cow_for_dma: the pinned page stays the
                     // parent's, writable; the child gets a copy.
-                    let Some(copy) = phys.alloc_copy(pte.pfn(), 0) else {
+                    let Some(copy) = phys.alloc_copy_at(pte.pfn(), &parent.placement(vma, va)) else {
                         err = Err(Errno::NoMem);
                         return None;
                     };

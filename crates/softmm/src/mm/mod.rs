@@ -21,6 +21,7 @@ mod gather;
 mod layout;
 mod madvise;
 mod maps;
+mod mempolicy;
 mod mincore;
 mod mmap;
 mod mprotect;
@@ -106,6 +107,9 @@ pub struct AddressSpace {
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
     pub(crate) pins: Arc<crate::pin::PinState>,
+    /// The address space's memory policy (`set_mempolicy`); null for the
+    /// default. Read by lock-free faults under an epoch guard.
+    mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -174,6 +178,7 @@ impl AddressSpace {
             linked_files: crate::sync::Mutex::new(Vec::new()),
             self_weak: w.clone(),
             pins: Arc::default(),
+            mempolicy: Atomic::null(),
         }))
     }
 
@@ -229,6 +234,45 @@ impl AddressSpace {
         // `vmas_rcu` now, and readers that loaded it hold a guard that the
         // deferred destruction waits for.
         unsafe { guard.defer_destroy(old) };
+    }
+
+    /// The address space's memory policy (`None`: the default).
+    pub(crate) fn mm_policy(&self) -> Option<Arc<crate::mempolicy::MemPolicy>> {
+        let guard = crossbeam_epoch::pin();
+        let p = self.mempolicy.load(Ordering::Acquire, &guard);
+        // SAFETY: non-null pointers in `mempolicy` are freed only after every
+        // guard that could have loaded them is dropped (`set_mm_policy`).
+        unsafe { p.as_ref() }.cloned()
+    }
+
+    /// Where a new page for `va` of `vma` goes: the VMA's policy, else the
+    /// address space's, else local (Linux's `get_vma_policy` and
+    /// `policy_nodemask`). Writes no shared memory.
+    pub(crate) fn placement(&self, vma: &Vma, va: u64) -> crate::phys::Placement {
+        let ilx = vma.pgoff_at(va);
+        let (node, allowed) = match &vma.policy {
+            Some(p) => crate::mempolicy::MemPolicy::placement(Some(p), ilx),
+            None => {
+                let guard = crossbeam_epoch::pin();
+                let p = self.mempolicy.load(Ordering::Acquire, &guard);
+                // SAFETY: as in `mm_policy`; the reference does not outlive `guard`.
+                let p = unsafe { p.as_ref() };
+                crate::mempolicy::MemPolicy::placement(p.map(|a| &**a), ilx)
+            }
+        };
+        crate::phys::Placement { node, allowed }
+    }
+
+    /// Replaces the address space's memory policy.
+    pub(crate) fn set_mm_policy(&self, policy: Option<Arc<crate::mempolicy::MemPolicy>>) {
+        let guard = crossbeam_epoch::pin();
+        let new = policy.map_or(Shared::null(), |p| Owned::new(p).into_shared(&guard));
+        let old = self.mempolicy.swap(new, Ordering::AcqRel, &guard);
+        if !old.is_null() {
+            // SAFETY: `old` is unreachable from `mempolicy` now; readers that
+            // loaded it hold a guard the deferred destruction waits for.
+            unsafe { guard.defer_destroy(old) };
+        }
     }
 
     /// The published VMA tree, readable without `mmap_lock` for as long as
@@ -510,5 +554,7 @@ impl Drop for AddressSpace {
         // SAFETY: as in `publish`; no reader can load the null left behind
         // because no one holds a reference to a dying address space.
         unsafe { guard.defer_destroy(old) };
+        drop(guard);
+        self.set_mm_policy(None);
     }
 }

@@ -10,6 +10,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::file::File;
+use crate::mempolicy::MemPolicy;
 use crate::phys::PhysMem;
 use crate::sync::VmaLock;
 use crate::PAGE_SHIFT;
@@ -45,6 +46,9 @@ pub struct Vma {
     /// Detached when a writer replaces or removes this VMA; lock-free faults
     /// validate against it (see [`crate::sync::VmaLock`]).
     pub lock: VmaLock,
+    /// The VMA's NUMA memory policy (`mbind`), `None` for the address
+    /// space's. VMAs merge only with equal policies.
+    pub(crate) policy: Option<Arc<MemPolicy>>,
     acct: Arc<PhysMem>,
 }
 
@@ -78,18 +82,40 @@ impl Vma {
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
         }
-        Vma { start, end, flags, pgoff, file, anon_vma: cell, lock: VmaLock::new(), acct: phys.clone() }
+        Vma { start, end, flags, pgoff, file, anon_vma: cell, lock: VmaLock::new(), policy: None, acct: phys.clone() }
     }
 
     /// A copy of this VMA limited to `[start, end)` with `flags`.
     pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
-        Vma::new(&self.acct, start, end, flags, self.pgoff_at(start), self.file.clone(), self.anon_vma.get().cloned())
+        let mut v = Vma::new(
+            &self.acct,
+            start,
+            end,
+            flags,
+            self.pgoff_at(start),
+            self.file.clone(),
+            self.anon_vma.get().cloned(),
+        );
+        v.policy = self.policy.clone();
+        v
     }
 
     /// The same VMA with other bounds and page offset (for merges and moves).
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
-        Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
+        let mut v =
+            Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned());
+        v.policy = self.policy.clone();
+        v
+    }
+
+    /// Linux's `mpol_equal` between this VMA's policy and `policy`.
+    pub(crate) fn same_policy(&self, policy: Option<&Arc<MemPolicy>>) -> bool {
+        match (self.policy.as_ref(), policy) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
     }
 
     /// Sets the anon_vma of a VMA not yet published.
