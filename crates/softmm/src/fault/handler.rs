@@ -124,10 +124,8 @@ pub(crate) fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> 
     if !ctx.may_sleep {
         return ctx.unsupported();
     }
-    let anon = ctx
-        .vma
-        .anon_vma
-        .get_or_init(|| find_mergeable_anon_vma(ctx).unwrap_or_else(|| Arc::new(AnonVma { forked: false })));
+    let anon =
+        ctx.vma.anon_vma.get_or_init(|| find_mergeable_anon_vma(ctx).unwrap_or_else(|| AnonVma::new(ctx.mm.weak())));
     Ok(anon.clone())
 }
 

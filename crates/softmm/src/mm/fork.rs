@@ -8,7 +8,7 @@ use crate::pgtable::Pte;
 use crate::phys::{PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY};
 use crate::rmap;
 use crate::vma::VmFlags;
-use crate::vma::{AnonVma, Vma};
+use crate::vma::Vma;
 use crate::Errno;
 
 use super::{AddressSpace, MmState, MmuGather};
@@ -87,7 +87,7 @@ impl AddressSpace {
             }
             let wipe = v.flags.contains(VmFlags::WIPEONFORK);
             let anon = match v.anon_vma.get() {
-                Some(_) if !wipe => Some(Arc::new(AnonVma { forked: true })),
+                Some(a) if !wipe => Some(a.fork(child.weak())),
                 _ => None,
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).

@@ -13,6 +13,7 @@
 //!   held; that is safe because a CPU that blocks on a PTE lock or on
 //!   `mmap_lock` is quiescent.
 
+pub(crate) mod anon_rmap;
 mod brk;
 pub(crate) mod commit;
 mod config;
@@ -195,6 +196,11 @@ impl AddressSpace {
     /// The fault policy.
     pub fn policy(&self) -> FaultPolicy {
         self.config.policy
+    }
+
+    /// This address space as an anon family member (see [`crate::vma::AnonFamily`]).
+    pub(crate) fn weak(&self) -> crate::vma::AnonMember {
+        self.self_weak.clone()
     }
 
     pub(crate) fn arc(&self) -> Arc<AddressSpace> {
