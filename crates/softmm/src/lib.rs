@@ -27,6 +27,7 @@ mod fault;
 mod file;
 mod gup;
 mod mempolicy;
+mod migrate;
 mod mm;
 mod pgtable;
 mod phys;
@@ -60,6 +61,7 @@ pub use mempolicy::{
     MPOL_LOCAL, MPOL_MAX, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL, MPOL_MF_STRICT, MPOL_PREFERRED, MPOL_PREFERRED_MANY,
     MPOL_WEIGHTED_INTERLEAVE,
 };
+pub use migrate::{MigratePolicy, NR_MAX_BATCHED_MIGRATION};
 pub use phys::{NodeMask, NodeStats};
 
 /// log2 of the page size.

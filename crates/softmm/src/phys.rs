@@ -37,6 +37,12 @@ pub(crate) const PG_LAZYFREE: u32 = 1 << 3;
 /// 5.19). Set on every new anonymous page; `fork` clears it when it shares
 /// the page copy-on-write, and never shares a pinned one.
 pub(crate) const PG_ANON_EXCLUSIVE: u32 = 1 << 4;
+/// Frame flag: the page lock (`PG_locked`), held by a migrator while it
+/// moves the page.
+pub(crate) const PG_LOCKED: u32 = 1 << 5;
+/// Frame flag: taken by one migrator's isolation (Linux's LRU isolation):
+/// a second `move_pages` of the page meanwhile reports `-EBUSY`.
+pub(crate) const PG_ISOLATED: u32 = 1 << 6;
 
 /// Most NUMA nodes an arena may have (Linux's `MAX_NUMNODES` on x86-64).
 pub const MAX_NODES: usize = 1 << 10;

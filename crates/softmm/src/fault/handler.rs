@@ -105,13 +105,29 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
             PteKind::None => do_anonymous_page(ctx, va, leaf, write)?,
             PteKind::Page(_) if write && !pte.has(Pte::WRITE) => do_wp_page(ctx, va, leaf, pte)?,
             PteKind::Page(_) => true,
-            // No migration entries are made yet; the migration issue adds
-            // the wait for the new page here.
-            PteKind::Migration(_) => ctx.unsupported()?,
+            PteKind::Migration(_) => {
+                migration_entry_wait(leaf, va, pte);
+                false
+            }
         };
         if done {
             return Ok(());
         }
+    }
+}
+
+/// Linux's `migration_entry_wait`: the page at `va` is being migrated;
+/// wait, holding no page-table lock, until its entry changes (the migrator
+/// restores it, or a zap clears it), then the caller retries the fault.
+/// Every fault policy waits here: the migrator takes no lock a fault may
+/// hold (it reads the VMA trees under `mmap_lock` taken recursively, which
+/// a waiting writer does not block) and the faulting CPU is quiescent, so
+/// the migrator's TLB flush does not wait for it.
+fn migration_entry_wait(leaf: Leaf<'_>, va: u64, pte: Pte) {
+    let mut i = 0;
+    while leaf.load(va) == pte {
+        crate::sync::spin_hint(i);
+        i = i.saturating_add(1);
     }
 }
 

@@ -203,6 +203,8 @@ pub struct MmConfig {
     /// The process has `CAP_SYS_NICE` (may move shared pages:
     /// `MPOL_MF_MOVE_ALL`).
     pub cap_sys_nice: bool,
+    /// How page migration batches its TLB flushes (seed 003).
+    pub migrate_policy: crate::migrate::MigratePolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -229,6 +231,7 @@ impl Default for MmConfig {
             pin_policy: PinPolicy::default(),
             unmap_policy: UnmapPolicy::default(),
             cap_sys_nice: false,
+            migrate_policy: crate::migrate::MigratePolicy::default(),
         }
     }
 }
@@ -344,6 +347,13 @@ impl MmConfig {
         self
     }
 
+    /// Sets `migrate_policy`: how page migration batches its TLB flushes (default [`crate::MigratePolicy::Batched`]).
+    #[must_use]
+    pub fn migrate_policy(mut self, migrate_policy: crate::migrate::MigratePolicy) -> MmConfig {
+        self.migrate_policy = migrate_policy;
+        self
+    }
+
     /// Sets `pin_policy`: how `pin_user_pages` synchronizes with mapping changes (default [`PinPolicy::PerVma`]).
     #[must_use]
     pub fn pin_policy(mut self, pin_policy: PinPolicy) -> MmConfig {
@@ -427,7 +437,8 @@ mod tests {
             .cap_ipc_lock(true)
             .pin_policy(PinPolicy::Batched)
             .unmap_policy(UnmapPolicy::Sectioned)
-            .cap_sys_nice(true);
+            .cap_sys_nice(true)
+            .migrate_policy(crate::migrate::MigratePolicy::OneByOne);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -446,6 +457,7 @@ mod tests {
             pin_policy: PinPolicy::Batched,
             unmap_policy: UnmapPolicy::Sectioned,
             cap_sys_nice: true,
+            migrate_policy: crate::migrate::MigratePolicy::OneByOne,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

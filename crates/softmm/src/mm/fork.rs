@@ -135,6 +135,18 @@ impl AddressSpace {
                     dst.set(va, pte);
                     return None;
                 }
+                if pte.is_migration() {
+                    // copy_nonpresent_pte: the child gets the entry too (the
+                    // migrator's remap finds it: the child joined the anon
+                    // family); a writable one in a COW mapping becomes
+                    // readable in both, as the page is shared now.
+                    if private && pte.has(Pte::WRITE) {
+                        dst.set(va, pte.clear(Pte::WRITE));
+                        return Some(pte.clear(Pte::WRITE));
+                    }
+                    dst.set(va, pte);
+                    return None;
+                }
                 if !pte.has_frame() {
                     return None;
                 }

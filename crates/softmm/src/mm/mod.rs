@@ -25,6 +25,7 @@ mod maps;
 mod mempolicy;
 mod mincore;
 mod mmap;
+mod move_pages;
 mod mprotect;
 mod mremap;
 mod stack;
@@ -71,6 +72,8 @@ pub(crate) struct MmState {
 pub(crate) struct MmCounters {
     pub(crate) mmap_lock_write: AtomicU64,
     pub(crate) mmap_lock_read: AtomicU64,
+    /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
+    pub(crate) pages_migrated: AtomicU64,
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -88,6 +91,8 @@ pub struct MmStats {
     pub tlb: TlbStats,
     /// Resident pages (present PTEs, zero page included), like `VmRSS`.
     pub rss_pages: u64,
+    /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
+    pub pages_migrated: u64,
 }
 
 /// A virtual address space with Linux semantics.
@@ -320,6 +325,7 @@ impl AddressSpace {
             mmap_lock_read: self.counters.mmap_lock_read.load(Ordering::Relaxed),
             tlb: self.tlb.stats(),
             rss_pages,
+            pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
         }
     }
 
@@ -327,7 +333,9 @@ impl AddressSpace {
     pub(crate) fn resident_pages(&self, start: u64, end: u64) -> u64 {
         let guard = crossbeam_epoch::pin();
         let pages = |leaf: Leaf<'_>| {
-            leaf.iter().filter(|(_, pte)| pte.has_frame()).count() as u64 * (leaf.entry_size() / PAGE_SIZE)
+            // A page being migrated still counts (Linux keeps its RSS counter).
+            leaf.iter().filter(|(_, pte)| pte.has_frame() || pte.is_migration()).count() as u64
+                * (leaf.entry_size() / PAGE_SIZE)
         };
         self.pgtables.leaves(start, end, &guard).map(pages).sum()
     }
@@ -352,7 +360,16 @@ impl AddressSpace {
             while from < leaf.end() {
                 let mut stopped = None;
                 leaf.with_range(from, leaf.end()).lock().update(|va, pte| {
-                    if stopped.is_some() || !pte.has_frame() || !filter(pte) {
+                    if stopped.is_some() {
+                        return None;
+                    }
+                    // zap_nonpresent_ptes: a migration entry holds no
+                    // reference; it goes, and the migrator's remap finds
+                    // nothing to restore here.
+                    if pte.is_migration() {
+                        return filter(pte).then_some(Pte::NONE);
+                    }
+                    if !pte.has_frame() || !filter(pte) {
                         return None;
                     }
                     if !tlb.add_frame(rmap::unmapped(&self.phys, pte)) {
@@ -376,6 +393,13 @@ impl AddressSpace {
         let accessible = flags.intersects(VmFlags::ACCESS_FLAGS);
         let writable = flags.contains(VmFlags::WRITE);
         self.pgtables.update_range(start, end, |_, pte| {
+            if pte.is_migration() {
+                // change_pte_range: a writable migration entry becomes a
+                // readable one; the remap applies the VMA's access then.
+                let new = if writable { pte } else { pte.clear(Pte::WRITE) };
+                let new = if flags.contains(VmFlags::EXEC) { new.clear(Pte::NX) } else { new.set(Pte::NX) };
+                return (new != pte).then_some(new);
+            }
             if !pte.has_frame() {
                 return None;
             }

@@ -63,6 +63,11 @@ impl AnonFamily {
         }
     }
 
+    /// A family with no member: its walk finds nothing.
+    pub(crate) fn empty() -> AnonFamily {
+        AnonFamily { members: Mutex::new(Vec::new()) }
+    }
+
     /// The members still alive.
     #[cfg_attr(not(test), allow(dead_code, reason = "the reverse walk's; migration calls it"))]
     pub(crate) fn members(&self) -> Vec<Arc<dyn Any + Send + Sync>> {
