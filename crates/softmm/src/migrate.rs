@@ -381,4 +381,62 @@ mod tests {
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
     }
+
+    /// Seed 003's deadlock (Hugh Dickins' review): thread T holds page B's
+    /// lock and waits for page A's, which the migrator holds as the first
+    /// page of its batch. A batch that slept on B's lock would never end;
+    /// with the trylock it finishes A, releases it, and moves B alone after.
+    #[test]
+    fn a_batch_never_sleeps_on_a_second_page_lock() {
+        for policy in MigratePolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new(8 << 20).nodes(2)).unwrap();
+            let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+            let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 1).unwrap();
+            cpu.write_u64(a + PAGE_SIZE, 2).unwrap();
+            let (pa, pb) = (mm.pte_at(a).pfn(), mm.pte_at(a + PAGE_SIZE).pfn());
+            // A running CPU is waited for by every flush: this one sleeps below.
+            cpu.park();
+            lock_page(&phys, pb);
+            let t = {
+                let (phys, mm) = (phys.clone(), mm.clone());
+                std::thread::spawn(move || {
+                    // Wait until the migrator holds A (its first page) or is
+                    // done with it (one-by-one), then ask for it.
+                    while phys.desc(pa).flags.load(Ordering::Acquire) & PG_LOCKED == 0 && mm.pte_at(a).pfn() == pa {
+                        std::thread::yield_now();
+                    }
+                    lock_page(&phys, pa);
+                    unlock_page(&phys, pb);
+                    unlock_page(&phys, pa);
+                })
+            };
+            let migrator = {
+                let (phys, mm) = (phys.clone(), mm.clone());
+                std::thread::spawn(move || {
+                    let st = mm.read_lock();
+                    let family = st.vmas.find(a).unwrap().anon_vma.get().unwrap().family.clone();
+                    drop(st);
+                    let iso = |pfn: Pfn| Isolated {
+                        page: phys.get(pfn),
+                        family: family.clone(),
+                        index: phys.desc(pfn).index.load(Ordering::Relaxed),
+                    };
+                    let pages = [iso(pa), iso(pb)];
+                    migrate_pages(&phys, &pages, 1, policy).1
+                })
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !migrator.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(migrator.is_finished(), "{policy:?}: the migrator deadlocked on a second page lock");
+            assert_eq!(migrator.join().unwrap(), MigrateCounts { moved: 2, failed: 0 }, "{policy:?}");
+            t.join().unwrap();
+            cpu.resume();
+            assert_eq!((cpu.read_u64(a).unwrap(), cpu.read_u64(a + PAGE_SIZE).unwrap()), (1, 2));
+            assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 1);
+        }
+    }
 }
