@@ -116,13 +116,25 @@ pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
 /// behind a fault that waits for this migration does not block us): no
 /// writer moves or copies entries while we look (mremap, fork, munmap's
 /// VMA removal). `f` returns the entry to store, if any.
+///
+/// The members are read again after each one is visited: a fork that was
+/// copying the visited member's entries (under its `mmap_lock` for write,
+/// which our read waited for) has made its child a member by then, and the
+/// child's copies of the entries must be visited too.
 fn walk_entries(
     family: &AnonFamily,
     index: u64,
     mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>,
 ) {
-    for member in family.members() {
-        let Ok(mm) = member.downcast::<AddressSpace>() else { continue };
+    let mut visited: Vec<*const AddressSpace> = Vec::new();
+    loop {
+        let next = family
+            .members()
+            .into_iter()
+            .filter_map(|m| m.downcast::<AddressSpace>().ok())
+            .find(|mm| !visited.contains(&Arc::as_ptr(mm)));
+        let Some(mm) = next else { return };
+        visited.push(Arc::as_ptr(&mm));
         let st = mm.read_lock_recursive();
         let guard = crossbeam_epoch::pin();
         for vma in st.vmas.iter() {
@@ -352,6 +364,10 @@ mod tests {
             let child = mm.fork().unwrap();
             assert!(child.pte_at(a).is_migration() && !child.pte_at(a).has(Pte::WRITE));
             assert!(!mm.pte_at(a).has(Pte::WRITE));
+            // munmap zaps the fourth page's migration entry. (Before the
+            // waiter below: its fault waits holding mmap_lock for read.)
+            mm.munmap(a + 3 * PAGE_SIZE, PAGE_SIZE).unwrap();
+            assert!(mm.pte_at(a + 3 * PAGE_SIZE).is_none());
             // A fault on a migration entry waits until the page is back.
             let waiter = {
                 let mm = mm.clone();
@@ -359,9 +375,6 @@ mod tests {
             };
             std::thread::sleep(std::time::Duration::from_millis(30));
             assert!(!waiter.is_finished(), "the fault did not wait for the migration");
-            // munmap zaps the fourth page's migration entry.
-            mm.munmap(a + 3 * PAGE_SIZE, PAGE_SIZE).unwrap();
-            assert!(mm.pte_at(a + 3 * PAGE_SIZE).is_none());
             // Remap the first page onto a new frame: parent and child both map it.
             let new = phys.alloc_copy(p0.page.pfn(), 1).unwrap();
             remove_migration_ptes(&phys, &p0, p0.page.pfn(), new.pfn());

@@ -238,3 +238,38 @@ fn writers_never_lose_a_write_while_pages_migrate_fork_and_unmap() {
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
     }
 }
+
+#[test]
+fn mbind_move_and_migrate_pages_move_pages_between_nodes() {
+    let phys = two_nodes(256);
+    let mm = mm_with(&phys, MigratePolicy::Batched);
+    let a = anon(&mm, 8);
+    let mut cpu = Cpu::attached(&mm);
+    for i in 0..8 {
+        cpu.write_u64(a + i * PAGE, i).unwrap();
+    }
+    // mbind with MOVE: the misplaced pages go to the bound node.
+    assert_eq!(mm.mbind(a, 4 * PAGE, MPOL_BIND, Some(&[0b10]), 3, MPOL_MF_MOVE | MPOL_MF_STRICT), Ok(()));
+    assert_eq!(nodes_of(&mm, a, 8), [1, 1, 1, 1, 0, 0, 0, 0]);
+    // migrate_pages: node 0 -> node 1 for everything left, then all back.
+    assert_eq!(mm.migrate_pages(3, Some(&[0b01]), Some(&[0b10])), Ok(0));
+    assert_eq!(nodes_of(&mm, a, 8), [1; 8]);
+    assert_eq!(mm.migrate_pages(3, Some(&[0b10]), Some(&[0b01])), Ok(0));
+    assert_eq!(nodes_of(&mm, a, 8), [0; 8]);
+    for i in 0..8 {
+        assert_eq!(cpu.read_u64(a + i * PAGE).unwrap(), i);
+    }
+    // A pinned page is counted as not moved. (Page 4: pages 0-3 are bound
+    // to node 1, where pinning's unshare of a page that migration left
+    // non-exclusive would place its copy.)
+    let pin = mm.pin_user_pages(a + 4 * PAGE, 1, Foll::WRITE).unwrap();
+    assert_eq!(mm.migrate_pages(3, Some(&[0b01]), Some(&[0b10])), Ok(1));
+    drop(pin);
+    // Errnos: a new node the arena lacks (EPERM without CAP_SYS_NICE, else
+    // EINVAL as nothing is left), masks as set_mempolicy's.
+    let plain = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    assert_eq!(plain.migrate_pages(8, Some(&[1]), Some(&[0b1000])), Err(Errno::Perm));
+    assert_eq!(mm.migrate_pages(8, Some(&[1]), Some(&[0b1000])), Err(Errno::Inval));
+    assert_eq!(mm.migrate_pages(1 << 20, Some(&[1]), Some(&[1])), Err(Errno::Inval));
+    assert_eq!(mm.migrate_pages(66, Some(&[1]), Some(&[1])), Err(Errno::Fault));
+}

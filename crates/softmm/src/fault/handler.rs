@@ -105,6 +105,11 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
             PteKind::None => do_anonymous_page(ctx, va, leaf, write)?,
             PteKind::Page(_) if write && !pte.has(Pte::WRITE) => do_wp_page(ctx, va, leaf, pte)?,
             PteKind::Page(_) => true,
+            // A fault that holds a VMA lock (or nothing) must not wait
+            // here: a writer holding `mmap_lock` may be waiting for that VMA
+            // lock while the migrator waits for `mmap_lock` to restore the
+            // entry. It falls back to the `mmap_lock` path, which waits.
+            PteKind::Migration(_) if !ctx.may_sleep => ctx.unsupported()?,
             PteKind::Migration(_) => {
                 migration_entry_wait(leaf, va, pte);
                 false
@@ -119,10 +124,12 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
 /// Linux's `migration_entry_wait`: the page at `va` is being migrated;
 /// wait, holding no page-table lock, until its entry changes (the migrator
 /// restores it, or a zap clears it), then the caller retries the fault.
-/// Every fault policy waits here: the migrator takes no lock a fault may
-/// hold (it reads the VMA trees under `mmap_lock` taken recursively, which
-/// a waiting writer does not block) and the faulting CPU is quiescent, so
-/// the migrator's TLB flush does not wait for it.
+/// Only faults holding `mmap_lock` for read wait here (the lock-free and
+/// VMA-locked ones fall back to that path first): the migrator reads the
+/// VMA trees under `mmap_lock` taken for read recursively, which a queued
+/// writer does not block and which only a writer's hold excludes (and no
+/// writer can hold it while this fault holds it for read). The faulting CPU
+/// is quiescent, so the migrator's TLB flush does not wait for it.
 fn migration_entry_wait(leaf: Leaf<'_>, va: u64, pte: Pte) {
     let mut i = 0;
     while leaf.load(va) == pte {

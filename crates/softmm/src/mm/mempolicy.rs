@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::error::{Errno, Result};
 use crate::mempolicy::{get_nodes, sanitize_mode, MemPolicy, MPOL_DEFAULT, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
 use crate::mempolicy::{MPOL_MF_STRICT, MPOL_MF_VALID};
+use crate::migrate::Isolated;
 use crate::phys::NodeMask;
 use crate::vma::{anon_compatible, Vma};
 use crate::{page_align, PAGE_SIZE};
@@ -46,9 +47,10 @@ impl AddressSpace {
     /// mode; `EFAULT` if no VMA is in the range, or if a hole is in it and
     /// the mode is not `MPOL_DEFAULT`; with `MPOL_MF_STRICT`, `EIO` if a
     /// page of the range lies outside the mask (the policy is set all the
-    /// same). `MPOL_MF_MOVE`/`MPOL_MF_MOVE_ALL` do not move pages yet: a
-    /// misplaced page counts as one that failed to move (`EIO` with
-    /// `MPOL_MF_STRICT`, else success).
+    /// same). With `MPOL_MF_MOVE` (pages mapped once) or
+    /// `MPOL_MF_MOVE_ALL` (shared ones too) the pages outside the mask move
+    /// to where the new policy places them, after `mmap_lock` is dropped;
+    /// with `MPOL_MF_STRICT` any that did not move make it `EIO`.
     pub fn mbind(
         &self,
         start: u64,
@@ -86,7 +88,8 @@ impl AddressSpace {
         let discontig_ok = new.is_none();
         let _q = crate::tlb::QuiescentGuard::enter();
         let mut st = self.write_lock();
-        let failed = self.queue_pages_range(&st, start, end, &nodes, flags, discontig_ok)?;
+        let mut queue = Vec::new();
+        let mut failed = self.queue_pages_range(&st, start, end, &nodes, flags, discontig_ok, &mut queue)?;
         let vmas: Vec<Arc<Vma>> = st.vmas.overlapping(start, end).cloned().collect();
         for v in vmas {
             // A VMA merged into its predecessor by the previous step is
@@ -98,6 +101,19 @@ impl AddressSpace {
             self.vma_modify_policy(&mut st, &cur, start.max(cur.start), end.min(cur.end), new.clone())?;
         }
         drop(st);
+        // Migrated after mmap_lock is dropped, each page to where the new
+        // policy places it (alloc_migration_target_by_mpol).
+        let mut by_node: Vec<(usize, Vec<Isolated<'_>>)> = Vec::new();
+        for (p, ilx) in queue {
+            let node = MemPolicy::placement(new.as_deref(), ilx).0;
+            match by_node.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, v)) => v.push(p),
+                None => by_node.push((node, vec![p])),
+            }
+        }
+        for (node, pages) in by_node {
+            failed += self.migrate_isolated(&pages, node).failed;
+        }
         if failed > 0 && flags & MPOL_MF_STRICT != 0 {
             return Err(Errno::Io);
         }
@@ -108,14 +124,16 @@ impl AddressSpace {
     /// no VMA or (unless `discontig_ok`) a hole; else the number of pages
     /// outside `nodes` that the flags ask to check or move and that stay
     /// where they are.
-    fn queue_pages_range(
-        &self,
+    #[allow(clippy::too_many_arguments)]
+    fn queue_pages_range<'a>(
+        &'a self,
         st: &MmState,
         start: u64,
         end: u64,
         nodes: &NodeMask,
         flags: u32,
         discontig_ok: bool,
+        queue: &mut Vec<(Isolated<'a>, u64)>,
     ) -> Result<u64> {
         let vmas: Vec<&Arc<Vma>> = st.vmas.overlapping(start, end).collect();
         let Some(first) = vmas.first() else { return Err(Errno::Fault) };
@@ -144,11 +162,16 @@ impl AddressSpace {
                     && pte.pfn() != self.phys.zero_pfn()
                     && !nodes.contains(self.phys.node_of(pte.pfn()))
                 {
-                    // Misplaced: counted as not moved. STRICT without MOVE
-                    // stops at the first one (strictly_unmovable).
-                    failed += 1;
                     if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
-                        return Ok(failed);
+                        // STRICT without MOVE stops at the first misplaced
+                        // page (strictly_unmovable).
+                        return Ok(failed + 1);
+                    }
+                    match self.isolate_at(v, a, flags) {
+                        Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
+                        // A shared page without MOVE_ALL stays, not an error.
+                        Ok(None) => {}
+                        Err(_) => failed += 1,
                     }
                 }
                 a += PAGE_SIZE;
@@ -242,5 +265,62 @@ impl AddressSpace {
             };
         }
         Ok(())
+    }
+
+    /// `migrate_pages(pid, maxnode, old_nodes, new_nodes)` on this address
+    /// space: moves every page on a node of `old_nodes` to the node of
+    /// `new_nodes` at the same position (Linux's `do_migrate_pages` with
+    /// `nodes_remap`), with `MPOL_MF_MOVE_ALL` if
+    /// [`crate::MmConfig::cap_sys_nice`], else `MPOL_MF_MOVE`. Returns the
+    /// number of pages that did not move. `EINVAL`/`EFAULT` for the masks
+    /// as [`AddressSpace::set_mempolicy`]; `EPERM` for a new node outside
+    /// the arena without `cap_sys_nice`; `EINVAL` if no new node is one of
+    /// the arena's.
+    pub fn migrate_pages(&self, maxnode: u64, old_nodes: Option<&[u64]>, new_nodes: Option<&[u64]>) -> Result<u64> {
+        let old = get_nodes(old_nodes, maxnode)?;
+        let new = get_nodes(new_nodes, maxnode)?;
+        let online = self.phys.online_nodes();
+        if new.and(&online) != new && !self.config.cap_sys_nice {
+            return Err(Errno::Perm);
+        }
+        let new = new.and(&online);
+        if new.is_empty() {
+            return Err(Errno::Inval);
+        }
+        let flags = if self.config.cap_sys_nice { MPOL_MF_MOVE_ALL } else { MPOL_MF_MOVE };
+        let old_list: Vec<usize> = old.iter().collect();
+        let new_list: Vec<usize> = new.iter().collect();
+        // nodes_remap: the n-th node of `old` goes to the (n mod |new|)-th of `new`.
+        let dest = |src: usize| old_list.iter().position(|&n| n == src).map(|i| new_list[i % new_list.len()]);
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let mut by_node: Vec<(usize, Vec<Isolated<'_>>)> = Vec::new();
+        let mut failed = 0;
+        {
+            let st = self.read_lock();
+            for v in st.vmas.iter() {
+                let mut a = v.start;
+                while a < v.end {
+                    let pte = self.pte_at(a);
+                    if pte.is_present() && pte.pfn() != self.phys.zero_pfn() {
+                        let src = self.phys.node_of(pte.pfn());
+                        if let Some(d) = dest(src).filter(|&d| d != src) {
+                            match self.isolate_at(v, a, flags) {
+                                Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == d) {
+                                    Some((_, q)) => q.push(p),
+                                    None => by_node.push((d, vec![p])),
+                                },
+                                Ok(None) => {}
+                                Err(_) => failed += 1,
+                            }
+                        }
+                    }
+                    a += PAGE_SIZE;
+                }
+            }
+        }
+        for (node, pages) in by_node {
+            failed += self.migrate_isolated(&pages, node).failed;
+        }
+        Ok(failed)
     }
 }

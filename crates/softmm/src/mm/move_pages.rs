@@ -79,6 +79,26 @@ impl AddressSpace {
     fn isolate(&self, addr: u64, node: usize, flags: u32) -> std::result::Result<Option<Isolated<'_>>, i32> {
         let st = self.read_lock();
         let vma = st.vmas.find(addr).ok_or(-libc::EFAULT)?;
+        let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
+        if pte.is_present() && pte.pfn() != self.phys.zero_pfn() && self.phys.node_of(pte.pfn()) == node {
+            return Ok(None);
+        }
+        match self.isolate_at(vma, addr, flags) {
+            Ok(None) => Err(-libc::EACCES),
+            r => r,
+        }
+    }
+
+    /// Isolates the page mapped at `addr` of `vma` (the caller holds
+    /// `mmap_lock`): `-ENOENT` for nothing mapped, `-EFAULT` for the zero
+    /// page, `Ok(None)` for a page mapped more than once without
+    /// `MPOL_MF_MOVE_ALL`, `-EBUSY` if another migration holds it.
+    pub(crate) fn isolate_at(
+        &self,
+        vma: &crate::vma::Vma,
+        addr: u64,
+        flags: u32,
+    ) -> std::result::Result<Option<Isolated<'_>>, i32> {
         let va = addr & !(PAGE_SIZE - 1);
         let guard = crossbeam_epoch::pin();
         let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;
@@ -91,14 +111,11 @@ impl AddressSpace {
         if pfn == self.phys.zero_pfn() {
             return Err(-libc::EFAULT);
         }
-        if self.phys.node_of(pfn) == node {
-            return Ok(None);
-        }
         let d = self.phys.desc(pfn);
         // folio_likely_mapped_shared: more references than its pins and one mapping.
         let shared = d.refcount.load(Ordering::Relaxed) > 1 + d.pincount.load(Ordering::Relaxed);
         if shared && flags & MPOL_MF_MOVE_ALL == 0 {
-            return Err(-libc::EACCES);
+            return Ok(None);
         }
         if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
             return Err(-libc::EBUSY);
@@ -126,12 +143,7 @@ impl AddressSpace {
     ) -> u64 {
         let (Some(node), false) = (node, run.is_empty()) else { return 0 };
         let (idx, isolated): (Vec<usize>, Vec<Isolated<'_>>) = std::mem::take(run).into_iter().unzip();
-        let (_, counts): (Vec<Outcome>, MigrateCounts) =
-            migrate_pages(&self.phys, &isolated, node, self.config.migrate_policy);
-        for p in &isolated {
-            p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
-        }
-        self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
+        let counts = self.migrate_isolated(&isolated, node);
         if counts.failed == 0 {
             for i in idx {
                 status[i] = node as i32;
@@ -141,5 +153,17 @@ impl AddressSpace {
             return counts.failed + rest as u64;
         }
         0
+    }
+
+    /// Migrates isolated pages to `node` with this address space's policy,
+    /// then releases their isolation (Linux's `putback_movable_pages`).
+    pub(crate) fn migrate_isolated(&self, isolated: &[Isolated<'_>], node: usize) -> MigrateCounts {
+        let (_, counts): (Vec<Outcome>, MigrateCounts) =
+            migrate_pages(&self.phys, isolated, node, self.config.migrate_policy);
+        for p in isolated {
+            p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
+        }
+        self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
+        counts
     }
 }
