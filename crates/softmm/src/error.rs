@@ -45,6 +45,9 @@ pub enum Errno {
     /// `EOPNOTSUPP`: unknown flags with `MAP_SHARED_VALIDATE`.
     #[error("EOPNOTSUPP: operation not supported")]
     OpNotSupp,
+    /// `EIO`: `mbind` with `MPOL_MF_STRICT` found pages it could not place.
+    #[error("EIO: input/output error")]
+    Io,
 }
 
 impl Errno {
@@ -64,6 +67,7 @@ impl Errno {
             Errno::FBig => libc::EFBIG,
             Errno::Overflow => libc::EOVERFLOW,
             Errno::OpNotSupp => libc::EOPNOTSUPP,
+            Errno::Io => libc::EIO,
         }
     }
 }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Weak};
 use crate::sync::{AtomicU64, Mutex, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
-use crate::phys::{FrameRef, Pfn, PhysMem, PG_FILE};
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_FILE};
 use crate::PAGE_SIZE;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
@@ -133,13 +133,25 @@ impl File {
     /// The page at `index`, allocating a zeroed one for a hole (tmpfs), with a
     /// reference for the caller. `Ok(None)` past the end of the file (SIGBUS).
     /// Callers hold `invalidate_lock` for read.
+    #[cfg(test)]
     pub(crate) fn get_page(&self, index: u64) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
-        self.grab_page(index, false)
+        self.grab_page(index, false, &Placement::LOCAL)
+    }
+
+    /// [`File::get_page`], a new page going where `at` says (the faulting
+    /// VMA's or address space's memory policy).
+    pub(crate) fn get_page_at(&self, index: u64, at: &Placement) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
+        self.grab_page(index, false, at)
     }
 
     /// [`File::get_page`], past the end of the file too when `beyond_eof`
     /// (a write about to extend it).
-    fn grab_page(&self, index: u64, beyond_eof: bool) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
+    fn grab_page(
+        &self,
+        index: u64,
+        beyond_eof: bool,
+        at: &Placement,
+    ) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         let mut inner = self.inner.lock();
         if !beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE) {
             return Ok(None);
@@ -147,7 +159,7 @@ impl File {
         let pfn = match inner.pages.get(&index) {
             Some(&p) => p,
             None => {
-                let page = self.phys.alloc_zeroed(0).ok_or(Errno::NoMem)?;
+                let page = self.phys.alloc_zeroed_at(at).ok_or(Errno::NoMem)?;
                 let d = page.desc();
                 d.flags.store(PG_FILE, Ordering::Relaxed);
                 d.mapping.store(self.id, Ordering::Relaxed);
@@ -216,7 +228,7 @@ impl File {
         while pos < end {
             let in_page = (pos % PAGE_SIZE) as usize;
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
-            let page = match self.grab_page(pos / PAGE_SIZE, true) {
+            let page = match self.grab_page(pos / PAGE_SIZE, true, &Placement::LOCAL) {
                 Ok(p) => p.expect("allowed beyond the end"),
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,

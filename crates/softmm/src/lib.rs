@@ -26,6 +26,8 @@ mod error;
 mod fault;
 mod file;
 mod gup;
+mod mempolicy;
+mod migrate;
 mod mm;
 mod pgtable;
 mod phys;
@@ -53,6 +55,14 @@ pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit,
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use tlb::TlbStats;
+// NUMA memory policies and page migration (seed 003).
+pub use mempolicy::{
+    MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE,
+    MPOL_LOCAL, MPOL_MAX, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL, MPOL_MF_STRICT, MPOL_PREFERRED, MPOL_PREFERRED_MANY,
+    MPOL_WEIGHTED_INTERLEAVE,
+};
+pub use migrate::{MigratePolicy, NR_MAX_BATCHED_MIGRATION};
+pub use phys::{NodeMask, NodeStats};
 
 /// log2 of the page size.
 pub const PAGE_SHIFT: u64 = 12;

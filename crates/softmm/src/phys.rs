@@ -37,6 +37,12 @@ pub(crate) const PG_LAZYFREE: u32 = 1 << 3;
 /// 5.19). Set on every new anonymous page; `fork` clears it when it shares
 /// the page copy-on-write, and never shares a pinned one.
 pub(crate) const PG_ANON_EXCLUSIVE: u32 = 1 << 4;
+/// Frame flag: the page lock (`PG_locked`), held by a migrator while it
+/// moves the page.
+pub(crate) const PG_LOCKED: u32 = 1 << 5;
+/// Frame flag: taken by one migrator's isolation (Linux's LRU isolation):
+/// a second `move_pages` of the page meanwhile reports `-EBUSY`.
+pub(crate) const PG_ISOLATED: u32 = 1 << 6;
 
 /// Most NUMA nodes an arena may have (Linux's `MAX_NUMNODES` on x86-64).
 pub const MAX_NODES: usize = 1 << 10;
@@ -133,6 +139,100 @@ struct Shard {
     used: i64,
 }
 
+/// Where a new page goes: a node to try first and, for `MPOL_BIND`, the only
+/// nodes allowed (see [`crate::mempolicy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// The node tried first.
+    pub(crate) node: usize,
+    /// `Some`: no frame from outside these nodes.
+    pub(crate) allowed: Option<NodeMask>,
+}
+
+impl Placement {
+    /// Node 0 first, then any node: the default policy's placement.
+    pub(crate) const LOCAL: Placement = Placement { node: 0, allowed: None };
+}
+
+/// One node's frame counts (see [`PhysMem::node_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// Frames of the node, the zero page left out.
+    pub frames_total: u64,
+    /// Frames on the node's free list or in a thread cache.
+    pub frames_free: u64,
+    /// `frames_total - frames_free`: frames allocated from the node.
+    pub frames_used: u64,
+}
+
+/// A set of NUMA nodes (Linux's `nodemask_t`, [`MAX_NODES`] bits).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodeMask([u64; MAX_NODES / 64]);
+
+impl Default for NodeMask {
+    fn default() -> NodeMask {
+        NodeMask([0; MAX_NODES / 64])
+    }
+}
+
+impl std::fmt::Debug for NodeMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+impl NodeMask {
+    /// The set holding only `node`. Panics if `node >= MAX_NODES`.
+    pub fn single(node: usize) -> NodeMask {
+        let mut m = NodeMask::default();
+        m.set(node);
+        m
+    }
+
+    /// Adds `node`. Panics if `node >= MAX_NODES`.
+    pub fn set(&mut self, node: usize) {
+        assert!(node < MAX_NODES, "node {node} >= MAX_NODES");
+        self.0[node / 64] |= 1 << (node % 64);
+    }
+
+    /// True if `node` is in the set (false for any `node >= MAX_NODES`).
+    pub fn contains(&self, node: usize) -> bool {
+        node < MAX_NODES && self.0[node / 64] & (1 << (node % 64)) != 0
+    }
+
+    /// True for the empty set.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    /// Number of nodes in the set (`nodes_weight`).
+    pub fn weight(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The nodes in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..MAX_NODES).filter(|&n| self.contains(n))
+    }
+
+    /// The intersection (`nodes_and`).
+    #[must_use]
+    pub fn and(&self, other: &NodeMask) -> NodeMask {
+        let mut m = *self;
+        for (a, b) in m.0.iter_mut().zip(other.0.iter()) {
+            *a &= b;
+        }
+        m
+    }
+
+    /// The words of the set, node 0 in bit 0 of the first (a user-space
+    /// `unsigned long` bitmap).
+    pub fn words(&self) -> &[u64] {
+        &self.0
+    }
+}
+
 /// The free frames of one NUMA node.
 struct Node {
     free: Mutex<Vec<Pfn>>,
@@ -146,6 +246,8 @@ pub struct PhysMem {
     bytes: usize,
     desc: Box<[FrameDesc]>,
     nodes: Box<[Node]>,
+    /// Frames per node: every node holds the same number, so `node_of` divides.
+    per_node: u64,
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     zero_pfn: Pfn,
     page_tables: AtomicI64,
@@ -262,6 +364,7 @@ impl PhysMem {
             bytes,
             desc,
             nodes,
+            per_node,
             shards,
             zero_pfn,
             page_tables: AtomicI64::new(0),
@@ -283,9 +386,41 @@ impl PhysMem {
         self.nodes.len()
     }
 
-    /// The node a frame belongs to.
+    /// The node a frame belongs to, in O(1) (Linux's `page_to_nid`).
     pub(crate) fn node_of(&self, pfn: Pfn) -> usize {
-        self.nodes.iter().position(|n| (n.first..n.end).contains(&pfn)).expect("pfn outside the arena")
+        let node = (pfn / self.per_node) as usize;
+        assert!(node < self.nodes.len(), "pfn {pfn} outside the arena");
+        debug_assert!(self.nodes[node].first <= pfn && pfn < self.nodes[node].end);
+        node
+    }
+
+    /// The nodes of this arena, as a mask (Linux's `node_states[N_MEMORY]`).
+    pub fn online_nodes(&self) -> NodeMask {
+        let mut m = NodeMask::default();
+        for n in 0..self.nodes.len() {
+            m.set(n);
+        }
+        m
+    }
+
+    /// Per-node counts, node by node (Linux's `/sys/devices/system/node/nodeN/meminfo`
+    /// `MemTotal`/`MemFree`). Frames in thread caches count as free on their node.
+    pub fn node_stats(&self) -> Vec<NodeStats> {
+        let mut free: Vec<u64> = self.nodes.iter().map(|n| n.free.lock().len() as u64).collect();
+        for shard in self.shards.iter() {
+            for &p in shard.lock().frames.iter() {
+                free[self.node_of(p)] += 1;
+            }
+        }
+        self.nodes
+            .iter()
+            .zip(free)
+            .map(|(n, free)| {
+                // The zero page is neither free nor used.
+                let total = n.end - n.first - u64::from((n.first..n.end).contains(&self.zero_pfn));
+                NodeStats { frames_total: total, frames_free: free, frames_used: total - free }
+            })
+            .collect()
     }
 
     /// A process-unique id for files made on this memory.
@@ -324,15 +459,24 @@ impl PhysMem {
     /// Allocates a frame, preferring `node`, with unspecified contents: the
     /// returned reference is its only one. `None` when every node is out of
     /// frames, frames cached by other threads included.
+    #[cfg(test)]
     pub(crate) fn alloc(&self, node: usize) -> Option<FrameRef<'_>> {
-        let pfn = match self.alloc_cached(node) {
+        self.alloc_in(node, None)
+    }
+
+    /// [`PhysMem::alloc`] restricted to the nodes of `allowed` when it is
+    /// given (Linux's `__alloc_pages(gfp, order, nid, nodemask)`): `node`
+    /// first, then the allowed nodes in zonelist order. `None` when the
+    /// allowed nodes are out of frames.
+    pub(crate) fn alloc_in(&self, node: usize, allowed: Option<&NodeMask>) -> Option<FrameRef<'_>> {
+        let pfn = match self.alloc_cached(node, allowed) {
             Some(p) => p,
             None => {
                 // Out of memory everywhere this thread can see: give back what
                 // other threads' caches hold and try once more (Linux's
                 // drain_all_pages before declaring OOM).
                 self.drain_all_caches();
-                self.alloc_cached(node)?
+                self.alloc_cached(node, allowed)?
             }
         };
         let d = self.desc(pfn);
@@ -345,14 +489,25 @@ impl PhysMem {
     /// A frame from this thread's cache or the node free lists, in the
     /// zonelist order: the cache's frames of `node`, `node`'s free list, then
     /// any cached frame, then the other nodes' free lists.
-    fn alloc_cached(&self, node: usize) -> Option<Pfn> {
+    fn alloc_cached(&self, node: usize, allowed: Option<&NodeMask>) -> Option<Pfn> {
+        let nodes = self.nodes.len();
+        let node = node.min(nodes - 1);
+        let ok = |n: usize| allowed.is_none_or(|m| m.contains(n));
         let mut shard = self.shard().lock();
-        let pfn = match shard.frames.iter().rposition(|&p| self.node_of_fast(p) == node) {
+        let local = if ok(node) { shard.frames.iter().rposition(|&p| self.node_of_fast(p) == node) } else { None };
+        let pfn = match local {
             Some(i) => Some(shard.frames.swap_remove(i)),
-            None => self.refill(&mut shard, node).or_else(|| {
-                shard.frames.pop().or_else(|| {
-                    let nodes = self.nodes.len();
-                    (1..nodes).map(|i| (node + i) % nodes).find_map(|n| self.refill(&mut shard, n))
+            None => ok(node).then(|| self.refill(&mut shard, node)).flatten().or_else(|| {
+                match allowed {
+                    None => shard.frames.pop(),
+                    Some(_) => shard
+                        .frames
+                        .iter()
+                        .rposition(|&p| ok(self.node_of_fast(p)))
+                        .map(|i| shard.frames.swap_remove(i)),
+                }
+                .or_else(|| {
+                    (1..nodes).map(|i| (node + i) % nodes).filter(|&n| ok(n)).find_map(|n| self.refill(&mut shard, n))
                 })
             }),
         }?;
@@ -375,6 +530,10 @@ impl PhysMem {
         crate::sync::shared_write(2); // the node's free-list lock
         let mut free = self.nodes[node].free.lock();
         let take = free.len().min(CACHE_BATCH);
+        if take == 0 {
+            // Nothing of `node`: the cache's other frames are not its to give.
+            return None;
+        }
         let at = free.len() - take;
         shard.frames.extend(free.drain(at..));
         drop(free);
@@ -394,16 +553,28 @@ impl PhysMem {
     }
 
     /// Allocates a zero-filled frame (see [`PhysMem::alloc`]).
+    #[cfg(test)]
     pub(crate) fn alloc_zeroed(&self, node: usize) -> Option<FrameRef<'_>> {
-        let frame = self.alloc(node)?;
+        self.alloc_zeroed_at(&Placement { node, allowed: None })
+    }
+
+    /// Allocates a zero-filled frame where `at` says (see [`PhysMem::alloc_in`]).
+    pub(crate) fn alloc_zeroed_at(&self, at: &Placement) -> Option<FrameRef<'_>> {
+        let frame = self.alloc_in(at.node, at.allowed.as_ref())?;
         // SAFETY: the frame was just allocated: nothing else maps or references it.
         unsafe { std::ptr::write_bytes(frame.ptr(), 0, PAGE_SIZE as usize) };
         Some(frame)
     }
 
     /// Allocates a frame holding a copy of `src`.
+    #[cfg(test)]
     pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<FrameRef<'_>> {
-        let frame = self.alloc(node)?;
+        self.alloc_copy_at(src, &Placement { node, allowed: None })
+    }
+
+    /// Allocates a frame holding a copy of `src` where `at` says.
+    pub(crate) fn alloc_copy_at(&self, src: Pfn, at: &Placement) -> Option<FrameRef<'_>> {
+        let frame = self.alloc_in(at.node, at.allowed.as_ref())?;
         // SAFETY: both pointers come from `frame_ptr` (which checks the
         // frame number) of this arena, mapped while `self` lives.
         unsafe { copy_frame(self.frame_ptr(src), frame.ptr()) };

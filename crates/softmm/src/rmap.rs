@@ -69,3 +69,11 @@ pub(crate) fn dup_page<'p>(phys: &'p PhysMem, pte: Pte) -> FrameRef<'p> {
     debug_assert!(pte.has_frame());
     phys.get(pte.pfn())
 }
+
+/// The frame number a restored migration entry takes over: a new reference
+/// on `pfn`, the page the migrator holds locked (Linux's
+/// `remove_migration_pte` maps the new folio with a reference per entry).
+#[inline]
+pub(crate) fn map_migrated(phys: &PhysMem, pfn: crate::phys::Pfn) -> crate::phys::Pfn {
+    phys.get(pfn).into_raw()
+}

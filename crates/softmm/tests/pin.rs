@@ -500,13 +500,30 @@ fn stress_pins_against_fork_munmap_and_dontneed() {
 }
 
 /// Migration (issue 12) must refuse pinned pages: `move_pages` leaves a
-/// pinned page where it is and reports `-EBUSY` for it, and a long-term pin
-/// of a page on a node that must stay movable migrates it first.
+/// pinned page where it is and counts it as not moved (Linux's positive
+/// return with the status unwritten, not a `-EBUSY` status: a pinned page
+/// isolates, and its migration fails on the reference count).
 #[test]
-#[ignore = "migration (issue 12) has not landed: there is no move_pages to call yet"]
 fn migration_refuses_pinned_pages() {
-    // When move_pages lands: pin a page on node 0 of a 2-node arena, ask to
-    // move it to node 1, and expect status -EBUSY and the device view to
-    // still see the process's writes; after the unpin the move succeeds.
-    panic!("write this test against AddressSpace::move_pages when migration lands");
+    // Linux (reference 3.4): a pinned page is retried for the pass limit and
+    // counted as failed: move_pages returns the number not moved, leaving
+    // that run's statuses unwritten; the page stays where the device sees it.
+    let phys = softmm::PhysMem::new(softmm::PhysConfig::new(2 << 20).nodes(2)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 1).unwrap();
+    let pin = mm.pin_user_pages(a, 1, Foll::WRITE | Foll::LONGTERM).unwrap();
+    let mut status = [i32::MIN];
+    assert_eq!(mm.move_pages(&[a], Some(&[1]), &mut status, softmm::MPOL_MF_MOVE), Ok(1));
+    assert_eq!(status, [i32::MIN], "the failed run's status is left unwritten");
+    mm.pages_stat(&[a], &mut status).unwrap();
+    assert_eq!(status, [0], "still on node 0");
+    // The device and the process still share the frame.
+    cpu.write_u64(a, 2).unwrap();
+    assert_eq!(dev_u64(&pin, 0), 2);
+    drop(pin);
+    assert_eq!(mm.move_pages(&[a], Some(&[1]), &mut status, softmm::MPOL_MF_MOVE), Ok(0));
+    assert_eq!(status, [1]);
+    assert_eq!(cpu.read_u64(a).unwrap(), 2);
 }

@@ -105,13 +105,36 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
             PteKind::None => do_anonymous_page(ctx, va, leaf, write)?,
             PteKind::Page(_) if write && !pte.has(Pte::WRITE) => do_wp_page(ctx, va, leaf, pte)?,
             PteKind::Page(_) => true,
-            // No migration entries are made yet; the migration issue adds
-            // the wait for the new page here.
-            PteKind::Migration(_) => ctx.unsupported()?,
+            // A fault that holds a VMA lock (or nothing) must not wait
+            // here: a writer holding `mmap_lock` may be waiting for that VMA
+            // lock while the migrator waits for `mmap_lock` to restore the
+            // entry. It falls back to the `mmap_lock` path, which waits.
+            PteKind::Migration(_) if !ctx.may_sleep => ctx.unsupported()?,
+            PteKind::Migration(_) => {
+                migration_entry_wait(leaf, va, pte);
+                false
+            }
         };
         if done {
             return Ok(());
         }
+    }
+}
+
+/// Linux's `migration_entry_wait`: the page at `va` is being migrated;
+/// wait, holding no page-table lock, until its entry changes (the migrator
+/// restores it, or a zap clears it), then the caller retries the fault.
+/// Only faults holding `mmap_lock` for read wait here (the lock-free and
+/// VMA-locked ones fall back to that path first): the migrator reads the
+/// VMA trees under `mmap_lock` taken for read recursively, which a queued
+/// writer does not block and which only a writer's hold excludes (and no
+/// writer can hold it while this fault holds it for read). The faulting CPU
+/// is quiescent, so the migrator's TLB flush does not wait for it.
+fn migration_entry_wait(leaf: Leaf<'_>, va: u64, pte: Pte) {
+    let mut i = 0;
+    while leaf.load(va) == pte {
+        crate::sync::spin_hint(i);
+        i = i.saturating_add(1);
     }
 }
 
@@ -124,10 +147,8 @@ pub(crate) fn anon_vma_prepare(ctx: &FaultCtx<'_>) -> FaultResult<Arc<AnonVma>> 
     if !ctx.may_sleep {
         return ctx.unsupported();
     }
-    let anon = ctx
-        .vma
-        .anon_vma
-        .get_or_init(|| find_mergeable_anon_vma(ctx).unwrap_or_else(|| Arc::new(AnonVma { forked: false })));
+    let anon =
+        ctx.vma.anon_vma.get_or_init(|| find_mergeable_anon_vma(ctx).unwrap_or_else(|| AnonVma::new(ctx.mm.weak())));
     Ok(anon.clone())
 }
 
@@ -198,7 +219,8 @@ fn do_anonymous_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -
         return install(ctx, leaf, va, ctx.mm.phys.zero_page(), 0);
     }
     anon_vma_prepare(ctx)?;
-    let frame = ctx.mm.phys.alloc_zeroed(0).ok_or_else(|| oom(va))?;
+    let at = ctx.mm.placement(ctx.vma, va);
+    let frame = ctx.mm.phys.alloc_zeroed_at(&at).ok_or_else(|| oom(va))?;
     new_anon_frame(ctx, &frame, va);
     install(ctx, leaf, va, frame, Pte::WRITE | Pte::DIRTY)
 }
@@ -220,14 +242,16 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
         file.invalidate_lock.try_read().ok_or(FaultError::Abort(Abort::Contended))?
     };
     shared_write(3); // page-cache lock (twice) and the page's reference
-    let page = match file.get_page(index) {
+                     // shmem_alloc_folio: the mapping's policy places a new page-cache page.
+    let at = ctx.mm.placement(vma, va);
+    let page = match file.get_page_at(index, &at) {
         Ok(Some(p)) => p,
         Ok(None) => return Err(Fault::Bus { addr: va }.into()),
         Err(_) => return Err(oom(va)),
     };
     if write && !shared {
         // Private write: the mapping gets its own copy (COW from the file).
-        let copy = ctx.mm.phys.alloc_copy(page.pfn(), 0).ok_or_else(|| oom(va))?;
+        let copy = ctx.mm.phys.alloc_copy_at(page.pfn(), &at).ok_or_else(|| oom(va))?;
         drop(page);
         new_anon_frame(ctx, &copy, va);
         return install(ctx, leaf, va, copy, Pte::WRITE | Pte::DIRTY);
@@ -307,7 +331,8 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
         }
     }
     anon_vma_prepare(ctx)?;
-    let new = if pfn == phys.zero_pfn() { phys.alloc_zeroed(0) } else { phys.alloc_copy(pfn, 0) };
+    let at = ctx.mm.placement(ctx.vma, va);
+    let new = if pfn == phys.zero_pfn() { phys.alloc_zeroed_at(&at) } else { phys.alloc_copy_at(pfn, &at) };
     let new = new.ok_or_else(|| oom(va))?;
     new_anon_frame(ctx, &new, va);
     let mut ptl = leaf.lock();

@@ -200,6 +200,11 @@ pub struct MmConfig {
     pub pin_policy: PinPolicy,
     /// How large unmaps synchronize with other threads (seed 002).
     pub unmap_policy: UnmapPolicy,
+    /// The process has `CAP_SYS_NICE` (may move shared pages:
+    /// `MPOL_MF_MOVE_ALL`).
+    pub cap_sys_nice: bool,
+    /// How page migration batches its TLB flushes (seed 003).
+    pub migrate_policy: crate::migrate::MigratePolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -225,6 +230,8 @@ impl Default for MmConfig {
             cap_ipc_lock: false,
             pin_policy: PinPolicy::default(),
             unmap_policy: UnmapPolicy::default(),
+            cap_sys_nice: false,
+            migrate_policy: crate::migrate::MigratePolicy::default(),
         }
     }
 }
@@ -333,6 +340,20 @@ impl MmConfig {
         self
     }
 
+    /// Sets `cap_sys_nice`: whether the process has `CAP_SYS_NICE` and may move shared pages (default false).
+    #[must_use]
+    pub fn cap_sys_nice(mut self, cap_sys_nice: bool) -> MmConfig {
+        self.cap_sys_nice = cap_sys_nice;
+        self
+    }
+
+    /// Sets `migrate_policy`: how page migration batches its TLB flushes (default [`crate::MigratePolicy::Batched`]).
+    #[must_use]
+    pub fn migrate_policy(mut self, migrate_policy: crate::migrate::MigratePolicy) -> MmConfig {
+        self.migrate_policy = migrate_policy;
+        self
+    }
+
     /// Sets `pin_policy`: how `pin_user_pages` synchronizes with mapping changes (default [`PinPolicy::PerVma`]).
     #[must_use]
     pub fn pin_policy(mut self, pin_policy: PinPolicy) -> MmConfig {
@@ -415,7 +436,9 @@ mod tests {
             .memlock_limit(9 << 20)
             .cap_ipc_lock(true)
             .pin_policy(PinPolicy::Batched)
-            .unmap_policy(UnmapPolicy::Sectioned);
+            .unmap_policy(UnmapPolicy::Sectioned)
+            .cap_sys_nice(true)
+            .migrate_policy(crate::migrate::MigratePolicy::OneByOne);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -433,6 +456,8 @@ mod tests {
             cap_ipc_lock: true,
             pin_policy: PinPolicy::Batched,
             unmap_policy: UnmapPolicy::Sectioned,
+            cap_sys_nice: true,
+            migrate_policy: crate::migrate::MigratePolicy::OneByOne,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

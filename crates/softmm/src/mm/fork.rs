@@ -8,7 +8,7 @@ use crate::pgtable::Pte;
 use crate::phys::{PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY};
 use crate::rmap;
 use crate::vma::VmFlags;
-use crate::vma::{AnonVma, Vma};
+use crate::vma::Vma;
 use crate::Errno;
 
 use super::{AddressSpace, MmState, MmuGather};
@@ -36,6 +36,8 @@ impl AddressSpace {
     pub fn fork(&self) -> Result<Arc<AddressSpace>> {
         let _q = crate::tlb::QuiescentGuard::enter();
         let child = AddressSpace::new(&self.phys, self.config.clone())?;
+        // copy_process's mpol_dup: the child starts with the parent's policy.
+        child.set_mm_policy(self.mm_policy());
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         // write_protect_seq: gup-fast pins racing with the write-protect
@@ -85,12 +87,14 @@ impl AddressSpace {
             }
             let wipe = v.flags.contains(VmFlags::WIPEONFORK);
             let anon = match v.anon_vma.get() {
-                Some(_) if !wipe => Some(Arc::new(AnonVma { forked: true })),
+                Some(a) if !wipe => Some(a.fork(child.weak())),
                 _ => None,
             };
             // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
             let flags = v.flags & !VmFlags::LOCKED;
-            let cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon).with_open(v.open);
+            let mut cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon).with_open(v.open);
+            // vma_dup_policy: the child's VMA keeps the parent's policy.
+            cv.policy = v.policy.clone();
             if let Some(f) = &v.file {
                 child.link_file(f);
             }
@@ -131,6 +135,18 @@ impl AddressSpace {
                     dst.set(va, pte);
                     return None;
                 }
+                if pte.is_migration() {
+                    // copy_nonpresent_pte: the child gets the entry too (the
+                    // migrator's remap finds it: the child joined the anon
+                    // family); a writable one in a COW mapping becomes
+                    // readable in both, as the page is shared now.
+                    if private && pte.has(Pte::WRITE) {
+                        dst.set(va, pte.clear(Pte::WRITE));
+                        return Some(pte.clear(Pte::WRITE));
+                    }
+                    dst.set(va, pte);
+                    return None;
+                }
                 if !pte.has_frame() {
                     return None;
                 }
@@ -141,7 +157,7 @@ impl AddressSpace {
                 if anon && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
                     // folio_needs_cow_for_dma: the pinned page stays the
                     // parent's, writable; the child gets a copy.
-                    let Some(copy) = phys.alloc_copy(pte.pfn(), 0) else {
+                    let Some(copy) = phys.alloc_copy_at(pte.pfn(), &parent.placement(vma, va)) else {
                         err = Err(Errno::NoMem);
                         return None;
                     };

@@ -54,7 +54,8 @@ impl AddressSpace {
         for (i, byte) in vec[..fits].iter_mut().enumerate() {
             let a = addr + i as u64 * PAGE_SIZE;
             let resident =
-                self.pte_at(a).has_frame() || vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a)));
+                // A migration entry counts as resident (mincore_pte_range).
+                self.pte_at(a).has_frame() || self.pte_at(a).is_migration() || vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a)));
             *byte = resident as u8;
         }
         if fits < n as usize {

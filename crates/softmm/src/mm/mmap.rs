@@ -387,9 +387,13 @@ impl AddressSpace {
         let next = st.vmas.first_starting_at(new.end).filter(|n| n.start == new.end).cloned();
         // A new shared anonymous mapping has a file of its own and so never
         // merges; pieces of one (moved by mremap) merge like file mappings.
-        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(new.flags, file, anon.as_ref(), new.pgoff));
-        let mut right =
-            next.as_ref().is_some_and(|n| n.can_merge_before(new.flags, file, anon.as_ref(), new.pgoff, new.pages()));
+        let pol = new.policy.as_ref();
+        let left = prev
+            .as_ref()
+            .is_some_and(|p| p.can_merge_after(new.flags, file, anon.as_ref(), new.pgoff) && p.same_policy(pol));
+        let mut right = next.as_ref().is_some_and(|n| {
+            n.can_merge_before(new.flags, file, anon.as_ref(), new.pgoff, new.pages()) && n.same_policy(pol)
+        });
         if left && right {
             let (p, n) = (prev.as_ref().expect("left"), next.as_ref().expect("right"));
             right = crate::vma::anon_compatible(p.anon_vma.get(), n.anon_vma.get());

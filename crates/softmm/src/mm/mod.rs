@@ -13,6 +13,7 @@
 //!   held; that is safe because a CPU that blocks on a PTE lock or on
 //!   `mmap_lock` is quiescent.
 
+pub(crate) mod anon_rmap;
 mod brk;
 pub(crate) mod commit;
 mod config;
@@ -21,8 +22,10 @@ mod gather;
 mod layout;
 mod madvise;
 mod maps;
+mod mempolicy;
 mod mincore;
 mod mmap;
+mod move_pages;
 mod mprotect;
 mod mremap;
 mod stack;
@@ -69,6 +72,8 @@ pub(crate) struct MmState {
 pub(crate) struct MmCounters {
     pub(crate) mmap_lock_write: AtomicU64,
     pub(crate) mmap_lock_read: AtomicU64,
+    /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
+    pub(crate) pages_migrated: AtomicU64,
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -86,6 +91,8 @@ pub struct MmStats {
     pub tlb: TlbStats,
     /// Resident pages (present PTEs, zero page included), like `VmRSS`.
     pub rss_pages: u64,
+    /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
+    pub pages_migrated: u64,
 }
 
 /// A virtual address space with Linux semantics.
@@ -106,6 +113,9 @@ pub struct AddressSpace {
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
     pub(crate) pins: Arc<crate::pin::PinState>,
+    /// The address space's memory policy (`set_mempolicy`); null for the
+    /// default. Read by lock-free faults under an epoch guard.
+    mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -174,6 +184,7 @@ impl AddressSpace {
             linked_files: crate::sync::Mutex::new(Vec::new()),
             self_weak: w.clone(),
             pins: Arc::default(),
+            mempolicy: Atomic::null(),
         }))
     }
 
@@ -190,6 +201,11 @@ impl AddressSpace {
     /// The fault policy.
     pub fn policy(&self) -> FaultPolicy {
         self.config.policy
+    }
+
+    /// This address space as an anon family member (see [`crate::vma::AnonFamily`]).
+    pub(crate) fn weak(&self) -> crate::vma::AnonMember {
+        self.self_weak.clone()
     }
 
     pub(crate) fn arc(&self) -> Arc<AddressSpace> {
@@ -231,6 +247,45 @@ impl AddressSpace {
         unsafe { guard.defer_destroy(old) };
     }
 
+    /// The address space's memory policy (`None`: the default).
+    pub(crate) fn mm_policy(&self) -> Option<Arc<crate::mempolicy::MemPolicy>> {
+        let guard = crossbeam_epoch::pin();
+        let p = self.mempolicy.load(Ordering::Acquire, &guard);
+        // SAFETY: non-null pointers in `mempolicy` are freed only after every
+        // guard that could have loaded them is dropped (`set_mm_policy`).
+        unsafe { p.as_ref() }.cloned()
+    }
+
+    /// Where a new page for `va` of `vma` goes: the VMA's policy, else the
+    /// address space's, else local (Linux's `get_vma_policy` and
+    /// `policy_nodemask`). Writes no shared memory.
+    pub(crate) fn placement(&self, vma: &Vma, va: u64) -> crate::phys::Placement {
+        let ilx = vma.pgoff_at(va);
+        let (node, allowed) = match &vma.policy {
+            Some(p) => crate::mempolicy::MemPolicy::placement(Some(p), ilx),
+            None => {
+                let guard = crossbeam_epoch::pin();
+                let p = self.mempolicy.load(Ordering::Acquire, &guard);
+                // SAFETY: as in `mm_policy`; the reference does not outlive `guard`.
+                let p = unsafe { p.as_ref() };
+                crate::mempolicy::MemPolicy::placement(p.map(|a| &**a), ilx)
+            }
+        };
+        crate::phys::Placement { node, allowed }
+    }
+
+    /// Replaces the address space's memory policy.
+    pub(crate) fn set_mm_policy(&self, policy: Option<Arc<crate::mempolicy::MemPolicy>>) {
+        let guard = crossbeam_epoch::pin();
+        let new = policy.map_or(Shared::null(), |p| Owned::new(p).into_shared(&guard));
+        let old = self.mempolicy.swap(new, Ordering::AcqRel, &guard);
+        if !old.is_null() {
+            // SAFETY: `old` is unreachable from `mempolicy` now; readers that
+            // loaded it hold a guard the deferred destruction waits for.
+            unsafe { guard.defer_destroy(old) };
+        }
+    }
+
     /// The published VMA tree, readable without `mmap_lock` for as long as
     /// `guard` is held.
     pub(crate) fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
@@ -270,6 +325,7 @@ impl AddressSpace {
             mmap_lock_read: self.counters.mmap_lock_read.load(Ordering::Relaxed),
             tlb: self.tlb.stats(),
             rss_pages,
+            pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
         }
     }
 
@@ -277,7 +333,9 @@ impl AddressSpace {
     pub(crate) fn resident_pages(&self, start: u64, end: u64) -> u64 {
         let guard = crossbeam_epoch::pin();
         let pages = |leaf: Leaf<'_>| {
-            leaf.iter().filter(|(_, pte)| pte.has_frame()).count() as u64 * (leaf.entry_size() / PAGE_SIZE)
+            // A page being migrated still counts (Linux keeps its RSS counter).
+            leaf.iter().filter(|(_, pte)| pte.has_frame() || pte.is_migration()).count() as u64
+                * (leaf.entry_size() / PAGE_SIZE)
         };
         self.pgtables.leaves(start, end, &guard).map(pages).sum()
     }
@@ -302,7 +360,16 @@ impl AddressSpace {
             while from < leaf.end() {
                 let mut stopped = None;
                 leaf.with_range(from, leaf.end()).lock().update(|va, pte| {
-                    if stopped.is_some() || !pte.has_frame() || !filter(pte) {
+                    if stopped.is_some() {
+                        return None;
+                    }
+                    // zap_nonpresent_ptes: a migration entry holds no
+                    // reference; it goes, and the migrator's remap finds
+                    // nothing to restore here.
+                    if pte.is_migration() {
+                        return filter(pte).then_some(Pte::NONE);
+                    }
+                    if !pte.has_frame() || !filter(pte) {
                         return None;
                     }
                     if !tlb.add_frame(rmap::unmapped(&self.phys, pte)) {
@@ -326,6 +393,13 @@ impl AddressSpace {
         let accessible = flags.intersects(VmFlags::ACCESS_FLAGS);
         let writable = flags.contains(VmFlags::WRITE);
         self.pgtables.update_range(start, end, |_, pte| {
+            if pte.is_migration() {
+                // change_pte_range: a writable migration entry becomes a
+                // readable one; the remap applies the VMA's access then.
+                let new = if writable { pte } else { pte.clear(Pte::WRITE) };
+                let new = if flags.contains(VmFlags::EXEC) { new.clear(Pte::NX) } else { new.set(Pte::NX) };
+                return (new != pte).then_some(new);
+            }
             if !pte.has_frame() {
                 return None;
             }
@@ -510,5 +584,7 @@ impl Drop for AddressSpace {
         // SAFETY: as in `publish`; no reader can load the null left behind
         // because no one holds a reference to a dying address space.
         unsafe { guard.defer_destroy(old) };
+        drop(guard);
+        self.set_mm_policy(None);
     }
 }

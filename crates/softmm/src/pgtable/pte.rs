@@ -75,6 +75,32 @@ impl Pte {
         Pte((pfn << PAGE_SHIFT) | Self::MIGRATION | if writable { Self::WRITE } else { 0 })
     }
 
+    /// The migration entry replacing the present entry `self` (Linux's
+    /// `make_writable_migration_entry` / `make_readable_migration_entry`):
+    /// not present, same frame number, and the entry's write, dirty,
+    /// accessed and NX bits kept for [`Pte::restored`].
+    #[inline]
+    #[must_use]
+    pub(crate) fn to_migration(self) -> Pte {
+        debug_assert!(self.is_present());
+        Pte((self.0 & !Self::PRESENT) | Self::MIGRATION)
+    }
+
+    /// True for a migration entry.
+    #[inline]
+    pub(crate) fn is_migration(self) -> bool {
+        self.0 & (Self::PRESENT | Self::PROTNONE | Self::MIGRATION) == Self::MIGRATION
+    }
+
+    /// The present entry a migration entry becomes once its page has moved
+    /// to `pfn` (Linux's `remove_migration_pte`).
+    #[inline]
+    #[must_use]
+    pub(crate) fn restored(self, pfn: Pfn) -> Pte {
+        debug_assert!(self.is_migration());
+        Pte((self.0 & !Self::MIGRATION) | Self::PRESENT).with_pfn(pfn)
+    }
+
     /// The raw bits, as a table stores them.
     #[inline]
     pub(super) const fn bits(self) -> u64 {
@@ -203,6 +229,11 @@ mod tests {
         assert_eq!(hidden.unprotnone(), p.clear(Pte::WRITE));
         assert_eq!(Pte::migration(7, true).kind(), PteKind::Migration(7));
         assert!(!Pte::migration(7, true).has_frame() && !Pte::migration(7, true).is_present());
+        let m = p.to_migration();
+        assert!(m.is_migration() && !m.is_present() && !m.has_frame() && m.has(Pte::WRITE | Pte::DIRTY));
+        assert_eq!(m.kind(), PteKind::Migration(0x1234));
+        assert_eq!(m.restored(9), p.with_pfn(9));
+        assert!(!p.is_migration() && !hidden.is_migration() && !Pte::NONE.is_migration());
         assert_eq!(p.with_pfn(9).kind(), PteKind::Page(9));
         assert_eq!(p.with_pfn(9).clear(Pte::PFN_MASK), p.clear(Pte::PFN_MASK));
     }

@@ -128,7 +128,8 @@ fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     if !pte.is_present() {
         return Ok(());
     }
-    let new = if pte.pfn() == phys.zero_pfn() { phys.alloc_zeroed(0) } else { phys.alloc_copy(pte.pfn(), 0) };
+    let at = mm.placement(vma, va);
+    let new = if pte.pfn() == phys.zero_pfn() { phys.alloc_zeroed_at(&at) } else { phys.alloc_copy_at(pte.pfn(), &at) };
     let new = new.ok_or(Errno::NoMem)?;
     let d = new.desc();
     d.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE, Ordering::Relaxed);

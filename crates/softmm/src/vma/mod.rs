@@ -7,11 +7,13 @@
 //! shared memory; an old version, and the VMAs only it holds, are freed after
 //! the grace period.
 
-use std::sync::{Arc, OnceLock};
+use std::any::Any;
+use std::sync::{Arc, OnceLock, Weak};
 
 use crate::file::File;
+use crate::mempolicy::MemPolicy;
 use crate::phys::PhysMem;
-use crate::sync::VmaLock;
+use crate::sync::{Mutex, VmaLock};
 use crate::PAGE_SHIFT;
 
 mod flags;
@@ -28,6 +30,73 @@ pub(crate) use flags::VmFlags;
 pub struct AnonVma {
     /// True for the anon_vma a child gets at fork (Linux's chained anon_vma).
     pub forked: bool,
+    /// The family it belongs to: the anon_vma made at a first fault and
+    /// every one forked from it share one.
+    pub(crate) family: Arc<AnonFamily>,
+}
+
+/// A member of an anon family: an address space, held as `dyn Any` so that
+/// this layer need not name `AddressSpace` (the reverse walk downcasts it).
+pub(crate) type AnonMember = Weak<dyn Any + Send + Sync>;
+
+/// The address spaces that may map the anonymous pages of one origin: the
+/// one whose first fault made the family's anon_vma and every address space
+/// forked from it, recursively (Linux's anon_vma root, whose interval tree
+/// reaches every VMA of the chain). A page's mappings are found by walking
+/// the members' VMAs of this family at the page's linear index (see
+/// `mm/anon_rmap.rs`); the fault path never touches it after the VMA's
+/// first fault.
+pub struct AnonFamily {
+    members: Mutex<Vec<AnonMember>>,
+}
+
+impl std::fmt::Debug for AnonFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AnonFamily({} members)", self.members.lock().len())
+    }
+}
+
+impl AnonFamily {
+    /// Adds `member` unless it is in already; drops members that died.
+    pub(crate) fn join(&self, member: AnonMember) {
+        let mut m = self.members.lock();
+        m.retain(|w| w.strong_count() > 0);
+        if !m.iter().any(|w| Weak::ptr_eq(w, &member)) {
+            m.push(member);
+        }
+    }
+
+    /// A family with no member: its walk finds nothing.
+    pub(crate) fn empty() -> AnonFamily {
+        AnonFamily { members: Mutex::new(Vec::new()) }
+    }
+
+    /// The members still alive.
+    #[cfg_attr(not(test), allow(dead_code, reason = "the reverse walk's; migration calls it"))]
+    pub(crate) fn members(&self) -> Vec<Arc<dyn Any + Send + Sync>> {
+        self.members.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+impl AnonVma {
+    /// A new anon_vma heading a family of which `member` is the first member.
+    pub(crate) fn new(member: AnonMember) -> Arc<AnonVma> {
+        let family = Arc::new(AnonFamily { members: Mutex::new(vec![member]) });
+        Arc::new(AnonVma { forked: false, family })
+    }
+
+    /// The anon_vma a child's VMA gets at fork: the same family, which
+    /// `child` joins (Linux's `anon_vma_fork`).
+    pub(crate) fn fork(&self, child: AnonMember) -> Arc<AnonVma> {
+        self.family.join(child);
+        Arc::new(AnonVma { forked: true, family: self.family.clone() })
+    }
+
+    /// An anon_vma of a family with no member, for tests of the merge rules.
+    #[cfg(test)]
+    pub(crate) fn detached(forked: bool) -> AnonVma {
+        AnonVma { forked, family: Arc::new(AnonFamily { members: Mutex::new(Vec::new()) }) }
+    }
 }
 
 /// One mapping: `[start, end)` with one protection, one set of flags and one
@@ -52,6 +121,9 @@ pub struct Vma {
     /// Detached when a writer replaces or removes this VMA; lock-free faults
     /// validate against it (see [`crate::sync::VmaLock`]).
     pub lock: VmaLock,
+    /// The VMA's NUMA memory policy (`mbind`), `None` for the address
+    /// space's. VMAs merge only with equal policies.
+    pub(crate) policy: Option<Arc<MemPolicy>>,
     acct: Arc<PhysMem>,
 }
 
@@ -85,7 +157,18 @@ impl Vma {
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
         }
-        Vma { start, end, flags, pgoff, file, open: 0, anon_vma: cell, lock: VmaLock::new(), acct: phys.clone() }
+        Vma {
+            start,
+            end,
+            flags,
+            pgoff,
+            file,
+            open: 0,
+            anon_vma: cell,
+            lock: VmaLock::new(),
+            policy: None,
+            acct: phys.clone(),
+        }
     }
 
     /// The same VMA mapped through the open `open` (see [`Vma::open`]).
@@ -97,14 +180,36 @@ impl Vma {
     /// A copy of this VMA limited to `[start, end)` with `flags`.
     pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
-        Vma::new(&self.acct, start, end, flags, self.pgoff_at(start), self.file.clone(), self.anon_vma.get().cloned())
-            .with_open(self.open)
+        let mut v = Vma::new(
+            &self.acct,
+            start,
+            end,
+            flags,
+            self.pgoff_at(start),
+            self.file.clone(),
+            self.anon_vma.get().cloned(),
+        )
+        .with_open(self.open);
+        v.policy = self.policy.clone();
+        v
     }
 
     /// The same VMA with other bounds and page offset (for merges and moves).
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
-        Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
-            .with_open(self.open)
+        let mut v =
+            Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
+                .with_open(self.open);
+        v.policy = self.policy.clone();
+        v
+    }
+
+    /// Linux's `mpol_equal` between this VMA's policy and `policy`.
+    pub(crate) fn same_policy(&self, policy: Option<&Arc<MemPolicy>>) -> bool {
+        match (self.policy.as_ref(), policy) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
     }
 
     /// Sets the anon_vma of a VMA not yet published.
@@ -425,7 +530,7 @@ mod tests {
     fn slice_and_rebound_keep_the_backing_object() {
         let p = phys();
         let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
-        let av = Arc::new(AnonVma { forked: false });
+        let av = Arc::new(AnonVma::detached(false));
         let v = Vma::new(&p, 0x10000, 0x20000, RW | VmFlags::SHARED, 5, Some(file.clone()), Some(av.clone()));
         assert_eq!(v.pages(), 16);
         assert_eq!((v.pgoff_at(0x10000), v.pgoff_at(0x10fff), v.pgoff_at(0x11000), v.pgoff_at(0x1f000)), (5, 5, 6, 20));
@@ -449,7 +554,7 @@ mod tests {
         let p = phys();
         let mut v = anon(&p, 0x1000, 0x2000);
         assert!(v.anon_vma.get().is_none());
-        let av = Arc::new(AnonVma { forked: false });
+        let av = Arc::new(AnonVma::detached(false));
         v.set_anon(Some(av.clone()));
         assert!(Arc::ptr_eq(v.anon_vma.get().unwrap(), &av));
         v.set_anon(None);
@@ -471,9 +576,9 @@ mod tests {
 
     #[test]
     fn anon_compatible_follows_is_mergeable_anon_vma() {
-        let a = Arc::new(AnonVma { forked: false });
-        let b = Arc::new(AnonVma { forked: false });
-        let f = Arc::new(AnonVma { forked: true });
+        let a = Arc::new(AnonVma::detached(false));
+        let b = Arc::new(AnonVma::detached(false));
+        let f = Arc::new(AnonVma::detached(true));
         assert!(anon_compatible(None, None));
         assert!(anon_compatible(Some(&a), None));
         assert!(anon_compatible(None, Some(&a)));
@@ -518,8 +623,8 @@ mod tests {
         assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some((other.id(), 7)), None, 2));
         assert!(!v.can_merge_after(RW | VmFlags::SHARED, None, None, 2), "file next to anonymous memory");
 
-        let own = Arc::new(AnonVma { forked: false });
-        let forked = Arc::new(AnonVma { forked: true });
+        let own = Arc::new(AnonVma::detached(false));
+        let forked = Arc::new(AnonVma::detached(true));
         let with_anon = Vma::new(&p, 0x10000, 0x12000, RW, 0, None, Some(own.clone()));
         assert!(with_anon.can_merge_after(RW, None, None, 2), "a faulted VMA absorbs an unfaulted one");
         assert!(with_anon.can_merge_after(RW, None, Some(&own), 2));

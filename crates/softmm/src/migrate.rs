@@ -1,0 +1,455 @@
+//! Page migration (Linux's `mm/migrate.c`), with seed 003's batched TLB
+//! flushing ("migrate_pages(): batch TLB flushing", Huang Ying, Linux 6.3).
+//!
+//! A page moves in four phases: **unmap** (every entry mapping it, found by
+//! the anonymous reverse walk, becomes a migration entry under its table's
+//! lock, and gives back its reference), **flush** (the TLBs of every
+//! address space involved), **copy** (into a frame of the target node), and
+//! **remap** (every migration entry for the old frame, found by a second
+//! walk, becomes a present entry of the new one). A fault on a migration
+//! entry waits until the entry changes (see the fault handler), so a write
+//! by another thread either lands before the unmap's flush and is copied, or
+//! waits and lands in the new page.
+//!
+//! [`MigratePolicy::OneByOne`] runs the four phases per page: one flush per
+//! page. [`MigratePolicy::Batched`] (seed 003) unmaps up to
+//! [`NR_MAX_BATCHED_MIGRATION`] pages, then begins one flush per address
+//! space involved and waits for all of them (`flush_tlb_begin` tickets: the
+//! flushes of several address spaces proceed together), then copies and
+//! remaps all.
+//!
+//! Page locks, and the deadlock found in review of seed 003 (Hugh Dickins):
+//! a batch that holds several page locks must never sleep on another lock.
+//! The batch takes the first page's lock with a blocking `lock_page` and
+//! every later one with a trylock; a page whose trylock fails is left for
+//! after the batch (which finishes with what it holds), and is then migrated
+//! alone, holding one page lock while it may block (Linux's
+//! `migrate_pages_sync`: an asynchronous batch first, then one by one).
+//!
+//! A page whose references are not all accounted for once it is unmapped (a
+//! pin, a reference taken by `get_user_pages`, a mapping the walk could not
+//! reach) is put back as it was and counted as failed (Linux's refcount
+//! freeze, `-EAGAIN` until the pass limit). Only anonymous pages move here:
+//! file pages are counted as failed (their `i_mmap` walk is not wired yet).
+
+use std::sync::Arc;
+
+use crate::error::Errno;
+use crate::mm::AddressSpace;
+use crate::pgtable::Pte;
+use crate::phys::{copy_frame, FrameRef, NodeMask, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
+use crate::sync::Ordering;
+use crate::vma::{AnonFamily, VmFlags};
+use crate::PAGE_SIZE;
+
+/// Most pages unmapped at once by [`MigratePolicy::Batched`] (Linux's
+/// `NR_MAX_BATCHED_MIGRATION`, `HPAGE_PMD_NR`): it bounds how long a page
+/// stays unmapped while a faulting thread waits for it.
+pub const NR_MAX_BATCHED_MIGRATION: usize = 512;
+
+/// Passes over pages whose unaccounted references may be transient (Linux's
+/// `NR_MAX_MIGRATE_PAGES_RETRY`).
+const NR_MAX_MIGRATE_PAGES_RETRY: usize = 10;
+
+/// How `migrate_pages` moves a list of pages. The lab runs both in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigratePolicy {
+    /// Before Linux 6.3: unmap, flush, copy and remap one page at a time
+    /// (a TLB flush per page).
+    OneByOne,
+    /// Seed 003: unmap up to [`NR_MAX_BATCHED_MIGRATION`] pages, one flush
+    /// for every address space involved, copy all, remap all; page locks
+    /// after the first taken with a trylock, failures retried one by one.
+    #[default]
+    Batched,
+}
+
+impl MigratePolicy {
+    /// Every policy, for the lab.
+    pub const ALL: [MigratePolicy; 2] = [MigratePolicy::OneByOne, MigratePolicy::Batched];
+
+    /// The name the lab prints and parses (`one-by-one`, `batched`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MigratePolicy::OneByOne => "one-by-one",
+            MigratePolicy::Batched => "batched",
+        }
+    }
+
+    /// The policy named `name` (see [`MigratePolicy::name`]).
+    pub fn from_name(name: &str) -> Option<MigratePolicy> {
+        MigratePolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// A page isolated for migration: the caller's reference keeps it, and its
+/// family and linear index find its mappings.
+pub(crate) struct Isolated<'p> {
+    pub(crate) page: FrameRef<'p>,
+    pub(crate) family: Arc<AnonFamily>,
+    pub(crate) index: u64,
+}
+
+/// The page lock (`PG_locked`), taken with a trylock.
+fn trylock_page(phys: &PhysMem, pfn: Pfn) -> bool {
+    // Acquire pairs with the Release of `unlock_page`.
+    phys.desc(pfn).flags.fetch_or(PG_LOCKED, Ordering::Acquire) & PG_LOCKED == 0
+}
+
+/// `lock_page`: waits for the page lock.
+pub(crate) fn lock_page(phys: &PhysMem, pfn: Pfn) {
+    let mut i = 0;
+    while !trylock_page(phys, pfn) {
+        crate::sync::spin_hint(i);
+        i = i.saturating_add(1);
+    }
+}
+
+/// Releases the page lock.
+pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
+    phys.desc(pfn).flags.fetch_and(!PG_LOCKED, Ordering::Release);
+}
+
+/// Calls `f` on the entry of every address at which a VMA of `family`
+/// holds linear index `index`, under that entry's table lock, with the
+/// member's `mmap_lock` held for read (recursively, so that a writer queued
+/// behind a fault that waits for this migration does not block us): no
+/// writer moves or copies entries while we look (mremap, fork, munmap's
+/// VMA removal). `f` returns the entry to store, if any.
+///
+/// The members are read again after each one is visited: a fork that was
+/// copying the visited member's entries (under its `mmap_lock` for write,
+/// which our read waited for) has made its child a member by then, and the
+/// child's copies of the entries must be visited too.
+fn walk_entries(
+    family: &AnonFamily,
+    index: u64,
+    mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>,
+) {
+    let mut visited: Vec<*const AddressSpace> = Vec::new();
+    loop {
+        let next = family
+            .members()
+            .into_iter()
+            .filter_map(|m| m.downcast::<AddressSpace>().ok())
+            .find(|mm| !visited.contains(&Arc::as_ptr(mm)));
+        let Some(mm) = next else { return };
+        visited.push(Arc::as_ptr(&mm));
+        let st = mm.read_lock_recursive();
+        let guard = crossbeam_epoch::pin();
+        for vma in st.vmas.iter() {
+            let ours = vma.anon_vma.get().is_some_and(|a| std::ptr::eq(Arc::as_ptr(&a.family), family));
+            if !ours || !(vma.pgoff..vma.pgoff + vma.pages()).contains(&index) {
+                continue;
+            }
+            let addr = vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT);
+            let Some(leaf) = mm.pgtables.leaf(addr, &guard) else { continue };
+            if leaf.entry_size() != PAGE_SIZE {
+                continue;
+            }
+            let mut ptl = leaf.lock();
+            if let Some(new) = f(&mm, vma.flags, addr, ptl.get(addr)) {
+                ptl.replace(addr, new);
+            }
+        }
+    }
+}
+
+/// Turns every present entry of `page` into a migration entry, dropping the
+/// entries' references; returns the address spaces involved.
+fn try_to_migrate(phys: &PhysMem, p: &Isolated<'_>, mms: &mut Vec<Arc<AddressSpace>>) {
+    let pfn = p.page.pfn();
+    walk_entries(&p.family, p.index, |mm, _, _, pte| {
+        if !pte.is_present() || pte.pfn() != pfn {
+            return None;
+        }
+        if !mms.iter().any(|m| Arc::ptr_eq(m, mm)) {
+            mms.push(mm.clone());
+        }
+        // The entry's reference goes; ours keeps the frame.
+        drop(crate::rmap::unmapped(phys, pte));
+        Some(pte.to_migration())
+    });
+}
+
+/// Turns every migration entry for `old` into a present entry of `new`
+/// (Linux's `remove_migration_ptes`), each taking a reference on `new`.
+fn remove_migration_ptes(phys: &PhysMem, p: &Isolated<'_>, old: Pfn, new: Pfn) {
+    walk_entries(&p.family, p.index, |_, flags, _, pte| {
+        if !pte.is_migration() || pte.pfn() != old {
+            return None;
+        }
+        let entry = pte.restored(crate::rmap::map_migrated(phys, new));
+        // The VMA's protection now: PROT_NONE set meanwhile hides the page.
+        Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
+    });
+}
+
+/// What became of one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// On the target node now.
+    Moved,
+    /// Not moved (pinned, an extra reference, no memory on the node): the
+    /// page stays where it was, mapped as before.
+    Failed(Errno),
+}
+
+/// Counts of one `migrate_pages` call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MigrateCounts {
+    pub(crate) moved: u64,
+    pub(crate) failed: u64,
+}
+
+/// Linux's `migrate_pages`: moves each isolated page to `node` with
+/// `policy`; returns each page's outcome in order. The pages' references
+/// and isolation are the caller's to release (it drops `pages`).
+pub(crate) fn migrate_pages(
+    phys: &PhysMem,
+    pages: &[Isolated<'_>],
+    node: usize,
+    policy: MigratePolicy,
+) -> (Vec<Outcome>, MigrateCounts) {
+    let mut out = vec![Outcome::Failed(Errno::Again); pages.len()];
+    let batch = match policy {
+        MigratePolicy::OneByOne => 1,
+        MigratePolicy::Batched => NR_MAX_BATCHED_MIGRATION,
+    };
+    let mut todo: Vec<usize> = (0..pages.len()).collect();
+    for pass in 0..NR_MAX_MIGRATE_PAGES_RETRY {
+        let mut again = Vec::new();
+        let mut backed_off = Vec::new();
+        for chunk in todo.chunks(batch) {
+            migrate_batch(phys, pages, chunk, node, &mut out, &mut again, &mut backed_off);
+        }
+        // The pages whose lock a batch could not take: one at a time, each
+        // holding only its own lock while it may wait.
+        for i in backed_off {
+            migrate_batch(phys, pages, &[i], node, &mut out, &mut again, &mut Vec::new());
+        }
+        if again.is_empty() || pass + 1 == NR_MAX_MIGRATE_PAGES_RETRY {
+            break;
+        }
+        todo = again;
+    }
+    let moved = out.iter().filter(|o| **o == Outcome::Moved).count() as u64;
+    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved })
+}
+
+/// One batch: the first page locked with a wait, the others with a trylock
+/// (a failure goes to `backed_off`); unmap all, flush once, copy, remap.
+fn migrate_batch(
+    phys: &PhysMem,
+    pages: &[Isolated<'_>],
+    chunk: &[usize],
+    node: usize,
+    out: &mut [Outcome],
+    again: &mut Vec<usize>,
+    backed_off: &mut Vec<usize>,
+) {
+    let mut unmapped: Vec<(usize, FrameRef<'_>)> = Vec::new();
+    let mut mms: Vec<Arc<AddressSpace>> = Vec::new();
+    let only = NodeMask::single(node);
+    for &i in chunk {
+        let p = &pages[i];
+        let pfn = p.page.pfn();
+        if unmapped.is_empty() && backed_off.is_empty() {
+            lock_page(phys, pfn);
+        } else if !trylock_page(phys, pfn) {
+            backed_off.push(i);
+            continue;
+        }
+        let d = phys.desc(pfn);
+        if d.pincount.load(Ordering::Acquire) > 0 {
+            // A pinned page cannot move (3.4 of the reference: counted failed).
+            unlock_page(phys, pfn);
+            out[i] = Outcome::Failed(Errno::Again);
+            again.push(i);
+            continue;
+        }
+        // __GFP_THISNODE: the target node or nothing.
+        let Some(dst) = phys.alloc_in(node, Some(&only)) else {
+            unlock_page(phys, pfn);
+            out[i] = Outcome::Failed(Errno::NoMem);
+            continue;
+        };
+        try_to_migrate(phys, p, &mut mms);
+        unmapped.push((i, dst));
+    }
+    if unmapped.is_empty() {
+        return;
+    }
+    // One flush per address space involved, all begun before any is waited for.
+    let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
+    for t in tickets {
+        t.wait();
+    }
+    for (i, dst) in unmapped {
+        let p = &pages[i];
+        let old = p.page.pfn();
+        let d = phys.desc(old);
+        // Our reference is the only one left once every entry is a
+        // migration entry; anything more (a pin or a get_user_pages
+        // reference taken meanwhile, an entry the walk missed) keeps it.
+        if d.refcount.load(Ordering::Acquire) != 1 || d.pincount.load(Ordering::Acquire) > 0 {
+            remove_migration_ptes(phys, p, old, old);
+            unlock_page(phys, old);
+            out[i] = Outcome::Failed(Errno::Again);
+            again.push(i);
+            continue;
+        }
+        // SAFETY: both frames belong to `phys`, which outlives the call;
+        // `frame_ptr` checks the numbers.
+        unsafe { copy_frame(phys.frame_ptr(old), phys.frame_ptr(dst.pfn())) };
+        let nd = dst.desc();
+        // The new page is never marked exclusive here: a fork may have
+        // copied a migration entry meanwhile, and the first write or pin of
+        // a page with one reference makes it exclusive again.
+        let flags = d.flags.load(Ordering::Relaxed) & !(PG_LOCKED | PG_ISOLATED | PG_ANON_EXCLUSIVE);
+        nd.flags.store(flags, Ordering::Relaxed);
+        nd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
+        nd.mapping.store(d.mapping.load(Ordering::Relaxed), Ordering::Relaxed);
+        remove_migration_ptes(phys, p, old, dst.pfn());
+        unlock_page(phys, old);
+        out[i] = Outcome::Moved;
+        // `dst`'s allocation reference goes; the restored entries hold theirs.
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::phys::PhysConfig;
+    use crate::uapi::*;
+    use crate::{Cpu, MmConfig};
+
+    /// The page at `addr` of `mm`, isolated (our reference) and unmapped
+    /// everywhere into migration entries.
+    fn unmap_for_migration<'p>(phys: &'p PhysMem, mm: &AddressSpace, addr: u64) -> Isolated<'p> {
+        let pte = mm.pte_at(addr);
+        let st = mm.read_lock();
+        let family = st.vmas.find(addr).unwrap().anon_vma.get().unwrap().family.clone();
+        drop(st);
+        let index = phys.desc(pte.pfn()).index.load(Ordering::Relaxed);
+        let p = Isolated { page: phys.get(pte.pfn()), family, index };
+        lock_page(phys, p.page.pfn());
+        try_to_migrate(phys, &p, &mut Vec::new());
+        p
+    }
+
+    #[test]
+    fn every_path_treats_migration_entries_as_linux() {
+        let phys = PhysMem::new(PhysConfig::new(8 << 20).nodes(2)).unwrap();
+        {
+            let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+            let a = mm.mmap(0, 4 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..4 {
+                cpu.write_u64(a + i * PAGE_SIZE, 10 + i).unwrap();
+            }
+            let p0 = unmap_for_migration(&phys, &mm, a);
+            let p1 = unmap_for_migration(&phys, &mm, a + PAGE_SIZE);
+            let p3 = unmap_for_migration(&phys, &mm, a + 3 * PAGE_SIZE);
+            assert!(mm.pte_at(a).is_migration() && mm.pte_at(a).has(Pte::WRITE));
+            // mincore and RSS count them as resident.
+            let mut vec = [0u8; 4];
+            mm.mincore(a, 4 * PAGE_SIZE, &mut vec).unwrap();
+            assert_eq!(vec, [1; 4]);
+            assert_eq!(mm.stats().rss_pages, 4);
+            // mprotect read-only makes a writable migration entry readable.
+            mm.mprotect(a + PAGE_SIZE, PAGE_SIZE, PROT_READ).unwrap();
+            assert!(mm.pte_at(a + PAGE_SIZE).is_migration() && !mm.pte_at(a + PAGE_SIZE).has(Pte::WRITE));
+            // fork copies the entry, readable in both (COW).
+            let child = mm.fork().unwrap();
+            assert!(child.pte_at(a).is_migration() && !child.pte_at(a).has(Pte::WRITE));
+            assert!(!mm.pte_at(a).has(Pte::WRITE));
+            // munmap zaps the fourth page's migration entry. (Before the
+            // waiter below: its fault waits holding mmap_lock for read.)
+            mm.munmap(a + 3 * PAGE_SIZE, PAGE_SIZE).unwrap();
+            assert!(mm.pte_at(a + 3 * PAGE_SIZE).is_none());
+            // A fault on a migration entry waits until the page is back.
+            let waiter = {
+                let mm = mm.clone();
+                std::thread::spawn(move || Cpu::attached(&mm).read_u64(a).unwrap())
+            };
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            assert!(!waiter.is_finished(), "the fault did not wait for the migration");
+            // Remap the first page onto a new frame: parent and child both map it.
+            let new = phys.alloc_copy(p0.page.pfn(), 1).unwrap();
+            remove_migration_ptes(&phys, &p0, p0.page.pfn(), new.pfn());
+            assert_eq!(mm.pte_at(a).pfn(), new.pfn());
+            assert_eq!(child.pte_at(a).pfn(), new.pfn());
+            assert_eq!(waiter.join().unwrap(), 10);
+            // The second page back in place, read-only as mprotect left it.
+            remove_migration_ptes(&phys, &p1, p1.page.pfn(), p1.page.pfn());
+            assert!(mm.pte_at(a + PAGE_SIZE).is_present() && !mm.pte_at(a + PAGE_SIZE).has(Pte::WRITE));
+            assert_eq!(cpu.read_u64(a + PAGE_SIZE).unwrap(), 11);
+            // The unmapped page's restore finds nothing: it goes with our reference.
+            remove_migration_ptes(&phys, &p3, p3.page.pfn(), p3.page.pfn());
+            for p in [&p0, &p1, &p3] {
+                unlock_page(&phys, p.page.pfn());
+            }
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
+    }
+
+    /// Seed 003's deadlock (Hugh Dickins' review): thread T holds page B's
+    /// lock and waits for page A's, which the migrator holds as the first
+    /// page of its batch. A batch that slept on B's lock would never end;
+    /// with the trylock it finishes A, releases it, and moves B alone after.
+    #[test]
+    fn a_batch_never_sleeps_on_a_second_page_lock() {
+        for policy in MigratePolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new(8 << 20).nodes(2)).unwrap();
+            let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+            let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 1).unwrap();
+            cpu.write_u64(a + PAGE_SIZE, 2).unwrap();
+            let (pa, pb) = (mm.pte_at(a).pfn(), mm.pte_at(a + PAGE_SIZE).pfn());
+            // A running CPU is waited for by every flush: this one sleeps below.
+            cpu.park();
+            lock_page(&phys, pb);
+            let t = {
+                let (phys, mm) = (phys.clone(), mm.clone());
+                std::thread::spawn(move || {
+                    // Wait until the migrator holds A (its first page) or is
+                    // done with it (one-by-one), then ask for it.
+                    while phys.desc(pa).flags.load(Ordering::Acquire) & PG_LOCKED == 0 && mm.pte_at(a).pfn() == pa {
+                        std::thread::yield_now();
+                    }
+                    lock_page(&phys, pa);
+                    unlock_page(&phys, pb);
+                    unlock_page(&phys, pa);
+                })
+            };
+            let migrator = {
+                let (phys, mm) = (phys.clone(), mm.clone());
+                std::thread::spawn(move || {
+                    let st = mm.read_lock();
+                    let family = st.vmas.find(a).unwrap().anon_vma.get().unwrap().family.clone();
+                    drop(st);
+                    let iso = |pfn: Pfn| Isolated {
+                        page: phys.get(pfn),
+                        family: family.clone(),
+                        index: phys.desc(pfn).index.load(Ordering::Relaxed),
+                    };
+                    let pages = [iso(pa), iso(pb)];
+                    migrate_pages(&phys, &pages, 1, policy).1
+                })
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !migrator.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(migrator.is_finished(), "{policy:?}: the migrator deadlocked on a second page lock");
+            assert_eq!(migrator.join().unwrap(), MigrateCounts { moved: 2, failed: 0 }, "{policy:?}");
+            t.join().unwrap();
+            cpu.resume();
+            assert_eq!((cpu.read_u64(a).unwrap(), cpu.read_u64(a + PAGE_SIZE).unwrap()), (1, 2));
+            assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 1);
+        }
+    }
+}

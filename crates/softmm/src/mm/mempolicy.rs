@@ -1,0 +1,326 @@
+//! `set_mempolicy`, `mbind` and `move_pages`' query mode (Linux's
+//! `mm/mempolicy.c` and `do_pages_stat`): the system calls around
+//! [`crate::mempolicy`].
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Result};
+use crate::mempolicy::{get_nodes, sanitize_mode, MemPolicy, MPOL_DEFAULT, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
+use crate::mempolicy::{MPOL_MF_STRICT, MPOL_MF_VALID};
+use crate::migrate::Isolated;
+use crate::phys::NodeMask;
+use crate::vma::{anon_compatible, Vma};
+use crate::{page_align, PAGE_SIZE};
+
+use super::{AddressSpace, MmState};
+
+impl AddressSpace {
+    /// `set_mempolicy(mode, nmask, maxnode)`: the policy of every later
+    /// allocation outside VMAs with their own (`mbind`) policy. `nmask` is
+    /// the user bitmap (`None` for NULL) of which `maxnode - 1` bits are
+    /// read.
+    ///
+    /// In Linux's order: `EINVAL` for an unknown mode or conflicting mode
+    /// flags; then the mask: `EINVAL` for more than a page of bits or a bit
+    /// set at or above [`crate::MAX_NODES`], `EFAULT` when `nmask` is shorter
+    /// than the bits asked for; then `EINVAL` for a mask that does not suit
+    /// the mode (non-empty with `MPOL_DEFAULT`/`MPOL_LOCAL`, empty with
+    /// `MPOL_BIND`/`MPOL_INTERLEAVE`/`MPOL_PREFERRED_MANY`) or that holds no
+    /// node of this arena. Nothing changes on error.
+    pub fn set_mempolicy(&self, mode: i32, nmask: Option<&[u64]>, maxnode: u64) -> Result<()> {
+        let (mode, flags) = sanitize_mode(mode)?;
+        let nodes = get_nodes(nmask, maxnode)?;
+        let policy = MemPolicy::new(mode, flags, &nodes, &self.phys.online_nodes())?;
+        self.set_mm_policy(policy.map(Arc::new));
+        Ok(())
+    }
+
+    /// `mbind(start, len, mode, nmask, maxnode, flags)`: gives the VMAs of
+    /// `[start, start + len)` their own policy, splitting and merging them
+    /// as `mprotect` does.
+    ///
+    /// In Linux's order: mode and mask as [`AddressSpace::set_mempolicy`];
+    /// `EINVAL` for unknown `flags`; `EPERM` for `MPOL_MF_MOVE_ALL` without
+    /// [`crate::MmConfig::cap_sys_nice`]; `EINVAL` for an unaligned `start`
+    /// or a range that wraps; a zero length succeeds (as does a length whose
+    /// page rounding wraps to zero); `EINVAL` for a mask unsuited to the
+    /// mode; `EFAULT` if no VMA is in the range, or if a hole is in it and
+    /// the mode is not `MPOL_DEFAULT`; with `MPOL_MF_STRICT`, `EIO` if a
+    /// page of the range lies outside the mask (the policy is set all the
+    /// same). With `MPOL_MF_MOVE` (pages mapped once) or
+    /// `MPOL_MF_MOVE_ALL` (shared ones too) the pages outside the mask move
+    /// to where the new policy places them, after `mmap_lock` is dropped;
+    /// with `MPOL_MF_STRICT` any that did not move make it `EIO`.
+    pub fn mbind(
+        &self,
+        start: u64,
+        len: u64,
+        mode: i32,
+        nmask: Option<&[u64]>,
+        maxnode: u64,
+        flags: u32,
+    ) -> Result<()> {
+        let (mode, mode_flags) = sanitize_mode(mode)?;
+        let nodes = get_nodes(nmask, maxnode)?;
+        // do_mbind
+        if flags & !MPOL_MF_VALID != 0 {
+            return Err(Errno::Inval);
+        }
+        if flags & MPOL_MF_MOVE_ALL != 0 && !self.config.cap_sys_nice {
+            return Err(Errno::Perm);
+        }
+        if start % PAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        let mut flags = flags;
+        if mode == MPOL_DEFAULT {
+            flags &= !MPOL_MF_STRICT;
+        }
+        let end = start.wrapping_add(page_align(len));
+        if end < start {
+            return Err(Errno::Inval);
+        }
+        if end == start {
+            return Ok(());
+        }
+        let new = MemPolicy::new(mode, mode_flags, &nodes, &self.phys.online_nodes())?.map(Arc::new);
+        // The default policy may span holes (MPOL_MF_DISCONTIG_OK).
+        let discontig_ok = new.is_none();
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let mut st = self.write_lock();
+        let mut queue = Vec::new();
+        let mut failed = self.queue_pages_range(&st, start, end, &nodes, flags, discontig_ok, &mut queue)?;
+        let vmas: Vec<Arc<Vma>> = st.vmas.overlapping(start, end).cloned().collect();
+        for v in vmas {
+            // A VMA merged into its predecessor by the previous step is
+            // gone; the merged one already has the policy.
+            let Some(cur) = st.vmas.find(v.start.max(start)).cloned() else { continue };
+            if cur.same_policy(new.as_ref()) {
+                continue;
+            }
+            self.vma_modify_policy(&mut st, &cur, start.max(cur.start), end.min(cur.end), new.clone())?;
+        }
+        drop(st);
+        // Migrated after mmap_lock is dropped, each page to where the new
+        // policy places it (alloc_migration_target_by_mpol).
+        let mut by_node: Vec<(usize, Vec<Isolated<'_>>)> = Vec::new();
+        for (p, ilx) in queue {
+            let node = MemPolicy::placement(new.as_deref(), ilx).0;
+            match by_node.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, v)) => v.push(p),
+                None => by_node.push((node, vec![p])),
+            }
+        }
+        for (node, pages) in by_node {
+            failed += self.migrate_isolated(&pages, node).failed;
+        }
+        if failed > 0 && flags & MPOL_MF_STRICT != 0 {
+            return Err(Errno::Io);
+        }
+        Ok(())
+    }
+
+    /// Linux's `queue_pages_range` for `mbind`: `EFAULT` for a range with
+    /// no VMA or (unless `discontig_ok`) a hole; else the number of pages
+    /// outside `nodes` that the flags ask to check or move and that stay
+    /// where they are.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_pages_range<'a>(
+        &'a self,
+        st: &MmState,
+        start: u64,
+        end: u64,
+        nodes: &NodeMask,
+        flags: u32,
+        discontig_ok: bool,
+        queue: &mut Vec<(Isolated<'a>, u64)>,
+    ) -> Result<u64> {
+        let vmas: Vec<&Arc<Vma>> = st.vmas.overlapping(start, end).collect();
+        let Some(first) = vmas.first() else { return Err(Errno::Fault) };
+        if !discontig_ok {
+            if first.start > start {
+                return Err(Errno::Fault);
+            }
+            for w in vmas.windows(2) {
+                if w[0].end < w[1].start {
+                    return Err(Errno::Fault);
+                }
+            }
+            if vmas.last().expect("not empty").end < end {
+                return Err(Errno::Fault);
+            }
+        }
+        if flags & (MPOL_MF_STRICT | MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
+            return Ok(0);
+        }
+        let mut failed = 0;
+        for v in vmas {
+            let mut a = v.start.max(start);
+            while a < v.end.min(end) {
+                let pte = self.pte_at(a);
+                if pte.is_present()
+                    && pte.pfn() != self.phys.zero_pfn()
+                    && !nodes.contains(self.phys.node_of(pte.pfn()))
+                {
+                    if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
+                        // STRICT without MOVE stops at the first misplaced
+                        // page (strictly_unmovable).
+                        return Ok(failed + 1);
+                    }
+                    match self.isolate_at(v, a, flags) {
+                        Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
+                        // A shared page without MOVE_ALL stays, not an error.
+                        Ok(None) => {}
+                        Err(_) => failed += 1,
+                    }
+                }
+                a += PAGE_SIZE;
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Gives `[start, end)` of `vma` the policy `policy` (Linux's
+    /// `vma_modify_policy` + `vma_replace_policy`): merges with a neighbour
+    /// that becomes identical, splits otherwise. `ENOMEM` if a split would
+    /// exceed `max_map_count`; nothing changes then.
+    fn vma_modify_policy(
+        &self,
+        st: &mut MmState,
+        vma: &Arc<Vma>,
+        start: u64,
+        end: u64,
+        policy: Option<Arc<MemPolicy>>,
+    ) -> Result<()> {
+        let file = vma.file_id();
+        let anon = vma.anon_vma.get();
+        let pgoff = vma.pgoff_at(start);
+        let pages = (end - start) / PAGE_SIZE;
+        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start).cloned();
+        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end).cloned();
+        let pol = policy.as_ref();
+        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(vma.flags, file, anon, pgoff) && p.same_policy(pol));
+        let mut right = next
+            .as_ref()
+            .is_some_and(|n| n.can_merge_before(vma.flags, file, anon, pgoff, pages) && n.same_policy(pol));
+        if left && right {
+            right = anon_compatible(
+                prev.as_ref().and_then(|p| p.anon_vma.get()),
+                next.as_ref().and_then(|n| n.anon_vma.get()),
+            );
+        }
+        let splits = (start > vma.start && !left) as usize + (end < vma.end && !right) as usize;
+        if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
+            return Err(Errno::NoMem);
+        }
+        st.vmas.remove(vma.start);
+        let (mut lo, mut hi, mut pg) = (start, end, pgoff);
+        let mut anon_new = vma.anon_vma.get().cloned();
+        if left {
+            let p = prev.as_ref().expect("left");
+            st.vmas.remove(p.start);
+            lo = p.start;
+            pg = p.pgoff;
+            anon_new = p.anon_vma.get().cloned().or(anon_new);
+        } else if start > vma.start {
+            st.vmas.insert(vma.slice(vma.start, start, vma.flags));
+        }
+        if right {
+            let n = next.as_ref().expect("right");
+            st.vmas.remove(n.start);
+            hi = n.end;
+            anon_new = anon_new.or_else(|| n.anon_vma.get().cloned());
+        } else if end < vma.end {
+            st.vmas.insert(vma.slice(end, vma.end, vma.flags));
+        }
+        let mut merged = vma.rebound(lo, hi, pg);
+        merged.policy = policy;
+        merged.set_anon(anon_new);
+        st.vmas.insert(merged);
+        Ok(())
+    }
+
+    /// `move_pages(pid, count, pages, NULL, status, flags)`: the node of the
+    /// page at each address of `pages` into `status` (Linux's
+    /// `do_pages_stat`): the node number; `-EFAULT` where no VMA covers the
+    /// address or it maps the zero page; `-ENOENT` where nothing is mapped.
+    /// `EFAULT` (nothing written) when `status` is shorter than `pages`.
+    pub fn pages_stat(&self, pages: &[u64], status: &mut [i32]) -> Result<()> {
+        let status = status.get_mut(..pages.len()).ok_or(Errno::Fault)?;
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let st = self.read_lock();
+        for (&addr, s) in pages.iter().zip(status.iter_mut()) {
+            *s = match st.vmas.find(addr) {
+                None => -libc::EFAULT,
+                Some(_) => {
+                    let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
+                    if !pte.is_present() {
+                        -libc::ENOENT
+                    } else if pte.pfn() == self.phys.zero_pfn() {
+                        -libc::EFAULT
+                    } else {
+                        self.phys.node_of(pte.pfn()) as i32
+                    }
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// `migrate_pages(pid, maxnode, old_nodes, new_nodes)` on this address
+    /// space: moves every page on a node of `old_nodes` to the node of
+    /// `new_nodes` at the same position (Linux's `do_migrate_pages` with
+    /// `nodes_remap`), with `MPOL_MF_MOVE_ALL` if
+    /// [`crate::MmConfig::cap_sys_nice`], else `MPOL_MF_MOVE`. Returns the
+    /// number of pages that did not move. `EINVAL`/`EFAULT` for the masks
+    /// as [`AddressSpace::set_mempolicy`]; `EPERM` for a new node outside
+    /// the arena without `cap_sys_nice`; `EINVAL` if no new node is one of
+    /// the arena's.
+    pub fn migrate_pages(&self, maxnode: u64, old_nodes: Option<&[u64]>, new_nodes: Option<&[u64]>) -> Result<u64> {
+        let old = get_nodes(old_nodes, maxnode)?;
+        let new = get_nodes(new_nodes, maxnode)?;
+        let online = self.phys.online_nodes();
+        if new.and(&online) != new && !self.config.cap_sys_nice {
+            return Err(Errno::Perm);
+        }
+        let new = new.and(&online);
+        if new.is_empty() {
+            return Err(Errno::Inval);
+        }
+        let flags = if self.config.cap_sys_nice { MPOL_MF_MOVE_ALL } else { MPOL_MF_MOVE };
+        let old_list: Vec<usize> = old.iter().collect();
+        let new_list: Vec<usize> = new.iter().collect();
+        // nodes_remap: the n-th node of `old` goes to the (n mod |new|)-th of `new`.
+        let dest = |src: usize| old_list.iter().position(|&n| n == src).map(|i| new_list[i % new_list.len()]);
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let mut by_node: Vec<(usize, Vec<Isolated<'_>>)> = Vec::new();
+        let mut failed = 0;
+        {
+            let st = self.read_lock();
+            for v in st.vmas.iter() {
+                let mut a = v.start;
+                while a < v.end {
+                    let pte = self.pte_at(a);
+                    if pte.is_present() && pte.pfn() != self.phys.zero_pfn() {
+                        let src = self.phys.node_of(pte.pfn());
+                        if let Some(d) = dest(src).filter(|&d| d != src) {
+                            match self.isolate_at(v, a, flags) {
+                                Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == d) {
+                                    Some((_, q)) => q.push(p),
+                                    None => by_node.push((d, vec![p])),
+                                },
+                                Ok(None) => {}
+                                Err(_) => failed += 1,
+                            }
+                        }
+                    }
+                    a += PAGE_SIZE;
+                }
+            }
+        }
+        for (node, pages) in by_node {
+            failed += self.migrate_isolated(&pages, node).failed;
+        }
+        Ok(failed)
+    }
+}

@@ -1,0 +1,169 @@
+//! `move_pages(2)` (Linux's `kernel_move_pages`, `do_pages_move`): moves
+//! pages of this address space to the nodes asked, reporting each page's
+//! status, through [`crate::migrate`].
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Result};
+use crate::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
+use crate::migrate::{migrate_pages, Isolated, MigrateCounts, Outcome};
+use crate::phys::{PG_ANON, PG_ISOLATED};
+use crate::sync::Ordering;
+use crate::PAGE_SIZE;
+
+use super::AddressSpace;
+
+impl AddressSpace {
+    /// `move_pages(pid, count, pages, nodes, status, flags)` on this
+    /// address space, with its [`crate::MmConfig::migrate_policy`].
+    ///
+    /// In Linux's order: `EINVAL` for flags other than `MPOL_MF_MOVE` and
+    /// `MPOL_MF_MOVE_ALL`; `EPERM` for `MPOL_MF_MOVE_ALL` without
+    /// [`crate::MmConfig::cap_sys_nice`]; `nodes == None` is the query of
+    /// [`AddressSpace::pages_stat`] (returns 0); `EFAULT` if `status` (or
+    /// `nodes`) is shorter than `pages`. Then per entry, in order: a node
+    /// that is not one of this arena's ends the call with `ENODEV` (pages
+    /// queued before it are moved first); else the page's status: `-EFAULT`
+    /// (no VMA, or the zero page), `-ENOENT` (nothing mapped, or a page
+    /// being migrated), the node itself when the page is there already,
+    /// `-EACCES` for a page mapped more than once without
+    /// `MPOL_MF_MOVE_ALL`, `-EBUSY` when another migration holds it. Runs of
+    /// entries for one node are migrated together; their statuses become the
+    /// node. If some pages of a run fail to move (pinned, referenced
+    /// elsewhere, a file page, no memory on the node), the call stops and
+    /// returns their number plus the number of entries not looked at yet, as
+    /// a positive value, leaving that run's statuses unwritten; else 0.
+    pub fn move_pages(&self, pages: &[u64], nodes: Option<&[i32]>, status: &mut [i32], flags: u32) -> Result<u64> {
+        if flags & !(MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0 {
+            return Err(Errno::Inval);
+        }
+        if flags & MPOL_MF_MOVE_ALL != 0 && !self.config.cap_sys_nice {
+            return Err(Errno::Perm);
+        }
+        let Some(nodes) = nodes else {
+            self.pages_stat(pages, status)?;
+            return Ok(0);
+        };
+        if status.len() < pages.len() || nodes.len() < pages.len() {
+            return Err(Errno::Fault);
+        }
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let phys = &self.phys;
+        let mut run: Vec<(usize, Isolated<'_>)> = Vec::new();
+        let mut run_node = None;
+        for i in 0..pages.len() {
+            let node = nodes[i];
+            if node < 0 || node as usize >= phys.nodes() {
+                let left = self.move_run(&mut run, run_node, status, pages.len() - i);
+                return if left > 0 { Ok(left) } else { Err(Errno::NoDev) };
+            }
+            let node = node as usize;
+            if run_node.is_some_and(|n| n != node) {
+                let left = self.move_run(&mut run, run_node, status, pages.len() - i);
+                if left > 0 {
+                    return Ok(left);
+                }
+            }
+            run_node = Some(node);
+            match self.isolate(pages[i], node, flags) {
+                Ok(Some(p)) => run.push((i, p)),
+                Ok(None) => status[i] = node as i32,
+                Err(code) => status[i] = code,
+            }
+        }
+        Ok(self.move_run(&mut run, run_node, status, 0))
+    }
+
+    /// `add_folio_for_migration`: the page at `addr` isolated for a move to
+    /// `node`, `None` if it is there already, or its negative status.
+    fn isolate(&self, addr: u64, node: usize, flags: u32) -> std::result::Result<Option<Isolated<'_>>, i32> {
+        let st = self.read_lock();
+        let vma = st.vmas.find(addr).ok_or(-libc::EFAULT)?;
+        let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
+        if pte.is_present() && pte.pfn() != self.phys.zero_pfn() && self.phys.node_of(pte.pfn()) == node {
+            return Ok(None);
+        }
+        match self.isolate_at(vma, addr, flags) {
+            Ok(None) => Err(-libc::EACCES),
+            r => r,
+        }
+    }
+
+    /// Isolates the page mapped at `addr` of `vma` (the caller holds
+    /// `mmap_lock`): `-ENOENT` for nothing mapped, `-EFAULT` for the zero
+    /// page, `Ok(None)` for a page mapped more than once without
+    /// `MPOL_MF_MOVE_ALL`, `-EBUSY` if another migration holds it.
+    pub(crate) fn isolate_at(
+        &self,
+        vma: &crate::vma::Vma,
+        addr: u64,
+        flags: u32,
+    ) -> std::result::Result<Option<Isolated<'_>>, i32> {
+        let va = addr & !(PAGE_SIZE - 1);
+        let guard = crossbeam_epoch::pin();
+        let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;
+        let ptl = leaf.lock();
+        let pte = ptl.get(va);
+        if !pte.is_present() {
+            return Err(-libc::ENOENT);
+        }
+        let pfn = pte.pfn();
+        if pfn == self.phys.zero_pfn() {
+            return Err(-libc::EFAULT);
+        }
+        let d = self.phys.desc(pfn);
+        // folio_likely_mapped_shared: more references than its pins and one mapping.
+        let shared = d.refcount.load(Ordering::Relaxed) > 1 + d.pincount.load(Ordering::Relaxed);
+        if shared && flags & MPOL_MF_MOVE_ALL == 0 {
+            return Ok(None);
+        }
+        if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
+            return Err(-libc::EBUSY);
+        }
+        let page = self.phys.get(pfn);
+        drop(ptl);
+        let family = match vma.anon_vma.get() {
+            Some(a) if d.flags.load(Ordering::Relaxed) & PG_ANON != 0 => a.family.clone(),
+            // A page-cache page: no migration for file pages yet; queued so
+            // that it counts as not moved.
+            _ => Arc::new(crate::vma::AnonFamily::empty()),
+        };
+        Ok(Some(Isolated { page, family, index: d.index.load(Ordering::Relaxed) }))
+    }
+
+    /// Migrates the queued run to `node` (Linux's `move_pages_and_store_status`):
+    /// 0 and the run's statuses set to the node, or the number of pages not
+    /// moved plus `rest` with the statuses left unwritten. Releases the run.
+    fn move_run(
+        &self,
+        run: &mut Vec<(usize, Isolated<'_>)>,
+        node: Option<usize>,
+        status: &mut [i32],
+        rest: usize,
+    ) -> u64 {
+        let (Some(node), false) = (node, run.is_empty()) else { return 0 };
+        let (idx, isolated): (Vec<usize>, Vec<Isolated<'_>>) = std::mem::take(run).into_iter().unzip();
+        let counts = self.migrate_isolated(&isolated, node);
+        if counts.failed == 0 {
+            for i in idx {
+                status[i] = node as i32;
+            }
+        }
+        if counts.failed > 0 {
+            return counts.failed + rest as u64;
+        }
+        0
+    }
+
+    /// Migrates isolated pages to `node` with this address space's policy,
+    /// then releases their isolation (Linux's `putback_movable_pages`).
+    pub(crate) fn migrate_isolated(&self, isolated: &[Isolated<'_>], node: usize) -> MigrateCounts {
+        let (_, counts): (Vec<Outcome>, MigrateCounts) =
+            migrate_pages(&self.phys, isolated, node, self.config.migrate_policy);
+        for p in isolated {
+            p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
+        }
+        self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
+        counts
+    }
+}

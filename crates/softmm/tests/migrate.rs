@@ -1,0 +1,275 @@
+//! Page migration: `move_pages` moves anonymous pages between nodes under
+//! both migration policies with their contents, statuses and errnos as
+//! Linux's; batched migration flushes once per batch; writers racing with
+//! migration, fork and munmap never lose a write; nothing leaks.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use softmm::uapi::*;
+use softmm::*;
+
+const PAGE: u64 = PAGE_SIZE;
+
+fn two_nodes(frames_per_node: u64) -> Arc<PhysMem> {
+    PhysMem::new(PhysConfig::new(2 * frames_per_node * PAGE).nodes(2)).unwrap()
+}
+
+fn mm_with(phys: &Arc<PhysMem>, policy: MigratePolicy) -> Arc<AddressSpace> {
+    AddressSpace::new(phys, MmConfig::default().migrate_policy(policy).cap_sys_nice(true)).unwrap()
+}
+
+fn anon(mm: &AddressSpace, pages: u64) -> u64 {
+    mm.mmap(0, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap()
+}
+
+fn addrs(a: u64, pages: u64) -> Vec<u64> {
+    (0..pages).map(|i| a + i * PAGE).collect()
+}
+
+#[track_caller]
+fn nodes_of(mm: &AddressSpace, a: u64, pages: u64) -> Vec<i32> {
+    let mut st = vec![i32::MIN; pages as usize];
+    mm.pages_stat(&addrs(a, pages), &mut st).unwrap();
+    st
+}
+
+/// Moves `[a, a + pages)` to `node`; returns the call's result and statuses.
+fn move_to(mm: &AddressSpace, a: u64, pages: u64, node: i32, flags: u32) -> (Result<u64>, Vec<i32>) {
+    let nodes = vec![node; pages as usize];
+    let mut status = vec![i32::MIN; pages as usize];
+    let r = mm.move_pages(&addrs(a, pages), Some(&nodes), &mut status, flags);
+    (r, status)
+}
+
+#[test]
+fn move_pages_moves_contents_and_frees_the_old_frames() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(256);
+        {
+            let mm = mm_with(&phys, policy);
+            let a = anon(&mm, 32);
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..32 {
+                cpu.write_u64(a + i * PAGE + 8, 1000 + i).unwrap();
+            }
+            let used0 = phys.node_stats()[0].frames_used;
+            let (r, st) = move_to(&mm, a, 32, 1, MPOL_MF_MOVE);
+            assert_eq!(r, Ok(0), "{policy:?}");
+            assert_eq!(st, vec![1; 32]);
+            assert_eq!(nodes_of(&mm, a, 32), vec![1; 32]);
+            for i in 0..32 {
+                assert_eq!(cpu.read_u64(a + i * PAGE + 8).unwrap(), 1000 + i, "{policy:?} page {i}");
+            }
+            assert_eq!(phys.node_stats()[0].frames_used, used0 - 32, "old frames freed");
+            assert_eq!(mm.stats().pages_migrated, 32);
+            // Still writable, privately: a write lands in the new page.
+            cpu.write_u64(a, 5).unwrap();
+            // And back.
+            let (r, st) = move_to(&mm, a, 32, 0, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Ok(0), vec![0; 32]));
+            assert_eq!(cpu.read_u64(a).unwrap(), 5);
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
+#[test]
+fn statuses_and_errnos_follow_linux() {
+    let phys = two_nodes(64);
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = anon(&mm, 4);
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 1).unwrap();
+    cpu.read_u64(a + PAGE).unwrap(); // zero page
+    let pages = [a, a + PAGE, a + 2 * PAGE, a + 64 * PAGE];
+    let mut status = [i32::MIN; 4];
+    // Page 0 is on node 0 already: its status is the node.
+    assert_eq!(mm.move_pages(&pages, Some(&[0, 1, 1, 1]), &mut status, MPOL_MF_MOVE), Ok(0));
+    assert_eq!(status, [0, -libc::EFAULT, -libc::ENOENT, -libc::EFAULT]);
+    assert_eq!(mm.move_pages(&pages, Some(&[0; 4]), &mut status, 8), Err(Errno::Inval));
+    assert_eq!(mm.move_pages(&pages, Some(&[0; 4]), &mut status, MPOL_MF_MOVE_ALL), Err(Errno::Perm));
+    assert_eq!(mm.move_pages(&pages, Some(&[0; 4]), &mut [0; 3], MPOL_MF_MOVE), Err(Errno::Fault));
+    assert_eq!(mm.move_pages(&pages, Some(&[0; 3]), &mut status, MPOL_MF_MOVE), Err(Errno::Fault));
+    // A node that does not exist ends the call with ENODEV; -1 too.
+    assert_eq!(mm.move_pages(&pages[..1], Some(&[2]), &mut status, MPOL_MF_MOVE), Err(Errno::NoDev));
+    assert_eq!(mm.move_pages(&pages[..1], Some(&[-1]), &mut status, MPOL_MF_MOVE), Err(Errno::NoDev));
+    // ... after moving what came before it.
+    let mut st2 = [i32::MIN; 2];
+    assert_eq!(mm.move_pages(&[a, a + PAGE], Some(&[1, 7]), &mut st2, MPOL_MF_MOVE), Err(Errno::NoDev));
+    assert_eq!(st2[0], 1);
+    assert_eq!(nodes_of(&mm, a, 1), [1]);
+    // The query mode.
+    let mut q = [i32::MIN; 4];
+    assert_eq!(mm.move_pages(&pages, None, &mut q, 0), Ok(0));
+    assert_eq!(q, [1, -libc::EFAULT, -libc::ENOENT, -libc::EFAULT]);
+}
+
+#[test]
+fn shared_pages_need_move_all_and_stay_shared_after_moving() {
+    let phys = two_nodes(64);
+    let mm = mm_with(&phys, MigratePolicy::Batched);
+    let a = anon(&mm, 2);
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 11).unwrap();
+    cpu.write_u64(a + PAGE, 12).unwrap();
+    let child = mm.fork().unwrap();
+    let (r, st) = move_to(&mm, a, 2, 1, MPOL_MF_MOVE);
+    assert_eq!((r, st), (Ok(0), vec![-libc::EACCES; 2]));
+    let (r, st) = move_to(&mm, a, 2, 1, MPOL_MF_MOVE_ALL);
+    assert_eq!((r, st), (Ok(0), vec![1; 2]));
+    // Both address spaces map the moved page (the anon walk found the child's entry).
+    assert_eq!(nodes_of(&child, a, 2), [1, 1]);
+    let mut ccpu = Cpu::attached(&child);
+    assert_eq!(ccpu.read_u64(a).unwrap(), 11);
+    // Still copy-on-write: the child's write does not reach the parent.
+    ccpu.write_u64(a, 99).unwrap();
+    assert_eq!(cpu.read_u64(a).unwrap(), 11);
+    cpu.write_u64(a + PAGE, 13).unwrap();
+    assert_eq!(ccpu.read_u64(a + PAGE).unwrap(), 12);
+}
+
+/// A thread with a CPU attached to `mm` that stays attached (so that
+/// flushes send it requests) until `stop`, parked while it sleeps (a
+/// running CPU would be waited for).
+fn attached_peer(mm: &Arc<AddressSpace>, a: u64, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (mm, stop) = (mm.clone(), stop.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let mut cpu = Cpu::attached(&mm);
+        cpu.read_u64(a).unwrap();
+        cpu.park();
+        tx.send(()).unwrap();
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    rx.recv().unwrap();
+    h
+}
+
+#[test]
+fn batched_migration_sends_one_flush_per_batch() {
+    let mut requests = Vec::new();
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(1024);
+        let mm = mm_with(&phys, policy);
+        let a = anon(&mm, 600);
+        let mut cpu = Cpu::attached(&mm);
+        for i in 0..600 {
+            cpu.write_u64(a + i * PAGE, i).unwrap();
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let peer = attached_peer(&mm, a, &stop);
+        let before = mm.stats().tlb.flush_requests;
+        let (r, _) = move_to(&mm, a, 600, 1, MPOL_MF_MOVE);
+        assert_eq!(r, Ok(0));
+        requests.push(mm.stats().tlb.flush_requests - before);
+        stop.store(true, Ordering::Relaxed);
+        peer.join().unwrap();
+    }
+    // One request per page to the one other CPU, against one per batch of 512.
+    assert_eq!(requests, [600, 2], "one-by-one, batched");
+}
+
+#[test]
+fn writers_never_lose_a_write_while_pages_migrate_fork_and_unmap() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(2048);
+        {
+            let mm = mm_with(&phys, policy);
+            const PAGES: u64 = 64;
+            let a = anon(&mm, PAGES);
+            let scratch = anon(&mm, 16);
+            Cpu::attached(&mm).write_u64(a, 0).unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            // Two writers, each owning one word per page, counting up.
+            let writers: Vec<_> = (0..2u64)
+                .map(|w| {
+                    let (mm, stop) = (mm.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        let mut cpu = Cpu::attached(&mm);
+                        let mut n = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            for p in 0..PAGES {
+                                let at = a + p * PAGE + w * 8;
+                                let v = cpu.read_u64(at).unwrap();
+                                assert_eq!(v, n - 1, "writer {w} page {p}: a write was lost or a stale page read");
+                                cpu.write_u64(at, n).unwrap();
+                            }
+                        }
+                        n
+                    })
+                })
+                .collect();
+            // A thread that forks (children read, then die) and maps/unmaps scratch memory.
+            let churn = {
+                let (mm, stop) = (mm.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let child = mm.fork().unwrap();
+                        Cpu::attached(&child).read_u64(a).unwrap();
+                        drop(child);
+                        let mut cpu = Cpu::attached(&mm);
+                        cpu.write_u64(scratch, 1).unwrap();
+                        mm.madvise(scratch, 16 * PAGE, MADV_DONTNEED).unwrap();
+                    }
+                })
+            };
+            for round in 0..400 {
+                let node = (round % 2 + 1) % 2;
+                let (r, _) = move_to(&mm, a, PAGES, node, MPOL_MF_MOVE_ALL);
+                assert!(r.is_ok(), "{r:?}");
+            }
+            stop.store(true, Ordering::Relaxed);
+            let counts: Vec<u64> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+            churn.join().unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            for p in 0..PAGES {
+                for (w, &n) in counts.iter().enumerate() {
+                    assert_eq!(cpu.read_u64(a + p * PAGE + w as u64 * 8).unwrap(), n, "{policy:?}");
+                }
+            }
+            assert!(mm.stats().pages_migrated > 0, "{policy:?}: nothing moved");
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
+#[test]
+fn mbind_move_and_migrate_pages_move_pages_between_nodes() {
+    let phys = two_nodes(256);
+    let mm = mm_with(&phys, MigratePolicy::Batched);
+    let a = anon(&mm, 8);
+    let mut cpu = Cpu::attached(&mm);
+    for i in 0..8 {
+        cpu.write_u64(a + i * PAGE, i).unwrap();
+    }
+    // mbind with MOVE: the misplaced pages go to the bound node.
+    assert_eq!(mm.mbind(a, 4 * PAGE, MPOL_BIND, Some(&[0b10]), 3, MPOL_MF_MOVE | MPOL_MF_STRICT), Ok(()));
+    assert_eq!(nodes_of(&mm, a, 8), [1, 1, 1, 1, 0, 0, 0, 0]);
+    // migrate_pages: node 0 -> node 1 for everything left, then all back.
+    assert_eq!(mm.migrate_pages(3, Some(&[0b01]), Some(&[0b10])), Ok(0));
+    assert_eq!(nodes_of(&mm, a, 8), [1; 8]);
+    assert_eq!(mm.migrate_pages(3, Some(&[0b10]), Some(&[0b01])), Ok(0));
+    assert_eq!(nodes_of(&mm, a, 8), [0; 8]);
+    for i in 0..8 {
+        assert_eq!(cpu.read_u64(a + i * PAGE).unwrap(), i);
+    }
+    // A pinned page is counted as not moved. (Page 4: pages 0-3 are bound
+    // to node 1, where pinning's unshare of a page that migration left
+    // non-exclusive would place its copy.)
+    let pin = mm.pin_user_pages(a + 4 * PAGE, 1, Foll::WRITE).unwrap();
+    assert_eq!(mm.migrate_pages(3, Some(&[0b01]), Some(&[0b10])), Ok(1));
+    drop(pin);
+    // Errnos: a new node the arena lacks (EPERM without CAP_SYS_NICE, else
+    // EINVAL as nothing is left), masks as set_mempolicy's.
+    let plain = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    assert_eq!(plain.migrate_pages(8, Some(&[1]), Some(&[0b1000])), Err(Errno::Perm));
+    assert_eq!(mm.migrate_pages(8, Some(&[1]), Some(&[0b1000])), Err(Errno::Inval));
+    assert_eq!(mm.migrate_pages(1 << 20, Some(&[1]), Some(&[1])), Err(Errno::Inval));
+    assert_eq!(mm.migrate_pages(66, Some(&[1]), Some(&[1])), Err(Errno::Fault));
+}
