@@ -195,7 +195,7 @@ fn relative(nodes: &NodeMask, rel: &NodeMask) -> NodeMask {
     out
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

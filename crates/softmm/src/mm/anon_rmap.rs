@@ -51,7 +51,7 @@ pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: Pfn) -> Vec<(A
     out
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::phys::{PhysConfig, PhysMem};
