@@ -18,9 +18,8 @@ mod common;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::Duration;
 
 use common::*;
 use softmm::uapi::*;
@@ -38,25 +37,6 @@ fn pattern(va: u64) -> u64 {
 }
 
 const WATCHDOG_SECS: u64 = 120;
-
-fn watchdog<R: Send + 'static>(name: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let h = thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            let r = f();
-            let _ = tx.send(());
-            r
-        })
-        .expect("spawn");
-    match rx.recv_timeout(Duration::from_secs(WATCHDOG_SECS)) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(r) => r,
-            Err(e) => std::panic::resume_unwind(e),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock: not done after {WATCHDOG_SECS} s"),
-    }
-}
 
 fn mm_for(phys: &Arc<softmm::PhysMem>, unmap: UnmapPolicy, fault: FaultPolicy) -> Arc<AddressSpace> {
     AddressSpace::new(phys, MmConfig::default().policy(fault).unmap_policy(unmap)).expect("config")
@@ -225,7 +205,7 @@ fn each_policy(name: &str, body: fn(UnmapPolicy, FaultPolicy)) {
     for &unmap in UnmapPolicy::ALL {
         for fault in [FaultPolicy::PerVmaSeq, FaultPolicy::MmapLock] {
             eprintln!("{name} [{} / {}]", unmap.name(), fault.name());
-            watchdog(&format!("{name}[{}]", unmap.name()), move || body(unmap, fault));
+            watchdog(&format!("{name}[{}]", unmap.name()), WATCHDOG_SECS, move || body(unmap, fault));
         }
     }
 }

@@ -15,7 +15,6 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
-use std::time::Duration;
 
 use common::*;
 use softmm::uapi::*;
@@ -28,34 +27,13 @@ use softmm::{AddressSpace, Cpu, Errno, Fault, FaultPolicy, SegvCode};
 const WATCHDOG_SECS: u64 = 60;
 const WORDS: usize = (PAGE / 8) as usize;
 
-/// Runs `f` on its own thread; fails if it panics or does not finish within
-/// [`WATCHDOG_SECS`].
-fn watchdog<R: Send + 'static>(name: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let h = thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            let r = f();
-            let _ = tx.send(());
-            r
-        })
-        .expect("spawn");
-    match rx.recv_timeout(Duration::from_secs(WATCHDOG_SECS)) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
-            Ok(r) => r,
-            Err(e) => std::panic::resume_unwind(e),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock: not done after {WATCHDOG_SECS} s"),
-    }
-}
-
 /// Runs `scenario` for every fault policy, each under its own watchdog.
 fn for_each_policy(test: &str, scenario: fn(FaultPolicy, u64)) {
     let _serial = serial();
     let seed = env_u64("STRESS_SEED", 0x5eed);
     for &policy in FaultPolicy::ALL {
         eprintln!("{test} [{}] STRESS_SEED={seed}", policy.name());
-        watchdog(&format!("{test}[{}]", policy.name()), move || scenario(policy, seed));
+        watchdog(&format!("{test}[{}]", policy.name()), WATCHDOG_SECS, move || scenario(policy, seed));
     }
 }
 

@@ -16,27 +16,6 @@ use common::*;
 use softmm::uapi::*;
 use softmm::{Cpu, FaultPolicy, File, OpenFile};
 
-/// Runs `f` on its own thread and fails if it does not finish within `secs`.
-fn watchdog(name: &str, secs: u64, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let h = thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            f();
-            let _ = tx.send(());
-        })
-        .expect("spawn");
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => h.join().expect("joined"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(e) = h.join() {
-                std::panic::resume_unwind(e);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock: not done after {secs} s"),
-    }
-}
-
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Duration;
 
 use softmm::uapi::*;
 use softmm::{AddressSpace, FaultPolicy, MmConfig, PhysConfig, PhysMem};
@@ -26,4 +28,25 @@ pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
 pub fn assert_no_leaks(phys: &PhysMem) {
     let s = phys.quiesce();
     assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "leak: {s:?}");
+}
+
+/// Runs `f` on its own thread named `name`; fails if it panics or does not
+/// finish within `secs` seconds (a deadlock detector, not a timing check).
+pub fn watchdog<R: Send + 'static>(name: &str, secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    let h = thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let r = f();
+            let _ = tx.send(());
+            r
+        })
+        .expect("spawn");
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock: not done after {secs} s"),
+    }
 }
