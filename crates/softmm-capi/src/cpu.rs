@@ -313,27 +313,8 @@ pub unsafe extern "C" fn softmm_cpu_read_uint(
     out: *mut u64,
     fault: *mut softmm_fault,
 ) -> i32 {
-    if out.is_null() {
-        return -libc::EINVAL;
-    }
-    if !matches!(size, 1 | 2 | 4 | 8) {
-        return -libc::EINVAL;
-    }
-    let mut v = 0u64;
     // SAFETY: the caller's contract.
-    let r = unsafe {
-        access(cpu, fault, |c| match size {
-            1 => c.read_le::<u8>(addr).map(|x| v = x.into()),
-            2 => c.read_le::<u16>(addr).map(|x| v = x.into()),
-            4 => c.read_le::<u32>(addr).map(|x| v = x.into()),
-            _ => c.read_le::<u64>(addr).map(|x| v = x),
-        })
-    };
-    if r == 0 {
-        // SAFETY: not null and valid (the caller's contract).
-        unsafe { out.write(v) };
-    }
-    r
+    unsafe { load_uint(cpu, addr, size, out, fault, false) }
 }
 
 /// Writes the low `size` bytes (1, 2, 4 or 8) of `value` little-endian at
@@ -378,6 +359,27 @@ pub unsafe extern "C" fn softmm_cpu_fetch_uint(
     out: *mut u64,
     fault: *mut softmm_fault,
 ) -> i32 {
+    // SAFETY: the caller's contract.
+    unsafe { load_uint(cpu, addr, size, out, fault, true) }
+}
+
+/// The body of `softmm_cpu_read_uint` and `softmm_cpu_fetch_uint`: a data
+/// read, or an instruction fetch when `fetch`, at the width `size` picks.
+///
+/// # Safety
+///
+/// As `softmm_cpu_read_uint`.
+unsafe fn load_uint(
+    cpu: *mut softmm_cpu,
+    addr: u64,
+    size: u32,
+    out: *mut u64,
+    fault: *mut softmm_fault,
+    fetch: bool,
+) -> i32 {
+    fn load<T: Scalar + Into<u64>>(c: &mut Cpu, addr: u64, fetch: bool) -> Result<u64, Fault> {
+        if fetch { c.fetch_le::<T>(addr) } else { c.read_le::<T>(addr) }.map(Into::into)
+    }
     if out.is_null() {
         return -libc::EINVAL;
     }
@@ -387,11 +389,14 @@ pub unsafe extern "C" fn softmm_cpu_fetch_uint(
     let mut v = 0u64;
     // SAFETY: the caller's contract.
     let r = unsafe {
-        access(cpu, fault, |c| match size {
-            1 => c.fetch_le::<u8>(addr).map(|x| v = x.into()),
-            2 => c.fetch_le::<u16>(addr).map(|x| v = x.into()),
-            4 => c.fetch_le::<u32>(addr).map(|x| v = x.into()),
-            _ => c.fetch_le::<u64>(addr).map(|x| v = x),
+        access(cpu, fault, |c| {
+            v = match size {
+                1 => load::<u8>(c, addr, fetch)?,
+                2 => load::<u16>(c, addr, fetch)?,
+                4 => load::<u32>(c, addr, fetch)?,
+                _ => load::<u64>(c, addr, fetch)?,
+            };
+            Ok(())
         })
     };
     if r == 0 {
