@@ -591,12 +591,18 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
 /// summed and per-instance rate (medians over repeats) and minor faults per
 /// operation.
 pub fn table(samples: &[Sample], size: u64) -> String {
-    let mut lines = vec![["workload", "mode", "policy", "inst", "ops/s", "ops/s/inst", "minflt/op", "htlb allocs"]
-        .map(String::from)
-        .to_vec()];
+    let mut lines =
+        vec![["workload", "mode", "policy", "inst", "ops/s", "min", "max", "ops/s/inst", "minflt/op", "htlb allocs"]
+            .map(String::from)
+            .to_vec()];
     for row in report::rows(samples) {
         let s = row.samples[0];
         let rate = row.median();
+        let (min, max) = row
+            .samples
+            .iter()
+            .map(|x| x.ops_per_sec)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
         let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
         let faults: Option<u64> = row.samples.iter().map(|x| x.counters.faults).sum();
         let per_op = faults.map_or("-".into(), |f| format!("{:.3}", f as f64 / ops.max(1) as f64));
@@ -607,12 +613,14 @@ pub fn table(samples: &[Sample], size: u64) -> String {
             s.policy.clone(),
             s.threads.to_string(),
             report::si(rate),
+            report::si(min),
+            report::si(max),
             report::si(rate / s.threads.max(1) as f64),
             per_op,
             allocs.map_or("-".into(), |a| a.to_string()),
         ]);
     }
-    let widths: Vec<usize> = (0..8).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..10).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for l in &lines {
         let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
@@ -622,7 +630,7 @@ pub fn table(samples: &[Sample], size: u64) -> String {
     out.push_str(&format!(
         "hugetlb: {} MiB shared hugetlbfs file; faults: one op = one 2 MiB page written (map, write all, unmap); forks: one op = one fork \
          (map, write {FORK_TOUCH} pages, fork, child exits, unmap); inst = instances (processes) per program, fork-fault runs both; \
-         ops/s summed over instances; minflt/op = minor faults (getrusage, children included) per op, below 1 where a write found its page \
+         ops/s summed over instances (median of the repeats, with min and max); minflt/op = minor faults (getrusage, children included) per op, below 1 where a write found its page \
          already mapped through a PMD table shared with another instance (one fault links all 512 entries of a 1 GiB window); htlb allocs = /proc/vmstat \
          htlb_buddy_alloc_success during the sample (pages are preallocated, so 0).\n",
         size >> 20
