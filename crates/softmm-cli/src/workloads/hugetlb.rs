@@ -165,8 +165,9 @@ pub struct HostArea {
     fd: libc::c_int,
     /// Its size.
     size: u64,
-    // Dropped after `fd` is closed (see `Drop`): the mount and the pool.
-    _pages: HugePages,
+    // Dropped after `fd` is closed (see `Drop`): the mount and the pool
+    // (`None` only for the unit tests' area on a memfd).
+    _pages: Option<HugePages>,
 }
 
 impl HostArea {
@@ -182,12 +183,26 @@ impl HostArea {
         if fd < 0 {
             return Err(format!("creating {}: {}", path.display(), std::io::Error::last_os_error()));
         }
-        let area = HostArea { fd, size, _pages: hp };
+        let area = HostArea { fd, size, _pages: Some(hp) };
         // SAFETY: `fallocate` on our own descriptor.
         if unsafe { libc::fallocate(fd, 0, 0, size as libc::off_t) } != 0 {
             return Err(format!("fallocate of {} MiB: {}", size >> 20, std::io::Error::last_os_error()));
         }
         Ok(area)
+    }
+}
+
+#[cfg(test)]
+impl HostArea {
+    /// An area on a memfd of 4 KiB pages instead of hugetlbfs: the
+    /// instances' machinery (fork, board, counts, errors) without root.
+    fn on_memfd(size: u64) -> HostArea {
+        // SAFETY: the name is a NUL-terminated literal.
+        let fd = unsafe { libc::memfd_create(c"hugetlb-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: our own descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, size as libc::off_t) }, 0);
+        HostArea { fd, size, _pages: None }
     }
 }
 
@@ -393,6 +408,9 @@ pub fn host(
     let want = (programs.len() * instances) as u32;
     let deadline = Instant::now() + Duration::from_secs(30);
     while spawn_err.is_none() && b.ready.load(Ordering::Acquire) < want {
+        if b.slots.iter().any(|s| s.error.load(Ordering::Acquire) != 0) {
+            break; // an instance failed before it was ready: reported below
+        }
         if Instant::now() > deadline {
             spawn_err = Some("the instances did not start within 30 s".into());
         }
@@ -689,6 +707,28 @@ mod tests {
         assert_eq!(programs("hugetlb-fork"), &[Program::Fork]);
         let both: Vec<&str> = programs("hugetlb-fork-fault").iter().map(|p| p.mode()).collect();
         assert_eq!(both, ["forks", "faults"]);
+    }
+
+    #[test]
+    fn instances_run_their_iterations_and_report_them() {
+        let area = HostArea::on_memfd(8 << 20);
+        let (runs, _) = host(&area, programs("hugetlb-fork-fault"), 2, Limit::Iterations(3)).unwrap();
+        let forks = runs.iter().find(|r| r.program == Program::Fork).unwrap();
+        let faults = runs.iter().find(|r| r.program == Program::Fault).unwrap();
+        assert_eq!((forks.instances, forks.ops), (2, 2 * 3));
+        assert_eq!((faults.instances, faults.ops), (2, 2 * 3 * 4), "4 pages of 2 MiB, 3 passes, 2 instances");
+        assert!(faults.ops_per_sec > 0.0 && forks.ops_per_sec > 0.0);
+        assert!(faults.minflt > 0 && forks.minflt > 0, "{runs:?}");
+    }
+
+    #[test]
+    fn an_instance_that_fails_is_reported_with_its_step_and_errno() {
+        let mut area = HostArea::on_memfd(4 << 20);
+        // SAFETY: closes the memfd; the area's drop closes -1, which fails harmlessly.
+        unsafe { libc::close(area.fd) };
+        area.fd = -1;
+        let e = host(&area, programs("hugetlb-fault"), 1, Limit::Duration(Duration::from_millis(10))).unwrap_err();
+        assert!(e.contains("failed at mmap of the area") && e.contains("Bad file descriptor"), "{e}");
     }
 
     #[test]
