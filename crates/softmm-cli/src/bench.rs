@@ -25,7 +25,9 @@ pub struct BenchArgs {
     /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm,
     /// big-munmap (seed 002: a large munmap beside a faulting, mapping or
     /// maps-reading thread, default --size 8G), or all; or `pin` alone (seed 004: its own sweep over pin policies, default
-    /// --size 8G, modes alone and interfered).
+    /// --size 8G, modes alone and interfered); or hugetlb-fault, hugetlb-fork,
+    /// hugetlb-fork-fault alone (seed 000: processes sharing one hugetlbfs
+    /// file, default --size 1G; --threads counts instances).
     /// None: the headline experiment (pft and interference for every policy
     /// and the host, plotted to softmm-results.svg).
     #[arg(value_delimiter = ',')]
@@ -245,6 +247,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.iter().any(|w| w == "pin") {
         return workloads::pin::bench(args); // seed 004's experiment has its own sweep
     }
+    if args.workloads.iter().any(|w| workloads::hugetlb::WORKLOADS.contains(&w.as_str())) {
+        return workloads::hugetlb::bench(args); // seed 000's experiment has its own sweep too
+    }
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
@@ -415,6 +420,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     }
     if headline {
         let mut seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
+        seeds.insert(0, summary::seed_000(limit)); // first: the seeds in order
         seeds.extend(summary::seed_002(&summary::seed_002_samples(limit, &mut arena)));
         seeds.extend(summary::seed_004());
         println!("\n{}", summary::table(&seeds));

@@ -59,6 +59,18 @@ pub struct Counters {
     /// big-munmap: the same threads' operations per second before it.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub alone_ops_per_sec: Option<u64>,
+    /// hugetlb: PMD tables linked from another address space (`huge_pmd_share`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pmd_shares: Option<u64>,
+    /// hugetlb: shared PMD tables detached from an address space (`huge_pmd_unshare`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pmd_unshares: Option<u64>,
+    /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_success` during the sample.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub htlb_buddy_alloc_success: Option<u64>,
+    /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_fail` during the sample.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub htlb_buddy_alloc_fail: Option<u64>,
 }
 
 impl Counters {
@@ -76,6 +88,10 @@ impl Counters {
         add(&mut self.fallbacks, o.fallbacks);
         add(&mut self.shared_writes, o.shared_writes);
         add(&mut self.pages, o.pages);
+        add(&mut self.pmd_shares, o.pmd_shares);
+        add(&mut self.pmd_unshares, o.pmd_unshares);
+        add(&mut self.htlb_buddy_alloc_success, o.htlb_buddy_alloc_success);
+        add(&mut self.htlb_buddy_alloc_fail, o.htlb_buddy_alloc_fail);
         // Durations and rates do not add up: a row keeps the worst.
         fn max(a: &mut Option<u64>, b: Option<u64>) {
             if let Some(b) = b {

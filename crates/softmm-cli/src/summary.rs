@@ -122,6 +122,27 @@ pub fn seed_004() -> Option<SeedRow> {
     })
 }
 
+/// Seed 000 from a short run of its own experiment (`softmm bench
+/// hugetlb-fork-fault`): 2 MiB pages faulted per second beside a fork loop,
+/// one fault and one fork instance sharing a 1 GiB hugetlbfs file, for
+/// `limit` (a duration; 0.5 s for iterations). Only the host figure exists:
+/// softmm's hugetlb policies (`i-mmap-rwsem` before the seed, the new
+/// design) are not built yet, so their cells stay empty.
+pub fn seed_000(limit: Limit) -> SeedRow {
+    let d = match limit {
+        Limit::Duration(d) => d,
+        Limit::Iterations(_) => std::time::Duration::from_millis(500),
+    };
+    let host = crate::workloads::hugetlb::short_run(d).map(|(faults, _forks)| faults);
+    SeedRow {
+        seed: "000 hugetlb PMD sharing",
+        metric: "faults/s beside a fork loop, 1 GiB shared hugetlbfs, 1+1 processes".into(),
+        old: ("i-mmap-rwsem (not built)".into(), None),
+        new: ("softmm hugetlb (not built)".into(), None),
+        host,
+    }
+}
+
 fn cell(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), si)
 }

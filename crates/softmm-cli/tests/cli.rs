@@ -340,6 +340,7 @@ fn bench_without_workload_runs_the_headline() {
         "001 speculative faults",
         "002 big munmap",
         "004 page pinning",
+        "000 hugetlb PMD sharing",
     ] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
@@ -372,6 +373,52 @@ fn bench_pin_sweeps_the_pin_policies_with_counters() {
     let bad = softmm_in(&dir, &["bench", "pin", "--policy", "nope"], Duration::from_secs(10));
     assert_ne!(bad.code, Some(0));
     assert!(bad.stderr.contains("unknown pin policy"), "{}", bad.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_hugetlb_fork_fault_gives_a_forks_and_a_faults_sample_per_instance_count() {
+    let dir = scratch("hugetlb");
+    let out = softmm_in(
+        &dir,
+        &["bench", "hugetlb-fork-fault", "--threads", "1,2", "--duration", "0.05", "--json", "h.json"],
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    for needle in ["1024 MiB", "softmm hugetlb rows: not built yet", "minflt/op"] {
+        assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("h.json")).expect("json")).expect("valid json");
+    let samples = json["samples"].as_array().expect("samples");
+    if out.stdout.contains("host row skipped") {
+        // Not root, or no memory for 512 huge pages: the reason is printed.
+        assert!(out.stdout.contains("host cannot give 1024 MiB of huge pages: "), "{}", out.stdout);
+        assert!(samples.is_empty());
+    } else {
+        for t in [1, 2] {
+            for mode in ["forks", "faults"] {
+                let of: Vec<_> = samples.iter().filter(|s| s["threads"] == t && s["mode"] == mode).collect();
+                assert_eq!(of.len(), 1, "{t} instances, {mode}: {of:?}");
+                let s = of[0];
+                assert_eq!(s["workload"], "hugetlb-fork-fault");
+                assert_eq!(s["policy"], "host");
+                assert!(s["ops_per_sec"].as_f64().unwrap() > 0.0, "{s}");
+                assert!(s["counters"]["faults"].as_u64().is_some(), "{s}");
+                assert!(s["counters"]["htlb_buddy_alloc_success"].as_u64().is_some(), "{s}");
+            }
+        }
+    }
+    for (args, needle) in [
+        (&["bench", "hugetlb-fault", "--size", "3M"][..], "multiple of 2M"),
+        (&["bench", "hugetlb-fault", "--size", "4G"][..], "more than"),
+        (&["bench", "hugetlb-fault", "--policy", "vma-lock"][..], "not built yet"),
+        (&["bench", "hugetlb-fault,pft"][..], "give only hugetlb-* workloads"),
+    ] {
+        let bad = softmm_in(&dir, args, Duration::from_secs(10));
+        assert_ne!(bad.code, Some(0), "{args:?}");
+        assert!(bad.stderr.contains(needle), "{args:?}: {}", bad.stderr);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

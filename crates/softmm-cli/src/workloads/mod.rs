@@ -4,6 +4,7 @@
 pub mod big_munmap;
 mod cortenmm;
 pub mod harness;
+pub mod hugetlb;
 mod interference;
 mod pft;
 pub mod pin;

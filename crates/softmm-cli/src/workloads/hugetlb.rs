@@ -1,0 +1,752 @@
+//! `hugetlb-fault`, `hugetlb-fork`, `hugetlb-fork-fault`: seed 000's
+//! experiment (Mike Kravetz, "hugetlb: Change huge pmd sharing
+//! synchronization again", 2022). Instances are separate processes sharing
+//! one hugetlbfs file of `--size` bytes (default 1 GiB: one whole PUD
+//! window), each mapping all of it `MAP_SHARED` at a 1 GiB-aligned address,
+//! so that their PMD tables can be shared. The two programs of the seed:
+//!
+//! * fault (`faults`): map the area, write one byte of every 2 MiB page,
+//!   unmap, loop; one operation is one page written;
+//! * fork (`forks`): map the area, write a few pages ([`FORK_TOUCH`]), fork,
+//!   the child exits at once and is reaped, unmap, loop; one operation is
+//!   one fork.
+//!
+//! `hugetlb-fault` runs N fault instances, `hugetlb-fork` N fork instances,
+//! `hugetlb-fork-fault` N of each at once (the seed's "combine forking and
+//! faulting"), for each N of `--threads` (default 1..=nproc). The file's
+//! pages are allocated once before the sweep (`fallocate`), so every fault
+//! finds its page in the page cache, as in the seed's loop after its first
+//! pass. Each sample's `ops_per_sec` is the instances' summed rate (each
+//! instance's operations over its own time); the table also shows it per
+//! instance, which is what the seed's tables show.
+//!
+//! The host row runs on real 2 MiB pages: the sweep reserves `--size` worth
+//! through [`softmm_hostsys::HugePages`] (root, at most 2.5 GiB), mounts
+//! hugetlbfs, and gives both back at the end; where the host refuses, it
+//! prints why and skips the row. Host counters: minor faults (`getrusage`
+//! of each instance and its reaped children; per operation in the table)
+//! and the `/proc/vmstat` hugetlb counters `htlb_buddy_alloc_success` and
+//! `htlb_buddy_alloc_fail` (system-wide, so another tenant's hugetlb
+//! activity would show too). PMD shares and unshares cannot be counted on
+//! the host; the softmm rows, which will count them, are not built yet
+//! (softmm has no hugetlb so far), and the sweep says so. Sharing shows on
+//! the host as minor faults per page written below one: an instance whose
+//! first write in a window links a PMD table that another instance has
+//! filled sees the other 511 pages without faulting.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::ptr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use softmm_hostsys::{HugePages, HUGE_PAGE_SIZE, MAX_PAGES, PUD_SIZE};
+
+use super::harness::Limit;
+use crate::bench::BenchArgs;
+use crate::machine::{cores, Machine};
+use crate::report::{self, Counters, Results, Sample};
+
+/// The workload names, each run by this module's own sweep.
+pub const WORKLOADS: &[&str] = &["hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"];
+
+/// The default area: one whole 1 GiB PUD window (the seed used 250 GB on a
+/// 320 GB machine; this one is shared by several users).
+pub const DEFAULT_SIZE: u64 = PUD_SIZE;
+
+/// Pages the fork program writes before each fork ("a few pages").
+pub const FORK_TOUCH: u64 = 4;
+
+/// The most instances of one program in a sample.
+const MAX_INSTANCES: usize = 128;
+
+/// What `softmm` prints where the softmm rows would be.
+pub const SOFTMM_ROWS_NOTE: &str = "softmm hugetlb rows: not built yet (softmm has no hugetlb so far: \
+     MAP_HUGETLB fails with ENOMEM as on a host with an empty pool); only the host row runs";
+
+/// The seed's two programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// Map, write every page, unmap.
+    Fault,
+    /// Map, write a few pages, fork, reap, unmap.
+    Fork,
+}
+
+impl Program {
+    /// The sample's mode: `faults` or `forks`.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Program::Fault => "faults",
+            Program::Fork => "forks",
+        }
+    }
+}
+
+/// The programs a workload runs together.
+fn programs(workload: &str) -> &'static [Program] {
+    match workload {
+        "hugetlb-fault" => &[Program::Fault],
+        "hugetlb-fork" => &[Program::Fork],
+        _ => &[Program::Fork, Program::Fault],
+    }
+}
+
+/// One instance's report, written by the instance process into the shared
+/// board before it exits.
+#[repr(C)]
+struct Slot {
+    ops: AtomicU64,
+    nanos: AtomicU64,
+    minflt: AtomicU64,
+    /// 0 while running or done; otherwise the step that failed (1-based)
+    /// in the low byte and its errno above.
+    error: AtomicU64,
+}
+
+/// Shared between the sweep and its instance processes (a `MAP_SHARED`
+/// anonymous mapping, so its atomics are the same memory in all of them).
+#[repr(C)]
+struct Board {
+    /// Instances set up and waiting.
+    ready: AtomicU32,
+    /// Set by the sweep: start.
+    go: AtomicU32,
+    /// Set by the sweep: finish the current iteration and report.
+    stop: AtomicU32,
+    slots: [Slot; 2 * MAX_INSTANCES],
+}
+
+/// The steps an instance can fail in, for the error message.
+const STEPS: &[&str] = &["reserving address space", "mmap of the area", "fork", "waitpid", "munmap of the area"];
+
+/// The board, mapped shared; unmapped on drop.
+struct SharedBoard(*mut Board);
+
+impl SharedBoard {
+    fn new() -> Result<Self, String> {
+        let len = std::mem::size_of::<Board>();
+        // SAFETY: a fresh shared anonymous mapping at an address the kernel
+        // picks; zero-filled, which is a valid `Board` (atomics of zero).
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(format!("mmap of the shared board: {}", std::io::Error::last_os_error()));
+        }
+        Ok(SharedBoard(p.cast()))
+    }
+
+    fn get(&self) -> &Board {
+        // SAFETY: the mapping lives as long as `self` and holds a `Board`
+        // that is only ever accessed through atomics.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Drop for SharedBoard {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; no reference outlives `self`.
+        unsafe { libc::munmap(self.0.cast(), std::mem::size_of::<Board>()) };
+    }
+}
+
+/// The host's setup for a sweep: the huge pages, the mount, and the area
+/// file with all its pages allocated.
+pub struct HostArea {
+    /// The area file, open read-write.
+    fd: libc::c_int,
+    /// Its size.
+    size: u64,
+    // Dropped after `fd` is closed (see `Drop`): the mount and the pool
+    // (`None` only for the unit tests' area on a memfd).
+    _pages: Option<HugePages>,
+}
+
+impl HostArea {
+    /// Reserves `size / 2 MiB` huge pages, mounts hugetlbfs, and makes the
+    /// area file with every page allocated; the error says why not.
+    pub fn new(size: u64) -> Result<HostArea, String> {
+        let pages = (size / HUGE_PAGE_SIZE) as usize;
+        let hp = HugePages::reserve_with_mount(pages).map_err(|e| e.to_string())?;
+        let path = hp.mount_dir().expect("reserve_with_mount mounts").join("area");
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: `c` is NUL-terminated and lives across the call.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600) };
+        if fd < 0 {
+            return Err(format!("creating {}: {}", path.display(), std::io::Error::last_os_error()));
+        }
+        let area = HostArea { fd, size, _pages: Some(hp) };
+        // SAFETY: `fallocate` on our own descriptor.
+        if unsafe { libc::fallocate(fd, 0, 0, size as libc::off_t) } != 0 {
+            return Err(format!("fallocate of {} MiB: {}", size >> 20, std::io::Error::last_os_error()));
+        }
+        Ok(area)
+    }
+}
+
+#[cfg(test)]
+impl HostArea {
+    /// An area on a memfd of 4 KiB pages instead of hugetlbfs: the
+    /// instances' machinery (fork, board, counts, errors) without root.
+    fn on_memfd(size: u64) -> HostArea {
+        // SAFETY: the name is a NUL-terminated literal.
+        let fd = unsafe { libc::memfd_create(c"hugetlb-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: our own descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, size as libc::off_t) }, 0);
+        HostArea { fd, size, _pages: None }
+    }
+}
+
+impl Drop for HostArea {
+    fn drop(&mut self) {
+        // SAFETY: our descriptor; closing it lets the unmount free the pages.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// What one program's instances measured in one sample.
+#[derive(Debug, Clone)]
+pub struct ProgramRun {
+    /// The program.
+    pub program: Program,
+    /// Instances.
+    pub instances: usize,
+    /// Operations of all instances.
+    pub ops: u64,
+    /// The longest instance's time.
+    pub seconds: f64,
+    /// The instances' summed rate (each one's operations over its own time).
+    pub ops_per_sec: f64,
+    /// Minor faults of the instances and their reaped children.
+    pub minflt: u64,
+}
+
+/// `/proc/vmstat`'s hugetlb counters that count events.
+fn vmstat_hugetlb() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (get("htlb_buddy_alloc_success"), get("htlb_buddy_alloc_fail"))
+}
+
+fn minflt(who: libc::c_int) -> u64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(who, &mut ru) };
+    ru.ru_minflt as u64
+}
+
+/// Writes one byte of each of `pages` huge pages from `base`.
+///
+/// # Safety
+///
+/// `base` must map `pages` huge pages, writable.
+unsafe fn write_pages(base: *mut u8, pages: u64) {
+    for i in 0..pages {
+        // SAFETY: inside the mapping, by the caller's contract.
+        unsafe { ptr::write_volatile(base.add((i * HUGE_PAGE_SIZE) as usize), 1) };
+    }
+}
+
+/// The body of one instance process: runs `program` on the area until the
+/// board says stop (or for `iterations`), reports into `slot`, and returns
+/// the exit status. Only async-signal-safe calls: the sweep's process may
+/// have other threads when it forks this one.
+fn instance(program: Program, area: &HostArea, board: &Board, slot: &Slot, iterations: Option<u64>) -> i32 {
+    let fail = |step: u64| {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as u64;
+        slot.error.store(step | (errno << 8), Ordering::Release);
+        1
+    };
+    let size = area.size as usize;
+    // An address 1 GiB-aligned, kept free for the area: the whole window
+    // lies in the VMA and every instance maps the file at the same offset
+    // within its PUD, which PMD sharing needs.
+    // SAFETY: a fresh inaccessible reservation at an address the kernel
+    // picks; the area replaces part of it below.
+    let room = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            size + PUD_SIZE as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if room == libc::MAP_FAILED {
+        return fail(1);
+    }
+    let addr = (room as u64).next_multiple_of(PUD_SIZE) as *mut libc::c_void;
+    board.ready.fetch_add(1, Ordering::AcqRel);
+    while board.go.load(Ordering::Acquire) == 0 {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let (f0, c0, t0) = (minflt(libc::RUSAGE_SELF), minflt(libc::RUSAGE_CHILDREN), Instant::now());
+    let mut ops = 0;
+    let mut n = 0;
+    loop {
+        match iterations {
+            Some(max) if n >= max => break,
+            None if board.stop.load(Ordering::Acquire) != 0 => break,
+            _ => {}
+        }
+        n += 1;
+        // SAFETY: `addr..addr+size` lies in the reservation above, which
+        // nothing else in this single-threaded process uses, so MAP_FIXED
+        // replaces only the reservation (or the hole the last munmap left).
+        let p = unsafe {
+            libc::mmap(addr, size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, area.fd, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return fail(2);
+        }
+        match program {
+            Program::Fault => {
+                // SAFETY: `p` maps `size` bytes of huge pages, writable.
+                unsafe { write_pages(p.cast(), area.size / HUGE_PAGE_SIZE) };
+                ops += area.size / HUGE_PAGE_SIZE;
+            }
+            Program::Fork => {
+                // SAFETY: as above; FORK_TOUCH pages at most.
+                unsafe { write_pages(p.cast(), FORK_TOUCH.min(area.size / HUGE_PAGE_SIZE)) };
+                // SAFETY: the child only calls `_exit`.
+                let pid = unsafe { libc::fork() };
+                if pid < 0 {
+                    return fail(3);
+                }
+                if pid == 0 {
+                    // SAFETY: ends the child at once, running nothing.
+                    unsafe { libc::_exit(0) };
+                }
+                let mut status = 0;
+                // SAFETY: reaps our own child, writing only `status`.
+                if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+                    return fail(4);
+                }
+                ops += 1;
+            }
+        }
+        // SAFETY: the mapping made above, used by nothing after this.
+        if unsafe { libc::munmap(p, size) } != 0 {
+            return fail(5);
+        }
+    }
+    let nanos = t0.elapsed().as_nanos() as u64;
+    let faults = (minflt(libc::RUSAGE_SELF) - f0) + (minflt(libc::RUSAGE_CHILDREN) - c0);
+    slot.ops.store(ops, Ordering::Relaxed);
+    slot.nanos.store(nanos, Ordering::Relaxed);
+    slot.minflt.store(faults, Ordering::Relaxed);
+    0
+}
+
+/// Runs `instances` processes of each of `programs` at once on the host for
+/// `limit`, and returns each program's totals and the vmstat deltas
+/// `(htlb_buddy_alloc_success, htlb_buddy_alloc_fail)`.
+pub fn host(
+    area: &HostArea,
+    programs: &[Program],
+    instances: usize,
+    limit: Limit,
+) -> Result<(Vec<ProgramRun>, (u64, u64)), String> {
+    if instances == 0 || instances > MAX_INSTANCES {
+        return Err(format!("instances must be 1..={MAX_INSTANCES}"));
+    }
+    let board = SharedBoard::new()?;
+    let b = board.get();
+    let iterations = match limit {
+        Limit::Iterations(n) => Some(n),
+        Limit::Duration(_) => None,
+    };
+    // SAFETY: `getpid` cannot fail.
+    let parent = unsafe { libc::getpid() };
+    let mut pids = Vec::new();
+    let mut spawn_err = None;
+    'spawn: for (pi, &program) in programs.iter().enumerate() {
+        for i in 0..instances {
+            let slot = &b.slots[pi * MAX_INSTANCES + i];
+            // SAFETY: the child runs `instance` (async-signal-safe calls
+            // only) and leaves with `_exit`, running no destructor of this
+            // process's state.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                spawn_err = Some(format!("fork of an instance: {}", std::io::Error::last_os_error()));
+                break 'spawn;
+            }
+            if pid == 0 {
+                // An instance must not outlive the sweep (a panic or a kill
+                // there would leave it looping on the area): it dies with
+                // its parent, also if the parent died before this line.
+                // SAFETY: `prctl` and `getppid` take no pointers.
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    if libc::getppid() != parent {
+                        libc::_exit(1);
+                    }
+                }
+                let code = instance(program, area, b, slot, iterations);
+                // SAFETY: ends the instance without unwinding into the sweep.
+                unsafe { libc::_exit(code) };
+            }
+            pids.push(pid);
+        }
+    }
+    let want = (programs.len() * instances) as u32;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spawn_err.is_none() && b.ready.load(Ordering::Acquire) < want {
+        if b.slots.iter().any(|s| s.error.load(Ordering::Acquire) != 0) {
+            break; // an instance failed before it was ready: reported below
+        }
+        if Instant::now() > deadline {
+            spawn_err = Some("the instances did not start within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let vm0 = vmstat_hugetlb();
+    b.go.store(1, Ordering::Release);
+    if let (None, Limit::Duration(d)) = (&spawn_err, limit) {
+        std::thread::sleep(d);
+    }
+    b.stop.store(1, Ordering::Release);
+    let mut exit_err = None;
+    for pid in pids {
+        let mut status = 0;
+        // SAFETY: reaps our own child, writing only `status`.
+        let w = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if w != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            exit_err.get_or_insert(format!("an instance failed (status {status:#x})"));
+        }
+    }
+    let vm1 = vmstat_hugetlb();
+    if let Some(e) = spawn_err {
+        return Err(e);
+    }
+    let mut out = Vec::new();
+    for (pi, &program) in programs.iter().enumerate() {
+        let slots = &b.slots[pi * MAX_INSTANCES..pi * MAX_INSTANCES + instances];
+        if let Some(e) = slots.iter().map(|s| s.error.load(Ordering::Acquire)).find(|&e| e != 0) {
+            let step = STEPS.get((e & 0xff) as usize - 1).copied().unwrap_or("?");
+            return Err(format!(
+                "a {} instance failed at {step}: {}",
+                program.mode(),
+                std::io::Error::from_raw_os_error((e >> 8) as i32)
+            ));
+        }
+        let ops: u64 = slots.iter().map(|s| s.ops.load(Ordering::Relaxed)).sum();
+        let secs = |s: &Slot| s.nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let seconds = slots.iter().map(secs).fold(0.0, f64::max);
+        let ops_per_sec = slots
+            .iter()
+            .map(|s| if secs(s) > 0.0 { s.ops.load(Ordering::Relaxed) as f64 / secs(s) } else { 0.0 })
+            .sum();
+        let minflt = slots.iter().map(|s| s.minflt.load(Ordering::Relaxed)).sum();
+        out.push(ProgramRun { program, instances, ops, seconds, ops_per_sec, minflt });
+    }
+    if let Some(e) = exit_err {
+        return Err(e);
+    }
+    Ok((out, (vm1.0.saturating_sub(vm0.0), vm1.1.saturating_sub(vm0.1))))
+}
+
+/// The sample of one program of a host run.
+fn sample(workload: &str, run: &ProgramRun, vmstat: (u64, u64), repeat: usize) -> Sample {
+    Sample {
+        workload: workload.into(),
+        mode: run.program.mode().into(),
+        policy: "host".into(),
+        threads: run.instances,
+        repeat,
+        ops: run.ops,
+        seconds: run.seconds,
+        ops_per_sec: run.ops_per_sec,
+        counters: Counters {
+            faults: Some(run.minflt),
+            htlb_buddy_alloc_success: Some(vmstat.0),
+            htlb_buddy_alloc_fail: Some(vmstat.1),
+            ..Counters::default()
+        },
+        cpu_seconds: 0.0,
+    }
+}
+
+/// Whether `--policy` asks for the host row. The only other names are the
+/// softmm rows' (`all`, `default`), which are not built yet; an unknown
+/// name is an error.
+fn wants_host(policy: &str, no_host: bool) -> Result<bool, String> {
+    for name in policy.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if !matches!(name, "all" | "default" | "host") {
+            return Err(format!(
+                "unknown hugetlb policy `{name}` (known: all, default, host; the softmm hugetlb policies are not built yet)"
+            ));
+        }
+    }
+    Ok(!no_host)
+}
+
+/// Checks `--size`: a multiple of 2 MiB, within what may be reserved.
+fn check_size(size: u64) -> Result<(), String> {
+    if size == 0 || size % HUGE_PAGE_SIZE != 0 {
+        return Err("--size must be a multiple of 2M for hugetlb".into());
+    }
+    if size / HUGE_PAGE_SIZE > MAX_PAGES as u64 {
+        return Err(format!(
+            "--size of {} MiB is more than the {} MiB of huge pages the lab reserves",
+            size >> 20,
+            MAX_PAGES * 2
+        ));
+    }
+    Ok(())
+}
+
+/// `softmm bench hugetlb-fault|hugetlb-fork|hugetlb-fork-fault`: the sweep,
+/// its table, `--json`.
+pub fn bench(args: &BenchArgs) -> Result<i32, String> {
+    let mut workloads: Vec<&'static str> = Vec::new();
+    for w in &args.workloads {
+        let w = WORKLOADS
+            .iter()
+            .copied()
+            .find(|x| x == w)
+            .ok_or_else(|| format!("`{w}` cannot run with the hugetlb workloads: give only hugetlb-* workloads"))?;
+        if !workloads.contains(&w) {
+            workloads.push(w);
+        }
+    }
+    let size = args.size.unwrap_or(DEFAULT_SIZE);
+    check_size(size)?;
+    let with_host = wants_host(&args.policy, args.no_host)?;
+    let threads = match &args.threads {
+        Some(s) => crate::bench::parse_threads(s)?,
+        None => (1..=cores()).collect(),
+    };
+    if let Some(&t) = threads.iter().find(|&&t| t > MAX_INSTANCES) {
+        return Err(format!("{t} instances: at most {MAX_INSTANCES}"));
+    }
+    if args.repeat == 0 {
+        return Err("--repeat must be at least 1".into());
+    }
+    if !args.mode.is_empty() {
+        return Err("the hugetlb workloads have no --mode (each runs its programs)".into());
+    }
+    let limit = match args.iterations {
+        Some(0) => return Err("--iterations must be at least 1".into()),
+        Some(n) => Limit::Iterations(n),
+        None if args.duration > 0.0 && args.duration.is_finite() => {
+            Limit::Duration(Duration::from_secs_f64(args.duration))
+        }
+        None => return Err("--duration must be positive".into()),
+    };
+    let machine = Machine::detect();
+    let windows = size / PUD_SIZE;
+    println!(
+        "softmm bench {} on {} ({} CPUs, {}): one shared hugetlbfs file of {} MiB ({} huge pages of 2 MiB, {} whole 1 GiB PUD window{} that can share PMD tables), mapped at a 1 GiB-aligned address by every instance",
+        workloads.join(","),
+        machine.model,
+        machine.cores,
+        machine.kernel,
+        size >> 20,
+        size / HUGE_PAGE_SIZE,
+        windows,
+        if windows == 1 { "" } else { "s" },
+    );
+    println!("{SOFTMM_ROWS_NOTE}");
+    let mut samples = Vec::new();
+    let mut failures = 0;
+    if with_host {
+        match HostArea::new(size) {
+            Err(e) => println!("host row skipped: the host cannot give {} MiB of huge pages: {e}", size >> 20),
+            Ok(area) => {
+                for &w in &workloads {
+                    for &t in &threads {
+                        for r in 0..args.repeat {
+                            match host(&area, programs(w), t, limit) {
+                                Ok((runs, vm)) => {
+                                    for run in &runs {
+                                        let s = sample(w, run, vm, r);
+                                        eprintln!(
+                                            "{w} {} host instances={t}: {} ops/s",
+                                            s.mode,
+                                            report::si(s.ops_per_sec)
+                                        );
+                                        samples.push(s);
+                                    }
+                                }
+                                Err(e) => {
+                                    failures += 1;
+                                    eprintln!("softmm: {w} host instances={t}: {e}");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("{}", table(&samples, size));
+    let results = Results { machine, samples };
+    if let Some(path) = &args.json {
+        report::write_json(path, &results)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(if failures > 0 { 1 } else { 0 })
+}
+
+/// The hugetlb table: per workload, mode, policy and instance count, the
+/// summed and per-instance rate (medians over repeats) and minor faults per
+/// operation.
+pub fn table(samples: &[Sample], size: u64) -> String {
+    let mut lines =
+        vec![["workload", "mode", "policy", "inst", "ops/s", "min", "max", "ops/s/inst", "minflt/op", "htlb allocs"]
+            .map(String::from)
+            .to_vec()];
+    for row in report::rows(samples) {
+        let s = row.samples[0];
+        let rate = row.median();
+        let (min, max) = row
+            .samples
+            .iter()
+            .map(|x| x.ops_per_sec)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
+        let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
+        let faults: Option<u64> = row.samples.iter().map(|x| x.counters.faults).sum();
+        let per_op = faults.map_or("-".into(), |f| format!("{:.3}", f as f64 / ops.max(1) as f64));
+        let allocs: Option<u64> = row.samples.iter().map(|x| x.counters.htlb_buddy_alloc_success).sum();
+        lines.push(vec![
+            s.workload.clone(),
+            s.mode.clone(),
+            s.policy.clone(),
+            s.threads.to_string(),
+            report::si(rate),
+            report::si(min),
+            report::si(max),
+            report::si(rate / s.threads.max(1) as f64),
+            per_op,
+            allocs.map_or("-".into(), |a| a.to_string()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..10).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for l in &lines {
+        let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "hugetlb: {} MiB shared hugetlbfs file; faults: one op = one 2 MiB page written (map, write all, unmap); forks: one op = one fork \
+         (map, write {FORK_TOUCH} pages, fork, child exits, unmap); inst = instances (processes) per program, fork-fault runs both; \
+         ops/s summed over instances (median of the repeats, with min and max); minflt/op = minor faults (getrusage, children included) per op, below 1 where a write found its page \
+         already mapped through a PMD table shared with another instance (one fault links all 512 entries of a 1 GiB window); htlb allocs = /proc/vmstat \
+         htlb_buddy_alloc_success during the sample (pages are preallocated, so 0).\n",
+        size >> 20
+    ));
+    out
+}
+
+/// Seed 000's figures for the headline: the host's faults/s and forks/s
+/// with one fault and one fork instance at once (`hugetlb-fork-fault`, 1 GiB)
+/// for `duration`; `None` (the reason printed) where the host refuses.
+pub fn short_run(duration: Duration) -> Option<(f64, f64)> {
+    let area = match HostArea::new(DEFAULT_SIZE) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("softmm: seed 000 host: {e}");
+            return None;
+        }
+    };
+    match host(&area, programs("hugetlb-fork-fault"), 1, Limit::Duration(duration)) {
+        Ok((runs, _)) => {
+            let rate = |p: Program| runs.iter().find(|r| r.program == p).map_or(0.0, |r| r.ops_per_sec);
+            Some((rate(Program::Fault), rate(Program::Fork)))
+        }
+        Err(e) => {
+            eprintln!("softmm: seed 000 host: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_whole_huge_pages_within_the_reservation_limit() {
+        assert!(check_size(DEFAULT_SIZE).is_ok());
+        assert!(check_size(2 << 20).is_ok());
+        assert!(check_size(MAX_PAGES as u64 * HUGE_PAGE_SIZE).is_ok());
+        assert!(check_size(0).is_err());
+        assert!(check_size(3 << 20).unwrap_err().contains("multiple of 2M"));
+        assert!(check_size((MAX_PAGES as u64 + 1) * HUGE_PAGE_SIZE).unwrap_err().contains("more than"));
+    }
+
+    #[test]
+    fn only_the_host_row_can_be_asked_for() {
+        assert_eq!(wants_host("all", false), Ok(true));
+        assert_eq!(wants_host("default,host", false), Ok(true));
+        assert_eq!(wants_host("all", true), Ok(false));
+        assert!(wants_host("vma-lock", false).unwrap_err().contains("not built yet"));
+    }
+
+    #[test]
+    fn the_combined_run_runs_both_programs_and_names_their_modes() {
+        assert_eq!(programs("hugetlb-fault"), &[Program::Fault]);
+        assert_eq!(programs("hugetlb-fork"), &[Program::Fork]);
+        let both: Vec<&str> = programs("hugetlb-fork-fault").iter().map(|p| p.mode()).collect();
+        assert_eq!(both, ["forks", "faults"]);
+    }
+
+    #[test]
+    fn instances_run_their_iterations_and_report_them() {
+        let area = HostArea::on_memfd(8 << 20);
+        let (runs, _) = host(&area, programs("hugetlb-fork-fault"), 2, Limit::Iterations(3)).unwrap();
+        let forks = runs.iter().find(|r| r.program == Program::Fork).unwrap();
+        let faults = runs.iter().find(|r| r.program == Program::Fault).unwrap();
+        assert_eq!((forks.instances, forks.ops), (2, 2 * 3));
+        assert_eq!((faults.instances, faults.ops), (2, 2 * 3 * 4), "4 pages of 2 MiB, 3 passes, 2 instances");
+        assert!(faults.ops_per_sec > 0.0 && forks.ops_per_sec > 0.0);
+        assert!(faults.minflt > 0 && forks.minflt > 0, "{runs:?}");
+    }
+
+    #[test]
+    fn an_instance_that_fails_is_reported_with_its_step_and_errno() {
+        let mut area = HostArea::on_memfd(4 << 20);
+        // SAFETY: closes the memfd; the area's drop closes -1, which fails harmlessly.
+        unsafe { libc::close(area.fd) };
+        area.fd = -1;
+        let e = host(&area, programs("hugetlb-fault"), 1, Limit::Duration(Duration::from_millis(10))).unwrap_err();
+        assert!(e.contains("failed at mmap of the area") && e.contains("Bad file descriptor"), "{e}");
+    }
+
+    #[test]
+    fn the_table_shows_rates_per_instance_and_faults_per_op() {
+        let run = ProgramRun {
+            program: Program::Fault,
+            instances: 2,
+            ops: 1024,
+            seconds: 1.0,
+            ops_per_sec: 2000.0,
+            minflt: 512,
+        };
+        let t = table(&[sample("hugetlb-fault", &run, (0, 0), 0)], DEFAULT_SIZE);
+        let row = t.lines().nth(1).unwrap();
+        assert!(
+            row.contains("faults") && row.contains("2.00k") && row.contains("1.00k") && row.contains("0.500"),
+            "{t}"
+        );
+        assert!(t.contains("1024 MiB"), "{t}");
+    }
+}
