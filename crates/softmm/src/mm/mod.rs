@@ -42,6 +42,7 @@ use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard
 pub use commit::{Overcommit, OvercommitMode};
 pub use config::{FaultPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
 pub use maps::MapEntry;
+pub use unmap::UnmapStats;
 
 use crate::file::{File, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
@@ -74,6 +75,8 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
     /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
     pub(crate) pages_migrated: AtomicU64,
+    /// Where the policy unmaps spent their time (`unmap.rs`).
+    pub(crate) unmap: unmap::UnmapCounters,
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -93,6 +96,8 @@ pub struct MmStats {
     pub rss_pages: u64,
     /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
     pub pages_migrated: u64,
+    /// Where its unmaps (`munmap`, `mremap` and `brk` shrinks) spent their time.
+    pub unmap: UnmapStats,
 }
 
 /// A virtual address space with Linux semantics.
@@ -326,6 +331,7 @@ impl AddressSpace {
             tlb: self.tlb.stats(),
             rss_pages,
             pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
+            unmap: self.counters.unmap.stats(),
         }
     }
 
