@@ -372,8 +372,11 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
 }
 
 /// The big-munmap table: per mode and policy, the munmap's duration and the
-/// other threads' latency and throughput during it (medians over repeats of
-/// each figure), or `None` without big-munmap samples.
+/// other threads' latency and throughput during it, then what explains them:
+/// the munmapping thread's CPU time and run-queue delay during the munmap,
+/// the other threads' run-queue delay, and the munmap's wait for TLB flush
+/// acknowledgements (medians over repeats of each figure), or `None`
+/// without big-munmap samples.
 pub fn table(samples: &[Sample]) -> Option<String> {
     let ours: Vec<&Sample> = samples.iter().filter(|s| s.workload == "big-munmap").collect();
     if ours.is_empty() {
@@ -381,7 +384,8 @@ pub fn table(samples: &[Sample]) -> Option<String> {
     }
     let mut out = String::from(
         "big-munmap: the munmap, and the other threads' operations overlapping it\n\
-         mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone\n",
+         mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
+         cpu ms  runq ms  other runq ms  flush wait ms\n",
     );
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
     for s in &ours {
@@ -402,14 +406,19 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         };
         let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3));
         let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
+        let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
         out.push_str(&format!(
-            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {}\n",
-            of(|c| c.munmap_ns).map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6)),
+            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {}\n",
+            ms(of(|c| c.munmap_ns)),
             us(of(|c| c.p50_ns)),
             us(of(|c| c.p99_ns)),
             us(of(|c| c.max_ns)),
             n(of(|c| c.ops_per_sec)),
             n(of(|c| c.alone_ops_per_sec)),
+            ms(of(|c| c.munmap_cpu_ns)),
+            ms(of(|c| c.munmap_runq_ns)),
+            ms(of(|c| c.other_runq_ns)),
+            ms(of(|c| c.munmap_flush_wait_ns)),
         ));
     }
     Some(out)
