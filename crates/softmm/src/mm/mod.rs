@@ -310,10 +310,10 @@ impl AddressSpace {
 
     /// Begins a shootdown of every CPU's TLB for this address space and
     /// returns without waiting, so that a caller can begin those of several
-    /// address spaces and then wait for all (batched migration); see
+    /// address spaces and then wait for all (batched migration), or time
+    /// the wait apart (`MmuGather`); see
     /// [`crate::tlb::TlbDomain::flush_begin`]. The calling thread's own CPUs
     /// are quiescent and get no request, as in [`AddressSpace::flush_tlb`].
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // until batched migration (seed 003) uses it
     pub(crate) fn flush_tlb_begin(&self) -> FlushTicket {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }
