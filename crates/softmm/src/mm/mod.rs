@@ -359,13 +359,23 @@ impl AddressSpace {
     /// frees what it gathered, and goes on where it stopped, as
     /// `zap_pte_range` does with `force_flush`: an unmap of any size holds at
     /// most `MAX_GATHER_FRAMES` frames between flushes.
+    ///
+    /// The epoch guard that keeps the walked tables alive is also dropped
+    /// at each of those stops and taken again for the rest (a new walk from
+    /// the root), so a zap of any size holds up the grace periods of the
+    /// whole process for one gather's worth of entries at most: a guard held
+    /// across a multi-GiB zap would keep every deferred free of every other
+    /// thread (VMA trees, page tables) waiting, and the thread that then
+    /// collects them all pays for it in one operation's latency. Each walk
+    /// starts from the root under its own guard, so it only reaches tables
+    /// that are attached or whose freeing waits for that guard.
     pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(Pte) -> bool) {
-        let guard = crossbeam_epoch::pin();
-        for leaf in self.pgtables.leaves(start, end, &guard) {
-            let mut from = leaf.start();
-            while from < leaf.end() {
-                let mut stopped = None;
-                leaf.with_range(from, leaf.end()).lock().update(|va, pte| {
+        let mut from = start;
+        while from < end {
+            let guard = crossbeam_epoch::pin();
+            let mut stopped = None;
+            for leaf in self.pgtables.leaves(from, end, &guard) {
+                leaf.lock().update(|va, pte| {
                     if stopped.is_some() {
                         return None;
                     }
@@ -383,10 +393,15 @@ impl AddressSpace {
                     }
                     Some(Pte::NONE)
                 });
-                // The PTE lock is dropped: flush and free a full gather.
-                tlb.flush_if_full(self);
-                from = stopped.unwrap_or(leaf.end());
+                if stopped.is_some() {
+                    break;
+                }
             }
+            // The PTE lock and the guard are dropped: flush and free a full
+            // gather, then walk the rest under a new guard.
+            drop(guard);
+            tlb.flush_if_full(self);
+            from = stopped.unwrap_or(end);
         }
     }
 

@@ -610,4 +610,55 @@ mod tests {
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
     }
+
+    /// A long zap lets grace periods end while it runs: it drops its epoch
+    /// guard at each full gather's flush and walks on under a new one. A
+    /// running CPU of another thread (which every flush waits for) defers a
+    /// closure once the first flush has begun, and keeps collecting; the
+    /// closure must run before the zap's last gather is flushed. With one
+    /// guard held across the whole zap, it could run only after the zap.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps and faults ~48,000 pages")]
+    fn a_long_zap_lets_grace_periods_end() {
+        use crate::sync::AtomicBool;
+        let gathers = 5;
+        let pages = (gathers * super::super::gather::MAX_GATHER_FRAMES) as u64;
+        let phys = PhysMem::new(PhysConfig::new((pages + 256) * PAGE_SIZE)).unwrap();
+        let mm = AddressSpace::new(&phys, crate::MmConfig::default().unmap_policy(UnmapPolicy::LockFree)).unwrap();
+        let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
+        let probe = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        let g0 = mm.tlb.generation();
+        let ran_at = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let remote = {
+            let (mm, ran_at, stop) = (mm.clone(), ran_at.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                cpu.write_u64(probe, 1).unwrap();
+                ready_tx.send(()).unwrap();
+                let mut deferred = false;
+                while !stop.load(Ordering::Acquire) {
+                    // Acknowledges the flush under way, if any.
+                    assert_eq!(cpu.read_u64(probe), Ok(1));
+                    if !deferred && mm.tlb.generation() > g0 {
+                        let (mm, ran_at) = (mm.clone(), ran_at.clone());
+                        crossbeam_epoch::pin().defer(move || ran_at.store(mm.tlb.generation(), Ordering::Release));
+                        deferred = true;
+                    }
+                    crossbeam_epoch::pin().flush();
+                }
+            })
+        };
+        ready.recv().unwrap();
+        mm.munmap(a, pages * PAGE_SIZE).unwrap();
+        stop.store(true, Ordering::Release);
+        remote.join().unwrap();
+        let ran = ran_at.load(Ordering::Acquire);
+        // Flush k of the zap made the generation g0 + k.
+        assert!(ran > g0 && ran < g0 + gathers as u64, "deferred at g0 = {g0}, ran at {ran}");
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
 }
