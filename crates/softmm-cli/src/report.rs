@@ -71,6 +71,42 @@ pub struct Counters {
     /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_fail` during the sample.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub htlb_buddy_alloc_fail: Option<u64>,
+    /// big-munmap: time the munmap held `mmap_lock` for write (softmm's `UnmapStats`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_write_hold_ns: Option<u64>,
+    /// big-munmap: time it held `mmap_lock` for read (`downgrade`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_read_hold_ns: Option<u64>,
+    /// big-munmap: time it waited to take `mmap_lock` for write again.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_lock_wait_ns: Option<u64>,
+    /// big-munmap: time in its zap loop, flushes and frees of full gathers included.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_zap_ns: Option<u64>,
+    /// big-munmap: its TLB shootdowns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_flushes: Option<u64>,
+    /// big-munmap: time in them, request to last acknowledgement.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_flush_ns: Option<u64>,
+    /// big-munmap: the part of that spent waiting for other CPUs' acknowledgements.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_flush_wait_ns: Option<u64>,
+    /// big-munmap: time putting frames and scheduling tables after the flushes.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_free_ns: Option<u64>,
+    /// big-munmap: CPU time of the munmapping thread during the munmap (`/proc/.../schedstat`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_cpu_ns: Option<u64>,
+    /// big-munmap: its run-queue delay meanwhile: runnable but not running.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_runq_ns: Option<u64>,
+    /// big-munmap: CPU time of the other threads during the munmap, summed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub other_cpu_ns: Option<u64>,
+    /// big-munmap: their run-queue delay meanwhile, summed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub other_runq_ns: Option<u64>,
 }
 
 impl Counters {
@@ -104,6 +140,18 @@ impl Counters {
         max(&mut self.max_ns, o.max_ns);
         max(&mut self.ops_per_sec, o.ops_per_sec);
         max(&mut self.alone_ops_per_sec, o.alone_ops_per_sec);
+        max(&mut self.munmap_write_hold_ns, o.munmap_write_hold_ns);
+        max(&mut self.munmap_read_hold_ns, o.munmap_read_hold_ns);
+        max(&mut self.munmap_lock_wait_ns, o.munmap_lock_wait_ns);
+        max(&mut self.munmap_zap_ns, o.munmap_zap_ns);
+        max(&mut self.munmap_flushes, o.munmap_flushes);
+        max(&mut self.munmap_flush_ns, o.munmap_flush_ns);
+        max(&mut self.munmap_flush_wait_ns, o.munmap_flush_wait_ns);
+        max(&mut self.munmap_free_ns, o.munmap_free_ns);
+        max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);
+        max(&mut self.munmap_runq_ns, o.munmap_runq_ns);
+        max(&mut self.other_cpu_ns, o.other_cpu_ns);
+        max(&mut self.other_runq_ns, o.other_runq_ns);
     }
 }
 

@@ -51,6 +51,7 @@ pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
 pub use mm::PinPolicy;
 pub use mm::UnmapPolicy;
+pub use mm::UnmapStats;
 pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};

@@ -24,7 +24,7 @@
 //! fault path of 2018 that seed 002 measured: with softmm's default
 //! lock-free faults, no unmap policy ever stalls a fault elsewhere).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -67,6 +67,40 @@ struct Seen {
     ops: Vec<(u64, u64)>,
 }
 
+/// A thread's scheduler statistics (`/proc/self/task/TID/schedstat`): ns on
+/// a CPU and ns runnable but waiting for one (run-queue delay).
+#[derive(Debug, Default, Clone, Copy)]
+struct Sched {
+    cpu_ns: u64,
+    runq_ns: u64,
+}
+
+impl Sched {
+    /// Thread `tid`'s statistics now (zeros where the kernel has no schedstat).
+    fn of(tid: i32) -> Sched {
+        let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
+        let mut f = text.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+        Sched { cpu_ns: f.next().unwrap_or(0), runq_ns: f.next().unwrap_or(0) }
+    }
+
+    /// What `tids` added up to between `before` and now.
+    fn since(tids: &[i32], before: &[Sched]) -> Sched {
+        tids.iter().zip(before).fold(Sched::default(), |acc, (&t, b)| {
+            let now = Sched::of(t);
+            Sched {
+                cpu_ns: acc.cpu_ns + now.cpu_ns.saturating_sub(b.cpu_ns),
+                runq_ns: acc.runq_ns + now.runq_ns.saturating_sub(b.runq_ns),
+            }
+        })
+    }
+}
+
+/// The calling thread's id.
+fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
 /// One operation of the other thread, given its state.
 trait Op {
     fn run(&mut self) -> Result<(), i32>;
@@ -95,13 +129,23 @@ fn other(op: &mut dyn Op, phase: &AtomicU8, epoch: Instant) -> Result<Seen, i32>
     Ok(seen)
 }
 
+/// What [`measure`] returns: the munmap's duration, what the other threads
+/// saw, the munmap's start and end (ns since the run's epoch), and the
+/// scheduler statistics of the munmapping thread and of the others during it.
+struct Run {
+    munmap_ns: u64,
+    seen: Vec<Seen>,
+    t0: u64,
+    t1: u64,
+    munmapper: Sched,
+    others: Sched,
+    /// softmm's [`softmm::UnmapStats`] of the munmapping thread before and
+    /// after the munmap: the big munmap's own (the host's are zeros).
+    unmap: Option<(softmm::UnmapStats, softmm::UnmapStats)>,
+}
+
 /// The run on one space: populate, start the others, wait, unmap, collect.
-fn measure<S: Space>(
-    s: &S,
-    p: &Params,
-    nohuge: bool,
-    maps: &(dyn Fn() -> usize + Sync),
-) -> Result<(u64, Vec<Seen>, u64, u64), String> {
+fn measure<S: Space>(s: &S, p: &Params, nohuge: bool, maps: &(dyn Fn() -> usize + Sync)) -> Result<Run, String> {
     fn e(what: &'static str) -> impl Fn(i32) -> String {
         move |errno| format!("{what}: errno {errno}")
     }
@@ -116,28 +160,40 @@ fn measure<S: Space>(
         super::Limit::Duration(d) => d,
         super::Limit::Iterations(_) => std::time::Duration::from_millis(200),
     };
+    let tids: Vec<AtomicI32> = (0..p.threads).map(|_| AtomicI32::new(0)).collect();
     std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..p.threads)
-            .map(|_| {
+        let hs: Vec<_> = tids
+            .iter()
+            .map(|tid| {
                 let phase = &phase;
                 sc.spawn(move || {
+                    tid.store(gettid(), Ordering::Relaxed);
                     let mut op = op_for(s, p.mode, maps)?;
                     other(op.as_mut(), phase, epoch)
                 })
             })
             .collect();
         std::thread::sleep(alone);
+        // Each thread stored its id before its first operation, long before.
+        let tids: Vec<i32> = tids.iter().map(|t| t.load(Ordering::Relaxed)).collect();
+        let me = [gettid()];
+        let others_before: Vec<Sched> = tids.iter().map(|&t| Sched::of(t)).collect();
+        let me_before = [Sched::of(me[0])];
+        let unmap_before = softmm::UnmapStats::this_thread();
         let t0 = epoch.elapsed().as_nanos() as u64;
         phase.store(DURING, Ordering::Release);
         let r = s.munmap(big, p.size);
         let t1 = epoch.elapsed().as_nanos() as u64;
+        let unmap = Some((unmap_before, softmm::UnmapStats::this_thread()));
+        let munmapper = Sched::since(&me, &me_before);
+        let others = Sched::since(&tids, &others_before);
         phase.store(DONE, Ordering::Release);
         let seen: Result<Vec<Seen>, String> = hs
             .into_iter()
             .map(|h| h.join().map_err(|_| "an other thread panicked".to_string())?.map_err(e("other thread")))
             .collect();
         r.map_err(e("munmap of the region"))?;
-        Ok((t1 - t0, seen?, t0, t1))
+        Ok(Run { munmap_ns: t1 - t0, seen: seen?, t0, t1, munmapper, others, unmap })
     })
 }
 
@@ -186,7 +242,12 @@ impl Latencies {
 }
 
 /// The sample from what the threads saw.
-fn summarize(munmap_ns: u64, seen: &[Seen], t0: u64, t1: u64, mut counters: Counters) -> Measured {
+fn summarize(run: &Run, mut counters: Counters) -> Measured {
+    let Run { munmap_ns, ref seen, t0, t1, munmapper, others, .. } = *run;
+    counters.munmap_cpu_ns = Some(munmapper.cpu_ns);
+    counters.munmap_runq_ns = Some(munmapper.runq_ns);
+    counters.other_cpu_ns = Some(others.cpu_ns);
+    counters.other_runq_ns = Some(others.runq_ns);
     let lat = Latencies(
         seen.iter()
             .flat_map(|s| {
@@ -280,27 +341,42 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
             let s = SoftSpace { mm: AddressSpace::new(&env.phys, config).map_err(|e| e.to_string())? };
             let mm: Arc<AddressSpace> = s.mm.clone();
             let maps = move || mm.maps_text().len();
-            let (ns, seen, t0, t1) = measure(&s, p, false, &maps)?;
+            let run = measure(&s, p, false, &maps)?;
             let st = s.mm.stats();
+            // The munmapping thread's sums around the big munmap: that call
+            // alone, not the other threads' small unmaps in `mmap` mode.
+            let (before, u) = run.unmap.unwrap_or_default();
+            let d = |f: fn(&softmm::UnmapStats) -> u64| Some(f(&u) - f(&before));
             let counters = Counters {
                 mmap_lock_acquisitions: Some(st.mmap_lock_write + st.mmap_lock_read),
                 flush_requests: Some(st.tlb.flush_requests),
+                munmap_write_hold_ns: d(|u| u.write_hold_ns),
+                munmap_read_hold_ns: d(|u| u.read_hold_ns),
+                munmap_lock_wait_ns: d(|u| u.lock_wait_ns),
+                munmap_zap_ns: d(|u| u.zap_ns),
+                munmap_flushes: d(|u| u.flushes),
+                munmap_flush_ns: d(|u| u.flush_ns),
+                munmap_flush_wait_ns: d(|u| u.flush_wait_ns),
+                munmap_free_ns: d(|u| u.free_ns),
                 ..Counters::default()
             };
-            Ok(summarize(ns, &seen, t0, t1, counters))
+            Ok(summarize(&run, counters))
         }
         None => {
             let s = HostSpace;
             let maps = || std::fs::read_to_string("/proc/self/maps").map_or(0, |t| t.len());
-            let (ns, seen, t0, t1) = measure(&s, p, true, &maps)?;
-            Ok(summarize(ns, &seen, t0, t1, Counters::default()))
+            let run = measure(&s, p, true, &maps)?;
+            Ok(summarize(&run, Counters::default()))
         }
     }
 }
 
 /// The big-munmap table: per mode and policy, the munmap's duration and the
-/// other threads' latency and throughput during it (medians over repeats of
-/// each figure), or `None` without big-munmap samples.
+/// other threads' latency and throughput during it, then what explains them:
+/// the munmapping thread's CPU time and run-queue delay during the munmap,
+/// the other threads' run-queue delay, and the munmap's wait for TLB flush
+/// acknowledgements (medians over repeats of each figure), or `None`
+/// without big-munmap samples.
 pub fn table(samples: &[Sample]) -> Option<String> {
     let ours: Vec<&Sample> = samples.iter().filter(|s| s.workload == "big-munmap").collect();
     if ours.is_empty() {
@@ -308,7 +384,8 @@ pub fn table(samples: &[Sample]) -> Option<String> {
     }
     let mut out = String::from(
         "big-munmap: the munmap, and the other threads' operations overlapping it\n\
-         mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone\n",
+         mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
+         cpu ms  runq ms  other runq ms  flush wait ms\n",
     );
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
     for s in &ours {
@@ -329,14 +406,19 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         };
         let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3));
         let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
+        let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
         out.push_str(&format!(
-            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {}\n",
-            of(|c| c.munmap_ns).map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6)),
+            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {}\n",
+            ms(of(|c| c.munmap_ns)),
             us(of(|c| c.p50_ns)),
             us(of(|c| c.p99_ns)),
             us(of(|c| c.max_ns)),
             n(of(|c| c.ops_per_sec)),
             n(of(|c| c.alone_ops_per_sec)),
+            ms(of(|c| c.munmap_cpu_ns)),
+            ms(of(|c| c.munmap_runq_ns)),
+            ms(of(|c| c.other_runq_ns)),
+            ms(of(|c| c.munmap_flush_wait_ns)),
         ));
     }
     Some(out)

@@ -1,6 +1,8 @@
 //! `mmu_gather`: what leaves the page tables during an unmap is held here
 //! until the TLB shootdown says no CPU can reach it any more.
 
+use std::time::Instant;
+
 use crate::pgtable::DetachedTable;
 use crate::phys::{FrameRef, Pfn};
 
@@ -41,6 +43,29 @@ pub(crate) struct MmuGather {
     /// A translation was removed or narrowed: a shootdown is needed even if
     /// nothing is freed (e.g. mprotect to read-only).
     pub(crate) need_flush: bool,
+    /// Where this gather's flushes spent their time, for [`super::UnmapStats`].
+    pub(crate) times: GatherTimes,
+}
+
+/// What an [`MmuGather`]'s flushes cost, summed over its life: read by the
+/// unmap policies after their last flush ([`super::UnmapStats`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GatherTimes {
+    /// Shootdowns done (one per flush that had something to flush).
+    pub(crate) flushes: u64,
+    /// Time from the start of each shootdown to the last acknowledgement.
+    pub(crate) flush_ns: u64,
+    /// The part of `flush_ns` spent waiting for other CPUs'
+    /// acknowledgements ([`crate::tlb::FlushTicket::wait`]).
+    pub(crate) flush_wait_ns: u64,
+    /// Time putting frames and scheduling tables for freeing after a flush.
+    pub(crate) free_ns: u64,
+    /// Frame references put after a flush.
+    pub(crate) frames: u64,
+}
+
+fn ns_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl MmuGather {
@@ -62,6 +87,11 @@ impl MmuGather {
         self.need_flush = true;
         self.frames.push(frame.into_raw());
         !self.is_full()
+    }
+
+    /// True if no frame waits for a flush.
+    pub(crate) fn frames_is_empty(&self) -> bool {
+        self.frames.is_empty()
     }
 
     /// True once [`MAX_GATHER_FRAMES`] frames wait for a flush.
@@ -90,20 +120,31 @@ impl MmuGather {
     /// Flushes `mm`'s TLBs if anything changed, then frees what the gather
     /// holds, leaving it empty for more (Linux's `tlb_flush_mmu`).
     pub(crate) fn flush_and_free(&mut self, mm: &AddressSpace) {
-        if self.need_flush || !self.frames.is_empty() || !self.tables.is_empty() {
-            mm.flush_tlb();
+        if !(self.need_flush || !self.frames.is_empty() || !self.tables.is_empty()) {
+            return;
         }
+        let begin = Instant::now();
+        let ticket = mm.flush_tlb_begin();
+        let wait = Instant::now();
+        ticket.wait();
+        let t = &mut self.times;
+        t.flushes += 1;
+        t.flush_wait_ns = t.flush_wait_ns.saturating_add(ns_since(wait));
+        t.flush_ns = t.flush_ns.saturating_add(ns_since(begin));
+        let free = Instant::now();
         self.need_flush = false;
-        for pfn in self.frames.drain(..) {
-            // The reference `add_frame` took over; no CPU reaches the frame now.
-            drop(FrameRef::from_raw(&mm.phys, pfn));
-        }
+        t.frames += self.frames.len() as u64;
+        // The references `add_frame` took over; no CPU reaches the frames
+        // now. One batch: thousands of frames per flush, each freed with
+        // its own lock round trips would cost most of the unmap.
+        mm.phys.put_batch(&mut self.frames);
         if !self.tables.is_empty() {
             let guard = crossbeam_epoch::pin();
             for t in self.tables.drain(..) {
                 t.free_after_grace_period(&mm.phys, &guard);
             }
         }
+        self.times.free_ns = self.times.free_ns.saturating_add(ns_since(free));
     }
 }
 
@@ -163,9 +204,23 @@ mod tests {
         };
         attached.recv().unwrap();
         let before = mm.stats().tlb;
+        let (unmap_before, mine_before) = (mm.stats().unmap, crate::UnmapStats::this_thread());
         mm.munmap(a, len).unwrap();
         let after = mm.stats().tlb;
         let flushes = after.flushes - before.flushes;
+        // The unmap statistics count the same flushes, and every frame.
+        let (u, mine) = (mm.stats().unmap, crate::UnmapStats::this_thread());
+        for (b, a) in [(unmap_before, u), (mine_before, mine)] {
+            assert_eq!(
+                (a.unmaps - b.unmaps, a.flushes - b.flushes, a.frames - b.frames),
+                (1, flushes, pages),
+                "{policy:?}"
+            );
+            assert!(a.flush_ns - b.flush_ns >= a.flush_wait_ns - b.flush_wait_ns, "{policy:?}");
+            assert!(a.zap_ns - b.zap_ns > 0 && a.total_ns - b.total_ns >= a.zap_ns - b.zap_ns, "{policy:?}");
+            assert!(a.write_hold_ns - b.write_hold_ns > 0, "{policy:?}");
+        }
+        assert_eq!(u.read_hold_ns > 0, policy == crate::UnmapPolicy::Downgrade, "{policy:?}");
         // One flush when the gather fills, one at the end for the rest and
         // the page tables; without the bound, a single flush. The lock-free
         // unmap flushes the last frames before it drops its reservation and

@@ -42,6 +42,7 @@ use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard
 pub use commit::{Overcommit, OvercommitMode};
 pub use config::{FaultPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
 pub use maps::MapEntry;
+pub use unmap::UnmapStats;
 
 use crate::file::{File, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
@@ -74,6 +75,8 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
     /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
     pub(crate) pages_migrated: AtomicU64,
+    /// Where the policy unmaps spent their time (`unmap.rs`).
+    pub(crate) unmap: unmap::UnmapCounters,
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -93,6 +96,8 @@ pub struct MmStats {
     pub rss_pages: u64,
     /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
     pub pages_migrated: u64,
+    /// Where its unmaps (`munmap`, `mremap` and `brk` shrinks) spent their time.
+    pub unmap: UnmapStats,
 }
 
 /// A virtual address space with Linux semantics.
@@ -305,10 +310,10 @@ impl AddressSpace {
 
     /// Begins a shootdown of every CPU's TLB for this address space and
     /// returns without waiting, so that a caller can begin those of several
-    /// address spaces and then wait for all (batched migration); see
+    /// address spaces and then wait for all (batched migration), or time
+    /// the wait apart (`MmuGather`); see
     /// [`crate::tlb::TlbDomain::flush_begin`]. The calling thread's own CPUs
     /// are quiescent and get no request, as in [`AddressSpace::flush_tlb`].
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // until batched migration (seed 003) uses it
     pub(crate) fn flush_tlb_begin(&self) -> FlushTicket {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }
@@ -326,6 +331,7 @@ impl AddressSpace {
             tlb: self.tlb.stats(),
             rss_pages,
             pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
+            unmap: self.counters.unmap.stats(),
         }
     }
 
@@ -353,13 +359,23 @@ impl AddressSpace {
     /// frees what it gathered, and goes on where it stopped, as
     /// `zap_pte_range` does with `force_flush`: an unmap of any size holds at
     /// most `MAX_GATHER_FRAMES` frames between flushes.
+    ///
+    /// The epoch guard that keeps the walked tables alive is also dropped
+    /// at each of those stops and taken again for the rest (a new walk from
+    /// the root), so a zap of any size holds up the grace periods of the
+    /// whole process for one gather's worth of entries at most: a guard held
+    /// across a multi-GiB zap would keep every deferred free of every other
+    /// thread (VMA trees, page tables) waiting, and the thread that then
+    /// collects them all pays for it in one operation's latency. Each walk
+    /// starts from the root under its own guard, so it only reaches tables
+    /// that are attached or whose freeing waits for that guard.
     pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(Pte) -> bool) {
-        let guard = crossbeam_epoch::pin();
-        for leaf in self.pgtables.leaves(start, end, &guard) {
-            let mut from = leaf.start();
-            while from < leaf.end() {
-                let mut stopped = None;
-                leaf.with_range(from, leaf.end()).lock().update(|va, pte| {
+        let mut from = start;
+        while from < end {
+            let guard = crossbeam_epoch::pin();
+            let mut stopped = None;
+            for leaf in self.pgtables.leaves(from, end, &guard) {
+                leaf.lock().update(|va, pte| {
                     if stopped.is_some() {
                         return None;
                     }
@@ -377,10 +393,15 @@ impl AddressSpace {
                     }
                     Some(Pte::NONE)
                 });
-                // The PTE lock is dropped: flush and free a full gather.
-                tlb.flush_if_full(self);
-                from = stopped.unwrap_or(leaf.end());
+                if stopped.is_some() {
+                    break;
+                }
             }
+            // The PTE lock and the guard are dropped: flush and free a full
+            // gather, then walk the rest under a new guard.
+            drop(guard);
+            tlb.flush_if_full(self);
+            from = stopped.unwrap_or(end);
         }
     }
 

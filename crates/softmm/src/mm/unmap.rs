@@ -76,12 +76,178 @@
 //! appear in the same step, as Linux's `mmap_region` does.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::error::Result;
 use crate::pgtable::PMD_SIZE;
-use crate::sync::Mutex;
+use crate::sync::{AtomicU64, Mutex, Ordering};
 
+use super::gather::GatherTimes;
 use super::{AddressSpace, MmState, MmapWriteGuard, MmuGather, UnmapPolicy};
+
+/// Where the unmaps of [`AddressSpace::vm_munmap`] (`munmap`, and the
+/// shrinks of `mremap` and `brk`) spent their time, summed over the address
+/// space's life ([`crate::MmStats::unmap`]): what a large unmap costs, and
+/// what it makes others wait for. The times are wall-clock (a descheduled
+/// thread's time counts), measured around each part with `Instant`. More
+/// counters may come: read the fields, never build one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnmapStats {
+    /// Unmaps that went through the policy.
+    pub unmaps: u64,
+    /// Time spent in them, from entry (with `mmap_lock` held for write) to
+    /// return.
+    pub total_ns: u64,
+    /// Time they held `mmap_lock` for write: what every other writer, and
+    /// every fault that takes `mmap_lock`, may have waited for.
+    pub write_hold_ns: u64,
+    /// Time they held it for read (`downgrade`'s zap): writers wait for it.
+    pub read_hold_ns: u64,
+    /// Time they waited to take `mmap_lock` for write again (`sectioned`
+    /// between sections, `lock-free` before freeing the page tables).
+    pub lock_wait_ns: u64,
+    /// Time in the zap loop (clearing entries, with the flushes and frees of
+    /// every full gather); `locked` and `sectioned` count their detach and
+    /// page-table freeing here too.
+    pub zap_ns: u64,
+    /// TLB shootdowns of their gathers (a full gather, and the last).
+    pub flushes: u64,
+    /// Time in those shootdowns, from the request to the last acknowledgement.
+    pub flush_ns: u64,
+    /// The part of `flush_ns` spent waiting for other threads' running CPUs
+    /// to acknowledge (a CPU blocked in softmm or parked is not waited for).
+    pub flush_wait_ns: u64,
+    /// Time putting the gathered frames and scheduling the page tables for
+    /// freeing, after each flush.
+    pub free_ns: u64,
+    /// Frames put after a flush.
+    pub frames: u64,
+}
+
+impl UnmapStats {
+    /// The sums over the unmaps the calling thread made, in every address
+    /// space: what a caller reads before and after one `munmap` to see that
+    /// call alone while other threads unmap too.
+    pub fn this_thread() -> UnmapStats {
+        THIS_THREAD.with(|c| c.get())
+    }
+
+    /// Adds one unmap's times.
+    fn add(&mut self, t: &UnmapTimes, g: &GatherTimes, total_ns: u64) {
+        let add = |a: &mut u64, v: u64| *a = a.saturating_add(v);
+        add(&mut self.unmaps, 1);
+        add(&mut self.total_ns, total_ns);
+        add(&mut self.write_hold_ns, t.write_hold_ns);
+        add(&mut self.read_hold_ns, t.read_hold_ns);
+        add(&mut self.lock_wait_ns, t.lock_wait_ns);
+        add(&mut self.zap_ns, t.zap_ns);
+        add(&mut self.flushes, g.flushes);
+        add(&mut self.flush_ns, g.flush_ns);
+        add(&mut self.flush_wait_ns, g.flush_wait_ns);
+        add(&mut self.free_ns, g.free_ns);
+        add(&mut self.frames, g.frames);
+    }
+}
+
+std::thread_local! {
+    /// [`UnmapStats::this_thread`]: plain memory of this thread, so the
+    /// per-thread sums cost no shared write.
+    static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
+        unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
+        flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
+    }) };
+}
+
+/// The atomic sums behind [`UnmapStats`], one per address space.
+#[derive(Default)]
+pub(crate) struct UnmapCounters {
+    unmaps: AtomicU64,
+    total_ns: AtomicU64,
+    write_hold_ns: AtomicU64,
+    read_hold_ns: AtomicU64,
+    lock_wait_ns: AtomicU64,
+    zap_ns: AtomicU64,
+    flushes: AtomicU64,
+    flush_ns: AtomicU64,
+    flush_wait_ns: AtomicU64,
+    free_ns: AtomicU64,
+    frames: AtomicU64,
+}
+
+impl UnmapCounters {
+    /// Adds one unmap's times, to the address space's sums and the
+    /// calling thread's.
+    fn add(&self, t: &UnmapTimes, g: &GatherTimes) {
+        let total_ns = ns_since(t.entry);
+        THIS_THREAD.with(|c| {
+            let mut s = c.get();
+            s.add(t, g, total_ns);
+            c.set(s);
+        });
+        // Relaxed: statistics, read after the unmaps they count returned.
+        let add = |c: &AtomicU64, v: u64| {
+            c.fetch_add(v, Ordering::Relaxed);
+        };
+        add(&self.unmaps, 1);
+        add(&self.total_ns, total_ns);
+        add(&self.write_hold_ns, t.write_hold_ns);
+        add(&self.read_hold_ns, t.read_hold_ns);
+        add(&self.lock_wait_ns, t.lock_wait_ns);
+        add(&self.zap_ns, t.zap_ns);
+        add(&self.flushes, g.flushes);
+        add(&self.flush_ns, g.flush_ns);
+        add(&self.flush_wait_ns, g.flush_wait_ns);
+        add(&self.free_ns, g.free_ns);
+        add(&self.frames, g.frames);
+    }
+
+    /// The sums so far.
+    pub(crate) fn stats(&self) -> UnmapStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        UnmapStats {
+            unmaps: get(&self.unmaps),
+            total_ns: get(&self.total_ns),
+            write_hold_ns: get(&self.write_hold_ns),
+            read_hold_ns: get(&self.read_hold_ns),
+            lock_wait_ns: get(&self.lock_wait_ns),
+            zap_ns: get(&self.zap_ns),
+            flushes: get(&self.flushes),
+            flush_ns: get(&self.flush_ns),
+            flush_wait_ns: get(&self.flush_wait_ns),
+            free_ns: get(&self.free_ns),
+            frames: get(&self.frames),
+        }
+    }
+}
+
+fn ns_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One unmap's times, outside its gather's.
+struct UnmapTimes {
+    entry: Instant,
+    write_hold_ns: u64,
+    read_hold_ns: u64,
+    lock_wait_ns: u64,
+    zap_ns: u64,
+}
+
+impl UnmapTimes {
+    fn new() -> UnmapTimes {
+        UnmapTimes { entry: Instant::now(), write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0 }
+    }
+
+    /// Runs `f`, adding its time to the field `at` selects.
+    fn time<R>(&mut self, at: fn(&mut UnmapTimes) -> &mut u64, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        let v = at(self);
+        *v = v.saturating_add(ns_since(t));
+        r
+    }
+}
 
 /// Sections of [`UnmapPolicy::Sectioned`]: `HPAGE_PUD_SIZE`, as seed 002.
 pub(crate) const SECTION_SIZE: u64 = 1 << 30;
@@ -149,12 +315,32 @@ impl AddressSpace {
     /// split would exceed `max_map_count`.
     pub(crate) fn vm_munmap(
         &self,
-        mut st: MmapWriteGuard<'_>,
+        st: MmapWriteGuard<'_>,
         start: u64,
         end: u64,
         after_detach: impl FnOnce(&mut MmState),
     ) -> Result<()> {
+        let mut t = UnmapTimes::new();
         let mut tlb = MmuGather::default();
+        let res = self.vm_munmap_timed(st, start, end, after_detach, &mut tlb, &mut t);
+        self.counters.unmap.add(&t, &tlb.times);
+        // Every path flushed and emptied the gather before it returned.
+        debug_assert!(tlb.frames_is_empty() && tlb.tables.is_empty());
+        tlb.finish(self);
+        res
+    }
+
+    /// [`Self::vm_munmap`] into `tlb`, which it leaves flushed and empty,
+    /// with its times in `t`.
+    fn vm_munmap_timed(
+        &self,
+        mut st: MmapWriteGuard<'_>,
+        start: u64,
+        end: u64,
+        after_detach: impl FnOnce(&mut MmState),
+        tlb: &mut MmuGather,
+        t: &mut UnmapTimes,
+    ) -> Result<()> {
         match self.config.unmap_policy {
             UnmapPolicy::Sectioned => {
                 let mut after_detach = Some(after_detach);
@@ -162,8 +348,12 @@ impl AddressSpace {
                 let mut from = start;
                 while from < end {
                     let to = (from & !(SECTION_SIZE - 1)).saturating_add(SECTION_SIZE).min(end);
-                    let mut g = st.take().unwrap_or_else(|| self.write_lock());
-                    let res = self.do_munmap(&mut g, from, to, &mut tlb);
+                    let mut g = match st.take() {
+                        Some(g) => g,
+                        None => t.time(|t| &mut t.lock_wait_ns, || self.write_lock()),
+                    };
+                    let held = Instant::now();
+                    let res = t.time(|t| &mut t.zap_ns, || self.do_munmap(&mut g, from, to, tlb));
                     if res.is_ok() {
                         if let Some(f) = after_detach.take() {
                             f(&mut g);
@@ -173,6 +363,7 @@ impl AddressSpace {
                     // its flush, then the next writer.
                     tlb.flush_and_free(self);
                     drop(g);
+                    t.write_hold_ns += ns_since(held);
                     res?;
                     from = to;
                 }
@@ -184,15 +375,18 @@ impl AddressSpace {
                     after_detach(&mut st);
                 }
                 let st = st.downgrade();
+                t.write_hold_ns += ns_since(t.entry);
+                let held = Instant::now();
                 if let Some((lo, hi)) = span? {
-                    self.zap_range(lo, hi, &mut tlb, |_| true);
+                    t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
                     self.clear_guard_markers(lo, hi);
                     // Writers wait for the read lock: the VMAs around the
                     // range, hence the floor and ceiling, cannot change.
-                    self.free_pgtables(&st, lo, hi, &mut tlb);
+                    self.free_pgtables(&st, lo, hi, tlb);
                 }
-                tlb.finish(self);
+                tlb.flush_and_free(self);
                 drop(st);
+                t.read_hold_ns += ns_since(held);
                 Ok(())
             }
             UnmapPolicy::LockFree => {
@@ -200,35 +394,38 @@ impl AddressSpace {
                 after_detach(&mut st);
                 let Some((lo, hi)) = span.filter(|&(lo, hi)| hi - lo > LOCK_FREE_MIN_SPAN) else {
                     if let Some((lo, hi)) = span {
-                        self.zap_range(lo, hi, &mut tlb, |_| true);
+                        t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
                         self.clear_guard_markers(lo, hi);
-                        self.free_pgtables(&st, lo, hi, &mut tlb);
+                        self.free_pgtables(&st, lo, hi, tlb);
                     }
-                    tlb.finish(self);
+                    tlb.flush_and_free(self);
                     drop(st);
+                    t.write_hold_ns += ns_since(t.entry);
                     return Ok(());
                 };
                 let done = Arc::new(Mutex::new(()));
                 let held = done.lock();
                 self.reserve(st, lo, hi, &done);
+                t.write_hold_ns += ns_since(t.entry);
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
-                self.zap_range(lo, hi, &mut tlb, |_| true);
+                t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
                 self.clear_guard_markers(lo, hi);
-                self.release(lo, hi, &done, tlb);
+                self.release(lo, hi, &done, tlb, t);
                 drop(held);
                 Ok(())
             }
             _ => {
-                let res = self.do_munmap(&mut st, start, end, &mut tlb);
+                let res = t.time(|t| &mut t.zap_ns, || self.do_munmap(&mut st, start, end, tlb));
                 if res.is_ok() {
                     after_detach(&mut st);
                 }
                 // Flush before mmap_lock is released, as Linux's
                 // tlb_finish_mmu does: once another thread can map this range
                 // again, no CPU may still reach the old frames.
-                tlb.finish(self);
+                tlb.flush_and_free(self);
                 drop(st);
+                t.write_hold_ns += ns_since(t.entry);
                 res
             }
         }
@@ -246,16 +443,18 @@ impl AddressSpace {
     /// into `tlb`: flushes and frees the last frames, then in a short write
     /// section removes the reservation and detaches the page tables only the
     /// range used, then flushes again and frees those after a grace period.
-    fn release(&self, lo: u64, hi: u64, done: &Arc<Mutex<()>>, mut tlb: MmuGather) {
+    fn release(&self, lo: u64, hi: u64, done: &Arc<Mutex<()>>, tlb: &mut MmuGather, t: &mut UnmapTimes) {
         // The last frames' flush before anyone may map here again.
         tlb.flush_and_free(self);
-        let mut st = self.write_lock();
+        let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
+        let held = Instant::now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
-        self.free_pgtables(&st, lo, hi, &mut tlb);
+        self.free_pgtables(&st, lo, hi, tlb);
         drop(st);
+        t.write_hold_ns += ns_since(held);
         // Only detached tables are left: nothing translates through them,
         // and they are freed after this flush and a grace period.
-        tlb.finish(self);
+        tlb.flush_and_free(self);
     }
 }
 
@@ -362,7 +561,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(!b.is_finished(), "MAP_FIXED over a reserved range did not wait");
         mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
-        mm.release(lo, hi, &done, tlb);
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        tlb.finish(&mm);
         drop(held);
         b.join().unwrap();
         cpu.resume();
@@ -401,10 +601,62 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(!b.is_finished(), "munmap over a reserved range returned before it was empty");
         mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
-        mm.release(lo, hi, &done, tlb);
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        tlb.finish(&mm);
         drop(held);
         assert!(b.join().unwrap(), "an entry was left when the second munmap returned");
         drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
+    /// A long zap lets grace periods end while it runs: it drops its epoch
+    /// guard at each full gather's flush and walks on under a new one. A
+    /// running CPU of another thread (which every flush waits for) defers a
+    /// closure once the first flush has begun, and keeps collecting; the
+    /// closure must run before the zap's last gather is flushed. With one
+    /// guard held across the whole zap, it could run only after the zap.
+    #[test]
+    #[cfg_attr(miri, ignore = "maps and faults ~48,000 pages")]
+    fn a_long_zap_lets_grace_periods_end() {
+        use crate::sync::AtomicBool;
+        let gathers = 5;
+        let pages = (gathers * super::super::gather::MAX_GATHER_FRAMES) as u64;
+        let phys = PhysMem::new(PhysConfig::new((pages + 256) * PAGE_SIZE)).unwrap();
+        let mm = AddressSpace::new(&phys, crate::MmConfig::default().unmap_policy(UnmapPolicy::LockFree)).unwrap();
+        let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
+        let probe = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        let g0 = mm.tlb.generation();
+        let ran_at = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let remote = {
+            let (mm, ran_at, stop) = (mm.clone(), ran_at.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                cpu.write_u64(probe, 1).unwrap();
+                ready_tx.send(()).unwrap();
+                let mut deferred = false;
+                while !stop.load(Ordering::Acquire) {
+                    // Acknowledges the flush under way, if any.
+                    assert_eq!(cpu.read_u64(probe), Ok(1));
+                    if !deferred && mm.tlb.generation() > g0 {
+                        let (mm, ran_at) = (mm.clone(), ran_at.clone());
+                        crossbeam_epoch::pin().defer(move || ran_at.store(mm.tlb.generation(), Ordering::Release));
+                        deferred = true;
+                    }
+                    crossbeam_epoch::pin().flush();
+                }
+            })
+        };
+        ready.recv().unwrap();
+        mm.munmap(a, pages * PAGE_SIZE).unwrap();
+        stop.store(true, Ordering::Release);
+        remote.join().unwrap();
+        let ran = ran_at.load(Ordering::Acquire);
+        // Flush k of the zap made the generation g0 + k.
+        assert!(ran > g0 && ran < g0 + gathers as u64, "deferred at g0 = {g0}, ran at {ran}");
         drop(mm);
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
