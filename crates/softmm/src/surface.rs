@@ -80,7 +80,7 @@
 //! `PhysConfig` is built with `PhysConfig::new` and setters.
 //!
 //! ```compile_fail,E0639
-//! let _ = softmm::PhysConfig::new(1 << 20);
+//! let _ = softmm::PhysConfig { bytes: 1 << 20, nodes: 1 };
 //! ```
 //!
 //! `MmConfig` is built with setters.

@@ -273,6 +273,9 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
     let page = match file.get_page_at(index, &at) {
         Ok(Some(p)) => p,
         Ok(None) => return Err(Fault::Bus { addr: va }.into()),
+        // A host-backed file's read failed: `VM_FAULT_SIGBUS`, as
+        // `filemap_fault` answers an I/O error.
+        Err(crate::error::Errno::Io) => return Err(Fault::Bus { addr: va }.into()),
         Err(_) => return Err(oom(va)),
     };
     if write && !shared {

@@ -29,6 +29,7 @@ mod mmap;
 mod move_pages;
 mod mprotect;
 mod mremap;
+mod msync;
 mod stack;
 mod unmap;
 #[cfg(all(test, loom))]
