@@ -76,8 +76,11 @@ impl AddressSpace {
     /// read: copies up to `buf.len()` bytes from `addr` into `buf` and
     /// returns how many it copied, as a debugger's `PTRACE_PEEKDATA` or a
     /// read of `/proc/<pid>/mem` does. Stops short at the first page that
-    /// cannot be read (see the [module docs](self)); 0 means the first one
-    /// could not (`/proc/<pid>/mem` returns `EIO` then).
+    /// cannot be read (no VMA, a `VM_IO`/`VM_PFNMAP` VMA, a VMA without
+    /// `PROT_READ` unless `force`, a guard marker, a page past the end of its
+    /// file, no memory); 0 means the first one could not (`/proc/<pid>/mem`
+    /// returns `EIO` then). An address just below a `MAP_GROWSDOWN` stack
+    /// grows the stack first.
     ///
     /// With `force` (`FOLL_FORCE`) a page of a VMA without `PROT_READ`
     /// (`PROT_NONE`, `PROT_EXEC` alone) is read too. A page never touched
@@ -102,8 +105,8 @@ impl AddressSpace {
     /// Linux's `access_remote_vm(mm, addr, buf, len, FOLL_WRITE |
     /// FOLL_FORCE?)`: copies `buf` to `addr` and returns how many bytes it
     /// wrote, as `PTRACE_POKEDATA` or a write to `/proc/<pid>/mem` does.
-    /// Stops short at the first page that cannot be written (see the
-    /// [module docs](self)).
+    /// Stops short at the first page that cannot be written, for the reasons
+    /// of [`AddressSpace::access_remote_read`] and the ones below.
     ///
     /// With `force` (`FOLL_FORCE`), a page of a private mapping without
     /// `PROT_WRITE` — a loader's or a debugger's write into read-only text —
