@@ -534,3 +534,57 @@ fn forced_access_matches_the_host() {
     }
     assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
 }
+
+/// Forced writes race with guest reads, `fork`, `mprotect`, `MADV_DONTNEED`
+/// and `munmap`/`mmap` of the same range: no panic, no hang, every write
+/// reports a count it could have done, and nothing leaks.
+#[test]
+fn forced_access_races_with_mapping_changes() {
+    let phys = phys(16);
+    let mm = mm(&phys);
+    let len = 16 * PAGE;
+    let a = mm.mmap(0, len, PROT_READ, ANON, None, 0).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    common::watchdog("forced access races", 60, move || {
+        std::thread::scope(|s| {
+            let (mm, stop) = (&mm, &stop);
+            s.spawn(move || {
+                let mut done = 0;
+                for i in 0..20_000u64 {
+                    let at = a + (i * 61) % len;
+                    let n = mm.access_remote_write(at, &[i as u8; 100], true);
+                    assert!(n == 0 || n == 100 || n == (PAGE - at % PAGE) as usize, "{n}");
+                    done += n;
+                    let mut b = [0u8; 64];
+                    mm.access_remote_read(at, &mut b, true);
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                assert!(done > 0);
+            });
+            s.spawn(move || {
+                let mut cpu = Cpu::attached(mm);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for p in (a..a + len).step_by(PAGE as usize) {
+                        let _ = cpu.read_u8(p);
+                    }
+                }
+            });
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match i % 4 {
+                    0 => drop(mm.fork().unwrap()),
+                    1 => mm.mprotect(a, len / 2, if i % 8 == 1 { PROT_NONE } else { PROT_READ }).unwrap(),
+                    2 => mm.madvise(a + len / 2, len / 4, MADV_DONTNEED).unwrap(),
+                    _ => {
+                        mm.munmap(a + 3 * len / 4, len / 4).unwrap();
+                        let r = mm.mmap(a + 3 * len / 4, len / 4, PROT_READ, ANON | MAP_FIXED, None, 0);
+                        assert_eq!(r, Ok(a + 3 * len / 4));
+                    }
+                }
+                i += 1;
+            }
+        });
+        drop(mm);
+        assert_no_leaks(&phys);
+    });
+}
