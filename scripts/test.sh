@@ -9,6 +9,9 @@ cargo clippy --all-targets -- -D warnings
 # assertions on (see Cargo.toml).
 cargo test --profile checked --workspace
 cargo test --profile checked -p softmm --features shared-write-stats --test shared_writes
+# Memory on demand (PhysConfig::on_demand) behaves as a prefaulted arena:
+# the semantic tests again, their arenas reserved instead of prefaulted.
+SOFTMM_ON_DEMAND=1 cargo test --profile checked -p softmm --test semantics --test access_remote --test hardening
 # loom: the library's unit tests built with --cfg loom, where the whole crate
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`

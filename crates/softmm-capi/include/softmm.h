@@ -74,6 +74,58 @@ typedef struct softmm_mm softmm_mm;
 // A frame arena (`PhysMem`): the guest's physical memory. Thread-safe.
 typedef struct softmm_phys softmm_phys;
 
+// How to build an arena. Fill it with `softmm_phys_config_default`, then
+// change the fields wanted.
+typedef struct softmm_phys_config {
+  // `sizeof(softmm_phys_config)`, set by `softmm_phys_config_default`.
+  uint32_t size;
+  // NUMA nodes the frames are split into (1 to 1024; default 1).
+  uint32_t nodes;
+  // Arena size in bytes, rounded up to whole frames per node (default
+  // 256 MiB).
+  uint64_t bytes;
+  // Nonzero: memory on demand. The arena is only reserved, the host
+  // backs frames when they are first used and takes freed ones back;
+  // a guest can then overcommit the host. Zero (the default): the arena
+  // is backed at once, and `-ENOMEM` if the host cannot.
+  int32_t on_demand;
+} softmm_phys_config;
+
+// How to build an address space. Fill it with `softmm_mm_config_default`,
+// then change the fields wanted; a policy left `NULL` is the default.
+typedef struct softmm_mm_config {
+  // `sizeof(softmm_mm_config)`, set by `softmm_mm_config_default`.
+  uint32_t size;
+  // Nonzero: align anonymous mappings whose length is a multiple of
+  // 2 MiB to 2 MiB (Linux 6.7+ with THP; default 1).
+  int32_t thp_align;
+  // How page faults synchronize with mapping changes: "mmap-lock",
+  // "speculative", "per-vma" or "per-vma-seq" (the default, `NULL`).
+  const char *fault_policy;
+  // How large unmaps synchronize: "locked", "sectioned", "downgrade" or
+  // "lock-free"; `NULL` for the default.
+  const char *unmap_policy;
+  // How page pinning synchronizes: "per-page", "batched" or "per-vma";
+  // `NULL` for the default.
+  const char *pin_policy;
+  // One past the highest user address (`TASK_SIZE`, default 2^47 - 4096).
+  uint64_t task_size;
+  // Top of the top-down mmap area (`mm->mmap_base`).
+  uint64_t mmap_base;
+  // `vm.mmap_min_addr` (default 4096).
+  uint64_t mmap_min_addr;
+  // Start of the brk heap (`mm->start_brk`).
+  uint64_t start_brk;
+  // `RLIMIT_STACK`: how far a growsdown VMA may grow (default 8 MiB).
+  uint64_t stack_limit;
+  // `RLIMIT_MEMLOCK` in bytes (default 8 MiB; `UINT64_MAX` is infinity).
+  uint64_t memlock_limit;
+  // `vm.max_map_count` (default 65530).
+  uint64_t max_map_count;
+  // Pages mapped around a file read fault (default 16).
+  uint64_t fault_around_pages;
+} softmm_mm_config;
+
 // A guest fault: the signal Linux would deliver for the access.
 typedef struct softmm_fault {
   // `SIGSEGV`, `SIGBUS`, or `SIGKILL` (out of memory).
@@ -103,6 +155,45 @@ typedef struct softmm_phys_stats {
 extern "C" {
 #endif // __cplusplus
 
+// Fills `out` with the defaults of `softmm_phys_new` (and sets its `size`).
+//
+// # Safety
+//
+// `out` is null or valid for a write of a `softmm_phys_config`.
+int32_t softmm_phys_config_default(struct softmm_phys_config *out);
+
+// Makes an arena as `config` says. `-EINVAL` for a `config` not filled by
+// `softmm_phys_config_default` (a wrong `size`) or a configuration
+// `PhysMem::new` refuses (no nodes, too many, fewer than two frames a
+// node); `-ENOMEM` if the host cannot back (or, on demand, reserve) it.
+//
+// # Safety
+//
+// `config` is null or valid for a read; `out` is null or valid for a write
+// of a pointer.
+int32_t softmm_phys_new_config(const struct softmm_phys_config *config, struct softmm_phys **out);
+
+// Fills `out` with the defaults of `softmm_mm_new` (policies `NULL`).
+//
+// # Safety
+//
+// `out` is null or valid for a write of a `softmm_mm_config`.
+int32_t softmm_mm_config_default(struct softmm_mm_config *out);
+
+// Makes an address space over `phys` as `config` says. `-EINVAL` for a
+// `config` not filled by `softmm_mm_config_default` (a wrong `size`), an
+// unknown policy name, or a layout `AddressSpace::new` refuses (see
+// `MmConfig`'s validity rules: e.g. a `mmap_base` above `task_size`).
+//
+// # Safety
+//
+// `phys` is null or a live handle; `config` is null or valid for a read,
+// its policy pointers null or NUL-terminated strings; `out` is null or
+// valid for a write of a pointer.
+int32_t softmm_mm_new_config(const struct softmm_phys *phys,
+                             const struct softmm_mm_config *config,
+                             struct softmm_mm **out);
+
 // Makes a CPU on the calling thread, attached to `mm` unless `mm` is null.
 //
 // # Safety
@@ -450,6 +541,119 @@ void softmm_phys_free(struct softmm_phys *phys);
 // `phys` is null or a live handle; `out` is null or valid for a write.
 int32_t softmm_phys_get_stats(const struct softmm_phys *phys, struct softmm_phys_stats *out);
 
+// `access_remote_vm` for a read: copies up to `len` bytes at guest
+// address `addr` into `buf` and returns how many it copied; it stops at
+// the first page it cannot read, and 0 means the first one (where
+// `/proc/<pid>/mem` says `EIO`). With `force` nonzero (`FOLL_FORCE`)
+// pages without `PROT_READ` (`PROT_NONE`, execute-only) are read too.
+// `-EINVAL` for a `NULL` handle, `-EFAULT` for a `NULL` `buf` with a
+// nonzero `len`.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `buf` is valid for writes of `len` bytes.
+int64_t softmm_access_remote_read(const struct softmm_mm *mm,
+                                  uint64_t addr,
+                                  void *buf,
+                                  size_t len,
+                                  int32_t force);
+
+// `access_remote_vm` for a write (`FOLL_WRITE`): copies `len` bytes of
+// `buf` to guest address `addr` and returns how many it wrote, stopping
+// at the first page it cannot write. With `force` nonzero
+// (`FOLL_FORCE`, what `PTRACE_POKEDATA` and `/proc/<pid>/mem` use) a
+// private mapping without `PROT_WRITE` — text a loader patches, a
+// debugger's breakpoint — is written as Linux does: copy-on-write breaks,
+// the guest sees the new bytes, the page stays read-only to the guest and
+// the file keeps its own. A shared mapping without `PROT_WRITE` is never
+// written (0).
+//
+// # Safety
+//
+// `mm` is null or a live handle; `buf` is valid for reads of `len` bytes.
+int64_t softmm_access_remote_write(const struct softmm_mm *mm,
+                                   uint64_t addr,
+                                   const void *buf,
+                                   size_t len,
+                                   int32_t force);
+
+// `msync(addr, len, flags)` (`MS_ASYNC`, `MS_SYNC`, `MS_INVALIDATE` of
+// `<sys/mman.h>`): with `MS_SYNC`, the dirty pages of host-backed files
+// mapped shared in the range are written back. Linux's errnos: `-EINVAL`
+// (flags, alignment), `-ENOMEM` (a hole in the range), `-EBUSY`
+// (`MS_INVALIDATE` on locked memory), `-EIO` (the host write failed).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_msync(const struct softmm_mm *mm, uint64_t addr, uint64_t len, int32_t flags);
+
+// A file whose pages come from the host file open at `fd`, as `mmap` of
+// that descriptor sees it: its size, its contents read on fault, its
+// access mode (`O_RDONLY`: no shared writable mapping, `-EACCES`). Dirty
+// shared pages go back to the host on `softmm_msync(MS_SYNC)`,
+// `softmm_file_sync` and when the file is last unmapped and freed. `fd`
+// is duplicated: the caller keeps its own. `name` is what the maps show.
+// `-EBADF` for a bad `fd`, `-ENODEV` if it is not a regular file,
+// `-EINVAL` for a `NULL` argument.
+//
+// # Safety
+//
+// `phys` is null or a live handle; `name` is null or a NUL-terminated
+// string; `out` is null or valid for a write of a pointer.
+int32_t softmm_file_open_host(const struct softmm_phys *phys,
+                              int32_t fd,
+                              const char *name,
+                              struct softmm_file **out);
+
+// `fsync`: writes the dirty pages of a host-backed file back to the host
+// and waits for them (`0` at once for an in-memory file). `-EIO` if the
+// host refuses.
+//
+// # Safety
+//
+// `file` is null or a live handle.
+int32_t softmm_file_sync(const struct softmm_file *file);
+
+// Fills `out` with the defaults of `softmm_phys_new` (and sets its `size`).
+//
+// # Safety
+//
+// `out` is null or valid for a write of a `softmm_phys_config`.
+int32_t softmm_phys_config_default(struct softmm_phys_config *out);
+
+// Makes an arena as `config` says. `-EINVAL` for a `config` not filled by
+// `softmm_phys_config_default` (a wrong `size`) or a configuration
+// `PhysMem::new` refuses (no nodes, too many, fewer than two frames a
+// node); `-ENOMEM` if the host cannot back (or, on demand, reserve) it.
+//
+// # Safety
+//
+// `config` is null or valid for a read; `out` is null or valid for a write
+// of a pointer.
+int32_t softmm_phys_new_config(const struct softmm_phys_config *config, struct softmm_phys **out);
+
+// Fills `out` with the defaults of `softmm_mm_new` (policies `NULL`).
+//
+// # Safety
+//
+// `out` is null or valid for a write of a `softmm_mm_config`.
+int32_t softmm_mm_config_default(struct softmm_mm_config *out);
+
+// Makes an address space over `phys` as `config` says. `-EINVAL` for a
+// `config` not filled by `softmm_mm_config_default` (a wrong `size`), an
+// unknown policy name, or a layout `AddressSpace::new` refuses (see
+// `MmConfig`'s validity rules: e.g. a `mmap_base` above `task_size`).
+//
+// # Safety
+//
+// `phys` is null or a live handle; `config` is null or valid for a read,
+// its policy pointers null or NUL-terminated strings; `out` is null or
+// valid for a write of a pointer.
+int32_t softmm_mm_new_config(const struct softmm_phys *phys,
+                             const struct softmm_mm_config *config,
+                             struct softmm_mm **out);
+
 // Makes an arena of `bytes` bytes (rounded up to whole pages), backed by
 // host memory at once. `-EINVAL` for 0 or a size the host cannot address,
 // `-ENOMEM` if the host cannot back it.
@@ -796,6 +1000,80 @@ int32_t softmm_cpu_atomic_cmpxchg(struct softmm_cpu *cpu,
                                   uint64_t desired,
                                   int32_t order,
                                   struct softmm_fault *fault);
+
+// `access_remote_vm` for a read: copies up to `len` bytes at guest
+// address `addr` into `buf` and returns how many it copied; it stops at
+// the first page it cannot read, and 0 means the first one (where
+// `/proc/<pid>/mem` says `EIO`). With `force` nonzero (`FOLL_FORCE`)
+// pages without `PROT_READ` (`PROT_NONE`, execute-only) are read too.
+// `-EINVAL` for a `NULL` handle, `-EFAULT` for a `NULL` `buf` with a
+// nonzero `len`.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `buf` is valid for writes of `len` bytes.
+int64_t softmm_access_remote_read(const struct softmm_mm *mm,
+                                  uint64_t addr,
+                                  void *buf,
+                                  size_t len,
+                                  int32_t force);
+
+// `access_remote_vm` for a write (`FOLL_WRITE`): copies `len` bytes of
+// `buf` to guest address `addr` and returns how many it wrote, stopping
+// at the first page it cannot write. With `force` nonzero
+// (`FOLL_FORCE`, what `PTRACE_POKEDATA` and `/proc/<pid>/mem` use) a
+// private mapping without `PROT_WRITE` — text a loader patches, a
+// debugger's breakpoint — is written as Linux does: copy-on-write breaks,
+// the guest sees the new bytes, the page stays read-only to the guest and
+// the file keeps its own. A shared mapping without `PROT_WRITE` is never
+// written (0).
+//
+// # Safety
+//
+// `mm` is null or a live handle; `buf` is valid for reads of `len` bytes.
+int64_t softmm_access_remote_write(const struct softmm_mm *mm,
+                                   uint64_t addr,
+                                   const void *buf,
+                                   size_t len,
+                                   int32_t force);
+
+// `msync(addr, len, flags)` (`MS_ASYNC`, `MS_SYNC`, `MS_INVALIDATE` of
+// `<sys/mman.h>`): with `MS_SYNC`, the dirty pages of host-backed files
+// mapped shared in the range are written back. Linux's errnos: `-EINVAL`
+// (flags, alignment), `-ENOMEM` (a hole in the range), `-EBUSY`
+// (`MS_INVALIDATE` on locked memory), `-EIO` (the host write failed).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_msync(const struct softmm_mm *mm, uint64_t addr, uint64_t len, int32_t flags);
+
+// A file whose pages come from the host file open at `fd`, as `mmap` of
+// that descriptor sees it: its size, its contents read on fault, its
+// access mode (`O_RDONLY`: no shared writable mapping, `-EACCES`). Dirty
+// shared pages go back to the host on `softmm_msync(MS_SYNC)`,
+// `softmm_file_sync` and when the file is last unmapped and freed. `fd`
+// is duplicated: the caller keeps its own. `name` is what the maps show.
+// `-EBADF` for a bad `fd`, `-ENODEV` if it is not a regular file,
+// `-EINVAL` for a `NULL` argument.
+//
+// # Safety
+//
+// `phys` is null or a live handle; `name` is null or a NUL-terminated
+// string; `out` is null or valid for a write of a pointer.
+int32_t softmm_file_open_host(const struct softmm_phys *phys,
+                              int32_t fd,
+                              const char *name,
+                              struct softmm_file **out);
+
+// `fsync`: writes the dirty pages of a host-backed file back to the host
+// and waits for them (`0` at once for an in-memory file). `-EIO` if the
+// host refuses.
+//
+// # Safety
+//
+// `file` is null or a live handle.
+int32_t softmm_file_sync(const struct softmm_file *file);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -7,7 +7,8 @@
 //!   and released by the matching `*_free` (which accepts `NULL`):
 //!   [`softmm_phys`] (a frame arena), [`softmm_mm`] (an address space),
 //!   [`softmm_file`] (an in-memory file opened with an access mode, like a
-//!   file descriptor), [`softmm_cpu`] (a CPU with its software TLB). An
+//!   file descriptor, or a host file: [`softmm_file_open_host`]),
+//!   [`softmm_cpu`] (a CPU with its software TLB). An
 //!   address space keeps its arena alive, a file its arena, a CPU its
 //!   address space: they may be freed in any order.
 //! * **Results** are `0` (or a non-negative value: an address, a byte
@@ -19,6 +20,10 @@
 //!   signal Linux would deliver ([`softmm_fault`]: `SIGSEGV` with
 //!   `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`/`BUS_ADRALN`,
 //!   `SIGKILL` for out of memory).
+//! * **Configuration**: `softmm_phys_new`/`softmm_mm_new` take the
+//!   defaults; [`softmm_phys_new_config`]/[`softmm_mm_new_config`] take a
+//!   struct filled by its `*_default` function first (which sets its
+//!   `size`), then changed.
 //! * **Threads**: arenas, address spaces and files may be used from any
 //!   thread at once. A CPU belongs to the thread that made it (it is one
 //!   hardware thread's TLB): every `softmm_cpu_*` call, `free` included,
@@ -34,15 +39,19 @@
 
 #![allow(non_camel_case_types)]
 
+mod config;
 mod cpu;
 mod file;
 mod mm;
 mod phys;
+mod remote;
 
+pub use config::*;
 pub use cpu::*;
 pub use file::*;
 pub use mm::*;
 pub use phys::*;
+pub use remote::*;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

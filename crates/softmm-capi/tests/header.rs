@@ -6,7 +6,7 @@ fn the_committed_header_is_current() {
     let dir = env!("CARGO_MANIFEST_DIR");
     let config = cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).expect("cbindgen.toml");
     let mut builder = cbindgen::Builder::new().with_config(config);
-    for file in ["lib.rs", "phys.rs", "file.rs", "mm.rs", "cpu.rs"] {
+    for file in ["lib.rs", "config.rs", "phys.rs", "file.rs", "mm.rs", "cpu.rs", "remote.rs"] {
         builder = builder.with_src(format!("{dir}/src/{file}"));
     }
     let mut generated = Vec::new();

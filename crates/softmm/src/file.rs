@@ -25,7 +25,8 @@ use std::sync::{Arc, Weak};
 use crate::sync::{AtomicU64, Mutex, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
-use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_FILE};
+use crate::host_file::{page_bytes, HostBacking};
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_DIRTY, PG_FILE};
 use crate::PAGE_SIZE;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
@@ -59,6 +60,9 @@ pub struct File {
     /// Pages charged to the commit limit for this object (a shared
     /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
     pub(crate) shmem_acct: AtomicU64,
+    /// The host file the pages come from and go back to, if any
+    /// ([`File::from_host`], `crate::host_file`).
+    host: Option<HostBacking>,
 }
 
 struct FileInner {
@@ -91,7 +95,79 @@ impl File {
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
             shmem_acct: AtomicU64::new(0),
+            host: None,
         }))
+    }
+
+    /// A file whose pages come from the host file `host` (a regular file,
+    /// else `ENODEV`), named `name` in the maps: its size is the host
+    /// file's, a page-cache miss reads the page from the host, and dirty
+    /// pages (shared writable mappings, [`File::write_at`]) are written back
+    /// on [`File::sync`], `msync(MS_SYNC)` and when the file goes; truncate
+    /// and hole punch apply to the host file at once. What the file may do
+    /// is the host descriptor's access mode: an `O_RDONLY` one refuses
+    /// writes (`EBADF`), truncation (`EINVAL`) and, through
+    /// [`OpenFile::from_host`], shared writable mappings (`EACCES`).
+    /// Changes made to the host file by others meanwhile are not seen for
+    /// pages already cached. See `crate::host_file`.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, File, MmConfig, OpenFile, PhysConfig, PhysMem, uapi::*};
+    /// # use std::io::Write;
+    /// let path = std::env::temp_dir().join(format!("softmm-doc-{}", std::process::id()));
+    /// std::fs::write(&path, b"\x7fELF").unwrap();
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let elf = OpenFile::from_host(&phys, std::fs::File::open(&path).unwrap(), "a.out").unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let text = mm.mmap(0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, Some(&elf), 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// assert_eq!(cpu.fetch_u32(text).unwrap(), u32::from_le_bytes(*b"\x7fELF"));
+    /// // Read-only on the host: no shared writable mapping.
+    /// assert!(mm.mmap(0, 4096, PROT_WRITE, MAP_SHARED, Some(&elf), 0).is_err());
+    /// # std::fs::remove_file(&path).unwrap();
+    /// ```
+    pub fn from_host(phys: &Arc<PhysMem>, host: std::fs::File, name: &str) -> Result<Arc<File>> {
+        let (backing, size) = HostBacking::new(host)?;
+        let file = File::create(phys, name, size.min(MAX_FILE_SIZE))?;
+        let mut file = Arc::into_inner(file).expect("just made");
+        file.host = Some(backing);
+        Ok(Arc::new(file))
+    }
+
+    /// Linux's `fsync`: writes every dirty page of a host-backed file back
+    /// to the host, then `fdatasync`s it. `Ok` at once for an in-memory file
+    /// or a host file opened read-only (it cannot have dirty pages). `EIO`
+    /// if the host refuses a write.
+    pub fn sync(&self) -> Result<()> {
+        let inner = self.inner.lock();
+        self.writeback(&inner, true)
+    }
+
+    /// `writepages`, then `fdatasync` when `wait`, for a host-backed,
+    /// writable file.
+    fn writeback(&self, inner: &FileInner, wait: bool) -> Result<()> {
+        let Some(host) = self.host.as_ref().filter(|h| h.writable) else { return Ok(()) };
+        let mut buf = [0u8; PAGE_SIZE as usize];
+        for (&index, &p) in &inner.pages {
+            let n = page_bytes(index, inner.size);
+            if n == 0 || self.phys.desc(p).flags.load(Ordering::Relaxed) & PG_DIRTY == 0 {
+                continue;
+            }
+            // SAFETY: as in `read_at`: `n` bytes of a page-cache page, in
+            // this file's arena.
+            unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p), &mut buf[..n]) };
+            host.write(index * PAGE_SIZE, &buf[..n])?;
+        }
+        if wait {
+            host.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// The host file's access mode (readable, writable), for a host-backed
+    /// file; `None` for an in-memory one.
+    pub(crate) fn host_mode(&self) -> Option<(bool, bool)> {
+        self.host.as_ref().map(|h| (h.readable, h.writable))
     }
 
     /// Unique id (used as the inode number in maps).
@@ -160,6 +236,14 @@ impl File {
             Some(&p) => p,
             None => {
                 let page = self.phys.alloc_zeroed_at(at).ok_or(Errno::NoMem)?;
+                if let Some(host) = &self.host {
+                    // read_folio: the host's bytes below the file's end.
+                    let mut buf = [0u8; PAGE_SIZE as usize];
+                    let n = page_bytes(index, inner.size);
+                    host.read(index * PAGE_SIZE, &mut buf[..n])?;
+                    // SAFETY: the frame was just allocated and `n` bytes fit in it.
+                    unsafe { crate::access::copy_to_host(&buf[..n], page.ptr()) };
+                }
                 let d = page.desc();
                 d.flags.store(PG_FILE, Ordering::Relaxed);
                 d.mapping.store(self.id, Ordering::Relaxed);
@@ -192,7 +276,12 @@ impl File {
                 // SAFETY: `frame_ptr` points into this file's arena, which
                 // `self.phys` keeps mapped; `n` stops at the page end.
                 Some(&p) => unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst) },
-                None => dst.fill(0),
+                // Not cached: the host file has the bytes (all changes to
+                // it go through the cache's writeback, truncate or punch).
+                None => match &self.host {
+                    Some(host) => host.read(pos, dst)?,
+                    None => dst.fill(0),
+                },
             }
             pos += n as u64;
         }
@@ -208,6 +297,10 @@ impl File {
     /// `i64::MAX`) or an `offset + data.len()` beyond `i64::MAX`, checked
     /// first even for an empty write; then an empty write returns `Ok(0)`.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        // vfs_write: a file not opened for writing, first.
+        if self.host.as_ref().is_some_and(|h| !h.writable) {
+            return Err(Errno::BadF);
+        }
         let mut count = rw_verify_area(offset, data.len())?;
         if count == 0 {
             return Ok(0);
@@ -238,6 +331,8 @@ impl File {
             unsafe {
                 crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], page.ptr().wrapping_add(in_page))
             };
+            // To be written back (a host-backed file's writeback reads it).
+            page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
             drop(page);
             pos += n as u64;
             let mut inner = self.inner.lock();
@@ -253,6 +348,11 @@ impl File {
     pub fn set_len(&self, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
+        }
+        if let Some(host) = &self.host {
+            // do_ftruncate's checks, and the host file's new size before
+            // anything here changes.
+            host.set_len(size)?;
         }
         let _q = crate::tlb::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
@@ -295,6 +395,11 @@ impl File {
             return Err(Errno::Inval);
         }
         let end = (offset as i64).checked_add(len as i64).ok_or(Errno::FBig)? as u64;
+        if let Some(host) = &self.host {
+            // vfs_fallocate's `EBADF`, then the host's hole, so that a page
+            // read again later is read as a hole.
+            host.punch_hole(offset, len)?;
+        }
         let _q = crate::tlb::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
         let first = offset.div_ceil(PAGE_SIZE);
@@ -402,6 +507,11 @@ impl Drop for File {
         // else can hold an entry (a mapping holds the file).
         self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
         self.phys.vm_unacct_memory(self.shmem_acct.load(Ordering::Relaxed));
+        // The last writeback of a host-backed file, into the host's page
+        // cache without waiting for its disk (this may run on whichever
+        // thread ends the last mapping's grace period); nobody is left to
+        // report an error to, as for Linux's writeback after the last close.
+        let _ = self.writeback(&self.inner.lock(), false);
         let inner = self.inner.get_mut();
         for (_, p) in std::mem::take(&mut inner.pages) {
             drop(FrameRef::from_raw(&self.phys, p));
@@ -431,10 +541,24 @@ pub struct OpenFile {
 static NEXT_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl OpenFile {
-    /// A new open of `file` with the given access mode.
+    /// A new open of `file` with the given access mode; for a host-backed
+    /// file ([`File::from_host`]) the mode is limited to the host
+    /// descriptor's (an `O_RDONLY` host file is never opened writable).
     pub fn new(file: &Arc<File>, readable: bool, writable: bool) -> OpenFile {
         let open = NEXT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (readable, writable) = match file.host_mode() {
+            Some((r, w)) => (readable && r, writable && w),
+            None => (readable, writable),
+        };
         OpenFile { file: file.clone(), readable, writable, open }
+    }
+
+    /// [`File::from_host`] opened with the host descriptor's access mode:
+    /// what `open(path, O_RDONLY or O_RDWR)` then `mmap` gives a process.
+    /// `ENODEV` if `host` is not a regular file.
+    pub fn from_host(phys: &Arc<PhysMem>, host: std::fs::File, name: &str) -> Result<OpenFile> {
+        let file = File::from_host(phys, host, name)?;
+        Ok(OpenFile::new(&file, true, true))
     }
 
     /// A new open of `file`, read-write.
@@ -462,7 +586,7 @@ mod tests {
 
     /// A tiny arena (15 usable frames) so leaks show up in `frames_used`.
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     /// `len` bytes of the file from `offset`, and how many `read_at` reported.

@@ -26,6 +26,7 @@ mod error;
 mod fault;
 mod file;
 mod gup;
+mod host_file;
 mod mempolicy;
 mod migrate;
 mod mm;

@@ -3,7 +3,8 @@
 //! caches (Linux's per-cpu pagesets).
 //!
 //! The arena is prefaulted when it is made, so a host page fault never lands in
-//! a measured softmm path, and it is never unmapped while a [`PhysMem`] lives:
+//! a measured softmm path (unless [`PhysConfig::on_demand`] asks for memory on
+//! demand instead), and it is never unmapped while a [`PhysMem`] lives:
 //! a stale translation can only ever read or write arena memory, never freed
 //! host memory. Frames are reference counted; the last `put` returns a frame to
 //! the calling thread's cache.
@@ -74,6 +75,43 @@ pub(crate) struct FrameDesc {
     pub(crate) index: AtomicU64,
 }
 
+impl FrameDesc {
+    /// `n` descriptors, all zero (free, unreferenced), as a boxed slice.
+    /// Allocated zeroed, so that the host backs them only when written
+    /// (memory on demand), unless `touch` asks to write them all now.
+    /// `ENOMEM` if the allocation fails.
+    #[cfg(not(loom))]
+    fn new_array(n: usize, touch: bool) -> Result<Box<[FrameDesc]>> {
+        let layout = std::alloc::Layout::array::<FrameDesc>(n).map_err(|_| Errno::NoMem)?;
+        if layout.size() == 0 {
+            return Ok(Box::new([]));
+        }
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<FrameDesc>();
+        if ptr.is_null() {
+            return Err(Errno::NoMem);
+        }
+        if touch {
+            // SAFETY: `ptr` holds `layout.size()` bytes just allocated.
+            unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, layout.size()) };
+        }
+        // SAFETY: (1) `ptr` was allocated by the global allocator with the
+        // layout of `[FrameDesc; n]`, which is what the box frees with;
+        // (2) all-zero bytes are a valid `FrameDesc` (every field is an
+        // atomic integer, zero is `FrameDesc::default()`).
+        Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
+    }
+
+    /// Under loom the atomics are the model's objects, which must be built.
+    #[cfg(loom)]
+    fn new_array(n: usize, _touch: bool) -> Result<Box<[FrameDesc]>> {
+        let mut desc = Vec::new();
+        desc.try_reserve_exact(n).map_err(|_| Errno::NoMem)?;
+        desc.extend((0..n).map(|_| FrameDesc::default()));
+        Ok(desc.into_boxed_slice())
+    }
+}
+
 /// How to build a [`PhysMem`]. The type may gain fields: build it with
 /// [`PhysConfig::new`] (or [`Default`], 256 MiB) and the setters.
 #[derive(Debug, Clone)]
@@ -84,18 +122,32 @@ pub struct PhysConfig {
     pub bytes: u64,
     /// Number of NUMA nodes the frames are split into (1 to [`MAX_NODES`]).
     pub nodes: usize,
+    /// Memory on demand (default off): the arena is only reserved
+    /// (`MAP_NORESERVE`, no prefault, no `MemAvailable` check) and the host
+    /// backs a frame, and its descriptor, when it is first used; frames that
+    /// return to the node free lists are given back to the host
+    /// (`MADV_DONTNEED`, in batches). See [`PhysMem::new`].
+    pub on_demand: bool,
 }
 
 impl Default for PhysConfig {
     fn default() -> Self {
-        PhysConfig { bytes: 256 << 20, nodes: 1 }
+        PhysConfig { bytes: 256 << 20, nodes: 1, on_demand: false }
     }
 }
 
 impl PhysConfig {
     /// An arena of `bytes` on one node. Checked only by [`PhysMem::new`].
     pub fn new(bytes: u64) -> PhysConfig {
-        PhysConfig { bytes, nodes: 1 }
+        PhysConfig { bytes, ..PhysConfig::default() }
+    }
+
+    /// Sets `on_demand`: reserve the arena and let the host back frames only
+    /// when they are used, and take them back when they are freed.
+    #[must_use]
+    pub fn on_demand(mut self, on_demand: bool) -> PhysConfig {
+        self.on_demand = on_demand;
+        self
     }
 
     /// Sets `bytes`: the arena size, rounded up to whole frames per node.
@@ -256,6 +308,9 @@ pub struct PhysMem {
     next_id: AtomicU64,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
     pub(crate) commit: crate::mm::commit::CommitState,
+    /// [`PhysConfig::on_demand`]: give frames back to the host when they
+    /// return to the node free lists.
+    on_demand: bool,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -291,6 +346,20 @@ impl PhysMem {
     /// `MemAvailable` check is a snapshot: memory other processes take while
     /// the arena is prefaulted can still exhaust the host. A prefault that
     /// fails is undone and reported as `ENOMEM`.
+    ///
+    /// With [`PhysConfig::on_demand`] the arena is only reserved: mapped
+    /// `MAP_NORESERVE`, not prefaulted, its descriptors allocated zeroed and
+    /// left untouched, and no `MemAvailable` check, so a 256 MiB arena costs
+    /// the host the free lists (8 bytes a frame) until frames are used. The
+    /// host backs each frame at its first use (a host page fault inside the
+    /// softmm call that allocates it), and frames that go back from a
+    /// thread's cache to the node free lists are returned with
+    /// `MADV_DONTNEED`, so the host's resident memory follows softmm's use
+    /// (up to what the thread caches hold). The price: a guest can then
+    /// overcommit the host, whose OOM killer, not `ENOMEM`, answers; and host
+    /// faults land in measured paths, which is why prefaulting is the default
+    /// (the lab compares locking designs and must not time the host's
+    /// faults).
     pub fn new(config: PhysConfig) -> Result<std::sync::Arc<PhysMem>> {
         let nodes = config.nodes;
         if nodes == 0 || nodes > MAX_NODES || config.bytes == 0 {
@@ -304,20 +373,19 @@ impl PhysMem {
         let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
         let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
         // Miri cannot read /proc (isolation); its arenas are tiny anyway.
-        let avail = if cfg!(miri) { None } else { host_mem_available() };
+        let avail = if cfg!(miri) || config.on_demand { None } else { host_mem_available() };
         if avail.is_some_and(|avail| (bytes as u64).saturating_add(desc_bytes) > avail) {
             return Err(Errno::NoMem);
         }
-        let mut desc = Vec::new();
-        // Fallible: a failed allocation is ENOMEM, not an abort.
-        desc.try_reserve_exact(frames as usize).map_err(|_| Errno::NoMem)?;
+        let desc = FrameDesc::new_array(frames as usize, !config.on_demand)?;
+        let noreserve = if config.on_demand { libc::MAP_NORESERVE } else { 0 };
         // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | noreserve,
                 -1,
                 0,
             )
@@ -329,21 +397,26 @@ impl PhysMem {
         // population do not change its contents (zero). (Miri models neither.)
         #[cfg(not(miri))]
         unsafe {
-            libc::madvise(base, bytes, libc::MADV_HUGEPAGE);
-            if libc::madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) != 0 {
-                if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-                    // Out of memory (or interrupted): give it back.
-                    libc::munmap(base, bytes);
-                    return Err(Errno::NoMem);
-                }
-                // Older hosts without MADV_POPULATE_WRITE: touch every page ourselves.
-                for off in (0..bytes).step_by(PAGE_SIZE as usize) {
-                    std::ptr::write_volatile((base as *mut u8).add(off), 0);
+            if config.on_demand {
+                // Memory on demand: reserved only; the host backs each frame
+                // at its first use, 4 KiB at a time (a huge page would back
+                // 2 MiB for one frame, and split when one is given back).
+                libc::madvise(base, bytes, libc::MADV_NOHUGEPAGE);
+            } else {
+                libc::madvise(base, bytes, libc::MADV_HUGEPAGE);
+                if libc::madvise(base, bytes, 23 /* MADV_POPULATE_WRITE */) != 0 {
+                    if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                        // Out of memory (or interrupted): give it back.
+                        libc::munmap(base, bytes);
+                        return Err(Errno::NoMem);
+                    }
+                    // Older hosts without MADV_POPULATE_WRITE: touch every page ourselves.
+                    for off in (0..bytes).step_by(PAGE_SIZE as usize) {
+                        std::ptr::write_volatile((base as *mut u8).add(off), 0);
+                    }
                 }
             }
         }
-        desc.extend((0..frames).map(|_| FrameDesc::default()));
-        let desc: Box<[FrameDesc]> = desc.into_boxed_slice();
         // Frame 0 is the zero page: never allocated, never refcounted.
         let zero_pfn = 0;
         let nodes: Box<[Node]> = (0..nodes as u64)
@@ -372,6 +445,7 @@ impl PhysMem {
             rmap_entries: AtomicI64::new(0),
             next_id: AtomicU64::new(1),
             commit: crate::mm::commit::CommitState::new(frames),
+            on_demand: config.on_demand,
         }))
     }
 
@@ -620,8 +694,13 @@ impl PhysMem {
         shard.used -= 1;
         shard.frames.push(pfn);
         if shard.frames.len() >= 4 * CACHE_BATCH {
-            let drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
+            let mut drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
             drop(shard);
+            if self.on_demand {
+                // Before they are free: once on a free list another thread
+                // may take one and fill it.
+                self.release_to_host(&mut drained);
+            }
             crate::sync::shared_write(2 * drained.len() as u64);
             for p in drained {
                 self.nodes[self.node_of_fast(p)].free.lock().push(p);
@@ -663,19 +742,67 @@ impl PhysMem {
             // the rest goes back to the node free lists, one lock per node
             // (shard then node: the order `refill` takes them in).
             let surplus = shard.frames.len() - 2 * CACHE_BATCH;
-            if self.nodes.len() == 1 {
+            if self.nodes.len() == 1 && !self.on_demand {
                 crate::sync::shared_write(2);
                 self.nodes[0].free.lock().extend(shard.frames.drain(..surplus));
             } else {
                 let mut drained: Vec<Pfn> = shard.frames.drain(..surplus).collect();
                 drop(shard);
-                drained.sort_unstable();
+                if self.on_demand {
+                    // Before they are free, as in `free` (it sorts them too).
+                    self.release_to_host(&mut drained);
+                } else {
+                    drained.sort_unstable();
+                }
                 for run in drained.chunk_by(|&a, &b| self.node_of(a) == self.node_of(b)) {
                     crate::sync::shared_write(2);
                     self.nodes[self.node_of(run[0])].free.lock().extend_from_slice(run);
                 }
             }
         }
+    }
+
+    /// Memory on demand ([`PhysConfig::on_demand`]): gives the host back the
+    /// memory of `frames`, which the caller owns (free, on no list), in one
+    /// `MADV_DONTNEED` per run of consecutive frames. Their contents become
+    /// zero; nothing reads a free frame's contents (every allocation fills
+    /// it), and a stale access could only reach arena memory, still mapped.
+    #[cold]
+    fn release_to_host(&self, frames: &mut [Pfn]) {
+        frames.sort_unstable();
+        let mut i = 0;
+        while i < frames.len() {
+            let mut j = i + 1;
+            while j < frames.len() && frames[j] == frames[j - 1] + 1 {
+                j += 1;
+            }
+            #[cfg(not(any(miri, loom)))]
+            // SAFETY: `[frame_ptr(frames[i]), + (j - i) pages)` is a run of
+            // whole frames inside the arena mapping, owned by the caller;
+            // `MADV_DONTNEED` only replaces their contents by zeros.
+            unsafe {
+                libc::madvise(self.frame_ptr(frames[i]).cast(), (j - i) * PAGE_SIZE as usize, libc::MADV_DONTNEED);
+            }
+            i = j;
+        }
+    }
+
+    /// Bytes of the arena the host holds in memory now (`mincore`): all of
+    /// it for a prefaulted arena, what has been used and not given back for
+    /// one on demand ([`PhysConfig::on_demand`]).
+    pub fn host_resident_bytes(&self) -> u64 {
+        if cfg!(miri) {
+            return self.bytes as u64;
+        }
+        let pages = self.bytes / PAGE_SIZE as usize;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: the arena is one mapping of `self.bytes` bytes at `base`,
+        // alive while `self` is; `vec` has one byte per page of it.
+        let r = unsafe { libc::mincore(self.base.as_ptr().cast(), self.bytes, vec.as_mut_ptr()) };
+        if r != 0 {
+            return 0;
+        }
+        vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * PAGE_SIZE
     }
 
     pub(crate) fn account_page_table(&self, delta: i64) {
@@ -815,7 +942,7 @@ mod tests {
 
     /// A one-node arena of `frames` frames, frame 0 being the zero page.
     fn arena(frames: u64) -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: frames * PAGE_SIZE, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(frames * PAGE_SIZE)).unwrap()
     }
 
     /// A frame's reference as a number, as a page-table entry holds it.
@@ -858,17 +985,17 @@ mod tests {
     #[test]
     fn arena_size_rounds_up_to_whole_frames_per_node() {
         // 5 frames over 2 nodes: 3 per node.
-        let phys = PhysMem::new(PhysConfig { bytes: 5 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(5 * PAGE_SIZE).nodes(2)).unwrap();
         assert_eq!(phys.stats().frames_total, 6);
         // The smallest arena: the zero page and one frame to allocate.
-        let phys = PhysMem::new(PhysConfig { bytes: PAGE_SIZE + 1, nodes: 1 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(PAGE_SIZE + 1)).unwrap();
         assert_eq!(phys.stats().frames_total, 2);
         assert_eq!(alloc_all(&phys, 0), vec![1]);
     }
 
     #[track_caller]
     fn refused(bytes: u64, nodes: usize) -> Errno {
-        match PhysMem::new(PhysConfig { bytes, nodes }) {
+        match PhysMem::new(PhysConfig::new(bytes).nodes(nodes)) {
             Ok(_) => panic!("PhysConfig {{ bytes: {bytes:#x}, nodes: {nodes} }} was accepted"),
             Err(e) => e,
         }
@@ -886,7 +1013,7 @@ mod tests {
         assert_eq!(refused(PAGE_SIZE, 1), Errno::Inval);
         assert_eq!(refused(2 * PAGE_SIZE, 2), Errno::Inval);
         assert_eq!(refused(1 << 20, 512), Errno::Inval, "one frame per node");
-        assert_eq!(PhysMem::new(PhysConfig { bytes: 3 * PAGE_SIZE, nodes: 2 }).unwrap().stats().frames_total, 4);
+        assert_eq!(PhysMem::new(PhysConfig::new(3 * PAGE_SIZE).nodes(2)).unwrap().stats().frames_total, 4);
         // Sizes whose rounding to whole frames per node overflows.
         assert_eq!(refused(u64::MAX, 1), Errno::Inval);
         // 2^52 - 1 frames: 2^51 per node on two nodes, 2^64 bytes in all.
@@ -915,7 +1042,7 @@ mod tests {
     #[test]
     fn arena_size_rounds_a_partial_frame_up() {
         // The doc promises rounding up: a partial fifth frame is a whole one.
-        let phys = PhysMem::new(PhysConfig { bytes: 4 * PAGE_SIZE + 1, nodes: 1 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(4 * PAGE_SIZE + 1)).unwrap();
         assert_eq!(phys.stats().frames_total, 5);
     }
 
@@ -1033,7 +1160,7 @@ mod tests {
     #[test]
     fn numa_nodes_split_the_arena_and_alloc_prefers_the_asked_node() {
         // 16 frames on 2 nodes: node 0 holds frames 0..8 (0 is the zero page), node 1 frames 8..16.
-        let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE).nodes(2)).unwrap();
         assert_eq!(phys.nodes(), 2);
         assert_eq!((phys.node_of(0), phys.node_of(7), phys.node_of(8), phys.node_of(15)), (0, 0, 1, 1));
         let on1: Vec<Pfn> = (0..8).map(|_| alloc_raw(&phys, 1).unwrap()).collect();
@@ -1054,7 +1181,7 @@ mod tests {
         // Every softmm caller asks for node 0. Once node 0 is empty, refill moves a batch of node 1
         // frames into the thread cache and hands out one; the next alloc(0) finds no node-0 frame
         // in the cache, finds both free lists empty, and fails with 7 free frames in the cache.
-        let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE).nodes(2)).unwrap();
         let got = alloc_all(&phys, 0);
         assert_eq!(got.len(), 15, "frames_used = {}", phys.stats().frames_used);
     }
@@ -1145,7 +1272,7 @@ mod tests {
     }
 
     fn put_batch_frees_last_references_on(nodes: usize) {
-        let phys = PhysMem::new(PhysConfig { bytes: 512 * PAGE_SIZE, nodes }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(512 * PAGE_SIZE).nodes(nodes)).unwrap();
         let all: Vec<Pfn> = (0..nodes).flat_map(|n| alloc_all(&phys, n)).collect();
         assert_eq!(all.len(), 511, "every frame but the zero page");
         let shared = all[7];

@@ -2,8 +2,8 @@
 //! an interpreter fetches and executes toy instructions through a `Cpu`
 //! with the typed accessors, faults become guest signals, two guest threads
 //! share a counter through atomics, and a forked guest runs on its own
-//! copy. (Forced writes by a debugger and host-backed file mappings, the
-//! other parts of the embedder issue, are not built yet.)
+//! copy; a loader maps a program from a host file and a debugger plants a
+//! breakpoint in its read-only text with a forced write.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -159,4 +159,62 @@ fn a_forked_guest_runs_on_its_own_copy() {
     assert_eq!(parent.cpu.read_u64(data).unwrap(), 101);
     drop((parent, child, mm, child_mm));
     assert_no_leaks(&phys);
+}
+
+/// A loader maps a program image from a host file (text read-only and
+/// executable, data private and writable, both from the file); a debugger
+/// plants a breakpoint in the text with a forced write (`FOLL_FORCE`, as
+/// `PTRACE_POKEDATA`), the guest stops there, the debugger restores the
+/// instruction, and the guest finishes. The host file never changes, and a
+/// guest forked at the breakpoint keeps its own copy of the text.
+#[test]
+fn a_debugger_plants_a_breakpoint_in_text_mapped_from_a_host_file() {
+    use softmm::{OpenFile, PAGE_SIZE};
+    // The image: page 0 the text (COUNT), page 1 the data (a counter of 7).
+    let mut image = vec![0u8; 2 * PAGE_SIZE as usize];
+    image[..COUNT.len() * 4].copy_from_slice(softmm::bytemuck::cast_slice(&COUNT));
+    image[PAGE_SIZE as usize..][..8].copy_from_slice(&7u64.to_le_bytes());
+    let path = std::env::temp_dir().join(format!("softmm-emulator-{}", std::process::id()));
+    std::fs::write(&path, &image).unwrap();
+
+    let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let exe = OpenFile::from_host(&phys, std::fs::File::open(&path).unwrap(), "toy.elf").unwrap();
+    let text = mm.mmap(0, PAGE, PROT_READ | PROT_EXEC, MAP_PRIVATE, Some(&exe), 0).unwrap();
+    let data = mm.mmap(0, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE, Some(&exe), PAGE).unwrap();
+    drop(exe);
+
+    // The breakpoint: `Halt` over the loop's `AddI`, written by force.
+    let at = text + 8;
+    let mut saved = [0u8; 4];
+    assert_eq!(mm.access_remote_read(at, &mut saved, true), 4);
+    let halt = insn(Op::Halt, 0, 0, 0).to_le_bytes();
+    assert_eq!(mm.access_remote_write(at, &halt, false), 0, "text is read-only without FOLL_FORCE");
+    assert_eq!(mm.access_remote_write(at, &halt, true), 4);
+
+    let mut v = Vcpu { cpu: Cpu::attached(&mm), r: [0; 16], pc: text };
+    v.r[1] = data;
+    v.r[2] = 3;
+    v.run().unwrap();
+    assert_eq!(v.pc, at, "stopped at the breakpoint");
+    assert_eq!(v.cpu.read_le::<u64>(data).unwrap(), 8, "one pass of the loop");
+    // The guest still cannot write its text.
+    assert_eq!(v.cpu.write_u8(at, 0), Err(Fault::Segv { addr: at, code: SegvCode::AccErr }));
+
+    // Fork at the breakpoint; the child keeps the breakpoint, the parent's
+    // debugger restores the instruction and lets the parent finish.
+    let child_mm = mm.fork().unwrap();
+    assert_eq!(mm.access_remote_write(at, &saved, true), 4);
+    v.run().unwrap();
+    assert_eq!(v.cpu.read_le::<u64>(data).unwrap(), 10);
+    let mut c = Vcpu { cpu: Cpu::attached(&child_mm), r: v.r, pc: text };
+    c.r[2] = 3;
+    c.run().unwrap();
+    assert_eq!(c.pc, at, "the child's text still has the breakpoint");
+    assert_eq!(c.cpu.read_le::<u64>(data).unwrap(), 9, "the child's own data: 8 at the fork, one pass");
+
+    drop((v, c, mm, child_mm));
+    assert_no_leaks(&phys);
+    assert!(std::fs::read(&path).unwrap() == image, "the host file is untouched");
+    std::fs::remove_file(&path).unwrap();
 }

@@ -2,6 +2,8 @@
  * The C API's contracts: -errno results with Linux's errno (and nothing
  * changed by a failed call), guest faults as {signo, code, addr}, NULL
  * handles, thread affinity of CPUs, atomics, the maps buffer, and no leak.
+ * Also configuration (arena and address-space configs, policies by name,
+ * memory on demand), forced access, msync and host-backed files.
  * Run by tests/c.rs; prints "N passed, M failed" and exits non-zero on a
  * failure.
  */
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "softmm.h"
 
@@ -58,6 +61,109 @@ static void *use_from_another_thread(void *arg) {
 }
 
 static char maps_before[8192], maps_after[8192];
+
+/* Configuration, forced access, msync and host-backed files. */
+static void embedder_contracts(void) {
+    softmm_phys_config pc;
+    EXPECT(softmm_phys_config_default(&pc) == 0 && pc.size == sizeof pc && pc.nodes == 1);
+    softmm_phys *phys = NULL;
+    pc.bytes = 64 << 20;
+    pc.on_demand = 1;
+    pc.nodes = 0;
+    EXPECT(softmm_phys_new_config(&pc, &phys) == -EINVAL && phys == NULL);
+    pc.nodes = 1;
+    pc.size = 8;
+    EXPECT(softmm_phys_new_config(&pc, &phys) == -EINVAL && phys == NULL);
+    pc.size = sizeof pc;
+    EXPECT(softmm_phys_new_config(NULL, &phys) == -EINVAL);
+    EXPECT(softmm_phys_new_config(&pc, &phys) == 0 && phys != NULL);
+
+    softmm_mm_config mc;
+    EXPECT(softmm_mm_config_default(&mc) == 0 && mc.size == sizeof mc && mc.fault_policy == NULL);
+    softmm_mm *mm = NULL;
+    mc.fault_policy = "no-such-policy";
+    EXPECT(softmm_mm_new_config(phys, &mc, &mm) == -EINVAL && mm == NULL);
+    mc.fault_policy = "mmap-lock";
+    mc.unmap_policy = "lock-free";
+    mc.pin_policy = "batched";
+    EXPECT(softmm_mm_new_config(phys, &mc, &mm) == 0 && mm != NULL);
+    softmm_cpu *cpu = NULL;
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+
+    /* Forced access: a breakpoint in read-only private text. */
+    int64_t text = softmm_mmap(mm, 0, PAGE, PROT_READ | PROT_EXEC, ANON, NULL, 0);
+    EXPECT(text > 0);
+    uint8_t bp = 0xcc, b = 0;
+    EXPECT(softmm_access_remote_write(mm, text, &bp, 1, 0) == 0);
+    EXPECT(softmm_access_remote_write(mm, text, &bp, 1, 1) == 1);
+    uint64_t v = 0;
+    EXPECT(softmm_cpu_read_uint(cpu, text, 1, &v, NULL) == 0 && v == 0xcc);
+    EXPECT_FAULT(softmm_cpu_write_uint(cpu, text, 1, 0, &f_), SIGSEGV, 2, text);
+    EXPECT(softmm_access_remote_read(mm, text, &b, 1, 0) == 1 && b == 0xcc);
+    EXPECT(softmm_access_remote_write(NULL, text, &bp, 1, 1) == -EINVAL);
+    EXPECT(softmm_access_remote_write(mm, text, NULL, 1, 1) == -EFAULT);
+    /* Shared read-only: never written, forced or not. */
+    int64_t shared = softmm_mmap(mm, 0, PAGE, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, NULL, 0);
+    EXPECT(shared > 0);
+    EXPECT(softmm_access_remote_write(mm, shared, &bp, 1, 1) == 0);
+    /* PROT_NONE reads only with force; a range stops at the hole. */
+    int64_t none = softmm_mmap(mm, 0, 2 * PAGE, PROT_NONE, ANON, NULL, 0);
+    EXPECT(none > 0 && softmm_munmap(mm, none + PAGE, PAGE) == 0);
+    char buf[16];
+    EXPECT(softmm_access_remote_read(mm, none, buf, 4, 0) == 0);
+    EXPECT(softmm_access_remote_read(mm, none + PAGE - 4, buf, 16, 1) == 4);
+
+    /* msync's errnos. */
+    EXPECT(softmm_msync(mm, text + 1, PAGE, MS_SYNC) == -EINVAL);
+    EXPECT(softmm_msync(mm, text, PAGE, MS_SYNC | MS_ASYNC) == -EINVAL);
+    EXPECT(softmm_msync(mm, none, 2 * PAGE, MS_SYNC) == -ENOMEM);
+    EXPECT(softmm_msync(mm, text, PAGE, MS_SYNC) == 0);
+
+    /* A host file, read-write: shared writes reach it on msync. */
+    char path[] = "/tmp/softmm-contracts-XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    EXPECT(write(fd, "hello, host", 11) == 11);
+    softmm_file *hf = NULL;
+    EXPECT(softmm_file_open_host(phys, -1, "x", &hf) == -EBADF && hf == NULL);
+    int dir = open("/tmp", O_RDONLY | O_DIRECTORY);
+    EXPECT(softmm_file_open_host(phys, dir, "x", &hf) == -ENODEV && hf == NULL);
+    close(dir);
+    EXPECT(softmm_file_open_host(phys, fd, "data", &hf) == 0 && hf != NULL);
+    int64_t m = softmm_mmap(mm, 0, PAGE, RW, MAP_SHARED, hf, 0);
+    EXPECT(m > 0);
+    EXPECT(softmm_cpu_read_uint(cpu, m, 1, &v, NULL) == 0 && v == 'h');
+    EXPECT(softmm_cpu_write_uint(cpu, m, 1, 'J', NULL) == 0);
+    EXPECT(softmm_msync(mm, m, PAGE, MS_SYNC) == 0);
+    char back[12] = {0};
+    EXPECT(pread(fd, back, 11, 0) == 11 && memcmp(back, "Jello, host", 11) == 0);
+    EXPECT(softmm_cpu_write_uint(cpu, m + 1, 1, 'E', NULL) == 0);
+    EXPECT(softmm_file_sync(hf) == 0);
+    EXPECT(pread(fd, back, 11, 0) == 11 && memcmp(back, "JEllo, host", 11) == 0);
+    /* Past the host file's end: SIGBUS, as Linux. */
+    int64_t m2 = softmm_mmap(mm, 0, 2 * PAGE, PROT_READ, MAP_SHARED, hf, 0);
+    EXPECT(m2 > 0);
+    EXPECT_FAULT(softmm_cpu_read_uint(cpu, m2 + PAGE, 1, &v, &f_), SIGBUS, BUS_ADRERR, m2 + PAGE);
+    /* Read-only host descriptor: no shared writable mapping. */
+    int rofd = open(path, O_RDONLY);
+    softmm_file *ro = NULL;
+    EXPECT(softmm_file_open_host(phys, rofd, "ro", &ro) == 0);
+    close(rofd); /* softmm keeps its own duplicate */
+    EXPECT(softmm_mmap(mm, 0, PAGE, RW, MAP_SHARED, ro, 0) == -EACCES);
+    int64_t rm = softmm_mmap(mm, 0, PAGE, PROT_READ, MAP_PRIVATE, ro, 0);
+    EXPECT(rm > 0 && softmm_cpu_read_uint(cpu, rm + 2, 1, &v, NULL) == 0 && v == 'l');
+
+    softmm_file_free(ro);
+    softmm_file_free(hf);
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_mm_free(mm);
+    softmm_phys_stats s = {1, 1, 1, 1};
+    EXPECT(softmm_phys_get_stats(phys, &s) == 0);
+    EXPECT(s.frames_used == 0 && s.page_tables == 0 && s.vmas == 0 && s.rmap_entries == 0);
+    softmm_phys_free(phys);
+    close(fd);
+    unlink(path);
+}
 
 int main(void) {
     softmm_phys *phys;
@@ -173,6 +279,7 @@ int main(void) {
     EXPECT(s.frames_used == 0 && s.page_tables == 0 && s.vmas == 0 && s.rmap_entries == 0);
     softmm_phys_free(phys);
 
+    embedder_contracts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -39,6 +39,12 @@ pub(crate) struct FaultCtx<'a> {
     /// May allocate page tables: `mmap_lock` or the VMA's reference is held,
     /// so the writer that removes the VMA sees every table installed here.
     pub(crate) may_alloc_tables: bool,
+    /// A `FOLL_FORCE` fault from gup (`AddressSpace::access_remote_write`
+    /// and `_read`), whose caller checked the VMA with `check_vma_flags`:
+    /// no MMU permission check (Linux's `handle_mm_fault` has none; x86's
+    /// `access_error` runs before it only for a hardware fault), and every
+    /// entry it makes keeps the VMA's protection ([`vm_page_prot`]).
+    pub(crate) forced: bool,
 }
 
 type FaultResult<T> = Result<T, FaultError>;
@@ -77,10 +83,10 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
     // x86's `access_error` for a not-present entry: a write needs
     // `VM_WRITE`; a read or an instruction fetch only an accessible VMA.
     let allowed = if write { vma.flags.contains(VmFlags::WRITE) } else { vma.flags.intersects(VmFlags::ACCESS_FLAGS) };
-    if !allowed {
+    if !allowed && !ctx.forced {
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
-    if access == Access::Execute && !vma.flags.contains(VmFlags::EXEC) {
+    if access == Access::Execute && !vma.flags.contains(VmFlags::EXEC) && !ctx.forced {
         // On x86-64 the fetch from a not-present page of a readable,
         // non-executable VMA maps the page as a read would, and the retried
         // fetch then faults on the NX entry (`X86_PF_PROT`): the page ends
@@ -88,6 +94,7 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
+    let accessible = vma.flags.intersects(VmFlags::ACCESS_FLAGS);
     let va = addr & !(PAGE_SIZE - 1);
     let guard = crossbeam_epoch::pin();
     let leaf = if ctx.may_alloc_tables {
@@ -100,6 +107,10 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         let done = match pte.kind() {
             // Linux's VM_FAULT_SIGSEGV from a guard marker: SEGV_MAPERR.
             PteKind::Guard => return Err(Fault::Segv { addr, code: SegvCode::MapErr }.into()),
+            // A forced access to a `PROT_NONE` VMA: the entry stays
+            // `PROT_NONE`, and holds the page that gup follows.
+            PteKind::ProtNone(_) if !accessible && write => do_wp_page(ctx, va, leaf, pte)?,
+            PteKind::ProtNone(_) if !accessible => true,
             PteKind::ProtNone(_) => restore_protnone(ctx, leaf, va, pte)?,
             PteKind::None if vma.file.is_some() => do_file_fault(ctx, va, leaf, write)?,
             PteKind::None => do_anonymous_page(ctx, va, leaf, write)?,
@@ -166,6 +177,21 @@ fn find_mergeable_anon_vma(ctx: &FaultCtx<'_>) -> Option<Arc<AnonVma>> {
     next.or_else(|| tree.prev_of(vma.start).filter(|p| p.anon_vma_compatible(vma)).and_then(|p| reusable(p)))
 }
 
+/// Linux's `maybe_mkwrite` and `vm_get_page_prot` for an entry a fault
+/// makes: writable only in a `VM_WRITE` VMA, and `PROT_NONE` in a VMA
+/// without access. A no-op for an MMU fault, which `access_error` allowed
+/// only where the VMA permits the access; a forced (`FOLL_FORCE`) fault
+/// breaks COW in a read-only private VMA and leaves the new page read-only.
+#[inline]
+fn vm_page_prot(vma: &Vma, pte: Pte) -> Pte {
+    let pte = if vma.flags.contains(VmFlags::WRITE) { pte } else { pte.clear(Pte::WRITE) };
+    if vma.flags.intersects(VmFlags::ACCESS_FLAGS) {
+        pte
+    } else {
+        pte.protnone()
+    }
+}
+
 /// The NX bit a new entry of `vma` gets: set unless the VMA is executable
 /// (x86-64's `vm_get_page_prot`).
 #[inline]
@@ -204,7 +230,7 @@ fn install(ctx: &FaultCtx<'_>, leaf: Leaf<'_>, va: u64, frame: FrameRef<'_>, fla
     if !ptl.get(va).is_none() {
         return Ok(false);
     }
-    rmap::map_page(&mut ptl, va, frame, flags | Pte::ACCESSED | nx(ctx.vma));
+    ptl.set(va, vm_page_prot(ctx.vma, rmap::mapped(frame, flags | Pte::ACCESSED | nx(ctx.vma))));
     Ok(true)
 }
 
@@ -247,6 +273,9 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
     let page = match file.get_page_at(index, &at) {
         Ok(Some(p)) => p,
         Ok(None) => return Err(Fault::Bus { addr: va }.into()),
+        // A host-backed file's read failed: `VM_FAULT_SIGBUS`, as
+        // `filemap_fault` answers an I/O error.
+        Err(crate::error::Errno::Io) => return Err(Fault::Bus { addr: va }.into()),
         Err(_) => return Err(oom(va)),
     };
     if write && !shared {
@@ -290,7 +319,7 @@ fn fault_around(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, file: &File) {
         if a == va || !pte.is_none() {
             return None;
         }
-        file.find_get_page(vma.pgoff_at(a)).map(|page| rmap::mapped(page, nx(vma)))
+        file.find_get_page(vma.pgoff_at(a)).map(|page| vm_page_prot(vma, rmap::mapped(page, nx(vma))))
     });
 }
 
@@ -300,7 +329,7 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
     let (mm, vma) = (ctx.mm, ctx.vma);
     let phys = &mm.phys;
     let pfn = pte.pfn();
-    let writable = pte.set(Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
+    let writable = vm_page_prot(vma, pte.set(Pte::WRITE | Pte::DIRTY | Pte::ACCESSED));
     if vma.flags.contains(VmFlags::SHARED) {
         let mut ptl = leaf.lock();
         ctx.validate()?;
@@ -345,7 +374,7 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
     let (_, old) = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
     shared_write(1); // the shootdown generation
     mm.flush_tlb();
-    rmap::map_page(&mut ptl, va, new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | nx(vma));
+    ptl.set(va, vm_page_prot(vma, rmap::mapped(new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | nx(vma))));
     drop(ptl);
     drop(old);
     Ok(true)

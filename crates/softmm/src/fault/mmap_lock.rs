@@ -32,7 +32,7 @@ pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access) -> Result<(),
 
 /// The fault under `mmap_lock` (held by the caller, for read or write).
 pub(super) fn locked(mm: &AddressSpace, vma: &crate::vma::Vma, addr: u64, access: Access) -> Result<(), Fault> {
-    let ctx = FaultCtx { mm, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+    let ctx = FaultCtx { mm, vma, check: Check::None, may_sleep: true, may_alloc_tables: true, forced: false };
     match handler::handle_vma_fault(&ctx, addr, access) {
         Ok(()) => Ok(()),
         Err(FaultError::Signal(f)) => Err(f),

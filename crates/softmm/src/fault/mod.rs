@@ -139,12 +139,27 @@ impl AddressSpace {
         mmap_lock::locked(self, vma, addr, access)
     }
 
+    /// [`AddressSpace::handle_mm_fault`] for `get_user_pages` with
+    /// `FOLL_FORCE`, for a caller that checked `vma` with gup's
+    /// `check_vma_flags`: the VMA's protection is not checked, a write to a
+    /// read-only private VMA breaks COW and leaves the new page read-only,
+    /// and a `PROT_NONE` VMA gets `PROT_NONE` entries.
+    pub(crate) fn handle_mm_fault_forced(&self, vma: &Vma, addr: u64, access: Access) -> Result<(), Fault> {
+        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true, forced: true };
+        match handler::handle_vma_fault(&ctx, addr, access) {
+            Ok(()) => Ok(()),
+            Err(FaultError::Signal(f)) => Err(f),
+            Err(FaultError::Abort(a)) => unreachable!("locked fault aborted: {a:?}"),
+        }
+    }
+
     /// Linux's `anon_vma_prepare` for a caller that holds `mmap_lock`:
     /// gives `vma` its anon_vma if it has none yet (`MADV_GUARD_INSTALL`,
     /// so that `fork` copies its markers). False only if that could not be
     /// done, which the locked path never meets.
     pub(crate) fn anon_vma_prepare_locked(&self, vma: &Vma) -> bool {
-        let ctx = FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true };
+        let ctx =
+            FaultCtx { mm: self, vma, check: Check::None, may_sleep: true, may_alloc_tables: true, forced: false };
         handler::anon_vma_prepare(&ctx).is_ok()
     }
 

@@ -22,7 +22,7 @@ pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access, with_ref: boo
     if vma.lock.is_detached() {
         return Err(FaultError::Abort(Abort::VmaChanged));
     }
-    let ctx = FaultCtx { mm, vma, check: Check::VmaDetached, may_sleep: false, may_alloc_tables: false };
+    let ctx = FaultCtx { mm, vma, check: Check::VmaDetached, may_sleep: false, may_alloc_tables: false, forced: false };
     match handler::handle_vma_fault(&ctx, addr, access) {
         // A table installed without the reference could escape the zap of a
         // writer removing the VMA (docs/architecture.md); with it, the
@@ -39,7 +39,7 @@ fn with_reference(mm: &AddressSpace, vma: &Vma, addr: u64, access: Access) -> Re
     if !vma.lock.try_read() {
         return Err(FaultError::Abort(Abort::VmaChanged));
     }
-    let ctx = FaultCtx { mm, vma, check: Check::None, may_sleep: false, may_alloc_tables: true };
+    let ctx = FaultCtx { mm, vma, check: Check::None, may_sleep: false, may_alloc_tables: true, forced: false };
     let r = handler::handle_vma_fault(&ctx, addr, access);
     vma.lock.read_unlock();
     r

@@ -13,6 +13,7 @@
 //!   held; that is safe because a CPU that blocks on a PTE lock or on
 //!   `mmap_lock` is quiescent.
 
+mod access_remote;
 pub(crate) mod anon_rmap;
 mod brk;
 pub(crate) mod commit;
@@ -28,6 +29,7 @@ mod mmap;
 mod move_pages;
 mod mprotect;
 mod mremap;
+mod msync;
 mod stack;
 mod unmap;
 #[cfg(all(test, loom))]

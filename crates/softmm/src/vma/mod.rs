@@ -135,6 +135,10 @@ impl std::fmt::Debug for Vma {
 
 impl Drop for Vma {
     fn drop(&mut self) {
+        // The file first: once the count says no VMA is left, a file that
+        // only VMAs held is gone too (its pages freed, a host-backed one
+        // written back), so `PhysMem::quiesce` sees the end state.
+        drop(self.file.take());
         self.acct.account_vma(-1);
     }
 }
@@ -389,7 +393,7 @@ mod tests {
 
     /// A tiny arena: VMAs only need it for their accounting.
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     /// A private anonymous read-write VMA `[start, end)` with linear page offset `start >> PAGE_SHIFT`.

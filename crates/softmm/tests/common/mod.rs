@@ -12,9 +12,12 @@ pub const PAGE: u64 = 4096;
 pub const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 pub const RW: i32 = PROT_READ | PROT_WRITE;
 
-/// A small machine: `mib` MiB of frames.
+/// A small machine: `mib` MiB of frames; memory on demand
+/// (`PhysConfig::on_demand`) when `SOFTMM_ON_DEMAND` is set, so that a
+/// test binary can be run both ways.
 pub fn phys(mib: u64) -> Arc<PhysMem> {
-    PhysMem::new(PhysConfig::new(mib << 20)).expect("arena")
+    let on_demand = std::env::var_os("SOFTMM_ON_DEMAND").is_some();
+    PhysMem::new(PhysConfig::new(mib << 20).on_demand(on_demand)).expect("arena")
 }
 
 /// An address space with the default layout and `policy` (speculation

@@ -1,0 +1,118 @@
+//! Host-backed files: a [`File`](crate::File) whose pages come from a real
+//! host file, so that an embedder can map an ELF binary or a data file.
+//!
+//! The page cache is softmm's own (`crate::file`); this module is its
+//! `address_space_operations` on the host file: `read_folio` (a page-cache
+//! miss reads the page from the host, zeros past the host's end of file)
+//! and `writepages` (dirty pages written back with `pwrite`, then
+//! `fdatasync`), plus the host side of `ftruncate` and `fallocate`'s hole
+//! punch, which are applied to the host file at once so that a page read
+//! again later never brings back bytes the file no longer has.
+//!
+//! Dirty tracking is the page's `PG_DIRTY`, set by a shared write fault,
+//! `File::write_at` and forced writes, and never cleared: without Linux's
+//! `page_mkclean` (write-protecting every shared mapping of the page while
+//! it is written back) a store through a still-writable entry after the
+//! clear would be lost. So each writeback writes every page dirtied since
+//! it was read, which is correct and costs only repeated I/O.
+//!
+//! When writeback happens, as Linux allows it: on `msync(MS_SYNC)` of a
+//! shared mapping, on `File::sync` (`fsync`), and when the file goes (the
+//! last open and the last mapping dropped: Linux writes back at some time
+//! after the last close, never later than that here). A private mapping's
+//! writes are copies (COW) and never reach the file.
+
+use std::os::unix::fs::FileExt;
+
+use crate::error::{Errno, Result};
+use crate::PAGE_SIZE;
+
+/// The host file behind a [`File`](crate::File), with its access mode.
+#[derive(Debug)]
+pub(crate) struct HostBacking {
+    file: std::fs::File,
+    /// Opened for reading (the host descriptor's `O_RDONLY`/`O_RDWR`).
+    pub(crate) readable: bool,
+    /// Opened for writing: writeback, truncate and hole punch allowed.
+    pub(crate) writable: bool,
+}
+
+impl HostBacking {
+    /// Takes `file`, which must be a regular host file (`ENODEV`
+    /// otherwise, as `mmap` of something else fails), and reads its access
+    /// mode and size.
+    pub(crate) fn new(file: std::fs::File) -> Result<(HostBacking, u64)> {
+        let meta = file.metadata().map_err(|_| Errno::Io)?;
+        if !meta.file_type().is_file() {
+            return Err(Errno::NoDev);
+        }
+        // SAFETY: `F_GETFL` on a descriptor `file` owns; no memory is passed.
+        let mode = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::F_GETFL) };
+        if mode < 0 {
+            return Err(Errno::BadF);
+        }
+        let acc = mode & libc::O_ACCMODE;
+        let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
+        let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
+        Ok((HostBacking { file, readable, writable }, meta.len()))
+    }
+
+    /// `read_folio`: fills `buf` (a page, or its part below the file's
+    /// end) from the host at `offset`; what the host file does not have
+    /// past its end reads as zeros. `EIO` if the host read fails.
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(Errno::Io),
+            }
+        }
+        buf[done..].fill(0);
+        Ok(())
+    }
+
+    /// Writes `buf` at `offset` to the host (a dirty page's bytes below
+    /// the file's end). `EIO` if the host refuses.
+    pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.file.write_all_at(buf, offset).map_err(|_| Errno::Io)
+    }
+
+    /// `fdatasync` after a writeback, as `msync(MS_SYNC)` waits for.
+    pub(crate) fn sync_data(&self) -> Result<()> {
+        self.file.sync_data().map_err(|_| Errno::Io)
+    }
+
+    /// The host side of `ftruncate`: `EINVAL` on a file not opened for
+    /// writing (Linux's `do_ftruncate`), `EIO` if the host refuses.
+    pub(crate) fn set_len(&self, size: u64) -> Result<()> {
+        if !self.writable {
+            return Err(Errno::Inval);
+        }
+        self.file.set_len(size).map_err(|_| Errno::Io)
+    }
+
+    /// The host side of a hole punch over whole pages `[first, last)`:
+    /// `EBADF` on a file not opened for writing (`vfs_fallocate`), `EIO` if
+    /// the host refuses.
+    pub(crate) fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+        if !self.writable {
+            return Err(Errno::BadF);
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: `fallocate` on a descriptor `self.file` owns; no memory is passed.
+        let r = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };
+        if r != 0 {
+            return Err(Errno::Io);
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of page `index` that lie below a file end of `size`.
+pub(crate) fn page_bytes(index: u64, size: u64) -> usize {
+    size.saturating_sub(index.saturating_mul(PAGE_SIZE)).min(PAGE_SIZE) as usize
+}

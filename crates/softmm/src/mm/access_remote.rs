@@ -1,0 +1,291 @@
+//! Access to an address space from outside it, for loaders and debuggers:
+//! Linux's `access_remote_vm` (`mm/memory.c`), which `/proc/<pid>/mem`
+//! (`mem_rw` in `fs/proc/base.c`), `ptrace(PTRACE_PEEKDATA/POKEDATA)` and
+//! `process_vm_readv`'s slow cousins use, with or without `FOLL_FORCE`.
+//!
+//! Per page, with `mmap_lock` held for read across the whole call (so no
+//! fork can share a page between the lookup and the copy, and no munmap can
+//! pull the VMA away), it does what `get_user_pages_remote` does for one
+//! page: `check_vma_flags`, then `follow_page_pte` under the PTE lock, and a
+//! fault (`faultin_page`) where the page cannot be taken as it is, then
+//! again. Then it copies through the kernel's view of the frame, not through
+//! the guest's page-table permissions.
+//!
+//! `FOLL_FORCE`'s rules are `mm/gup.c`'s:
+//!
+//! * a forced read works in a VMA without `VM_READ` (`PROT_NONE`, or
+//!   `PROT_EXEC` alone), since every VMA has `VM_MAYREAD`; the entry it
+//!   faults in stays `PROT_NONE`;
+//! * a forced write to a VMA without `VM_WRITE` works only in a COW mapping
+//!   (private, `VM_MAYWRITE`): the fault breaks COW (`FAULT_FLAG_WRITE`
+//!   on a read-only private page) and the process gets its own exclusive
+//!   anonymous copy, still mapped read-only, which `can_follow_write_pte`
+//!   accepts; later reads by the guest see the written bytes and the file
+//!   or the other process of a fork does not;
+//! * a forced write to a shared read-only mapping (anonymous or file, and a
+//!   private mapping of a file opened read-only which has no
+//!   `VM_MAYWRITE`) fails: `EFAULT` inside gup, 0 bytes done here;
+//! * `VM_IO`/`VM_PFNMAP` VMAs are refused (Linux then tries the VMA's
+//!   `vm_ops->access`, which softmm's VMAs do not have).
+//!
+//! The result is the number of bytes done, as `access_remote_vm` returns:
+//! the copy stops at the first page that cannot be had (no VMA, a refused
+//! VMA, a fault that raises a signal — a guard marker, `SIGBUS` past the
+//! end of a file — or out of memory). An address below a `MAP_GROWSDOWN`
+//! stack grows the stack first, as Linux's `expand_stack` call there does.
+//! `/proc/<pid>/mem` turns 0 bytes into `EIO`; `PTRACE_POKEDATA` turns
+//! anything short of the whole word into `EIO`.
+//!
+//! Pages mapped by a 2 MiB leaf entry end the copy: softmm has no such
+//! entry in an address space yet; when it has, gup's `follow_huge_pmd`
+//! belongs here.
+
+use crate::error::Errno;
+use crate::fault::Access;
+use crate::pgtable::Pte;
+use crate::phys::{FrameRef, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
+use crate::sync::Ordering;
+use crate::vma::{VmFlags, Vma};
+use crate::PAGE_SIZE;
+
+use super::AddressSpace;
+
+/// The two directions of a copy.
+enum Buf<'b> {
+    /// From the address space into this buffer (`FOLL_WRITE` clear).
+    Read(&'b mut [u8]),
+    /// From this buffer into the address space (`FOLL_WRITE`).
+    Write(&'b [u8]),
+}
+
+impl Buf<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Buf::Read(b) => b.len(),
+            Buf::Write(b) => b.len(),
+        }
+    }
+
+    fn is_write(&self) -> bool {
+        matches!(self, Buf::Write(_))
+    }
+}
+
+impl AddressSpace {
+    /// Linux's `access_remote_vm(mm, addr, buf, len, FOLL_FORCE?)` for a
+    /// read: copies up to `buf.len()` bytes from `addr` into `buf` and
+    /// returns how many it copied, as a debugger's `PTRACE_PEEKDATA` or a
+    /// read of `/proc/<pid>/mem` does. Stops short at the first page that
+    /// cannot be read (no VMA, a `VM_IO`/`VM_PFNMAP` VMA, a VMA without
+    /// `PROT_READ` unless `force`, a guard marker, a page past the end of its
+    /// file, no memory); 0 means the first one could not (`/proc/<pid>/mem`
+    /// returns `EIO` then). An address just below a `MAP_GROWSDOWN` stack
+    /// grows the stack first.
+    ///
+    /// With `force` (`FOLL_FORCE`) a page of a VMA without `PROT_READ`
+    /// (`PROT_NONE`, `PROT_EXEC` alone) is read too. A page never touched
+    /// reads as zeros (it is faulted in, as Linux faults it: the zero page
+    /// for anonymous memory, the page cache for a file). Never changes a
+    /// mapping's contents.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut buf = [1u8; 8];
+    /// assert_eq!(mm.access_remote_read(a, &mut buf, false), 0); // EFAULT inside gup
+    /// assert_eq!(mm.access_remote_read(a, &mut buf, true), 8); // FOLL_FORCE
+    /// assert_eq!(buf, [0; 8]);
+    /// ```
+    pub fn access_remote_read(&self, addr: u64, buf: &mut [u8], force: bool) -> usize {
+        self.access_remote_vm(addr, Buf::Read(buf), force)
+    }
+
+    /// Linux's `access_remote_vm(mm, addr, buf, len, FOLL_WRITE |
+    /// FOLL_FORCE?)`: copies `buf` to `addr` and returns how many bytes it
+    /// wrote, as `PTRACE_POKEDATA` or a write to `/proc/<pid>/mem` does.
+    /// Stops short at the first page that cannot be written, for the reasons
+    /// of [`AddressSpace::access_remote_read`] and the ones below.
+    ///
+    /// With `force` (`FOLL_FORCE`), a page of a private mapping without
+    /// `PROT_WRITE` — a loader's or a debugger's write into read-only text —
+    /// is written as Linux does it: COW is broken, the address space gets its
+    /// own copy of the page, still read-only to the guest, and the file (or
+    /// the other side of a fork) keeps the old bytes. A shared mapping
+    /// without `PROT_WRITE` is never written (0 bytes).
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let text = mm.mmap(0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// // A breakpoint, as a debugger plants it.
+    /// assert_eq!(mm.access_remote_write(text, &[0xcc], false), 0);
+    /// assert_eq!(mm.access_remote_write(text, &[0xcc], true), 1);
+    /// let mut cpu = Cpu::attached(&mm);
+    /// assert_eq!(cpu.fetch_le::<u8>(text).unwrap(), 0xcc);
+    /// assert!(cpu.write_u8(text, 0).is_err()); // still read-only to the guest
+    /// ```
+    pub fn access_remote_write(&self, addr: u64, buf: &[u8], force: bool) -> usize {
+        self.access_remote_vm(addr, Buf::Write(buf), force)
+    }
+
+    /// `__access_remote_vm`.
+    fn access_remote_vm(&self, mut addr: u64, mut buf: Buf<'_>, force: bool) -> usize {
+        // This thread's CPUs hold no translation this call depends on: a
+        // COW break's shootdown must not wait for them.
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let len = buf.len();
+        let write = buf.is_write();
+        let mut done = 0;
+        let mut st = self.read_lock();
+        while done < len {
+            let Some(vma) = st.vmas.find(addr) else {
+                // "We might need to expand the stack to access it."
+                drop(st);
+                if self.expand_stack(addr).is_err() {
+                    return done;
+                }
+                st = self.read_lock();
+                continue;
+            };
+            // A VMA gup refuses: Linux would try `vm_ops->access`, which
+            // no softmm VMA has.
+            if check_vma_flags(vma, write, force).is_err() {
+                break;
+            }
+            let Some(frame) = self.get_user_page(vma, addr, write, force) else { break };
+            let offset = addr % PAGE_SIZE;
+            let n = ((PAGE_SIZE - offset) as usize).min(len - done);
+            let at = frame.ptr().wrapping_add(offset as usize);
+            match &mut buf {
+                // SAFETY: `[at, at + n)` lies inside one frame of the arena
+                // (`offset + n <= PAGE_SIZE`), which lives as long as
+                // `self.phys`, i.e. across this call, and is only ever
+                // accessed atomically. The reference `frame` keeps the frame
+                // from being freed and reused meanwhile.
+                Buf::Read(b) => unsafe { crate::access::copy_from_host(at, &mut b[done..done + n]) },
+                Buf::Write(b) => {
+                    // SAFETY: as for the read.
+                    unsafe { crate::access::copy_to_host(&b[done..done + n], at) };
+                    // `set_page_dirty_lock`: a page-cache page now differs
+                    // from what its file was last written with.
+                    frame.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+                }
+            }
+            done += n;
+            match addr.checked_add(n as u64) {
+                Some(next) => addr = next,
+                None => break,
+            }
+        }
+        done
+    }
+
+    /// `get_user_pages_remote` for the one page at `addr` of `vma`
+    /// (checked): follow, fault, follow again. `None` when the fault raises
+    /// a signal or the page is mapped by a leaf gup cannot follow here.
+    fn get_user_page(&self, vma: &Vma, addr: u64, write: bool, force: bool) -> Option<FrameRef<'_>> {
+        let access = if write { Access::Write } else { Access::Read };
+        let va = addr & !(PAGE_SIZE - 1);
+        // Linux loops until the page can be followed. One fault makes it
+        // followable unless another thread undoes it in between (a zap, a
+        // migration); the bound only keeps a bug from hanging the caller.
+        for _ in 0..FOLLOW_TRIES {
+            match self.follow_page(vma, va, write, force) {
+                Follow::Got(frame) => return Some(frame),
+                Follow::Stop => return None,
+                // The fault gup makes (`faultin_page`): no MMU permission
+                // check, `check_vma_flags` allowed the access.
+                Follow::Fault => self.handle_mm_fault_forced(vma, va, access).ok()?,
+            }
+        }
+        debug_assert!(false, "page at {va:#x} never became followable");
+        None
+    }
+
+    /// Linux's `follow_page_pte` for `FOLL_GET`: a reference on the page at
+    /// `va`, taken under its PTE lock, if it can be used as it is.
+    fn follow_page(&self, vma: &Vma, va: u64, write: bool, force: bool) -> Follow<'_> {
+        let guard = crossbeam_epoch::pin();
+        let Some(leaf) = self.pgtables.leaf(va, &guard) else { return Follow::Fault };
+        if leaf.entry_size() != PAGE_SIZE {
+            return Follow::Stop;
+        }
+        let ptl = leaf.lock();
+        let pte = ptl.get(va);
+        // A `PROT_NONE` entry holds its page too: without
+        // `FOLL_HONOR_NUMA_FAULT` gup follows it.
+        if !pte.has_frame() {
+            return Follow::Fault;
+        }
+        if write && !self.can_follow_write_pte(vma, pte, force) {
+            return Follow::Fault;
+        }
+        // The entry holds a reference and we hold its lock: a plain get.
+        Follow::Got(self.phys.get(pte.pfn()))
+    }
+
+    /// Linux's `can_follow_write_pte`: the entry is writable, or `FOLL_FORCE`
+    /// broke COW in a read-only private VMA and the page is this process's
+    /// own (an exclusive anonymous page), so writing it changes no one
+    /// else's memory.
+    fn can_follow_write_pte(&self, vma: &Vma, pte: Pte, force: bool) -> bool {
+        if pte.is_present() && pte.has(Pte::WRITE) {
+            return true;
+        }
+        if !force
+            || vma.flags.intersects(VmFlags::MAYSHARE | VmFlags::SHARED)
+            || !vma.flags.contains(VmFlags::MAYWRITE)
+            || vma.flags.contains(VmFlags::WRITE)
+        {
+            return false;
+        }
+        let pfn = pte.pfn();
+        if pfn == self.phys.zero_pfn() {
+            return false;
+        }
+        // Read under the PTE lock, under which fork clears the exclusive bit.
+        let flags = self.phys.desc(pfn).flags.load(Ordering::Relaxed);
+        flags & (PG_ANON | PG_FILE | PG_ANON_EXCLUSIVE) == PG_ANON | PG_ANON_EXCLUSIVE
+    }
+}
+
+/// Faults [`AddressSpace::get_user_page`] makes for one page before it gives
+/// up on it (see there).
+const FOLLOW_TRIES: u32 = 1000;
+
+/// What [`AddressSpace::follow_page`] found.
+enum Follow<'p> {
+    /// A reference on the page to copy from or to.
+    Got(FrameRef<'p>),
+    /// Not mapped as the access needs: fault it in and look again.
+    Fault,
+    /// Mapped in a way this path does not follow: stop the copy.
+    Stop,
+}
+
+/// Linux's `is_cow_mapping`: private and may become writable.
+fn is_cow_mapping(vma: &Vma) -> bool {
+    vma.flags & (VmFlags::SHARED | VmFlags::MAYWRITE) == VmFlags::MAYWRITE
+}
+
+/// Linux's `check_vma_flags` for a remote access (no `FOLL_LONGTERM`,
+/// `FOLL_ANON` or `FOLL_PIN`), in its order: `VM_IO`/`VM_PFNMAP` are refused;
+/// a write without `VM_WRITE` needs `FOLL_FORCE` and a COW mapping; a read
+/// without `VM_READ` needs `FOLL_FORCE` and `VM_MAYREAD`. `EFAULT` otherwise.
+fn check_vma_flags(vma: &Vma, write: bool, force: bool) -> Result<(), Errno> {
+    let flags = vma.flags;
+    if flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
+        return Err(Errno::Fault);
+    }
+    if write {
+        if !flags.contains(VmFlags::WRITE) && (!force || !is_cow_mapping(vma)) {
+            return Err(Errno::Fault);
+        }
+    } else if !flags.contains(VmFlags::READ) && (!force || !flags.contains(VmFlags::MAYREAD)) {
+        return Err(Errno::Fault);
+    }
+    Ok(())
+}
