@@ -42,6 +42,9 @@ use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
 
+#[cfg(all(test, loom))]
+mod loom_tests;
+
 /// Most pages unmapped at once by [`MigratePolicy::Batched`] (Linux's
 /// `NR_MAX_BATCHED_MIGRATION`, `HPAGE_PMD_NR`): it bounds how long a page
 /// stays unmapped while a faulting thread waits for it.
