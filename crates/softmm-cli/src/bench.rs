@@ -25,7 +25,9 @@ pub struct BenchArgs {
     /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm,
     /// big-munmap (seed 002: a large munmap beside a faulting, mapping or
     /// maps-reading thread, default --size 8G), or all; or `pin` alone (seed 004: its own sweep over pin policies, default
-    /// --size 8G, modes alone and interfered).
+    /// --size 8G, modes alone and interfered); or `migrate` alone (seed 003:
+    /// accessors beside a migrator moving the working set between two nodes,
+    /// every migrate policy, default --size 64M and one accessor per CPU but one).
     /// None: the headline experiment (pft and interference for every policy
     /// and the host, plotted to softmm-results.svg).
     #[arg(value_delimiter = ',')]
@@ -245,6 +247,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.iter().any(|w| w == "pin") {
         return workloads::pin::bench(args); // seed 004's experiment has its own sweep
     }
+    if args.workloads.iter().any(|w| w == "migrate") {
+        return workloads::migrate::bench(args); // seed 003's experiment has its own sweep
+    }
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
@@ -416,6 +421,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if headline {
         let mut seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
         seeds.extend(summary::seed_002(&summary::seed_002_samples(limit, &mut arena)));
+        seeds.extend(summary::seed_003());
         seeds.extend(summary::seed_004());
         println!("\n{}", summary::table(&seeds));
     }

@@ -40,6 +40,9 @@ pub struct Counters {
     /// Pages pinned (`pin`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub pages: Option<u64>,
+    /// Pages migrated (`migrate`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pages_migrated: Option<u64>,
     /// big-munmap: how long the large `munmap` took, in ns.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_ns: Option<u64>,
@@ -76,6 +79,7 @@ impl Counters {
         add(&mut self.fallbacks, o.fallbacks);
         add(&mut self.shared_writes, o.shared_writes);
         add(&mut self.pages, o.pages);
+        add(&mut self.pages_migrated, o.pages_migrated);
         // Durations and rates do not add up: a row keeps the worst.
         fn max(a: &mut Option<u64>, b: Option<u64>) {
             if let Some(b) = b {

@@ -5,6 +5,8 @@ pub mod big_munmap;
 mod cortenmm;
 pub mod harness;
 mod interference;
+// seed 003's experiment, with its own sweep (`softmm bench migrate`)
+pub mod migrate;
 mod pft;
 pub mod pin;
 pub mod space;
