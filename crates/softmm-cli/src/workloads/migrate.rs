@@ -331,6 +331,11 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
     }
     println!("{}", table(&samples));
+    println!(
+        "migrate: pages migrated/s by migrate_pages(2) 0->1, 1->0, ...; flush req/page: shootdown requests to the \
+         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); accesses/s and latencies (every {TIMED_EVERY}th \
+         access timed) of the accessors over the same window; medians of --repeat, latencies their maximum."
+    );
     if let Some(c) = comparison(&samples) {
         println!("{c}");
     }
