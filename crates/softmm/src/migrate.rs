@@ -158,12 +158,14 @@ fn walk_entries(
     }
 }
 
-/// Turns every present entry of `page` into a migration entry, dropping the
+/// Turns every entry mapping `page` (present or `PROT_NONE`) into a
+/// migration entry, dropping the
 /// entries' references; returns the address spaces involved.
 fn try_to_migrate(phys: &PhysMem, p: &Isolated<'_>, mms: &mut Vec<Arc<AddressSpace>>) {
     let pfn = p.page.pfn();
     walk_entries(&p.family, p.index, |mm, _, _, pte| {
-        if !pte.is_present() || pte.pfn() != pfn {
+        // Present or PROT_NONE: both map the frame.
+        if !pte.has_frame() || pte.pfn() != pfn {
             return None;
         }
         if !mms.iter().any(|m| Arc::ptr_eq(m, mm)) {

@@ -75,6 +75,43 @@ fn move_pages_moves_contents_and_frees_the_old_frames() {
     }
 }
 
+/// PROT_NONE pages move as Linux moves them (their entries map the frame:
+/// x86-64's `PROT_NONE` entry is present to the folio walk and to
+/// `try_to_migrate_one`): the query reports their node, `move_pages` and
+/// `migrate_pages(2)` move them, and they stay inaccessible until an
+/// `mprotect` gives their contents back.
+#[test]
+fn prot_none_pages_migrate_and_stay_hidden() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(64);
+        {
+            let mm = mm_with(&phys, policy);
+            let a = anon(&mm, 4);
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..4 {
+                cpu.write_u64(a + i * PAGE, 70 + i).unwrap();
+            }
+            mm.mprotect(a, 4 * PAGE, PROT_NONE).unwrap();
+            assert_eq!(nodes_of(&mm, a, 4), [0; 4], "{policy:?}: the query sees PROT_NONE pages");
+            let (r, st) = move_to(&mm, a, 2, 1, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Ok(0), vec![1; 2]), "{policy:?}");
+            let new: [u64; 1] = [1 << 1];
+            assert_eq!(mm.migrate_pages(2 + 1, Some(&[1]), Some(&new)), Ok(0), "{policy:?}");
+            assert_eq!(nodes_of(&mm, a, 4), [1; 4], "{policy:?}");
+            assert_eq!(mm.stats().pages_migrated, 4);
+            let f = cpu.read_u64(a).unwrap_err();
+            assert_eq!(f.signal(), libc::SIGSEGV, "{policy:?}: a migrated PROT_NONE page became accessible");
+            mm.mprotect(a, 4 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+            for i in 0..4 {
+                assert_eq!(cpu.read_u64(a + i * PAGE).unwrap(), 70 + i, "{policy:?} page {i}");
+            }
+            cpu.write_u64(a, 1).unwrap();
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
 #[test]
 fn statuses_and_errnos_follow_linux() {
     let phys = two_nodes(64);

@@ -80,7 +80,7 @@ impl AddressSpace {
         let st = self.read_lock();
         let vma = st.vmas.find(addr).ok_or(-libc::EFAULT)?;
         let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
-        if pte.is_present() && pte.pfn() != self.phys.zero_pfn() && self.phys.node_of(pte.pfn()) == node {
+        if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && self.phys.node_of(pte.pfn()) == node {
             return Ok(None);
         }
         match self.isolate_at(vma, addr, flags) {
@@ -104,7 +104,9 @@ impl AddressSpace {
         let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;
         let ptl = leaf.lock();
         let pte = ptl.get(va);
-        if !pte.is_present() {
+        // A PROT_NONE page is mapped too (x86-64's entry is present to
+        // `folio_walk_start`): it moves like any other.
+        if !pte.has_frame() {
             return Err(-libc::ENOENT);
         }
         let pfn = pte.pfn();
