@@ -28,9 +28,10 @@ const HOLE: u64 = 3;
 const SHARED: u64 = 4;
 const PROTNONE: u64 = 5;
 const WRITTEN2: u64 = 6;
-/// An address past the layout (no VMA on either side: the host's own
-/// mappings are elsewhere, as the layout's reservation is PAGES + 8 pages).
-const BEYOND: u64 = PAGES + 4;
+/// Stands for an address no VMA covers on either side: the page at 4 KiB,
+/// below `mmap_min_addr` on the host (a page just past the layout is not:
+/// a test running beside this one may map it).
+const NO_VMA: u64 = u64::MAX;
 
 /// The host side: the layout in this process, and a forked child that maps
 /// page [`SHARED`] too (it sleeps until killed when this is dropped).
@@ -38,6 +39,10 @@ struct Host {
     base: u64,
     child: libc::pid_t,
 }
+
+/// One layout at a time: the other test's mappings must not land in this
+/// one's hole.
+static LAYOUT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Host {
     fn new() -> Host {
@@ -47,7 +52,7 @@ impl Host {
         unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
-                ((PAGES + 8) * PAGE) as usize,
+                (PAGES * PAGE) as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -55,7 +60,6 @@ impl Host {
             );
             assert_ne!(p, libc::MAP_FAILED);
             let base = p as u64;
-            libc::munmap((base + PAGES * PAGE) as *mut libc::c_void, (8 * PAGE) as usize);
             libc::munmap((base + HOLE * PAGE) as *mut libc::c_void, PAGE as usize);
             for page in [WRITTEN, SHARED, PROTNONE, WRITTEN2] {
                 std::ptr::write_volatile((base + page * PAGE) as *mut u64, 1);
@@ -147,7 +151,7 @@ fn soft_outcome(r: Result<u64>) -> Outcome {
 /// nodes on both sides: same outcome, same statuses.
 #[track_caller]
 fn same_move_pages(host: &Host, mm: &AddressSpace, idx: &[u64], nodes: Option<&[i32]>, flags: u32, what: &str) {
-    let pages: Vec<u64> = idx.iter().map(|i| host.base + i * PAGE).collect();
+    let pages: Vec<u64> = idx.iter().map(|&i| if i == NO_VMA { PAGE } else { host.base + i * PAGE }).collect();
     if let Some(n) = nodes {
         assert_eq!(n.len(), pages.len());
     }
@@ -182,11 +186,12 @@ fn move_pages_matches_the_host_on_one_node() {
     if !host_supports_move_pages() {
         return;
     }
+    let _one = LAYOUT.lock().unwrap_or_else(|e| e.into_inner());
     let host = Host::new();
     let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     {
         let (mm, _child) = soft(host.base, &phys);
-        let all: Vec<u64> = (0..PAGES).chain([BEYOND]).collect();
+        let all: Vec<u64> = (0..PAGES).chain([NO_VMA]).collect();
         same_move_pages(&host, &mm, &all, None, 0, "query");
         same_move_pages(&host, &mm, &all, None, MPOL_MF_MOVE, "query with MPOL_MF_MOVE");
         let zeros = vec![0; all.len()];
@@ -238,6 +243,7 @@ fn migrate_pages_matches_the_host_on_one_node() {
     if !host_supports_move_pages() {
         return;
     }
+    let _one = LAYOUT.lock().unwrap_or_else(|e| e.into_inner());
     let host = Host::new();
     let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     {
