@@ -112,6 +112,46 @@ fn migration_vs_lock_free_fault() {
     }
 }
 
+/// A page-cache page of a shared file mapping moving against writes
+/// through the mapping: the page is mapped read-only (a read fault), so the
+/// first write faults (the shared write-protect fault) and the second goes
+/// through the cached translation. Neither write is lost: the file's page,
+/// whichever it is at the end, holds 3 (`read_at`), the mapping maps that
+/// page, and the cache's page is the only frame in use.
+///
+/// Seen failing: with the flush tickets not waited for, like the anonymous
+/// model.
+#[test]
+fn file_page_migration_vs_write() {
+    builder().check(|| {
+        let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE).nodes(2)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().force_speculative(true)).unwrap();
+        let f = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
+        f.write_at(0, &1u64.to_le_bytes()).unwrap();
+        let of = crate::OpenFile::read_write(&f);
+        let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&of), 0).unwrap();
+        mm.handle_fault(a, Access::Read).unwrap();
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                cpu.write_u64(a, 2).unwrap();
+                cpu.write_u64(a, 3).unwrap();
+            })
+        };
+        let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE);
+        t.join().unwrap();
+        assert!(left == 0 && status == 1, "status {status}, {left} not moved");
+        let mut b = [0u8; 8];
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 3, "a write was lost");
+        let pte = mm.pte_at(a);
+        assert!(pte.is_present(), "{pte:?} left at the page");
+        assert_eq!(word(&phys, pte.pfn()), 3, "the mapping and the page cache parted");
+        assert_eq!(phys.stats().frames_used, 1, "a frame leaked or was lost");
+    });
+}
+
 /// Migration against munmap of the page: once both are done, nothing is
 /// mapped, no frame is in use (neither the old page, nor the new one the
 /// remap would have installed into a range munmap had emptied), and the
