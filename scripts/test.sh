@@ -16,7 +16,9 @@ SOFTMM_ON_DEMAND=1 cargo test --profile checked -p softmm --test semantics --tes
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`
 # modules: sync's primitives, tlb's shootdown, and fault's models of the real
-# fault handler against real munmap and mprotect calls.
+# fault handler against real munmap and mprotect calls, and migrate's models of
+# move_pages against a lock-free fault, munmap, two CPUs of a page shared by fork
+# (the batched flush over two address spaces), and writes to a page-cache page.
 RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --lib
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.

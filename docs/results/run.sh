@@ -14,3 +14,4 @@ out=cortenmm; run cortenmm --json cortenmm.json --plot cortenmm.svg
 out=pin; "$softmm" bench pin --size 1G --repeat 3 --json pin.json | tee pin.txt
 out=big-munmap; "$softmm" bench big-munmap --size 8G --threads 1 --repeat 3 --json big-munmap.json | tee big-munmap.txt
 out=hugetlb; "$softmm" bench hugetlb-fault,hugetlb-fork,hugetlb-fork-fault --repeat 3 --json hugetlb.json | tee hugetlb.txt
+out=migrate; "$softmm" bench migrate --threads 1,2 --repeat 3 --json migrate.json | tee migrate.txt

@@ -27,7 +27,9 @@ pub struct BenchArgs {
     /// maps-reading thread, default --size 8G), or all; or `pin` alone (seed 004: its own sweep over pin policies, default
     /// --size 8G, modes alone and interfered); or hugetlb-fault, hugetlb-fork,
     /// hugetlb-fork-fault alone (seed 000: processes sharing one hugetlbfs
-    /// file, default --size 1G; --threads counts instances).
+    /// file, default --size 1G; --threads counts instances); or `migrate` alone (seed 003:
+    /// accessors beside a migrator moving the working set between two nodes,
+    /// every migrate policy, default --size 64M and one accessor per CPU but one).
     /// None: the headline experiment (pft and interference for every policy
     /// and the host, plotted to softmm-results.svg).
     #[arg(value_delimiter = ',')]
@@ -250,6 +252,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.iter().any(|w| workloads::hugetlb::WORKLOADS.contains(&w.as_str())) {
         return workloads::hugetlb::bench(args); // seed 000's experiment has its own sweep too
     }
+    if args.workloads.iter().any(|w| w == "migrate") {
+        return workloads::migrate::bench(args); // seed 003's experiment has its own sweep
+    }
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
@@ -422,6 +427,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         let mut seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
         seeds.insert(0, summary::seed_000(limit)); // first: the seeds in order
         seeds.extend(summary::seed_002(&summary::seed_002_samples(limit, &mut arena)));
+        seeds.extend(summary::seed_003());
         seeds.extend(summary::seed_004());
         println!("\n{}", summary::table(&seeds));
     }

@@ -40,6 +40,9 @@ pub struct Counters {
     /// Pages pinned (`pin`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub pages: Option<u64>,
+    /// Pages migrated (`migrate`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pages_migrated: Option<u64>,
     /// big-munmap: how long the large `munmap` took, in ns.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_ns: Option<u64>,
@@ -128,6 +131,7 @@ impl Counters {
         add(&mut self.pmd_unshares, o.pmd_unshares);
         add(&mut self.htlb_buddy_alloc_success, o.htlb_buddy_alloc_success);
         add(&mut self.htlb_buddy_alloc_fail, o.htlb_buddy_alloc_fail);
+        add(&mut self.pages_migrated, o.pages_migrated);
         // Durations and rates do not add up: a row keeps the worst.
         fn max(a: &mut Option<u64>, b: Option<u64>) {
             if let Some(b) = b {

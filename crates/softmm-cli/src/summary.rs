@@ -103,6 +103,27 @@ pub fn seed_002(samples: &[Sample]) -> Option<SeedRow> {
     })
 }
 
+/// Seed 003 from a short run of its own experiment (`softmm bench migrate`):
+/// pages migrated per second while one accessor thread reads and writes a
+/// 16 MiB working set that a migrator moves between node 0 and node 1 and
+/// back for 0.5 s per policy; `one-by-one` (before the seed) against
+/// `batched`. No host figure: the host here has one NUMA node (the metric
+/// says so where that holds). `None` if the arena cannot be made.
+pub fn seed_003() -> Option<SeedRow> {
+    let (old, new) = crate::workloads::migrate::short_run(std::time::Duration::from_millis(500)).ok()?;
+    let one_node = crate::workloads::migrate::host_nodes() < 2;
+    Some(SeedRow {
+        seed: "003 batched migration",
+        metric: format!(
+            "pages migrated/s, 16 MiB moved 0<->1 beside 1 accessor{}",
+            if one_node { " (host: one NUMA node)" } else { "" }
+        ),
+        old: (softmm::MigratePolicy::OneByOne.name().into(), Some(old)),
+        new: (softmm::MigratePolicy::Batched.name().into(), Some(new)),
+        host: None,
+    })
+}
+
 /// Seed 004 from a short run of its own experiment (`softmm bench pin`):
 /// pages pinned per second (`FOLL_WRITE | FOLL_LONGTERM`, a 256 MiB region
 /// faulted in by the pin) with two workers (one on a single CPU), the

@@ -339,6 +339,7 @@ fn bench_without_workload_runs_the_headline() {
         "Per seed",
         "001 speculative faults",
         "002 big munmap",
+        "003 batched migration",
         "004 page pinning",
         "000 hugetlb PMD sharing",
     ] {
@@ -419,6 +420,44 @@ fn bench_hugetlb_fork_fault_gives_a_forks_and_a_faults_sample_per_instance_count
         assert_ne!(bad.code, Some(0), "{args:?}");
         assert!(bad.stderr.contains(needle), "{args:?}: {}", bad.stderr);
     }
+}
+
+#[test]
+fn bench_migrate_runs_both_policies_with_accessors_and_counters() {
+    let dir = scratch("migrate");
+    let out = softmm_in(
+        &dir,
+        &["bench", "migrate", "--size", "4M", "--duration", "0.05", "--threads", "1", "--json", "migrate.json"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    for needle in ["one-by-one", "batched", "flush req/page", "accesses/s", "batched vs one-by-one", "host"] {
+        assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("migrate.json")).expect("json")).expect("valid json");
+    let samples = json["samples"].as_array().expect("samples");
+    let get = |mode: &str, policy: &str| {
+        samples.iter().find(|s| s["mode"] == mode && s["policy"] == policy).unwrap_or_else(|| panic!("{mode} {policy}"))
+    };
+    for policy in ["one-by-one", "batched"] {
+        let m = get("migrate", policy);
+        let pages = m["counters"]["pages_migrated"].as_u64().expect("pages_migrated");
+        assert!(pages >= 1024, "{policy}: at least one pass over the 1024 pages: {m}");
+        assert_eq!(m["ops"].as_u64(), Some(pages));
+        let flushes = m["counters"]["flush_requests"].as_u64().expect("flush_requests");
+        // One accessor CPU: one request per flush; a flush per page, or per batch of 512.
+        if policy == "one-by-one" {
+            assert!(flushes >= pages, "{m}");
+        } else {
+            assert!(flushes * 100 <= pages, "{m}");
+        }
+        let a = get("accessors", policy);
+        assert!(a["ops"].as_u64().unwrap() > 0 && a["counters"]["p99_ns"].as_u64().is_some(), "{a}");
+    }
+    let bad = softmm_in(&dir, &["bench", "migrate", "--policy", "nope"], Duration::from_secs(10));
+    assert_ne!(bad.code, Some(0));
+    assert!(bad.stderr.contains("unknown migrate policy"), "{}", bad.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

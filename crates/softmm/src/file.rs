@@ -41,6 +41,10 @@ pub(crate) trait Mapper: Send + Sync {
     /// shootdown before returning. Called with `file`'s `invalidate_lock`
     /// held for write, so it may take `mmap_lock` only for read, recursively.
     fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool);
+
+    /// The mapper itself, for a caller above this layer that knows its type
+    /// (migration's reverse walk finds the address spaces this way).
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
 }
 
 /// The identity of a mapper in the reverse map: its address, without the
@@ -470,6 +474,32 @@ impl File {
             }
             visited.extend(fresh);
         }
+    }
+
+    /// The address spaces mapping this file now (a snapshot of `i_mmap`).
+    pub(crate) fn mappers(&self) -> Vec<Arc<dyn Mapper>> {
+        self.i_mmap.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Replaces page-cache page `old` at `index` by `new` for migration
+    /// (Linux's `folio_migrate_mapping` under the mapping's lock), after
+    /// `copy` has copied it, all under the page cache's lock: `false`, with
+    /// nothing copied or changed, if `index` no longer holds `old`
+    /// (truncated meanwhile) or `old` has references besides the page
+    /// cache's and the migrator's (a `write` or a fault holding it: Linux's
+    /// refcount freeze fails). `read_at` reads under the same lock, and a
+    /// writer or a fault takes its reference under it, so none sees `old`
+    /// after the switch.
+    pub(crate) fn migrate_page(&self, index: u64, old: Pfn, new: &FrameRef<'_>, copy: impl FnOnce()) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.pages.get(&index) != Some(&old) || self.phys.desc(old).refcount.load(Ordering::Acquire) != 2 {
+            return false;
+        }
+        copy();
+        // The page cache's reference moves from `old` to `new`.
+        inner.pages.insert(index, self.phys.get(new.pfn()).into_raw());
+        drop(FrameRef::from_raw(&self.phys, old));
+        true
     }
 
     /// Records that `mm` maps this file (the `i_mmap` reverse map).

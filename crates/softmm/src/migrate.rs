@@ -29,18 +29,25 @@
 //! A page whose references are not all accounted for once it is unmapped (a
 //! pin, a reference taken by `get_user_pages`, a mapping the walk could not
 //! reach) is put back as it was and counted as failed (Linux's refcount
-//! freeze, `-EAGAIN` until the pass limit). Only anonymous pages move here:
-//! file pages are counted as failed (their `i_mmap` walk is not wired yet).
+//! freeze, `-EAGAIN` until the pass limit). A page-cache page is found
+//! through its file's `i_mmap` (shared mappings and the private ones that
+//! still map it), and its page-cache entry switches to the new page under
+//! the cache's lock, with the copy, once only the cache and the migrator
+//! hold it (Linux's `folio_migrate_mapping`).
 
 use std::sync::Arc;
 
 use crate::error::Errno;
+use crate::file::File;
 use crate::mm::AddressSpace;
 use crate::pgtable::Pte;
 use crate::phys::{copy_frame, FrameRef, NodeMask, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 /// Most pages unmapped at once by [`MigratePolicy::Batched`] (Linux's
 /// `NR_MAX_BATCHED_MIGRATION`, `HPAGE_PMD_NR`): it bounds how long a page
@@ -83,11 +90,22 @@ impl MigratePolicy {
 }
 
 /// A page isolated for migration: the caller's reference keeps it, and its
-/// family and linear index find its mappings.
+/// owner and index find its mappings.
 pub(crate) struct Isolated<'p> {
     pub(crate) page: FrameRef<'p>,
-    pub(crate) family: Arc<AnonFamily>,
+    pub(crate) owner: Owner,
+    /// The anonymous page's linear index, or the file page's offset in pages.
     pub(crate) index: u64,
+}
+
+/// What a page's mappings are found through (Linux's `folio->mapping`).
+pub(crate) enum Owner {
+    /// An anonymous page: the address spaces of its anon family.
+    Anon(Arc<AnonFamily>),
+    /// A page-cache page: the address spaces mapping the file (`i_mmap`),
+    /// private mappings included (their entries that still map the page
+    /// cache's page, not a COW copy).
+    File(Arc<File>),
 }
 
 /// The page lock (`PG_locked`), taken with a trylock.
@@ -110,8 +128,8 @@ pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
     phys.desc(pfn).flags.fetch_and(!PG_LOCKED, Ordering::Release);
 }
 
-/// Calls `f` on the entry of every address at which a VMA of `family`
-/// holds linear index `index`, under that entry's table lock, with the
+/// Calls `f` on the entry of every address at which a VMA of `owner` (of
+/// its anon family, or mapping its file) holds index `index`, under that entry's table lock, with the
 /// member's `mmap_lock` held for read (recursively, so that a writer queued
 /// behind a fault that waits for this migration does not block us): no
 /// writer moves or copies entries while we look (mremap, fork, munmap's
@@ -121,24 +139,27 @@ pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
 /// copying the visited member's entries (under its `mmap_lock` for write,
 /// which our read waited for) has made its child a member by then, and the
 /// child's copies of the entries must be visited too.
-fn walk_entries(
-    family: &AnonFamily,
-    index: u64,
-    mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>,
-) {
+///
+/// A file's mappers are read the same way: fork records its child in
+/// `i_mmap` under the parent's `mmap_lock` for write, before it copies.
+fn walk_entries(owner: &Owner, index: u64, mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>) {
     let mut visited: Vec<*const AddressSpace> = Vec::new();
     loop {
-        let next = family
-            .members()
-            .into_iter()
-            .filter_map(|m| m.downcast::<AddressSpace>().ok())
-            .find(|mm| !visited.contains(&Arc::as_ptr(mm)));
-        let Some(mm) = next else { return };
+        let mms: Vec<Arc<AddressSpace>> = match owner {
+            Owner::Anon(family) => family.members().into_iter().filter_map(|m| m.downcast().ok()).collect(),
+            Owner::File(file) => file.mappers().into_iter().filter_map(|m| m.as_any().downcast().ok()).collect(),
+        };
+        let Some(mm) = mms.into_iter().find(|mm| !visited.contains(&Arc::as_ptr(mm))) else { return };
         visited.push(Arc::as_ptr(&mm));
         let st = mm.read_lock_recursive();
         let guard = crossbeam_epoch::pin();
         for vma in st.vmas.iter() {
-            let ours = vma.anon_vma.get().is_some_and(|a| std::ptr::eq(Arc::as_ptr(&a.family), family));
+            let ours = match owner {
+                Owner::Anon(family) => {
+                    vma.anon_vma.get().is_some_and(|a| std::ptr::eq(Arc::as_ptr(&a.family), Arc::as_ptr(family)))
+                }
+                Owner::File(file) => vma.file.as_ref().is_some_and(|f| f.id() == file.id()),
+            };
             if !ours || !(vma.pgoff..vma.pgoff + vma.pages()).contains(&index) {
                 continue;
             }
@@ -155,12 +176,14 @@ fn walk_entries(
     }
 }
 
-/// Turns every present entry of `page` into a migration entry, dropping the
+/// Turns every entry mapping `page` (present or `PROT_NONE`) into a
+/// migration entry, dropping the
 /// entries' references; returns the address spaces involved.
 fn try_to_migrate(phys: &PhysMem, p: &Isolated<'_>, mms: &mut Vec<Arc<AddressSpace>>) {
     let pfn = p.page.pfn();
-    walk_entries(&p.family, p.index, |mm, _, _, pte| {
-        if !pte.is_present() || pte.pfn() != pfn {
+    walk_entries(&p.owner, p.index, |mm, _, _, pte| {
+        // Present or PROT_NONE: both map the frame.
+        if !pte.has_frame() || pte.pfn() != pfn {
             return None;
         }
         if !mms.iter().any(|m| Arc::ptr_eq(m, mm)) {
@@ -175,7 +198,7 @@ fn try_to_migrate(phys: &PhysMem, p: &Isolated<'_>, mms: &mut Vec<Arc<AddressSpa
 /// Turns every migration entry for `old` into a present entry of `new`
 /// (Linux's `remove_migration_ptes`), each taking a reference on `new`.
 fn remove_migration_ptes(phys: &PhysMem, p: &Isolated<'_>, old: Pfn, new: Pfn) {
-    walk_entries(&p.family, p.index, |_, flags, _, pte| {
+    walk_entries(&p.owner, p.index, |_, flags, _, pte| {
         if !pte.is_migration() || pte.pfn() != old {
             return None;
         }
@@ -289,19 +312,31 @@ fn migrate_batch(
         let p = &pages[i];
         let old = p.page.pfn();
         let d = phys.desc(old);
+        // SAFETY: both frames belong to `phys`, which outlives the call;
+        // `frame_ptr` checks the numbers.
+        let copy = || unsafe { copy_frame(phys.frame_ptr(old), phys.frame_ptr(dst.pfn())) };
         // Our reference is the only one left once every entry is a
-        // migration entry; anything more (a pin or a get_user_pages
-        // reference taken meanwhile, an entry the walk missed) keeps it.
-        if d.refcount.load(Ordering::Acquire) != 1 || d.pincount.load(Ordering::Acquire) > 0 {
+        // migration entry (besides the page cache's, which a file page's
+        // switch checks under the cache's lock); anything more (a pin or a
+        // get_user_pages reference taken meanwhile, a write(2) in progress,
+        // an entry the walk missed) keeps the page where it is.
+        let moved = d.pincount.load(Ordering::Acquire) == 0
+            && match &p.owner {
+                Owner::Anon(_) => {
+                    d.refcount.load(Ordering::Acquire) == 1 && {
+                        copy();
+                        true
+                    }
+                }
+                Owner::File(file) => file.migrate_page(p.index, old, &dst, copy),
+            };
+        if !moved {
             remove_migration_ptes(phys, p, old, old);
             unlock_page(phys, old);
             out[i] = Outcome::Failed(Errno::Again);
             again.push(i);
             continue;
         }
-        // SAFETY: both frames belong to `phys`, which outlives the call;
-        // `frame_ptr` checks the numbers.
-        unsafe { copy_frame(phys.frame_ptr(old), phys.frame_ptr(dst.pfn())) };
         let nd = dst.desc();
         // The new page is never marked exclusive here: a fork may have
         // copied a migration entry meanwhile, and the first write or pin of
@@ -332,7 +367,7 @@ mod tests {
         let family = st.vmas.find(addr).unwrap().anon_vma.get().unwrap().family.clone();
         drop(st);
         let index = phys.desc(pte.pfn()).index.load(Ordering::Relaxed);
-        let p = Isolated { page: phys.get(pte.pfn()), family, index };
+        let p = Isolated { page: phys.get(pte.pfn()), owner: Owner::Anon(family), index };
         lock_page(phys, p.page.pfn());
         try_to_migrate(phys, &p, &mut Vec::new());
         p
@@ -433,7 +468,7 @@ mod tests {
                     drop(st);
                     let iso = |pfn: Pfn| Isolated {
                         page: phys.get(pfn),
-                        family: family.clone(),
+                        owner: Owner::Anon(family.clone()),
                         index: phys.desc(pfn).index.load(Ordering::Relaxed),
                     };
                     let pages = [iso(pa), iso(pb)];

@@ -75,6 +75,205 @@ fn move_pages_moves_contents_and_frees_the_old_frames() {
     }
 }
 
+/// PROT_NONE pages move as Linux moves them (their entries map the frame:
+/// x86-64's `PROT_NONE` entry is present to the folio walk and to
+/// `try_to_migrate_one`): the query reports their node, `move_pages` and
+/// `migrate_pages(2)` move them, and they stay inaccessible until an
+/// `mprotect` gives their contents back.
+#[test]
+fn prot_none_pages_migrate_and_stay_hidden() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(64);
+        {
+            let mm = mm_with(&phys, policy);
+            let a = anon(&mm, 4);
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..4 {
+                cpu.write_u64(a + i * PAGE, 70 + i).unwrap();
+            }
+            mm.mprotect(a, 4 * PAGE, PROT_NONE).unwrap();
+            assert_eq!(nodes_of(&mm, a, 4), [0; 4], "{policy:?}: the query sees PROT_NONE pages");
+            let (r, st) = move_to(&mm, a, 2, 1, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Ok(0), vec![1; 2]), "{policy:?}");
+            let new: [u64; 1] = [1 << 1];
+            assert_eq!(mm.migrate_pages(2 + 1, Some(&[1]), Some(&new)), Ok(0), "{policy:?}");
+            assert_eq!(nodes_of(&mm, a, 4), [1; 4], "{policy:?}");
+            assert_eq!(mm.stats().pages_migrated, 4);
+            let f = cpu.read_u64(a).unwrap_err();
+            assert_eq!(f.signal(), libc::SIGSEGV, "{policy:?}: a migrated PROT_NONE page became accessible");
+            mm.mprotect(a, 4 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+            for i in 0..4 {
+                assert_eq!(cpu.read_u64(a + i * PAGE).unwrap(), 70 + i, "{policy:?} page {i}");
+            }
+            cpu.write_u64(a, 1).unwrap();
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
+/// Page-cache pages move through the file's reverse map (`i_mmap`): a
+/// shared mapping's pages mapped by parent and child (`-EACCES` without
+/// `MPOL_MF_MOVE_ALL`, as Linux's shared-page rule) and a private mapping's
+/// clean pages. Afterwards the page cache holds the new pages (`read_at`,
+/// `write_at` and both processes see one page), a private write still
+/// copies, truncation still zaps, and nothing leaks.
+#[test]
+fn file_pages_migrate_through_the_file_reverse_map() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(64);
+        {
+            let mm = mm_with(&phys, policy);
+            let f = File::create(&phys, "f", 4 * PAGE).unwrap();
+            for i in 0..4 {
+                f.write_at(i * PAGE + 8, &(100 + i).to_le_bytes()).unwrap();
+            }
+            let rw = PROT_READ | PROT_WRITE;
+            let a = mm.mmap(0, 2 * PAGE, rw, MAP_SHARED, Some(&OpenFile::read_write(&f)), 0).unwrap();
+            let b = mm.mmap(0, 2 * PAGE, rw, MAP_PRIVATE, Some(&OpenFile::read_write(&f)), 2 * PAGE).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            for (base, first) in [(a, 0), (b, 2)] {
+                for i in 0..2 {
+                    assert_eq!(cpu.read_u64(base + i * PAGE + 8).unwrap(), 100 + first + i);
+                }
+            }
+            let child = mm.fork().unwrap();
+            let mut ccpu = Cpu::attached(&child);
+            assert_eq!(ccpu.read_u64(a + 8).unwrap(), 100);
+            // Page 1 is the child's too if fork copied its entry.
+            let second = if nodes_of(&child, a + PAGE, 1) == [0] { -libc::EACCES } else { 1 };
+            let (r, st) = move_to(&mm, a, 2, 1, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Ok(0), vec![-libc::EACCES, second]), "{policy:?}: page 0 is mapped twice");
+            let (r, st) = move_to(&mm, a, 2, 1, MPOL_MF_MOVE_ALL);
+            assert_eq!((r, st), (Ok(0), vec![1; 2]), "{policy:?}");
+            let (r, st) = move_to(&mm, b, 2, 1, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Ok(0), vec![1; 2]), "{policy:?}");
+            assert_eq!(nodes_of(&mm, a, 2), [1; 2]);
+            assert_eq!(nodes_of(&mm, b, 2), [1; 2]);
+            assert_eq!(nodes_of(&child, a, 1), [1], "{policy:?}: the child maps the new page too");
+            assert_eq!(mm.stats().pages_migrated, 4);
+            for (base, first) in [(a, 0), (b, 2)] {
+                for i in 0..2 {
+                    assert_eq!(cpu.read_u64(base + i * PAGE + 8).unwrap(), 100 + first + i, "{policy:?}");
+                }
+            }
+            // One page for the cache and both processes.
+            cpu.write_u64(a + 8, 7).unwrap();
+            assert_eq!(ccpu.read_u64(a + 8).unwrap(), 7);
+            let mut buf = [0u8; 8];
+            f.read_at(8, &mut buf).unwrap();
+            assert_eq!(u64::from_le_bytes(buf), 7, "{policy:?}: the page cache kept the old page");
+            f.write_at(PAGE + 8, &9u64.to_le_bytes()).unwrap();
+            assert_eq!(cpu.read_u64(a + PAGE + 8).unwrap(), 9);
+            // A private write still copies; the file keeps its byte.
+            cpu.write_u64(b + 8, 5).unwrap();
+            f.read_at(2 * PAGE + 8, &mut buf).unwrap();
+            assert_eq!(u64::from_le_bytes(buf), 102);
+            // Truncation still finds and zaps the new pages.
+            f.set_len(0).unwrap();
+            assert_eq!(cpu.read_u64(a + 8).unwrap_err().signal(), libc::SIGBUS);
+            drop(ccpu);
+            drop(child);
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
+/// A page-cache page that someone else holds a reference to (here
+/// `get_user_pages`; a `write(2)` in progress holds one the same way) is
+/// not switched: it stays in the cache and mapped, counted as not moved
+/// (Linux's refcount freeze fails), and moves once the reference is gone.
+#[test]
+fn a_referenced_file_page_stays_until_released() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(64);
+        {
+            let mm = mm_with(&phys, policy);
+            let f = File::create(&phys, "f", PAGE).unwrap();
+            let a = mm.mmap(0, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&OpenFile::read_write(&f)), 0).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 3).unwrap();
+            let held = mm.get_user_pages(a, 1, Foll::WRITE).unwrap();
+            let (r, st) = move_to(&mm, a, 1, 1, MPOL_MF_MOVE_ALL);
+            assert_eq!((r, st), (Ok(1), vec![i32::MIN]), "{policy:?}: a referenced page moved");
+            assert_eq!(nodes_of(&mm, a, 1), [0]);
+            cpu.write_u64(a, 4).unwrap();
+            let mut buf = [0u8; 8];
+            f.read_at(0, &mut buf).unwrap();
+            assert_eq!(u64::from_le_bytes(buf), 4, "{policy:?}: the mapping and the cache parted");
+            drop(held);
+            let (r, st) = move_to(&mm, a, 1, 1, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Ok(0), vec![1]), "{policy:?}");
+            f.read_at(0, &mut buf).unwrap();
+            assert_eq!((u64::from_le_bytes(buf), cpu.read_u64(a).unwrap()), (4, 4));
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
+/// A page-cache page moving back and forth while one thread writes it
+/// through a shared mapping and another with `write_at`: every write is
+/// read back by its writer (none lands in a page the cache or the mapping
+/// already left), and the last ones are in the file at the end.
+#[test]
+fn file_page_writes_are_never_lost_while_it_migrates() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(64);
+        {
+            let mm = mm_with(&phys, policy);
+            let f = File::create(&phys, "f", PAGE).unwrap();
+            let a = mm.mmap(0, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&OpenFile::read_write(&f)), 0).unwrap();
+            Cpu::attached(&mm).write_u64(a, 0).unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let mapped = {
+                let (mm, stop) = (mm.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut cpu = Cpu::attached(&mm);
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        i += 1;
+                        cpu.write_u64(a, i).unwrap();
+                        assert_eq!(cpu.read_u64(a).unwrap(), i, "a write through the mapping was lost");
+                    }
+                    i
+                })
+            };
+            let syscall = {
+                let (f, stop) = (f.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 8];
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        i += 1;
+                        f.write_at(8, &i.to_le_bytes()).unwrap();
+                        f.read_at(8, &mut buf).unwrap();
+                        assert_eq!(u64::from_le_bytes(buf), i, "a write(2) was lost");
+                        // Not always inside a write: its reference would
+                        // make the page look shared (softmm counts
+                        // references, Linux mappings) and nothing would move.
+                        std::thread::yield_now();
+                    }
+                    i
+                })
+            };
+            for m in 0..400 {
+                let (r, _) = move_to(&mm, a, 1, 1 - m % 2, MPOL_MF_MOVE);
+                assert!(matches!(r, Ok(0) | Ok(1)), "{policy:?}: {r:?}");
+            }
+            stop.store(true, Ordering::Relaxed);
+            let (m, w) = (mapped.join().unwrap(), syscall.join().unwrap());
+            let mut buf = [0u8; 16];
+            f.read_at(0, &mut buf).unwrap();
+            assert_eq!(buf, [m.to_le_bytes(), w.to_le_bytes()].concat()[..], "{policy:?}");
+            assert!(mm.stats().pages_migrated > 0, "{policy:?}: nothing moved");
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
 #[test]
 fn statuses_and_errnos_follow_linux() {
     let phys = two_nodes(64);

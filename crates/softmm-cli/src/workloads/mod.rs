@@ -6,6 +6,8 @@ mod cortenmm;
 pub mod harness;
 pub mod hugetlb;
 mod interference;
+// seed 003's experiment, with its own sweep (`softmm bench migrate`)
+pub mod migrate;
 mod pft;
 pub mod pin;
 pub mod space;

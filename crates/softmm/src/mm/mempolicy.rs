@@ -158,9 +158,7 @@ impl AddressSpace {
             let mut a = v.start.max(start);
             while a < v.end.min(end) {
                 let pte = self.pte_at(a);
-                if pte.is_present()
-                    && pte.pfn() != self.phys.zero_pfn()
-                    && !nodes.contains(self.phys.node_of(pte.pfn()))
+                if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && !nodes.contains(self.phys.node_of(pte.pfn()))
                 {
                     if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
                         // STRICT without MOVE stops at the first misplaced
@@ -254,7 +252,8 @@ impl AddressSpace {
                 None => -libc::EFAULT,
                 Some(_) => {
                     let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
-                    if !pte.is_present() {
+                    // PROT_NONE pages included, as Linux's folio walk finds them.
+                    if !pte.has_frame() {
                         -libc::ENOENT
                     } else if pte.pfn() == self.phys.zero_pfn() {
                         -libc::EFAULT
@@ -301,7 +300,7 @@ impl AddressSpace {
                 let mut a = v.start;
                 while a < v.end {
                     let pte = self.pte_at(a);
-                    if pte.is_present() && pte.pfn() != self.phys.zero_pfn() {
+                    if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() {
                         let src = self.phys.node_of(pte.pfn());
                         if let Some(d) = dest(src).filter(|&d| d != src) {
                             match self.isolate_at(v, a, flags) {

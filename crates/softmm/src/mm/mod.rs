@@ -557,6 +557,10 @@ impl AddressSpace {
 }
 
 impl Mapper for AddressSpace {
+    fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+
     /// Zaps the mappings of file pages `[first, last)` of `file` (truncate and
     /// hole punch); see [`File::set_len`].
     fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool) {

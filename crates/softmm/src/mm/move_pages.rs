@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
-use crate::migrate::{migrate_pages, Isolated, MigrateCounts, Outcome};
-use crate::phys::{PG_ANON, PG_ISOLATED};
+use crate::migrate::{migrate_pages, Isolated, MigrateCounts, Outcome, Owner};
+use crate::phys::{PG_ANON, PG_FILE, PG_ISOLATED};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
 
@@ -30,7 +30,7 @@ impl AddressSpace {
     /// `MPOL_MF_MOVE_ALL`, `-EBUSY` when another migration holds it. Runs of
     /// entries for one node are migrated together; their statuses become the
     /// node. If some pages of a run fail to move (pinned, referenced
-    /// elsewhere, a file page, no memory on the node), the call stops and
+    /// elsewhere, no memory on the node), the call stops and
     /// returns their number plus the number of entries not looked at yet, as
     /// a positive value, leaving that run's statuses unwritten; else 0.
     pub fn move_pages(&self, pages: &[u64], nodes: Option<&[i32]>, status: &mut [i32], flags: u32) -> Result<u64> {
@@ -80,7 +80,7 @@ impl AddressSpace {
         let st = self.read_lock();
         let vma = st.vmas.find(addr).ok_or(-libc::EFAULT)?;
         let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
-        if pte.is_present() && pte.pfn() != self.phys.zero_pfn() && self.phys.node_of(pte.pfn()) == node {
+        if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && self.phys.node_of(pte.pfn()) == node {
             return Ok(None);
         }
         match self.isolate_at(vma, addr, flags) {
@@ -104,7 +104,9 @@ impl AddressSpace {
         let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;
         let ptl = leaf.lock();
         let pte = ptl.get(va);
-        if !pte.is_present() {
+        // A PROT_NONE page is mapped too (x86-64's entry is present to
+        // `folio_walk_start`): it moves like any other.
+        if !pte.has_frame() {
             return Err(-libc::ENOENT);
         }
         let pfn = pte.pfn();
@@ -112,8 +114,12 @@ impl AddressSpace {
             return Err(-libc::EFAULT);
         }
         let d = self.phys.desc(pfn);
-        // folio_likely_mapped_shared: more references than its pins and one mapping.
-        let shared = d.refcount.load(Ordering::Relaxed) > 1 + d.pincount.load(Ordering::Relaxed);
+        // folio_likely_mapped_shared: more references than its pins, one
+        // mapping and, for a page-cache page, the cache's.
+        let file = vma.file.as_ref().filter(|_| d.flags.load(Ordering::Relaxed) & PG_FILE != 0);
+        let own = 1 + u64::from(file.is_some());
+        let shared =
+            u64::from(d.refcount.load(Ordering::Relaxed)) > own + u64::from(d.pincount.load(Ordering::Relaxed));
         if shared && flags & MPOL_MF_MOVE_ALL == 0 {
             return Ok(None);
         }
@@ -122,13 +128,14 @@ impl AddressSpace {
         }
         let page = self.phys.get(pfn);
         drop(ptl);
-        let family = match vma.anon_vma.get() {
-            Some(a) if d.flags.load(Ordering::Relaxed) & PG_ANON != 0 => a.family.clone(),
-            // A page-cache page: no migration for file pages yet; queued so
-            // that it counts as not moved.
-            _ => Arc::new(crate::vma::AnonFamily::empty()),
+        let owner = match (vma.anon_vma.get(), file) {
+            (_, Some(f)) => Owner::File(f.clone()),
+            (Some(a), None) if d.flags.load(Ordering::Relaxed) & PG_ANON != 0 => Owner::Anon(a.family.clone()),
+            // Neither (no page of softmm's is): queued, so that it counts as
+            // not moved rather than vanishing from the statuses.
+            _ => Owner::Anon(Arc::new(crate::vma::AnonFamily::empty())),
         };
-        Ok(Some(Isolated { page, family, index: d.index.load(Ordering::Relaxed) }))
+        Ok(Some(Isolated { page, owner, index: d.index.load(Ordering::Relaxed) }))
     }
 
     /// Migrates the queued run to `node` (Linux's `move_pages_and_store_status`):

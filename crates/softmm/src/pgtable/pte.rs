@@ -75,15 +75,17 @@ impl Pte {
         Pte((pfn << PAGE_SHIFT) | Self::MIGRATION | if writable { Self::WRITE } else { 0 })
     }
 
-    /// The migration entry replacing the present entry `self` (Linux's
-    /// `make_writable_migration_entry` / `make_readable_migration_entry`):
-    /// not present, same frame number, and the entry's write, dirty,
-    /// accessed and NX bits kept for [`Pte::restored`].
+    /// The migration entry replacing the entry `self`, present or
+    /// `PROT_NONE` (Linux's `make_writable_migration_entry` /
+    /// `make_readable_migration_entry`; x86-64's `PROT_NONE` entries are
+    /// present to `try_to_migrate_one`): not present, same frame number,
+    /// and the entry's write, dirty, accessed and NX bits kept for
+    /// [`Pte::restored`] (the remap applies the VMA's protection again).
     #[inline]
     #[must_use]
     pub(crate) fn to_migration(self) -> Pte {
-        debug_assert!(self.is_present());
-        Pte((self.0 & !Self::PRESENT) | Self::MIGRATION)
+        debug_assert!(self.has_frame());
+        Pte((self.0 & !(Self::PRESENT | Self::PROTNONE)) | Self::MIGRATION)
     }
 
     /// True for a migration entry.
@@ -234,6 +236,10 @@ mod tests {
         assert_eq!(m.kind(), PteKind::Migration(0x1234));
         assert_eq!(m.restored(9), p.with_pfn(9));
         assert!(!p.is_migration() && !hidden.is_migration() && !Pte::NONE.is_migration());
+        // A PROT_NONE entry migrates too; the remap hides it again.
+        let hm = hidden.to_migration();
+        assert_eq!(hm.kind(), PteKind::Migration(0x1234));
+        assert_eq!(hm.restored(9).protnone(), hidden.with_pfn(9));
         assert_eq!(p.with_pfn(9).kind(), PteKind::Page(9));
         assert_eq!(p.with_pfn(9).clear(Pte::PFN_MASK), p.clear(Pte::PFN_MASK));
     }

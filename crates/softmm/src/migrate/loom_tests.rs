@@ -1,0 +1,235 @@
+//! loom models of page migration on the real code: the real
+//! [`AddressSpace::move_pages`] (isolation, [`super::migrate_pages`] with its
+//! unmap into migration entries, flush, copy and remap) on the main thread
+//! against, on another thread, a real [`Cpu`] writing the page through the
+//! lock-free fault path, a real `munmap` of the page, and two real `Cpu`s
+//! reading a page that a fork left mapped in two address spaces.
+//!
+//! Run with the loom line of scripts/test.sh. Page tables, PTE locks,
+//! `mmap_lock`, page flags and counts, the shootdown and crossbeam-epoch are
+//! loom's, so every interleaving of the two threads up to the preemption
+//! bound is explored. Guest memory itself is plain host memory (the `Cpu`'s
+//! copies), so the models check its contents, not loom's race detector.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::fault::Access;
+use crate::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
+use crate::mm::{AddressSpace, FaultPolicy, MmConfig};
+use crate::phys::{PhysConfig, PhysMem};
+use crate::uapi::*;
+use crate::{Cpu, PAGE_SIZE};
+
+use super::MigratePolicy;
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    // A table scan is 512 atomic loads, each a loom branch.
+    b.max_branches = 100_000;
+    b
+}
+
+/// The first u64 of frame `pfn`.
+fn word(phys: &PhysMem, pfn: u64) -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `pfn` is mapped by an entry of a live address space (or held
+    // by the caller), so the frame is allocated for this read.
+    unsafe { crate::access::copy_from_host(phys.frame_ptr(pfn), &mut b) };
+    u64::from_le_bytes(b)
+}
+
+/// A two-node arena and an address space with `policy` and `migrate`, with
+/// one private anonymous page at the returned address holding 1 on node 0.
+fn setup(policy: FaultPolicy, migrate: MigratePolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
+    let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE).nodes(2)).unwrap();
+    let config = MmConfig::default().policy(policy).force_speculative(true).migrate_policy(migrate).cap_sys_nice(true);
+    let mm = AddressSpace::new(&phys, config).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    // SAFETY: the frame is mapped at `a` and no other thread runs yet.
+    unsafe { crate::access::copy_to_host(&1u64.to_le_bytes(), phys.frame_ptr(mm.pte_at(a).pfn())) };
+    assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 0);
+    (phys, mm, a)
+}
+
+/// `move_pages` of the page at `a` to node 1; its status and return.
+fn move_to_node_1(mm: &AddressSpace, a: u64, flags: u32) -> (i32, u64) {
+    let mut status = [i32::MIN];
+    let left = mm.move_pages(&[a], Some(&[1]), &mut status, flags).unwrap();
+    (status[0], left)
+}
+
+/// Migration against a write through a lock-free fault: the page is
+/// present and write-protected (mprotect read-only and back), so the
+/// accessor's first write faults (`do_wp_page` on the lock-free path, or
+/// after it met the migration entry, the `mmap_lock` path that waits), and
+/// its second write goes through the translation the first one cached.
+/// Neither write is lost (each lands before the unmap's flush and is
+/// copied, or waits and lands in the new page), no migration entry is left,
+/// and one frame is in use. Under each policy with a lock-free path, both
+/// outcomes of the race must be seen: the fault completing lock-free, and
+/// falling back on the migration entry.
+///
+/// Seen failing: with the flush tickets not waited for (`migrate_batch`),
+/// the cached translation writes 3 into the old frame after its copy.
+#[test]
+fn migration_vs_lock_free_fault() {
+    for policy in [FaultPolicy::PerVmaSeq, FaultPolicy::Speculative] {
+        let lock_free = Arc::new(AtomicBool::new(false));
+        let fell_back = Arc::new(AtomicBool::new(false));
+        let (lf, fb) = (lock_free.clone(), fell_back.clone());
+        builder().check(move || {
+            let (phys, mm, a) = setup(policy, MigratePolicy::Batched);
+            mm.mprotect(a, PAGE_SIZE, PROT_READ).unwrap();
+            mm.mprotect(a, PAGE_SIZE, PROT_READ | PROT_WRITE).unwrap();
+            let t = {
+                let mm = mm.clone();
+                loom::thread::spawn(move || {
+                    let mut cpu = Cpu::attached(&mm);
+                    cpu.write_u64(a, 2).unwrap();
+                    cpu.write_u64(a, 3).unwrap();
+                    cpu.stats().fault
+                })
+            };
+            let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE);
+            let stats = t.join().unwrap();
+            assert!(left == 0 && status == 1, "{policy:?}: status {status}, {left} not moved");
+            let pte = mm.pte_at(a);
+            assert!(pte.is_present(), "{policy:?}: {pte:?} left at the page");
+            assert_eq!(word(&phys, pte.pfn()), 3, "{policy:?}: a write was lost");
+            assert_eq!(phys.stats().frames_used, 1, "{policy:?}: a frame leaked or was lost");
+            if stats.spec_successes > 0 {
+                lf.store(true, Relaxed);
+            }
+            if stats.fallbacks > 0 {
+                fb.store(true, Relaxed);
+            }
+        });
+        assert!(lock_free.load(Relaxed), "{policy:?}: the lock-free path never completed");
+        assert!(fell_back.load(Relaxed), "{policy:?}: the fault never met the migration entry");
+    }
+}
+
+/// A page-cache page of a shared file mapping moving against writes
+/// through the mapping: the page is mapped read-only (a read fault), so the
+/// first write faults (the shared write-protect fault) and the second goes
+/// through the cached translation. Neither write is lost: the file's page,
+/// whichever it is at the end, holds 3 (`read_at`), the mapping maps that
+/// page, and the cache's page is the only frame in use.
+///
+/// Seen failing: with the flush tickets not waited for, like the anonymous
+/// model.
+#[test]
+fn file_page_migration_vs_write() {
+    builder().check(|| {
+        let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE).nodes(2)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().force_speculative(true)).unwrap();
+        let f = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
+        f.write_at(0, &1u64.to_le_bytes()).unwrap();
+        let of = crate::OpenFile::read_write(&f);
+        let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&of), 0).unwrap();
+        mm.handle_fault(a, Access::Read).unwrap();
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                cpu.write_u64(a, 2).unwrap();
+                cpu.write_u64(a, 3).unwrap();
+            })
+        };
+        let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE);
+        t.join().unwrap();
+        assert!(left == 0 && status == 1, "status {status}, {left} not moved");
+        let mut b = [0u8; 8];
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 3, "a write was lost");
+        let pte = mm.pte_at(a);
+        assert!(pte.is_present(), "{pte:?} left at the page");
+        assert_eq!(word(&phys, pte.pfn()), 3, "the mapping and the page cache parted");
+        assert_eq!(phys.stats().frames_used, 1, "a frame leaked or was lost");
+    });
+}
+
+/// Migration against munmap of the page: once both are done, nothing is
+/// mapped, no frame is in use (neither the old page, nor the new one the
+/// remap would have installed into a range munmap had emptied), and the
+/// page's status is the node (moved before the munmap, or freed while
+/// isolated: Linux counts a page whose last mapping went as migrated),
+/// `-EFAULT` (no VMA any more) or `-ENOENT` (the entry was zapped), or the
+/// page is counted as not moved.
+///
+/// Two protections keep the remap out of a range munmap emptied: the walk
+/// holds each member's `mmap_lock` for read (munmap detaches the VMA under
+/// it for write), and the remap re-checks under the table lock that the
+/// entry is still the migration entry. The model passes with either one
+/// removed; seen failing with both (the walk on the published VMA tree
+/// without `mmap_lock`, and the remap storing into any non-present entry):
+/// the new page is installed after the zap and its frame leaks.
+#[test]
+fn migration_vs_munmap() {
+    for migrate in MigratePolicy::ALL {
+        builder().check(move || {
+            let (phys, mm, a) = setup(FaultPolicy::PerVmaSeq, migrate);
+            let t = {
+                let mm = mm.clone();
+                loom::thread::spawn(move || mm.munmap(a, PAGE_SIZE).unwrap())
+            };
+            let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE);
+            t.join().unwrap();
+            // A page freed by the zap only after its flush (munmap's gather
+            // holds it meanwhile) has a reference besides the migrator's for
+            // every pass: it fails to move, its status unwritten, as on Linux.
+            let moved_or_gone = left == 0 && [1, -libc::EFAULT, -libc::ENOENT].contains(&status);
+            assert!(moved_or_gone || (left, status) == (1, i32::MIN), "{migrate:?}: status {status}, {left} not moved");
+            assert!(mm.pte_at(a).is_none(), "{migrate:?}: {:?} survived munmap", mm.pte_at(a));
+            assert_eq!(phys.stats().frames_used, 0, "{migrate:?}: a frame outlived its mapping");
+        });
+    }
+}
+
+/// The batched flush covering two address spaces: after a fork, the page is
+/// mapped (read-only) by parent and child, and one thread runs a `Cpu` in
+/// each, reading it. The migration (`MPOL_MF_MOVE_ALL`) unmaps both
+/// entries, flushes both address spaces once, and once the old frame is
+/// freed the main thread reuses it for a new page of the parent and fills
+/// it with 0xee bytes. Every read must see 1: a CPU of either address space
+/// that still reached the old frame after its reuse would read the new
+/// page's bytes.
+///
+/// Seen failing: with the flush begun for the first address space only
+/// (`mms.iter().take(1)` in `migrate_batch`), the child's CPU reads 0 or
+/// 0xeeee.. through its stale translation.
+#[test]
+fn batched_flush_covers_two_address_spaces() {
+    builder().check(|| {
+        let (phys, mm, a) = setup(FaultPolicy::PerVmaSeq, MigratePolicy::Batched);
+        let b = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        let child = mm.fork().unwrap();
+        let old = mm.pte_at(a).pfn();
+        let t = {
+            let (mm, child) = (mm.clone(), child.clone());
+            loom::thread::spawn(move || {
+                let mut cpus = [Cpu::attached(&mm), Cpu::attached(&child)];
+                for i in [0, 1, 0, 1] {
+                    assert_eq!(cpus[i].read_u64(a).unwrap(), 1, "CPU {i} read a reused frame");
+                }
+            })
+        };
+        let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE_ALL);
+        assert!(left == 0 && status == 1, "status {status}, {left} not moved");
+        // The old frame is free again: the next page of this thread reuses it.
+        mm.handle_fault(b, Access::Write).unwrap();
+        let reused = mm.pte_at(b).pfn();
+        // SAFETY: the frame is mapped at `b`, written by no other thread.
+        unsafe { crate::access::fill_host(phys.frame_ptr(reused), 0xee, PAGE_SIZE as usize) };
+        t.join().unwrap();
+        assert_eq!(reused, old, "the model needs the old frame reused");
+        assert_eq!(mm.pte_at(a).pfn(), child.pte_at(a).pfn(), "parent and child map one new page");
+        assert_eq!(word(&phys, mm.pte_at(a).pfn()), 1);
+        drop(child);
+        drop(mm);
+        assert_eq!(phys.stats().frames_used, 0, "a frame outlived both address spaces");
+    });
+}
