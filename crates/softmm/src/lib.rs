@@ -45,7 +45,7 @@ mod vma;
 /// [`Cpu::read_obj`]/[`Cpu::write_obj`] take (derive it with the same
 /// version).
 pub use bytemuck;
-pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar};
+pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
@@ -54,6 +54,7 @@ pub use mm::UnmapPolicy;
 pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
+pub use tlb::fences_are_asymmetric;
 pub use tlb::TlbStats;
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
