@@ -267,6 +267,8 @@ fn a_real_cpu_access_against_a_real_munmap() {
     const REUSED: u8 = 0xee;
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
+    // The real munmap takes many loom steps (locks, epoch, frame counts).
+    b.max_branches = 100_000;
     b.check(|| {
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
         let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
