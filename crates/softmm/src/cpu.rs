@@ -94,6 +94,8 @@ pub struct Cpu {
     seen_gen: u64,
     /// Entries whose `epoch` differs are invalid: a flush is one increment.
     epoch: u64,
+    /// This CPU's access-section count (`CpuTlbState::section_begin`).
+    section: u64,
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -119,6 +121,7 @@ impl Cpu {
             tlb: Box::new([TlbEntry::EMPTY; TLB_ENTRIES]),
             seen_gen: 0,
             epoch: 1,
+            section: 0,
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
@@ -253,7 +256,7 @@ impl Cpu {
     fn section_begin(&mut self) {
         let mm = self.mm.as_deref().expect("CPU is not attached to an address space");
         debug_assert!(!self.parked, "access from a parked CPU");
-        self.state.section_begin(self.light);
+        self.state.section_begin(&mut self.section, self.light);
         let gen = mm.tlb.generation();
         if gen != self.seen_gen {
             self.flush_local(gen);
@@ -262,8 +265,8 @@ impl Cpu {
 
     /// Leaves the access section: pointers from [`Cpu::lookup`] are dead.
     #[inline(always)]
-    fn section_end(&self) {
-        self.state.section_end();
+    fn section_end(&mut self) {
+        self.state.section_end(&mut self.section);
     }
 
     /// Runs `op` on the host address of `va`, translated for `access`,

@@ -27,12 +27,15 @@ use crate::sync::{fence, Ordering};
 /// True if readers may use a compiler barrier alone, because
 /// [`initiator_barrier`] forces a full barrier on every running thread.
 /// Decided once per process; the first call registers the process with the
-/// kernel.
+/// kernel, unless the environment variable `SOFTMM_SYMMETRIC_FENCES` is
+/// set, which selects SeqCst fences on both sides.
 pub(crate) fn reader_is_light() -> bool {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
         static LIGHT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *LIGHT.get_or_init(membarrier::register)
+        // `SOFTMM_SYMMETRIC_FENCES` (any value) selects the fallback, so the
+        // lab and the benches can show both designs side by side.
+        *LIGHT.get_or_init(|| std::env::var_os("SOFTMM_SYMMETRIC_FENCES").is_none() && membarrier::register())
     }
     #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
     {

@@ -74,8 +74,9 @@ pub use shootdown::{CpuTlbState, FlushTicket, TlbDomain, TlbStats};
 /// True if shootdowns use asymmetric fences in this process: accesses pay
 /// a compiler barrier only, and each flush that has another thread's CPU
 /// to ask issues `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`. False
-/// where the kernel refuses it: every access then pays a SeqCst fence.
-/// Decided once per process.
+/// where the kernel refuses it, or when the environment variable
+/// `SOFTMM_SYMMETRIC_FENCES` is set when the first `Cpu` is made: every
+/// access then pays a SeqCst fence. Decided once per process.
 pub fn fences_are_asymmetric() -> bool {
     barrier::reader_is_light()
 }

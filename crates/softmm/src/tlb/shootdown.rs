@@ -26,16 +26,18 @@ impl CpuTlbState {
         Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0) })
     }
 
-    /// Enters an access section. The caller loads the flush generation
-    /// ([`TlbDomain::generation`]) after this, and drops its TLB if it
-    /// moved, before using any entry. `light` is
+    /// Enters an access section. `count` is the CPU's own copy of its
+    /// section count (only its thread writes the shared one, so the copy is
+    /// exact and the fast path needs no load of it). The caller loads the
+    /// flush generation ([`TlbDomain::generation`]) after this, and drops
+    /// its TLB if it moved, before using any entry. `light` is
     /// [`barrier::reader_is_light`], which the CPU keeps at hand.
     #[inline(always)]
-    pub fn section_begin(&self, light: bool) {
-        // Relaxed load and store: only this thread writes the count.
-        let s = self.section.load(Ordering::Relaxed);
-        debug_assert!(s % 2 == 0, "nested access section");
-        self.section.store(s.wrapping_add(1), Ordering::Relaxed);
+    pub fn section_begin(&self, count: &mut u64, light: bool) {
+        debug_assert!(*count % 2 == 0, "nested access section");
+        *count = count.wrapping_add(1);
+        // Relaxed: the barrier below orders it before the generation load.
+        self.section.store(*count, Ordering::Relaxed);
         // Dekker with `TlbDomain::flush_begin`: our store of an odd count,
         // this barrier, then our load of `gen`; the initiator's bump of
         // `gen`, its barrier, then its load of our count. Either it sees us
@@ -44,15 +46,16 @@ impl CpuTlbState {
         barrier::reader_barrier(light);
     }
 
-    /// Leaves the access section: from here on, an initiator may free what
-    /// the section used.
+    /// Leaves the access section (`count` as in
+    /// [`CpuTlbState::section_begin`]): from here on, an initiator may free
+    /// what the section used.
     #[inline(always)]
-    pub fn section_end(&self) {
-        let s = self.section.load(Ordering::Relaxed);
-        debug_assert!(s % 2 == 1, "no access section to end");
+    pub fn section_end(&self, count: &mut u64) {
+        debug_assert!(*count % 2 == 1, "no access section to end");
+        *count = count.wrapping_add(1);
         // Release: the section's accesses happen before an initiator that
         // reads the new count (Acquire) stops waiting and frees the frame.
-        self.section.store(s.wrapping_add(1), Ordering::Release);
+        self.section.store(*count, Ordering::Release);
     }
 
     /// Marks the CPU quiescent (parked or blocked in softmm); nests.
@@ -307,11 +310,12 @@ mod tests {
         [&inside, &outside, &parked].iter().for_each(|c| _ = dom.attach(c));
         parked.enter_quiescent();
         let light = barrier::reader_is_light();
-        inside.section_begin(light);
+        let (mut ni, mut no) = (0, 0);
+        inside.section_begin(&mut ni, light);
         // `outside` entered and left an access: its thread may now block
         // anywhere for as long as it likes.
-        outside.section_begin(light);
-        outside.section_end();
+        outside.section_begin(&mut no, light);
+        outside.section_end(&mut no);
         let ticket = dom.flush_begin(&[]);
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 3, 1, 1));
@@ -321,7 +325,7 @@ mod tests {
             tx.send(()).unwrap();
         });
         assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
-        inside.section_end();
+        inside.section_end(&mut ni);
         assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
         waiter.join().unwrap();
         [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
@@ -333,15 +337,16 @@ mod tests {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        cpu.section_begin(false);
+        let mut n = 0;
+        cpu.section_begin(&mut n, false);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1);
         // Out of the access and into the next before the waiter looks: the
         // count is odd again, but not the one the ticket noted.
-        cpu.section_end();
-        cpu.section_begin(false);
+        cpu.section_end(&mut n);
+        cpu.section_begin(&mut n, false);
         returns(move || ticket.wait());
-        cpu.section_end();
+        cpu.section_end(&mut n);
     }
 
     #[test]
@@ -352,7 +357,8 @@ mod tests {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        cpu.section_begin(false);
+        let mut n = 0;
+        cpu.section_begin(&mut n, false);
         cpu.enter_quiescent();
         let t = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 0);
@@ -364,7 +370,7 @@ mod tests {
         cpu.enter_quiescent();
         returns(move || t.wait());
         cpu.exit_quiescent();
-        cpu.section_end();
+        cpu.section_end(&mut n);
     }
 
     #[test]
@@ -372,9 +378,10 @@ mod tests {
         let dom = TlbDomain::new();
         let mine = CpuTlbState::new();
         dom.attach(&mine);
-        mine.section_begin(false);
+        let mut n = 0;
+        mine.section_begin(&mut n, false);
         dom.flush(std::slice::from_ref(&mine));
-        mine.section_end();
+        mine.section_end(&mut n);
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 0, 0, 0));
     }
@@ -384,13 +391,14 @@ mod tests {
         let doms = [TlbDomain::new(), TlbDomain::new()];
         let cpus = [CpuTlbState::new(), CpuTlbState::new()];
         doms.iter().zip(&cpus).for_each(|(d, c)| _ = d.attach(c));
-        cpus.iter().for_each(|c| c.section_begin(false));
+        let mut n = [0, 0];
+        cpus.iter().zip(&mut n).for_each(|(c, n)| c.section_begin(n, false));
         let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
         // Both generations moved before either wait: the CPUs can leave
         // their accesses in parallel.
-        for (d, c) in doms.iter().zip(&cpus) {
+        for ((d, c), n) in doms.iter().zip(&cpus).zip(&mut n) {
             assert_eq!(d.generation(), 1);
-            c.section_end();
+            c.section_end(n);
         }
         returns(move || tickets.into_iter().for_each(FlushTicket::wait));
         let s = doms[1].stats();
@@ -402,7 +410,8 @@ mod tests {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        cpu.section_begin(false);
+        let mut n = 0;
+        cpu.section_begin(&mut n, false);
         let ticket = dom.flush_begin(&[]);
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let waiter = {
@@ -415,7 +424,7 @@ mod tests {
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
         ended.store(true, std::sync::atomic::Ordering::SeqCst);
-        cpu.section_end();
+        cpu.section_end(&mut n);
         waiter.join().unwrap();
     }
 }
