@@ -162,6 +162,9 @@ impl Cpu {
             mm.tlb.detach(&self.state);
         }
         self.epoch += 1;
+        // Out of the domain with an empty TLB: a shootdown still waiting
+        // for this CPU's next access stops waiting.
+        self.state.passed_quiescent_point(&mut self.section);
     }
 
     /// The attached address space.
@@ -203,8 +206,9 @@ impl Cpu {
     /// access of this CPU can run meanwhile: a shootdown that begins while
     /// it lives waits for it to be dropped before freeing the frame. Hence:
     /// keep it short and **do not block while holding it** (a shootdown on
-    /// another thread would wait as long; forgetting it with
-    /// `mem::forget` makes them wait forever). A call into softmm from the
+    /// another thread would wait as long; a guard forgotten with
+    /// `mem::forget` leaves the access open until the CPU's next access
+    /// ends). A call into softmm from the
     /// same thread while it lives (a syscall, another CPU's fault) makes
     /// the CPU quiescent, and a shootdown may then free the frame: the
     /// pointer is valid only while the thread makes no such call.

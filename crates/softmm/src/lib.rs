@@ -54,8 +54,8 @@ pub use mm::UnmapPolicy;
 pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
-pub use tlb::fences_are_asymmetric;
 pub use tlb::TlbStats;
+pub use tlb::{fences_are_asymmetric, ShootdownPolicy};
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
     MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE,

@@ -124,3 +124,57 @@ fn fork_does_not_wait_for_a_cpu_blocked_on_a_channel() {
     drop((c, child, mm));
     assert_no_leaks(&p);
 }
+
+/// The old protocol, kept as [`ShootdownPolicy::NextAccess`] for the lab:
+/// the same blocked thread holds `munmap` up until its next access, which
+/// is the hang the default policy removes (and parking avoided).
+#[test]
+fn under_the_next_access_policy_munmap_waits_for_the_blocked_cpu() {
+    use softmm::{MmConfig, ShootdownPolicy};
+    let p = phys(4);
+    let mm = softmm::AddressSpace::new(&p, MmConfig::default().shootdown_policy(ShootdownPolicy::NextAccess)).unwrap();
+    let a = mm.mmap(0, PAGES * PAGE, RW, ANON, None, 0).unwrap();
+    let (ready, go, h) = blocked_cpu(&mm, a);
+    ready.recv().unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let unmapper = {
+        let mm = mm.clone();
+        thread::spawn(move || {
+            mm.munmap(a, PAGES * PAGE).unwrap();
+            done_tx.send(()).unwrap();
+        })
+    };
+    assert!(
+        done_rx.recv_timeout(std::time::Duration::from_millis(200)).is_err(),
+        "munmap returned while the CPU was blocked, unparked, under next-access"
+    );
+    // Its next access ends the wait, and faults. (Not `mm.stats()` before:
+    // it takes `mmap_lock`, which the waiting munmap may hold.)
+    go.send(Then::Read).unwrap();
+    let got = h.join().unwrap();
+    assert!(done_rx.recv_timeout(std::time::Duration::from_secs(WATCHDOG_SECS)).is_ok(), "munmap never returned");
+    unmapper.join().unwrap();
+    assert!(mm.stats().tlb.flush_waits >= 1);
+    assert_eq!(got[0], Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+/// A `Translation` forgotten with `mem::forget` never ends its access by
+/// itself: the next access of the CPU ends it, and nothing panics.
+#[test]
+fn a_forgotten_translation_ends_with_the_next_access() {
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let a = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 5).unwrap();
+    std::mem::forget(cpu.translate(a, softmm::Access::Read).unwrap());
+    assert_eq!(cpu.read_u64(a), Ok(5));
+    // The CPU is outside any access now: another thread's munmap returns.
+    let mm2 = mm.clone();
+    watchdog("munmap", WATCHDOG_SECS, move || mm2.munmap(a, PAGE).unwrap());
+    assert_eq!(cpu.read_u64(a), Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}

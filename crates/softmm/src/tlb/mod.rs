@@ -53,6 +53,11 @@
 //!   A ticket may outlive the CPU's stay in the domain: it then waits at
 //!   most for the end of the one section it noted, wherever the CPU is.
 //!
+//! [`ShootdownPolicy::NextAccess`] keeps softmm's first protocol beside
+//! this one for the lab: it also waits for a CPU outside an access, until
+//! it has completed its next one (the acknowledgement at the next MMU
+//! call), so a thread that blocks with an unparked CPU holds shootdowns up.
+//!
 //! A thread's own CPUs are passed as `mine` (`quiescent.rs`), so no
 //! shootdown waits for a CPU whose thread is the one waiting.
 //!
@@ -69,7 +74,7 @@ mod shootdown;
 pub(crate) use barrier::reader_is_light;
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
-pub use shootdown::{CpuTlbState, FlushTicket, TlbDomain, TlbStats};
+pub use shootdown::{CpuTlbState, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
 
 /// True if shootdowns use asymmetric fences in this process: accesses pay
 /// a compiler barrier only, and each flush that has another thread's CPU

@@ -34,8 +34,10 @@ impl CpuTlbState {
     /// [`barrier::reader_is_light`], which the CPU keeps at hand.
     #[inline(always)]
     pub fn section_begin(&self, count: &mut u64, light: bool) {
-        debug_assert!(*count % 2 == 0, "nested access section");
-        *count = count.wrapping_add(1);
+        // Even to odd; an odd count (a section whose end was skipped: a
+        // `Translation` forgotten with `mem::forget`) stays as it is, so
+        // that section simply lasts until this one ends.
+        *count |= 1;
         // Relaxed: the barrier below orders it before the generation load.
         self.section.store(*count, Ordering::Relaxed);
         // Dekker with `TlbDomain::flush_begin`: our store of an odd count,
@@ -55,6 +57,22 @@ impl CpuTlbState {
         *count = count.wrapping_add(1);
         // Release: the section's accesses happen before an initiator that
         // reads the new count (Acquire) stops waiting and frees the frame.
+        self.section.store(*count, Ordering::Release);
+    }
+
+    /// Records that the CPU, outside any access, holds no translation from
+    /// before this point (it left its domain, or dropped its TLB): counts
+    /// as one whole access for a shootdown waiting for its next one
+    /// ([`ShootdownPolicy::NextAccess`]), which would otherwise wait for an
+    /// access that never comes to that domain.
+    #[inline]
+    pub fn passed_quiescent_point(&self, count: &mut u64) {
+        // Past the next even value and one more: a waiter for the end of
+        // an open section (a forgotten `Translation`) or of the next one
+        // stops waiting either way.
+        *count = (*count | 1).wrapping_add(1);
+        // Release: what the CPU did before happens before a waiter that
+        // reads the new count (Acquire).
         self.section.store(*count, Ordering::Release);
     }
 
@@ -80,20 +98,70 @@ impl CpuTlbState {
         fence(Ordering::SeqCst);
     }
 
-    /// The section count if the CPU is inside an access and not quiescent,
-    /// that is if a shootdown must wait for it.
+    /// The section count a shootdown under `policy` must wait for the CPU
+    /// to reach, or `None` if it need not wait: inside an access (odd
+    /// count `s`), the end of it (`s + 1`); outside one (even `s`), nothing
+    /// under [`ShootdownPolicy::AccessSections`], and the end of the next
+    /// one (`s + 2`) under [`ShootdownPolicy::NextAccess`]. Never for a
+    /// quiescent CPU.
     #[inline]
-    fn busy(&self) -> Option<u64> {
+    fn wait_until(&self, policy: ShootdownPolicy) -> Option<u64> {
         // Acquire on `section` pairs with the Release in `section_end`;
         // SeqCst on `quiescent` with the RMW in `enter_quiescent`.
         let s = self.section.load(Ordering::Acquire);
-        (s % 2 == 1 && self.quiescent.load(Ordering::SeqCst) == 0).then_some(s)
+        if self.quiescent.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        match (s % 2 == 1, policy) {
+            (true, _) => Some(s + 1),
+            (false, ShootdownPolicy::NextAccess) => Some(s + 2),
+            (false, _) => None,
+        }
     }
 
-    /// True once the section that had count `s` is over, or the CPU is quiescent.
+    /// True once the section count reached `until`, or the CPU is quiescent.
     #[inline]
-    fn done(&self, s: u64) -> bool {
-        self.section.load(Ordering::Acquire) != s || self.quiescent.load(Ordering::SeqCst) > 0
+    fn done(&self, until: u64) -> bool {
+        // The count only grows (by one per section boundary; 2^63 sections
+        // are beyond any run).
+        self.section.load(Ordering::Acquire) >= until || self.quiescent.load(Ordering::SeqCst) > 0
+    }
+}
+
+/// Which CPUs a shootdown waits for. Both are the same handshake; they
+/// differ in what a CPU outside an access must do. More policies may come,
+/// so a `match` on it needs a wildcard arm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ShootdownPolicy {
+    /// Only CPUs inside an access at that moment are waited for, until that
+    /// access ends; a CPU outside one flushes at the start of its next.
+    #[default]
+    AccessSections,
+    /// softmm's first protocol, kept for comparison: every attached CPU of
+    /// another thread that is not quiescent is waited for until it has
+    /// completed an access begun after the flush (or ended the one it was
+    /// in), as if it acknowledged at its next MMU call. A thread blocked
+    /// outside softmm with an unparked CPU holds the shootdown up until it
+    /// accesses guest memory again, which is why `Cpu::park` existed.
+    NextAccess,
+}
+
+impl ShootdownPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [ShootdownPolicy] = &[ShootdownPolicy::AccessSections, ShootdownPolicy::NextAccess];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShootdownPolicy::AccessSections => "access-sections",
+            ShootdownPolicy::NextAccess => "next-access",
+        }
+    }
+
+    /// The policy named `name` (see [`ShootdownPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<ShootdownPolicy> {
+        ShootdownPolicy::ALL.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -128,6 +196,7 @@ pub struct TlbDomain {
     flush_requests: AtomicU64,
     flush_waits: AtomicU64,
     barriers: AtomicU64,
+    policy: ShootdownPolicy,
 }
 
 impl Default for TlbDomain {
@@ -137,9 +206,15 @@ impl Default for TlbDomain {
 }
 
 impl TlbDomain {
-    /// A domain with no CPU attached.
+    /// A domain with no CPU attached, under the default policy.
     pub fn new() -> TlbDomain {
+        TlbDomain::with_policy(ShootdownPolicy::default())
+    }
+
+    /// A domain with no CPU attached, whose shootdowns wait as `policy` says.
+    pub fn with_policy(policy: ShootdownPolicy) -> TlbDomain {
         TlbDomain {
+            policy,
             gen: AtomicU64::new(0),
             nr_cpus: AtomicU64::new(0),
             cpus: Mutex::new(Vec::new()),
@@ -214,8 +289,8 @@ impl TlbDomain {
             for cpu in others() {
                 requests += 1;
                 // A CPU outside an access now flushes before its next one.
-                if let Some(section) = cpu.busy() {
-                    pending.push(PendingCpu { cpu: cpu.clone(), section });
+                if let Some(until) = cpu.wait_until(self.policy) {
+                    pending.push(PendingCpu { cpu: cpu.clone(), until });
                 }
             }
         }
@@ -242,10 +317,10 @@ impl TlbDomain {
     }
 }
 
-/// A CPU a ticket waits for, with the count of the section it was in.
+/// A CPU a ticket waits for, with the section count it must reach.
 struct PendingCpu {
     cpu: Arc<CpuTlbState>,
-    section: u64,
+    until: u64,
 }
 
 /// A shootdown begun by [`TlbDomain::flush_begin`]. Once [`FlushTicket::wait`]
@@ -272,7 +347,7 @@ impl FlushTicket {
     fn wait_pending(&mut self) {
         for p in self.pending.drain(..) {
             let mut i = 0;
-            while !p.cpu.done(p.section) {
+            while !p.cpu.done(p.until) {
                 spin_hint(i);
                 i = i.saturating_add(1);
             }
@@ -330,6 +405,32 @@ mod tests {
         waiter.join().unwrap();
         [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
         assert_eq!(dom.attached(), 0);
+    }
+
+    #[test]
+    fn the_next_access_policy_waits_for_an_idle_cpus_next_access() {
+        let dom = TlbDomain::with_policy(ShootdownPolicy::NextAccess);
+        let cpu = CpuTlbState::new();
+        dom.attach(&cpu);
+        let mut n = 0;
+        let ticket = dom.flush_begin(&[]);
+        assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
+        // Entering the next access is not enough (its generation load may
+        // predate the bump); completing it is.
+        cpu.section_begin(&mut n, false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            ticket.wait();
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
+        cpu.section_end(&mut n);
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
+        waiter.join().unwrap();
+        // Parked: not waited for.
+        cpu.enter_quiescent();
+        dom.flush(&[]);
+        assert_eq!(dom.stats().flush_waits, 1);
     }
 
     #[test]
