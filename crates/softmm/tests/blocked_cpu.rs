@@ -25,13 +25,14 @@ enum Then {
     WriteThenRead,
 }
 
+/// The blocked thread's handles: "TLB filled", "wake up and do this", and
+/// its results.
+type Blocked = (mpsc::Receiver<()>, mpsc::Sender<Then>, thread::JoinHandle<Vec<Result<u64, Fault>>>);
+
 /// Spawns a thread that attaches a CPU to `mm`, writes every page of
 /// `[a, a + PAGES pages)` (filling its TLB), reports, then blocks on a
 /// channel, unparked, until told what to check.
-fn blocked_cpu(
-    mm: &std::sync::Arc<softmm::AddressSpace>,
-    a: u64,
-) -> (mpsc::Receiver<()>, mpsc::Sender<Then>, thread::JoinHandle<Vec<Result<u64, Fault>>>) {
+fn blocked_cpu(mm: &std::sync::Arc<softmm::AddressSpace>, a: u64) -> Blocked {
     let (ready_tx, ready_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<Then>();
     let mm = mm.clone();
