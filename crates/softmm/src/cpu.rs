@@ -233,6 +233,31 @@ impl Cpu {
     /// assert_eq!(cpu.read_u32(a + 8).unwrap(), 7);
     /// ```
     ///
+    /// The guard borrows the CPU: no other access of it while it lives,
+    ///
+    /// ```compile_fail,E0499
+    /// # use softmm::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// let t = cpu.translate(a, Access::Read).unwrap();
+    /// cpu.read_u8(a).unwrap();
+    /// drop(t);
+    /// ```
+    ///
+    /// and it stays on the CPU's thread:
+    ///
+    /// ```compile_fail,E0277
+    /// # use softmm::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// let t = cpu.translate(a, Access::Read).unwrap();
+    /// std::thread::scope(|s| { s.spawn(move || drop(t)); });
+    /// ```
+    ///
     /// # Panics
     ///
     /// If the CPU is not attached.
