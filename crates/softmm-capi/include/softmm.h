@@ -24,10 +24,11 @@
  *    at once. A softmm_cpu belongs to the thread that made it: every
  *    softmm_cpu_* call, free included, must come from that thread (others
  *    get -EPERM), and it must be freed before that thread exits. Make one
- *    CPU per guest thread on the host thread that runs it. Park a CPU
- *    (softmm_cpu_park) before its thread blocks outside softmm for long:
- *    a munmap or mprotect elsewhere waits for every attached, unparked
- *    CPU to reach its next access. No function is async-signal-safe.
+ *    CPU per guest thread on the host thread that runs it. A thread may
+ *    block between calls (a join, a lock, host I/O) with its CPU attached
+ *    and need not park it: each access call is a whole access, and a
+ *    munmap or mprotect elsewhere waits only for CPUs inside one.
+ *    softmm_cpu_park stays optional. No function is async-signal-safe.
  */
 
 #ifndef SOFTMM_H
@@ -223,9 +224,9 @@ int32_t softmm_cpu_attach(struct softmm_cpu *cpu, const struct softmm_mm *mm);
 // `cpu` is null or a live handle.
 int32_t softmm_cpu_detach(struct softmm_cpu *cpu);
 
-// Parks the CPU before its thread blocks outside softmm: shootdowns stop
-// waiting for it. Accesses are refused (`-EINVAL`) until
-// `softmm_cpu_resume`. Idempotent.
+// Parks the CPU. Optional: a CPU between access calls is never waited
+// for by shootdowns, parked or not. Accesses are refused (`-EINVAL`)
+// until `softmm_cpu_resume`. Idempotent.
 //
 // # Safety
 //

@@ -157,9 +157,9 @@ pub unsafe extern "C" fn softmm_cpu_detach(cpu: *mut softmm_cpu) -> i32 {
     })
 }
 
-/// Parks the CPU before its thread blocks outside softmm: shootdowns stop
-/// waiting for it. Accesses are refused (`-EINVAL`) until
-/// `softmm_cpu_resume`. Idempotent.
+/// Parks the CPU. Optional: a CPU between access calls is never waited
+/// for by shootdowns, parked or not. Accesses are refused (`-EINVAL`)
+/// until `softmm_cpu_resume`. Idempotent.
 ///
 /// # Safety
 ///

@@ -29,9 +29,10 @@
 //!   hardware thread's TLB): every `softmm_cpu_*` call, `free` included,
 //!   must come from that thread, and is refused with `-EPERM` otherwise;
 //!   free a CPU before its thread exits. Make one CPU per guest thread on
-//!   the host thread that runs it. A thread that holds an attached CPU and
-//!   blocks outside softmm for long should `softmm_cpu_park` it first (a
-//!   munmap elsewhere waits for unparked CPUs to acknowledge).
+//!   the host thread that runs it. A thread may block between calls with
+//!   its CPU attached and need not park it: each access call is a whole
+//!   access section, and a munmap elsewhere waits only for CPUs inside one
+//!   (`softmm_cpu_park` stays, optional).
 //! * **Signals**: no function is async-signal-safe; do not call one from a
 //!   signal handler that may interrupt another.
 //! * **Panics** never cross the boundary: each function catches them and

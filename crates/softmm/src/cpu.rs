@@ -1,11 +1,14 @@
 //! A CPU: one per thread, attached to one address space at a time, owning a
 //! software TLB through which every guest access goes.
 //!
-//! A TLB hit is a generation check (one load of a line written only by TLB
-//! shootdowns), an index, a tag compare and an add. A miss walks the page
-//! table without locks and fills the entry, setting the accessed and dirty
-//! bits as hardware does; a walk that finds no usable entry raises a page
-//! fault, during which the CPU is quiescent for shootdowns (see [`crate::tlb`]).
+//! Every access runs in an access section (see [`crate::tlb`]): two stores
+//! to a line only this thread writes, a compiler barrier, and a check of
+//! the flush generation (one load of a line written only by TLB
+//! shootdowns). Outside a section the CPU is quiescent: no shootdown waits
+//! for it, whatever its thread does. A TLB hit is then an index, a tag
+//! compare and an add. A miss walks the page table without locks and fills
+//! the entry, setting the accessed and dirty bits as hardware does; a walk
+//! that finds no usable entry leaves the section and raises a page fault.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -60,13 +63,13 @@ pub struct CpuStats {
 /// that made it, like a hardware thread's TLB.
 ///
 /// Make one per host thread that accesses guest memory (a thread may hold
-/// several, e.g. one per vCPU it switches between). The rule to follow:
-/// **park an attached CPU before its thread blocks outside softmm** (a
-/// join, a lock, a channel, host I/O) and resume it after, because a
-/// `munmap`, `mprotect`, `mremap`, `madvise`, `fork` or COW break on
-/// another thread waits until every attached, unparked CPU of other
-/// threads has made its next access (see "Threads and CPUs" in
-/// `docs/architecture.md`). Calls into softmm itself need no parking.
+/// several, e.g. one per vCPU it switches between). Between accesses the
+/// thread may block anywhere (a join, a lock, a channel, host I/O) with the
+/// CPU attached: a `munmap`, `mprotect`, `mremap`, `madvise`, `fork` or COW
+/// break on another thread waits only for CPUs that are inside an access
+/// (a single accessor call, a [`Cpu::with_slice`] callback, a held
+/// [`Translation`]), and this CPU drops what was shot down at the start of
+/// its next access (see "Threads and CPUs" in `docs/architecture.md`).
 ///
 /// ```
 /// use softmm::{uapi::*, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, SegvCode};
@@ -79,10 +82,8 @@ pub struct CpuStats {
 /// assert_eq!(cpu.read_be::<u16>(a).unwrap(), 0xefbe);
 /// // Not executable: a fetch faults as on x86-64 with NX.
 /// assert_eq!(cpu.fetch_u32(a), Err(Fault::Segv { addr: a, code: SegvCode::AccErr }));
-/// // Blocking elsewhere: park first.
-/// cpu.park();
+/// // Blocking elsewhere (here a join) needs nothing: the CPU is outside an access.
 /// std::thread::scope(|s| s.spawn(|| mm.munmap(a, 4096).unwrap()).join().unwrap());
-/// cpu.resume();
 /// assert_eq!(cpu.read_u8(a), Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
 /// ```
 pub struct Cpu {
@@ -93,6 +94,11 @@ pub struct Cpu {
     seen_gen: u64,
     /// Entries whose `epoch` differs are invalid: a flush is one increment.
     epoch: u64,
+    /// This CPU's access-section count (`CpuTlbState::section_begin`).
+    section: u64,
+    /// Whether the section barrier may be a compiler barrier alone
+    /// (`tlb::reader_is_light`, the same for the whole process).
+    light: bool,
     parked: bool,
     stats: CpuStats,
     _not_send: PhantomData<*const ()>,
@@ -115,6 +121,8 @@ impl Cpu {
             tlb: Box::new([TlbEntry::EMPTY; TLB_ENTRIES]),
             seen_gen: 0,
             epoch: 1,
+            section: 0,
+            light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
             _not_send: PhantomData,
@@ -154,6 +162,9 @@ impl Cpu {
             mm.tlb.detach(&self.state);
         }
         self.epoch += 1;
+        // Out of the domain with an empty TLB: a shootdown still waiting
+        // for this CPU's next access stops waiting.
+        self.state.passed_quiescent_point(&mut self.section);
     }
 
     /// The attached address space.
@@ -161,8 +172,10 @@ impl Cpu {
         self.mm.as_ref()
     }
 
-    /// Parks the CPU: shootdowns stop waiting for it until [`Cpu::resume`]
-    /// (call it before a thread blocks outside softmm for long). Idempotent.
+    /// Parks the CPU until [`Cpu::resume`]. Never required: a CPU outside
+    /// an access is already skipped by shootdowns. Parking only marks it
+    /// quiescent as a whole (what a thread inside softmm does), and makes an
+    /// access before `resume` a bug (a debug assertion). Idempotent.
     pub fn park(&mut self) {
         if !self.parked {
             self.parked = true;
@@ -171,6 +184,7 @@ impl Cpu {
     }
 
     /// Resumes a parked CPU; its next access flushes whatever was shot down.
+    /// Idempotent.
     pub fn resume(&mut self) {
         if self.parked {
             self.parked = false;
@@ -184,28 +198,122 @@ impl Cpu {
     }
 
     /// Translates `va` for `access`, faulting the page in if needed, and
-    /// returns the host address of the byte.
+    /// holds the translation open: the returned [`Translation`] gives the
+    /// host address of the byte, usable for the rest of its page until the
+    /// guard is dropped.
     ///
-    /// The pointer stays usable for the rest of the byte's page until this
-    /// CPU's next translation or access (which acknowledges shootdowns), as
-    /// long as the CPU is not parked and its thread makes no call into
-    /// softmm meanwhile (the CPU is then quiescent, and a shootdown may free
-    /// the frame without waiting for it). Dereferencing it is the caller's
-    /// `unsafe`, and must be atomic: other guest threads may access the
-    /// bytes. The safe accessors ([`Cpu::read`], [`Cpu::with_slice`], ...)
-    /// need none of this.
+    /// The guard is an access section, and borrows the CPU, so no other
+    /// access of this CPU can run meanwhile: a shootdown that begins while
+    /// it lives waits for it to be dropped before freeing the frame. Hence:
+    /// keep it short and **do not block while holding it** (a shootdown on
+    /// another thread would wait as long; a guard forgotten with
+    /// `mem::forget` leaves the access open until the CPU's next access
+    /// ends). A call into softmm from the
+    /// same thread while it lives (a syscall, another CPU's fault) makes
+    /// the CPU quiescent, and a shootdown may then free the frame: the
+    /// pointer is valid only while the thread makes no such call.
+    /// Dereferencing it is the caller's `unsafe`, and must be atomic: other
+    /// guest threads may access the bytes. The safe accessors
+    /// ([`Cpu::read`], [`Cpu::with_slice`], ...) need none of this.
+    ///
+    /// ```
+    /// # use softmm::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// {
+    ///     let t = cpu.translate(a + 8, Access::Write).unwrap();
+    ///     assert_eq!(t.len(), 4096 - 8);
+    ///     // SAFETY: 4-aligned, inside the page, while the guard lives and
+    ///     // this thread makes no call into softmm; accessed atomically.
+    ///     unsafe { &*(t.as_ptr() as *const AtomicU32) }.store(7, Ordering::Relaxed);
+    /// } // the access ends here
+    /// assert_eq!(cpu.read_u32(a + 8).unwrap(), 7);
+    /// ```
+    ///
+    /// The guard borrows the CPU: no other access of it while it lives,
+    ///
+    /// ```compile_fail,E0499
+    /// # use softmm::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// let t = cpu.translate(a, Access::Read).unwrap();
+    /// cpu.read_u8(a).unwrap();
+    /// drop(t);
+    /// ```
+    ///
+    /// and it stays on the CPU's thread:
+    ///
+    /// ```compile_fail,E0277
+    /// # use softmm::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// # let mut cpu = Cpu::attached(&mm);
+    /// let t = cpu.translate(a, Access::Read).unwrap();
+    /// std::thread::scope(|s| { s.spawn(move || drop(t)); });
+    /// ```
     ///
     /// # Panics
     ///
-    /// If the CPU is not attached or is parked.
+    /// If the CPU is not attached.
     #[inline]
-    pub fn translate(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+    pub fn translate(&mut self, va: u64, access: Access) -> Result<Translation<'_>, Fault> {
+        self.section_begin();
+        match self.lookup(va, access) {
+            Ok(ptr) => Ok(Translation { cpu: self, ptr, len: (PAGE_SIZE - va % PAGE_SIZE) as usize }),
+            Err(e) => {
+                self.section_end();
+                Err(e)
+            }
+        }
+    }
+
+    /// Enters an access section and drops the TLB if a shootdown began
+    /// since the last one: from here until [`Cpu::section_end`], a shootdown
+    /// that began before this point is done with this CPU, and one that
+    /// begins later waits for the end before freeing anything.
+    ///
+    /// # Panics
+    ///
+    /// If the CPU is not attached (before entering anything).
+    #[inline(always)]
+    fn section_begin(&mut self) {
         let mm = self.mm.as_deref().expect("CPU is not attached to an address space");
         debug_assert!(!self.parked, "access from a parked CPU");
+        self.state.section_begin(&mut self.section, self.light);
         let gen = mm.tlb.generation();
         if gen != self.seen_gen {
             self.flush_local(gen);
         }
+    }
+
+    /// Leaves the access section: pointers from [`Cpu::lookup`] are dead.
+    #[inline(always)]
+    fn section_end(&mut self) {
+        self.state.section_end(&mut self.section);
+    }
+
+    /// Runs `op` on the host address of `va`, translated for `access`,
+    /// inside one access section. `op` must not panic (the section would
+    /// stay open) nor call into softmm.
+    #[inline(always)]
+    fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
+        self.section_begin();
+        let r = self.lookup(va, access).map(op);
+        self.section_end();
+        r
+    }
+
+    /// The host address of `va` for `access`, from the TLB or a walk (and a
+    /// fault, if needed). Called inside a section, which it leaves and
+    /// re-enters around a fault; the pointer is valid until the section ends.
+    #[inline(always)]
+    fn lookup(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
         let vpn = va / PAGE_SIZE;
         let e = &self.tlb[vpn as usize % TLB_ENTRIES];
         if e.tag == vpn + 1 && e.epoch == self.epoch && e.perms & access.bit() != 0 {
@@ -219,9 +327,9 @@ impl Cpu {
         self.epoch += 1;
         self.seen_gen = gen;
         self.stats.tlb_flushes += 1;
-        self.state.ack(gen);
     }
 
+    /// A TLB miss, inside a section.
     #[cold]
     fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
         self.stats.tlb_misses += 1;
@@ -262,14 +370,20 @@ impl Cpu {
                     }
                 }
             }
-            // Every CPU of this thread is quiescent, not just this one: a
-            // shootdown the fault starts must not wait for a sibling CPU that
-            // cannot ack while its thread is in here.
+            // Out of the section for the fault, which may block and may
+            // itself shoot down (a COW break). Every CPU of this thread is
+            // quiescent, not just this one: a sibling CPU may be inside an
+            // access (a `with_slice` callback that touches memory through
+            // this CPU), and a shootdown the fault waits on must not wait
+            // for it while its thread is in here.
+            self.section_end();
             let quiescent = QuiescentGuard::enter();
             let before = crate::sync::shared_writes_so_far();
             let r = mm.handle_fault_counted(va, access, &mut self.stats.fault);
             self.stats.fault.shared_writes += crate::sync::shared_writes_so_far() - before;
             drop(quiescent);
+            // Back in, with the TLB checked again: the entry is walked anew.
+            self.section_begin();
             r?;
         }
     }
@@ -296,11 +410,12 @@ impl Cpu {
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            let p = self.translate(a, access)?;
-            // SAFETY: `translate` returned a pointer into an arena frame of
-            // the attached address space, which holds its `PhysMem` (hence
-            // the arena mapping) alive; `n` stops at the page end.
-            unsafe { crate::access::copy_from_host(p, &mut buf[done..done + n]) };
+            let dst = &mut buf[done..done + n];
+            // SAFETY: `lookup` returned a pointer into an arena frame of the
+            // attached address space, which holds its `PhysMem` (hence the
+            // arena mapping) alive; `n` stops at the page end; the section
+            // keeps the frame from being freed until the copy is done.
+            self.access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
             done += n;
         }
         Ok(())
@@ -313,9 +428,9 @@ impl Cpu {
         while done < data.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
-            let p = self.translate(a, Access::Write)?;
-            // SAFETY: as in `read`.
-            unsafe { crate::access::copy_to_host(&data[done..done + n], p) };
+            let src = &data[done..done + n];
+            // SAFETY: as in `copy_in`.
+            self.access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
             done += n;
         }
         Ok(())
@@ -461,17 +576,23 @@ impl Cpu {
         self.write(addr, bytemuck::bytes_of(v))
     }
 
-    /// The naturally aligned atomic `T` at `addr`, translated for `access`.
-    fn atomic_at<T: Scalar>(&mut self, addr: u64, access: Access) -> Result<&T::Atomic, Fault> {
+    /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
+    /// for `access`, inside one access section.
+    #[inline]
+    fn atomic_at<T: Scalar, R>(
+        &mut self,
+        addr: u64,
+        access: Access,
+        op: impl FnOnce(&T::Atomic) -> R,
+    ) -> Result<R, Fault> {
         if addr % T::SIZE as u64 != 0 {
             return Err(Fault::Unaligned { addr });
         }
-        let p = self.translate(addr, access)?;
-        // SAFETY: aligned to its width (checked), so inside one live arena
-        // frame (a naturally aligned scalar never crosses a page); the frame
-        // outlives the borrow of `self` because it is freed only after this
-        // CPU's next MMU call acknowledges the shootdown.
-        Ok(unsafe { T::atomic(p) })
+        // SAFETY: aligned to its width (checked), so inside one arena frame
+        // (a naturally aligned scalar never crosses a page), which the
+        // section keeps from being freed while `op` runs; the reference does
+        // not outlive `op`.
+        self.access(addr, access, |p| op(unsafe { T::atomic(p) }))
     }
 
     /// Atomically loads the naturally aligned `T` at `addr` with `order`
@@ -493,20 +614,19 @@ impl Cpu {
     /// assert!(cpu.atomic_load::<u32>(a + 2, Ordering::Relaxed).is_err()); // unaligned
     /// ```
     pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
-        Ok(T::load(self.atomic_at::<T>(addr, Access::Read)?, load_part(order)))
+        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)))
     }
 
     /// Atomically stores `v` at the naturally aligned `addr` with `order`
     /// (`Acquire` reduced to `Relaxed`, `AcqRel` to `Release`).
     pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
-        T::store(self.atomic_at::<T>(addr, Access::Write)?, v, store_part(order));
-        Ok(())
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)))
     }
 
     /// Atomically swaps the `T` at the naturally aligned `addr` for `v`;
     /// returns the old value.
     pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        Ok(T::swap(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order))
     }
 
     /// Atomic compare-and-exchange of the naturally aligned `T` at `addr`:
@@ -522,33 +642,34 @@ impl Cpu {
         success: Ordering,
         failure: Ordering,
     ) -> Result<Result<T, T>, Fault> {
-        let a = self.atomic_at::<T>(addr, Access::Write)?;
-        Ok(T::compare_exchange(a, current, new, success, load_part(failure)))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| {
+            T::compare_exchange(a, current, new, success, load_part(failure))
+        })
     }
 
     /// Atomic wrapping add at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        Ok(T::fetch_add(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_add(a, v, order))
     }
 
     /// Atomic wrapping subtract at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        Ok(T::fetch_sub(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_sub(a, v, order))
     }
 
     /// Atomic bitwise and at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        Ok(T::fetch_and(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_and(a, v, order))
     }
 
     /// Atomic bitwise or at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        Ok(T::fetch_or(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_or(a, v, order))
     }
 
     /// Atomic bitwise exclusive or at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        Ok(T::fetch_xor(self.atomic_at::<T>(addr, Access::Write)?, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_xor(a, v, order))
     }
 
     /// Atomic compare-and-exchange of a naturally aligned `u64` (SeqCst):
@@ -576,13 +697,12 @@ impl Cpu {
     #[inline]
     fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            let p = self.translate(addr, access)?;
             // SAFETY: `[p, p + n)` does not cross the page end (checked), so
             // it and the aligned words holding it lie in one arena frame
-            // (frames are page aligned); the frame stays allocated until
-            // this CPU's next MMU call acknowledges a shootdown; arena
-            // memory is only ever accessed atomically.
-            return Ok(unsafe { scalar::load_in_page(p, n) });
+            // (frames are page aligned); the section keeps the frame
+            // allocated until the load is done; arena memory is only ever
+            // accessed atomically.
+            return self.access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
         }
         self.load_raw_across(addr, n, access)
     }
@@ -598,10 +718,8 @@ impl Cpu {
     #[inline]
     fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            let p = self.translate(addr, Access::Write)?;
             // SAFETY: as in `load_raw`, for `[p, p + n)`.
-            unsafe { scalar::store_in_page(p, raw, n) };
-            return Ok(());
+            return self.access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
         }
         self.store_raw_across(addr, n, raw)
     }
@@ -619,10 +737,15 @@ impl Cpu {
     /// nothing and succeeds; on a fault the chunks before it have been
     /// visited.
     ///
-    /// The chunk's frame is referenced while `f` runs, so `f` may change the
-    /// address space (unmap the very page, truncate its file): the frame is
-    /// then not reused before `f` returns, and the next access through this
-    /// CPU sees the change, as a DMA through `get_user_pages` would.
+    /// Each call of `f` is inside an access section, as one accessor call
+    /// is: a shootdown on another thread that begins meanwhile waits for `f`
+    /// to return, so **`f` must not block** on anything outside softmm (a
+    /// channel, another thread, host I/O), or those shootdowns wait as
+    /// long. The chunk's frame is also referenced while `f` runs, so `f` may
+    /// call into softmm and change the address space (unmap the very page,
+    /// truncate its file): the frame is then not reused before `f` returns,
+    /// and the next access through this CPU sees the change, as a DMA
+    /// through `get_user_pages` would.
     ///
     /// ```
     /// # use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, uapi::*};
@@ -668,20 +791,59 @@ impl Cpu {
         while done < len {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
-            let p = self.translate(a, access)?;
-            let phys = &self.mm.as_deref().expect("attached").phys;
-            let _frame: FrameRef<'_> = phys.get(phys.pfn_of_ptr(p));
+            let t = self.translate(a, access)?;
+            let phys = &t.cpu.mm.as_deref().expect("attached").phys;
+            let _frame: FrameRef<'_> = phys.get(phys.pfn_of_ptr(t.ptr));
             // SAFETY:
-            // 1. `[p, p+n)` lies in one arena frame: `translate` returned a
-            //    pointer into it and `n` stops at the page end;
+            // 1. `[t.ptr, t.ptr+n)` lies in one arena frame: `translate`
+            //    returned a pointer into it and `n` stops at the page end;
             // 2. the frame stays allocated until `_frame` is dropped after
-            //    `f` returns, whatever `f` does to the address space;
+            //    `f` returns, whatever `f` does to the address space (the
+            //    section `t` holds would not be enough if `f` calls into
+            //    softmm, which makes the CPU quiescent);
             // 3. arena memory is only ever accessed atomically.
-            let chunk = unsafe { std::slice::from_raw_parts(p as *const AtomicU8, n) };
+            let chunk = unsafe { std::slice::from_raw_parts(t.ptr as *const AtomicU8, n) };
+            // A panic in `f` drops `_frame` and `t`, which ends the section.
             f(done, chunk);
             done += n;
         }
         Ok(())
+    }
+}
+
+/// A translation held open by [`Cpu::translate`]: an access section of its
+/// CPU, which it borrows, ended when the guard is dropped. Shootdowns that
+/// begin while it lives wait for the drop, so hold it briefly and never
+/// across a blocking call.
+#[must_use = "the pointer is valid only while the guard lives"]
+pub struct Translation<'a> {
+    cpu: &'a mut Cpu,
+    ptr: *mut u8,
+    /// Bytes from `ptr` to the end of its page.
+    len: usize,
+}
+
+impl Translation<'_> {
+    /// The host address of the translated byte. Valid, for the rest of its
+    /// page ([`Translation::len`] bytes), while the guard lives and the
+    /// thread makes no call into softmm; access it atomically only.
+    #[inline]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Bytes from the translated byte to the end of its page (at least 1).
+    #[inline]
+    #[allow(clippy::len_without_is_empty)] // never empty
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Translation<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.cpu.section_end();
     }
 }
 

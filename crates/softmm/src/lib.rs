@@ -46,7 +46,7 @@ mod vma;
 /// [`Cpu::read_obj`]/[`Cpu::write_obj`] take (derive it with the same
 /// version).
 pub use bytemuck;
-pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar};
+pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
@@ -57,6 +57,7 @@ pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit,
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use tlb::TlbStats;
+pub use tlb::{fences_are_asymmetric, ShootdownPolicy};
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
     MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE,

@@ -37,10 +37,11 @@ fn mincore_of_a_huge_range_uses_bounded_memory() {
 /// translated the address to the old frame: stale reads, and writes landing
 /// in the moved page after `mremap`. As on Linux, the flush now completes
 /// before the lock is released, so a mapping call that waited for the lock
-/// returns only after every running CPU has acknowledged. The reader's CPU
-/// runs without MMU calls (the sleep) while the munmap waits for it; the
-/// mapper, blocked on `mmap_lock`, must not get the range back before the
-/// reader's next MMU call. Every mapping call that unmaps is checked.
+/// returns only after every CPU that was inside an access has left it. The
+/// reader's CPU holds a translation (an access section) through a sleep
+/// while the munmap waits for it; the mapper, blocked on `mmap_lock`, must
+/// not get the range back before the reader's access ends. Every mapping
+/// call that unmaps is checked.
 #[test]
 fn a_range_is_not_reused_before_every_cpu_has_dropped_its_translation() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -69,11 +70,14 @@ fn a_range_is_not_reused_before_every_cpu_has_dropped_its_translation() {
             std::thread::spawn(move || {
                 let mut cpu = softmm::Cpu::attached(&mm);
                 cpu.write_u64(a, 1).unwrap();
+                // Inside an access (a held translation) for the whole sleep:
+                // the shootdown must wait for its end.
+                let t = cpu.translate(a, softmm::Access::Read).unwrap();
                 cached_tx.send(()).unwrap();
                 std::thread::sleep(Duration::from_millis(300));
                 woke.store(true, SeqCst);
-                // This MMU call acknowledges the shootdown.
-                let _ = cpu.read_u64(a);
+                // The access ends: the shootdown may complete.
+                drop(t);
             })
         };
         cached_rx.recv().unwrap();

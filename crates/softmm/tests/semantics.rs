@@ -223,7 +223,8 @@ fn growsdown_stack_expands_on_fault_below_it_with(policy: FaultPolicy) {
     cpu.write_u8(s - 10 * PAGE, 3).unwrap();
     assert_eq!(mm.maps()[0].start, s - 10 * PAGE);
     let t = cpu.translate(s - 10 * PAGE, Access::Read).unwrap();
-    assert!(!t.is_null());
+    assert!(!t.as_ptr().is_null());
+    assert_eq!(t.len(), PAGE as usize);
 }
 
 #[test]

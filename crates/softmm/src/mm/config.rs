@@ -205,6 +205,8 @@ pub struct MmConfig {
     pub cap_sys_nice: bool,
     /// How page migration batches its TLB flushes (seed 003).
     pub migrate_policy: crate::migrate::MigratePolicy,
+    /// Which CPUs a TLB shootdown waits for (issue 15).
+    pub shootdown_policy: crate::tlb::ShootdownPolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -232,6 +234,7 @@ impl Default for MmConfig {
             unmap_policy: UnmapPolicy::default(),
             cap_sys_nice: false,
             migrate_policy: crate::migrate::MigratePolicy::default(),
+            shootdown_policy: crate::tlb::ShootdownPolicy::default(),
         }
     }
 }
@@ -354,6 +357,13 @@ impl MmConfig {
         self
     }
 
+    /// Sets `shootdown_policy`: which CPUs a TLB shootdown waits for (default [`crate::ShootdownPolicy::AccessSections`]).
+    #[must_use]
+    pub fn shootdown_policy(mut self, shootdown_policy: crate::tlb::ShootdownPolicy) -> MmConfig {
+        self.shootdown_policy = shootdown_policy;
+        self
+    }
+
     /// Sets `pin_policy`: how `pin_user_pages` synchronizes with mapping changes (default [`PinPolicy::PerVma`]).
     #[must_use]
     pub fn pin_policy(mut self, pin_policy: PinPolicy) -> MmConfig {
@@ -438,7 +448,8 @@ mod tests {
             .pin_policy(PinPolicy::Batched)
             .unmap_policy(UnmapPolicy::Sectioned)
             .cap_sys_nice(true)
-            .migrate_policy(crate::migrate::MigratePolicy::OneByOne);
+            .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
+            .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -458,6 +469,7 @@ mod tests {
             unmap_policy: UnmapPolicy::Sectioned,
             cap_sys_nice: true,
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
+            shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

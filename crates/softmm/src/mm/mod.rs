@@ -179,13 +179,14 @@ impl AddressSpace {
             start_stack: None,
             reserved: Vec::new(),
         };
+        let shootdown_policy = config.shootdown_policy;
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
             config,
             mmap_lock: RwLock::new(st),
             vmas_rcu: Atomic::new(VmaTree::default()),
-            tlb: TlbDomain::new(),
+            tlb: TlbDomain::with_policy(shootdown_policy),
             counters: MmCounters::default(),
             seq: SeqCount::new(),
             linked_files: crate::sync::Mutex::new(Vec::new()),

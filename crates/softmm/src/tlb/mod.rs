@@ -4,59 +4,66 @@
 //! # Protocol
 //!
 //! Each address space has a [`TlbDomain`]: a flush generation `gen` and the
-//! list of attached CPUs. Each CPU has a [`CpuTlbState`]: an `acked`
-//! generation, a `quiescent` depth and a `detaches` count.
+//! list of attached CPUs. Each CPU has a [`CpuTlbState`]: a `section` count,
+//! odd while the CPU is inside an access, and a `quiescent` depth. A CPU is
+//! quiescent, and never waited for, whenever it is outside an access: its
+//! thread may block anywhere for as long as it likes. This is RCU's
+//! read-side critical section, with the TLB as the protected data.
 //!
+//! * **CPU, each access** (one accessor call, one page of a copy, one
+//!   `with_slice` callback, one held [`crate::Translation`]):
+//!   [`CpuTlbState::section_begin`] (count odd, then a barrier), load `gen`;
+//!   if it moved, drop every TLB entry; translate (TLB or walk) and access;
+//!   [`CpuTlbState::section_end`] (count even, Release). A page fault leaves
+//!   the section for the fault handler and begins a new one after it.
 //! * **Initiator** (after clearing or narrowing PTEs under their locks), in
 //!   two steps so that it can shoot down several address spaces at once:
-//!   1. [`TlbDomain::flush_begin`]: `target = gen.fetch_add(1) + 1`, a
-//!      SeqCst fence, then, under the CPU-list lock, for every attached CPU
-//!      but its own: count one flush request, and if neither
-//!      `acked >= target` nor `quiescent > 0`, note the CPU and its
-//!      `detaches` count in the [`FlushTicket`]. The lock is dropped before
-//!      returning.
-//!   2. [`FlushTicket::wait`]: for each noted CPU, wait until
-//!      `acked >= target`, `quiescent > 0`, or its `detaches` count moved.
-//!      Only then may it free frames and tables.
+//!   1. [`TlbDomain::flush_begin`]: `gen += 1`; under the CPU-list lock, if
+//!      any attached CPU is not its own, one process-wide barrier, then for
+//!      each such CPU count one flush request, and note the CPU and its
+//!      count in the [`FlushTicket`] if the count is odd and the CPU is not
+//!      quiescent.
+//!   2. [`FlushTicket::wait`]: for each noted CPU, wait until its count
+//!      moved (that section is over) or it became quiescent. Only then may
+//!      it free frames and tables.
 //!
 //!   [`TlbDomain::flush`] is the two back to back.
-//! * **CPU, at every MMU call** (the start of each translation): load `gen`
-//!   (Acquire); if it moved, drop every TLB entry, then publish `acked = gen`
-//!   (Release). The access that was in flight when the initiator cleared the
-//!   PTE finished before this MMU call, so after the ack no stale translation
-//!   is in use.
-//! * **Quiescent CPU** (parked, or blocked inside softmm: in a fault's slow
-//!   path or a syscall): `quiescent += 1` on entry; on exit `quiescent -= 1`
-//!   and a SeqCst fence, so the next MMU call's load of `gen` is ordered after
-//!   it. The two fenced pairs (initiator: store `gen`, fence, load
-//!   `quiescent`, at begin or at any later time in the wait; CPU: store
-//!   `quiescent`, fence, load `gen`) form a Dekker handshake: either the
-//!   initiator sees the CPU running and waits for its ack, or the CPU sees
-//!   the new generation and flushes before it uses a stale entry. Fences
-//!   rather than SeqCst accesses because that is the form loom can check.
-//! * **Attach** (under the list lock): `acked = gen`, with an empty TLB.
-//!   **Detach** (under the list lock, with the CPU's TLB dropped before its
-//!   next access): remove it from the list, then `detaches += 1` (Release).
+//! * **The handshake.** CPU: store the odd count, barrier, load `gen`.
+//!   Initiator: store `gen`, barrier, load the count. Either the initiator
+//!   sees the CPU inside (and waits for the section to end, whose accesses
+//!   then happen before the free by Release/Acquire on the count), or the
+//!   CPU's load sees the new `gen` and it drops its entries before using
+//!   one; its walks then see the PTEs cleared before the bump. The barriers
+//!   are asymmetric (`barrier.rs`): a compiler barrier on the CPU's side and
+//!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` on the initiator's,
+//!   which runs a full barrier on every thread of the process; where that
+//!   is unavailable (and under loom and Miri), a SeqCst fence on both.
+//! * **Quiescent CPU** (parked, or its thread inside softmm: a syscall, a
+//!   fault, an attach): `quiescent += 1` on entry, `-= 1` on exit. This
+//!   matters only for a CPU whose section is open while its thread calls
+//!   into softmm (a `with_slice` callback that unmaps, or faults through
+//!   another CPU): the call may block on a lock the initiator holds, so the
+//!   initiator must not wait for it, and the callback's frame is kept by a
+//!   frame reference instead.
+//! * **Attach** (under the list lock): read `gen`, with an empty TLB.
+//!   **Detach** (under the list lock): remove it from the list. Both happen
+//!   outside any access of the CPU (they take it by `&mut`), and a CPU
+//!   that attaches after begin has read the list starts empty and takes the
+//!   lock after begin released it, so its walks see the cleared entries.
+//!   A ticket may outlive the CPU's stay in the domain: it then waits at
+//!   most for the end of the one section it noted, wherever the CPU is.
 //!
-//! Because no lock is held between begin and wait, a CPU may leave the
-//! domain while a ticket waits for it, and attach to another domain whose
-//! generations then fill its `acked`: compared with this domain's target,
-//! that value could keep the wait spinning forever. The `detaches` count
-//! read under the lock at begin ends the wait instead: once it moves, the
-//! CPU has left and holds nothing of this domain; its accesses through the
-//! domain happen before the increment (Release), which the waiter reads
-//! with Acquire. The converse confusion is harmless: an `acked` at or above
-//! the target written while the CPU was elsewhere was written after it left.
-//! A CPU that attaches after begin has read the list is not waited for: it
-//! starts with an empty TLB, and its attach takes the lock after begin
-//! released it, so its walks see the entries cleared before begin.
+//! [`ShootdownPolicy::NextAccess`] keeps softmm's first protocol beside
+//! this one for the lab: it also waits for a CPU outside an access, until
+//! it has completed its next one (the acknowledgement at the next MMU
+//! call), so a thread that blocks with an unparked CPU holds shootdowns up.
 //!
-//! A thread's own CPUs are made quiescent for every call into softmm and are
-//! passed as `mine` (`quiescent.rs`), so no shootdown waits for a CPU whose
-//! thread is the one waiting, or is blocked on a lock the waiter holds.
+//! A thread's own CPUs are passed as `mine` (`quiescent.rs`), so no
+//! shootdown waits for a CPU whose thread is the one waiting.
 //!
 //! The protocol is modelled with loom in `loom_tests.rs`, on this code.
 
+mod barrier;
 #[cfg(all(test, loom))]
 mod loom_tests;
 // Without the rest of the crate (a loom build), only the models use it.
@@ -64,6 +71,17 @@ mod loom_tests;
 mod quiescent;
 mod shootdown;
 
+pub(crate) use barrier::reader_is_light;
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
-pub use shootdown::{CpuTlbState, FlushTicket, TlbDomain, TlbStats};
+pub use shootdown::{CpuTlbState, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
+
+/// True if shootdowns use asymmetric fences in this process: accesses pay
+/// a compiler barrier only, and each flush that has another thread's CPU
+/// to ask issues `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`. False
+/// where the kernel refuses it, or when the environment variable
+/// `SOFTMM_SYMMETRIC_FENCES` is set when the first `Cpu` is made: every
+/// access then pays a SeqCst fence. Decided once per process.
+pub fn fences_are_asymmetric() -> bool {
+    barrier::reader_is_light()
+}

@@ -3,69 +3,165 @@
 
 use std::sync::Arc;
 
+use super::barrier;
 use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
 
 /// The shootdown state one CPU shares with the initiators.
 ///
 /// A CPU is attached to at most one [`TlbDomain`] at a time.
 pub struct CpuTlbState {
-    /// The last flush generation this CPU acknowledged, of the domain it was
-    /// attached to when it did.
-    acked: AtomicU64,
-    /// Non-zero while the CPU is parked or blocked in softmm.
+    /// Odd while the CPU is inside an access (an access section); written
+    /// only by the CPU's own thread, one increment on entry and one on exit,
+    /// so a waiter that saw an odd value knows the section ended as soon as
+    /// the value moves, even if the CPU has entered another since.
+    section: AtomicU64,
+    /// Non-zero while the CPU is parked or its thread is inside softmm (a
+    /// syscall or a fault), where it uses none of its translations.
     quiescent: AtomicU64,
-    /// How many times the CPU left a domain. A pending [`FlushTicket`] keeps
-    /// the count it read while the CPU was in its domain's list: once the
-    /// count moves, the CPU holds no translation of that domain, whatever it
-    /// has attached to since (its `acked` then counts another domain's
-    /// generations, which the ticket's target says nothing about).
-    detaches: AtomicU64,
 }
 
 impl CpuTlbState {
-    /// A running CPU that has acknowledged nothing yet.
+    /// A CPU outside any access.
     pub fn new() -> Arc<CpuTlbState> {
-        Arc::new(CpuTlbState { acked: AtomicU64::new(0), quiescent: AtomicU64::new(0), detaches: AtomicU64::new(0) })
+        Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0) })
+    }
+
+    /// Enters an access section. `count` is the CPU's own copy of its
+    /// section count (only its thread writes the shared one, so the copy is
+    /// exact and the fast path needs no load of it). The caller loads the
+    /// flush generation ([`TlbDomain::generation`]) after this, and drops
+    /// its TLB if it moved, before using any entry. `light` is
+    /// [`barrier::reader_is_light`], which the CPU keeps at hand.
+    #[inline(always)]
+    pub fn section_begin(&self, count: &mut u64, light: bool) {
+        // Even to odd; an odd count (a section whose end was skipped: a
+        // `Translation` forgotten with `mem::forget`) stays as it is, so
+        // that section simply lasts until this one ends.
+        *count |= 1;
+        // Relaxed: the barrier below orders it before the generation load.
+        self.section.store(*count, Ordering::Relaxed);
+        // Dekker with `TlbDomain::flush_begin`: our store of an odd count,
+        // this barrier, then our load of `gen`; the initiator's bump of
+        // `gen`, its barrier, then its load of our count. Either it sees us
+        // inside and waits for the section to end, or we see the new
+        // generation and flush before using a stale entry.
+        barrier::reader_barrier(light);
+    }
+
+    /// Leaves the access section (`count` as in
+    /// [`CpuTlbState::section_begin`]): from here on, an initiator may free
+    /// what the section used.
+    #[inline(always)]
+    pub fn section_end(&self, count: &mut u64) {
+        debug_assert!(*count % 2 == 1, "no access section to end");
+        *count = count.wrapping_add(1);
+        // Release: the section's accesses happen before an initiator that
+        // reads the new count (Acquire) stops waiting and frees the frame.
+        self.section.store(*count, Ordering::Release);
+    }
+
+    /// Records that the CPU, outside any access, holds no translation from
+    /// before this point (it left its domain, or dropped its TLB): counts
+    /// as one whole access for a shootdown waiting for its next one
+    /// ([`ShootdownPolicy::NextAccess`]), which would otherwise wait for an
+    /// access that never comes to that domain.
+    #[inline]
+    pub fn passed_quiescent_point(&self, count: &mut u64) {
+        // Past the next even value and one more: a waiter for the end of
+        // an open section (a forgotten `Translation`) or of the next one
+        // stops waiting either way.
+        *count = (*count | 1).wrapping_add(1);
+        // Release: what the CPU did before happens before a waiter that
+        // reads the new count (Acquire).
+        self.section.store(*count, Ordering::Release);
     }
 
     /// Marks the CPU quiescent (parked or blocked in softmm); nests.
     #[inline]
     pub fn enter_quiescent(&self) {
-        // SeqCst, hence Release: the CPU's accesses so far happen before an
+        // SeqCst, hence Release: the CPU's accesses so far (a `with_slice`
+        // callback's, whose section is still open) happen before an
         // initiator that reads this depth (SeqCst, hence Acquire) stops
-        // waiting and frees what they touched.
+        // waiting.
         self.quiescent.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Leaves one level of quiescence. The caller's next MMU call must check
-    /// the generation with [`TlbDomain::generation`] before using its TLB.
+    /// Leaves one level of quiescence.
     #[inline]
     pub fn exit_quiescent(&self) {
         let old = self.quiescent.fetch_sub(1, Ordering::SeqCst);
         debug_assert!(old > 0);
-        // Dekker with `TlbDomain::flush_begin`: our store to `quiescent`,
-        // this fence, then our next load of `gen`; the initiator's store to
-        // `gen`, its fence, then its loads of `quiescent`. With both fences
-        // SeqCst, either we see the new generation or the initiator sees us
-        // running.
+        // Nothing after this uses a translation without a new section,
+        // whose own barrier orders its load of `gen`; the fence keeps the
+        // quiescent state's end ordered for the fallback's Dekker reasoning
+        // all the same, and costs nothing on this cold path.
         fence(Ordering::SeqCst);
     }
 
-    /// Publishes that every entry cached before generation `gen` is gone.
+    /// The section count a shootdown under `policy` must wait for the CPU
+    /// to reach, or `None` if it need not wait: inside an access (odd
+    /// count `s`), the end of it (`s + 1`); outside one (even `s`), nothing
+    /// under [`ShootdownPolicy::AccessSections`], and the end of the next
+    /// one (`s + 2`) under [`ShootdownPolicy::NextAccess`]. Never for a
+    /// quiescent CPU.
     #[inline]
-    pub fn ack(&self, gen: u64) {
-        // Release: the flush of the CPU's entries happens before the
-        // initiator, which loads `acked` with Acquire, frees anything.
-        self.acked.store(gen, Ordering::Release);
+    fn wait_until(&self, policy: ShootdownPolicy) -> Option<u64> {
+        // Acquire on `section` pairs with the Release in `section_end`;
+        // SeqCst on `quiescent` with the RMW in `enter_quiescent`.
+        let s = self.section.load(Ordering::Acquire);
+        if self.quiescent.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        match (s % 2 == 1, policy) {
+            (true, _) => Some(s + 1),
+            (false, ShootdownPolicy::NextAccess) => Some(s + 2),
+            (false, _) => None,
+        }
     }
 
-    /// True if the CPU cannot use a translation older than generation
-    /// `target` of the domain it was attached to when it acknowledged.
+    /// True once the section count reached `until`, or the CPU is quiescent.
     #[inline]
-    fn done(&self, target: u64) -> bool {
-        // Acquire on `acked` pairs with the CPU's Release in `ack`; SeqCst on
-        // `quiescent` is the initiator's half of the Dekker handshake.
-        self.acked.load(Ordering::Acquire) >= target || self.quiescent.load(Ordering::SeqCst) > 0
+    fn done(&self, until: u64) -> bool {
+        // The count only grows (by one per section boundary; 2^63 sections
+        // are beyond any run).
+        self.section.load(Ordering::Acquire) >= until || self.quiescent.load(Ordering::SeqCst) > 0
+    }
+}
+
+/// Which CPUs a shootdown waits for. Both are the same handshake; they
+/// differ in what a CPU outside an access must do. More policies may come,
+/// so a `match` on it needs a wildcard arm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ShootdownPolicy {
+    /// Only CPUs inside an access at that moment are waited for, until that
+    /// access ends; a CPU outside one flushes at the start of its next.
+    #[default]
+    AccessSections,
+    /// softmm's first protocol, kept for comparison: every attached CPU of
+    /// another thread that is not quiescent is waited for until it has
+    /// completed an access begun after the flush (or ended the one it was
+    /// in), as if it acknowledged at its next MMU call. A thread blocked
+    /// outside softmm with an unparked CPU holds the shootdown up until it
+    /// accesses guest memory again, which is why `Cpu::park` existed.
+    NextAccess,
+}
+
+impl ShootdownPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [ShootdownPolicy] = &[ShootdownPolicy::AccessSections, ShootdownPolicy::NextAccess];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShootdownPolicy::AccessSections => "access-sections",
+            ShootdownPolicy::NextAccess => "next-access",
+        }
+    }
+
+    /// The policy named `name` (see [`ShootdownPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<ShootdownPolicy> {
+        ShootdownPolicy::ALL.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -79,9 +175,13 @@ pub struct TlbStats {
     /// Flush requests sent: one per CPU of another thread attached when the
     /// flush began (the IPIs Linux would send; the initiator flushes itself).
     pub flush_requests: u64,
-    /// Requests that needed a wait for an acknowledgement: the CPU was
-    /// running and had not acknowledged yet when the flush began.
+    /// Requests that needed a wait: the CPU was inside an access when the
+    /// flush began (a CPU outside one flushes at its next access).
     pub flush_waits: u64,
+    /// Process-wide barriers issued: one per flush that had a CPU of
+    /// another thread to ask (`membarrier`, or a fence where it is
+    /// unavailable; see `fences_are_asymmetric`).
+    pub barriers: u64,
 }
 
 /// The CPUs attached to one address space and its flush generation.
@@ -89,12 +189,14 @@ pub struct TlbDomain {
     gen: AtomicU64,
     /// Number of attached CPUs, readable without the list's lock.
     nr_cpus: AtomicU64,
-    /// Locked only to attach, to detach and to read the list at
-    /// [`TlbDomain::flush_begin`]; never while waiting.
+    /// Locked to attach, to detach, and for [`TlbDomain::flush_begin`]'s
+    /// look at the CPUs; never while waiting.
     cpus: Mutex<Vec<Arc<CpuTlbState>>>,
     flushes: AtomicU64,
     flush_requests: AtomicU64,
     flush_waits: AtomicU64,
+    barriers: AtomicU64,
+    policy: ShootdownPolicy,
 }
 
 impl Default for TlbDomain {
@@ -104,47 +206,50 @@ impl Default for TlbDomain {
 }
 
 impl TlbDomain {
-    /// A domain with no CPU attached.
+    /// A domain with no CPU attached, under the default policy.
     pub fn new() -> TlbDomain {
+        TlbDomain::with_policy(ShootdownPolicy::default())
+    }
+
+    /// A domain with no CPU attached, whose shootdowns wait as `policy` says.
+    pub fn with_policy(policy: ShootdownPolicy) -> TlbDomain {
         TlbDomain {
+            policy,
             gen: AtomicU64::new(0),
             nr_cpus: AtomicU64::new(0),
             cpus: Mutex::new(Vec::new()),
             flushes: AtomicU64::new(0),
             flush_requests: AtomicU64::new(0),
             flush_waits: AtomicU64::new(0),
+            barriers: AtomicU64::new(0),
         }
     }
 
-    /// The current flush generation, loaded at every MMU call.
-    #[inline]
+    /// The current flush generation, loaded at the start of every access
+    /// section (after [`CpuTlbState::section_begin`]).
+    #[inline(always)]
     pub fn generation(&self) -> u64 {
-        // Acquire suffices: the Dekker ordering against the initiator is
-        // carried by the SeqCst fence in `exit_quiescent`, which precedes
-        // every load made after the CPU resumes.
+        // Acquire is free where it matters (x86-64); the ordering against
+        // the initiator is the section barrier's.
         self.gen.load(Ordering::Acquire)
     }
 
-    /// Attaches a CPU (attached to no other domain); returns the generation
-    /// its (empty) TLB is current for.
+    /// Attaches a CPU (attached to no other domain, outside any access);
+    /// returns the generation its (empty) TLB is current for.
     pub fn attach(&self, cpu: &Arc<CpuTlbState>) -> u64 {
         let mut cpus = self.cpus.lock();
         let gen = self.gen.load(Ordering::SeqCst);
-        cpu.ack(gen);
         cpus.push(cpu.clone());
         self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
         gen
     }
 
-    /// Detaches a CPU; it must hold no translation of this domain afterwards.
-    /// A CPU that is not attached here is left alone.
+    /// Detaches a CPU (outside any access); it must hold no translation of
+    /// this domain afterwards. A CPU that is not attached here is left alone.
     pub fn detach(&self, cpu: &Arc<CpuTlbState>) {
         let mut cpus = self.cpus.lock();
         if let Some(i) = cpus.iter().position(|c| Arc::ptr_eq(c, cpu)) {
             cpus.swap_remove(i);
-            // Release: the CPU's accesses through this domain happen before
-            // a pending ticket that sees the new count (Acquire) completes.
-            cpu.detaches.fetch_add(1, Ordering::Release);
         }
         self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
     }
@@ -156,46 +261,47 @@ impl TlbDomain {
     }
 
     /// Starts a shootdown of every attached CPU's TLB: bumps the generation
-    /// (CPUs start dropping their entries at their next MMU call) and notes
-    /// the CPUs that must still acknowledge. `mine` are the caller's own
-    /// CPUs, which get no request (they flush at their next MMU call).
+    /// (CPUs drop their entries at the start of their next access) and
+    /// notes the CPUs that are inside an access right now, the only ones
+    /// that must be waited for. `mine` are the caller's own CPUs, which get
+    /// no request (they flush at their next access).
     ///
     /// The flush is complete only when the returned ticket has been waited
     /// for (or dropped); the caller may begin flushes of other domains
-    /// meanwhile, so that their CPUs acknowledge in parallel. No lock is
-    /// held between the two: CPUs may attach and detach in between.
+    /// meanwhile. No lock is held between the two: CPUs may attach, detach
+    /// and run in between.
     pub fn flush_begin(&self, mine: &[Arc<CpuTlbState>]) -> FlushTicket {
-        let target = self.gen.fetch_add(1, Ordering::SeqCst) + 1;
-        // Pairs with the fence in `CpuTlbState::exit_quiescent`.
-        fence(Ordering::SeqCst);
+        self.gen.fetch_add(1, Ordering::SeqCst);
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut pending = Vec::new();
         let mut requests = 0;
         {
+            // Under the lock, so that a CPU attaching after us reads the new
+            // generation and starts empty, and none detaches and is dropped
+            // while we look at it.
             let cpus = self.cpus.lock();
-            for cpu in cpus.iter() {
-                if mine.iter().any(|m| Arc::ptr_eq(m, cpu)) {
-                    continue;
-                }
+            let others = || cpus.iter().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
+            if others().next().is_some() {
+                // Pairs with `CpuTlbState::section_begin`'s barrier.
+                barrier::initiator_barrier();
+                self.barriers.fetch_add(1, Ordering::Relaxed);
+            }
+            for cpu in others() {
                 requests += 1;
-                // A CPU seen quiescent here stays safe after it resumes (the
-                // Dekker handshake); one that acknowledged is done.
-                if !cpu.done(target) {
-                    // Relaxed: the count changes only under the lock of the
-                    // domain the CPU leaves, and it is in ours, which we hold.
-                    let detaches = cpu.detaches.load(Ordering::Relaxed);
-                    pending.push(PendingCpu { cpu: cpu.clone(), detaches });
+                // A CPU outside an access now flushes before its next one.
+                if let Some(until) = cpu.wait_until(self.policy) {
+                    pending.push(PendingCpu { cpu: cpu.clone(), until });
                 }
             }
         }
         self.flush_requests.fetch_add(requests, Ordering::Relaxed);
         self.flush_waits.fetch_add(pending.len() as u64, Ordering::Relaxed);
-        FlushTicket { target, pending }
+        FlushTicket { pending }
     }
 
     /// Shoots down every attached CPU's TLB and returns once each CPU that
-    /// was attached and running has acknowledged, become quiescent or
-    /// detached: [`TlbDomain::flush_begin`] then [`FlushTicket::wait`].
+    /// was inside an access when it began has left it or become quiescent:
+    /// [`TlbDomain::flush_begin`] then [`FlushTicket::wait`].
     pub fn flush(&self, mine: &[Arc<CpuTlbState>]) {
         self.flush_begin(mine).wait();
     }
@@ -206,14 +312,15 @@ impl TlbDomain {
             flushes: self.flushes.load(Ordering::Relaxed),
             flush_requests: self.flush_requests.load(Ordering::Relaxed),
             flush_waits: self.flush_waits.load(Ordering::Relaxed),
+            barriers: self.barriers.load(Ordering::Relaxed),
         }
     }
 }
 
-/// A CPU a ticket waits for, with its detach count while it was attached.
+/// A CPU a ticket waits for, with the section count it must reach.
 struct PendingCpu {
     cpu: Arc<CpuTlbState>,
-    detaches: u64,
+    until: u64,
 }
 
 /// A shootdown begun by [`TlbDomain::flush_begin`]. Once [`FlushTicket::wait`]
@@ -224,16 +331,15 @@ struct PendingCpu {
 /// believing a flush complete that is not (including on unwinding).
 #[must_use = "the flush is complete only after FlushTicket::wait"]
 pub struct FlushTicket {
-    target: u64,
-    /// The CPUs that were attached, not the initiator's, running and not yet
-    /// acknowledged when the flush began.
+    /// The CPUs that were attached, not the initiator's, inside an access
+    /// and not quiescent when the flush began.
     pending: Vec<PendingCpu>,
 }
 
 impl FlushTicket {
-    /// Waits until each CPU that was attached and running when the flush
-    /// began has acknowledged its generation, is quiescent, or has detached
-    /// from the domain since.
+    /// Waits until each CPU that was inside an access when the flush began
+    /// has left that access or become quiescent. A CPU outside an access is
+    /// never waited for, however long its thread blocks.
     pub fn wait(self) {
         drop(self);
     }
@@ -241,8 +347,7 @@ impl FlushTicket {
     fn wait_pending(&mut self) {
         for p in self.pending.drain(..) {
             let mut i = 0;
-            // Acquire on `detaches` pairs with the Release in `detach`.
-            while !p.cpu.done(self.target) && p.cpu.detaches.load(Ordering::Acquire) == p.detaches {
+            while !p.cpu.done(p.until) {
                 spin_hint(i);
                 i = i.saturating_add(1);
             }
@@ -260,42 +365,9 @@ impl Drop for FlushTicket {
 mod tests {
     use super::*;
 
-    #[test]
-    fn flush_waits_for_a_running_cpu_and_skips_a_quiescent_one() {
-        let dom = Arc::new(TlbDomain::new());
-        let running = CpuTlbState::new();
-        let parked = CpuTlbState::new();
-        dom.attach(&running);
-        dom.attach(&parked);
-        parked.enter_quiescent();
-        assert_eq!(dom.attached(), 2);
-        let cpu = {
-            let (dom, running) = (dom.clone(), running.clone());
-            std::thread::spawn(move || {
-                // The CPU's MMU calls: acknowledge whatever generation it sees.
-                let mut seen = 0;
-                while seen < 1 {
-                    let g = dom.generation();
-                    if g != seen {
-                        seen = g;
-                        running.ack(g);
-                    }
-                    std::thread::yield_now();
-                }
-            })
-        };
-        dom.flush(&[]);
-        cpu.join().unwrap();
-        let s = dom.stats();
-        assert_eq!((s.flushes, s.flush_requests), (1, 2));
-        dom.detach(&running);
-        dom.detach(&parked);
-        assert_eq!(dom.attached(), 0);
-    }
-
     /// Runs `f` on another thread and fails if it does not return within a
-    /// generous delay (a ticket that waits for a CPU that will never
-    /// acknowledge would otherwise hang the test).
+    /// generous delay (a ticket that waits for a CPU that will never leave
+    /// its access would otherwise hang the test).
     #[track_caller]
     fn returns(f: impl FnOnce() + Send + 'static) {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -307,39 +379,127 @@ mod tests {
     }
 
     #[test]
-    fn a_ticket_ends_when_its_cpu_moves_to_another_domain() {
-        let (dom, elsewhere) = (TlbDomain::new(), Arc::new(TlbDomain::new()));
+    fn only_a_cpu_inside_an_access_is_waited_for() {
+        let dom = TlbDomain::new();
+        let (inside, outside, parked) = (CpuTlbState::new(), CpuTlbState::new(), CpuTlbState::new());
+        [&inside, &outside, &parked].iter().for_each(|c| _ = dom.attach(c));
+        parked.enter_quiescent();
+        let light = barrier::reader_is_light();
+        let (mut ni, mut no) = (0, 0);
+        inside.section_begin(&mut ni, light);
+        // `outside` entered and left an access: its thread may now block
+        // anywhere for as long as it likes.
+        outside.section_begin(&mut no, light);
+        outside.section_end(&mut no);
+        let ticket = dom.flush_begin(&[]);
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 3, 1, 1));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            ticket.wait();
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
+        inside.section_end(&mut ni);
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
+        waiter.join().unwrap();
+        [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
+        assert_eq!(dom.attached(), 0);
+    }
+
+    #[test]
+    fn the_next_access_policy_waits_for_an_idle_cpus_next_access() {
+        let dom = TlbDomain::with_policy(ShootdownPolicy::NextAccess);
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        for _ in 0..2 {
-            let t = dom.flush_begin(&[]);
-            cpu.ack(dom.generation());
-            t.wait();
-        }
+        let mut n = 0;
         let ticket = dom.flush_begin(&[]);
-        assert_eq!(dom.stats().flush_waits, 3, "a running CPU that has not acknowledged is waited for");
-        // The CPU leaves while the ticket is pending (begin holds no lock)
-        // and runs elsewhere, acknowledging that domain's generations only.
-        dom.detach(&cpu);
-        elsewhere.attach(&cpu);
-        elsewhere.flush(std::slice::from_ref(&cpu));
-        cpu.ack(elsewhere.generation());
-        assert!(elsewhere.generation() < dom.generation(), "its ack must not reach the ticket's target");
+        assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
+        // Entering the next access is not enough (its generation load may
+        // predate the bump); completing it is.
+        cpu.section_begin(&mut n, false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            ticket.wait();
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
+        cpu.section_end(&mut n);
+        assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
+        waiter.join().unwrap();
+        // Parked: not waited for.
+        cpu.enter_quiescent();
+        dom.flush(&[]);
+        assert_eq!(dom.stats().flush_waits, 1);
+    }
+
+    #[test]
+    fn a_ticket_ends_with_the_section_even_if_the_cpu_enters_another() {
+        let dom = TlbDomain::new();
+        let cpu = CpuTlbState::new();
+        dom.attach(&cpu);
+        let mut n = 0;
+        cpu.section_begin(&mut n, false);
+        let ticket = dom.flush_begin(&[]);
+        assert_eq!(dom.stats().flush_waits, 1);
+        // Out of the access and into the next before the waiter looks: the
+        // count is odd again, but not the one the ticket noted.
+        cpu.section_end(&mut n);
+        cpu.section_begin(&mut n, false);
         returns(move || ticket.wait());
-        elsewhere.detach(&cpu);
+        cpu.section_end(&mut n);
+    }
+
+    #[test]
+    fn a_cpu_quiescent_inside_an_access_is_not_waited_for() {
+        // A `with_slice` callback that calls into softmm: its section is
+        // open, but its thread is in softmm, blocked perhaps on a lock the
+        // initiator holds.
+        let dom = TlbDomain::new();
+        let cpu = CpuTlbState::new();
+        dom.attach(&cpu);
+        let mut n = 0;
+        cpu.section_begin(&mut n, false);
+        cpu.enter_quiescent();
+        let t = dom.flush_begin(&[]);
+        assert_eq!(dom.stats().flush_waits, 0);
+        t.wait();
+        // Quiescent only after begin noted it: the wait ends then.
+        cpu.exit_quiescent();
+        let t = dom.flush_begin(&[]);
+        assert_eq!(dom.stats().flush_waits, 1);
+        cpu.enter_quiescent();
+        returns(move || t.wait());
+        cpu.exit_quiescent();
+        cpu.section_end(&mut n);
+    }
+
+    #[test]
+    fn the_initiators_own_cpus_get_no_request_and_no_barrier() {
+        let dom = TlbDomain::new();
+        let mine = CpuTlbState::new();
+        dom.attach(&mine);
+        let mut n = 0;
+        mine.section_begin(&mut n, false);
+        dom.flush(std::slice::from_ref(&mine));
+        mine.section_end(&mut n);
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 0, 0, 0));
     }
 
     #[test]
     fn flushes_of_two_domains_begin_together_and_are_waited_for() {
-        let doms = [Arc::new(TlbDomain::new()), Arc::new(TlbDomain::new())];
+        let doms = [TlbDomain::new(), TlbDomain::new()];
         let cpus = [CpuTlbState::new(), CpuTlbState::new()];
         doms.iter().zip(&cpus).for_each(|(d, c)| _ = d.attach(c));
+        let mut n = [0, 0];
+        cpus.iter().zip(&mut n).for_each(|(c, n)| c.section_begin(n, false));
         let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
-        // Both generations moved before either wait: the CPUs can
-        // acknowledge in parallel.
-        for (d, c) in doms.iter().zip(&cpus) {
+        // Both generations moved before either wait: the CPUs can leave
+        // their accesses in parallel.
+        for ((d, c), n) in doms.iter().zip(&cpus).zip(&mut n) {
             assert_eq!(d.generation(), 1);
-            c.ack(d.generation());
+            c.section_end(n);
         }
         returns(move || tickets.into_iter().for_each(FlushTicket::wait));
         let s = doms[1].stats();
@@ -348,22 +508,24 @@ mod tests {
 
     #[test]
     fn a_dropped_ticket_waits_too() {
-        let dom = Arc::new(TlbDomain::new());
+        let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
+        let mut n = 0;
+        cpu.section_begin(&mut n, false);
         let ticket = dom.flush_begin(&[]);
-        let acked = Arc::new(AtomicU64::new(0));
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let waiter = {
-            let acked = acked.clone();
+            let ended = ended.clone();
             std::thread::spawn(move || {
                 drop(ticket);
-                // Only the ack below can have let the drop return.
-                assert_eq!(acked.load(Ordering::SeqCst), 1);
+                // Only the section's end below can have let the drop return.
+                assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
-        acked.store(1, Ordering::SeqCst);
-        cpu.ack(dom.generation());
+        ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        cpu.section_end(&mut n);
         waiter.join().unwrap();
     }
 }
