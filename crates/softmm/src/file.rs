@@ -462,7 +462,7 @@ mod tests {
 
     /// A tiny arena (15 usable frames) so leaks show up in `frames_used`.
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     /// `len` bytes of the file from `offset`, and how many `read_at` reported.

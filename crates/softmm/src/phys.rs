@@ -84,18 +84,21 @@ pub struct PhysConfig {
     pub bytes: u64,
     /// Number of NUMA nodes the frames are split into (1 to [`MAX_NODES`]).
     pub nodes: usize,
+    /// Huge (2 MiB) pages per node in the hugetlb pool, carved out of the
+    /// node's frames (Linux's `nr_hugepages`, per node); default 0.
+    pub hugepages: u64,
 }
 
 impl Default for PhysConfig {
     fn default() -> Self {
-        PhysConfig { bytes: 256 << 20, nodes: 1 }
+        PhysConfig { bytes: 256 << 20, nodes: 1, hugepages: 0 }
     }
 }
 
 impl PhysConfig {
     /// An arena of `bytes` on one node. Checked only by [`PhysMem::new`].
     pub fn new(bytes: u64) -> PhysConfig {
-        PhysConfig { bytes, nodes: 1 }
+        PhysConfig { bytes, nodes: 1, hugepages: 0 }
     }
 
     /// Sets `bytes`: the arena size, rounded up to whole frames per node.
@@ -109,6 +112,15 @@ impl PhysConfig {
     #[must_use]
     pub fn nodes(mut self, nodes: usize) -> PhysConfig {
         self.nodes = nodes;
+        self
+    }
+
+    /// Sets `hugepages`: 2 MiB pages per node for the hugetlb pool, taken
+    /// from the node's frames (each 512 contiguous frames, aligned), so the
+    /// arena must be big enough: [`PhysMem::new`] says `EINVAL` otherwise.
+    #[must_use]
+    pub fn hugepages(mut self, per_node: u64) -> PhysConfig {
+        self.hugepages = per_node;
         self
     }
 }
@@ -256,6 +268,8 @@ pub struct PhysMem {
     next_id: AtomicU64,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
     pub(crate) commit: crate::mm::commit::CommitState,
+    /// The hugetlb pool (see [`crate::hugetlb`]).
+    pub(crate) hugetlb: crate::hugetlb::pool::HugePool,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -302,6 +316,9 @@ impl PhysMem {
         }
         let frames = per_node * nodes as u64; // <= bytes / PAGE_SIZE + nodes: no overflow
         let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
+        // Checked before anything is mapped. The hugetlb pool takes the top of each node; the rest is 4 KiB frames.
+        let spans: Vec<(Pfn, Pfn)> = (0..nodes as u64).map(|n| (n * per_node, (n + 1) * per_node)).collect();
+        let (hugetlb, small_ends) = crate::hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
         let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
         // Miri cannot read /proc (isolation); its arenas are tiny anyway.
         let avail = if cfg!(miri) { None } else { host_mem_available() };
@@ -351,7 +368,7 @@ impl PhysMem {
                 let first = n * per_node;
                 let end = first + per_node;
                 // Pop from the end gives ascending frames.
-                let free = (first..end).filter(|&p| p != zero_pfn).rev().collect();
+                let free = (first..small_ends[n as usize]).filter(|&p| p != zero_pfn).rev().collect();
                 Node { free: Mutex::new(free), first, end }
             })
             .collect();
@@ -371,7 +388,8 @@ impl PhysMem {
             vmas: AtomicI64::new(0),
             rmap_entries: AtomicI64::new(0),
             next_id: AtomicU64::new(1),
-            commit: crate::mm::commit::CommitState::new(frames),
+            commit: crate::mm::commit::CommitState::new(frames - hugetlb.frames()),
+            hugetlb,
         }))
     }
 
@@ -611,6 +629,10 @@ impl PhysMem {
         debug_assert!(old > 0, "frame {pfn} refcount underflow");
         if old == 1 {
             crate::sync::fence(Ordering::Acquire);
+            if !self.hugetlb.is_empty() && self.hugetlb.owns(self.node_of(pfn), pfn) {
+                self.free_huge(self.node_of(pfn), pfn);
+                return;
+            }
             self.free(pfn);
         }
     }
@@ -766,7 +788,7 @@ mod tests {
 
     /// A one-node arena of `frames` frames, frame 0 being the zero page.
     fn arena(frames: u64) -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: frames * PAGE_SIZE, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(frames * PAGE_SIZE)).unwrap()
     }
 
     /// A frame's reference as a number, as a page-table entry holds it.
@@ -809,17 +831,17 @@ mod tests {
     #[test]
     fn arena_size_rounds_up_to_whole_frames_per_node() {
         // 5 frames over 2 nodes: 3 per node.
-        let phys = PhysMem::new(PhysConfig { bytes: 5 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(5 * PAGE_SIZE).nodes(2)).unwrap();
         assert_eq!(phys.stats().frames_total, 6);
         // The smallest arena: the zero page and one frame to allocate.
-        let phys = PhysMem::new(PhysConfig { bytes: PAGE_SIZE + 1, nodes: 1 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(PAGE_SIZE + 1)).unwrap();
         assert_eq!(phys.stats().frames_total, 2);
         assert_eq!(alloc_all(&phys, 0), vec![1]);
     }
 
     #[track_caller]
     fn refused(bytes: u64, nodes: usize) -> Errno {
-        match PhysMem::new(PhysConfig { bytes, nodes }) {
+        match PhysMem::new(PhysConfig::new(bytes).nodes(nodes)) {
             Ok(_) => panic!("PhysConfig {{ bytes: {bytes:#x}, nodes: {nodes} }} was accepted"),
             Err(e) => e,
         }
@@ -837,7 +859,7 @@ mod tests {
         assert_eq!(refused(PAGE_SIZE, 1), Errno::Inval);
         assert_eq!(refused(2 * PAGE_SIZE, 2), Errno::Inval);
         assert_eq!(refused(1 << 20, 512), Errno::Inval, "one frame per node");
-        assert_eq!(PhysMem::new(PhysConfig { bytes: 3 * PAGE_SIZE, nodes: 2 }).unwrap().stats().frames_total, 4);
+        assert_eq!(PhysMem::new(PhysConfig::new(3 * PAGE_SIZE).nodes(2)).unwrap().stats().frames_total, 4);
         // Sizes whose rounding to whole frames per node overflows.
         assert_eq!(refused(u64::MAX, 1), Errno::Inval);
         // 2^52 - 1 frames: 2^51 per node on two nodes, 2^64 bytes in all.
@@ -866,7 +888,7 @@ mod tests {
     #[test]
     fn arena_size_rounds_a_partial_frame_up() {
         // The doc promises rounding up: a partial fifth frame is a whole one.
-        let phys = PhysMem::new(PhysConfig { bytes: 4 * PAGE_SIZE + 1, nodes: 1 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(4 * PAGE_SIZE + 1)).unwrap();
         assert_eq!(phys.stats().frames_total, 5);
     }
 
@@ -984,7 +1006,7 @@ mod tests {
     #[test]
     fn numa_nodes_split_the_arena_and_alloc_prefers_the_asked_node() {
         // 16 frames on 2 nodes: node 0 holds frames 0..8 (0 is the zero page), node 1 frames 8..16.
-        let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE).nodes(2)).unwrap();
         assert_eq!(phys.nodes(), 2);
         assert_eq!((phys.node_of(0), phys.node_of(7), phys.node_of(8), phys.node_of(15)), (0, 0, 1, 1));
         let on1: Vec<Pfn> = (0..8).map(|_| alloc_raw(&phys, 1).unwrap()).collect();
@@ -1005,7 +1027,7 @@ mod tests {
         // Every softmm caller asks for node 0. Once node 0 is empty, refill moves a batch of node 1
         // frames into the thread cache and hands out one; the next alloc(0) finds no node-0 frame
         // in the cache, finds both free lists empty, and fails with 7 free frames in the cache.
-        let phys = PhysMem::new(PhysConfig { bytes: 16 * PAGE_SIZE, nodes: 2 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE).nodes(2)).unwrap();
         let got = alloc_all(&phys, 0);
         assert_eq!(got.len(), 15, "frames_used = {}", phys.stats().frames_used);
     }

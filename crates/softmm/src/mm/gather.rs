@@ -144,7 +144,7 @@ mod tests {
 
     fn a_huge_munmap_flushes_each_full_gather_under(policy: crate::UnmapPolicy) {
         let pages = MAX_GATHER_FRAMES as u64 + 1;
-        let phys = PhysMem::new(PhysConfig { bytes: (pages + 64) * PAGE_SIZE, nodes: 1 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new((pages + 64) * PAGE_SIZE)).unwrap();
         let mm = AddressSpace::new(&phys, MmConfig::default().unmap_policy(policy)).unwrap();
         let len = pages * PAGE_SIZE;
         let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();
@@ -187,7 +187,7 @@ mod tests {
     /// acknowledged.
     #[test]
     fn flushes_of_two_address_spaces_begin_then_wait() {
-        let phys = PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap();
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
         let mms = [
             AddressSpace::new(&phys, MmConfig::default()).unwrap(),
             AddressSpace::new(&phys, MmConfig::default()).unwrap(),

@@ -187,7 +187,7 @@ mod tests {
 
     /// A tiny arena: VMAs only need it for their accounting.
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     /// A tree holding a read-write VMA `[start, end)` for each pair, with `VM_GROWSDOWN` added where asked.

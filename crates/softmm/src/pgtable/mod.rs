@@ -303,7 +303,7 @@ mod tests {
     use crate::phys::PhysConfig;
 
     fn arena() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 1 << 20, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(1 << 20)).unwrap()
     }
 
     #[test]

@@ -389,7 +389,7 @@ mod tests {
 
     /// A tiny arena: VMAs only need it for their accounting.
     fn phys() -> Arc<PhysMem> {
-        PhysMem::new(PhysConfig { bytes: 64 << 10, nodes: 1 }).unwrap()
+        PhysMem::new(PhysConfig::new(64 << 10)).unwrap()
     }
 
     /// A private anonymous read-write VMA `[start, end)` with linear page offset `start >> PAGE_SHIFT`.
