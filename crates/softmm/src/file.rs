@@ -59,6 +59,10 @@ pub struct File {
     /// Pages charged to the commit limit for this object (a shared
     /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
     pub(crate) shmem_acct: AtomicU64,
+    /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
+    /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
+    /// indexed in 2 MiB pages and holds each page's head frame.
+    pub(crate) hugetlb: Option<crate::hugetlb::resv::FileResv>,
 }
 
 struct FileInner {
@@ -83,7 +87,17 @@ impl File {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
         }
-        Ok(Arc::new(File {
+        Ok(Arc::new(File::new_inode(phys, name, size, None)))
+    }
+
+    /// The inode behind [`File::create`] and the hugetlb files.
+    pub(crate) fn new_inode(
+        phys: &Arc<PhysMem>,
+        name: &str,
+        size: u64,
+        hugetlb: Option<crate::hugetlb::resv::FileResv>,
+    ) -> File {
+        File {
             id: phys.next_id(),
             name: name.to_string(),
             phys: phys.clone(),
@@ -91,7 +105,8 @@ impl File {
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
             shmem_acct: AtomicU64::new(0),
-        }))
+            hugetlb,
+        }
     }
 
     /// Unique id (used as the inode number in maps).
@@ -171,6 +186,24 @@ impl File {
             }
         };
         Ok(Some(self.phys.get(pfn)))
+    }
+
+    /// Adds the huge page `page` at huge index `index` of a hugetlb file's
+    /// page cache, which takes a reference of its own (Linux's
+    /// `hugetlb_add_to_page_cache`). `false`, nothing added, if a page is
+    /// already there. Callers hold the file's hugetlb fault mutex.
+    pub(crate) fn add_huge_page(&self, index: u64, page: &FrameRef<'_>) -> bool {
+        debug_assert!(self.hugetlb.is_some(), "a huge page in a file of small pages");
+        let mut inner = self.inner.lock();
+        if inner.pages.contains_key(&index) {
+            return false;
+        }
+        let d = page.desc();
+        d.flags.store(PG_FILE, Ordering::Relaxed);
+        d.mapping.store(self.id, Ordering::Relaxed);
+        d.index.store(index, Ordering::Relaxed);
+        inner.pages.insert(index, self.phys.get(page.pfn()).into_raw());
+        true
     }
 
     /// Reads from `offset` into `buf`, as Linux's `pread` on a tmpfs file:
@@ -403,8 +436,13 @@ impl Drop for File {
         self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
         self.phys.vm_unacct_memory(self.shmem_acct.load(Ordering::Relaxed));
         let inner = self.inner.get_mut();
+        let freed = inner.pages.len() as u64;
         for (_, p) in std::mem::take(&mut inner.pages) {
             drop(FrameRef::from_raw(&self.phys, p));
+        }
+        // Inode eviction: remove_inode_hugepages + hugetlb_unreserve_pages.
+        if let Some(resv) = &self.hugetlb {
+            resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
     }
 }

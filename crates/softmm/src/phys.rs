@@ -603,6 +603,7 @@ impl PhysMem {
     /// to (directly, through a locked PTE or through the page cache's lock).
     #[inline]
     pub(crate) fn get(&self, pfn: Pfn) -> FrameRef<'_> {
+        let pfn = self.compound_head(pfn);
         if pfn != self.zero_pfn {
             self.desc(pfn).refcount.fetch_add(1, Ordering::Relaxed);
         }
@@ -622,6 +623,7 @@ impl PhysMem {
         if pfn == self.zero_pfn {
             return;
         }
+        let pfn = self.compound_head(pfn);
         // Release pairs with the Acquire below so that every use of the frame
         // through other references happens before it is reused (the reasons
         // of `Arc::drop`).
@@ -629,7 +631,7 @@ impl PhysMem {
         debug_assert!(old > 0, "frame {pfn} refcount underflow");
         if old == 1 {
             crate::sync::fence(Ordering::Acquire);
-            if !self.hugetlb.is_empty() && self.hugetlb.owns(self.node_of(pfn), pfn) {
+            if self.is_huge(pfn) {
                 self.free_huge(self.node_of(pfn), pfn);
                 return;
             }

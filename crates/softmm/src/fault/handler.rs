@@ -88,6 +88,14 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
+    if vma.flags.contains(VmFlags::HUGETLB) {
+        // hugetlb faults hold mmap_lock (their own locking schemes come
+        // with PMD sharing): the lock-free paths fall back.
+        if !ctx.may_sleep {
+            return ctx.unsupported();
+        }
+        return super::hugetlb::hugetlb_fault(&super::hugetlb::HugeFault { mm: ctx.mm, vma }, addr, write);
+    }
     let va = addr & !(PAGE_SIZE - 1);
     let guard = crossbeam_epoch::pin();
     let leaf = if ctx.may_alloc_tables {

@@ -6,15 +6,40 @@
 //!   `resv_huge_pages`, `surplus_huge_pages` under one `hugetlb_lock`) and
 //!   the counts `/proc/meminfo` shows, [`HugePageStats`].
 //!
+//! - `resv.rs`: reservations (Linux's `resv_map`): per file for shared
+//!   mappings, per mapping for private ones.
+//!
+//!
+//! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
+//!
 //! What comes next (PMD sharing, the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
 pub(crate) mod pool;
+pub(crate) mod resv;
 
 pub use pool::HugePageStats;
 
 /// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64
 /// (Linux's default hstate).
 pub(crate) const HPAGE_SIZE: u64 = crate::pgtable::PMD_SIZE;
+/// `log2(HPAGE_SIZE)`.
+pub(crate) const HPAGE_SHIFT: u64 = 21;
 /// 4 KiB frames per huge page (`pages_per_huge_page`).
 pub(crate) const HPAGE_FRAMES: u64 = HPAGE_SIZE / crate::PAGE_SIZE;
+
+/// `hugetlb_vm_op_close` for the part `[start, end)` of `vma` that is going
+/// away: a private mapping's unused reservations there return to the pool.
+pub(crate) fn close_vma_range(vma: &crate::vma::Vma, start: u64, end: u64) {
+    if let Some(resv) = &vma.hugetlb_resv {
+        resv.close(vma.huge_index(start), vma.huge_index(end));
+    }
+}
+
+/// The hugetlbfs pseudo-file behind an anonymous `MAP_HUGETLB` mapping of
+/// `len` bytes (Linux's `hugetlb_file_setup(HUGETLB_ANON_FILE, ..)`, made
+/// with `VM_NORESERVE`: the mapping reserves, not the file). Its name is what
+/// `/proc/pid/maps` shows for it.
+pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std::sync::Arc<crate::File> {
+    std::sync::Arc::new(crate::File::new_inode(phys, "/anon_hugepage (deleted)", len, Some(resv::FileResv::default())))
+}

@@ -220,6 +220,26 @@ impl PhysMem {
         Some(FrameRef::from_raw(self, pfn))
     }
 
+    /// Whether `pfn` is a frame of a huge page (a test of two bounds, and
+    /// none at all without a pool).
+    #[inline]
+    pub(crate) fn is_huge(&self, pfn: Pfn) -> bool {
+        !self.hugetlb.is_empty() && self.hugetlb.owns(self.node_of(pfn), pfn)
+    }
+
+    /// The frame holding the reference count of `pfn`'s page (Linux's
+    /// `compound_head`): the head of its huge page, or `pfn` itself. A
+    /// reference taken through any 4 KiB of a huge page (a slice of guest
+    /// memory) counts on the page.
+    #[inline]
+    pub(crate) fn compound_head(&self, pfn: Pfn) -> Pfn {
+        if self.is_huge(pfn) {
+            pfn & !(HPAGE_FRAMES - 1)
+        } else {
+            pfn
+        }
+    }
+
     /// Called by `put` when the last reference of a pool page of `node` went.
     pub(crate) fn free_huge(&self, node: usize, pfn: Pfn) {
         debug_assert_eq!(pfn % HPAGE_FRAMES, 0, "huge page {pfn} freed through a tail frame");

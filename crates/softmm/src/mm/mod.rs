@@ -74,6 +74,8 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
     /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
     pub(crate) pages_migrated: AtomicU64,
+    /// hugetlb faults that mapped a huge page.
+    pub(crate) hugetlb_faults: AtomicU64,
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -93,6 +95,11 @@ pub struct MmStats {
     pub rss_pages: u64,
     /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
     pub pages_migrated: u64,
+    /// 4 KiB pages mapped by hugetlb mappings (`/proc/pid/status`
+    /// `HugetlbPages` over 4 KiB); not part of `rss_pages`, as in Linux.
+    pub hugetlb_pages: u64,
+    /// hugetlb faults that mapped a huge page (first touch, COW).
+    pub hugetlb_faults: u64,
 }
 
 /// A virtual address space with Linux semantics.
@@ -318,7 +325,9 @@ impl AddressSpace {
         let _q = crate::tlb::QuiescentGuard::enter();
         let st = self.read_lock();
         let map_count = st.vmas.len();
-        let rss_pages = st.vmas.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let (huge, small): (Vec<_>, Vec<_>) = st.vmas.iter().partition(|v| v.flags.contains(VmFlags::HUGETLB));
+        let rss_pages = small.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let hugetlb_pages = huge.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
         MmStats {
             map_count,
             mmap_lock_write: self.counters.mmap_lock_write.load(Ordering::Relaxed),
@@ -326,7 +335,14 @@ impl AddressSpace {
             tlb: self.tlb.stats(),
             rss_pages,
             pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
+            hugetlb_pages,
+            hugetlb_faults: self.counters.hugetlb_faults.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts a hugetlb fault that mapped a page.
+    pub(crate) fn count_hugetlb_fault(&self) {
+        self.counters.hugetlb_faults.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Present pages in `[start, end)` (smaps `Rss` in pages).
@@ -442,7 +458,12 @@ impl AddressSpace {
             for &(va, pte) in &moved {
                 tlb.need_flush = true;
                 let dst = new + (va - old);
-                let prev = self.pgtables.leaf_alloc(dst, &guard).lock().replace(dst, pte);
+                // A 2 MiB leaf (hugetlb) moves to a PMD leaf; hugetlb VMAs
+                // never hold PTE tables, so the destination has room.
+                let Some(dleaf) = self.pgtables.leaf_alloc_sized(dst, leaf.entry_size(), &guard) else {
+                    unreachable!("a hugetlb destination holds a PTE table")
+                };
+                let prev = dleaf.lock().replace(dst, pte);
                 debug_assert!(prev.is_none(), "mremap destination had an entry");
             }
         }
@@ -469,7 +490,17 @@ impl AddressSpace {
     /// `ENOMEM` without change if a split would exceed `max_map_count`.
     pub(crate) fn detach_vmas(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<Option<(u64, u64)>> {
         let accounted = commit::accounted_pages(&st.vmas, start, end);
+        // hugetlb_vm_op_close of the parts that go: their private reservations.
+        let closing: Vec<(Arc<Vma>, u64, u64)> = st
+            .vmas
+            .overlapping(start, end)
+            .filter(|v| v.hugetlb_resv.is_some())
+            .map(|v| (v.clone(), start.max(v.start), end.min(v.end)))
+            .collect();
         let span = self.detach_vmas_keep_charge(st, start, end)?;
+        for (v, lo, hi) in closing {
+            crate::hugetlb::close_vma_range(&v, lo, hi);
+        }
         // vms_complete_munmap_vmas: the removed mappings' commit charge goes.
         self.phys.vm_unacct_memory(accounted);
         Ok(span)
@@ -494,6 +525,13 @@ impl AddressSpace {
         };
         if start > first.start && end < first.end && st.vmas.len() >= self.config.max_map_count {
             return Err(crate::Errno::NoMem);
+        }
+        // __split_vma: vm_ops->may_split (hugetlb), after the map count.
+        if start > first.start {
+            first.may_split(start)?;
+        }
+        if end < last.end {
+            last.may_split(end)?;
         }
         for v in &victims {
             st.vmas.remove(v.start);
@@ -578,6 +616,11 @@ impl Drop for AddressSpace {
         let st = self.mmap_lock.get_mut();
         // exit_mmap: the commit charge of what is left goes.
         self.phys.vm_unacct_memory(commit::accounted_pages(&st.vmas, 0, u64::MAX));
+        // remove_vma → hugetlb_vm_op_close: private reservations go now, not
+        // after the VMAs' grace period.
+        for v in st.vmas.iter() {
+            crate::hugetlb::close_vma_range(v, v.start, v.end);
+        }
         st.vmas = VmaTree::default();
         let guard = crossbeam_epoch::pin();
         let old = self.vmas_rcu.swap(Shared::null(), Ordering::AcqRel, &guard);

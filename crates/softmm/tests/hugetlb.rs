@@ -1,0 +1,337 @@
+//! hugetlb (seed 000's foundation): the huge page pool and its `/proc/meminfo`
+//! counts, `MAP_HUGETLB` mappings with Linux's reservations, the alignment
+//! rules and errnos of the mapping calls on hugetlb VMAs, 2 MiB faults (one
+//! PMD leaf, one TLB entry for all 512 frames), private COW and fork.
+//! The differential half, against the host kernel, is `hugetlb_host.rs`.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use softmm::uapi::*;
+use softmm::{AddressSpace, Cpu, Errno, Fault, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+
+const HP: u64 = 2 << 20;
+const SHARED_HUGE: i32 = MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB;
+const PRIVATE_HUGE: i32 = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+
+/// An arena with `huge` 2 MiB pages in its pool and 8 MiB of small frames.
+fn pool(huge: u64) -> Arc<PhysMem> {
+    PhysMem::new(PhysConfig::new((8 << 20) + huge * HP + HP).hugepages(huge)).expect("arena")
+}
+
+/// `(free, rsvd)` of the pool.
+fn counts(phys: &PhysMem) -> (u64, u64) {
+    let s = phys.huge_page_stats();
+    (s.free, s.rsvd)
+}
+
+fn mm(phys: &Arc<PhysMem>) -> Arc<AddressSpace> {
+    mm_with(phys, FaultPolicy::default())
+}
+
+#[test]
+fn the_pool_shows_in_meminfo_counts_and_costs_no_small_frames() {
+    let phys = pool(3);
+    let s = phys.huge_page_stats();
+    assert_eq!((s.total, s.free, s.rsvd, s.surp), (3, 3, 0, 0));
+    assert_eq!(phys.stats().frames_used, 0);
+    let none = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+    assert_eq!(none.huge_page_stats().total, 0, "no pool unless asked for");
+    // Two nodes: the count is per node.
+    let two = PhysMem::new(PhysConfig::new(24 << 20).nodes(2).hugepages(2)).unwrap();
+    assert_eq!(two.huge_page_stats().total, 4);
+    assert_eq!(PhysMem::new(PhysConfig::new(4 << 20).hugepages(2)).err(), Some(Errno::Inval));
+}
+
+#[test]
+fn a_shared_mapping_reserves_at_mmap_and_a_fault_consumes_its_reservation() {
+    let phys = pool(4);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, SHARED_HUGE, None, 0).unwrap();
+    assert_eq!(a % HP, 0, "hugetlb_get_unmapped_area aligns");
+    assert_eq!(counts(&phys), (4, 2), "reserved, not allocated");
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + 8, 7).unwrap();
+    assert_eq!(counts(&phys), (3, 1), "the fault consumed one reservation");
+    assert_eq!(mm.stats().hugetlb_faults, 1);
+    // Every 4 KiB of the page is the same page: no more faults.
+    cpu.write_u64(a + HP - 8, 9).unwrap();
+    assert_eq!(cpu.read_u64(a + 8).unwrap(), 7);
+    assert_eq!(mm.stats().hugetlb_faults, 1);
+    assert_eq!(mm.stats().hugetlb_pages, 512);
+    assert_eq!(mm.stats().rss_pages, 0, "hugetlb pages are not RSS");
+    drop(cpu);
+    mm.munmap(a, 2 * HP).unwrap();
+    drop(mm);
+    // The pseudo-file goes with the last VMA, after its grace period.
+    phys.quiesce();
+    assert_eq!(counts(&phys), (4, 0));
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn a_mapping_the_pool_cannot_cover_is_enomem_and_changes_nothing() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let before = mm.maps_text();
+    assert_eq!(mm.mmap(0, 3 * HP, RW, SHARED_HUGE, None, 0), Err(Errno::NoMem));
+    assert_eq!(mm.mmap(0, 3 * HP, RW, PRIVATE_HUGE, None, 0), Err(Errno::NoMem));
+    // A read-only private mapping reserves too (mprotect could make it writable).
+    assert_eq!(mm.mmap(0, 3 * HP, PROT_READ, PRIVATE_HUGE, None, 0), Err(Errno::NoMem));
+    assert_eq!(mm.maps_text(), before);
+    assert_eq!(counts(&phys), (2, 0));
+    // Two mappings of two pages each do not both fit.
+    let a = mm.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    assert_eq!(mm.mmap(0, HP, RW, SHARED_HUGE, None, 0), Err(Errno::NoMem));
+    mm.munmap(a, 2 * HP).unwrap();
+    assert_eq!(counts(&phys), (2, 0), "a private mapping gives its reservations back at munmap");
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn noreserve_defers_to_the_fault_where_an_empty_pool_is_sigbus() {
+    let phys = pool(1);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, SHARED_HUGE | MAP_NORESERVE, None, 0).unwrap();
+    assert_eq!(counts(&phys), (1, 0), "nothing reserved");
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(a, 1).unwrap();
+    assert_eq!(cpu.write_u8(a + HP + 5, 1), Err(Fault::Bus { addr: a + HP + 5 }));
+    assert_eq!(phys.huge_page_stats().alloc_failures, 1);
+    // Private, too.
+    let p = mm.mmap(0, HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+    assert_eq!(cpu.read_u8(p), Err(Fault::Bus { addr: p }), "no zero page for hugetlb");
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn a_private_mapping_reserves_for_its_own_pages_and_a_partial_munmap_returns_its_part() {
+    let phys = pool(4);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 4 * HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    assert_eq!(counts(&phys), (4, 4));
+    let mut cpu = Cpu::attached(&mm);
+    // A read allocates too: hugetlb has no zero page.
+    assert_eq!(cpu.read_u64(a).unwrap(), 0);
+    cpu.write_u64(a + HP, 5).unwrap();
+    assert_eq!(counts(&phys), (2, 2));
+    drop(cpu);
+    // Unmap a touched and an untouched page: one page and one reservation back.
+    mm.munmap(a + HP, 2 * HP).unwrap();
+    assert_eq!(counts(&phys), (3, 1));
+    mm.munmap(a, 4 * HP).unwrap();
+    assert_eq!(counts(&phys), (4, 0));
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn exit_gives_back_pages_and_reservations() {
+    let phys = pool(4);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let b = mm.mmap(0, 2 * HP, RW, SHARED_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(a, 1).unwrap();
+    cpu.write_u8(b, 1).unwrap();
+    drop(cpu);
+    assert_eq!(counts(&phys), (2, 2));
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn lengths_round_up_and_fixed_addresses_must_be_aligned() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 4096, RW, SHARED_HUGE, None, 0).unwrap();
+    assert_eq!(mm.maps()[0].end - mm.maps()[0].start, HP, "rounded up to a huge page");
+    mm.munmap(a, HP).unwrap();
+    assert_eq!(mm.mmap(a + 4096, HP, RW, SHARED_HUGE | MAP_FIXED, None, 0), Err(Errno::Inval));
+    assert_eq!(mm.mmap(0, HP, RW, PRIVATE_HUGE | (22 << 26), None, 0), Err(Errno::Inval), "MAP_HUGE_4MB");
+    assert_eq!(mm.mmap(0, HP, RW, PRIVATE_HUGE | (30 << 26), None, 0), Err(Errno::NoMem), "no 1 GiB pool");
+    // A hint is rounded down to the huge page size (x86).
+    let hint = 0x7000_0000_0000 + 4096;
+    assert_eq!(mm.mmap(hint, HP, RW, SHARED_HUGE, None, 0), Ok(hint - 4096));
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn munmap_mprotect_and_madvise_split_only_at_huge_boundaries() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, SHARED_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + 4096, 0x55).unwrap();
+    let maps = mm.maps_text();
+    assert_eq!(mm.munmap(a, 4096), Err(Errno::Inval));
+    assert_eq!(mm.munmap(a + 4096, HP), Err(Errno::Inval));
+    assert_eq!(mm.munmap(a + HP, 1), Err(Errno::Inval), "the end splits inside the second page");
+    assert_eq!(mm.munmap(a, HP + 4096), Err(Errno::Inval));
+    assert_eq!(mm.mprotect(a, 4096, PROT_READ), Err(Errno::Inval));
+    assert_eq!(mm.mprotect(a + HP, 4096, PROT_READ), Err(Errno::Inval));
+    assert_eq!(mm.madvise(a, 4096, MADV_DONTFORK), Err(Errno::Inval));
+    assert_eq!(mm.madvise(a + 4096, HP, MADV_DONTNEED), Err(Errno::Inval), "unaligned start");
+    assert_eq!(mm.madvise(a, HP, MADV_FREE), Err(Errno::Inval));
+    assert_eq!(mm.maps_text(), maps, "nothing changed");
+    // The end of MADV_DONTNEED is rounded down: a 4 KiB advice drops nothing.
+    mm.madvise(a, 4096, MADV_DONTNEED).unwrap();
+    assert_eq!(cpu.read_u64(a + 4096).unwrap(), 0x55);
+    // Splitting at 2 MiB works.
+    mm.mprotect(a + HP, HP, PROT_READ).unwrap();
+    assert_eq!(mm.maps().len(), 2);
+    assert_eq!(cpu.write_u8(a + HP, 1), Err(Fault::Segv { addr: a + HP, code: softmm::SegvCode::AccErr }));
+    // The end of a munmap past the VMA needs no split; inside the next
+    // hugetlb VMA it does.
+    let b = mm.mmap(a - HP, HP, RW, PRIVATE_HUGE | MAP_NORESERVE | MAP_FIXED, None, 0).unwrap();
+    assert_eq!(mm.munmap(b, HP + 4096), Err(Errno::Inval), "splits the VMA at `a`");
+    let c = mm.mmap(0x5000_0000_0000, HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+    mm.munmap(c, HP + 4096).unwrap();
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn mremap_rounds_lengths_refuses_growth_and_moves_whole_pages() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + HP + 64, 0xabc).unwrap();
+    assert_eq!(mm.mremap(a, 2 * HP, 3 * HP, MREMAP_MAYMOVE, 0), Err(Errno::Inval), "no expansion");
+    assert_eq!(mm.mremap(a + 4096, HP, HP, 0, 0), Err(Errno::Inval));
+    let far = 0x6000_0000_0000;
+    assert_eq!(mm.mremap(a, 2 * HP, 2 * HP, MREMAP_MAYMOVE | MREMAP_FIXED, far + 4096), Err(Errno::Inval));
+    // Rounded up: old_len 1 byte is one huge page; a shrink of 2 pages to 1.
+    assert_eq!(mm.mremap(a, 2 * HP, 1, 0, 0), Ok(a));
+    assert_eq!(counts(&phys), (2, 1), "the tail's reservation went with it");
+    let b = mm.mmap(0, 2 * HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+    cpu.write_u64(b + HP + 8, 0xdef).unwrap();
+    let moved = mm.mremap(b, 2 * HP, 2 * HP, MREMAP_MAYMOVE | MREMAP_FIXED, far).unwrap();
+    assert_eq!(moved, far);
+    assert_eq!(cpu.read_u64(far + HP + 8).unwrap(), 0xdef, "the PMD leaf moved");
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn maps_names_an_anonymous_hugetlb_mapping_as_linux_does() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    mm.mmap(0, HP, RW, SHARED_HUGE, None, 0).unwrap();
+    mm.mmap(0, HP, PROT_READ, PRIVATE_HUGE, None, 0).unwrap();
+    let lines: Vec<String> = mm.maps().iter().map(|e| e.to_line()).collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].contains(" r--p 00000000 ") && lines[0].ends_with("/anon_hugepage (deleted)"), "{lines:?}");
+    assert!(lines[1].contains(" rw-s 00000000 ") && lines[1].ends_with("/anon_hugepage (deleted)"), "{lines:?}");
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn one_tlb_entry_serves_all_512_frames_of_a_huge_page() {
+    let phys = pool(1);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a, 1).unwrap();
+    let misses = cpu.stats().tlb_misses;
+    for i in 0..512 {
+        cpu.write_u64(a + i * 4096 + 16, i).unwrap();
+    }
+    assert_eq!(cpu.stats().tlb_misses, misses, "every 4 KiB hit the 2 MiB entry");
+    for i in 0..512 {
+        assert_eq!(cpu.read_u64(a + i * 4096 + 16).unwrap(), i);
+    }
+    let mut v = vec![0u8; 512];
+    mm.mincore(a, HP, &mut v).unwrap();
+    assert!(v.iter().all(|&b| b == 1));
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn private_pages_copy_on_write_at_2_mib_across_fork() {
+    let phys = pool(4);
+    let parent = mm(&phys);
+    let a = parent.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut pc = Cpu::attached(&parent);
+    pc.write_u64(a + 4096, u64::from(b'P')).unwrap();
+    let child = parent.fork().unwrap();
+    let mut cc = Cpu::attached(&child);
+    assert_eq!(cc.read_u64(a + 4096).unwrap(), u64::from(b'P'), "the child's tables were copied");
+    assert_eq!(child.stats().hugetlb_faults, 0);
+    cc.write_u64(a + 4096, u64::from(b'C')).unwrap();
+    assert_eq!(pc.read_u64(a + 4096).unwrap(), u64::from(b'P'));
+    assert_eq!(cc.read_u64(a + 4096).unwrap(), u64::from(b'C'));
+    assert_eq!(child.stats().hugetlb_faults, 1, "one COW of 2 MiB");
+    // The parent's page is its own again: written in place.
+    pc.write_u64(a + 8, 3).unwrap();
+    assert_eq!(phys.huge_page_stats().free, 2);
+    drop((pc, cc));
+    drop(child);
+    drop(parent);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn a_shared_mapping_is_not_copied_at_fork_and_the_child_faults_it_in() {
+    let phys = pool(2);
+    let parent = mm(&phys);
+    let a = parent.mmap(0, 2 * HP, RW, SHARED_HUGE, None, 0).unwrap();
+    let mut pc = Cpu::attached(&parent);
+    pc.write_u64(a, 11).unwrap();
+    let child = parent.fork().unwrap();
+    let mut cc = Cpu::attached(&child);
+    assert_eq!(child.stats().hugetlb_pages, 0, "no page tables copied");
+    assert_eq!(cc.read_u64(a).unwrap(), 11);
+    assert_eq!(child.stats().hugetlb_faults, 1);
+    cc.write_u64(a + HP, 22).unwrap();
+    assert_eq!(pc.read_u64(a + HP).unwrap(), 22, "one shared page cache");
+    assert_eq!(counts(&phys), (0, 0));
+    drop((pc, cc));
+    drop(parent);
+    drop(child);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn prot_none_hides_a_huge_page_and_keeps_it() {
+    let phys = pool(1);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + 100 * 4096, 77).unwrap();
+    mm.mprotect(a, HP, PROT_NONE).unwrap();
+    assert!(matches!(cpu.read_u64(a), Err(Fault::Segv { .. })));
+    mm.mprotect(a, HP, RW).unwrap();
+    assert_eq!(cpu.read_u64(a + 100 * 4096).unwrap(), 77);
+    drop(cpu);
+    mm.munmap(a, HP).unwrap();
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn every_fault_policy_resolves_hugetlb_faults() {
+    for policy in FaultPolicy::ALL.iter().copied() {
+        let phys = pool(1);
+        let mm = AddressSpace::new(&phys, MmConfig::default().policy(policy).force_speculative(true)).unwrap();
+        let a = mm.mmap(0, HP, RW, SHARED_HUGE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u64(a + 3 * 4096, 1).unwrap();
+        assert_eq!(cpu.read_u64(a + 3 * 4096).unwrap(), 1, "{policy:?}");
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+    }
+}
