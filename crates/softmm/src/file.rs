@@ -19,6 +19,8 @@
 //! map of every file it maps and removes itself when it dies, and truncate and
 //! hole punch ask each mapper to zap the file's pages.
 
+mod hugetlbfs;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
@@ -213,6 +215,9 @@ impl File {
     /// or an `offset + buf.len()` beyond `i64::MAX`.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let count = rw_verify_area(offset, buf.len())?;
+        if self.hugetlb.is_some() {
+            return Ok(self.hugetlbfs_read_at(offset, count, buf));
+        }
         let inner = self.inner.lock();
         // No overflow: rw_verify_area bounds offset + count by i64::MAX.
         let end = inner.size.min(offset + count as u64);
@@ -232,8 +237,8 @@ impl File {
         Ok(end.saturating_sub(offset) as usize)
     }
 
-    /// Writes at `offset`, growing the file like Linux's `pwrite` on a tmpfs
-    /// file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
+    /// Writes at `offset` (`EINVAL` on a hugetlbfs file, which has no
+    /// `write`), growing the file like Linux's `pwrite` on a tmpfs file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
     /// each page written, so running out of memory part way gives a short
     /// write (the bytes written so far) and leaves the size covering only
     /// those; `ENOMEM` if nothing could be written. `EINVAL` (nothing
@@ -241,6 +246,10 @@ impl File {
     /// `i64::MAX`) or an `offset + data.len()` beyond `i64::MAX`, checked
     /// first even for an empty write; then an empty write returns `Ok(0)`.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        if self.hugetlb.is_some() {
+            // hugetlbfs has no write_iter: vfs_write says EINVAL first.
+            return Err(Errno::Inval);
+        }
         let mut count = rw_verify_area(offset, data.len())?;
         if count == 0 {
             return Ok(0);
@@ -279,13 +288,17 @@ impl File {
         Ok((pos - offset) as usize)
     }
 
-    /// Sets the size (`ftruncate`). Shrinking zaps every mapping of the pages
+    /// Sets the size (`ftruncate`); on a hugetlbfs file see
+    /// [`File::create_hugetlbfs`] (`EINVAL` unless 2 MiB aligned). Shrinking zaps every mapping of the pages
     /// past the new end — private COW copies too, as Linux does — and drops
     /// them from the page cache; an access there then raises SIGBUS.
     /// `EINVAL` for a size that is negative as an `off_t` (above `i64::MAX`).
     pub fn set_len(&self, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
+        }
+        if self.hugetlb.is_some() {
+            return self.hugetlbfs_set_len(size);
         }
         let _q = crate::tlb::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();
@@ -316,7 +329,8 @@ impl File {
         Ok(())
     }
 
-    /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`):
+    /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`;
+    /// on a hugetlbfs file see [`File::fallocate`]):
     /// partial pages at the edges are zeroed, whole pages unmapped from shared
     /// mappings and dropped; private COW copies are kept, as in Linux. The
     /// size never changes. As Linux's `vfs_fallocate`: `EINVAL` for an
@@ -326,6 +340,9 @@ impl File {
     pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
         if (offset as i64) < 0 || (len as i64) <= 0 {
             return Err(Errno::Inval);
+        }
+        if self.hugetlb.is_some() {
+            return self.fallocate(crate::uapi::FALLOC_FL_PUNCH_HOLE | crate::uapi::FALLOC_FL_KEEP_SIZE, offset, len);
         }
         let end = (offset as i64).checked_add(len as i64).ok_or(Errno::FBig)? as u64;
         let _q = crate::tlb::QuiescentGuard::enter();

@@ -56,8 +56,9 @@ pub(crate) fn hugetlb_fault(ctx: &HugeFault<'_>, addr: u64, write: bool) -> Faul
     let file = ctx.vma.file.as_ref().expect("a hugetlb VMA has its file");
     let resv = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
     let shared = ctx.vma.flags.contains(VmFlags::MAYSHARE);
-    // Truncate and punch exclude shared faults (they drop the page cache).
-    let _inval = shared.then(|| file.invalidate_lock.read());
+    // Truncate and punch exclude faults (they drop the page cache, and a
+    // private read maps a page-cache page too).
+    let _inval = file.invalidate_lock.read();
     let _fault_mutex = resv.fault_mutex.lock();
     let guard = crossbeam_epoch::pin();
     let leaf = ctx.mm.pgtables.pmd_leaf_alloc(haddr, &guard).ok_or(Fault::Oom { addr })?;
@@ -127,7 +128,8 @@ fn no_page_private(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64, w
     let (mm, vma) = (ctx.mm, ctx.vma);
     let file = vma.file.as_ref().expect("file");
     let idx = vma.huge_index(haddr);
-    if idx >= file.len().div_ceil(HPAGE_SIZE) {
+    // hugetlb_no_page: past i_size rounded down to huge pages.
+    if idx >= file.len() >> HPAGE_SHIFT {
         return Err(sigbus(addr));
     }
     let cached = file.find_get_page(idx);

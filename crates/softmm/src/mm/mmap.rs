@@ -141,14 +141,19 @@ impl AddressSpace {
             return Err(Errno::Inval);
         }
         let mut len = len;
-        let backing = if flags & MAP_HUGETLB == 0 {
+        let backing = if file.is_some_and(|f| f.file.is_hugetlbfs()) {
+            // A hugetlbfs file: the length rounds up, MAP_HUGETLB or not.
+            let size = crate::hugetlb::HPAGE_SIZE;
+            len = len.wrapping_add(size - 1) & !(size - 1);
+            Backing::Hugetlb(size)
+        } else if flags & MAP_HUGETLB == 0 {
             if file.is_some() {
                 Backing::File
             } else {
                 Backing::Anon
             }
         } else if file.is_some() {
-            // No softmm file lives on hugetlbfs.
+            // MAP_HUGETLB with a file not on hugetlbfs.
             return Err(Errno::Inval);
         } else {
             // hstate_sizelog: the default (2 MiB), 2 MiB or 1 GiB.
@@ -322,15 +327,23 @@ impl AddressSpace {
             let (from, to) = (pgoff >> shift, (pgoff >> shift) + (len >> crate::hugetlb::HPAGE_SHIFT));
             let reserve = !vm_flags.contains(VmFlags::NORESERVE);
             if vm_flags.contains(VmFlags::MAYSHARE) {
-                // hugetlb_file_setup(HUGETLB_ANON_FILE): the pseudo-file,
-                // then a reservation in its reserve map.
-                let f = crate::hugetlb::anon_file(&self.phys, len);
+                // The file's reserve map; for anonymous memory the
+                // pseudo-file of hugetlb_file_setup(HUGETLB_ANON_FILE).
+                let f = match file {
+                    Some(f) => f.file.clone(),
+                    None => crate::hugetlb::anon_file(&self.phys, len),
+                };
                 if reserve {
                     f.hugetlb.as_ref().expect("a hugetlb file").reserve(&self.phys, from, to)?;
                 }
                 hugetlb_file = Some(f);
             } else if reserve {
                 hugetlb_resv = Some(crate::hugetlb::resv::PrivateResv::new(&self.phys, from, to)?);
+            }
+            if let Some(f) = file.filter(|_| vm_flags.contains(VmFlags::WRITE)) {
+                // hugetlbfs_file_mmap: a writable mapping past the end
+                // grows the file to cover it.
+                f.file.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
             }
         }
         let backing = match file {
