@@ -463,3 +463,294 @@ mod hugetlbfs {
         assert_no_leaks(&phys);
     }
 }
+
+/// The same calls on the host kernel, with huge pages reserved and hugetlbfs
+/// mounted by `softmm-hostsys`'s guard, and on softmm with a pool as large as
+/// the host's free one: errnos, alignment, the maps line, reservation counts
+/// and the fault that finds the pool empty must agree. Skipped, saying why,
+/// where the host refuses (not root, no hugetlb, too few pages).
+mod host {
+    use super::*;
+    use softmm::{File, OpenFile};
+    use softmm_hostsys::{pool_counters, HugePages};
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// Pages the test reserves on the host.
+    const PAGES: usize = 4;
+
+    /// Host setup in one place: the reservation and its mount, or why not.
+    fn host_pool() -> Option<HugePages> {
+        match HugePages::reserve_with_mount(PAGES) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                eprintln!("skipping the hugetlb host comparison: {e}");
+                None
+            }
+        }
+    }
+
+    /// A host call's outcome as softmm reports one: the value or the errno.
+    fn host<T>(ok: bool, v: T) -> Result<T, Errno> {
+        if ok {
+            Ok(v)
+        } else {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            Err(errno(e))
+        }
+    }
+
+    fn errno(e: i32) -> Errno {
+        match e {
+            libc::EINVAL => Errno::Inval,
+            libc::ENOMEM => Errno::NoMem,
+            libc::EOPNOTSUPP => Errno::OpNotSupp,
+            libc::ENOSPC => Errno::NoSpc,
+            libc::EBADF => Errno::BadF,
+            libc::EFAULT => Errno::Fault,
+            other => panic!("host errno {other} not expected by this test"),
+        }
+    }
+
+    fn h_mmap(addr: u64, len: u64, prot: i32, flags: i32, fd: i32, off: u64) -> Result<u64, Errno> {
+        // SAFETY: a new mapping; MAP_FIXED is used only at addresses this
+        // test mapped itself (or inside a window it reserved).
+        let p = unsafe { libc::mmap(addr as *mut libc::c_void, len as usize, prot, flags, fd, off as i64) };
+        host(p != libc::MAP_FAILED, p as u64)
+    }
+
+    fn h_munmap(a: u64, len: u64) -> Result<(), Errno> {
+        // SAFETY: ranges of mappings this test made.
+        host(unsafe { libc::munmap(a as *mut libc::c_void, len as usize) } == 0, ())
+    }
+
+    fn h_mprotect(a: u64, len: u64, prot: i32) -> Result<(), Errno> {
+        // SAFETY: as for munmap.
+        host(unsafe { libc::mprotect(a as *mut libc::c_void, len as usize, prot) } == 0, ())
+    }
+
+    fn h_madvise(a: u64, len: u64, advice: i32) -> Result<(), Errno> {
+        // SAFETY: as for munmap; the advice drops only this test's pages.
+        host(unsafe { libc::madvise(a as *mut libc::c_void, len as usize, advice) } == 0, ())
+    }
+
+    fn h_mremap(a: u64, old: u64, new: u64, flags: i32, to: u64) -> Result<u64, Errno> {
+        // SAFETY: as for munmap.
+        let p =
+            unsafe { libc::mremap(a as *mut libc::c_void, old as usize, new as usize, flags, to as *mut libc::c_void) };
+        host(p != libc::MAP_FAILED, p as u64)
+    }
+
+    /// The host's maps line for the mapping at `a`: (length, perms, name).
+    fn h_maps(a: u64) -> Option<(u64, String, String)> {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        text.lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let (s, e) = range.split_once('-')?;
+            let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+            let name = f.nth(3).map(|_| l.splitn(6, char::is_whitespace).last().unwrap_or("").trim().to_string());
+            (s == a).then(|| (e - s, perms.to_string(), name.unwrap_or_default()))
+        })
+    }
+
+    fn s_maps(mm: &AddressSpace, a: u64) -> Option<(u64, String, String)> {
+        mm.maps().into_iter().find(|e| e.start == a).map(|e| (e.end - e.start, e.perms.clone(), e.name.clone()))
+    }
+
+    /// The host pool's (free, rsvd) beyond what it had at `base`.
+    fn h_counts(base: (u64, u64)) -> (i64, i64) {
+        let c = pool_counters().unwrap();
+        (c.free as i64 - base.0 as i64, c.rsvd as i64 - base.1 as i64)
+    }
+
+    fn s_counts(phys: &PhysMem, pages: u64) -> (i64, i64) {
+        let s = phys.huge_page_stats();
+        (s.free as i64 - pages as i64, s.rsvd as i64)
+    }
+
+    /// How many of `n` huge pages of a fresh `MAP_NORESERVE` mapping a child
+    /// process touches before it dies of SIGBUS (`n` if none).
+    fn h_noreserve_touches(n: u64, shared: bool) -> u64 {
+        let mut fds = [0; 2];
+        // SAFETY: a pipe for the child's progress; fork in a test is safe
+        // because the child only touches memory and writes to the pipe.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let pid = libc::fork();
+            if pid == 0 {
+                let kind = if shared { MAP_SHARED } else { MAP_PRIVATE };
+                let flags = kind | MAP_ANONYMOUS | MAP_HUGETLB | MAP_NORESERVE;
+                let p = libc::mmap(std::ptr::null_mut(), (n * HP) as usize, RW, flags, -1, 0);
+                if p == libc::MAP_FAILED {
+                    libc::_exit(2);
+                }
+                for i in 0..n {
+                    std::ptr::write_volatile((p as *mut u8).add((i * HP) as usize), 1);
+                    libc::write(fds[1], b"x".as_ptr().cast(), 1);
+                }
+                libc::_exit(0);
+            }
+            libc::close(fds[1]);
+            let mut done = 0u64;
+            let mut b = [0u8; 64];
+            loop {
+                let r = libc::read(fds[0], b.as_mut_ptr().cast(), b.len());
+                if r <= 0 {
+                    break;
+                }
+                done += r as u64;
+            }
+            libc::close(fds[0]);
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+                    || libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGBUS,
+                "child status {status:#x}"
+            );
+            done
+        }
+    }
+
+    fn s_noreserve_touches(pages: u64, n: u64, shared: bool) -> u64 {
+        let phys = pool(pages);
+        let mm = mm(&phys);
+        let kind = if shared { MAP_SHARED } else { MAP_PRIVATE };
+        let a = mm.mmap(0, n * HP, RW, kind | MAP_ANONYMOUS | MAP_HUGETLB | MAP_NORESERVE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        (0..n).take_while(|i| cpu.write_u8(a + i * HP, 1).is_ok()).count() as u64
+    }
+
+    #[test]
+    fn hugetlb_rules_match_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let dir = guard.mount_dir().expect("mounted").to_path_buf();
+        let c = pool_counters().unwrap();
+        let base = (c.free, c.rsvd);
+        let pages = c.free - c.rsvd;
+        if pages > 64 {
+            eprintln!("skipping the hugetlb host comparison: {pages} free host pages, more than the arena models");
+            return;
+        }
+        let phys = pool(pages);
+        let mm = mm(&phys);
+        let shared = SHARED_HUGE;
+
+        // mmap: rounding, placement alignment, the maps line.
+        let h = h_mmap(0, 4096, RW, shared, -1, 0).unwrap();
+        let s = mm.mmap(0, 4096, RW, shared, None, 0).unwrap();
+        assert_eq!((h % HP, s % HP), (0, 0));
+        let (hl, sl) = (h_maps(h).unwrap(), s_maps(&mm, s).unwrap());
+        assert_eq!(hl, sl, "maps line (length, perms, name)");
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "one page reserved");
+        // Faults consume the reservation.
+        // SAFETY: the host mapping made above, 2 MiB long.
+        unsafe { std::ptr::write_volatile(h as *mut u8, 1) };
+        Cpu::attached(&mm).write_u8(s, 1).unwrap();
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after the fault");
+        // Split rules on a 2 MiB VMA.
+        assert_eq!(h_munmap(h, 4096), mm.munmap(s, 4096));
+        assert_eq!(h_munmap(h + 4096, HP), mm.munmap(s + 4096, HP));
+        assert_eq!(h_mprotect(h, 4096, PROT_READ), mm.mprotect(s, 4096, PROT_READ));
+        assert_eq!(h_madvise(h + 4096, HP, MADV_DONTNEED), mm.madvise(s + 4096, HP, MADV_DONTNEED));
+        assert_eq!(h_madvise(h, 4096, MADV_DONTNEED), mm.madvise(s, 4096, MADV_DONTNEED));
+        assert_eq!(h_madvise(h, HP, MADV_FREE), mm.madvise(s, HP, MADV_FREE));
+        assert_eq!(h_mremap(h, HP, 2 * HP, MREMAP_MAYMOVE, 0), mm.mremap(s, HP, 2 * HP, MREMAP_MAYMOVE, 0));
+        assert_eq!(
+            h_mremap(h + 4096, 4096, 4096, MREMAP_MAYMOVE, 0).map(|_| ()),
+            mm.mremap(s + 4096, 4096, 4096, MREMAP_MAYMOVE, 0).map(|_| ())
+        );
+        assert_eq!(h_munmap(h, HP), mm.munmap(s, HP));
+        // The pseudo-file goes after the VMA's grace period.
+        drop(mm);
+        phys.quiesce();
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after munmap");
+        let mm = super::mm(&phys);
+
+        // Sizes and alignment of mmap itself.
+        for (len, flags) in [(HP, shared | (22 << 26)), (HP, shared | MAP_FIXED)] {
+            let fixed_at = if flags & MAP_FIXED != 0 { 0x7e00_0000_0000 + 4096 } else { 0 };
+            let hr = h_mmap(fixed_at, len, RW, flags, -1, 0).map(|_| ());
+            let sr = mm.mmap(fixed_at, len, RW, flags, None, 0).map(|_| ());
+            assert_eq!(hr, sr, "mmap(len {len:#x}, flags {flags:#x})");
+        }
+        // Reservations: one page more than the pool is ENOMEM, shared or private.
+        for kind in [MAP_SHARED, MAP_PRIVATE] {
+            let flags = kind | MAP_ANONYMOUS | MAP_HUGETLB;
+            let len = (pages + 1) * HP;
+            assert_eq!(h_mmap(0, len, RW, flags, -1, 0).map(|_| ()), mm.mmap(0, len, RW, flags, None, 0).map(|_| ()));
+        }
+        // MAP_NORESERVE: the fault past the pool is SIGBUS.
+        for shared in [true, false] {
+            assert_eq!(
+                h_noreserve_touches(pages + 1, shared),
+                s_noreserve_touches(pages, pages + 1, shared),
+                "touches before SIGBUS, shared {shared}"
+            );
+        }
+
+        // hugetlbfs files.
+        let path = dir.join("f");
+        let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a new file in the mount this test owns.
+        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
+        assert!(fd >= 0);
+        let f = File::create_hugetlbfs(&phys, "/f", 0).unwrap();
+        let open = OpenFile::read_write(&f);
+        // SAFETY: the file just opened.
+        unsafe {
+            assert_eq!(host(libc::ftruncate(fd, 4096) == 0, ()), f.set_len(4096));
+            assert_eq!(host(libc::ftruncate(fd, 2 * HP as i64) == 0, ()), f.set_len(2 * HP));
+            assert_eq!(host(libc::pwrite(fd, b"x".as_ptr().cast(), 1, 0) == 1, ()), f.write_at(0, b"x").map(|_| ()));
+            assert_eq!(host(libc::fallocate(fd, 0x10, 0, HP as i64) == 0, ()), f.fallocate(0x10, 0, HP));
+            assert_eq!(
+                host(libc::fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, HP as i64) == 0, ()),
+                f.fallocate(FALLOC_FL_PUNCH_HOLE, 0, HP)
+            );
+        }
+        assert_eq!(
+            h_mmap(0, HP, RW, MAP_SHARED, fd, 4096).map(|_| ()),
+            mm.mmap(0, HP, RW, MAP_SHARED, Some(&open), 4096).map(|_| ())
+        );
+        let (hf, sf) = (
+            h_mmap(0, 4096, RW, MAP_SHARED, fd, 0).unwrap(),
+            mm.mmap(0, 4096, RW, MAP_SHARED, Some(&open), 0).unwrap(),
+        );
+        assert_eq!(h_maps(hf).unwrap().0, s_maps(&mm, sf).unwrap().0, "file mapping rounded up");
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "a shared file mapping reserves its pages");
+        // A partial punch zeroes exactly its bytes.
+        let mut cpu = Cpu::attached(&mm);
+        for off in (0..512).step_by(8) {
+            // SAFETY: inside the host file mapping, 2 MiB long.
+            unsafe { std::ptr::write_volatile((hf + off) as *mut u64, u64::MAX) };
+            cpu.write_u64(sf + off, u64::MAX).unwrap();
+        }
+        // SAFETY: the file opened above.
+        let hr = host(unsafe { libc::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 100) } == 0, ());
+        assert_eq!(hr, f.fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 100));
+        for off in (0..512).step_by(8) {
+            // SAFETY: as above.
+            let hv = unsafe { std::ptr::read_volatile((hf + off) as *const u64) };
+            assert_eq!(hv, cpu.read_u64(sf + off).unwrap(), "offset {off}");
+        }
+        drop(cpu);
+        assert_eq!(h_munmap(hf, HP), mm.munmap(sf, HP));
+        // fallocate beyond the pool: ENOSPC.
+        let len = (pages + 2) * HP;
+        // SAFETY: the file opened above.
+        let hr = host(unsafe { libc::fallocate(fd, 0, 0, len as i64) } == 0, ());
+        assert_eq!(hr, f.fallocate(0, 0, len));
+        // SAFETY: closing and removing the file frees its pages on the host.
+        unsafe {
+            libc::close(fd);
+            libc::unlink(cpath.as_ptr());
+        }
+        drop(open);
+        drop(f);
+        drop(mm);
+        assert_no_leaks(&phys);
+        assert_eq!(h_counts(base), (0, 0), "the host's pool is back as it was");
+        drop(guard);
+    }
+}
