@@ -64,7 +64,7 @@ pub struct File {
     /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
-    pub(crate) hugetlb: Option<crate::hugetlb::resv::FileResv>,
+    pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
 }
 
 struct FileInner {
@@ -97,7 +97,7 @@ impl File {
         phys: &Arc<PhysMem>,
         name: &str,
         size: u64,
-        hugetlb: Option<crate::hugetlb::resv::FileResv>,
+        hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
     ) -> File {
         File {
             id: phys.next_id(),
@@ -459,6 +459,9 @@ impl Drop for File {
         }
         // Inode eviction: remove_inode_hugepages + hugetlb_unreserve_pages.
         if let Some(resv) = &self.hugetlb {
+            // Entries of address spaces that died first (each removes its
+            // own; none can be left by a live one, which holds the file).
+            self.phys.account_rmap(-(resv.vmas.len() as i64));
             resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
     }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
-use crate::hugetlb::resv::FileResv;
+use crate::hugetlb::resv::HugetlbInode;
 use crate::hugetlb::{HPAGE_SHIFT, HPAGE_SIZE};
 use crate::phys::{FrameRef, PhysMem};
 use crate::uapi::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
@@ -29,7 +29,7 @@ impl File {
         if size > MAX_FILE_SIZE || size % HPAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
-        Ok(Arc::new(File::new_inode(phys, name, size, Some(FileResv::default()))))
+        Ok(Arc::new(File::new_inode(phys, name, size, Some(HugetlbInode::default()))))
     }
 
     /// True for a file of huge pages ([`File::create_hugetlbfs`], or the

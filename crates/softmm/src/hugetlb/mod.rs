@@ -8,6 +8,8 @@
 //!
 //! - `resv.rs`: reservations (Linux's `resv_map`): per file for shared
 //!   mappings, per mapping for private ones.
+//! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
+//!   tree), kept by the address spaces when their write sections end.
 //!
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
@@ -17,6 +19,7 @@
 
 pub(crate) mod pool;
 pub(crate) mod resv;
+pub(crate) mod rmap;
 
 pub use pool::HugePageStats;
 
@@ -41,5 +44,10 @@ pub(crate) fn close_vma_range(vma: &crate::vma::Vma, start: u64, end: u64) {
 /// with `VM_NORESERVE`: the mapping reserves, not the file). Its name is what
 /// `/proc/pid/maps` shows for it.
 pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std::sync::Arc<crate::File> {
-    std::sync::Arc::new(crate::File::new_inode(phys, "/anon_hugepage (deleted)", len, Some(resv::FileResv::default())))
+    std::sync::Arc::new(crate::File::new_inode(
+        phys,
+        "/anon_hugepage (deleted)",
+        len,
+        Some(resv::HugetlbInode::default()),
+    ))
 }

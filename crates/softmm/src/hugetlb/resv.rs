@@ -5,7 +5,7 @@
 //!
 //! Two kinds, as in Linux:
 //!
-//! - [`FileResv`], per hugetlb file, for shared mappings: the huge page
+//! - [`HugetlbInode`], per hugetlb file, for shared mappings: the huge page
 //!   indices that are reserved or instantiated, so a second mapping of the
 //!   same range reserves nothing more. Released when pages leave the file
 //!   (truncate, hole punch) or the file dies.
@@ -25,9 +25,10 @@ use crate::error::Result;
 use crate::phys::PhysMem;
 use crate::sync::Mutex;
 
-/// A hugetlb file's reserve map (the inode's `resv_map`).
+/// A hugetlb file's inode state: its reserve map (the inode's `resv_map`),
+/// its fault mutex and its reverse map by VMA.
 #[derive(Debug, Default)]
-pub(crate) struct FileResv {
+pub(crate) struct HugetlbInode {
     /// Indices reserved or instantiated (Linux's `file_region` list).
     regions: Mutex<BTreeSet<u64>>,
     /// Serializes faults that instantiate pages of this file (and of its
@@ -36,9 +37,11 @@ pub(crate) struct FileResv {
     /// a reservation is consumed once and a pool of exactly one page gives
     /// no spurious `SIGBUS`.
     pub(crate) fault_mutex: Mutex<()>,
+    /// The VMAs mapping the file (Linux's `i_mmap` interval tree).
+    pub(crate) vmas: super::rmap::VmaIntervalTree,
 }
 
-impl FileResv {
+impl HugetlbInode {
     /// `hugetlb_reserve_pages` for a shared mapping of indices `[from, to)`:
     /// reserves the indices not yet covered. `ENOMEM`, with nothing
     /// reserved, when the pool cannot promise them.
@@ -148,7 +151,7 @@ mod tests {
     #[test]
     fn a_file_reserves_each_index_once() {
         let phys = pool(4);
-        let f = FileResv::default();
+        let f = HugetlbInode::default();
         f.reserve(&phys, 0, 2).unwrap();
         f.reserve(&phys, 1, 3).unwrap();
         assert_eq!(phys.huge_page_stats().rsvd, 3, "index 1 is not reserved twice");

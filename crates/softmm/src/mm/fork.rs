@@ -77,6 +77,7 @@ impl AddressSpace {
         cst.start_brk = st.start_brk;
         cst.brk = st.brk;
         cst.start_stack = st.start_stack;
+        cst.hugetlb_seen = st.hugetlb_seen;
         for v in st.vmas.iter() {
             if v.flags.contains(VmFlags::DONTCOPY) {
                 continue;

@@ -308,6 +308,7 @@ impl AddressSpace {
         let mut hugetlb_file = None;
         let mut hugetlb_resv = None;
         if let Backing::Hugetlb(size) = backing {
+            st.hugetlb_seen = true;
             // do_mmap: hugetlb applies strict reservations unless
             // MAP_NORESERVE, whatever the overcommit mode.
             if flags & MAP_NORESERVE != 0 {

@@ -65,6 +65,12 @@ pub(crate) struct MmState {
     /// lock-free unmap is still zapping ([`UnmapPolicy::LockFree`]): no
     /// mapping may be placed in one until it is released (`mm/unmap.rs`).
     pub(crate) reserved: Vec<unmap::Reservation>,
+    /// The hugetlb VMAs entered in their files' reverse maps (kept in step
+    /// with `vmas` when a write section ends, `sync_hugetlb_rmap`); empty,
+    /// and never looked at, until a hugetlb VMA is mapped here.
+    pub(crate) hugetlb_linked: Vec<Arc<Vma>>,
+    /// A hugetlb VMA was mapped or inherited: write sections sync the reverse maps.
+    pub(crate) hugetlb_seen: bool,
 }
 
 /// Counters of one address space (changed only on slow paths).
@@ -151,7 +157,8 @@ impl<'a> MmapWriteGuard<'a> {
     /// (`mmap_write_downgrade`): readers may enter at once, writers wait for
     /// the returned guard.
     pub(crate) fn downgrade(mut self) -> RwLockReadGuard<'a, MmState> {
-        let st = self.st.take().expect("held until downgraded");
+        let mut st = self.st.take().expect("held until downgraded");
+        self.mm.sync_hugetlb_rmap(&mut st);
         self.mm.publish(&st.vmas);
         self.mm.seq.write_end();
         RwLockWriteGuard::downgrade(st)
@@ -160,7 +167,8 @@ impl<'a> MmapWriteGuard<'a> {
 
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
-        if let Some(st) = &self.st {
+        if let Some(st) = &mut self.st {
+            self.mm.sync_hugetlb_rmap(st);
             self.mm.publish(&st.vmas);
             self.mm.seq.write_end();
         }
@@ -178,6 +186,8 @@ impl AddressSpace {
             brk: config.start_brk,
             start_stack: None,
             reserved: Vec::new(),
+            hugetlb_linked: Vec::new(),
+            hugetlb_seen: false,
         };
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
@@ -560,6 +570,36 @@ impl AddressSpace {
         self.pgtables.detach_tables(start, end, floor, ceiling, &mut tlb.tables);
     }
 
+    /// Brings the hugetlb files' reverse maps (by VMA) in step with the VMA
+    /// tree a write section leaves: VMAs that went are removed, new ones
+    /// (mapped, split, moved, inherited) added. Linux links and unlinks
+    /// each VMA where it changes; here the write section's end does it for
+    /// all, before the tree is published, so the map is exact whenever
+    /// `mmap_lock` is free. Costs nothing until a hugetlb VMA is mapped.
+    fn sync_hugetlb_rmap(&self, st: &mut MmState) {
+        if !st.hugetlb_seen {
+            return;
+        }
+        let now: Vec<Arc<Vma>> = st.vmas.iter().filter(|v| v.flags.contains(VmFlags::HUGETLB)).cloned().collect();
+        let me: Weak<dyn Mapper> = self.self_weak.clone();
+        let id = crate::hugetlb::rmap::mm_id(&me);
+        for old in &st.hugetlb_linked {
+            if !now.iter().any(|v| Arc::ptr_eq(v, old)) {
+                unlink_hugetlb_vma(&self.phys, id, old);
+            }
+        }
+        for v in &now {
+            if !st.hugetlb_linked.iter().any(|old| Arc::ptr_eq(v, old)) {
+                if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
+                    let entry =
+                        crate::hugetlb::rmap::RmapVma { mm: me.clone(), start: v.start, end: v.end, pgoff: v.pgoff };
+                    inode.vmas.insert(&self.phys, entry);
+                }
+            }
+        }
+        st.hugetlb_linked = now;
+    }
+
     /// Records in `file`'s reverse map that this address space maps it.
     pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
         let mut linked = self.linked_files.lock();
@@ -568,6 +608,20 @@ impl AddressSpace {
             let me: Weak<AddressSpace> = Arc::downgrade(self);
             file.add_mapping(me);
         }
+    }
+}
+
+/// The identity of the address space behind `w` in a reverse map.
+fn mapper_weak_id(w: &Weak<AddressSpace>) -> usize {
+    let w: Weak<dyn Mapper> = w.clone();
+    crate::hugetlb::rmap::mm_id(&w)
+}
+
+/// Removes `v`, a hugetlb VMA of the address space `mm`, from its file's
+/// reverse map.
+fn unlink_hugetlb_vma(phys: &PhysMem, mm: usize, v: &Vma) {
+    if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
+        inode.vmas.remove(phys, mm, v.start, v.pgoff);
     }
 }
 
@@ -614,6 +668,11 @@ impl Drop for AddressSpace {
             file.remove_mapping(me);
         }
         let st = self.mmap_lock.get_mut();
+        // exit_mmap's unlink_file_vma: out of the hugetlb files' reverse maps.
+        let me = mapper_weak_id(&self.self_weak);
+        for v in st.hugetlb_linked.drain(..) {
+            unlink_hugetlb_vma(&self.phys, me, &v);
+        }
         // exit_mmap: the commit charge of what is left goes.
         self.phys.vm_unacct_memory(commit::accounted_pages(&st.vmas, 0, u64::MAX));
         // remove_vma → hugetlb_vm_op_close: private reservations go now, not
