@@ -754,3 +754,20 @@ mod host {
         drop(guard);
     }
 }
+
+#[test]
+fn populate_faults_each_huge_page_once_and_pins_are_refused_for_now() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, SHARED_HUGE | MAP_POPULATE, None, 0).unwrap();
+    assert_eq!(mm.stats().hugetlb_faults, 2, "MAP_POPULATE: one fault per huge page");
+    assert_eq!(counts(&phys), (0, 0));
+    mm.madvise(a, 2 * HP, MADV_POPULATE_WRITE).unwrap();
+    assert_eq!(mm.stats().hugetlb_faults, 2);
+    // Not built yet: pinning a hugetlb page fails (rather than pinning a
+    // wrong frame) and leaves nothing pinned.
+    assert_eq!(mm.pin_user_pages(a, 1, softmm::Foll::WRITE).err(), Some(Errno::Fault));
+    assert_eq!(mm.pinned_vm(), 0);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
