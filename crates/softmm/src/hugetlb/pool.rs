@@ -50,7 +50,8 @@ struct PoolState {
 }
 
 /// The pool of one [`PhysMem`] (Linux's `hstate` for 2 MiB pages).
-#[derive(Debug, Default)]
+// No `Debug`: loom's locks (under `cfg(loom)`) have none.
+#[derive(Default)]
 pub(crate) struct HugePool {
     /// Per node, the frames `[lo, hi)` the pool's pages occupy (empty when
     /// the node has none): `owns` answers from these without the lock.

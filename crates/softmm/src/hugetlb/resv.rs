@@ -27,7 +27,8 @@ use crate::sync::Mutex;
 
 /// A hugetlb file's inode state: its reserve map (the inode's `resv_map`),
 /// its fault mutex and its reverse map by VMA.
-#[derive(Debug, Default)]
+// No `Debug`: loom's locks (under `cfg(loom)`) have none.
+#[derive(Default)]
 pub(crate) struct HugetlbInode {
     /// Indices reserved or instantiated (Linux's `file_region` list).
     regions: Mutex<BTreeSet<u64>>,

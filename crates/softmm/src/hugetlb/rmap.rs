@@ -44,7 +44,8 @@ impl std::fmt::Debug for RmapVma {
 type Key = (u64, usize, u64);
 
 /// The VMAs mapping one hugetlb file.
-#[derive(Debug, Default)]
+// No `Debug`: loom's locks (under `cfg(loom)`) have none.
+#[derive(Default)]
 pub(crate) struct VmaIntervalTree {
     map: Mutex<BTreeMap<Key, RmapVma>>,
 }
