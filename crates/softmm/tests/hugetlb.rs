@@ -668,6 +668,22 @@ mod host {
         assert_eq!(h_counts(base), s_counts(&phys, pages), "after munmap");
         let mm = super::mm(&phys);
 
+        // MADV_DONTNEED of a private page gives its reservation back.
+        let flags = PRIVATE_HUGE;
+        let (hp, sp) = (h_mmap(0, 2 * HP, RW, flags, -1, 0).unwrap(), mm.mmap(0, 2 * HP, RW, flags, None, 0).unwrap());
+        let mut cpu = Cpu::attached(&mm);
+        for i in 0..2 {
+            // SAFETY: the host mapping made above, 4 MiB long.
+            unsafe { std::ptr::write_volatile((hp + i * HP) as *mut u8, 1) };
+            cpu.write_u8(sp + i * HP, 1).unwrap();
+        }
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "private pages faulted");
+        assert_eq!(h_madvise(hp, HP, MADV_DONTNEED), mm.madvise(sp, HP, MADV_DONTNEED));
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after MADV_DONTNEED of a private page");
+        drop(cpu);
+        assert_eq!(h_munmap(hp, 2 * HP), mm.munmap(sp, 2 * HP));
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after munmap of the private mapping");
+
         // Sizes and alignment of mmap itself.
         for (len, flags) in [(HP, shared | (22 << 26)), (HP, shared | MAP_FIXED)] {
             let fixed_at = if flags & MAP_FIXED != 0 { 0x7e00_0000_0000 + 4096 } else { 0 };
@@ -768,6 +784,29 @@ fn populate_faults_each_huge_page_once_and_pins_are_refused_for_now() {
     // wrong frame) and leaves nothing pinned.
     assert_eq!(mm.pin_user_pages(a, 1, softmm::Foll::WRITE).err(), Some(Errno::Fault));
     assert_eq!(mm.pinned_vm(), 0);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+#[test]
+fn madv_dontneed_of_a_private_page_restores_its_reservation() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(a, 1).unwrap();
+    cpu.write_u8(a + HP, 1).unwrap();
+    assert_eq!(counts(&phys), (0, 0));
+    mm.madvise(a, HP, MADV_DONTNEED).unwrap();
+    assert_eq!(counts(&phys), (1, 1), "the page is free and reserved for this mapping again");
+    // So a MAP_NORESERVE mapping cannot take it, and the refault finds it.
+    let n = mm.mmap(0, HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+    assert_eq!(cpu.write_u8(n, 1), Err(Fault::Bus { addr: n }));
+    assert_eq!(cpu.read_u8(a).unwrap(), 0, "a fresh zeroed page");
+    assert_eq!(counts(&phys), (0, 0));
+    drop(cpu);
+    mm.munmap(a, 2 * HP).unwrap();
+    assert_eq!(counts(&phys), (2, 0));
     drop(mm);
     assert_no_leaks(&phys);
 }

@@ -16,6 +16,13 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 
 use super::HPAGE_FRAMES;
 
+/// Set on a huge page whose reservation comes back when it is freed
+/// (Linux's `folio_set_hugetlb_restore_reserve`): an anonymous page of a
+/// private mapping that still owns its reserve map, zapped by
+/// `MADV_DONTNEED` while it had no other mapping. A high bit, clear of the
+/// `PG_*` bits `phys` defines.
+pub(crate) const PG_HUGETLB_RESTORE_RESERVE: u32 = 1 << 24;
+
 /// The huge page counts of one arena, as `/proc/meminfo` prints them
 /// (`HugePages_Total`, `HugePages_Free`, `HugePages_Rsvd`, `HugePages_Surp`),
 /// and the pool's event counters. With every address space and file of the
@@ -172,11 +179,17 @@ impl HugePool {
         Some(pfn)
     }
 
-    /// Puts a page whose last reference went back on its node's free list.
-    fn enqueue(&self, node: usize, pfn: Pfn) {
+    /// Puts a page whose last reference went back on its node's free list;
+    /// with `restore_reserve` the page is reserved again at once, under the
+    /// same lock, so no unreserved allocation can take it in between
+    /// (`free_huge_folio`).
+    fn enqueue(&self, node: usize, pfn: Pfn, restore_reserve: bool) {
         let mut st = self.state.lock();
         st.free_lists[node].push(pfn);
         st.free += 1;
+        if restore_reserve {
+            st.rsvd += 1;
+        }
     }
 
     /// The `/proc/meminfo` counts and the event counters.
@@ -244,7 +257,8 @@ impl PhysMem {
     /// Called by `put` when the last reference of a pool page of `node` went.
     pub(crate) fn free_huge(&self, node: usize, pfn: Pfn) {
         debug_assert_eq!(pfn % HPAGE_FRAMES, 0, "huge page {pfn} freed through a tail frame");
-        self.hugetlb.enqueue(node, pfn);
+        let restore = self.desc(pfn).flags.load(Ordering::Relaxed) & PG_HUGETLB_RESTORE_RESERVE != 0;
+        self.hugetlb.enqueue(node, pfn, restore);
     }
 }
 

@@ -120,6 +120,13 @@ impl PrivateResv {
         self.unused.lock().remove(&i)
     }
 
+    /// Marks index `i`'s reservation unused again, for a page whose
+    /// freeing restores it to the pool (`vma_add_reservation` after
+    /// `folio_set_hugetlb_restore_reserve`). `false` if it was unused.
+    pub(crate) fn restore(&self, i: u64) -> bool {
+        self.unused.lock().insert(i)
+    }
+
     /// Reservations still unused.
     pub(crate) fn unused(&self) -> u64 {
         self.unused.lock().len() as u64
