@@ -810,3 +810,25 @@ fn madv_dontneed_of_a_private_page_restores_its_reservation() {
     drop(mm);
     assert_no_leaks(&phys);
 }
+
+#[test]
+fn hugetlb_pages_are_not_migrated_yet_and_stay_intact() {
+    let phys = PhysMem::new(PhysConfig::new(24 << 20).nodes(2).hugepages(1)).unwrap();
+    let mm = mm(&phys);
+    let a = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + 4096, 42).unwrap();
+    let mut status = [0i32; 2];
+    let node = phys.huge_page_stats(); // both nodes have one page
+    assert_eq!(node.total, 2);
+    // Ask to move both 4 KiB addresses of the huge page to each node: none moves.
+    for to in [0, 1] {
+        let moved = mm.move_pages(&[a, a + 4096], Some(&[to, to]), &mut status, softmm::MPOL_MF_MOVE);
+        assert!(moved.is_ok(), "{moved:?}");
+    }
+    assert_eq!(cpu.read_u64(a + 4096).unwrap(), 42);
+    assert_eq!(phys.huge_page_stats().free, 1);
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
