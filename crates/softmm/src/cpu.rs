@@ -28,6 +28,11 @@ pub use scalar::Scalar;
 
 /// Entries in the software TLB (direct mapped).
 const TLB_ENTRIES: usize = 64;
+/// Entries of the 2 MiB TLB (hugetlb PMD leaves), as x86's separate
+/// large-page TLB: one hits for every 4 KiB of its page.
+const HUGE_TLB_ENTRIES: usize = 8;
+/// `log2` of a PMD leaf's size.
+const HUGE_SHIFT: u32 = 21;
 
 #[derive(Clone, Copy)]
 struct TlbEntry {
@@ -90,6 +95,8 @@ pub struct Cpu {
     mm: Option<Arc<AddressSpace>>,
     state: Arc<CpuTlbState>,
     tlb: Box<[TlbEntry; TLB_ENTRIES]>,
+    /// 2 MiB entries: tag = `va >> HUGE_SHIFT` + 1, `host` the page's first byte.
+    huge_tlb: [TlbEntry; HUGE_TLB_ENTRIES],
     /// The flush generation the TLB is current for.
     seen_gen: u64,
     /// Entries whose `epoch` differs are invalid: a flush is one increment.
@@ -119,6 +126,7 @@ impl Cpu {
             mm: None,
             state,
             tlb: Box::new([TlbEntry::EMPTY; TLB_ENTRIES]),
+            huge_tlb: [TlbEntry::EMPTY; HUGE_TLB_ENTRIES],
             seen_gen: 0,
             epoch: 1,
             section: 0,
@@ -319,6 +327,11 @@ impl Cpu {
         if e.tag == vpn + 1 && e.epoch == self.epoch && e.perms & access.bit() != 0 {
             return Ok(e.host.wrapping_add((va % PAGE_SIZE) as usize));
         }
+        let hpn = va >> HUGE_SHIFT;
+        let h = &self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES];
+        if h.tag == hpn + 1 && h.epoch == self.epoch && h.perms & access.bit() != 0 {
+            return Ok(h.host.wrapping_add((va % (1 << HUGE_SHIFT)) as usize));
+        }
         self.translate_slow(va, access)
     }
 
@@ -359,11 +372,21 @@ impl Cpu {
                         if !pte.has(want) && !leaf.set_accessed(va, pte, want) {
                             continue;
                         }
-                        let host = mm.phys.frame_ptr(pte.pfn());
                         let writable = pte.has(Pte::WRITE) && (write || pte.has(Pte::DIRTY));
                         let perms = Access::Read.bit()
                             | if writable { Access::Write.bit() } else { 0 }
                             | if pte.has(Pte::NX) { 0 } else { Access::Execute.bit() };
+                        if leaf.entry_size() > PAGE_SIZE {
+                            // A 2 MiB leaf: its 512 frames are contiguous
+                            // arena memory (`frame_ptr` checks the last).
+                            let _ = mm.phys.frame_ptr(pte.pfn() + (leaf.entry_size() / PAGE_SIZE - 1));
+                            let host = mm.phys.frame_ptr(pte.pfn());
+                            let hpn = va >> HUGE_SHIFT;
+                            self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES] =
+                                TlbEntry { tag: hpn + 1, epoch: self.epoch, host, perms };
+                            return Ok(host.wrapping_add((va - leaf.start()) as usize));
+                        }
+                        let host = mm.phys.frame_ptr(pte.pfn());
                         self.tlb[vpn as usize % TLB_ENTRIES] =
                             TlbEntry { tag: vpn + 1, epoch: self.epoch, host, perms };
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));

@@ -48,6 +48,9 @@ pub enum Errno {
     /// `EIO`: `mbind` with `MPOL_MF_STRICT` found pages it could not place.
     #[error("EIO: input/output error")]
     Io,
+    /// `ENOSPC`: a hugetlbfs `fallocate` found no free huge page.
+    #[error("ENOSPC: no space left on device")]
+    NoSpc,
 }
 
 impl Errno {
@@ -68,6 +71,7 @@ impl Errno {
             Errno::Overflow => libc::EOVERFLOW,
             Errno::OpNotSupp => libc::EOPNOTSUPP,
             Errno::Io => libc::EIO,
+            Errno::NoSpc => libc::ENOSPC,
         }
     }
 }

@@ -19,6 +19,8 @@
 //! map of every file it maps and removes itself when it dies, and truncate and
 //! hole punch ask each mapper to zap the file's pages.
 
+mod hugetlbfs;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
@@ -67,6 +69,10 @@ pub struct File {
     /// The host file the pages come from and go back to, if any
     /// ([`File::from_host`], `crate::host_file`).
     host: Option<HostBacking>,
+    /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
+    /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
+    /// indexed in 2 MiB pages and holds each page's head frame.
+    pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
 }
 
 struct FileInner {
@@ -91,7 +97,17 @@ impl File {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
         }
-        Ok(Arc::new(File {
+        Ok(Arc::new(File::new_inode(phys, name, size, None)))
+    }
+
+    /// The inode behind [`File::create`] and the hugetlb files.
+    pub(crate) fn new_inode(
+        phys: &Arc<PhysMem>,
+        name: &str,
+        size: u64,
+        hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
+    ) -> File {
+        File {
             id: phys.next_id(),
             name: name.to_string(),
             phys: phys.clone(),
@@ -100,7 +116,8 @@ impl File {
             i_mmap: Mutex::new(Vec::new()),
             shmem_acct: AtomicU64::new(0),
             host: None,
-        }))
+            hugetlb,
+        }
     }
 
     /// A file whose pages come from the host file `host` (a regular file,
@@ -132,8 +149,7 @@ impl File {
     /// ```
     pub fn from_host(phys: &Arc<PhysMem>, host: std::fs::File, name: &str) -> Result<Arc<File>> {
         let (backing, size) = HostBacking::new(host)?;
-        let file = File::create(phys, name, size.min(MAX_FILE_SIZE))?;
-        let mut file = Arc::into_inner(file).expect("just made");
+        let mut file = File::new_inode(phys, name, size.min(MAX_FILE_SIZE), None);
         file.host = Some(backing);
         Ok(Arc::new(file))
     }
@@ -261,6 +277,24 @@ impl File {
         Ok(Some(self.phys.get(pfn)))
     }
 
+    /// Adds the huge page `page` at huge index `index` of a hugetlb file's
+    /// page cache, which takes a reference of its own (Linux's
+    /// `hugetlb_add_to_page_cache`). `false`, nothing added, if a page is
+    /// already there. Callers hold the file's hugetlb fault mutex.
+    pub(crate) fn add_huge_page(&self, index: u64, page: &FrameRef<'_>) -> bool {
+        debug_assert!(self.hugetlb.is_some(), "a huge page in a file of small pages");
+        let mut inner = self.inner.lock();
+        if inner.pages.contains_key(&index) {
+            return false;
+        }
+        let d = page.desc();
+        d.flags.store(PG_FILE, Ordering::Relaxed);
+        d.mapping.store(self.id, Ordering::Relaxed);
+        d.index.store(index, Ordering::Relaxed);
+        inner.pages.insert(index, self.phys.get(page.pfn()).into_raw());
+        true
+    }
+
     /// Reads from `offset` into `buf`, as Linux's `pread` on a tmpfs file:
     /// returns the bytes read, short at the end of the file and at most
     /// [`File::MAX_RW_COUNT`]; `Ok(0)` at or past the end. `EINVAL` (nothing
@@ -268,6 +302,9 @@ impl File {
     /// or an `offset + buf.len()` beyond `i64::MAX`.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let count = rw_verify_area(offset, buf.len())?;
+        if self.hugetlb.is_some() {
+            return Ok(self.hugetlbfs_read_at(offset, count, buf));
+        }
         let inner = self.inner.lock();
         // No overflow: rw_verify_area bounds offset + count by i64::MAX.
         let end = inner.size.min(offset + count as u64);
@@ -292,8 +329,8 @@ impl File {
         Ok(end.saturating_sub(offset) as usize)
     }
 
-    /// Writes at `offset`, growing the file like Linux's `pwrite` on a tmpfs
-    /// file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
+    /// Writes at `offset` (`EINVAL` on a hugetlbfs file, which has no
+    /// `write`), growing the file like Linux's `pwrite` on a tmpfs file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
     /// each page written, so running out of memory part way gives a short
     /// write (the bytes written so far) and leaves the size covering only
     /// those; `ENOMEM` if nothing could be written. `EINVAL` (nothing
@@ -304,6 +341,10 @@ impl File {
         // vfs_write: a file not opened for writing, first.
         if self.host.as_ref().is_some_and(|h| !h.writable) {
             return Err(Errno::BadF);
+        }
+        if self.hugetlb.is_some() {
+            // hugetlbfs has no write_iter: vfs_write says EINVAL next.
+            return Err(Errno::Inval);
         }
         let mut count = rw_verify_area(offset, data.len())?;
         if count == 0 {
@@ -345,13 +386,17 @@ impl File {
         Ok((pos - offset) as usize)
     }
 
-    /// Sets the size (`ftruncate`). Shrinking zaps every mapping of the pages
+    /// Sets the size (`ftruncate`); on a hugetlbfs file see
+    /// [`File::create_hugetlbfs`] (`EINVAL` unless 2 MiB aligned). Shrinking zaps every mapping of the pages
     /// past the new end — private COW copies too, as Linux does — and drops
     /// them from the page cache; an access there then raises SIGBUS.
     /// `EINVAL` for a size that is negative as an `off_t` (above `i64::MAX`).
     pub fn set_len(&self, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
+        }
+        if self.hugetlb.is_some() {
+            return self.hugetlbfs_set_len(size);
         }
         if let Some(host) = &self.host {
             // do_ftruncate's checks, and the host file's new size before
@@ -387,7 +432,8 @@ impl File {
         Ok(())
     }
 
-    /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`):
+    /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`;
+    /// on a hugetlbfs file see [`File::fallocate`]):
     /// partial pages at the edges are zeroed, whole pages unmapped from shared
     /// mappings and dropped; private COW copies are kept, as in Linux. The
     /// size never changes. As Linux's `vfs_fallocate`: `EINVAL` for an
@@ -397,6 +443,9 @@ impl File {
     pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
         if (offset as i64) < 0 || (len as i64) <= 0 {
             return Err(Errno::Inval);
+        }
+        if self.hugetlb.is_some() {
+            return self.fallocate(crate::uapi::FALLOC_FL_PUNCH_HOLE | crate::uapi::FALLOC_FL_KEEP_SIZE, offset, len);
         }
         let end = (offset as i64).checked_add(len as i64).ok_or(Errno::FBig)? as u64;
         if let Some(host) = &self.host {
@@ -543,8 +592,16 @@ impl Drop for File {
         // report an error to, as for Linux's writeback after the last close.
         let _ = self.writeback(&self.inner.lock(), false);
         let inner = self.inner.get_mut();
+        let freed = inner.pages.len() as u64;
         for (_, p) in std::mem::take(&mut inner.pages) {
             drop(FrameRef::from_raw(&self.phys, p));
+        }
+        // Inode eviction: remove_inode_hugepages + hugetlb_unreserve_pages.
+        if let Some(resv) = &self.hugetlb {
+            // Entries of address spaces that died first (each removes its
+            // own; none can be left by a live one, which holds the file).
+            self.phys.account_rmap(-(resv.vmas.len() as i64));
+            resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
     }
 }

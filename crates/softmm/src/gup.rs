@@ -28,10 +28,12 @@ pub(crate) fn get_user_pages(
     end: u64,
     access: Access,
 ) -> core::result::Result<(), Fault> {
+    // A hugetlb fault maps a whole 2 MiB page: one per huge page.
+    let step = if vma.flags.contains(VmFlags::HUGETLB) { crate::hugetlb::HPAGE_SIZE } else { PAGE_SIZE };
     let mut a = start;
     while a < end {
         mm.handle_mm_fault(vma, a, access)?;
-        a += PAGE_SIZE;
+        a = (a & !(step - 1)) + step;
     }
     Ok(())
 }

@@ -27,6 +27,7 @@ mod fault;
 mod file;
 mod gup;
 mod host_file;
+mod hugetlb;
 mod mempolicy;
 mod migrate;
 mod mm;
@@ -58,6 +59,8 @@ pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, ShootdownPolicy};
+// hugetlb (seed 000).
+pub use hugetlb::HugePageStats;
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
     MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE,

@@ -128,11 +128,14 @@ pub struct PhysConfig {
     /// return to the node free lists are given back to the host
     /// (`MADV_DONTNEED`, in batches). See [`PhysMem::new`].
     pub on_demand: bool,
+    /// Huge (2 MiB) pages per node in the hugetlb pool, carved out of the
+    /// node's frames (Linux's `nr_hugepages`, per node); default 0.
+    pub hugepages: u64,
 }
 
 impl Default for PhysConfig {
     fn default() -> Self {
-        PhysConfig { bytes: 256 << 20, nodes: 1, on_demand: false }
+        PhysConfig { bytes: 256 << 20, nodes: 1, on_demand: false, hugepages: 0 }
     }
 }
 
@@ -161,6 +164,15 @@ impl PhysConfig {
     #[must_use]
     pub fn nodes(mut self, nodes: usize) -> PhysConfig {
         self.nodes = nodes;
+        self
+    }
+
+    /// Sets `hugepages`: 2 MiB pages per node for the hugetlb pool, taken
+    /// from the node's frames (each 512 contiguous frames, aligned), so the
+    /// arena must be big enough: [`PhysMem::new`] says `EINVAL` otherwise.
+    #[must_use]
+    pub fn hugepages(mut self, per_node: u64) -> PhysConfig {
+        self.hugepages = per_node;
         self
     }
 }
@@ -311,6 +323,8 @@ pub struct PhysMem {
     /// [`PhysConfig::on_demand`]: give frames back to the host when they
     /// return to the node free lists.
     on_demand: bool,
+    /// The hugetlb pool (see [`crate::hugetlb`]).
+    pub(crate) hugetlb: crate::hugetlb::pool::HugePool,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -371,6 +385,9 @@ impl PhysMem {
         }
         let frames = per_node * nodes as u64; // <= bytes / PAGE_SIZE + nodes: no overflow
         let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
+        // Checked before anything is mapped. The hugetlb pool takes the top of each node; the rest is 4 KiB frames.
+        let spans: Vec<(Pfn, Pfn)> = (0..nodes as u64).map(|n| (n * per_node, (n + 1) * per_node)).collect();
+        let (hugetlb, small_ends) = crate::hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
         let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
         // Miri cannot read /proc (isolation); its arenas are tiny anyway.
         let avail = if cfg!(miri) || config.on_demand { None } else { host_mem_available() };
@@ -424,7 +441,7 @@ impl PhysMem {
                 let first = n * per_node;
                 let end = first + per_node;
                 // Pop from the end gives ascending frames.
-                let free = (first..end).filter(|&p| p != zero_pfn).rev().collect();
+                let free = (first..small_ends[n as usize]).filter(|&p| p != zero_pfn).rev().collect();
                 Node { free: Mutex::new(free), first, end }
             })
             .collect();
@@ -444,8 +461,9 @@ impl PhysMem {
             vmas: AtomicI64::new(0),
             rmap_entries: AtomicI64::new(0),
             next_id: AtomicU64::new(1),
-            commit: crate::mm::commit::CommitState::new(frames),
             on_demand: config.on_demand,
+            commit: crate::mm::commit::CommitState::new(frames - hugetlb.frames()),
+            hugetlb,
         }))
     }
 
@@ -659,6 +677,7 @@ impl PhysMem {
     /// to (directly, through a locked PTE or through the page cache's lock).
     #[inline]
     pub(crate) fn get(&self, pfn: Pfn) -> FrameRef<'_> {
+        let pfn = self.compound_head(pfn);
         if pfn != self.zero_pfn {
             self.desc(pfn).refcount.fetch_add(1, Ordering::Relaxed);
         }
@@ -678,6 +697,7 @@ impl PhysMem {
         if pfn == self.zero_pfn {
             return;
         }
+        let pfn = self.compound_head(pfn);
         // Release pairs with the Acquire below so that every use of the frame
         // through other references happens before it is reused (the reasons
         // of `Arc::drop`).
@@ -685,6 +705,10 @@ impl PhysMem {
         debug_assert!(old > 0, "frame {pfn} refcount underflow");
         if old == 1 {
             crate::sync::fence(Ordering::Acquire);
+            if self.is_huge(pfn) {
+                self.free_huge(self.node_of(pfn), pfn);
+                return;
+            }
             self.free(pfn);
         }
     }

@@ -39,3 +39,8 @@ pub const MADV_COLLAPSE: i32 = 25;
 pub const MADV_GUARD_INSTALL: i32 = 102;
 /// Remove guard markers.
 pub const MADV_GUARD_REMOVE: i32 = 103;
+
+/// `fallocate`: keep the size (`FALLOC_FL_KEEP_SIZE`).
+pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
+/// `fallocate`: free the range (`FALLOC_FL_PUNCH_HOLE`, with `KEEP_SIZE`).
+pub const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;

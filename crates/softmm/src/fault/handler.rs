@@ -94,6 +94,19 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
+    if vma.flags.contains(VmFlags::HUGETLB) {
+        // hugetlb faults hold mmap_lock (their own locking schemes come
+        // with PMD sharing): the lock-free paths fall back.
+        if !ctx.may_sleep {
+            return ctx.unsupported();
+        }
+        if ctx.forced {
+            // Forced access (`access_remote_*`) does not follow huge
+            // leaves yet: it ends at the first hugetlb page.
+            return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
+        }
+        return super::hugetlb::hugetlb_fault(&super::hugetlb::HugeFault { mm: ctx.mm, vma }, addr, write);
+    }
     let accessible = vma.flags.intersects(VmFlags::ACCESS_FLAGS);
     let va = addr & !(PAGE_SIZE - 1);
     let guard = crossbeam_epoch::pin();

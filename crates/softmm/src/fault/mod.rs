@@ -46,9 +46,11 @@
 //! fault-around), private file write (COW copy), shared file write (page-cache
 //! page made writable and dirty), write-protect faults (COW after fork, reuse
 //! of an exclusively owned page), and growsdown stack expansion, done with
-//! `mmap_lock` held for write (the StackRot fix).
+//! `mmap_lock` held for write (the StackRot fix). hugetlb faults (a 2 MiB
+//! PMD leaf, seed 000) are `hugetlb.rs`; they hold `mmap_lock` for now.
 
 mod handler;
+mod hugetlb;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod mmap_lock;

@@ -77,6 +77,7 @@ impl AddressSpace {
         cst.start_brk = st.start_brk;
         cst.brk = st.brk;
         cst.start_stack = st.start_stack;
+        cst.hugetlb_seen = st.hugetlb_seen;
         for v in st.vmas.iter() {
             if v.flags.contains(VmFlags::DONTCOPY) {
                 continue;
@@ -125,7 +126,12 @@ impl AddressSpace {
             // The parent's lock first, as everywhere (the child is not
             // reachable by anyone else yet, so its lock is never contended).
             let mut sptl = src.lock();
-            let mut dst = self.pgtables.leaf_alloc(src.start(), &guard).with_range(src.start(), src.end()).lock();
+            // A 2 MiB leaf (private hugetlb) goes to a PMD leaf of the child.
+            let Some(dleaf) = self.pgtables.leaf_alloc_sized(src.start(), src.entry_size(), &guard) else {
+                return Err(Errno::NoMem);
+            };
+            let huge = src.entry_size() > crate::PAGE_SIZE;
+            let mut dst = dleaf.with_range(src.start(), src.end()).lock();
             sptl.update(|va, pte| {
                 if err.is_err() {
                     return None;
@@ -154,7 +160,8 @@ impl AddressSpace {
                 let anon = private && pte.pfn() != phys.zero_pfn() && d.flags.load(Ordering::Relaxed) & PG_ANON != 0;
                 // Ordered after write_protect_seq's odd value by the fence in
                 // `fork`: a gup-fast pin not seen here sees the count move.
-                if anon && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
+                // (hugetlb pages are not pinned yet: no copy of 2 MiB here.)
+                if anon && !huge && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
                     // folio_needs_cow_for_dma: the pinned page stays the
                     // parent's, writable; the child gets a copy.
                     let Some(copy) = phys.alloc_copy_at(pte.pfn(), &parent.placement(vma, va)) else {

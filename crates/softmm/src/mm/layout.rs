@@ -65,7 +65,7 @@ pub(crate) fn get_unmapped_area(
             if flags.fixed && addr % size != 0 {
                 return Err(Errno::Inval);
             }
-            arch_get_unmapped_area_topdown(cfg, vmas, addr, len, flags)?
+            hugetlb_get_unmapped_area(cfg, vmas, addr, len, size, flags)?
         }
         AreaKind::Anon if cfg.thp_align && addr == 0 && !flags.fixed && len % PMD_SIZE == 0 => {
             thp_get_unmapped_area(cfg, vmas, len, flags)
@@ -142,6 +142,45 @@ fn arch_get_unmapped_area_topdown(
     // Bottom-up fallback from TASK_UNMAPPED_BASE.
     let base = (cfg.task_size / 3 + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
     unmapped_area(vmas, len, base.max(low), cfg.task_size, cfg.stack_guard_gap).ok_or(Errno::NoMem)
+}
+
+/// x86-64's `hugetlb_get_unmapped_area` after its length checks: a fixed
+/// address as it is (already checked aligned), a hint rounded *down* to the
+/// huge page size and taken if free, else the highest `size`-aligned gap
+/// below `mmap_base`, with the bottom-up fallback from `TASK_UNMAPPED_BASE`.
+fn hugetlb_get_unmapped_area(
+    cfg: &MmConfig,
+    vmas: &VmaTree,
+    addr: u64,
+    len: u64,
+    size: u64,
+    flags: AreaFlags,
+) -> Result<u64> {
+    if flags.fixed {
+        return Ok(addr);
+    }
+    if addr != 0 {
+        let addr = addr & !(size - 1);
+        // mmap_address_hint_valid, then the gap check.
+        if addr >= cfg.mmap_min_addr
+            && cfg.task_size - len >= addr
+            && vmas.find_from(addr).is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap))
+        {
+            return Ok(addr);
+        }
+    }
+    // vm_unmapped_area with align_mask = size - PAGE_SIZE: search for the
+    // length plus the mask, then align inside the gap found.
+    let mask = size - PAGE_SIZE;
+    let padded = len.checked_add(mask).ok_or(Errno::NoMem)?;
+    if let Some(a) = unmapped_area_topdown(vmas, padded, PAGE_SIZE, cfg.mmap_base, cfg.stack_guard_gap) {
+        // The gap's top is `a + padded`; the highest aligned start below it.
+        return Ok((a + padded - len) & !(size - 1));
+    }
+    let base = (cfg.task_size / 3 + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
+    unmapped_area(vmas, padded, base, cfg.task_size, cfg.stack_guard_gap)
+        .map(|a| (a + size - 1) & !(size - 1))
+        .ok_or(Errno::NoMem)
 }
 
 /// The highest `a` with `[a, a+len)` in a gap between VMAs (respecting guard

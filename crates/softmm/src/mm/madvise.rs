@@ -178,6 +178,22 @@ impl AddressSpace {
         } else {
             let st = self.read_lock();
             let res = self.walk_vmas_read(&st, addr, end, |mm, vma, start, stop| match advice {
+                MADV_DONTNEED | MADV_DONTNEED_LOCKED if vma.flags.contains(VmFlags::HUGETLB) => {
+                    // madvise_dontneed_free_valid_vma: an aligned start, the
+                    // end rounded down ("avoid unexpected data loss").
+                    let huge = crate::hugetlb::HPAGE_SIZE;
+                    if start % huge != 0 {
+                        return Err(Errno::Inval);
+                    }
+                    let stop = stop & !(huge - 1);
+                    if start < stop {
+                        mm.hugetlb_restore_reserves(vma, start, stop);
+                        mm.zap_range(start, stop, &mut tlb, |_| true);
+                    }
+                    Ok(())
+                }
+                // Only MADV_DONTNEED may free hugetlb pages.
+                MADV_FREE if vma.flags.contains(VmFlags::HUGETLB) => Err(Errno::Inval),
                 MADV_DONTNEED | MADV_DONTNEED_LOCKED => {
                     if vma.flags.contains(VmFlags::LOCKED) && advice == MADV_DONTNEED {
                         return Err(Errno::Inval);

@@ -108,7 +108,13 @@ impl AddressSpace {
                     offset,
                     inode,
                     name,
-                    rss: self.resident_pages(v.start, v.end) * PAGE_SIZE,
+                    // smaps counts hugetlb pages apart (`Shared_Hugetlb`,
+                    // `Private_Hugetlb`), never in `Rss`.
+                    rss: if v.flags.contains(VmFlags::HUGETLB) {
+                        0
+                    } else {
+                        self.resident_pages(v.start, v.end) * PAGE_SIZE
+                    },
                 }
             })
             .collect()

@@ -211,6 +211,13 @@ impl AddressSpace {
         if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
             return Err(Errno::NoMem);
         }
+        // __split_vma: vm_ops->may_split (hugetlb splits only at 2 MiB).
+        if start > vma.start && !left {
+            vma.may_split(start)?;
+        }
+        if end < vma.end && !right {
+            vma.may_split(end)?;
+        }
         st.vmas.remove(vma.start);
         let (mut lo, mut hi, mut pg) = (start, end, pgoff);
         let mut anon_new = vma.anon_vma.get().cloned();

@@ -1,6 +1,7 @@
 //! `mincore`: which pages of a range are resident.
 
 use crate::error::{Errno, Result};
+use crate::vma::VmFlags;
 use crate::PAGE_SIZE;
 
 use super::AddressSpace;
@@ -55,7 +56,9 @@ impl AddressSpace {
             let a = addr + i as u64 * PAGE_SIZE;
             let resident =
                 // A migration entry counts as resident (mincore_pte_range).
-                self.pte_at(a).has_frame() || self.pte_at(a).is_migration() || vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a)));
+                self.pte_at(a).has_frame() || self.pte_at(a).is_migration()
+                // mincore_hugetlb looks at the page table only.
+                || (!vma.flags.contains(VmFlags::HUGETLB) && vma.file.as_ref().is_some_and(|f| f.is_cached(vma.pgoff_at(a))));
             *byte = resident as u8;
         }
         if fits < n as usize {

@@ -67,7 +67,8 @@ enum Backing {
 
 /// Linux's `accountable_mapping`: private writable memory is charged.
 pub(crate) fn accountable(flags: VmFlags) -> bool {
-    flags & (VmFlags::NORESERVE | VmFlags::SHARED | VmFlags::WRITE) == VmFlags::WRITE
+    // hugetlb pages are reserved from their pool, never charged.
+    flags & (VmFlags::NORESERVE | VmFlags::SHARED | VmFlags::WRITE | VmFlags::HUGETLB) == VmFlags::WRITE
 }
 
 impl AddressSpace {
@@ -90,8 +91,13 @@ impl AddressSpace {
     /// file's open mode forbids; `EOPNOTSUPP` for unknown flags with
     /// `MAP_SHARED_VALIDATE`. `MAP_32BIT` places the mapping in the first
     /// 2 GiB, `MAP_DROPPABLE` makes a private anonymous mapping that is never
-    /// charged nor copied to a child. `MAP_HUGETLB` gets `ENOMEM` after
-    /// Linux's checks, as on a machine without huge pages. A failed call
+    /// charged nor copied to a child. `MAP_HUGETLB` maps 2 MiB pages of the
+    /// pool ([`PhysConfig::hugepages`](crate::PhysConfig::hugepages)): the
+    /// length rounds up to 2 MiB, a fixed address must be 2 MiB aligned
+    /// (`EINVAL`), and the pages are reserved at `mmap` (`ENOMEM` when the
+    /// pool cannot cover them) unless `MAP_NORESERVE`, whose faults find a
+    /// page or raise `SIGBUS`; `MAP_HUGE_1GB` is `ENOMEM` (no 1 GiB pool),
+    /// any other size `EINVAL`. A failed call
     /// changes nothing. `MAP_POPULATE` faults the pages in after the mapping
     /// is made.
     ///
@@ -135,14 +141,19 @@ impl AddressSpace {
             return Err(Errno::Inval);
         }
         let mut len = len;
-        let backing = if flags & MAP_HUGETLB == 0 {
+        let backing = if file.is_some_and(|f| f.file.is_hugetlbfs()) {
+            // A hugetlbfs file: the length rounds up, MAP_HUGETLB or not.
+            let size = crate::hugetlb::HPAGE_SIZE;
+            len = len.wrapping_add(size - 1) & !(size - 1);
+            Backing::Hugetlb(size)
+        } else if flags & MAP_HUGETLB == 0 {
             if file.is_some() {
                 Backing::File
             } else {
                 Backing::Anon
             }
         } else if file.is_some() {
-            // No softmm file lives on hugetlbfs.
+            // MAP_HUGETLB with a file not on hugetlbfs.
             return Err(Errno::Inval);
         } else {
             // hstate_sizelog: the default (2 MiB), 2 MiB or 1 GiB.
@@ -294,16 +305,54 @@ impl AddressSpace {
         if flags & MAP_NORESERVE != 0 && self.phys.overcommit().mode != OvercommitMode::Never {
             vm_flags |= VmFlags::NORESERVE;
         }
+        let mut hugetlb_file = None;
+        let mut hugetlb_resv = None;
         if let Backing::Hugetlb(size) = backing {
-            // hugetlbfs_file_mmap: the offset must be huge page aligned, then
-            // it reserves the huge pages and finds none: no hugetlb pool is
-            // configured (a host with nr_hugepages = 0).
+            st.hugetlb_seen = true;
+            // do_mmap: hugetlb applies strict reservations unless
+            // MAP_NORESERVE, whatever the overcommit mode.
+            if flags & MAP_NORESERVE != 0 {
+                vm_flags |= VmFlags::NORESERVE;
+            }
+            // hugetlbfs_file_mmap: VM_HUGETLB | VM_DONTEXPAND, an aligned
+            // offset, then hugetlb_reserve_pages (ENOMEM).
+            vm_flags |= VmFlags::HUGETLB | VmFlags::DONTEXPAND;
             if pgoff % (size >> PAGE_SHIFT) != 0 {
                 return Err(Errno::Inval);
             }
-            return Err(Errno::NoMem);
+            if size != crate::hugetlb::HPAGE_SIZE {
+                // No 1 GiB pool: as a host with no 1 GiB pages reserved.
+                return Err(Errno::NoMem);
+            }
+            let shift = crate::hugetlb::HPAGE_SHIFT - PAGE_SHIFT;
+            let (from, to) = (pgoff >> shift, (pgoff >> shift) + (len >> crate::hugetlb::HPAGE_SHIFT));
+            let reserve = !vm_flags.contains(VmFlags::NORESERVE);
+            if vm_flags.contains(VmFlags::MAYSHARE) {
+                // The file's reserve map; for anonymous memory the
+                // pseudo-file of hugetlb_file_setup(HUGETLB_ANON_FILE).
+                let f = match file {
+                    Some(f) => f.file.clone(),
+                    None => crate::hugetlb::anon_file(&self.phys, len),
+                };
+                if reserve {
+                    f.hugetlb.as_ref().expect("a hugetlb file").reserve(&self.phys, from, to)?;
+                }
+                hugetlb_file = Some(f);
+            } else if reserve {
+                hugetlb_resv = Some(crate::hugetlb::resv::PrivateResv::new(&self.phys, from, to)?);
+            }
+            if let Some(f) = file.filter(|_| vm_flags.contains(VmFlags::WRITE)) {
+                // hugetlbfs_file_mmap: a writable mapping past the end
+                // grows the file to cover it.
+                f.file.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
+            }
         }
         let backing = match file {
+            _ if backing != Backing::Anon && file.is_none() => {
+                // Anonymous MAP_HUGETLB: the shared one's pseudo-file, or
+                // the private one's (faults allocate anonymous pages).
+                Some(hugetlb_file.unwrap_or_else(|| crate::hugetlb::anon_file(&self.phys, len)))
+            }
             Some(f) => Some(f.file.clone()),
             None if vm_flags.contains(VmFlags::SHARED) => {
                 // shmem_zero_setup charges the whole object unless
@@ -327,7 +376,7 @@ impl AddressSpace {
         };
         let mut tlb = MmuGather::default();
         let open = file.map_or(0, OpenFile::open_id);
-        let res = self.mmap_region(&mut st, backing, open, addr, len, vm_flags, pgoff, &mut tlb);
+        let res = self.mmap_region(&mut st, backing, open, addr, len, vm_flags, pgoff, hugetlb_resv, &mut tlb);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
@@ -351,6 +400,7 @@ impl AddressSpace {
         len: u64,
         mut vm_flags: VmFlags,
         pgoff: u64,
+        hugetlb_resv: Option<Arc<crate::hugetlb::resv::PrivateResv>>,
         tlb: &mut MmuGather,
     ) -> Result<()> {
         let end = addr + len;
@@ -373,7 +423,9 @@ impl AddressSpace {
         if let Some(f) = &file {
             self.arc().link_file(f);
         }
-        self.insert_merged(st, Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None).with_open(open));
+        let mut vma = Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None).with_open(open);
+        vma.hugetlb_resv = hugetlb_resv;
+        self.insert_merged(st, vma);
         Ok(())
     }
 

@@ -68,6 +68,12 @@ pub(crate) struct MmState {
     /// lock-free unmap is still zapping ([`UnmapPolicy::LockFree`]): no
     /// mapping may be placed in one until it is released (`mm/unmap.rs`).
     pub(crate) reserved: Vec<unmap::Reservation>,
+    /// The hugetlb VMAs entered in their files' reverse maps (kept in step
+    /// with `vmas` when a write section ends, `sync_hugetlb_rmap`); empty,
+    /// and never looked at, until a hugetlb VMA is mapped here.
+    pub(crate) hugetlb_linked: Vec<Arc<Vma>>,
+    /// A hugetlb VMA was mapped or inherited: write sections sync the reverse maps.
+    pub(crate) hugetlb_seen: bool,
 }
 
 /// Counters of one address space (changed only on slow paths).
@@ -79,6 +85,8 @@ pub(crate) struct MmCounters {
     pub(crate) pages_migrated: AtomicU64,
     /// Where the policy unmaps spent their time (`unmap.rs`).
     pub(crate) unmap: unmap::UnmapCounters,
+    /// hugetlb faults that mapped a huge page.
+    pub(crate) hugetlb_faults: AtomicU64,
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -100,6 +108,11 @@ pub struct MmStats {
     pub pages_migrated: u64,
     /// Where its unmaps (`munmap`, `mremap` and `brk` shrinks) spent their time.
     pub unmap: UnmapStats,
+    /// 4 KiB pages mapped by hugetlb mappings (`/proc/pid/status`
+    /// `HugetlbPages` over 4 KiB); not part of `rss_pages`, as in Linux.
+    pub hugetlb_pages: u64,
+    /// hugetlb faults that mapped a huge page (first touch, COW).
+    pub hugetlb_faults: u64,
 }
 
 /// A virtual address space with Linux semantics.
@@ -151,7 +164,8 @@ impl<'a> MmapWriteGuard<'a> {
     /// (`mmap_write_downgrade`): readers may enter at once, writers wait for
     /// the returned guard.
     pub(crate) fn downgrade(mut self) -> RwLockReadGuard<'a, MmState> {
-        let st = self.st.take().expect("held until downgraded");
+        let mut st = self.st.take().expect("held until downgraded");
+        self.mm.sync_hugetlb_rmap(&mut st);
         self.mm.publish(&st.vmas);
         self.mm.seq.write_end();
         RwLockWriteGuard::downgrade(st)
@@ -160,7 +174,8 @@ impl<'a> MmapWriteGuard<'a> {
 
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
-        if let Some(st) = &self.st {
+        if let Some(st) = &mut self.st {
+            self.mm.sync_hugetlb_rmap(st);
             self.mm.publish(&st.vmas);
             self.mm.seq.write_end();
         }
@@ -178,6 +193,8 @@ impl AddressSpace {
             brk: config.start_brk,
             start_stack: None,
             reserved: Vec::new(),
+            hugetlb_linked: Vec::new(),
+            hugetlb_seen: false,
         };
         let shootdown_policy = config.shootdown_policy;
         Ok(Arc::new_cyclic(|w| AddressSpace {
@@ -326,7 +343,9 @@ impl AddressSpace {
         let _q = crate::tlb::QuiescentGuard::enter();
         let st = self.read_lock();
         let map_count = st.vmas.len();
-        let rss_pages = st.vmas.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let (huge, small): (Vec<_>, Vec<_>) = st.vmas.iter().partition(|v| v.flags.contains(VmFlags::HUGETLB));
+        let rss_pages = small.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let hugetlb_pages = huge.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
         MmStats {
             map_count,
             mmap_lock_write: self.counters.mmap_lock_write.load(Ordering::Relaxed),
@@ -335,7 +354,14 @@ impl AddressSpace {
             rss_pages,
             pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
             unmap: self.counters.unmap.stats(),
+            hugetlb_pages,
+            hugetlb_faults: self.counters.hugetlb_faults.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts a hugetlb fault that mapped a page.
+    pub(crate) fn count_hugetlb_fault(&self) {
+        self.counters.hugetlb_faults.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Present pages in `[start, end)` (smaps `Rss` in pages).
@@ -466,7 +492,12 @@ impl AddressSpace {
             for &(va, pte) in &moved {
                 tlb.need_flush = true;
                 let dst = new + (va - old);
-                let prev = self.pgtables.leaf_alloc(dst, &guard).lock().replace(dst, pte);
+                // A 2 MiB leaf (hugetlb) moves to a PMD leaf; hugetlb VMAs
+                // never hold PTE tables, so the destination has room.
+                let Some(dleaf) = self.pgtables.leaf_alloc_sized(dst, leaf.entry_size(), &guard) else {
+                    unreachable!("a hugetlb destination holds a PTE table")
+                };
+                let prev = dleaf.lock().replace(dst, pte);
                 debug_assert!(prev.is_none(), "mremap destination had an entry");
             }
         }
@@ -493,7 +524,17 @@ impl AddressSpace {
     /// `ENOMEM` without change if a split would exceed `max_map_count`.
     pub(crate) fn detach_vmas(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<Option<(u64, u64)>> {
         let accounted = commit::accounted_pages(&st.vmas, start, end);
+        // hugetlb_vm_op_close of the parts that go: their private reservations.
+        let closing: Vec<(Arc<Vma>, u64, u64)> = st
+            .vmas
+            .overlapping(start, end)
+            .filter(|v| v.hugetlb_resv.is_some())
+            .map(|v| (v.clone(), start.max(v.start), end.min(v.end)))
+            .collect();
         let span = self.detach_vmas_keep_charge(st, start, end)?;
+        for (v, lo, hi) in closing {
+            crate::hugetlb::close_vma_range(&v, lo, hi);
+        }
         // vms_complete_munmap_vmas: the removed mappings' commit charge goes.
         self.phys.vm_unacct_memory(accounted);
         Ok(span)
@@ -518,6 +559,13 @@ impl AddressSpace {
         };
         if start > first.start && end < first.end && st.vmas.len() >= self.config.max_map_count {
             return Err(crate::Errno::NoMem);
+        }
+        // __split_vma: vm_ops->may_split (hugetlb), after the map count.
+        if start > first.start {
+            first.may_split(start)?;
+        }
+        if end < last.end {
+            last.may_split(end)?;
         }
         for v in &victims {
             st.vmas.remove(v.start);
@@ -546,6 +594,36 @@ impl AddressSpace {
         self.pgtables.detach_tables(start, end, floor, ceiling, &mut tlb.tables);
     }
 
+    /// Brings the hugetlb files' reverse maps (by VMA) in step with the VMA
+    /// tree a write section leaves: VMAs that went are removed, new ones
+    /// (mapped, split, moved, inherited) added. Linux links and unlinks
+    /// each VMA where it changes; here the write section's end does it for
+    /// all, before the tree is published, so the map is exact whenever
+    /// `mmap_lock` is free. Costs nothing until a hugetlb VMA is mapped.
+    fn sync_hugetlb_rmap(&self, st: &mut MmState) {
+        if !st.hugetlb_seen {
+            return;
+        }
+        let now: Vec<Arc<Vma>> = st.vmas.iter().filter(|v| v.flags.contains(VmFlags::HUGETLB)).cloned().collect();
+        let me: Weak<dyn Mapper> = self.self_weak.clone();
+        let id = crate::hugetlb::rmap::mm_id(&me);
+        for old in &st.hugetlb_linked {
+            if !now.iter().any(|v| Arc::ptr_eq(v, old)) {
+                unlink_hugetlb_vma(&self.phys, id, old);
+            }
+        }
+        for v in &now {
+            if !st.hugetlb_linked.iter().any(|old| Arc::ptr_eq(v, old)) {
+                if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
+                    let entry =
+                        crate::hugetlb::rmap::RmapVma { mm: me.clone(), start: v.start, end: v.end, pgoff: v.pgoff };
+                    inode.vmas.insert(&self.phys, entry);
+                }
+            }
+        }
+        st.hugetlb_linked = now;
+    }
+
     /// Records in `file`'s reverse map that this address space maps it.
     pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
         let mut linked = self.linked_files.lock();
@@ -554,6 +632,20 @@ impl AddressSpace {
             let me: Weak<AddressSpace> = Arc::downgrade(self);
             file.add_mapping(me);
         }
+    }
+}
+
+/// The identity of the address space behind `w` in a reverse map.
+fn mapper_weak_id(w: &Weak<AddressSpace>) -> usize {
+    let w: Weak<dyn Mapper> = w.clone();
+    crate::hugetlb::rmap::mm_id(&w)
+}
+
+/// Removes `v`, a hugetlb VMA of the address space `mm`, from its file's
+/// reverse map.
+fn unlink_hugetlb_vma(phys: &PhysMem, mm: usize, v: &Vma) {
+    if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
+        inode.vmas.remove(phys, mm, v.start, v.pgoff);
     }
 }
 
@@ -604,8 +696,18 @@ impl Drop for AddressSpace {
             file.remove_mapping(me);
         }
         let st = self.mmap_lock.get_mut();
+        // exit_mmap's unlink_file_vma: out of the hugetlb files' reverse maps.
+        let me = mapper_weak_id(&self.self_weak);
+        for v in st.hugetlb_linked.drain(..) {
+            unlink_hugetlb_vma(&self.phys, me, &v);
+        }
         // exit_mmap: the commit charge of what is left goes.
         self.phys.vm_unacct_memory(commit::accounted_pages(&st.vmas, 0, u64::MAX));
+        // remove_vma → hugetlb_vm_op_close: private reservations go now, not
+        // after the VMAs' grace period.
+        for v in st.vmas.iter() {
+            crate::hugetlb::close_vma_range(v, v.start, v.end);
+        }
         st.vmas = VmaTree::default();
         let guard = crossbeam_epoch::pin();
         let old = self.vmas_rcu.swap(Shared::null(), Ordering::AcqRel, &guard);

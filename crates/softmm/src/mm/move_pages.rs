@@ -99,6 +99,12 @@ impl AddressSpace {
         addr: u64,
         flags: u32,
     ) -> std::result::Result<Option<Isolated<'_>>, i32> {
+        if vma.flags.contains(crate::vma::VmFlags::HUGETLB) {
+            // Not Linux's: migration of hugetlb pages (isolate_hugetlb, a
+            // 2 MiB copy, a PMD migration entry) is not built yet; the page
+            // stays where it is, as one mapped more than once does.
+            return Ok(None);
+        }
         let va = addr & !(PAGE_SIZE - 1);
         let guard = crossbeam_epoch::pin();
         let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;

@@ -99,13 +99,23 @@ impl AddressSpace {
         &self,
         st: &mut MmState,
         addr: u64,
-        old_len: u64,
-        new_len: u64,
+        mut old_len: u64,
+        mut new_len: u64,
         flags: i32,
         new_addr: u64,
         tlb: &mut MmuGather,
         tail: &mut Option<(u64, u64)>,
     ) -> Result<u64> {
+        if st.vmas.find(addr).is_some_and(|v| v.flags.contains(VmFlags::HUGETLB)) {
+            // Lengths rounded up to huge pages, both addresses aligned, and
+            // no expansion: the reservations cannot follow a split one.
+            let huge = crate::hugetlb::HPAGE_SIZE;
+            old_len = old_len.checked_add(huge - 1).ok_or(Errno::Inval)? & !(huge - 1);
+            new_len = new_len.checked_add(huge - 1).ok_or(Errno::Inval)? & !(huge - 1);
+            if addr % huge != 0 || new_addr % huge != 0 || new_len > old_len {
+                return Err(Errno::Inval);
+            }
+        }
         if flags & MREMAP_FIXED != 0 && old_len == new_len {
             return self.remap_move(st, addr, old_len, flags, new_addr, tlb);
         }
@@ -282,8 +292,13 @@ impl AddressSpace {
     /// `mmap_min_addr`, as `get_unmapped_area` checks for mmap).
     fn mremap_target(&self, st: &MmState, addr: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64> {
         let vma = st.vmas.find(addr).ok_or(Errno::Fault)?;
-        let kind =
-            if vma.file.is_none() && !vma.flags.contains(VmFlags::MAYSHARE) { AreaKind::Anon } else { AreaKind::Other };
+        let kind = if vma.flags.contains(VmFlags::HUGETLB) {
+            AreaKind::Huge(crate::hugetlb::HPAGE_SIZE)
+        } else if vma.file.is_none() && !vma.flags.contains(VmFlags::MAYSHARE) {
+            AreaKind::Anon
+        } else {
+            AreaKind::Other
+        };
         let hint = if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 { new_addr } else { 0 };
         let fixed = flags & MREMAP_FIXED != 0;
         // A fixed target was waited for; any other goes around reserved ranges.

@@ -106,9 +106,15 @@ impl PageTables {
     }
 
     /// [`Self::walk`], allocating missing tables.
-    fn walk_alloc<'a>(&'a self, va: u64, _guard: &'a Guard) -> (&'a Table, u32) {
+    fn walk_alloc<'a>(&'a self, va: u64, guard: &'a Guard) -> (&'a Table, u32) {
+        self.walk_alloc_to(va, 0, guard)
+    }
+
+    /// [`Self::walk_alloc`] that stops at the table of `bottom` (0: the PTE
+    /// table; 1: the PMD table, whose entry for `va` may be a 2 MiB leaf).
+    fn walk_alloc_to<'a>(&'a self, va: u64, bottom: u32, _guard: &'a Guard) -> (&'a Table, u32) {
         let mut table = self.root();
-        for level in (1..=3).rev() {
+        for level in (bottom + 1..=3).rev() {
             let mut child = step(table, va, level);
             if let Child::None = child {
                 let new = NonNull::from(Box::leak(Table::new_boxed()));
@@ -132,7 +138,7 @@ impl PageTables {
                 Child::Table(t) => table = unsafe { t.as_ref() },
             }
         }
-        (table, 0)
+        (table, bottom)
     }
 
     /// The leaf entry of `va`, if its table exists.
@@ -149,6 +155,29 @@ impl PageTables {
     pub(crate) fn leaf_alloc<'a>(&'a self, va: u64, guard: &'a Guard) -> Leaf<'a> {
         let (t, level) = self.walk_alloc(va, guard);
         Leaf::new(t, level, va & !(entry_span(level) - 1), page_end(va, level))
+    }
+
+    /// The PMD entry of `va` as a 2 MiB leaf (Linux's `huge_pte_alloc` for
+    /// a PMD-sized hstate), allocating the PUD and PMD tables: empty or a
+    /// huge entry, to be set under the PMD table's lock. `None` if a PTE
+    /// table sits there (no hugetlb VMA ever has one: its range is 2 MiB
+    /// aligned, so the unmap that freed it for the VMA detached any).
+    pub(crate) fn pmd_leaf_alloc<'a>(&'a self, va: u64, guard: &'a Guard) -> Option<Leaf<'a>> {
+        let (t, level) = self.walk_alloc_to(va, 1, guard);
+        if let Child::Table(_) = step(t, va, level) {
+            return None;
+        }
+        Some(Leaf::new(t, level, va & !(PMD_SIZE - 1), page_end(va, level)))
+    }
+
+    /// [`Self::leaf_alloc`] for an entry of `size` bytes: a PTE for 4 KiB,
+    /// a PMD leaf ([`Self::pmd_leaf_alloc`]) for 2 MiB.
+    pub(crate) fn leaf_alloc_sized<'a>(&'a self, va: u64, size: u64, guard: &'a Guard) -> Option<Leaf<'a>> {
+        if size == PMD_SIZE {
+            self.pmd_leaf_alloc(va, guard)
+        } else {
+            Some(self.leaf_alloc(va, guard))
+        }
     }
 
     /// The leaves overlapping `[start, end)` whose tables exist.

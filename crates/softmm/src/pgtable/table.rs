@@ -77,10 +77,13 @@ impl Table {
     pub(super) fn child(&self, i: usize) -> Child {
         let p = self.entries[i].load(Ordering::Acquire);
         let bits = p.addr() as u64;
-        if bits & Pte::PRESENT == 0 {
-            Child::None
-        } else if bits & Pte::HUGE != 0 {
+        // HUGE first: a 2 MiB leaf stays a leaf when it is not present
+        // (`PROT_NONE`), so walks and frees still find its frame. A table's
+        // address never has the bit (tables are 256-byte aligned).
+        if bits & Pte::HUGE != 0 {
             Child::Leaf
+        } else if bits & Pte::PRESENT == 0 {
+            Child::None
         } else {
             let table = p.map_addr(|a| a & !(Pte::PRESENT as usize));
             Child::Table(NonNull::new(table).expect("a present directory entry points to a table"))

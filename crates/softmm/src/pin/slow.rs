@@ -54,7 +54,10 @@ fn is_cow_mapping(vma: &Vma) -> bool {
 /// (there is no `FOLL_FORCE`). Long-term write pins of file mappings are
 /// allowed: softmm's files are shmem-like and need no dirty tracking.
 fn check_vma_flags(vma: &Vma, req: &Request) -> Result<()> {
-    if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
+    // Not Linux's: pins of hugetlb pages (a pin count on the huge page's
+    // head, frames at their offset in it) are not built yet, so they fail
+    // as a VM_IO mapping does rather than follow a 2 MiB leaf wrongly.
+    if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP | VmFlags::HUGETLB) {
         return Err(Errno::Fault);
     }
     let need = if req.write { VmFlags::WRITE } else { VmFlags::READ };

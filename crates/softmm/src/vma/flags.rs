@@ -44,6 +44,8 @@ bitflags::bitflags! {
         const ACCOUNT = 0x100000;
         /// `MAP_NORESERVE`.
         const NORESERVE = 0x200000;
+        /// A hugetlb mapping: 2 MiB pages from the pool (Linux's `VM_HUGETLB`).
+        const HUGETLB = 0x400000;
         /// `MADV_WIPEONFORK`: the child sees zeroes.
         const WIPEONFORK = 0x2000000;
         /// `MADV_DONTDUMP`.

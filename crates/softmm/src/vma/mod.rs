@@ -124,6 +124,10 @@ pub struct Vma {
     /// The VMA's NUMA memory policy (`mbind`), `None` for the address
     /// space's. VMAs merge only with equal policies.
     pub(crate) policy: Option<Arc<MemPolicy>>,
+    /// A private hugetlb mapping's reserve map (Linux's `vm_private_data`
+    /// with `HPAGE_RESV_OWNER`), shared by the VMAs split from it; `None`
+    /// for every other VMA, a `MAP_NORESERVE` one and a forked child's.
+    pub(crate) hugetlb_resv: Option<Arc<crate::hugetlb::resv::PrivateResv>>,
     acct: Arc<PhysMem>,
 }
 
@@ -171,6 +175,7 @@ impl Vma {
             anon_vma: cell,
             lock: VmaLock::new(),
             policy: None,
+            hugetlb_resv: None,
             acct: phys.clone(),
         }
     }
@@ -195,6 +200,7 @@ impl Vma {
         )
         .with_open(self.open);
         v.policy = self.policy.clone();
+        v.hugetlb_resv = self.hugetlb_resv.clone();
         v
     }
 
@@ -204,6 +210,7 @@ impl Vma {
             Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
                 .with_open(self.open);
         v.policy = self.policy.clone();
+        v.hugetlb_resv = self.hugetlb_resv.clone();
         v
     }
 
@@ -222,6 +229,22 @@ impl Vma {
         if let Some(a) = anon {
             let _ = self.anon_vma.set(a);
         }
+    }
+
+    /// Linux's `vm_ops->may_split`: a hugetlb VMA splits only at a huge
+    /// page boundary (`hugetlb_vm_op_split`), else `EINVAL`.
+    pub(crate) fn may_split(&self, addr: u64) -> crate::Result<()> {
+        if self.flags.contains(VmFlags::HUGETLB) && addr % crate::hugetlb::HPAGE_SIZE != 0 {
+            return Err(crate::Errno::Inval);
+        }
+        Ok(())
+    }
+
+    /// Linux's `vma_hugecache_offset`: the huge page index in the file (or
+    /// the private mapping's reserve map) of `addr` in a hugetlb VMA.
+    pub(crate) fn huge_index(&self, addr: u64) -> u64 {
+        ((addr - self.start) >> crate::hugetlb::HPAGE_SHIFT)
+            + (self.pgoff >> (crate::hugetlb::HPAGE_SHIFT - PAGE_SHIFT))
     }
 
     /// The file page offset that `addr` maps.

@@ -31,6 +31,9 @@ pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
 pub fn assert_no_leaks(phys: &PhysMem) {
     let s = phys.quiesce();
     assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "leak: {s:?}");
+    // Every huge page back in the pool, no reservation left.
+    let h = phys.huge_page_stats();
+    assert_eq!((h.free, h.rsvd, h.surp), (h.total, 0, 0), "hugetlb leak: {h:?}");
 }
 
 /// Runs `f` on its own thread named `name`; fails if it panics or does not

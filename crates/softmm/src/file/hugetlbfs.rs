@@ -1,0 +1,218 @@
+//! Files of huge pages (hugetlbfs, seed 000): the page cache holds 2 MiB
+//! pages by huge page index, sizes are huge-page aligned where Linux
+//! requires it, `write` does not exist, and removing pages gives their
+//! reservations back (`fs/hugetlbfs/inode.c`).
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Result};
+use crate::hugetlb::resv::HugetlbInode;
+use crate::hugetlb::{HPAGE_SHIFT, HPAGE_SIZE};
+use crate::phys::{FrameRef, PhysMem};
+use crate::uapi::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
+use crate::PAGE_SHIFT;
+
+use super::{File, MAX_FILE_SIZE};
+
+/// `FALLOC_FL_MODE_MASK` (6.12): the mutually exclusive modes.
+const FALLOC_FL_MODE_MASK: i32 = 0x02 | 0x08 | 0x10 | 0x20 | 0x40;
+/// `FALLOC_FL_COLLAPSE_RANGE` and `FALLOC_FL_INSERT_RANGE`.
+const FALLOC_FL_COLLAPSE_OR_INSERT: [i32; 2] = [0x08, 0x20];
+
+impl File {
+    /// A file on hugetlbfs of `size` bytes (`open(O_CREAT)` on a hugetlbfs
+    /// mount, then `ftruncate(size)`): its pages are 2 MiB pages of the
+    /// pool, allocated by faults and [`File::fallocate`], reserved by shared
+    /// mappings. `EINVAL` for a size that is not a multiple of 2 MiB or is
+    /// negative as an `off_t` (`hugetlbfs_setattr`).
+    pub fn create_hugetlbfs(phys: &Arc<PhysMem>, name: &str, size: u64) -> Result<Arc<File>> {
+        if size > MAX_FILE_SIZE || size % HPAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        Ok(Arc::new(File::new_inode(phys, name, size, Some(HugetlbInode::default()))))
+    }
+
+    /// True for a file of huge pages ([`File::create_hugetlbfs`], or the
+    /// file behind an anonymous `MAP_HUGETLB` mapping).
+    pub fn is_hugetlbfs(&self) -> bool {
+        self.hugetlb.is_some()
+    }
+
+    /// `fallocate(mode, offset, len)` with `vfs_fallocate`'s checks in
+    /// order: `EINVAL` for a negative offset or a length that is not
+    /// positive, `EOPNOTSUPP` for an unknown mode or `PUNCH_HOLE` without
+    /// `KEEP_SIZE`, `EFBIG` when `offset + len` passes the largest offset.
+    ///
+    /// On a hugetlbfs file (`hugetlbfs_fallocate`), only allocation (`0`,
+    /// `KEEP_SIZE`) and `PUNCH_HOLE | KEEP_SIZE` exist (else `EOPNOTSUPP`).
+    /// Allocation fills the huge pages `[offset rounded down, offset + len
+    /// rounded up)` that are missing, zeroed, using the file's reservations
+    /// and then unreserved pages, `ENOSPC` when the pool has none (pages
+    /// allocated before stay), and grows the size to `offset + len` unless
+    /// `KEEP_SIZE`. A hole punch zeroes the partial huge pages at its edges
+    /// and removes the whole ones, unmapping them from every mapping,
+    /// private copies too, and giving back their reservations. On a tmpfs
+    /// file only `PUNCH_HOLE | KEEP_SIZE` is modelled ([`File::punch_hole`]);
+    /// other modes are `EOPNOTSUPP`.
+    pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
+        if (offset as i64) < 0 || (len as i64) <= 0 {
+            return Err(Errno::Inval);
+        }
+        if mode & !(FALLOC_FL_MODE_MASK | FALLOC_FL_KEEP_SIZE) != 0 {
+            return Err(Errno::OpNotSupp);
+        }
+        match mode & FALLOC_FL_MODE_MASK {
+            0 | 0x10 | 0x40 => {}
+            FALLOC_FL_PUNCH_HOLE if mode & FALLOC_FL_KEEP_SIZE == 0 => return Err(Errno::OpNotSupp),
+            FALLOC_FL_PUNCH_HOLE => {}
+            m if FALLOC_FL_COLLAPSE_OR_INSERT.contains(&m) && mode & FALLOC_FL_KEEP_SIZE != 0 => {
+                return Err(Errno::OpNotSupp)
+            }
+            m if FALLOC_FL_COLLAPSE_OR_INSERT.contains(&m) => {}
+            _ => return Err(Errno::OpNotSupp),
+        }
+        let end = (offset as i64).checked_add(len as i64).ok_or(Errno::FBig)? as u64;
+        let Some(resv) = &self.hugetlb else {
+            if mode == FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE {
+                return self.punch_hole(offset, len);
+            }
+            return Err(Errno::OpNotSupp);
+        };
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
+            return Err(Errno::OpNotSupp);
+        }
+        let _q = crate::tlb::QuiescentGuard::enter();
+        if mode & FALLOC_FL_PUNCH_HOLE != 0 {
+            self.hugetlbfs_punch_hole(offset, end);
+            return Ok(());
+        }
+        // Held for read, as a fault: no truncate in between.
+        let _inval = self.invalidate_lock.read();
+        let (start, stop) = (offset >> HPAGE_SHIFT, end.div_ceil(HPAGE_SIZE));
+        let mut res = Ok(());
+        for index in start..stop {
+            let _fault_mutex = resv.fault_mutex.lock();
+            if self.inner.lock().pages.contains_key(&index) {
+                continue;
+            }
+            // The pseudo-VMA is shared: the file's reservation if it has
+            // one for the index, else an unreserved page.
+            let reserved = resv.covers(index);
+            let Some(page) = self.phys.alloc_huge(0, reserved) else {
+                res = Err(Errno::NoSpc);
+                break;
+            };
+            if !reserved {
+                resv.add(index);
+            }
+            let added = self.add_huge_page(index, &page);
+            debug_assert!(added, "the fault mutex excludes a second instantiation");
+        }
+        res?;
+        if mode & FALLOC_FL_KEEP_SIZE == 0 {
+            let mut inner = self.inner.lock();
+            inner.size = inner.size.max(end);
+        }
+        Ok(())
+    }
+
+    /// Grows the size to `size` if it is smaller (`hugetlbfs_file_mmap` for
+    /// a writable mapping that reaches past the end).
+    pub(crate) fn hugetlbfs_cover(&self, size: u64) {
+        let mut inner = self.inner.lock();
+        inner.size = inner.size.max(size);
+    }
+
+    /// `hugetlbfs_read_iter`: as [`File::read_at`], from huge pages.
+    pub(super) fn hugetlbfs_read_at(&self, offset: u64, count: usize, buf: &mut [u8]) -> usize {
+        let inner = self.inner.lock();
+        let end = inner.size.min(offset + count as u64);
+        let mut pos = offset;
+        while pos < end {
+            let in_page = (pos % HPAGE_SIZE) as usize;
+            let n = ((HPAGE_SIZE - pos % HPAGE_SIZE).min(end - pos)) as usize;
+            let dst = &mut buf[(pos - offset) as usize..][..n];
+            match inner.pages.get(&(pos >> HPAGE_SHIFT)) {
+                // SAFETY: a huge page of this file's arena: 512 contiguous
+                // frames from `p`, which `self.phys` keeps mapped; `n` stops
+                // at the huge page's end.
+                Some(&p) => unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst) },
+                None => dst.fill(0),
+            }
+            pos += n as u64;
+        }
+        end.saturating_sub(offset) as usize
+    }
+
+    /// `hugetlbfs_setattr` + `hugetlb_vmtruncate`: `EINVAL` unless the size
+    /// is a multiple of 2 MiB; shrinking unmaps every mapping of the pages
+    /// past the end (private copies too), drops them and gives back their
+    /// reservations.
+    pub(super) fn hugetlbfs_set_len(&self, size: u64) -> Result<()> {
+        if size % HPAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        let _q = crate::tlb::QuiescentGuard::enter();
+        let _inval = self.invalidate_lock.write();
+        let old = std::mem::replace(&mut self.inner.lock().size, size);
+        if size < old {
+            let first = size >> HPAGE_SHIFT;
+            self.unmap_mapping_range(first << (HPAGE_SHIFT - PAGE_SHIFT), u64::MAX, true);
+            self.remove_huge_pages(first, u64::MAX);
+        }
+        Ok(())
+    }
+
+    /// `hugetlbfs_punch_hole` of `[offset, end)`.
+    fn hugetlbfs_punch_hole(&self, offset: u64, end: u64) {
+        let _inval = self.invalidate_lock.write();
+        let hole_start = offset.div_ceil(HPAGE_SIZE) * HPAGE_SIZE;
+        let hole_end = end & !(HPAGE_SIZE - 1);
+        if offset < hole_start {
+            self.zero_partial_huge_page(offset, end.min(hole_start));
+        }
+        if end > hole_end && end > hole_start {
+            self.zero_partial_huge_page(hole_end, end);
+        }
+        if hole_end > hole_start {
+            let shift = HPAGE_SHIFT - PAGE_SHIFT;
+            self.unmap_mapping_range((hole_start >> HPAGE_SHIFT) << shift, (hole_end >> HPAGE_SHIFT) << shift, true);
+            self.remove_huge_pages(hole_start >> HPAGE_SHIFT, hole_end >> HPAGE_SHIFT);
+        }
+    }
+
+    /// `hugetlbfs_zero_partial_page`: zeroes `[start, end)`, inside one huge
+    /// page, if that page is cached.
+    fn zero_partial_huge_page(&self, start: u64, end: u64) {
+        let inner = self.inner.lock();
+        if let Some(&p) = inner.pages.get(&(start >> HPAGE_SHIFT)) {
+            // SAFETY: `[start, end)` lies in one huge page (the callers stop
+            // at a huge page boundary), 512 contiguous frames of this arena.
+            unsafe {
+                crate::access::fill_host(
+                    self.phys.frame_ptr(p).wrapping_add((start % HPAGE_SIZE) as usize),
+                    0,
+                    (end - start) as usize,
+                )
+            };
+        }
+    }
+
+    /// `remove_inode_hugepages` + `hugetlb_unreserve_pages` for huge
+    /// indices `[first, last)`: the pages leave the page cache and the
+    /// indices' reservations go back to the pool. Called with
+    /// `invalidate_lock` held for write, after the mappings were zapped.
+    fn remove_huge_pages(&self, first: u64, last: u64) {
+        let resv = self.hugetlb.as_ref().expect("a hugetlb file");
+        let _fault_mutex = resv.fault_mutex.lock();
+        let dropped: Vec<u64> = {
+            let mut inner = self.inner.lock();
+            let keys: Vec<u64> = inner.pages.range(first..last).map(|(&k, _)| k).collect();
+            keys.into_iter().filter_map(|k| inner.pages.remove(&k)).collect()
+        };
+        resv.unreserve(&self.phys, first, last, dropped.len() as u64);
+        for p in dropped {
+            drop(FrameRef::from_raw(&self.phys, p));
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The huge page pool: 2 MiB pages carved out of each node's frames when the
+//! arena is made (Linux's boot-time `hugepages=N`, or `nr_hugepages` written
+//! once), with the counters `/proc/meminfo` shows.
+//!
+//! A huge page is 512 contiguous frames whose first frame number is a
+//! multiple of 512; its head frame's descriptor carries the reference count,
+//! as a folio's does. The pool's frames never enter the 4 KiB free lists, and
+//! a huge page's last reference returns it here (`PhysMem::put` asks
+//! [`HugePool::owns`]). Every count is changed under one lock, Linux's
+//! `hugetlb_lock`: allocation, reservation and freeing are rare next to the
+//! faults they serve (one per 2 MiB).
+
+use crate::error::{Errno, Result};
+use crate::phys::{FrameRef, Pfn, PhysMem};
+use crate::sync::{AtomicU64, Mutex, Ordering};
+
+use super::HPAGE_FRAMES;
+
+/// Set on a huge page whose reservation comes back when it is freed
+/// (Linux's `folio_set_hugetlb_restore_reserve`): an anonymous page of a
+/// private mapping that still owns its reserve map, zapped by
+/// `MADV_DONTNEED` while it had no other mapping. A high bit, clear of the
+/// `PG_*` bits `phys` defines.
+pub(crate) const PG_HUGETLB_RESTORE_RESERVE: u32 = 1 << 24;
+
+/// The huge page counts of one arena, as `/proc/meminfo` prints them
+/// (`HugePages_Total`, `HugePages_Free`, `HugePages_Rsvd`, `HugePages_Surp`),
+/// and the pool's event counters. With every address space and file of the
+/// arena gone, `free == total`, `rsvd == 0` and `surp == 0` again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HugePageStats {
+    /// Huge pages in the pool (`HugePages_Total`, Linux's `nr_huge_pages`).
+    pub total: u64,
+    /// Pages not allocated, reserved ones included (`HugePages_Free`).
+    pub free: u64,
+    /// Pages promised to mappings but not yet allocated (`HugePages_Rsvd`):
+    /// at most `free`, so a reserved fault always finds a page.
+    pub rsvd: u64,
+    /// Pages allocated beyond `total` (`HugePages_Surp`); always 0, as with
+    /// Linux's default `nr_overcommit_hugepages = 0`.
+    pub surp: u64,
+    /// Pages handed out by the pool since the arena was made (Linux's
+    /// `HTLB_BUDDY_PGALLOC` counts the buddy side; this counts dequeues).
+    pub allocations: u64,
+    /// Allocations refused because no unreserved page was free.
+    pub alloc_failures: u64,
+}
+
+/// The pool's counters and free lists, under `hugetlb_lock`.
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Free huge pages per node, as head frame numbers (popped from the end).
+    free_lists: Vec<Vec<Pfn>>,
+    free: u64,
+    rsvd: u64,
+}
+
+/// The pool of one [`PhysMem`] (Linux's `hstate` for 2 MiB pages).
+// No `Debug`: loom's locks (under `cfg(loom)`) have none.
+#[derive(Default)]
+pub(crate) struct HugePool {
+    /// Per node, the frames `[lo, hi)` the pool's pages occupy (empty when
+    /// the node has none): `owns` answers from these without the lock.
+    ranges: Box<[(Pfn, Pfn)]>,
+    total: u64,
+    state: Mutex<PoolState>,
+    allocations: AtomicU64,
+    alloc_failures: AtomicU64,
+}
+
+impl HugePool {
+    /// Carves `per_node` huge pages out of the top of each node, where node
+    /// `n` holds frames `[nodes[n].0, nodes[n].1)`. Returns the pool and, per
+    /// node, the end of the frames left for 4 KiB allocation. `EINVAL` when a
+    /// node cannot hold its huge pages, aligned, and still keep two small
+    /// frames (node 0 keeps the zero page, and every node must be able to
+    /// hand out a frame), or when the count overflows.
+    pub(crate) fn carve(nodes: &[(Pfn, Pfn)], per_node: u64) -> Result<(HugePool, Vec<Pfn>)> {
+        let span = per_node.checked_mul(HPAGE_FRAMES).ok_or(Errno::Inval)?;
+        let mut ranges = Vec::with_capacity(nodes.len());
+        let mut small_ends = Vec::with_capacity(nodes.len());
+        let mut free_lists = Vec::with_capacity(nodes.len());
+        for &(first, end) in nodes {
+            if per_node == 0 {
+                ranges.push((end, end));
+                small_ends.push(end);
+                free_lists.push(Vec::new());
+                continue;
+            }
+            // The highest aligned blocks below the node's end.
+            let hi = end - end % HPAGE_FRAMES;
+            let lo = hi.checked_sub(span).ok_or(Errno::Inval)?;
+            if lo < first.saturating_add(2) {
+                return Err(Errno::Inval);
+            }
+            ranges.push((lo, hi));
+            small_ends.push(lo);
+            // Popped from the end: ascending addresses are handed out first.
+            free_lists.push((0..per_node).rev().map(|i| lo + i * HPAGE_FRAMES).collect());
+        }
+        let total = span / HPAGE_FRAMES * nodes.len() as u64;
+        let pool = HugePool {
+            ranges: ranges.into_boxed_slice(),
+            total,
+            state: Mutex::new(PoolState { free_lists, free: total, rsvd: 0 }),
+            allocations: AtomicU64::new(0),
+            alloc_failures: AtomicU64::new(0),
+        };
+        Ok((pool, small_ends))
+    }
+
+    /// Frames the pool holds (for the commit limit, which Linux computes
+    /// without hugetlb pages: `vm_commit_limit`).
+    pub(crate) fn frames(&self) -> u64 {
+        self.total * HPAGE_FRAMES
+    }
+
+    /// Whether `pfn` is a frame of a pool page of `node`.
+    #[inline]
+    pub(crate) fn owns(&self, node: usize, pfn: Pfn) -> bool {
+        self.ranges.get(node).is_some_and(|&(lo, hi)| lo <= pfn && pfn < hi)
+    }
+
+    /// Whether the pool has any page at all (a fast test for `put`).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Linux's `hugetlb_acct_memory(h, delta)` for `delta > 0`: promises
+    /// `pages` free pages to a mapping. `ENOMEM` (and nothing reserved) when
+    /// fewer unreserved pages are free.
+    pub(crate) fn reserve(&self, pages: u64) -> Result<()> {
+        if pages == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        if st.free - st.rsvd < pages {
+            return Err(Errno::NoMem);
+        }
+        st.rsvd += pages;
+        Ok(())
+    }
+
+    /// Gives back `pages` reservations that will not be consumed
+    /// (`hugetlb_acct_memory(h, -delta)`).
+    pub(crate) fn unreserve(&self, pages: u64) {
+        if pages == 0 {
+            return;
+        }
+        let mut st = self.state.lock();
+        assert!(st.rsvd >= pages, "hugetlb: unreserving {pages} of {} reserved pages", st.rsvd);
+        st.rsvd -= pages;
+    }
+
+    /// Linux's `dequeue_hugetlb_folio_vma`: takes a free page, `node`'s
+    /// first, then the other nodes' in order. With `reserved`, the caller
+    /// consumes one of its reservations (which guarantees a page); without,
+    /// only a page nobody reserved may be taken. `None` when there is none.
+    fn dequeue(&self, node: usize, reserved: bool) -> Option<Pfn> {
+        let mut st = self.state.lock();
+        if reserved {
+            assert!(st.rsvd > 0, "hugetlb: consuming a reservation that was not made");
+        } else if st.free == st.rsvd {
+            drop(st);
+            self.alloc_failures.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let nodes = st.free_lists.len();
+        let node = node.min(nodes.saturating_sub(1));
+        let pfn = (0..nodes).map(|i| (node + i) % nodes).find_map(|n| st.free_lists[n].pop())?;
+        st.free -= 1;
+        if reserved {
+            st.rsvd -= 1;
+        }
+        drop(st);
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        Some(pfn)
+    }
+
+    /// Puts a page whose last reference went back on its node's free list;
+    /// with `restore_reserve` the page is reserved again at once, under the
+    /// same lock, so no unreserved allocation can take it in between
+    /// (`free_huge_folio`).
+    fn enqueue(&self, node: usize, pfn: Pfn, restore_reserve: bool) {
+        let mut st = self.state.lock();
+        st.free_lists[node].push(pfn);
+        st.free += 1;
+        if restore_reserve {
+            st.rsvd += 1;
+        }
+    }
+
+    /// The `/proc/meminfo` counts and the event counters.
+    pub(crate) fn stats(&self) -> HugePageStats {
+        let st = self.state.lock();
+        HugePageStats {
+            total: self.total,
+            free: st.free,
+            rsvd: st.rsvd,
+            surp: 0,
+            allocations: self.allocations.load(Ordering::Relaxed),
+            alloc_failures: self.alloc_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl PhysMem {
+    /// The huge page pool's counts, as `/proc/meminfo`'s `HugePages_*`
+    /// lines show them (see [`crate::PhysConfig::hugepages`]).
+    pub fn huge_page_stats(&self) -> HugePageStats {
+        self.hugetlb.stats()
+    }
+
+    /// Allocates a zero-filled huge page, preferring `node` (Linux's
+    /// `alloc_hugetlb_folio` + `folio_zero_user`): the returned reference,
+    /// on its head frame, is its only one. With `reserved` the caller
+    /// consumes a reservation it holds, which cannot fail; without, `None`
+    /// when every free page is reserved or the pool is empty.
+    pub(crate) fn alloc_huge(&self, node: usize, reserved: bool) -> Option<FrameRef<'_>> {
+        let pfn = self.hugetlb.dequeue(node, reserved)?;
+        // `frame_ptr` checks the last frame is inside the arena; the pool's
+        // pages are contiguous frames of it.
+        let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
+        // SAFETY: the page's 512 frames are contiguous arena memory (checked
+        // above) that nothing else maps or references: the page was free.
+        unsafe { std::ptr::write_bytes(self.frame_ptr(pfn), 0, super::HPAGE_SIZE as usize) };
+        let d = self.desc(pfn);
+        d.flags.store(0, Ordering::Relaxed);
+        d.mapping.store(0, Ordering::Relaxed);
+        d.index.store(0, Ordering::Relaxed);
+        d.refcount.store(1, Ordering::Release);
+        Some(FrameRef::from_raw(self, pfn))
+    }
+
+    /// Whether `pfn` is a frame of a huge page (a test of two bounds, and
+    /// none at all without a pool).
+    #[inline]
+    pub(crate) fn is_huge(&self, pfn: Pfn) -> bool {
+        !self.hugetlb.is_empty() && self.hugetlb.owns(self.node_of(pfn), pfn)
+    }
+
+    /// The frame holding the reference count of `pfn`'s page (Linux's
+    /// `compound_head`): the head of its huge page, or `pfn` itself. A
+    /// reference taken through any 4 KiB of a huge page (a slice of guest
+    /// memory) counts on the page.
+    #[inline]
+    pub(crate) fn compound_head(&self, pfn: Pfn) -> Pfn {
+        if self.is_huge(pfn) {
+            pfn & !(HPAGE_FRAMES - 1)
+        } else {
+            pfn
+        }
+    }
+
+    /// Called by `put` when the last reference of a pool page of `node` went.
+    pub(crate) fn free_huge(&self, node: usize, pfn: Pfn) {
+        debug_assert_eq!(pfn % HPAGE_FRAMES, 0, "huge page {pfn} freed through a tail frame");
+        let restore = self.desc(pfn).flags.load(Ordering::Relaxed) & PG_HUGETLB_RESTORE_RESERVE != 0;
+        self.hugetlb.enqueue(node, pfn, restore);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::phys::PhysConfig;
+    use crate::PAGE_SIZE;
+
+    fn arena(nodes: usize, huge: u64) -> std::sync::Arc<PhysMem> {
+        PhysMem::new(PhysConfig::new(nodes as u64 * (8 << 20)).nodes(nodes).hugepages(huge)).unwrap()
+    }
+
+    #[test]
+    fn carving_takes_aligned_blocks_from_every_node() {
+        let (pool, ends) = HugePool::carve(&[(0, 2000), (2000, 4000)], 2).unwrap();
+        assert_eq!(pool.total, 4);
+        // Node 0: highest aligned end 1536, two pages [512, 1536); node 1: end
+        // 4000 → 3584, two pages [2560, 3584).
+        assert_eq!(&*pool.ranges, &[(512, 1536), (2560, 3584)]);
+        assert_eq!(ends, vec![512, 2560]);
+        assert!(pool.owns(1, 2560) && !pool.owns(1, 2559) && !pool.owns(0, 2560));
+    }
+
+    #[test]
+    fn a_node_too_small_for_its_pages_is_einval() {
+        assert_eq!(HugePool::carve(&[(0, 1024)], 2).err(), Some(Errno::Inval));
+        // The aligned block below 513 is [0, 512): no frame left for node 0.
+        assert_eq!(HugePool::carve(&[(0, 513)], 1).err(), Some(Errno::Inval));
+        assert!(HugePool::carve(&[(0, 1024)], 1).is_ok());
+        assert_eq!(HugePool::carve(&[(0, 1 << 20)], u64::MAX / 2).err(), Some(Errno::Inval));
+        assert_eq!(
+            PhysMem::new(PhysConfig::new(2 << 20).hugepages(1)).err(),
+            Some(Errno::Inval),
+            "a 2 MiB arena cannot hold an aligned huge page and two frames"
+        );
+    }
+
+    #[test]
+    fn reservations_guarantee_pages_and_unreserved_allocations_respect_them() {
+        let phys = arena(1, 3);
+        let s = phys.huge_page_stats();
+        assert_eq!((s.total, s.free, s.rsvd, s.surp), (3, 3, 0, 0));
+        phys.hugetlb.reserve(2).unwrap();
+        assert_eq!(phys.hugetlb.reserve(2), Err(Errno::NoMem), "only one page is unreserved");
+        let a = phys.alloc_huge(0, false).expect("one unreserved page");
+        assert!(phys.alloc_huge(0, false).is_none(), "the other two are reserved");
+        let b = phys.alloc_huge(0, true).unwrap();
+        let s = phys.huge_page_stats();
+        assert_eq!((s.free, s.rsvd, s.allocations, s.alloc_failures), (1, 1, 2, 1));
+        assert_eq!(a.pfn() % HPAGE_FRAMES, 0);
+        assert_ne!(a.pfn(), b.pfn());
+        drop(a);
+        drop(b);
+        phys.hugetlb.unreserve(1);
+        let s = phys.huge_page_stats();
+        assert_eq!((s.free, s.rsvd), (3, 0));
+        assert_eq!(phys.stats().frames_used, 0, "huge pages are not 4 KiB frames");
+    }
+
+    #[test]
+    fn pages_are_zeroed_and_never_handed_out_as_small_frames() {
+        let phys = arena(2, 1);
+        let p = phys.alloc_huge(1, false).unwrap();
+        assert_eq!(phys.node_of(p.pfn()), 1, "the preferred node first");
+        // Dirty every frame, free, take it again: zero.
+        for f in p.pfn()..p.pfn() + HPAGE_FRAMES {
+            // SAFETY: a frame of the page this test holds.
+            unsafe { std::ptr::write_bytes(phys.frame_ptr(f), 0xa5, PAGE_SIZE as usize) };
+        }
+        let pfn = p.pfn();
+        drop(p);
+        let q = phys.alloc_huge(1, false).unwrap();
+        assert_eq!(q.pfn(), pfn);
+        for f in q.pfn()..q.pfn() + HPAGE_FRAMES {
+            // SAFETY: as above.
+            let b = unsafe { std::slice::from_raw_parts(phys.frame_ptr(f), PAGE_SIZE as usize) };
+            assert!(b.iter().all(|&x| x == 0), "frame {f} not zeroed");
+        }
+        // Every 4 KiB frame of both nodes: none inside the pool.
+        let mut small = Vec::new();
+        while let Some(f) = phys.alloc(0) {
+            assert!(!phys.hugetlb.owns(phys.node_of(f.pfn()), f.pfn()), "pool frame {} handed out", f.pfn());
+            small.push(f);
+        }
+        assert!(!small.is_empty());
+        drop(small);
+        drop(q);
+        let other = phys.alloc_huge(0, false).unwrap();
+        assert_eq!(phys.node_of(other.pfn()), 0);
+        drop(other);
+        let s = phys.huge_page_stats();
+        assert_eq!((s.total, s.free), (2, 2));
+    }
+
+    #[test]
+    fn the_commit_limit_leaves_the_pool_out() {
+        let plain = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+        let pooled = PhysMem::new(PhysConfig::new(8 << 20).hugepages(2)).unwrap();
+        let (a, b) = (plain.overcommit().commit_limit(), pooled.overcommit().commit_limit());
+        assert!(a > b, "{a} vs {b}");
+    }
+}
