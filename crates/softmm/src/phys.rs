@@ -744,11 +744,13 @@ impl PhysMem {
     pub(crate) fn put_batch(&self, pfns: &mut Vec<Pfn>) {
         // Release as in `put`: every use of a frame through other references
         // happens before it is reused.
-        pfns.retain(|&pfn| {
-            if pfn == self.zero_pfn {
+        pfns.retain_mut(|pfn| {
+            if *pfn == self.zero_pfn {
                 return false;
             }
-            let old = self.desc(pfn).refcount.fetch_sub(1, Ordering::Release);
+            // A huge page's count is on its head frame, as in `put`.
+            *pfn = self.compound_head(*pfn);
+            let old = self.desc(*pfn).refcount.fetch_sub(1, Ordering::Release);
             debug_assert!(old > 0, "frame {pfn} refcount underflow");
             old == 1
         });
@@ -758,6 +760,16 @@ impl PhysMem {
         // One Acquire fence for every last reference dropped above (it
         // orders each of those reads-from before the frees below).
         crate::sync::fence(Ordering::Acquire);
+        if !self.hugetlb.is_empty() {
+            // Huge pages go back to their pool, never to the 4 KiB lists.
+            pfns.retain(|&pfn| {
+                let huge = self.is_huge(pfn);
+                if huge {
+                    self.free_huge(self.node_of(pfn), pfn);
+                }
+                !huge
+            });
+        }
         let mut shard = self.shard().lock();
         shard.used -= pfns.len() as i64;
         shard.frames.append(pfns);
