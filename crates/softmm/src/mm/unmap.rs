@@ -613,7 +613,8 @@ mod tests {
 
     /// A long zap lets grace periods end while it runs: it drops its epoch
     /// guard at each full gather's flush and walks on under a new one. A
-    /// running CPU of another thread (which every flush waits for) defers a
+    /// running CPU of another thread (which every flush waits for, under
+    /// `ShootdownPolicy::NextAccess`) defers a
     /// closure once the first flush has begun, and keeps collecting; the
     /// closure must run before the zap's last gather is flushed. With one
     /// guard held across the whole zap, it could run only after the zap.
@@ -624,7 +625,13 @@ mod tests {
         let gathers = 5;
         let pages = (gathers * super::super::gather::MAX_GATHER_FRAMES) as u64;
         let phys = PhysMem::new(PhysConfig::new((pages + 256) * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, crate::MmConfig::default().unmap_policy(UnmapPolicy::LockFree)).unwrap();
+        // Under `NextAccess` every flush waits for the remote CPU's next
+        // access, which paces the zap against the remote thread; with access
+        // sections the zap may finish before the remote thread defers.
+        let config = crate::MmConfig::default()
+            .unmap_policy(UnmapPolicy::LockFree)
+            .shootdown_policy(crate::ShootdownPolicy::NextAccess);
+        let mm = AddressSpace::new(&phys, config).unwrap();
         let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
         let probe = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
         let g0 = mm.tlb.generation();
