@@ -50,8 +50,12 @@ fn move_pages_moves_contents_and_frees_the_old_frames() {
             let mm = mm_with(&phys, policy);
             let a = anon(&mm, 32);
             let mut cpu = Cpu::attached(&mm);
+            // Every word of every page distinct, so that a partial copy shows.
+            let word = |i: u64, w: u64| (i << 32) | w | 1 << 63;
             for i in 0..32 {
-                cpu.write_u64(a + i * PAGE + 8, 1000 + i).unwrap();
+                for w in 0..PAGE / 8 {
+                    cpu.write_u64(a + i * PAGE + w * 8, word(i, w)).unwrap();
+                }
             }
             let used0 = phys.node_stats()[0].frames_used;
             let (r, st) = move_to(&mm, a, 32, 1, MPOL_MF_MOVE);
@@ -59,7 +63,9 @@ fn move_pages_moves_contents_and_frees_the_old_frames() {
             assert_eq!(st, vec![1; 32]);
             assert_eq!(nodes_of(&mm, a, 32), vec![1; 32]);
             for i in 0..32 {
-                assert_eq!(cpu.read_u64(a + i * PAGE + 8).unwrap(), 1000 + i, "{policy:?} page {i}");
+                for w in 0..PAGE / 8 {
+                    assert_eq!(cpu.read_u64(a + i * PAGE + w * 8).unwrap(), word(i, w), "{policy:?} page {i} word {w}");
+                }
             }
             assert_eq!(phys.node_stats()[0].frames_used, used0 - 32, "old frames freed");
             assert_eq!(mm.stats().pages_migrated, 32);
