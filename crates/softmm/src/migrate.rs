@@ -41,7 +41,7 @@ use crate::error::Errno;
 use crate::file::File;
 use crate::mm::AddressSpace;
 use crate::pgtable::Pte;
-use crate::phys::{copy_frame, FrameRef, NodeMask, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
+use crate::phys::{FrameRef, NodeMask, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
@@ -128,12 +128,19 @@ pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
     phys.desc(pfn).flags.fetch_and(!PG_LOCKED, Ordering::Release);
 }
 
-/// Calls `f` on the entry of every address at which a VMA of `owner` (of
-/// its anon family, or mapping its file) holds index `index`, under that entry's table lock, with the
-/// member's `mmap_lock` held for read (recursively, so that a writer queued
-/// behind a fault that waits for this migration does not block us): no
-/// writer moves or copies entries while we look (mremap, fork, munmap's
-/// VMA removal). `f` returns the entry to store, if any.
+/// Calls `f(k, ..)` on the entry of every address at which a VMA of `owner`
+/// (of its anon family, or mapping its file) holds index `indices[k]`, for
+/// every `k`, under that entry's table lock, with the member's `mmap_lock`
+/// held for read (recursively, so that a writer queued behind a fault that
+/// waits for this migration does not block us): no writer moves or copies
+/// entries while we look (mremap, fork, munmap's VMA removal). `f` returns
+/// the entry to store, if any.
+///
+/// One walk serves a whole batch of pages of one owner: the member list,
+/// each member's `mmap_lock` and its VMA list are taken once per batch
+/// instead of once per page (Linux walks the rmap per folio; here the
+/// per-page walk was most of the batch's cost besides the copy, and its
+/// `mmap_lock` read bounced the lock's line with the accessors' faults).
 ///
 /// The members are read again after each one is visited: a fork that was
 /// copying the visited member's entries (under its `mmap_lock` for write,
@@ -142,14 +149,19 @@ pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
 ///
 /// A file's mappers are read the same way: fork records its child in
 /// `i_mmap` under the parent's `mmap_lock` for write, before it copies.
-fn walk_entries(owner: &Owner, index: u64, mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>) {
+fn walk_entries(
+    owner: &Owner,
+    indices: &[u64],
+    mut f: impl FnMut(usize, &Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>,
+) {
     let mut visited: Vec<*const AddressSpace> = Vec::new();
     loop {
-        let mms: Vec<Arc<AddressSpace>> = match owner {
-            Owner::Anon(family) => family.members().into_iter().filter_map(|m| m.downcast().ok()).collect(),
-            Owner::File(file) => file.mappers().into_iter().filter_map(|m| m.as_any().downcast().ok()).collect(),
+        let unvisited = |mm: &Arc<AddressSpace>| !visited.contains(&Arc::as_ptr(mm));
+        let next = match owner {
+            Owner::Anon(family) => family.members().into_iter().filter_map(|m| m.downcast().ok()).find(unvisited),
+            Owner::File(file) => file.mappers().into_iter().filter_map(|m| m.as_any().downcast().ok()).find(unvisited),
         };
-        let Some(mm) = mms.into_iter().find(|mm| !visited.contains(&Arc::as_ptr(mm))) else { return };
+        let Some(mm) = next else { return };
         visited.push(Arc::as_ptr(&mm));
         let st = mm.read_lock_recursive();
         let guard = crossbeam_epoch::pin();
@@ -160,30 +172,35 @@ fn walk_entries(owner: &Owner, index: u64, mut f: impl FnMut(&Arc<AddressSpace>,
                 }
                 Owner::File(file) => vma.file.as_ref().is_some_and(|f| f.id() == file.id()),
             };
-            if !ours || !(vma.pgoff..vma.pgoff + vma.pages()).contains(&index) {
+            if !ours {
                 continue;
             }
-            let addr = vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT);
-            let Some(leaf) = mm.pgtables.leaf(addr, &guard) else { continue };
-            if leaf.entry_size() != PAGE_SIZE {
-                continue;
-            }
-            let mut ptl = leaf.lock();
-            if let Some(new) = f(&mm, vma.flags, addr, ptl.get(addr)) {
-                ptl.replace(addr, new);
+            for (k, &index) in indices.iter().enumerate() {
+                if !(vma.pgoff..vma.pgoff + vma.pages()).contains(&index) {
+                    continue;
+                }
+                let addr = vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT);
+                let Some(leaf) = mm.pgtables.leaf(addr, &guard) else { continue };
+                if leaf.entry_size() != PAGE_SIZE {
+                    continue;
+                }
+                let mut ptl = leaf.lock();
+                if let Some(new) = f(k, &mm, vma.flags, addr, ptl.get(addr)) {
+                    ptl.replace(addr, new);
+                }
             }
         }
     }
 }
 
-/// Turns every entry mapping `page` (present or `PROT_NONE`) into a
-/// migration entry, dropping the
-/// entries' references; returns the address spaces involved.
-fn try_to_migrate(phys: &PhysMem, p: &Isolated<'_>, mms: &mut Vec<Arc<AddressSpace>>) {
-    let pfn = p.page.pfn();
-    walk_entries(&p.owner, p.index, |mm, _, _, pte| {
+/// Turns every entry mapping one of `pages` (`(index, pfn)` of one owner;
+/// present or `PROT_NONE`) into a migration entry, dropping the entries'
+/// references; adds the address spaces involved to `mms`.
+fn try_to_migrate(phys: &PhysMem, owner: &Owner, pages: &[(u64, Pfn)], mms: &mut Vec<Arc<AddressSpace>>) {
+    let indices: Vec<u64> = pages.iter().map(|&(index, _)| index).collect();
+    walk_entries(owner, &indices, |k, mm, _, _, pte| {
         // Present or PROT_NONE: both map the frame.
-        if !pte.has_frame() || pte.pfn() != pfn {
+        if !pte.has_frame() || pte.pfn() != pages[k].1 {
             return None;
         }
         if !mms.iter().any(|m| Arc::ptr_eq(m, mm)) {
@@ -195,10 +212,13 @@ fn try_to_migrate(phys: &PhysMem, p: &Isolated<'_>, mms: &mut Vec<Arc<AddressSpa
     });
 }
 
-/// Turns every migration entry for `old` into a present entry of `new`
-/// (Linux's `remove_migration_ptes`), each taking a reference on `new`.
-fn remove_migration_ptes(phys: &PhysMem, p: &Isolated<'_>, old: Pfn, new: Pfn) {
-    walk_entries(&p.owner, p.index, |_, flags, _, pte| {
+/// For each `(index, old, new)` of one owner, turns every migration entry
+/// for `old` into a present entry of `new` (Linux's
+/// `remove_migration_ptes`), each taking a reference on `new`.
+fn remove_migration_ptes(phys: &PhysMem, owner: &Owner, moves: &[(u64, Pfn, Pfn)]) {
+    let indices: Vec<u64> = moves.iter().map(|&(index, ..)| index).collect();
+    walk_entries(owner, &indices, |k, _, flags, _, pte| {
+        let (_, old, new) = moves[k];
         if !pte.is_migration() || pte.pfn() != old {
             return None;
         }
@@ -206,6 +226,65 @@ fn remove_migration_ptes(phys: &PhysMem, p: &Isolated<'_>, old: Pfn, new: Pfn) {
         // The VMA's protection now: PROT_NONE set meanwhile hides the page.
         Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
     });
+}
+
+/// Whether two isolated pages' mappings are found through the same owner
+/// (so one walk serves both).
+fn same_owner(a: &Owner, b: &Owner) -> bool {
+    match (a, b) {
+        (Owner::Anon(x), Owner::Anon(y)) => Arc::ptr_eq(x, y),
+        (Owner::File(x), Owner::File(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+/// Calls `f` on each maximal run of consecutive `items` whose pages (found
+/// by `page`) share an owner: the walks of a batch go one per run.
+fn for_each_owner_run<'a, T>(
+    pages: &'a [Isolated<'_>],
+    items: &[T],
+    page: impl Fn(&T) -> usize,
+    mut f: impl FnMut(&'a Owner, &[T]),
+) {
+    let mut start = 0;
+    while start < items.len() {
+        let owner = &pages[page(&items[start])].owner;
+        let len = items[start..].iter().take_while(|t| same_owner(&pages[page(t)].owner, owner)).count();
+        f(owner, &items[start..start + len]);
+        start += len;
+    }
+}
+
+/// Copies a page that nobody else can read or write into a fresh frame with
+/// one bulk copy (the host's `memcpy`, `rep movsb` for a page), instead of
+/// `phys::copy_frame`'s word-by-word atomic loop: the copy was most of the
+/// migrator's time per page, and a bulk copy writes whole destination
+/// lines without reading them first.
+///
+/// # Safety
+///
+/// `src` and `dst` are the first bytes of two different frames of a live
+/// arena (from [`PhysMem::frame_ptr`]), and for the whole call nothing
+/// writes `src` nor reads or writes `dst` concurrently. `migrate_batch`
+/// guarantees it as Linux's refcount freeze does before `folio_copy`:
+/// - `dst` was just allocated and is reachable only through our
+///   reference: no entry, no cache slot, no other holder yet;
+/// - every entry mapping `src` is a migration entry and the flush of every
+///   address space involved has completed, so no CPU still holds a
+///   translation to it (a fault on the entry waits for the remap, and so
+///   does `get_user_pages`, which faults through the same tables);
+/// - no pin (pincount 0) and no reference besides ours (an anonymous page:
+///   refcount 1) or ours and the page cache's (a file page: refcount 2,
+///   checked and copied under the cache's lock, under which `read(2)`
+///   reads, `write(2)` and a fault take their reference, and writeback
+///   reads): a `write(2)` in progress or a pin holds a reference, so it
+///   would have failed the check, and no new reference can be taken
+///   without an entry or the cache's lock. Concurrent *reads* of `src`
+///   (writeback, `read(2)` before the lock) would be no data race anyway.
+unsafe fn copy_unshared_frame(src: *const u8, dst: *mut u8) {
+    // SAFETY: the caller's contract: both valid for a page, disjoint, and
+    // not accessed concurrently except for reads of `src`.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, PAGE_SIZE as usize) };
 }
 
 /// What became of one page.
@@ -261,7 +340,9 @@ pub(crate) fn migrate_pages(
 }
 
 /// One batch: the first page locked with a wait, the others with a trylock
-/// (a failure goes to `backed_off`); unmap all, flush once, copy, remap.
+/// (a failure goes to `backed_off`); unmap all (one reverse walk per run of
+/// pages of one owner), flush once, copy all, remap all (one walk per run
+/// again), unlock all.
 fn migrate_batch(
     phys: &PhysMem,
     pages: &[Isolated<'_>],
@@ -272,11 +353,9 @@ fn migrate_batch(
     backed_off: &mut Vec<usize>,
 ) {
     let mut unmapped: Vec<(usize, FrameRef<'_>)> = Vec::new();
-    let mut mms: Vec<Arc<AddressSpace>> = Vec::new();
     let only = NodeMask::single(node);
     for &i in chunk {
-        let p = &pages[i];
-        let pfn = p.page.pfn();
+        let pfn = pages[i].page.pfn();
         if unmapped.is_empty() && backed_off.is_empty() {
             lock_page(phys, pfn);
         } else if !trylock_page(phys, pfn) {
@@ -297,24 +376,40 @@ fn migrate_batch(
             out[i] = Outcome::Failed(Errno::NoMem);
             continue;
         };
-        try_to_migrate(phys, p, &mut mms);
         unmapped.push((i, dst));
     }
     if unmapped.is_empty() {
         return;
     }
+    // Every page of the batch is locked: unmap them all.
+    let mut mms: Vec<Arc<AddressSpace>> = Vec::new();
+    for_each_owner_run(
+        pages,
+        &unmapped,
+        |&(i, _)| i,
+        |owner, run| {
+            let run: Vec<(u64, Pfn)> = run.iter().map(|&(i, _)| (pages[i].index, pages[i].page.pfn())).collect();
+            try_to_migrate(phys, owner, &run, &mut mms);
+        },
+    );
     // One flush per address space involved, all begun before any is waited for.
     let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
     for t in tickets {
         t.wait();
     }
-    for (i, dst) in unmapped {
+    // Copy each page, or find it still referenced: `(page, old, new)` for
+    // the remap, `new == old` putting a page back where it was.
+    let mut moves: Vec<(usize, Pfn, Pfn)> = Vec::with_capacity(unmapped.len());
+    for (i, dst) in &unmapped {
+        let i = *i;
         let p = &pages[i];
         let old = p.page.pfn();
         let d = phys.desc(old);
-        // SAFETY: both frames belong to `phys`, which outlives the call;
-        // `frame_ptr` checks the numbers.
-        let copy = || unsafe { copy_frame(phys.frame_ptr(old), phys.frame_ptr(dst.pfn())) };
+        // SAFETY: both frames belong to `phys`, which outlives the call
+        // (`frame_ptr` checks the numbers), and `dst` is a fresh frame
+        // other than `old`. `copy` runs only once the checks below found
+        // `old` unshared (see `copy_unshared_frame`).
+        let copy = || unsafe { copy_unshared_frame(phys.frame_ptr(old), phys.frame_ptr(dst.pfn())) };
         // Our reference is the only one left once every entry is a
         // migration entry (besides the page cache's, which a file page's
         // switch checks under the cache's lock); anything more (a pin or a
@@ -328,13 +423,10 @@ fn migrate_batch(
                         true
                     }
                 }
-                Owner::File(file) => file.migrate_page(p.index, old, &dst, copy),
+                Owner::File(file) => file.migrate_page(p.index, old, dst, copy),
             };
         if !moved {
-            remove_migration_ptes(phys, p, old, old);
-            unlock_page(phys, old);
-            out[i] = Outcome::Failed(Errno::Again);
-            again.push(i);
+            moves.push((i, old, old));
             continue;
         }
         let nd = dst.desc();
@@ -345,11 +437,28 @@ fn migrate_batch(
         nd.flags.store(flags, Ordering::Relaxed);
         nd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
         nd.mapping.store(d.mapping.load(Ordering::Relaxed), Ordering::Relaxed);
-        remove_migration_ptes(phys, p, old, dst.pfn());
-        unlock_page(phys, old);
-        out[i] = Outcome::Moved;
-        // `dst`'s allocation reference goes; the restored entries hold theirs.
+        moves.push((i, old, dst.pfn()));
     }
+    for_each_owner_run(
+        pages,
+        &moves,
+        |&(i, ..)| i,
+        |owner, run| {
+            let run: Vec<(u64, Pfn, Pfn)> = run.iter().map(|&(i, old, new)| (pages[i].index, old, new)).collect();
+            remove_migration_ptes(phys, owner, &run);
+        },
+    );
+    for (i, old, new) in moves {
+        unlock_page(phys, old);
+        if new == old {
+            out[i] = Outcome::Failed(Errno::Again);
+            again.push(i);
+        } else {
+            out[i] = Outcome::Moved;
+        }
+    }
+    // Each `dst`'s allocation reference goes with `unmapped`; the restored
+    // entries hold theirs, and a page that stayed frees its unused `dst`.
 }
 
 #[cfg(all(test, not(loom)))]
@@ -369,7 +478,7 @@ mod tests {
         let index = phys.desc(pte.pfn()).index.load(Ordering::Relaxed);
         let p = Isolated { page: phys.get(pte.pfn()), owner: Owner::Anon(family), index };
         lock_page(phys, p.page.pfn());
-        try_to_migrate(phys, &p, &mut Vec::new());
+        try_to_migrate(phys, &p.owner, &[(p.index, p.page.pfn())], &mut Vec::new());
         p
     }
 
@@ -412,16 +521,16 @@ mod tests {
             assert!(!waiter.is_finished(), "the fault did not wait for the migration");
             // Remap the first page onto a new frame: parent and child both map it.
             let new = phys.alloc_copy(p0.page.pfn(), 1).unwrap();
-            remove_migration_ptes(&phys, &p0, p0.page.pfn(), new.pfn());
+            remove_migration_ptes(&phys, &p0.owner, &[(p0.index, p0.page.pfn(), new.pfn())]);
             assert_eq!(mm.pte_at(a).pfn(), new.pfn());
             assert_eq!(child.pte_at(a).pfn(), new.pfn());
             assert_eq!(waiter.join().unwrap(), 10);
             // The second page back in place, read-only as mprotect left it.
-            remove_migration_ptes(&phys, &p1, p1.page.pfn(), p1.page.pfn());
+            remove_migration_ptes(&phys, &p1.owner, &[(p1.index, p1.page.pfn(), p1.page.pfn())]);
             assert!(mm.pte_at(a + PAGE_SIZE).is_present() && !mm.pte_at(a + PAGE_SIZE).has(Pte::WRITE));
             assert_eq!(cpu.read_u64(a + PAGE_SIZE).unwrap(), 11);
             // The unmapped page's restore finds nothing: it goes with our reference.
-            remove_migration_ptes(&phys, &p3, p3.page.pfn(), p3.page.pfn());
+            remove_migration_ptes(&phys, &p3.owner, &[(p3.index, p3.page.pfn(), p3.page.pfn())]);
             for p in [&p0, &p1, &p3] {
                 unlock_page(&phys, p.page.pfn());
             }

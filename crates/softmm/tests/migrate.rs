@@ -50,8 +50,12 @@ fn move_pages_moves_contents_and_frees_the_old_frames() {
             let mm = mm_with(&phys, policy);
             let a = anon(&mm, 32);
             let mut cpu = Cpu::attached(&mm);
+            // Every word of every page distinct, so that a partial copy shows.
+            let word = |i: u64, w: u64| (i << 32) | w | 1 << 63;
             for i in 0..32 {
-                cpu.write_u64(a + i * PAGE + 8, 1000 + i).unwrap();
+                for w in 0..PAGE / 8 {
+                    cpu.write_u64(a + i * PAGE + w * 8, word(i, w)).unwrap();
+                }
             }
             let used0 = phys.node_stats()[0].frames_used;
             let (r, st) = move_to(&mm, a, 32, 1, MPOL_MF_MOVE);
@@ -59,7 +63,9 @@ fn move_pages_moves_contents_and_frees_the_old_frames() {
             assert_eq!(st, vec![1; 32]);
             assert_eq!(nodes_of(&mm, a, 32), vec![1; 32]);
             for i in 0..32 {
-                assert_eq!(cpu.read_u64(a + i * PAGE + 8).unwrap(), 1000 + i, "{policy:?} page {i}");
+                for w in 0..PAGE / 8 {
+                    assert_eq!(cpu.read_u64(a + i * PAGE + w * 8).unwrap(), word(i, w), "{policy:?} page {i} word {w}");
+                }
             }
             assert_eq!(phys.node_stats()[0].frames_used, used0 - 32, "old frames freed");
             assert_eq!(mm.stats().pages_migrated, 32);
@@ -174,6 +180,56 @@ fn file_pages_migrate_through_the_file_reverse_map() {
             assert_eq!(cpu.read_u64(a + 8).unwrap_err().signal(), libc::SIGBUS);
             drop(ccpu);
             drop(child);
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}
+
+/// One `move_pages` call whose pages alternate between owners (two
+/// anonymous regions and a shared file mapping): a batch walks each run of
+/// pages of one owner through that owner's reverse map, and every page
+/// moves with its contents, and back.
+#[test]
+fn a_batch_of_pages_of_several_owners_moves_each_through_its_own() {
+    for policy in MigratePolicy::ALL {
+        let phys = two_nodes(64);
+        {
+            let mm = mm_with(&phys, policy);
+            let f = File::create(&phys, "f", 2 * PAGE).unwrap();
+            let rw = PROT_READ | PROT_WRITE;
+            let x = anon(&mm, 2);
+            let y = mm.mmap(0, 2 * PAGE, rw, MAP_SHARED, Some(&OpenFile::read_write(&f)), 0).unwrap();
+            let z = anon(&mm, 2);
+            let mut cpu = Cpu::attached(&mm);
+            let pages: Vec<u64> = (0..2).flat_map(|i| [x, y, z].map(|base| base + i * PAGE)).collect();
+            for (k, &p) in pages.iter().enumerate() {
+                cpu.write_u64(p + 16, 500 + k as u64).unwrap();
+            }
+            // Another CPU of the process: each flush sends it one request,
+            // so a page left for a second pass (its run walked through the
+            // wrong owner) shows as a second batched flush.
+            let stop = Arc::new(AtomicBool::new(false));
+            let peer = attached_peer(&mm, x, &stop);
+            for node in [1, 0] {
+                let mut status = vec![i32::MIN; pages.len()];
+                let before = mm.stats().tlb.flush_requests;
+                let r = mm.move_pages(&pages, Some(&vec![node; pages.len()]), &mut status, MPOL_MF_MOVE);
+                assert_eq!((r, &status), (Ok(0), &vec![node; pages.len()]), "{policy:?}");
+                let per_batch = if policy == MigratePolicy::Batched { 1 } else { pages.len() as u64 };
+                assert_eq!(mm.stats().tlb.flush_requests - before, per_batch, "{policy:?}: one pass");
+                let mut st = vec![i32::MIN; pages.len()];
+                mm.pages_stat(&pages, &mut st).unwrap();
+                assert_eq!(st, vec![node; pages.len()], "{policy:?}");
+                for (k, &p) in pages.iter().enumerate() {
+                    assert_eq!(cpu.read_u64(p + 16).unwrap(), 500 + k as u64, "{policy:?} page {k}");
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            peer.join().unwrap();
+            let mut buf = [0u8; 8];
+            f.read_at(PAGE + 16, &mut buf).unwrap();
+            assert_eq!(u64::from_le_bytes(buf), 504, "{policy:?}: the page cache holds the moved page");
         }
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
