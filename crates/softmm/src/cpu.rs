@@ -1084,6 +1084,29 @@ mod tests {
         assert_no_leaks(&p);
     }
 
+    /// Attaching (and a flush) empties the TLB: a CPU switched to another
+    /// address space reads that space's page at the same address, never
+    /// the entry it cached for the first one.
+    #[test]
+    fn a_switch_of_address_space_drops_every_entry() {
+        let p = phys();
+        let mm1 = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let mm2 = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm1.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        assert_eq!(mm2.mmap(a, PAGE_SIZE, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        let mut cpu = Cpu::attached(&mm2);
+        cpu.write_u64(a, 2).unwrap();
+        cpu.attach(&mm1);
+        cpu.write_u64(a, 1).unwrap();
+        cpu.attach(&mm2);
+        assert_eq!(cpu.read_u64(a), Ok(2));
+        cpu.detach();
+        cpu.attach(&mm1);
+        assert_eq!(cpu.read_u64(a), Ok(1));
+        drop((cpu, mm1, mm2));
+        assert_no_leaks(&p);
+    }
+
     #[test]
     fn cpus_attach_switch_and_drop_in_any_order() {
         let p = phys();
