@@ -34,12 +34,14 @@ const HUGE_TLB_ENTRIES: usize = 8;
 /// `log2` of a PMD leaf's size.
 const HUGE_SHIFT: u32 = 21;
 
+/// One TLB entry. A flush empties the entries (tag 0) instead of bumping
+/// an epoch that every hit would have to compare: flushes are rare (one per
+/// shootdown of the attached address space, at the CPU's next access),
+/// hits are not.
 #[derive(Clone, Copy)]
 struct TlbEntry {
     /// Virtual page number + 1 (0 = empty).
     tag: u64,
-    /// Valid only while equal to the CPU's `epoch`.
-    epoch: u64,
     /// Host address of the frame (a pointer into the arena, with its provenance).
     host: *mut u8,
     /// The accesses the entry allows, as [`Access::bit`]s: always read;
@@ -48,7 +50,7 @@ struct TlbEntry {
 }
 
 impl TlbEntry {
-    const EMPTY: TlbEntry = TlbEntry { tag: 0, epoch: 0, host: std::ptr::null_mut(), perms: 0 };
+    const EMPTY: TlbEntry = TlbEntry { tag: 0, host: std::ptr::null_mut(), perms: 0 };
 }
 
 /// Per-CPU counters (never written by another thread). More counters may
@@ -94,15 +96,16 @@ pub struct CpuStats {
 pub struct Cpu {
     mm: Option<Arc<AddressSpace>>,
     state: Arc<CpuTlbState>,
-    tlb: Box<[TlbEntry; TLB_ENTRIES]>,
-    /// 2 MiB entries: tag = `va >> HUGE_SHIFT` + 1, `host` the page's first byte.
-    huge_tlb: [TlbEntry; HUGE_TLB_ENTRIES],
     /// The flush generation the TLB is current for.
     seen_gen: u64,
-    /// Entries whose `epoch` differs are invalid: a flush is one increment.
-    epoch: u64,
     /// This CPU's access-section count (`CpuTlbState::section_begin`).
     section: u64,
+    /// In the `Cpu` itself, not boxed: a hit indexes it from `self`
+    /// without first loading a pointer to it.
+    tlb: [TlbEntry; TLB_ENTRIES],
+    /// 2 MiB entries: tag = `va >> HUGE_SHIFT` + 1, `host` the page's first
+    /// byte. Looked up only on a miss of `tlb`.
+    huge_tlb: [TlbEntry; HUGE_TLB_ENTRIES],
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -125,11 +128,10 @@ impl Cpu {
         Cpu {
             mm: None,
             state,
-            tlb: Box::new([TlbEntry::EMPTY; TLB_ENTRIES]),
-            huge_tlb: [TlbEntry::EMPTY; HUGE_TLB_ENTRIES],
             seen_gen: 0,
-            epoch: 1,
             section: 0,
+            tlb: [TlbEntry::EMPTY; TLB_ENTRIES],
+            huge_tlb: [TlbEntry::EMPTY; HUGE_TLB_ENTRIES],
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
@@ -154,7 +156,7 @@ impl Cpu {
         let _q = QuiescentGuard::enter();
         self.detach_locked();
         self.seen_gen = mm.tlb.attach(&self.state);
-        self.epoch += 1;
+        self.empty_tlb();
         self.mm = Some(mm.clone());
     }
 
@@ -169,7 +171,7 @@ impl Cpu {
         if let Some(mm) = self.mm.take() {
             mm.tlb.detach(&self.state);
         }
-        self.epoch += 1;
+        self.empty_tlb();
         // Out of the domain with an empty TLB: a shootdown still waiting
         // for this CPU's next access stops waiting.
         self.state.passed_quiescent_point(&mut self.section);
@@ -291,7 +293,7 @@ impl Cpu {
     /// If the CPU is not attached (before entering anything).
     #[inline(always)]
     fn section_begin(&mut self) {
-        let mm = self.mm.as_deref().expect("CPU is not attached to an address space");
+        let Some(mm) = self.mm.as_deref() else { not_attached() };
         debug_assert!(!self.parked, "access from a parked CPU");
         self.state.section_begin(&mut self.section, self.light);
         let gen = mm.tlb.generation();
@@ -312,9 +314,21 @@ impl Cpu {
     #[inline(always)]
     fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
         self.section_begin();
-        let r = self.lookup(va, access).map(op);
+        // The hit is a plain pointer, not a `Result`: nothing of the fault
+        // type is built, moved or tested on the fast path.
+        let p = match self.tlb_hit(va, access) {
+            Some(p) => p,
+            None => match self.translate_slow(va, access) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.section_end();
+                    return Err(e);
+                }
+            },
+        };
+        let r = op(p);
         self.section_end();
-        r
+        Ok(r)
     }
 
     /// The host address of `va` for `access`, from the TLB or a walk (and a
@@ -322,29 +336,46 @@ impl Cpu {
     /// re-enters around a fault; the pointer is valid until the section ends.
     #[inline(always)]
     fn lookup(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+        match self.tlb_hit(va, access) {
+            Some(p) => Ok(p),
+            None => self.translate_slow(va, access),
+        }
+    }
+
+    /// The host address of `va` if the 4 KiB TLB holds it for `access`:
+    /// an index, a tag compare and a permission test, all in `self`.
+    #[inline(always)]
+    fn tlb_hit(&self, va: u64, access: Access) -> Option<*mut u8> {
         let vpn = va / PAGE_SIZE;
         let e = &self.tlb[vpn as usize % TLB_ENTRIES];
-        if e.tag == vpn + 1 && e.epoch == self.epoch && e.perms & access.bit() != 0 {
-            return Ok(e.host.wrapping_add((va % PAGE_SIZE) as usize));
+        if e.tag == vpn + 1 && e.perms & access.bit() != 0 {
+            return Some(e.host.wrapping_add((va % PAGE_SIZE) as usize));
         }
-        let hpn = va >> HUGE_SHIFT;
-        let h = &self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES];
-        if h.tag == hpn + 1 && h.epoch == self.epoch && h.perms & access.bit() != 0 {
-            return Ok(h.host.wrapping_add((va % (1 << HUGE_SHIFT)) as usize));
-        }
-        self.translate_slow(va, access)
+        None
+    }
+
+    /// Drops every translation the CPU holds.
+    fn empty_tlb(&mut self) {
+        self.tlb.iter_mut().chain(&mut self.huge_tlb).for_each(|e| e.tag = 0);
     }
 
     #[cold]
     fn flush_local(&mut self, gen: u64) {
-        self.epoch += 1;
+        self.empty_tlb();
         self.seen_gen = gen;
         self.stats.tlb_flushes += 1;
     }
 
-    /// A TLB miss, inside a section.
+    /// A miss of the 4 KiB TLB, inside a section: the 2 MiB TLB, then a
+    /// walk (a TLB miss proper).
     #[cold]
+    #[inline(never)]
     fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+        let hpn = va >> HUGE_SHIFT;
+        let h = &self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES];
+        if h.tag == hpn + 1 && h.perms & access.bit() != 0 {
+            return Ok(h.host.wrapping_add((va % (1 << HUGE_SHIFT)) as usize));
+        }
         self.stats.tlb_misses += 1;
         let mm = self.mm.clone().expect("attached");
         // The walk indexes with the low 48 bits only: anything above the
@@ -382,13 +413,11 @@ impl Cpu {
                             let _ = mm.phys.frame_ptr(pte.pfn() + (leaf.entry_size() / PAGE_SIZE - 1));
                             let host = mm.phys.frame_ptr(pte.pfn());
                             let hpn = va >> HUGE_SHIFT;
-                            self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES] =
-                                TlbEntry { tag: hpn + 1, epoch: self.epoch, host, perms };
+                            self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES] = TlbEntry { tag: hpn + 1, host, perms };
                             return Ok(host.wrapping_add((va - leaf.start()) as usize));
                         }
                         let host = mm.phys.frame_ptr(pte.pfn());
-                        self.tlb[vpn as usize % TLB_ENTRIES] =
-                            TlbEntry { tag: vpn + 1, epoch: self.epoch, host, perms };
+                        self.tlb[vpn as usize % TLB_ENTRIES] = TlbEntry { tag: vpn + 1, host, perms };
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
                     }
                 }
@@ -476,13 +505,13 @@ impl Cpu {
     /// assert_eq!(cpu.read_be::<u32>(a + 1).unwrap(), 0x4433_2211);
     /// assert_eq!(cpu.read_le::<i8>(a + 4).unwrap(), 0x11);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
         Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
     }
 
     /// Reads the big-endian `T` at `addr`, as [`Cpu::read_le`].
-    #[inline]
+    #[inline(always)]
     pub fn read_be<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
         Ok(self.read_le::<T>(addr)?.swap_bytes())
     }
@@ -492,81 +521,81 @@ impl Cpu {
     /// aligned stores that make it up (never a byte outside it); across a
     /// page boundary, page by page: on a fault the bytes before the
     /// faulting page have been written, as with [`Cpu::write`].
-    #[inline]
+    #[inline(always)]
     pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
         self.store_raw(addr, T::SIZE, v.to_raw())
     }
 
     /// Writes `v` big-endian at `addr`, as [`Cpu::write_le`].
-    #[inline]
+    #[inline(always)]
     pub fn write_be<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
         self.write_le(addr, v.swap_bytes())
     }
 
     /// Fetches the little-endian instruction unit `T` at `addr` (any
     /// alignment): [`Cpu::read_le`] with [`Cpu::fetch`]'s permission check.
-    #[inline]
+    #[inline(always)]
     pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
         Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
     }
 
     /// Fetches a little-endian `u16` instruction unit (a RISC-V compressed
     /// instruction, a Thumb half-word), as [`Cpu::fetch_le`].
-    #[inline]
+    #[inline(always)]
     pub fn fetch_u16(&mut self, addr: u64) -> Result<u16, Fault> {
         self.fetch_le(addr)
     }
 
     /// Fetches a little-endian `u32` instruction word, as [`Cpu::fetch_le`].
-    #[inline]
+    #[inline(always)]
     pub fn fetch_u32(&mut self, addr: u64) -> Result<u32, Fault> {
         self.fetch_le(addr)
     }
 
     /// Reads a `u8`.
-    #[inline]
+    #[inline(always)]
     pub fn read_u8(&mut self, addr: u64) -> Result<u8, Fault> {
         self.read_le(addr)
     }
 
     /// Writes a `u8`.
-    #[inline]
+    #[inline(always)]
     pub fn write_u8(&mut self, addr: u64, v: u8) -> Result<(), Fault> {
         self.write_le(addr, v)
     }
 
     /// Reads a little-endian `u16` (any alignment), as [`Cpu::read_le`].
-    #[inline]
+    #[inline(always)]
     pub fn read_u16(&mut self, addr: u64) -> Result<u16, Fault> {
         self.read_le(addr)
     }
 
     /// Writes a little-endian `u16` (any alignment), as [`Cpu::write_le`].
-    #[inline]
+    #[inline(always)]
     pub fn write_u16(&mut self, addr: u64, v: u16) -> Result<(), Fault> {
         self.write_le(addr, v)
     }
 
     /// Reads a little-endian `u32` (any alignment), as [`Cpu::read_le`].
-    #[inline]
+    #[inline(always)]
     pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
         self.read_le(addr)
     }
 
     /// Writes a little-endian `u32` (any alignment), as [`Cpu::write_le`].
-    #[inline]
+    #[inline(always)]
     pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
         self.write_le(addr, v)
     }
 
     /// Reads a little-endian `u64` (any alignment), as [`Cpu::read_le`].
-    #[inline]
+    #[inline(always)]
     pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
         self.read_le(addr)
     }
 
     /// Writes a little-endian `u64` (any alignment), as [`Cpu::write_le`].
-    #[inline]
+    #[inline(always)]
     pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
         self.write_le(addr, v)
     }
@@ -717,7 +746,8 @@ impl Cpu {
     }
 
     /// The `n`-byte little-endian value at `addr`, translated for `access`.
-    #[inline]
+    /// Always inlined, so that a hit is straight-line code in the accessor.
+    #[inline(always)]
     fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: `[p, p + n)` does not cross the page end (checked), so
@@ -737,8 +767,9 @@ impl Cpu {
         Ok(u64::from_le_bytes(b))
     }
 
-    /// Stores the low `n` bytes of `raw` little-endian at `addr`.
-    #[inline]
+    /// Stores the low `n` bytes of `raw` little-endian at `addr` (always
+    /// inlined, as `load_raw`).
+    #[inline(always)]
     fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: as in `load_raw`, for `[p, p + n)`.
@@ -924,6 +955,14 @@ impl GuestBytes<'_> {
     }
 }
 
+/// The panic of an access through a CPU attached to nothing, kept out of
+/// the accessors' fast path.
+#[cold]
+#[inline(never)]
+fn not_attached() -> ! {
+    panic!("CPU is not attached to an address space")
+}
+
 /// Faults an address outside the user address space as x86-64 does: a
 /// non-canonical one (bits 63..47 not all equal) raises a general protection
 /// fault, which Linux reports as `SIGSEGV` with `SI_KERNEL` and address 0;
@@ -1042,6 +1081,29 @@ mod tests {
         let mut buf = [0; 2];
         assert!(cpu.read(u64::MAX, &mut buf).is_err());
         drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+
+    /// Attaching (and a flush) empties the TLB: a CPU switched to another
+    /// address space reads that space's page at the same address, never
+    /// the entry it cached for the first one.
+    #[test]
+    fn a_switch_of_address_space_drops_every_entry() {
+        let p = phys();
+        let mm1 = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let mm2 = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm1.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        assert_eq!(mm2.mmap(a, PAGE_SIZE, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+        let mut cpu = Cpu::attached(&mm2);
+        cpu.write_u64(a, 2).unwrap();
+        cpu.attach(&mm1);
+        cpu.write_u64(a, 1).unwrap();
+        cpu.attach(&mm2);
+        assert_eq!(cpu.read_u64(a), Ok(2));
+        cpu.detach();
+        cpu.attach(&mm1);
+        assert_eq!(cpu.read_u64(a), Ok(1));
+        drop((cpu, mm1, mm2));
         assert_no_leaks(&p);
     }
 
