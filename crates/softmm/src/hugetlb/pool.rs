@@ -320,6 +320,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "writes and reads 2 MiB, then allocates every frame: minutes under Miri")]
     fn pages_are_zeroed_and_never_handed_out_as_small_frames() {
         let phys = arena(2, 1);
         let p = phys.alloc_huge(1, false).unwrap();
