@@ -45,6 +45,12 @@ pub struct HugePageStats {
     pub allocations: u64,
     /// Allocations refused because no unreserved page was free.
     pub alloc_failures: u64,
+    /// PMD tables linked into an address space from another one
+    /// (`huge_pmd_share` successes).
+    pub pmd_shares: u64,
+    /// Shared PMD tables unlinked from an address space
+    /// (`huge_pmd_unshare` successes).
+    pub pmd_unshares: u64,
 }
 
 /// The pool's counters and free lists, under `hugetlb_lock`.
@@ -67,6 +73,8 @@ pub(crate) struct HugePool {
     state: Mutex<PoolState>,
     allocations: AtomicU64,
     alloc_failures: AtomicU64,
+    pub(crate) pmd_shares: AtomicU64,
+    pub(crate) pmd_unshares: AtomicU64,
 }
 
 impl HugePool {
@@ -106,6 +114,8 @@ impl HugePool {
             state: Mutex::new(PoolState { free_lists, free: total, rsvd: 0 }),
             allocations: AtomicU64::new(0),
             alloc_failures: AtomicU64::new(0),
+            pmd_shares: AtomicU64::new(0),
+            pmd_unshares: AtomicU64::new(0),
         };
         Ok((pool, small_ends))
     }
@@ -202,6 +212,8 @@ impl HugePool {
             surp: 0,
             allocations: self.allocations.load(Ordering::Relaxed),
             alloc_failures: self.alloc_failures.load(Ordering::Relaxed),
+            pmd_shares: self.pmd_shares.load(Ordering::Relaxed),
+            pmd_unshares: self.pmd_unshares.load(Ordering::Relaxed),
         }
     }
 }

@@ -171,7 +171,6 @@ impl PageTables {
     }
 
     /// The PMD table linked by the PUD entry of `va`, if any.
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
     fn pmd_table<'a>(&'a self, va: u64, _guard: &'a Guard) -> Option<&'a Table> {
         let Child::Table(pud) = step(self.root(), va, 3) else { return None };
         // SAFETY: as in `walk`: freed only behind `_guard`'s grace period or
@@ -186,13 +185,12 @@ impl PageTables {
 
     /// True if the PUD entry of `va` links a PMD table that another address
     /// space links too.
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
+    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_unshare's, next
     pub(crate) fn pmd_is_shared(&self, va: u64, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some_and(Table::is_shared)
     }
 
     /// True if the PUD entry of `va` links a PMD table (`!pud_none`).
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
     pub(crate) fn has_pmd_table(&self, va: u64, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some()
     }
@@ -208,7 +206,6 @@ impl PageTables {
     /// The caller holds the lock that keeps `source`'s link from being
     /// dropped meanwhile (the file's `i_mmap` lock, which every unshare and
     /// every removal of a shareable table takes for write).
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
     pub(crate) fn pmd_share_from(&self, va: u64, source: &PageTables, sva: u64, guard: &Guard) -> bool {
         debug_assert_eq!(va % entry_span(2), sva % entry_span(2));
         let Some(spmd) = source.pmd_table(sva, guard) else { return false };
@@ -233,7 +230,7 @@ impl PageTables {
     /// `i_mmap` lock (CVE-2021-4002), and frees a returned table (when the
     /// other users unshared concurrently and this one held the last link)
     /// through the shootdown path.
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
+    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_unshare's, next
     pub(crate) fn pmd_unshare(&self, va: u64) -> PmdUnshare {
         let _serial = self.detach.lock();
         let Child::Table(pud) = step(self.root(), va, 3) else { return PmdUnshare::NotShared };

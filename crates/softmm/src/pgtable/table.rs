@@ -132,7 +132,6 @@ impl Table {
     /// True while another address space links this PMD table
     /// (`ptdesc_pmd_is_shared`).
     #[inline]
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
     pub(super) fn is_shared(&self) -> bool {
         // Acquire pairs with the Release of `share_dec`, so an owner that
         // sees the table exclusive sees every sharer's work on it done.
@@ -142,7 +141,6 @@ impl Table {
     /// `ptdesc_pmd_pts_inc`: one more address space links the table. The
     /// caller holds a link of its own (the table cannot be freed meanwhile).
     #[inline]
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_share's, next
     pub(super) fn share_inc(&self) {
         self.share_count.fetch_add(1, Ordering::Relaxed);
     }
