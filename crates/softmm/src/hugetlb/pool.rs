@@ -75,6 +75,13 @@ pub(crate) struct HugePool {
     alloc_failures: AtomicU64,
     pub(crate) pmd_shares: AtomicU64,
     pub(crate) pmd_unshares: AtomicU64,
+    /// PMD sharing's lock (the part of Linux's per-file `i_mmap_rwsem` that
+    /// sharing needs, one for the pool): `huge_pmd_share` holds it for read
+    /// while it links a table; an unshare holds it for write from the
+    /// unlink to the end of its TLB flush, and a change to a table that was
+    /// shared takes it for write first, so no user of a formerly shared
+    /// table changes it while a former sharer's CPUs may still reach it.
+    pub(crate) share_lock: crate::sync::RwLock<()>,
 }
 
 impl HugePool {
@@ -116,6 +123,7 @@ impl HugePool {
             alloc_failures: AtomicU64::new(0),
             pmd_shares: AtomicU64::new(0),
             pmd_unshares: AtomicU64::new(0),
+            share_lock: crate::sync::RwLock::new(()),
         };
         Ok((pool, small_ends))
     }

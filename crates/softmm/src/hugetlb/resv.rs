@@ -40,11 +40,6 @@ pub(crate) struct HugetlbInode {
     pub(crate) fault_mutex: Mutex<()>,
     /// The VMAs mapping the file (Linux's `i_mmap` interval tree).
     pub(crate) vmas: super::rmap::VmaIntervalTree,
-    /// Linux's `i_mmap_rwsem` as PMD sharing uses it: `huge_pmd_share` holds
-    /// it for read while it finds a table and links it, every unshare and
-    /// every change to a shareable table for write, so a table being linked
-    /// is never being unlinked or freed.
-    pub(crate) i_mmap_rwsem: crate::sync::RwLock<()>,
     /// Whether faults on this file's shared mappings may share PMD tables.
     /// Off until every unshare path exists (see `hugetlb/share.rs`); the
     /// unit tests of the share path turn it on for their own files.

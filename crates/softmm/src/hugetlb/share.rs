@@ -22,15 +22,37 @@
 //! # Locks
 //!
 //! Fault: `mmap_lock` (read) → `invalidate_lock` (read) → fault mutex →
-//! the file's `i_mmap_rwsem` (read, here) → the other address space's
-//! `mmap_lock`, only tried: a writer there (munmap, mprotect, ...) may wait
-//! for `i_mmap_rwsem` to unshare, so waiting for it could deadlock; a busy
-//! candidate is skipped, which only means this fault does not share.
+//! the pool's `share_lock` (read, here; Linux's `i_mmap_rwsem` as sharing
+//! uses it) → the other address space's `mmap_lock`, only tried: a writer
+//! there (munmap, mprotect, ...) may wait for `share_lock` to unshare, so
+//! waiting for it could deadlock; a busy candidate is skipped, which only
+//! means this fault does not share. Holding that `mmap_lock` keeps the
+//! source table linked: its owner unshares, zaps, moves or frees it only
+//! under its own `mmap_lock` for write (or after a write section that
+//! detached the VMA, which the lookup then no longer finds), or at exit,
+//! when the reverse map's weak reference no longer upgrades.
+//!
+//! Unshare ([`AddressSpace::hugetlb_unshare_range`], Linux's
+//! `huge_pmd_unshare` + `huge_pmd_unshare_flush`): every path that changes
+//! or removes the entries of a range (zap: munmap, `MADV_DONTNEED`,
+//! truncate, hole punch, mremap's tails; `change_protection`: mprotect;
+//! `move_ptes`: mremap) first unshares each PUD window of the range whose
+//! PMD table is shared — the whole 1 GiB, as
+//! `adjust_range_if_pmd_sharing_possible` widens it — and flushes this
+//! address space's TLB before `share_lock` is dropped (CVE-2021-4002). A
+//! table left exclusive is changed only after its owner took `share_lock`
+//! for write too: that waits out the unsharer's flush, the grace period
+//! for the unsharer's CPUs; its epoch-pinned walkers are done by then
+//! (the flush waits for every access in progress), and a table whose last
+//! link an unshare dropped is freed behind an epoch grace period. A VMA
+//! split does not unshare by itself (`hugetlb_split` does in Linux): the
+//! window's next change unshares whatever the VMAs are then.
 
 use crossbeam_epoch::Guard;
 
 use super::resv::HugetlbInode;
 use crate::mm::AddressSpace;
+use crate::pgtable::PmdUnshare;
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
@@ -72,7 +94,7 @@ impl AddressSpace {
             return false;
         }
         let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
-        let _i_mmap = inode.i_mmap_rwsem.read();
+        let _share = self.phys.hugetlb.share_lock.read();
         for svma in inode.vmas.covering(idx) {
             let saddr = svma.start + ((idx - svma.pgoff) << PAGE_SHIFT);
             // pmd_index(addr) == pmd_index(saddr): each entry of the table
@@ -105,6 +127,48 @@ impl AddressSpace {
             }
         }
         false
+    }
+}
+
+impl AddressSpace {
+    /// Unshares every PUD window overlapping `[start, end)` whose PMD table
+    /// this address space shares, flushing its TLB before the lock is
+    /// released; see the module doc. Called by every path that changes the
+    /// entries of a range, with `mmap_lock` held, before it changes them.
+    /// Costs one load in an address space that never shared a table.
+    pub(crate) fn hugetlb_unshare_range(&self, start: u64, end: u64) {
+        if start >= end || !self.pgtables.ever_shared() {
+            return;
+        }
+        let guard = crossbeam_epoch::pin();
+        let mut w = start & !(PUD_SIZE - 1);
+        while w < end {
+            if self.pgtables.has_pmd_table(w, &guard) {
+                self.huge_pmd_unshare(w, &guard);
+            }
+            match w.checked_add(PUD_SIZE) {
+                Some(next) => w = next,
+                None => break,
+            }
+        }
+    }
+
+    /// `huge_pmd_unshare` of the window at `w` and its flush; with a table
+    /// that is not shared (any more), only the wait for an unsharer's flush.
+    fn huge_pmd_unshare(&self, w: u64, guard: &Guard) {
+        let _share = self.phys.hugetlb.share_lock.write();
+        let freed = match self.pgtables.pmd_unshare(w) {
+            PmdUnshare::NotShared => return,
+            PmdUnshare::Unshared => None,
+            PmdUnshare::Last(table) => Some(table),
+        };
+        self.phys.hugetlb.pmd_unshares.fetch_add(1, Ordering::Relaxed);
+        // Before `share_lock` goes: no CPU of ours may keep a translation
+        // through the table once another user may change it.
+        self.flush_tlb();
+        if let Some(table) = freed {
+            table.free_after_grace_period(&self.phys, guard);
+        }
     }
 }
 
@@ -218,6 +282,106 @@ mod tests {
         drop((parent, mis, child, f));
         let s = phys.quiesce();
         assert_eq!((s.page_tables, s.rmap_entries, s.frames_used), (0, 0, 0));
+    }
+
+    /// A parent with the window faulted and a child sharing its table.
+    fn shared_pair(phys: &Arc<PhysMem>, f: &Arc<File>) -> (Arc<AddressSpace>, Arc<AddressSpace>, u64) {
+        let parent = AddressSpace::new(phys, MmConfig::default()).unwrap();
+        let a = map(&parent, f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+        write_all(&parent, a);
+        let child = parent.fork().unwrap();
+        assert_eq!(touch(&child, a), 1);
+        (parent, child, a)
+    }
+
+    #[track_caller]
+    fn assert_no_leaks(phys: &PhysMem) {
+        let s = phys.quiesce();
+        assert_eq!((s.page_tables, s.rmap_entries, s.frames_used), (0, 0, 0));
+        assert_eq!(phys.huge_page_stats().free, TOUCHED);
+    }
+
+    #[test]
+    fn munmap_of_part_of_the_window_unshares_it_with_a_flush_and_leaves_the_others_mapped() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        let (parent, child, a) = shared_pair(&phys, &f);
+        let tables = phys.stats().page_tables;
+        // The child's CPU holds translations through the shared table.
+        let mut cpu = Cpu::attached(&child);
+        assert_eq!(cpu.read_u64(a + 3 * HP + 8).unwrap(), 0x5eed + 3);
+        let flushes = child.stats().tlb.flushes;
+        child.munmap(a + 3 * HP, HP).unwrap();
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 1);
+        assert!(child.stats().tlb.flushes > flushes, "the unshare flushed the child's TLB");
+        // No stale translation: the unmapped page faults, the rest refaults
+        // into a private table, one fault per page.
+        assert_eq!(
+            cpu.read_u64(a + 3 * HP + 8).err(),
+            Some(crate::Fault::Segv { addr: a + 3 * HP + 8, code: crate::SegvCode::MapErr })
+        );
+        let faults = cpu.stats().fault.faults;
+        for i in (0..TOUCHED).filter(|&i| i != 3) {
+            assert_eq!(cpu.read_u64(a + i * HP + 8).unwrap(), 0x5eed + i);
+        }
+        assert_eq!(cpu.stats().fault.faults - faults, TOUCHED - 1, "one fault per page left");
+        drop(cpu);
+        assert_eq!(phys.stats().page_tables, tables + 1, "the child's own PMD table");
+        // The parent's table and pages are untouched.
+        assert_eq!(touch(&parent, a), 0);
+        drop((parent, child, f));
+        assert_no_leaks(&phys);
+    }
+
+    #[test]
+    fn mprotect_mremap_and_dontneed_unshare_before_they_change_entries() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        // mprotect of one page in the child: the parent stays writable.
+        let (parent, child, a) = shared_pair(&phys, &f);
+        child.mprotect(a, HP, PROT_READ).unwrap();
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 1);
+        assert!(Cpu::attached(&child).write_u64(a + 8, 1).is_err());
+        Cpu::attached(&parent).write_u64(a + 8, 0x5eed).unwrap();
+        // MADV_DONTNEED in the parent while a second child shares its
+        // table: the parent unshares, the second child keeps every page.
+        let other = parent.fork().unwrap();
+        assert_eq!(touch(&other, a), 1);
+        parent.madvise(a, 2 * HP, MADV_DONTNEED).unwrap();
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 2);
+        assert_eq!(touch(&other, a), 0);
+        // The parent's next fault links the second child's table.
+        assert_eq!(touch(&parent, a), 1);
+        // mremap in the second child: it unshares and moves nothing of the
+        // window; at the new place, PUD-aligned too, its first fault shares
+        // the parent's table again.
+        let far = 12 * PUD_SIZE;
+        other.mremap(a, PUD_SIZE, PUD_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, far).unwrap();
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 3);
+        assert_eq!(touch(&other, far), 1);
+        assert_eq!(touch(&parent, a), 0);
+        drop(other);
+        drop((parent, child, f));
+        assert_no_leaks(&phys);
+    }
+
+    #[test]
+    fn truncate_unshares_every_mapper_and_no_one_reaches_a_removed_page() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        let (parent, child, a) = shared_pair(&phys, &f);
+        let mut cpus = [Cpu::attached(&parent), Cpu::attached(&child)];
+        for cpu in &mut cpus {
+            assert_eq!(cpu.read_u64(a + 5 * HP).unwrap(), 0);
+        }
+        f.set_len(4 * HP).unwrap();
+        for cpu in &mut cpus {
+            assert_eq!(cpu.read_u64(a + 5 * HP).err(), Some(crate::Fault::Bus { addr: a + 5 * HP }));
+            assert_eq!(cpu.read_u64(a + 3 * HP + 8).unwrap(), 0x5eed + 3);
+        }
+        assert!(phys.huge_page_stats().pmd_unshares >= 1);
+        drop((cpus, parent, child, f));
+        assert_no_leaks(&phys);
     }
 
     #[test]

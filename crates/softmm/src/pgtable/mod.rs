@@ -65,6 +65,10 @@ pub(crate) struct PageTables {
     phys: Arc<PhysMem>,
     /// Serializes detaches: two of them must never take the same table.
     detach: Mutex<()>,
+    /// Set once a PMD table of this tree was shared with another tree
+    /// (either way), so the unshare checks cost nothing in trees that never
+    /// shared.
+    ever_shared: crate::sync::AtomicBool,
 }
 
 // SAFETY: the tree is shared through atomics and per-table locks; `root` is
@@ -78,7 +82,12 @@ impl PageTables {
     pub(crate) fn new(phys: &Arc<PhysMem>) -> PageTables {
         phys.account_page_table(1);
         let root = NonNull::from(Box::leak(Table::new_boxed()));
-        PageTables { root, phys: phys.clone(), detach: Mutex::new(()) }
+        PageTables {
+            root,
+            phys: phys.clone(),
+            detach: Mutex::new(()),
+            ever_shared: crate::sync::AtomicBool::new(false),
+        }
     }
 
     fn root(&self) -> &Table {
@@ -185,9 +194,14 @@ impl PageTables {
 
     /// True if the PUD entry of `va` links a PMD table that another address
     /// space links too.
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_unshare's, next
+    #[cfg(test)]
     pub(crate) fn pmd_is_shared(&self, va: u64, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some_and(Table::is_shared)
+    }
+
+    /// True if a PMD table of this tree was ever shared with another tree.
+    pub(crate) fn ever_shared(&self) -> bool {
+        self.ever_shared.load(crate::sync::Ordering::Relaxed)
     }
 
     /// True if the PUD entry of `va` links a PMD table (`!pud_none`).
@@ -213,8 +227,14 @@ impl PageTables {
         // Count before publishing: a sharer that sees the link must never
         // find the table counted as exclusive.
         spmd.share_inc();
+        // Relaxed: read by this tree's and `source`'s unshare checks, which
+        // run under their `mmap_lock` that this fault or `try_read` holds.
+        source.ever_shared.store(true, crate::sync::Ordering::Relaxed);
         match pud.install_child(index(va, 2), NonNull::from(spmd)) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.ever_shared.store(true, crate::sync::Ordering::Relaxed);
+                true
+            }
             Err(_) => {
                 let last = spmd.share_dec();
                 debug_assert!(!last, "source still links the table");
@@ -230,7 +250,6 @@ impl PageTables {
     /// `i_mmap` lock (CVE-2021-4002), and frees a returned table (when the
     /// other users unshared concurrently and this one held the last link)
     /// through the shootdown path.
-    #[cfg_attr(not(test), allow(dead_code))] // huge_pmd_unshare's, next
     pub(crate) fn pmd_unshare(&self, va: u64) -> PmdUnshare {
         let _serial = self.detach.lock();
         let Child::Table(pud) = step(self.root(), va, 3) else { return PmdUnshare::NotShared };
@@ -297,7 +316,6 @@ impl PageTables {
 
 /// What [`PageTables::pmd_unshare`] did.
 #[must_use = "an unshare needs the TLB flush of the whole PUD range"]
-#[cfg_attr(not(test), allow(dead_code))] // huge_pmd_unshare's, next
 pub(crate) enum PmdUnshare {
     /// The entry did not link a shared table: nothing changed.
     NotShared,
