@@ -384,6 +384,97 @@ mod tests {
         assert_no_leaks(&phys);
     }
 
+    /// Processes writing patterns while others fork, munmap, mprotect and
+    /// truncate the same file: no write lost, no access to a truncated page
+    /// after truncate returns, nothing leaked. (With the unsharer's flush
+    /// removed, the truncating thread's CPU reads a removed page.)
+    #[test]
+    fn stress_sharing_against_fork_munmap_mprotect_and_truncate() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        const KEPT: u64 = 4; // pages never truncated
+        const ROUNDS: u64 = 150;
+        let phys = arena();
+        let f = shared_file(&phys);
+        let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = map(&parent, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+        write_all(&parent, a);
+        let sibling = parent.fork().unwrap();
+        let stop = AtomicBool::new(false);
+        let truncations = AtomicU64::new(0);
+        let forks = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            // Two writers in two address spaces sharing the table, each with
+            // its own word of every kept page: every write reads back.
+            for (w, mm) in [(0u64, &parent), (1, &sibling)] {
+                let (stop, forks, truncations) = (&stop, &forks, &truncations);
+                s.spawn(move || {
+                    let mut cpu = Cpu::attached(mm);
+                    // Bounded, so that a panic in another thread (whose
+                    // counter then stops) ends the test instead of hanging it.
+                    let busy = |k: u64| {
+                        k < ROUNDS
+                            || (k < 100 * ROUNDS
+                                && (forks.load(std::sync::atomic::Ordering::Relaxed) < 20
+                                    || truncations.load(std::sync::atomic::Ordering::Relaxed) < 20))
+                    };
+                    let mut k = 0;
+                    while busy(k) {
+                        k += 1;
+                        for i in 0..KEPT {
+                            cpu.write_u64(a + i * HP + 64 + 8 * w, (k << 16) | (w << 8) | i).unwrap();
+                        }
+                        for i in 0..KEPT {
+                            assert_eq!(cpu.read_u64(a + i * HP + 64 + 8 * w).unwrap(), (k << 16) | (w << 8) | i);
+                        }
+                    }
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                });
+            }
+            // Forked children that share, read, then unshare by munmap or
+            // mprotect, and exit.
+            s.spawn(|| {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let child = parent.fork().unwrap();
+                    {
+                        let mut cpu = Cpu::attached(&child);
+                        for i in 0..KEPT {
+                            assert_eq!(cpu.read_u64(a + i * HP + 8).unwrap(), 0x5eed + i);
+                        }
+                    }
+                    if n % 2 == 0 {
+                        child.munmap(a + HP, HP).unwrap();
+                    } else {
+                        child.mprotect(a, HP, PROT_READ).unwrap();
+                    }
+                    let mut cpu = Cpu::attached(&child);
+                    assert_eq!(cpu.read_u64(a + 2 * HP + 8).unwrap(), 0x5eed + 2);
+                    n += 1;
+                    forks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            // Truncate the tail and grow it back; after truncate returns,
+            // no CPU of the parent's reaches a removed page.
+            s.spawn(|| {
+                let mut cpu = Cpu::attached(&parent);
+                for _ in 0..20 {
+                    let _ = cpu.write_u64(a + (TOUCHED - 1) * HP, 7);
+                    f.set_len(KEPT * HP).unwrap();
+                    let far = a + (TOUCHED - 1) * HP;
+                    assert_eq!(cpu.read_u64(far).err(), Some(crate::Fault::Bus { addr: far }));
+                    f.set_len(PUD_SIZE + HP).unwrap();
+                    truncations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        });
+        assert_eq!(truncations.into_inner(), 20);
+        // How many children shared depends on the schedule (a fault that
+        // finds the parent's `mmap_lock` busy does not share), so the
+        // share and unshare counts are not asserted here.
+        drop((parent, sibling, f));
+        assert_no_leaks(&phys);
+    }
+
     #[test]
     fn sharing_is_off_unless_the_file_allows_it() {
         let phys = arena();
