@@ -61,6 +61,9 @@ pub(crate) fn hugetlb_fault(ctx: &HugeFault<'_>, addr: u64, write: bool) -> Faul
     let _inval = file.invalidate_lock.read();
     let _fault_mutex = resv.fault_mutex.lock();
     let guard = crossbeam_epoch::pin();
+    // huge_pte_alloc: link another address space's PMD table when Linux
+    // would (the first fault in a shareable window), else allocate one.
+    ctx.mm.huge_pmd_share(ctx.vma, haddr, &guard);
     let leaf = ctx.mm.pgtables.pmd_leaf_alloc(haddr, &guard).ok_or(Fault::Oom { addr })?;
     let pte = leaf.load(haddr);
     match pte.kind() {

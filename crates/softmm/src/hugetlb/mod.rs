@@ -10,6 +10,8 @@
 //!   mappings, per mapping for private ones.
 //! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
 //!   tree), kept by the address spaces when their write sections end.
+//! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`), off
+//!   until every unshare path exists.
 //!
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
@@ -20,6 +22,7 @@
 pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;
+pub(crate) mod share;
 
 pub use pool::HugePageStats;
 

@@ -45,6 +45,12 @@ pub struct HugePageStats {
     pub allocations: u64,
     /// Allocations refused because no unreserved page was free.
     pub alloc_failures: u64,
+    /// PMD tables linked into an address space from another one
+    /// (`huge_pmd_share` successes).
+    pub pmd_shares: u64,
+    /// Shared PMD tables unlinked from an address space
+    /// (`huge_pmd_unshare` successes).
+    pub pmd_unshares: u64,
 }
 
 /// The pool's counters and free lists, under `hugetlb_lock`.
@@ -67,6 +73,15 @@ pub(crate) struct HugePool {
     state: Mutex<PoolState>,
     allocations: AtomicU64,
     alloc_failures: AtomicU64,
+    pub(crate) pmd_shares: AtomicU64,
+    pub(crate) pmd_unshares: AtomicU64,
+    /// PMD sharing's lock (the part of Linux's per-file `i_mmap_rwsem` that
+    /// sharing needs, one for the pool): `huge_pmd_share` holds it for read
+    /// while it links a table; an unshare holds it for write from the
+    /// unlink to the end of its TLB flush, and a change to a table that was
+    /// shared takes it for write first, so no user of a formerly shared
+    /// table changes it while a former sharer's CPUs may still reach it.
+    pub(crate) share_lock: crate::sync::RwLock<()>,
 }
 
 impl HugePool {
@@ -106,6 +121,9 @@ impl HugePool {
             state: Mutex::new(PoolState { free_lists, free: total, rsvd: 0 }),
             allocations: AtomicU64::new(0),
             alloc_failures: AtomicU64::new(0),
+            pmd_shares: AtomicU64::new(0),
+            pmd_unshares: AtomicU64::new(0),
+            share_lock: crate::sync::RwLock::new(()),
         };
         Ok((pool, small_ends))
     }
@@ -202,6 +220,8 @@ impl HugePool {
             surp: 0,
             allocations: self.allocations.load(Ordering::Relaxed),
             alloc_failures: self.alloc_failures.load(Ordering::Relaxed),
+            pmd_shares: self.pmd_shares.load(Ordering::Relaxed),
+            pmd_unshares: self.pmd_unshares.load(Ordering::Relaxed),
         }
     }
 }

@@ -28,7 +28,6 @@ pub(crate) struct RmapVma {
 
 impl RmapVma {
     /// One past the last file page the VMA maps.
-    #[cfg_attr(not(test), allow(dead_code))] // read by `covering`
     fn last(&self) -> u64 {
         self.pgoff + ((self.end - self.start) >> crate::PAGE_SHIFT)
     }
@@ -74,9 +73,7 @@ impl VmaIntervalTree {
     }
 
     /// `vma_interval_tree_foreach(vma, i_mmap, idx, idx)`: the VMAs that map
-    /// file page `idx`. (`huge_pmd_share` is its caller to come; the
-    /// tests below are today's.)
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// file page `idx`, for `huge_pmd_share`.
     pub(crate) fn covering(&self, idx: u64) -> Vec<RmapVma> {
         let map = self.map.lock();
         map.range(..=(idx, usize::MAX, u64::MAX)).map(|(_, v)| v).filter(|v| v.last() > idx).cloned().collect()

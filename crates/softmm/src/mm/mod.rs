@@ -257,6 +257,13 @@ impl AddressSpace {
         self.mmap_lock.read()
     }
 
+    /// `mmap_lock` for read if it is free of writers now; `None` otherwise.
+    /// For `huge_pmd_share`, which looks at another address space's VMA and
+    /// page tables while holding locks that that one's writers may need.
+    pub(crate) fn try_read_lock(&self) -> Option<RwLockReadGuard<'_, MmState>> {
+        self.mmap_lock.try_read()
+    }
+
     /// `mmap_lock` for read even while a writer waits; only for paths that
     /// already hold a lock a writer may need (truncate under `invalidate_lock`).
     pub(crate) fn read_lock_recursive(&self) -> RwLockReadGuard<'_, MmState> {
@@ -399,6 +406,8 @@ impl AddressSpace {
     /// starts from the root under its own guard, so it only reaches tables
     /// that are attached or whose freeing waits for that guard.
     pub(crate) fn zap_range(&self, start: u64, end: u64, tlb: &mut MmuGather, mut filter: impl FnMut(Pte) -> bool) {
+        // huge_pmd_unshare: never change entries other address spaces map.
+        self.hugetlb_unshare_range(start, end);
         let mut from = start;
         while from < end {
             let guard = crossbeam_epoch::pin();
@@ -440,6 +449,8 @@ impl AddressSpace {
     /// access is never added here; a write fault grants it (and breaks COW
     /// where needed).
     pub(crate) fn change_protection(&self, start: u64, end: u64, flags: VmFlags, tlb: &mut MmuGather) {
+        // huge_pmd_unshare: never change entries other address spaces map.
+        self.hugetlb_unshare_range(start, end);
         let accessible = flags.intersects(VmFlags::ACCESS_FLAGS);
         let writable = flags.contains(VmFlags::WRITE);
         self.pgtables.update_range(start, end, |_, pte| {
@@ -474,6 +485,8 @@ impl AddressSpace {
     /// Moves the entries of `[old, old+len)` to `[new, new+len)` (mremap).
     /// The destination must have no entries. Old translations need a flush.
     pub(crate) fn move_ptes(&self, old: u64, new: u64, len: u64, tlb: &mut MmuGather) {
+        // huge_pmd_unshare: never move entries other address spaces map.
+        self.hugetlb_unshare_range(old, old.saturating_add(len));
         let guard = crossbeam_epoch::pin();
         let mut moved = Vec::new();
         for leaf in self.pgtables.leaves(old, old + len, &guard) {

@@ -65,6 +65,10 @@ pub(crate) struct PageTables {
     phys: Arc<PhysMem>,
     /// Serializes detaches: two of them must never take the same table.
     detach: Mutex<()>,
+    /// Set once a PMD table of this tree was shared with another tree
+    /// (either way), so the unshare checks cost nothing in trees that never
+    /// shared.
+    ever_shared: crate::sync::AtomicBool,
 }
 
 // SAFETY: the tree is shared through atomics and per-table locks; `root` is
@@ -78,7 +82,12 @@ impl PageTables {
     pub(crate) fn new(phys: &Arc<PhysMem>) -> PageTables {
         phys.account_page_table(1);
         let root = NonNull::from(Box::leak(Table::new_boxed()));
-        PageTables { root, phys: phys.clone(), detach: Mutex::new(()) }
+        PageTables {
+            root,
+            phys: phys.clone(),
+            detach: Mutex::new(()),
+            ever_shared: crate::sync::AtomicBool::new(false),
+        }
     }
 
     fn root(&self) -> &Table {
@@ -170,6 +179,98 @@ impl PageTables {
         Some(Leaf::new(t, level, va & !(PMD_SIZE - 1), page_end(va, level)))
     }
 
+    /// The PMD table linked by the PUD entry of `va`, if any.
+    fn pmd_table<'a>(&'a self, va: u64, _guard: &'a Guard) -> Option<&'a Table> {
+        let Child::Table(pud) = step(self.root(), va, 3) else { return None };
+        // SAFETY: as in `walk`: freed only behind `_guard`'s grace period or
+        // with the tree, which is borrowed for 'a.
+        let pud = unsafe { pud.as_ref() };
+        match step(pud, va, 2) {
+            // SAFETY: as above.
+            Child::Table(pmd) => Some(unsafe { pmd.as_ref() }),
+            Child::None | Child::Leaf => None,
+        }
+    }
+
+    /// True if the PUD entry of `va` links a PMD table that another address
+    /// space links too.
+    #[cfg(test)]
+    pub(crate) fn pmd_is_shared(&self, va: u64, guard: &Guard) -> bool {
+        self.pmd_table(va, guard).is_some_and(Table::is_shared)
+    }
+
+    /// True if a PMD table of this tree was ever shared with another tree.
+    pub(crate) fn ever_shared(&self) -> bool {
+        self.ever_shared.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// True if the PUD entry of `va` links a PMD table (`!pud_none`).
+    pub(crate) fn has_pmd_table(&self, va: u64, guard: &Guard) -> bool {
+        self.pmd_table(va, guard).is_some()
+    }
+
+    /// `huge_pmd_share`'s link: makes this tree's empty PUD entry of `va`
+    /// point at the PMD table that `source`'s PUD entry of `sva` links, with
+    /// a share count on it (`ptdesc_pmd_pts_inc` + `pud_populate`). False,
+    /// changing nothing, if `source` has no PMD table there or this entry
+    /// is no longer empty. `va` and `sva` must lie at the same offset within
+    /// their 1 GiB (`pmd_index` equal), so each entry maps the same page for
+    /// both. The shared table counts once in the page-table accounting.
+    ///
+    /// The caller holds the lock that keeps `source`'s link from being
+    /// dropped meanwhile (the file's `i_mmap` lock, which every unshare and
+    /// every removal of a shareable table takes for write).
+    pub(crate) fn pmd_share_from(&self, va: u64, source: &PageTables, sva: u64, guard: &Guard) -> bool {
+        debug_assert_eq!(va % entry_span(2), sva % entry_span(2));
+        let Some(spmd) = source.pmd_table(sva, guard) else { return false };
+        let (pud, _) = self.walk_alloc_to(va, 2, guard);
+        // Count before publishing: a sharer that sees the link must never
+        // find the table counted as exclusive.
+        spmd.share_inc();
+        // Relaxed: read by this tree's and `source`'s unshare checks, which
+        // run under their `mmap_lock` that this fault or `try_read` holds.
+        source.ever_shared.store(true, crate::sync::Ordering::Relaxed);
+        match pud.install_child(index(va, 2), NonNull::from(spmd)) {
+            Ok(()) => {
+                self.ever_shared.store(true, crate::sync::Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                let last = spmd.share_dec();
+                debug_assert!(!last, "source still links the table");
+                false
+            }
+        }
+    }
+
+    /// `__huge_pmd_unshare`'s page-table half: if the PUD entry of `va`
+    /// links a shared PMD table, clears it and drops this tree's share
+    /// (`pud_clear` + `ptdesc_pmd_pts_dec`). The caller flushes this
+    /// address space's TLB for the whole 1 GiB before it drops the file's
+    /// `i_mmap` lock (CVE-2021-4002), and frees a returned table (when the
+    /// other users unshared concurrently and this one held the last link)
+    /// through the shootdown path.
+    pub(crate) fn pmd_unshare(&self, va: u64) -> PmdUnshare {
+        let _serial = self.detach.lock();
+        let Child::Table(pud) = step(self.root(), va, 3) else { return PmdUnshare::NotShared };
+        // SAFETY: as in `walk`; the detach lock keeps it linked meanwhile.
+        let pud = unsafe { pud.as_ref() };
+        let Child::Table(pmd) = step(pud, va, 2) else { return PmdUnshare::NotShared };
+        // SAFETY: as above.
+        if !unsafe { pmd.as_ref() }.is_shared() {
+            return PmdUnshare::NotShared;
+        }
+        pud.take_child(index(va, 2));
+        // SAFETY: reached from the entry just cleared: this tree's link, which
+        // we now hold as a value, keeps it alive until the decrement.
+        if unsafe { pmd.as_ref() }.share_dec() {
+            // Every other user left between our check and our decrement:
+            // the table is ours alone and out of every tree.
+            return PmdUnshare::Last(DetachedTable { table: pmd, level: 1 });
+        }
+        PmdUnshare::Unshared
+    }
+
     /// [`Self::leaf_alloc`] for an entry of `size` bytes: a PTE for 4 KiB,
     /// a PMD leaf ([`Self::pmd_leaf_alloc`]) for 2 MiB.
     pub(crate) fn leaf_alloc_sized<'a>(&'a self, va: u64, size: u64, guard: &'a Guard) -> Option<Leaf<'a>> {
@@ -213,6 +314,18 @@ impl PageTables {
     }
 }
 
+/// What [`PageTables::pmd_unshare`] did.
+#[must_use = "an unshare needs the TLB flush of the whole PUD range"]
+pub(crate) enum PmdUnshare {
+    /// The entry did not link a shared table: nothing changed.
+    NotShared,
+    /// This tree no longer links the table; the other users still do.
+    Unshared,
+    /// This tree held the last link: the table is detached and must be
+    /// freed after the flush and a grace period.
+    Last(DetachedTable),
+}
+
 /// One past the last byte of the entry of `level` that maps `va`.
 fn page_end(va: u64, level: u32) -> u64 {
     (va & !(entry_span(level) - 1)) + entry_span(level)
@@ -251,13 +364,20 @@ fn detach_level(t: &Table, level: u32, base: u64, span: &Span, out: &mut Vec<Det
 }
 
 /// Frees `table` at `level` and every table below it, putting the frames
-/// that leaf entries still hold.
+/// that leaf entries still hold. A shared PMD table only loses the caller's
+/// link; its last user frees it.
 ///
 /// # Safety
 ///
-/// The caller owns `table` uniquely: it is out of every tree and no walker
-/// can still hold it.
+/// The caller owns its link to `table`: the link is out of every tree and
+/// no walker that followed it can still hold the table.
 unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem) {
+    // SAFETY: alive until freed below (the caller's contract).
+    if level == 1 && !unsafe { table.as_ref() }.share_dec() {
+        // A shared PMD table: another address space still links it and
+        // frees it, with its entries, when it drops the last link.
+        return;
+    }
     // SAFETY: owned uniquely (the caller's contract), made by Box::leak.
     let t = unsafe { Box::from_raw(table.as_ptr()) };
     for i in 0..PTRS_PER_TABLE {
@@ -387,6 +507,48 @@ mod tests {
         });
         assert_eq!(cleared, 3);
         assert!(pt.leaves(0, 1 << 47, &g).flat_map(|l| l.iter()).all(|(_, p)| p.is_none()));
+    }
+
+    #[test]
+    fn a_shared_pmd_table_counts_once_and_is_freed_once_by_its_last_user() {
+        const GIB: u64 = 1 << 30;
+        for last_unshares in [false, true] {
+            let phys = arena();
+            let (a, b, c) = (PageTables::new(&phys), PageTables::new(&phys), PageTables::new(&phys));
+            let g = crossbeam_epoch::pin();
+            // The entry holds the frame's reference from here on.
+            let pfn = phys.alloc(0).expect("a frame").into_raw();
+            let leaf = a.pmd_leaf_alloc(GIB + 0x20_0000, &g).expect("a PMD entry");
+            leaf.lock().set(GIB + 0x20_0000, Pte::page(pfn, Pte::HUGE | Pte::WRITE));
+            assert_eq!(phys.stats().page_tables, 3 + 2);
+            assert!(!b.pmd_share_from(3 * GIB, &a, 0x4000_0000_0000, &g), "no table at the source");
+            assert!(b.pmd_share_from(3 * GIB, &a, GIB, &g));
+            assert!(c.pmd_share_from(5 * GIB, &a, GIB, &g));
+            assert!(!c.pmd_share_from(5 * GIB, &a, GIB, &g), "the entry is taken");
+            assert_eq!(phys.stats().page_tables, 3 + 2 + 1 + 1, "one PUD table each, one PMD table in all");
+            assert!(a.pmd_is_shared(GIB, &g) && b.pmd_is_shared(3 * GIB, &g));
+            let seen = b.leaf(3 * GIB + 0x20_0000, &g).expect("the shared leaf").load(3 * GIB + 0x20_0000);
+            assert_eq!(seen.pfn(), pfn);
+            assert!(matches!(b.pmd_unshare(3 * GIB), PmdUnshare::Unshared));
+            assert!(matches!(b.pmd_unshare(3 * GIB), PmdUnshare::NotShared), "nothing left to unshare");
+            assert!(b.leaf(3 * GIB, &g).is_none());
+            drop(b);
+            if last_unshares {
+                // `a` leaves first: `c` is left the only user, still linked.
+                drop(a);
+                assert!(!c.pmd_is_shared(5 * GIB, &g));
+                assert!(matches!(c.pmd_unshare(5 * GIB), PmdUnshare::NotShared), "exclusive: nothing to unshare");
+                assert_eq!(c.leaf(5 * GIB + 0x20_0000, &g).unwrap().load(5 * GIB + 0x20_0000).pfn(), pfn);
+                drop(c);
+            } else {
+                drop(c);
+                assert!(!a.pmd_is_shared(GIB, &g));
+                drop(a);
+            }
+            drop(g);
+            let s = phys.quiesce();
+            assert_eq!((s.page_tables, s.frames_used), (0, 0), "the table and its frame went once");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::ptr::NonNull;
 
 use super::{Pte, PTRS_PER_TABLE};
-use crate::sync::{AtomicPtr, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicPtr, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// A page-table page with its lock (Linux's split PTE lock at the PTE level,
 /// the split PMD lock at the PMD level). Aligned so that a table's address
@@ -19,6 +19,11 @@ use crate::sync::{AtomicPtr, Mutex, MutexGuard, Ordering};
 pub(super) struct Table {
     entries: [AtomicPtr<Table>; PTRS_PER_TABLE],
     lock: Mutex<()>,
+    /// Address spaces beyond the first whose PUD entry links this PMD
+    /// table (hugetlb PMD sharing, Linux 6.13+'s `pt_share_count`): 0 while
+    /// the table is exclusive. Separate from everything else, so nothing
+    /// that counts frames or tables can confuse a sharer with a user.
+    share_count: AtomicUsize,
 }
 
 const _: () = assert!(std::mem::align_of::<Table>() > Pte::HUGE as usize);
@@ -35,7 +40,11 @@ pub(super) enum Child {
 
 impl Table {
     pub(super) fn new_boxed() -> Box<Table> {
-        Box::new(Table { entries: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())), lock: Mutex::new(()) })
+        Box::new(Table {
+            entries: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            lock: Mutex::new(()),
+            share_count: AtomicUsize::new(0),
+        })
     }
 
     /// Entry `i` read as a leaf value.
@@ -118,5 +127,34 @@ impl Table {
     #[inline]
     pub(super) fn lock(&self) -> MutexGuard<'_, ()> {
         self.lock.lock()
+    }
+
+    /// True while another address space links this PMD table
+    /// (`ptdesc_pmd_is_shared`).
+    #[inline]
+    pub(super) fn is_shared(&self) -> bool {
+        // Acquire pairs with the Release of `share_dec`, so an owner that
+        // sees the table exclusive sees every sharer's work on it done.
+        self.share_count.load(Ordering::Acquire) != 0
+    }
+
+    /// `ptdesc_pmd_pts_inc`: one more address space links the table. The
+    /// caller holds a link of its own (the table cannot be freed meanwhile).
+    #[inline]
+    pub(super) fn share_inc(&self) {
+        self.share_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops one link: false if other links remain (the caller must not
+    /// free the table), true if the caller held the last one and owns the
+    /// table alone (`ptdesc_pmd_pts_dec` and the `free_pgtables` of the
+    /// last user).
+    #[inline]
+    pub(super) fn share_dec(&self) -> bool {
+        // AcqRel: Release orders this user's work on the table before the
+        // last user's Acquire that frees or reuses it; Acquire for the same
+        // reason in the other direction.
+        let prev = self.share_count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
+        prev.is_err()
     }
 }
