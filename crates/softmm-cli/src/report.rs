@@ -98,6 +98,16 @@ pub struct Counters {
     /// big-munmap: time putting frames and scheduling tables after the flushes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_free_ns: Option<u64>,
+    /// big-munmap: time in the second walk that clears guard markers.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_guard_ns: Option<u64>,
+    /// big-munmap: time detaching the range's page tables (`free_pgtables`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_pgtable_ns: Option<u64>,
+    /// big-munmap: the munmap's flushes that forced a barrier (an IPI per
+    /// CPU running another thread of the process, with `membarrier`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_barriers: Option<u64>,
     /// big-munmap: CPU time of the munmapping thread during the munmap (`/proc/.../schedstat`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_cpu_ns: Option<u64>,
@@ -152,6 +162,9 @@ impl Counters {
         max(&mut self.munmap_flush_ns, o.munmap_flush_ns);
         max(&mut self.munmap_flush_wait_ns, o.munmap_flush_wait_ns);
         max(&mut self.munmap_free_ns, o.munmap_free_ns);
+        max(&mut self.munmap_guard_ns, o.munmap_guard_ns);
+        max(&mut self.munmap_pgtable_ns, o.munmap_pgtable_ns);
+        max(&mut self.munmap_barriers, o.munmap_barriers);
         max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);
         max(&mut self.munmap_runq_ns, o.munmap_runq_ns);
         max(&mut self.other_cpu_ns, o.other_cpu_ns);

@@ -108,9 +108,15 @@ pub struct UnmapStats {
     /// between sections, `lock-free` before freeing the page tables).
     pub lock_wait_ns: u64,
     /// Time in the zap loop (clearing entries, with the flushes and frees of
-    /// every full gather); `locked` and `sectioned` count their detach and
-    /// page-table freeing here too.
+    /// every full gather); `locked` and `sectioned` count their detach here
+    /// too.
     pub zap_ns: u64,
+    /// Time in the second walk of the range that clears guard markers
+    /// (`MADV_GUARD_INSTALL`), after the zap loop.
+    pub guard_ns: u64,
+    /// Time detaching the page tables only the range used
+    /// (`free_pgtables`), before their flush.
+    pub pgtable_ns: u64,
     /// TLB shootdowns of their gathers (a full gather, and the last).
     pub flushes: u64,
     /// Time in those shootdowns, from the request to the last acknowledgement.
@@ -123,6 +129,15 @@ pub struct UnmapStats {
     pub free_ns: u64,
     /// Frames put after a flush.
     pub frames: u64,
+    /// Flushes that forced a barrier on the process's other running
+    /// threads: with `membarrier` (the default), an IPI to each CPU running
+    /// one, which a flush pays only while another thread has a CPU attached.
+    pub barriers: u64,
+    /// Writes to cache lines other CPUs also write, made by the unmapping
+    /// thread during the unmaps (lock words, free lists, the shootdown
+    /// generation): counted only in builds with the `shared-write-stats`
+    /// feature, 0 otherwise.
+    pub shared_writes: u64,
 }
 
 impl UnmapStats {
@@ -142,11 +157,15 @@ impl UnmapStats {
         add(&mut self.read_hold_ns, t.read_hold_ns);
         add(&mut self.lock_wait_ns, t.lock_wait_ns);
         add(&mut self.zap_ns, t.zap_ns);
+        add(&mut self.guard_ns, t.guard_ns);
+        add(&mut self.pgtable_ns, t.pgtable_ns);
         add(&mut self.flushes, g.flushes);
         add(&mut self.flush_ns, g.flush_ns);
         add(&mut self.flush_wait_ns, g.flush_wait_ns);
         add(&mut self.free_ns, g.free_ns);
         add(&mut self.frames, g.frames);
+        add(&mut self.barriers, g.barriers);
+        add(&mut self.shared_writes, t.shared_writes);
     }
 }
 
@@ -155,7 +174,8 @@ std::thread_local! {
     /// per-thread sums cost no shared write.
     static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
         unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
-        flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
+        guard_ns: 0, pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
+        barriers: 0, shared_writes: 0,
     }) };
 }
 
@@ -168,11 +188,15 @@ pub(crate) struct UnmapCounters {
     read_hold_ns: AtomicU64,
     lock_wait_ns: AtomicU64,
     zap_ns: AtomicU64,
+    guard_ns: AtomicU64,
+    pgtable_ns: AtomicU64,
     flushes: AtomicU64,
     flush_ns: AtomicU64,
     flush_wait_ns: AtomicU64,
     free_ns: AtomicU64,
     frames: AtomicU64,
+    barriers: AtomicU64,
+    shared_writes: AtomicU64,
 }
 
 impl UnmapCounters {
@@ -195,11 +219,15 @@ impl UnmapCounters {
         add(&self.read_hold_ns, t.read_hold_ns);
         add(&self.lock_wait_ns, t.lock_wait_ns);
         add(&self.zap_ns, t.zap_ns);
+        add(&self.guard_ns, t.guard_ns);
+        add(&self.pgtable_ns, t.pgtable_ns);
         add(&self.flushes, g.flushes);
         add(&self.flush_ns, g.flush_ns);
         add(&self.flush_wait_ns, g.flush_wait_ns);
         add(&self.free_ns, g.free_ns);
         add(&self.frames, g.frames);
+        add(&self.barriers, g.barriers);
+        add(&self.shared_writes, t.shared_writes);
     }
 
     /// The sums so far.
@@ -212,11 +240,15 @@ impl UnmapCounters {
             read_hold_ns: get(&self.read_hold_ns),
             lock_wait_ns: get(&self.lock_wait_ns),
             zap_ns: get(&self.zap_ns),
+            guard_ns: get(&self.guard_ns),
+            pgtable_ns: get(&self.pgtable_ns),
             flushes: get(&self.flushes),
             flush_ns: get(&self.flush_ns),
             flush_wait_ns: get(&self.flush_wait_ns),
             free_ns: get(&self.free_ns),
             frames: get(&self.frames),
+            barriers: get(&self.barriers),
+            shared_writes: get(&self.shared_writes),
         }
     }
 }
@@ -232,11 +264,25 @@ struct UnmapTimes {
     read_hold_ns: u64,
     lock_wait_ns: u64,
     zap_ns: u64,
+    guard_ns: u64,
+    pgtable_ns: u64,
+    /// The thread's shared-write count at entry, then (at the end) the
+    /// unmap's own.
+    shared_writes: u64,
 }
 
 impl UnmapTimes {
     fn new() -> UnmapTimes {
-        UnmapTimes { entry: Instant::now(), write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0 }
+        UnmapTimes {
+            entry: Instant::now(),
+            write_hold_ns: 0,
+            read_hold_ns: 0,
+            lock_wait_ns: 0,
+            zap_ns: 0,
+            guard_ns: 0,
+            pgtable_ns: 0,
+            shared_writes: crate::sync::shared_writes_so_far(),
+        }
     }
 
     /// Runs `f`, adding its time to the field `at` selects.
@@ -323,6 +369,7 @@ impl AddressSpace {
         let mut t = UnmapTimes::new();
         let mut tlb = MmuGather::default();
         let res = self.vm_munmap_timed(st, start, end, after_detach, &mut tlb, &mut t);
+        t.shared_writes = crate::sync::shared_writes_so_far().wrapping_sub(t.shared_writes);
         self.counters.unmap.add(&t, &tlb.times);
         // Every path flushed and emptied the gather before it returned.
         debug_assert!(tlb.frames_is_empty() && tlb.tables.is_empty());
@@ -353,7 +400,7 @@ impl AddressSpace {
                         None => t.time(|t| &mut t.lock_wait_ns, || self.write_lock()),
                     };
                     let held = Instant::now();
-                    let res = t.time(|t| &mut t.zap_ns, || self.do_munmap(&mut g, from, to, tlb));
+                    let res = self.do_munmap_timed(&mut g, from, to, tlb, t);
                     if res.is_ok() {
                         if let Some(f) = after_detach.take() {
                             f(&mut g);
@@ -378,11 +425,9 @@ impl AddressSpace {
                 t.write_hold_ns += ns_since(t.entry);
                 let held = Instant::now();
                 if let Some((lo, hi)) = span? {
-                    t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                    self.clear_guard_markers(lo, hi);
                     // Writers wait for the read lock: the VMAs around the
                     // range, hence the floor and ceiling, cannot change.
-                    self.free_pgtables(&st, lo, hi, tlb);
+                    self.zap_span_timed(&st, lo, hi, tlb, t);
                 }
                 tlb.flush_and_free(self);
                 drop(st);
@@ -394,9 +439,7 @@ impl AddressSpace {
                 after_detach(&mut st);
                 let Some((lo, hi)) = span.filter(|&(lo, hi)| hi - lo > LOCK_FREE_MIN_SPAN) else {
                     if let Some((lo, hi)) = span {
-                        t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                        self.clear_guard_markers(lo, hi);
-                        self.free_pgtables(&st, lo, hi, tlb);
+                        self.zap_span_timed(&st, lo, hi, tlb, t);
                     }
                     tlb.flush_and_free(self);
                     drop(st);
@@ -410,13 +453,13 @@ impl AddressSpace {
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
                 t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                self.clear_guard_markers(lo, hi);
+                t.time(|t| &mut t.guard_ns, || self.clear_guard_markers(lo, hi));
                 self.release(lo, hi, &done, tlb, t);
                 drop(held);
                 Ok(())
             }
             _ => {
-                let res = t.time(|t| &mut t.zap_ns, || self.do_munmap(&mut st, start, end, tlb));
+                let res = self.do_munmap_timed(&mut st, start, end, tlb, t);
                 if res.is_ok() {
                     after_detach(&mut st);
                 }
@@ -429,6 +472,32 @@ impl AddressSpace {
                 res
             }
         }
+    }
+
+    /// [`AddressSpace::do_munmap`] with its parts timed in `t`: the detach
+    /// and the zap loop in `zap_ns`, then [`Self::zap_span_timed`]'s others.
+    fn do_munmap_timed(
+        &self,
+        st: &mut MmState,
+        start: u64,
+        end: u64,
+        tlb: &mut MmuGather,
+        t: &mut UnmapTimes,
+    ) -> Result<()> {
+        if let Some((lo, hi)) = t.time(|t| &mut t.zap_ns, || self.detach_vmas(st, start, end))? {
+            self.zap_span_timed(st, lo, hi, tlb, t);
+        }
+        Ok(())
+    }
+
+    /// Zaps the detached span `[lo, hi)`, clears its guard markers and
+    /// detaches its page tables into `tlb` (the rest of
+    /// [`AddressSpace::do_munmap`]), each part timed in `t`. `st` keeps the
+    /// VMAs around the span, hence the page-table floor and ceiling, fixed.
+    fn zap_span_timed(&self, st: &MmState, lo: u64, hi: u64, tlb: &mut MmuGather, t: &mut UnmapTimes) {
+        t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
+        t.time(|t| &mut t.guard_ns, || self.clear_guard_markers(lo, hi));
+        t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(st, lo, hi, tlb));
     }
 
     /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached)
@@ -449,7 +518,7 @@ impl AddressSpace {
         let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
         let held = Instant::now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
-        self.free_pgtables(&st, lo, hi, tlb);
+        t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(&st, lo, hi, tlb));
         drop(st);
         t.write_hold_ns += ns_since(held);
         // Only detached tables are left: nothing translates through them,
