@@ -98,9 +98,6 @@ pub struct Counters {
     /// big-munmap: time putting frames and scheduling tables after the flushes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_free_ns: Option<u64>,
-    /// big-munmap: time in the second walk that clears guard markers.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_guard_ns: Option<u64>,
     /// big-munmap: time detaching the range's page tables (`free_pgtables`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_pgtable_ns: Option<u64>,
@@ -162,7 +159,6 @@ impl Counters {
         max(&mut self.munmap_flush_ns, o.munmap_flush_ns);
         max(&mut self.munmap_flush_wait_ns, o.munmap_flush_wait_ns);
         max(&mut self.munmap_free_ns, o.munmap_free_ns);
-        max(&mut self.munmap_guard_ns, o.munmap_guard_ns);
         max(&mut self.munmap_pgtable_ns, o.munmap_pgtable_ns);
         max(&mut self.munmap_barriers, o.munmap_barriers);
         max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);

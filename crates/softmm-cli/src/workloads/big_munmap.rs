@@ -358,7 +358,6 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
                 munmap_flush_ns: d(|u| u.flush_ns),
                 munmap_flush_wait_ns: d(|u| u.flush_wait_ns),
                 munmap_free_ns: d(|u| u.free_ns),
-                munmap_guard_ns: d(|u| u.guard_ns),
                 munmap_pgtable_ns: d(|u| u.pgtable_ns),
                 munmap_barriers: d(|u| u.barriers),
                 // The munmapping thread's, during the munmap.

@@ -111,9 +111,6 @@ pub struct UnmapStats {
     /// every full gather); `locked` and `sectioned` count their detach here
     /// too.
     pub zap_ns: u64,
-    /// Time in the second walk of the range that clears guard markers
-    /// (`MADV_GUARD_INSTALL`), after the zap loop.
-    pub guard_ns: u64,
     /// Time detaching the page tables only the range used
     /// (`free_pgtables`), before their flush.
     pub pgtable_ns: u64,
@@ -157,7 +154,6 @@ impl UnmapStats {
         add(&mut self.read_hold_ns, t.read_hold_ns);
         add(&mut self.lock_wait_ns, t.lock_wait_ns);
         add(&mut self.zap_ns, t.zap_ns);
-        add(&mut self.guard_ns, t.guard_ns);
         add(&mut self.pgtable_ns, t.pgtable_ns);
         add(&mut self.flushes, g.flushes);
         add(&mut self.flush_ns, g.flush_ns);
@@ -174,7 +170,7 @@ std::thread_local! {
     /// per-thread sums cost no shared write.
     static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
         unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
-        guard_ns: 0, pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
+        pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
         barriers: 0, shared_writes: 0,
     }) };
 }
@@ -188,7 +184,6 @@ pub(crate) struct UnmapCounters {
     read_hold_ns: AtomicU64,
     lock_wait_ns: AtomicU64,
     zap_ns: AtomicU64,
-    guard_ns: AtomicU64,
     pgtable_ns: AtomicU64,
     flushes: AtomicU64,
     flush_ns: AtomicU64,
@@ -219,7 +214,6 @@ impl UnmapCounters {
         add(&self.read_hold_ns, t.read_hold_ns);
         add(&self.lock_wait_ns, t.lock_wait_ns);
         add(&self.zap_ns, t.zap_ns);
-        add(&self.guard_ns, t.guard_ns);
         add(&self.pgtable_ns, t.pgtable_ns);
         add(&self.flushes, g.flushes);
         add(&self.flush_ns, g.flush_ns);
@@ -240,7 +234,6 @@ impl UnmapCounters {
             read_hold_ns: get(&self.read_hold_ns),
             lock_wait_ns: get(&self.lock_wait_ns),
             zap_ns: get(&self.zap_ns),
-            guard_ns: get(&self.guard_ns),
             pgtable_ns: get(&self.pgtable_ns),
             flushes: get(&self.flushes),
             flush_ns: get(&self.flush_ns),
@@ -264,7 +257,6 @@ struct UnmapTimes {
     read_hold_ns: u64,
     lock_wait_ns: u64,
     zap_ns: u64,
-    guard_ns: u64,
     pgtable_ns: u64,
     /// The thread's shared-write count at entry, then (at the end) the
     /// unmap's own.
@@ -279,7 +271,6 @@ impl UnmapTimes {
             read_hold_ns: 0,
             lock_wait_ns: 0,
             zap_ns: 0,
-            guard_ns: 0,
             pgtable_ns: 0,
             shared_writes: crate::sync::shared_writes_so_far(),
         }
@@ -452,8 +443,7 @@ impl AddressSpace {
                 t.write_hold_ns += ns_since(t.entry);
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
-                t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                t.time(|t| &mut t.guard_ns, || self.clear_guard_markers(lo, hi));
+                t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
                 self.release(lo, hi, &done, tlb, t);
                 drop(held);
                 Ok(())
@@ -475,7 +465,7 @@ impl AddressSpace {
     }
 
     /// [`AddressSpace::do_munmap`] with its parts timed in `t`: the detach
-    /// and the zap loop in `zap_ns`, then [`Self::zap_span_timed`]'s others.
+    /// and the zap loop in `zap_ns`, the page tables in `pgtable_ns`.
     fn do_munmap_timed(
         &self,
         st: &mut MmState,
@@ -490,13 +480,12 @@ impl AddressSpace {
         Ok(())
     }
 
-    /// Zaps the detached span `[lo, hi)`, clears its guard markers and
+    /// Zaps the detached span `[lo, hi)` (guard markers included) and
     /// detaches its page tables into `tlb` (the rest of
     /// [`AddressSpace::do_munmap`]), each part timed in `t`. `st` keeps the
     /// VMAs around the span, hence the page-table floor and ceiling, fixed.
     fn zap_span_timed(&self, st: &MmState, lo: u64, hi: u64, tlb: &mut MmuGather, t: &mut UnmapTimes) {
-        t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-        t.time(|t| &mut t.guard_ns, || self.clear_guard_markers(lo, hi));
+        t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(st, lo, hi, tlb));
     }
 
@@ -678,6 +667,43 @@ mod tests {
         drop(mm);
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
+    /// An unmap drops guard markers in its zap walk, under every policy and
+    /// on the lock-free path too (a span above one PTE table): here in a
+    /// page table that a neighbouring VMA keeps, so freeing the tables does
+    /// not drop them. A new mapping there then reads zeros, not `SIGSEGV`.
+    #[test]
+    fn an_unmap_drops_guard_markers_in_a_table_a_neighbour_keeps() {
+        for &policy in UnmapPolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+            let mm = AddressSpace::new(&phys, crate::MmConfig::default().unmap_policy(policy)).unwrap();
+            let a = 0x4000_0000;
+            let gone = 2 * PMD_SIZE + 4 * PAGE_SIZE;
+            let len = gone + 4 * PAGE_SIZE;
+            assert_eq!(mm.mmap(a, len, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 1).unwrap();
+            let marked = [a + PAGE_SIZE, a + 2 * PMD_SIZE + PAGE_SIZE, a + gone - PAGE_SIZE];
+            for &va in &marked {
+                mm.madvise(va, PAGE_SIZE, MADV_GUARD_INSTALL).unwrap();
+                assert!(mm.pte_at(va).is_guard());
+            }
+            cpu.write_u64(a + len - PAGE_SIZE, 2).unwrap(); // the neighbour
+            mm.munmap(a, gone).unwrap();
+            for &va in &marked {
+                assert!(mm.pte_at(va).is_none(), "{policy:?}: a marker at {va:#x} outlived the munmap");
+            }
+            assert_eq!(mm.mmap(a, gone, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+            for &va in &marked {
+                assert_eq!(cpu.read_u64(va), Ok(0), "{policy:?}");
+            }
+            assert_eq!(cpu.read_u64(a + len - PAGE_SIZE), Ok(2), "{policy:?}");
+            drop(cpu);
+            drop(mm);
+            let s = phys.quiesce();
+            assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?} {s:?}");
+        }
     }
 
     /// A long zap lets grace periods end while it runs: it drops its epoch
