@@ -34,7 +34,8 @@ pub struct Counters {
     /// Lock-free attempts that fell back to `mmap_lock`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fallbacks: Option<u64>,
-    /// Writes to shared cache lines by faults (`shared-write-stats` builds).
+    /// Writes to shared cache lines by faults, or in big-munmap by the
+    /// munmapping thread during the munmap (`shared-write-stats` builds).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shared_writes: Option<u64>,
     /// Pages pinned (`pin`).
