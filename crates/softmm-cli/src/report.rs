@@ -34,7 +34,8 @@ pub struct Counters {
     /// Lock-free attempts that fell back to `mmap_lock`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fallbacks: Option<u64>,
-    /// Writes to shared cache lines by faults (`shared-write-stats` builds).
+    /// Writes to shared cache lines by faults, or in big-munmap by the
+    /// munmapping thread during the munmap (`shared-write-stats` builds).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub shared_writes: Option<u64>,
     /// Pages pinned (`pin`).
@@ -98,6 +99,13 @@ pub struct Counters {
     /// big-munmap: time putting frames and scheduling tables after the flushes.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_free_ns: Option<u64>,
+    /// big-munmap: time detaching the range's page tables (`free_pgtables`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_pgtable_ns: Option<u64>,
+    /// big-munmap: the munmap's flushes that forced a barrier (an IPI per
+    /// CPU running another thread of the process, with `membarrier`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_barriers: Option<u64>,
     /// big-munmap: CPU time of the munmapping thread during the munmap (`/proc/.../schedstat`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_cpu_ns: Option<u64>,
@@ -152,6 +160,8 @@ impl Counters {
         max(&mut self.munmap_flush_ns, o.munmap_flush_ns);
         max(&mut self.munmap_flush_wait_ns, o.munmap_flush_wait_ns);
         max(&mut self.munmap_free_ns, o.munmap_free_ns);
+        max(&mut self.munmap_pgtable_ns, o.munmap_pgtable_ns);
+        max(&mut self.munmap_barriers, o.munmap_barriers);
         max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);
         max(&mut self.munmap_runq_ns, o.munmap_runq_ns);
         max(&mut self.other_cpu_ns, o.other_cpu_ns);

@@ -358,6 +358,10 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
                 munmap_flush_ns: d(|u| u.flush_ns),
                 munmap_flush_wait_ns: d(|u| u.flush_wait_ns),
                 munmap_free_ns: d(|u| u.free_ns),
+                munmap_pgtable_ns: d(|u| u.pgtable_ns),
+                munmap_barriers: d(|u| u.barriers),
+                // The munmapping thread's, during the munmap.
+                shared_writes: cfg!(feature = "shared-write-stats").then_some(d(|u| u.shared_writes)).flatten(),
                 ..Counters::default()
             };
             Ok(summarize(&run, counters))

@@ -62,6 +62,10 @@ pub(crate) struct GatherTimes {
     pub(crate) free_ns: u64,
     /// Frame references put after a flush.
     pub(crate) frames: u64,
+    /// Flushes that forced a barrier on the process's other running
+    /// threads ([`crate::tlb::FlushTicket::forced_barrier`]): with
+    /// `membarrier`, an IPI to each CPU running one of them.
+    pub(crate) barriers: u64,
 }
 
 fn ns_since(t: Instant) -> u64 {
@@ -125,10 +129,12 @@ impl MmuGather {
         }
         let begin = Instant::now();
         let ticket = mm.flush_tlb_begin();
+        let barrier = ticket.forced_barrier();
         let wait = Instant::now();
         ticket.wait();
         let t = &mut self.times;
         t.flushes += 1;
+        t.barriers += u64::from(barrier);
         t.flush_wait_ns = t.flush_wait_ns.saturating_add(ns_since(wait));
         t.flush_ns = t.flush_ns.saturating_add(ns_since(begin));
         let free = Instant::now();
@@ -219,6 +225,10 @@ mod tests {
             assert!(a.flush_ns - b.flush_ns >= a.flush_wait_ns - b.flush_wait_ns, "{policy:?}");
             assert!(a.zap_ns - b.zap_ns > 0 && a.total_ns - b.total_ns >= a.zap_ns - b.zap_ns, "{policy:?}");
             assert!(a.write_hold_ns - b.write_hold_ns > 0, "{policy:?}");
+            // The other thread's CPU is attached: every flush forces a
+            // barrier on the process's running threads.
+            assert_eq!(a.barriers - b.barriers, flushes, "{policy:?}");
+            assert!(a.pgtable_ns > b.pgtable_ns, "{policy:?}");
         }
         assert_eq!(u.read_hold_ns > 0, policy == crate::UnmapPolicy::Downgrade, "{policy:?}");
         // One flush when the gather fills, one at the end for the rest and
@@ -232,6 +242,13 @@ mod tests {
         assert_eq!(phys.stats().frames_used, 0, "every unmapped frame is free once munmap returns");
         done.send(()).unwrap();
         remote.join().unwrap();
+        // With no CPU of another thread left, a flush forces no barrier.
+        let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();
+        let (b, f) = (mm.stats().unmap, mm.stats().tlb.flushes);
+        mm.munmap(a, len).unwrap();
+        let u = mm.stats().unmap;
+        assert!(u.flushes > b.flushes && mm.stats().tlb.flushes > f, "{policy:?}");
+        assert_eq!(u.barriers, b.barriers, "{policy:?}: a barrier with no other thread to shoot down");
         drop(mm);
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");

@@ -360,10 +360,11 @@ impl AddressSpace {
         Ok(())
     }
 
-    /// Clears the guard markers of `[start, end)` (`MADV_GUARD_REMOVE`, and
-    /// `munmap`, whose zap keeps them but whose range must end up empty even
-    /// in page tables that a neighbouring VMA keeps). Markers never
-    /// translate, so no TLB flush is needed.
+    /// Clears the guard markers of `[start, end)` (`MADV_GUARD_REMOVE`; an
+    /// unmap drops them in its zap walk instead, `AddressSpace::unmap_range`,
+    /// since its range must end up empty even in page tables that a
+    /// neighbouring VMA keeps). Markers never translate, so no TLB flush is
+    /// needed.
     pub(crate) fn clear_guard_markers(&self, start: u64, end: u64) {
         self.pgtables.update_range(start, end, |_, pte| pte.is_guard().then_some(Pte::NONE));
     }

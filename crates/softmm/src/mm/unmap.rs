@@ -108,9 +108,12 @@ pub struct UnmapStats {
     /// between sections, `lock-free` before freeing the page tables).
     pub lock_wait_ns: u64,
     /// Time in the zap loop (clearing entries, with the flushes and frees of
-    /// every full gather); `locked` and `sectioned` count their detach and
-    /// page-table freeing here too.
+    /// every full gather); `locked` and `sectioned` count their detach here
+    /// too.
     pub zap_ns: u64,
+    /// Time detaching the page tables only the range used
+    /// (`free_pgtables`), before their flush.
+    pub pgtable_ns: u64,
     /// TLB shootdowns of their gathers (a full gather, and the last).
     pub flushes: u64,
     /// Time in those shootdowns, from the request to the last acknowledgement.
@@ -123,6 +126,15 @@ pub struct UnmapStats {
     pub free_ns: u64,
     /// Frames put after a flush.
     pub frames: u64,
+    /// Flushes that forced a barrier on the process's other running
+    /// threads: with `membarrier` (the default), an IPI to each CPU running
+    /// one, which a flush pays only while another thread has a CPU attached.
+    pub barriers: u64,
+    /// Writes to cache lines other CPUs also write, made by the unmapping
+    /// thread during the unmaps (lock words, free lists, the shootdown
+    /// generation): counted only in builds with the `shared-write-stats`
+    /// feature, 0 otherwise.
+    pub shared_writes: u64,
 }
 
 impl UnmapStats {
@@ -142,11 +154,14 @@ impl UnmapStats {
         add(&mut self.read_hold_ns, t.read_hold_ns);
         add(&mut self.lock_wait_ns, t.lock_wait_ns);
         add(&mut self.zap_ns, t.zap_ns);
+        add(&mut self.pgtable_ns, t.pgtable_ns);
         add(&mut self.flushes, g.flushes);
         add(&mut self.flush_ns, g.flush_ns);
         add(&mut self.flush_wait_ns, g.flush_wait_ns);
         add(&mut self.free_ns, g.free_ns);
         add(&mut self.frames, g.frames);
+        add(&mut self.barriers, g.barriers);
+        add(&mut self.shared_writes, t.shared_writes);
     }
 }
 
@@ -155,7 +170,8 @@ std::thread_local! {
     /// per-thread sums cost no shared write.
     static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
         unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
-        flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
+        pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
+        barriers: 0, shared_writes: 0,
     }) };
 }
 
@@ -168,11 +184,14 @@ pub(crate) struct UnmapCounters {
     read_hold_ns: AtomicU64,
     lock_wait_ns: AtomicU64,
     zap_ns: AtomicU64,
+    pgtable_ns: AtomicU64,
     flushes: AtomicU64,
     flush_ns: AtomicU64,
     flush_wait_ns: AtomicU64,
     free_ns: AtomicU64,
     frames: AtomicU64,
+    barriers: AtomicU64,
+    shared_writes: AtomicU64,
 }
 
 impl UnmapCounters {
@@ -195,11 +214,14 @@ impl UnmapCounters {
         add(&self.read_hold_ns, t.read_hold_ns);
         add(&self.lock_wait_ns, t.lock_wait_ns);
         add(&self.zap_ns, t.zap_ns);
+        add(&self.pgtable_ns, t.pgtable_ns);
         add(&self.flushes, g.flushes);
         add(&self.flush_ns, g.flush_ns);
         add(&self.flush_wait_ns, g.flush_wait_ns);
         add(&self.free_ns, g.free_ns);
         add(&self.frames, g.frames);
+        add(&self.barriers, g.barriers);
+        add(&self.shared_writes, t.shared_writes);
     }
 
     /// The sums so far.
@@ -212,11 +234,14 @@ impl UnmapCounters {
             read_hold_ns: get(&self.read_hold_ns),
             lock_wait_ns: get(&self.lock_wait_ns),
             zap_ns: get(&self.zap_ns),
+            pgtable_ns: get(&self.pgtable_ns),
             flushes: get(&self.flushes),
             flush_ns: get(&self.flush_ns),
             flush_wait_ns: get(&self.flush_wait_ns),
             free_ns: get(&self.free_ns),
             frames: get(&self.frames),
+            barriers: get(&self.barriers),
+            shared_writes: get(&self.shared_writes),
         }
     }
 }
@@ -232,11 +257,23 @@ struct UnmapTimes {
     read_hold_ns: u64,
     lock_wait_ns: u64,
     zap_ns: u64,
+    pgtable_ns: u64,
+    /// The thread's shared-write count at entry, then (at the end) the
+    /// unmap's own.
+    shared_writes: u64,
 }
 
 impl UnmapTimes {
     fn new() -> UnmapTimes {
-        UnmapTimes { entry: Instant::now(), write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0 }
+        UnmapTimes {
+            entry: Instant::now(),
+            write_hold_ns: 0,
+            read_hold_ns: 0,
+            lock_wait_ns: 0,
+            zap_ns: 0,
+            pgtable_ns: 0,
+            shared_writes: crate::sync::shared_writes_so_far(),
+        }
     }
 
     /// Runs `f`, adding its time to the field `at` selects.
@@ -323,6 +360,7 @@ impl AddressSpace {
         let mut t = UnmapTimes::new();
         let mut tlb = MmuGather::default();
         let res = self.vm_munmap_timed(st, start, end, after_detach, &mut tlb, &mut t);
+        t.shared_writes = crate::sync::shared_writes_so_far().wrapping_sub(t.shared_writes);
         self.counters.unmap.add(&t, &tlb.times);
         // Every path flushed and emptied the gather before it returned.
         debug_assert!(tlb.frames_is_empty() && tlb.tables.is_empty());
@@ -353,7 +391,7 @@ impl AddressSpace {
                         None => t.time(|t| &mut t.lock_wait_ns, || self.write_lock()),
                     };
                     let held = Instant::now();
-                    let res = t.time(|t| &mut t.zap_ns, || self.do_munmap(&mut g, from, to, tlb));
+                    let res = self.do_munmap_timed(&mut g, from, to, tlb, t);
                     if res.is_ok() {
                         if let Some(f) = after_detach.take() {
                             f(&mut g);
@@ -378,11 +416,9 @@ impl AddressSpace {
                 t.write_hold_ns += ns_since(t.entry);
                 let held = Instant::now();
                 if let Some((lo, hi)) = span? {
-                    t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                    self.clear_guard_markers(lo, hi);
                     // Writers wait for the read lock: the VMAs around the
                     // range, hence the floor and ceiling, cannot change.
-                    self.free_pgtables(&st, lo, hi, tlb);
+                    self.zap_span_timed(&st, lo, hi, tlb, t);
                 }
                 tlb.flush_and_free(self);
                 drop(st);
@@ -394,9 +430,7 @@ impl AddressSpace {
                 after_detach(&mut st);
                 let Some((lo, hi)) = span.filter(|&(lo, hi)| hi - lo > LOCK_FREE_MIN_SPAN) else {
                     if let Some((lo, hi)) = span {
-                        t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                        self.clear_guard_markers(lo, hi);
-                        self.free_pgtables(&st, lo, hi, tlb);
+                        self.zap_span_timed(&st, lo, hi, tlb, t);
                     }
                     tlb.flush_and_free(self);
                     drop(st);
@@ -409,14 +443,13 @@ impl AddressSpace {
                 t.write_hold_ns += ns_since(t.entry);
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
-                t.time(|t| &mut t.zap_ns, || self.zap_range(lo, hi, tlb, |_| true));
-                self.clear_guard_markers(lo, hi);
+                t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
                 self.release(lo, hi, &done, tlb, t);
                 drop(held);
                 Ok(())
             }
             _ => {
-                let res = t.time(|t| &mut t.zap_ns, || self.do_munmap(&mut st, start, end, tlb));
+                let res = self.do_munmap_timed(&mut st, start, end, tlb, t);
                 if res.is_ok() {
                     after_detach(&mut st);
                 }
@@ -429,6 +462,31 @@ impl AddressSpace {
                 res
             }
         }
+    }
+
+    /// [`AddressSpace::do_munmap`] with its parts timed in `t`: the detach
+    /// and the zap loop in `zap_ns`, the page tables in `pgtable_ns`.
+    fn do_munmap_timed(
+        &self,
+        st: &mut MmState,
+        start: u64,
+        end: u64,
+        tlb: &mut MmuGather,
+        t: &mut UnmapTimes,
+    ) -> Result<()> {
+        if let Some((lo, hi)) = t.time(|t| &mut t.zap_ns, || self.detach_vmas(st, start, end))? {
+            self.zap_span_timed(st, lo, hi, tlb, t);
+        }
+        Ok(())
+    }
+
+    /// Zaps the detached span `[lo, hi)` (guard markers included) and
+    /// detaches its page tables into `tlb` (the rest of
+    /// [`AddressSpace::do_munmap`]), each part timed in `t`. `st` keeps the
+    /// VMAs around the span, hence the page-table floor and ceiling, fixed.
+    fn zap_span_timed(&self, st: &MmState, lo: u64, hi: u64, tlb: &mut MmuGather, t: &mut UnmapTimes) {
+        t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
+        t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(st, lo, hi, tlb));
     }
 
     /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached)
@@ -449,7 +507,7 @@ impl AddressSpace {
         let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
         let held = Instant::now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
-        self.free_pgtables(&st, lo, hi, tlb);
+        t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(&st, lo, hi, tlb));
         drop(st);
         t.write_hold_ns += ns_since(held);
         // Only detached tables are left: nothing translates through them,
@@ -609,6 +667,43 @@ mod tests {
         drop(mm);
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
+    /// An unmap drops guard markers in its zap walk, under every policy and
+    /// on the lock-free path too (a span above one PTE table): here in a
+    /// page table that a neighbouring VMA keeps, so freeing the tables does
+    /// not drop them. A new mapping there then reads zeros, not `SIGSEGV`.
+    #[test]
+    fn an_unmap_drops_guard_markers_in_a_table_a_neighbour_keeps() {
+        for &policy in UnmapPolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+            let mm = AddressSpace::new(&phys, crate::MmConfig::default().unmap_policy(policy)).unwrap();
+            let a = 0x4000_0000;
+            let gone = 2 * PMD_SIZE + 4 * PAGE_SIZE;
+            let len = gone + 4 * PAGE_SIZE;
+            assert_eq!(mm.mmap(a, len, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 1).unwrap();
+            let marked = [a + PAGE_SIZE, a + 2 * PMD_SIZE + PAGE_SIZE, a + gone - PAGE_SIZE];
+            for &va in &marked {
+                mm.madvise(va, PAGE_SIZE, MADV_GUARD_INSTALL).unwrap();
+                assert!(mm.pte_at(va).is_guard());
+            }
+            cpu.write_u64(a + len - PAGE_SIZE, 2).unwrap(); // the neighbour
+            mm.munmap(a, gone).unwrap();
+            for &va in &marked {
+                assert!(mm.pte_at(va).is_none(), "{policy:?}: a marker at {va:#x} outlived the munmap");
+            }
+            assert_eq!(mm.mmap(a, gone, RW, ANON | MAP_FIXED, None, 0), Ok(a));
+            for &va in &marked {
+                assert_eq!(cpu.read_u64(va), Ok(0), "{policy:?}");
+            }
+            assert_eq!(cpu.read_u64(a + len - PAGE_SIZE), Ok(2), "{policy:?}");
+            drop(cpu);
+            drop(mm);
+            let s = phys.quiesce();
+            assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?} {s:?}");
+        }
     }
 
     /// A long zap lets grace periods end while it runs: it drops its epoch

@@ -275,6 +275,7 @@ impl TlbDomain {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut pending = Vec::new();
         let mut requests = 0;
+        let mut barrier = false;
         {
             // Under the lock, so that a CPU attaching after us reads the new
             // generation and starts empty, and none detaches and is dropped
@@ -285,6 +286,7 @@ impl TlbDomain {
                 // Pairs with `CpuTlbState::section_begin`'s barrier.
                 barrier::initiator_barrier();
                 self.barriers.fetch_add(1, Ordering::Relaxed);
+                barrier = true;
             }
             for cpu in others() {
                 requests += 1;
@@ -296,7 +298,7 @@ impl TlbDomain {
         }
         self.flush_requests.fetch_add(requests, Ordering::Relaxed);
         self.flush_waits.fetch_add(pending.len() as u64, Ordering::Relaxed);
-        FlushTicket { pending }
+        FlushTicket { pending, barrier }
     }
 
     /// Shoots down every attached CPU's TLB and returns once each CPU that
@@ -334,9 +336,20 @@ pub struct FlushTicket {
     /// The CPUs that were attached, not the initiator's, inside an access
     /// and not quiescent when the flush began.
     pending: Vec<PendingCpu>,
+    /// This flush forced a barrier on the other running threads (an IPI
+    /// each, with `membarrier`): it counts in [`TlbStats::barriers`].
+    barrier: bool,
 }
 
 impl FlushTicket {
+    /// True if beginning this flush forced a barrier on the other running
+    /// threads of the process (there was a CPU of another thread to shoot
+    /// down): the unmap statistics count these, the cost of a shootdown
+    /// of a running CPU.
+    pub(crate) fn forced_barrier(&self) -> bool {
+        self.barrier
+    }
+
     /// Waits until each CPU that was inside an access when the flush began
     /// has left that access or become quiescent. A CPU outside an access is
     /// never waited for, however long its thread blocks.
