@@ -389,6 +389,7 @@ mod tests {
     /// after truncate returns, nothing leaked. (With the unsharer's flush
     /// removed, the truncating thread's CPU reads a removed page.)
     #[test]
+    #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
     fn stress_sharing_against_fork_munmap_mprotect_and_truncate() {
         use std::sync::atomic::{AtomicBool, AtomicU64};
         const KEPT: u64 = 4; // pages never truncated

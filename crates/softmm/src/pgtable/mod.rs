@@ -180,14 +180,23 @@ impl PageTables {
     }
 
     /// The PMD table linked by the PUD entry of `va`, if any.
-    fn pmd_table<'a>(&'a self, va: u64, _guard: &'a Guard) -> Option<&'a Table> {
+    fn pmd_table<'a>(&'a self, va: u64, guard: &'a Guard) -> Option<&'a Table> {
+        // SAFETY: as in `walk`: freed only behind `guard`'s grace period or
+        // with the tree, which is borrowed for 'a.
+        self.pmd_table_ptr(va, guard).map(|pmd| unsafe { pmd.as_ref() })
+    }
+
+    /// The PMD table the PUD entry of `va` links, as the entry's own
+    /// pointer: a link made from it keeps the provenance with which the
+    /// table's last user frees it (a pointer made from a `&Table` would
+    /// be read-only).
+    fn pmd_table_ptr(&self, va: u64, _guard: &Guard) -> Option<NonNull<Table>> {
         let Child::Table(pud) = step(self.root(), va, 3) else { return None };
         // SAFETY: as in `walk`: freed only behind `_guard`'s grace period or
-        // with the tree, which is borrowed for 'a.
+        // with the tree, which the caller borrows.
         let pud = unsafe { pud.as_ref() };
         match step(pud, va, 2) {
-            // SAFETY: as above.
-            Child::Table(pmd) => Some(unsafe { pmd.as_ref() }),
+            Child::Table(pmd) => Some(pmd),
             Child::None | Child::Leaf => None,
         }
     }
@@ -222,7 +231,10 @@ impl PageTables {
     /// every removal of a shareable table takes for write).
     pub(crate) fn pmd_share_from(&self, va: u64, source: &PageTables, sva: u64, guard: &Guard) -> bool {
         debug_assert_eq!(va % entry_span(2), sva % entry_span(2));
-        let Some(spmd) = source.pmd_table(sva, guard) else { return false };
+        let Some(spmd_ptr) = source.pmd_table_ptr(sva, guard) else { return false };
+        // SAFETY: as in `walk`: `source` is borrowed and the table is freed
+        // only behind `guard`'s grace period.
+        let spmd = unsafe { spmd_ptr.as_ref() };
         let (pud, _) = self.walk_alloc_to(va, 2, guard);
         // Count before publishing: a sharer that sees the link must never
         // find the table counted as exclusive.
@@ -230,7 +242,7 @@ impl PageTables {
         // Relaxed: read by this tree's and `source`'s unshare checks, which
         // run under their `mmap_lock` that this fault or `try_read` holds.
         source.ever_shared.store(true, crate::sync::Ordering::Relaxed);
-        match pud.install_child(index(va, 2), NonNull::from(spmd)) {
+        match pud.install_child(index(va, 2), spmd_ptr) {
             Ok(()) => {
                 self.ever_shared.store(true, crate::sync::Ordering::Relaxed);
                 true
