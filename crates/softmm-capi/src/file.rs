@@ -13,6 +13,29 @@ pub struct softmm_file {
     pub(crate) inner: OpenFile,
 }
 
+/// The arguments every function that makes a file takes: the arena, the
+/// name as UTF-8, and an output pointer; `Err(-EINVAL)` for a null one or a
+/// name that is not UTF-8.
+///
+/// # Safety
+///
+/// `phys` is null or a live handle; `name` is null or a NUL-terminated
+/// string.
+pub(crate) unsafe fn file_args<'a>(
+    phys: *const softmm_phys,
+    name: *const c_char,
+    out: *mut *mut softmm_file,
+) -> Result<(&'a softmm_phys, &'a str), i32> {
+    // SAFETY: null or live (the caller's contract).
+    let Some(phys) = (unsafe { phys.as_ref() }) else { return Err(-libc::EINVAL) };
+    if name.is_null() || out.is_null() {
+        return Err(-libc::EINVAL);
+    }
+    // SAFETY: a NUL-terminated string (the caller's contract).
+    let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else { return Err(-libc::EINVAL) };
+    Ok((phys, name))
+}
+
 /// Creates a file named `name` (shown in the maps) of `size` bytes, zero
 /// filled, opened with `flags`' access mode (`O_RDONLY`, `O_WRONLY` or
 /// `O_RDWR`; other bits are ignored). `-EINVAL` for a bad mode or name,
@@ -31,13 +54,11 @@ pub unsafe extern "C" fn softmm_file_create(
     out: *mut *mut softmm_file,
 ) -> i32 {
     guard(|| {
-        // SAFETY: null or live (the caller's contract).
-        let Some(phys) = (unsafe { phys.as_ref() }) else { return -libc::EINVAL };
-        if name.is_null() || out.is_null() {
-            return -libc::EINVAL;
-        }
-        // SAFETY: a NUL-terminated string (the caller's contract).
-        let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else { return -libc::EINVAL };
+        // SAFETY: the caller's contract is `file_args`'.
+        let (phys, name) = match unsafe { file_args(phys, name, out) } {
+            Ok(args) => args,
+            Err(e) => return e,
+        };
         let (readable, writable) = match flags & libc::O_ACCMODE {
             libc::O_RDONLY => (true, false),
             libc::O_WRONLY => (false, true),

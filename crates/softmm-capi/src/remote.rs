@@ -2,12 +2,12 @@
 //! and writes (Linux's `access_remote_vm`, what `/proc/<pid>/mem` and
 //! `ptrace` use), `msync`, and files backed by host files.
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::os::fd::FromRawFd;
 
 use softmm::OpenFile;
 
-use crate::{guard, guard64, neg, put, softmm_file, softmm_mm, softmm_phys};
+use crate::{file_args, guard, guard64, neg, put, softmm_file, softmm_mm, softmm_phys};
 
 /// The address space of a live handle, or `None` for null.
 ///
@@ -128,13 +128,11 @@ pub unsafe extern "C" fn softmm_file_open_host(
     out: *mut *mut softmm_file,
 ) -> i32 {
     guard(|| {
-        // SAFETY: null or live (the caller's contract).
-        let Some(phys) = (unsafe { phys.as_ref() }) else { return -libc::EINVAL };
-        if name.is_null() || out.is_null() {
-            return -libc::EINVAL;
-        }
-        // SAFETY: a NUL-terminated string (the caller's contract).
-        let Ok(name) = unsafe { CStr::from_ptr(name) }.to_str() else { return -libc::EINVAL };
+        // SAFETY: the caller's contract is `file_args`'.
+        let (phys, name) = match unsafe { file_args(phys, name, out) } {
+            Ok(args) => args,
+            Err(e) => return e,
+        };
         // SAFETY: `F_DUPFD_CLOEXEC` on any integer is a plain system call;
         // a bad descriptor is `EBADF`.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
