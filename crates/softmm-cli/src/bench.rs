@@ -432,10 +432,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         println!("\n{}", summary::table(&seeds));
     }
     let results = Results { machine, samples };
-    if let Some(path) = &args.json {
-        report::write_json(path, &results)?;
-        println!("wrote {}", path.display());
-    }
+    report::save_json(args.json.as_deref(), &results)?;
     let plot = args.plot.clone().or_else(|| headline.then(|| PathBuf::from(HEADLINE_PLOT)));
     if let Some(path) = plot {
         if results.samples.is_empty() {

@@ -436,6 +436,16 @@ pub fn legend(samples: &[Sample]) -> String {
     out
 }
 
+/// Writes `results` as JSON to `path`, if one was given (`--json`), and
+/// says so.
+pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<(), String> {
+    if let Some(path) = path {
+        write_json(path, results)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 /// Writes `results` as JSON.
 pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
     let text = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;

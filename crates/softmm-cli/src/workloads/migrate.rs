@@ -339,11 +339,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     if let Some(c) = comparison(&samples) {
         println!("{c}");
     }
-    let results = Results { machine, samples };
-    if let Some(path) = &args.json {
-        report::write_json(path, &results)?;
-        println!("wrote {}", path.display());
-    }
+    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
