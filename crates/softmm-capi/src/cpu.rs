@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use softmm::{Cpu, Fault, Scalar};
 
-use crate::{access_result, guard, put, softmm_fault, softmm_mm};
+use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault, softmm_mm};
 
 /// A CPU: one host thread's software TLB, attached to at most one address
 /// space. **Thread-bound**: only the thread that made it may use or free
@@ -216,19 +216,6 @@ unsafe fn access(cpu: *mut softmm_cpu, fault: *mut softmm_fault, f: impl FnOnce(
     })
 }
 
-/// The byte slice of a C buffer: empty for `len == 0` (whatever `buf`).
-///
-/// # Safety
-///
-/// `buf` is valid for `len` bytes of writes, or `len == 0`.
-unsafe fn buf_mut<'a>(buf: *mut c_void, len: usize) -> Option<&'a mut [u8]> {
-    if len == 0 {
-        return Some(&mut []);
-    }
-    // SAFETY: valid for `len` bytes (the caller's contract).
-    (!buf.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) })
-}
-
 /// Reads `len` guest bytes at `addr` into `buf`.
 ///
 /// # Safety
@@ -285,14 +272,8 @@ pub unsafe extern "C" fn softmm_cpu_write(
     len: usize,
     fault: *mut softmm_fault,
 ) -> i32 {
-    let b: &[u8] = if len == 0 {
-        &[]
-    } else if buf.is_null() {
-        return -libc::EFAULT;
-    } else {
-        // SAFETY: valid for `len` bytes of reads (the caller's contract).
-        unsafe { std::slice::from_raw_parts(buf.cast(), len) }
-    };
+    // SAFETY: the caller's contract.
+    let Some(b) = (unsafe { buf_ref(buf, len) }) else { return -libc::EFAULT };
     // SAFETY: the caller's contract.
     unsafe { access(cpu, fault, |c| c.write(addr, b)) }
 }

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void, CStr};
 
 use softmm::{File, OpenFile};
 
-use crate::{guard, guard64, neg, put, softmm_phys};
+use crate::{buf_mut, buf_ref, guard, guard64, neg, put, softmm_phys};
 
 /// An in-memory (tmpfs-like) file with a page cache, opened with an access
 /// mode as a file descriptor is: `mmap` checks the protection against it
@@ -113,14 +113,8 @@ pub unsafe extern "C" fn softmm_file_pwrite(
         if !file.inner.writable {
             return -i64::from(libc::EBADF);
         }
-        let data: &[u8] = if len == 0 {
-            &[]
-        } else if buf.is_null() {
-            return -i64::from(libc::EFAULT);
-        } else {
-            // SAFETY: valid for `len` bytes of reads (the caller's contract).
-            unsafe { std::slice::from_raw_parts(buf.cast(), len) }
-        };
+        // SAFETY: the caller's contract.
+        let Some(data) = (unsafe { buf_ref(buf, len) }) else { return -i64::from(libc::EFAULT) };
         match file.inner.file.write_at(offset, data) {
             Ok(n) => n as i64,
             Err(e) => i64::from(neg(e)),
@@ -143,14 +137,8 @@ pub unsafe extern "C" fn softmm_file_pread(file: *const softmm_file, buf: *mut c
         if !file.inner.readable {
             return -i64::from(libc::EBADF);
         }
-        let data: &mut [u8] = if len == 0 {
-            &mut []
-        } else if buf.is_null() {
-            return -i64::from(libc::EFAULT);
-        } else {
-            // SAFETY: valid for `len` bytes of writes (the caller's contract).
-            unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) }
-        };
+        // SAFETY: the caller's contract.
+        let Some(data) = (unsafe { buf_mut(buf, len) }) else { return -i64::from(libc::EFAULT) };
         match file.inner.file.read_at(offset, data) {
             Ok(n) => n as i64,
             Err(e) => i64::from(neg(e)),

@@ -54,6 +54,7 @@ pub use mm::*;
 pub use phys::*;
 pub use remote::*;
 
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use softmm::{Errno, Fault};
@@ -88,6 +89,34 @@ impl From<Fault> for softmm_fault {
         };
         softmm_fault { signo: f.signal(), code, addr }
     }
+}
+
+/// The byte slice of a C buffer to write into: empty for `len == 0`
+/// (whatever `buf`), `None` for a null `buf` otherwise (the caller's
+/// `-EFAULT`).
+///
+/// # Safety
+///
+/// `buf` is valid for `len` bytes of writes, or `len == 0`.
+pub(crate) unsafe fn buf_mut<'a>(buf: *mut c_void, len: usize) -> Option<&'a mut [u8]> {
+    if len == 0 {
+        return Some(&mut []);
+    }
+    // SAFETY: valid for `len` bytes (the caller's contract).
+    (!buf.is_null()).then(|| unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) })
+}
+
+/// [`buf_mut`] for a buffer to read from.
+///
+/// # Safety
+///
+/// `buf` is valid for `len` bytes of reads, or `len == 0`.
+pub(crate) unsafe fn buf_ref<'a>(buf: *const c_void, len: usize) -> Option<&'a [u8]> {
+    if len == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: valid for `len` bytes (the caller's contract).
+    (!buf.is_null()).then(|| unsafe { std::slice::from_raw_parts(buf.cast(), len) })
 }
 
 /// `-errno` of an error.

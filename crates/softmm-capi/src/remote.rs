@@ -7,7 +7,7 @@ use std::os::fd::FromRawFd;
 
 use softmm::OpenFile;
 
-use crate::{file_args, guard, guard64, neg, put, softmm_file, softmm_mm, softmm_phys};
+use crate::{buf_mut, buf_ref, file_args, guard, guard64, neg, put, softmm_file, softmm_mm, softmm_phys};
 
 /// The address space of a live handle, or `None` for null.
 ///
@@ -41,14 +41,8 @@ pub unsafe extern "C" fn softmm_access_remote_read(
     guard64(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(mm) = (unsafe { mm_ref(mm) }) else { return -i64::from(libc::EINVAL) };
-        let data: &mut [u8] = if len == 0 {
-            &mut []
-        } else if buf.is_null() {
-            return -i64::from(libc::EFAULT);
-        } else {
-            // SAFETY: valid for `len` bytes of writes (the caller's contract).
-            unsafe { std::slice::from_raw_parts_mut(buf.cast(), len) }
-        };
+        // SAFETY: the caller's contract.
+        let Some(data) = (unsafe { buf_mut(buf, len) }) else { return -i64::from(libc::EFAULT) };
         mm.access_remote_read(addr, data, force != 0) as i64
     })
 }
@@ -77,14 +71,8 @@ pub unsafe extern "C" fn softmm_access_remote_write(
     guard64(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(mm) = (unsafe { mm_ref(mm) }) else { return -i64::from(libc::EINVAL) };
-        let data: &[u8] = if len == 0 {
-            &[]
-        } else if buf.is_null() {
-            return -i64::from(libc::EFAULT);
-        } else {
-            // SAFETY: valid for `len` bytes of reads (the caller's contract).
-            unsafe { std::slice::from_raw_parts(buf.cast(), len) }
-        };
+        // SAFETY: the caller's contract.
+        let Some(data) = (unsafe { buf_ref(buf, len) }) else { return -i64::from(libc::EFAULT) };
         mm.access_remote_write(addr, data, force != 0) as i64
     })
 }
