@@ -82,37 +82,35 @@ impl Process {
         if let Some(b) = start_brk {
             known.insert(b, b + PAGE_SIZE);
         }
-        Ok(Process {
-            pid,
-            program: None,
-            origin,
-            mm: Some(mm),
-            start_brk,
-            known,
-            tr: Translation::default(),
-            pretrace: BTreeMap::new(),
-            placeholders: Vec::new(),
-            placed_differently: Vec::new(),
-            reordered: Vec::new(),
-            counts: BTreeMap::new(),
-            mismatches: 0,
-            final_maps: None,
-            ended: None,
-        })
+        Ok(Process::begin(pid, origin, mm, start_brk, known, Translation::default()))
     }
 
     /// A child of `fork()`: a copy-on-write copy of this address space
     /// ([`AddressSpace::fork`]) and of what the replay knows of it.
     pub(super) fn fork(&self, pid: Option<u64>, origin: String) -> Result<Process, String> {
         let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
-        Ok(Process {
+        let child = Process::begin(pid, origin, mm, self.start_brk, self.known.clone(), self.tr.clone());
+        Ok(Process { program: self.program.clone(), ..child })
+    }
+
+    /// A process that begins with `mm`, knowing `known` and `tr` of it, with
+    /// nothing replayed yet.
+    fn begin(
+        pid: Option<u64>,
+        origin: String,
+        mm: Arc<AddressSpace>,
+        start_brk: Option<u64>,
+        known: RangeSet,
+        tr: Translation,
+    ) -> Process {
+        Process {
             pid,
-            program: self.program.clone(),
+            program: None,
             origin,
             mm: Some(mm),
-            start_brk: self.start_brk,
-            known: self.known.clone(),
-            tr: self.tr.clone(),
+            start_brk,
+            known,
+            tr,
             pretrace: BTreeMap::new(),
             placeholders: Vec::new(),
             placed_differently: Vec::new(),
@@ -121,7 +119,7 @@ impl Process {
             mismatches: 0,
             final_maps: None,
             ended: None,
-        })
+        }
     }
 
     /// Whether it still has its address space.
