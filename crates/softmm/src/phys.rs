@@ -718,17 +718,25 @@ impl PhysMem {
         shard.used -= 1;
         shard.frames.push(pfn);
         if shard.frames.len() >= 4 * CACHE_BATCH {
-            let mut drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
+            let drained: Vec<Pfn> = shard.frames.drain(..2 * CACHE_BATCH).collect();
             drop(shard);
-            if self.on_demand {
-                // Before they are free: once on a free list another thread
-                // may take one and fill it.
-                self.release_to_host(&mut drained);
-            }
-            crate::sync::shared_write(2 * drained.len() as u64);
-            for p in drained {
-                self.nodes[self.node_of_fast(p)].free.lock().push(p);
-            }
+            self.free_to_nodes(drained);
+        }
+    }
+
+    /// Puts frames drained from a thread cache on their nodes' free lists,
+    /// one lock per node. With memory on demand their memory goes back to
+    /// the host first: once on a free list, another thread may take one and
+    /// fill it.
+    fn free_to_nodes(&self, mut drained: Vec<Pfn>) {
+        if self.on_demand {
+            self.release_to_host(&mut drained); // sorts them too
+        } else if self.nodes.len() > 1 {
+            drained.sort_unstable();
+        }
+        for run in drained.chunk_by(|&a, &b| self.node_of_fast(a) == self.node_of_fast(b)) {
+            crate::sync::shared_write(2);
+            self.nodes[self.node_of_fast(run[0])].free.lock().extend_from_slice(run);
         }
     }
 
@@ -782,18 +790,9 @@ impl PhysMem {
                 crate::sync::shared_write(2);
                 self.nodes[0].free.lock().extend(shard.frames.drain(..surplus));
             } else {
-                let mut drained: Vec<Pfn> = shard.frames.drain(..surplus).collect();
+                let drained: Vec<Pfn> = shard.frames.drain(..surplus).collect();
                 drop(shard);
-                if self.on_demand {
-                    // Before they are free, as in `free` (it sorts them too).
-                    self.release_to_host(&mut drained);
-                } else {
-                    drained.sort_unstable();
-                }
-                for run in drained.chunk_by(|&a, &b| self.node_of(a) == self.node_of(b)) {
-                    crate::sync::shared_write(2);
-                    self.nodes[self.node_of(run[0])].free.lock().extend_from_slice(run);
-                }
+                self.free_to_nodes(drained);
             }
         }
     }
