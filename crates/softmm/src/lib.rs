@@ -51,6 +51,7 @@ pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
+pub use mm::HugetlbPolicy;
 pub use mm::PinPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;

@@ -127,6 +127,47 @@ impl PinPolicy {
     }
 }
 
+/// How hugetlb faults synchronize with `huge_pmd_unshare` and truncate
+/// (seed 000). More policies may come, so a `match` on it needs a wildcard
+/// arm. Every policy gives the same result: a fault never maps through a PMD
+/// table another address space has unlinked, and never maps a page truncate
+/// has removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HugetlbPolicy {
+    /// Linux 5.7–6.0: every hugetlb fault holds the file's `i_mmap` lock for
+    /// read; unshare holds it for write.
+    IMmapRwsem,
+    /// Seed 000, Linux 6.1+: a per-VMA hugetlb lock (read across the fault,
+    /// write around unshare) and the fault mutex table; `i_mmap` only inside
+    /// `huge_pmd_share`.
+    #[default]
+    VmaLock,
+    /// No shared lock in the fault: it validates under the PMD table's lock
+    /// that the table is still linked into this address space.
+    LockFree,
+}
+
+impl HugetlbPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [HugetlbPolicy] =
+        &[HugetlbPolicy::IMmapRwsem, HugetlbPolicy::VmaLock, HugetlbPolicy::LockFree];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            HugetlbPolicy::IMmapRwsem => "i-mmap-rwsem",
+            HugetlbPolicy::VmaLock => "vma-lock",
+            HugetlbPolicy::LockFree => "lock-free",
+        }
+    }
+
+    /// The policy named `name` (see [`HugetlbPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<HugetlbPolicy> {
+        HugetlbPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
@@ -207,6 +248,9 @@ pub struct MmConfig {
     pub migrate_policy: crate::migrate::MigratePolicy,
     /// Which CPUs a TLB shootdown waits for (issue 15).
     pub shootdown_policy: crate::tlb::ShootdownPolicy,
+    /// How hugetlb faults synchronize with PMD unsharing and truncate
+    /// (seed 000).
+    pub hugetlb_policy: HugetlbPolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -235,6 +279,7 @@ impl Default for MmConfig {
             cap_sys_nice: false,
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
+            hugetlb_policy: HugetlbPolicy::default(),
         }
     }
 }
@@ -377,6 +422,13 @@ impl MmConfig {
         self.unmap_policy = unmap_policy;
         self
     }
+
+    /// Sets `hugetlb_policy`: how hugetlb faults synchronize with PMD unsharing and truncate (default [`HugetlbPolicy::VmaLock`]).
+    #[must_use]
+    pub fn hugetlb_policy(mut self, hugetlb_policy: HugetlbPolicy) -> MmConfig {
+        self.hugetlb_policy = hugetlb_policy;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -449,7 +501,8 @@ mod tests {
             .unmap_policy(UnmapPolicy::Sectioned)
             .cap_sys_nice(true)
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
-            .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess);
+            .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
+            .hugetlb_policy(HugetlbPolicy::LockFree);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -470,6 +523,7 @@ mod tests {
             cap_sys_nice: true,
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
+            hugetlb_policy: HugetlbPolicy::LockFree,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

@@ -42,7 +42,7 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
-pub use config::{FaultPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
+pub use config::{FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
 pub use maps::MapEntry;
 pub use unmap::UnmapStats;
 
