@@ -305,7 +305,9 @@ fn instance(program: Program, area: &HostArea, board: &Board, slot: &Slot, itera
     loop {
         match iterations {
             Some(max) if n >= max => break,
-            None if board.stop.load(Ordering::Acquire) != 0 => break,
+            // At least one pass: an instance the scheduler started late
+            // still measures something.
+            None if n > 0 && board.stop.load(Ordering::Acquire) != 0 => break,
             _ => {}
         }
         n += 1;

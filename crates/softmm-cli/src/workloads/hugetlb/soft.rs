@@ -179,7 +179,9 @@ fn instance(
     loop {
         match iterations {
             Some(max) if n >= max => break,
-            None if stop.load(Ordering::Relaxed) => break,
+            // At least one pass: an instance the scheduler started late
+            // still measures something.
+            None if n > 0 && stop.load(Ordering::Relaxed) => break,
             _ => {}
         }
         n += 1;
@@ -344,14 +346,6 @@ mod tests {
         assert!(
             run(&area, HugetlbPolicy::default(), &[Program::Fault], MAX_INSTANCES + 1, Limit::Iterations(1)).is_err()
         );
-    }
-
-    #[test]
-    fn the_pool_counters_are_the_difference_of_two_readings() {
-        let area = SoftArea::new(SMALL).unwrap();
-        let s = area.phys.huge_page_stats();
-        let c = hugetlb_counters(&s, &s);
-        assert_eq!((c.pmd_shares, c.pmd_unshares, c.faults), (Some(0), Some(0), None));
     }
 
     #[test]
