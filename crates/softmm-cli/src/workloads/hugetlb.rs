@@ -743,7 +743,7 @@ pub fn table(samples: &[Sample], size: u64) -> String {
 /// Seed 000's figures for the headline: faults/s and forks/s with one fault
 /// and one fork instance at once (`hugetlb-fork-fault`, 1 GiB) for
 /// `duration` each, per row.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ShortRun {
     /// softmm under each of `policies`: `(faults/s, forks/s)`, `None` (the
     /// reason printed) where the run failed.
@@ -761,15 +761,16 @@ fn rates<'a>(runs: impl Iterator<Item = &'a ProgramRun> + Clone) -> (f64, f64) {
 pub fn short_run(duration: Duration, policies: &[HugetlbPolicy]) -> ShortRun {
     let limit = Limit::Duration(duration);
     let both = programs("hugetlb-fork-fault");
-    let mut out = ShortRun::default();
-    // The host first, as in the sweep (see `bench`).
-    out.host = match HostArea::new(DEFAULT_SIZE).and_then(|area| host(&area, both, 1, limit)) {
+    // The host first, as in the sweep (see `bench`); its area is gone
+    // before softmm's is made.
+    let host = match HostArea::new(DEFAULT_SIZE).and_then(|area| host(&area, both, 1, limit)) {
         Ok((runs, _)) => Some(rates(runs.iter())),
         Err(e) => {
             eprintln!("softmm: seed 000 host: {e}");
             None
         }
     };
+    let mut out = ShortRun { soft: Vec::new(), host };
     match soft::SoftArea::new(DEFAULT_SIZE) {
         Err(e) => eprintln!("softmm: seed 000 softmm: {e}"),
         Ok(area) => {

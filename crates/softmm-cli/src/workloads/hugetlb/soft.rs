@@ -19,9 +19,9 @@
 //! `mmap_lock` acquisitions of their faults (the CPUs' [`softmm::FaultStats`]),
 //! the `mmap_lock` acquisitions of the instances' own address spaces and
 //! their TLB flush requests ([`softmm::MmStats`]; a child's address space
-//! is not read before it goes), and from the pool ([`HugePageStats`], read by
-//! [`hugetlb_counters`] alone) the PMD shares and unshares of the whole
-//! arena during the sample.
+//! is not read before it goes), and from the pool ([`PoolReading`], the
+//! lab's one reading of the pool's event counters) the PMD shares and
+//! unshares of the whole arena during the sample.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -107,7 +107,7 @@ fn pmd_sharing(area: &SoftArea) -> Result<bool, String> {
     if area.size < PUD_SIZE {
         return Ok(false); // no whole window: want_pmd_share never holds
     }
-    let before = area.phys.huge_page_stats();
+    let before = PoolReading::take(&area.phys);
     let open = OpenFile::read_write(&area.file);
     let mut spaces = Vec::new();
     for _ in 0..2 {
@@ -117,17 +117,32 @@ fn pmd_sharing(area: &SoftArea) -> Result<bool, String> {
         spaces.push(mm);
     }
     drop(spaces);
-    Ok(hugetlb_counters(&before, &area.phys.huge_page_stats()).pmd_shares.unwrap_or(0) > 0)
+    Ok(PoolReading::take(&area.phys).counters_since(&before).pmd_shares.unwrap_or(0) > 0)
 }
 
-/// The pool's counters of one sample: what happened between `before` and
-/// `after` (the only reader of [`HugePageStats`] in the lab, so that new
-/// pool counters, such as hugetlb lock acquisitions by kind, are added here).
-pub fn hugetlb_counters(before: &HugePageStats, after: &HugePageStats) -> Counters {
-    Counters {
-        pmd_shares: Some(after.pmd_shares.saturating_sub(before.pmd_shares)),
-        pmd_unshares: Some(after.pmd_unshares.saturating_sub(before.pmd_unshares)),
-        ..Counters::default()
+/// The arena's hugetlb event counters at one moment: the lab's one reading
+/// of them, so that new ones (hugetlb lock acquisitions by kind) are read
+/// here and turned into [`Counters`] in [`PoolReading::counters_since`].
+#[derive(Debug, Clone, Copy)]
+pub struct PoolReading {
+    stats: HugePageStats,
+}
+
+impl PoolReading {
+    /// Reads `phys`'s counters.
+    pub fn take(phys: &PhysMem) -> PoolReading {
+        PoolReading { stats: phys.huge_page_stats() }
+    }
+
+    /// What happened between `before` and this reading: PMD shares and
+    /// unshares of the whole arena.
+    pub fn counters_since(&self, before: &PoolReading) -> Counters {
+        let (a, b) = (&self.stats, &before.stats);
+        Counters {
+            pmd_shares: Some(a.pmd_shares.saturating_sub(b.pmd_shares)),
+            pmd_unshares: Some(a.pmd_unshares.saturating_sub(b.pmd_unshares)),
+            ..Counters::default()
+        }
     }
 }
 
@@ -248,7 +263,7 @@ pub fn run(
     };
     let stop = AtomicBool::new(false);
     let start = Barrier::new(programs.len() * instances + 1);
-    let before = area.phys.huge_page_stats();
+    let before = PoolReading::take(&area.phys);
     let outs: Vec<(Program, Result<InstanceOut, String>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = programs
             .iter()
@@ -269,7 +284,7 @@ pub fn run(
         stop.store(true, Ordering::Relaxed);
         handles.into_iter().map(|(p, h)| (p, h.join().unwrap_or_else(|_| Err("an instance panicked".into())))).collect()
     });
-    let pool = hugetlb_counters(&before, &area.phys.huge_page_stats());
+    let pool = PoolReading::take(&area.phys).counters_since(&before);
     area.check_leftovers()?;
     let mut out = Vec::new();
     for &program in programs {
