@@ -544,8 +544,8 @@ fn sharing_line(area: &soft::SoftArea) -> &'static str {
     if area.sharing {
         "softmm PMD sharing: on (probe: a second address space's first fault in the window linked the first one's PMD table)"
     } else {
-        "softmm PMD sharing: off (probe: a second address space's first fault in the window linked no PMD table; \
-         softmm shares only where the file allows it and the library has no public switch yet), so the softmm rows \
+        "softmm PMD sharing: off (probe: a second address space's first fault in the window linked no PMD table: \
+         this softmm build does not share PMD tables of hugetlbfs files, and has no switch for it), so the softmm rows \
          show every instance with PMD tables of its own"
     }
 }

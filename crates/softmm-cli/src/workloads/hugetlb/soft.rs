@@ -100,9 +100,10 @@ impl SoftArea {
 /// address space writes the first page of the area, a second one writes the
 /// same page, and the pool's `pmd_shares` says whether the second linked
 /// the first one's table. This is the one place that would turn sharing on
-/// for the file: softmm has no public switch (the crate-private
-/// `HugetlbInode::pmd_share`, off for every file until the library makes
-/// sharing its default), so today the probe only reports it.
+/// for the file, but softmm has no public switch: whether hugetlbfs files
+/// share is the library's choice (the crate-private
+/// `HugetlbInode::pmd_share`, off by default in some builds; Linux always
+/// shares), so the probe reports it and the sweep prints it.
 fn pmd_sharing(area: &SoftArea) -> Result<bool, String> {
     if area.size < PUD_SIZE {
         return Ok(false); // no whole window: want_pmd_share never holds
