@@ -345,6 +345,15 @@ fn bench_without_workload_runs_the_headline() {
     ] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
+    // Seed 000's row: softmm's i-mmap-rwsem (before the seed) against the
+    // default hugetlb policy, both measured, with their forks/s.
+    let row = out.stdout.lines().find(|l| l.starts_with("000 hugetlb PMD sharing")).expect("seed 000 row");
+    let default = softmm::HugetlbPolicy::default().name();
+    assert!(row.contains("i-mmap-rwsem") && row.contains(default) && row.contains("forks/s: "), "{row}");
+    assert!(
+        !row.contains("(not built)") && !row.contains("- i-mmap-rwsem") && !row.contains(&format!("- {default}")),
+        "{row}"
+    );
     let svg = std::fs::read_to_string(dir.join("softmm-results.svg")).expect("headline plot");
     assert!(svg.starts_with("<svg") && svg.contains("interference"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -386,24 +395,51 @@ fn bench_hugetlb_fork_fault_gives_a_forks_and_a_faults_sample_per_instance_count
         Duration::from_secs(120),
     );
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    for needle in ["1024 MiB", "softmm hugetlb rows: not built yet", "minflt/op"] {
+    for needle in ["1024 MiB", "softmm PMD sharing: ", "faults/op", "pmd share/op", "unshare/op", "mmap_lock/op"] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("h.json")).expect("json")).expect("valid json");
     let samples = json["samples"].as_array().expect("samples");
+    // Every softmm policy: per instance count one forks and one faults
+    // sample, with softmm's counters.
+    for policy in ["i-mmap-rwsem", "vma-lock", "lock-free"] {
+        for t in [1, 2] {
+            for mode in ["forks", "faults"] {
+                let of: Vec<_> = samples
+                    .iter()
+                    .filter(|s| s["policy"] == policy && s["threads"] == t && s["mode"] == mode)
+                    .collect();
+                assert_eq!(of.len(), 1, "{policy}, {t} instances, {mode}: {of:?}");
+                let s = of[0];
+                assert_eq!(s["workload"], "hugetlb-fork-fault");
+                assert!(s["ops"].as_u64().unwrap() > 0 && s["ops_per_sec"].as_f64().unwrap() > 0.0, "{s}");
+                for c in ["faults", "mmap_lock_acquisitions", "flush_requests", "pmd_shares", "pmd_unshares"] {
+                    assert!(s["counters"][c].as_u64().is_some(), "{c}: {s}");
+                }
+                // A fork is at least the child's fault; a page written
+                // faults at most once.
+                let (ops, faults) = (s["ops"].as_u64().unwrap(), s["counters"]["faults"].as_u64().unwrap());
+                if mode == "forks" {
+                    assert!(faults >= ops, "{s}");
+                } else {
+                    assert!(faults <= ops, "{s}");
+                }
+            }
+        }
+    }
+    let host: Vec<_> = samples.iter().filter(|s| s["policy"] == "host").collect();
     if out.stdout.contains("host row skipped") {
         // Not root, or no memory for 512 huge pages: the reason is printed.
         assert!(out.stdout.contains("host cannot give 1024 MiB of huge pages: "), "{}", out.stdout);
-        assert!(samples.is_empty());
+        assert!(host.is_empty());
     } else {
         for t in [1, 2] {
             for mode in ["forks", "faults"] {
-                let of: Vec<_> = samples.iter().filter(|s| s["threads"] == t && s["mode"] == mode).collect();
+                let of: Vec<_> = host.iter().filter(|s| s["threads"] == t && s["mode"] == mode).collect();
                 assert_eq!(of.len(), 1, "{t} instances, {mode}: {of:?}");
                 let s = of[0];
                 assert_eq!(s["workload"], "hugetlb-fork-fault");
-                assert_eq!(s["policy"], "host");
                 assert!(s["ops_per_sec"].as_f64().unwrap() > 0.0, "{s}");
                 assert!(s["counters"]["faults"].as_u64().is_some(), "{s}");
                 assert!(s["counters"]["htlb_buddy_alloc_success"].as_u64().is_some(), "{s}");
@@ -413,7 +449,7 @@ fn bench_hugetlb_fork_fault_gives_a_forks_and_a_faults_sample_per_instance_count
     for (args, needle) in [
         (&["bench", "hugetlb-fault", "--size", "3M"][..], "multiple of 2M"),
         (&["bench", "hugetlb-fault", "--size", "4G"][..], "more than"),
-        (&["bench", "hugetlb-fault", "--policy", "vma-lock"][..], "not built yet"),
+        (&["bench", "hugetlb-fault", "--policy", "mmap-lock"][..], "unknown hugetlb policy `mmap-lock`"),
         (&["bench", "hugetlb-fault,pft"][..], "give only hugetlb-* workloads"),
     ] {
         let bad = softmm_in(&dir, args, Duration::from_secs(10));

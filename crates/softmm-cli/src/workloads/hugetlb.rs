@@ -8,8 +8,8 @@
 //! * fault (`faults`): map the area, write one byte of every 2 MiB page,
 //!   unmap, loop; one operation is one page written;
 //! * fork (`forks`): map the area, write a few pages ([`FORK_TOUCH`]), fork,
-//!   the child exits at once and is reaped, unmap, loop; one operation is
-//!   one fork.
+//!   the child writes one page and exits and is reaped, unmap, loop; one
+//!   operation is one fork.
 //!
 //! `hugetlb-fault` runs N fault instances, `hugetlb-fork` N fork instances,
 //! `hugetlb-fork-fault` N of each at once (the seed's "combine forking and
@@ -28,11 +28,14 @@
 //! and the `/proc/vmstat` hugetlb counters `htlb_buddy_alloc_success` and
 //! `htlb_buddy_alloc_fail` (system-wide, so another tenant's hugetlb
 //! activity would show too). PMD shares and unshares cannot be counted on
-//! the host; the softmm rows, which will count them, are not built yet
-//! (softmm has no hugetlb so far), and the sweep says so. Sharing shows on
-//! the host as minor faults per page written below one: an instance whose
-//! first write in a window links a PMD table that another instance has
-//! filled sees the other 511 pages without faulting.
+//! the host; sharing shows there as minor faults per page written below
+//! one: an instance whose first write in a window links a PMD table that
+//! another instance has filled sees the other 511 pages without faulting.
+//!
+//! The softmm rows ([`soft`]) run the same programs on softmm, one row per
+//! [`HugetlbPolicy`], after the host row (the two areas are never both in
+//! memory), with softmm's own counters: faults, `mmap_lock`
+//! acquisitions, TLB flush requests, PMD shares and unshares.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -41,6 +44,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use softmm_hostsys::{HugePages, HUGE_PAGE_SIZE, MAX_PAGES, PUD_SIZE};
+
+use softmm::HugetlbPolicy;
 
 use super::harness::Limit;
 use crate::bench::BenchArgs;
@@ -60,9 +65,7 @@ pub const FORK_TOUCH: u64 = 4;
 /// The most instances of one program in a sample.
 const MAX_INSTANCES: usize = 128;
 
-/// What `softmm` prints where the softmm rows would be.
-pub const SOFTMM_ROWS_NOTE: &str = "softmm hugetlb rows: not built yet (softmm has no hugetlb so far: \
-     MAP_HUGETLB fails with ENOMEM as on a host with an empty pool); only the host row runs";
+pub mod soft;
 
 /// The seed's two programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,7 +305,9 @@ fn instance(program: Program, area: &HostArea, board: &Board, slot: &Slot, itera
     loop {
         match iterations {
             Some(max) if n >= max => break,
-            None if board.stop.load(Ordering::Acquire) != 0 => break,
+            // At least one pass: an instance the scheduler started late
+            // still measures something.
+            None if n > 0 && board.stop.load(Ordering::Acquire) != 0 => break,
             _ => {}
         }
         n += 1;
@@ -330,8 +335,13 @@ fn instance(program: Program, area: &HostArea, board: &Board, slot: &Slot, itera
                     return fail(3);
                 }
                 if pid == 0 {
-                    // SAFETY: ends the child at once, running nothing.
-                    unsafe { libc::_exit(0) };
+                    // SAFETY: the child writes one page of the mapping it
+                    // inherited (as the softmm child does) and ends,
+                    // running nothing else.
+                    unsafe {
+                        write_pages(p.cast(), 1);
+                        libc::_exit(0)
+                    };
                 }
                 let mut status = 0;
                 // SAFETY: reaps our own child, writing only `status`.
@@ -462,39 +472,56 @@ pub fn host(
     Ok((out, (vm1.0.saturating_sub(vm0.0), vm1.1.saturating_sub(vm0.1))))
 }
 
-/// The sample of one program of a host run.
-fn sample(workload: &str, run: &ProgramRun, vmstat: (u64, u64), repeat: usize) -> Sample {
+/// The sample of one program of a run: `policy` names the row (`host`
+/// or a [`HugetlbPolicy`]).
+fn sample(workload: &str, policy: &str, run: &ProgramRun, counters: Counters, repeat: usize) -> Sample {
     Sample {
         workload: workload.into(),
         mode: run.program.mode().into(),
-        policy: "host".into(),
+        policy: policy.into(),
         threads: run.instances,
         repeat,
         ops: run.ops,
         seconds: run.seconds,
         ops_per_sec: run.ops_per_sec,
-        counters: Counters {
-            faults: Some(run.minflt),
-            htlb_buddy_alloc_success: Some(vmstat.0),
-            htlb_buddy_alloc_fail: Some(vmstat.1),
-            ..Counters::default()
-        },
+        counters,
         cpu_seconds: 0.0,
     }
 }
 
-/// Whether `--policy` asks for the host row. The only other names are the
-/// softmm rows' (`all`, `default`), which are not built yet; an unknown
-/// name is an error.
-fn wants_host(policy: &str, no_host: bool) -> Result<bool, String> {
+/// The host counters of one program of a host run.
+fn host_counters(run: &ProgramRun, vmstat: (u64, u64)) -> Counters {
+    Counters {
+        faults: Some(run.minflt),
+        htlb_buddy_alloc_success: Some(vmstat.0),
+        htlb_buddy_alloc_fail: Some(vmstat.1),
+        ..Counters::default()
+    }
+}
+
+/// The rows `--policy` asks for: softmm's hugetlb policies (in
+/// [`HugetlbPolicy::ALL`]'s order) and whether the host row runs. Names:
+/// `all` (every policy and the host), `default` (the library's default
+/// policy), `host`, and the policies' names; an unknown name is an error.
+/// `--no-host` leaves the host out.
+fn parse_policies(policy: &str, no_host: bool) -> Result<(Vec<HugetlbPolicy>, bool), String> {
+    let (mut soft, mut host) = (Vec::new(), false);
     for name in policy.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if !matches!(name, "all" | "default" | "host") {
-            return Err(format!(
-                "unknown hugetlb policy `{name}` (known: all, default, host; the softmm hugetlb policies are not built yet)"
-            ));
+        match name {
+            "all" => {
+                soft.extend_from_slice(HugetlbPolicy::ALL);
+                host = true;
+            }
+            "default" => soft.push(HugetlbPolicy::default()),
+            "host" => host = true,
+            _ => soft.push(HugetlbPolicy::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = HugetlbPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown hugetlb policy `{name}` (known: all, default, host, {})", known.join(", "))
+            })?),
         }
     }
-    Ok(!no_host)
+    let soft = HugetlbPolicy::ALL.iter().copied().filter(|p| soft.contains(p)).collect();
+    Ok((soft, host && !no_host))
 }
 
 /// Checks `--size`: a multiple of 2 MiB, within what may be reserved.
@@ -510,6 +537,17 @@ fn check_size(size: u64) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What [`soft::SoftArea::sharing`] means, for the sweep's output.
+fn sharing_line(area: &soft::SoftArea) -> &'static str {
+    if area.sharing {
+        "softmm PMD sharing: on (probe: a second address space's first fault in the window linked the first one's PMD table)"
+    } else {
+        "softmm PMD sharing: off (probe: a second address space's first fault in the window linked no PMD table: \
+         this softmm build does not share PMD tables of hugetlbfs files, and has no switch for it), so the softmm rows \
+         show every instance with PMD tables of its own"
+    }
 }
 
 /// `softmm bench hugetlb-fault|hugetlb-fork|hugetlb-fork-fault`: the sweep,
@@ -528,7 +566,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     let size = args.size.unwrap_or(DEFAULT_SIZE);
     check_size(size)?;
-    let with_host = wants_host(&args.policy, args.no_host)?;
+    let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
     let threads = match &args.threads {
         Some(s) => crate::bench::parse_threads(s)?,
         None => (1..=cores()).collect(),
@@ -563,9 +601,26 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         windows,
         if windows == 1 { "" } else { "s" },
     );
-    println!("{SOFTMM_ROWS_NOTE}");
     let mut samples = Vec::new();
     let mut failures = 0;
+    let mut record =
+        |w: &str, policy: &str, t: usize, r: usize, got: Result<Vec<(ProgramRun, Counters)>, String>| match got {
+            Ok(runs) => {
+                for (run, counters) in runs {
+                    let s = sample(w, policy, &run, counters, r);
+                    eprintln!("{w} {} {policy} instances={t}: {} ops/s", s.mode, report::si(s.ops_per_sec));
+                    samples.push(s);
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                eprintln!("softmm: {w} {policy} instances={t}: {e}");
+            }
+        };
+    // The host row first: its instances are forks of this process, whose
+    // fork and COW faults grow with what the softmm rows leave mapped here
+    // (allocator arenas, thread stacks): after them the host fork loop ran
+    // at a third of its rate, with 35 minor faults per fork instead of 15.
     if with_host {
         match HostArea::new(size) {
             Err(e) => println!("host row skipped: the host cannot give {} MiB of huge pages: {e}", size >> 20),
@@ -573,24 +628,31 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                 for &w in &workloads {
                     for &t in &threads {
                         for r in 0..args.repeat {
-                            match host(&area, programs(w), t, limit) {
-                                Ok((runs, vm)) => {
-                                    for run in &runs {
-                                        let s = sample(w, run, vm, r);
-                                        eprintln!(
-                                            "{w} {} host instances={t}: {} ops/s",
-                                            s.mode,
-                                            report::si(s.ops_per_sec)
-                                        );
-                                        samples.push(s);
-                                    }
-                                }
-                                Err(e) => {
-                                    failures += 1;
-                                    eprintln!("softmm: {w} host instances={t}: {e}");
-                                }
-                            }
+                            let got = host(&area, programs(w), t, limit).map(|(runs, vm)| {
+                                runs.into_iter()
+                                    .map(|run| {
+                                        let c = host_counters(&run, vm);
+                                        (run, c)
+                                    })
+                                    .collect()
+                            });
+                            record(w, "host", t, r, got);
                         }
+                    }
+                }
+            }
+        }
+    }
+    if !policies.is_empty() {
+        let area = soft::SoftArea::new(size)?;
+        println!("{}", sharing_line(&area));
+        for &w in &workloads {
+            for &p in &policies {
+                for &t in &threads {
+                    for r in 0..args.repeat {
+                        let got = soft::run(&area, p, programs(w), t, limit)
+                            .map(|runs| runs.into_iter().map(|s| (s.run, s.counters)).collect());
+                        record(w, p.name(), t, r, got);
                     }
                 }
             }
@@ -601,14 +663,32 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
+/// A counter of the row's samples per operation, `-` where they have none.
+fn per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option<u64>) -> String {
+    let total: Option<u64> = row.samples.iter().map(|x| counter(&x.counters)).sum();
+    total.map_or("-".into(), |c| format!("{:.3}", c as f64 / ops.max(1) as f64))
+}
+
 /// The hugetlb table: per workload, mode, policy and instance count, the
-/// summed and per-instance rate (medians over repeats) and minor faults per
+/// summed and per-instance rate (medians over repeats) and the counters per
 /// operation.
 pub fn table(samples: &[Sample], size: u64) -> String {
-    let mut lines =
-        vec![["workload", "mode", "policy", "inst", "ops/s", "min", "max", "ops/s/inst", "minflt/op", "htlb allocs"]
-            .map(String::from)
-            .to_vec()];
+    const HEAD: [&str; 13] = [
+        "workload",
+        "mode",
+        "policy",
+        "inst",
+        "ops/s",
+        "min",
+        "max",
+        "ops/s/inst",
+        "faults/op",
+        "mmap_lock/op",
+        "flush req/op",
+        "pmd share/op",
+        "unshare/op",
+    ];
+    let mut lines = vec![HEAD.map(String::from).to_vec()];
     for row in report::rows(samples) {
         let s = row.samples[0];
         let rate = row.median();
@@ -618,9 +698,6 @@ pub fn table(samples: &[Sample], size: u64) -> String {
             .map(|x| x.ops_per_sec)
             .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
         let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
-        let faults: Option<u64> = row.samples.iter().map(|x| x.counters.faults).sum();
-        let per_op = faults.map_or("-".into(), |f| format!("{:.3}", f as f64 / ops.max(1) as f64));
-        let allocs: Option<u64> = row.samples.iter().map(|x| x.counters.htlb_buddy_alloc_success).sum();
         lines.push(vec![
             s.workload.clone(),
             s.mode.clone(),
@@ -630,49 +707,86 @@ pub fn table(samples: &[Sample], size: u64) -> String {
             report::si(min),
             report::si(max),
             report::si(rate / s.threads.max(1) as f64),
-            per_op,
-            allocs.map_or("-".into(), |a| a.to_string()),
+            per_op(&row, ops, |c| c.faults),
+            per_op(&row, ops, |c| c.mmap_lock_acquisitions),
+            per_op(&row, ops, |c| c.flush_requests),
+            per_op(&row, ops, |c| c.pmd_shares),
+            per_op(&row, ops, |c| c.pmd_unshares),
         ]);
     }
-    let widths: Vec<usize> = (0..10).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..HEAD.len()).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for l in &lines {
         let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
+    let host_allocs: Vec<u64> = samples.iter().filter_map(|x| x.counters.htlb_buddy_alloc_success).collect();
+    let allocs = (!host_allocs.is_empty()).then(|| host_allocs.iter().sum::<u64>());
     out.push_str(&format!(
         "hugetlb: {} MiB shared hugetlbfs file; faults: one op = one 2 MiB page written (map, write all, unmap); forks: one op = one fork \
-         (map, write {FORK_TOUCH} pages, fork, child exits, unmap); inst = instances (processes) per program, fork-fault runs both; \
-         ops/s summed over instances (median of the repeats, with min and max); minflt/op = minor faults (getrusage, children included) per op, below 1 where a write found its page \
-         already mapped through a PMD table shared with another instance (one fault links all 512 entries of a 1 GiB window); htlb allocs = /proc/vmstat \
-         htlb_buddy_alloc_success during the sample (pages are preallocated, so 0).\n",
-        size >> 20
+         (map, write {FORK_TOUCH} pages, fork, the child writes 1 page and exits, unmap); inst = instances (processes; on softmm, address \
+         spaces with a thread each) per program, fork-fault runs both; ops/s summed over instances (median of the repeats, with min and max); \
+         faults/op = host: minor faults (getrusage, children included), softmm: faults of the instances' and children's CPUs, per op, below 1 \
+         where a write found its page already mapped through a PMD table shared with another instance (one fault links all 512 entries of a \
+         1 GiB window); softmm only: mmap_lock/op = mmap_lock acquisitions (faults and the instances' own calls), flush req/op = TLB \
+         flush requests to other CPUs, pmd share/op and unshare/op = huge_pmd_share and huge_pmd_unshare of the whole arena during the \
+         sample (in fork-fault both programs' rows show the same arena totals){}.\n",
+        size >> 20,
+        allocs.map_or(String::new(), |a| format!(
+            "; host /proc/vmstat htlb_buddy_alloc_success during the samples: {a} (pages are preallocated, so 0)"
+        )),
     ));
     out
 }
 
-/// Seed 000's figures for the headline: the host's faults/s and forks/s
-/// with one fault and one fork instance at once (`hugetlb-fork-fault`, 1 GiB)
-/// for `duration`; `None` (the reason printed) where the host refuses.
-pub fn short_run(duration: Duration) -> Option<(f64, f64)> {
-    let area = match HostArea::new(DEFAULT_SIZE) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("softmm: seed 000 host: {e}");
-            return None;
-        }
-    };
-    match host(&area, programs("hugetlb-fork-fault"), 1, Limit::Duration(duration)) {
-        Ok((runs, _)) => {
-            let rate = |p: Program| runs.iter().find(|r| r.program == p).map_or(0.0, |r| r.ops_per_sec);
-            Some((rate(Program::Fault), rate(Program::Fork)))
-        }
+/// Seed 000's figures for the headline: faults/s and forks/s with one fault
+/// and one fork instance at once (`hugetlb-fork-fault`, 1 GiB) for
+/// `duration` each, per row.
+#[derive(Debug, Clone)]
+pub struct ShortRun {
+    /// softmm under each of `policies`: `(faults/s, forks/s)`, `None` (the
+    /// reason printed) where the run failed.
+    pub soft: Vec<(HugetlbPolicy, Option<(f64, f64)>)>,
+    /// The host's, `None` (the reason printed) where it refuses.
+    pub host: Option<(f64, f64)>,
+}
+
+fn rates<'a>(runs: impl Iterator<Item = &'a ProgramRun> + Clone) -> (f64, f64) {
+    let rate = |p: Program| runs.clone().find(|r| r.program == p).map_or(0.0, |r| r.ops_per_sec);
+    (rate(Program::Fault), rate(Program::Fork))
+}
+
+/// Runs [`ShortRun`]: the host, then softmm under each of `policies`.
+pub fn short_run(duration: Duration, policies: &[HugetlbPolicy]) -> ShortRun {
+    let limit = Limit::Duration(duration);
+    let both = programs("hugetlb-fork-fault");
+    // The host first, as in the sweep (see `bench`); its area is gone
+    // before softmm's is made.
+    let host = match HostArea::new(DEFAULT_SIZE).and_then(|area| host(&area, both, 1, limit)) {
+        Ok((runs, _)) => Some(rates(runs.iter())),
         Err(e) => {
             eprintln!("softmm: seed 000 host: {e}");
             None
         }
+    };
+    let mut out = ShortRun { soft: Vec::new(), host };
+    match soft::SoftArea::new(DEFAULT_SIZE) {
+        Err(e) => eprintln!("softmm: seed 000 softmm: {e}"),
+        Ok(area) => {
+            for &p in policies {
+                let got = match soft::run(&area, p, both, 1, limit) {
+                    Ok(runs) => Some(rates(runs.iter().map(|r| &r.run))),
+                    Err(e) => {
+                        eprintln!("softmm: seed 000 {}: {e}", p.name());
+                        None
+                    }
+                };
+                out.soft.push((p, got));
+            }
+        }
     }
+    out
 }
 
 #[cfg(test)]
@@ -690,11 +804,18 @@ mod tests {
     }
 
     #[test]
-    fn only_the_host_row_can_be_asked_for() {
-        assert_eq!(wants_host("all", false), Ok(true));
-        assert_eq!(wants_host("default,host", false), Ok(true));
-        assert_eq!(wants_host("all", true), Ok(false));
-        assert!(wants_host("vma-lock", false).unwrap_err().contains("not built yet"));
+    fn policies_are_every_softmm_policy_the_default_or_named_ones_and_the_host() {
+        assert_eq!(parse_policies("all", false), Ok((HugetlbPolicy::ALL.to_vec(), true)));
+        assert_eq!(parse_policies("all", true), Ok((HugetlbPolicy::ALL.to_vec(), false)));
+        assert_eq!(parse_policies("default,host", false), Ok((vec![HugetlbPolicy::default()], true)));
+        assert_eq!(parse_policies("host", false), Ok((vec![], true)));
+        // In ALL's order, once each.
+        assert_eq!(
+            parse_policies("lock-free,i-mmap-rwsem,lock-free", false),
+            Ok((vec![HugetlbPolicy::IMmapRwsem, HugetlbPolicy::LockFree], false))
+        );
+        let e = parse_policies("mmap-lock", false).unwrap_err();
+        assert!(e.contains("unknown hugetlb policy `mmap-lock`") && e.contains("vma-lock"), "{e}");
     }
 
     #[test]
@@ -737,12 +858,27 @@ mod tests {
             ops_per_sec: 2000.0,
             minflt: 512,
         };
-        let t = table(&[sample("hugetlb-fault", &run, (0, 0), 0)], DEFAULT_SIZE);
+        let host = sample("hugetlb-fault", "host", &run, host_counters(&run, (0, 0)), 0);
+        let counters = Counters {
+            faults: Some(1024),
+            mmap_lock_acquisitions: Some(2048),
+            flush_requests: Some(0),
+            pmd_shares: Some(256),
+            pmd_unshares: Some(128),
+            ..Counters::default()
+        };
+        let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
+        let t = table(&[host, soft], DEFAULT_SIZE);
         let row = t.lines().nth(1).unwrap();
         assert!(
-            row.contains("faults") && row.contains("2.00k") && row.contains("1.00k") && row.contains("0.500"),
+            row.contains("faults") && row.contains("host") && row.contains("2.00k") && row.contains("1.00k"),
             "{t}"
         );
-        assert!(t.contains("1024 MiB"), "{t}");
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[8..], ["0.500", "-", "-", "-", "-"], "host: minor faults only: {t}");
+        let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
+        assert_eq!(cells[2], "vma-lock");
+        assert_eq!(cells[8..], ["1.000", "2.000", "0.000", "0.250", "0.125"], "{t}");
+        assert!(t.contains("1024 MiB") && t.contains("htlb_buddy_alloc_success during the samples: 0"), "{t}");
     }
 }
