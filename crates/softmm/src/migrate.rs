@@ -211,6 +211,49 @@ fn walk_entries(
     }
 }
 
+/// How many entries map frame `pfn`, a page of `owner` at `index`, as the
+/// entries are now (Linux's `folio_mapcount`, which `move_pages`, `mbind`
+/// and `migrate_pages(2)` read through `folio_likely_mapped_shared` to
+/// refuse a page mapped more than once without `MPOL_MF_MOVE_ALL`).
+///
+/// softmm keeps no per-frame map count (it would be a shared write per
+/// fault), so the count walks the reverse map: the anon family's members,
+/// or the file's mappers, and each one's published VMA tree, reading the
+/// entry at the page's address in every VMA of the owner covering `index`
+/// (Linux's `rmap_walk` with `vma_address`). The reference count cannot
+/// stand in for it: a transient reference (`get_user_pages`, a `Cpu` slice,
+/// an unmap's gather, a `write(2)` in progress) would make a page mapped
+/// once look shared. Like Linux's count it is read without a lock, so a
+/// racing fault, fork or unmap may or may not be counted; the migration's
+/// own reference check decides whether the page can move.
+///
+/// No lock is taken: the caller may hold an `mmap_lock` or a page lock.
+pub(crate) fn page_mapcount(owner: &Owner, index: u64, pfn: Pfn) -> usize {
+    let mut n = 0;
+    let mut count = |mm: &AddressSpace, addr: u64| {
+        let pte = mm.pte_at(addr);
+        if pte.has_frame() && pte.pfn() == pfn {
+            n += 1;
+        }
+    };
+    match owner {
+        Owner::Anon(family) => crate::mm::anon_rmap::for_each_anon_vma(family, index, |mm, _, addr| count(mm, addr)),
+        Owner::File(file) => {
+            for mapper in file.mappers() {
+                let Ok(mm) = mapper.as_any().downcast::<AddressSpace>() else { continue };
+                let guard = crossbeam_epoch::pin();
+                for v in mm.vmas_rcu(&guard).iter() {
+                    let ours = v.file.as_ref().is_some_and(|f| f.id() == file.id());
+                    if ours && (v.pgoff..v.pgoff + v.pages()).contains(&index) {
+                        count(&mm, v.start + ((index - v.pgoff) << crate::PAGE_SHIFT));
+                    }
+                }
+            }
+        }
+    }
+    n
+}
+
 /// Turns every entry mapping one of `pages` (`(index, pfn)` of one owner;
 /// present or `PROT_NONE`) into a migration entry, dropping the entries'
 /// references; adds the address spaces involved to `mms`. Returns the PTE

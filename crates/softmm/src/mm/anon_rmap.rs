@@ -23,7 +23,6 @@ use super::AddressSpace;
 
 /// Calls `f(mm, vma, addr)` for every VMA of `family`'s members that covers
 /// linear index `index` of the family, with the address it has there.
-#[cfg_attr(not(test), allow(dead_code, reason = "migration is its caller; until then only tests walk"))]
 pub(crate) fn for_each_anon_vma(family: &AnonFamily, index: u64, mut f: impl FnMut(&Arc<AddressSpace>, &Vma, u64)) {
     for member in family.members() {
         let Ok(mm) = member.downcast::<AddressSpace>() else { continue };
