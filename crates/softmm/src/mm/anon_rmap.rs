@@ -37,8 +37,9 @@ pub(crate) fn for_each_anon_vma(family: &AnonFamily, index: u64, mut f: impl FnM
 }
 
 /// Every (address space, address) whose entry maps frame `pfn`, a page of
-/// `family` at linear index `index`, as the entries are now.
-#[cfg_attr(not(test), allow(dead_code, reason = "migration is its caller; until then only tests walk"))]
+/// `family` at linear index `index`, as the entries are now (the tests'
+/// view; migration counts them with `migrate::page_mapcount`).
+#[cfg(all(test, not(loom)))]
 pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: Pfn) -> Vec<(Arc<AddressSpace>, u64)> {
     let mut out = Vec::new();
     for_each_anon_vma(family, index, |mm, _, addr| {
