@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use crate::phys::Pfn;
 use crate::vma::{AnonFamily, Vma};
 use crate::PAGE_SHIFT;
 
@@ -40,7 +39,7 @@ pub(crate) fn for_each_anon_vma(family: &AnonFamily, index: u64, mut f: impl FnM
 /// `family` at linear index `index`, as the entries are now (the tests'
 /// view; migration counts them with `migrate::page_mapcount`).
 #[cfg(all(test, not(loom)))]
-pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: Pfn) -> Vec<(Arc<AddressSpace>, u64)> {
+pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: crate::phys::Pfn) -> Vec<(Arc<AddressSpace>, u64)> {
     let mut out = Vec::new();
     for_each_anon_vma(family, index, |mm, _, addr| {
         let pte = mm.pte_at(addr);
@@ -54,7 +53,7 @@ pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: Pfn) -> Vec<(A
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::phys::{PhysConfig, PhysMem};
+    use crate::phys::{Pfn, PhysConfig, PhysMem};
     use crate::sync::Ordering;
     use crate::uapi::*;
     use crate::{Cpu, MmConfig, PAGE_SIZE};
