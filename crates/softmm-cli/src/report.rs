@@ -122,6 +122,9 @@ pub struct Counters {
     /// (its cost per page, which preemption by other tasks does not inflate).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub migrator_cpu_ns: Option<u64>,
+    /// migrate: PTE locks the migrations' unmap and remap walks took.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ptl_locks: Option<u64>,
 }
 
 impl Counters {
@@ -145,6 +148,7 @@ impl Counters {
         add(&mut self.htlb_buddy_alloc_fail, o.htlb_buddy_alloc_fail);
         add(&mut self.pages_migrated, o.pages_migrated);
         add(&mut self.migrator_cpu_ns, o.migrator_cpu_ns);
+        add(&mut self.ptl_locks, o.ptl_locks);
         // Durations and rates do not add up: a row keeps the worst.
         fn max(a: &mut Option<u64>, b: Option<u64>) {
             if let Some(b) = b {

@@ -454,6 +454,7 @@ fn attached_peer(mm: &Arc<AddressSpace>, a: u64, stop: &Arc<AtomicBool>) -> std:
 #[test]
 fn batched_migration_sends_one_flush_per_batch() {
     let mut requests = Vec::new();
+    let mut ptl_locks = Vec::new();
     for policy in MigratePolicy::ALL {
         let phys = two_nodes(1024);
         let mm = mm_with(&phys, policy);
@@ -468,11 +469,16 @@ fn batched_migration_sends_one_flush_per_batch() {
         let (r, _) = move_to(&mm, a, 600, 1, MPOL_MF_MOVE);
         assert_eq!(r, Ok(0));
         requests.push(mm.stats().tlb.flush_requests - before);
+        ptl_locks.push(mm.stats().migrate_ptl_locks);
         stop.store(true, Ordering::Relaxed);
         peer.join().unwrap();
     }
     // One request per page to the one other CPU, against one per batch of 512.
     assert_eq!(requests, [600, 2], "one-by-one, batched");
+    // A PTE lock per page and walk (unmap, remap) one by one; batched, one
+    // per page table and walk: two batches, each over at most two tables.
+    assert_eq!(ptl_locks[0], 1200);
+    assert!((4..=8).contains(&ptl_locks[1]), "batched took {} PTE locks", ptl_locks[1]);
 }
 
 #[test]

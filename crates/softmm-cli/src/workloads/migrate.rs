@@ -14,7 +14,8 @@
 //! `pages_migrated` and `flush_requests`, the shootdown requests the
 //! migrations sent to the accessors' CPUs, the IPIs the seed counts, and
 //! `migrator_cpu_ns`, the migrator thread's CPU time: its cost per page
-//! with the time it waited for a CPU left out), and
+//! with the time it waited for a CPU left out, and `ptl_locks`, the PTE
+//! locks its unmap and remap walks took), and
 //! mode `accessors` (one operation is one access: accesses per second over
 //! the same window; counters `faults` and the latencies of every 64th
 //! access, `p50_ns`, `p99_ns` and `max_ns`, which show the waits on
@@ -200,6 +201,7 @@ pub fn soft(
             pages_migrated: Some(pages),
             flush_requests: Some(after.tlb.flush_requests - before.tlb.flush_requests),
             migrator_cpu_ns: Some(migrator_cpu_ns),
+            ptl_locks: Some(after.migrate_ptl_locks - before.migrate_ptl_locks),
             ..Counters::default()
         },
     };
@@ -338,7 +340,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     println!("{}", table(&samples));
     println!(
         "migrate: pages migrated/s by migrate_pages(2) 0->1, 1->0, ...; flush req/page: shootdown requests to the \
-         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); migrator CPU us/page: the migrator thread's \
+         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); PTE locks/page: taken by the migrations' unmap \
+         and remap walks; migrator CPU us/page: the migrator thread's \
          CPU time per migrated page; accesses/s and latencies (every {TIMED_EVERY}th \
          access timed) of the accessors over the same window; medians of --repeat, latencies their maximum."
     );
@@ -367,14 +370,20 @@ fn cpu_us_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f
 /// Flush requests per migrated page over every `migrate` sample of `policy`
 /// at `threads`.
 fn flushes_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+    per_page(samples, policy, threads, |c| c.flush_requests)
+}
+
+/// A counter per migrated page over every `migrate` sample of `policy` at
+/// `threads`.
+fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Counters) -> Option<u64>) -> Option<f64> {
     let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
     let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
-    let flushes: u64 = of().filter_map(|s| s.counters.flush_requests).sum();
-    (pages > 0).then(|| flushes as f64 / pages as f64)
+    let n: u64 = of().filter_map(|s| counter(&s.counters)).sum();
+    (pages > 0 && of().any(|s| counter(&s.counters).is_some())).then(|| n as f64 / pages as f64)
 }
 
 /// The table: per policy and accessor count, pages migrated/s, flush
-/// requests per migrated page, the migrator's CPU time per page, the
+/// requests and PTE locks per migrated page, the migrator's CPU time per page, the
 /// accessors' accesses/s and their sampled latencies.
 pub fn table(samples: &[Sample]) -> String {
     let mut lines = vec![[
@@ -382,6 +391,7 @@ pub fn table(samples: &[Sample]) -> String {
         "accessors",
         "pages migrated/s",
         "flush req/page",
+        "PTE locks/page",
         "migrator CPU us/page",
         "accesses/s",
         "access p50 ns",
@@ -409,6 +419,7 @@ pub fn table(samples: &[Sample]) -> String {
             t.to_string(),
             report::si(row.median()),
             flushes_per_page(samples, p, t).map_or("-".into(), |f| format!("{f:.4}")),
+            per_page(samples, p, t, |c| c.ptl_locks).map_or("-".into(), |l| format!("{l:.4}")),
             cpu_us_per_page(samples, p, t).map_or("-".into(), |c| format!("{c:.3}")),
             acc.as_ref().map_or("-".into(), |r| report::si(r.median())),
             lat(|c| c.p50_ns),
@@ -478,6 +489,7 @@ mod tests {
                 pages_migrated: pages,
                 flush_requests: flushes,
                 migrator_cpu_ns: pages.map(|p| p * 2000),
+                ptl_locks: pages.map(|p| p / 4),
                 ..Counters::default()
             },
             cpu_seconds: 1.0,
@@ -495,7 +507,14 @@ mod tests {
         let c = comparison(&s).unwrap();
         assert!(c.contains("-99.8%") && c.contains("+300.0%") && c.contains("-50.0%"), "{c}");
         let t = table(&s);
-        assert!(t.contains("0.0020") && t.contains("1.0000") && t.contains("4.00k") && t.contains("2.000"), "{t}");
+        assert!(
+            t.contains("0.0020")
+                && t.contains("1.0000")
+                && t.contains("4.00k")
+                && t.contains("2.000")
+                && t.contains("0.2500"),
+            "{t}"
+        );
         assert!(c.contains("migrator CPU per page +0.0%"), "{c}");
         assert_eq!(comparison(&s[..2]), None);
     }

@@ -177,6 +177,7 @@ impl AddressSpace {
             p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
         }
         self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
+        self.counters.migrate_ptl_locks.fetch_add(counts.ptl_locks, Ordering::Relaxed);
         counts
     }
 }
