@@ -185,11 +185,14 @@ fn walk_entries(
             // the entries of one page table are visited under one walk and
             // one lock of that table (a batch's pages are mostly adjacent).
             hits.clear();
-            hits.extend(indices.iter().enumerate().filter_map(|(k, &index)| {
-                (vma.pgoff..vma.pgoff + vma.pages())
-                    .contains(&index)
-                    .then(|| (vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT), k))
-            }));
+            let covered = vma.pgoff..vma.pgoff + vma.pages();
+            hits.extend(
+                indices
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, index)| covered.contains(index))
+                    .map(|(k, &index)| (vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT), k)),
+            );
             if !hits.is_sorted_by_key(|&(addr, _)| addr) {
                 hits.sort_by_key(|&(addr, _)| addr); // stable: a repeated index keeps its order
             }
