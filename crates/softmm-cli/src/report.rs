@@ -118,6 +118,13 @@ pub struct Counters {
     /// big-munmap: their run-queue delay meanwhile, summed.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub other_runq_ns: Option<u64>,
+    /// migrate: CPU time of the migrator thread over the sample, in ns
+    /// (its cost per page, which preemption by other tasks does not inflate).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub migrator_cpu_ns: Option<u64>,
+    /// migrate: PTE locks the migrations' unmap and remap walks took.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub ptl_locks: Option<u64>,
 }
 
 impl Counters {
@@ -140,6 +147,8 @@ impl Counters {
         add(&mut self.htlb_buddy_alloc_success, o.htlb_buddy_alloc_success);
         add(&mut self.htlb_buddy_alloc_fail, o.htlb_buddy_alloc_fail);
         add(&mut self.pages_migrated, o.pages_migrated);
+        add(&mut self.migrator_cpu_ns, o.migrator_cpu_ns);
+        add(&mut self.ptl_locks, o.ptl_locks);
         // Durations and rates do not add up: a row keeps the worst.
         fn max(a: &mut Option<u64>, b: Option<u64>) {
             if let Some(b) = b {

@@ -40,8 +40,8 @@ use std::sync::Arc;
 use crate::error::Errno;
 use crate::file::File;
 use crate::mm::AddressSpace;
-use crate::pgtable::Pte;
-use crate::phys::{FrameRef, NodeMask, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
+use crate::pgtable::{Pte, PMD_SIZE};
+use crate::phys::{FrameRef, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
@@ -134,13 +134,17 @@ pub(crate) fn unlock_page(phys: &PhysMem, pfn: Pfn) {
 /// held for read (recursively, so that a writer queued behind a fault that
 /// waits for this migration does not block us): no writer moves or copies
 /// entries while we look (mremap, fork, munmap's VMA removal). `f` returns
-/// the entry to store, if any.
+/// the entry to store, if any. Returns the number of PTE locks taken.
 ///
 /// One walk serves a whole batch of pages of one owner: the member list,
 /// each member's `mmap_lock` and its VMA list are taken once per batch
 /// instead of once per page (Linux walks the rmap per folio; here the
 /// per-page walk was most of the batch's cost besides the copy, and its
 /// `mmap_lock` read bounced the lock's line with the accessors' faults).
+/// Within a VMA the batch's entries are visited by page table: one walk
+/// down the tree and one PTE lock per table, not per page (Linux takes one
+/// per PMD in `try_to_migrate_one`'s `page_vma_mapped_walk` too, for the
+/// pages of a large folio).
 ///
 /// The members are read again after each one is visited: a fork that was
 /// copying the visited member's entries (under its `mmap_lock` for write,
@@ -153,15 +157,17 @@ fn walk_entries(
     owner: &Owner,
     indices: &[u64],
     mut f: impl FnMut(usize, &Arc<AddressSpace>, VmFlags, u64, Pte) -> Option<Pte>,
-) {
+) -> u64 {
     let mut visited: Vec<*const AddressSpace> = Vec::new();
+    let mut hits: Vec<(u64, usize)> = Vec::with_capacity(indices.len());
+    let mut ptl_locks = 0;
     loop {
         let unvisited = |mm: &Arc<AddressSpace>| !visited.contains(&Arc::as_ptr(mm));
         let next = match owner {
             Owner::Anon(family) => family.members().into_iter().filter_map(|m| m.downcast().ok()).find(unvisited),
             Owner::File(file) => file.mappers().into_iter().filter_map(|m| m.as_any().downcast().ok()).find(unvisited),
         };
-        let Some(mm) = next else { return };
+        let Some(mm) = next else { return ptl_locks };
         visited.push(Arc::as_ptr(&mm));
         let st = mm.read_lock_recursive();
         let guard = crossbeam_epoch::pin();
@@ -175,28 +181,87 @@ fn walk_entries(
             if !ours {
                 continue;
             }
-            for (k, &index) in indices.iter().enumerate() {
-                if !(vma.pgoff..vma.pgoff + vma.pages()).contains(&index) {
-                    continue;
-                }
-                let addr = vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT);
-                let Some(leaf) = mm.pgtables.leaf(addr, &guard) else { continue };
+            // The batch's addresses in this VMA, in address order, so that
+            // the entries of one page table are visited under one walk and
+            // one lock of that table (a batch's pages are mostly adjacent).
+            hits.clear();
+            let covered = vma.pgoff..vma.pgoff + vma.pages();
+            hits.extend(
+                indices
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, index)| covered.contains(index))
+                    .map(|(k, &index)| (vma.start + ((index - vma.pgoff) << crate::PAGE_SHIFT), k)),
+            );
+            if !hits.is_sorted_by_key(|&(addr, _)| addr) {
+                hits.sort_by_key(|&(addr, _)| addr); // stable: a repeated index keeps its order
+            }
+            for table in hits.chunk_by(|a, b| a.0 & !(PMD_SIZE - 1) == b.0 & !(PMD_SIZE - 1)) {
+                let (first, last) = (table[0].0, table[table.len() - 1].0);
+                let Some(leaf) = mm.pgtables.leaf(first, &guard) else { continue };
                 if leaf.entry_size() != PAGE_SIZE {
                     continue;
                 }
-                let mut ptl = leaf.lock();
-                if let Some(new) = f(k, &mm, vma.flags, addr, ptl.get(addr)) {
-                    ptl.replace(addr, new);
+                let mut ptl = leaf.with_range(first, last + PAGE_SIZE).lock();
+                ptl_locks += 1;
+                for &(addr, k) in table {
+                    if let Some(new) = f(k, &mm, vma.flags, addr, ptl.get(addr)) {
+                        ptl.replace(addr, new);
+                    }
                 }
             }
         }
     }
 }
 
+/// How many entries map frame `pfn`, a page of `owner` at `index`, as the
+/// entries are now (Linux's `folio_mapcount`, which `move_pages`, `mbind`
+/// and `migrate_pages(2)` read through `folio_likely_mapped_shared` to
+/// refuse a page mapped more than once without `MPOL_MF_MOVE_ALL`).
+///
+/// softmm keeps no per-frame map count (it would be a shared write per
+/// fault), so the count walks the reverse map: the anon family's members,
+/// or the file's mappers, and each one's published VMA tree, reading the
+/// entry at the page's address in every VMA of the owner covering `index`
+/// (Linux's `rmap_walk` with `vma_address`). The reference count cannot
+/// stand in for it: a transient reference (`get_user_pages`, a `Cpu` slice,
+/// an unmap's gather, a `write(2)` in progress) would make a page mapped
+/// once look shared. Like Linux's count it is read without a lock, so a
+/// racing fault, fork or unmap may or may not be counted; the migration's
+/// own reference check decides whether the page can move.
+///
+/// No lock is taken: the caller may hold an `mmap_lock` or a page lock.
+pub(crate) fn page_mapcount(owner: &Owner, index: u64, pfn: Pfn) -> usize {
+    let mut n = 0;
+    let mut count = |mm: &AddressSpace, addr: u64| {
+        let pte = mm.pte_at(addr);
+        if pte.has_frame() && pte.pfn() == pfn {
+            n += 1;
+        }
+    };
+    match owner {
+        Owner::Anon(family) => crate::mm::anon_rmap::for_each_anon_vma(family, index, |mm, _, addr| count(mm, addr)),
+        Owner::File(file) => {
+            for mapper in file.mappers() {
+                let Ok(mm) = mapper.as_any().downcast::<AddressSpace>() else { continue };
+                let guard = crossbeam_epoch::pin();
+                for v in mm.vmas_rcu(&guard).iter() {
+                    let ours = v.file.as_ref().is_some_and(|f| f.id() == file.id());
+                    if ours && (v.pgoff..v.pgoff + v.pages()).contains(&index) {
+                        count(&mm, v.start + ((index - v.pgoff) << crate::PAGE_SHIFT));
+                    }
+                }
+            }
+        }
+    }
+    n
+}
+
 /// Turns every entry mapping one of `pages` (`(index, pfn)` of one owner;
 /// present or `PROT_NONE`) into a migration entry, dropping the entries'
-/// references; adds the address spaces involved to `mms`.
-fn try_to_migrate(phys: &PhysMem, owner: &Owner, pages: &[(u64, Pfn)], mms: &mut Vec<Arc<AddressSpace>>) {
+/// references; adds the address spaces involved to `mms`. Returns the PTE
+/// locks taken.
+fn try_to_migrate(phys: &PhysMem, owner: &Owner, pages: &[(u64, Pfn)], mms: &mut Vec<Arc<AddressSpace>>) -> u64 {
     let indices: Vec<u64> = pages.iter().map(|&(index, _)| index).collect();
     walk_entries(owner, &indices, |k, mm, _, _, pte| {
         // Present or PROT_NONE: both map the frame.
@@ -209,13 +274,14 @@ fn try_to_migrate(phys: &PhysMem, owner: &Owner, pages: &[(u64, Pfn)], mms: &mut
         // The entry's reference goes; ours keeps the frame.
         drop(crate::rmap::unmapped(phys, pte));
         Some(pte.to_migration())
-    });
+    })
 }
 
 /// For each `(index, old, new)` of one owner, turns every migration entry
 /// for `old` into a present entry of `new` (Linux's
-/// `remove_migration_ptes`), each taking a reference on `new`.
-fn remove_migration_ptes(phys: &PhysMem, owner: &Owner, moves: &[(u64, Pfn, Pfn)]) {
+/// `remove_migration_ptes`), each taking a reference on `new`. Returns the
+/// PTE locks taken.
+fn remove_migration_ptes(phys: &PhysMem, owner: &Owner, moves: &[(u64, Pfn, Pfn)]) -> u64 {
     let indices: Vec<u64> = moves.iter().map(|&(index, ..)| index).collect();
     walk_entries(owner, &indices, |k, _, flags, _, pte| {
         let (_, old, new) = moves[k];
@@ -225,7 +291,7 @@ fn remove_migration_ptes(phys: &PhysMem, owner: &Owner, moves: &[(u64, Pfn, Pfn)
         let entry = pte.restored(crate::rmap::map_migrated(phys, new));
         // The VMA's protection now: PROT_NONE set meanwhile hides the page.
         Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
-    });
+    })
 }
 
 /// Whether two isolated pages' mappings are found through the same owner
@@ -302,6 +368,10 @@ pub(crate) enum Outcome {
 pub(crate) struct MigrateCounts {
     pub(crate) moved: u64,
     pub(crate) failed: u64,
+    /// PTE locks the unmap and remap walks took (one per page table and
+    /// batch when the pages are adjacent, where a walk per page took one
+    /// per page).
+    pub(crate) ptl_locks: u64,
 }
 
 /// Linux's `migrate_pages`: moves each isolated page to `node` with
@@ -319,16 +389,17 @@ pub(crate) fn migrate_pages(
         MigratePolicy::Batched => NR_MAX_BATCHED_MIGRATION,
     };
     let mut todo: Vec<usize> = (0..pages.len()).collect();
+    let mut ptl_locks = 0;
     for pass in 0..NR_MAX_MIGRATE_PAGES_RETRY {
         let mut again = Vec::new();
         let mut backed_off = Vec::new();
         for chunk in todo.chunks(batch) {
-            migrate_batch(phys, pages, chunk, node, &mut out, &mut again, &mut backed_off);
+            ptl_locks += migrate_batch(phys, pages, chunk, node, &mut out, &mut again, &mut backed_off);
         }
         // The pages whose lock a batch could not take: one at a time, each
         // holding only its own lock while it may wait.
         for i in backed_off {
-            migrate_batch(phys, pages, &[i], node, &mut out, &mut again, &mut Vec::new());
+            ptl_locks += migrate_batch(phys, pages, &[i], node, &mut out, &mut again, &mut Vec::new());
         }
         if again.is_empty() || pass + 1 == NR_MAX_MIGRATE_PAGES_RETRY {
             break;
@@ -336,13 +407,13 @@ pub(crate) fn migrate_pages(
         todo = again;
     }
     let moved = out.iter().filter(|o| **o == Outcome::Moved).count() as u64;
-    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved })
+    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks })
 }
 
 /// One batch: the first page locked with a wait, the others with a trylock
 /// (a failure goes to `backed_off`); unmap all (one reverse walk per run of
 /// pages of one owner), flush once, copy all, remap all (one walk per run
-/// again), unlock all.
+/// again), unlock all. Returns the PTE locks the walks took.
 fn migrate_batch(
     phys: &PhysMem,
     pages: &[Isolated<'_>],
@@ -351,12 +422,11 @@ fn migrate_batch(
     out: &mut [Outcome],
     again: &mut Vec<usize>,
     backed_off: &mut Vec<usize>,
-) {
-    let mut unmapped: Vec<(usize, FrameRef<'_>)> = Vec::new();
-    let only = NodeMask::single(node);
+) -> u64 {
+    let mut locked: Vec<usize> = Vec::with_capacity(chunk.len());
     for &i in chunk {
         let pfn = pages[i].page.pfn();
-        if unmapped.is_empty() && backed_off.is_empty() {
+        if locked.is_empty() && backed_off.is_empty() {
             lock_page(phys, pfn);
         } else if !trylock_page(phys, pfn) {
             backed_off.push(i);
@@ -370,26 +440,35 @@ fn migrate_batch(
             again.push(i);
             continue;
         }
-        // __GFP_THISNODE: the target node or nothing.
-        let Some(dst) = phys.alloc_in(node, Some(&only)) else {
-            unlock_page(phys, pfn);
-            out[i] = Outcome::Failed(Errno::NoMem);
-            continue;
-        };
-        unmapped.push((i, dst));
+        locked.push(i);
+    }
+    // The batch's new frames in one allocation (one cache and one free-list
+    // lock, not one per page), __GFP_THISNODE: the target node or nothing;
+    // the pages it could not serve stay, as `-ENOMEM`.
+    let mut frames = phys.alloc_bulk_on(node, locked.len()).into_iter();
+    let mut unmapped: Vec<(usize, FrameRef<'_>)> = Vec::with_capacity(locked.len());
+    for i in locked {
+        match frames.next() {
+            Some(dst) => unmapped.push((i, dst)),
+            None => {
+                unlock_page(phys, pages[i].page.pfn());
+                out[i] = Outcome::Failed(Errno::NoMem);
+            }
+        }
     }
     if unmapped.is_empty() {
-        return;
+        return 0;
     }
     // Every page of the batch is locked: unmap them all.
     let mut mms: Vec<Arc<AddressSpace>> = Vec::new();
+    let mut ptl_locks = 0;
     for_each_owner_run(
         pages,
         &unmapped,
         |&(i, _)| i,
         |owner, run| {
             let run: Vec<(u64, Pfn)> = run.iter().map(|&(i, _)| (pages[i].index, pages[i].page.pfn())).collect();
-            try_to_migrate(phys, owner, &run, &mut mms);
+            ptl_locks += try_to_migrate(phys, owner, &run, &mut mms);
         },
     );
     // One flush per address space involved, all begun before any is waited for.
@@ -445,7 +524,7 @@ fn migrate_batch(
         |&(i, ..)| i,
         |owner, run| {
             let run: Vec<(u64, Pfn, Pfn)> = run.iter().map(|&(i, old, new)| (pages[i].index, old, new)).collect();
-            remove_migration_ptes(phys, owner, &run);
+            ptl_locks += remove_migration_ptes(phys, owner, &run);
         },
     );
     for (i, old, new) in moves {
@@ -459,6 +538,7 @@ fn migrate_batch(
     }
     // Each `dst`'s allocation reference goes with `unmapped`; the restored
     // entries hold theirs, and a page that stayed frees its unused `dst`.
+    ptl_locks
 }
 
 #[cfg(all(test, not(loom)))]
@@ -589,11 +669,96 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             assert!(migrator.is_finished(), "{policy:?}: the migrator deadlocked on a second page lock");
-            assert_eq!(migrator.join().unwrap(), MigrateCounts { moved: 2, failed: 0 }, "{policy:?}");
+            let counts = migrator.join().unwrap();
+            assert_eq!((counts.moved, counts.failed), (2, 0), "{policy:?}");
             t.join().unwrap();
             cpu.resume();
             assert_eq!((cpu.read_u64(a).unwrap(), cpu.read_u64(a + PAGE_SIZE).unwrap()), (1, 2));
             assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 1);
         }
+    }
+
+    /// The pages mapped at `[a, a + n pages)` of `mm`, isolated as
+    /// `move_pages` isolates them.
+    fn isolate_range<'p>(mm: &'p AddressSpace, a: u64, n: u64) -> Vec<Isolated<'p>> {
+        let st = mm.read_lock();
+        let vma = st.vmas.find(a).unwrap().clone();
+        drop(st);
+        (0..n)
+            .map(|i| mm.isolate_at(&vma, a + i * PAGE_SIZE, crate::mempolicy::MPOL_MF_MOVE).unwrap().unwrap())
+            .collect()
+    }
+
+    fn release(isolated: Vec<Isolated<'_>>) {
+        for p in &isolated {
+            p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
+        }
+    }
+
+    /// A batch's unmap and remap take each page table's lock once, where
+    /// one-by-one (and the per-page walk before) takes one per page and walk.
+    #[test]
+    fn a_batch_locks_each_page_table_once_per_walk() {
+        let phys = PhysMem::new(PhysConfig::new(16 << 20).nodes(2)).unwrap();
+        {
+            let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+            // Two whole page tables' worth, 2 MiB aligned: two batches of 512.
+            let a = mm
+                .mmap(
+                    1 << 30,
+                    1024 * PAGE_SIZE,
+                    PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                    None,
+                    0,
+                )
+                .unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..1024 {
+                cpu.write_u64(a + i * PAGE_SIZE, i).unwrap();
+            }
+            for (policy, node, locks) in [(MigratePolicy::Batched, 1, 4), (MigratePolicy::OneByOne, 0, 2048)] {
+                let pages = isolate_range(&mm, a, 1024);
+                let (out, counts) = migrate_pages(&phys, &pages, node, policy);
+                assert!(out.iter().all(|o| *o == Outcome::Moved), "{policy:?}");
+                assert_eq!((counts.moved, counts.ptl_locks), (1024, locks), "{policy:?}");
+                release(pages);
+            }
+            for i in 0..1024 {
+                assert_eq!(cpu.read_u64(a + i * PAGE_SIZE).unwrap(), i);
+            }
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
+    }
+
+    /// The batch's one allocation serves as many pages as the node has
+    /// frames for; the others stay where they are, mapped, as `-ENOMEM`.
+    #[test]
+    fn a_batch_short_of_frames_moves_what_the_node_can_take() {
+        let phys = PhysMem::new(PhysConfig::new(4 << 20).nodes(2)).unwrap();
+        {
+            let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+            let a = mm.mmap(0, 300 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..300 {
+                cpu.write_u64(a + i * PAGE_SIZE, i).unwrap();
+            }
+            let free1 = phys.node_stats()[1].frames_free as usize;
+            let hold = phys.alloc_bulk_on(1, free1 - 100);
+            let pages = isolate_range(&mm, a, 300);
+            let (out, counts) = migrate_pages(&phys, &pages, 1, MigratePolicy::Batched);
+            assert_eq!((counts.moved, counts.failed), (100, 200));
+            assert_eq!(out.iter().filter(|o| **o == Outcome::Failed(Errno::NoMem)).count(), 200);
+            release(pages);
+            drop(hold);
+            for i in 0..300 {
+                let moved = out[i as usize] == Outcome::Moved;
+                assert_eq!(phys.node_of(mm.pte_at(a + i * PAGE_SIZE).pfn()), usize::from(moved));
+                assert_eq!(cpu.read_u64(a + i * PAGE_SIZE).unwrap(), i);
+            }
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
     }
 }

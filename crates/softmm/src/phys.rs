@@ -578,6 +578,66 @@ impl PhysMem {
         Some(FrameRef { phys: self, pfn })
     }
 
+    /// Allocates up to `n` frames of `node` and of no other node (Linux's
+    /// `alloc_pages_bulk` with `__GFP_THISNODE`, what migration asks for),
+    /// with unspecified contents, each returned reference its frame's only
+    /// one. Returns fewer than `n` only when `node` has no more free frames,
+    /// those in other threads' caches included; none for a node the arena
+    /// lacks.
+    ///
+    /// It takes this thread's cache lock once and `node`'s free-list lock at
+    /// most once per attempt (a second attempt after draining every cache),
+    /// where `n` calls of [`PhysMem::alloc_in`] lock the cache `n` times and
+    /// search it for a frame of `node` each time: a migration batch of 512
+    /// pages spent that on every page, with the cache full of the frames of
+    /// the node it was emptying.
+    pub(crate) fn alloc_bulk_on(&self, node: usize, n: usize) -> Vec<FrameRef<'_>> {
+        // A node never has more than `per_node` frames to give.
+        let mut pfns = Vec::with_capacity(n.min(self.per_node as usize));
+        if node < self.nodes.len() {
+            self.take_from_node(node, n, &mut pfns);
+            if pfns.len() < n {
+                // Out of `node` in this thread's view: give back what other
+                // threads' caches hold and try once more, as `alloc_in` does.
+                self.drain_all_caches();
+                self.take_from_node(node, n - pfns.len(), &mut pfns);
+            }
+        }
+        pfns.into_iter()
+            .map(|pfn| {
+                let d = self.desc(pfn);
+                d.flags.store(0, Ordering::Relaxed);
+                d.mapping.store(0, Ordering::Relaxed);
+                d.refcount.store(1, Ordering::Release);
+                FrameRef { phys: self, pfn }
+            })
+            .collect()
+    }
+
+    /// Appends up to `n` free frames of `node` to `out`: this thread's
+    /// cached ones first (as [`PhysMem::alloc_cached`] prefers them), then
+    /// from `node`'s free list under one lock (shard then node, the order
+    /// `refill` takes them in).
+    fn take_from_node(&self, node: usize, n: usize, out: &mut Vec<Pfn>) {
+        let before = out.len();
+        let mut shard = self.shard().lock();
+        shard.frames.retain(|&p| {
+            let take = out.len() - before < n && self.node_of_fast(p) == node;
+            if take {
+                out.push(p);
+            }
+            !take
+        });
+        let want = n - (out.len() - before);
+        if want > 0 {
+            crate::sync::shared_write(2); // the node's free-list lock
+            let mut free = self.nodes[node].free.lock();
+            let at = free.len().saturating_sub(want);
+            out.extend(free.drain(at..));
+        }
+        shard.used += (out.len() - before) as i64;
+    }
+
     /// A frame from this thread's cache or the node free lists, in the
     /// zonelist order: the cache's frames of `node`, `node`'s free list, then
     /// any cached frame, then the other nodes' free lists.
@@ -1324,6 +1384,38 @@ mod tests {
         let mut batch = again;
         batch.push(shared);
         phys.put_batch(&mut batch);
+        assert_eq!(phys.quiesce().frames_used, 0);
+    }
+
+    /// `alloc_bulk_on` hands out frames of the asked node only, from this
+    /// thread's cache and the node's free list and, once those run out,
+    /// from other threads' caches; it returns fewer only when the node is
+    /// empty, and each frame comes with one reference, counted as used.
+    #[test]
+    fn alloc_bulk_on_takes_only_the_node_and_all_of_it() {
+        let phys = PhysMem::new(PhysConfig::new(512 * PAGE_SIZE).nodes(2)).unwrap();
+        let per_node: Vec<u64> = phys.node_stats().iter().map(|s| s.frames_total).collect();
+        // Fill this thread's cache with frames of both nodes, and another
+        // thread's with frames of node 1.
+        let mut mixed: Vec<Pfn> = (0..40).flat_map(|_| [alloc_raw(&phys, 0), alloc_raw(&phys, 1)]).flatten().collect();
+        phys.put_batch(&mut mixed);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut other: Vec<Pfn> = (0..20).filter_map(|_| alloc_raw(&phys, 1)).collect();
+                phys.put_batch(&mut other);
+            });
+        });
+        let some = phys.alloc_bulk_on(1, 50);
+        assert_eq!(some.len(), 50);
+        assert!(some.iter().all(|f| phys.node_of(f.pfn()) == 1 && f.desc().refcount.load(Ordering::Relaxed) == 1));
+        let rest = phys.alloc_bulk_on(1, usize::MAX >> 1);
+        assert_eq!(rest.len() as u64, per_node[1] - 50, "frames of node 1 left behind");
+        assert!(rest.iter().all(|f| phys.node_of(f.pfn()) == 1));
+        assert!(phys.alloc_bulk_on(1, 1).is_empty(), "node 1 is empty");
+        assert!(phys.alloc_bulk_on(2, 1).is_empty(), "no node 2");
+        assert_eq!(phys.stats().frames_used, per_node[1]);
+        assert_eq!(phys.node_stats()[0].frames_used, 0);
+        drop((some, rest));
         assert_eq!(phys.quiesce().frames_used, 0);
     }
 }

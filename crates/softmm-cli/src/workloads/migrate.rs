@@ -12,7 +12,10 @@
 //! Per policy two samples: mode `migrate` (one operation is one page
 //! migrated: `ops_per_sec` is pages migrated per second; counters
 //! `pages_migrated` and `flush_requests`, the shootdown requests the
-//! migrations sent to the accessors' CPUs, the IPIs the seed counts), and
+//! migrations sent to the accessors' CPUs, the IPIs the seed counts, and
+//! `migrator_cpu_ns`, the migrator thread's CPU time: its cost per page
+//! with the time it waited for a CPU left out, and `ptl_locks`, the PTE
+//! locks its unmap and remap walks took), and
 //! mode `accessors` (one operation is one access: accesses per second over
 //! the same window; counters `faults` and the latencies of every 64th
 //! access, `p50_ns`, `p99_ns` and `max_ns`, which show the waits on
@@ -161,6 +164,7 @@ pub fn soft(
         start.wait();
         let before = mm.stats();
         let (c0, t0) = (super::space::process_cpu_ns() as f64 * 1e-9, Instant::now());
+        let own0 = super::space::thread_cpu_ns();
         let mut to = 1u64;
         let mut failed = Ok(());
         loop {
@@ -180,13 +184,14 @@ pub fn soft(
             }
         }
         let (seconds, cpu) = (t0.elapsed().as_secs_f64(), super::space::process_cpu_ns() as f64 * 1e-9 - c0);
+        let own = super::space::thread_cpu_ns() - own0;
         let after = mm.stats();
         stop.store(true, Ordering::Relaxed);
         let accessed: Vec<Accessed> =
             handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
-        (accessed, failed.map(|()| (before, after, seconds, cpu)))
+        (accessed, failed.map(|()| (before, after, seconds, cpu, own)))
     });
-    let (before, after, seconds, cpu_seconds) = migrator?;
+    let (before, after, seconds, cpu_seconds, migrator_cpu_ns) = migrator?;
     let pages = after.pages_migrated - before.pages_migrated;
     let migrate = Measured {
         ops: pages,
@@ -195,6 +200,8 @@ pub fn soft(
         counters: Counters {
             pages_migrated: Some(pages),
             flush_requests: Some(after.tlb.flush_requests - before.tlb.flush_requests),
+            migrator_cpu_ns: Some(migrator_cpu_ns),
+            ptl_locks: Some(after.migrate_ptl_locks - before.migrate_ptl_locks),
             ..Counters::default()
         },
     };
@@ -333,7 +340,9 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     println!("{}", table(&samples));
     println!(
         "migrate: pages migrated/s by migrate_pages(2) 0->1, 1->0, ...; flush req/page: shootdown requests to the \
-         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); accesses/s and latencies (every {TIMED_EVERY}th \
+         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); PTE locks/page: taken by the migrations' unmap \
+         and remap walks; migrator CPU us/page: the migrator thread's \
+         CPU time per migrated page; accesses/s and latencies (every {TIMED_EVERY}th \
          access timed) of the accessors over the same window; medians of --repeat, latencies their maximum."
     );
     if let Some(c) = comparison(&samples) {
@@ -348,24 +357,42 @@ fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Optio
     crate::summary::median(samples, "migrate", mode, policy, threads)
 }
 
+/// The migrator's CPU time per migrated page in µs over every `migrate`
+/// sample of `policy` at `threads`: what a page costs the migrator itself,
+/// which the machine's load changes far less than pages per second.
+fn cpu_us_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+    let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
+    let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
+    let ns: u64 = of().filter_map(|s| s.counters.migrator_cpu_ns).sum();
+    (pages > 0 && ns > 0).then(|| ns as f64 / 1000.0 / pages as f64)
+}
+
 /// Flush requests per migrated page over every `migrate` sample of `policy`
 /// at `threads`.
 fn flushes_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+    per_page(samples, policy, threads, |c| c.flush_requests)
+}
+
+/// A counter per migrated page over every `migrate` sample of `policy` at
+/// `threads`.
+fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Counters) -> Option<u64>) -> Option<f64> {
     let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
     let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
-    let flushes: u64 = of().filter_map(|s| s.counters.flush_requests).sum();
-    (pages > 0).then(|| flushes as f64 / pages as f64)
+    let n: u64 = of().filter_map(|s| counter(&s.counters)).sum();
+    (pages > 0 && of().any(|s| counter(&s.counters).is_some())).then(|| n as f64 / pages as f64)
 }
 
 /// The table: per policy and accessor count, pages migrated/s, flush
-/// requests per migrated page, the accessors' accesses/s and their sampled
-/// latencies.
+/// requests and PTE locks per migrated page, the migrator's CPU time per page, the
+/// accessors' accesses/s and their sampled latencies.
 pub fn table(samples: &[Sample]) -> String {
     let mut lines = vec![[
         "policy",
         "accessors",
         "pages migrated/s",
         "flush req/page",
+        "PTE locks/page",
+        "migrator CPU us/page",
         "accesses/s",
         "access p50 ns",
         "access p99 ns",
@@ -392,13 +419,15 @@ pub fn table(samples: &[Sample]) -> String {
             t.to_string(),
             report::si(row.median()),
             flushes_per_page(samples, p, t).map_or("-".into(), |f| format!("{f:.4}")),
+            per_page(samples, p, t, |c| c.ptl_locks).map_or("-".into(), |l| format!("{l:.4}")),
+            cpu_us_per_page(samples, p, t).map_or("-".into(), |c| format!("{c:.3}")),
             acc.as_ref().map_or("-".into(), |r| report::si(r.median())),
             lat(|c| c.p50_ns),
             lat(|c| c.p99_ns),
             lat(|c| c.max_ns),
         ]);
     }
-    let widths: Vec<usize> = (0..8).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..lines[0].len()).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for l in &lines {
         let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
@@ -415,10 +444,14 @@ pub fn comparison(samples: &[Sample]) -> Option<String> {
     let (old, new) = (MigratePolicy::OneByOne.name(), MigratePolicy::Batched.name());
     let rate = median(samples, "migrate", new, t)? / median(samples, "migrate", old, t)?;
     let flushes = flushes_per_page(samples, new, t)? / flushes_per_page(samples, old, t)?;
+    let cpu = match (cpu_us_per_page(samples, new, t), cpu_us_per_page(samples, old, t)) {
+        (Some(n), Some(o)) => format!(", migrator CPU per page {:+.1}%", (n / o - 1.0) * 100.0),
+        _ => String::new(),
+    };
     let acc = median(samples, "accessors", new, t)? / median(samples, "accessors", old, t)?;
     Some(format!(
         "batched vs one-by-one, {t} accessor threads: flush requests per migrated page {:+.1}% (seed: -99.1%), \
-         pages migrated/s {:+.1}% (seed: +291.7%), accessors' accesses/s {:+.1}%",
+         pages migrated/s {:+.1}% (seed: +291.7%), accessors' accesses/s {:+.1}%{cpu}",
         (flushes - 1.0) * 100.0,
         (rate - 1.0) * 100.0,
         (acc - 1.0) * 100.0
@@ -452,7 +485,13 @@ mod tests {
             ops,
             seconds: 1.0,
             ops_per_sec: ops as f64,
-            counters: Counters { pages_migrated: pages, flush_requests: flushes, ..Counters::default() },
+            counters: Counters {
+                pages_migrated: pages,
+                flush_requests: flushes,
+                migrator_cpu_ns: pages.map(|p| p * 2000),
+                ptl_locks: pages.map(|p| p / 4),
+                ..Counters::default()
+            },
             cpu_seconds: 1.0,
         }
     }
@@ -468,7 +507,15 @@ mod tests {
         let c = comparison(&s).unwrap();
         assert!(c.contains("-99.8%") && c.contains("+300.0%") && c.contains("-50.0%"), "{c}");
         let t = table(&s);
-        assert!(t.contains("0.0020") && t.contains("1.0000") && t.contains("4.00k"), "{t}");
+        assert!(
+            t.contains("0.0020")
+                && t.contains("1.0000")
+                && t.contains("4.00k")
+                && t.contains("2.000")
+                && t.contains("0.2500"),
+            "{t}"
+        );
+        assert!(c.contains("migrator CPU per page +0.0%"), "{c}");
         assert_eq!(comparison(&s[..2]), None);
     }
 

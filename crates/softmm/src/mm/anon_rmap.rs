@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use crate::phys::Pfn;
 use crate::vma::{AnonFamily, Vma};
 use crate::PAGE_SHIFT;
 
@@ -23,7 +22,6 @@ use super::AddressSpace;
 
 /// Calls `f(mm, vma, addr)` for every VMA of `family`'s members that covers
 /// linear index `index` of the family, with the address it has there.
-#[cfg_attr(not(test), allow(dead_code, reason = "migration is its caller; until then only tests walk"))]
 pub(crate) fn for_each_anon_vma(family: &AnonFamily, index: u64, mut f: impl FnMut(&Arc<AddressSpace>, &Vma, u64)) {
     for member in family.members() {
         let Ok(mm) = member.downcast::<AddressSpace>() else { continue };
@@ -38,9 +36,10 @@ pub(crate) fn for_each_anon_vma(family: &AnonFamily, index: u64, mut f: impl FnM
 }
 
 /// Every (address space, address) whose entry maps frame `pfn`, a page of
-/// `family` at linear index `index`, as the entries are now.
-#[cfg_attr(not(test), allow(dead_code, reason = "migration is its caller; until then only tests walk"))]
-pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: Pfn) -> Vec<(Arc<AddressSpace>, u64)> {
+/// `family` at linear index `index`, as the entries are now (the tests'
+/// view; migration counts them with `migrate::page_mapcount`).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: crate::phys::Pfn) -> Vec<(Arc<AddressSpace>, u64)> {
     let mut out = Vec::new();
     for_each_anon_vma(family, index, |mm, _, addr| {
         let pte = mm.pte_at(addr);
@@ -54,7 +53,7 @@ pub(crate) fn anon_mappings(family: &AnonFamily, index: u64, pfn: Pfn) -> Vec<(A
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::phys::{PhysConfig, PhysMem};
+    use crate::phys::{Pfn, PhysConfig, PhysMem};
     use crate::sync::Ordering;
     use crate::uapi::*;
     use crate::{Cpu, MmConfig, PAGE_SIZE};

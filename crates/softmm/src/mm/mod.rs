@@ -83,6 +83,8 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
     /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
     pub(crate) pages_migrated: AtomicU64,
+    /// PTE locks its migrations' unmap and remap walks took.
+    pub(crate) migrate_ptl_locks: AtomicU64,
     /// Where the policy unmaps spent their time (`unmap.rs`).
     pub(crate) unmap: unmap::UnmapCounters,
     /// hugetlb faults that mapped a huge page.
@@ -106,6 +108,10 @@ pub struct MmStats {
     pub rss_pages: u64,
     /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
     pub pages_migrated: u64,
+    /// PTE locks its `move_pages`, `mbind` and `migrate_pages` walks took to
+    /// unmap and remap the pages (one per page table and batch when the
+    /// pages are adjacent, two per page one by one).
+    pub migrate_ptl_locks: u64,
     /// Where its unmaps (`munmap`, `mremap` and `brk` shrinks) spent their time.
     pub unmap: UnmapStats,
     /// 4 KiB pages mapped by hugetlb mappings (`/proc/pid/status`
@@ -360,6 +366,7 @@ impl AddressSpace {
             tlb: self.tlb.stats(),
             rss_pages,
             pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),
+            migrate_ptl_locks: self.counters.migrate_ptl_locks.load(Ordering::Relaxed),
             unmap: self.counters.unmap.stats(),
             hugetlb_pages,
             hugetlb_faults: self.counters.hugetlb_faults.load(Ordering::Relaxed),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
-use crate::migrate::{migrate_pages, Isolated, MigrateCounts, Outcome, Owner};
+use crate::migrate::{migrate_pages, page_mapcount, Isolated, MigrateCounts, Outcome, Owner};
 use crate::phys::{PG_ANON, PG_FILE, PG_ISOLATED};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
@@ -120,20 +120,11 @@ impl AddressSpace {
             return Err(-libc::EFAULT);
         }
         let d = self.phys.desc(pfn);
-        // folio_likely_mapped_shared: more references than its pins, one
-        // mapping and, for a page-cache page, the cache's.
-        let file = vma.file.as_ref().filter(|_| d.flags.load(Ordering::Relaxed) & PG_FILE != 0);
-        let own = 1 + u64::from(file.is_some());
-        let shared =
-            u64::from(d.refcount.load(Ordering::Relaxed)) > own + u64::from(d.pincount.load(Ordering::Relaxed));
-        if shared && flags & MPOL_MF_MOVE_ALL == 0 {
-            return Ok(None);
-        }
-        if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
-            return Err(-libc::EBUSY);
-        }
+        // Our reference keeps the frame (not its mappings) once the lock
+        // is dropped for the reverse walk.
         let page = self.phys.get(pfn);
         drop(ptl);
+        let file = vma.file.as_ref().filter(|_| d.flags.load(Ordering::Relaxed) & PG_FILE != 0);
         let owner = match (vma.anon_vma.get(), file) {
             (_, Some(f)) => Owner::File(f.clone()),
             (Some(a), None) if d.flags.load(Ordering::Relaxed) & PG_ANON != 0 => Owner::Anon(a.family.clone()),
@@ -141,7 +132,16 @@ impl AddressSpace {
             // not moved rather than vanishing from the statuses.
             _ => Owner::Anon(Arc::new(crate::vma::AnonFamily::empty())),
         };
-        Ok(Some(Isolated { page, owner, index: d.index.load(Ordering::Relaxed) }))
+        let index = d.index.load(Ordering::Relaxed);
+        // folio_likely_mapped_shared: mapped more than once, counted through
+        // the reverse map (a reference taken for a moment is no mapping).
+        if flags & MPOL_MF_MOVE_ALL == 0 && page_mapcount(&owner, index, pfn) > 1 {
+            return Ok(None);
+        }
+        if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
+            return Err(-libc::EBUSY);
+        }
+        Ok(Some(Isolated { page, owner, index }))
     }
 
     /// Migrates the queued run to `node` (Linux's `move_pages_and_store_status`):
@@ -177,6 +177,7 @@ impl AddressSpace {
             p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
         }
         self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
+        self.counters.migrate_ptl_locks.fetch_add(counts.ptl_locks, Ordering::Relaxed);
         counts
     }
 }
