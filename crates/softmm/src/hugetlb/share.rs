@@ -40,13 +40,14 @@
 //! PMD table is shared — the whole 1 GiB, as
 //! `adjust_range_if_pmd_sharing_possible` widens it — and flushes this
 //! address space's TLB before `share_lock` is dropped (CVE-2021-4002). A
-//! table left exclusive is changed only after its owner took `share_lock`
-//! for write too: that waits out the unsharer's flush, the grace period
-//! for the unsharer's CPUs; its epoch-pinned walkers are done by then
-//! (the flush waits for every access in progress), and a table whose last
-//! link an unshare dropped is freed behind an epoch grace period. A VMA
-//! split does not unshare by itself (`hugetlb_split` does in Linux): the
-//! window's next change unshares whatever the VMAs are then.
+//! VMA split that breaks a window unshares it too
+//! ([`AddressSpace::hugetlb_split`]), whether or not the operation then
+//! changes entries. A table left exclusive is changed only after its owner
+//! took `share_lock` for write too: that waits out the unsharer's flush,
+//! the grace period for the unsharer's CPUs; its epoch-pinned walkers are
+//! done by then (the flush waits for every access in progress), and a
+//! table whose last link an unshare dropped is freed behind an epoch grace
+//! period.
 
 use crossbeam_epoch::Guard;
 
@@ -150,6 +151,25 @@ impl AddressSpace {
                 Some(next) => w = next,
                 None => break,
             }
+        }
+    }
+
+    /// `hugetlb_split` (Linux 6.16+, backported to 6.12): `vma` is about to
+    /// split at `addr`, with `mmap_lock` held for write. If the PUD window
+    /// around `addr` lies wholly inside `vma` and `addr` is not its start,
+    /// neither part will cover it after the split, so `want_pmd_share`
+    /// would no longer hold: the window's table is unshared now (with the
+    /// flush, as every unshare), not left linked until some later change of
+    /// the window. A split on a PUD boundary keeps each window whole and
+    /// unshares nothing. Called for every split, including those that
+    /// change no entry (`madvise`'s flag changes, `mbind`).
+    pub(crate) fn hugetlb_split(&self, vma: &Vma, addr: u64) {
+        if !vma.flags.contains(VmFlags::HUGETLB) || addr % PUD_SIZE == 0 {
+            return;
+        }
+        let floor = addr & !(PUD_SIZE - 1);
+        if let Some(ceil) = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end) {
+            self.hugetlb_unshare_range(floor, ceil);
         }
     }
 
@@ -361,6 +381,55 @@ mod tests {
         assert_eq!(touch(&other, far), 1);
         assert_eq!(touch(&parent, a), 0);
         drop(other);
+        drop((parent, child, f));
+        assert_no_leaks(&phys);
+    }
+
+    /// `hugetlb_split`: a split inside a window unshares it, in the address
+    /// space that splits, even when the operation changes no entry.
+    #[test]
+    fn a_split_that_breaks_a_window_unshares_it_even_without_an_entry_change() {
+        type Split = fn(&AddressSpace, u64);
+        let splits: [(&str, Split); 5] = [
+            ("madvise(MADV_DONTFORK)", |mm, a| mm.madvise(a + 3 * HP, HP, MADV_DONTFORK).unwrap()),
+            ("madvise(MADV_DONTDUMP) to the end", |mm, a| {
+                mm.madvise(a + 3 * HP, PUD_SIZE - 3 * HP, MADV_DONTDUMP).unwrap()
+            }),
+            ("mbind", |mm, a| mm.mbind(a + 3 * HP, HP, crate::mempolicy::MPOL_BIND, Some(&[1]), 2, 0).unwrap()),
+            ("mprotect", |mm, a| mm.mprotect(a + 3 * HP, HP, PROT_READ).unwrap()),
+            ("munmap of the last page", |mm, a| mm.munmap(a + PUD_SIZE - HP, HP).unwrap()),
+        ];
+        let phys = arena();
+        let f = shared_file(&phys);
+        for (what, split) in splits {
+            for child_splits in [true, false] {
+                let (parent, child, a) = shared_pair(&phys, &f);
+                let before = phys.huge_page_stats().pmd_unshares;
+                let (splitter, other) = if child_splits { (&child, &parent) } else { (&parent, &child) };
+                split(splitter, a);
+                assert_eq!(phys.huge_page_stats().pmd_unshares, before + 1, "{what}: one unshare");
+                assert_eq!(touch(splitter, a), TOUCHED, "{what}: the splitter refaults into a table of its own");
+                assert_eq!(touch(other, a), 0, "{what}: the other keeps the table and every page");
+                drop((parent, child));
+            }
+        }
+        drop(f);
+        assert_no_leaks(&phys);
+    }
+
+    #[test]
+    fn a_split_on_a_pud_boundary_keeps_the_window_shared() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = map(&parent, &f, 4 * PUD_SIZE, 0, PUD_SIZE + HP, 0, MAP_SHARED);
+        write_all(&parent, a);
+        let child = parent.fork().unwrap();
+        assert_eq!(touch(&child, a), 1);
+        child.madvise(a + PUD_SIZE, HP, MADV_DONTFORK).unwrap();
+        child.munmap(a + PUD_SIZE, HP).unwrap();
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 0);
+        assert_eq!(touch(&child, a), 0, "still through the parent's table");
         drop((parent, child, f));
         assert_no_leaks(&phys);
     }

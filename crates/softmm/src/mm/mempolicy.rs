@@ -218,6 +218,13 @@ impl AddressSpace {
         if end < vma.end && !right {
             vma.may_split(end)?;
         }
+        // __split_vma: hugetlb_split, once both splits are allowed.
+        if start > vma.start && !left {
+            self.hugetlb_split(vma, start);
+        }
+        if end < vma.end && !right {
+            self.hugetlb_split(vma, end);
+        }
         st.vmas.remove(vma.start);
         let (mut lo, mut hi, mut pg) = (start, end, pgoff);
         let mut anon_new = vma.anon_vma.get().cloned();

@@ -609,6 +609,13 @@ impl AddressSpace {
         if end < last.end {
             last.may_split(end)?;
         }
+        // __split_vma: hugetlb_split, once both splits are allowed.
+        if start > first.start {
+            self.hugetlb_split(first, start);
+        }
+        if end < last.end {
+            self.hugetlb_split(last, end);
+        }
         for v in &victims {
             st.vmas.remove(v.start);
             if v.start < start {
