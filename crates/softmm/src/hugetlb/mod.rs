@@ -10,13 +10,13 @@
 //!   mappings, per mapping for private ones.
 //! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
 //!   tree), kept by the address spaces when their write sections end.
-//! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`), off
-//!   until every unshare path exists.
+//! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
+//!   `huge_pmd_unshare`, `hugetlb_split`).
 //!
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
 //!
-//! What comes next (PMD sharing, the three locking policies of the seed) is
+//! What comes next (the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
 pub(crate) mod pool;

@@ -9,15 +9,11 @@
 //! its last user frees it. `fork` copies nothing of shared hugetlb VMAs, so
 //! a child's first fault in a window shares the parent's table.
 //!
-//! # State of the mechanism
-//!
-//! Sharing is off for every file ([`HugetlbInode::pmd_share`] false) until
-//! every path that must unshare first does so (`munmap`, `mprotect`,
-//! `mremap`, a VMA split, truncate and hole punch, `MADV_DONTNEED`: each
-//! would otherwise change entries other address spaces map, without their
-//! TLB flush). Only this module's tests turn it on, for their own files, in
-//! address spaces that fault, fork and exit (exit drops its link through
-//! the share count, which is exact).
+//! Sharing is always on, as in Linux (no switch: a `VM_MAYSHARE` mapping
+//! of a whole PUD window shares whenever another one can be found). Every
+//! path that changes entries unshares first, and so does a VMA split that
+//! breaks a window; exit drops its link through the share count. Pins of
+//! hugetlb pages are refused (`pin/slow.rs`).
 //!
 //! # Locks
 //!
@@ -51,7 +47,6 @@
 
 use crossbeam_epoch::Guard;
 
-use super::resv::HugetlbInode;
 use crate::mm::AddressSpace;
 use crate::pgtable::PmdUnshare;
 use crate::sync::Ordering;
@@ -75,13 +70,6 @@ fn share_flags(vma: &Vma) -> VmFlags {
     vma.flags - VmFlags::LOCKED
 }
 
-impl HugetlbInode {
-    /// Whether faults on this file may share PMD tables (see the module doc).
-    pub(crate) fn pmd_share_enabled(&self) -> bool {
-        self.pmd_share.load(Ordering::Relaxed)
-    }
-}
-
 impl AddressSpace {
     /// `huge_pmd_share`: before the fault at `addr` in the hugetlb VMA `vma`
     /// allocates a PMD table, links the table of another address space
@@ -91,7 +79,7 @@ impl AddressSpace {
     /// holds `mmap_lock` for read and the file's fault mutex.
     pub(crate) fn huge_pmd_share(&self, vma: &Vma, addr: u64, guard: &Guard) -> bool {
         let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
-        if !inode.pmd_share_enabled() || !want_pmd_share(vma, addr) || self.pgtables.has_pmd_table(addr, guard) {
+        if !want_pmd_share(vma, addr) || self.pgtables.has_pmd_table(addr, guard) {
             return false;
         }
         let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
@@ -197,7 +185,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::PUD_SIZE;
-    use crate::sync::Ordering;
     use crate::uapi::*;
     use crate::{AddressSpace, Cpu, File, MmConfig, OpenFile, PhysConfig, PhysMem};
 
@@ -210,12 +197,9 @@ mod tests {
         PhysMem::new(PhysConfig::new((16 << 20) + (TOUCHED + 1) * HP).hugepages(TOUCHED)).expect("arena")
     }
 
-    /// A 1 GiB + 2 MiB hugetlbfs file with sharing on (this module's tests
-    /// only: see the module doc).
+    /// A 1 GiB + 2 MiB hugetlbfs file.
     fn shared_file(phys: &Arc<PhysMem>) -> Arc<File> {
-        let f = File::create_hugetlbfs(phys, "/db", PUD_SIZE + HP).unwrap();
-        f.hugetlb.as_ref().unwrap().pmd_share.store(true, Ordering::Relaxed);
-        f
+        File::create_hugetlbfs(phys, "/db", PUD_SIZE + HP).unwrap()
     }
 
     /// Maps `len` bytes of `f` from `off` at the PUD-aligned address `at`
@@ -543,17 +527,5 @@ mod tests {
         // share and unshare counts are not asserted here.
         drop((parent, sibling, f));
         assert_no_leaks(&phys);
-    }
-
-    #[test]
-    fn sharing_is_off_unless_the_file_allows_it() {
-        let phys = arena();
-        let f = File::create_hugetlbfs(&phys, "/db", PUD_SIZE).unwrap();
-        let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
-        let a = map(&parent, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
-        write_all(&parent, a);
-        let child = parent.fork().unwrap();
-        assert_eq!(touch(&child, a), TOUCHED);
-        assert_eq!(phys.huge_page_stats().pmd_shares, 0);
     }
 }
