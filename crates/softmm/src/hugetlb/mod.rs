@@ -12,6 +12,8 @@
 //!   tree), kept by the address spaces when their write sections end.
 //! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
 //!   `huge_pmd_unshare`, `hugetlb_split`).
+//! - `migrate.rs`: what `move_pages` and `mbind` report for hugetlb pages,
+//!   which are never migrated.
 //!
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
@@ -19,6 +21,7 @@
 //! What comes next (the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
+pub(crate) mod migrate;
 pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;

@@ -12,8 +12,9 @@
 //! Sharing is always on, as in Linux (no switch: a `VM_MAYSHARE` mapping
 //! of a whole PUD window shares whenever another one can be found). Every
 //! path that changes entries unshares first, and so does a VMA split that
-//! breaks a window; exit drops its link through the share count. Pins of
-//! hugetlb pages are refused (`pin/slow.rs`).
+//! breaks a window; exit drops its link through the share count. Page
+//! migration never reaches a hugetlb entry (`hugetlb/migrate.rs`), and
+//! pins of hugetlb pages are refused (`pin/slow.rs`).
 //!
 //! # Locks
 //!
