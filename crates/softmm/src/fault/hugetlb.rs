@@ -156,7 +156,7 @@ fn no_page_private(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64, w
 
 /// A page for a private mapping at `haddr`: with its reservation if the
 /// mapping still holds one for the index, else an unreserved one or `SIGBUS`.
-fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<FrameRef<'p>> {
+pub(crate) fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<FrameRef<'p>> {
     let (mm, vma) = (ctx.mm, ctx.vma);
     let reserved = vma.hugetlb_resv.as_ref().is_some_and(|r| r.take(vma.huge_index(haddr)));
     let node = mm.placement(vma, haddr).node;
@@ -168,7 +168,7 @@ fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<
 }
 
 /// Copies a huge page's 512 frames.
-fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &FrameRef<'_>) {
+pub(crate) fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &FrameRef<'_>) {
     for i in 0..HPAGE_FRAMES {
         // SAFETY: both are huge pages of this arena (512 frames each from
         // their heads, inside the pool), held by the caller's references.

@@ -14,6 +14,8 @@
 //!   `huge_pmd_unshare`, `hugetlb_split`).
 //! - `migrate.rs`: what `move_pages` and `mbind` report for hugetlb pages,
 //!   which are never migrated.
+//! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
+//!   4 KiB subpage) and their unshare.
 //!
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
@@ -21,6 +23,7 @@
 //! What comes next (the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
+pub(crate) mod gup;
 pub(crate) mod migrate;
 pub(crate) mod pool;
 pub(crate) mod resv;

@@ -13,8 +13,8 @@
 //! of a whole PUD window shares whenever another one can be found). Every
 //! path that changes entries unshares first, and so does a VMA split that
 //! breaks a window; exit drops its link through the share count. Page
-//! migration never reaches a hugetlb entry (`hugetlb/migrate.rs`), and
-//! pins of hugetlb pages are refused (`pin/slow.rs`).
+//! migration never reaches a hugetlb entry (`hugetlb/migrate.rs`), and a
+//! pin counts on the huge page, not on the table (`hugetlb/gup.rs`).
 //!
 //! # Locks
 //!
