@@ -283,6 +283,47 @@ fn private_pages_copy_on_write_at_2_mib_across_fork() {
     assert_no_leaks(&phys);
 }
 
+/// `unmap_ref_private`: the owner of a private mapping's reservations that
+/// writes a page shared with its children, with the pool empty, takes the
+/// page from the children instead of failing; a child's next fault in that
+/// mapping needing a page is `SIGBUS`, wherever it is in the VMA.
+#[test]
+fn an_owner_cow_with_an_empty_pool_takes_the_page_and_the_children_get_sigbus() {
+    let phys = pool(2);
+    let parent = mm(&phys);
+    let a = parent.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut pc = Cpu::attached(&parent);
+    pc.write_u64(a, 1).unwrap();
+    pc.write_u64(a + HP, 2).unwrap();
+    assert_eq!(counts(&phys), (0, 0), "both pages taken, both reservations used");
+    let child = parent.fork().unwrap();
+    let mut cc = Cpu::attached(&child);
+    assert_eq!(cc.read_u64(a).unwrap(), 1);
+    // A second mapping in the child, not shared with the parent, is not
+    // touched by what follows.
+    let other = child.mmap(0, HP, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+    cc.write_u64(other, 9).unwrap();
+    // The parent's COW finds no page: it takes page 0 back and writes it.
+    pc.write_u64(a, 3).unwrap();
+    assert_eq!(pc.read_u64(a).unwrap(), 3);
+    assert_eq!(counts(&phys), (0, 0), "no page was allocated");
+    // The child lost page 0 (SIGBUS, not the parent's new data nor a zeroed
+    // page), and, as Linux marks the whole VMA, page 1 after it goes too.
+    assert_eq!(cc.read_u64(a), Err(Fault::Bus { addr: a }));
+    assert_eq!(cc.read_u64(a + HP).unwrap(), 2, "page 1 is still mapped in the child");
+    child.madvise(a + HP, HP, MADV_DONTNEED).unwrap();
+    parent.munmap(a + HP, HP).unwrap();
+    assert_eq!(counts(&phys), (1, 0), "page 1 is free again");
+    assert_eq!(cc.read_u64(a + HP), Err(Fault::Bus { addr: a + HP }), "marked, even with a page free");
+    assert_eq!(cc.read_u64(other).unwrap(), 9);
+    // A child forked now starts without the mark.
+    let grandchild = child.fork().unwrap();
+    assert_eq!(Cpu::attached(&grandchild).read_u64(a + HP).unwrap(), 0, "a fresh page");
+    drop((pc, cc));
+    drop((grandchild, child, parent));
+    assert_no_leaks(&phys);
+}
+
 #[test]
 fn a_shared_mapping_is_not_copied_at_fork_and_the_child_faults_it_in() {
     let phys = pool(2);

@@ -14,6 +14,8 @@
 //!   `huge_pmd_unshare`, `hugetlb_split`).
 //! - `migrate.rs`: what `move_pages` and `mbind` report for hugetlb pages,
 //!   which are never migrated.
+//! - `cow.rs`: the owner's copy-on-write with the pool empty
+//!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
 //!   4 KiB subpage) and their unshare.
 //!
@@ -23,6 +25,7 @@
 //! What comes next (the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
+pub(crate) mod cow;
 pub(crate) mod gup;
 pub(crate) mod migrate;
 pub(crate) mod pool;
