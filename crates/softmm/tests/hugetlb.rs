@@ -493,11 +493,18 @@ mod hugetlbfs {
         assert_eq!(cpu.read_u64(p + HP).unwrap(), 5, "a private read maps the file's page");
         cpu.write_u64(p + HP, 6).unwrap();
         assert_eq!(cpu.read_u64(s + HP).unwrap(), 5, "the private write copied the page");
+        assert_eq!(counts(&phys), (2, 2), "two pages; the file's and the copy's reservations used");
         f.set_len(HP).unwrap();
+        // Both pages free; the private copy's reservation restored (its
+        // owner's last unmap of an anonymous page), as __unmap_hugepage_range
+        // does for truncate too.
+        assert_eq!(counts(&phys), (4, 3));
         assert_eq!(cpu.read_u64(s + HP), Err(Fault::Bus { addr: s + HP }));
         assert_eq!(cpu.read_u64(p + HP), Err(Fault::Bus { addr: p + HP }), "the private copy went too");
         assert_eq!(cpu.read_u64(s).unwrap(), 0);
         drop(cpu);
+        m.munmap(p, 2 * HP).unwrap();
+        assert_eq!(counts(&phys), (3, 0), "the mapping's reservations went with it");
         drop((m, open));
         phys.quiesce();
         drop(f);
@@ -793,6 +800,35 @@ mod host {
         }
         drop(cpu);
         assert_eq!(h_munmap(hf, HP), mm.munmap(sf, HP));
+        // Truncate under a private copy: the copy goes, and its owner gets
+        // the reservation back (__unmap_hugepage_range, the last unmap of an
+        // anonymous page in the mapping that owns the reserve map).
+        let (hp, sp) = (
+            h_mmap(0, 2 * HP, RW, MAP_PRIVATE, fd, 0).unwrap(),
+            mm.mmap(0, 2 * HP, RW, MAP_PRIVATE, Some(&open), 0).unwrap(),
+        );
+        let mut cpu = Cpu::attached(&mm);
+        // SAFETY: inside the host's private mapping of 2 MiB pages.
+        unsafe { std::ptr::write_volatile((hp + HP) as *mut u64, 7) };
+        cpu.write_u64(sp + HP, 7).unwrap();
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after a private write");
+        // SAFETY: the file opened above.
+        assert_eq!(host(unsafe { libc::ftruncate(fd, HP as i64) } == 0, ()), f.set_len(HP));
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after truncating the private copy's page");
+        // The same for a hole punch, of a page the file has and the
+        // private mapping copied.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(hp as *mut u64, 8) };
+        cpu.write_u64(sp, 8).unwrap();
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after a private copy of a file page");
+        let punch = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+        // SAFETY: the file opened above.
+        let hr = host(unsafe { libc::fallocate(fd, punch, 0, HP as i64) } == 0, ());
+        assert_eq!(hr, f.fallocate(punch, 0, HP));
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after punching the copied page");
+        drop(cpu);
+        assert_eq!(h_munmap(hp, 2 * HP), mm.munmap(sp, 2 * HP));
+        assert_eq!(h_counts(base), s_counts(&phys, pages), "after munmap of the private mapping");
         // fallocate beyond the pool: ENOSPC.
         let len = (pages + 2) * HP;
         // SAFETY: the file opened above.
