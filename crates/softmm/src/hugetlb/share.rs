@@ -438,10 +438,11 @@ mod tests {
         assert_no_leaks(&phys);
     }
 
-    /// Processes writing patterns while others fork, munmap, mprotect and
-    /// truncate the same file: no write lost, no access to a truncated page
-    /// after truncate returns, nothing leaked. (With the unsharer's flush
-    /// removed, the truncating thread's CPU reads a removed page.)
+    /// Processes writing patterns while others fork, munmap, mprotect,
+    /// split (madvise) and truncate the same file: no write lost, no access
+    /// to a truncated page after truncate returns, nothing leaked. (With
+    /// the unsharer's flush removed, the truncating thread's CPU reads a
+    /// removed page.)
     #[test]
     #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
     fn stress_sharing_against_fork_munmap_mprotect_and_truncate() {
@@ -497,10 +498,11 @@ mod tests {
                             assert_eq!(cpu.read_u64(a + i * HP + 8).unwrap(), 0x5eed + i);
                         }
                     }
-                    if n % 2 == 0 {
-                        child.munmap(a + HP, HP).unwrap();
-                    } else {
-                        child.mprotect(a, HP, PROT_READ).unwrap();
+                    match n % 3 {
+                        0 => child.munmap(a + HP, HP).unwrap(),
+                        1 => child.mprotect(a, HP, PROT_READ).unwrap(),
+                        // A split that changes no entry (hugetlb_split).
+                        _ => child.madvise(a + HP, HP, MADV_DONTFORK).unwrap(),
                     }
                     let mut cpu = Cpu::attached(&child);
                     assert_eq!(cpu.read_u64(a + 2 * HP + 8).unwrap(), 0x5eed + 2);
