@@ -13,6 +13,10 @@ use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, File, MmConfig, OpenFile, PhysConfig, PhysMem, MPOL_BIND, MPOL_MF_MOVE};
 use softmm::{MPOL_MF_MOVE_ALL, MPOL_MF_STRICT};
 
+/// The full-size tests take 1 GiB of arena and 1 GiB of the host's pool
+/// each: one at a time, so a run stays within 2 GiB.
+static FULL_SIZE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const HP: u64 = 2 << 20;
 const PUD: u64 = 1 << 30;
 const RW: i32 = PROT_READ | PROT_WRITE;
@@ -150,6 +154,7 @@ fn softmm_child_faults(placement: softmm_hostsys::Placement) -> (u64, u64) {
 #[test]
 #[cfg_attr(miri, ignore = "a 1 GiB arena and the host's huge page pool")]
 fn a_forked_child_takes_one_fault_for_a_whole_shared_aligned_gib_as_on_the_host() {
+    let _one_at_a_time = FULL_SIZE.lock().unwrap_or_else(|e| e.into_inner());
     use softmm_hostsys::{probe_pmd_share, HugePages, Placement, PAGES_PER_PUD};
     let all = [Placement::SharedPudAligned, Placement::SharedMisaligned, Placement::Private];
     let want = |p: Placement| if p == Placement::SharedPudAligned { 1 } else { PAGES_PER_PUD };
@@ -174,4 +179,137 @@ fn a_forked_child_takes_one_fault_for_a_whole_shared_aligned_gib_as_on_the_host(
         eprintln!("host {p:?}: {host:?}");
         assert_eq!(host.child_minflt, ours, "{p:?}: softmm and the host differ");
     }
+}
+
+/// Minor faults of this process so far.
+fn minflt() -> u64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_minflt as u64
+}
+
+/// Minor faults taken reading one word of each of `pages` huge pages from `base`.
+///
+/// # Safety
+///
+/// `base + i * HP` for `i < pages` must be mapped readable.
+#[inline(never)]
+unsafe fn faults_reading(base: u64, pages: u64) -> u64 {
+    let before = minflt();
+    for i in 0..pages {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::read_volatile((base + i * HP) as *const u64) };
+    }
+    minflt() - before
+}
+
+/// On the host, in `dir` (a hugetlbfs mount with 512 free pages): a parent
+/// maps a 1 GiB file shared at a PUD-aligned address and writes every page;
+/// its forked child reads every page (sharing the table), splits the VMA
+/// with `madvise(MADV_DONTFORK)` of page 3, and reads every page again.
+/// The child's minor faults for each of the two reads.
+fn host_faults_around_a_split(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let path = dir.join(format!("split-probe.{}", std::process::id()));
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a new file in the test's own mount; every call below works on
+    // mappings this function makes (a 3 GiB PROT_NONE reservation, the file
+    // mapped with MAP_FIXED inside it, a shared result page), and the child
+    // only reads, calls madvise and getrusage, writes the result page and
+    // `_exit`s.
+    unsafe {
+        let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600);
+        assert!(fd >= 0, "open {}", path.display());
+        assert_eq!(libc::fallocate(fd, 0, 0, PUD as i64), 0, "fallocate of 1 GiB");
+        let room = 3 * PUD as usize;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let res = libc::mmap(std::ptr::null_mut(), room, libc::PROT_NONE, flags, -1, 0);
+        assert_ne!(res, libc::MAP_FAILED);
+        let a = (res as u64).next_multiple_of(PUD);
+        let p = libc::mmap(a as *mut _, PUD as usize, RW, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+        assert_eq!(p as u64, a);
+        for i in 0..PUD / HP {
+            std::ptr::write_volatile((a + i * HP) as *mut u64, i);
+        }
+        let slot = libc::mmap(std::ptr::null_mut(), 4096, RW, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0);
+        assert_ne!(slot, libc::MAP_FAILED);
+        let slot = slot.cast::<u64>();
+        let pid = libc::fork();
+        assert!(pid >= 0);
+        if pid == 0 {
+            // A dry run faults in the result page and the code first.
+            faults_reading(slot as u64, 1);
+            let first = faults_reading(a, PUD / HP);
+            libc::madvise((a + 3 * HP) as *mut _, HP as usize, libc::MADV_DONTFORK);
+            let second = faults_reading(a, PUD / HP);
+            std::ptr::write_volatile(slot, first);
+            std::ptr::write_volatile(slot.add(1), second);
+            libc::_exit(0);
+        }
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        let r = (std::ptr::read_volatile(slot), std::ptr::read_volatile(slot.add(1)));
+        libc::munmap(slot.cast(), 4096);
+        libc::munmap(res, room);
+        libc::close(fd);
+        libc::unlink(cpath.as_ptr());
+        r
+    }
+}
+
+/// The same in softmm, with its fault counters.
+fn softmm_faults_around_a_split() -> (u64, u64) {
+    let pages = PUD / HP;
+    let phys = PhysMem::new(PhysConfig::new((16 << 20) + (pages + 1) * HP).hugepages(pages)).unwrap();
+    let f = File::create_hugetlbfs(&phys, "/split", PUD).unwrap();
+    f.fallocate(0, 0, PUD).unwrap();
+    let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = map_shared(&parent, &f, 4 * PUD, PUD);
+    let mut cpu = Cpu::attached(&parent);
+    for i in 0..pages {
+        cpu.write_u64(a + i * HP, i).unwrap();
+    }
+    drop(cpu);
+    let child = parent.fork().unwrap();
+    let read_all = |mm: &Arc<AddressSpace>| {
+        let mut cpu = Cpu::attached(mm);
+        for i in 0..pages {
+            assert_eq!(cpu.read_u64(a + i * HP).unwrap(), i);
+        }
+        cpu.stats().fault.faults
+    };
+    let first = read_all(&child);
+    child.madvise(a + 3 * HP, HP, MADV_DONTFORK).unwrap();
+    let second = read_all(&child);
+    drop((child, parent, f));
+    assert_no_leaks(&phys);
+    (first, second)
+}
+
+/// `hugetlb_split` at full size, against the host: a child that shares its
+/// parent's table (one fault for 512 pages) and then splits the VMA inside
+/// the window without changing an entry has lost the table: 512 faults to
+/// read the window again, on the host (6.16+ and the stable backports) as in
+/// softmm. Without the unshare at split it would be 0.
+#[test]
+#[cfg_attr(miri, ignore = "a 1 GiB arena and the host's huge page pool")]
+fn a_split_inside_a_shared_gib_costs_the_child_its_table_as_on_the_host() {
+    let _one_at_a_time = FULL_SIZE.lock().unwrap_or_else(|e| e.into_inner());
+    use softmm_hostsys::{HugePages, PAGES_PER_PUD};
+    let ours = softmm_faults_around_a_split();
+    eprintln!("softmm: child faults {ours:?}");
+    assert_eq!(ours, (1, PAGES_PER_PUD));
+    let guard = match HugePages::reserve_with_mount(PAGES_PER_PUD as usize) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("host half skipped: {e}");
+            return;
+        }
+    };
+    let host = host_faults_around_a_split(guard.mount_dir().expect("mounted"));
+    eprintln!("host: child faults {host:?}");
+    assert_eq!(host, ours, "softmm and the host differ");
 }

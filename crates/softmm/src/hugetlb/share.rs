@@ -373,6 +373,10 @@ mod tests {
     /// `hugetlb_split`: a split inside a window unshares it, in the address
     /// space that splits, even when the operation changes no entry.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "ten forked pairs faulting 2 MiB pages (minutes under Miri); the unshare itself runs there in the munmap test"
+    )]
     fn a_split_that_breaks_a_window_unshares_it_even_without_an_entry_change() {
         type Split = fn(&AddressSpace, u64);
         let splits: [(&str, Split); 5] = [
