@@ -12,7 +12,9 @@
 //!   page read-only, and a write copies it (COW at 2 MiB).
 //! - A write to a read-only private page reuses it when it is anonymous and
 //!   ours alone, else copies it into a page taken without a reservation
-//!   (what an owner does after `fork`).
+//!   (what an owner does after `fork`); an owner that finds no page takes
+//!   the page from its children instead (`hugetlb/cow.rs`), whose later
+//!   faults in that mapping are `SIGBUS`.
 //!
 //! Every fault holds `mmap_lock` (the lock-free policies fall back to it:
 //! hugetlb's own locking schemes are the next step of seed 000) and the
@@ -129,6 +131,11 @@ fn no_page_shared(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64) ->
 /// file's page read-only for a read of a hugetlbfs file.
 fn no_page_private(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64, write: bool) -> FaultResult<()> {
     let (mm, vma) = (ctx.mm, ctx.vma);
+    // HPAGE_RESV_UNMAPPED: the owner took a page of this mapping
+    // (`unmap_ref_private`): "killed due to inadequate hugepage pool".
+    if vma.hugetlb_unmapped.load(Ordering::Relaxed) {
+        return Err(sigbus(addr));
+    }
     let file = vma.file.as_ref().expect("file");
     let idx = vma.huge_index(haddr);
     // hugetlb_no_page: past i_size rounded down to huge pages.
@@ -156,7 +163,7 @@ fn no_page_private(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64, w
 
 /// A page for a private mapping at `haddr`: with its reservation if the
 /// mapping still holds one for the index, else an unreserved one or `SIGBUS`.
-fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<FrameRef<'p>> {
+pub(crate) fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<FrameRef<'p>> {
     let (mm, vma) = (ctx.mm, ctx.vma);
     let reserved = vma.hugetlb_resv.as_ref().is_some_and(|r| r.take(vma.huge_index(haddr)));
     let node = mm.placement(vma, haddr).node;
@@ -168,7 +175,7 @@ fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<
 }
 
 /// Copies a huge page's 512 frames.
-fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &FrameRef<'_>) {
+pub(crate) fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &FrameRef<'_>) {
     for i in 0..HPAGE_FRAMES {
         // SAFETY: both are huge pages of this arena (512 frames each from
         // their heads, inside the pool), held by the caller's references.
@@ -216,7 +223,20 @@ fn wp(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, pte: Pte, addr: u64) -> F
     if !mm.anon_vma_prepare_locked(vma) {
         return Err(Fault::Oom { addr }.into());
     }
-    let new = alloc_private(ctx, haddr, addr)?;
+    let new = match alloc_private(ctx, haddr, addr) {
+        Ok(page) => page,
+        // unmap_ref_private: the owner of the reservations takes its
+        // anonymous page back from the children and reuses it.
+        Err(_)
+            if vma.hugetlb_resv.is_some()
+                && flags & PG_ANON != 0
+                && flags & PG_FILE == 0
+                && mm.unmap_ref_private(vma, haddr, pte.pfn()) =>
+        {
+            return wp(ctx, leaf, haddr, pte, addr);
+        }
+        Err(e) => return Err(e),
+    };
     let old_page = phys.get(pte.pfn());
     copy_huge(mm, &old_page, &new);
     drop(old_page);

@@ -50,7 +50,7 @@
 //! PMD leaf, seed 000) are `hugetlb.rs`; they hold `mmap_lock` for now.
 
 mod handler;
-mod hugetlb;
+pub(crate) mod hugetlb;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod mmap_lock;

@@ -10,15 +10,24 @@
 //!   mappings, per mapping for private ones.
 //! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
 //!   tree), kept by the address spaces when their write sections end.
-//! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`), off
-//!   until every unshare path exists.
+//! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
+//!   `huge_pmd_unshare`, `hugetlb_split`).
+//! - `migrate.rs`: what `move_pages` and `mbind` report for hugetlb pages,
+//!   which are never migrated.
+//! - `cow.rs`: the owner's copy-on-write with the pool empty
+//!   (`unmap_ref_private`: the children lose the page).
+//! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
+//!   4 KiB subpage) and their unshare.
 //!
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
 //!
-//! What comes next (PMD sharing, the three locking policies of the seed) is
+//! What comes next (the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
+pub(crate) mod cow;
+pub(crate) mod gup;
+pub(crate) mod migrate;
 pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;

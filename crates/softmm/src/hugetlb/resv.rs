@@ -40,10 +40,6 @@ pub(crate) struct HugetlbInode {
     pub(crate) fault_mutex: Mutex<()>,
     /// The VMAs mapping the file (Linux's `i_mmap` interval tree).
     pub(crate) vmas: super::rmap::VmaIntervalTree,
-    /// Whether faults on this file's shared mappings may share PMD tables.
-    /// Off until every unshare path exists (see `hugetlb/share.rs`); the
-    /// unit tests of the share path turn it on for their own files.
-    pub(crate) pmd_share: crate::sync::AtomicBool,
 }
 
 impl HugetlbInode {

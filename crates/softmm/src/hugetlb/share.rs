@@ -9,15 +9,12 @@
 //! its last user frees it. `fork` copies nothing of shared hugetlb VMAs, so
 //! a child's first fault in a window shares the parent's table.
 //!
-//! # State of the mechanism
-//!
-//! Sharing is off for every file ([`HugetlbInode::pmd_share`] false) until
-//! every path that must unshare first does so (`munmap`, `mprotect`,
-//! `mremap`, a VMA split, truncate and hole punch, `MADV_DONTNEED`: each
-//! would otherwise change entries other address spaces map, without their
-//! TLB flush). Only this module's tests turn it on, for their own files, in
-//! address spaces that fault, fork and exit (exit drops its link through
-//! the share count, which is exact).
+//! Sharing is always on, as in Linux (no switch: a `VM_MAYSHARE` mapping
+//! of a whole PUD window shares whenever another one can be found). Every
+//! path that changes entries unshares first, and so does a VMA split that
+//! breaks a window; exit drops its link through the share count. Page
+//! migration never reaches a hugetlb entry (`hugetlb/migrate.rs`), and a
+//! pin counts on the huge page, not on the table (`hugetlb/gup.rs`).
 //!
 //! # Locks
 //!
@@ -40,17 +37,17 @@
 //! PMD table is shared — the whole 1 GiB, as
 //! `adjust_range_if_pmd_sharing_possible` widens it — and flushes this
 //! address space's TLB before `share_lock` is dropped (CVE-2021-4002). A
-//! table left exclusive is changed only after its owner took `share_lock`
-//! for write too: that waits out the unsharer's flush, the grace period
-//! for the unsharer's CPUs; its epoch-pinned walkers are done by then
-//! (the flush waits for every access in progress), and a table whose last
-//! link an unshare dropped is freed behind an epoch grace period. A VMA
-//! split does not unshare by itself (`hugetlb_split` does in Linux): the
-//! window's next change unshares whatever the VMAs are then.
+//! VMA split that breaks a window unshares it too
+//! ([`AddressSpace::hugetlb_split`]), whether or not the operation then
+//! changes entries. A table left exclusive is changed only after its owner
+//! took `share_lock` for write too: that waits out the unsharer's flush,
+//! the grace period for the unsharer's CPUs; its epoch-pinned walkers are
+//! done by then (the flush waits for every access in progress), and a
+//! table whose last link an unshare dropped is freed behind an epoch grace
+//! period.
 
 use crossbeam_epoch::Guard;
 
-use super::resv::HugetlbInode;
 use crate::mm::AddressSpace;
 use crate::pgtable::PmdUnshare;
 use crate::sync::Ordering;
@@ -74,13 +71,6 @@ fn share_flags(vma: &Vma) -> VmFlags {
     vma.flags - VmFlags::LOCKED
 }
 
-impl HugetlbInode {
-    /// Whether faults on this file may share PMD tables (see the module doc).
-    pub(crate) fn pmd_share_enabled(&self) -> bool {
-        self.pmd_share.load(Ordering::Relaxed)
-    }
-}
-
 impl AddressSpace {
     /// `huge_pmd_share`: before the fault at `addr` in the hugetlb VMA `vma`
     /// allocates a PMD table, links the table of another address space
@@ -90,7 +80,7 @@ impl AddressSpace {
     /// holds `mmap_lock` for read and the file's fault mutex.
     pub(crate) fn huge_pmd_share(&self, vma: &Vma, addr: u64, guard: &Guard) -> bool {
         let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
-        if !inode.pmd_share_enabled() || !want_pmd_share(vma, addr) || self.pgtables.has_pmd_table(addr, guard) {
+        if !want_pmd_share(vma, addr) || self.pgtables.has_pmd_table(addr, guard) {
             return false;
         }
         let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
@@ -153,6 +143,25 @@ impl AddressSpace {
         }
     }
 
+    /// `hugetlb_split` (Linux 6.16+, backported to 6.12): `vma` is about to
+    /// split at `addr`, with `mmap_lock` held for write. If the PUD window
+    /// around `addr` lies wholly inside `vma` and `addr` is not its start,
+    /// neither part will cover it after the split, so `want_pmd_share`
+    /// would no longer hold: the window's table is unshared now (with the
+    /// flush, as every unshare), not left linked until some later change of
+    /// the window. A split on a PUD boundary keeps each window whole and
+    /// unshares nothing. Called for every split, including those that
+    /// change no entry (`madvise`'s flag changes, `mbind`).
+    pub(crate) fn hugetlb_split(&self, vma: &Vma, addr: u64) {
+        if !vma.flags.contains(VmFlags::HUGETLB) || addr % PUD_SIZE == 0 {
+            return;
+        }
+        let floor = addr & !(PUD_SIZE - 1);
+        if let Some(ceil) = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end) {
+            self.hugetlb_unshare_range(floor, ceil);
+        }
+    }
+
     /// `huge_pmd_unshare` of the window at `w` and its flush; with a table
     /// that is not shared (any more), only the wait for an unsharer's flush.
     fn huge_pmd_unshare(&self, w: u64, guard: &Guard) {
@@ -177,7 +186,6 @@ mod tests {
     use std::sync::Arc;
 
     use super::PUD_SIZE;
-    use crate::sync::Ordering;
     use crate::uapi::*;
     use crate::{AddressSpace, Cpu, File, MmConfig, OpenFile, PhysConfig, PhysMem};
 
@@ -190,12 +198,9 @@ mod tests {
         PhysMem::new(PhysConfig::new((16 << 20) + (TOUCHED + 1) * HP).hugepages(TOUCHED)).expect("arena")
     }
 
-    /// A 1 GiB + 2 MiB hugetlbfs file with sharing on (this module's tests
-    /// only: see the module doc).
+    /// A 1 GiB + 2 MiB hugetlbfs file.
     fn shared_file(phys: &Arc<PhysMem>) -> Arc<File> {
-        let f = File::create_hugetlbfs(phys, "/db", PUD_SIZE + HP).unwrap();
-        f.hugetlb.as_ref().unwrap().pmd_share.store(true, Ordering::Relaxed);
-        f
+        File::create_hugetlbfs(phys, "/db", PUD_SIZE + HP).unwrap()
     }
 
     /// Maps `len` bytes of `f` from `off` at the PUD-aligned address `at`
@@ -365,6 +370,59 @@ mod tests {
         assert_no_leaks(&phys);
     }
 
+    /// `hugetlb_split`: a split inside a window unshares it, in the address
+    /// space that splits, even when the operation changes no entry.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "ten forked pairs faulting 2 MiB pages (minutes under Miri); the unshare itself runs there in the munmap test"
+    )]
+    fn a_split_that_breaks_a_window_unshares_it_even_without_an_entry_change() {
+        type Split = fn(&AddressSpace, u64);
+        let splits: [(&str, Split); 5] = [
+            ("madvise(MADV_DONTFORK)", |mm, a| mm.madvise(a + 3 * HP, HP, MADV_DONTFORK).unwrap()),
+            ("madvise(MADV_DONTDUMP) to the end", |mm, a| {
+                mm.madvise(a + 3 * HP, PUD_SIZE - 3 * HP, MADV_DONTDUMP).unwrap()
+            }),
+            ("mbind", |mm, a| mm.mbind(a + 3 * HP, HP, crate::mempolicy::MPOL_BIND, Some(&[1]), 2, 0).unwrap()),
+            ("mprotect", |mm, a| mm.mprotect(a + 3 * HP, HP, PROT_READ).unwrap()),
+            ("munmap of the last page", |mm, a| mm.munmap(a + PUD_SIZE - HP, HP).unwrap()),
+        ];
+        let phys = arena();
+        let f = shared_file(&phys);
+        for (what, split) in splits {
+            for child_splits in [true, false] {
+                let (parent, child, a) = shared_pair(&phys, &f);
+                let before = phys.huge_page_stats().pmd_unshares;
+                let (splitter, other) = if child_splits { (&child, &parent) } else { (&parent, &child) };
+                split(splitter, a);
+                assert_eq!(phys.huge_page_stats().pmd_unshares, before + 1, "{what}: one unshare");
+                assert_eq!(touch(splitter, a), TOUCHED, "{what}: the splitter refaults into a table of its own");
+                assert_eq!(touch(other, a), 0, "{what}: the other keeps the table and every page");
+                drop((parent, child));
+            }
+        }
+        drop(f);
+        assert_no_leaks(&phys);
+    }
+
+    #[test]
+    fn a_split_on_a_pud_boundary_keeps_the_window_shared() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = map(&parent, &f, 4 * PUD_SIZE, 0, PUD_SIZE + HP, 0, MAP_SHARED);
+        write_all(&parent, a);
+        let child = parent.fork().unwrap();
+        assert_eq!(touch(&child, a), 1);
+        child.madvise(a + PUD_SIZE, HP, MADV_DONTFORK).unwrap();
+        child.munmap(a + PUD_SIZE, HP).unwrap();
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 0);
+        assert_eq!(touch(&child, a), 0, "still through the parent's table");
+        drop((parent, child, f));
+        assert_no_leaks(&phys);
+    }
+
     #[test]
     fn truncate_unshares_every_mapper_and_no_one_reaches_a_removed_page() {
         let phys = arena();
@@ -384,10 +442,11 @@ mod tests {
         assert_no_leaks(&phys);
     }
 
-    /// Processes writing patterns while others fork, munmap, mprotect and
-    /// truncate the same file: no write lost, no access to a truncated page
-    /// after truncate returns, nothing leaked. (With the unsharer's flush
-    /// removed, the truncating thread's CPU reads a removed page.)
+    /// Processes writing patterns while others fork, munmap, mprotect,
+    /// split (madvise) and truncate the same file: no write lost, no access
+    /// to a truncated page after truncate returns, nothing leaked. (With
+    /// the unsharer's flush removed, the truncating thread's CPU reads a
+    /// removed page.)
     #[test]
     #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
     fn stress_sharing_against_fork_munmap_mprotect_and_truncate() {
@@ -443,10 +502,11 @@ mod tests {
                             assert_eq!(cpu.read_u64(a + i * HP + 8).unwrap(), 0x5eed + i);
                         }
                     }
-                    if n % 2 == 0 {
-                        child.munmap(a + HP, HP).unwrap();
-                    } else {
-                        child.mprotect(a, HP, PROT_READ).unwrap();
+                    match n % 3 {
+                        0 => child.munmap(a + HP, HP).unwrap(),
+                        1 => child.mprotect(a, HP, PROT_READ).unwrap(),
+                        // A split that changes no entry (hugetlb_split).
+                        _ => child.madvise(a + HP, HP, MADV_DONTFORK).unwrap(),
                     }
                     let mut cpu = Cpu::attached(&child);
                     assert_eq!(cpu.read_u64(a + 2 * HP + 8).unwrap(), 0x5eed + 2);
@@ -474,17 +534,5 @@ mod tests {
         // share and unshare counts are not asserted here.
         drop((parent, sibling, f));
         assert_no_leaks(&phys);
-    }
-
-    #[test]
-    fn sharing_is_off_unless_the_file_allows_it() {
-        let phys = arena();
-        let f = File::create_hugetlbfs(&phys, "/db", PUD_SIZE).unwrap();
-        let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
-        let a = map(&parent, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
-        write_all(&parent, a);
-        let child = parent.fork().unwrap();
-        assert_eq!(touch(&child, a), TOUCHED);
-        assert_eq!(phys.huge_page_stats().pmd_shares, 0);
     }
 }

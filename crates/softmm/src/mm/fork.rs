@@ -160,11 +160,22 @@ impl AddressSpace {
                 let anon = private && pte.pfn() != phys.zero_pfn() && d.flags.load(Ordering::Relaxed) & PG_ANON != 0;
                 // Ordered after write_protect_seq's odd value by the fence in
                 // `fork`: a gup-fast pin not seen here sees the count move.
-                // (hugetlb pages are not pinned yet: no copy of 2 MiB here.)
-                if anon && !huge && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
+                if anon && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
                     // folio_needs_cow_for_dma: the pinned page stays the
                     // parent's, writable; the child gets a copy.
-                    let Some(copy) = phys.alloc_copy_at(pte.pfn(), &parent.placement(vma, va)) else {
+                    let copy = if huge {
+                        // copy_hugetlb_page_range: a pool page outside any
+                        // reservation; none left fails the fork (ENOSPC).
+                        let Some(c) = phys.alloc_huge(parent.placement(vma, va).node, false) else {
+                            err = Err(Errno::NoSpc);
+                            return None;
+                        };
+                        crate::fault::hugetlb::copy_huge(parent, &phys.get(pte.pfn()), &c);
+                        Some(c)
+                    } else {
+                        phys.alloc_copy_at(pte.pfn(), &parent.placement(vma, va))
+                    };
+                    let Some(copy) = copy else {
                         err = Err(Errno::NoMem);
                         return None;
                     };

@@ -9,10 +9,18 @@ use crate::mempolicy::{get_nodes, sanitize_mode, MemPolicy, MPOL_DEFAULT, MPOL_M
 use crate::mempolicy::{MPOL_MF_STRICT, MPOL_MF_VALID};
 use crate::migrate::Isolated;
 use crate::phys::NodeMask;
-use crate::vma::{anon_compatible, Vma};
+use crate::vma::{anon_compatible, VmFlags, Vma};
 use crate::{page_align, PAGE_SIZE};
 
 use super::{AddressSpace, MmState};
+
+/// The start of the page after the one holding `a`: a hugetlb VMA's pages
+/// are 2 MiB, so its page is looked at (and counted) once, as Linux's
+/// `queue_folios_hugetlb` does per huge entry.
+fn next_page(a: u64, huge: bool) -> u64 {
+    let size = if huge { crate::hugetlb::HPAGE_SIZE } else { PAGE_SIZE };
+    (a & !(size - 1)) + size
+}
 
 impl AddressSpace {
     /// `set_mempolicy(mode, nmask, maxnode)`: the policy of every later
@@ -155,6 +163,7 @@ impl AddressSpace {
         }
         let mut failed = 0;
         for v in vmas {
+            let huge = v.flags.contains(VmFlags::HUGETLB);
             let mut a = v.start.max(start);
             while a < v.end.min(end) {
                 let pte = self.pte_at(a);
@@ -169,10 +178,11 @@ impl AddressSpace {
                         Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
                         // A shared page without MOVE_ALL stays, not an error.
                         Ok(None) => {}
+                        Err(_) if huge && self.hugetlb_queue_skips(a, flags) => {}
                         Err(_) => failed += 1,
                     }
                 }
-                a += PAGE_SIZE;
+                a = next_page(a, huge);
             }
         }
         Ok(failed)
@@ -217,6 +227,13 @@ impl AddressSpace {
         }
         if end < vma.end && !right {
             vma.may_split(end)?;
+        }
+        // __split_vma: hugetlb_split, once both splits are allowed.
+        if start > vma.start && !left {
+            self.hugetlb_split(vma, start);
+        }
+        if end < vma.end && !right {
+            self.hugetlb_split(vma, end);
         }
         st.vmas.remove(vma.start);
         let (mut lo, mut hi, mut pg) = (start, end, pgoff);
@@ -304,6 +321,7 @@ impl AddressSpace {
         {
             let st = self.read_lock();
             for v in st.vmas.iter() {
+                let huge = v.flags.contains(VmFlags::HUGETLB);
                 let mut a = v.start;
                 while a < v.end {
                     let pte = self.pte_at(a);
@@ -316,11 +334,12 @@ impl AddressSpace {
                                     None => by_node.push((d, vec![p])),
                                 },
                                 Ok(None) => {}
+                                Err(_) if huge && self.hugetlb_queue_skips(a, flags) => {}
                                 Err(_) => failed += 1,
                             }
                         }
                     }
-                    a += PAGE_SIZE;
+                    a = next_page(a, huge);
                 }
             }
         }

@@ -616,6 +616,13 @@ impl AddressSpace {
         if end < last.end {
             last.may_split(end)?;
         }
+        // __split_vma: hugetlb_split, once both splits are allowed.
+        if start > first.start {
+            self.hugetlb_split(first, start);
+        }
+        if end < last.end {
+            self.hugetlb_split(last, end);
+        }
         for v in &victims {
             st.vmas.remove(v.start);
             if v.start < start {
@@ -721,6 +728,11 @@ impl Mapper for AddressSpace {
             }
             let start = v.start + ((lo - vfirst) << PAGE_SHIFT);
             let end = v.start + ((hi - vfirst) << PAGE_SHIFT);
+            if even_cows {
+                // hugetlb_vmdelete_list → __unmap_hugepage_range: a private
+                // copy's owner gets its reservation back on the last unmap.
+                self.hugetlb_restore_reserves(v, start, end);
+            }
             let file_id = file.id();
             let phys = &self.phys;
             self.zap_range(start, end, &mut tlb, |pte| {

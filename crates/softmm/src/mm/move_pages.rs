@@ -100,10 +100,8 @@ impl AddressSpace {
         flags: u32,
     ) -> std::result::Result<Option<Isolated<'_>>, i32> {
         if vma.flags.contains(crate::vma::VmFlags::HUGETLB) {
-            // Not Linux's: migration of hugetlb pages (isolate_hugetlb, a
-            // 2 MiB copy, a PMD migration entry) is not built yet; the page
-            // stays where it is, as one mapped more than once does.
-            return Ok(None);
+            // Never migrated: reported as Linux reports an unmovable page.
+            return self.hugetlb_isolate(vma, addr, flags);
         }
         let va = addr & !(PAGE_SIZE - 1);
         let guard = crossbeam_epoch::pin();

@@ -192,6 +192,13 @@ impl AddressSpace {
         if end < vma.end && !right {
             vma.may_split(end)?;
         }
+        // __split_vma: hugetlb_split, once both splits are allowed.
+        if start > vma.start && !left {
+            self.hugetlb_split(vma, start);
+        }
+        if end < vma.end && !right {
+            self.hugetlb_split(vma, end);
+        }
         st.vmas.remove(vma.start);
         let mut lo = start;
         let mut hi = end;

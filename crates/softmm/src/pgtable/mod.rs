@@ -202,8 +202,7 @@ impl PageTables {
     }
 
     /// True if the PUD entry of `va` links a PMD table that another address
-    /// space links too.
-    #[cfg(test)]
+    /// space links too (`hugetlb_pmd_shared`).
     pub(crate) fn pmd_is_shared(&self, va: u64, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some_and(Table::is_shared)
     }

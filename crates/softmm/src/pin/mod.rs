@@ -227,7 +227,8 @@ pub(crate) fn release(phys: &PhysMem, pfn: Pfn, pin: bool) {
     if pin {
         // Before the reference: a reader that sees the pin gone must not see
         // the reference it held still counted as a mapping's.
-        let old = phys.desc(pfn).pincount.fetch_sub(1, Ordering::Release);
+        // A hugetlb subpage's pin counts on its head frame.
+        let old = phys.desc(phys.compound_head(pfn)).pincount.fetch_sub(1, Ordering::Release);
         debug_assert!(old > 0, "frame {pfn} pincount underflow");
     }
     drop(FrameRef::from_raw(phys, pfn));

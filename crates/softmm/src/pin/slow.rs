@@ -54,10 +54,7 @@ fn is_cow_mapping(vma: &Vma) -> bool {
 /// (there is no `FOLL_FORCE`). Long-term write pins of file mappings are
 /// allowed: softmm's files are shmem-like and need no dirty tracking.
 fn check_vma_flags(vma: &Vma, req: &Request) -> Result<()> {
-    // Not Linux's: pins of hugetlb pages (a pin count on the huge page's
-    // head, frames at their offset in it) are not built yet, so they fail
-    // as a VM_IO mapping does rather than follow a 2 MiB leaf wrongly.
-    if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP | VmFlags::HUGETLB) {
+    if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
         return Err(Errno::Fault);
     }
     let need = if req.write { VmFlags::WRITE } else { VmFlags::READ };
@@ -77,12 +74,15 @@ enum Follow {
     Unshare,
 }
 
-/// Linux's `follow_page_pte`: takes the page mapped at `va` under its PTE
-/// lock, if it can be taken as it is.
+/// Linux's `follow_page_pte` (and `follow_huge_pmd` for a hugetlb page's
+/// 2 MiB leaf, whose head frame counts the reference and the pin while the
+/// subpage of `va` is handed out): takes the page mapped at `va` under its
+/// PTE lock, if it can be taken as it is.
 fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
     let guard = crossbeam_epoch::pin();
     let Some(leaf) = mm.pgtables.leaf(va, &guard) else { return Follow::Fault };
-    if leaf.entry_size() != PAGE_SIZE {
+    let huge = leaf.entry_size() != PAGE_SIZE;
+    if huge && !vma.flags.contains(VmFlags::HUGETLB) {
         return Follow::Fault;
     }
     let ptl = leaf.lock();
@@ -112,7 +112,8 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
     if req.pin {
         d.pincount.fetch_add(1, Ordering::Relaxed);
     }
-    Follow::Got(frame.into_raw())
+    let head = frame.into_raw();
+    Follow::Got(if huge { crate::hugetlb::gup::subpage(head, va) } else { head })
 }
 
 /// `FAULT_FLAG_UNSHARE` for a read-only pin: replaces the page mapped at
@@ -121,6 +122,9 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
 /// Needs `mmap_lock` (it may give the VMA its anon_vma). The caller looks
 /// again whatever happened.
 fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
+    if vma.flags.contains(VmFlags::HUGETLB) {
+        return mm.hugetlb_unshare(vma, va);
+    }
     if !mm.anon_vma_prepare_locked(vma) {
         return Err(Errno::NoMem);
     }
@@ -211,7 +215,9 @@ fn fault_lock_free(mm: &AddressSpace, req: &Request, va: u64, out: &mut Taken<'_
     {
         let guard = crossbeam_epoch::pin();
         match mm.vmas_rcu(&guard).find(va) {
-            Some(v) if check_vma_flags(v, req).is_ok() => {}
+            // hugetlb faults take `mmap_lock` anyway: the locked path does
+            // them, once per 2 MiB page.
+            Some(v) if check_vma_flags(v, req).is_ok() && !v.flags.contains(VmFlags::HUGETLB) => {}
             _ => return false,
         }
     }
@@ -261,9 +267,18 @@ pub(crate) fn take_lock_free(
         out.stats.mmap_lock_acquisitions += 1;
         let vma = st.vmas.find(va).ok_or(Errno::Fault)?;
         check_vma_flags(vma, req)?;
-        take_one_locked(mm, vma, req, va, out)?;
+        // gup-fast leaves 2 MiB leaves here: the rest of a hugetlb page
+        // under this one hold of the lock.
+        let stop = if vma.flags.contains(VmFlags::HUGETLB) {
+            end.min((va | (crate::hugetlb::HPAGE_SIZE - 1)) + 1)
+        } else {
+            va + PAGE_SIZE
+        };
+        while va < stop {
+            take_one_locked(mm, vma, req, va, out)?;
+            va += PAGE_SIZE;
+        }
         drop(st);
-        va += PAGE_SIZE;
     }
     out.stats.pages = out.pfns.len() as u64;
     Ok(())

@@ -128,6 +128,12 @@ pub struct Vma {
     /// with `HPAGE_RESV_OWNER`), shared by the VMAs split from it; `None`
     /// for every other VMA, a `MAP_NORESERVE` one and a forked child's.
     pub(crate) hugetlb_resv: Option<Arc<crate::hugetlb::resv::PrivateResv>>,
+    /// Linux's `HPAGE_RESV_UNMAPPED`: the owner of this private hugetlb
+    /// mapping's reservations took a page from it when a copy-on-write
+    /// found the pool empty (`unmap_ref_private`), so the next fault here
+    /// that needs a page raises `SIGBUS`. Kept by split pieces; a fork's
+    /// child starts without it.
+    pub(crate) hugetlb_unmapped: crate::sync::AtomicBool,
     acct: Arc<PhysMem>,
 }
 
@@ -176,6 +182,7 @@ impl Vma {
             lock: VmaLock::new(),
             policy: None,
             hugetlb_resv: None,
+            hugetlb_unmapped: crate::sync::AtomicBool::new(false),
             acct: phys.clone(),
         }
     }
@@ -201,6 +208,7 @@ impl Vma {
         .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
+        v.hugetlb_unmapped = crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed));
         v
     }
 
@@ -211,6 +219,7 @@ impl Vma {
                 .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
+        v.hugetlb_unmapped = crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed));
         v
     }
 

@@ -1,0 +1,92 @@
+//! hugetlb pages under `pin_user_pages` / `get_user_pages` (Linux's
+//! `follow_huge_pmd` and `__get_user_pages`'s `page_mask` step, and
+//! `hugetlb_wp` with `FAULT_FLAG_UNSHARE`).
+//!
+//! A pin of a 4 KiB subpage of a 2 MiB page counts on the huge page, as on a
+//! large folio: one reference and one `pincount` on the head frame per
+//! subpage asked for (`try_grab_folio(folio, refs, FOLL_PIN)`), and the
+//! subpage's own frame is the one handed out. So a page pinned through a
+//! shared PMD table is pinned for every sharer, and unsharing the table
+//! changes nothing of the pin.
+
+use crate::error::{Errno, Result};
+use crate::fault::hugetlb::{alloc_private, copy_huge, HugeFault};
+use crate::mm::AddressSpace;
+use crate::pgtable::{Leaf, Pte};
+use crate::phys::{Pfn, PG_ANON, PG_ANON_EXCLUSIVE, PG_FILE};
+use crate::sync::Ordering;
+use crate::vma::{VmFlags, Vma};
+use crate::PAGE_SHIFT;
+
+use super::HPAGE_SIZE;
+
+/// The frame `gup` hands out for `va` in the huge page `head` maps.
+pub(crate) fn subpage(head: Pfn, va: u64) -> Pfn {
+    head + ((va & (HPAGE_SIZE - 1)) >> PAGE_SHIFT)
+}
+
+impl AddressSpace {
+    /// `FAULT_FLAG_UNSHARE` on the read-only hugetlb page mapped at `va` of
+    /// the private hugetlb VMA `vma` (`hugetlb_wp` with `unshare`), for a
+    /// pin that needs an exclusive anonymous page: an anonymous page only
+    /// this entry maps is marked exclusive as it is; any other (an
+    /// anonymous page shared since `fork`, a page-cache page) is replaced by
+    /// an exclusive anonymous copy, mapped read-only as before. The caller
+    /// holds `mmap_lock` and looks again whatever happened. `EFAULT` when no
+    /// huge page can be had for the copy (the fault's `SIGBUS`), `ENOMEM`
+    /// for no anon_vma.
+    pub(crate) fn hugetlb_unshare(&self, vma: &Vma, va: u64) -> Result<()> {
+        let haddr = va & !(HPAGE_SIZE - 1);
+        let file = vma.file.as_ref().expect("a hugetlb VMA has its file");
+        let inode = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
+        // As the fault: truncate and punch excluded, one instantiation at a time.
+        let _inval = file.invalidate_lock.read();
+        let _fault_mutex = inode.fault_mutex.lock();
+        let guard = crossbeam_epoch::pin();
+        let Some(leaf) = self.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) else {
+            return Ok(());
+        };
+        let pte = leaf.load(haddr);
+        if !pte.is_present() || pte.has(Pte::WRITE) {
+            return Ok(());
+        }
+        let d = self.phys.desc(pte.pfn());
+        let flags = d.flags.load(Ordering::Relaxed);
+        if flags & PG_ANON != 0 && flags & PG_FILE == 0 {
+            let ptl = leaf.lock();
+            // As `hugetlb_wp`'s reuse: under the PMD lock no new mapping of
+            // the page appears, so refcount 1 means this entry's alone.
+            if ptl.get(haddr) == pte && d.refcount.load(Ordering::Acquire) == 1 {
+                d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        if !self.anon_vma_prepare_locked(vma) {
+            return Err(Errno::NoMem);
+        }
+        let ctx = HugeFault { mm: self, vma };
+        let new = alloc_private(&ctx, haddr, va).map_err(|_| Errno::Fault)?;
+        let old_page = self.phys.get(pte.pfn());
+        copy_huge(self, &old_page, &new);
+        drop(old_page);
+        self.replace_huge(leaf, haddr, pte, new, vma);
+        Ok(())
+    }
+
+    /// Replaces the entry `pte` at `haddr` (if it is still there) by a
+    /// read-only mapping of `new`: clear, flush, install, so that no CPU
+    /// reads the old page once the pin's device writes the new one.
+    fn replace_huge(&self, leaf: Leaf<'_>, haddr: u64, pte: Pte, new: crate::phys::FrameRef<'_>, vma: &Vma) {
+        let mut ptl = leaf.lock();
+        if ptl.get(haddr) != pte {
+            return;
+        }
+        let (_, old) = crate::rmap::unmap_page(&mut ptl, haddr, &self.phys).expect("a present entry holds a page");
+        self.flush_tlb();
+        let nx = if vma.flags.contains(VmFlags::EXEC) { 0 } else { Pte::NX };
+        crate::rmap::map_page(&mut ptl, haddr, new, Pte::ACCESSED | Pte::HUGE | nx);
+        drop(ptl);
+        drop(old);
+        self.count_hugetlb_fault();
+    }
+}
