@@ -129,7 +129,14 @@ pub struct UnmapStats {
     /// Flushes that forced a barrier on the process's other running
     /// threads: with `membarrier` (the default), an IPI to each CPU running
     /// one, which a flush pays only while another thread has a CPU attached.
+    /// A `lock-free` unmap shoots its range down once, before the zap
+    /// (`mm/unmap_unreachable.rs`): at most one barrier per unmap.
     pub barriers: u64,
+    /// Frees of gathered frames or page tables: one per full gather and
+    /// one at the end. Under `locked`, `sectioned` and `downgrade` each
+    /// follows a shootdown of its own (`flushes`); under `lock-free` none
+    /// does, the range having been shot down before the zap.
+    pub batches: u64,
     /// Writes to cache lines other CPUs also write, made by the unmapping
     /// thread during the unmaps (lock words, free lists, the shootdown
     /// generation): counted only in builds with the `shared-write-stats`
@@ -161,6 +168,7 @@ impl UnmapStats {
         add(&mut self.free_ns, g.free_ns);
         add(&mut self.frames, g.frames);
         add(&mut self.barriers, g.barriers);
+        add(&mut self.batches, g.batches);
         add(&mut self.shared_writes, t.shared_writes);
     }
 }
@@ -171,7 +179,7 @@ std::thread_local! {
     static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
         unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
         pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
-        barriers: 0, shared_writes: 0,
+        barriers: 0, batches: 0, shared_writes: 0,
     }) };
 }
 
@@ -191,6 +199,7 @@ pub(crate) struct UnmapCounters {
     free_ns: AtomicU64,
     frames: AtomicU64,
     barriers: AtomicU64,
+    batches: AtomicU64,
     shared_writes: AtomicU64,
 }
 
@@ -221,6 +230,7 @@ impl UnmapCounters {
         add(&self.free_ns, g.free_ns);
         add(&self.frames, g.frames);
         add(&self.barriers, g.barriers);
+        add(&self.batches, g.batches);
         add(&self.shared_writes, t.shared_writes);
     }
 
@@ -241,6 +251,7 @@ impl UnmapCounters {
             free_ns: get(&self.free_ns),
             frames: get(&self.frames),
             barriers: get(&self.barriers),
+            batches: get(&self.batches),
             shared_writes: get(&self.shared_writes),
         }
     }
@@ -441,6 +452,11 @@ impl AddressSpace {
                 let held = done.lock();
                 self.reserve(st, lo, hi, &done);
                 t.write_hold_ns += ns_since(t.entry);
+                // One shootdown for the whole range, before anything is
+                // zapped: `reserve` made it unreachable to TLB fills, so
+                // after this no CPU reaches it, and each full gather of the
+                // zap is freed without a shootdown of its own.
+                tlb.shoot_down_unreachable(self);
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
                 t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
@@ -489,29 +505,40 @@ impl AddressSpace {
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(st, lo, hi, tlb));
     }
 
-    /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached)
-    /// and ends the write section. The caller holds `done`'s lock until
-    /// after [`Self::release`].
+    /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached),
+    /// ends the write section (publishing the tree without them), and then
+    /// makes the range unreachable to TLB fills
+    /// ([`AddressSpace::unreachable`]; after the tree, so a CPU that sees
+    /// the range unreachable and faults finds no VMA there). The caller
+    /// holds `done`'s lock until after [`Self::release`].
     fn reserve(&self, mut st: MmapWriteGuard<'_>, lo: u64, hi: u64, done: &Arc<Mutex<()>>) {
         st.reserved.push(Reservation { start: lo, end: hi, done: done.clone() });
         drop(st);
+        self.unreachable.add(lo, hi);
     }
 
     /// Ends a lock-free unmap of `[lo, hi)` whose entries are all zapped
-    /// into `tlb`: flushes and frees the last frames, then in a short write
-    /// section removes the reservation and detaches the page tables only the
-    /// range used, then flushes again and frees those after a grace period.
+    /// into `tlb`: frees the last frames (after a flush, unless `tlb` shot
+    /// the range down already), makes the range reachable again (it has no
+    /// entry left), then in a short write section removes the reservation
+    /// and detaches the page tables only the range used, and frees those
+    /// after a grace period (and a flush, likewise).
     fn release(&self, lo: u64, hi: u64, done: &Arc<Mutex<()>>, tlb: &mut MmuGather, t: &mut UnmapTimes) {
         // The last frames' flush before anyone may map here again.
         tlb.flush_and_free(self);
+        // Before the reservation goes, so that no fill refuses a new
+        // mapping's entries (its faults would find them present, forever).
+        self.unreachable.remove(lo, hi);
         let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
         let held = Instant::now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(&st, lo, hi, tlb));
         drop(st);
         t.write_hold_ns += ns_since(held);
-        // Only detached tables are left: nothing translates through them,
-        // and they are freed after this flush and a grace period.
+        // Only detached tables are left: nothing translates through them
+        // (a TLB entry holds a frame, never a table), and they are freed
+        // after a grace period (and a flush, if the range was not shot
+        // down before the zap).
         tlb.flush_and_free(self);
     }
 }
@@ -723,8 +750,10 @@ mod tests {
         // Under `NextAccess` every flush waits for the remote CPU's next
         // access, which paces the zap against the remote thread; with access
         // sections the zap may finish before the remote thread defers.
+        // `downgrade`: a shootdown per gather (a lock-free unmap has one
+        // only, before its zap), each marking a gather's end.
         let config = crate::MmConfig::default()
-            .unmap_policy(UnmapPolicy::LockFree)
+            .unmap_policy(UnmapPolicy::Downgrade)
             .shootdown_policy(crate::ShootdownPolicy::NextAccess);
         let mm = AddressSpace::new(&phys, config).unwrap();
         let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
