@@ -24,7 +24,9 @@ const MAX_GATHER_BATCH_COUNT: usize = 10_000 / MAX_GATHER_BATCH;
 /// keeps up to ~38 MiB of memory unavailable to others only that long),
 /// while a flush, one shootdown of every running CPU, is amortized over
 /// thousands of pages.
-pub(crate) const MAX_GATHER_FRAMES: usize = MAX_GATHER_BATCH * MAX_GATHER_BATCH_COUNT;
+///
+/// One under loom, so that a model's two-page unmap frees two gathers.
+pub(crate) const MAX_GATHER_FRAMES: usize = if cfg!(loom) { 1 } else { MAX_GATHER_BATCH * MAX_GATHER_BATCH_COUNT };
 
 /// Frames and page tables removed from an address space, to be released only
 /// after its TLB is flushed. Dropping it without [`MmuGather::finish`] leaks
@@ -91,7 +93,7 @@ impl MmuGather {
         if self.frames.len() == cap {
             // Grow as `Vec` does, but never past the bound: a one-page unmap
             // allocates little, a huge one at most MAX_GATHER_FRAMES entries.
-            self.frames.reserve_exact(cap.saturating_mul(2).clamp(8, MAX_GATHER_FRAMES).saturating_sub(cap));
+            self.frames.reserve_exact(cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap));
         }
         // A translation went away even when the frame is the zero page,
         // whose reference is not counted.

@@ -696,6 +696,50 @@ mod tests {
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
     }
 
+    /// A lock-free unmap shoots its range down once, before the zap, and
+    /// frees the gathers after it without another shootdown. That is sound
+    /// only because no CPU can make a translation into the range after the
+    /// shootdown: a CPU reading the range then (here one of this thread's,
+    /// which the shootdown made drop its TLB) must fault, not walk the
+    /// entry the zap has not cleared yet; otherwise its TLB entry outlives
+    /// the frame's free and reads the frame's next user's data.
+    #[test]
+    fn no_translation_into_a_range_after_its_one_shootdown() {
+        const REUSED: u8 = 0xee;
+        let (phys, mm, mut cpu, a) = setup();
+        let last = a + 3 * PAGE_SIZE;
+        let old = mm.pte_at(last).pfn();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        let done = Arc::new(Mutex::new(()));
+        let held = done.lock();
+        mm.reserve(st, lo, hi, &done);
+        tlb.shoot_down_unreachable(&mm);
+        let segv = |r: &std::result::Result<u64, crate::Fault>| {
+            matches!(r, Err(crate::Fault::Segv { code: crate::SegvCode::MapErr, .. }))
+        };
+        let during = cpu.read_u64(last);
+        assert!(segv(&during), "a CPU filled a translation after the shootdown: {during:?}");
+        mm.unmap_range(lo, hi, &mut tlb);
+        tlb.flush_and_free(&mm);
+        assert_eq!(tlb.times.flushes, 1, "the gather was freed after a shootdown of its own");
+        assert_eq!(phys.stats().frames_used, 0);
+        // The frame's next user writes it.
+        // SAFETY: arena memory, accessed atomically; the frame is free and
+        // no mapping refers to it.
+        unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+        let after = cpu.read_u64(last);
+        assert!(segv(&after), "a stale TLB entry read a freed, reused frame: {after:x?}");
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        tlb.finish(&mm);
+        drop(held);
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
     /// An unmap drops guard markers in its zap walk, under every policy and
     /// on the lock-free path too (a span above one PTE table): here in a
     /// page table that a neighbouring VMA keeps, so freeing the tables does
