@@ -23,8 +23,9 @@
 //! accepted that. `downgrade` and `lock-free` detach the whole range at once.
 //!
 //! In all of them the frames are put and the tables freed only after a TLB
-//! flush (the gather's), and the call returns only after its last flush, so
-//! a `munmap` that returned leaves no translation of the range on any CPU.
+//! flush (the gather's; under `lock-free`, the one before the zap), and the
+//! call returns only after it, so a `munmap` that returned leaves no
+//! translation of the range on any CPU.
 //!
 //! # The reservation (`lock-free`)
 //!
@@ -51,6 +52,23 @@
 //! after the zap's last flush) because that is what orders the freeing
 //! against a VMA inserted next to the range meanwhile: `free_pgtables`
 //! computes its floor and ceiling from the VMAs as they are then.
+//!
+//! # One shootdown per lock-free unmap
+//!
+//! A TLB fill walks the page tables without looking at the VMAs (as a
+//! hardware walker does), so a range whose VMAs are detached stays
+//! reachable through its entries until the zap clears them: Linux and the
+//! other policies shoot down before freeing each full gather, and a
+//! shootdown of a running CPU of another thread costs a process-wide
+//! barrier (a `membarrier` IPI, ~17 µs on the lab's VM; 56 per 2 GiB).
+//! `lock-free` instead makes the range unreachable to fills
+//! (`mm/unmap_unreachable.rs`) once its tree is published, and shoots it
+//! down once before the zap ([`MmuGather::shoot_down_unreachable`]): from
+//! then on no CPU holds or can make a translation into it, so each full
+//! gather (and the page tables at the end) is freed with no shootdown, no
+//! barrier and no generation bump, still after that one shootdown and
+//! still in bounded batches. The range becomes reachable again once it has
+//! no entry left, before the reservation goes.
 //!
 //! # Faults in the range
 //!
