@@ -93,7 +93,9 @@ impl MmuGather {
         if self.frames.len() == cap {
             // Grow as `Vec` does, but never past the bound: a one-page unmap
             // allocates little, a huge one at most MAX_GATHER_FRAMES entries.
-            self.frames.reserve_exact(cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap));
+            self.frames.reserve_exact(
+                cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap),
+            );
         }
         // A translation went away even when the frame is the zero page,
         // whose reference is not counted.

@@ -32,9 +32,9 @@ mod mremap;
 mod msync;
 mod stack;
 mod unmap;
-mod unmap_unreachable;
 #[cfg(all(test, loom))]
 mod unmap_loom_tests;
+mod unmap_unreachable;
 
 use std::sync::{Arc, Weak};
 
