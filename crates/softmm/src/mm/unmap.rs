@@ -132,7 +132,9 @@ pub struct UnmapStats {
     /// Time detaching the page tables only the range used
     /// (`free_pgtables`), before their flush.
     pub pgtable_ns: u64,
-    /// TLB shootdowns of their gathers (a full gather, and the last).
+    /// TLB shootdowns of their gathers: one before each free of a full
+    /// gather and of the last, except under `lock-free`, which shoots its
+    /// range down once before the zap and frees with none.
     pub flushes: u64,
     /// Time in those shootdowns, from the request to the last acknowledgement.
     pub flush_ns: u64,
