@@ -106,6 +106,11 @@ pub struct Counters {
     /// CPU running another thread of the process, with `membarrier`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_barriers: Option<u64>,
+    /// big-munmap: the munmap's frees of gathered frames and tables (one
+    /// per full gather and one at the end), with a shootdown before each
+    /// except under `lock-free`, which shoots its range down once.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_batches: Option<u64>,
     /// big-munmap: CPU time of the munmapping thread during the munmap (`/proc/.../schedstat`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_cpu_ns: Option<u64>,
@@ -171,6 +176,7 @@ impl Counters {
         max(&mut self.munmap_free_ns, o.munmap_free_ns);
         max(&mut self.munmap_pgtable_ns, o.munmap_pgtable_ns);
         max(&mut self.munmap_barriers, o.munmap_barriers);
+        max(&mut self.munmap_batches, o.munmap_batches);
         max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);
         max(&mut self.munmap_runq_ns, o.munmap_runq_ns);
         max(&mut self.other_cpu_ns, o.other_cpu_ns);

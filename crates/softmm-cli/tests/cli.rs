@@ -317,6 +317,11 @@ fn bench_big_munmap() {
                 assert!(p50 <= p99 && p99 <= max, "{s}");
             }
             assert_eq!(n("mmap_lock_acquisitions").is_some(), policy != "host", "{s}");
+            // The frees of its gathers; lock-free shoots its range down once.
+            assert_eq!(n("munmap_batches").is_some_and(|b| b >= 1), policy != "host", "{s}");
+            if policy == "lock-free" {
+                assert!(n("munmap_barriers").is_some_and(|b| b <= 1), "{s}");
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

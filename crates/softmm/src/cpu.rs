@@ -387,7 +387,11 @@ impl Cpu {
         loop {
             {
                 let guard = crossbeam_epoch::pin();
-                if let Some(leaf) = mm.pgtables.leaf(va, &guard) {
+                // Nothing is filled from a range a lock-free munmap is
+                // zapping: it shot the range down once and frees the rest
+                // without another shootdown (`mm/unmap_unreachable.rs`).
+                let walk = if mm.unreachable.contains(va, &guard) { None } else { mm.pgtables.leaf(va, &guard) };
+                if let Some(leaf) = walk {
                     let pte = leaf.load(va);
                     if access == Access::Execute && pte.is_present() && pte.has(Pte::NX) {
                         // x86-64 raises a protection fault for a fetch

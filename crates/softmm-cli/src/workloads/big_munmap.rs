@@ -360,6 +360,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
                 munmap_free_ns: d(|u| u.free_ns),
                 munmap_pgtable_ns: d(|u| u.pgtable_ns),
                 munmap_barriers: d(|u| u.barriers),
+                munmap_batches: d(|u| u.batches),
                 // The munmapping thread's, during the munmap.
                 shared_writes: cfg!(feature = "shared-write-stats").then_some(d(|u| u.shared_writes)).flatten(),
                 ..Counters::default()
@@ -378,8 +379,9 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
 /// The big-munmap table: per mode and policy, the munmap's duration and the
 /// other threads' latency and throughput during it, then what explains them:
 /// the munmapping thread's CPU time and run-queue delay during the munmap,
-/// the other threads' run-queue delay, and the munmap's wait for TLB flush
-/// acknowledgements (medians over repeats of each figure), or `None`
+/// the other threads' run-queue delay, the munmap's wait for TLB flush
+/// acknowledgements and its flushes that forced a barrier on the running
+/// threads (medians over repeats of each figure), or `None`
 /// without big-munmap samples.
 pub fn table(samples: &[Sample]) -> Option<String> {
     let ours: Vec<&Sample> = samples.iter().filter(|s| s.workload == "big-munmap").collect();
@@ -389,7 +391,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
     let mut out = String::from(
         "big-munmap: the munmap, and the other threads' operations overlapping it\n\
          mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
-         cpu ms  runq ms  other runq ms  flush wait ms\n",
+         cpu ms  runq ms  other runq ms  flush wait ms  barriers\n",
     );
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
     for s in &ours {
@@ -412,7 +414,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
         out.push_str(&format!(
-            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {}\n",
+            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {:<14} {}\n",
             ms(of(|c| c.munmap_ns)),
             us(of(|c| c.p50_ns)),
             us(of(|c| c.p99_ns)),
@@ -423,6 +425,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
             ms(of(|c| c.munmap_runq_ns)),
             ms(of(|c| c.other_runq_ns)),
             ms(of(|c| c.munmap_flush_wait_ns)),
+            of(|c| c.munmap_barriers).map_or("-".to_string(), |b| b.to_string()),
         ));
     }
     Some(out)

@@ -24,7 +24,9 @@ const MAX_GATHER_BATCH_COUNT: usize = 10_000 / MAX_GATHER_BATCH;
 /// keeps up to ~38 MiB of memory unavailable to others only that long),
 /// while a flush, one shootdown of every running CPU, is amortized over
 /// thousands of pages.
-pub(crate) const MAX_GATHER_FRAMES: usize = MAX_GATHER_BATCH * MAX_GATHER_BATCH_COUNT;
+///
+/// One under loom, so that a model's two-page unmap frees two gathers.
+pub(crate) const MAX_GATHER_FRAMES: usize = if cfg!(loom) { 1 } else { MAX_GATHER_BATCH * MAX_GATHER_BATCH_COUNT };
 
 /// Frames and page tables removed from an address space, to be released only
 /// after its TLB is flushed. Dropping it without [`MmuGather::finish`] leaks
@@ -45,6 +47,10 @@ pub(crate) struct MmuGather {
     pub(crate) need_flush: bool,
     /// Where this gather's flushes spent their time, for [`super::UnmapStats`].
     pub(crate) times: GatherTimes,
+    /// Set by [`MmuGather::shoot_down_unreachable`]: what the gather takes
+    /// comes from a range no CPU has reached since a completed shootdown,
+    /// so it is freed without another.
+    shot_down: bool,
 }
 
 /// What an [`MmuGather`]'s flushes cost, summed over its life: read by the
@@ -66,6 +72,9 @@ pub(crate) struct GatherTimes {
     /// threads ([`crate::tlb::FlushTicket::forced_barrier`]): with
     /// `membarrier`, an IPI to each CPU running one of them.
     pub(crate) barriers: u64,
+    /// Frees of gathered frames or tables (a full gather, and the last),
+    /// with or without a shootdown before them.
+    pub(crate) batches: u64,
 }
 
 fn ns_since(t: Instant) -> u64 {
@@ -84,7 +93,9 @@ impl MmuGather {
         if self.frames.len() == cap {
             // Grow as `Vec` does, but never past the bound: a one-page unmap
             // allocates little, a huge one at most MAX_GATHER_FRAMES entries.
-            self.frames.reserve_exact(cap.saturating_mul(2).clamp(8, MAX_GATHER_FRAMES).saturating_sub(cap));
+            self.frames.reserve_exact(
+                cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap),
+            );
         }
         // A translation went away even when the frame is the zero page,
         // whose reference is not counted.
@@ -121,22 +132,40 @@ impl MmuGather {
         self.flush_and_free(mm);
     }
 
+    /// Shoots down `mm`'s TLBs once for a range that
+    /// [`super::AddressSpace::unreachable`] holds (published before this
+    /// call): once it returns, no CPU holds or can make a translation into
+    /// the range, so every frame and table the gather takes from the range
+    /// afterwards is freed at each full gather and at the end without
+    /// another shootdown (`mm/unmap_unreachable.rs`). The caller must gather
+    /// nothing else into it afterwards.
+    pub(crate) fn shoot_down_unreachable(&mut self, mm: &AddressSpace) {
+        self.need_flush = true;
+        self.flush_and_free(mm);
+        self.shot_down = true;
+    }
+
     /// Flushes `mm`'s TLBs if anything changed, then frees what the gather
-    /// holds, leaving it empty for more (Linux's `tlb_flush_mmu`).
+    /// holds, leaving it empty for more (Linux's `tlb_flush_mmu`). After
+    /// [`MmuGather::shoot_down_unreachable`], it only frees.
     pub(crate) fn flush_and_free(&mut self, mm: &AddressSpace) {
         if !(self.need_flush || !self.frames.is_empty() || !self.tables.is_empty()) {
             return;
         }
-        let begin = Instant::now();
-        let ticket = mm.flush_tlb_begin();
-        let barrier = ticket.forced_barrier();
-        let wait = Instant::now();
-        ticket.wait();
+        if !self.shot_down {
+            let begin = Instant::now();
+            let ticket = mm.flush_tlb_begin();
+            let barrier = ticket.forced_barrier();
+            let wait = Instant::now();
+            ticket.wait();
+            let t = &mut self.times;
+            t.flushes += 1;
+            t.barriers += u64::from(barrier);
+            t.flush_wait_ns = t.flush_wait_ns.saturating_add(ns_since(wait));
+            t.flush_ns = t.flush_ns.saturating_add(ns_since(begin));
+        }
         let t = &mut self.times;
-        t.flushes += 1;
-        t.barriers += u64::from(barrier);
-        t.flush_wait_ns = t.flush_wait_ns.saturating_add(ns_since(wait));
-        t.flush_ns = t.flush_ns.saturating_add(ns_since(begin));
+        t.batches += u64::from(!self.frames.is_empty() || !self.tables.is_empty());
         let free = Instant::now();
         self.need_flush = false;
         t.frames += self.frames.len() as u64;
@@ -231,13 +260,18 @@ mod tests {
             assert!(a.pgtable_ns > b.pgtable_ns, "{policy:?}");
         }
         assert_eq!(u.read_hold_ns > 0, policy == crate::UnmapPolicy::Downgrade, "{policy:?}");
-        // One flush when the gather fills, one at the end for the rest and
-        // the page tables; without the bound, a single flush. The lock-free
-        // unmap flushes the last frames before it drops its reservation and
-        // the page tables after (no writer waits for that shootdown).
-        let tables_apart = u64::from(policy == crate::UnmapPolicy::LockFree);
-        assert_eq!(flushes, pages.div_ceil(MAX_GATHER_FRAMES as u64) + tables_apart, "{policy:?}");
-        assert!(flushes >= 2);
+        // One free when the gather fills, one at the end for the rest and
+        // the page tables; without the bound, a single one. The lock-free
+        // unmap frees the last frames before it drops its reservation and
+        // the page tables after (no writer waits for those).
+        let lock_free = policy == crate::UnmapPolicy::LockFree;
+        let batches = pages.div_ceil(MAX_GATHER_FRAMES as u64) + u64::from(lock_free);
+        assert_eq!(u.batches - unmap_before.batches, batches, "{policy:?}");
+        assert_eq!(mine.batches - mine_before.batches, batches, "{policy:?}");
+        // A shootdown before each free, except under lock-free: one for the
+        // whole range, before the zap (`mm/unmap_unreachable.rs`).
+        assert_eq!(flushes, if lock_free { 1 } else { batches }, "{policy:?}");
+        assert!(batches >= 2);
         assert_eq!(after.flush_requests - before.flush_requests, flushes);
         assert_eq!(phys.stats().frames_used, 0, "every unmapped frame is free once munmap returns");
         done.send(()).unwrap();

@@ -34,6 +34,7 @@ mod stack;
 mod unmap;
 #[cfg(all(test, loom))]
 mod unmap_loom_tests;
+mod unmap_unreachable;
 
 use std::sync::{Arc, Weak};
 
@@ -142,6 +143,9 @@ pub struct AddressSpace {
     /// The address space's memory policy (`set_mempolicy`); null for the
     /// default. Read by lock-free faults under an epoch guard.
     mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
+    /// Ranges a lock-free unmap is zapping, where no TLB fill may walk
+    /// (`mm/unmap_unreachable.rs`).
+    pub(crate) unreachable: unmap_unreachable::UnreachableRanges,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -216,6 +220,7 @@ impl AddressSpace {
             self_weak: w.clone(),
             pins: Arc::default(),
             mempolicy: Atomic::null(),
+            unreachable: Default::default(),
         }))
     }
 

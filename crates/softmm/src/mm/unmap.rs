@@ -23,8 +23,9 @@
 //! accepted that. `downgrade` and `lock-free` detach the whole range at once.
 //!
 //! In all of them the frames are put and the tables freed only after a TLB
-//! flush (the gather's), and the call returns only after its last flush, so
-//! a `munmap` that returned leaves no translation of the range on any CPU.
+//! flush (the gather's; under `lock-free`, the one before the zap), and the
+//! call returns only after it, so a `munmap` that returned leaves no
+//! translation of the range on any CPU.
 //!
 //! # The reservation (`lock-free`)
 //!
@@ -51,6 +52,23 @@
 //! after the zap's last flush) because that is what orders the freeing
 //! against a VMA inserted next to the range meanwhile: `free_pgtables`
 //! computes its floor and ceiling from the VMAs as they are then.
+//!
+//! # One shootdown per lock-free unmap
+//!
+//! A TLB fill walks the page tables without looking at the VMAs (as a
+//! hardware walker does), so a range whose VMAs are detached stays
+//! reachable through its entries until the zap clears them: Linux and the
+//! other policies shoot down before freeing each full gather, and a
+//! shootdown of a running CPU of another thread costs a process-wide
+//! barrier (a `membarrier` IPI, ~17 µs on the lab's VM; 56 per 2 GiB).
+//! `lock-free` instead makes the range unreachable to fills
+//! (`mm/unmap_unreachable.rs`) once its tree is published, and shoots it
+//! down once before the zap ([`MmuGather::shoot_down_unreachable`]): from
+//! then on no CPU holds or can make a translation into it, so each full
+//! gather (and the page tables at the end) is freed with no shootdown, no
+//! barrier and no generation bump, still after that one shootdown and
+//! still in bounded batches. The range becomes reachable again once it has
+//! no entry left, before the reservation goes.
 //!
 //! # Faults in the range
 //!
@@ -114,7 +132,9 @@ pub struct UnmapStats {
     /// Time detaching the page tables only the range used
     /// (`free_pgtables`), before their flush.
     pub pgtable_ns: u64,
-    /// TLB shootdowns of their gathers (a full gather, and the last).
+    /// TLB shootdowns of their gathers: one before each free of a full
+    /// gather and of the last, except under `lock-free`, which shoots its
+    /// range down once before the zap and frees with none.
     pub flushes: u64,
     /// Time in those shootdowns, from the request to the last acknowledgement.
     pub flush_ns: u64,
@@ -129,7 +149,14 @@ pub struct UnmapStats {
     /// Flushes that forced a barrier on the process's other running
     /// threads: with `membarrier` (the default), an IPI to each CPU running
     /// one, which a flush pays only while another thread has a CPU attached.
+    /// A `lock-free` unmap shoots its range down once, before the zap
+    /// (`mm/unmap_unreachable.rs`): at most one barrier per unmap.
     pub barriers: u64,
+    /// Frees of gathered frames or page tables: one per full gather and
+    /// one at the end. Under `locked`, `sectioned` and `downgrade` each
+    /// follows a shootdown of its own (`flushes`); under `lock-free` none
+    /// does, the range having been shot down before the zap.
+    pub batches: u64,
     /// Writes to cache lines other CPUs also write, made by the unmapping
     /// thread during the unmaps (lock words, free lists, the shootdown
     /// generation): counted only in builds with the `shared-write-stats`
@@ -161,6 +188,7 @@ impl UnmapStats {
         add(&mut self.free_ns, g.free_ns);
         add(&mut self.frames, g.frames);
         add(&mut self.barriers, g.barriers);
+        add(&mut self.batches, g.batches);
         add(&mut self.shared_writes, t.shared_writes);
     }
 }
@@ -171,7 +199,7 @@ std::thread_local! {
     static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
         unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
         pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
-        barriers: 0, shared_writes: 0,
+        barriers: 0, batches: 0, shared_writes: 0,
     }) };
 }
 
@@ -191,6 +219,7 @@ pub(crate) struct UnmapCounters {
     free_ns: AtomicU64,
     frames: AtomicU64,
     barriers: AtomicU64,
+    batches: AtomicU64,
     shared_writes: AtomicU64,
 }
 
@@ -221,6 +250,7 @@ impl UnmapCounters {
         add(&self.free_ns, g.free_ns);
         add(&self.frames, g.frames);
         add(&self.barriers, g.barriers);
+        add(&self.batches, g.batches);
         add(&self.shared_writes, t.shared_writes);
     }
 
@@ -241,6 +271,7 @@ impl UnmapCounters {
             free_ns: get(&self.free_ns),
             frames: get(&self.frames),
             barriers: get(&self.barriers),
+            batches: get(&self.batches),
             shared_writes: get(&self.shared_writes),
         }
     }
@@ -441,6 +472,11 @@ impl AddressSpace {
                 let held = done.lock();
                 self.reserve(st, lo, hi, &done);
                 t.write_hold_ns += ns_since(t.entry);
+                // One shootdown for the whole range, before anything is
+                // zapped: `reserve` made it unreachable to TLB fills, so
+                // after this no CPU reaches it, and each full gather of the
+                // zap is freed without a shootdown of its own.
+                tlb.shoot_down_unreachable(self);
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
                 t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
@@ -489,29 +525,40 @@ impl AddressSpace {
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(st, lo, hi, tlb));
     }
 
-    /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached)
-    /// and ends the write section. The caller holds `done`'s lock until
-    /// after [`Self::release`].
+    /// Publishes the reservation of `[lo, hi)` (whose VMAs `st` detached),
+    /// ends the write section (publishing the tree without them), and then
+    /// makes the range unreachable to TLB fills
+    /// ([`AddressSpace::unreachable`]; after the tree, so a CPU that sees
+    /// the range unreachable and faults finds no VMA there). The caller
+    /// holds `done`'s lock until after [`Self::release`].
     fn reserve(&self, mut st: MmapWriteGuard<'_>, lo: u64, hi: u64, done: &Arc<Mutex<()>>) {
         st.reserved.push(Reservation { start: lo, end: hi, done: done.clone() });
         drop(st);
+        self.unreachable.add(lo, hi);
     }
 
     /// Ends a lock-free unmap of `[lo, hi)` whose entries are all zapped
-    /// into `tlb`: flushes and frees the last frames, then in a short write
-    /// section removes the reservation and detaches the page tables only the
-    /// range used, then flushes again and frees those after a grace period.
+    /// into `tlb`: frees the last frames (after a flush, unless `tlb` shot
+    /// the range down already), makes the range reachable again (it has no
+    /// entry left), then in a short write section removes the reservation
+    /// and detaches the page tables only the range used, and frees those
+    /// after a grace period (and a flush, likewise).
     fn release(&self, lo: u64, hi: u64, done: &Arc<Mutex<()>>, tlb: &mut MmuGather, t: &mut UnmapTimes) {
         // The last frames' flush before anyone may map here again.
         tlb.flush_and_free(self);
+        // Before the reservation goes, so that no fill refuses a new
+        // mapping's entries (its faults would find them present, forever).
+        self.unreachable.remove(lo, hi);
         let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
         let held = Instant::now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(&st, lo, hi, tlb));
         drop(st);
         t.write_hold_ns += ns_since(held);
-        // Only detached tables are left: nothing translates through them,
-        // and they are freed after this flush and a grace period.
+        // Only detached tables are left: nothing translates through them
+        // (a TLB entry holds a frame, never a table), and they are freed
+        // after a grace period (and a flush, if the range was not shot
+        // down before the zap).
         tlb.flush_and_free(self);
     }
 }
@@ -669,6 +716,50 @@ mod tests {
         assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
     }
 
+    /// A lock-free unmap shoots its range down once, before the zap, and
+    /// frees the gathers after it without another shootdown. That is sound
+    /// only because no CPU can make a translation into the range after the
+    /// shootdown: a CPU reading the range then (here one of this thread's,
+    /// which the shootdown made drop its TLB) must fault, not walk the
+    /// entry the zap has not cleared yet; otherwise its TLB entry outlives
+    /// the frame's free and reads the frame's next user's data.
+    #[test]
+    fn no_translation_into_a_range_after_its_one_shootdown() {
+        const REUSED: u8 = 0xee;
+        let (phys, mm, mut cpu, a) = setup();
+        let last = a + 3 * PAGE_SIZE;
+        let old = mm.pte_at(last).pfn();
+        let mut tlb = MmuGather::default();
+        let mut st = mm.write_lock();
+        let (lo, hi) = mm.detach_vmas(&mut st, a, a + LEN).unwrap().unwrap();
+        let done = Arc::new(Mutex::new(()));
+        let held = done.lock();
+        mm.reserve(st, lo, hi, &done);
+        tlb.shoot_down_unreachable(&mm);
+        let segv = |r: &std::result::Result<u64, crate::Fault>| {
+            matches!(r, Err(crate::Fault::Segv { code: crate::SegvCode::MapErr, .. }))
+        };
+        let during = cpu.read_u64(last);
+        assert!(segv(&during), "a CPU filled a translation after the shootdown: {during:?}");
+        mm.unmap_range(lo, hi, &mut tlb);
+        tlb.flush_and_free(&mm);
+        assert_eq!(tlb.times.flushes, 1, "the gather was freed after a shootdown of its own");
+        assert_eq!(phys.stats().frames_used, 0);
+        // The frame's next user writes it.
+        // SAFETY: arena memory, accessed atomically; the frame is free and
+        // no mapping refers to it.
+        unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+        let after = cpu.read_u64(last);
+        assert!(segv(&after), "a stale TLB entry read a freed, reused frame: {after:x?}");
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        tlb.finish(&mm);
+        drop(held);
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+
     /// An unmap drops guard markers in its zap walk, under every policy and
     /// on the lock-free path too (a span above one PTE table): here in a
     /// page table that a neighbouring VMA keeps, so freeing the tables does
@@ -723,8 +814,10 @@ mod tests {
         // Under `NextAccess` every flush waits for the remote CPU's next
         // access, which paces the zap against the remote thread; with access
         // sections the zap may finish before the remote thread defers.
+        // `downgrade`: a shootdown per gather (a lock-free unmap has one
+        // only, before its zap), each marking a gather's end.
         let config = crate::MmConfig::default()
-            .unmap_policy(UnmapPolicy::LockFree)
+            .unmap_policy(UnmapPolicy::Downgrade)
             .shootdown_policy(crate::ShootdownPolicy::NextAccess);
         let mm = AddressSpace::new(&phys, config).unwrap();
         let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();

@@ -3,7 +3,10 @@
 //! lock) and `lock-free` (zap under a reservation, no `mmap_lock`), each on
 //! the real [`AddressSpace::munmap`] against a concurrent fault in the range
 //! and against a concurrent `mmap(MAP_FIXED)` of part of it, on a two-page
-//! address space (under loom every span is zapped lock-free, however small).
+//! address space (under loom every span is zapped lock-free, however small),
+//! and the lock-free unmap's one shootdown before its zap against a real
+//! `Cpu` reading the range (a gather holds one frame under loom, so the two
+//! pages are freed in two gathers, the second without a shootdown).
 //!
 //! Run with the loom line of scripts/test.sh. Page tables, PTE locks,
 //! `mmap_lock` (with loom's downgrade, `sync/loom_lock.rs`), the
@@ -130,6 +133,57 @@ fn fixed_mmap_vs_policy_munmap() {
             assert_eq!(phys.stats().frames_used, 0, "{unmap:?}/{fault:?}");
         }
         mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        assert_eq!(phys.stats().frames_used, 0);
+    });
+}
+
+/// The lock-free unmap's one shootdown (`mm/unmap_unreachable.rs`), on the
+/// real `Cpu` and the real `munmap`: a CPU reads the second page twice
+/// while the main thread unmaps both pages (two gathers, the second freed
+/// with no shootdown of its own) and then reuses both frames. Each read
+/// gets the old bytes or `SIGSEGV`, once `SIGSEGV` always `SIGSEGV`, and
+/// never the reused frames' bytes: with TLB fills allowed in the range
+/// after the shootdown, the CPU caches the second page before its zap and
+/// its next read hits the freed frame.
+#[test]
+fn a_real_cpu_against_the_one_shootdown_of_a_lock_free_munmap() {
+    const REUSED: u8 = 0xee;
+    builder().check(|| {
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let config = MmConfig::default().policy(FaultPolicy::PerVmaSeq).unmap_policy(UnmapPolicy::LockFree);
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        let b = a + PAGE_SIZE;
+        let mut frames = Vec::new();
+        for page in [a, b] {
+            mm.handle_fault(page, Access::Write).unwrap();
+            let pfn = mm.pte_at(page).pfn();
+            // SAFETY: the frame is mapped at `page` and nothing else runs.
+            unsafe { crate::access::fill_host(phys.frame_ptr(pfn), OLD, PAGE_SIZE as usize) };
+            frames.push(pfn);
+        }
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let mut cpu = crate::Cpu::attached(&mm);
+                let first = cpu.read_u8(b);
+                let second = cpu.read_u8(b);
+                (first, second)
+            })
+        };
+        mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        assert_eq!(phys.stats().frames_used, 0);
+        for &pfn in &frames {
+            // SAFETY: arena memory, accessed atomically; the frame is free
+            // and no mapping refers to it.
+            unsafe { crate::access::fill_host(phys.frame_ptr(pfn), REUSED, PAGE_SIZE as usize) };
+        }
+        let (first, second) = t.join().unwrap();
+        let segv = |r: Result<u8, Fault>| r.is_err_and(|f| f.signal() == libc::SIGSEGV);
+        assert!(first == Ok(OLD) || segv(first), "{first:?}");
+        assert!(second == Ok(OLD) || segv(second), "a read of a freed, reused frame: {second:?}");
+        assert!(!segv(first) || segv(second), "{first:?} then {second:?}");
+        drop(mm);
         assert_eq!(phys.stats().frames_used, 0);
     });
 }
