@@ -23,8 +23,10 @@ use crate::tlb::{CpuTlbState, QuiescentGuard};
 use crate::PAGE_SIZE;
 
 mod scalar;
+mod section;
 
 pub use scalar::Scalar;
+pub use section::Section;
 
 /// Entries in the software TLB (direct mapped).
 const TLB_ENTRIES: usize = 64;
@@ -308,29 +310,6 @@ impl Cpu {
         self.state.section_end(&mut self.section);
     }
 
-    /// Runs `op` on the host address of `va`, translated for `access`,
-    /// inside one access section. `op` must not panic (the section would
-    /// stay open) nor call into softmm.
-    #[inline(always)]
-    fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
-        self.section_begin();
-        // The hit is a plain pointer, not a `Result`: nothing of the fault
-        // type is built, moved or tested on the fast path.
-        let p = match self.tlb_hit(va, access) {
-            Some(p) => p,
-            None => match self.translate_slow(va, access) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.section_end();
-                    return Err(e);
-                }
-            },
-        };
-        let r = op(p);
-        self.section_end();
-        Ok(r)
-    }
-
     /// The host address of `va` for `access`, from the TLB or a walk (and a
     /// fault, if needed). Called inside a section, which it leaves and
     /// re-enters around a fault; the pointer is valid until the section ends.
@@ -456,33 +435,28 @@ impl Cpu {
     }
 
     /// Copies guest bytes at `addr` into `buf`, translating each page for
-    /// `access` (a read or a fetch).
+    /// `access` (a read or a fetch), one access section per page: a long
+    /// copy never holds a shootdown up for more than a page.
     fn copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
         let mut done = 0;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            let dst = &mut buf[done..done + n];
-            // SAFETY: `lookup` returned a pointer into an arena frame of the
-            // attached address space, which holds its `PhysMem` (hence the
-            // arena mapping) alive; `n` stops at the page end; the section
-            // keeps the frame from being freed until the copy is done.
-            self.access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            self.section().copy_in(a, &mut buf[done..done + n], access)?;
             done += n;
         }
         Ok(())
     }
 
     /// Writes `data` at `addr`. On a fault, the bytes before the faulting
-    /// page have been written, as with a real `memcpy`.
+    /// page have been written, as with a real `memcpy`. One access section
+    /// per page, as [`Cpu::read`].
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
         let mut done = 0;
         while done < data.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
-            let src = &data[done..done + n];
-            // SAFETY: as in `copy_in`.
-            self.access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            self.section().write(a, &data[done..done + n])?;
             done += n;
         }
         Ok(())
@@ -507,7 +481,7 @@ impl Cpu {
     /// ```
     #[inline(always)]
     pub fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
-        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
+        self.section().read_le(addr)
     }
 
     /// Reads the big-endian `T` at `addr`, as [`Cpu::read_le`].
@@ -523,7 +497,7 @@ impl Cpu {
     /// faulting page have been written, as with [`Cpu::write`].
     #[inline(always)]
     pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
-        self.store_raw(addr, T::SIZE, v.to_raw())
+        self.section().write_le(addr, v)
     }
 
     /// Writes `v` big-endian at `addr`, as [`Cpu::write_le`].
@@ -536,7 +510,7 @@ impl Cpu {
     /// alignment): [`Cpu::read_le`] with [`Cpu::fetch`]'s permission check.
     #[inline(always)]
     pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
-        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
+        self.section().fetch_le(addr)
     }
 
     /// Fetches a little-endian `u16` instruction unit (a RISC-V compressed
@@ -628,25 +602,6 @@ impl Cpu {
         self.write(addr, bytemuck::bytes_of(v))
     }
 
-    /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
-    /// for `access`, inside one access section.
-    #[inline]
-    fn atomic_at<T: Scalar, R>(
-        &mut self,
-        addr: u64,
-        access: Access,
-        op: impl FnOnce(&T::Atomic) -> R,
-    ) -> Result<R, Fault> {
-        if addr % T::SIZE as u64 != 0 {
-            return Err(Fault::Unaligned { addr });
-        }
-        // SAFETY: aligned to its width (checked), so inside one arena frame
-        // (a naturally aligned scalar never crosses a page), which the
-        // section keeps from being freed while `op` runs; the reference does
-        // not outlive `op`.
-        self.access(addr, access, |p| op(unsafe { T::atomic(p) }))
-    }
-
     /// Atomically loads the naturally aligned `T` at `addr` with `order`
     /// (host byte order, as every atomic here). An unaligned address is
     /// `Fault::Unaligned`. An ordering that a load cannot have is reduced
@@ -666,19 +621,19 @@ impl Cpu {
     /// assert!(cpu.atomic_load::<u32>(a + 2, Ordering::Relaxed).is_err()); // unaligned
     /// ```
     pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)))
+        self.section().atomic_load(addr, order)
     }
 
     /// Atomically stores `v` at the naturally aligned `addr` with `order`
     /// (`Acquire` reduced to `Relaxed`, `AcqRel` to `Release`).
     pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)))
+        self.section().atomic_store(addr, v, order)
     }
 
     /// Atomically swaps the `T` at the naturally aligned `addr` for `v`;
     /// returns the old value.
     pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order))
+        self.section().atomic_swap(addr, v, order)
     }
 
     /// Atomic compare-and-exchange of the naturally aligned `T` at `addr`:
@@ -694,34 +649,32 @@ impl Cpu {
         success: Ordering,
         failure: Ordering,
     ) -> Result<Result<T, T>, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| {
-            T::compare_exchange(a, current, new, success, load_part(failure))
-        })
+        self.section().atomic_compare_exchange(addr, current, new, success, failure)
     }
 
     /// Atomic wrapping add at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_add(a, v, order))
+        self.section().atomic_fetch_add(addr, v, order)
     }
 
     /// Atomic wrapping subtract at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_sub(a, v, order))
+        self.section().atomic_fetch_sub(addr, v, order)
     }
 
     /// Atomic bitwise and at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_and(a, v, order))
+        self.section().atomic_fetch_and(addr, v, order)
     }
 
     /// Atomic bitwise or at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_or(a, v, order))
+        self.section().atomic_fetch_or(addr, v, order)
     }
 
     /// Atomic bitwise exclusive or at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_xor(a, v, order))
+        self.section().atomic_fetch_xor(addr, v, order)
     }
 
     /// Atomic compare-and-exchange of a naturally aligned `u64` (SeqCst):
@@ -743,44 +696,6 @@ impl Cpu {
     /// Atomic fetch-and-add of a naturally aligned `u32` (SeqCst); returns the old value.
     pub fn fetch_add_u32(&mut self, addr: u64, v: u32) -> Result<u32, Fault> {
         self.atomic_fetch_add(addr, v, Ordering::SeqCst)
-    }
-
-    /// The `n`-byte little-endian value at `addr`, translated for `access`.
-    /// Always inlined, so that a hit is straight-line code in the accessor.
-    #[inline(always)]
-    fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
-            // it and the aligned words holding it lie in one arena frame
-            // (frames are page aligned); the section keeps the frame
-            // allocated until the load is done; arena memory is only ever
-            // accessed atomically.
-            return self.access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
-        }
-        self.load_raw_across(addr, n, access)
-    }
-
-    #[cold]
-    fn load_raw_across(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        let mut b = [0; 8];
-        self.copy_in(addr, &mut b[..n], access)?;
-        Ok(u64::from_le_bytes(b))
-    }
-
-    /// Stores the low `n` bytes of `raw` little-endian at `addr` (always
-    /// inlined, as `load_raw`).
-    #[inline(always)]
-    fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: as in `load_raw`, for `[p, p + n)`.
-            return self.access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
-        }
-        self.store_raw_across(addr, n, raw)
-    }
-
-    #[cold]
-    fn store_raw_across(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        self.write(addr, &raw.to_le_bytes()[..n])
     }
 
     /// Zero-copy read access to `[addr, addr+len)`: calls `f(offset, chunk)`

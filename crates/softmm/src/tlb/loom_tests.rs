@@ -313,3 +313,60 @@ fn a_real_cpu_access_against_a_real_munmap() {
         assert_eq!(phys.stats().frames_used, 0);
     });
 }
+
+/// A multi-access [`crate::Section`] on the real `Cpu` against the real
+/// `munmap` and a reuse of the frame. Inside the section the thread reads
+/// the page, is preempted, calls into softmm (a [`QuiescentGuard`], as any
+/// syscall or fault of the thread makes: its CPUs are quiescent, so the
+/// munmap's flush may skip this one and free the frame), then reads again.
+/// Every read must see the old bytes or fault; the reused frame's bytes are
+/// the bug. Not publishing the section on entry, or checking the
+/// generation only on entry and not on each access, fails this model.
+#[test]
+fn a_real_section_against_a_real_munmap() {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Access, Cpu, PAGE_SIZE};
+    const OLD: u8 = 0xab;
+    const REUSED: u8 = 0xee;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.max_branches = 100_000;
+    b.check(|| {
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        mm.handle_fault(a, Access::Write).unwrap();
+        let old = mm.pte_at(a).pfn();
+        // SAFETY: the frame is mapped at `a` and nothing else runs.
+        unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                let mut s = cpu.section();
+                // A walk fills the TLB (the entry is present: no fault).
+                let first = s.read_u8(a);
+                loom::thread::yield_now();
+                let held = s.read_u8(a);
+                // A call into softmm from inside the section.
+                drop(QuiescentGuard::enter());
+                let after_call = s.read_u8(a);
+                drop(s);
+                (first, held, after_call)
+            })
+        };
+        mm.munmap(a, PAGE_SIZE).unwrap();
+        // SAFETY: arena memory, accessed atomically; no mapping refers to it.
+        unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+        let (first, held, after_call) = t.join().unwrap();
+        let segv = |r: Result<u8, crate::Fault>| r.is_err_and(|f| f.signal() == libc::SIGSEGV);
+        assert!(first == Ok(OLD) || segv(first), "{first:?}");
+        assert!(held == Ok(OLD) || segv(held), "a section read a freed, reused frame: {held:?}");
+        assert!(after_call == Ok(OLD) || segv(after_call), "a section read a freed, reused frame: {after_call:?}");
+        assert!(!segv(first) || segv(held));
+        drop(mm);
+        assert_eq!(phys.stats().frames_used, 0);
+    });
+}
