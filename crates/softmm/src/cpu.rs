@@ -28,33 +28,6 @@ mod section;
 pub use scalar::Scalar;
 pub use section::Section;
 
-/// Entries in the software TLB (direct mapped).
-const TLB_ENTRIES: usize = 64;
-/// Entries of the 2 MiB TLB (hugetlb PMD leaves), as x86's separate
-/// large-page TLB: one hits for every 4 KiB of its page.
-const HUGE_TLB_ENTRIES: usize = 8;
-/// `log2` of a PMD leaf's size.
-const HUGE_SHIFT: u32 = 21;
-
-/// One TLB entry. A flush empties the entries (tag 0) instead of bumping
-/// an epoch that every hit would have to compare: flushes are rare (one per
-/// shootdown of the attached address space, at the CPU's next access),
-/// hits are not.
-#[derive(Clone, Copy)]
-struct TlbEntry {
-    /// Virtual page number + 1 (0 = empty).
-    tag: u64,
-    /// Host address of the frame (a pointer into the arena, with its provenance).
-    host: *mut u8,
-    /// The accesses the entry allows, as [`Access::bit`]s: always read;
-    /// write if the PTE is writable and dirty; execute if it is not NX.
-    perms: u8,
-}
-
-impl TlbEntry {
-    const EMPTY: TlbEntry = TlbEntry { tag: 0, host: std::ptr::null_mut(), perms: 0 };
-}
-
 /// Per-CPU counters (never written by another thread). More counters may
 /// come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -102,12 +75,6 @@ pub struct Cpu {
     seen_gen: u64,
     /// This CPU's access-section count (`CpuTlbState::section_begin`).
     section: u64,
-    /// In the `Cpu` itself, not boxed: a hit indexes it from `self`
-    /// without first loading a pointer to it.
-    tlb: [TlbEntry; TLB_ENTRIES],
-    /// 2 MiB entries: tag = `va >> HUGE_SHIFT` + 1, `host` the page's first
-    /// byte. Looked up only on a miss of `tlb`.
-    huge_tlb: [TlbEntry; HUGE_TLB_ENTRIES],
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -132,8 +99,6 @@ impl Cpu {
             state,
             seen_gen: 0,
             section: 0,
-            tlb: [TlbEntry::EMPTY; TLB_ENTRIES],
-            huge_tlb: [TlbEntry::EMPTY; HUGE_TLB_ENTRIES],
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
@@ -322,20 +287,15 @@ impl Cpu {
     }
 
     /// The host address of `va` if the 4 KiB TLB holds it for `access`:
-    /// an index, a tag compare and a permission test, all in `self`.
+    /// an index and one compare.
     #[inline(always)]
     fn tlb_hit(&self, va: u64, access: Access) -> Option<*mut u8> {
-        let vpn = va / PAGE_SIZE;
-        let e = &self.tlb[vpn as usize % TLB_ENTRIES];
-        if e.tag == vpn + 1 && e.perms & access.bit() != 0 {
-            return Some(e.host.wrapping_add((va % PAGE_SIZE) as usize));
-        }
-        None
+        self.state.tlb.hit(va, access)
     }
 
     /// Drops every translation the CPU holds.
     fn empty_tlb(&mut self) {
-        self.tlb.iter_mut().chain(&mut self.huge_tlb).for_each(|e| e.tag = 0);
+        self.state.tlb.clear();
     }
 
     #[cold]
@@ -350,10 +310,8 @@ impl Cpu {
     #[cold]
     #[inline(never)]
     fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
-        let hpn = va >> HUGE_SHIFT;
-        let h = &self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES];
-        if h.tag == hpn + 1 && h.perms & access.bit() != 0 {
-            return Ok(h.host.wrapping_add((va % (1 << HUGE_SHIFT)) as usize));
+        if let Some(p) = self.state.tlb.hit_huge(va, access) {
+            return Ok(p);
         }
         self.stats.tlb_misses += 1;
         let mm = self.mm.clone().expect("attached");
@@ -362,7 +320,6 @@ impl Cpu {
         // page. (The TLB is filled only here, so its hit path needs no check.)
         check_user_address(va, mm.config.task_size)?;
         let write = access == Access::Write;
-        let vpn = va / PAGE_SIZE;
         loop {
             {
                 let guard = crossbeam_epoch::pin();
@@ -391,12 +348,11 @@ impl Cpu {
                             // arena memory (`frame_ptr` checks the last).
                             let _ = mm.phys.frame_ptr(pte.pfn() + (leaf.entry_size() / PAGE_SIZE - 1));
                             let host = mm.phys.frame_ptr(pte.pfn());
-                            let hpn = va >> HUGE_SHIFT;
-                            self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES] = TlbEntry { tag: hpn + 1, host, perms };
+                            self.state.tlb.fill_huge(va, host, perms);
                             return Ok(host.wrapping_add((va - leaf.start()) as usize));
                         }
                         let host = mm.phys.frame_ptr(pte.pfn());
-                        self.tlb[vpn as usize % TLB_ENTRIES] = TlbEntry { tag: vpn + 1, host, perms };
+                        self.state.tlb.fill(va, host, perms);
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
                     }
                 }

@@ -3,27 +3,28 @@
 //! alone.
 //!
 //! A section is the read-side critical section of the shootdown protocol
-//! (`crate::tlb`): entering publishes an odd section count and passes the
-//! reader barrier, leaving publishes the next even count. A [`Cpu`]
-//! accessor is a section of one access. A [`Section`] pays the entry and
-//! the exit once for all its accesses; each access inside it pays only a
-//! check of the flush generation (one load of a line written only by
-//! shootdowns, and a compare), the index, the tag and the permission.
+//! (`crate::tlb`): entering publishes an odd section count, passes the
+//! reader barrier and checks the flush generation (dropping the TLB if it
+//! moved); leaving publishes the next even count. A [`Cpu`] accessor is a
+//! section of one access. A [`Section`] pays the entry and the exit once
+//! for all its accesses; each access inside it pays only the TLB lookup
+//! (an index and one compare, which also tests the permission and, for a
+//! scalar, the alignment).
 //!
-//! Why the generation is checked on every access and not only at entry:
-//! while the section is open, a shootdown from another thread waits for
-//! its end, so for those the entry check would do. But the thread may call
-//! into softmm from inside the section (a `munmap`, another CPU's fault),
-//! and then (a) its own flush sends its own CPUs no request, and (b) every
-//! one of its CPUs is quiescent for the call, so other threads' flushes do
-//! not wait for this one either and may free frames it still has in its
-//! TLB. Both bump the generation before the call returns; the next access
-//! sees it (program order, or the SeqCst end of the quiescent state) and
-//! drops its entries, exactly as an access after a section boundary would.
+//! Why no access needs to look at the generation again: while the section
+//! is open, a shootdown from another thread waits for its end. The one way
+//! around that is the thread itself calling into softmm from inside the
+//! section (a `munmap`, another CPU's fault): then (a) its own flushes send
+//! its own CPUs no request, and (b) every one of its CPUs is quiescent for
+//! the call, so other threads' flushes do not wait for this one either and
+//! may free frames it has cached. The thread's `QuiescentGuard` empties the
+//! TLB of every CPU of the thread whose section is open when the call
+//! returns (the entries live in the CPU's shared state for that reason,
+//! `tlb/soft_tlb.rs`), so the next access walks the page table anew.
 
 use std::sync::atomic::Ordering;
 
-use super::{load_part, not_attached, scalar, store_part, Cpu, Scalar};
+use super::{load_part, scalar, store_part, Cpu, Scalar};
 use crate::error::Fault;
 use crate::fault::Access;
 use crate::PAGE_SIZE;
@@ -112,13 +113,8 @@ impl Cpu {
     /// If the CPU is not attached.
     #[inline(always)]
     pub fn section(&mut self) -> Section<'_> {
-        if self.mm.is_none() {
-            not_attached();
-        }
-        debug_assert!(!self.parked, "access from a parked CPU");
-        // Count odd, then the reader barrier; the generation is loaded by
-        // each access, after it (see the module doc).
-        self.state.section_begin(&mut self.section, self.light);
+        // Count odd, the reader barrier, then the generation check.
+        self.section_begin();
         Section { cpu: self }
     }
 }
@@ -137,14 +133,6 @@ impl Section<'_> {
     #[inline(always)]
     fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
         let cpu = &mut *self.cpu;
-        let Some(mm) = cpu.mm.as_deref() else { not_attached() };
-        // After the section's barrier (and after any call into softmm the
-        // thread made since the last access): a flush that did not wait
-        // for this section is seen here.
-        let gen = mm.tlb.generation();
-        if gen != cpu.seen_gen {
-            cpu.flush_local(gen);
-        }
         // The hit is a plain pointer, not a `Result`: nothing of the fault
         // type is built, moved or tested on the fast path.
         let p = match cpu.tlb_hit(va, access) {
@@ -198,9 +186,23 @@ impl Section<'_> {
     }
 
     /// The `n`-byte little-endian value at `addr`, translated for `access`.
-    /// Always inlined, so that a hit is straight-line code in the accessor.
+    /// Always inlined: a naturally aligned scalar whose page the TLB holds
+    /// is one compare and one load in the accessor.
     #[inline(always)]
     fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        if let Some(p) = self.cpu.state.tlb.hit_aligned(addr, n, access) {
+            // SAFETY: `p` is aligned to `n` (the hit says `addr` is, and
+            // frames are page aligned), so `[p, p + n)` lies in one arena
+            // frame, which the section keeps allocated until the load is
+            // done; arena memory is only ever accessed atomically.
+            return Ok(unsafe { scalar::load_aligned(p, n) });
+        }
+        self.load_raw_slow(addr, n, access)
+    }
+
+    /// `load_raw` for a misaligned scalar or a TLB miss.
+    #[inline(never)]
+    fn load_raw_slow(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: `[p, p + n)` does not cross the page end (checked), so
             // it and the aligned words holding it lie in one arena frame
@@ -223,8 +225,19 @@ impl Section<'_> {
     /// inlined, as `load_raw`).
     #[inline(always)]
     fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        if let Some(p) = self.cpu.state.tlb.hit_aligned(addr, n, Access::Write) {
+            // SAFETY: as in `load_raw`.
+            unsafe { scalar::store_aligned(p, raw, n) };
+            return Ok(());
+        }
+        self.store_raw_slow(addr, n, raw)
+    }
+
+    /// `store_raw` for a misaligned scalar or a TLB miss.
+    #[inline(never)]
+    fn store_raw_slow(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: as in `load_raw`, for `[p, p + n)`.
+            // SAFETY: as in `load_raw_slow`, for `[p, p + n)`.
             return self.access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
         }
         self.store_raw_across(addr, n, raw)

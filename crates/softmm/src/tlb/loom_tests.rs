@@ -320,8 +320,9 @@ fn a_real_cpu_access_against_a_real_munmap() {
 /// syscall or fault of the thread makes: its CPUs are quiescent, so the
 /// munmap's flush may skip this one and free the frame), then reads again.
 /// Every read must see the old bytes or fault; the reused frame's bytes are
-/// the bug. Not publishing the section on entry, or checking the
-/// generation only on entry and not on each access, fails this model.
+/// the bug. Not publishing the section on entry, or not emptying the TLB of
+/// a CPU whose section stayed open when its thread leaves softmm
+/// (`QuiescentGuard`'s drop), fails this model.
 #[test]
 fn a_real_section_against_a_real_munmap() {
     use crate::mm::{AddressSpace, MmConfig};

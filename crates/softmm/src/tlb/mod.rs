@@ -70,6 +70,7 @@ mod loom_tests;
 #[cfg_attr(loom, allow(dead_code))]
 mod quiescent;
 mod shootdown;
+mod soft_tlb;
 
 pub(crate) use barrier::reader_is_light;
 #[cfg_attr(loom, allow(unused_imports))]

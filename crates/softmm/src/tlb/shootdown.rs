@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::barrier;
+use super::soft_tlb::SoftTlb;
 use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
 
 /// The shootdown state one CPU shares with the initiators.
@@ -18,12 +19,15 @@ pub struct CpuTlbState {
     /// Non-zero while the CPU is parked or its thread is inside softmm (a
     /// syscall or a fault), where it uses none of its translations.
     quiescent: AtomicU64,
+    /// The CPU's TLB, read and written by its own thread only (see
+    /// `soft_tlb.rs` for why it lives here).
+    pub(crate) tlb: SoftTlb,
 }
 
 impl CpuTlbState {
     /// A CPU outside any access.
     pub fn new() -> Arc<CpuTlbState> {
-        Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0) })
+        Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0), tlb: SoftTlb::new() })
     }
 
     /// Enters an access section. `count` is the CPU's own copy of its
@@ -84,6 +88,13 @@ impl CpuTlbState {
         // initiator that reads this depth (SeqCst, hence Acquire) stops
         // waiting.
         self.quiescent.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// True while the CPU is inside an access section. Exact only on the
+    /// CPU's own thread, the only writer of the count.
+    #[inline]
+    pub(crate) fn in_section(&self) -> bool {
+        self.section.load(Ordering::Relaxed) % 2 == 1
     }
 
     /// Leaves one level of quiescence.
