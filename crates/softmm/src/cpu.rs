@@ -1,14 +1,18 @@
 //! A CPU: one per thread, attached to one address space at a time, owning a
 //! software TLB through which every guest access goes.
 //!
-//! Every access runs in an access section (see [`crate::tlb`]): two stores
-//! to a line only this thread writes, a compiler barrier, and a check of
-//! the flush generation (one load of a line written only by TLB
-//! shootdowns). Outside a section the CPU is quiescent: no shootdown waits
-//! for it, whatever its thread does. A TLB hit is then an index, a tag
-//! compare and an add. A miss walks the page table without locks and fills
-//! the entry, setting the accessed and dirty bits as hardware does; a walk
-//! that finds no usable entry leaves the section and raises a page fault.
+//! Every access runs in an access section (see [`crate::tlb`]): a store to
+//! a line only this thread writes, a compiler barrier and a check of the
+//! flush generation (one load of a line written only by shootdowns) on
+//! entry, a store on exit. Each accessor of the `Cpu` is a section of its
+//! own; a [`Section`] holds one open across many accesses (an emulator's
+//! basic block), each of which then costs the TLB lookup alone. Outside a
+//! section the CPU is quiescent: no shootdown waits for it, whatever its
+//! thread does. A TLB hit is an index, one compare (tag, permission and,
+//! for a scalar, alignment at once) and an add. A miss walks the page
+//! table without locks and fills the entry, setting the accessed and dirty
+//! bits as hardware does; a walk that finds no usable entry leaves the
+//! section and raises a page fault.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -73,8 +77,6 @@ pub struct Cpu {
     state: Arc<CpuTlbState>,
     /// The flush generation the TLB is current for.
     seen_gen: u64,
-    /// This CPU's access-section count (`CpuTlbState::section_begin`).
-    section: u64,
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -98,7 +100,6 @@ impl Cpu {
             mm: None,
             state,
             seen_gen: 0,
-            section: 0,
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
@@ -141,7 +142,7 @@ impl Cpu {
         self.empty_tlb();
         // Out of the domain with an empty TLB: a shootdown still waiting
         // for this CPU's next access stops waiting.
-        self.state.passed_quiescent_point(&mut self.section);
+        self.state.passed_quiescent_point();
     }
 
     /// The attached address space.
@@ -262,7 +263,7 @@ impl Cpu {
     fn section_begin(&mut self) {
         let Some(mm) = self.mm.as_deref() else { not_attached() };
         debug_assert!(!self.parked, "access from a parked CPU");
-        self.state.section_begin(&mut self.section, self.light);
+        self.state.section_begin(self.light);
         let gen = mm.tlb.generation();
         if gen != self.seen_gen {
             self.flush_local(gen);
@@ -272,7 +273,7 @@ impl Cpu {
     /// Leaves the access section: pointers from [`Cpu::lookup`] are dead.
     #[inline(always)]
     fn section_end(&mut self) {
-        self.state.section_end(&mut self.section);
+        self.state.section_end();
     }
 
     /// The host address of `va` for `access`, from the TLB or a walk (and a

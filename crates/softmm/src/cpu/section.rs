@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use super::{load_part, scalar, store_part, Cpu, Scalar};
 use crate::error::Fault;
 use crate::fault::Access;
+use crate::tlb::SoftTlb;
 use crate::PAGE_SIZE;
 
 /// An access section of a [`Cpu`] held open across many accesses (an
@@ -102,6 +103,9 @@ use crate::PAGE_SIZE;
 #[must_use = "the section ends when dropped; open one around the accesses it covers"]
 pub struct Section<'a> {
     cpu: &'a mut Cpu,
+    /// `cpu.state.tlb`, kept at hand so that a hit loads no pointer to
+    /// reach it (the `Arc` that holds it is borrowed through `cpu`).
+    tlb: std::ptr::NonNull<SoftTlb>,
 }
 
 impl Cpu {
@@ -115,7 +119,8 @@ impl Cpu {
     pub fn section(&mut self) -> Section<'_> {
         // Count odd, the reader barrier, then the generation check.
         self.section_begin();
-        Section { cpu: self }
+        let tlb = std::ptr::NonNull::from(&self.state.tlb);
+        Section { cpu: self, tlb }
     }
 }
 
@@ -127,6 +132,16 @@ impl Drop for Section<'_> {
 }
 
 impl Section<'_> {
+    /// The CPU's TLB.
+    #[inline(always)]
+    fn tlb(&self) -> &SoftTlb {
+        // SAFETY: `tlb` points into the `CpuTlbState` that `cpu.state` (an
+        // `Arc`, never reassigned) keeps alive at a fixed address for as
+        // long as the `Cpu` lives, which the section borrows; `SoftTlb` is
+        // only atomics, shared access is all it takes.
+        unsafe { self.tlb.as_ref() }
+    }
+
     /// Runs `op` on the host address of `va`, translated for `access`.
     /// `op` must not panic nor call into softmm: the pointer is valid only
     /// until the thread's next call into softmm or the section's end.
@@ -190,7 +205,7 @@ impl Section<'_> {
     /// is one compare and one load in the accessor.
     #[inline(always)]
     fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        if let Some(p) = self.cpu.state.tlb.hit_aligned(addr, n, access) {
+        if let Some(p) = self.tlb().hit_aligned(addr, n, access) {
             // SAFETY: `p` is aligned to `n` (the hit says `addr` is, and
             // frames are page aligned), so `[p, p + n)` lies in one arena
             // frame, which the section keeps allocated until the load is
@@ -225,7 +240,7 @@ impl Section<'_> {
     /// inlined, as `load_raw`).
     #[inline(always)]
     fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        if let Some(p) = self.cpu.state.tlb.hit_aligned(addr, n, Access::Write) {
+        if let Some(p) = self.tlb().hit_aligned(addr, n, Access::Write) {
             // SAFETY: as in `load_raw`.
             unsafe { scalar::store_aligned(p, raw, n) };
             return Ok(());

@@ -41,8 +41,6 @@ impl Page {
 /// current for, as in `Cpu`.
 struct ModelCpu {
     state: Arc<CpuTlbState>,
-    /// The CPU's copy of its section count.
-    section: u64,
     cached: bool,
     seen: u64,
 }
@@ -51,7 +49,7 @@ impl ModelCpu {
     fn attached(dom: &TlbDomain) -> ModelCpu {
         let state = CpuTlbState::new();
         let seen = dom.attach(&state);
-        ModelCpu { state, section: 0, cached: false, seen }
+        ModelCpu { state, cached: false, seen }
     }
 
     /// One access, as `Cpu` makes it: enter the section, drop the TLB if
@@ -59,7 +57,7 @@ impl ModelCpu {
     /// asserting that it has not been freed, leave the section. (The fence
     /// form of the barrier: loom models fences, not membarrier.)
     fn access(&mut self, dom: &TlbDomain, page: &Page) {
-        self.state.section_begin(&mut self.section, false);
+        self.state.section_begin(false);
         let gen = dom.generation();
         if gen != self.seen {
             self.cached = false;
@@ -71,7 +69,7 @@ impl ModelCpu {
         if self.cached {
             assert!(!page.freed.load(Ordering::Relaxed), "access through a stale TLB entry to a freed frame");
         }
-        self.state.section_end(&mut self.section);
+        self.state.section_end();
     }
 
     /// `Cpu::attach` to another domain: leave this one, drop every entry.

@@ -76,6 +76,7 @@ pub(crate) use barrier::reader_is_light;
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
 pub use shootdown::{CpuTlbState, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
+pub(crate) use soft_tlb::SoftTlb;
 
 /// True if shootdowns use asymmetric fences in this process: accesses pay
 /// a compiler barrier only, and each flush that has another thread's CPU

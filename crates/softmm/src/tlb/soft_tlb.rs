@@ -62,8 +62,11 @@ impl TlbEntry {
 
     #[inline(always)]
     fn hit(&self, va: u64, key: u64, access: Access) -> Option<*mut u8> {
-        if self.tags[tag_index(access)].load(Relaxed) == key {
-            return Some(self.bias.load(Relaxed).wrapping_add(va as usize));
+        // Both loads before the compare: the bias load then addresses the
+        // entry directly instead of recomputing it on the hit path.
+        let (tag, bias) = (self.tags[tag_index(access)].load(Relaxed), self.bias.load(Relaxed));
+        if tag == key {
+            return Some(bias.wrapping_add(va as usize));
         }
         None
     }
