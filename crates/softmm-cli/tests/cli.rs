@@ -826,3 +826,19 @@ fn replay_run_without_strace_is_a_clear_error() {
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_takes_a_shootdown_policy() {
+    let dir = scratch("shootdown");
+    for policy in ["access-sections", "next-access"] {
+        let args = ["bench", "tlb-flush", "--threads", "2", "--iterations", "1", "--size", "1M", "--no-host"];
+        let mut a = args.to_vec();
+        a.extend(["--shootdown", policy]);
+        let out = softmm_in(&dir, &a, Duration::from_secs(60));
+        assert_eq!(out.code, Some(0), "{policy}: {}\n{}", out.stdout, out.stderr);
+    }
+    let bad = softmm_in(&dir, &["bench", "tlb-flush", "--shootdown", "never"], Duration::from_secs(10));
+    assert_ne!(bad.code, Some(0));
+    assert!(bad.stderr.contains("unknown shootdown policy"), "{}", bad.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

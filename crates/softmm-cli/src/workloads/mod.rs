@@ -236,6 +236,22 @@ impl Arena {
     }
 }
 
+/// The TLB shootdown policy of every address space the lab makes
+/// (`--shootdown`), set once before the runs.
+static SHOOTDOWN: std::sync::OnceLock<softmm::ShootdownPolicy> = std::sync::OnceLock::new();
+
+/// Sets the shootdown policy of every address space made from
+/// [`mm_config`] from now on; the first call of the process wins.
+pub fn set_shootdown_policy(policy: softmm::ShootdownPolicy) {
+    let _ = SHOOTDOWN.set(policy);
+}
+
+/// The configuration every address space of the lab starts from:
+/// `MmConfig::default()` with `--shootdown`'s policy.
+pub fn mm_config() -> MmConfig {
+    MmConfig::default().shootdown_policy(SHOOTDOWN.get().copied().unwrap_or_default())
+}
+
 /// The context of a softmm sample: the arena and how to make address spaces.
 pub struct SoftEnv {
     /// Physical memory.
@@ -249,7 +265,7 @@ pub struct SoftEnv {
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config = MmConfig::default().policy(self.policy).force_speculative(self.force_speculative);
+        let config = mm_config().policy(self.policy).force_speculative(self.force_speculative);
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
