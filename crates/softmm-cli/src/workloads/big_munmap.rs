@@ -350,6 +350,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
             let counters = Counters {
                 mmap_lock_acquisitions: Some(st.mmap_lock_write + st.mmap_lock_read),
                 flush_requests: Some(st.tlb.flush_requests),
+                flush_wait_ns: Some(st.tlb.flush_wait_ns),
                 munmap_write_hold_ns: d(|u| u.write_hold_ns),
                 munmap_read_hold_ns: d(|u| u.read_hold_ns),
                 munmap_lock_wait_ns: d(|u| u.lock_wait_ns),

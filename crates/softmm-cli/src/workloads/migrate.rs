@@ -195,6 +195,7 @@ pub fn soft(
         counters: Counters {
             pages_migrated: Some(pages),
             flush_requests: Some(after.tlb.flush_requests - before.tlb.flush_requests),
+            flush_wait_ns: Some(after.tlb.flush_wait_ns - before.tlb.flush_wait_ns),
             ..Counters::default()
         },
     };

@@ -305,18 +305,15 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
 /// spaces' statistics (taken after the run).
 pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
     let fault = out.fault().unwrap_or_default();
-    let (mut lock, mut flush) = (0, 0);
+    let (mut lock, mut flush, mut flush_wait_ns) = (0, 0, 0);
     for s in spaces {
         let st = s.mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
         flush += st.tlb.flush_requests;
+        flush_wait_ns += st.tlb.flush_wait_ns;
     }
-    Measured {
-        ops: out.ops(),
-        seconds: out.seconds(),
-        cpu_seconds: out.cpu_seconds(),
-        counters: soft_counters(policy, &fault, lock, flush),
-    }
+    let counters = Counters { flush_wait_ns: Some(flush_wait_ns), ..soft_counters(policy, &fault, lock, flush) };
+    Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }
 }
 
 /// The counters of a softmm sample.

@@ -191,6 +191,11 @@ pub struct TlbStats {
     /// another thread to ask (`membarrier`, or a fence where it is
     /// unavailable; see `fences_are_asymmetric`).
     pub barriers: u64,
+    /// Nanoseconds initiators spent waiting for CPUs inside an access
+    /// ([`FlushTicket::wait`] of a flush with `flush_waits`), summed over
+    /// flushes; a flush that waits for nobody adds nothing and reads no
+    /// clock.
+    pub flush_wait_ns: u64,
 }
 
 /// The CPUs attached to one address space and its flush generation.
@@ -205,6 +210,8 @@ pub struct TlbDomain {
     flush_requests: AtomicU64,
     flush_waits: AtomicU64,
     barriers: AtomicU64,
+    /// `TlbStats::flush_wait_ns`, shared with the tickets that wait.
+    flush_wait_ns: Arc<AtomicU64>,
     policy: ShootdownPolicy,
 }
 
@@ -231,6 +238,7 @@ impl TlbDomain {
             flush_requests: AtomicU64::new(0),
             flush_waits: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
+            flush_wait_ns: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -307,7 +315,8 @@ impl TlbDomain {
         }
         self.flush_requests.fetch_add(requests, Ordering::Relaxed);
         self.flush_waits.fetch_add(pending.len() as u64, Ordering::Relaxed);
-        FlushTicket { pending, barrier }
+        let wait_ns = (!pending.is_empty()).then(|| self.flush_wait_ns.clone());
+        FlushTicket { pending, barrier, wait_ns }
     }
 
     /// Shoots down every attached CPU's TLB and returns once each CPU that
@@ -324,6 +333,7 @@ impl TlbDomain {
             flush_requests: self.flush_requests.load(Ordering::Relaxed),
             flush_waits: self.flush_waits.load(Ordering::Relaxed),
             barriers: self.barriers.load(Ordering::Relaxed),
+            flush_wait_ns: self.flush_wait_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -348,6 +358,8 @@ pub struct FlushTicket {
     /// This flush forced a barrier on the other running threads (an IPI
     /// each, with `membarrier`): it counts in [`TlbStats::barriers`].
     barrier: bool,
+    /// The domain's `flush_wait_ns`, if there is anyone to wait for.
+    wait_ns: Option<Arc<AtomicU64>>,
 }
 
 impl FlushTicket {
@@ -367,6 +379,8 @@ impl FlushTicket {
     }
 
     fn wait_pending(&mut self) {
+        let Some(wait_ns) = self.wait_ns.take() else { return };
+        let t0 = std::time::Instant::now();
         for p in self.pending.drain(..) {
             let mut i = 0;
             while !p.cpu.done(p.until) {
@@ -374,6 +388,9 @@ impl FlushTicket {
                 i = i.saturating_add(1);
             }
         }
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed: a statistic, read after the fact.
+        wait_ns.fetch_add(ns, Ordering::Relaxed);
     }
 }
 
@@ -424,6 +441,11 @@ mod tests {
         inside.section_end();
         assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
         waiter.join().unwrap();
+        // It waited at least the 50 ms above, and says so.
+        assert!(dom.stats().flush_wait_ns >= 50_000_000, "{:?}", dom.stats());
+        let before = dom.stats().flush_wait_ns;
+        dom.flush(&[]);
+        assert_eq!(dom.stats().flush_wait_ns, before, "a flush that waits for nobody adds nothing");
         [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
         assert_eq!(dom.attached(), 0);
     }
