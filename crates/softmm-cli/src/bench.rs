@@ -88,6 +88,21 @@ pub struct BenchArgs {
     /// Try speculative faults even with one CPU attached (MmConfig::force_speculative).
     #[arg(long)]
     pub force_speculative: bool,
+
+    /// Which CPUs a TLB shootdown waits for, in every softmm address space
+    /// of the run: `access-sections` (default: only CPUs inside an access)
+    /// or `next-access` (softmm's first protocol: every attached CPU of
+    /// another thread, until its next access).
+    #[arg(long, default_value = "access-sections", value_parser = parse_shootdown)]
+    pub shootdown: softmm::ShootdownPolicy,
+}
+
+/// A `--shootdown` value: a `ShootdownPolicy` name.
+fn parse_shootdown(s: &str) -> Result<softmm::ShootdownPolicy, String> {
+    softmm::ShootdownPolicy::from_name(s).ok_or_else(|| {
+        let names: Vec<_> = softmm::ShootdownPolicy::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown shootdown policy {s:?} (one of: {})", names.join(", "))
+    })
 }
 
 /// `4096`, `16K`, `128M`, `1G`.
@@ -246,6 +261,7 @@ fn mem_available() -> Option<u64> {
 
 /// Runs `softmm bench`; returns the exit status.
 pub fn run(args: &BenchArgs) -> Result<i32, String> {
+    workloads::set_shootdown_policy(args.shootdown);
     if args.workloads.iter().any(|w| w == "pin") {
         return workloads::pin::bench(args); // seed 004's experiment has its own sweep
     }

@@ -25,6 +25,10 @@ pub struct Counters {
     /// TLB flush requests sent to other CPUs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub flush_requests: Option<u64>,
+    /// Nanoseconds the flushes spent waiting for CPUs inside an access
+    /// (softmm's `TlbStats::flush_wait_ns`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub flush_wait_ns: Option<u64>,
     /// Lock-free fault attempts.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub spec_attempts: Option<u64>,
@@ -142,6 +146,7 @@ impl Counters {
         add(&mut self.faults, o.faults);
         add(&mut self.mmap_lock_acquisitions, o.mmap_lock_acquisitions);
         add(&mut self.flush_requests, o.flush_requests);
+        add(&mut self.flush_wait_ns, o.flush_wait_ns);
         add(&mut self.spec_attempts, o.spec_attempts);
         add(&mut self.spec_aborts, o.spec_aborts);
         add(&mut self.fallbacks, o.fallbacks);

@@ -91,6 +91,7 @@ fn check_json(path: &Path) -> Vec<Value> {
         "faults",
         "mmap_lock_acquisitions",
         "flush_requests",
+        "flush_wait_ns",
         "spec_attempts",
         "spec_aborts",
         "fallbacks",
@@ -114,7 +115,7 @@ fn check_json(path: &Path) -> Vec<Value> {
             assert_eq!(c, set(&["faults"]), "{s}");
         } else {
             assert!(POLICIES.contains(&policy), "{s}");
-            for k in ["faults", "mmap_lock_acquisitions", "flush_requests"] {
+            for k in ["faults", "mmap_lock_acquisitions", "flush_requests", "flush_wait_ns"] {
                 assert!(c.contains(k), "{k} missing in {s}");
             }
             let lock_free = policy != "mmap-lock";
@@ -865,5 +866,26 @@ fn replay_run_without_strace_is_a_clear_error() {
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     let out = softmm_in(&dir, &["replay", "--run"], Duration::from_secs(10));
     assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_takes_a_shootdown_policy() {
+    let dir = scratch("shootdown");
+    for policy in ["access-sections", "next-access"] {
+        let args = ["bench", "tlb-flush", "--threads", "2", "--iterations", "1", "--size", "1M", "--no-host"];
+        let json = dir.join(format!("{policy}.json"));
+        let mut a = args.to_vec();
+        a.extend(["--shootdown", policy, "--json", json.to_str().unwrap()]);
+        let out = softmm_in(&dir, &a, Duration::from_secs(60));
+        assert_eq!(out.code, Some(0), "{policy}: {}\n{}", out.stdout, out.stderr);
+        // The flushes' wait time is reported beside their requests.
+        for sample in check_json(&json) {
+            assert!(sample["counters"]["flush_wait_ns"].is_u64(), "{sample}");
+        }
+    }
+    let bad = softmm_in(&dir, &["bench", "tlb-flush", "--shootdown", "never"], Duration::from_secs(10));
+    assert_ne!(bad.code, Some(0));
+    assert!(bad.stderr.contains("unknown shootdown policy"), "{}", bad.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,14 +1,18 @@
 //! A CPU: one per thread, attached to one address space at a time, owning a
 //! software TLB through which every guest access goes.
 //!
-//! Every access runs in an access section (see [`crate::tlb`]): two stores
-//! to a line only this thread writes, a compiler barrier, and a check of
-//! the flush generation (one load of a line written only by TLB
-//! shootdowns). Outside a section the CPU is quiescent: no shootdown waits
-//! for it, whatever its thread does. A TLB hit is then an index, a tag
-//! compare and an add. A miss walks the page table without locks and fills
-//! the entry, setting the accessed and dirty bits as hardware does; a walk
-//! that finds no usable entry leaves the section and raises a page fault.
+//! Every access runs in an access section (see [`crate::tlb`]): a store to
+//! a line only this thread writes, a compiler barrier and a check of the
+//! flush generation (one load of a line written only by shootdowns) on
+//! entry, a store on exit. Each accessor of the `Cpu` is a section of its
+//! own; a [`Section`] holds one open across many accesses (an emulator's
+//! basic block), each of which then costs the TLB lookup alone. Outside a
+//! section the CPU is quiescent: no shootdown waits for it, whatever its
+//! thread does. A TLB hit is an index, one compare (tag, permission and,
+//! for a scalar, alignment at once) and an add. A miss walks the page
+//! table without locks and fills the entry, setting the accessed and dirty
+//! bits as hardware does; a walk that finds no usable entry leaves the
+//! section and raises a page fault.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -23,35 +27,10 @@ use crate::tlb::{CpuTlbState, QuiescentGuard};
 use crate::PAGE_SIZE;
 
 mod scalar;
+mod section;
 
 pub use scalar::Scalar;
-
-/// Entries in the software TLB (direct mapped).
-const TLB_ENTRIES: usize = 64;
-/// Entries of the 2 MiB TLB (hugetlb PMD leaves), as x86's separate
-/// large-page TLB: one hits for every 4 KiB of its page.
-const HUGE_TLB_ENTRIES: usize = 8;
-/// `log2` of a PMD leaf's size.
-const HUGE_SHIFT: u32 = 21;
-
-/// One TLB entry. A flush empties the entries (tag 0) instead of bumping
-/// an epoch that every hit would have to compare: flushes are rare (one per
-/// shootdown of the attached address space, at the CPU's next access),
-/// hits are not.
-#[derive(Clone, Copy)]
-struct TlbEntry {
-    /// Virtual page number + 1 (0 = empty).
-    tag: u64,
-    /// Host address of the frame (a pointer into the arena, with its provenance).
-    host: *mut u8,
-    /// The accesses the entry allows, as [`Access::bit`]s: always read;
-    /// write if the PTE is writable and dirty; execute if it is not NX.
-    perms: u8,
-}
-
-impl TlbEntry {
-    const EMPTY: TlbEntry = TlbEntry { tag: 0, host: std::ptr::null_mut(), perms: 0 };
-}
+pub use section::Section;
 
 /// Per-CPU counters (never written by another thread). More counters may
 /// come: read the fields, never build one.
@@ -98,14 +77,6 @@ pub struct Cpu {
     state: Arc<CpuTlbState>,
     /// The flush generation the TLB is current for.
     seen_gen: u64,
-    /// This CPU's access-section count (`CpuTlbState::section_begin`).
-    section: u64,
-    /// In the `Cpu` itself, not boxed: a hit indexes it from `self`
-    /// without first loading a pointer to it.
-    tlb: [TlbEntry; TLB_ENTRIES],
-    /// 2 MiB entries: tag = `va >> HUGE_SHIFT` + 1, `host` the page's first
-    /// byte. Looked up only on a miss of `tlb`.
-    huge_tlb: [TlbEntry; HUGE_TLB_ENTRIES],
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -129,9 +100,6 @@ impl Cpu {
             mm: None,
             state,
             seen_gen: 0,
-            section: 0,
-            tlb: [TlbEntry::EMPTY; TLB_ENTRIES],
-            huge_tlb: [TlbEntry::EMPTY; HUGE_TLB_ENTRIES],
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
@@ -174,7 +142,7 @@ impl Cpu {
         self.empty_tlb();
         // Out of the domain with an empty TLB: a shootdown still waiting
         // for this CPU's next access stops waiting.
-        self.state.passed_quiescent_point(&mut self.section);
+        self.state.passed_quiescent_point();
     }
 
     /// The attached address space.
@@ -295,7 +263,7 @@ impl Cpu {
     fn section_begin(&mut self) {
         let Some(mm) = self.mm.as_deref() else { not_attached() };
         debug_assert!(!self.parked, "access from a parked CPU");
-        self.state.section_begin(&mut self.section, self.light);
+        self.state.section_begin(self.light);
         let gen = mm.tlb.generation();
         if gen != self.seen_gen {
             self.flush_local(gen);
@@ -305,30 +273,7 @@ impl Cpu {
     /// Leaves the access section: pointers from [`Cpu::lookup`] are dead.
     #[inline(always)]
     fn section_end(&mut self) {
-        self.state.section_end(&mut self.section);
-    }
-
-    /// Runs `op` on the host address of `va`, translated for `access`,
-    /// inside one access section. `op` must not panic (the section would
-    /// stay open) nor call into softmm.
-    #[inline(always)]
-    fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
-        self.section_begin();
-        // The hit is a plain pointer, not a `Result`: nothing of the fault
-        // type is built, moved or tested on the fast path.
-        let p = match self.tlb_hit(va, access) {
-            Some(p) => p,
-            None => match self.translate_slow(va, access) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.section_end();
-                    return Err(e);
-                }
-            },
-        };
-        let r = op(p);
-        self.section_end();
-        Ok(r)
+        self.state.section_end();
     }
 
     /// The host address of `va` for `access`, from the TLB or a walk (and a
@@ -343,20 +288,15 @@ impl Cpu {
     }
 
     /// The host address of `va` if the 4 KiB TLB holds it for `access`:
-    /// an index, a tag compare and a permission test, all in `self`.
+    /// an index and one compare.
     #[inline(always)]
     fn tlb_hit(&self, va: u64, access: Access) -> Option<*mut u8> {
-        let vpn = va / PAGE_SIZE;
-        let e = &self.tlb[vpn as usize % TLB_ENTRIES];
-        if e.tag == vpn + 1 && e.perms & access.bit() != 0 {
-            return Some(e.host.wrapping_add((va % PAGE_SIZE) as usize));
-        }
-        None
+        self.state.tlb.hit(va, access)
     }
 
     /// Drops every translation the CPU holds.
     fn empty_tlb(&mut self) {
-        self.tlb.iter_mut().chain(&mut self.huge_tlb).for_each(|e| e.tag = 0);
+        self.state.tlb.clear();
     }
 
     #[cold]
@@ -371,10 +311,8 @@ impl Cpu {
     #[cold]
     #[inline(never)]
     fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
-        let hpn = va >> HUGE_SHIFT;
-        let h = &self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES];
-        if h.tag == hpn + 1 && h.perms & access.bit() != 0 {
-            return Ok(h.host.wrapping_add((va % (1 << HUGE_SHIFT)) as usize));
+        if let Some(p) = self.state.tlb.hit_huge(va, access) {
+            return Ok(p);
         }
         self.stats.tlb_misses += 1;
         let mm = self.mm.clone().expect("attached");
@@ -383,7 +321,6 @@ impl Cpu {
         // page. (The TLB is filled only here, so its hit path needs no check.)
         check_user_address(va, mm.config.task_size)?;
         let write = access == Access::Write;
-        let vpn = va / PAGE_SIZE;
         loop {
             {
                 let guard = crossbeam_epoch::pin();
@@ -416,12 +353,11 @@ impl Cpu {
                             // arena memory (`frame_ptr` checks the last).
                             let _ = mm.phys.frame_ptr(pte.pfn() + (leaf.entry_size() / PAGE_SIZE - 1));
                             let host = mm.phys.frame_ptr(pte.pfn());
-                            let hpn = va >> HUGE_SHIFT;
-                            self.huge_tlb[hpn as usize % HUGE_TLB_ENTRIES] = TlbEntry { tag: hpn + 1, host, perms };
+                            self.state.tlb.fill_huge(va, host, perms);
                             return Ok(host.wrapping_add((va - leaf.start()) as usize));
                         }
                         let host = mm.phys.frame_ptr(pte.pfn());
-                        self.tlb[vpn as usize % TLB_ENTRIES] = TlbEntry { tag: vpn + 1, host, perms };
+                        self.state.tlb.fill(va, host, perms);
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
                     }
                 }
@@ -460,33 +396,28 @@ impl Cpu {
     }
 
     /// Copies guest bytes at `addr` into `buf`, translating each page for
-    /// `access` (a read or a fetch).
+    /// `access` (a read or a fetch), one access section per page: a long
+    /// copy never holds a shootdown up for more than a page.
     fn copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
         let mut done = 0;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            let dst = &mut buf[done..done + n];
-            // SAFETY: `lookup` returned a pointer into an arena frame of the
-            // attached address space, which holds its `PhysMem` (hence the
-            // arena mapping) alive; `n` stops at the page end; the section
-            // keeps the frame from being freed until the copy is done.
-            self.access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            self.section().copy_in(a, &mut buf[done..done + n], access)?;
             done += n;
         }
         Ok(())
     }
 
     /// Writes `data` at `addr`. On a fault, the bytes before the faulting
-    /// page have been written, as with a real `memcpy`.
+    /// page have been written, as with a real `memcpy`. One access section
+    /// per page, as [`Cpu::read`].
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
         let mut done = 0;
         while done < data.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
-            let src = &data[done..done + n];
-            // SAFETY: as in `copy_in`.
-            self.access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            self.section().write(a, &data[done..done + n])?;
             done += n;
         }
         Ok(())
@@ -511,7 +442,7 @@ impl Cpu {
     /// ```
     #[inline(always)]
     pub fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
-        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
+        self.section().read_le(addr)
     }
 
     /// Reads the big-endian `T` at `addr`, as [`Cpu::read_le`].
@@ -527,7 +458,7 @@ impl Cpu {
     /// faulting page have been written, as with [`Cpu::write`].
     #[inline(always)]
     pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
-        self.store_raw(addr, T::SIZE, v.to_raw())
+        self.section().write_le(addr, v)
     }
 
     /// Writes `v` big-endian at `addr`, as [`Cpu::write_le`].
@@ -540,7 +471,7 @@ impl Cpu {
     /// alignment): [`Cpu::read_le`] with [`Cpu::fetch`]'s permission check.
     #[inline(always)]
     pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
-        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
+        self.section().fetch_le(addr)
     }
 
     /// Fetches a little-endian `u16` instruction unit (a RISC-V compressed
@@ -632,25 +563,6 @@ impl Cpu {
         self.write(addr, bytemuck::bytes_of(v))
     }
 
-    /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
-    /// for `access`, inside one access section.
-    #[inline]
-    fn atomic_at<T: Scalar, R>(
-        &mut self,
-        addr: u64,
-        access: Access,
-        op: impl FnOnce(&T::Atomic) -> R,
-    ) -> Result<R, Fault> {
-        if addr % T::SIZE as u64 != 0 {
-            return Err(Fault::Unaligned { addr });
-        }
-        // SAFETY: aligned to its width (checked), so inside one arena frame
-        // (a naturally aligned scalar never crosses a page), which the
-        // section keeps from being freed while `op` runs; the reference does
-        // not outlive `op`.
-        self.access(addr, access, |p| op(unsafe { T::atomic(p) }))
-    }
-
     /// Atomically loads the naturally aligned `T` at `addr` with `order`
     /// (host byte order, as every atomic here). An unaligned address is
     /// `Fault::Unaligned`. An ordering that a load cannot have is reduced
@@ -670,19 +582,19 @@ impl Cpu {
     /// assert!(cpu.atomic_load::<u32>(a + 2, Ordering::Relaxed).is_err()); // unaligned
     /// ```
     pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)))
+        self.section().atomic_load(addr, order)
     }
 
     /// Atomically stores `v` at the naturally aligned `addr` with `order`
     /// (`Acquire` reduced to `Relaxed`, `AcqRel` to `Release`).
     pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)))
+        self.section().atomic_store(addr, v, order)
     }
 
     /// Atomically swaps the `T` at the naturally aligned `addr` for `v`;
     /// returns the old value.
     pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order))
+        self.section().atomic_swap(addr, v, order)
     }
 
     /// Atomic compare-and-exchange of the naturally aligned `T` at `addr`:
@@ -698,34 +610,32 @@ impl Cpu {
         success: Ordering,
         failure: Ordering,
     ) -> Result<Result<T, T>, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| {
-            T::compare_exchange(a, current, new, success, load_part(failure))
-        })
+        self.section().atomic_compare_exchange(addr, current, new, success, failure)
     }
 
     /// Atomic wrapping add at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_add(a, v, order))
+        self.section().atomic_fetch_add(addr, v, order)
     }
 
     /// Atomic wrapping subtract at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_sub(a, v, order))
+        self.section().atomic_fetch_sub(addr, v, order)
     }
 
     /// Atomic bitwise and at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_and(a, v, order))
+        self.section().atomic_fetch_and(addr, v, order)
     }
 
     /// Atomic bitwise or at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_or(a, v, order))
+        self.section().atomic_fetch_or(addr, v, order)
     }
 
     /// Atomic bitwise exclusive or at the naturally aligned `addr`; returns the old value.
     pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_xor(a, v, order))
+        self.section().atomic_fetch_xor(addr, v, order)
     }
 
     /// Atomic compare-and-exchange of a naturally aligned `u64` (SeqCst):
@@ -747,44 +657,6 @@ impl Cpu {
     /// Atomic fetch-and-add of a naturally aligned `u32` (SeqCst); returns the old value.
     pub fn fetch_add_u32(&mut self, addr: u64, v: u32) -> Result<u32, Fault> {
         self.atomic_fetch_add(addr, v, Ordering::SeqCst)
-    }
-
-    /// The `n`-byte little-endian value at `addr`, translated for `access`.
-    /// Always inlined, so that a hit is straight-line code in the accessor.
-    #[inline(always)]
-    fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
-            // it and the aligned words holding it lie in one arena frame
-            // (frames are page aligned); the section keeps the frame
-            // allocated until the load is done; arena memory is only ever
-            // accessed atomically.
-            return self.access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
-        }
-        self.load_raw_across(addr, n, access)
-    }
-
-    #[cold]
-    fn load_raw_across(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        let mut b = [0; 8];
-        self.copy_in(addr, &mut b[..n], access)?;
-        Ok(u64::from_le_bytes(b))
-    }
-
-    /// Stores the low `n` bytes of `raw` little-endian at `addr` (always
-    /// inlined, as `load_raw`).
-    #[inline(always)]
-    fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: as in `load_raw`, for `[p, p + n)`.
-            return self.access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
-        }
-        self.store_raw_across(addr, n, raw)
-    }
-
-    #[cold]
-    fn store_raw_across(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        self.write(addr, &raw.to_le_bytes()[..n])
     }
 
     /// Zero-copy read access to `[addr, addr+len)`: calls `f(offset, chunk)`

@@ -47,7 +47,7 @@ mod vma;
 /// [`Cpu::read_obj`]/[`Cpu::write_obj`] take (derive it with the same
 /// version).
 pub use bytemuck;
-pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Translation};
+pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Section, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};

@@ -23,6 +23,8 @@ enum Then {
     Read,
     /// Writes 1 to it, then reads it back.
     WriteThenRead,
+    /// Reads it inside one `Section` covering every page.
+    ReadInSection,
 }
 
 /// The blocked thread's handles: "TLB filled", "wake up and do this", and
@@ -33,23 +35,42 @@ type Blocked = (mpsc::Receiver<()>, mpsc::Sender<Then>, thread::JoinHandle<Vec<R
 /// `[a, a + PAGES pages)` (filling its TLB), reports, then blocks on a
 /// channel, unparked, until told what to check.
 fn blocked_cpu(mm: &std::sync::Arc<softmm::AddressSpace>, a: u64) -> Blocked {
+    blocked_cpu_filled(mm, a, false)
+}
+
+/// [`blocked_cpu`], the TLB filled inside one `Section` (an emulator's
+/// block) if `in_section`, ended before the thread blocks.
+fn blocked_cpu_filled(mm: &std::sync::Arc<softmm::AddressSpace>, a: u64, in_section: bool) -> Blocked {
     let (ready_tx, ready_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<Then>();
     let mm = mm.clone();
     let h = thread::spawn(move || {
         let mut cpu = Cpu::attached(&mm);
-        for p in 0..PAGES {
-            cpu.write_u64(a + p * PAGE, 0xa000 + p).unwrap();
+        if in_section {
+            let mut s = cpu.section();
+            for p in 0..PAGES {
+                s.write_u64(a + p * PAGE, 0xa000 + p).unwrap();
+            }
+        } else {
+            for p in 0..PAGES {
+                cpu.write_u64(a + p * PAGE, 0xa000 + p).unwrap();
+            }
         }
         ready_tx.send(()).unwrap();
         // Blocked outside softmm, CPU attached and not parked, TLB full.
         let then = go_rx.recv().unwrap();
-        let out = (0..PAGES)
-            .map(|p| match then {
-                Then::Read => cpu.read_u64(a + p * PAGE),
-                Then::WriteThenRead => cpu.write_u64(a + p * PAGE, 1).and_then(|()| cpu.read_u64(a + p * PAGE)),
-            })
-            .collect();
+        let out = match then {
+            Then::ReadInSection => {
+                let mut s = cpu.section();
+                (0..PAGES).map(|p| s.read_u64(a + p * PAGE)).collect()
+            }
+            _ => (0..PAGES)
+                .map(|p| match then {
+                    Then::WriteThenRead => cpu.write_u64(a + p * PAGE, 1).and_then(|()| cpu.read_u64(a + p * PAGE)),
+                    _ => cpu.read_u64(a + p * PAGE),
+                })
+                .collect(),
+        };
         drop(cpu);
         out
     });
@@ -85,6 +106,30 @@ fn munmap_does_not_wait_for_a_cpu_blocked_on_a_channel() {
         drop((mine, mm));
         assert_no_leaks(&p);
     }
+}
+
+/// The same after a `Section`: the emulator ran a block (its TLB filled
+/// inside one section), ended the section and blocked. `munmap` does not
+/// wait for it, and the next block faults on every page, never reading the
+/// frames reused meanwhile.
+#[test]
+fn munmap_does_not_wait_for_a_cpu_blocked_after_a_section() {
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let a = mm.mmap(0, PAGES * PAGE, RW, ANON, None, 0).unwrap();
+    let (ready, go, h) = blocked_cpu_filled(&mm, a, true);
+    ready.recv().unwrap();
+    let mm2 = mm.clone();
+    watchdog("munmap", WATCHDOG_SECS, move || mm2.munmap(a, PAGES * PAGE).unwrap());
+    let b = mm.mmap(a - (1 << 30), PAGES * PAGE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
+    let mut mine = Cpu::attached(&mm);
+    (0..PAGES).for_each(|i| mine.write_u64(b + i * PAGE, 0xbad).unwrap());
+    go.send(Then::ReadInSection).unwrap();
+    for (i, r) in (0..PAGES).zip(h.join().unwrap()) {
+        assert_eq!(r, Err(Fault::Segv { addr: a + i * PAGE, code: SegvCode::MapErr }));
+    }
+    drop((mine, mm));
+    assert_no_leaks(&p);
 }
 
 #[test]

@@ -39,24 +39,36 @@ struct Vcpu {
 
 impl Vcpu {
     /// Runs until `Halt` (`Ok`) or a fault, with `pc` at the faulting
-    /// instruction.
+    /// instruction. Each basic block (up to a branch, at most 16
+    /// instructions) runs in one access section, as an emulator would:
+    /// its fetches and accesses pay the TLB lookup only, and no shootdown
+    /// waits longer than one block.
     fn run(&mut self) -> Result<(), Fault> {
         loop {
-            let w = self.cpu.fetch_u32(self.pc)?;
-            let (op, rd, rs, imm) =
-                (w & 0xff, (w >> 8 & 15) as usize, (w >> 12 & 15) as usize, (w >> 16) as i16 as i64);
-            match op {
-                0 => return Ok(()),
-                1 => self.r[rd] = imm as u64,
-                2 => self.r[rd] = self.cpu.read_le::<u16>(self.r[rs])?.into(),
-                3 => self.cpu.write_le::<u16>(self.r[rd], self.r[rs] as u16)?,
-                4 => drop(self.cpu.atomic_fetch_add::<u64>(self.r[rd], self.r[rs], Ordering::AcqRel)?),
-                5 => self.r[rd] = self.r[rd].wrapping_add(imm as u64),
-                6 if self.r[rd] != 0 => self.pc = self.pc.wrapping_add((imm * 4 - 4) as u64),
-                6 => {}
-                _ => panic!("illegal instruction {w:#x}"),
+            let mut s = self.cpu.section();
+            for _ in 0..16 {
+                let w = s.fetch_u32(self.pc)?;
+                let (op, rd, rs, imm) =
+                    (w & 0xff, (w >> 8 & 15) as usize, (w >> 12 & 15) as usize, (w >> 16) as i16 as i64);
+                match op {
+                    0 => return Ok(()),
+                    1 => self.r[rd] = imm as u64,
+                    2 => self.r[rd] = s.read_le::<u16>(self.r[rs])?.into(),
+                    3 => s.write_le::<u16>(self.r[rd], self.r[rs] as u16)?,
+                    4 => drop(s.atomic_fetch_add::<u64>(self.r[rd], self.r[rs], Ordering::AcqRel)?),
+                    5 => self.r[rd] = self.r[rd].wrapping_add(imm as u64),
+                    6 => {
+                        if self.r[rd] != 0 {
+                            self.pc = self.pc.wrapping_add((imm * 4 - 4) as u64);
+                        }
+                        self.pc += 4;
+                        // End of the block.
+                        break;
+                    }
+                    _ => panic!("illegal instruction {w:#x}"),
+                }
+                self.pc += 4;
             }
-            self.pc += 4;
         }
     }
 }

@@ -9,7 +9,7 @@ use softmm::uapi::{
     MAP_ANONYMOUS, MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_PRIVATE, MAP_SHARED_VALIDATE, MAP_TYPE, MREMAP_DONTUNMAP,
     MREMAP_FIXED, MREMAP_MAYMOVE,
 };
-use softmm::{page_align, AddressSpace, MmConfig, PhysMem, PAGE_SIZE};
+use softmm::{page_align, AddressSpace, PhysMem, PAGE_SIZE};
 
 use super::fds::FdTable;
 use super::parse::{errno_name, Call, Fd, Record, Ret};
@@ -73,7 +73,7 @@ impl Process {
         origin: String,
         start_brk: Option<u64>,
     ) -> Result<Process, String> {
-        let mut config = MmConfig::default();
+        let mut config = crate::workloads::mm_config();
         if let Some(b) = start_brk {
             config.start_brk = b;
         }

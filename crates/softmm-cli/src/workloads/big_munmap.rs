@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use softmm::{AddressSpace, FaultPolicy, MmConfig, UnmapPolicy};
+use softmm::{AddressSpace, FaultPolicy, UnmapPolicy};
 
 use super::space::{HostSpace, SoftSpace, Space};
 use super::{Measured, Params, SoftEnv};
@@ -337,7 +337,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
     match env {
         Some(env) => {
             let unmap = unmap.unwrap_or_default();
-            let config = MmConfig::default().policy(FaultPolicy::MmapLock).unmap_policy(unmap);
+            let config = super::mm_config().policy(FaultPolicy::MmapLock).unmap_policy(unmap);
             let s = SoftSpace { mm: AddressSpace::new(&env.phys, config).map_err(|e| e.to_string())? };
             let mm: Arc<AddressSpace> = s.mm.clone();
             let maps = move || mm.maps_text().len();
@@ -350,6 +350,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
             let counters = Counters {
                 mmap_lock_acquisitions: Some(st.mmap_lock_write + st.mmap_lock_read),
                 flush_requests: Some(st.tlb.flush_requests),
+                flush_wait_ns: Some(st.tlb.flush_wait_ns),
                 munmap_write_hold_ns: d(|u| u.write_hold_ns),
                 munmap_read_hold_ns: d(|u| u.read_hold_ns),
                 munmap_lock_wait_ns: d(|u| u.lock_wait_ns),

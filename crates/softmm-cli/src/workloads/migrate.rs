@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use softmm::{AddressSpace, Cpu, MigratePolicy, MmConfig, PhysConfig, PhysMem, PAGE_SIZE};
+use softmm::{AddressSpace, Cpu, MigratePolicy, PhysConfig, PhysMem, PAGE_SIZE};
 
 use super::Measured;
 use crate::bench::BenchArgs;
@@ -138,7 +138,7 @@ pub fn soft(
     size: u64,
     duration: Duration,
 ) -> Result<Run, String> {
-    let config = MmConfig::default().migrate_policy(policy).cap_sys_nice(true);
+    let config = super::mm_config().migrate_policy(policy).cap_sys_nice(true);
     let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space: {e}"))?;
     let rw = libc::PROT_READ | libc::PROT_WRITE;
     let a = mm
@@ -202,6 +202,7 @@ pub fn soft(
             flush_requests: Some(after.tlb.flush_requests - before.tlb.flush_requests),
             migrator_cpu_ns: Some(migrator_cpu_ns),
             ptl_locks: Some(after.migrate_ptl_locks - before.migrate_ptl_locks),
+            flush_wait_ns: Some(after.tlb.flush_wait_ns - before.tlb.flush_wait_ns),
             ..Counters::default()
         },
     };

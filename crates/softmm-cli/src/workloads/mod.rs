@@ -236,6 +236,22 @@ impl Arena {
     }
 }
 
+/// The TLB shootdown policy of every address space the lab makes
+/// (`--shootdown`), set once before the runs.
+static SHOOTDOWN: std::sync::OnceLock<softmm::ShootdownPolicy> = std::sync::OnceLock::new();
+
+/// Sets the shootdown policy of every address space made from
+/// [`mm_config`] from now on; the first call of the process wins.
+pub fn set_shootdown_policy(policy: softmm::ShootdownPolicy) {
+    let _ = SHOOTDOWN.set(policy);
+}
+
+/// The configuration every address space of the lab starts from:
+/// `MmConfig::default()` with `--shootdown`'s policy.
+pub fn mm_config() -> MmConfig {
+    MmConfig::default().shootdown_policy(SHOOTDOWN.get().copied().unwrap_or_default())
+}
+
 /// The context of a softmm sample: the arena and how to make address spaces.
 pub struct SoftEnv {
     /// Physical memory.
@@ -249,7 +265,7 @@ pub struct SoftEnv {
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config = MmConfig::default().policy(self.policy).force_speculative(self.force_speculative);
+        let config = mm_config().policy(self.policy).force_speculative(self.force_speculative);
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
@@ -289,18 +305,15 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
 /// spaces' statistics (taken after the run).
 pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
     let fault = out.fault().unwrap_or_default();
-    let (mut lock, mut flush) = (0, 0);
+    let (mut lock, mut flush, mut flush_wait_ns) = (0, 0, 0);
     for s in spaces {
         let st = s.mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
         flush += st.tlb.flush_requests;
+        flush_wait_ns += st.tlb.flush_wait_ns;
     }
-    Measured {
-        ops: out.ops(),
-        seconds: out.seconds(),
-        cpu_seconds: out.cpu_seconds(),
-        counters: soft_counters(policy, &fault, lock, flush),
-    }
+    let counters = Counters { flush_wait_ns: Some(flush_wait_ns), ..soft_counters(policy, &fault, lock, flush) };
+    Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }
 }
 
 /// The counters of a softmm sample.

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use softmm::{AddressSpace, Foll, MmConfig, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
+use softmm::{AddressSpace, Foll, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
 
 use super::Measured;
 use crate::bench::BenchArgs;
@@ -64,7 +64,7 @@ pub fn soft(
     size: u64,
     interfered: bool,
 ) -> Result<Measured, String> {
-    let config = MmConfig::default().pin_policy(policy).cap_ipc_lock(true);
+    let config = super::mm_config().pin_policy(policy).cap_ipc_lock(true);
     let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space: {e}"))?;
     let rw = libc::PROT_READ | libc::PROT_WRITE;
     let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;

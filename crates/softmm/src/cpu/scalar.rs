@@ -114,6 +114,59 @@ scalar!(
 /// atomics: there every access is a byte, as in `crate::access`).
 const WORDS: bool = !cfg!(miri);
 
+/// Loads the naturally aligned `n`-byte (1, 2, 4 or 8) little-endian value
+/// at `p`, relaxed: one atomic load (bytes under Miri, as `load_in_page`).
+///
+/// # Safety
+///
+/// `p` is aligned to `n`, and `[p, p + n)` is live arena memory, only ever
+/// accessed atomically, until the call returns.
+#[inline(always)]
+pub(super) unsafe fn load_aligned(p: *const u8, n: usize) -> u64 {
+    debug_assert!(matches!(n, 1 | 2 | 4 | 8) && p.addr() % n == 0);
+    if !WORDS {
+        // SAFETY: the same contract, which `load_in_page` needs less of.
+        return unsafe { load_in_page(p, n) };
+    }
+    // Each arm: `p` is aligned to the width and `[p, p + n)` is live (the
+    // caller's contract).
+    match n {
+        // SAFETY: see above.
+        1 => u64::from(unsafe { &*(p as *const AtomicU8) }.load(Ordering::Relaxed)),
+        // SAFETY: see above.
+        2 => u64::from(u16::from_le(unsafe { &*(p as *const AtomicU16) }.load(Ordering::Relaxed))),
+        // SAFETY: see above.
+        4 => u64::from(u32::from_le(unsafe { &*(p as *const AtomicU32) }.load(Ordering::Relaxed))),
+        // SAFETY: see above.
+        _ => u64::from_le(unsafe { &*(p as *const AtomicU64) }.load(Ordering::Relaxed)),
+    }
+}
+
+/// Stores the low `n` bytes (1, 2, 4 or 8) of `raw` little-endian at the
+/// naturally aligned `p`, relaxed: one atomic store (bytes under Miri).
+///
+/// # Safety
+///
+/// As [`load_aligned`].
+#[inline(always)]
+pub(super) unsafe fn store_aligned(p: *mut u8, raw: u64, n: usize) {
+    debug_assert!(matches!(n, 1 | 2 | 4 | 8) && p.addr() % n == 0);
+    if !WORDS {
+        // SAFETY: the same contract, which `store_in_page` needs less of.
+        return unsafe { store_in_page(p, raw, n) };
+    }
+    match n {
+        // SAFETY: as in `load_aligned`.
+        1 => unsafe { &*(p as *const AtomicU8) }.store(raw as u8, Ordering::Relaxed),
+        // SAFETY: as in `load_aligned`.
+        2 => unsafe { &*(p as *const AtomicU16) }.store((raw as u16).to_le(), Ordering::Relaxed),
+        // SAFETY: as in `load_aligned`.
+        4 => unsafe { &*(p as *const AtomicU32) }.store((raw as u32).to_le(), Ordering::Relaxed),
+        // SAFETY: as in `load_aligned`.
+        _ => unsafe { &*(p as *const AtomicU64) }.store(raw.to_le(), Ordering::Relaxed),
+    }
+}
+
 /// Loads the `n`-byte (1, 2, 4 or 8) little-endian value at `p`, relaxed.
 ///
 /// # Safety

@@ -41,8 +41,6 @@ impl Page {
 /// current for, as in `Cpu`.
 struct ModelCpu {
     state: Arc<CpuTlbState>,
-    /// The CPU's copy of its section count.
-    section: u64,
     cached: bool,
     seen: u64,
 }
@@ -51,7 +49,7 @@ impl ModelCpu {
     fn attached(dom: &TlbDomain) -> ModelCpu {
         let state = CpuTlbState::new();
         let seen = dom.attach(&state);
-        ModelCpu { state, section: 0, cached: false, seen }
+        ModelCpu { state, cached: false, seen }
     }
 
     /// One access, as `Cpu` makes it: enter the section, drop the TLB if
@@ -59,7 +57,7 @@ impl ModelCpu {
     /// asserting that it has not been freed, leave the section. (The fence
     /// form of the barrier: loom models fences, not membarrier.)
     fn access(&mut self, dom: &TlbDomain, page: &Page) {
-        self.state.section_begin(&mut self.section, false);
+        self.state.section_begin(false);
         let gen = dom.generation();
         if gen != self.seen {
             self.cached = false;
@@ -71,7 +69,7 @@ impl ModelCpu {
         if self.cached {
             assert!(!page.freed.load(Ordering::Relaxed), "access through a stale TLB entry to a freed frame");
         }
-        self.state.section_end(&mut self.section);
+        self.state.section_end();
     }
 
     /// `Cpu::attach` to another domain: leave this one, drop every entry.
@@ -308,6 +306,64 @@ fn a_real_cpu_access_against_a_real_munmap() {
         assert!(held == Ok(OLD) || segv(held), "an access read a freed, reused frame: {held:?}");
         assert!(after == Ok(OLD) || segv(after), "{after:?}");
         // Once an access faulted, the next ones do too.
+        assert!(!segv(first) || segv(held));
+        drop(mm);
+        assert_eq!(phys.stats().frames_used, 0);
+    });
+}
+
+/// A multi-access [`crate::Section`] on the real `Cpu` against the real
+/// `munmap` and a reuse of the frame. Inside the section the thread reads
+/// the page, is preempted, calls into softmm (a [`QuiescentGuard`], as any
+/// syscall or fault of the thread makes: its CPUs are quiescent, so the
+/// munmap's flush may skip this one and free the frame), then reads again.
+/// Every read must see the old bytes or fault; the reused frame's bytes are
+/// the bug. Not publishing the section on entry, or not emptying the TLB of
+/// a CPU whose section stayed open when its thread leaves softmm
+/// (`QuiescentGuard`'s drop), fails this model.
+#[test]
+fn a_real_section_against_a_real_munmap() {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Access, Cpu, PAGE_SIZE};
+    const OLD: u8 = 0xab;
+    const REUSED: u8 = 0xee;
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.max_branches = 100_000;
+    b.check(|| {
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        mm.handle_fault(a, Access::Write).unwrap();
+        let old = mm.pte_at(a).pfn();
+        // SAFETY: the frame is mapped at `a` and nothing else runs.
+        unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+        let t = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                let mut s = cpu.section();
+                // A walk fills the TLB (the entry is present: no fault).
+                let first = s.read_u8(a);
+                loom::thread::yield_now();
+                let held = s.read_u8(a);
+                // A call into softmm from inside the section.
+                drop(QuiescentGuard::enter());
+                let after_call = s.read_u8(a);
+                drop(s);
+                (first, held, after_call)
+            })
+        };
+        mm.munmap(a, PAGE_SIZE).unwrap();
+        // SAFETY: arena memory, accessed atomically; no mapping refers to it.
+        unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+        let (first, held, after_call) = t.join().unwrap();
+        let segv = |r: Result<u8, crate::Fault>| r.is_err_and(|f| f.signal() == libc::SIGSEGV);
+        assert!(first == Ok(OLD) || segv(first), "{first:?}");
+        assert!(held == Ok(OLD) || segv(held), "a section read a freed, reused frame: {held:?}");
+        assert!(after_call == Ok(OLD) || segv(after_call), "a section read a freed, reused frame: {after_call:?}");
         assert!(!segv(first) || segv(held));
         drop(mm);
         assert_eq!(phys.stats().frames_used, 0);

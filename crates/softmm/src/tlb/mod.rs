@@ -10,8 +10,9 @@
 //! thread may block anywhere for as long as it likes. This is RCU's
 //! read-side critical section, with the TLB as the protected data.
 //!
-//! * **CPU, each access** (one accessor call, one page of a copy, one
-//!   `with_slice` callback, one held [`crate::Translation`]):
+//! * **CPU, each access section** (one accessor call, one page of a copy,
+//!   one `with_slice` callback, one held [`crate::Translation`], one
+//!   [`crate::Section`] of many accesses):
 //!   [`CpuTlbState::section_begin`] (count odd, then a barrier), load `gen`;
 //!   if it moved, drop every TLB entry; translate (TLB or walk) and access;
 //!   [`CpuTlbState::section_end`] (count even, Release). A page fault leaves
@@ -44,7 +45,10 @@
 //!   into softmm (a `with_slice` callback that unmaps, or faults through
 //!   another CPU): the call may block on a lock the initiator holds, so the
 //!   initiator must not wait for it, and the callback's frame is kept by a
-//!   frame reference instead.
+//!   frame reference instead. When the thread leaves softmm, every one of
+//!   its CPUs whose section is still open has its TLB emptied
+//!   ([`QuiescentGuard`]'s drop): a flush may have skipped it meanwhile,
+//!   and the accesses of a [`crate::Section`] do not check the generation.
 //! * **Attach** (under the list lock): read `gen`, with an empty TLB.
 //!   **Detach** (under the list lock): remove it from the list. Both happen
 //!   outside any access of the CPU (they take it by `&mut`), and a CPU
@@ -70,11 +74,13 @@ mod loom_tests;
 #[cfg_attr(loom, allow(dead_code))]
 mod quiescent;
 mod shootdown;
+mod soft_tlb;
 
 pub(crate) use barrier::reader_is_light;
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
 pub use shootdown::{CpuTlbState, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
+pub(crate) use soft_tlb::SoftTlb;
 
 /// True if shootdowns use asymmetric fences in this process: accesses pay
 /// a compiler barrier only, and each flush that has another thread's CPU

@@ -70,6 +70,21 @@ impl QuiescentGuard {
 
 impl Drop for QuiescentGuard {
     fn drop(&mut self) {
-        THREAD_CPUS.with(|c| c.borrow().iter().for_each(|s| s.exit_quiescent()));
+        THREAD_CPUS.with(|c| {
+            c.borrow().iter().for_each(|s| {
+                s.exit_quiescent();
+                // A CPU whose section stayed open across the call (a
+                // multi-access `Section`, a `with_slice` callback): while it
+                // was quiescent a shootdown may have skipped it and freed
+                // what it cached, and this thread's own flushes never ask
+                // it; its accesses check the generation only when a section
+                // begins, so its TLB is emptied here, after the end of the
+                // quiescent state (whose fence orders the walks that refill
+                // it after the PTE changes that the skipped flush covered).
+                if s.in_section() {
+                    s.tlb.clear();
+                }
+            })
+        });
     }
 }

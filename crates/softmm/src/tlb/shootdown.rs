@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::barrier;
+use super::soft_tlb::SoftTlb;
 use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
 
 /// The shootdown state one CPU shares with the initiators.
@@ -18,28 +19,31 @@ pub struct CpuTlbState {
     /// Non-zero while the CPU is parked or its thread is inside softmm (a
     /// syscall or a fault), where it uses none of its translations.
     quiescent: AtomicU64,
+    /// The CPU's TLB, read and written by its own thread only (see
+    /// `soft_tlb.rs` for why it lives here).
+    pub(crate) tlb: SoftTlb,
 }
 
 impl CpuTlbState {
     /// A CPU outside any access.
     pub fn new() -> Arc<CpuTlbState> {
-        Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0) })
+        Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0), tlb: SoftTlb::new() })
     }
 
-    /// Enters an access section. `count` is the CPU's own copy of its
-    /// section count (only its thread writes the shared one, so the copy is
-    /// exact and the fast path needs no load of it). The caller loads the
-    /// flush generation ([`TlbDomain::generation`]) after this, and drops
-    /// its TLB if it moved, before using any entry. `light` is
-    /// [`barrier::reader_is_light`], which the CPU keeps at hand.
+    /// Enters an access section. The caller loads the flush generation
+    /// ([`TlbDomain::generation`]) after this, and drops its TLB if it
+    /// moved, before using any entry. `light` is
+    /// [`barrier::reader_is_light`], which the CPU keeps at hand. Called
+    /// only on the CPU's own thread, the count's only writer (so its own
+    /// relaxed load of the count is exact: no copy of it needs storing).
     #[inline(always)]
-    pub fn section_begin(&self, count: &mut u64, light: bool) {
+    pub fn section_begin(&self, light: bool) {
         // Even to odd; an odd count (a section whose end was skipped: a
-        // `Translation` forgotten with `mem::forget`) stays as it is, so
-        // that section simply lasts until this one ends.
-        *count |= 1;
+        // `Translation` or `Section` forgotten with `mem::forget`) stays as
+        // it is, so that section simply lasts until this one ends.
+        let count = self.section.load(Ordering::Relaxed) | 1;
         // Relaxed: the barrier below orders it before the generation load.
-        self.section.store(*count, Ordering::Relaxed);
+        self.section.store(count, Ordering::Relaxed);
         // Dekker with `TlbDomain::flush_begin`: our store of an odd count,
         // this barrier, then our load of `gen`; the initiator's bump of
         // `gen`, its barrier, then its load of our count. Either it sees us
@@ -48,32 +52,30 @@ impl CpuTlbState {
         barrier::reader_barrier(light);
     }
 
-    /// Leaves the access section (`count` as in
-    /// [`CpuTlbState::section_begin`]): from here on, an initiator may free
-    /// what the section used.
+    /// Leaves the access section (on the CPU's own thread): from here on,
+    /// an initiator may free what the section used.
     #[inline(always)]
-    pub fn section_end(&self, count: &mut u64) {
-        debug_assert!(*count % 2 == 1, "no access section to end");
-        *count = count.wrapping_add(1);
+    pub fn section_end(&self) {
+        let count = self.section.load(Ordering::Relaxed);
+        debug_assert!(count % 2 == 1, "no access section to end");
         // Release: the section's accesses happen before an initiator that
         // reads the new count (Acquire) stops waiting and frees the frame.
-        self.section.store(*count, Ordering::Release);
+        self.section.store(count.wrapping_add(1), Ordering::Release);
     }
 
     /// Records that the CPU, outside any access, holds no translation from
     /// before this point (it left its domain, or dropped its TLB): counts
     /// as one whole access for a shootdown waiting for its next one
     /// ([`ShootdownPolicy::NextAccess`]), which would otherwise wait for an
-    /// access that never comes to that domain.
+    /// access that never comes to that domain. On the CPU's own thread.
     #[inline]
-    pub fn passed_quiescent_point(&self, count: &mut u64) {
+    pub fn passed_quiescent_point(&self) {
         // Past the next even value and one more: a waiter for the end of
         // an open section (a forgotten `Translation`) or of the next one
-        // stops waiting either way.
-        *count = (*count | 1).wrapping_add(1);
-        // Release: what the CPU did before happens before a waiter that
-        // reads the new count (Acquire).
-        self.section.store(*count, Ordering::Release);
+        // stops waiting either way. Release: what the CPU did before
+        // happens before a waiter that reads the new count (Acquire).
+        let count = (self.section.load(Ordering::Relaxed) | 1).wrapping_add(1);
+        self.section.store(count, Ordering::Release);
     }
 
     /// Marks the CPU quiescent (parked or blocked in softmm); nests.
@@ -84,6 +86,13 @@ impl CpuTlbState {
         // initiator that reads this depth (SeqCst, hence Acquire) stops
         // waiting.
         self.quiescent.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// True while the CPU is inside an access section. Exact only on the
+    /// CPU's own thread, the only writer of the count.
+    #[inline]
+    pub(crate) fn in_section(&self) -> bool {
+        self.section.load(Ordering::Relaxed) % 2 == 1
     }
 
     /// Leaves one level of quiescence.
@@ -182,6 +191,11 @@ pub struct TlbStats {
     /// another thread to ask (`membarrier`, or a fence where it is
     /// unavailable; see `fences_are_asymmetric`).
     pub barriers: u64,
+    /// Nanoseconds initiators spent waiting for CPUs inside an access
+    /// ([`FlushTicket::wait`] of a flush with `flush_waits`), summed over
+    /// flushes; a flush that waits for nobody adds nothing and reads no
+    /// clock.
+    pub flush_wait_ns: u64,
 }
 
 /// The CPUs attached to one address space and its flush generation.
@@ -196,6 +210,8 @@ pub struct TlbDomain {
     flush_requests: AtomicU64,
     flush_waits: AtomicU64,
     barriers: AtomicU64,
+    /// `TlbStats::flush_wait_ns`, shared with the tickets that wait.
+    flush_wait_ns: Arc<AtomicU64>,
     policy: ShootdownPolicy,
 }
 
@@ -222,6 +238,7 @@ impl TlbDomain {
             flush_requests: AtomicU64::new(0),
             flush_waits: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
+            flush_wait_ns: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -298,7 +315,8 @@ impl TlbDomain {
         }
         self.flush_requests.fetch_add(requests, Ordering::Relaxed);
         self.flush_waits.fetch_add(pending.len() as u64, Ordering::Relaxed);
-        FlushTicket { pending, barrier }
+        let wait_ns = (!pending.is_empty()).then(|| self.flush_wait_ns.clone());
+        FlushTicket { pending, barrier, wait_ns }
     }
 
     /// Shoots down every attached CPU's TLB and returns once each CPU that
@@ -315,6 +333,7 @@ impl TlbDomain {
             flush_requests: self.flush_requests.load(Ordering::Relaxed),
             flush_waits: self.flush_waits.load(Ordering::Relaxed),
             barriers: self.barriers.load(Ordering::Relaxed),
+            flush_wait_ns: self.flush_wait_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -339,6 +358,8 @@ pub struct FlushTicket {
     /// This flush forced a barrier on the other running threads (an IPI
     /// each, with `membarrier`): it counts in [`TlbStats::barriers`].
     barrier: bool,
+    /// The domain's `flush_wait_ns`, if there is anyone to wait for.
+    wait_ns: Option<Arc<AtomicU64>>,
 }
 
 impl FlushTicket {
@@ -358,6 +379,8 @@ impl FlushTicket {
     }
 
     fn wait_pending(&mut self) {
+        let Some(wait_ns) = self.wait_ns.take() else { return };
+        let t0 = std::time::Instant::now();
         for p in self.pending.drain(..) {
             let mut i = 0;
             while !p.cpu.done(p.until) {
@@ -365,6 +388,9 @@ impl FlushTicket {
                 i = i.saturating_add(1);
             }
         }
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed: a statistic, read after the fact.
+        wait_ns.fetch_add(ns, Ordering::Relaxed);
     }
 }
 
@@ -398,12 +424,11 @@ mod tests {
         [&inside, &outside, &parked].iter().for_each(|c| _ = dom.attach(c));
         parked.enter_quiescent();
         let light = barrier::reader_is_light();
-        let (mut ni, mut no) = (0, 0);
-        inside.section_begin(&mut ni, light);
+        inside.section_begin(light);
         // `outside` entered and left an access: its thread may now block
         // anywhere for as long as it likes.
-        outside.section_begin(&mut no, light);
-        outside.section_end(&mut no);
+        outside.section_begin(light);
+        outside.section_end();
         let ticket = dom.flush_begin(&[]);
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 3, 1, 1));
@@ -413,9 +438,14 @@ mod tests {
             tx.send(()).unwrap();
         });
         assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
-        inside.section_end(&mut ni);
+        inside.section_end();
         assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
         waiter.join().unwrap();
+        // It waited at least the 50 ms above, and says so.
+        assert!(dom.stats().flush_wait_ns >= 50_000_000, "{:?}", dom.stats());
+        let before = dom.stats().flush_wait_ns;
+        dom.flush(&[]);
+        assert_eq!(dom.stats().flush_wait_ns, before, "a flush that waits for nobody adds nothing");
         [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
         assert_eq!(dom.attached(), 0);
     }
@@ -425,19 +455,18 @@ mod tests {
         let dom = TlbDomain::with_policy(ShootdownPolicy::NextAccess);
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        let mut n = 0;
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
         // Entering the next access is not enough (its generation load may
         // predate the bump); completing it is.
-        cpu.section_begin(&mut n, false);
+        cpu.section_begin(false);
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
             ticket.wait();
             tx.send(()).unwrap();
         });
         assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
-        cpu.section_end(&mut n);
+        cpu.section_end();
         assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
         waiter.join().unwrap();
         // Parked: not waited for.
@@ -451,16 +480,15 @@ mod tests {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        let mut n = 0;
-        cpu.section_begin(&mut n, false);
+        cpu.section_begin(false);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1);
         // Out of the access and into the next before the waiter looks: the
         // count is odd again, but not the one the ticket noted.
-        cpu.section_end(&mut n);
-        cpu.section_begin(&mut n, false);
+        cpu.section_end();
+        cpu.section_begin(false);
         returns(move || ticket.wait());
-        cpu.section_end(&mut n);
+        cpu.section_end();
     }
 
     #[test]
@@ -471,8 +499,7 @@ mod tests {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        let mut n = 0;
-        cpu.section_begin(&mut n, false);
+        cpu.section_begin(false);
         cpu.enter_quiescent();
         let t = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 0);
@@ -484,7 +511,7 @@ mod tests {
         cpu.enter_quiescent();
         returns(move || t.wait());
         cpu.exit_quiescent();
-        cpu.section_end(&mut n);
+        cpu.section_end();
     }
 
     #[test]
@@ -492,10 +519,9 @@ mod tests {
         let dom = TlbDomain::new();
         let mine = CpuTlbState::new();
         dom.attach(&mine);
-        let mut n = 0;
-        mine.section_begin(&mut n, false);
+        mine.section_begin(false);
         dom.flush(std::slice::from_ref(&mine));
-        mine.section_end(&mut n);
+        mine.section_end();
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 0, 0, 0));
     }
@@ -505,14 +531,13 @@ mod tests {
         let doms = [TlbDomain::new(), TlbDomain::new()];
         let cpus = [CpuTlbState::new(), CpuTlbState::new()];
         doms.iter().zip(&cpus).for_each(|(d, c)| _ = d.attach(c));
-        let mut n = [0, 0];
-        cpus.iter().zip(&mut n).for_each(|(c, n)| c.section_begin(n, false));
+        cpus.iter().for_each(|c| c.section_begin(false));
         let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
         // Both generations moved before either wait: the CPUs can leave
         // their accesses in parallel.
-        for ((d, c), n) in doms.iter().zip(&cpus).zip(&mut n) {
+        for (d, c) in doms.iter().zip(&cpus) {
             assert_eq!(d.generation(), 1);
-            c.section_end(n);
+            c.section_end();
         }
         returns(move || tickets.into_iter().for_each(FlushTicket::wait));
         let s = doms[1].stats();
@@ -524,8 +549,7 @@ mod tests {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
         dom.attach(&cpu);
-        let mut n = 0;
-        cpu.section_begin(&mut n, false);
+        cpu.section_begin(false);
         let ticket = dom.flush_begin(&[]);
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let waiter = {
@@ -538,7 +562,7 @@ mod tests {
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
         ended.store(true, std::sync::atomic::Ordering::SeqCst);
-        cpu.section_end(&mut n);
+        cpu.section_end();
         waiter.join().unwrap();
     }
 }

@@ -1,0 +1,559 @@
+//! Access sections several accesses long: [`Section`], what an emulator
+//! opens around a basic block so that its accesses pay the TLB lookup
+//! alone.
+//!
+//! A section is the read-side critical section of the shootdown protocol
+//! (`crate::tlb`): entering publishes an odd section count, passes the
+//! reader barrier and checks the flush generation (dropping the TLB if it
+//! moved); leaving publishes the next even count. A [`Cpu`] accessor is a
+//! section of one access. A [`Section`] pays the entry and the exit once
+//! for all its accesses; each access inside it pays only the TLB lookup
+//! (an index and one compare, which also tests the permission and, for a
+//! scalar, the alignment).
+//!
+//! Why no access needs to look at the generation again: while the section
+//! is open, a shootdown from another thread waits for its end. The one way
+//! around that is the thread itself calling into softmm from inside the
+//! section (a `munmap`, another CPU's fault): then (a) its own flushes send
+//! its own CPUs no request, and (b) every one of its CPUs is quiescent for
+//! the call, so other threads' flushes do not wait for this one either and
+//! may free frames it has cached. The thread's `QuiescentGuard` empties the
+//! TLB of every CPU of the thread whose section is open when the call
+//! returns (the entries live in the CPU's shared state for that reason,
+//! `tlb/soft_tlb.rs`), so the next access walks the page table anew.
+
+use std::sync::atomic::Ordering;
+
+use super::{load_part, scalar, store_part, Cpu, Scalar};
+use crate::error::Fault;
+use crate::fault::Access;
+use crate::tlb::SoftTlb;
+use crate::PAGE_SIZE;
+
+/// An access section of a [`Cpu`] held open across many accesses (an
+/// emulator's basic block, a loader's run of stores): made by
+/// [`Cpu::section`], ended when dropped. Inside it each access costs a
+/// TLB lookup and a check of the flush generation; the section's entry
+/// and exit (a store each to a line only this thread writes, and a
+/// compiler barrier) are paid once.
+///
+/// The accessors are [`Cpu`]'s, with the same semantics, results and
+/// faults: a TLB miss walks the page table, a page fault leaves the section
+/// for the fault handler and re-enters it, and a shootdown that began
+/// meanwhile is honoured before the next access. What differs is only how
+/// long the CPU counts as inside an access: for the whole life of the
+/// section. A `munmap`, `mprotect`, `fork`, COW break... on **another**
+/// thread that begins while the section is open waits for it to end
+/// before freeing anything, so:
+///
+/// * keep it short: a basic block, a bounded run of accesses, then drop it
+///   (a dispatch loop re-opens one per block; the entry and exit cost a few
+///   accesses' worth, not a system call);
+/// * **never block while it is open** (a channel, a join, a lock another
+///   guest thread may hold, host I/O): other threads' shootdowns would wait
+///   as long, and deadlock if what it waits for is one of them. A section
+///   forgotten with `mem::forget` stays open until the CPU's next access
+///   ends.
+///
+/// Calling into softmm from inside a section (a syscall on the same
+/// thread, an access through another `Cpu` of the thread) is allowed: the
+/// thread's CPUs are quiescent for the call, and the next access of the
+/// section drops whatever was shot down meanwhile.
+///
+/// ```
+/// use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem};
+/// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+/// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+/// let mut cpu = Cpu::attached(&mm);
+/// cpu.write_u64(a, 40).unwrap();
+/// // One "basic block": three accesses, one section.
+/// let mut s = cpu.section();
+/// let x = s.read_u64(a).unwrap();
+/// s.write_u64(a + 8, x + 2).unwrap();
+/// assert_eq!(s.read_u64(a + 8).unwrap(), 42);
+/// drop(s); // the section ends here; the CPU may now block anywhere
+/// assert_eq!(cpu.read_u64(a + 8).unwrap(), 42);
+/// ```
+///
+/// The section borrows the CPU: no accessor of the CPU itself while it is
+/// open,
+///
+/// ```compile_fail,E0499
+/// # use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem};
+/// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+/// # let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+/// # let mut cpu = Cpu::attached(&mm);
+/// let mut s = cpu.section();
+/// cpu.read_u8(a).unwrap();
+/// s.read_u8(a).unwrap();
+/// ```
+///
+/// and it stays on the CPU's thread:
+///
+/// ```compile_fail,E0277
+/// # use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem};
+/// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+/// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+/// # let mut cpu = Cpu::attached(&mm);
+/// let s = cpu.section();
+/// std::thread::scope(|t| { t.spawn(move || drop(s)); });
+/// ```
+#[must_use = "the section ends when dropped; open one around the accesses it covers"]
+pub struct Section<'a> {
+    cpu: &'a mut Cpu,
+    /// `cpu.state.tlb`, kept at hand so that a hit loads no pointer to
+    /// reach it (the `Arc` that holds it is borrowed through `cpu`).
+    tlb: std::ptr::NonNull<SoftTlb>,
+}
+
+impl Cpu {
+    /// Opens an access section for several accesses ([`Section`]): the
+    /// CPU counts as inside an access until the section is dropped.
+    ///
+    /// # Panics
+    ///
+    /// If the CPU is not attached.
+    #[inline(always)]
+    pub fn section(&mut self) -> Section<'_> {
+        // Count odd, the reader barrier, then the generation check.
+        self.section_begin();
+        let tlb = std::ptr::NonNull::from(&self.state.tlb);
+        Section { cpu: self, tlb }
+    }
+}
+
+impl Drop for Section<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.cpu.section_end();
+    }
+}
+
+impl Section<'_> {
+    /// The CPU's TLB.
+    #[inline(always)]
+    fn tlb(&self) -> &SoftTlb {
+        // SAFETY: `tlb` points into the `CpuTlbState` that `cpu.state` (an
+        // `Arc`, never reassigned) keeps alive at a fixed address for as
+        // long as the `Cpu` lives, which the section borrows; `SoftTlb` is
+        // only atomics, shared access is all it takes.
+        unsafe { self.tlb.as_ref() }
+    }
+
+    /// Runs `op` on the host address of `va`, translated for `access`.
+    /// `op` must not panic nor call into softmm: the pointer is valid only
+    /// until the thread's next call into softmm or the section's end.
+    #[inline(always)]
+    fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
+        let cpu = &mut *self.cpu;
+        // The hit is a plain pointer, not a `Result`: nothing of the fault
+        // type is built, moved or tested on the fast path.
+        let p = match cpu.tlb_hit(va, access) {
+            Some(p) => p,
+            None => cpu.translate_slow(va, access)?,
+        };
+        Ok(op(p))
+    }
+
+    /// Copies guest bytes at `addr` into `buf`, each page translated for
+    /// `access` (a read or a fetch).
+    pub(super) fn copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < buf.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
+            let dst = &mut buf[done..done + n];
+            // SAFETY: `access` gives a pointer into an arena frame of the
+            // attached address space, which holds its `PhysMem` (hence the
+            // arena mapping) alive; `n` stops at the page end; the section
+            // keeps the frame from being freed until the copy is done, and
+            // the copy makes no call into softmm.
+            self.access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `addr`, as [`Cpu::read`].
+    pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        self.copy_in(addr, buf, Access::Read)
+    }
+
+    /// Fetches `buf.len()` bytes of instructions at `addr`, as [`Cpu::fetch`].
+    pub fn fetch(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        self.copy_in(addr, buf, Access::Execute)
+    }
+
+    /// Writes `data` at `addr`, as [`Cpu::write`].
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < data.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
+            let src = &data[done..done + n];
+            // SAFETY: as in `copy_in`.
+            self.access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The `n`-byte little-endian value at `addr`, translated for `access`.
+    /// Always inlined: a naturally aligned scalar whose page the TLB holds
+    /// is one compare and one load in the accessor.
+    #[inline(always)]
+    fn load_raw(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        if let Some(p) = self.tlb().hit_aligned(addr, n, access) {
+            // SAFETY: `p` is aligned to `n` (the hit says `addr` is, and
+            // frames are page aligned), so `[p, p + n)` lies in one arena
+            // frame, which the section keeps allocated until the load is
+            // done; arena memory is only ever accessed atomically.
+            return Ok(unsafe { scalar::load_aligned(p, n) });
+        }
+        self.load_raw_slow(addr, n, access)
+    }
+
+    /// `load_raw` for a misaligned scalar or a TLB miss.
+    #[inline(never)]
+    fn load_raw_slow(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
+            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
+            // it and the aligned words holding it lie in one arena frame
+            // (frames are page aligned); the section keeps the frame
+            // allocated until the load is done; arena memory is only ever
+            // accessed atomically.
+            return self.access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
+        }
+        self.load_raw_across(addr, n, access)
+    }
+
+    #[cold]
+    fn load_raw_across(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        let mut b = [0; 8];
+        self.copy_in(addr, &mut b[..n], access)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Stores the low `n` bytes of `raw` little-endian at `addr` (always
+    /// inlined, as `load_raw`).
+    #[inline(always)]
+    fn store_raw(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        if let Some(p) = self.tlb().hit_aligned(addr, n, Access::Write) {
+            // SAFETY: as in `load_raw`.
+            unsafe { scalar::store_aligned(p, raw, n) };
+            return Ok(());
+        }
+        self.store_raw_slow(addr, n, raw)
+    }
+
+    /// `store_raw` for a misaligned scalar or a TLB miss.
+    #[inline(never)]
+    fn store_raw_slow(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
+            // SAFETY: as in `load_raw_slow`, for `[p, p + n)`.
+            return self.access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
+        }
+        self.store_raw_across(addr, n, raw)
+    }
+
+    #[cold]
+    fn store_raw_across(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        self.write(addr, &raw.to_le_bytes()[..n])
+    }
+
+    /// Reads the little-endian `T` at `addr`, as [`Cpu::read_le`].
+    #[inline(always)]
+    pub fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
+    }
+
+    /// Reads the big-endian `T` at `addr`, as [`Cpu::read_be`].
+    #[inline(always)]
+    pub fn read_be<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+        Ok(self.read_le::<T>(addr)?.swap_bytes())
+    }
+
+    /// Writes `v` little-endian at `addr`, as [`Cpu::write_le`].
+    #[inline(always)]
+    pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
+        self.store_raw(addr, T::SIZE, v.to_raw())
+    }
+
+    /// Writes `v` big-endian at `addr`, as [`Cpu::write_be`].
+    #[inline(always)]
+    pub fn write_be<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
+        self.write_le(addr, v.swap_bytes())
+    }
+
+    /// Fetches the little-endian instruction unit `T` at `addr`, as
+    /// [`Cpu::fetch_le`].
+    #[inline(always)]
+    pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+        Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
+    }
+
+    /// Fetches a little-endian `u16` instruction unit, as [`Cpu::fetch_u16`].
+    #[inline(always)]
+    pub fn fetch_u16(&mut self, addr: u64) -> Result<u16, Fault> {
+        self.fetch_le(addr)
+    }
+
+    /// Fetches a little-endian `u32` instruction word, as [`Cpu::fetch_u32`].
+    #[inline(always)]
+    pub fn fetch_u32(&mut self, addr: u64) -> Result<u32, Fault> {
+        self.fetch_le(addr)
+    }
+
+    /// Reads a `u8`, as [`Cpu::read_u8`].
+    #[inline(always)]
+    pub fn read_u8(&mut self, addr: u64) -> Result<u8, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a `u8`, as [`Cpu::write_u8`].
+    #[inline(always)]
+    pub fn write_u8(&mut self, addr: u64, v: u8) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a little-endian `u16`, as [`Cpu::read_u16`].
+    #[inline(always)]
+    pub fn read_u16(&mut self, addr: u64) -> Result<u16, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a little-endian `u16`, as [`Cpu::write_u16`].
+    #[inline(always)]
+    pub fn write_u16(&mut self, addr: u64, v: u16) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a little-endian `u32`, as [`Cpu::read_u32`].
+    #[inline(always)]
+    pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a little-endian `u32`, as [`Cpu::write_u32`].
+    #[inline(always)]
+    pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a little-endian `u64`, as [`Cpu::read_u64`].
+    #[inline(always)]
+    pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
+        self.read_le(addr)
+    }
+
+    /// Writes a little-endian `u64`, as [`Cpu::write_u64`].
+    #[inline(always)]
+    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
+        self.write_le(addr, v)
+    }
+
+    /// Reads a plain-old-data value at `addr`, as [`Cpu::read_obj`].
+    pub fn read_obj<T: bytemuck::Pod>(&mut self, addr: u64) -> Result<T, Fault> {
+        let mut v = T::zeroed();
+        self.read(addr, bytemuck::bytes_of_mut(&mut v))?;
+        Ok(v)
+    }
+
+    /// Writes a plain-old-data value at `addr`, as [`Cpu::write_obj`].
+    pub fn write_obj<T: bytemuck::Pod>(&mut self, addr: u64, v: &T) -> Result<(), Fault> {
+        self.write(addr, bytemuck::bytes_of(v))
+    }
+
+    /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
+    /// for `access`.
+    #[inline]
+    fn atomic_at<T: Scalar, R>(
+        &mut self,
+        addr: u64,
+        access: Access,
+        op: impl FnOnce(&T::Atomic) -> R,
+    ) -> Result<R, Fault> {
+        if addr % T::SIZE as u64 != 0 {
+            return Err(Fault::Unaligned { addr });
+        }
+        // SAFETY: aligned to its width (checked), so inside one arena frame
+        // (a naturally aligned scalar never crosses a page), which the
+        // section keeps from being freed while `op` runs; the reference does
+        // not outlive `op`.
+        self.access(addr, access, |p| op(unsafe { T::atomic(p) }))
+    }
+
+    /// Atomically loads the `T` at `addr`, as [`Cpu::atomic_load`].
+    pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)))
+    }
+
+    /// Atomically stores `v` at `addr`, as [`Cpu::atomic_store`].
+    pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)))
+    }
+
+    /// Atomically swaps the `T` at `addr`, as [`Cpu::atomic_swap`].
+    pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order))
+    }
+
+    /// Atomic compare-and-exchange, as [`Cpu::atomic_compare_exchange`].
+    pub fn atomic_compare_exchange<T: Scalar>(
+        &mut self,
+        addr: u64,
+        current: T,
+        new: T,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Result<T, T>, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| {
+            T::compare_exchange(a, current, new, success, load_part(failure))
+        })
+    }
+
+    /// Atomic wrapping add, as [`Cpu::atomic_fetch_add`].
+    pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_add(a, v, order))
+    }
+
+    /// Atomic wrapping subtract, as [`Cpu::atomic_fetch_sub`].
+    pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_sub(a, v, order))
+    }
+
+    /// Atomic bitwise and, as [`Cpu::atomic_fetch_and`].
+    pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_and(a, v, order))
+    }
+
+    /// Atomic bitwise or, as [`Cpu::atomic_fetch_or`].
+    pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_or(a, v, order))
+    }
+
+    /// Atomic bitwise exclusive or, as [`Cpu::atomic_fetch_xor`].
+    pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_xor(a, v, order))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::uapi::*;
+    use crate::{AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, SegvCode, PAGE_SIZE};
+
+    const RW: i32 = PROT_READ | PROT_WRITE;
+    const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+
+    fn setup(pages: u64) -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
+        let p = PhysMem::new(PhysConfig::new(64 << 10)).unwrap();
+        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        (p, mm, a)
+    }
+
+    #[track_caller]
+    fn assert_no_leaks(phys: &PhysMem) {
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
+    }
+
+    #[test]
+    fn a_section_faults_pages_in_and_reports_faults_like_the_cpu() {
+        let (p, mm, a) = setup(2);
+        let mut cpu = Cpu::attached(&mm);
+        {
+            let mut s = cpu.section();
+            // First touches fault inside the section, which is left and
+            // re-entered around each fault.
+            s.write_u64(a, 7).unwrap();
+            s.write_le::<u32>(a + PAGE_SIZE - 2, 0x1122_3344).unwrap();
+            assert_eq!(s.read_u64(a), Ok(7));
+            assert_eq!(s.read_be::<u16>(a + PAGE_SIZE), Ok(0x2211));
+            assert_eq!(s.atomic_fetch_add::<u64>(a, 1, std::sync::atomic::Ordering::AcqRel), Ok(7));
+            assert_eq!(s.fetch_u32(a), Err(Fault::Segv { addr: a, code: SegvCode::AccErr }));
+            let end = a + 2 * PAGE_SIZE;
+            assert_eq!(s.read_u8(end), Err(Fault::Segv { addr: end, code: SegvCode::MapErr }));
+            // A fault does not end the section for the accesses after it.
+            assert_eq!(s.read_u64(a), Ok(8));
+        }
+        assert_eq!(cpu.read_u64(a), Ok(8));
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+
+    /// A call into softmm from inside the section (here `munmap` on the
+    /// section's own thread, which flushes nobody of this thread) must not
+    /// leave the section's TLB entries usable: the next access checks the
+    /// generation and faults, never reaches the freed frame.
+    #[test]
+    fn an_unmap_from_inside_a_section_is_seen_by_its_next_access() {
+        let (p, mm, a) = setup(1);
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u64(a, 1).unwrap();
+        {
+            let mut s = cpu.section();
+            assert_eq!(s.read_u64(a), Ok(1));
+            mm.munmap(a, PAGE_SIZE).unwrap();
+            assert_eq!(s.read_u64(a), Err(Fault::Segv { addr: a, code: SegvCode::MapErr }));
+        }
+        let b = mm.mmap(0, PAGE_SIZE, PROT_READ, ANON, None, 0).unwrap();
+        let mut s = cpu.section();
+        assert_eq!(s.read_u64(b), Ok(0));
+        mm.mprotect(b, PAGE_SIZE, PROT_NONE).unwrap();
+        assert_eq!(s.read_u64(b), Err(Fault::Segv { addr: b, code: SegvCode::AccErr }));
+        drop(s);
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+
+    /// An open section is an access: another thread's munmap does not
+    /// return before it ends; once the section is dropped the thread may
+    /// block with no effect on anyone, and its next access faults.
+    #[test]
+    fn another_threads_munmap_waits_for_an_open_section_only() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let (p, mm, a) = setup(1);
+        let unmapped = Arc::new(AtomicBool::new(false));
+        let (opened_tx, opened_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let t = {
+            let (mm, unmapped) = (mm.clone(), unmapped.clone());
+            std::thread::spawn(move || {
+                let mut cpu = Cpu::attached(&mm);
+                cpu.write_u64(a, 5).unwrap();
+                let mut s = cpu.section();
+                assert_eq!(s.read_u64(a), Ok(5));
+                opened_tx.send(()).unwrap();
+                // The unmapper runs meanwhile, and must still be waiting.
+                std::thread::sleep(Duration::from_millis(50));
+                let returned_during_section = unmapped.load(SeqCst);
+                // The PTE may already be gone (a fault), the frame not.
+                let inside = s.read_u64(a);
+                drop(s);
+                // Out of the section: block until the unmap is done.
+                done_rx.recv().unwrap();
+                (returned_during_section, inside, cpu.read_u64(a))
+            })
+        };
+        opened_rx.recv().unwrap();
+        mm.munmap(a, PAGE_SIZE).unwrap();
+        unmapped.store(true, SeqCst);
+        done_tx.send(()).unwrap();
+        let (returned_during_section, inside, after) = t.join().unwrap();
+        let maperr = Err(Fault::Segv { addr: a, code: SegvCode::MapErr });
+        assert!(!returned_during_section, "the munmap did not wait for the open section");
+        assert!(inside == Ok(5) || inside == maperr, "{inside:?}");
+        assert_eq!(after, maperr);
+        assert!(mm.stats().tlb.flush_waits >= 1);
+        drop(mm);
+        assert_no_leaks(&p);
+    }
+}
