@@ -10,6 +10,9 @@
 //!   mappings, per mapping for private ones.
 //! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
 //!   tree), kept by the address spaces when their write sections end.
+//! - `lock.rs`: the locks of the seed's schemes (the file's `i_mmap` lock,
+//!   the fault mutex table, the per-address-space hugetlb VMA lock) and
+//!   their counters, [`HugetlbLockStats`].
 //! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`), off
 //!   until every unshare path exists.
 //!
@@ -19,11 +22,15 @@
 //! What comes next (PMD sharing, the three locking policies of the seed) is
 //! described in `docs/architecture.md`, "hugetlb".
 
+pub(crate) mod lock;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;
 pub(crate) mod share;
 
+pub use lock::HugetlbLockStats;
 pub use pool::HugePageStats;
 
 /// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64

@@ -136,6 +136,9 @@ pub struct AddressSpace {
     /// The address space's memory policy (`set_mempolicy`); null for the
     /// default. Read by lock-free faults under an epoch guard.
     mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
+    /// The hugetlb VMA lock and the windows whose PMD tables were shared
+    /// (seed 000, `hugetlb/lock.rs`).
+    pub(crate) hugetlb_lock: crate::hugetlb::lock::HugetlbVmaLock,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -210,6 +213,7 @@ impl AddressSpace {
             self_weak: w.clone(),
             pins: Arc::default(),
             mempolicy: Atomic::null(),
+            hugetlb_lock: Default::default(),
         }))
     }
 

@@ -213,6 +213,15 @@ impl PageTables {
         self.ever_shared.load(crate::sync::Ordering::Relaxed)
     }
 
+    /// Whether the PUD entry of `va` still links the PMD table holding
+    /// `leaf` (a PMD leaf from [`Self::pmd_leaf_alloc`]): the validation of
+    /// a hugetlb fault that holds no lock against unshare. Call with the
+    /// leaf's table locked ([`Leaf::lock`]): an unshare clears the link
+    /// under that lock, so the answer holds until the guard is dropped.
+    pub(crate) fn pmd_links(&self, va: u64, leaf: &Leaf<'_>, guard: &Guard) -> bool {
+        self.pmd_table(va, guard).is_some_and(|t| leaf.is_in(t))
+    }
+
     /// True if the PUD entry of `va` links a PMD table (`!pud_none`).
     pub(crate) fn has_pmd_table(&self, va: u64, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some()
@@ -272,7 +281,15 @@ impl PageTables {
         if !unsafe { pmd.as_ref() }.is_shared() {
             return PmdUnshare::NotShared;
         }
-        pud.take_child(index(va, 2));
+        {
+            // Under the table's lock, as Linux's unshare runs under the
+            // shared table's split PMD lock: a fault that checks its link
+            // under that lock ([`Self::pmd_links`]) before it installs an
+            // entry either installs before the link goes, or sees it gone.
+            // SAFETY: as above.
+            let _ptl = unsafe { pmd.as_ref() }.lock();
+            pud.take_child(index(va, 2));
+        }
         // SAFETY: reached from the entry just cleared: this tree's link, which
         // we now hold as a value, keeps it alive until the decrement.
         if unsafe { pmd.as_ref() }.share_dec() {
@@ -419,6 +436,15 @@ impl Drop for PageTables {
     /// exit_mmap's `free_pgtables` with the frames: no CPU is attached and no
     /// walker can reach a dying tree, so nothing waits for a flush.
     fn drop(&mut self) {
+        if self.ever_shared() {
+            // A PMD table this tree shared may be reached by a former
+            // sharer's fault that walked its own tree before it unshared
+            // and holds no lock against the unshare (the lock-free hugetlb
+            // policy): such a walker is inside an epoch guard, so the last
+            // link, which may be ours, is freed after a grace period.
+            DetachedTable { table: self.root, level: 3 }.free_after_grace_period(&self.phys, &crossbeam_epoch::pin());
+            return;
+        }
         // SAFETY: `&mut self`: nothing borrows the tree, so no walk is in
         // progress, and the root is never detached.
         unsafe { free_table(self.root, 3, &self.phys) };
