@@ -394,17 +394,24 @@ fn detach_level(t: &Table, level: u32, base: u64, span: &Span, out: &mut Vec<Det
 
 /// Frees `table` at `level` and every table below it, putting the frames
 /// that leaf entries still hold. A shared PMD table only loses the caller's
-/// link; its last user frees it.
+/// link; its last user frees it. With `defer`, a PMD table whose last link
+/// the caller held is freed after a grace period of that guard instead.
 ///
 /// # Safety
 ///
 /// The caller owns its link to `table`: the link is out of every tree and
 /// no walker that followed it can still hold the table.
-unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem) {
+unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem, defer: Option<(&Guard, &Arc<PhysMem>)>) {
     // SAFETY: alive until freed below (the caller's contract).
     if level == 1 && !unsafe { table.as_ref() }.share_dec() {
         // A shared PMD table: another address space still links it and
         // frees it, with its entries, when it drops the last link.
+        return;
+    }
+    if let (1, Some((guard, phys))) = (level, defer) {
+        // The last link, out of every tree: no one can link it again, and
+        // the deferred free's own `share_dec` finds it exclusive.
+        DetachedTable { table, level }.free_after_grace_period(phys, guard);
         return;
     }
     // SAFETY: owned uniquely (the caller's contract), made by Box::leak.
@@ -416,7 +423,7 @@ unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem) {
         }
         match t.child(i) {
             // SAFETY: a present directory entry owns its child, so we own it too.
-            Child::Table(c) => unsafe { free_table(c, level - 1, phys) },
+            Child::Table(c) => unsafe { free_table(c, level - 1, phys, defer) },
             Child::Leaf => put_entry_frame(phys, t.load(i, crate::sync::Ordering::Relaxed)),
             Child::None => {}
         }
@@ -436,18 +443,17 @@ impl Drop for PageTables {
     /// exit_mmap's `free_pgtables` with the frames: no CPU is attached and no
     /// walker can reach a dying tree, so nothing waits for a flush.
     fn drop(&mut self) {
-        if self.ever_shared() {
-            // A PMD table this tree shared may be reached by a former
-            // sharer's fault that walked its own tree before it unshared
-            // and holds no lock against the unshare (the lock-free hugetlb
-            // policy): such a walker is inside an epoch guard, so the last
-            // link, which may be ours, is freed after a grace period.
-            DetachedTable { table: self.root, level: 3 }.free_after_grace_period(&self.phys, &crossbeam_epoch::pin());
-            return;
-        }
-        // SAFETY: `&mut self`: nothing borrows the tree, so no walk is in
-        // progress, and the root is never detached.
-        unsafe { free_table(self.root, 3, &self.phys) };
+        // A PMD table this tree shared may still be reached by a former
+        // sharer's fault that walked its own tree before it unshared and
+        // holds no lock against the unshare (the lock-free hugetlb policy):
+        // such a walker is inside an epoch guard, so in a tree that ever
+        // shared, each PMD table whose last link this drop holds is freed
+        // after a grace period (its link goes at once).
+        let guard = self.ever_shared().then(crossbeam_epoch::pin);
+        let defer = guard.as_ref().map(|g| (g, &self.phys));
+        // SAFETY: `&mut self`: nothing borrows the tree, so no walk of it
+        // is in progress, and the root is never detached.
+        unsafe { free_table(self.root, 3, &self.phys, defer) };
     }
 }
 
@@ -480,7 +486,7 @@ impl DetachedTable {
     /// it was detached).
     unsafe fn free(self, phys: &PhysMem) {
         // SAFETY: the caller's contract, and `self` owned the table.
-        unsafe { free_table(self.table, self.level, phys) };
+        unsafe { free_table(self.table, self.level, phys, None) };
     }
 }
 
