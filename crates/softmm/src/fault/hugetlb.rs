@@ -104,6 +104,9 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
     let inode = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
     let shared = vma.flags.contains(VmFlags::MAYSHARE);
     let hugetlb = &mm.phys.hugetlb;
+    // Address spaces `huge_pmd_share` looked at, dropped after every lock
+    // below (declared first, so dropped last): one may die in our hands.
+    let mut reap = Vec::new();
     let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
     let (policy, broken) = policy(mm);
     let mut f = HugeFault { ctx, mm, vma, validate: false };
@@ -111,17 +114,17 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
         HugetlbPolicy::IMmapRwsem if !broken => {
             hugetlb.locks.count(Kind::IMmapRead);
             let i_mmap = inode.vmas.i_mmap.read();
-            fault_once(&f, haddr, addr, write, Some(&i_mmap))
+            fault_once(&f, haddr, addr, write, Some(&i_mmap), &mut reap)
         }
         HugetlbPolicy::VmaLock if !broken => {
             hugetlb.locks.count(Kind::VmaLockRead);
             let _vma_lock = mm.hugetlb_lock.stripe(haddr).read();
-            fault_once(&f, haddr, addr, write, None)
+            fault_once(&f, haddr, addr, write, None, &mut reap)
         }
         _ => {
             f.validate = shared && !broken;
             loop {
-                match fault_once(&f, haddr, addr, write, None) {
+                match fault_once(&f, haddr, addr, write, None, &mut reap) {
                     Err(FaultError::Abort(Abort::PmdUnshared)) => hugetlb.locks.count(Kind::ValidationRetry),
                     r => return r,
                 }
@@ -137,12 +140,13 @@ fn fault_once(
     addr: u64,
     write: bool,
     i_mmap: Option<&crate::sync::RwLockReadGuard<'_, ()>>,
+    reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
 ) -> FaultResult<()> {
     let shared = f.vma.flags.contains(VmFlags::MAYSHARE);
     let guard = crossbeam_epoch::pin();
     // huge_pte_alloc: link another address space's PMD table when Linux
     // would (the first fault in a shareable window), else allocate one.
-    f.mm.huge_pmd_share(f.vma, haddr, i_mmap, &guard);
+    f.mm.huge_pmd_share(f.vma, haddr, i_mmap, reap, &guard);
     let leaf = f.mm.pgtables.pmd_leaf_alloc(haddr, &guard).ok_or(Fault::Oom { addr })?;
     let pte = leaf.load(haddr);
     match pte.kind() {

@@ -98,12 +98,15 @@ impl AddressSpace {
     /// one (counted in [`crate::HugePageStats::pmd_shares`]). The caller
     /// holds `mmap_lock` for read or the VMA's read reference, the fault
     /// mutex of the page, and, if `i_mmap` is `Some`, the file's `i_mmap`
-    /// lock for read (else this takes it).
+    /// lock for read (else this takes it). The address spaces it looked at
+    /// go into `reap`, for the caller to drop once it holds no lock (the
+    /// last reference's drop unlinks VMAs under `i_mmap`).
     pub(crate) fn huge_pmd_share(
         &self,
         vma: &Vma,
         addr: u64,
         i_mmap: Option<&crate::sync::RwLockReadGuard<'_, ()>>,
+        reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
         guard: &Guard,
     ) -> bool {
         let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
@@ -132,6 +135,10 @@ impl AddressSpace {
                 continue;
             }
             let Some(smm) = svma.mm.upgrade() else { continue };
+            // Kept until the caller has dropped every lock: ours may be the
+            // last reference, and an address space that dies unlinks its
+            // VMAs under `i_mmap` for write, which we hold for read.
+            reap.push(smm.clone());
             let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
             if std::ptr::eq(&*smm, self) {
                 // Our own other VMA: its VMA tree is under the lock we hold.
@@ -524,6 +531,64 @@ mod tests {
         // share and unshare counts are not asserted here.
         drop((parent, sibling, f));
         assert_no_leaks(&phys);
+    }
+
+    /// An address space that dies while another one's fault is sharing
+    /// from it: the fault may hold the last reference, and the drop
+    /// unlinks its VMAs under `i_mmap` for write, which the fault holds
+    /// for read (under `IMmapRwsem`, across the whole fault). Hung within
+    /// seconds in a fork+fault loop before the fault kept those references
+    /// until it held no lock; here a watchdog turns the hang into an abort
+    /// after 20 s (seen in one of two runs with the references dropped
+    /// under the lock: the race is a timing one).
+    #[test]
+    #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
+    fn a_sharer_dying_under_a_sharing_fault_does_not_deadlock() {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        for &policy in crate::HugetlbPolicy::ALL {
+            let phys = arena();
+            let f = shared_file(&phys);
+            let done = std::sync::Arc::new(AtomicBool::new(false));
+            let watchdog = done.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if watchdog.load(Relaxed) {
+                        return;
+                    }
+                }
+                eprintln!("{policy:?}: deadlock between a sharing fault and a dying sharer");
+                std::process::abort();
+            });
+            let cfg = MmConfig::default().hugetlb_policy(policy);
+            let forker = AddressSpace::new(&phys, cfg.clone()).unwrap();
+            let faulter = AddressSpace::new(&phys, cfg).unwrap();
+            // Long enough for the race to be likely (it hung the lab's loop
+            // within a second), short for a test.
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(1000);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while std::time::Instant::now() < end {
+                        let a = map(&forker, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+                        Cpu::attached(&forker).write_u64(a + 8, 0x5eed).unwrap();
+                        let child = forker.fork().unwrap();
+                        Cpu::attached(&child).read_u64(a + 8).unwrap();
+                        drop(child);
+                        forker.munmap(a, PUD_SIZE).unwrap();
+                    }
+                });
+                s.spawn(|| {
+                    while std::time::Instant::now() < end {
+                        let b = map(&faulter, &f, 8 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+                        Cpu::attached(&faulter).write_u64(b + HP + 8, 1).unwrap();
+                        faulter.munmap(b, PUD_SIZE).unwrap();
+                    }
+                });
+            });
+            done.store(true, Relaxed);
+            drop((forker, faulter, f));
+            assert_no_leaks(&phys);
+        }
     }
 
     #[test]
