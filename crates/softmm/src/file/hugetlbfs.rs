@@ -2,6 +2,12 @@
 //! pages by huge page index, sizes are huge-page aligned where Linux
 //! requires it, `write` does not exist, and removing pages gives their
 //! reservations back (`fs/hugetlbfs/inode.c`).
+//!
+//! Unlike a tmpfs fault, a hugetlb fault does not take `invalidate_lock`:
+//! as in Linux, the fault mutex of the page (`hugetlb/lock.rs`) orders it
+//! against truncate and hole punch, which remove each page under it and
+//! zap again a page found mapped behind their first zap
+//! (`remove_huge_pages`).
 
 use std::sync::Arc;
 
