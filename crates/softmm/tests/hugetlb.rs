@@ -100,7 +100,9 @@ fn noreserve_defers_to_the_fault_where_an_empty_pool_is_sigbus() {
     let mut cpu = Cpu::attached(&mm);
     cpu.write_u8(a, 1).unwrap();
     assert_eq!(cpu.write_u8(a + HP + 5, 1), Err(Fault::Bus { addr: a + HP + 5 }));
-    assert_eq!(phys.huge_page_stats().alloc_failures, 1);
+    // Refused once, or twice where a lock-free fault policy's attempt
+    // ended in the signal and its `mmap_lock` fallback asked again.
+    assert!((1..=2).contains(&phys.huge_page_stats().alloc_failures));
     // Private, too.
     let p = mm.mmap(0, HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
     assert_eq!(cpu.read_u8(p), Err(Fault::Bus { addr: p }), "no zero page for hugetlb");

@@ -95,17 +95,19 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
     if vma.flags.contains(VmFlags::HUGETLB) {
-        // hugetlb faults hold mmap_lock (their own locking schemes come
-        // with PMD sharing): the lock-free paths fall back.
-        if !ctx.may_sleep {
-            return ctx.unsupported();
+        // A hugetlb fault allocates its PMD table, so it needs `mmap_lock`
+        // or the VMA's reference (`PerVmaSeq` then retries with it;
+        // `Speculative` falls back); against unshare and truncate it
+        // relies on its `HugetlbPolicy`'s locks, not on `mmap_lock`.
+        if !ctx.may_alloc_tables {
+            return Err(FaultError::Abort(Abort::NoPageTable));
         }
         if ctx.forced {
             // Forced access (`access_remote_*`) does not follow huge
             // leaves yet: it ends at the first hugetlb page.
             return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
         }
-        return super::hugetlb::hugetlb_fault(&super::hugetlb::HugeFault { mm: ctx.mm, vma }, addr, write);
+        return super::hugetlb::hugetlb_fault(ctx, addr, write);
     }
     let accessible = vma.flags.intersects(VmFlags::ACCESS_FLAGS);
     let va = addr & !(PAGE_SIZE - 1);

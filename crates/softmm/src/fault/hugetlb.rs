@@ -16,14 +16,46 @@
 //!   the page from its children instead (`hugetlb/cow.rs`), whose later
 //!   faults in that mapping are `SIGBUS`.
 //!
-//! Every fault holds `mmap_lock` (the lock-free policies fall back to it:
-//! hugetlb's own locking schemes are the next step of seed 000) and the
-//! file's fault mutex across the allocation and the install, so two faults
-//! on one page never both allocate. Truncate and hole punch take
-//! `invalidate_lock` for write, which the shared path holds for read.
+//! # Locking (seed 000, [`HugetlbPolicy`])
+//!
+//! Every fault runs under `mmap_lock` for read or, under the per-VMA fault
+//! policies, the VMA's read reference (so the address space's own munmap,
+//! mprotect and mremap wait for it), and holds the fault mutex of its page
+//! (`hugetlb/lock.rs`: file and huge page index hashed into a fixed table)
+//! across the allocation and the install, so two faults on one page never
+//! both allocate and truncate or hole punch, which take the same mutex to
+//! remove the page, never see it mapped anew behind them. What each policy
+//! adds against `huge_pmd_unshare`, which `MADV_DONTNEED` of this address
+//! space or truncate from anywhere may run meanwhile (both hold `mmap_lock`
+//! only for read):
+//!
+//! - [`HugetlbPolicy::IMmapRwsem`] (Linux 5.7–6.0): the file's `i_mmap`
+//!   lock for read across the fault; an unshare holds it for write.
+//! - [`HugetlbPolicy::VmaLock`] (seed 000, 6.1+): this address space's
+//!   hugetlb VMA lock for read across the fault; an unshare holds it for
+//!   write, then `i_mmap` for write; `i_mmap` is read only inside
+//!   `huge_pmd_share`.
+//! - [`HugetlbPolicy::LockFree`]: nothing more. A shared mapping's commit,
+//!   under the PMD table's lock, first checks that this address space's PUD
+//!   entry still links that table (the unshare clears it under the same
+//!   lock) and retries the fault otherwise. A table an unshare left with no
+//!   user is freed after the flush and a grace period, which the fault's
+//!   epoch guard holds open, so the check never reads freed memory.
+//!
+//! Without any of them the cover letter's race is open: the fault's PMD
+//! entry is in a table its address space no longer links, and its install
+//! lands in a former sharer's table (which may have changed since: an
+//! mprotect there, with the table no longer shared, made its entries
+//! read-only without unsharing) — the loom models in
+//! `hugetlb/loom_tests.rs` show it. A private mapping never shares its
+//! tables (`want_pmd_share` needs `VM_MAYSHARE`), so its commits need no
+//! check.
 
-use super::FaultError;
+use super::handler::FaultCtx;
+use super::{Abort, FaultError};
 use crate::error::Fault;
+use crate::hugetlb::lock::Kind;
+use crate::mm::HugetlbPolicy;
 use crate::pgtable::{Leaf, Pte, PteKind};
 use crate::phys::{FrameRef, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
 use crate::sync::Ordering;
@@ -33,10 +65,13 @@ use crate::hugetlb::{HPAGE_FRAMES, HPAGE_SHIFT, HPAGE_SIZE};
 
 type FaultResult<T> = Result<T, FaultError>;
 
-/// What the fault needs from its caller (the fault handler's context).
-pub(crate) struct HugeFault<'a> {
+/// One hugetlb fault: the fault handler's context and whether its commits
+/// must validate the PMD table's link ([`HugetlbPolicy::LockFree`]).
+pub(crate) struct HugeFault<'a, 'c> {
+    pub(crate) ctx: &'c FaultCtx<'a>,
     pub(crate) mm: &'a crate::mm::AddressSpace,
     pub(crate) vma: &'a Vma,
+    validate: bool,
 }
 
 fn sigbus(addr: u64) -> FaultError {
@@ -51,49 +86,114 @@ fn nx(vma: &Vma) -> u64 {
     }
 }
 
+/// The policy a fault runs; under loom, the models' switch may break it.
+fn policy(mm: &crate::mm::AddressSpace) -> (HugetlbPolicy, bool) {
+    #[cfg(loom)]
+    let broken = crate::hugetlb::lock::broken::skip_policy();
+    #[cfg(not(loom))]
+    let broken = false;
+    (mm.config.hugetlb_policy, broken)
+}
+
 /// Resolves a fault at `addr` in the hugetlb VMA `ctx.vma`, whose access
-/// check the caller has made; `mmap_lock` is held.
-pub(crate) fn hugetlb_fault(ctx: &HugeFault<'_>, addr: u64, write: bool) -> FaultResult<()> {
+/// check the caller has made; `ctx` holds `mmap_lock` for read or the
+/// VMA's read reference (`ctx.may_alloc_tables`).
+pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> FaultResult<()> {
+    let (mm, vma) = (ctx.mm, ctx.vma);
+    debug_assert!(ctx.may_alloc_tables, "a hugetlb fault allocates its PMD table");
     let haddr = addr & !(HPAGE_SIZE - 1);
-    let file = ctx.vma.file.as_ref().expect("a hugetlb VMA has its file");
-    let resv = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
-    let shared = ctx.vma.flags.contains(VmFlags::MAYSHARE);
-    // Truncate and punch exclude faults (they drop the page cache, and a
-    // private read maps a page-cache page too).
-    let _inval = file.invalidate_lock.read();
-    let _fault_mutex = resv.fault_mutex.lock();
+    let file = vma.file.as_ref().expect("a hugetlb VMA has its file");
+    let inode = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
+    let shared = vma.flags.contains(VmFlags::MAYSHARE);
+    let hugetlb = &mm.phys.hugetlb;
+    // Address spaces `huge_pmd_share` looked at, dropped after every lock
+    // below (declared first, so dropped last): one may die in our hands.
+    let mut reap = Vec::new();
+    let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
+    let (policy, broken) = policy(mm);
+    let mut f = HugeFault { ctx, mm, vma, validate: false };
+    match policy {
+        HugetlbPolicy::IMmapRwsem if !broken => {
+            hugetlb.locks.count(Kind::IMmapRead);
+            let i_mmap = inode.vmas.i_mmap.read();
+            fault_once(&f, haddr, addr, write, Some(&i_mmap), &mut reap)
+        }
+        HugetlbPolicy::VmaLock if !broken => {
+            hugetlb.locks.count(Kind::VmaLockRead);
+            let _vma_lock = mm.hugetlb_lock.stripe(haddr).read();
+            fault_once(&f, haddr, addr, write, None, &mut reap)
+        }
+        _ => {
+            f.validate = shared && !broken;
+            loop {
+                match fault_once(&f, haddr, addr, write, None, &mut reap) {
+                    Err(FaultError::Abort(Abort::PmdUnshared)) => hugetlb.locks.count(Kind::ValidationRetry),
+                    r => return r,
+                }
+            }
+        }
+    }
+}
+
+/// The fault itself, under the policy's lock (if any).
+fn fault_once(
+    f: &HugeFault<'_, '_>,
+    haddr: u64,
+    addr: u64,
+    write: bool,
+    i_mmap: Option<&crate::sync::RwLockReadGuard<'_, ()>>,
+    reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
+) -> FaultResult<()> {
+    let shared = f.vma.flags.contains(VmFlags::MAYSHARE);
     let guard = crossbeam_epoch::pin();
     // huge_pte_alloc: link another address space's PMD table when Linux
     // would (the first fault in a shareable window), else allocate one.
-    ctx.mm.huge_pmd_share(ctx.vma, haddr, &guard);
-    let leaf = ctx.mm.pgtables.pmd_leaf_alloc(haddr, &guard).ok_or(Fault::Oom { addr })?;
+    f.mm.huge_pmd_share(f.vma, haddr, i_mmap, reap, &guard);
+    let leaf = f.mm.pgtables.pmd_leaf_alloc(haddr, &guard).ok_or(Fault::Oom { addr })?;
     let pte = leaf.load(haddr);
     match pte.kind() {
-        PteKind::None if shared => no_page_shared(ctx, leaf, haddr, addr),
-        PteKind::None => no_page_private(ctx, leaf, haddr, addr, write),
+        PteKind::None if shared => no_page_shared(f, leaf, haddr, addr, &guard),
+        PteKind::None => no_page_private(f, leaf, haddr, addr, write, &guard),
         PteKind::ProtNone(_) => {
             // An entry `mprotect(PROT_NONE)` hid, in a VMA accessible again.
             let mut ptl = leaf.lock();
+            validate(f, &leaf, haddr, &guard)?;
             if ptl.get(haddr) == pte {
                 let mut new = pte.unprotnone();
-                if !ctx.vma.flags.contains(VmFlags::WRITE) {
+                if !f.vma.flags.contains(VmFlags::WRITE) {
                     new = new.clear(Pte::WRITE);
                 }
                 ptl.set(haddr, new);
             }
             Ok(())
         }
-        PteKind::Page(_) if write && !pte.has(Pte::WRITE) => wp(ctx, leaf, haddr, pte, addr),
+        PteKind::Page(_) if write && !pte.has(Pte::WRITE) => wp(f, leaf, haddr, pte, addr, &guard),
         PteKind::Page(_) => Ok(()),
         // No migration entries or guard markers for hugetlb here.
         _ => Err(sigbus(addr)),
     }
 }
 
+/// [`HugetlbPolicy::LockFree`]'s check, under the PMD table's lock: this
+/// address space still links the table the fault is about to change.
+#[inline]
+fn validate(f: &HugeFault<'_, '_>, leaf: &Leaf<'_>, haddr: u64, guard: &crossbeam_epoch::Guard) -> FaultResult<()> {
+    if f.validate && !f.mm.pgtables.pmd_links(haddr, leaf, guard) {
+        return Err(FaultError::Abort(Abort::PmdUnshared));
+    }
+    Ok(())
+}
+
 /// `hugetlb_no_page` for a shared mapping: the page-cache page, allocated on
 /// the first fault.
-fn no_page_shared(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64) -> FaultResult<()> {
-    let (mm, vma) = (ctx.mm, ctx.vma);
+fn no_page_shared(
+    f: &HugeFault<'_, '_>,
+    leaf: Leaf<'_>,
+    haddr: u64,
+    addr: u64,
+    guard: &crossbeam_epoch::Guard,
+) -> FaultResult<()> {
+    let (mm, vma) = (f.mm, f.vma);
     let file = vma.file.as_ref().expect("file");
     let resv = file.hugetlb.as_ref().expect("hugetlb file");
     let idx = vma.huge_index(haddr);
@@ -122,15 +222,23 @@ fn no_page_shared(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64) ->
     } else {
         0
     };
-    install(leaf, haddr, page, flags | nx(vma));
+    // A retry after a failed validation finds the page in the page cache.
+    install(f, leaf, haddr, page, flags | nx(vma), guard)?;
     mm.count_hugetlb_fault();
     Ok(())
 }
 
 /// `hugetlb_no_page` for a private mapping: a new anonymous page, or the
 /// file's page read-only for a read of a hugetlbfs file.
-fn no_page_private(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64, write: bool) -> FaultResult<()> {
-    let (mm, vma) = (ctx.mm, ctx.vma);
+fn no_page_private(
+    f: &HugeFault<'_, '_>,
+    leaf: Leaf<'_>,
+    haddr: u64,
+    addr: u64,
+    write: bool,
+    guard: &crossbeam_epoch::Guard,
+) -> FaultResult<()> {
+    let (mm, vma) = (f.mm, f.vma);
     // HPAGE_RESV_UNMAPPED: the owner took a page of this mapping
     // (`unmap_ref_private`): "killed due to inadequate hugepage pool".
     if vma.hugetlb_unmapped.load(Ordering::Relaxed) {
@@ -144,27 +252,31 @@ fn no_page_private(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, addr: u64, w
     }
     let cached = file.find_get_page(idx);
     if let (Some(page), false) = (&cached, write) {
-        install(leaf, haddr, mm.phys.get(page.pfn()), nx(vma));
+        install(f, leaf, haddr, mm.phys.get(page.pfn()), nx(vma), guard)?;
         mm.count_hugetlb_fault();
         return Ok(());
     }
-    if !mm.anon_vma_prepare_locked(vma) {
-        return Err(Fault::Oom { addr }.into());
-    }
-    let page = alloc_private(ctx, haddr, addr)?;
+    // The first anonymous page of the VMA: without `mmap_lock` this is the
+    // fallback's to do (fork and merging must see the anon_vma).
+    super::handler::anon_vma_prepare(f.ctx)?;
+    let page = alloc_private(mm, vma, haddr, addr)?;
     if let Some(src) = cached {
         copy_huge(mm, &src, &page);
     }
     let flags = if write { Pte::WRITE | Pte::DIRTY } else { 0 };
-    install(leaf, haddr, page, flags | nx(vma));
+    install(f, leaf, haddr, page, flags | nx(vma), guard)?;
     mm.count_hugetlb_fault();
     Ok(())
 }
 
 /// A page for a private mapping at `haddr`: with its reservation if the
 /// mapping still holds one for the index, else an unreserved one or `SIGBUS`.
-pub(crate) fn alloc_private<'p>(ctx: &HugeFault<'p>, haddr: u64, addr: u64) -> FaultResult<FrameRef<'p>> {
-    let (mm, vma) = (ctx.mm, ctx.vma);
+pub(crate) fn alloc_private<'p>(
+    mm: &'p crate::mm::AddressSpace,
+    vma: &Vma,
+    haddr: u64,
+    addr: u64,
+) -> FaultResult<FrameRef<'p>> {
     let reserved = vma.hugetlb_resv.as_ref().is_some_and(|r| r.take(vma.huge_index(haddr)));
     let node = mm.placement(vma, haddr).node;
     let page = mm.phys.alloc_huge(node, reserved).ok_or_else(|| sigbus(addr))?;
@@ -184,24 +296,42 @@ pub(crate) fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &
 }
 
 /// Installs `page` as the 2 MiB leaf at `haddr`, which the fault mutex keeps
-/// empty since the fault read it (only a zap may have run, leaving it empty).
-fn install(leaf: Leaf<'_>, haddr: u64, page: FrameRef<'_>, flags: u64) {
+/// empty since the fault read it (only a zap may have run, leaving it empty),
+/// after the policy's validation.
+fn install(
+    f: &HugeFault<'_, '_>,
+    leaf: Leaf<'_>,
+    haddr: u64,
+    page: FrameRef<'_>,
+    flags: u64,
+    guard: &crossbeam_epoch::Guard,
+) -> FaultResult<()> {
     let mut ptl = leaf.lock();
+    validate(f, &leaf, haddr, guard)?;
     if !ptl.get(haddr).is_none() {
         // MADV_DONTNEED zaps without the fault mutex but never installs.
-        return;
+        return Ok(());
     }
     crate::rmap::map_page(&mut ptl, haddr, page, flags | Pte::HUGE | Pte::ACCESSED);
+    Ok(())
 }
 
 /// `hugetlb_wp`: a write to a read-only present page.
-fn wp(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, pte: Pte, addr: u64) -> FaultResult<()> {
-    let (mm, vma) = (ctx.mm, ctx.vma);
+fn wp(
+    f: &HugeFault<'_, '_>,
+    leaf: Leaf<'_>,
+    haddr: u64,
+    pte: Pte,
+    addr: u64,
+    guard: &crossbeam_epoch::Guard,
+) -> FaultResult<()> {
+    let (mm, vma) = (f.mm, f.vma);
     let phys = &mm.phys;
     let writable = pte.set(Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
     let d = phys.desc(pte.pfn());
     if vma.flags.contains(VmFlags::SHARED) {
         let mut ptl = leaf.lock();
+        validate(f, &leaf, haddr, guard)?;
         if ptl.get(haddr) == pte {
             d.flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
             ptl.set(haddr, writable);
@@ -220,10 +350,8 @@ fn wp(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, pte: Pte, addr: u64) -> F
             return Ok(());
         }
     }
-    if !mm.anon_vma_prepare_locked(vma) {
-        return Err(Fault::Oom { addr }.into());
-    }
-    let new = match alloc_private(ctx, haddr, addr) {
+    super::handler::anon_vma_prepare(f.ctx)?;
+    let new = match alloc_private(mm, vma, haddr, addr) {
         Ok(page) => page,
         // unmap_ref_private: the owner of the reservations takes its
         // anonymous page back from the children and reuses it.
@@ -233,7 +361,7 @@ fn wp(ctx: &HugeFault<'_>, leaf: Leaf<'_>, haddr: u64, pte: Pte, addr: u64) -> F
                 && flags & PG_FILE == 0
                 && mm.unmap_ref_private(vma, haddr, pte.pfn()) =>
         {
-            return wp(ctx, leaf, haddr, pte, addr);
+            return wp(f, leaf, haddr, pte, addr, guard);
         }
         Err(e) => return Err(e),
     };

@@ -47,7 +47,9 @@
 //! page made writable and dirty), write-protect faults (COW after fork, reuse
 //! of an exclusively owned page), and growsdown stack expansion, done with
 //! `mmap_lock` held for write (the StackRot fix). hugetlb faults (a 2 MiB
-//! PMD leaf, seed 000) are `hugetlb.rs`; they hold `mmap_lock` for now.
+//! PMD leaf, seed 000) are `hugetlb.rs`, under `mmap_lock` or (`PerVma`,
+//! and `PerVmaSeq` through its reference) the VMA's read reference, with
+//! the locks of their [`crate::HugetlbPolicy`].
 
 mod handler;
 pub(crate) mod hugetlb;
@@ -108,6 +110,10 @@ pub(crate) enum Abort {
     NoPageTable,
     /// A lock it would have to wait for was held.
     Contended,
+    /// A hugetlb fault's PMD table was unshared from this address space
+    /// before its commit ([`crate::HugetlbPolicy::LockFree`]'s validation);
+    /// the hugetlb fault retries itself, so this never leaves it.
+    PmdUnshared,
 }
 
 /// A fault that did not complete.

@@ -2,6 +2,12 @@
 //! pages by huge page index, sizes are huge-page aligned where Linux
 //! requires it, `write` does not exist, and removing pages gives their
 //! reservations back (`fs/hugetlbfs/inode.c`).
+//!
+//! Unlike a tmpfs fault, a hugetlb fault does not take `invalidate_lock`:
+//! as in Linux, the fault mutex of the page (`hugetlb/lock.rs`) orders it
+//! against truncate and hole punch, which remove each page under it and
+//! zap again a page found mapped behind their first zap
+//! (`remove_huge_pages`).
 
 use std::sync::Arc;
 
@@ -90,8 +96,9 @@ impl File {
         let _inval = self.invalidate_lock.read();
         let (start, stop) = (offset >> HPAGE_SHIFT, end.div_ceil(HPAGE_SIZE));
         let mut res = Ok(());
+        let hugetlb = &self.phys.hugetlb;
         for index in start..stop {
-            let _fault_mutex = resv.fault_mutex.lock();
+            let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, self.id(), index);
             if self.inner.lock().pages.contains_key(&index) {
                 continue;
             }
@@ -199,20 +206,42 @@ impl File {
     }
 
     /// `remove_inode_hugepages` + `hugetlb_unreserve_pages` for huge
-    /// indices `[first, last)`: the pages leave the page cache and the
-    /// indices' reservations go back to the pool. Called with
-    /// `invalidate_lock` held for write, after the mappings were zapped.
+    /// indices `[first, last)`: each page leaves the page cache, and each
+    /// index its reservation, under the index's fault mutex, as Linux's
+    /// hole punch does per page. Called with `invalidate_lock` held for
+    /// write, after the mappings were zapped. A hugetlb fault holds only the
+    /// fault mutex against this (as Linux's), so one may have mapped a page
+    /// again between that zap and its removal; such a page is zapped again
+    /// before this returns (Linux's `hugetlb_unmap_file_folio`, here after
+    /// the removal rather than under the fault mutex: once out of the page
+    /// cache nothing maps the page anew, and the zap, which takes
+    /// `mmap_lock`, must not run under a fault mutex that a fault holding
+    /// a VMA reference may be waiting for while a writer waits on that
+    /// reference).
     fn remove_huge_pages(&self, first: u64, last: u64) {
         let resv = self.hugetlb.as_ref().expect("a hugetlb file");
-        let _fault_mutex = resv.fault_mutex.lock();
-        let dropped: Vec<u64> = {
-            let mut inner = self.inner.lock();
-            let keys: Vec<u64> = inner.pages.range(first..last).map(|(&k, _)| k).collect();
-            keys.into_iter().filter_map(|k| inner.pages.remove(&k)).collect()
-        };
-        resv.unreserve(&self.phys, first, last, dropped.len() as u64);
-        for p in dropped {
-            drop(FrameRef::from_raw(&self.phys, p));
+        let hugetlb = &self.phys.hugetlb;
+        let mut indices = resv.indices(first, last);
+        indices.extend(self.inner.lock().pages.range(first..last).map(|(&k, _)| k));
+        indices.sort_unstable();
+        indices.dedup();
+        let mut mapped = false;
+        for idx in indices {
+            let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, self.id(), idx);
+            let page = self.inner.lock().pages.remove(&idx);
+            resv.unreserve(&self.phys, idx, idx + 1, u64::from(page.is_some()));
+            if let Some(p) = page {
+                // The page cache's reference and another: a mapping (a
+                // fault's own reference is taken under this mutex).
+                mapped |= self.phys.desc(p).refcount.load(crate::sync::Ordering::Acquire) > 1;
+                drop(FrameRef::from_raw(&self.phys, p));
+            }
+        }
+        #[cfg(loom)]
+        let mapped = mapped && !crate::hugetlb::lock::broken::skip_rezap();
+        if mapped {
+            let shift = HPAGE_SHIFT - PAGE_SHIFT;
+            self.unmap_mapping_range(first << shift, last.saturating_mul(1 << shift), true);
         }
     }
 }

@@ -37,7 +37,15 @@ impl AddressSpace {
         let Some(inode) = file.hugetlb.as_ref() else { return false };
         let pgoff = vma.pgoff_at(haddr);
         let mut unmapped = false;
-        for r in inode.vmas.covering(pgoff) {
+        // The list is taken under `i_mmap` and walked without it: an address
+        // space upgraded below may die in our hands, and its exit unlinks
+        // its VMAs under `i_mmap` for write.
+        let mappers = {
+            self.phys.hugetlb.locks.count(super::lock::Kind::IMmapRead);
+            let i_mmap = inode.vmas.i_mmap.read();
+            inode.vmas.covering(&i_mmap, pgoff)
+        };
+        for r in mappers {
             let Some(smm) = r.mm.upgrade() else { continue };
             let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
             if std::ptr::eq(&*smm, self) {

@@ -10,7 +10,7 @@
 //! changes nothing of the pin.
 
 use crate::error::{Errno, Result};
-use crate::fault::hugetlb::{alloc_private, copy_huge, HugeFault};
+use crate::fault::hugetlb::{alloc_private, copy_huge};
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte};
 use crate::phys::{Pfn, PG_ANON, PG_ANON_EXCLUSIVE, PG_FILE};
@@ -38,10 +38,10 @@ impl AddressSpace {
     pub(crate) fn hugetlb_unshare(&self, vma: &Vma, va: u64) -> Result<()> {
         let haddr = va & !(HPAGE_SIZE - 1);
         let file = vma.file.as_ref().expect("a hugetlb VMA has its file");
-        let inode = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
         // As the fault: truncate and punch excluded, one instantiation at a time.
         let _inval = file.invalidate_lock.read();
-        let _fault_mutex = inode.fault_mutex.lock();
+        let hugetlb = &self.phys.hugetlb;
+        let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
         let guard = crossbeam_epoch::pin();
         let Some(leaf) = self.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) else {
             return Ok(());
@@ -64,8 +64,7 @@ impl AddressSpace {
         if !self.anon_vma_prepare_locked(vma) {
             return Err(Errno::NoMem);
         }
-        let ctx = HugeFault { mm: self, vma };
-        let new = alloc_private(&ctx, haddr, va).map_err(|_| Errno::Fault)?;
+        let new = alloc_private(self, vma, haddr, va).map_err(|_| Errno::Fault)?;
         let old_page = self.phys.get(pte.pfn());
         copy_huge(self, &old_page, &new);
         drop(old_page);

@@ -18,21 +18,27 @@
 //!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
 //!   4 KiB subpage) and their unshare.
-//!
+//! - `lock.rs`: the locks of the seed's schemes (the file's `i_mmap` lock,
+//!   the fault mutex table, the per-address-space hugetlb VMA lock) and
+//!   their counters, [`HugetlbLockStats`].
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
 //!
-//! What comes next (the three locking policies of the seed) is
-//! described in `docs/architecture.md`, "hugetlb".
+//! The locking schemes and what is left are described in
+//! `docs/architecture.md`, "hugetlb".
 
 pub(crate) mod cow;
 pub(crate) mod gup;
 pub(crate) mod migrate;
+pub(crate) mod lock;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;
 pub(crate) mod share;
 
+pub use lock::HugetlbLockStats;
 pub use pool::HugePageStats;
 
 /// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64

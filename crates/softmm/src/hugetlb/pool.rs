@@ -75,13 +75,10 @@ pub(crate) struct HugePool {
     alloc_failures: AtomicU64,
     pub(crate) pmd_shares: AtomicU64,
     pub(crate) pmd_unshares: AtomicU64,
-    /// PMD sharing's lock (the part of Linux's per-file `i_mmap_rwsem` that
-    /// sharing needs, one for the pool): `huge_pmd_share` holds it for read
-    /// while it links a table; an unshare holds it for write from the
-    /// unlink to the end of its TLB flush, and a change to a table that was
-    /// shared takes it for write first, so no user of a formerly shared
-    /// table changes it while a former sharer's CPUs may still reach it.
-    pub(crate) share_lock: crate::sync::RwLock<()>,
+    /// Linux's `hugetlb_fault_mutex_table` (see `hugetlb/lock.rs`).
+    pub(crate) fault_mutexes: super::lock::FaultMutexTable,
+    /// hugetlb lock acquisitions by kind ([`crate::HugetlbLockStats`]).
+    pub(crate) locks: super::lock::LockCounters,
 }
 
 impl HugePool {
@@ -123,7 +120,8 @@ impl HugePool {
             alloc_failures: AtomicU64::new(0),
             pmd_shares: AtomicU64::new(0),
             pmd_unshares: AtomicU64::new(0),
-            share_lock: crate::sync::RwLock::new(()),
+            fault_mutexes: Default::default(),
+            locks: Default::default(),
         };
         Ok((pool, small_ends))
     }
@@ -231,6 +229,12 @@ impl PhysMem {
     /// lines show them (see [`crate::PhysConfig::hugepages`]).
     pub fn huge_page_stats(&self) -> HugePageStats {
         self.hugetlb.stats()
+    }
+
+    /// hugetlb lock acquisitions by kind since the arena was made (seed
+    /// 000's locking schemes, [`crate::HugetlbPolicy`]).
+    pub fn hugetlb_lock_stats(&self) -> super::lock::HugetlbLockStats {
+        self.hugetlb.locks.snapshot()
     }
 
     /// Allocates a zero-filled huge page, preferring `node` (Linux's

@@ -25,19 +25,14 @@ use crate::error::Result;
 use crate::phys::PhysMem;
 use crate::sync::Mutex;
 
-/// A hugetlb file's inode state: its reserve map (the inode's `resv_map`),
-/// its fault mutex and its reverse map by VMA.
+/// A hugetlb file's inode state: its reserve map (the inode's `resv_map`)
+/// and its reverse map by VMA with its `i_mmap` lock. (Its faults serialize
+/// on the pool's fault mutex table, `hugetlb/lock.rs`.)
 // No `Debug`: loom's locks (under `cfg(loom)`) have none.
 #[derive(Default)]
 pub(crate) struct HugetlbInode {
     /// Indices reserved or instantiated (Linux's `file_region` list).
     regions: Mutex<BTreeSet<u64>>,
-    /// Serializes faults that instantiate pages of this file (and of its
-    /// private mappings), Linux's `hugetlb_fault_mutex_table` reduced to
-    /// one mutex per file: two faults on one index never both allocate, so
-    /// a reservation is consumed once and a pool of exactly one page gives
-    /// no spurious `SIGBUS`.
-    pub(crate) fault_mutex: Mutex<()>,
     /// The VMAs mapping the file (Linux's `i_mmap` interval tree).
     pub(crate) vmas: super::rmap::VmaIntervalTree,
 }
@@ -74,6 +69,11 @@ impl HugetlbInode {
     /// fault), so removing its page later gives back nothing.
     pub(crate) fn add(&self, i: u64) {
         self.regions.lock().insert(i);
+    }
+
+    /// The indices of `[from, to)` reserved or instantiated.
+    pub(crate) fn indices(&self, from: u64, to: u64) -> Vec<u64> {
+        self.regions.lock().range(from..to).copied().collect()
     }
 
     /// Whether index `i` is reserved or instantiated (`region_chg == 0`).

@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 use std::sync::Weak;
 
+use super::lock::{IMmapLock, Kind};
 use crate::file::Mapper;
 use crate::phys::PhysMem;
-use crate::sync::Mutex;
+use crate::sync::{Mutex, RwLockReadGuard};
 
 /// One VMA in the reverse map: its address space, its range, and the file
 /// page (in 4 KiB units, `vm_pgoff`) mapped at its start.
@@ -42,10 +43,15 @@ impl std::fmt::Debug for RmapVma {
 /// Key: (first file page, the address space's identity, VMA start).
 type Key = (u64, usize, u64);
 
-/// The VMAs mapping one hugetlb file.
+/// The VMAs mapping one hugetlb file, under the file's `i_mmap` lock
+/// (`hugetlb/lock.rs`): changes hold it for write, lookups for read.
 // No `Debug`: loom's locks (under `cfg(loom)`) have none.
 #[derive(Default)]
 pub(crate) struct VmaIntervalTree {
+    /// The file's `i_mmap` lock.
+    pub(crate) i_mmap: IMmapLock,
+    /// The entries; its own mutex only makes the map `Sync` (every access
+    /// already holds `i_mmap`, for write to change it).
     map: Mutex<BTreeMap<Key, RmapVma>>,
 }
 
@@ -59,6 +65,8 @@ impl VmaIntervalTree {
     /// reverse-map entries until removed.
     pub(crate) fn insert(&self, phys: &PhysMem, v: RmapVma) {
         let key = (v.pgoff, mm_id(&v.mm), v.start);
+        phys.hugetlb.locks.count(Kind::IMmapWrite);
+        let _i_mmap = self.i_mmap.write();
         if self.map.lock().insert(key, v).is_none() {
             phys.account_rmap(1);
         }
@@ -67,14 +75,17 @@ impl VmaIntervalTree {
     /// `vma_interval_tree_remove` of the VMA of `mm` at `start` mapping
     /// from file page `pgoff`.
     pub(crate) fn remove(&self, phys: &PhysMem, mm: usize, start: u64, pgoff: u64) {
+        phys.hugetlb.locks.count(Kind::IMmapWrite);
+        let _i_mmap = self.i_mmap.write();
         if self.map.lock().remove(&(pgoff, mm, start)).is_some() {
             phys.account_rmap(-1);
         }
     }
 
     /// `vma_interval_tree_foreach(vma, i_mmap, idx, idx)`: the VMAs that map
-    /// file page `idx`, for `huge_pmd_share`.
-    pub(crate) fn covering(&self, idx: u64) -> Vec<RmapVma> {
+    /// file page `idx`, for `huge_pmd_share`, whose caller holds `i_mmap`
+    /// for read (`_i_mmap`), so no VMA is linked or unlinked meanwhile.
+    pub(crate) fn covering(&self, _i_mmap: &RwLockReadGuard<'_, ()>, idx: u64) -> Vec<RmapVma> {
         let map = self.map.lock();
         map.range(..=(idx, usize::MAX, u64::MAX)).map(|(_, v)| v).filter(|v| v.last() > idx).cloned().collect()
     }
@@ -94,7 +105,8 @@ mod tests {
 
     /// (start, pgoff) of the VMAs covering file page `idx`, in key order.
     fn covering(f: &File, idx: u64) -> Vec<(u64, u64)> {
-        f.hugetlb.as_ref().unwrap().vmas.covering(idx).iter().map(|v| (v.start, v.pgoff)).collect()
+        let vmas = &f.hugetlb.as_ref().unwrap().vmas;
+        vmas.covering(&vmas.i_mmap.read(), idx).iter().map(|v| (v.start, v.pgoff)).collect()
     }
 
     #[test]

@@ -18,16 +18,22 @@
 //!
 //! # Locks
 //!
-//! Fault: `mmap_lock` (read) → `invalidate_lock` (read) → fault mutex →
-//! the pool's `share_lock` (read, here; Linux's `i_mmap_rwsem` as sharing
-//! uses it) → the other address space's `mmap_lock`, only tried: a writer
-//! there (munmap, mprotect, ...) may wait for `share_lock` to unshare, so
-//! waiting for it could deadlock; a busy candidate is skipped, which only
-//! means this fault does not share. Holding that `mmap_lock` keeps the
-//! source table linked: its owner unshares, zaps, moves or frees it only
-//! under its own `mmap_lock` for write (or after a write section that
-//! detached the VMA, which the lookup then no longer finds), or at exit,
-//! when the reverse map's weak reference no longer upgrades.
+//! The file's `i_mmap` lock (`hugetlb/lock.rs`), as Linux's: `huge_pmd_share`
+//! holds it for read while it looks through the reverse map and links a
+//! table (a fault under [`crate::HugetlbPolicy::IMmapRwsem`] already holds
+//! it, across the whole fault); every unshare holds it for write, inside
+//! this address space's hugetlb VMA lock (write), from the unlink to the end
+//! of its TLB flush. Under it, `huge_pmd_share` only tries the other
+//! address space's `mmap_lock`: a writer there (munmap, mprotect, ...) may
+//! wait for `i_mmap` to unshare, so waiting for it could deadlock; a busy
+//! candidate is skipped, which only means this fault does not share.
+//! Holding that `mmap_lock` keeps the source table linked: its owner
+//! unshares, zaps, moves or frees it only under its own `mmap_lock` for
+//! write (or after a write section that detached the VMA, which the lookup
+//! then no longer finds), or at exit, when the reverse map's weak reference
+//! no longer upgrades. A share records the file's `i_mmap` lock for the
+//! window in both address spaces (`HugetlbVmaLock::note_shared`), so that
+//! their unshares, which know the window but not the VMA, find it.
 //!
 //! Unshare ([`AddressSpace::hugetlb_unshare_range`], Linux's
 //! `huge_pmd_unshare` + `huge_pmd_unshare_flush`): every path that changes
@@ -36,18 +42,21 @@
 //! `move_ptes`: mremap) first unshares each PUD window of the range whose
 //! PMD table is shared — the whole 1 GiB, as
 //! `adjust_range_if_pmd_sharing_possible` widens it — and flushes this
-//! address space's TLB before `share_lock` is dropped (CVE-2021-4002). A
-//! VMA split that breaks a window unshares it too
+//! address space's TLB before `i_mmap` is dropped (CVE-2021-4002). The PUD
+//! entry is cleared under the shared table's own lock, which is what a
+//! fault under [`crate::HugetlbPolicy::LockFree`] validates against. A VMA
+//! split that breaks a window unshares it too
 //! ([`AddressSpace::hugetlb_split`]), whether or not the operation then
 //! changes entries. A table left exclusive is changed only after its owner
-//! took `share_lock` for write too: that waits out the unsharer's flush,
-//! the grace period for the unsharer's CPUs; its epoch-pinned walkers are
-//! done by then (the flush waits for every access in progress), and a
-//! table whose last link an unshare dropped is freed behind an epoch grace
+//! took `i_mmap` for write too: that waits out the unsharer's flush, the
+//! grace period for the unsharer's CPUs; its epoch-pinned walkers are done
+//! by then (the flush waits for every access in progress), and a table
+//! whose last link an unshare dropped is freed behind an epoch grace
 //! period.
 
 use crossbeam_epoch::Guard;
 
+use super::lock::Kind;
 use crate::mm::AddressSpace;
 use crate::pgtable::PmdUnshare;
 use crate::sync::Ordering;
@@ -77,15 +86,38 @@ impl AddressSpace {
     /// whose VMA maps the same file page at the same offset within its PUD,
     /// with equal flags, covering its whole window too. True if it linked
     /// one (counted in [`crate::HugePageStats::pmd_shares`]). The caller
-    /// holds `mmap_lock` for read and the file's fault mutex.
-    pub(crate) fn huge_pmd_share(&self, vma: &Vma, addr: u64, guard: &Guard) -> bool {
+    /// holds `mmap_lock` for read or the VMA's read reference, the fault
+    /// mutex of the page, and, if `i_mmap` is `Some`, the file's `i_mmap`
+    /// lock for read (else this takes it). The address spaces it looked at
+    /// go into `reap`, for the caller to drop once it holds no lock (the
+    /// last reference's drop unlinks VMAs under `i_mmap`).
+    pub(crate) fn huge_pmd_share(
+        &self,
+        vma: &Vma,
+        addr: u64,
+        i_mmap: Option<&crate::sync::RwLockReadGuard<'_, ()>>,
+        reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
+        guard: &Guard,
+    ) -> bool {
         let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
         if !want_pmd_share(vma, addr) || self.pgtables.has_pmd_table(addr, guard) {
             return false;
         }
+        #[cfg(loom)]
+        if super::lock::broken::no_share() {
+            return false;
+        }
         let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
-        let _share = self.phys.hugetlb.share_lock.read();
-        for svma in inode.vmas.covering(idx) {
+        let taken;
+        let i_mmap = match i_mmap {
+            Some(held) => held,
+            None => {
+                self.phys.hugetlb.locks.count(Kind::IMmapRead);
+                taken = inode.vmas.i_mmap.read();
+                &taken
+            }
+        };
+        for svma in inode.vmas.covering(i_mmap, idx) {
             let saddr = svma.start + ((idx - svma.pgoff) << PAGE_SHIFT);
             // pmd_index(addr) == pmd_index(saddr): each entry of the table
             // then maps the same file page for both.
@@ -93,6 +125,10 @@ impl AddressSpace {
                 continue;
             }
             let Some(smm) = svma.mm.upgrade() else { continue };
+            // Kept until the caller has dropped every lock: ours may be the
+            // last reference, and an address space that dies unlinks its
+            // VMAs under `i_mmap` for write, which we hold for read.
+            reap.push(smm.clone());
             let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
             if std::ptr::eq(&*smm, self) {
                 // Our own other VMA: its VMA tree is under the lock we hold.
@@ -111,6 +147,10 @@ impl AddressSpace {
             {
                 continue;
             }
+            // Recorded before the link exists, so neither side's unshare
+            // can find the table shared without its `i_mmap` lock.
+            self.hugetlb_lock.note_shared(addr & !(PUD_SIZE - 1), &inode.vmas.i_mmap);
+            smm.hugetlb_lock.note_shared(saddr & !(PUD_SIZE - 1), &inode.vmas.i_mmap);
             if self.pgtables.pmd_share_from(addr, &smm.pgtables, saddr, guard) {
                 self.phys.hugetlb.pmd_shares.fetch_add(1, Ordering::Relaxed);
                 return true;
@@ -162,17 +202,24 @@ impl AddressSpace {
         }
     }
 
-    /// `huge_pmd_unshare` of the window at `w` and its flush; with a table
+    /// `huge_pmd_unshare` of the window at `w` and its flush, under the
+    /// hugetlb VMA lock and the file's `i_mmap` lock for write; with a table
     /// that is not shared (any more), only the wait for an unsharer's flush.
+    /// A window whose table was never shared has no unsharer to wait for.
     fn huge_pmd_unshare(&self, w: u64, guard: &Guard) {
-        let _share = self.phys.hugetlb.share_lock.write();
+        let Some(i_mmap) = self.hugetlb_lock.shared_i_mmap(w) else { return };
+        let locks = &self.phys.hugetlb.locks;
+        locks.count(Kind::VmaLockWrite);
+        let _vma_lock = self.hugetlb_lock.stripe(w).write();
+        locks.count(Kind::IMmapWrite);
+        let _i_mmap = i_mmap.write();
         let freed = match self.pgtables.pmd_unshare(w) {
             PmdUnshare::NotShared => return,
             PmdUnshare::Unshared => None,
             PmdUnshare::Last(table) => Some(table),
         };
         self.phys.hugetlb.pmd_unshares.fetch_add(1, Ordering::Relaxed);
-        // Before `share_lock` goes: no CPU of ours may keep a translation
+        // Before `i_mmap` goes: no CPU of ours may keep a translation
         // through the table once another user may change it.
         self.flush_tlb();
         if let Some(table) = freed {
@@ -443,19 +490,26 @@ mod tests {
     }
 
     /// Processes writing patterns while others fork, munmap, mprotect,
-    /// split (madvise) and truncate the same file: no write lost, no access
-    /// to a truncated page after truncate returns, nothing leaked. (With
-    /// the unsharer's flush removed, the truncating thread's CPU reads a
-    /// removed page.)
+    /// split (madvise) and truncate the same file, and `MADV_DONTNEED`
+    /// unshares the writers' table under them, under every
+    /// [`crate::HugetlbPolicy`]: no write lost, no access to a truncated
+    /// page after truncate returns, nothing leaked. (With the unsharer's
+    /// flush removed, the truncating thread's CPU reads a removed page.)
     #[test]
     #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
     fn stress_sharing_against_fork_munmap_mprotect_and_truncate() {
+        for &policy in crate::HugetlbPolicy::ALL {
+            stress_sharing(policy);
+        }
+    }
+
+    fn stress_sharing(policy: crate::HugetlbPolicy) {
         use std::sync::atomic::{AtomicBool, AtomicU64};
         const KEPT: u64 = 4; // pages never truncated
         const ROUNDS: u64 = 150;
         let phys = arena();
         let f = shared_file(&phys);
-        let parent = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let parent = AddressSpace::new(&phys, MmConfig::default().hugetlb_policy(policy)).unwrap();
         let a = map(&parent, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
         write_all(&parent, a);
         let sibling = parent.fork().unwrap();
@@ -524,15 +578,76 @@ mod tests {
                     let far = a + (TOUCHED - 1) * HP;
                     assert_eq!(cpu.read_u64(far).err(), Some(crate::Fault::Bus { addr: far }));
                     f.set_len(PUD_SIZE + HP).unwrap();
+                    // Unshares the writers' table under their faults.
+                    parent.madvise(a, HP, MADV_DONTNEED).unwrap();
                     truncations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             });
         });
-        assert_eq!(truncations.into_inner(), 20);
+        assert_eq!(truncations.into_inner(), 20, "{policy:?}");
         // How many children shared depends on the schedule (a fault that
         // finds the parent's `mmap_lock` busy does not share), so the
         // share and unshare counts are not asserted here.
         drop((parent, sibling, f));
         assert_no_leaks(&phys);
     }
+
+    /// An address space that dies while another one's fault is sharing
+    /// from it: the fault may hold the last reference, and the drop
+    /// unlinks its VMAs under `i_mmap` for write, which the fault holds
+    /// for read (under `IMmapRwsem`, across the whole fault). Hung within
+    /// seconds in a fork+fault loop before the fault kept those references
+    /// until it held no lock; here a watchdog turns the hang into an abort
+    /// after 20 s (seen in one of two runs with the references dropped
+    /// under the lock: the race is a timing one).
+    #[test]
+    #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
+    fn a_sharer_dying_under_a_sharing_fault_does_not_deadlock() {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        for &policy in crate::HugetlbPolicy::ALL {
+            let phys = arena();
+            let f = shared_file(&phys);
+            let done = std::sync::Arc::new(AtomicBool::new(false));
+            let watchdog = done.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if watchdog.load(Relaxed) {
+                        return;
+                    }
+                }
+                eprintln!("{policy:?}: deadlock between a sharing fault and a dying sharer");
+                std::process::abort();
+            });
+            let cfg = MmConfig::default().hugetlb_policy(policy);
+            let forker = AddressSpace::new(&phys, cfg.clone()).unwrap();
+            let faulter = AddressSpace::new(&phys, cfg).unwrap();
+            // Long enough for the race to be likely (it hung the lab's loop
+            // within a second), short for a test.
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(1000);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while std::time::Instant::now() < end {
+                        let a = map(&forker, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+                        Cpu::attached(&forker).write_u64(a + 8, 0x5eed).unwrap();
+                        let child = forker.fork().unwrap();
+                        Cpu::attached(&child).read_u64(a + 8).unwrap();
+                        drop(child);
+                        forker.munmap(a, PUD_SIZE).unwrap();
+                    }
+                });
+                s.spawn(|| {
+                    while std::time::Instant::now() < end {
+                        let b = map(&faulter, &f, 8 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+                        Cpu::attached(&faulter).write_u64(b + HP + 8, 1).unwrap();
+                        faulter.munmap(b, PUD_SIZE).unwrap();
+                    }
+                });
+            });
+            done.store(true, Relaxed);
+            drop((forker, faulter, f));
+            assert_no_leaks(&phys);
+        }
+    }
+
 }

@@ -146,6 +146,9 @@ pub struct AddressSpace {
     /// Ranges a lock-free unmap is zapping, where no TLB fill may walk
     /// (`mm/unmap_unreachable.rs`).
     pub(crate) unreachable: unmap_unreachable::UnreachableRanges,
+    /// The hugetlb VMA lock and the windows whose PMD tables were shared
+    /// (seed 000, `hugetlb/lock.rs`).
+    pub(crate) hugetlb_lock: crate::hugetlb::lock::HugetlbVmaLock,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -221,6 +224,7 @@ impl AddressSpace {
             pins: Arc::default(),
             mempolicy: Atomic::null(),
             unreachable: Default::default(),
+            hugetlb_lock: Default::default(),
         }))
     }
 

@@ -67,6 +67,12 @@ impl<'a> Leaf<'a> {
         self.end
     }
 
+    /// Whether this leaf's entries live in `table`.
+    #[inline]
+    pub(super) fn is_in(&self, table: &Table) -> bool {
+        std::ptr::eq(self.table, table)
+    }
+
     /// Bytes one entry maps: 4 KiB, or 2 MiB for a PMD leaf.
     #[inline]
     pub(crate) fn entry_size(&self) -> u64 {

@@ -212,6 +212,15 @@ impl PageTables {
         self.ever_shared.load(crate::sync::Ordering::Relaxed)
     }
 
+    /// Whether the PUD entry of `va` still links the PMD table holding
+    /// `leaf` (a PMD leaf from [`Self::pmd_leaf_alloc`]): the validation of
+    /// a hugetlb fault that holds no lock against unshare. Call with the
+    /// leaf's table locked ([`Leaf::lock`]): an unshare clears the link
+    /// under that lock, so the answer holds until the guard is dropped.
+    pub(crate) fn pmd_links(&self, va: u64, leaf: &Leaf<'_>, guard: &Guard) -> bool {
+        self.pmd_table(va, guard).is_some_and(|t| leaf.is_in(t))
+    }
+
     /// True if the PUD entry of `va` links a PMD table (`!pud_none`).
     pub(crate) fn has_pmd_table(&self, va: u64, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some()
@@ -271,7 +280,15 @@ impl PageTables {
         if !unsafe { pmd.as_ref() }.is_shared() {
             return PmdUnshare::NotShared;
         }
-        pud.take_child(index(va, 2));
+        {
+            // Under the table's lock, as Linux's unshare runs under the
+            // shared table's split PMD lock: a fault that checks its link
+            // under that lock ([`Self::pmd_links`]) before it installs an
+            // entry either installs before the link goes, or sees it gone.
+            // SAFETY: as above.
+            let _ptl = unsafe { pmd.as_ref() }.lock();
+            pud.take_child(index(va, 2));
+        }
         // SAFETY: reached from the entry just cleared: this tree's link, which
         // we now hold as a value, keeps it alive until the decrement.
         if unsafe { pmd.as_ref() }.share_dec() {
@@ -376,17 +393,24 @@ fn detach_level(t: &Table, level: u32, base: u64, span: &Span, out: &mut Vec<Det
 
 /// Frees `table` at `level` and every table below it, putting the frames
 /// that leaf entries still hold. A shared PMD table only loses the caller's
-/// link; its last user frees it.
+/// link; its last user frees it. With `defer`, a PMD table whose last link
+/// the caller held is freed after a grace period of that guard instead.
 ///
 /// # Safety
 ///
 /// The caller owns its link to `table`: the link is out of every tree and
 /// no walker that followed it can still hold the table.
-unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem) {
+unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem, defer: Option<(&Guard, &Arc<PhysMem>)>) {
     // SAFETY: alive until freed below (the caller's contract).
     if level == 1 && !unsafe { table.as_ref() }.share_dec() {
         // A shared PMD table: another address space still links it and
         // frees it, with its entries, when it drops the last link.
+        return;
+    }
+    if let (1, Some((guard, phys))) = (level, defer) {
+        // The last link, out of every tree: no one can link it again, and
+        // the deferred free's own `share_dec` finds it exclusive.
+        DetachedTable { table, level }.free_after_grace_period(phys, guard);
         return;
     }
     // SAFETY: owned uniquely (the caller's contract), made by Box::leak.
@@ -398,7 +422,7 @@ unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem) {
         }
         match t.child(i) {
             // SAFETY: a present directory entry owns its child, so we own it too.
-            Child::Table(c) => unsafe { free_table(c, level - 1, phys) },
+            Child::Table(c) => unsafe { free_table(c, level - 1, phys, defer) },
             Child::Leaf => put_entry_frame(phys, t.load(i, crate::sync::Ordering::Relaxed)),
             Child::None => {}
         }
@@ -418,9 +442,17 @@ impl Drop for PageTables {
     /// exit_mmap's `free_pgtables` with the frames: no CPU is attached and no
     /// walker can reach a dying tree, so nothing waits for a flush.
     fn drop(&mut self) {
-        // SAFETY: `&mut self`: nothing borrows the tree, so no walk is in
-        // progress, and the root is never detached.
-        unsafe { free_table(self.root, 3, &self.phys) };
+        // A PMD table this tree shared may still be reached by a former
+        // sharer's fault that walked its own tree before it unshared and
+        // holds no lock against the unshare (the lock-free hugetlb policy):
+        // such a walker is inside an epoch guard, so in a tree that ever
+        // shared, each PMD table whose last link this drop holds is freed
+        // after a grace period (its link goes at once).
+        let guard = self.ever_shared().then(crossbeam_epoch::pin);
+        let defer = guard.as_ref().map(|g| (g, &self.phys));
+        // SAFETY: `&mut self`: nothing borrows the tree, so no walk of it
+        // is in progress, and the root is never detached.
+        unsafe { free_table(self.root, 3, &self.phys, defer) };
     }
 }
 
@@ -453,7 +485,7 @@ impl DetachedTable {
     /// it was detached).
     unsafe fn free(self, phys: &PhysMem) {
         // SAFETY: the caller's contract, and `self` owned the table.
-        unsafe { free_table(self.table, self.level, phys) };
+        unsafe { free_table(self.table, self.level, phys, None) };
     }
 }
 
