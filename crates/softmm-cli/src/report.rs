@@ -73,6 +73,24 @@ pub struct Counters {
     /// hugetlb: shared PMD tables detached from an address space (`huge_pmd_unshare`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub pmd_unshares: Option<u64>,
+    /// hugetlb: the files' `i_mmap` lock taken for read (`HugetlbLockStats`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub i_mmap_read: Option<u64>,
+    /// hugetlb: the files' `i_mmap` lock taken for write.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub i_mmap_write: Option<u64>,
+    /// hugetlb: the hugetlb VMA lock taken for read.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vma_lock_read: Option<u64>,
+    /// hugetlb: the hugetlb VMA lock taken for write.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vma_lock_write: Option<u64>,
+    /// hugetlb: fault mutexes taken.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fault_mutex: Option<u64>,
+    /// hugetlb: lock-free faults that found their PMD table unshared and retried.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub validation_retries: Option<u64>,
     /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_success` during the sample.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub htlb_buddy_alloc_success: Option<u64>,
@@ -154,6 +172,12 @@ impl Counters {
         add(&mut self.pages, o.pages);
         add(&mut self.pmd_shares, o.pmd_shares);
         add(&mut self.pmd_unshares, o.pmd_unshares);
+        add(&mut self.i_mmap_read, o.i_mmap_read);
+        add(&mut self.i_mmap_write, o.i_mmap_write);
+        add(&mut self.vma_lock_read, o.vma_lock_read);
+        add(&mut self.vma_lock_write, o.vma_lock_write);
+        add(&mut self.fault_mutex, o.fault_mutex);
+        add(&mut self.validation_retries, o.validation_retries);
         add(&mut self.htlb_buddy_alloc_success, o.htlb_buddy_alloc_success);
         add(&mut self.htlb_buddy_alloc_fail, o.htlb_buddy_alloc_fail);
         add(&mut self.pages_migrated, o.pages_migrated);

@@ -420,7 +420,19 @@ fn bench_hugetlb_fork_fault_gives_a_forks_and_a_faults_sample_per_instance_count
                 let s = of[0];
                 assert_eq!(s["workload"], "hugetlb-fork-fault");
                 assert!(s["ops"].as_u64().unwrap() > 0 && s["ops_per_sec"].as_f64().unwrap() > 0.0, "{s}");
-                for c in ["faults", "mmap_lock_acquisitions", "flush_requests", "pmd_shares", "pmd_unshares"] {
+                for c in [
+                    "faults",
+                    "mmap_lock_acquisitions",
+                    "flush_requests",
+                    "pmd_shares",
+                    "pmd_unshares",
+                    "i_mmap_read",
+                    "i_mmap_write",
+                    "vma_lock_read",
+                    "vma_lock_write",
+                    "fault_mutex",
+                    "validation_retries",
+                ] {
                     assert!(s["counters"][c].as_u64().is_some(), "{c}: {s}");
                 }
                 // A fork is at least the child's fault; a page written

@@ -669,11 +669,24 @@ fn per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option
     total.map_or("-".into(), |c| format!("{:.3}", c as f64 / ops.max(1) as f64))
 }
 
+/// Read and write acquisitions of one lock per operation, `r+w`.
+fn rw_per_op(
+    row: &report::Row<'_>,
+    ops: u64,
+    read: impl Fn(&Counters) -> Option<u64>,
+    write: impl Fn(&Counters) -> Option<u64>,
+) -> String {
+    match (per_op(row, ops, read), per_op(row, ops, write)) {
+        (r, w) if r == "-" || w == "-" => "-".into(),
+        (r, w) => format!("{r}+{w}"),
+    }
+}
+
 /// The hugetlb table: per workload, mode, policy and instance count, the
 /// summed and per-instance rate (medians over repeats) and the counters per
 /// operation.
 pub fn table(samples: &[Sample], size: u64) -> String {
-    const HEAD: [&str; 13] = [
+    const HEAD: [&str; 17] = [
         "workload",
         "mode",
         "policy",
@@ -687,6 +700,10 @@ pub fn table(samples: &[Sample], size: u64) -> String {
         "flush req/op",
         "pmd share/op",
         "unshare/op",
+        "i_mmap r+w/op",
+        "vma lock r+w/op",
+        "mutex/op",
+        "retry/op",
     ];
     let mut lines = vec![HEAD.map(String::from).to_vec()];
     for row in report::rows(samples) {
@@ -712,6 +729,10 @@ pub fn table(samples: &[Sample], size: u64) -> String {
             per_op(&row, ops, |c| c.flush_requests),
             per_op(&row, ops, |c| c.pmd_shares),
             per_op(&row, ops, |c| c.pmd_unshares),
+            rw_per_op(&row, ops, |c| c.i_mmap_read, |c| c.i_mmap_write),
+            rw_per_op(&row, ops, |c| c.vma_lock_read, |c| c.vma_lock_write),
+            per_op(&row, ops, |c| c.fault_mutex),
+            per_op(&row, ops, |c| c.validation_retries),
         ]);
     }
     let widths: Vec<usize> = (0..HEAD.len()).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
@@ -731,7 +752,9 @@ pub fn table(samples: &[Sample], size: u64) -> String {
          where a write found its page already mapped through a PMD table shared with another instance (one fault links all 512 entries of a \
          1 GiB window); softmm only: mmap_lock/op = mmap_lock acquisitions (faults and the instances' own calls), flush req/op = TLB \
          flush requests to other CPUs, pmd share/op and unshare/op = huge_pmd_share and huge_pmd_unshare of the whole arena during the \
-         sample (in fork-fault both programs' rows show the same arena totals){}.\n",
+         sample, i_mmap and vma lock r+w/op = the files' i_mmap lock and the hugetlb VMA lock taken for read + for write, mutex/op = \
+         fault mutexes taken, retry/op = lock-free faults that found their PMD table unshared and retried, all of the whole arena \
+         (in fork-fault both programs' rows show the same arena totals){}.\n",
         size >> 20,
         allocs.map_or(String::new(), |a| format!(
             "; host /proc/vmstat htlb_buddy_alloc_success during the samples: {a} (pages are preallocated, so 0)"
@@ -865,6 +888,9 @@ mod tests {
             flush_requests: Some(0),
             pmd_shares: Some(256),
             pmd_unshares: Some(128),
+            i_mmap_read: Some(1024),
+            i_mmap_write: Some(512),
+            fault_mutex: Some(2048),
             ..Counters::default()
         };
         let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
@@ -875,10 +901,10 @@ mod tests {
             "{t}"
         );
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells[8..], ["0.500", "-", "-", "-", "-"], "host: minor faults only: {t}");
+        assert_eq!(cells[8..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
         let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
         assert_eq!(cells[2], "vma-lock");
-        assert_eq!(cells[8..], ["1.000", "2.000", "0.000", "0.250", "0.125"], "{t}");
+        assert_eq!(cells[8..], ["1.000", "2.000", "0.000", "0.250", "0.125", "1.000+0.500", "-", "2.000", "-"], "{t}");
         assert!(t.contains("1024 MiB") && t.contains("htlb_buddy_alloc_success during the samples: 0"), "{t}");
     }
 }

@@ -28,7 +28,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use softmm::uapi::{MAP_FIXED, MAP_SHARED, PROT_READ, PROT_WRITE};
-use softmm::{AddressSpace, Cpu, File, HugePageStats, HugetlbPolicy, MmConfig, OpenFile, PhysConfig, PhysMem};
+use softmm::{
+    AddressSpace, Cpu, File, HugePageStats, HugetlbLockStats, HugetlbPolicy, MmConfig, OpenFile, PhysConfig, PhysMem,
+};
 use softmm_hostsys::{HUGE_PAGE_SIZE, PUD_SIZE};
 
 use super::{Program, ProgramRun, FORK_TOUCH, MAX_INSTANCES};
@@ -127,21 +129,30 @@ fn pmd_sharing(area: &SoftArea) -> Result<bool, String> {
 #[derive(Debug, Clone, Copy)]
 pub struct PoolReading {
     stats: HugePageStats,
+    locks: HugetlbLockStats,
 }
 
 impl PoolReading {
     /// Reads `phys`'s counters.
     pub fn take(phys: &PhysMem) -> PoolReading {
-        PoolReading { stats: phys.huge_page_stats() }
+        PoolReading { stats: phys.huge_page_stats(), locks: phys.hugetlb_lock_stats() }
     }
 
     /// What happened between `before` and this reading: PMD shares and
-    /// unshares of the whole arena.
+    /// unshares, and hugetlb lock acquisitions by kind, of the whole arena.
     pub fn counters_since(&self, before: &PoolReading) -> Counters {
         let (a, b) = (&self.stats, &before.stats);
+        let (l, m) = (&self.locks, &before.locks);
+        let d = |x: u64, y: u64| Some(x.saturating_sub(y));
         Counters {
-            pmd_shares: Some(a.pmd_shares.saturating_sub(b.pmd_shares)),
-            pmd_unshares: Some(a.pmd_unshares.saturating_sub(b.pmd_unshares)),
+            pmd_shares: d(a.pmd_shares, b.pmd_shares),
+            pmd_unshares: d(a.pmd_unshares, b.pmd_unshares),
+            i_mmap_read: d(l.i_mmap_read, m.i_mmap_read),
+            i_mmap_write: d(l.i_mmap_write, m.i_mmap_write),
+            vma_lock_read: d(l.vma_lock_read, m.vma_lock_read),
+            vma_lock_write: d(l.vma_lock_write, m.vma_lock_write),
+            fault_mutex: d(l.fault_mutex, m.fault_mutex),
+            validation_retries: d(l.validation_retries, m.validation_retries),
             ..Counters::default()
         }
     }
