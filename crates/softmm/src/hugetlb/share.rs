@@ -649,5 +649,4 @@ mod tests {
             assert_no_leaks(&phys);
         }
     }
-
 }
