@@ -85,7 +85,12 @@ pub(crate) fn hugetlb_fault(ctx: &HugeFault<'_>, addr: u64, write: bool) -> Faul
         }
         PteKind::Page(_) if write && !pte.has(Pte::WRITE) => wp(ctx, leaf, haddr, pte, addr),
         PteKind::Page(_) => Ok(()),
-        // No migration entries or guard markers for hugetlb here.
+        // hugetlb migration (`hugetlb/migrate.rs`): wait for the remap, then retry.
+        PteKind::Migration(_) => {
+            crate::hugetlb::migrate::migration_entry_wait_huge(leaf, haddr, pte);
+            Ok(())
+        }
+        // No guard markers for hugetlb here.
         _ => Err(sigbus(addr)),
     }
 }

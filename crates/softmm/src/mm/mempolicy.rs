@@ -174,11 +174,13 @@ impl AddressSpace {
                         // page (strictly_unmovable).
                         return Ok(failed + 1);
                     }
-                    match self.isolate_at(v, a, flags) {
+                    // queue_folios_hugetlb: a page reached through a shared
+                    // PMD table without MOVE_ALL stays, before any isolation.
+                    let skip = huge && self.hugetlb_queue_skips(a, flags);
+                    match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                         Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
                         // A shared page without MOVE_ALL stays, not an error.
                         Ok(None) => {}
-                        Err(_) if huge && self.hugetlb_queue_skips(a, flags) => {}
                         Err(_) => failed += 1,
                     }
                 }
@@ -328,13 +330,14 @@ impl AddressSpace {
                     if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() {
                         let src = self.phys.node_of(pte.pfn());
                         if let Some(d) = dest(src).filter(|&d| d != src) {
-                            match self.isolate_at(v, a, flags) {
+                            // queue_folios_hugetlb, as in mbind.
+                            let skip = huge && self.hugetlb_queue_skips(a, flags);
+                            match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                                 Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == d) {
                                     Some((_, q)) => q.push(p),
                                     None => by_node.push((d, vec![p])),
                                 },
                                 Ok(None) => {}
-                                Err(_) if huge && self.hugetlb_queue_skips(a, flags) => {}
                                 Err(_) => failed += 1,
                             }
                         }
