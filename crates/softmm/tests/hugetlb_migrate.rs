@@ -200,8 +200,14 @@ fn no_free_unreserved_page_on_the_target_node_is_enomem_and_nothing_changes() {
         assert_eq!((after.free, after.rsvd, after.allocations), (1, 1, before.allocations));
         assert_eq!(after.alloc_failures, before.alloc_failures + 1);
         assert_eq!(per_node(&phys), nodes);
-        // Consumed: the pool is simply empty, still ENOMEM.
+        // Consumed: the pool is simply empty, still ENOMEM, for
+        // migrate_pages(2) too (do_migrate_pages returns it).
         fill(&mut cpu, q, 10);
+        assert_eq!(mm.move_pages(&[p], Some(&[there]), &mut status, MPOL_MF_MOVE), Err(Errno::NoMem));
+        let (from, to) = ([1u64 << (1 - there)], [1u64 << there]);
+        assert_eq!(mm.migrate_pages(3, Some(&from), Some(&to)), Err(Errno::NoMem));
+        assert_eq!(node_of(&mm, p), 1 - there);
+        // Put back, not left isolated (which would be -EBUSY).
         assert_eq!(mm.move_pages(&[p], Some(&[there]), &mut status, MPOL_MF_MOVE), Err(Errno::NoMem));
         check(&mut cpu, p, 9);
         check(&mut cpu, q, 10);
