@@ -63,6 +63,8 @@ pub use tlb::{fences_are_asymmetric, ShootdownPolicy};
 // hugetlb (seed 000).
 pub use hugetlb::HugePageStats;
 pub use hugetlb::HugetlbLockStats;
+// hugetlb migration: the pool per node.
+pub use hugetlb::HugePageNodeStats;
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
     MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE,

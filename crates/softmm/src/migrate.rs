@@ -56,7 +56,7 @@ pub const NR_MAX_BATCHED_MIGRATION: usize = 512;
 
 /// Passes over pages whose unaccounted references may be transient (Linux's
 /// `NR_MAX_MIGRATE_PAGES_RETRY`).
-const NR_MAX_MIGRATE_PAGES_RETRY: usize = 10;
+pub(crate) const NR_MAX_MIGRATE_PAGES_RETRY: usize = 10;
 
 /// How `migrate_pages` moves a list of pages. The lab runs both in one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -372,6 +372,9 @@ pub(crate) struct MigrateCounts {
     /// batch when the pages are adjacent, where a walk per page took one
     /// per page).
     pub(crate) ptl_locks: u64,
+    /// The target node had no free huge page for a hugetlb page: Linux's
+    /// `migrate_pages` returns `-ENOMEM` then, and no other page is tried.
+    pub(crate) enomem: bool,
 }
 
 /// Linux's `migrate_pages`: moves each isolated page to `node` with
@@ -388,8 +391,17 @@ pub(crate) fn migrate_pages(
         MigratePolicy::OneByOne => 1,
         MigratePolicy::Batched => NR_MAX_BATCHED_MIGRATION,
     };
-    let mut todo: Vec<usize> = (0..pages.len()).collect();
     let mut ptl_locks = 0;
+    // migrate_hugetlbs: hugetlb pages first, one at a time
+    // (`hugetlb/migrate.rs`); the target node's pool running dry ends the call.
+    let (huge, mut todo): (Vec<usize>, Vec<usize>) = (0..pages.len()).partition(|&i| phys.is_huge(pages[i].page.pfn()));
+    if crate::hugetlb::migrate::migrate_hugetlbs(phys, pages, &huge, node, &mut out, &mut ptl_locks) {
+        for i in todo {
+            out[i] = Outcome::Failed(Errno::NoMem);
+        }
+        let moved = out.iter().filter(|o| **o == Outcome::Moved).count() as u64;
+        return (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks, enomem: true });
+    }
     for pass in 0..NR_MAX_MIGRATE_PAGES_RETRY {
         let mut again = Vec::new();
         let mut backed_off = Vec::new();
@@ -407,7 +419,7 @@ pub(crate) fn migrate_pages(
         todo = again;
     }
     let moved = out.iter().filter(|o| **o == Outcome::Moved).count() as u64;
-    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks })
+    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks, enomem: false })
 }
 
 /// One batch: the first page locked with a wait, the others with a trylock

@@ -99,6 +99,38 @@ fn policy(mm: &crate::mm::AddressSpace) -> (HugetlbPolicy, bool) {
 /// check the caller has made; `ctx` holds `mmap_lock` for read or the
 /// VMA's read reference (`ctx.may_alloc_tables`).
 pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> FaultResult<()> {
+    // Address spaces `huge_pmd_share` looked at, dropped after every lock
+    // of the fault (declared first, so dropped last): one may die in our
+    // hands.
+    let mut reap = Vec::new();
+    match hugetlb_fault_locked(ctx, addr, write, &mut reap) {
+        // hugetlb migration (`hugetlb/migrate.rs`): wait for the remap with
+        // none of the fault's locks held, as Linux drops the VMA lock and
+        // the fault mutex before `migration_entry_wait_huge` (the migrator
+        // takes `i_mmap` for write, which an `i-mmap-rwsem` fault holds for
+        // read), then the access retries.
+        Err(FaultError::Abort(Abort::HugeMigration)) => {
+            let haddr = addr & !(HPAGE_SIZE - 1);
+            let guard = crossbeam_epoch::pin();
+            if let Some(leaf) = ctx.mm.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) {
+                let pte = leaf.load(haddr);
+                if pte.is_migration() {
+                    crate::hugetlb::migrate::migration_entry_wait_huge(leaf, haddr, pte);
+                }
+            }
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// [`hugetlb_fault`] under the fault mutex and the policy's lock.
+fn hugetlb_fault_locked(
+    ctx: &FaultCtx<'_>,
+    addr: u64,
+    write: bool,
+    reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
+) -> FaultResult<()> {
     let (mm, vma) = (ctx.mm, ctx.vma);
     debug_assert!(ctx.may_alloc_tables, "a hugetlb fault allocates its PMD table");
     let haddr = addr & !(HPAGE_SIZE - 1);
@@ -106,9 +138,6 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
     let inode = file.hugetlb.as_ref().expect("a hugetlb VMA maps a hugetlb file");
     let shared = vma.flags.contains(VmFlags::MAYSHARE);
     let hugetlb = &mm.phys.hugetlb;
-    // Address spaces `huge_pmd_share` looked at, dropped after every lock
-    // below (declared first, so dropped last): one may die in our hands.
-    let mut reap = Vec::new();
     let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
     let (policy, broken) = policy(mm);
     let mut f = HugeFault { ctx, mm, vma, validate: false };
@@ -116,17 +145,17 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
         HugetlbPolicy::IMmapRwsem if !broken => {
             hugetlb.locks.count(Kind::IMmapRead);
             let i_mmap = inode.vmas.i_mmap.read();
-            fault_once(&f, haddr, addr, write, Some(&i_mmap), &mut reap)
+            fault_once(&f, haddr, addr, write, Some(&i_mmap), reap)
         }
         HugetlbPolicy::VmaLock if !broken => {
             hugetlb.locks.count(Kind::VmaLockRead);
             let _vma_lock = mm.hugetlb_lock.stripe(haddr).read();
-            fault_once(&f, haddr, addr, write, None, &mut reap)
+            fault_once(&f, haddr, addr, write, None, reap)
         }
         _ => {
             f.validate = shared && !broken;
             loop {
-                match fault_once(&f, haddr, addr, write, None, &mut reap) {
+                match fault_once(&f, haddr, addr, write, None, reap) {
                     Err(FaultError::Abort(Abort::PmdUnshared)) => hugetlb.locks.count(Kind::ValidationRetry),
                     r => return r,
                 }
@@ -169,7 +198,9 @@ fn fault_once(
         }
         PteKind::Page(_) if write && !pte.has(Pte::WRITE) => wp(f, leaf, haddr, pte, addr, &guard),
         PteKind::Page(_) => Ok(()),
-        // No migration entries or guard markers for hugetlb here.
+        // hugetlb migration: `hugetlb_fault` waits, with no lock held.
+        PteKind::Migration(_) => Err(FaultError::Abort(Abort::HugeMigration)),
+        // No guard markers for hugetlb here.
         _ => Err(sigbus(addr)),
     }
 }

@@ -114,6 +114,9 @@ pub(crate) enum Abort {
     /// before its commit ([`crate::HugetlbPolicy::LockFree`]'s validation);
     /// the hugetlb fault retries itself, so this never leaves it.
     PmdUnshared,
+    /// A hugetlb fault met a PMD migration entry; `hugetlb_fault` waits for
+    /// it with its locks dropped, so this never leaves it either.
+    HugeMigration,
 }
 
 /// A fault that did not complete.

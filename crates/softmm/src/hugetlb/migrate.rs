@@ -1,36 +1,71 @@
-//! hugetlb pages against page migration (`move_pages`, `mbind` with
-//! `MPOL_MF_MOVE`, `migrate_pages`).
+//! hugetlb page migration (`move_pages`, `mbind` with `MPOL_MF_MOVE`,
+//! `migrate_pages(2)`): Linux's `isolate_hugetlb`, `migrate_hugetlbs` and
+//! `unmap_and_move_huge_page`.
 //!
-//! softmm does not migrate hugetlb pages: Linux does (`isolate_hugetlb`, a
-//! 2 MiB copy, a PMD migration entry, and `try_to_migrate_one` unsharing a
-//! shared PMD table first), none of which exists here. So every hugetlb page
-//! that Linux would isolate is reported as one whose isolation failed, as
-//! Linux reports an unmovable page: `-EBUSY` in `move_pages`'s status, a
-//! failure that `MPOL_MF_STRICT` turns into `EIO` in `mbind`. The checks
-//! before isolation are Linux's, in its order, so that a page Linux leaves
-//! alone (nothing mapped, on the node already, mapped more than once
-//! without `MPOL_MF_MOVE_ALL`) is reported as Linux reports it.
+//! A hugetlb page moves alone (Linux migrates hugetlb folios one at a time,
+//! before any small page of the same call): its target is a free page of
+//! the target node's pool that nobody reserved
+//! (`alloc_hugetlb_folio_nodemask` with `__GFP_THISNODE`; none is
+//! `-ENOMEM`, which ends the call as Linux's `migrate_pages` returns
+//! `-ENOMEM`), then
 //!
-//! Nothing here writes an entry: a migration never reaches a PMD table,
-//! shared or not, so no sharer can see a migration entry or a stale one.
+//! 1. **unmap**: with the page locked, every PMD leaf mapping it (found
+//!    through the file's `i_mmap`: shared mappings, and private ones, whose
+//!    anonymous copies live at the file's index too) becomes a PMD-level
+//!    migration entry (`set_huge_pte_at` with a migration entry), dropping
+//!    its reference. A shared PMD table holds one entry for all its sharers,
+//!    so it is changed once and every sharer waits on it;
+//! 2. **flush**: one TLB flush per address space reached, all begun before
+//!    any is waited for;
+//! 3. **copy** 2 MiB, once only the migrator (and, for a page-cache page,
+//!    the cache) holds the page: a pin, a `get_user_pages` reference or a
+//!    mapping the walk did not reach keeps it where it is (Linux's
+//!    refcount freeze, `-EAGAIN`, retried up to the pass limit, then counted
+//!    as not moved). A page-cache page's cache slot switches to the new
+//!    page under the cache's lock with the copy;
+//! 4. **remap**: every migration entry for the old page becomes a present
+//!    entry of the new one (or of the old one, if it stayed).
+//!
+//! A hugetlb fault on a migration entry waits until the entry changes and
+//! retries (`migration_entry_wait_huge`, [`migration_entry_wait_huge`]), so
+//! a write either lands before the unmap's flush and is copied, or lands in
+//! the new page.
+//!
+//! Locks: each address space's `mmap_lock` for read (taken recursively, as
+//! the small-page walk does, so that a writer queued behind a fault that
+//! waits for this migration does not block the remap), then the file's
+//! `i_mmap` lock for write while the entries are changed, as every change
+//! to a table that was shared takes it (`hugetlb/share.rs`): it waits out
+//! the flush of an unsharer whose CPUs may still reach the table. A fault
+//! that meets a migration entry waits with none of its locks held.
 
+use std::sync::Arc;
+
+use crate::error::Errno;
+use crate::file::File;
 use crate::mempolicy::MPOL_MF_MOVE_ALL;
-use crate::migrate::Isolated;
+use crate::migrate::{lock_page, unlock_page, Isolated, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
-use crate::phys::PG_FILE;
+use crate::pgtable::{Leaf, Pte};
+use crate::phys::{Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
-use crate::vma::Vma;
+use crate::vma::{VmFlags, Vma};
+use crate::PAGE_SHIFT;
+
+use super::{HPAGE_SHIFT, HPAGE_SIZE};
 
 impl AddressSpace {
     /// `__add_folio_for_migration` for the hugetlb page mapped at `addr` of
     /// the hugetlb VMA `vma` (the caller holds `mmap_lock`, and has already
     /// answered for a page on the target node): `-ENOENT` for nothing
-    /// mapped; `Ok(None)` (left where it is: `-EACCES` in `move_pages`, not
-    /// a failure in `mbind`) for a page mapped more than once without
+    /// mapped (a page under migration included: its entry is not present);
+    /// `Ok(None)` (left where it is: `-EACCES` in `move_pages`, not a
+    /// failure in `mbind`) for a page mapped more than once without
     /// `MPOL_MF_MOVE_ALL` (`folio_likely_mapped_shared`: one PMD entry maps
     /// it per page table, so sharers through one shared table count once);
-    /// `-EBUSY` (`isolate_hugetlb` failed) for every other page. Never
-    /// isolates.
+    /// `-EBUSY` when another migration holds it (`isolate_hugetlb` failed);
+    /// else the page, isolated, found through its VMA's file at its huge
+    /// index.
     pub(crate) fn hugetlb_isolate(&self, vma: &Vma, addr: u64, flags: u32) -> Result<Option<Isolated<'_>>, i32> {
         let guard = crossbeam_epoch::pin();
         let leaf = self.pgtables.leaf(addr, &guard).ok_or(-libc::ENOENT)?;
@@ -48,7 +83,16 @@ impl AddressSpace {
         if mapped_shared && flags & MPOL_MF_MOVE_ALL == 0 {
             return Ok(None);
         }
-        Err(-libc::EBUSY)
+        let file = vma.file.clone().ok_or(-libc::EBUSY)?;
+        // Our reference keeps the page (not its mappings) once the PMD
+        // lock goes for the reverse walk.
+        let page = self.phys.get(pte.pfn());
+        drop(ptl);
+        if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
+            return Err(-libc::EBUSY);
+        }
+        let index = vma.huge_index(addr & !(HPAGE_SIZE - 1));
+        Ok(Some(Isolated { page, owner: Owner::File(file), index }))
     }
 
     /// `queue_folios_hugetlb`'s extra rule for `mbind` and `migrate_pages`:
@@ -57,5 +101,213 @@ impl AddressSpace {
     /// not a failure.
     pub(crate) fn hugetlb_queue_skips(&self, addr: u64, flags: u32) -> bool {
         flags & MPOL_MF_MOVE_ALL == 0 && self.pgtables.pmd_is_shared(addr, &crossbeam_epoch::pin())
+    }
+}
+
+/// `migration_entry_wait_huge`: the hugetlb page at `haddr` is being
+/// migrated; wait, holding no PMD lock, until its entry changes (the
+/// migrator restores it, or a zap clears it), then the caller retries the
+/// fault. The caller holds none of the hugetlb fault's locks (the migrator
+/// takes `i_mmap` for write), and at most `mmap_lock` for read, which the
+/// migrator's recursive read never waits behind.
+pub(crate) fn migration_entry_wait_huge(leaf: Leaf<'_>, haddr: u64, pte: Pte) {
+    let mut i = 0;
+    while leaf.load(haddr) == pte {
+        crate::sync::spin_hint(i);
+        i = i.saturating_add(1);
+    }
+}
+
+/// Linux's `migrate_hugetlbs`: moves the hugetlb pages `todo` of `pages`
+/// to `node` one at a time, retrying a page that is transiently held up to
+/// the pass limit, and writes each one's outcome. Returns true when the
+/// target node had no free unreserved page (`-ENOMEM`): the pages not
+/// tried yet are marked so, and the caller stops there as Linux does.
+/// Adds the PMD locks the walks took to `ptl_locks`.
+pub(crate) fn migrate_hugetlbs(
+    phys: &PhysMem,
+    pages: &[Isolated<'_>],
+    todo: &[usize],
+    node: usize,
+    out: &mut [Outcome],
+    ptl_locks: &mut u64,
+) -> bool {
+    for (n, &i) in todo.iter().enumerate() {
+        let mut outcome = Outcome::Failed(Errno::Again);
+        for _ in 0..NR_MAX_MIGRATE_PAGES_RETRY {
+            outcome = unmap_and_move_huge_page(phys, &pages[i], node, ptl_locks);
+            if outcome != Outcome::Failed(Errno::Again) {
+                break;
+            }
+        }
+        out[i] = outcome;
+        if outcome == Outcome::Failed(Errno::NoMem) {
+            for &j in &todo[n + 1..] {
+                out[j] = Outcome::Failed(Errno::NoMem);
+            }
+            return true;
+        }
+    }
+    false
+}
+
+/// Calls `f` on the PMD leaf entry at huge index `hidx` of `file` in every
+/// VMA mapping it, in every address space that maps the file, under that
+/// address space's `mmap_lock` (read, recursive), the file's `i_mmap`
+/// lock (write) and the PMD lock; `f` returns the entry to store, if any. The
+/// mappers are read again after each one is visited: a fork that was
+/// copying the visited one's entries (under its `mmap_lock` for write) has
+/// recorded its child by then. An entry in a shared PMD table is reached
+/// once per sharer.
+fn walk_huge(
+    phys: &PhysMem,
+    file: &Arc<File>,
+    hidx: u64,
+    ptl_locks: &mut u64,
+    mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, Pte) -> Option<Pte>,
+) {
+    let first = hidx << (HPAGE_SHIFT - PAGE_SHIFT);
+    let mut visited: Vec<*const AddressSpace> = Vec::new();
+    loop {
+        let next = file
+            .mappers()
+            .into_iter()
+            .filter_map(|m| m.as_any().downcast::<AddressSpace>().ok())
+            .find(|mm| !visited.contains(&Arc::as_ptr(mm)));
+        let Some(mm) = next else { return };
+        visited.push(Arc::as_ptr(&mm));
+        let st = mm.read_lock_recursive();
+        // `i_mmap` for write, as every change to a table that was shared
+        // (`hugetlb/share.rs`): it waits out an unsharer's flush.
+        let inode = file.hugetlb.as_ref().expect("a hugetlb page's file is a hugetlb file");
+        phys.hugetlb.locks.count(super::lock::Kind::IMmapWrite);
+        let _i_mmap = inode.vmas.i_mmap.write();
+        let guard = crossbeam_epoch::pin();
+        for vma in st.vmas.iter() {
+            let ours = vma.file.as_ref().is_some_and(|f| f.id() == file.id());
+            if !ours || !(vma.pgoff..vma.pgoff + vma.pages()).contains(&first) {
+                continue;
+            }
+            let haddr = vma.start + ((first - vma.pgoff) << PAGE_SHIFT);
+            let Some(leaf) = mm.pgtables.leaf(haddr, &guard) else { continue };
+            if leaf.entry_size() != HPAGE_SIZE {
+                continue;
+            }
+            let mut ptl = leaf.lock();
+            *ptl_locks += 1;
+            if let Some(new) = f(&mm, vma.flags, ptl.get(haddr)) {
+                ptl.replace(haddr, new);
+            }
+        }
+    }
+}
+
+/// Copies a huge page nobody else reads or writes into `dst` in one bulk
+/// copy.
+///
+/// # Safety
+///
+/// `src` and `dst` are the first frames of two different huge pages of
+/// `phys`, and for the whole call nothing writes `src` nor reads or writes
+/// `dst`: `unmap_and_move_huge_page` calls it only with `dst` fresh from the
+/// pool (reachable through its reference alone), every entry of `src` a
+/// migration entry whose flush has completed, no pin and no reference but
+/// the migrator's (and the page cache's, checked under the cache's lock).
+unsafe fn copy_unshared_huge(phys: &PhysMem, src: Pfn, dst: Pfn) {
+    let (s, d) = (phys.frame_ptr(src), phys.frame_ptr(dst));
+    // SAFETY: a huge page is 512 contiguous frames of the arena (the pool
+    // is carved from whole aligned blocks, and `alloc_huge_on` checked the
+    // last frame); the two pages differ, so the ranges are disjoint, and the
+    // caller's contract excludes concurrent access.
+    unsafe { std::ptr::copy_nonoverlapping(s, d, HPAGE_SIZE as usize) };
+}
+
+/// Linux's `unmap_and_move_huge_page` for one isolated hugetlb page (found
+/// through its file): see the module's comment. `Failed(NoMem)` before
+/// anything is unmapped when `node` has no free unreserved page;
+/// `Failed(Again)` when the page is pinned or otherwise still referenced
+/// once unmapped (it is then mapped again where it was).
+fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, node: usize, ptl_locks: &mut u64) -> Outcome {
+    let Owner::File(file) = &p.owner else {
+        // Every hugetlb page is isolated through its VMA's file.
+        return Outcome::Failed(Errno::Busy);
+    };
+    let old = p.page.pfn();
+    let d = phys.desc(old);
+    if d.refcount.load(Ordering::Acquire) == 1 {
+        // Freed from under us (unmapped and out of the cache): done.
+        return Outcome::Moved;
+    }
+    let Some(dst) = phys.alloc_huge_on(node) else { return Outcome::Failed(Errno::NoMem) };
+    lock_page(phys, old);
+    if d.pincount.load(Ordering::Acquire) > 0 {
+        // folio_ref_freeze would fail: a pinned page stays (-EAGAIN).
+        unlock_page(phys, old);
+        return Outcome::Failed(Errno::Again);
+    }
+    let is_file = d.flags.load(Ordering::Relaxed) & PG_FILE != 0;
+    // Unmap: each entry mapping the page becomes a migration entry.
+    let mut mms: Vec<Arc<AddressSpace>> = Vec::new();
+    walk_huge(phys, file, p.index, ptl_locks, |mm, _, pte| {
+        let maps_old = (pte.has_frame() || pte.is_migration()) && pte.pfn() == old;
+        if maps_old && !mms.iter().any(|m| Arc::ptr_eq(m, mm)) {
+            // A sharer of a table whose entry is already a migration entry
+            // may hold a translation of the old page too: flush it as well.
+            mms.push(mm.clone());
+        }
+        if !maps_old || pte.is_migration() {
+            return None;
+        }
+        // The entry's reference goes; ours keeps the page.
+        drop(crate::rmap::unmapped(phys, pte));
+        Some(pte.to_migration())
+    });
+    let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
+    for t in tickets {
+        t.wait();
+    }
+    // SAFETY: see `copy_unshared_huge`; it runs only once the checks below
+    // (pincount 0, and our reference alone or ours and the cache's, checked
+    // under the cache's lock) found `old` unshared after the flush.
+    let copy = || unsafe { copy_unshared_huge(phys, old, dst.pfn()) };
+    let moved = d.pincount.load(Ordering::Acquire) == 0
+        && if is_file {
+            file.migrate_page(p.index, old, &dst, copy)
+        } else {
+            d.refcount.load(Ordering::Acquire) == 1 && {
+                copy();
+                true
+            }
+        };
+    let new = if moved { dst.pfn() } else { old };
+    if moved {
+        // move_hugetlb_state: the new page takes the old one's state (a
+        // pending reservation restore included); the old one goes back to
+        // its node's pool as a plain free page. Never marked exclusive: a
+        // fork may have copied a migration entry meanwhile.
+        let nd = dst.desc();
+        let flags = d.flags.load(Ordering::Relaxed);
+        nd.flags.store(flags & !(PG_LOCKED | PG_ISOLATED | PG_ANON_EXCLUSIVE), Ordering::Relaxed);
+        nd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
+        nd.mapping.store(d.mapping.load(Ordering::Relaxed), Ordering::Relaxed);
+        d.flags.store(flags & (PG_LOCKED | PG_ISOLATED), Ordering::Relaxed);
+    }
+    // Remap: every migration entry of the old page maps `new`.
+    walk_huge(phys, file, p.index, ptl_locks, |_, flags, pte| {
+        if !pte.is_migration() || pte.pfn() != old {
+            return None;
+        }
+        let entry = pte.restored(crate::rmap::map_migrated(phys, new));
+        // The VMA's protection now: PROT_NONE set meanwhile hides the page.
+        Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
+    });
+    unlock_page(phys, old);
+    // `dst`'s allocation reference goes here: the entries and the cache
+    // hold theirs, and a page that stayed frees its unused target.
+    drop(dst);
+    if moved {
+        Outcome::Moved
+    } else {
+        Outcome::Failed(Errno::Again)
     }
 }

@@ -12,8 +12,9 @@
 //!   tree), kept by the address spaces when their write sections end.
 //! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
 //!   `huge_pmd_unshare`, `hugetlb_split`).
-//! - `migrate.rs`: what `move_pages` and `mbind` report for hugetlb pages,
-//!   which are never migrated.
+//! - `migrate.rs`: hugetlb page migration (`isolate_hugetlb`,
+//!   `unmap_and_move_huge_page`): PMD-level migration entries, a target
+//!   from the target node's pool, the page cache switched for files.
 //! - `cow.rs`: the owner's copy-on-write with the pool empty
 //!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
@@ -39,6 +40,7 @@ pub(crate) mod rmap;
 pub(crate) mod share;
 
 pub use lock::HugetlbLockStats;
+pub use pool::HugePageNodeStats;
 pub use pool::HugePageStats;
 
 /// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64

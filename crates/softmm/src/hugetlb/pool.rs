@@ -286,6 +286,73 @@ impl PhysMem {
     }
 }
 
+/// One node's share of the huge page pool (Linux's per-node
+/// `nr_hugepages` and `free_hugepages` under
+/// `/sys/devices/system/node/nodeN/hugepages/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct HugePageNodeStats {
+    /// Huge pages carved out of this node.
+    pub total: u64,
+    /// Of those, the ones on the node's free list (reserved ones included).
+    pub free: u64,
+}
+
+impl HugePool {
+    /// `dequeue_hugetlb_folio_nodemask` for a migration target
+    /// (`alloc_hugetlb_folio_nodemask` with `__GFP_THISNODE`): a free page
+    /// of `node` only, and only while an unreserved page is free
+    /// (`available_huge_pages`), so a migration never takes a page promised
+    /// to a mapping. `None` (counted as an allocation failure) otherwise.
+    fn dequeue_on_node(&self, node: usize) -> Option<Pfn> {
+        let mut st = self.state.lock();
+        let pfn = if st.free > st.rsvd { st.free_lists.get_mut(node).and_then(Vec::pop) } else { None };
+        let Some(pfn) = pfn else {
+            drop(st);
+            self.alloc_failures.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        st.free -= 1;
+        drop(st);
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        Some(pfn)
+    }
+
+    /// Per node: pages carved out and pages free.
+    fn node_stats(&self) -> Vec<HugePageNodeStats> {
+        let st = self.state.lock();
+        self.ranges
+            .iter()
+            .zip(&st.free_lists)
+            .map(|(&(lo, hi), free)| HugePageNodeStats { total: (hi - lo) / HPAGE_FRAMES, free: free.len() as u64 })
+            .collect()
+    }
+}
+
+impl PhysMem {
+    /// The huge page pool per node, in node order; the totals sum to
+    /// [`HugePageStats::total`] and the free counts to
+    /// [`HugePageStats::free`].
+    pub fn huge_page_node_stats(&self) -> Vec<HugePageNodeStats> {
+        self.hugetlb.node_stats()
+    }
+
+    /// A huge page of `node` for a migration to copy into (see
+    /// `HugePool::dequeue_on_node`): not zeroed, as the copy overwrites all
+    /// of it; its one reference is the caller's.
+    pub(crate) fn alloc_huge_on(&self, node: usize) -> Option<FrameRef<'_>> {
+        let pfn = self.hugetlb.dequeue_on_node(node)?;
+        // As `alloc_huge`: the page's last frame is inside the arena.
+        let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
+        let d = self.desc(pfn);
+        d.flags.store(0, Ordering::Relaxed);
+        d.mapping.store(0, Ordering::Relaxed);
+        d.index.store(0, Ordering::Relaxed);
+        d.refcount.store(1, Ordering::Release);
+        Some(FrameRef::from_raw(self, pfn))
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

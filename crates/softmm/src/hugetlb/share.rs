@@ -13,8 +13,10 @@
 //! of a whole PUD window shares whenever another one can be found). Every
 //! path that changes entries unshares first, and so does a VMA split that
 //! breaks a window; exit drops its link through the share count. Page
-//! migration never reaches a hugetlb entry (`hugetlb/migrate.rs`), and a
-//! pin counts on the huge page, not on the table (`hugetlb/gup.rs`).
+//! migration writes one migration entry into a shared table, which every
+//! sharer then sees, and keeps the table shared (`hugetlb/migrate.rs`;
+//! Linux's `try_to_migrate_one` unshares it in all but the last sharer), and
+//! a pin counts on the huge page, not on the table (`hugetlb/gup.rs`).
 //!
 //! # Locks
 //!

@@ -174,11 +174,13 @@ impl AddressSpace {
                         // page (strictly_unmovable).
                         return Ok(failed + 1);
                     }
-                    match self.isolate_at(v, a, flags) {
+                    // queue_folios_hugetlb: a page reached through a shared
+                    // PMD table without MOVE_ALL stays, before any isolation.
+                    let skip = huge && self.hugetlb_queue_skips(a, flags);
+                    match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                         Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
                         // A shared page without MOVE_ALL stays, not an error.
                         Ok(None) => {}
-                        Err(_) if huge && self.hugetlb_queue_skips(a, flags) => {}
                         Err(_) => failed += 1,
                     }
                 }
@@ -298,7 +300,8 @@ impl AddressSpace {
     /// number of pages that did not move. `EINVAL`/`EFAULT` for the masks
     /// as [`AddressSpace::set_mempolicy`]; `EPERM` for a new node outside
     /// the arena without `cap_sys_nice`; `EINVAL` if no new node is one of
-    /// the arena's.
+    /// the arena's; `ENOMEM` when a hugetlb page's new node has no free
+    /// unreserved huge page (the pages moved before it stay moved).
     pub fn migrate_pages(&self, maxnode: u64, old_nodes: Option<&[u64]>, new_nodes: Option<&[u64]>) -> Result<u64> {
         let old = get_nodes(old_nodes, maxnode)?;
         let new = get_nodes(new_nodes, maxnode)?;
@@ -328,13 +331,14 @@ impl AddressSpace {
                     if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() {
                         let src = self.phys.node_of(pte.pfn());
                         if let Some(d) = dest(src).filter(|&d| d != src) {
-                            match self.isolate_at(v, a, flags) {
+                            // queue_folios_hugetlb, as in mbind.
+                            let skip = huge && self.hugetlb_queue_skips(a, flags);
+                            match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                                 Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == d) {
                                     Some((_, q)) => q.push(p),
                                     None => by_node.push((d, vec![p])),
                                 },
                                 Ok(None) => {}
-                                Err(_) if huge && self.hugetlb_queue_skips(a, flags) => {}
                                 Err(_) => failed += 1,
                             }
                         }
@@ -343,8 +347,23 @@ impl AddressSpace {
                 }
             }
         }
+        // do_migrate_pages: a hugetlb page finding no free page on its
+        // target node ends the call with ENOMEM (what moved stays moved);
+        // the pages not tried yet are put back.
+        let mut enomem = false;
         for (node, pages) in by_node {
-            failed += self.migrate_isolated(&pages, node).failed;
+            if enomem {
+                for p in &pages {
+                    p.page.desc().flags.fetch_and(!crate::phys::PG_ISOLATED, crate::sync::Ordering::AcqRel);
+                }
+                continue;
+            }
+            let counts = self.migrate_isolated(&pages, node);
+            enomem = counts.enomem;
+            failed += counts.failed;
+        }
+        if enomem {
+            return Err(Errno::NoMem);
         }
         Ok(failed)
     }

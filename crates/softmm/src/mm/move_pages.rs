@@ -33,6 +33,9 @@ impl AddressSpace {
     /// elsewhere, no memory on the node), the call stops and
     /// returns their number plus the number of entries not looked at yet, as
     /// a positive value, leaving that run's statuses unwritten; else 0.
+    /// A hugetlb page whose target node has no free unreserved huge page
+    /// ends the call with `ENOMEM` instead (Linux's `migrate_hugetlbs`),
+    /// that run's statuses unwritten too.
     pub fn move_pages(&self, pages: &[u64], nodes: Option<&[i32]>, status: &mut [i32], flags: u32) -> Result<u64> {
         if flags & !(MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0 {
             return Err(Errno::Inval);
@@ -54,12 +57,12 @@ impl AddressSpace {
         for i in 0..pages.len() {
             let node = nodes[i];
             if node < 0 || node as usize >= phys.nodes() {
-                let left = self.move_run(&mut run, run_node, status, pages.len() - i);
+                let left = self.move_run(&mut run, run_node, status, pages.len() - i)?;
                 return if left > 0 { Ok(left) } else { Err(Errno::NoDev) };
             }
             let node = node as usize;
             if run_node.is_some_and(|n| n != node) {
-                let left = self.move_run(&mut run, run_node, status, pages.len() - i);
+                let left = self.move_run(&mut run, run_node, status, pages.len() - i)?;
                 if left > 0 {
                     return Ok(left);
                 }
@@ -71,7 +74,7 @@ impl AddressSpace {
                 Err(code) => status[i] = code,
             }
         }
-        Ok(self.move_run(&mut run, run_node, status, 0))
+        self.move_run(&mut run, run_node, status, 0)
     }
 
     /// `add_folio_for_migration`: the page at `addr` isolated for a move to
@@ -144,26 +147,31 @@ impl AddressSpace {
 
     /// Migrates the queued run to `node` (Linux's `move_pages_and_store_status`):
     /// 0 and the run's statuses set to the node, or the number of pages not
-    /// moved plus `rest` with the statuses left unwritten. Releases the run.
+    /// moved plus `rest` with the statuses left unwritten; `ENOMEM` (the
+    /// statuses unwritten too) when a hugetlb page found no free page on
+    /// the node, as Linux's `migrate_pages` returns it. Releases the run.
     fn move_run(
         &self,
         run: &mut Vec<(usize, Isolated<'_>)>,
         node: Option<usize>,
         status: &mut [i32],
         rest: usize,
-    ) -> u64 {
-        let (Some(node), false) = (node, run.is_empty()) else { return 0 };
+    ) -> Result<u64> {
+        let (Some(node), false) = (node, run.is_empty()) else { return Ok(0) };
         let (idx, isolated): (Vec<usize>, Vec<Isolated<'_>>) = std::mem::take(run).into_iter().unzip();
         let counts = self.migrate_isolated(&isolated, node);
+        if counts.enomem {
+            return Err(Errno::NoMem);
+        }
         if counts.failed == 0 {
             for i in idx {
                 status[i] = node as i32;
             }
         }
         if counts.failed > 0 {
-            return counts.failed + rest as u64;
+            return Ok(counts.failed + rest as u64);
         }
-        0
+        Ok(0)
     }
 
     /// Migrates isolated pages to `node` with this address space's policy,
