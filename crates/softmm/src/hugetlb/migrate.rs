@@ -105,16 +105,24 @@ impl AddressSpace {
 }
 
 /// `migration_entry_wait_huge`: the hugetlb page at `haddr` is being
-/// migrated; wait, holding no PMD lock, until its entry changes (the
+/// migrated; wait a while, holding no PMD lock, for its entry to change (the
 /// migrator restores it, or a zap clears it), then the caller retries the
 /// fault. The caller holds none of the hugetlb fault's locks (the migrator
-/// takes `i_mmap` for write), and at most `mmap_lock` for read, which the
-/// migrator's recursive read never waits behind.
+/// takes `i_mmap` for write) but may hold the VMA's read reference or
+/// `mmap_lock` for read, so the wait is bounded: the migrator takes each
+/// mapper's `mmap_lock`, which a `fork` holding it for write may be unable
+/// to hand on until our VMA reference goes, so the fault must return and
+/// drop it rather than wait for the migrator without end.
 pub(crate) fn migration_entry_wait_huge(leaf: Leaf<'_>, haddr: u64, pte: Pte) {
-    let mut i = 0;
-    while leaf.load(haddr) == pte {
+    #[cfg(loom)]
+    const SPINS: u32 = 1;
+    #[cfg(not(loom))]
+    const SPINS: u32 = 128;
+    for i in 0..SPINS {
+        if leaf.load(haddr) != pte {
+            return;
+        }
         crate::sync::spin_hint(i);
-        i = i.saturating_add(1);
     }
 }
 
