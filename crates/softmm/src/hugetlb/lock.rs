@@ -219,6 +219,10 @@ pub(crate) mod broken {
     /// Truncate and hole punch do not zap again a page that a fault mapped
     /// between their first zap and the page's removal.
     pub(crate) static SKIP_REZAP: AtomicBool = AtomicBool::new(false);
+    /// A zap of a shareable hugetlb VMA under `mmap_lock` for read
+    /// (`MADV_DONTNEED`, truncate, hole punch) takes neither the VMA lock
+    /// nor `i_mmap` for write around its walk (no `__hugetlb_zap_begin`).
+    pub(crate) static SKIP_ZAP_LOCK: AtomicBool = AtomicBool::new(false);
 
     /// `huge_pmd_share` links nothing (set by the models once their
     /// tables are shared). Not a broken variant: loom treats a thread
@@ -235,6 +239,10 @@ pub(crate) mod broken {
 
     pub(crate) fn skip_policy() -> bool {
         SKIP_POLICY.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn skip_zap_lock() -> bool {
+        SKIP_ZAP_LOCK.load(Ordering::Relaxed)
     }
 
     pub(crate) fn skip_rezap() -> bool {

@@ -29,10 +29,10 @@
 
 pub(crate) mod cow;
 pub(crate) mod gup;
-pub(crate) mod migrate;
 pub(crate) mod lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
+pub(crate) mod migrate;
 pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;

@@ -183,6 +183,68 @@ impl AddressSpace {
         }
     }
 
+    /// Linux's zap of a hugetlb VMA between `__hugetlb_zap_begin` and
+    /// `__hugetlb_zap_end`: clears the entries of `[start, end)`, a range of
+    /// `vma`, for which `filter` holds, as [`AddressSpace::zap_range`], for
+    /// the callers that hold `mmap_lock` only for read (`MADV_DONTNEED`,
+    /// truncate, hole punch). Each PUD window of the range that `vma`
+    /// covers whole, where a PMD table may be shared, is unshared and
+    /// zapped under this address space's hugetlb VMA lock and the file's
+    /// `i_mmap` lock, both for write, as an unshare. Under them no fault
+    /// of any address space links the window's table (`huge_pmd_share`
+    /// holds `i_mmap` for read), so the zap never clears an entry through a
+    /// table another address space links: without them, another address
+    /// space could link a table never shared while this zap clears it and
+    /// flushes only this address space, or this address space's own fault
+    /// could link another's table after the unshare check, and the walk
+    /// would clear that one's entries. Other windows, and every other VMA,
+    /// zap as [`AddressSpace::zap_range`] (no lock: no sharing can reach
+    /// them), so a zap of 4 KiB pages never meets these locks.
+    ///
+    /// The gathered frames are flushed and freed by the caller after the
+    /// locks go, as before: an entry cleared here maps nothing once the
+    /// locks are dropped, so a later link sees none, and its frame is held
+    /// by the gather until this address space's flush.
+    pub(crate) fn hugetlb_zap_range(
+        &self,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+        tlb: &mut crate::mm::MmuGather,
+        mut filter: impl FnMut(crate::pgtable::Pte) -> bool,
+    ) {
+        let i_mmap = vma
+            .file
+            .as_ref()
+            .and_then(|f| f.hugetlb.as_ref())
+            .filter(|_| vma.flags.contains(VmFlags::MAYSHARE))
+            .map(|inode| &inode.vmas.i_mmap);
+        #[cfg(loom)]
+        let i_mmap = i_mmap.filter(|_| !super::lock::broken::skip_zap_lock());
+        let Some(i_mmap) = i_mmap else { return self.zap_range(start, end, tlb, filter) };
+        let mut from = start;
+        while from < end {
+            let w = from & !(PUD_SIZE - 1);
+            let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
+            if want_pmd_share(vma, w) {
+                let locks = &self.phys.hugetlb.locks;
+                locks.count(Kind::VmaLockWrite);
+                let _vma_lock = self.hugetlb_lock.stripe(w).write();
+                locks.count(Kind::IMmapWrite);
+                let _i_mmap = i_mmap.write();
+                let guard = crossbeam_epoch::pin();
+                if self.pgtables.has_pmd_table(w, &guard) {
+                    self.huge_pmd_unshare_locked(w, &guard);
+                }
+                drop(guard);
+                self.zap_walk(from, to, tlb, &mut filter, false);
+            } else {
+                self.zap_range(from, to, tlb, &mut filter);
+            }
+            from = to;
+        }
+    }
+
     /// `hugetlb_split` (Linux 6.16+, backported to 6.12): `vma` is about to
     /// split at `addr`, with `mmap_lock` held for write. If the PUD window
     /// around `addr` lies wholly inside `vma` and `addr` is not its start,
@@ -213,6 +275,15 @@ impl AddressSpace {
         let _vma_lock = self.hugetlb_lock.stripe(w).write();
         locks.count(Kind::IMmapWrite);
         let _i_mmap = i_mmap.write();
+        self.huge_pmd_unshare_locked(w, guard);
+    }
+
+    /// The unshare of [`Self::huge_pmd_unshare`], for a caller holding this
+    /// address space's hugetlb VMA lock for the window at `w` and the
+    /// file's `i_mmap` lock, both for write: nothing if the table is not
+    /// shared; else the link goes and this address space's TLB is flushed
+    /// before the caller drops `i_mmap`.
+    fn huge_pmd_unshare_locked(&self, w: u64, guard: &Guard) {
         let freed = match self.pgtables.pmd_unshare(w) {
             PmdUnshare::NotShared => return,
             PmdUnshare::Unshared => None,
@@ -649,5 +720,4 @@ mod tests {
             assert_no_leaks(&phys);
         }
     }
-
 }
