@@ -53,6 +53,15 @@
 //! by then (the flush waits for every access in progress), and a table
 //! whose last link an unshare dropped is freed behind an epoch grace
 //! period.
+//!
+//! Zaps under `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch)
+//! go through [`AddressSpace::hugetlb_zap_range`] (Linux's
+//! `__hugetlb_zap_begin`): each window their VMA could share is unshared
+//! and walked under the VMA lock and `i_mmap`, both for write, so that no
+//! `huge_pmd_share` links the table between the unshare check and the
+//! walk. Writers of `mmap_lock` need no more than the unshare: no other
+//! address space links from them (`huge_pmd_share` only tries their
+//! `mmap_lock`), and their own faults wait.
 
 use crossbeam_epoch::Guard;
 
@@ -164,7 +173,10 @@ impl AddressSpace {
     /// Unshares every PUD window overlapping `[start, end)` whose PMD table
     /// this address space shares, flushing its TLB before the lock is
     /// released; see the module doc. Called by every path that changes the
-    /// entries of a range, with `mmap_lock` held, before it changes them.
+    /// entries of a range, with `mmap_lock` held, before it changes them;
+    /// with `mmap_lock` held only for read, a shareable window also needs
+    /// the locks of [`Self::hugetlb_zap_range`] across the change, or a
+    /// link made after this check would be walked through.
     /// Costs one load in an address space that never shared a table.
     pub(crate) fn hugetlb_unshare_range(&self, start: u64, end: u64) {
         if start >= end || !self.pgtables.ever_shared() {
@@ -538,6 +550,45 @@ mod tests {
         assert_eq!(phys.huge_page_stats().pmd_unshares, 0);
         assert_eq!(touch(&child, a), 0, "still through the parent's table");
         drop((parent, child, f));
+        assert_no_leaks(&phys);
+    }
+
+    /// `__hugetlb_zap_begin`: a zap under `mmap_lock` for read takes the
+    /// VMA lock and `i_mmap` for write once per window its VMA could share
+    /// (`MADV_DONTNEED`, truncate, hole punch), and never for anything
+    /// else: 4 KiB pages, a hugetlb VMA smaller than a window, a private
+    /// one. (Seen failing with the zap left unlocked: no write counted.)
+    #[test]
+    fn read_locked_zaps_lock_shareable_windows_and_nothing_else() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = map(&mm, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+        write_all(&mm, a);
+        let small = 16 * crate::PAGE_SIZE;
+        let anon = mm.mmap(0, small, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        // The last 2 MiB of the file, alone in a window: never shareable
+        // (left unfaulted: the pool holds `TOUCHED` pages).
+        let tail = map(&mm, &f, 9 * PUD_SIZE, 0, HP, PUD_SIZE, MAP_SHARED);
+        let private = map(&mm, &f, 10 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_PRIVATE);
+        {
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(anon, 1).unwrap();
+            assert_eq!(cpu.read_u64(private + 8).unwrap(), 0x5eed);
+        }
+        let writes = |s: crate::HugetlbLockStats| (s.vma_lock_write, s.i_mmap_write);
+        let before = writes(phys.hugetlb_lock_stats());
+        mm.madvise(anon, small, MADV_DONTNEED).unwrap();
+        mm.madvise(tail, HP, MADV_DONTNEED).unwrap();
+        mm.madvise(private, HP, MADV_DONTNEED).unwrap();
+        assert_eq!(writes(phys.hugetlb_lock_stats()), before, "no window that could share");
+        mm.madvise(a, 2 * HP, MADV_DONTNEED).unwrap();
+        assert_eq!(writes(phys.hugetlb_lock_stats()), (before.0 + 1, before.1 + 1), "one window");
+        assert_eq!(touch(&mm, a), 2, "the two pages were zapped");
+        let before = writes(phys.hugetlb_lock_stats());
+        f.fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 6 * HP, HP).unwrap();
+        assert_eq!(writes(phys.hugetlb_lock_stats()), (before.0 + 1, before.1 + 1), "punch: the one window");
+        drop((mm, f));
         assert_no_leaks(&phys);
     }
 
