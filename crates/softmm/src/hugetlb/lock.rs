@@ -8,7 +8,11 @@
 //! → `i_mmap` → the PMD table's lock. Every fault takes them in that order
 //! (each policy a prefix of it, `huge_pmd_share` adding `i_mmap` for read),
 //! and every unshare takes the VMA lock and `i_mmap` for write, then the PMD
-//! lock, without any fault mutex. Truncate and hole punch hold a fault mutex
+//! lock, without any fault mutex; so does a zap of a shareable window under
+//! `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch: Linux's
+//! `__hugetlb_zap_begin`, `AddressSpace::hugetlb_zap_range`), around its
+//! unshare and its walk. No step reaches another address space's locks
+//! except `huge_pmd_share`'s try-lock of its `mmap_lock`. Truncate and hole punch hold a fault mutex
 //! only around removing one page from the page cache, taking nothing else
 //! meanwhile, so Linux's back-off (`hugetlb_unmap_file_folio` trylocking the
 //! VMA lock under `i_mmap`) has nothing to back off from: softmm's truncate
@@ -219,6 +223,10 @@ pub(crate) mod broken {
     /// Truncate and hole punch do not zap again a page that a fault mapped
     /// between their first zap and the page's removal.
     pub(crate) static SKIP_REZAP: AtomicBool = AtomicBool::new(false);
+    /// A zap of a shareable hugetlb VMA under `mmap_lock` for read
+    /// (`MADV_DONTNEED`, truncate, hole punch) takes neither the VMA lock
+    /// nor `i_mmap` for write around its walk (no `__hugetlb_zap_begin`).
+    pub(crate) static SKIP_ZAP_LOCK: AtomicBool = AtomicBool::new(false);
 
     /// `huge_pmd_share` links nothing (set by the models once their
     /// tables are shared). Not a broken variant: loom treats a thread
@@ -235,6 +243,10 @@ pub(crate) mod broken {
 
     pub(crate) fn skip_policy() -> bool {
         SKIP_POLICY.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn skip_zap_lock() -> bool {
+        SKIP_ZAP_LOCK.load(Ordering::Relaxed)
     }
 
     pub(crate) fn skip_rezap() -> bool {

@@ -31,9 +31,9 @@ use crate::phys::{PhysConfig, PhysMem};
 use crate::uapi::*;
 use crate::{File, OpenFile};
 
-fn builder() -> loom::model::Builder {
+fn builder(preemptions: usize) -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
+    b.preemption_bound = Some(preemptions);
     // Table scans are 512 loads each.
     b.max_branches = 200_000;
     b
@@ -78,12 +78,22 @@ type Outcome = Result<(), String>;
 /// execution must. (A model reports rather than panics because a panic
 /// inside a loom execution aborts the process while loom objects unwind.)
 fn check(policy: HugetlbPolicy, switch: &'static std::sync::atomic::AtomicBool, model: fn(HugetlbPolicy) -> Outcome) {
+    check_bounded(2, policy, switch, model);
+}
+
+/// [`check`] with `preemptions` as loom's preemption bound.
+fn check_bounded(
+    preemptions: usize,
+    policy: HugetlbPolicy,
+    switch: &'static std::sync::atomic::AtomicBool,
+    model: fn(HugetlbPolicy) -> Outcome,
+) {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     // The switches are process-wide: one model at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     switch.store(false, Relaxed);
-    builder().check(move || {
+    builder(preemptions).check(move || {
         if let Err(e) = model(policy) {
             panic!("{policy:?}: {e}");
         }
@@ -91,7 +101,7 @@ fn check(policy: HugetlbPolicy, switch: &'static std::sync::atomic::AtomicBool, 
     let caught = Arc::new(AtomicBool::new(false));
     let seen = caught.clone();
     switch.store(true, Relaxed);
-    builder().check(move || {
+    builder(preemptions).check(move || {
         if model(policy).is_err() {
             seen.store(true, Relaxed);
         }
@@ -174,5 +184,121 @@ fn fault_vs_unshare_lock_free() {
 fn fault_vs_truncate_every_policy() {
     for &policy in HugetlbPolicy::ALL {
         check(policy, &broken::SKIP_REZAP, fault_vs_truncate);
+    }
+}
+
+/// Two mappers of one file, neither sharing yet: `A` faulted page 1 into a
+/// PMD table of its own (never shared), `B` maps the same 1 GiB with no
+/// table, and sharing stays allowed (no `NO_SHARE`: no `mmap_lock` writer
+/// runs in these models, so loom's try-lock cannot report a false
+/// deadlock). With `b_faulted`, `B` instead faulted pages 0 and 1 into its
+/// own table and `A` has none. Returns `(phys, file, A, B, a, b)`.
+fn setup_unshared(
+    policy: HugetlbPolicy,
+    b_faulted: bool,
+) -> (Arc<PhysMem>, Arc<File>, Arc<AddressSpace>, Arc<AddressSpace>, u64, u64) {
+    broken::NO_SHARE.store(false, std::sync::atomic::Ordering::Relaxed);
+    let phys = PhysMem::new(PhysConfig::new(3 * HP).hugepages(2)).unwrap();
+    let f = File::create_hugetlbfs(&phys, "/db", PUD_SIZE).unwrap();
+    f.fallocate(0, 0, 2 * HP).unwrap();
+    let open = OpenFile::read_write(&f);
+    let config = MmConfig::default().hugetlb_policy(policy);
+    let map = |mm: &AddressSpace, at: u64| {
+        let flags = MAP_SHARED | MAP_FIXED | MAP_NORESERVE;
+        mm.mmap(at, PUD_SIZE, PROT_READ | PROT_WRITE, flags, Some(&open), 0).unwrap()
+    };
+    // `B` maps first, so that truncate zaps it first: a zap of `B` after
+    // the link would unshare it (and flush `B`) whatever `A`'s zap did.
+    let mm_b = AddressSpace::new(&phys, config.clone()).unwrap();
+    let b = map(&mm_b, 8 * PUD_SIZE);
+    let mm_a = AddressSpace::new(&phys, config).unwrap();
+    let a = map(&mm_a, 4 * PUD_SIZE);
+    if b_faulted {
+        mm_b.handle_fault(b, Access::Write).unwrap();
+        mm_b.handle_fault(b + HP, Access::Write).unwrap();
+    } else {
+        mm_a.handle_fault(a + HP, Access::Write).unwrap();
+    }
+    assert_eq!(phys.huge_page_stats().pmd_shares, 0, "nothing shared yet");
+    (phys, f, mm_a, mm_b, a, b)
+}
+
+/// Race 1 of the unshare side: truncate's zap of `A`'s window, whose table
+/// was never shared, against `B`'s fault linking that very table
+/// (`huge_pmd_share`) and its CPU reading page 1 through it. Once truncate
+/// has returned, `B`'s CPU must not read page 1 (its frames are back in
+/// the pool): it takes `SIGBUS`. A zap that took no `i_mmap` lock for the
+/// window would clear the entry in a table `B` had just linked and flush
+/// only `A`, and `B`'s CPU would keep a translation to the freed page.
+fn truncate_vs_sharing_fault(policy: HugetlbPolicy) -> Outcome {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    let (phys, f, mm_a, mm_b, _a, b) = setup_unshared(policy, false);
+    let done = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (mm_b, done) = (mm_b.clone(), done.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = crate::Cpu::attached(&mm_b);
+            let first = cpu.read_u64(b + HP + 8);
+            // Quiescent meanwhile (outside any access), as a thread that
+            // waits: truncate's flushes do not wait for this CPU.
+            while !done.load(Ordering::Acquire) {
+                loom::thread::yield_now();
+            }
+            (first, cpu.read_u64(b + HP + 8))
+        })
+    };
+    f.set_len(HP).unwrap();
+    done.store(true, Ordering::Release);
+    let (first, second) = t.join().unwrap();
+    if !(first.is_ok() || first == Err(Fault::Bus { addr: b + HP + 8 })) {
+        return Err(format!("B's first read ended in {first:?}"));
+    }
+    if second != Err(Fault::Bus { addr: b + HP + 8 }) {
+        return Err(format!("B's CPU read {second:?} from a page truncate had freed"));
+    }
+    drop((phys, mm_a, mm_b, f));
+    Ok(())
+}
+
+/// Race 2: `MADV_DONTNEED` of pages 0 and 1 in `A`, whose window has no
+/// table yet, against `A`'s own fault linking `B`'s table there. `A`'s
+/// advice must never clear `B`'s entries: either the link came first and
+/// the zap unshares it, or the zap came first and the fault links `B`'s
+/// table after. A zap that decided "never shared, nothing to unshare"
+/// before its walk would walk into `B`'s table once linked, and clear
+/// entries `B` maps (flushing only `A`).
+fn dontneed_vs_own_sharing_fault(policy: HugetlbPolicy) -> Outcome {
+    let (phys, f, mm_a, mm_b, a, b) = setup_unshared(policy, true);
+    let t = {
+        let mm_a = mm_a.clone();
+        loom::thread::spawn(move || mm_a.handle_fault(a + HP, Access::Read))
+    };
+    mm_a.madvise(a, 2 * HP, MADV_DONTNEED).unwrap();
+    let r = t.join().unwrap();
+    if r.is_err() {
+        return Err(format!("A's fault failed: {r:?}"));
+    }
+    for page in [b, b + HP] {
+        if !mm_b.pte_at(page).has_frame() {
+            return Err(format!("A's MADV_DONTNEED cleared B's entry at {page:#x}"));
+        }
+    }
+    drop((phys, mm_a, mm_b, f));
+    Ok(())
+}
+
+#[test]
+fn truncate_vs_sharing_fault_vma_lock() {
+    // One preemption is enough for the race (truncate preempted between
+    // its zap of `B` and its zap of `A`; `B`'s thread then waits), and
+    // keeps the model to seconds: with two it explores for minutes (a
+    // CPU's read and a truncate of two address spaces).
+    check_bounded(1, HugetlbPolicy::VmaLock, &broken::SKIP_ZAP_LOCK, truncate_vs_sharing_fault);
+}
+
+#[test]
+fn dontneed_vs_own_sharing_fault_every_policy() {
+    for &policy in HugetlbPolicy::ALL {
+        check(policy, &broken::SKIP_ZAP_LOCK, dontneed_vs_own_sharing_fault);
     }
 }

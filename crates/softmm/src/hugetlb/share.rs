@@ -55,6 +55,15 @@
 //! by then (the flush waits for every access in progress), and a table
 //! whose last link an unshare dropped is freed behind an epoch grace
 //! period.
+//!
+//! Zaps under `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch)
+//! go through [`AddressSpace::hugetlb_zap_range`] (Linux's
+//! `__hugetlb_zap_begin`): each window their VMA could share is unshared
+//! and walked under the VMA lock and `i_mmap`, both for write, so that no
+//! `huge_pmd_share` links the table between the unshare check and the
+//! walk. Writers of `mmap_lock` need no more than the unshare: no other
+//! address space links from them (`huge_pmd_share` only tries their
+//! `mmap_lock`), and their own faults wait.
 
 use crossbeam_epoch::Guard;
 
@@ -166,7 +175,10 @@ impl AddressSpace {
     /// Unshares every PUD window overlapping `[start, end)` whose PMD table
     /// this address space shares, flushing its TLB before the lock is
     /// released; see the module doc. Called by every path that changes the
-    /// entries of a range, with `mmap_lock` held, before it changes them.
+    /// entries of a range, with `mmap_lock` held, before it changes them;
+    /// with `mmap_lock` held only for read, a shareable window also needs
+    /// the locks of [`Self::hugetlb_zap_range`] across the change, or a
+    /// link made after this check would be walked through.
     /// Costs one load in an address space that never shared a table.
     pub(crate) fn hugetlb_unshare_range(&self, start: u64, end: u64) {
         if start >= end || !self.pgtables.ever_shared() {
@@ -182,6 +194,68 @@ impl AddressSpace {
                 Some(next) => w = next,
                 None => break,
             }
+        }
+    }
+
+    /// Linux's zap of a hugetlb VMA between `__hugetlb_zap_begin` and
+    /// `__hugetlb_zap_end`: clears the entries of `[start, end)`, a range of
+    /// `vma`, for which `filter` holds, as [`AddressSpace::zap_range`], for
+    /// the callers that hold `mmap_lock` only for read (`MADV_DONTNEED`,
+    /// truncate, hole punch). Each PUD window of the range that `vma`
+    /// covers whole, where a PMD table may be shared, is unshared and
+    /// zapped under this address space's hugetlb VMA lock and the file's
+    /// `i_mmap` lock, both for write, as an unshare. Under them no fault
+    /// of any address space links the window's table (`huge_pmd_share`
+    /// holds `i_mmap` for read), so the zap never clears an entry through a
+    /// table another address space links: without them, another address
+    /// space could link a table never shared while this zap clears it and
+    /// flushes only this address space, or this address space's own fault
+    /// could link another's table after the unshare check, and the walk
+    /// would clear that one's entries. Other windows, and every other VMA,
+    /// zap as [`AddressSpace::zap_range`] (no lock: no sharing can reach
+    /// them), so a zap of 4 KiB pages never meets these locks.
+    ///
+    /// The gathered frames are flushed and freed by the caller after the
+    /// locks go, as before: an entry cleared here maps nothing once the
+    /// locks are dropped, so a later link sees none, and its frame is held
+    /// by the gather until this address space's flush.
+    pub(crate) fn hugetlb_zap_range(
+        &self,
+        vma: &Vma,
+        start: u64,
+        end: u64,
+        tlb: &mut crate::mm::MmuGather,
+        mut filter: impl FnMut(crate::pgtable::Pte) -> bool,
+    ) {
+        let i_mmap = vma
+            .file
+            .as_ref()
+            .and_then(|f| f.hugetlb.as_ref())
+            .filter(|_| vma.flags.contains(VmFlags::MAYSHARE))
+            .map(|inode| &inode.vmas.i_mmap);
+        #[cfg(loom)]
+        let i_mmap = i_mmap.filter(|_| !super::lock::broken::skip_zap_lock());
+        let Some(i_mmap) = i_mmap else { return self.zap_range(start, end, tlb, filter) };
+        let mut from = start;
+        while from < end {
+            let w = from & !(PUD_SIZE - 1);
+            let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
+            if want_pmd_share(vma, w) {
+                let locks = &self.phys.hugetlb.locks;
+                locks.count(Kind::VmaLockWrite);
+                let _vma_lock = self.hugetlb_lock.stripe(w).write();
+                locks.count(Kind::IMmapWrite);
+                let _i_mmap = i_mmap.write();
+                let guard = crossbeam_epoch::pin();
+                if self.pgtables.has_pmd_table(w, &guard) {
+                    self.huge_pmd_unshare_locked(w, &guard);
+                }
+                drop(guard);
+                self.zap_walk(from, to, tlb, &mut filter, false);
+            } else {
+                self.zap_range(from, to, tlb, &mut filter);
+            }
+            from = to;
         }
     }
 
@@ -215,6 +289,15 @@ impl AddressSpace {
         let _vma_lock = self.hugetlb_lock.stripe(w).write();
         locks.count(Kind::IMmapWrite);
         let _i_mmap = i_mmap.write();
+        self.huge_pmd_unshare_locked(w, guard);
+    }
+
+    /// The unshare of [`Self::huge_pmd_unshare`], for a caller holding this
+    /// address space's hugetlb VMA lock for the window at `w` and the
+    /// file's `i_mmap` lock, both for write: nothing if the table is not
+    /// shared; else the link goes and this address space's TLB is flushed
+    /// before the caller drops `i_mmap`.
+    fn huge_pmd_unshare_locked(&self, w: u64, guard: &Guard) {
         let freed = match self.pgtables.pmd_unshare(w) {
             PmdUnshare::NotShared => return,
             PmdUnshare::Unshared => None,
@@ -469,6 +552,45 @@ mod tests {
         assert_eq!(phys.huge_page_stats().pmd_unshares, 0);
         assert_eq!(touch(&child, a), 0, "still through the parent's table");
         drop((parent, child, f));
+        assert_no_leaks(&phys);
+    }
+
+    /// `__hugetlb_zap_begin`: a zap under `mmap_lock` for read takes the
+    /// VMA lock and `i_mmap` for write once per window its VMA could share
+    /// (`MADV_DONTNEED`, truncate, hole punch), and never for anything
+    /// else: 4 KiB pages, a hugetlb VMA smaller than a window, a private
+    /// one. (Seen failing with the zap left unlocked: no write counted.)
+    #[test]
+    fn read_locked_zaps_lock_shareable_windows_and_nothing_else() {
+        let phys = arena();
+        let f = shared_file(&phys);
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = map(&mm, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+        write_all(&mm, a);
+        let small = 16 * crate::PAGE_SIZE;
+        let anon = mm.mmap(0, small, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        // The last 2 MiB of the file, alone in a window: never shareable
+        // (left unfaulted: the pool holds `TOUCHED` pages).
+        let tail = map(&mm, &f, 9 * PUD_SIZE, 0, HP, PUD_SIZE, MAP_SHARED);
+        let private = map(&mm, &f, 10 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_PRIVATE);
+        {
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(anon, 1).unwrap();
+            assert_eq!(cpu.read_u64(private + 8).unwrap(), 0x5eed);
+        }
+        let writes = |s: crate::HugetlbLockStats| (s.vma_lock_write, s.i_mmap_write);
+        let before = writes(phys.hugetlb_lock_stats());
+        mm.madvise(anon, small, MADV_DONTNEED).unwrap();
+        mm.madvise(tail, HP, MADV_DONTNEED).unwrap();
+        mm.madvise(private, HP, MADV_DONTNEED).unwrap();
+        assert_eq!(writes(phys.hugetlb_lock_stats()), before, "no window that could share");
+        mm.madvise(a, 2 * HP, MADV_DONTNEED).unwrap();
+        assert_eq!(writes(phys.hugetlb_lock_stats()), (before.0 + 1, before.1 + 1), "one window");
+        assert_eq!(touch(&mm, a), 2, "the two pages were zapped");
+        let before = writes(phys.hugetlb_lock_stats());
+        f.fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 6 * HP, HP).unwrap();
+        assert_eq!(writes(phys.hugetlb_lock_stats()), (before.0 + 1, before.1 + 1), "punch: the one window");
+        drop((mm, f));
         assert_no_leaks(&phys);
     }
 

@@ -188,7 +188,7 @@ impl AddressSpace {
                     let stop = stop & !(huge - 1);
                     if start < stop {
                         mm.hugetlb_restore_reserves(vma, start, stop);
-                        mm.zap_range(start, stop, &mut tlb, |_| true);
+                        mm.hugetlb_zap_range(vma, start, stop, &mut tlb, |_| true);
                     }
                     Ok(())
                 }

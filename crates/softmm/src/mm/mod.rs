@@ -444,11 +444,25 @@ impl AddressSpace {
         start: u64,
         end: u64,
         tlb: &mut MmuGather,
-        mut filter: impl FnMut(Pte) -> bool,
+        filter: impl FnMut(Pte) -> bool,
         drop_markers: bool,
     ) {
         // huge_pmd_unshare: never change entries other address spaces map.
         self.hugetlb_unshare_range(start, end);
+        self.zap_walk(start, end, tlb, filter, drop_markers);
+    }
+
+    /// The walk of [`Self::zap_range_markers`], without its unshare: for a
+    /// caller that has unshared the range under the locks that keep it
+    /// unshared ([`Self::hugetlb_zap_range`]).
+    pub(crate) fn zap_walk(
+        &self,
+        start: u64,
+        end: u64,
+        tlb: &mut MmuGather,
+        mut filter: impl FnMut(Pte) -> bool,
+        drop_markers: bool,
+    ) {
         let mut from = start;
         while from < end {
             let guard = crossbeam_epoch::pin();
@@ -744,9 +758,14 @@ impl Mapper for AddressSpace {
             }
             let file_id = file.id();
             let phys = &self.phys;
-            self.zap_range(start, end, &mut tlb, |pte| {
-                even_cows || phys.desc(pte.pfn()).mapping.load(Ordering::Relaxed) == file_id
-            });
+            let filter = |pte: Pte| even_cows || phys.desc(pte.pfn()).mapping.load(Ordering::Relaxed) == file_id;
+            if v.flags.contains(VmFlags::HUGETLB) {
+                // __hugetlb_zap_begin: under `mmap_lock` for read only, a
+                // shareable window needs the locks that keep it unshared.
+                self.hugetlb_zap_range(v, start, end, &mut tlb, filter);
+            } else {
+                self.zap_range(start, end, &mut tlb, filter);
+            }
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
