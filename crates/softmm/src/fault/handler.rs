@@ -100,11 +100,10 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         if !ctx.may_sleep {
             return ctx.unsupported();
         }
-        if ctx.forced {
-            // Forced access (`access_remote_*`) does not follow huge
-            // leaves yet: it ends at the first hugetlb page.
-            return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
-        }
+        // A forced fault (`access_remote_*`, gup's `faultin_page`) comes
+        // here as any other: `check_vma_flags` already refused a forced
+        // write to a read-only hugetlb VMA, and a forced read of one
+        // without `PROT_READ` maps the page as the VMA's protection says.
         return super::hugetlb::hugetlb_fault(&super::hugetlb::HugeFault { mm: ctx.mm, vma }, addr, write);
     }
     let accessible = vma.flags.intersects(VmFlags::ACCESS_FLAGS);
