@@ -297,14 +297,17 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
         new_anon_frame(ctx, &copy, va);
         return install(ctx, leaf, va, copy, Pte::WRITE | Pte::DIRTY);
     }
-    let flags = if write {
-        page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
-        Pte::WRITE | Pte::DIRTY
-    } else {
-        0
-    };
+    let flags = if write { Pte::WRITE | Pte::DIRTY } else { 0 };
+    let pfn = page.pfn();
     if !install(ctx, leaf, va, page, flags)? {
         return Ok(false);
+    }
+    if write {
+        // `fault_dirty_shared_page`, after the entry is writable: a
+        // writeback that clears the flag before this leaves it set, one
+        // that clears it after write-protects the entry first (see
+        // `File::writeback`).
+        ctx.mm.phys.desc(pfn).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
     }
     if !write {
         fault_around(ctx, va, leaf, file);
