@@ -2,7 +2,8 @@
  * A tiny emulator on softmm's C API: a loader maps a text page (written,
  * then made read+exec as an ELF loader would) and a data page, an
  * interpreter loop fetches and executes 4-byte toy instructions through a
- * CPU, and guest faults become guest signals: a store into the text page
+ * CPU, one access section per basic block, and guest faults become guest
+ * signals: a store into the text page
  * and a load from a hole are skipped like a SIGSEGV handler would, a jump
  * into the data page stops the guest. Then the guest forks (copy on
  * write), prints its maps, and everything is freed with no leak.
@@ -39,32 +40,45 @@ struct vcpu {
 };
 
 /* Runs until HALT (0) or a fault (SOFTMM_FAULTED, with pc at the faulting
- * instruction, as a precise exception leaves it). */
+ * instruction, as a precise exception leaves it). Each basic block runs in
+ * one access section (its accesses pay the TLB lookup alone); the section
+ * ends at a taken branch and before returning, so the thread never blocks
+ * with one open. */
 static int run(struct vcpu *v, softmm_fault *f) {
+    softmm_section *s;
+    int rc;
+    CHECK(softmm_cpu_section_begin(v->cpu, &s));
     for (;;) {
         uint64_t insn;
-        int rc = softmm_cpu_fetch_uint(v->cpu, v->pc, 4, &insn, f);
+        rc = softmm_section_fetch_uint(s, v->pc, 4, &insn, f);
         if (rc != 0)
-            return rc;
+            break;
         unsigned op = insn & 0xff, rd = insn >> 8 & 15, rs = insn >> 12 & 15;
         int64_t imm = (int16_t)(insn >> 16);
+        int block_end = 0;
         v->pc += 4;
         switch (op) {
-        case HALT: return 0;
+        case HALT: CHECK(softmm_section_end(s)); return 0;
         case LI: v->r[rd] = (uint64_t)imm; break;
-        case LD: rc = softmm_cpu_read_uint(v->cpu, v->r[rs], 8, &v->r[rd], f); break;
-        case ST: rc = softmm_cpu_write_uint(v->cpu, v->r[rd], 8, v->r[rs], f); break;
+        case LD: rc = softmm_section_read_uint(s, v->r[rs], 8, &v->r[rd], f); break;
+        case ST: rc = softmm_section_write_uint(s, v->r[rd], 8, v->r[rs], f); break;
         case ADD: v->r[rd] += v->r[rs]; break;
         case ADDI: v->r[rd] += (uint64_t)imm; break;
-        case BNZ: if (v->r[rd] != 0) v->pc += (uint64_t)(imm * 4) - 4; break;
-        case JR: v->pc = v->r[rd]; break;
+        case BNZ: if (v->r[rd] != 0) { v->pc += (uint64_t)(imm * 4) - 4; block_end = 1; } break;
+        case JR: v->pc = v->r[rd]; block_end = 1; break;
         default: fprintf(stderr, "illegal instruction %#llx\n", (unsigned long long)insn); exit(1);
         }
         if (rc != 0) {
             v->pc -= 4;
-            return rc;
+            break;
+        }
+        if (block_end) { /* the next block, in a new section */
+            CHECK(softmm_section_end(s));
+            CHECK(softmm_cpu_section_begin(v->cpu, &s));
         }
     }
+    CHECK(softmm_section_end(s));
+    return rc;
 }
 
 static const char *code_name(const softmm_fault *f) {

@@ -29,6 +29,15 @@
  *    and need not park it: each access call is a whole access, and a
  *    munmap or mprotect elsewhere waits only for CPUs inside one.
  *    softmm_cpu_park stays optional. No function is async-signal-safe.
+ *  - Sections: softmm_cpu_section_begin opens an access section on a CPU
+ *    (an emulator's basic block) whose softmm_section_* accessors pay the
+ *    TLB lookup alone; softmm_section_end closes it. While it is open a
+ *    munmap/mprotect/fork on ANOTHER thread waits for its end: keep it
+ *    short and never block inside it. One per CPU (a second begin is
+ *    -EBUSY), same thread only (-EPERM), the CPU's own calls and free are
+ *    -EBUSY until the end, accessors of an ended section are -EINVAL; end
+ *    it before the thread exits. Calls into softmm from inside it on the
+ *    same thread (a munmap) are allowed: its next access sees them.
  */
 
 #ifndef SOFTMM_H
@@ -60,7 +69,9 @@ typedef enum softmm_atomic_op {
 // A CPU: one host thread's software TLB, attached to at most one address
 // space. **Thread-bound**: only the thread that made it may use or free
 // it (other threads get `-EPERM`), and it must be freed before that
-// thread exits.
+// thread exits. While an access section is open on it
+// ([`softmm_cpu_section_begin`]) every `softmm_cpu_*` call on it is
+// refused with `-EBUSY`.
 typedef struct softmm_cpu softmm_cpu;
 
 // An in-memory (tmpfs-like) file with a page cache, opened with an access
@@ -74,6 +85,25 @@ typedef struct softmm_mm softmm_mm;
 
 // A frame arena (`PhysMem`): the guest's physical memory. Thread-safe.
 typedef struct softmm_phys softmm_phys;
+
+// An open access section of a [`softmm_cpu`], made by
+// [`softmm_cpu_section_begin`] and ended by [`softmm_section_end`].
+// Its accessors are the CPU's (same results, faults and errno); inside
+// it a shootdown from **another** thread (a munmap, mprotect, fork, COW
+// break...) waits until the section ends, so: keep it short (a basic
+// block), never block while it is open (a join, a lock, host I/O), and
+// end it before the thread waits for anything. Calling into softmm from
+// inside it on the same thread (a munmap, another CPU's access) is
+// allowed: the next access of the section sees its effect.
+//
+// Contract: only the CPU's thread uses it (others get `-EPERM`); one
+// section per CPU at a time (a second `begin` is `-EBUSY`); while it is
+// open the CPU's own calls, `softmm_cpu_free` included, are `-EBUSY`;
+// after `softmm_section_end` its accessors are `-EINVAL` until the next
+// `begin` returns the same handle; it must be ended before its thread
+// exits. The handle lives as long as its CPU: using it after
+// `softmm_cpu_free` is a use after free.
+typedef struct softmm_section softmm_section;
 
 // How to build an arena. Fill it with `softmm_phys_config_default`, then
 // change the fields wanted.
@@ -202,8 +232,9 @@ int32_t softmm_mm_new_config(const struct softmm_phys *phys,
 // `mm` is null or a live handle; `out` is null or valid for a write.
 int32_t softmm_cpu_new(const struct softmm_mm *mm, struct softmm_cpu **out);
 
-// Frees a CPU (detaching it). `0`; `-EPERM` from another thread, which
-// leaves it alive; `NULL` is ignored.
+// Frees a CPU (detaching it). `0`; `-EPERM` from another thread and
+// `-EBUSY` while a section is open on it, which leave it alive; `NULL` is
+// ignored.
 //
 // # Safety
 //
@@ -615,6 +646,135 @@ int32_t softmm_file_open_host(const struct softmm_phys *phys,
 //
 // `file` is null or a live handle.
 int32_t softmm_file_sync(const struct softmm_file *file);
+
+// Opens an access section on `cpu` and stores its handle in `*out`
+// (the same handle every time for a CPU). `-EINVAL` if `cpu` is NULL,
+// detached or parked, `-EPERM` from another thread, `-EBUSY` if a section
+// is already open on it.
+//
+// ```c
+// softmm_section *s;
+// if (softmm_cpu_section_begin(cpu, &s) == 0) {
+//     uint64_t insn;
+//     int rc = softmm_section_fetch_uint(s, pc, 4, &insn, &fault);
+//     /* ... the rest of the basic block through s ... */
+//     softmm_section_end(s);
+// }
+// ```
+//
+// # Safety
+//
+// `cpu` is null or a live handle; `out` is null or valid for a write.
+int32_t softmm_cpu_section_begin(struct softmm_cpu *cpu, struct softmm_section **out);
+
+// Ends the section: the CPU counts as outside any access again, and its
+// own calls are accepted. `-EINVAL` for NULL or a section not open,
+// `-EPERM` from another thread (the section stays open).
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU.
+int32_t softmm_section_end(struct softmm_section *s);
+
+// `softmm_cpu_read` in a section.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `buf` is valid for
+// writes of `len` bytes; `fault` is null or valid for a write.
+int32_t softmm_section_read(struct softmm_section *s,
+                            uint64_t addr,
+                            void *buf,
+                            size_t len,
+                            struct softmm_fault *fault);
+
+// `softmm_cpu_fetch` in a section.
+//
+// # Safety
+//
+// As `softmm_section_read`.
+int32_t softmm_section_fetch(struct softmm_section *s,
+                             uint64_t addr,
+                             void *buf,
+                             size_t len,
+                             struct softmm_fault *fault);
+
+// `softmm_cpu_write` in a section.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `buf` is valid for
+// reads of `len` bytes; `fault` is null or valid for a write.
+int32_t softmm_section_write(struct softmm_section *s,
+                             uint64_t addr,
+                             const void *buf,
+                             size_t len,
+                             struct softmm_fault *fault);
+
+// `softmm_cpu_read_uint` in a section: a TLB hit is one lookup and one
+// load.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `out` and `fault` are
+// null or valid for a write.
+int32_t softmm_section_read_uint(struct softmm_section *s,
+                                 uint64_t addr,
+                                 uint32_t size,
+                                 uint64_t *out,
+                                 struct softmm_fault *fault);
+
+// `softmm_cpu_fetch_uint` in a section.
+//
+// # Safety
+//
+// As `softmm_section_read_uint`.
+int32_t softmm_section_fetch_uint(struct softmm_section *s,
+                                  uint64_t addr,
+                                  uint32_t size,
+                                  uint64_t *out,
+                                  struct softmm_fault *fault);
+
+// `softmm_cpu_write_uint` in a section.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `fault` is null or
+// valid for a write.
+int32_t softmm_section_write_uint(struct softmm_section *s,
+                                  uint64_t addr,
+                                  uint32_t size,
+                                  uint64_t value,
+                                  struct softmm_fault *fault);
+
+// `softmm_cpu_atomic_rmw` in a section.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `old` and `fault` are
+// null or valid for a write.
+int32_t softmm_section_atomic_rmw(struct softmm_section *s,
+                                  uint64_t addr,
+                                  uint32_t size,
+                                  int32_t op,
+                                  uint64_t value,
+                                  int32_t order,
+                                  uint64_t *old,
+                                  struct softmm_fault *fault);
+
+// `softmm_cpu_atomic_cmpxchg` in a section.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `expected` is valid
+// for a read and a write; `fault` is null or valid for a write.
+int32_t softmm_section_atomic_cmpxchg(struct softmm_section *s,
+                                      uint64_t addr,
+                                      uint32_t size,
+                                      uint64_t *expected,
+                                      uint64_t desired,
+                                      int32_t order,
+                                      struct softmm_fault *fault);
 
 #ifdef __cplusplus
 }  // extern "C"

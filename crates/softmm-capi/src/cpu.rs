@@ -4,27 +4,34 @@ use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
-use softmm::{Cpu, Fault, Scalar};
+use softmm::{Cpu, Fault, Scalar, Section};
 
+use crate::section::softmm_section;
 use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault, softmm_mm};
 
 /// A CPU: one host thread's software TLB, attached to at most one address
 /// space. **Thread-bound**: only the thread that made it may use or free
 /// it (other threads get `-EPERM`), and it must be freed before that
-/// thread exits.
+/// thread exits. While an access section is open on it
+/// ([`softmm_cpu_section_begin`]) every `softmm_cpu_*` call on it is
+/// refused with `-EBUSY`.
 pub struct softmm_cpu {
     /// The identity of the thread that made it (see [`thread_id`]). Never
     /// written after creation, and read by any thread that passes the
     /// handle, so it lives outside the cell that only the owner borrows.
-    owner: usize,
-    /// Borrowed mutably only by the owner thread, after the owner check.
-    state: UnsafeCell<CpuState>,
+    pub(crate) owner: usize,
+    /// The CPU's section handle, whose address `softmm_cpu_section_begin`
+    /// hands out; while it is open it borrows `state.cpu` mutably.
+    pub(crate) section: softmm_section,
+    /// Borrowed mutably only by the owner thread, after the owner check,
+    /// and only while no section is open.
+    pub(crate) state: UnsafeCell<CpuState>,
 }
 
 /// The owner thread's part of a [`softmm_cpu`].
-struct CpuState {
-    cpu: Cpu,
-    parked: bool,
+pub(crate) struct CpuState {
+    pub(crate) cpu: Cpu,
+    pub(crate) parked: bool,
 }
 
 thread_local! {
@@ -34,7 +41,7 @@ thread_local! {
 /// A number that differs between live threads: the address of a
 /// thread-local. (A thread that exits may hand its number to a later one,
 /// hence "free a CPU before its thread exits".)
-fn thread_id() -> usize {
+pub(crate) fn thread_id() -> usize {
     THREAD_MARK.with(|m| m as *const u8 as usize)
 }
 
@@ -45,7 +52,7 @@ fn thread_id() -> usize {
 /// # Safety
 ///
 /// `cpu` is null or a live handle.
-unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i32> {
+pub(crate) unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i32> {
     // SAFETY: the caller's contract.
     let c = unsafe { owned(cpu) }?;
     if c.parked || c.cpu.mm().is_none() {
@@ -54,8 +61,9 @@ unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i32> {
     Ok(&mut c.cpu)
 }
 
-/// The owner's state of a handle, if the calling thread owns it; `-EINVAL`
-/// for null, `-EPERM` for another thread's.
+/// The owner's state of a handle, if the calling thread owns it and no
+/// section is open on it; `-EINVAL` for null, `-EPERM` for another
+/// thread's, `-EBUSY` while a section is open.
 ///
 /// # Safety
 ///
@@ -68,9 +76,14 @@ unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut CpuState, i32> {
     if h.owner != thread_id() {
         return Err(-libc::EPERM);
     }
-    // SAFETY: only the owner thread gets past the check, and no call of
-    // this API runs another one on its thread (there are no callbacks), so
-    // this is the one reference to the state while the call lasts.
+    // An open section holds the one mutable borrow of `state.cpu`.
+    if h.section.is_open() {
+        return Err(-libc::EBUSY);
+    }
+    // SAFETY: only the owner thread gets past the check, no section holds
+    // a borrow of the state (checked), and no call of this API runs
+    // another one on its thread (there are no callbacks), so this is the
+    // one reference to the state while the call lasts.
     Ok(unsafe { &mut *h.state.get() })
 }
 
@@ -90,14 +103,19 @@ pub unsafe extern "C" fn softmm_cpu_new(mm: *const softmm_mm, out: *mut *mut sof
         if let Some(mm) = unsafe { mm.as_ref() } {
             cpu.attach(&mm.inner);
         }
-        let h = Box::new(softmm_cpu { owner: thread_id(), state: UnsafeCell::new(CpuState { cpu, parked: false }) });
+        let h = Box::new(softmm_cpu {
+            owner: thread_id(),
+            section: softmm_section::closed(),
+            state: UnsafeCell::new(CpuState { cpu, parked: false }),
+        });
         // SAFETY: not null and valid (the caller's contract).
         unsafe { put(out, Box::into_raw(h)) }
     })
 }
 
-/// Frees a CPU (detaching it). `0`; `-EPERM` from another thread, which
-/// leaves it alive; `NULL` is ignored.
+/// Frees a CPU (detaching it). `0`; `-EPERM` from another thread and
+/// `-EBUSY` while a section is open on it, which leave it alive; `NULL` is
+/// ignored.
 ///
 /// # Safety
 ///
@@ -199,6 +217,81 @@ pub unsafe extern "C" fn softmm_cpu_resume(cpu: *mut softmm_cpu) -> i32 {
     })
 }
 
+/// The scalar and atomic accessors of a [`Cpu`] and of an open
+/// [`Section`] of one (the same results and faults): lets each of those
+/// functions of the C API have one body for `softmm_cpu_*` and
+/// `softmm_section_*`.
+pub(crate) trait Accessor {
+    fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault>;
+    fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault>;
+    fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault>;
+    fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault>;
+    fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault>;
+    fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault>;
+    fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault>;
+    fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault>;
+    fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault>;
+    fn atomic_compare_exchange<T: Scalar>(
+        &mut self,
+        addr: u64,
+        current: T,
+        new: T,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Result<T, T>, Fault>;
+}
+
+/// Implements [`Accessor`] by calling the type's own accessors of the same
+/// names.
+macro_rules! forward_accessor {
+    ($($ty:ty),*) => {$(
+        impl Accessor for $ty {
+            #[inline(always)]
+            fn read_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+                <$ty>::read_le(self, addr)
+            }
+            #[inline(always)]
+            fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
+                <$ty>::fetch_le(self, addr)
+            }
+            #[inline(always)]
+            fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
+                <$ty>::write_le(self, addr, v)
+            }
+            fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault> {
+                <$ty>::atomic_swap(self, addr, v, o)
+            }
+            fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault> {
+                <$ty>::atomic_fetch_add(self, addr, v, o)
+            }
+            fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault> {
+                <$ty>::atomic_fetch_sub(self, addr, v, o)
+            }
+            fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault> {
+                <$ty>::atomic_fetch_and(self, addr, v, o)
+            }
+            fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault> {
+                <$ty>::atomic_fetch_or(self, addr, v, o)
+            }
+            fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, o: Ordering) -> Result<T, Fault> {
+                <$ty>::atomic_fetch_xor(self, addr, v, o)
+            }
+            fn atomic_compare_exchange<T: Scalar>(
+                &mut self,
+                addr: u64,
+                current: T,
+                new: T,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<Result<T, T>, Fault> {
+                <$ty>::atomic_compare_exchange(self, addr, current, new, success, failure)
+            }
+        }
+    )*};
+}
+
+forward_accessor!(Cpu, Section<'_>);
+
 /// Runs a guest access on a running CPU: `0`, [`crate::SOFTMM_FAULTED`]
 /// (with `fault` filled), or `-errno` for a bad call.
 ///
@@ -294,8 +387,11 @@ pub unsafe extern "C" fn softmm_cpu_read_uint(
     out: *mut u64,
     fault: *mut softmm_fault,
 ) -> i32 {
+    if out.is_null() || !matches!(size, 1 | 2 | 4 | 8) {
+        return -libc::EINVAL;
+    }
     // SAFETY: the caller's contract.
-    unsafe { load_uint(cpu, addr, size, out, fault, false) }
+    unsafe { access(cpu, fault, |c| load_uint(c, addr, size, false, out)) }
 }
 
 /// Writes the low `size` bytes (1, 2, 4 or 8) of `value` little-endian at
@@ -316,14 +412,7 @@ pub unsafe extern "C" fn softmm_cpu_write_uint(
         return -libc::EINVAL;
     }
     // SAFETY: the caller's contract.
-    unsafe {
-        access(cpu, fault, |c| match size {
-            1 => c.write_le(addr, value as u8),
-            2 => c.write_le(addr, value as u16),
-            4 => c.write_le(addr, value as u32),
-            _ => c.write_le(addr, value),
-        })
-    }
+    unsafe { access(cpu, fault, |c| store_uint(c, addr, size, value)) }
 }
 
 /// Fetches the little-endian instruction unit of `size` bytes (1, 2, 4 or
@@ -340,51 +429,54 @@ pub unsafe extern "C" fn softmm_cpu_fetch_uint(
     out: *mut u64,
     fault: *mut softmm_fault,
 ) -> i32 {
+    if out.is_null() || !matches!(size, 1 | 2 | 4 | 8) {
+        return -libc::EINVAL;
+    }
     // SAFETY: the caller's contract.
-    unsafe { load_uint(cpu, addr, size, out, fault, true) }
+    unsafe { access(cpu, fault, |c| load_uint(c, addr, size, true, out)) }
 }
 
-/// The body of `softmm_cpu_read_uint` and `softmm_cpu_fetch_uint`: a data
-/// read, or an instruction fetch when `fetch`, at the width `size` picks.
+/// The body of the `*_read_uint` and `*_fetch_uint` functions: a data
+/// read, or an instruction fetch when `fetch`, at the width `size` (1, 2,
+/// 4 or 8, checked by the caller) picks, stored through `out` when it
+/// completes.
 ///
 /// # Safety
 ///
-/// As `softmm_cpu_read_uint`.
-unsafe fn load_uint(
-    cpu: *mut softmm_cpu,
+/// `out` is valid for a write.
+#[inline(always)]
+pub(crate) unsafe fn load_uint<A: Accessor>(
+    c: &mut A,
     addr: u64,
     size: u32,
-    out: *mut u64,
-    fault: *mut softmm_fault,
     fetch: bool,
-) -> i32 {
-    fn load<T: Scalar + Into<u64>>(c: &mut Cpu, addr: u64, fetch: bool) -> Result<u64, Fault> {
+    out: *mut u64,
+) -> Result<(), Fault> {
+    #[inline(always)]
+    fn load<T: Scalar + Into<u64>, A: Accessor>(c: &mut A, addr: u64, fetch: bool) -> Result<u64, Fault> {
         if fetch { c.fetch_le::<T>(addr) } else { c.read_le::<T>(addr) }.map(Into::into)
     }
-    if out.is_null() {
-        return -libc::EINVAL;
-    }
-    if !matches!(size, 1 | 2 | 4 | 8) {
-        return -libc::EINVAL;
-    }
-    let mut v = 0u64;
-    // SAFETY: the caller's contract.
-    let r = unsafe {
-        access(cpu, fault, |c| {
-            v = match size {
-                1 => load::<u8>(c, addr, fetch)?,
-                2 => load::<u16>(c, addr, fetch)?,
-                4 => load::<u32>(c, addr, fetch)?,
-                _ => load::<u64>(c, addr, fetch)?,
-            };
-            Ok(())
-        })
+    let v = match size {
+        1 => load::<u8, A>(c, addr, fetch)?,
+        2 => load::<u16, A>(c, addr, fetch)?,
+        4 => load::<u32, A>(c, addr, fetch)?,
+        _ => load::<u64, A>(c, addr, fetch)?,
     };
-    if r == 0 {
-        // SAFETY: not null and valid (the caller's contract).
-        unsafe { out.write(v) };
+    // SAFETY: valid for a write (the caller's contract).
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// The body of the `*_write_uint` functions: the low `size` bytes (1, 2, 4
+/// or 8, checked by the caller) of `value`.
+#[inline(always)]
+pub(crate) fn store_uint<A: Accessor>(c: &mut A, addr: u64, size: u32, value: u64) -> Result<(), Fault> {
+    match size {
+        1 => c.write_le(addr, value as u8),
+        2 => c.write_le(addr, value as u16),
+        4 => c.write_le(addr, value as u32),
+        _ => c.write_le(addr, value),
     }
-    r
 }
 
 /// An atomic read-modify-write operation for `softmm_cpu_atomic_rmw`.
@@ -407,7 +499,7 @@ pub enum softmm_atomic_op {
 
 /// A C11 `memory_order` value (`memory_order_relaxed` = 0 …
 /// `memory_order_seq_cst` = 5; consume is acquire), `None` otherwise.
-fn ordering(order: i32) -> Option<Ordering> {
+pub(crate) fn ordering(order: i32) -> Option<Ordering> {
     Some(match order {
         0 => Ordering::Relaxed,
         1 | 2 => Ordering::Acquire,
@@ -419,8 +511,8 @@ fn ordering(order: i32) -> Option<Ordering> {
 }
 
 /// One atomic operation on the `T` at `addr`; returns the old value.
-fn rmw<T: Scalar + TryFrom<u64> + Into<u64>>(
-    c: &mut Cpu,
+fn rmw<T: Scalar + TryFrom<u64> + Into<u64>, A: Accessor>(
+    c: &mut A,
     addr: u64,
     op: i32,
     v: u64,
@@ -438,6 +530,56 @@ fn rmw<T: Scalar + TryFrom<u64> + Into<u64>>(
         _ => return None,
     };
     Some(r.map(Into::into))
+}
+
+/// Whether `softmm_*_atomic_rmw`'s `size` and `op` are valid.
+pub(crate) fn rmw_args_valid(size: u32, op: i32) -> bool {
+    (0..=5).contains(&op) && matches!(size, 1 | 2 | 4 | 8)
+}
+
+/// The body of the `*_atomic_rmw` functions (size and operation checked
+/// by the caller with [`rmw_args_valid`]): the old value.
+pub(crate) fn atomic_rmw<A: Accessor>(
+    c: &mut A,
+    addr: u64,
+    size: u32,
+    op: i32,
+    value: u64,
+    o: Ordering,
+) -> Result<u64, Fault> {
+    let r = match size {
+        1 => rmw::<u8, A>(c, addr, op, value, o),
+        2 => rmw::<u16, A>(c, addr, op, value, o),
+        4 => rmw::<u32, A>(c, addr, op, value, o),
+        _ => rmw::<u64, A>(c, addr, op, value, o),
+    };
+    // Size and operation were checked by the caller.
+    r.expect("valid operation")
+}
+
+/// The body of the `*_atomic_cmpxchg` functions (size checked by the
+/// caller): the value found.
+pub(crate) fn atomic_cmpxchg<A: Accessor>(
+    c: &mut A,
+    addr: u64,
+    size: u32,
+    cur: u64,
+    desired: u64,
+    o: Ordering,
+) -> Result<u64, Fault> {
+    macro_rules! cas {
+        ($t:ty) => {{
+            let mask = u64::MAX >> (64 - 8 * std::mem::size_of::<$t>());
+            c.atomic_compare_exchange::<$t>(addr, (cur & mask) as $t, (desired & mask) as $t, o, o)
+                .map(|r| u64::from(r.unwrap_or_else(|x| x)))
+        }};
+    }
+    match size {
+        1 => cas!(u8),
+        2 => cas!(u16),
+        4 => cas!(u32),
+        _ => cas!(u64),
+    }
 }
 
 /// Atomic read-modify-write `op` ([`softmm_atomic_op`]) of the naturally
@@ -463,23 +605,12 @@ pub unsafe extern "C" fn softmm_cpu_atomic_rmw(
     fault: *mut softmm_fault,
 ) -> i32 {
     let Some(o) = ordering(order) else { return -libc::EINVAL };
-    if !(0..=5).contains(&op) || !matches!(size, 1 | 2 | 4 | 8) {
+    if !rmw_args_valid(size, op) {
         return -libc::EINVAL;
     }
     let mut prev = 0;
     // SAFETY: the caller's contract.
-    let r = unsafe {
-        access(cpu, fault, |c| {
-            let r = match size {
-                1 => rmw::<u8>(c, addr, op, value, o),
-                2 => rmw::<u16>(c, addr, op, value, o),
-                4 => rmw::<u32>(c, addr, op, value, o),
-                _ => rmw::<u64>(c, addr, op, value, o),
-            };
-            // Size and operation were checked above.
-            r.expect("valid operation").map(|p| prev = p)
-        })
-    };
+    let r = unsafe { access(cpu, fault, |c| atomic_rmw(c, addr, size, op, value, o).map(|p| prev = p)) };
     if r == 0 && !old.is_null() {
         // SAFETY: not null and valid (the caller's contract).
         unsafe { old.write(prev) };
@@ -516,22 +647,8 @@ pub unsafe extern "C" fn softmm_cpu_atomic_cmpxchg(
     // SAFETY: not null and valid (the caller's contract).
     let cur = unsafe { expected.read() };
     let mut found = 0u64;
-    macro_rules! cas {
-        ($t:ty, $c:expr) => {{
-            let mask = u64::MAX >> (64 - 8 * std::mem::size_of::<$t>());
-            $c.atomic_compare_exchange::<$t>(addr, (cur & mask) as $t, (desired & mask) as $t, o, o)
-                .map(|r| found = u64::from(r.unwrap_or_else(|x| x)))
-        }};
-    }
     // SAFETY: the caller's contract.
-    let r = unsafe {
-        access(cpu, fault, |c| match size {
-            1 => cas!(u8, c),
-            2 => cas!(u16, c),
-            4 => cas!(u32, c),
-            _ => cas!(u64, c),
-        })
-    };
+    let r = unsafe { access(cpu, fault, |c| atomic_cmpxchg(c, addr, size, cur, desired, o).map(|f| found = f)) };
     if r == 0 {
         // SAFETY: not null and valid (the caller's contract).
         unsafe { expected.write(found) };

@@ -33,6 +33,14 @@
 //!   its CPU attached and need not park it: each access call is a whole
 //!   access section, and a munmap elsewhere waits only for CPUs inside one
 //!   (`softmm_cpu_park` stays, optional).
+//! * **Sections**: [`softmm_cpu_section_begin`] opens an access section
+//!   on a CPU ([`softmm_section`]) across many accesses (a basic block),
+//!   each of which then pays the TLB lookup alone; [`softmm_section_end`]
+//!   closes it. Another thread's munmap waits for an open section: keep
+//!   it short and never block inside it. Misuse is an errno, never
+//!   undefined behaviour: a second section on the CPU or a CPU call while
+//!   one is open `-EBUSY`, another thread `-EPERM`, an ended section
+//!   `-EINVAL`.
 //! * **Signals**: no function is async-signal-safe; do not call one from a
 //!   signal handler that may interrupt another.
 //! * **Panics** never cross the boundary: each function catches them and
@@ -46,6 +54,7 @@ mod file;
 mod mm;
 mod phys;
 mod remote;
+mod section;
 
 pub use config::*;
 pub use cpu::*;
@@ -53,6 +62,7 @@ pub use file::*;
 pub use mm::*;
 pub use phys::*;
 pub use remote::*;
+pub use section::*;
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -1,9 +1,11 @@
 //! Samples, the terminal table and the JSON file.
 //!
 //! JSON shape: `{"machine": {"cores", "model", "kernel", "softmm_commit"},
-//! "samples": [{"workload", "mode", "policy", "threads", "repeat", "ops",
-//! "seconds", "ops_per_sec", "counters": {...}}]}`; counters are totals for
-//! the sample and absent where they do not apply.
+//! "shootdown", "samples": [{"workload", "mode", "policy", "threads",
+//! "repeat", "ops", "seconds", "ops_per_sec", "counters": {...}}]}`;
+//! `shootdown` is the `--shootdown` policy every softmm address space of the
+//! run used; counters are totals for the sample and absent where they do
+//! not apply.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -394,6 +396,13 @@ pub fn table(samples: &[Sample]) -> String {
     if shared {
         head.push("shared/op");
     }
+    // How long the flushes waited for CPUs inside an access, next to their
+    // count, where a sample measured it.
+    let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
+    let wait_col = head.iter().position(|h| *h == "flush/op").map_or(head.len(), |i| i + 1);
+    if waits {
+        head.insert(wait_col, "fwait ns/op");
+    }
     let mut cells: Vec<Vec<String>> = Vec::new();
     for row in &rows {
         let s = row.first();
@@ -429,6 +438,9 @@ pub fn table(samples: &[Sample]) -> String {
         ];
         if shared {
             line.push(per_op(c.shared_writes, ops));
+        }
+        if waits {
+            line.insert(wait_col, per_op(c.flush_wait_ns, ops));
         }
         cells.push(line);
     }
@@ -472,7 +484,8 @@ pub fn legend(samples: &[Sample]) -> String {
     }
     let mut out = String::from(
         "ops/s: median of the repeats (min, max); per-op counters: totals over the repeats / operations; \
-         lock = mmap_lock acquisitions, flush = TLB flush requests, spec = lock-free fault attempts.\n",
+         lock = mmap_lock acquisitions, flush = TLB flush requests, fwait = ns the flushes waited for CPUs \
+         inside an access, spec = lock-free fault attempts.\n",
     );
     for w in seen {
         let _ = writeln!(out, "  {}: one op = one {}", w.name(), w.op_unit());
@@ -490,8 +503,12 @@ pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<()
     Ok(())
 }
 
-/// Writes `results` as JSON.
+/// Writes `results` as JSON, with the run's `--shootdown` policy.
 pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;
+    let mut v = serde_json::to_value(results).map_err(|e| e.to_string())?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("shootdown".into(), crate::workloads::shootdown_policy().name().into());
+    }
+    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -79,7 +79,12 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 fn check_json(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("json written");
     let v: Value = serde_json::from_str(&text).expect("valid JSON");
-    assert_eq!(keys(&v), set(&["machine", "samples"]));
+    assert_eq!(keys(&v), set(&["machine", "shootdown", "samples"]));
+    assert!(
+        v["shootdown"].as_str().is_some_and(|p| softmm::ShootdownPolicy::from_name(p).is_some()),
+        "{}",
+        v["shootdown"]
+    );
     let m = &v["machine"];
     assert_eq!(keys(m), set(&["cores", "model", "kernel", "softmm_commit"]));
     assert!(m["cores"].as_u64().unwrap() >= 1);
@@ -224,6 +229,36 @@ fn bench_tlb_flush() {
     for s in samples.iter().filter(|s| s["policy"] != "host") {
         // The write faults the page in, the check after MADV_DONTNEED faults the zero page.
         assert_eq!(faults(s), 2 * s["ops"].as_u64().unwrap(), "{s}");
+    }
+}
+
+/// The JSON records the `--shootdown` policy of the run, and the table
+/// shows the flushes' wait next to their count.
+#[test]
+fn bench_records_the_shootdown_policy_and_shows_flush_waits() {
+    for policy in ["next-access", "access-sections"] {
+        let dir = scratch(&format!("shootdown-{policy}"));
+        let args = [
+            "bench",
+            "tlb-flush",
+            "--threads",
+            "2",
+            "--iterations",
+            "2",
+            "--size",
+            "1M",
+            "--shootdown",
+            policy,
+            "--json",
+            "out.json",
+        ];
+        let out = softmm_in(&dir, &args, Duration::from_secs(60));
+        assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+        let head = out.stdout.lines().find(|l| l.starts_with("workload")).expect("the table");
+        assert!(head.contains("flush/op  fwait ns/op"), "{head}");
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+        assert_eq!(v["shootdown"], policy);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

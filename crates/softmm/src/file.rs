@@ -44,6 +44,15 @@ pub(crate) trait Mapper: Send + Sync {
     /// held for write, so it may take `mmap_lock` only for read, recursively.
     fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool);
 
+    /// Linux's `folio_mkclean` for this address space, for each page-cache
+    /// page `(index, pfn)` of `pages`: write-protects (and marks clean)
+    /// every writable entry of a shared mapping of `file` that maps it, and
+    /// finishes the TLB shootdown before returning, so that no CPU stores
+    /// into those pages again without a write fault, which marks the page
+    /// dirty. Called with `file`'s `invalidate_lock` held for read, so it
+    /// may take `mmap_lock` only for read, recursively.
+    fn mkclean_file_pages(&self, file: &File, pages: &[(u64, Pfn)]);
+
     /// The mapper itself, for a caller above this layer that knows its type
     /// (migration's reverse walk finds the address spaces this way).
     fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
@@ -73,6 +82,8 @@ pub struct File {
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
     pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
+    /// Pages written back to the host so far ([`File::pages_written_back`]).
+    written_back: AtomicU64,
 }
 
 struct FileInner {
@@ -117,6 +128,7 @@ impl File {
             shmem_acct: AtomicU64::new(0),
             host: None,
             hugetlb,
+            written_back: AtomicU64::new(0),
         }
     }
 
@@ -157,27 +169,94 @@ impl File {
     /// Linux's `fsync`: writes every dirty page of a host-backed file back
     /// to the host, then `fdatasync`s it. `Ok` at once for an in-memory file
     /// or a host file opened read-only (it cannot have dirty pages). `EIO`
-    /// if the host refuses a write.
+    /// if the host refuses a write (the pages that were not written stay
+    /// dirty, to be tried again).
+    ///
+    /// A page is written only if it was written since it was last written
+    /// back: writeback marks it clean and write-protects its shared
+    /// mappings, so the next store through one faults and marks it dirty
+    /// again ([`File::pages_written_back`] counts the pages written).
     pub fn sync(&self) -> Result<()> {
-        let inner = self.inner.lock();
-        self.writeback(&inner, true)
+        self.writeback(true)
+    }
+
+    /// Pages of this file written back to the host so far (by
+    /// [`File::sync`], `msync(MS_SYNC)`): each page once per writeback
+    /// that found it dirty. 0 for an in-memory file.
+    pub fn pages_written_back(&self) -> u64 {
+        self.written_back.load(Ordering::Relaxed)
     }
 
     /// `writepages`, then `fdatasync` when `wait`, for a host-backed,
-    /// writable file.
-    fn writeback(&self, inner: &FileInner, wait: bool) -> Result<()> {
+    /// writable file, as Linux's `write_cache_pages` does it per page:
+    /// `folio_clear_dirty_for_io` (clear the dirty flag, then
+    /// `folio_mkclean` every mapping), then copy and write.
+    ///
+    /// Why no store is lost without Linux's page lock: the flag is cleared
+    /// under the page-cache lock, before the write-protect and its
+    /// shootdown, and the copy is taken after them. A store that lands
+    /// before the shootdown completes is in the copy. A store after it goes
+    /// through an entry made writable by a write fault after the
+    /// write-protect, and every path that makes an entry writable or writes
+    /// the page marks the page dirty after doing so (the shared fault after
+    /// installing the entry, the write-protect fault under the entry's
+    /// lock, `write_at` after its copy and under the page-cache lock with
+    /// its size update, a forced write after its copy): so the page is
+    /// dirty again and the next writeback writes it.
+    fn writeback(&self, wait: bool) -> Result<()> {
         let Some(host) = self.host.as_ref().filter(|h| h.writable) else { return Ok(()) };
+        // No CPU of this thread holds a translation this depends on: the
+        // write-protect's shootdown must not wait for them.
+        let _q = crate::tlb::QuiescentGuard::enter();
+        // Truncate and hole punch excluded: no page leaves the cache, and the
+        // host file does not shrink under the writes below.
+        let _inval = self.invalidate_lock.read();
+        // folio_clear_dirty_for_io, first half: the pages to write, taken
+        // clean, each with a reference and its bytes below the end of file.
+        let dirty: Vec<(u64, FrameRef<'_>, usize)> = {
+            let inner = self.inner.lock();
+            let mut v = Vec::new();
+            for (&index, &p) in &inner.pages {
+                let n = page_bytes(index, inner.size);
+                let flags = &self.phys.desc(p).flags;
+                if n == 0 || flags.load(Ordering::Relaxed) & PG_DIRTY == 0 {
+                    continue;
+                }
+                flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+                v.push((index, self.phys.get(p), n));
+            }
+            v
+        };
+        if dirty.is_empty() {
+            return if wait { host.sync_data() } else { Ok(()) };
+        }
+        // Second half: folio_mkclean through the reverse map.
+        let pages: Vec<(u64, Pfn)> = dirty.iter().map(|(i, p, _)| (*i, p.pfn())).collect();
+        for mm in self.mappers() {
+            mm.mkclean_file_pages(self, &pages);
+        }
         let mut buf = [0u8; PAGE_SIZE as usize];
-        for (&index, &p) in &inner.pages {
-            let n = page_bytes(index, inner.size);
-            if n == 0 || self.phys.desc(p).flags.load(Ordering::Relaxed) & PG_DIRTY == 0 {
+        let mut result = Ok(());
+        for (index, page, n) in &dirty {
+            if result.is_err() {
+                // Not written: dirty again, for the next writeback.
+                page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
                 continue;
             }
             // SAFETY: as in `read_at`: `n` bytes of a page-cache page, in
-            // this file's arena.
-            unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p), &mut buf[..n]) };
-            host.write(index * PAGE_SIZE, &buf[..n])?;
+            // this file's arena, kept by the reference `page`.
+            unsafe { crate::access::copy_from_host(page.ptr(), &mut buf[..*n]) };
+            result = host.write(index * PAGE_SIZE, &buf[..*n]);
+            match result {
+                Ok(()) => {
+                    self.written_back.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+                }
+            }
         }
+        result?;
         if wait {
             host.sync_data()?;
         }
@@ -376,12 +455,17 @@ impl File {
             unsafe {
                 crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], page.ptr().wrapping_add(in_page))
             };
-            // To be written back (a host-backed file's writeback reads it).
-            page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
-            drop(page);
             pos += n as u64;
             let mut inner = self.inner.lock();
             inner.size = inner.size.max(pos);
+            // To be written back (a host-backed file's writeback reads it),
+            // marked after the copy and under the page-cache lock with the
+            // size that covers it: a writeback that clears the flag (under
+            // the same lock) either sees it set and the new size, or sees it
+            // clear and leaves the page dirty for the next one.
+            page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+            drop(inner);
+            drop(page);
         }
         Ok((pos - offset) as usize)
     }
@@ -590,7 +674,7 @@ impl Drop for File {
         // cache without waiting for its disk (this may run on whichever
         // thread ends the last mapping's grace period); nobody is left to
         // report an error to, as for Linux's writeback after the last close.
-        let _ = self.writeback(&self.inner.lock(), false);
+        let _ = self.writeback(false);
         let inner = self.inner.get_mut();
         let freed = inner.pages.len() as u64;
         for (_, p) in std::mem::take(&mut inner.pages) {

@@ -9,12 +9,18 @@
 //! punch, which are applied to the host file at once so that a page read
 //! again later never brings back bytes the file no longer has.
 //!
-//! Dirty tracking is the page's `PG_DIRTY`, set by a shared write fault,
-//! `File::write_at` and forced writes, and never cleared: without Linux's
-//! `page_mkclean` (write-protecting every shared mapping of the page while
-//! it is written back) a store through a still-writable entry after the
-//! clear would be lost. So each writeback writes every page dirtied since
-//! it was read, which is correct and costs only repeated I/O.
+//! Dirty tracking is the page's `PG_DIRTY`, set by a shared write fault
+//! (after it makes the entry writable), the write-protect fault of a shared
+//! mapping (`wp_page_shared`), `File::write_at` and forced writes, each
+//! after the store is possible or done. Writeback clears it under the
+//! page-cache lock, then write-protects every shared mapping of the page
+//! through the file's reverse map and waits for the TLB shootdown
+//! (`page_mkclean`, `AddressSpace::page_mkclean` in `mm/msync.rs`), then
+//! copies the page: so only pages written since the last writeback are
+//! written again, and a store racing the writeback either lands before the
+//! copy or faults after the write-protect and leaves the page dirty (the
+//! argument is at `File::writeback`). `File::pages_written_back` counts
+//! the pages written.
 //!
 //! When writeback happens, as Linux allows it: on `msync(MS_SYNC)` of a
 //! shared mapping, on `File::sync` (`fsync`), and when the file goes (the

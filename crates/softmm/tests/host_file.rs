@@ -116,6 +116,107 @@ fn shared_writes_are_written_back() {
     assert!(host.read() == expect, "after the last unmap and close");
 }
 
+/// Writeback writes only the pages written since the last one
+/// (`page_mkclean`): it write-protects their shared mappings, so the next
+/// store through a CPU whose TLB held the writable entry faults and marks
+/// the page dirty again, in this address space and in a forked child's
+/// shared mapping alike; `write_at` dirties the page it writes.
+#[test]
+fn writeback_writes_only_pages_written_since_the_last_one() {
+    let content = pattern(4 * PAGE as usize);
+    let host = TempFile::new("mkclean", &content);
+    let phys = phys(8);
+    let mm = mm(&phys);
+    let f = OpenFile::from_host(&phys, host.open(true), "data").unwrap();
+    let s = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED, Some(&f), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    let mut expect = content.clone();
+    let store = |cpu: &mut Cpu, off: u64, v: u8, expect: &mut Vec<u8>| {
+        cpu.write_u8(s + off, v).unwrap();
+        expect[off as usize] = v;
+    };
+    for i in 0..4 {
+        store(&mut cpu, i * PAGE + 1, 0x10 + i as u8, &mut expect);
+    }
+    let written = |f: &OpenFile| f.file.pages_written_back();
+    assert_eq!(mm.msync(s, 4 * PAGE, MS_SYNC), Ok(()));
+    assert_eq!(written(&f), 4);
+    assert!(host.read() == expect);
+    // Nothing written since: nothing to write.
+    assert_eq!(mm.msync(s, 4 * PAGE, MS_SYNC), Ok(()));
+    f.file.sync().unwrap();
+    assert_eq!(written(&f), 4, "clean pages were written again");
+    // One page stored to (its TLB entry was writable before the
+    // writeback): one page written, with the new byte.
+    store(&mut cpu, PAGE + 2, 0x21, &mut expect);
+    store(&mut cpu, PAGE + 3, 0x22, &mut expect);
+    assert_eq!(mm.msync(s, 4 * PAGE, MS_SYNC), Ok(()));
+    assert_eq!(written(&f), 5);
+    assert!(host.read() == expect, "the store after the writeback was lost");
+    // A forked child's shared mapping is write-protected too.
+    let child = mm.fork().unwrap();
+    let mut ccpu = Cpu::attached(&child);
+    ccpu.write_u8(s + 3 * PAGE + 7, 0x37).unwrap();
+    expect[3 * PAGE as usize + 7] = 0x37;
+    f.file.sync().unwrap();
+    assert_eq!(written(&f), 6);
+    ccpu.write_u8(s + 3 * PAGE + 8, 0x38).unwrap();
+    expect[3 * PAGE as usize + 8] = 0x38;
+    f.file.sync().unwrap();
+    assert_eq!(written(&f), 7, "the child's store after the writeback");
+    assert!(host.read() == expect);
+    // write(2) dirties its page.
+    f.file.write_at(2 * PAGE + 9, &[0x29]).unwrap();
+    expect[2 * PAGE as usize + 9] = 0x29;
+    f.file.sync().unwrap();
+    assert_eq!(written(&f), 8);
+    assert!(host.read() == expect);
+    drop((cpu, ccpu, mm, child));
+    drop(f);
+    assert_no_leaks(&phys);
+    assert!(host.read() == expect);
+}
+
+/// Writeback racing a writer thread: however the writer's stores
+/// interleave with the clear, the write-protect and the copy, the last
+/// value stored reaches the host once the writer is done and the file is
+/// synced again (a store lost after a writeback marked its page clean
+/// would leave an older value).
+#[test]
+fn writeback_racing_stores_loses_none() {
+    let host = TempFile::new("mkclean-race", &pattern(2 * PAGE as usize));
+    let phys = phys(8);
+    let mm = mm(&phys);
+    let f = OpenFile::from_host(&phys, host.open(true), "data").unwrap();
+    let s = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED, Some(&f), 0).unwrap();
+    for round in 0..20u64 {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let last = std::thread::scope(|t| {
+            let writer = t.spawn(|| {
+                let mut cpu = Cpu::attached(&mm);
+                let mut v = round << 32;
+                // At least a few stores, then until the syncs are done.
+                while v < (round << 32) + 50 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    v += 1;
+                    cpu.write_u64(s + PAGE + 8, v).unwrap();
+                }
+                v
+            });
+            for _ in 0..5 {
+                f.file.sync().unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            writer.join().unwrap()
+        });
+        f.file.sync().unwrap();
+        let bytes = host.read();
+        let got = u64::from_le_bytes(bytes[PAGE as usize + 8..PAGE as usize + 16].try_into().unwrap());
+        assert_eq!(got, last, "round {round}: the host has an older store");
+    }
+    drop((mm, f));
+    assert_no_leaks(&phys);
+}
+
 /// An `O_RDONLY` host file: no shared writable mapping (`EACCES`), no
 /// write (`EBADF`), no truncate (`EINVAL`), no hole punch (`EBADF`); a
 /// private writable mapping is fine and stays private.

@@ -3,7 +3,8 @@
  * changed by a failed call), guest faults as {signo, code, addr}, NULL
  * handles, thread affinity of CPUs, atomics, the maps buffer, and no leak.
  * Also configuration (arena and address-space configs, policies by name,
- * memory on demand), forced access, msync and host-backed files.
+ * memory on demand), forced access, msync and host-backed files; access
+ * sections.
  * Run by tests/c.rs; prints "N passed, M failed" and exits non-zero on a
  * failure.
  */
@@ -165,6 +166,108 @@ static void embedder_contracts(void) {
     unlink(path);
 }
 
+struct other_section {
+    softmm_section *s;
+    int read_rc, end_rc;
+};
+
+static void *use_section_from_another_thread(void *arg) {
+    struct other_section *t = arg;
+    uint64_t v;
+    t->read_rc = softmm_section_read_uint(t->s, 0x10000, 8, &v, NULL);
+    t->end_rc = softmm_section_end(t->s);
+    return NULL;
+}
+
+/* Sections: the accessors' faults and errno, one section per CPU, the
+ * CPU's own calls refused while one is open, thread affinity, an unmap
+ * from inside the section seen by its next access, and no leak. */
+static void section_contracts(void) {
+    softmm_phys *phys;
+    softmm_mm *mm;
+    softmm_cpu *cpu;
+    softmm_section *s = NULL, *s2 = NULL;
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    EXPECT(softmm_mm_new(phys, &mm) == 0);
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    long long a = softmm_mmap(mm, 0, 4 * PAGE, RW, ANON, NULL, 0);
+    EXPECT(a > 0);
+    uint64_t base = (uint64_t)a, v = 0;
+    EXPECT(softmm_munmap(mm, base + 3 * PAGE, PAGE) == 0);
+    EXPECT(softmm_mprotect(mm, base + PAGE, PAGE, PROT_READ) == 0);
+
+    EXPECT(softmm_cpu_section_begin(NULL, &s) == -EINVAL);
+    EXPECT(softmm_cpu_section_begin(cpu, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_park(cpu) == 0);
+    EXPECT(softmm_cpu_section_begin(cpu, &s) == -EINVAL && s == NULL); /* parked */
+    EXPECT(softmm_cpu_resume(cpu) == 0);
+    EXPECT(softmm_cpu_section_begin(cpu, &s) == 0 && s != NULL);
+    EXPECT(softmm_cpu_section_begin(cpu, &s2) == -EBUSY && s2 == NULL);
+    /* While it is open, the CPU's own calls are refused. */
+    EXPECT(softmm_cpu_read_uint(cpu, base, 8, &v, NULL) == -EBUSY);
+    EXPECT(softmm_cpu_park(cpu) == -EBUSY);
+    EXPECT(softmm_cpu_free(cpu) == -EBUSY);
+
+    /* Accesses: first touches fault pages in inside the section. */
+    EXPECT(softmm_section_write_uint(s, base + 8, 8, 40, NULL) == 0);
+    EXPECT(softmm_section_read_uint(s, base + 8, 8, &v, NULL) == 0 && v == 40);
+    EXPECT(softmm_section_write(s, base + PAGE - 2, "ab", 2, NULL) == 0);
+    char buf[4] = {0};
+    EXPECT(softmm_section_read(s, base + PAGE - 2, buf, 2, NULL) == 0 && memcmp(buf, "ab", 2) == 0);
+    EXPECT(softmm_section_read_uint(s, base + PAGE - 1, 2, &v, NULL) == 0 && v == 'b'); /* across pages */
+    EXPECT(softmm_section_atomic_rmw(s, base + 8, 8, SOFTMM_ATOMIC_ADD, 2, 5, &v, NULL) == 0 && v == 40);
+    uint64_t expected = 42;
+    EXPECT(softmm_section_atomic_cmpxchg(s, base + 8, 8, &expected, 7, 5, NULL) == 0 && expected == 42);
+    EXPECT(softmm_section_read_uint(s, base + 8, 8, &v, NULL) == 0 && v == 7);
+    /* Faults, as the CPU's accessors report them. */
+    EXPECT_FAULT(softmm_section_read_uint(s, base + 3 * PAGE + 8, 8, &v, &f_), SIGSEGV, SEGV_MAPERR, base + 3 * PAGE + 8);
+    EXPECT_FAULT(softmm_section_write_uint(s, base + PAGE + 4, 4, 1, &f_), SIGSEGV, SEGV_ACCERR, base + PAGE + 4);
+    EXPECT_FAULT(softmm_section_fetch_uint(s, base + 16, 4, &v, &f_), SIGSEGV, SEGV_ACCERR, base + 16);
+    EXPECT_FAULT(softmm_section_fetch(s, base, buf, 4, &f_), SIGSEGV, SEGV_ACCERR, base);
+    EXPECT_FAULT(softmm_section_atomic_rmw(s, base + 4, 8, SOFTMM_ATOMIC_ADD, 1, 5, &v, &f_), SIGBUS, BUS_ADRALN, base + 4);
+    EXPECT_FAULT(softmm_section_read_uint(s, 1ULL << 60, 1, &v, &f_), SIGSEGV, 0x80, 0);
+    EXPECT(softmm_section_read_uint(s, base + 3 * PAGE, 1, &v, NULL) == SOFTMM_FAULTED); /* fault may be NULL */
+    /* A fault does not end the section. */
+    EXPECT(softmm_section_read_uint(s, base + 8, 8, &v, NULL) == 0 && v == 7);
+    /* Bad calls. */
+    EXPECT(softmm_section_read_uint(s, base, 3, &v, NULL) == -EINVAL);
+    EXPECT(softmm_section_read_uint(s, base, 8, NULL, NULL) == -EINVAL);
+    EXPECT(softmm_section_write_uint(s, base, 16, 0, NULL) == -EINVAL);
+    EXPECT(softmm_section_atomic_rmw(s, base, 8, 42, 1, 5, &v, NULL) == -EINVAL);
+    EXPECT(softmm_section_atomic_cmpxchg(s, base, 8, &expected, 1, 9, NULL) == -EINVAL);
+    EXPECT(softmm_section_read(s, base, NULL, 4, NULL) == -EFAULT);
+    EXPECT(softmm_section_read_uint(NULL, base, 8, &v, NULL) == -EINVAL);
+    EXPECT(softmm_section_end(NULL) == -EINVAL);
+
+    /* Another thread may neither use nor end it. */
+    struct other_section t = {s, 0, 0};
+    pthread_t th;
+    EXPECT(pthread_create(&th, NULL, use_section_from_another_thread, &t) == 0);
+    pthread_join(th, NULL);
+    EXPECT(t.read_rc == -EPERM && t.end_rc == -EPERM);
+
+    /* An unmap on this thread from inside the section: the next access
+     * faults instead of reaching the freed frame. */
+    EXPECT(softmm_munmap(mm, base, PAGE) == 0);
+    EXPECT_FAULT(softmm_section_read_uint(s, base + 8, 8, &v, &f_), SIGSEGV, SEGV_MAPERR, base + 8);
+
+    EXPECT(softmm_section_end(s) == 0);
+    EXPECT(softmm_section_end(s) == -EINVAL); /* not open */
+    EXPECT(softmm_section_read_uint(s, base + PAGE, 8, &v, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 2 * PAGE, 8, 9, NULL) == 0);
+    /* The same handle again. */
+    EXPECT(softmm_cpu_section_begin(cpu, &s2) == 0 && s2 == s);
+    EXPECT(softmm_section_read_uint(s2, base + 2 * PAGE, 8, &v, NULL) == 0 && v == 9);
+    EXPECT(softmm_section_end(s2) == 0);
+
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_mm_free(mm);
+    softmm_phys_stats st = {1, 1, 1, 1};
+    EXPECT(softmm_phys_get_stats(phys, &st) == 0);
+    EXPECT(st.frames_used == 0 && st.page_tables == 0 && st.vmas == 0 && st.rmap_entries == 0);
+    softmm_phys_free(phys);
+}
+
 int main(void) {
     softmm_phys *phys;
     softmm_mm *mm;
@@ -280,6 +383,7 @@ int main(void) {
     softmm_phys_free(phys);
 
     embedder_contracts();
+    section_contracts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -247,6 +247,12 @@ pub fn set_shootdown_policy(policy: softmm::ShootdownPolicy) {
 }
 
 /// The configuration every address space of the lab starts from:
+/// The shootdown policy the run's address spaces use (`--shootdown`, or
+/// the default when it was not set), as the JSON records it.
+pub fn shootdown_policy() -> softmm::ShootdownPolicy {
+    SHOOTDOWN.get().copied().unwrap_or_default()
+}
+
 /// `MmConfig::default()` with `--shootdown`'s policy.
 pub fn mm_config() -> MmConfig {
     MmConfig::default().shootdown_policy(SHOOTDOWN.get().copied().unwrap_or_default())

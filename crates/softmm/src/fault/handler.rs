@@ -102,11 +102,10 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         if !ctx.may_alloc_tables {
             return Err(FaultError::Abort(Abort::NoPageTable));
         }
-        if ctx.forced {
-            // Forced access (`access_remote_*`) does not follow huge
-            // leaves yet: it ends at the first hugetlb page.
-            return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
-        }
+        // A forced fault (`access_remote_*`, gup's `faultin_page`) comes
+        // here as any other: gup applied the forced-write rules before, and
+        // a forced read of a VMA without `PROT_READ` maps the page as the
+        // VMA's protection says.
         return super::hugetlb::hugetlb_fault(ctx, addr, write);
     }
     let accessible = vma.flags.intersects(VmFlags::ACCESS_FLAGS);
@@ -300,14 +299,17 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
         new_anon_frame(ctx, &copy, va);
         return install(ctx, leaf, va, copy, Pte::WRITE | Pte::DIRTY);
     }
-    let flags = if write {
-        page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
-        Pte::WRITE | Pte::DIRTY
-    } else {
-        0
-    };
+    let flags = if write { Pte::WRITE | Pte::DIRTY } else { 0 };
+    let pfn = page.pfn();
     if !install(ctx, leaf, va, page, flags)? {
         return Ok(false);
+    }
+    if write {
+        // `fault_dirty_shared_page`, after the entry is writable: a
+        // writeback that clears the flag before this leaves it set, one
+        // that clears it after write-protects the entry first (see
+        // `File::writeback`).
+        ctx.mm.phys.desc(pfn).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
     }
     if !write {
         fault_around(ctx, va, leaf, file);

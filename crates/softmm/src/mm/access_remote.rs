@@ -36,9 +36,19 @@
 //! `/proc/<pid>/mem` turns 0 bytes into `EIO`; `PTRACE_POKEDATA` turns
 //! anything short of the whole word into `EIO`.
 //!
-//! Pages mapped by a 2 MiB leaf entry end the copy: softmm has no such
-//! entry in an address space yet; when it has, gup's `follow_huge_pmd`
-//! belongs here.
+//! hugetlb pages are followed as gup's `follow_huge_pmd` follows them: the
+//! 2 MiB leaf's head frame holds the reference and the copy goes to the
+//! 4 KiB subpage of the address. A forced read of a hugetlb VMA without
+//! `PROT_READ` works as for any VMA. A forced write to a private hugetlb
+//! VMA without `PROT_WRITE` breaks COW as for a small page: the huge page
+//! is replaced by an exclusive anonymous copy (or marked exclusive if it
+//! is already this process's alone), still mapped read-only, and written
+//! (`hugetlb_wp` with `FAULT_FLAG_UNSHARE`'s copy, then
+//! `can_follow_write_pmd`); a shared one is refused. That is what the host
+//! kernel (6.18) does through `/proc/self/mem`, which
+//! `tests/access_remote.rs` checks; Linux 6.12's `check_vma_flags` still
+//! refused every forced write to a read-only hugetlb VMA ("hugetlb does not
+//! support FOLL_FORCE|FOLL_WRITE").
 
 use crate::error::Errno;
 use crate::fault::Access;
@@ -155,22 +165,24 @@ impl AddressSpace {
             if check_vma_flags(vma, write, force).is_err() {
                 break;
             }
-            let Some(frame) = self.get_user_page(vma, addr, write, force) else { break };
+            let Some((frame, page)) = self.get_user_page(vma, addr, write, force) else { break };
             let offset = addr % PAGE_SIZE;
             let n = ((PAGE_SIZE - offset) as usize).min(len - done);
-            let at = frame.ptr().wrapping_add(offset as usize);
+            let at = page.wrapping_add(offset as usize);
             match &mut buf {
-                // SAFETY: `[at, at + n)` lies inside one frame of the arena
-                // (`offset + n <= PAGE_SIZE`), which lives as long as
-                // `self.phys`, i.e. across this call, and is only ever
-                // accessed atomically. The reference `frame` keeps the frame
-                // from being freed and reused meanwhile.
+                // SAFETY: `[at, at + n)` lies inside one 4 KiB frame of the
+                // arena (`page` is its start, `offset + n <= PAGE_SIZE`),
+                // which lives as long as `self.phys`, i.e. across this call,
+                // and is only ever accessed atomically. The reference `frame`
+                // (on that frame, or on the head of the huge page holding
+                // it) keeps it from being freed and reused meanwhile.
                 Buf::Read(b) => unsafe { crate::access::copy_from_host(at, &mut b[done..done + n]) },
                 Buf::Write(b) => {
                     // SAFETY: as for the read.
                     unsafe { crate::access::copy_to_host(&b[done..done + n], at) };
                     // `set_page_dirty_lock`: a page-cache page now differs
-                    // from what its file was last written with.
+                    // from what its file was last written with (a huge
+                    // page's state is its head's).
                     frame.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
                 }
             }
@@ -184,9 +196,11 @@ impl AddressSpace {
     }
 
     /// `get_user_pages_remote` for the one page at `addr` of `vma`
-    /// (checked): follow, fault, follow again. `None` when the fault raises
-    /// a signal or the page is mapped by a leaf gup cannot follow here.
-    fn get_user_page(&self, vma: &Vma, addr: u64, write: bool, force: bool) -> Option<FrameRef<'_>> {
+    /// (checked): follow, fault, follow again. The reference and the host
+    /// address of the 4 KiB page holding `addr`; `None` when the fault
+    /// raises a signal or the page is mapped by a leaf gup cannot follow
+    /// here.
+    fn get_user_page(&self, vma: &Vma, addr: u64, write: bool, force: bool) -> Option<(FrameRef<'_>, *mut u8)> {
         let access = if write { Access::Write } else { Access::Read };
         let va = addr & !(PAGE_SIZE - 1);
         // Linux loops until the page can be followed. One fault makes it
@@ -194,7 +208,10 @@ impl AddressSpace {
         // migration); the bound only keeps a bug from hanging the caller.
         for _ in 0..FOLLOW_TRIES {
             match self.follow_page(vma, va, write, force) {
-                Follow::Got(frame) => return Some(frame),
+                Follow::Got(frame, page) => return Some((frame, page)),
+                // The COW break of a forced write to a read-only private
+                // huge page: an exclusive anonymous copy, mapped read-only.
+                Follow::Unshare => self.hugetlb_unshare(vma, va).ok()?,
                 Follow::Stop => return None,
                 // The fault gup makes (`faultin_page`): no MMU permission
                 // check, `check_vma_flags` allowed the access.
@@ -205,12 +222,14 @@ impl AddressSpace {
         None
     }
 
-    /// Linux's `follow_page_pte` for `FOLL_GET`: a reference on the page at
-    /// `va`, taken under its PTE lock, if it can be used as it is.
+    /// Linux's `follow_page_pte` for `FOLL_GET` (and `follow_huge_pmd` for
+    /// a hugetlb page's 2 MiB leaf): a reference on the page at `va`, taken
+    /// under its PTE lock, if it can be used as it is.
     fn follow_page(&self, vma: &Vma, va: u64, write: bool, force: bool) -> Follow<'_> {
         let guard = crossbeam_epoch::pin();
         let Some(leaf) = self.pgtables.leaf(va, &guard) else { return Follow::Fault };
-        if leaf.entry_size() != PAGE_SIZE {
+        let huge = leaf.entry_size() != PAGE_SIZE;
+        if huge && !vma.flags.contains(VmFlags::HUGETLB) {
             return Follow::Stop;
         }
         let ptl = leaf.lock();
@@ -220,11 +239,27 @@ impl AddressSpace {
         if !pte.has_frame() {
             return Follow::Fault;
         }
+        // `can_follow_write_pmd` is `can_follow_write_pte`'s rule for the
+        // head page. Where it says no, a writable VMA takes the write fault
+        // (`hugetlb_wp` breaks COW); a forced write to a read-only one
+        // unshares the page instead: the hugetlb fault never maps a page
+        // writable in a VMA without `VM_WRITE`.
         if write && !self.can_follow_write_pte(vma, pte, force) {
-            return Follow::Fault;
+            if !huge || vma.flags.contains(VmFlags::WRITE) {
+                return Follow::Fault;
+            }
+            // The unshare works on a present entry only: a `PROT_NONE` huge
+            // page that is not yet this process's own ends the copy (Linux
+            // copies it; softmm does not yet).
+            return if pte.is_present() { Follow::Unshare } else { Follow::Stop };
         }
-        // The entry holds a reference and we hold its lock: a plain get.
-        Follow::Got(self.phys.get(pte.pfn()))
+        // The entry holds a reference and we hold its lock: a plain get,
+        // on the head frame for a huge page, which copies go through the
+        // subpage of `va` of.
+        let head = pte.pfn();
+        let page =
+            if huge { self.phys.frame_ptr(crate::hugetlb::gup::subpage(head, va)) } else { self.phys.frame_ptr(head) };
+        Follow::Got(self.phys.get(head), page)
     }
 
     /// Linux's `can_follow_write_pte`: the entry is writable, or `FOLL_FORCE`
@@ -258,10 +293,14 @@ const FOLLOW_TRIES: u32 = 1000;
 
 /// What [`AddressSpace::follow_page`] found.
 enum Follow<'p> {
-    /// A reference on the page to copy from or to.
-    Got(FrameRef<'p>),
+    /// A reference on the page (the head frame of a huge page) and the host
+    /// address of the 4 KiB page to copy from or to.
+    Got(FrameRef<'p>, *mut u8),
     /// Not mapped as the access needs: fault it in and look again.
     Fault,
+    /// A read-only private huge page a forced write needs as this
+    /// process's own: unshare it and look again.
+    Unshare,
     /// Mapped in a way this path does not follow: stop the copy.
     Stop,
 }
@@ -273,7 +312,8 @@ fn is_cow_mapping(vma: &Vma) -> bool {
 
 /// Linux's `check_vma_flags` for a remote access (no `FOLL_LONGTERM`,
 /// `FOLL_ANON` or `FOLL_PIN`), in its order: `VM_IO`/`VM_PFNMAP` are refused;
-/// a write without `VM_WRITE` needs `FOLL_FORCE` and a COW mapping; a read
+/// a write without `VM_WRITE` needs `FOLL_FORCE` and a COW mapping (hugetlb
+/// included, as the host kernel has it; see the module docs); a read
 /// without `VM_READ` needs `FOLL_FORCE` and `VM_MAYREAD`. `EFAULT` otherwise.
 fn check_vma_flags(vma: &Vma, write: bool, force: bool) -> Result<(), Errno> {
     let flags = vma.flags;

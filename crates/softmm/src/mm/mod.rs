@@ -773,6 +773,10 @@ impl Mapper for AddressSpace {
         tlb.finish(self);
         drop(st);
     }
+
+    fn mkclean_file_pages(&self, file: &File, pages: &[(u64, crate::phys::Pfn)]) {
+        self.page_mkclean(file, pages);
+    }
 }
 
 impl Drop for AddressSpace {
