@@ -710,6 +710,7 @@ mod tests {
     /// A batch's unmap and remap take each page table's lock once, where
     /// one-by-one (and the per-page walk before) takes one per page and walk.
     #[test]
+    #[cfg_attr(miri, ignore = "migrates hundreds of pages: minutes under Miri")]
     fn a_batch_locks_each_page_table_once_per_walk() {
         let phys = PhysMem::new(PhysConfig::new(16 << 20).nodes(2)).unwrap();
         {
@@ -747,6 +748,7 @@ mod tests {
     /// The batch's one allocation serves as many pages as the node has
     /// frames for; the others stay where they are, mapped, as `-ENOMEM`.
     #[test]
+    #[cfg_attr(miri, ignore = "migrates hundreds of pages: minutes under Miri")]
     fn a_batch_short_of_frames_moves_what_the_node_can_take() {
         let phys = PhysMem::new(PhysConfig::new(4 << 20).nodes(2)).unwrap();
         {
