@@ -101,11 +101,8 @@ impl SoftArea {
 /// Whether PMD tables are shared on the lab's file, found by trying: one
 /// address space writes the first page of the area, a second one writes the
 /// same page, and the pool's `pmd_shares` says whether the second linked
-/// the first one's table. This is the one place that would turn sharing on
-/// for the file, but softmm has no public switch: whether hugetlbfs files
-/// share is the library's choice (the crate-private
-/// `HugetlbInode::pmd_share`, off by default in some builds; Linux always
-/// shares), so the probe reports it and the sweep prints it.
+/// the first one's table. softmm shares as Linux does, with no switch, so
+/// this checks the library rather than choosing; the sweep prints it.
 fn pmd_sharing(area: &SoftArea) -> Result<bool, String> {
     if area.size < PUD_SIZE {
         return Ok(false); // no whole window: want_pmd_share never holds
