@@ -27,6 +27,21 @@
 //! call returns only after it, so a `munmap` that returned leaves no
 //! translation of the range on any CPU.
 //!
+//! # Who frees the page tables
+//!
+//! A detached table may still be walked by a lock-free walker that loaded
+//! its address before the detach, so it is freed after a grace period of
+//! the epoch. Handed to the collector, its free runs on whichever thread
+//! collects next: after a big unmap, another thread's `mmap` or fault ran
+//! the frees of thousands of tables (a PMD table with its 512 PTE tables,
+//! 0.3-0.9 ms on the lab's VM; 8 GiB has eight) and waited 4 ms. So every
+//! policy keeps its tables in the gather ([`MmuGather::keep_tables`]) and,
+//! once every lock is dropped, waits for a grace period itself and frees
+//! them on the unmapping thread, as Linux frees them from an RCU callback
+//! on the unmapping CPU. The wait is bounded (`GRACE_WAIT_LIMIT`): a guard
+//! held long, even by the caller, sends them to the collector as before
+//! ([`UnmapStats::tables_deferred`]).
+//!
 //! # The reservation (`lock-free`)
 //!
 //! Once the write lock is dropped, other writers run during the zap. The
@@ -162,6 +177,16 @@ pub struct UnmapStats {
     /// generation): counted only in builds with the `shared-write-stats`
     /// feature, 0 otherwise.
     pub shared_writes: u64,
+    /// Time the unmapping thread spent, after dropping every lock, waiting
+    /// for a grace period and freeing the page tables the unmaps detached
+    /// (Linux's RCU table free on the unmapping CPU), so that no other
+    /// thread's collection of the epoch's garbage runs those frees.
+    pub table_free_ns: u64,
+    /// Page tables freed that way (subtables counted with their parent).
+    pub tables_freed_here: u64,
+    /// Page tables left to the epoch collector instead, because the grace
+    /// period outlasted the wait's limit (a guard held long somewhere).
+    pub tables_deferred: u64,
 }
 
 impl UnmapStats {
@@ -190,6 +215,9 @@ impl UnmapStats {
         add(&mut self.barriers, g.barriers);
         add(&mut self.batches, g.batches);
         add(&mut self.shared_writes, t.shared_writes);
+        add(&mut self.table_free_ns, g.table_free_ns);
+        add(&mut self.tables_freed_here, g.tables_freed_here);
+        add(&mut self.tables_deferred, g.tables_deferred);
     }
 }
 
@@ -199,7 +227,7 @@ std::thread_local! {
     static THIS_THREAD: std::cell::Cell<UnmapStats> = const { std::cell::Cell::new(UnmapStats {
         unmaps: 0, total_ns: 0, write_hold_ns: 0, read_hold_ns: 0, lock_wait_ns: 0, zap_ns: 0,
         pgtable_ns: 0, flushes: 0, flush_ns: 0, flush_wait_ns: 0, free_ns: 0, frames: 0,
-        barriers: 0, batches: 0, shared_writes: 0,
+        barriers: 0, batches: 0, shared_writes: 0, table_free_ns: 0, tables_freed_here: 0, tables_deferred: 0,
     }) };
 }
 
@@ -221,6 +249,9 @@ pub(crate) struct UnmapCounters {
     barriers: AtomicU64,
     batches: AtomicU64,
     shared_writes: AtomicU64,
+    table_free_ns: AtomicU64,
+    tables_freed_here: AtomicU64,
+    tables_deferred: AtomicU64,
 }
 
 impl UnmapCounters {
@@ -252,6 +283,9 @@ impl UnmapCounters {
         add(&self.barriers, g.barriers);
         add(&self.batches, g.batches);
         add(&self.shared_writes, t.shared_writes);
+        add(&self.table_free_ns, g.table_free_ns);
+        add(&self.tables_freed_here, g.tables_freed_here);
+        add(&self.tables_deferred, g.tables_deferred);
     }
 
     /// The sums so far.
@@ -273,6 +307,9 @@ impl UnmapCounters {
             barriers: get(&self.barriers),
             batches: get(&self.batches),
             shared_writes: get(&self.shared_writes),
+            table_free_ns: get(&self.table_free_ns),
+            tables_freed_here: get(&self.tables_freed_here),
+            tables_deferred: get(&self.tables_deferred),
         }
     }
 }
@@ -390,7 +427,11 @@ impl AddressSpace {
     ) -> Result<()> {
         let mut t = UnmapTimes::new();
         let mut tlb = MmuGather::default();
+        tlb.keep_tables();
         let res = self.vm_munmap_timed(st, start, end, after_detach, &mut tlb, &mut t);
+        // Every lock is dropped: the tables are freed here, not by whichever
+        // thread collects the epoch's garbage next.
+        tlb.free_tables_here(self);
         t.shared_writes = crate::sync::shared_writes_so_far().wrapping_sub(t.shared_writes);
         self.counters.unmap.add(&t, &tlb.times);
         // Every path flushed and emptied the gather before it returned.
