@@ -395,6 +395,8 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
                 munmap_flush_wait_ns: d(|u| u.flush_wait_ns),
                 munmap_free_ns: d(|u| u.free_ns),
                 munmap_pgtable_ns: d(|u| u.pgtable_ns),
+                munmap_table_free_ns: d(|u| u.table_free_ns),
+                munmap_tables_deferred: d(|u| u.tables_deferred),
                 munmap_barriers: d(|u| u.barriers),
                 munmap_batches: d(|u| u.batches),
                 // The munmapping thread's, during the munmap.
