@@ -428,7 +428,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
     }
     let mut out = String::from(
         "big-munmap: the munmap, and the other threads' operations overlapping it\n\
-         mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
+         mode            policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
          cpu ms  runq ms  other runq ms  flush wait ms  barriers\n",
     );
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
@@ -452,7 +452,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
         out.push_str(&format!(
-            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {:<14} {}\n",
+            "{mode:<15} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {:<14} {}\n",
             ms(of(|c| c.munmap_ns)),
             us(of(|c| c.p50_ns)),
             us(of(|c| c.p99_ns)),
