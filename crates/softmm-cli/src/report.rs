@@ -126,6 +126,14 @@ pub struct Counters {
     /// big-munmap: time detaching the range's page tables (`free_pgtables`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub munmap_pgtable_ns: Option<u64>,
+    /// big-munmap: time the munmapping thread waited for a grace period and
+    /// freed the range's page tables itself, after dropping every lock.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_table_free_ns: Option<u64>,
+    /// big-munmap: page tables it left to the epoch collector instead (the
+    /// grace period outlasted its wait).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub munmap_tables_deferred: Option<u64>,
     /// big-munmap: the munmap's flushes that forced a barrier (an IPI per
     /// CPU running another thread of the process, with `membarrier`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -206,6 +214,8 @@ impl Counters {
         max(&mut self.munmap_flush_wait_ns, o.munmap_flush_wait_ns);
         max(&mut self.munmap_free_ns, o.munmap_free_ns);
         max(&mut self.munmap_pgtable_ns, o.munmap_pgtable_ns);
+        max(&mut self.munmap_table_free_ns, o.munmap_table_free_ns);
+        max(&mut self.munmap_tables_deferred, o.munmap_tables_deferred);
         max(&mut self.munmap_barriers, o.munmap_barriers);
         max(&mut self.munmap_batches, o.munmap_batches);
         max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);

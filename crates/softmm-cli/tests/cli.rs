@@ -339,7 +339,9 @@ fn bench_big_munmap() {
     assert!(out.stdout.contains("big-munmap: the munmap"), "{}", out.stdout);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let samples = v["samples"].as_array().unwrap();
-    for mode in ["fault", "mmap", "maps"] {
+    // `fault-other-mm` (the faulter in a second address space) and `alone`
+    // (the other thread idle): the controls of the munmap's duration.
+    for mode in ["fault", "mmap", "maps", "fault-other-mm", "alone"] {
         for policy in ["locked", "sectioned", "downgrade", "lock-free", "host"] {
             let s = samples
                 .iter()

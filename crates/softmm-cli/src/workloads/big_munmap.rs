@@ -8,7 +8,17 @@
 //!   is dropped again with `MADV_DONTNEED` after each pass (the drop counts
 //!   as an operation too);
 //! * `mmap`: an anonymous 64 KiB `mmap`, one write, `munmap`;
-//! * `maps`: a read of the maps text (`/proc/self/maps` on the host).
+//! * `maps`: a read of the maps text (`/proc/self/maps` on the host);
+//! * `fault-other-mm`: `fault`'s loop in a second address space on the
+//!   same `PhysMem`, which no `mmap_lock` of the unmapped one blocks: the
+//!   control for the munmap's duration, the same concurrent work under
+//!   every policy (under `locked` the `fault` thread sleeps on the lock for
+//!   the whole munmap, so that munmap runs alone). The host has no second
+//!   address space in a process: its faulter stays in the process, on its
+//!   own region (Linux 6.18 faults under the VMA lock, which the munmap of
+//!   another VMA does not block either);
+//! * `alone`: the other thread sleeps 200 us per operation: the munmap with
+//!   the second CPU idle.
 //!
 //! Each other thread times every operation; those that overlap the munmap
 //! give the latency percentiles, those that end during it the throughput,
@@ -35,7 +45,7 @@ use super::{Measured, Params, SoftEnv};
 use crate::report::{Counters, Sample};
 
 /// The modes: what the other threads do during the munmap.
-pub const MODES: &[&str] = &["fault", "mmap", "maps"];
+pub const MODES: &[&str] = &["fault", "mmap", "maps", "fault-other-mm", "alone"];
 
 /// Each faulting thread's region.
 const FAULT_REGION: u64 = 8 << 20;
@@ -145,7 +155,13 @@ struct Run {
 }
 
 /// The run on one space: populate, start the others, wait, unmap, collect.
-fn measure<S: Space>(s: &S, p: &Params, nohuge: bool, maps: &(dyn Fn() -> usize + Sync)) -> Result<Run, String> {
+fn measure<S: Space + Sync>(
+    s: &S,
+    other_mm: &S,
+    p: &Params,
+    nohuge: bool,
+    maps: &(dyn Fn() -> usize + Sync),
+) -> Result<Run, String> {
     fn e(what: &'static str) -> impl Fn(i32) -> String {
         move |errno| format!("{what}: errno {errno}")
     }
@@ -168,7 +184,7 @@ fn measure<S: Space>(s: &S, p: &Params, nohuge: bool, maps: &(dyn Fn() -> usize 
                 let phase = &phase;
                 sc.spawn(move || {
                     tid.store(gettid(), Ordering::Relaxed);
-                    let mut op = op_for(s, p.mode, maps)?;
+                    let mut op = op_for(s, other_mm, p.mode, maps)?;
                     other(op.as_mut(), phase, epoch)
                 })
             })
@@ -321,12 +337,29 @@ impl Op for ReadMaps<'_> {
     }
 }
 
-fn op_for<'a, S: Space>(s: &'a S, mode: &str, maps: &'a (dyn Fn() -> usize + Sync)) -> Result<Box<dyn Op + 'a>, i32> {
+/// `alone` mode: the other thread's CPU stays idle.
+struct Idle;
+
+impl Op for Idle {
+    fn run(&mut self) -> Result<(), i32> {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        Ok(())
+    }
+}
+
+fn op_for<'a, S: Space>(
+    s: &'a S,
+    other_mm: &'a S,
+    mode: &str,
+    maps: &'a (dyn Fn() -> usize + Sync),
+) -> Result<Box<dyn Op + 'a>, i32> {
     Ok(match mode {
-        "fault" => {
+        "fault" | "fault-other-mm" => {
+            let s = if mode == "fault" { s } else { other_mm };
             let base = s.mmap(0, FAULT_REGION, RW, ANON, None, 0)?;
             Box::new(Faults { s, cpu: s.cpu(), base, next: 0 })
         }
+        "alone" => Box::new(Idle),
         "mmap" => Box::new(Maps { s, cpu: s.cpu() }),
         _ => Box::new(ReadMaps(maps)),
     })
@@ -338,10 +371,12 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
         Some(env) => {
             let unmap = unmap.unwrap_or_default();
             let config = super::mm_config().policy(FaultPolicy::MmapLock).unmap_policy(unmap);
-            let s = SoftSpace { mm: AddressSpace::new(&env.phys, config).map_err(|e| e.to_string())? };
+            let new = || AddressSpace::new(&env.phys, config.clone()).map_err(|e| e.to_string());
+            let s = SoftSpace { mm: new()? };
+            let other_mm = SoftSpace { mm: new()? };
             let mm: Arc<AddressSpace> = s.mm.clone();
             let maps = move || mm.maps_text().len();
-            let run = measure(&s, p, false, &maps)?;
+            let run = measure(&s, &other_mm, p, false, &maps)?;
             let st = s.mm.stats();
             // The munmapping thread's sums around the big munmap: that call
             // alone, not the other threads' small unmaps in `mmap` mode.
@@ -360,6 +395,8 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
                 munmap_flush_wait_ns: d(|u| u.flush_wait_ns),
                 munmap_free_ns: d(|u| u.free_ns),
                 munmap_pgtable_ns: d(|u| u.pgtable_ns),
+                munmap_table_free_ns: d(|u| u.table_free_ns),
+                munmap_tables_deferred: d(|u| u.tables_deferred),
                 munmap_barriers: d(|u| u.barriers),
                 munmap_batches: d(|u| u.batches),
                 // The munmapping thread's, during the munmap.
@@ -371,7 +408,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
         None => {
             let s = HostSpace;
             let maps = || std::fs::read_to_string("/proc/self/maps").map_or(0, |t| t.len());
-            let run = measure(&s, p, true, &maps)?;
+            let run = measure(&s, &s, p, true, &maps)?;
             Ok(summarize(&run, Counters::default()))
         }
     }
@@ -391,7 +428,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
     }
     let mut out = String::from(
         "big-munmap: the munmap, and the other threads' operations overlapping it\n\
-         mode   policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
+         mode            policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
          cpu ms  runq ms  other runq ms  flush wait ms  barriers\n",
     );
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
@@ -415,7 +452,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
         out.push_str(&format!(
-            "{mode:<6} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {:<14} {}\n",
+            "{mode:<15} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {:<14} {}\n",
             ms(of(|c| c.munmap_ns)),
             us(of(|c| c.p50_ns)),
             us(of(|c| c.p99_ns)),

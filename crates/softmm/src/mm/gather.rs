@@ -1,7 +1,7 @@
 //! `mmu_gather`: what leaves the page tables during an unmap is held here
 //! until the TLB shootdown says no CPU can reach it any more.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::pgtable::DetachedTable;
 use crate::phys::{FrameRef, Pfn};
@@ -51,6 +51,12 @@ pub(crate) struct MmuGather {
     /// comes from a range no CPU has reached since a completed shootdown,
     /// so it is freed without another.
     shot_down: bool,
+    /// Set by [`MmuGather::keep_tables`]: tables are not handed to the
+    /// epoch collector after their flush but kept in `flushed_tables`, for
+    /// [`MmuGather::free_tables_here`].
+    keep_tables: bool,
+    /// Detached tables whose flush is done, waiting for a grace period.
+    flushed_tables: Vec<DetachedTable>,
 }
 
 /// What an [`MmuGather`]'s flushes cost, summed over its life: read by the
@@ -75,6 +81,15 @@ pub(crate) struct GatherTimes {
     /// Frees of gathered frames or tables (a full gather, and the last),
     /// with or without a shootdown before them.
     pub(crate) batches: u64,
+    /// Time [`MmuGather::free_tables_here`] waited for a grace period and
+    /// freed the tables.
+    pub(crate) table_free_ns: u64,
+    /// Page tables [`MmuGather::free_tables_here`] freed on the calling
+    /// thread (subtables counted with their parent's one).
+    pub(crate) tables_freed_here: u64,
+    /// Page tables it handed to the epoch collector instead, the grace
+    /// period taking longer than its limit.
+    pub(crate) tables_deferred: u64,
 }
 
 fn ns_since(t: Instant) -> u64 {
@@ -128,8 +143,11 @@ impl MmuGather {
 
     /// Flushes `mm`'s TLBs if anything changed, then drops the frame
     /// references and schedules the tables for freeing after a grace period.
+    /// After [`MmuGather::keep_tables`], it also frees the kept tables
+    /// ([`MmuGather::free_tables_here`]: call it with no lock held then).
     pub(crate) fn finish(mut self, mm: &AddressSpace) {
         self.flush_and_free(mm);
+        self.free_tables_here(mm);
     }
 
     /// Shoots down `mm`'s TLBs once for a range that
@@ -173,13 +191,103 @@ impl MmuGather {
         // now. One batch: thousands of frames per flush, each freed with
         // its own lock round trips would cost most of the unmap.
         mm.phys.put_batch(&mut self.frames);
-        if !self.tables.is_empty() {
+        if self.keep_tables {
+            self.flushed_tables.append(&mut self.tables);
+        } else if !self.tables.is_empty() {
             let guard = crossbeam_epoch::pin();
             for t in self.tables.drain(..) {
                 t.free_after_grace_period(&mm.phys, &guard);
             }
         }
         self.times.free_ns = self.times.free_ns.saturating_add(ns_since(free));
+    }
+
+    /// From now on the tables this gather detaches are kept after their
+    /// flush until [`MmuGather::free_tables_here`], instead of going to the
+    /// epoch collector, which runs a deferred free on whichever thread
+    /// collects next: a big unmap's tables (a PMD table and its 512 PTE
+    /// tables, 2 MiB of entries to scan, take 0.3-0.9 ms to free on the
+    /// lab's VM; 8 GiB has eight) would stall another thread's `mmap` or
+    /// fault for milliseconds, the unmap's cost paid by someone else.
+    pub(crate) fn keep_tables(&mut self) {
+        self.keep_tables = true;
+    }
+
+    /// Frees, on the calling thread, the tables kept since
+    /// [`MmuGather::keep_tables`] (all flushed: call it after the last
+    /// [`MmuGather::flush_and_free`]), once a grace period has ended; Linux
+    /// frees an unmap's tables from an RCU callback on the unmapping CPU
+    /// (`tlb_remove_table_rcu`). Call it with no lock held that a thread
+    /// pinned in the epoch may be waiting for: it waits for every guard
+    /// pinned now to be dropped, [`GRACE_WAIT_LIMIT`] at most (a guard held
+    /// long, the caller's own included, cannot block it), and hands what is
+    /// left to the collector after that, as before.
+    pub(crate) fn free_tables_here(&mut self, mm: &AddressSpace) {
+        if self.flushed_tables.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        let tables = std::mem::take(&mut self.flushed_tables);
+        let n = tables.len() as u64;
+        if wait_for_grace_period(GRACE_WAIT_LIMIT) {
+            for t in tables {
+                // SAFETY: each table was detached before this call, so the
+                // grace period that ended since then ended every walk that
+                // could still hold it; the gather owned it alone.
+                unsafe { t.free_now(&mm.phys) };
+            }
+            self.times.tables_freed_here += n;
+        } else {
+            let guard = crossbeam_epoch::pin();
+            for t in tables {
+                t.free_after_grace_period(&mm.phys, &guard);
+            }
+            self.times.tables_deferred += n;
+        }
+        self.times.table_free_ns = self.times.table_free_ns.saturating_add(ns_since(t0));
+    }
+}
+
+/// How long [`MmuGather::free_tables_here`] waits for a grace period before
+/// it leaves the tables to the collector. Other threads pin for
+/// microseconds (a walk, a fault); a longer wait means a guard held across
+/// something slow (or the caller's own), which the unmap must not wait
+/// for.
+pub(crate) const GRACE_WAIT_LIMIT: Duration = Duration::from_millis(2);
+
+/// Waits until every epoch guard pinned when it is called has been dropped
+/// (a grace period, `synchronize_rcu`): true once one has, false after
+/// `limit` without. Always false under loom, whose models keep to the
+/// collector (a bounded spin would multiply their interleavings).
+pub(crate) fn wait_for_grace_period(limit: Duration) -> bool {
+    if cfg!(loom) {
+        return false;
+    }
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let guard = crossbeam_epoch::pin();
+        let e = ended.clone();
+        // The collector runs it once every guard pinned before this defer
+        // is gone, on whichever thread collects (this one, below, mostly).
+        guard.defer(move || e.store(true, std::sync::atomic::Ordering::Release));
+        guard.flush();
+    }
+    let start = Instant::now();
+    let mut tries = 0u32;
+    loop {
+        if ended.load(std::sync::atomic::Ordering::Acquire) {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        // Each flush tries to advance the epoch and runs what expired.
+        crossbeam_epoch::pin().flush();
+        tries += 1;
+        if tries > 64 {
+            // Someone pinned is slow or descheduled: let it run.
+            std::thread::yield_now();
+        }
     }
 }
 

@@ -474,7 +474,7 @@ impl DetachedTable {
         let phys = phys.clone();
         // SAFETY: the table was detached before `defer`, so once the grace
         // period ends no walker holds it; `self` is its only owner.
-        guard.defer(move || unsafe { self.free(&phys) });
+        guard.defer(move || unsafe { self.free_now(&phys) });
     }
 
     /// Frees the table now.
@@ -483,7 +483,7 @@ impl DetachedTable {
     ///
     /// No walker may still hold the table (a grace period has passed since
     /// it was detached).
-    unsafe fn free(self, phys: &PhysMem) {
+    pub(crate) unsafe fn free_now(self, phys: &PhysMem) {
         // SAFETY: the caller's contract, and `self` owned the table.
         unsafe { free_table(self.table, self.level, phys, None) };
     }
