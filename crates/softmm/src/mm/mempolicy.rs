@@ -119,8 +119,18 @@ impl AddressSpace {
                 None => by_node.push((node, vec![p])),
             }
         }
+        // migrate_pages' -ENOMEM (a node without a free frame) ends the
+        // migration; do_mbind ORs it into its failure count, so it is `EIO`
+        // with MPOL_MF_STRICT and success without.
+        let mut enomem = false;
         for (node, pages) in by_node {
-            failed += self.migrate_isolated(&pages, node).failed;
+            if enomem {
+                crate::migrate::putback_movable_pages(&pages);
+                continue;
+            }
+            let counts = self.migrate_isolated(&pages, node);
+            failed += counts.failed;
+            enomem = counts.enomem;
         }
         if failed > 0 && flags & MPOL_MF_STRICT != 0 {
             return Err(Errno::Io);
@@ -300,8 +310,9 @@ impl AddressSpace {
     /// number of pages that did not move. `EINVAL`/`EFAULT` for the masks
     /// as [`AddressSpace::set_mempolicy`]; `EPERM` for a new node outside
     /// the arena without `cap_sys_nice`; `EINVAL` if no new node is one of
-    /// the arena's; `ENOMEM` when a hugetlb page's new node has no free
-    /// unreserved huge page (the pages moved before it stay moved).
+    /// the arena's; `ENOMEM` when a page's new node has no free frame (or,
+    /// for a hugetlb page, no free unreserved huge page): the pages moved
+    /// before it stay moved, the others where they are.
     pub fn migrate_pages(&self, maxnode: u64, old_nodes: Option<&[u64]>, new_nodes: Option<&[u64]>) -> Result<u64> {
         let old = get_nodes(old_nodes, maxnode)?;
         let new = get_nodes(new_nodes, maxnode)?;
@@ -353,9 +364,7 @@ impl AddressSpace {
         let mut enomem = false;
         for (node, pages) in by_node {
             if enomem {
-                for p in &pages {
-                    p.page.desc().flags.fetch_and(!crate::phys::PG_ISOLATED, crate::sync::Ordering::AcqRel);
-                }
+                crate::migrate::putback_movable_pages(&pages);
                 continue;
             }
             let counts = self.migrate_isolated(&pages, node);
