@@ -128,6 +128,7 @@ impl AddressSpace {
         let guard = crossbeam_epoch::pin();
         let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;
         let ptl = leaf.lock();
+        self.counters.migrate_ptl_locks.fetch_add(1, Ordering::Relaxed);
         let pte = ptl.get(va);
         // A PROT_NONE page is mapped too (x86-64's entry is present to
         // `folio_walk_start`): it moves like any other.
