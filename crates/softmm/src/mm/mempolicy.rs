@@ -22,6 +22,25 @@ fn next_page(a: u64, huge: bool) -> u64 {
     (a & !(size - 1)) + size
 }
 
+/// Queues an isolated page for `node`, counts a page that could not be
+/// isolated as not moved, and leaves a shared page without
+/// `MPOL_MF_MOVE_ALL` out (not a failure): `migrate_pages(2)`'s queue.
+fn enqueue<'a>(
+    by_node: &mut Vec<(usize, Vec<Isolated<'a>>)>,
+    failed: &mut u64,
+    node: usize,
+    r: std::result::Result<Option<Isolated<'a>>, i32>,
+) {
+    match r {
+        Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, q)) => q.push(p),
+            None => by_node.push((node, vec![p])),
+        },
+        Ok(None) => {}
+        Err(_) => *failed += 1,
+    }
+}
+
 impl AddressSpace {
     /// `set_mempolicy(mode, nmask, maxnode)`: the policy of every later
     /// allocation outside VMAs with their own (`mbind`) policy. `nmask` is
@@ -172,24 +191,43 @@ impl AddressSpace {
             return Ok(0);
         }
         let mut failed = 0;
+        let misplaced = |pfn| (!nodes.contains(self.phys.node_of(pfn))).then_some(());
         for v in vmas {
             let huge = v.flags.contains(VmFlags::HUGETLB);
-            let mut a = v.start.max(start);
-            while a < v.end.min(end) {
+            let (lo, hi) = (v.start.max(start), v.end.min(end));
+            if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
+                // STRICT without MOVE stops at the first misplaced page
+                // (strictly_unmovable): a lock-free look, nothing isolated.
+                let guard = crossbeam_epoch::pin();
+                let found = self.pgtables.leaves(lo, hi, &guard).any(|leaf| {
+                    leaf.iter().any(|(_, pte)| {
+                        pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && misplaced(pte.pfn()).is_some()
+                    })
+                });
+                if found {
+                    return Ok(failed + 1);
+                }
+                continue;
+            }
+            if !huge {
+                // One walk, one PTE lock per table (queue_folios_pte_range).
+                self.isolate_range(v, lo, hi, flags, misplaced, |a, (), r| match r {
+                    Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
+                    // A shared page without MOVE_ALL stays, not an error.
+                    Ok(None) => {}
+                    Err(_) => failed += 1,
+                });
+                continue;
+            }
+            let mut a = lo;
+            while a < hi {
                 let pte = self.pte_at(a);
-                if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && !nodes.contains(self.phys.node_of(pte.pfn()))
-                {
-                    if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
-                        // STRICT without MOVE stops at the first misplaced
-                        // page (strictly_unmovable).
-                        return Ok(failed + 1);
-                    }
+                if pte.has_frame() && misplaced(pte.pfn()).is_some() {
                     // queue_folios_hugetlb: a page reached through a shared
                     // PMD table without MOVE_ALL stays, before any isolation.
-                    let skip = huge && self.hugetlb_queue_skips(a, flags);
+                    let skip = self.hugetlb_queue_skips(a, flags);
                     match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                         Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
-                        // A shared page without MOVE_ALL stays, not an error.
                         Ok(None) => {}
                         Err(_) => failed += 1,
                     }
@@ -334,27 +372,28 @@ impl AddressSpace {
         let mut failed = 0;
         {
             let st = self.read_lock();
+            let target = |pfn| {
+                let src = self.phys.node_of(pfn);
+                dest(src).filter(|&d| d != src)
+            };
             for v in st.vmas.iter() {
-                let huge = v.flags.contains(VmFlags::HUGETLB);
+                if !v.flags.contains(VmFlags::HUGETLB) {
+                    // One walk, one PTE lock per table (queue_folios_pte_range).
+                    self.isolate_range(v, v.start, v.end, flags, target, |_, d, r| {
+                        enqueue(&mut by_node, &mut failed, d, r);
+                    });
+                    continue;
+                }
                 let mut a = v.start;
                 while a < v.end {
                     let pte = self.pte_at(a);
-                    if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() {
-                        let src = self.phys.node_of(pte.pfn());
-                        if let Some(d) = dest(src).filter(|&d| d != src) {
-                            // queue_folios_hugetlb, as in mbind.
-                            let skip = huge && self.hugetlb_queue_skips(a, flags);
-                            match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
-                                Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == d) {
-                                    Some((_, q)) => q.push(p),
-                                    None => by_node.push((d, vec![p])),
-                                },
-                                Ok(None) => {}
-                                Err(_) => failed += 1,
-                            }
-                        }
+                    if let Some(d) = pte.has_frame().then(|| target(pte.pfn())).flatten() {
+                        // queue_folios_hugetlb, as in mbind.
+                        let skip = self.hugetlb_queue_skips(a, flags);
+                        let r = if skip { Ok(None) } else { self.isolate_at(v, a, flags) };
+                        enqueue(&mut by_node, &mut failed, d, r);
                     }
-                    a = next_page(a, huge);
+                    a = next_page(a, true);
                 }
             }
         }

@@ -139,11 +139,73 @@ impl AddressSpace {
         if pfn == self.phys.zero_pfn() {
             return Err(-libc::EFAULT);
         }
-        let d = self.phys.desc(pfn);
         // Our reference keeps the frame (not its mappings) once the lock
         // is dropped for the reverse walk.
         let page = self.phys.get(pfn);
         drop(ptl);
+        self.isolate_page(vma, page, flags)
+    }
+
+    /// `queue_folios_pte_range` for `mbind` and `migrate_pages(2)`: calls
+    /// `put(addr, target, result)` for every page mapped in `[start, end)`
+    /// of the small-page VMA `vma` (the caller holds `mmap_lock`) whose
+    /// frame `want` gives a target for, the zero page left out, with the
+    /// result of isolating it as [`AddressSpace::isolate_at`] would.
+    ///
+    /// One walk down the tree for the range (`walk_page_range`, empty
+    /// directories skipped) and one PTE lock per page table, under which
+    /// the table's pages are picked and referenced; each is then isolated
+    /// with the lock dropped (the shared-mapping count reads the reverse
+    /// map). `isolate_at` per page walked the tree from the root and took
+    /// the table's lock once per page, after a lock-free walk per page to
+    /// read the entry.
+    pub(crate) fn isolate_range<'a, T>(
+        &'a self,
+        vma: &crate::vma::Vma,
+        start: u64,
+        end: u64,
+        flags: u32,
+        mut want: impl FnMut(crate::phys::Pfn) -> Option<T>,
+        mut put: impl FnMut(u64, T, std::result::Result<Option<Isolated<'a>>, i32>),
+    ) {
+        debug_assert!(!vma.flags.contains(crate::vma::VmFlags::HUGETLB));
+        let guard = crossbeam_epoch::pin();
+        let mut picked = Vec::new();
+        for leaf in self.pgtables.leaves(start, end, &guard) {
+            if leaf.entry_size() != PAGE_SIZE {
+                continue;
+            }
+            let ptl = leaf.lock();
+            self.counters.migrate_ptl_locks.fetch_add(1, Ordering::Relaxed);
+            for (va, _) in leaf.iter() {
+                let pte = ptl.get(va);
+                // PROT_NONE pages included, as in `isolate_at`.
+                if !pte.has_frame() || pte.pfn() == self.phys.zero_pfn() {
+                    continue;
+                }
+                if let Some(target) = want(pte.pfn()) {
+                    picked.push((va, target, self.phys.get(pte.pfn())));
+                }
+            }
+            drop(ptl);
+            for (va, target, page) in picked.drain(..) {
+                put(va, target, self.isolate_page(vma, page, flags));
+            }
+        }
+    }
+
+    /// The rest of `isolate_at` for a page the caller found mapped in
+    /// `vma` and holds a reference on: `Ok(None)` for a page mapped more
+    /// than once without `MPOL_MF_MOVE_ALL`, `-EBUSY` if another migration
+    /// holds it, else the page isolated with its owner and index.
+    fn isolate_page<'a>(
+        &'a self,
+        vma: &crate::vma::Vma,
+        page: crate::phys::FrameRef<'a>,
+        flags: u32,
+    ) -> std::result::Result<Option<Isolated<'a>>, i32> {
+        let pfn = page.pfn();
+        let d = self.phys.desc(pfn);
         let file = vma.file.as_ref().filter(|_| d.flags.load(Ordering::Relaxed) & PG_FILE != 0);
         let owner = match (vma.anon_vma.get(), file) {
             (_, Some(f)) => Owner::File(f.clone()),
