@@ -616,13 +616,22 @@ mod tests {
             }
             let p0 = unmap_for_migration(&phys, &mm, a);
             let p1 = unmap_for_migration(&phys, &mm, a + PAGE_SIZE);
+            let p2 = unmap_for_migration(&phys, &mm, a + 2 * PAGE_SIZE);
             let p3 = unmap_for_migration(&phys, &mm, a + 3 * PAGE_SIZE);
             assert!(mm.pte_at(a).is_migration() && mm.pte_at(a).has(Pte::WRITE));
-            // mincore and RSS count them as resident.
+            // mincore, RSS and the maps dump's Rss (smaps_pte_entry accounts
+            // a migration entry's page) count them as resident.
             let mut vec = [0u8; 4];
             mm.mincore(a, 4 * PAGE_SIZE, &mut vec).unwrap();
             assert_eq!(vec, [1; 4]);
             assert_eq!(mm.stats().rss_pages, 4);
+            assert_eq!(mm.maps().iter().map(|m| m.rss).sum::<u64>(), 4 * PAGE_SIZE);
+            // mremap moves a migration entry with its page's index, so the
+            // remap finds it at the new address.
+            let b = mm.mremap(a + 2 * PAGE_SIZE, PAGE_SIZE, PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, 1 << 30).unwrap();
+            assert!(mm.pte_at(b).is_migration() && mm.pte_at(a + 2 * PAGE_SIZE).is_none());
+            remove_migration_ptes(&phys, &p2.owner, &[(p2.index, p2.page.pfn(), p2.page.pfn())]);
+            assert_eq!(cpu.read_u64(b).unwrap(), 12);
             // mprotect read-only makes a writable migration entry readable.
             mm.mprotect(a + PAGE_SIZE, PAGE_SIZE, PROT_READ).unwrap();
             assert!(mm.pte_at(a + PAGE_SIZE).is_migration() && !mm.pte_at(a + PAGE_SIZE).has(Pte::WRITE));
@@ -653,7 +662,7 @@ mod tests {
             assert_eq!(cpu.read_u64(a + PAGE_SIZE).unwrap(), 11);
             // The unmapped page's restore finds nothing: it goes with our reference.
             remove_migration_ptes(&phys, &p3.owner, &[(p3.index, p3.page.pfn(), p3.page.pfn())]);
-            for p in [&p0, &p1, &p3] {
+            for p in [&p0, &p1, &p2, &p3] {
                 unlock_page(&phys, p.page.pfn());
             }
         }
