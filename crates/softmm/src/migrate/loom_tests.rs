@@ -295,10 +295,6 @@ fn hugetlb_migration_vs_write() {
 /// and retry. Neither write is lost, exactly one unshare happened, the
 /// unsharer maps nothing, the second maps the new page on node 1, and the
 /// old pool page is free again.
-///
-/// An execution whose setup could not share (a hugetlb model running
-/// beside this one switches sharing off after its own setup) is skipped;
-/// some must not be.
 #[test]
 fn hugetlb_migration_unshares_vs_write() {
     use crate::hugetlb::HPAGE_SIZE as HP;
@@ -307,6 +303,10 @@ fn hugetlb_migration_unshares_vs_write() {
     let waited = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(AtomicBool::new(false));
     let (w, s) = (waited.clone(), shared.clone());
+    // The hugetlb models' switches (sharing off after their setup, broken
+    // variants) are process-wide: hold them at their defaults meanwhile.
+    let _serial = crate::hugetlb::lock::broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    crate::hugetlb::lock::broken::NO_SHARE.store(false, std::sync::atomic::Ordering::Relaxed);
     let mut b = builder();
     // Two address spaces' faults, shares and unshares: one preemption keeps
     // it to seconds, and the write still meets the migration entry.
@@ -326,7 +326,8 @@ fn hugetlb_migration_unshares_vs_write() {
         let second = AddressSpace::new(&phys, config).unwrap();
         let b = map(&second, 8 * PUD);
         second.handle_fault(b, Access::Read).unwrap();
-        if phys.huge_page_stats().pmd_shares == 1 {
+        assert_eq!(phys.huge_page_stats().pmd_shares, 1, "the second links the first's table");
+        {
             s.store(true, Relaxed);
             assert_eq!(phys.node_of(first.pte_at(a).pfn()), 0);
             let t = {
