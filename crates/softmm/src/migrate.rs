@@ -353,6 +353,14 @@ unsafe fn copy_unshared_frame(src: *const u8, dst: *mut u8) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, PAGE_SIZE as usize) };
 }
 
+/// Ends the isolation of `pages` (Linux's `putback_movable_pages`); their
+/// references go when the caller drops them.
+pub(crate) fn putback_movable_pages(pages: &[Isolated<'_>]) {
+    for p in pages {
+        p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
+    }
+}
+
 /// What became of one page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -372,8 +380,10 @@ pub(crate) struct MigrateCounts {
     /// batch when the pages are adjacent, where a walk per page took one
     /// per page).
     pub(crate) ptl_locks: u64,
-    /// The target node had no free huge page for a hugetlb page: Linux's
-    /// `migrate_pages` returns `-ENOMEM` then, and no other page is tried.
+    /// The target node had no free frame (or, for a hugetlb page, no free
+    /// unreserved huge page) for a page: Linux's `migrate_pages` returns
+    /// `-ENOMEM` then. The pages already unmapped in that batch were moved;
+    /// no other page was tried.
     pub(crate) enomem: bool,
 }
 
@@ -402,16 +412,27 @@ pub(crate) fn migrate_pages(
         let moved = out.iter().filter(|o| **o == Outcome::Moved).count() as u64;
         return (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks, enomem: true });
     }
-    for pass in 0..NR_MAX_MIGRATE_PAGES_RETRY {
+    // migrate_pages_batch: "when memory is low, don't bother to try to
+    // migrate other folios, move unmapped folios, then exit" with -ENOMEM,
+    // which migrate_pages_sync and migrate_pages pass up at once (no later
+    // batch, no one-by-one retry, no further pass).
+    let mut enomem = false;
+    'passes: for pass in 0..NR_MAX_MIGRATE_PAGES_RETRY {
         let mut again = Vec::new();
         let mut backed_off = Vec::new();
         for chunk in todo.chunks(batch) {
-            ptl_locks += migrate_batch(phys, pages, chunk, node, &mut out, &mut again, &mut backed_off);
+            ptl_locks += migrate_batch(phys, pages, chunk, node, &mut out, &mut again, &mut backed_off, &mut enomem);
+            if enomem {
+                break 'passes;
+            }
         }
         // The pages whose lock a batch could not take: one at a time, each
         // holding only its own lock while it may wait.
         for i in backed_off {
-            ptl_locks += migrate_batch(phys, pages, &[i], node, &mut out, &mut again, &mut Vec::new());
+            ptl_locks += migrate_batch(phys, pages, &[i], node, &mut out, &mut again, &mut Vec::new(), &mut enomem);
+            if enomem {
+                break 'passes;
+            }
         }
         if again.is_empty() || pass + 1 == NR_MAX_MIGRATE_PAGES_RETRY {
             break;
@@ -419,13 +440,18 @@ pub(crate) fn migrate_pages(
         todo = again;
     }
     let moved = out.iter().filter(|o| **o == Outcome::Moved).count() as u64;
-    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks, enomem: false })
+    (out, MigrateCounts { moved, failed: pages.len() as u64 - moved, ptl_locks, enomem })
 }
 
 /// One batch: the first page locked with a wait, the others with a trylock
 /// (a failure goes to `backed_off`); unmap all (one reverse walk per run of
 /// pages of one owner), flush once, copy all, remap all (one walk per run
 /// again), unlock all. Returns the PTE locks the walks took.
+///
+/// When the target node cannot give every locked page a frame, the pages
+/// that got one still move, the first that did not is `-ENOMEM`, the rest
+/// are left untried, and `enomem` is set: the caller stops there.
+#[allow(clippy::too_many_arguments)]
 fn migrate_batch(
     phys: &PhysMem,
     pages: &[Isolated<'_>],
@@ -434,6 +460,7 @@ fn migrate_batch(
     out: &mut [Outcome],
     again: &mut Vec<usize>,
     backed_off: &mut Vec<usize>,
+    enomem: &mut bool,
 ) -> u64 {
     let mut locked: Vec<usize> = Vec::with_capacity(chunk.len());
     for &i in chunk {
@@ -455,8 +482,10 @@ fn migrate_batch(
         locked.push(i);
     }
     // The batch's new frames in one allocation (one cache and one free-list
-    // lock, not one per page), __GFP_THISNODE: the target node or nothing;
-    // the pages it could not serve stay, as `-ENOMEM`.
+    // lock, not one per page), __GFP_THISNODE: the target node or nothing.
+    // Linux allocates each page's frame just before unmapping it, so the
+    // first page it cannot serve is `-ENOMEM` and the pages after it are
+    // never unmapped; here they stay as they are, untried.
     let mut frames = phys.alloc_bulk_on(node, locked.len()).into_iter();
     let mut unmapped: Vec<(usize, FrameRef<'_>)> = Vec::with_capacity(locked.len());
     for i in locked {
@@ -464,7 +493,8 @@ fn migrate_batch(
             Some(dst) => unmapped.push((i, dst)),
             None => {
                 unlock_page(phys, pages[i].page.pfn());
-                out[i] = Outcome::Failed(Errno::NoMem);
+                out[i] = Outcome::Failed(if *enomem { Errno::Again } else { Errno::NoMem });
+                *enomem = true;
             }
         }
     }
@@ -586,13 +616,22 @@ mod tests {
             }
             let p0 = unmap_for_migration(&phys, &mm, a);
             let p1 = unmap_for_migration(&phys, &mm, a + PAGE_SIZE);
+            let p2 = unmap_for_migration(&phys, &mm, a + 2 * PAGE_SIZE);
             let p3 = unmap_for_migration(&phys, &mm, a + 3 * PAGE_SIZE);
             assert!(mm.pte_at(a).is_migration() && mm.pte_at(a).has(Pte::WRITE));
-            // mincore and RSS count them as resident.
+            // mincore, RSS and the maps dump's Rss (smaps_pte_entry accounts
+            // a migration entry's page) count them as resident.
             let mut vec = [0u8; 4];
             mm.mincore(a, 4 * PAGE_SIZE, &mut vec).unwrap();
             assert_eq!(vec, [1; 4]);
             assert_eq!(mm.stats().rss_pages, 4);
+            assert_eq!(mm.maps().iter().map(|m| m.rss).sum::<u64>(), 4 * PAGE_SIZE);
+            // mremap moves a migration entry with its page's index, so the
+            // remap finds it at the new address.
+            let b = mm.mremap(a + 2 * PAGE_SIZE, PAGE_SIZE, PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, 1 << 30).unwrap();
+            assert!(mm.pte_at(b).is_migration() && mm.pte_at(a + 2 * PAGE_SIZE).is_none());
+            remove_migration_ptes(&phys, &p2.owner, &[(p2.index, p2.page.pfn(), p2.page.pfn())]);
+            assert_eq!(cpu.read_u64(b).unwrap(), 12);
             // mprotect read-only makes a writable migration entry readable.
             mm.mprotect(a + PAGE_SIZE, PAGE_SIZE, PROT_READ).unwrap();
             assert!(mm.pte_at(a + PAGE_SIZE).is_migration() && !mm.pte_at(a + PAGE_SIZE).has(Pte::WRITE));
@@ -623,7 +662,7 @@ mod tests {
             assert_eq!(cpu.read_u64(a + PAGE_SIZE).unwrap(), 11);
             // The unmapped page's restore finds nothing: it goes with our reference.
             remove_migration_ptes(&phys, &p3.owner, &[(p3.index, p3.page.pfn(), p3.page.pfn())]);
-            for p in [&p0, &p1, &p3] {
+            for p in [&p0, &p1, &p2, &p3] {
                 unlock_page(&phys, p.page.pfn());
             }
         }
@@ -746,33 +785,40 @@ mod tests {
     }
 
     /// The batch's one allocation serves as many pages as the node has
-    /// frames for; the others stay where they are, mapped, as `-ENOMEM`.
+    /// frames for; the first page it cannot serve is `-ENOMEM` and the call
+    /// ends there (Linux's "move unmapped folios, then exit"), the others
+    /// left where they are, mapped, untried. One by one, the same pages move.
     #[test]
     #[cfg_attr(miri, ignore = "migrates hundreds of pages: minutes under Miri")]
     fn a_batch_short_of_frames_moves_what_the_node_can_take() {
-        let phys = PhysMem::new(PhysConfig::new(4 << 20).nodes(2)).unwrap();
-        {
-            let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
-            let a = mm.mmap(0, 300 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
-            let mut cpu = Cpu::attached(&mm);
-            for i in 0..300 {
-                cpu.write_u64(a + i * PAGE_SIZE, i).unwrap();
+        for policy in MigratePolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new(4 << 20).nodes(2)).unwrap();
+            {
+                let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+                let a =
+                    mm.mmap(0, 300 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+                let mut cpu = Cpu::attached(&mm);
+                for i in 0..300 {
+                    cpu.write_u64(a + i * PAGE_SIZE, i).unwrap();
+                }
+                let free1 = phys.node_stats()[1].frames_free as usize;
+                let hold = phys.alloc_bulk_on(1, free1 - 100);
+                let pages = isolate_range(&mm, a, 300);
+                let (out, counts) = migrate_pages(&phys, &pages, 1, policy);
+                assert_eq!((counts.moved, counts.failed, counts.enomem), (100, 200, true), "{policy:?}");
+                assert!(out[..100].iter().all(|o| *o == Outcome::Moved), "{policy:?}");
+                assert_eq!(out[100], Outcome::Failed(Errno::NoMem), "{policy:?}");
+                assert!(out[101..].iter().all(|o| *o == Outcome::Failed(Errno::Again)), "{policy:?}");
+                release(pages);
+                drop(hold);
+                for i in 0..300 {
+                    let moved = out[i as usize] == Outcome::Moved;
+                    assert_eq!(phys.node_of(mm.pte_at(a + i * PAGE_SIZE).pfn()), usize::from(moved));
+                    assert_eq!(cpu.read_u64(a + i * PAGE_SIZE).unwrap(), i);
+                }
             }
-            let free1 = phys.node_stats()[1].frames_free as usize;
-            let hold = phys.alloc_bulk_on(1, free1 - 100);
-            let pages = isolate_range(&mm, a, 300);
-            let (out, counts) = migrate_pages(&phys, &pages, 1, MigratePolicy::Batched);
-            assert_eq!((counts.moved, counts.failed), (100, 200));
-            assert_eq!(out.iter().filter(|o| **o == Outcome::Failed(Errno::NoMem)).count(), 200);
-            release(pages);
-            drop(hold);
-            for i in 0..300 {
-                let moved = out[i as usize] == Outcome::Moved;
-                assert_eq!(phys.node_of(mm.pte_at(a + i * PAGE_SIZE).pfn()), usize::from(moved));
-                assert_eq!(cpu.read_u64(a + i * PAGE_SIZE).unwrap(), i);
-            }
+            let s = phys.quiesce();
+            assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
         }
-        let s = phys.quiesce();
-        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
     }
 }

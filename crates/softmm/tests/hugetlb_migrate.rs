@@ -152,25 +152,40 @@ fn a_page_mapped_through_a_shared_pmd_table_moves_once_for_every_sharer() {
         assert_eq!(child.mbind(a, PUD, MPOL_BIND, Some(&mask), 3, MPOL_MF_MOVE | MPOL_MF_STRICT), Ok(()));
         assert_eq!(node_of(&child, a), here);
         // move_pages counts mappings: one PMD entry maps it, so MOVE moves it.
+        // The migration unshares the table in every sharer but the last
+        // (try_to_migrate_one's huge_pmd_unshare), which alone gets the
+        // migration entry: right after it, one sharer maps nothing there.
         let mut status = [-1];
         assert_eq!(child.move_pages(&[a], Some(&[there]), &mut status, MPOL_MF_MOVE), Ok(0));
         assert_eq!(status[0], there);
-        assert_eq!((node_of(&parent, a), node_of(&child, a)), (there, there));
         let s = phys.huge_page_stats();
-        assert_eq!((s.pmd_shares, s.pmd_unshares), (1, 0), "the table stays shared");
+        assert_eq!((s.pmd_shares, s.pmd_unshares), (1, 1), "one sharer unshared");
+        let mut nodes = [node_of(&parent, a), node_of(&child, a)];
+        nodes.sort();
+        assert_eq!(nodes, [-libc::ENOENT, there], "the unsharer maps nothing until it faults");
+        // Both see the data: the unsharer's fault links the table again.
         check(&mut cpu, a, 7);
         check(&mut Cpu::attached(&child), a, 7);
+        assert_eq!((node_of(&parent, a), node_of(&child, a)), (there, there));
+        assert_eq!(phys.huge_page_stats().pmd_shares, 2, "linked again");
         // With MOVE_ALL, mbind (of the whole window: a split would unshare
-        // the table) moves the other page, for both.
+        // the table) moves the other page, for both: one more unshare.
         assert_eq!(parent.mbind(a, PUD, MPOL_BIND, Some(&mask), 3, MPOL_MF_MOVE_ALL | MPOL_MF_STRICT), Ok(()));
-        assert_eq!((node_of(&parent, a + HP), node_of(&child, a + HP)), (there, there));
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 2);
+        check(&mut cpu, a + HP, 8);
         check(&mut Cpu::attached(&child), a + HP, 8);
-        // And migrate_pages(2) with CAP_SYS_NICE (MOVE_ALL) brings both back.
+        assert_eq!((node_of(&parent, a + HP), node_of(&child, a + HP)), (there, there));
+        // And migrate_pages(2) with CAP_SYS_NICE (MOVE_ALL) brings both
+        // back: the first page's migration unshares, the second finds the
+        // table no longer shared and moves through the last sharer's entry.
         assert_eq!(parent.migrate_pages(3, Some(&mask), Some(&[1u64 << here])), Ok(0));
-        assert_eq!((node_of(&child, a), node_of(&child, a + HP)), (here, here));
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 3);
         check(&mut cpu, a, 7);
         check(&mut cpu, a + HP, 8);
-        assert_eq!(phys.huge_page_stats().pmd_unshares, 0);
+        check(&mut Cpu::attached(&child), a, 7);
+        check(&mut Cpu::attached(&child), a + HP, 8);
+        assert_eq!((node_of(&child, a), node_of(&child, a + HP)), (here, here));
+        assert_eq!((node_of(&parent, a), node_of(&parent, a + HP)), (here, here));
         drop((cpu, child, parent, open, f));
     }
     assert_no_leaks(&phys);

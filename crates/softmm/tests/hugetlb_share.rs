@@ -1,6 +1,7 @@
 //! hugetlb PMD sharing, on by default, against the calls that meet it:
 //! page migration (`move_pages`, `mbind`), which moves a page reached
-//! through a shared table once for every sharer, and a full
+//! through a shared table once for every sharer, unsharing the table in all
+//! but the last, and a full
 //! 1 GiB window faulted by a forked child (one fault, as on the host, which
 //! the same test probes where it can reserve 512 huge pages).
 
@@ -34,8 +35,15 @@ fn node_of(mm: &AddressSpace, addr: u64) -> i32 {
     status[0]
 }
 
+/// The node of the page at `addr` once `mm` faulted it (a migration may
+/// have unshared `mm`'s table, leaving nothing mapped until a fault).
+fn node_after_fault(mm: &Arc<AddressSpace>, addr: u64) -> i32 {
+    Cpu::attached(mm).read_u64(addr).unwrap();
+    node_of(mm, addr)
+}
+
 #[test]
-fn move_pages_and_mbind_move_hugetlb_pages_and_leave_shared_tables_shared() {
+fn move_pages_and_mbind_move_hugetlb_pages_through_shared_tables() {
     let phys = PhysMem::new(PhysConfig::new(64 << 20).nodes(2).hugepages(6)).unwrap();
     let f = File::create_hugetlbfs(&phys, "/db", PUD).unwrap();
     let config = MmConfig::default();
@@ -58,6 +66,14 @@ fn move_pages_and_mbind_move_hugetlb_pages_and_leave_shared_tables_shared() {
     // mapped: -ENOENT. Already there: the node.
     assert_eq!(child.move_pages(&pages, Some(&[there; 3]), &mut status, MPOL_MF_MOVE), Ok(0));
     assert_eq!(status, [there, there, -libc::ENOENT]);
+    // The first page's migration unshared the table in the sharer reached
+    // while it was shared (Linux's try_to_migrate_one): the parent, the
+    // file's first mapper, maps nothing until its fault links the child's
+    // table again; the second page moved through the child's entry alone.
+    assert_eq!(phys.huge_page_stats().pmd_unshares, 1);
+    assert_eq!((node_of(&parent, a), node_of(&child, a)), (-libc::ENOENT, there));
+    assert_eq!(Cpu::attached(&parent).read_u64(a + HP).unwrap(), 0xface + 1);
+    assert_eq!(phys.huge_page_stats().pmd_shares, 2, "linked again");
     assert_eq!((node_of(&parent, a), node_of(&parent, a + HP)), (there, there));
     for (mm, node) in [(&parent, here), (&child, here)] {
         assert_eq!(mm.move_pages(&pages[..2], Some(&[node; 2]), &mut status[..2], MPOL_MF_MOVE), Ok(0));
@@ -73,7 +89,7 @@ fn move_pages_and_mbind_move_hugetlb_pages_and_leave_shared_tables_shared() {
     assert_eq!(status[0], -libc::EACCES);
     assert_eq!(other.move_pages(&[b], Some(&[there]), &mut status[..1], MPOL_MF_MOVE_ALL), Ok(0));
     assert_eq!(status[0], there);
-    assert_eq!((node_of(&parent, a), node_of(&child, a)), (there, there));
+    assert_eq!((node_after_fault(&parent, a), node_after_fault(&child, a)), (there, there));
     // mbind with MOVE|STRICT: a page reached through a shared table, or
     // mapped twice, is left alone and is no failure (queue_folios_hugetlb);
     // with MOVE_ALL it moves.
@@ -95,8 +111,11 @@ fn move_pages_and_mbind_move_hugetlb_pages_and_leave_shared_tables_shared() {
     let from = [1u64 << here];
     assert_eq!(parent.migrate_pages(3, Some(&mask), Some(&from)), Ok(0));
     assert_eq!(node_of(&parent, p), here);
-    // Nothing unshared, every value still there.
-    assert_eq!(phys.huge_page_stats().pmd_unshares, 0);
+    // One unshare per migration that found the table shared: the first
+    // move, the parent's move back (the parent unshares itself, so the
+    // child's and other's moves find no sharer), other's mbind after the
+    // parent's fault linked the table again. Every value still there.
+    assert_eq!(phys.huge_page_stats().pmd_unshares, 3);
     for (mm, at) in [(&parent, a), (&child, a), (&other, b)] {
         let mut cpu = Cpu::attached(mm);
         for i in 0..3 {

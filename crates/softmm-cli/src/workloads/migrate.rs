@@ -15,7 +15,7 @@
 //! migrations sent to the accessors' CPUs, the IPIs the seed counts, and
 //! `migrator_cpu_ns`, the migrator thread's CPU time: its cost per page
 //! with the time it waited for a CPU left out, and `ptl_locks`, the PTE
-//! locks its unmap and remap walks took), and
+//! locks its isolation, unmap and remap walks took), and
 //! mode `accessors` (one operation is one access: accesses per second over
 //! the same window; counters `faults` and the latencies of every 64th
 //! access, `p50_ns`, `p99_ns` and `max_ns`, which show the waits on
@@ -341,8 +341,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     println!("{}", table(&samples));
     println!(
         "migrate: pages migrated/s by migrate_pages(2) 0->1, 1->0, ...; flush req/page: shootdown requests to the \
-         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); PTE locks/page: taken by the migrations' unmap \
-         and remap walks; migrator CPU us/page: the migrator thread's \
+         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); PTE locks/page: taken by the migrations' \
+         isolation, unmap and remap walks; migrator CPU us/page: the migrator thread's \
          CPU time per migrated page; accesses/s and latencies (every {TIMED_EVERY}th \
          access timed) of the accessors over the same window; medians of --repeat, latencies their maximum."
     );

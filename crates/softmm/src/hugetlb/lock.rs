@@ -237,6 +237,11 @@ pub(crate) mod broken {
     /// unshared allocates a table of its own instead of linking one again.
     pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
 
+    /// Held by every model whose faults read these switches (they are
+    /// process-wide, and loom requires each model to replay the same
+    /// execution): one such model at a time.
+    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     pub(crate) fn no_share() -> bool {
         NO_SHARE.load(Ordering::Relaxed)
     }

@@ -90,8 +90,7 @@ fn check_bounded(
 ) {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     // The switches are process-wide: one model at a time.
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     switch.store(false, Relaxed);
     builder(preemptions).check(move || {
         if let Err(e) = model(policy) {

@@ -13,8 +13,15 @@
 //!    through the file's `i_mmap`: shared mappings, and private ones, whose
 //!    anonymous copies live at the file's index too) becomes a PMD-level
 //!    migration entry (`set_huge_pte_at` with a migration entry), dropping
-//!    its reference. A shared PMD table holds one entry for all its sharers,
-//!    so it is changed once and every sharer waits on it;
+//!    its reference. A PMD table still shared when a sharer is reached is
+//!    unshared in that sharer instead (Linux's `try_to_migrate_one`: the
+//!    hugetlb VMA lock taken for write with a trylock, since it comes before
+//!    `i_mmap` in the lock order, then `huge_pmd_unshare` and its flush),
+//!    which unmaps the page there; the last sharer, whose table is no longer
+//!    shared, gets the migration entry. A sharer whose VMA lock is busy keeps
+//!    its link and the page stays mapped: the reference check fails and the
+//!    page is put back (`-EAGAIN`, retried). An unshared sharer's next fault
+//!    links the table again (or waits on its migration entry);
 //! 2. **flush**: one TLB flush per address space reached, all begun before
 //!    any is waited for;
 //! 3. **copy** 2 MiB, once only the migrator (and, for a page-cache page,
@@ -166,11 +173,14 @@ pub(crate) fn migrate_hugetlbs(
 /// mappers are read again after each one is visited: a fork that was
 /// copying the visited one's entries (under its `mmap_lock` for write) has
 /// recorded its child by then. An entry in a shared PMD table is reached
-/// once per sharer.
+/// once per sharer, unless `unshare`: then a sharer reached while its table
+/// is still shared unshares it instead (see the module doc) and `f` is not
+/// called for it.
 fn walk_huge(
     phys: &PhysMem,
     file: &Arc<File>,
     hidx: u64,
+    unshare: bool,
     ptl_locks: &mut u64,
     mut f: impl FnMut(&Arc<AddressSpace>, VmFlags, Pte) -> Option<Pte>,
 ) {
@@ -197,6 +207,21 @@ fn walk_huge(
                 continue;
             }
             let haddr = vma.start + ((first - vma.pgoff) << PAGE_SHIFT);
+            if unshare && super::share::want_pmd_share(vma, haddr) {
+                // try_to_migrate_one, a file page: the VMA lock is taken
+                // before i_mmap elsewhere, so only tried here; busy, the
+                // page stays mapped in this address space and the move
+                // fails its reference check. Under both locks no sharer
+                // links or unlinks the table, so the check holds.
+                let w = haddr & !(super::share::PUD_SIZE - 1);
+                let Some(_vma_lock) = mm.hugetlb_lock.stripe(w).try_write() else { continue };
+                phys.hugetlb.locks.count(super::lock::Kind::VmaLockWrite);
+                if mm.pgtables.pmd_is_shared(haddr, &guard) {
+                    // Unmaps the page here, and flushes this address space.
+                    mm.huge_pmd_unshare_locked(w, &guard);
+                    continue;
+                }
+            }
             let Some(leaf) = mm.pgtables.leaf(haddr, &guard) else { continue };
             if leaf.entry_size() != HPAGE_SIZE {
                 continue;
@@ -256,11 +281,9 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, node: usize, ptl_l
     let is_file = d.flags.load(Ordering::Relaxed) & PG_FILE != 0;
     // Unmap: each entry mapping the page becomes a migration entry.
     let mut mms: Vec<Arc<AddressSpace>> = Vec::new();
-    walk_huge(phys, file, p.index, ptl_locks, |mm, _, pte| {
+    walk_huge(phys, file, p.index, true, ptl_locks, |mm, _, pte| {
         let maps_old = (pte.has_frame() || pte.is_migration()) && pte.pfn() == old;
         if maps_old && !mms.iter().any(|m| Arc::ptr_eq(m, mm)) {
-            // A sharer of a table whose entry is already a migration entry
-            // may hold a translation of the old page too: flush it as well.
             mms.push(mm.clone());
         }
         if !maps_old || pte.is_migration() {
@@ -301,7 +324,7 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, node: usize, ptl_l
         d.flags.store(flags & (PG_LOCKED | PG_ISOLATED), Ordering::Relaxed);
     }
     // Remap: every migration entry of the old page maps `new`.
-    walk_huge(phys, file, p.index, ptl_locks, |_, flags, pte| {
+    walk_huge(phys, file, p.index, false, ptl_locks, |_, flags, pte| {
         if !pte.is_migration() || pte.pfn() != old {
             return None;
         }

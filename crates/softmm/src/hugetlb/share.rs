@@ -13,10 +13,10 @@
 //! of a whole PUD window shares whenever another one can be found). Every
 //! path that changes entries unshares first, and so does a VMA split that
 //! breaks a window; exit drops its link through the share count. Page
-//! migration writes one migration entry into a shared table, which every
-//! sharer then sees, and keeps the table shared (`hugetlb/migrate.rs`;
-//! Linux's `try_to_migrate_one` unshares it in all but the last sharer), and
-//! a pin counts on the huge page, not on the table (`hugetlb/gup.rs`).
+//! migration unshares the table in every sharer but the last, which alone
+//! gets the migration entry (`hugetlb/migrate.rs`, Linux's
+//! `try_to_migrate_one`), and a pin counts on the huge page, not on the
+//! table (`hugetlb/gup.rs`).
 //!
 //! # Locks
 //!
@@ -296,8 +296,9 @@ impl AddressSpace {
     /// address space's hugetlb VMA lock for the window at `w` and the
     /// file's `i_mmap` lock, both for write: nothing if the table is not
     /// shared; else the link goes and this address space's TLB is flushed
-    /// before the caller drops `i_mmap`.
-    fn huge_pmd_unshare_locked(&self, w: u64, guard: &Guard) {
+    /// before the caller drops `i_mmap`. Page migration calls it too
+    /// (`hugetlb/migrate.rs`, Linux's `try_to_migrate_one`).
+    pub(super) fn huge_pmd_unshare_locked(&self, w: u64, guard: &Guard) {
         let freed = match self.pgtables.pmd_unshare(w) {
             PmdUnshare::NotShared => return,
             PmdUnshare::Unshared => None,

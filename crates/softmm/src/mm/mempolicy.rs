@@ -22,6 +22,25 @@ fn next_page(a: u64, huge: bool) -> u64 {
     (a & !(size - 1)) + size
 }
 
+/// Queues an isolated page for `node`, counts a page that could not be
+/// isolated as not moved, and leaves a shared page without
+/// `MPOL_MF_MOVE_ALL` out (not a failure): `migrate_pages(2)`'s queue.
+fn enqueue<'a>(
+    by_node: &mut Vec<(usize, Vec<Isolated<'a>>)>,
+    failed: &mut u64,
+    node: usize,
+    r: std::result::Result<Option<Isolated<'a>>, i32>,
+) {
+    match r {
+        Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, q)) => q.push(p),
+            None => by_node.push((node, vec![p])),
+        },
+        Ok(None) => {}
+        Err(_) => *failed += 1,
+    }
+}
+
 impl AddressSpace {
     /// `set_mempolicy(mode, nmask, maxnode)`: the policy of every later
     /// allocation outside VMAs with their own (`mbind`) policy. `nmask` is
@@ -119,8 +138,18 @@ impl AddressSpace {
                 None => by_node.push((node, vec![p])),
             }
         }
+        // migrate_pages' -ENOMEM (a node without a free frame) ends the
+        // migration; do_mbind ORs it into its failure count, so it is `EIO`
+        // with MPOL_MF_STRICT and success without.
+        let mut enomem = false;
         for (node, pages) in by_node {
-            failed += self.migrate_isolated(&pages, node).failed;
+            if enomem {
+                crate::migrate::putback_movable_pages(&pages);
+                continue;
+            }
+            let counts = self.migrate_isolated(&pages, node);
+            failed += counts.failed;
+            enomem = counts.enomem;
         }
         if failed > 0 && flags & MPOL_MF_STRICT != 0 {
             return Err(Errno::Io);
@@ -162,24 +191,43 @@ impl AddressSpace {
             return Ok(0);
         }
         let mut failed = 0;
+        let misplaced = |pfn| (!nodes.contains(self.phys.node_of(pfn))).then_some(());
         for v in vmas {
             let huge = v.flags.contains(VmFlags::HUGETLB);
-            let mut a = v.start.max(start);
-            while a < v.end.min(end) {
+            let (lo, hi) = (v.start.max(start), v.end.min(end));
+            if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
+                // STRICT without MOVE stops at the first misplaced page
+                // (strictly_unmovable): a lock-free look, nothing isolated.
+                let guard = crossbeam_epoch::pin();
+                let found = self.pgtables.leaves(lo, hi, &guard).any(|leaf| {
+                    leaf.iter().any(|(_, pte)| {
+                        pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && misplaced(pte.pfn()).is_some()
+                    })
+                });
+                if found {
+                    return Ok(failed + 1);
+                }
+                continue;
+            }
+            if !huge {
+                // One walk, one PTE lock per table (queue_folios_pte_range).
+                self.isolate_range(v, lo, hi, flags, misplaced, |a, (), r| match r {
+                    Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
+                    // A shared page without MOVE_ALL stays, not an error.
+                    Ok(None) => {}
+                    Err(_) => failed += 1,
+                });
+                continue;
+            }
+            let mut a = lo;
+            while a < hi {
                 let pte = self.pte_at(a);
-                if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() && !nodes.contains(self.phys.node_of(pte.pfn()))
-                {
-                    if flags & (MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) == 0 {
-                        // STRICT without MOVE stops at the first misplaced
-                        // page (strictly_unmovable).
-                        return Ok(failed + 1);
-                    }
+                if pte.has_frame() && misplaced(pte.pfn()).is_some() {
                     // queue_folios_hugetlb: a page reached through a shared
                     // PMD table without MOVE_ALL stays, before any isolation.
-                    let skip = huge && self.hugetlb_queue_skips(a, flags);
+                    let skip = self.hugetlb_queue_skips(a, flags);
                     match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                         Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
-                        // A shared page without MOVE_ALL stays, not an error.
                         Ok(None) => {}
                         Err(_) => failed += 1,
                     }
@@ -300,8 +348,9 @@ impl AddressSpace {
     /// number of pages that did not move. `EINVAL`/`EFAULT` for the masks
     /// as [`AddressSpace::set_mempolicy`]; `EPERM` for a new node outside
     /// the arena without `cap_sys_nice`; `EINVAL` if no new node is one of
-    /// the arena's; `ENOMEM` when a hugetlb page's new node has no free
-    /// unreserved huge page (the pages moved before it stay moved).
+    /// the arena's; `ENOMEM` when a page's new node has no free frame (or,
+    /// for a hugetlb page, no free unreserved huge page): the pages moved
+    /// before it stay moved, the others where they are.
     pub fn migrate_pages(&self, maxnode: u64, old_nodes: Option<&[u64]>, new_nodes: Option<&[u64]>) -> Result<u64> {
         let old = get_nodes(old_nodes, maxnode)?;
         let new = get_nodes(new_nodes, maxnode)?;
@@ -323,27 +372,28 @@ impl AddressSpace {
         let mut failed = 0;
         {
             let st = self.read_lock();
+            let target = |pfn| {
+                let src = self.phys.node_of(pfn);
+                dest(src).filter(|&d| d != src)
+            };
             for v in st.vmas.iter() {
-                let huge = v.flags.contains(VmFlags::HUGETLB);
+                if !v.flags.contains(VmFlags::HUGETLB) {
+                    // One walk, one PTE lock per table (queue_folios_pte_range).
+                    self.isolate_range(v, v.start, v.end, flags, target, |_, d, r| {
+                        enqueue(&mut by_node, &mut failed, d, r);
+                    });
+                    continue;
+                }
                 let mut a = v.start;
                 while a < v.end {
                     let pte = self.pte_at(a);
-                    if pte.has_frame() && pte.pfn() != self.phys.zero_pfn() {
-                        let src = self.phys.node_of(pte.pfn());
-                        if let Some(d) = dest(src).filter(|&d| d != src) {
-                            // queue_folios_hugetlb, as in mbind.
-                            let skip = huge && self.hugetlb_queue_skips(a, flags);
-                            match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
-                                Ok(Some(p)) => match by_node.iter_mut().find(|(n, _)| *n == d) {
-                                    Some((_, q)) => q.push(p),
-                                    None => by_node.push((d, vec![p])),
-                                },
-                                Ok(None) => {}
-                                Err(_) => failed += 1,
-                            }
-                        }
+                    if let Some(d) = pte.has_frame().then(|| target(pte.pfn())).flatten() {
+                        // queue_folios_hugetlb, as in mbind.
+                        let skip = self.hugetlb_queue_skips(a, flags);
+                        let r = if skip { Ok(None) } else { self.isolate_at(v, a, flags) };
+                        enqueue(&mut by_node, &mut failed, d, r);
                     }
-                    a = next_page(a, huge);
+                    a = next_page(a, true);
                 }
             }
         }
@@ -353,9 +403,7 @@ impl AddressSpace {
         let mut enomem = false;
         for (node, pages) in by_node {
             if enomem {
-                for p in &pages {
-                    p.page.desc().flags.fetch_and(!crate::phys::PG_ISOLATED, crate::sync::Ordering::AcqRel);
-                }
+                crate::migrate::putback_movable_pages(&pages);
                 continue;
             }
             let counts = self.migrate_isolated(&pages, node);

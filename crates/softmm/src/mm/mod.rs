@@ -84,7 +84,7 @@ pub(crate) struct MmCounters {
     pub(crate) mmap_lock_read: AtomicU64,
     /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
     pub(crate) pages_migrated: AtomicU64,
-    /// PTE locks its migrations' unmap and remap walks took.
+    /// PTE locks its migrations' isolation, unmap and remap walks took.
     pub(crate) migrate_ptl_locks: AtomicU64,
     /// Where the policy unmaps spent their time (`unmap.rs`).
     pub(crate) unmap: unmap::UnmapCounters,
@@ -110,8 +110,8 @@ pub struct MmStats {
     /// Pages this address space's `move_pages` moved (`pgmigrate_success`).
     pub pages_migrated: u64,
     /// PTE locks its `move_pages`, `mbind` and `migrate_pages` walks took to
-    /// unmap and remap the pages (one per page table and batch when the
-    /// pages are adjacent, two per page one by one).
+    /// isolate, unmap and remap the pages (for unmap and remap, one per page
+    /// table and batch when the pages are adjacent, two per page one by one).
     pub migrate_ptl_locks: u64,
     /// Where its unmaps (`munmap`, `mremap` and `brk` shrinks) spent their time.
     pub unmap: UnmapStats,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
-use crate::migrate::{migrate_pages, page_mapcount, Isolated, MigrateCounts, Outcome, Owner};
+use crate::migrate::{migrate_pages, page_mapcount, putback_movable_pages, Isolated, MigrateCounts, Outcome, Owner};
 use crate::phys::{PG_ANON, PG_FILE, PG_ISOLATED};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
@@ -28,14 +28,17 @@ impl AddressSpace {
     /// being migrated), the node itself when the page is there already,
     /// `-EACCES` for a page mapped more than once without
     /// `MPOL_MF_MOVE_ALL`, `-EBUSY` when another migration holds it. Runs of
-    /// entries for one node are migrated together; their statuses become the
+    /// queued entries for one node, up to an entry for another node or one
+    /// that is not queued, are migrated together; their statuses become the
     /// node. If some pages of a run fail to move (pinned, referenced
-    /// elsewhere, no memory on the node), the call stops and
-    /// returns their number plus the number of entries not looked at yet, as
-    /// a positive value, leaving that run's statuses unwritten; else 0.
-    /// A hugetlb page whose target node has no free unreserved huge page
-    /// ends the call with `ENOMEM` instead (Linux's `migrate_hugetlbs`),
-    /// that run's statuses unwritten too.
+    /// elsewhere), the call stops and returns their number plus the number
+    /// of entries not looked at yet, as a positive value, leaving that run's
+    /// statuses unwritten; else 0. A page whose target node has no free
+    /// frame (or, for a hugetlb page, no free unreserved huge page) ends the
+    /// call with `ENOMEM` instead, as Linux's `migrate_pages` returns
+    /// `-ENOMEM` (the pages of the run moved before it stay moved), that
+    /// run's statuses unwritten too. `ENODEV` stands even if the run queued
+    /// before the bad node fails to move.
     pub fn move_pages(&self, pages: &[u64], nodes: Option<&[i32]>, status: &mut [i32], flags: u32) -> Result<u64> {
         if flags & !(MPOL_MF_MOVE | MPOL_MF_MOVE_ALL) != 0 {
             return Err(Errno::Inval);
@@ -57,8 +60,10 @@ impl AddressSpace {
         for i in 0..pages.len() {
             let node = nodes[i];
             if node < 0 || node as usize >= phys.nodes() {
-                let left = self.move_run(&mut run, run_node, status, pages.len() - i)?;
-                return if left > 0 { Ok(left) } else { Err(Errno::NoDev) };
+                // out_flush: the queued run still moves, but the error
+                // stands whatever the flush returns (`if (err >= 0)`).
+                let _ = self.move_run(&mut run, run_node, status, pages.len() - i);
+                return Err(Errno::NoDev);
             }
             let node = node as usize;
             if run_node.is_some_and(|n| n != node) {
@@ -68,11 +73,24 @@ impl AddressSpace {
                 }
             }
             run_node = Some(node);
-            match self.isolate(pages[i], node, flags) {
-                Ok(Some(p)) => run.push((i, p)),
-                Ok(None) => status[i] = node as i32,
-                Err(code) => status[i] = code,
+            let code = match self.isolate(pages[i], node, flags) {
+                Ok(Some(p)) => {
+                    run.push((i, p));
+                    continue;
+                }
+                Ok(None) => node as i32,
+                Err(code) => code,
+            };
+            status[i] = code;
+            // An entry not queued ends the run: Linux migrates the pages
+            // queued before it now (so a failure among them leaves the
+            // entries after it untried, counted in the positive return, this
+            // one excepted: its status is written) and starts a new run.
+            let left = self.move_run(&mut run, run_node, status, pages.len() - i - 1)?;
+            if left > 0 {
+                return Ok(left);
             }
+            run_node = None;
         }
         self.move_run(&mut run, run_node, status, 0)
     }
@@ -110,6 +128,7 @@ impl AddressSpace {
         let guard = crossbeam_epoch::pin();
         let leaf = self.pgtables.leaf(va, &guard).ok_or(-libc::ENOENT)?;
         let ptl = leaf.lock();
+        self.counters.migrate_ptl_locks.fetch_add(1, Ordering::Relaxed);
         let pte = ptl.get(va);
         // A PROT_NONE page is mapped too (x86-64's entry is present to
         // `folio_walk_start`): it moves like any other.
@@ -120,11 +139,73 @@ impl AddressSpace {
         if pfn == self.phys.zero_pfn() {
             return Err(-libc::EFAULT);
         }
-        let d = self.phys.desc(pfn);
         // Our reference keeps the frame (not its mappings) once the lock
         // is dropped for the reverse walk.
         let page = self.phys.get(pfn);
         drop(ptl);
+        self.isolate_page(vma, page, flags)
+    }
+
+    /// `queue_folios_pte_range` for `mbind` and `migrate_pages(2)`: calls
+    /// `put(addr, target, result)` for every page mapped in `[start, end)`
+    /// of the small-page VMA `vma` (the caller holds `mmap_lock`) whose
+    /// frame `want` gives a target for, the zero page left out, with the
+    /// result of isolating it as [`AddressSpace::isolate_at`] would.
+    ///
+    /// One walk down the tree for the range (`walk_page_range`, empty
+    /// directories skipped) and one PTE lock per page table, under which
+    /// the table's pages are picked and referenced; each is then isolated
+    /// with the lock dropped (the shared-mapping count reads the reverse
+    /// map). `isolate_at` per page walked the tree from the root and took
+    /// the table's lock once per page, after a lock-free walk per page to
+    /// read the entry.
+    pub(crate) fn isolate_range<'a, T>(
+        &'a self,
+        vma: &crate::vma::Vma,
+        start: u64,
+        end: u64,
+        flags: u32,
+        mut want: impl FnMut(crate::phys::Pfn) -> Option<T>,
+        mut put: impl FnMut(u64, T, std::result::Result<Option<Isolated<'a>>, i32>),
+    ) {
+        debug_assert!(!vma.flags.contains(crate::vma::VmFlags::HUGETLB));
+        let guard = crossbeam_epoch::pin();
+        let mut picked = Vec::new();
+        for leaf in self.pgtables.leaves(start, end, &guard) {
+            if leaf.entry_size() != PAGE_SIZE {
+                continue;
+            }
+            let ptl = leaf.lock();
+            self.counters.migrate_ptl_locks.fetch_add(1, Ordering::Relaxed);
+            for (va, _) in leaf.iter() {
+                let pte = ptl.get(va);
+                // PROT_NONE pages included, as in `isolate_at`.
+                if !pte.has_frame() || pte.pfn() == self.phys.zero_pfn() {
+                    continue;
+                }
+                if let Some(target) = want(pte.pfn()) {
+                    picked.push((va, target, self.phys.get(pte.pfn())));
+                }
+            }
+            drop(ptl);
+            for (va, target, page) in picked.drain(..) {
+                put(va, target, self.isolate_page(vma, page, flags));
+            }
+        }
+    }
+
+    /// The rest of `isolate_at` for a page the caller found mapped in
+    /// `vma` and holds a reference on: `Ok(None)` for a page mapped more
+    /// than once without `MPOL_MF_MOVE_ALL`, `-EBUSY` if another migration
+    /// holds it, else the page isolated with its owner and index.
+    fn isolate_page<'a>(
+        &'a self,
+        vma: &crate::vma::Vma,
+        page: crate::phys::FrameRef<'a>,
+        flags: u32,
+    ) -> std::result::Result<Option<Isolated<'a>>, i32> {
+        let pfn = page.pfn();
+        let d = self.phys.desc(pfn);
         let file = vma.file.as_ref().filter(|_| d.flags.load(Ordering::Relaxed) & PG_FILE != 0);
         let owner = match (vma.anon_vma.get(), file) {
             (_, Some(f)) => Owner::File(f.clone()),
@@ -148,8 +229,8 @@ impl AddressSpace {
     /// Migrates the queued run to `node` (Linux's `move_pages_and_store_status`):
     /// 0 and the run's statuses set to the node, or the number of pages not
     /// moved plus `rest` with the statuses left unwritten; `ENOMEM` (the
-    /// statuses unwritten too) when a hugetlb page found no free page on
-    /// the node, as Linux's `migrate_pages` returns it. Releases the run.
+    /// statuses unwritten too) when a page found no free frame or huge page
+    /// on the node, as Linux's `migrate_pages` returns it. Releases the run.
     fn move_run(
         &self,
         run: &mut Vec<(usize, Isolated<'_>)>,
@@ -179,9 +260,7 @@ impl AddressSpace {
     pub(crate) fn migrate_isolated(&self, isolated: &[Isolated<'_>], node: usize) -> MigrateCounts {
         let (_, counts): (Vec<Outcome>, MigrateCounts) =
             migrate_pages(&self.phys, isolated, node, self.config.migrate_policy);
-        for p in isolated {
-            p.page.desc().flags.fetch_and(!PG_ISOLATED, Ordering::AcqRel);
-        }
+        putback_movable_pages(isolated);
         self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
         self.counters.migrate_ptl_locks.fetch_add(counts.ptl_locks, Ordering::Relaxed);
         counts

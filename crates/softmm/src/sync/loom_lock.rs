@@ -105,6 +105,13 @@ impl<T> RwLock<T> {
         RwLockWriteGuard { guard: self.0.write().unwrap(), _gate, lock: &self.0 }
     }
 
+    /// Locks for writing if nobody holds it (nor waits to write).
+    pub(crate) fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
+        let _gate = self.1.try_lock().ok()?;
+        let guard = self.0.try_write().ok()?;
+        Some(RwLockWriteGuard { guard, _gate, lock: &self.0 })
+    }
+
     /// The value, through exclusive access (no locking).
     pub(crate) fn get_mut(&mut self) -> &mut T {
         self.0.get_mut().unwrap()
