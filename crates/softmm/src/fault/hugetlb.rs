@@ -143,13 +143,11 @@ fn hugetlb_fault_locked(
     let mut f = HugeFault { ctx, mm, vma, validate: false };
     match policy {
         HugetlbPolicy::IMmapRwsem if !broken => {
-            hugetlb.locks.count(Kind::IMmapRead);
-            let i_mmap = inode.vmas.i_mmap.read();
+            let i_mmap = hugetlb.locks.read(Kind::IMmapRead, &inode.vmas.i_mmap);
             fault_once(&f, haddr, addr, write, Some(&i_mmap), reap)
         }
         HugetlbPolicy::VmaLock if !broken => {
-            hugetlb.locks.count(Kind::VmaLockRead);
-            let _vma_lock = mm.hugetlb_lock.stripe(haddr).read();
+            let _vma_lock = hugetlb.locks.read(Kind::VmaLockRead, mm.hugetlb_lock.stripe(haddr));
             fault_once(&f, haddr, addr, write, None, reap)
         }
         _ => {

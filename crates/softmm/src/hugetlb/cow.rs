@@ -41,8 +41,7 @@ impl AddressSpace {
         // space upgraded below may die in our hands, and its exit unlinks
         // its VMAs under `i_mmap` for write.
         let mappers = {
-            self.phys.hugetlb.locks.count(super::lock::Kind::IMmapRead);
-            let i_mmap = inode.vmas.i_mmap.read();
+            let i_mmap = self.phys.hugetlb.locks.read(super::lock::Kind::IMmapRead, &inode.vmas.i_mmap);
             inode.vmas.covering(&i_mmap, pgoff)
         };
         for r in mappers {

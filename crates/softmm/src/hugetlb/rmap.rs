@@ -65,8 +65,7 @@ impl VmaIntervalTree {
     /// reverse-map entries until removed.
     pub(crate) fn insert(&self, phys: &PhysMem, v: RmapVma) {
         let key = (v.pgoff, mm_id(&v.mm), v.start);
-        phys.hugetlb.locks.count(Kind::IMmapWrite);
-        let _i_mmap = self.i_mmap.write();
+        let _i_mmap = phys.hugetlb.locks.write(Kind::IMmapWrite, &self.i_mmap);
         if self.map.lock().insert(key, v).is_none() {
             phys.account_rmap(1);
         }
@@ -75,8 +74,7 @@ impl VmaIntervalTree {
     /// `vma_interval_tree_remove` of the VMA of `mm` at `start` mapping
     /// from file page `pgoff`.
     pub(crate) fn remove(&self, phys: &PhysMem, mm: usize, start: u64, pgoff: u64) {
-        phys.hugetlb.locks.count(Kind::IMmapWrite);
-        let _i_mmap = self.i_mmap.write();
+        let _i_mmap = phys.hugetlb.locks.write(Kind::IMmapWrite, &self.i_mmap);
         if self.map.lock().remove(&(pgoff, mm, start)).is_some() {
             phys.account_rmap(-1);
         }
