@@ -15,7 +15,7 @@ use std::sync::Weak;
 use super::lock::{IMmapLock, Kind};
 use crate::file::Mapper;
 use crate::phys::PhysMem;
-use crate::sync::{Mutex, RwLockReadGuard};
+use crate::sync::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
 /// One VMA in the reverse map: its address space, its range, and the file
 /// page (in 4 KiB units, `vm_pgoff`) mapped at its start.
@@ -84,6 +84,16 @@ impl VmaIntervalTree {
     /// file page `idx`, for `huge_pmd_share`, whose caller holds `i_mmap`
     /// for read (`_i_mmap`), so no VMA is linked or unlinked meanwhile.
     pub(crate) fn covering(&self, _i_mmap: &RwLockReadGuard<'_, ()>, idx: u64) -> Vec<RmapVma> {
+        self.covering_unchecked(idx)
+    }
+
+    /// [`Self::covering`] for a caller holding `i_mmap` for write
+    /// (`unmap_ref_private`).
+    pub(crate) fn covering_locked(&self, _i_mmap: &RwLockWriteGuard<'_, ()>, idx: u64) -> Vec<RmapVma> {
+        self.covering_unchecked(idx)
+    }
+
+    fn covering_unchecked(&self, idx: u64) -> Vec<RmapVma> {
         let map = self.map.lock();
         map.range(..=(idx, usize::MAX, u64::MAX)).map(|(_, v)| v).filter(|v| v.last() > idx).cloned().collect()
     }
