@@ -366,8 +366,15 @@ pub(crate) mod broken {
     /// parked at a `try_read` as waiting for the lock, so a writer that
     /// takes that `mmap_lock` and then waits for `i_mmap`, which the
     /// sharing fault holds, is reported as a deadlock that cannot happen
-    /// (the `try_read` fails). With it set, a fault whose table was
-    /// unshared allocates a table of its own instead of linking one again.
+    /// (the `try_read` fails). In loom 0.7.2, `try_acquire_read_lock`
+    /// registers the thread's next operation as a read of the lock
+    /// (`branch_action`), and `post_acquire_write_lock` marks every other
+    /// thread whose next operation is on that lock blocked, a try
+    /// included; no retry loop is involved, so a `yield_now` would not
+    /// help. With it set, a fault whose table was unshared allocates a
+    /// table of its own instead of linking one again; the model with no
+    /// `mmap_lock` writer (`dontneed_vs_resharing_fault`) leaves it clear
+    /// and re-shares.
     pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
 
     pub(crate) fn no_share() -> bool {

@@ -10,7 +10,9 @@
 //!
 //! After the setup, `lock::broken::NO_SHARE` keeps a fault whose table was
 //! unshared from linking one again (see there: a false deadlock of loom's
-//! try-lock model otherwise); it allocates a table of its own.
+//! try-lock model otherwise); it allocates a table of its own. The models
+//! in which no thread takes an `mmap_lock` for write leave sharing on:
+//! `dontneed_vs_resharing_fault` is the re-share after an unshare.
 //!
 //! Run with the loom line of scripts/test.sh. Each model is run once as is
 //! and once with `lock::broken::SKIP_POLICY` set (the fault skips its
@@ -300,5 +302,37 @@ fn truncate_vs_sharing_fault_vma_lock() {
 fn dontneed_vs_own_sharing_fault_every_policy() {
     for &policy in HugetlbPolicy::ALL {
         check(policy, &broken::SKIP_ZAP_LOCK, dontneed_vs_own_sharing_fault);
+    }
+}
+
+/// A re-share after an unshare: `A` and `B` share `B`'s table (page 0
+/// faulted by `B`, linked by `A`); `MADV_DONTNEED` of page 0 in `A`
+/// unshares `A`'s window while `A`'s write fault on page 1 runs, and that
+/// fault, finding its table unlinked (or no table at all), links `B`'s
+/// table again through `huge_pmd_share` (sharing stays allowed: no
+/// `mmap_lock` writer runs here, so loom's try-lock cannot report its false
+/// deadlock, see `broken::NO_SHARE`). `A`'s advice must never clear `B`'s
+/// entry of page 0: a zap that unshared and then walked without holding the
+/// window's locks would walk into `B`'s table once the fault re-linked it.
+fn dontneed_vs_resharing_fault(policy: HugetlbPolicy) -> Outcome {
+    let (phys, f, mm_a, mm_b, a, b) = setup(policy);
+    broken::NO_SHARE.store(false, std::sync::atomic::Ordering::Relaxed);
+    let t = spawn_fault(&mm_a, a + HP);
+    mm_a.madvise(a, HP, MADV_DONTNEED).unwrap();
+    let r = t.join().unwrap();
+    if r.is_err() {
+        return Err(format!("A's fault failed: {r:?}"));
+    }
+    if !mm_b.pte_at(b).has_frame() {
+        return Err("A's MADV_DONTNEED cleared B's entry of page 0".into());
+    }
+    drop((phys, mm_a, mm_b, f));
+    Ok(())
+}
+
+#[test]
+fn dontneed_vs_resharing_fault_every_policy() {
+    for &policy in HugetlbPolicy::ALL {
+        check(policy, &broken::SKIP_ZAP_LOCK, dontneed_vs_resharing_fault);
     }
 }
