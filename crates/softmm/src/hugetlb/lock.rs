@@ -377,6 +377,20 @@ pub(crate) mod broken {
     /// and re-shares.
     pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
 
+    /// A dying tree that shared a PMD table frees the PMD tables whose last
+    /// link it held at once, not after a grace period (`PageTables`'
+    /// drop); under loom such a table is marked freed instead
+    /// (`pgtable::table::Table::freed`) and a lock of it sets
+    /// [`USED_FREED_TABLE`].
+    pub(crate) static FREE_AT_ONCE: AtomicBool = AtomicBool::new(false);
+    /// Set when a walker locked a PMD table that a dying tree had freed
+    /// (under [`FREE_AT_ONCE`]): a use after free.
+    pub(crate) static USED_FREED_TABLE: AtomicBool = AtomicBool::new(false);
+
+    pub(crate) fn free_at_once() -> bool {
+        FREE_AT_ONCE.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn no_share() -> bool {
         NO_SHARE.load(Ordering::Relaxed)
     }

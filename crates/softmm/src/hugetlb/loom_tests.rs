@@ -14,6 +14,11 @@
 //! in which no thread takes an `mmap_lock` for write leave sharing on:
 //! `dontneed_vs_resharing_fault` is the re-share after an unshare.
 //!
+//! `exit_vs_lock_free_fault` models a sharer exiting while a lock-free
+//! fault holds the table it shares (the exit's grace period; broken by
+//! `FREE_AT_ONCE`, which marks the table freed instead of freeing it, so
+//! that the fault's later lock is seen).
+//!
 //! Run with the loom line of scripts/test.sh. Each model is run once as is
 //! and once with `lock::broken::SKIP_POLICY` set (the fault skips its
 //! policy's lock or validation) or `SKIP_REZAP` (truncate does not zap a
@@ -335,4 +340,39 @@ fn dontneed_vs_resharing_fault_every_policy() {
     for &policy in HugetlbPolicy::ALL {
         check(policy, &broken::SKIP_ZAP_LOCK, dontneed_vs_resharing_fault);
     }
+}
+
+/// A sharer exits during a lock-free fault that found the shared table:
+/// `A`'s write fault on page 1 walks to `B`'s table through `A`'s link;
+/// meanwhile `MADV_DONTNEED` in `A` unshares it (`B` is then its only
+/// user) and `B`'s address space dies, dropping the table's last link.
+/// The fault then locks the table to validate its link (which fails, and
+/// it retries in a table of its own): the dying tree frees such a table
+/// only after a grace period, which the fault's epoch guard holds open.
+/// Broken with `FREE_AT_ONCE` (the table freed at the exit), the fault
+/// locks a freed table.
+fn exit_vs_lock_free_fault(policy: HugetlbPolicy) -> Outcome {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (phys, f, mm_a, mm_b, a, _b) = setup(policy);
+    broken::USED_FREED_TABLE.store(false, Relaxed);
+    let t = spawn_fault(&mm_a, a + HP);
+    mm_a.madvise(a, HP, MADV_DONTNEED).unwrap();
+    drop(mm_b);
+    let r = t.join().unwrap();
+    if broken::USED_FREED_TABLE.swap(false, Relaxed) {
+        return Err("A's fault locked a PMD table B's exit had freed".into());
+    }
+    if r.is_err() {
+        return Err(format!("A's fault failed: {r:?}"));
+    }
+    drop((phys, mm_a, f));
+    Ok(())
+}
+
+#[test]
+fn exit_vs_lock_free_fault_on_the_shared_table() {
+    // Two preemptions (the default): with one, loom never runs the fault
+    // up to its walk and then the other thread through the unshare and
+    // the drop, and the broken variant goes uncaught (seen).
+    check(HugetlbPolicy::LockFree, &broken::FREE_AT_ONCE, exit_vs_lock_free_fault);
 }
