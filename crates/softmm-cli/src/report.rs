@@ -162,6 +162,24 @@ pub struct Counters {
     /// migrate: PTE locks the migrations' unmap and remap walks took.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub ptl_locks: Option<u64>,
+    /// hugetlb: CPU time of the program's instance threads over the sample
+    /// (`CLOCK_THREAD_CPUTIME_ID`), in ns: its cost per op, which the
+    /// other program's share of the CPUs does not inflate.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cpu_ns: Option<u64>,
+    /// hugetlb: time the program's instance threads waited for hugetlb
+    /// locks (`HugetlbLockStats::thread_wait_ns`), in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lock_wait_ns: Option<u64>,
+    /// hugetlb: waits for the files' `i_mmap` locks, whole arena, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub i_mmap_wait_ns: Option<u64>,
+    /// hugetlb: waits for hugetlb VMA locks, whole arena, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vma_lock_wait_ns: Option<u64>,
+    /// hugetlb: waits for fault mutexes, whole arena, in ns.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fault_mutex_wait_ns: Option<u64>,
 }
 
 impl Counters {
@@ -193,6 +211,11 @@ impl Counters {
         add(&mut self.pages_migrated, o.pages_migrated);
         add(&mut self.migrator_cpu_ns, o.migrator_cpu_ns);
         add(&mut self.ptl_locks, o.ptl_locks);
+        add(&mut self.cpu_ns, o.cpu_ns);
+        add(&mut self.lock_wait_ns, o.lock_wait_ns);
+        add(&mut self.i_mmap_wait_ns, o.i_mmap_wait_ns);
+        add(&mut self.vma_lock_wait_ns, o.vma_lock_wait_ns);
+        add(&mut self.fault_mutex_wait_ns, o.fault_mutex_wait_ns);
         // Durations and rates do not add up: a row keeps the worst.
         fn max(a: &mut Option<u64>, b: Option<u64>) {
             if let Some(b) = b {

@@ -669,6 +669,24 @@ fn per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option
     total.map_or("-".into(), |c| format!("{:.3}", c as f64 / ops.max(1) as f64))
 }
 
+/// A time counter of the row's samples in microseconds per operation, `-`
+/// where they have none.
+fn micros_per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option<u64>) -> String {
+    let total: Option<u64> = row.samples.iter().map(|x| counter(&x.counters)).sum();
+    total.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e3 / ops.max(1) as f64))
+}
+
+/// Operations per second of the instance threads' CPU time (over every
+/// repeat), `-` where the samples have no CPU time: what the program's
+/// rate would be with a CPU of its own per instance and no waiting.
+fn per_cpu_second(row: &report::Row<'_>, ops: u64) -> String {
+    let cpu: Option<u64> = row.samples.iter().map(|x| x.counters.cpu_ns).sum();
+    match cpu {
+        Some(ns) if ns > 0 => report::si(ops as f64 * 1e9 / ns as f64),
+        _ => "-".into(),
+    }
+}
+
 /// Read and write acquisitions of one lock per operation, `r+w`.
 fn rw_per_op(
     row: &report::Row<'_>,
@@ -686,7 +704,7 @@ fn rw_per_op(
 /// summed and per-instance rate (medians over repeats) and the counters per
 /// operation.
 pub fn table(samples: &[Sample], size: u64) -> String {
-    const HEAD: [&str; 17] = [
+    const HEAD: [&str; 20] = [
         "workload",
         "mode",
         "policy",
@@ -695,6 +713,9 @@ pub fn table(samples: &[Sample], size: u64) -> String {
         "min",
         "max",
         "ops/s/inst",
+        "ops/cpu-s",
+        "cpu us/op",
+        "wait us/op",
         "faults/op",
         "mmap_lock/op",
         "flush req/op",
@@ -724,6 +745,9 @@ pub fn table(samples: &[Sample], size: u64) -> String {
             report::si(min),
             report::si(max),
             report::si(rate / s.threads.max(1) as f64),
+            per_cpu_second(&row, ops),
+            micros_per_op(&row, ops, |c| c.cpu_ns),
+            micros_per_op(&row, ops, |c| c.lock_wait_ns),
             per_op(&row, ops, |c| c.faults),
             per_op(&row, ops, |c| c.mmap_lock_acquisitions),
             per_op(&row, ops, |c| c.flush_requests),
@@ -750,7 +774,10 @@ pub fn table(samples: &[Sample], size: u64) -> String {
          spaces with a thread each) per program, fork-fault runs both; ops/s summed over instances (median of the repeats, with min and max); \
          faults/op = host: minor faults (getrusage, children included), softmm: faults of the instances' and children's CPUs, per op, below 1 \
          where a write found its page already mapped through a PMD table shared with another instance (one fault links all 512 entries of a \
-         1 GiB window); softmm only: mmap_lock/op = mmap_lock acquisitions (faults and the instances' own calls), flush req/op = TLB \
+         1 GiB window); softmm only: ops/cpu-s = ops per second of the program's instance threads' own CPU time \
+         (CLOCK_THREAD_CPUTIME_ID, children's work included: it runs on the instance's thread), cpu us/op = that CPU time per op, \
+         wait us/op = time those threads waited for hugetlb locks (i_mmap, VMA lock, fault mutex; timed only when a first try \
+         failed) per op, both per program, not per arena; mmap_lock/op = mmap_lock acquisitions (faults and the instances' own calls), flush req/op = TLB \
          flush requests to other CPUs, pmd share/op and unshare/op = huge_pmd_share and huge_pmd_unshare of the whole arena during the \
          sample, i_mmap and vma lock r+w/op = the files' i_mmap lock and the hugetlb VMA lock taken for read + for write, mutex/op = \
          fault mutexes taken, retry/op = lock-free faults that found their PMD table unshared and retried, all of the whole arena \
@@ -891,6 +918,8 @@ mod tests {
             i_mmap_read: Some(1024),
             i_mmap_write: Some(512),
             fault_mutex: Some(2048),
+            cpu_ns: Some(500_000_000),
+            lock_wait_ns: Some(2_048_000),
             ..Counters::default()
         };
         let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
@@ -901,10 +930,14 @@ mod tests {
             "{t}"
         );
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells[8..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
+        assert_eq!(cells[8..11], ["-", "-", "-"], "host: no CPU time or lock wait per program: {t}");
+        assert_eq!(cells[11..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
         let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
         assert_eq!(cells[2], "vma-lock");
-        assert_eq!(cells[8..], ["1.000", "2.000", "0.000", "0.250", "0.125", "1.000+0.500", "-", "2.000", "-"], "{t}");
+        // 0.5 s of CPU and 2.048 ms of lock wait over 1024 ops: 2.05k ops
+        // per CPU-second, 488.28 and 2.00 us per op.
+        assert_eq!(cells[8..11], ["2.05k", "488.28", "2.00"], "{t}");
+        assert_eq!(cells[11..], ["1.000", "2.000", "0.000", "0.250", "0.125", "1.000+0.500", "-", "2.000", "-"], "{t}");
         assert!(t.contains("1024 MiB") && t.contains("htlb_buddy_alloc_success during the samples: 0"), "{t}");
     }
 }

@@ -72,6 +72,9 @@ pub(crate) struct HugeFault<'a, 'c> {
     pub(crate) mm: &'a crate::mm::AddressSpace,
     pub(crate) vma: &'a Vma,
     validate: bool,
+    /// Set by [`wp`] to the page the owner must take from its children
+    /// (`unmap_ref_private`) once the fault's locks are dropped.
+    unmap_ref: &'c std::cell::Cell<Option<crate::phys::Pfn>>,
 }
 
 fn sigbus(addr: u64) -> FaultError {
@@ -103,7 +106,22 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
     // of the fault (declared first, so dropped last): one may die in our
     // hands.
     let mut reap = Vec::new();
-    match hugetlb_fault_locked(ctx, addr, write, &mut reap) {
+    let unmap_ref = std::cell::Cell::new(None);
+    match hugetlb_fault_locked(ctx, addr, write, &mut reap, &unmap_ref) {
+        // hugetlb_wp found no page for the owner's copy: take the page from
+        // the children with no lock of the fault held (Linux drops the
+        // fault mutex and the VMA lock around `unmap_ref_private`), then
+        // the access retries and the owner's fault reuses the page, or
+        // SIGBUS if no child had it.
+        Ok(()) if unmap_ref.get().is_some() => {
+            let pfn = unmap_ref.get().expect("checked");
+            drop(reap);
+            if ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn) {
+                Ok(())
+            } else {
+                Err(sigbus(addr))
+            }
+        }
         // hugetlb migration (`hugetlb/migrate.rs`): wait for the remap with
         // none of the fault's locks held, as Linux drops the VMA lock and
         // the fault mutex before `migration_entry_wait_huge` (the migrator
@@ -130,6 +148,7 @@ fn hugetlb_fault_locked(
     addr: u64,
     write: bool,
     reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
+    unmap_ref: &std::cell::Cell<Option<crate::phys::Pfn>>,
 ) -> FaultResult<()> {
     let (mm, vma) = (ctx.mm, ctx.vma);
     debug_assert!(ctx.may_alloc_tables, "a hugetlb fault allocates its PMD table");
@@ -140,16 +159,14 @@ fn hugetlb_fault_locked(
     let hugetlb = &mm.phys.hugetlb;
     let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
     let (policy, broken) = policy(mm);
-    let mut f = HugeFault { ctx, mm, vma, validate: false };
+    let mut f = HugeFault { ctx, mm, vma, validate: false, unmap_ref };
     match policy {
         HugetlbPolicy::IMmapRwsem if !broken => {
-            hugetlb.locks.count(Kind::IMmapRead);
-            let i_mmap = inode.vmas.i_mmap.read();
+            let i_mmap = hugetlb.locks.read(Kind::IMmapRead, &inode.vmas.i_mmap);
             fault_once(&f, haddr, addr, write, Some(&i_mmap), reap)
         }
         HugetlbPolicy::VmaLock if !broken => {
-            hugetlb.locks.count(Kind::VmaLockRead);
-            let _vma_lock = mm.hugetlb_lock.stripe(haddr).read();
+            let _vma_lock = hugetlb.locks.read(Kind::VmaLockRead, mm.hugetlb_lock.stripe(haddr));
             fault_once(&f, haddr, addr, write, None, reap)
         }
         _ => {
@@ -385,14 +402,11 @@ fn wp(
     let new = match alloc_private(mm, vma, haddr, addr) {
         Ok(page) => page,
         // unmap_ref_private: the owner of the reservations takes its
-        // anonymous page back from the children and reuses it.
-        Err(_)
-            if vma.hugetlb_resv.is_some()
-                && flags & PG_ANON != 0
-                && flags & PG_FILE == 0
-                && mm.unmap_ref_private(vma, haddr, pte.pfn()) =>
-        {
-            return wp(f, leaf, haddr, pte, addr, guard);
+        // anonymous page back from the children and reuses it, once this
+        // fault's locks are dropped (`hugetlb_fault`).
+        Err(_) if vma.hugetlb_resv.is_some() && flags & PG_ANON != 0 && flags & PG_FILE == 0 => {
+            f.unmap_ref.set(Some(pte.pfn()));
+            return Ok(());
         }
         Err(e) => return Err(e),
     };

@@ -23,47 +23,64 @@ impl AddressSpace {
     /// VMA `vma` maps at `haddr`, from every other private mapping of the
     /// same file page that holds no reservations of its own (a child since
     /// `fork`), marking each VMA it unmapped from. True if it unmapped it
-    /// anywhere (the caller's copy-on-write then retries and finds the page
-    /// its own). The caller holds this address space's `mmap_lock` and the
-    /// file's fault mutex.
+    /// anywhere (the owner's copy-on-write then retries and finds the page
+    /// its own).
     ///
-    /// Each other address space is locked only if its `mmap_lock` is free
-    /// for read (it may be waiting for our fault mutex while holding it), so
-    /// a busy one keeps the page and the owner's fault fails as before
-    /// (`SIGBUS`); Linux, holding the file's `i_mmap` lock instead, always
-    /// gets through.
+    /// As Linux 6.12's: under the file's `i_mmap` lock for write, and no
+    /// lock of the other address spaces, so a child whose `mmap_lock` is
+    /// held meanwhile (a writer there may itself wait for `i_mmap`) loses
+    /// the page all the same. The caller holds this address space's
+    /// `mmap_lock` for read or the VMA's read reference, and nothing else:
+    /// `hugetlb_wp` drops the fault mutex and the policy's lock first (an
+    /// `i-mmap-rwsem` fault holds `i_mmap` for read), as Linux's does.
+    ///
+    /// Sound without the child's `mmap_lock`: its VMA is found in the tree
+    /// published for lock-free readers, under an epoch guard; the walk goes
+    /// from the root under guards of its own and changes the entry only
+    /// under its PMD table's lock, where a zap of the child's own finds it
+    /// cleared or clears it first. A VMA the child is moving or copying
+    /// may keep a mapping of the page (a fork that copied the entry before
+    /// its child's VMA was linked): the owner's retry then finds the page
+    /// still shared and comes back here. A private VMA's PMD table is
+    /// never shared (`want_pmd_share` needs `VM_MAYSHARE`), so the walk
+    /// unshares nothing, and the child's TLB is flushed before `i_mmap`
+    /// goes.
     pub(crate) fn unmap_ref_private(&self, vma: &Vma, haddr: u64, head: Pfn) -> bool {
         let Some(file) = vma.file.as_ref() else { return false };
         let Some(inode) = file.hugetlb.as_ref() else { return false };
         let pgoff = vma.pgoff_at(haddr);
+        // The address spaces upgraded below, dropped after `i_mmap`
+        // (declared first, so dropped last): ours may be the last reference
+        // to one, and its exit unlinks its VMAs under `i_mmap` for write.
+        let mut reap = Vec::new();
         let mut unmapped = false;
-        // The list is taken under `i_mmap` and walked without it: an address
-        // space upgraded below may die in our hands, and its exit unlinks
-        // its VMAs under `i_mmap` for write.
-        let mappers = {
-            self.phys.hugetlb.locks.count(super::lock::Kind::IMmapRead);
-            let i_mmap = inode.vmas.i_mmap.read();
-            inode.vmas.covering(&i_mmap, pgoff)
-        };
-        for r in mappers {
+        let i_mmap = self.phys.hugetlb.locks.write(super::lock::Kind::IMmapWrite, &inode.vmas.i_mmap);
+        for r in inode.vmas.covering_locked(&i_mmap, pgoff) {
             let Some(smm) = r.mm.upgrade() else { continue };
+            reap.push(smm.clone());
             let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
             if std::ptr::eq(&*smm, self) {
                 continue;
             }
             let saddr = r.start + ((pgoff - r.pgoff) << PAGE_SHIFT);
-            let Some(st) = smm.try_read_lock() else { continue };
-            let Some(sv) = st.vmas.find(saddr) else { continue };
-            // Shared mappings map the page cache, and another owner's
-            // pages are its own; only reserve-less private mappings lose it.
-            if sv.flags.contains(VmFlags::MAYSHARE)
+            let sv = {
+                let guard = crossbeam_epoch::pin();
+                let Some(sv) = smm.vmas_rcu(&guard).find(saddr).cloned() else { continue };
+                sv
+            };
+            // The VMA the reverse map names; shared mappings map the page
+            // cache, and another owner's pages are its own: only
+            // reserve-less private mappings lose it.
+            if sv.start != r.start
+                || sv.pgoff != r.pgoff
+                || sv.flags.contains(VmFlags::MAYSHARE)
                 || sv.hugetlb_resv.is_some()
                 || !sv.file.as_ref().is_some_and(|f| std::sync::Arc::ptr_eq(f, file))
             {
                 continue;
             }
             let mut tlb = MmuGather::default();
-            smm.zap_range(saddr, saddr + HPAGE_SIZE, &mut tlb, |pte| {
+            let filter = |pte: crate::pgtable::Pte| {
                 let ours = pte.pfn() == head;
                 if ours {
                     // Before the entry goes (its store is Release): a fault
@@ -72,9 +89,65 @@ impl AddressSpace {
                     unmapped = true;
                 }
                 ours
-            });
+            };
+            smm.zap_walk(saddr, saddr + HPAGE_SIZE, &mut tlb, filter, false);
             tlb.finish(&smm);
         }
+        drop(i_mmap);
         unmapped
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::uapi::*;
+    use crate::{AddressSpace, Cpu, Fault, HugetlbPolicy, MmConfig, PhysConfig, PhysMem};
+
+    const HP: u64 = 2 << 20;
+
+    /// Linux's `unmap_ref_private` takes no lock of the children: a child
+    /// whose `mmap_lock` another of its threads holds for write (a munmap,
+    /// an mprotect) at the moment of the owner's failed COW still loses the
+    /// page, and its next fault there is `SIGBUS`; the owner writes. Under
+    /// every policy, `i-mmap-rwsem`'s included (its fault holds `i_mmap`
+    /// for read, which the unmap takes for write once the fault's locks
+    /// are dropped). Failed before the unmap stopped trying the child's
+    /// `mmap_lock`: the owner got `SIGBUS`.
+    #[test]
+    fn a_child_whose_mmap_lock_is_held_still_loses_the_page_to_the_owner() {
+        for &policy in HugetlbPolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new((16 << 20) + 3 * HP).hugepages(2)).unwrap();
+            let parent = AddressSpace::new(&phys, MmConfig::default().hugetlb_policy(policy)).unwrap();
+            let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+            let a = parent.mmap(0, 2 * HP, PROT_READ | PROT_WRITE, flags, None, 0).unwrap();
+            {
+                let mut pc = Cpu::attached(&parent);
+                pc.write_u64(a, 1).unwrap();
+                pc.write_u64(a + HP, 2).unwrap();
+            }
+            assert_eq!(phys.huge_page_stats().free, 0, "{policy:?}: the pool is empty");
+            let child = parent.fork().unwrap();
+            let mut cc = Cpu::attached(&child);
+            assert_eq!(cc.read_u64(a).unwrap(), 1);
+            let held = child.write_lock();
+            let wrote = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut pc = Cpu::attached(&parent);
+                    pc.write_u64(a, 3).and_then(|()| pc.read_u64(a))
+                })
+                .join()
+                .unwrap()
+            });
+            drop(held);
+            assert_eq!(wrote, Ok(3), "{policy:?}: the owner took the page back and wrote it");
+            assert_eq!(cc.read_u64(a), Err(Fault::Bus { addr: a }), "{policy:?}: the child lost it");
+            assert_eq!(cc.read_u64(a + HP).unwrap(), 2, "{policy:?}: and only it");
+            assert_eq!(phys.hugetlb_lock_stats().i_mmap_wait_ns, 0, "{policy:?}: nobody waited on i_mmap");
+            drop(cc);
+            drop((child, parent));
+            let s = phys.quiesce();
+            assert_eq!((s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0), "{policy:?}");
+            assert_eq!(phys.huge_page_stats().free, 2, "{policy:?}");
+        }
     }
 }

@@ -22,7 +22,7 @@
 
 use std::sync::atomic::{AtomicU64 as StatU64, Ordering as StatOrdering};
 
-use crate::sync::{Mutex, MutexGuard, RwLock};
+use crate::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Fault mutexes per pool: Linux's `num_fault_mutexes`,
 /// `roundup_pow_of_two(8 * nr_possible_cpus)`, fixed when the pool is made.
@@ -61,10 +61,10 @@ impl FaultMutexTable {
         (h as usize) & (self.mutexes.len() - 1)
     }
 
-    /// Locks the mutex of huge page `idx` of file `file`, counted.
+    /// Locks the mutex of huge page `idx` of file `file`, counted (and its
+    /// wait timed, if it had to wait).
     pub(crate) fn lock(&self, stats: &LockCounters, file: u64, idx: u64) -> MutexGuard<'_, ()> {
-        stats.count(Kind::FaultMutex);
-        self.mutexes[self.hash(file, idx)].lock()
+        stats.lock(Kind::FaultMutex, &self.mutexes[self.hash(file, idx)])
     }
 }
 
@@ -153,10 +153,38 @@ thread_local! {
     };
 }
 
+/// Counted kinds: [`Kind`]'s six, then the three wait times
+/// ([`Wait`]).
+const COUNTERS: usize = 9;
+
+/// The lock whose contended acquisitions a wait time sums.
+#[derive(Clone, Copy)]
+enum Wait {
+    IMmap = 6,
+    VmaLock = 7,
+    FaultMutex = 8,
+}
+
+impl Kind {
+    fn wait(self) -> Wait {
+        match self {
+            Kind::IMmapRead | Kind::IMmapWrite => Wait::IMmap,
+            Kind::VmaLockRead | Kind::VmaLockWrite => Wait::VmaLock,
+            Kind::FaultMutex | Kind::ValidationRetry => Wait::FaultMutex,
+        }
+    }
+}
+
+thread_local! {
+    /// Nanoseconds this thread waited for hugetlb locks, for
+    /// [`HugetlbLockStats::thread_wait_ns`].
+    static THREAD_WAIT_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// One cache line of counters.
 #[derive(Default)]
 #[repr(align(128))]
-struct Shard([StatU64; 6]);
+struct Shard([StatU64; COUNTERS]);
 
 /// The pool's lock counters, sharded by thread.
 #[derive(Default)]
@@ -165,6 +193,10 @@ pub(crate) struct LockCounters {
 }
 
 impl LockCounters {
+    fn sum(&self, i: usize) -> u64 {
+        self.shards.iter().map(|s| s.0[i].load(StatOrdering::Relaxed)).sum()
+    }
+
     /// Counts one acquisition of `kind`.
     #[inline]
     pub(crate) fn count(&self, kind: Kind) {
@@ -172,9 +204,79 @@ impl LockCounters {
         self.shards[slot].0[kind as usize].fetch_add(1, StatOrdering::Relaxed);
     }
 
+    /// Adds the wait of a contended acquisition of `kind` that began at
+    /// `since` to this thread's shard and to the thread's own total.
+    #[cold]
+    #[cfg_attr(loom, allow(dead_code))]
+    fn waited(&self, kind: Kind, since: std::time::Instant) {
+        let ns = since.elapsed().as_nanos() as u64;
+        let slot = SLOT.with(|s| *s);
+        self.shards[slot].0[kind.wait() as usize].fetch_add(ns, StatOrdering::Relaxed);
+        THREAD_WAIT_NS.with(|t| t.set(t.get().saturating_add(ns)));
+    }
+
+    /// `lock.read()`, counted as `kind`; timed only when a first try finds
+    /// the lock taken, so an uncontended acquisition costs one try more and
+    /// no clock read.
+    #[inline]
+    pub(crate) fn read<'l>(&self, kind: Kind, lock: &'l RwLock<()>) -> RwLockReadGuard<'l, ()> {
+        self.count(kind);
+        // Under loom, no try: a model explores each lock step it takes.
+        #[cfg(loom)]
+        return lock.read();
+        #[cfg(not(loom))]
+        {
+            if let Some(g) = lock.try_read() {
+                return g;
+            }
+            let since = std::time::Instant::now();
+            let g = lock.read();
+            self.waited(kind, since);
+            g
+        }
+    }
+
+    /// `lock.write()`, counted as `kind` and timed as [`Self::read`].
+    #[inline]
+    pub(crate) fn write<'l>(&self, kind: Kind, lock: &'l RwLock<()>) -> RwLockWriteGuard<'l, ()> {
+        self.count(kind);
+        // Under loom, no try: a model explores each lock step it takes.
+        #[cfg(loom)]
+        return lock.write();
+        #[cfg(not(loom))]
+        {
+            if let Some(g) = lock.try_write() {
+                return g;
+            }
+            let since = std::time::Instant::now();
+            let g = lock.write();
+            self.waited(kind, since);
+            g
+        }
+    }
+
+    /// `lock.lock()`, counted as `kind` and timed as [`Self::read`].
+    #[inline]
+    pub(crate) fn lock<'l>(&self, kind: Kind, lock: &'l Mutex<()>) -> MutexGuard<'l, ()> {
+        self.count(kind);
+        // Under loom, no try: a model explores each lock step it takes.
+        #[cfg(loom)]
+        return lock.lock();
+        #[cfg(not(loom))]
+        {
+            if let Some(g) = lock.try_lock() {
+                return g;
+            }
+            let since = std::time::Instant::now();
+            let g = lock.lock();
+            self.waited(kind, since);
+            g
+        }
+    }
+
     /// The sums over every shard.
     pub(crate) fn snapshot(&self) -> HugetlbLockStats {
-        let sum = |k: Kind| self.shards.iter().map(|s| s.0[k as usize].load(StatOrdering::Relaxed)).sum();
+        let sum = |k: Kind| self.sum(k as usize);
         HugetlbLockStats {
             i_mmap_read: sum(Kind::IMmapRead),
             i_mmap_write: sum(Kind::IMmapWrite),
@@ -182,6 +284,9 @@ impl LockCounters {
             vma_lock_write: sum(Kind::VmaLockWrite),
             fault_mutex: sum(Kind::FaultMutex),
             validation_retries: sum(Kind::ValidationRetry),
+            i_mmap_wait_ns: self.sum(Wait::IMmap as usize),
+            vma_lock_wait_ns: self.sum(Wait::VmaLock as usize),
+            fault_mutex_wait_ns: self.sum(Wait::FaultMutex as usize),
         }
     }
 }
@@ -208,6 +313,34 @@ pub struct HugetlbLockStats {
     /// Faults under [`crate::HugetlbPolicy::LockFree`] that found, under the
     /// PMD table's lock, that their table had been unshared, and retried.
     pub validation_retries: u64,
+    /// Nanoseconds spent waiting for a file's `i_mmap` lock (read or
+    /// write), summed over the acquisitions that found it taken (an
+    /// acquisition that finds it free is not timed).
+    pub i_mmap_wait_ns: u64,
+    /// Nanoseconds spent waiting for a hugetlb VMA lock, as
+    /// [`Self::i_mmap_wait_ns`].
+    pub vma_lock_wait_ns: u64,
+    /// Nanoseconds spent waiting for a fault mutex, as
+    /// [`Self::i_mmap_wait_ns`].
+    pub fault_mutex_wait_ns: u64,
+}
+
+impl HugetlbLockStats {
+    /// Nanoseconds the calling thread has spent waiting for hugetlb locks
+    /// (`i_mmap`, VMA lock, fault mutexes; only acquisitions that found
+    /// the lock taken are timed) since it started, over every arena: a
+    /// per-thread clock like `CLOCK_THREAD_CPUTIME_ID`, so that a caller
+    /// can tell the waits of one thread's operations from another's. The
+    /// hugetlb locks only: `mmap_lock` and the PMD table locks are not
+    /// counted.
+    pub fn thread_wait_ns() -> u64 {
+        THREAD_WAIT_NS.with(|t| t.get())
+    }
+
+    /// The three wait times summed.
+    pub fn wait_ns(&self) -> u64 {
+        self.i_mmap_wait_ns + self.vma_lock_wait_ns + self.fault_mutex_wait_ns
+    }
 }
 
 #[cfg(loom)]
@@ -233,14 +366,34 @@ pub(crate) mod broken {
     /// parked at a `try_read` as waiting for the lock, so a writer that
     /// takes that `mmap_lock` and then waits for `i_mmap`, which the
     /// sharing fault holds, is reported as a deadlock that cannot happen
-    /// (the `try_read` fails). With it set, a fault whose table was
-    /// unshared allocates a table of its own instead of linking one again.
+    /// (the `try_read` fails). In loom 0.7.2, `try_acquire_read_lock`
+    /// registers the thread's next operation as a read of the lock
+    /// (`branch_action`), and `post_acquire_write_lock` marks every other
+    /// thread whose next operation is on that lock blocked, a try
+    /// included; no retry loop is involved, so a `yield_now` would not
+    /// help. With it set, a fault whose table was unshared allocates a
+    /// table of its own instead of linking one again; the model with no
+    /// `mmap_lock` writer (`dontneed_vs_resharing_fault`) leaves it clear
+    /// and re-shares.
     pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
 
     /// Held by every model whose faults read these switches (they are
     /// process-wide, and loom requires each model to replay the same
     /// execution): one such model at a time.
     pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    /// A dying tree that shared a PMD table frees the PMD tables whose last
+    /// link it held at once, not after a grace period (`PageTables`'
+    /// drop); under loom such a table is marked freed instead
+    /// (`pgtable::table::Table::freed`) and a lock of it sets
+    /// [`USED_FREED_TABLE`].
+    pub(crate) static FREE_AT_ONCE: AtomicBool = AtomicBool::new(false);
+    /// Set when a walker locked a PMD table that a dying tree had freed
+    /// (under [`FREE_AT_ONCE`]): a use after free.
+    pub(crate) static USED_FREED_TABLE: AtomicBool = AtomicBool::new(false);
+
+    pub(crate) fn free_at_once() -> bool {
+        FREE_AT_ONCE.load(Ordering::Relaxed)
+    }
 
     pub(crate) fn no_share() -> bool {
         NO_SHARE.load(Ordering::Relaxed)
@@ -297,6 +450,53 @@ mod tests {
             assert_eq!(phys.hugetlb_lock_stats().fault_mutex - after.fault_mutex, 4, "{policy:?}");
             assert_eq!(phys.huge_page_stats().free, 4);
         }
+    }
+
+    /// Only contended acquisitions are timed, into the lock's kind and the
+    /// waiting thread's own total. (Seen failing with `waited` made a
+    /// no-op: no wait counted.)
+    #[test]
+    #[cfg_attr(miri, ignore = "threads contending on parking_lot locks: Miri rejects parking_lot_core's futex call")]
+    fn a_contended_acquisition_is_timed_for_its_lock_and_its_thread() {
+        use super::{Kind, LockCounters};
+        use crate::sync::{Mutex, RwLock};
+        let counters = LockCounters::default();
+        let (rw, m) = (RwLock::new(()), Mutex::new(()));
+        let t0 = crate::HugetlbLockStats::thread_wait_ns();
+        drop(counters.read(Kind::IMmapRead, &rw));
+        drop(counters.write(Kind::VmaLockWrite, &rw));
+        drop(counters.lock(Kind::FaultMutex, &m));
+        assert_eq!(counters.snapshot().wait_ns(), 0, "uncontended: not timed");
+        assert_eq!(crate::HugetlbLockStats::thread_wait_ns(), t0);
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        // A few tries: a waiter preempted for the whole hold between its
+        // flag and its try finds the lock free and waits 0.
+        let (mut waited, mut tries) = (0, 0);
+        while waited == 0 && tries < 5 {
+            tries += 1;
+            let held = rw.write();
+            let started = AtomicBool::new(false);
+            waited += std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let before = crate::HugetlbLockStats::thread_wait_ns();
+                    started.store(true, Relaxed);
+                    drop(counters.read(Kind::IMmapRead, &rw));
+                    crate::HugetlbLockStats::thread_wait_ns() - before
+                });
+                while !started.load(Relaxed) {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                drop(held);
+                waiter.join().unwrap()
+            });
+        }
+        assert!(waited > 0, "a read behind a held write waited");
+        let s = counters.snapshot();
+        assert_eq!((s.i_mmap_read, s.vma_lock_write, s.fault_mutex), (1 + tries, 1, 1));
+        assert_eq!(s.i_mmap_wait_ns, waited, "the waiter's wait, in its lock's kind and its thread's total");
+        assert_eq!(s.vma_lock_wait_ns + s.fault_mutex_wait_ns, 0);
+        assert_eq!(crate::HugetlbLockStats::thread_wait_ns(), t0, "another thread's wait is not ours");
     }
 
     #[test]

@@ -10,7 +10,14 @@
 //!
 //! After the setup, `lock::broken::NO_SHARE` keeps a fault whose table was
 //! unshared from linking one again (see there: a false deadlock of loom's
-//! try-lock model otherwise); it allocates a table of its own.
+//! try-lock model otherwise); it allocates a table of its own. The models
+//! in which no thread takes an `mmap_lock` for write leave sharing on:
+//! `dontneed_vs_resharing_fault` is the re-share after an unshare.
+//!
+//! `exit_vs_lock_free_fault` models a sharer exiting while a lock-free
+//! fault holds the table it shares (the exit's grace period; broken by
+//! `FREE_AT_ONCE`, which marks the table freed instead of freeing it, so
+//! that the fault's later lock is seen).
 //!
 //! Run with the loom line of scripts/test.sh. Each model is run once as is
 //! and once with `lock::broken::SKIP_POLICY` set (the fault skips its
@@ -300,4 +307,71 @@ fn dontneed_vs_own_sharing_fault_every_policy() {
     for &policy in HugetlbPolicy::ALL {
         check(policy, &broken::SKIP_ZAP_LOCK, dontneed_vs_own_sharing_fault);
     }
+}
+
+/// A re-share after an unshare: `A` and `B` share `B`'s table (page 0
+/// faulted by `B`, linked by `A`); `MADV_DONTNEED` of page 0 in `A`
+/// unshares `A`'s window while `A`'s write fault on page 1 runs, and that
+/// fault, finding its table unlinked (or no table at all), links `B`'s
+/// table again through `huge_pmd_share` (sharing stays allowed: no
+/// `mmap_lock` writer runs here, so loom's try-lock cannot report its false
+/// deadlock, see `broken::NO_SHARE`). `A`'s advice must never clear `B`'s
+/// entry of page 0: a zap that unshared and then walked without holding the
+/// window's locks would walk into `B`'s table once the fault re-linked it.
+fn dontneed_vs_resharing_fault(policy: HugetlbPolicy) -> Outcome {
+    let (phys, f, mm_a, mm_b, a, b) = setup(policy);
+    broken::NO_SHARE.store(false, std::sync::atomic::Ordering::Relaxed);
+    let t = spawn_fault(&mm_a, a + HP);
+    mm_a.madvise(a, HP, MADV_DONTNEED).unwrap();
+    let r = t.join().unwrap();
+    if r.is_err() {
+        return Err(format!("A's fault failed: {r:?}"));
+    }
+    if !mm_b.pte_at(b).has_frame() {
+        return Err("A's MADV_DONTNEED cleared B's entry of page 0".into());
+    }
+    drop((phys, mm_a, mm_b, f));
+    Ok(())
+}
+
+#[test]
+fn dontneed_vs_resharing_fault_every_policy() {
+    for &policy in HugetlbPolicy::ALL {
+        check(policy, &broken::SKIP_ZAP_LOCK, dontneed_vs_resharing_fault);
+    }
+}
+
+/// A sharer exits during a lock-free fault that found the shared table:
+/// `A`'s write fault on page 1 walks to `B`'s table through `A`'s link;
+/// meanwhile `MADV_DONTNEED` in `A` unshares it (`B` is then its only
+/// user) and `B`'s address space dies, dropping the table's last link.
+/// The fault then locks the table to validate its link (which fails, and
+/// it retries in a table of its own): the dying tree frees such a table
+/// only after a grace period, which the fault's epoch guard holds open.
+/// Broken with `FREE_AT_ONCE` (the table freed at the exit), the fault
+/// locks a freed table.
+fn exit_vs_lock_free_fault(policy: HugetlbPolicy) -> Outcome {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (phys, f, mm_a, mm_b, a, _b) = setup(policy);
+    broken::USED_FREED_TABLE.store(false, Relaxed);
+    let t = spawn_fault(&mm_a, a + HP);
+    mm_a.madvise(a, HP, MADV_DONTNEED).unwrap();
+    drop(mm_b);
+    let r = t.join().unwrap();
+    if broken::USED_FREED_TABLE.swap(false, Relaxed) {
+        return Err("A's fault locked a PMD table B's exit had freed".into());
+    }
+    if r.is_err() {
+        return Err(format!("A's fault failed: {r:?}"));
+    }
+    drop((phys, mm_a, f));
+    Ok(())
+}
+
+#[test]
+fn exit_vs_lock_free_fault_on_the_shared_table() {
+    // Two preemptions (the default): with one, loom never runs the fault
+    // up to its walk and then the other thread through the unshare and
+    // the drop, and the broken variant goes uncaught (seen).
+    check(HugetlbPolicy::LockFree, &broken::FREE_AT_ONCE, exit_vs_lock_free_fault);
 }

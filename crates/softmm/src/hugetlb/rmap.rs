@@ -15,7 +15,7 @@ use std::sync::Weak;
 use super::lock::{IMmapLock, Kind};
 use crate::file::Mapper;
 use crate::phys::PhysMem;
-use crate::sync::{Mutex, RwLockReadGuard};
+use crate::sync::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
 /// One VMA in the reverse map: its address space, its range, and the file
 /// page (in 4 KiB units, `vm_pgoff`) mapped at its start.
@@ -65,8 +65,7 @@ impl VmaIntervalTree {
     /// reverse-map entries until removed.
     pub(crate) fn insert(&self, phys: &PhysMem, v: RmapVma) {
         let key = (v.pgoff, mm_id(&v.mm), v.start);
-        phys.hugetlb.locks.count(Kind::IMmapWrite);
-        let _i_mmap = self.i_mmap.write();
+        let _i_mmap = phys.hugetlb.locks.write(Kind::IMmapWrite, &self.i_mmap);
         if self.map.lock().insert(key, v).is_none() {
             phys.account_rmap(1);
         }
@@ -75,8 +74,7 @@ impl VmaIntervalTree {
     /// `vma_interval_tree_remove` of the VMA of `mm` at `start` mapping
     /// from file page `pgoff`.
     pub(crate) fn remove(&self, phys: &PhysMem, mm: usize, start: u64, pgoff: u64) {
-        phys.hugetlb.locks.count(Kind::IMmapWrite);
-        let _i_mmap = self.i_mmap.write();
+        let _i_mmap = phys.hugetlb.locks.write(Kind::IMmapWrite, &self.i_mmap);
         if self.map.lock().remove(&(pgoff, mm, start)).is_some() {
             phys.account_rmap(-1);
         }
@@ -86,6 +84,16 @@ impl VmaIntervalTree {
     /// file page `idx`, for `huge_pmd_share`, whose caller holds `i_mmap`
     /// for read (`_i_mmap`), so no VMA is linked or unlinked meanwhile.
     pub(crate) fn covering(&self, _i_mmap: &RwLockReadGuard<'_, ()>, idx: u64) -> Vec<RmapVma> {
+        self.covering_unchecked(idx)
+    }
+
+    /// [`Self::covering`] for a caller holding `i_mmap` for write
+    /// (`unmap_ref_private`).
+    pub(crate) fn covering_locked(&self, _i_mmap: &RwLockWriteGuard<'_, ()>, idx: u64) -> Vec<RmapVma> {
+        self.covering_unchecked(idx)
+    }
+
+    fn covering_unchecked(&self, idx: u64) -> Vec<RmapVma> {
         let map = self.map.lock();
         map.range(..=(idx, usize::MAX, u64::MAX)).map(|(_, v)| v).filter(|v| v.last() > idx).cloned().collect()
     }

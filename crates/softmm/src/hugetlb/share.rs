@@ -123,8 +123,7 @@ impl AddressSpace {
         let i_mmap = match i_mmap {
             Some(held) => held,
             None => {
-                self.phys.hugetlb.locks.count(Kind::IMmapRead);
-                taken = inode.vmas.i_mmap.read();
+                taken = self.phys.hugetlb.locks.read(Kind::IMmapRead, &inode.vmas.i_mmap);
                 &taken
             }
         };
@@ -242,10 +241,8 @@ impl AddressSpace {
             let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
             if want_pmd_share(vma, w) {
                 let locks = &self.phys.hugetlb.locks;
-                locks.count(Kind::VmaLockWrite);
-                let _vma_lock = self.hugetlb_lock.stripe(w).write();
-                locks.count(Kind::IMmapWrite);
-                let _i_mmap = i_mmap.write();
+                let _vma_lock = locks.write(Kind::VmaLockWrite, self.hugetlb_lock.stripe(w));
+                let _i_mmap = locks.write(Kind::IMmapWrite, i_mmap);
                 let guard = crossbeam_epoch::pin();
                 if self.pgtables.has_pmd_table(w, &guard) {
                     self.huge_pmd_unshare_locked(w, &guard);
@@ -285,10 +282,8 @@ impl AddressSpace {
     fn huge_pmd_unshare(&self, w: u64, guard: &Guard) {
         let Some(i_mmap) = self.hugetlb_lock.shared_i_mmap(w) else { return };
         let locks = &self.phys.hugetlb.locks;
-        locks.count(Kind::VmaLockWrite);
-        let _vma_lock = self.hugetlb_lock.stripe(w).write();
-        locks.count(Kind::IMmapWrite);
-        let _i_mmap = i_mmap.write();
+        let _vma_lock = locks.write(Kind::VmaLockWrite, self.hugetlb_lock.stripe(w));
+        let _i_mmap = locks.write(Kind::IMmapWrite, &i_mmap);
         self.huge_pmd_unshare_locked(w, guard);
     }
 

@@ -141,10 +141,13 @@ pub enum HugetlbPolicy {
     /// Seed 000, Linux 6.1+: a per-VMA hugetlb lock (read across the fault,
     /// write around unshare) and the fault mutex table; `i_mmap` only inside
     /// `huge_pmd_share`.
-    #[default]
     VmaLock,
     /// No shared lock in the fault: it validates under the PMD table's lock
-    /// that the table is still linked into this address space.
+    /// that the table is still linked into this address space. The default:
+    /// in the lab (`docs/results/hugetlb.txt`) its forks cost as much CPU
+    /// per fork as `IMmapRwsem`'s and its faults as little as the
+    /// cheapest, with no lock shared across address spaces per fault.
+    #[default]
     LockFree,
 }
 
@@ -423,7 +426,7 @@ impl MmConfig {
         self
     }
 
-    /// Sets `hugetlb_policy`: how hugetlb faults synchronize with PMD unsharing and truncate (default [`HugetlbPolicy::VmaLock`]).
+    /// Sets `hugetlb_policy`: how hugetlb faults synchronize with PMD unsharing and truncate (default [`HugetlbPolicy::LockFree`]).
     #[must_use]
     pub fn hugetlb_policy(mut self, hugetlb_policy: HugetlbPolicy) -> MmConfig {
         self.hugetlb_policy = hugetlb_policy;

@@ -113,6 +113,10 @@ impl<'a> Leaf<'a> {
     /// Takes the table's lock: the returned guard may change the entries.
     #[inline]
     pub(crate) fn lock(&self) -> PteGuard<'a> {
+        #[cfg(loom)]
+        if self.table.freed.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::hugetlb::lock::broken::USED_FREED_TABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         PteGuard { _lock: self.table.lock(), leaf: *self }
     }
 }

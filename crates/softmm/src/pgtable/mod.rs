@@ -413,6 +413,15 @@ unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem, defer: O
         DetachedTable { table, level }.free_after_grace_period(phys, guard);
         return;
     }
+    #[cfg(loom)]
+    if level == 1 && crate::hugetlb::lock::broken::free_at_once() {
+        // The model's "free": marked and left allocated (and its entries'
+        // references held), so that a walker still holding it is seen.
+        // SAFETY: alive (the caller's contract).
+        unsafe { table.as_ref() }.freed.store(true, std::sync::atomic::Ordering::Relaxed);
+        phys.account_page_table(-1);
+        return;
+    }
     // SAFETY: owned uniquely (the caller's contract), made by Box::leak.
     let t = unsafe { Box::from_raw(table.as_ptr()) };
     for i in 0..PTRS_PER_TABLE {
@@ -449,6 +458,8 @@ impl Drop for PageTables {
         // shared, each PMD table whose last link this drop holds is freed
         // after a grace period (its link goes at once).
         let guard = self.ever_shared().then(crossbeam_epoch::pin);
+        #[cfg(loom)]
+        let guard = guard.filter(|_| !crate::hugetlb::lock::broken::free_at_once());
         let defer = guard.as_ref().map(|g| (g, &self.phys));
         // SAFETY: `&mut self`: nothing borrows the tree, so no walk of it
         // is in progress, and the root is never detached.

@@ -24,6 +24,11 @@ pub(super) struct Table {
     /// the table is exclusive. Separate from everything else, so nothing
     /// that counts frames or tables can confuse a sharer with a user.
     share_count: AtomicUsize,
+    /// loom models only: set instead of freeing when a model breaks the
+    /// exit's grace period (`hugetlb::lock::broken::FREE_AT_ONCE`), so that
+    /// a later lock of the table is seen rather than undefined.
+    #[cfg(loom)]
+    pub(super) freed: std::sync::atomic::AtomicBool,
 }
 
 const _: () = assert!(std::mem::align_of::<Table>() > Pte::HUGE as usize);
@@ -44,6 +49,8 @@ impl Table {
             entries: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             lock: Mutex::new(()),
             share_count: AtomicUsize::new(0),
+            #[cfg(loom)]
+            freed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -21,7 +21,11 @@
 //! their TLB flush requests ([`softmm::MmStats`]; a child's address space
 //! is not read before it goes), and from the pool ([`PoolReading`], the
 //! lab's one reading of the pool's event counters) the PMD shares and
-//! unshares of the whole arena during the sample.
+//! unshares of the whole arena during the sample; per program, its
+//! instance threads' CPU time (`CLOCK_THREAD_CPUTIME_ID`: a child's fault
+//! and exit run on its parent's thread) and their waits for hugetlb locks
+//! ([`HugetlbLockStats::thread_wait_ns`]), the per-op costs that do not
+//! depend on how the two programs share the CPUs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -150,6 +154,9 @@ impl PoolReading {
             vma_lock_write: d(l.vma_lock_write, m.vma_lock_write),
             fault_mutex: d(l.fault_mutex, m.fault_mutex),
             validation_retries: d(l.validation_retries, m.validation_retries),
+            i_mmap_wait_ns: d(l.i_mmap_wait_ns, m.i_mmap_wait_ns),
+            vma_lock_wait_ns: d(l.vma_lock_wait_ns, m.vma_lock_wait_ns),
+            fault_mutex_wait_ns: d(l.fault_mutex_wait_ns, m.fault_mutex_wait_ns),
             ..Counters::default()
         }
     }
@@ -169,6 +176,10 @@ struct InstanceOut {
     faults: u64,
     mmap_lock: u64,
     flush_requests: u64,
+    /// The instance thread's CPU time over its loop.
+    cpu_ns: u64,
+    /// Its waits for hugetlb locks over the loop.
+    lock_wait_ns: u64,
 }
 
 /// One instance: runs `program` in an address space of its own until
@@ -199,6 +210,7 @@ fn instance(
         cpu.write_u8(BASE + i * HUGE_PAGE_SIZE, 1).map_err(|f| format!("write to huge page {i}: {f:?}"))
     };
     let t0 = Instant::now();
+    let (cpu0, wait0) = (crate::workloads::space::thread_cpu_ns(), HugetlbLockStats::thread_wait_ns());
     let (mut ops, mut n) = (0, 0);
     loop {
         match iterations {
@@ -232,6 +244,8 @@ fn instance(
         mm.munmap(BASE, area.size).map_err(|e| format!("munmap of the area: {e}"))?;
     }
     let nanos = t0.elapsed().as_nanos() as u64;
+    let cpu_ns = crate::workloads::space::thread_cpu_ns().saturating_sub(cpu0);
+    let lock_wait_ns = HugetlbLockStats::thread_wait_ns().saturating_sub(wait0);
     let (f, cf, st) = (cpu.stats().fault, child_cpu.stats().fault, mm.stats());
     Ok(InstanceOut {
         ops,
@@ -239,6 +253,8 @@ fn instance(
         faults: f.faults + cf.faults,
         mmap_lock: f.mmap_lock_acquisitions + cf.mmap_lock_acquisitions + st.mmap_lock_read + st.mmap_lock_write,
         flush_requests: st.tlb.flush_requests,
+        cpu_ns,
+        lock_wait_ns,
     })
 }
 
@@ -320,6 +336,8 @@ pub fn run(
                 faults: Some(faults),
                 mmap_lock_acquisitions: Some(of.iter().map(|o| o.mmap_lock).sum()),
                 flush_requests: Some(of.iter().map(|o| o.flush_requests).sum()),
+                cpu_ns: Some(of.iter().map(|o| o.cpu_ns).sum()),
+                lock_wait_ns: Some(of.iter().map(|o| o.lock_wait_ns).sum()),
                 ..pool.clone()
             },
         });
@@ -352,6 +370,9 @@ mod tests {
             assert!(fault.counters.mmap_lock_acquisitions.unwrap() > 0);
             assert_eq!(fault.counters.pmd_shares, Some(0));
             assert!(fault.run.ops_per_sec > 0.0 && fork.run.ops_per_sec > 0.0);
+            // Each program's threads' own CPU time; waits may be 0.
+            assert!(fault.counters.cpu_ns.unwrap() > 0 && fork.counters.cpu_ns.unwrap() > 0, "{policy:?}");
+            assert!(fault.counters.lock_wait_ns.is_some() && fork.counters.lock_wait_ns.is_some());
             assert_eq!(area.leftovers(), (0, 0, 0, 0, 8), "only the file's pages stay ({policy:?})");
             assert_eq!(area.check_leftovers(), Ok(()));
         }
