@@ -380,7 +380,9 @@ pub(crate) mod broken {
     /// Held by every model whose faults read these switches (they are
     /// process-wide, and loom requires each model to replay the same
     /// execution): one such model at a time.
+    #[cfg(test)]
     pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// A dying tree that shared a PMD table frees the PMD tables whose last
     /// link it held at once, not after a grace period (`PageTables`'
     /// drop); under loom such a table is marked freed instead
