@@ -284,22 +284,10 @@ impl Section<'_> {
         Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
     }
 
-    /// Reads the big-endian `T` at `addr`, as [`Cpu::read_be`].
-    #[inline(always)]
-    pub fn read_be<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
-        Ok(self.read_le::<T>(addr)?.swap_bytes())
-    }
-
     /// Writes `v` little-endian at `addr`, as [`Cpu::write_le`].
     #[inline(always)]
     pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
         self.store_raw(addr, T::SIZE, v.to_raw())
-    }
-
-    /// Writes `v` big-endian at `addr`, as [`Cpu::write_be`].
-    #[inline(always)]
-    pub fn write_be<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
-        self.write_le(addr, v.swap_bytes())
     }
 
     /// Fetches the little-endian instruction unit `T` at `addr`, as
@@ -307,78 +295,6 @@ impl Section<'_> {
     #[inline(always)]
     pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
         Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
-    }
-
-    /// Fetches a little-endian `u16` instruction unit, as [`Cpu::fetch_u16`].
-    #[inline(always)]
-    pub fn fetch_u16(&mut self, addr: u64) -> Result<u16, Fault> {
-        self.fetch_le(addr)
-    }
-
-    /// Fetches a little-endian `u32` instruction word, as [`Cpu::fetch_u32`].
-    #[inline(always)]
-    pub fn fetch_u32(&mut self, addr: u64) -> Result<u32, Fault> {
-        self.fetch_le(addr)
-    }
-
-    /// Reads a `u8`, as [`Cpu::read_u8`].
-    #[inline(always)]
-    pub fn read_u8(&mut self, addr: u64) -> Result<u8, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a `u8`, as [`Cpu::write_u8`].
-    #[inline(always)]
-    pub fn write_u8(&mut self, addr: u64, v: u8) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a little-endian `u16`, as [`Cpu::read_u16`].
-    #[inline(always)]
-    pub fn read_u16(&mut self, addr: u64) -> Result<u16, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a little-endian `u16`, as [`Cpu::write_u16`].
-    #[inline(always)]
-    pub fn write_u16(&mut self, addr: u64, v: u16) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a little-endian `u32`, as [`Cpu::read_u32`].
-    #[inline(always)]
-    pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a little-endian `u32`, as [`Cpu::write_u32`].
-    #[inline(always)]
-    pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a little-endian `u64`, as [`Cpu::read_u64`].
-    #[inline(always)]
-    pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a little-endian `u64`, as [`Cpu::write_u64`].
-    #[inline(always)]
-    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a plain-old-data value at `addr`, as [`Cpu::read_obj`].
-    pub fn read_obj<T: bytemuck::Pod>(&mut self, addr: u64) -> Result<T, Fault> {
-        let mut v = T::zeroed();
-        self.read(addr, bytemuck::bytes_of_mut(&mut v))?;
-        Ok(v)
-    }
-
-    /// Writes a plain-old-data value at `addr`, as [`Cpu::write_obj`].
-    pub fn write_obj<T: bytemuck::Pod>(&mut self, addr: u64, v: &T) -> Result<(), Fault> {
-        self.write(addr, bytemuck::bytes_of(v))
     }
 
     /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
