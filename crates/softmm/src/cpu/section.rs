@@ -172,6 +172,7 @@ impl Cpu {
     }
 
     /// `Section::load_raw` for a misaligned scalar or a TLB miss.
+    #[cold]
     #[inline(never)]
     fn section_load_slow(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
@@ -193,6 +194,7 @@ impl Cpu {
     }
 
     /// `Section::store_raw` for a misaligned scalar or a TLB miss.
+    #[cold]
     #[inline(never)]
     fn section_store_slow(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
