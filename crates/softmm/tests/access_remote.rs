@@ -829,7 +829,9 @@ mod hugetlb {
                 libc::write(go[1], [0u8].as_ptr().cast(), 1);
                 assert_eq!(libc::read(back[0], child.as_mut_ptr().cast(), 8), 8);
                 libc::waitpid(pid, std::ptr::null_mut(), 0);
-                go.iter().chain(&back).for_each(|&fd| drop(libc::close(fd)));
+                go.iter().chain(&back).for_each(|&fd| {
+                    libc::close(fd);
+                });
                 libc::munmap(fresh as *mut libc::c_void, HP as usize);
                 libc::munmap(forked as *mut libc::c_void, HP as usize);
             }

@@ -311,11 +311,11 @@ impl Section<'_> {
         if addr % T::SIZE as u64 != 0 {
             return Err(Fault::Unaligned { addr });
         }
+        let p = self.cpu.lookup(addr, access)?;
         // SAFETY: aligned to its width (checked), so inside one arena frame
         // (a naturally aligned scalar never crosses a page), which the
         // section keeps from being freed while `op` runs; the reference does
         // not outlive `op`.
-        let p = self.cpu.lookup(addr, access)?;
         Ok(op(unsafe { T::atomic(p) }))
     }
 
