@@ -20,8 +20,6 @@
 //! hole punch ask each mapper to zap the file's pages.
 
 mod hugetlbfs;
-#[cfg(all(test, loom))]
-mod loom_tests;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -781,7 +779,7 @@ impl OpenFile {
     }
 }
 
-/// Switches for the writeback model only (`file/loom_tests.rs`), each
+/// Switches for the writeback model only (`host_file/loom_tests.rs`), each
 /// breaking one step of `File::writeback` so that the model can show it
 /// catches the lost store the step prevents. Per OS thread: a loom model's
 /// threads all run on the thread of its test, and other tests are left alone.

@@ -30,6 +30,9 @@
 
 use std::os::unix::fs::FileExt;
 
+#[cfg(all(test, loom))]
+mod loom_tests;
+
 use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
 
@@ -37,7 +40,7 @@ use crate::PAGE_SIZE;
 enum Io {
     /// The host file.
     Host(std::fs::File),
-    /// Bytes in memory, for the loom model of writeback (`file_loom_tests`):
+    /// Bytes in memory, for the loom model of writeback (`loom_tests.rs`):
     /// loom runs the model thousands of times and has no host I/O to run.
     #[cfg(all(test, loom))]
     Memory(crate::sync::Mutex<Vec<u8>>),

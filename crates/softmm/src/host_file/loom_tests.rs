@@ -13,8 +13,7 @@
 //!
 //! Run with the loom line of scripts/test.sh.
 
-use super::broken;
-use crate::file::{File, OpenFile};
+use crate::file::{broken, File, OpenFile};
 use crate::mm::{AddressSpace, MmConfig};
 use crate::phys::{PhysConfig, PhysMem};
 use crate::uapi::*;
