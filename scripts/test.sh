@@ -18,7 +18,8 @@ SOFTMM_ON_DEMAND=1 cargo test --profile checked -p softmm --test semantics --tes
 # modules: sync's primitives, tlb's shootdown, and fault's models of the real
 # fault handler against real munmap and mprotect calls, and migrate's models of
 # move_pages against a lock-free fault, munmap, two CPUs of a page shared by fork
-# (the batched flush over two address spaces), and writes to a page-cache page.
+# (the batched flush over two address spaces), and writes to a page-cache page;
+# host_file's model of writeback against a Cpu's store.
 RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --lib
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.

@@ -36,14 +36,32 @@ fn translate_hit(c: &mut Criterion) {
     c.bench_function("read_u32_hit", |b| b.iter(|| cpu.read_u32(std::hint::black_box(a + 8)).unwrap()));
     c.bench_function("read_u32_unaligned_hit", |b| b.iter(|| cpu.read_u32(std::hint::black_box(a + 13)).unwrap()));
     // What an emulator runs: one access section per basic block (here 16
-    // accesses), each access paying the generation check and the TLB
-    // lookup only. Compared with 16 native loads measured alike; divide
-    // both by 16 for the per-access cost.
+    // accesses), each access paying the TLB lookup only. Compared with 16
+    // native loads measured alike: both read their 16 addresses from an
+    // array (one location in each of 16 pages) that goes through
+    // `black_box` once per iteration, as an emulator's guest registers
+    // are loads from its CPU state, so neither pays a black-box per access.
+    // Divide by 16 for the per-access cost. These are throughput figures:
+    // no access depends on another. The location in page `i` is at byte
+    // `256 i + 8`, so that the 16 lines fall in 16 different sets of the L1
+    // cache (at one offset they would share one set, more lines than it
+    // has ways, and every access would miss it).
+    let host_pages: Vec<std::sync::atomic::AtomicU64> =
+        (0..BLOCK * 512).map(|_| std::sync::atomic::AtomicU64::new(1)).collect();
+    let host: [&std::sync::atomic::AtomicU64; BLOCK] = std::array::from_fn(|i| &host_pages[i * 512 + i * 32 + 1]);
+    let g = mm.mmap(0, BLOCK as u64 * 4096, RW, ANON, None, 0).unwrap();
+    let gx = mm.mmap(0, BLOCK as u64 * 4096, PROT_READ | PROT_EXEC, ANON, None, 0).unwrap();
+    let guest: [u64; BLOCK] = std::array::from_fn(|i| g + i as u64 * (4096 + 256) + 8);
+    let guest_x: [u64; BLOCK] = std::array::from_fn(|i| gx + i as u64 * (4096 + 256) + 8);
+    for (&a, &x) in guest.iter().zip(&guest_x) {
+        cpu.write_u64(a, 1).unwrap();
+        cpu.fetch_u32(x).unwrap();
+    }
     c.bench_function("native_load_x16", |b| {
         b.iter(|| {
             let mut sum = 0u64;
-            for _ in 0..BLOCK {
-                sum = sum.wrapping_add(std::hint::black_box(&*native).load(std::sync::atomic::Ordering::Relaxed));
+            for p in std::hint::black_box(&host) {
+                sum = sum.wrapping_add(p.load(std::sync::atomic::Ordering::Relaxed));
             }
             sum
         })
@@ -52,8 +70,8 @@ fn translate_hit(c: &mut Criterion) {
         b.iter(|| {
             let mut s = cpu.section();
             let mut sum = 0u64;
-            for _ in 0..BLOCK {
-                sum = sum.wrapping_add(s.read_u64(std::hint::black_box(a + 8)).unwrap());
+            for &a in std::hint::black_box(&guest) {
+                sum = sum.wrapping_add(s.read_u64(a).unwrap());
             }
             sum
         })
@@ -62,8 +80,8 @@ fn translate_hit(c: &mut Criterion) {
         b.iter(|| {
             let mut s = cpu.section();
             let mut sum = 0u32;
-            for _ in 0..BLOCK {
-                sum = sum.wrapping_add(s.read_u32(std::hint::black_box(a + 8)).unwrap());
+            for &a in std::hint::black_box(&guest) {
+                sum = sum.wrapping_add(s.read_u32(a).unwrap());
             }
             sum
         })
@@ -72,10 +90,45 @@ fn translate_hit(c: &mut Criterion) {
         b.iter(|| {
             let mut s = cpu.section();
             let mut sum = 0u32;
-            for _ in 0..BLOCK {
-                sum = sum.wrapping_add(s.fetch_u32(std::hint::black_box(x + 8)).unwrap());
+            for &a in std::hint::black_box(&guest_x) {
+                sum = sum.wrapping_add(s.fetch_u32(a).unwrap());
             }
             sum
+        })
+    });
+    // Latency: a chain of 16 dependent loads, each value the address of
+    // the next (a guest walking a linked list, an interpreter following
+    // its own pointers), through the same 16 locations in a scattered
+    // order; native and guest memory hold the same chain, host pointers in
+    // one, guest addresses in the other. Each iteration goes on from where
+    // the one before stopped (the chain is a cycle), so iterations cannot
+    // overlap either: the time is 16 load latencies, plus the section's
+    // entry and exit for the guest. Divide by 16 for one access.
+    let order: [usize; BLOCK] = std::array::from_fn(|i| (i * 7) % BLOCK);
+    for k in 0..BLOCK {
+        let (from, to) = (order[k], order[(k + 1) % BLOCK]);
+        host[from].store(host[to] as *const _ as u64, std::sync::atomic::Ordering::Relaxed);
+        cpu.write_u64(guest[from], guest[to]).unwrap();
+    }
+    let mut p = std::hint::black_box(host[order[0]] as *const std::sync::atomic::AtomicU64);
+    c.bench_function("native_load_chain", |b| {
+        b.iter(|| {
+            for _ in 0..BLOCK {
+                // SAFETY: every link of the chain is one of `host`'s
+                // atomics, which outlive the benchmark.
+                p = unsafe { &*p }.load(std::sync::atomic::Ordering::Relaxed) as *const std::sync::atomic::AtomicU64;
+            }
+            p
+        })
+    });
+    let mut a = std::hint::black_box(guest[order[0]]);
+    c.bench_function("section_read_u64_chain", |b| {
+        b.iter(|| {
+            let mut s = cpu.section();
+            for _ in 0..BLOCK {
+                a = s.read_u64(a).unwrap();
+            }
+            a
         })
     });
     // What read_u32 did before the typed accessors: a 4-byte range copy.

@@ -166,6 +166,30 @@ impl File {
         Ok(Arc::new(file))
     }
 
+    /// A file backed like [`File::from_host`] but by `size` bytes in
+    /// memory (the loom model of writeback has no host I/O).
+    #[cfg(all(test, loom))]
+    pub(crate) fn with_memory_backing(phys: &Arc<PhysMem>, name: &str, size: u64) -> Arc<File> {
+        let mut file = File::new_inode(phys, name, size, None);
+        file.host = Some(HostBacking::memory(size));
+        Arc::new(file)
+    }
+
+    /// The little-endian `u64` at `offset` of the memory backing (what
+    /// writeback wrote), and whether page-cache page `offset / PAGE_SIZE`
+    /// is dirty (`None` if not cached).
+    #[cfg(all(test, loom))]
+    pub(crate) fn backing_u64_and_dirty(&self, offset: u64) -> (u64, Option<bool>) {
+        let mut b = [0; 8];
+        self.host.as_ref().expect("memory backing").memory_bytes(offset, &mut b);
+        let inner = self.inner.lock();
+        let dirty = inner
+            .pages
+            .get(&(offset / PAGE_SIZE))
+            .map(|&p| self.phys.desc(p).flags.load(Ordering::Relaxed) & PG_DIRTY != 0);
+        (u64::from_le_bytes(b), dirty)
+    }
+
     /// Linux's `fsync`: writes every dirty page of a host-backed file back
     /// to the host, then `fdatasync`s it. `Ok` at once for an in-memory file
     /// or a host file opened read-only (it cannot have dirty pages). `EIO`
@@ -222,7 +246,9 @@ impl File {
                 if n == 0 || flags.load(Ordering::Relaxed) & PG_DIRTY == 0 {
                     continue;
                 }
-                flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+                if !broken::clear_after_copy() {
+                    flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+                }
                 v.push((index, self.phys.get(p), n));
             }
             v
@@ -232,10 +258,12 @@ impl File {
         }
         // Second half: folio_mkclean through the reverse map.
         let pages: Vec<(u64, Pfn)> = dirty.iter().map(|(i, p, _)| (*i, p.pfn())).collect();
-        for mm in self.mappers() {
+        for mm in self.mappers().into_iter().filter(|_| !broken::skip_mkclean()) {
             mm.mkclean_file_pages(self, &pages);
         }
-        let mut buf = [0u8; PAGE_SIZE as usize];
+        // On the heap: writeback may run on a small stack (a loom thread,
+        // the drop of the last mapping).
+        let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut result = Ok(());
         for (index, page, n) in &dirty {
             if result.is_err() {
@@ -246,6 +274,9 @@ impl File {
             // SAFETY: as in `read_at`: `n` bytes of a page-cache page, in
             // this file's arena, kept by the reference `page`.
             unsafe { crate::access::copy_from_host(page.ptr(), &mut buf[..*n]) };
+            if broken::clear_after_copy() {
+                page.desc().flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+            }
             result = host.write(index * PAGE_SIZE, &buf[..*n]);
             match result {
                 Ok(()) => {
@@ -745,6 +776,48 @@ impl OpenFile {
     /// This open's identity, for the VMAs that map through it.
     pub(crate) fn open_id(&self) -> u64 {
         self.open
+    }
+}
+
+/// Switches for the writeback model only (`host_file/loom_tests.rs`), each
+/// breaking one step of `File::writeback` so that the model can show it
+/// catches the lost store the step prevents. Per OS thread: a loom model's
+/// threads all run on the thread of its test, and other tests are left alone.
+pub(crate) mod broken {
+    #[cfg(all(test, loom))]
+    std::thread_local! {
+        /// The dirty flag is cleared after the copy instead of before the
+        /// write-protect.
+        pub(crate) static CLEAR_AFTER_COPY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// No `page_mkclean`: mappings stay writable across writeback.
+        pub(crate) static SKIP_MKCLEAN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// `page_mkclean` write-protects but does not wait for the TLB
+        /// shootdown before the copy.
+        pub(crate) static SKIP_MKCLEAN_FLUSH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn clear_after_copy() -> bool {
+        #[cfg(all(test, loom))]
+        return CLEAR_AFTER_COPY.with(|c| c.get());
+        #[cfg(not(all(test, loom)))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn skip_mkclean() -> bool {
+        #[cfg(all(test, loom))]
+        return SKIP_MKCLEAN.with(|c| c.get());
+        #[cfg(not(all(test, loom)))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn skip_mkclean_flush() -> bool {
+        #[cfg(all(test, loom))]
+        return SKIP_MKCLEAN_FLUSH.with(|c| c.get());
+        #[cfg(not(all(test, loom)))]
+        false
     }
 }
 

@@ -30,13 +30,36 @@
 
 use std::os::unix::fs::FileExt;
 
+#[cfg(all(test, loom))]
+mod loom_tests;
+
 use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
+
+/// Where a host-backed file's pages are read from and written to.
+enum Io {
+    /// The host file.
+    Host(std::fs::File),
+    /// Bytes in memory, for the loom model of writeback (`loom_tests.rs`):
+    /// loom runs the model thousands of times and has no host I/O to run.
+    #[cfg(all(test, loom))]
+    Memory(crate::sync::Mutex<Vec<u8>>),
+}
+
+impl std::fmt::Debug for Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Io::Host(file) => file.fmt(f),
+            #[cfg(all(test, loom))]
+            Io::Memory(_) => f.write_str("Memory"),
+        }
+    }
+}
 
 /// The host file behind a [`File`](crate::File), with its access mode.
 #[derive(Debug)]
 pub(crate) struct HostBacking {
-    file: std::fs::File,
+    file: Io,
     /// Opened for reading (the host descriptor's `O_RDONLY`/`O_RDWR`).
     pub(crate) readable: bool,
     /// Opened for writing: writeback, truncate and hole punch allowed.
@@ -60,16 +83,50 @@ impl HostBacking {
         let acc = mode & libc::O_ACCMODE;
         let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
         let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-        Ok((HostBacking { file, readable, writable }, meta.len()))
+        Ok((HostBacking { file: Io::Host(file), readable, writable }, meta.len()))
+    }
+
+    /// A readable and writable backing of `size` zero bytes in memory.
+    #[cfg(all(test, loom))]
+    pub(crate) fn memory(size: u64) -> HostBacking {
+        let bytes = crate::sync::Mutex::new(vec![0; size as usize]);
+        HostBacking { file: Io::Memory(bytes), readable: true, writable: true }
+    }
+
+    /// The bytes at `offset` of the in-memory backing, as written back.
+    #[cfg(all(test, loom))]
+    pub(crate) fn memory_bytes(&self, offset: u64, buf: &mut [u8]) {
+        let Io::Memory(bytes) = &self.file else { panic!("not an in-memory backing") };
+        let bytes = bytes.lock();
+        buf.copy_from_slice(&bytes[offset as usize..offset as usize + buf.len()]);
+    }
+
+    /// The host file (each caller has handled an in-memory backing).
+    #[inline]
+    fn host(&self) -> &std::fs::File {
+        match &self.file {
+            Io::Host(f) => f,
+            #[cfg(all(test, loom))]
+            Io::Memory(_) => unreachable!("the in-memory backing is handled by each caller"),
+        }
     }
 
     /// `read_folio`: fills `buf` (a page, or its part below the file's
     /// end) from the host at `offset`; what the host file does not have
     /// past its end reads as zeros. `EIO` if the host read fails.
     pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        #[cfg(all(test, loom))]
+        if let Io::Memory(bytes) = &self.file {
+            let bytes = bytes.lock();
+            let from = (offset as usize).min(bytes.len());
+            let n = (bytes.len() - from).min(buf.len());
+            buf[..n].copy_from_slice(&bytes[from..from + n]);
+            buf[n..].fill(0);
+            return Ok(());
+        }
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match self.host().read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -83,12 +140,26 @@ impl HostBacking {
     /// Writes `buf` at `offset` to the host (a dirty page's bytes below
     /// the file's end). `EIO` if the host refuses.
     pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
-        self.file.write_all_at(buf, offset).map_err(|_| Errno::Io)
+        #[cfg(all(test, loom))]
+        if let Io::Memory(bytes) = &self.file {
+            let mut bytes = bytes.lock();
+            let end = offset as usize + buf.len();
+            if bytes.len() < end {
+                bytes.resize(end, 0);
+            }
+            bytes[offset as usize..end].copy_from_slice(buf);
+            return Ok(());
+        }
+        self.host().write_all_at(buf, offset).map_err(|_| Errno::Io)
     }
 
     /// `fdatasync` after a writeback, as `msync(MS_SYNC)` waits for.
     pub(crate) fn sync_data(&self) -> Result<()> {
-        self.file.sync_data().map_err(|_| Errno::Io)
+        #[cfg(all(test, loom))]
+        if let Io::Memory(_) = &self.file {
+            return Ok(());
+        }
+        self.host().sync_data().map_err(|_| Errno::Io)
     }
 
     /// The host side of `ftruncate`: `EINVAL` on a file not opened for
@@ -97,7 +168,12 @@ impl HostBacking {
         if !self.writable {
             return Err(Errno::Inval);
         }
-        self.file.set_len(size).map_err(|_| Errno::Io)
+        #[cfg(all(test, loom))]
+        if let Io::Memory(bytes) = &self.file {
+            bytes.lock().resize(size as usize, 0);
+            return Ok(());
+        }
+        self.host().set_len(size).map_err(|_| Errno::Io)
     }
 
     /// The host side of a hole punch over whole pages `[first, last)`:
@@ -107,7 +183,14 @@ impl HostBacking {
         if !self.writable {
             return Err(Errno::BadF);
         }
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        #[cfg(all(test, loom))]
+        if let Io::Memory(bytes) = &self.file {
+            let mut bytes = bytes.lock();
+            let end = (offset + len).min(bytes.len() as u64) as usize;
+            bytes[(offset as usize).min(end)..end].fill(0);
+            return Ok(());
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.host());
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         // SAFETY: `fallocate` on a descriptor `self.file` owns; no memory is passed.
         let r = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };

@@ -592,8 +592,10 @@ fn forced_access_races_with_mapping_changes() {
 /// Forced access to hugetlb pages (gup's `follow_huge_pmd`): reads and
 /// writes reach the 4 KiB subpage of the address inside the 2 MiB page;
 /// a forced read of a hugetlb VMA without `PROT_READ` works; a forced write
-/// to one without `PROT_WRITE` fails, private or shared ("hugetlb does not
-/// support FOLL_FORCE|FOLL_WRITE", Linux 6.12 `check_vma_flags`).
+/// to a private one without `PROT_WRITE` (`PROT_NONE` included) breaks COW
+/// as the host kernel (6.18) does, and to a shared one fails (Linux 6.12's
+/// `check_vma_flags` refused both: "hugetlb does not support
+/// FOLL_FORCE|FOLL_WRITE").
 mod hugetlb {
     use super::*;
     use softmm::PhysConfig;
@@ -765,5 +767,106 @@ mod hugetlb {
         assert_eq!(mm.access_remote_write(sh + PAGE, &[9; 8], true), 0, "the host's EIO");
         drop(mm);
         assert_no_leaks(&phys);
+    }
+
+    /// A forced write to a `PROT_NONE` private huge page that is not yet
+    /// the process's own: one never touched, and one shared with a fork
+    /// child. The host (`/proc/self/mem`) copies both (the child keeps its
+    /// bytes, the parent's page stays inaccessible); softmm must too.
+    #[test]
+    fn forced_write_to_a_prot_none_huge_page_not_yet_own_matches_the_host() {
+        use std::os::unix::fs::FileExt;
+        let _pool = match softmm_hostsys::HugePages::reserve(4) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("skipping the host comparison of forced hugetlb writes: {e}");
+                return;
+            }
+        };
+        let mem = std::fs::OpenOptions::new().read(true).write(true).open("/proc/self/mem").unwrap();
+        let at = 7 * PAGE + 4;
+        // (bytes written by the forced write, the parent's 8 bytes after it,
+        // the child's 8 bytes after it, the parent's guest access faults).
+        let host = {
+            // SAFETY: new private mappings, unmapped at the end of this block;
+            // this test alone touches them.
+            let fresh = unsafe { libc::mmap(std::ptr::null_mut(), HP as usize, PROT_NONE, PRIVATE_HUGE, -1, 0) };
+            assert_ne!(fresh, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+            let fresh = fresh as u64;
+            let w_fresh = mem.write_at(&[0x11; 8], fresh + at).unwrap_or(0);
+            let mut got_fresh = [0u8; 8];
+            mem.read_at(&mut got_fresh, fresh + at).unwrap();
+            // SAFETY: as above.
+            let forked = unsafe { libc::mmap(std::ptr::null_mut(), HP as usize, RW, PRIVATE_HUGE, -1, 0) };
+            assert_ne!(forked, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+            let forked = forked as u64;
+            // SAFETY: inside the mapping made just above, which is writable.
+            unsafe { std::ptr::write_bytes((forked + at) as *mut u8, 0x22, 8) };
+            let (go, back) = (pipe(), pipe());
+            // SAFETY: the child calls only async-signal-safe functions
+            // (`read`, `write`, `_exit`) and reads its own memory.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                let mut b = [0u8; 8];
+                // SAFETY: the pipes made before the fork; the mapping the
+                // child inherited, readable.
+                unsafe {
+                    libc::read(go[0], b.as_mut_ptr().cast(), 1);
+                    std::ptr::copy_nonoverlapping((forked + at) as *const u8, b.as_mut_ptr(), 8);
+                    libc::write(back[1], b.as_ptr().cast(), 8);
+                    libc::_exit(0);
+                }
+            }
+            // SAFETY: the mapping made above.
+            assert_eq!(unsafe { libc::mprotect(forked as *mut libc::c_void, HP as usize, PROT_NONE) }, 0);
+            let w_forked = mem.write_at(&[0x33; 8], forked + at).unwrap_or(0);
+            let mut got_forked = [0u8; 8];
+            mem.read_at(&mut got_forked, forked + at).unwrap();
+            let mut child = [0u8; 8];
+            // SAFETY: the pipes made above; `waitpid` on our own child.
+            unsafe {
+                libc::write(go[1], [0u8].as_ptr().cast(), 1);
+                assert_eq!(libc::read(back[0], child.as_mut_ptr().cast(), 8), 8);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+                go.iter().chain(&back).for_each(|&fd| {
+                    libc::close(fd);
+                });
+                libc::munmap(fresh as *mut libc::c_void, HP as usize);
+                libc::munmap(forked as *mut libc::c_void, HP as usize);
+            }
+            [(w_fresh, got_fresh, None), (w_forked, got_forked, Some(child))]
+        };
+
+        let phys = pool(4);
+        let mm = mm(&phys);
+        let fresh = mm.mmap(0, HP, PROT_NONE, PRIVATE_HUGE, None, 0).unwrap();
+        let w_fresh = mm.access_remote_write(fresh + at, &[0x11; 8], true);
+        let mut got_fresh = [0u8; 8];
+        assert_eq!(mm.access_remote_read(fresh + at, &mut got_fresh, true), 8);
+        let forked = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write(forked + at, &[0x22; 8]).unwrap();
+        let child = mm.fork().unwrap();
+        mm.mprotect(forked, HP, PROT_NONE).unwrap();
+        let w_forked = mm.access_remote_write(forked + at, &[0x33; 8], true);
+        let mut got_forked = [0u8; 8];
+        assert_eq!(mm.access_remote_read(forked + at, &mut got_forked, true), 8);
+        let mut in_child = [0u8; 8];
+        Cpu::attached(&child).read(forked + at, &mut in_child).unwrap();
+        let ours = [(w_fresh, got_fresh, None), (w_forked, got_forked, Some(in_child))];
+        assert_eq!(ours, host, "(bytes written, parent's bytes, child's bytes): fresh page, page shared with a child");
+        for a in [fresh, forked] {
+            assert_eq!(cpu.read_u8(a + at), Err(Fault::Segv { addr: a + at, code: SegvCode::AccErr }));
+        }
+        drop((cpu, child, mm));
+        assert_no_leaks(&phys);
+    }
+
+    fn pipe() -> [i32; 2] {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        fds
     }
 }

@@ -124,6 +124,92 @@ impl Cpu {
     }
 }
 
+/// The parts of the section's accessors that are not inlined, on the `Cpu`
+/// rather than the [`Section`]: a section handed by reference to an
+/// out-of-line call would live in memory, and every hit after the call site
+/// in a loop would load its TLB pointer back from the stack. Each is called
+/// with a section of the CPU open.
+impl Cpu {
+    /// Runs `op` on the host address of `va`, translated for `access`.
+    /// `op` must not panic nor call into softmm: the pointer is valid only
+    /// until the thread's next call into softmm or the section's end.
+    #[inline(always)]
+    fn section_access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
+        Ok(op(self.lookup(va, access)?))
+    }
+
+    /// Copies guest bytes at `addr` into `buf`, each page translated for
+    /// `access` (a read or a fetch).
+    pub(super) fn section_copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < buf.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
+            let dst = &mut buf[done..done + n];
+            // SAFETY: `section_access` gives a pointer into an arena frame
+            // of the attached address space, which holds its `PhysMem`
+            // (hence the arena mapping) alive; `n` stops at the page end;
+            // the open section keeps the frame from being freed until the
+            // copy is done, and the copy makes no call into softmm.
+            self.section_access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `addr`, page by page.
+    pub(super) fn section_write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
+        let mut done = 0;
+        while done < data.len() {
+            let a = addr.wrapping_add(done as u64);
+            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
+            let src = &data[done..done + n];
+            // SAFETY: as in `section_copy_in`.
+            self.section_access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// `Section::load_raw` for a misaligned scalar or a TLB miss.
+    #[cold]
+    #[inline(never)]
+    fn section_load_slow(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
+            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
+            // it and the aligned words holding it lie in one arena frame
+            // (frames are page aligned); the section keeps the frame
+            // allocated until the load is done; arena memory is only ever
+            // accessed atomically.
+            return self.section_access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
+        }
+        self.section_load_across(addr, n, access)
+    }
+
+    #[cold]
+    fn section_load_across(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        let mut b = [0; 8];
+        self.section_copy_in(addr, &mut b[..n], access)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// `Section::store_raw` for a misaligned scalar or a TLB miss.
+    #[cold]
+    #[inline(never)]
+    fn section_store_slow(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
+            // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
+            return self.section_access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
+        }
+        self.section_store_across(addr, n, raw)
+    }
+
+    #[cold]
+    fn section_store_across(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        self.section_write(addr, &raw.to_le_bytes()[..n])
+    }
+}
+
 impl Drop for Section<'_> {
     #[inline(always)]
     fn drop(&mut self) {
@@ -142,62 +228,29 @@ impl Section<'_> {
         unsafe { self.tlb.as_ref() }
     }
 
-    /// Runs `op` on the host address of `va`, translated for `access`.
-    /// `op` must not panic nor call into softmm: the pointer is valid only
-    /// until the thread's next call into softmm or the section's end.
-    #[inline(always)]
-    fn access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
-        let cpu = &mut *self.cpu;
-        // The hit is a plain pointer, not a `Result`: nothing of the fault
-        // type is built, moved or tested on the fast path.
-        let p = match cpu.tlb_hit(va, access) {
-            Some(p) => p,
-            None => cpu.translate_slow(va, access)?,
-        };
-        Ok(op(p))
-    }
-
     /// Copies guest bytes at `addr` into `buf`, each page translated for
     /// `access` (a read or a fetch).
+    #[inline(always)]
     pub(super) fn copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
-        let mut done = 0;
-        while done < buf.len() {
-            let a = addr.wrapping_add(done as u64);
-            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            let dst = &mut buf[done..done + n];
-            // SAFETY: `access` gives a pointer into an arena frame of the
-            // attached address space, which holds its `PhysMem` (hence the
-            // arena mapping) alive; `n` stops at the page end; the section
-            // keeps the frame from being freed until the copy is done, and
-            // the copy makes no call into softmm.
-            self.access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
-            done += n;
-        }
-        Ok(())
+        self.cpu.section_copy_in(addr, buf, access)
     }
 
     /// Reads `buf.len()` bytes at `addr`, as [`Cpu::read`].
+    #[inline(always)]
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
-        self.copy_in(addr, buf, Access::Read)
+        self.cpu.section_copy_in(addr, buf, Access::Read)
     }
 
     /// Fetches `buf.len()` bytes of instructions at `addr`, as [`Cpu::fetch`].
+    #[inline(always)]
     pub fn fetch(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Fault> {
-        self.copy_in(addr, buf, Access::Execute)
+        self.cpu.section_copy_in(addr, buf, Access::Execute)
     }
 
     /// Writes `data` at `addr`, as [`Cpu::write`].
+    #[inline(always)]
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
-        let mut done = 0;
-        while done < data.len() {
-            let a = addr.wrapping_add(done as u64);
-            let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
-            let src = &data[done..done + n];
-            // SAFETY: as in `copy_in`.
-            self.access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
-            done += n;
-        }
-        Ok(())
+        self.cpu.section_write(addr, data)
     }
 
     /// The `n`-byte little-endian value at `addr`, translated for `access`.
@@ -212,28 +265,7 @@ impl Section<'_> {
             // done; arena memory is only ever accessed atomically.
             return Ok(unsafe { scalar::load_aligned(p, n) });
         }
-        self.load_raw_slow(addr, n, access)
-    }
-
-    /// `load_raw` for a misaligned scalar or a TLB miss.
-    #[inline(never)]
-    fn load_raw_slow(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
-            // it and the aligned words holding it lie in one arena frame
-            // (frames are page aligned); the section keeps the frame
-            // allocated until the load is done; arena memory is only ever
-            // accessed atomically.
-            return self.access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
-        }
-        self.load_raw_across(addr, n, access)
-    }
-
-    #[cold]
-    fn load_raw_across(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
-        let mut b = [0; 8];
-        self.copy_in(addr, &mut b[..n], access)?;
-        Ok(u64::from_le_bytes(b))
+        self.cpu.section_load_slow(addr, n, access)
     }
 
     /// Stores the low `n` bytes of `raw` little-endian at `addr` (always
@@ -245,22 +277,7 @@ impl Section<'_> {
             unsafe { scalar::store_aligned(p, raw, n) };
             return Ok(());
         }
-        self.store_raw_slow(addr, n, raw)
-    }
-
-    /// `store_raw` for a misaligned scalar or a TLB miss.
-    #[inline(never)]
-    fn store_raw_slow(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: as in `load_raw_slow`, for `[p, p + n)`.
-            return self.access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
-        }
-        self.store_raw_across(addr, n, raw)
-    }
-
-    #[cold]
-    fn store_raw_across(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
-        self.write(addr, &raw.to_le_bytes()[..n])
+        self.cpu.section_store_slow(addr, n, raw)
     }
 
     /// Reads the little-endian `T` at `addr`, as [`Cpu::read_le`].
@@ -269,22 +286,10 @@ impl Section<'_> {
         Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Read)?))
     }
 
-    /// Reads the big-endian `T` at `addr`, as [`Cpu::read_be`].
-    #[inline(always)]
-    pub fn read_be<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
-        Ok(self.read_le::<T>(addr)?.swap_bytes())
-    }
-
     /// Writes `v` little-endian at `addr`, as [`Cpu::write_le`].
     #[inline(always)]
     pub fn write_le<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
         self.store_raw(addr, T::SIZE, v.to_raw())
-    }
-
-    /// Writes `v` big-endian at `addr`, as [`Cpu::write_be`].
-    #[inline(always)]
-    pub fn write_be<T: Scalar>(&mut self, addr: u64, v: T) -> Result<(), Fault> {
-        self.write_le(addr, v.swap_bytes())
     }
 
     /// Fetches the little-endian instruction unit `T` at `addr`, as
@@ -292,78 +297,6 @@ impl Section<'_> {
     #[inline(always)]
     pub fn fetch_le<T: Scalar>(&mut self, addr: u64) -> Result<T, Fault> {
         Ok(T::from_raw(self.load_raw(addr, T::SIZE, Access::Execute)?))
-    }
-
-    /// Fetches a little-endian `u16` instruction unit, as [`Cpu::fetch_u16`].
-    #[inline(always)]
-    pub fn fetch_u16(&mut self, addr: u64) -> Result<u16, Fault> {
-        self.fetch_le(addr)
-    }
-
-    /// Fetches a little-endian `u32` instruction word, as [`Cpu::fetch_u32`].
-    #[inline(always)]
-    pub fn fetch_u32(&mut self, addr: u64) -> Result<u32, Fault> {
-        self.fetch_le(addr)
-    }
-
-    /// Reads a `u8`, as [`Cpu::read_u8`].
-    #[inline(always)]
-    pub fn read_u8(&mut self, addr: u64) -> Result<u8, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a `u8`, as [`Cpu::write_u8`].
-    #[inline(always)]
-    pub fn write_u8(&mut self, addr: u64, v: u8) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a little-endian `u16`, as [`Cpu::read_u16`].
-    #[inline(always)]
-    pub fn read_u16(&mut self, addr: u64) -> Result<u16, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a little-endian `u16`, as [`Cpu::write_u16`].
-    #[inline(always)]
-    pub fn write_u16(&mut self, addr: u64, v: u16) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a little-endian `u32`, as [`Cpu::read_u32`].
-    #[inline(always)]
-    pub fn read_u32(&mut self, addr: u64) -> Result<u32, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a little-endian `u32`, as [`Cpu::write_u32`].
-    #[inline(always)]
-    pub fn write_u32(&mut self, addr: u64, v: u32) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a little-endian `u64`, as [`Cpu::read_u64`].
-    #[inline(always)]
-    pub fn read_u64(&mut self, addr: u64) -> Result<u64, Fault> {
-        self.read_le(addr)
-    }
-
-    /// Writes a little-endian `u64`, as [`Cpu::write_u64`].
-    #[inline(always)]
-    pub fn write_u64(&mut self, addr: u64, v: u64) -> Result<(), Fault> {
-        self.write_le(addr, v)
-    }
-
-    /// Reads a plain-old-data value at `addr`, as [`Cpu::read_obj`].
-    pub fn read_obj<T: bytemuck::Pod>(&mut self, addr: u64) -> Result<T, Fault> {
-        let mut v = T::zeroed();
-        self.read(addr, bytemuck::bytes_of_mut(&mut v))?;
-        Ok(v)
-    }
-
-    /// Writes a plain-old-data value at `addr`, as [`Cpu::write_obj`].
-    pub fn write_obj<T: bytemuck::Pod>(&mut self, addr: u64, v: &T) -> Result<(), Fault> {
-        self.write(addr, bytemuck::bytes_of(v))
     }
 
     /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
@@ -378,11 +311,12 @@ impl Section<'_> {
         if addr % T::SIZE as u64 != 0 {
             return Err(Fault::Unaligned { addr });
         }
+        let p = self.cpu.lookup(addr, access)?;
         // SAFETY: aligned to its width (checked), so inside one arena frame
         // (a naturally aligned scalar never crosses a page), which the
         // section keeps from being freed while `op` runs; the reference does
         // not outlive `op`.
-        self.access(addr, access, |p| op(unsafe { T::atomic(p) }))
+        Ok(op(unsafe { T::atomic(p) }))
     }
 
     /// Atomically loads the `T` at `addr`, as [`Cpu::atomic_load`].

@@ -345,7 +345,10 @@ pub(crate) fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &
 
 /// Installs `page` as the 2 MiB leaf at `haddr`, which the fault mutex keeps
 /// empty since the fault read it (only a zap may have run, leaving it empty),
-/// after the policy's validation.
+/// after the policy's validation. The entry gets the VMA's protection as
+/// `make_huge_pte` takes `vm_page_prot`: writable only in a `VM_WRITE` VMA,
+/// and `PROT_NONE` in a VMA without access, which only a forced (`FOLL_FORCE`)
+/// fault reaches: the page it brings in stays out of the guest's reach.
 fn install(
     f: &HugeFault<'_, '_>,
     leaf: Leaf<'_>,
@@ -360,7 +363,9 @@ fn install(
         // MADV_DONTNEED zaps without the fault mutex but never installs.
         return Ok(());
     }
-    crate::rmap::map_page(&mut ptl, haddr, page, flags | Pte::HUGE | Pte::ACCESSED);
+    let flags = if f.vma.flags.contains(VmFlags::WRITE) { flags } else { flags & !Pte::WRITE };
+    let entry = crate::rmap::mapped(page, flags | Pte::HUGE | Pte::ACCESSED);
+    ptl.set(haddr, if f.vma.flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() });
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! hugetlb pages under `pin_user_pages` / `get_user_pages` (Linux's
 //! `follow_huge_pmd` and `__get_user_pages`'s `page_mask` step, and
-//! `hugetlb_wp` with `FAULT_FLAG_UNSHARE`).
+//! `hugetlb_wp` with `FAULT_FLAG_UNSHARE`, on a present or a `PROT_NONE`
+//! entry).
 //!
 //! A pin of a 4 KiB subpage of a 2 MiB page counts on the huge page, as on a
 //! large folio: one reference and one `pincount` on the head frame per
@@ -47,7 +48,9 @@ impl AddressSpace {
             return Ok(());
         };
         let pte = leaf.load(haddr);
-        if !pte.is_present() || pte.has(Pte::WRITE) {
+        // A `PROT_NONE` entry holds its page as a present one does
+        // (`pmd_present` is true for it on x86): unshared the same way.
+        if !pte.has_frame() || pte.has(Pte::PRESENT | Pte::WRITE) {
             return Ok(());
         }
         let d = self.phys.desc(pte.pfn());
@@ -73,8 +76,9 @@ impl AddressSpace {
     }
 
     /// Replaces the entry `pte` at `haddr` (if it is still there) by a
-    /// read-only mapping of `new`: clear, flush, install, so that no CPU
-    /// reads the old page once the pin's device writes the new one.
+    /// read-only mapping of `new` (a `PROT_NONE` one if `pte` was): clear,
+    /// flush, install, so that no CPU reads the old page once the pin's
+    /// device writes the new one.
     fn replace_huge(&self, leaf: Leaf<'_>, haddr: u64, pte: Pte, new: crate::phys::FrameRef<'_>, vma: &Vma) {
         let mut ptl = leaf.lock();
         if ptl.get(haddr) != pte {
@@ -83,7 +87,8 @@ impl AddressSpace {
         let (_, old) = crate::rmap::unmap_page(&mut ptl, haddr, &self.phys).expect("a present entry holds a page");
         self.flush_tlb();
         let nx = if vma.flags.contains(VmFlags::EXEC) { 0 } else { Pte::NX };
-        crate::rmap::map_page(&mut ptl, haddr, new, Pte::ACCESSED | Pte::HUGE | nx);
+        let entry = crate::rmap::mapped(new, Pte::ACCESSED | Pte::HUGE | nx);
+        ptl.set(haddr, if pte.is_present() { entry } else { entry.protnone() });
         drop(ptl);
         drop(old);
         self.count_hugetlb_fault();

@@ -42,7 +42,9 @@
 //! `PROT_READ` works as for any VMA. A forced write to a private hugetlb
 //! VMA without `PROT_WRITE` breaks COW as for a small page: the huge page
 //! is replaced by an exclusive anonymous copy (or marked exclusive if it
-//! is already this process's alone), still mapped read-only, and written
+//! is already this process's alone), still mapped read-only (`PROT_NONE`
+//! if it was: a page never touched or shared with a fork child is copied
+//! and stays out of the guest's reach), and written
 //! (`hugetlb_wp` with `FAULT_FLAG_UNSHARE`'s copy, then
 //! `can_follow_write_pmd`); a shared one is refused. That is what the host
 //! kernel (6.18) does through `/proc/self/mem`, which
@@ -248,10 +250,9 @@ impl AddressSpace {
             if !huge || vma.flags.contains(VmFlags::WRITE) {
                 return Follow::Fault;
             }
-            // The unshare works on a present entry only: a `PROT_NONE` huge
-            // page that is not yet this process's own ends the copy (Linux
-            // copies it; softmm does not yet).
-            return if pte.is_present() { Follow::Unshare } else { Follow::Stop };
+            // Present or `PROT_NONE` alike: the copy keeps the entry's
+            // protection, so a `PROT_NONE` page stays inaccessible.
+            return Follow::Unshare;
         }
         // The entry holds a reference and we hold its lock: a plain get,
         // on the head frame for a huge page, which copies go through the

@@ -106,7 +106,7 @@ impl AddressSpace {
         }
         // Before the copy is taken: no CPU may keep a writable translation
         // of the page once writeback reads it.
-        if cleaned {
+        if cleaned && !crate::file::broken::skip_mkclean_flush() {
             self.flush_tlb();
         }
         drop(st);

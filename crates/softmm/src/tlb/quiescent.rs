@@ -41,15 +41,25 @@ pub(crate) fn register_thread_cpu(cpu: &Arc<CpuTlbState>) {
 }
 
 /// Undoes [`register_thread_cpu`] (the CPU is being dropped); a CPU that is
-/// not registered is ignored.
+/// not registered is ignored, and so is a thread whose list is gone.
 pub(crate) fn unregister_thread_cpu(cpu: &Arc<CpuTlbState>) {
-    THREAD_CPUS.with(|c| c.borrow_mut().retain(|s| !Arc::ptr_eq(s, cpu)));
+    let _ = THREAD_CPUS.try_with(|c| c.borrow_mut().retain(|s| !Arc::ptr_eq(s, cpu)));
 }
 
 /// Runs `f` on the shootdown state of the calling thread's CPUs (the `mine`
 /// argument of [`super::TlbDomain::flush_begin`]).
+///
+/// A thread that is exiting may call into softmm after its list of CPUs was
+/// destroyed (thread-local destructors run in no set order: crossbeam-epoch's
+/// runs deferred frees, and the last reference to a VMA may drop a
+/// host-backed file, whose writeback shoots down). Such a thread has no CPU
+/// left to mark or to spare from a shootdown: `f` gets an empty list.
 pub(crate) fn with_thread_cpus<R>(f: impl FnOnce(&[Arc<CpuTlbState>]) -> R) -> R {
-    THREAD_CPUS.with(|c| f(&c.borrow()))
+    let mut f = Some(f);
+    match THREAD_CPUS.try_with(|c| (f.take().expect("called once"))(&c.borrow())) {
+        Ok(r) => r,
+        Err(_) => (f.take().expect("not called"))(&[]),
+    }
 }
 
 /// Marks the calling thread's CPUs quiescent for the life of the guard.
@@ -63,15 +73,15 @@ pub(crate) struct QuiescentGuard(PhantomData<*const ()>);
 impl QuiescentGuard {
     /// Marks every CPU of the calling thread quiescent.
     pub(crate) fn enter() -> QuiescentGuard {
-        THREAD_CPUS.with(|c| c.borrow().iter().for_each(|s| s.enter_quiescent()));
+        with_thread_cpus(|cpus| cpus.iter().for_each(|s| s.enter_quiescent()));
         QuiescentGuard(PhantomData)
     }
 }
 
 impl Drop for QuiescentGuard {
     fn drop(&mut self) {
-        THREAD_CPUS.with(|c| {
-            c.borrow().iter().for_each(|s| {
+        with_thread_cpus(|cpus| {
+            cpus.iter().for_each(|s| {
                 s.exit_quiescent();
                 // A CPU whose section stayed open across the call (a
                 // multi-access `Section`, a `with_slice` callback): while it
