@@ -393,7 +393,7 @@ pub(crate) struct MigrateCounts {
 /// `__GFP_THISNODE` for `move_pages` and `migrate_pages(2)`, a one-node
 /// [`Placement::this_node`], or `alloc_migration_target_by_mpol` for
 /// `mbind`, the policy's placement) with `policy`; returns each page's
-/// outcome in order. A hugetlb page goes to `at.node` only. The pages'
+/// outcome in order. The pages'
 /// references and isolation are the caller's to release (it drops `pages`).
 pub(crate) fn migrate_pages(
     phys: &PhysMem,
@@ -408,9 +408,9 @@ pub(crate) fn migrate_pages(
     };
     let mut ptl_locks = 0;
     // migrate_hugetlbs: hugetlb pages first, one at a time
-    // (`hugetlb/migrate.rs`); the target node's pool running dry ends the call.
+    // (`hugetlb/migrate.rs`); the target's pools running dry ends the call.
     let (huge, mut todo): (Vec<usize>, Vec<usize>) = (0..pages.len()).partition(|&i| phys.is_huge(pages[i].page.pfn()));
-    if crate::hugetlb::migrate::migrate_hugetlbs(phys, pages, &huge, at.node, &mut out, &mut ptl_locks) {
+    if crate::hugetlb::migrate::migrate_hugetlbs(phys, pages, &huge, at, &mut out, &mut ptl_locks) {
         for i in todo {
             out[i] = Outcome::Failed(Errno::NoMem);
         }

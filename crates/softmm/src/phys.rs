@@ -224,6 +224,15 @@ impl Placement {
         let allowed = if node < MAX_NODES { NodeMask::single(node) } else { NodeMask::default() };
         Placement { node, allowed: Some(allowed) }
     }
+
+    /// The nodes an allocation for this placement tries, in order, on an
+    /// arena of `nodes` nodes: `node` (clamped to the arena), then `node +
+    /// 1`, `node + 2`, ... wrapping (softmm's zonelist, every node at the
+    /// same distance), each kept only if allowed.
+    pub(crate) fn zonelist(&self, nodes: usize) -> impl Iterator<Item = usize> + '_ {
+        let first = self.node.min(nodes.saturating_sub(1));
+        (0..nodes).map(move |i| (first + i) % nodes).filter(|&m| self.allowed.as_ref().is_none_or(|a| a.contains(m)))
+    }
 }
 
 /// One node's frame counts (see [`PhysMem::node_stats`]).
@@ -619,12 +628,7 @@ impl PhysMem {
     /// batch of 512 pages spent that on every page, with the cache full of
     /// the frames of the node it was emptying.
     pub(crate) fn alloc_bulk_at(&self, at: &Placement, n: usize) -> Vec<FrameRef<'_>> {
-        let nodes = self.nodes.len();
-        let ok = |m: usize| at.allowed.as_ref().is_none_or(|a| a.contains(m));
-        // The zonelist of `at.node` (clamped to the arena as `alloc_in`
-        // clamps it) restricted to the allowed nodes.
-        let first = at.node.min(nodes - 1);
-        let order: Vec<usize> = (0..nodes).map(|i| (first + i) % nodes).filter(|&m| ok(m)).collect();
+        let order: Vec<usize> = at.zonelist(self.nodes.len()).collect();
         // A node never has more than `per_node` frames to give.
         let mut pfns = Vec::with_capacity(n.min(self.per_node as usize * order.len()));
         for attempt in 0..2 {
