@@ -4,7 +4,8 @@
 //! A page moves in four phases: **unmap** (every entry mapping it, found by
 //! the anonymous reverse walk, becomes a migration entry under its table's
 //! lock, and gives back its reference), **flush** (the TLBs of every
-//! address space involved), **copy** (into a frame of the target node), and
+//! address space involved), **copy** (into a frame of the target node, or
+//! for `mbind` of a node its policy allows: see [`migrate_pages`]), and
 //! **remap** (every migration entry for the old frame, found by a second
 //! walk, becomes a present entry of the new one). A fault on a migration
 //! entry waits until the entry changes (see the fault handler), so a write
