@@ -738,11 +738,15 @@ fn mbind_moves_fall_back_within_the_policy_and_move_pages_does_not() {
             let a = anon(&mm, 64);
             let b = anon(&mm, 32);
             let c = anon(&mm, 16);
+            // The 112 pages of a, b and c, in order.
+            let addr = |i: u64| match i {
+                0..64 => a + i * PAGE,
+                64..96 => b + (i - 64) * PAGE,
+                _ => c + (i - 96) * PAGE,
+            };
             let mut cpu = Cpu::attached(&mm);
             for i in 0..112 {
-                let at =
-                    [a + i * PAGE, b + (i - 64) * PAGE, c + (i - 96) * PAGE][(i >= 64) as usize + (i >= 96) as usize];
-                cpu.write_u64(at, 1000 + i).unwrap();
+                cpu.write_u64(addr(i), 1000 + i).unwrap();
             }
             let filler = fill_node1(&phys, 20);
             // Targets of one node only: node 1's 20 frames are not enough.
@@ -776,9 +780,7 @@ fn mbind_moves_fall_back_within_the_policy_and_move_pages_does_not() {
             );
             assert_eq!(nodes_of(&mm, a, 64), [2; 64], "{policy:?}");
             for i in 0..112 {
-                let at =
-                    [a + i * PAGE, b + (i - 64) * PAGE, c + (i - 96) * PAGE][(i >= 64) as usize + (i >= 96) as usize];
-                assert_eq!(cpu.read_u64(at).unwrap(), 1000 + i, "{policy:?}");
+                assert_eq!(cpu.read_u64(addr(i)).unwrap(), 1000 + i, "{policy:?}");
             }
             drop(filler);
         }
