@@ -4,7 +4,8 @@
 //! A page moves in four phases: **unmap** (every entry mapping it, found by
 //! the anonymous reverse walk, becomes a migration entry under its table's
 //! lock, and gives back its reference), **flush** (the TLBs of every
-//! address space involved), **copy** (into a frame of the target node), and
+//! address space involved), **copy** (into a frame of the target node, or
+//! for `mbind` of a node its policy allows: see [`migrate_pages`]), and
 //! **remap** (every migration entry for the old frame, found by a second
 //! walk, becomes a present entry of the new one). A fault on a migration
 //! entry waits until the entry changes (see the fault handler), so a write
@@ -41,7 +42,7 @@ use crate::error::Errno;
 use crate::file::File;
 use crate::mm::AddressSpace;
 use crate::pgtable::{Pte, PMD_SIZE};
-use crate::phys::{FrameRef, Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
@@ -364,7 +365,7 @@ pub(crate) fn putback_movable_pages(pages: &[Isolated<'_>]) {
 /// What became of one page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// On the target node now.
+    /// On a node the target allows now.
     Moved,
     /// Not moved (pinned, an extra reference, no memory on the node): the
     /// page stays where it was, mapped as before.
@@ -380,20 +381,25 @@ pub(crate) struct MigrateCounts {
     /// batch when the pages are adjacent, where a walk per page took one
     /// per page).
     pub(crate) ptl_locks: u64,
-    /// The target node had no free frame (or, for a hugetlb page, no free
-    /// unreserved huge page) for a page: Linux's `migrate_pages` returns
+    /// The target's nodes had no free frame (or, for a hugetlb page, its
+    /// node no free unreserved huge page) for a page: Linux's `migrate_pages` returns
     /// `-ENOMEM` then. The pages already unmapped in that batch were moved;
     /// no other page was tried.
     pub(crate) enomem: bool,
 }
 
-/// Linux's `migrate_pages`: moves each isolated page to `node` with
-/// `policy`; returns each page's outcome in order. The pages' references
-/// and isolation are the caller's to release (it drops `pages`).
+/// Linux's `migrate_pages`: moves each isolated page to a frame allocated
+/// where `at` says (its node first, then the other nodes it allows:
+/// Linux's `new_folio_t` callback, `alloc_migration_target` with
+/// `__GFP_THISNODE` for `move_pages` and `migrate_pages(2)`, a one-node
+/// [`Placement::this_node`], or `alloc_migration_target_by_mpol` for
+/// `mbind`, the policy's placement) with `policy`; returns each page's
+/// outcome in order. The pages'
+/// references and isolation are the caller's to release (it drops `pages`).
 pub(crate) fn migrate_pages(
     phys: &PhysMem,
     pages: &[Isolated<'_>],
-    node: usize,
+    at: &Placement,
     policy: MigratePolicy,
 ) -> (Vec<Outcome>, MigrateCounts) {
     let mut out = vec![Outcome::Failed(Errno::Again); pages.len()];
@@ -403,9 +409,9 @@ pub(crate) fn migrate_pages(
     };
     let mut ptl_locks = 0;
     // migrate_hugetlbs: hugetlb pages first, one at a time
-    // (`hugetlb/migrate.rs`); the target node's pool running dry ends the call.
+    // (`hugetlb/migrate.rs`); the target's pools running dry ends the call.
     let (huge, mut todo): (Vec<usize>, Vec<usize>) = (0..pages.len()).partition(|&i| phys.is_huge(pages[i].page.pfn()));
-    if crate::hugetlb::migrate::migrate_hugetlbs(phys, pages, &huge, node, &mut out, &mut ptl_locks) {
+    if crate::hugetlb::migrate::migrate_hugetlbs(phys, pages, &huge, at, &mut out, &mut ptl_locks) {
         for i in todo {
             out[i] = Outcome::Failed(Errno::NoMem);
         }
@@ -421,7 +427,7 @@ pub(crate) fn migrate_pages(
         let mut again = Vec::new();
         let mut backed_off = Vec::new();
         for chunk in todo.chunks(batch) {
-            ptl_locks += migrate_batch(phys, pages, chunk, node, &mut out, &mut again, &mut backed_off, &mut enomem);
+            ptl_locks += migrate_batch(phys, pages, chunk, at, &mut out, &mut again, &mut backed_off, &mut enomem);
             if enomem {
                 break 'passes;
             }
@@ -429,7 +435,7 @@ pub(crate) fn migrate_pages(
         // The pages whose lock a batch could not take: one at a time, each
         // holding only its own lock while it may wait.
         for i in backed_off {
-            ptl_locks += migrate_batch(phys, pages, &[i], node, &mut out, &mut again, &mut Vec::new(), &mut enomem);
+            ptl_locks += migrate_batch(phys, pages, &[i], at, &mut out, &mut again, &mut Vec::new(), &mut enomem);
             if enomem {
                 break 'passes;
             }
@@ -448,7 +454,7 @@ pub(crate) fn migrate_pages(
 /// pages of one owner), flush once, copy all, remap all (one walk per run
 /// again), unlock all. Returns the PTE locks the walks took.
 ///
-/// When the target node cannot give every locked page a frame, the pages
+/// When the target's nodes cannot give every locked page a frame, the pages
 /// that got one still move, the first that did not is `-ENOMEM`, the rest
 /// are left untried, and `enomem` is set: the caller stops there.
 #[allow(clippy::too_many_arguments)]
@@ -456,7 +462,7 @@ fn migrate_batch(
     phys: &PhysMem,
     pages: &[Isolated<'_>],
     chunk: &[usize],
-    node: usize,
+    at: &Placement,
     out: &mut [Outcome],
     again: &mut Vec<usize>,
     backed_off: &mut Vec<usize>,
@@ -482,11 +488,11 @@ fn migrate_batch(
         locked.push(i);
     }
     // The batch's new frames in one allocation (one cache and one free-list
-    // lock, not one per page), __GFP_THISNODE: the target node or nothing.
+    // lock per node tried, not one per page), from the nodes `at` allows.
     // Linux allocates each page's frame just before unmapping it, so the
     // first page it cannot serve is `-ENOMEM` and the pages after it are
     // never unmapped; here they stay as they are, untried.
-    let mut frames = phys.alloc_bulk_on(node, locked.len()).into_iter();
+    let mut frames = phys.alloc_bulk_at(at, locked.len()).into_iter();
     let mut unmapped: Vec<(usize, FrameRef<'_>)> = Vec::with_capacity(locked.len());
     for i in locked {
         match frames.next() {
@@ -712,7 +718,7 @@ mod tests {
                         index: phys.desc(pfn).index.load(Ordering::Relaxed),
                     };
                     let pages = [iso(pa), iso(pb)];
-                    migrate_pages(&phys, &pages, 1, policy).1
+                    migrate_pages(&phys, &pages, &Placement::this_node(1), policy).1
                 })
             };
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -771,7 +777,7 @@ mod tests {
             }
             for (policy, node, locks) in [(MigratePolicy::Batched, 1, 4), (MigratePolicy::OneByOne, 0, 2048)] {
                 let pages = isolate_range(&mm, a, 1024);
-                let (out, counts) = migrate_pages(&phys, &pages, node, policy);
+                let (out, counts) = migrate_pages(&phys, &pages, &Placement::this_node(node), policy);
                 assert!(out.iter().all(|o| *o == Outcome::Moved), "{policy:?}");
                 assert_eq!((counts.moved, counts.ptl_locks), (1024, locks), "{policy:?}");
                 release(pages);
@@ -804,7 +810,7 @@ mod tests {
                 let free1 = phys.node_stats()[1].frames_free as usize;
                 let hold = phys.alloc_bulk_on(1, free1 - 100);
                 let pages = isolate_range(&mm, a, 300);
-                let (out, counts) = migrate_pages(&phys, &pages, 1, policy);
+                let (out, counts) = migrate_pages(&phys, &pages, &Placement::this_node(1), policy);
                 assert_eq!((counts.moved, counts.failed, counts.enomem), (100, 200, true), "{policy:?}");
                 assert!(out[..100].iter().all(|o| *o == Outcome::Moved), "{policy:?}");
                 assert_eq!(out[100], Outcome::Failed(Errno::NoMem), "{policy:?}");

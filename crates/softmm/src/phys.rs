@@ -216,6 +216,23 @@ pub(crate) struct Placement {
 impl Placement {
     /// Node 0 first, then any node: the default policy's placement.
     pub(crate) const LOCAL: Placement = Placement { node: 0, allowed: None };
+
+    /// `node` and no other (Linux's `__GFP_THISNODE`): where `move_pages`
+    /// and `migrate_pages(2)` allocate a page's new frame. A `node` at or
+    /// past [`MAX_NODES`] allows no node.
+    pub(crate) fn this_node(node: usize) -> Placement {
+        let allowed = if node < MAX_NODES { NodeMask::single(node) } else { NodeMask::default() };
+        Placement { node, allowed: Some(allowed) }
+    }
+
+    /// The nodes an allocation for this placement tries, in order, on an
+    /// arena of `nodes` nodes: `node` (clamped to the arena), then `node +
+    /// 1`, `node + 2`, ... wrapping (softmm's zonelist, every node at the
+    /// same distance), each kept only if allowed.
+    pub(crate) fn zonelist(&self, nodes: usize) -> impl Iterator<Item = usize> + '_ {
+        let first = self.node.min(nodes.saturating_sub(1));
+        (0..nodes).map(move |i| (first + i) % nodes).filter(|&m| self.allowed.as_ref().is_none_or(|a| a.contains(m)))
+    }
 }
 
 /// One node's frame counts (see [`PhysMem::node_stats`]).
@@ -584,28 +601,51 @@ impl PhysMem {
     }
 
     /// Allocates up to `n` frames of `node` and of no other node (Linux's
-    /// `alloc_pages_bulk` with `__GFP_THISNODE`, what migration asks for),
-    /// with unspecified contents, each returned reference its frame's only
-    /// one. Returns fewer than `n` only when `node` has no more free frames,
-    /// those in other threads' caches included; none for a node the arena
-    /// lacks.
-    ///
-    /// It takes this thread's cache lock once and `node`'s free-list lock at
-    /// most once per attempt (a second attempt after draining every cache),
-    /// where `n` calls of [`PhysMem::alloc_in`] lock the cache `n` times and
-    /// search it for a frame of `node` each time: a migration batch of 512
-    /// pages spent that on every page, with the cache full of the frames of
-    /// the node it was emptying.
+    /// `alloc_pages_bulk` with `__GFP_THISNODE`, what `move_pages` and
+    /// `migrate_pages(2)` ask for), with unspecified contents, each returned
+    /// reference its frame's only one. Returns fewer than `n` only when
+    /// `node` has no more free frames, those in other threads' caches
+    /// included; none for a node the arena lacks. (Migration passes
+    /// [`Placement::this_node`] to [`PhysMem::alloc_bulk_at`], which this is.)
+    #[cfg(test)]
     pub(crate) fn alloc_bulk_on(&self, node: usize, n: usize) -> Vec<FrameRef<'_>> {
+        self.alloc_bulk_at(&Placement::this_node(node), n)
+    }
+
+    /// Allocates up to `n` frames where `at` says (Linux's
+    /// `alloc_pages_mpol` for each of `n` pages, what `mbind`'s migration
+    /// asks for through `alloc_migration_target_by_mpol`): `at.node` first,
+    /// then the other allowed nodes in the order [`PhysMem::alloc_in`]
+    /// falls back in (`node + 1`, `node + 2`, ... wrapping: softmm's
+    /// zonelist), each node's frames taken before the next is tried.
+    /// Returns fewer than `n` only when every allowed node is out of free
+    /// frames, those in other threads' caches included.
+    ///
+    /// It takes this thread's cache lock and a node's free-list lock once
+    /// per node tried and attempt (a second attempt after draining every
+    /// cache), where `n` calls of [`PhysMem::alloc_in`] lock the cache `n`
+    /// times and search it for a frame of `node` each time: a migration
+    /// batch of 512 pages spent that on every page, with the cache full of
+    /// the frames of the node it was emptying.
+    pub(crate) fn alloc_bulk_at(&self, at: &Placement, n: usize) -> Vec<FrameRef<'_>> {
+        let order: Vec<usize> = at.zonelist(self.nodes.len()).collect();
         // A node never has more than `per_node` frames to give.
-        let mut pfns = Vec::with_capacity(n.min(self.per_node as usize));
-        if node < self.nodes.len() {
-            self.take_from_node(node, n, &mut pfns);
-            if pfns.len() < n {
-                // Out of `node` in this thread's view: give back what other
-                // threads' caches hold and try once more, as `alloc_in` does.
+        let mut pfns = Vec::with_capacity(n.min(self.per_node as usize * order.len()));
+        for attempt in 0..2 {
+            if attempt == 1 {
+                // Out of the allowed nodes in this thread's view: give back
+                // what other threads' caches hold and try once more, as
+                // `alloc_in` does.
                 self.drain_all_caches();
-                self.take_from_node(node, n - pfns.len(), &mut pfns);
+            }
+            for &m in &order {
+                if pfns.len() == n {
+                    break;
+                }
+                self.take_from_node(m, n - pfns.len(), &mut pfns);
+            }
+            if pfns.len() == n {
+                break;
             }
         }
         pfns.into_iter()
@@ -1389,6 +1429,37 @@ mod tests {
         let mut batch = again;
         batch.push(shared);
         phys.put_batch(&mut batch);
+        assert_eq!(phys.quiesce().frames_used, 0);
+    }
+
+    /// `alloc_bulk_at` takes the placement's node first, then the other
+    /// allowed nodes in `alloc_in`'s fallback order (node + 1, node + 2,
+    /// ... wrapping), each emptied before the next; never a node outside
+    /// the mask; fewer frames only when every allowed node is empty.
+    #[test]
+    fn alloc_bulk_at_falls_back_over_the_allowed_nodes_in_order() {
+        let phys = PhysMem::new(PhysConfig::new(3 * 64 * PAGE_SIZE).nodes(3)).unwrap();
+        let total: Vec<u64> = phys.node_stats().iter().map(|s| s.frames_total).collect();
+        let mut mask = NodeMask::single(2);
+        mask.set(0);
+        // Node 2 first, then node 0 (2 + 1 wraps to 0), never node 1.
+        let at = Placement { node: 2, allowed: Some(mask) };
+        let got = phys.alloc_bulk_at(&at, total[2] as usize + 10);
+        let nodes: Vec<usize> = got.iter().map(|f| phys.node_of(f.pfn())).collect();
+        assert_eq!(nodes.len() as u64, total[2] + 10);
+        assert!(nodes[..total[2] as usize].iter().all(|&n| n == 2), "node 2 emptied first: {nodes:?}");
+        assert!(nodes[total[2] as usize..].iter().all(|&n| n == 0), "then node 0: {nodes:?}");
+        let rest = phys.alloc_bulk_at(&at, usize::MAX >> 1);
+        assert_eq!(rest.len() as u64, total[0] - 10, "all of node 0, none of node 1");
+        assert_eq!(phys.node_stats()[1].frames_used, 0);
+        // Without a mask the fallback reaches node 1; a one-node placement
+        // does not.
+        assert!(phys.alloc_bulk_at(&Placement::this_node(2), 1).is_empty());
+        assert!(phys.alloc_bulk_at(&Placement::this_node(7), 1).is_empty(), "no node 7");
+        assert!(phys.alloc_bulk_at(&Placement::this_node(MAX_NODES), 1).is_empty());
+        let any = phys.alloc_bulk_at(&Placement { node: 2, allowed: None }, 5);
+        assert!(any.len() == 5 && any.iter().all(|f| phys.node_of(f.pfn()) == 1));
+        drop((got, rest, any));
         assert_eq!(phys.quiesce().frames_used, 0);
     }
 

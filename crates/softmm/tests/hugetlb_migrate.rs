@@ -433,3 +433,35 @@ fn migration_racing_with_fork_and_munmap_loses_nothing_and_leaks_nothing() {
     drop((cpu, mm));
     assert_no_leaks(&phys);
 }
+
+/// `mbind`'s migration of a hugetlb page takes the first free unreserved
+/// page in the zonelist of the policy's node within its mask (Linux's
+/// `alloc_migration_target_by_mpol`, `alloc_hugetlb_folio_nodemask` without
+/// `__GFP_THISNODE`): node 1's pool in use, `MPOL_BIND` {1, 2} moves the page
+/// to node 2; `move_pages` to node 1 stays `ENOMEM` (`__GFP_THISNODE`).
+#[test]
+fn mbind_takes_a_page_of_any_node_of_the_mask_and_move_pages_only_its_node() {
+    let phys = PhysMem::new(PhysConfig::new(3 * ((8 << 20) + 2 * HP)).nodes(3).hugepages(1)).unwrap();
+    {
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let p = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        fill(&mut cpu, p, 21);
+        assert_eq!(node_of(&mm, p), 0);
+        // Node 1's one page in use by a mapping bound there.
+        let q = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+        mm.mbind(q, HP, MPOL_BIND, Some(&[0b10]), 3, 0).unwrap();
+        fill(&mut cpu, q, 22);
+        assert_eq!(node_of(&mm, q), 1);
+        let mut status = [-7];
+        assert_eq!(mm.move_pages(&[p], Some(&[1]), &mut status, MPOL_MF_MOVE), Err(Errno::NoMem));
+        assert_eq!((status[0], node_of(&mm, p)), (-7, 0));
+        assert_eq!(mm.mbind(p, HP, MPOL_BIND, Some(&[0b110]), 4, MPOL_MF_MOVE | MPOL_MF_STRICT), Ok(()));
+        assert_eq!(node_of(&mm, p), 2);
+        assert_eq!(per_node(&phys), [(1, 1), (1, 0), (1, 0)]);
+        check(&mut cpu, p, 21);
+        check(&mut cpu, q, 22);
+        drop((cpu, mm));
+    }
+    assert_no_leaks(&phys);
+}

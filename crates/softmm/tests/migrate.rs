@@ -720,3 +720,71 @@ fn isolation_takes_one_pte_lock_per_table() {
     let s = phys.quiesce();
     assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0));
 }
+
+/// `mbind`'s migration allocates as the policy's faults do (Linux's
+/// `alloc_migration_target_by_mpol`, no `__GFP_THISNODE`): `MPOL_BIND`
+/// takes any node of its mask, its first node first, `MPOL_PREFERRED` and
+/// `MPOL_INTERLEAVE` fall back to any node; so with node 1 nearly full the
+/// pages still move. `move_pages` and `migrate_pages(2)` allocate on their
+/// target node only (`__GFP_THISNODE`): `ENOMEM` though node 2 has room.
+/// Under both policies, data intact, nothing leaked.
+#[test]
+#[cfg_attr(miri, ignore = "fills a node page by page: minutes under Miri")]
+fn mbind_moves_fall_back_within_the_policy_and_move_pages_does_not() {
+    for policy in MigratePolicy::ALL {
+        let phys = PhysMem::new(PhysConfig::new(3 * 256 * PAGE).nodes(3)).unwrap();
+        {
+            let mm = mm_with(&phys, policy);
+            let a = anon(&mm, 64);
+            let b = anon(&mm, 32);
+            let c = anon(&mm, 16);
+            // The 112 pages of a, b and c, in order.
+            let addr = |i: u64| match i {
+                0..64 => a + i * PAGE,
+                64..96 => b + (i - 64) * PAGE,
+                _ => c + (i - 96) * PAGE,
+            };
+            let mut cpu = Cpu::attached(&mm);
+            for i in 0..112 {
+                cpu.write_u64(addr(i), 1000 + i).unwrap();
+            }
+            let filler = fill_node1(&phys, 20);
+            // Targets of one node only: node 1's 20 frames are not enough.
+            let (r, st) = move_to(&mm, b, 32, 1, MPOL_MF_MOVE);
+            assert_eq!((r, st), (Err(Errno::NoMem), vec![i32::MIN; 32]), "{policy:?}");
+            assert_eq!(phys.node_stats()[1].frames_free, 0, "{policy:?}: node 1 took what it had");
+            assert_eq!(nodes_of(&mm, b, 32).iter().filter(|&&n| n == 2).count(), 0, "{policy:?}");
+            assert_eq!(mm.migrate_pages(3, Some(&[0b01]), Some(&[0b10])), Err(Errno::NoMem), "{policy:?}");
+            assert_eq!(nodes_of(&mm, a, 64), [0; 64], "{policy:?}");
+            // BIND {1, 2}: node 1 is full, so every page goes to node 2.
+            assert_eq!(mm.mbind(a, 64 * PAGE, MPOL_BIND, Some(&[0b110]), 4, MPOL_MF_MOVE | MPOL_MF_STRICT), Ok(()));
+            assert_eq!(nodes_of(&mm, a, 64), [2; 64], "{policy:?}");
+            // PREFERRED 1: node 1 full, then the next node, 2.
+            let b_nodes = nodes_of(&mm, b, 32);
+            let on0 = b_nodes.iter().filter(|&&n| n == 0).count();
+            assert_eq!(mm.mbind(b, 32 * PAGE, MPOL_PREFERRED, Some(&[0b10]), 4, MPOL_MF_MOVE | MPOL_MF_STRICT), Ok(()));
+            let want: Vec<i32> = b_nodes.iter().map(|&n| if n == 0 { 2 } else { n }).collect();
+            assert_eq!((nodes_of(&mm, b, 32), on0), (want, 32 - 20), "{policy:?}");
+            // INTERLEAVE {1, 2}: the pages interleaved onto node 1 (every
+            // other one) fall back to the next node, 2, as the others go there.
+            assert_eq!(
+                mm.mbind(c, 16 * PAGE, MPOL_INTERLEAVE, Some(&[0b110]), 4, MPOL_MF_MOVE | MPOL_MF_STRICT),
+                Ok(())
+            );
+            assert_eq!(nodes_of(&mm, c, 16), [2; 16], "{policy:?}");
+            // BIND {1} alone: no node of the mask has room.
+            assert_eq!(
+                mm.mbind(a, 64 * PAGE, MPOL_BIND, Some(&[0b10]), 4, MPOL_MF_MOVE | MPOL_MF_STRICT),
+                Err(Errno::Io),
+                "{policy:?}"
+            );
+            assert_eq!(nodes_of(&mm, a, 64), [2; 64], "{policy:?}");
+            for i in 0..112 {
+                assert_eq!(cpu.read_u64(addr(i)).unwrap(), 1000 + i, "{policy:?}");
+            }
+            drop(filler);
+        }
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?}");
+    }
+}

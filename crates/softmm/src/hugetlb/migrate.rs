@@ -3,11 +3,12 @@
 //! `unmap_and_move_huge_page`.
 //!
 //! A hugetlb page moves alone (Linux migrates hugetlb folios one at a time,
-//! before any small page of the same call): its target is a free page of
-//! the target node's pool that nobody reserved
-//! (`alloc_hugetlb_folio_nodemask` with `__GFP_THISNODE`; none is
-//! `-ENOMEM`, which ends the call as Linux's `migrate_pages` returns
-//! `-ENOMEM`), then
+//! before any small page of the same call): its target is a free page that
+//! nobody reserved, of the target node's pool for `move_pages` and
+//! `migrate_pages(2)` (`alloc_hugetlb_folio_nodemask` with
+//! `__GFP_THISNODE`), of the first pool with one in the zonelist of the
+//! policy's node within its mask for `mbind` (none is `-ENOMEM`, which ends
+//! the call as Linux's `migrate_pages` returns `-ENOMEM`), then
 //!
 //! 1. **unmap**: with the page locked, every PMD leaf mapping it (found
 //!    through the file's `i_mmap`: shared mappings, and private ones, whose
@@ -54,7 +55,7 @@ use crate::mempolicy::MPOL_MF_MOVE_ALL;
 use crate::migrate::{lock_page, unlock_page, Isolated, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte};
-use crate::phys::{Pfn, PhysMem, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
+use crate::phys::{Pfn, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
@@ -134,23 +135,24 @@ pub(crate) fn migration_entry_wait_huge(leaf: Leaf<'_>, haddr: u64, pte: Pte) {
 }
 
 /// Linux's `migrate_hugetlbs`: moves the hugetlb pages `todo` of `pages`
-/// to `node` one at a time, retrying a page that is transiently held up to
-/// the pass limit, and writes each one's outcome. Returns true when the
-/// target node had no free unreserved page (`-ENOMEM`): the pages not
+/// to a free unreserved page of a node `at` allows (its node first, then
+/// the others in its zonelist order) one at a time, retrying a page that is
+/// transiently held up to the pass limit, and writes each one's outcome.
+/// Returns true when no allowed node had a free unreserved page (`-ENOMEM`): the pages not
 /// tried yet are marked so, and the caller stops there as Linux does.
 /// Adds the PMD locks the walks took to `ptl_locks`.
 pub(crate) fn migrate_hugetlbs(
     phys: &PhysMem,
     pages: &[Isolated<'_>],
     todo: &[usize],
-    node: usize,
+    at: &Placement,
     out: &mut [Outcome],
     ptl_locks: &mut u64,
 ) -> bool {
     for (n, &i) in todo.iter().enumerate() {
         let mut outcome = Outcome::Failed(Errno::Again);
         for _ in 0..NR_MAX_MIGRATE_PAGES_RETRY {
-            outcome = unmap_and_move_huge_page(phys, &pages[i], node, ptl_locks);
+            outcome = unmap_and_move_huge_page(phys, &pages[i], at, ptl_locks);
             if outcome != Outcome::Failed(Errno::Again) {
                 break;
             }
@@ -257,10 +259,13 @@ unsafe fn copy_unshared_huge(phys: &PhysMem, src: Pfn, dst: Pfn) {
 
 /// Linux's `unmap_and_move_huge_page` for one isolated hugetlb page (found
 /// through its file): see the module's comment. `Failed(NoMem)` before
-/// anything is unmapped when `node` has no free unreserved page;
+/// anything is unmapped when no node `at` allows has a free unreserved
+/// page (Linux's `alloc_hugetlb_folio_nodemask`: the zonelist of the
+/// target node within the policy's mask for `mbind`, the target node only
+/// with `__GFP_THISNODE` for `move_pages` and `migrate_pages(2)`);
 /// `Failed(Again)` when the page is pinned or otherwise still referenced
 /// once unmapped (it is then mapped again where it was).
-fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, node: usize, ptl_locks: &mut u64) -> Outcome {
+fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, ptl_locks: &mut u64) -> Outcome {
     let Owner::File(file) = &p.owner else {
         // Every hugetlb page is isolated through its VMA's file.
         return Outcome::Failed(Errno::Busy);
@@ -271,7 +276,8 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, node: usize, ptl_l
         // Freed from under us (unmapped and out of the cache): done.
         return Outcome::Moved;
     }
-    let Some(dst) = phys.alloc_huge_on(node) else { return Outcome::Failed(Errno::NoMem) };
+    let dst = at.zonelist(phys.nodes()).find_map(|n| phys.alloc_huge_on(n));
+    let Some(dst) = dst else { return Outcome::Failed(Errno::NoMem) };
     lock_page(phys, old);
     if d.pincount.load(Ordering::Acquire) > 0 {
         // folio_ref_freeze would fail: a pinned page stays (-EAGAIN).

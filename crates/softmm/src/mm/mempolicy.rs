@@ -8,7 +8,7 @@ use crate::error::{Errno, Result};
 use crate::mempolicy::{get_nodes, sanitize_mode, MemPolicy, MPOL_DEFAULT, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
 use crate::mempolicy::{MPOL_MF_STRICT, MPOL_MF_VALID};
 use crate::migrate::Isolated;
-use crate::phys::NodeMask;
+use crate::phys::{NodeMask, Placement};
 use crate::vma::{anon_compatible, VmFlags, Vma};
 use crate::{page_align, PAGE_SIZE};
 
@@ -76,8 +76,11 @@ impl AddressSpace {
     /// page of the range lies outside the mask (the policy is set all the
     /// same). With `MPOL_MF_MOVE` (pages mapped once) or
     /// `MPOL_MF_MOVE_ALL` (shared ones too) the pages outside the mask move
-    /// to where the new policy places them, after `mmap_lock` is dropped;
-    /// with `MPOL_MF_STRICT` any that did not move make it `EIO`.
+    /// to where the new policy places them, after `mmap_lock` is dropped,
+    /// falling back as a fault's allocation does (any node of an
+    /// `MPOL_BIND` mask, any node for the other modes): `ENOMEM` only when
+    /// all of those are full. With `MPOL_MF_STRICT` any page that did not
+    /// move makes it `EIO`.
     pub fn mbind(
         &self,
         start: u64,
@@ -129,25 +132,29 @@ impl AddressSpace {
         }
         drop(st);
         // Migrated after mmap_lock is dropped, each page to where the new
-        // policy places it (alloc_migration_target_by_mpol).
-        let mut by_node: Vec<(usize, Vec<Isolated<'_>>)> = Vec::new();
+        // policy places it, with the policy's fallback, as a fault would
+        // place it (alloc_migration_target_by_mpol: alloc_pages_mpol without
+        // __GFP_THISNODE): BIND any node of its mask, its first node
+        // first; PREFERRED and INTERLEAVE their node, then any node.
+        let mut by_node: Vec<(Placement, Vec<Isolated<'_>>)> = Vec::new();
         for (p, ilx) in queue {
-            let node = MemPolicy::placement(new.as_deref(), ilx).0;
-            match by_node.iter_mut().find(|(n, _)| *n == node) {
+            let (node, allowed) = MemPolicy::placement(new.as_deref(), ilx);
+            let at = Placement { node, allowed };
+            match by_node.iter_mut().find(|(n, _)| *n == at) {
                 Some((_, v)) => v.push(p),
-                None => by_node.push((node, vec![p])),
+                None => by_node.push((at, vec![p])),
             }
         }
-        // migrate_pages' -ENOMEM (a node without a free frame) ends the
-        // migration; do_mbind ORs it into its failure count, so it is `EIO`
+        // migrate_pages' -ENOMEM (no allowed node with a free frame) ends
+        // the migration; do_mbind ORs it into its failure count, so it is `EIO`
         // with MPOL_MF_STRICT and success without.
         let mut enomem = false;
-        for (node, pages) in by_node {
+        for (at, pages) in by_node {
             if enomem {
                 crate::migrate::putback_movable_pages(&pages);
                 continue;
             }
-            let counts = self.migrate_isolated(&pages, node);
+            let counts = self.migrate_isolated(&pages, &at);
             failed += counts.failed;
             enomem = counts.enomem;
         }
@@ -406,7 +413,8 @@ impl AddressSpace {
                 crate::migrate::putback_movable_pages(&pages);
                 continue;
             }
-            let counts = self.migrate_isolated(&pages, node);
+            // migrate_to_node: alloc_migration_target with __GFP_THISNODE.
+            let counts = self.migrate_isolated(&pages, &Placement::this_node(node));
             enomem = counts.enomem;
             failed += counts.failed;
         }

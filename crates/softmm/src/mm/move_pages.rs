@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::error::{Errno, Result};
 use crate::mempolicy::{MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
 use crate::migrate::{migrate_pages, page_mapcount, putback_movable_pages, Isolated, MigrateCounts, Outcome, Owner};
-use crate::phys::{PG_ANON, PG_FILE, PG_ISOLATED};
+use crate::phys::{Placement, PG_ANON, PG_FILE, PG_ISOLATED};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
 
@@ -240,7 +240,7 @@ impl AddressSpace {
     ) -> Result<u64> {
         let (Some(node), false) = (node, run.is_empty()) else { return Ok(0) };
         let (idx, isolated): (Vec<usize>, Vec<Isolated<'_>>) = std::mem::take(run).into_iter().unzip();
-        let counts = self.migrate_isolated(&isolated, node);
+        let counts = self.migrate_isolated(&isolated, &Placement::this_node(node));
         if counts.enomem {
             return Err(Errno::NoMem);
         }
@@ -255,11 +255,12 @@ impl AddressSpace {
         Ok(0)
     }
 
-    /// Migrates isolated pages to `node` with this address space's policy,
-    /// then releases their isolation (Linux's `putback_movable_pages`).
-    pub(crate) fn migrate_isolated(&self, isolated: &[Isolated<'_>], node: usize) -> MigrateCounts {
+    /// Migrates isolated pages to frames allocated where `at` says (see
+    /// [`migrate_pages`]) with this address space's migration policy, then
+    /// releases their isolation (Linux's `putback_movable_pages`).
+    pub(crate) fn migrate_isolated(&self, isolated: &[Isolated<'_>], at: &Placement) -> MigrateCounts {
         let (_, counts): (Vec<Outcome>, MigrateCounts) =
-            migrate_pages(&self.phys, isolated, node, self.config.migrate_policy);
+            migrate_pages(&self.phys, isolated, at, self.config.migrate_policy);
         putback_movable_pages(isolated);
         self.counters.pages_migrated.fetch_add(counts.moved, Ordering::Relaxed);
         self.counters.migrate_ptl_locks.fetch_add(counts.ptl_locks, Ordering::Relaxed);
