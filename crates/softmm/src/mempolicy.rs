@@ -17,7 +17,7 @@
 //! (see [`crate::mm`]), so a lock-free fault reads either without a lock.
 
 use crate::error::{Errno, Result};
-use crate::phys::NodeMask;
+use crate::phys::{NodeMask, Placement};
 
 /// `MPOL_DEFAULT`: the address space's policy, or local allocation.
 pub const MPOL_DEFAULT: i32 = 0;
@@ -154,28 +154,25 @@ impl MemPolicy {
         Ok(Some(MemPolicy { mode, flags, nodes }))
     }
 
-    /// The node to try first and the nodes allowed for the page of linear
-    /// index `ilx` (Linux's `policy_nodemask` and `interleave_nid`).
-    pub(crate) fn placement(policy: Option<&MemPolicy>, ilx: u64) -> (usize, Option<NodeMask>) {
-        let Some(p) = policy else { return (LOCAL_NODE, None) };
+    /// Where the page of linear index `ilx` goes: the node to try first and
+    /// the nodes allowed or preferred (Linux's `policy_nodemask`,
+    /// `interleave_nid` and, for `MPOL_PREFERRED_MANY`,
+    /// `alloc_pages_preferred_many`).
+    pub(crate) fn placement(policy: Option<&MemPolicy>, ilx: u64) -> Placement {
+        let Some(p) = policy else { return Placement::LOCAL };
         let first = || p.nodes.iter().next().unwrap_or(LOCAL_NODE);
+        let local_or_first = || if p.nodes.contains(LOCAL_NODE) { LOCAL_NODE } else { first() };
         match p.mode {
-            MPOL_PREFERRED => (first(), None),
-            MPOL_BIND => {
-                let node = if p.nodes.contains(LOCAL_NODE) { LOCAL_NODE } else { first() };
-                (node, Some(p.nodes))
-            }
-            MPOL_PREFERRED_MANY => {
-                let node = if p.nodes.contains(LOCAL_NODE) { LOCAL_NODE } else { first() };
-                (node, None)
-            }
+            MPOL_PREFERRED => Placement::new(first(), None),
+            MPOL_BIND => Placement::new(local_or_first(), Some(p.nodes)),
+            MPOL_PREFERRED_MANY => Placement::preferring(local_or_first(), p.nodes),
             MPOL_INTERLEAVE | MPOL_WEIGHTED_INTERLEAVE => {
                 let w = p.nodes.weight() as u64;
                 let node =
                     if w == 0 { LOCAL_NODE } else { p.nodes.iter().nth((ilx % w) as usize).unwrap_or(LOCAL_NODE) };
-                (node, None)
+                Placement::new(node, None)
             }
-            _ => (LOCAL_NODE, None),
+            _ => Placement::LOCAL,
         }
     }
 }
@@ -255,12 +252,15 @@ mod tests {
     fn placement_per_mode() {
         let online = mask(&[0, 1, 2]);
         let p = |mode, nodes: &[usize]| MemPolicy::new(mode, 0, &mask(nodes), &online).unwrap();
-        assert_eq!(MemPolicy::placement(None, 5), (0, None));
-        assert_eq!(MemPolicy::placement(p(MPOL_PREFERRED, &[2]).as_ref(), 5), (2, None));
-        assert_eq!(MemPolicy::placement(p(MPOL_BIND, &[1, 2]).as_ref(), 5), (1, Some(mask(&[1, 2]))));
-        assert_eq!(MemPolicy::placement(p(MPOL_BIND, &[0, 2]).as_ref(), 5), (0, Some(mask(&[0, 2]))));
+        assert_eq!(MemPolicy::placement(None, 5), Placement::new(0, None));
+        assert_eq!(MemPolicy::placement(p(MPOL_PREFERRED, &[2]).as_ref(), 5), Placement::new(2, None));
+        assert_eq!(MemPolicy::placement(p(MPOL_BIND, &[1, 2]).as_ref(), 5), Placement::new(1, Some(mask(&[1, 2]))));
+        assert_eq!(MemPolicy::placement(p(MPOL_BIND, &[0, 2]).as_ref(), 5), Placement::new(0, Some(mask(&[0, 2]))));
+        let many = MemPolicy::placement(p(MPOL_PREFERRED_MANY, &[0, 2]).as_ref(), 5);
+        assert_eq!(many, Placement::preferring(0, mask(&[0, 2])));
+        assert_eq!(many.zonelist(3).collect::<Vec<_>>(), [0, 2, 1], "the preferred nodes, then the others");
         let il = p(MPOL_INTERLEAVE, &[0, 2]);
-        let nodes: Vec<usize> = (0..4).map(|i| MemPolicy::placement(il.as_ref(), i).0).collect();
+        let nodes: Vec<usize> = (0..4).map(|i| MemPolicy::placement(il.as_ref(), i).node).collect();
         assert_eq!(nodes, [0, 2, 0, 2]);
     }
 }

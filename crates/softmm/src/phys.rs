@@ -204,34 +204,68 @@ struct Shard {
 }
 
 /// Where a new page goes: a node to try first and, for `MPOL_BIND`, the only
-/// nodes allowed (see [`crate::mempolicy`]).
+/// nodes allowed, for `MPOL_PREFERRED_MANY` the nodes tried before any other
+/// (see [`crate::mempolicy`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Placement {
     /// The node tried first.
     pub(crate) node: usize,
-    /// `Some`: no frame from outside these nodes.
+    /// `Some`: no frame from outside these nodes, unless `then_any`.
     pub(crate) allowed: Option<NodeMask>,
+    /// `allowed` is a preference, not a bind: once none of its nodes has a
+    /// free frame, any node (Linux's `alloc_pages_preferred_many`).
+    pub(crate) then_any: bool,
 }
 
 impl Placement {
     /// Node 0 first, then any node: the default policy's placement.
-    pub(crate) const LOCAL: Placement = Placement { node: 0, allowed: None };
+    pub(crate) const LOCAL: Placement = Placement::new(0, None);
+
+    /// `node` first, then the other nodes of `allowed` (any node if
+    /// `None`).
+    pub(crate) const fn new(node: usize, allowed: Option<NodeMask>) -> Placement {
+        Placement { node, allowed, then_any: false }
+    }
+
+    /// `node` first, then the other nodes of `preferred`, then any node.
+    pub(crate) const fn preferring(node: usize, preferred: NodeMask) -> Placement {
+        Placement { node, allowed: Some(preferred), then_any: true }
+    }
+
+    fn allows(&self, node: usize) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(node))
+    }
 
     /// `node` and no other (Linux's `__GFP_THISNODE`): where `move_pages`
     /// and `migrate_pages(2)` allocate a page's new frame. A `node` at or
     /// past [`MAX_NODES`] allows no node.
     pub(crate) fn this_node(node: usize) -> Placement {
         let allowed = if node < MAX_NODES { NodeMask::single(node) } else { NodeMask::default() };
-        Placement { node, allowed: Some(allowed) }
+        Placement::new(node, Some(allowed))
     }
 
     /// The nodes an allocation for this placement tries, in order, on an
     /// arena of `nodes` nodes: `node` (clamped to the arena), then `node +
     /// 1`, `node + 2`, ... wrapping (softmm's zonelist, every node at the
-    /// same distance), each kept only if allowed.
+    /// same distance), each kept only if allowed; with `then_any`, the
+    /// nodes not allowed follow, in the same order.
     pub(crate) fn zonelist(&self, nodes: usize) -> impl Iterator<Item = usize> + '_ {
         let first = self.node.min(nodes.saturating_sub(1));
-        (0..nodes).map(move |i| (first + i) % nodes).filter(|&m| self.allowed.as_ref().is_none_or(|a| a.contains(m)))
+        let ring = (0..nodes).map(move |i| (first + i) % nodes);
+        let rest = ring.clone().filter(move |&m| self.then_any && !self.allows(m));
+        ring.filter(move |&m| self.allows(m)).chain(rest)
+    }
+
+    /// A frame where this placement says: its nodes, and with `then_any`
+    /// any node after them.
+    fn alloc<'p>(&self, phys: &'p PhysMem) -> Option<FrameRef<'p>> {
+        phys.alloc_in(self.node, self.allowed.as_ref()).or_else(|| {
+            if self.then_any {
+                phys.alloc_in(self.node, None)
+            } else {
+                None
+            }
+        })
     }
 }
 
@@ -752,12 +786,12 @@ impl PhysMem {
     /// Allocates a zero-filled frame (see [`PhysMem::alloc`]).
     #[cfg(test)]
     pub(crate) fn alloc_zeroed(&self, node: usize) -> Option<FrameRef<'_>> {
-        self.alloc_zeroed_at(&Placement { node, allowed: None })
+        self.alloc_zeroed_at(&Placement::new(node, None))
     }
 
     /// Allocates a zero-filled frame where `at` says (see [`PhysMem::alloc_in`]).
     pub(crate) fn alloc_zeroed_at(&self, at: &Placement) -> Option<FrameRef<'_>> {
-        let frame = self.alloc_in(at.node, at.allowed.as_ref())?;
+        let frame = at.alloc(self)?;
         // SAFETY: the frame was just allocated: nothing else maps or references it.
         unsafe { std::ptr::write_bytes(frame.ptr(), 0, PAGE_SIZE as usize) };
         Some(frame)
@@ -766,12 +800,12 @@ impl PhysMem {
     /// Allocates a frame holding a copy of `src`.
     #[cfg(test)]
     pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<FrameRef<'_>> {
-        self.alloc_copy_at(src, &Placement { node, allowed: None })
+        self.alloc_copy_at(src, &Placement::new(node, None))
     }
 
     /// Allocates a frame holding a copy of `src` where `at` says.
     pub(crate) fn alloc_copy_at(&self, src: Pfn, at: &Placement) -> Option<FrameRef<'_>> {
-        let frame = self.alloc_in(at.node, at.allowed.as_ref())?;
+        let frame = at.alloc(self)?;
         // SAFETY: both pointers come from `frame_ptr` (which checks the
         // frame number) of this arena, mapped while `self` lives.
         unsafe { copy_frame(self.frame_ptr(src), frame.ptr()) };
@@ -1443,7 +1477,7 @@ mod tests {
         let mut mask = NodeMask::single(2);
         mask.set(0);
         // Node 2 first, then node 0 (2 + 1 wraps to 0), never node 1.
-        let at = Placement { node: 2, allowed: Some(mask) };
+        let at = Placement::new(2, Some(mask));
         let got = phys.alloc_bulk_at(&at, total[2] as usize + 10);
         let nodes: Vec<usize> = got.iter().map(|f| phys.node_of(f.pfn())).collect();
         assert_eq!(nodes.len() as u64, total[2] + 10);
@@ -1457,7 +1491,7 @@ mod tests {
         assert!(phys.alloc_bulk_at(&Placement::this_node(2), 1).is_empty());
         assert!(phys.alloc_bulk_at(&Placement::this_node(7), 1).is_empty(), "no node 7");
         assert!(phys.alloc_bulk_at(&Placement::this_node(MAX_NODES), 1).is_empty());
-        let any = phys.alloc_bulk_at(&Placement { node: 2, allowed: None }, 5);
+        let any = phys.alloc_bulk_at(&Placement::new(2, None), 5);
         assert!(any.len() == 5 && any.iter().all(|f| phys.node_of(f.pfn()) == 1));
         drop((got, rest, any));
         assert_eq!(phys.quiesce().frames_used, 0);

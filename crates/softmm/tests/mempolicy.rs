@@ -96,6 +96,30 @@ fn bind_fails_when_its_nodes_are_full_but_preferred_falls_back() {
     assert!(matches!(err, Fault::Oom { .. }), "node 1 is full and BIND may not use node 0: {err:?}");
 }
 
+/// `MPOL_PREFERRED_MANY` (Linux's `alloc_pages_preferred_many`): the
+/// nodes of the mask first, the local one leading, and only when they are
+/// all full any other node. With nodes 0 and 2 preferred, node 0's
+/// overflow goes to node 2, not to node 1 (softmm's next node in order),
+/// and the overflow of both to node 1.
+#[test]
+fn preferred_many_fills_its_nodes_before_any_other() {
+    let phys = PhysMem::new(PhysConfig::new(3 * 16 * PAGE).nodes(3)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    mm.set_mempolicy(MPOL_PREFERRED_MANY, Some(&[0b101]), 4).unwrap();
+    let a = anon(&mm, 20);
+    touch(&mm, a, 20);
+    let nodes = nodes_of(&mm, a, 20);
+    assert!(nodes.iter().all(|&n| n == 0 || n == 2), "only the preferred nodes while they have frames: {nodes:?}");
+    assert!(nodes.contains(&2), "node 0's overflow on node 2: {nodes:?}");
+    let free: u64 = phys.node_stats().iter().map(|s| s.frames_free).sum();
+    let b = anon(&mm, free.min(24));
+    touch(&mm, b, free.min(24));
+    let more = nodes_of(&mm, b, free.min(24));
+    assert!(more.contains(&1), "then any node: {more:?}");
+    drop(mm);
+    assert_eq!(phys.quiesce().frames_used, 0);
+}
+
 #[test]
 fn mbind_splits_the_vma_places_its_pages_and_merges_back() {
     let phys = two_nodes(64);

@@ -138,8 +138,7 @@ impl AddressSpace {
         // first; PREFERRED and INTERLEAVE their node, then any node.
         let mut by_node: Vec<(Placement, Vec<Isolated<'_>>)> = Vec::new();
         for (p, ilx) in queue {
-            let (node, allowed) = MemPolicy::placement(new.as_deref(), ilx);
-            let at = Placement { node, allowed };
+            let at = MemPolicy::placement(new.as_deref(), ilx);
             match by_node.iter_mut().find(|(n, _)| *n == at) {
                 Some((_, v)) => v.push(p),
                 None => by_node.push((at, vec![p])),

@@ -308,7 +308,7 @@ impl AddressSpace {
     /// `policy_nodemask`). Writes no shared memory.
     pub(crate) fn placement(&self, vma: &Vma, va: u64) -> crate::phys::Placement {
         let ilx = vma.pgoff_at(va);
-        let (node, allowed) = match &vma.policy {
+        match &vma.policy {
             Some(p) => crate::mempolicy::MemPolicy::placement(Some(p), ilx),
             None => {
                 let guard = crossbeam_epoch::pin();
@@ -317,8 +317,7 @@ impl AddressSpace {
                 let p = unsafe { p.as_ref() };
                 crate::mempolicy::MemPolicy::placement(p.map(|a| &**a), ilx)
             }
-        };
-        crate::phys::Placement { node, allowed }
+        }
     }
 
     /// Replaces the address space's memory policy.
