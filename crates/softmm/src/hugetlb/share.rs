@@ -161,10 +161,12 @@ impl AddressSpace {
                 // already. The published tree is the current one under it;
                 // under the VMA's read reference alone a writer may be
                 // changing the tree, but it detaches every VMA it replaces
-                // or removes before it touches that VMA's entries or
-                // tables, so the source VMA's own read reference (refused
-                // once detached) keeps its table linked until we let go.
-                // No writer can hold that reference up: it is only tried.
+                // or removes before it changes that VMA's entries or frees
+                // its tables, so the source VMA's own read reference
+                // (refused once detached) keeps its table linked until we
+                // let go. (The unshare of a split, before the detach, holds
+                // `i_mmap` for write, which we hold for read.) No writer
+                // can hold that reference up: it is only tried.
                 let Some(s) = self.vmas_rcu(guard).find(saddr) else { continue };
                 if std::ptr::eq(&**s, vma) || !s.lock.try_read() {
                     continue;
