@@ -191,6 +191,44 @@ fn a_page_mapped_through_a_shared_pmd_table_moves_once_for_every_sharer() {
     assert_no_leaks(&phys);
 }
 
+/// The same with both sharers in one address space (two shared mappings
+/// of the file at PUD-aligned addresses, one table linked at two PUD
+/// entries): the migration walks the address space's VMAs and unshares the
+/// table by link, in the first window it reaches while the table is still
+/// shared; the second window, then the table's only user, gets the
+/// migration entry, and both windows read the page on its new node.
+#[test]
+fn a_page_mapped_through_a_table_shared_within_one_address_space_moves_once() {
+    let phys = PhysMem::new(PhysConfig::new(2 * (64 << 20)).nodes(2).hugepages(6)).unwrap();
+    {
+        let f = File::create_hugetlbfs(&phys, "/db", PUD).unwrap();
+        let open = OpenFile::read_write(&f);
+        let flags = MAP_SHARED | MAP_FIXED | MAP_NORESERVE;
+        let mm = AddressSpace::new(&phys, MmConfig::default().cap_sys_nice(true)).unwrap();
+        let a = mm.mmap(4 * PUD, PUD, RW, flags, Some(&open), 0).unwrap();
+        let b = mm.mmap(8 * PUD, PUD, RW, flags, Some(&open), 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        fill(&mut cpu, a, 7);
+        check(&mut cpu, b, 7);
+        assert_eq!(phys.huge_page_stats().pmd_shares, 1, "the second window links the first one's table");
+        let here = node_of(&mm, a);
+        let there = 1 - here;
+        // One PMD entry maps the page: MOVE moves it.
+        let mut status = [-1];
+        assert_eq!(mm.move_pages(&[b], Some(&[there]), &mut status, MPOL_MF_MOVE), Ok(0));
+        assert_eq!(status[0], there);
+        assert_eq!(phys.huge_page_stats().pmd_unshares, 1, "one window unshared");
+        let mut nodes = [node_of(&mm, a), node_of(&mm, b)];
+        nodes.sort();
+        assert_eq!(nodes, [-libc::ENOENT, there], "the unshared window maps nothing until it faults");
+        check(&mut cpu, a, 7);
+        check(&mut cpu, b, 7);
+        assert_eq!((node_of(&mm, a), node_of(&mm, b)), (there, there));
+        drop((cpu, mm, open, f));
+    }
+    assert_no_leaks(&phys);
+}
+
 #[test]
 fn no_free_unreserved_page_on_the_target_node_is_enomem_and_nothing_changes() {
     let phys = arena(1);

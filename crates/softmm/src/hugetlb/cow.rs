@@ -150,4 +150,69 @@ mod tests {
             assert_eq!(phys.huge_page_stats().free, 2, "{policy:?}");
         }
     }
+
+    /// `HPAGE_RESV_UNMAPPED` set while the child splits the VMA: the owner's
+    /// `unmap_ref_private` runs (on another thread, holding no lock of the
+    /// child's) after the child's split copied the VMA's mark into the new
+    /// pieces and before it published them, so it marks the old VMA, the
+    /// one its reverse-map lookup finds. The piece holding the page it took
+    /// still raises `SIGBUS` once the split is done, even with a page free
+    /// by then (without the mark the child's fault would take that page
+    /// and read zeroes, "looking like data was lost"). Seen failing with
+    /// the carry-over in `publish_carrying_marks` removed: the child read 0.
+    #[test]
+    fn an_unmapped_mark_set_during_a_childs_split_is_kept_by_the_pieces() {
+        for &policy in HugetlbPolicy::ALL {
+            let phys = PhysMem::new(PhysConfig::new((16 << 20) + 4 * HP).hugepages(3)).unwrap();
+            let cfg = MmConfig::default().hugetlb_policy(policy);
+            let parent = AddressSpace::new(&phys, cfg.clone()).unwrap();
+            let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+            let a = parent.mmap(0, 2 * HP, PROT_READ | PROT_WRITE, flags, None, 0).unwrap();
+            {
+                let mut pc = Cpu::attached(&parent);
+                pc.write_u64(a, 1).unwrap();
+                pc.write_u64(a + HP, 2).unwrap();
+            }
+            // The pool's last page, held elsewhere until the split is done.
+            let other = AddressSpace::new(&phys, cfg).unwrap();
+            let o = other.mmap(0, HP, PROT_READ | PROT_WRITE, flags, None, 0).unwrap();
+            Cpu::attached(&other).write_u64(o, 9).unwrap();
+            assert_eq!(phys.huge_page_stats().free, 0, "{policy:?}: the pool is empty");
+            let child = parent.fork().unwrap();
+            assert_eq!(Cpu::attached(&child).read_u64(a).unwrap(), 1);
+            let owner = parent.clone();
+            let wrote = std::sync::Arc::new(std::sync::Mutex::new(None));
+            let seen = wrote.clone();
+            crate::mm::hooks::set_before_publish(move || {
+                let w = std::thread::spawn(move || {
+                    let mut pc = Cpu::attached(&owner);
+                    pc.write_u64(a, 3).and_then(|()| pc.read_u64(a))
+                })
+                .join()
+                .unwrap();
+                *seen.lock().unwrap() = Some(w);
+            });
+            // Splits [a, a + 2 MiB) at a + 1 MiB of huge pages: two pieces.
+            child.mprotect(a + HP, HP, PROT_READ).unwrap();
+            assert_eq!(*wrote.lock().unwrap(), Some(Ok(3)), "{policy:?}: the owner took the page during the split");
+            drop(other);
+            assert_eq!(phys.huge_page_stats().free, 1, "{policy:?}: a page is free again");
+            let mut cc = Cpu::attached(&child);
+            assert_eq!(cc.read_u64(a), Err(Fault::Bus { addr: a }), "{policy:?}: the piece kept the mark");
+            assert_eq!(cc.read_u64(a + HP).unwrap(), 2, "{policy:?}: the other page stays mapped");
+            // Both pieces carry the mark, as if the owner had come before
+            // the split (the other one needs no page while its entry stays).
+            let guard = crossbeam_epoch::pin();
+            let marked = |at: u64| {
+                child.vmas_rcu(&guard).find(at).unwrap().hugetlb_unmapped.load(crate::sync::Ordering::Relaxed)
+            };
+            assert!(marked(a) && marked(a + HP), "{policy:?}: both pieces");
+            drop(guard);
+            drop(cc);
+            drop((child, parent));
+            let s = phys.quiesce();
+            assert_eq!((s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0), "{policy:?}");
+            assert_eq!(phys.huge_page_stats().free, 3, "{policy:?}");
+        }
+    }
 }

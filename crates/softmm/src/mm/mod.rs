@@ -20,6 +20,8 @@ pub(crate) mod commit;
 mod config;
 mod fork;
 mod gather;
+#[cfg(test)]
+pub(crate) mod hooks;
 mod layout;
 mod madvise;
 mod maps;
@@ -178,8 +180,10 @@ impl<'a> MmapWriteGuard<'a> {
     /// the returned guard.
     pub(crate) fn downgrade(mut self) -> RwLockReadGuard<'a, MmState> {
         let mut st = self.st.take().expect("held until downgraded");
-        self.mm.sync_hugetlb_rmap(&mut st);
-        self.mm.publish(&st.vmas);
+        #[cfg(test)]
+        hooks::before_publish();
+        let fresh = self.mm.sync_hugetlb_rmap(&mut st);
+        self.mm.publish_carrying_marks(&st.vmas, &fresh);
         self.mm.seq.write_end();
         RwLockWriteGuard::downgrade(st)
     }
@@ -188,8 +192,10 @@ impl<'a> MmapWriteGuard<'a> {
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
         if let Some(st) = &mut self.st {
-            self.mm.sync_hugetlb_rmap(st);
-            self.mm.publish(&st.vmas);
+            #[cfg(test)]
+            hooks::before_publish();
+            let fresh = self.mm.sync_hugetlb_rmap(st);
+            self.mm.publish_carrying_marks(&st.vmas, &fresh);
             self.mm.seq.write_end();
         }
     }
@@ -678,10 +684,14 @@ impl AddressSpace {
     /// each VMA where it changes; here the write section's end does it for
     /// all, before the tree is published, so the map is exact whenever
     /// `mmap_lock` is free. Costs nothing until a hugetlb VMA is mapped.
-    fn sync_hugetlb_rmap(&self, st: &mut MmState) {
+    /// Returns the new VMAs copied from one `unmap_ref_private` may have
+    /// marked since the copy ([`Vma::hugetlb_unmapped_from`]), for
+    /// [`Self::publish_carrying_marks`].
+    fn sync_hugetlb_rmap(&self, st: &mut MmState) -> Vec<Arc<Vma>> {
         if !st.hugetlb_seen {
-            return;
+            return Vec::new();
         }
+        let mut fresh = Vec::new();
         let now: Vec<Arc<Vma>> = st.vmas.iter().filter(|v| v.flags.contains(VmFlags::HUGETLB)).cloned().collect();
         let me: Weak<dyn Mapper> = self.self_weak.clone();
         let id = crate::hugetlb::rmap::mm_id(&me);
@@ -692,6 +702,9 @@ impl AddressSpace {
         }
         for v in &now {
             if !st.hugetlb_linked.iter().any(|old| Arc::ptr_eq(v, old)) {
+                if v.hugetlb_unmapped_from.is_some() {
+                    fresh.push(v.clone());
+                }
                 if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
                     let entry =
                         crate::hugetlb::rmap::RmapVma { mm: me.clone(), start: v.start, end: v.end, pgoff: v.pgoff };
@@ -700,6 +713,40 @@ impl AddressSpace {
             }
         }
         st.hugetlb_linked = now;
+        fresh
+    }
+
+    /// Publishes `tree`; with `fresh` VMAs (copies of VMAs the owner of
+    /// their reservations may have marked `HPAGE_RESV_UNMAPPED` since the
+    /// copy), under their files' `i_mmap` locks for read, after carrying
+    /// each such mark over to the copies. `unmap_ref_private` marks the VMA
+    /// it finds in the published tree, under `i_mmap` for write and no lock
+    /// of ours: before this it finds the VMA copied from (whose mark is then
+    /// carried over here), after it the copy; no mark is lost in between.
+    /// Linux's split changes the VMA it keeps in place under `i_mmap` for
+    /// write (`vma_prepare`) until the new one is in the tree, so that one
+    /// keeps a mark set meanwhile; softmm replaces every piece, so each
+    /// piece carries the mark over. No fault reaches a copy before it is
+    /// published.
+    fn publish_carrying_marks(&self, tree: &VmaTree, fresh: &[Arc<Vma>]) {
+        if fresh.is_empty() {
+            return self.publish(tree);
+        }
+        let mut locks: Vec<&crate::hugetlb::lock::IMmapLock> =
+            fresh.iter().filter_map(|v| v.file.as_ref()?.hugetlb.as_ref()).map(|inode| &inode.vmas.i_mmap).collect();
+        // One order for several files' locks (a write section may split
+        // mappings of two), and each once.
+        locks.sort_by_key(|l| Arc::as_ptr(l));
+        locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        let held: Vec<_> =
+            locks.iter().map(|l| self.phys.hugetlb.locks.read(crate::hugetlb::lock::Kind::IMmapRead, l)).collect();
+        for v in fresh {
+            if v.hugetlb_unmapped_from.as_ref().is_some_and(|from| from.load(Ordering::Relaxed)) {
+                v.hugetlb_unmapped.store(true, Ordering::Relaxed);
+            }
+        }
+        self.publish(tree);
+        drop(held);
     }
 
     /// Records in `file`'s reverse map that this address space maps it.

@@ -228,7 +228,10 @@ impl PageTables {
 
     /// `huge_pmd_share`'s link: makes this tree's empty PUD entry of `va`
     /// point at the PMD table that `source`'s PUD entry of `sva` links, with
-    /// a share count on it (`ptdesc_pmd_pts_inc` + `pud_populate`). False,
+    /// a share count on it (`ptdesc_pmd_pts_inc` + `pud_populate`).
+    /// `source` may be this tree (two VMAs of one address space): the
+    /// count is per link, not per tree, so each entry unshares or frees
+    /// its own link. False,
     /// changing nothing, if `source` has no PMD table there or this entry
     /// is no longer empty. `va` and `sva` must lie at the same offset within
     /// their 1 GiB (`pmd_index` equal), so each entry maps the same page for

@@ -19,8 +19,8 @@ use crate::sync::{AtomicPtr, AtomicUsize, Mutex, MutexGuard, Ordering};
 pub(super) struct Table {
     entries: [AtomicPtr<Table>; PTRS_PER_TABLE],
     lock: Mutex<()>,
-    /// Address spaces beyond the first whose PUD entry links this PMD
-    /// table (hugetlb PMD sharing, Linux 6.13+'s `pt_share_count`): 0 while
+    /// PUD entries beyond the first (of other address spaces, or of the
+    /// same tree) that link this PMD table (hugetlb PMD sharing, Linux 6.13+'s `pt_share_count`): 0 while
     /// the table is exclusive. Separate from everything else, so nothing
     /// that counts frames or tables can confuse a sharer with a user.
     share_count: AtomicUsize,
@@ -136,8 +136,8 @@ impl Table {
         self.lock.lock()
     }
 
-    /// True while another address space links this PMD table
-    /// (`ptdesc_pmd_is_shared`).
+    /// True while another PUD entry (of another address space, or of the
+    /// same tree) links this PMD table (`ptdesc_pmd_is_shared`).
     #[inline]
     pub(super) fn is_shared(&self) -> bool {
         // Acquire pairs with the Release of `share_dec`, so an owner that
@@ -145,7 +145,7 @@ impl Table {
         self.share_count.load(Ordering::Acquire) != 0
     }
 
-    /// `ptdesc_pmd_pts_inc`: one more address space links the table. The
+    /// `ptdesc_pmd_pts_inc`: one more PUD entry links the table. The
     /// caller holds a link of its own (the table cannot be freed meanwhile).
     #[inline]
     pub(super) fn share_inc(&self) {

@@ -133,7 +133,15 @@ pub struct Vma {
     /// found the pool empty (`unmap_ref_private`), so the next fault here
     /// that needs a page raises `SIGBUS`. Kept by split pieces; a fork's
     /// child starts without it.
-    pub(crate) hugetlb_unmapped: crate::sync::AtomicBool,
+    pub(crate) hugetlb_unmapped: Arc<crate::sync::AtomicBool>,
+    /// For a copy ([`Vma::slice`], [`Vma::rebound`]) of a private hugetlb
+    /// VMA without reservations (the only kind `unmap_ref_private` marks),
+    /// the mark of the VMA it was copied from: the owner may mark that one
+    /// (found in the published tree, under the file's `i_mmap` lock, with
+    /// no lock of ours) after the copy and before the copy is published,
+    /// and the end of the write section carries such a mark over under the
+    /// same lock (`AddressSpace::publish`'s caller).
+    pub(crate) hugetlb_unmapped_from: Option<Arc<crate::sync::AtomicBool>>,
     acct: Arc<PhysMem>,
 }
 
@@ -182,7 +190,8 @@ impl Vma {
             lock: VmaLock::new(),
             policy: None,
             hugetlb_resv: None,
-            hugetlb_unmapped: crate::sync::AtomicBool::new(false),
+            hugetlb_unmapped: Arc::new(crate::sync::AtomicBool::new(false)),
+            hugetlb_unmapped_from: None,
             acct: phys.clone(),
         }
     }
@@ -208,7 +217,7 @@ impl Vma {
         .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
-        v.hugetlb_unmapped = crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed));
+        self.copy_hugetlb_unmapped(&mut v);
         v
     }
 
@@ -219,8 +228,23 @@ impl Vma {
                 .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
-        v.hugetlb_unmapped = crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed));
+        self.copy_hugetlb_unmapped(&mut v);
         v
+    }
+
+    /// Gives `v`, a copy of this VMA, its `HPAGE_RESV_UNMAPPED` mark as it
+    /// is now and, if the owner could still mark this VMA before `v` is
+    /// published, a link to this VMA's mark ([`Vma::hugetlb_unmapped_from`]).
+    fn copy_hugetlb_unmapped(&self, v: &mut Vma) {
+        v.hugetlb_unmapped =
+            Arc::new(crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed)));
+        v.hugetlb_unmapped_from = self.may_be_marked_unmapped().then(|| self.hugetlb_unmapped.clone());
+    }
+
+    /// A private hugetlb VMA without reservations of its own: the kind
+    /// `unmap_ref_private` takes a page from and marks.
+    pub(crate) fn may_be_marked_unmapped(&self) -> bool {
+        self.flags.contains(VmFlags::HUGETLB) && !self.flags.contains(VmFlags::MAYSHARE) && self.hugetlb_resv.is_none()
     }
 
     /// Linux's `mpol_equal` between this VMA's policy and `policy`.

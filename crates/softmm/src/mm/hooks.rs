@@ -1,0 +1,21 @@
+//! Test-only hooks into the write section.
+
+use std::cell::RefCell;
+
+thread_local! {
+    static BEFORE_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` once, on this thread, at the end of its next `mmap_lock`
+/// write section: after the section's VMA copies are made, before the
+/// reverse maps are synced and the tree is published.
+pub(crate) fn set_before_publish(f: impl FnOnce() + 'static) {
+    BEFORE_PUBLISH.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs the hook set on this thread, if any (the write section's end).
+pub(super) fn before_publish() {
+    if let Some(f) = BEFORE_PUBLISH.with(|h| h.borrow_mut().take()) {
+        f();
+    }
+}
