@@ -164,9 +164,8 @@ impl AddressSpace {
                 // or removes before it changes that VMA's entries or frees
                 // its tables, so the source VMA's own read reference
                 // (refused once detached) keeps its table linked until we
-                // let go. (The unshare of a split, before the detach, holds
-                // `i_mmap` for write, which we hold for read.) No writer
-                // can hold that reference up: it is only tried.
+                // let go (a split's unshare too comes after the detach).
+                // No writer can hold that reference up: it is only tried.
                 let Some(s) = self.vmas_rcu(guard).find(saddr) else { continue };
                 if std::ptr::eq(&**s, vma) || !s.lock.try_read() {
                     continue;
@@ -334,6 +333,8 @@ impl AddressSpace {
         if let Some(ceil) = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end) {
             self.hugetlb_unshare_range(floor, ceil);
         }
+        #[cfg(all(test, not(loom)))]
+        crate::mm::hooks::after_hugetlb_split();
     }
 
     /// `huge_pmd_unshare` of the window at `w` and its flush, under the
@@ -413,6 +414,61 @@ mod tests {
         let mut cpu = Cpu::attached(mm);
         for i in 0..TOUCHED {
             cpu.write_u64(a + i * HP + 8, 0x5eed + i).unwrap();
+        }
+    }
+
+    /// A split that changes only flags (`MADV_DONTFORK` here; `mbind`
+    /// alike) unshares the window it cuts, and no fault through the VMA
+    /// being split can link a table into that window again: Linux
+    /// write-locks the VMA (`vma_start_write`) before `hugetlb_split`,
+    /// softmm detaches it first. The hook runs another thread's fault in
+    /// the window right after the unshare; a fault that must wait for the
+    /// write section is left waiting (200 ms) and finishes after it. Failed
+    /// with the split before the detach: under the per-VMA fault policies
+    /// the fault linked `B`'s table again and the split window stayed
+    /// shared.
+    #[test]
+    fn a_fault_during_a_flags_only_split_cannot_share_the_window_again() {
+        use std::sync::Mutex;
+        for &policy in crate::FaultPolicy::ALL {
+            for &hugetlb in crate::HugetlbPolicy::ALL {
+                let what = (policy, hugetlb);
+                let phys = arena();
+                let f = shared_file(&phys);
+                let cfg = MmConfig::default().policy(policy).hugetlb_policy(hugetlb);
+                let b = AddressSpace::new(&phys, cfg.clone()).unwrap();
+                let wb = map(&b, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+                write_all(&b, wb);
+                let a = AddressSpace::new(&phys, cfg).unwrap();
+                let wa = map(&a, &f, 8 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+                // Two CPUs attached, so faults may go lock-free.
+                let mut cpu = Cpu::attached(&a);
+                assert_eq!(cpu.read_u64(wa + 8).unwrap(), 0x5eed, "{what:?}");
+                assert!(a.pgtables.pmd_is_shared(wa, &crossbeam_epoch::pin()), "{what:?}: A linked B's table");
+                let faulter = Arc::new(Mutex::new(None));
+                let (a2, slot) = (a.clone(), faulter.clone());
+                crate::mm::hooks::set_after_hugetlb_split(move || {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let t = std::thread::spawn(move || {
+                        let r = Cpu::attached(&a2).read_u64(wa + 5 * HP + 8);
+                        tx.send(()).ok();
+                        r
+                    });
+                    let _ = rx.recv_timeout(std::time::Duration::from_millis(200));
+                    *slot.lock().unwrap() = Some(t);
+                });
+                a.madvise(wa + 2 * HP, PUD_SIZE - 2 * HP, MADV_DONTFORK).unwrap();
+                let t = faulter.lock().unwrap().take().expect("the split ran the hook");
+                assert_eq!(t.join().unwrap().unwrap(), 0x5eed + 5, "{what:?}");
+                assert!(
+                    !a.pgtables.pmd_is_shared(wa, &crossbeam_epoch::pin()),
+                    "{what:?}: no VMA covers the split window whole, so it is not shared"
+                );
+                drop(cpu);
+                drop((a, b));
+                drop(f);
+                assert_no_leaks(&phys);
+            }
         }
     }
 

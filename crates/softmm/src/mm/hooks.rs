@@ -4,6 +4,7 @@ use std::cell::RefCell;
 
 thread_local! {
     static BEFORE_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    static AFTER_HUGETLB_SPLIT: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` once, on this thread, at the end of its next `mmap_lock`
@@ -16,6 +17,19 @@ pub(crate) fn set_before_publish(f: impl FnOnce() + 'static) {
 /// Runs the hook set on this thread, if any (the write section's end).
 pub(super) fn before_publish() {
     if let Some(f) = BEFORE_PUBLISH.with(|h| h.borrow_mut().take()) {
+        f();
+    }
+}
+
+/// Runs `f` once, on this thread, right after its next `hugetlb_split`
+/// (the unshare of a window a VMA split cuts), inside the write section.
+pub(crate) fn set_after_hugetlb_split(f: impl FnOnce() + 'static) {
+    AFTER_HUGETLB_SPLIT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs the hook set on this thread, if any (after `hugetlb_split`).
+pub(crate) fn after_hugetlb_split() {
+    if let Some(f) = AFTER_HUGETLB_SPLIT.with(|h| h.borrow_mut().take()) {
         f();
     }
 }

@@ -644,7 +644,12 @@ impl AddressSpace {
         if end < last.end {
             last.may_split(end)?;
         }
-        // __split_vma: hugetlb_split, once both splits are allowed.
+        for v in &victims {
+            st.vmas.remove(v.start);
+        }
+        // __split_vma: hugetlb_split, once both splits are allowed and the
+        // VMAs are detached (Linux write-locks them first): a fault through
+        // one could link the window's table again.
         if start > first.start {
             self.hugetlb_split(first, start);
         }
@@ -652,7 +657,6 @@ impl AddressSpace {
             self.hugetlb_split(last, end);
         }
         for v in &victims {
-            st.vmas.remove(v.start);
             if v.start < start {
                 st.vmas.insert(v.slice(v.start, start, v.flags));
             }

@@ -192,14 +192,16 @@ impl AddressSpace {
         if end < vma.end && !right {
             vma.may_split(end)?;
         }
-        // __split_vma: hugetlb_split, once both splits are allowed.
+        st.vmas.remove(vma.start);
+        // __split_vma: hugetlb_split, once both splits are allowed and the
+        // VMA is detached (Linux write-locks it first, `vma_start_write`):
+        // a fault through it could link the window's table again.
         if start > vma.start && !left {
             self.hugetlb_split(vma, start);
         }
         if end < vma.end && !right {
             self.hugetlb_split(vma, end);
         }
-        st.vmas.remove(vma.start);
         let mut lo = start;
         let mut hi = end;
         let mut anon_new = vma.anon_vma.get().cloned();
