@@ -310,6 +310,34 @@ fn mremap_and_brk_shrink_unmap_through_the_policy() {
     }
 }
 
+/// A `MAP_FIXED` mapping over a populated range replaces it through the
+/// unmap's steps (detach, zap with the bounded gather, flush, then free), in
+/// one write section under every policy, as Linux's `mmap_region` does: the
+/// old frames go, a CPU that had translations reads the new mapping's
+/// zeros, and every gather was flushed before its frames were freed.
+#[test]
+fn a_map_fixed_replacement_of_a_big_range_frees_it_like_a_munmap() {
+    for &unmap in UnmapPolicy::ALL {
+        let phys = phys(128);
+        let mm = mm_for(&phys, unmap, FaultPolicy::default());
+        let mut cpu = Cpu::attached(&mm);
+        map_big(&mm, &mut cpu);
+        assert_eq!(phys.stats().frames_used, BIG_LEN / PAGE, "{unmap:?}");
+        let flushes = mm.stats().tlb.flushes;
+        let sections = mm.stats().mmap_lock_write;
+        assert_eq!(mm.mmap(BIG, BIG_LEN, RW, ANON | MAP_FIXED, None, 0).unwrap(), BIG, "{unmap:?}");
+        assert_eq!(mm.stats().mmap_lock_write - sections, 1, "{unmap:?}: one write section");
+        assert!(mm.stats().tlb.flushes > flushes, "{unmap:?}: the old entries were shot down");
+        assert_eq!(phys.stats().frames_used, 0, "{unmap:?}: the old frames are freed");
+        for va in (BIG..BIG + BIG_LEN).step_by(97 * PAGE as usize) {
+            assert_eq!(cpu.read_u64(va).unwrap(), 0, "{unmap:?}: {va:#x} is the new mapping's");
+        }
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+    }
+}
+
 /// What each policy holds, in `mmap_lock` write sections of one `munmap`
 /// of a populated range crossing a 1 GiB boundary: `locked` and
 /// `downgrade` one (the downgrade keeps it), `sectioned` one per section,

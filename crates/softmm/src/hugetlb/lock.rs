@@ -207,7 +207,6 @@ impl LockCounters {
     /// Adds the wait of a contended acquisition of `kind` that began at
     /// `since` to this thread's shard and to the thread's own total.
     #[cold]
-    #[cfg_attr(loom, allow(dead_code))]
     fn waited(&self, kind: Kind, since: std::time::Instant) {
         let ns = since.elapsed().as_nanos() as u64;
         let slot = SLOT.with(|s| *s);
@@ -220,58 +219,38 @@ impl LockCounters {
     /// no clock read.
     #[inline]
     pub(crate) fn read<'l>(&self, kind: Kind, lock: &'l RwLock<()>) -> RwLockReadGuard<'l, ()> {
-        self.count(kind);
-        // Under loom, no try: a model explores each lock step it takes.
-        #[cfg(loom)]
-        return lock.read();
-        #[cfg(not(loom))]
-        {
-            if let Some(g) = lock.try_read() {
-                return g;
-            }
-            let since = std::time::Instant::now();
-            let g = lock.read();
-            self.waited(kind, since);
-            g
-        }
+        self.acquire(kind, || lock.try_read(), || lock.read())
     }
 
     /// `lock.write()`, counted as `kind` and timed as [`Self::read`].
     #[inline]
     pub(crate) fn write<'l>(&self, kind: Kind, lock: &'l RwLock<()>) -> RwLockWriteGuard<'l, ()> {
-        self.count(kind);
-        // Under loom, no try: a model explores each lock step it takes.
-        #[cfg(loom)]
-        return lock.write();
-        #[cfg(not(loom))]
-        {
-            if let Some(g) = lock.try_write() {
-                return g;
-            }
-            let since = std::time::Instant::now();
-            let g = lock.write();
-            self.waited(kind, since);
-            g
-        }
+        self.acquire(kind, || lock.try_write(), || lock.write())
     }
 
     /// `lock.lock()`, counted as `kind` and timed as [`Self::read`].
     #[inline]
     pub(crate) fn lock<'l>(&self, kind: Kind, lock: &'l Mutex<()>) -> MutexGuard<'l, ()> {
+        self.acquire(kind, || lock.try_lock(), || lock.lock())
+    }
+
+    /// One acquisition of `kind`: `try_take`, and when it fails `take`,
+    /// timed.
+    #[inline]
+    fn acquire<G>(&self, kind: Kind, try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
         self.count(kind);
         // Under loom, no try: a model explores each lock step it takes.
-        #[cfg(loom)]
-        return lock.lock();
-        #[cfg(not(loom))]
-        {
-            if let Some(g) = lock.try_lock() {
-                return g;
-            }
-            let since = std::time::Instant::now();
-            let g = lock.lock();
-            self.waited(kind, since);
-            g
+        if cfg!(loom) {
+            drop(try_take);
+            return take();
         }
+        if let Some(g) = try_take() {
+            return g;
+        }
+        let since = std::time::Instant::now();
+        let g = take();
+        self.waited(kind, since);
+        g
     }
 
     /// The sums over every shard.

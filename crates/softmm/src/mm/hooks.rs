@@ -1,5 +1,8 @@
 //! Test-only hooks into the write section.
 
+// The tests that set the hooks do not run under loom.
+#![cfg_attr(loom, allow(dead_code))]
+
 use std::cell::RefCell;
 
 thread_local! {
