@@ -229,31 +229,71 @@ unsafe fn faults_reading(base: u64, pages: u64) -> u64 {
     minflt() - before
 }
 
+/// A new 1 GiB file, fallocated, in `dir` (a hugetlbfs mount with 512
+/// free pages), and a 3 GiB `PROT_NONE` reservation to map it inside at
+/// PUD-aligned addresses; dropping it unmaps the reservation, closes and
+/// unlinks the file.
+struct HostProbe {
+    cpath: std::ffi::CString,
+    fd: i32,
+    res: *mut libc::c_void,
+    /// The reservation's first PUD-aligned address (two more PUDs fit).
+    base: u64,
+}
+
+const PROBE_ROOM: usize = 3 * PUD as usize;
+
+impl HostProbe {
+    fn new(dir: &std::path::Path, name: &str) -> HostProbe {
+        use std::os::unix::ffi::OsStrExt;
+        let path = dir.join(format!("{name}.{}", std::process::id()));
+        let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a new file in the test's own mount, and a new anonymous
+        // reservation: nothing else is touched.
+        unsafe {
+            let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600);
+            assert!(fd >= 0, "open {}", path.display());
+            assert_eq!(libc::fallocate(fd, 0, 0, PUD as i64), 0, "fallocate of 1 GiB");
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            let res = libc::mmap(std::ptr::null_mut(), PROBE_ROOM, libc::PROT_NONE, flags, -1, 0);
+            assert_ne!(res, libc::MAP_FAILED);
+            HostProbe { cpath, fd, res, base: (res as u64).next_multiple_of(PUD) }
+        }
+    }
+
+    /// Maps the whole file shared at `a`, a PUD-aligned address inside the
+    /// reservation.
+    fn map_at(&self, a: u64) {
+        // SAFETY: MAP_FIXED over the probe's own reservation only.
+        let p = unsafe { libc::mmap(a as *mut _, PUD as usize, RW, libc::MAP_SHARED | libc::MAP_FIXED, self.fd, 0) };
+        assert_eq!(p as u64, a);
+    }
+}
+
+impl Drop for HostProbe {
+    fn drop(&mut self) {
+        // SAFETY: the reservation and the file are the probe's own.
+        unsafe {
+            libc::munmap(self.res, PROBE_ROOM);
+            libc::close(self.fd);
+            libc::unlink(self.cpath.as_ptr());
+        }
+    }
+}
+
 /// On the host, in `dir` (a hugetlbfs mount with 512 free pages): a parent
 /// maps a 1 GiB file shared at a PUD-aligned address and writes every page;
 /// its forked child reads every page (sharing the table), splits the VMA
 /// with `madvise(MADV_DONTFORK)` of page 3, and reads every page again.
 /// The child's minor faults for each of the two reads.
 fn host_faults_around_a_split(dir: &std::path::Path) -> (u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let path = dir.join(format!("split-probe.{}", std::process::id()));
-    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a new file in the test's own mount; every call below works on
-    // mappings this function makes (a 3 GiB PROT_NONE reservation, the file
-    // mapped with MAP_FIXED inside it, a shared result page), and the child
-    // only reads, calls madvise and getrusage, writes the result page and
-    // `_exit`s.
+    let probe = HostProbe::new(dir, "split-probe");
+    let a = probe.base;
+    probe.map_at(a);
+    // SAFETY: every access below is inside the probe's mapping or a shared
+    // result page made here, and the child only reads, calls madvise and
+    // getrusage, writes the result page and `_exit`s.
     unsafe {
-        let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600);
-        assert!(fd >= 0, "open {}", path.display());
-        assert_eq!(libc::fallocate(fd, 0, 0, PUD as i64), 0, "fallocate of 1 GiB");
-        let room = 3 * PUD as usize;
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-        let res = libc::mmap(std::ptr::null_mut(), room, libc::PROT_NONE, flags, -1, 0);
-        assert_ne!(res, libc::MAP_FAILED);
-        let a = (res as u64).next_multiple_of(PUD);
-        let p = libc::mmap(a as *mut _, PUD as usize, RW, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
-        assert_eq!(p as u64, a);
         for i in 0..PUD / HP {
             std::ptr::write_volatile((a + i * HP) as *mut u64, i);
         }
@@ -277,9 +317,6 @@ fn host_faults_around_a_split(dir: &std::path::Path) -> (u64, u64) {
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
         let r = (std::ptr::read_volatile(slot), std::ptr::read_volatile(slot.add(1)));
         libc::munmap(slot.cast(), 4096);
-        libc::munmap(res, room);
-        libc::close(fd);
-        libc::unlink(cpath.as_ptr());
         r
     }
 }
@@ -344,27 +381,13 @@ fn a_split_inside_a_shared_gib_costs_the_child_its_table_as_on_the_host() {
 /// through the second, then, once the second is unmapped, through the
 /// first again.
 fn host_faults_of_a_second_mapping(dir: &std::path::Path) -> (u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let path = dir.join(format!("twice-probe.{}", std::process::id()));
-    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a new file in the test's own mount; every call below works on
-    // mappings this function makes (a 3 GiB PROT_NONE reservation and the
-    // file mapped twice with MAP_FIXED inside it), and each read and write
-    // stays inside a mapping it made.
+    let probe = HostProbe::new(dir, "twice-probe");
+    let (first, second) = (probe.base, probe.base + PUD);
+    probe.map_at(first);
+    probe.map_at(second);
+    // SAFETY: each read and write below stays inside the probe's two
+    // mappings.
     unsafe {
-        let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600);
-        assert!(fd >= 0, "open {}", path.display());
-        assert_eq!(libc::fallocate(fd, 0, 0, PUD as i64), 0, "fallocate of 1 GiB");
-        let room = 3 * PUD as usize;
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-        let res = libc::mmap(std::ptr::null_mut(), room, libc::PROT_NONE, flags, -1, 0);
-        assert_ne!(res, libc::MAP_FAILED);
-        let first = (res as u64).next_multiple_of(PUD);
-        let second = first + PUD;
-        for a in [first, second] {
-            let p = libc::mmap(a as *mut _, PUD as usize, RW, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
-            assert_eq!(p as u64, a);
-        }
         for i in 0..PUD / HP {
             std::ptr::write_volatile((first + i * HP) as *mut u64, i);
         }
@@ -376,9 +399,6 @@ fn host_faults_of_a_second_mapping(dir: &std::path::Path) -> (u64, u64) {
         }
         assert_eq!(libc::munmap(second as *mut _, PUD as usize), 0);
         let first_again = faults_reading(first, PUD / HP);
-        libc::munmap(res, room);
-        libc::close(fd);
-        libc::unlink(cpath.as_ptr());
         (through_second, first_again)
     }
 }
