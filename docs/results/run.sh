@@ -1,17 +1,24 @@
 #!/bin/sh
 # Regenerates the results in this directory (about 10 minutes on 2 CPUs).
-# Usage: docs/results/run.sh [path/to/softmm]   (default: target/release/softmm)
+# Usage: docs/results/run.sh [path/to/softmm] [output directory]
+#   (defaults: target/release/softmm, this directory)
+# On a larger machine, THREADS (e.g. 1,2,4,8,16) sets the thread counts of the
+# thread sweeps, CORTENMM_THREADS those of cortenmm's 300-sample sweep,
+# INSTANCES the hugetlb instances (each one a faulting and a forking process)
+# and ACCESSORS migrate's accessor threads; unset, each keeps the 2-CPU run's.
 set -e
 cd "$(dirname "$0")"
-softmm=${1:-../../target/release/softmm}
+softmm=$(realpath "${1:-../../target/release/softmm}")
+mkdir -p "${2:-.}" && cd "${2:-.}"
+threads=${THREADS:+--threads $THREADS}
 run() { "$softmm" bench "$@" --repeat 3 | tee "$out.txt"; }
-out=headline; run --json headline.json --plot headline.svg
-"$softmm" plot headline.json headline.png
+out=headline; run $threads --json headline.json --plot headline.svg
+"$softmm" plot headline.json headline.png || echo "headline.png not drawn: the SVG stands"
+out=hugetlb; run hugetlb-fault,hugetlb-fork,hugetlb-fork-fault ${INSTANCES:+--threads $INSTANCES} --json hugetlb.json
+out=big-munmap; run big-munmap --size 8G --threads 1 --json big-munmap.json
+out=migrate; run migrate --threads "${ACCESSORS:-1,2}" --json migrate.json
+out=pin; run pin --size 1G $threads --json pin.json
 for w in page-fault1 page-fault2 page-fault3 mmap1 mmap2 tlb-flush; do
-    out=$w; run "$w" --mode threads,processes --json "$w.json" --plot "$w.svg"
+    out=$w; run "$w" $threads --mode threads,processes --json "$w.json" --plot "$w.svg"
 done
-out=cortenmm; run cortenmm --json cortenmm.json --plot cortenmm.svg
-out=pin; "$softmm" bench pin --size 1G --repeat 3 --json pin.json | tee pin.txt
-out=big-munmap; "$softmm" bench big-munmap --size 8G --threads 1 --repeat 3 --json big-munmap.json | tee big-munmap.txt
-out=hugetlb; "$softmm" bench hugetlb-fault,hugetlb-fork,hugetlb-fork-fault --repeat 3 --json hugetlb.json | tee hugetlb.txt
-out=migrate; "$softmm" bench migrate --threads 1,2 --repeat 3 --json migrate.json | tee migrate.txt
+out=cortenmm; run cortenmm ${CORTENMM_THREADS:+--threads $CORTENMM_THREADS} --json cortenmm.json --plot cortenmm.svg
