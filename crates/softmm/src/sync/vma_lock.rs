@@ -19,12 +19,16 @@
 //! ordered by the word's modification order alone.
 
 use crate::sync::{spin_hint, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
 
 const DETACHED: u64 = 1 << 63;
 
 /// Reader count and detached bit of one VMA.
 pub struct VmaLock {
-    state: AtomicU64,
+    // On a cache line of its own: `per-vma` faults write it twice each, and
+    // every fault on the VMA reads the VMA's other fields (Linux aligns its
+    // per-VMA lock to a cache line for the same false sharing).
+    state: CachePadded<AtomicU64>,
 }
 
 impl Default for VmaLock {
@@ -36,7 +40,7 @@ impl Default for VmaLock {
 impl VmaLock {
     /// Attached, no reader.
     pub fn new() -> VmaLock {
-        VmaLock { state: AtomicU64::new(0) }
+        VmaLock { state: CachePadded::new(AtomicU64::new(0)) }
     }
 
     /// Takes a read reference unless the VMA is detached.
