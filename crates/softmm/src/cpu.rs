@@ -3,8 +3,8 @@
 //!
 //! Every access runs in an access section (see [`crate::tlb`]): a store to
 //! a line only this thread writes, a compiler barrier and a check of the
-//! flush generation (one load of a line written only by shootdowns) on
-//! entry, a store on exit. Each accessor of the `Cpu` is a section of its
+//! CPU's flush requests (one load of the same line, which only shootdowns
+//! write besides) on entry, a store on exit. Each accessor of the `Cpu` is a section of its
 //! own; a [`Section`] holds one open across many accesses (an emulator's
 //! basic block), each of which then costs the TLB lookup alone. Outside a
 //! section the CPU is quiescent: no shootdown waits for it, whatever its
@@ -76,8 +76,15 @@ pub struct CpuStats {
 pub struct Cpu {
     mm: Option<Arc<AddressSpace>>,
     state: Arc<CpuTlbState>,
-    /// The flush generation the TLB is current for.
-    seen_gen: u64,
+    /// The flush requests (`CpuTlbState::flush_requests`) the TLB is
+    /// current for.
+    seen_req: u64,
+    /// What a section's entry compares the flush requests with: `seen_req`
+    /// where the section barrier is a compiler barrier alone (`light`), and
+    /// a count never reached otherwise, so that every entry takes the slow
+    /// path, which fences before it looks at the requests. One compare on
+    /// the hit path serves both.
+    expect_req: u64,
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -100,7 +107,8 @@ impl Cpu {
         Cpu {
             mm: None,
             state,
-            seen_gen: 0,
+            seen_req: 0,
+            expect_req: 0,
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
@@ -124,8 +132,9 @@ impl Cpu {
         // which cannot acknowledge until the thread returns.
         let _q = QuiescentGuard::enter();
         self.detach_locked();
-        self.seen_gen = mm.tlb.attach(&self.state);
+        let seen = mm.tlb.attach(&self.state);
         self.empty_tlb();
+        self.set_seen_req(seen);
         self.mm = Some(mm.clone());
     }
 
@@ -260,15 +269,41 @@ impl Cpu {
     /// # Panics
     ///
     /// If the CPU is not attached (before entering anything).
+    ///
+    /// A CPU that is not attached has an empty TLB, so its first lookup
+    /// misses and the miss path panics.
     #[inline(always)]
     fn section_begin(&mut self) {
-        let Some(mm) = self.mm.as_deref() else { not_attached() };
         debug_assert!(!self.parked, "access from a parked CPU");
-        self.state.section_begin(self.light);
-        let gen = mm.tlb.generation();
-        if gen != self.seen_gen {
-            self.flush_local(gen);
+        // The compiler barrier alone: without `light`, `expect_req` never
+        // matches and `section_begin_slow` fences before it loads again.
+        // One reference for both: after the barrier, `self.state` would be
+        // loaded again.
+        let state = &*self.state;
+        state.section_begin(true);
+        if state.flush_requests() != self.expect_req {
+            self.section_begin_slow();
         }
+    }
+
+    /// A section's entry when a shootdown asked this CPU to flush, or
+    /// whenever the reader barrier must be a fence (not `light`).
+    #[cold]
+    #[inline(never)]
+    fn section_begin_slow(&mut self) {
+        if !self.light {
+            crate::tlb::reader_barrier(false);
+        }
+        let req = self.state.flush_requests();
+        if req != self.seen_req {
+            self.flush_local(req);
+        }
+    }
+
+    /// Records that the TLB is current for `req` flush requests.
+    fn set_seen_req(&mut self, req: u64) {
+        self.seen_req = req;
+        self.expect_req = if self.light { req } else { u64::MAX };
     }
 
     /// Leaves the access section: pointers from [`Cpu::lookup`] are dead.
@@ -301,9 +336,9 @@ impl Cpu {
     }
 
     #[cold]
-    fn flush_local(&mut self, gen: u64) {
+    fn flush_local(&mut self, req: u64) {
         self.empty_tlb();
-        self.seen_gen = gen;
+        self.set_seen_req(req);
         self.stats.tlb_flushes += 1;
     }
 
@@ -316,7 +351,7 @@ impl Cpu {
             return Ok(p);
         }
         self.stats.tlb_misses += 1;
-        let mm = self.mm.clone().expect("attached");
+        let Some(mm) = self.mm.clone() else { not_attached() };
         // The walk indexes with the low 48 bits only: anything above the
         // user address space must fault before it, or it would alias a user
         // page. (The TLB is filled only here, so its hit path needs no check.)

@@ -4,14 +4,14 @@
 //!
 //! A section is the read-side critical section of the shootdown protocol
 //! (`crate::tlb`): entering publishes an odd section count, passes the
-//! reader barrier and checks the flush generation (dropping the TLB if it
-//! moved); leaving publishes the next even count. A [`Cpu`] accessor is a
+//! reader barrier and checks the CPU's flush requests (dropping the TLB if
+//! they moved); leaving publishes the next even count. A [`Cpu`] accessor is a
 //! section of one access. A [`Section`] pays the entry and the exit once
 //! for all its accesses; each access inside it pays only the TLB lookup
 //! (an index and one compare, which also tests the permission and, for a
 //! scalar, the alignment).
 //!
-//! Why no access needs to look at the generation again: while the section
+//! Why no access needs to look at the requests again: while the section
 //! is open, a shootdown from another thread waits for its end. The one way
 //! around that is the thread itself calling into softmm from inside the
 //! section (a `munmap`, another CPU's fault): then (a) its own flushes send
@@ -27,13 +27,13 @@ use std::sync::atomic::Ordering;
 use super::{load_part, scalar, store_part, Cpu, Scalar};
 use crate::error::Fault;
 use crate::fault::Access;
-use crate::tlb::SoftTlb;
+use crate::tlb::{CpuTlbState, SoftTlb};
 use crate::PAGE_SIZE;
 
 /// An access section of a [`Cpu`] held open across many accesses (an
 /// emulator's basic block, a loader's run of stores): made by
 /// [`Cpu::section`], ended when dropped. Inside it each access costs a
-/// TLB lookup and a check of the flush generation; the section's entry
+/// TLB lookup; the section's entry (a store, a check of the flush requests)
 /// and exit (a store each to a line only this thread writes, and a
 /// compiler barrier) are paid once.
 ///
@@ -103,9 +103,10 @@ use crate::PAGE_SIZE;
 #[must_use = "the section ends when dropped; open one around the accesses it covers"]
 pub struct Section<'a> {
     cpu: &'a mut Cpu,
-    /// `cpu.state.tlb`, kept at hand so that a hit loads no pointer to
-    /// reach it (the `Arc` that holds it is borrowed through `cpu`).
-    tlb: std::ptr::NonNull<SoftTlb>,
+    /// `cpu.state`, kept at hand so that a hit and the exit load no
+    /// pointer to reach the TLB and the section count (the `Arc` that holds
+    /// it is borrowed through `cpu`).
+    state: std::ptr::NonNull<CpuTlbState>,
 }
 
 impl Cpu {
@@ -117,10 +118,12 @@ impl Cpu {
     /// If the CPU is not attached.
     #[inline(always)]
     pub fn section(&mut self) -> Section<'_> {
-        // Count odd, the reader barrier, then the generation check.
+        // Taken before the entry's compiler barrier, which would make the
+        // compiler load the `Arc`'s pointer again after it.
+        let state = std::ptr::NonNull::from(&*self.state);
+        // Count odd, the reader barrier, then the flush-request check.
         self.section_begin();
-        let tlb = std::ptr::NonNull::from(&self.state.tlb);
-        Section { cpu: self, tlb }
+        Section { cpu: self, state }
     }
 }
 
@@ -213,19 +216,25 @@ impl Cpu {
 impl Drop for Section<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.cpu.section_end();
+        self.state().section_end();
     }
 }
 
 impl Section<'_> {
+    /// The CPU's shootdown state.
+    #[inline(always)]
+    fn state(&self) -> &CpuTlbState {
+        // SAFETY: `state` points to the `CpuTlbState` that `cpu.state` (an
+        // `Arc`, never reassigned) keeps alive at a fixed address for as
+        // long as the `Cpu` lives, which the section borrows; it is only
+        // atomics, shared access is all it takes.
+        unsafe { self.state.as_ref() }
+    }
+
     /// The CPU's TLB.
     #[inline(always)]
     fn tlb(&self) -> &SoftTlb {
-        // SAFETY: `tlb` points into the `CpuTlbState` that `cpu.state` (an
-        // `Arc`, never reassigned) keeps alive at a fixed address for as
-        // long as the `Cpu` lives, which the section borrows; `SoftTlb` is
-        // only atomics, shared access is all it takes.
-        unsafe { self.tlb.as_ref() }
+        &self.state().tlb
     }
 
     /// Copies guest bytes at `addr` into `buf`, each page translated for
@@ -425,8 +434,8 @@ mod tests {
 
     /// A call into softmm from inside the section (here `munmap` on the
     /// section's own thread, which flushes nobody of this thread) must not
-    /// leave the section's TLB entries usable: the next access checks the
-    /// generation and faults, never reaches the freed frame.
+    /// leave the section's TLB entries usable: the quiescent guard emptied
+    /// them, so the next access walks and faults, never reaches the freed frame.
     #[test]
     fn an_unmap_from_inside_a_section_is_seen_by_its_next_access() {
         let (p, mm, a) = setup(1);

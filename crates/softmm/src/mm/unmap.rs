@@ -891,7 +891,7 @@ mod tests {
         let mm = AddressSpace::new(&phys, config).unwrap();
         let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
         let probe = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
-        let g0 = mm.tlb.generation();
+        let g0 = mm.tlb.stats().flushes;
         let ran_at = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready) = std::sync::mpsc::channel();
@@ -905,9 +905,9 @@ mod tests {
                 while !stop.load(Ordering::Acquire) {
                     // Acknowledges the flush under way, if any.
                     assert_eq!(cpu.read_u64(probe), Ok(1));
-                    if !deferred && mm.tlb.generation() > g0 {
+                    if !deferred && mm.tlb.stats().flushes > g0 {
                         let (mm, ran_at) = (mm.clone(), ran_at.clone());
-                        crossbeam_epoch::pin().defer(move || ran_at.store(mm.tlb.generation(), Ordering::Release));
+                        crossbeam_epoch::pin().defer(move || ran_at.store(mm.tlb.stats().flushes, Ordering::Release));
                         deferred = true;
                     }
                     crossbeam_epoch::pin().flush();
@@ -918,7 +918,7 @@ mod tests {
         mm.munmap(a, pages * PAGE_SIZE).unwrap();
         stop.store(true, Ordering::Release);
         remote.join().unwrap();
-        // Flush k of the zap made the generation g0 + k.
+        // Flush k of the zap made the flush count g0 + k.
         let ran = ran_at.load(Ordering::Acquire);
         drop(mm);
         let s = phys.quiesce();

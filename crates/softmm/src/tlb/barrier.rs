@@ -1,7 +1,7 @@
 //! Asymmetric fences for the access-section handshake of [`super`].
 //!
-//! A CPU entering an access publishes its section, then loads the flush
-//! generation; an initiator bumps the generation, then loads each CPU's
+//! A CPU entering an access publishes its section, then loads its flush
+//! requests; an initiator bumps the requests, then loads each CPU's
 //! section. That store-then-load on both sides (a Dekker handshake) needs a
 //! full fence on both sides, and a fence on every access would cost the TLB
 //! hit several times its budget. The known way out, userspace RCU's: the
@@ -10,8 +10,8 @@
 //! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (an IPI to each CPU
 //! running one of its threads; a thread not running passes a full barrier
 //! when it is scheduled in). Either the reader's section store is visible to
-//! the initiator's later load, or the reader's later generation load sees the
-//! new generation.
+//! the initiator's later load, or the reader's later load of its requests
+//! sees the new one.
 //!
 //! Where the expedited command cannot be registered (an old kernel, a
 //! seccomp filter, another OS), under loom (which models fences, not
@@ -59,7 +59,7 @@ pub(crate) fn reader_barrier(light: bool) {
 /// running thread of the process (with [`reader_is_light`]), or a SeqCst
 /// fence on the calling thread (without, every reader fencing itself).
 pub(crate) fn initiator_barrier() {
-    // SeqCst fence first in any case: it orders the generation bump before
+    // SeqCst fence first in any case: it orders the requests' bumps before
     // the loads of the sections on this thread, which is all the fallback
     // needs and what loom checks.
     fence(Ordering::SeqCst);

@@ -37,8 +37,8 @@ impl Page {
     }
 }
 
-/// A CPU's view: its cached translation (if any) and the generation it is
-/// current for, as in `Cpu`.
+/// A CPU's view: its cached translation (if any) and the flush requests it
+/// is current for, as in `Cpu`.
 struct ModelCpu {
     state: Arc<CpuTlbState>,
     cached: bool,
@@ -53,15 +53,15 @@ impl ModelCpu {
     }
 
     /// One access, as `Cpu` makes it: enter the section, drop the TLB if
-    /// the generation moved, translate (hit or walk) and access the frame,
+    /// its flush requests moved, translate (hit or walk) and access the frame,
     /// asserting that it has not been freed, leave the section. (The fence
     /// form of the barrier: loom models fences, not membarrier.)
-    fn access(&mut self, dom: &TlbDomain, page: &Page) {
+    fn access(&mut self, page: &Page) {
         self.state.section_begin(false);
-        let gen = dom.generation();
-        if gen != self.seen {
+        let req = self.state.flush_requests();
+        if req != self.seen {
             self.cached = false;
-            self.seen = gen;
+            self.seen = req;
         }
         if !self.cached && page.pte.load(Ordering::Acquire) != 0 {
             self.cached = true;
@@ -93,10 +93,10 @@ fn a_cpu_in_an_access_finishes_it_before_the_frame_is_freed() {
         let page = Page::mapped();
         let mut cpu = ModelCpu::attached(&dom);
         let t = {
-            let (dom, page) = (dom.clone(), page.clone());
+            let page = page.clone();
             loom::thread::spawn(move || {
                 for _ in 0..3 {
-                    cpu.access(&dom, &page);
+                    cpu.access(&page);
                 }
             })
         };
@@ -115,13 +115,13 @@ fn quiescent_cpu_is_not_waited_for_and_flushes_on_resume() {
         let page = Page::mapped();
         let mut cpu = ModelCpu::attached(&dom);
         let t = {
-            let (dom, page) = (dom.clone(), page.clone());
+            let page = page.clone();
             loom::thread::spawn(move || {
-                cpu.access(&dom, &page);
+                cpu.access(&page);
                 // Blocked in softmm (a fault's slow path, or parked).
                 cpu.state.enter_quiescent();
                 cpu.state.exit_quiescent();
-                cpu.access(&dom, &page);
+                cpu.access(&page);
             })
         };
         page.unmap();
@@ -131,7 +131,7 @@ fn quiescent_cpu_is_not_waited_for_and_flushes_on_resume() {
     });
 }
 
-/// Two initiators bump the generation concurrently: the main thread unmaps
+/// Two initiators request flushes concurrently: the main thread unmaps
 /// the page while the CPU's own thread, between two accesses, makes a
 /// syscall that shoots down something unrelated (its CPU quiescent and
 /// passed as its own, so that flush waits for nobody). The page's flush must
@@ -150,11 +150,11 @@ fn two_initiators_and_one_cpu() {
         let t = {
             let (dom, page) = (dom.clone(), page.clone());
             loom::thread::spawn(move || {
-                cpu.access(&dom, &page);
+                cpu.access(&page);
                 cpu.state.enter_quiescent();
                 dom.flush(std::slice::from_ref(&cpu.state));
                 cpu.state.exit_quiescent();
-                cpu.access(&dom, &page);
+                cpu.access(&page);
             })
         };
         page.unmap();
@@ -179,10 +179,10 @@ fn cpu_detaches_while_a_ticket_is_pending() {
         let t = {
             let (dom, elsewhere, page, other_page) = (dom.clone(), elsewhere.clone(), page.clone(), other_page.clone());
             loom::thread::spawn(move || {
-                cpu.access(&dom, &page);
-                cpu.access(&dom, &page);
+                cpu.access(&page);
+                cpu.access(&page);
                 cpu.switch(&dom, &elsewhere);
-                cpu.access(&elsewhere, &other_page);
+                cpu.access(&other_page);
                 // Its owner goes on elsewhere: still running, never acking `dom`.
             })
         };
@@ -204,10 +204,10 @@ fn two_domains_flushed_with_two_tickets() {
         let pages = [Page::mapped(), Page::mapped()];
         let mut cpus = [ModelCpu::attached(&doms[0]), ModelCpu::attached(&doms[1])];
         let t = {
-            let (doms, pages) = (doms.clone(), pages.clone());
+            let pages = pages.clone();
             loom::thread::spawn(move || {
                 for i in [0, 1, 0, 1] {
-                    cpus[i].access(&doms[i], &pages[i]);
+                    cpus[i].access(&pages[i]);
                 }
             })
         };
@@ -230,22 +230,22 @@ fn a_syscall_does_not_wait_for_its_own_threads_cpus() {
         let page = Page::mapped();
         let mut remote = ModelCpu::attached(&dom);
         let t = {
-            let (dom, page) = (dom.clone(), page.clone());
+            let page = page.clone();
             loom::thread::spawn(move || {
-                remote.access(&dom, &page);
-                remote.access(&dom, &page);
+                remote.access(&page);
+                remote.access(&page);
             })
         };
         let mut mine = [ModelCpu::attached(&dom), ModelCpu::attached(&dom)];
         mine.iter().for_each(|c| super::register_thread_cpu(&c.state));
-        mine.iter_mut().for_each(|c| c.access(&dom, &page));
+        mine.iter_mut().for_each(|c| c.access(&page));
         {
             let _syscall = QuiescentGuard::enter();
             page.unmap();
             with_thread_cpus(|own| dom.flush(own));
             page.free();
         }
-        mine.iter_mut().for_each(|c| c.access(&dom, &page));
+        mine.iter_mut().for_each(|c| c.access(&page));
         mine.iter().for_each(|c| super::unregister_thread_cpu(&c.state));
         t.join().unwrap();
     });

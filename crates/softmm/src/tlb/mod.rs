@@ -3,9 +3,10 @@
 //!
 //! # Protocol
 //!
-//! Each address space has a [`TlbDomain`]: a flush generation `gen` and the
-//! list of attached CPUs. Each CPU has a [`CpuTlbState`]: a `section` count,
-//! odd while the CPU is inside an access, and a `quiescent` depth. A CPU is
+//! Each address space has a [`TlbDomain`]: the list of attached CPUs. Each
+//! CPU has a [`CpuTlbState`]: a `section` count, odd while the CPU is inside
+//! an access, `flush_req`, the flush requests sent to it, and a `quiescent`
+//! depth. A CPU is
 //! quiescent, and never waited for, whenever it is outside an access: its
 //! thread may block anywhere for as long as it likes. This is RCU's
 //! read-side critical section, with the TLB as the protected data.
@@ -13,14 +14,15 @@
 //! * **CPU, each access section** (one accessor call, one page of a copy,
 //!   one `with_slice` callback, one held [`crate::Translation`], one
 //!   [`crate::Section`] of many accesses):
-//!   [`CpuTlbState::section_begin`] (count odd, then a barrier), load `gen`;
-//!   if it moved, drop every TLB entry; translate (TLB or walk) and access;
+//!   [`CpuTlbState::section_begin`] (count odd, then a barrier), load
+//!   `flush_req`; if it moved, drop every TLB entry; translate (TLB or walk) and access;
 //!   [`CpuTlbState::section_end`] (count even, Release). A page fault leaves
 //!   the section for the fault handler and begins a new one after it.
 //! * **Initiator** (after clearing or narrowing PTEs under their locks), in
 //!   two steps so that it can shoot down several address spaces at once:
-//!   1. [`TlbDomain::flush_begin`]: `gen += 1`; under the CPU-list lock, if
-//!      any attached CPU is not its own, one process-wide barrier, then for
+//!   1. [`TlbDomain::flush_begin`]: under the CPU-list lock, `flush_req +=
+//!      1` on every attached CPU (Release); if any attached CPU is not its
+//!      own, one process-wide barrier, then for
 //!      each such CPU count one flush request, and note the CPU and its
 //!      count in the [`FlushTicket`] if the count is odd and the CPU is not
 //!      quiescent.
@@ -29,12 +31,12 @@
 //!      it free frames and tables.
 //!
 //!   [`TlbDomain::flush`] is the two back to back.
-//! * **The handshake.** CPU: store the odd count, barrier, load `gen`.
-//!   Initiator: store `gen`, barrier, load the count. Either the initiator
+//! * **The handshake.** CPU: store the odd count, barrier, load
+//!   `flush_req`. Initiator: store `flush_req`, barrier, load the count. Either the initiator
 //!   sees the CPU inside (and waits for the section to end, whose accesses
 //!   then happen before the free by Release/Acquire on the count), or the
-//!   CPU's load sees the new `gen` and it drops its entries before using
-//!   one; its walks then see the PTEs cleared before the bump. The barriers
+//!   CPU's load sees the new request and it drops its entries before using
+//!   one; its walks then see the PTEs cleared before the bump (Acquire). The barriers
 //!   are asymmetric (`barrier.rs`): a compiler barrier on the CPU's side and
 //!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` on the initiator's,
 //!   which runs a full barrier on every thread of the process; where that
@@ -48,8 +50,8 @@
 //!   frame reference instead. When the thread leaves softmm, every one of
 //!   its CPUs whose section is still open has its TLB emptied
 //!   ([`QuiescentGuard`]'s drop): a flush may have skipped it meanwhile,
-//!   and the accesses of a [`crate::Section`] do not check the generation.
-//! * **Attach** (under the list lock): read `gen`, with an empty TLB.
+//!   and the accesses of a [`crate::Section`] do not check the requests.
+//! * **Attach** (under the list lock): read `flush_req`, with an empty TLB.
 //!   **Detach** (under the list lock): remove it from the list. Both happen
 //!   outside any access of the CPU (they take it by `&mut`), and a CPU
 //!   that attaches after begin has read the list starts empty and takes the
@@ -76,7 +78,7 @@ mod quiescent;
 mod shootdown;
 mod soft_tlb;
 
-pub(crate) use barrier::reader_is_light;
+pub(crate) use barrier::{reader_barrier, reader_is_light};
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
 pub use shootdown::{CpuTlbState, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};

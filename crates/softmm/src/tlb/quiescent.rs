@@ -86,9 +86,9 @@ impl Drop for QuiescentGuard {
                 // A CPU whose section stayed open across the call (a
                 // multi-access `Section`, a `with_slice` callback): while it
                 // was quiescent a shootdown may have skipped it and freed
-                // what it cached, and this thread's own flushes never ask
-                // it; its accesses check the generation only when a section
-                // begins, so its TLB is emptied here, after the end of the
+                // what it cached, and this thread's own flushes never wait
+                // for it; its accesses check the flush requests only when a
+                // section begins, so its TLB is emptied here, after the end of the
                 // quiescent state (whose fence orders the walks that refill
                 // it after the PTE changes that the skipped flush covered).
                 if s.in_section() {

@@ -16,6 +16,12 @@ pub struct CpuTlbState {
     /// so a waiter that saw an odd value knows the section ended as soon as
     /// the value moves, even if the CPU has entered another since.
     section: AtomicU64,
+    /// Flush requests sent to this CPU so far: every shootdown of its domain
+    /// adds one (Release, after the PTE changes it covers), and the CPU
+    /// drops its TLB at the start of a section when the count moved. Next
+    /// to `section`, so that a section's entry touches one cache line of
+    /// the CPU's own, which initiators write only when they shoot down.
+    flush_req: AtomicU64,
     /// Non-zero while the CPU is parked or its thread is inside softmm (a
     /// syscall or a fault), where it uses none of its translations.
     quiescent: AtomicU64,
@@ -27,12 +33,17 @@ pub struct CpuTlbState {
 impl CpuTlbState {
     /// A CPU outside any access.
     pub fn new() -> Arc<CpuTlbState> {
-        Arc::new(CpuTlbState { section: AtomicU64::new(0), quiescent: AtomicU64::new(0), tlb: SoftTlb::new() })
+        Arc::new(CpuTlbState {
+            section: AtomicU64::new(0),
+            flush_req: AtomicU64::new(0),
+            quiescent: AtomicU64::new(0),
+            tlb: SoftTlb::new(),
+        })
     }
 
-    /// Enters an access section. The caller loads the flush generation
-    /// ([`TlbDomain::generation`]) after this, and drops its TLB if it
-    /// moved, before using any entry. `light` is
+    /// Enters an access section. The caller loads the flush requests
+    /// ([`CpuTlbState::flush_requests`]) after this, and drops its TLB if
+    /// they moved, before using any entry. `light` is
     /// [`barrier::reader_is_light`], which the CPU keeps at hand. Called
     /// only on the CPU's own thread, the count's only writer (so its own
     /// relaxed load of the count is exact: no copy of it needs storing).
@@ -42,14 +53,30 @@ impl CpuTlbState {
         // `Translation` or `Section` forgotten with `mem::forget`) stays as
         // it is, so that section simply lasts until this one ends.
         let count = self.section.load(Ordering::Relaxed) | 1;
-        // Relaxed: the barrier below orders it before the generation load.
+        // Relaxed: the barrier below orders it before the flush-request load.
         self.section.store(count, Ordering::Relaxed);
         // Dekker with `TlbDomain::flush_begin`: our store of an odd count,
-        // this barrier, then our load of `gen`; the initiator's bump of
-        // `gen`, its barrier, then its load of our count. Either it sees us
-        // inside and waits for the section to end, or we see the new
-        // generation and flush before using a stale entry.
+        // this barrier, then our load of `flush_req`; the initiator's bump
+        // of `flush_req`, its barrier, then its load of our count. Either it
+        // sees us inside and waits for the section to end, or we see the
+        // new request and flush before using a stale entry.
         barrier::reader_barrier(light);
+    }
+
+    /// The flush requests sent to this CPU so far; loaded after
+    /// [`CpuTlbState::section_begin`]'s barrier, and compared with the count
+    /// the CPU's TLB is current for. Acquire pairs with the initiator's
+    /// Release bump: a CPU that sees the request walks the page tables the
+    /// shootdown changed as changed.
+    #[inline(always)]
+    pub fn flush_requests(&self) -> u64 {
+        self.flush_req.load(Ordering::Acquire)
+    }
+
+    /// Asks the CPU to drop its TLB before its next section uses an entry.
+    /// Called by initiators before their barrier, after their PTE changes.
+    fn request_flush(&self) {
+        self.flush_req.fetch_add(1, Ordering::Release);
     }
 
     /// Leaves the access section (on the CPU's own thread): from here on,
@@ -198,9 +225,8 @@ pub struct TlbStats {
     pub flush_wait_ns: u64,
 }
 
-/// The CPUs attached to one address space and its flush generation.
+/// The CPUs attached to one address space, and its shootdown counters.
 pub struct TlbDomain {
-    gen: AtomicU64,
     /// Number of attached CPUs, readable without the list's lock.
     nr_cpus: AtomicU64,
     /// Locked to attach, to detach, and for [`TlbDomain::flush_begin`]'s
@@ -231,7 +257,6 @@ impl TlbDomain {
     pub fn with_policy(policy: ShootdownPolicy) -> TlbDomain {
         TlbDomain {
             policy,
-            gen: AtomicU64::new(0),
             nr_cpus: AtomicU64::new(0),
             cpus: Mutex::new(Vec::new()),
             flushes: AtomicU64::new(0),
@@ -242,23 +267,17 @@ impl TlbDomain {
         }
     }
 
-    /// The current flush generation, loaded at the start of every access
-    /// section (after [`CpuTlbState::section_begin`]).
-    #[inline(always)]
-    pub fn generation(&self) -> u64 {
-        // Acquire is free where it matters (x86-64); the ordering against
-        // the initiator is the section barrier's.
-        self.gen.load(Ordering::Acquire)
-    }
-
-    /// Attaches a CPU (attached to no other domain, outside any access);
-    /// returns the generation its (empty) TLB is current for.
+    /// Attaches a CPU (attached to no other domain, outside any access,
+    /// with an empty TLB); returns its flush requests so far, the count its
+    /// TLB is current for. Under the list's lock, so a shootdown that
+    /// missed the CPU in the list changed its PTEs before the CPU's first
+    /// walk.
     pub fn attach(&self, cpu: &Arc<CpuTlbState>) -> u64 {
         let mut cpus = self.cpus.lock();
-        let gen = self.gen.load(Ordering::SeqCst);
+        let seen = cpu.flush_requests();
         cpus.push(cpu.clone());
         self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
-        gen
+        seen
     }
 
     /// Detaches a CPU (outside any access); it must hold no translation of
@@ -277,27 +296,30 @@ impl TlbDomain {
         self.nr_cpus.load(Ordering::Relaxed) as usize
     }
 
-    /// Starts a shootdown of every attached CPU's TLB: bumps the generation
-    /// (CPUs drop their entries at the start of their next access) and
-    /// notes the CPUs that are inside an access right now, the only ones
-    /// that must be waited for. `mine` are the caller's own CPUs, which get
-    /// no request (they flush at their next access).
+    /// Starts a shootdown of every attached CPU's TLB: bumps each CPU's
+    /// flush requests (CPUs drop their entries at the start
+    /// of their next access) and notes the CPUs that are inside an access
+    /// right now, the only ones that must be waited for. `mine` are the
+    /// caller's own CPUs, never waited for (they flush at their next
+    /// access) and not counted as requests.
     ///
     /// The flush is complete only when the returned ticket has been waited
     /// for (or dropped); the caller may begin flushes of other domains
     /// meanwhile. No lock is held between the two: CPUs may attach, detach
     /// and run in between.
     pub fn flush_begin(&self, mine: &[Arc<CpuTlbState>]) -> FlushTicket {
-        self.gen.fetch_add(1, Ordering::SeqCst);
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut pending = Vec::new();
         let mut requests = 0;
         let mut barrier = false;
         {
-            // Under the lock, so that a CPU attaching after us reads the new
-            // generation and starts empty, and none detaches and is dropped
-            // while we look at it.
+            // Under the lock, so that a CPU attaching after us starts empty
+            // after our PTE changes, and none detaches and is dropped while
+            // we look at it.
             let cpus = self.cpus.lock();
+            // Before the barrier: the request is the initiator's store of
+            // the handshake.
+            cpus.iter().for_each(|c| c.request_flush());
             let others = || cpus.iter().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
             if others().next().is_some() {
                 // Pairs with `CpuTlbState::section_begin`'s barrier.
@@ -463,8 +485,8 @@ mod tests {
         dom.attach(&cpu);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
-        // Entering the next access is not enough (its generation load may
-        // predate the bump); completing it is.
+        // Entering the next access is not enough (its flush-request load
+        // may predate the bump); completing it is.
         cpu.section_begin(false);
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
@@ -539,10 +561,10 @@ mod tests {
         doms.iter().zip(&cpus).for_each(|(d, c)| _ = d.attach(c));
         cpus.iter().for_each(|c| c.section_begin(false));
         let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
-        // Both generations moved before either wait: the CPUs can leave
-        // their accesses in parallel.
+        // Both shootdowns were requested before either wait: the CPUs can
+        // leave their accesses in parallel.
         for (d, c) in doms.iter().zip(&cpus) {
-            assert_eq!(d.generation(), 1);
+            assert_eq!((d.stats().flushes, c.flush_requests()), (1, 1));
             c.section_end();
         }
         returns(move || tickets.into_iter().for_each(FlushTicket::wait));

@@ -2,7 +2,7 @@
 //! state ([`super::CpuTlbState`]) rather than in the `Cpu`, so that the
 //! thread can empty them on its way out of softmm ([`super::QuiescentGuard`])
 //! while a multi-access section of that CPU is open (`crate::Section`):
-//! the section's accesses then need no check of the flush generation.
+//! the section's accesses then need no check of the flush requests.
 //!
 //! Only the CPU's own thread reads or writes the entries (the `Cpu`, and
 //! the thread's own quiescent guards): the atomics are relaxed, compile to
