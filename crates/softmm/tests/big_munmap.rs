@@ -405,6 +405,49 @@ fn each_policy_frees_its_page_tables_before_munmap_returns() {
     }
 }
 
+/// A munmap of a range in which nothing was ever mapped (no page table, so
+/// no translation any CPU could hold) shoots nothing down, under every
+/// policy: Linux's `tlb_flush_mmu_tlbonly` returns early when the gather
+/// cleared no entry and freed no table. will-it-scale's `mmap1` is this
+/// loop; with a shootdown per munmap its threads spent their time in
+/// process-wide barriers. A range with one page touched is shot down.
+#[test]
+fn a_munmap_of_a_range_never_touched_shoots_nothing_down() {
+    for &unmap in UnmapPolicy::ALL {
+        let phys = phys(128);
+        let mm = mm_for(&phys, unmap, FaultPolicy::default());
+        let mut cpu = Cpu::attached(&mm);
+        // Another thread's CPU, attached: a shootdown would have to ask it.
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        let other = {
+            let mm = mm.clone();
+            thread::spawn(move || {
+                let _cpu = Cpu::attached(&mm);
+                ready_tx.send(()).unwrap();
+                done.recv().unwrap();
+            })
+        };
+        ready.recv().unwrap();
+        let flushes = |mm: &AddressSpace| mm.stats().tlb.flushes;
+        assert_eq!(mm.mmap(BIG, BIG_LEN, RW, ANON | MAP_FIXED, None, 0).unwrap(), BIG);
+        let before = flushes(&mm);
+        mm.munmap(BIG, BIG_LEN).unwrap();
+        assert_eq!(flushes(&mm), before, "{unmap:?}: a shootdown for a range never touched");
+        assert_eq!(mm.mmap(BIG, BIG_LEN, RW, ANON | MAP_FIXED, None, 0).unwrap(), BIG);
+        cpu.write_u64(BIG + BIG_LEN / 2, 1).unwrap();
+        let before = flushes(&mm);
+        mm.munmap(BIG, BIG_LEN).unwrap();
+        assert!(flushes(&mm) > before, "{unmap:?}: no shootdown for a range with a page");
+        assert!(is_maperr(&cpu.read_u64(BIG + BIG_LEN / 2), BIG + BIG_LEN / 2));
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+    }
+}
+
 /// The tables are freed only after a grace period: a walker pinned in the
 /// epoch before the unmap (here a bare guard on another thread, as a TLB
 /// fill or lock-free fault holds while it walks) keeps them alive however

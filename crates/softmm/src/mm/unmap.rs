@@ -528,8 +528,17 @@ impl AddressSpace {
                 // One shootdown for the whole range, before anything is
                 // zapped: `reserve` made it unreachable to TLB fills, so
                 // after this no CPU reaches it, and each full gather of the
-                // zap is freed without a shootdown of its own.
-                tlb.shoot_down_unreachable(self);
+                // zap is freed without a shootdown of its own. None where
+                // the range has no leaf table: no CPU can hold a
+                // translation there, and none can appear (the VMAs are
+                // detached, and a fault that allocated a table did so under
+                // a VMA reference the detach waited for), as Linux's gather
+                // flushes nothing when it cleared nothing (will-it-scale's
+                // mmap1, whose threads otherwise spent their time in
+                // process-wide barriers).
+                if self.has_leaf_tables(lo, hi) {
+                    tlb.shoot_down_unreachable(self);
+                }
                 // No mmap_lock: the VMAs are detached and published, and the
                 // reservation keeps every writer out of [lo, hi).
                 t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
@@ -551,6 +560,12 @@ impl AddressSpace {
                 res
             }
         }
+    }
+
+    /// True if some PTE table or PMD leaf of `[lo, hi)` exists.
+    fn has_leaf_tables(&self, lo: u64, hi: u64) -> bool {
+        let guard = crossbeam_epoch::pin();
+        self.pgtables.leaves(lo, hi, &guard).next().is_some()
     }
 
     /// [`AddressSpace::do_munmap`] with its parts timed in `t`: the detach
