@@ -104,7 +104,7 @@ impl Cpu {
     pub fn new() -> Cpu {
         let state = CpuTlbState::new();
         crate::tlb::register_thread_cpu(&state);
-        Cpu {
+        let mut cpu = Cpu {
             mm: None,
             state,
             seen_req: 0,
@@ -113,7 +113,9 @@ impl Cpu {
             parked: false,
             stats: CpuStats::default(),
             _not_send: PhantomData,
-        }
+        };
+        cpu.set_seen_req(0);
+        cpu
     }
 
     /// A CPU attached to `mm`.
