@@ -672,6 +672,79 @@ mod host {
         (0..n).take_while(|i| cpu.write_u8(a + i * HP, 1).is_ok()).count() as u64
     }
 
+    /// The VMAs of `[a, a + len)` in the host's maps, as (start - a, end - a, perms).
+    fn h_vmas(a: u64, len: u64) -> Vec<(u64, u64, String)> {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (range, perms) = (f.next()?, f.next()?);
+                let (s, e) = range.split_once('-')?;
+                Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?, perms.to_string()))
+            })
+            .filter(|&(s, e, _)| s < a + len && e > a)
+            .map(|(s, e, p)| (s - a, e - a, p))
+            .collect()
+    }
+
+    fn s_vmas(mm: &AddressSpace, a: u64, len: u64) -> Vec<(u64, u64, String)> {
+        mm.maps()
+            .into_iter()
+            .filter(|e| e.start < a + len && e.end > a)
+            .map(|e| (e.start - a, e.end - a, e.perms.clone()))
+            .collect()
+    }
+
+    /// hugetlb VMAs never merge: `hugetlbfs_file_mmap` sets
+    /// `VM_DONTEXPAND`, one of `VM_SPECIAL`. Neither a mapping of a file's
+    /// middle page between its two neighbours, nor a protection put back
+    /// to match both neighbours, joins them (so no merge has to carry a
+    /// VMA's `HPAGE_RESV_UNMAPPED` mark or reserve map into another).
+    #[test]
+    fn hugetlb_vmas_never_merge_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let dir = guard.mount_dir().expect("mounted").to_path_buf();
+        let phys = pool(PAGES as u64);
+        let mm = super::mm(&phys);
+        let path = dir.join("merge");
+        let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a new file in the mount this test owns.
+        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
+        assert!(fd >= 0);
+        let f = File::create_hugetlbfs(&phys, "/merge", 0).unwrap();
+        let open = OpenFile::read_write(&f);
+        // SAFETY: the file just opened.
+        assert_eq!(host(unsafe { libc::ftruncate(fd, 3 * HP as i64) } == 0, ()), f.set_len(3 * HP));
+        // A 2 MiB-aligned window of 3 pages, reserved PROT_NONE.
+        let aligned = |a: u64| (a + HP - 1) & !(HP - 1);
+        let h = aligned(h_mmap(0, 4 * HP, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0).unwrap());
+        let s = aligned(mm.mmap(0, 4 * HP, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap());
+        let fixed = MAP_SHARED | MAP_FIXED;
+        for page in [0, 2, 1] {
+            let (ha, sa) = (h + page * HP, s + page * HP);
+            assert_eq!(h_mmap(ha, HP, RW, fixed, fd, page * HP), Ok(ha));
+            assert_eq!(mm.mmap(sa, HP, RW, fixed, Some(&open), page * HP), Ok(sa));
+        }
+        assert_eq!(h_vmas(h, 3 * HP), s_vmas(&mm, s, 3 * HP), "the middle page mapped last");
+        assert_eq!(h_mprotect(h + HP, HP, PROT_READ), mm.mprotect(s + HP, HP, PROT_READ));
+        assert_eq!(h_mprotect(h, 3 * HP, RW), mm.mprotect(s, 3 * HP, RW));
+        assert_eq!(h_vmas(h, 3 * HP), s_vmas(&mm, s, 3 * HP), "after mprotect there and back");
+        assert_eq!(h_mprotect(h + HP, HP, PROT_READ), mm.mprotect(s + HP, HP, PROT_READ));
+        assert_eq!(h_mprotect(h + HP, HP, RW), mm.mprotect(s + HP, HP, RW));
+        assert_eq!(h_vmas(h, 3 * HP), s_vmas(&mm, s, 3 * HP), "after mprotect of the middle VMA alone");
+        assert_eq!(h_munmap(h - HP, 5 * HP), mm.munmap(s - HP, 5 * HP));
+        // SAFETY: closing and removing the file frees its pages on the host.
+        unsafe {
+            libc::close(fd);
+            libc::unlink(cpath.as_ptr());
+        }
+        drop(open);
+        drop(f);
+        drop(mm);
+        assert_no_leaks(&phys);
+        drop(guard);
+    }
+
     #[test]
     fn hugetlb_rules_match_the_host() {
         let Some(guard) = host_pool() else { return };
