@@ -672,8 +672,9 @@ mod tests {
     /// A child that runs first changes its descriptors before its fork's
     /// result is written: those are its own table's (a copy of its
     /// parent's), kept when the child is set up, not replaced by a new copy
-    /// of the parent's. The lines of `tests/replay_random.rs` seed 590 (pids
-    /// 6611/6616 of its batch's log), which failed on a loaded machine: the
+    /// of the parent's. Lines of `tests/replay_random.rs` seed 590 (pids
+    /// 6611/6616 of its batch's log, two mappings added before the exec),
+    /// which failed on a loaded machine: the
     /// parent's descriptor 8 was write-only, the child reopened it
     /// read-write, and the replay refused the child's (and its new
     /// program's) shared read mappings of it with `EACCES`.
