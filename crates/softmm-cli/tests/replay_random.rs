@@ -746,6 +746,8 @@ fn check_batch(dir: &Path, first_seed: u64, seqs: &[Vec<Op>], b: &Batch) -> (Vec
         .output()
         .expect("softmm replay");
     let report = String::from_utf8_lossy(&out.stdout);
+    // Kept with the log if the batch fails (see `keep_failed`).
+    let _ = std::fs::write(dir.join("replay.txt"), report.as_bytes());
     let forks: Vec<u64> = b.host.iter().flatten().map(|&(pid, _)| pid).collect();
     // Calls of the sequences' processes (an exec'd program's include its
     // start-up: the dynamic loader, the Rust runtime, libtest).
@@ -834,6 +836,28 @@ fn scratch() -> PathBuf {
     d
 }
 
+/// Copies a failed batch's files (`ops.txt`, the sequences; `runner.strace`,
+/// the host's log; `replay.txt`, the replay's report) out of the scratch
+/// directory, which the next batch reuses and the end removes, into one
+/// named after the batch, and says where: a failure that depends on how
+/// strace interleaved the processes' lines (the machine's load) may not
+/// come back when the seed is run again.
+fn keep_failed(dir: &Path, first_seed: u64) -> String {
+    let kept = std::env::temp_dir().join(format!("softmm-replay-failed-{}-seed{first_seed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&kept);
+    let copied = std::fs::create_dir_all(&kept).is_ok()
+        && ["ops.txt", "runner.strace", "replay.txt"].iter().all(|f| std::fs::copy(dir.join(f), kept.join(f)).is_ok());
+    if copied {
+        format!(
+            "batch from seed {first_seed}: its files are kept in {d}; replay the log with `softmm replay --maps \
+             {d}/runner.strace`",
+            d = kept.display()
+        )
+    } else {
+        format!("batch from seed {first_seed}: its files could not be kept in {}", kept.display())
+    }
+}
+
 /// Runs the sequences of `seeds` and returns their failures.
 fn run_seeds(seeds: &[u64]) -> Option<Vec<String>> {
     let dir = scratch();
@@ -846,7 +870,7 @@ fn run_seeds(seeds: &[u64]) -> Option<Vec<String>> {
         calls += c;
         execs += e;
         if !f.is_empty() {
-            let _ = std::fs::copy(dir.join("runner.strace"), std::env::temp_dir().join("softmm-replay-failed.strace"));
+            failures.push(keep_failed(&dir, chunk[0]));
         }
         failures.extend(f);
     }
@@ -890,6 +914,18 @@ const REGRESSIONS: &[(&str, &str)] = &[
         "a nested fork child that exits before its fork returns, in an exec'd program",
         "mmap 300010000 2000 3 32 a 0 0\nexec\nmmap 300020000 2000 3 32 a 0 0\nfork\nfork\nmunmap 300020000 1000\n",
     ),
+    (
+        // Seed 590, once, on a loaded machine: the child ran before its
+        // fork's result was written and reopened the parent's write-only
+        // descriptor read-write; the replay gave those lines a table of
+        // their own, replaced by a copy of the parent's at the result, and
+        // refused the exec'd program's shared read mappings (EACCES). Here
+        // the host's order depends on scheduling; the replay's unit test
+        // `descriptors_a_child_opens_before_its_fork_returns_are_its_own`
+        // has the failing lines.
+        "a fork child reopens its parent's write-only descriptor read-write, execs and maps it shared",
+        "open 0 0 1\nfork\nclose 0\nopen 0 0 2\nexec\nmmap 0 3000 1 1 s 0 1000\nmmap 300010000 2000 3 11 s 0 0\n",
+    ),
 ];
 
 #[test]
@@ -904,13 +940,17 @@ fn past_differences_replay_like_the_host() {
         eprintln!("strace cannot trace here: skipped");
         return;
     };
-    let (failures, _, _) = check_batch(&dir, 0, &seqs, &b);
+    let (mut failures, _, _) = check_batch(&dir, 0, &seqs, &b);
+    if !failures.is_empty() {
+        failures.push(keep_failed(&dir, 0));
+    }
     let _ = std::fs::remove_dir_all(&dir);
     let named: Vec<String> = failures
         .iter()
-        .map(|f| {
-            let i: usize = f.strip_prefix("seed ").and_then(|r| r.split(' ').next()?.parse().ok()).unwrap_or(0);
-            format!("{}: {f}", REGRESSIONS.get(i).map_or("?", |r| r.0))
+        .map(|f| match f.strip_prefix("seed ").and_then(|r| r.split(' ').next()?.parse::<usize>().ok()) {
+            Some(i) => format!("{}: {f}", REGRESSIONS.get(i).map_or("?", |r| r.0)),
+            // The runner's lines, where the batch's files are kept.
+            None => f.clone(),
         })
         .collect();
     assert!(named.is_empty(), "{}", named.join("\n"));

@@ -8,10 +8,13 @@
 //!   `clone3` or `fork` without `CLONE_VM` forks the parent's address space
 //!   copy-on-write ([`softmm::AddressSpace::fork`]) so the child replays
 //!   against its parent's state, one with `CLONE_VM` (a thread, `vfork`)
-//!   shares it, and `exit_group` ends the process. Without process lines, a
-//!   pid whose first call is `brk(NULL)` (the first call of a new program)
-//!   starts a new address space, and the report says so; any other new pid
-//!   is a thread of the process started last.
+//!   shares it, and `exit_group` ends the process. A child whose lines come
+//!   before its fork's result (it ran first, as it may under load) is set up
+//!   at the first of them that changes anything (a memory, descriptor or
+//!   process call), so that they apply to its own copy. Without process
+//!   lines, a pid whose first call is `brk(NULL)` (the first call of a new
+//!   program) starts a new address space, and the report says so; any other
+//!   new pid is a thread of the process started last.
 //! * The heap of each process starts at its first `brk` result (the initial
 //!   break).
 //! * Files named in the log become in-memory files covering every offset a
@@ -152,9 +155,12 @@ impl Tracker<'_> {
 
     /// Applies a descriptor call (`openat`, `close`, `dup*`, `memfd_create`)
     /// recorded at `i` to its pid's table.
-    fn fd_call(&mut self, i: usize) {
+    fn fd_call(&mut self, i: usize) -> Result<(), String> {
         let r = &self.recs[i];
-        let Ret::Val(v) = r.ret else { return };
+        let Ret::Val(v) = r.ret else { return Ok(()) };
+        // Changes the child's copy of its parent's table, which setting the
+        // child up later would replace.
+        self.set_up_early_child(i)?;
         let t = self.fdt(r.pid);
         let table = &mut self.fdts[t];
         let fd = v as i64;
@@ -171,6 +177,21 @@ impl Tracker<'_> {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Sets up the child whose line `i` comes before its fork's result:
+    /// strace writes the result when the parent returns, which under load
+    /// can be many child lines later. A memory call sets its child up
+    /// anyway ([`Tracker::process_of`]); a descriptor call or an exit must
+    /// too, or the child's table would start empty and be replaced by its
+    /// parent's at the result, and an exited child be set up again there.
+    fn set_up_early_child(&mut self, i: usize) -> Result<(), String> {
+        let r = &self.recs[i];
+        if r.pid.and_then(|pid| self.clones.get(&pid)).is_some_and(|&c| c > i && !self.spawned.contains(&c)) {
+            self.process_of(i)?;
+        }
+        Ok(())
     }
 
     fn add(&mut self, p: Process, pid: Option<u64>) -> usize {
@@ -264,6 +285,9 @@ impl Tracker<'_> {
         // leaves it there, a successful one keeps its descriptors.
         if matches!(r.call, Call::Execve { .. }) && r.pid.is_some_and(|p| self.clones.contains_key(&p)) {
             self.process_of(i)?;
+        }
+        if matches!(r.call, Call::Exit { .. }) {
+            self.set_up_early_child(i)?;
         }
         match (&r.call, r.ret) {
             (Call::Execve { path, argv }, Ret::Val(_)) => {
@@ -402,7 +426,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         }
         if !r.call.is_memory() {
             *fd_calls.entry(r.call.name()).or_default() += 1;
-            tr.fd_call(i);
+            tr.fd_call(i)?;
             continue;
         }
         let (p, _) = tr.process_of(i)?;
@@ -626,5 +650,58 @@ mod tests {
         // The child's munmap happened in its copy only.
         let parent = &out[out.find("final mappings of pid 10 ").expect("parent maps")..];
         assert!(parent.lines().nth(1).is_some_and(|l| l.starts_with("300000000-300002000")), "{out}");
+    }
+
+    /// A child that exits before its fork's result, with no other line, is
+    /// one process that ended there, not one set up at the result and alive
+    /// at the end of the log.
+    #[test]
+    fn a_child_whose_only_line_is_its_exit_ends_there() {
+        let log = "10 mmap(0x300000000, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
+                   10 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD <unfinished ...>\n\
+                   11 exit_group(0) = ?\n\
+                   11 +++ exited with 0 +++\n\
+                   10 <... clone resumed>, child_tidptr=0x7f6b411c2990) = 11\n\
+                   10 exit_group(0) = ?\n";
+        let (out, ok) = replay("t", log, &opts()).expect("replay");
+        assert!(ok, "{out}");
+        assert_eq!(out.matches("final mappings of pid 11 (at its end)").count(), 1, "{out}");
+        assert!(!out.contains("at the end of the log"), "{out}");
+    }
+
+    /// A child that runs first changes its descriptors before its fork's
+    /// result is written: those are its own table's (a copy of its
+    /// parent's), kept when the child is set up, not replaced by a new copy
+    /// of the parent's. Lines of `tests/replay_random.rs` seed 590 (pids
+    /// 6611/6616 of its batch's log, two mappings added before the exec),
+    /// which failed on a loaded machine: the
+    /// parent's descriptor 8 was write-only, the child reopened it
+    /// read-write, and the replay refused the child's (and its new
+    /// program's) shared read mappings of it with `EACCES`.
+    #[test]
+    fn descriptors_a_child_opens_before_its_fork_returns_are_its_own() {
+        let log = "6611  openat(AT_FDCWD</w>, \"/tmp/r/file0\", O_WRONLY) = 8</tmp/r/file0>\n\
+                   6611  mmap(0x3000d2000, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x3000d2000\n\
+                   6611  clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD <unfinished ...>\n\
+                   6616  close(8</tmp/r/file0>) = 0\n\
+                   6616  openat(AT_FDCWD</w>, \"/tmp/r/file0\", O_RDWR) = 8</tmp/r/file0>\n\
+                   6616  munmap(0x3000d2000, 4096)         = 0\n\
+                   6616  mmap(0x300010000, 8192, PROT_READ, MAP_SHARED|MAP_FIXED, 8</tmp/r/file0>, 0) = 0x300010000\n\
+                   6616  openat(AT_FDCWD</w>, \"/proc/self/maps\", O_RDONLY) = 9</proc/6616/maps>\n\
+                   6611  <... clone resumed>, child_tidptr=0x7f27f9dae990) = 6616\n\
+                   6616  close(9</proc/6616/maps>)         = 0\n\
+                   6616  mmap(0x300020000, 8192, PROT_READ|PROT_WRITE, MAP_SHARED|MAP_FIXED, 8</tmp/r/file0>, 0) = 0x300020000\n\
+                   6616  execve(\"/bin/t\", [\"/bin/t\"], 0x7f27f9dad228 /* 2 vars */) = 0\n\
+                   6616  brk(NULL)                         = 0x556fe2ea8000\n\
+                   6616  mmap(0x30000d000, 32768, PROT_READ, MAP_SHARED, 8</tmp/r/file0>, 0x2000) = 0x30000d000\n\
+                   6616  exit_group(0)                     = ?\n\
+                   6616  +++ exited with 0 +++\n\
+                   6611  mmap(0x300030000, 4096, PROT_READ, MAP_SHARED|MAP_FIXED, 8</tmp/r/file0>, 0) = -1 EACCES (Permission denied)\n\
+                   6611  exit_group(0) = ?\n";
+        let (out, ok) = replay("t", log, &opts()).expect("replay");
+        assert!(ok, "{out}");
+        // The child's munmap happened in its copy only, once.
+        let parent = &out[out.find("final mappings of pid 6611 ").expect("parent maps")..];
+        assert!(parent.lines().nth(1).is_some_and(|l| l.starts_with("3000d2000-3000d3000")), "{out}");
     }
 }
