@@ -11,25 +11,29 @@ stage() {
   "$@"
   echo "test.sh: $name took $((SECONDS - start)) s"
 }
-# `two_shards CMD...` builds the tests of `CMD` (a `cargo test` line), then
-# runs them as two processes at once: the `hugetlb::` modules' tests, and
-# every other (a filter and a --skip of one string: each test runs exactly
-# once). Both the loom and the Miri lines need it to use the second CPU.
+# `two_shards FILTERS CMD...` builds the tests of `CMD` (a `cargo test`
+# line), then runs them as two processes at once: the tests whose names
+# contain one of the space-separated FILTERS, and every other test (the
+# same strings as filters and as --skip: each test runs exactly once).
+# Both the loom and the Miri lines need it to use the second CPU.
 # loom: the hugetlb models take one process-wide lock each (their broken-
 # variant switches are statics), so in one harness they run one at a time,
 # a third of the models' time, with the second test thread waiting on it.
 # Miri interprets a test binary, all its threads, on one host thread (and
 # its harness sees one CPU), so only a second process uses a second CPU;
-# the hugetlb tests are about half of Miri's time.
+# `hugetlb::` and `file::` are about half of Miri's time.
 two_shards() {
+  local filters skips=() log rc=0 shard
+  read -ra filters <<<"$1"
+  shift
+  for f in "${filters[@]}"; do skips+=(--skip "$f"); done
   "$@" --no-run
-  local log rc=0 shard
   log=$(mktemp)
-  "$@" -- hugetlb:: >"$log" 2>&1 &
+  "$@" -- "${filters[@]}" >"$log" 2>&1 &
   shard=$!
-  "$@" -- --skip hugetlb:: || rc=$?
+  "$@" -- "${skips[@]}" || rc=$?
   wait "$shard" || rc=$?
-  echo "--- the hugetlb:: shard:"
+  echo "--- the shard of (${filters[*]}):"
   cat "$log"
   rm -f "$log"
   return "$rc"
@@ -56,7 +60,7 @@ stage on-demand env SOFTMM_ON_DEMAND=1 \
 # move_pages against a lock-free fault, munmap, two CPUs of a page shared by fork
 # (the batched flush over two address spaces), and writes to a page-cache page;
 # host_file's model of writeback against a Cpu's store.
-stage loom two_shards env RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom \
+stage loom two_shards hugetlb:: env RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release -p softmm --lib
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
@@ -65,7 +69,7 @@ miri_test() {
     cargo +nightly miri test -p softmm --lib "$@"
 }
 if cargo +nightly miri --version >/dev/null 2>&1; then
-  stage miri two_shards miri_test
+  stage miri two_shards "hugetlb:: file::" miri_test
 else
   echo "miri: nightly component not installed, skipped"
 fi
