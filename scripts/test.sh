@@ -3,15 +3,55 @@
 # tests, and the loom models (built with --cfg loom in a separate target directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
+# `stage NAME CMD...` runs one stage and prints its wall time, so that a CI
+# log shows where the minutes go.
+stage() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name took $((SECONDS - start)) s"
+}
+# `two_shards FILTERS CMD...` builds the tests of `CMD` (a `cargo test`
+# line), then runs them as two processes at once: the tests whose names
+# contain one of the space-separated FILTERS, and every other test (the
+# same strings as filters and as --skip: each test runs exactly once).
+# Both the loom and the Miri lines need it to use the second CPU.
+# loom: the hugetlb models take one process-wide lock each (their broken-
+# variant switches are statics), so in one harness they run one at a time,
+# a third of the models' time, with the second test thread waiting on it.
+# Miri interprets a test binary, all its threads, on one host thread (and
+# its harness sees one CPU), so only a second process uses a second CPU;
+# `hugetlb::` and `file::` are about half of Miri's time.
+two_shards() {
+  local filters skips=() log rc=0 shard
+  read -ra filters <<<"$1"
+  shift
+  for f in "${filters[@]}"; do skips+=(--skip "$f"); done
+  "$@" --no-run
+  log=$(mktemp)
+  "$@" -- "${filters[@]}" >"$log" 2>&1 &
+  shard=$!
+  "$@" -- "${skips[@]}" || rc=$?
+  wait "$shard" || rc=$?
+  echo "--- the shard of (${filters[*]}):"
+  cat "$log"
+  rm -f "$log"
+  return "$rc"
+}
+stage fmt cargo fmt --all -- --check
+stage clippy cargo clippy --all-targets -- -D warnings
 # The `checked` profile: release optimizations with overflow checks and debug
 # assertions on (see Cargo.toml).
-cargo test --profile checked --workspace
-cargo test --profile checked -p softmm --features shared-write-stats --test shared_writes
+stage checked cargo test --profile checked --workspace
+# The two reruns keep `--workspace`: `-p softmm` would resolve the
+# dependencies' features differently and rebuild a dozen crates and softmm.
+stage shared-write-stats \
+  cargo test --profile checked --workspace --features softmm/shared-write-stats --test shared_writes
 # Memory on demand (PhysConfig::on_demand) behaves as a prefaulted arena:
-# the semantic tests again, their arenas reserved instead of prefaulted.
-SOFTMM_ON_DEMAND=1 cargo test --profile checked -p softmm --test semantics --test access_remote --test hardening
+# the semantic tests again, their arenas reserved instead of prefaulted
+# (the variable is read at run time: the binaries above run again, unbuilt).
+stage on-demand env SOFTMM_ON_DEMAND=1 \
+  cargo test --profile checked --workspace --test semantics --test access_remote --test hardening
 # loom: the library's unit tests built with --cfg loom, where the whole crate
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`
@@ -20,12 +60,16 @@ SOFTMM_ON_DEMAND=1 cargo test --profile checked -p softmm --test semantics --tes
 # move_pages against a lock-free fault, munmap, two CPUs of a page shared by fork
 # (the batched flush over two address spaces), and writes to a page-cache page;
 # host_file's model of writeback against a Cpu's store.
-RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom cargo test --release -p softmm --lib
+stage loom two_shards hugetlb:: env RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom \
+  cargo test --release -p softmm --lib
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
-if cargo +nightly miri --version >/dev/null 2>&1; then
+miri_test() {
   MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
-    cargo +nightly miri test -p softmm --lib
+    cargo +nightly miri test -p softmm --lib "$@"
+}
+if cargo +nightly miri --version >/dev/null 2>&1; then
+  stage miri two_shards "hugetlb:: file::" miri_test
 else
   echo "miri: nightly component not installed, skipped"
 fi

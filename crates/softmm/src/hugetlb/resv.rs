@@ -247,8 +247,10 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        // Under Miri, fewer rounds: 2,000 take minutes there.
-        for _ in 0..if cfg!(miri) { 200 } else { 2000 } {
+        // Under Miri, fewer rounds: 2,000 take minutes there, and the
+        // module has no unsafe code, so Miri checks std's BTreeMap here,
+        // which 50 rounds of inserts, removals and merges already drive.
+        for _ in 0..if cfg!(miri) { 50 } else { 2000 } {
             let from = next(64);
             let to = from + next(12);
             if next(2) == 0 {
