@@ -21,7 +21,7 @@ stage() {
 # a third of the models' time, with the second test thread waiting on it.
 # Miri interprets a test binary, all its threads, on one host thread (and
 # its harness sees one CPU), so only a second process uses a second CPU;
-# `hugetlb::` and `file::` are about half of Miri's time.
+# the hugetlb tests are about half of Miri's time.
 two_shards() {
   local filters skips=() log rc=0 shard
   read -ra filters <<<"$1"
@@ -69,7 +69,7 @@ miri_test() {
     cargo +nightly miri test -p softmm --lib "$@"
 }
 if cargo +nightly miri --version >/dev/null 2>&1; then
-  stage miri two_shards "hugetlb:: file::" miri_test
+  stage miri two_shards hugetlb:: miri_test
 else
   echo "miri: nightly component not installed, skipped"
 fi
