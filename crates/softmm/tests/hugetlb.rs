@@ -672,6 +672,33 @@ mod host {
         (0..n).take_while(|i| cpu.write_u8(a + i * HP, 1).is_ok()).count() as u64
     }
 
+    /// A file created in the test's hugetlbfs mount, closed and removed
+    /// (its pages back to the host's pool) when dropped.
+    struct HostFile {
+        fd: i32,
+        path: CString,
+    }
+
+    impl HostFile {
+        fn create(dir: &std::path::Path, name: &str) -> HostFile {
+            let path = CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+            // SAFETY: a new file in the mount this test owns.
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
+            assert!(fd >= 0);
+            HostFile { fd, path }
+        }
+    }
+
+    impl Drop for HostFile {
+        fn drop(&mut self) {
+            // SAFETY: the descriptor and the path this test created.
+            unsafe {
+                libc::close(self.fd);
+                libc::unlink(self.path.as_ptr());
+            }
+        }
+    }
+
     /// The VMAs of `[a, a + len)` in the host's maps, as (start - a, end - a, perms).
     fn h_vmas(a: u64, len: u64) -> Vec<(u64, u64, String)> {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -706,11 +733,8 @@ mod host {
         let dir = guard.mount_dir().expect("mounted").to_path_buf();
         let phys = pool(PAGES as u64);
         let mm = super::mm(&phys);
-        let path = dir.join("merge");
-        let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a new file in the mount this test owns.
-        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
-        assert!(fd >= 0);
+        let host_file = HostFile::create(&dir, "merge");
+        let fd = host_file.fd;
         let f = File::create_hugetlbfs(&phys, "/merge", 0).unwrap();
         let open = OpenFile::read_write(&f);
         // SAFETY: the file just opened.
@@ -733,11 +757,7 @@ mod host {
         assert_eq!(h_mprotect(h + HP, HP, RW), mm.mprotect(s + HP, HP, RW));
         assert_eq!(h_vmas(h, 3 * HP), s_vmas(&mm, s, 3 * HP), "after mprotect of the middle VMA alone");
         assert_eq!(h_munmap(h - HP, 5 * HP), mm.munmap(s - HP, 5 * HP));
-        // SAFETY: closing and removing the file frees its pages on the host.
-        unsafe {
-            libc::close(fd);
-            libc::unlink(cpath.as_ptr());
-        }
+        drop(host_file);
         drop(open);
         drop(f);
         drop(mm);
@@ -830,11 +850,8 @@ mod host {
         }
 
         // hugetlbfs files.
-        let path = dir.join("f");
-        let cpath = CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a new file in the mount this test owns.
-        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) };
-        assert!(fd >= 0);
+        let host_file = HostFile::create(&dir, "f");
+        let fd = host_file.fd;
         let f = File::create_hugetlbfs(&phys, "/f", 0).unwrap();
         let open = OpenFile::read_write(&f);
         // SAFETY: the file just opened.
@@ -909,11 +926,8 @@ mod host {
         // SAFETY: the file opened above.
         let hr = host(unsafe { libc::fallocate(fd, 0, 0, len as i64) } == 0, ());
         assert_eq!(hr, f.fallocate(0, 0, len));
-        // SAFETY: closing and removing the file frees its pages on the host.
-        unsafe {
-            libc::close(fd);
-            libc::unlink(cpath.as_ptr());
-        }
+        // Closing and removing the file frees its pages on the host.
+        drop(host_file);
         drop(open);
         drop(f);
         drop(mm);
