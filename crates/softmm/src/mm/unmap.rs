@@ -532,7 +532,8 @@ impl AddressSpace {
                 // the range has no leaf table: no CPU can hold a
                 // translation there, and none can appear (the VMAs are
                 // detached, and a fault that allocated a table did so under
-                // a VMA reference the detach waited for), as Linux's gather
+                // the mmap_lock or a VMA reference, both of which the detach
+                // waited for), as Linux's gather
                 // flushes nothing when it cleared nothing (will-it-scale's
                 // mmap1, whose threads otherwise spent their time in
                 // process-wide barriers).
