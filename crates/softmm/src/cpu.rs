@@ -4,8 +4,8 @@
 //! Every access runs in an access section (see [`crate::tlb`]): a store to
 //! a line only this thread writes, a compiler barrier and a check of the
 //! CPU's flush requests (one load of the same line, which only shootdowns
-//! write besides) on entry, a store on exit. Each accessor of the `Cpu` is a section of its
-//! own; a [`Section`] holds one open across many accesses (an emulator's
+//! write besides) on entry, a store on exit. Each accessor of the `Cpu` is
+//! a section of its own; a [`Section`] holds one open across many accesses (an emulator's
 //! basic block), each of which then costs the TLB lookup alone. Outside a
 //! section the CPU is quiescent: no shootdown waits for it, whatever its
 //! thread does. A TLB hit is an index, one compare (tag, permission and,
@@ -268,12 +268,9 @@ impl Cpu {
     /// that began before this point is done with this CPU, and one that
     /// begins later waits for the end before freeing anything.
     ///
-    /// # Panics
-    ///
-    /// If the CPU is not attached (before entering anything).
-    ///
-    /// A CPU that is not attached has an empty TLB, so its first lookup
-    /// misses and the miss path panics.
+    /// It does not look at the attachment: a CPU that is not attached has
+    /// an empty TLB, so the section's first lookup misses, and the miss
+    /// path panics before any memory is touched.
     #[inline(always)]
     fn section_begin(&mut self) {
         debug_assert!(!self.parked, "access from a parked CPU");
@@ -710,6 +707,26 @@ mod tests {
     fn assert_no_leaks(phys: &PhysMem) {
         let s = phys.quiesce();
         assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
+    }
+
+    /// The entry no longer looks at the attachment: the first lookup of a
+    /// CPU never attached, or detached since (its TLB emptied), panics.
+    #[test]
+    #[should_panic(expected = "CPU is not attached")]
+    fn an_access_of_a_cpu_never_attached_panics() {
+        let _ = Cpu::new().read_u64(0x1000);
+    }
+
+    #[test]
+    #[should_panic(expected = "CPU is not attached")]
+    fn an_access_of_a_detached_cpu_panics_though_its_tlb_held_the_page() {
+        let p = phys();
+        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, 4096, RW, ANON, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u64(a, 1).unwrap();
+        cpu.detach();
+        let _ = cpu.section().read_u64(a);
     }
 
     #[test]

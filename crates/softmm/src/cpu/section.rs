@@ -115,7 +115,7 @@ impl Cpu {
     ///
     /// # Panics
     ///
-    /// If the CPU is not attached.
+    /// Its first access does, if the CPU is not attached.
     #[inline(always)]
     pub fn section(&mut self) -> Section<'_> {
         // Taken before the entry's compiler barrier, which would make the

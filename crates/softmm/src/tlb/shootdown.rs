@@ -297,9 +297,9 @@ impl TlbDomain {
     }
 
     /// Starts a shootdown of every attached CPU's TLB: bumps each CPU's
-    /// flush requests (CPUs drop their entries at the start
-    /// of their next access) and notes the CPUs that are inside an access
-    /// right now, the only ones that must be waited for. `mine` are the
+    /// flush requests (CPUs drop their entries at the start of their next
+    /// access) and notes the CPUs that are inside an access right now, the
+    /// only ones that must be waited for. `mine` are the
     /// caller's own CPUs, never waited for (they flush at their next
     /// access) and not counted as requests.
     ///
