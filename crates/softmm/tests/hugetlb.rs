@@ -699,6 +699,39 @@ mod host {
         }
     }
 
+    /// A `PROT_NONE` range of the host's address space that a test reserves
+    /// and maps into with `MAP_FIXED`. Its `munmap` refuses a range it does
+    /// not hold: in a test binary whose other tests run on other threads, an
+    /// unmap past the reservation takes their mappings (or the allocator's)
+    /// from under them. It has no `Drop`: once the test has unmapped it, the
+    /// range may be another thread's.
+    struct HostWindow {
+        base: u64,
+        len: u64,
+    }
+
+    impl HostWindow {
+        fn reserve(len: u64) -> HostWindow {
+            let base = h_mmap(0, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0).unwrap();
+            HostWindow { base, len }
+        }
+
+        /// The first `align`-aligned address of the window.
+        fn aligned(&self, align: u64) -> u64 {
+            self.base.next_multiple_of(align)
+        }
+
+        fn munmap(&self, a: u64, len: u64) -> Result<(), Errno> {
+            assert!(
+                a >= self.base && a + len <= self.base + self.len,
+                "munmap of {a:#x}+{len:#x} reaches outside the window {:#x}+{:#x}",
+                self.base,
+                self.len
+            );
+            h_munmap(a, len)
+        }
+    }
+
     /// The VMAs of `[a, a + len)` in the host's maps, as (start - a, end - a, perms).
     fn h_vmas(a: u64, len: u64) -> Vec<(u64, u64, String)> {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -739,10 +772,11 @@ mod host {
         let open = OpenFile::read_write(&f);
         // SAFETY: the file just opened.
         assert_eq!(host(unsafe { libc::ftruncate(fd, 3 * HP as i64) } == 0, ()), f.set_len(3 * HP));
-        // A 2 MiB-aligned window of 3 pages, reserved PROT_NONE.
-        let aligned = |a: u64| (a + HP - 1) & !(HP - 1);
-        let h = aligned(h_mmap(0, 4 * HP, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0).unwrap());
-        let s = aligned(mm.mmap(0, 4 * HP, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap());
+        // A 2 MiB-aligned run of 3 pages inside a 4-page PROT_NONE window.
+        let window = HostWindow::reserve(4 * HP);
+        let h = window.aligned(HP);
+        let s_base = mm.mmap(0, 4 * HP, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        let s = s_base.next_multiple_of(HP);
         let fixed = MAP_SHARED | MAP_FIXED;
         for page in [0, 2, 1] {
             let (ha, sa) = (h + page * HP, s + page * HP);
@@ -756,7 +790,7 @@ mod host {
         assert_eq!(h_mprotect(h + HP, HP, PROT_READ), mm.mprotect(s + HP, HP, PROT_READ));
         assert_eq!(h_mprotect(h + HP, HP, RW), mm.mprotect(s + HP, HP, RW));
         assert_eq!(h_vmas(h, 3 * HP), s_vmas(&mm, s, 3 * HP), "after mprotect of the middle VMA alone");
-        assert_eq!(h_munmap(h - HP, 5 * HP), mm.munmap(s - HP, 5 * HP));
+        assert_eq!(window.munmap(window.base, 4 * HP), mm.munmap(s_base, 4 * HP));
         drop(host_file);
         drop(open);
         drop(f);
