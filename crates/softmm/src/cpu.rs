@@ -79,12 +79,6 @@ pub struct Cpu {
     /// The flush requests (`CpuTlbState::flush_requests`) the TLB is
     /// current for.
     seen_req: u64,
-    /// What a section's entry compares the flush requests with: `seen_req`
-    /// where the section barrier is a compiler barrier alone (`light`), and
-    /// a count never reached otherwise, so that every entry takes the slow
-    /// path, which fences before it looks at the requests. One compare on
-    /// the hit path serves both.
-    expect_req: u64,
     /// Whether the section barrier may be a compiler barrier alone
     /// (`tlb::reader_is_light`, the same for the whole process).
     light: bool,
@@ -104,17 +98,17 @@ impl Cpu {
     pub fn new() -> Cpu {
         let state = CpuTlbState::new();
         crate::tlb::register_thread_cpu(&state);
-        let mut cpu = Cpu {
+        let cpu = Cpu {
             mm: None,
             state,
             seen_req: 0,
-            expect_req: 0,
             light: crate::tlb::reader_is_light(),
             parked: false,
             stats: CpuStats::default(),
             _not_send: PhantomData,
         };
-        cpu.set_seen_req(0);
+        // Without `light`, every entry takes the slow path, which fences.
+        cpu.state.take_flush_pending(!cpu.light);
         cpu
     }
 
@@ -136,7 +130,7 @@ impl Cpu {
         self.detach_locked();
         let seen = mm.tlb.attach(&self.state);
         self.empty_tlb();
-        self.set_seen_req(seen);
+        self.seen_req = seen;
         self.mm = Some(mm.clone());
     }
 
@@ -253,14 +247,10 @@ impl Cpu {
     /// If the CPU is not attached.
     #[inline]
     pub fn translate(&mut self, va: u64, access: Access) -> Result<Translation<'_>, Fault> {
-        self.section_begin();
-        match self.lookup(va, access) {
-            Ok(ptr) => Ok(Translation { cpu: self, ptr, len: (PAGE_SIZE - va % PAGE_SIZE) as usize }),
-            Err(e) => {
-                self.section_end();
-                Err(e)
-            }
-        }
+        let mut section = self.section();
+        // On a fault, the section ends as it is dropped.
+        let ptr = section.lookup(va, access)?;
+        Ok(Translation { section, ptr, len: (PAGE_SIZE - va % PAGE_SIZE) as usize })
     }
 
     /// Enters an access section and drops the TLB if a shootdown began
@@ -274,13 +264,13 @@ impl Cpu {
     #[inline(always)]
     fn section_begin(&mut self) {
         debug_assert!(!self.parked, "access from a parked CPU");
-        // The compiler barrier alone: without `light`, `expect_req` never
-        // matches and `section_begin_slow` fences before it loads again.
+        // The compiler barrier alone: without `light`, the pending mark
+        // is never clear and `section_begin_slow` fences before it looks.
         // One reference for both: after the barrier, `self.state` would be
         // loaded again.
         let state = &*self.state;
         state.section_begin(true);
-        if state.flush_requests() != self.expect_req {
+        if state.flush_pending() != 0 {
             self.section_begin_slow();
         }
     }
@@ -293,16 +283,11 @@ impl Cpu {
         if !self.light {
             crate::tlb::reader_barrier(false);
         }
+        self.state.take_flush_pending(!self.light);
         let req = self.state.flush_requests();
         if req != self.seen_req {
             self.flush_local(req);
         }
-    }
-
-    /// Records that the TLB is current for `req` flush requests.
-    fn set_seen_req(&mut self, req: u64) {
-        self.seen_req = req;
-        self.expect_req = if self.light { req } else { u64::MAX };
     }
 
     /// Leaves the access section: pointers from [`Cpu::lookup`] are dead.
@@ -337,7 +322,10 @@ impl Cpu {
     #[cold]
     fn flush_local(&mut self, req: u64) {
         self.empty_tlb();
-        self.set_seen_req(req);
+        self.seen_req = req;
+        // A shootdown waiting for the section it saw this CPU in stops
+        // waiting: that section ended before this entry.
+        self.state.acknowledge(req);
         self.stats.tlb_flushes += 1;
     }
 
@@ -542,7 +530,7 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
             let t = self.translate(a, access)?;
-            let phys = &t.cpu.mm.as_deref().expect("attached").phys;
+            let phys = &t.section.cpu().mm.as_deref().expect("attached").phys;
             let _frame: FrameRef<'_> = phys.get(phys.pfn_of_ptr(t.ptr));
             // SAFETY:
             // 1. `[t.ptr, t.ptr+n)` lies in one arena frame: `translate`
@@ -567,7 +555,8 @@ impl Cpu {
 /// across a blocking call.
 #[must_use = "the pointer is valid only while the guard lives"]
 pub struct Translation<'a> {
-    cpu: &'a mut Cpu,
+    /// The access section the pointer is valid in, ended when dropped.
+    section: Section<'a>,
     ptr: *mut u8,
     /// Bytes from `ptr` to the end of its page.
     len: usize,
@@ -587,13 +576,6 @@ impl Translation<'_> {
     #[allow(clippy::len_without_is_empty)] // never empty
     pub fn len(&self) -> usize {
         self.len
-    }
-}
-
-impl Drop for Translation<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.cpu.section_end();
     }
 }
 
@@ -727,6 +709,27 @@ mod tests {
         cpu.write_u64(a, 1).unwrap();
         cpu.detach();
         let _ = cpu.section().read_u64(a);
+    }
+
+    /// A shootdown that found the CPU inside an access waits for that
+    /// section's end or for the CPU's acknowledgement, which the next
+    /// entry gives when it sees the request: a waiter need never catch a
+    /// CPU between two sections.
+    #[test]
+    fn the_entry_that_sees_a_flush_request_acknowledges_it() {
+        let p = phys();
+        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u64(a, 1).unwrap();
+        let mm2 = mm.clone();
+        std::thread::spawn(move || mm2.mprotect(a, PAGE_SIZE, PROT_READ).unwrap()).join().unwrap();
+        let req = cpu.state.flush_requests();
+        assert!(req > 0 && cpu.state.flush_acknowledged() < req, "a request, not yet seen");
+        assert_eq!(cpu.read_u64(a), Ok(1));
+        assert_eq!(cpu.state.flush_acknowledged(), req);
+        drop((cpu, mm));
+        assert_no_leaks(&p);
     }
 
     #[test]

@@ -3,10 +3,10 @@
 //! alone.
 //!
 //! A section is the read-side critical section of the shootdown protocol
-//! (`crate::tlb`): entering publishes an odd section count, passes the
-//! reader barrier and checks the CPU's flush requests (dropping the TLB if
-//! they moved); leaving publishes the next even count. A [`Cpu`] accessor is a
-//! section of one access. A [`Section`] pays the entry and the exit once
+//! (`crate::tlb`): entering stores 1 in the CPU's `inside` word, passes
+//! the reader barrier and checks the mark of pending flush requests
+//! (dropping the TLB, and acknowledging, if they moved); leaving stores 0.
+//! A [`Cpu`] accessor is a section of one access. A [`Section`] pays the entry and the exit once
 //! for all its accesses; each access inside it pays only the TLB lookup
 //! (an index and one compare, which also tests the permission and, for a
 //! scalar, the alignment).
@@ -104,7 +104,7 @@ use crate::PAGE_SIZE;
 pub struct Section<'a> {
     cpu: &'a mut Cpu,
     /// `cpu.state`, kept at hand so that a hit and the exit load no
-    /// pointer to reach the TLB and the section count (the `Arc` that holds
+    /// pointer to reach the TLB and the `inside` word (the `Arc` that holds
     /// it is borrowed through `cpu`).
     state: std::ptr::NonNull<CpuTlbState>,
 }
@@ -121,7 +121,7 @@ impl Cpu {
         // Taken before the entry's compiler barrier, which would make the
         // compiler load the `Arc`'s pointer again after it.
         let state = std::ptr::NonNull::from(&*self.state);
-        // Count odd, the reader barrier, then the flush-request check.
+        // Inside, the reader barrier, then the flush-request check.
         self.section_begin();
         Section { cpu: self, state }
     }
@@ -231,10 +231,27 @@ impl Section<'_> {
         unsafe { self.state.as_ref() }
     }
 
+    /// The section's CPU.
+    #[inline(always)]
+    pub(super) fn cpu(&self) -> &Cpu {
+        self.cpu
+    }
+
     /// The CPU's TLB.
     #[inline(always)]
     fn tlb(&self) -> &SoftTlb {
         &self.state().tlb
+    }
+
+    /// The host address of `va` for `access`, as [`Cpu::lookup`] (valid
+    /// until the section ends or the thread calls into softmm), with the
+    /// TLB reached through the section's own pointer.
+    #[inline(always)]
+    pub(super) fn lookup(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+        match self.tlb().hit(va, access) {
+            Some(p) => Ok(p),
+            None => self.cpu.translate_slow(va, access),
+        }
     }
 
     /// Copies guest bytes at `addr` into `buf`, each page translated for
@@ -320,7 +337,7 @@ impl Section<'_> {
         if addr % T::SIZE as u64 != 0 {
             return Err(Fault::Unaligned { addr });
         }
-        let p = self.cpu.lookup(addr, access)?;
+        let p = self.lookup(addr, access)?;
         // SAFETY: aligned to its width (checked), so inside one arena frame
         // (a naturally aligned scalar never crosses a page), which the
         // section keeps from being freed while `op` runs; the reference does

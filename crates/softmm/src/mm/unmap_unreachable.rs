@@ -14,14 +14,14 @@
 //! unmap's shootdown, and keep it past the free of its frame.
 //!
 //! The order that makes the one shootdown cover the whole range: the unmap
-//! publishes the range here, then begins its shootdown (generation bump and
-//! barrier); a CPU enters an access section (odd count, barrier), loads the
-//! generation, and on a miss loads this list. As with the generation
-//! (`tlb/mod.rs`), either the shootdown sees the CPU inside that section
-//! and waits for its end (entries it filled there are dropped at its next
-//! section, which sees the new generation), or the section sees the new
-//! generation and this list, and fills nothing in the range. After the
-//! wait, no CPU holds or can make a translation into the range.
+//! publishes the range here, then begins its shootdown (flush requests
+//! bumped and marked, barrier); a CPU enters an access section (`inside`,
+//! barrier), loads its pending mark, and on a miss loads this list. As with
+//! the requests (`tlb/mod.rs`), either the shootdown sees the CPU inside
+//! that section and waits for its end (entries it filled there are dropped
+//! at its next section, which sees the request), or the section sees the
+//! request and this list, and fills nothing in the range. After the wait,
+//! no CPU holds or can make a translation into the range.
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 

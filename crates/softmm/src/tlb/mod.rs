@@ -4,43 +4,57 @@
 //! # Protocol
 //!
 //! Each address space has a [`TlbDomain`]: the list of attached CPUs. Each
-//! CPU has a [`CpuTlbState`]: a `section` count, odd while the CPU is inside
-//! an access, `flush_req`, the flush requests sent to it, and a `quiescent`
-//! depth. A CPU is
-//! quiescent, and never waited for, whenever it is outside an access: its
-//! thread may block anywhere for as long as it likes. This is RCU's
-//! read-side critical section, with the TLB as the protected data.
+//! CPU has a [`CpuTlbState`]: an `inside` word, 1 while the CPU is inside
+//! an access; `flush_req`, the flush requests sent to it; `flush_pending`,
+//! non-zero when a request came since the CPU last looked; `flush_ack`, the
+//! requests it has acted on; and a `quiescent` depth. A CPU is quiescent,
+//! and never waited for, whenever it is outside an access: its thread may
+//! block anywhere for as long as it likes. This is RCU's read-side critical
+//! section, with the TLB as the protected data.
 //!
 //! * **CPU, each access section** (one accessor call, one page of a copy,
 //!   one `with_slice` callback, one held [`crate::Translation`], one
 //!   [`crate::Section`] of many accesses):
-//!   [`CpuTlbState::section_begin`] (count odd, then a barrier), load
-//!   `flush_req`; if it moved, drop every TLB entry; translate (TLB or walk) and access;
-//!   [`CpuTlbState::section_end`] (count even, Release). A page fault leaves
-//!   the section for the fault handler and begins a new one after it.
+//!   [`CpuTlbState::section_begin`] (`inside = 1`, then a barrier), load
+//!   `flush_pending`; if it is not zero, take it (swap in 0), load
+//!   `flush_req` and, if it moved, drop every TLB entry and store
+//!   `flush_ack = flush_req` (Release); translate (TLB or walk) and access;
+//!   [`CpuTlbState::section_end`] (`inside = 0`, Release). A page fault
+//!   leaves the section for the fault handler and begins a new one after
+//!   it. Entry and exit each store a constant and load nothing but the
+//!   mark: a one-access section costs two stores, a compiler barrier and a
+//!   compare with zero.
 //! * **Initiator** (after clearing or narrowing PTEs under their locks), in
 //!   two steps so that it can shoot down several address spaces at once:
 //!   1. [`TlbDomain::flush_begin`]: under the CPU-list lock, `flush_req +=
-//!      1` on every attached CPU (Release); if any attached CPU is not its
-//!      own, one process-wide barrier, then for
-//!      each such CPU count one flush request, and note the CPU and its
-//!      count in the [`FlushTicket`] if the count is odd and the CPU is not
-//!      quiescent.
-//!   2. [`FlushTicket::wait`]: for each noted CPU, wait until its count
-//!      moved (that section is over) or it became quiescent. Only then may
-//!      it free frames and tables.
+//!      1`, then `flush_pending |= 1`, on every attached CPU (Release); if
+//!      any attached CPU is not its own, one process-wide barrier, then for
+//!      each such CPU count one flush request, and note it in the
+//!      [`FlushTicket`], with its request count `R`, if it is inside an
+//!      access and not quiescent.
+//!   2. [`FlushTicket::wait`]: for each noted CPU, wait until `inside` is 0
+//!      (the section seen is over: a 0 read after the 1 is a later store)
+//!      or `flush_ack >= R` (an entry since saw the request, and it comes
+//!      after the end of the section seen), or it became quiescent. Only
+//!      then may it free frames and tables. The acknowledgement is what
+//!      bounds the wait for a CPU that runs one section after another and
+//!      is outside for a few instructions at a time.
 //!
 //!   [`TlbDomain::flush`] is the two back to back.
-//! * **The handshake.** CPU: store the odd count, barrier, load
-//!   `flush_req`. Initiator: store `flush_req`, barrier, load the count. Either the initiator
-//!   sees the CPU inside (and waits for the section to end, whose accesses
-//!   then happen before the free by Release/Acquire on the count), or the
-//!   CPU's load sees the new request and it drops its entries before using
-//!   one; its walks then see the PTEs cleared before the bump (Acquire). The barriers
-//!   are asymmetric (`barrier.rs`): a compiler barrier on the CPU's side and
-//!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` on the initiator's,
-//!   which runs a full barrier on every thread of the process; where that
-//!   is unavailable (and under loom and Miri), a SeqCst fence on both.
+//! * **The handshake.** CPU: store `inside`, barrier, load the mark.
+//!   Initiator: store the request and the mark, barrier, load `inside`.
+//!   Either the initiator sees the CPU inside (and waits for the section to
+//!   end or the request to be acknowledged, whose stores then happen before
+//!   the free by Release/Acquire), or the CPU's load sees the mark and it
+//!   drops its entries before using one; its walks then see the PTEs
+//!   cleared before the bump (Acquire). The mark is taken before the
+//!   requests are loaded, so a request sent in between marks the next
+//!   entry again. The barriers are asymmetric (`barrier.rs`): a compiler
+//!   barrier on the CPU's side and `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`
+//!   on the initiator's, which runs a full barrier on every thread of the
+//!   process; where that is unavailable (and under loom and Miri), a SeqCst
+//!   fence on both, and the mark is never taken down to zero, so that
+//!   every entry takes the path that fences.
 //! * **Quiescent CPU** (parked, or its thread inside softmm: a syscall, a
 //!   fault, an attach): `quiescent += 1` on entry, `-= 1` on exit. This
 //!   matters only for a CPU whose section is open while its thread calls
@@ -52,17 +66,19 @@
 //!   ([`QuiescentGuard`]'s drop): a flush may have skipped it meanwhile,
 //!   and the accesses of a [`crate::Section`] do not check the requests.
 //! * **Attach** (under the list lock): read `flush_req`, with an empty TLB.
-//!   **Detach** (under the list lock): remove it from the list. Both happen
-//!   outside any access of the CPU (they take it by `&mut`), and a CPU
-//!   that attaches after begin has read the list starts empty and takes the
+//!   **Detach** (under the list lock): remove it from the list; then, with
+//!   the TLB emptied, acknowledge every request so far. Both happen outside
+//!   any access of the CPU (they take it by `&mut`), and a CPU that
+//!   attaches after begin has read the list starts empty and takes the
 //!   lock after begin released it, so its walks see the cleared entries.
-//!   A ticket may outlive the CPU's stay in the domain: it then waits at
-//!   most for the end of the one section it noted, wherever the CPU is.
+//!   A ticket may outlive the CPU's stay in the domain: the detach's
+//!   acknowledgement ends its wait.
 //!
 //! [`ShootdownPolicy::NextAccess`] keeps softmm's first protocol beside
 //! this one for the lab: it also waits for a CPU outside an access, until
-//! it has completed its next one (the acknowledgement at the next MMU
-//! call), so a thread that blocks with an unparked CPU holds shootdowns up.
+//! its next entry acknowledges the request (the acknowledgement at the
+//! next MMU call), so a thread that blocks with an unparked CPU holds
+//! shootdowns up.
 //!
 //! A thread's own CPUs are passed as `mine` (`quiescent.rs`), so no
 //! shootdown waits for a CPU whose thread is the one waiting.

@@ -11,17 +11,30 @@ use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
 ///
 /// A CPU is attached to at most one [`TlbDomain`] at a time.
 pub struct CpuTlbState {
-    /// Odd while the CPU is inside an access (an access section); written
-    /// only by the CPU's own thread, one increment on entry and one on exit,
-    /// so a waiter that saw an odd value knows the section ended as soon as
-    /// the value moves, even if the CPU has entered another since.
-    section: AtomicU64,
+    /// 1 while the CPU is inside an access (an access section), 0 outside;
+    /// written only by the CPU's own thread, with a store of a constant at
+    /// the entry and at the exit: neither loads anything.
+    inside: AtomicU64,
     /// Flush requests sent to this CPU so far: every shootdown of its domain
     /// adds one (Release, after the PTE changes it covers), and the CPU
     /// drops its TLB at the start of a section when the count moved. Next
-    /// to `section`, so that a section's entry touches one cache line of
+    /// to `inside`, so that a section's entry touches one cache line of
     /// the CPU's own, which initiators write only when they shoot down.
     flush_req: AtomicU64,
+    /// Non-zero when the CPU's next section entry must look at the flush
+    /// requests: [`PENDING_REQUEST`] when one came since the last look,
+    /// [`PENDING_ALWAYS`] where every entry must fence first (the barrier
+    /// is not light). One compare with zero on the entry's fast path, with
+    /// no copy of the requests to load.
+    flush_pending: AtomicU64,
+    /// The flush requests the CPU has acted on: stored (Release) by a
+    /// section's entry that dropped the TLB for them, or when the CPU
+    /// leaves its domain with an empty TLB. The entry that stores it comes
+    /// after the end of every earlier section, so a waiter that sees its
+    /// request here knows that the section it saw is over, even if it never
+    /// saw `inside` at 0 (a CPU that ends one section and enters the next
+    /// in a loop).
+    flush_ack: AtomicU64,
     /// Non-zero while the CPU is parked or its thread is inside softmm (a
     /// syscall or a fault), where it uses none of its translations.
     quiescent: AtomicU64,
@@ -30,41 +43,45 @@ pub struct CpuTlbState {
     pub(crate) tlb: SoftTlb,
 }
 
+/// [`CpuTlbState::flush_pending`]: a flush request came since the last look.
+pub const PENDING_REQUEST: u64 = 1;
+/// [`CpuTlbState::flush_pending`]: every entry looks (and fences first).
+pub const PENDING_ALWAYS: u64 = 2;
+
 impl CpuTlbState {
     /// A CPU outside any access.
     pub fn new() -> Arc<CpuTlbState> {
         Arc::new(CpuTlbState {
-            section: AtomicU64::new(0),
+            inside: AtomicU64::new(0),
             flush_req: AtomicU64::new(0),
+            flush_pending: AtomicU64::new(0),
+            flush_ack: AtomicU64::new(0),
             quiescent: AtomicU64::new(0),
             tlb: SoftTlb::new(),
         })
     }
 
-    /// Enters an access section. The caller loads the flush requests
-    /// ([`CpuTlbState::flush_requests`]) after this, and drops its TLB if
-    /// they moved, before using any entry. `light` is
+    /// Enters an access section. The caller loads
+    /// [`CpuTlbState::flush_pending`] after this and, if it is not zero,
+    /// takes it ([`CpuTlbState::take_flush_pending`]) and drops its TLB if
+    /// the flush requests moved, before using any entry. `light` is
     /// [`barrier::reader_is_light`], which the CPU keeps at hand. Called
-    /// only on the CPU's own thread, the count's only writer (so its own
-    /// relaxed load of the count is exact: no copy of it needs storing).
+    /// only on the CPU's own thread. A section whose end was skipped (a
+    /// `Translation` or `Section` forgotten with `mem::forget`) simply
+    /// lasts until this one ends.
     #[inline(always)]
     pub fn section_begin(&self, light: bool) {
-        // Even to odd; an odd count (a section whose end was skipped: a
-        // `Translation` or `Section` forgotten with `mem::forget`) stays as
-        // it is, so that section simply lasts until this one ends.
-        let count = self.section.load(Ordering::Relaxed) | 1;
         // Relaxed: the barrier below orders it before the flush-request load.
-        self.section.store(count, Ordering::Relaxed);
-        // Dekker with `TlbDomain::flush_begin`: our store of an odd count,
-        // this barrier, then our load of `flush_req`; the initiator's bump
-        // of `flush_req`, its barrier, then its load of our count. Either it
+        self.inside.store(1, Ordering::Relaxed);
+        // Dekker with `TlbDomain::flush_begin`: our store of `inside`, this
+        // barrier, then our load of `flush_req`; the initiator's bump of
+        // `flush_req`, its barrier, then its load of `inside`. Either it
         // sees us inside and waits for the section to end, or we see the
         // new request and flush before using a stale entry.
         barrier::reader_barrier(light);
     }
 
-    /// The flush requests sent to this CPU so far; loaded after
-    /// [`CpuTlbState::section_begin`]'s barrier, and compared with the count
+    /// The flush requests sent to this CPU so far, compared with the count
     /// the CPU's TLB is current for. Acquire pairs with the initiator's
     /// Release bump: a CPU that sees the request walks the page tables the
     /// shootdown changed as changed.
@@ -73,36 +90,73 @@ impl CpuTlbState {
         self.flush_req.load(Ordering::Acquire)
     }
 
+    /// Non-zero if the entry must look at the flush requests; loaded after
+    /// [`CpuTlbState::section_begin`]'s barrier. Acquire, as for
+    /// [`CpuTlbState::flush_requests`].
+    #[inline(always)]
+    pub fn flush_pending(&self) -> u64 {
+        self.flush_pending.load(Ordering::Acquire)
+    }
+
+    /// Takes the pending mark, before the entry loads the requests: a
+    /// request sent after the take marks the next entry again. `always`
+    /// (the barrier is a fence) leaves [`PENDING_ALWAYS`] in its place,
+    /// so that every entry takes the slow path. On the CPU's own thread.
+    #[inline]
+    pub fn take_flush_pending(&self, always: bool) {
+        let keep = if always { PENDING_ALWAYS } else { 0 };
+        // AcqRel: the requests load that follows is not hoisted above it.
+        self.flush_pending.swap(keep, Ordering::AcqRel);
+    }
+
     /// Asks the CPU to drop its TLB before its next section uses an entry.
     /// Called by initiators before their barrier, after their PTE changes.
     fn request_flush(&self) {
         self.flush_req.fetch_add(1, Ordering::Release);
+        // After the count: an entry that sees the mark and takes it loads
+        // a count that includes this request.
+        self.flush_pending.fetch_or(PENDING_REQUEST, Ordering::Release);
+    }
+
+    /// Records, at a section's entry that dropped the TLB, that the CPU
+    /// acted on the first `req` flush requests (a value
+    /// [`CpuTlbState::flush_requests`] returned). On the CPU's own thread.
+    #[inline]
+    pub fn acknowledge(&self, req: u64) {
+        // Release: the CPU's earlier sections, which ended before this
+        // entry, happen before a waiter that reads it (Acquire) and frees.
+        self.flush_ack.store(req, Ordering::Release);
+    }
+
+    /// The flush requests the CPU has acknowledged (for the `Cpu` tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn flush_acknowledged(&self) -> u64 {
+        self.flush_ack.load(Ordering::Acquire)
     }
 
     /// Leaves the access section (on the CPU's own thread): from here on,
     /// an initiator may free what the section used.
     #[inline(always)]
     pub fn section_end(&self) {
-        let count = self.section.load(Ordering::Relaxed);
-        debug_assert!(count % 2 == 1, "no access section to end");
+        debug_assert!(self.in_section(), "no access section to end");
         // Release: the section's accesses happen before an initiator that
-        // reads the new count (Acquire) stops waiting and frees the frame.
-        self.section.store(count.wrapping_add(1), Ordering::Release);
+        // reads the 0 (Acquire) stops waiting and frees the frame.
+        self.inside.store(0, Ordering::Release);
     }
 
     /// Records that the CPU, outside any access, holds no translation from
-    /// before this point (it left its domain, or dropped its TLB): counts
-    /// as one whole access for a shootdown waiting for its next one
+    /// before this point (it left its domain with an empty TLB): counts as
+    /// one whole access for a shootdown waiting for its next one
     /// ([`ShootdownPolicy::NextAccess`]), which would otherwise wait for an
-    /// access that never comes to that domain. On the CPU's own thread.
+    /// access that never comes to that domain, and ends a section whose
+    /// end was skipped. On the CPU's own thread, after it left the domain's
+    /// list, so no request of that domain comes later.
     #[inline]
     pub fn passed_quiescent_point(&self) {
-        // Past the next even value and one more: a waiter for the end of
-        // an open section (a forgotten `Translation`) or of the next one
-        // stops waiting either way. Release: what the CPU did before
-        // happens before a waiter that reads the new count (Acquire).
-        let count = (self.section.load(Ordering::Relaxed) | 1).wrapping_add(1);
-        self.section.store(count, Ordering::Release);
+        // Release, both: what the CPU did before happens before a waiter
+        // that reads either (Acquire).
+        self.inside.store(0, Ordering::Release);
+        self.acknowledge(self.flush_req.load(Ordering::Acquire));
     }
 
     /// Marks the CPU quiescent (parked or blocked in softmm); nests.
@@ -116,10 +170,10 @@ impl CpuTlbState {
     }
 
     /// True while the CPU is inside an access section. Exact only on the
-    /// CPU's own thread, the only writer of the count.
+    /// CPU's own thread, the only writer of `inside`.
     #[inline]
     pub(crate) fn in_section(&self) -> bool {
-        self.section.load(Ordering::Relaxed) % 2 == 1
+        self.inside.load(Ordering::Relaxed) == 1
     }
 
     /// Leaves one level of quiescence.
@@ -134,33 +188,38 @@ impl CpuTlbState {
         fence(Ordering::SeqCst);
     }
 
-    /// The section count a shootdown under `policy` must wait for the CPU
-    /// to reach, or `None` if it need not wait: inside an access (odd
-    /// count `s`), the end of it (`s + 1`); outside one (even `s`), nothing
-    /// under [`ShootdownPolicy::AccessSections`], and the end of the next
-    /// one (`s + 2`) under [`ShootdownPolicy::NextAccess`]. Never for a
-    /// quiescent CPU.
+    /// What a shootdown under `policy`, which has just sent its request,
+    /// must wait for the CPU to do, or `None` if nothing: inside an access,
+    /// leave it (or acknowledge the request); outside one, nothing under
+    /// [`ShootdownPolicy::AccessSections`], and acknowledge the request
+    /// under [`ShootdownPolicy::NextAccess`]. Never for a quiescent CPU.
+    /// Under the domain's list lock, the only place requests are sent, so
+    /// `flush_req` is this shootdown's request.
     #[inline]
-    fn wait_until(&self, policy: ShootdownPolicy) -> Option<u64> {
-        // Acquire on `section` pairs with the Release in `section_end`;
+    fn wait_until(&self, policy: ShootdownPolicy) -> Option<WaitFor> {
+        // Acquire on `inside` pairs with the Release in `section_end`;
         // SeqCst on `quiescent` with the RMW in `enter_quiescent`.
-        let s = self.section.load(Ordering::Acquire);
+        let inside = self.inside.load(Ordering::Acquire) == 1;
         if self.quiescent.load(Ordering::SeqCst) > 0 {
             return None;
         }
-        match (s % 2 == 1, policy) {
-            (true, _) => Some(s + 1),
-            (false, ShootdownPolicy::NextAccess) => Some(s + 2),
+        let ack = self.flush_req.load(Ordering::Relaxed);
+        match (inside, policy) {
+            (true, _) => Some(WaitFor { ack, or_exit: true }),
+            (false, ShootdownPolicy::NextAccess) => Some(WaitFor { ack, or_exit: false }),
             (false, _) => None,
         }
     }
 
-    /// True once the section count reached `until`, or the CPU is quiescent.
+    /// True once the CPU did what `w` waits for, or is quiescent.
     #[inline]
-    fn done(&self, until: u64) -> bool {
-        // The count only grows (by one per section boundary; 2^63 sections
-        // are beyond any run).
-        self.section.load(Ordering::Acquire) >= until || self.quiescent.load(Ordering::SeqCst) > 0
+    fn done(&self, w: WaitFor) -> bool {
+        // A 0 read after the 1 that `wait_until` read is a later store (the
+        // location's modification order): the section seen then is over.
+        // Acquire on each pairs with the CPU's Release stores.
+        w.or_exit && self.inside.load(Ordering::Acquire) == 0
+            || self.flush_ack.load(Ordering::Acquire) >= w.ack
+            || self.quiescent.load(Ordering::SeqCst) > 0
     }
 }
 
@@ -360,10 +419,19 @@ impl TlbDomain {
     }
 }
 
-/// A CPU a ticket waits for, with the section count it must reach.
+/// What a ticket waits for a CPU to do: acknowledge the request `ack`
+/// (the count of requests sent to it, this shootdown's included) at a
+/// section's entry, or, if `or_exit`, leave the section it was in.
+#[derive(Clone, Copy)]
+struct WaitFor {
+    ack: u64,
+    or_exit: bool,
+}
+
+/// A CPU a ticket waits for, and what for.
 struct PendingCpu {
     cpu: Arc<CpuTlbState>,
-    until: u64,
+    until: WaitFor,
 }
 
 /// A shootdown begun by [`TlbDomain::flush_begin`]. Once [`FlushTicket::wait`]
@@ -426,6 +494,13 @@ impl Drop for FlushTicket {
 mod tests {
     use super::*;
 
+    /// A section's entry as `Cpu` makes it: in, then the flush requests
+    /// seen and acknowledged (the CPU drops its TLB if they moved).
+    fn enter(cpu: &CpuTlbState) {
+        cpu.section_begin(false);
+        cpu.acknowledge(cpu.flush_requests());
+    }
+
     /// Runs `f` on another thread and fails if it does not return within a
     /// generous delay (a ticket that waits for a CPU that will never leave
     /// its access would otherwise hang the test).
@@ -486,7 +561,7 @@ mod tests {
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
         // Entering the next access is not enough (its flush-request load
-        // may predate the bump); completing it is.
+        // may predate the bump); its entry's acknowledgement is.
         cpu.section_begin(false);
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
@@ -495,7 +570,10 @@ mod tests {
         });
         assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
         cpu.section_end();
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned with no acknowledgement");
+        enter(&cpu);
         assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
+        cpu.section_end();
         waiter.join().unwrap();
         // Parked: not waited for.
         cpu.enter_quiescent();
@@ -511,10 +589,10 @@ mod tests {
         cpu.section_begin(false);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1);
-        // Out of the access and into the next before the waiter looks: the
-        // count is odd again, but not the one the ticket noted.
+        // Out of the access and into the next before the waiter looks: it
+        // never sees the CPU outside, but the next entry acknowledged.
         cpu.section_end();
-        cpu.section_begin(false);
+        enter(&cpu);
         returns(move || ticket.wait());
         cpu.section_end();
     }
