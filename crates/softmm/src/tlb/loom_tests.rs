@@ -96,9 +96,14 @@ fn builder() -> loom::model::Builder {
     b
 }
 
-#[test]
-fn a_cpu_in_an_access_finishes_it_before_the_frame_is_freed() {
-    builder().check(|| {
+/// A CPU makes three accesses to a page while the main thread makes
+/// `flushes_before` shootdowns that change nothing, then unmaps the page,
+/// shoots it down and frees the frame; explored with up to `preemptions`
+/// preemptions.
+fn three_accesses_against_an_unmap(flushes_before: usize, preemptions: usize) {
+    let mut b = builder();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
         let dom = Arc::new(TlbDomain::new());
         let page = Page::mapped();
         let mut cpu = ModelCpu::attached(&dom);
@@ -110,11 +115,19 @@ fn a_cpu_in_an_access_finishes_it_before_the_frame_is_freed() {
                 }
             })
         };
+        for _ in 0..flushes_before {
+            dom.flush(&[]);
+        }
         page.unmap();
         dom.flush(&[]);
         page.free();
         t.join().unwrap();
     });
+}
+
+#[test]
+fn a_cpu_in_an_access_finishes_it_before_the_frame_is_freed() {
+    three_accesses_against_an_unmap(0, 3);
 }
 
 /// A CPU parked, or whose thread is inside softmm, between two accesses.
@@ -390,25 +403,5 @@ fn a_real_section_against_a_real_munmap() {
 /// fails so, with four preemptions; three are not enough).
 #[test]
 fn a_request_sent_while_the_cpu_takes_a_stale_mark_is_not_lost() {
-    let mut b = builder();
-    b.preemption_bound = Some(4);
-    b.check(|| {
-        let dom = Arc::new(TlbDomain::new());
-        let page = Page::mapped();
-        let mut cpu = ModelCpu::attached(&dom);
-        let t = {
-            let page = page.clone();
-            loom::thread::spawn(move || {
-                for _ in 0..3 {
-                    cpu.access(&page);
-                }
-            })
-        };
-        dom.flush(&[]);
-        dom.flush(&[]);
-        page.unmap();
-        dom.flush(&[]);
-        page.free();
-        t.join().unwrap();
-    });
+    three_accesses_against_an_unmap(2, 4);
 }
