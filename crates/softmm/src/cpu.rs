@@ -3,8 +3,8 @@
 //!
 //! Every access runs in an access section (see [`crate::tlb`]): a store to
 //! a line only this thread writes, a compiler barrier and a check of the
-//! CPU's flush requests (one load of the same line, which only shootdowns
-//! write besides) on entry, a store on exit. Each accessor of the `Cpu` is
+//! mark of pending flush requests (one load of the same line, which only
+//! shootdowns write besides) on entry, a store on exit. Each accessor of the `Cpu` is
 //! a section of its own; a [`Section`] holds one open across many accesses (an emulator's
 //! basic block), each of which then costs the TLB lookup alone. Outside a
 //! section the CPU is quiescent: no shootdown waits for it, whatever its
@@ -192,7 +192,9 @@ impl Cpu {
     /// keep it short and **do not block while holding it** (a shootdown on
     /// another thread would wait as long; a guard forgotten with
     /// `mem::forget` leaves the access open until the CPU's next access
-    /// ends). A call into softmm from the
+    /// ends, or it is detached or dropped; forget the CPU too and every
+    /// later shootdown of its address space waits forever, as the lockers
+    /// of a forgotten `MutexGuard` do). A call into softmm from the
     /// same thread while it lives (a syscall, another CPU's fault) makes
     /// the CPU quiescent, and a shootdown may then free the frame: the
     /// pointer is valid only while the thread makes no such call.

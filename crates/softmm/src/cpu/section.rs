@@ -14,8 +14,9 @@
 //! Why no access needs to look at the requests again: while the section
 //! is open, a shootdown from another thread waits for its end. The one way
 //! around that is the thread itself calling into softmm from inside the
-//! section (a `munmap`, another CPU's fault): then (a) its own flushes send
-//! its own CPUs no request, and (b) every one of its CPUs is quiescent for
+//! section (a `munmap`, another CPU's fault): then (a) its own flushes
+//! do not wait for its own CPUs (they are sent the request, which a
+//! section's accesses do not look at), and (b) every one of its CPUs is quiescent for
 //! the call, so other threads' flushes do not wait for this one either and
 //! may free frames it has cached. The thread's `QuiescentGuard` empties the
 //! TLB of every CPU of the thread whose section is open when the call
@@ -53,7 +54,9 @@ use crate::PAGE_SIZE;
 ///   guest thread may hold, host I/O): other threads' shootdowns would wait
 ///   as long, and deadlock if what it waits for is one of them. A section
 ///   forgotten with `mem::forget` stays open until the CPU's next access
-///   ends.
+///   ends, or it is detached or dropped (forget the CPU too, and every
+///   later shootdown of its address space waits forever, as the lockers of
+///   a forgotten `MutexGuard` do).
 ///
 /// Calling into softmm from inside a section (a syscall on the same
 /// thread, an access through another `Cpu` of the thread) is allowed: the

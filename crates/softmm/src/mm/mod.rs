@@ -360,7 +360,8 @@ impl AddressSpace {
     /// address spaces and then wait for all (batched migration), or time
     /// the wait apart (`MmuGather`); see
     /// [`crate::tlb::TlbDomain::flush_begin`]. The calling thread's own CPUs
-    /// are quiescent and get no request, as in [`AddressSpace::flush_tlb`].
+    /// are quiescent and neither counted nor waited for, as in
+    /// [`AddressSpace::flush_tlb`].
     pub(crate) fn flush_tlb_begin(&self) -> FlushTicket {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }

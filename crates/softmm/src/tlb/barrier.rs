@@ -1,17 +1,17 @@
 //! Asymmetric fences for the access-section handshake of [`super`].
 //!
-//! A CPU entering an access publishes its section, then loads its flush
-//! requests; an initiator bumps the requests, then loads each CPU's
-//! section. That store-then-load on both sides (a Dekker handshake) needs a
+//! A CPU entering an access publishes that it is inside, then loads the
+//! mark of its pending flush requests; an initiator bumps and marks the
+//! requests, then loads whether each CPU is inside. That store-then-load on both sides (a Dekker handshake) needs a
 //! full fence on both sides, and a fence on every access would cost the TLB
 //! hit several times its budget. The known way out, userspace RCU's: the
 //! reader side is only a compiler barrier, and the initiator, which is rare,
 //! forces a full barrier on every running thread of the process with
 //! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (an IPI to each CPU
 //! running one of its threads; a thread not running passes a full barrier
-//! when it is scheduled in). Either the reader's section store is visible to
-//! the initiator's later load, or the reader's later load of its requests
-//! sees the new one.
+//! when it is scheduled in). Either the reader's store is visible to the
+//! initiator's later load, or the reader's later load of its mark sees the
+//! new one.
 //!
 //! Where the expedited command cannot be registered (an old kernel, a
 //! seccomp filter, another OS), under loom (which models fences, not

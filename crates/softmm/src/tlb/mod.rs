@@ -34,8 +34,10 @@
 //!      access and not quiescent.
 //!   2. [`FlushTicket::wait`]: for each noted CPU, wait until `inside` is 0
 //!      (the section seen is over: a 0 read after the 1 is a later store)
-//!      or `flush_ack >= R` (an entry since saw the request, and it comes
-//!      after the end of the section seen), or it became quiescent. Only
+//!      or `flush_ack >= R` (an entry saw the request and emptied the TLB
+//!      before any lookup: a later section's, or the seen section's own,
+//!      which then uses no translation from before the request), or it
+//!      became quiescent. Only
 //!      then may it free frames and tables. The acknowledgement is what
 //!      bounds the wait for a CPU that runs one section after another and
 //!      is outside for a few instructions at a time.

@@ -35,7 +35,8 @@ loom::thread_local! {
 
 /// Registers `cpu` as one of the calling thread's CPUs: from now on every
 /// [`QuiescentGuard`] of this thread marks it quiescent, and this thread's
-/// shootdowns send it no request (see [`with_thread_cpus`]).
+/// shootdowns neither count a request for it nor wait for it (see
+/// [`with_thread_cpus`]).
 pub(crate) fn register_thread_cpu(cpu: &Arc<CpuTlbState>) {
     THREAD_CPUS.with(|c| c.borrow_mut().push(cpu.clone()));
 }

@@ -18,8 +18,11 @@ pub struct CpuTlbState {
     /// Flush requests sent to this CPU so far: every shootdown of its domain
     /// adds one (Release, after the PTE changes it covers), and the CPU
     /// drops its TLB at the start of a section when the count moved. Next
-    /// to `inside`, so that a section's entry touches one cache line of
-    /// the CPU's own, which initiators write only when they shoot down.
+    /// to `inside` and the mark, so that a section's entry mostly touches
+    /// one cache line of the CPU's own, which initiators write only when
+    /// they shoot down. (Not always one: the `Arc`'s allocation is 16-byte
+    /// aligned. Padding the four words to a line of their own was measured
+    /// and made no lone hit faster, `docs/architecture.md`.)
     flush_req: AtomicU64,
     /// Non-zero when the CPU's next section entry must look at the flush
     /// requests: [`PENDING_REQUEST`] when one came since the last look,
@@ -28,12 +31,13 @@ pub struct CpuTlbState {
     /// no copy of the requests to load.
     flush_pending: AtomicU64,
     /// The flush requests the CPU has acted on: stored (Release) by a
-    /// section's entry that dropped the TLB for them, or when the CPU
-    /// leaves its domain with an empty TLB. The entry that stores it comes
-    /// after the end of every earlier section, so a waiter that sees its
-    /// request here knows that the section it saw is over, even if it never
-    /// saw `inside` at 0 (a CPU that ends one section and enters the next
-    /// in a loop).
+    /// section's entry that saw them and emptied the TLB before any lookup,
+    /// or when the CPU leaves its domain with an empty TLB. A waiter that
+    /// sees its request here may stop waiting even if it never saw `inside`
+    /// at 0 (a CPU that ends one section and enters the next in a loop):
+    /// the entry that stored it is that of a later section, or that of the
+    /// section the waiter saw, which then uses no translation from before
+    /// the request.
     flush_ack: AtomicU64,
     /// Non-zero while the CPU is parked or its thread is inside softmm (a
     /// syscall or a fault), where it uses none of its translations.
@@ -71,13 +75,14 @@ impl CpuTlbState {
     /// lasts until this one ends.
     #[inline(always)]
     pub fn section_begin(&self, light: bool) {
-        // Relaxed: the barrier below orders it before the flush-request load.
+        // Relaxed: the barrier below orders it before the mark's load.
         self.inside.store(1, Ordering::Relaxed);
         // Dekker with `TlbDomain::flush_begin`: our store of `inside`, this
-        // barrier, then our load of `flush_req`; the initiator's bump of
-        // `flush_req`, its barrier, then its load of `inside`. Either it
-        // sees us inside and waits for the section to end, or we see the
-        // new request and flush before using a stale entry.
+        // barrier, then our load of `flush_pending`; the initiator's bump of
+        // `flush_req` and mark of `flush_pending`, its barrier, then its
+        // load of `inside`. Either it sees us inside and waits for the
+        // section to end (or for an entry that saw the request), or we see
+        // the mark and flush before using a stale entry.
         barrier::reader_barrier(light);
     }
 
@@ -401,8 +406,9 @@ impl TlbDomain {
     }
 
     /// Shoots down every attached CPU's TLB and returns once each CPU that
-    /// was inside an access when it began has left it or become quiescent:
-    /// [`TlbDomain::flush_begin`] then [`FlushTicket::wait`].
+    /// was inside an access when it began has left it, acknowledged the
+    /// request, or become quiescent: [`TlbDomain::flush_begin`] then
+    /// [`FlushTicket::wait`].
     pub fn flush(&self, mine: &[Arc<CpuTlbState>]) {
         self.flush_begin(mine).wait();
     }
@@ -462,8 +468,10 @@ impl FlushTicket {
     }
 
     /// Waits until each CPU that was inside an access when the flush began
-    /// has left that access or become quiescent. A CPU outside an access is
-    /// never waited for, however long its thread blocks.
+    /// has left that access, or acknowledged the request (at the entry of a
+    /// later access, or at that access's own entry, which then emptied the
+    /// TLB before any lookup), or become quiescent. A CPU outside an access
+    /// is never waited for, however long its thread blocks.
     pub fn wait(self) {
         drop(self);
     }
@@ -594,6 +602,31 @@ mod tests {
         cpu.section_end();
         enter(&cpu);
         returns(move || ticket.wait());
+        cpu.section_end();
+    }
+
+    /// The entry of the very section a ticket saw may be the one that
+    /// acknowledges: the CPU had stored `inside` but not yet loaded its
+    /// mark when the flush began (where membarrier's barrier may land). It
+    /// then sees the request and empties its TLB before any lookup, so
+    /// nothing the section does can use a translation from before it, and
+    /// the ticket need not wait for its end.
+    #[test]
+    fn a_ticket_ends_at_the_entry_of_the_section_it_saw_once_that_entry_saw_the_request() {
+        let dom = TlbDomain::new();
+        let cpu = CpuTlbState::new();
+        let seen = dom.attach(&cpu);
+        cpu.section_begin(false);
+        let ticket = dom.flush_begin(&[]);
+        assert_eq!(dom.stats().flush_waits, 1, "the CPU was seen inside");
+        // The rest of the same entry.
+        assert_ne!(cpu.flush_pending(), 0);
+        cpu.take_flush_pending(false);
+        let req = cpu.flush_requests();
+        assert_ne!(req, seen, "the entry sees the request");
+        cpu.acknowledge(req);
+        returns(move || ticket.wait());
+        assert!(cpu.in_section());
         cpu.section_end();
     }
 
