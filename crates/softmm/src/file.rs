@@ -339,7 +339,7 @@ impl File {
     /// The page at `index`, allocating a zeroed one for a hole (tmpfs), with a
     /// reference for the caller. `Ok(None)` past the end of the file (SIGBUS).
     /// Callers hold `invalidate_lock` for read.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn get_page(&self, index: u64) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         self.grab_page(index, false, &Placement::LOCAL)
     }

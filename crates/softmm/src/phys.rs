@@ -607,7 +607,7 @@ impl PhysMem {
     /// Allocates a frame, preferring `node`, with unspecified contents: the
     /// returned reference is its only one. `None` when every node is out of
     /// frames, frames cached by other threads included.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn alloc(&self, node: usize) -> Option<FrameRef<'_>> {
         self.alloc_in(node, None)
     }
@@ -641,7 +641,7 @@ impl PhysMem {
     /// `node` has no more free frames, those in other threads' caches
     /// included; none for a node the arena lacks. (Migration passes
     /// [`Placement::this_node`] to [`PhysMem::alloc_bulk_at`], which this is.)
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn alloc_bulk_on(&self, node: usize, n: usize) -> Vec<FrameRef<'_>> {
         self.alloc_bulk_at(&Placement::this_node(node), n)
     }
@@ -784,7 +784,7 @@ impl PhysMem {
     }
 
     /// Allocates a zero-filled frame (see [`PhysMem::alloc`]).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn alloc_zeroed(&self, node: usize) -> Option<FrameRef<'_>> {
         self.alloc_zeroed_at(&Placement::new(node, None))
     }
@@ -798,7 +798,7 @@ impl PhysMem {
     }
 
     /// Allocates a frame holding a copy of `src`.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn alloc_copy(&self, src: Pfn, node: usize) -> Option<FrameRef<'_>> {
         self.alloc_copy_at(src, &Placement::new(node, None))
     }

@@ -93,7 +93,7 @@ impl AnonVma {
     }
 
     /// An anon_vma of a family with no member, for tests of the merge rules.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn detached(forked: bool) -> AnonVma {
         AnonVma { forked, family: Arc::new(AnonFamily { members: Mutex::new(Vec::new()) }) }
     }
