@@ -285,10 +285,8 @@ impl Cpu {
         if !self.light {
             crate::tlb::reader_barrier(false);
         }
-        self.state.take_flush_pending(!self.light);
-        let req = self.state.flush_requests();
-        if req != self.seen_req {
-            self.flush_local(req);
+        if self.state.catch_up(&mut self.seen_req, !self.light) {
+            self.stats.tlb_flushes += 1;
         }
     }
 
@@ -319,16 +317,6 @@ impl Cpu {
     /// Drops every translation the CPU holds.
     fn empty_tlb(&mut self) {
         self.state.tlb.clear();
-    }
-
-    #[cold]
-    fn flush_local(&mut self, req: u64) {
-        self.empty_tlb();
-        self.seen_req = req;
-        // A shootdown waiting for the section it saw this CPU in stops
-        // waiting: that section ended before this entry.
-        self.state.acknowledge(req);
-        self.stats.tlb_flushes += 1;
     }
 
     /// A miss of the 4 KiB TLB, inside a section: the 2 MiB TLB, then a

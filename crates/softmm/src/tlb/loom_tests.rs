@@ -60,16 +60,9 @@ impl ModelCpu {
     fn access(&mut self, page: &Page) {
         self.state.section_begin(false);
         // The light entry's logic (the real `Cpu` under loom takes the
-        // fence path, where the mark is never clear): the mark, taken
-        // before the requests are loaded.
-        if self.state.flush_pending() != 0 {
-            self.state.take_flush_pending(false);
-            let req = self.state.flush_requests();
-            if req != self.seen {
-                self.cached = false;
-                self.seen = req;
-                self.state.acknowledge(req);
-            }
+        // fence path, where the mark is never clear), on the real catch-up.
+        if self.state.flush_pending() != 0 && self.state.catch_up(&mut self.seen, false) {
+            self.cached = false;
         }
         if !self.cached && page.pte.load(Ordering::Acquire) != 0 {
             self.cached = true;
@@ -396,11 +389,12 @@ fn a_real_section_against_a_real_munmap() {
 /// Three shootdowns in a row, the last one unmapping: the second one's
 /// mark may land after an entry (taking the first one's mark) has already
 /// seen its request, a stale mark; the third one's request may then come
-/// while the next entry takes that mark. The entry takes the mark before
-/// it loads the requests, so the third request is either seen or left
-/// marked for the entry after; loading them first loses it with the mark,
-/// keeps the cached translation and reads the freed frame (this model
-/// fails so, with four preemptions; three are not enough).
+/// while the next entry takes that mark. The entry's catch-up
+/// (`CpuTlbState::catch_up`) takes the mark before it loads the requests,
+/// so the third request is either seen or left marked for the entry after;
+/// loading them first loses it with the mark, keeps the cached translation
+/// and reads the freed frame (this model fails so, with four preemptions;
+/// three are not enough).
 #[test]
 fn a_request_sent_while_the_cpu_takes_a_stale_mark_is_not_lost() {
     three_accesses_against_an_unmap(2, 4);

@@ -48,9 +48,9 @@ pub struct CpuTlbState {
 }
 
 /// [`CpuTlbState::flush_pending`]: a flush request came since the last look.
-pub const PENDING_REQUEST: u64 = 1;
+const PENDING_REQUEST: u64 = 1;
 /// [`CpuTlbState::flush_pending`]: every entry looks (and fences first).
-pub const PENDING_ALWAYS: u64 = 2;
+const PENDING_ALWAYS: u64 = 2;
 
 impl CpuTlbState {
     /// A CPU outside any access.
@@ -67,8 +67,7 @@ impl CpuTlbState {
 
     /// Enters an access section. The caller loads
     /// [`CpuTlbState::flush_pending`] after this and, if it is not zero,
-    /// takes it ([`CpuTlbState::take_flush_pending`]) and drops its TLB if
-    /// the flush requests moved, before using any entry. `light` is
+    /// calls [`CpuTlbState::catch_up`] before using any entry. `light` is
     /// [`barrier::reader_is_light`], which the CPU keeps at hand. Called
     /// only on the CPU's own thread. A section whose end was skipped (a
     /// `Translation` or `Section` forgotten with `mem::forget`) simply
@@ -103,15 +102,37 @@ impl CpuTlbState {
         self.flush_pending.load(Ordering::Acquire)
     }
 
-    /// Takes the pending mark, before the entry loads the requests: a
-    /// request sent after the take marks the next entry again. `always`
-    /// (the barrier is a fence) leaves [`PENDING_ALWAYS`] in its place,
-    /// so that every entry takes the slow path. On the CPU's own thread.
+    /// Takes the pending mark. `always` (the barrier is a fence) leaves
+    /// [`PENDING_ALWAYS`] in its place, so that every entry takes the slow
+    /// path; `Cpu::new` sets the CPU's mode so. On the CPU's own thread.
     #[inline]
     pub fn take_flush_pending(&self, always: bool) {
         let keep = if always { PENDING_ALWAYS } else { 0 };
         // AcqRel: the requests load that follows is not hoisted above it.
         self.flush_pending.swap(keep, Ordering::AcqRel);
+    }
+
+    /// An entry's slow path, once it saw the mark (and, without the light
+    /// barrier, fenced): takes the mark, then loads the flush requests (in
+    /// that order: a request sent after the take marks the next entry
+    /// again); if they moved from `seen`, the count the TLB is current
+    /// for, empties the TLB, records them in `seen` and acknowledges them.
+    /// Returns whether it emptied the TLB. `always` as for
+    /// [`CpuTlbState::take_flush_pending`]. On the CPU's own thread.
+    #[inline]
+    pub fn catch_up(&self, seen: &mut u64, always: bool) -> bool {
+        self.take_flush_pending(always);
+        let req = self.flush_requests();
+        if req == *seen {
+            return false;
+        }
+        self.tlb.clear();
+        *seen = req;
+        // A shootdown waiting for the section it saw this CPU in stops
+        // waiting: that section ended before this entry, or is this one,
+        // which has just emptied its TLB before any lookup.
+        self.acknowledge(req);
+        true
     }
 
     /// Asks the CPU to drop its TLB before its next section uses an entry.
@@ -127,7 +148,7 @@ impl CpuTlbState {
     /// acted on the first `req` flush requests (a value
     /// [`CpuTlbState::flush_requests`] returned). On the CPU's own thread.
     #[inline]
-    pub fn acknowledge(&self, req: u64) {
+    fn acknowledge(&self, req: u64) {
         // Release: the CPU's earlier sections, which ended before this
         // entry, happen before a waiter that reads it (Acquire) and frees.
         self.flush_ack.store(req, Ordering::Release);
@@ -502,11 +523,13 @@ impl Drop for FlushTicket {
 mod tests {
     use super::*;
 
-    /// A section's entry as `Cpu` makes it: in, then the flush requests
-    /// seen and acknowledged (the CPU drops its TLB if they moved).
-    fn enter(cpu: &CpuTlbState) {
+    /// A section's entry as `Cpu` makes it (with the fence): in, then,
+    /// if a request is marked, the catch-up with the requests `seen`.
+    fn enter(cpu: &CpuTlbState, seen: &mut u64) {
         cpu.section_begin(false);
-        cpu.acknowledge(cpu.flush_requests());
+        if cpu.flush_pending() != 0 {
+            cpu.catch_up(seen, false);
+        }
     }
 
     /// Runs `f` on another thread and fails if it does not return within a
@@ -565,7 +588,7 @@ mod tests {
     fn the_next_access_policy_waits_for_an_idle_cpus_next_access() {
         let dom = TlbDomain::with_policy(ShootdownPolicy::NextAccess);
         let cpu = CpuTlbState::new();
-        dom.attach(&cpu);
+        let mut seen = dom.attach(&cpu);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
         // Entering the next access is not enough (its flush-request load
@@ -579,7 +602,7 @@ mod tests {
         assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
         cpu.section_end();
         assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned with no acknowledgement");
-        enter(&cpu);
+        enter(&cpu, &mut seen);
         assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
         cpu.section_end();
         waiter.join().unwrap();
@@ -593,14 +616,14 @@ mod tests {
     fn a_ticket_ends_with_the_section_even_if_the_cpu_enters_another() {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
-        dom.attach(&cpu);
+        let mut seen = dom.attach(&cpu);
         cpu.section_begin(false);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1);
         // Out of the access and into the next before the waiter looks: it
         // never sees the CPU outside, but the next entry acknowledged.
         cpu.section_end();
-        enter(&cpu);
+        enter(&cpu, &mut seen);
         returns(move || ticket.wait());
         cpu.section_end();
     }
@@ -615,16 +638,13 @@ mod tests {
     fn a_ticket_ends_at_the_entry_of_the_section_it_saw_once_that_entry_saw_the_request() {
         let dom = TlbDomain::new();
         let cpu = CpuTlbState::new();
-        let seen = dom.attach(&cpu);
+        let mut seen = dom.attach(&cpu);
         cpu.section_begin(false);
         let ticket = dom.flush_begin(&[]);
         assert_eq!(dom.stats().flush_waits, 1, "the CPU was seen inside");
         // The rest of the same entry.
         assert_ne!(cpu.flush_pending(), 0);
-        cpu.take_flush_pending(false);
-        let req = cpu.flush_requests();
-        assert_ne!(req, seen, "the entry sees the request");
-        cpu.acknowledge(req);
+        assert!(cpu.catch_up(&mut seen, false), "the entry sees the request");
         returns(move || ticket.wait());
         assert!(cpu.in_section());
         cpu.section_end();
