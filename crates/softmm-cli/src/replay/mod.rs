@@ -630,20 +630,29 @@ mod tests {
         Options { addresses: Addresses::Recorded, maps: true, verbose: false, arena: Some(64 << 20) }
     }
 
+    /// A log where pid 10 maps 8 KiB at 0x300000000 and forks pid 11, which
+    /// runs first: `child` (its lines) and its exit come before the fork's
+    /// result; then pid 10 exits.
+    fn child_first(child: &str) -> String {
+        format!(
+            "10 mmap(0x300000000, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
+             10 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD <unfinished ...>\n\
+             {child}\
+             11 exit_group(0) = ?\n\
+             11 +++ exited with 0 +++\n\
+             10 <... clone resumed>, child_tidptr=0x7f6b411c2990) = 11\n\
+             10 exit_group(0) = ?\n"
+        )
+    }
+
     /// strace writes a `fork`'s result after the child's own lines when the
     /// child runs first: a child that exited before then is one process, not
     /// set up again at the result (found by `tests/replay_random.rs` once
     /// its generated programs exec'd and forked from a thread).
     #[test]
     fn a_child_that_exits_before_its_fork_returns_is_one_process() {
-        let log = "10 mmap(0x300000000, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
-                   10 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD <unfinished ...>\n\
-                   11 munmap(0x300000000, 4096) = 0\n\
-                   11 exit_group(0) = ?\n\
-                   11 +++ exited with 0 +++\n\
-                   10 <... clone resumed>, child_tidptr=0x7f6b411c2990) = 11\n\
-                   10 exit_group(0) = ?\n";
-        let (out, ok) = replay("t", log, &opts()).expect("replay");
+        let log = child_first("11 munmap(0x300000000, 4096) = 0\n");
+        let (out, ok) = replay("t", &log, &opts()).expect("replay");
         assert!(ok, "{out}");
         assert!(out.contains("2 processes"), "{out}");
         assert_eq!(out.matches("final mappings of pid 11 ").count(), 1, "{out}");
@@ -657,13 +666,8 @@ mod tests {
     /// at the end of the log.
     #[test]
     fn a_child_whose_only_line_is_its_exit_ends_there() {
-        let log = "10 mmap(0x300000000, 8192, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
-                   10 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD <unfinished ...>\n\
-                   11 exit_group(0) = ?\n\
-                   11 +++ exited with 0 +++\n\
-                   10 <... clone resumed>, child_tidptr=0x7f6b411c2990) = 11\n\
-                   10 exit_group(0) = ?\n";
-        let (out, ok) = replay("t", log, &opts()).expect("replay");
+        let log = child_first("");
+        let (out, ok) = replay("t", &log, &opts()).expect("replay");
         assert!(ok, "{out}");
         assert_eq!(out.matches("final mappings of pid 11 (at its end)").count(), 1, "{out}");
         assert!(!out.contains("at the end of the log"), "{out}");
