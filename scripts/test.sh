@@ -60,12 +60,13 @@ stage on-demand env SOFTMM_ON_DEMAND=1 \
 # move_pages against a lock-free fault, munmap, two CPUs of a page shared by fork
 # (the batched flush over two address spaces), and writes to a page-cache page;
 # host_file's model of writeback against a Cpu's store.
-stage loom two_shards hugetlb:: env RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom \
-  cargo test --release -p softmm --lib
+loom() {
+  RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom "$@"
+}
+stage loom two_shards hugetlb:: loom cargo test --release -p softmm --lib
 # Clippy on the loom build too: its code differs by `cfg(loom)` (the models,
 # crate::sync's loom types, test helpers the models do not use).
-stage loom-clippy env RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom \
-  cargo clippy -p softmm --lib --tests -- -D warnings
+stage loom-clippy loom cargo clippy -p softmm --lib --tests -- -D warnings
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
 miri_test() {

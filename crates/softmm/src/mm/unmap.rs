@@ -533,10 +533,9 @@ impl AddressSpace {
                 // translation there, and none can appear (the VMAs are
                 // detached, and a fault that allocated a table did so under
                 // the mmap_lock or a VMA reference, both of which the detach
-                // waited for), as Linux's gather
-                // flushes nothing when it cleared nothing (will-it-scale's
-                // mmap1, whose threads otherwise spent their time in
-                // process-wide barriers).
+                // waited for), as Linux's gather flushes nothing when it
+                // cleared nothing (will-it-scale's mmap1, whose threads
+                // otherwise spent their time in process-wide barriers).
                 if self.has_leaf_tables(lo, hi) {
                     tlb.shoot_down_unreachable(self);
                 }
