@@ -591,17 +591,24 @@ mod host {
         host(p != libc::MAP_FAILED, p as u64)
     }
 
+    /// The host's maps lines: (start, end, perms, name).
+    fn host_maps() -> Vec<(u64, u64, String, String)> {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (range, perms) = (f.next()?, f.next()?);
+                let (s, e) = range.split_once('-')?;
+                let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+                let name = f.nth(3).map(|_| l.splitn(6, char::is_whitespace).last().unwrap_or("").trim().to_string());
+                Some((s, e, perms.to_string(), name.unwrap_or_default()))
+            })
+            .collect()
+    }
+
     /// The host's maps line for the mapping at `a`: (length, perms, name).
     fn h_maps(a: u64) -> Option<(u64, String, String)> {
-        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
-        text.lines().find_map(|l| {
-            let mut f = l.split_whitespace();
-            let (range, perms) = (f.next()?, f.next()?);
-            let (s, e) = range.split_once('-')?;
-            let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
-            let name = f.nth(3).map(|_| l.splitn(6, char::is_whitespace).last().unwrap_or("").trim().to_string());
-            (s == a).then(|| (e - s, perms.to_string(), name.unwrap_or_default()))
-        })
+        host_maps().into_iter().find(|m| m.0 == a).map(|(s, e, perms, name)| (e - s, perms, name))
     }
 
     fn s_maps(mm: &AddressSpace, a: u64) -> Option<(u64, String, String)> {
@@ -734,16 +741,10 @@ mod host {
 
     /// The VMAs of `[a, a + len)` in the host's maps, as (start - a, end - a, perms).
     fn h_vmas(a: u64, len: u64) -> Vec<(u64, u64, String)> {
-        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
-        text.lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let (range, perms) = (f.next()?, f.next()?);
-                let (s, e) = range.split_once('-')?;
-                Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?, perms.to_string()))
-            })
-            .filter(|&(s, e, _)| s < a + len && e > a)
-            .map(|(s, e, p)| (s - a, e - a, p))
+        host_maps()
+            .into_iter()
+            .filter(|&(s, e, _, _)| s < a + len && e > a)
+            .map(|(s, e, p, _)| (s - a, e - a, p))
             .collect()
     }
 
