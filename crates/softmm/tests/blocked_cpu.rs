@@ -233,18 +233,18 @@ fn a_forgotten_translation_ends_with_the_next_access() {
 /// request and acknowledges it.
 #[test]
 fn shootdowns_do_not_wait_for_a_cpu_that_never_stops_accessing() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let p = phys(4);
     let mm = mm_with(&p, FaultPolicy::default());
     let a = mm.mmap(0, PAGE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let accesses = Arc::new(AtomicU64::new(0));
+    let (ready_tx, ready_rx) = mpsc::channel();
     let spinner = {
-        let (mm, stop, accesses) = (mm.clone(), stop.clone(), accesses.clone());
+        let (mm, stop) = (mm.clone(), stop.clone());
         thread::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
-            let mut n = 0u64;
+            let mut ready = Some(ready_tx);
             while !stop.load(Ordering::Relaxed) {
                 // The first page is zapped again and again below; reads of
                 // it fault its zero page or its frame back in, and always
@@ -252,14 +252,13 @@ fn shootdowns_do_not_wait_for_a_cpu_that_never_stops_accessing() {
                 for _ in 0..1024 {
                     cpu.read_u64(a).unwrap();
                 }
-                n += 1024;
-                accesses.store(n, Ordering::Relaxed);
+                if let Some(tx) = ready.take() {
+                    tx.send(()).unwrap();
+                }
             }
         })
     };
-    while accesses.load(Ordering::Relaxed) == 0 {
-        thread::yield_now();
-    }
+    ready_rx.recv().unwrap();
     // Each round maps the page again (a write through this thread's CPU)
     // and zaps it: a real shootdown of the spinning CPU every time, which
     // finds it inside an access now and then (2 to 156 of 2,000 rounds in
