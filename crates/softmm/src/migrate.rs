@@ -115,6 +115,72 @@ fn trylock_page(phys: &PhysMem, pfn: Pfn) -> bool {
     phys.desc(pfn).flags.fetch_or(PG_LOCKED, Ordering::Acquire) & PG_LOCKED == 0
 }
 
+/// A page held by a reference and locked with its page lock, taken with a
+/// trylock under the entry's table lock by a fault about to reuse or copy
+/// it (Linux's `folio_get` and `folio_trylock` in `hugetlb_fault`), and by
+/// a migration for its target: a migration holds its pages' locks from the
+/// unmap to the remap, so while a fault holds this no mapping of the page
+/// turns into a migration entry or back, and a map count read under it is
+/// not one that a migration in progress has lowered. Dropping it unlocks,
+/// then drops the reference.
+#[must_use = "dropping the guard releases the page lock"]
+pub(crate) struct LockedPage<'p> {
+    page: FrameRef<'p>,
+    /// Under loom, false for a page a broken variant did not lock
+    /// (`hugetlb::lock::broken::UNLOCKED_PAGE_REF`).
+    #[cfg(loom)]
+    locked: bool,
+}
+
+impl<'p> LockedPage<'p> {
+    /// `page` locked, or `page` back if someone holds its lock.
+    pub(crate) fn try_lock(page: FrameRef<'p>) -> Result<LockedPage<'p>, FrameRef<'p>> {
+        if !trylock_page(page.phys(), page.pfn()) {
+            return Err(page);
+        }
+        Ok(LockedPage {
+            page,
+            #[cfg(loom)]
+            locked: true,
+        })
+    }
+
+    /// A broken variant's "locked" page that is not locked.
+    #[cfg(loom)]
+    pub(crate) fn unlocked(page: FrameRef<'p>) -> LockedPage<'p> {
+        LockedPage { page, locked: false }
+    }
+
+    /// The page.
+    pub(crate) fn page(&self) -> &FrameRef<'p> {
+        &self.page
+    }
+}
+
+impl Drop for LockedPage<'_> {
+    fn drop(&mut self) {
+        #[cfg(loom)]
+        if !self.locked {
+            return;
+        }
+        unlock_page(self.page.phys(), self.page.pfn());
+    }
+}
+
+/// `folio_wait_locked`, bounded: spins up to `spins` times for the page
+/// lock of `pfn` to be released, holding no lock its holder may need; the
+/// caller then looks at the entry again. `pfn` may be a number read without
+/// a lock: a descriptor outlives its frame's use, so the worst a stale one
+/// costs is the wait.
+pub(crate) fn wait_on_page_locked(phys: &PhysMem, pfn: Pfn, spins: u32) {
+    for i in 0..spins {
+        if phys.desc(pfn).flags.load(Ordering::Acquire) & PG_LOCKED == 0 {
+            return;
+        }
+        crate::sync::spin_hint(i);
+    }
+}
+
 /// `lock_page`: waits for the page lock.
 pub(crate) fn lock_page(phys: &PhysMem, pfn: Pfn) {
     let mut i = 0;
@@ -273,8 +339,7 @@ fn try_to_migrate(phys: &PhysMem, owner: &Owner, pages: &[(u64, Pfn)], mms: &mut
             mms.push(mm.clone());
         }
         // The entry's reference goes; ours keeps the frame.
-        drop(crate::rmap::unmapped(phys, pte));
-        Some(pte.to_migration())
+        Some(crate::rmap::try_to_migrate_pte(phys, pte))
     })
 }
 
@@ -289,7 +354,7 @@ fn remove_migration_ptes(phys: &PhysMem, owner: &Owner, moves: &[(u64, Pfn, Pfn)
         if !pte.is_migration() || pte.pfn() != old {
             return None;
         }
-        let entry = pte.restored(crate::rmap::map_migrated(phys, new));
+        let entry = crate::rmap::remove_migration_pte(phys, new, pte);
         // The VMA's protection now: PROT_NONE set meanwhile hides the page.
         Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
     })
@@ -557,9 +622,9 @@ fn migrate_batch(
             continue;
         }
         let nd = dst.desc();
-        // The new page is never marked exclusive here: a fork may have
-        // copied a migration entry meanwhile, and the first write or pin of
-        // a page with one reference makes it exclusive again.
+        // Exclusivity is not copied here: the unmap moved it into the
+        // migration entry, and the remap gives it to the new page unless a
+        // fork copied the entry meanwhile (which made it shared).
         let flags = d.flags.load(Ordering::Relaxed) & !(PG_LOCKED | PG_ISOLATED | PG_ANON_EXCLUSIVE);
         nd.flags.store(flags, Ordering::Relaxed);
         nd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);

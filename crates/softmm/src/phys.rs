@@ -69,6 +69,14 @@ pub(crate) struct FrameDesc {
     pub(crate) pincount: AtomicU32,
     /// `PG_*` bits.
     pub(crate) flags: AtomicU32,
+    /// The 2 MiB leaf entries mapping a huge page, on its head frame
+    /// (Linux's `_entire_mapcount` of a hugetlb folio): an entry of a PMD
+    /// table that several address spaces share counts once, as in Linux.
+    /// Small frames count none (`rmap` says why). Only `rmap` and the
+    /// table teardown change it, each under the entry's table lock (or with
+    /// the table unreachable), so an exclusive holder of the one entry
+    /// that maps a page sees 1 and no new mapping appears behind it.
+    pub(crate) mapcount: AtomicU32,
     /// The owning file's id for page-cache pages (0 for anonymous memory).
     pub(crate) mapping: AtomicU64,
     /// The page's index in its file, or its linear page index for anonymous memory.
@@ -76,6 +84,28 @@ pub(crate) struct FrameDesc {
 }
 
 impl FrameDesc {
+    /// One more 2 MiB leaf entry maps this huge page (its head frame's
+    /// descriptor); the caller holds that entry's table lock.
+    #[inline]
+    pub(crate) fn inc_mapcount(&self) {
+        self.mapcount.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One 2 MiB leaf entry less maps this huge page. Release: a reader of
+    /// the count that sees it drop (Acquire) also sees what the entry's
+    /// holder did before.
+    #[inline]
+    pub(crate) fn dec_mapcount(&self) {
+        let old = self.mapcount.fetch_sub(1, Ordering::Release);
+        debug_assert!(old > 0, "huge page mapcount underflow");
+    }
+
+    /// The 2 MiB leaf entries mapping this huge page (see `mapcount`).
+    #[inline]
+    pub(crate) fn mapcount(&self) -> u32 {
+        self.mapcount.load(Ordering::Acquire)
+    }
+
     /// `n` descriptors, all zero (free, unreferenced), as a boxed slice.
     /// Allocated zeroed, so that the host backs them only when written
     /// (memory on demand), unless `touch` asks to write them all now.
@@ -813,7 +843,10 @@ impl PhysMem {
     }
 
     /// A new reference on a frame that the caller already holds a reference
-    /// to (directly, through a locked PTE or through the page cache's lock).
+    /// to (directly, or through the page cache's lock). Never on a frame
+    /// number read from a page-table entry without the entry's lock, whose
+    /// frame may have been freed since: from an entry, a reference comes
+    /// only from its locked guard (`PteGuard::page`).
     #[inline]
     pub(crate) fn get(&self, pfn: Pfn) -> FrameRef<'_> {
         let pfn = self.compound_head(pfn);
@@ -1058,6 +1091,12 @@ impl<'a> FrameRef<'a> {
         self.pfn
     }
 
+    /// The arena the frame belongs to.
+    #[inline]
+    pub(crate) fn phys(&self) -> &'a PhysMem {
+        self.phys
+    }
+
     /// The frame's descriptor.
     #[inline]
     pub(crate) fn desc(&self) -> &'a FrameDesc {
@@ -1068,6 +1107,14 @@ impl<'a> FrameRef<'a> {
     #[inline]
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.phys.frame_ptr(self.pfn)
+    }
+}
+
+impl Clone for FrameRef<'_> {
+    /// Another reference on the same frame: the one cloned keeps it alive.
+    #[inline]
+    fn clone(&self) -> Self {
+        self.phys.get(self.pfn)
     }
 }
 

@@ -1015,6 +1015,31 @@ fn madv_dontneed_of_a_private_page_restores_its_reservation() {
 }
 
 #[test]
+fn madv_dontneed_in_an_owner_restores_the_reservation_of_a_page_a_child_still_maps() {
+    // Linux's __unmap_hugepage_range restores the reservation of every
+    // anonymous page the owner of a private mapping zaps, shared or not:
+    // the page gives it back to the pool when its last user frees it.
+    let phys = pool(2);
+    let owner = mm(&phys);
+    let a = owner.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&owner);
+    cpu.write_u64(a, 7).unwrap();
+    let child = owner.fork().unwrap();
+    owner.madvise(a, HP, MADV_DONTNEED).unwrap();
+    assert_eq!(counts(&phys), (1, 0), "the child still maps the page");
+    assert_eq!(Cpu::attached(&child).read_u64(a).unwrap(), 7);
+    drop(child);
+    assert_eq!(counts(&phys), (2, 1), "freed, and reserved for the owner again");
+    // So another mapping cannot have both pages, and the owner's refault succeeds.
+    assert_eq!(owner.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0), Err(Errno::NoMem));
+    assert_eq!(cpu.read_u64(a).unwrap(), 0, "a fresh zeroed page");
+    assert_eq!(counts(&phys), (1, 0));
+    drop(cpu);
+    drop(owner);
+    assert_no_leaks(&phys);
+}
+
+#[test]
 fn hugetlb_pages_are_not_migrated_yet_and_stay_intact() {
     let phys = PhysMem::new(PhysConfig::new(24 << 20).nodes(2).hugepages(1)).unwrap();
     let mm = mm(&phys);

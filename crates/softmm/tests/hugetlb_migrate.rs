@@ -503,3 +503,91 @@ fn mbind_takes_a_page_of_any_node_of_the_mask_and_move_pages_only_its_node() {
     }
     assert_no_leaks(&phys);
 }
+
+#[test]
+fn a_migrated_private_page_stays_exclusive_and_pins_at_once() {
+    // Migration keeps PageAnonExclusive (in the migration entry): a pin of
+    // the moved page needs no unshare, under every pin policy.
+    for policy in [softmm::PinPolicy::PerPage, softmm::PinPolicy::Batched, softmm::PinPolicy::PerVma] {
+        for flags in [Foll::WRITE, Foll::empty(), Foll::LONGTERM] {
+            let phys = arena(1);
+            let mm = AddressSpace::new(&phys, MmConfig::default().pin_policy(policy)).unwrap();
+            let a = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 5).unwrap();
+            let there = 1 - node_of(&mm, a);
+            let mut status = [0];
+            assert_eq!(mm.move_pages(&[a], Some(&[there]), &mut status, MPOL_MF_MOVE), Ok(0));
+            assert_eq!(status, [there]);
+            let pin = {
+                let mm = mm.clone();
+                watchdog("pin", 10, move || mm.pin_user_pages(a, 1, flags))
+            }
+            .unwrap();
+            assert_eq!(pin.stats().faults, 0, "{policy:?} {flags:?}");
+            let mut buf = [0u8; 8];
+            pin.read(0, &mut buf).unwrap();
+            assert_eq!(u64::from_le_bytes(buf), 5, "{policy:?} {flags:?}: the page moved with its data");
+            // The pinned page is the one mapped: the guest's writes reach the device.
+            cpu.write_u64(a + 8, 9).unwrap();
+            pin.read(8, &mut buf).unwrap();
+            assert_eq!(u64::from_le_bytes(buf), 9, "{policy:?} {flags:?}");
+            drop((pin, cpu, mm));
+            assert_no_leaks(&phys);
+        }
+    }
+}
+
+#[test]
+fn a_child_cow_beside_a_migration_of_the_shared_page_never_frees_it_twice() {
+    // The child's hugetlb_wp takes its reference on the page under the PMD
+    // lock: migration (and a zap) may free the page its unlocked read saw.
+    let phys = arena(5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = {
+        let (phys, stop) = (phys.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let s = phys.huge_page_stats();
+                assert!(s.free <= s.total, "{s:?}");
+            }
+        })
+    };
+    let phys2 = phys.clone();
+    watchdog("rounds", 120, move || {
+        let phys = phys2;
+        for round in 0..1000u64 {
+            let parent = AddressSpace::new(&phys, MmConfig::default().cap_sys_nice(true)).unwrap();
+            let a = parent.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+            let mut pc = Cpu::attached(&parent);
+            pc.write_u64(a, round).unwrap();
+            let child = parent.fork().unwrap();
+            let there = 1 - node_of(&parent, a);
+            let go = Arc::new(std::sync::Barrier::new(2));
+            let writer = {
+                let (child, go) = (child.clone(), go.clone());
+                std::thread::spawn(move || {
+                    let mut cc = Cpu::attached(&child);
+                    go.wait();
+                    // Staggered, so the write meets each phase of the move.
+                    for i in 0..round % 16 * 64 {
+                        std::hint::black_box(i);
+                    }
+                    cc.write_u64(a, !round).unwrap();
+                    cc.read_u64(a).unwrap()
+                })
+            };
+            let mut status = [0];
+            go.wait();
+            parent.move_pages(&[a], Some(&[there]), &mut status, MPOL_MF_MOVE_ALL).unwrap();
+            assert_eq!(writer.join().unwrap(), !round, "round {round}: the child's own copy");
+            assert_eq!(pc.read_u64(a).unwrap(), round, "round {round}: the parent's page");
+            drop((pc, child, parent));
+            let s = phys.huge_page_stats();
+            assert_eq!((s.free, s.rsvd), (s.total, 0), "round {round}: {s:?}");
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    stats.join().unwrap();
+    assert_no_leaks(&phys);
+}

@@ -134,3 +134,24 @@ fn fork_fails_with_enospc_when_no_huge_page_is_left_for_a_pinned_copy() {
     drop((pin, parent));
     assert_no_leaks(&phys);
 }
+
+#[test]
+fn an_owner_reuses_its_page_on_a_write_when_only_a_get_reference_shares_it() {
+    // hugetlb_wp reuses an anonymous page mapped once, whatever other
+    // references it has (a get_user_pages reference here, as vmsplice takes):
+    // with the pool empty, a copy would be SIGBUS.
+    let phys = pool(1);
+    let owner = mm(&phys);
+    let a = owner.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&owner);
+    cpu.write_u64(a, 1).unwrap();
+    drop(owner.fork().unwrap());
+    let got = owner.get_user_pages(a + PAGE_SIZE, 1, Foll::empty()).unwrap();
+    cpu.write_u64(a + PAGE_SIZE, 2).unwrap();
+    let mut buf = [0u8; 8];
+    got.read(0, &mut buf).unwrap();
+    assert_eq!(u64::from_le_bytes(buf), 2, "the owner wrote the page it had");
+    assert_eq!(phys.huge_page_stats().free, 0);
+    drop((got, cpu, owner));
+    assert_no_leaks(&phys);
+}

@@ -55,9 +55,11 @@ use super::handler::FaultCtx;
 use super::{Abort, FaultError};
 use crate::error::Fault;
 use crate::hugetlb::lock::Kind;
+use crate::hugetlb::pool::PG_HUGETLB_RESTORE_RESERVE;
+use crate::migrate::LockedPage;
 use crate::mm::HugetlbPolicy;
-use crate::pgtable::{Leaf, Pte, PteKind};
-use crate::phys::{FrameRef, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
+use crate::pgtable::{Leaf, Pte, PteGuard, PteKind};
+use crate::phys::{FrameRef, PhysMem, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 
@@ -121,6 +123,21 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
             } else {
                 Err(sigbus(addr))
             }
+        }
+        // hugetlb_wp found the page locked (a migration of it is under
+        // way, its other mappings hidden in migration entries): wait with
+        // none of the fault's locks held, as Linux's `folio_wait_locked`
+        // after dropping them, then the access retries.
+        Err(FaultError::Abort(Abort::HugePageLocked)) => {
+            let haddr = addr & !(HPAGE_SIZE - 1);
+            let guard = crossbeam_epoch::pin();
+            if let Some(leaf) = ctx.mm.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) {
+                let pte = leaf.load(haddr);
+                if pte.has_frame() {
+                    crate::migrate::wait_on_page_locked(&ctx.mm.phys, pte.pfn(), crate::hugetlb::migrate::WAIT_SPINS);
+                }
+            }
+            Ok(())
         }
         // hugetlb migration (`hugetlb/migrate.rs`): wait for the remap with
         // none of the fault's locks held, as Linux drops the VMA lock and
@@ -300,7 +317,7 @@ fn no_page_private(
     }
     let cached = file.find_get_page(idx);
     if let (Some(page), false) = (&cached, write) {
-        install(f, leaf, haddr, mm.phys.get(page.pfn()), nx(vma), guard)?;
+        install(f, leaf, haddr, page.clone(), nx(vma), guard)?;
         mm.count_hugetlb_fault();
         return Ok(());
     }
@@ -329,9 +346,67 @@ pub(crate) fn alloc_private<'p>(
     let node = mm.placement(vma, haddr).node;
     let page = mm.phys.alloc_huge(node, reserved).ok_or_else(|| sigbus(addr))?;
     let d = page.desc();
-    d.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE, Ordering::Relaxed);
+    // A page that consumed a reservation gives it back if it is freed
+    // before it is mapped (alloc_hugetlb_folio's restore flag; mapping it
+    // clears the flag, see `huge_entry`).
+    let restore = if reserved { PG_HUGETLB_RESTORE_RESERVE } else { 0 };
+    d.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE | restore, Ordering::Relaxed);
     d.index.store(vma.huge_index(haddr), Ordering::Relaxed);
     Ok(page)
+}
+
+/// `hugetlb_fault`'s `folio_get` and `folio_trylock` of the page that the
+/// entry at `haddr`, locked in `ptl`, maps, for a write-protect fault or an
+/// unshare about to reuse or copy it: both under the PMD lock, as a frame
+/// number read without it may name a page freed since. `None` when the
+/// page's lock is held (a migration of it is under way): the caller drops
+/// its locks and waits ([`crate::migrate::wait_on_page_locked`]).
+pub(crate) fn lock_mapped_page<'p>(ptl: &PteGuard<'_>, haddr: u64, phys: &'p PhysMem) -> Option<LockedPage<'p>> {
+    let page = ptl.page(haddr, phys).expect("the entry holds a page");
+    #[cfg(loom)]
+    if crate::hugetlb::lock::broken::unlocked_page_ref() {
+        return Some(LockedPage::unlocked(page));
+    }
+    LockedPage::try_lock(page).ok()
+}
+
+/// Under loom's `UNLOCKED_PAGE_REF`, the order before [`lock_mapped_page`]:
+/// once the PMD lock is gone the reference is dropped and taken again from
+/// the frame number, so a migration that freed the page in between leaves
+/// it on a free page. Otherwise `page` as it is.
+#[cfg(loom)]
+pub(crate) fn broken_late_ref(page: LockedPage<'_>) -> LockedPage<'_> {
+    if !crate::hugetlb::lock::broken::unlocked_page_ref() {
+        return page;
+    }
+    let (phys, pfn) = (page.page().phys(), page.page().pfn());
+    drop(page);
+    LockedPage::unlocked(phys.get(pfn))
+}
+
+/// Linux's `restore_reserve_on_error`: `page`, taken by [`alloc_private`]
+/// for `haddr` of `vma`, is dropped unmapped (the fault lost a race). A
+/// reservation it consumed goes back to the mapping's reserve map, and the
+/// page gives the pool's count back when it is freed; if the map has the
+/// index unused again already (a `MADV_DONTNEED` restored it meanwhile,
+/// on a page of its own), the page gives nothing back.
+pub(crate) fn restore_reserve_on_error(vma: &Vma, haddr: u64, page: &FrameRef<'_>) {
+    let d = page.desc();
+    if d.flags.load(Ordering::Relaxed) & PG_HUGETLB_RESTORE_RESERVE == 0 {
+        return;
+    }
+    if !vma.hugetlb_resv.as_ref().is_some_and(|r| r.restore(vma.huge_index(haddr))) {
+        d.flags.fetch_and(!PG_HUGETLB_RESTORE_RESERVE, Ordering::Relaxed);
+    }
+}
+
+/// The 2 MiB leaf entry mapping `page` with the extra bits `flags`, taking
+/// over its reference; a page [`alloc_private`] took for a reservation is
+/// now in use, so freeing it later restores nothing (Linux's
+/// `hugetlb_add_new_anon_rmap` clears the restore flag).
+pub(crate) fn huge_entry(page: FrameRef<'_>, flags: u64) -> Pte {
+    page.desc().flags.fetch_and(!PG_HUGETLB_RESTORE_RESERVE, Ordering::Relaxed);
+    crate::rmap::mapped(page, flags | Pte::HUGE)
 }
 
 /// Copies a huge page's 512 frames.
@@ -358,18 +433,27 @@ fn install(
     guard: &crossbeam_epoch::Guard,
 ) -> FaultResult<()> {
     let mut ptl = leaf.lock();
-    validate(f, &leaf, haddr, guard)?;
+    if let Err(e) = validate(f, &leaf, haddr, guard) {
+        restore_reserve_on_error(f.vma, haddr, &page);
+        return Err(e);
+    }
     if !ptl.get(haddr).is_none() {
         // MADV_DONTNEED zaps without the fault mutex but never installs.
+        restore_reserve_on_error(f.vma, haddr, &page);
         return Ok(());
     }
     let flags = if f.vma.flags.contains(VmFlags::WRITE) { flags } else { flags & !Pte::WRITE };
-    let entry = crate::rmap::mapped(page, flags | Pte::HUGE | Pte::ACCESSED);
+    let entry = huge_entry(page, flags | Pte::ACCESSED);
     ptl.set(haddr, if f.vma.flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() });
     Ok(())
 }
 
 /// `hugetlb_wp`: a write to a read-only present page.
+///
+/// Everything it decides on the page, and the reference it takes for the
+/// copy, happens under the PMD lock with the entry checked again: the entry
+/// read without the lock may name a page that migration, `MADV_DONTNEED` or
+/// `unmap_ref_private` has freed since (and the pool handed out again).
 fn wp(
     f: &HugeFault<'_, '_>,
     leaf: Leaf<'_>,
@@ -381,52 +465,63 @@ fn wp(
     let (mm, vma) = (f.mm, f.vma);
     let phys = &mm.phys;
     let writable = pte.set(Pte::WRITE | Pte::DIRTY | Pte::ACCESSED);
-    let d = phys.desc(pte.pfn());
-    if vma.flags.contains(VmFlags::SHARED) {
-        let mut ptl = leaf.lock();
-        validate(f, &leaf, haddr, guard)?;
-        if ptl.get(haddr) == pte {
-            d.flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
-            ptl.set(haddr, writable);
-        }
+    let mut ptl = leaf.lock();
+    validate(f, &leaf, haddr, guard)?;
+    if ptl.get(haddr) != pte {
+        // Changed since the fault read it: the access retries.
         return Ok(());
     }
-    let flags = d.flags.load(Ordering::Relaxed);
-    if flags & PG_ANON != 0 && flags & PG_FILE == 0 {
-        let mut ptl = leaf.lock();
-        // As `do_wp_page`: under the PMD lock no new mapping of the page
-        // appears (fork copies under it), so refcount 1 means ours alone.
-        let exclusive = d.flags.load(Ordering::Relaxed) & PG_ANON_EXCLUSIVE != 0;
-        if ptl.get(haddr) == pte && (exclusive || d.refcount.load(Ordering::Acquire) == 1) {
-            d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
-            ptl.set(haddr, writable);
-            return Ok(());
-        }
+    let d = phys.desc(pte.pfn());
+    if vma.flags.contains(VmFlags::SHARED) {
+        d.flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+        ptl.set(haddr, writable);
+        return Ok(());
     }
+    // hugetlb_fault's folio_trylock: a migration holds the lock from its
+    // unmap to its remap, during which the page's other mappings are
+    // migration entries its map count does not show.
+    let Some(old_page) = lock_mapped_page(&ptl, haddr, phys) else {
+        return Err(FaultError::Abort(Abort::HugePageLocked));
+    };
+    let flags = d.flags.load(Ordering::Relaxed);
+    let anon = flags & PG_ANON != 0 && flags & PG_FILE == 0;
+    // Reuse an anonymous page this entry alone maps, whatever other
+    // references it has (a get_user_pages reference, an isolation): Linux
+    // relies on the mapcount, not the refcount, so that a fork()+exit()
+    // user with the pool empty is not killed by a transient reference.
+    // Under the PMD lock no new mapping of the page appears (fork copies
+    // under it).
+    if anon && d.mapcount() == 1 {
+        d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
+        ptl.set(haddr, writable);
+        return Ok(());
+    }
+    drop(ptl);
+    #[cfg(loom)]
+    let old_page = broken_late_ref(old_page);
     super::handler::anon_vma_prepare(f.ctx)?;
     let new = match alloc_private(mm, vma, haddr, addr) {
         Ok(page) => page,
         // unmap_ref_private: the owner of the reservations takes its
         // anonymous page back from the children and reuses it, once this
         // fault's locks are dropped (`hugetlb_fault`).
-        Err(_) if vma.hugetlb_resv.is_some() && flags & PG_ANON != 0 && flags & PG_FILE == 0 => {
+        Err(_) if vma.hugetlb_resv.is_some() && anon => {
             f.unmap_ref.set(Some(pte.pfn()));
             return Ok(());
         }
         Err(e) => return Err(e),
     };
-    let old_page = phys.get(pte.pfn());
-    copy_huge(mm, &old_page, &new);
-    drop(old_page);
+    copy_huge(mm, old_page.page(), &new);
     let mut ptl = leaf.lock();
     if ptl.get(haddr) != pte {
+        restore_reserve_on_error(vma, haddr, &new);
         return Ok(());
     }
     // Clear, flush, then install: no CPU may read the old copy after a
     // write to the new one.
     let (_, old) = crate::rmap::unmap_page(&mut ptl, haddr, phys).expect("a present entry holds a page");
     mm.flush_tlb();
-    crate::rmap::map_page(&mut ptl, haddr, new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | Pte::HUGE | nx(vma));
+    ptl.set(haddr, huge_entry(new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | nx(vma)));
     drop(ptl);
     drop(old);
     mm.count_hugetlb_fault();

@@ -117,6 +117,10 @@ pub(crate) enum Abort {
     /// A hugetlb fault met a PMD migration entry; `hugetlb_fault` waits for
     /// it with its locks dropped, so this never leaves it either.
     HugeMigration,
+    /// A hugetlb write-protect fault found its page locked (a migration of
+    /// it is under way); `hugetlb_fault` waits for it with its locks
+    /// dropped, so this never leaves it either.
+    HugePageLocked,
 }
 
 /// A fault that did not complete.

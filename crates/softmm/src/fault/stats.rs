@@ -36,9 +36,11 @@ impl FaultStats {
         match cause {
             Abort::MmSeq => self.aborts_mm_seq += 1,
             Abort::VmaChanged => self.aborts_vma += 1,
-            Abort::Unsupported | Abort::NoPageTable | Abort::PmdUnshared | Abort::HugeMigration => {
-                self.aborts_unsupported += 1
-            }
+            Abort::Unsupported
+            | Abort::NoPageTable
+            | Abort::PmdUnshared
+            | Abort::HugeMigration
+            | Abort::HugePageLocked => self.aborts_unsupported += 1,
             Abort::Contended => self.aborts_contended += 1,
         }
     }

@@ -11,7 +11,8 @@
 //! changes nothing of the pin.
 
 use crate::error::{Errno, Result};
-use crate::fault::hugetlb::{alloc_private, copy_huge};
+use crate::fault::hugetlb::{alloc_private, copy_huge, huge_entry, lock_mapped_page, restore_reserve_on_error};
+use crate::migrate::wait_on_page_locked;
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte};
 use crate::phys::{Pfn, PG_ANON, PG_ANON_EXCLUSIVE, PG_FILE};
@@ -47,30 +48,51 @@ impl AddressSpace {
         let Some(leaf) = self.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) else {
             return Ok(());
         };
-        let pte = leaf.load(haddr);
+        // Everything decided on the page, and the reference for the copy,
+        // under the PMD lock: an entry read without it may name a page that
+        // migration or a zap freed since.
+        let ptl = leaf.lock();
+        let pte = ptl.get(haddr);
         // A `PROT_NONE` entry holds its page as a present one does
         // (`pmd_present` is true for it on x86): unshared the same way.
-        if !pte.has_frame() || pte.has(Pte::PRESENT | Pte::WRITE) {
+        if !pte.has_frame() {
             return Ok(());
         }
         let d = self.phys.desc(pte.pfn());
+        // As `hugetlb_wp`: the page lock keeps a migration, which hides the
+        // page's other mappings in migration entries, from under the map
+        // count; held, wait for it with every lock but `mmap_lock` dropped.
+        let Some(old_page) = lock_mapped_page(&ptl, haddr, &self.phys) else {
+            drop(ptl);
+            drop((_fault_mutex, _inval));
+            wait_on_page_locked(&self.phys, pte.pfn(), super::migrate::WAIT_SPINS);
+            return Ok(());
+        };
         let flags = d.flags.load(Ordering::Relaxed);
-        if flags & PG_ANON != 0 && flags & PG_FILE == 0 {
-            let ptl = leaf.lock();
-            // As `hugetlb_wp`'s reuse: under the PMD lock no new mapping of
-            // the page appears, so refcount 1 means this entry's alone.
-            if ptl.get(haddr) == pte && d.refcount.load(Ordering::Acquire) == 1 {
-                d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
-                return Ok(());
-            }
+        let anon = flags & PG_ANON != 0 && flags & PG_FILE == 0;
+        if anon && flags & PG_ANON_EXCLUSIVE != 0 {
+            return Ok(());
         }
+        // As `hugetlb_wp`'s reuse: an anonymous page this entry alone maps
+        // is this process's, whatever else references it; under the PMD
+        // lock no new mapping of it appears.
+        if anon && d.mapcount() == 1 {
+            d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
+            return Ok(());
+        }
+        if pte.has(Pte::PRESENT | Pte::WRITE) {
+            // A writable entry maps an exclusive anonymous page: the caller
+            // faults or looks again.
+            return Ok(());
+        }
+        drop(ptl);
+        #[cfg(loom)]
+        let old_page = crate::fault::hugetlb::broken_late_ref(old_page);
         if !self.anon_vma_prepare_locked(vma) {
             return Err(Errno::NoMem);
         }
         let new = alloc_private(self, vma, haddr, va).map_err(|_| Errno::Fault)?;
-        let old_page = self.phys.get(pte.pfn());
-        copy_huge(self, &old_page, &new);
-        drop(old_page);
+        copy_huge(self, old_page.page(), &new);
         self.replace_huge(leaf, haddr, pte, new, vma);
         Ok(())
     }
@@ -82,12 +104,13 @@ impl AddressSpace {
     fn replace_huge(&self, leaf: Leaf<'_>, haddr: u64, pte: Pte, new: crate::phys::FrameRef<'_>, vma: &Vma) {
         let mut ptl = leaf.lock();
         if ptl.get(haddr) != pte {
+            restore_reserve_on_error(vma, haddr, &new);
             return;
         }
         let (_, old) = crate::rmap::unmap_page(&mut ptl, haddr, &self.phys).expect("a present entry holds a page");
         self.flush_tlb();
         let nx = if vma.flags.contains(VmFlags::EXEC) { 0 } else { Pte::NX };
-        let entry = crate::rmap::mapped(new, Pte::ACCESSED | Pte::HUGE | nx);
+        let entry = huge_entry(new, Pte::ACCESSED | nx);
         ptl.set(haddr, if pte.is_present() { entry } else { entry.protnone() });
         drop(ptl);
         drop(old);

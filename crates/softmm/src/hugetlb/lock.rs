@@ -370,6 +370,12 @@ pub(crate) mod broken {
     /// (`pgtable::table::Table::freed`) and a lock of it sets
     /// [`USED_FREED_TABLE`].
     pub(crate) static FREE_AT_ONCE: AtomicBool = AtomicBool::new(false);
+    /// `hugetlb_wp` and the pin's unshare take no page lock, and take their
+    /// reference on the page they copy from only after the PMD lock is gone,
+    /// from the frame number read under it: a migration (or a zap) may free
+    /// the page in between, and the copy's reference then lands on a free
+    /// page (the order before the reference came from the locked entry).
+    pub(crate) static UNLOCKED_PAGE_REF: AtomicBool = AtomicBool::new(false);
     /// Set when a walker locked a PMD table that a dying tree had freed
     /// (under [`FREE_AT_ONCE`]): a use after free.
     pub(crate) static USED_FREED_TABLE: AtomicBool = AtomicBool::new(false);
@@ -392,6 +398,10 @@ pub(crate) mod broken {
 
     pub(crate) fn skip_rezap() -> bool {
         SKIP_REZAP.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn unlocked_page_ref() -> bool {
+        UNLOCKED_PAGE_REF.load(Ordering::Relaxed)
     }
 }
 

@@ -52,7 +52,7 @@ use std::sync::Arc;
 use crate::error::Errno;
 use crate::file::File;
 use crate::mempolicy::MPOL_MF_MOVE_ALL;
-use crate::migrate::{lock_page, unlock_page, Isolated, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
+use crate::migrate::{lock_page, unlock_page, Isolated, LockedPage, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte};
 use crate::phys::{Pfn, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
@@ -94,7 +94,7 @@ impl AddressSpace {
         let file = vma.file.clone().ok_or(-libc::EBUSY)?;
         // Our reference keeps the page (not its mappings) once the PMD
         // lock goes for the reverse walk.
-        let page = self.phys.get(pte.pfn());
+        let page = ptl.page(addr, &self.phys).expect("the entry holds a page");
         drop(ptl);
         if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
             return Err(-libc::EBUSY);
@@ -112,6 +112,15 @@ impl AddressSpace {
     }
 }
 
+/// How long a hugetlb fault (or unshare) waits, with its locks dropped, for
+/// a migration to move on (its entry to change, its page lock to go) before
+/// it looks again: bounded, for the reason [`migration_entry_wait_huge`]
+/// gives.
+#[cfg(not(loom))]
+pub(crate) const WAIT_SPINS: u32 = 128;
+#[cfg(loom)]
+pub(crate) const WAIT_SPINS: u32 = 1;
+
 /// `migration_entry_wait_huge`: the hugetlb page at `haddr` is being
 /// migrated; wait a while, holding no PMD lock, for its entry to change (the
 /// migrator restores it, or a zap clears it), then the caller retries the
@@ -122,11 +131,7 @@ impl AddressSpace {
 /// to hand on until our VMA reference goes, so the fault must return and
 /// drop it rather than wait for the migrator without end.
 pub(crate) fn migration_entry_wait_huge(leaf: Leaf<'_>, haddr: u64, pte: Pte) {
-    #[cfg(loom)]
-    const SPINS: u32 = 1;
-    #[cfg(not(loom))]
-    const SPINS: u32 = 128;
-    for i in 0..SPINS {
+    for i in 0..WAIT_SPINS {
         if leaf.load(haddr) != pte {
             return;
         }
@@ -278,6 +283,12 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, pt
     }
     let dst = at.zonelist(phys.nodes()).find_map(|n| phys.alloc_huge_on(n));
     let Some(dst) = dst else { return Outcome::Failed(Errno::NoMem) };
+    // The target is locked too until every entry is remapped (Linux's
+    // `folio_trylock(dst)`): a write fault on an entry already remapped to
+    // it would otherwise find its map count 1 while the page's other
+    // mappings are still migration entries, and reuse it.
+    let Ok(target) = LockedPage::try_lock(dst) else { unreachable!("a page fresh from the pool is not locked") };
+    let dst = target.page();
     lock_page(phys, old);
     if d.pincount.load(Ordering::Acquire) > 0 {
         // folio_ref_freeze would fail: a pinned page stays (-EAGAIN).
@@ -296,8 +307,7 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, pt
             return None;
         }
         // The entry's reference goes; ours keeps the page.
-        drop(crate::rmap::unmapped(phys, pte));
-        Some(pte.to_migration())
+        Some(crate::rmap::try_to_migrate_pte(phys, pte))
     });
     let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
     for t in tickets {
@@ -309,7 +319,7 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, pt
     let copy = || unsafe { copy_unshared_huge(phys, old, dst.pfn()) };
     let moved = d.pincount.load(Ordering::Acquire) == 0
         && if is_file {
-            file.migrate_page(p.index, old, &dst, copy)
+            file.migrate_page(p.index, old, dst, copy)
         } else {
             d.refcount.load(Ordering::Acquire) == 1 && {
                 copy();
@@ -320,11 +330,12 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, pt
     if moved {
         // move_hugetlb_state: the new page takes the old one's state (a
         // pending reservation restore included); the old one goes back to
-        // its node's pool as a plain free page. Never marked exclusive: a
-        // fork may have copied a migration entry meanwhile.
+        // its node's pool as a plain free page. Exclusivity travels in the
+        // migration entry, which a fork meanwhile made shared.
         let nd = dst.desc();
         let flags = d.flags.load(Ordering::Relaxed);
-        nd.flags.store(flags & !(PG_LOCKED | PG_ISOLATED | PG_ANON_EXCLUSIVE), Ordering::Relaxed);
+        // Still locked (`target`) until the remap is done.
+        nd.flags.store(flags & !(PG_ISOLATED | PG_ANON_EXCLUSIVE) | PG_LOCKED, Ordering::Relaxed);
         nd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
         nd.mapping.store(d.mapping.load(Ordering::Relaxed), Ordering::Relaxed);
         d.flags.store(flags & (PG_LOCKED | PG_ISOLATED), Ordering::Relaxed);
@@ -334,14 +345,15 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, pt
         if !pte.is_migration() || pte.pfn() != old {
             return None;
         }
-        let entry = pte.restored(crate::rmap::map_migrated(phys, new));
+        let entry = crate::rmap::remove_migration_pte(phys, new, pte);
         // The VMA's protection now: PROT_NONE set meanwhile hides the page.
         Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
     });
     unlock_page(phys, old);
-    // `dst`'s allocation reference goes here: the entries and the cache
-    // hold theirs, and a page that stayed frees its unused target.
-    drop(dst);
+    // The target's lock and then its allocation reference go here: the
+    // entries and the cache hold theirs, and a page that stayed frees its
+    // unused target.
+    drop(target);
     if moved {
         Outcome::Moved
     } else {

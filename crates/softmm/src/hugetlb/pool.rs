@@ -59,7 +59,19 @@ struct PoolState {
     /// Free huge pages per node, as head frame numbers (popped from the end).
     free_lists: Vec<Vec<Pfn>>,
     free: u64,
-    rsvd: u64,
+    /// Reservations not yet consumed. Transiently negative, as Linux's
+    /// `resv_huge_pages` wraps: an owner's `MADV_DONTNEED` of a page a child
+    /// still maps gives the reservation back to the owner's map at once but
+    /// to this count only when the child frees the page, and the owner may
+    /// consume it (or exit, unreserving it) in between. Shown as 0 then.
+    rsvd: i64,
+}
+
+impl PoolState {
+    /// Free pages nobody reserved (Linux's `available_huge_pages`).
+    fn available(&self) -> u64 {
+        self.free - self.rsvd.clamp(0, self.free as i64) as u64
+    }
 }
 
 /// The pool of one [`PhysMem`] (Linux's `hstate` for 2 MiB pages).
@@ -152,10 +164,12 @@ impl HugePool {
             return Ok(());
         }
         let mut st = self.state.lock();
-        if st.free - st.rsvd < pages {
+        // gather_surplus_pages with no surplus allowed: `rsvd + pages`
+        // must not exceed `free` (a negative `rsvd` is a page owed back).
+        if (st.free as i64).saturating_sub(st.rsvd) < pages as i64 {
             return Err(Errno::NoMem);
         }
-        st.rsvd += pages;
+        st.rsvd += pages as i64;
         Ok(())
     }
 
@@ -166,19 +180,19 @@ impl HugePool {
             return;
         }
         let mut st = self.state.lock();
-        assert!(st.rsvd >= pages, "hugetlb: unreserving {pages} of {} reserved pages", st.rsvd);
-        st.rsvd -= pages;
+        st.rsvd -= pages as i64;
+        debug_assert!(st.rsvd >= -(self.total as i64), "hugetlb: unreserved {pages} pages too many");
     }
 
     /// Linux's `dequeue_hugetlb_folio_vma`: takes a free page, `node`'s
     /// first, then the other nodes' in order. With `reserved`, the caller
-    /// consumes one of its reservations (which guarantees a page); without,
-    /// only a page nobody reserved may be taken. `None` when there is none.
+    /// consumes one of its reservations and may take any free page (there
+    /// is one unless the reservation is still owed back by a page a child
+    /// maps, see `PoolState::rsvd`); without, only a page nobody reserved
+    /// may be taken. `None` when there is none.
     fn dequeue(&self, node: usize, reserved: bool) -> Option<Pfn> {
         let mut st = self.state.lock();
-        if reserved {
-            assert!(st.rsvd > 0, "hugetlb: consuming a reservation that was not made");
-        } else if st.free == st.rsvd {
+        if !reserved && st.available() == 0 {
             drop(st);
             self.alloc_failures.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -190,6 +204,7 @@ impl HugePool {
         if reserved {
             st.rsvd -= 1;
         }
+        debug_assert!(st.rsvd >= -(self.total as i64), "hugetlb: consumed a reservation that was not made");
         drop(st);
         self.allocations.fetch_add(1, Ordering::Relaxed);
         Some(pfn)
@@ -214,7 +229,7 @@ impl HugePool {
         HugePageStats {
             total: self.total,
             free: st.free,
-            rsvd: st.rsvd,
+            rsvd: st.rsvd.max(0) as u64,
             surp: 0,
             allocations: self.allocations.load(Ordering::Relaxed),
             alloc_failures: self.alloc_failures.load(Ordering::Relaxed),
@@ -240,8 +255,9 @@ impl PhysMem {
     /// Allocates a zero-filled huge page, preferring `node` (Linux's
     /// `alloc_hugetlb_folio` + `folio_zero_user`): the returned reference,
     /// on its head frame, is its only one. With `reserved` the caller
-    /// consumes a reservation it holds, which cannot fail; without, `None`
-    /// when every free page is reserved or the pool is empty.
+    /// consumes a reservation it holds, which finds a page unless the
+    /// reservation is still owed back (see `HugePool::dequeue`); without,
+    /// `None` when every free page is reserved or the pool is empty.
     pub(crate) fn alloc_huge(&self, node: usize, reserved: bool) -> Option<FrameRef<'_>> {
         let pfn = self.hugetlb.dequeue(node, reserved)?;
         // `frame_ptr` checks the last frame is inside the arena; the pool's
@@ -281,6 +297,7 @@ impl PhysMem {
     /// Called by `put` when the last reference of a pool page of `node` went.
     pub(crate) fn free_huge(&self, node: usize, pfn: Pfn) {
         debug_assert_eq!(pfn % HPAGE_FRAMES, 0, "huge page {pfn} freed through a tail frame");
+        debug_assert_eq!(self.desc(pfn).mapcount.load(Ordering::Relaxed), 0, "huge page {pfn} freed while mapped");
         let restore = self.desc(pfn).flags.load(Ordering::Relaxed) & PG_HUGETLB_RESTORE_RESERVE != 0;
         self.hugetlb.enqueue(node, pfn, restore);
     }
@@ -306,7 +323,7 @@ impl HugePool {
     /// to a mapping. `None` (counted as an allocation failure) otherwise.
     fn dequeue_on_node(&self, node: usize) -> Option<Pfn> {
         let mut st = self.state.lock();
-        let pfn = if st.free > st.rsvd { st.free_lists.get_mut(node).and_then(Vec::pop) } else { None };
+        let pfn = if st.available() > 0 { st.free_lists.get_mut(node).and_then(Vec::pop) } else { None };
         let Some(pfn) = pfn else {
             drop(st);
             self.alloc_failures.fetch_add(1, Ordering::Relaxed);

@@ -254,13 +254,12 @@ impl AddressSpace {
             // protection, so a `PROT_NONE` page stays inaccessible.
             return Follow::Unshare;
         }
-        // The entry holds a reference and we hold its lock: a plain get,
-        // on the head frame for a huge page, which copies go through the
-        // subpage of `va` of.
+        // The reference is on the head frame for a huge page, which copies
+        // go through the subpage of `va` of.
         let head = pte.pfn();
         let page =
             if huge { self.phys.frame_ptr(crate::hugetlb::gup::subpage(head, va)) } else { self.phys.frame_ptr(head) };
-        Follow::Got(self.phys.get(head), page)
+        Follow::Got(ptl.page(va, &self.phys).expect("the entry holds a frame"), page)
     }
 
     /// Linux's `can_follow_write_pte`: the entry is writable, or `FOLL_FORCE`

@@ -144,11 +144,12 @@ impl AddressSpace {
                 if pte.is_migration() {
                     // copy_nonpresent_pte: the child gets the entry too (the
                     // migrator's remap finds it: the child joined the anon
-                    // family); a writable one in a COW mapping becomes
-                    // readable in both, as the page is shared now.
-                    if private && pte.has(Pte::WRITE) {
-                        dst.set(va, pte.clear(Pte::WRITE));
-                        return Some(pte.clear(Pte::WRITE));
+                    // family); a writable or exclusive one in a COW mapping
+                    // becomes readable and shared in both, as the page is
+                    // shared now.
+                    if private && (pte.has(Pte::WRITE) || pte.is_exclusive_migration()) {
+                        dst.set(va, pte.shared_migration());
+                        return Some(pte.shared_migration());
                     }
                     dst.set(va, pte);
                     return None;

@@ -141,7 +141,7 @@ impl AddressSpace {
         }
         // Our reference keeps the frame (not its mappings) once the lock
         // is dropped for the reverse walk.
-        let page = self.phys.get(pfn);
+        let page = ptl.page(va, &self.phys).expect("the entry holds a frame");
         drop(ptl);
         self.isolate_page(vma, page, flags)
     }
@@ -184,7 +184,7 @@ impl AddressSpace {
                     continue;
                 }
                 if let Some(target) = want(pte.pfn()) {
-                    picked.push((va, target, self.phys.get(pte.pfn())));
+                    picked.push((va, target, ptl.page(va, &self.phys).expect("the entry holds a frame")));
                 }
             }
             drop(ptl);

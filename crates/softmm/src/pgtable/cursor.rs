@@ -152,6 +152,17 @@ impl<'a> PteGuard<'a> {
         self.leaf.table.load(index(va, self.leaf.level), Ordering::Relaxed)
     }
 
+    /// A new reference on the page the entry of `va` maps (present or
+    /// `PROT_NONE`; `None` for any other entry). The only way to take one
+    /// from an entry: the entry's own reference cannot go while its lock is
+    /// held, where a reference taken on a frame number read without the lock
+    /// may land on a page already freed (and reused).
+    #[inline]
+    pub(crate) fn page<'p>(&self, va: u64, phys: &'p crate::phys::PhysMem) -> Option<crate::phys::FrameRef<'p>> {
+        let pte = self.get(va);
+        pte.has_frame().then(|| phys.get(pte.pfn()))
+    }
+
     /// Stores `pte` into the entry mapping `va`.
     #[inline]
     pub(crate) fn set(&mut self, va: u64, pte: Pte) {

@@ -443,9 +443,13 @@ unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem, defer: O
     phys.account_page_table(-1);
 }
 
-/// Puts the reference a leaf entry of a table being freed holds, if any.
+/// Puts the reference a leaf entry of a table being freed holds, if any,
+/// and, for a 2 MiB leaf, its count in the huge page's mapcount.
 fn put_entry_frame(phys: &PhysMem, pte: Pte) {
     if pte.has_frame() {
+        if pte.has(Pte::HUGE) {
+            phys.desc(pte.pfn()).dec_mapcount();
+        }
         drop(FrameRef::from_raw(phys, pte.pfn()));
     }
 }
@@ -577,6 +581,7 @@ mod tests {
             let pfn = phys.alloc(0).expect("a frame").into_raw();
             let leaf = a.pmd_leaf_alloc(GIB + 0x20_0000, &g).expect("a PMD entry");
             leaf.lock().set(GIB + 0x20_0000, Pte::page(pfn, Pte::HUGE | Pte::WRITE));
+            phys.desc(pfn).inc_mapcount();
             assert_eq!(phys.stats().page_tables, 3 + 2);
             assert!(!b.pmd_share_from(3 * GIB, &a, 0x4000_0000_0000, &g), "no table at the source");
             assert!(b.pmd_share_from(3 * GIB, &a, GIB, &g));
@@ -628,6 +633,8 @@ mod tests {
             _ => panic!("leaf_alloc made a PTE table"),
         };
         pmd.store(1, Pte::page(phys.zero_pfn(), 0).set(Pte::HUGE), crate::sync::Ordering::Release);
+        // A 2 MiB leaf counts in its page's map count; the teardown takes it off.
+        phys.desc(phys.zero_pfn()).inc_mapcount();
         let leaves: Vec<(u64, u64, u64)> =
             pt.leaves(0x1000, 0x50_0000, &g).map(|l| (l.start(), l.end(), l.entry_size())).collect();
         assert_eq!(leaves, vec![(0x1000, 0x20_0000, PAGE_SIZE), (0x20_0000, 0x40_0000, PMD_SIZE)]);

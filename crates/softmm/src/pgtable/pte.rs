@@ -2,8 +2,9 @@
 //!
 //! The layout is x86-64's (NX in bit 63 included), plus software bits in the ignored range: bit 9
 //! marks a `PROT_NONE` entry that keeps its frame, bit 10 a guard marker and
-//! bit 11 a migration entry. The three software kinds are not present, so a
-//! walker never translates through them.
+//! bit 11 a migration entry, whose bit 58 says that the page it replaced was
+//! an exclusive anonymous page. The three software kinds are not present, so
+//! a walker never translates through them.
 
 use crate::phys::Pfn;
 use crate::PAGE_SHIFT;
@@ -51,6 +52,11 @@ impl Pte {
     const GUARD: u64 = 1 << 10;
     /// Software: a migration entry (not present, holds the frame number).
     const MIGRATION: u64 = 1 << 11;
+    /// Software, in a migration entry only: the page was an exclusive
+    /// anonymous page (`PG_ANON_EXCLUSIVE`) of this entry, which the remap
+    /// gives back to whichever page it maps (Linux's writable and
+    /// readable-exclusive migration entries against readable ones).
+    const ANON_EXCLUSIVE: u64 = 1 << 58;
     /// The frame-number field.
     const PFN_MASK: u64 = 0x000f_ffff_ffff_f000;
     /// The permission and state bits a protection change or fork rewrites.
@@ -83,9 +89,27 @@ impl Pte {
     /// [`Pte::restored`] (the remap applies the VMA's protection again).
     #[inline]
     #[must_use]
-    pub(crate) fn to_migration(self) -> Pte {
+    pub(crate) fn to_migration(self, anon_exclusive: bool) -> Pte {
         debug_assert!(self.has_frame());
-        Pte((self.0 & !(Self::PRESENT | Self::PROTNONE)) | Self::MIGRATION)
+        let exclusive = if anon_exclusive { Self::ANON_EXCLUSIVE } else { 0 };
+        Pte((self.0 & !(Self::PRESENT | Self::PROTNONE)) | Self::MIGRATION | exclusive)
+    }
+
+    /// True for a migration entry that replaced an exclusive anonymous page
+    /// (see [`Pte::to_migration`]).
+    #[inline]
+    pub(crate) fn is_exclusive_migration(self) -> bool {
+        self.is_migration() && self.0 & Self::ANON_EXCLUSIVE != 0
+    }
+
+    /// A migration entry copied by `fork` into a COW mapping: neither
+    /// writable nor exclusive any more, in the parent or the child (Linux's
+    /// `make_readable_migration_entry` in `copy_nonpresent_pte`).
+    #[inline]
+    #[must_use]
+    pub(crate) fn shared_migration(self) -> Pte {
+        debug_assert!(self.is_migration());
+        Pte(self.0 & !(Self::WRITE | Self::ANON_EXCLUSIVE))
     }
 
     /// True for a migration entry.
@@ -100,7 +124,7 @@ impl Pte {
     #[must_use]
     pub(crate) fn restored(self, pfn: Pfn) -> Pte {
         debug_assert!(self.is_migration());
-        Pte((self.0 & !Self::MIGRATION) | Self::PRESENT).with_pfn(pfn)
+        Pte((self.0 & !(Self::MIGRATION | Self::ANON_EXCLUSIVE)) | Self::PRESENT).with_pfn(pfn)
     }
 
     /// The raw bits, as a table stores them.
@@ -231,13 +255,18 @@ mod tests {
         assert_eq!(hidden.unprotnone(), p.clear(Pte::WRITE));
         assert_eq!(Pte::migration(7, true).kind(), PteKind::Migration(7));
         assert!(!Pte::migration(7, true).has_frame() && !Pte::migration(7, true).is_present());
-        let m = p.to_migration();
+        let m = p.to_migration(false);
         assert!(m.is_migration() && !m.is_present() && !m.has_frame() && m.has(Pte::WRITE | Pte::DIRTY));
+        assert!(!m.is_exclusive_migration());
+        let x = p.to_migration(true);
+        assert!(x.is_exclusive_migration() && x.kind() == PteKind::Migration(0x1234));
+        assert_eq!(x.restored(9), p.with_pfn(9), "the remap keeps no software bit");
+        assert_eq!(x.shared_migration(), m.clear(Pte::WRITE));
         assert_eq!(m.kind(), PteKind::Migration(0x1234));
         assert_eq!(m.restored(9), p.with_pfn(9));
         assert!(!p.is_migration() && !hidden.is_migration() && !Pte::NONE.is_migration());
         // A PROT_NONE entry migrates too; the remap hides it again.
-        let hm = hidden.to_migration();
+        let hm = hidden.to_migration(false);
         assert_eq!(hm.kind(), PteKind::Migration(0x1234));
         assert_eq!(hm.restored(9).protnone(), hidden.with_pfn(9));
         assert_eq!(p.with_pfn(9).kind(), PteKind::Page(9));

@@ -107,8 +107,7 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
             return Follow::Unshare;
         }
     }
-    // The entry holds a reference and we hold its lock: a plain get.
-    let frame = phys.get(pfn);
+    let frame = ptl.page(va, phys).expect("a present entry holds a frame");
     if req.pin {
         d.pincount.fetch_add(1, Ordering::Relaxed);
     }
@@ -131,12 +130,18 @@ fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     let phys = &mm.phys;
     let guard = crossbeam_epoch::pin();
     let Some(leaf) = mm.pgtables.leaf(va, &guard) else { return Ok(()) };
-    let pte = leaf.load(va);
+    // The page to copy, referenced under the PTE lock: a frame number read
+    // without it may name a page freed (and reused) since.
+    let ptl = leaf.lock();
+    let pte = ptl.get(va);
     if !pte.is_present() {
         return Ok(());
     }
+    let old_page = ptl.page(va, phys).expect("a present entry holds a frame");
+    drop(ptl);
     let at = mm.placement(vma, va);
     let new = if pte.pfn() == phys.zero_pfn() { phys.alloc_zeroed_at(&at) } else { phys.alloc_copy_at(pte.pfn(), &at) };
+    drop(old_page);
     let new = new.ok_or(Errno::NoMem)?;
     let d = new.desc();
     d.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE, Ordering::Relaxed);
@@ -155,11 +160,20 @@ fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     Ok(())
 }
 
+/// How many times [`take_one_locked`] faults or unshares one page before it
+/// gives up with `EAGAIN`. Each round makes the page pinnable unless
+/// something else changes it meanwhile (a migration, a concurrent zap), so a
+/// page that still cannot be pinned after this many is changing faster
+/// than it can be pinned, or its state is one no fault can mend: either way
+/// the caller, which holds `mmap_lock`, must not spin on it.
+const FOLLOW_TRIES: u32 = 64;
+
 /// Pins the page at `va` of `vma` (checked) for a caller holding
-/// `mmap_lock`, faulting or unsharing it first where needed.
+/// `mmap_lock`, faulting or unsharing it first where needed; `EAGAIN` after
+/// [`FOLLOW_TRIES`] rounds that did not make it pinnable.
 fn take_one_locked(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64, out: &mut Taken<'_>) -> Result<()> {
     let access = if req.write { Access::Write } else { Access::Read };
-    loop {
+    for _ in 0..FOLLOW_TRIES {
         match follow_page(mm, vma, req, va) {
             Follow::Got(pfn) => {
                 out.pfns.push(pfn);
@@ -172,6 +186,7 @@ fn take_one_locked(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64, out: &m
             Follow::Unshare => unshare(mm, vma, va)?,
         }
     }
+    Err(Errno::Again)
 }
 
 /// The `per-page` (`batch` 1) and `batched` policies: `[start, end)` page by
