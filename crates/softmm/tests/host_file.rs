@@ -6,40 +6,14 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{assert_no_leaks, phys, ANON, PAGE, RW};
+use common::{assert_no_leaks, phys, TempFile, ANON, PAGE, RW};
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, Fault, File, MmConfig, OpenFile, PhysMem};
 
 fn mm(phys: &Arc<PhysMem>) -> Arc<AddressSpace> {
     AddressSpace::new(phys, MmConfig::default()).unwrap()
-}
-
-/// A host file in the temporary directory, removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(tag: &str, content: &[u8]) -> TempFile {
-        let path = std::env::temp_dir().join(format!("softmm-host-file-{}-{tag}", std::process::id()));
-        std::fs::write(&path, content).unwrap();
-        TempFile(path)
-    }
-
-    fn open(&self, write: bool) -> std::fs::File {
-        std::fs::OpenOptions::new().read(true).write(write).open(&self.0).unwrap()
-    }
-
-    fn read(&self) -> Vec<u8> {
-        std::fs::read(&self.0).unwrap()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn pattern(len: usize) -> Vec<u8> {
