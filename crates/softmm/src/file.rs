@@ -226,7 +226,10 @@ impl File {
     /// installing the entry, the write-protect fault under the entry's
     /// lock, `write_at` after its copy and under the page-cache lock with
     /// its size update, a forced write after its copy): so the page is
-    /// dirty again and the next writeback writes it.
+    /// dirty again and the next writeback writes it. A device writes
+    /// through a pin without any entry; the unpin of a write pin marks the
+    /// page dirty after those writes, so they are written by the writeback
+    /// that follows the unpin (one during the pin may miss them).
     fn writeback(&self, wait: bool) -> Result<()> {
         let Some(host) = self.host.as_ref().filter(|h| h.writable) else { return Ok(()) };
         // No CPU of this thread holds a translation this depends on: the
@@ -247,7 +250,10 @@ impl File {
                     continue;
                 }
                 if !broken::clear_after_copy() {
-                    flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+                    // Acquire: a device's writes through a pin are ordered
+                    // before the unpin's release of the flag, not by this
+                    // lock (`pin::set_page_dirty`).
+                    flags.fetch_and(!PG_DIRTY, Ordering::Acquire);
                 }
                 v.push((index, self.phys.get(p), n));
             }
