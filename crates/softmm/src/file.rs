@@ -28,7 +28,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
 use crate::host_file::{page_bytes, HostBacking};
-use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_DIRTY, PG_FILE};
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_DIRTY, PG_FILE, PG_HOST_FILE};
 use crate::PAGE_SIZE;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
@@ -300,6 +300,14 @@ impl File {
         Ok(())
     }
 
+    /// Linux's `mapping_can_writeback`: the file's dirty pages are written
+    /// back somewhere (a host-backed file), so its shared writable mappings
+    /// need dirty tracking; an in-memory file is shmem, which has nowhere
+    /// to write them.
+    pub(crate) fn can_writeback(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// The host file's access mode (readable, writable), for a host-backed
     /// file; `None` for an in-memory one.
     pub(crate) fn host_mode(&self) -> Option<(bool, bool)> {
@@ -381,7 +389,8 @@ impl File {
                     unsafe { crate::access::copy_to_host(&buf[..n], page.ptr()) };
                 }
                 let d = page.desc();
-                d.flags.store(PG_FILE, Ordering::Relaxed);
+                let host = if self.can_writeback() { PG_HOST_FILE } else { 0 };
+                d.flags.store(PG_FILE | host, Ordering::Relaxed);
                 d.mapping.store(self.id, Ordering::Relaxed);
                 d.index.store(index, Ordering::Relaxed);
                 // The page cache keeps the allocation's reference.

@@ -356,7 +356,9 @@ impl AddressSpace {
     /// page stays pinned and nothing stays charged. Errors: `EOVERFLOW` if
     /// the range wraps, `EFAULT` if it leaves the address space, hits an
     /// unmapped page or a VMA the access is not allowed in (`VM_IO`,
-    /// `VM_PFNMAP`, a write without `VM_WRITE`, a read without `VM_READ`) or
+    /// `VM_PFNMAP`, a write without `VM_WRITE`, a read without `VM_READ`, a
+    /// [`Foll::WRITE`] | [`Foll::LONGTERM`] pin of a shared writable
+    /// mapping of a host-backed file, which needs dirty tracking) or
     /// a page whose fault raises a signal (a guard marker, past the end of a
     /// file); `ENOMEM` if frames run out, or if a long-term pin would take
     /// `pinned_vm` past `RLIMIT_MEMLOCK` (see [`AddressSpace::pinned_vm`]).
