@@ -28,7 +28,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering, RwLock};
 
 use crate::error::{Errno, Result};
 use crate::host_file::{page_bytes, HostBacking};
-use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_DIRTY, PG_FILE};
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_DIRTY, PG_FILE, PG_HOST_FILE};
 use crate::PAGE_SIZE;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
@@ -226,7 +226,10 @@ impl File {
     /// installing the entry, the write-protect fault under the entry's
     /// lock, `write_at` after its copy and under the page-cache lock with
     /// its size update, a forced write after its copy): so the page is
-    /// dirty again and the next writeback writes it.
+    /// dirty again and the next writeback writes it. A device writes
+    /// through a pin without any entry; the unpin of a write pin marks the
+    /// page dirty after those writes, so they are written by the writeback
+    /// that follows the unpin (one during the pin may miss them).
     fn writeback(&self, wait: bool) -> Result<()> {
         let Some(host) = self.host.as_ref().filter(|h| h.writable) else { return Ok(()) };
         // No CPU of this thread holds a translation this depends on: the
@@ -247,7 +250,10 @@ impl File {
                     continue;
                 }
                 if !broken::clear_after_copy() {
-                    flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
+                    // Acquire: a device's writes through a pin are ordered
+                    // before the unpin's release of the flag, not by this
+                    // lock (`pin::set_page_dirty`).
+                    flags.fetch_and(!PG_DIRTY, Ordering::Acquire);
                 }
                 v.push((index, self.phys.get(p), n));
             }
@@ -292,6 +298,14 @@ impl File {
             host.sync_data()?;
         }
         Ok(())
+    }
+
+    /// Linux's `mapping_can_writeback`: the file's dirty pages are written
+    /// back somewhere (a host-backed file), so its shared writable mappings
+    /// need dirty tracking; an in-memory file is shmem, which has nowhere
+    /// to write them.
+    pub(crate) fn can_writeback(&self) -> bool {
+        self.host.is_some()
     }
 
     /// The host file's access mode (readable, writable), for a host-backed
@@ -375,7 +389,8 @@ impl File {
                     unsafe { crate::access::copy_to_host(&buf[..n], page.ptr()) };
                 }
                 let d = page.desc();
-                d.flags.store(PG_FILE, Ordering::Relaxed);
+                let host = if self.can_writeback() { PG_HOST_FILE } else { 0 };
+                d.flags.store(PG_FILE | host, Ordering::Relaxed);
                 d.mapping.store(self.id, Ordering::Relaxed);
                 d.index.store(index, Ordering::Relaxed);
                 // The page cache keeps the allocation's reference.

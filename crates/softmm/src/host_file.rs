@@ -11,7 +11,8 @@
 //!
 //! Dirty tracking is the page's `PG_DIRTY`, set by a shared write fault
 //! (after it makes the entry writable), the write-protect fault of a shared
-//! mapping (`wp_page_shared`), `File::write_at` and forced writes, each
+//! mapping (`wp_page_shared`), `File::write_at`, forced writes and the
+//! unpin of a write pin (a device's writes reach no page table), each
 //! after the store is possible or done. Writeback clears it under the
 //! page-cache lock, then write-protects every shared mapping of the page
 //! through the file's reverse map and waits for the TLB shootdown

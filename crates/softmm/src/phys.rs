@@ -45,6 +45,13 @@ pub(crate) const PG_LOCKED: u32 = 1 << 5;
 /// a second `move_pages` of the page meanwhile reports `-EBUSY`.
 pub(crate) const PG_ISOLATED: u32 = 1 << 6;
 
+/// Frame flag: a page-cache page of a host-backed file, whose mapping
+/// writes back (Linux's `mapping_can_writeback`, which gup-fast reads
+/// through `folio->mapping`; here the descriptor's mapping is only the
+/// file's id, so the page carries the answer). gup-fast leaves long-term
+/// write pins of it to the slow path, which refuses them.
+pub(crate) const PG_HOST_FILE: u32 = 1 << 7;
+
 /// Most NUMA nodes an arena may have (Linux's `MAX_NUMNODES` on x86-64).
 pub const MAX_NODES: usize = 1 << 10;
 

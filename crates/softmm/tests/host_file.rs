@@ -6,40 +6,14 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{assert_no_leaks, phys, ANON, PAGE, RW};
+use common::{assert_no_leaks, phys, TempFile, ANON, PAGE, RW};
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, Fault, File, MmConfig, OpenFile, PhysMem};
 
 fn mm(phys: &Arc<PhysMem>) -> Arc<AddressSpace> {
     AddressSpace::new(phys, MmConfig::default()).unwrap()
-}
-
-/// A host file in the temporary directory, removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(tag: &str, content: &[u8]) -> TempFile {
-        let path = std::env::temp_dir().join(format!("softmm-host-file-{}-{tag}", std::process::id()));
-        std::fs::write(&path, content).unwrap();
-        TempFile(path)
-    }
-
-    fn open(&self, write: bool) -> std::fs::File {
-        std::fs::OpenOptions::new().read(true).write(write).open(&self.0).unwrap()
-    }
-
-    fn read(&self) -> Vec<u8> {
-        std::fs::read(&self.0).unwrap()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -175,6 +149,56 @@ fn writeback_writes_only_pages_written_since_the_last_one() {
     drop(f);
     assert_no_leaks(&phys);
     assert!(host.read() == expect);
+}
+
+/// A device writes through a write pin of a shared mapping, which no page
+/// table sees: the unpin marks the pages dirty, as a driver's
+/// `unpin_user_pages_dirty_lock(.., true)` does, so the next writeback
+/// writes them, including bytes written after a writeback during the pin.
+/// The same for a `get_user_pages` write reference (`O_DIRECT` into the
+/// mapping: `bio_release_pages` dirties), and the explicit unpin.
+#[test]
+fn device_writes_through_a_pin_are_written_back() {
+    let host = TempFile::new("pin", &pattern(2 * PAGE as usize));
+    let phys = phys(8);
+    let mm = mm(&phys);
+    let f = OpenFile::from_host(&phys, host.open(true), "data").unwrap();
+    let s = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED, Some(&f), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u8(s, 1).unwrap();
+    let p = mm.pin_user_pages(s, 2, softmm::Foll::WRITE).unwrap();
+    p.write(8, b"AAAA").unwrap();
+    f.file.sync().unwrap();
+    assert_eq!(&host.read()[8..12], b"AAAA", "written back while pinned");
+    p.write(8, b"BBBB").unwrap();
+    p.write(PAGE + 8, b"CCCC").unwrap();
+    drop(p);
+    f.file.sync().unwrap();
+    let bytes = host.read();
+    assert_eq!((&bytes[8..12], &bytes[PAGE as usize + 8..][..4]), (&b"BBBB"[..], &b"CCCC"[..]), "after the unpin");
+    let r = mm.get_user_pages(s + PAGE, 1, softmm::Foll::WRITE).unwrap();
+    r.write(16, b"DDDD").unwrap();
+    drop(r);
+    f.file.sync().unwrap();
+    assert_eq!(&host.read()[PAGE as usize + 16..][..4], b"DDDD", "after the reference's put");
+    // The explicit unpin: clean for a device that wrote nothing, dirty on
+    // request; a read pin never dirties (its device cannot write). A write
+    // pin's own write fault dirties the page: synced before each unpin.
+    let (w, r) = (mm.pin_user_pages(s, 2, softmm::Foll::WRITE).unwrap(), mm.pin_user_pages(s, 2, Default::default()));
+    f.file.sync().unwrap();
+    let written = f.file.pages_written_back();
+    w.unpin(false);
+    r.unwrap().unpin(true);
+    f.file.sync().unwrap();
+    assert_eq!(f.file.pages_written_back(), written, "clean unpins dirtied a page");
+    let w = mm.pin_user_pages(s + PAGE, 1, softmm::Foll::WRITE).unwrap();
+    f.file.sync().unwrap();
+    let written = f.file.pages_written_back();
+    w.unpin(true);
+    f.file.sync().unwrap();
+    assert_eq!(f.file.pages_written_back(), written + 1, "a dirty unpin");
+    drop((cpu, mm, f));
+    assert_no_leaks(&phys);
 }
 
 /// Writeback racing a writer thread: however the writer's stores

@@ -246,6 +246,65 @@ fn pins_of_shared_mappings_are_shared_with_the_child() {
     assert_no_leaks(&phys);
 }
 
+/// Linux's `writable_file_mapping_allowed` (`check_vma_flags`) and
+/// gup-fast's `gup_fast_folio_allowed`: a long-term write pin of a shared
+/// mapping of a file that needs dirty tracking (a host-backed file, as one
+/// on ext4) is `EFAULT` under every policy and in parallel, whether its
+/// pages are present and writable (gup-fast could take them) or not, and
+/// when the range starts in anonymous memory, with nothing left pinned or
+/// charged. A short-term or read-only pin of it, a private mapping of it
+/// (the pin breaks COW first), and shared mappings of an in-memory file
+/// (shmem) or of anonymous memory are pinned.
+#[test]
+fn a_long_term_write_pin_of_a_shared_host_file_mapping_is_efault() {
+    let w = Foll::WRITE | Foll::LONGTERM;
+    for pin in PinPolicy::ALL.iter().copied() {
+        let host = TempFile::new(&format!("pin-longterm-{}", pin.name()), &[0x11; 4 * PAGE as usize]);
+        let phys = phys(8);
+        let mm = mm_pin(&phys, pin, FaultPolicy::default());
+        let f = softmm::OpenFile::from_host(&phys, host.open(true), "data").unwrap();
+        let a = mm.mmap(0, 5 * PAGE, RW, ANON, None, 0).unwrap();
+        let s = mm.mmap(a + PAGE, 4 * PAGE, RW, MAP_SHARED | MAP_FIXED, Some(&f), 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        for va in [a, s, s + PAGE] {
+            cpu.write_u8(va, 0x22).unwrap();
+        }
+        for (addr, n, what) in [(s, 2, "present"), (s + 2 * PAGE, 2, "not present"), (a, 5, "from anonymous memory")] {
+            assert_eq!(mm.pin_user_pages(addr, n, w).err(), Some(Errno::Fault), "{pin:?}: {what}");
+            assert_eq!(
+                mm.pin_user_pages_parallel(addr, n, w, 2).err(),
+                Some(Errno::Fault),
+                "{pin:?}: {what}, parallel"
+            );
+            assert!(!mm.page_maybe_dma_pinned(a) && !mm.page_maybe_dma_pinned(s), "{pin:?}: {what}: left pinned");
+            assert_eq!(mm.pinned_vm(), 0, "{pin:?}: {what}: left charged");
+        }
+        drop(mm.pin_user_pages(s, 4, Foll::WRITE).unwrap());
+        drop(mm.pin_user_pages(s, 4, Foll::LONGTERM).unwrap());
+        drop(mm.pin_user_pages_parallel(s, 4, Foll::LONGTERM, 2).unwrap());
+        // Private: the pin holds an anonymous copy, which the file never sees.
+        let p = mm.mmap(0, 2 * PAGE, RW, MAP_PRIVATE, Some(&f), 0).unwrap();
+        cpu.read_u8(p).unwrap();
+        let pp = mm.pin_user_pages(p, 2, w).unwrap();
+        dev_write_u64(&pp, 8, 0x33);
+        assert_eq!(cpu.read_u64(p + 8).unwrap(), 0x33);
+        drop(pp);
+        // shmem and shared anonymous memory need no dirty tracking.
+        let mem = softmm::File::create(&phys, "mem", 2 * PAGE).unwrap();
+        let m = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED, Some(&softmm::OpenFile::read_write(&mem)), 0).unwrap();
+        let sa = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+        for va in [m, sa] {
+            cpu.write_u8(va, 0x44).unwrap();
+            drop(mm.pin_user_pages(va, 2, w).unwrap());
+            drop(mm.pin_user_pages_parallel(va, 2, w, 2).unwrap());
+        }
+        assert_eq!(mm.pinned_vm(), 0);
+        drop((cpu, mm, f, mem));
+        assert_no_leaks(&phys);
+        assert!(host.read()[8..16].iter().all(|&b| b == 0x11), "{pin:?}: the private pin's write reached the file");
+    }
+}
+
 #[test]
 fn munmap_and_dontneed_of_pinned_pages_leave_the_frames_to_the_pin() {
     for pin in PinPolicy::ALL.iter().copied() {

@@ -4,8 +4,9 @@
 //! `IORING_OP_WRITE_FIXED` into a pipe; softmm's device view shows its
 //! pinned frame. Both must agree after fork with a child's write
 //! (CVE-2020-29374), after the parent's own write, and after
-//! `MADV_DONTNEED` and `munmap` of the pinned page. Skipped (with the
-//! reason printed) where the host refuses io_uring.
+//! `MADV_DONTNEED` and `munmap` of the pinned page; and which file mappings
+//! a long-term write pin is refused for. Skipped (with the reason printed)
+//! where the host refuses io_uring.
 
 mod common;
 
@@ -228,4 +229,104 @@ fn pins_across_fork_dontneed_and_munmap_match_the_host() {
     };
     assert_eq!(host, [0x50, 0x50, 0x51, 0, 0x51, 0], "the host's own outcomes changed");
     assert_eq!(soft_outcomes(), host);
+}
+
+/// What a `FOLL_WRITE | FOLL_LONGTERM` pin of one page of a shared mapping
+/// of a file on a filesystem that writes back, of a private mapping of the
+/// same file, and of a shared mapping of shmem gives: 0 or the errno.
+type LongtermOutcomes = [i32; 3];
+
+/// The host's: `IORING_REGISTER_BUFFERS` of each mapping, with a fresh
+/// ring each (a ring registers one set of buffers).
+fn host_longterm_outcomes(file: &std::fs::File) -> Result<LongtermOutcomes, String> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: memfd_create with a valid name; the descriptor is ours.
+    let memfd = unsafe { libc::memfd_create(c"softmm-pin".as_ptr(), 0) };
+    assert!(memfd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: our descriptor.
+    assert_eq!(unsafe { libc::ftruncate(memfd, 4096) }, 0);
+    let mut out = [0; 3];
+    for (i, (fd, flags)) in
+        [(file.as_raw_fd(), libc::MAP_SHARED), (file.as_raw_fd(), libc::MAP_PRIVATE), (memfd, libc::MAP_SHARED)]
+            .into_iter()
+            .enumerate()
+    {
+        // SAFETY: a fresh mapping of one page of a descriptor we hold.
+        let buf = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
+        assert_ne!(buf, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        let ring = Uring::new()?;
+        let rc = {
+            let iov = libc::iovec { iov_base: buf, iov_len: 4096 };
+            // SAFETY: one iovec of this process's memory; the kernel reads it.
+            unsafe { libc::syscall(libc::SYS_io_uring_register, ring.fd, 0u32, &iov, 1u32) }
+        };
+        out[i] = if rc < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(-1) } else { 0 };
+        // The ring (and any pin it holds) goes before the mapping.
+        drop(ring);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(buf, 4096) };
+    }
+    // SAFETY: our descriptor.
+    unsafe { libc::close(memfd) };
+    Ok(out)
+}
+
+/// softmm's: a host-backed file for the file, an in-memory file for shmem.
+fn soft_longterm_outcomes(file: std::fs::File) -> LongtermOutcomes {
+    let phys = phys(8);
+    let mm = softmm::AddressSpace::new(&phys, softmm::MmConfig::default()).unwrap();
+    let f = softmm::OpenFile::from_host(&phys, file, "data").unwrap();
+    let shm = softmm::OpenFile::read_write(&softmm::File::create(&phys, "shm", PAGE).unwrap());
+    let mut out = [0; 3];
+    for (i, (f, flags)) in [(&f, MAP_SHARED), (&f, MAP_PRIVATE), (&shm, MAP_SHARED)].into_iter().enumerate() {
+        let a = mm.mmap(0, PAGE, RW, flags, Some(f), 0).unwrap();
+        out[i] = match mm.pin_user_pages(a, 1, Foll::WRITE | Foll::LONGTERM) {
+            Ok(p) => {
+                drop(p);
+                0
+            }
+            Err(e) => e.code(),
+        };
+        mm.munmap(a, PAGE).unwrap();
+    }
+    drop((mm, f, shm));
+    assert_no_leaks(&phys);
+    out
+}
+
+/// True if the filesystem of `dir` keeps its pages in memory only (tmpfs,
+/// ramfs), where the host allows a long-term write pin of a shared file
+/// mapping.
+fn is_memory_fs(dir: &std::path::Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: statfs writes the struct it is given; the path is a C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut st) }, 0);
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+/// Linux 6.12 refuses a long-term write pin of a shared mapping of a file
+/// that needs dirty tracking (`writable_file_mapping_allowed`: `EFAULT`) and
+/// allows a private one and shmem; softmm must give the same for a
+/// host-backed file and an in-memory one.
+#[test]
+fn long_term_write_pins_of_file_mappings_match_the_host() {
+    let dir = std::env::temp_dir();
+    if is_memory_fs(&dir) {
+        eprintln!("skipped: {} keeps its files in memory, as shmem, which the host pins", dir.display());
+        return;
+    }
+    let host_file = TempFile::new("pin-host-longterm", &[0x11; PAGE as usize]);
+    let host = match host_longterm_outcomes(&host_file.open(true)) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("skipped: the host cannot pin through io_uring: {e}");
+            return;
+        }
+    };
+    assert_eq!(host, [libc::EFAULT, 0, 0], "the host's own outcomes changed");
+    assert_eq!(soft_longterm_outcomes(host_file.open(true)), host);
 }

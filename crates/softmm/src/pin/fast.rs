@@ -24,13 +24,14 @@
 //! What gup-fast leaves to the slow path, stopping at the first such page:
 //! no entry or table, a non-present entry, a write to a read-only entry, a
 //! 2 MiB leaf, a failed try-get, an anonymous page that is not exclusive
-//! (`gup_must_unshare`), the zero page for a write or long-term pin, and any
+//! (`gup_must_unshare`), the zero page for a write or long-term pin, any
 //! non-anonymous page for a read-only long-term pin (which needs its VMA to
-//! know whether to unshare).
+//! know whether to unshare), and a host-backed file's page for a long-term
+//! write pin (`gup_fast_folio_allowed`: its VMA check refuses it).
 
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte};
-use crate::phys::{FrameDesc, Pfn, PG_ANON, PG_ANON_EXCLUSIVE};
+use crate::phys::{FrameDesc, Pfn, PG_ANON, PG_ANON_EXCLUSIVE, PG_HOST_FILE};
 use crate::sync::{fence, Ordering};
 use crate::PAGE_SIZE;
 
@@ -130,6 +131,12 @@ fn try_grab(mm: &AddressSpace, req: &Request, leaf: &Leaf<'_>, va: u64) -> Optio
         // exclusive; a read-only long-term pin of any other page needs the
         // VMA (the slow path) to know whether it must unshare.
         if (anon && flags & PG_ANON_EXCLUSIVE == 0) || (!anon && req.longterm && !req.write) {
+            return undo();
+        }
+        // gup_fast_folio_allowed: a long-term write pin of a page whose
+        // file writes back is refused by the VMA check
+        // (`writable_file_mapping_allowed`), which only the slow path has.
+        if req.longterm && req.write && flags & PG_HOST_FILE != 0 {
             return undo();
         }
     }

@@ -47,7 +47,7 @@ pub(crate) use account::PinState;
 
 use crate::error::{Errno, Result};
 use crate::mm::{AddressSpace, PinPolicy};
-use crate::phys::{FrameRef, Pfn, PhysMem};
+use crate::phys::{FrameRef, Pfn, PhysMem, PG_DIRTY};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
 
@@ -96,7 +96,10 @@ impl PinStats {
 /// Pages pinned (`FOLL_PIN`) or referenced (`FOLL_GET`) by
 /// [`AddressSpace::pin_user_pages`] or [`AddressSpace::get_user_pages`]:
 /// dropping it unpins (`unpin_user_pages`) or puts them, and returns a
-/// long-term pin's `pinned_vm` charge.
+/// long-term pin's `pinned_vm` charge. A handle taken with [`Foll::WRITE`]
+/// marks its pages dirty as it goes (`unpin_user_pages_dirty_lock(..,
+/// true)`), so that what the device wrote is written back to a host-backed
+/// file; [`PinnedPages::unpin`] chooses.
 ///
 /// It holds the frames by reference, not the mappings: an `munmap`,
 /// `MADV_DONTNEED` or exit of the address space unmaps them, but the frames
@@ -199,12 +202,39 @@ impl PinnedPages {
     }
 }
 
-impl Drop for PinnedPages {
-    fn drop(&mut self) {
-        for &pfn in &self.pfns {
+impl PinnedPages {
+    /// Linux's `unpin_user_pages_dirty_lock(pages, npages, make_dirty)`
+    /// (for references, `set_page_dirty_lock` then `put_page`): drops the
+    /// pins, first marking every page dirty when `make_dirty`, so that the
+    /// device's writes, which no page table saw, reach a host-backed file
+    /// at its next writeback ([`File::sync`](crate::File::sync),
+    /// `msync`). Dropping the handle is `unpin(true)` for a handle taken
+    /// with [`Foll::WRITE`] (the device may have written) and
+    /// `unpin(false)` otherwise; `unpin(false)` on a write handle is for a
+    /// device that wrote nothing. A handle taken without [`Foll::WRITE`]
+    /// never dirties a page (the device could not write it).
+    pub fn unpin(mut self, make_dirty: bool) {
+        self.release_all(make_dirty);
+    }
+
+    /// Drops every pin or reference, dirtying the pages first when
+    /// `make_dirty` and the device could write them, and returns the
+    /// `pinned_vm` charge; the handle is empty afterwards.
+    fn release_all(&mut self, make_dirty: bool) {
+        let dirty = make_dirty && self.write;
+        for pfn in std::mem::take(&mut self.pfns) {
+            if dirty {
+                set_page_dirty(&self.phys, pfn);
+            }
             release(&self.phys, pfn, self.pin);
         }
-        self.state.unaccount(self.accounted);
+        self.state.unaccount(std::mem::take(&mut self.accounted));
+    }
+}
+
+impl Drop for PinnedPages {
+    fn drop(&mut self) {
+        self.release_all(self.write);
     }
 }
 
@@ -232,6 +262,18 @@ pub(crate) fn release(phys: &PhysMem, pfn: Pfn, pin: bool) {
         debug_assert!(old > 0, "frame {pfn} pincount underflow");
     }
     drop(FrameRef::from_raw(phys, pfn));
+}
+
+/// Linux's `folio_mark_dirty` of the page a device wrote through a pin or
+/// reference on `pfn` (a huge page's state is its head's), before that
+/// pin or reference goes: writeback writes a page-cache page again only if
+/// it is dirty. Release: writeback's clear of the flag (an acquire) that
+/// reads this store also sees the device's bytes in its copy; a clear
+/// ordered before it leaves the page dirty for the next writeback.
+fn set_page_dirty(phys: &PhysMem, pfn: Pfn) {
+    if pfn != phys.zero_pfn() {
+        phys.desc(phys.compound_head(pfn)).flags.fetch_or(PG_DIRTY, Ordering::Release);
+    }
 }
 
 /// What one request asks for, checked.
@@ -314,7 +356,9 @@ impl AddressSpace {
     /// page stays pinned and nothing stays charged. Errors: `EOVERFLOW` if
     /// the range wraps, `EFAULT` if it leaves the address space, hits an
     /// unmapped page or a VMA the access is not allowed in (`VM_IO`,
-    /// `VM_PFNMAP`, a write without `VM_WRITE`, a read without `VM_READ`) or
+    /// `VM_PFNMAP`, a write without `VM_WRITE`, a read without `VM_READ`, a
+    /// [`Foll::WRITE`] | [`Foll::LONGTERM`] pin of a shared writable
+    /// mapping of a host-backed file, which needs dirty tracking) or
     /// a page whose fault raises a signal (a guard marker, past the end of a
     /// file); `ENOMEM` if frames run out, or if a long-term pin would take
     /// `pinned_vm` past `RLIMIT_MEMLOCK` (see [`AddressSpace::pinned_vm`]).

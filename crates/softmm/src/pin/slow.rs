@@ -50,11 +50,21 @@ fn is_cow_mapping(vma: &Vma) -> bool {
 }
 
 /// Linux's `check_vma_flags` for the flags softmm has: `VM_IO`/`VM_PFNMAP`,
-/// a write without `VM_WRITE` or a read without `VM_READ` are `EFAULT`
-/// (there is no `FOLL_FORCE`). Long-term write pins of file mappings are
-/// allowed: softmm's files are shmem-like and need no dirty tracking.
+/// a long-term write pin of a mapping that needs dirty tracking
+/// (`writable_file_mapping_allowed`), a write without `VM_WRITE` or a read
+/// without `VM_READ` are `EFAULT` (there is no `FOLL_FORCE`).
 fn check_vma_flags(vma: &Vma, req: &Request) -> Result<()> {
     if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
+        return Err(Errno::Fault);
+    }
+    // A device writes through a long-term pin for as long as the pin
+    // lives, into a page that writeback cleans and write-protects meanwhile,
+    // unseen by the write faults that dirty tracking relies on (and that
+    // Linux's filesystems allocate blocks in): the file would not get those
+    // bytes before the unpin. Shared mappings of in-memory (shmem) and
+    // hugetlbfs files need no tracking, and a private mapping's pin breaks
+    // COW into anonymous memory first.
+    if req.write && req.pin && req.longterm && vma.needs_dirty_tracking() {
         return Err(Errno::Fault);
     }
     let need = if req.write { VmFlags::WRITE } else { VmFlags::READ };

@@ -296,6 +296,15 @@ impl Vma {
         self.file.is_none()
     }
 
+    /// Linux's `vma_needs_dirty_tracking`: a shared writable mapping of a
+    /// file whose dirty pages are written back ([`File::can_writeback`]: a
+    /// host-backed file), which must see every write to mark the page
+    /// dirty. In-memory files are shmem and hugetlbfs files have no
+    /// writeback, so their mappings need none.
+    pub(crate) fn needs_dirty_tracking(&self) -> bool {
+        self.flags.contains(VmFlags::SHARED | VmFlags::WRITE) && self.file.as_ref().is_some_and(|f| f.can_writeback())
+    }
+
     /// The bottom of the stack guard gap below a growsdown VMA (`vm_start_gap`).
     pub fn start_gap(&self, guard_gap: u64) -> u64 {
         if self.flags.contains(VmFlags::GROWSDOWN) {

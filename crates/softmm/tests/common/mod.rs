@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
@@ -54,5 +55,33 @@ pub fn watchdog<R: Send + 'static>(name: &str, secs: u64, f: impl FnOnce() -> R 
             Err(e) => std::panic::resume_unwind(e),
         },
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock: not done after {secs} s"),
+    }
+}
+
+/// A host file in the temporary directory, removed when dropped.
+pub struct TempFile(PathBuf);
+
+impl TempFile {
+    /// A file named after this process and `tag`, holding `content`.
+    pub fn new(tag: &str, content: &[u8]) -> TempFile {
+        let path = std::env::temp_dir().join(format!("softmm-host-file-{}-{tag}", std::process::id()));
+        std::fs::write(&path, content).unwrap();
+        TempFile(path)
+    }
+
+    /// The file opened for reading, and for writing too when `write`.
+    pub fn open(&self, write: bool) -> std::fs::File {
+        std::fs::OpenOptions::new().read(true).write(write).open(&self.0).unwrap()
+    }
+
+    /// The file's bytes now.
+    pub fn read(&self) -> Vec<u8> {
+        std::fs::read(&self.0).unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
