@@ -164,6 +164,30 @@ fn lengths_round_up_and_fixed_addresses_must_be_aligned() {
     assert_no_leaks(&phys);
 }
 
+/// An anonymous `MAP_HUGETLB` mapping at a file offset maps its
+/// pseudo-file (`len` bytes) from there: `hugetlbfs_file_mmap` grows the
+/// file to `offset + len` for a writable mapping, so its pages fault in; a
+/// read-only one reads past the end (`SIGBUS`).
+#[test]
+fn an_anonymous_mapping_at_an_offset_grows_its_pseudo_file_when_writable() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let mut cpu = Cpu::attached(&mm);
+    for flags in [PRIVATE_HUGE, SHARED_HUGE] {
+        let a = mm.mmap(0, HP, RW, flags, None, HP).unwrap();
+        assert_eq!(mm.maps().iter().find(|e| e.start == a).map(|e| e.offset), Some(HP), "{flags:#x}");
+        cpu.write_u64(a + 8, 1).unwrap();
+        assert_eq!(cpu.read_u64(a + 8).unwrap(), 1);
+        let r = mm.mmap(0, HP, PROT_READ, flags, None, HP).unwrap();
+        assert_eq!(cpu.read_u8(r), Err(Fault::Bus { addr: r }), "{flags:#x}");
+        mm.munmap(a, HP).unwrap();
+        mm.munmap(r, HP).unwrap();
+    }
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
 #[test]
 fn munmap_mprotect_and_madvise_split_only_at_huge_boundaries() {
     let phys = pool(2);
@@ -668,6 +692,73 @@ mod host {
             );
             done
         }
+    }
+
+    /// Runs `f` in a forked child that exits with what `f` returns, and
+    /// says how the child ended: `Ok(exit status)` or `Err(signal)`. `f`
+    /// makes system calls and touches memory only: another thread of the
+    /// test may have held a lock (the allocator's) at the fork.
+    fn h_in_child(f: impl FnOnce() -> i32) -> Result<i32, i32> {
+        // SAFETY: the child runs `f` and exits; the parent waits for it.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                libc::_exit(f());
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            if libc::WIFSIGNALED(status) {
+                Err(libc::WTERMSIG(status))
+            } else {
+                Ok(libc::WEXITSTATUS(status))
+            }
+        }
+    }
+
+    /// An anonymous `MAP_HUGETLB` mapping at a file offset: the first
+    /// access of a writable one (a write) and of a read-only one (a read),
+    /// each in a child on the host: the write finds its page, the read is
+    /// past the pseudo-file's end.
+    #[test]
+    fn an_anonymous_mapping_at_an_offset_faults_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let phys = pool(PAGES as u64);
+        let mm = super::mm(&phys);
+        let mut cpu = Cpu::attached(&mm);
+        for flags in [PRIVATE_HUGE, SHARED_HUGE] {
+            for prot in [RW, PROT_READ] {
+                let write = prot & PROT_WRITE != 0;
+                let host = h_in_child(|| {
+                    // SAFETY: a new mapping of the child's, accessed inside.
+                    unsafe {
+                        let p = libc::mmap(std::ptr::null_mut(), HP as usize, prot, flags, -1, HP as i64);
+                        if p == libc::MAP_FAILED {
+                            return 2;
+                        }
+                        if write {
+                            std::ptr::write_volatile(p as *mut u8, 1);
+                        } else {
+                            std::ptr::read_volatile(p as *const u8);
+                        }
+                    }
+                    0
+                });
+                let a = mm.mmap(0, HP, prot, flags, None, HP).unwrap();
+                let access = if write { cpu.write_u8(a, 1) } else { cpu.read_u8(a).map(drop) };
+                let soft = match access {
+                    Ok(()) => Ok(0),
+                    Err(Fault::Bus { .. }) => Err(libc::SIGBUS),
+                    Err(f) => panic!("{f:?}"),
+                };
+                assert_eq!(soft, host, "flags {flags:#x}, prot {prot}");
+                mm.munmap(a, HP).unwrap();
+            }
+        }
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+        drop(guard);
     }
 
     fn s_noreserve_touches(pages: u64, n: u64, shared: bool) -> u64 {

@@ -327,32 +327,32 @@ impl AddressSpace {
             let shift = crate::hugetlb::HPAGE_SHIFT - PAGE_SHIFT;
             let (from, to) = (pgoff >> shift, (pgoff >> shift) + (len >> crate::hugetlb::HPAGE_SHIFT));
             let reserve = !vm_flags.contains(VmFlags::NORESERVE);
+            // The file mapped; for anonymous memory the pseudo-file of
+            // hugetlb_file_setup(HUGETLB_ANON_FILE), `len` bytes long (a
+            // shared mapping's page cache; a private one's faults allocate
+            // anonymous pages but stop at its size too).
+            let f = match file {
+                Some(f) => f.file.clone(),
+                None => crate::hugetlb::anon_file(&self.phys, len),
+            };
             if vm_flags.contains(VmFlags::MAYSHARE) {
-                // The file's reserve map; for anonymous memory the
-                // pseudo-file of hugetlb_file_setup(HUGETLB_ANON_FILE).
-                let f = match file {
-                    Some(f) => f.file.clone(),
-                    None => crate::hugetlb::anon_file(&self.phys, len),
-                };
+                // The file's reserve map.
                 if reserve {
                     f.hugetlb.as_ref().expect("a hugetlb file").reserve(&self.phys, from, to)?;
                 }
-                hugetlb_file = Some(f);
             } else if reserve {
                 hugetlb_resv = Some(crate::hugetlb::resv::PrivateResv::new(&self.phys, from, to)?);
             }
-            if let Some(f) = file.filter(|_| vm_flags.contains(VmFlags::WRITE)) {
+            if vm_flags.contains(VmFlags::WRITE) {
                 // hugetlbfs_file_mmap: a writable mapping past the end
-                // grows the file to cover it.
-                f.file.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
+                // grows the file to cover it, the pseudo-file of an
+                // anonymous mapping at an offset too.
+                f.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
             }
+            hugetlb_file = Some(f);
         }
         let backing = match file {
-            _ if backing != Backing::Anon && file.is_none() => {
-                // Anonymous MAP_HUGETLB: the shared one's pseudo-file, or
-                // the private one's (faults allocate anonymous pages).
-                Some(hugetlb_file.unwrap_or_else(|| crate::hugetlb::anon_file(&self.phys, len)))
-            }
+            _ if hugetlb_file.is_some() => hugetlb_file,
             Some(f) => Some(f.file.clone()),
             None if vm_flags.contains(VmFlags::SHARED) => {
                 // shmem_zero_setup charges the whole object unless
