@@ -536,6 +536,37 @@ mod hugetlbfs {
         drop(f);
         assert_no_leaks(&phys);
     }
+
+    /// A `MAP_FIXED` mapping of a hugetlbfs file whose unmap would split a
+    /// VMA past `max_map_count` is `ENOMEM` before the file's mmap hook runs
+    /// (`mmap_region` gathers the VMAs to unmap, their splits checked,
+    /// before `hugetlbfs_file_mmap` reserves and grows): nothing reserved,
+    /// the file not grown, the VMAs as they were.
+    #[test]
+    fn a_fixed_mapping_refused_for_the_map_count_reserves_and_grows_nothing() {
+        let phys = pool(4);
+        let mm = AddressSpace::new(&phys, MmConfig::default().max_map_count(3)).unwrap();
+        let f = File::create_hugetlbfs(&phys, "/f", 0).unwrap();
+        let open = OpenFile::read_write(&f);
+        let v = mm.mmap(0, 4 * HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+        let small = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        mm.mmap(0, PAGE, PROT_READ, ANON, None, 0).unwrap();
+        assert_eq!(mm.maps().len(), 3);
+        let before = mm.maps_text();
+        let fixed = MAP_SHARED | MAP_FIXED;
+        assert_eq!(mm.mmap(v + HP, 2 * HP, RW, fixed, Some(&open), 6 * HP), Err(Errno::NoMem));
+        assert_eq!((counts(&phys), f.len()), ((4, 0), 0), "HugePages_Rsvd and the file's size");
+        assert_eq!(mm.maps_text(), before);
+        // With one VMA fewer the split fits, and the same call maps.
+        mm.munmap(small, PAGE).unwrap();
+        assert_eq!(mm.mmap(v + HP, 2 * HP, RW, fixed, Some(&open), 6 * HP), Ok(v + HP));
+        assert_eq!((counts(&phys), f.len()), ((4, 2), 8 * HP));
+        drop(mm);
+        drop(open);
+        phys.quiesce();
+        drop(f);
+        assert_no_leaks(&phys);
+    }
 }
 
 /// The same calls on the host kernel, with huge pages reserved and hugetlbfs
@@ -758,6 +789,76 @@ mod host {
         drop(cpu);
         drop(mm);
         assert_no_leaks(&phys);
+        drop(guard);
+    }
+
+    /// A `MAP_FIXED` mapping of a hugetlbfs file over the middle of a
+    /// hugetlb VMA, its split refused by the map count: on the host in a
+    /// child brought to `vm.max_map_count` (single pages of alternating
+    /// protection until `mmap` refuses, one unmapped again), on softmm with a
+    /// limit of 3. The errno, then `HugePages_Free/Rsvd` and the file's size
+    /// once the child is gone (a file's reservations and size outlive its
+    /// mappings), must agree: nothing reserved, the file not grown.
+    #[test]
+    fn a_fixed_mapping_refused_for_the_map_count_changes_nothing_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let dir = guard.mount_dir().expect("mounted").to_path_buf();
+        let host_file = HostFile::create(&dir, "count");
+        let fd = host_file.fd;
+        let c = pool_counters().unwrap();
+        let base = (c.free, c.rsvd);
+        let fixed = MAP_SHARED | MAP_FIXED;
+        let host_errno = h_in_child(|| {
+            // SAFETY: the child's own mappings; MAP_FIXED only inside `v`.
+            unsafe {
+                let flags = PRIVATE_HUGE | MAP_NORESERVE;
+                let v = libc::mmap(std::ptr::null_mut(), 4 * HP as usize, RW, flags, -1, 0);
+                if v == libc::MAP_FAILED {
+                    return 100;
+                }
+                let (mut last, mut prot) = (std::ptr::null_mut(), PROT_READ);
+                loop {
+                    let p = libc::mmap(std::ptr::null_mut(), PAGE as usize, prot, ANON, -1, 0);
+                    if p == libc::MAP_FAILED {
+                        break;
+                    }
+                    (last, prot) = (p, prot ^ PROT_READ);
+                }
+                if *libc::__errno_location() != libc::ENOMEM || libc::munmap(last, PAGE as usize) != 0 {
+                    return 101;
+                }
+                let at = (v as *mut u8).add(HP as usize).cast();
+                let r = libc::mmap(at, 2 * HP as usize, RW, fixed, fd, 6 * HP as i64);
+                if r == libc::MAP_FAILED {
+                    *libc::__errno_location()
+                } else {
+                    0
+                }
+            }
+        });
+        // SAFETY: `stat` is plain old data, valid all zeroes.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: the file this test opened; fstat writes `st`.
+        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+        let host = (host_errno, h_counts(base), st.st_size as u64);
+        assert_eq!(host.0, Ok(libc::ENOMEM), "the host's own outcome changed");
+
+        let phys = pool(PAGES as u64);
+        let mm = AddressSpace::new(&phys, MmConfig::default().max_map_count(3)).unwrap();
+        let f = File::create_hugetlbfs(&phys, "/count", 0).unwrap();
+        let open = OpenFile::read_write(&f);
+        let v = mm.mmap(0, 4 * HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+        mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        mm.mmap(0, PAGE, PROT_READ, ANON, None, 0).unwrap();
+        let r = mm.mmap(v + HP, 2 * HP, RW, fixed, Some(&open), 6 * HP);
+        let soft = (Ok(r.err().map_or(0, |e| e.code())), s_counts(&phys, PAGES as u64), f.len());
+        assert_eq!(soft, host, "(errno, HugePages_Free/Rsvd, the file's size)");
+        drop(mm);
+        drop(open);
+        phys.quiesce();
+        drop(f);
+        assert_no_leaks(&phys);
+        drop(host_file);
         drop(guard);
     }
 

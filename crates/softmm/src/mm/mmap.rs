@@ -305,6 +305,13 @@ impl AddressSpace {
         if flags & MAP_NORESERVE != 0 && self.phys.overcommit().mode != OvercommitMode::Never {
             vm_flags |= VmFlags::NORESERVE;
         }
+        // mmap_region gathers the VMAs it replaces, their splits checked,
+        // before it charges the mapping or calls the file's mmap hook (for
+        // hugetlb, hugetlbfs_file_mmap's reservation and growth below): a
+        // split refused here finds nothing reserved, charged or grown. The
+        // unmap in mmap_region then cannot fail, and a hugetlb mapping is
+        // never charged, so nothing after the hook can refuse the call.
+        self.munmap_split_check(&st.vmas, addr, addr + len)?;
         let mut hugetlb_file = None;
         let mut hugetlb_resv = None;
         if let Backing::Hugetlb(size) = backing {
