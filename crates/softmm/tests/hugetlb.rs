@@ -157,9 +157,10 @@ fn lengths_round_up_and_fixed_addresses_must_be_aligned() {
     assert_eq!(mm.mmap(a + 4096, HP, RW, SHARED_HUGE | MAP_FIXED, None, 0), Err(Errno::Inval));
     assert_eq!(mm.mmap(0, HP, RW, PRIVATE_HUGE | (22 << 26), None, 0), Err(Errno::Inval), "MAP_HUGE_4MB");
     assert_eq!(mm.mmap(0, HP, RW, PRIVATE_HUGE | (30 << 26), None, 0), Err(Errno::NoMem), "no 1 GiB pool");
-    // A hint is rounded down to the huge page size (x86).
+    // A hint is rounded up to the huge page size (hugetlb_get_unmapped_area's
+    // ALIGN, Linux 6.13+; 6.12's x86 function rounded it down).
     let hint = 0x7000_0000_0000 + 4096;
-    assert_eq!(mm.mmap(hint, HP, RW, SHARED_HUGE, None, 0), Ok(hint - 4096));
+    assert_eq!(mm.mmap(hint, HP, RW, SHARED_HUGE, None, 0), Ok(hint - 4096 + HP));
     drop(mm);
     assert_no_leaks(&phys);
 }
@@ -184,6 +185,43 @@ fn an_anonymous_mapping_at_an_offset_grows_its_pseudo_file_when_writable() {
         mm.munmap(r, HP).unwrap();
     }
     drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+/// Where `MAP_32BIT` puts mappings: `[1 GiB, 2 GiB)` (x86-64's
+/// `find_start_end`, without the host's randomized start).
+const LOW32: u64 = 1 << 30;
+
+/// `MAP_HUGETLB | MAP_32BIT`: since Linux 6.13 hugetlb placement is the
+/// arch's search with the huge page size as alignment, so `MAP_32BIT` puts
+/// the mapping bottom-up in `[1 GiB, 2 GiB)`, padded to a 2 MiB boundary,
+/// and where no aligned room is left there the call is `ENOMEM` (no search
+/// outside the window). A hint, rounded up to 2 MiB, is taken where it is
+/// free below 2 GiB.
+#[test]
+fn map_32bit_places_a_hugetlb_mapping_aligned_in_the_low_window() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let flags = PRIVATE_HUGE | MAP_NORESERVE | MAP_32BIT;
+    // A small mapping takes the window's first page; the huge one the next
+    // 2 MiB boundary.
+    assert_eq!(mm.mmap(0, PAGE, RW, ANON | MAP_32BIT, None, 0), Ok(LOW32));
+    assert_eq!(mm.mmap(0, HP, RW, flags, None, 0), Ok(LOW32 + HP));
+    // A hint below the window, unaligned: rounded up and taken.
+    assert_eq!(mm.mmap(0x1000_0000 + PAGE, HP, RW, flags, None, 0), Ok(0x1000_0000 + HP));
+    // The rest of the window full but for an unaligned 2 MiB hole: no room
+    // for the huge mapping, room for a small one of the same length.
+    let rest = LOW32 + 2 * HP;
+    let none = ANON | MAP_FIXED | MAP_NORESERVE;
+    assert_eq!(mm.mmap(rest, 2 * LOW32 - rest, PROT_NONE, none, None, 0), Ok(rest));
+    let hole = LOW32 + (64 << 20) + PAGE;
+    mm.munmap(hole, HP).unwrap();
+    assert_eq!(mm.mmap(0, HP, RW, flags, None, 0), Err(Errno::NoMem));
+    assert_eq!(mm.mmap(0, HP, RW, ANON | MAP_32BIT, None, 0), Ok(hole));
+    // A hint above the window is not taken: the window is full.
+    assert_eq!(mm.mmap(3 << 30, HP, RW, flags, None, 0), Err(Errno::NoMem));
+    assert!(mm.maps().iter().all(|e| e.end <= 2 * LOW32), "nothing outside the window");
     drop(mm);
     assert_no_leaks(&phys);
 }
@@ -787,6 +825,58 @@ mod host {
             }
         }
         drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+        drop(guard);
+    }
+
+    /// `MAP_HUGETLB | MAP_32BIT` and an unaligned hint, on the host and on
+    /// softmm: the mapping lands 2 MiB aligned in `[1 GiB, 2 GiB)` (the host
+    /// starts the window's search at a random page of its first 32 MiB, so
+    /// the range is compared, not the address); with the window full, or
+    /// with only an unaligned 2 MiB hole left (above the random start),
+    /// `ENOMEM`, while a small mapping of the same length fills that hole;
+    /// and a hint is rounded up to 2 MiB.
+    #[test]
+    fn map_32bit_and_hints_place_hugetlb_mappings_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let phys = pool(PAGES as u64);
+        let mm = super::mm(&phys);
+        let flags = PRIVATE_HUGE | MAP_NORESERVE | MAP_32BIT;
+        let in_window = |a: Result<u64, Errno>| a.map(|a| a >= LOW32 && a + HP <= 2 * LOW32 && a % HP == 0);
+        let (h, s) = (h_mmap(0, HP, RW, flags, -1, 0), mm.mmap(0, HP, RW, flags, None, 0));
+        assert_eq!(in_window(h), Ok(true), "the host's own placement changed: {h:x?}");
+        assert_eq!(in_window(s), Ok(true), "{s:x?}");
+        assert_eq!(h_munmap(h.unwrap(), HP), mm.munmap(s.unwrap(), HP));
+        // The window full: one mapping over all of it, where the host has
+        // nothing there.
+        let none = ANON | MAP_FIXED_NOREPLACE | MAP_NORESERVE;
+        match h_mmap(LOW32, LOW32, PROT_NONE, none, -1, 0) {
+            Ok(a) => {
+                let window = HostWindow { base: a, len: LOW32 };
+                assert_eq!(a, LOW32, "MAP_FIXED_NOREPLACE placed its mapping elsewhere");
+                assert_eq!(mm.mmap(LOW32, LOW32, PROT_NONE, none, None, 0), Ok(LOW32));
+                let (h, s) = (h_mmap(0, HP, RW, flags, -1, 0), mm.mmap(0, HP, RW, flags, None, 0));
+                assert_eq!(h, Err(Errno::NoMem), "the host's own outcome changed");
+                assert_eq!(s, h, "the window full");
+                let hole = LOW32 + (64 << 20) + PAGE;
+                assert_eq!(window.munmap(hole, HP), mm.munmap(hole, HP));
+                let (h, s) = (h_mmap(0, HP, RW, flags, -1, 0), mm.mmap(0, HP, RW, flags, None, 0));
+                assert_eq!(s, h, "an unaligned 2 MiB hole");
+                let small = ANON | MAP_32BIT | MAP_NORESERVE;
+                let (h, s) = (h_mmap(0, HP, PROT_NONE, small, -1, 0), mm.mmap(0, HP, PROT_NONE, small, None, 0));
+                assert_eq!((h, s), (Ok(hole), Ok(hole)), "a small mapping fills the hole");
+                assert_eq!(window.munmap(LOW32, LOW32), mm.munmap(LOW32, LOW32));
+            }
+            Err(e) => eprintln!("skipping the full window: [1 GiB, 2 GiB) is in use on the host ({e:?})"),
+        }
+        // An unaligned hint far from anything either side maps: rounded up.
+        let hint = 0x5000_0000_0000 + PAGE;
+        let flags = PRIVATE_HUGE | MAP_NORESERVE;
+        let (h, s) = (h_mmap(hint, HP, RW, flags, -1, 0), mm.mmap(hint, HP, RW, flags, None, 0));
+        assert_eq!(h, Ok(hint - PAGE + HP), "the host's own outcome changed");
+        assert_eq!(s, h, "a hint");
+        assert_eq!(h_munmap(h.unwrap(), HP), mm.munmap(s.unwrap(), HP));
         drop(mm);
         assert_no_leaks(&phys);
         drop(guard);

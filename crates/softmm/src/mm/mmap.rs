@@ -13,8 +13,6 @@ use super::commit::{accounted_pages, total_vm};
 use super::layout::{get_unmapped_area, AreaFlags, AreaKind};
 use super::{AddressSpace, MmState, MmuGather, OvercommitMode};
 
-/// `MAP_32BIT`: place the mapping in the first 2 GiB (x86-64).
-pub(crate) const MAP_32BIT: i32 = 0x40;
 /// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
 const MAP_ABOVE4G: i32 = 0x80;
 /// `MAP_DROPPABLE` (Linux 6.11+): a mapping type whose pages may be dropped.
@@ -89,12 +87,14 @@ impl AddressSpace {
     /// `EPERM` for a fixed address below `mmap_min_addr` or `MAP_LOCKED` with
     /// a zero memlock limit, `EAGAIN` past it; `EACCES` for a protection the
     /// file's open mode forbids; `EOPNOTSUPP` for unknown flags with
-    /// `MAP_SHARED_VALIDATE`. `MAP_32BIT` places the mapping in the first
-    /// 2 GiB, `MAP_DROPPABLE` makes a private anonymous mapping that is never
+    /// `MAP_SHARED_VALIDATE`. `MAP_32BIT` places the mapping in
+    /// `[1 GiB, 2 GiB)` (`ENOMEM` when it does not fit there),
+    /// `MAP_DROPPABLE` makes a private anonymous mapping that is never
     /// charged nor copied to a child. `MAP_HUGETLB` maps 2 MiB pages of the
     /// pool ([`PhysConfig::hugepages`](crate::PhysConfig::hugepages)): the
     /// length rounds up to 2 MiB, a fixed address must be 2 MiB aligned
-    /// (`EINVAL`), and the pages are reserved at `mmap` (`ENOMEM` when the
+    /// (`EINVAL`), a hint rounds up to 2 MiB, a chosen address is 2 MiB
+    /// aligned, and the pages are reserved at `mmap` (`ENOMEM` when the
     /// pool cannot cover them) unless `MAP_NORESERVE`, whose faults find a
     /// page or raise `SIGBUS`; `MAP_HUGE_1GB` is `ENOMEM` (no 1 GiB pool),
     /// any other size `EINVAL`. A failed call
