@@ -17,6 +17,8 @@ pub const MAP_TYPE: i32 = 0x0f;
 pub const MAP_FIXED_NOREPLACE: i32 = 0x100000;
 /// Accepted and ignored, as by Linux.
 pub const MAP_UNINITIALIZED: i32 = 0x4000000;
+/// Place the mapping in `[1 GiB, 2 GiB)` (x86-64), hugetlb mappings too.
+pub const MAP_32BIT: i32 = 0x40;
 /// Move the pages but leave the source mapping in place, empty.
 pub const MREMAP_DONTUNMAP: i32 = 4;
 /// Fault pages in readable.

@@ -157,9 +157,71 @@ fn lengths_round_up_and_fixed_addresses_must_be_aligned() {
     assert_eq!(mm.mmap(a + 4096, HP, RW, SHARED_HUGE | MAP_FIXED, None, 0), Err(Errno::Inval));
     assert_eq!(mm.mmap(0, HP, RW, PRIVATE_HUGE | (22 << 26), None, 0), Err(Errno::Inval), "MAP_HUGE_4MB");
     assert_eq!(mm.mmap(0, HP, RW, PRIVATE_HUGE | (30 << 26), None, 0), Err(Errno::NoMem), "no 1 GiB pool");
-    // A hint is rounded down to the huge page size (x86).
+    // A hint is rounded up to the huge page size (hugetlb_get_unmapped_area's
+    // ALIGN, Linux 6.13+; 6.12's x86 function rounded it down).
     let hint = 0x7000_0000_0000 + 4096;
-    assert_eq!(mm.mmap(hint, HP, RW, SHARED_HUGE, None, 0), Ok(hint - 4096));
+    assert_eq!(mm.mmap(hint, HP, RW, SHARED_HUGE, None, 0), Ok(hint - 4096 + HP));
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+/// An anonymous `MAP_HUGETLB` mapping at a file offset maps its
+/// pseudo-file (`len` bytes) from there: `hugetlbfs_file_mmap` grows the
+/// file to `offset + len` for a writable mapping, so its pages fault in; a
+/// read-only one reads past the end (`SIGBUS`).
+#[test]
+fn an_anonymous_mapping_at_an_offset_grows_its_pseudo_file_when_writable() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let mut cpu = Cpu::attached(&mm);
+    for flags in [PRIVATE_HUGE, SHARED_HUGE] {
+        let a = mm.mmap(0, HP, RW, flags, None, HP).unwrap();
+        assert_eq!(mm.maps().iter().find(|e| e.start == a).map(|e| e.offset), Some(HP), "{flags:#x}");
+        cpu.write_u64(a + 8, 1).unwrap();
+        assert_eq!(cpu.read_u64(a + 8).unwrap(), 1);
+        let r = mm.mmap(0, HP, PROT_READ, flags, None, HP).unwrap();
+        assert_eq!(cpu.read_u8(r), Err(Fault::Bus { addr: r }), "{flags:#x}");
+        mm.munmap(a, HP).unwrap();
+        mm.munmap(r, HP).unwrap();
+    }
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+/// Where `MAP_32BIT` puts mappings: `[1 GiB, 2 GiB)` (x86-64's
+/// `find_start_end`, without the host's randomized start).
+const LOW32: u64 = 1 << 30;
+
+/// `MAP_HUGETLB | MAP_32BIT`: since Linux 6.13 hugetlb placement is the
+/// arch's search with the huge page size as alignment, so `MAP_32BIT` puts
+/// the mapping bottom-up in `[1 GiB, 2 GiB)`, padded to a 2 MiB boundary,
+/// and where no aligned room is left there the call is `ENOMEM` (no search
+/// outside the window). A hint, rounded up to 2 MiB, is taken where it is
+/// free below 2 GiB.
+#[test]
+fn map_32bit_places_a_hugetlb_mapping_aligned_in_the_low_window() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let flags = PRIVATE_HUGE | MAP_NORESERVE | MAP_32BIT;
+    // A small mapping takes the window's first page; the huge one the next
+    // 2 MiB boundary.
+    assert_eq!(mm.mmap(0, PAGE, RW, ANON | MAP_32BIT, None, 0), Ok(LOW32));
+    assert_eq!(mm.mmap(0, HP, RW, flags, None, 0), Ok(LOW32 + HP));
+    // A hint below the window, unaligned: rounded up and taken.
+    assert_eq!(mm.mmap(0x1000_0000 + PAGE, HP, RW, flags, None, 0), Ok(0x1000_0000 + HP));
+    // The rest of the window full but for an unaligned 2 MiB hole: no room
+    // for the huge mapping, room for a small one of the same length.
+    let rest = LOW32 + 2 * HP;
+    let none = ANON | MAP_FIXED | MAP_NORESERVE;
+    assert_eq!(mm.mmap(rest, 2 * LOW32 - rest, PROT_NONE, none, None, 0), Ok(rest));
+    let hole = LOW32 + (64 << 20) + PAGE;
+    mm.munmap(hole, HP).unwrap();
+    assert_eq!(mm.mmap(0, HP, RW, flags, None, 0), Err(Errno::NoMem));
+    assert_eq!(mm.mmap(0, HP, RW, ANON | MAP_32BIT, None, 0), Ok(hole));
+    // A hint above the window is not taken: the window is full.
+    assert_eq!(mm.mmap(3 << 30, HP, RW, flags, None, 0), Err(Errno::NoMem));
+    assert!(mm.maps().iter().all(|e| e.end <= 2 * LOW32), "nothing outside the window");
     drop(mm);
     assert_no_leaks(&phys);
 }
@@ -512,6 +574,37 @@ mod hugetlbfs {
         drop(f);
         assert_no_leaks(&phys);
     }
+
+    /// A `MAP_FIXED` mapping of a hugetlbfs file whose unmap would split a
+    /// VMA past `max_map_count` is `ENOMEM` before the file's mmap hook runs
+    /// (`mmap_region` gathers the VMAs to unmap, their splits checked,
+    /// before `hugetlbfs_file_mmap` reserves and grows): nothing reserved,
+    /// the file not grown, the VMAs as they were.
+    #[test]
+    fn a_fixed_mapping_refused_for_the_map_count_reserves_and_grows_nothing() {
+        let phys = pool(4);
+        let mm = AddressSpace::new(&phys, MmConfig::default().max_map_count(3)).unwrap();
+        let f = File::create_hugetlbfs(&phys, "/f", 0).unwrap();
+        let open = OpenFile::read_write(&f);
+        let v = mm.mmap(0, 4 * HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+        let small = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        mm.mmap(0, PAGE, PROT_READ, ANON, None, 0).unwrap();
+        assert_eq!(mm.maps().len(), 3);
+        let before = mm.maps_text();
+        let fixed = MAP_SHARED | MAP_FIXED;
+        assert_eq!(mm.mmap(v + HP, 2 * HP, RW, fixed, Some(&open), 6 * HP), Err(Errno::NoMem));
+        assert_eq!((counts(&phys), f.len()), ((4, 0), 0), "HugePages_Rsvd and the file's size");
+        assert_eq!(mm.maps_text(), before);
+        // With one VMA fewer the split fits, and the same call maps.
+        mm.munmap(small, PAGE).unwrap();
+        assert_eq!(mm.mmap(v + HP, 2 * HP, RW, fixed, Some(&open), 6 * HP), Ok(v + HP));
+        assert_eq!((counts(&phys), f.len()), ((4, 2), 8 * HP));
+        drop(mm);
+        drop(open);
+        phys.quiesce();
+        drop(f);
+        assert_no_leaks(&phys);
+    }
 }
 
 /// The same calls on the host kernel, with huge pages reserved and hugetlbfs
@@ -668,6 +761,195 @@ mod host {
             );
             done
         }
+    }
+
+    /// Runs `f` in a forked child that exits with what `f` returns, and
+    /// says how the child ended: `Ok(exit status)` or `Err(signal)`. `f`
+    /// makes system calls and touches memory only: another thread of the
+    /// test may have held a lock (the allocator's) at the fork.
+    fn h_in_child(f: impl FnOnce() -> i32) -> Result<i32, i32> {
+        // SAFETY: the child runs `f` and exits; the parent waits for it.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                libc::_exit(f());
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            if libc::WIFSIGNALED(status) {
+                Err(libc::WTERMSIG(status))
+            } else {
+                Ok(libc::WEXITSTATUS(status))
+            }
+        }
+    }
+
+    /// An anonymous `MAP_HUGETLB` mapping at a file offset: the first
+    /// access of a writable one (a write) and of a read-only one (a read),
+    /// each in a child on the host: the write finds its page, the read is
+    /// past the pseudo-file's end.
+    #[test]
+    fn an_anonymous_mapping_at_an_offset_faults_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let phys = pool(PAGES as u64);
+        let mm = super::mm(&phys);
+        let mut cpu = Cpu::attached(&mm);
+        for flags in [PRIVATE_HUGE, SHARED_HUGE] {
+            for prot in [RW, PROT_READ] {
+                let write = prot & PROT_WRITE != 0;
+                let host = h_in_child(|| {
+                    // SAFETY: a new mapping of the child's, accessed inside.
+                    unsafe {
+                        let p = libc::mmap(std::ptr::null_mut(), HP as usize, prot, flags, -1, HP as i64);
+                        if p == libc::MAP_FAILED {
+                            return 2;
+                        }
+                        if write {
+                            std::ptr::write_volatile(p as *mut u8, 1);
+                        } else {
+                            std::ptr::read_volatile(p as *const u8);
+                        }
+                    }
+                    0
+                });
+                let a = mm.mmap(0, HP, prot, flags, None, HP).unwrap();
+                let access = if write { cpu.write_u8(a, 1) } else { cpu.read_u8(a).map(drop) };
+                let soft = match access {
+                    Ok(()) => Ok(0),
+                    Err(Fault::Bus { .. }) => Err(libc::SIGBUS),
+                    Err(f) => panic!("{f:?}"),
+                };
+                assert_eq!(soft, host, "flags {flags:#x}, prot {prot}");
+                mm.munmap(a, HP).unwrap();
+            }
+        }
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+        drop(guard);
+    }
+
+    /// `MAP_HUGETLB | MAP_32BIT` and an unaligned hint, on the host and on
+    /// softmm: the mapping lands 2 MiB aligned in `[1 GiB, 2 GiB)` (the host
+    /// starts the window's search at a random page of its first 32 MiB, so
+    /// the range is compared, not the address); with the window full, or
+    /// with only an unaligned 2 MiB hole left (above the random start),
+    /// `ENOMEM`, while a small mapping of the same length fills that hole;
+    /// and a hint is rounded up to 2 MiB.
+    #[test]
+    fn map_32bit_and_hints_place_hugetlb_mappings_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let phys = pool(PAGES as u64);
+        let mm = super::mm(&phys);
+        let flags = PRIVATE_HUGE | MAP_NORESERVE | MAP_32BIT;
+        let in_window = |a: Result<u64, Errno>| a.map(|a| a >= LOW32 && a + HP <= 2 * LOW32 && a % HP == 0);
+        let (h, s) = (h_mmap(0, HP, RW, flags, -1, 0), mm.mmap(0, HP, RW, flags, None, 0));
+        assert_eq!(in_window(h), Ok(true), "the host's own placement changed: {h:x?}");
+        assert_eq!(in_window(s), Ok(true), "{s:x?}");
+        assert_eq!(h_munmap(h.unwrap(), HP), mm.munmap(s.unwrap(), HP));
+        // The window full: one mapping over all of it, where the host has
+        // nothing there.
+        let none = ANON | MAP_FIXED_NOREPLACE | MAP_NORESERVE;
+        match h_mmap(LOW32, LOW32, PROT_NONE, none, -1, 0) {
+            Ok(a) => {
+                let window = HostWindow { base: a, len: LOW32 };
+                assert_eq!(a, LOW32, "MAP_FIXED_NOREPLACE placed its mapping elsewhere");
+                assert_eq!(mm.mmap(LOW32, LOW32, PROT_NONE, none, None, 0), Ok(LOW32));
+                let (h, s) = (h_mmap(0, HP, RW, flags, -1, 0), mm.mmap(0, HP, RW, flags, None, 0));
+                assert_eq!(h, Err(Errno::NoMem), "the host's own outcome changed");
+                assert_eq!(s, h, "the window full");
+                let hole = LOW32 + (64 << 20) + PAGE;
+                assert_eq!(window.munmap(hole, HP), mm.munmap(hole, HP));
+                let (h, s) = (h_mmap(0, HP, RW, flags, -1, 0), mm.mmap(0, HP, RW, flags, None, 0));
+                assert_eq!(s, h, "an unaligned 2 MiB hole");
+                let small = ANON | MAP_32BIT | MAP_NORESERVE;
+                let (h, s) = (h_mmap(0, HP, PROT_NONE, small, -1, 0), mm.mmap(0, HP, PROT_NONE, small, None, 0));
+                assert_eq!((h, s), (Ok(hole), Ok(hole)), "a small mapping fills the hole");
+                assert_eq!(window.munmap(LOW32, LOW32), mm.munmap(LOW32, LOW32));
+            }
+            Err(e) => eprintln!("skipping the full window: [1 GiB, 2 GiB) is in use on the host ({e:?})"),
+        }
+        // An unaligned hint far from anything either side maps: rounded up.
+        let hint = 0x5000_0000_0000 + PAGE;
+        let flags = PRIVATE_HUGE | MAP_NORESERVE;
+        let (h, s) = (h_mmap(hint, HP, RW, flags, -1, 0), mm.mmap(hint, HP, RW, flags, None, 0));
+        assert_eq!(h, Ok(hint - PAGE + HP), "the host's own outcome changed");
+        assert_eq!(s, h, "a hint");
+        assert_eq!(h_munmap(h.unwrap(), HP), mm.munmap(s.unwrap(), HP));
+        drop(mm);
+        assert_no_leaks(&phys);
+        drop(guard);
+    }
+
+    /// A `MAP_FIXED` mapping of a hugetlbfs file over the middle of a
+    /// hugetlb VMA, its split refused by the map count: on the host in a
+    /// child brought to `vm.max_map_count` (single pages of alternating
+    /// protection until `mmap` refuses, one unmapped again), on softmm with a
+    /// limit of 3. The errno, then `HugePages_Free/Rsvd` and the file's size
+    /// once the child is gone (a file's reservations and size outlive its
+    /// mappings), must agree: nothing reserved, the file not grown.
+    #[test]
+    fn a_fixed_mapping_refused_for_the_map_count_changes_nothing_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let dir = guard.mount_dir().expect("mounted").to_path_buf();
+        let host_file = HostFile::create(&dir, "count");
+        let fd = host_file.fd;
+        let c = pool_counters().unwrap();
+        let base = (c.free, c.rsvd);
+        let fixed = MAP_SHARED | MAP_FIXED;
+        let host_errno = h_in_child(|| {
+            // SAFETY: the child's own mappings; MAP_FIXED only inside `v`.
+            unsafe {
+                let flags = PRIVATE_HUGE | MAP_NORESERVE;
+                let v = libc::mmap(std::ptr::null_mut(), 4 * HP as usize, RW, flags, -1, 0);
+                if v == libc::MAP_FAILED {
+                    return 100;
+                }
+                let (mut last, mut prot) = (std::ptr::null_mut(), PROT_READ);
+                loop {
+                    let p = libc::mmap(std::ptr::null_mut(), PAGE as usize, prot, ANON, -1, 0);
+                    if p == libc::MAP_FAILED {
+                        break;
+                    }
+                    (last, prot) = (p, prot ^ PROT_READ);
+                }
+                if *libc::__errno_location() != libc::ENOMEM || libc::munmap(last, PAGE as usize) != 0 {
+                    return 101;
+                }
+                let at = (v as *mut u8).add(HP as usize).cast();
+                let r = libc::mmap(at, 2 * HP as usize, RW, fixed, fd, 6 * HP as i64);
+                if r == libc::MAP_FAILED {
+                    *libc::__errno_location()
+                } else {
+                    0
+                }
+            }
+        });
+        // SAFETY: `stat` is plain old data, valid all zeroes.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: the file this test opened; fstat writes `st`.
+        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+        let host = (host_errno, h_counts(base), st.st_size as u64);
+        assert_eq!(host.0, Ok(libc::ENOMEM), "the host's own outcome changed");
+
+        let phys = pool(PAGES as u64);
+        let mm = AddressSpace::new(&phys, MmConfig::default().max_map_count(3)).unwrap();
+        let f = File::create_hugetlbfs(&phys, "/count", 0).unwrap();
+        let open = OpenFile::read_write(&f);
+        let v = mm.mmap(0, 4 * HP, RW, PRIVATE_HUGE | MAP_NORESERVE, None, 0).unwrap();
+        mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        mm.mmap(0, PAGE, PROT_READ, ANON, None, 0).unwrap();
+        let r = mm.mmap(v + HP, 2 * HP, RW, fixed, Some(&open), 6 * HP);
+        let soft = (Ok(r.err().map_or(0, |e| e.code())), s_counts(&phys, PAGES as u64), f.len());
+        assert_eq!(soft, host, "(errno, HugePages_Free/Rsvd, the file's size)");
+        drop(mm);
+        drop(open);
+        phys.quiesce();
+        drop(f);
+        assert_no_leaks(&phys);
+        drop(host_file);
+        drop(guard);
     }
 
     fn s_noreserve_touches(pages: u64, n: u64, shared: bool) -> u64 {

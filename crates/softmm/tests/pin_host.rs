@@ -4,15 +4,20 @@
 //! `IORING_OP_WRITE_FIXED` into a pipe; softmm's device view shows its
 //! pinned frame. Both must agree after fork with a child's write
 //! (CVE-2020-29374), after the parent's own write, and after
-//! `MADV_DONTNEED` and `munmap` of the pinned page; and which file mappings
-//! a long-term write pin is refused for. Skipped (with the reason printed)
-//! where the host refuses io_uring.
+//! `MADV_DONTNEED` and `munmap` of the pinned page; which file mappings a
+//! long-term write pin is refused for; and a fork that finds no huge page
+//! for the copy of a pinned private one fails with the host's errno.
+//! Skipped (with the reason printed) where the host refuses io_uring or
+//! huge pages.
 
 mod common;
 
 use common::*;
 use softmm::uapi::*;
-use softmm::{Cpu, Foll};
+use softmm::{Cpu, Foll, PhysConfig, PhysMem};
+use softmm_hostsys::{pool_counters, HugePages};
+
+const HP: u64 = 2 << 20;
 
 /// A minimal io_uring with one registered one-page buffer, driven by raw
 /// system calls.
@@ -329,4 +334,93 @@ fn long_term_write_pins_of_file_mappings_match_the_host() {
     };
     assert_eq!(host, [libc::EFAULT, 0, 0], "the host's own outcomes changed");
     assert_eq!(soft_longterm_outcomes(host_file.open(true)), host);
+}
+
+/// `fork` on the host with the first of `pages` private huge pages pinned
+/// through io_uring and every free huge page taken by them, so none is left
+/// for the child's copy of the pinned one: the fork's errno (`Ok` if it made
+/// a child, which exits at once).
+fn host_fork_with_a_pinned_huge_page(pages: u64) -> Result<Result<(), i32>, String> {
+    let ring = Uring::new()?;
+    let len = (pages * HP) as usize;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB;
+    // SAFETY: a fresh private hugetlb mapping, reserving `pages` pages.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(format!("mmap of {pages} huge pages: {}", std::io::Error::last_os_error()));
+    }
+    for i in 0..pages {
+        // SAFETY: inside the mapping; each write takes its reserved page.
+        unsafe { std::ptr::write_volatile((p as *mut u8).add((i * HP) as usize), 1) };
+    }
+    let res = ring.register(p as *mut u8, PAGE as usize).map(|()| {
+        // SAFETY: fork in a test process; the child exits at once.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the child does nothing else.
+            unsafe { libc::_exit(0) };
+        }
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        }
+        let mut status = 0;
+        // SAFETY: waits for our child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        Ok(())
+    });
+    // The ring's end unpins the page; then the mapping goes.
+    drop(ring);
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, len) };
+    res
+}
+
+/// The same on softmm, with a pool of `pages` pages.
+fn soft_fork_with_a_pinned_huge_page(pages: u64) -> Result<(), i32> {
+    let phys = PhysMem::new(PhysConfig::new((8 << 20) + (pages + 1) * HP).hugepages(pages)).unwrap();
+    let mm = softmm::AddressSpace::new(&phys, softmm::MmConfig::default()).unwrap();
+    let a = mm.mmap(0, pages * HP, RW, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    for i in 0..pages {
+        cpu.write_u8(a + i * HP, 1).unwrap();
+    }
+    let pin = mm.pin_user_pages(a, 1, Foll::WRITE | Foll::LONGTERM).unwrap();
+    let res = mm.fork().map(drop).map_err(|e| e.code());
+    drop((pin, cpu, mm));
+    assert_no_leaks(&phys);
+    res
+}
+
+/// `copy_hugetlb_page_range` fails with `ENOSPC` where no huge page is left
+/// for the child's copy of a pinned page, and `copy_mm` returns `ENOMEM`
+/// for any failure of `dup_mmap`.
+#[test]
+fn fork_with_a_pinned_huge_page_and_an_empty_pool_fails_as_on_the_host() {
+    let guard = match HugePages::reserve(1) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipped: no huge pages on the host: {e}");
+            return;
+        }
+    };
+    let c = pool_counters().unwrap();
+    let pages = c.free - c.rsvd;
+    let overcommit = std::fs::read_to_string("/proc/sys/vm/nr_overcommit_hugepages").unwrap_or_default();
+    if pages > 64 || overcommit.trim() != "0" {
+        eprintln!(
+            "skipped: {pages} free host pages, overcommit {}: the pool cannot be emptied here",
+            overcommit.trim()
+        );
+        return;
+    }
+    let host = match host_fork_with_a_pinned_huge_page(pages) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("skipped: the host cannot pin through io_uring: {e}");
+            return;
+        }
+    };
+    drop(guard);
+    assert_eq!(host, Err(libc::ENOMEM), "the host's own outcome changed");
+    assert_eq!(soft_fork_with_a_pinned_huge_page(pages), host);
 }

@@ -18,7 +18,9 @@ impl AddressSpace {
     /// are shared copy-on-write (write-protected in both; the parent's TLBs
     /// are shot down), shared mappings stay shared, `MADV_DONTFORK` VMAs are
     /// left out and `MADV_WIPEONFORK` VMAs are empty in the child. Pinned
-    /// pages are copied at once, never shared. `ENOMEM` if frames run out.
+    /// pages are copied at once, never shared. `ENOMEM` if frames, huge
+    /// pages for those copies or the commit limit run out (Linux's
+    /// `copy_mm` returns `ENOMEM` whatever `dup_mmap` failed with).
     ///
     /// ```
     /// use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem};
@@ -54,7 +56,9 @@ impl AddressSpace {
         tlb.finish(self);
         self.pins.write_protect_seq.write_end();
         drop(st);
-        res.map(|()| child)
+        // copy_mm: a failed dup_mm is ENOMEM, whatever dup_mmap returned
+        // (copy_hugetlb_page_range's ENOSPC for a pinned page's copy).
+        res.map(|()| child).map_err(|_| Errno::NoMem)
     }
 
     fn dup_mmap(&self, st: &mut MmState, child: &Arc<AddressSpace>, tlb: &mut MmuGather) -> Result<()> {
@@ -166,7 +170,7 @@ impl AddressSpace {
                     // parent's, writable; the child gets a copy.
                     let copy = if huge {
                         // copy_hugetlb_page_range: a pool page outside any
-                        // reservation; none left fails the fork (ENOSPC).
+                        // reservation; none left fails dup_mmap (ENOSPC).
                         let Some(c) = phys.alloc_huge(parent.placement(vma, va).node, false) else {
                             err = Err(Errno::NoSpc);
                             return None;

@@ -57,21 +57,12 @@ pub(crate) fn get_unmapped_area(
         return Err(Errno::NoMem);
     }
     let a = match kind {
-        AreaKind::Huge(size) => {
-            // hugetlb_get_unmapped_area
-            if len % size != 0 {
-                return Err(Errno::Inval);
-            }
-            if flags.fixed && addr % size != 0 {
-                return Err(Errno::Inval);
-            }
-            hugetlb_get_unmapped_area(cfg, vmas, addr, len, size, flags)?
-        }
+        AreaKind::Huge(size) => hugetlb_get_unmapped_area(cfg, vmas, addr, len, size, flags)?,
         AreaKind::Anon if cfg.thp_align && addr == 0 && !flags.fixed && len % PMD_SIZE == 0 => {
             thp_get_unmapped_area(cfg, vmas, len, flags)
-                .map_or_else(|| arch_get_unmapped_area_topdown(cfg, vmas, 0, len, flags), Ok)?
+                .map_or_else(|| arch_get_unmapped_area_topdown(cfg, vmas, 0, len, flags, PAGE_SIZE), Ok)?
         }
-        _ => arch_get_unmapped_area_topdown(cfg, vmas, addr, len, flags)?,
+        _ => arch_get_unmapped_area_topdown(cfg, vmas, addr, len, flags, PAGE_SIZE)?,
     };
     if a > cfg.task_size - len {
         return Err(Errno::NoMem);
@@ -90,18 +81,22 @@ pub(crate) fn get_unmapped_area(
 /// mapping ends as high as it can.
 fn thp_get_unmapped_area(cfg: &MmConfig, vmas: &VmaTree, len: u64, flags: AreaFlags) -> Option<u64> {
     let len_pad = len.checked_add(PMD_SIZE)?;
-    let ret = arch_get_unmapped_area_topdown(cfg, vmas, 0, len_pad, flags).ok()?;
+    let ret = arch_get_unmapped_area_topdown(cfg, vmas, 0, len_pad, flags, PAGE_SIZE).ok()?;
     let off_sub = ret.wrapping_neg() & (PMD_SIZE - 1);
     Some(if off_sub == 0 { ret + PMD_SIZE } else { ret + off_sub })
 }
 
-/// x86-64's `arch_get_unmapped_area_topdown`.
+/// x86-64's `arch_get_unmapped_area_topdown`, its searches aligned to
+/// `align` (a power of two, `PAGE_SIZE` or more: Linux's `align_mask` is
+/// `align - PAGE_SIZE`, set for hugetlb files by `get_align_mask`; the
+/// hint is the caller's to align).
 fn arch_get_unmapped_area_topdown(
     cfg: &MmConfig,
     vmas: &VmaTree,
     addr: u64,
     len: u64,
     flags: AreaFlags,
+    align: u64,
 ) -> Result<u64> {
     // requested length too big for entire address space
     if len > cfg.task_size {
@@ -111,7 +106,8 @@ fn arch_get_unmapped_area_topdown(
         return Ok(addr);
     }
     if flags.low32 {
-        // arch_get_unmapped_area with find_start_end's MAP_32BIT window.
+        // arch_get_unmapped_area with find_start_end's MAP_32BIT window,
+        // bottom-up and with no fallback outside it.
         let (begin, end) = MAP_32BIT_AREA;
         if len > end {
             return Err(Errno::NoMem);
@@ -124,7 +120,7 @@ fn arch_get_unmapped_area_topdown(
             }
         }
         let low = begin.max(cfg.min_addr());
-        return unmapped_area(vmas, len, low, end, cfg.stack_guard_gap).ok_or(Errno::NoMem);
+        return unmapped_area(vmas, len, low, end, cfg.stack_guard_gap, align).ok_or(Errno::NoMem);
     }
     if addr != 0 {
         let addr = addr & !(PAGE_SIZE - 1);
@@ -136,18 +132,20 @@ fn arch_get_unmapped_area_topdown(
         }
     }
     let low = PAGE_SIZE.max(cfg.min_addr());
-    if let Some(a) = unmapped_area_topdown(vmas, len, low, cfg.mmap_base, cfg.stack_guard_gap) {
+    if let Some(a) = unmapped_area_topdown_aligned(vmas, len, low, cfg.mmap_base, cfg.stack_guard_gap, align) {
         return Ok(a);
     }
     // Bottom-up fallback from TASK_UNMAPPED_BASE.
     let base = (cfg.task_size / 3 + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
-    unmapped_area(vmas, len, base.max(low), cfg.task_size, cfg.stack_guard_gap).ok_or(Errno::NoMem)
+    unmapped_area(vmas, len, base.max(low), cfg.task_size, cfg.stack_guard_gap, align).ok_or(Errno::NoMem)
 }
 
-/// x86-64's `hugetlb_get_unmapped_area` after its length checks: a fixed
-/// address as it is (already checked aligned), a hint rounded *down* to the
-/// huge page size and taken if free, else the highest `size`-aligned gap
-/// below `mmap_base`, with the bottom-up fallback from `TASK_UNMAPPED_BASE`.
+/// `hugetlb_get_unmapped_area` (Linux 6.13+): the length and a fixed
+/// address must be multiples of the huge page size (`EINVAL`), a hint is
+/// rounded *up* to it (`ALIGN`), and the rest is the arch's search with the
+/// huge page size as alignment, `MAP_32BIT`'s window included. (Up to 6.12,
+/// x86-64 had a function of its own that rounded the hint down and ignored
+/// `MAP_32BIT`.)
 fn hugetlb_get_unmapped_area(
     cfg: &MmConfig,
     vmas: &VmaTree,
@@ -156,31 +154,33 @@ fn hugetlb_get_unmapped_area(
     size: u64,
     flags: AreaFlags,
 ) -> Result<u64> {
-    if flags.fixed {
-        return Ok(addr);
+    if len % size != 0 {
+        return Err(Errno::Inval);
     }
-    if addr != 0 {
-        let addr = addr & !(size - 1);
-        // mmap_address_hint_valid, then the gap check.
-        if addr >= cfg.mmap_min_addr
-            && cfg.task_size - len >= addr
-            && vmas.find_from(addr).is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap))
-        {
-            return Ok(addr);
-        }
+    if flags.fixed && addr % size != 0 {
+        return Err(Errno::Inval);
     }
-    // vm_unmapped_area with align_mask = size - PAGE_SIZE: search for the
-    // length plus the mask, then align inside the gap found.
-    let mask = size - PAGE_SIZE;
-    let padded = len.checked_add(mask).ok_or(Errno::NoMem)?;
-    if let Some(a) = unmapped_area_topdown(vmas, padded, PAGE_SIZE, cfg.mmap_base, cfg.stack_guard_gap) {
-        // The gap's top is `a + padded`; the highest aligned start below it.
-        return Ok((a + padded - len) & !(size - 1));
-    }
-    let base = (cfg.task_size / 3 + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
-    unmapped_area(vmas, padded, base, cfg.task_size, cfg.stack_guard_gap)
-        .map(|a| (a + size - 1) & !(size - 1))
-        .ok_or(Errno::NoMem)
+    // ALIGN wraps to 0 (no hint) at the top of the address space.
+    let hint = if flags.fixed { addr } else { addr.wrapping_add(size - 1) & !(size - 1) };
+    arch_get_unmapped_area_topdown(cfg, vmas, hint, len, flags, size)
+}
+
+/// `vm_unmapped_area` top-down with an alignment: the highest `align`-aligned
+/// `a` with `[a, a+len)` in a gap between `low` and `high`, found as Linux
+/// does, by searching for `len` plus the alignment's slack and aligning
+/// inside the gap found.
+fn unmapped_area_topdown_aligned(
+    vmas: &VmaTree,
+    len: u64,
+    low: u64,
+    high: u64,
+    guard_gap: u64,
+    align: u64,
+) -> Option<u64> {
+    let padded = len.checked_add(align - PAGE_SIZE)?;
+    let a = unmapped_area_topdown(vmas, padded, low, high, guard_gap)?;
+    // The gap's top is `a + padded`; the highest aligned start below it.
+    Some((a + padded - len) & !(align - 1))
 }
 
 /// The highest `a` with `[a, a+len)` in a gap between VMAs (respecting guard
@@ -197,17 +197,21 @@ pub(crate) fn unmapped_area_topdown(vmas: &VmaTree, len: u64, low: u64, high: u6
     (top >= low && top - low >= len).then(|| top - len)
 }
 
-/// The lowest `a >= low` with `[a, a+len)` in a gap and `a + len <= high`.
-fn unmapped_area(vmas: &VmaTree, len: u64, low: u64, high: u64, guard_gap: u64) -> Option<u64> {
+/// `vm_unmapped_area` bottom-up: the lowest `align`-aligned `a >= low`
+/// with `[a, a+len)` in a gap and `a + len <= high`, found by searching for
+/// `len` plus the alignment's slack (`align - PAGE_SIZE`, none for 4 KiB)
+/// and aligning up inside the gap found.
+fn unmapped_area(vmas: &VmaTree, len: u64, low: u64, high: u64, guard_gap: u64, align: u64) -> Option<u64> {
+    let padded = len.checked_add(align - PAGE_SIZE)?;
     let mut bottom = vmas.find(low).map_or(low, |v| v.end);
     for v in vmas.overlapping(bottom, high) {
         let top = v.start_gap(guard_gap).min(high);
-        if top >= bottom && top - bottom >= len {
-            return Some(bottom);
+        if top >= bottom && top - bottom >= padded {
+            return Some(bottom.next_multiple_of(align));
         }
         bottom = bottom.max(v.end);
     }
-    (high >= bottom && high - bottom >= len).then_some(bottom)
+    (high >= bottom && high - bottom >= padded).then(|| bottom.next_multiple_of(align))
 }
 
 #[cfg(all(test, not(loom)))]
@@ -394,6 +398,29 @@ mod tests {
         assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, hint, 2 * MIB, AreaFlags::fixed(false)), Ok(hint));
         let off = MmConfig { thp_align: false, ..MmConfig::default() };
         assert_eq!(get_unmapped_area(&off, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)), Ok(unaligned));
+    }
+
+    #[test]
+    fn hugetlb_hints_round_up_and_map_32bit_keeps_to_its_window() {
+        let p = phys();
+        let cfg = MmConfig::default();
+        let huge = |t: &VmaTree, addr: u64, low32: bool| {
+            get_unmapped_area(&cfg, t, AreaKind::Huge(2 * MIB), addr, 2 * MIB, AreaFlags { fixed: false, low32 })
+        };
+        let t = VmaTree::default();
+        assert_eq!(huge(&t, 0x7000_0000_1000, false), Ok(0x7000_0020_0000), "rounded up");
+        // A hint whose rounding wraps is no hint, as Linux's ALIGN: the
+        // highest aligned room below mmap_base.
+        assert_eq!(huge(&t, u64::MAX - 0xfff, false), Ok((BASE - 2 * MIB) & !(2 * MIB - 1)));
+        assert_eq!(huge(&t, 0, true), Ok(1 << 30), "the window's bottom");
+        // Padded to the next 2 MiB boundary above a small mapping; a 2 MiB
+        // gap that is not aligned does not fit, and nothing is found outside.
+        let t = tree(&p, &[((1 << 30), (1 << 30) + 0x1000, false)]);
+        assert_eq!(huge(&t, 0, true), Ok((1 << 30) + 2 * MIB));
+        let t = tree(&p, &[((1 << 30), (1 << 30) + 0x1000, false), ((1 << 30) + 2 * MIB + 0x1000, 2 << 30, false)]);
+        assert_eq!(huge(&t, 0, true), Err(Errno::NoMem));
+        let small = get_unmapped_area(&cfg, &t, AreaKind::Other, 0, 2 * MIB, AreaFlags { fixed: false, low32: true });
+        assert_eq!(small, Ok((1 << 30) + 0x1000), "the same gap holds a small mapping");
     }
 
     #[test]

@@ -13,8 +13,6 @@ use super::commit::{accounted_pages, total_vm};
 use super::layout::{get_unmapped_area, AreaFlags, AreaKind};
 use super::{AddressSpace, MmState, MmuGather, OvercommitMode};
 
-/// `MAP_32BIT`: place the mapping in the first 2 GiB (x86-64).
-pub(crate) const MAP_32BIT: i32 = 0x40;
 /// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
 const MAP_ABOVE4G: i32 = 0x80;
 /// `MAP_DROPPABLE` (Linux 6.11+): a mapping type whose pages may be dropped.
@@ -89,12 +87,14 @@ impl AddressSpace {
     /// `EPERM` for a fixed address below `mmap_min_addr` or `MAP_LOCKED` with
     /// a zero memlock limit, `EAGAIN` past it; `EACCES` for a protection the
     /// file's open mode forbids; `EOPNOTSUPP` for unknown flags with
-    /// `MAP_SHARED_VALIDATE`. `MAP_32BIT` places the mapping in the first
-    /// 2 GiB, `MAP_DROPPABLE` makes a private anonymous mapping that is never
+    /// `MAP_SHARED_VALIDATE`. `MAP_32BIT` places the mapping in
+    /// `[1 GiB, 2 GiB)` (`ENOMEM` when it does not fit there),
+    /// `MAP_DROPPABLE` makes a private anonymous mapping that is never
     /// charged nor copied to a child. `MAP_HUGETLB` maps 2 MiB pages of the
     /// pool ([`PhysConfig::hugepages`](crate::PhysConfig::hugepages)): the
     /// length rounds up to 2 MiB, a fixed address must be 2 MiB aligned
-    /// (`EINVAL`), and the pages are reserved at `mmap` (`ENOMEM` when the
+    /// (`EINVAL`), a hint rounds up to 2 MiB, a chosen address is 2 MiB
+    /// aligned, and the pages are reserved at `mmap` (`ENOMEM` when the
     /// pool cannot cover them) unless `MAP_NORESERVE`, whose faults find a
     /// page or raise `SIGBUS`; `MAP_HUGE_1GB` is `ENOMEM` (no 1 GiB pool),
     /// any other size `EINVAL`. A failed call
@@ -305,6 +305,13 @@ impl AddressSpace {
         if flags & MAP_NORESERVE != 0 && self.phys.overcommit().mode != OvercommitMode::Never {
             vm_flags |= VmFlags::NORESERVE;
         }
+        // mmap_region gathers the VMAs it replaces, their splits checked,
+        // before it charges the mapping or calls the file's mmap hook (for
+        // hugetlb, hugetlbfs_file_mmap's reservation and growth below): a
+        // split refused here finds nothing reserved, charged or grown. The
+        // unmap in mmap_region then cannot fail, and a hugetlb mapping is
+        // never charged, so nothing after the hook can refuse the call.
+        self.munmap_split_check(&st.vmas, addr, addr + len)?;
         let mut hugetlb_file = None;
         let mut hugetlb_resv = None;
         if let Backing::Hugetlb(size) = backing {
@@ -327,32 +334,32 @@ impl AddressSpace {
             let shift = crate::hugetlb::HPAGE_SHIFT - PAGE_SHIFT;
             let (from, to) = (pgoff >> shift, (pgoff >> shift) + (len >> crate::hugetlb::HPAGE_SHIFT));
             let reserve = !vm_flags.contains(VmFlags::NORESERVE);
+            // The file mapped; for anonymous memory the pseudo-file of
+            // hugetlb_file_setup(HUGETLB_ANON_FILE), `len` bytes long (a
+            // shared mapping's page cache; a private one's faults allocate
+            // anonymous pages but stop at its size too).
+            let f = match file {
+                Some(f) => f.file.clone(),
+                None => crate::hugetlb::anon_file(&self.phys, len),
+            };
             if vm_flags.contains(VmFlags::MAYSHARE) {
-                // The file's reserve map; for anonymous memory the
-                // pseudo-file of hugetlb_file_setup(HUGETLB_ANON_FILE).
-                let f = match file {
-                    Some(f) => f.file.clone(),
-                    None => crate::hugetlb::anon_file(&self.phys, len),
-                };
+                // The file's reserve map.
                 if reserve {
                     f.hugetlb.as_ref().expect("a hugetlb file").reserve(&self.phys, from, to)?;
                 }
-                hugetlb_file = Some(f);
             } else if reserve {
                 hugetlb_resv = Some(crate::hugetlb::resv::PrivateResv::new(&self.phys, from, to)?);
             }
-            if let Some(f) = file.filter(|_| vm_flags.contains(VmFlags::WRITE)) {
+            if vm_flags.contains(VmFlags::WRITE) {
                 // hugetlbfs_file_mmap: a writable mapping past the end
-                // grows the file to cover it.
-                f.file.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
+                // grows the file to cover it, the pseudo-file of an
+                // anonymous mapping at an offset too.
+                f.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
             }
+            hugetlb_file = Some(f);
         }
         let backing = match file {
-            _ if backing != Backing::Anon && file.is_none() => {
-                // Anonymous MAP_HUGETLB: the shared one's pseudo-file, or
-                // the private one's (faults allocate anonymous pages).
-                Some(hugetlb_file.unwrap_or_else(|| crate::hugetlb::anon_file(&self.phys, len)))
-            }
+            _ if hugetlb_file.is_some() => hugetlb_file,
             Some(f) => Some(f.file.clone()),
             None if vm_flags.contains(VmFlags::SHARED) => {
                 // shmem_zero_setup charges the whole object unless

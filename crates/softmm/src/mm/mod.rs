@@ -635,16 +635,7 @@ impl AddressSpace {
         let (Some(first), Some(last)) = (victims.first(), victims.last()) else {
             return Ok(None);
         };
-        if start > first.start && end < first.end && st.vmas.len() >= self.config.max_map_count {
-            return Err(crate::Errno::NoMem);
-        }
-        // __split_vma: vm_ops->may_split (hugetlb), after the map count.
-        if start > first.start {
-            first.may_split(start)?;
-        }
-        if end < last.end {
-            last.may_split(end)?;
-        }
+        self.munmap_split_check(&st.vmas, start, end)?;
         for v in &victims {
             st.vmas.remove(v.start);
         }
@@ -666,6 +657,32 @@ impl AddressSpace {
             }
         }
         Ok(Some((start.max(first.start), end.min(last.end))))
+    }
+
+    /// The refusals of [`Self::detach_vmas`] for `[start, end)`, checked
+    /// without changing anything (Linux's `vms_gather_munmap_vmas` before
+    /// its splits): `ENOMEM` if splitting one VMA in two would exceed
+    /// `max_map_count`, then `EINVAL` if a VMA cannot be split at an edge
+    /// (`vm_ops->may_split`: hugetlb inside a huge page). `mmap` checks them
+    /// before a file's mmap hook runs, as `mmap_region` gathers the VMAs it
+    /// replaces first.
+    pub(crate) fn munmap_split_check(&self, vmas: &VmaTree, start: u64, end: u64) -> crate::Result<()> {
+        let mut victims = vmas.overlapping(start, end);
+        let Some(first) = victims.next() else {
+            return Ok(());
+        };
+        let last = victims.last().unwrap_or(first);
+        if start > first.start && end < first.end && vmas.len() >= self.config.max_map_count {
+            return Err(crate::Errno::NoMem);
+        }
+        // __split_vma: vm_ops->may_split (hugetlb), after the map count.
+        if start > first.start {
+            first.may_split(start)?;
+        }
+        if end < last.end {
+            last.may_split(end)?;
+        }
+        Ok(())
     }
 
     /// Detaches the page tables that only the now-empty `[start, end)` used.
