@@ -365,3 +365,157 @@ fn hugetlb_migration_unshares_vs_write() {
     assert!(shared.load(Relaxed), "no execution shared the table");
     assert!(waited.load(Relaxed), "the write never met the PMD migration entry");
 }
+
+/// What one execution of a model with a broken variant found wrong.
+type Outcome = Result<(), String>;
+
+/// Runs `model` with `crate::hugetlb::lock::broken::UNLOCKED_PAGE_REF`
+/// clear, where no execution may find anything wrong, then set, where some
+/// execution must (the old order: no page lock, the reference on the page
+/// taken after the PMD lock is gone). A model reports rather than panics: a
+/// panic inside a loom execution aborts the process as loom objects unwind.
+fn check_page_ref(preemptions: usize, model: fn() -> Outcome) {
+    use crate::hugetlb::lock::broken;
+    let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    broken::NO_SHARE.store(false, Relaxed);
+    let mut b = builder();
+    b.preemption_bound = Some(preemptions);
+    broken::UNLOCKED_PAGE_REF.store(false, Relaxed);
+    b.check(move || {
+        if let Err(e) = model() {
+            panic!("{e}");
+        }
+    });
+    let caught = Arc::new(AtomicBool::new(false));
+    let seen = caught.clone();
+    broken::UNLOCKED_PAGE_REF.store(true, Relaxed);
+    let mut b = builder();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
+        if model().is_err() {
+            seen.store(true, Relaxed);
+        }
+    });
+    broken::UNLOCKED_PAGE_REF.store(false, Relaxed);
+    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+}
+
+/// A parent with a private hugetlb page holding 1 on node 0, forked: both
+/// map it read-only. Two pool pages per node.
+fn forked_huge_page() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<AddressSpace>, u64) {
+    use crate::hugetlb::HPAGE_SIZE as HP;
+    let phys = PhysMem::new(PhysConfig::new(2 * (3 * HP + 16 * PAGE_SIZE)).nodes(2).hugepages(2)).unwrap();
+    let parent = AddressSpace::new(&phys, MmConfig::default().cap_sys_nice(true)).unwrap();
+    let a = parent.mmap(0, HP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, None, 0).unwrap();
+    parent.handle_fault(a, Access::Write).unwrap();
+    // SAFETY: the page is mapped at `a` and no other thread runs yet.
+    unsafe { crate::access::copy_to_host(&1u64.to_le_bytes(), phys.frame_ptr(parent.pte_at(a).pfn())) };
+    assert_eq!(phys.node_of(parent.pte_at(a).pfn()), 0);
+    let child = parent.fork().unwrap();
+    (phys, parent, child, a)
+}
+
+/// The parent's page after a model: present, holding 1, and not the
+/// child's; `pages` pool pages in use in all.
+fn check_after(phys: &PhysMem, parent: &AddressSpace, child: &AddressSpace, a: u64, pages: u64) -> Outcome {
+    let (p, c) = (parent.pte_at(a), child.pte_at(a));
+    if !p.is_present() || word(phys, p.pfn()) != 1 {
+        return Err(format!("the parent's page {p:?} lost its data"));
+    }
+    if c.has_frame() && c.pfn() == p.pfn() {
+        return Err(format!("the child's copy is the parent's page {p:?}"));
+    }
+    let h = phys.huge_page_stats();
+    if h.free + pages != h.total {
+        return Err(format!("{pages} pages in use, but the pool says {h:?}"));
+    }
+    Ok(())
+}
+
+/// The child's write to the private hugetlb page a fork left shared
+/// (`hugetlb_wp`'s copy) against `move_pages(MPOL_MF_MOVE_ALL)` of it in
+/// the parent. The COW takes its reference on the old page and the page's
+/// lock under the PMD lock, so its copy never reads a page the migration
+/// freed, and the migration (which holds the page lock from its unmap to
+/// its remap) never shows it a map count of 1 with the parent's mapping
+/// hidden in a migration entry. Afterwards the parent's page holds 1, the
+/// child has its own copy holding 2, and two pool pages are in use.
+///
+/// Broken (`UNLOCKED_PAGE_REF`), the migration frees the old page between
+/// the COW's PMD lock and its reference: the page goes back to the pool
+/// twice, or the child's write reaches the parent.
+fn hugetlb_cow_vs_migration() -> Outcome {
+    let (phys, parent, child, a) = forked_huge_page();
+    let t = {
+        let child = child.clone();
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&child);
+            cpu.write_u64(a + 8, 2).unwrap();
+        })
+    };
+    let (status, left) = move_to_node_1(&parent, a, MPOL_MF_MOVE_ALL);
+    t.join().unwrap();
+    if (status, left) != (1, 0) {
+        return Err(format!("status {status}, {left} not moved"));
+    }
+    check_after(&phys, &parent, &child, a, 2)?;
+    let c = child.pte_at(a);
+    let mut b = [0u8; 8];
+    // SAFETY: the child's page mapped at `a`, which `child` keeps.
+    unsafe { crate::access::copy_from_host(phys.frame_ptr(c.pfn()).add(8), &mut b) };
+    if u64::from_le_bytes(b) != 2 || word(&phys, c.pfn()) != 1 {
+        return Err(format!("the child's copy {c:?} is not the page with its write"));
+    }
+    drop((parent, child));
+    let h = phys.huge_page_stats();
+    if h.free != h.total {
+        return Err(format!("pages left after both exited: {h:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn hugetlb_cow_vs_migration_takes_the_page_under_the_pmd_lock() {
+    check_page_ref(2, hugetlb_cow_vs_migration);
+}
+
+/// A long-term read pin in the child (`hugetlb_unshare`: a page a fork
+/// left shared is copied for the pin) against `move_pages(MPOL_MF_MOVE_ALL)`
+/// of the page in the parent. As for the COW: the copy never reads a freed
+/// page, and the pin never takes the parent's page for the child's own.
+/// Afterwards the pin holds the child's copy of 1, the parent keeps its
+/// page, and two pool pages are in use until the pin goes.
+fn hugetlb_unshare_vs_migration() -> Outcome {
+    let (phys, parent, child, a) = forked_huge_page();
+    let t = {
+        let child = child.clone();
+        loom::thread::spawn(move || {
+            let pin = child.pin_user_pages(a, 1, crate::Foll::LONGTERM).unwrap();
+            let mut b = [0u8; 8];
+            pin.read(0, &mut b).unwrap();
+            (pin, u64::from_le_bytes(b))
+        })
+    };
+    let (status, left) = move_to_node_1(&parent, a, MPOL_MF_MOVE_ALL);
+    let (pin, seen) = t.join().unwrap();
+    if seen != 1 {
+        return Err(format!("the pin reads {seen}"));
+    }
+    // Moved, or left where it was because the child's pin held it.
+    if !((status, left) == (1, 0) || left == 1) {
+        return Err(format!("status {status}, {left} not moved"));
+    }
+    check_after(&phys, &parent, &child, a, 2)?;
+    drop(pin);
+    drop((parent, child));
+    let h = phys.huge_page_stats();
+    if h.free != h.total {
+        return Err(format!("pages left after both exited: {h:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn hugetlb_unshare_vs_migration_takes_the_page_under_the_pmd_lock() {
+    check_page_ref(2, hugetlb_unshare_vs_migration);
+}

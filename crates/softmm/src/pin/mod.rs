@@ -361,7 +361,10 @@ impl AddressSpace {
     /// mapping of a host-backed file, which needs dirty tracking) or
     /// a page whose fault raises a signal (a guard marker, past the end of a
     /// file); `ENOMEM` if frames run out, or if a long-term pin would take
-    /// `pinned_vm` past `RLIMIT_MEMLOCK` (see [`AddressSpace::pinned_vm`]).
+    /// `pinned_vm` past `RLIMIT_MEMLOCK` (see [`AddressSpace::pinned_vm`]);
+    /// `EAGAIN` if a page is changed by others (migrated, zapped) faster
+    /// than it can be faulted in and pinned, 64 times over: the pin holds
+    /// `mmap_lock` and never spins on one page without end.
     pub fn pin_user_pages(&self, addr: u64, npages: usize, flags: Foll) -> Result<PinnedPages> {
         self.take_pages(addr, npages, flags, true, 1)
     }
