@@ -19,7 +19,7 @@
 //! copies the page: so only pages written since the last writeback are
 //! written again, and a store racing the writeback either lands before the
 //! copy or faults after the write-protect and leaves the page dirty (the
-//! argument is at `File::writeback`). `File::pages_written_back` counts
+//! argument is at `Inode::writeback`). `File::pages_written_back` counts
 //! the pages written.
 //!
 //! When writeback happens, as Linux allows it: on `msync(MS_SYNC)` of a

@@ -49,7 +49,7 @@ pub use config::{FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, T
 pub use maps::MapEntry;
 pub use unmap::UnmapStats;
 
-use crate::file::{File, Mapper};
+use crate::file::{Inode, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
@@ -138,7 +138,7 @@ pub struct AddressSpace {
     pub(crate) seq: SeqCount,
     /// Files whose reverse map lists this address space, so that dying it
     /// can remove itself from them.
-    linked_files: crate::sync::Mutex<Vec<Weak<File>>>,
+    linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
     pub(crate) pins: Arc<crate::pin::PinState>,
@@ -755,7 +755,7 @@ impl AddressSpace {
     }
 
     /// Records in `file`'s reverse map that this address space maps it.
-    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
+    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<Inode>) {
         let mut linked = self.linked_files.lock();
         if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
             linked.push(Arc::downgrade(file));
@@ -785,8 +785,8 @@ impl Mapper for AddressSpace {
     }
 
     /// Zaps the mappings of file pages `[first, last)` of `file` (truncate and
-    /// hole punch); see [`File::set_len`].
-    fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool) {
+    /// hole punch); see [`crate::File::set_len`].
+    fn unmap_file_range(&self, file: &Inode, first: u64, last: u64, even_cows: bool) {
         let st = self.read_lock_recursive();
         let mut tlb = MmuGather::default();
         for v in st.vmas.iter() {
@@ -825,7 +825,7 @@ impl Mapper for AddressSpace {
         drop(st);
     }
 
-    fn mkclean_file_pages(&self, file: &File, pages: &[(u64, crate::phys::Pfn)]) {
+    fn mkclean_file_pages(&self, file: &Inode, pages: &[(u64, crate::phys::Pfn)]) {
         self.page_mkclean(file, pages);
     }
 }

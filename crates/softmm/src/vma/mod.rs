@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::sync::{Arc, OnceLock, Weak};
 
-use crate::file::File;
+use crate::file::Inode;
 use crate::mempolicy::MemPolicy;
 use crate::phys::PhysMem;
 use crate::sync::{Mutex, VmaLock};
@@ -111,7 +111,7 @@ pub struct Vma {
     /// Page offset in the file of `start` (for anonymous memory, Linux's linear index).
     pub pgoff: u64,
     /// The backing file, for file and shared anonymous mappings.
-    pub file: Option<Arc<File>>,
+    pub file: Option<Arc<Inode>>,
     /// The open `file` was mapped through ([`crate::OpenFile`]'s identity; 0
     /// for the private file of a shared anonymous mapping). With `file`, it
     /// is Linux's `vm_file`: VMAs of two opens of one file never merge.
@@ -170,7 +170,7 @@ impl Vma {
         end: u64,
         flags: VmFlags,
         pgoff: u64,
-        file: Option<Arc<File>>,
+        file: Option<Arc<Inode>>,
         anon_vma: Option<Arc<AnonVma>>,
     ) -> Vma {
         debug_assert!(start < end);
@@ -483,7 +483,7 @@ mod tests {
             &v.end as *const u64 as usize,
             &v.flags as *const VmFlags as usize,
             &v.pgoff as *const u64 as usize,
-            &v.file as *const Option<Arc<File>> as usize,
+            &v.file as *const Option<Arc<Inode>> as usize,
             &v.anon_vma as *const OnceLock<Arc<AnonVma>> as usize,
             &v.policy as *const Option<Arc<MemPolicy>> as usize,
         ];
@@ -618,7 +618,8 @@ mod tests {
     #[test]
     fn slice_and_rebound_keep_the_backing_object() {
         let p = phys();
-        let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
+        let handle = crate::file::File::create(&p, "f", 1 << 20).unwrap();
+        let file = handle.inode().clone();
         let av = Arc::new(AnonVma::detached(false));
         let v = Vma::new(&p, 0x10000, 0x20000, RW | VmFlags::SHARED, 5, Some(file.clone()), Some(av.clone()));
         assert_eq!(v.pages(), 16);
@@ -704,8 +705,11 @@ mod tests {
     #[test]
     fn merge_predicates_compare_file_identity_and_anon_vma() {
         let p = phys();
-        let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
-        let other = crate::file::File::create(&p, "g", 1 << 20).unwrap();
+        let handles = [
+            crate::file::File::create(&p, "f", 1 << 20).unwrap(),
+            crate::file::File::create(&p, "g", 1 << 20).unwrap(),
+        ];
+        let (file, other) = (handles[0].inode().clone(), handles[1].inode().clone());
         let v = Vma::new(&p, 0x10000, 0x12000, RW | VmFlags::SHARED, 0, Some(file.clone()), None).with_open(7);
         assert!(v.can_merge_after(RW | VmFlags::SHARED, Some((file.id(), 7)), None, 2));
         assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some((file.id(), 8)), None, 2), "another open of the file");
