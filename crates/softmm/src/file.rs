@@ -19,9 +19,14 @@
 //! map of every file it maps and removes itself when it dies, and truncate and
 //! hole punch ask each mapper to zap the file's pages.
 //!
+//! # Lifetime
+//!
 //! A [`File`] is the embedder's handle; the [`Inode`] it names is what
 //! mappings hold, and the object behind a shared anonymous mapping has no
-//! handle at all.
+//! handle at all. The inode counts its uses, the handle and each VMA, and
+//! the last one put evicts it (pages, commit charge, hugetlb reservations),
+//! in the call that put it: a VMA's `Arc` only keeps the inode's memory, for
+//! lock-free readers that still look at a removed VMA.
 
 mod hugetlbfs;
 
@@ -68,13 +73,26 @@ fn mapper_id(m: *const dyn Mapper) -> *const () {
     m.cast()
 }
 
-/// A tmpfs-like in-memory file: the handle an embedder holds.
+/// A tmpfs-like in-memory file: the handle an embedder holds. The file
+/// exists while a handle does (as a file with a name does on Linux, open or
+/// not): its pages stay, mapped or not, and it can be opened again
+/// ([`OpenFile::new`]). When the last handle is dropped and no mapping is
+/// left, its pages, commit charge and hugetlb reservations go at once (an
+/// unlinked file's last close or `munmap`).
 pub struct File {
     inode: Arc<Inode>,
 }
 
 /// What a [`File`] names and its mappings hold: the page cache, the size,
 /// the reverse map (Linux's `struct inode` with its `address_space`).
+///
+/// Its memory lives as long as anything points to it, a VMA that lock-free
+/// readers may still see after its removal included; its contents live as
+/// long as it is in use: `users` counts the handle (while one exists) and
+/// every VMA that maps it (taken when the VMA is made, put when the VMA is
+/// removed: Linux's `vm_file` reference, which `remove_vma` drops), and the
+/// last put evicts it ([`Inode::iput`]). Nothing can take a use again then:
+/// only a handle or a live mapping, both counted, lead to new ones.
 pub(crate) struct Inode {
     id: u64,
     name: String,
@@ -83,7 +101,8 @@ pub(crate) struct Inode {
     pub(crate) invalidate_lock: RwLock<()>,
     i_mmap: Mutex<Vec<Weak<dyn Mapper>>>,
     /// Pages charged to the commit limit for this object (a shared
-    /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
+    /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it
+    /// is evicted.
     pub(crate) shmem_acct: AtomicU64,
     /// The host file the pages come from and go back to, if any
     /// ([`File::from_host`], `crate::host_file`).
@@ -94,11 +113,17 @@ pub(crate) struct Inode {
     pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
+    /// The handle, while one exists, and the VMAs that map the inode
+    /// (Linux's `i_count` and the `vm_file` references, as one count).
+    users: AtomicU64,
 }
 
 struct FileInner {
     size: u64,
     pages: BTreeMap<u64, Pfn>,
+    /// Set by [`Inode::evict`]: no page enters the page cache again (a
+    /// lock-free fault on a VMA removed before the eviction may still try).
+    evicted: bool,
 }
 
 impl std::fmt::Debug for Inode {
@@ -131,7 +156,8 @@ impl File {
     /// else `ENODEV`), named `name` in the maps: its size is the host
     /// file's, a page-cache miss reads the page from the host, and dirty
     /// pages (shared writable mappings, [`File::write_at`]) are written back
-    /// on [`File::sync`], `msync(MS_SYNC)` and when the file goes; truncate
+    /// on [`File::sync`], `msync(MS_SYNC)` and when the file goes (its last
+    /// handle dropped and its last mapping unmapped); truncate
     /// and hole punch apply to the host file at once. What the file may do
     /// is the host descriptor's access mode: an `O_RDONLY` one refuses
     /// writes (`EBADF`), truncation (`EINVAL`) and, through
@@ -170,8 +196,9 @@ impl File {
         File::named(inode)
     }
 
-    /// The handle of `inode`, a new one.
+    /// The handle of `inode`, a new one: the file's first use.
     pub(crate) fn named(inode: Inode) -> Arc<File> {
+        inode.users.store(1, Ordering::Relaxed);
         Arc::new(File { inode: Arc::new(inode) })
     }
 
@@ -275,8 +302,8 @@ impl File {
 }
 
 impl Inode {
-    /// A new inode: [`File::named`] gives it its handle, a shared anonymous
-    /// mapping's object has none.
+    /// A new inode, in use by nothing yet: [`File::named`] gives it its
+    /// handle, a mapping of an anonymous object its first VMA.
     pub(crate) fn new(
         phys: &Arc<PhysMem>,
         name: &str,
@@ -287,13 +314,70 @@ impl Inode {
             id: phys.next_id(),
             name: name.to_string(),
             phys: phys.clone(),
-            inner: Mutex::new(FileInner { size, pages: BTreeMap::new() }),
+            inner: Mutex::new(FileInner { size, pages: BTreeMap::new(), evicted: false }),
             invalidate_lock: RwLock::new(()),
             i_mmap: Mutex::new(Vec::new()),
             shmem_acct: AtomicU64::new(0),
             host: None,
             hugetlb,
             written_back: AtomicU64::new(0),
+            users: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a use for a new VMA that maps the inode (Linux's `get_file`
+    /// of its `vm_file`). The caller holds a use already (the handle, or
+    /// the VMA the new one is made from), or the inode is new: a use is
+    /// never taken on an inode whose last use went.
+    pub(crate) fn ihold(&self) {
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Puts a use (the handle's close, a removed VMA's `fput`); the last
+    /// evicts the inode, as Linux's `iput_final` does an unlinked one.
+    pub(crate) fn iput(&self) {
+        // AcqRel: what every use did happens before the eviction.
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.evict();
+        }
+    }
+
+    /// Linux's `evict` of an unlinked shmem or hugetlbfs inode
+    /// (`shmem_evict_inode`, `hugetlbfs_evict_inode`): the last writeback
+    /// of a host-backed file, then every page out of the page cache, the
+    /// commit charge back and, for huge pages, `remove_inode_hugepages` with
+    /// `hugetlb_unreserve_pages`. Once only.
+    ///
+    /// No mapping is left, so no fault that holds `mmap_lock` or a VMA's
+    /// reference (every hugetlb fault) can run on the inode. A lock-free
+    /// fault may still be on a VMA removed before this (found in a tree
+    /// version it loaded earlier): a page it added before the eviction goes
+    /// with the others, and after it `grab_page` adds none (it answers as
+    /// past the end of file, and the fault, whose VMA is detached, falls
+    /// back to `mmap_lock` and finds no mapping). Either way its commit
+    /// fails, because the VMA is detached, and its own reference goes.
+    fn evict(&self) {
+        // Into the host's page cache without waiting for its disk; nobody
+        // is left to report an error to, as for Linux's writeback after the
+        // last close.
+        let _ = self.writeback(false);
+        let pages = {
+            let mut inner = self.inner.lock();
+            if std::mem::replace(&mut inner.evicted, true) {
+                return;
+            }
+            std::mem::take(&mut inner.pages)
+        };
+        let freed = pages.len() as u64;
+        for (_, p) in pages {
+            // The page cache's reference; a page still mapped (an exiting
+            // address space frees its page tables after this) goes with
+            // its last entry.
+            drop(FrameRef::from_raw(&self.phys, p));
+        }
+        self.phys.vm_unacct_memory(self.shmem_acct.swap(0, Ordering::Relaxed));
+        if let Some(resv) = &self.hugetlb {
+            resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
     }
 
@@ -373,7 +457,7 @@ impl Inode {
             mm.mkclean_file_pages(self, &pages);
         }
         // On the heap: writeback may run on a small stack (a loom thread,
-        // the drop of the last mapping).
+        // the eviction at the last close or munmap).
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut result = Ok(());
         for (index, page, n) in &dirty {
@@ -470,7 +554,7 @@ impl Inode {
         at: &Placement,
     ) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         let mut inner = self.inner.lock();
-        if !beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE) {
+        if inner.evicted || (!beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE)) {
             return Ok(None);
         }
         let pfn = match inner.pages.get(&index) {
@@ -505,6 +589,9 @@ impl Inode {
     pub(crate) fn add_huge_page(&self, index: u64, page: &FrameRef<'_>) -> bool {
         debug_assert!(self.hugetlb.is_some(), "a huge page in a file of small pages");
         let mut inner = self.inner.lock();
+        // Every hugetlb fault holds `mmap_lock` or its VMA's reference, and
+        // `fallocate` the handle: each keeps the inode in use.
+        debug_assert!(!inner.evicted, "a huge page added to an evicted inode");
         if inner.pages.contains_key(&index) {
             return false;
         }
@@ -784,28 +871,27 @@ fn rw_verify_area(pos: u64, count: usize) -> Result<usize> {
     Ok(count.min(File::MAX_RW_COUNT))
 }
 
+impl Drop for File {
+    fn drop(&mut self) {
+        // The last handle: the name goes, and with it the inode's use.
+        self.inode.iput();
+    }
+}
+
 impl Drop for Inode {
     fn drop(&mut self) {
-        // Address spaces that still list this file died before it; nothing
-        // else can hold an entry (a mapping holds the file).
+        // Address spaces that still list this inode died before it; nothing
+        // else can hold an entry (a mapping holds the inode).
         self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
-        self.phys.vm_unacct_memory(self.shmem_acct.load(Ordering::Relaxed));
-        // The last writeback of a host-backed file, into the host's page
-        // cache without waiting for its disk (this may run on whichever
-        // thread ends the last mapping's grace period); nobody is left to
-        // report an error to, as for Linux's writeback after the last close.
-        let _ = self.writeback(false);
-        let inner = self.inner.get_mut();
-        let freed = inner.pages.len() as u64;
-        for (_, p) in std::mem::take(&mut inner.pages) {
-            drop(FrameRef::from_raw(&self.phys, p));
+        // An inode nothing ever used (a shared anonymous mapping whose
+        // `mmap` failed after making its object) is evicted here.
+        if !self.inner.get_mut().evicted {
+            self.evict();
         }
-        // Inode eviction: remove_inode_hugepages + hugetlb_unreserve_pages.
         if let Some(resv) = &self.hugetlb {
             // Entries of address spaces that died first (each removes its
-            // own; none can be left by a live one, which holds the file).
+            // own; none can be left by a live one, which holds the inode).
             self.phys.account_rmap(-(resv.vmas.len() as i64));
-            resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
     }
 }

@@ -366,8 +366,8 @@ impl AddressSpace {
                     self.phys.vm_unacct_memory(pages);
                     return Err(Errno::Inval);
                 }
-                // Dropping the object returns the charge (an mmap_region
-                // failure included).
+                // The object's first use is the VMA made below; if that
+                // fails, dropping it evicts it, which returns the charge.
                 let f = Inode::new(&self.phys, "/dev/zero (deleted)", len, None);
                 f.shmem_acct.store(pages, crate::sync::Ordering::Relaxed);
                 Some(Arc::new(f))
