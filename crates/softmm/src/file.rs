@@ -18,6 +18,15 @@
 //! sit below address spaces: an address space links itself into the reverse
 //! map of every file it maps and removes itself when it dies, and truncate and
 //! hole punch ask each mapper to zap the file's pages.
+//!
+//! # Lifetime
+//!
+//! A [`File`] is the embedder's handle; the [`Inode`] it names is what
+//! mappings hold, and the object behind a shared anonymous mapping has no
+//! handle at all. The inode counts its uses, the handle and each VMA, and
+//! the last one put evicts it (pages, commit charge, hugetlb reservations),
+//! in the call that put it: a VMA's `Arc` only keeps the inode's memory, for
+//! lock-free readers that still look at a removed VMA.
 
 mod hugetlbfs;
 
@@ -42,7 +51,7 @@ pub(crate) trait Mapper: Send + Sync {
     /// COW copies too when `even_cows` (truncate), and finishes the TLB
     /// shootdown before returning. Called with `file`'s `invalidate_lock`
     /// held for write, so it may take `mmap_lock` only for read, recursively.
-    fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool);
+    fn unmap_file_range(&self, file: &Inode, first: u64, last: u64, even_cows: bool);
 
     /// Linux's `folio_mkclean` for this address space, for each page-cache
     /// page `(index, pfn)` of `pages`: write-protects (and marks clean)
@@ -51,7 +60,7 @@ pub(crate) trait Mapper: Send + Sync {
     /// into those pages again without a write fault, which marks the page
     /// dirty. Called with `file`'s `invalidate_lock` held for read, so it
     /// may take `mmap_lock` only for read, recursively.
-    fn mkclean_file_pages(&self, file: &File, pages: &[(u64, Pfn)]);
+    fn mkclean_file_pages(&self, file: &Inode, pages: &[(u64, Pfn)]);
 
     /// The mapper itself, for a caller above this layer that knows its type
     /// (migration's reverse walk finds the address spaces this way).
@@ -64,8 +73,27 @@ fn mapper_id(m: *const dyn Mapper) -> *const () {
     m.cast()
 }
 
-/// A tmpfs-like in-memory file.
+/// A tmpfs-like in-memory file: the handle an embedder holds. The file
+/// exists while a handle does (as a file with a name does on Linux, open or
+/// not): its pages stay, mapped or not, and it can be opened again
+/// ([`OpenFile::new`]). When the last handle is dropped and no mapping is
+/// left, its pages, commit charge and hugetlb reservations go at once (an
+/// unlinked file's last close or `munmap`).
 pub struct File {
+    inode: Arc<Inode>,
+}
+
+/// What a [`File`] names and its mappings hold: the page cache, the size,
+/// the reverse map (Linux's `struct inode` with its `address_space`).
+///
+/// Its memory lives as long as anything points to it, a VMA that lock-free
+/// readers may still see after its removal included; its contents live as
+/// long as it is in use: `users` counts the handle (while one exists) and
+/// every VMA that maps it (taken when the VMA is made, put when the VMA is
+/// removed: Linux's `vm_file` reference, which `remove_vma` drops), and the
+/// last put evicts it ([`Inode::iput`]). Nothing can take a use again then:
+/// only a handle or a live mapping, both counted, lead to new ones.
+pub(crate) struct Inode {
     id: u64,
     name: String,
     pub(crate) phys: Arc<PhysMem>,
@@ -73,7 +101,8 @@ pub struct File {
     pub(crate) invalidate_lock: RwLock<()>,
     i_mmap: Mutex<Vec<Weak<dyn Mapper>>>,
     /// Pages charged to the commit limit for this object (a shared
-    /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it goes.
+    /// anonymous mapping's, Linux's `shmem_acct_size`), returned when it
+    /// is evicted.
     pub(crate) shmem_acct: AtomicU64,
     /// The host file the pages come from and go back to, if any
     /// ([`File::from_host`], `crate::host_file`).
@@ -84,16 +113,28 @@ pub struct File {
     pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
+    /// The handle, while one exists, and the VMAs that map the inode
+    /// (Linux's `i_count` and the `vm_file` references, as one count).
+    users: AtomicU64,
 }
 
 struct FileInner {
     size: u64,
     pages: BTreeMap<u64, Pfn>,
+    /// Set by [`Inode::evict`]: no page enters the page cache again (a
+    /// lock-free fault on a VMA removed before the eviction may still try).
+    evicted: bool,
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "File({} {:?})", self.id, self.name)
+    }
 }
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "File({} {:?})", self.id, self.name)
+        self.inode.fmt(f)
     }
 }
 
@@ -108,35 +149,15 @@ impl File {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
         }
-        Ok(Arc::new(File::new_inode(phys, name, size, None)))
-    }
-
-    /// The inode behind [`File::create`] and the hugetlb files.
-    pub(crate) fn new_inode(
-        phys: &Arc<PhysMem>,
-        name: &str,
-        size: u64,
-        hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
-    ) -> File {
-        File {
-            id: phys.next_id(),
-            name: name.to_string(),
-            phys: phys.clone(),
-            inner: Mutex::new(FileInner { size, pages: BTreeMap::new() }),
-            invalidate_lock: RwLock::new(()),
-            i_mmap: Mutex::new(Vec::new()),
-            shmem_acct: AtomicU64::new(0),
-            host: None,
-            hugetlb,
-            written_back: AtomicU64::new(0),
-        }
+        Ok(File::named(Inode::new(phys, name, size, None)))
     }
 
     /// A file whose pages come from the host file `host` (a regular file,
     /// else `ENODEV`), named `name` in the maps: its size is the host
     /// file's, a page-cache miss reads the page from the host, and dirty
     /// pages (shared writable mappings, [`File::write_at`]) are written back
-    /// on [`File::sync`], `msync(MS_SYNC)` and when the file goes; truncate
+    /// on [`File::sync`], `msync(MS_SYNC)` and when the file goes (its last
+    /// handle dropped and its last mapping unmapped); truncate
     /// and hole punch apply to the host file at once. What the file may do
     /// is the host descriptor's access mode: an `O_RDONLY` one refuses
     /// writes (`EBADF`), truncation (`EINVAL`) and, through
@@ -161,18 +182,203 @@ impl File {
     /// ```
     pub fn from_host(phys: &Arc<PhysMem>, host: std::fs::File, name: &str) -> Result<Arc<File>> {
         let (backing, size) = HostBacking::new(host)?;
-        let mut file = File::new_inode(phys, name, size.min(MAX_FILE_SIZE), None);
-        file.host = Some(backing);
-        Ok(Arc::new(file))
+        let mut inode = Inode::new(phys, name, size.min(MAX_FILE_SIZE), None);
+        inode.host = Some(backing);
+        Ok(File::named(inode))
     }
 
     /// A file backed like [`File::from_host`] but by `size` bytes in
     /// memory (the loom model of writeback has no host I/O).
     #[cfg(all(test, loom))]
     pub(crate) fn with_memory_backing(phys: &Arc<PhysMem>, name: &str, size: u64) -> Arc<File> {
-        let mut file = File::new_inode(phys, name, size, None);
-        file.host = Some(HostBacking::memory(size));
-        Arc::new(file)
+        let mut inode = Inode::new(phys, name, size, None);
+        inode.host = Some(HostBacking::memory(size));
+        File::named(inode)
+    }
+
+    /// The handle of `inode`, a new one: the file's first use.
+    pub(crate) fn named(inode: Inode) -> Arc<File> {
+        inode.users.store(1, Ordering::Relaxed);
+        Arc::new(File { inode: Arc::new(inode) })
+    }
+
+    /// What the file names, for what maps it.
+    pub(crate) fn inode(&self) -> &Arc<Inode> {
+        &self.inode
+    }
+
+    /// Linux's `fsync`: writes every dirty page of a host-backed file back
+    /// to the host, then `fdatasync`s it. `Ok` at once for an in-memory file
+    /// or a host file opened read-only (it cannot have dirty pages). `EIO`
+    /// if the host refuses a write (the pages that were not written stay
+    /// dirty, to be tried again).
+    ///
+    /// A page is written only if it was written since it was last written
+    /// back: writeback marks it clean and write-protects its shared
+    /// mappings, so the next store through one faults and marks it dirty
+    /// again ([`File::pages_written_back`] counts the pages written).
+    pub fn sync(&self) -> Result<()> {
+        self.inode.sync()
+    }
+
+    /// Pages of this file written back to the host so far (by
+    /// [`File::sync`], `msync(MS_SYNC)`): each page once per writeback
+    /// that found it dirty. 0 for an in-memory file.
+    pub fn pages_written_back(&self) -> u64 {
+        self.inode.pages_written_back()
+    }
+
+    /// Unique id (used as the inode number in maps).
+    pub fn id(&self) -> u64 {
+        self.inode.id()
+    }
+
+    /// The name shown in maps.
+    pub fn name(&self) -> &str {
+        self.inode.name()
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.inode.len()
+    }
+
+    /// True if the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inode.is_empty()
+    }
+
+    /// Pages in the page cache.
+    pub fn cached_pages(&self) -> usize {
+        self.inode.cached_pages()
+    }
+
+    /// True if page `index` is in the page cache (what mincore reports).
+    pub fn is_cached(&self, index: u64) -> bool {
+        self.inode.is_cached(index)
+    }
+
+    /// Reads from `offset` into `buf`, as Linux's `pread` on a tmpfs file:
+    /// returns the bytes read, short at the end of the file and at most
+    /// [`File::MAX_RW_COUNT`]; `Ok(0)` at or past the end. `EINVAL` (nothing
+    /// read) for an offset that is negative as an `off_t` (above `i64::MAX`)
+    /// or an `offset + buf.len()` beyond `i64::MAX`.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.inode.read_at(offset, buf)
+    }
+
+    /// Writes at `offset` (`EINVAL` on a hugetlbfs file, which has no
+    /// `write`), growing the file like Linux's `pwrite` on a tmpfs file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
+    /// each page written, so running out of memory part way gives a short
+    /// write (the bytes written so far) and leaves the size covering only
+    /// those; `ENOMEM` if nothing could be written. `EINVAL` (nothing
+    /// written) for an offset that is negative as an `off_t` (above
+    /// `i64::MAX`) or an `offset + data.len()` beyond `i64::MAX`, checked
+    /// first even for an empty write; then an empty write returns `Ok(0)`.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        self.inode.write_at(offset, data)
+    }
+
+    /// Sets the size (`ftruncate`); on a hugetlbfs file see
+    /// [`File::create_hugetlbfs`] (`EINVAL` unless 2 MiB aligned). Shrinking zaps every mapping of the pages
+    /// past the new end — private COW copies too, as Linux does — and drops
+    /// them from the page cache; an access there then raises SIGBUS.
+    /// `EINVAL` for a size that is negative as an `off_t` (above `i64::MAX`).
+    pub fn set_len(&self, size: u64) -> Result<()> {
+        self.inode.set_len(size)
+    }
+
+    /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`;
+    /// on a hugetlbfs file see [`File::fallocate`]):
+    /// partial pages at the edges are zeroed, whole pages unmapped from shared
+    /// mappings and dropped; private COW copies are kept, as in Linux. The
+    /// size never changes. As Linux's `vfs_fallocate`: `EINVAL` for an
+    /// offset that is negative as an `off_t` or a length that is zero or
+    /// negative, then `EFBIG` when `offset + len` passes `i64::MAX`; nothing
+    /// changes on an error.
+    pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+        self.inode.punch_hole(offset, len)
+    }
+}
+
+impl Inode {
+    /// A new inode, in use by nothing yet: [`File::named`] gives it its
+    /// handle, a mapping of an anonymous object its first VMA.
+    pub(crate) fn new(
+        phys: &Arc<PhysMem>,
+        name: &str,
+        size: u64,
+        hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
+    ) -> Inode {
+        Inode {
+            id: phys.next_id(),
+            name: name.to_string(),
+            phys: phys.clone(),
+            inner: Mutex::new(FileInner { size, pages: BTreeMap::new(), evicted: false }),
+            invalidate_lock: RwLock::new(()),
+            i_mmap: Mutex::new(Vec::new()),
+            shmem_acct: AtomicU64::new(0),
+            host: None,
+            hugetlb,
+            written_back: AtomicU64::new(0),
+            users: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a use for a new VMA that maps the inode (Linux's `get_file`
+    /// of its `vm_file`). The caller holds a use already (the handle, or
+    /// the VMA the new one is made from), or the inode is new: a use is
+    /// never taken on an inode whose last use went.
+    pub(crate) fn ihold(&self) {
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Puts a use (the handle's close, a removed VMA's `fput`); the last
+    /// evicts the inode, as Linux's `iput_final` does an unlinked one.
+    pub(crate) fn iput(&self) {
+        // AcqRel: what every use did happens before the eviction.
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.evict();
+        }
+    }
+
+    /// Linux's `evict` of an unlinked shmem or hugetlbfs inode
+    /// (`shmem_evict_inode`, `hugetlbfs_evict_inode`): the last writeback
+    /// of a host-backed file, then every page out of the page cache, the
+    /// commit charge back and, for huge pages, `remove_inode_hugepages` with
+    /// `hugetlb_unreserve_pages`. Once only.
+    ///
+    /// No mapping is left, so no fault that holds `mmap_lock` or a VMA's
+    /// reference (every hugetlb fault) can run on the inode. A lock-free
+    /// fault may still be on a VMA removed before this (found in a tree
+    /// version it loaded earlier): a page it added before the eviction goes
+    /// with the others, and after it `grab_page` adds none (it answers as
+    /// past the end of file, and the fault, whose VMA is detached, falls
+    /// back to `mmap_lock` and finds no mapping). Either way its commit
+    /// fails, because the VMA is detached, and its own reference goes.
+    fn evict(&self) {
+        // Into the host's page cache without waiting for its disk; nobody
+        // is left to report an error to, as for Linux's writeback after the
+        // last close.
+        let _ = self.writeback(false);
+        let pages = {
+            let mut inner = self.inner.lock();
+            if std::mem::replace(&mut inner.evicted, true) {
+                return;
+            }
+            std::mem::take(&mut inner.pages)
+        };
+        let freed = pages.len() as u64;
+        for (_, p) in pages {
+            // The page cache's reference; a page still mapped (an exiting
+            // address space frees its page tables after this) goes with
+            // its last entry.
+            drop(FrameRef::from_raw(&self.phys, p));
+        }
+        self.phys.vm_unacct_memory(self.shmem_acct.swap(0, Ordering::Relaxed));
+        if let Some(resv) = &self.hugetlb {
+            resv.unreserve(&self.phys, 0, u64::MAX, freed);
+        }
     }
 
     /// The little-endian `u64` at `offset` of the memory backing (what
@@ -190,24 +396,13 @@ impl File {
         (u64::from_le_bytes(b), dirty)
     }
 
-    /// Linux's `fsync`: writes every dirty page of a host-backed file back
-    /// to the host, then `fdatasync`s it. `Ok` at once for an in-memory file
-    /// or a host file opened read-only (it cannot have dirty pages). `EIO`
-    /// if the host refuses a write (the pages that were not written stay
-    /// dirty, to be tried again).
-    ///
-    /// A page is written only if it was written since it was last written
-    /// back: writeback marks it clean and write-protects its shared
-    /// mappings, so the next store through one faults and marks it dirty
-    /// again ([`File::pages_written_back`] counts the pages written).
-    pub fn sync(&self) -> Result<()> {
+    /// [`File::sync`].
+    pub(crate) fn sync(&self) -> Result<()> {
         self.writeback(true)
     }
 
-    /// Pages of this file written back to the host so far (by
-    /// [`File::sync`], `msync(MS_SYNC)`): each page once per writeback
-    /// that found it dirty. 0 for an in-memory file.
-    pub fn pages_written_back(&self) -> u64 {
+    /// [`File::pages_written_back`].
+    pub(crate) fn pages_written_back(&self) -> u64 {
         self.written_back.load(Ordering::Relaxed)
     }
 
@@ -268,7 +463,7 @@ impl File {
             mm.mkclean_file_pages(self, &pages);
         }
         // On the heap: writeback may run on a small stack (a loom thread,
-        // the drop of the last mapping).
+        // the eviction at the last close or munmap).
         let mut buf = vec![0u8; PAGE_SIZE as usize];
         let mut result = Ok(());
         for (index, page, n) in &dirty {
@@ -314,33 +509,33 @@ impl File {
         self.host.as_ref().map(|h| (h.readable, h.writable))
     }
 
-    /// Unique id (used as the inode number in maps).
-    pub fn id(&self) -> u64 {
+    /// [`File::id`].
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    /// The name shown in maps.
-    pub fn name(&self) -> &str {
+    /// [`File::name`].
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
-    /// Size in bytes.
-    pub fn len(&self) -> u64 {
+    /// [`File::len`].
+    pub(crate) fn len(&self) -> u64 {
         self.inner.lock().size
     }
 
-    /// True if the file is empty.
-    pub fn is_empty(&self) -> bool {
+    /// [`File::is_empty`].
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Pages in the page cache.
-    pub fn cached_pages(&self) -> usize {
+    /// [`File::cached_pages`].
+    pub(crate) fn cached_pages(&self) -> usize {
         self.inner.lock().pages.len()
     }
 
-    /// True if page `index` is in the page cache (what mincore reports).
-    pub fn is_cached(&self, index: u64) -> bool {
+    /// [`File::is_cached`].
+    pub(crate) fn is_cached(&self, index: u64) -> bool {
         self.inner.lock().pages.contains_key(&index)
     }
 
@@ -358,13 +553,13 @@ impl File {
         self.grab_page(index, false, &Placement::LOCAL)
     }
 
-    /// [`File::get_page`], a new page going where `at` says (the faulting
+    /// [`Inode::get_page`], a new page going where `at` says (the faulting
     /// VMA's or address space's memory policy).
     pub(crate) fn get_page_at(&self, index: u64, at: &Placement) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         self.grab_page(index, false, at)
     }
 
-    /// [`File::get_page`], past the end of the file too when `beyond_eof`
+    /// [`Inode::get_page`], past the end of the file too when `beyond_eof`
     /// (a write about to extend it).
     fn grab_page(
         &self,
@@ -373,7 +568,7 @@ impl File {
         at: &Placement,
     ) -> std::result::Result<Option<FrameRef<'_>>, Errno> {
         let mut inner = self.inner.lock();
-        if !beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE) {
+        if inner.evicted || (!beyond_eof && index >= inner.size.div_ceil(PAGE_SIZE)) {
             return Ok(None);
         }
         let pfn = match inner.pages.get(&index) {
@@ -409,6 +604,9 @@ impl File {
     pub(crate) fn add_huge_page(&self, index: u64, page: &FrameRef<'_>) -> bool {
         debug_assert!(self.hugetlb.is_some(), "a huge page in a file of small pages");
         let mut inner = self.inner.lock();
+        // Every hugetlb fault holds `mmap_lock` or its VMA's reference, and
+        // `fallocate` the handle: each keeps the inode in use.
+        debug_assert!(!inner.evicted, "a huge page added to an evicted inode");
         if inner.pages.contains_key(&index) {
             return false;
         }
@@ -420,12 +618,8 @@ impl File {
         true
     }
 
-    /// Reads from `offset` into `buf`, as Linux's `pread` on a tmpfs file:
-    /// returns the bytes read, short at the end of the file and at most
-    /// [`File::MAX_RW_COUNT`]; `Ok(0)` at or past the end. `EINVAL` (nothing
-    /// read) for an offset that is negative as an `off_t` (above `i64::MAX`)
-    /// or an `offset + buf.len()` beyond `i64::MAX`.
-    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// [`File::read_at`].
+    pub(crate) fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let count = rw_verify_area(offset, buf.len())?;
         if self.hugetlb.is_some() {
             return Ok(self.hugetlbfs_read_at(offset, count, buf));
@@ -454,15 +648,8 @@ impl File {
         Ok(end.saturating_sub(offset) as usize)
     }
 
-    /// Writes at `offset` (`EINVAL` on a hugetlbfs file, which has no
-    /// `write`), growing the file like Linux's `pwrite` on a tmpfs file does: at most [`File::MAX_RW_COUNT`] bytes; the size grows with
-    /// each page written, so running out of memory part way gives a short
-    /// write (the bytes written so far) and leaves the size covering only
-    /// those; `ENOMEM` if nothing could be written. `EINVAL` (nothing
-    /// written) for an offset that is negative as an `off_t` (above
-    /// `i64::MAX`) or an `offset + data.len()` beyond `i64::MAX`, checked
-    /// first even for an empty write; then an empty write returns `Ok(0)`.
-    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
+    /// [`File::write_at`].
+    pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
         // vfs_write: a file not opened for writing, first.
         if self.host.as_ref().is_some_and(|h| !h.writable) {
             return Err(Errno::BadF);
@@ -516,12 +703,8 @@ impl File {
         Ok((pos - offset) as usize)
     }
 
-    /// Sets the size (`ftruncate`); on a hugetlbfs file see
-    /// [`File::create_hugetlbfs`] (`EINVAL` unless 2 MiB aligned). Shrinking zaps every mapping of the pages
-    /// past the new end — private COW copies too, as Linux does — and drops
-    /// them from the page cache; an access there then raises SIGBUS.
-    /// `EINVAL` for a size that is negative as an `off_t` (above `i64::MAX`).
-    pub fn set_len(&self, size: u64) -> Result<()> {
+    /// [`File::set_len`].
+    pub(crate) fn set_len(&self, size: u64) -> Result<()> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::Inval);
         }
@@ -562,15 +745,8 @@ impl File {
         Ok(())
     }
 
-    /// Frees the pages of `[offset, offset+len)` (`fallocate(PUNCH_HOLE|KEEP_SIZE)`;
-    /// on a hugetlbfs file see [`File::fallocate`]):
-    /// partial pages at the edges are zeroed, whole pages unmapped from shared
-    /// mappings and dropped; private COW copies are kept, as in Linux. The
-    /// size never changes. As Linux's `vfs_fallocate`: `EINVAL` for an
-    /// offset that is negative as an `off_t` or a length that is zero or
-    /// negative, then `EFBIG` when `offset + len` passes `i64::MAX`; nothing
-    /// changes on an error.
-    pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+    /// [`File::punch_hole`].
+    pub(crate) fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
         if (offset as i64) < 0 || (len as i64) <= 0 {
             return Err(Errno::Inval);
         }
@@ -712,26 +888,25 @@ fn rw_verify_area(pos: u64, count: usize) -> Result<usize> {
 
 impl Drop for File {
     fn drop(&mut self) {
-        // Address spaces that still list this file died before it; nothing
-        // else can hold an entry (a mapping holds the file).
+        // The last handle: the name goes, and with it the inode's use.
+        self.inode.iput();
+    }
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        // Address spaces that still list this inode died before it; nothing
+        // else can hold an entry (a mapping holds the inode).
         self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
-        self.phys.vm_unacct_memory(self.shmem_acct.load(Ordering::Relaxed));
-        // The last writeback of a host-backed file, into the host's page
-        // cache without waiting for its disk (this may run on whichever
-        // thread ends the last mapping's grace period); nobody is left to
-        // report an error to, as for Linux's writeback after the last close.
-        let _ = self.writeback(false);
-        let inner = self.inner.get_mut();
-        let freed = inner.pages.len() as u64;
-        for (_, p) in std::mem::take(&mut inner.pages) {
-            drop(FrameRef::from_raw(&self.phys, p));
+        // An inode nothing ever used (a shared anonymous mapping whose
+        // `mmap` failed after making its object) is evicted here.
+        if !self.inner.get_mut().evicted {
+            self.evict();
         }
-        // Inode eviction: remove_inode_hugepages + hugetlb_unreserve_pages.
         if let Some(resv) = &self.hugetlb {
             // Entries of address spaces that died first (each removes its
-            // own; none can be left by a live one, which holds the file).
+            // own; none can be left by a live one, which holds the inode).
             self.phys.account_rmap(-(resv.vmas.len() as i64));
-            resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
     }
 }
@@ -763,7 +938,7 @@ impl OpenFile {
     /// descriptor's (an `O_RDONLY` host file is never opened writable).
     pub fn new(file: &Arc<File>, readable: bool, writable: bool) -> OpenFile {
         let open = NEXT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (readable, writable) = match file.host_mode() {
+        let (readable, writable) = match file.inode.host_mode() {
             Some((r, w)) => (readable && r, writable && w),
             None => (readable, writable),
         };
@@ -795,7 +970,7 @@ impl OpenFile {
 }
 
 /// Switches for the writeback model only (`host_file/loom_tests.rs`), each
-/// breaking one step of `File::writeback` so that the model can show it
+/// breaking one step of `Inode::writeback` so that the model can show it
 /// catches the lost store the step prevents. Per OS thread: a loom model's
 /// threads all run on the thread of its test, and other tests are left alone.
 pub(crate) mod broken {
@@ -1029,7 +1204,8 @@ mod tests {
     #[test]
     fn get_page_fills_holes_and_stops_at_eof() {
         let p = phys();
-        let f = File::create(&p, "f", PS + 1).unwrap();
+        let handle = File::create(&p, "f", PS + 1).unwrap();
+        let f = handle.inode();
         assert!(f.find_get_page(1).is_none(), "a hole is not cached");
         let page = f.get_page(1).unwrap().unwrap();
         let pfn = page.pfn();
@@ -1052,7 +1228,8 @@ mod tests {
     #[test]
     fn get_page_out_of_frames_is_enomem() {
         let p = phys();
-        let f = File::create(&p, "f", 64 * PS).unwrap();
+        let handle = File::create(&p, "f", 64 * PS).unwrap();
+        let f = handle.inode();
         // 15 usable frames: the 16th page cannot be allocated.
         for i in 0..15 {
             drop(f.get_page(i).unwrap().unwrap());
@@ -1060,7 +1237,7 @@ mod tests {
         assert_eq!(f.get_page(15).unwrap_err(), Errno::NoMem);
         assert_eq!(f.write_at(15 * PS, &[1]).unwrap_err(), Errno::NoMem);
         assert!(!f.is_cached(15));
-        drop(f);
+        drop(handle);
         assert_eq!(p.stats().frames_used, 0);
     }
 

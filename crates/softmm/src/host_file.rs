@@ -20,14 +20,15 @@
 //! copies the page: so only pages written since the last writeback are
 //! written again, and a store racing the writeback either lands before the
 //! copy or faults after the write-protect and leaves the page dirty (the
-//! argument is at `File::writeback`). `File::pages_written_back` counts
+//! argument is at `Inode::writeback`). `File::pages_written_back` counts
 //! the pages written.
 //!
 //! When writeback happens, as Linux allows it: on `msync(MS_SYNC)` of a
-//! shared mapping, on `File::sync` (`fsync`), and when the file goes (the
-//! last open and the last mapping dropped: Linux writes back at some time
-//! after the last close, never later than that here). A private mapping's
-//! writes are copies (COW) and never reach the file.
+//! shared mapping, on `File::sync` (`fsync`), and when the file goes (its
+//! last handle dropped and its last mapping unmapped, whichever comes last,
+//! in that call: Linux writes back at some time after the last close, never
+//! later than that here). A private mapping's writes are copies (COW) and
+//! never reach the file.
 
 use std::os::unix::fs::FileExt;
 

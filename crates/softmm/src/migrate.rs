@@ -39,7 +39,7 @@
 use std::sync::Arc;
 
 use crate::error::Errno;
-use crate::file::File;
+use crate::file::Inode;
 use crate::mm::AddressSpace;
 use crate::pgtable::{Pte, PMD_SIZE};
 use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
@@ -106,7 +106,7 @@ pub(crate) enum Owner {
     /// A page-cache page: the address spaces mapping the file (`i_mmap`),
     /// private mappings included (their entries that still map the page
     /// cache's page, not a COW copy).
-    File(Arc<File>),
+    File(Arc<Inode>),
 }
 
 /// The page lock (`PG_locked`), taken with a trylock.

@@ -331,3 +331,233 @@ fn dead_address_spaces_leave_no_reverse_map_entries() {
     drop(f);
     assert_no_leaks(&p);
 }
+
+/// A 2 MiB page.
+const HP: u64 = 2 << 20;
+
+/// An arena with `huge` 2 MiB pages in its pool and 8 MiB of small frames.
+fn pool(huge: u64) -> std::sync::Arc<softmm::PhysMem> {
+    softmm::PhysMem::new(softmm::PhysConfig::new((8 << 20) + huge * HP + HP).hugepages(huge)).expect("arena")
+}
+
+/// `(free, rsvd)` of the pool.
+fn huge_counts(p: &softmm::PhysMem) -> (u64, u64) {
+    let s = p.huge_page_stats();
+    (s.free, s.rsvd)
+}
+
+/// The pages, reservations and commit charge of shared anonymous memory
+/// belong to its object, which the VMA tree versions that lock-free readers
+/// may still hold kept alive until an epoch grace period ended: without
+/// other epoch activity `munmap` returned with all of it still held, and the
+/// next `mmap` of a pool of one huge page failed (`ENOMEM`). Linux releases
+/// them before `munmap` returns; so must softmm, round after round, with no
+/// `quiesce` in between.
+#[test]
+fn shared_anonymous_hugetlb_memory_returns_to_the_pool_at_munmap() {
+    let p = pool(1);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let mut cpu = softmm::Cpu::attached(&mm);
+    for round in 0..200 {
+        let a = mm
+            .mmap(0, HP, RW, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, None, 0)
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert_eq!(huge_counts(&p), (1, 1), "round {round}: reserved at mmap");
+        cpu.write_u64(a + HP - 8, round).unwrap();
+        assert_eq!(huge_counts(&p), (0, 0), "round {round}: the fault took the reservation");
+        mm.munmap(a, HP).unwrap();
+        assert_eq!(huge_counts(&p), (1, 0), "round {round}: the page is back in the pool");
+    }
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}
+
+/// As above for the small pages of shared anonymous memory: 1.5 MiB of it,
+/// every page written, in an arena of 2 MiB, fits only if each round's
+/// pages are freed by its `munmap`.
+#[test]
+fn shared_anonymous_pages_are_freed_at_munmap() {
+    let p = phys(2);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let mut cpu = softmm::Cpu::attached(&mm);
+    let len = 3 << 19;
+    let (frames, committed) = (p.stats().frames_used, p.committed_pages());
+    for round in 0..100 {
+        let a = mm.mmap(0, len, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+        for va in (a..a + len).step_by(PAGE as usize) {
+            cpu.write_u64(va, va ^ round).unwrap_or_else(|f| panic!("round {round}: {f:?} at {va:#x}"));
+        }
+        mm.munmap(a, len).unwrap();
+        assert_eq!(p.stats().frames_used, frames, "round {round}: pages left after munmap");
+        assert_eq!(p.committed_pages(), committed, "round {round}: charge left after munmap");
+    }
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}
+
+/// Every unmap policy puts the object's last use after its zap, whether the
+/// zap runs under the write lock, under the downgraded read lock or with no
+/// lock (a span above 2 MiB): the pages and the charge are gone when
+/// `munmap` returns.
+#[test]
+fn every_unmap_policy_releases_shared_anonymous_memory() {
+    for &unmap in softmm::UnmapPolicy::ALL {
+        let p = phys(8);
+        let config = softmm::MmConfig::default().unmap_policy(unmap);
+        let mm = softmm::AddressSpace::new(&p, config).unwrap();
+        let mut cpu = softmm::Cpu::attached(&mm);
+        let len = 4 << 20;
+        let committed = p.committed_pages();
+        for round in 0..4 {
+            let a = mm.mmap(0, len, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+            for va in (a..a + len).step_by(64 * PAGE as usize) {
+                cpu.write_u64(va, va).unwrap();
+            }
+            mm.munmap(a, len).unwrap();
+            assert_eq!(p.stats().frames_used, 0, "{unmap:?} round {round}: pages left after munmap");
+            assert_eq!(p.committed_pages(), committed, "{unmap:?} round {round}: charge left after munmap");
+        }
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+}
+
+/// As above for the commit charge: under `OVERCOMMIT_NEVER` a shared
+/// anonymous mapping of most of the commit limit can be made again only if
+/// the last one's charge went with its `munmap`.
+#[test]
+fn shared_anonymous_charge_is_returned_at_munmap() {
+    let p = phys(8);
+    p.set_overcommit(p.overcommit().mode(softmm::OvercommitMode::Never));
+    let mm = mm_with(&p, FaultPolicy::default());
+    let mut cpu = softmm::Cpu::attached(&mm);
+    // Three quarters of the limit: two would not fit.
+    let len = p.overcommit().commit_limit() * 3 / 4 * PAGE;
+    let committed = p.committed_pages();
+    for round in 0..100 {
+        let a =
+            mm.mmap(0, len, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert_eq!(p.committed_pages(), committed + len / PAGE, "round {round}");
+        cpu.write_u64(a, round).unwrap();
+        mm.munmap(a, len).unwrap();
+        assert_eq!(p.committed_pages(), committed, "round {round}: charge left after munmap");
+    }
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}
+
+/// A hugetlbfs file keeps its pages while it exists (a linked file on
+/// Linux), mapped or not, and loses them, with their reservations, when the
+/// last of its handles and mappings goes, whichever goes last: its close
+/// after its last `munmap`, or that `munmap` after its close. Both used to
+/// wait for the grace period of the VMA tree versions that held it.
+#[test]
+fn a_hugetlbfs_file_releases_its_pages_at_its_last_close_or_munmap() {
+    let p = pool(1);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let mut cpu = softmm::Cpu::attached(&mm);
+    for round in 0..100 {
+        let close_last = round % 2 == 0;
+        let f = softmm::File::create_hugetlbfs(&p, "h", HP).unwrap();
+        let of = softmm::OpenFile::read_write(&f);
+        let a = mm.mmap(0, HP, RW, MAP_SHARED, Some(&of), 0).unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        cpu.write_u64(a, round).unwrap();
+        assert_eq!(huge_counts(&p), (0, 0), "round {round}");
+        if close_last {
+            mm.munmap(a, HP).unwrap();
+            assert_eq!(huge_counts(&p), (0, 0), "round {round}: the file keeps its page");
+            let mut back = [0; 8];
+            f.read_at(0, &mut back).unwrap();
+            assert_eq!(u64::from_le_bytes(back), round, "round {round}");
+            drop((of, f));
+        } else {
+            drop((of, f));
+            assert_eq!(huge_counts(&p), (0, 0), "round {round}: the mapping keeps the page");
+            assert_eq!(cpu.read_u64(a), Ok(round), "round {round}");
+            mm.munmap(a, HP).unwrap();
+        }
+        assert_eq!(huge_counts(&p), (1, 0), "round {round} (close last: {close_last}): the page is back in the pool");
+    }
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}
+
+/// The object lives as long as any mapping of it, whatever made the mapping:
+/// a split (`mprotect`), a move (`mremap`), a fork. Its pages keep their
+/// contents through each, and go only with the last mapping.
+#[test]
+fn pieces_of_a_shared_anonymous_mapping_keep_its_pages_until_the_last_goes() {
+    let p = phys(4);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let mut cpu = softmm::Cpu::attached(&mm);
+    let a = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0).unwrap();
+    for i in 0..4 {
+        cpu.write_u64(a + i * PAGE, 100 + i).unwrap();
+    }
+    let frames = p.stats().frames_used;
+    assert_eq!(frames, 4);
+    // Three pieces: [a, a+1) [a+1, a+2) read-only [a+2, a+4).
+    mm.mprotect(a + PAGE, PAGE, PROT_READ).unwrap();
+    // The last two pages moved away.
+    let b = mm.mremap(a + 2 * PAGE, 2 * PAGE, 2 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, a + 64 * PAGE).unwrap();
+    let child = mm.fork().unwrap();
+    let mut ccpu = softmm::Cpu::attached(&child);
+    mm.munmap(a, PAGE).unwrap();
+    mm.munmap(b, 2 * PAGE).unwrap();
+    assert_eq!(p.stats().frames_used, frames, "the read-only piece and the child map the object");
+    assert_eq!(cpu.read_u64(a + PAGE), Ok(101));
+    mm.munmap(a + PAGE, PAGE).unwrap();
+    assert_eq!(p.stats().frames_used, frames, "the child maps the object");
+    // The child sees the parent's writes, and writes for the parent's past pieces.
+    assert_eq!(ccpu.read_u64(a), Ok(100));
+    assert_eq!(ccpu.read_u64(b + PAGE), Ok(103));
+    drop((ccpu, child));
+    assert_eq!(p.stats().frames_used, 0, "the child's exit was the last mapping");
+    drop((cpu, mm));
+    assert_no_leaks(&p);
+}
+
+/// A lock-free fault may still find a shared anonymous VMA in the tree
+/// version it loaded after `munmap` removed it and released its object. It
+/// must not leave a page in the released object: a page it adds before the
+/// release goes with the others, and after the release it adds none (its
+/// VMA is detached, so it falls back and finds no mapping). Threads fault
+/// every page of a mapping under each policy while this thread unmaps it;
+/// each round, once the faulting thread stopped, no page may be left.
+#[test]
+fn faults_racing_the_munmap_of_shared_anonymous_memory_leave_no_page() {
+    use std::sync::mpsc;
+    for &policy in FaultPolicy::ALL {
+        let p = phys(4);
+        let mm = mm_with(&p, policy);
+        // Keeps the page table of the range, which the lock-free paths do
+        // not allocate, after the munmap.
+        let keep = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
+        let mut cpu = softmm::Cpu::attached(&mm);
+        cpu.write_u64(keep, 1).unwrap();
+        let frames = p.stats().frames_used;
+        let len = 64 * PAGE;
+        for round in 0..50 {
+            let a = mm.mmap(keep - len, len, RW, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0).unwrap();
+            let (started_tx, started_rx) = mpsc::channel();
+            let faulter = {
+                let mm = mm.clone();
+                std::thread::spawn(move || {
+                    let mut cpu = softmm::Cpu::attached(&mm);
+                    started_tx.send(()).unwrap();
+                    for va in (0..len / PAGE).rev().map(|i| a + i * PAGE) {
+                        if cpu.write_u64(va, va).is_err() {
+                            break;
+                        }
+                    }
+                })
+            };
+            started_rx.recv().unwrap();
+            mm.munmap(a, len).unwrap();
+            faulter.join().unwrap();
+            assert_eq!(p.stats().frames_used, frames, "{policy:?} round {round}: a page outlived its object");
+        }
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+}

@@ -6,7 +6,7 @@ use crate::sync::Ordering;
 use std::sync::Arc;
 
 use crate::error::{Fault, SegvCode};
-use crate::file::File;
+use crate::file::Inode;
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte, PteKind, PMD_SIZE};
 use crate::phys::{FrameRef, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
@@ -308,7 +308,7 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
         // `fault_dirty_shared_page`, after the entry is writable: a
         // writeback that clears the flag before this leaves it set, one
         // that clears it after write-protects the entry first (see
-        // `File::writeback`).
+        // `Inode::writeback`).
         ctx.mm.phys.desc(pfn).flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
     }
     if !write {
@@ -319,7 +319,7 @@ fn do_file_fault(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, write: bool) -> Fa
 
 /// Maps the cached pages around a file read fault, read-only, in one go
 /// (Linux's `filemap_map_pages` over `fault_around_bytes`).
-fn fault_around(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, file: &File) {
+fn fault_around(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, file: &Inode) {
     let (mm, vma) = (ctx.mm, ctx.vma);
     let window = mm.config.fault_around_pages * PAGE_SIZE;
     if window <= PAGE_SIZE {

@@ -97,6 +97,31 @@ fn fault_vs_munmap() {
     });
 }
 
+/// munmap of a shared anonymous mapping against a write fault that
+/// allocates its page in the mapping's object: once munmap has returned and
+/// the fault's thread is joined, no frame is left (the object is released
+/// by munmap, not when its VMAs' memory is reclaimed, and a fault that ran
+/// on the removed VMA after the release added no page to it).
+#[test]
+fn shared_fault_vs_munmap() {
+    check_policies(|policy| {
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().policy(policy).force_speculative(true)).unwrap();
+        let flags = MAP_SHARED | MAP_ANONYMOUS;
+        let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0).unwrap();
+        // Its page table exists (the lock-free paths do not allocate one);
+        // the racing fault's page is not cached yet.
+        mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
+        let t = spawn_write_fault(&mm, a);
+        mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        let (r, stats) = t.join().unwrap();
+        assert!(r.is_ok() || r.is_err_and(|f| f.signal() == libc::SIGSEGV), "{policy:?}: {r:?}");
+        assert!(mm.pte_at(a).is_none(), "{policy:?}: an entry survived munmap");
+        assert_eq!(phys.stats().frames_used, 0, "{policy:?}: a page outlived its object");
+        stats
+    });
+}
+
 /// mprotect(PROT_READ) against a write fault: once mprotect has returned and
 /// the fault's thread is joined, the entry is not writable (a fault that
 /// committed a writable entry after mprotect's change would leave one).

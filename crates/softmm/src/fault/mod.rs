@@ -204,3 +204,48 @@ impl AddressSpace {
         mmap_lock::handle(self, addr, access)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mm::MmConfig;
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::PAGE_SIZE;
+
+    /// A lock-free fault that found a shared anonymous VMA before `munmap`
+    /// removed it may go on after the `munmap` returned and released the
+    /// object: it must not add a page to the released object (nothing would
+    /// free it before the VMA's memory is reclaimed), and it must not
+    /// commit. Here the fault, under each lock-free validation, runs on the
+    /// VMA it loaded before the `munmap`.
+    #[test]
+    fn a_lock_free_fault_adds_no_page_to_an_object_released_under_it() {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().policy(FaultPolicy::PerVmaSeq)).unwrap();
+        let rw = PROT_READ | PROT_WRITE;
+        let a = 0x1000_0000;
+        // A neighbour keeps the page table, which a lock-free fault does not
+        // allocate, after the munmap.
+        let b = a + PAGE_SIZE;
+        assert_eq!(mm.mmap(b, PAGE_SIZE, rw, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, None, 0), Ok(b));
+        mm.handle_fault(b, Access::Write).unwrap();
+        for check in ["vma", "seq"] {
+            assert_eq!(mm.mmap(a, PAGE_SIZE, rw, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0), Ok(a));
+            let guard = crossbeam_epoch::pin();
+            let seq = mm.seq.read_begin().unwrap();
+            let vma = mm.vmas_rcu(&guard).find(a).unwrap().clone();
+            mm.munmap(a, PAGE_SIZE).unwrap();
+            assert_eq!(phys.stats().frames_used, 1, "the neighbour's page alone");
+            let check = if check == "vma" { Check::VmaDetached } else { Check::MmSeq(seq) };
+            let ctx = FaultCtx { mm: &mm, vma: &vma, check, may_sleep: false, may_alloc_tables: false, forced: false };
+            let r = handler::handle_vma_fault(&ctx, a, Access::Write);
+            assert!(r.is_err(), "{check:?}: a fault on a removed VMA committed");
+            assert_eq!(phys.stats().frames_used, 1, "{check:?}: a page was added to the released object");
+            assert!(mm.pte_at(a).is_none(), "{check:?}");
+        }
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+}

@@ -18,7 +18,7 @@ use crate::phys::{FrameRef, PhysMem};
 use crate::uapi::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 use crate::PAGE_SHIFT;
 
-use super::{File, MAX_FILE_SIZE};
+use super::{File, Inode, MAX_FILE_SIZE};
 
 /// `FALLOC_FL_MODE_MASK` (6.12): the mutually exclusive modes.
 const FALLOC_FL_MODE_MASK: i32 = 0x02 | 0x08 | 0x10 | 0x20 | 0x40;
@@ -35,13 +35,13 @@ impl File {
         if size > MAX_FILE_SIZE || size % HPAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
-        Ok(Arc::new(File::new_inode(phys, name, size, Some(HugetlbInode::default()))))
+        Ok(File::named(Inode::new(phys, name, size, Some(HugetlbInode::default()))))
     }
 
     /// True for a file of huge pages ([`File::create_hugetlbfs`], or the
     /// file behind an anonymous `MAP_HUGETLB` mapping).
     pub fn is_hugetlbfs(&self) -> bool {
-        self.hugetlb.is_some()
+        self.inode().is_hugetlbfs()
     }
 
     /// `fallocate(mode, offset, len)` with `vfs_fallocate`'s checks in
@@ -61,6 +61,18 @@ impl File {
     /// file only `PUNCH_HOLE | KEEP_SIZE` is modelled ([`File::punch_hole`]);
     /// other modes are `EOPNOTSUPP`.
     pub fn fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
+        self.inode().fallocate(mode, offset, len)
+    }
+}
+
+impl Inode {
+    /// [`File::is_hugetlbfs`].
+    pub(crate) fn is_hugetlbfs(&self) -> bool {
+        self.hugetlb.is_some()
+    }
+
+    /// [`File::fallocate`].
+    pub(crate) fn fallocate(&self, mode: i32, offset: u64, len: u64) -> Result<()> {
         if (offset as i64) < 0 || (len as i64) <= 0 {
             return Err(Errno::Inval);
         }

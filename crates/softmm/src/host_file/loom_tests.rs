@@ -1,5 +1,5 @@
 //! loom model of writeback on the real code: the real `File::sync`
-//! (`File::writeback`: the dirty flag cleared under the page-cache lock,
+//! (`Inode::writeback`: the dirty flag cleared under the page-cache lock,
 //! `AddressSpace::page_mkclean` write-protecting the shared mapping and
 //! waiting for its shootdown, then the copy) against a real [`Cpu`] storing
 //! into the page through a shared mapping (its TLB walk and fill, and the
@@ -57,7 +57,7 @@ fn writeback_vs_store() -> (u64, Option<bool>) {
     };
     file.sync().unwrap();
     writer.join().unwrap();
-    let r = file.backing_u64_and_dirty(0);
+    let r = file.inode().backing_u64_and_dirty(0);
     drop((mm, open));
     r
 }

@@ -50,7 +50,7 @@
 use std::sync::Arc;
 
 use crate::error::Errno;
-use crate::file::File;
+use crate::file::Inode;
 use crate::mempolicy::MPOL_MF_MOVE_ALL;
 use crate::migrate::{lock_page, unlock_page, Isolated, LockedPage, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
@@ -185,7 +185,7 @@ pub(crate) fn migrate_hugetlbs(
 /// called for it.
 fn walk_huge(
     phys: &PhysMem,
-    file: &Arc<File>,
+    file: &Arc<Inode>,
     hidx: u64,
     unshare: bool,
     ptl_locks: &mut u64,

@@ -63,8 +63,8 @@ pub(crate) fn close_vma_range(vma: &crate::vma::Vma, start: u64, end: u64) {
 /// `len` bytes (Linux's `hugetlb_file_setup(HUGETLB_ANON_FILE, ..)`, made
 /// with `VM_NORESERVE`: the mapping reserves, not the file). Its name is what
 /// `/proc/pid/maps` shows for it.
-pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std::sync::Arc<crate::File> {
-    std::sync::Arc::new(crate::File::new_inode(
+pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std::sync::Arc<crate::file::Inode> {
+    std::sync::Arc::new(crate::file::Inode::new(
         phys,
         "/anon_hugepage (deleted)",
         len,

@@ -113,7 +113,7 @@ mod tests {
 
     /// (start, pgoff) of the VMAs covering file page `idx`, in key order.
     fn covering(f: &File, idx: u64) -> Vec<(u64, u64)> {
-        let vmas = &f.hugetlb.as_ref().unwrap().vmas;
+        let vmas = &f.inode().hugetlb.as_ref().unwrap().vmas;
         vmas.covering(&vmas.i_mmap.read(), idx).iter().map(|v| (v.start, v.pgoff)).collect()
     }
 
@@ -145,7 +145,7 @@ mod tests {
         assert_eq!(covering(&f, 3 * 512 - 1), vec![(a + 2 * HP, 1024)]);
         assert!(covering(&f, 4 * 512).is_empty());
         drop(mm);
-        assert_eq!(f.hugetlb.as_ref().unwrap().vmas.len(), 0);
+        assert_eq!(f.inode().hugetlb.as_ref().unwrap().vmas.len(), 0);
         drop((open, f));
         assert_eq!(phys.quiesce().rmap_entries, 0);
     }

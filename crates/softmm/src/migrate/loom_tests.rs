@@ -415,6 +415,17 @@ fn forked_huge_page() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<AddressSpace>, u6
     (phys, parent, child, a)
 }
 
+/// `move_pages`' answer for the one page: moved to node 1, or not moved at
+/// all (status untouched, 1 left) because the other thread's references
+/// held it through every pass (Linux's `-EAGAIN` from a failed refcount
+/// freeze, which a schedule may repeat up to the pass limit).
+fn moved_or_held(status: i32, left: u64) -> Outcome {
+    match (status, left) {
+        (1, 0) | (i32::MIN, 1) => Ok(()),
+        _ => Err(format!("status {status}, {left} not moved")),
+    }
+}
+
 /// The parent's page after a model: present, holding 1, and not the
 /// child's; `pages` pool pages in use in all.
 fn check_after(phys: &PhysMem, parent: &AddressSpace, child: &AddressSpace, a: u64, pages: u64) -> Outcome {
@@ -455,9 +466,7 @@ fn hugetlb_cow_vs_migration() -> Outcome {
     };
     let (status, left) = move_to_node_1(&parent, a, MPOL_MF_MOVE_ALL);
     t.join().unwrap();
-    if (status, left) != (1, 0) {
-        return Err(format!("status {status}, {left} not moved"));
-    }
+    moved_or_held(status, left)?;
     check_after(&phys, &parent, &child, a, 2)?;
     let c = child.pte_at(a);
     let mut b = [0u8; 8];
@@ -476,7 +485,7 @@ fn hugetlb_cow_vs_migration() -> Outcome {
 
 #[test]
 fn hugetlb_cow_vs_migration_takes_the_page_under_the_pmd_lock() {
-    check_page_ref(2, hugetlb_cow_vs_migration);
+    check_page_ref(1, hugetlb_cow_vs_migration);
 }
 
 /// A long-term read pin in the child (`hugetlb_unshare`: a page a fork
@@ -501,10 +510,7 @@ fn hugetlb_unshare_vs_migration() -> Outcome {
     if seen != 1 {
         return Err(format!("the pin reads {seen}"));
     }
-    // Moved, or left where it was because the child's pin held it.
-    if !((status, left) == (1, 0) || left == 1) {
-        return Err(format!("status {status}, {left} not moved"));
-    }
+    moved_or_held(status, left)?;
     check_after(&phys, &parent, &child, a, 2)?;
     drop(pin);
     drop((parent, child));
@@ -517,5 +523,5 @@ fn hugetlb_unshare_vs_migration() -> Outcome {
 
 #[test]
 fn hugetlb_unshare_vs_migration_takes_the_page_under_the_pmd_lock() {
-    check_page_ref(2, hugetlb_unshare_vs_migration);
+    check_page_ref(1, hugetlb_unshare_vs_migration);
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
-use crate::file::{File, OpenFile};
+use crate::file::{Inode, OpenFile};
 use crate::uapi::*;
 use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma};
@@ -135,7 +135,7 @@ impl AddressSpace {
         }
         // ksys_mmap_pgoff: the file, then the hugetlb size and length.
         let file = if flags & MAP_ANONYMOUS != 0 { None } else { Some(file.ok_or(Errno::BadF)?) };
-        if file.is_some_and(|f| !Arc::ptr_eq(&f.file.phys, &self.phys)) {
+        if file.is_some_and(|f| !Arc::ptr_eq(&f.file.inode().phys, &self.phys)) {
             // Its page cache holds frames of another arena, which this
             // address space's page tables cannot name.
             return Err(Errno::Inval);
@@ -339,7 +339,7 @@ impl AddressSpace {
             // shared mapping's page cache; a private one's faults allocate
             // anonymous pages but stop at its size too).
             let f = match file {
-                Some(f) => f.file.clone(),
+                Some(f) => f.file.inode().clone(),
                 None => crate::hugetlb::anon_file(&self.phys, len),
             };
             if vm_flags.contains(VmFlags::MAYSHARE) {
@@ -360,7 +360,7 @@ impl AddressSpace {
         }
         let backing = match file {
             _ if hugetlb_file.is_some() => hugetlb_file,
-            Some(f) => Some(f.file.clone()),
+            Some(f) => Some(f.file.inode().clone()),
             None if vm_flags.contains(VmFlags::SHARED) => {
                 // shmem_zero_setup charges the whole object unless
                 // MAP_NORESERVE (shmem_acct_size); the object returns it.
@@ -368,16 +368,16 @@ impl AddressSpace {
                 if pages != 0 {
                     self.phys.vm_enough_memory(pages, || total_vm(&st.vmas))?;
                 }
-                match File::create(&self.phys, "/dev/zero (deleted)", len) {
-                    Ok(f) => {
-                        f.shmem_acct.store(pages, crate::sync::Ordering::Relaxed);
-                        Some(f)
-                    }
-                    Err(e) => {
-                        self.phys.vm_unacct_memory(pages);
-                        return Err(e);
-                    }
+                // shmem_file_setup: a size past the largest file size is EINVAL.
+                if len > crate::file::MAX_FILE_SIZE {
+                    self.phys.vm_unacct_memory(pages);
+                    return Err(Errno::Inval);
                 }
+                // The object's first use is the VMA made below; if that
+                // fails, dropping it evicts it, which returns the charge.
+                let f = Inode::new(&self.phys, "/dev/zero (deleted)", len, None);
+                f.shmem_acct.store(pages, crate::sync::Ordering::Relaxed);
+                Some(Arc::new(f))
             }
             None => None,
         };
@@ -401,7 +401,7 @@ impl AddressSpace {
     pub(crate) fn mmap_region(
         &self,
         st: &mut MmState,
-        file: Option<Arc<File>>,
+        file: Option<Arc<Inode>>,
         open: u64,
         addr: u64,
         len: u64,

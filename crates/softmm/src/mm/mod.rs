@@ -49,7 +49,7 @@ pub use config::{FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, T
 pub use maps::MapEntry;
 pub use unmap::UnmapStats;
 
-use crate::file::{File, Mapper};
+use crate::file::{Inode, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
@@ -138,7 +138,7 @@ pub struct AddressSpace {
     pub(crate) seq: SeqCount,
     /// Files whose reverse map lists this address space, so that dying it
     /// can remove itself from them.
-    linked_files: crate::sync::Mutex<Vec<Weak<File>>>,
+    linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
     pub(crate) pins: Arc<crate::pin::PinState>,
@@ -180,24 +180,31 @@ impl<'a> MmapWriteGuard<'a> {
     /// the returned guard.
     pub(crate) fn downgrade(mut self) -> RwLockReadGuard<'a, MmState> {
         let mut st = self.st.take().expect("held until downgraded");
-        #[cfg(test)]
-        hooks::before_publish();
-        let fresh = self.mm.sync_hugetlb_rmap(&mut st);
-        self.mm.publish_carrying_marks(&st.vmas, &fresh);
-        self.mm.seq.write_end();
-        RwLockWriteGuard::downgrade(st)
+        let removed = self.mm.end_write_section(&mut st);
+        let st = RwLockWriteGuard::downgrade(st);
+        put_files(removed);
+        st
     }
 }
 
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
-        if let Some(st) = &mut self.st {
-            #[cfg(test)]
-            hooks::before_publish();
-            let fresh = self.mm.sync_hugetlb_rmap(st);
-            self.mm.publish_carrying_marks(&st.vmas, &fresh);
-            self.mm.seq.write_end();
+        if let Some(mut st) = self.st.take() {
+            let removed = self.mm.end_write_section(&mut st);
+            drop(st);
+            put_files(removed);
         }
+    }
+}
+
+/// Puts the file uses of `removed`, VMAs that left the address space with
+/// their entries zapped ([`Vma::put_file`]); after `mmap_lock` is released
+/// or downgraded, as Linux's `fput` defers the final `__fput`, so that an
+/// eviction (a host file's writeback takes each mapper's `mmap_lock` for
+/// read) never runs under the write lock.
+fn put_files(removed: Vec<Arc<Vma>>) {
+    for v in removed {
+        v.put_file();
     }
 }
 
@@ -232,6 +239,19 @@ impl AddressSpace {
             unreachable: Default::default(),
             hugetlb_lock: Default::default(),
         }))
+    }
+
+    /// Ends a write section on `st`: syncs the hugetlb reverse maps,
+    /// publishes the tree and ends the write sequence. Returns the VMAs with
+    /// a file the section removed, whose file uses the caller puts once
+    /// `mmap_lock` is released or downgraded ([`put_files`]).
+    fn end_write_section(&self, st: &mut MmState) -> Vec<Arc<Vma>> {
+        #[cfg(test)]
+        hooks::before_publish();
+        let fresh = self.sync_hugetlb_rmap(st);
+        self.publish_carrying_marks(&st.vmas, &fresh);
+        self.seq.write_end();
+        st.vmas.take_removed()
     }
 
     /// The physical memory this address space allocates from.
@@ -772,7 +792,7 @@ impl AddressSpace {
     }
 
     /// Records in `file`'s reverse map that this address space maps it.
-    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<File>) {
+    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<Inode>) {
         let mut linked = self.linked_files.lock();
         if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
             linked.push(Arc::downgrade(file));
@@ -802,8 +822,8 @@ impl Mapper for AddressSpace {
     }
 
     /// Zaps the mappings of file pages `[first, last)` of `file` (truncate and
-    /// hole punch); see [`File::set_len`].
-    fn unmap_file_range(&self, file: &File, first: u64, last: u64, even_cows: bool) {
+    /// hole punch); see [`crate::File::set_len`].
+    fn unmap_file_range(&self, file: &Inode, first: u64, last: u64, even_cows: bool) {
         let st = self.read_lock_recursive();
         let mut tlb = MmuGather::default();
         for v in st.vmas.iter() {
@@ -842,7 +862,7 @@ impl Mapper for AddressSpace {
         drop(st);
     }
 
-    fn mkclean_file_pages(&self, file: &File, pages: &[(u64, crate::phys::Pfn)]) {
+    fn mkclean_file_pages(&self, file: &Inode, pages: &[(u64, crate::phys::Pfn)]) {
         self.page_mkclean(file, pages);
     }
 }
@@ -865,10 +885,14 @@ impl Drop for AddressSpace {
         // exit_mmap: the commit charge of what is left goes.
         self.phys.vm_unacct_memory(commit::accounted_pages(&st.vmas, 0, u64::MAX));
         // remove_vma → hugetlb_vm_op_close: private reservations go now, not
-        // after the VMAs' grace period.
+        // after the VMAs' grace period; and its fput: the last mapping of a
+        // shared anonymous object or of a file without a handle evicts it
+        // now (pages still mapped go when the page tables drop, below).
         for v in st.vmas.iter() {
             crate::hugetlb::close_vma_range(v, v.start, v.end);
+            v.put_file();
         }
+        put_files(st.vmas.take_removed());
         st.vmas = VmaTree::default();
         let guard = crossbeam_epoch::pin();
         let old = self.vmas_rcu.swap(Shared::null(), Ordering::AcqRel, &guard);

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
-use crate::file::File;
+use crate::file::Inode;
 use crate::pgtable::Pte;
 use crate::phys::Pfn;
 use crate::uapi::{MS_ASYNC, MS_INVALIDATE, MS_SYNC};
@@ -23,7 +23,7 @@ impl AddressSpace {
     /// `MS_SYNC`; `ENOMEM` if the page-rounded range wraps; `Ok` for an empty
     /// one. Then over the VMAs of the range: `EBUSY` for `MS_INVALIDATE` on a
     /// locked VMA; with `MS_SYNC` each shared file mapping's file is written
-    /// back ([`File::sync`]: the dirty pages of a host-backed file go to the
+    /// back ([`crate::File::sync`]: the dirty pages of a host-backed file go to the
     /// host, and its error is returned); holes in the range give `ENOMEM`
     /// at the end (at once for `MS_ASYNC` alone). Changes no mapping.
     pub fn msync(&self, start: u64, len: u64, flags: i32) -> Result<()> {
@@ -63,7 +63,7 @@ impl AddressSpace {
                 return Err(Errno::Busy);
             }
             start = vma.end;
-            let sync: Option<Arc<File>> =
+            let sync: Option<Arc<Inode>> =
                 if flags & MS_SYNC != 0 && vma.flags.contains(VmFlags::SHARED) { vma.file.clone() } else { None };
             drop(st);
             if let Some(file) = sync {
@@ -86,7 +86,7 @@ impl AddressSpace {
     /// the page read-only (a write copies it), so only shared ones change.
     /// Takes `mmap_lock` for read, recursively (the caller holds the file's
     /// `invalidate_lock`, as truncate does before its zap).
-    pub(crate) fn page_mkclean(&self, file: &File, pages: &[(u64, Pfn)]) {
+    pub(crate) fn page_mkclean(&self, file: &Inode, pages: &[(u64, Pfn)]) {
         let st = self.read_lock_recursive();
         let mut cleaned = false;
         for v in st.vmas.iter() {

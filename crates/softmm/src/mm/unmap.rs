@@ -496,6 +496,8 @@ impl AddressSpace {
                 if span.is_ok() {
                     after_detach(&mut st);
                 }
+                // Their files' uses go after the zap, not at the downgrade.
+                let removed = st.vmas.take_removed();
                 let st = st.downgrade();
                 t.write_hold_ns += ns_since(t.entry);
                 let held = Instant::now();
@@ -507,6 +509,7 @@ impl AddressSpace {
                 tlb.flush_and_free(self);
                 drop(st);
                 t.read_hold_ns += ns_since(held);
+                super::put_files(removed);
                 Ok(())
             }
             UnmapPolicy::LockFree => {
@@ -521,6 +524,9 @@ impl AddressSpace {
                     t.write_hold_ns += ns_since(t.entry);
                     return Ok(());
                 };
+                // Their files' uses go after the zap, not when the write
+                // section ends in `reserve`.
+                let removed = st.vmas.take_removed();
                 let done = Arc::new(Mutex::new(()));
                 let held = done.lock();
                 self.reserve(st, lo, hi, &done);
@@ -544,6 +550,7 @@ impl AddressSpace {
                 t.time(|t| &mut t.zap_ns, || self.unmap_range(lo, hi, tlb));
                 self.release(lo, hi, &done, tlb, t);
                 drop(held);
+                super::put_files(removed);
                 Ok(())
             }
             _ => {

@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::sync::{Arc, OnceLock, Weak};
 
-use crate::file::File;
+use crate::file::Inode;
 use crate::mempolicy::MemPolicy;
 use crate::phys::PhysMem;
 use crate::sync::{Mutex, VmaLock};
@@ -110,8 +110,15 @@ pub struct Vma {
     pub flags: VmFlags,
     /// Page offset in the file of `start` (for anonymous memory, Linux's linear index).
     pub pgoff: u64,
-    /// The backing file, for file and shared anonymous mappings.
-    pub file: Option<Arc<File>>,
+    /// The backing file, for file and shared anonymous mappings. The `Arc`
+    /// keeps its memory for as long as this VMA's (lock-free readers may
+    /// look at a removed VMA); its use, which keeps its pages, is
+    /// `file_ref`.
+    pub file: Option<Arc<Inode>>,
+    /// This VMA still holds its use of `file` ([`crate::file::Inode::ihold`]):
+    /// taken when the VMA is made, put when it is removed from its address
+    /// space ([`Vma::put_file`]), at the latest when it is dropped.
+    file_ref: crate::sync::AtomicBool,
     /// The open `file` was mapped through ([`crate::OpenFile`]'s identity; 0
     /// for the private file of a shared anonymous mapping). With `file`, it
     /// is Linux's `vm_file`: VMAs of two opens of one file never merge.
@@ -155,7 +162,10 @@ impl Drop for Vma {
     fn drop(&mut self) {
         // The file first: once the count says no VMA is left, a file that
         // only VMAs held is gone too (its pages freed, a host-backed one
-        // written back), so `PhysMem::quiesce` sees the end state.
+        // written back), so `PhysMem::quiesce` sees the end state. Its use
+        // was put when the VMA was removed, unless the VMA never was in an
+        // address space's tree (a copy made and dropped on an error path).
+        self.put_file();
         drop(self.file.take());
         self.acct.account_vma(-1);
     }
@@ -170,11 +180,14 @@ impl Vma {
         end: u64,
         flags: VmFlags,
         pgoff: u64,
-        file: Option<Arc<File>>,
+        file: Option<Arc<Inode>>,
         anon_vma: Option<Arc<AnonVma>>,
     ) -> Vma {
         debug_assert!(start < end);
         phys.account_vma(1);
+        if let Some(f) = &file {
+            f.ihold();
+        }
         let cell = OnceLock::new();
         if let Some(a) = anon_vma {
             let _ = cell.set(a);
@@ -184,6 +197,7 @@ impl Vma {
             end,
             flags,
             pgoff,
+            file_ref: crate::sync::AtomicBool::new(file.is_some()),
             file,
             open: 0,
             anon_vma: cell,
@@ -193,6 +207,20 @@ impl Vma {
             hugetlb_unmapped: Arc::new(crate::sync::AtomicBool::new(false)),
             hugetlb_unmapped_from: None,
             acct: phys.clone(),
+        }
+    }
+
+    /// Puts this VMA's use of its file, once (Linux's `fput` of `vm_file`
+    /// in `remove_vma`): called when the VMA has left its address space,
+    /// after the entries it mapped were zapped, so that the last mapping of
+    /// a shared anonymous object or of a file without a handle frees its
+    /// pages, charge and reservations before the call that removed it
+    /// returns, not when the VMA's memory is reclaimed.
+    pub(crate) fn put_file(&self) {
+        if self.file_ref.swap(false, crate::sync::Ordering::AcqRel) {
+            if let Some(f) = &self.file {
+                f.iput();
+            }
         }
     }
 
@@ -374,9 +402,20 @@ pub(crate) fn anon_compatible(a: Option<&Arc<AnonVma>>, b: Option<&Arc<AnonVma>>
 }
 
 /// A version of the VMA set: an ordered map from start address to VMA.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct VmaTree {
     map: imbl::OrdMap<u64, Arc<Vma>>,
+    /// The VMAs with a file that [`VmaTree::remove`] took out and whose
+    /// uses of their files are still to be put ([`VmaTree::take_removed`]):
+    /// by the owner of the tree, once the entries they mapped are zapped.
+    /// Never copied: a clone is a version for readers.
+    removed: Vec<Arc<Vma>>,
+}
+
+impl Clone for VmaTree {
+    fn clone(&self) -> VmaTree {
+        VmaTree { map: self.map.clone(), removed: Vec::new() }
+    }
 }
 
 impl VmaTree {
@@ -437,7 +476,18 @@ impl VmaTree {
     pub(crate) fn remove(&mut self, start: u64) -> Option<Arc<Vma>> {
         let v = self.map.remove(&start)?;
         v.lock.detach();
+        if v.file.is_some() {
+            self.removed.push(v.clone());
+        }
         Some(v)
+    }
+
+    /// The VMAs with a file removed since the last call, whose file uses the
+    /// caller puts ([`Vma::put_file`]) once their entries are zapped. A VMA
+    /// that replaced one of them took its own use first, so a file mapped
+    /// on both sides of a split or move is never left without one.
+    pub(crate) fn take_removed(&mut self) -> Vec<Arc<Vma>> {
+        std::mem::take(&mut self.removed)
     }
 
     /// Replaces the VMA starting at `old_start` by `v` (see [`VmaTree::remove`]).
@@ -492,7 +542,7 @@ mod tests {
             &v.end as *const u64 as usize,
             &v.flags as *const VmFlags as usize,
             &v.pgoff as *const u64 as usize,
-            &v.file as *const Option<Arc<File>> as usize,
+            &v.file as *const Option<Arc<Inode>> as usize,
             &v.anon_vma as *const OnceLock<Arc<AnonVma>> as usize,
             &v.policy as *const Option<Arc<MemPolicy>> as usize,
         ];
@@ -627,7 +677,8 @@ mod tests {
     #[test]
     fn slice_and_rebound_keep_the_backing_object() {
         let p = phys();
-        let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
+        let handle = crate::file::File::create(&p, "f", 1 << 20).unwrap();
+        let file = handle.inode().clone();
         let av = Arc::new(AnonVma::detached(false));
         let v = Vma::new(&p, 0x10000, 0x20000, RW | VmFlags::SHARED, 5, Some(file.clone()), Some(av.clone()));
         assert_eq!(v.pages(), 16);
@@ -713,8 +764,11 @@ mod tests {
     #[test]
     fn merge_predicates_compare_file_identity_and_anon_vma() {
         let p = phys();
-        let file = crate::file::File::create(&p, "f", 1 << 20).unwrap();
-        let other = crate::file::File::create(&p, "g", 1 << 20).unwrap();
+        let handles = [
+            crate::file::File::create(&p, "f", 1 << 20).unwrap(),
+            crate::file::File::create(&p, "g", 1 << 20).unwrap(),
+        ];
+        let (file, other) = (handles[0].inode().clone(), handles[1].inode().clone());
         let v = Vma::new(&p, 0x10000, 0x12000, RW | VmFlags::SHARED, 0, Some(file.clone()), None).with_open(7);
         assert!(v.can_merge_after(RW | VmFlags::SHARED, Some((file.id(), 7)), None, 2));
         assert!(!v.can_merge_after(RW | VmFlags::SHARED, Some((file.id(), 8)), None, 2), "another open of the file");
