@@ -785,6 +785,154 @@ mod host {
         }
     }
 
+    /// The host pool as [`host_pool`] leaves it, with every page but
+    /// `left` taken by a populated private mapping (returned, to unmap), or
+    /// `None` (saying why) where the host had free huge pages of its own,
+    /// which would change the outcomes.
+    fn host_pool_with(guard: &HugePages, left: u64) -> Option<(u64, u64)> {
+        let c = pool_counters().unwrap();
+        if c.free != guard.pages() as u64 || c.rsvd != 0 {
+            eprintln!("skipped: the host pool had free or reserved pages of its own: {c:?}");
+            return None;
+        }
+        let n = guard.pages() as u64 - left;
+        let filler = h_mmap(0, n * HP, RW, PRIVATE_HUGE | MAP_POPULATE, -1, 0).unwrap();
+        Some((filler, n))
+    }
+
+    /// A child process that waits until the returned pipe end is closed,
+    /// then exits; the caller waits for it with [`reap`].
+    fn h_fork_waiting() -> (libc::pid_t, i32) {
+        let mut fds = [0; 2];
+        // SAFETY: the child only blocks on the pipe and exits
+        // (async-signal-safe calls only, as a fork of a threaded test needs).
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let pid = libc::fork();
+            if pid == 0 {
+                libc::close(fds[1]);
+                let mut b = [0u8; 1];
+                libc::read(fds[0], b.as_mut_ptr().cast(), 1);
+                libc::_exit(0);
+            }
+            libc::close(fds[0]);
+            (pid, fds[1])
+        }
+    }
+
+    /// Lets the child of [`h_fork_waiting`] exit and waits for it.
+    fn reap((pid, fd): (libc::pid_t, i32)) {
+        let mut status = 0;
+        // SAFETY: our pipe end and our child.
+        unsafe {
+            libc::close(fd);
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        }
+        assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    }
+
+    /// The owner of a private mapping zaps (`MADV_DONTNEED`) a page its
+    /// child still maps, then the child exits: the page comes back to the
+    /// pool reserved for the owner, so a mapping that needs both free pages
+    /// is `ENOMEM` and the owner's refault finds its page. (free, rsvd)
+    /// beyond the filler after each step, and the two calls' results.
+    #[test]
+    fn a_zap_in_the_owner_restores_a_shared_page_s_reservation_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let Some((filler, n)) = host_pool_with(&guard, 2) else { return };
+        // The pool holds only the guard's pages (checked): counts are absolute.
+        let base = (0, 0);
+        let a = h_mmap(0, HP, RW, PRIVATE_HUGE, -1, 0).unwrap();
+        // SAFETY: the mapping just made.
+        unsafe { std::ptr::write_volatile(a as *mut u64, 7) };
+        let child = h_fork_waiting();
+        h_madvise(a, HP, MADV_DONTNEED).unwrap();
+        let zapped = h_counts(base);
+        reap(child);
+        let exited = h_counts(base);
+        let both = h_mmap(0, 2 * HP, RW, PRIVATE_HUGE, -1, 0).map(|b| h_munmap(b, 2 * HP).map(|_| 0));
+        // SAFETY: as above.
+        let refault = unsafe { std::ptr::read_volatile(a as *const u64) };
+        let after = h_counts(base);
+        h_munmap(a, HP).unwrap();
+        h_munmap(filler, n * HP).unwrap();
+        let host = (zapped, exited, both.is_err(), refault, after);
+
+        let phys = pool(PAGES as u64);
+        let owner = super::mm(&phys);
+        let fill = owner.mmap(0, n * HP, RW, PRIVATE_HUGE | MAP_POPULATE, None, 0).unwrap();
+        // Both pools hold only this test's pages: counts are absolute.
+        let counts = |phys: &PhysMem| {
+            let s = phys.huge_page_stats();
+            (s.free as i64, s.rsvd as i64)
+        };
+        let a = owner.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&owner);
+        cpu.write_u64(a, 7).unwrap();
+        let child = owner.fork().unwrap();
+        owner.madvise(a, HP, MADV_DONTNEED).unwrap();
+        let zapped = counts(&phys);
+        drop(child);
+        let exited = counts(&phys);
+        let both = owner.mmap(0, 2 * HP, RW, PRIVATE_HUGE, None, 0);
+        let refault = cpu.read_u64(a).unwrap();
+        let after = counts(&phys);
+        let soft = (zapped, exited, both.is_err(), refault, after);
+        assert_eq!(host, ((1, 0), (2, 1), true, 0, (1, 0)), "the host's own outcome changed");
+        assert_eq!(soft, host);
+        drop(cpu);
+        owner.munmap(fill, n * HP).unwrap();
+        drop(guard);
+    }
+
+    /// With the pool empty, an owner's write to its page after its child
+    /// exited reuses the page even while a `vmsplice` (a `get_user_pages`
+    /// reference) holds part of it, and the reference sees the write: the
+    /// page is mapped once (`hugetlb_wp` reads the map count, not the
+    /// reference count).
+    #[test]
+    fn an_owner_reuses_a_page_a_gup_reference_holds_as_on_the_host() {
+        let Some(guard) = host_pool() else { return };
+        let Some((filler, n)) = host_pool_with(&guard, 1) else { return };
+        let a = h_mmap(0, HP, RW, PRIVATE_HUGE, -1, 0).unwrap();
+        // SAFETY: the mapping just made; the child of `h_fork_waiting`
+        // exits without touching it; the pipe holds the spliced page.
+        let host = unsafe {
+            std::ptr::write_volatile(a as *mut u64, 1);
+            reap(h_fork_waiting());
+            let mut fds = [0; 2];
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let iov = libc::iovec { iov_base: (a + PAGE) as *mut libc::c_void, iov_len: PAGE as usize };
+            assert_eq!(libc::vmsplice(fds[1], &iov, 1, 0), PAGE as isize);
+            std::ptr::write_volatile((a + PAGE) as *mut u64, 2);
+            let mut b = [0u8; 8];
+            assert_eq!(libc::read(fds[0], b.as_mut_ptr().cast(), 8), 8);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            (u64::from_le_bytes(b), pool_counters().unwrap().free)
+        };
+        h_munmap(a, HP).unwrap();
+        h_munmap(filler, n * HP).unwrap();
+
+        let phys = pool(PAGES as u64);
+        let owner = super::mm(&phys);
+        let fill = owner.mmap(0, n * HP, RW, PRIVATE_HUGE | MAP_POPULATE, None, 0).unwrap();
+        let a = owner.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&owner);
+        cpu.write_u64(a, 1).unwrap();
+        drop(owner.fork().unwrap());
+        let got = owner.get_user_pages(a + PAGE, 1, softmm::Foll::empty()).unwrap();
+        cpu.write_u64(a + PAGE, 2).unwrap();
+        let mut b = [0u8; 8];
+        got.read(0, &mut b).unwrap();
+        let soft = (u64::from_le_bytes(b), phys.huge_page_stats().free);
+        assert_eq!(host, (2, 0), "the host's own outcome changed");
+        assert_eq!(soft, host);
+        drop((got, cpu));
+        owner.munmap(fill, n * HP).unwrap();
+        drop(guard);
+    }
+
     /// An anonymous `MAP_HUGETLB` mapping at a file offset: the first
     /// access of a writable one (a write) and of a read-only one (a read),
     /// each in a child on the host: the write finds its page, the read is
