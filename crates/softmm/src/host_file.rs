@@ -16,7 +16,7 @@
 //! after the store is possible or done. Writeback clears it under the
 //! page-cache lock, then write-protects every shared mapping of the page
 //! through the file's reverse map and waits for the TLB shootdown
-//! (`page_mkclean`, `AddressSpace::page_mkclean` in `mm/msync.rs`), then
+//! (`page_mkclean`, `AddressSpace::page_mkclean` in `sys/msync.rs`), then
 //! copies the page: so only pages written since the last writeback are
 //! written again, and a store racing the writeback either lands before the
 //! copy or faults after the write-protect and leaves the page dirty (the

@@ -36,6 +36,7 @@ mod phys;
 mod pin;
 mod rmap;
 mod sync;
+mod sys;
 mod tlb;
 pub mod uapi;
 // Doctests that pin the public surface (compile_fail examples).
@@ -55,9 +56,10 @@ pub use mm::HugetlbPolicy;
 pub use mm::PinPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
-pub use mm::{AddressSpace, FaultPolicy, MapEntry, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
+pub use mm::{AddressSpace, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
+pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, ShootdownPolicy};
 // hugetlb (seed 000).

@@ -129,6 +129,18 @@ fn the_address_space_core_and_its_config_do_not_depend_on_the_fault_handler() {
 }
 
 #[test]
+fn the_address_space_core_does_not_depend_on_the_syscalls() {
+    let s = sources();
+    assert!(s.iter().any(|f| f.path == "sys/mod.rs"), "sys/mod.rs is missing");
+    assert_no_reference(
+        &s,
+        |s| s.module() == "mm",
+        "sys",
+        "the system calls sit above the core: a shared operation moves into mm/",
+    );
+}
+
+#[test]
 fn syscalls_reach_the_fault_handler_through_gup() {
     let s = sources();
     // Linux's populate_vma_page_range -> __get_user_pages: the syscalls
@@ -142,7 +154,7 @@ fn syscalls_reach_the_fault_handler_through_gup() {
     assert!(offenders.is_empty(), "{offenders:?} use the fault handler's internals instead of crate::gup");
     let gup = s.iter().find(|f| f.path == "gup.rs").expect("src/gup.rs");
     assert!(gup.code.contains("fn get_user_pages"), "gup.rs has no get_user_pages loop");
-    for caller in ["mm/mmap.rs", "mm/mprotect.rs", "mm/mremap.rs", "mm/madvise.rs"] {
+    for caller in ["sys/mmap.rs", "sys/mprotect.rs", "sys/mremap.rs", "sys/madvise.rs"] {
         let f = s.iter().find(|f| f.path == caller).unwrap_or_else(|| panic!("{caller} is missing"));
         assert!(f.names().iter().any(|n| n == "gup"), "{caller} does not populate through crate::gup");
     }

@@ -13,25 +13,13 @@
 //!   held; that is safe because a CPU that blocks on a PTE lock or on
 //!   `mmap_lock` is quiescent.
 
-mod access_remote;
 pub(crate) mod anon_rmap;
-mod brk;
 pub(crate) mod commit;
 mod config;
-mod fork;
 mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
-mod layout;
-mod madvise;
-mod maps;
-mod mempolicy;
-mod mincore;
-mod mmap;
-mod move_pages;
-mod mprotect;
-mod mremap;
-mod msync;
+pub(crate) mod layout;
 mod stack;
 mod unmap;
 #[cfg(all(test, loom))]
@@ -46,7 +34,6 @@ use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard
 
 pub use commit::{Overcommit, OvercommitMode};
 pub use config::{FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
-pub use maps::MapEntry;
 pub use unmap::UnmapStats;
 
 use crate::file::{Inode, Mapper};

@@ -11,7 +11,7 @@ use crate::vma::VmFlags;
 use crate::vma::Vma;
 use crate::Errno;
 
-use super::{AddressSpace, MmState, MmuGather};
+use crate::mm::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
     /// `fork()`'s `dup_mmap`: a child with the same mappings. Private pages
@@ -88,7 +88,7 @@ impl AddressSpace {
             }
             if v.flags.contains(VmFlags::ACCOUNT) {
                 // dup_mmap charges the child's copy; the child's exit returns it.
-                self.phys.vm_enough_memory(v.pages(), || super::commit::total_vm(&st.vmas))?;
+                self.phys.vm_enough_memory(v.pages(), || crate::mm::commit::total_vm(&st.vmas))?;
             }
             let wipe = v.flags.contains(VmFlags::WIPEONFORK);
             let anon = match v.anon_vma.get() {

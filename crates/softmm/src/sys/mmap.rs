@@ -9,9 +9,9 @@ use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use super::commit::{accounted_pages, total_vm};
-use super::layout::{get_unmapped_area, AreaFlags, AreaKind};
-use super::{AddressSpace, MmState, MmuGather, OvercommitMode};
+use crate::mm::commit::{accounted_pages, total_vm};
+use crate::mm::layout::{get_unmapped_area, AreaFlags, AreaKind};
+use crate::mm::{AddressSpace, MmState, MmuGather, OvercommitMode};
 
 /// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
 const MAP_ABOVE4G: i32 = 0x80;
@@ -245,7 +245,7 @@ impl AddressSpace {
         if flags & MAP_LOCKED != 0 && !self.config.can_do_mlock() {
             return Err(Errno::Perm);
         }
-        if !self.config.mlock_future_ok(vm_flags, len, || super::commit::locked_vm(&st.vmas)) {
+        if !self.config.mlock_future_ok(vm_flags, len, || crate::mm::commit::locked_vm(&st.vmas)) {
             return Err(Errno::Again);
         }
         if backing != Backing::Anon {

@@ -9,8 +9,8 @@ use crate::vma::VmFlags;
 use crate::vma::{anon_compatible, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use super::commit::total_vm;
-use super::{AddressSpace, MmState, MmuGather};
+use crate::mm::commit::total_vm;
+use crate::mm::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
     /// `mprotect(addr, len, prot)`.

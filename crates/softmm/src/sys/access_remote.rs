@@ -60,7 +60,7 @@ use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SIZE;
 
-use super::AddressSpace;
+use crate::mm::AddressSpace;
 
 /// The two directions of a copy.
 enum Buf<'b> {

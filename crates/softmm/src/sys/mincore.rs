@@ -4,7 +4,7 @@ use crate::error::{Errno, Result};
 use crate::vma::VmFlags;
 use crate::PAGE_SIZE;
 
-use super::AddressSpace;
+use crate::mm::AddressSpace;
 
 /// Pages reported per round under `mmap_lock` (Linux: one page of results).
 const PAGES_PER_ROUND: u64 = PAGE_SIZE;

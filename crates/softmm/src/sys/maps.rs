@@ -5,7 +5,7 @@ use std::fmt::Write;
 use crate::vma::VmFlags;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 
-use super::AddressSpace;
+use crate::mm::AddressSpace;
 
 /// One line of `/proc/pid/maps`, with the smaps `Rss` of the mapping. More
 /// smaps fields may come: read the fields, never build one.

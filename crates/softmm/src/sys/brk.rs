@@ -4,9 +4,9 @@ use crate::vma::VmFlags;
 use crate::vma::Vma;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use super::commit::total_vm;
 use super::mmap::accountable;
-use super::{AddressSpace, MmuGather};
+use crate::mm::commit::total_vm;
+use crate::mm::{AddressSpace, MmuGather};
 
 impl AddressSpace {
     /// `brk(addr)`: moves the end of the heap and returns the new break, or

@@ -9,7 +9,7 @@ use crate::uapi::*;
 use crate::vma::VmFlags;
 use crate::{page_align, PAGE_SIZE};
 
-use super::{AddressSpace, MmuGather};
+use crate::mm::{AddressSpace, MmuGather};
 use crate::sync::Ordering;
 use crate::vma::{Vma, VmaTree};
 use std::sync::Arc;
@@ -226,10 +226,10 @@ impl AddressSpace {
     /// an unmapped part makes the result `ENOMEM` after the visits.
     fn walk_vmas(
         &self,
-        st: &mut super::MmState,
+        st: &mut crate::mm::MmState,
         start: u64,
         end: u64,
-        mut visit: impl FnMut(&Self, &mut super::MmState, &Arc<Vma>, u64, u64) -> Result<()>,
+        mut visit: impl FnMut(&Self, &mut crate::mm::MmState, &Arc<Vma>, u64, u64) -> Result<()>,
     ) -> Result<()> {
         let mut walk = VmaWalk { next: start, end, unmapped: false };
         while let Some((vma, a, stop)) = walk.step(&st.vmas)? {
@@ -241,7 +241,7 @@ impl AddressSpace {
     /// [`Self::walk_vmas`] under `mmap_lock` held for read.
     fn walk_vmas_read(
         &self,
-        st: &super::MmState,
+        st: &crate::mm::MmState,
         start: u64,
         end: u64,
         mut visit: impl FnMut(&Self, &Arc<Vma>, u64, u64) -> Result<()>,

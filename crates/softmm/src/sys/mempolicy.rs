@@ -12,7 +12,7 @@ use crate::phys::{NodeMask, Placement};
 use crate::vma::{anon_compatible, VmFlags, Vma};
 use crate::{page_align, PAGE_SIZE};
 
-use super::{AddressSpace, MmState};
+use crate::mm::{AddressSpace, MmState};
 
 /// The start of the page after the one holding `a`: a hugetlb VMA's pages
 /// are 2 MiB, so its page is looked at (and counted) once, as Linux's

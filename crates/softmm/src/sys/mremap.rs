@@ -6,9 +6,9 @@ use crate::vma::VmFlags;
 use crate::vma::{Vma, VmaTree};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use super::commit::{locked_vm, total_vm};
-use super::layout::{get_unmapped_area, AreaFlags, AreaKind};
-use super::{AddressSpace, MmState, MmuGather};
+use crate::mm::commit::{locked_vm, total_vm};
+use crate::mm::layout::{get_unmapped_area, AreaFlags, AreaKind};
+use crate::mm::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
     /// `mremap(old_addr, old_len, new_len, flags, new_addr)`; returns the new address.

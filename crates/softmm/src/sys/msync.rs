@@ -15,7 +15,7 @@ use crate::uapi::{MS_ASYNC, MS_INVALIDATE, MS_SYNC};
 use crate::vma::VmFlags;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 
-use super::AddressSpace;
+use crate::mm::AddressSpace;
 
 impl AddressSpace {
     /// Linux's `msync(start, len, flags)`, in its order of checks: `EINVAL`

@@ -11,7 +11,7 @@ use crate::phys::{Placement, PG_ANON, PG_FILE, PG_ISOLATED};
 use crate::sync::Ordering;
 use crate::PAGE_SIZE;
 
-use super::AddressSpace;
+use crate::mm::AddressSpace;
 
 impl AddressSpace {
     /// `move_pages(pid, count, pages, nodes, status, flags)` on this

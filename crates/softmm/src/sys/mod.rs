@@ -1,0 +1,31 @@
+//! The system calls of an address space, one file per family, each an
+//! `impl AddressSpace` block over the core in `mm/` (as Asterinas's
+//! `vmar_impls/` over its `Vmar`): `mmap` (`mmap.rs`), `mprotect`,
+//! `mremap`, `madvise` (and `MADV_GUARD_*`), `brk`, `mincore`, `msync`,
+//! the NUMA policy calls (`set_mempolicy`, `mbind`, `migrate_pages(2)`,
+//! `get_mempolicy`: `mempolicy.rs`), `move_pages`, `fork`, the
+//! `/proc/pid/maps` view (`maps.rs`) and forced remote access
+//! (`access_remote.rs`: `access_remote_vm`, `/proc/pid/mem`). `munmap`
+//! stays with its policies in `mm/unmap.rs` for now, as its zap is the
+//! core's.
+//!
+//! A system call takes `mmap_lock` (or runs lock-free where its policy
+//! says), checks its arguments as Linux does before changing anything, and
+//! calls the core's page-table-level operations (zap, change_protection,
+//! move_ptes, split) and the features (`fault`, `gup`, `hugetlb`,
+//! `migrate`, `pin`) below it.
+
+mod access_remote;
+mod brk;
+mod fork;
+mod madvise;
+mod maps;
+mod mempolicy;
+mod mincore;
+mod mmap;
+mod move_pages;
+mod mprotect;
+mod mremap;
+mod msync;
+
+pub use maps::MapEntry;
