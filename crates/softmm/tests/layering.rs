@@ -2,10 +2,11 @@
 //!
 //! softmm's modules form layers (docs/architecture.md, "Layers"): `sync` and
 //! `access` at the bottom, then `phys`, `pgtable` and `tlb`, then `file` and
-//! `vma`, then the address space (`mm`) with its syscalls, `gup` and the
-//! fault handler (`fault`), and `cpu` on top. Two cycles are by design: the
-//! syscalls and `gup` call the fault handler, and the handler grows a stack
-//! (a change of the VMA tree, which is `mm`'s). Every other upward reference
+//! `vma`, then the address space core (`mm`), `populate` and the fault
+//! handler (`fault`), the system calls (`sys`) over them, and `cpu` on top.
+//! Two cycles are by design: the syscalls and `populate` call the fault
+//! handler, and the handler grows a stack (a change of the VMA tree, which
+//! is `mm`'s). Every other upward reference
 //! is an accident this test refuses, with the rule that replaces it.
 //!
 //! Only code counts: comments and the unit-test module at the end of a file
@@ -141,22 +142,22 @@ fn the_address_space_core_does_not_depend_on_the_syscalls() {
 }
 
 #[test]
-fn syscalls_reach_the_fault_handler_through_gup() {
+fn syscalls_reach_the_fault_handler_through_populate() {
     let s = sources();
     // Linux's populate_vma_page_range -> __get_user_pages: the syscalls
-    // fault pages in through gup, never through the handler's internals.
+    // fault pages in through populate, never through the handler's internals.
     let inside = |f: &Source| f.module() == "fault";
     let offenders: Vec<&str> = s
         .iter()
         .filter(|f| !inside(f) && ["handle_vma_fault", "FaultCtx", "fault::handler"].iter().any(|w| f.code.contains(w)))
         .map(|f| f.path.as_str())
         .collect();
-    assert!(offenders.is_empty(), "{offenders:?} use the fault handler's internals instead of crate::gup");
-    let gup = s.iter().find(|f| f.path == "gup.rs").expect("src/gup.rs");
-    assert!(gup.code.contains("fn get_user_pages"), "gup.rs has no get_user_pages loop");
+    assert!(offenders.is_empty(), "{offenders:?} use the fault handler's internals instead of crate::populate");
+    let populate = s.iter().find(|f| f.path == "populate.rs").expect("src/populate.rs");
+    assert!(populate.code.contains("fn get_user_pages"), "populate.rs has no get_user_pages loop");
     for caller in ["sys/mmap.rs", "sys/mprotect.rs", "sys/mremap.rs", "sys/madvise.rs"] {
         let f = s.iter().find(|f| f.path == caller).unwrap_or_else(|| panic!("{caller} is missing"));
-        assert!(f.names().iter().any(|n| n == "gup"), "{caller} does not populate through crate::gup");
+        assert!(f.names().iter().any(|n| n == "populate"), "{caller} does not populate through crate::populate");
     }
 }
 

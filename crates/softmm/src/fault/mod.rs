@@ -149,7 +149,7 @@ impl AddressSpace {
 
     /// Linux's `handle_mm_fault` for a caller that holds `mmap_lock` (for
     /// read or write) and found `vma` at `addr`: resolves the fault on the
-    /// locked path, which never aborts. For `get_user_pages` (`crate::gup`).
+    /// locked path, which never aborts. For `get_user_pages` (`crate::populate`).
     pub(crate) fn handle_mm_fault(&self, vma: &Vma, addr: u64, access: Access) -> Result<(), Fault> {
         mmap_lock::locked(self, vma, addr, access)
     }

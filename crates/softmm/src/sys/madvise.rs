@@ -2,9 +2,9 @@
 
 use crate::error::{Errno, Result};
 use crate::fault::Access;
-use crate::gup;
 use crate::pgtable::{Pte, PMD_SIZE};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
+use crate::populate;
 use crate::uapi::*;
 use crate::vma::VmFlags;
 use crate::{page_align, PAGE_SIZE};
@@ -121,7 +121,7 @@ impl AddressSpace {
         }
         match advice {
             MADV_POPULATE_READ | MADV_POPULATE_WRITE => {
-                return crate::gup::faultin_page_range(self, addr, end, advice == MADV_POPULATE_WRITE)
+                return crate::populate::faultin_page_range(self, addr, end, advice == MADV_POPULATE_WRITE)
             }
             MADV_REMOVE => return self.madvise_remove(addr, end),
             _ => {}
@@ -398,7 +398,7 @@ impl AddressSpace {
         let mut block = hstart;
         while block < hend {
             if vma.flags.contains(VmFlags::WRITE) && self.block_collapsible(block) {
-                gup::get_user_pages(self, vma, block, block + pmd, Access::Write).map_err(|_| Errno::NoMem)?;
+                populate::get_user_pages(self, vma, block, block + pmd, Access::Write).map_err(|_| Errno::NoMem)?;
             } else {
                 res = Err(Errno::Inval);
             }

@@ -168,7 +168,7 @@ impl AddressSpace {
         let (addr, populate) = self.do_mmap(addr, len, prot, flags, file, backing, offset >> PAGE_SHIFT)?;
         if let Some(len) = populate {
             // Linux's mm_populate: after mmap_lock is dropped; errors ignored.
-            crate::gup::mm_populate(self, addr, addr + len);
+            crate::populate::mm_populate(self, addr, addr + len);
         }
         Ok(addr)
     }

@@ -61,7 +61,7 @@ impl AddressSpace {
         // in for write, so it gets its own pages as mlock promised (Linux
         // does it under the lock; faults here take it for read).
         for (start, end) in populate {
-            crate::gup::mm_populate(self, start, end);
+            crate::populate::mm_populate(self, start, end);
         }
         res
     }

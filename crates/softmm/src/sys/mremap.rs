@@ -88,7 +88,7 @@ impl AddressSpace {
             let grown =
                 new_len > old_len && self.read_lock().vmas.find(a).is_some_and(|v| v.flags.contains(VmFlags::LOCKED));
             if grown {
-                crate::gup::mm_populate(self, a + old_len, a + new_len);
+                crate::populate::mm_populate(self, a + old_len, a + new_len);
             }
         }
         res

@@ -7,7 +7,7 @@
 //! faults the pages in one by one through the fault handler's locked path,
 //! with `mmap_lock` held for read.
 //!
-//! Layering: the syscalls (`crate::mm`) call this module, and this module
+//! Layering: the syscalls (`crate::sys`) call this module, and this module
 //! calls the fault handler (`crate::fault`); the handler never calls back.
 
 use crate::error::{Errno, Fault, Result};
