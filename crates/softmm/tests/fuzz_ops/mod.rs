@@ -853,6 +853,10 @@ impl World<'_> {
         if fl & MAP_LOCKED != 0 {
             pflags |= vm::LOCKED;
         }
+        if ty == MAP_DROPPABLE {
+            // Wiped in a forked child.
+            pflags |= vm::DROPPABLE | vm::WIPEONFORK;
+        }
         let kind = |obj: usize, shared: bool, i: u64| Kind::Obj { shared, obj, idx: i };
         let shared = matches!(ty, MAP_SHARED | MAP_SHARED_VALIDATE);
         let mut kinds: Vec<Kind> = Vec::new();
@@ -1095,15 +1099,18 @@ impl World<'_> {
             }
             Err(e) => Err(e),
         };
-        self.model.ases[a] = before;
+        // A failed call keeps what it did before failing (a fixed move's
+        // unmapped target), as `predict_mremap` left it.
         ensure!(r == want.map(|()| 0), "{line}: model {want:?}");
         Ok(line)
     }
 
-    /// Linux 6.17's `mremap`, applied to the model on success; returns the
-    /// new address and, for a result too large to model, the pages to unmap
-    /// again on softmm (already unmapped in the model). VMA boundaries come
-    /// from softmm's `maps` before the call.
+    /// Linux 6.17's `mremap`, applied to the model; returns the new address
+    /// and, for a result too large to model, the pages to unmap again on
+    /// softmm (already unmapped in the model). A failure leaves the model as
+    /// Linux leaves the address space (a fixed move unmaps its target before
+    /// the checks that follow). VMA boundaries come from softmm's `maps`
+    /// before the call.
     #[allow(clippy::too_many_arguments)]
     fn predict_mremap(
         &mut self,
@@ -1181,6 +1188,7 @@ impl World<'_> {
             }
             let mut o = o;
             if n < o {
+                shrink_tail(task, addr, new, old)?;
                 self.model.unmap(a, src + n, o - n);
                 o = n;
             }
@@ -1192,6 +1200,7 @@ impl World<'_> {
             return Ok((addr, None));
         }
         if n < o {
+            shrink_tail(task, addr, new, old)?;
             self.model.unmap(a, src + n, o - n);
             return Ok((addr, None));
         }
@@ -1493,6 +1502,17 @@ const LEGACY_MAP_MASK: i32 = MAP_SHARED
     | MAP_NONBLOCK
     | MAP_STACK
     | MAP_HUGETLB;
+
+/// `shrink_vma`'s `do_vmi_munmap(addr + new, old - new)`: `EINVAL` for a
+/// tail that starts or ends past `task` (the start wraps as Linux's unsigned
+/// sum does), however little of it is mapped.
+fn shrink_tail(task: u64, addr: u64, new: u64, old: u64) -> Result<(), Errno> {
+    let start = addr.wrapping_add(new);
+    if start > task || old - new > task - start {
+        return Err(Errno::Inval);
+    }
+    Ok(())
+}
 
 fn len_val(l: Len) -> u64 {
     match l {

@@ -196,6 +196,9 @@ pub mod vm {
     pub const WIPEONFORK: u8 = 4;
     /// Opened read-only and mapped shared: `mprotect` may not add write (`VM_MAYWRITE` clear).
     pub const NOMAYWRITE: u8 = 8;
+    /// `VM_DROPPABLE` (`MAP_DROPPABLE`, which also sets `VM_WIPEONFORK`):
+    /// `MADV_KEEPONFORK` and `MADV_DODUMP` refuse it.
+    pub const DROPPABLE: u8 = 16;
 }
 
 /// A mapped page.
