@@ -245,8 +245,13 @@ pub struct Model {
 }
 
 impl Model {
-    /// The signal an access to `va` raises, if any.
+    /// The signal an access to `va` raises, if any: x86-64's general
+    /// protection fault (`SI_KERNEL`, address 0) for a non-canonical
+    /// address, `SEGV_MAPERR` for an unmapped one (the kernel half included).
     pub fn fault(&self, a: usize, va: u64, write: bool) -> Option<Fault> {
+        if !matches!((va as i64) >> 47, 0 | -1) {
+            return Some(Fault::Segv { addr: 0, code: SegvCode::Kernel });
+        }
         let Some(p) = self.ases[a].pages.get(&(va / PG)) else {
             return Some(Fault::Segv { addr: va, code: SegvCode::MapErr });
         };
