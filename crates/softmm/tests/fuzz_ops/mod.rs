@@ -48,6 +48,8 @@
 #[path = "../model/reference.rs"]
 pub mod reference;
 
+pub mod huge;
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 
