@@ -29,7 +29,7 @@
 //! - skipped, outside the model: anonymous `MAP_HUGETLB` (this arena has no
 //!   pool; the `hugetlb` target, `huge.rs`, covers hugetlb), `MAP_GROWSDOWN`
 //!   (stack growth on access is not modelled: the bit is cleared),
-//!   `MADV_GUARD_*`, `MADV_HWPOISON`, `MADV_SOFT_OFFLINE`;
+//!   `MADV_HWPOISON`, `MADV_SOFT_OFFLINE` (privileged);
 //! - bounded for speed: `MAP_POPULATE`/`MAP_LOCKED` are cleared and
 //!   `MADV_POPULATE_*`/`WILLNEED` skipped on ranges over 256 KiB; a mapping
 //!   (or growth) of more than `MAX_MODEL_PAGES` that succeeds is compared
@@ -248,7 +248,7 @@ pub enum Advice {
 }
 
 /// Advice values: every one Linux knows that the model handles, plus a few it does not.
-pub const ADVICES: [i32; 24] = [
+pub const ADVICES: [i32; 26] = [
     MADV_NORMAL,
     MADV_RANDOM,
     MADV_SEQUENTIAL,
@@ -273,6 +273,8 @@ pub const ADVICES: [i32; 24] = [
     MADV_DONTNEED_LOCKED,
     MADV_COLLAPSE,
     MADV_DONTNEED,
+    MADV_GUARD_INSTALL,
+    MADV_GUARD_REMOVE,
 ];
 
 /// One operation.
@@ -1146,7 +1148,8 @@ impl World<'_> {
             for &p in &pages {
                 let mp = if dontunmap {
                     let mp = self.model.ases[a].pages[&p].clone();
-                    self.model.ases[a].pages.get_mut(&p).expect("mapped").cow = None;
+                    let left = self.model.ases[a].pages.get_mut(&p).expect("mapped");
+                    (left.cow, left.guard) = (None, false);
                     mp
                 } else {
                     self.model.ases[a].pages.remove(&p).expect("mapped")
@@ -1229,7 +1232,7 @@ impl World<'_> {
         if o == 0 {
             let first = m.ases[a].pages[&src].clone();
             for j in 0..n.min(MAX_MODEL_PAGES + 1) {
-                let mut p = MPage { cow: None, ..first.clone() };
+                let mut p = MPage { cow: None, guard: false, ..first.clone() };
                 if let Kind::Obj { idx, .. } = &mut p.kind {
                     *idx += j;
                 }
@@ -1238,7 +1241,8 @@ impl World<'_> {
             return;
         }
         let left: Vec<(u64, MPage)> = if dontunmap {
-            (src..src + o).map(|pg| (pg, MPage { cow: None, ..m.ases[a].pages[&pg].clone() })).collect()
+            // The source keeps its VMA, but its entries (markers too) moved.
+            (src..src + o).map(|pg| (pg, MPage { cow: None, guard: false, ..m.ases[a].pages[&pg].clone() })).collect()
         } else {
             Vec::new()
         };
@@ -1260,8 +1264,8 @@ impl World<'_> {
             Advice::Raw(v) => v,
         };
         let line = format!("as{a} madvise({addr:#x}, {len:#x}, {advice})");
-        if matches!(advice, 100..=103) {
-            return Ok(line + ": guard/poison advice, skipped (outside the model)");
+        if matches!(advice, 100 | 101) {
+            return Ok(line + ": poison advice, skipped (outside the model)");
         }
         let alen = page_align(len);
         let range_ok = addr % PG == 0 && !(len != 0 && alen == 0) && addr.checked_add(alen).is_some();
@@ -1317,9 +1321,13 @@ impl World<'_> {
             let write = advice == MADV_POPULATE_WRITE;
             for k in pg..pg + n {
                 let Some(p) = m.ases[a].pages.get(&k) else { return Err(Errno::NoMem) };
-                // Linux 6.18 (seen on the host): a permission failure is EINVAL, SIGBUS is EFAULT.
+                // Linux 6.18 (seen on the host): a permission failure is EINVAL,
+                // SIGBUS and a guard marker's SIGSEGV are EFAULT.
                 if (write && !p.prot.writable()) || (!write && !p.prot.has_read()) {
                     return Err(Errno::Inval);
+                }
+                if p.guard {
+                    return Err(Errno::Fault);
                 }
                 if let Kind::Obj { obj, idx, .. } = p.kind {
                     if p.cow.is_none() && idx >= m.objs[obj].pages() {
@@ -1363,6 +1371,16 @@ impl World<'_> {
                 // A droppable mapping stays wiped on fork and out of dumps.
                 MADV_KEEPONFORK | MADV_DODUMP if p.flags & vm::DROPPABLE != 0 => return Err(Errno::Inval),
                 MADV_KEEPONFORK => p.flags &= !vm::WIPEONFORK,
+                // madvise_guard_install: not on a locked VMA; the page is
+                // zapped (a private copy is lost) and its entry marked.
+                MADV_GUARD_INSTALL if locked => return Err(Errno::Inval),
+                MADV_GUARD_INSTALL => {
+                    if p.private() {
+                        p.cow = None;
+                    }
+                    p.guard = true;
+                }
+                MADV_GUARD_REMOVE => p.guard = false,
                 _ => {} // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, (UN)MERGEABLE, (NO)HUGEPAGE, DONTDUMP, DODUMP, COLLAPSE
             }
         }

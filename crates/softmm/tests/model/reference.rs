@@ -212,12 +212,17 @@ pub struct MPage {
     pub cow: Option<Box<[u8]>>,
     /// [`vm`] flags.
     pub flags: u8,
+    /// A guard marker (`MADV_GUARD_INSTALL`) is in its page-table entry: an
+    /// access raises `SIGSEGV` (`SEGV_MAPERR`); `MADV_DONTNEED`, `MADV_FREE`,
+    /// a hole punch and truncation keep it, `fork` copies it (not into a
+    /// `VM_WIPEONFORK` VMA), `mremap` moves it, unmapping drops it.
+    pub guard: bool,
 }
 
 impl MPage {
     /// A fresh page: no private copy, no flags.
     pub fn new(prot: Prot, kind: Kind) -> MPage {
-        MPage { prot, kind, cow: None, flags: 0 }
+        MPage { prot, kind, cow: None, flags: 0, guard: false }
     }
 
     /// Private (a write makes a copy).
@@ -258,6 +263,10 @@ impl Model {
         let allowed = if write { p.prot.writable() } else { p.prot.readable() };
         if !allowed {
             return Some(Fault::Segv { addr: va, code: SegvCode::AccErr });
+        }
+        if p.guard {
+            // handle_pte_marker: VM_FAULT_SIGSEGV, after the access check.
+            return Some(Fault::Segv { addr: va, code: SegvCode::MapErr });
         }
         if let Kind::Obj { obj, idx, .. } = p.kind {
             if p.cow.is_none() && idx >= self.objs[obj].pages() {
@@ -482,7 +491,8 @@ impl Model {
     }
 
     /// `fork`'s `dup_mmap`: the child's pages. `MADV_DONTFORK` pages are left
-    /// out, `MADV_WIPEONFORK` pages are empty, `VM_LOCKED` is not inherited.
+    /// out, `MADV_WIPEONFORK` pages are empty (their page tables are not
+    /// copied, guard markers included), `VM_LOCKED` is not inherited.
     pub fn fork(&self, a: usize) -> MAs {
         let parent = &self.ases[a];
         let pages = parent
@@ -493,6 +503,7 @@ impl Model {
                 let mut c = p.clone();
                 if p.flags & vm::WIPEONFORK != 0 {
                     c.cow = None;
+                    c.guard = false;
                 }
                 c.flags &= !vm::LOCKED;
                 (k, c)
