@@ -27,8 +27,7 @@
 //!   with `ENOMEM`; and `MADV_COLLAPSE` (which blocks collapse is not
 //!   modelled);
 //! - skipped, outside the model: anonymous `MAP_HUGETLB` (this arena has no
-//!   pool; the `hugetlb` target, `huge.rs`, covers hugetlb), `MAP_GROWSDOWN`
-//!   (stack growth on access is not modelled: the bit is cleared),
+//!   pool; the `hugetlb` target, `huge.rs`, covers hugetlb),
 //!   `MADV_HWPOISON`, `MADV_SOFT_OFFLINE` (privileged);
 //! - bounded for speed: `MAP_POPULATE`/`MAP_LOCKED` are cleared and
 //!   `MADV_POPULATE_*`/`WILLNEED` skipped on ranges over 256 KiB; a mapping
@@ -536,6 +535,65 @@ impl World<'_> {
         Ok(())
     }
 
+    /// The stack growth of an access of `len` bytes at `va`, page by page
+    /// as the access goes: the first unmapped page it reaches, before any
+    /// other fault, grows the growsdown mapping above it if it may
+    /// (`expand_downwards`).
+    fn grow_for_access(&mut self, a: usize, va: u64, len: u64, write: bool) {
+        let (mut x, end) = (va, va.saturating_add(len));
+        while x < end {
+            if !self.model.ases[a].pages.contains_key(&(x / PG)) && !self.grow_stack(a, x) {
+                return;
+            }
+            if self.model.fault(a, x, write).is_some() {
+                return;
+            }
+            let Some(next) = (x / PG + 1).checked_mul(PG) else { return };
+            x = next;
+        }
+    }
+
+    /// Linux's `expand_downwards` for a fault at `va` (unmapped, canonical
+    /// or not): the mapping above must be growsdown, the new start at or
+    /// above `mmap_min_addr`, clear of the guard gap above an accessible
+    /// mapping below, the stack within `stack_limit` and a locked one within
+    /// the memlock limit. The new pages are the mapping's, empty.
+    fn grow_stack(&mut self, a: usize, va: u64) -> bool {
+        let cfg = cfg();
+        if !matches!((va as i64) >> 47, 0 | -1) {
+            return false;
+        }
+        let pg = va / PG;
+        let pages = &self.model.ases[a].pages;
+        let Some((&next, above)) = pages.range(pg..).next() else { return false };
+        let above = above.clone();
+        if above.flags & vm::GROWSDOWN == 0 || pg * PG < cfg.mmap_min_addr.max(cfg.lsm_mmap_min_addr) {
+            return false;
+        }
+        if let Some((&prev, below)) = pages.range(..pg).next_back() {
+            if below.flags & vm::GROWSDOWN == 0 && below.prot.0 != 0 && pg - (prev + 1) < cfg.stack_guard_gap / PG {
+                return false;
+            }
+        }
+        let Some(vma) = self.vma_at(a, next * PG) else { return false };
+        if vma.end - pg * PG > cfg.stack_limit {
+            return false;
+        }
+        let grow = next - pg;
+        if above.flags & vm::LOCKED != 0 && !cfg.cap_ipc_lock {
+            let locked = self.model.ases[a].pages.values().filter(|p| p.flags & vm::LOCKED != 0).count() as u64;
+            if (locked + grow) * PG > cfg.memlock_limit {
+                return false;
+            }
+        }
+        for k in pg..next {
+            let mut p = MPage::new(above.prot, Kind::Anon);
+            p.flags = above.flags;
+            self.model.ases[a].pages.insert(k, p);
+        }
+        true
+    }
+
     /// softmm's VMA containing `addr` (the oracle for VMA boundaries).
     fn vma_at(&self, a: usize, addr: u64) -> Option<MapEntry> {
         self.real[a].mm.maps().into_iter().find(|e| e.start <= addr && addr < e.end)
@@ -622,6 +680,7 @@ impl World<'_> {
                 let va = self.addr(a, addr);
                 let len = u64::from(len % (3 * PG as u16));
                 let data = pattern(len as usize, val);
+                self.grow_for_access(a, va, len, true);
                 let want = self.model.write(a, va, &data);
                 let r = self.real[a].cpus[usize::from(cpu)].write(va, &data);
                 let line = format!("as{a}.{} write({va:#x}, {len}) = {r:?}", u8::from(cpu));
@@ -632,6 +691,7 @@ impl World<'_> {
                 let a = self.asi(asi);
                 let va = self.addr(a, addr);
                 let len = u64::from(len % (3 * PG as u16));
+                self.grow_for_access(a, va, len, false);
                 let want = self.model.read(a, va, len as usize);
                 let mut buf = vec![0; len as usize];
                 let r = self.real[a].cpus[usize::from(cpu)].read(va, &mut buf).map(|()| buf);
@@ -642,6 +702,9 @@ impl World<'_> {
             Op::FetchAdd { asi, cpu, addr, v } => {
                 let a = self.asi(asi);
                 let va = self.addr(a, addr);
+                if va % 8 == 0 {
+                    self.grow_for_access(a, va, 8, true);
+                }
                 let want = if va % 8 != 0 {
                     Err(Fault::Unaligned { addr: va })
                 } else if let Some(f) = self.model.fault(a, va, true) {
@@ -757,8 +820,6 @@ impl World<'_> {
         if flags.raw_on {
             fl |= flags.raw as i32;
         }
-        // Outside the model: stack growth.
-        fl &= !MAP_GROWSDOWN;
         let alen = page_align(len);
         if alen > MAX_POPULATE || alen == 0 {
             fl &= !(MAP_POPULATE | MAP_LOCKED);
@@ -821,6 +882,9 @@ impl World<'_> {
         let mut pflags = 0;
         if fl & MAP_LOCKED != 0 {
             pflags |= vm::LOCKED;
+        }
+        if fl & MAP_GROWSDOWN != 0 {
+            pflags |= vm::GROWSDOWN;
         }
         if ty == MAP_DROPPABLE {
             // Wiped in a forked child.
@@ -920,7 +984,7 @@ impl World<'_> {
                 return Err(Errno::NoMem);
             }
             let n = alen / PG;
-            if addr != 0 && end - alen >= addr && self.model.is_free(a, addr / PG, n) {
+            if addr != 0 && end - alen >= addr && self.model.fits(a, addr / PG, n) {
                 addr
             } else {
                 let low = begin.max(cfg.mmap_min_addr) / PG;
@@ -957,12 +1021,16 @@ impl World<'_> {
                 if !f.readable {
                     return Err(Errno::Acces);
                 }
+                if fl & MAP_GROWSDOWN != 0 {
+                    return Err(Errno::Inval);
+                }
             }
             None => match ty {
+                MAP_SHARED if fl & MAP_GROWSDOWN != 0 => return Err(Errno::Inval),
                 MAP_SHARED | MAP_PRIVATE => {}
-                // A locked droppable mapping makes no sense (stack growth is
-                // cleared by the caller, hugetlb skipped).
-                MAP_DROPPABLE if fl & MAP_LOCKED != 0 => return Err(Errno::Inval),
+                // A locked or stack area makes no sense droppable (hugetlb
+                // is skipped).
+                MAP_DROPPABLE if fl & (MAP_LOCKED | MAP_GROWSDOWN) != 0 => return Err(Errno::Inval),
                 MAP_DROPPABLE => {}
                 _ => return Err(Errno::Inval),
             },
@@ -975,6 +1043,14 @@ impl World<'_> {
         let (addr, len, prot) = (self.addr(a, addr), len_val(len), prot_val(prot));
         let r = self.real[a].mm.mprotect(addr, len, prot);
         let line = format!("as{a} mprotect({addr:#x}, {len:#x}, {prot:#x}) = {r:?}");
+        // PROT_GROWSDOWN on a growsdown VMA extends the range down to its
+        // start (the first VMA of the range, from softmm's maps).
+        let stack_start = (addr % PG == 0)
+            .then(|| self.model.mapped_in(a, addr / PG, page_align(len) / PG).first().copied())
+            .flatten()
+            .filter(|k| self.model.ases[a].pages[k].flags & vm::GROWSDOWN != 0)
+            .and_then(|k| self.vma_at(a, k * PG))
+            .map(|v| v.start / PG);
         // The model, page by page (see the module doc of reference.rs for why
         // pages suffice: every error is a property of a whole VMA).
         let want = (|| {
@@ -997,12 +1073,14 @@ impl World<'_> {
             if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM) != 0 {
                 return Err(Errno::Inval);
             }
-            let (pg, n) = (addr / PG, alen / PG);
-            // The first VMA of the range; the model has no VM_GROWSDOWN (the
-            // flag is cleared) and x86-64 no VM_GROWSUP, so either growth
-            // flag is EINVAL once a VMA is found where it must be.
+            let (mut pg, mut n) = (addr / PG, alen / PG);
+            // The first VMA of the range: with PROT_GROWSDOWN it must be a
+            // growsdown one (x86-64 has no VM_GROWSUP, so PROT_GROWSUP is
+            // EINVAL once a VMA is found where it must be).
             if grows == PROT_GROWSDOWN && !self.model.is_free(a, pg, n) {
-                return Err(Errno::Inval);
+                let start = stack_start.ok_or(Errno::Inval)?;
+                n += pg - start;
+                pg = start;
             }
             if !self.model.ases[a].pages.contains_key(&pg) {
                 return Err(Errno::NoMem);
@@ -1490,7 +1568,12 @@ impl World<'_> {
                 m.ases[a].brk = x;
                 return x;
             }
-            if !m.is_free(a, oldbrk / PG, (newbrk + PG - oldbrk) / PG) {
+            // The first mapping above the old break, up to the new one plus a
+            // page and the guard gap, must start (a growsdown one's gap
+            // included) above the new break's page.
+            let gap = cfg.stack_guard_gap / PG;
+            let first = m.ases[a].pages.range(oldbrk / PG..(newbrk + PG) / PG + gap).next();
+            if first.is_some_and(|(&pg, _)| m.gap_end(a, pg) < (newbrk + PG) / PG) {
                 return orig;
             }
             growth = newbrk - oldbrk;

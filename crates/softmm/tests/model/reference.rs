@@ -199,6 +199,9 @@ pub mod vm {
     /// `VM_DROPPABLE` (`MAP_DROPPABLE`, which also sets `VM_WIPEONFORK`):
     /// `MADV_KEEPONFORK` and `MADV_DODUMP` refuse it.
     pub const DROPPABLE: u8 = 16;
+    /// `VM_GROWSDOWN` (`MAP_GROWSDOWN`): an access below grows it, and no
+    /// mapping is placed within `stack_guard_gap` below it.
+    pub const GROWSDOWN: u8 = 32;
 }
 
 /// A mapped page.
@@ -381,30 +384,51 @@ impl Model {
         self.ases[a].pages.range(pg..pg.saturating_add(n)).map(|(&k, _)| k).collect()
     }
 
-    /// The highest free run of `n` pages within `[low, high)` (pages).
+    /// Where a free range ending at page `top` must end instead (pages):
+    /// `stack_guard_gap` below a growsdown mapping starting there or, for
+    /// the first free page above, wherever it starts (`vm_start_gap`).
+    pub fn gap_end(&self, a: usize, top: u64) -> u64 {
+        match self.ases[a].pages.range(top..).next() {
+            Some((&pg, p)) if p.flags & vm::GROWSDOWN != 0 => {
+                top.min(pg.saturating_sub(MmConfig::default().stack_guard_gap / PG))
+            }
+            _ => top,
+        }
+    }
+
+    /// `[pg, pg+n)` is free and ends clear of the guard gap of a growsdown
+    /// mapping above (a hint `get_unmapped_area` takes).
+    pub fn fits(&self, a: usize, pg: u64, n: u64) -> bool {
+        self.is_free(a, pg, n) && pg.checked_add(n).is_some_and(|e| self.gap_end(a, e) >= e)
+    }
+
+    /// The highest free run of `n` pages within `[low, high)` (pages),
+    /// clear of growsdown guard gaps.
     pub fn topdown_in(&self, a: usize, n: u64, low: u64, high: u64) -> Option<u64> {
-        let mut top = high;
+        let mut top = self.gap_end(a, high);
         for &pg in self.ases[a].pages.range(..high).rev().map(|(k, _)| k) {
             let bottom = (pg + 1).max(low);
             if top >= bottom && top - bottom >= n {
                 return Some(top - n);
             }
-            top = pg;
-            if top < low {
+            top = self.gap_end(a, pg).min(high);
+            if pg < low {
                 break;
             }
         }
         (top >= low && top - low >= n).then(|| top - n)
     }
 
-    /// The lowest free run of `n` pages within `[low, high)` (pages).
+    /// The lowest free run of `n` pages within `[low, high)` (pages), clear
+    /// of growsdown guard gaps below `high`.
     pub fn bottomup_in(&self, a: usize, n: u64, low: u64, high: u64) -> Option<u64> {
         let mut bottom = low;
         for &pg in self.ases[a].pages.range(low..high).map(|(k, _)| k) {
-            if pg >= bottom && pg - bottom >= n {
+            let top = self.gap_end(a, pg);
+            if top >= bottom && top - bottom >= n {
                 return Some(bottom);
             }
-            bottom = pg + 1;
+            bottom = bottom.max(pg + 1);
         }
         (high >= bottom && high - bottom >= n).then_some(bottom)
     }
@@ -416,16 +440,16 @@ impl Model {
         self.topdown_in(a, n, cfg.mmap_min_addr.max(PG) / PG, cfg.mmap_base / PG).expect("room")
     }
 
-    /// Linux x86-64's `get_unmapped_area` for `n` pages (not THP-aligned, no
-    /// growsdown VMAs): `fixed` returns `hint`; a free page-aligned `hint`
-    /// is honoured; else top-down below `mmap_base`, then bottom-up from
-    /// `TASK_SIZE / 3`. In pages; `None` is `ENOMEM`.
+    /// Linux x86-64's `get_unmapped_area` for `n` pages (not THP-aligned):
+    /// `fixed` returns `hint`; a free page-aligned `hint` clear of a growsdown
+    /// mapping's guard gap is honoured; else top-down below `mmap_base`,
+    /// then bottom-up from `TASK_SIZE / 3`. In pages; `None` is `ENOMEM`.
     pub fn unmapped_area(&self, a: usize, cfg: &MmConfig, hint: u64, n: u64, fixed: bool) -> Option<u64> {
         let (task, min) = (cfg.task_size / PG, cfg.mmap_min_addr / PG);
         if n > task || n > task - min {
             return None;
         }
-        let hint_fits = hint != 0 && task - n >= hint && self.is_free(a, hint, n);
+        let hint_fits = hint != 0 && task - n >= hint && self.fits(a, hint, n);
         let pick = if fixed || hint_fits {
             hint
         } else {
