@@ -21,9 +21,10 @@
 //! step says why in the log):
 //!
 //! - a pin of a private page that was migrated: softmm's migration drops
-//!   `PG_ANON_EXCLUSIVE` (Linux's migration entries keep it), so a pin must
-//!   unshare the page: for a huge page it spins forever (a known defect), a
-//!   small one it copies, so the page leaves the node it was moved to;
+//!   `PG_ANON_EXCLUSIVE` and keeps the entry writable (Linux's migration
+//!   entries keep both), so a pin, read or write, must unshare the page: a
+//!   huge one spins forever (the known defect), a small one is copied away
+//!   from the node it was moved to;
 //! - `MADV_DONTNEED` in the reservation owner of a private huge page that
 //!   something else holds too (another process since `fork`, or a pin): Linux
 //!   marks the page to give its reservation back when it is freed
@@ -35,25 +36,30 @@
 //!   period have run (shared hugetlb memory is released only then after
 //!   `munmap`, a known defect), so that a lag is not reported as a leak.
 //!
-//! Three classes are relaxed for open softmm defects: a hugetlb page for an
-//! `MPOL_BIND` mapping (a fault, or `fork`'s copy of a pinned page) comes
-//! from another node when the mask's nodes have none free, where Linux's
-//! `dequeue_hugetlb_folio_nodemask` keeps to the mask and the fault is
-//! `SIGBUS` (`tests/fuzz_findings.rs`
-//! `a_hugetlb_fault_under_mpol_bind_takes_no_page_outside_the_mask`); the
-//! model follows softmm there. And `mbind` keeps the source of a huge page
-//! it moved until the call ends, where Linux's `unmap_and_move_huge_page`
-//! gives it back to the pool at once, so a later huge page of the same call
-//! finds no page to move to (`ENOMEM`, which ends the migration) where on
-//! Linux it moves (`tests/fuzz_findings.rs`
-//! `mbind_gives_a_moved_huge_pages_source_back_before_the_next`); the model
-//! keeps the source too. And a read pin in the reservation owner of a
-//! private huge page it shares with a child since `fork`, with no free
-//! unreserved page for the copy, is `EFAULT`, where Linux's `hugetlb_wp`
-//! unshares as it copies on write: the owner takes the page from the
-//! children (`unmap_ref_private`) and pins it (`tests/fuzz_findings.rs`
-//! `an_owners_read_pin_takes_a_shared_huge_page_back_from_the_child`); the
-//! model fails the pin too.
+//! Four classes are relaxed for open softmm defects, each kept as an
+//! ignored test in `tests/fuzz_findings.rs`; the model follows softmm there:
+//!
+//! - a hugetlb page for an `MPOL_BIND` mapping (a fault, or `fork`'s copy of
+//!   a pinned page) comes from another node when the mask's nodes have none
+//!   free, where Linux's `dequeue_hugetlb_folio_nodemask` keeps to the mask
+//!   and the fault is `SIGBUS`
+//!   (`a_hugetlb_fault_under_mpol_bind_takes_no_page_outside_the_mask`);
+//! - `mbind` keeps the source of a huge page it moved until the call ends,
+//!   where Linux's `unmap_and_move_huge_page` gives it back to the pool at
+//!   once, so a later huge page of the same call finds no page to move to
+//!   (`ENOMEM`, which ends the migration) where on Linux it moves
+//!   (`mbind_gives_a_moved_huge_pages_source_back_before_the_next`);
+//! - a read pin in the reservation owner of a private huge page it shares
+//!   with a child since `fork`, with no free unreserved page for the copy,
+//!   is `EFAULT`, where Linux's `hugetlb_wp` unshares as it copies on
+//!   write: the owner takes the page from the children
+//!   (`unmap_ref_private`) and pins it
+//!   (`an_owners_read_pin_takes_a_shared_huge_page_back_from_the_child`);
+//! - a read pin of a small private page that is not exclusive (shared since
+//!   `fork`) always copies it, where Linux's unshare reuses a page whose
+//!   one reference is the entry (`wp_can_reuse_anon_folio`), so the page
+//!   stays where it is
+//!   (`a_read_pin_of_a_page_only_this_process_holds_reuses_it`).
 //!
 //! Small pages have no zero-page model: `move_pages` on a small page never
 //! written may say `-EFAULT` (the zero page) or `-ENOENT` (nothing mapped).
@@ -177,6 +183,10 @@ struct MPage {
     /// A private page that moved to another node (and lost
     /// `PG_ANON_EXCLUSIVE` in softmm).
     migrated: bool,
+    /// A small page's `PG_ANON_EXCLUSIVE`: set where it is allocated or
+    /// reused by a write, cleared by `fork` sharing it (Linux's migration
+    /// keeps it).
+    excl: bool,
 }
 
 /// The pseudo-file of one hugetlb `mmap` (`/anon_hugepage`): for a shared
@@ -310,7 +320,7 @@ impl Model {
     fn new_page(&mut self, huge: bool, node: usize, data: BTreeMap<u64, u64>) -> usize {
         let id = self.next_page;
         self.next_page += 1;
-        let p = MPage { huge, data, node, pins: 0, in_file: false, restore: false, migrated: false };
+        let p = MPage { huge, data, node, pins: 0, in_file: false, restore: false, migrated: false, excl: true };
         self.pages.insert(id, p);
         id
     }
@@ -368,7 +378,23 @@ impl Model {
         let s = self.ases[a][&va].clone();
         match s.page {
             Some(p) => {
-                if !(write || unshare) || s.shared || self.mapcount(p) == 1 {
+                if !(write || unshare) || s.shared {
+                    return Ok(());
+                }
+                // A small page: a write reuses a page only this entry holds
+                // (`wp_can_reuse_anon_folio`); softmm's unshare for a read pin
+                // always copies a page that is not exclusive (an open defect,
+                // see the module doc). A huge page: reused if only this entry
+                // maps it (`hugetlb_wp`).
+                let pg = &self.pages[&p];
+                let reuse = if s.huge {
+                    self.mapcount(p) == 1
+                } else {
+                    // An exclusive page is mapped writable: no fault at all.
+                    pg.excl || (write && self.mapcount(p) == 1 && pg.pins == 0)
+                };
+                if reuse {
+                    self.pages.get_mut(&p).expect("page").excl = true;
                     return Ok(());
                 }
                 // Copy on write (or unshare): never from a reservation.
@@ -391,7 +417,7 @@ impl Model {
                 for b in 0..self.ases.len() {
                     let hits: Vec<u64> = self.ases[b]
                         .iter()
-                        .filter(|(&v, t)| !(b == a && v == va) && t.page == Some(p) && !t.owner && !t.shared)
+                        .filter(|(&v, t)| (b, v) != (a, va) && t.page == Some(p) && !t.owner && !t.shared)
                         .map(|(&v, _)| v)
                         .collect();
                     for v in hits {
@@ -888,6 +914,7 @@ impl World<'_> {
         // is shared; shared mappings are not copied.
         let mut child = BTreeMap::new();
         let mut copies = Vec::new();
+        let mut shared = Vec::new();
         let mut want = Ok(());
         let parent: Vec<(u64, Slot)> = self.m.ases[a].iter().map(|(&v, s)| (v, s.clone())).collect();
         for (va, s) in parent {
@@ -905,6 +932,8 @@ impl World<'_> {
                     let q = self.m.new_page(s.huge, node, data);
                     copies.push(q);
                     c.page = Some(q);
+                } else {
+                    shared.push(p);
                 }
             }
             child.insert(va, c);
@@ -917,6 +946,9 @@ impl World<'_> {
         }
         match (r, want) {
             (Ok(mm), Ok(())) => {
+                for p in shared {
+                    self.m.pages.get_mut(&p).expect("page").excl = false;
+                }
                 let real = Real { cpus: [Cpu::attached(&mm), Cpu::attached(&mm)], mm };
                 let c = if self.real.len() < MAX_AS {
                     self.real.push(real);
@@ -956,9 +988,7 @@ impl World<'_> {
             if let Some(k) = self.m.slot_of(a, x) {
                 let s = &self.m.ases[a][&k];
                 if self.skip_known && !s.shared && s.page.is_some_and(|p| self.m.pages[&p].migrated) {
-                    return Ok(
-                        line + ": a migrated private page, skipped (known defect: exclusivity lost in migration)"
-                    );
+                    return Ok(line + ": a migrated private page, skipped (known defect: exclusivity lost)");
                 }
             }
         }
@@ -979,7 +1009,10 @@ impl World<'_> {
                 continue;
             }
             done = Some(k);
-            let unshare = !write && self.m.ases[a][&k].page.is_some_and(|p| self.m.mapcount(p) > 1);
+            let s = &self.m.ases[a][&k];
+            let unshare = !write
+                && !s.shared
+                && s.page.is_some_and(|p| if s.huge { self.m.mapcount(p) > 1 } else { !self.m.pages[&p].excl });
             if self.m.fault(a, k, write, unshare, &bounds).is_err() {
                 want = Err(Errno::Fault);
                 break;
