@@ -16,9 +16,10 @@
 //! back to the arena and every huge page back to the pool with no
 //! reservation left.
 //!
-//! Where the model is stricter than softmm on purpose, or a known softmm
-//! defect would be found again and again, the input class is skipped (the
-//! step says why in the log):
+//! Where a known softmm defect would be found again and again, the input
+//! class is skipped (the step says why in the log; `run_with` can run it
+//! all the same, for the inputs kept in `fuzz/regressions/hugetlb/`), or a
+//! count compared late:
 //!
 //! - a pin of a private page that was migrated: softmm's migration drops
 //!   `PG_ANON_EXCLUSIVE` and keeps the entry writable (Linux's migration

@@ -553,8 +553,8 @@ impl World<'_> {
         }
     }
 
-    /// Linux's `expand_downwards` for a fault at `va` (unmapped, canonical
-    /// or not): the mapping above must be growsdown, the new start at or
+    /// Linux's `expand_downwards` for a fault at `va` (an unmapped page):
+    /// the address must be canonical, the mapping above growsdown, the new start at or
     /// above `mmap_min_addr`, clear of the guard gap above an accessible
     /// mapping below, the stack within `stack_limit` and a locked one within
     /// the memlock limit. The new pages are the mapping's, empty.
