@@ -696,7 +696,7 @@ impl World<'_> {
                 let mut buf = vec![0; len as usize];
                 let r = self.real[a].cpus[usize::from(cpu)].read(va, &mut buf).map(|()| buf);
                 let line = format!("as{a}.{} read({va:#x}, {len}) = {:?}", u8::from(cpu), r.as_ref().map(|_| ()));
-                ensure!(r == want, "{line}: model {:?}", want.as_ref().map(|_| ()));
+                ensure!(r == want, "{line}: {}", reference::describe_difference(&r, &want));
                 Ok(line)
             }
             Op::FetchAdd { asi, cpu, addr, v } => {
