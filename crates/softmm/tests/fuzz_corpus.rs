@@ -1,8 +1,9 @@
-//! Replays every input of the committed fuzz corpus
-//! (`fuzz/corpus/ops/`) through the same decoding and checking code as the
-//! `cargo fuzz` target `ops` (`tests/fuzz_ops/mod.rs`), so that every test
-//! run checks what the fuzzer found interesting: no panic, no disagreement
-//! with the reference model, no leak.
+//! Replays every input of the committed fuzz corpora (`fuzz/corpus/ops/`,
+//! `fuzz/corpus/hugetlb/`) through the same decoding and checking code as
+//! the `cargo fuzz` targets `ops` (`tests/fuzz_ops/mod.rs`) and `hugetlb`
+//! (`tests/fuzz_ops/huge.rs`), so that every test run checks what the
+//! fuzzer found interesting: no panic, no disagreement with the models, no
+//! leak.
 
 mod fuzz_ops;
 
@@ -13,13 +14,14 @@ use std::time::Duration;
 /// An input taking longer than this has deadlocked.
 const HANG_SECS: u64 = 30;
 
-fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/ops")
+fn corpus_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target)
 }
 
-#[test]
-fn corpus_replays_without_findings() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+/// Runs every input of `target`'s corpus with `run` on one arena made by
+/// `arena`.
+fn replay<P: 'static>(target: &str, arena: fn() -> P, run: fn(&[u8], &P) -> Result<(), String>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir(target))
         .expect("the committed corpus")
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.is_file())
@@ -31,11 +33,11 @@ fn corpus_replays_without_findings() {
     // the arena's prefault is the costly part); this thread watches for hangs.
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let phys = fuzz_ops::arena();
+        let phys = arena();
         for f in files {
             let data = std::fs::read(&f).expect("corpus file");
             let name = f.file_name().expect("name").to_string_lossy().into_owned();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fuzz_ops::run_bytes(&data, &phys)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&data, &phys)));
             let r = r.unwrap_or_else(|e| {
                 let msg =
                     e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
@@ -51,8 +53,18 @@ fn corpus_replays_without_findings() {
     for done in 0..n {
         match rx.recv_timeout(Duration::from_secs(HANG_SECS)) {
             Ok((_, Ok(()))) => {}
-            Ok((name, Err(e))) => panic!("corpus input {name}: {e}"),
-            Err(_) => panic!("corpus input {done} of {n} did not finish in {HANG_SECS} s: deadlock"),
+            Ok((name, Err(e))) => panic!("{target} corpus input {name}: {e}"),
+            Err(_) => panic!("{target} corpus input {done} of {n} did not finish in {HANG_SECS} s: deadlock"),
         }
     }
+}
+
+#[test]
+fn corpus_replays_without_findings() {
+    replay("ops", fuzz_ops::arena, fuzz_ops::run_bytes);
+}
+
+#[test]
+fn hugetlb_corpus_replays_without_findings() {
+    replay("hugetlb", fuzz_ops::huge::arena, fuzz_ops::huge::run_bytes);
 }

@@ -17,28 +17,18 @@
 //! running it would be a known defect that stops the fuzzer from finding
 //! others, or it is outside what the model describes):
 //!
-//! - skipped, known defects of issue 9: accesses touching addresses at or
-//!   above 2^47 or wrapping (defect 4: the walk aliases the low 48 bits);
-//!   `mremap(MREMAP_FIXED)` to below `mmap_min_addr` (defect 8); `mremap`
-//!   ranges whose end wraps (defect 10); file mappings whose offset plus
-//!   length passes `i64::MAX` (defects 10 and 12: missing `EOVERFLOW`, then
-//!   `pgoff * PAGE_SIZE` overflows in `maps()`); `MREMAP_DONTUNMAP` with a
-//!   hint overlapping the source (defect 12); `MADV_REMOVE` over more than
-//!   one VMA or starting in a hole (defect 12); `File::punch_hole` at an
-//!   offset negative as `off_t` or whose end wraps (defect 10: overflow
-//!   panic in `punch_hole`);
-//! - relaxed, errnos being changed in issue 9: `MAP_HUGETLB` with a file,
-//!   `MAP_32BIT`, `MAP_DROPPABLE`, `MAP_SHARED_VALIDATE` with unknown bits or
-//!   anonymous, `PROT_GROWSDOWN`/`PROT_GROWSUP` in `mprotect`,
-//!   `MADV_MERGEABLE`/`UNMERGEABLE`/`COLLAPSE`, `MADV_REMOVE` errnos, file
-//!   offsets or lengths that are negative as `off_t`, overflow it, or a zero
-//!   hole-punch length; `ENOMEM` for growing private writable memory by
-//!   8 MiB or more and `EAGAIN` for `MAP_LOCKED` (commit accounting and
-//!   `RLIMIT_MEMLOCK`, being added); `fork` failing with `ENOMEM`;
-//! - skipped, outside the model: anonymous `MAP_HUGETLB` (no hugetlb pool
-//!   yet; issue "hugetlb" implements it), `MAP_GROWSDOWN` (stack growth on
-//!   access is not modelled: the bit is cleared), `MADV_GUARD_*`,
-//!   `MADV_HWPOISON`, `MADV_SOFT_OFFLINE`;
+//! - skipped, a softmm defect: `MADV_KEEPONFORK` and `MADV_DODUMP` over a
+//!   `MAP_DROPPABLE` mapping (Linux refuses both with `EINVAL`, softmm
+//!   clears the flags; `tests/fuzz_findings.rs`
+//!   `keeponfork_and_dodump_refuse_a_droppable_mapping`);
+//! - relaxed, limits of the arena rather than semantics: `ENOMEM` for
+//!   growing private writable memory by 8 MiB or more and `EAGAIN` for
+//!   `MAP_LOCKED` (commit accounting and `RLIMIT_MEMLOCK`); `fork` failing
+//!   with `ENOMEM`; and `MADV_COLLAPSE` (which blocks collapse is not
+//!   modelled);
+//! - skipped, outside the model: anonymous `MAP_HUGETLB` (this arena has no
+//!   pool; the `hugetlb` target, `huge.rs`, covers hugetlb),
+//!   `MADV_HWPOISON`, `MADV_SOFT_OFFLINE` (privileged);
 //! - bounded for speed: `MAP_POPULATE`/`MAP_LOCKED` are cleared and
 //!   `MADV_POPULATE_*`/`WILLNEED` skipped on ranges over 256 KiB; a mapping
 //!   (or growth) of more than `MAX_MODEL_PAGES` that succeeds is compared
@@ -56,6 +46,8 @@
 
 #[path = "../model/reference.rs"]
 pub mod reference;
+
+pub mod huge;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -87,6 +79,8 @@ pub const MAX_WALK: u64 = 1 << 36;
 pub const ARENA_BYTES: u64 = 32 << 20;
 
 const MAP_32BIT: i32 = 0x40;
+/// x86-64's `MAP_32BIT` window (`find_start_end`, without randomization).
+const MAP_32BIT_AREA: (u64, u64) = (0x4000_0000, 0x8000_0000);
 const MAP_DROPPABLE: i32 = 0x08;
 const MAP_SYNC: i32 = 0x80000;
 const PROT_SEM: i32 = 0x8;
@@ -253,7 +247,7 @@ pub enum Advice {
 }
 
 /// Advice values: every one Linux knows that the model handles, plus a few it does not.
-pub const ADVICES: [i32; 24] = [
+pub const ADVICES: [i32; 26] = [
     MADV_NORMAL,
     MADV_RANDOM,
     MADV_SEQUENTIAL,
@@ -278,6 +272,8 @@ pub const ADVICES: [i32; 24] = [
     MADV_DONTNEED_LOCKED,
     MADV_COLLAPSE,
     MADV_DONTNEED,
+    MADV_GUARD_INSTALL,
+    MADV_GUARD_REMOVE,
 ];
 
 /// One operation.
@@ -539,6 +535,65 @@ impl World<'_> {
         Ok(())
     }
 
+    /// The stack growth of an access of `len` bytes at `va`, page by page
+    /// as the access goes: the first unmapped page it reaches, before any
+    /// other fault, grows the growsdown mapping above it if it may
+    /// (`expand_downwards`).
+    fn grow_for_access(&mut self, a: usize, va: u64, len: u64, write: bool) {
+        let (mut x, end) = (va, va.saturating_add(len));
+        while x < end {
+            if !self.model.ases[a].pages.contains_key(&(x / PG)) && !self.grow_stack(a, x) {
+                return;
+            }
+            if self.model.fault(a, x, write).is_some() {
+                return;
+            }
+            let Some(next) = (x / PG + 1).checked_mul(PG) else { return };
+            x = next;
+        }
+    }
+
+    /// Linux's `expand_downwards` for a fault at `va` (an unmapped page):
+    /// the address must be canonical, the mapping above growsdown, the new start at or
+    /// above `mmap_min_addr`, clear of the guard gap above an accessible
+    /// mapping below, the stack within `stack_limit` and a locked one within
+    /// the memlock limit. The new pages are the mapping's, empty.
+    fn grow_stack(&mut self, a: usize, va: u64) -> bool {
+        let cfg = cfg();
+        if !matches!((va as i64) >> 47, 0 | -1) {
+            return false;
+        }
+        let pg = va / PG;
+        let pages = &self.model.ases[a].pages;
+        let Some((&next, above)) = pages.range(pg..).next() else { return false };
+        let above = above.clone();
+        if above.flags & vm::GROWSDOWN == 0 || pg * PG < cfg.mmap_min_addr.max(cfg.lsm_mmap_min_addr) {
+            return false;
+        }
+        if let Some((&prev, below)) = pages.range(..pg).next_back() {
+            if below.flags & vm::GROWSDOWN == 0 && below.prot.0 != 0 && pg - (prev + 1) < cfg.stack_guard_gap / PG {
+                return false;
+            }
+        }
+        let Some(vma) = self.vma_at(a, next * PG) else { return false };
+        if vma.end - pg * PG > cfg.stack_limit {
+            return false;
+        }
+        let grow = next - pg;
+        if above.flags & vm::LOCKED != 0 && !cfg.cap_ipc_lock {
+            let locked = self.model.ases[a].pages.values().filter(|p| p.flags & vm::LOCKED != 0).count() as u64;
+            if (locked + grow) * PG > cfg.memlock_limit {
+                return false;
+            }
+        }
+        for k in pg..next {
+            let mut p = MPage::new(above.prot, Kind::Anon);
+            p.flags = above.flags;
+            self.model.ases[a].pages.insert(k, p);
+        }
+        true
+    }
+
     /// softmm's VMA containing `addr` (the oracle for VMA boundaries).
     fn vma_at(&self, a: usize, addr: u64) -> Option<MapEntry> {
         self.real[a].mm.maps().into_iter().find(|e| e.start <= addr && addr < e.end)
@@ -624,10 +679,8 @@ impl World<'_> {
                 let a = self.asi(asi);
                 let va = self.addr(a, addr);
                 let len = u64::from(len % (3 * PG as u16));
-                if va.checked_add(len).is_none_or(|e| e > 1 << 47) {
-                    return Ok(format!("as{a} write({va:#x}, {len}): at or above 2^47, skipped (defect 4)"));
-                }
                 let data = pattern(len as usize, val);
+                self.grow_for_access(a, va, len, true);
                 let want = self.model.write(a, va, &data);
                 let r = self.real[a].cpus[usize::from(cpu)].write(va, &data);
                 let line = format!("as{a}.{} write({va:#x}, {len}) = {r:?}", u8::from(cpu));
@@ -638,21 +691,19 @@ impl World<'_> {
                 let a = self.asi(asi);
                 let va = self.addr(a, addr);
                 let len = u64::from(len % (3 * PG as u16));
-                if va.checked_add(len).is_none_or(|e| e > 1 << 47) {
-                    return Ok(format!("as{a} read({va:#x}, {len}): at or above 2^47, skipped (defect 4)"));
-                }
+                self.grow_for_access(a, va, len, false);
                 let want = self.model.read(a, va, len as usize);
                 let mut buf = vec![0; len as usize];
                 let r = self.real[a].cpus[usize::from(cpu)].read(va, &mut buf).map(|()| buf);
                 let line = format!("as{a}.{} read({va:#x}, {len}) = {:?}", u8::from(cpu), r.as_ref().map(|_| ()));
-                ensure!(r == want, "{line}: model {:?}", want.as_ref().map(|_| ()));
+                ensure!(r == want, "{line}: {}", reference::describe_difference(&r, &want));
                 Ok(line)
             }
             Op::FetchAdd { asi, cpu, addr, v } => {
                 let a = self.asi(asi);
                 let va = self.addr(a, addr);
-                if va.checked_add(8).is_none_or(|e| e > 1 << 47) {
-                    return Ok(format!("as{a} fetch_add({va:#x}): at or above 2^47, skipped (defect 4)"));
+                if va % 8 == 0 {
+                    self.grow_for_access(a, va, 8, true);
                 }
                 let want = if va % 8 != 0 {
                     Err(Fault::Unaligned { addr: va })
@@ -674,17 +725,10 @@ impl World<'_> {
                 let data = pattern(usize::from(len % 9000), val);
                 let r = self.files[f].write_at(off, &data);
                 let line = format!("file{f} write_at({off:#x}, {}) = {r:?}", data.len());
-                let end = off.checked_add(data.len() as u64);
-                if off > MAX_FILE || end.is_none_or(|e| e > MAX_FILE) {
-                    // Relaxed: EINVAL/EFBIG/short writes are being changed.
-                    match r {
-                        Err(_) => {}
-                        Ok(n) => {
-                            ensure!(n <= data.len(), "{line}: wrote more than asked");
-                            self.model.objs[f].write_at(off, &data[..n]);
-                        }
-                    }
-                    return Ok(line + " (relaxed)");
+                // rw_verify_area: an offset or an end negative as a loff_t.
+                if off.checked_add(data.len() as u64).is_none_or(|end| end > MAX_FILE) {
+                    ensure!(r == Err(Errno::Inval), "{line}: model Err(Inval)");
+                    return Ok(line);
                 }
                 ensure!(r == Ok(data.len()), "{line}: model Ok({})", data.len());
                 self.model.objs[f].write_at(off, &data);
@@ -725,22 +769,21 @@ impl World<'_> {
             Op::FilePunch { file, off, len } => {
                 let f = usize::from(file) % self.files.len();
                 let (off, len) = (off_val(off), len_val(len));
-                if off > MAX_FILE || off.checked_add(len).is_none() {
-                    return Ok(format!(
-                        "file{f} punch_hole({off:#x}, {len:#x}): negative or wrapping, skipped (defect 10)"
-                    ));
-                }
                 let r = self.files[f].punch_hole(off, len);
                 let line = format!("file{f} punch_hole({off:#x}, {len:#x}) = {r:?}");
-                if len == 0 || off > MAX_FILE || len > MAX_FILE || off + len > MAX_FILE {
-                    // Relaxed: EINVAL/EFBIG for these are being added (defect 12).
-                    if r.is_ok() {
-                        self.model.objs[f].punch(off, len);
-                    }
-                    return Ok(line + " (relaxed)");
+                // vfs_fallocate: EINVAL for an offset negative as a loff_t or a
+                // length not positive, EFBIG for an end past the largest size.
+                let want = if off > MAX_FILE || len == 0 || len > MAX_FILE {
+                    Err(Errno::Inval)
+                } else if off + len > MAX_FILE {
+                    Err(Errno::FBig)
+                } else {
+                    Ok(())
+                };
+                ensure!(r == want, "{line}: model {want:?}");
+                if want.is_ok() {
+                    self.model.objs[f].punch(off, len);
                 }
-                ensure!(r == Ok(()), "{line}: model Ok");
-                self.model.objs[f].punch(off, len);
                 Ok(line)
             }
         }
@@ -777,8 +820,6 @@ impl World<'_> {
         if flags.raw_on {
             fl |= flags.raw as i32;
         }
-        // Outside the model: stack growth.
-        fl &= !MAP_GROWSDOWN;
         let alen = page_align(len);
         if alen > MAX_POPULATE || alen == 0 {
             fl &= !(MAP_POPULATE | MAP_LOCKED);
@@ -800,18 +841,11 @@ impl World<'_> {
         };
         let line = format!("as{a} mmap({addr:#x}, {len:#x}, {prot:#x}, {fl:#x}, {what}, {offset:#x})");
         if fl & MAP_HUGETLB != 0 && anon {
-            return Ok(line + ": anonymous MAP_HUGETLB, skipped (no hugetlb pool modelled)");
-        }
-        if !anon && open.is_some() && offset.checked_add(alen).is_none_or(|e| e > MAX_FILE) && offset % PG == 0 {
-            return Ok(line + ": offset + length past i64::MAX, skipped (defects 10, 12)");
+            return Ok(line + ": anonymous MAP_HUGETLB, skipped (no pool here: the hugetlb target's)");
         }
         let ty = fl & MAP_TYPE;
-        let relaxed = (fl & MAP_HUGETLB != 0)
-            || fl & MAP_32BIT != 0
-            || ty == MAP_DROPPABLE
-            || (ty == MAP_SHARED_VALIDATE && (anon || fl & !(LEGACY_MAP_MASK | MAP_TYPE) & !MAP_SYNC != 0));
         let want = self.predict_mmap(a, addr, len, prot, fl, open.as_ref(), offset);
-        if (want.is_ok() || relaxed) && alen > MAX_WALK {
+        if want.is_ok() && alen > MAX_WALK {
             return Ok(line + ": valid but huge, skipped (speed)");
         }
         let r = self.real[a].mm.mmap(addr, len, prot, fl, open.as_ref(), offset);
@@ -822,10 +856,6 @@ impl World<'_> {
         let shared = matches!(ty, MAP_SHARED | MAP_SHARED_VALIDATE);
         let charged = if shared { anon && fl & MAP_NORESERVE == 0 } else { prot & PROT_WRITE != 0 };
         let at: u64 = match (&want, r) {
-            (_, r) if relaxed => match r {
-                Ok(at) => at,
-                Err(_) => return Ok(line + " (relaxed)"),
-            },
             (Ok(_), Err(Errno::NoMem)) if alen >= COMMIT_SLACK && charged => {
                 return Ok(line + " (commit limit, accepted)")
             }
@@ -852,6 +882,13 @@ impl World<'_> {
         let mut pflags = 0;
         if fl & MAP_LOCKED != 0 {
             pflags |= vm::LOCKED;
+        }
+        if fl & MAP_GROWSDOWN != 0 {
+            pflags |= vm::GROWSDOWN;
+        }
+        if ty == MAP_DROPPABLE {
+            // Wiped in a forked child.
+            pflags |= vm::DROPPABLE | vm::WIPEONFORK;
         }
         let kind = |obj: usize, shared: bool, i: u64| Kind::Obj { shared, obj, idx: i };
         let shared = matches!(ty, MAP_SHARED | MAP_SHARED_VALIDATE);
@@ -901,6 +938,10 @@ impl World<'_> {
         if !anon && file.is_none() {
             return Err(Errno::BadF);
         }
+        if !anon && fl & MAP_HUGETLB != 0 {
+            // ksys_mmap_pgoff: MAP_HUGETLB with a file not on hugetlbfs.
+            return Err(Errno::Inval);
+        }
         if len == 0 {
             return Err(Errno::Inval);
         }
@@ -935,6 +976,20 @@ impl World<'_> {
                 return Err(Errno::Inval);
             }
             addr
+        } else if fl & MAP_32BIT != 0 {
+            // arch_get_unmapped_area with find_start_end's MAP_32BIT window:
+            // the hint if it fits below the window's end, else bottom-up.
+            let (begin, end) = MAP_32BIT_AREA;
+            if alen > end {
+                return Err(Errno::NoMem);
+            }
+            let n = alen / PG;
+            if addr != 0 && end - alen >= addr && self.model.fits(a, addr / PG, n) {
+                addr
+            } else {
+                let low = begin.max(cfg.mmap_min_addr) / PG;
+                self.model.bottomup_in(a, n, low, end / PG).ok_or(Errno::NoMem)? * PG
+            }
         } else {
             self.model.unmapped_area(a, &cfg, addr / PG, alen / PG, false).ok_or(Errno::NoMem)? * PG
         };
@@ -947,6 +1002,10 @@ impl World<'_> {
         let ty = fl & MAP_TYPE;
         match file.filter(|_| !anon) {
             Some(f) => {
+                // file_mmap_ok: the mapping's end past the largest file offset.
+                if alen > MAX_FILE || pgoff > (MAX_FILE - alen) / PG {
+                    return Err(Errno::Overflow);
+                }
                 match ty {
                     MAP_SHARED | MAP_SHARED_VALIDATE => {
                         if ty == MAP_SHARED_VALIDATE && fl & !LEGACY_MAP_MASK != 0 {
@@ -962,12 +1021,19 @@ impl World<'_> {
                 if !f.readable {
                     return Err(Errno::Acces);
                 }
-            }
-            None => {
-                if !matches!(ty, MAP_SHARED | MAP_PRIVATE) {
+                if fl & MAP_GROWSDOWN != 0 {
                     return Err(Errno::Inval);
                 }
             }
+            None => match ty {
+                MAP_SHARED if fl & MAP_GROWSDOWN != 0 => return Err(Errno::Inval),
+                MAP_SHARED | MAP_PRIVATE => {}
+                // A locked or stack area makes no sense droppable (hugetlb
+                // is skipped).
+                MAP_DROPPABLE if fl & (MAP_LOCKED | MAP_GROWSDOWN) != 0 => return Err(Errno::Inval),
+                MAP_DROPPABLE => {}
+                _ => return Err(Errno::Inval),
+            },
         }
         Ok((at, ()))
     }
@@ -977,14 +1043,22 @@ impl World<'_> {
         let (addr, len, prot) = (self.addr(a, addr), len_val(len), prot_val(prot));
         let r = self.real[a].mm.mprotect(addr, len, prot);
         let line = format!("as{a} mprotect({addr:#x}, {len:#x}, {prot:#x}) = {r:?}");
-        if prot & (PROT_GROWSDOWN | PROT_GROWSUP) != 0 {
-            // Relaxed: the order of these checks is being fixed (defect 12).
-            self.resync_prot(a);
-            return Ok(line + " (relaxed)");
-        }
+        // PROT_GROWSDOWN on a growsdown VMA extends the range down to its
+        // start (the first VMA of the range, from softmm's maps).
+        let stack_start = (addr % PG == 0)
+            .then(|| self.model.mapped_in(a, addr / PG, page_align(len) / PG).first().copied())
+            .flatten()
+            .filter(|k| self.model.ases[a].pages[k].flags & vm::GROWSDOWN != 0)
+            .and_then(|k| self.vma_at(a, k * PG))
+            .map(|v| v.start / PG);
         // The model, page by page (see the module doc of reference.rs for why
         // pages suffice: every error is a property of a whole VMA).
         let want = (|| {
+            let grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
+            let prot = prot & !grows;
+            if grows == PROT_GROWSDOWN | PROT_GROWSUP {
+                return Err(Errno::Inval);
+            }
             if addr % PG != 0 {
                 return Err(Errno::Inval);
             }
@@ -999,9 +1073,20 @@ impl World<'_> {
             if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM) != 0 {
                 return Err(Errno::Inval);
             }
-            let (pg, n) = (addr / PG, alen / PG);
+            let (mut pg, mut n) = (addr / PG, alen / PG);
+            // The first VMA of the range: with PROT_GROWSDOWN it must be a
+            // growsdown one (x86-64 has no VM_GROWSUP, so PROT_GROWSUP is
+            // EINVAL once a VMA is found where it must be).
+            if grows == PROT_GROWSDOWN && !self.model.is_free(a, pg, n) {
+                let start = stack_start.ok_or(Errno::Inval)?;
+                n += pg - start;
+                pg = start;
+            }
             if !self.model.ases[a].pages.contains_key(&pg) {
                 return Err(Errno::NoMem);
+            }
+            if grows == PROT_GROWSUP {
+                return Err(Errno::Inval);
             }
             let p = Prot::from_bits(prot);
             let mut next = pg;
@@ -1044,32 +1129,10 @@ impl World<'_> {
         new_addr: Addr,
     ) -> Result<String, String> {
         let a = self.asi(asi);
-        let cfg = cfg();
-        let task = cfg.task_size;
         let (addr, old_len, new_len, new_addr) =
             (self.addr(a, addr), len_val(old), len_val(new), self.addr(a, new_addr));
         let line = format!("as{a} mremap({addr:#x}, {old_len:#x}, {new_len:#x}, {flags:#x}, {new_addr:#x})");
         let (old, new) = (page_align(old_len), page_align(new_len));
-        let fixed = flags & MREMAP_FIXED != 0;
-        let dontunmap = flags & MREMAP_DONTUNMAP != 0;
-        let known = flags & !(MREMAP_FIXED | MREMAP_MAYMOVE | MREMAP_DONTUNMAP) == 0;
-        let args_ok = known && addr % PG == 0 && new != 0 && new <= task;
-        if args_ok
-            && (fixed || dontunmap)
-            && flags & MREMAP_MAYMOVE != 0
-            && new_addr % PG == 0
-            && new_addr <= task - new
-        {
-            if addr.checked_add(old).is_none() {
-                return Ok(line + ": source range wraps, skipped (defect 10)");
-            }
-            if fixed && new_addr < cfg.mmap_min_addr {
-                return Ok(line + ": MREMAP_FIXED below mmap_min_addr, skipped (defect 8)");
-            }
-            if dontunmap && !fixed && addr < new_addr + new && new_addr < addr + old {
-                return Ok(line + ": MREMAP_DONTUNMAP hint overlapping the source, skipped (defect 12)");
-            }
-        }
         let maps = self.real[a].mm.maps();
         let before = self.model.ases[a].clone();
         let want = self.predict_mremap(a, &maps, addr, old, new, flags, new_addr);
@@ -1095,15 +1158,18 @@ impl World<'_> {
             }
             Err(e) => Err(e),
         };
-        self.model.ases[a] = before;
+        // A failed call keeps what it did before failing (a fixed move's
+        // unmapped target), as `predict_mremap` left it.
         ensure!(r == want.map(|()| 0), "{line}: model {want:?}");
         Ok(line)
     }
 
-    /// Linux 6.17's `mremap`, applied to the model on success; returns the
-    /// new address and, for a result too large to model, the pages to unmap
-    /// again on softmm (already unmapped in the model). VMA boundaries come
-    /// from softmm's `maps` before the call.
+    /// Linux 6.17's `mremap`, applied to the model; returns the new address
+    /// and, for a result too large to model, the pages to unmap again on
+    /// softmm (already unmapped in the model). A failure leaves the model as
+    /// Linux leaves the address space (a fixed move unmaps its target before
+    /// the checks that follow). VMA boundaries come from softmm's `maps`
+    /// before the call.
     #[allow(clippy::too_many_arguments)]
     fn predict_mremap(
         &mut self,
@@ -1132,16 +1198,26 @@ impl World<'_> {
             if dontunmap && old != new {
                 return Err(Errno::Inval);
             }
-            if fixed && addr < new_addr + new && new_addr < addr + old {
+            // vrm_overlaps, for a fixed target and a hint alike, with the
+            // old range's unsigned (wrapping) end.
+            if addr.wrapping_add(old) > new_addr && new_addr + new > addr {
                 return Err(Errno::Inval);
             }
         }
         let vma = |x: u64| maps.iter().find(|e| e.start <= x && x < e.end);
         let (src, o, n, dst_hint) = (addr / PG, old / PG, new / PG, new_addr / PG);
         if fixed && old == new {
-            // remap_move: every VMA part of the range, the gaps kept; may not start in a hole.
-            if vma(addr).is_none() {
+            // remap_move: every VMA part of the range, the gaps kept; may not
+            // start in a hole, and finds no VMA below a wrapped end.
+            if vma(addr).is_none() || addr.checked_add(old).is_none() {
                 return Err(Errno::Fault);
+            }
+            if new_addr < cfg.mmap_min_addr {
+                // get_unmapped_area's security_mmap_addr, after the first
+                // VMA's target was unmapped.
+                let first = vma(addr).map_or(0, |v| (v.end.min(addr + old) - addr) / PG);
+                self.model.unmap(a, dst_hint, first);
+                return Err(Errno::Perm);
             }
             let pages = self.model.mapped_in(a, src, o);
             for &p in &pages {
@@ -1150,7 +1226,8 @@ impl World<'_> {
             for &p in &pages {
                 let mp = if dontunmap {
                     let mp = self.model.ases[a].pages[&p].clone();
-                    self.model.ases[a].pages.get_mut(&p).expect("mapped").cow = None;
+                    let left = self.model.ases[a].pages.get_mut(&p).expect("mapped");
+                    (left.cow, left.guard) = (None, false);
                     mp
                 } else {
                     self.model.ases[a].pages.remove(&p).expect("mapped")
@@ -1181,10 +1258,15 @@ impl World<'_> {
             }
             let mut o = o;
             if n < o {
+                shrink_tail(task, addr, new, old)?;
                 self.model.unmap(a, src + n, o - n);
                 o = n;
             }
             let dst = self.model.unmapped_area(a, &cfg, dst_hint, n, fixed).ok_or(Errno::NoMem)?;
+            if dst * PG < cfg.mmap_min_addr {
+                // security_mmap_addr (a DONTUNMAP hint is taken as it is).
+                return Err(Errno::Perm);
+            }
             self.move_or_dup(a, src, o, dst, n, dontunmap);
             return Ok((dst * PG, big(&mut self.model, dst)));
         }
@@ -1192,6 +1274,7 @@ impl World<'_> {
             return Ok((addr, None));
         }
         if n < o {
+            shrink_tail(task, addr, new, old)?;
             self.model.unmap(a, src + n, o - n);
             return Ok((addr, None));
         }
@@ -1227,7 +1310,7 @@ impl World<'_> {
         if o == 0 {
             let first = m.ases[a].pages[&src].clone();
             for j in 0..n.min(MAX_MODEL_PAGES + 1) {
-                let mut p = MPage { cow: None, ..first.clone() };
+                let mut p = MPage { cow: None, guard: false, ..first.clone() };
                 if let Kind::Obj { idx, .. } = &mut p.kind {
                     *idx += j;
                 }
@@ -1236,7 +1319,8 @@ impl World<'_> {
             return;
         }
         let left: Vec<(u64, MPage)> = if dontunmap {
-            (src..src + o).map(|pg| (pg, MPage { cow: None, ..m.ases[a].pages[&pg].clone() })).collect()
+            // The source keeps its VMA, but its entries (markers too) moved.
+            (src..src + o).map(|pg| (pg, MPage { cow: None, guard: false, ..m.ases[a].pages[&pg].clone() })).collect()
         } else {
             Vec::new()
         };
@@ -1258,8 +1342,8 @@ impl World<'_> {
             Advice::Raw(v) => v,
         };
         let line = format!("as{a} madvise({addr:#x}, {len:#x}, {advice})");
-        if matches!(advice, 100..=103) {
-            return Ok(line + ": guard/poison advice, skipped (outside the model)");
+        if matches!(advice, 100 | 101) {
+            return Ok(line + ": poison advice, skipped (outside the model)");
         }
         let alen = page_align(len);
         let range_ok = addr % PG == 0 && !(len != 0 && alen == 0) && addr.checked_add(alen).is_some();
@@ -1267,23 +1351,25 @@ impl World<'_> {
         if range_ok && populate && alen > MAX_POPULATE {
             return Ok(line + ": populating a large range, skipped (speed)");
         }
-        if range_ok && advice == MADV_REMOVE && alen != 0 {
-            let single = self.vma_at(a, addr).is_some_and(|v| addr + alen <= v.end);
-            if !single {
-                return Ok(line + ": MADV_REMOVE over several VMAs or a hole, skipped (defect 12)");
-            }
+        if range_ok
+            && matches!(advice, MADV_KEEPONFORK | MADV_DODUMP)
+            && self
+                .model
+                .mapped_in(a, addr / PG, alen / PG)
+                .iter()
+                .any(|k| self.model.ases[a].pages[k].flags & vm::DROPPABLE != 0)
+        {
+            return Ok(line + ": over a droppable mapping, skipped (softmm defect: Ok, Linux EINVAL)");
         }
         let before = self.model.ases[a].clone();
         let objs_before = self.model.objs.clone();
         let want = self.predict_madvise(a, addr, len, advice);
         let r = self.real[a].mm.madvise(addr, len, advice);
         let line = format!("{line} = {r:?}");
-        let relaxed = matches!(advice, MADV_MERGEABLE | MADV_UNMERGEABLE | MADV_COLLAPSE)
-            || (advice == MADV_REMOVE && want.is_err());
-        if relaxed {
+        if advice == MADV_COLLAPSE {
+            // Relaxed: which blocks collapse is not modelled.
             self.model.ases[a] = before;
             self.model.objs = objs_before;
-            ensure!(advice != MADV_REMOVE || r.is_err(), "{line}: model an error ({want:?})");
             return Ok(line + " (relaxed)");
         }
         ensure!(r == want, "{line}: model {want:?}");
@@ -1305,14 +1391,21 @@ impl World<'_> {
             return Ok(());
         }
         let (pg, n) = (addr / PG, alen / PG);
+        if advice == MADV_REMOVE {
+            return self.predict_remove(a, addr, end);
+        }
         let m = &mut self.model;
         if matches!(advice, MADV_POPULATE_READ | MADV_POPULATE_WRITE) {
             let write = advice == MADV_POPULATE_WRITE;
             for k in pg..pg + n {
                 let Some(p) = m.ases[a].pages.get(&k) else { return Err(Errno::NoMem) };
-                // Linux 6.18 (seen on the host): a permission failure is EINVAL, SIGBUS is EFAULT.
+                // Linux 6.18 (seen on the host): a permission failure is EINVAL,
+                // SIGBUS and a guard marker's SIGSEGV are EFAULT.
                 if (write && !p.prot.writable()) || (!write && !p.prot.has_read()) {
                     return Err(Errno::Inval);
+                }
+                if p.guard {
+                    return Err(Errno::Fault);
                 }
                 if let Kind::Obj { obj, idx, .. } = p.kind {
                     if p.cow.is_none() && idx >= m.objs[obj].pages() {
@@ -1353,26 +1446,57 @@ impl World<'_> {
                     }
                     p.flags |= vm::WIPEONFORK;
                 }
+                // A droppable mapping stays wiped on fork and out of dumps.
+                MADV_KEEPONFORK | MADV_DODUMP if p.flags & vm::DROPPABLE != 0 => return Err(Errno::Inval),
                 MADV_KEEPONFORK => p.flags &= !vm::WIPEONFORK,
-                MADV_REMOVE => {
-                    // Only whole single-VMA ranges get here (see `madvise`).
-                    if locked {
-                        return Err(Errno::Inval);
+                // madvise_guard_install: not on a locked VMA; the page is
+                // zapped (a private copy is lost) and its entry marked.
+                MADV_GUARD_INSTALL if locked => return Err(Errno::Inval),
+                MADV_GUARD_INSTALL => {
+                    if p.private() {
+                        p.cow = None;
                     }
-                    match p.kind {
-                        Kind::Obj { shared: true, obj, idx } if p.flags & vm::NOMAYWRITE == 0 => {
-                            m.objs[obj].punch(idx * PG, alen);
-                            return Ok(());
-                        }
-                        Kind::Obj { shared: false, .. } => return Err(Errno::Acces),
-                        Kind::Obj { .. } => return Err(Errno::Acces),
-                        Kind::Anon => return Err(Errno::Inval),
-                    }
+                    p.guard = true;
                 }
+                MADV_GUARD_REMOVE => p.guard = false,
                 _ => {} // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, (UN)MERGEABLE, (NO)HUGEPAGE, DONTDUMP, DODUMP, COLLAPSE
             }
         }
         if mapped.len() as u64 != n {
+            return Err(Errno::NoMem);
+        }
+        Ok(())
+    }
+
+    /// `MADV_REMOVE` of `[start, end)` (not empty), VMA by VMA as
+    /// `madvise_walk_vmas` visits them (the boundaries from softmm's maps):
+    /// each punches its part of its file, the first that cannot stops the
+    /// walk (`EINVAL` locked or without a file, `EACCES` not shared
+    /// writable), and a hole anywhere makes the result `ENOMEM`.
+    fn predict_remove(&mut self, a: usize, start: u64, end: u64) -> Result<(), Errno> {
+        let maps = self.real[a].mm.maps();
+        let mut cur = start;
+        let mut hole = false;
+        for e in maps.iter().filter(|e| e.end > start && e.start < end) {
+            if cur < e.start {
+                hole = true;
+                cur = e.start;
+            }
+            let stop = e.end.min(end);
+            let p = &self.model.ases[a].pages[&(cur / PG)];
+            if p.flags & vm::LOCKED != 0 {
+                return Err(Errno::Inval);
+            }
+            match p.kind {
+                Kind::Anon => return Err(Errno::Inval),
+                Kind::Obj { shared: true, obj, idx } if p.flags & vm::NOMAYWRITE == 0 => {
+                    self.model.objs[obj].punch(idx * PG, stop - cur);
+                }
+                Kind::Obj { .. } => return Err(Errno::Acces),
+            }
+            cur = stop;
+        }
+        if hole || cur < end {
             return Err(Errno::NoMem);
         }
         Ok(())
@@ -1444,7 +1568,12 @@ impl World<'_> {
                 m.ases[a].brk = x;
                 return x;
             }
-            if !m.is_free(a, oldbrk / PG, (newbrk + PG - oldbrk) / PG) {
+            // The first mapping above the old break, up to the new one plus a
+            // page and the guard gap, must start (a growsdown one's gap
+            // included) above the new break's page.
+            let gap = cfg.stack_guard_gap / PG;
+            let first = m.ases[a].pages.range(oldbrk / PG..(newbrk + PG) / PG + gap).next();
+            if first.is_some_and(|(&pg, _)| m.gap_end(a, pg) < (newbrk + PG) / PG) {
                 return orig;
             }
             growth = newbrk - oldbrk;
@@ -1493,6 +1622,17 @@ const LEGACY_MAP_MASK: i32 = MAP_SHARED
     | MAP_NONBLOCK
     | MAP_STACK
     | MAP_HUGETLB;
+
+/// `shrink_vma`'s `do_vmi_munmap(addr + new, old - new)`: `EINVAL` for a
+/// tail that starts or ends past `task` (the start wraps as Linux's unsigned
+/// sum does), however little of it is mapped.
+fn shrink_tail(task: u64, addr: u64, new: u64, old: u64) -> Result<(), Errno> {
+    let start = addr.wrapping_add(new);
+    if start > task || old - new > task - start {
+        return Err(Errno::Inval);
+    }
+    Ok(())
+}
 
 fn len_val(l: Len) -> u64 {
     match l {

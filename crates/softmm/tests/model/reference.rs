@@ -196,6 +196,12 @@ pub mod vm {
     pub const WIPEONFORK: u8 = 4;
     /// Opened read-only and mapped shared: `mprotect` may not add write (`VM_MAYWRITE` clear).
     pub const NOMAYWRITE: u8 = 8;
+    /// `VM_DROPPABLE` (`MAP_DROPPABLE`, which also sets `VM_WIPEONFORK`):
+    /// `MADV_KEEPONFORK` and `MADV_DODUMP` refuse it.
+    pub const DROPPABLE: u8 = 16;
+    /// `VM_GROWSDOWN` (`MAP_GROWSDOWN`): an access below grows it, and no
+    /// mapping is placed within `stack_guard_gap` below it.
+    pub const GROWSDOWN: u8 = 32;
 }
 
 /// A mapped page.
@@ -209,12 +215,17 @@ pub struct MPage {
     pub cow: Option<Box<[u8]>>,
     /// [`vm`] flags.
     pub flags: u8,
+    /// A guard marker (`MADV_GUARD_INSTALL`) is in its page-table entry: an
+    /// access raises `SIGSEGV` (`SEGV_MAPERR`); `MADV_DONTNEED`, `MADV_FREE`,
+    /// a hole punch and truncation keep it, `fork` copies it (not into a
+    /// `VM_WIPEONFORK` VMA), `mremap` moves it, unmapping drops it.
+    pub guard: bool,
 }
 
 impl MPage {
     /// A fresh page: no private copy, no flags.
     pub fn new(prot: Prot, kind: Kind) -> MPage {
-        MPage { prot, kind, cow: None, flags: 0 }
+        MPage { prot, kind, cow: None, flags: 0, guard: false }
     }
 
     /// Private (a write makes a copy).
@@ -242,14 +253,23 @@ pub struct Model {
 }
 
 impl Model {
-    /// The signal an access to `va` raises, if any.
+    /// The signal an access to `va` raises, if any: x86-64's general
+    /// protection fault (`SI_KERNEL`, address 0) for a non-canonical
+    /// address, `SEGV_MAPERR` for an unmapped one (the kernel half included).
     pub fn fault(&self, a: usize, va: u64, write: bool) -> Option<Fault> {
+        if !matches!((va as i64) >> 47, 0 | -1) {
+            return Some(Fault::Segv { addr: 0, code: SegvCode::Kernel });
+        }
         let Some(p) = self.ases[a].pages.get(&(va / PG)) else {
             return Some(Fault::Segv { addr: va, code: SegvCode::MapErr });
         };
         let allowed = if write { p.prot.writable() } else { p.prot.readable() };
         if !allowed {
             return Some(Fault::Segv { addr: va, code: SegvCode::AccErr });
+        }
+        if p.guard {
+            // handle_pte_marker: VM_FAULT_SIGSEGV, after the access check.
+            return Some(Fault::Segv { addr: va, code: SegvCode::MapErr });
         }
         if let Kind::Obj { obj, idx, .. } = p.kind {
             if p.cow.is_none() && idx >= self.objs[obj].pages() {
@@ -364,30 +384,51 @@ impl Model {
         self.ases[a].pages.range(pg..pg.saturating_add(n)).map(|(&k, _)| k).collect()
     }
 
-    /// The highest free run of `n` pages within `[low, high)` (pages).
+    /// Where a free range ending at page `top` must end instead (pages):
+    /// `stack_guard_gap` below a growsdown mapping starting there or, for
+    /// the first free page above, wherever it starts (`vm_start_gap`).
+    pub fn gap_end(&self, a: usize, top: u64) -> u64 {
+        match self.ases[a].pages.range(top..).next() {
+            Some((&pg, p)) if p.flags & vm::GROWSDOWN != 0 => {
+                top.min(pg.saturating_sub(MmConfig::default().stack_guard_gap / PG))
+            }
+            _ => top,
+        }
+    }
+
+    /// `[pg, pg+n)` is free and ends clear of the guard gap of a growsdown
+    /// mapping above (a hint `get_unmapped_area` takes).
+    pub fn fits(&self, a: usize, pg: u64, n: u64) -> bool {
+        self.is_free(a, pg, n) && pg.checked_add(n).is_some_and(|e| self.gap_end(a, e) >= e)
+    }
+
+    /// The highest free run of `n` pages within `[low, high)` (pages),
+    /// clear of growsdown guard gaps.
     pub fn topdown_in(&self, a: usize, n: u64, low: u64, high: u64) -> Option<u64> {
-        let mut top = high;
+        let mut top = self.gap_end(a, high);
         for &pg in self.ases[a].pages.range(..high).rev().map(|(k, _)| k) {
             let bottom = (pg + 1).max(low);
             if top >= bottom && top - bottom >= n {
                 return Some(top - n);
             }
-            top = pg;
-            if top < low {
+            top = self.gap_end(a, pg).min(high);
+            if pg < low {
                 break;
             }
         }
         (top >= low && top - low >= n).then(|| top - n)
     }
 
-    /// The lowest free run of `n` pages within `[low, high)` (pages).
+    /// The lowest free run of `n` pages within `[low, high)` (pages), clear
+    /// of growsdown guard gaps below `high`.
     pub fn bottomup_in(&self, a: usize, n: u64, low: u64, high: u64) -> Option<u64> {
         let mut bottom = low;
         for &pg in self.ases[a].pages.range(low..high).map(|(k, _)| k) {
-            if pg >= bottom && pg - bottom >= n {
+            let top = self.gap_end(a, pg);
+            if top >= bottom && top - bottom >= n {
                 return Some(bottom);
             }
-            bottom = pg + 1;
+            bottom = bottom.max(pg + 1);
         }
         (high >= bottom && high - bottom >= n).then_some(bottom)
     }
@@ -399,16 +440,16 @@ impl Model {
         self.topdown_in(a, n, cfg.mmap_min_addr.max(PG) / PG, cfg.mmap_base / PG).expect("room")
     }
 
-    /// Linux x86-64's `get_unmapped_area` for `n` pages (not THP-aligned, no
-    /// growsdown VMAs): `fixed` returns `hint`; a free page-aligned `hint`
-    /// is honoured; else top-down below `mmap_base`, then bottom-up from
-    /// `TASK_SIZE / 3`. In pages; `None` is `ENOMEM`.
+    /// Linux x86-64's `get_unmapped_area` for `n` pages (not THP-aligned):
+    /// `fixed` returns `hint`; a free page-aligned `hint` clear of a growsdown
+    /// mapping's guard gap is honoured; else top-down below `mmap_base`,
+    /// then bottom-up from `TASK_SIZE / 3`. In pages; `None` is `ENOMEM`.
     pub fn unmapped_area(&self, a: usize, cfg: &MmConfig, hint: u64, n: u64, fixed: bool) -> Option<u64> {
         let (task, min) = (cfg.task_size / PG, cfg.mmap_min_addr / PG);
         if n > task || n > task - min {
             return None;
         }
-        let hint_fits = hint != 0 && task - n >= hint && self.is_free(a, hint, n);
+        let hint_fits = hint != 0 && task - n >= hint && self.fits(a, hint, n);
         let pick = if fixed || hint_fits {
             hint
         } else {
@@ -474,7 +515,8 @@ impl Model {
     }
 
     /// `fork`'s `dup_mmap`: the child's pages. `MADV_DONTFORK` pages are left
-    /// out, `MADV_WIPEONFORK` pages are empty, `VM_LOCKED` is not inherited.
+    /// out, `MADV_WIPEONFORK` pages are empty (their page tables are not
+    /// copied, guard markers included), `VM_LOCKED` is not inherited.
     pub fn fork(&self, a: usize) -> MAs {
         let parent = &self.ases[a];
         let pages = parent
@@ -485,6 +527,7 @@ impl Model {
                 let mut c = p.clone();
                 if p.flags & vm::WIPEONFORK != 0 {
                     c.cow = None;
+                    c.guard = false;
                 }
                 c.flags &= !vm::LOCKED;
                 (k, c)
