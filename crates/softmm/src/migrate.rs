@@ -460,10 +460,12 @@ pub(crate) struct MigrateCounts {
 /// [`Placement::this_node`], or `alloc_migration_target_by_mpol` for
 /// `mbind`, the policy's placement) with `policy`; returns each page's
 /// outcome in order. The pages'
-/// references and isolation are the caller's to release (it drops `pages`).
-pub(crate) fn migrate_pages(
-    phys: &PhysMem,
-    pages: &[Isolated<'_>],
+/// references and isolation are the caller's to release (it drops `pages`);
+/// a huge page that moved is held by the page it moved to instead, its
+/// source back in the pool at once.
+pub(crate) fn migrate_pages<'p>(
+    phys: &'p PhysMem,
+    pages: &mut [Isolated<'p>],
     at: &Placement,
     policy: MigratePolicy,
 ) -> (Vec<Outcome>, MigrateCounts) {
@@ -782,8 +784,8 @@ mod tests {
                         owner: Owner::Anon(family.clone()),
                         index: phys.desc(pfn).index.load(Ordering::Relaxed),
                     };
-                    let pages = [iso(pa), iso(pb)];
-                    migrate_pages(&phys, &pages, &Placement::this_node(1), policy).1
+                    let mut pages = [iso(pa), iso(pb)];
+                    migrate_pages(&phys, &mut pages, &Placement::this_node(1), policy).1
                 })
             };
             // Under Miri the clock is its own, and the migration alone takes
@@ -845,8 +847,8 @@ mod tests {
                 cpu.write_u64(a + i * PAGE_SIZE, i).unwrap();
             }
             for (policy, node, locks) in [(MigratePolicy::Batched, 1, 4), (MigratePolicy::OneByOne, 0, 2048)] {
-                let pages = isolate_range(&mm, a, 1024);
-                let (out, counts) = migrate_pages(&phys, &pages, &Placement::this_node(node), policy);
+                let mut pages = isolate_range(&mm, a, 1024);
+                let (out, counts) = migrate_pages(&phys, &mut pages, &Placement::this_node(node), policy);
                 assert!(out.iter().all(|o| *o == Outcome::Moved), "{policy:?}");
                 assert_eq!((counts.moved, counts.ptl_locks), (1024, locks), "{policy:?}");
                 release(pages);
@@ -878,8 +880,8 @@ mod tests {
                 }
                 let free1 = phys.node_stats()[1].frames_free as usize;
                 let hold = phys.alloc_bulk_on(1, free1 - 100);
-                let pages = isolate_range(&mm, a, 300);
-                let (out, counts) = migrate_pages(&phys, &pages, &Placement::this_node(1), policy);
+                let mut pages = isolate_range(&mm, a, 300);
+                let (out, counts) = migrate_pages(&phys, &mut pages, &Placement::this_node(1), policy);
                 assert_eq!((counts.moved, counts.failed, counts.enomem), (100, 200, true), "{policy:?}");
                 assert!(out[..100].iter().all(|o| *o == Outcome::Moved), "{policy:?}");
                 assert_eq!(out[100], Outcome::Failed(Errno::NoMem), "{policy:?}");

@@ -271,8 +271,7 @@ fn no_page_shared(
             // vma_has_reserves: a shared mapping has one for an index its
             // file's reserve map covers, MAP_NORESERVE or not.
             let reserved = resv.covers(idx);
-            let node = mm.placement(vma, haddr).node;
-            let page = mm.phys.alloc_huge(node, reserved).ok_or_else(|| sigbus(addr))?;
+            let page = mm.phys.alloc_huge(&mm.placement(vma, haddr), reserved).ok_or_else(|| sigbus(addr))?;
             if !reserved {
                 resv.add(idx);
             }
@@ -343,8 +342,7 @@ pub(crate) fn alloc_private<'p>(
     addr: u64,
 ) -> FaultResult<FrameRef<'p>> {
     let reserved = vma.hugetlb_resv.as_ref().is_some_and(|r| r.take(vma.huge_index(haddr)));
-    let node = mm.placement(vma, haddr).node;
-    let page = mm.phys.alloc_huge(node, reserved).ok_or_else(|| sigbus(addr))?;
+    let page = mm.phys.alloc_huge(&mm.placement(vma, haddr), reserved).ok_or_else(|| sigbus(addr))?;
     let d = page.desc();
     // A page that consumed a reservation gives it back if it is freed
     // before it is mapped (alloc_hugetlb_folio's restore flag; mapping it

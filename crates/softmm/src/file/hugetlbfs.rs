@@ -117,7 +117,7 @@ impl Inode {
             // The pseudo-VMA is shared: the file's reservation if it has
             // one for the index, else an unreserved page.
             let reserved = resv.covers(index);
-            let Some(page) = self.phys.alloc_huge(0, reserved) else {
+            let Some(page) = self.phys.alloc_huge(&crate::phys::Placement::LOCAL, reserved) else {
                 res = Err(Errno::NoSpc);
                 break;
             };

@@ -33,10 +33,12 @@ impl AddressSpace {
     /// pin that needs an exclusive anonymous page: an anonymous page only
     /// this entry maps is marked exclusive as it is; any other (an
     /// anonymous page shared since `fork`, a page-cache page) is replaced by
-    /// an exclusive anonymous copy, mapped read-only as before. The caller
-    /// holds `mmap_lock` and looks again whatever happened. `EFAULT` when no
-    /// huge page can be had for the copy (the fault's `SIGBUS`), `ENOMEM`
-    /// for no anon_vma.
+    /// an exclusive anonymous copy, mapped read-only as before; the owner of
+    /// the mapping's reservations with no page for the copy takes the page
+    /// back from its children instead (`unmap_ref_private`, as a write
+    /// does). The caller holds `mmap_lock` and looks again whatever
+    /// happened. `EFAULT` when no huge page can be had for the copy (the
+    /// fault's `SIGBUS`), `ENOMEM` for no anon_vma.
     pub(crate) fn hugetlb_unshare(&self, vma: &Vma, va: u64) -> Result<()> {
         let haddr = va & !(HPAGE_SIZE - 1);
         let file = vma.file.as_ref().expect("a hugetlb VMA has its file");
@@ -91,7 +93,19 @@ impl AddressSpace {
         if !self.anon_vma_prepare_locked(vma) {
             return Err(Errno::NoMem);
         }
-        let new = alloc_private(self, vma, haddr, va).map_err(|_| Errno::Fault)?;
+        let new = match alloc_private(self, vma, haddr, va) {
+            Ok(page) => page,
+            // As `hugetlb_wp`: the owner of the reservations takes its page
+            // back from the children (`unmap_ref_private`, with no lock of
+            // the unshare held), then looks again and finds it mapped once.
+            Err(_) if vma.hugetlb_resv.is_some() && anon => {
+                let head = old_page.page().pfn();
+                drop(old_page);
+                drop((_fault_mutex, _inval));
+                return if self.unmap_ref_private(vma, haddr, head) { Ok(()) } else { Err(Errno::Fault) };
+            }
+            Err(_) => return Err(Errno::Fault),
+        };
         copy_huge(self, old_page.page(), &new);
         self.replace_huge(leaf, haddr, pte, new, vma);
         Ok(())

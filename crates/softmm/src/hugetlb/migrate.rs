@@ -146,9 +146,9 @@ pub(crate) fn migration_entry_wait_huge(leaf: Leaf<'_>, haddr: u64, pte: Pte) {
 /// Returns true when no allowed node had a free unreserved page (`-ENOMEM`): the pages not
 /// tried yet are marked so, and the caller stops there as Linux does.
 /// Adds the PMD locks the walks took to `ptl_locks`.
-pub(crate) fn migrate_hugetlbs(
-    phys: &PhysMem,
-    pages: &[Isolated<'_>],
+pub(crate) fn migrate_hugetlbs<'p>(
+    phys: &'p PhysMem,
+    pages: &mut [Isolated<'p>],
     todo: &[usize],
     at: &Placement,
     out: &mut [Outcome],
@@ -157,7 +157,7 @@ pub(crate) fn migrate_hugetlbs(
     for (n, &i) in todo.iter().enumerate() {
         let mut outcome = Outcome::Failed(Errno::Again);
         for _ in 0..NR_MAX_MIGRATE_PAGES_RETRY {
-            outcome = unmap_and_move_huge_page(phys, &pages[i], at, ptl_locks);
+            outcome = unmap_and_move_huge_page(phys, &mut pages[i], at, ptl_locks);
             if outcome != Outcome::Failed(Errno::Again) {
                 break;
             }
@@ -270,7 +270,12 @@ unsafe fn copy_unshared_huge(phys: &PhysMem, src: Pfn, dst: Pfn) {
 /// with `__GFP_THISNODE` for `move_pages` and `migrate_pages(2)`);
 /// `Failed(Again)` when the page is pinned or otherwise still referenced
 /// once unmapped (it is then mapped again where it was).
-fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, ptl_locks: &mut u64) -> Outcome {
+fn unmap_and_move_huge_page<'p>(
+    phys: &'p PhysMem,
+    p: &mut Isolated<'p>,
+    at: &Placement,
+    ptl_locks: &mut u64,
+) -> Outcome {
     let Owner::File(file) = &p.owner else {
         // Every hugetlb page is isolated through its VMA's file.
         return Outcome::Failed(Errno::Busy);
@@ -350,6 +355,12 @@ fn unmap_and_move_huge_page(phys: &PhysMem, p: &Isolated<'_>, at: &Placement, pt
         Some(if flags.intersects(VmFlags::ACCESS_FLAGS) { entry } else { entry.protnone() })
     });
     unlock_page(phys, old);
+    if moved {
+        // folio_putback_active_hugetlb(src): the source goes back to the
+        // pool now, so that the call's next huge page can move into the room
+        // it made; the isolation holds the target instead.
+        p.page = dst.clone();
+    }
     // The target's lock and then its allocation reference go here: the
     // entries and the cache hold theirs, and a page that stayed frees its
     // unused target.

@@ -184,13 +184,15 @@ impl HugePool {
         debug_assert!(st.rsvd >= -(self.total as i64), "hugetlb: unreserved {pages} pages too many");
     }
 
-    /// Linux's `dequeue_hugetlb_folio_vma`: takes a free page, `node`'s
-    /// first, then the other nodes' in order. With `reserved`, the caller
+    /// Linux's `dequeue_hugetlb_folio_vma`: takes a free page from the nodes
+    /// `at` allows, in its zonelist order (a bound policy's mask only, as
+    /// `huge_node` hands the mask to `dequeue_hugetlb_folio_nodemask`; any
+    /// node after a preferred one's). With `reserved`, the caller
     /// consumes one of its reservations and may take any free page (there
     /// is one unless the reservation is still owed back by a page a child
     /// maps, see `PoolState::rsvd`); without, only a page nobody reserved
     /// may be taken. `None` when there is none.
-    fn dequeue(&self, node: usize, reserved: bool) -> Option<Pfn> {
+    fn dequeue(&self, at: &crate::phys::Placement, reserved: bool) -> Option<Pfn> {
         let mut st = self.state.lock();
         if !reserved && st.available() == 0 {
             drop(st);
@@ -198,8 +200,7 @@ impl HugePool {
             return None;
         }
         let nodes = st.free_lists.len();
-        let node = node.min(nodes.saturating_sub(1));
-        let pfn = (0..nodes).map(|i| (node + i) % nodes).find_map(|n| st.free_lists[n].pop())?;
+        let pfn = at.zonelist(nodes).find_map(|n| st.free_lists[n].pop())?;
         st.free -= 1;
         if reserved {
             st.rsvd -= 1;
@@ -252,14 +253,15 @@ impl PhysMem {
         self.hugetlb.locks.snapshot()
     }
 
-    /// Allocates a zero-filled huge page, preferring `node` (Linux's
-    /// `alloc_hugetlb_folio` + `folio_zero_user`): the returned reference,
+    /// Allocates a zero-filled huge page where `at` allows (Linux's
+    /// `alloc_hugetlb_folio` + `folio_zero_user`; no surplus pages, so a
+    /// bound policy whose nodes have none free gets none): the returned reference,
     /// on its head frame, is its only one. With `reserved` the caller
     /// consumes a reservation it holds, which finds a page unless the
     /// reservation is still owed back (see `HugePool::dequeue`); without,
     /// `None` when every free page is reserved or the pool is empty.
-    pub(crate) fn alloc_huge(&self, node: usize, reserved: bool) -> Option<FrameRef<'_>> {
-        let pfn = self.hugetlb.dequeue(node, reserved)?;
+    pub(crate) fn alloc_huge(&self, at: &crate::phys::Placement, reserved: bool) -> Option<FrameRef<'_>> {
+        let pfn = self.hugetlb.dequeue(at, reserved)?;
         // `frame_ptr` checks the last frame is inside the arena; the pool's
         // pages are contiguous frames of it.
         let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
@@ -373,7 +375,7 @@ impl PhysMem {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::phys::PhysConfig;
+    use crate::phys::{PhysConfig, Placement};
     use crate::PAGE_SIZE;
 
     fn arena(nodes: usize, huge: u64) -> std::sync::Arc<PhysMem> {
@@ -412,9 +414,9 @@ mod tests {
         assert_eq!((s.total, s.free, s.rsvd, s.surp), (3, 3, 0, 0));
         phys.hugetlb.reserve(2).unwrap();
         assert_eq!(phys.hugetlb.reserve(2), Err(Errno::NoMem), "only one page is unreserved");
-        let a = phys.alloc_huge(0, false).expect("one unreserved page");
-        assert!(phys.alloc_huge(0, false).is_none(), "the other two are reserved");
-        let b = phys.alloc_huge(0, true).unwrap();
+        let a = phys.alloc_huge(&Placement::new(0, None), false).expect("one unreserved page");
+        assert!(phys.alloc_huge(&Placement::new(0, None), false).is_none(), "the other two are reserved");
+        let b = phys.alloc_huge(&Placement::new(0, None), true).unwrap();
         let s = phys.huge_page_stats();
         assert_eq!((s.free, s.rsvd, s.allocations, s.alloc_failures), (1, 1, 2, 1));
         assert_eq!(a.pfn() % HPAGE_FRAMES, 0);
@@ -431,7 +433,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "writes and reads 2 MiB, then allocates every frame: minutes under Miri")]
     fn pages_are_zeroed_and_never_handed_out_as_small_frames() {
         let phys = arena(2, 1);
-        let p = phys.alloc_huge(1, false).unwrap();
+        let p = phys.alloc_huge(&Placement::new(1, None), false).unwrap();
         assert_eq!(phys.node_of(p.pfn()), 1, "the preferred node first");
         // Dirty every frame, free, take it again: zero.
         for f in p.pfn()..p.pfn() + HPAGE_FRAMES {
@@ -440,7 +442,7 @@ mod tests {
         }
         let pfn = p.pfn();
         drop(p);
-        let q = phys.alloc_huge(1, false).unwrap();
+        let q = phys.alloc_huge(&Placement::new(1, None), false).unwrap();
         assert_eq!(q.pfn(), pfn);
         for f in q.pfn()..q.pfn() + HPAGE_FRAMES {
             // SAFETY: as above.
@@ -456,7 +458,7 @@ mod tests {
         assert!(!small.is_empty());
         drop(small);
         drop(q);
-        let other = phys.alloc_huge(0, false).unwrap();
+        let other = phys.alloc_huge(&Placement::new(0, None), false).unwrap();
         assert_eq!(phys.node_of(other.pfn()), 0);
         drop(other);
         let s = phys.huge_page_stats();

@@ -125,9 +125,11 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
     Follow::Got(if huge { crate::hugetlb::gup::subpage(head, va) } else { head })
 }
 
-/// `FAULT_FLAG_UNSHARE` for a read-only pin: replaces the page mapped at
-/// `va` (a shared anonymous page, the zero page, or a file page in a private
-/// mapping) by an exclusive anonymous copy, mapped read-only as before.
+/// `FAULT_FLAG_UNSHARE` for a read-only pin: marks the anonymous page mapped
+/// at `va` exclusive if its entry holds its only reference, else replaces
+/// the page (a shared anonymous page, the zero page, or a file page in a
+/// private mapping) by an exclusive anonymous copy, mapped read-only as
+/// before.
 /// Needs `mmap_lock` (it may give the VMA its anon_vma). The caller looks
 /// again whatever happened.
 fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
@@ -145,6 +147,18 @@ fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     let ptl = leaf.lock();
     let pte = ptl.get(va);
     if !pte.is_present() {
+        return Ok(());
+    }
+    // do_wp_page's reuse (wp_can_reuse_anon_folio): an anonymous page whose
+    // one reference is this entry's is this process's alone, so it is
+    // marked exclusive where it is rather than copied. Under the PTE lock
+    // no new mapping of it appears (fork copies under it).
+    let d = phys.desc(pte.pfn());
+    if pte.pfn() != phys.zero_pfn()
+        && d.flags.load(Ordering::Relaxed) & PG_ANON != 0
+        && d.refcount.load(Ordering::Acquire) == 1
+    {
+        d.flags.fetch_or(PG_ANON_EXCLUSIVE, Ordering::Relaxed);
         return Ok(());
     }
     let old_page = ptl.page(va, phys).expect("a present entry holds a frame");

@@ -171,7 +171,7 @@ impl AddressSpace {
                     let copy = if huge {
                         // copy_hugetlb_page_range: a pool page outside any
                         // reservation; none left fails dup_mmap (ENOSPC).
-                        let Some(c) = phys.alloc_huge(parent.placement(vma, va).node, false) else {
+                        let Some(c) = phys.alloc_huge(&parent.placement(vma, va), false) else {
                             err = Err(Errno::NoSpc);
                             return None;
                         };

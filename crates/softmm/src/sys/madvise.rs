@@ -159,6 +159,11 @@ impl AddressSpace {
                         }
                         f |= VmFlags::WIPEONFORK;
                     }
+                    // A droppable mapping stays wipe-on-fork and out of
+                    // core dumps (Linux 6.12+'s madvise_vma_behavior).
+                    MADV_KEEPONFORK | MADV_DODUMP if vma.flags.contains(VmFlags::DROPPABLE) => {
+                        return Err(Errno::Inval);
+                    }
                     MADV_KEEPONFORK => f &= !VmFlags::WIPEONFORK,
                     MADV_DONTDUMP => f |= VmFlags::DONTDUMP,
                     MADV_DODUMP => f &= !VmFlags::DONTDUMP,

@@ -148,12 +148,12 @@ impl AddressSpace {
         // the migration; do_mbind ORs it into its failure count, so it is `EIO`
         // with MPOL_MF_STRICT and success without.
         let mut enomem = false;
-        for (at, pages) in by_node {
+        for (at, mut pages) in by_node {
             if enomem {
                 crate::migrate::putback_movable_pages(&pages);
                 continue;
             }
-            let counts = self.migrate_isolated(&pages, &at);
+            let counts = self.migrate_isolated(&mut pages, &at);
             failed += counts.failed;
             enomem = counts.enomem;
         }
@@ -409,13 +409,13 @@ impl AddressSpace {
         // target node ends the call with ENOMEM (what moved stays moved);
         // the pages not tried yet are put back.
         let mut enomem = false;
-        for (node, pages) in by_node {
+        for (node, mut pages) in by_node {
             if enomem {
                 crate::migrate::putback_movable_pages(&pages);
                 continue;
             }
             // migrate_to_node: alloc_migration_target with __GFP_THISNODE.
-            let counts = self.migrate_isolated(&pages, &Placement::this_node(node));
+            let counts = self.migrate_isolated(&mut pages, &Placement::this_node(node));
             enomem = counts.enomem;
             failed += counts.failed;
         }

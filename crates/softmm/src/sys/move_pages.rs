@@ -239,8 +239,8 @@ impl AddressSpace {
         rest: usize,
     ) -> Result<u64> {
         let (Some(node), false) = (node, run.is_empty()) else { return Ok(0) };
-        let (idx, isolated): (Vec<usize>, Vec<Isolated<'_>>) = std::mem::take(run).into_iter().unzip();
-        let counts = self.migrate_isolated(&isolated, &Placement::this_node(node));
+        let (idx, mut isolated): (Vec<usize>, Vec<Isolated<'_>>) = std::mem::take(run).into_iter().unzip();
+        let counts = self.migrate_isolated(&mut isolated, &Placement::this_node(node));
         if counts.enomem {
             return Err(Errno::NoMem);
         }
@@ -258,7 +258,7 @@ impl AddressSpace {
     /// Migrates isolated pages to frames allocated where `at` says (see
     /// [`migrate_pages`]) with this address space's migration policy, then
     /// releases their isolation (Linux's `putback_movable_pages`).
-    pub(crate) fn migrate_isolated(&self, isolated: &[Isolated<'_>], at: &Placement) -> MigrateCounts {
+    pub(crate) fn migrate_isolated<'p>(&'p self, isolated: &mut [Isolated<'p>], at: &Placement) -> MigrateCounts {
         let (_, counts): (Vec<Outcome>, MigrateCounts) =
             migrate_pages(&self.phys, isolated, at, self.config.migrate_policy);
         putback_movable_pages(isolated);
