@@ -113,7 +113,6 @@ fn madv_remove_refuses_a_locked_vma() {
 /// clears `VM_WIPEONFORK` and `VM_DONTDUMP`, and a child then inherits the
 /// page. The fuzz target skips the class while this is open.
 #[test]
-#[ignore = "open softmm defect: MADV_KEEPONFORK/MADV_DODUMP accepted on a droppable mapping"]
 fn keeponfork_and_dodump_refuse_a_droppable_mapping() {
     const MAP_DROPPABLE: i32 = 0x08;
     let p = phys(4);
@@ -213,7 +212,6 @@ fn node_of(mm: &softmm::AddressSpace, addr: u64) -> i32 {
 /// node 0; `fork`'s copy of a pinned page falls back the same way where
 /// Linux fails the fork with `ENOSPC`.
 #[test]
-#[ignore = "open softmm defect: hugetlb allocations ignore an MPOL_BIND mask"]
 fn a_hugetlb_fault_under_mpol_bind_takes_no_page_outside_the_mask() {
     let p = fuzz_ops::huge::arena();
     let mm = mm_with(&p, FaultPolicy::MmapLock);
@@ -235,7 +233,6 @@ fn a_hugetlb_fault_under_mpol_bind_takes_no_page_outside_the_mask() {
 /// which ends the migration; `mbind` still succeeds without
 /// `MPOL_MF_STRICT`) and stays on node 0.
 #[test]
-#[ignore = "open softmm defect: mbind keeps moved huge pages' sources until it returns"]
 fn mbind_gives_a_moved_huge_pages_source_back_before_the_next() {
     let p = fuzz_ops::huge::arena();
     let mm = mm_with(&p, FaultPolicy::MmapLock);
@@ -259,7 +256,6 @@ fn mbind_gives_a_moved_huge_pages_source_back_before_the_next() {
 /// `SIGBUS`) and pins it. softmm's `hugetlb_unshare` only tries the copy,
 /// and the pin fails with `EFAULT`.
 #[test]
-#[ignore = "open softmm defect: an owner's unshare for a read pin does not take the page from the children"]
 fn an_owners_read_pin_takes_a_shared_huge_page_back_from_the_child() {
     let p = fuzz_ops::huge::arena();
     let parent = mm_with(&p, FaultPolicy::MmapLock);
@@ -284,7 +280,6 @@ fn an_owners_read_pin_takes_a_shared_huge_page_back_from_the_child() {
 /// softmm's `unshare` always copies, here onto the node the mapping is now
 /// bound to.
 #[test]
-#[ignore = "open softmm defect: a read pin's unshare copies a page only the entry holds"]
 fn a_read_pin_of_a_page_only_this_process_holds_reuses_it() {
     let p = fuzz_ops::huge::arena();
     let mm = mm_with(&p, FaultPolicy::MmapLock);
@@ -302,7 +297,6 @@ fn a_read_pin_of_a_page_only_this_process_holds_reuses_it() {
 /// (`fuzz/regressions/hugetlb/`, each named after its defect), run without
 /// the target's skips for them: each fails while its defect is open.
 #[test]
-#[ignore = "known softmm defects: MADV_DONTNEED loses the reservation of an owner's page held elsewhere; a pin of a migrated page unshares it"]
 fn hugetlb_inputs_of_known_defects() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/hugetlb");
     let mut failed = Vec::new();
