@@ -344,7 +344,16 @@ pub(crate) fn alloc_private<'p>(
 ) -> FaultResult<FrameRef<'p>> {
     let reserved = vma.hugetlb_resv.as_ref().is_some_and(|r| r.take(vma.huge_index(haddr)));
     let node = mm.placement(vma, haddr).node;
-    let page = mm.phys.alloc_huge(node, reserved).ok_or_else(|| sigbus(addr))?;
+    let Some(page) = mm.phys.alloc_huge(node, reserved) else {
+        // No page although reserved: the pool still owes the reservation
+        // (see `PoolState::rsvd`). The map keeps it, as Linux's
+        // `vma_end_reservation` after a failed `alloc_hugetlb_folio`: taken
+        // out of it for nothing, no unmap would ever give it back.
+        if reserved {
+            vma.hugetlb_resv.as_ref().expect("taken from it").restore(vma.huge_index(haddr));
+        }
+        return Err(sigbus(addr));
+    };
     let d = page.desc();
     // A page that consumed a reservation gives it back if it is freed
     // before it is mapped (alloc_hugetlb_folio's restore flag; mapping it
