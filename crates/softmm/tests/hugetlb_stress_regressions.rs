@@ -45,3 +45,34 @@ fn a_reserved_fault_that_finds_no_page_keeps_its_reservation() {
     drop((f, mm));
     assert_no_leaks(&phys);
 }
+
+/// A read pin of a private page the owner shares with a child since `fork`
+/// unshares it (`hugetlb_wp` with `FAULT_FLAG_UNSHARE`); with the pool
+/// empty the owner takes the page back from the child
+/// (`unmap_ref_private`), as its write would, since Linux's
+/// `outside_reserve` does not look at the unshare flag: the pin succeeds
+/// and the child's next access is `SIGBUS`. The unshare returned `EFAULT`
+/// for the owner instead.
+#[test]
+fn an_owners_read_pin_takes_a_shared_page_back_from_the_child_when_the_pool_is_empty() {
+    for flags in [Foll::empty(), Foll::LONGTERM] {
+        let phys = pool(1);
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u64(a, 7).unwrap();
+        let child = mm.fork().unwrap();
+        let mut ccpu = Cpu::attached(&child);
+        assert_eq!(ccpu.read_u64(a), Ok(7));
+        assert_eq!(phys.huge_page_stats().free, 0);
+        let pin = mm.pin_user_pages(a, 1, flags).unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+        let mut buf = [0u8; 8];
+        pin.read(0, &mut buf).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), 7, "{flags:?}");
+        assert_eq!(cpu.read_u64(a), Ok(7), "{flags:?}");
+        assert!(mm.page_maybe_dma_pinned(a), "{flags:?}: the owner's mapped page is the pinned one");
+        assert_eq!(ccpu.read_u64(a), Err(Fault::Bus { addr: a }), "{flags:?}: the child lost it");
+        drop((pin, ccpu, child, cpu, mm));
+        assert_no_leaks(&phys);
+    }
+}

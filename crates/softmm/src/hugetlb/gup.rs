@@ -91,7 +91,21 @@ impl AddressSpace {
         if !self.anon_vma_prepare_locked(vma) {
             return Err(Errno::NoMem);
         }
-        let new = alloc_private(self, vma, haddr, va).map_err(|_| Errno::Fault)?;
+        let new = match alloc_private(self, vma, haddr, va) {
+            Ok(page) => page,
+            // As `hugetlb_wp` for an unshare too (`outside_reserve` does not
+            // look at `FAULT_FLAG_UNSHARE`): the owner of the reservations
+            // takes its anonymous page back from the children
+            // (`unmap_ref_private`) with none of this call's locks but
+            // `mmap_lock` held, and the caller looks again and reuses it.
+            Err(_) if vma.hugetlb_resv.is_some() && anon => {
+                let pfn = pte.pfn();
+                drop(old_page);
+                drop((_fault_mutex, _inval, guard));
+                return if self.unmap_ref_private(vma, haddr, pfn) { Ok(()) } else { Err(Errno::Fault) };
+            }
+            Err(_) => return Err(Errno::Fault),
+        };
         copy_huge(self, old_page.page(), &new);
         self.replace_huge(leaf, haddr, pte, new, vma);
         Ok(())
