@@ -118,6 +118,8 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
         Ok(()) if unmap_ref.get().is_some() => {
             let pfn = unmap_ref.get().expect("checked");
             drop(reap);
+            #[cfg(all(test, not(loom)))]
+            crate::mm::hooks::before_unmap_ref_private();
             if ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn) {
                 Ok(())
             } else {
