@@ -30,49 +30,10 @@ const WORDS: usize = (PAGE / 8) as usize;
 /// Runs `scenario` for every fault policy, each under its own watchdog.
 fn for_each_policy(test: &str, scenario: fn(FaultPolicy, u64)) {
     let _serial = serial();
-    let seed = env_u64("STRESS_SEED", 0x5eed);
+    let seed = stress_seed(0x5eed);
     for &policy in FaultPolicy::ALL {
         eprintln!("{test} [{}] STRESS_SEED={seed}", policy.name());
         watchdog(&format!("{test}[{}]", policy.name()), WATCHDOG_SECS, move || scenario(policy, seed));
-    }
-}
-
-/// A named thread (the name shows in panic messages).
-fn spawn<R: Send + 'static>(name: String, f: impl FnOnce() -> R + Send + 'static) -> thread::JoinHandle<R> {
-    thread::Builder::new().name(name).spawn(f).expect("spawn")
-}
-
-/// Joins every thread, then re-raises the first panic: no thread is left
-/// spinning when a scenario fails.
-fn join_all<R>(hs: Vec<thread::JoinHandle<R>>) -> Vec<R> {
-    let rs: Vec<_> = hs.into_iter().map(|h| h.join()).collect();
-    rs.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
-fn scaled(n: u64) -> u64 {
-    n * env_u64("STRESS_SCALE", 1).max(1)
-}
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 

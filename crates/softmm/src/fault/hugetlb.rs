@@ -118,6 +118,8 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
         Ok(()) if unmap_ref.get().is_some() => {
             let pfn = unmap_ref.get().expect("checked");
             drop(reap);
+            #[cfg(all(test, not(loom)))]
+            crate::mm::hooks::before_unmap_ref_private();
             if ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn) {
                 Ok(())
             } else {
@@ -342,7 +344,16 @@ pub(crate) fn alloc_private<'p>(
     addr: u64,
 ) -> FaultResult<FrameRef<'p>> {
     let reserved = vma.hugetlb_resv.as_ref().is_some_and(|r| r.take(vma.huge_index(haddr)));
-    let page = mm.phys.alloc_huge(&mm.placement(vma, haddr), reserved).ok_or_else(|| sigbus(addr))?;
+    let Some(page) = mm.phys.alloc_huge(&mm.placement(vma, haddr), reserved) else {
+        // No page although reserved: the pool still owes the reservation
+        // (see `PoolState::rsvd`). The map keeps it, as Linux's
+        // `vma_end_reservation` after a failed `alloc_hugetlb_folio`: taken
+        // out of it for nothing, no unmap would ever give it back.
+        if reserved {
+            vma.hugetlb_resv.as_ref().expect("taken from it").restore(vma.huge_index(haddr));
+        }
+        return Err(sigbus(addr));
+    };
     let d = page.desc();
     // A page that consumed a reservation gives it back if it is freed
     // before it is mapped (alloc_hugetlb_folio's restore flag; mapping it

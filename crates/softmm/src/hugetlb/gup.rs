@@ -95,14 +95,16 @@ impl AddressSpace {
         }
         let new = match alloc_private(self, vma, haddr, va) {
             Ok(page) => page,
-            // As `hugetlb_wp`: the owner of the reservations takes its page
-            // back from the children (`unmap_ref_private`, with no lock of
-            // the unshare held), then looks again and finds it mapped once.
+            // As `hugetlb_wp` for an unshare too (`outside_reserve` does not
+            // look at `FAULT_FLAG_UNSHARE`): the owner of the reservations
+            // takes its anonymous page back from the children
+            // (`unmap_ref_private`) with none of this call's locks but
+            // `mmap_lock` held, and the caller looks again and reuses it.
             Err(_) if vma.hugetlb_resv.is_some() && anon => {
-                let head = old_page.page().pfn();
+                let pfn = pte.pfn();
                 drop(old_page);
-                drop((_fault_mutex, _inval));
-                return if self.unmap_ref_private(vma, haddr, head) { Ok(()) } else { Err(Errno::Fault) };
+                drop((_fault_mutex, _inval, guard));
+                return if self.unmap_ref_private(vma, haddr, pfn) { Ok(()) } else { Err(Errno::Fault) };
             }
             Err(_) => return Err(Errno::Fault),
         };

@@ -8,6 +8,7 @@ use std::cell::RefCell;
 thread_local! {
     static BEFORE_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
     static AFTER_HUGETLB_SPLIT: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    static BEFORE_UNMAP_REF_PRIVATE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` once, on this thread, at the end of its next `mmap_lock`
@@ -33,6 +34,21 @@ pub(crate) fn set_after_hugetlb_split(f: impl FnOnce() + 'static) {
 /// Runs the hook set on this thread, if any (after `hugetlb_split`).
 pub(crate) fn after_hugetlb_split() {
     if let Some(f) = AFTER_HUGETLB_SPLIT.with(|h| h.borrow_mut().take()) {
+        f();
+    }
+}
+
+/// Runs `f` once, on this thread, when its next hugetlb fault is about to
+/// take the owner's page back from the children (`unmap_ref_private`),
+/// with none of the fault's locks but `mmap_lock` (or the VMA's read
+/// reference) held.
+pub(crate) fn set_before_unmap_ref_private(f: impl FnOnce() + 'static) {
+    BEFORE_UNMAP_REF_PRIVATE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs the hook set on this thread, if any (before `unmap_ref_private`).
+pub(crate) fn before_unmap_ref_private() {
+    if let Some(f) = BEFORE_UNMAP_REF_PRIVATE.with(|h| h.borrow_mut().take()) {
         f();
     }
 }

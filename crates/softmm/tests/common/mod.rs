@@ -58,6 +58,58 @@ pub fn watchdog<R: Send + 'static>(name: &str, secs: u64, f: impl FnOnce() -> R 
     }
 }
 
+/// The stress tests' knobs: `STRESS_SEED=<n>` changes their random
+/// choices, `STRESS_SCALE=<n>` multiplies their iteration counts.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// The seed of a stress test: `STRESS_SEED`, else `default`.
+pub fn stress_seed(default: u64) -> u64 {
+    env_u64("STRESS_SEED", default)
+}
+
+/// `n` iterations multiplied by `STRESS_SCALE` (at least 1).
+pub fn scaled(n: u64) -> u64 {
+    n * env_u64("STRESS_SCALE", 1).max(1)
+}
+
+/// splitmix64: a small seeded generator for the stress tests' schedules.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[0, n)`; `n > 0`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// True with probability `1 / n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+/// A named thread (the name shows in panic messages).
+pub fn spawn<R: Send + 'static>(name: String, f: impl FnOnce() -> R + Send + 'static) -> thread::JoinHandle<R> {
+    thread::Builder::new().name(name).spawn(f).expect("spawn")
+}
+
+/// Joins every thread, then re-raises the first panic: no thread is left
+/// running when a scenario fails.
+pub fn join_all<R>(hs: Vec<thread::JoinHandle<R>>) -> Vec<R> {
+    let rs: Vec<_> = hs.into_iter().map(|h| h.join()).collect();
+    rs.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+}
+
 /// A host file in the temporary directory, removed when dropped.
 pub struct TempFile(PathBuf);
 
