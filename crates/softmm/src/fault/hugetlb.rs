@@ -113,18 +113,17 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
         // hugetlb_wp found no page for the owner's copy: take the page from
         // the children with no lock of the fault held (Linux drops the
         // fault mutex and the VMA lock around `unmap_ref_private`), then
-        // the access retries and the owner's fault reuses the page, or
-        // SIGBUS if no child had it.
+        // the access retries whatever it unmapped, as Linux's `hugetlb_wp`
+        // goes back to `retry_avoidcopy`: a child that dropped the page
+        // meanwhile (its munmap, COW or exit) left it mapped once, and the
+        // owner's fault reuses it.
         Ok(()) if unmap_ref.get().is_some() => {
             let pfn = unmap_ref.get().expect("checked");
             drop(reap);
             #[cfg(all(test, not(loom)))]
             crate::mm::hooks::before_unmap_ref_private();
-            if ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn) {
-                Ok(())
-            } else {
-                Err(sigbus(addr))
-            }
+            ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn);
+            Ok(())
         }
         // hugetlb_wp found the page locked (a migration of it is under
         // way, its other mappings hidden in migration entries): wait with

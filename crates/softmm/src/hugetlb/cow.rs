@@ -22,9 +22,9 @@ impl AddressSpace {
     /// `unmap_ref_private`: unmaps the huge page `head`, which the owner's
     /// VMA `vma` maps at `haddr`, from every other private mapping of the
     /// same file page that holds no reservations of its own (a child since
-    /// `fork`), marking each VMA it unmapped from. True if it unmapped it
-    /// anywhere (the owner's copy-on-write then retries and finds the page
-    /// its own).
+    /// `fork`), marking each VMA it unmapped from. The owner's
+    /// copy-on-write then retries whatever it unmapped, as Linux's does, and
+    /// finds the page its own unless a child still maps it.
     ///
     /// As Linux 6.12's: under the file's `i_mmap` lock for write, and no
     /// lock of the other address spaces, so a child whose `mmap_lock` is
@@ -45,15 +45,14 @@ impl AddressSpace {
     /// never shared (`want_pmd_share` needs `VM_MAYSHARE`), so the walk
     /// unshares nothing, and the child's TLB is flushed before `i_mmap`
     /// goes.
-    pub(crate) fn unmap_ref_private(&self, vma: &Vma, haddr: u64, head: Pfn) -> bool {
-        let Some(file) = vma.file.as_ref() else { return false };
-        let Some(inode) = file.hugetlb.as_ref() else { return false };
+    pub(crate) fn unmap_ref_private(&self, vma: &Vma, haddr: u64, head: Pfn) {
+        let Some(file) = vma.file.as_ref() else { return };
+        let Some(inode) = file.hugetlb.as_ref() else { return };
         let pgoff = vma.pgoff_at(haddr);
         // The address spaces upgraded below, dropped after `i_mmap`
         // (declared first, so dropped last): ours may be the last reference
         // to one, and its exit unlinks its VMAs under `i_mmap` for write.
         let mut reap = Vec::new();
-        let mut unmapped = false;
         let i_mmap = self.phys.hugetlb.locks.write(super::lock::Kind::IMmapWrite, &inode.vmas.i_mmap);
         for r in inode.vmas.covering_locked(&i_mmap, pgoff) {
             let Some(smm) = r.mm.upgrade() else { continue };
@@ -86,7 +85,6 @@ impl AddressSpace {
                     // Before the entry goes (its store is Release): a fault
                     // that finds it gone sees the mark.
                     sv.hugetlb_unmapped.store(true, Ordering::Relaxed);
-                    unmapped = true;
                 }
                 ours
             };
@@ -94,7 +92,6 @@ impl AddressSpace {
             tlb.finish(&smm);
         }
         drop(i_mmap);
-        unmapped
     }
 }
 
@@ -234,13 +231,13 @@ mod tests {
     /// reverse-map unlink comes before its page tables go): the page is the
     /// owner's alone by then, and Linux's `hugetlb_wp`, finding the entry
     /// unchanged after `unmap_ref_private`, retries (`goto
-    /// retry_avoidcopy`) and reuses it whatever `unmap_ref_private` did.
-    /// Here `unmap_ref_private` unmapped nothing, so the owner's write is
-    /// `SIGBUS`. Found by `tests/hugetlb_stress.rs` (both orders: the
-    /// child's COW or munmap, and its exit, where the dying child's Weak no
-    /// longer upgrades while its entries still map the page).
+    /// retry_avoidcopy`) and reuses it whatever `unmap_ref_private` did;
+    /// so does softmm's fault, which retries the access (it was `SIGBUS`
+    /// when `unmap_ref_private` unmapped nothing). Found by
+    /// `tests/hugetlb_stress.rs` (both orders: the child's COW or munmap,
+    /// and its exit, where the dying child's Weak no longer upgrades while
+    /// its entries still map the page).
     #[test]
-    #[ignore = "known defect: an owner's COW is SIGBUS when its child drops the shared page meanwhile"]
     fn an_owner_whose_child_drops_the_page_during_its_cow_reuses_it() {
         let mut failed = Vec::new();
         for (exit, policy) in

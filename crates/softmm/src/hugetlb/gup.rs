@@ -104,7 +104,10 @@ impl AddressSpace {
                 let pfn = pte.pfn();
                 drop(old_page);
                 drop((_fault_mutex, _inval, guard));
-                return if self.unmap_ref_private(vma, haddr, pfn) { Ok(()) } else { Err(Errno::Fault) };
+                // Whatever it unmapped: a child that dropped the page
+                // meanwhile left it mapped once (Linux's retry_avoidcopy).
+                self.unmap_ref_private(vma, haddr, pfn);
+                return Ok(());
             }
             Err(_) => return Err(Errno::Fault),
         };
