@@ -10,8 +10,10 @@
 //! the reservation owner's `unmap_ref_private`, pins, migration), which
 //! predicts results, errnos, faults and signals, the data of every page, the
 //! node of every page (`move_pages`' query), and after every step the pool's
-//! `HugePages_Free` (per node too) and `HugePages_Rsvd`, with
-//! `free + used = total`. At the end every mapped page and every pin must
+//! `HugePages_Free` (per node too) and `HugePages_Rsvd` (where Linux's
+//! count wraps below zero, after an owner's `MADV_DONTNEED` of a page a
+//! child still maps and the owner's exit, softmm shows 0, as documented in
+//! `hugetlb/pool.rs`), with `free + used = total`. At the end every mapped page and every pin must
 //! read what the model says, and dropping everything must give every frame
 //! back to the arena and every huge page back to the pool with no
 //! reservation left.
