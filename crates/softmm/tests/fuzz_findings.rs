@@ -208,9 +208,9 @@ fn node_of(mm: &softmm::AddressSpace, addr: u64) -> i32 {
 /// mask's nodes (`huge_node` gives the mask to
 /// `dequeue_hugetlb_folio_nodemask`), and with none free there the fault is
 /// `SIGBUS`, reservation or not (no surplus pages by default). softmm's
-/// `HugePool::dequeue` falls back to every node, so the third page lands on
-/// node 0; `fork`'s copy of a pinned page falls back the same way where
-/// Linux fails the fork with `ENOSPC`.
+/// `HugePool::dequeue` fell back to every node, so the third page landed on
+/// node 0; `fork`'s copy of a pinned page fell back the same way where
+/// Linux fails the fork (`ENOMEM`). Fixed.
 #[test]
 fn a_hugetlb_fault_under_mpol_bind_takes_no_page_outside_the_mask() {
     let p = fuzz_ops::huge::arena();
@@ -293,9 +293,9 @@ fn a_read_pin_of_a_page_only_this_process_holds_reuses_it() {
     assert_eq!(node_of(&mm, a), 0, "pinned where it is, not copied");
 }
 
-/// Inputs of the fuzz target `hugetlb` kept for known softmm defects
-/// (`fuzz/regressions/hugetlb/`, each named after its defect), run without
-/// the target's skips for them: each fails while its defect is open.
+/// Inputs of the fuzz target `hugetlb` kept for softmm defects, fixed now
+/// (`fuzz/regressions/hugetlb/`, each named after its defect), which the
+/// target skipped while they were open.
 #[test]
 fn hugetlb_inputs_of_known_defects() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/hugetlb");
@@ -304,7 +304,7 @@ fn hugetlb_inputs_of_known_defects() {
         let f = f.expect("dir entry").path();
         let data = std::fs::read(&f).expect("input");
         let phys = fuzz_ops::huge::arena();
-        if let Err(e) = fuzz_ops::huge::run_bytes_with(&data, &phys, false) {
+        if let Err(e) = fuzz_ops::huge::run_bytes(&data, &phys) {
             failed.push(format!("{}: {e}", f.display()));
         }
     }

@@ -10,57 +10,30 @@
 //! the reservation owner's `unmap_ref_private`, pins, migration), which
 //! predicts results, errnos, faults and signals, the data of every page, the
 //! node of every page (`move_pages`' query), and after every step the pool's
-//! `HugePages_Free` (per node too) and `HugePages_Rsvd`, with
-//! `free + used = total`. At the end every mapped page and every pin must
+//! `HugePages_Free` (per node too) and `HugePages_Rsvd` (where Linux's
+//! count wraps below zero, after an owner's `MADV_DONTNEED` of a page a
+//! child still maps and the owner's exit, softmm shows 0, as documented in
+//! `hugetlb/pool.rs`), with `free + used = total`. At the end every mapped page and every pin must
 //! read what the model says, and dropping everything must give every frame
 //! back to the arena and every huge page back to the pool with no
 //! reservation left.
 //!
-//! Where a known softmm defect would be found again and again, the input
-//! class is skipped (the step says why in the log; `run_with` can run it
-//! all the same, for the inputs kept in `fuzz/regressions/hugetlb/`), or a
-//! count compared late:
-//!
-//! - a pin of a private page that was migrated: softmm's migration drops
-//!   `PG_ANON_EXCLUSIVE` and keeps the entry writable (Linux's migration
-//!   entries keep both), so a pin, read or write, must unshare the page: a
-//!   huge one spins forever (the known defect), a small one is copied away
-//!   from the node it was moved to;
-//! - `MADV_DONTNEED` in the reservation owner of a private huge page that
-//!   something else holds too (another process since `fork`, or a pin): Linux
-//!   marks the page to give its reservation back when it is freed
-//!   (`__unmap_hugepage_range` sets `PG_HUGETLB_RESTORE_RESERVE` whoever
-//!   holds it) and the owner's reserve map has the index again; softmm
-//!   restores only a page whose one reference is the entry, so the
-//!   reservation is lost (a known defect);
-//! - the pool's counts are compared after the deferred frees of a grace
-//!   period have run (shared hugetlb memory is released only then after
-//!   `munmap`, a known defect), so that a lag is not reported as a leak.
-//!
-//! Four classes are relaxed for open softmm defects, each kept as an
-//! ignored test in `tests/fuzz_findings.rs`; the model follows softmm there:
-//!
-//! - a hugetlb page for an `MPOL_BIND` mapping (a fault, or `fork`'s copy of
-//!   a pinned page) comes from another node when the mask's nodes have none
-//!   free, where Linux's `dequeue_hugetlb_folio_nodemask` keeps to the mask
-//!   and the fault is `SIGBUS`
-//!   (`a_hugetlb_fault_under_mpol_bind_takes_no_page_outside_the_mask`);
-//! - `mbind` keeps the source of a huge page it moved until the call ends,
-//!   where Linux's `unmap_and_move_huge_page` gives it back to the pool at
-//!   once, so a later huge page of the same call finds no page to move to
-//!   (`ENOMEM`, which ends the migration) where on Linux it moves
-//!   (`mbind_gives_a_moved_huge_pages_source_back_before_the_next`);
-//! - a read pin in the reservation owner of a private huge page it shares
-//!   with a child since `fork`, with no free unreserved page for the copy,
-//!   is `EFAULT`, where Linux's `hugetlb_wp` unshares as it copies on
-//!   write: the owner takes the page from the children
-//!   (`unmap_ref_private`) and pins it
-//!   (`an_owners_read_pin_takes_a_shared_huge_page_back_from_the_child`);
-//! - a read pin of a small private page that is not exclusive (shared since
-//!   `fork`) always copies it, where Linux's unshare reuses a page whose
-//!   one reference is the entry (`wp_can_reuse_anon_folio`), so the page
-//!   stays where it is
-//!   (`a_read_pin_of_a_page_only_this_process_holds_reuses_it`).
+//! The model follows Linux everywhere it models: a hugetlb page for an
+//! `MPOL_BIND` mapping comes only from the mask's nodes
+//! (`dequeue_hugetlb_folio_nodemask`); `fork` fails with `ENOMEM` whatever
+//! `dup_mmap` failed with (`copy_mm`); a moved huge page's source goes back
+//! to the pool at once (`unmap_and_move_huge_page`); the reservation
+//! owner's COW and unshare take a shared private huge page back from the
+//! children when no page is left for the copy (`unmap_ref_private`), and
+//! retry; an unshare reuses a small page whose only reference is its entry
+//! (`wp_can_reuse_anon_folio`); `MADV_DONTNEED` in the owner restores the
+//! reservation of every anonymous page it zaps, whoever else holds it
+//! (`__unmap_hugepage_range`); migration keeps `PG_ANON_EXCLUSIVE` (a pin of
+//! a migrated page pins it where it is); and the pool's counts are compared
+//! right after each call (shared memory is released before `munmap` or the
+//! last close returns). No input class is relaxed or skipped for a softmm
+//! defect; the inputs once kept for such defects (`fuzz/regressions/hugetlb/`)
+//! run as regression tests.
 //!
 //! Small pages have no zero-page model: `move_pages` on a small page never
 //! written may say `-EFAULT` (the zero page) or `-ENOENT` (nothing mapped).
@@ -154,13 +127,8 @@ pub fn arena() -> Arc<PhysMem> {
 
 /// Decodes and runs `data` (inputs too short to decode pass).
 pub fn run_bytes(data: &[u8], phys: &Arc<PhysMem>) -> Result<(), String> {
-    run_bytes_with(data, phys, true)
-}
-
-/// [`run_bytes`] with [`run_with`]'s choice.
-pub fn run_bytes_with(data: &[u8], phys: &Arc<PhysMem>, skip_known: bool) -> Result<(), String> {
     match HInput::arbitrary(&mut Unstructured::new(data)) {
-        Ok(input) => run_with(&input, phys, skip_known),
+        Ok(input) => run(&input, phys),
         Err(_) => Ok(()),
     }
 }
@@ -181,12 +149,9 @@ struct MPage {
     in_file: bool,
     /// `PG_HUGETLB_RESTORE_RESERVE`: freeing it gives its reservation back.
     restore: bool,
-    /// A private page that moved to another node (and lost
-    /// `PG_ANON_EXCLUSIVE` in softmm).
-    migrated: bool,
     /// A small page's `PG_ANON_EXCLUSIVE`: set where it is allocated or
-    /// reused by a write, cleared by `fork` sharing it (Linux's migration
-    /// keeps it).
+    /// reused by a write, cleared by `fork` sharing it (migration keeps
+    /// it).
     excl: bool,
 }
 
@@ -306,22 +271,23 @@ impl Model {
 
     /// `alloc_hugetlb_folio`'s dequeue: a reserved allocation takes any
     /// free page, an unreserved one only if more are free than reserved;
-    /// from the policy's node, else node 0 first. Linux takes a page of an
-    /// `MPOL_BIND` mapping only from the mask's nodes (`SIGBUS`, or `fork`'s
-    /// `ENOSPC`, when they are empty); softmm falls back to the other nodes
-    /// (an open defect, see the module doc), and the model follows it there.
+    /// node 0 first, else node 1; a page of an `MPOL_BIND` mapping only
+    /// from the mask's node (`dequeue_hugetlb_folio_nodemask`: `SIGBUS`, or
+    /// `fork`'s `ENOMEM`, when it has none free).
     fn huge_node(&self, bind: Option<usize>, reserved: bool) -> Option<usize> {
         if !reserved && self.available() <= 0 {
             return None;
         }
-        let first = bind.unwrap_or(0);
-        (0..NODES).map(|i| (first + i) % NODES).find(|&n| self.node_free(n) > 0)
+        match bind {
+            Some(n) => (self.node_free(n) > 0).then_some(n),
+            None => (0..NODES).find(|&n| self.node_free(n) > 0),
+        }
     }
 
     fn new_page(&mut self, huge: bool, node: usize, data: BTreeMap<u64, u64>) -> usize {
         let id = self.next_page;
         self.next_page += 1;
-        let p = MPage { huge, data, node, pins: 0, in_file: false, restore: false, migrated: false, excl: true };
+        let p = MPage { huge, data, node, pins: 0, in_file: false, restore: false, excl: true };
         self.pages.insert(id, p);
         id
     }
@@ -382,17 +348,15 @@ impl Model {
                 if !(write || unshare) || s.shared {
                     return Ok(());
                 }
-                // A small page: a write reuses a page only this entry holds
-                // (`wp_can_reuse_anon_folio`); softmm's unshare for a read pin
-                // always copies a page that is not exclusive (an open defect,
-                // see the module doc). A huge page: reused if only this entry
-                // maps it (`hugetlb_wp`).
+                // A small page: a write or an unshare reuses a page only this
+                // entry holds (`wp_can_reuse_anon_folio`). A huge page: reused
+                // if only this entry maps it (`hugetlb_wp`).
                 let pg = &self.pages[&p];
                 let reuse = if s.huge {
                     self.mapcount(p) == 1
                 } else {
                     // An exclusive page is mapped writable: no fault at all.
-                    pg.excl || (write && self.mapcount(p) == 1 && pg.pins == 0)
+                    pg.excl || (self.mapcount(p) == 1 && pg.pins == 0)
                 };
                 if reuse {
                     self.pages.get_mut(&p).expect("page").excl = true;
@@ -407,14 +371,13 @@ impl Model {
                     self.maybe_free(p);
                     return Ok(());
                 }
-                // softmm's unshare (a read pin) does not take the page from
-                // the children (an open defect, see the module doc).
-                if !s.owner || !write {
+                if !s.owner {
                     return Err(NoPage::Bus);
                 }
-                // unmap_ref_private: the owner takes the page from every
-                // other private mapping of the file that maps it, marks
-                // their VMAs, and reuses it.
+                // unmap_ref_private (a write or an unshare): the owner takes
+                // the page from every other private mapping of the file that
+                // maps it, marks their VMAs, and retries: the page is now
+                // mapped only here, and reused.
                 for b in 0..self.ases.len() {
                     let hits: Vec<u64> = self.ases[b]
                         .iter()
@@ -491,8 +454,6 @@ struct World<'a> {
     real: Vec<Real>,
     pins: Vec<Pin>,
     log: Vec<String>,
-    /// Skip the input classes of known softmm defects (see the module doc).
-    skip_known: bool,
 }
 
 macro_rules! ensure {
@@ -507,21 +468,8 @@ macro_rules! ensure {
 /// disagreement or leak, with the operations that led to it. `phys` must
 /// be [`arena`]'s with nothing allocated; it is left so.
 pub fn run(input: &HInput, phys: &Arc<PhysMem>) -> Result<(), String> {
-    run_with(input, phys, true)
-}
-
-/// [`run`], running the input classes of known softmm defects too when
-/// `skip_known` is false (for the inputs kept for those defects).
-pub fn run_with(input: &HInput, phys: &Arc<PhysMem>, skip_known: bool) -> Result<(), String> {
-    let mut w = World {
-        phys,
-        policy: input.policy,
-        m: Model::default(),
-        real: Vec::new(),
-        pins: Vec::new(),
-        log: Vec::new(),
-        skip_known,
-    };
+    let mut w =
+        World { phys, policy: input.policy, m: Model::default(), real: Vec::new(), pins: Vec::new(), log: Vec::new() };
     let r = w.run(input);
     let log = std::mem::take(&mut w.log);
     drop(w);
@@ -591,26 +539,18 @@ impl World<'_> {
         }
     }
 
-    /// The pool's counts against the model's (after deferred frees ran).
+    /// The pool's counts against the model's, right away.
     fn check_pool(&self) -> Result<(), String> {
-        let want = (self.m.free(), self.m.rsvd(), (0..NODES).map(|n| self.m.node_free(n)).collect::<Vec<_>>());
+        // Linux's `resv_huge_pages` wraps where the model's count is
+        // negative (an owner's `MADV_DONTNEED` of a page a child still maps,
+        // then the owner's exit); softmm shows 0 there.
+        let want = (self.m.free(), self.m.rsvd().max(0), (0..NODES).map(|n| self.m.node_free(n)).collect::<Vec<_>>());
         let got = || {
             let h = self.phys.huge_page_stats();
             let nodes: Vec<u64> = self.phys.huge_page_node_stats().iter().map(|n| n.free).collect();
             (h, (h.free, h.rsvd as i64, nodes))
         };
-        let (mut h, mut g) = got();
-        if g != want {
-            // Shared hugetlb memory goes back at a grace period (see the module doc).
-            for _ in 0..64 {
-                crossbeam_epoch::pin().flush();
-            }
-            (h, g) = got();
-            if g != want {
-                self.phys.quiesce();
-                (h, g) = got();
-            }
-        }
+        let (h, g) = got();
         ensure!(h.total == NODES as u64 * POOL_PER_NODE && h.surp == 0, "pool total {h:?}");
         ensure!(h.rsvd <= h.free, "more reserved than free: {h:?}");
         ensure!(
@@ -762,12 +702,6 @@ impl World<'_> {
                 if self.m.inside_huge(a, va) || self.m.inside_huge(a, va + len) {
                     return Ok(line + ": part of a huge page of another mapping, skipped");
                 }
-                let held_elsewhere = self.m.ases[a].range(va..va + len).any(|(_, s)| {
-                    s.owner && s.page.is_some_and(|p| self.m.pages[&p].pins > 0 || self.m.mapcount(p) > 1)
-                });
-                if held_elsewhere && self.skip_known {
-                    return Ok(line + ": the owner's page is pinned or mapped elsewhere, skipped (known defect: its reservation is lost)");
-                }
                 let r = self.real[a].mm.madvise(va, len, MADV_DONTNEED);
                 let line = format!("{line} = {r:?}");
                 let hole = self.m.has_hole(a, va, va + len);
@@ -776,8 +710,10 @@ impl World<'_> {
                     let s = self.m.ases[a].get_mut(&v).expect("slot");
                     let Some(p) = s.page.take() else { continue };
                     if s.owner {
-                        // __unmap_hugepage_range: the owner's anonymous page
-                        // gets its reservation back when it is freed.
+                        // __unmap_hugepage_range: the owner's anonymous page,
+                        // shared or not, has its index in the reserve map
+                        // again at once, and gives its reservation back to
+                        // the pool when it is freed (now or by its last holder).
                         let (file, idx) = (s.file, s.idx);
                         self.m.files[file].as_mut().expect("file").resv.insert(idx);
                         self.m.pages.get_mut(&p).expect("page").restore = true;
@@ -911,8 +847,9 @@ impl World<'_> {
         let r = self.real[a].mm.fork();
         // copy_hugetlb_page_range and copy_present_page: a pinned private
         // page is copied for the child (a huge one from outside the
-        // reservations: ENOSPC when none is left); every other private page
-        // is shared; shared mappings are not copied.
+        // reservations, from the mask's node under MPOL_BIND; none left:
+        // copy_mm's ENOMEM, whatever dup_mmap failed with); every other
+        // private page is shared; shared mappings are not copied.
         let mut child = BTreeMap::new();
         let mut copies = Vec::new();
         let mut shared = Vec::new();
@@ -926,7 +863,7 @@ impl World<'_> {
                 if self.m.pages[&p].pins > 0 {
                     let node = if s.huge { self.m.huge_node(s.bind, false) } else { Some(s.bind.unwrap_or(0)) };
                     let Some(node) = node else {
-                        want = Err(Errno::NoSpc);
+                        want = Err(Errno::NoMem);
                         break;
                     };
                     let data = self.m.pages[&p].data.clone();
@@ -985,14 +922,6 @@ impl World<'_> {
         };
         let line = format!("as{a} pin_user_pages({start:#x}, {n}, {})", if write { "WRITE" } else { "0" });
         let addrs: Vec<u64> = (0..n).map(|i| start + i * SP).collect();
-        for &x in &addrs {
-            if let Some(k) = self.m.slot_of(a, x) {
-                let s = &self.m.ases[a][&k];
-                if self.skip_known && !s.shared && s.page.is_some_and(|p| self.m.pages[&p].migrated) {
-                    return Ok(line + ": a migrated private page, skipped (known defect: exclusivity lost)");
-                }
-            }
-        }
         let flags = if write { Foll::WRITE } else { Foll::empty() };
         let r = self.real[a].mm.pin_user_pages(start, n as usize, flags);
         let line = format!("{line} = {:?}", r.as_ref().map(|p| p.len()));
@@ -1064,9 +993,7 @@ impl World<'_> {
         } else if self.m.pages[&p].pins > 0 {
             (Ok(1), None)
         } else {
-            let pg = self.m.pages.get_mut(&p).expect("page");
-            pg.node = node;
-            pg.migrated |= !s.shared;
+            self.m.pages.get_mut(&p).expect("page").node = node;
             (Ok(0), Some(node as i32))
         };
         ensure!(r == want && st.is_none_or(|st| st == status[0]), "{line}: model {want:?} {st:?}");
@@ -1096,9 +1023,8 @@ impl World<'_> {
             // first with no page to move to ends the migration (migrate_pages'
             // -ENOMEM, which do_mbind only reports with MPOL_MF_STRICT).
             let mut stop = Ok(());
-            // softmm keeps a moved huge page's source until the call ends
-            // (an open defect, see the module doc): a stand-in holds its node.
-            let mut sources = Vec::new();
+            // A moved huge page's source goes back to the pool at once
+            // (unmap_and_move_huge_page), so the next can move into its room.
             for huge in [true, false] {
                 for v in &slots {
                     let s = &self.m.ases[a][v];
@@ -1111,24 +1037,12 @@ impl World<'_> {
                         break;
                     }
                     if self.m.pages[&p].pins == 0 {
-                        let private = !s.shared;
-                        let pg = self.m.pages.get_mut(&p).expect("page");
-                        let from = pg.node;
-                        pg.node = node;
-                        pg.migrated |= private;
-                        if huge {
-                            let held = self.m.new_page(true, from, BTreeMap::new());
-                            self.m.pages.get_mut(&held).expect("new").pins = 1;
-                            sources.push(held);
-                        }
+                        self.m.pages.get_mut(&p).expect("page").node = node;
                     }
                 }
                 if stop.is_err() {
                     break;
                 }
-            }
-            for held in sources {
-                self.m.pages.remove(&held);
             }
             Ok(())
         };
