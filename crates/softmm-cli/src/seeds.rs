@@ -129,10 +129,15 @@ pub fn gloss(kind: &str, name: &str) -> Option<&'static str> {
 /// the glossary's order, wrapped to 100 columns: the policy legend under a
 /// table.
 pub fn legend(kind: &str, names: &[&str]) -> String {
+    legend_at(kind, names, "  ")
+}
+
+/// [`legend`] with each line indented by `indent`.
+fn legend_at(kind: &str, names: &[&str], indent: &str) -> String {
     let mut out = String::new();
     for (name, k, what) in POLICIES {
         if (*k == kind || *k == "every") && names.contains(name) {
-            out.push_str(&crate::report::wrap(&format!("  {name}: {what}"), "      "));
+            out.push_str(&crate::report::wrap(&format!("{indent}{name}: {what}"), &format!("{indent}    ")));
         }
     }
     out
@@ -154,7 +159,9 @@ pub fn bench_help() -> String {
     ];
     for (kind, head) in kinds {
         out.push_str(head);
-        out.push_str(&legend(kind, &names(kind)));
+        let mut names = names(kind);
+        names.retain(|n| *n != "host");
+        out.push_str(&legend_at(kind, &names, "      "));
     }
     out.push_str(&crate::report::wrap(
         "  host: the running kernel doing the same work, a row beside every workload's policies \
@@ -170,8 +177,9 @@ pub fn bench_help() -> String {
             &format!("  {} {}: \"{}\", {}, {}", s.number, s.name, s.title, s.author, s.date),
             "      ",
         ));
+        out.push_str(&format!("      {}\n", s.url));
         out.push_str(&crate::report::wrap(
-            &format!("      {}: {}; the lab's experiment: {}.", s.url, s.mechanism, s.experiment),
+            &format!("      {}; the lab's experiment: {}.", s.mechanism, s.experiment),
             "      ",
         ));
     }
