@@ -176,9 +176,24 @@ fn caption(results: &Results, panels: &[Panel], width: u32) -> Vec<String> {
     let m = &results.machine;
     let repeats = results.samples.iter().map(|s| s.repeat + 1).max().unwrap_or(1);
     let load = m.load_start.map_or(String::new(), |l| format!(", load average {:.2} at the start", l[0]));
+    let mut free: Vec<f64> = results.samples.iter().filter_map(|s| s.cpu.map(|c| c.free())).collect();
+    free.sort_by(f64::total_cmp);
+    let free = match (free.first(), free.last()) {
+        (Some(lo), Some(hi)) => format!(
+            " CPUs other processes left the samples: {lo:.2} to {hi:.2} of {}{}.",
+            m.cores,
+            if results.samples.iter().any(|s| s.cpu.is_some_and(|c| c.short())) {
+                " (some well short of their threads: the table marks them)"
+            } else {
+                ""
+            }
+        ),
+        _ => String::new(),
+    };
     let shared = panels.windows(2).all(|w| w[0].y_label == w[1].y_label);
     let text = format!(
-        "softmm {} on {} CPUs ({}), {}{load}. Points: median of {repeats} repeat{}; bars: their min to max. {}",
+        "softmm {} on {} CPUs ({}), {}{load}.{free} Points: median of {repeats} repeat{}; bars: their min to \
+         max. {}",
         m.softmm_commit,
         m.cores,
         m.model,
@@ -190,8 +205,8 @@ fn caption(results: &Results, panels: &[Panel], width: u32) -> Vec<String> {
             "Each panel has its own y scale: their operations differ."
         }
     );
-    // About 0.55 em per character of a sans-serif font.
-    let chars = ((width as f64 - 32.0) / (CAPTION as f64 * 0.55)) as usize;
+    // About 0.48 em per character of a sans-serif font.
+    let chars = ((width as f64 - 32.0) / (CAPTION as f64 * 0.48)) as usize;
     let mut lines = vec![String::new()];
     for word in text.split_whitespace() {
         let last = lines.last_mut().expect("one line");
@@ -363,11 +378,7 @@ fn draw_legend<DB: DrawingBackend>(
         for k in 0..3 {
             area.draw(&PathElement::new(vec![(x + k * 18, y), (x + k * 18 + 11, y)], grey))?;
         }
-        area.draw(&Text::new(
-            "interference, alone".to_string(),
-            (x + 58, y - LABEL as i32 / 2 - 1),
-            ("sans-serif", LABEL),
-        ))?;
+        area.draw(&Text::new("alone".to_string(), (x + 58, y - LABEL as i32 / 2 - 1), ("sans-serif", LABEL)))?;
     }
     Ok(())
 }
