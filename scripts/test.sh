@@ -40,6 +40,9 @@ two_shards() {
 }
 stage fmt cargo fmt --all -- --check
 stage clippy cargo clippy --all-targets -- -D warnings
+# The public documentation builds without a warning (a broken or private
+# intra-doc link fails it).
+stage doc env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 # The `checked` profile: release optimizations with overflow checks and debug
 # assertions on (see Cargo.toml).
 stage checked cargo test --profile checked --workspace

@@ -1,11 +1,15 @@
 #!/bin/sh
-# Regenerates the results in this directory (about 10 minutes on 2 CPUs).
+# Regenerates every table, JSON file and figure in this directory (about 12
+# minutes on 2 CPUs); README.md is written from them. Each file's first
+# lines name the softmm commit, the CPUs and the load average it ran at.
 # Usage: docs/results/run.sh [path/to/softmm] [output directory]
 #   (defaults: target/release/softmm, this directory)
 # On a larger machine, THREADS (e.g. 1,2,4,8,16) sets the thread counts of the
 # thread sweeps, CORTENMM_THREADS those of cortenmm's 300-sample sweep,
 # INSTANCES the hugetlb instances (each one a faulting and a forking process)
 # and ACCESSORS migrate's accessor threads; unset, each keeps the 2-CPU run's.
+# The hugetlb host rows need root (they grow the host's huge-page pool for
+# the run); big-munmap needs about 17 GB free.
 set -e
 cd "$(dirname "$0")"
 softmm=$(realpath "${1:-../../target/release/softmm}")

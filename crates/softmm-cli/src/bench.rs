@@ -19,30 +19,28 @@ pub const HEADLINE_PLOT: &str = "softmm-results.svg";
 
 /// `softmm bench` options.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "bench")]
+#[command(name = "bench", after_help = crate::seeds::bench_help())]
 pub struct BenchArgs {
     /// Workloads, comma-separated or repeated: pft, page-fault1, page-fault2,
     /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm,
-    /// big-munmap (seed 002: a large munmap beside a faulting, mapping or
-    /// maps-reading thread, default --size 8G), or all; or `pin` alone (seed 004: its own sweep over pin policies, default
-    /// --size 8G, modes alone and interfered); or hugetlb-fault, hugetlb-fork,
-    /// hugetlb-fork-fault alone (seed 000: processes sharing one hugetlbfs
-    /// file, default --size 1G; --threads counts instances); or `migrate` alone (seed 003:
-    /// accessors beside a migrator moving the working set between two nodes,
-    /// every migrate policy, default --size 64M and one accessor per CPU but one).
-    /// None: the headline experiment (pft and interference for every policy
-    /// and the host, plotted to softmm-results.svg).
+    /// big-munmap (seed 002), or all; or alone, each with its own sweep:
+    /// pin (seed 004), migrate (seed 003), or hugetlb-fault, hugetlb-fork
+    /// and hugetlb-fork-fault (seed 000; --threads counts instances; the
+    /// host rows grow the host's huge-page pool for the run, as root).
+    /// None: the headline experiment (pft and interference for every fault
+    /// policy and the host, plotted to softmm-results.svg, then one row per
+    /// seed).
     #[arg(value_delimiter = ',')]
     pub workloads: Vec<String>,
 
-    /// Fault policies: one, a comma list, `all`, or `default` (the library's
-    /// default, recorded under its real name). `host` alone runs only the host.
-    /// For big-munmap: unmap policies (`locked`, `sectioned`, `downgrade`,
-    /// `lock-free`), and every one when only fault policies are named.
+    /// Policies: names (comma-separated), `all`, or `default` (the library's
+    /// default, recorded under its real name); `host` alone runs only the
+    /// host. Each workload takes its own kind of policy (listed below).
     #[arg(long, default_value = "all")]
     pub policy: String,
 
-    /// Thread counts, e.g. `1,2,4` or `1-8` [default: 1 to the number of CPUs].
+    /// Thread counts, e.g. `1,2,4` or `1-8` [default: 1 to the number of
+    /// CPUs; migrate: one accessor per CPU but one].
     #[arg(long)]
     pub threads: Option<String>,
 
@@ -55,21 +53,25 @@ pub struct BenchArgs {
     #[arg(long)]
     pub iterations: Option<u64>,
 
-    /// Samples per configuration (the table shows median, min and max).
-    #[arg(long, default_value_t = 1)]
+    /// Samples per configuration, the policies taking turns (the tables
+    /// show the median and the min-max).
+    #[arg(long, default_value_t = 3)]
     pub repeat: usize,
 
     /// Modes, comma-separated: `threads`/`processes` for page-fault1-3,
     /// mmap1-2 and tlb-flush; CortenMM operations (`mmap-low`, `pf-high`, ...)
-    /// for cortenmm. Workloads run in their default modes where none applies.
+    /// for cortenmm; `fault`, `mmap`, `maps`, `fault-other-mm`, `alone` for
+    /// big-munmap; `alone`, `interfered` for pin. Workloads run in their
+    /// default modes where none applies.
     #[arg(long, value_delimiter = ',')]
     pub mode: Vec<String>,
 
     /// Region size: per mapping for page-fault1-3, mmap1-2 and the mmap
     /// thread of interference; per thread for pft and interference's faulters;
     /// per task (at most 1 MiB) for tlb-flush; the region unmapped by
-    /// big-munmap; the region pinned by pin. Suffixes K, M, G [default: 128M;
-    /// 8G for big-munmap and pin].
+    /// big-munmap, pinned by pin, migrated by migrate; the shared file of the
+    /// hugetlb workloads. Suffixes K, M, G [default: 128M; 8G for big-munmap
+    /// and pin, 64M for migrate, 1G for hugetlb-*].
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
 
@@ -84,6 +86,11 @@ pub struct BenchArgs {
     /// Leave out the host rows.
     #[arg(long)]
     pub no_host: bool,
+
+    /// Print every column of the tables, however wide (by default they fit
+    /// 100 columns and say which columns they leave out).
+    #[arg(long)]
+    pub wide: bool,
 
     /// Try speculative faults even with one CPU attached (MmConfig::force_speculative).
     #[arg(long)]
@@ -152,11 +159,20 @@ pub(crate) fn parse_threads(s: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-fn parse_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
+/// The fault-policy backends `--policy` names for `workloads` (named in
+/// the error).
+/// the error); with `big_munmap` in the run, unmap policy names are its
+/// and select every fault policy where no fault policy is named.
+fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> Result<Vec<Backend>, String> {
     let mut out: Vec<Backend> = Vec::new();
     let mut host = !no_host;
     let mut only_host = true;
+    let mut skipped = false;
     for name in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if big_munmap && UnmapPolicy::from_name(name).is_some() && FaultPolicy::from_name(name).is_none() {
+            skipped = true;
+            continue;
+        }
         let add: Vec<Backend> = match name {
             "all" => FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect(),
             "default" => vec![Backend::Soft(FaultPolicy::default())],
@@ -166,7 +182,10 @@ fn parse_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
             }
             _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown policy `{name}` (known: {}, all, default, host)", names.join(", "))
+                format!(
+                    "unknown policy `{name}` for {workloads}: its fault policies are {}; or all, default, host",
+                    names.join(", ")
+                )
             })?)],
         };
         only_host = false;
@@ -175,6 +194,10 @@ fn parse_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
                 out.push(b);
             }
         }
+    }
+    if skipped && out.is_empty() {
+        only_host = false;
+        out = FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect();
     }
     if only_host && !no_host {
         return Ok(vec![Backend::Host]);
@@ -201,7 +224,10 @@ fn parse_unmap_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> 
             _ if FaultPolicy::from_name(name).is_some() => vec![],
             _ => vec![UnmapPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = UnmapPolicy::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown policy `{name}` (big-munmap knows: {}, all, default, host)", names.join(", "))
+                format!(
+                    "unknown policy `{name}` for big-munmap: its unmap policies are {}; or all, default, host",
+                    names.join(", ")
+                )
             })?],
         };
         out.extend(add.into_iter().map(Backend::Unmap).filter(|b| !out.contains(b)).collect::<Vec<_>>());
@@ -219,6 +245,9 @@ fn parse_unmap_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> 
     Ok(out)
 }
 
+/// The workloads that run alone, each with a sweep of its own.
+pub const ALONE: &[&str] = &["pin", "migrate", "hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"];
+
 /// The region size of `w`: `--size`, or its own default.
 fn size_of(args: &BenchArgs, w: Workload) -> u64 {
     args.size.unwrap_or(if w == Workload::BigMunmap { 8 << 30 } else { 128 << 20 })
@@ -232,7 +261,15 @@ fn parse_workloads(names: &[String]) -> Result<Vec<Workload>, String> {
         } else {
             vec![Workload::from_name(n).ok_or_else(|| {
                 let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
-                format!("unknown workload `{n}` (known: {}, all)", names.join(", "))
+                if ALONE.contains(&n) {
+                    format!("`{n}` runs alone: give it as the only workload")
+                } else {
+                    format!(
+                        "unknown workload `{n}`: the workloads are {}, or all; and, each alone, {}",
+                        names.join(", "),
+                        ALONE.join(", ")
+                    )
+                }
             })?]
         };
         for w in add {
@@ -271,12 +308,19 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.iter().any(|w| w == "migrate") {
         return workloads::migrate::bench(args); // seed 003's experiment has its own sweep
     }
+    report::set_wide(args.wide);
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
     let only_big_munmap = !workloads.is_empty() && workloads.iter().all(|&w| w == Workload::BigMunmap);
-    let unmap_backends = parse_unmap_backends(&args.policy, args.no_host)?;
-    let backends = if only_big_munmap { unmap_backends.clone() } else { parse_backends(&args.policy, args.no_host)? };
+    let has_big_munmap = workloads.contains(&Workload::BigMunmap);
+    let unmap_backends = if has_big_munmap { parse_unmap_backends(&args.policy, args.no_host)? } else { Vec::new() };
+    let names: Vec<&str> = workloads.iter().filter(|&&w| w != Workload::BigMunmap).map(|w| w.name()).collect();
+    let backends = if only_big_munmap {
+        unmap_backends.clone()
+    } else {
+        parse_backends(&args.policy, args.no_host, &names.join(", "), has_big_munmap)?
+    };
     let backends_of = |w: Workload| if w == Workload::BigMunmap { unmap_backends.clone() } else { backends.clone() };
     let threads = match &args.threads {
         Some(s) => parse_threads(s)?,
@@ -295,7 +339,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     };
     for m in &args.mode {
         if !workloads.iter().any(|w| w.modes().contains(&m.as_str())) {
-            return Err(format!("mode `{m}` applies to none of the workloads"));
+            let valid: Vec<String> =
+                workloads.iter().map(|w| format!("{}: {}", w.name(), w.modes().join(", "))).collect();
+            return Err(format!("mode `{m}` applies to none of the workloads ({})", valid.join("; ")));
         }
     }
     if let Some(p) = &args.plot {
@@ -344,7 +390,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         }
     }
 
-    let machine = Machine::detect();
+    let mut machine = Machine::detect();
+    let what = if headline { "headline".to_string() } else { format!("bench {}", args.workloads.join(",")) };
+    print!("{}", machine.header(&what));
     let tty = std::io::stdout().is_terminal();
     let bar = if tty {
         let bar = ProgressBar::with_draw_target(Some(jobs.len() as u64), ProgressDrawTarget::stdout());
@@ -356,14 +404,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     } else {
         None
     };
-    eprintln!(
-        "softmm bench on {} ({} CPUs, {}), softmm {}: {} samples",
-        machine.model,
-        machine.cores,
-        machine.kernel,
-        machine.softmm_commit,
-        jobs.len()
-    );
+    eprintln!("softmm: {} samples of {} s each, {} repeats", jobs.len(), args.duration, args.repeat);
     let mut arena = Arena::default();
     let mut samples: Vec<Sample> = Vec::new();
     let mut failures = 0;
@@ -399,11 +440,17 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             size: size_of(args, job.workload),
             force_speculative: args.force_speculative,
         };
-        match workloads::run(job.workload, job.backend, &params, &mut arena) {
+        let tasks = job.workload.tasks(job.mode, job.threads);
+        let (got, cpu) =
+            crate::machine::measured(tasks, || workloads::run(job.workload, job.backend, &params, &mut arena));
+        match got {
             Ok(m) => {
                 let ops_per_sec = if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 };
-                if bar.is_none() {
-                    eprintln!("[{}/{}] {label}: {} ops/s", i + 1, jobs.len(), report::si(ops_per_sec));
+                let note = report::cpu_note(cpu);
+                match &bar {
+                    None => eprintln!("[{}/{}] {label}: {} ops/s{note}", i + 1, jobs.len(), report::si(ops_per_sec)),
+                    Some(bar) if !note.is_empty() => bar.suspend(|| eprintln!("{label}:{note}")),
+                    Some(_) => {}
                 }
                 samples.push(Sample {
                     workload: job.workload.name().to_string(),
@@ -416,6 +463,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                     ops_per_sec,
                     counters: m.counters,
                     cpu_seconds: m.cpu_seconds,
+                    cpu,
                 });
             }
             Err(e) => {
@@ -434,19 +482,28 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    println!("{}", report::table(&samples));
-    print!("{}", report::legend(&samples));
+    println!();
+    print!("{}", report::table(&samples));
+    print!("{}", report::cpu_warnings(&samples));
     if let Some(t) = workloads::big_munmap::table(&samples) {
         println!("\n{t}");
     }
     if headline {
-        let mut seeds: Vec<_> = summary::seed_001(&samples, FaultPolicy::default().name()).into_iter().collect();
-        seeds.insert(0, summary::seed_000(limit)); // first: the seeds in order
-        seeds.extend(summary::seed_002(&summary::seed_002_samples(limit, &mut arena)));
-        seeds.extend(summary::seed_003());
-        seeds.extend(summary::seed_004());
-        println!("\n{}", summary::table(&seeds));
+        eprintln!("softmm: the per-seed experiments ({} repeats each)", args.repeat);
+        let d = match limit {
+            Limit::Duration(d) => d,
+            Limit::Iterations(_) => Duration::from_millis(500),
+        };
+        let mut seeds = vec![summary::seed_000(limit, args.repeat)];
+        seeds.extend(summary::seed_001(&samples, FaultPolicy::default().name()));
+        let s002 = summary::seed_002_samples(limit, &mut arena, args.repeat);
+        seeds.extend(summary::seed_002(&s002));
+        seeds.extend(summary::seed_003(d, args.repeat));
+        seeds.extend(summary::seed_004(args.repeat));
+        println!("\n{}", summary::table(&seeds, args.repeat));
     }
+    machine.finish();
+    print!("{}", machine.footer());
     let results = Results { machine, samples };
     report::save_json(args.json.as_deref(), &results)?;
     let plot = args.plot.clone().or_else(|| headline.then(|| PathBuf::from(HEADLINE_PLOT)));
@@ -454,7 +511,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         if results.samples.is_empty() {
             eprintln!("softmm: no samples: {} not written", path.display());
         } else {
-            crate::plot::plot(&path, &results.samples)?;
+            crate::plot::plot(&path, &results)?;
             println!("wrote {}", path.display());
         }
     }
@@ -474,16 +531,19 @@ mod tests {
         assert_eq!(parse_threads("1,2,4"), Ok(vec![1, 2, 4]));
         assert_eq!(parse_threads("1-3,8"), Ok(vec![1, 2, 3, 8]));
         assert!(parse_threads("0").is_err());
-        let all = parse_backends("all", false).unwrap();
+        let all = parse_backends("all", false, "pft", false).unwrap();
         assert_eq!(all.len(), FaultPolicy::ALL.len() + 1);
         assert_eq!(all.last(), Some(&Backend::Host));
-        assert_eq!(parse_backends("default", true).unwrap(), vec![Backend::Soft(FaultPolicy::default())]);
-        assert_eq!(parse_backends("host", false).unwrap(), vec![Backend::Host]);
+        assert_eq!(parse_backends("default", true, "pft", false).unwrap(), vec![Backend::Soft(FaultPolicy::default())]);
+        assert_eq!(parse_backends("host", false, "pft", false).unwrap(), vec![Backend::Host]);
         assert_eq!(
-            parse_backends("mmap-lock,per-vma", false).unwrap(),
+            parse_backends("mmap-lock,per-vma", false, "pft", false).unwrap(),
             vec![Backend::Soft(FaultPolicy::MmapLock), Backend::Soft(FaultPolicy::PerVma), Backend::Host]
         );
-        assert!(parse_backends("nope", false).is_err());
+        let e = parse_backends("nope", false, "pft", false).unwrap_err();
+        assert!(e.contains("for pft") && e.contains("per-vma-seq") && !e.contains("lock-free"), "{e}");
+        assert!(parse_backends("locked", false, "pft", false).is_err());
+        assert_eq!(parse_backends("locked", true, "pft", true).unwrap().len(), FaultPolicy::ALL.len());
         let unmap = parse_unmap_backends("all", false).unwrap();
         assert_eq!(unmap.len(), UnmapPolicy::ALL.len() + 1);
         assert_eq!(parse_unmap_backends("mmap-lock", true).unwrap().len(), UnmapPolicy::ALL.len());

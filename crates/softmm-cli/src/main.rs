@@ -14,6 +14,7 @@ mod machine;
 mod plot;
 mod replay;
 mod report;
+mod seeds;
 mod summary;
 mod workloads;
 
@@ -36,7 +37,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
     name = "softmm",
     version,
     about = "The softmm lab: fault-scalability workloads against the host kernel, and strace log replay",
-    after_help = "With no command, runs the headline experiment (`softmm bench`)."
+    after_help = "With no command, runs the headline experiment (`softmm bench`): pft and interference for \
+                  every fault policy and the host, then one row per seed, the five Linux mm patch series whose \
+                  designs the lab compares (`softmm bench --help` cites them and names every policy)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,8 +50,11 @@ struct Cli {
 enum Cmd {
     /// Run workloads for fault policies and the host; print a table, write JSON and plots.
     Bench(bench::BenchArgs),
-    /// Replay an `strace -f -y -e trace=memory,process,openat,close,dup,dup2,dup3,memfd_create` log
-    /// (or one of the memory calls only), or record a command with `--run -- CMD ARGS...` and replay it.
+    /// Replay an `strace -f -y` log of the memory, process and descriptor calls (or of the memory
+    /// calls only), or record a command with `--run -- CMD ARGS...` and replay it.
+    #[command(after_help = "TRACE, what --run records, and what to record a log with yourself:\n  \
+                            strace -f -y -e trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create \
+                            -o LOG CMD")]
     Replay(ReplayArgs),
     /// Plot the samples of a `bench --json` file again (.svg or .png).
     Plot {
@@ -64,7 +70,7 @@ struct ReplayArgs {
     /// The log (`-` for standard input).
     #[arg(required_unless_present = "run", conflicts_with = "run")]
     log: Option<PathBuf>,
-    /// Record the command after `--` with strace (`-f -y -e trace=memory,process,open,...`) and replay its log.
+    /// Record the command after `--` with `strace -f -y -e TRACE` and replay its log (TRACE below).
     #[arg(long, requires = "cmd")]
     run: bool,
     /// With `--run`: keep the recorded log here.
@@ -114,7 +120,7 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
 fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<i32, String> {
     let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
     let results: report::Results = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
-    plot::plot(out, &results.samples)?;
+    plot::plot(out, &results)?;
     println!("wrote {}", out.display());
     Ok(0)
 }
@@ -133,5 +139,18 @@ fn main() -> ExitCode {
             eprintln!("softmm: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_replay_help_names_the_calls_run_records() {
+        let mut cmd = super::Cli::command();
+        let help = cmd.find_subcommand_mut("replay").expect("replay").render_long_help().to_string();
+        let set = crate::replay::record::TRACE_SET;
+        assert!(help.contains(set), "{set} missing in\n{help}");
     }
 }

@@ -1,15 +1,31 @@
-//! Throughput against threads, one panel per workload and mode, one line per
-//! policy plus the host (plotters). `interference` draws the interfered runs
-//! solid and the runs alone dashed, in the same panel.
+//! Throughput against threads (plotters): one panel per workload and mode,
+//! one line per policy plus the host, each point the median of the repeats
+//! with a bar from their min to their max. `interference` draws the
+//! interfered runs solid and the runs alone dashed, in the same panel.
+//!
+//! Made to be read at a paper's column width: one column of panels (two
+//! beyond three panels), text of 22-26 px on an 800 px wide panel, the
+//! legend in a strip of its own under the panels (never over the data), a
+//! caption naming the machine, the commit and the repeats, an Okabe-Ito
+//! palette (distinguishable with the common colour-vision deficiencies)
+//! with a marker shape per policy as well, and one y scale shared by every
+//! panel whose operation is the same (the caption says where they differ).
 
 use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::{rows, si, Sample};
+use crate::report::{rows, si, Results};
+use crate::workloads::Workload;
 
-const PANEL: (u32, u32) = (720, 460);
+/// One panel's size in pixels.
+const PANEL: (u32, u32) = (800, 440);
+/// Text sizes in pixels.
+const TITLE: u32 = 26;
+const LABEL: u32 = 24;
+const TICK: u32 = 22;
+const CAPTION: u32 = 20;
 
 /// A TrueType/OpenType font under `/usr/share/fonts` (DejaVu Sans or
 /// Liberation Sans preferred), leaked for plotters' `'static` registry.
@@ -45,45 +61,93 @@ fn find_font() -> Option<&'static [u8]> {
     })
 }
 
-fn color(policy: &str) -> RGBColor {
+/// A policy's colour (Okabe & Ito's palette) and marker.
+fn style(policy: &str) -> (RGBColor, Marker) {
     match policy {
-        "host" => RGBColor(0, 0, 0),
-        "mmap-lock" => RGBColor(214, 39, 40),
-        "speculative" => RGBColor(255, 127, 14),
-        "per-vma" => RGBColor(31, 119, 180),
-        "per-vma-seq" => RGBColor(44, 160, 44),
-        _ => RGBColor(148, 103, 189),
+        "host" => (RGBColor(0, 0, 0), Marker::Cross),
+        "mmap-lock" | "locked" | "per-page" | "i-mmap-rwsem" | "one-by-one" => (RGBColor(213, 94, 0), Marker::Triangle),
+        "speculative" | "sectioned" | "batched" => (RGBColor(230, 159, 0), Marker::Diamond),
+        "per-vma" | "downgrade" | "vma-lock" => (RGBColor(86, 180, 233), Marker::Square),
+        "per-vma-seq" | "lock-free" => (RGBColor(0, 114, 178), Marker::Circle),
+        _ => (RGBColor(204, 121, 167), Marker::Circle),
     }
 }
 
-/// One line: `(threads, median ops/s)` points of one policy.
+#[derive(Clone, Copy)]
+enum Marker {
+    Circle,
+    Square,
+    Triangle,
+    Diamond,
+    Cross,
+}
+
+/// Draws `marker` of `size` px centred on the backend pixel `(x, y)`.
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (x, y): (i32, i32),
+    marker: Marker,
+    color: RGBColor,
+    size: i32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let fill = color.filled();
+    match marker {
+        Marker::Circle => area.draw(&Circle::new((x, y), size, fill)),
+        Marker::Square => area.draw(&Rectangle::new([(x - size, y - size), (x + size, y + size)], fill)),
+        Marker::Triangle => {
+            area.draw(&Polygon::new(vec![(x, y - size - 1), (x - size - 1, y + size), (x + size + 1, y + size)], fill))
+        }
+        Marker::Diamond => {
+            let s = size + 2;
+            area.draw(&Polygon::new(vec![(x, y - s), (x + s, y), (x, y + s), (x - s, y)], fill))
+        }
+        Marker::Cross => {
+            let st = color.stroke_width(3);
+            area.draw(&PathElement::new(vec![(x - size, y - size), (x + size, y + size)], st))?;
+            area.draw(&PathElement::new(vec![(x - size, y + size), (x + size, y - size)], st))
+        }
+    }
+}
+
+/// One line: `(threads, median, min, max)` points of one policy.
 struct Series {
     policy: String,
     dashed: bool,
-    points: Vec<(f64, f64)>,
+    points: Vec<(f64, f64, f64, f64)>,
 }
 
 struct Panel {
     title: String,
+    y_label: String,
     series: Vec<Series>,
 }
 
-fn panels(samples: &[Sample]) -> Vec<Panel> {
+/// What a panel's y axis counts, per second.
+fn y_label(workload: &str) -> String {
+    match Workload::from_name(workload) {
+        Some(Workload::Pft | Workload::PageFault1 | Workload::PageFault2 | Workload::PageFault3)
+        | Some(Workload::Interference) => "page faults per second".into(),
+        Some(Workload::Mmap1 | Workload::Mmap2) => "map+unmap pairs per second".into(),
+        Some(Workload::TlbFlush) => "pages written and dropped per second".into(),
+        Some(Workload::Cortenmm) => "16 KiB region operations per second".into(),
+        _ => "operations per second".into(),
+    }
+}
+
+fn panels(results: &Results) -> Vec<Panel> {
     let mut panels: Vec<Panel> = Vec::new();
-    for row in rows(samples) {
+    for row in rows(&results.samples) {
         let s = row.samples[0];
         let dashed = s.workload == "interference" && s.mode == "alone";
-        let title = if s.workload == "interference" {
-            "interference (solid: with an mmap thread, dashed: alone)".to_string()
-        } else if s.workload == "pft" {
-            "pft".to_string()
-        } else {
-            format!("{} ({})", s.workload, s.mode)
+        let title = match s.workload.as_str() {
+            "interference" => "interference: beside a mapping thread, and alone".to_string(),
+            "pft" => "pft: each thread faults pages of its own region".to_string(),
+            w => format!("{w} ({})", s.mode),
         };
-        let panel = match panels.iter_mut().position(|p| p.title == title) {
+        let panel = match panels.iter().position(|p| p.title == title) {
             Some(i) => &mut panels[i],
             None => {
-                panels.push(Panel { title, series: Vec::new() });
+                panels.push(Panel { title, y_label: y_label(&s.workload), series: Vec::new() });
                 panels.last_mut().expect("pushed")
             }
         };
@@ -94,67 +158,165 @@ fn panels(samples: &[Sample]) -> Vec<Panel> {
                 panel.series.last_mut().expect("pushed")
             }
         };
-        series.points.push((s.threads as f64, row.median()));
+        let (lo, hi) =
+            row.samples.iter().fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(x.ops_per_sec), h.max(x.ops_per_sec)));
+        series.points.push((s.threads as f64, row.median(), lo, hi));
+    }
+    for p in &mut panels {
+        for s in &mut p.series {
+            s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
     }
     panels
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, panels: &[Panel], text: bool) -> Result<(), String>
+/// The caption, wrapped to `width` pixels: the machine, the commit, the
+/// load, the repeats, the y scales.
+fn caption(results: &Results, panels: &[Panel], width: u32) -> Vec<String> {
+    let m = &results.machine;
+    let repeats = results.samples.iter().map(|s| s.repeat + 1).max().unwrap_or(1);
+    let load = m.load_start.map_or(String::new(), |l| format!(", load average {:.2} at the start", l[0]));
+    let mut free: Vec<f64> = results.samples.iter().filter_map(|s| s.cpu.map(|c| c.free())).collect();
+    free.sort_by(f64::total_cmp);
+    let free = match (free.first(), free.last()) {
+        (Some(lo), Some(hi)) => format!(
+            " CPUs other processes left the samples: {lo:.2} to {hi:.2} of {}{}.",
+            m.cores,
+            if results.samples.iter().any(|s| s.cpu.is_some_and(|c| c.short())) {
+                " (some well short of their threads: the table marks them)"
+            } else {
+                ""
+            }
+        ),
+        _ => String::new(),
+    };
+    let shared = panels.windows(2).all(|w| w[0].y_label == w[1].y_label);
+    let text = format!(
+        "softmm {} on {} CPUs ({}), {}{load}.{free} Points: median of {repeats} repeat{}; bars: their min to \
+         max. {}",
+        m.softmm_commit,
+        m.cores,
+        m.model,
+        m.kernel,
+        if repeats == 1 { "" } else { "s" },
+        if shared || panels.len() == 1 {
+            "One y scale for every panel."
+        } else {
+            "Each panel has its own y scale: their operations differ."
+        }
+    );
+    // About 0.48 em per character of a sans-serif font.
+    let chars = ((width as f64 - 32.0) / (CAPTION as f64 * 0.48)) as usize;
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let last = lines.last_mut().expect("one line");
+        if !last.is_empty() && last.len() + 1 + word.len() > chars {
+            lines.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    results: &Results,
+    panels: &[Panel],
+    text: bool,
+) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("plot: {e}");
     root.fill(&WHITE).map_err(e)?;
-    let cols = if panels.len() > 1 { 2 } else { 1 };
+    let cols = if panels.len() > 3 { 2 } else { 1 };
     let nrows = panels.len().div_ceil(cols);
-    let areas = root.split_evenly((nrows, cols));
+    let (legend_h, caption_h) = legend_caption_heights(results, panels, cols);
+    let (width, height) = root.dim_in_pixel();
+    let (body, rest) = root.split_vertically(height - legend_h - caption_h);
+    let (legend, cap) = rest.split_vertically(legend_h);
+    let shared = panels.windows(2).all(|w| w[0].y_label == w[1].y_label);
+    let top = |p: &Panel| p.series.iter().flat_map(|s| s.points.iter().map(|q| q.3)).fold(0.0, f64::max);
+    let shared_max = panels.iter().map(top).fold(1.0, f64::max);
+    let areas = body.split_evenly((nrows, cols));
     for (panel, area) in panels.iter().zip(areas) {
         let xs: Vec<f64> = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
         let (xmin, xmax) = xs.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-        let ymax = panel.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1.0);
+        let ymax = if shared { shared_max } else { top(panel).max(1.0) };
         let nx = (xmax - xmin) as usize + 1;
         let mut builder = ChartBuilder::on(&area);
-        builder.margin(12);
+        builder.margin(14).margin_right(28);
         if text {
-            builder.caption(&panel.title, ("sans-serif", 18)).x_label_area_size(40).y_label_area_size(64);
+            builder.caption(&panel.title, ("sans-serif", TITLE)).x_label_area_size(58).y_label_area_size(96);
         }
-        let mut chart = builder.build_cartesian_2d(xmin - 0.3..xmax + 0.3, 0.0..ymax * 1.12).map_err(e)?;
+        let mut chart = builder.build_cartesian_2d(xmin - 0.25..xmax + 0.25, 0.0..ymax * 1.08).map_err(e)?;
         let mut mesh = chart.configure_mesh();
+        mesh.light_line_style(WHITE).bold_line_style(BLACK.mix(0.12));
         if text {
             mesh.x_desc("threads")
-                .y_desc("ops/s")
+                .y_desc(panel.y_label.as_str())
                 .x_labels(nx.min(16))
+                .y_labels(6)
                 .x_label_formatter(&|v| format!("{v:.0}"))
-                .y_label_formatter(&|v| si(*v));
+                .y_label_formatter(&|v| if *v == 0.0 { "0".into() } else { si(*v) })
+                .label_style(("sans-serif", TICK))
+                .axis_desc_style(("sans-serif", LABEL));
         } else {
             mesh.x_labels(0).y_labels(0);
         }
         mesh.draw().map_err(e)?;
+        // Offsets so that the min-max bars of the policies at one thread
+        // count do not hide each other.
+        let n = panel.series.iter().filter(|s| !s.dashed).count().max(1) as f64;
+        let mut k = 0.0;
         for s in &panel.series {
-            let c = color(&s.policy);
-            let style = ShapeStyle { color: c.to_rgba(), filled: false, stroke_width: 2 };
-            let mut pts = s.points.clone();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            if s.dashed {
-                chart.draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style)).map_err(e)?;
-            } else {
-                let name = s.policy.clone();
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), style))
-                    .map_err(e)?
-                    .label(name)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            let (c, marker) = style(&s.policy);
+            let line = ShapeStyle { color: c.to_rgba(), filled: false, stroke_width: 3 };
+            let dx = if xmax > xmin { (k - (n - 1.0) / 2.0) * 0.035 * (xmax - xmin) } else { 0.0 };
+            if !s.dashed {
+                k += 1.0;
             }
-            chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, c.filled()))).map_err(e)?;
+            let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p.0 + dx, p.1)).collect();
+            if s.dashed {
+                chart.draw_series(DashedLineSeries::new(pts.clone(), 12, 8, line)).map_err(e)?;
+            } else {
+                chart.draw_series(LineSeries::new(pts.clone(), line)).map_err(e)?;
+            }
+            let bar = c.stroke_width(2);
+            for p in &s.points {
+                let x = p.0 + dx;
+                chart.draw_series(std::iter::once(PathElement::new(vec![(x, p.2), (x, p.3)], bar))).map_err(e)?;
+            }
+            let fill = c.filled();
+            let at = |p: &(f64, f64)| EmptyElement::at(*p);
+            match marker {
+                Marker::Circle => chart.draw_series(pts.iter().map(|p| at(p) + Circle::new((0, 0), 6, fill))),
+                Marker::Square => {
+                    chart.draw_series(pts.iter().map(|p| at(p) + Rectangle::new([(-6, -6), (6, 6)], fill)))
+                }
+                Marker::Triangle => {
+                    chart.draw_series(pts.iter().map(|p| at(p) + Polygon::new(vec![(0, -7), (-7, 6), (7, 6)], fill)))
+                }
+                Marker::Diamond => chart.draw_series(
+                    pts.iter().map(|p| at(p) + Polygon::new(vec![(0, -8), (8, 0), (0, 8), (-8, 0)], fill)),
+                ),
+                Marker::Cross => chart.draw_series(pts.iter().map(|p| {
+                    at(p)
+                        + PathElement::new(vec![(-6, -6), (6, 6)], c.stroke_width(3))
+                        + PathElement::new(vec![(-6, 6), (6, -6)], c.stroke_width(3))
+                })),
+            }
+            .map_err(e)?;
         }
-        if text {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font(("sans-serif", 14))
-                .draw()
+    }
+    if text {
+        draw_legend(&legend, panels).map_err(e)?;
+        for (i, l) in caption(results, panels, width).iter().enumerate() {
+            cap.draw(&Text::new(l.clone(), (16, 6 + i as i32 * (CAPTION as i32 + 6)), ("sans-serif", CAPTION)))
                 .map_err(e)?;
         }
     }
@@ -162,19 +324,79 @@ where
     Ok(())
 }
 
-/// Writes the plot of `samples` to `path` (`.svg` or `.png`).
-pub fn plot(path: &Path, samples: &[Sample]) -> Result<(), String> {
+/// The legend's entries: each policy once, in the panels' order, then the
+/// line styles where a panel has dashed lines.
+fn legend_entries(panels: &[Panel]) -> (Vec<String>, bool) {
+    let mut names: Vec<String> = Vec::new();
+    for p in panels {
+        for s in &p.series {
+            if !names.contains(&s.policy) {
+                names.push(s.policy.clone());
+            }
+        }
+    }
+    (names, panels.iter().any(|p| p.series.iter().any(|s| s.dashed)))
+}
+
+const ENTRY_W: i32 = 250;
+const ENTRY_H: i32 = 36;
+
+fn legend_caption_heights(results: &Results, panels: &[Panel], cols: usize) -> (u32, u32) {
+    let (names, styles) = legend_entries(panels);
+    let width = PANEL.0 * cols as u32;
+    let per_row = ((width as i32 - 32) / ENTRY_W).max(1) as usize;
+    let rows = names.len().div_ceil(per_row) + usize::from(styles);
+    let lines = caption(results, panels, width).len() as u32;
+    (rows as u32 * ENTRY_H as u32 + 16, lines * (CAPTION + 6) + 14)
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panels: &[Panel],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (names, styles) = legend_entries(panels);
+    let (w, _) = area.dim_in_pixel();
+    let per_row = ((w as i32 - 32) / ENTRY_W).max(1) as usize;
+    area.draw(&PathElement::new(vec![(16, 4), (w as i32 - 16, 4)], BLACK.mix(0.3)))?;
+    for (i, name) in names.iter().enumerate() {
+        let (x, y) = (16 + (i % per_row) as i32 * ENTRY_W, 12 + (i / per_row) as i32 * ENTRY_H + ENTRY_H / 2);
+        let (c, marker) = style(name);
+        area.draw(&PathElement::new(vec![(x, y), (x + 48, y)], c.stroke_width(3)))?;
+        draw_marker(area, (x + 24, y), marker, c, 6)?;
+        area.draw(&Text::new(name.clone(), (x + 58, y - LABEL as i32 / 2 - 1), ("sans-serif", LABEL)))?;
+    }
+    if styles {
+        let y = 12 + names.len().div_ceil(per_row) as i32 * ENTRY_H + ENTRY_H / 2;
+        let grey = BLACK.mix(0.7).stroke_width(3);
+        area.draw(&PathElement::new(vec![(16, y), (64, y)], grey))?;
+        area.draw(&Text::new(
+            "interference, beside a mapping thread".to_string(),
+            (74, y - LABEL as i32 / 2 - 1),
+            ("sans-serif", LABEL),
+        ))?;
+        let x = 16 + ENTRY_W * 2 + 40;
+        for k in 0..3 {
+            area.draw(&PathElement::new(vec![(x + k * 18, y), (x + k * 18 + 11, y)], grey))?;
+        }
+        area.draw(&Text::new("alone".to_string(), (x + 58, y - LABEL as i32 / 2 - 1), ("sans-serif", LABEL)))?;
+    }
+    Ok(())
+}
+
+/// Writes the plot of `results` to `path` (`.svg` or `.png`).
+pub fn plot(path: &Path, results: &Results) -> Result<(), String> {
     let ext = path.extension().map(|x| x.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     if ext != "svg" && ext != "png" {
         return Err(format!("{}: the plot file must end in .svg or .png", path.display()));
     }
-    let panels = panels(samples);
+    let panels = panels(results);
     if panels.is_empty() {
         return Err("nothing to plot".to_string());
     }
     let font = find_font();
-    let cols = if panels.len() > 1 { 2 } else { 1 };
-    let size = (PANEL.0 * cols as u32, PANEL.1 * panels.len().div_ceil(cols) as u32);
+    let cols = if panels.len() > 3 { 2 } else { 1 };
+    let (legend_h, caption_h) = legend_caption_heights(results, &panels, cols);
+    let size = (PANEL.0 * cols as u32, PANEL.1 * panels.len().div_ceil(cols) as u32 + legend_h + caption_h);
     if ext == "png" {
         if font.is_none() {
             return Err(
@@ -182,11 +404,11 @@ pub fn plot(path: &Path, samples: &[Sample]) -> Result<(), String> {
                     .to_string(),
             );
         }
-        draw(BitMapBackend::new(path, size).into_drawing_area(), &panels, true)
+        draw(BitMapBackend::new(path, size).into_drawing_area(), results, &panels, true)
     } else {
         if font.is_none() {
             eprintln!("softmm: no font under /usr/share/fonts: {} is drawn without text", path.display());
         }
-        draw(SVGBackend::new(path, size).into_drawing_area(), &panels, font.is_some())
+        draw(SVGBackend::new(path, size).into_drawing_area(), results, &panels, font.is_some())
     }
 }

@@ -1,18 +1,21 @@
 //! Samples, the terminal table and the JSON file.
 //!
-//! JSON shape: `{"machine": {"cores", "model", "kernel", "softmm_commit"},
-//! "shootdown", "samples": [{"workload", "mode", "policy", "threads",
-//! "repeat", "ops", "seconds", "ops_per_sec", "counters": {...}}]}`;
+//! JSON shape: `{"machine": {"cores", "model", "kernel", "softmm_commit",
+//! "load_start", "load_end"}, "shootdown", "samples": [{"workload", "mode",
+//! "policy", "threads", "repeat", "ops", "seconds", "ops_per_sec",
+//! "counters": {...}, "cpu": {"cores", "others", "used", "tasks"}}]}`;
 //! `shootdown` is the `--shootdown` policy every softmm address space of the
 //! run used; counters are totals for the sample and absent where they do
-//! not apply.
+//! not apply; `cpu` is the sample's [`CpuShare`].
+//!
+//! Every table is a [`Table`]: at most 100 columns unless `--wide`, its
+//! legend built from the columns it shows.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::Machine;
+use crate::machine::{CpuShare, Machine};
 use crate::workloads::Workload;
 
 /// Per-sample totals.
@@ -272,6 +275,9 @@ pub struct Sample {
     /// CPU seconds of the tasks (table only).
     #[serde(skip)]
     pub cpu_seconds: f64,
+    /// The CPUs the sample had (what other processes left it), where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuShare>,
 }
 
 /// Everything a run wrote.
@@ -320,6 +326,11 @@ impl Row<'_> {
         *self.rates().last().expect("non-empty row")
     }
 
+    /// `min-max` of the rates.
+    pub fn min_max(&self) -> String {
+        format!("{}-{}", si(self.min()), si(self.max()))
+    }
+
     fn ops(&self) -> u64 {
         self.samples.iter().map(|s| s.ops).sum()
     }
@@ -338,8 +349,21 @@ impl Row<'_> {
     }
 }
 
-fn policy_rank(p: &str) -> usize {
-    softmm::FaultPolicy::ALL.iter().position(|q| q.name() == p).unwrap_or(usize::MAX - 1)
+/// The kind of policy a workload's rows name (see `seeds::POLICIES`).
+pub fn policy_kind(workload: &str) -> &'static str {
+    match workload {
+        "big-munmap" => "unmap",
+        "pin" => "pin",
+        "migrate" => "migrate",
+        w if w.starts_with("hugetlb-") => "hugetlb",
+        _ => "fault",
+    }
+}
+
+/// A row's place among its workload's policies: the library's order, the
+/// host last.
+fn policy_rank(workload: &str, p: &str) -> usize {
+    crate::seeds::names(policy_kind(workload)).iter().position(|q| *q == p).unwrap_or(usize::MAX - 1)
 }
 
 fn workload_rank(w: &str) -> usize {
@@ -360,13 +384,24 @@ pub fn rows(samples: &[Sample]) -> Vec<Row<'_>> {
             s.workload.clone(),
             mode_rank(&s.workload, &s.mode),
             s.mode.clone(),
-            policy_rank(&s.policy),
+            policy_rank(&s.workload, &s.policy),
             s.policy.clone(),
             s.threads,
         );
         map.entry(key).or_default().push(s);
     }
     map.into_values().map(|samples| Row { samples }).collect()
+}
+
+/// The median of the samples of `workload`/`mode`/`policy` at `threads`.
+pub fn median(samples: &[Sample], workload: &str, mode: &str, policy: &str, threads: usize) -> Option<f64> {
+    rows(samples)
+        .into_iter()
+        .find(|r| {
+            let s = r.samples[0];
+            s.workload == workload && s.mode == mode && s.policy == policy && s.threads == threads
+        })
+        .map(|r| r.median())
 }
 
 /// `1.23M`-style number.
@@ -405,125 +440,371 @@ fn per_op(total: Option<u64>, ops: u64) -> String {
     }
 }
 
-/// The terminal table.
-pub fn table(samples: &[Sample]) -> String {
-    let rows = rows(samples);
-    let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
-    let mut head = vec![
-        "workload",
-        "mode",
-        "policy",
-        "thr",
-        "ops/s",
-        "min",
-        "max",
-        "ops/cpu-s",
-        "vs alone",
-        "faults/op",
-        "lock/op",
-        "flush/op",
-        "spec/op",
-        "aborts/op",
-        "fallbk/op",
-    ];
-    if shared {
-        head.push("shared/op");
-    }
-    // How long the flushes waited for CPUs inside an access, next to their
-    // count, where a sample measured it.
-    let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
-    let wait_col = head.iter().position(|h| *h == "flush/op").map_or(head.len(), |i| i + 1);
-    if waits {
-        head.insert(wait_col, "fwait ns/op");
-    }
-    let mut cells: Vec<Vec<String>> = Vec::new();
-    for row in &rows {
-        let s = row.first();
-        let c = row.counters();
-        let ops = row.ops();
-        let vs_alone = if s.mode == "interfered" {
-            rows.iter()
-                .find(|r| {
-                    let a = r.first();
-                    a.workload == s.workload && a.mode == "alone" && a.policy == s.policy && a.threads == s.threads
-                })
-                .map(|a| format!("{:.2}x", row.median() / a.median()))
-                .unwrap_or_else(|| "-".to_string())
-        } else {
-            "-".to_string()
-        };
-        let mut line = vec![
-            s.workload.clone(),
-            s.mode.clone(),
-            s.policy.clone(),
-            s.threads.to_string(),
-            si(row.median()),
-            si(row.min()),
-            si(row.max()),
-            row.per_cpu_second().map_or("-".to_string(), si),
-            vs_alone,
-            per_op(c.faults, ops),
-            per_op(c.mmap_lock_acquisitions, ops),
-            per_op(c.flush_requests, ops),
-            per_op(c.spec_attempts, ops),
-            per_op(c.spec_aborts, ops),
-            per_op(c.fallbacks, ops),
-        ];
-        if shared {
-            line.push(per_op(c.shared_writes, ops));
-        }
-        if waits {
-            line.insert(wait_col, per_op(c.flush_wait_ns, ops));
-        }
-        cells.push(line);
-    }
-    let widths: Vec<usize> =
-        (0..head.len()).map(|i| cells.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0)).collect();
+/// The widest a table or legend line gets without `--wide`.
+pub const COLUMNS: usize = 100;
+
+/// `--wide`: every column, however wide the table gets.
+static WIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `--wide` for every table of the run.
+pub fn set_wide(wide: bool) {
+    WIDE.store(wide, std::sync::atomic::Ordering::Relaxed);
+}
+
+thread_local! {
+    /// A test's own `--wide`, which other tests' threads do not see.
+    static WIDE_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+fn wide() -> bool {
+    WIDE_HERE.get().unwrap_or_else(|| WIDE.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Runs `f` with `--wide` set to `wide` on this thread only.
+#[cfg(test)]
+pub fn with_wide<T>(wide: bool, f: impl FnOnce() -> T) -> T {
+    WIDE_HERE.set(Some(wide));
+    let r = f();
+    WIDE_HERE.set(None);
+    r
+}
+
+/// `text` wrapped at [`COLUMNS`] on spaces, each of its lines on its own:
+/// a line's leading spaces are kept, its continuation lines start with
+/// `indent`; with a final newline.
+pub fn wrap(text: &str, indent: &str) -> String {
     let mut out = String::new();
-    let fmt_line = |out: &mut String, cols: &[String]| {
-        for (i, c) in cols.iter().enumerate() {
-            if i < 3 {
-                let _ = write!(out, "{:<w$}  ", c, w = widths[i]);
-            } else {
-                let _ = write!(out, "{:>w$}  ", c, w = widths[i]);
+    for para in text.split('\n') {
+        let mut line: String = para.chars().take_while(|c| *c == ' ').collect();
+        let mut empty = true;
+        for word in para.split_whitespace() {
+            if !empty && line.chars().count() + 1 + word.chars().count() > COLUMNS {
+                out.push_str(&line);
+                out.push('\n');
+                line = indent.to_string();
+                empty = true;
             }
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(word);
+            empty = false;
         }
-        let trimmed = out.trim_end().len();
-        out.truncate(trimmed);
-        out.push('\n');
-    };
-    fmt_line(&mut out, &head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    let mut last = String::new();
-    for (row, line) in rows.iter().zip(&cells) {
-        let group = format!("{}/{}", row.first().workload, row.first().mode);
-        if !last.is_empty() && group != last {
+        if !empty {
+            out.push_str(&line);
             out.push('\n');
         }
-        last = group;
-        fmt_line(&mut out, line);
     }
     out
 }
 
-/// A legend under the table: what one operation is.
-pub fn legend(samples: &[Sample]) -> String {
-    let mut seen = Vec::new();
-    for s in samples {
-        if let Some(w) = Workload::from_name(&s.workload) {
-            if !seen.contains(&w) {
-                seen.push(w);
+/// One column of a [`Table`].
+struct Column {
+    head: String,
+    left: bool,
+    /// 0: always shown; otherwise left out (highest first) until the
+    /// table fits [`COLUMNS`], unless `--wide`.
+    drop: u8,
+    /// What the column means, for the legend (`None`: it needs no gloss).
+    gloss: Option<String>,
+}
+
+enum Line {
+    Cells(Vec<String>),
+    /// A heading above the rows that follow (a blank line before it).
+    Heading(String),
+    /// A note under the row above, indented.
+    Note(String),
+}
+
+/// A table whose columns fit [`COLUMNS`] (the least needed ones are left
+/// out and named) unless `--wide`, with a legend of the columns shown.
+#[derive(Default)]
+pub struct Table {
+    columns: Vec<Column>,
+    lines: Vec<Line>,
+    notes: Vec<String>,
+}
+
+impl Table {
+    /// An empty table.
+    pub fn new() -> Table {
+        Table::default()
+    }
+
+    /// Adds a column: `drop` 0 for one always shown, else its rank among
+    /// those left out of a narrow table (the highest first).
+    pub fn column(&mut self, head: &str, left: bool, drop: u8, gloss: Option<&str>) -> &mut Table {
+        self.columns.push(Column { head: head.to_string(), left, drop, gloss: gloss.map(str::to_string) });
+        self
+    }
+
+    /// Adds a row, one cell per column.
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.columns.len(), "one cell per column");
+        self.lines.push(Line::Cells(cells));
+    }
+
+    /// Adds a heading line before the next rows.
+    pub fn heading(&mut self, text: &str) {
+        self.lines.push(Line::Heading(text.to_string()));
+    }
+
+    /// Adds a note under the last row.
+    pub fn note(&mut self, text: &str) {
+        self.lines.push(Line::Note(text.to_string()));
+    }
+
+    /// Adds a legend line after the columns' glosses.
+    pub fn legend(&mut self, text: &str) {
+        self.notes.push(text.to_string());
+    }
+
+    fn widths(&self) -> Vec<usize> {
+        (0..self.columns.len())
+            .map(|i| {
+                self.lines
+                    .iter()
+                    .filter_map(|l| match l {
+                        Line::Cells(c) => Some(c[i].chars().count()),
+                        _ => None,
+                    })
+                    .chain([self.columns[i].head.chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// The table, then its legend; at most [`COLUMNS`] wide unless `--wide`.
+    pub fn render(&self) -> String {
+        self.render_as(wide())
+    }
+
+    /// [`Table::render`], wide or not.
+    pub fn render_as(&self, wide: bool) -> String {
+        let widths = self.widths();
+        let mut shown: Vec<usize> = (0..self.columns.len()).collect();
+        let width = |shown: &[usize]| shown.iter().map(|&i| widths[i] + 2).sum::<usize>().saturating_sub(2);
+        let mut left_out = Vec::new();
+        while !wide && width(&shown) > COLUMNS {
+            // The highest drop rank, the rightmost of equals.
+            let Some(pos) = shown
+                .iter()
+                .enumerate()
+                .filter(|(_, &i)| self.columns[i].drop > 0)
+                .max_by_key(|(pos, &i)| (self.columns[i].drop, *pos))
+                .map(|(pos, _)| pos)
+            else {
+                break;
+            };
+            left_out.push(self.columns[shown.remove(pos)].head.clone());
+        }
+        let mut out = String::new();
+        let fmt = |out: &mut String, cells: &[String]| {
+            let mut line = String::new();
+            for &i in &shown {
+                let (c, w) = (&cells[i], widths[i]);
+                if self.columns[i].left {
+                    line.push_str(&format!("{c:<w$}  "));
+                } else {
+                    line.push_str(&format!("{c:>w$}  "));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        };
+        fmt(&mut out, &self.columns.iter().map(|c| c.head.clone()).collect::<Vec<_>>());
+        for l in &self.lines {
+            match l {
+                Line::Cells(c) => fmt(&mut out, c),
+                Line::Heading(h) => {
+                    if !out.ends_with("\n\n") && out.lines().count() > 1 {
+                        out.push('\n');
+                    }
+                    out.push_str(&wrap(h, "  "));
+                }
+                Line::Note(n) => out.push_str(&wrap(&format!("    {n}"), "    ")),
             }
         }
+        let glosses: Vec<String> = shown
+            .iter()
+            .filter_map(|&i| self.columns[i].gloss.as_ref().map(|g| format!("{}: {g}", self.columns[i].head)))
+            .collect();
+        if !glosses.is_empty() {
+            out.push_str(&wrap(&format!("Columns: {}.", glosses.join("; ")), "  "));
+        }
+        for n in &self.notes {
+            out.push_str(&wrap(n, "  "));
+        }
+        if !left_out.is_empty() {
+            left_out.reverse();
+            out.push_str(&wrap(&format!("(--wide adds the columns {})", left_out.join(", ")), "  "));
+        }
+        out
     }
-    let mut out = String::from(
-        "ops/s: median of the repeats (min, max); per-op counters: totals over the repeats / operations; \
-         lock = mmap_lock acquisitions, flush = TLB flush requests, fwait = ns the flushes waited for CPUs \
-         inside an access, spec = lock-free fault attempts.\n",
+}
+
+/// The CPUs free for the row's samples (median), `!` where one was short.
+pub fn cpus_cell(samples: &[&Sample]) -> String {
+    let mut free: Vec<f64> = samples.iter().filter_map(|s| s.cpu.map(|c| c.free())).collect();
+    if free.is_empty() {
+        return "-".into();
+    }
+    free.sort_by(f64::total_cmp);
+    let short = samples.iter().any(|s| s.cpu.is_some_and(|c| c.short()));
+    format!("{:.2}{}", free[free.len() / 2], if short { "!" } else { "" })
+}
+
+/// The gloss of the `cpus` column every sweep table shows.
+pub const CPUS_GLOSS: &str = "CPUs free for the samples (the CPUs this process may use less the time other \
+                              processes and the hypervisor took on them meanwhile; median of the repeats), `!` \
+                              where a sample had well under a CPU per thread (see the warnings)";
+
+/// The terminal table of the thread sweeps (pft, will-it-scale, interference,
+/// cortenmm, big-munmap's counters): a heading per workload and mode, a row
+/// per policy and thread count.
+pub fn table(samples: &[Sample]) -> String {
+    let rows = rows(samples);
+    let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
+    let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
+    let interfered = samples.iter().any(|s| s.mode == "interfered");
+    let mut t = Table::new();
+    t.column("policy", true, 0, None)
+        .column("thr", false, 0, Some("threads (tasks)"))
+        .column("ops/s", false, 0, Some("operations per second, median of the repeats"))
+        .column("min-max", false, 0, Some("the lowest and highest of the repeats"))
+        .column("cpus", false, 0, Some(CPUS_GLOSS));
+    if interfered {
+        t.column("vs alone", false, 0, Some("the interfered median over the alone one"));
+    }
+    t.column("ops/cpu-s", false, 2, Some("operations per CPU second of the tasks"))
+        .column("faults/op", false, 5, Some("page faults (host: the tasks' minor faults)"))
+        .column("lock/op", false, 0, Some("mmap_lock acquisitions (by faults and the address space's own calls)"))
+        .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
+    if waits {
+        t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
+    }
+    t.column("spec/op", false, 3, Some("lock-free fault attempts"))
+        .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
+        .column("fallbk/op", false, 3, Some("lock-free attempts that fell back to mmap_lock"));
+    if shared {
+        t.column("shared/op", false, 1, Some("writes to shared cache lines"));
+    }
+    t.legend(
+        "Per-op counters are totals over the repeats divided by the operations; `-`: the counter does not \
+         apply (the host counts only its minor faults; mmap-lock makes no lock-free attempt).",
     );
-    for w in seen {
-        let _ = writeln!(out, "  {}: one op = one {}", w.name(), w.op_unit());
+    let mut last = String::new();
+    let mut policies: Vec<&str> = Vec::new();
+    for row in &rows {
+        let s = row.first();
+        let c = row.counters();
+        let ops = row.ops();
+        let group = format!("{}/{}", s.workload, s.mode);
+        if group != last {
+            let unit = Workload::from_name(&s.workload).map_or("operation", |w| w.op_unit());
+            t.heading(&format!("{} {}: one op = one {unit}", s.workload, s.mode));
+            last = group;
+        }
+        if !policies.contains(&s.policy.as_str()) {
+            policies.push(&s.policy);
+        }
+        let mut line =
+            vec![s.policy.clone(), s.threads.to_string(), si(row.median()), row.min_max(), cpus_cell(&row.samples)];
+        if interfered {
+            let vs_alone = if s.mode == "interfered" {
+                rows.iter()
+                    .find(|r| {
+                        let a = r.first();
+                        a.workload == s.workload && a.mode == "alone" && a.policy == s.policy && a.threads == s.threads
+                    })
+                    .map(|a| format!("{:.2}x", row.median() / a.median()))
+                    .unwrap_or_else(|| "-".to_string())
+            } else {
+                "-".to_string()
+            };
+            line.push(vs_alone);
+        }
+        line.extend([
+            row.per_cpu_second().map_or("-".to_string(), si),
+            per_op(c.faults, ops),
+            per_op(c.mmap_lock_acquisitions, ops),
+            per_op(c.flush_requests, ops),
+        ]);
+        if waits {
+            line.push(per_op(c.flush_wait_ns, ops));
+        }
+        line.extend([per_op(c.spec_attempts, ops), per_op(c.spec_aborts, ops), per_op(c.fallbacks, ops)]);
+        if shared {
+            line.push(per_op(c.shared_writes, ops));
+        }
+        t.row(line);
+    }
+    let kind = if samples.iter().all(|s| s.workload == "big-munmap") { "unmap" } else { "fault" };
+    let mut out = t.render();
+    if !policies.is_empty() && kind == "fault" {
+        out.push_str("Policies:\n");
+        out.push_str(&crate::seeds::legend(kind, &policies));
     }
     out
+}
+
+/// Warnings for the samples that had well under a CPU per thread, one line
+/// per table row naming each short sample's free CPUs (empty if none).
+pub fn cpu_warnings(samples: &[Sample]) -> String {
+    let short = samples.iter().filter(|s| s.cpu.is_some_and(|c| c.short())).count();
+    if short == 0 {
+        return String::new();
+    }
+    let mut out = wrap(
+        &format!(
+            "warning: {short} of {} samples had well under a CPU per task: other processes used the CPUs, \
+             so their rates measure the machine's load too (rerun on an idle machine). CPUs free for \
+             each such sample (#repeat), of {}:",
+            samples.len(),
+            samples.iter().find_map(|s| s.cpu.map(|c| c.cores)).unwrap_or(0)
+        ),
+        "  ",
+    );
+    for row in rows(samples) {
+        let s = row.first();
+        let bad: Vec<String> = row
+            .samples
+            .iter()
+            .filter_map(|x| x.cpu.filter(|c| c.short()).map(|c| format!("#{} {:.2}", x.repeat, c.free())))
+            .collect();
+        if let (false, Some(c)) = (bad.is_empty(), s.cpu) {
+            out.push_str(&wrap(
+                &format!(
+                    "  {} {} {}, {} thr, {} task{}: {}",
+                    s.workload,
+                    s.mode,
+                    s.policy,
+                    s.threads,
+                    c.tasks,
+                    if c.tasks == 1 { "" } else { "s" },
+                    bad.join(", ")
+                ),
+                "    ",
+            ));
+        }
+    }
+    out
+}
+
+/// The stderr note of one sample whose CPUs fell short.
+pub fn cpu_note(cpu: Option<CpuShare>) -> String {
+    match cpu {
+        Some(c) if c.short() => format!(
+            " (warning: {:.2} of {} CPUs free for {} tasks: others used {:.2})",
+            c.free(),
+            c.cores,
+            c.tasks,
+            c.others
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Writes `results` as JSON to `path`, if one was given (`--json`), and

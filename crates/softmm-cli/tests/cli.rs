@@ -86,7 +86,14 @@ fn check_json(path: &Path) -> Vec<Value> {
         v["shootdown"]
     );
     let m = &v["machine"];
-    assert_eq!(keys(m), set(&["cores", "model", "kernel", "softmm_commit"]));
+    let machine_keys = keys(m);
+    assert!(set(&["cores", "model", "kernel", "softmm_commit"]).is_subset(&machine_keys), "{m}");
+    assert!(machine_keys.is_subset(&set(&["cores", "model", "kernel", "softmm_commit", "load_start", "load_end"])));
+    // The load average at the start and the end of the run, where /proc has it.
+    if Path::new("/proc/loadavg").exists() {
+        assert_eq!(m["load_start"].as_array().map(Vec::len), Some(3), "{m}");
+        assert_eq!(m["load_end"].as_array().map(Vec::len), Some(3), "{m}");
+    }
     assert!(m["cores"].as_u64().unwrap() >= 1);
     for k in ["model", "kernel", "softmm_commit"] {
         assert!(!m[k].as_str().unwrap().is_empty(), "machine.{k}");
@@ -103,8 +110,14 @@ fn check_json(path: &Path) -> Vec<Value> {
         "shared_writes",
     ]);
     for s in &samples {
+        let mut k = keys(s);
+        // The sample's CPU share, where it ran long enough to measure.
+        if k.remove("cpu") {
+            assert_eq!(keys(&s["cpu"]), set(&["cores", "others", "used", "tasks"]), "{s}");
+            assert!(s["cpu"]["tasks"].as_u64().unwrap() >= s["threads"].as_u64().unwrap(), "{s}");
+        }
         assert_eq!(
-            keys(s),
+            k,
             set(&["workload", "mode", "policy", "threads", "repeat", "ops", "seconds", "ops_per_sec", "counters"]),
             "{s}"
         );
@@ -251,10 +264,11 @@ fn bench_records_the_shootdown_policy_and_shows_flush_waits() {
             policy,
             "--json",
             "out.json",
+            "--wide",
         ];
         let out = softmm_in(&dir, &args, Duration::from_secs(60));
         assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-        let head = out.stdout.lines().find(|l| l.starts_with("workload")).expect("the table");
+        let head = out.stdout.lines().find(|l| l.starts_with("policy")).expect("the table");
         assert!(head.contains("flush/op  fwait ns/op"), "{head}");
         let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
         assert_eq!(v["shootdown"], policy);
@@ -336,7 +350,7 @@ fn bench_big_munmap() {
     args.push(json.to_str().unwrap());
     let out = softmm_in(&dir, &args, Duration::from_secs(60));
     assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("big-munmap: the munmap"), "{}", out.stdout);
+    assert!(out.stdout.contains("the munmap, and the other threads' operations overlapping it"), "{}", out.stdout);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let samples = v["samples"].as_array().unwrap();
     // `fault-other-mm` (the faulter in a second address space) and `alone`
@@ -385,18 +399,35 @@ fn bench_without_workload_runs_the_headline() {
         "003 batched migration",
         "004 page pinning",
         "000 hugetlb PMD sharing",
+        "load average at the start: ",
+        "load average at the end: ",
     ] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
-    // Seed 000's row: softmm's i-mmap-rwsem (before the seed) against the
-    // default hugetlb policy, both measured, with their forks/s.
-    let row = out.stdout.lines().find(|l| l.starts_with("000 hugetlb PMD sharing")).expect("seed 000 row");
-    let default = softmm::HugetlbPolicy::default().name();
-    assert!(row.contains("i-mmap-rwsem") && row.contains(default) && row.contains("forks/s: "), "{row}");
-    assert!(
-        !row.contains("(not built)") && !row.contains("- i-mmap-rwsem") && !row.contains(&format!("- {default}")),
-        "{row}"
-    );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(out.stdout.contains(&format!(" on {cpus} CPUs")), "{}", out.stdout);
+    // Every seed's row: the old design against the default, both measured,
+    // the gain, and a note naming both policies.
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    for (seed, old, new) in [
+        ("000 hugetlb PMD sharing", "i-mmap-rwsem", softmm::HugetlbPolicy::default().name()),
+        ("001 speculative faults", "mmap-lock", softmm::FaultPolicy::default().name()),
+        ("002 big munmap", "locked", softmm::UnmapPolicy::default().name()),
+        ("003 batched migration", "one-by-one", "batched"),
+        ("004 page pinning", "per-page", softmm::PinPolicy::default().name()),
+    ] {
+        let i = lines.iter().position(|l| l.starts_with(seed)).unwrap_or_else(|| panic!("no {seed} row"));
+        let cells: Vec<&str> = lines[i][seed.len()..].split_whitespace().collect();
+        assert!(cells[0] != "-" && cells.last().is_some_and(|g| g.ends_with('x')), "{}", lines[i]);
+        let notes = lines[i + 1..].iter().take_while(|l| l.starts_with("    ")).map(|l| l.trim()).collect::<Vec<_>>();
+        let notes = notes.join(" ");
+        assert!(notes.contains(&format!("old {old}, new {new}")), "{seed}: {notes}");
+    }
+    // The seeds whose throughput needs more CPUs point to the 16-CPU results.
+    assert!(out.stdout.matches("docs/results/16cpu/README.md").count() >= 2, "{}", out.stdout);
+    for l in &lines {
+        assert!(l.chars().count() <= 100, "{} columns: {l}", l.chars().count());
+    }
     let svg = std::fs::read_to_string(dir.join("softmm-results.svg")).expect("headline plot");
     assert!(svg.starts_with("<svg") && svg.contains("interference"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -411,7 +442,7 @@ fn bench_pin_sweeps_the_pin_policies_with_counters() {
         Duration::from_secs(60),
     );
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    for needle in ["per-page", "batched", "per-vma", "interfered", "lock/512 pages", "512.00", "speedup"] {
+    for needle in ["per-page", "batched", "per-vma", "interfered", "lock/512", "512.00", "speedup"] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
     // The host pins through io_uring, or says why not.
@@ -434,11 +465,23 @@ fn bench_hugetlb_fork_fault_gives_a_forks_and_a_faults_sample_per_instance_count
     let dir = scratch("hugetlb");
     let out = softmm_in(
         &dir,
-        &["bench", "hugetlb-fork-fault", "--threads", "1,2", "--duration", "0.05", "--json", "h.json"],
+        &[
+            "bench",
+            "hugetlb-fork-fault",
+            "--threads",
+            "1,2",
+            "--duration",
+            "0.05",
+            "--repeat",
+            "1",
+            "--wide",
+            "--json",
+            "h.json",
+        ],
         Duration::from_secs(120),
     );
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    for needle in ["1024 MiB", "softmm PMD sharing: ", "faults/op", "pmd share/op", "unshare/op", "mmap_lock/op"] {
+    for needle in ["1024 MiB", "softmm PMD sharing: ", "faults/op", "share/op", "unshare/op", "mmap_lock/op"] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
     let json: serde_json::Value =
@@ -522,7 +565,7 @@ fn bench_migrate_runs_both_policies_with_accessors_and_counters() {
         Duration::from_secs(60),
     );
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    for needle in ["one-by-one", "batched", "flush req/page", "accesses/s", "batched vs one-by-one", "host"] {
+    for needle in ["one-by-one", "batched", "flush/page", "accesses/s", "batched vs one-by-one", "host"] {
         assert!(out.stdout.contains(needle), "{needle} missing in\n{}", out.stdout);
     }
     let json: serde_json::Value =
@@ -936,5 +979,84 @@ fn bench_takes_a_shootdown_policy() {
     let bad = softmm_in(&dir, &["bench", "tlb-flush", "--shootdown", "never"], Duration::from_secs(10));
     assert_ne!(bad.code, Some(0));
     assert!(bad.stderr.contains("unknown shootdown policy"), "{}", bad.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An unknown policy or workload is refused with the names that are valid
+/// for the workloads given.
+#[test]
+fn bench_errors_name_what_the_workload_takes() {
+    let dir = scratch("errors");
+    let err = |args: &[&str]| {
+        let out = softmm_in(&dir, args, Duration::from_secs(10));
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.stdout);
+        out.stderr
+    };
+    let e = err(&["bench", "pft", "--policy", "foo"]);
+    assert!(e.contains("for pft") && e.contains("mmap-lock") && e.contains("per-vma-seq"), "{e}");
+    assert!(!e.contains("sectioned") && !e.contains("lock-free"), "big-munmap's names for pft: {e}");
+    let e = err(&["bench", "big-munmap", "--policy", "foo"]);
+    assert!(e.contains("for big-munmap") && e.contains("sectioned") && e.contains("lock-free"), "{e}");
+    let e = err(&["bench", "nope"]);
+    for name in ["pft", "big-munmap", "pin", "migrate", "hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"] {
+        assert!(e.contains(name), "{name} missing in {e}");
+    }
+    let e = err(&["bench", "pft,pin"]);
+    assert!(e.contains("runs alone"), "{e}");
+    let e = err(&["bench", "pft", "--mode", "processes"]);
+    assert!(e.contains("pft: threads"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `bench --help` names each workload's policies, cites the seeds and
+/// gives examples, within 100 columns.
+#[test]
+fn bench_help_names_policies_seeds_and_examples() {
+    let dir = scratch("help");
+    let out = softmm_in(&dir, &["bench", "--help"], Duration::from_secs(10));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let h = &out.stdout;
+    for needle in [
+        "mmap-lock",
+        "per-vma-seq",
+        "sectioned",
+        "downgrade",
+        "per-page",
+        "i-mmap-rwsem",
+        "vma-lock",
+        "one-by-one",
+        "Mike Kravetz",
+        "Michel Lespinasse",
+        "Yang Shi",
+        "Huang Ying",
+        "Daniel Jordan",
+        "lore.kernel.org",
+        "Examples:",
+        "--wide",
+    ] {
+        assert!(h.contains(needle), "{needle} missing in\n{h}");
+    }
+    assert!(h.lines().filter(|l| l.trim_start().starts_with("softmm bench")).count() >= 3, "{h}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Tables fit 100 columns and name what they leave out; `--wide` shows it.
+#[test]
+fn bench_tables_fit_100_columns_unless_wide() {
+    let dir = scratch("wide");
+    let args = ["bench", "interference", "--threads", "1", "--iterations", "1", "--size", "1M", "--repeat", "1"];
+    let narrow = softmm_in(&dir, &args, Duration::from_secs(30));
+    assert_eq!(narrow.code, Some(0), "{}", narrow.stderr);
+    assert!(narrow.stdout.lines().all(|l| l.chars().count() <= 100), "{}", narrow.stdout);
+    assert!(narrow.stdout.contains("--wide adds the columns"), "{}", narrow.stdout);
+    let mut a = args.to_vec();
+    a.push("--wide");
+    let wide = softmm_in(&dir, &a, Duration::from_secs(30));
+    assert_eq!(wide.code, Some(0), "{}", wide.stderr);
+    assert!(wide.stdout.contains("fallbk/op") && !wide.stdout.contains("--wide adds"), "{}", wide.stdout);
+    // The legend covers every column shown.
+    for col in ["ops/cpu-s", "vs alone", "aborts/op", "fallbk/op", "spec/op", "cpus", "min-max"] {
+        assert!(wide.stdout.contains(&format!("{col}: ")), "no gloss of {col} in\n{}", wide.stdout);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

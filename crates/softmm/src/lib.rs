@@ -14,6 +14,21 @@
 //! cpu.write_u64(a, 42).unwrap();
 //! assert_eq!(cpu.read_u64(a).unwrap(), 42);
 //! ```
+//!
+//! # Where to read more
+//!
+//! - `docs/architecture.md` in the repository: the design (address space,
+//!   page tables, TLB shootdowns, the fault, unmap, pin, hugetlb and
+//!   migration policies), the public API's rules, and the C API's
+//!   threading and lifetime rules.
+//! - The C API, crate `softmm-capi` (`crates/softmm-capi`, header
+//!   `include/softmm.h`, a toy emulator in `examples/emulator.c`): opaque
+//!   handles for arenas, address spaces, files and CPUs.
+//! - The lab, the `softmm` command (crate `softmm-cli`): each policy and
+//!   the host kernel under the same workloads, one experiment per Linux mm
+//!   patch series whose design softmm compares with the one it replaced
+//!   (`softmm bench --help` cites them), and `softmm replay` of `strace`
+//!   logs; the committed results are in `docs/results/`.
 #![warn(missing_docs)]
 
 // Every module is private: the public surface is what is re-exported below.

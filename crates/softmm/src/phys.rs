@@ -406,7 +406,7 @@ pub struct PhysMem {
     // allocation of every thread; each on its own line, so that they do not
     // share one with the fields above, which every frame freed reads (a big
     // munmap's put_batch was 30% slower while another thread mapped and
-    // unmapped: docs/results/big-munmap-cause.txt, section 7).
+    // unmapped: docs/results/big-munmap-cause.txt section 7, in git at d35c665).
     page_tables: CachePadded<AtomicI64>,
     vmas: CachePadded<AtomicI64>,
     rmap_entries: CachePadded<AtomicI64>,

@@ -584,8 +584,9 @@ fn report(
         let _ = writeln!(
             out,
             "hint: the log has several processes but no process lines; record with \
-             `strace -f -y -e trace=memory,process,openat,close,dup,dup2,dup3,memfd_create` \
-             (or use `softmm replay --run -- CMD`) so that each process gets its own address space"
+             `strace -f -y -e {}` (or use `softmm replay --run -- CMD`) so that each process gets its \
+             own address space",
+            record::TRACE_SET
         );
     }
     let ok = sh.mismatches.is_empty() && log.bad.is_empty();

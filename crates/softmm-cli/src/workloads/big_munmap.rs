@@ -414,23 +414,35 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
     }
 }
 
-/// The big-munmap table: per mode and policy, the munmap's duration and the
-/// other threads' latency and throughput during it, then what explains them:
-/// the munmapping thread's CPU time and run-queue delay during the munmap,
-/// the other threads' run-queue delay, the munmap's wait for TLB flush
+/// The big-munmap table: a heading per mode, a row per policy, with the
+/// munmap's duration and its `mmap_lock` write hold, the other threads'
+/// latency and throughput during it, then what explains them: the
+/// munmapping thread's CPU time and run-queue delay during the munmap, the
+/// other threads' run-queue delay, the munmap's wait for TLB flush
 /// acknowledgements and its flushes that forced a barrier on the running
-/// threads (medians over repeats of each figure), or `None`
-/// without big-munmap samples.
+/// threads (medians over repeats of each figure), or `None` without
+/// big-munmap samples.
 pub fn table(samples: &[Sample]) -> Option<String> {
     let ours: Vec<&Sample> = samples.iter().filter(|s| s.workload == "big-munmap").collect();
     if ours.is_empty() {
         return None;
     }
-    let mut out = String::from(
-        "big-munmap: the munmap, and the other threads' operations overlapping it\n\
-         mode            policy      threads  munmap ms  p50 us    p99 us    max us     ops/s during  ops/s alone  \
-         cpu ms  runq ms  other runq ms  flush wait ms  barriers\n",
-    );
+    let mut t = crate::report::Table::new();
+    t.column("policy", true, 0, None)
+        .column("thr", false, 0, Some("other threads"))
+        .column("munmap ms", false, 0, Some("the large munmap's duration"))
+        .column("wlock ms", false, 0, Some("how long it held mmap_lock for write"))
+        .column("p50 us", false, 3, Some("median latency of the other threads' operations overlapping it"))
+        .column("p99 us", false, 0, Some("their 99th percentile (corrected for coordinated omission)"))
+        .column("max us", false, 4, Some("their maximum"))
+        .column("ops/s during", false, 0, Some("their operations per second during the munmap"))
+        .column("ops/s alone", false, 2, Some("and before it"))
+        .column("cpu ms", false, 5, Some("the munmapping thread's CPU time during it"))
+        .column("runq ms", false, 6, Some("its run-queue delay (runnable, not running)"))
+        .column("other runq ms", false, 7, Some("the other threads' run-queue delay"))
+        .column("fwait ms", false, 8, Some("the munmap's wait for TLB flush acknowledgements"))
+        .column("barriers", false, 1, Some("its flushes that forced a barrier on the running threads"));
+    t.legend("Medians over the repeats of each figure; `-`: the host has no such counter.");
     let mut keys: Vec<(&str, &str, usize)> = Vec::new();
     for s in &ours {
         let k = (s.mode.as_str(), s.policy.as_str(), s.threads);
@@ -438,7 +450,16 @@ pub fn table(samples: &[Sample]) -> Option<String> {
             keys.push(k);
         }
     }
+    let mut last = "";
+    let mut policies: Vec<&str> = Vec::new();
     for (mode, policy, threads) in keys {
+        if mode != last {
+            t.heading(&format!("big-munmap {mode}: the munmap, and the other threads' operations overlapping it"));
+            last = mode;
+        }
+        if !policies.contains(&policy) {
+            policies.push(policy);
+        }
         let of = |f: fn(&Counters) -> Option<u64>| {
             let mut v: Vec<u64> = ours
                 .iter()
@@ -451,9 +472,12 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3));
         let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
-        out.push_str(&format!(
-            "{mode:<15} {policy:<11} {threads:<8} {:<10} {:<9} {:<9} {:<10} {:<13} {:<12} {:<7} {:<8} {:<14} {:<14} {}\n",
+        let ms3 = |v: Option<u64>| v.map_or("-".to_string(), |ns| crate::summary::fig(ns as f64 / 1e6));
+        t.row(vec![
+            policy.to_string(),
+            threads.to_string(),
             ms(of(|c| c.munmap_ns)),
+            ms3(of(|c| c.munmap_write_hold_ns)),
             us(of(|c| c.p50_ns)),
             us(of(|c| c.p99_ns)),
             us(of(|c| c.max_ns)),
@@ -464,8 +488,11 @@ pub fn table(samples: &[Sample]) -> Option<String> {
             ms(of(|c| c.other_runq_ns)),
             ms(of(|c| c.munmap_flush_wait_ns)),
             of(|c| c.munmap_barriers).map_or("-".to_string(), |b| b.to_string()),
-        ));
+        ]);
     }
+    let mut out = t.render();
+    out.push_str("Policies (faults under mmap-lock):\n");
+    out.push_str(&crate::seeds::legend("unmap", &policies));
     Some(out)
 }
 

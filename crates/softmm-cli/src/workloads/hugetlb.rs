@@ -486,6 +486,7 @@ fn sample(workload: &str, policy: &str, run: &ProgramRun, counters: Counters, re
         ops_per_sec: run.ops_per_sec,
         counters,
         cpu_seconds: 0.0,
+        cpu: None,
     }
 }
 
@@ -542,13 +543,17 @@ fn check_size(size: u64) -> Result<(), String> {
 /// What [`soft::SoftArea::sharing`] means, for the sweep's output.
 fn sharing_line(area: &soft::SoftArea) -> &'static str {
     if area.sharing {
-        "softmm PMD sharing: on (probe: a second address space's first fault in the window linked the first one's PMD table)"
+        "softmm PMD sharing: on (probe: a second address space's first fault in the window linked the first \
+         one's PMD table)"
     } else {
         "softmm PMD sharing: off (probe: a second address space's first fault in the window linked no PMD table: \
          this softmm build does not share PMD tables of hugetlbfs files, and has no switch for it), so the softmm rows \
          show every instance with PMD tables of its own"
     }
 }
+
+/// What one sample of the sweep gave: each program's run and counters.
+type SampleRuns = Result<Vec<(ProgramRun, Counters)>, String>;
 
 /// `softmm bench hugetlb-fault|hugetlb-fork|hugetlb-fork-fault`: the sweep,
 /// its table, `--json`.
@@ -588,33 +593,46 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         None => return Err("--duration must be positive".into()),
     };
-    let machine = Machine::detect();
+    crate::report::set_wide(args.wide);
+    let mut machine = Machine::detect();
     let windows = size / PUD_SIZE;
-    println!(
-        "softmm bench {} on {} ({} CPUs, {}): one shared hugetlbfs file of {} MiB ({} huge pages of 2 MiB, {} whole 1 GiB PUD window{} that can share PMD tables), mapped at a 1 GiB-aligned address by every instance",
-        workloads.join(","),
-        machine.model,
-        machine.cores,
-        machine.kernel,
-        size >> 20,
-        size / HUGE_PAGE_SIZE,
-        windows,
-        if windows == 1 { "" } else { "s" },
+    print!("{}", machine.header(&format!("bench {}", workloads.join(","))));
+    print!(
+        "{}",
+        crate::report::wrap(
+            &format!(
+                "One shared hugetlbfs file of {} MiB ({} huge pages of 2 MiB, {} whole 1 GiB PUD window{} that \
+                 can share PMD tables), mapped at a 1 GiB-aligned address by every instance; {} repeats.",
+                size >> 20,
+                size / HUGE_PAGE_SIZE,
+                windows,
+                if windows == 1 { "" } else { "s" },
+                args.repeat
+            ),
+            "  "
+        )
     );
     let mut samples = Vec::new();
     let mut failures = 0;
     let mut record =
-        |w: &str, policy: &str, t: usize, r: usize, got: Result<Vec<(ProgramRun, Counters)>, String>| match got {
-            Ok(runs) => {
-                for (run, counters) in runs {
-                    let s = sample(w, policy, &run, counters, r);
-                    eprintln!("{w} {} {policy} instances={t}: {} ops/s", s.mode, report::si(s.ops_per_sec));
-                    samples.push(s);
+        |w: &str, policy: &str, t: usize, r: usize, (got, cpu): (SampleRuns, Option<crate::machine::CpuShare>)| {
+            match got {
+                Ok(runs) => {
+                    for (run, counters) in runs {
+                        let s = Sample { cpu, ..sample(w, policy, &run, counters, r) };
+                        eprintln!(
+                            "{w} {} {policy} instances={t}: {} ops/s{}",
+                            s.mode,
+                            report::si(s.ops_per_sec),
+                            report::cpu_note(cpu)
+                        );
+                        samples.push(s);
+                    }
                 }
-            }
-            Err(e) => {
-                failures += 1;
-                eprintln!("softmm: {w} {policy} instances={t}: {e}");
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("softmm: {w} {policy} instances={t}: {e}");
+                }
             }
         };
     // The host row first: its instances are forks of this process, whose
@@ -628,13 +646,15 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                 for &w in &workloads {
                     for &t in &threads {
                         for r in 0..args.repeat {
-                            let got = host(&area, programs(w), t, limit).map(|(runs, vm)| {
-                                runs.into_iter()
-                                    .map(|run| {
-                                        let c = host_counters(&run, vm);
-                                        (run, c)
-                                    })
-                                    .collect()
+                            let got = crate::machine::measured(t * programs(w).len(), || {
+                                host(&area, programs(w), t, limit).map(|(runs, vm)| {
+                                    runs.into_iter()
+                                        .map(|run| {
+                                            let c = host_counters(&run, vm);
+                                            (run, c)
+                                        })
+                                        .collect()
+                                })
                             });
                             record(w, "host", t, r, got);
                         }
@@ -645,20 +665,26 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     if !policies.is_empty() {
         let area = soft::SoftArea::new(size)?;
-        println!("{}", sharing_line(&area));
+        print!("{}", report::wrap(sharing_line(&area), "  "));
         for &w in &workloads {
             for &p in &policies {
                 for &t in &threads {
                     for r in 0..args.repeat {
-                        let got = soft::run(&area, p, programs(w), t, limit)
-                            .map(|runs| runs.into_iter().map(|s| (s.run, s.counters)).collect());
+                        let got = crate::machine::measured(t * programs(w).len(), || {
+                            soft::run(&area, p, programs(w), t, limit)
+                                .map(|runs| runs.into_iter().map(|s| (s.run, s.counters)).collect())
+                        });
                         record(w, p.name(), t, r, got);
                     }
                 }
             }
         }
     }
-    println!("{}", table(&samples, size));
+    println!();
+    print!("{}", table(&samples, size));
+    print!("{}", report::cpu_warnings(&samples));
+    machine.finish();
+    print!("{}", machine.footer());
     report::save_json(args.json.as_deref(), &Results { machine, samples })?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
@@ -700,50 +726,89 @@ fn rw_per_op(
     }
 }
 
-/// The hugetlb table: per workload, mode, policy and instance count, the
-/// summed and per-instance rate (medians over repeats) and the counters per
-/// operation.
+/// The hugetlb table: a heading per workload and mode, a row per policy
+/// and instance count with the summed and per-instance rate (medians over
+/// repeats) and the counters per operation.
 pub fn table(samples: &[Sample], size: u64) -> String {
-    const HEAD: [&str; 20] = [
-        "workload",
-        "mode",
-        "policy",
-        "inst",
-        "ops/s",
-        "min",
-        "max",
-        "ops/s/inst",
-        "ops/cpu-s",
-        "cpu us/op",
-        "wait us/op",
-        "faults/op",
-        "mmap_lock/op",
-        "flush req/op",
-        "pmd share/op",
-        "unshare/op",
-        "i_mmap r+w/op",
-        "vma lock r+w/op",
-        "mutex/op",
-        "retry/op",
-    ];
-    let mut lines = vec![HEAD.map(String::from).to_vec()];
+    let mut t = report::Table::new();
+    t.column("policy", true, 0, None)
+        .column(
+            "inst",
+            false,
+            0,
+            Some("instances per program (processes; on softmm, address spaces with a thread each)"),
+        )
+        .column("ops/s", false, 0, Some("summed over the instances, median of the repeats"))
+        .column("min-max", false, 0, Some("the lowest and highest of the repeats"))
+        .column("cpus", false, 0, Some(report::CPUS_GLOSS))
+        .column("ops/s/inst", false, 4, Some("ops/s per instance"))
+        .column(
+            "ops/cpu-s",
+            false,
+            0,
+            Some(
+                "softmm: ops per second of the program's instance threads' own CPU time \
+                 (CLOCK_THREAD_CPUTIME_ID; children's work runs on the instance's thread)",
+            ),
+        )
+        .column("cpu us/op", false, 5, Some("that CPU time per op"))
+        .column(
+            "wait us/op",
+            false,
+            0,
+            Some("time those threads waited for hugetlb locks (i_mmap, VMA lock, fault mutex), per op"),
+        )
+        .column(
+            "faults/op",
+            false,
+            0,
+            Some(
+                "host: minor faults (children included); softmm: faults of the instances' and children's \
+                 CPUs; below 1 where a write found its page mapped through a PMD table shared with another \
+                 instance",
+            ),
+        )
+        .column("mmap_lock/op", false, 6, Some("mmap_lock acquisitions (faults and the instances' own calls)"))
+        .column("flush/op", false, 7, Some("TLB flush requests to other CPUs"))
+        .column("share/op", false, 3, Some("huge_pmd_share calls"))
+        .column("unshare/op", false, 3, Some("huge_pmd_unshare calls"))
+        .column("i_mmap r+w/op", false, 0, Some("the files' i_mmap lock taken for read + for write"))
+        .column("vma lock r+w/op", false, 2, Some("the hugetlb VMA lock taken for read + for write"))
+        .column("mutex/op", false, 1, Some("fault mutexes taken"))
+        .column("retry/op", false, 8, Some("lock-free faults that found their PMD table unshared and retried"));
+    let host_allocs: Vec<u64> = samples.iter().filter_map(|x| x.counters.htlb_buddy_alloc_success).collect();
+    let allocs = (!host_allocs.is_empty()).then(|| host_allocs.iter().sum::<u64>());
+    t.legend(&format!(
+        "{} MiB shared hugetlbfs file. faults: one op = one 2 MiB page written (map, write all, unmap); \
+         forks: one op = one fork (map, write {FORK_TOUCH} pages, fork, the child writes 1 page and exits, \
+         unmap); fork-fault runs both programs at once. The share, unshare and lock counters are of the \
+         whole arena during the sample (in fork-fault both programs' rows show the same totals); wait \
+         and CPU time are per program{}.",
+        size >> 20,
+        allocs.map_or(String::new(), |a| format!(
+            "; host /proc/vmstat htlb_buddy_alloc_success during the samples: {a} (pages are preallocated, so 0)"
+        )),
+    ));
+    let mut last = String::new();
+    let mut policies: Vec<&str> = Vec::new();
     for row in report::rows(samples) {
         let s = row.samples[0];
+        let group = format!("{} {}", s.workload, s.mode);
+        if group != last {
+            t.heading(&group);
+            last = group;
+        }
+        if !policies.contains(&s.policy.as_str()) {
+            policies.push(&s.policy);
+        }
         let rate = row.median();
-        let (min, max) = row
-            .samples
-            .iter()
-            .map(|x| x.ops_per_sec)
-            .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| (lo.min(r), hi.max(r)));
         let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
-        lines.push(vec![
-            s.workload.clone(),
-            s.mode.clone(),
+        t.row(vec![
             s.policy.clone(),
             s.threads.to_string(),
             report::si(rate),
-            report::si(min),
-            report::si(max),
+            row.min_max(),
+            report::cpus_cell(&row.samples),
             report::si(rate / s.threads.max(1) as f64),
             per_cpu_second(&row, ops),
             micros_per_op(&row, ops, |c| c.cpu_ns),
@@ -759,80 +824,36 @@ pub fn table(samples: &[Sample], size: u64) -> String {
             per_op(&row, ops, |c| c.validation_retries),
         ]);
     }
-    let widths: Vec<usize> = (0..HEAD.len()).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for l in &lines {
-        let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    let host_allocs: Vec<u64> = samples.iter().filter_map(|x| x.counters.htlb_buddy_alloc_success).collect();
-    let allocs = (!host_allocs.is_empty()).then(|| host_allocs.iter().sum::<u64>());
-    out.push_str(&format!(
-        "hugetlb: {} MiB shared hugetlbfs file; faults: one op = one 2 MiB page written (map, write all, unmap); forks: one op = one fork \
-         (map, write {FORK_TOUCH} pages, fork, the child writes 1 page and exits, unmap); inst = instances (processes; on softmm, address \
-         spaces with a thread each) per program, fork-fault runs both; ops/s summed over instances (median of the repeats, with min and max); \
-         faults/op = host: minor faults (getrusage, children included), softmm: faults of the instances' and children's CPUs, per op, below 1 \
-         where a write found its page already mapped through a PMD table shared with another instance (one fault links all 512 entries of a \
-         1 GiB window); softmm only: ops/cpu-s = ops per second of the program's instance threads' own CPU time \
-         (CLOCK_THREAD_CPUTIME_ID, children's work included: it runs on the instance's thread), cpu us/op = that CPU time per op, \
-         wait us/op = time those threads waited for hugetlb locks (i_mmap, VMA lock, fault mutex; timed only when a first try \
-         failed) per op, both per program, not per arena; mmap_lock/op = mmap_lock acquisitions (faults and the instances' own calls), flush req/op = TLB \
-         flush requests to other CPUs, pmd share/op and unshare/op = huge_pmd_share and huge_pmd_unshare of the whole arena during the \
-         sample, i_mmap and vma lock r+w/op = the files' i_mmap lock and the hugetlb VMA lock taken for read + for write, mutex/op = \
-         fault mutexes taken, retry/op = lock-free faults that found their PMD table unshared and retried, all of the whole arena \
-         (in fork-fault both programs' rows show the same arena totals){}.\n",
-        size >> 20,
-        allocs.map_or(String::new(), |a| format!(
-            "; host /proc/vmstat htlb_buddy_alloc_success during the samples: {a} (pages are preallocated, so 0)"
-        )),
-    ));
+    let mut out = t.render();
+    out.push_str("Policies:\n");
+    out.push_str(&crate::seeds::legend("hugetlb", &policies));
     out
 }
 
-/// Seed 000's figures for the headline: faults/s and forks/s with one fault
-/// and one fork instance at once (`hugetlb-fork-fault`, 1 GiB) for
-/// `duration` each, per row.
-#[derive(Debug, Clone)]
-pub struct ShortRun {
-    /// softmm under each of `policies`: `(faults/s, forks/s)`, `None` (the
-    /// reason printed) where the run failed.
-    pub soft: Vec<(HugetlbPolicy, Option<(f64, f64)>)>,
-    /// The host's, `None` (the reason printed) where it refuses.
-    pub host: Option<(f64, f64)>,
-}
-
-fn rates<'a>(runs: impl Iterator<Item = &'a ProgramRun> + Clone) -> (f64, f64) {
-    let rate = |p: Program| runs.clone().find(|r| r.program == p).map_or(0.0, |r| r.ops_per_sec);
-    (rate(Program::Fault), rate(Program::Fork))
-}
-
-/// Runs [`ShortRun`]: the host, then softmm under each of `policies`.
-pub fn short_run(duration: Duration, policies: &[HugetlbPolicy]) -> ShortRun {
+/// Seed 000's short run for the headline summary: one instance of the
+/// fault program (`hugetlb-fault`, 1 GiB) for `duration` per sample under
+/// each of `policies` in turns, `repeats` times; the samples, with their
+/// CPU shares (an empty list, the reason printed, if the area cannot be
+/// made).
+pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize) -> Vec<Sample> {
     let limit = Limit::Duration(duration);
-    let both = programs("hugetlb-fork-fault");
-    // The host first, as in the sweep (see `bench`); its area is gone
-    // before softmm's is made.
-    let host = match HostArea::new(DEFAULT_SIZE).and_then(|area| host(&area, both, 1, limit)) {
-        Ok((runs, _)) => Some(rates(runs.iter())),
+    let mut out = Vec::new();
+    let area = match soft::SoftArea::new(DEFAULT_SIZE) {
+        Ok(area) => area,
         Err(e) => {
-            eprintln!("softmm: seed 000 host: {e}");
-            None
+            eprintln!("softmm: seed 000: {e}");
+            return out;
         }
     };
-    let mut out = ShortRun { soft: Vec::new(), host };
-    match soft::SoftArea::new(DEFAULT_SIZE) {
-        Err(e) => eprintln!("softmm: seed 000 softmm: {e}"),
-        Ok(area) => {
-            for &p in policies {
-                let got = match soft::run(&area, p, both, 1, limit) {
-                    Ok(runs) => Some(rates(runs.iter().map(|r| &r.run))),
-                    Err(e) => {
-                        eprintln!("softmm: seed 000 {}: {e}", p.name());
-                        None
-                    }
-                };
-                out.soft.push((p, got));
+    for r in 0..repeats {
+        for &p in policies {
+            let (got, cpu) = crate::machine::measured(1, || soft::run(&area, p, programs("hugetlb-fault"), 1, limit));
+            match got {
+                Ok(runs) => out.extend(
+                    runs.into_iter()
+                        .map(|s| Sample { cpu, ..sample("hugetlb-fault", p.name(), &s.run, s.counters, r) }),
+                ),
+                Err(e) => eprintln!("softmm: seed 000 {}: {e}", p.name()),
             }
         }
     }
@@ -923,21 +944,23 @@ mod tests {
             ..Counters::default()
         };
         let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
-        let t = table(&[host, soft], DEFAULT_SIZE);
-        let row = t.lines().nth(1).unwrap();
-        assert!(
-            row.contains("faults") && row.contains("host") && row.contains("2.00k") && row.contains("1.00k"),
-            "{t}"
-        );
-        let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells[8..11], ["-", "-", "-"], "host: no CPU time or lock wait per program: {t}");
-        assert_eq!(cells[11..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
+        let t = report::with_wide(true, || table(&[host.clone(), soft.clone()], DEFAULT_SIZE));
+        assert_eq!(t.lines().nth(1), Some("hugetlb-fault faults"), "{t}");
+        // softmm's policies first, the host last.
         let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
-        assert_eq!(cells[2], "vma-lock");
+        assert_eq!(cells[..4], ["vma-lock", "2", "2.00k", "2.00k-2.00k"], "{t}");
         // 0.5 s of CPU and 2.048 ms of lock wait over 1024 ops: 2.05k ops
         // per CPU-second, 488.28 and 2.00 us per op.
-        assert_eq!(cells[8..11], ["2.05k", "488.28", "2.00"], "{t}");
-        assert_eq!(cells[11..], ["1.000", "2.000", "0.000", "0.250", "0.125", "1.000+0.500", "-", "2.000", "-"], "{t}");
+        assert_eq!(cells[5..9], ["1.00k", "2.05k", "488.28", "2.00"], "{t}");
+        assert_eq!(cells[9..], ["1.000", "2.000", "0.000", "0.250", "0.125", "1.000+0.500", "-", "2.000", "-"], "{t}");
+        let row = t.lines().nth(3).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[..6], ["host", "2", "2.00k", "2.00k-2.00k", "-", "1.00k"], "{t}");
+        assert_eq!(cells[6..9], ["-", "-", "-"], "host: no CPU time or lock wait per program: {t}");
+        assert_eq!(cells[9..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
+        // Narrow, the table fits 100 columns and names what it leaves out.
+        let narrow = report::with_wide(false, || table(&[host, soft], DEFAULT_SIZE));
+        assert!(narrow.lines().all(|l| l.chars().count() <= 100) && narrow.contains("--wide adds"), "{narrow}");
         assert!(t.contains("1024 MiB") && t.contains("htlb_buddy_alloc_success during the samples: 0"), "{t}");
     }
 }

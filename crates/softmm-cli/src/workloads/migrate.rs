@@ -239,6 +239,7 @@ fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured)
         ops_per_sec: if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 },
         counters: m.counters.clone(),
         cpu_seconds: m.cpu_seconds,
+        cpu: None,
     }
 }
 
@@ -292,14 +293,10 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         Some(s) => crate::bench::parse_threads(s)?,
         None => vec![cores().saturating_sub(1).max(1)],
     };
-    let machine = Machine::detect();
-    eprintln!(
-        "softmm bench migrate on {} ({} CPUs, {}): {} MiB working set, node 0 <-> node 1",
-        machine.model,
-        machine.cores,
-        machine.kernel,
-        size >> 20
-    );
+    crate::report::set_wide(args.wide);
+    let mut machine = Machine::detect();
+    print!("{}", machine.header("bench migrate"));
+    println!("{} MiB working set moved node 0 <-> node 1, {} repeats", size >> 20, args.repeat);
     let nodes = host_nodes();
     if nodes < 2 {
         println!("host: one NUMA node on this machine: migrate_pages(2) has no other node to move to, so no host row");
@@ -316,15 +313,17 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         for &t in &threads {
             for r in 0..args.repeat {
                 for &p in &policies {
-                    match soft(&phys, p, t, size, duration) {
+                    let (got, cpu) = crate::machine::measured(t + 1, || soft(&phys, p, t, size, duration));
+                    match got {
                         Ok(run) => {
-                            let m = sample("migrate", p.name(), t, r, &run.migrate);
-                            let x = sample("accessors", p.name(), t, r, &run.accessors);
+                            let m = Sample { cpu, ..sample("migrate", p.name(), t, r, &run.migrate) };
+                            let x = Sample { cpu, ..sample("accessors", p.name(), t, r, &run.accessors) };
                             eprintln!(
-                                "migrate {} threads={t}: {} pages/s, accessors {} accesses/s",
+                                "migrate {} threads={t}: {} pages/s, accessors {} accesses/s{}",
                                 p.name(),
                                 report::si(m.ops_per_sec),
-                                report::si(x.ops_per_sec)
+                                report::si(x.ops_per_sec),
+                                report::cpu_note(cpu)
                             );
                             samples.push(m);
                             samples.push(x);
@@ -338,24 +337,22 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
             }
         }
     }
-    println!("{}", table(&samples));
-    println!(
-        "migrate: pages migrated/s by migrate_pages(2) 0->1, 1->0, ...; flush req/page: shootdown requests to the \
-         accessors' CPUs per migrated page (Linux's TLB-flush IPIs); PTE locks/page: taken by the migrations' \
-         isolation, unmap and remap walks; migrator CPU us/page: the migrator thread's \
-         CPU time per migrated page; accesses/s and latencies (every {TIMED_EVERY}th \
-         access timed) of the accessors over the same window; medians of --repeat, latencies their maximum."
-    );
+    println!();
+    print!("{}", table(&samples));
+    let migrations: Vec<Sample> = samples.iter().filter(|s| s.mode == "migrate").cloned().collect();
+    print!("{}", report::cpu_warnings(&migrations));
     if let Some(c) = comparison(&samples) {
-        println!("{c}");
+        print!("{}", report::wrap(&c, "  "));
     }
+    machine.finish();
+    print!("{}", machine.footer());
     report::save_json(args.json.as_deref(), &Results { machine, samples })?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
 /// The median of `mode`/`policy` at `threads` (pages/s or accesses/s).
 fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
-    crate::summary::median(samples, "migrate", mode, policy, threads)
+    crate::report::median(samples, "migrate", mode, policy, threads)
 }
 
 /// The migrator's CPU time per migrated page in µs over every `migrate`
@@ -383,58 +380,69 @@ fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Count
     (pages > 0 && of().any(|s| counter(&s.counters).is_some())).then(|| n as f64 / pages as f64)
 }
 
-/// The table: per policy and accessor count, pages migrated/s, flush
-/// requests and PTE locks per migrated page, the migrator's CPU time per page, the
-/// accessors' accesses/s and their sampled latencies.
+/// The table: per policy and accessor count, pages migrated/s (median and
+/// min-max), the CPUs free, flush requests and PTE locks per migrated page,
+/// the migrator's CPU time per page, the accessors' accesses/s and their
+/// sampled latencies.
 pub fn table(samples: &[Sample]) -> String {
-    let mut lines = vec![[
-        "policy",
-        "accessors",
-        "pages migrated/s",
-        "flush req/page",
-        "PTE locks/page",
-        "migrator CPU us/page",
-        "accesses/s",
-        "access p50 ns",
-        "access p99 ns",
-        "access max ns",
-    ]
-    .map(String::from)
-    .to_vec()];
+    let mut t = report::Table::new();
+    t.column("policy", true, 0, None)
+        .column("acc", false, 0, Some("accessor threads (beside the migrator)"))
+        .column("pages/s", false, 0, Some("pages migrated per second by migrate_pages(2) 0->1, 1->0, ..., median"))
+        .column("min-max", false, 0, Some("the lowest and highest of the repeats"))
+        .column("cpus", false, 0, Some(report::CPUS_GLOSS))
+        .column(
+            "flush/page",
+            false,
+            0,
+            Some("shootdown requests to the accessors' CPUs per migrated page (Linux's TLB-flush IPIs)"),
+        )
+        .column("ptl/page", false, 2, Some("PTE locks taken by the isolation, unmap and remap walks per page"))
+        .column("cpu us/page", false, 0, Some("the migrator thread's CPU time per migrated page"))
+        .column("accesses/s", false, 0, Some("the accessors' reads and writes per second, same window"))
+        .column("p50 ns", false, 3, Some("median access latency"))
+        .column("p99 ns", false, 0, Some("99th percentile access latency"))
+        .column("max ns", false, 1, Some("slowest access"));
+    t.legend(&format!(
+        "Latencies: every {TIMED_EVERY}th access timed, the maximum over the repeats; the other figures \
+         medians of the repeats."
+    ));
+    let mut policies: Vec<&str> = Vec::new();
     for row in report::rows(samples) {
         let s = row.samples[0];
         if s.mode != "migrate" {
             continue;
         }
-        let (p, t) = (s.policy.as_str(), s.threads);
+        let (p, th) = (s.policy.as_str(), s.threads);
+        if !policies.contains(&p) {
+            policies.push(p);
+        }
         let acc = report::rows(samples)
             .into_iter()
-            .find(|r| r.samples[0].mode == "accessors" && r.samples[0].policy == p && r.samples[0].threads == t);
+            .find(|r| r.samples[0].mode == "accessors" && r.samples[0].policy == p && r.samples[0].threads == th);
         let lat = |f: fn(&Counters) -> Option<u64>| {
             acc.as_ref()
                 .and_then(|r| r.samples.iter().filter_map(|x| f(&x.counters)).max())
                 .map_or("-".into(), |v| v.to_string())
         };
-        lines.push(vec![
+        t.row(vec![
             p.to_string(),
-            t.to_string(),
+            th.to_string(),
             report::si(row.median()),
-            flushes_per_page(samples, p, t).map_or("-".into(), |f| format!("{f:.4}")),
-            per_page(samples, p, t, |c| c.ptl_locks).map_or("-".into(), |l| format!("{l:.4}")),
-            cpu_us_per_page(samples, p, t).map_or("-".into(), |c| format!("{c:.3}")),
+            row.min_max(),
+            report::cpus_cell(&row.samples),
+            flushes_per_page(samples, p, th).map_or("-".into(), |f| format!("{f:.4}")),
+            per_page(samples, p, th, |c| c.ptl_locks).map_or("-".into(), |l| format!("{l:.4}")),
+            cpu_us_per_page(samples, p, th).map_or("-".into(), |c| format!("{c:.3}")),
             acc.as_ref().map_or("-".into(), |r| report::si(r.median())),
             lat(|c| c.p50_ns),
             lat(|c| c.p99_ns),
             lat(|c| c.max_ns),
         ]);
     }
-    let widths: Vec<usize> = (0..lines[0].len()).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for l in &lines {
-        let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    let mut out = t.render();
+    out.push_str("Policies:\n");
+    out.push_str(&crate::seeds::legend("migrate", &policies));
     out
 }
 
@@ -451,8 +459,9 @@ pub fn comparison(samples: &[Sample]) -> Option<String> {
     };
     let acc = median(samples, "accessors", new, t)? / median(samples, "accessors", old, t)?;
     Some(format!(
-        "batched vs one-by-one, {t} accessor threads: flush requests per migrated page {:+.1}% (seed: -99.1%), \
+        "batched vs one-by-one, {t} accessor thread{}: flush requests per migrated page {:+.1}% (seed: -99.1%), \
          pages migrated/s {:+.1}% (seed: +291.7%), accessors' accesses/s {:+.1}%{cpu}",
+        if t == 1 { "" } else { "s" },
         (flushes - 1.0) * 100.0,
         (rate - 1.0) * 100.0,
         (acc - 1.0) * 100.0
@@ -460,16 +469,23 @@ pub fn comparison(samples: &[Sample]) -> Option<String> {
 }
 
 /// Seed 003's short run for the headline summary: a 16 MiB working set,
-/// one accessor, each policy migrating for `duration`; pages migrated per
-/// second of `one-by-one` and `batched`.
-pub fn short_run(duration: Duration) -> Result<(f64, f64), String> {
+/// `accessors` accessor threads, each policy migrating for `duration`,
+/// `one-by-one` and `batched` in turns, `repeats` times; the `migrate`
+/// samples, with their CPU shares.
+pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result<Vec<Sample>, String> {
     let size = 16 << 20;
     let phys = PhysMem::new(PhysConfig::new(arena_bytes(size)).nodes(2)).map_err(|e| format!("arena: {e}"))?;
-    let rate = |policy| -> Result<f64, String> {
-        let m = soft(&phys, policy, 1, size, duration)?.migrate;
-        Ok(m.ops as f64 / m.seconds.max(f64::MIN_POSITIVE))
-    };
-    Ok((rate(MigratePolicy::OneByOne)?, rate(MigratePolicy::Batched)?))
+    let mut out = Vec::new();
+    for r in 0..repeats {
+        for policy in [MigratePolicy::OneByOne, MigratePolicy::Batched] {
+            let (run, cpu) = crate::machine::measured(accessors + 1, || soft(&phys, policy, accessors, size, duration));
+            match run {
+                Ok(run) => out.push(Sample { cpu, ..sample("migrate", policy.name(), accessors, r, &run.migrate) }),
+                Err(e) => eprintln!("softmm: seed 003 {}: {e}", policy.name()),
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -494,6 +510,7 @@ mod tests {
                 ..Counters::default()
             },
             cpu_seconds: 1.0,
+            cpu: None,
         }
     }
 
@@ -507,7 +524,7 @@ mod tests {
         ];
         let c = comparison(&s).unwrap();
         assert!(c.contains("-99.8%") && c.contains("+300.0%") && c.contains("-50.0%"), "{c}");
-        let t = table(&s);
+        let t = report::with_wide(true, || table(&s));
         assert!(
             t.contains("0.0020")
                 && t.contains("1.0000")

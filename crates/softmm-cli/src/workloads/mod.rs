@@ -134,6 +134,17 @@ impl Workload {
         }
     }
 
+    /// Threads (or processes) of a sample in `mode` with `threads` tasks
+    /// that want a CPU at once: the tasks, and the mapping thread of
+    /// `interference`'s interfered mode or the munmapping thread of
+    /// `big-munmap`.
+    pub fn tasks(self, mode: &str, threads: usize) -> usize {
+        match (self, mode) {
+            (Workload::Interference, "interfered") | (Workload::BigMunmap, _) => threads + 1,
+            _ => threads,
+        }
+    }
+
     /// Frames the softmm arena needs for `tasks` tasks of `size` bytes.
     pub fn arena_bytes(self, tasks: usize, size: u64) -> u64 {
         let t = tasks as u64;

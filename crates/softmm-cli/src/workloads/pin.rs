@@ -244,6 +244,7 @@ fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured)
         ops_per_sec: if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 },
         counters: m.counters.clone(),
         cpu_seconds: m.cpu_seconds,
+        cpu: None,
     }
 }
 
@@ -306,8 +307,10 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         m
     };
-    let machine = Machine::detect();
-    eprintln!("softmm bench pin on {} ({} CPUs, {}): {} MiB", machine.model, machine.cores, machine.kernel, size >> 20);
+    crate::report::set_wide(args.wide);
+    let mut machine = Machine::detect();
+    print!("{}", machine.header("bench pin"));
+    println!("{} MiB pinned (FOLL_WRITE | FOLL_LONGTERM), {} repeats\n", size >> 20, args.repeat);
     let mut samples = Vec::new();
     let mut failures = 0;
     if !policies.is_empty() {
@@ -318,10 +321,18 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
             for &t in &threads {
                 for r in 0..args.repeat {
                     for &p in &policies {
-                        match soft(&phys, p, t, size, mode == "interfered") {
+                        let interfered = mode == "interfered";
+                        let tasks = t + usize::from(interfered);
+                        let (got, cpu) = crate::machine::measured(tasks, || soft(&phys, p, t, size, interfered));
+                        match got {
                             Ok(m) => {
-                                let s = sample(mode, p.name(), t, r, &m);
-                                eprintln!("pin {mode} {} threads={t}: {} pages/s", p.name(), report::si(s.ops_per_sec));
+                                let s = Sample { cpu, ..sample(mode, p.name(), t, r, &m) };
+                                eprintln!(
+                                    "pin {mode} {} threads={t}: {} pages/s{}",
+                                    p.name(),
+                                    report::si(s.ops_per_sec),
+                                    report::cpu_note(cpu)
+                                );
                                 samples.push(s);
                             }
                             Err(e) => {
@@ -338,8 +349,9 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         // Alone only: the host's own mmap_lock traffic is not this row's subject.
         'host: for &t in &threads {
             for r in 0..args.repeat {
-                match host(t, size) {
-                    Ok(m) => samples.push(sample("alone", "host", t, r, &m)),
+                let (got, cpu) = crate::machine::measured(t, || host(t, size));
+                match got {
+                    Ok(m) => samples.push(Sample { cpu, ..sample("alone", "host", t, r, &m) }),
                     Err(e) => {
                         println!("host row skipped: the host cannot pin {} MiB through io_uring: {e}", size >> 20);
                         break 'host;
@@ -348,24 +360,49 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
             }
         }
     }
-    println!("{}", table(&samples));
+    print!("{}", table(&samples));
+    print!("{}", report::cpu_warnings(&samples));
+    machine.finish();
+    print!("{}", machine.footer());
     report::save_json(args.json.as_deref(), &Results { machine, samples })?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
 /// The median pages/s of `mode`/`policy` at `threads`.
 fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
-    crate::summary::median(samples, "pin", mode, policy, threads)
+    crate::report::median(samples, "pin", mode, policy, threads)
 }
 
-/// The pin table: seconds, pages/s, speedup over one thread of the same
-/// policy and mode, and `mmap_lock` acquisitions per 512 pages.
+/// The pin table, a heading per mode: seconds, pages/s (median and
+/// min-max), the CPUs free, pages per CPU second, speedup over one thread
+/// of the same policy and mode, and `mmap_lock` acquisitions per 512 pages.
 pub fn table(samples: &[Sample]) -> String {
-    let mut lines = vec![["mode", "policy", "thr", "seconds", "pages/s", "pages/cpu-s", "speedup", "lock/512 pages"]
-        .map(String::from)
-        .to_vec()];
+    let mut t = report::Table::new();
+    t.column("policy", true, 0, None)
+        .column("thr", false, 0, Some("pinning threads"))
+        .column("seconds", false, 0, Some("the pin's duration at the median rate"))
+        .column("pages/s", false, 0, Some("pages pinned per second, median of the repeats"))
+        .column("min-max", false, 0, Some("the lowest and highest of the repeats"))
+        .column("cpus", false, 0, Some(report::CPUS_GLOSS))
+        .column("pages/cpu-s", false, 1, Some("pages per CPU second of the whole process (the mapper's included)"))
+        .column("speedup", false, 0, Some("over 1 thread of the same policy and mode"))
+        .column("lock/512", false, 0, Some("mmap_lock acquisitions per 512 pages (VFIO's batch)"));
+    t.legend(
+        "One op = one page pinned (FOLL_WRITE | FOLL_LONGTERM, faulted in by the pin); interfered: beside \
+         a thread looping mmap/munmap of 16 pages; host: io_uring's IORING_REGISTER_BUFFERS, one ring per \
+         thread (alone only).",
+    );
+    let mut last = String::new();
+    let mut policies: Vec<&str> = Vec::new();
     for row in report::rows(samples) {
         let s = row.samples[0];
+        if s.mode != last {
+            t.heading(&format!("pin {}", s.mode));
+            last = s.mode.clone();
+        }
+        if !policies.contains(&s.policy.as_str()) {
+            policies.push(&s.policy);
+        }
         let rate = row.median();
         let one = median(samples, &s.mode, &s.policy, 1);
         let speedup = one.filter(|o| *o > 0.0).map_or("-".into(), |o| format!("{:.2}x", rate / o));
@@ -376,57 +413,39 @@ pub fn table(samples: &[Sample]) -> String {
         let cpu: f64 = row.samples.iter().map(|x| x.cpu_seconds).sum();
         let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
         let per_cpu = if cpu > 0.0 { report::si(ops as f64 / cpu) } else { "-".into() };
-        lines.push(vec![
-            s.mode.clone(),
+        t.row(vec![
             s.policy.clone(),
             s.threads.to_string(),
             format!("{secs:.3}"),
             report::si(rate),
+            row.min_max(),
+            report::cpus_cell(&row.samples),
             per_cpu,
             speedup,
             per512,
         ]);
     }
-    let widths: Vec<usize> = (0..8).map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for l in &lines {
-        let cells: Vec<String> = l.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out.push_str("pin: one op = one page pinned (FOLL_WRITE | FOLL_LONGTERM, faulted in); seconds at the median rate; \
-                  pages/cpu-s: pages per CPU second of the whole process (the mapper's included); speedup over 1 thread; lock = mmap_lock acquisitions; host = io_uring IORING_REGISTER_BUFFERS, one ring per thread.\n");
+    let mut out = t.render();
+    out.push_str("Policies:\n");
+    out.push_str(&crate::seeds::legend("pin", &policies));
     out
 }
 
-/// Pages pinned per second of the old design, softmm's default and the host
-/// (`None` where one could not run).
-pub struct ShortRun {
-    /// `per-page`.
-    pub old: Option<f64>,
-    /// The default pin policy.
-    pub new: Option<f64>,
-    /// io_uring's buffer registration.
-    pub host: Option<f64>,
-}
-
 /// Seed 004's short run for the headline summary: `size` bytes pinned by
-/// `threads` workers under `per-page` and the default policy (`alone`,
-/// taking turns, three samples each), and once by the host; the median
-/// pages per second of each.
-pub fn short_run(size: u64, threads: usize) -> Result<ShortRun, String> {
+/// `threads` workers beside a thread looping mmap/munmap, under `per-page`
+/// and the default policy in turns, `repeats` times; the samples, with
+/// their CPU shares.
+pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample>, String> {
     let phys = PhysMem::new(PhysConfig::new(arena_bytes(size))).map_err(|e| format!("arena: {e}"))?;
-    let rate = |m: Measured| m.ops as f64 / m.seconds.max(f64::MIN_POSITIVE);
-    let (mut old, mut new) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        old.extend(soft(&phys, PinPolicy::PerPage, threads, size, false).ok().map(rate));
-        new.extend(soft(&phys, PinPolicy::default(), threads, size, false).ok().map(rate));
+    let mut out = Vec::new();
+    for r in 0..repeats {
+        for policy in [PinPolicy::PerPage, PinPolicy::default()] {
+            let (m, cpu) = crate::machine::measured(threads + 1, || soft(&phys, policy, threads, size, true));
+            match m {
+                Ok(m) => out.push(Sample { cpu, ..sample("interfered", policy.name(), threads, r, &m) }),
+                Err(e) => eprintln!("softmm: seed 004 {}: {e}", policy.name()),
+            }
+        }
     }
-    drop(phys);
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
-    let host = host(threads, size).ok().map(rate);
-    Ok(ShortRun { old: median(old), new: median(new), host })
+    Ok(out)
 }

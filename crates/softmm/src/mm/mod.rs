@@ -446,7 +446,7 @@ impl AddressSpace {
     /// `[start, end)` goes, frames into `tlb` as [`Self::zap_range`], guard
     /// markers dropped in the same walk (`ZAP_FLAG_DROP_MARKER`) rather
     /// than by a second walk of the range, which cost 5-9% of a large
-    /// munmap (`docs/results/big-munmap-cause.txt`, section 6).
+    /// munmap (`docs/results/big-munmap-cause.txt` section 6, in git at d35c665).
     pub(crate) fn unmap_range(&self, start: u64, end: u64, tlb: &mut MmuGather) {
         self.zap_range_markers(start, end, tlb, |_| true, true);
     }

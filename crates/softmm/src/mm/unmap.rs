@@ -119,7 +119,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 use super::gather::GatherTimes;
 use super::{AddressSpace, MmState, MmapWriteGuard, MmuGather, UnmapPolicy};
 
-/// Where the unmaps of [`AddressSpace::vm_munmap`] (`munmap`, and the
+/// Where the unmaps of [`AddressSpace::munmap`] (and the
 /// shrinks of `mremap` and `brk`) spent their time, summed over the address
 /// space's life ([`crate::MmStats::unmap`]): what a large unmap costs, and
 /// what it makes others wait for. The times are wall-clock (a descheduled

@@ -304,7 +304,7 @@ pub struct TlbStats {
     /// unavailable; see `fences_are_asymmetric`).
     pub barriers: u64,
     /// Nanoseconds initiators spent waiting for CPUs inside an access
-    /// ([`FlushTicket::wait`] of a flush with `flush_waits`), summed over
+    /// (the wait of a flush counted in `flush_waits`), summed over
     /// flushes; a flush that waits for nobody adds nothing and reads no
     /// clock.
     pub flush_wait_ns: u64,
