@@ -70,7 +70,7 @@ typedef enum softmm_atomic_op {
 // space. **Thread-bound**: only the thread that made it may use or free
 // it (other threads get `-EPERM`), and it must be freed before that
 // thread exits. While an access section is open on it
-// ([`softmm_cpu_section_begin`]) every `softmm_cpu_*` call on it is
+// (`softmm_cpu_section_begin`) every `softmm_cpu_*` call on it is
 // refused with `-EBUSY`.
 typedef struct softmm_cpu softmm_cpu;
 

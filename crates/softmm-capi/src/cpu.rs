@@ -13,7 +13,7 @@ use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault, softmm_mm
 /// space. **Thread-bound**: only the thread that made it may use or free
 /// it (other threads get `-EPERM`), and it must be freed before that
 /// thread exits. While an access section is open on it
-/// ([`softmm_cpu_section_begin`](crate::section::softmm_cpu_section_begin)) every `softmm_cpu_*` call on it is
+/// (`softmm_cpu_section_begin`) every `softmm_cpu_*` call on it is
 /// refused with `-EBUSY`.
 pub struct softmm_cpu {
     /// The identity of the thread that made it (see [`thread_id`]). Never
