@@ -19,10 +19,8 @@
 //!
 //! `STRESS_SEED=<n>` changes the schedule, `STRESS_SCALE=<n>` multiplies the
 //! rounds, `HUGETLB_STRESS_LOG=1` adds each process's recent operations to
-//! a failure's message. Two known defects are waited for behind constants
-//! ([`SHARED_ANON_FREED_BY_MUNMAP`], [`OWNER_COW_SURVIVES_CHILD_DROP`]);
-//! the failures this test found have minimal reproducers in
-//! `hugetlb_stress_regressions.rs` (and `hugetlb/cow.rs`).
+//! a failure's message. The failures this test found have minimal
+//! reproducers in `hugetlb_stress_regressions.rs` (and `hugetlb/cow.rs`).
 
 mod common;
 
@@ -64,30 +62,6 @@ const ROUNDS: u64 = 500;
 const OPS: u64 = 16;
 /// Hang detector: a round (with its check) not done after this long is a deadlock.
 const WATCHDOG_SECS: u64 = 120;
-
-/// Waiting for the fix (on another branch) that frees shared anonymous
-/// hugetlb memory before `munmap` returns: until it lands, that memory (the
-/// pages and reservations of `/anon_hugepage (deleted)`) is released only
-/// at an epoch grace period after the `munmap`, so a `MAP_SHARED |
-/// MAP_ANONYMOUS | MAP_HUGETLB` mapping unmapped and mapped again at once
-/// sees `ENOMEM` where the pool had room for it. While `false`, the remap
-/// probe after each round ([`World::remap_probe`]) counts that `ENOMEM`
-/// instead of failing on it; set it to `true` with the fix: the probe then
-/// also checks that the pool has the pages and reservations back as
-/// `munmap` returns. (The rounds' own `mmap`s may fail with `ENOMEM` for
-/// want of pages anyway: the pool is small and shared.)
-const SHARED_ANON_FREED_BY_MUNMAP: bool = false;
-
-/// Waiting for a fix of the defect `hugetlb/cow.rs`'s ignored test
-/// `an_owner_whose_child_drops_the_page_during_its_cow_reuses_it` shows:
-/// an owner's copy-on-write (a write, or a pin's COW or unshare) of a page
-/// it shares with a child, with the pool empty, is `SIGBUS` (`EFAULT` for
-/// a pin) when the child drops the page meanwhile (its COW, `munmap`,
-/// `MADV_DONTNEED` or exit) between the owner's map count check and
-/// `unmap_ref_private`; Linux retries and reuses the page. While `false`,
-/// that outcome is counted, not failed, for an owner whose child may still
-/// run; set it to `true` with the fix.
-const OWNER_COW_SURVIVES_CHILD_DROP: bool = false;
 
 /// Runs the pending grace periods (`PhysMem::quiesce` waits for every VMA
 /// to go, which live processes never let happen): epochs advanced until
@@ -242,9 +216,7 @@ struct Counters {
     respawns: AtomicU64,
     stats_reads: AtomicU64,
     remap_probes: AtomicU64,
-    remap_enomem: AtomicU64,
     owed_bounded: AtomicU64,
-    owner_cow_race: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -500,7 +472,6 @@ impl Worker {
         let m = &self.p.maps[mi];
         let (base, what) = (m.base(i), m.what(i));
         let owed = self.sh.owed_now();
-        let child = self.child.is_some();
         if m.kind.private() {
             let st = m.slots[i].unwrap();
             let res = wr(&mut self.cpu, base, PRIV_LANE, t);
@@ -518,13 +489,6 @@ impl Worker {
                 // reservation is owed back to it.
                 Err(e) if is_bus(&e) && !matches!(st, PState::Anon { .. }) && self.sh.owed_since(owed) => {
                     bump(&self.sh.c.owner_bus)
-                }
-                // The COW of a page shared with the child, which dropped it
-                // meanwhile (see [`OWNER_COW_SURVIVES_CHILD_DROP`]).
-                Err(e)
-                    if is_bus(&e) && matches!(st, PState::Anon { .. }) && child && !OWNER_COW_SURVIVES_CHILD_DROP =>
-                {
-                    bump(&self.sh.c.owner_cow_race)
                 }
                 Err(e) => panic!("{what}: owner's write ({st:?}): {e}"),
             }
@@ -842,7 +806,6 @@ impl Worker {
         }
         bump(&self.sh.c.pins);
         let owed = self.sh.owed_now();
-        let child = self.child.is_some();
         let res = self.p.mm.pin_user_pages(base, npages, flags);
         self.p.log.push(format!("  pin {what} ({st:?}) {npages} {flags:?}: {:?}", res.as_ref().map(|_| ())));
         let failed = match &res {
@@ -851,11 +814,6 @@ impl Worker {
             // The fault's SIGBUS: a reserved fault while a reservation is owed.
             Err(Errno::Fault) if !matches!(st, PState::Anon { .. }) && self.sh.owed_since(owed) => {
                 Some(&self.sh.c.pin_efault)
-            }
-            // The COW or unshare of a page shared with the child, which
-            // dropped it meanwhile (see [`OWNER_COW_SURVIVES_CHILD_DROP`]).
-            Err(Errno::Fault) if matches!(st, PState::Anon { .. }) && child && !OWNER_COW_SURVIVES_CHILD_DROP => {
-                Some(&self.sh.c.owner_cow_race)
             }
             Err(e) => panic!("{what}: pin_user_pages({npages}, {flags:?}) ({st:?}): {e}"),
         };
@@ -1318,10 +1276,8 @@ impl World {
     fn check(&mut self, r: u64) {
         let ctx = format!("round {r} (STRESS_SEED={})", self.seed);
         self.collect_files();
-        // A hugetlbfs file dies, giving back its pages and reservations,
-        // after its last VMA's grace period, by design; so does the
-        // pseudo-file of a shared anonymous mapping until the fix
-        // SHARED_ANON_FREED_BY_MUNMAP waits for.
+        // Deferred frees (page tables, old VMA trees) run at grace periods;
+        // pages and reservations go before the calls that drop them return.
         grace_periods(&self.phys);
         let s = self.phys.huge_page_stats();
         assert!(s.free <= s.total && s.total == TOTAL, "{ctx}: {s:?}");
@@ -1503,7 +1459,7 @@ impl World {
 
     /// What the pool can still promise is mapped shared and anonymous,
     /// touched, unmapped, and mapped again: the second `mmap` needs what
-    /// the first `munmap` released (see [`SHARED_ANON_FREED_BY_MUNMAP`]).
+    /// the first `munmap` released, before it returned.
     fn remap_probe(&mut self, ctx: &str) {
         let s = self.phys.huge_page_stats();
         let n = s.free - s.rsvd;
@@ -1519,10 +1475,8 @@ impl World {
             cpu.write_u64(a + i * HP, i + 1).unwrap();
         }
         mm.munmap(a, n * HP).unwrap();
-        if SHARED_ANON_FREED_BY_MUNMAP {
-            let now = self.phys.huge_page_stats();
-            assert_eq!((now.free, now.rsvd), (s.free, s.rsvd), "{ctx}: munmap released the probe's pages");
-        }
+        let now = self.phys.huge_page_stats();
+        assert_eq!((now.free, now.rsvd), (s.free, s.rsvd), "{ctx}: munmap released the probe's pages");
         match mm.mmap(0, n * HP, RW, flags, None, 0) {
             Ok(b) => {
                 for i in 0..n {
@@ -1530,7 +1484,6 @@ impl World {
                 }
                 mm.munmap(b, n * HP).unwrap();
             }
-            Err(Errno::NoMem) if !SHARED_ANON_FREED_BY_MUNMAP => bump(&self.sh.c.remap_enomem),
             Err(e) => panic!("{ctx}: {n} shared anonymous pages mapped again after munmap: {e}"),
         }
         drop(cpu);
@@ -1559,7 +1512,7 @@ impl World {
         eprintln!(
             "hugetlb_stress: writes {} reads {} maps {} (ENOMEM {}) munmaps {} dontneeds {} forks {} (ENOMEM {}) \
              child ops {} (SIGBUS {}) owner SIGBUS {} move_pages {} (moved {}, ENOMEM {}, unmoved {}) pins {} \
-             (EAGAIN {}, EFAULT {}) unpins {} respawns {} stats reads {} remap probes {} (ENOMEM {}) rsvd bounded {} owner COW races {}",
+             (EAGAIN {}, EFAULT {}) unpins {} respawns {} stats reads {} remap probes {} rsvd bounded {}",
             g(&c.writes),
             g(&c.reads),
             g(&c.maps),
@@ -1582,9 +1535,7 @@ impl World {
             g(&c.respawns),
             g(&c.stats_reads),
             g(&c.remap_probes),
-            g(&c.remap_enomem),
             g(&c.owed_bounded),
-            g(&c.owner_cow_race),
         );
         assert_no_leaks(&self.phys);
     }
