@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates every table, JSON file and figure in this directory (about 12
+# Regenerates every table, JSON file and figure in this directory (12 to 15
 # minutes on 2 CPUs); README.md is written from them. Each file's first
 # lines name the softmm commit, the CPUs and the load average it ran at.
 # Usage: docs/results/run.sh [path/to/softmm] [output directory]

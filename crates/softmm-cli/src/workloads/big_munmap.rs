@@ -450,6 +450,13 @@ pub fn table(samples: &[Sample]) -> Option<String> {
             keys.push(k);
         }
     }
+    // By mode, then the unmap policies in the library's order, the host last.
+    let rank = |mode: &str, policy: &str| {
+        let m = MODES.iter().position(|x| *x == mode).unwrap_or(usize::MAX);
+        let p = UnmapPolicy::ALL.iter().position(|x| x.name() == policy).unwrap_or(usize::MAX);
+        (m, p)
+    };
+    keys.sort_by_key(|&(mode, policy, threads)| (rank(mode, policy), threads));
     let mut last = "";
     let mut policies: Vec<&str> = Vec::new();
     for (mode, policy, threads) in keys {
