@@ -72,8 +72,14 @@ stage loom two_shards hugetlb:: loom cargo test --release -p softmm --lib
 stage loom-clippy loom cargo clippy -p softmm --lib --tests -- -D warnings
 # Miri on the library's unit tests (arena, page tables, shootdown, sync
 # primitives, copies), where the nightly Miri component is installed.
+# Weak-memory emulation is off: the arena is guest memory, which guests
+# (and the tests) access with atomics of mixed sizes at one address, as a
+# CPU allows; Miri's store buffers cannot model that (nightly 2026-05-19
+# aborts with "partially overlapping store buffer", already on the tree
+# before this flag). Data races and provenance are still checked; the
+# protocols' orderings are loom's to explore.
 miri_test() {
-  MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks" \
+  MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks -Zmiri-disable-weak-memory-emulation" \
     cargo +nightly miri test -p softmm --lib "$@"
 }
 if cargo +nightly miri --version >/dev/null 2>&1; then
