@@ -125,33 +125,26 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
             ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn);
             Ok(())
         }
-        // hugetlb_wp found the page locked (a migration of it is under
-        // way, its other mappings hidden in migration entries): wait with
-        // none of the fault's locks held, as Linux's `folio_wait_locked`
-        // after dropping them, then the access retries.
-        Err(FaultError::Abort(Abort::HugePageLocked)) => {
+        // A migration of the page is under way: its migration entry met
+        // (`migration_entry_wait_huge`), or its page lock held when
+        // hugetlb_wp wanted it (`folio_wait_locked`). Wait with none of the
+        // fault's locks held, as Linux drops the VMA lock and the fault
+        // mutex first (the migrator takes `i_mmap` for write, which an
+        // `i-mmap-rwsem` fault holds for read), then the access retries.
+        Err(FaultError::Abort(abort @ (Abort::HugeMigration | Abort::HugePageLocked))) => {
             let haddr = addr & !(HPAGE_SIZE - 1);
             let guard = crossbeam_epoch::pin();
             if let Some(leaf) = ctx.mm.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) {
                 let pte = leaf.load(haddr);
-                if pte.has_frame() {
-                    crate::migrate::wait_on_page_locked(&ctx.mm.phys, pte.pfn(), crate::hugetlb::migrate::WAIT_SPINS);
-                }
-            }
-            Ok(())
-        }
-        // hugetlb migration (`hugetlb/migrate.rs`): wait for the remap with
-        // none of the fault's locks held, as Linux drops the VMA lock and
-        // the fault mutex before `migration_entry_wait_huge` (the migrator
-        // takes `i_mmap` for write, which an `i-mmap-rwsem` fault holds for
-        // read), then the access retries.
-        Err(FaultError::Abort(Abort::HugeMigration)) => {
-            let haddr = addr & !(HPAGE_SIZE - 1);
-            let guard = crossbeam_epoch::pin();
-            if let Some(leaf) = ctx.mm.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) {
-                let pte = leaf.load(haddr);
-                if pte.is_migration() {
-                    crate::hugetlb::migrate::migration_entry_wait_huge(leaf, haddr, pte);
+                match abort {
+                    Abort::HugeMigration if pte.is_migration() => {
+                        crate::hugetlb::migrate::migration_entry_wait_huge(leaf, haddr, pte);
+                    }
+                    Abort::HugePageLocked if pte.has_frame() => {
+                        let spins = crate::hugetlb::migrate::WAIT_SPINS;
+                        crate::migrate::wait_on_page_locked(&ctx.mm.phys, pte.pfn(), spins);
+                    }
+                    _ => {}
                 }
             }
             Ok(())

@@ -415,6 +415,15 @@ fn forked_huge_page() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<AddressSpace>, u6
     (phys, parent, child, a)
 }
 
+/// Every pool page free again once the model's address spaces are gone.
+fn whole_pool(phys: &PhysMem) -> Outcome {
+    let h = phys.huge_page_stats();
+    if h.free != h.total {
+        return Err(format!("pages left after both exited: {h:?}"));
+    }
+    Ok(())
+}
+
 /// `move_pages`' answer for the one page: moved to node 1, or not moved at
 /// all (status untouched, 1 left) because the other thread's references
 /// held it through every pass (Linux's `-EAGAIN` from a failed refcount
@@ -476,11 +485,7 @@ fn hugetlb_cow_vs_migration() -> Outcome {
         return Err(format!("the child's copy {c:?} is not the page with its write"));
     }
     drop((parent, child));
-    let h = phys.huge_page_stats();
-    if h.free != h.total {
-        return Err(format!("pages left after both exited: {h:?}"));
-    }
-    Ok(())
+    whole_pool(&phys)
 }
 
 #[test]
@@ -514,11 +519,7 @@ fn hugetlb_unshare_vs_migration() -> Outcome {
     check_after(&phys, &parent, &child, a, 2)?;
     drop(pin);
     drop((parent, child));
-    let h = phys.huge_page_stats();
-    if h.free != h.total {
-        return Err(format!("pages left after both exited: {h:?}"));
-    }
-    Ok(())
+    whole_pool(&phys)
 }
 
 #[test]
