@@ -472,9 +472,8 @@ impl Inode {
                 page.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
                 continue;
             }
-            // SAFETY: as in `read_at`: `n` bytes of a page-cache page, in
-            // this file's arena, kept by the reference `page`.
-            unsafe { crate::access::copy_from_host(page.ptr(), &mut buf[..*n]) };
+            // `n` bytes of a page-cache page, kept by the reference `page`.
+            page.read(0, &mut buf[..*n]);
             if broken::clear_after_copy() {
                 page.desc().flags.fetch_and(!PG_DIRTY, Ordering::Relaxed);
             }
@@ -580,8 +579,7 @@ impl Inode {
                     let mut buf = [0u8; PAGE_SIZE as usize];
                     let n = page_bytes(index, inner.size);
                     host.read(index * PAGE_SIZE, &mut buf[..n])?;
-                    // SAFETY: the frame was just allocated and `n` bytes fit in it.
-                    unsafe { crate::access::copy_to_host(&buf[..n], page.ptr()) };
+                    page.write(0, &buf[..n]);
                 }
                 let d = page.desc();
                 let host = if self.can_writeback() { PG_HOST_FILE } else { 0 };
@@ -633,9 +631,8 @@ impl Inode {
             let n = ((PAGE_SIZE - pos % PAGE_SIZE).min(end - pos)) as usize;
             let dst = &mut buf[(pos - offset) as usize..][..n];
             match inner.pages.get(&(pos / PAGE_SIZE)) {
-                // SAFETY: `frame_ptr` points into this file's arena, which
-                // `self.phys` keeps mapped; `n` stops at the page end.
-                Some(&p) => unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst) },
+                // `n` stops at the page end.
+                Some(&p) => self.phys.read(p, in_page, dst),
                 // Not cached: the host file has the bytes (all changes to
                 // it go through the cache's writeback, truncate or punch).
                 None => match &self.host {
@@ -683,11 +680,9 @@ impl Inode {
                 Err(e) if pos == offset => return Err(e),
                 Err(_) => break,
             };
-            // SAFETY: as in `read_at`; the reference `page` keeps the page
-            // this file's until it is dropped below.
-            unsafe {
-                crate::access::copy_to_host(&data[(pos - offset) as usize..][..n], page.ptr().wrapping_add(in_page))
-            };
+            // The reference `page` keeps the page this file's until it is
+            // dropped below.
+            page.write(in_page, &data[(pos - offset) as usize..][..n]);
             pos += n as u64;
             let mut inner = self.inner.lock();
             inner.size = inner.size.max(pos);
@@ -730,15 +725,8 @@ impl Inode {
             if size % PAGE_SIZE != 0 {
                 if let Some(&p) = self.inner.lock().pages.get(&(size / PAGE_SIZE)) {
                     let tail = PAGE_SIZE - size % PAGE_SIZE;
-                    // SAFETY: as in `read_at`: from the size's offset to the
-                    // end of the page, in this file's arena.
-                    unsafe {
-                        crate::access::fill_host(
-                            self.phys.frame_ptr(p).wrapping_add((size % PAGE_SIZE) as usize),
-                            0,
-                            tail as usize,
-                        )
-                    };
+                    // From the size's offset to the end of the page.
+                    self.phys.fill(p, (size % PAGE_SIZE) as usize, 0, tail as usize);
                 }
             }
         }
@@ -768,15 +756,9 @@ impl Inode {
         for (lo, hi) in [(offset, (first * PAGE_SIZE).min(end)), ((last * PAGE_SIZE).max(offset), end)] {
             if lo < hi {
                 if let Some(&p) = inner.pages.get(&(lo / PAGE_SIZE)) {
-                    // SAFETY: as in `read_at`: `[lo, hi)` lies in one page
-                    // (each edge stops at a page boundary), in this file's arena.
-                    unsafe {
-                        crate::access::fill_host(
-                            self.phys.frame_ptr(p).wrapping_add((lo % PAGE_SIZE) as usize),
-                            0,
-                            (hi - lo) as usize,
-                        )
-                    };
+                    // `[lo, hi)` lies in one page (each edge stops at a page
+                    // boundary).
+                    self.phys.fill(p, (lo % PAGE_SIZE) as usize, 0, (hi - lo) as usize);
                 }
             }
         }

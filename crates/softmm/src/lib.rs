@@ -35,28 +35,47 @@
 // Nothing reachable from it exposes a page-table entry, a frame number, an
 // epoch guard or a lock guard, so the mechanisms can change without breaking
 // an embedder. The whole crate builds under `cfg(loom)` too (see `sync`).
+// The low layers hold every `unsafe` block, each with the invariant that
+// makes it sound: guest memory copies (`access`, `phys`), the MMU (`cpu`,
+// `pgtable`, `tlb`), the primitives (`sync`), the host file calls
+// (`host_file`), and the core's RCU publication (`mm`). The modules above
+// them may not use `unsafe` (`deny`, overridden only by the migrators' bulk
+// copy of a frozen page, `PhysMem::copy_frames_unshared`, and the huge-page
+// pool's zeroing until the pool moves under `phys`).
 mod access;
 mod cpu;
+#[deny(unsafe_code)]
 mod error;
+#[deny(unsafe_code)]
 mod fault;
+#[deny(unsafe_code)]
 mod file;
 mod host_file;
+#[deny(unsafe_code)]
 mod hugetlb;
+#[deny(unsafe_code)]
 mod mempolicy;
+#[deny(unsafe_code)]
 mod migrate;
 mod mm;
 mod pgtable;
 mod phys;
+#[deny(unsafe_code)]
 mod pin;
+#[deny(unsafe_code)]
 mod populate;
+#[deny(unsafe_code)]
 mod rmap;
 mod sync;
+#[deny(unsafe_code)]
 mod sys;
 mod tlb;
+#[deny(unsafe_code)]
 pub mod uapi;
 // Doctests that pin the public surface (compile_fail examples).
 #[cfg(doctest)]
 mod surface;
+#[deny(unsafe_code)]
 mod vma;
 
 /// The `bytemuck` crate whose [`Pod`](bytemuck::Pod) bound

@@ -387,38 +387,6 @@ fn for_each_owner_run<'a, T>(
     }
 }
 
-/// Copies a page that nobody else can read or write into a fresh frame with
-/// one bulk copy (the host's `memcpy`, `rep movsb` for a page), instead of
-/// `phys::copy_frame`'s word-by-word atomic loop: the copy was most of the
-/// migrator's time per page, and a bulk copy writes whole destination
-/// lines without reading them first.
-///
-/// # Safety
-///
-/// `src` and `dst` are the first bytes of two different frames of a live
-/// arena (from [`PhysMem::frame_ptr`]), and for the whole call nothing
-/// writes `src` nor reads or writes `dst` concurrently. `migrate_batch`
-/// guarantees it as Linux's refcount freeze does before `folio_copy`:
-/// - `dst` was just allocated and is reachable only through our
-///   reference: no entry, no cache slot, no other holder yet;
-/// - every entry mapping `src` is a migration entry and the flush of every
-///   address space involved has completed, so no CPU still holds a
-///   translation to it (a fault on the entry waits for the remap, and so
-///   does `get_user_pages`, which faults through the same tables);
-/// - no pin (pincount 0) and no reference besides ours (an anonymous page:
-///   refcount 1) or ours and the page cache's (a file page: refcount 2,
-///   checked and copied under the cache's lock, under which `read(2)`
-///   reads, `write(2)` and a fault take their reference, and writeback
-///   reads): a `write(2)` in progress or a pin holds a reference, so it
-///   would have failed the check, and no new reference can be taken
-///   without an entry or the cache's lock. Concurrent *reads* of `src`
-///   (writeback, `read(2)` before the lock) would be no data race anyway.
-unsafe fn copy_unshared_frame(src: *const u8, dst: *mut u8) {
-    // SAFETY: the caller's contract: both valid for a page, disjoint, and
-    // not accessed concurrently except for reads of `src`.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, PAGE_SIZE as usize) };
-}
-
 /// Ends the isolation of `pages` (Linux's `putback_movable_pages`); their
 /// references go when the caller drops them.
 pub(crate) fn putback_movable_pages(pages: &[Isolated<'_>]) {
@@ -599,11 +567,23 @@ fn migrate_batch(
         let p = &pages[i];
         let old = p.page.pfn();
         let d = phys.desc(old);
-        // SAFETY: both frames belong to `phys`, which outlives the call
-        // (`frame_ptr` checks the numbers), and `dst` is a fresh frame
-        // other than `old`. `copy` runs only once the checks below found
-        // `old` unshared (see `copy_unshared_frame`).
-        let copy = || unsafe { copy_unshared_frame(phys.frame_ptr(old), phys.frame_ptr(dst.pfn())) };
+        #[allow(unsafe_code)]
+        // SAFETY: (`PhysMem::copy_frames_unshared`) `dst` is a fresh frame
+        // other than `old`, reachable through our reference alone. `copy`
+        // runs only once the checks below found `old` unshared, as Linux's
+        // refcount freeze before `folio_copy`: every entry mapping it is a
+        // migration entry and the flush of every address space involved has
+        // completed, so no CPU holds a translation to it (a fault on the
+        // entry waits for the remap, and so does `get_user_pages`); no pin
+        // (pincount 0) and no reference besides ours (an anonymous page:
+        // refcount 1) or ours and the page cache's (a file page: refcount 2,
+        // checked and copied under the cache's lock, under which `read(2)`
+        // reads, `write(2)` and a fault take their reference, and writeback
+        // reads): a `write(2)` in progress or a pin holds a reference, so it
+        // would have failed the check, and no new reference can be taken
+        // without an entry or the cache's lock. Concurrent reads of `old`
+        // (writeback, `read(2)` before the lock) are allowed.
+        let copy = || unsafe { phys.copy_frames_unshared(old, dst.pfn(), 1) };
         // Our reference is the only one left once every entry is a
         // migration entry (besides the page cache's, which a file page's
         // switch checks under the cache's lock); anything more (a pin or a

@@ -412,11 +412,7 @@ pub(crate) fn huge_entry(page: FrameRef<'_>, flags: u64) -> Pte {
 
 /// Copies a huge page's 512 frames.
 pub(crate) fn copy_huge(mm: &crate::mm::AddressSpace, src: &FrameRef<'_>, dst: &FrameRef<'_>) {
-    for i in 0..HPAGE_FRAMES {
-        // SAFETY: both are huge pages of this arena (512 frames each from
-        // their heads, inside the pool), held by the caller's references.
-        unsafe { crate::phys::copy_frame(mm.phys.frame_ptr(src.pfn() + i), mm.phys.frame_ptr(dst.pfn() + i)) };
-    }
+    mm.phys.copy_frames(src.pfn(), dst.pfn(), HPAGE_FRAMES as usize);
 }
 
 /// Installs `page` as the 2 MiB leaf at `haddr`, which the fault mutex keeps

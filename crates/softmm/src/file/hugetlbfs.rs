@@ -152,10 +152,8 @@ impl Inode {
             let n = ((HPAGE_SIZE - pos % HPAGE_SIZE).min(end - pos)) as usize;
             let dst = &mut buf[(pos - offset) as usize..][..n];
             match inner.pages.get(&(pos >> HPAGE_SHIFT)) {
-                // SAFETY: a huge page of this file's arena: 512 contiguous
-                // frames from `p`, which `self.phys` keeps mapped; `n` stops
-                // at the huge page's end.
-                Some(&p) => unsafe { crate::access::copy_from_host(self.phys.frame_ptr(p).wrapping_add(in_page), dst) },
+                // `n` stops at the huge page's end: 512 contiguous frames.
+                Some(&p) => self.phys.read(p, in_page, dst),
                 None => dst.fill(0),
             }
             pos += n as u64;
@@ -205,15 +203,9 @@ impl Inode {
     fn zero_partial_huge_page(&self, start: u64, end: u64) {
         let inner = self.inner.lock();
         if let Some(&p) = inner.pages.get(&(start >> HPAGE_SHIFT)) {
-            // SAFETY: `[start, end)` lies in one huge page (the callers stop
-            // at a huge page boundary), 512 contiguous frames of this arena.
-            unsafe {
-                crate::access::fill_host(
-                    self.phys.frame_ptr(p).wrapping_add((start % HPAGE_SIZE) as usize),
-                    0,
-                    (end - start) as usize,
-                )
-            };
+            // `[start, end)` lies in one huge page (the callers stop at a
+            // huge page boundary).
+            self.phys.fill(p, (start % HPAGE_SIZE) as usize, 0, (end - start) as usize);
         }
     }
 

@@ -55,7 +55,7 @@ use crate::mempolicy::MPOL_MF_MOVE_ALL;
 use crate::migrate::{lock_page, unlock_page, Isolated, LockedPage, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, Pte};
-use crate::phys::{Pfn, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
+use crate::phys::{PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
@@ -242,26 +242,6 @@ fn walk_huge(
     }
 }
 
-/// Copies a huge page nobody else reads or writes into `dst` in one bulk
-/// copy.
-///
-/// # Safety
-///
-/// `src` and `dst` are the first frames of two different huge pages of
-/// `phys`, and for the whole call nothing writes `src` nor reads or writes
-/// `dst`: `unmap_and_move_huge_page` calls it only with `dst` fresh from the
-/// pool (reachable through its reference alone), every entry of `src` a
-/// migration entry whose flush has completed, no pin and no reference but
-/// the migrator's (and the page cache's, checked under the cache's lock).
-unsafe fn copy_unshared_huge(phys: &PhysMem, src: Pfn, dst: Pfn) {
-    let (s, d) = (phys.frame_ptr(src), phys.frame_ptr(dst));
-    // SAFETY: a huge page is 512 contiguous frames of the arena (the pool
-    // is carved from whole aligned blocks, and `alloc_huge_on` checked the
-    // last frame); the two pages differ, so the ranges are disjoint, and the
-    // caller's contract excludes concurrent access.
-    unsafe { std::ptr::copy_nonoverlapping(s, d, HPAGE_SIZE as usize) };
-}
-
 /// Linux's `unmap_and_move_huge_page` for one isolated hugetlb page (found
 /// through its file): see the module's comment. `Failed(NoMem)` before
 /// anything is unmapped when no node `at` allows has a free unreserved
@@ -318,10 +298,14 @@ fn unmap_and_move_huge_page<'p>(
     for t in tickets {
         t.wait();
     }
-    // SAFETY: see `copy_unshared_huge`; it runs only once the checks below
-    // (pincount 0, and our reference alone or ours and the cache's, checked
-    // under the cache's lock) found `old` unshared after the flush.
-    let copy = || unsafe { copy_unshared_huge(phys, old, dst.pfn()) };
+    #[allow(unsafe_code)]
+    // SAFETY: (`PhysMem::copy_frames_unshared`) `dst` is fresh from the
+    // pool, reachable through its reference alone; `copy` runs only once
+    // every entry of `old` is a migration entry whose flush has completed
+    // and the checks below (pincount 0, and our reference alone or ours and
+    // the cache's, checked under the cache's lock) found it unshared, as in
+    // `migrate_batch`. Two different huge pages: the runs do not overlap.
+    let copy = || unsafe { phys.copy_frames_unshared(old, dst.pfn(), super::HPAGE_FRAMES as usize) };
     let moved = d.pincount.load(Ordering::Acquire) == 0
         && if is_file {
             file.migrate_page(p.index, old, dst, copy)

@@ -265,9 +265,14 @@ impl PhysMem {
         // `frame_ptr` checks the last frame is inside the arena; the pool's
         // pages are contiguous frames of it.
         let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
+        // The pool is part of the physical allocator, whose clear of a free
+        // page is a `memset` (`lib.rs` on `unsafe` above `phys`).
         // SAFETY: the page's 512 frames are contiguous arena memory (checked
         // above) that nothing else maps or references: the page was free.
-        unsafe { std::ptr::write_bytes(self.frame_ptr(pfn), 0, super::HPAGE_SIZE as usize) };
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::write_bytes(self.frame_ptr(pfn), 0, super::HPAGE_SIZE as usize)
+        };
         let d = self.desc(pfn);
         d.flags.store(0, Ordering::Relaxed);
         d.mapping.store(0, Ordering::Relaxed);
@@ -436,17 +441,14 @@ mod tests {
         let p = phys.alloc_huge(&Placement::new(1, None), false).unwrap();
         assert_eq!(phys.node_of(p.pfn()), 1, "the preferred node first");
         // Dirty every frame, free, take it again: zero.
-        for f in p.pfn()..p.pfn() + HPAGE_FRAMES {
-            // SAFETY: a frame of the page this test holds.
-            unsafe { std::ptr::write_bytes(phys.frame_ptr(f), 0xa5, PAGE_SIZE as usize) };
-        }
+        phys.fill(p.pfn(), 0, 0xa5, crate::hugetlb::HPAGE_SIZE as usize);
         let pfn = p.pfn();
         drop(p);
         let q = phys.alloc_huge(&Placement::new(1, None), false).unwrap();
         assert_eq!(q.pfn(), pfn);
         for f in q.pfn()..q.pfn() + HPAGE_FRAMES {
-            // SAFETY: as above.
-            let b = unsafe { std::slice::from_raw_parts(phys.frame_ptr(f), PAGE_SIZE as usize) };
+            let mut b = [0xffu8; PAGE_SIZE as usize];
+            phys.read(f, 0, &mut b);
             assert!(b.iter().all(|&x| x == 0), "frame {f} not zeroed");
         }
         // Every 4 KiB frame of both nodes: none inside the pool.

@@ -35,9 +35,7 @@ fn builder() -> loom::model::Builder {
 /// The first u64 of frame `pfn`.
 fn word(phys: &PhysMem, pfn: u64) -> u64 {
     let mut b = [0u8; 8];
-    // SAFETY: `pfn` is mapped by an entry of a live address space (or held
-    // by the caller), so the frame is allocated for this read.
-    unsafe { crate::access::copy_from_host(phys.frame_ptr(pfn), &mut b) };
+    phys.read(pfn, 0, &mut b);
     u64::from_le_bytes(b)
 }
 
@@ -49,8 +47,7 @@ fn setup(policy: FaultPolicy, migrate: MigratePolicy) -> (Arc<PhysMem>, Arc<Addr
     let mm = AddressSpace::new(&phys, config).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
-    // SAFETY: the frame is mapped at `a` and no other thread runs yet.
-    unsafe { crate::access::copy_to_host(&1u64.to_le_bytes(), phys.frame_ptr(mm.pte_at(a).pfn())) };
+    phys.write(mm.pte_at(a).pfn(), 0, &1u64.to_le_bytes());
     assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 0);
     (phys, mm, a)
 }
@@ -223,8 +220,7 @@ fn batched_flush_covers_two_address_spaces() {
         // The old frame is free again: the next page of this thread reuses it.
         mm.handle_fault(b, Access::Write).unwrap();
         let reused = mm.pte_at(b).pfn();
-        // SAFETY: the frame is mapped at `b`, written by no other thread.
-        unsafe { crate::access::fill_host(phys.frame_ptr(reused), 0xee, PAGE_SIZE as usize) };
+        phys.fill(reused, 0, 0xee, PAGE_SIZE as usize);
         t.join().unwrap();
         assert_eq!(reused, old, "the model needs the old frame reused");
         assert_eq!(mm.pte_at(a).pfn(), child.pte_at(a).pfn(), "parent and child map one new page");
@@ -275,8 +271,7 @@ fn hugetlb_migration_vs_write() {
         let pte = mm.pte_at(a);
         assert!(pte.is_present(), "{pte:?} left at the page");
         let mut b = [0u8; 8];
-        // SAFETY: the last word of the page mapped at `a`, which `mm` keeps.
-        unsafe { crate::access::copy_from_host(phys.frame_ptr(pte.pfn() + 511).add(PAGE_SIZE as usize - 8), &mut b) };
+        phys.read(pte.pfn() + 511, PAGE_SIZE as usize - 8, &mut b);
         assert_eq!(u64::from_le_bytes(b), 3, "a write was lost");
         let nodes = phys.huge_page_node_stats();
         assert_eq!((nodes[0].free, nodes[1].free), (1, 0));
@@ -349,10 +344,7 @@ fn hugetlb_migration_unshares_vs_write() {
             let pte = second.pte_at(b);
             assert!(pte.is_present() && phys.node_of(pte.pfn()) == 1, "{pte:?} left at the page");
             let mut buf = [0u8; 8];
-            // SAFETY: the last word of the huge page `second` maps at `b`.
-            unsafe {
-                crate::access::copy_from_host(phys.frame_ptr(pte.pfn() + 511).add(PAGE_SIZE as usize - 8), &mut buf)
-            };
+            phys.read(pte.pfn() + 511, PAGE_SIZE as usize - 8, &mut buf);
             assert_eq!(u64::from_le_bytes(buf), 3, "a write was lost");
             let nodes = phys.huge_page_node_stats();
             assert_eq!((nodes[0].free, nodes[1].free), (1, 0));
@@ -408,8 +400,7 @@ fn forked_huge_page() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<AddressSpace>, u6
     let parent = AddressSpace::new(&phys, MmConfig::default().cap_sys_nice(true)).unwrap();
     let a = parent.mmap(0, HP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, None, 0).unwrap();
     parent.handle_fault(a, Access::Write).unwrap();
-    // SAFETY: the page is mapped at `a` and no other thread runs yet.
-    unsafe { crate::access::copy_to_host(&1u64.to_le_bytes(), phys.frame_ptr(parent.pte_at(a).pfn())) };
+    phys.write(parent.pte_at(a).pfn(), 0, &1u64.to_le_bytes());
     assert_eq!(phys.node_of(parent.pte_at(a).pfn()), 0);
     let child = parent.fork().unwrap();
     (phys, parent, child, a)
@@ -479,8 +470,7 @@ fn hugetlb_cow_vs_migration() -> Outcome {
     check_after(&phys, &parent, &child, a, 2)?;
     let c = child.pte_at(a);
     let mut b = [0u8; 8];
-    // SAFETY: the child's page mapped at `a`, which `child` keeps.
-    unsafe { crate::access::copy_from_host(phys.frame_ptr(c.pfn()).add(8), &mut b) };
+    phys.read(c.pfn(), 8, &mut b);
     if u64::from_le_bytes(b) != 2 || word(&phys, c.pfn()) != 1 {
         return Err(format!("the child's copy {c:?} is not the page with its write"));
     }

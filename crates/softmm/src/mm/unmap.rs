@@ -821,9 +821,7 @@ mod tests {
         assert_eq!(tlb.times.flushes, 1, "the gather was freed after a shootdown of its own");
         assert_eq!(phys.stats().frames_used, 0);
         // The frame's next user writes it.
-        // SAFETY: arena memory, accessed atomically; the frame is free and
-        // no mapping refers to it.
-        unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+        phys.fill(old, 0, REUSED, PAGE_SIZE as usize);
         let after = cpu.read_u64(last);
         assert!(segv(&after), "a stale TLB entry read a freed, reused frame: {after:x?}");
         mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());

@@ -40,9 +40,7 @@ const OLD: u8 = 0xab;
 /// The first byte of the frame `pfn`.
 fn first_byte(phys: &PhysMem, pfn: u64) -> u8 {
     let mut b = [0u8];
-    // SAFETY: `pfn` is mapped by an entry of a live address space, so the
-    // frame is allocated and stays so for this read (no thread runs).
-    unsafe { crate::access::copy_from_host(phys.frame_ptr(pfn), &mut b) };
+    phys.read(pfn, 0, &mut b);
     b[0]
 }
 
@@ -55,8 +53,7 @@ fn setup(unmap: UnmapPolicy, fault: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSp
     mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
     mm.handle_fault(a, Access::Read).unwrap();
     let old = mm.pte_at(a + PAGE_SIZE).pfn();
-    // SAFETY: the frame is mapped at a + PAGE_SIZE and nothing else runs.
-    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    phys.fill(old, 0, OLD, PAGE_SIZE as usize);
     (phys, mm, a, old)
 }
 
@@ -158,8 +155,7 @@ fn a_real_cpu_against_the_one_shootdown_of_a_lock_free_munmap() {
         for page in [a, b] {
             mm.handle_fault(page, Access::Write).unwrap();
             let pfn = mm.pte_at(page).pfn();
-            // SAFETY: the frame is mapped at `page` and nothing else runs.
-            unsafe { crate::access::fill_host(phys.frame_ptr(pfn), OLD, PAGE_SIZE as usize) };
+            phys.fill(pfn, 0, OLD, PAGE_SIZE as usize);
             frames.push(pfn);
         }
         let t = {
@@ -174,9 +170,7 @@ fn a_real_cpu_against_the_one_shootdown_of_a_lock_free_munmap() {
         mm.munmap(a, 2 * PAGE_SIZE).unwrap();
         assert_eq!(phys.stats().frames_used, 0);
         for &pfn in &frames {
-            // SAFETY: arena memory, accessed atomically; the frame is free
-            // and no mapping refers to it.
-            unsafe { crate::access::fill_host(phys.frame_ptr(pfn), REUSED, PAGE_SIZE as usize) };
+            phys.fill(pfn, 0, REUSED, PAGE_SIZE as usize);
         }
         let (first, second) = t.join().unwrap();
         let segv = |r: Result<u8, Fault>| r.is_err_and(|f| f.signal() == libc::SIGSEGV);

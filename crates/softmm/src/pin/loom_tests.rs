@@ -38,14 +38,12 @@ fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
 }
 
 fn write(phys: &PhysMem, pfn: u64, v: u8) {
-    // SAFETY: one byte of a frame of a live arena.
-    unsafe { crate::access::copy_to_host(&[v], phys.frame_ptr(pfn)) };
+    phys.write(pfn, 0, &[v]);
 }
 
 fn read(phys: &PhysMem, pfn: u64) -> u8 {
     let mut b = [0u8];
-    // SAFETY: one byte of a frame of a live arena.
-    unsafe { crate::access::copy_from_host(phys.frame_ptr(pfn), &mut b) };
+    phys.read(pfn, 0, &mut b);
     b[0]
 }
 

@@ -152,12 +152,10 @@ impl PinnedPages {
         self.check(offset, buf.len())?;
         let mut done = 0;
         while done < buf.len() {
-            let (ptr, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
-            // SAFETY: `ptr..ptr+n` lies inside one frame that this handle
-            // holds a reference on (so it is not freed), of the arena that
-            // `self.phys` keeps mapped; arena memory is only ever accessed
-            // atomically.
-            unsafe { crate::access::copy_from_host(ptr, &mut buf[done..done + n]) };
+            // Inside one frame that this handle holds a reference on (so it
+            // is not freed and reused).
+            let (pfn, within, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
+            self.phys.read(pfn, within, &mut buf[done..done + n]);
             done += n;
         }
         Ok(())
@@ -176,9 +174,8 @@ impl PinnedPages {
         }
         let mut done = 0;
         while done < buf.len() {
-            let (ptr, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
-            // SAFETY: as in `read`.
-            unsafe { crate::access::copy_to_host(&buf[done..done + n], ptr) };
+            let (pfn, within, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
+            self.phys.write(pfn, within, &buf[done..done + n]);
             done += n;
         }
         Ok(())
@@ -192,13 +189,13 @@ impl PinnedPages {
         }
     }
 
-    /// The host address of byte `offset` and how many bytes of its frame
-    /// follow it, at most `max`.
-    fn frame_bytes(&self, offset: u64, max: usize) -> (*mut u8, usize) {
+    /// The frame holding byte `offset`, the byte's offset in it, and how
+    /// many bytes of the frame follow it, at most `max`.
+    fn frame_bytes(&self, offset: u64, max: usize) -> (Pfn, usize, usize) {
         let page = (offset / PAGE_SIZE) as usize;
         let within = offset % PAGE_SIZE;
         let n = ((PAGE_SIZE - within) as usize).min(max);
-        (self.phys.frame_ptr(self.pfns[page]).wrapping_add(within as usize), n)
+        (self.pfns[page], within as usize, n)
     }
 }
 

@@ -55,7 +55,7 @@
 use crate::error::Errno;
 use crate::fault::Access;
 use crate::pgtable::Pte;
-use crate::phys::{FrameRef, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
+use crate::phys::{FrameRef, Pfn, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY, PG_FILE};
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SIZE;
@@ -170,18 +170,14 @@ impl AddressSpace {
             let Some((frame, page)) = self.get_user_page(vma, addr, write, force) else { break };
             let offset = addr % PAGE_SIZE;
             let n = ((PAGE_SIZE - offset) as usize).min(len - done);
-            let at = page.wrapping_add(offset as usize);
+            let at = offset as usize;
+            // `offset + n <= PAGE_SIZE`: inside the 4 KiB frame `page`, which
+            // the reference `frame` (on it, or on the head of the huge page
+            // holding it) keeps from being freed and reused meanwhile.
             match &mut buf {
-                // SAFETY: `[at, at + n)` lies inside one 4 KiB frame of the
-                // arena (`page` is its start, `offset + n <= PAGE_SIZE`),
-                // which lives as long as `self.phys`, i.e. across this call,
-                // and is only ever accessed atomically. The reference `frame`
-                // (on that frame, or on the head of the huge page holding
-                // it) keeps it from being freed and reused meanwhile.
-                Buf::Read(b) => unsafe { crate::access::copy_from_host(at, &mut b[done..done + n]) },
+                Buf::Read(b) => self.phys.read(page, at, &mut b[done..done + n]),
                 Buf::Write(b) => {
-                    // SAFETY: as for the read.
-                    unsafe { crate::access::copy_to_host(&b[done..done + n], at) };
+                    self.phys.write(page, at, &b[done..done + n]);
                     // `set_page_dirty_lock`: a page-cache page now differs
                     // from what its file was last written with (a huge
                     // page's state is its head's).
@@ -202,7 +198,7 @@ impl AddressSpace {
     /// address of the 4 KiB page holding `addr`; `None` when the fault
     /// raises a signal or the page is mapped by a leaf gup cannot follow
     /// here.
-    fn get_user_page(&self, vma: &Vma, addr: u64, write: bool, force: bool) -> Option<(FrameRef<'_>, *mut u8)> {
+    fn get_user_page(&self, vma: &Vma, addr: u64, write: bool, force: bool) -> Option<(FrameRef<'_>, Pfn)> {
         let access = if write { Access::Write } else { Access::Read };
         let va = addr & !(PAGE_SIZE - 1);
         // Linux loops until the page can be followed. One fault makes it
@@ -257,8 +253,7 @@ impl AddressSpace {
         // The reference is on the head frame for a huge page, which copies
         // go through the subpage of `va` of.
         let head = pte.pfn();
-        let page =
-            if huge { self.phys.frame_ptr(crate::hugetlb::gup::subpage(head, va)) } else { self.phys.frame_ptr(head) };
+        let page = if huge { crate::hugetlb::gup::subpage(head, va) } else { head };
         Follow::Got(ptl.page(va, &self.phys).expect("the entry holds a frame"), page)
     }
 
@@ -293,9 +288,9 @@ const FOLLOW_TRIES: u32 = 1000;
 
 /// What [`AddressSpace::follow_page`] found.
 enum Follow<'p> {
-    /// A reference on the page (the head frame of a huge page) and the host
-    /// address of the 4 KiB page to copy from or to.
-    Got(FrameRef<'p>, *mut u8),
+    /// A reference on the page (the head frame of a huge page) and the
+    /// 4 KiB frame to copy from or to.
+    Got(FrameRef<'p>, Pfn),
     /// Not mapped as the access needs: fault it in and look again.
     Fault,
     /// A read-only private huge page a forced write needs as this
