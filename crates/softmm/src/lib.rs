@@ -90,7 +90,9 @@ pub use mm::HugetlbPolicy;
 pub use mm::PinPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
-pub use mm::{AddressSpace, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
+pub use mm::{
+    AddressSpace, ConfigError, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE, TASK_SIZE_32,
+};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sys::MapEntry;

@@ -190,6 +190,7 @@ impl HugetlbPolicy {
 /// (512). As Linux's `fault_around_bytes` handler does, the address space
 /// rounds `fault_around_pages` down to a power of two, and 0 becomes 1
 /// ([`AddressSpace::config`](crate::AddressSpace::config) shows the result).
+/// [`MmConfig::check`] names the field that breaks a rule.
 ///
 /// The type may gain fields: build it from [`MmConfig::default`] with the
 /// setters, named after the fields.
@@ -444,29 +445,43 @@ impl MmConfig {
         self.mmap_min_addr.max(self.lsm_mmap_min_addr)
     }
 
-    /// The configuration as an address space uses it, or `EINVAL` if Linux
-    /// could not have it (the rules are the type's "Validity" section).
-    pub(crate) fn validate(&self) -> Result<MmConfig, crate::Errno> {
+    /// Checks the configuration against the rules of the type's "Validity"
+    /// section and names the first field that breaks one:
+    /// [`AddressSpace::new`](crate::AddressSpace::new) refuses exactly the
+    /// configurations this refuses, with `EINVAL`. Call it first to tell
+    /// a user which setting to change.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        use ConfigError as E;
         let aligned = |v: u64| v % PAGE_SIZE == 0;
-        let ok = aligned(self.task_size)
-            && self.task_size != 0
-            && self.task_size <= TASK_SIZE
-            && aligned(self.mmap_min_addr)
-            && aligned(self.lsm_mmap_min_addr)
-            && aligned(self.mmap_base)
-            && aligned(self.start_brk)
-            && aligned(self.stack_guard_gap)
-            && PAGE_SIZE.max(self.min_addr()) < self.mmap_base
-            && self.mmap_base <= self.task_size
-            && self.mmap_min_addr <= self.start_brk
-            && self.start_brk <= self.task_size
-            && self.stack_guard_gap < self.task_size
-            && self.max_map_count != 0
-            && self.max_map_count <= i32::MAX as usize
-            && self.fault_around_pages <= PTRS_PER_PTE;
-        if !ok {
-            return Err(crate::Errno::Inval);
+        let rules = [
+            (aligned(self.task_size) && self.task_size != 0 && self.task_size <= TASK_SIZE, E::TaskSize),
+            (aligned(self.mmap_min_addr), E::MmapMinAddr),
+            (aligned(self.lsm_mmap_min_addr), E::LsmMmapMinAddr),
+            (
+                aligned(self.mmap_base)
+                    && PAGE_SIZE.max(self.min_addr()) < self.mmap_base
+                    && self.mmap_base <= self.task_size,
+                E::MmapBase,
+            ),
+            (
+                aligned(self.start_brk) && self.mmap_min_addr <= self.start_brk && self.start_brk <= self.task_size,
+                E::StartBrk,
+            ),
+            (aligned(self.stack_guard_gap) && self.stack_guard_gap < self.task_size, E::StackGuardGap),
+            (self.max_map_count != 0 && self.max_map_count <= i32::MAX as usize, E::MaxMapCount),
+            (self.fault_around_pages <= PTRS_PER_PTE, E::FaultAroundPages),
+        ];
+        match rules.into_iter().find(|(ok, _)| !ok) {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
         }
+    }
+
+    /// The configuration as an address space uses it, or `EINVAL` if Linux
+    /// could not have it (the rules are the type's "Validity" section, and
+    /// [`MmConfig::check`] names the field).
+    pub(crate) fn validate(&self) -> Result<MmConfig, crate::Errno> {
+        self.check().map_err(|_| crate::Errno::Inval)?;
         let mut cfg = self.clone();
         // fault_around_bytes_set: max(rounddown_pow_of_two(bytes) >> PAGE_SHIFT, 1).
         cfg.fault_around_pages = match self.fault_around_pages {
@@ -474,6 +489,77 @@ impl MmConfig {
             n => 1 << n.ilog2(),
         };
         Ok(cfg)
+    }
+}
+
+/// The field of an [`MmConfig`] that breaks a rule of its "Validity"
+/// section, from [`MmConfig::check`]. Its `Display` names the field and
+/// the rule. More variants may come with new fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `task_size` is zero, not page aligned, or above [`TASK_SIZE`].
+    TaskSize,
+    /// `mmap_min_addr` is not page aligned.
+    MmapMinAddr,
+    /// `lsm_mmap_min_addr` is not page aligned.
+    LsmMmapMinAddr,
+    /// `mmap_base` is not page aligned, not above the first page and both
+    /// minimum addresses, or above `task_size`.
+    MmapBase,
+    /// `start_brk` is not page aligned or outside `[mmap_min_addr, task_size]`.
+    StartBrk,
+    /// `stack_guard_gap` is not page aligned or not below `task_size`.
+    StackGuardGap,
+    /// `max_map_count` is zero or above `i32::MAX`.
+    MaxMapCount,
+    /// `fault_around_pages` is above 512 (`PTRS_PER_PTE`).
+    FaultAroundPages,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConfigError::TaskSize => "task_size must be page aligned, non-zero and at most TASK_SIZE",
+            ConfigError::MmapMinAddr => "mmap_min_addr must be page aligned",
+            ConfigError::LsmMmapMinAddr => "lsm_mmap_min_addr must be page aligned",
+            ConfigError::MmapBase => {
+                "mmap_base must be page aligned, above the first page and both minimum addresses, and at most task_size"
+            }
+            ConfigError::StartBrk => "start_brk must be page aligned and within [mmap_min_addr, task_size]",
+            ConfigError::StackGuardGap => "stack_guard_gap must be page aligned and below task_size",
+            ConfigError::MaxMapCount => "max_map_count must be between 1 and i32::MAX",
+            ConfigError::FaultAroundPages => "fault_around_pages must be at most 512",
+        })
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The user address limit of a 32-bit task on x86-64 (`IA32_PAGE_OFFSET`
+/// without `ADDR_LIMIT_3GB`): one page below 4 GiB, the vsyscall page's.
+pub const TASK_SIZE_32: u64 = 0xffff_e000;
+
+impl MmConfig {
+    /// The layout Linux gives a 32-bit (ia32 compat) task on x86-64 started
+    /// without address randomization and with an 8 MiB stack limit, for an
+    /// emulator of i386 (or, with the same numbers, another 32-bit) guest:
+    /// `task_size` [`TASK_SIZE_32`]; `mmap_base` 128 MiB below it
+    /// (`arch/x86/mm/mmap.c`'s `mmap_base`: the stack limit plus the guard
+    /// gap, raised to the 128 MiB minimum gap), so that the top-down search
+    /// starts at `0xf7ffe000` as on Linux; `start_brk` after a small PIE
+    /// loaded at `0x56555000` (the non-randomized ia32 PIE base, as the
+    /// default's is the 64-bit one's); no THP alignment of anonymous
+    /// mappings (Linux 6.8 stopped forcing it on 32-bit tasks). Every other
+    /// field is the default's, and the setters apply on top.
+    pub fn compat32() -> MmConfig {
+        MmConfig {
+            task_size: TASK_SIZE_32,
+            mmap_base: TASK_SIZE_32 - (128 << 20),
+            start_brk: 0x5655_9000,
+            thp_align: false,
+            ..MmConfig::default()
+        }
     }
 }
 

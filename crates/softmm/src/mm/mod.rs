@@ -33,7 +33,7 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
-pub use config::{FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
+pub use config::{ConfigError, FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE, TASK_SIZE_32};
 pub use unmap::UnmapStats;
 
 use crate::file::{Inode, Mapper};
