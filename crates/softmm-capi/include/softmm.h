@@ -50,6 +50,15 @@
 // argument.
 #define SOFTMM_FAULTED 1
 
+// The major version of the header (`softmm_version` gives the library's).
+#define SOFTMM_VERSION_MAJOR 0
+
+// The minor version of the header.
+#define SOFTMM_VERSION_MINOR 1
+
+// The patch version of the header.
+#define SOFTMM_VERSION_PATCH 0
+
 // An atomic read-modify-write operation for `softmm_cpu_atomic_rmw`.
 typedef enum softmm_atomic_op {
   // Exchange.
@@ -439,6 +448,30 @@ int64_t softmm_file_pread(const struct softmm_file *file, void *buf, size_t len,
 //
 // `file` is null or a live handle.
 int32_t softmm_file_truncate(const struct softmm_file *file, uint64_t size);
+
+// The library's version, `"MAJOR.MINOR.PATCH"`: compare it with the
+// header's `SOFTMM_VERSION_*` to detect a header and library mismatch.
+// The string is static.
+const char *softmm_version(void);
+
+// What a result of a softmm function means, as a static string: for
+// `-errno`, the errno's name and Linux's description
+// (`"ENOMEM: cannot allocate memory"`); for `SOFTMM_FAULTED`, that the
+// guest access faulted; for `-ENOTRECOVERABLE`, that softmm panicked (a
+// bug to report); `"success"` for any other non-negative value, and
+// `"unknown error"` for a negative value softmm never returns.
+const char *softmm_strerror(int64_t result);
+
+// Why `softmm_mm_new_config` would refuse `config` with `-EINVAL`, as a
+// static string naming the field and its rule (`"mmap_base must be page
+// aligned, ..."`), or `NULL` if it would accept it. A `NULL` config, a
+// wrong `size` and an unknown policy name are named too.
+//
+// # Safety
+//
+// `config` is null or valid for a read, its policy pointers null or
+// NUL-terminated strings.
+const char *softmm_mm_config_check(const struct softmm_mm_config *config);
 
 // Makes an empty address space over `phys` with Linux's x86-64 defaults
 // (47-bit user space, `mmap_base` below the stack, per-VMA faults).

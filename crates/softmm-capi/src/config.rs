@@ -160,7 +160,7 @@ unsafe fn policy_name<'a>(name: *const c_char) -> Result<Option<&'a str>, ()> {
 /// # Safety
 ///
 /// The policy pointers of `c` are null or NUL-terminated strings.
-unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
+pub(crate) unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
     let mut m = MmConfig::default()
         .thp_align(c.thp_align != 0)
         .task_size(c.task_size)

@@ -51,6 +51,7 @@
 mod config;
 mod cpu;
 mod file;
+mod info;
 mod mm;
 mod phys;
 mod remote;
@@ -59,6 +60,7 @@ mod section;
 pub use config::*;
 pub use cpu::*;
 pub use file::*;
+pub use info::*;
 pub use mm::*;
 pub use phys::*;
 pub use remote::*;

@@ -1,7 +1,8 @@
 //! Builds the C example and the C contract test against the static library
 //! and the committed header with the system's C compiler (`$CC`, else
-//! `cc`), runs them, and checks what they print; and checks that the
-//! pkg-config template gives the flags that build the example.
+//! `cc`), runs them, and checks what they print; and installs the library
+//! with `scripts/install-capi.sh` into a fresh prefix, from which a new C
+//! project builds and runs with pkg-config and with CMake.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,35 +87,163 @@ fn the_c_contract_test_passes() {
     assert!(out.lines().any(|l| l.ends_with(" passed, 0 failed")), "{out}");
 }
 
-/// `softmm.pc.in` with the build tree as its prefix gives the flags that
-/// build and link the example (against the shared library, found at run
-/// time through `LD_LIBRARY_PATH`).
+/// `scripts/install-capi.sh` into a fresh prefix, with this build's
+/// libraries (`SOFTMM_CAPI_LIBS`: no second build); returns the prefix,
+/// one per `tag` (tests run in parallel).
+fn install(tag: &str) -> PathBuf {
+    let prefix = profile_dir().join(format!("install-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    let script = manifest_dir().join("../../scripts/install-capi.sh");
+    let out = Command::new("bash").arg(&script).arg(&prefix).env("SOFTMM_CAPI_LIBS", profile_dir()).output().unwrap();
+    assert!(out.status.success(), "install-capi.sh: {}", String::from_utf8_lossy(&out.stderr));
+    prefix
+}
+
+/// Runs `exe` with no `LD_LIBRARY_PATH`: the installed program must find
+/// its library by itself. Returns its output.
+fn run_alone(exe: &Path) -> String {
+    let out = Command::new(exe).env_remove("LD_LIBRARY_PATH").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}: {}\n{stdout}", exe.display(), String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// The shared libraries `exe` needs (`DT_NEEDED`), where `readelf` is
+/// installed.
+fn needed(exe: &Path) -> Option<Vec<String>> {
+    let out = Command::new("readelf").arg("-d").arg(exe).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some(
+        text.lines()
+            .filter(|l| l.contains("(NEEDED)"))
+            .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_string()))
+            .collect(),
+    )
+}
+
+fn pkg_config(prefix: &Path, package: &str) -> Vec<String> {
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", package])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap();
+    assert!(flags.status.success(), "{}", String::from_utf8_lossy(&flags.stderr));
+    String::from_utf8(flags.stdout).unwrap().split_whitespace().map(String::from).collect()
+}
+
+/// The installed library, as a new C project finds it: with pkg-config,
+/// shared (the run path finds it: no `LD_LIBRARY_PATH`) and static (no
+/// `libsoftmm.so` needed at all), each building and running the example
+/// emulator and the version check; the shared object's SONAME is the
+/// versioned one its links name.
 #[test]
-fn the_pkg_config_file_builds_the_example() {
+fn the_installed_library_builds_and_runs_with_pkg_config() {
     if Command::new("pkg-config").arg("--version").output().is_err() {
         eprintln!("pkg-config not installed: skipped");
         return;
     }
-    let dir = profile_dir().join("pkgconfig-test");
-    std::fs::create_dir_all(&dir).unwrap();
-    let template = std::fs::read_to_string(manifest_dir().join("softmm.pc.in")).unwrap();
-    let pc = template
-        .replace("@PREFIX@", &profile_dir().display().to_string())
-        .replace("@LIBDIR@", &profile_dir().display().to_string())
-        .replace("@INCLUDEDIR@", &manifest_dir().join("include").display().to_string())
-        .replace("@VERSION@", env!("CARGO_PKG_VERSION"));
-    assert!(!pc.contains('@'), "an unreplaced variable in softmm.pc.in: {pc}");
-    std::fs::write(dir.join("softmm.pc"), pc).unwrap();
-    let flags = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "softmm"])
-        .env("PKG_CONFIG_PATH", &dir)
+    let prefix = install("pkg-config");
+    let version = env!("CARGO_PKG_VERSION");
+    let lib = prefix.join("lib");
+    for name in [format!("libsoftmm.so.{version}"), "libsoftmm.so".into(), "libsoftmm.a".into()] {
+        assert!(lib.join(&name).exists(), "{name} not installed");
+    }
+    let shared = pkg_config(&prefix, "softmm");
+    assert!(shared.iter().any(|f| f == "-lsoftmm"), "{shared:?}");
+    let exe = compile("examples/emulator.c", "emulator-installed", &shared);
+    assert!(run_alone(&exe).contains("sum = 55"));
+    let check = compile("tests/c/version.c", "version-installed", &shared);
+    assert!(run_alone(&check).contains("version ok"), "{}", run_alone(&check));
+    let statik = pkg_config(&prefix, "softmm-static");
+    let exe_static = compile("examples/emulator.c", "emulator-installed-static", &statik);
+    assert!(run_alone(&exe_static).contains("sum = 55"));
+    match (needed(&exe), needed(&exe_static)) {
+        (Some(dynamic), Some(statically)) => {
+            let abi = if version.starts_with("0.") {
+                version.rsplit_once('.').unwrap().0.to_string()
+            } else {
+                version.split('.').next().unwrap().to_string()
+            };
+            assert!(
+                dynamic.contains(&format!("libsoftmm.so.{abi}")),
+                "the SONAME is not the versioned one: {dynamic:?}"
+            );
+            assert!(!statically.iter().any(|l| l.starts_with("libsoftmm")), "the static link needs {statically:?}");
+        }
+        _ => eprintln!("readelf not installed: the SONAME was not checked"),
+    }
+    std::fs::remove_dir_all(&prefix).unwrap();
+}
+
+/// The installed CMake package: `find_package(softmm 0.1)` and the two
+/// imported targets build the example, which runs with no environment.
+#[test]
+fn the_installed_library_builds_and_runs_with_cmake() {
+    if Command::new("cmake").arg("--version").output().is_err() {
+        eprintln!("cmake not installed: skipped");
+        return;
+    }
+    let prefix = install("cmake");
+    let project = prefix.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let (major, minor) = (env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"));
+    let example = manifest_dir().join("examples/emulator.c");
+    std::fs::write(
+        project.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION 3.16)\nproject(app C)\nfind_package(softmm {major}.{minor} REQUIRED)\n\
+             add_executable(app_shared {e})\ntarget_link_libraries(app_shared PRIVATE softmm::softmm)\n\
+             add_executable(app_static {e})\ntarget_link_libraries(app_static PRIVATE softmm::softmm_static)\n",
+            e = example.display()
+        ),
+    )
+    .unwrap();
+    let build = project.join("build");
+    let configure = Command::new("cmake")
+        .arg("-S")
+        .arg(&project)
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
         .output()
         .unwrap();
-    assert!(flags.status.success(), "{}", String::from_utf8_lossy(&flags.stderr));
-    let flags: Vec<String> = String::from_utf8(flags.stdout).unwrap().split_whitespace().map(String::from).collect();
-    assert!(flags.iter().any(|f| f == "-lsoftmm_capi"), "{flags:?}");
-    let exe = compile("examples/emulator.c", "emulator-shared", &flags);
-    let out = Command::new(&exe).env("LD_LIBRARY_PATH", profile_dir()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sum = 55"));
+    assert!(configure.status.success(), "{}", String::from_utf8_lossy(&configure.stderr));
+    let make = Command::new("cmake").arg("--build").arg(&build).output().unwrap();
+    assert!(
+        make.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&make.stdout),
+        String::from_utf8_lossy(&make.stderr)
+    );
+    for app in ["app_shared", "app_static"] {
+        assert!(run_alone(&build.join(app)).contains("sum = 55"), "{app}");
+    }
+    // A version the package cannot satisfy is refused.
+    let newer = Command::new("cmake")
+        .arg("-S")
+        .arg(&project)
+        .arg("-B")
+        .arg(project.join("build-newer"))
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .output()
+        .unwrap();
+    assert!(newer.status.success());
+    std::fs::write(
+        project.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION 3.16)\nproject(app C)\nfind_package(softmm {} REQUIRED)\n",
+            major.parse::<u32>().unwrap() + 1
+        ),
+    )
+    .unwrap();
+    let refused = Command::new("cmake")
+        .arg("-S")
+        .arg(&project)
+        .arg("-B")
+        .arg(project.join("build-refused"))
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "a newer major version was accepted");
+    std::fs::remove_dir_all(&prefix).unwrap();
 }

@@ -54,6 +54,31 @@ pub enum Errno {
 }
 
 impl Errno {
+    /// Every errno softmm returns, for tables that map numbers back.
+    pub const ALL: &'static [Errno] = &[
+        Errno::Perm,
+        Errno::BadF,
+        Errno::Again,
+        Errno::NoMem,
+        Errno::Acces,
+        Errno::Fault,
+        Errno::Busy,
+        Errno::Exist,
+        Errno::NoDev,
+        Errno::Inval,
+        Errno::FBig,
+        Errno::Overflow,
+        Errno::OpNotSupp,
+        Errno::Io,
+        Errno::NoSpc,
+    ];
+
+    /// The errno whose number ([`Errno::code`]) is `code`, if softmm
+    /// returns it.
+    pub fn from_code(code: i32) -> Option<Errno> {
+        Errno::ALL.iter().copied().find(|e| e.code() == code)
+    }
+
     /// The errno number, as `libc` defines it.
     pub fn code(self) -> i32 {
         match self {
@@ -146,5 +171,39 @@ impl Fault {
             Fault::Bus { .. } | Fault::Unaligned { .. } => libc::SIGBUS,
             Fault::Oom { .. } => libc::SIGKILL,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_errno_maps_back_from_its_number() {
+        // No wildcard: a new variant fails to compile here until it is
+        // counted, and then `ALL` must list it for the length to match.
+        let count = |e: Errno| match e {
+            Errno::Perm
+            | Errno::BadF
+            | Errno::Again
+            | Errno::NoMem
+            | Errno::Acces
+            | Errno::Fault
+            | Errno::Busy
+            | Errno::Exist
+            | Errno::NoDev
+            | Errno::Inval
+            | Errno::FBig
+            | Errno::Overflow
+            | Errno::OpNotSupp
+            | Errno::Io
+            | Errno::NoSpc => 15,
+        };
+        assert_eq!(Errno::ALL.len(), count(Errno::Perm));
+        for &e in Errno::ALL {
+            assert_eq!(Errno::from_code(e.code()), Some(e));
+        }
+        assert_eq!(Errno::from_code(0), None);
+        assert_eq!(Errno::from_code(-libc::ENOMEM), None);
     }
 }
