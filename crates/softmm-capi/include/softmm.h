@@ -6,10 +6,20 @@
  * Conventions
  *  - Handles are opaque: softmm_phys (a frame arena), softmm_mm (an address
  *    space), softmm_file (an in-memory file opened with an access mode, like
- *    a file descriptor), softmm_cpu (a CPU with its software TLB). Each is
- *    made by a *_new / *_create / *_fork function and released by its
+ *    a file descriptor), softmm_cpu (a CPU with its software TLB),
+ *    softmm_pinned (pages pinned for a device). Each is made by a *_new /
+ *    *_create / *_fork / softmm_pin_user_pages function and released by its
  *    *_free, which accepts NULL. An address space keeps its arena alive, a
- *    file its arena, a CPU its address space: free them in any order.
+ *    file its arena, a CPU its address space, pinned pages their frames:
+ *    free them in any order.
+ *  - Size-versioned structs: a struct that may grow starts with its size.
+ *    Configurations are filled by their *_default (or *_get_*) function
+ *    first; for statistics set .size = sizeof the struct before the call,
+ *    which stores the bytes it wrote. Old and new headers work with either
+ *    library, as Linux's sched_setattr/sched_getattr.
+ *  - Arrays are the caller's, with an in/out count (softmm_mm_regions):
+ *    a zero count asks for the number; a too small one is -ERANGE with the
+ *    number needed stored, as listxattr.
  *  - Results: 0 (or a non-negative value: an address, a byte count) on
  *    success, -errno on failure, with Linux's errno for the same call; a
  *    failed call changes nothing. A NULL handle or output pointer is
@@ -59,6 +69,17 @@
 // The patch version of the header.
 #define SOFTMM_VERSION_PATCH 0
 
+// `FOLL_WRITE`: the device will write: COW is broken first and the
+// mapping must be writable.
+#define SOFTMM_FOLL_WRITE 1
+
+// `FOLL_LONGTERM`: a pin held indefinitely (RDMA, VFIO, io_uring
+// buffers), charged against `RLIMIT_MEMLOCK` (`memlock_limit`).
+#define SOFTMM_FOLL_LONGTERM 256
+
+// Bytes of [`softmm_region::name`], its terminating NUL included.
+#define SOFTMM_REGION_NAME_MAX 256
+
 // An atomic read-modify-write operation for `softmm_cpu_atomic_rmw`.
 typedef enum softmm_atomic_op {
   // Exchange.
@@ -95,6 +116,13 @@ typedef struct softmm_mm softmm_mm;
 // A frame arena (`PhysMem`): the guest's physical memory. Thread-safe.
 typedef struct softmm_phys softmm_phys;
 
+// Pinned or referenced pages of an address space: the frames stay
+// allocated, and readable and writable through this handle, until
+// `softmm_pinned_unpin` or `softmm_pinned_free`, even if the guest unmaps
+// them. Thread-safe: any thread may read, write and unpin (an unpin
+// waits for reads and writes in progress).
+typedef struct softmm_pinned softmm_pinned;
+
 // An open access section of a [`softmm_cpu`], made by
 // [`softmm_cpu_section_begin`] and ended by [`softmm_section_end`].
 // Its accessors are the CPU's (same results, faults and errno); inside
@@ -129,6 +157,11 @@ typedef struct softmm_phys_config {
   // a guest can then overcommit the host. Zero (the default): the arena
   // is backed at once, and `-ENOMEM` if the host cannot.
   int32_t on_demand;
+  // Huge (2 MiB) pages set aside per node for hugetlb mappings and
+  // hugetlbfs files (`vm.nr_hugepages` spread over the nodes; default 0).
+  // They are carved out of the arena, whose `bytes` must hold them.
+  // Added in 0.1.1 (a struct without it has 0).
+  uint64_t hugepages;
 } softmm_phys_config;
 
 // How to build an address space. Fill it with `softmm_mm_config_default`,
@@ -164,6 +197,28 @@ typedef struct softmm_mm_config {
   uint64_t max_map_count;
   // Pages mapped around a file read fault (default 16).
   uint64_t fault_around_pages;
+  // How page migration batches its TLB flushes: "one-by-one" or
+  // "batched"; `NULL` for the default.
+  const char *migrate_policy;
+  // Which CPUs a TLB shootdown waits for: "access-sections" or
+  // "next-access"; `NULL` for the default.
+  const char *shootdown_policy;
+  // How hugetlb faults synchronize with PMD unsharing and truncate:
+  // "i-mmap-rwsem", "vma-lock" or "lock-free"; `NULL` for the default.
+  const char *hugetlb_policy;
+  // `stack_guard_gap`: the gap kept below a growsdown stack (default
+  // 256 pages).
+  uint64_t stack_guard_gap;
+  // `CONFIG_LSM_MMAP_MIN_ADDR` (default 0): the effective minimum of
+  // hints, searches and stack growth is the larger of it and
+  // `mmap_min_addr`.
+  uint64_t lsm_mmap_min_addr;
+  // Nonzero: the process has `CAP_IPC_LOCK` (locks and long-term pins
+  // without `memlock_limit`; default 0).
+  int32_t cap_ipc_lock;
+  // Nonzero: the process has `CAP_SYS_NICE` (`MPOL_MF_MOVE_ALL`, moving
+  // shared pages; default 0).
+  int32_t cap_sys_nice;
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access.
@@ -191,6 +246,215 @@ typedef struct softmm_phys_stats {
   uint64_t rmap_entries;
 } softmm_phys_stats;
 
+// One mapping (a line of `/proc/pid/maps`, with its smaps `Rss`).
+typedef struct softmm_region {
+  // The bytes of this struct the library wrote (`softmm_mm_regions`
+  // sets it; see its `region_size`).
+  uint32_t size;
+  // `PROT_READ | PROT_WRITE | PROT_EXEC` bits of `<sys/mman.h>` (0 for
+  // `PROT_NONE`).
+  int32_t prot;
+  // `MAP_SHARED` or `MAP_PRIVATE` (the maps' `s`/`p`).
+  int32_t flags;
+  // Always 0.
+  uint32_t reserved;
+  // First address (page aligned).
+  uint64_t start;
+  // One past the last address (page aligned).
+  uint64_t end;
+  // File offset in bytes of `start` (0 for anonymous memory).
+  uint64_t offset;
+  // Inode number of the file (0 for anonymous memory).
+  uint64_t inode;
+  // Resident bytes (smaps `Rss`).
+  uint64_t rss;
+  // Length in bytes of the full name, without the NUL: more than
+  // `SOFTMM_REGION_NAME_MAX - 1` when `name` was truncated.
+  uint64_t name_len;
+  // The file's name or a pseudo-name (`[heap]`, `[stack]`), UTF-8,
+  // NUL-terminated, truncated at a character boundary to fit; empty for
+  // anonymous memory.
+  char name[SOFTMM_REGION_NAME_MAX];
+} softmm_region;
+
+// The overcommit sysctls and the machine sizes they are computed from.
+// Read it with `softmm_phys_get_overcommit` (setting `size` first),
+// change the fields wanted, and give it to `softmm_phys_set_overcommit`.
+typedef struct softmm_overcommit {
+  // `sizeof(softmm_overcommit)`, set by the caller before
+  // `softmm_phys_get_overcommit`.
+  uint32_t size;
+  // `vm.overcommit_memory`: 0 heuristic (`OVERCOMMIT_GUESS`, the
+  // default), 1 always (`OVERCOMMIT_ALWAYS`), 2 never
+  // (`OVERCOMMIT_NEVER`: the committed total may not pass the limit).
+  int32_t mode;
+  // `vm.overcommit_ratio`: percent of RAM in the commit limit (50).
+  uint64_t ratio;
+  // `vm.overcommit_kbytes`: the limit's RAM part in KiB; 0 = `ratio`.
+  uint64_t kbytes;
+  // `vm.admin_reserve_kbytes`.
+  uint64_t admin_reserve_kbytes;
+  // `vm.user_reserve_kbytes`.
+  uint64_t user_reserve_kbytes;
+  // RAM pages as the kernel counts them (`totalram_pages`; the arena's
+  // frames by default).
+  uint64_t totalram_pages;
+  // Swap pages (`total_swap_pages`; 0 by default).
+  uint64_t swap_pages;
+  // Nonzero: the process has `CAP_SYS_ADMIN` (exempt from the admin
+  // reserve).
+  int32_t cap_sys_admin;
+  // Always 0.
+  uint32_t reserved;
+} softmm_overcommit;
+
+// An address space's counters (Rust: `AddressSpace::stats`). Counters
+// only grow; the page counts are the current ones.
+typedef struct softmm_mm_stats {
+  // Set by the caller to `sizeof(softmm_mm_stats)`; the call stores the
+  // bytes it wrote.
+  uint32_t size;
+  // Always 0.
+  uint32_t reserved;
+  // VMAs (`map_count`).
+  uint64_t map_count;
+  // Resident pages, the zero page included (`VmRSS` in pages).
+  uint64_t rss_pages;
+  // 4 KiB pages mapped by hugetlb mappings (`HugetlbPages`; not in
+  // `rss_pages`, as in Linux).
+  uint64_t hugetlb_pages;
+  // Pages charged to long-term pins (`VmPin` in pages).
+  uint64_t pinned_vm;
+  // `mmap_lock` taken for write.
+  uint64_t mmap_lock_write;
+  // `mmap_lock` taken for read outside CPUs' faults.
+  uint64_t mmap_lock_read;
+  // Pages `move_pages`, `mbind` and `migrate_pages` moved.
+  uint64_t pages_migrated;
+  // PTE locks those migrations took.
+  uint64_t migrate_ptl_locks;
+  // hugetlb faults that mapped a huge page.
+  uint64_t hugetlb_faults;
+  // TLB flushes initiated.
+  uint64_t tlb_flushes;
+  // Flush requests sent to other threads' CPUs (Linux's IPIs).
+  uint64_t tlb_flush_requests;
+  // Requests that waited for a CPU inside an access.
+  uint64_t tlb_flush_waits;
+  // Process-wide barriers (`membarrier`) issued by flushes.
+  uint64_t tlb_barriers;
+  // Nanoseconds initiators waited for CPUs inside an access.
+  uint64_t tlb_flush_wait_ns;
+  // Unmaps (`munmap`, `mremap` and `brk` shrinks).
+  uint64_t unmap_unmaps;
+  // Nanoseconds in them.
+  uint64_t unmap_total_ns;
+  // Nanoseconds they held `mmap_lock` for write.
+  uint64_t unmap_write_hold_ns;
+  // Nanoseconds they held it for read.
+  uint64_t unmap_read_hold_ns;
+  // Nanoseconds they waited to take it for write again.
+  uint64_t unmap_lock_wait_ns;
+  // Nanoseconds clearing page-table entries.
+  uint64_t unmap_zap_ns;
+  // Nanoseconds detaching page tables.
+  uint64_t unmap_pgtable_ns;
+  // TLB shootdowns of their gathers.
+  uint64_t unmap_flushes;
+  // Nanoseconds in those shootdowns.
+  uint64_t unmap_flush_ns;
+  // Of those, nanoseconds waiting for other threads' CPUs.
+  uint64_t unmap_flush_wait_ns;
+  // Nanoseconds freeing frames after the flushes.
+  uint64_t unmap_free_ns;
+  // Frames freed.
+  uint64_t unmap_frames;
+} softmm_mm_stats;
+
+// A CPU's counters (Rust: `Cpu::stats`): the faults its accesses raised
+// and its TLB's misses and flushes.
+typedef struct softmm_cpu_stats {
+  // Set by the caller to `sizeof(softmm_cpu_stats)`; the call stores the
+  // bytes it wrote.
+  uint32_t size;
+  // Always 0.
+  uint32_t reserved;
+  // Page faults handled.
+  uint64_t faults;
+  // Of those, attempts without `mmap_lock` (per-VMA or speculative).
+  uint64_t fault_lockless_attempts;
+  // Lock-free attempts that completed.
+  uint64_t fault_lockless_successes;
+  // Lock-free attempts that fell back to `mmap_lock`.
+  uint64_t fault_fallbacks;
+  // `mmap_lock` read acquisitions by faults.
+  uint64_t fault_mmap_lock_acquisitions;
+  // TLB misses (page-table walks).
+  uint64_t tlb_misses;
+  // Full TLB flushes done on shootdowns.
+  uint64_t tlb_flushes;
+} softmm_cpu_stats;
+
+// An arena's memory, as `/proc/meminfo` shows a machine's (Rust:
+// `PhysMem::stats`, `committed_pages`, `overcommit().commit_limit()`,
+// `huge_page_stats`). Counts in 4 KiB frames unless named otherwise.
+// Frames whose free waits for a grace period still count as used
+// (`softmm_phys_get_stats` runs those frees first).
+typedef struct softmm_meminfo {
+  // Set by the caller to `sizeof(softmm_meminfo)`; the call stores the
+  // bytes it wrote.
+  uint32_t size;
+  // NUMA nodes of the arena.
+  uint32_t nodes;
+  // Frames in the arena, the shared zero page included (`MemTotal`).
+  uint64_t frames_total;
+  // Frames allocated, the zero page and the huge page pool not counted.
+  uint64_t frames_used;
+  // Page-table pages (`PageTables`).
+  uint64_t page_tables;
+  // VMAs alive in all the arena's address spaces.
+  uint64_t vmas;
+  // Reverse-map entries ((file, address space) pairs).
+  uint64_t rmap_entries;
+  // Host memory backing the arena now, in bytes (all of it unless the
+  // arena is on demand).
+  uint64_t host_resident_bytes;
+  // Pages committed by private writable mappings (`Committed_AS`).
+  uint64_t committed_pages;
+  // The commit limit under `OVERCOMMIT_NEVER` (`CommitLimit`).
+  uint64_t commit_limit_pages;
+  // Huge pages in the pool (`HugePages_Total`).
+  uint64_t hugepages_total;
+  // Of those, free ones, reserved ones included (`HugePages_Free`).
+  uint64_t hugepages_free;
+  // Reserved for mappings but not yet faulted in (`HugePages_Rsvd`).
+  uint64_t hugepages_rsvd;
+  // Surplus huge pages (`HugePages_Surp`; always 0).
+  uint64_t hugepages_surp;
+  // Huge pages the pool handed out since the arena was made.
+  uint64_t hugepages_allocations;
+  // Huge page allocations refused (no unreserved page free).
+  uint64_t hugepages_alloc_failures;
+} softmm_meminfo;
+
+// One NUMA node of an arena (Rust: `PhysMem::node_stats`,
+// `huge_page_node_stats`; Linux's `/sys/devices/system/node/nodeN`).
+typedef struct softmm_node_stats {
+  // Set by the caller to `sizeof(softmm_node_stats)`; the call stores
+  // the bytes it wrote.
+  uint32_t size;
+  // Always 0.
+  uint32_t reserved;
+  // Frames of the node, the zero page left out.
+  uint64_t frames_total;
+  // Frames free on the node.
+  uint64_t frames_free;
+  // Huge pages carved out of the node (`nr_hugepages` of the node).
+  uint64_t hugepages_total;
+  // Of those, free ones (`free_hugepages` of the node).
+  uint64_t hugepages_free;
+} softmm_node_stats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -202,15 +466,17 @@ extern "C" {
 // `out` is null or valid for a write of a `softmm_phys_config`.
 int32_t softmm_phys_config_default(struct softmm_phys_config *out);
 
-// Makes an arena as `config` says. `-EINVAL` for a `config` not filled by
-// `softmm_phys_config_default` (a wrong `size`) or a configuration
+// Makes an arena as `config` says. `-EINVAL` for a `config` whose `size`
+// is not one a `softmm_phys_config_default` ever set, or a configuration
 // `PhysMem::new` refuses (no nodes, too many, fewer than two frames a
-// node); `-ENOMEM` if the host cannot back (or, on demand, reserve) it.
+// node, more huge pages than the nodes hold); `-E2BIG` for a struct from
+// a newer header whose new fields are not zero; `-ENOMEM` if the host
+// cannot back (or, on demand, reserve) it.
 //
 // # Safety
 //
-// `config` is null or valid for a read; `out` is null or valid for a write
-// of a pointer.
+// `config` is null or valid for reads of its `size` bytes; `out` is null
+// or valid for a write of a pointer.
 int32_t softmm_phys_new_config(const struct softmm_phys_config *config, struct softmm_phys **out);
 
 // Fills `out` with the defaults of `softmm_mm_new` (policies `NULL`).
@@ -221,15 +487,17 @@ int32_t softmm_phys_new_config(const struct softmm_phys_config *config, struct s
 int32_t softmm_mm_config_default(struct softmm_mm_config *out);
 
 // Makes an address space over `phys` as `config` says. `-EINVAL` for a
-// `config` not filled by `softmm_mm_config_default` (a wrong `size`), an
-// unknown policy name, or a layout `AddressSpace::new` refuses (see
-// `MmConfig`'s validity rules: e.g. a `mmap_base` above `task_size`).
+// `config` whose `size` is not one a `softmm_mm_config_default` ever set,
+// an unknown policy name, or a layout `AddressSpace::new` refuses (see
+// `MmConfig`'s validity rules: e.g. a `mmap_base` above `task_size`;
+// `softmm_mm_config_check` names the rule); `-E2BIG` for a struct from a
+// newer header whose new fields are not zero.
 //
 // # Safety
 //
-// `phys` is null or a live handle; `config` is null or valid for a read,
-// its policy pointers null or NUL-terminated strings; `out` is null or
-// valid for a write of a pointer.
+// `phys` is null or a live handle; `config` is null or valid for reads of
+// its `size` bytes, its policy pointers null or NUL-terminated strings;
+// `out` is null or valid for a write of a pointer.
 int32_t softmm_mm_new_config(const struct softmm_phys *phys,
                              const struct softmm_mm_config *config,
                              struct softmm_mm **out);
@@ -411,6 +679,50 @@ int32_t softmm_file_create(const struct softmm_phys *phys,
                            int32_t flags,
                            struct softmm_file **out);
 
+// Creates a file on hugetlbfs (`open(O_CREAT)` on a hugetlbfs mount, then
+// `ftruncate(size)`): its pages are 2 MiB pages of the arena's pool
+// (`softmm_phys_config.hugepages`), allocated by faults and
+// `softmm_file_fallocate`, reserved by shared mappings (`mmap` fails with
+// `-ENOMEM` when the pool cannot reserve them). Mappings of it must be
+// 2 MiB aligned in address and offset. `-EINVAL` for a `size` that is not
+// a multiple of 2 MiB, a bad mode or name.
+//
+// # Safety
+//
+// As `softmm_file_create`.
+int32_t softmm_file_create_hugetlbfs(const struct softmm_phys *phys,
+                                     const char *name,
+                                     uint64_t size,
+                                     int32_t flags,
+                                     struct softmm_file **out);
+
+// `fallocate(mode, offset, len)` (`FALLOC_FL_*` of `<linux/falloc.h>`),
+// with `vfs_fallocate`'s checks in order: `-EINVAL` for a negative
+// offset or a length that is not positive, `-EOPNOTSUPP` for an unknown
+// mode, then `-EBADF` if the file is not open for writing, `-EFBIG` past
+// the largest offset. On a hugetlbfs file: allocation (`0`,
+// `FALLOC_FL_KEEP_SIZE`; `-ENOSPC` when the pool runs out, the pages
+// allocated before staying) and `FALLOC_FL_PUNCH_HOLE |
+// FALLOC_FL_KEEP_SIZE`; on an in-memory file only the hole punch
+// (`-EOPNOTSUPP` otherwise). A punched page is unmapped from every
+// mapping and reads as zeros after.
+//
+// # Safety
+//
+// `file` is null or a live handle.
+int32_t softmm_file_fallocate(const struct softmm_file *file,
+                              int32_t mode,
+                              int64_t offset,
+                              int64_t len);
+
+// The file's size in bytes (`fstat`'s `st_size`) into `*out`. `-EINVAL`
+// for a `NULL` handle or `out`.
+//
+// # Safety
+//
+// `file` is null or a live handle; `out` is null or valid for a write.
+int32_t softmm_file_get_size(const struct softmm_file *file, uint64_t *out);
+
 // Releases the handle; the file lives on while a mapping of it does.
 // `NULL` is ignored.
 //
@@ -469,9 +781,80 @@ const char *softmm_strerror(int64_t result);
 //
 // # Safety
 //
-// `config` is null or valid for a read, its policy pointers null or
-// NUL-terminated strings.
+// `config` is null or valid for reads of its `size` bytes, its policy
+// pointers null or NUL-terminated strings.
 const char *softmm_mm_config_check(const struct softmm_mm_config *config);
+
+// `set_mempolicy(mode, nmask, maxnode)` for the address space (softmm has
+// one task per address space): the policy of later allocations outside
+// VMAs with their own. `mode` may carry `MPOL_F_STATIC_NODES` or
+// `MPOL_F_RELATIVE_NODES`. Linux's errnos in Linux's order: `-EINVAL` (an
+// unknown mode or flag, a mask unsuited to the mode, more than a page of
+// bits, a bit at or above 1024, no node of the arena), `-EFAULT`. `0` on
+// success; nothing changes on error.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `nmask` is null or valid for reads of
+// `(maxnode - 1 + 63) / 64` 64-bit words.
+int32_t softmm_set_mempolicy(const struct softmm_mm *mm,
+                             int32_t mode,
+                             const uint64_t *nmask,
+                             uint64_t maxnode);
+
+// `mbind(start, len, mode, nmask, maxnode, flags)`: gives the VMAs of the
+// range their own policy, with `MPOL_MF_STRICT`, `MPOL_MF_MOVE` and
+// `MPOL_MF_MOVE_ALL` (which needs `cap_sys_nice`, else `-EPERM`) as in
+// Linux. Linux's errnos: `-EINVAL`, `-EFAULT` (a hole, or no VMA),
+// `-EIO` (strict and a page could not be placed), `-ENOMEM`, `-EPERM`.
+//
+// # Safety
+//
+// As `softmm_set_mempolicy`.
+int32_t softmm_mbind(const struct softmm_mm *mm,
+                     uint64_t start,
+                     uint64_t len,
+                     int32_t mode,
+                     const uint64_t *nmask,
+                     uint64_t maxnode,
+                     uint32_t flags);
+
+// `move_pages(pid, count, pages, nodes, status, flags)`: moves the page
+// at each of the `count` addresses to the node at the same index of
+// `nodes`, or with `nodes` `NULL` only reports each page's node; each
+// outcome goes to `status` (a node, or `-EFAULT`, `-ENOENT`, `-EACCES`,
+// `-EBUSY`). Returns 0, the number of pages that could not be moved (a
+// positive value, as Linux), or `-errno`: `-EINVAL` (flags other than
+// `MPOL_MF_MOVE`/`MPOL_MF_MOVE_ALL`), `-EPERM` (`MPOL_MF_MOVE_ALL`
+// without `cap_sys_nice`), `-ENODEV` (a node the arena does not have),
+// `-ENOMEM`, `-EFAULT` (a `NULL` array with a nonzero `count`).
+//
+// # Safety
+//
+// `mm` is null or a live handle; `pages` and `status` are valid for
+// `count` elements, `nodes` null or valid for `count` elements.
+int64_t softmm_move_pages(const struct softmm_mm *mm,
+                          uint64_t count,
+                          const uint64_t *pages,
+                          const int32_t *nodes,
+                          int32_t *status,
+                          int32_t flags);
+
+// `migrate_pages(pid, maxnode, old_nodes, new_nodes)`: moves the pages on
+// the nodes of `old_nodes` to the nodes of `new_nodes` at the same
+// position. Returns the number of pages that did not move, or `-errno`:
+// `-EINVAL`/`-EFAULT` for the masks (as `softmm_set_mempolicy`),
+// `-EPERM` for a new node outside the arena without `cap_sys_nice`,
+// `-EINVAL` if no new node is the arena's, `-ENOMEM`.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `old_nodes` and `new_nodes` are null or
+// valid for reads of `(maxnode - 1 + 63) / 64` 64-bit words.
+int64_t softmm_migrate_pages(const struct softmm_mm *mm,
+                             uint64_t maxnode,
+                             const uint64_t *old_nodes,
+                             const uint64_t *new_nodes);
 
 // Makes an empty address space over `phys` with Linux's x86-64 defaults
 // (47-bit user space, `mmap_base` below the stack, per-VMA faults).
@@ -605,6 +988,124 @@ void softmm_phys_free(struct softmm_phys *phys);
 //
 // `phys` is null or a live handle; `out` is null or valid for a write.
 int32_t softmm_phys_get_stats(const struct softmm_phys *phys, struct softmm_phys_stats *out);
+
+// `pin_user_pages(addr, npages, flags)`: faults in (for write with
+// `SOFTMM_FOLL_WRITE`, breaking COW) and pins the `npages` pages from the
+// page of `addr`, all or none. Linux's errnos: `-EFAULT` (an unmapped
+// page, a mapping the access is not allowed in, a page whose fault
+// raises a signal), `-ENOMEM` (frames, or a long-term pin past
+// `memlock_limit`), `-EOVERFLOW` (a range that wraps), `-EAGAIN` (a page
+// changed by others faster than it could be pinned, 64 times), `-EINVAL`
+// (an unknown flag, a `NULL` handle or `out`).
+//
+// # Safety
+//
+// `mm` is null or a live handle; `out` is null or valid for a write of a
+// pointer.
+int32_t softmm_pin_user_pages(const struct softmm_mm *mm,
+                              uint64_t addr,
+                              uint64_t npages,
+                              uint32_t flags,
+                              struct softmm_pinned **out);
+
+// `get_user_pages(addr, npages, flags)`: as `softmm_pin_user_pages`, but
+// takes references (`FOLL_GET`) rather than pins: a short-term access,
+// invisible to `page_maybe_dma_pinned`. `SOFTMM_FOLL_LONGTERM` is
+// `-EINVAL`, as in Linux.
+//
+// # Safety
+//
+// As `softmm_pin_user_pages`.
+int32_t softmm_get_user_pages(const struct softmm_mm *mm,
+                              uint64_t addr,
+                              uint64_t npages,
+                              uint32_t flags,
+                              struct softmm_pinned **out);
+
+// The device reads `len` bytes at byte `offset` of the pinned pages
+// (offset 0 is the start of the first page) into `buf`. `-EFAULT` for a
+// range past the pages or a `NULL` `buf` with a nonzero `len`; `-EINVAL`
+// for a `NULL` or unpinned handle.
+//
+// # Safety
+//
+// `p` is null or a live handle; `buf` is valid for writes of `len` bytes.
+int32_t softmm_pinned_read(const struct softmm_pinned *p, uint64_t offset, void *buf, size_t len);
+
+// The device writes `len` bytes of `buf` at byte `offset` of the pinned
+// pages: the guest sees them at once (the frames are its own). `-EPERM`
+// for pages taken without `SOFTMM_FOLL_WRITE`; otherwise as
+// `softmm_pinned_read`.
+//
+// # Safety
+//
+// `p` is null or a live handle; `buf` is valid for reads of `len` bytes.
+int32_t softmm_pinned_write(const struct softmm_pinned *p,
+                            uint64_t offset,
+                            const void *buf,
+                            size_t len);
+
+// The number of pages held: `npages` of the request, or 0 once unpinned.
+// `-EINVAL` for a `NULL` handle.
+//
+// # Safety
+//
+// `p` is null or a live handle.
+int64_t softmm_pinned_npages(const struct softmm_pinned *p);
+
+// `unpin_user_pages_dirty_lock(pages, npages, make_dirty)` (for
+// references, `put_page`): releases the pages, first marking them dirty
+// if `make_dirty` is nonzero and they were taken with
+// `SOFTMM_FOLL_WRITE`, so that what the device wrote reaches a
+// host-backed file at its next writeback. The long-term charge is
+// returned. The handle stays, empty (reads and writes `-EINVAL`), until
+// `softmm_pinned_free`. `-EINVAL` for a `NULL` or already unpinned handle.
+//
+// # Safety
+//
+// `p` is null or a live handle.
+int32_t softmm_pinned_unpin(const struct softmm_pinned *p, int32_t make_dirty);
+
+// Frees the handle, unpinning first if `softmm_pinned_unpin` was not
+// called (marking the pages dirty if they were taken with
+// `SOFTMM_FOLL_WRITE`: the device may have written). `NULL` is ignored.
+//
+// # Safety
+//
+// `p` is null or a live handle, not in use by another thread.
+void softmm_pinned_free(struct softmm_pinned *p);
+
+// The mappings of `mm` in address order, into the caller's array, with
+// `listxattr(2)`'s sizing convention carried by an in/out count:
+//
+// * on entry `*count` is the capacity of `regions`, in elements of
+//   `region_size` bytes (pass `sizeof(softmm_region)`; a later library
+//   writes only the part an older caller's struct has);
+// * `*count == 0` asks only for the number: it is returned and stored in
+//   `*count`, and `regions` (which may be `NULL`) is not touched;
+// * a capacity smaller than the number of mappings is `-ERANGE`, the
+//   number stored in `*count` and nothing written, as `listxattr` (and
+//   `getxattr`) fail with `ERANGE` for a too small buffer;
+// * otherwise each mapping is written, and their number is returned and
+//   stored in `*count`.
+//
+// The mappings are one snapshot, taken under the address space's lock:
+// another thread's `mmap` between a sizing call and the next may make
+// that one `-ERANGE` too (call again with the new count). unicorn's
+// `uc_mem_regions` allocates the array instead; here nothing is allocated
+// for the caller to free. `-EINVAL` for a `NULL` handle or `count`, or a
+// `region_size` below the first version's `sizeof(softmm_region)`;
+// `-EFAULT` for a `NULL` `regions` with a nonzero count.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `count` is null or valid for a read and
+// a write; `regions` is valid for writes of `*count * region_size` bytes
+// when `*count` is not 0.
+int64_t softmm_mm_regions(const struct softmm_mm *mm,
+                          struct softmm_region *regions,
+                          size_t region_size,
+                          size_t *count);
 
 // `access_remote_vm` for a read: copies up to `len` bytes at guest
 // address `addr` into `buf` and returns how many it copied; it stops at
@@ -808,6 +1309,71 @@ int32_t softmm_section_atomic_cmpxchg(struct softmm_section *s,
                                       uint64_t desired,
                                       int32_t order,
                                       struct softmm_fault *fault);
+
+// Fills `out` with the arena's overcommit settings. `-EINVAL` for a
+// `NULL` handle or `out`, or an `out->size` below the first version's.
+//
+// # Safety
+//
+// `phys` is null or a live handle; `out` is null or valid for reads and
+// writes of its `size` bytes.
+int32_t softmm_phys_get_overcommit(const struct softmm_phys *phys, struct softmm_overcommit *out);
+
+// Sets the arena's overcommit settings, as writing the sysctls does: later
+// charges (mmap, brk, mremap, mprotect, fork) of every address space on
+// the arena follow them; what is committed stays. `-EINVAL` for a `mode`
+// other than 0, 1, 2 (as the sysctl's range check), a `NULL` handle or
+// `config`, or a `size` below the first version's; `-E2BIG` for a struct
+// from a newer header whose new fields are not zero. Nothing changes on
+// error.
+//
+// # Safety
+//
+// `phys` is null or a live handle; `config` is null or valid for reads of
+// its `size` bytes.
+int32_t softmm_phys_set_overcommit(const struct softmm_phys *phys,
+                                   const struct softmm_overcommit *config);
+
+// Fills `out` with the address space's counters. `-EINVAL` for a `NULL`
+// handle or `out`, or an `out->size` below the first version's.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `out` is null or valid for reads and
+// writes of its `size` bytes.
+int32_t softmm_mm_get_stats(const struct softmm_mm *mm, struct softmm_mm_stats *out);
+
+// Fills `out` with the CPU's counters. Like every `softmm_cpu_*` call,
+// only from the CPU's thread (`-EPERM`) and not while a section is open
+// on it (`-EBUSY`); `-EINVAL` for a `NULL` handle or `out`, or an
+// `out->size` below the first version's.
+//
+// # Safety
+//
+// `cpu` is null or a live handle; `out` is null or valid for reads and
+// writes of its `size` bytes.
+int32_t softmm_cpu_get_stats(struct softmm_cpu *cpu, struct softmm_cpu_stats *out);
+
+// Fills `out` with the arena's memory counts. `-EINVAL` for a `NULL`
+// handle or `out`, or an `out->size` below the first version's.
+//
+// # Safety
+//
+// `phys` is null or a live handle; `out` is null or valid for reads and
+// writes of its `size` bytes.
+int32_t softmm_phys_get_meminfo(const struct softmm_phys *phys, struct softmm_meminfo *out);
+
+// Fills `out` with node `node`'s counts. `-ENODEV` for a node the arena
+// does not have (as `move_pages` for such a node); `-EINVAL` for a `NULL`
+// handle or `out`, or an `out->size` below the first version's.
+//
+// # Safety
+//
+// `phys` is null or a live handle; `out` is null or valid for reads and
+// writes of its `size` bytes.
+int32_t softmm_phys_get_node_stats(const struct softmm_phys *phys,
+                                   uint32_t node,
+                                   struct softmm_node_stats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

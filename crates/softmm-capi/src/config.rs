@@ -1,13 +1,21 @@
 //! Configuration from C: `softmm_phys_config` for an arena (size, NUMA
 //! nodes, memory on demand) and `softmm_mm_config` for an address space
-//! (fault, unmap and pin policies by name, layout and limits). Each struct
-//! starts with its own `size`, which its `*_default` function sets: a later
-//! version that appends fields can tell an older caller's struct apart.
+//! (fault, unmap, pin, migrate, shootdown and hugetlb policies by name,
+//! layout, limits and capabilities). Each struct starts with its own
+//! `size`, which its `*_default` function sets: a struct from an older
+//! header (a smaller `size`) gets the defaults of the fields it lacks, one
+//! from a newer header is accepted if the fields this library does not
+//! know are zero (`-E2BIG` otherwise), as Linux's `copy_struct_from_user`
+//! (`crate::sized`).
 
 use std::ffi::{c_char, CStr};
 
-use softmm::{AddressSpace, FaultPolicy, MmConfig, PhysConfig, PhysMem, PinPolicy, UnmapPolicy};
+use softmm::{
+    AddressSpace, FaultPolicy, HugetlbPolicy, MigratePolicy, MmConfig, PhysConfig, PhysMem, PinPolicy, ShootdownPolicy,
+    UnmapPolicy,
+};
 
+use crate::sized::{read_sized, SizedStruct};
 use crate::{guard, neg, put, softmm_mm, softmm_phys};
 
 /// How to build an arena. Fill it with `softmm_phys_config_default`, then
@@ -27,6 +35,17 @@ pub struct softmm_phys_config {
     /// a guest can then overcommit the host. Zero (the default): the arena
     /// is backed at once, and `-ENOMEM` if the host cannot.
     pub on_demand: i32,
+    /// Huge (2 MiB) pages set aside per node for hugetlb mappings and
+    /// hugetlbfs files (`vm.nr_hugepages` spread over the nodes; default 0).
+    /// They are carved out of the arena, whose `bytes` must hold them.
+    /// Added in 0.1.1 (a struct without it has 0).
+    pub hugepages: u64,
+}
+
+// SAFETY: `repr(C)`, starts with its `u32` size, integers only.
+unsafe impl SizedStruct for softmm_phys_config {
+    /// Up to `on_demand` (0.1.0).
+    const MIN_SIZE: usize = 24;
 }
 
 /// How to build an address space. Fill it with `softmm_mm_config_default`,
@@ -64,6 +83,36 @@ pub struct softmm_mm_config {
     pub max_map_count: u64,
     /// Pages mapped around a file read fault (default 16).
     pub fault_around_pages: u64,
+    // Added in 0.1.1: a struct from an older header has the defaults.
+    /// How page migration batches its TLB flushes: "one-by-one" or
+    /// "batched"; `NULL` for the default.
+    pub migrate_policy: *const c_char,
+    /// Which CPUs a TLB shootdown waits for: "access-sections" or
+    /// "next-access"; `NULL` for the default.
+    pub shootdown_policy: *const c_char,
+    /// How hugetlb faults synchronize with PMD unsharing and truncate:
+    /// "i-mmap-rwsem", "vma-lock" or "lock-free"; `NULL` for the default.
+    pub hugetlb_policy: *const c_char,
+    /// `stack_guard_gap`: the gap kept below a growsdown stack (default
+    /// 256 pages).
+    pub stack_guard_gap: u64,
+    /// `CONFIG_LSM_MMAP_MIN_ADDR` (default 0): the effective minimum of
+    /// hints, searches and stack growth is the larger of it and
+    /// `mmap_min_addr`.
+    pub lsm_mmap_min_addr: u64,
+    /// Nonzero: the process has `CAP_IPC_LOCK` (locks and long-term pins
+    /// without `memlock_limit`; default 0).
+    pub cap_ipc_lock: i32,
+    /// Nonzero: the process has `CAP_SYS_NICE` (`MPOL_MF_MOVE_ALL`, moving
+    /// shared pages; default 0).
+    pub cap_sys_nice: i32,
+}
+
+// SAFETY: `repr(C)`, starts with its `u32` size, integers and raw
+// pointers only.
+unsafe impl SizedStruct for softmm_mm_config {
+    /// Up to `fault_around_pages` (0.1.0).
+    const MIN_SIZE: usize = 96;
 }
 
 /// Fills `out` with the defaults of `softmm_phys_new` (and sets its `size`).
@@ -74,36 +123,47 @@ pub struct softmm_mm_config {
 #[no_mangle]
 pub unsafe extern "C" fn softmm_phys_config_default(out: *mut softmm_phys_config) -> i32 {
     guard(|| {
-        let d = PhysConfig::default();
-        let c = softmm_phys_config {
-            size: std::mem::size_of::<softmm_phys_config>() as u32,
-            nodes: d.nodes as u32,
-            bytes: d.bytes,
-            on_demand: i32::from(d.on_demand),
-        };
         // SAFETY: null or valid (the caller's contract).
-        unsafe { put(out, c) }
+        unsafe { put(out, phys_config_default()) }
     })
 }
 
-/// Makes an arena as `config` says. `-EINVAL` for a `config` not filled by
-/// `softmm_phys_config_default` (a wrong `size`) or a configuration
+/// The defaults of `softmm_phys_new`, its `size` set.
+fn phys_config_default() -> softmm_phys_config {
+    let d = PhysConfig::default();
+    softmm_phys_config {
+        size: std::mem::size_of::<softmm_phys_config>() as u32,
+        nodes: d.nodes as u32,
+        bytes: d.bytes,
+        on_demand: i32::from(d.on_demand),
+        hugepages: d.hugepages,
+    }
+}
+
+/// Makes an arena as `config` says. `-EINVAL` for a `config` whose `size`
+/// is not one a `softmm_phys_config_default` ever set, or a configuration
 /// `PhysMem::new` refuses (no nodes, too many, fewer than two frames a
-/// node); `-ENOMEM` if the host cannot back (or, on demand, reserve) it.
+/// node, more huge pages than the nodes hold); `-E2BIG` for a struct from
+/// a newer header whose new fields are not zero; `-ENOMEM` if the host
+/// cannot back (or, on demand, reserve) it.
 ///
 /// # Safety
 ///
-/// `config` is null or valid for a read; `out` is null or valid for a write
-/// of a pointer.
+/// `config` is null or valid for reads of its `size` bytes; `out` is null
+/// or valid for a write of a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn softmm_phys_new_config(config: *const softmm_phys_config, out: *mut *mut softmm_phys) -> i32 {
     guard(|| {
-        // SAFETY: null or valid (the caller's contract).
-        let Some(c) = (unsafe { config.as_ref() }) else { return -libc::EINVAL };
-        if out.is_null() || c.size as usize != std::mem::size_of::<softmm_phys_config>() {
+        // SAFETY: null or valid for its size (the caller's contract).
+        let c = match unsafe { read_sized(config, phys_config_default()) } {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        if out.is_null() {
             return -libc::EINVAL;
         }
-        let config = PhysConfig::new(c.bytes).nodes(c.nodes as usize).on_demand(c.on_demand != 0);
+        let config =
+            PhysConfig::new(c.bytes).nodes(c.nodes as usize).on_demand(c.on_demand != 0).hugepages(c.hugepages);
         match PhysMem::new(config) {
             // SAFETY: `out` is not null and valid (the caller's contract).
             Ok(inner) => unsafe { put(out, Box::into_raw(Box::new(softmm_phys { inner }))) },
@@ -120,25 +180,36 @@ pub unsafe extern "C" fn softmm_phys_new_config(config: *const softmm_phys_confi
 #[no_mangle]
 pub unsafe extern "C" fn softmm_mm_config_default(out: *mut softmm_mm_config) -> i32 {
     guard(|| {
-        let d = MmConfig::default();
-        let c = softmm_mm_config {
-            size: std::mem::size_of::<softmm_mm_config>() as u32,
-            thp_align: i32::from(d.thp_align),
-            fault_policy: std::ptr::null(),
-            unmap_policy: std::ptr::null(),
-            pin_policy: std::ptr::null(),
-            task_size: d.task_size,
-            mmap_base: d.mmap_base,
-            mmap_min_addr: d.mmap_min_addr,
-            start_brk: d.start_brk,
-            stack_limit: d.stack_limit,
-            memlock_limit: d.memlock_limit,
-            max_map_count: d.max_map_count as u64,
-            fault_around_pages: d.fault_around_pages,
-        };
         // SAFETY: null or valid (the caller's contract).
-        unsafe { put(out, c) }
+        unsafe { put(out, mm_config_default()) }
     })
+}
+
+/// The defaults of `softmm_mm_new` (policies `NULL`), its `size` set.
+pub(crate) fn mm_config_default() -> softmm_mm_config {
+    let d = MmConfig::default();
+    softmm_mm_config {
+        size: std::mem::size_of::<softmm_mm_config>() as u32,
+        thp_align: i32::from(d.thp_align),
+        fault_policy: std::ptr::null(),
+        unmap_policy: std::ptr::null(),
+        pin_policy: std::ptr::null(),
+        task_size: d.task_size,
+        mmap_base: d.mmap_base,
+        mmap_min_addr: d.mmap_min_addr,
+        start_brk: d.start_brk,
+        stack_limit: d.stack_limit,
+        memlock_limit: d.memlock_limit,
+        max_map_count: d.max_map_count as u64,
+        fault_around_pages: d.fault_around_pages,
+        migrate_policy: std::ptr::null(),
+        shootdown_policy: std::ptr::null(),
+        hugetlb_policy: std::ptr::null(),
+        stack_guard_gap: d.stack_guard_gap,
+        lsm_mmap_min_addr: d.lsm_mmap_min_addr,
+        cap_ipc_lock: i32::from(d.cap_ipc_lock),
+        cap_sys_nice: i32::from(d.cap_sys_nice),
+    }
 }
 
 /// A policy name, or `None` (the default) for `NULL`; `Err` for a name
@@ -170,7 +241,11 @@ pub(crate) unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
         .stack_limit(c.stack_limit)
         .memlock_limit(c.memlock_limit)
         .max_map_count(usize::try_from(c.max_map_count).ok()?)
-        .fault_around_pages(c.fault_around_pages);
+        .fault_around_pages(c.fault_around_pages)
+        .stack_guard_gap(c.stack_guard_gap)
+        .lsm_mmap_min_addr(c.lsm_mmap_min_addr)
+        .cap_ipc_lock(c.cap_ipc_lock != 0)
+        .cap_sys_nice(c.cap_sys_nice != 0);
     // SAFETY: null or NUL-terminated (the caller's contract).
     if let Some(n) = unsafe { policy_name(c.fault_policy) }.ok()? {
         m = m.policy(FaultPolicy::from_name(n)?);
@@ -183,19 +258,33 @@ pub(crate) unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
     if let Some(n) = unsafe { policy_name(c.pin_policy) }.ok()? {
         m = m.pin_policy(PinPolicy::from_name(n)?);
     }
+    // SAFETY: as above.
+    if let Some(n) = unsafe { policy_name(c.migrate_policy) }.ok()? {
+        m = m.migrate_policy(MigratePolicy::from_name(n)?);
+    }
+    // SAFETY: as above.
+    if let Some(n) = unsafe { policy_name(c.shootdown_policy) }.ok()? {
+        m = m.shootdown_policy(ShootdownPolicy::from_name(n)?);
+    }
+    // SAFETY: as above.
+    if let Some(n) = unsafe { policy_name(c.hugetlb_policy) }.ok()? {
+        m = m.hugetlb_policy(HugetlbPolicy::from_name(n)?);
+    }
     Some(m)
 }
 
 /// Makes an address space over `phys` as `config` says. `-EINVAL` for a
-/// `config` not filled by `softmm_mm_config_default` (a wrong `size`), an
-/// unknown policy name, or a layout `AddressSpace::new` refuses (see
-/// `MmConfig`'s validity rules: e.g. a `mmap_base` above `task_size`).
+/// `config` whose `size` is not one a `softmm_mm_config_default` ever set,
+/// an unknown policy name, or a layout `AddressSpace::new` refuses (see
+/// `MmConfig`'s validity rules: e.g. a `mmap_base` above `task_size`;
+/// `softmm_mm_config_check` names the rule); `-E2BIG` for a struct from a
+/// newer header whose new fields are not zero.
 ///
 /// # Safety
 ///
-/// `phys` is null or a live handle; `config` is null or valid for a read,
-/// its policy pointers null or NUL-terminated strings; `out` is null or
-/// valid for a write of a pointer.
+/// `phys` is null or a live handle; `config` is null or valid for reads of
+/// its `size` bytes, its policy pointers null or NUL-terminated strings;
+/// `out` is null or valid for a write of a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn softmm_mm_new_config(
     phys: *const softmm_phys,
@@ -205,13 +294,16 @@ pub unsafe extern "C" fn softmm_mm_new_config(
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(phys) = (unsafe { phys.as_ref() }) else { return -libc::EINVAL };
-        // SAFETY: null or valid (the caller's contract).
-        let Some(c) = (unsafe { config.as_ref() }) else { return -libc::EINVAL };
-        if out.is_null() || c.size as usize != std::mem::size_of::<softmm_mm_config>() {
+        // SAFETY: null or valid for its size (the caller's contract).
+        let c = match unsafe { read_sized(config, mm_config_default()) } {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        if out.is_null() {
             return -libc::EINVAL;
         }
         // SAFETY: the policy pointers are null or strings (the caller's contract).
-        let Some(m) = (unsafe { mm_config(c) }) else { return -libc::EINVAL };
+        let Some(m) = (unsafe { mm_config(&c) }) else { return -libc::EINVAL };
         match AddressSpace::new(&phys.inner, m) {
             // SAFETY: `out` is not null and valid (the caller's contract).
             Ok(inner) => unsafe { put(out, Box::into_raw(Box::new(softmm_mm { inner }))) },
@@ -242,5 +334,41 @@ mod tests {
         c.pin_policy = c"no-such".as_ptr();
         // SAFETY: as above.
         assert!(unsafe { mm_config(&c) }.is_none());
+        c.pin_policy = std::ptr::null();
+        c.migrate_policy = c"one-by-one".as_ptr();
+        c.hugetlb_policy = c"vma-lock".as_ptr();
+        c.shootdown_policy = c"next-access".as_ptr();
+        c.cap_sys_nice = 1;
+        // SAFETY: as above.
+        let m = unsafe { mm_config(&c) }.unwrap();
+        assert_eq!(
+            (m.migrate_policy, m.hugetlb_policy, m.shootdown_policy, m.cap_sys_nice),
+            (MigratePolicy::OneByOne, HugetlbPolicy::VmaLock, ShootdownPolicy::NextAccess, true)
+        );
+    }
+
+    #[test]
+    fn a_config_of_the_first_version_gets_the_defaults_of_later_fields() {
+        let mut c = phys_config_default();
+        c.hugepages = 99;
+        c.bytes = 1 << 20;
+        c.size = softmm_phys_config::MIN_SIZE as u32;
+        let mut phys = std::ptr::null_mut();
+        // SAFETY: valid for its (smaller) size; `phys` valid for a write.
+        assert_eq!(unsafe { softmm_phys_new_config(&c, &mut phys) }, 0, "hugepages not read: 0");
+        let mut m = mm_config_default();
+        m.size = softmm_mm_config::MIN_SIZE as u32;
+        m.cap_sys_nice = 1;
+        m.migrate_policy = c"no-such".as_ptr();
+        let mut mm = std::ptr::null_mut();
+        // SAFETY: as above; the handles are freed below.
+        unsafe {
+            assert_eq!(softmm_mm_new_config(phys, &m, &mut mm), 0, "fields past its size not read");
+            assert!(!(*mm).inner.config().cap_sys_nice);
+            crate::softmm_mm_free(mm);
+            m.size = 95;
+            assert_eq!(softmm_mm_new_config(phys, &m, &mut mm), -libc::EINVAL);
+            crate::softmm_phys_free(phys);
+        }
     }
 }

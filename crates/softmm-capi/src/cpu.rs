@@ -68,7 +68,7 @@ pub(crate) unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i3
 /// # Safety
 ///
 /// `cpu` is null or a live handle.
-unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut CpuState, i32> {
+pub(crate) unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut CpuState, i32> {
     // A shared reference: other threads may hold one too (to be refused
     // here), and the owner's mutable borrow is of `state` only.
     // SAFETY: null or live (the caller's contract).

@@ -1,6 +1,7 @@
 //! `softmm_file`: an in-memory file opened with an access mode.
 
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
 
 use softmm::{File, OpenFile};
 
@@ -59,20 +60,134 @@ pub unsafe extern "C" fn softmm_file_create(
             Ok(args) => args,
             Err(e) => return e,
         };
-        let (readable, writable) = match flags & libc::O_ACCMODE {
-            libc::O_RDONLY => (true, false),
-            libc::O_WRONLY => (false, true),
-            libc::O_RDWR => (true, true),
-            _ => return -libc::EINVAL,
-        };
+        let Some((readable, writable)) = access_mode(flags) else { return -libc::EINVAL };
         match File::create(&phys.inner, name, size) {
-            Ok(file) => {
-                let inner = OpenFile::new(&file, readable, writable);
-                // SAFETY: `out` is not null and valid (the caller's contract).
-                unsafe { put(out, Box::into_raw(Box::new(softmm_file { inner }))) }
-            }
+            // SAFETY: `out` is not null and valid (the caller's contract).
+            Ok(file) => unsafe { put_file(out, &file, readable, writable) },
             Err(e) => neg(e),
         }
+    })
+}
+
+/// The access mode of `open` flags as (readable, writable); `None` for a
+/// bad one.
+fn access_mode(flags: i32) -> Option<(bool, bool)> {
+    match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => Some((true, false)),
+        libc::O_WRONLY => Some((false, true)),
+        libc::O_RDWR => Some((true, true)),
+        _ => None,
+    }
+}
+
+/// Stores a new handle of `file` opened with that mode through `out`.
+///
+/// # Safety
+///
+/// `out` is not null and valid for a write of a pointer.
+unsafe fn put_file(out: *mut *mut softmm_file, file: &Arc<File>, readable: bool, writable: bool) -> i32 {
+    let inner = OpenFile::new(file, readable, writable);
+    // SAFETY: the caller's contract.
+    unsafe { put(out, Box::into_raw(Box::new(softmm_file { inner }))) }
+}
+
+/// Creates a file on hugetlbfs (`open(O_CREAT)` on a hugetlbfs mount, then
+/// `ftruncate(size)`): its pages are 2 MiB pages of the arena's pool
+/// (`softmm_phys_config.hugepages`), allocated by faults and
+/// `softmm_file_fallocate`, reserved by shared mappings (`mmap` fails with
+/// `-ENOMEM` when the pool cannot reserve them). Mappings of it must be
+/// 2 MiB aligned in address and offset. `-EINVAL` for a `size` that is not
+/// a multiple of 2 MiB, a bad mode or name.
+///
+/// # Safety
+///
+/// As `softmm_file_create`.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_file_create_hugetlbfs(
+    phys: *const softmm_phys,
+    name: *const c_char,
+    size: u64,
+    flags: i32,
+    out: *mut *mut softmm_file,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract is `file_args`'.
+        let (phys, name) = match unsafe { file_args(phys, name, out) } {
+            Ok(args) => args,
+            Err(e) => return e,
+        };
+        let Some((readable, writable)) = access_mode(flags) else { return -libc::EINVAL };
+        match File::create_hugetlbfs(&phys.inner, name, size) {
+            // SAFETY: `out` is not null and valid (the caller's contract).
+            Ok(file) => unsafe { put_file(out, &file, readable, writable) },
+            Err(e) => neg(e),
+        }
+    })
+}
+
+/// `vfs_fallocate`'s argument checks that come before the file's access
+/// mode: `EINVAL` for a negative offset or a length that is not positive,
+/// `EOPNOTSUPP` for an unknown mode or combination.
+fn fallocate_args(mode: i32, offset: i64, len: i64) -> Result<(), i32> {
+    const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+    const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+    const MODE_MASK: i32 = 0x02 | 0x08 | 0x10 | 0x20 | 0x40;
+    if offset < 0 || len <= 0 {
+        return Err(-libc::EINVAL);
+    }
+    if mode & !(MODE_MASK | KEEP_SIZE) != 0 {
+        return Err(-libc::EOPNOTSUPP);
+    }
+    match mode & MODE_MASK {
+        0 | 0x10 | 0x40 => Ok(()),
+        PUNCH_HOLE if mode & KEEP_SIZE != 0 => Ok(()),
+        0x08 | 0x20 if mode & KEEP_SIZE == 0 => Ok(()),
+        _ => Err(-libc::EOPNOTSUPP),
+    }
+}
+
+/// `fallocate(mode, offset, len)` (`FALLOC_FL_*` of `<linux/falloc.h>`),
+/// with `vfs_fallocate`'s checks in order: `-EINVAL` for a negative
+/// offset or a length that is not positive, `-EOPNOTSUPP` for an unknown
+/// mode, then `-EBADF` if the file is not open for writing, `-EFBIG` past
+/// the largest offset. On a hugetlbfs file: allocation (`0`,
+/// `FALLOC_FL_KEEP_SIZE`; `-ENOSPC` when the pool runs out, the pages
+/// allocated before staying) and `FALLOC_FL_PUNCH_HOLE |
+/// FALLOC_FL_KEEP_SIZE`; on an in-memory file only the hole punch
+/// (`-EOPNOTSUPP` otherwise). A punched page is unmapped from every
+/// mapping and reads as zeros after.
+///
+/// # Safety
+///
+/// `file` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_file_fallocate(file: *const softmm_file, mode: i32, offset: i64, len: i64) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(file) = (unsafe { file.as_ref() }) else { return -libc::EINVAL };
+        if let Err(e) = fallocate_args(mode, offset, len) {
+            return e;
+        }
+        if !file.inner.writable {
+            return -libc::EBADF;
+        }
+        file.inner.file.fallocate(mode, offset as u64, len as u64).map_or_else(neg, |()| 0)
+    })
+}
+
+/// The file's size in bytes (`fstat`'s `st_size`) into `*out`. `-EINVAL`
+/// for a `NULL` handle or `out`.
+///
+/// # Safety
+///
+/// `file` is null or a live handle; `out` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_file_get_size(file: *const softmm_file, out: *mut u64) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(file) = (unsafe { file.as_ref() }) else { return -libc::EINVAL };
+        // SAFETY: null or valid (the caller's contract).
+        unsafe { put(out, file.inner.file.len()) }
     })
 }
 
@@ -163,4 +278,59 @@ pub unsafe extern "C" fn softmm_file_truncate(file: *const softmm_file, size: u6
         }
         file.inner.file.set_len(size).map_or_else(neg, |()| 0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{softmm_mm_free, softmm_mm_new, softmm_mmap, softmm_phys_config_default, softmm_phys_free};
+
+    #[test]
+    fn a_hugetlbfs_file_takes_its_pages_from_the_pool() {
+        let mut pc = std::mem::MaybeUninit::uninit();
+        let (mut phys, mut mm, mut f, mut ro) =
+            (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: valid outputs; handles live until freed below.
+        unsafe {
+            assert_eq!(softmm_phys_config_default(pc.as_mut_ptr()), 0);
+            let mut pc = pc.assume_init();
+            pc.bytes = 16 << 20;
+            pc.hugepages = 2;
+            assert_eq!(crate::softmm_phys_new_config(&pc, &mut phys), 0);
+            assert_eq!(softmm_mm_new(phys, &mut mm), 0);
+            let huge = 2u64 << 20;
+            assert_eq!(softmm_file_create_hugetlbfs(phys, c"h".as_ptr(), 4096, libc::O_RDWR, &mut f), -libc::EINVAL);
+            assert_eq!(softmm_file_create_hugetlbfs(phys, c"h".as_ptr(), huge, 3, &mut f), -libc::EINVAL);
+            assert_eq!(softmm_file_create_hugetlbfs(phys, c"h".as_ptr(), huge, libc::O_RDWR, &mut f), 0);
+            assert_eq!(softmm_file_create_hugetlbfs(phys, c"r".as_ptr(), huge, libc::O_RDONLY, &mut ro), 0);
+            let mut size = 0;
+            assert_eq!(softmm_file_get_size(f, &mut size), 0);
+            assert_eq!(size, huge);
+            assert_eq!(softmm_file_fallocate(ro, 0, 0, 0), -libc::EINVAL, "length checked before the mode");
+            assert_eq!(softmm_file_fallocate(ro, 0x100, 0, 1), -libc::EOPNOTSUPP);
+            assert_eq!(softmm_file_fallocate(ro, 0, 0, 1), -libc::EBADF);
+            assert_eq!(softmm_file_fallocate(f, 0, 0, 3 * huge as i64), -libc::ENOSPC, "two pages in the pool");
+            let mut mi = crate::softmm_meminfo {
+                size: std::mem::size_of::<crate::softmm_meminfo>() as u32,
+                ..Default::default()
+            };
+            assert_eq!(crate::softmm_phys_get_meminfo(phys, &mut mi), 0);
+            assert_eq!((mi.hugepages_total, mi.hugepages_free), (2, 0), "the pages allocated before stay");
+            assert_eq!(
+                softmm_file_fallocate(f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 2 * huge as i64),
+                0
+            );
+            assert_eq!(crate::softmm_phys_get_meminfo(phys, &mut mi), 0);
+            assert_eq!(mi.hugepages_free, 2);
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            let a = softmm_mmap(mm, 0, huge, rw, libc::MAP_SHARED, f, 0);
+            assert!(a > 0 && a as u64 % huge == 0, "{a}");
+            assert_eq!(crate::softmm_phys_get_meminfo(phys, &mut mi), 0);
+            assert_eq!(mi.hugepages_rsvd, 1, "a shared mapping reserves its page");
+            softmm_file_free(f);
+            softmm_file_free(ro);
+            softmm_mm_free(mm);
+            softmm_phys_free(phys);
+        }
+    }
 }

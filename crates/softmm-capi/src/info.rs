@@ -5,7 +5,8 @@ use std::ffi::c_char;
 
 use softmm::Errno;
 
-use crate::config::{mm_config, softmm_mm_config};
+use crate::config::{mm_config, mm_config_default, softmm_mm_config};
+use crate::sized::read_sized;
 use crate::SOFTMM_FAULTED;
 
 /// The major version of the header (`softmm_version` gives the library's).
@@ -68,18 +69,24 @@ pub extern "C" fn softmm_strerror(result: i64) -> *const c_char {
 ///
 /// # Safety
 ///
-/// `config` is null or valid for a read, its policy pointers null or
-/// NUL-terminated strings.
+/// `config` is null or valid for reads of its `size` bytes, its policy
+/// pointers null or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn softmm_mm_config_check(config: *const softmm_mm_config) -> *const c_char {
     let text = std::panic::catch_unwind(|| {
-        // SAFETY: null or valid (the caller's contract).
-        let Some(c) = (unsafe { config.as_ref() }) else { return Some("config is NULL".to_string()) };
-        if c.size as usize != std::mem::size_of::<softmm_mm_config>() {
-            return Some("size is not sizeof(softmm_mm_config): fill it with softmm_mm_config_default".to_string());
+        if config.is_null() {
+            return Some("config is NULL".to_string());
         }
+        // SAFETY: valid for its size (the caller's contract).
+        let c = match unsafe { read_sized(config, mm_config_default()) } {
+            Ok(c) => c,
+            Err(e) if e == -libc::E2BIG => {
+                return Some("size is larger than this library's softmm_mm_config and a field it does not know is set (a newer header)".to_string())
+            }
+            Err(_) => return Some("size is not sizeof(softmm_mm_config): fill it with softmm_mm_config_default".to_string()),
+        };
         // SAFETY: the policy pointers are null or strings (the caller's contract).
-        let Some(m) = (unsafe { mm_config(c) }) else {
+        let Some(m) = (unsafe { mm_config(&c) }) else {
             return Some("a policy name is not one softmm knows, or max_map_count is too large".to_string());
         };
         m.check().err().map(|e| e.to_string())

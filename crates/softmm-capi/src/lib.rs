@@ -8,9 +8,10 @@
 //!   [`softmm_phys`] (a frame arena), [`softmm_mm`] (an address space),
 //!   [`softmm_file`] (an in-memory file opened with an access mode, like a
 //!   file descriptor, or a host file: [`softmm_file_open_host`]),
-//!   [`softmm_cpu`] (a CPU with its software TLB). An
-//!   address space keeps its arena alive, a file its arena, a CPU its
-//!   address space: they may be freed in any order.
+//!   [`softmm_cpu`] (a CPU with its software TLB), [`softmm_pinned`]
+//!   (pages pinned for a device). An address space keeps its arena alive,
+//!   a file its arena, a CPU its address space, pinned pages their frames:
+//!   they may be freed in any order.
 //! * **Results** are `0` (or a non-negative value: an address, a byte
 //!   count) on success and `-errno` on failure, with Linux's errno for the
 //!   same call; a failed call changes nothing. A `NULL` handle or output
@@ -24,6 +25,16 @@
 //!   defaults; [`softmm_phys_new_config`]/[`softmm_mm_new_config`] take a
 //!   struct filled by its `*_default` function first (which sets its
 //!   `size`), then changed.
+//! * **Size-versioned structs**: every struct that may grow starts with
+//!   its `size`. One the library reads (a configuration) is set by its
+//!   `*_default` or taken from a `*_get_*` call; one the library writes
+//!   (statistics) has its `size` set by the caller to `sizeof` it, and the
+//!   call stores how many bytes it wrote. Older and newer headers work
+//!   with either library as Linux's `sched_setattr`/`sched_getattr` do
+//!   (see `sized.rs`).
+//! * **Arrays** ([`softmm_mm_regions`]) are the caller's, with an in/out
+//!   count: `listxattr`'s convention (a zero count asks for the number, a
+//!   too small one is `-ERANGE` with the number needed stored).
 //! * **Threads**: arenas, address spaces and files may be used from any
 //!   thread at once. A CPU belongs to the thread that made it (it is one
 //!   hardware thread's TLB): every `softmm_cpu_*` call, `free` included,
@@ -52,19 +63,30 @@ mod config;
 mod cpu;
 mod file;
 mod info;
+mod mempolicy;
 mod mm;
 mod phys;
+mod pin;
+mod regions;
 mod remote;
 mod section;
+mod settings;
+mod sized;
+mod stats;
 
 pub use config::*;
 pub use cpu::*;
 pub use file::*;
 pub use info::*;
+pub use mempolicy::*;
 pub use mm::*;
 pub use phys::*;
+pub use pin::*;
+pub use regions::*;
 pub use remote::*;
 pub use section::*;
+pub use settings::*;
+pub use stats::*;
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
