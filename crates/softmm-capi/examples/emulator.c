@@ -6,7 +6,8 @@
  * signals: a store into the text page
  * and a load from a hole are skipped like a SIGSEGV handler would, a jump
  * into the data page stops the guest. Then the guest forks (copy on
- * write), prints its maps, and everything is freed with no leak.
+ * write), prints its regions and counters, and everything is freed with
+ * no leak.
  *
  * Build: cc -I include examples/emulator.c libsoftmm_capi.a -lpthread -ldl -lm
  * (crates/softmm-capi/tests/c.rs builds and runs it in the test suite.)
@@ -157,10 +158,33 @@ int main(void) {
     CHECK(softmm_cpu_read_uint(ccpu, (uint64_t)data, 8, &in_child, &f));
     printf("after fork: parent %llu, child %llu\n", (unsigned long long)in_parent, (unsigned long long)in_child);
 
-    char maps[4096];
-    long long n = softmm_mm_maps(mm, maps, sizeof maps);
-    CHECK(n);
-    printf("%s", maps);
+    /* The regions, as /proc/pid/maps lines, from the structured call:
+     * ask for the count, then fill an array that size (a mapping made
+     * between the two calls would make the second -ERANGE: call again). */
+    size_t count = 0;
+    CHECK(softmm_mm_regions(mm, NULL, sizeof(softmm_region), &count));
+    softmm_region *regions = calloc(count, sizeof *regions);
+    if (!regions)
+        return 1;
+    CHECK(softmm_mm_regions(mm, regions, sizeof *regions, &count));
+    for (size_t i = 0; i < count; i++) {
+        const softmm_region *r = &regions[i];
+        printf("%08llx-%08llx %c%c%c%c %08llx %5llu KiB resident %s\n", (unsigned long long)r->start,
+               (unsigned long long)r->end, r->prot & PROT_READ ? 'r' : '-', r->prot & PROT_WRITE ? 'w' : '-',
+               r->prot & PROT_EXEC ? 'x' : '-', r->flags & MAP_SHARED ? 's' : 'p', (unsigned long long)r->offset,
+               (unsigned long long)(r->rss >> 10), r->name);
+    }
+    free(regions);
+
+    /* The counters an embedder watches: faults and TLB misses of a CPU,
+     * shootdowns of the address space. */
+    softmm_cpu_stats cs = {.size = sizeof cs};
+    softmm_mm_stats ms = {.size = sizeof ms};
+    CHECK(softmm_cpu_get_stats(v.cpu, &cs));
+    CHECK(softmm_mm_get_stats(mm, &ms));
+    printf("cpu: %llu faults, %llu TLB misses; mm: %llu VMAs, %llu resident pages, %llu TLB shootdowns\n",
+           (unsigned long long)cs.faults, (unsigned long long)cs.tlb_misses, (unsigned long long)ms.map_count,
+           (unsigned long long)ms.rss_pages, (unsigned long long)ms.tlb_flushes);
 
     CHECK(softmm_cpu_free(ccpu));
     CHECK(softmm_cpu_free(v.cpu));

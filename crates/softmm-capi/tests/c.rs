@@ -78,6 +78,7 @@ fn the_c_emulator_example_runs() {
     assert!(lines.contains(&"after fork: parent 55, child 99"), "{out}");
     assert!(lines.iter().any(|l| l.ends_with(" [stack]") && l.contains(" rw-p ")), "{out}");
     assert!(lines.iter().any(|l| l.contains(" r-xp ")), "the text page: {out}");
+    assert!(lines.iter().any(|l| l.starts_with("cpu: ") && !l.starts_with("cpu: 0 faults")), "{out}");
     assert!(lines.contains(&"leaked: 0 frames, 0 page tables, 0 VMAs"), "{out}");
 }
 

@@ -4,7 +4,9 @@
  * handles, thread affinity of CPUs, atomics, the maps buffer, and no leak.
  * Also configuration (arena and address-space configs, policies by name,
  * memory on demand), forced access, msync and host-backed files; access
- * sections.
+ * sections. The structured regions, statistics, pins, NUMA policy,
+ * hugetlbfs files and overcommit settings, with their size-versioned
+ * structs.
  * Run by tests/c.rs; prints "N passed, M failed" and exits non-zero on a
  * failure.
  */
@@ -18,8 +20,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <linux/falloc.h>
 
 #include "softmm.h"
+
+/* <numaif.h>'s values, without libnuma. */
+#define MPOL_BIND 2
+#define MPOL_MF_MOVE (1 << 1)
 
 static int passed, failed;
 
@@ -268,6 +275,155 @@ static void section_contracts(void) {
     softmm_phys_free(phys);
 }
 
+/* What an embedder needs besides system calls and accesses: structured
+ * regions, statistics, pins, NUMA policy, hugetlbfs, overcommit. */
+static void complete_api_contracts(void) {
+    softmm_phys_config pc;
+    softmm_phys_config_default(&pc);
+    EXPECT(pc.hugepages == 0);
+    pc.bytes = 16 << 20;
+    pc.nodes = 2;
+    pc.hugepages = 1; /* per node */
+    softmm_phys *phys = NULL;
+    EXPECT(softmm_phys_new_config(&pc, &phys) == 0);
+    softmm_mm_config mc;
+    softmm_mm_config_default(&mc);
+    mc.cap_sys_nice = 1;
+    mc.migrate_policy = "no-such";
+    softmm_mm *mm = NULL;
+    EXPECT(softmm_mm_new_config(phys, &mc, &mm) == -EINVAL && mm == NULL);
+    mc.migrate_policy = "batched";
+    EXPECT(softmm_mm_new_config(phys, &mc, &mm) == 0);
+
+    /* Regions: listxattr's sizing, then the array. */
+    long long a = softmm_mmap(mm, 0, 2 * PAGE, RW, ANON, NULL, 0);
+    long long r = softmm_mmap(mm, 0, PAGE, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, NULL, 0);
+    EXPECT(a > 0 && r > 0);
+    size_t count = 0;
+    EXPECT(softmm_mm_regions(mm, NULL, sizeof(softmm_region), &count) == 2 && count == 2);
+    softmm_region regions[4];
+    count = 1;
+    EXPECT(softmm_mm_regions(mm, regions, sizeof(softmm_region), &count) == -ERANGE && count == 2);
+    count = 4;
+    EXPECT(softmm_mm_regions(mm, regions, sizeof(softmm_region), &count) == 2 && count == 2);
+    EXPECT(softmm_mm_regions(mm, regions, 8, &count) == -EINVAL);
+    EXPECT(softmm_mm_regions(NULL, regions, sizeof(softmm_region), &count) == -EINVAL);
+    int seen = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const softmm_region *g = &regions[i];
+        if (g->start == (uint64_t)a)
+            seen += g->end == (uint64_t)a + 2 * PAGE && g->prot == RW && g->flags == MAP_PRIVATE && g->name[0] == 0;
+        if (g->start == (uint64_t)r)
+            seen += g->prot == PROT_READ && g->flags == MAP_SHARED && g->size == sizeof(softmm_region);
+    }
+    EXPECT(seen == 2);
+
+    /* Statistics: the caller sets size. */
+    softmm_cpu *cpu = NULL;
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    EXPECT(softmm_cpu_write_uint(cpu, (uint64_t)a, 8, 7, NULL) == 0);
+    softmm_cpu_stats cs = {.size = sizeof cs};
+    EXPECT(softmm_cpu_get_stats(cpu, &cs) == 0 && cs.faults == 1 && cs.size == sizeof cs);
+    softmm_mm_stats ms = {.size = sizeof ms};
+    EXPECT(softmm_mm_get_stats(mm, &ms) == 0 && ms.map_count == 2 && ms.rss_pages == 1);
+    ms.size = 4;
+    EXPECT(softmm_mm_get_stats(mm, &ms) == -EINVAL);
+    softmm_meminfo mi = {.size = sizeof mi};
+    EXPECT(softmm_phys_get_meminfo(phys, &mi) == 0 && mi.nodes == 2 && mi.hugepages_total == 2);
+    EXPECT(mi.committed_pages == 3); /* the private writable pages and the shared anonymous (shmem) one */
+    if (mi.committed_pages != 3)
+        fprintf(stderr, "  committed %llu\n", (unsigned long long)mi.committed_pages);
+    softmm_node_stats ns = {.size = sizeof ns};
+    EXPECT(softmm_phys_get_node_stats(phys, 1, &ns) == 0 && ns.hugepages_total == 1);
+    EXPECT(softmm_phys_get_node_stats(phys, 2, &ns) == -ENODEV);
+
+    /* Pins: the device's view outlives the mapping. */
+    softmm_pinned *pin = NULL;
+    EXPECT(softmm_pin_user_pages(mm, (uint64_t)a, 2, 0x2 /* FOLL_PIN: internal */, &pin) == -EINVAL);
+    EXPECT(softmm_pin_user_pages(mm, (uint64_t)a, 2, SOFTMM_FOLL_WRITE | SOFTMM_FOLL_LONGTERM, &pin) == 0);
+    EXPECT(softmm_pinned_npages(pin) == 2);
+    uint64_t v = 0;
+    EXPECT(softmm_pinned_read(pin, 0, &v, sizeof v) == 0 && v == 7);
+    v = 42;
+    EXPECT(softmm_pinned_write(pin, PAGE, &v, sizeof v) == 0);
+    EXPECT(softmm_cpu_read_uint(cpu, (uint64_t)a + PAGE, 8, &v, NULL) == 0 && v == 42);
+    EXPECT(softmm_pinned_read(pin, 2 * PAGE - 4, &v, sizeof v) == -EFAULT);
+    EXPECT(softmm_mm_get_stats(mm, &ms) == -EINVAL); /* still size 4 */
+    ms.size = sizeof ms;
+    EXPECT(softmm_mm_get_stats(mm, &ms) == 0 && ms.pinned_vm == 2);
+    EXPECT(softmm_munmap(mm, (uint64_t)a, 2 * PAGE) == 0);
+    EXPECT(softmm_pinned_read(pin, PAGE, &v, sizeof v) == 0 && v == 42);
+    EXPECT(softmm_pinned_unpin(pin, 1) == 0 && softmm_pinned_unpin(pin, 1) == -EINVAL);
+    EXPECT(softmm_pinned_read(pin, 0, &v, sizeof v) == -EINVAL);
+    softmm_pinned_free(pin);
+    softmm_pinned_free(NULL);
+    long long ro = softmm_mmap(mm, 0, PAGE, PROT_READ, ANON, NULL, 0);
+    EXPECT(softmm_get_user_pages(mm, (uint64_t)ro, 1, SOFTMM_FOLL_LONGTERM, &pin) == -EINVAL);
+    EXPECT(softmm_get_user_pages(mm, (uint64_t)ro, 1, 0, &pin) == 0);
+    EXPECT(softmm_pinned_write(pin, 0, &v, 1) == -EPERM);
+    softmm_pinned_free(pin);
+
+    /* NUMA: bind to node 1, move to node 0, migrate back. */
+    uint64_t node0 = 1, node1 = 2;
+    EXPECT(softmm_set_mempolicy(mm, 99, &node1, 3) == -EINVAL);
+    EXPECT(softmm_set_mempolicy(mm, MPOL_BIND, &node1, 3) == 0);
+    long long n = softmm_mmap(mm, 0, PAGE, RW, ANON | MAP_POPULATE, NULL, 0);
+    uint64_t page = (uint64_t)n;
+    int status = -1, to = 0;
+    EXPECT(softmm_move_pages(mm, 1, &page, NULL, &status, 0) == 0 && status == 1);
+    EXPECT(softmm_move_pages(mm, 1, &page, &to, &status, 0) == 0 && status == 0);
+    to = 5;
+    EXPECT(softmm_move_pages(mm, 1, &page, &to, &status, 0) == -ENODEV);
+    EXPECT(softmm_migrate_pages(mm, 3, &node0, &node1) == 0);
+    EXPECT(softmm_move_pages(mm, 1, &page, NULL, &status, 0) == 0 && status == 1);
+    EXPECT(softmm_mbind(mm, page, PAGE, MPOL_BIND, &node0, 3, MPOL_MF_MOVE) == 0);
+    EXPECT(softmm_move_pages(mm, 1, &page, NULL, &status, 0) == 0 && status == 0);
+    EXPECT(softmm_mbind(mm, page + 1, PAGE, MPOL_BIND, &node0, 3, 0) == -EINVAL);
+
+    /* hugetlbfs: pages from the pool, fallocate's order of checks. */
+    softmm_file *huge = NULL, *huge_ro = NULL;
+    const uint64_t HPAGE = 2ULL << 20;
+    EXPECT(softmm_file_create_hugetlbfs(phys, "huge", PAGE, O_RDWR, &huge) == -EINVAL);
+    EXPECT(softmm_file_create_hugetlbfs(phys, "huge", HPAGE, O_RDWR, &huge) == 0);
+    EXPECT(softmm_file_create_hugetlbfs(phys, "huge-ro", HPAGE, O_RDONLY, &huge_ro) == 0);
+    EXPECT(softmm_file_fallocate(huge_ro, 0, 0, 0) == -EINVAL);
+    EXPECT(softmm_file_fallocate(huge_ro, 0, 0, 1) == -EBADF);
+    EXPECT(softmm_file_fallocate(huge, 0, 0, (long long)(3 * HPAGE)) == -ENOSPC);
+    uint64_t fsize = 0;
+    EXPECT(softmm_file_get_size(huge, &fsize) == 0 && fsize == HPAGE); /* not grown on failure */
+    EXPECT(softmm_phys_get_meminfo(phys, &mi) == 0 && mi.hugepages_free == 0);
+    EXPECT(softmm_file_fallocate(huge, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (long long)(2 * HPAGE)) == 0);
+    long long h = softmm_mmap(mm, 0, HPAGE, RW, MAP_SHARED, huge, 0);
+    EXPECT(h > 0 && (uint64_t)h % HPAGE == 0);
+    EXPECT(softmm_phys_get_meminfo(phys, &mi) == 0 && mi.hugepages_rsvd == 1);
+    count = 4;
+    EXPECT(softmm_mm_regions(mm, regions, sizeof(softmm_region), &count) >= 0);
+    int named = 0;
+    for (size_t i = 0; i < count; i++)
+        named += regions[i].start == (uint64_t)h && strcmp(regions[i].name, "huge") == 0 &&
+                 regions[i].name_len == 4 && regions[i].flags == MAP_SHARED;
+    EXPECT(named == 1);
+
+    /* Overcommit: never, with the limit at the arena. */
+    softmm_overcommit oc = {.size = sizeof oc};
+    EXPECT(softmm_phys_get_overcommit(phys, &oc) == 0 && oc.mode == 0 && oc.ratio == 50);
+    oc.mode = 3;
+    EXPECT(softmm_phys_set_overcommit(phys, &oc) == -EINVAL);
+    oc.mode = 2;
+    oc.ratio = 100;
+    EXPECT(softmm_phys_set_overcommit(phys, &oc) == 0);
+    EXPECT(softmm_mmap(mm, 0, 64 << 20, RW, ANON, NULL, 0) == -ENOMEM);
+    EXPECT(softmm_mmap(mm, 0, 64 << 20, PROT_READ, ANON, NULL, 0) > 0); /* not charged */
+
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_file_free(huge);
+    softmm_file_free(huge_ro);
+    softmm_mm_free(mm);
+    softmm_phys_stats s;
+    EXPECT(softmm_phys_get_stats(phys, &s) == 0 && s.frames_used == 0 && s.vmas == 0);
+    softmm_phys_free(phys);
+}
+
 int main(void) {
     softmm_phys *phys;
     softmm_mm *mm;
@@ -384,6 +540,7 @@ int main(void) {
 
     embedder_contracts();
     section_contracts();
+    complete_api_contracts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
