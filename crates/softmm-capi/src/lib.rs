@@ -74,6 +74,12 @@ mod settings;
 mod sized;
 mod stats;
 
+/// `docs/embedding.md`: its Rust examples run as this crate's doctests,
+/// its C ones (those with a `main`) are built and run by `tests/c.rs`.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/embedding.md")]
+mod embedding_guide {}
+
 pub use config::*;
 pub use cpu::*;
 pub use file::*;

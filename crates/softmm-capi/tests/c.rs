@@ -88,6 +88,25 @@ fn the_c_contract_test_passes() {
     assert!(out.lines().any(|l| l.ends_with(" passed, 0 failed")), "{out}");
 }
 
+/// The C programs of `docs/embedding.md` (its ```` ```c ```` blocks with a
+/// `main`; the others are fragments) build and exit with 0.
+#[test]
+fn the_embedding_guides_c_programs_run() {
+    let guide = std::fs::read_to_string(manifest_dir().join("../../docs/embedding.md")).unwrap();
+    let programs: Vec<&str> = guide
+        .split("```c\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .filter(|code| code.contains("int main("))
+        .collect();
+    assert!(programs.len() >= 2, "the guide's C programs: {}", programs.len());
+    for (i, code) in programs.iter().enumerate() {
+        let src = profile_dir().join(format!("guide-{i}.c"));
+        std::fs::write(&src, code).unwrap();
+        run(&compile(src.to_str().unwrap(), &format!("guide-{i}"), &static_flags()));
+    }
+}
+
 /// `scripts/install-capi.sh` into a fresh prefix, with this build's
 /// libraries (`SOFTMM_CAPI_LIBS`: no second build); returns the prefix,
 /// one per `tag` (tests run in parallel).
