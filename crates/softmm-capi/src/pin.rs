@@ -7,7 +7,7 @@ use std::sync::RwLock;
 
 use softmm::{Foll, PinnedPages};
 
-use crate::{buf_mut, buf_ref, guard, neg, put, softmm_mm};
+use crate::{buf_mut, buf_ref, guard, guard64, neg, put, softmm_mm};
 
 /// `FOLL_WRITE`: the device will write: COW is broken first and the
 /// mapping must be writable.
@@ -183,10 +183,12 @@ pub unsafe extern "C" fn softmm_pinned_write(
 /// `p` is null or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn softmm_pinned_npages(p: *const softmm_pinned) -> i64 {
-    // SAFETY: null or live (the caller's contract).
-    let Some(p) = (unsafe { p.as_ref() }) else { return -i64::from(libc::EINVAL) };
-    let pages = p.pages.read().unwrap_or_else(|e| e.into_inner());
-    pages.as_ref().map_or(0, |pages| pages.len() as i64)
+    guard64(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(p) = (unsafe { p.as_ref() }) else { return -i64::from(libc::EINVAL) };
+        let pages = p.pages.read().unwrap_or_else(|e| e.into_inner());
+        pages.as_ref().map_or(0, |pages| pages.len() as i64)
+    })
 }
 
 /// `unpin_user_pages_dirty_lock(pages, npages, make_dirty)` (for

@@ -124,17 +124,15 @@ pub unsafe extern "C" fn softmm_mm_regions(
         }
         // SAFETY: not null and valid (the caller's contract).
         let capacity = unsafe { count.read() };
+        if capacity != 0 && regions.is_null() {
+            return -i64::from(libc::EFAULT);
+        }
         let maps = mm.inner.maps();
         let needed = maps.len();
         // SAFETY: not null and valid (the caller's contract).
         unsafe { count.write(needed) };
         if capacity == 0 {
             return needed as i64;
-        }
-        if regions.is_null() {
-            // SAFETY: as above: the count as it was, since nothing is written.
-            unsafe { count.write(capacity) };
-            return -i64::from(libc::EFAULT);
         }
         if capacity < needed {
             return -i64::from(libc::ERANGE);
