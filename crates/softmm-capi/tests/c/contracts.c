@@ -278,6 +278,40 @@ static void section_contracts(void) {
 /* What an embedder needs besides system calls and accesses: structured
  * regions, statistics, pins, NUMA policy, hugetlbfs, overcommit. */
 static void complete_api_contracts(void) {
+    /* Size versions: a 0.1.0 program's config (no hugepages field) still
+     * works; a newer header's larger one only with its new fields zero. */
+    struct phys_config_0_1_0 {
+        uint32_t size, nodes;
+        uint64_t bytes;
+        int32_t on_demand;
+    } old = {sizeof old, 1, 1 << 20, 0};
+    softmm_phys *p = NULL;
+    EXPECT(softmm_phys_new_config((const softmm_phys_config *)(const void *)&old, &p) == 0);
+    softmm_meminfo old_mi = {.size = sizeof old_mi};
+    EXPECT(softmm_phys_get_meminfo(p, &old_mi) == 0 && old_mi.hugepages_total == 0);
+    softmm_phys_free(p);
+    struct {
+        softmm_phys_config c;
+        uint64_t future;
+    } newer;
+    memset(&newer, 0, sizeof newer);
+    softmm_phys_config_default(&newer.c);
+    newer.c.bytes = 1 << 20;
+    newer.c.size = sizeof newer;
+    newer.future = 1;
+    EXPECT(softmm_phys_new_config(&newer.c, &p) == -E2BIG);
+    newer.future = 0;
+    EXPECT(softmm_phys_new_config(&newer.c, &p) == 0);
+    softmm_phys_free(p);
+    struct {
+        softmm_cpu_stats s;
+        uint64_t future;
+    } bigger = {.s = {.size = sizeof bigger}, .future = 99};
+    softmm_cpu *c0 = NULL;
+    EXPECT(softmm_cpu_new(NULL, &c0) == 0);
+    EXPECT(softmm_cpu_get_stats(c0, &bigger.s) == 0 && bigger.s.size == sizeof(softmm_cpu_stats) && bigger.future == 0);
+    EXPECT(softmm_cpu_free(c0) == 0);
+
     softmm_phys_config pc;
     softmm_phys_config_default(&pc);
     EXPECT(pc.hugepages == 0);
