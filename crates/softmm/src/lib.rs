@@ -88,6 +88,7 @@ pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
 pub use mm::HugetlbPolicy;
 pub use mm::PinPolicy;
+pub use mm::PlacementPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
 pub use mm::{

@@ -171,6 +171,54 @@ impl HugetlbPolicy {
     }
 }
 
+/// Where a non-fixed `mmap` or `mremap` move without a usable hint is
+/// placed (issue 32, item 4). More policies may come, so a `match` on it
+/// needs a wildcard arm.
+///
+/// Linux leaves that address to the kernel, and every policy keeps all the
+/// rest of Linux's behaviour: a free hint is taken as is, `MAP_FIXED` and
+/// `MAP_FIXED_NOREPLACE` are unaffected, `MAP_32BIT` searches its own
+/// window, the stack guard gap, `mmap_min_addr`, hugetlb and THP alignment
+/// are respected, and a call fails with `ENOMEM` exactly when Linux's
+/// search finds no room (an arena's room is room Linux's search would have
+/// found too). `brk` and the stack do not use placement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PlacementPolicy {
+    /// Linux's `arch_get_unmapped_area_topdown`: the highest gap below
+    /// `mmap_base`, then bottom-up from `TASK_SIZE / 3`. The default: the
+    /// same calls from the same layout get the same addresses as on Linux,
+    /// which the differential and replay tests compare.
+    #[default]
+    Linux,
+    /// CortenMM's 1/N ranges: the mmap area below `mmap_base` is cut into
+    /// 1 GiB-aligned 1 GiB arenas, numbered down from the highest, and the
+    /// calling thread's slot (a small number per live thread, reused after
+    /// it exits) owns arena `slot % arenas`. The search runs top-down in
+    /// that arena first, then as [`PlacementPolicy::Linux`]. Threads'
+    /// mappings then do not abut, do not merge with one another, and do
+    /// not share page tables below the PUD level.
+    Arenas,
+}
+
+impl PlacementPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [PlacementPolicy] = &[PlacementPolicy::Linux, PlacementPolicy::Arenas];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlacementPolicy::Linux => "linux",
+            PlacementPolicy::Arenas => "arenas",
+        }
+    }
+
+    /// The policy named `name` (see [`PlacementPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<PlacementPolicy> {
+        PlacementPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
@@ -255,6 +303,8 @@ pub struct MmConfig {
     /// How hugetlb faults synchronize with PMD unsharing and truncate
     /// (seed 000).
     pub hugetlb_policy: HugetlbPolicy,
+    /// Where non-fixed mappings go when their hint cannot be used.
+    pub placement: PlacementPolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -284,6 +334,7 @@ impl Default for MmConfig {
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
             hugetlb_policy: HugetlbPolicy::default(),
+            placement: PlacementPolicy::default(),
         }
     }
 }
@@ -431,6 +482,13 @@ impl MmConfig {
     #[must_use]
     pub fn hugetlb_policy(mut self, hugetlb_policy: HugetlbPolicy) -> MmConfig {
         self.hugetlb_policy = hugetlb_policy;
+        self
+    }
+
+    /// Sets `placement`: where non-fixed mappings go when their hint cannot be used (default [`PlacementPolicy::Linux`]).
+    #[must_use]
+    pub fn placement(mut self, placement: PlacementPolicy) -> MmConfig {
+        self.placement = placement;
         self
     }
 }
@@ -591,7 +649,8 @@ mod tests {
             .cap_sys_nice(true)
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
-            .hugetlb_policy(HugetlbPolicy::LockFree);
+            .hugetlb_policy(HugetlbPolicy::LockFree)
+            .placement(PlacementPolicy::Arenas);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -613,6 +672,7 @@ mod tests {
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
             hugetlb_policy: HugetlbPolicy::LockFree,
+            placement: PlacementPolicy::Arenas,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

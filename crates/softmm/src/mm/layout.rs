@@ -1,13 +1,33 @@
 //! Choosing addresses: Linux x86-64's `get_unmapped_area`, top-down below
 //! `mmap_base` with a bottom-up fallback, hint handling, stack guard gaps and
-//! the 2 MiB alignment of large anonymous mappings.
+//! the 2 MiB alignment of large anonymous mappings; and, under
+//! [`PlacementPolicy::Arenas`], a first search in the calling thread's arena.
+//!
+//! # Arenas
+//!
+//! Under Linux placement every thread's non-fixed mappings are stacked
+//! top-down next to one another: consecutive anonymous mappings of two
+//! threads merge into one VMA, and each `munmap` splits what another
+//! thread's mapping lives in, so no range-parallel writer can keep them
+//! apart. CortenMM (SOSP'25, RFC-0003) searches a 1/N slice of the address
+//! space per CPU first. Here the slices are [`ARENA_SIZE`] (a PUD entry's
+//! span, so two arenas never share a PMD table), aligned, numbered down from
+//! the highest one below `mmap_base`; the owner is the calling thread's
+//! slot, a small number per live thread ([`thread_slot`]), as Linux's
+//! per-mm concurrency ids stand in for CPU numbers. Only where the search
+//! starts changes: the arena lies inside the range Linux's top-down search
+//! covers, with the same bounds, guard gaps and alignment, so a call fails
+//! exactly when Linux's would, and the fallback is Linux's own search.
 
 use crate::error::{Errno, Result};
 use crate::pgtable::PMD_SIZE;
 use crate::vma::VmaTree;
 use crate::{page_align, PAGE_SIZE};
 
-use super::MmConfig;
+use super::{MmConfig, PlacementPolicy};
+
+/// Bytes of one placement arena: the span of a PUD entry (1 GiB).
+pub(crate) const ARENA_SIZE: u64 = 1 << 30;
 
 /// What kind of object the area is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,12 +152,95 @@ fn arch_get_unmapped_area_topdown(
         }
     }
     let low = PAGE_SIZE.max(cfg.min_addr());
+    if cfg.placement == PlacementPolicy::Arenas {
+        // Inside [low, mmap_base): any room found here is room the search
+        // below would have found too, so arenas never turn ENOMEM into
+        // success (nor the reverse: the search below still runs).
+        if let Some((bottom, top)) = thread_slot().and_then(|slot| arena(cfg, slot)) {
+            if let Some(a) = unmapped_area_topdown_aligned(vmas, len, bottom, top, cfg.stack_guard_gap, align) {
+                return Ok(a);
+            }
+        }
+    }
     if let Some(a) = unmapped_area_topdown_aligned(vmas, len, low, cfg.mmap_base, cfg.stack_guard_gap, align) {
         return Ok(a);
     }
     // Bottom-up fallback from TASK_UNMAPPED_BASE.
     let base = (cfg.task_size / 3 + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
     unmapped_area(vmas, len, base.max(low), cfg.task_size, cfg.stack_guard_gap, align).ok_or(Errno::NoMem)
+}
+
+/// The arena `[bottom, top)` of thread slot `slot` in `cfg`'s layout: the
+/// `slot % n`-th of the `n` aligned [`ARENA_SIZE`] slices between the
+/// lowest address a search may return and `mmap_base`, counted down from
+/// the highest; `None` when not even one fits.
+pub(crate) fn arena(cfg: &MmConfig, slot: usize) -> Option<(u64, u64)> {
+    let low = PAGE_SIZE.max(cfg.min_addr()).next_multiple_of(ARENA_SIZE);
+    let high = cfg.mmap_base & !(ARENA_SIZE - 1);
+    let n = high.checked_sub(low)? / ARENA_SIZE;
+    if n == 0 {
+        return None;
+    }
+    let top = high - (slot as u64 % n) * ARENA_SIZE;
+    Some((top - ARENA_SIZE, top))
+}
+
+/// The calling thread's slot: the lowest number no other live thread holds,
+/// taken at its first call and given back when it exits. `None` while the
+/// thread is being torn down (its thread-locals may be gone already; the
+/// search is then Linux's).
+///
+/// The only shared write is the slot table's lock, at a thread's first
+/// arena placement and at its exit, never per call.
+pub(crate) fn thread_slot() -> Option<usize> {
+    slot::current()
+}
+
+/// Thread slots. Plain `std` state, not the `crate::sync` shim: a slot only
+/// chooses where a search starts, no protocol depends on it, and a loom
+/// model's threads may all share one.
+mod slot {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    /// Numbers given back by exited threads, and the next never used one.
+    static SLOTS: Mutex<Slots> = Mutex::new(Slots { freed: BTreeSet::new(), next: 0 });
+
+    struct Slots {
+        freed: BTreeSet<usize>,
+        next: usize,
+    }
+
+    /// The slot a thread holds, given back when the thread-local is dropped.
+    struct Held(usize);
+
+    impl Held {
+        fn take() -> Held {
+            let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+            let n = match slots.freed.pop_first() {
+                Some(n) => n,
+                None => {
+                    slots.next += 1;
+                    slots.next - 1
+                }
+            };
+            Held(n)
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            SLOTS.lock().unwrap_or_else(|e| e.into_inner()).freed.insert(self.0);
+        }
+    }
+
+    std::thread_local! {
+        static SLOT: Held = Held::take();
+    }
+
+    pub(super) fn current() -> Option<usize> {
+        SLOT.try_with(|h| h.0).ok()
+    }
 }
 
 /// `hugetlb_get_unmapped_area` (Linux 6.13+): the length and a fixed
@@ -431,6 +534,127 @@ mod tests {
         let t = VmaTree::default();
         assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)), Ok(190 * MIB));
         assert_eq!(get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 4 * MIB, AreaFlags::fixed(false)), Ok(188 * MIB));
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    /// The default layout under arena placement.
+    fn arenas() -> MmConfig {
+        MmConfig { placement: PlacementPolicy::Arenas, ..MmConfig::default() }
+    }
+
+    /// Every search of the calling thread under `cfg`, against Linux's on the same tree.
+    fn both(
+        cfg: &MmConfig,
+        t: &VmaTree,
+        kind: AreaKind,
+        addr: u64,
+        len: u64,
+        flags: AreaFlags,
+    ) -> (Result<u64>, Result<u64>) {
+        let linux = MmConfig { placement: PlacementPolicy::Linux, ..cfg.clone() };
+        (get_unmapped_area(cfg, t, kind, addr, len, flags), get_unmapped_area(&linux, t, kind, addr, len, flags))
+    }
+
+    #[test]
+    fn arenas_are_aligned_gib_slices_below_mmap_base_counted_down() {
+        let cfg = MmConfig::default();
+        let high = cfg.mmap_base & !(GIB - 1);
+        assert_eq!(arena(&cfg, 0), Some((high - GIB, high)));
+        assert_eq!(arena(&cfg, 5), Some((high - 6 * GIB, high - 5 * GIB)));
+        let n = ((high - GIB) / GIB) as usize; // the lowest slice starts at 1 GiB (mmap_min_addr rounded up)
+        assert_eq!(arena(&cfg, n - 1), Some((GIB, 2 * GIB)));
+        assert_eq!(arena(&cfg, n), arena(&cfg, 0), "slots wrap around");
+        // No whole aligned slice between mmap_min_addr and mmap_base: no arena.
+        assert_eq!(arena(&small(), 0), None);
+        let two = MmConfig { task_size: 4 * GIB, mmap_base: 3 * GIB + 0x5000, ..MmConfig::default() };
+        assert_eq!(arena(&two, 0), Some((2 * GIB, 3 * GIB)));
+        assert_eq!(arena(&two, 1), Some((GIB, 2 * GIB)));
+        assert_eq!(arena(&two, 2), Some((2 * GIB, 3 * GIB)));
+    }
+
+    #[test]
+    fn a_thread_keeps_its_slot_and_threads_alive_together_hold_different_ones() {
+        let mine = thread_slot().unwrap();
+        assert_eq!(thread_slot(), Some(mine));
+        let barrier = std::sync::Barrier::new(4);
+        let slots: Vec<usize> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let slot = thread_slot().unwrap();
+                        barrier.wait(); // all four alive at once
+                        slot
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all = slots.clone();
+        all.push(mine);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 5, "{slots:?} and {mine}");
+    }
+
+    #[test]
+    fn arenas_search_the_thread_arena_top_down_first() {
+        let p = phys();
+        let cfg = arenas();
+        let (bottom, top) = arena(&cfg, thread_slot().unwrap()).unwrap();
+        let t = VmaTree::default();
+        let (a, _) = both(&cfg, &t, AreaKind::Other, 0, 0x3000, AreaFlags::default());
+        assert_eq!(a, Ok(top - 0x3000));
+        // THP alignment and hugetlb alignment inside the arena.
+        let (a, _) = both(&cfg, &t, AreaKind::Anon, 0, 4 * MIB, AreaFlags::default());
+        assert_eq!(a, Ok(top - 4 * MIB));
+        let (a, _) = both(&cfg, &t, AreaKind::Huge(2 * MIB), 0, 2 * MIB, AreaFlags::default());
+        assert_eq!(a, Ok(top - 2 * MIB));
+        // A stack above the arena keeps its guard gap, which reaches into it.
+        let t = tree(&p, &[(top, top + MIB, true)]);
+        let (a, _) = both(&cfg, &t, AreaKind::Other, 0, 0x1000, AreaFlags::default());
+        assert_eq!(a, Ok(top - cfg.stack_guard_gap - 0x1000));
+        // A stack inside the arena too.
+        let t = tree(&p, &[(top - MIB, top, true)]);
+        let (a, _) = both(&cfg, &t, AreaKind::Other, 0, 0x1000, AreaFlags::default());
+        assert_eq!(a, Ok(top - MIB - cfg.stack_guard_gap - 0x1000));
+        // Room only at the arena's bottom.
+        let t = tree(&p, &[(bottom + 0x2000, top, false)]);
+        let (a, _) = both(&cfg, &t, AreaKind::Other, 0, 0x2000, AreaFlags::default());
+        assert_eq!(a, Ok(bottom));
+    }
+
+    #[test]
+    fn arenas_change_nothing_but_where_the_search_starts() {
+        let p = phys();
+        let cfg = arenas();
+        let (bottom, top) = arena(&cfg, thread_slot().unwrap()).unwrap();
+        let no = AreaFlags::default();
+        let cases: Vec<(VmaTree, AreaKind, u64, u64, AreaFlags)> = vec![
+            // A full arena: Linux's search, whatever it finds.
+            (tree(&p, &[(bottom, top, false)]), AreaKind::Other, 0, 0x1000, no),
+            (tree(&p, &[(bottom + 0x1000, top, false)]), AreaKind::Other, 0, 0x2000, no),
+            (tree(&p, &[(bottom, top, false)]), AreaKind::Anon, 0, 2 * MIB, no),
+            // Longer than an arena.
+            (VmaTree::default(), AreaKind::Other, 0, GIB + 0x1000, no),
+            // A free hint, an occupied one, MAP_FIXED, MAP_32BIT.
+            (VmaTree::default(), AreaKind::Other, 0x1234_5000, 0x1000, no),
+            (tree(&p, &[(bottom, top, false)]), AreaKind::Other, bottom, 0x1000, no),
+            (VmaTree::default(), AreaKind::Other, 0x1234_5000, 0x1000, AreaFlags::fixed(true)),
+            (VmaTree::default(), AreaKind::Other, 0, 0x1000, AreaFlags { fixed: false, low32: true }),
+            (VmaTree::default(), AreaKind::Huge(2 * MIB), 0, 2 * MIB, AreaFlags { fixed: false, low32: true }),
+            // Nothing fits anywhere.
+            (tree(&p, &[(0x1000, crate::mm::TASK_SIZE, false)]), AreaKind::Other, 0, 0x1000, no),
+            (VmaTree::default(), AreaKind::Other, 0, crate::mm::TASK_SIZE, no),
+        ];
+        for (i, (t, kind, addr, len, flags)) in cases.iter().enumerate() {
+            let (a, linux) = both(&cfg, t, *kind, *addr, *len, *flags);
+            assert_eq!(a, linux, "case {i}");
+        }
+        // An occupied hint: the arena, where Linux goes below mmap_base.
+        let t = tree(&p, &[(0x1234_5000, 0x1234_6000, false)]);
+        let (a, linux) = both(&cfg, &t, AreaKind::Other, 0x1234_5000, 0x1000, no);
+        assert_eq!((a, linux), (Ok(top - 0x1000), Ok(cfg.mmap_base - 0x1000)));
     }
 
     #[test]

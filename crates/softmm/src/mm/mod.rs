@@ -33,7 +33,9 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
-pub use config::{ConfigError, FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE, TASK_SIZE_32};
+pub use config::{
+    ConfigError, FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, PlacementPolicy, UnmapPolicy, TASK_SIZE, TASK_SIZE_32,
+};
 pub use unmap::UnmapStats;
 
 use crate::file::{Inode, Mapper};
