@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use softmm::{FaultPolicy, UnmapPolicy};
+use softmm::{FaultPolicy, PlacementPolicy, UnmapPolicy};
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
@@ -102,6 +102,37 @@ pub struct BenchArgs {
     /// another thread, until its next access).
     #[arg(long, default_value = "access-sections", value_parser = parse_shootdown)]
     pub shootdown: softmm::ShootdownPolicy,
+
+    /// Where non-fixed mmaps go, comma-separated, a sweep dimension of the
+    /// softmm rows of the fault-policy workloads: `linux` (default: as
+    /// Linux, top-down), `arenas` (the calling thread's 1 GiB arena first;
+    /// its rows are named `policy+arenas`), or `all`.
+    #[arg(long, default_value = "linux", value_parser = parse_placements)]
+    pub placement: Placements,
+}
+
+/// The `--placement` values, in the library's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placements(pub Vec<PlacementPolicy>);
+
+/// A `--placement` value: `PlacementPolicy` names, `all` or `default`.
+fn parse_placements(s: &str) -> Result<Placements, String> {
+    let mut named = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match name {
+            "all" => named.extend_from_slice(PlacementPolicy::ALL),
+            "default" => named.push(PlacementPolicy::default()),
+            _ => named.push(PlacementPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<_> = PlacementPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown placement {name:?} (one of: {}; or all, default)", names.join(", "))
+            })?),
+        }
+    }
+    let out: Vec<_> = PlacementPolicy::ALL.iter().copied().filter(|p| named.contains(p)).collect();
+    if out.is_empty() {
+        return Err("no placement".into());
+    }
+    Ok(Placements(out))
 }
 
 /// A `--shootdown` value: a `ShootdownPolicy` name.
@@ -285,6 +316,7 @@ fn parse_workloads(names: &[String]) -> Result<Vec<Workload>, String> {
 struct Job {
     workload: Workload,
     backend: Backend,
+    placement: PlacementPolicy,
     mode: &'static str,
     threads: usize,
     repeat: usize,
@@ -382,7 +414,14 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                 for &t in &threads {
                     for r in 0..args.repeat {
                         for &b in &group {
-                            jobs.push(Job { workload: w, backend: b, mode, threads: t, repeat: r });
+                            // Placement is a dimension of the fault-policy rows only.
+                            let placements = match b {
+                                Backend::Soft(_) => &args.placement.0[..],
+                                _ => &[PlacementPolicy::Linux][..],
+                            };
+                            for &placement in placements {
+                                jobs.push(Job { workload: w, backend: b, placement, mode, threads: t, repeat: r });
+                            }
                         }
                     }
                 }
@@ -422,14 +461,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             // differently, by huge pages or not).
             arena.get(job.workload.arena_bytes(max_threads, size_of(args, job.workload)))?;
         }
-        let label = format!(
-            "{} {} {} threads={} repeat={}",
-            job.workload.name(),
-            job.mode,
-            job.backend.name(),
-            job.threads,
-            job.repeat
-        );
+        let policy = workloads::policy_label(job.backend, job.placement);
+        let label =
+            format!("{} {} {} threads={} repeat={}", job.workload.name(), job.mode, policy, job.threads, job.repeat);
         if let Some(bar) = &bar {
             bar.set_message(label.clone());
         }
@@ -439,6 +473,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             limit,
             size: size_of(args, job.workload),
             force_speculative: args.force_speculative,
+            placement: job.placement,
         };
         let tasks = job.workload.tasks(job.mode, job.threads);
         let (got, cpu) =
@@ -455,7 +490,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                 samples.push(Sample {
                     workload: job.workload.name().to_string(),
                     mode: job.mode.to_string(),
-                    policy: job.backend.name().to_string(),
+                    policy,
                     threads: job.threads,
                     repeat: job.repeat,
                     ops: m.ops,
@@ -553,5 +588,14 @@ mod tests {
         );
         assert_eq!(parse_unmap_backends("host", false).unwrap(), vec![Backend::Host]);
         assert!(parse_unmap_backends("nope", false).is_err());
+        let both = Placements(vec![PlacementPolicy::Linux, PlacementPolicy::Arenas]);
+        assert_eq!(parse_placements("arenas,linux"), Ok(both.clone()));
+        assert_eq!(parse_placements("all"), Ok(both));
+        assert_eq!(parse_placements("default"), Ok(Placements(vec![PlacementPolicy::Linux])));
+        assert!(parse_placements("nope").unwrap_err().contains("arenas"));
+        let soft = Backend::Soft(FaultPolicy::PerVmaSeq);
+        assert_eq!(workloads::policy_label(soft, PlacementPolicy::Linux), "per-vma-seq");
+        assert_eq!(workloads::policy_label(soft, PlacementPolicy::Arenas), "per-vma-seq+arenas");
+        assert_eq!(workloads::policy_label(Backend::Host, PlacementPolicy::Arenas), "host");
     }
 }

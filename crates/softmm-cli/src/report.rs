@@ -362,8 +362,12 @@ pub fn policy_kind(workload: &str) -> &'static str {
 
 /// A row's place among its workload's policies: the library's order, the
 /// host last.
+/// A `+placement` row (see `workloads::policy_label`) comes right after its
+/// policy's.
 fn policy_rank(workload: &str, p: &str) -> usize {
-    crate::seeds::names(policy_kind(workload)).iter().position(|q| *q == p).unwrap_or(usize::MAX - 1)
+    let (base, placed) = p.split_once('+').map_or((p, false), |(base, _)| (base, true));
+    let names = crate::seeds::names(policy_kind(workload));
+    names.iter().position(|q| *q == base).map_or(usize::MAX - 1, |i| 2 * i + usize::from(placed))
 }
 
 fn workload_rank(w: &str) -> usize {
@@ -744,8 +748,14 @@ pub fn table(samples: &[Sample]) -> String {
     let kind = if samples.iter().all(|s| s.workload == "big-munmap") { "unmap" } else { "fault" };
     let mut out = t.render();
     if !policies.is_empty() && kind == "fault" {
+        let base: Vec<&str> = policies.iter().map(|p| p.split('+').next().unwrap_or(p)).collect();
+        let placed: Vec<&str> = policies.iter().filter_map(|p| p.split_once('+').map(|(_, q)| q)).collect();
         out.push_str("Policies:\n");
-        out.push_str(&crate::seeds::legend(kind, &policies));
+        out.push_str(&crate::seeds::legend(kind, &base));
+        if !placed.is_empty() {
+            out.push_str("Placements (`+name`; rows without one place as Linux):\n");
+            out.push_str(&crate::seeds::legend("placement", &placed));
+        }
     }
     out
 }

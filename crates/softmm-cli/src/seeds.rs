@@ -111,6 +111,8 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("lock-free", "hugetlb", "no shared lock: the fault validates that its PMD table is still linked (default)"),
     ("one-by-one", "migrate", "unmap, flush, copy and remap one page at a time (before Linux 6.3)"),
     ("batched", "migrate", "seed 003: up to 512 pages unmapped, one flush, then copied and remapped (default)"),
+    ("linux", "placement", "non-fixed mmap placed top-down below mmap_base, as Linux (default; rows unsuffixed)"),
+    ("arenas", "placement", "non-fixed mmap placed first in the calling thread's 1 GiB arena, then as Linux"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
@@ -164,6 +166,12 @@ pub fn bench_help() -> String {
         out.push_str(&legend_at(kind, &names, "      "));
     }
     out.push_str(&crate::report::wrap(
+        "  placement (--placement, for the fault-policy workloads; a row's policy gets `+name` when not \
+         linux):",
+        "      ",
+    ));
+    out.push_str(&legend_at("placement", &names("placement"), "      "));
+    out.push_str(&crate::report::wrap(
         "  host: the running kernel doing the same work, a row beside every workload's policies \
          (--no-host leaves it out)",
         "      ",
@@ -212,6 +220,9 @@ mod tests {
         }
         for p in softmm::MigratePolicy::ALL {
             assert!(gloss("migrate", p.name()).is_some(), "{}", p.name());
+        }
+        for p in softmm::PlacementPolicy::ALL {
+            assert!(gloss("placement", p.name()).is_some(), "{}", p.name());
         }
         assert!(gloss("pin", "host").is_some());
     }

@@ -201,7 +201,14 @@ pub fn seed_001(samples: &[Sample], default_policy: &str) -> Option<SeedRow> {
 /// under `locked` and the default unmap policy in turns, `repeats` times;
 /// the faulting thread runs alone for `limit` (a duration) first.
 pub fn seed_002_samples(limit: Limit, arena: &mut Arena, repeats: usize) -> Vec<Sample> {
-    let params = Params { threads: 1, mode: "fault", limit, size: 256 << 20, force_speculative: false };
+    let params = Params {
+        threads: 1,
+        mode: "fault",
+        limit,
+        size: 256 << 20,
+        force_speculative: false,
+        placement: Default::default(),
+    };
     let mut out = Vec::new();
     for r in 0..repeats {
         for p in [UnmapPolicy::Locked, UnmapPolicy::default()] {

@@ -16,7 +16,7 @@ mod wis;
 
 use std::sync::Arc;
 
-use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, UnmapPolicy};
+use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, PlacementPolicy, UnmapPolicy};
 
 use crate::report::Counters;
 pub use harness::Limit;
@@ -205,6 +205,18 @@ pub struct Params {
     pub size: u64,
     /// softmm's `MmConfig::force_speculative`.
     pub force_speculative: bool,
+    /// softmm's `MmConfig::placement` (`--placement`).
+    pub placement: PlacementPolicy,
+}
+
+/// The result's `policy` field of a sample of `backend` under `placement`:
+/// the backend's name, with `+placement` where a softmm fault-policy row
+/// does not place as Linux (so that both placements show in one table).
+pub fn policy_label(backend: Backend, placement: PlacementPolicy) -> String {
+    match backend {
+        Backend::Soft(_) if placement != PlacementPolicy::Linux => format!("{}+{}", backend.name(), placement.name()),
+        _ => backend.name().to_string(),
+    }
 }
 
 /// What a sample measured.
@@ -277,12 +289,15 @@ pub struct SoftEnv {
     pub policy: FaultPolicy,
     /// `MmConfig::force_speculative`.
     pub force_speculative: bool,
+    /// `MmConfig::placement`.
+    pub placement: PlacementPolicy,
 }
 
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config = mm_config().policy(self.policy).force_speculative(self.force_speculative);
+        let config =
+            mm_config().policy(self.policy).force_speculative(self.force_speculative).placement(self.placement);
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
@@ -294,11 +309,13 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy,
             force_speculative: p.force_speculative,
+            placement: p.placement,
         }),
         Backend::Unmap(_) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy: FaultPolicy::MmapLock,
             force_speculative: false,
+            placement: PlacementPolicy::default(),
         }),
         Backend::Host => None,
     };
