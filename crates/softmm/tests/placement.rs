@@ -282,3 +282,88 @@ fn brk_and_the_stack_do_not_use_placement() {
     drop((linux, arenas));
     assert_no_leaks(&p);
 }
+
+/// One step of [`a_single_thread_arena_is_linux_placement_shifted`]: the
+/// same call on each address space, on the same mapping (by index) and
+/// offset, or at the same fixed address.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Map { pages: u64, prot: i32 },
+    MapFixed { addr: u64, pages: u64 },
+    Unmap { map: usize, page: u64, pages: u64 },
+    Protect { map: usize, page: u64, pages: u64, prot: i32 },
+    Grow { map: usize, pages: u64 },
+}
+
+#[test]
+fn a_single_thread_arena_is_linux_placement_shifted() {
+    // One thread's mappings smaller than 2 MiB (no THP alignment, which
+    // depends on where the search starts): its arena is searched exactly as
+    // Linux searches below mmap_base, so the same calls give the same
+    // results and the same layout, moved by the distance between the two
+    // tops; fixed mappings far below both stay where they are.
+    const FIXED: u64 = 0x1000_0000;
+    let p = phys(64);
+    for seed in 0..scaled(8) {
+        let [linux, arenas] = pair(&p, MmConfig::default());
+        let (_, top) = my_arena(&arenas);
+        let shift = MmConfig::default().mmap_base - top;
+        let mut rng = Rng::new(stress_seed(0x9a7e) + seed);
+        let mut maps: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+        let prots = [PROT_READ, RW, PROT_NONE];
+        for step in 0..300 {
+            let call = match rng.below(6) {
+                0 | 1 => Call::Map { pages: 1 + rng.below(64), prot: prots[rng.below(3) as usize] },
+                2 => Call::MapFixed { addr: FIXED + rng.below(256) * PAGE, pages: 1 + rng.below(16) },
+                _ if maps[0].is_empty() => continue,
+                3 => Call::Unmap {
+                    map: rng.below(maps[0].len() as u64) as usize,
+                    page: rng.below(8),
+                    pages: 1 + rng.below(16),
+                },
+                4 => Call::Protect {
+                    map: rng.below(maps[0].len() as u64) as usize,
+                    page: rng.below(8),
+                    pages: 1 + rng.below(16),
+                    prot: prots[rng.below(3) as usize],
+                },
+                _ => Call::Grow { map: rng.below(maps[0].len() as u64) as usize, pages: 1 + rng.below(32) },
+            };
+            let mut got = Vec::new();
+            for (mm, maps) in [&linux, &arenas].into_iter().zip(&mut maps) {
+                let r = match call {
+                    Call::Map { pages, prot } => {
+                        mm.mmap(0, pages * PAGE, prot, ANON, None, 0).inspect(|&a| maps.push(a))
+                    }
+                    Call::MapFixed { addr, pages } => mm.mmap(addr, pages * PAGE, RW, ANON | MAP_FIXED, None, 0),
+                    Call::Unmap { map, page, pages } => mm.munmap(maps[map] + page * PAGE, pages * PAGE).map(|()| 0),
+                    Call::Protect { map, page, pages, prot } => {
+                        mm.mprotect(maps[map] + page * PAGE, pages * PAGE, prot).map(|()| 0)
+                    }
+                    Call::Grow { map, pages } => {
+                        let r = mm.mremap(maps[map], PAGE, (1 + pages) * PAGE, MREMAP_MAYMOVE, 0);
+                        if let Ok(a) = r {
+                            maps[map] = a;
+                        }
+                        r
+                    }
+                };
+                // Addresses in the arena as Linux's, moved up by the shift.
+                got.push(r.map(|a| if a >= top - GIB && a < top { a + shift } else { a }));
+            }
+            assert_eq!(got[0], got[1], "seed {seed} step {step}: {call:?}");
+        }
+        let moved: Vec<_> = arenas
+            .maps()
+            .into_iter()
+            .map(|mut e| {
+                if e.start >= top - GIB && e.start < top {
+                    (e.start, e.end) = (e.start + shift, e.end + shift);
+                }
+                e
+            })
+            .collect();
+        assert_eq!(linux.maps(), moved, "seed {seed}");
+    }
+    assert_no_leaks(&p);
+}
