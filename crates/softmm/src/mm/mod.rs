@@ -25,6 +25,7 @@ mod unmap;
 #[cfg(all(test, loom))]
 mod unmap_loom_tests;
 mod unmap_unreachable;
+mod vma;
 
 use std::sync::{Arc, Weak};
 
@@ -643,25 +644,10 @@ impl AddressSpace {
             return Ok(None);
         };
         self.munmap_split_check(&st.vmas, start, end)?;
+        // Each goes from the tree; the first and last put back what lies
+        // outside the range (`split_vma`).
         for v in &victims {
-            st.vmas.remove(v.start);
-        }
-        // __split_vma: hugetlb_split, once both splits are allowed and the
-        // VMAs are detached (Linux write-locks them first): a fault through
-        // one could link the window's table again.
-        if start > first.start {
-            self.hugetlb_split(first, start);
-        }
-        if end < last.end {
-            self.hugetlb_split(last, end);
-        }
-        for v in &victims {
-            if v.start < start {
-                st.vmas.insert(v.slice(v.start, start, v.flags));
-            }
-            if v.end > end {
-                st.vmas.insert(v.slice(end, v.end, v.flags));
-            }
+            self.split_vma(st, v, start.max(v.start), end.min(v.end));
         }
         Ok(Some((start.max(first.start), end.min(last.end))))
     }
@@ -683,13 +669,8 @@ impl AddressSpace {
             return Err(crate::Errno::NoMem);
         }
         // __split_vma: vm_ops->may_split (hugetlb), after the map count.
-        if start > first.start {
-            first.may_split(start)?;
-        }
-        if end < last.end {
-            last.may_split(end)?;
-        }
-        Ok(())
+        Self::split_vma_check(first, start, end)?;
+        Self::split_vma_check(last, start, end)
     }
 
     /// Detaches the page tables that only the now-empty `[start, end)` used.
