@@ -19,6 +19,8 @@
 //!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
 //!   4 KiB subpage) and their unshare.
+//! - `vm_ops.rs`: the hooks through which the core maps, splits, closes
+//!   and zaps hugetlb VMAs (`hugetlb_vm_ops`, `hugetlbfs_file_mmap`).
 //! - `lock.rs`: the locks of the seed's schemes (the file's `i_mmap` lock,
 //!   the fault mutex table, the per-address-space hugetlb VMA lock) and
 //!   their counters, [`HugetlbLockStats`].
@@ -38,10 +40,12 @@ pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;
 pub(crate) mod share;
+mod vm_ops;
 
 pub use lock::HugetlbLockStats;
 pub use pool::HugePageNodeStats;
 pub use pool::HugePageStats;
+pub(crate) use vm_ops::HUGETLB_VM_OPS;
 
 /// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64
 /// (Linux's default hstate).

@@ -39,10 +39,10 @@ impl AddressSpace {
     /// The callers check `max_map_count` first, each as Linux does.
     pub(crate) fn split_vma_check(vma: &Vma, start: u64, end: u64) -> Result<()> {
         if start > vma.start {
-            vma.may_split(start)?;
+            vma.ops.may_split(vma, start)?;
         }
         if end < vma.end {
-            vma.may_split(end)?;
+            vma.ops.may_split(vma, end)?;
         }
         Ok(())
     }
@@ -56,14 +56,14 @@ impl AddressSpace {
     /// for the same range; `mmap_lock` is held for write.
     pub(crate) fn split_vma(&self, st: &mut MmState, vma: &Arc<Vma>, start: u64, end: u64) {
         st.vmas.remove(vma.start);
-        // hugetlb_split once both splits are allowed and the VMA is
+        // The backing's split (hugetlb_split) once both splits are allowed and the VMA is
         // detached (Linux write-locks it first, `vma_start_write`): a
         // fault through it could link the window's table again.
         if start > vma.start {
-            self.hugetlb_split(vma, start);
+            vma.ops.split(self, vma, start);
         }
         if end < vma.end {
-            self.hugetlb_split(vma, end);
+            vma.ops.split(self, vma, end);
         }
         if start > vma.start {
             st.vmas.insert(vma.slice(vma.start, start, vma.flags));
@@ -243,5 +243,70 @@ mod tests {
         assert_eq!(spans(&mm), before);
         mm.mprotect(a, 2 * PAGE_SIZE, PROT_READ).unwrap();
         assert_eq!(spans(&mm).len(), 2);
+    }
+    thread_local! {
+        /// What [`RecordingOps`] was asked on this thread.
+        static CALLS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Hooks that refuse a split at [`REFUSED`] and record every call.
+    struct RecordingOps;
+    static RECORDING_OPS: RecordingOps = RecordingOps;
+    const REFUSED: u64 = 0x4000_3000;
+
+    impl crate::vma::VmaOps for RecordingOps {
+        fn name(&self) -> &'static str {
+            "recording"
+        }
+        fn may_split(&self, _vma: &crate::vma::Vma, addr: u64) -> crate::Result<()> {
+            CALLS.with(|c| c.borrow_mut().push(format!("may_split {addr:#x}")));
+            if addr == REFUSED {
+                return Err(crate::Errno::Perm);
+            }
+            Ok(())
+        }
+        fn split(&self, _mm: &AddressSpace, vma: &crate::vma::Vma, addr: u64) {
+            assert!(vma.lock.is_detached(), "split before the VMA left the tree");
+            CALLS.with(|c| c.borrow_mut().push(format!("split {addr:#x}")));
+        }
+        fn close(&self, _vma: &crate::vma::Vma, start: u64, end: u64) {
+            CALLS.with(|c| c.borrow_mut().push(format!("close {start:#x}-{end:#x}")));
+        }
+    }
+
+    fn calls() -> Vec<String> {
+        CALLS.with(|c| std::mem::take(&mut *c.borrow_mut()))
+    }
+
+    /// The core asks a VMA's own hooks, whatever its backing: every edge
+    /// may refuse before anything changes, each split is told once the VMA
+    /// is detached, the pieces keep the hooks, and an unmap closes the part
+    /// that goes (here with no reservation, so the core asks nothing).
+    #[test]
+    fn splits_go_through_the_vmas_hooks() {
+        let phys = two_nodes();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm
+            .mmap(0x4000_0000, 6 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, None, 0)
+            .unwrap();
+        {
+            let mut st = mm.write_lock();
+            let v = st.vmas.find(a).cloned().unwrap();
+            let mut hooked = v.rebound(v.start, v.end, v.pgoff);
+            hooked.ops = &RECORDING_OPS;
+            st.vmas.replace(v.start, hooked);
+        }
+        let before = spans(&mm);
+        assert_eq!(mm.mprotect(a + PAGE_SIZE, 2 * PAGE_SIZE, PROT_READ), Err(crate::Errno::Perm));
+        assert_eq!(spans(&mm), before, "a refused split changes nothing");
+        assert_eq!(calls(), ["may_split 0x40001000", "may_split 0x40003000"]);
+        mm.mprotect(a + PAGE_SIZE, PAGE_SIZE, PROT_READ).unwrap();
+        assert_eq!(calls(), ["may_split 0x40001000", "may_split 0x40002000", "split 0x40001000", "split 0x40002000"]);
+        assert_eq!(spans(&mm).len(), 3);
+        let st = mm.read_lock();
+        assert!(st.vmas.iter().all(|v| v.ops.name() == "recording"), "every piece keeps the hooks");
+        drop(st);
+        assert_eq!(mm.munmap(a + 4 * PAGE_SIZE, PAGE_SIZE), Ok(()));
+        assert_eq!(calls(), ["may_split 0x40004000", "may_split 0x40005000", "split 0x40004000", "split 0x40005000"]);
     }
 }
