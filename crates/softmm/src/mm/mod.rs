@@ -20,6 +20,7 @@ mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
 pub(crate) mod layout;
+mod mkclean;
 mod stack;
 mod unmap;
 #[cfg(all(test, loom))]
