@@ -21,6 +21,7 @@ mod gather;
 pub(crate) mod hooks;
 pub(crate) mod layout;
 mod mkclean;
+mod pmd_unshare;
 mod stack;
 mod unmap;
 #[cfg(all(test, loom))]
