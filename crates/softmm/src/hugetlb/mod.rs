@@ -11,7 +11,9 @@
 //! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
 //!   tree), kept by the address spaces when their write sections end.
 //! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
-//!   `huge_pmd_unshare`, `hugetlb_split`).
+//!   `hugetlb_split`, the read-locked zap) and its protocol; the unshare
+//!   every change of a range starts with is the core's
+//!   (`mm/pmd_unshare.rs`).
 //! - `migrate.rs`: hugetlb page migration (`isolate_hugetlb`,
 //!   `unmap_and_move_huge_page`): PMD-level migration entries, a target
 //!   from the target node's pool, the page cache switched for files.

@@ -44,7 +44,7 @@
 //! window in both address spaces (`HugetlbVmaLock::note_shared`), so that
 //! their unshares, which know the window but not the VMA, find it.
 //!
-//! Unshare ([`AddressSpace::hugetlb_unshare_range`], Linux's
+//! Unshare ([`AddressSpace::hugetlb_unshare_range`] in `mm/pmd_unshare.rs`, Linux's
 //! `huge_pmd_unshare` + `huge_pmd_unshare_flush`): every path that changes
 //! or removes the entries of a range (zap: munmap, `MADV_DONTNEED`,
 //! truncate, hole punch, mremap's tails; `change_protection`: mprotect;
