@@ -15,7 +15,6 @@ use crate::fault::Access;
 use crate::mm::AddressSpace;
 use crate::vma::VmFlags;
 use crate::vma::Vma;
-use crate::PAGE_SIZE;
 
 /// Linux's `__get_user_pages` on `[start, end)` of `vma` (page aligned and
 /// inside it), for a caller holding `mmap_lock`: faults each page in for
@@ -29,7 +28,7 @@ pub(crate) fn get_user_pages(
     access: Access,
 ) -> core::result::Result<(), Fault> {
     // A hugetlb fault maps a whole 2 MiB page: one per huge page.
-    let step = if vma.flags.contains(VmFlags::HUGETLB) { crate::hugetlb::HPAGE_SIZE } else { PAGE_SIZE };
+    let step = vma.ops.pagesize(vma);
     let mut a = start;
     while a < end {
         mm.handle_mm_fault(vma, a, access)?;

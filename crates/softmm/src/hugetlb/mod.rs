@@ -11,7 +11,9 @@
 //! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
 //!   tree), kept by the address spaces when their write sections end.
 //! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
-//!   `huge_pmd_unshare`, `hugetlb_split`).
+//!   `hugetlb_split`, the read-locked zap) and its protocol; the unshare
+//!   every change of a range starts with is the core's
+//!   (`mm/pmd_unshare.rs`).
 //! - `migrate.rs`: hugetlb page migration (`isolate_hugetlb`,
 //!   `unmap_and_move_huge_page`): PMD-level migration entries, a target
 //!   from the target node's pool, the page cache switched for files.
@@ -19,6 +21,8 @@
 //!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
 //!   4 KiB subpage) and their unshare.
+//! - `vm_ops.rs`: the hooks through which the core maps, splits, closes
+//!   and zaps hugetlb VMAs (`hugetlb_vm_ops`, `hugetlbfs_file_mmap`).
 //! - `lock.rs`: the locks of the seed's schemes (the file's `i_mmap` lock,
 //!   the fault mutex table, the per-address-space hugetlb VMA lock) and
 //!   their counters, [`HugetlbLockStats`].
@@ -38,10 +42,12 @@ pub(crate) mod pool;
 pub(crate) mod resv;
 pub(crate) mod rmap;
 pub(crate) mod share;
+mod vm_ops;
 
 pub use lock::HugetlbLockStats;
 pub use pool::HugePageNodeStats;
 pub use pool::HugePageStats;
+pub(crate) use vm_ops::HUGETLB_VM_OPS;
 
 /// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64
 /// (Linux's default hstate).

@@ -20,11 +20,14 @@ mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
 pub(crate) mod layout;
+mod mkclean;
+mod pmd_unshare;
 mod stack;
 mod unmap;
 #[cfg(all(test, loom))]
 mod unmap_loom_tests;
 mod unmap_unreachable;
+mod vma;
 
 use std::sync::{Arc, Weak};
 
@@ -611,7 +614,8 @@ impl AddressSpace {
     /// `ENOMEM` without change if a split would exceed `max_map_count`.
     pub(crate) fn detach_vmas(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<Option<(u64, u64)>> {
         let accounted = commit::accounted_pages(&st.vmas, start, end);
-        // hugetlb_vm_op_close of the parts that go: their private reservations.
+        // vm_ops->close of the parts that go (hugetlb: their private
+        // reservations); only a VMA with something to close is kept for it.
         let closing: Vec<(Arc<Vma>, u64, u64)> = st
             .vmas
             .overlapping(start, end)
@@ -620,7 +624,7 @@ impl AddressSpace {
             .collect();
         let span = self.detach_vmas_keep_charge(st, start, end)?;
         for (v, lo, hi) in closing {
-            crate::hugetlb::close_vma_range(&v, lo, hi);
+            v.ops.close(&v, lo, hi);
         }
         // vms_complete_munmap_vmas: the removed mappings' commit charge goes.
         self.phys.vm_unacct_memory(accounted);
@@ -645,25 +649,10 @@ impl AddressSpace {
             return Ok(None);
         };
         self.munmap_split_check(&st.vmas, start, end)?;
+        // Each goes from the tree; the first and last put back what lies
+        // outside the range (`split_vma`).
         for v in &victims {
-            st.vmas.remove(v.start);
-        }
-        // __split_vma: hugetlb_split, once both splits are allowed and the
-        // VMAs are detached (Linux write-locks them first): a fault through
-        // one could link the window's table again.
-        if start > first.start {
-            self.hugetlb_split(first, start);
-        }
-        if end < last.end {
-            self.hugetlb_split(last, end);
-        }
-        for v in &victims {
-            if v.start < start {
-                st.vmas.insert(v.slice(v.start, start, v.flags));
-            }
-            if v.end > end {
-                st.vmas.insert(v.slice(end, v.end, v.flags));
-            }
+            self.split_vma(st, v, start.max(v.start), end.min(v.end));
         }
         Ok(Some((start.max(first.start), end.min(last.end))))
     }
@@ -685,13 +674,11 @@ impl AddressSpace {
             return Err(crate::Errno::NoMem);
         }
         // __split_vma: vm_ops->may_split (hugetlb), after the map count.
-        if start > first.start {
-            first.may_split(start)?;
+        Self::split_vma_check(first, start, end)?;
+        if Arc::ptr_eq(first, last) {
+            return Ok(());
         }
-        if end < last.end {
-            last.may_split(end)?;
-        }
-        Ok(())
+        Self::split_vma_check(last, start, end)
     }
 
     /// Detaches the page tables that only the now-empty `[start, end)` used.
@@ -828,21 +815,14 @@ impl Mapper for AddressSpace {
             }
             let start = v.start + ((lo - vfirst) << PAGE_SHIFT);
             let end = v.start + ((hi - vfirst) << PAGE_SHIFT);
-            if even_cows {
-                // hugetlb_vmdelete_list → __unmap_hugepage_range: a private
-                // copy's owner gets its reservation back on the last unmap.
-                self.hugetlb_restore_reserves(v, start, end);
-            }
             let file_id = file.id();
             let phys = &self.phys;
-            let filter = |pte: Pte| even_cows || phys.desc(pte.pfn()).mapping.load(Ordering::Relaxed) == file_id;
-            if v.flags.contains(VmFlags::HUGETLB) {
-                // __hugetlb_zap_begin: under `mmap_lock` for read only, a
-                // shareable window needs the locks that keep it unshared.
-                self.hugetlb_zap_range(v, start, end, &mut tlb, filter);
-            } else {
-                self.zap_range(start, end, &mut tlb, filter);
-            }
+            let mut filter = |pte: Pte| even_cows || phys.desc(pte.pfn()).mapping.load(Ordering::Relaxed) == file_id;
+            // unmap_single_vma, through the backing: under `mmap_lock` for
+            // read only, a shareable hugetlb window needs the locks that
+            // keep it unshared, and a private copy's owner gets its
+            // reservation back.
+            v.ops.zap(self, v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
@@ -873,12 +853,12 @@ impl Drop for AddressSpace {
         }
         // exit_mmap: the commit charge of what is left goes.
         self.phys.vm_unacct_memory(commit::accounted_pages(&st.vmas, 0, u64::MAX));
-        // remove_vma → hugetlb_vm_op_close: private reservations go now, not
+        // remove_vma → vm_ops->close (hugetlb: private reservations) now, not
         // after the VMAs' grace period; and its fput: the last mapping of a
         // shared anonymous object or of a file without a handle evicts it
         // now (pages still mapped go when the page tables drop, below).
         for v in st.vmas.iter() {
-            crate::hugetlb::close_vma_range(v, v.start, v.end);
+            v.ops.close(v, v.start, v.end);
             v.put_file();
         }
         put_files(st.vmas.take_removed());

@@ -58,6 +58,8 @@ use table::{Child, Table};
 pub(crate) const PTRS_PER_TABLE: usize = 512;
 /// Bytes mapped by one PTE table (and by one PMD leaf): 2 MiB.
 pub(crate) const PMD_SIZE: u64 = PAGE_SIZE * PTRS_PER_TABLE as u64;
+/// Bytes one PUD entry maps: the window a PMD table covers.
+pub(crate) const PUD_SIZE: u64 = PMD_SIZE * PTRS_PER_TABLE as u64;
 
 /// The 4-level tree of one address space.
 pub(crate) struct PageTables {

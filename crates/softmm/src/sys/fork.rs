@@ -100,6 +100,10 @@ impl AddressSpace {
             let mut cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon).with_open(v.open);
             // vma_dup_policy: the child's VMA keeps the parent's policy.
             cv.policy = v.policy.clone();
+            // vm_area_dup: the same backing's hooks (hugetlb's reserve map
+            // stays the parent's: the child's VMA starts without one,
+            // hugetlb_dup_vma_private).
+            cv.ops = v.ops;
             if let Some(f) = &v.file {
                 child.link_file(f);
             }

@@ -9,7 +9,7 @@ use crate::mempolicy::{get_nodes, sanitize_mode, MemPolicy, MPOL_DEFAULT, MPOL_M
 use crate::mempolicy::{MPOL_MF_STRICT, MPOL_MF_VALID};
 use crate::migrate::Isolated;
 use crate::phys::{NodeMask, Placement};
-use crate::vma::{anon_compatible, VmFlags, Vma};
+use crate::vma::{VmFlags, Vma};
 use crate::{page_align, PAGE_SIZE};
 
 use crate::mm::{AddressSpace, MmState};
@@ -242,82 +242,6 @@ impl AddressSpace {
             }
         }
         Ok(failed)
-    }
-
-    /// Gives `[start, end)` of `vma` the policy `policy` (Linux's
-    /// `vma_modify_policy` + `vma_replace_policy`): merges with a neighbour
-    /// that becomes identical, splits otherwise. `ENOMEM` if a split would
-    /// exceed `max_map_count`; nothing changes then.
-    fn vma_modify_policy(
-        &self,
-        st: &mut MmState,
-        vma: &Arc<Vma>,
-        start: u64,
-        end: u64,
-        policy: Option<Arc<MemPolicy>>,
-    ) -> Result<()> {
-        let file = vma.file_id();
-        let anon = vma.anon_vma.get();
-        let pgoff = vma.pgoff_at(start);
-        let pages = (end - start) / PAGE_SIZE;
-        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start).cloned();
-        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end).cloned();
-        let pol = policy.as_ref();
-        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(vma.flags, file, anon, pgoff) && p.same_policy(pol));
-        let mut right = next
-            .as_ref()
-            .is_some_and(|n| n.can_merge_before(vma.flags, file, anon, pgoff, pages) && n.same_policy(pol));
-        if left && right {
-            right = anon_compatible(
-                prev.as_ref().and_then(|p| p.anon_vma.get()),
-                next.as_ref().and_then(|n| n.anon_vma.get()),
-            );
-        }
-        let splits = (start > vma.start && !left) as usize + (end < vma.end && !right) as usize;
-        if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
-            return Err(Errno::NoMem);
-        }
-        // __split_vma: vm_ops->may_split (hugetlb splits only at 2 MiB).
-        if start > vma.start && !left {
-            vma.may_split(start)?;
-        }
-        if end < vma.end && !right {
-            vma.may_split(end)?;
-        }
-        st.vmas.remove(vma.start);
-        // __split_vma: hugetlb_split, once both splits are allowed and the
-        // VMA is detached (Linux write-locks it first, `vma_start_write`):
-        // a fault through it could link the window's table again.
-        if start > vma.start && !left {
-            self.hugetlb_split(vma, start);
-        }
-        if end < vma.end && !right {
-            self.hugetlb_split(vma, end);
-        }
-        let (mut lo, mut hi, mut pg) = (start, end, pgoff);
-        let mut anon_new = vma.anon_vma.get().cloned();
-        if left {
-            let p = prev.as_ref().expect("left");
-            st.vmas.remove(p.start);
-            lo = p.start;
-            pg = p.pgoff;
-            anon_new = p.anon_vma.get().cloned().or(anon_new);
-        } else if start > vma.start {
-            st.vmas.insert(vma.slice(vma.start, start, vma.flags));
-        }
-        if right {
-            let n = next.as_ref().expect("right");
-            st.vmas.remove(n.start);
-            hi = n.end;
-            anon_new = anon_new.or_else(|| n.anon_vma.get().cloned());
-        } else if end < vma.end {
-            st.vmas.insert(vma.slice(end, vma.end, vma.flags));
-        }
-        let mut merged = vma.rebound(lo, hi, pg);
-        merged.policy = policy;
-        merged.set_anon(anon_new);
-        st.vmas.insert(merged);
-        Ok(())
     }
 
     /// `move_pages(pid, count, pages, NULL, status, flags)`: the node of the

@@ -6,7 +6,7 @@ use crate::error::{Errno, Result};
 use crate::file::{Inode, OpenFile};
 use crate::uapi::*;
 use crate::vma::VmFlags;
-use crate::vma::{AnonVma, Vma};
+use crate::vma::{AnonVma, Vma, VmaDesc, VmaOps, DEFAULT_VM_OPS};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{accounted_pages, total_vm};
@@ -312,55 +312,32 @@ impl AddressSpace {
         // unmap in mmap_region then cannot fail, and a hugetlb mapping is
         // never charged, so nothing after the hook can refuse the call.
         self.munmap_split_check(&st.vmas, addr, addr + len)?;
-        let mut hugetlb_file = None;
-        let mut hugetlb_resv = None;
-        if let Backing::Hugetlb(size) = backing {
+        // The backing's preparation (Linux's `f_op->mmap`; for hugetlb,
+        // `hugetlbfs_file_mmap`'s flags, reservations and growth).
+        let ops: &'static dyn VmaOps = match backing {
+            Backing::Hugetlb(_) => &crate::hugetlb::HUGETLB_VM_OPS,
+            Backing::Anon | Backing::File => &DEFAULT_VM_OPS,
+        };
+        let mut desc = VmaDesc {
+            start: addr,
+            end: addr + len,
+            pgoff,
+            flags: vm_flags,
+            file: file.map(|f| f.file.inode().clone()),
+            page_size: match backing {
+                Backing::Hugetlb(size) => size,
+                Backing::Anon | Backing::File => PAGE_SIZE,
+            },
+            map_noreserve: flags & MAP_NORESERVE != 0,
+            hugetlb_resv: None,
+        };
+        ops.mmap_prepare(&self.phys, &mut desc)?;
+        vm_flags = desc.flags;
+        if vm_flags.contains(VmFlags::HUGETLB) {
             st.hugetlb_seen = true;
-            // do_mmap: hugetlb applies strict reservations unless
-            // MAP_NORESERVE, whatever the overcommit mode.
-            if flags & MAP_NORESERVE != 0 {
-                vm_flags |= VmFlags::NORESERVE;
-            }
-            // hugetlbfs_file_mmap: VM_HUGETLB | VM_DONTEXPAND, an aligned
-            // offset, then hugetlb_reserve_pages (ENOMEM).
-            vm_flags |= VmFlags::HUGETLB | VmFlags::DONTEXPAND;
-            if pgoff % (size >> PAGE_SHIFT) != 0 {
-                return Err(Errno::Inval);
-            }
-            if size != crate::hugetlb::HPAGE_SIZE {
-                // No 1 GiB pool: as a host with no 1 GiB pages reserved.
-                return Err(Errno::NoMem);
-            }
-            let shift = crate::hugetlb::HPAGE_SHIFT - PAGE_SHIFT;
-            let (from, to) = (pgoff >> shift, (pgoff >> shift) + (len >> crate::hugetlb::HPAGE_SHIFT));
-            let reserve = !vm_flags.contains(VmFlags::NORESERVE);
-            // The file mapped; for anonymous memory the pseudo-file of
-            // hugetlb_file_setup(HUGETLB_ANON_FILE), `len` bytes long (a
-            // shared mapping's page cache; a private one's faults allocate
-            // anonymous pages but stop at its size too).
-            let f = match file {
-                Some(f) => f.file.inode().clone(),
-                None => crate::hugetlb::anon_file(&self.phys, len),
-            };
-            if vm_flags.contains(VmFlags::MAYSHARE) {
-                // The file's reserve map.
-                if reserve {
-                    f.hugetlb.as_ref().expect("a hugetlb file").reserve(&self.phys, from, to)?;
-                }
-            } else if reserve {
-                hugetlb_resv = Some(crate::hugetlb::resv::PrivateResv::new(&self.phys, from, to)?);
-            }
-            if vm_flags.contains(VmFlags::WRITE) {
-                // hugetlbfs_file_mmap: a writable mapping past the end
-                // grows the file to cover it, the pseudo-file of an
-                // anonymous mapping at an offset too.
-                f.hugetlbfs_cover((pgoff << PAGE_SHIFT) + len);
-            }
-            hugetlb_file = Some(f);
         }
-        let backing = match file {
-            _ if hugetlb_file.is_some() => hugetlb_file,
-            Some(f) => Some(f.file.inode().clone()),
+        let backing = match desc.file {
+            Some(f) => Some(f),
             None if vm_flags.contains(VmFlags::SHARED) => {
                 // shmem_zero_setup charges the whole object unless
                 // MAP_NORESERVE (shmem_acct_size); the object returns it.
@@ -383,7 +360,8 @@ impl AddressSpace {
         };
         let mut tlb = MmuGather::default();
         let open = file.map_or(0, OpenFile::open_id);
-        let res = self.mmap_region(&mut st, backing, open, addr, len, vm_flags, pgoff, hugetlb_resv, &mut tlb);
+        let res =
+            self.mmap_region(&mut st, backing, open, addr, len, vm_flags, pgoff, ops, desc.hugetlb_resv, &mut tlb);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
@@ -407,6 +385,7 @@ impl AddressSpace {
         len: u64,
         mut vm_flags: VmFlags,
         pgoff: u64,
+        ops: &'static dyn VmaOps,
         hugetlb_resv: Option<Arc<crate::hugetlb::resv::PrivateResv>>,
         tlb: &mut MmuGather,
     ) -> Result<()> {
@@ -431,6 +410,7 @@ impl AddressSpace {
             self.arc().link_file(f);
         }
         let mut vma = Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None).with_open(open);
+        vma.ops = ops;
         vma.hugetlb_resv = hugetlb_resv;
         self.insert_merged(st, vma);
         Ok(())

@@ -1,12 +1,9 @@
-//! `mprotect`, and the VMA flag change it shares with `madvise` (Linux's
-//! `vma_modify_flags`: merge with a neighbour where possible, else split).
-
-use std::sync::Arc;
+//! `mprotect`. The VMA change it shares with `madvise` and `mbind`
+//! (`vma_modify_flags`: merge or split) is `mm/vma.rs`'s.
 
 use crate::error::{Errno, Result};
 use crate::uapi::*;
 use crate::vma::VmFlags;
-use crate::vma::{anon_compatible, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::total_vm;
@@ -147,86 +144,6 @@ impl AddressSpace {
         if tmp < end {
             return Err(Errno::NoMem);
         }
-        Ok(())
-    }
-
-    /// Gives `[start, end)` of `vma` the flags `newflags`, merging with the
-    /// previous or next VMA when the range touches it and they become
-    /// compatible, splitting `vma` otherwise. `ENOMEM` if a split would exceed
-    /// `max_map_count`; nothing changes then.
-    pub(crate) fn vma_modify_flags(
-        &self,
-        st: &mut MmState,
-        vma: &Arc<Vma>,
-        start: u64,
-        end: u64,
-        newflags: VmFlags,
-    ) -> Result<()> {
-        if newflags == vma.flags {
-            return Ok(());
-        }
-        let file = vma.file_id();
-        let anon = vma.anon_vma.get();
-        let pgoff = vma.pgoff_at(start);
-        let pages = (end - start) / PAGE_SIZE;
-        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start).cloned();
-        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end).cloned();
-        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(newflags, file, anon, pgoff));
-        let mut right = next.as_ref().is_some_and(|n| n.can_merge_before(newflags, file, anon, pgoff, pages));
-        if left && right {
-            right = anon_compatible(
-                prev.as_ref().and_then(|p| p.anon_vma.get()),
-                next.as_ref().and_then(|n| n.anon_vma.get()),
-            );
-        }
-        let union = |vs: &[Option<&Arc<Vma>>]| vs.iter().flatten().find_map(|v| v.anon_vma.get().cloned());
-        // Splits needed when no merge absorbs an edge.
-        let splits = (start > vma.start && !left) as usize + (end < vma.end && !right) as usize;
-        if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
-            return Err(Errno::NoMem);
-        }
-        // __split_vma: vm_ops->may_split (hugetlb splits only at 2 MiB).
-        if start > vma.start && !left {
-            vma.may_split(start)?;
-        }
-        if end < vma.end && !right {
-            vma.may_split(end)?;
-        }
-        st.vmas.remove(vma.start);
-        // __split_vma: hugetlb_split, once both splits are allowed and the
-        // VMA is detached (Linux write-locks it first, `vma_start_write`):
-        // a fault through it could link the window's table again.
-        if start > vma.start && !left {
-            self.hugetlb_split(vma, start);
-        }
-        if end < vma.end && !right {
-            self.hugetlb_split(vma, end);
-        }
-        let mut lo = start;
-        let mut hi = end;
-        let mut anon_new = vma.anon_vma.get().cloned();
-        let mut pg = pgoff;
-        if left {
-            let p = prev.as_ref().expect("left");
-            st.vmas.remove(p.start);
-            lo = p.start;
-            pg = p.pgoff;
-            anon_new = union(&[Some(p), Some(vma)]);
-        } else if start > vma.start {
-            st.vmas.insert(vma.slice(vma.start, start, vma.flags));
-        }
-        if right {
-            let n = next.as_ref().expect("right");
-            st.vmas.remove(n.start);
-            hi = n.end;
-            anon_new = anon_new.or_else(|| union(&[Some(n)]));
-        } else if end < vma.end {
-            st.vmas.insert(vma.slice(end, vma.end, vma.flags));
-        }
-        let mut merged = vma.rebound(lo, hi, pg);
-        merged.flags = newflags;
-        merged.set_anon(anon_new);
-        st.vmas.insert(merged);
         Ok(())
     }
 }

@@ -17,11 +17,13 @@ use crate::sync::{Mutex, VmaLock};
 use crate::PAGE_SHIFT;
 
 mod flags;
+mod ops;
 
 /// A VMA's backing for merge checks: the file's id and the open's.
 pub(crate) type FileKey = (u64, u64);
 
 pub(crate) use flags::VmFlags;
+pub(crate) use ops::{VmaDesc, VmaOps, ZapDetails, DEFAULT_VM_OPS};
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
 /// one may merge; it is assigned on the first anonymous fault. Its identity is
@@ -149,6 +151,9 @@ pub struct Vma {
     /// and the end of the write section carries such a mark over under the
     /// same lock (`AddressSpace::publish`'s caller).
     pub(crate) hugetlb_unmapped_from: Option<Arc<crate::sync::AtomicBool>>,
+    /// The backing's hooks (Linux's `vm_ops`): [`DEFAULT_VM_OPS`] unless
+    /// the mapping's preparation chose others; every copy keeps them.
+    pub(crate) ops: &'static dyn VmaOps,
     acct: Arc<PhysMem>,
 }
 
@@ -206,6 +211,7 @@ impl Vma {
             hugetlb_resv: None,
             hugetlb_unmapped: Arc::new(crate::sync::AtomicBool::new(false)),
             hugetlb_unmapped_from: None,
+            ops: &DEFAULT_VM_OPS,
             acct: phys.clone(),
         }
     }
@@ -245,6 +251,7 @@ impl Vma {
         .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
+        v.ops = self.ops;
         self.copy_hugetlb_unmapped(&mut v);
         v
     }
@@ -256,6 +263,7 @@ impl Vma {
                 .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
+        v.ops = self.ops;
         self.copy_hugetlb_unmapped(&mut v);
         v
     }
@@ -290,15 +298,6 @@ impl Vma {
         if let Some(a) = anon {
             let _ = self.anon_vma.set(a);
         }
-    }
-
-    /// Linux's `vm_ops->may_split`: a hugetlb VMA splits only at a huge
-    /// page boundary (`hugetlb_vm_op_split`), else `EINVAL`.
-    pub(crate) fn may_split(&self, addr: u64) -> crate::Result<()> {
-        if self.flags.contains(VmFlags::HUGETLB) && addr % crate::hugetlb::HPAGE_SIZE != 0 {
-            return Err(crate::Errno::Inval);
-        }
-        Ok(())
     }
 
     /// Linux's `vma_hugecache_offset`: the huge page index in the file (or
@@ -465,6 +464,12 @@ impl VmaTree {
     /// Inserts a VMA that overlaps none.
     pub(crate) fn insert(&mut self, v: Vma) -> Arc<Vma> {
         debug_assert!(self.overlapping(v.start, v.end).next().is_none(), "overlap inserting {v:?}");
+        debug_assert_eq!(
+            v.flags.contains(VmFlags::HUGETLB),
+            v.ops.pagesize(&v) != crate::PAGE_SIZE,
+            "{v:?} has {} hooks",
+            v.ops.name()
+        );
         let v = Arc::new(v);
         self.map.insert(v.start, v.clone());
         v

@@ -1,0 +1,312 @@
+//! Splitting and modifying VMAs (Linux's `mm/vma.c`): the one `split_vma`
+//! that `munmap`, `mprotect`, `madvise` and `mbind` share, and
+//! `vma_modify`, which gives part of a VMA new flags or a new policy,
+//! merging with a neighbour where the result allows and splitting where
+//! not.
+//!
+//! A published [`Vma`] never changes, so a split replaces the VMA by its
+//! pieces: the VMA is detached from the tree (faults through it abort or
+//! wait, as Linux's `vma_start_write`), its backing is told of the split
+//! ([`crate::vma::VmaOps::split`], Linux's `hugetlb_split` in
+//! `__split_vma`), and the pieces outside the range that changes go back.
+//! Whether a split is allowed at all ([`crate::vma::VmaOps::may_split`])
+//! is checked, for every edge of an operation, before anything changes:
+//! an operation refused there changes nothing.
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Result};
+use crate::mempolicy::MemPolicy;
+use crate::vma::{anon_compatible, VmFlags, Vma};
+use crate::PAGE_SIZE;
+
+use super::{AddressSpace, MmState};
+
+/// What [`AddressSpace::vma_modify`] changes in a range of a VMA: its
+/// flags (`mprotect`, `madvise`) or its NUMA policy (`mbind`), Linux's
+/// `vma_merge_struct` fields `flags` and `policy`.
+pub(crate) struct VmaChange {
+    /// The `VM_*` flags the range gets.
+    pub(crate) flags: VmFlags,
+    /// The policy the range gets (`None`: the address space's).
+    pub(crate) policy: Option<Arc<MemPolicy>>,
+}
+
+impl AddressSpace {
+    /// The refusals of [`Self::split_vma`] of `vma` around `[start, end)`,
+    /// without changing anything: `vm_ops->may_split` at each edge of the
+    /// range that lies inside `vma` (hugetlb: `EINVAL` inside a huge page).
+    /// The callers check `max_map_count` first, each as Linux does.
+    pub(crate) fn split_vma_check(vma: &Vma, start: u64, end: u64) -> Result<()> {
+        if start > vma.start {
+            vma.ops.may_split(vma, start)?;
+        }
+        if end < vma.end {
+            vma.ops.may_split(vma, end)?;
+        }
+        Ok(())
+    }
+
+    /// Linux's `__split_vma` at each edge of `[start, end)` inside `vma`:
+    /// removes `vma` from the tree (detaching it, so that no fault goes on
+    /// through it), tells its backing of each split
+    /// ([`crate::vma::VmaOps::split`]) and puts back the pieces of `vma`
+    /// below `start` and above `end`. What covers `[start, end)` after,
+    /// if anything, is the caller's. [`Self::split_vma_check`] has passed
+    /// for the same range; `mmap_lock` is held for write.
+    pub(crate) fn split_vma(&self, st: &mut MmState, vma: &Arc<Vma>, start: u64, end: u64) {
+        st.vmas.remove(vma.start);
+        // The backing's split (hugetlb_split) once both splits are allowed and the VMA is
+        // detached (Linux write-locks it first, `vma_start_write`): a
+        // fault through it could link the window's table again.
+        if start > vma.start {
+            vma.ops.split(self, vma, start);
+        }
+        if end < vma.end {
+            vma.ops.split(self, vma, end);
+        }
+        if start > vma.start {
+            st.vmas.insert(vma.slice(vma.start, start, vma.flags));
+        }
+        if end < vma.end {
+            st.vmas.insert(vma.slice(end, vma.end, vma.flags));
+        }
+    }
+
+    /// Linux's `vma_modify`: gives `[start, end)`, a range of `vma`, the
+    /// flags and policy of `change`, merging with the previous or next VMA
+    /// when the range touches it and they become identical (same flags,
+    /// backing, compatible anon_vma and same policy), splitting `vma`
+    /// otherwise. `ENOMEM` if the splits would exceed `max_map_count`,
+    /// then `EINVAL` if `vma`'s backing refuses a split; nothing changes
+    /// then.
+    pub(crate) fn vma_modify(
+        &self,
+        st: &mut MmState,
+        vma: &Arc<Vma>,
+        start: u64,
+        end: u64,
+        change: VmaChange,
+    ) -> Result<()> {
+        let VmaChange { flags, policy } = change;
+        let file = vma.file_id();
+        let anon = vma.anon_vma.get();
+        let pgoff = vma.pgoff_at(start);
+        let pages = (end - start) / PAGE_SIZE;
+        let pol = policy.as_ref();
+        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start).cloned();
+        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end).cloned();
+        let left = prev.as_ref().is_some_and(|p| p.can_merge_after(flags, file, anon, pgoff) && p.same_policy(pol));
+        let mut right =
+            next.as_ref().is_some_and(|n| n.can_merge_before(flags, file, anon, pgoff, pages) && n.same_policy(pol));
+        if left && right {
+            right = anon_compatible(
+                prev.as_ref().and_then(|p| p.anon_vma.get()),
+                next.as_ref().and_then(|n| n.anon_vma.get()),
+            );
+        }
+        // A merge on one side needs the range to reach that side's edge, so
+        // each edge inside `vma` is a split.
+        let splits = (start > vma.start) as usize + (end < vma.end) as usize;
+        if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
+            return Err(Errno::NoMem);
+        }
+        Self::split_vma_check(vma, start, end)?;
+        self.split_vma(st, vma, start, end);
+        let (mut lo, mut hi, mut pg) = (start, end, pgoff);
+        let mut anon_new = vma.anon_vma.get().cloned();
+        if let Some(p) = prev.as_ref().filter(|_| left) {
+            st.vmas.remove(p.start);
+            lo = p.start;
+            pg = p.pgoff;
+            anon_new = p.anon_vma.get().cloned().or(anon_new);
+        }
+        if let Some(n) = next.as_ref().filter(|_| right) {
+            st.vmas.remove(n.start);
+            hi = n.end;
+            anon_new = anon_new.or_else(|| n.anon_vma.get().cloned());
+        }
+        let mut merged = vma.rebound(lo, hi, pg);
+        merged.flags = flags;
+        merged.policy = policy;
+        merged.set_anon(anon_new);
+        st.vmas.insert(merged);
+        Ok(())
+    }
+
+    /// Linux's `vma_modify_flags`: [`Self::vma_modify`] to `newflags`,
+    /// keeping the policy; nothing to do if the flags are `vma`'s.
+    pub(crate) fn vma_modify_flags(
+        &self,
+        st: &mut MmState,
+        vma: &Arc<Vma>,
+        start: u64,
+        end: u64,
+        newflags: VmFlags,
+    ) -> Result<()> {
+        if newflags == vma.flags {
+            return Ok(());
+        }
+        self.vma_modify(st, vma, start, end, VmaChange { flags: newflags, policy: vma.policy.clone() })
+    }
+
+    /// Linux's `vma_modify_policy` + `vma_replace_policy`:
+    /// [`Self::vma_modify`] to `policy`, keeping the flags.
+    pub(crate) fn vma_modify_policy(
+        &self,
+        st: &mut MmState,
+        vma: &Arc<Vma>,
+        start: u64,
+        end: u64,
+        policy: Option<Arc<MemPolicy>>,
+    ) -> Result<()> {
+        self.vma_modify(st, vma, start, end, VmaChange { flags: vma.flags, policy })
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::mempolicy::MPOL_BIND;
+    use crate::uapi::*;
+    use crate::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, PAGE_SIZE};
+
+    fn two_nodes() -> Arc<PhysMem> {
+        PhysMem::new(PhysConfig::new(2 * 64 * PAGE_SIZE).nodes(2)).unwrap()
+    }
+
+    fn spans(mm: &AddressSpace) -> Vec<(u64, u64, String)> {
+        mm.maps().into_iter().map(|m| (m.start, m.end, m.perms)).collect()
+    }
+
+    /// Linux's `is_mergeable_vma` compares policies (`mpol_equal`) for
+    /// every merge, `mprotect`'s too: a range whose protection comes back
+    /// to its neighbour's does not merge with a neighbour of another
+    /// policy, and the neighbour keeps its policy.
+    #[test]
+    fn mprotect_does_not_merge_across_policies() {
+        let phys = two_nodes();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, 4 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        mm.mbind(a, 2 * PAGE_SIZE, MPOL_BIND, Some(&[0b10]), 3, 0).unwrap();
+        mm.mprotect(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE, PROT_READ).unwrap();
+        mm.mprotect(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE).unwrap();
+        let want = [(a, a + 2 * PAGE_SIZE, "rw-p".to_string()), (a + 2 * PAGE_SIZE, a + 4 * PAGE_SIZE, "rw-p".into())];
+        assert_eq!(spans(&mm), want);
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u64(a, 1).unwrap();
+        cpu.write_u64(a + 3 * PAGE_SIZE, 1).unwrap();
+        let mut status = [i32::MIN; 2];
+        mm.pages_stat(&[a, a + 3 * PAGE_SIZE], &mut status).unwrap();
+        assert_eq!(status, [1, 0], "the bound half keeps its policy, the other has none");
+    }
+
+    /// A change in the middle of a VMA splits it in three, and the same
+    /// change over all of it merges the three back (`vma_modify`).
+    #[test]
+    fn a_change_in_the_middle_splits_in_three_and_merges_back() {
+        let phys = two_nodes();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm.mmap(0, 6 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        mm.mprotect(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE, PROT_READ).unwrap();
+        let rw = "rw-p".to_string();
+        let ro = "r--p".to_string();
+        assert_eq!(
+            spans(&mm),
+            [
+                (a, a + 2 * PAGE_SIZE, rw.clone()),
+                (a + 2 * PAGE_SIZE, a + 4 * PAGE_SIZE, ro.clone()),
+                (a + 4 * PAGE_SIZE, a + 6 * PAGE_SIZE, rw.clone())
+            ]
+        );
+        mm.mprotect(a, 6 * PAGE_SIZE, PROT_READ).unwrap();
+        assert_eq!(spans(&mm), [(a, a + 6 * PAGE_SIZE, ro)]);
+        mm.munmap(a + PAGE_SIZE, 4 * PAGE_SIZE).unwrap();
+        assert_eq!(spans(&mm).len(), 2);
+        drop(mm);
+        assert_eq!(phys.quiesce().vmas, 0);
+    }
+
+    /// `max_map_count` is checked before the split: `ENOMEM`, nothing changed.
+    #[test]
+    fn a_split_past_max_map_count_changes_nothing() {
+        let phys = two_nodes();
+        let mm = AddressSpace::new(&phys, MmConfig::default().max_map_count(2)).unwrap();
+        let a = mm.mmap(0, 6 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        let before = spans(&mm);
+        assert_eq!(mm.mprotect(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE, PROT_READ), Err(crate::Errno::NoMem));
+        assert_eq!(
+            mm.mbind(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE, MPOL_BIND, Some(&[0b10]), 3, 0),
+            Err(crate::Errno::NoMem)
+        );
+        assert_eq!(spans(&mm), before);
+        mm.mprotect(a, 2 * PAGE_SIZE, PROT_READ).unwrap();
+        assert_eq!(spans(&mm).len(), 2);
+    }
+    thread_local! {
+        /// What [`RecordingOps`] was asked on this thread.
+        static CALLS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Hooks that refuse a split at [`REFUSED`] and record every call.
+    struct RecordingOps;
+    static RECORDING_OPS: RecordingOps = RecordingOps;
+    const REFUSED: u64 = 0x4000_3000;
+
+    impl crate::vma::VmaOps for RecordingOps {
+        fn name(&self) -> &'static str {
+            "recording"
+        }
+        fn may_split(&self, _vma: &crate::vma::Vma, addr: u64) -> crate::Result<()> {
+            CALLS.with(|c| c.borrow_mut().push(format!("may_split {addr:#x}")));
+            if addr == REFUSED {
+                return Err(crate::Errno::Perm);
+            }
+            Ok(())
+        }
+        fn split(&self, _mm: &AddressSpace, vma: &crate::vma::Vma, addr: u64) {
+            assert!(vma.lock.is_detached(), "split before the VMA left the tree");
+            CALLS.with(|c| c.borrow_mut().push(format!("split {addr:#x}")));
+        }
+        fn close(&self, _vma: &crate::vma::Vma, start: u64, end: u64) {
+            CALLS.with(|c| c.borrow_mut().push(format!("close {start:#x}-{end:#x}")));
+        }
+    }
+
+    fn calls() -> Vec<String> {
+        CALLS.with(|c| std::mem::take(&mut *c.borrow_mut()))
+    }
+
+    /// The core asks a VMA's own hooks, whatever its backing: every edge
+    /// may refuse before anything changes, each split is told once the VMA
+    /// is detached, the pieces keep the hooks, and an unmap closes the part
+    /// that goes (here with no reservation, so the core asks nothing).
+    #[test]
+    fn splits_go_through_the_vmas_hooks() {
+        let phys = two_nodes();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let a = mm
+            .mmap(0x4000_0000, 6 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, None, 0)
+            .unwrap();
+        {
+            let mut st = mm.write_lock();
+            let v = st.vmas.find(a).cloned().unwrap();
+            let mut hooked = v.rebound(v.start, v.end, v.pgoff);
+            hooked.ops = &RECORDING_OPS;
+            st.vmas.replace(v.start, hooked);
+        }
+        let before = spans(&mm);
+        assert_eq!(mm.mprotect(a + PAGE_SIZE, 2 * PAGE_SIZE, PROT_READ), Err(crate::Errno::Perm));
+        assert_eq!(spans(&mm), before, "a refused split changes nothing");
+        assert_eq!(calls(), ["may_split 0x40001000", "may_split 0x40003000"]);
+        mm.mprotect(a + PAGE_SIZE, PAGE_SIZE, PROT_READ).unwrap();
+        assert_eq!(calls(), ["may_split 0x40001000", "may_split 0x40002000", "split 0x40001000", "split 0x40002000"]);
+        assert_eq!(spans(&mm).len(), 3);
+        let st = mm.read_lock();
+        assert!(st.vmas.iter().all(|v| v.ops.name() == "recording"), "every piece keeps the hooks");
+        drop(st);
+        assert_eq!(mm.munmap(a + 4 * PAGE_SIZE, PAGE_SIZE), Ok(()));
+        assert_eq!(calls(), ["may_split 0x40004000", "may_split 0x40005000", "split 0x40004000", "split 0x40005000"]);
+    }
+}
