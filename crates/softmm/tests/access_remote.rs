@@ -4,7 +4,7 @@
 //! `/proc/<child>/mem` (`FOLL_FORCE`) and `process_vm_readv`/`writev`
 //! (no `FOLL_FORCE`) on a forked child.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

@@ -14,10 +14,7 @@
 //! Also here: the regression tests of configuration validation and of the
 //! commit and memlock limits, which need no host.
 
-#[path = "differential/host.rs"]
-mod host;
-#[path = "differential/ops.rs"]
-mod ops;
+use softmm_testkit::differential::{host, ops};
 
 use std::sync::Arc;
 

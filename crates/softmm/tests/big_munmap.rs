@@ -14,7 +14,7 @@
 //! The range crosses a 1 GiB boundary so that `sectioned` has two sections.
 //! Speed is never asserted; a watchdog catches a hang.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};

@@ -5,7 +5,7 @@
 //! change (a fault, never the freed frame). Speed is never asserted; the
 //! watchdog catches the hang that parking used to be required to avoid.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::mpsc;
 use std::thread;

@@ -5,11 +5,7 @@
 //! errno, probe outcome and the `/proc/self/maps` lines of the window after
 //! every step must agree.
 
-mod common;
-#[path = "differential/host.rs"]
-mod host;
-#[path = "differential/ops.rs"]
-mod ops;
+use softmm_testkit::differential::{host, ops};
 
 use ops::{MapLine, Op, Outcome, Scenario, Trace};
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 //! fuzzer found interesting: no panic, no disagreement with the models, no
 //! leak.
 
-mod fuzz_ops;
+use softmm_testkit::fuzz_ops;
 
 use std::path::PathBuf;
 use std::sync::mpsc;

@@ -5,7 +5,7 @@
 //! through the fuzz harness itself (`tests/fuzz_ops`), softmm against the
 //! model.
 
-mod common;
+use softmm_testkit::common;
 
 use common::*;
 use softmm::uapi::*;
@@ -125,7 +125,7 @@ fn keeponfork_and_dodump_refuse_a_droppable_mapping() {
     assert_eq!(Cpu::attached(&child).read_u8(a), Ok(0), "still wiped in a child");
 }
 
-mod fuzz_ops;
+use softmm_testkit::fuzz_ops;
 
 use fuzz_ops::{Addr, FileArg, Input, Len, MapFlags, Off, Op, ProtArg};
 

@@ -2,7 +2,7 @@
 //! API (one test or more per defect, named after what must hold). Each failed
 //! before its fix.
 
-mod common;
+use softmm_testkit::common;
 
 use common::*;
 use softmm::uapi::*;

@@ -4,7 +4,7 @@
 //! hole punch applied to the host, a read-only host file's limits; and
 //! `msync`'s errnos against the host's.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

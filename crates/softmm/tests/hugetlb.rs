@@ -4,7 +4,7 @@
 //! PMD leaf, one TLB entry for all 512 frames), private COW and fork.
 //! The differential half, against the host kernel, is `hugetlb_host.rs`.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

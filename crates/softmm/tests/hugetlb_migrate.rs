@@ -5,7 +5,7 @@
 //! a page where it is, an empty target pool is `ENOMEM`, and a concurrent
 //! writer never loses a write nor reads a stale value.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

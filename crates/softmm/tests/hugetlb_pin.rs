@@ -6,7 +6,7 @@
 //! Linux's `copy_mm` does whatever `dup_mmap` failed with (the host
 //! comparison is in `pin_host.rs`).
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

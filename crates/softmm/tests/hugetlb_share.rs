@@ -5,7 +5,7 @@
 //! 1 GiB window faulted by a forked child (one fault, as on the host, which
 //! the same test probes where it can reserve 512 huge pages).
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

@@ -22,7 +22,7 @@
 //! a failure's message. The failures this test found have minimal
 //! reproducers in `hugetlb_stress_regressions.rs` (and `hugetlb/cow.rs`).
 
-mod common;
+use softmm_testkit::common;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};

@@ -1,6 +1,6 @@
 //! Minimal deterministic reproducers of failures `hugetlb_stress.rs` found.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

@@ -20,9 +20,8 @@
 //!
 //! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test model`.
 
-mod common;
-#[path = "model/reference.rs"]
-mod reference;
+use softmm_testkit::common;
+use softmm_testkit::reference;
 
 use std::fmt::Write as _;
 use std::io::Write as _;

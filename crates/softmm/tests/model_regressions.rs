@@ -1,7 +1,7 @@
 //! Minimized failures of the model test (`tests/model.rs`) that were softmm
 //! bugs: ignored while open, plain regression tests once fixed.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::mpsc;
 use std::time::Duration;

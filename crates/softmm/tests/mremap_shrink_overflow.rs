@@ -8,10 +8,7 @@
 //! `EINVAL`, and unmaps nothing. A tail inside the address space is unmapped
 //! whatever it covers: holes and other VMAs after the one at `addr`.
 
-#[path = "differential/host.rs"]
-mod host;
-#[path = "differential/ops.rs"]
-mod ops;
+use softmm_testkit::differential::{host, ops};
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! `SOFTMM_ON_DEMAND=1` runs the other test binaries on such arenas, see
 //! scripts/test.sh.)
 
-mod common;
+use softmm_testkit::common;
 
 use common::{assert_no_leaks, ANON, PAGE, RW};
 use softmm::{AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem};

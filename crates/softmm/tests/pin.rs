@@ -2,7 +2,7 @@
 //! and fork (CVE-2020-29374), munmap and MADV_DONTNEED of pinned pages, the
 //! memlock limit, argument errors, parallel pinning, and a stress run.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::Arc;
 

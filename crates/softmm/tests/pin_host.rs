@@ -10,7 +10,7 @@
 //! Skipped (with the reason printed) where the host refuses io_uring or
 //! huge pages.
 
-mod common;
+use softmm_testkit::common;
 
 use common::*;
 use softmm::uapi::*;

@@ -1,6 +1,6 @@
 //! Behaviour of the core calls, checked against what Linux does.
 
-mod common;
+use softmm_testkit::common;
 
 use common::*;
 use softmm::uapi::*;

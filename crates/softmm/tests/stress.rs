@@ -9,7 +9,7 @@
 //!
 //! Bugs these tests found have regression tests in `stress_regressions.rs`.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};

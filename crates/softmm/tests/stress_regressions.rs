@@ -5,7 +5,7 @@
 //! Hangs are caught by a watchdog (a hang detector, not a timing assertion);
 //! the sleeps only order the threads so that the race is hit every run.
 
-mod common;
+use softmm_testkit::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};

@@ -81,6 +81,10 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
+    /// The next number of the sequence.
+    // Not an `Iterator`: the sequence never ends, and the callers draw one
+    // number at a time.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;

@@ -4,7 +4,7 @@
 //! sequence of mapping calls with hostile arguments (zero, unaligned, huge,
 //! wrapping, unknown bits, every flag), forks, file writes, truncates and hole
 //! punches, and guest accesses through two CPUs per address space; runs each
-//! on softmm and on the reference model (`tests/model/reference.rs`) and
+//! on softmm and on the reference model ([`crate::reference`]) and
 //! checks after every step that results, errnos, faults, the mappings and
 //! file sizes agree, at the end that every mapped page and the files hold
 //! what the model says, and that dropping everything frees every frame, page
@@ -44,8 +44,7 @@
 //! of large anonymous mappings is not modelled).
 #![allow(dead_code)]
 
-#[path = "../model/reference.rs"]
-pub mod reference;
+pub use crate::reference;
 
 pub mod huge;
 

@@ -2,21 +2,18 @@
 //! Linux kernel (x86-64) and records, for each op, its [`Outcome`] and the
 //! `/proc/self/maps` lines that intersect the scenario's window.
 //!
-//! # Contract with the including test binary
+//! # Contract with the test binary
 //!
-//! This file is a module of an integration test; it uses `super::ops` for
-//! the shared types, so include both side by side at the crate root of the
-//! test (e.g. from `tests/differential.rs`):
+//! A test binary that calls [`run_on_host`] defines the runner's entry point
+//! at its crate root (`tests/<binary>/main.rs`), named exactly so:
 //!
 //! ```ignore
-//! #[path = "differential/ops.rs"] mod ops;
-//! #[path = "differential/host.rs"] mod host;
+//! use softmm_testkit::differential::host;
 //!
-//! // Must be at the crate root of the test binary and named exactly so.
 //! #[test]
 //! #[ignore]
 //! fn host_runner_entry() {
-//!     if std::env::var_os("SOFTMM_HOST_RUNNER").is_some() {
+//!     if std::env::var_os(host::RUNNER_ENV).is_some() {
 //!         host::host_runner_main()
 //!     }
 //! }

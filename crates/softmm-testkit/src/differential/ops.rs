@@ -3,12 +3,7 @@
 //! strategy that generates scenarios, and fixed scenarios taken from the
 //! kernel selftests (`tools/testing/selftests/mm/`).
 //!
-//! Include it next to `host.rs` (which uses it as `super::ops`):
-//!
-//! ```ignore
-//! #[path = "differential/ops.rs"] mod ops;
-//! #[path = "differential/host.rs"] mod host;
-//! ```
+//! [`host`](super::host) runs a scenario on the host kernel.
 //!
 //! Only `libc`, `std` and `proptest` are used; nothing here refers to softmm.
 //!
