@@ -1,6 +1,6 @@
 //! The sequential reference model of Linux's memory-mapping semantics shared
-//! by the model-based property test (`tests/model.rs`) and the fuzz target
-//! (`fuzz/fuzz_targets/ops.rs`, replayed by `tests/fuzz_corpus.rs`): one
+//! by the model-based property test (`tests/models/model.rs`) and the fuzz target
+//! (`fuzz/fuzz_targets/ops.rs`, replayed by `tests/models/fuzz_corpus.rs`): one
 //! entry per mapped page (protection, backing, private copy, the VMA flags
 //! that change what later calls do) plus the contents of every file and
 //! shared anonymous object. VMA boundaries are not modelled: where a result

@@ -1,5 +1,5 @@
 //! The harness of the `cargo fuzz` target `hugetlb` (`fuzz/fuzz_targets/hugetlb.rs`),
-//! replayed by `tests/fuzz_corpus.rs`: hugetlb mappings (anonymous
+//! replayed by `tests/models/fuzz_corpus.rs`: hugetlb mappings (anonymous
 //! `MAP_HUGETLB`, private and shared, with and without `MAP_NORESERVE`) and
 //! small private anonymous ones on an arena of two NUMA nodes with a pool of
 //! two huge pages each, driven by `munmap`, `MADV_DONTNEED`, `fork`, exit,

@@ -1,6 +1,6 @@
 //! The fuzz harness shared by the `cargo fuzz` target `ops`
 //! (`fuzz/fuzz_targets/ops.rs`) and the corpus replay test
-//! (`tests/fuzz_corpus.rs`): decodes bytes (with `arbitrary`) into a
+//! (`tests/models/fuzz_corpus.rs`): decodes bytes (with `arbitrary`) into a
 //! sequence of mapping calls with hostile arguments (zero, unaligned, huge,
 //! wrapping, unknown bits, every flag), forks, file writes, truncates and hole
 //! punches, and guest accesses through two CPUs per address space; runs each
@@ -19,7 +19,7 @@
 //!
 //! - skipped, a softmm defect: `MADV_KEEPONFORK` and `MADV_DODUMP` over a
 //!   `MAP_DROPPABLE` mapping (Linux refuses both with `EINVAL`, softmm
-//!   clears the flags; `tests/fuzz_findings.rs`
+//!   clears the flags; `tests/models/fuzz_findings.rs`
 //!   `keeponfork_and_dodump_refuse_a_droppable_mapping`);
 //! - relaxed, limits of the arena rather than semantics: `ENOMEM` for
 //!   growing private writable memory by 8 MiB or more and `EAGAIN` for

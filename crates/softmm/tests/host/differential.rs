@@ -12,15 +12,6 @@ use proptest::prelude::*;
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Fault, FaultPolicy, File, MmConfig, OpenFile, PhysConfig, PhysMem};
 
-/// The host runner's entry point (see `differential/host.rs`).
-#[test]
-#[ignore = "entry point of the host child process, run by run_on_host"]
-fn host_runner_entry() {
-    if std::env::var_os(host::RUNNER_ENV).is_some() {
-        host::host_runner_main()
-    }
-}
-
 /// Runs `s` on softmm with `policy`, in an address space laid out like the
 /// host child: `mmap_base` at the window's top, with a never-merging
 /// `PROT_NONE` placeholder right above it as the host has.

@@ -23,15 +23,6 @@ use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, Fault, File, MmConfig, OpenFile, PhysConfig, PhysMem};
 use softmm::{Overcommit, OvercommitMode};
 
-/// The host runner's entry point (see `differential/host.rs`).
-#[test]
-#[ignore = "entry point of the host child process, run by run_on_host"]
-fn host_runner_entry() {
-    if std::env::var_os(host::RUNNER_ENV).is_some() {
-        host::host_runner_main()
-    }
-}
-
 const P: u64 = 4096;
 const TASK_SIZE: u64 = 0x7fff_ffff_f000;
 /// The last page of the 64-bit space.

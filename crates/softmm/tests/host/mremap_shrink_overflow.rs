@@ -16,15 +16,6 @@ use ops::{MapLine, Op, Outcome, Scenario, Trace};
 use softmm::uapi::*;
 use softmm::{AddressSpace, File, MmConfig, OpenFile, PhysConfig, PhysMem};
 
-/// The host runner's entry point (see `differential/host.rs`).
-#[test]
-#[ignore = "entry point of the host child process, run by run_on_host"]
-fn host_runner_entry() {
-    if std::env::var_os(host::RUNNER_ENV).is_some() {
-        host::host_runner_main()
-    }
-}
-
 const P: u64 = ops::PAGE;
 const TASK_SIZE: u64 = 0x7fff_ffff_f000;
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
