@@ -2,7 +2,7 @@
 //! mremap, madvise and mincore, every argument takes zero, unaligned, huge,
 //! wrapping and unknown-bit values and the flags their combinations; each
 //! call runs after the same setup on Linux (in the differential runner, see
-//! `differential/host.rs`) and on softmm, and the errno or result, the maps
+//! `softmm_testkit::differential::host`) and on softmm, and the errno or result, the maps
 //! lines and the residency (`mincore`) after it must agree.
 //!
 //! The enumeration is deterministic: every class of every argument, and a

@@ -1,7 +1,7 @@
 //! Replays every input of the committed fuzz corpora (`fuzz/corpus/ops/`,
 //! `fuzz/corpus/hugetlb/`) through the same decoding and checking code as
-//! the `cargo fuzz` targets `ops` (`tests/fuzz_ops/mod.rs`) and `hugetlb`
-//! (`tests/fuzz_ops/huge.rs`), so that every test run checks what the
+//! the `cargo fuzz` targets `ops` (`softmm_testkit::fuzz_ops`) and `hugetlb`
+//! (`softmm_testkit::fuzz_ops::huge`), so that every test run checks what the
 //! fuzzer found interesting: no panic, no disagreement with the models, no
 //! leak.
 

@@ -2,7 +2,7 @@
 //! reference model, each a test of what Linux does (checked on the host),
 //! kept as regression tests. A new finding goes here `#[ignore]`d while it
 //! is open. Where the reference model was wrong (`model_*`), the input runs
-//! through the fuzz harness itself (`tests/fuzz_ops`), softmm against the
+//! through the fuzz harness itself (`softmm_testkit::fuzz_ops`), softmm against the
 //! model.
 
 use softmm_testkit::common;
@@ -189,7 +189,7 @@ fn model_a_droppable_mapping_is_wiped_in_a_forked_child() {
 }
 
 // ---------------------------------------------------------------------------
-// Findings of the fuzz target `hugetlb` (`tests/fuzz_ops/huge.rs`): two
+// Findings of the fuzz target `hugetlb` (`softmm_testkit::fuzz_ops::huge`): two
 // nodes with a pool of two huge pages each.
 
 const HP: u64 = 2 << 20;

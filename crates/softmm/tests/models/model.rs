@@ -18,7 +18,7 @@
 //! are exercised. A case that deadlocks aborts the process after
 //! `HANG_SECS`, printing its operations.
 //!
-//! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test model`.
+//! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test models model::`.
 
 use softmm_testkit::common;
 use softmm_testkit::reference;
@@ -247,7 +247,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 }
 
 // ---------------------------------------------------------------------------
-// The reference model: tests/model/reference.rs (shared with the fuzz target).
+// The reference model: softmm_testkit::reference (shared with the fuzz target).
 
 // ---------------------------------------------------------------------------
 // Running a scenario against both.

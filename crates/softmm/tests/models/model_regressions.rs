@@ -1,4 +1,4 @@
-//! Minimized failures of the model test (`tests/model.rs`) that were softmm
+//! Minimized failures of the model test (`tests/models/model.rs`) that were softmm
 //! bugs: ignored while open, plain regression tests once fixed.
 
 use softmm_testkit::common;

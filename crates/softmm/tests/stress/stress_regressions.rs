@@ -1,4 +1,4 @@
-//! Minimal reproducers of softmm bugs found by `tests/stress.rs`. A bug not
+//! Minimal reproducers of softmm bugs found by `tests/stress/stress.rs`. A bug not
 //! yet fixed is `#[ignore]`d (run it with `cargo test --release --test
 //! stress_regressions -- --ignored`); a fixed one stays as a regression test.
 //!
