@@ -50,7 +50,8 @@ fn src_dir() -> PathBuf {
 }
 
 /// Every `.rs` file under `src/`, comments and `#[cfg(..test..)] mod tests`
-/// blocks (which end their files) removed.
+/// blocks (which end their files) removed, and without the unit-test
+/// modules kept in files of their own (`x/tests.rs` beside `x.rs`).
 fn sources() -> Vec<Source> {
     fn walk(dir: &Path, base: &Path, out: &mut Vec<Source>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src").map(|e| e.expect("entry").path()).collect();
@@ -58,7 +59,7 @@ fn sources() -> Vec<Source> {
         for p in entries {
             if p.is_dir() {
                 walk(&p, base, out);
-            } else if p.extension().is_some_and(|e| e == "rs") {
+            } else if p.extension().is_some_and(|e| e == "rs") && !p.ends_with("tests.rs") {
                 let text = std::fs::read_to_string(&p).expect("read source");
                 let path = p.strip_prefix(base).expect("under src").to_string_lossy().replace('\\', "/");
                 out.push(Source { path, code: code_of(&text) });
