@@ -52,9 +52,11 @@ stage shared-write-stats \
   cargo test --profile checked --workspace --features softmm/shared-write-stats --test shared_writes
 # Memory on demand (PhysConfig::on_demand) behaves as a prefaulted arena:
 # the semantic tests again, their arenas reserved instead of prefaulted
-# (the variable is read at run time: the binaries above run again, unbuilt).
+# (the variable is read at run time: the binary above runs again, unbuilt):
+# the modules semantics, access_remote and hardening of the `semantics`
+# binary (libtest's filters match substrings of the test paths).
 stage on-demand env SOFTMM_ON_DEMAND=1 \
-  cargo test --profile checked --workspace --test semantics --test access_remote --test hardening
+  cargo test --profile checked --workspace --test semantics -- semantics:: access_remote:: hardening::
 # loom: the library's unit tests built with --cfg loom, where the whole crate
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`

@@ -4,7 +4,7 @@
 //! amortized refill of the per-thread frame cache.
 #![cfg(feature = "shared-write-stats")]
 
-mod common;
+use softmm_testkit::common;
 
 use common::*;
 use softmm::{Cpu, FaultPolicy};

@@ -1,7 +1,7 @@
 //! hugetlb mappings, small pages, forks, pins, `move_pages` and `mbind` on
 //! two NUMA nodes with a pool of four huge pages, run on softmm and on the
 //! hugetlb model; any panic, disagreement, pool count that differs, or leak
-//! is a crash. The decoding and checking live in `tests/fuzz_ops/huge.rs`,
+//! is a crash. The decoding and checking live in `softmm_testkit::fuzz_ops::huge`,
 //! shared with the corpus replay test.
 #![no_main]
 
@@ -9,8 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../tests/fuzz_ops/mod.rs"]
-mod fuzz_ops;
+use softmm_testkit::fuzz_ops;
 
 /// One arena for the whole run; each input must leave it empty and its pool
 /// whole, which `run` checks.

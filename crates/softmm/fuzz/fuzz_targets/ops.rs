@@ -1,15 +1,14 @@
 //! Sequences of mapping calls and guest accesses with hostile arguments,
 //! run on softmm and on the reference model; any panic, disagreement or
 //! leak is a crash. The decoding and checking live in
-//! `tests/fuzz_ops/mod.rs`, shared with the corpus replay test.
+//! `softmm_testkit::fuzz_ops`, shared with the corpus replay test.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../tests/fuzz_ops/mod.rs"]
-mod fuzz_ops;
+use softmm_testkit::fuzz_ops;
 
 /// One arena for the whole run (prefaulting one per input would dominate);
 /// each input must leave it empty, which `run` checks.

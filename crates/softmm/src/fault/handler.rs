@@ -329,7 +329,7 @@ fn fault_around(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, file: &Inode) {
     let start = (va & !(window - 1)).max(vma.start).max(table_start);
     // do_fault_around: a whole window from the (clamped) start, so a VMA
     // starting inside the aligned window gets its full window, not the rest
-    // of the aligned one (`tests/fork_host.rs` checks it against the host).
+    // of the aligned one (`tests/semantics/fork_host.rs` checks it against the host).
     let end = (start + window).min(vma.end).min(table_start + PMD_SIZE);
     let mut ptl = leaf.with_range(start, end).lock();
     if ctx.validate().is_err() {

@@ -234,7 +234,7 @@ mod tests {
     /// retry_avoidcopy`) and reuses it whatever `unmap_ref_private` did;
     /// so does softmm's fault, which retries the access (it was `SIGBUS`
     /// when `unmap_ref_private` unmapped nothing). Found by
-    /// `tests/hugetlb_stress.rs` (both orders: the child's COW or munmap,
+    /// `tests/stress/hugetlb_stress.rs` (both orders: the child's COW or munmap,
     /// and its exit, where the dying child's Weak no longer upgrades while
     /// its entries still map the page).
     #[test]

@@ -349,7 +349,7 @@ fn hugetlb_migration_unshares_vs_write() {
             let nodes = phys.huge_page_node_stats();
             assert_eq!((nodes[0].free, nodes[1].free), (1, 0));
         }
-        // (Leaks are checked by tests/hugetlb_migrate.rs: a table freed by
+        // (Leaks are checked by tests/semantics/hugetlb_migrate.rs: a table freed by
         // the teardown waits for a grace period that only `quiesce`, not
         // usable inside a model, would end.)
         drop((first, second, open, f));

@@ -48,7 +48,7 @@
 //! (`hugetlb_wp` with `FAULT_FLAG_UNSHARE`'s copy, then
 //! `can_follow_write_pmd`); a shared one is refused. That is what the host
 //! kernel (6.18) does through `/proc/self/mem`, which
-//! `tests/access_remote.rs` checks; Linux 6.12's `check_vma_flags` still
+//! `tests/semantics/access_remote.rs` checks; Linux 6.12's `check_vma_flags` still
 //! refused every forced write to a read-only hugetlb VMA ("hugetlb does not
 //! support FOLL_FORCE|FOLL_WRITE").
 

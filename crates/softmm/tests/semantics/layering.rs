@@ -1,0 +1,448 @@
+//! The crate's layering, checked on its sources: which module may name which.
+//!
+//! softmm's modules form layers (docs/architecture.md, "Layers"; the table
+//! is [`LAYERS`]): `sync` and `access` at the bottom, then `phys`,
+//! `pgtable` and `tlb`, then `file` and `vma`, then the address space core
+//! (`mm`), the features over it, `populate` and the fault handler
+//! (`fault`), the system calls (`sys`) over them, and `cpu` on top.
+//! Two cycles are by design: the syscalls and `populate` call the fault
+//! handler, and the handler grows a stack (a change of the VMA tree, which
+//! is `mm`'s). Every other upward reference is an accident this test
+//! refuses, with the rule that replaces it; those not removed yet are
+//! listed, each with its reason ([`UPWARD_EDGES`], [`ADDRESS_SPACE_IMPLS`],
+//! [`MAPPER_DOWNCASTS`]), and a listed one that is gone fails too, so the
+//! lists only shrink.
+//!
+//! Only code counts: comments and the unit-test module at the end of a file
+//! are left out. The sources are read from `$CARGO_MANIFEST_DIR/src` at run
+//! time, so the compiled test can be pointed at another checkout.
+
+use std::path::{Path, PathBuf};
+
+/// One source file: its path under `src/` and its code without comments or
+/// unit tests.
+struct Source {
+    path: String,
+    code: String,
+}
+
+impl Source {
+    /// The top-level module the file belongs to (`mm` for `mm/mmap.rs`).
+    fn module(&self) -> &str {
+        let first = self.path.split('/').next().unwrap_or_default();
+        first.strip_suffix(".rs").unwrap_or(first)
+    }
+
+    /// The modules this file names as `crate::<module>`.
+    fn names(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut rest = self.code.as_str();
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        out
+    }
+}
+
+fn src_dir() -> PathBuf {
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    Path::new(&root).join("src")
+}
+
+/// Every `.rs` file under `src/`, comments and `#[cfg(..test..)] mod tests`
+/// blocks (which end their files) removed, and without the unit-test
+/// modules kept in files of their own (`x/tests.rs` beside `x.rs`).
+fn sources() -> Vec<Source> {
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<Source>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src").map(|e| e.expect("entry").path()).collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, base, out);
+            } else if p.extension().is_some_and(|e| e == "rs") && !p.ends_with("tests.rs") {
+                let text = std::fs::read_to_string(&p).expect("read source");
+                let path = p.strip_prefix(base).expect("under src").to_string_lossy().replace('\\', "/");
+                out.push(Source { path, code: code_of(&text) });
+            }
+        }
+    }
+    let base = src_dir();
+    let mut out = Vec::new();
+    walk(&base, &base, &mut out);
+    assert!(out.iter().any(|s| s.path == "lib.rs"), "no lib.rs under {}", base.display());
+    out
+}
+
+/// `text` without `//` comments and without the unit-test module that ends
+/// a file (from a `#[cfg(` line mentioning `test` followed by `mod tests`).
+fn code_of(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|w| {
+            let (attr, item) = (w[0].trim(), w[1].trim());
+            attr.starts_with("#[cfg(") && attr.contains("test") && item.starts_with("mod tests")
+        })
+        .unwrap_or(lines.len());
+    lines[..end].iter().map(|l| l.find("//").map_or(*l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+}
+
+#[track_caller]
+fn assert_no_reference(sources: &[Source], from: impl Fn(&Source) -> bool, to: &str, rule: &str) {
+    let offenders: Vec<&str> =
+        sources.iter().filter(|s| from(s) && s.names().iter().any(|n| n == to)).map(|s| s.path.as_str()).collect();
+    assert!(offenders.is_empty(), "{offenders:?} name crate::{to}: {rule}");
+}
+
+#[test]
+fn frame_allocation_does_not_depend_on_the_fault_handler() {
+    let s = sources();
+    assert_no_reference(
+        &s,
+        |s| s.module() == "phys",
+        "fault",
+        "shared-write instrumentation lives in sync (sync::shared_write)",
+    );
+}
+
+#[test]
+fn files_do_not_depend_on_address_spaces() {
+    let s = sources();
+    assert_no_reference(
+        &s,
+        |s| s.module() == "file",
+        "mm",
+        "a file's reverse map holds its mappers as Weak<dyn file::Mapper>",
+    );
+}
+
+#[test]
+fn the_address_space_core_and_its_config_do_not_depend_on_the_fault_handler() {
+    let s = sources();
+    for core in ["mm/mod.rs", "mm/config.rs"] {
+        assert!(s.iter().any(|f| f.path == core), "{core} is missing");
+    }
+    assert_no_reference(
+        &s,
+        |s| s.path == "mm/mod.rs" || s.path == "mm/config.rs",
+        "fault",
+        "FaultPolicy is configuration and lives beside MmConfig in mm/config.rs",
+    );
+}
+
+#[test]
+fn the_address_space_core_does_not_depend_on_the_syscalls() {
+    let s = sources();
+    assert!(s.iter().any(|f| f.path == "sys/mod.rs"), "sys/mod.rs is missing");
+    assert_no_reference(
+        &s,
+        |s| s.module() == "mm",
+        "sys",
+        "the system calls sit above the core: a shared operation moves into mm/",
+    );
+}
+
+#[test]
+fn syscalls_reach_the_fault_handler_through_populate() {
+    let s = sources();
+    // Linux's populate_vma_page_range -> __get_user_pages: the syscalls
+    // fault pages in through populate, never through the handler's internals.
+    let inside = |f: &Source| f.module() == "fault";
+    let offenders: Vec<&str> = s
+        .iter()
+        .filter(|f| !inside(f) && ["handle_vma_fault", "FaultCtx", "fault::handler"].iter().any(|w| f.code.contains(w)))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(offenders.is_empty(), "{offenders:?} use the fault handler's internals instead of crate::populate");
+    let populate = s.iter().find(|f| f.path == "populate.rs").expect("src/populate.rs");
+    assert!(populate.code.contains("fn get_user_pages"), "populate.rs has no get_user_pages loop");
+    for caller in ["sys/mmap.rs", "sys/mprotect.rs", "sys/mremap.rs", "sys/madvise.rs"] {
+        let f = s.iter().find(|f| f.path == caller).unwrap_or_else(|| panic!("{caller} is missing"));
+        assert!(f.names().iter().any(|n| n == "populate"), "{caller} does not populate through crate::populate");
+    }
+}
+
+#[test]
+fn the_synchronization_primitives_depend_on_nothing_above_them() {
+    let s = sources();
+    for f in s.iter().filter(|f| f.module() == "sync") {
+        let above: Vec<String> = f.names().into_iter().filter(|n| n != "sync").collect();
+        assert!(above.is_empty(), "{} names {above:?}: sync is the bottom layer", f.path);
+    }
+}
+
+/// The layers, bottom first: a module may name modules of lower layers
+/// only (docs/architecture.md, "Layers"). `hugetlb` is two: its pool,
+/// reservations, locks and reverse map by VMA (`hugetlb/{pool,resv,lock,
+/// rmap}.rs`, the sizes and the statistics), which the arena and the files
+/// hold, sit just above `phys` as `hugetlb:pool`; the rest (faults'
+/// helpers, PMD sharing, migration, copy-on-write, pins, its `VmaOps`) is
+/// a feature over the core.
+const LAYERS: &[&[&str]] = &[
+    &["error", "uapi", "sync", "access"],
+    &["phys"],
+    &["hugetlb:pool", "tlb", "mempolicy"],
+    &["pgtable", "host_file"],
+    &["rmap"],
+    &["file"],
+    &["vma"],
+    &["mm"],
+    &["hugetlb", "migrate"],
+    &["fault"],
+    &["populate", "pin"],
+    &["sys"],
+    &["cpu", "surface"],
+];
+
+/// The edges that still point up or sideways, each with why and what
+/// would remove it. The test fails on an edge not listed here, and on a
+/// listed edge that is gone (remove it from the list and from
+/// docs/architecture.md).
+const UPWARD_EDGES: &[(&str, &str, &str)] = &[
+    ("phys", "hugetlb:pool", "the arena owns its huge page pool, set aside when it is made (Linux's global hstate)"),
+    ("phys", "mm", "PhysMem holds the commit charge, whose policy type (Overcommit) is mm/commit.rs's"),
+    ("hugetlb:pool", "file", "the hugetlb reverse map by VMA holds Weak<dyn file::Mapper>"),
+    ("tlb", "fault", "a software TLB entry's permission check takes fault::Access"),
+    (
+        "vma",
+        "mm",
+        "VmaOps hooks receive the address space (Linux's vma->vm_mm): the hook of a backing \
+         (hugetlb_split, the zap) works on the page tables of the VMA's address space",
+    ),
+    ("mm", "migrate", "MmConfig carries MigratePolicy, which would move to mm/config.rs with the other policies"),
+    ("mm", "pin", "the address space holds its PinState (write_protect_seq, MMF_HAS_PINNED) that fork reads"),
+    ("hugetlb", "migrate", "hugetlb's migration (hugetlb/migrate.rs) and its pins use migrate's page lock and queue"),
+    ("migrate", "hugetlb", "migrate_pages hands its 2 MiB pages to hugetlb's migration"),
+    (
+        "hugetlb",
+        "fault",
+        "hugetlb's pin (hugetlb/gup.rs) unshares a page with the hugetlb fault's helpers; it belongs in pin/",
+    ),
+];
+
+/// The layer of `module` (`hugetlb:pool` for hugetlb's low half).
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// The items of hugetlb that form its low half (`hugetlb:pool`).
+const HUGETLB_POOL: &[&str] = &[
+    "pool",
+    "resv",
+    "lock",
+    "rmap",
+    "HPAGE_SIZE",
+    "HPAGE_SHIFT",
+    "HPAGE_FRAMES",
+    "HugePageStats",
+    "HugePageNodeStats",
+    "HugetlbLockStats",
+];
+
+impl Source {
+    /// The layer-table module of this file (`hugetlb:pool` for
+    /// `hugetlb/pool.rs`).
+    fn layer_module(&self) -> String {
+        let mut parts = self.path.split('/');
+        let first = parts.next().unwrap_or_default();
+        let module = first.strip_suffix(".rs").unwrap_or(first);
+        let second = parts.next().map(|s| s.strip_suffix(".rs").unwrap_or(s));
+        if module == "hugetlb" && second.is_some_and(|s| HUGETLB_POOL.contains(&s)) {
+            return "hugetlb:pool".into();
+        }
+        module.into()
+    }
+
+    /// The layer-table modules this file names as `crate::<module>`, with
+    /// `crate::hugetlb::<item>` (or `crate::hugetlb::{items}`) of the
+    /// pool's items as `hugetlb:pool`.
+    fn layer_names(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut push = |n: &str| {
+            if !out.iter().any(|o| o == n) {
+                out.push(n.to_string());
+            }
+        };
+        let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+        let mut rest = self.code.as_str();
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let name = ident(rest);
+            if name != "hugetlb" {
+                if !name.is_empty() {
+                    push(&name);
+                }
+                continue;
+            }
+            let after = &rest[name.len()..];
+            let items: Vec<String> = match after.strip_prefix("::") {
+                Some(list) if list.starts_with('{') => {
+                    let body = &list[1..list.find('}').unwrap_or(list.len())];
+                    body.split(',').map(|s| ident(s.trim())).filter(|s| !s.is_empty()).collect()
+                }
+                Some(path) => vec![ident(path)],
+                None => vec![String::new()],
+            };
+            for item in items {
+                push(if HUGETLB_POOL.contains(&item.as_str()) { "hugetlb:pool" } else { "hugetlb" });
+            }
+        }
+        out
+    }
+}
+
+/// Loom models are tests (as the unit-test modules are): they may build
+/// whatever they need.
+fn is_loom_model(s: &Source) -> bool {
+    s.path.ends_with("loom_tests.rs")
+}
+
+#[test]
+fn every_edge_between_top_level_modules_points_down() {
+    let s = sources();
+    let mut unplaced = Vec::new();
+    let mut upward: Vec<(String, String, String)> = Vec::new();
+    for f in s.iter().filter(|f| f.path != "lib.rs" && !is_loom_model(f)) {
+        let from = f.layer_module();
+        let Some(lf) = layer_of(&from) else {
+            unplaced.push(f.path.clone());
+            continue;
+        };
+        for to in f.layer_names() {
+            // Crate-root items (`crate::PAGE_SIZE`, re-exports) are lib.rs's.
+            let Some(lt) = layer_of(&to) else { continue };
+            if to != from && lt >= lf {
+                upward.push((from.clone(), to, f.path.clone()));
+            }
+        }
+    }
+    assert!(unplaced.is_empty(), "{unplaced:?} belong to no layer: add their module to LAYERS");
+    let unlisted: Vec<&(String, String, String)> =
+        upward.iter().filter(|(a, b, _)| !UPWARD_EDGES.iter().any(|(x, y, _)| a == x && b == y)).collect();
+    assert!(unlisted.is_empty(), "edges up or sideways, (from, to, file): {unlisted:?}");
+    let stale: Vec<&(&str, &str, &str)> =
+        UPWARD_EDGES.iter().filter(|(x, y, _)| !upward.iter().any(|(a, b, _)| a == x && b == y)).collect();
+    assert!(stale.is_empty(), "{stale:?} no longer exist: take them off UPWARD_EDGES and docs/architecture.md");
+}
+
+/// The files outside `mm/` and `sys/` that still add methods to the
+/// address space, each with why. Features are free functions or hooks
+/// over the core; a method defined in a feature folder and called from
+/// `mm/` is an upward call the name check cannot see.
+const ADDRESS_SPACE_IMPLS: &[(&str, &str)] = &[
+    ("fault/mod.rs", "handle_fault and handle_mm_fault, the fault entry points every layer above calls"),
+    ("pin/mod.rs", "pin_user_pages and friends, the public pinning calls"),
+    (
+        "hugetlb/mod.rs",
+        "hugetlb_restore_reserves, which sys/madvise.rs's MADV_DONTNEED still calls (its zap hook to come)",
+    ),
+    ("hugetlb/share.rs", "huge_pmd_share and hugetlb_zap_range, called by the hugetlb fault and sys/madvise.rs"),
+    ("hugetlb/cow.rs", "unmap_ref_private, called by the hugetlb fault"),
+    ("hugetlb/gup.rs", "hugetlb_unshare, called by pin/"),
+    ("hugetlb/migrate.rs", "hugetlb_isolate and hugetlb_queue_skips, called by sys/move_pages.rs and sys/mempolicy.rs"),
+];
+
+/// Whether `code` adds methods to `AddressSpace` (an inherent or a trait impl).
+fn impls_address_space(code: &str) -> bool {
+    code.lines().map(str::trim).any(|l| {
+        l.starts_with("impl")
+            && (l.contains(" AddressSpace {") || l.contains("::AddressSpace {") || l.contains("for AddressSpace"))
+    })
+}
+
+#[test]
+fn the_address_space_is_implemented_only_in_the_core_and_the_syscalls() {
+    let s = sources();
+    let core = |f: &Source| f.path.starts_with("mm/") || f.path.starts_with("sys/");
+    let implementing: Vec<&str> =
+        s.iter().filter(|f| !is_loom_model(f) && impls_address_space(&f.code)).map(|f| f.path.as_str()).collect();
+    assert!(implementing.contains(&"mm/mod.rs"), "the check finds no impl AddressSpace");
+    let unlisted: Vec<&&str> = implementing
+        .iter()
+        .filter(|p| !core(s.iter().find(|f| f.path == **p).expect("listed")))
+        .filter(|p| !ADDRESS_SPACE_IMPLS.iter().any(|(x, _)| x == *p))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "{unlisted:?} add methods to AddressSpace outside mm/ and sys/: a hook or a free function"
+    );
+    let stale: Vec<&str> = ADDRESS_SPACE_IMPLS.iter().map(|(p, _)| *p).filter(|p| !implementing.contains(p)).collect();
+    assert!(stale.is_empty(), "{stale:?} no longer implement AddressSpace: take them off ADDRESS_SPACE_IMPLS");
+}
+
+/// The files that still downcast a `file::Mapper` (`as_any`) to reach the
+/// address space behind it, each with why.
+const MAPPER_DOWNCASTS: &[(&str, &str)] = &[
+    ("migrate.rs", "the reverse walk of a file page finds its mappers through the file's i_mmap of Weak<dyn Mapper>"),
+    ("hugetlb/migrate.rs", "as migrate.rs, for a hugetlbfs page"),
+    ("hugetlb/share.rs", "huge_pmd_share looks at another address space's VMA through the hugetlb reverse map"),
+    ("hugetlb/cow.rs", "unmap_ref_private unmaps the page from the children through the hugetlb reverse map"),
+];
+
+#[test]
+fn no_mapper_is_downcast_to_an_address_space() {
+    let s = sources();
+    let downcasting: Vec<&str> =
+        s.iter().filter(|f| !is_loom_model(f) && f.code.contains(".as_any()")).map(|f| f.path.as_str()).collect();
+    let unlisted: Vec<&&str> = downcasting.iter().filter(|p| !MAPPER_DOWNCASTS.iter().any(|(x, _)| x == *p)).collect();
+    assert!(unlisted.is_empty(), "{unlisted:?} downcast a file::Mapper: give the Mapper trait the call instead");
+    let stale: Vec<&str> = MAPPER_DOWNCASTS.iter().map(|(p, _)| *p).filter(|p| !downcasting.contains(p)).collect();
+    assert!(stale.is_empty(), "{stale:?} no longer downcast: take them off MAPPER_DOWNCASTS");
+}
+
+/// The methods that `impl AddressSpace` blocks outside `mm/` define: name
+/// and file.
+fn methods_outside_the_core(s: &[Source]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for f in s.iter().filter(|f| !f.path.starts_with("mm/") && !is_loom_model(f)) {
+        let mut depth = 0usize;
+        let mut inside = false;
+        for line in f.code.lines() {
+            let t = line.trim();
+            if !inside && impls_address_space(t) {
+                inside = true;
+                depth = 0;
+            }
+            if inside && depth == 1 {
+                let t =
+                    t.trim_start_matches("pub(crate) ").trim_start_matches("pub(super) ").trim_start_matches("pub ");
+                if let Some(rest) = t.strip_prefix("fn ") {
+                    let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    out.push((name, f.path.clone()));
+                }
+            }
+            if inside {
+                depth += line.matches('{').count();
+                depth = depth.saturating_sub(line.matches('}').count());
+                if depth == 0 && line.contains('}') {
+                    inside = false;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A method of the address space defined in a feature folder or in `sys/`
+/// and called from `mm/` is a call upward that the names of modules do
+/// not show: the core reaches a backing through its `VmaOps` hooks, a
+/// file through `file::Mapper`, and shared code lives in `mm/`.
+#[test]
+fn the_core_calls_no_address_space_method_defined_above_it() {
+    let s = sources();
+    let methods = methods_outside_the_core(&s);
+    assert!(methods.iter().any(|(m, _)| m == "mprotect"), "the check finds no method of sys/");
+    let mut calls = Vec::new();
+    for f in s.iter().filter(|f| f.path.starts_with("mm/") && !is_loom_model(f)) {
+        for (m, at) in &methods {
+            if [".", "Self::"].iter().any(|p| f.code.contains(&format!("{p}{m}("))) {
+                calls.push(format!("{} calls {m} ({at})", f.path));
+            }
+        }
+    }
+    assert!(calls.is_empty(), "{calls:?}");
+}

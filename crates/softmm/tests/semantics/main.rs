@@ -1,0 +1,35 @@
+//! softmm's semantics, one module per theme: the mapping calls and their
+//! errnos, files, accessors and the emulator, remote access, memory
+//! policies, pinning, migration, hugetlb, the hardening regressions, the
+//! layering rules, and the comparisons with the host kernel that run in this
+//! process or a forked child (instruction fetches, fork, pinning through
+//! io_uring, the host's huge page pool).
+//!
+//! One binary (one link) for all of them. What they share in this process:
+//! the host's huge page pool, reserved through `softmm-hostsys`, whose lock
+//! serializes the reservations of every thread and process; `execute`
+//! installs its signal handlers in a forked child only. `SOFTMM_ON_DEMAND`
+//! (read by `softmm_testkit::common::phys` at each call) reruns the
+//! modules that use it on memory on demand (`scripts/test.sh`).
+
+mod access_remote;
+mod accessors;
+mod big_munmap;
+mod emulator;
+mod execute;
+mod file_errnos;
+mod fork_host;
+mod hardening;
+mod host_file;
+mod hugetlb;
+mod hugetlb_migrate;
+mod hugetlb_pin;
+mod hugetlb_share;
+mod layering;
+mod maps_names;
+mod mempolicy;
+mod migrate;
+mod on_demand;
+mod pin;
+mod pin_host;
+mod semantics;
