@@ -15,6 +15,7 @@
 mod access_remote;
 mod accessors;
 mod big_munmap;
+mod compat32;
 mod emulator;
 mod execute;
 mod file_errnos;
@@ -32,4 +33,5 @@ mod migrate;
 mod on_demand;
 mod pin;
 mod pin_host;
+mod placement;
 mod semantics;

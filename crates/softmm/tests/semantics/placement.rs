@@ -4,13 +4,11 @@
 //! `ENOMEM` when full, `max_map_count`, mremap moves, brk and the stack.
 //! Each test runs the same calls on an address space of each policy.
 
-mod common;
-
 use std::sync::{Arc, Barrier};
 
-use common::*;
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, MmConfig, PhysMem, PlacementPolicy};
+use softmm_testkit::common::*;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
