@@ -251,6 +251,8 @@ pub struct MmConfig {
     pub migrate_policy: crate::migrate::MigratePolicy,
     /// Which CPUs a TLB shootdown waits for (issue 15).
     pub shootdown_policy: crate::tlb::ShootdownPolicy,
+    /// Which CPUs a TLB shootdown asks (issue 26).
+    pub shootdown_targets: crate::tlb::ShootdownTargets,
     /// How hugetlb faults synchronize with PMD unsharing and truncate
     /// (seed 000).
     pub hugetlb_policy: HugetlbPolicy,
@@ -282,6 +284,7 @@ impl Default for MmConfig {
             cap_sys_nice: false,
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
+            shootdown_targets: crate::tlb::ShootdownTargets::default(),
             hugetlb_policy: HugetlbPolicy::default(),
         }
     }
@@ -412,6 +415,13 @@ impl MmConfig {
         self
     }
 
+    /// Sets `shootdown_targets`: which CPUs a TLB shootdown asks (default [`crate::ShootdownTargets::FillOwners`]).
+    #[must_use]
+    pub fn shootdown_targets(mut self, shootdown_targets: crate::tlb::ShootdownTargets) -> MmConfig {
+        self.shootdown_targets = shootdown_targets;
+        self
+    }
+
     /// Sets `pin_policy`: how `pin_user_pages` synchronizes with mapping changes (default [`PinPolicy::PerVma`]).
     #[must_use]
     pub fn pin_policy(mut self, pin_policy: PinPolicy) -> MmConfig {
@@ -505,6 +515,7 @@ mod tests {
             .cap_sys_nice(true)
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
+            .shootdown_targets(crate::tlb::ShootdownTargets::Broadcast)
             .hugetlb_policy(HugetlbPolicy::LockFree);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
@@ -526,6 +537,7 @@ mod tests {
             cap_sys_nice: true,
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
+            shootdown_targets: crate::tlb::ShootdownTargets::Broadcast,
             hugetlb_policy: HugetlbPolicy::LockFree,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::pgtable::DetachedTable;
 use crate::phys::{FrameRef, Pfn};
+use crate::tlb::CpuSet;
 
 use super::AddressSpace;
 
@@ -42,9 +43,14 @@ pub(crate) struct MmuGather {
     /// Frame references taken out of entries, owned by the gather.
     frames: Vec<Pfn>,
     pub(crate) tables: Vec<DetachedTable>,
-    /// A translation was removed or narrowed: a shootdown is needed even if
-    /// nothing is freed (e.g. mprotect to read-only).
+    /// A translation was removed or narrowed, and its fill owners were not
+    /// collected: a shootdown of every CPU is needed even if nothing is
+    /// freed (e.g. mprotect to read-only).
     pub(crate) need_flush: bool,
+    /// The fill owners of the entries [`MmuGather::add_cleared_frame`]'s
+    /// callers cleared ([`MmuGather::add_fill_owners`]): the CPUs a
+    /// shootdown must ask when nothing set `need_flush`.
+    owners: CpuSet,
     /// Where this gather's flushes spent their time, for [`super::UnmapStats`].
     pub(crate) times: GatherTimes,
     /// Set by [`MmuGather::shoot_down_unreachable`]: what the gather takes
@@ -119,6 +125,24 @@ impl MmuGather {
         !self.is_full()
     }
 
+    /// [`MmuGather::add_frame`] for a zap that collects the fill owners of
+    /// what it clears ([`MmuGather::add_fill_owners`]), which then are the
+    /// only CPUs the flush asks, rather than every one.
+    #[must_use = "a full gather must be flushed before more frames are added"]
+    pub(crate) fn add_cleared_frame(&mut self, frame: FrameRef<'_>) -> bool {
+        let need_flush = self.need_flush;
+        let more = self.add_frame(frame);
+        self.need_flush = need_flush;
+        more
+    }
+
+    /// Adds CPUs the next flush must ask: the fill owners of entries the
+    /// caller cleared, taken from their PTE guard after the change and
+    /// before the guard is dropped (`PteGuard::take_fill_owners`).
+    pub(crate) fn add_fill_owners(&mut self, owners: &CpuSet) {
+        self.owners.union(owners);
+    }
+
     /// True if no frame waits for a flush.
     pub(crate) fn frames_is_empty(&self) -> bool {
         self.frames.is_empty()
@@ -167,12 +191,16 @@ impl MmuGather {
     /// holds, leaving it empty for more (Linux's `tlb_flush_mmu`). After
     /// [`MmuGather::shoot_down_unreachable`], it only frees.
     pub(crate) fn flush_and_free(&mut self, mm: &AddressSpace) {
-        if !(self.need_flush || !self.frames.is_empty() || !self.tables.is_empty()) {
+        if !(self.need_flush || !self.owners.is_empty() || !self.frames.is_empty() || !self.tables.is_empty()) {
             return;
         }
         if !self.shot_down {
             let begin = Instant::now();
-            let ticket = mm.flush_tlb_begin();
+            // Only the collected owners when every change collected them.
+            // Detached tables ask every CPU too: their entries were zapped
+            // before, but not necessarily through this gather.
+            let everyone = self.need_flush || !self.tables.is_empty();
+            let ticket = if everyone { mm.flush_tlb_begin() } else { mm.flush_tlb_begin_owners(&self.owners) };
             let barrier = ticket.forced_barrier();
             let wait = Instant::now();
             ticket.wait();
@@ -186,6 +214,7 @@ impl MmuGather {
         t.batches += u64::from(!self.frames.is_empty() || !self.tables.is_empty());
         let free = Instant::now();
         self.need_flush = false;
+        self.owners = CpuSet::EMPTY;
         t.frames += self.frames.len() as u64;
         // The references `add_frame` took over; no CPU reaches the frames
         // now. One batch: thousands of frames per flush, each freed with
@@ -329,7 +358,10 @@ mod tests {
     fn a_huge_munmap_flushes_each_full_gather_under(policy: crate::UnmapPolicy) {
         let pages = MAX_GATHER_FRAMES as u64 + 1;
         let phys = PhysMem::new(PhysConfig::new((pages + 64) * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default().unmap_policy(policy)).unwrap();
+        // Every flush asks every CPU: the pages are never filled from, so
+        // under `FillOwners` only the flush of the page tables would.
+        let config = MmConfig::default().unmap_policy(policy).shootdown_targets(crate::ShootdownTargets::Broadcast);
+        let mm = AddressSpace::new(&phys, config).unwrap();
         let len = pages * PAGE_SIZE;
         let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();
         assert_eq!(mm.stats().rss_pages, pages);

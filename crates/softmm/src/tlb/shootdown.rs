@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::barrier;
 use super::soft_tlb::SoftTlb;
+use super::targets::{self, CpuSet};
 use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
 
 /// The shootdown state one CPU shares with the initiators.
@@ -45,6 +46,9 @@ pub struct CpuTlbState {
     /// The CPU's TLB, read and written by its own thread only (see
     /// `soft_tlb.rs` for why it lives here).
     pub(crate) tlb: SoftTlb,
+    /// The CPU's process-wide slot (`targets.rs`), which its fills record
+    /// in the entries they fill from; `None` if every slot was taken.
+    slot: Option<u8>,
 }
 
 /// [`CpuTlbState::flush_pending`]: a flush request came since the last look.
@@ -62,7 +66,16 @@ impl CpuTlbState {
             flush_ack: AtomicU64::new(0),
             quiescent: AtomicU64::new(0),
             tlb: SoftTlb::new(),
+            slot: targets::alloc_slot(),
         })
+    }
+
+    /// The CPU's slot, which [`CpuSet`]s name it by: the same for the CPU's
+    /// whole life; `None` if every slot was taken when it was made (its
+    /// fills then mark entries as filled by several CPUs).
+    #[inline]
+    pub fn slot(&self) -> Option<u8> {
+        self.slot
     }
 
     /// Enters an access section. The caller loads
@@ -249,6 +262,14 @@ impl CpuTlbState {
     }
 }
 
+impl Drop for CpuTlbState {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            targets::free_slot(slot);
+        }
+    }
+}
+
 /// Which CPUs a shootdown waits for. Both are the same handshake; they
 /// differ in what a CPU outside an access must do. More policies may come,
 /// so a `match` on it needs a wildcard arm.
@@ -308,6 +329,10 @@ pub struct TlbStats {
     /// flushes; a flush that waits for nobody adds nothing and reads no
     /// clock.
     pub flush_wait_ns: u64,
+    /// Flushes that asked no CPU of another thread: no request, no
+    /// barrier, no wait (with [`crate::ShootdownTargets::FillOwners`], the
+    /// entries were filled by the initiator's CPUs or by none).
+    pub local_flushes: u64,
 }
 
 /// The CPUs attached to one address space, and its shootdown counters.
@@ -321,6 +346,7 @@ pub struct TlbDomain {
     flush_requests: AtomicU64,
     flush_waits: AtomicU64,
     barriers: AtomicU64,
+    local_flushes: AtomicU64,
     /// `TlbStats::flush_wait_ns`, shared with the tickets that wait.
     flush_wait_ns: Arc<AtomicU64>,
     policy: ShootdownPolicy,
@@ -348,6 +374,7 @@ impl TlbDomain {
             flush_requests: AtomicU64::new(0),
             flush_waits: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
+            local_flushes: AtomicU64::new(0),
             flush_wait_ns: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -393,6 +420,39 @@ impl TlbDomain {
     /// meanwhile. No lock is held between the two: CPUs may attach, detach
     /// and run in between.
     pub fn flush_begin(&self, mine: &[Arc<CpuTlbState>]) -> FlushTicket {
+        self.flush_begin_filtered(mine, &CpuSet::all())
+    }
+
+    /// [`TlbDomain::flush_begin`] for the CPUs of `targets` only: the
+    /// attached CPUs whose slot it holds (every attached CPU if it is
+    /// [`CpuSet::all`]). The caller guarantees that no other CPU caches a
+    /// translation the flush removes: `targets` holds the fill owners of
+    /// every entry it cleared or narrowed (`pgtable/pte.rs`), collected by
+    /// the swaps that changed them.
+    ///
+    /// The caller's own CPUs in the set get their request directly, with no
+    /// barrier and no wait; if no other CPU is in it, nothing else is done:
+    /// no lock, no barrier, no wait. That is sound without the list's lock
+    /// because a CPU that attaches meanwhile is not in the set: it has not
+    /// filled from the cleared entries (a fill records its slot with a
+    /// compare-exchange on the entry, which fails on a cleared one, or
+    /// finds its slot already there, which the clear's swap then returned).
+    pub fn flush_begin_targets(&self, mine: &[Arc<CpuTlbState>], targets: &CpuSet) -> FlushTicket {
+        if !targets.is_all() {
+            let remote = targets.without(mine.iter().map(|m| m.slot()));
+            if remote.is_empty() {
+                self.flushes.fetch_add(1, Ordering::Relaxed);
+                self.local_flushes.fetch_add(1, Ordering::Relaxed);
+                // They flush at their next access, like any CPU outside one.
+                mine.iter().filter(|m| targets.contains(m.slot())).for_each(|m| m.request_flush());
+                return FlushTicket { pending: Vec::new(), barrier: false, wait_ns: None };
+            }
+        }
+        self.flush_begin_filtered(mine, targets)
+    }
+
+    /// [`TlbDomain::flush_begin_targets`] past its local case.
+    fn flush_begin_filtered(&self, mine: &[Arc<CpuTlbState>], targets: &CpuSet) -> FlushTicket {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut pending = Vec::new();
         let mut requests = 0;
@@ -401,16 +461,19 @@ impl TlbDomain {
             // Under the lock, so that a CPU attaching after us starts empty
             // after our PTE changes, and none detaches and is dropped while
             // we look at it.
-            let cpus = self.cpus.lock();
+            let attached = self.cpus.lock();
+            let cpus = || attached.iter().filter(|c| targets.contains(c.slot()));
             // Before the barrier: the request is the initiator's store of
             // the handshake.
-            cpus.iter().for_each(|c| c.request_flush());
-            let others = || cpus.iter().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
+            cpus().for_each(|c| c.request_flush());
+            let others = || cpus().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
             if others().next().is_some() {
                 // Pairs with `CpuTlbState::section_begin`'s barrier.
                 barrier::initiator_barrier();
                 self.barriers.fetch_add(1, Ordering::Relaxed);
                 barrier = true;
+            } else {
+                self.local_flushes.fetch_add(1, Ordering::Relaxed);
             }
             for cpu in others() {
                 requests += 1;
@@ -442,6 +505,7 @@ impl TlbDomain {
             flush_waits: self.flush_waits.load(Ordering::Relaxed),
             barriers: self.barriers.load(Ordering::Relaxed),
             flush_wait_ns: self.flush_wait_ns.load(Ordering::Relaxed),
+            local_flushes: self.local_flushes.load(Ordering::Relaxed),
         }
     }
 }
@@ -683,6 +747,41 @@ mod tests {
         mine.section_end();
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_targeted_flush_asks_only_its_targets_and_never_the_initiators() {
+        let dom = TlbDomain::new();
+        let (mine, filler, other) = (CpuTlbState::new(), CpuTlbState::new(), CpuTlbState::new());
+        [&mine, &filler, &other].iter().for_each(|c| _ = dom.attach(c));
+        let mine_only = |c: &Arc<CpuTlbState>| {
+            let mut s = CpuSet::EMPTY;
+            s.insert(c.slot().expect("a slot"));
+            s
+        };
+        // Only the initiator's own CPU filled: its request, no other, no
+        // barrier, no wait, even with the others inside an access.
+        [&filler, &other].iter().for_each(|c| c.section_begin(false));
+        dom.flush_begin_targets(std::slice::from_ref(&mine), &mine_only(&mine)).wait();
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers, s.local_flushes), (1, 0, 0, 0, 1));
+        assert_eq!((mine.flush_requests(), filler.flush_requests(), other.flush_requests()), (1, 0, 0));
+        // Nobody filled: nothing at all.
+        dom.flush_begin_targets(&[], &CpuSet::EMPTY).wait();
+        assert_eq!(mine.flush_requests(), 1);
+        // One other CPU filled: it alone is asked (and waited for).
+        let t = dom.flush_begin_targets(std::slice::from_ref(&mine), &mine_only(&filler));
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers, s.local_flushes), (3, 1, 1, 1, 2));
+        assert_eq!((mine.flush_requests(), filler.flush_requests(), other.flush_requests()), (1, 1, 0));
+        filler.section_end();
+        returns(move || t.wait());
+        // Every CPU: as `flush_begin`.
+        let t = dom.flush_begin_targets(std::slice::from_ref(&mine), &CpuSet::all());
+        assert_eq!((mine.flush_requests(), filler.flush_requests(), other.flush_requests()), (2, 2, 1));
+        other.section_end();
+        returns(move || t.wait());
+        assert_eq!(dom.stats().flush_requests, 3);
     }
 
     #[test]
