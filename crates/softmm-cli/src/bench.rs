@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use softmm::{FaultPolicy, UnmapPolicy};
+use softmm::{FaultPolicy, ShootdownTargets, UnmapPolicy};
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
@@ -180,11 +180,17 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
                 host = true;
                 continue;
             }
+            // A shootdown-target policy, under the default fault policy.
+            _ if ShootdownTargets::from_name(name).is_some() => {
+                vec![Backend::Targets(ShootdownTargets::from_name(name).expect("matched"))]
+            }
             _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
                 format!(
-                    "unknown policy `{name}` for {workloads}: its fault policies are {}; or all, default, host",
-                    names.join(", ")
+                    "unknown policy `{name}` for {workloads}: its fault policies are {}; or the shootdown \
+                     targets {}; or all, default, host",
+                    names.join(", "),
+                    ShootdownTargets::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
                 )
             })?)],
         };
@@ -553,5 +559,11 @@ mod tests {
         );
         assert_eq!(parse_unmap_backends("host", false).unwrap(), vec![Backend::Host]);
         assert!(parse_unmap_backends("nope", false).is_err());
+        // Shootdown targets, old against new in one sweep.
+        assert_eq!(
+            parse_backends("broadcast,fill-owners", true, "tlb-flush", false).unwrap(),
+            vec![Backend::Targets(ShootdownTargets::Broadcast), Backend::Targets(ShootdownTargets::FillOwners)]
+        );
+        assert!(e.contains("fill-owners"), "{e}");
     }
 }

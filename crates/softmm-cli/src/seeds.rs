@@ -111,10 +111,12 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("lock-free", "hugetlb", "no shared lock: the fault validates that its PMD table is still linked (default)"),
     ("one-by-one", "migrate", "unmap, flush, copy and remap one page at a time (before Linux 6.3)"),
     ("batched", "migrate", "seed 003: up to 512 pages unmapped, one flush, then copied and remapped (default)"),
+    ("broadcast", "targets", "a shootdown asks every attached CPU of another thread (softmm before issue 26)"),
+    ("fill-owners", "targets", "a zap's or COW's shootdown asks only the CPUs that filled from its entries (default)"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
-/// The policies of one kind (`fault`, `unmap`, `pin`, `hugetlb`, `migrate`).
+/// The policies of one kind (`fault`, `targets`, `unmap`, `pin`, `hugetlb`, `migrate`).
 pub fn names(kind: &str) -> Vec<&'static str> {
     POLICIES.iter().filter(|p| p.1 == kind).map(|p| p.0).collect()
 }
@@ -152,6 +154,7 @@ pub fn bench_help() -> String {
     );
     let kinds = [
         ("fault", ""),
+        ("targets", "  any of those, tlb-flush above all: shootdown-target policies, faults under the default\n"),
         ("unmap", "  big-munmap (seed 002): unmap policies, faults under mmap-lock\n"),
         ("pin", "  pin (seed 004): pin policies\n"),
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),
@@ -212,6 +215,9 @@ mod tests {
         }
         for p in softmm::MigratePolicy::ALL {
             assert!(gloss("migrate", p.name()).is_some(), "{}", p.name());
+        }
+        for p in softmm::ShootdownTargets::ALL {
+            assert!(gloss("targets", p.name()).is_some(), "{}", p.name());
         }
         assert!(gloss("pin", "host").is_some());
     }
