@@ -113,6 +113,7 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("batched", "migrate", "seed 003: up to 512 pages unmapped, one flush, then copied and remapped (default)"),
     ("broadcast", "targets", "a shootdown asks every attached CPU of another thread (softmm before issue 26)"),
     ("fill-owners", "targets", "a zap's or COW's shootdown asks only the CPUs that filled from its entries (default)"),
+    ("fill-owners-ranges", "targets", "fill-owners, each request naming its pages (up to 32): targets keep the rest"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 

@@ -42,7 +42,8 @@ pub struct CpuStats {
     pub fault: FaultStats,
     /// TLB misses (page-table walks).
     pub tlb_misses: u64,
-    /// Full TLB flushes done on a shootdown.
+    /// TLB flushes done on a shootdown: of the whole TLB, or of the pages
+    /// the requests named (`ShootdownTargets::FillOwnersRanges`).
     pub tlb_flushes: u64,
 }
 

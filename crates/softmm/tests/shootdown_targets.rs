@@ -2,8 +2,8 @@
 //! asks only the CPUs that filled their TLB from the entries it changed, and
 //! every CPU that did is asked, whatever rewrote the entry in between. Each
 //! scenario runs under every policy; the counts of requests and barriers are
-//! those of `FillOwners` (under `Broadcast` every other thread's CPU is
-//! asked).
+//! those of `FillOwners` and `FillOwnersRanges` (under `Broadcast` every
+//! other thread's CPU is asked).
 
 mod common;
 
@@ -101,7 +101,7 @@ fn a_thread_private_page_is_dropped_with_no_request_and_no_barrier() {
         // Each pass: the zap, and before it, but the first time, the zero
         // page's COW break.
         assert_eq!(flushes, 5, "{targets:?}");
-        if targets == ShootdownTargets::FillOwners {
+        if targets != ShootdownTargets::Broadcast {
             assert_eq!((requests, barriers, local), (0, 0, 5));
         } else {
             assert_eq!((requests, barriers, local), (5, 5, 0), "{targets:?}");
@@ -130,7 +130,7 @@ fn a_zap_asks_the_cpu_that_filled_and_only_it() {
         let before = mm.stats().tlb;
         mm.madvise(a, PAGE, MADV_DONTNEED).unwrap();
         let (_, requests, barriers, _) = since(&mm, before);
-        let want = if targets == ShootdownTargets::FillOwners { 1 } else { 2 };
+        let want = if targets != ShootdownTargets::Broadcast { 1 } else { 2 };
         assert_eq!((requests, barriers), (want, 1), "{targets:?}");
         reuse_a_frame(&mm, &mut cpu, 99);
         assert_eq!(reader.read(a), 0, "{targets:?}: a read through a stale translation");
@@ -192,7 +192,7 @@ fn a_cow_break_asks_the_cpus_that_read_the_old_page() {
         let before = mm.stats().tlb;
         cpu.write_u64(b, 43).unwrap();
         let (flushes, requests, barriers, local) = since(&mm, before);
-        if targets == ShootdownTargets::FillOwners {
+        if targets != ShootdownTargets::Broadcast {
             assert_eq!((flushes, requests, barriers, local), (1, 0, 0, 1));
         } else {
             assert_eq!((flushes, requests, barriers, local), (1, 1, 1, 0), "{targets:?}");
@@ -263,6 +263,36 @@ fn fork_leaves_the_childs_entries_with_no_filler() {
         assert_eq!(reader.read(a), 0, "{targets:?}");
         [reader, child_idle].into_iter().for_each(Remote::stop);
         drop((cpu, ccpu, mm, child));
+        assert_no_leaks(&p);
+    }
+}
+
+/// Under `FillOwnersRanges` a request names the page it drops, and the
+/// target keeps the rest of its TLB: the other page it cached is still a
+/// hit. Under the other policies the whole TLB goes.
+#[test]
+fn a_ranged_request_keeps_the_rest_of_the_targets_tlb() {
+    for &targets in ShootdownTargets::ALL {
+        let p = phys(4);
+        let mm = mm_under(&p, targets);
+        let a = mm.mmap(0, 2 * PAGE, RW, ANON, None, 0).unwrap();
+        let b = a + PAGE;
+        let reader = Remote::attached(&mm);
+        reader.run(move |cpu| {
+            cpu.write_u64(a, 1).unwrap();
+            cpu.write_u64(b, 2).unwrap();
+        });
+        mm.madvise(a, PAGE, MADV_DONTNEED).unwrap();
+        let (b_value, misses, a_value) = reader.run(move |cpu| {
+            let before = cpu.stats().tlb_misses;
+            let v = cpu.read_u64(b).unwrap();
+            (v, cpu.stats().tlb_misses - before, cpu.read_u64(a).unwrap())
+        });
+        assert_eq!((b_value, a_value), (2, 0), "{targets:?}");
+        let kept = targets == ShootdownTargets::FillOwnersRanges;
+        assert_eq!(misses, u64::from(!kept), "{targets:?}: b's translation kept: {kept}");
+        reader.stop();
+        drop(mm);
         assert_no_leaks(&p);
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::pgtable::DetachedTable;
 use crate::phys::{FrameRef, Pfn};
-use crate::tlb::CpuSet;
+use crate::tlb::{CpuSet, FlushRange};
 
 use super::AddressSpace;
 
@@ -51,6 +51,9 @@ pub(crate) struct MmuGather {
     /// callers cleared ([`MmuGather::add_fill_owners`]): the CPUs a
     /// shootdown must ask when nothing set `need_flush`.
     owners: CpuSet,
+    /// The addresses those entries mapped, first and end, for a ranged
+    /// request (`ShootdownTargets::FillOwnersRanges`).
+    cleared: Option<(u64, u64)>,
     /// Where this gather's flushes spent their time, for [`super::UnmapStats`].
     pub(crate) times: GatherTimes,
     /// Set by [`MmuGather::shoot_down_unreachable`]: what the gather takes
@@ -128,8 +131,11 @@ impl MmuGather {
     /// [`MmuGather::add_frame`] for a zap that collects the fill owners of
     /// what it clears ([`MmuGather::add_fill_owners`]), which then are the
     /// only CPUs the flush asks, rather than every one.
+    /// `va` and `size` are the cleared entry's address and size.
     #[must_use = "a full gather must be flushed before more frames are added"]
-    pub(crate) fn add_cleared_frame(&mut self, frame: FrameRef<'_>) -> bool {
+    pub(crate) fn add_cleared_frame(&mut self, frame: FrameRef<'_>, va: u64, size: u64) -> bool {
+        let end = va.saturating_add(size);
+        self.cleared = Some(self.cleared.map_or((va, end), |(s, e)| (s.min(va), e.max(end))));
         let need_flush = self.need_flush;
         let more = self.add_frame(frame);
         self.need_flush = need_flush;
@@ -200,7 +206,12 @@ impl MmuGather {
             // Detached tables ask every CPU too: their entries were zapped
             // before, but not necessarily through this gather.
             let everyone = self.need_flush || !self.tables.is_empty();
-            let ticket = if everyone { mm.flush_tlb_begin() } else { mm.flush_tlb_begin_owners(&self.owners) };
+            let ticket = if everyone {
+                mm.flush_tlb_begin()
+            } else {
+                let range = self.cleared.map_or(FlushRange::ALL, |(start, end)| FlushRange::new(start, end));
+                mm.flush_tlb_begin_owners(&self.owners, range)
+            };
             let barrier = ticket.forced_barrier();
             let wait = Instant::now();
             ticket.wait();
@@ -215,6 +226,7 @@ impl MmuGather {
         let free = Instant::now();
         self.need_flush = false;
         self.owners = CpuSet::EMPTY;
+        self.cleared = None;
         t.frames += self.frames.len() as u64;
         // The references `add_frame` took over; no CPU reaches the frames
         // now. One batch: thousands of frames per flush, each freed with

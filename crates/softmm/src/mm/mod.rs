@@ -41,7 +41,7 @@ use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
 use crate::sync::SeqCount;
-use crate::tlb::{CpuSet, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
+use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::MmuGather;
@@ -380,17 +380,22 @@ impl AddressSpace {
     /// [`crate::ShootdownTargets::Broadcast`]. See
     /// [`crate::tlb::TlbDomain::flush_begin_targets`]: with no owner but
     /// the caller's CPUs, no request, no barrier and no wait.
-    pub(crate) fn flush_tlb_begin_owners(&self, owners: &CpuSet) -> FlushTicket {
-        let targets = match self.config.shootdown_targets {
-            ShootdownTargets::Broadcast => CpuSet::all(),
-            _ => *owners,
+    ///
+    /// `range` is what the changes covered; under
+    /// [`crate::ShootdownTargets::FillOwnersRanges`] the requests ask for
+    /// it alone, else for every entry.
+    pub(crate) fn flush_tlb_begin_owners(&self, owners: &CpuSet, range: FlushRange) -> FlushTicket {
+        let (targets, range) = match self.config.shootdown_targets {
+            ShootdownTargets::Broadcast => (CpuSet::all(), FlushRange::ALL),
+            ShootdownTargets::FillOwners => (*owners, FlushRange::ALL),
+            _ => (*owners, range),
         };
-        crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin_targets(mine, &targets))
+        crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin_targets(mine, &targets, range))
     }
 
     /// [`AddressSpace::flush_tlb_begin_owners`], waited for.
-    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet) {
-        self.flush_tlb_begin_owners(owners).wait();
+    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet, range: FlushRange) {
+        self.flush_tlb_begin_owners(owners, range).wait();
     }
 
     /// Current statistics.
@@ -520,7 +525,7 @@ impl AddressSpace {
                     if !pte.has_frame() || !filter(pte) {
                         return None;
                     }
-                    if !tlb.add_cleared_frame(rmap::unmapped(&self.phys, pte)) {
+                    if !tlb.add_cleared_frame(rmap::unmapped(&self.phys, pte), va, leaf.entry_size()) {
                         stopped = Some(va + leaf.entry_size());
                     }
                     Some(Pte::NONE)

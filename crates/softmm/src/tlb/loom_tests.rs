@@ -474,9 +474,9 @@ fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
     Ok(())
 }
 
-/// Runs [`a_real_fill_against_a_real_dontneed`] intact, where no execution
-/// may go wrong, then with `switch` set, where one must.
-fn check_fill_owner_model(switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>) {
+/// Runs `model` intact, where no execution may go wrong, then with
+/// `switch` set, where one must.
+fn check_broken(model: fn() -> Result<(), String>, switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>) {
     let builder = || {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(2);
@@ -486,8 +486,8 @@ fn check_fill_owner_model(switch: &'static std::thread::LocalKey<std::cell::Cell
     };
     // Per OS thread, which runs every thread of the models below.
     switch.with(|s| s.set(false));
-    builder().check(|| {
-        if let Err(e) = a_real_fill_against_a_real_dontneed() {
+    builder().check(move || {
+        if let Err(e) = model() {
             panic!("{e}");
         }
     });
@@ -495,7 +495,7 @@ fn check_fill_owner_model(switch: &'static std::thread::LocalKey<std::cell::Cell
     let seen = caught.clone();
     switch.with(|s| s.set(true));
     builder().check(move || {
-        if a_real_fill_against_a_real_dontneed().is_err() {
+        if model().is_err() {
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
@@ -508,7 +508,7 @@ fn check_fill_owner_model(switch: &'static std::thread::LocalKey<std::cell::Cell
 /// keeps using its cached translation of the freed frame.
 #[test]
 fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
-    check_fill_owner_model(&super::broken::CLEAR_SKIPS_OWNERS);
+    check_broken(a_real_fill_against_a_real_dontneed, &super::broken::CLEAR_SKIPS_OWNERS);
 }
 
 /// The model, and its variant where the fill stores the entry instead of a
@@ -516,5 +516,59 @@ fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
 /// maps the freed frame again.
 #[test]
 fn a_fill_that_stores_without_a_compare_exchange_is_caught() {
-    check_fill_owner_model(&super::broken::FILL_STORES);
+    check_broken(a_real_fill_against_a_real_dontneed, &super::broken::FILL_STORES);
+}
+
+/// Ranged requests on the real `CpuTlbState` and `TlbDomain` (one range
+/// slot under loom): the CPU caches page `A` and makes two accesses to it,
+/// each entry catching up on whatever was requested (the fence form, where
+/// every entry looks); the initiator asks it to drop page `B`, then unmaps
+/// `A`, asks it to drop `A`, waits and frees `A`. No access may hit `A`
+/// once it is freed. A catch-up that loads the second request's number
+/// before its initiator stored its range finds the first request's range in
+/// the slot: the tag tells them apart, and the CPU drops everything. With
+/// `broken::RANGE_WITHOUT_TAG` it drops `B` only, acknowledges, and keeps
+/// `A` past the free.
+fn ranged_requests_against_a_catch_up() -> Result<(), String> {
+    use super::{CpuSet, FlushRange};
+    use crate::{Access, PAGE_SIZE};
+    const A: u64 = 0x10_0000;
+    const B: u64 = 0x20_0000;
+    let dom = Arc::new(TlbDomain::new());
+    let state = CpuTlbState::new();
+    let mut seen = dom.attach(&state);
+    let mut frame = [0u8; 8];
+    state.tlb.fill(A, frame.as_mut_ptr(), Access::Read.bit());
+    let freed = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (state, freed) = (state.clone(), freed.clone());
+        loom::thread::spawn(move || {
+            let mut stale = false;
+            for _ in 0..2 {
+                state.section_begin(false);
+                state.catch_up(&mut seen, true);
+                stale |= state.tlb.hit(A, Access::Read).is_some() && freed.load(Ordering::Acquire);
+                state.section_end();
+            }
+            stale
+        })
+    };
+    let mut targets = CpuSet::EMPTY;
+    targets.insert(state.slot().expect("a slot"));
+    dom.flush_begin_targets(&[], &targets, FlushRange::new(B, B + PAGE_SIZE)).wait();
+    dom.flush_begin_targets(&[], &targets, FlushRange::new(A, A + PAGE_SIZE)).wait();
+    freed.store(true, Ordering::Release);
+    let stale = t.join().unwrap();
+    dom.detach(&state);
+    if stale {
+        return Err("an access hit a page dropped by a ranged request after its free".into());
+    }
+    Ok(())
+}
+
+/// The model above, and its variant that trusts a range slot without its
+/// tag (`broken::RANGE_WITHOUT_TAG`).
+#[test]
+fn a_ranged_request_is_never_mistaken_for_an_older_one() {
+    check_broken(ranged_requests_against_a_catch_up, &super::broken::RANGE_WITHOUT_TAG);
 }

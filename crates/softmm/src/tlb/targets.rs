@@ -65,17 +65,24 @@ pub enum ShootdownTargets {
     /// filled by several CPUs ask every attached CPU.
     #[default]
     FillOwners,
+    /// [`ShootdownTargets::FillOwners`], and each request names the pages
+    /// the change covered (at most `FlushRange::MAX_PAGES`, else every
+    /// entry), so that a target keeps the rest of its TLB (Linux's and
+    /// Asterinas's ranged flushes). Broadcasts still empty whole TLBs.
+    FillOwnersRanges,
 }
 
 impl ShootdownTargets {
     /// Every policy, for sweeps.
-    pub const ALL: &'static [ShootdownTargets] = &[ShootdownTargets::Broadcast, ShootdownTargets::FillOwners];
+    pub const ALL: &'static [ShootdownTargets] =
+        &[ShootdownTargets::Broadcast, ShootdownTargets::FillOwners, ShootdownTargets::FillOwnersRanges];
 
     /// The kebab-case name used on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
             ShootdownTargets::Broadcast => "broadcast",
             ShootdownTargets::FillOwners => "fill-owners",
+            ShootdownTargets::FillOwnersRanges => "fill-owners-ranges",
         }
     }
 
