@@ -34,7 +34,7 @@ pub(crate) const MAX_GATHER_FRAMES: usize = if cfg!(loom) { 1 } else { MAX_GATHE
 /// the references, which the leak tests catch.
 ///
 /// It holds at most [`MAX_GATHER_FRAMES`] frames: a zap loop adds frames with
-/// [`MmuGather::add_frame`] while that returns `true`, then drops its PTE lock
+/// [`MmuGather::add_cleared_frame`] while that returns `true`, then drops its PTE lock
 /// and calls [`MmuGather::flush_if_full`] before gathering more, as Linux's
 /// `zap_pte_range` sets `force_flush`, unlocks and calls `tlb_flush_mmu`.
 #[must_use = "call finish() to flush the TLB and free what was unmapped"]
@@ -106,12 +106,8 @@ fn ns_since(t: Instant) -> u64 {
 }
 
 impl MmuGather {
-    /// Takes over the reference an entry that was just cleared held on
-    /// `frame`; it is put after the flush. Returns `false` once the gather
-    /// is full: the caller must then stop clearing entries, drop its PTE
-    /// lock and call [`MmuGather::flush_if_full`] before it adds another.
-    #[must_use = "a full gather must be flushed before more frames are added"]
-    pub(crate) fn add_frame(&mut self, frame: FrameRef<'_>) -> bool {
+    /// Holds `frame` until the flush; false once the gather is full.
+    fn push_frame(&mut self, frame: FrameRef<'_>) -> bool {
         debug_assert!(!self.is_full(), "frame added to a full gather");
         let cap = self.frames.capacity();
         if self.frames.len() == cap {
@@ -121,25 +117,25 @@ impl MmuGather {
                 cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap),
             );
         }
-        // A translation went away even when the frame is the zero page,
-        // whose reference is not counted.
-        self.need_flush = true;
         self.frames.push(frame.into_raw());
         !self.is_full()
     }
 
-    /// [`MmuGather::add_frame`] for a zap that collects the fill owners of
-    /// what it clears ([`MmuGather::add_fill_owners`]), which then are the
-    /// only CPUs the flush asks, rather than every one.
+    /// Takes over the reference an entry that was just cleared held on
+    /// `frame`; it is put after the flush. Returns `false` once the gather
+    /// is full: the caller must then stop clearing entries, drop its PTE
+    /// lock and call [`MmuGather::flush_if_full`] before it adds another.
     /// `va` and `size` are the cleared entry's address and size.
+    ///
+    /// The caller must also add the fill owners its PTE guard collected
+    /// ([`MmuGather::add_fill_owners`]): they are the only CPUs the flush
+    /// asks (unless something sets `need_flush`). A caller that does not
+    /// collect them sets `need_flush`, and every CPU is asked.
     #[must_use = "a full gather must be flushed before more frames are added"]
     pub(crate) fn add_cleared_frame(&mut self, frame: FrameRef<'_>, va: u64, size: u64) -> bool {
         let end = va.saturating_add(size);
         self.cleared = Some(self.cleared.map_or((va, end), |(s, e)| (s.min(va), e.max(end))));
-        let need_flush = self.need_flush;
-        let more = self.add_frame(frame);
-        self.need_flush = need_flush;
-        more
+        self.push_frame(frame)
     }
 
     /// Adds CPUs the next flush must ask: the fill owners of entries the
@@ -161,7 +157,7 @@ impl MmuGather {
 
     /// If the gather is full, flushes `mm`'s TLB and frees what it holds,
     /// leaving it empty for more (Linux's `tlb_flush_mmu`). Call it with no
-    /// PTE lock held: [`MmuGather::add_frame`] never flushes by itself
+    /// PTE lock held: [`MmuGather::add_cleared_frame`] never flushes by itself
     /// because its caller holds one, and a shootdown under it would make
     /// every fault on that table wait for the slowest CPU's acknowledgement
     /// (safe, since a CPU blocked on the lock is quiescent, but needless).
@@ -228,7 +224,7 @@ impl MmuGather {
         self.owners = CpuSet::EMPTY;
         self.cleared = None;
         t.frames += self.frames.len() as u64;
-        // The references `add_frame` took over; no CPU reaches the frames
+        // The references `add_cleared_frame` took over; no CPU reaches the frames
         // now. One batch: thousands of frames per flush, each freed with
         // its own lock round trips would cost most of the unmap.
         mm.phys.put_batch(&mut self.frames);
@@ -347,10 +343,13 @@ mod tests {
         let mut tlb = MmuGather::default();
         // The zero page's references are not counted: any number will do.
         for _ in 0..MAX_GATHER_FRAMES - 1 {
-            assert!(tlb.add_frame(phys.zero_page()));
+            assert!(tlb.add_cleared_frame(phys.zero_page(), 0, PAGE_SIZE));
         }
         assert!(!tlb.is_full());
-        assert!(!tlb.add_frame(phys.zero_page()), "the last frame under the bound reports the gather full");
+        assert!(
+            !tlb.add_cleared_frame(phys.zero_page(), 0, PAGE_SIZE),
+            "the last frame under the bound reports the gather full"
+        );
         assert!(tlb.is_full());
         assert!(tlb.frames.capacity() <= MAX_GATHER_FRAMES + 8, "the batch grew past its bound");
         std::mem::forget(tlb); // frame numbers only: nothing to free
