@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use softmm::{FaultPolicy, PlacementPolicy, UnmapPolicy};
+use softmm::{FaultPolicy, PlacementPolicy, ShootdownTargets, UnmapPolicy};
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
@@ -211,11 +211,17 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
                 host = true;
                 continue;
             }
+            // A shootdown-target policy, under the default fault policy.
+            _ if ShootdownTargets::from_name(name).is_some() => {
+                vec![Backend::Targets(ShootdownTargets::from_name(name).expect("matched"))]
+            }
             _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
                 format!(
-                    "unknown policy `{name}` for {workloads}: its fault policies are {}; or all, default, host",
-                    names.join(", ")
+                    "unknown policy `{name}` for {workloads}: its fault policies are {}; or the shootdown \
+                     targets {}; or all, default, host",
+                    names.join(", "),
+                    ShootdownTargets::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
                 )
             })?)],
         };
@@ -597,5 +603,11 @@ mod tests {
         assert_eq!(workloads::policy_label(soft, PlacementPolicy::Linux), "per-vma-seq");
         assert_eq!(workloads::policy_label(soft, PlacementPolicy::Arenas), "per-vma-seq+arenas");
         assert_eq!(workloads::policy_label(Backend::Host, PlacementPolicy::Arenas), "host");
+        // Shootdown targets, old against new in one sweep.
+        assert_eq!(
+            parse_backends("broadcast,fill-owners", true, "tlb-flush", false).unwrap(),
+            vec![Backend::Targets(ShootdownTargets::Broadcast), Backend::Targets(ShootdownTargets::FillOwners)]
+        );
+        assert!(e.contains("fill-owners"), "{e}");
     }
 }

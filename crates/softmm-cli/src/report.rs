@@ -34,6 +34,17 @@ pub struct Counters {
     /// (softmm's `TlbStats::flush_wait_ns`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub flush_wait_ns: Option<u64>,
+    /// TLB shootdowns begun (softmm's `TlbStats::flushes`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub shootdowns: Option<u64>,
+    /// Shootdowns that asked no CPU of another thread: no request, no
+    /// barrier, no wait (softmm's `TlbStats::local_flushes`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub local_shootdowns: Option<u64>,
+    /// Process-wide barriers the shootdowns issued, `membarrier` (softmm's
+    /// `TlbStats::barriers`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub barriers: Option<u64>,
     /// Lock-free fault attempts.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub spec_attempts: Option<u64>,
@@ -196,6 +207,9 @@ impl Counters {
         add(&mut self.mmap_lock_acquisitions, o.mmap_lock_acquisitions);
         add(&mut self.flush_requests, o.flush_requests);
         add(&mut self.flush_wait_ns, o.flush_wait_ns);
+        add(&mut self.shootdowns, o.shootdowns);
+        add(&mut self.local_shootdowns, o.local_shootdowns);
+        add(&mut self.barriers, o.barriers);
         add(&mut self.spec_attempts, o.spec_attempts);
         add(&mut self.spec_aborts, o.spec_aborts);
         add(&mut self.fallbacks, o.fallbacks);
@@ -672,6 +686,7 @@ pub fn table(samples: &[Sample]) -> String {
     let rows = rows(samples);
     let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
     let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
+    let targets = samples.iter().any(|s| s.counters.shootdowns.is_some());
     let interfered = samples.iter().any(|s| s.mode == "interfered");
     let mut t = Table::new();
     t.column("policy", true, 0, None)
@@ -688,6 +703,14 @@ pub fn table(samples: &[Sample]) -> String {
         .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
     if waits {
         t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
+    }
+    if targets {
+        t.column("bar/op", false, 0, Some("process-wide barriers (membarrier) the shootdowns issued")).column(
+            "local",
+            false,
+            2,
+            Some("share of the shootdowns that asked no CPU of another thread"),
+        );
     }
     t.column("spec/op", false, 3, Some("lock-free fault attempts"))
         .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
@@ -739,6 +762,13 @@ pub fn table(samples: &[Sample]) -> String {
         if waits {
             line.push(per_op(c.flush_wait_ns, ops));
         }
+        if targets {
+            line.push(per_op(c.barriers, ops));
+            line.push(match (c.local_shootdowns, c.shootdowns) {
+                (Some(l), Some(n)) if n > 0 => format!("{:.0}%", 100.0 * l as f64 / n as f64),
+                _ => "-".to_string(),
+            });
+        }
         line.extend([per_op(c.spec_attempts, ops), per_op(c.spec_aborts, ops), per_op(c.fallbacks, ops)]);
         if shared {
             line.push(per_op(c.shared_writes, ops));
@@ -752,6 +782,7 @@ pub fn table(samples: &[Sample]) -> String {
         let placed: Vec<&str> = policies.iter().filter_map(|p| p.split_once('+').map(|(_, q)| q)).collect();
         out.push_str("Policies:\n");
         out.push_str(&crate::seeds::legend(kind, &base));
+        out.push_str(&crate::seeds::legend("targets", &base));
         if !placed.is_empty() {
             out.push_str("Placements (`+name`; rows without one place as Linux):\n");
             out.push_str(&crate::seeds::legend("placement", &placed));

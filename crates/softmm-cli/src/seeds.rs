@@ -113,10 +113,13 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("batched", "migrate", "seed 003: up to 512 pages unmapped, one flush, then copied and remapped (default)"),
     ("linux", "placement", "non-fixed mmap placed top-down below mmap_base, as Linux (default; rows unsuffixed)"),
     ("arenas", "placement", "non-fixed mmap placed first in the calling thread's 1 GiB arena, then as Linux"),
+    ("broadcast", "targets", "a shootdown asks every attached CPU of another thread (softmm before issue 26)"),
+    ("fill-owners", "targets", "a zap's or COW's shootdown asks only the CPUs that filled from its entries (default)"),
+    ("fill-owners-ranges", "targets", "fill-owners, each request naming its pages (up to 32): targets keep the rest"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
-/// The policies of one kind (`fault`, `unmap`, `pin`, `hugetlb`, `migrate`).
+/// The policies of one kind (`fault`, `targets`, `unmap`, `pin`, `hugetlb`, `migrate`).
 pub fn names(kind: &str) -> Vec<&'static str> {
     POLICIES.iter().filter(|p| p.1 == kind).map(|p| p.0).collect()
 }
@@ -154,6 +157,7 @@ pub fn bench_help() -> String {
     );
     let kinds = [
         ("fault", ""),
+        ("targets", "  any of those, tlb-flush above all: shootdown-target policies, faults under the default\n"),
         ("unmap", "  big-munmap (seed 002): unmap policies, faults under mmap-lock\n"),
         ("pin", "  pin (seed 004): pin policies\n"),
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),
@@ -223,6 +227,9 @@ mod tests {
         }
         for p in softmm::PlacementPolicy::ALL {
             assert!(gloss("placement", p.name()).is_some(), "{}", p.name());
+        }
+        for p in softmm::ShootdownTargets::ALL {
+            assert!(gloss("targets", p.name()).is_some(), "{}", p.name());
         }
         assert!(gloss("pin", "host").is_some());
     }

@@ -23,7 +23,7 @@ use crate::fault::{Access, FaultStats};
 use crate::mm::AddressSpace;
 use crate::pgtable::Pte;
 use crate::phys::FrameRef;
-use crate::tlb::{CpuTlbState, QuiescentGuard};
+use crate::tlb::{CpuTlbState, QuiescentGuard, ShootdownTargets};
 use crate::PAGE_SIZE;
 
 mod accessors;
@@ -42,7 +42,8 @@ pub struct CpuStats {
     pub fault: FaultStats,
     /// TLB misses (page-table walks).
     pub tlb_misses: u64,
-    /// Full TLB flushes done on a shootdown.
+    /// TLB flushes done on a shootdown: of the whole TLB, or of the pages
+    /// the requests named (`ShootdownTargets::FillOwnersRanges`).
     pub tlb_flushes: u64,
 }
 
@@ -352,9 +353,15 @@ impl Cpu {
                     }
                     if pte.is_present() && (!write || pte.has(Pte::WRITE)) {
                         let want = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
-                        // Set A/D like the hardware walker: only on the entry
-                        // we read, never on one that was zapped meanwhile.
-                        if !pte.has(want) && !leaf.set_accessed(va, pte, want) {
+                        // Set A/D like the hardware walker, and record this
+                        // CPU among the entry's fill owners (`tlb/targets.rs`):
+                        // only on the entry we read, never on one that was
+                        // zapped meanwhile, whose clear would miss us.
+                        let filled = match mm.config.shootdown_targets {
+                            ShootdownTargets::Broadcast => pte.set(want),
+                            _ => pte.filled(want, self.state.slot()),
+                        };
+                        if filled != pte && !leaf.set_filled(va, pte, filled) {
                             continue;
                         }
                         let writable = pte.has(Pte::WRITE) && (write || pte.has(Pte::DIRTY));

@@ -16,7 +16,10 @@ mod wis;
 
 use std::sync::Arc;
 
-use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, PlacementPolicy, UnmapPolicy};
+use softmm::{
+    AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, PlacementPolicy, ShootdownTargets,
+    UnmapPolicy,
+};
 
 use crate::report::Counters;
 pub use harness::Limit;
@@ -174,6 +177,9 @@ pub enum Backend {
     Host,
     /// softmm with an unmap policy (big-munmap; faults under `mmap-lock`).
     Unmap(UnmapPolicy),
+    /// softmm with a shootdown-target policy (faults under the default
+    /// fault policy): `broadcast` against `fill-owners` in one run.
+    Targets(ShootdownTargets),
 }
 
 impl Backend {
@@ -183,6 +189,7 @@ impl Backend {
             Backend::Soft(p) => p.name(),
             Backend::Host => "host",
             Backend::Unmap(p) => p.name(),
+            Backend::Targets(p) => p.name(),
         }
     }
 
@@ -291,13 +298,19 @@ pub struct SoftEnv {
     pub force_speculative: bool,
     /// `MmConfig::placement`.
     pub placement: PlacementPolicy,
+    /// `MmConfig::shootdown_targets`, where the backend names one (else
+    /// the library's default).
+    pub targets: Option<ShootdownTargets>,
 }
 
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config =
+        let mut config =
             mm_config().policy(self.policy).force_speculative(self.force_speculative).placement(self.placement);
+        if let Some(t) = self.targets {
+            config = config.shootdown_targets(t);
+        }
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
@@ -310,12 +323,21 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             policy,
             force_speculative: p.force_speculative,
             placement: p.placement,
+            targets: None,
         }),
         Backend::Unmap(_) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy: FaultPolicy::MmapLock,
             force_speculative: false,
             placement: PlacementPolicy::default(),
+            targets: None,
+        }),
+        Backend::Targets(t) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy: FaultPolicy::default(),
+            force_speculative: p.force_speculative,
+            placement: p.placement,
+            targets: Some(t),
         }),
         Backend::Host => None,
     };
@@ -340,13 +362,23 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
 pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
     let fault = out.fault().unwrap_or_default();
     let (mut lock, mut flush, mut flush_wait_ns) = (0, 0, 0);
+    let (mut shootdowns, mut local, mut barriers) = (0, 0, 0);
     for s in spaces {
         let st = s.mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
         flush += st.tlb.flush_requests;
         flush_wait_ns += st.tlb.flush_wait_ns;
+        shootdowns += st.tlb.flushes;
+        local += st.tlb.local_flushes;
+        barriers += st.tlb.barriers;
     }
-    let counters = Counters { flush_wait_ns: Some(flush_wait_ns), ..soft_counters(policy, &fault, lock, flush) };
+    let counters = Counters {
+        flush_wait_ns: Some(flush_wait_ns),
+        shootdowns: Some(shootdowns),
+        local_shootdowns: Some(local),
+        barriers: Some(barriers),
+        ..soft_counters(policy, &fault, lock, flush)
+    };
     Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }
 }
 

@@ -300,6 +300,8 @@ pub struct MmConfig {
     pub migrate_policy: crate::migrate::MigratePolicy,
     /// Which CPUs a TLB shootdown waits for (issue 15).
     pub shootdown_policy: crate::tlb::ShootdownPolicy,
+    /// Which CPUs a TLB shootdown asks (issue 26).
+    pub shootdown_targets: crate::tlb::ShootdownTargets,
     /// How hugetlb faults synchronize with PMD unsharing and truncate
     /// (seed 000).
     pub hugetlb_policy: HugetlbPolicy,
@@ -333,6 +335,7 @@ impl Default for MmConfig {
             cap_sys_nice: false,
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
+            shootdown_targets: crate::tlb::ShootdownTargets::default(),
             hugetlb_policy: HugetlbPolicy::default(),
             placement: PlacementPolicy::default(),
         }
@@ -461,6 +464,13 @@ impl MmConfig {
     #[must_use]
     pub fn shootdown_policy(mut self, shootdown_policy: crate::tlb::ShootdownPolicy) -> MmConfig {
         self.shootdown_policy = shootdown_policy;
+        self
+    }
+
+    /// Sets `shootdown_targets`: which CPUs a TLB shootdown asks (default [`crate::ShootdownTargets::FillOwners`]).
+    #[must_use]
+    pub fn shootdown_targets(mut self, shootdown_targets: crate::tlb::ShootdownTargets) -> MmConfig {
+        self.shootdown_targets = shootdown_targets;
         self
     }
 
@@ -649,6 +659,7 @@ mod tests {
             .cap_sys_nice(true)
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
+            .shootdown_targets(crate::tlb::ShootdownTargets::Broadcast)
             .hugetlb_policy(HugetlbPolicy::LockFree)
             .placement(PlacementPolicy::Arenas);
         let want = MmConfig {
@@ -671,6 +682,7 @@ mod tests {
             cap_sys_nice: true,
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
+            shootdown_targets: crate::tlb::ShootdownTargets::Broadcast,
             hugetlb_policy: HugetlbPolicy::LockFree,
             placement: PlacementPolicy::Arenas,
         };

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::pgtable::DetachedTable;
 use crate::phys::{FrameRef, Pfn};
+use crate::tlb::{CpuSet, FlushRange};
 
 use super::AddressSpace;
 
@@ -33,7 +34,7 @@ pub(crate) const MAX_GATHER_FRAMES: usize = if cfg!(loom) { 1 } else { MAX_GATHE
 /// the references, which the leak tests catch.
 ///
 /// It holds at most [`MAX_GATHER_FRAMES`] frames: a zap loop adds frames with
-/// [`MmuGather::add_frame`] while that returns `true`, then drops its PTE lock
+/// [`MmuGather::add_cleared_frame`] while that returns `true`, then drops its PTE lock
 /// and calls [`MmuGather::flush_if_full`] before gathering more, as Linux's
 /// `zap_pte_range` sets `force_flush`, unlocks and calls `tlb_flush_mmu`.
 #[must_use = "call finish() to flush the TLB and free what was unmapped"]
@@ -42,9 +43,17 @@ pub(crate) struct MmuGather {
     /// Frame references taken out of entries, owned by the gather.
     frames: Vec<Pfn>,
     pub(crate) tables: Vec<DetachedTable>,
-    /// A translation was removed or narrowed: a shootdown is needed even if
-    /// nothing is freed (e.g. mprotect to read-only).
+    /// A translation was removed or narrowed, and its fill owners were not
+    /// collected: a shootdown of every CPU is needed even if nothing is
+    /// freed (e.g. mprotect to read-only).
     pub(crate) need_flush: bool,
+    /// The fill owners of the entries [`MmuGather::add_cleared_frame`]'s
+    /// callers cleared ([`MmuGather::add_fill_owners`]): the CPUs a
+    /// shootdown must ask when nothing set `need_flush`.
+    owners: CpuSet,
+    /// The addresses those entries mapped, first and end, for a ranged
+    /// request (`ShootdownTargets::FillOwnersRanges`).
+    cleared: Option<(u64, u64)>,
     /// Where this gather's flushes spent their time, for [`super::UnmapStats`].
     pub(crate) times: GatherTimes,
     /// Set by [`MmuGather::shoot_down_unreachable`]: what the gather takes
@@ -97,12 +106,8 @@ fn ns_since(t: Instant) -> u64 {
 }
 
 impl MmuGather {
-    /// Takes over the reference an entry that was just cleared held on
-    /// `frame`; it is put after the flush. Returns `false` once the gather
-    /// is full: the caller must then stop clearing entries, drop its PTE
-    /// lock and call [`MmuGather::flush_if_full`] before it adds another.
-    #[must_use = "a full gather must be flushed before more frames are added"]
-    pub(crate) fn add_frame(&mut self, frame: FrameRef<'_>) -> bool {
+    /// Holds `frame` until the flush; false once the gather is full.
+    fn push_frame(&mut self, frame: FrameRef<'_>) -> bool {
         debug_assert!(!self.is_full(), "frame added to a full gather");
         let cap = self.frames.capacity();
         if self.frames.len() == cap {
@@ -112,11 +117,32 @@ impl MmuGather {
                 cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap),
             );
         }
-        // A translation went away even when the frame is the zero page,
-        // whose reference is not counted.
-        self.need_flush = true;
         self.frames.push(frame.into_raw());
         !self.is_full()
+    }
+
+    /// Takes over the reference an entry that was just cleared held on
+    /// `frame`; it is put after the flush. Returns `false` once the gather
+    /// is full: the caller must then stop clearing entries, drop its PTE
+    /// lock and call [`MmuGather::flush_if_full`] before it adds another.
+    /// `va` and `size` are the cleared entry's address and size.
+    ///
+    /// The caller must also add the fill owners its PTE guard collected
+    /// ([`MmuGather::add_fill_owners`]): they are the only CPUs the flush
+    /// asks (unless something sets `need_flush`). A caller that does not
+    /// collect them sets `need_flush`, and every CPU is asked.
+    #[must_use = "a full gather must be flushed before more frames are added"]
+    pub(crate) fn add_cleared_frame(&mut self, frame: FrameRef<'_>, va: u64, size: u64) -> bool {
+        let end = va.saturating_add(size);
+        self.cleared = Some(self.cleared.map_or((va, end), |(s, e)| (s.min(va), e.max(end))));
+        self.push_frame(frame)
+    }
+
+    /// Adds CPUs the next flush must ask: the fill owners of entries the
+    /// caller cleared, taken from their PTE guard after the change and
+    /// before the guard is dropped (`PteGuard::take_fill_owners`).
+    pub(crate) fn add_fill_owners(&mut self, owners: &CpuSet) {
+        self.owners.union(owners);
     }
 
     /// True if no frame waits for a flush.
@@ -131,7 +157,7 @@ impl MmuGather {
 
     /// If the gather is full, flushes `mm`'s TLB and frees what it holds,
     /// leaving it empty for more (Linux's `tlb_flush_mmu`). Call it with no
-    /// PTE lock held: [`MmuGather::add_frame`] never flushes by itself
+    /// PTE lock held: [`MmuGather::add_cleared_frame`] never flushes by itself
     /// because its caller holds one, and a shootdown under it would make
     /// every fault on that table wait for the slowest CPU's acknowledgement
     /// (safe, since a CPU blocked on the lock is quiescent, but needless).
@@ -167,12 +193,21 @@ impl MmuGather {
     /// holds, leaving it empty for more (Linux's `tlb_flush_mmu`). After
     /// [`MmuGather::shoot_down_unreachable`], it only frees.
     pub(crate) fn flush_and_free(&mut self, mm: &AddressSpace) {
-        if !(self.need_flush || !self.frames.is_empty() || !self.tables.is_empty()) {
+        if !(self.need_flush || !self.owners.is_empty() || !self.frames.is_empty() || !self.tables.is_empty()) {
             return;
         }
         if !self.shot_down {
             let begin = Instant::now();
-            let ticket = mm.flush_tlb_begin();
+            // Only the collected owners when every change collected them.
+            // Detached tables ask every CPU too: their entries were zapped
+            // before, but not necessarily through this gather.
+            let everyone = self.need_flush || !self.tables.is_empty();
+            let ticket = if everyone {
+                mm.flush_tlb_begin()
+            } else {
+                let range = self.cleared.map_or(FlushRange::ALL, |(start, end)| FlushRange::new(start, end));
+                mm.flush_tlb_begin_owners(&self.owners, range)
+            };
             let barrier = ticket.forced_barrier();
             let wait = Instant::now();
             ticket.wait();
@@ -186,8 +221,10 @@ impl MmuGather {
         t.batches += u64::from(!self.frames.is_empty() || !self.tables.is_empty());
         let free = Instant::now();
         self.need_flush = false;
+        self.owners = CpuSet::EMPTY;
+        self.cleared = None;
         t.frames += self.frames.len() as u64;
-        // The references `add_frame` took over; no CPU reaches the frames
+        // The references `add_cleared_frame` took over; no CPU reaches the frames
         // now. One batch: thousands of frames per flush, each freed with
         // its own lock round trips would cost most of the unmap.
         mm.phys.put_batch(&mut self.frames);
@@ -306,10 +343,13 @@ mod tests {
         let mut tlb = MmuGather::default();
         // The zero page's references are not counted: any number will do.
         for _ in 0..MAX_GATHER_FRAMES - 1 {
-            assert!(tlb.add_frame(phys.zero_page()));
+            assert!(tlb.add_cleared_frame(phys.zero_page(), 0, PAGE_SIZE));
         }
         assert!(!tlb.is_full());
-        assert!(!tlb.add_frame(phys.zero_page()), "the last frame under the bound reports the gather full");
+        assert!(
+            !tlb.add_cleared_frame(phys.zero_page(), 0, PAGE_SIZE),
+            "the last frame under the bound reports the gather full"
+        );
         assert!(tlb.is_full());
         assert!(tlb.frames.capacity() <= MAX_GATHER_FRAMES + 8, "the batch grew past its bound");
         std::mem::forget(tlb); // frame numbers only: nothing to free
@@ -329,7 +369,10 @@ mod tests {
     fn a_huge_munmap_flushes_each_full_gather_under(policy: crate::UnmapPolicy) {
         let pages = MAX_GATHER_FRAMES as u64 + 1;
         let phys = PhysMem::new(PhysConfig::new((pages + 64) * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default().unmap_policy(policy)).unwrap();
+        // Every flush asks every CPU: the pages are never filled from, so
+        // under `FillOwners` only the flush of the page tables would.
+        let config = MmConfig::default().unmap_policy(policy).shootdown_targets(crate::ShootdownTargets::Broadcast);
+        let mm = AddressSpace::new(&phys, config).unwrap();
         let len = pages * PAGE_SIZE;
         let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();
         assert_eq!(mm.stats().rss_pages, pages);

@@ -46,7 +46,7 @@ use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
 use crate::sync::SeqCount;
-use crate::tlb::{FlushTicket, TlbDomain, TlbStats};
+use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::MmuGather;
@@ -378,6 +378,31 @@ impl AddressSpace {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }
 
+    /// [`AddressSpace::flush_tlb_begin`] for the CPUs that may cache what
+    /// the caller removed: `owners`, the fill owners its locked changes
+    /// collected (`PteGuard::take_fill_owners`), under
+    /// [`crate::ShootdownTargets::FillOwners`]; every CPU under
+    /// [`crate::ShootdownTargets::Broadcast`]. See
+    /// [`crate::tlb::TlbDomain::flush_begin_targets`]: with no owner but
+    /// the caller's CPUs, no request, no barrier and no wait.
+    ///
+    /// `range` is what the changes covered; under
+    /// [`crate::ShootdownTargets::FillOwnersRanges`] the requests ask for
+    /// it alone, else for every entry.
+    pub(crate) fn flush_tlb_begin_owners(&self, owners: &CpuSet, range: FlushRange) -> FlushTicket {
+        let (targets, range) = match self.config.shootdown_targets {
+            ShootdownTargets::Broadcast => (CpuSet::all(), FlushRange::ALL),
+            ShootdownTargets::FillOwners => (*owners, FlushRange::ALL),
+            _ => (*owners, range),
+        };
+        crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin_targets(mine, &targets, range))
+    }
+
+    /// [`AddressSpace::flush_tlb_begin_owners`], waited for.
+    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet, range: FlushRange) {
+        self.flush_tlb_begin_owners(owners, range).wait();
+    }
+
     /// Current statistics.
     pub fn stats(&self) -> MmStats {
         let _q = crate::tlb::QuiescentGuard::enter();
@@ -486,7 +511,8 @@ impl AddressSpace {
             let guard = crossbeam_epoch::pin();
             let mut stopped = None;
             for leaf in self.pgtables.leaves(from, end, &guard) {
-                leaf.lock().update(|va, pte| {
+                let mut ptl = leaf.lock();
+                ptl.update(|va, pte| {
                     if stopped.is_some() {
                         return None;
                     }
@@ -504,11 +530,22 @@ impl AddressSpace {
                     if !pte.has_frame() || !filter(pte) {
                         return None;
                     }
-                    if !tlb.add_frame(rmap::unmapped(&self.phys, pte)) {
+                    if !tlb.add_cleared_frame(rmap::unmapped(&self.phys, pte), va, leaf.entry_size()) {
                         stopped = Some(va + leaf.entry_size());
                     }
                     Some(Pte::NONE)
                 });
+                // The CPUs that filled from what the update cleared, as its
+                // swaps returned them. A 2 MiB leaf is hugetlb's, whose PMD
+                // tables may be shared across address spaces: the zaps
+                // unshare first, but its shootdowns stay broadcasts all the
+                // same (the scaling design keeps them so).
+                let mut owners = ptl.take_fill_owners();
+                drop(ptl);
+                if leaf.entry_size() > PAGE_SIZE && !owners.is_empty() {
+                    owners.insert_all();
+                }
+                tlb.add_fill_owners(&owners);
                 if stopped.is_some() {
                     break;
                 }

@@ -904,10 +904,13 @@ mod tests {
         // access, which paces the zap against the remote thread; with access
         // sections the zap may finish before the remote thread defers.
         // `downgrade`: a shootdown per gather (a lock-free unmap has one
-        // only, before its zap), each marking a gather's end.
+        // only, before its zap), each marking a gather's end. `Broadcast`:
+        // the remote CPU never filled from the zapped pages, so it is asked
+        // only when every CPU is.
         let config = crate::MmConfig::default()
             .unmap_policy(UnmapPolicy::Downgrade)
-            .shootdown_policy(crate::ShootdownPolicy::NextAccess);
+            .shootdown_policy(crate::ShootdownPolicy::NextAccess)
+            .shootdown_targets(crate::ShootdownTargets::Broadcast);
         let mm = AddressSpace::new(&phys, config).unwrap();
         let a = mm.mmap(0, pages * PAGE_SIZE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
         let probe = mm.mmap(0, PAGE_SIZE, RW, ANON, None, 0).unwrap();

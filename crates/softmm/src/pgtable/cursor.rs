@@ -12,6 +12,7 @@
 use crossbeam_epoch::Guard;
 
 use crate::sync::MutexGuard;
+use crate::tlb::CpuSet;
 
 use super::table::{Child, Table};
 use super::{PageTables, Pte, PMD_SIZE, PTRS_PER_TABLE};
@@ -96,12 +97,24 @@ impl<'a> Leaf<'a> {
         self.table.load(index(va, self.level), Ordering::Acquire)
     }
 
-    /// The TLB fill's update: sets `bits` (accessed, dirty) on the entry of
-    /// `va` if it still holds `seen`. False if it changed meanwhile.
+    /// The TLB fill's update, as a hardware walker sets the accessed and
+    /// dirty bits: stores `filled` (`seen` with accessed, dirty or fill-owner
+    /// bits added: [`Pte::filled`]) into the entry of `va` if it still holds
+    /// `seen`, without the lock; false if it changed meanwhile. A clear of
+    /// the entry (a swap under the lock) then either comes after it, and
+    /// returns the fill's owner, or before it, and the fill fails and walks
+    /// again.
     #[inline]
-    pub(crate) fn set_accessed(&self, va: u64, seen: Pte, bits: u64) -> bool {
-        debug_assert!(bits & !(Pte::ACCESSED | Pte::DIRTY) == 0);
-        self.table.set_bits_if(index(va, self.level), seen, bits)
+    pub(crate) fn set_filled(&self, va: u64, seen: Pte, filled: Pte) -> bool {
+        // Only accessed, dirty and fill-owner bits added (`with_pfn` drops the owners).
+        let ad = Pte::ACCESSED | Pte::DIRTY;
+        debug_assert_eq!((filled.with_pfn(0).clear(ad), filled.pfn()), (seen.with_pfn(0).clear(ad), seen.pfn()));
+        #[cfg(loom)]
+        if crate::tlb::broken::FILL_STORES.with(std::cell::Cell::get) {
+            self.table.store(index(va, self.level), filled, Ordering::Release);
+            return true;
+        }
+        self.table.compare_exchange(index(va, self.level), seen, filled).is_ok()
     }
 
     /// Every entry of the range with its address, read without the lock.
@@ -117,7 +130,7 @@ impl<'a> Leaf<'a> {
         if self.table.freed.load(std::sync::atomic::Ordering::Relaxed) {
             crate::hugetlb::lock::broken::USED_FREED_TABLE.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        PteGuard { _lock: self.table.lock(), leaf: *self }
+        PteGuard { _lock: self.table.lock(), leaf: *self, owners: CpuSet::EMPTY }
     }
 }
 
@@ -140,6 +153,9 @@ fn entry_addrs(start: u64, end: u64, level: u32) -> impl Iterator<Item = u64> {
 pub(crate) struct PteGuard<'a> {
     _lock: MutexGuard<'a, ()>,
     leaf: Leaf<'a>,
+    /// The fill owners of the present entries this guard changed, as the
+    /// changes returned them ([`PteGuard::take_fill_owners`]).
+    owners: CpuSet,
 }
 
 impl<'a> PteGuard<'a> {
@@ -148,7 +164,8 @@ impl<'a> PteGuard<'a> {
     pub(crate) fn get(&self, va: u64) -> Pte {
         debug_assert!(self.leaf.start <= va && va < self.leaf.end);
         // Relaxed: the lock orders it after every locked store; the only
-        // lock-free store (`set_accessed`) adds bits to a value we then see.
+        // lock-free store (`set_filled`) adds bits to a value we then see,
+        // and every change below is a compare-exchange against it.
         self.leaf.table.load(index(va, self.leaf.level), Ordering::Relaxed)
     }
 
@@ -163,19 +180,56 @@ impl<'a> PteGuard<'a> {
         pte.has_frame().then(|| phys.get(pte.pfn()))
     }
 
-    /// Stores `pte` into the entry mapping `va`.
+    /// Stores `pte` into the entry mapping `va`, as [`PteGuard::replace`].
     #[inline]
     pub(crate) fn set(&mut self, va: u64, pte: Pte) {
-        debug_assert!(self.leaf.start <= va && va < self.leaf.end);
-        self.leaf.table.store(index(va, self.leaf.level), pte, Ordering::Release);
+        self.replace(va, pte);
     }
 
     /// Stores `pte` into the entry mapping `va` and returns what it held,
-    /// including accessed/dirty bits a walker set up to the swap.
+    /// including the accessed, dirty and fill-owner bits a walker set up to
+    /// the change. If the old entry was present, its fill owners are added
+    /// to the guard's ([`PteGuard::take_fill_owners`]) and, if `pte` is
+    /// present too, to `pte`'s: a CPU that cached the old entry stays
+    /// recorded in the new one (a widening, which no flush follows; a
+    /// narrowing keeps them too, harmlessly).
+    ///
+    /// A compare-exchange against the value last seen, so that no bit a
+    /// fill sets in between is lost: each retry follows a fill that added
+    /// a bit (accessed, dirty, its owner, or several owners), so there are
+    /// at most four. Nothing changes a non-present entry without the lock:
+    /// that is a plain store.
     #[inline]
     pub(crate) fn replace(&mut self, va: u64, pte: Pte) -> Pte {
         debug_assert!(self.leaf.start <= va && va < self.leaf.end);
-        self.leaf.table.swap(index(va, self.leaf.level), pte)
+        let (table, i) = (self.leaf.table, index(va, self.leaf.level));
+        let mut old = self.get(va);
+        if !old.is_present() {
+            table.store(i, pte, Ordering::Release);
+            return old;
+        }
+        loop {
+            let new = if pte.is_present() { pte.with_fill_owners_of(old) } else { pte };
+            match table.compare_exchange(i, old, new) {
+                Ok(()) => break,
+                Err(cur) => old = cur,
+            }
+        }
+        #[cfg(loom)]
+        if crate::tlb::broken::CLEAR_SKIPS_OWNERS.with(std::cell::Cell::get) {
+            return old;
+        }
+        old.add_fill_owners(&mut self.owners);
+        old
+    }
+
+    /// The fill owners of the present entries this guard has changed so
+    /// far (since the last take): the CPUs that may cache what the changes
+    /// removed or narrowed, the targets of their shootdown. Taken, so that
+    /// a guard reused for another change starts empty.
+    #[inline]
+    pub(crate) fn take_fill_owners(&mut self) -> CpuSet {
+        std::mem::take(&mut self.owners)
     }
 
     /// Calls `f(va, pte)` for each entry of the range in order and stores

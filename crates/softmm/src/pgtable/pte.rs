@@ -2,9 +2,23 @@
 //!
 //! The layout is x86-64's (NX in bit 63 included), plus software bits in the ignored range: bit 9
 //! marks a `PROT_NONE` entry that keeps its frame, bit 10 a guard marker and
-//! bit 11 a migration entry, whose bit 58 says that the page it replaced was
+//! bit 11 a migration entry, whose bit 61 says that the page it replaced was
 //! an exclusive anonymous page. The three software kinds are not present, so
 //! a walker never translates through them.
+//!
+//! # Fill owners
+//!
+//! Bits 52-59 and 60 of a present entry say which CPUs may have cached it
+//! (`crate::tlb::CpuSet`): `FILL_OWNER` is the slot + 1 of the one CPU that
+//! filled its TLB from the entry (0: none since it was installed), and
+//! `FILL_MULTI` says that more than one did, or one without a slot. The TLB
+//! fill records itself with the compare-exchange that sets the accessed and
+//! dirty bits ([`Pte::filled`]); a locked change swaps the entry and
+//! returns its owners to the caller (`PteGuard::take_fill_owners`), and a
+//! change to another present entry keeps them ([`Pte::with_fill_owners_of`]).
+//! They are not flags: [`Pte::with_pfn`] (a copy into a new entry: fork's
+//! child, mremap's destination, a migration's remap) drops them, and a
+//! migration entry has none.
 
 use crate::phys::Pfn;
 use crate::PAGE_SHIFT;
@@ -56,11 +70,21 @@ impl Pte {
     /// anonymous page (`PG_ANON_EXCLUSIVE`) of this entry, which the remap
     /// gives back to whichever page it maps (Linux's writable and
     /// readable-exclusive migration entries against readable ones).
-    const ANON_EXCLUSIVE: u64 = 1 << 58;
+    const ANON_EXCLUSIVE: u64 = 1 << 61;
+    /// Software, in a present entry: the slot + 1 of the one CPU that has
+    /// filled its TLB from the entry, 0 if none has since it was installed.
+    const FILL_OWNER: u64 = 0xff << Self::FILL_OWNER_SHIFT;
+    const FILL_OWNER_SHIFT: u32 = 52;
+    /// Software, in a present entry: more than one CPU filled from it (or
+    /// one without a slot): a change shoots down every attached CPU.
+    const FILL_MULTI: u64 = 1 << 60;
+    /// Both fill-owner fields.
+    const FILL_MASK: u64 = Self::FILL_OWNER | Self::FILL_MULTI;
     /// The frame-number field.
     const PFN_MASK: u64 = 0x000f_ffff_ffff_f000;
-    /// The permission and state bits a protection change or fork rewrites.
-    const FLAGS_MASK: u64 = !Self::PFN_MASK;
+    /// The permission and state bits a protection change or fork rewrites:
+    /// neither the frame nor who filled from the entry.
+    const FLAGS_MASK: u64 = !(Self::PFN_MASK | Self::FILL_MASK);
 
     /// The empty entry.
     pub(crate) const NONE: Pte = Pte(0);
@@ -92,7 +116,9 @@ impl Pte {
     pub(crate) fn to_migration(self, anon_exclusive: bool) -> Pte {
         debug_assert!(self.has_frame());
         let exclusive = if anon_exclusive { Self::ANON_EXCLUSIVE } else { 0 };
-        Pte((self.0 & !(Self::PRESENT | Self::PROTNONE)) | Self::MIGRATION | exclusive)
+        // No fill owners: the entry no longer translates, and the change
+        // that made it so shot its owners down.
+        Pte((self.0 & !(Self::PRESENT | Self::PROTNONE | Self::FILL_MASK)) | Self::MIGRATION | exclusive)
     }
 
     /// True for a migration entry that replaced an exclusive anonymous page
@@ -209,7 +235,66 @@ impl Pte {
         Pte(self.0 & !flags)
     }
 
-    /// The same permissions and state on another frame (a COW copy).
+    /// The value a TLB fill by the CPU of `slot` (`None`: a CPU without a
+    /// slot) leaves in the entry: with `bits` (accessed, dirty) set and the
+    /// CPU among its fill owners: the owner if there was none, else
+    /// [`Pte::FILL_MULTI`] unless the owner is this CPU. `self` itself when
+    /// nothing changes, the common case of a CPU refilling its own entry,
+    /// which then needs no compare-exchange.
+    #[inline]
+    #[must_use]
+    pub(crate) fn filled(self, bits: u64, slot: Option<u8>) -> Pte {
+        debug_assert!(bits & !(Self::ACCESSED | Self::DIRTY) == 0);
+        let me = slot.map_or(0, |s| (u64::from(s) + 1) << Self::FILL_OWNER_SHIFT);
+        let owner = self.0 & Self::FILL_OWNER;
+        let fill = if self.0 & Self::FILL_MULTI != 0 || (me != 0 && owner == me) {
+            0
+        } else if owner == 0 && me != 0 {
+            me
+        } else {
+            Self::FILL_MULTI
+        };
+        Pte(self.0 | bits | fill)
+    }
+
+    /// The fill owners of the entry: added to `set` (every CPU for
+    /// [`Pte::FILL_MULTI`]).
+    #[inline]
+    pub(crate) fn add_fill_owners(self, set: &mut crate::tlb::CpuSet) {
+        if self.0 & Self::FILL_MULTI != 0 {
+            set.insert_all();
+        } else if let Some(slot) = self.fill_owner() {
+            set.insert(slot);
+        }
+    }
+
+    /// The slot of the entry's one fill owner, if it has exactly one.
+    #[inline]
+    pub(crate) fn fill_owner(self) -> Option<u8> {
+        match (self.0 & Self::FILL_OWNER) >> Self::FILL_OWNER_SHIFT {
+            _ if self.0 & Self::FILL_MULTI != 0 => None,
+            0 => None,
+            o => Some((o - 1) as u8),
+        }
+    }
+
+    /// The entry with the fill owners of `old` added to its own: what a
+    /// locked change that keeps the entry translating stores, so that a CPU
+    /// that cached `old` is still found by the change that later clears it.
+    #[inline]
+    #[must_use]
+    pub(crate) fn with_fill_owners_of(self, old: Pte) -> Pte {
+        let (mine, theirs) = (self.0 & Self::FILL_OWNER, old.0 & Self::FILL_OWNER);
+        let multi = (self.0 | old.0) & Self::FILL_MULTI != 0 || (mine != 0 && theirs != 0 && mine != theirs);
+        if multi {
+            Pte((self.0 & !Self::FILL_OWNER) | Self::FILL_MULTI)
+        } else {
+            Pte(self.0 | theirs)
+        }
+    }
+
+    /// The same permissions and state on another frame (a COW copy), with
+    /// no fill owner (nothing has filled from the new entry).
     #[inline]
     #[must_use]
     pub(crate) fn with_pfn(self, pfn: Pfn) -> Pte {
@@ -271,6 +356,40 @@ mod tests {
         assert_eq!(hm.restored(9).protnone(), hidden.with_pfn(9));
         assert_eq!(p.with_pfn(9).kind(), PteKind::Page(9));
         assert_eq!(p.with_pfn(9).clear(Pte::PFN_MASK), p.clear(Pte::PFN_MASK));
+    }
+
+    #[test]
+    fn a_fill_records_one_owner_then_several() {
+        use crate::tlb::CpuSet;
+        let p = Pte::page(0x1234, Pte::WRITE | Pte::ACCESSED);
+        let owners = |p: Pte| {
+            let mut s = CpuSet::EMPTY;
+            p.add_fill_owners(&mut s);
+            s
+        };
+        assert!(owners(p).is_empty());
+        assert_eq!(p.filled(0, Some(3)).fill_owner(), Some(3));
+        assert_eq!(p.filled(Pte::DIRTY, Some(254)).fill_owner(), Some(254));
+        let mine = p.filled(0, Some(3));
+        assert_eq!(mine.filled(0, Some(3)), mine, "a refill by the owner changes nothing");
+        assert_eq!(mine.filled(Pte::DIRTY, Some(3)), mine.set(Pte::DIRTY));
+        let both = mine.filled(0, Some(4));
+        assert!(both.fill_owner().is_none() && owners(both).is_all());
+        assert_eq!(both.filled(0, Some(9)), both);
+        assert!(owners(p.filled(0, None)).is_all(), "a CPU without a slot");
+        assert!(owners(mine).contains(Some(3)) && !owners(mine).contains(Some(4)));
+        // Frame, kind and permissions are untouched by the owners.
+        assert_eq!(both.kind(), p.kind());
+        assert_eq!(both.pfn(), 0x1234);
+        assert_eq!(mine.with_pfn(9), p.with_pfn(9), "a copy has no owner");
+        assert!(mine.to_migration(false).restored(0x1234) == p, "nor a migration entry");
+        // A locked change that keeps the entry keeps its owners.
+        assert_eq!(p.clear(Pte::WRITE).with_fill_owners_of(mine).fill_owner(), Some(3));
+        assert_eq!(mine.clear(Pte::WRITE).with_fill_owners_of(mine).fill_owner(), Some(3));
+        assert!(owners(p.filled(0, Some(4)).with_fill_owners_of(mine)).is_all());
+        assert!(owners(mine.with_fill_owners_of(both)).is_all());
+        assert_eq!(p.with_fill_owners_of(Pte::NONE), p);
+        assert_eq!(mine.protnone().unprotnone().fill_owner(), Some(3));
     }
 
     #[test]

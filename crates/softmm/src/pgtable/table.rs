@@ -66,25 +66,18 @@ impl Table {
         self.entries[i].store(std::ptr::without_provenance_mut(pte.bits() as usize), order);
     }
 
-    /// Stores a leaf value into entry `i` and returns the old one.
+    /// Stores `new` into entry `i` if it still holds `seen`; else returns
+    /// what it holds. AcqRel: a success is ordered like any store of the
+    /// entry (Release) and after every earlier change of it (Acquire), as
+    /// a swap is; a failure reads the value it returns like a load.
     #[inline]
-    pub(super) fn swap(&self, i: usize, pte: Pte) -> Pte {
-        // AcqRel: Release like `store`; Acquire so the old value is read
-        // after any walker's update of it.
-        let old = self.entries[i].swap(std::ptr::without_provenance_mut(pte.bits() as usize), Ordering::AcqRel);
-        Pte::from_bits(old.addr() as u64)
-    }
-
-    /// Sets `bits` in entry `i` if it still holds `seen`, as a hardware walker
-    /// sets the accessed and dirty bits: without the lock, and never on an
-    /// entry that changed since it was read.
-    #[inline]
-    pub(super) fn set_bits_if(&self, i: usize, seen: Pte, bits: u64) -> bool {
-        let new = std::ptr::without_provenance_mut(seen.set(bits).bits() as usize);
+    pub(super) fn compare_exchange(&self, i: usize, seen: Pte, new: Pte) -> Result<(), Pte> {
+        let new = std::ptr::without_provenance_mut(new.bits() as usize);
         let old = std::ptr::without_provenance_mut(seen.bits() as usize);
-        // AcqRel: a success is ordered like any store of the entry (Release)
-        // and after the fill's read of it (Acquire).
-        self.entries[i].compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        match self.entries[i].compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok(()),
+            Err(cur) => Err(Pte::from_bits(cur.addr() as u64)),
+        }
     }
 
     /// Directory entry `i` decoded. Acquire pairs with the Release of

@@ -399,3 +399,176 @@ fn a_real_section_against_a_real_munmap() {
 fn a_request_sent_while_the_cpu_takes_a_stale_mark_is_not_lost() {
     three_accesses_against_an_unmap(2, 4);
 }
+
+/// Fill owners on the real code (`targets.rs`): a `Cpu` on another thread
+/// reads a page twice, its first read filling the TLB (the walk records
+/// the CPU in the entry with its compare-exchange), while the main thread
+/// drops the page with the real `MADV_DONTNEED`, whose shootdown asks only
+/// the CPUs the zap's swap returned, then reuses the frame. Each read must
+/// see the old bytes or, once the page is gone, the zero page; the reused
+/// frame's bytes are the bug. Either the fill's compare-exchange comes
+/// first, and the swap returns the CPU (which the flush then asks), or the
+/// swap does, and the fill fails and walks again to an empty entry.
+///
+/// Returns what went wrong in one execution, if anything (a panic inside a
+/// loom execution aborts the process while loom objects unwind, so the
+/// broken variants report rather than panic).
+fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Access, Cpu, PAGE_SIZE};
+    const OLD: u8 = 0xab;
+    const REUSED: u8 = 0xee;
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let config = MmConfig::default().shootdown_targets(super::ShootdownTargets::FillOwners);
+    let mm = AddressSpace::new(&phys, config).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    let old = mm.pte_at(a).pfn();
+    // SAFETY: the frame is mapped at `a` and nothing else runs.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    // Set once the zap's flush has returned: from then on no CPU may hold a
+    // translation to the old frame. A loom atomic, so that the model sees
+    // the reader's check conflict with it (the bytes of guest memory are
+    // plain atomics that loom does not track).
+    let freed = Arc::new(AtomicBool::new(false));
+    let old_ptr = phys.frame_ptr(old) as usize;
+    let t = {
+        let (mm, freed) = (mm.clone(), freed.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            // One access (a held translation): the byte it reads, and
+            // whether it translated to the old frame after the free.
+            let mut read = || match cpu.translate(a, Access::Read) {
+                Ok(t) => {
+                    let stale =
+                        t.as_ptr() as usize & !(PAGE_SIZE as usize - 1) == old_ptr && freed.load(Ordering::Acquire);
+                    let mut byte = [0];
+                    // SAFETY: inside the page, while the guard lives and the
+                    // thread makes no call into softmm; atomic.
+                    unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
+                    (Ok(byte[0]), stale)
+                }
+                Err(f) => (Err(f), false),
+            };
+            let (first, stale1) = read();
+            let (second, stale2) = read();
+            (first, second, stale1 || stale2)
+        })
+    };
+    mm.madvise(a, PAGE_SIZE, MADV_DONTNEED).unwrap();
+    freed.store(true, Ordering::Release);
+    // Reuse: the frame is free, and its bytes change.
+    // SAFETY: arena memory, accessed atomically; no mapping refers to it.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+    let (first, second, stale) = t.join().unwrap();
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    let ok = |r: Result<u8, crate::Fault>| r == Ok(OLD) || r == Ok(0);
+    if stale || !ok(first) || !ok(second) {
+        return Err(format!("a read through a stale entry of a freed frame: {first:?}, {second:?}, {stale}"));
+    }
+    // Once the page read as dropped, it stays so.
+    assert!(first != Ok(0) || second == Ok(0));
+    Ok(())
+}
+
+/// Runs `model` intact, where no execution may go wrong, then with
+/// `switch` set, where one must.
+fn check_broken(model: fn() -> Result<(), String>, switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>) {
+    let builder = || {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        // The real madvise takes many loom steps (locks, epoch, frame counts).
+        b.max_branches = 100_000;
+        b
+    };
+    // Per OS thread, which runs every thread of the models below.
+    switch.with(|s| s.set(false));
+    builder().check(move || {
+        if let Err(e) = model() {
+            panic!("{e}");
+        }
+    });
+    let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = caught.clone();
+    switch.with(|s| s.set(true));
+    builder().check(move || {
+        if model().is_err() {
+            seen.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    switch.with(|s| s.set(false));
+    assert!(caught.load(std::sync::atomic::Ordering::Relaxed), "the model did not catch the broken variant");
+}
+
+/// The model, and its variant where the zap collects no owner
+/// (`broken::CLEAR_SKIPS_OWNERS`): its flush asks no CPU, and the reader
+/// keeps using its cached translation of the freed frame.
+#[test]
+fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
+    check_broken(a_real_fill_against_a_real_dontneed, &super::broken::CLEAR_SKIPS_OWNERS);
+}
+
+/// The model, and its variant where the fill stores the entry instead of a
+/// compare-exchange (`broken::FILL_STORES`): a store after the zap's clear
+/// maps the freed frame again.
+#[test]
+fn a_fill_that_stores_without_a_compare_exchange_is_caught() {
+    check_broken(a_real_fill_against_a_real_dontneed, &super::broken::FILL_STORES);
+}
+
+/// Ranged requests on the real `CpuTlbState` and `TlbDomain` (one range
+/// slot under loom): the CPU caches page `A` and makes two accesses to it,
+/// each entry catching up on whatever was requested (the fence form, where
+/// every entry looks); the initiator asks it to drop page `B`, then unmaps
+/// `A`, asks it to drop `A`, waits and frees `A`. No access may hit `A`
+/// once it is freed. A catch-up that loads the second request's number
+/// before its initiator stored its range finds the first request's range in
+/// the slot: the tag tells them apart, and the CPU drops everything. With
+/// `broken::RANGE_WITHOUT_TAG` it drops `B` only, acknowledges, and keeps
+/// `A` past the free.
+fn ranged_requests_against_a_catch_up() -> Result<(), String> {
+    use super::{CpuSet, FlushRange};
+    use crate::{Access, PAGE_SIZE};
+    const A: u64 = 0x10_0000;
+    const B: u64 = 0x20_0000;
+    let dom = Arc::new(TlbDomain::new());
+    let state = CpuTlbState::new();
+    let mut seen = dom.attach(&state);
+    let mut frame = [0u8; 8];
+    state.tlb.fill(A, frame.as_mut_ptr(), Access::Read.bit());
+    let freed = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (state, freed) = (state.clone(), freed.clone());
+        loom::thread::spawn(move || {
+            let mut stale = false;
+            for _ in 0..2 {
+                state.section_begin(false);
+                state.catch_up(&mut seen, true);
+                stale |= state.tlb.hit(A, Access::Read).is_some() && freed.load(Ordering::Acquire);
+                state.section_end();
+            }
+            stale
+        })
+    };
+    let mut targets = CpuSet::EMPTY;
+    targets.insert(state.slot().expect("a slot"));
+    dom.flush_begin_targets(&[], &targets, FlushRange::new(B, B + PAGE_SIZE)).wait();
+    dom.flush_begin_targets(&[], &targets, FlushRange::new(A, A + PAGE_SIZE)).wait();
+    freed.store(true, Ordering::Release);
+    let stale = t.join().unwrap();
+    dom.detach(&state);
+    if stale {
+        return Err("an access hit a page dropped by a ranged request after its free".into());
+    }
+    Ok(())
+}
+
+/// The model above, and its variant that trusts a range slot without its
+/// tag (`broken::RANGE_WITHOUT_TAG`).
+#[test]
+fn a_ranged_request_is_never_mistaken_for_an_older_one() {
+    check_broken(ranged_requests_against_a_catch_up, &super::broken::RANGE_WITHOUT_TAG);
+}

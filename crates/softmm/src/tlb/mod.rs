@@ -17,7 +17,9 @@
 //!   [`crate::Section`] of many accesses):
 //!   [`CpuTlbState::section_begin`] (`inside = 1`, then a barrier), load
 //!   `flush_pending`; if it is not zero, take it (swap in 0), load
-//!   `flush_req` and, if it moved, drop every TLB entry and store
+//!   `flush_req` and, if it moved, drop the TLB entries the requests
+//!   cover (every entry, or the pages each ranged request names, see
+//!   [`FlushRange`]) and store
 //!   `flush_ack = flush_req` (Release); translate (TLB or walk) and access;
 //!   [`CpuTlbState::section_end`] (`inside = 0`, Release). A page fault
 //!   leaves the section for the fault handler and begins a new one after
@@ -85,6 +87,17 @@
 //! A thread's own CPUs are passed as `mine` (`quiescent.rs`), so no
 //! shootdown waits for a CPU whose thread is the one waiting.
 //!
+//! [`TlbDomain::flush_begin_targets`] runs the same handshake with only the
+//! CPUs that filled from the changed entries ([`CpuSet`], `targets.rs`,
+//! which states how fills and changes record and collect them); with none
+//! but the initiator's, it sends no request and issues no barrier. Its
+//! requests may name a range ([`FlushRange`]): the initiator bumps
+//! `flush_req`, then stores the range in the CPU's slot for that request
+//! number, tagged with it; a catch-up drops only the ranges of its
+//! requests if every slot still holds its request's tag, else everything.
+//! A slot read before its store holds an older tag: a whole flush, never a
+//! kept entry.
+//!
 //! The protocol is modelled with loom in `loom_tests.rs`, on this code.
 
 mod barrier;
@@ -95,12 +108,39 @@ mod loom_tests;
 mod quiescent;
 mod shootdown;
 mod soft_tlb;
+mod targets;
+
+#[cfg(loom)]
+pub(crate) mod broken {
+    //! Switches for the loom models only (`loom_tests.rs`), each breaking
+    //! one step of the fill-owner protocol (`targets.rs`) so that a model
+    //! shows it catches the race the step closes. Per OS thread: loom runs
+    //! every thread of a model on its test's thread, so a switch breaks the
+    //! model of the test that sets it and no other test running beside it.
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// A locked change of a present entry does not add the owners it
+        /// swapped out to its guard's (`PteGuard::replace`): the clear does
+        /// not collect the CPUs its shootdown must ask.
+        pub(crate) static CLEAR_SKIPS_OWNERS: Cell<bool> = const { Cell::new(false) };
+        /// The TLB fill records itself with a plain store instead of a
+        /// compare-exchange against the value it read (`Leaf::set_filled`).
+        pub(crate) static FILL_STORES: Cell<bool> = const { Cell::new(false) };
+        /// A catch-up takes a request's range from its slot without
+        /// checking the slot's tag (`CpuTlbState::drop_requested`): a slot
+        /// read before its initiator stored it yields an older request's
+        /// range.
+        pub(crate) static RANGE_WITHOUT_TAG: Cell<bool> = const { Cell::new(false) };
+    }
+}
 
 pub(crate) use barrier::{reader_barrier, reader_is_light};
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
-pub use shootdown::{CpuTlbState, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
+pub use shootdown::{CpuTlbState, FlushRange, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
 pub(crate) use soft_tlb::SoftTlb;
+pub use targets::{CpuSet, ShootdownTargets};
 
 /// True if shootdowns use asymmetric fences in this process: accesses pay
 /// a compiler barrier only, and each flush that has another thread's CPU

@@ -5,7 +5,63 @@ use std::sync::Arc;
 
 use super::barrier;
 use super::soft_tlb::SoftTlb;
+use super::targets::{self, CpuSet};
 use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
+
+/// Flush requests whose range a CPU keeps ([`CpuTlbState::ranges`]); a
+/// catch-up more requests behind drops the whole TLB. One under loom, so
+/// that a model's second request reuses the first one's slot.
+const FLUSH_RANGES: usize = if cfg!(loom) { 1 } else { 4 };
+
+/// The slot of [`CpuTlbState::ranges`] for request number `k`.
+#[inline]
+#[allow(clippy::modulo_one)] // one slot under loom
+fn range_slot(k: u64) -> usize {
+    (k % FLUSH_RANGES as u64) as usize
+}
+
+/// The pages a flush request covers: `pages` pages from `start`, or every
+/// entry ([`FlushRange::ALL`]). A range of more than
+/// [`FlushRange::MAX_PAGES`] is every entry, as Linux's
+/// `tlb_single_page_flush_ceiling` (33) and Asterinas (32) decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushRange {
+    start: u64,
+    pages: u64,
+}
+
+impl FlushRange {
+    /// Every entry.
+    pub const ALL: FlushRange = FlushRange { start: 0, pages: 0 };
+    /// The most pages a request drops one by one.
+    pub const MAX_PAGES: u64 = 32;
+
+    /// The 4 KiB pages overlapping `[start, end)`, or [`FlushRange::ALL`]
+    /// past [`FlushRange::MAX_PAGES`] (or for an empty or non-user range).
+    pub fn new(start: u64, end: u64) -> FlushRange {
+        let (first, last) = (start / crate::PAGE_SIZE, end.div_ceil(crate::PAGE_SIZE));
+        if end <= start || last - first > Self::MAX_PAGES || last > 1 << 36 {
+            return Self::ALL;
+        }
+        FlushRange { start: first * crate::PAGE_SIZE, pages: last - first }
+    }
+
+    /// The range in one word for request `k`: `k`'s low 16 bits, the first
+    /// page's number (36 bits: a 48-bit address space), the page count (12
+    /// bits, 0 for every entry).
+    fn pack(self, k: u64) -> u64 {
+        (k & 0xffff) << 48 | (self.start / crate::PAGE_SIZE) << 12 | self.pages
+    }
+
+    /// The range [`FlushRange::pack`] stored for request `k`, or `None` if
+    /// the word is another request's.
+    fn unpack(packed: u64, k: u64) -> Option<FlushRange> {
+        if packed >> 48 != k & 0xffff {
+            return None;
+        }
+        Some(FlushRange { start: (packed >> 12 & ((1 << 36) - 1)) * crate::PAGE_SIZE, pages: packed & 0xfff })
+    }
+}
 
 /// The shootdown state one CPU shares with the initiators.
 ///
@@ -42,9 +98,18 @@ pub struct CpuTlbState {
     /// Non-zero while the CPU is parked or its thread is inside softmm (a
     /// syscall or a fault), where it uses none of its translations.
     quiescent: AtomicU64,
+    /// What each of the last [`FLUSH_RANGES`] flush requests covers, in
+    /// the slot of its number (modulo): the number's low bits as a tag,
+    /// and the pages, or none for the whole TLB ([`FlushRange::pack`]).
+    /// A catch-up whose requests are all found here, tags matching, drops
+    /// only their pages; any other drops the whole TLB.
+    ranges: [AtomicU64; FLUSH_RANGES],
     /// The CPU's TLB, read and written by its own thread only (see
     /// `soft_tlb.rs` for why it lives here).
     pub(crate) tlb: SoftTlb,
+    /// The CPU's process-wide slot (`targets.rs`), which its fills record
+    /// in the entries they fill from; `None` if every slot was taken.
+    slot: Option<u8>,
 }
 
 /// [`CpuTlbState::flush_pending`]: a flush request came since the last look.
@@ -61,8 +126,18 @@ impl CpuTlbState {
             flush_pending: AtomicU64::new(0),
             flush_ack: AtomicU64::new(0),
             quiescent: AtomicU64::new(0),
+            ranges: std::array::from_fn(|_| AtomicU64::new(0)),
             tlb: SoftTlb::new(),
+            slot: targets::alloc_slot(),
         })
+    }
+
+    /// The CPU's slot, which [`CpuSet`]s name it by: the same for the CPU's
+    /// whole life; `None` if every slot was taken when it was made (its
+    /// fills then mark entries as filled by several CPUs).
+    #[inline]
+    pub fn slot(&self) -> Option<u8> {
+        self.slot
     }
 
     /// Enters an access section. The caller loads
@@ -116,9 +191,11 @@ impl CpuTlbState {
     /// barrier, fenced): takes the mark, then loads the flush requests (in
     /// that order: a request sent after the take marks the next entry
     /// again); if they moved from `seen`, the count the TLB is current
-    /// for, empties the TLB, records them in `seen` and acknowledges them.
-    /// Returns whether it emptied the TLB. `always` as for
-    /// [`CpuTlbState::take_flush_pending`]. On the CPU's own thread.
+    /// for, drops the entries they cover (the pages of each, if every one
+    /// is a ranged request still in its slot; else the whole TLB), records
+    /// them in `seen` and acknowledges them. Returns whether it dropped
+    /// entries. `always` as for [`CpuTlbState::take_flush_pending`]. On
+    /// the CPU's own thread.
     #[inline]
     pub fn catch_up(&self, seen: &mut u64, always: bool) -> bool {
         self.take_flush_pending(always);
@@ -126,7 +203,7 @@ impl CpuTlbState {
         if req == *seen {
             return false;
         }
-        self.tlb.clear();
+        self.drop_requested(*seen, req);
         *seen = req;
         // A shootdown waiting for the section it saw this CPU in stops
         // waiting: that section ended before this entry, or is this one,
@@ -135,10 +212,48 @@ impl CpuTlbState {
         true
     }
 
-    /// Asks the CPU to drop its TLB before its next section uses an entry.
-    /// Called by initiators before their barrier, after their PTE changes.
-    fn request_flush(&self) {
-        self.flush_req.fetch_add(1, Ordering::Release);
+    /// Drops the entries that requests `seen + 1 ..= req` cover: their
+    /// ranges, if each one's slot still holds it (its tag) and names a
+    /// range, else the whole TLB. A slot read before its initiator stored
+    /// it (the number is taken first) holds an older request's tag, and a
+    /// slot overwritten by a later one (more than [`FLUSH_RANGES`] behind)
+    /// a newer tag: both mean the whole TLB.
+    #[cold]
+    fn drop_requested(&self, seen: u64, req: u64) {
+        let mut ranges = [FlushRange::ALL; FLUSH_RANGES];
+        let n = req.wrapping_sub(seen);
+        let ranged = n <= FLUSH_RANGES as u64
+            && (0..n).all(|i| {
+                let k = seen.wrapping_add(i + 1);
+                // Acquire: pairs with the initiator's Release store, though
+                // the pages named are only ever dropped, never trusted.
+                let packed = self.ranges[range_slot(k)].load(Ordering::Acquire);
+                #[cfg(loom)]
+                let k = if super::broken::RANGE_WITHOUT_TAG.with(std::cell::Cell::get) { packed >> 48 } else { k };
+                match FlushRange::unpack(packed, k) {
+                    Some(r) if r != FlushRange::ALL => {
+                        ranges[i as usize] = r;
+                        true
+                    }
+                    _ => false,
+                }
+            });
+        if ranged {
+            ranges[..n as usize].iter().for_each(|r| self.tlb.flush_range(r.start, r.pages));
+        } else {
+            self.tlb.clear();
+        }
+    }
+
+    /// Asks the CPU to drop the entries of `range` (or every entry) before
+    /// its next section uses one. Called by initiators before their
+    /// barrier, after their PTE changes.
+    fn request_flush(&self, range: FlushRange) {
+        let k = self.flush_req.fetch_add(1, Ordering::Release).wrapping_add(1);
+        // After the number is taken, so that the slot names its request: a
+        // catch-up that reads the number first and the slot before this
+        // store finds another tag and drops everything.
+        self.ranges[range_slot(k)].store(range.pack(k), Ordering::Release);
         // After the count: an entry that sees the mark and takes it loads
         // a count that includes this request.
         self.flush_pending.fetch_or(PENDING_REQUEST, Ordering::Release);
@@ -249,6 +364,14 @@ impl CpuTlbState {
     }
 }
 
+impl Drop for CpuTlbState {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            targets::free_slot(slot);
+        }
+    }
+}
+
 /// Which CPUs a shootdown waits for. Both are the same handshake; they
 /// differ in what a CPU outside an access must do. More policies may come,
 /// so a `match` on it needs a wildcard arm.
@@ -308,6 +431,10 @@ pub struct TlbStats {
     /// flushes; a flush that waits for nobody adds nothing and reads no
     /// clock.
     pub flush_wait_ns: u64,
+    /// Flushes that asked no CPU of another thread: no request, no
+    /// barrier, no wait (with [`crate::ShootdownTargets::FillOwners`], the
+    /// entries were filled by the initiator's CPUs or by none).
+    pub local_flushes: u64,
 }
 
 /// The CPUs attached to one address space, and its shootdown counters.
@@ -321,6 +448,7 @@ pub struct TlbDomain {
     flush_requests: AtomicU64,
     flush_waits: AtomicU64,
     barriers: AtomicU64,
+    local_flushes: AtomicU64,
     /// `TlbStats::flush_wait_ns`, shared with the tickets that wait.
     flush_wait_ns: Arc<AtomicU64>,
     policy: ShootdownPolicy,
@@ -348,6 +476,7 @@ impl TlbDomain {
             flush_requests: AtomicU64::new(0),
             flush_waits: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
+            local_flushes: AtomicU64::new(0),
             flush_wait_ns: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -393,6 +522,42 @@ impl TlbDomain {
     /// meanwhile. No lock is held between the two: CPUs may attach, detach
     /// and run in between.
     pub fn flush_begin(&self, mine: &[Arc<CpuTlbState>]) -> FlushTicket {
+        self.flush_begin_filtered(mine, &CpuSet::all(), FlushRange::ALL)
+    }
+
+    /// [`TlbDomain::flush_begin`] for the CPUs of `targets` only: the
+    /// attached CPUs whose slot it holds (every attached CPU if it is
+    /// [`CpuSet::all`]). The caller guarantees that no other CPU caches a
+    /// translation the flush removes: `targets` holds the fill owners of
+    /// every entry it cleared or narrowed (`pgtable/pte.rs`), collected by
+    /// the swaps that changed them.
+    ///
+    /// The caller's own CPUs in the set get their request directly, with no
+    /// barrier and no wait; if no other CPU is in it, nothing else is done:
+    /// no lock, no barrier, no wait. That is sound without the list's lock
+    /// because a CPU that attaches meanwhile is not in the set: it has not
+    /// filled from the cleared entries (a fill records its slot with a
+    /// compare-exchange on the entry, which fails on a cleared one, or
+    /// finds its slot already there, which the clear's swap then returned).
+    ///
+    /// `range` is what the requests ask the CPUs to drop: the pages the
+    /// changes covered, or [`FlushRange::ALL`].
+    pub fn flush_begin_targets(&self, mine: &[Arc<CpuTlbState>], targets: &CpuSet, range: FlushRange) -> FlushTicket {
+        if !targets.is_all() {
+            let remote = targets.without(mine.iter().map(|m| m.slot()));
+            if remote.is_empty() {
+                self.flushes.fetch_add(1, Ordering::Relaxed);
+                self.local_flushes.fetch_add(1, Ordering::Relaxed);
+                // They flush at their next access, like any CPU outside one.
+                mine.iter().filter(|m| targets.contains(m.slot())).for_each(|m| m.request_flush(range));
+                return FlushTicket { pending: Vec::new(), barrier: false, wait_ns: None };
+            }
+        }
+        self.flush_begin_filtered(mine, targets, range)
+    }
+
+    /// [`TlbDomain::flush_begin_targets`] past its local case.
+    fn flush_begin_filtered(&self, mine: &[Arc<CpuTlbState>], targets: &CpuSet, range: FlushRange) -> FlushTicket {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut pending = Vec::new();
         let mut requests = 0;
@@ -401,16 +566,19 @@ impl TlbDomain {
             // Under the lock, so that a CPU attaching after us starts empty
             // after our PTE changes, and none detaches and is dropped while
             // we look at it.
-            let cpus = self.cpus.lock();
+            let attached = self.cpus.lock();
+            let cpus = || attached.iter().filter(|c| targets.contains(c.slot()));
             // Before the barrier: the request is the initiator's store of
             // the handshake.
-            cpus.iter().for_each(|c| c.request_flush());
-            let others = || cpus.iter().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
+            cpus().for_each(|c| c.request_flush(range));
+            let others = || cpus().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
             if others().next().is_some() {
                 // Pairs with `CpuTlbState::section_begin`'s barrier.
                 barrier::initiator_barrier();
                 self.barriers.fetch_add(1, Ordering::Relaxed);
                 barrier = true;
+            } else {
+                self.local_flushes.fetch_add(1, Ordering::Relaxed);
             }
             for cpu in others() {
                 requests += 1;
@@ -442,6 +610,7 @@ impl TlbDomain {
             flush_waits: self.flush_waits.load(Ordering::Relaxed),
             barriers: self.barriers.load(Ordering::Relaxed),
             flush_wait_ns: self.flush_wait_ns.load(Ordering::Relaxed),
+            local_flushes: self.local_flushes.load(Ordering::Relaxed),
         }
     }
 }
@@ -683,6 +852,41 @@ mod tests {
         mine.section_end();
         let s = dom.stats();
         assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_targeted_flush_asks_only_its_targets_and_never_the_initiators() {
+        let dom = TlbDomain::new();
+        let (mine, filler, other) = (CpuTlbState::new(), CpuTlbState::new(), CpuTlbState::new());
+        [&mine, &filler, &other].iter().for_each(|c| _ = dom.attach(c));
+        let mine_only = |c: &Arc<CpuTlbState>| {
+            let mut s = CpuSet::EMPTY;
+            s.insert(c.slot().expect("a slot"));
+            s
+        };
+        // Only the initiator's own CPU filled: its request, no other, no
+        // barrier, no wait, even with the others inside an access.
+        [&filler, &other].iter().for_each(|c| c.section_begin(false));
+        dom.flush_begin_targets(std::slice::from_ref(&mine), &mine_only(&mine), FlushRange::ALL).wait();
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers, s.local_flushes), (1, 0, 0, 0, 1));
+        assert_eq!((mine.flush_requests(), filler.flush_requests(), other.flush_requests()), (1, 0, 0));
+        // Nobody filled: nothing at all.
+        dom.flush_begin_targets(&[], &CpuSet::EMPTY, FlushRange::ALL).wait();
+        assert_eq!(mine.flush_requests(), 1);
+        // One other CPU filled: it alone is asked (and waited for).
+        let t = dom.flush_begin_targets(std::slice::from_ref(&mine), &mine_only(&filler), FlushRange::ALL);
+        let s = dom.stats();
+        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers, s.local_flushes), (3, 1, 1, 1, 2));
+        assert_eq!((mine.flush_requests(), filler.flush_requests(), other.flush_requests()), (1, 1, 0));
+        filler.section_end();
+        returns(move || t.wait());
+        // Every CPU: as `flush_begin`.
+        let t = dom.flush_begin_targets(std::slice::from_ref(&mine), &CpuSet::all(), FlushRange::ALL);
+        assert_eq!((mine.flush_requests(), filler.flush_requests(), other.flush_requests()), (2, 2, 1));
+        other.section_end();
+        returns(move || t.wait());
+        assert_eq!(dom.stats().flush_requests, 3);
     }
 
     #[test]

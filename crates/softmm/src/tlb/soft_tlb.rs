@@ -133,6 +133,27 @@ impl SoftTlb {
         self.huge[(va >> HUGE_SHIFT) as usize % HUGE_TLB_ENTRIES].fill(va & HUGE_MASK, host, perms);
     }
 
+    /// Drops the entries of the `pages` 4 KiB pages from `start` (page
+    /// aligned), and any 2 MiB entry overlapping them.
+    pub(crate) fn flush_range(&self, start: u64, pages: u64) {
+        for page in (0..pages).map(|i| start + i * PAGE_SIZE) {
+            let e = &self.small[(page / PAGE_SIZE) as usize % TLB_ENTRIES];
+            // A tag is the page's address or `NO_TAG`.
+            if e.tags.iter().any(|t| t.load(Relaxed) == page) {
+                e.clear();
+            }
+        }
+        let end = start + pages * PAGE_SIZE;
+        for e in &self.huge {
+            if e.tags.iter().any(|t| {
+                let huge = t.load(Relaxed);
+                huge != NO_TAG && huge < end && start < huge + (1 << HUGE_SHIFT)
+            }) {
+                e.clear();
+            }
+        }
+    }
+
     /// Drops every entry.
     pub(crate) fn clear(&self) {
         self.small.iter().chain(&self.huge).for_each(TlbEntry::clear);
@@ -161,12 +182,23 @@ mod tests {
         // Same index, other page; an address with high bits set.
         assert_eq!(tlb.hit(va + 64 * PAGE_SIZE, Access::Read), None);
         assert_eq!(tlb.hit(va | 1 << 60, Access::Read), None);
+        // A range drops its pages only.
+        tlb.fill(va + PAGE_SIZE, host, Access::Read.bit());
+        tlb.flush_range(va, 1);
+        assert_eq!(tlb.hit(va, Access::Read), None);
+        assert_eq!(tlb.hit(va + PAGE_SIZE, Access::Read), Some(host));
+        tlb.fill(va, host, Access::Read.bit());
         tlb.clear();
         assert_eq!(tlb.hit(va, Access::Read), None);
+        assert_eq!(tlb.hit(va + PAGE_SIZE, Access::Read), None);
         assert_eq!(tlb.hit_huge(0x4000_0000, Access::Read), None);
         tlb.fill_huge(0x4000_0000, host, Access::Read.bit() | Access::Write.bit());
         assert_eq!(tlb.hit_huge(0x401f_fff8, Access::Write), Some(host.wrapping_add(0x1f_fff8)));
         assert_eq!(tlb.hit_huge(0x4020_0000, Access::Read), None);
+        tlb.flush_range(0x4020_0000, 1);
+        assert!(tlb.hit_huge(0x4000_0000, Access::Read).is_some(), "the next 2 MiB");
+        tlb.flush_range(0x401f_f000, 1);
+        assert_eq!(tlb.hit_huge(0x4000_0000, Access::Read), None, "its last page");
         drop(frame);
     }
 }

@@ -236,7 +236,10 @@ fn shootdowns_do_not_wait_for_a_cpu_that_never_stops_accessing() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let p = phys(4);
-    let mm = mm_with(&p, FaultPolicy::default());
+    // Every zap asks the spinning CPU, whether or not it read the page
+    // since the last one (under `FillOwners`, only when it did).
+    let config = softmm::MmConfig::default().shootdown_targets(softmm::ShootdownTargets::Broadcast);
+    let mm = softmm::AddressSpace::new(&p, config).unwrap();
     let a = mm.mmap(0, PAGE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();

@@ -7,5 +7,6 @@
 mod blocked_cpu;
 mod hugetlb_stress;
 mod hugetlb_stress_regressions;
+mod shootdown_targets;
 mod stress;
 mod stress_regressions;
