@@ -251,6 +251,9 @@ pub struct MmConfig {
     pub migrate_policy: crate::migrate::MigratePolicy,
     /// Which CPUs a TLB shootdown waits for (issue 15).
     pub shootdown_policy: crate::tlb::ShootdownPolicy,
+    /// How a TLB shootdown posts its requests and whose barrier covers
+    /// them (issue 26).
+    pub posting_policy: crate::tlb::PostingPolicy,
     /// How hugetlb faults synchronize with PMD unsharing and truncate
     /// (seed 000).
     pub hugetlb_policy: HugetlbPolicy,
@@ -282,6 +285,7 @@ impl Default for MmConfig {
             cap_sys_nice: false,
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
+            posting_policy: crate::tlb::PostingPolicy::default(),
             hugetlb_policy: HugetlbPolicy::default(),
         }
     }
@@ -412,6 +416,13 @@ impl MmConfig {
         self
     }
 
+    /// Sets `posting_policy`: how a TLB shootdown posts its requests and whose barrier covers them (default [`crate::PostingPolicy::Locked`]).
+    #[must_use]
+    pub fn posting_policy(mut self, posting_policy: crate::tlb::PostingPolicy) -> MmConfig {
+        self.posting_policy = posting_policy;
+        self
+    }
+
     /// Sets `pin_policy`: how `pin_user_pages` synchronizes with mapping changes (default [`PinPolicy::PerVma`]).
     #[must_use]
     pub fn pin_policy(mut self, pin_policy: PinPolicy) -> MmConfig {
@@ -505,6 +516,7 @@ mod tests {
             .cap_sys_nice(true)
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
+            .posting_policy(crate::tlb::PostingPolicy::SharedBarrier)
             .hugetlb_policy(HugetlbPolicy::LockFree);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
@@ -526,6 +538,7 @@ mod tests {
             cap_sys_nice: true,
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
+            posting_policy: crate::tlb::PostingPolicy::SharedBarrier,
             hugetlb_policy: HugetlbPolicy::LockFree,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
