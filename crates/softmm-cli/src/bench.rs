@@ -102,6 +102,38 @@ pub struct BenchArgs {
     /// another thread, until its next access).
     #[arg(long, default_value = "access-sections", value_parser = parse_shootdown)]
     pub shootdown: softmm::ShootdownPolicy,
+
+    /// How TLB shootdowns post their requests, in every softmm address
+    /// space: posting policy names (comma-separated), `all`, or `default`.
+    /// With several, each softmm policy runs under each, the rows named
+    /// `<policy>+<posting>`, taking turns as the policies do.
+    #[arg(long, default_value = "default")]
+    pub posting: String,
+}
+
+/// The `--posting` values: names, `all` or `default`.
+pub(crate) fn parse_postings(s: &str) -> Result<Vec<softmm::PostingPolicy>, String> {
+    use softmm::PostingPolicy;
+    let mut out = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let add = match name {
+            "all" => PostingPolicy::ALL.to_vec(),
+            "default" => vec![PostingPolicy::default()],
+            _ => vec![PostingPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<_> = PostingPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown posting policy {name:?} (one of: {}; or all, default)", names.join(", "))
+            })?],
+        };
+        for p in add {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no posting policy".into());
+    }
+    Ok(out)
 }
 
 /// A `--shootdown` value: a `ShootdownPolicy` name.
@@ -285,6 +317,8 @@ fn parse_workloads(names: &[String]) -> Result<Vec<Workload>, String> {
 struct Job {
     workload: Workload,
     backend: Backend,
+    /// The shootdown posting of its softmm address spaces.
+    posting: softmm::PostingPolicy,
     mode: &'static str,
     threads: usize,
     repeat: usize,
@@ -299,6 +333,9 @@ fn mem_available() -> Option<u64> {
 /// Runs `softmm bench`; returns the exit status.
 pub fn run(args: &BenchArgs) -> Result<i32, String> {
     workloads::set_shootdown_policy(args.shootdown);
+    let postings = parse_postings(&args.posting)?;
+    workloads::set_posting_policy(postings[0]);
+    workloads::set_postings_label(&postings);
     if args.workloads.iter().any(|w| w == "pin") {
         return workloads::pin::bench(args); // seed 004's experiment has its own sweep
     }
@@ -382,7 +419,10 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                 for &t in &threads {
                     for r in 0..args.repeat {
                         for &b in &group {
-                            jobs.push(Job { workload: w, backend: b, mode, threads: t, repeat: r });
+                            let postings = if b.is_soft() { &postings[..] } else { &postings[..1] };
+                            for &posting in postings {
+                                jobs.push(Job { workload: w, backend: b, posting, mode, threads: t, repeat: r });
+                            }
                         }
                     }
                 }
@@ -415,6 +455,12 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             arena.release();
         }
         last_backend = Some(job.backend);
+        workloads::set_posting_policy(job.posting);
+        let policy = if job.backend.is_soft() && postings.len() > 1 {
+            format!("{}+{}", job.backend.name(), job.posting.name())
+        } else {
+            job.backend.name().to_string()
+        };
         if job.backend.is_soft() {
             // One arena for the whole sweep of a workload, sized for its most
             // threads up front: every sample hands out frames of the same
@@ -422,14 +468,8 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             // differently, by huge pages or not).
             arena.get(job.workload.arena_bytes(max_threads, size_of(args, job.workload)))?;
         }
-        let label = format!(
-            "{} {} {} threads={} repeat={}",
-            job.workload.name(),
-            job.mode,
-            job.backend.name(),
-            job.threads,
-            job.repeat
-        );
+        let label =
+            format!("{} {} {} threads={} repeat={}", job.workload.name(), job.mode, policy, job.threads, job.repeat);
         if let Some(bar) = &bar {
             bar.set_message(label.clone());
         }
@@ -455,7 +495,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                 samples.push(Sample {
                     workload: job.workload.name().to_string(),
                     mode: job.mode.to_string(),
-                    policy: job.backend.name().to_string(),
+                    policy: policy.clone(),
                     threads: job.threads,
                     repeat: job.repeat,
                     ops: m.ops,

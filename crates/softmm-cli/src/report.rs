@@ -1,11 +1,12 @@
 //! Samples, the terminal table and the JSON file.
 //!
 //! JSON shape: `{"machine": {"cores", "model", "kernel", "softmm_commit",
-//! "load_start", "load_end"}, "shootdown", "samples": [{"workload", "mode",
+//! "load_start", "load_end"}, "shootdown", "posting", "samples": [{"workload", "mode",
 //! "policy", "threads", "repeat", "ops", "seconds", "ops_per_sec",
 //! "counters": {...}, "cpu": {"cores", "others", "used", "tasks"}}]}`;
 //! `shootdown` is the `--shootdown` policy every softmm address space of the
-//! run used; counters are totals for the sample and absent where they do
+//! run used, `posting` its `--posting` policies (comma-separated; with
+//! several, a softmm sample's `policy` is `<policy>+<posting>`); counters are totals for the sample and absent where they do
 //! not apply; `cpu` is the sample's [`CpuShare`].
 //!
 //! Every table is a [`Table`]: at most 100 columns unless `--wide`, its
@@ -34,6 +35,18 @@ pub struct Counters {
     /// (softmm's `TlbStats::flush_wait_ns`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub flush_wait_ns: Option<u64>,
+    /// Process-wide barriers (`membarrier`) the flushes issued (softmm's
+    /// `TlbStats::barriers`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub barriers: Option<u64>,
+    /// Flushes covered by another initiator's barrier
+    /// (`TlbStats::barriers_joined`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub barriers_joined: Option<u64>,
+    /// Writes the flushes made to shared cache lines
+    /// (`TlbStats::shared_writes`, `shared-write-stats` builds).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub flush_shared_writes: Option<u64>,
     /// Lock-free fault attempts.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub spec_attempts: Option<u64>,
@@ -196,6 +209,9 @@ impl Counters {
         add(&mut self.mmap_lock_acquisitions, o.mmap_lock_acquisitions);
         add(&mut self.flush_requests, o.flush_requests);
         add(&mut self.flush_wait_ns, o.flush_wait_ns);
+        add(&mut self.barriers, o.barriers);
+        add(&mut self.barriers_joined, o.barriers_joined);
+        add(&mut self.flush_shared_writes, o.flush_shared_writes);
         add(&mut self.spec_attempts, o.spec_attempts);
         add(&mut self.spec_aborts, o.spec_aborts);
         add(&mut self.fallbacks, o.fallbacks);
@@ -668,6 +684,8 @@ pub fn table(samples: &[Sample]) -> String {
     let rows = rows(samples);
     let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
     let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
+    let barriers = samples.iter().any(|s| s.workload == "tlb-flush" && s.counters.barriers.is_some());
+    let flush_shared = samples.iter().any(|s| s.counters.flush_shared_writes.is_some());
     let interfered = samples.iter().any(|s| s.mode == "interfered");
     let mut t = Table::new();
     t.column("policy", true, 0, None)
@@ -684,6 +702,17 @@ pub fn table(samples: &[Sample]) -> String {
         .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
     if waits {
         t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
+    }
+    if barriers {
+        t.column("bar/op", false, 1, Some("process-wide barriers (membarrier) the flushes issued")).column(
+            "join/op",
+            false,
+            1,
+            Some("flushes covered by a barrier another flush issued"),
+        );
+    }
+    if flush_shared {
+        t.column("fshw/op", false, 1, Some("writes the flushes made to shared cache lines"));
     }
     t.column("spec/op", false, 3, Some("lock-free fault attempts"))
         .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
@@ -734,6 +763,12 @@ pub fn table(samples: &[Sample]) -> String {
         ]);
         if waits {
             line.push(per_op(c.flush_wait_ns, ops));
+        }
+        if barriers {
+            line.extend([per_op(c.barriers, ops), per_op(c.barriers_joined, ops)]);
+        }
+        if flush_shared {
+            line.push(per_op(c.flush_shared_writes, ops));
         }
         line.extend([per_op(c.spec_attempts, ops), per_op(c.spec_aborts, ops), per_op(c.fallbacks, ops)]);
         if shared {
@@ -817,11 +852,12 @@ pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<()
     Ok(())
 }
 
-/// Writes `results` as JSON, with the run's `--shootdown` policy.
+/// Writes `results` as JSON, with the run's `--shootdown` and `--posting` policies.
 pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
     let mut v = serde_json::to_value(results).map_err(|e| e.to_string())?;
     if let Some(o) = v.as_object_mut() {
         o.insert("shootdown".into(), crate::workloads::shootdown_policy().name().into());
+        o.insert("posting".into(), crate::workloads::postings_label().into());
     }
     let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))

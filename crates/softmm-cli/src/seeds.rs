@@ -111,6 +111,18 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("lock-free", "hugetlb", "no shared lock: the fault validates that its PMD table is still linked (default)"),
     ("one-by-one", "migrate", "unmap, flush, copy and remap one page at a time (before Linux 6.3)"),
     ("batched", "migrate", "seed 003: up to 512 pages unmapped, one flush, then copied and remapped (default)"),
+    (
+        "locked",
+        "posting",
+        "a shootdown posts, runs its barrier and looks at each CPU under the CPU-list lock (default)",
+    ),
+    ("lock-free", "posting", "the CPU list read from an epoch-published copy, no lock; one barrier per shootdown"),
+    ("shared-barrier", "posting", "lock-free, and one membarrier covers every initiator that posted before it began"),
+    (
+        "adaptive",
+        "posting",
+        "shared-barrier, and CPUs shot down often fence their own sections: no membarrier for them",
+    ),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
@@ -156,6 +168,7 @@ pub fn bench_help() -> String {
         ("pin", "  pin (seed 004): pin policies\n"),
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),
         ("migrate", "  migrate (seed 003): migrate policies\n"),
+        ("posting", "  --posting (issue 26), for every softmm address space: shootdown posting policies\n"),
     ];
     for (kind, head) in kinds {
         out.push_str(head);
@@ -212,6 +225,9 @@ mod tests {
         }
         for p in softmm::MigratePolicy::ALL {
             assert!(gloss("migrate", p.name()).is_some(), "{}", p.name());
+        }
+        for p in softmm::PostingPolicy::ALL {
+            assert!(gloss("posting", p.name()).is_some(), "{}", p.name());
         }
         assert!(gloss("pin", "host").is_some());
     }
