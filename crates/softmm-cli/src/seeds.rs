@@ -114,15 +114,11 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "locked",
         "posting",
-        "a shootdown posts, runs its barrier and looks at each CPU under the CPU-list lock (default)",
+        "a shootdown posts, runs its barrier and looks at each CPU under the CPU-list lock (the first)",
     ),
     ("lock-free", "posting", "the CPU list read from an epoch-published copy, no lock; one barrier per shootdown"),
     ("shared-barrier", "posting", "lock-free, and one membarrier covers every initiator that posted before it began"),
-    (
-        "adaptive",
-        "posting",
-        "shared-barrier, and CPUs shot down often fence their own sections: no membarrier for them",
-    ),
+    ("adaptive", "posting", "shared-barrier; CPUs shot down often fence their own sections: no membarrier (default)"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 

@@ -416,7 +416,7 @@ impl MmConfig {
         self
     }
 
-    /// Sets `posting_policy`: how a TLB shootdown posts its requests and whose barrier covers them (default [`crate::PostingPolicy::Locked`]).
+    /// Sets `posting_policy`: how a TLB shootdown posts its requests and whose barrier covers them (default [`crate::PostingPolicy::Adaptive`]).
     #[must_use]
     pub fn posting_policy(mut self, posting_policy: crate::tlb::PostingPolicy) -> MmConfig {
         self.posting_policy = posting_policy;

@@ -84,6 +84,13 @@
 //!   A ticket may outlive the CPU's stay in the domain: the detach's
 //!   acknowledgement ends its wait.
 //!
+//! * **Fence mode** ([`PostingPolicy::Adaptive`], `fence_mode.rs`): a CPU
+//!   shot down often leaves `PENDING_ALWAYS` in its mark with the swap that
+//!   takes it, so that its entries fence; an initiator reads the mode in
+//!   the old mark its post returns and, when every CPU of another thread
+//!   it posted to fences, runs a SeqCst fence of its own instead of the
+//!   barrier.
+//!
 //! [`ShootdownPolicy::NextAccess`] keeps softmm's first protocol beside
 //! this one for the lab: it also waits for a CPU outside an access, until
 //! its next entry acknowledges the request (the acknowledgement at the

@@ -305,7 +305,6 @@ pub enum PostingPolicy {
     /// space's CPU-list lock, one barrier per shootdown: every shootdown of
     /// the address space runs alone (softmm's first posting, kept for the
     /// lab).
-    #[default]
     Locked,
     /// The CPU list read from an epoch-published copy, with no lock held
     /// (attach and detach fence against initiators instead); one barrier per
@@ -318,7 +317,9 @@ pub enum PostingPolicy {
     /// [`PostingPolicy::SharedBarrier`], and a CPU shot down often switches
     /// its own section barrier to a fence, so that a shootdown whose every
     /// target fences needs no barrier at all (`tlb/fence_mode.rs`); a CPU
-    /// seldom shot down switches back.
+    /// seldom shot down switches back. The default: it measured best
+    /// (`docs/architecture.md`, "Posting policies").
+    #[default]
     Adaptive,
 }
 
