@@ -995,6 +995,35 @@ mod tests {
         }
     }
 
+    /// Adaptive posting reads the mode in the mark its post returns: a CPU
+    /// whose entries fence (its catch-up left `PENDING_ALWAYS`) costs no
+    /// barrier, and is still waited for while inside; the other policies
+    /// run the barrier all the same.
+    #[test]
+    fn an_adaptive_flush_of_fencing_cpus_runs_no_barrier() {
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let cpu = CpuTlbState::new();
+            let mut seen = dom.attach(&cpu);
+            dom.flush(&[]);
+            let s = dom.stats();
+            assert_eq!((s.barriers + s.barriers_joined, s.barriers_skipped), (1, 0), "{posting:?}: a light CPU");
+            // The CPU switches to fence mode in a section's entry, and
+            // stays inside.
+            cpu.section_begin(false);
+            assert!(cpu.catch_up(&mut seen, true));
+            let ticket = dom.flush_begin(&[]);
+            let s = dom.stats();
+            let skipped = posting == PostingPolicy::Adaptive;
+            assert_eq!(s.barriers + s.barriers_joined, if skipped { 1 } else { 2 }, "{posting:?}");
+            assert_eq!(s.barriers_skipped, u64::from(skipped), "{posting:?}");
+            assert_eq!(s.flush_waits, 1, "{posting:?}: the section open at the switch is waited for");
+            assert!(!ticket.forced_barrier() || !skipped);
+            cpu.section_end();
+            returns(move || ticket.wait());
+        }
+    }
+
     #[test]
     fn a_dropped_ticket_waits_too() {
         for &posting in PostingPolicy::ALL {
