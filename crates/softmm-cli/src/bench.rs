@@ -109,6 +109,12 @@ pub struct BenchArgs {
     /// its rows are named `policy+arenas`), or `all`.
     #[arg(long, default_value = "linux", value_parser = parse_placements)]
     pub placement: Placements,
+    /// How TLB shootdowns post their requests, in every softmm address
+    /// space: posting policy names (comma-separated), `all`, or `default`.
+    /// With several, each softmm policy runs under each, the rows named
+    /// `<policy>+<posting>`, taking turns as the policies do.
+    #[arg(long, default_value = "default")]
+    pub posting: String,
 }
 
 /// The `--placement` values, in the library's order.
@@ -133,6 +139,31 @@ fn parse_placements(s: &str) -> Result<Placements, String> {
         return Err("no placement".into());
     }
     Ok(Placements(out))
+}
+
+/// The `--posting` values: names, `all` or `default`.
+pub(crate) fn parse_postings(s: &str) -> Result<Vec<softmm::PostingPolicy>, String> {
+    use softmm::PostingPolicy;
+    let mut out = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let add = match name {
+            "all" => PostingPolicy::ALL.to_vec(),
+            "default" => vec![PostingPolicy::default()],
+            _ => vec![PostingPolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<_> = PostingPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown posting policy {name:?} (one of: {}; or all, default)", names.join(", "))
+            })?],
+        };
+        for p in add {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no posting policy".into());
+    }
+    Ok(out)
 }
 
 /// A `--shootdown` value: a `ShootdownPolicy` name.
@@ -323,6 +354,8 @@ struct Job {
     workload: Workload,
     backend: Backend,
     placement: PlacementPolicy,
+    /// The shootdown posting of its softmm address spaces.
+    posting: softmm::PostingPolicy,
     mode: &'static str,
     threads: usize,
     repeat: usize,
@@ -337,6 +370,9 @@ fn mem_available() -> Option<u64> {
 /// Runs `softmm bench`; returns the exit status.
 pub fn run(args: &BenchArgs) -> Result<i32, String> {
     workloads::set_shootdown_policy(args.shootdown);
+    let postings = parse_postings(&args.posting)?;
+    workloads::set_posting_policy(postings[0]);
+    workloads::set_postings_label(&postings);
     if args.workloads.iter().any(|w| w == "pin") {
         return workloads::pin::bench(args); // seed 004's experiment has its own sweep
     }
@@ -425,8 +461,19 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                                 Backend::Soft(_) => &args.placement.0[..],
                                 _ => &[PlacementPolicy::Linux][..],
                             };
+                            let postings = if b.is_soft() { &postings[..] } else { &postings[..1] };
                             for &placement in placements {
-                                jobs.push(Job { workload: w, backend: b, placement, mode, threads: t, repeat: r });
+                                for &posting in postings {
+                                    jobs.push(Job {
+                                        workload: w,
+                                        backend: b,
+                                        placement,
+                                        posting,
+                                        mode,
+                                        threads: t,
+                                        repeat: r,
+                                    });
+                                }
                             }
                         }
                     }
@@ -460,6 +507,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             arena.release();
         }
         last_backend = Some(job.backend);
+        workloads::set_posting_policy(job.posting);
         if job.backend.is_soft() {
             // One arena for the whole sweep of a workload, sized for its most
             // threads up front: every sample hands out frames of the same
@@ -467,7 +515,10 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             // differently, by huge pages or not).
             arena.get(job.workload.arena_bytes(max_threads, size_of(args, job.workload)))?;
         }
-        let policy = workloads::policy_label(job.backend, job.placement);
+        let mut policy = workloads::policy_label(job.backend, job.placement);
+        if job.backend.is_soft() && postings.len() > 1 {
+            policy = format!("{policy}+{}", job.posting.name());
+        }
         let label =
             format!("{} {} {} threads={} repeat={}", job.workload.name(), job.mode, policy, job.threads, job.repeat);
         if let Some(bar) = &bar {
@@ -496,7 +547,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                 samples.push(Sample {
                     workload: job.workload.name().to_string(),
                     mode: job.mode.to_string(),
-                    policy,
+                    policy: policy.clone(),
                     threads: job.threads,
                     repeat: job.repeat,
                     ops: m.ops,

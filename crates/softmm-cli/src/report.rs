@@ -1,11 +1,12 @@
 //! Samples, the terminal table and the JSON file.
 //!
 //! JSON shape: `{"machine": {"cores", "model", "kernel", "softmm_commit",
-//! "load_start", "load_end"}, "shootdown", "samples": [{"workload", "mode",
+//! "load_start", "load_end"}, "shootdown", "posting", "samples": [{"workload", "mode",
 //! "policy", "threads", "repeat", "ops", "seconds", "ops_per_sec",
 //! "counters": {...}, "cpu": {"cores", "others", "used", "tasks"}}]}`;
 //! `shootdown` is the `--shootdown` policy every softmm address space of the
-//! run used; counters are totals for the sample and absent where they do
+//! run used, `posting` its `--posting` policies (comma-separated; with
+//! several, a softmm sample's `policy` is `<policy>+<posting>`); counters are totals for the sample and absent where they do
 //! not apply; `cpu` is the sample's [`CpuShare`].
 //!
 //! Every table is a [`Table`]: at most 100 columns unless `--wide`, its
@@ -45,6 +46,14 @@ pub struct Counters {
     /// `TlbStats::barriers`).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub barriers: Option<u64>,
+    /// Flushes covered by another initiator's barrier
+    /// (`TlbStats::barriers_joined`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub barriers_joined: Option<u64>,
+    /// Writes the flushes made to shared cache lines
+    /// (`TlbStats::shared_writes`, `shared-write-stats` builds).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub flush_shared_writes: Option<u64>,
     /// Lock-free fault attempts.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub spec_attempts: Option<u64>,
@@ -210,6 +219,8 @@ impl Counters {
         add(&mut self.shootdowns, o.shootdowns);
         add(&mut self.local_shootdowns, o.local_shootdowns);
         add(&mut self.barriers, o.barriers);
+        add(&mut self.barriers_joined, o.barriers_joined);
+        add(&mut self.flush_shared_writes, o.flush_shared_writes);
         add(&mut self.spec_attempts, o.spec_attempts);
         add(&mut self.spec_aborts, o.spec_aborts);
         add(&mut self.fallbacks, o.fallbacks);
@@ -687,6 +698,8 @@ pub fn table(samples: &[Sample]) -> String {
     let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
     let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
     let targets = samples.iter().any(|s| s.counters.shootdowns.is_some());
+    let barriers = samples.iter().any(|s| s.workload == "tlb-flush" && s.counters.barriers.is_some());
+    let flush_shared = samples.iter().any(|s| s.counters.flush_shared_writes.is_some());
     let interfered = samples.iter().any(|s| s.mode == "interfered");
     let mut t = Table::new();
     t.column("policy", true, 0, None)
@@ -705,12 +718,18 @@ pub fn table(samples: &[Sample]) -> String {
         t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
     }
     if targets {
-        t.column("bar/op", false, 0, Some("process-wide barriers (membarrier) the shootdowns issued")).column(
-            "local",
+        t.column("local", false, 2, Some("share of the shootdowns that asked no CPU of another thread"));
+    }
+    if barriers || targets {
+        t.column("bar/op", false, 2, Some("process-wide barriers (membarrier) the shootdowns issued")).column(
+            "join/op",
             false,
             2,
-            Some("share of the shootdowns that asked no CPU of another thread"),
+            Some("shootdowns covered by a barrier another shootdown issued"),
         );
+    }
+    if flush_shared {
+        t.column("fshw/op", false, 1, Some("writes the shootdowns made to shared cache lines"));
     }
     t.column("spec/op", false, 3, Some("lock-free fault attempts"))
         .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
@@ -763,11 +782,16 @@ pub fn table(samples: &[Sample]) -> String {
             line.push(per_op(c.flush_wait_ns, ops));
         }
         if targets {
-            line.push(per_op(c.barriers, ops));
             line.push(match (c.local_shootdowns, c.shootdowns) {
                 (Some(l), Some(n)) if n > 0 => format!("{:.0}%", 100.0 * l as f64 / n as f64),
                 _ => "-".to_string(),
             });
+        }
+        if barriers || targets {
+            line.extend([per_op(c.barriers, ops), per_op(c.barriers_joined, ops)]);
+        }
+        if flush_shared {
+            line.push(per_op(c.flush_shared_writes, ops));
         }
         line.extend([per_op(c.spec_attempts, ops), per_op(c.spec_aborts, ops), per_op(c.fallbacks, ops)]);
         if shared {
@@ -779,13 +803,21 @@ pub fn table(samples: &[Sample]) -> String {
     let mut out = t.render();
     if !policies.is_empty() && kind == "fault" {
         let base: Vec<&str> = policies.iter().map(|p| p.split('+').next().unwrap_or(p)).collect();
-        let placed: Vec<&str> = policies.iter().filter_map(|p| p.split_once('+').map(|(_, q)| q)).collect();
+        // `policy+placement+posting`: each suffix names a placement or a
+        // shootdown posting policy.
+        let suffixes: Vec<&str> = policies.iter().flat_map(|p| p.split('+').skip(1)).collect();
         out.push_str("Policies:\n");
         out.push_str(&crate::seeds::legend(kind, &base));
         out.push_str(&crate::seeds::legend("targets", &base));
+        let placed = crate::seeds::legend("placement", &suffixes);
         if !placed.is_empty() {
             out.push_str("Placements (`+name`; rows without one place as Linux):\n");
-            out.push_str(&crate::seeds::legend("placement", &placed));
+            out.push_str(&placed);
+        }
+        let posted = crate::seeds::legend("posting", &suffixes);
+        if !posted.is_empty() {
+            out.push_str("Shootdown posting (`+name`):\n");
+            out.push_str(&posted);
         }
     }
     out
@@ -858,11 +890,12 @@ pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<()
     Ok(())
 }
 
-/// Writes `results` as JSON, with the run's `--shootdown` policy.
+/// Writes `results` as JSON, with the run's `--shootdown` and `--posting` policies.
 pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
     let mut v = serde_json::to_value(results).map_err(|e| e.to_string())?;
     if let Some(o) = v.as_object_mut() {
         o.insert("shootdown".into(), crate::workloads::shootdown_policy().name().into());
+        o.insert("posting".into(), crate::workloads::postings_label().into());
     }
     let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))

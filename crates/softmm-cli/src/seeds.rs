@@ -116,6 +116,14 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("broadcast", "targets", "a shootdown asks every attached CPU of another thread (softmm before issue 26)"),
     ("fill-owners", "targets", "a zap's or COW's shootdown asks only the CPUs that filled from its entries (default)"),
     ("fill-owners-ranges", "targets", "fill-owners, each request naming its pages (up to 32): targets keep the rest"),
+    (
+        "locked",
+        "posting",
+        "a shootdown posts, runs its barrier and looks at each CPU under the CPU-list lock (the first)",
+    ),
+    ("lock-free", "posting", "the CPU list read from an epoch-published copy, no lock; one barrier per shootdown"),
+    ("shared-barrier", "posting", "lock-free, and one membarrier covers every initiator that posted before it began"),
+    ("adaptive", "posting", "shared-barrier; CPUs shot down often fence their own sections: no membarrier (default)"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
@@ -162,6 +170,7 @@ pub fn bench_help() -> String {
         ("pin", "  pin (seed 004): pin policies\n"),
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),
         ("migrate", "  migrate (seed 003): migrate policies\n"),
+        ("posting", "  --posting (issue 26), for every softmm address space: shootdown posting policies\n"),
     ];
     for (kind, head) in kinds {
         out.push_str(head);
@@ -230,6 +239,9 @@ mod tests {
         }
         for p in softmm::ShootdownTargets::ALL {
             assert!(gloss("targets", p.name()).is_some(), "{}", p.name());
+        }
+        for p in softmm::PostingPolicy::ALL {
+            assert!(gloss("posting", p.name()).is_some(), "{}", p.name());
         }
         assert!(gloss("pin", "host").is_some());
     }

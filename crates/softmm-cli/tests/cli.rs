@@ -79,7 +79,10 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 fn check_json(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("json written");
     let v: Value = serde_json::from_str(&text).expect("valid JSON");
-    assert_eq!(keys(&v), set(&["machine", "shootdown", "samples"]));
+    assert_eq!(keys(&v), set(&["machine", "shootdown", "posting", "samples"]));
+    for p in v["posting"].as_str().expect("the posting policies").split(',') {
+        assert!(softmm::PostingPolicy::from_name(p).is_some(), "{}", v["posting"]);
+    }
     assert!(
         v["shootdown"].as_str().is_some_and(|p| softmm::ShootdownPolicy::from_name(p).is_some()),
         "{}",
@@ -104,6 +107,9 @@ fn check_json(path: &Path) -> Vec<Value> {
         "mmap_lock_acquisitions",
         "flush_requests",
         "flush_wait_ns",
+        "barriers",
+        "barriers_joined",
+        "flush_shared_writes",
         "spec_attempts",
         "spec_aborts",
         "fallbacks",
@@ -979,6 +985,60 @@ fn bench_takes_a_shootdown_policy() {
     let bad = softmm_in(&dir, &["bench", "tlb-flush", "--shootdown", "never"], Duration::from_secs(10));
     assert_ne!(bad.code, Some(0));
     assert!(bad.stderr.contains("unknown shootdown policy"), "{}", bad.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--posting all` runs each softmm policy under each posting policy, the
+/// rows named `<policy>+<posting>`, with the barriers issued and joined
+/// per op in the table and the JSON.
+#[test]
+fn bench_sweeps_the_posting_policies_with_barrier_counters() {
+    let dir = scratch("posting");
+    let json = dir.join("out.json");
+    let args = [
+        "bench",
+        "tlb-flush",
+        "--threads",
+        "2",
+        "--iterations",
+        "50",
+        "--size",
+        "1M",
+        "--repeat",
+        "1",
+        "--policy",
+        "default",
+        "--posting",
+        "all",
+        "--no-host",
+        "--wide",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let out = softmm_in(&dir, &args, Duration::from_secs(120));
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let head = out.stdout.lines().find(|l| l.starts_with("policy")).expect("the table");
+    assert!(head.contains("bar/op  join/op"), "{head}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let names: Vec<&str> = softmm::PostingPolicy::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(v["posting"], names.join(","));
+    let samples = v["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), names.len());
+    for (s, p) in samples.iter().zip(&names) {
+        assert_eq!(s["policy"], format!("{}+{p}", softmm::FaultPolicy::default().name()), "{s}");
+        let c = &s["counters"];
+        let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
+        // 2 flushes per op, each asking the other thread's CPU: covered by
+        // a barrier issued or joined, or, adaptive, by the CPU's fences.
+        assert!(n("flush_requests") > 0, "{s}");
+        assert!(n("barriers") + n("barriers_joined") <= n("flush_requests"), "{s}");
+        if *p == "locked" || *p == "lock-free" {
+            assert_eq!((n("barriers"), n("barriers_joined")), (n("flush_requests"), 0), "{s}");
+        }
+    }
+    let bad = softmm_in(&dir, &["bench", "tlb-flush", "--posting", "never"], Duration::from_secs(10));
+    assert_ne!(bad.code, Some(0));
+    assert!(bad.stderr.contains("unknown posting policy"), "{}", bad.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -23,7 +23,7 @@ use crate::fault::{Access, FaultStats};
 use crate::mm::AddressSpace;
 use crate::pgtable::Pte;
 use crate::phys::FrameRef;
-use crate::tlb::{CpuTlbState, QuiescentGuard, ShootdownTargets};
+use crate::tlb::{CpuTlbState, EntryBarrier, QuiescentGuard, ShootdownTargets};
 use crate::PAGE_SIZE;
 
 mod accessors;
@@ -80,9 +80,10 @@ pub struct Cpu {
     /// The flush requests (`CpuTlbState::flush_requests`) the TLB is
     /// current for.
     seen_req: u64,
-    /// Whether the section barrier may be a compiler barrier alone
-    /// (`tlb::reader_is_light`, the same for the whole process).
-    light: bool,
+    /// The section barrier: a compiler barrier alone where the process has
+    /// `membarrier` (`tlb::reader_is_light`), else a fence; switched by the
+    /// request rate under `PostingPolicy::Adaptive` (`tlb/fence_mode.rs`).
+    barrier: EntryBarrier,
     parked: bool,
     stats: CpuStats,
     _not_send: PhantomData<*const ()>,
@@ -99,18 +100,10 @@ impl Cpu {
     pub fn new() -> Cpu {
         let state = CpuTlbState::new();
         crate::tlb::register_thread_cpu(&state);
-        let cpu = Cpu {
-            mm: None,
-            state,
-            seen_req: 0,
-            light: crate::tlb::reader_is_light(),
-            parked: false,
-            stats: CpuStats::default(),
-            _not_send: PhantomData,
-        };
-        // Without `light`, every entry takes the slow path, which fences.
-        cpu.state.take_flush_pending(!cpu.light);
-        cpu
+        // Without the light barrier, the mark keeps a bit so that every
+        // entry takes the slow path, which fences.
+        let barrier = EntryBarrier::new(&state, crate::tlb::reader_is_light());
+        Cpu { mm: None, state, seen_req: 0, barrier, parked: false, stats: CpuStats::default(), _not_send: PhantomData }
     }
 
     /// A CPU attached to `mm`.
@@ -129,6 +122,10 @@ impl Cpu {
         // which cannot acknowledge until the thread returns.
         let _q = QuiescentGuard::enter();
         self.detach_locked();
+        // Before the requests are read: a request in the mark it takes is
+        // in the count, and the TLB is emptied below.
+        let adaptive = mm.config.posting_policy == crate::tlb::PostingPolicy::Adaptive;
+        self.barrier.reset(&self.state, adaptive, crate::tlb::TUNING);
         let seen = mm.tlb.attach(&self.state);
         self.empty_tlb();
         self.seen_req = seen;
@@ -267,8 +264,9 @@ impl Cpu {
     #[inline(always)]
     fn section_begin(&mut self) {
         debug_assert!(!self.parked, "access from a parked CPU");
-        // The compiler barrier alone: without `light`, the pending mark
-        // is never clear and `section_begin_slow` fences before it looks.
+        // The compiler barrier alone: when the entries must fence, the
+        // pending mark is never clear and `section_begin_slow` fences
+        // before it looks.
         // One reference for both: after the barrier, `self.state` would be
         // loaded again.
         let state = &*self.state;
@@ -279,14 +277,11 @@ impl Cpu {
     }
 
     /// A section's entry when a shootdown asked this CPU to flush, or
-    /// whenever the reader barrier must be a fence (not `light`).
+    /// whenever the reader barrier must be a fence.
     #[cold]
     #[inline(never)]
     fn section_begin_slow(&mut self) {
-        if !self.light {
-            crate::tlb::reader_barrier(false);
-        }
-        if self.state.catch_up(&mut self.seen_req, !self.light) {
+        if self.barrier.slow_entry(&self.state, &mut self.seen_req) {
             self.stats.tlb_flushes += 1;
         }
     }

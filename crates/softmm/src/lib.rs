@@ -98,7 +98,7 @@ pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sys::MapEntry;
 pub use tlb::TlbStats;
-pub use tlb::{fences_are_asymmetric, ShootdownPolicy, ShootdownTargets};
+pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
 // hugetlb (seed 000).
 pub use hugetlb::HugePageStats;
 pub use hugetlb::HugetlbLockStats;

@@ -283,9 +283,44 @@ pub fn shootdown_policy() -> softmm::ShootdownPolicy {
     SHOOTDOWN.get().copied().unwrap_or_default()
 }
 
-/// `MmConfig::default()` with `--shootdown`'s policy.
+/// The shootdown posting policy of the address spaces made from
+/// [`mm_config`] from now on (`--posting`: the sweep sets each sample's),
+/// as an index into `PostingPolicy::ALL`.
+static POSTING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// The `--posting` policies of the run, as the JSON records them.
+static POSTINGS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the shootdown posting policy of every address space made from
+/// [`mm_config`] from now on.
+pub fn set_posting_policy(policy: softmm::PostingPolicy) {
+    let i = softmm::PostingPolicy::ALL.iter().position(|&p| p == policy).expect("one of ALL");
+    POSTING.store(i, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The posting policy the next address space gets (`--posting`, or the
+/// library's default).
+pub fn posting_policy() -> softmm::PostingPolicy {
+    let i = POSTING.load(std::sync::atomic::Ordering::Relaxed);
+    softmm::PostingPolicy::ALL.get(i).copied().unwrap_or_default()
+}
+
+/// Records the run's `--posting` policies for the JSON; the first call wins.
+pub fn set_postings_label(postings: &[softmm::PostingPolicy]) {
+    let names: Vec<_> = postings.iter().map(|p| p.name()).collect();
+    let _ = POSTINGS.set(names.join(","));
+}
+
+/// The run's `--posting` policies, comma-separated (the default's name
+/// when none was set).
+pub fn postings_label() -> String {
+    POSTINGS.get().cloned().unwrap_or_else(|| softmm::PostingPolicy::default().name().to_string())
+}
+
+/// `MmConfig::default()` with `--shootdown`'s policy and the sample's
+/// posting policy.
 pub fn mm_config() -> MmConfig {
-    MmConfig::default().shootdown_policy(SHOOTDOWN.get().copied().unwrap_or_default())
+    MmConfig::default().shootdown_policy(SHOOTDOWN.get().copied().unwrap_or_default()).posting_policy(posting_policy())
 }
 
 /// The context of a softmm sample: the arena and how to make address spaces.
@@ -362,7 +397,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
 pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
     let fault = out.fault().unwrap_or_default();
     let (mut lock, mut flush, mut flush_wait_ns) = (0, 0, 0);
-    let (mut shootdowns, mut local, mut barriers) = (0, 0, 0);
+    let (mut shootdowns, mut local, mut barriers, mut joined, mut flush_shared) = (0, 0, 0, 0, 0);
     for s in spaces {
         let st = s.mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
@@ -371,12 +406,16 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
         shootdowns += st.tlb.flushes;
         local += st.tlb.local_flushes;
         barriers += st.tlb.barriers;
+        joined += st.tlb.barriers_joined;
+        flush_shared += st.tlb.shared_writes;
     }
     let counters = Counters {
         flush_wait_ns: Some(flush_wait_ns),
         shootdowns: Some(shootdowns),
         local_shootdowns: Some(local),
         barriers: Some(barriers),
+        barriers_joined: Some(joined),
+        flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(flush_shared),
         ..soft_counters(policy, &fault, lock, flush)
     };
     Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }

@@ -302,6 +302,9 @@ pub struct MmConfig {
     pub shootdown_policy: crate::tlb::ShootdownPolicy,
     /// Which CPUs a TLB shootdown asks (issue 26).
     pub shootdown_targets: crate::tlb::ShootdownTargets,
+    /// How a TLB shootdown posts its requests and whose barrier covers
+    /// them (issue 26).
+    pub posting_policy: crate::tlb::PostingPolicy,
     /// How hugetlb faults synchronize with PMD unsharing and truncate
     /// (seed 000).
     pub hugetlb_policy: HugetlbPolicy,
@@ -336,6 +339,7 @@ impl Default for MmConfig {
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
             shootdown_targets: crate::tlb::ShootdownTargets::default(),
+            posting_policy: crate::tlb::PostingPolicy::default(),
             hugetlb_policy: HugetlbPolicy::default(),
             placement: PlacementPolicy::default(),
         }
@@ -471,6 +475,13 @@ impl MmConfig {
     #[must_use]
     pub fn shootdown_targets(mut self, shootdown_targets: crate::tlb::ShootdownTargets) -> MmConfig {
         self.shootdown_targets = shootdown_targets;
+        self
+    }
+
+    /// Sets `posting_policy`: how a TLB shootdown posts its requests and whose barrier covers them (default [`crate::PostingPolicy::Adaptive`]).
+    #[must_use]
+    pub fn posting_policy(mut self, posting_policy: crate::tlb::PostingPolicy) -> MmConfig {
+        self.posting_policy = posting_policy;
         self
     }
 
@@ -660,6 +671,7 @@ mod tests {
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
             .shootdown_targets(crate::tlb::ShootdownTargets::Broadcast)
+            .posting_policy(crate::tlb::PostingPolicy::SharedBarrier)
             .hugetlb_policy(HugetlbPolicy::LockFree)
             .placement(PlacementPolicy::Arenas);
         let want = MmConfig {
@@ -683,6 +695,7 @@ mod tests {
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
             shootdown_targets: crate::tlb::ShootdownTargets::Broadcast,
+            posting_policy: crate::tlb::PostingPolicy::SharedBarrier,
             hugetlb_policy: HugetlbPolicy::LockFree,
             placement: PlacementPolicy::Arenas,
         };

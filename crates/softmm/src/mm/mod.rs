@@ -214,14 +214,14 @@ impl AddressSpace {
             hugetlb_linked: Vec::new(),
             hugetlb_seen: false,
         };
-        let shootdown_policy = config.shootdown_policy;
+        let (shootdown_policy, posting_policy) = (config.shootdown_policy, config.posting_policy);
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
             config,
             mmap_lock: RwLock::new(st),
             vmas_rcu: Atomic::new(VmaTree::default()),
-            tlb: TlbDomain::with_policy(shootdown_policy),
+            tlb: TlbDomain::with_policies(shootdown_policy, posting_policy),
             counters: MmCounters::default(),
             seq: SeqCount::new(),
             linked_files: crate::sync::Mutex::new(Vec::new()),

@@ -21,8 +21,28 @@
 //! a field it already has in cache. The `membarrier` crate does the same
 //! thing, but decides on every call through a lazy static, falls back to an
 //! `mprotect` trick instead of a fence, and has no loom or Miri path.
+//!
+//! Under loom the light reader is modelled too, so that the models can
+//! check protocols whose soundness rests on membarrier (a barrier shared
+//! by several initiators): the reader's compiler barrier is an AcqRel RMW
+//! of one model-wide word, and the initiator's barrier a SeqCst fence then
+//! an AcqRel RMW of the same word. The RMWs are ordered one way or the
+//! other, as the IPI's full barrier lands before or after the reader's
+//! barrier point: either what the initiator did before its barrier
+//! happens before the reader's next load, or the reader's store before the
+//! point happens before the initiator's later loads. (An IPI landing
+//! elsewhere in the reader's code gives one of the same two orders to the
+//! accesses around the point.) A light reader against an initiator that
+//! runs no barrier is then a store-buffering race loom finds. The real
+//! `Cpu` is never light under loom ([`reader_is_light`] is false there).
 
 use crate::sync::{fence, Ordering};
+
+// The word whose RMWs model membarrier's IPI against light readers.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref MODEL_IPI: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+}
 
 /// True if readers may use a compiler barrier alone, because
 /// [`initiator_barrier`] forces a full barrier on every running thread.
@@ -50,6 +70,8 @@ pub(crate) fn reader_is_light() -> bool {
 pub(crate) fn reader_barrier(light: bool) {
     if light {
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        #[cfg(loom)]
+        MODEL_IPI.fetch_add(0, Ordering::AcqRel);
     } else {
         fence(Ordering::SeqCst);
     }
@@ -63,6 +85,8 @@ pub(crate) fn initiator_barrier() {
     // the loads of the sections on this thread, which is all the fallback
     // needs and what loom checks.
     fence(Ordering::SeqCst);
+    #[cfg(loom)]
+    MODEL_IPI.fetch_add(1, Ordering::AcqRel);
     if reader_is_light() {
         #[cfg(all(target_os = "linux", not(loom), not(miri)))]
         membarrier::expedited();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::{with_thread_cpus, CpuTlbState, QuiescentGuard, TlbDomain};
+use super::{with_thread_cpus, CpuTlbState, PostingPolicy, QuiescentGuard, ShootdownPolicy, TlbDomain};
 
 /// One page of one address space: its PTE (non-zero while mapped) and
 /// whether its frame was freed.
@@ -52,13 +52,20 @@ impl ModelCpu {
         ModelCpu { state, cached: false, seen }
     }
 
+    /// One access: [`ModelCpu::access_checked`], asserting that it did not
+    /// touch a freed frame.
+    fn access(&mut self, page: &Page) {
+        assert!(self.access_checked(page, false), "access through a stale TLB entry to a freed frame");
+    }
+
     /// One access, as `Cpu` makes it: enter the section; if a request is
     /// marked pending, take the mark and drop the TLB if the flush requests
     /// moved (and acknowledge them); translate (hit or walk) and access the frame,
-    /// asserting that it has not been freed, leave the section. (The fence
-    /// form of the barrier: loom models fences, not membarrier.)
-    fn access(&mut self, page: &Page) {
-        self.state.section_begin(false);
+    /// leave the section; false if the frame had been freed. `light`: the
+    /// section's barrier is the light one (`barrier.rs` models membarrier
+    /// against it under loom), else a fence.
+    fn access_checked(&mut self, page: &Page, light: bool) -> bool {
+        self.state.section_begin(light);
         // The light entry's logic (the real `Cpu` under loom takes the
         // fence path, where the mark is never clear), on the real catch-up.
         if self.state.flush_pending() != 0 && self.state.catch_up(&mut self.seen, false) {
@@ -67,10 +74,9 @@ impl ModelCpu {
         if !self.cached && page.pte.load(Ordering::Acquire) != 0 {
             self.cached = true;
         }
-        if self.cached {
-            assert!(!page.freed.load(Ordering::Relaxed), "access through a stale TLB entry to a freed frame");
-        }
+        let ok = !(self.cached && page.freed.load(Ordering::Relaxed));
         self.state.section_end();
+        ok
     }
 
     /// `Cpu::attach` to another domain: leave this one, drop every entry
@@ -81,6 +87,24 @@ impl ModelCpu {
         self.state.passed_quiescent_point();
         self.seen = to.attach(&self.state);
     }
+}
+
+/// Held by every model that posts without the lock: the broken switches
+/// its code reads are process-wide, and loom requires each model to replay
+/// the same execution.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `model` under each posting policy, holding [`SERIAL`].
+fn each_posting(model: impl Fn(PostingPolicy)) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for &posting in PostingPolicy::ALL {
+        model(posting);
+    }
+}
+
+/// A domain with the default shootdown policy and `posting`.
+fn domain(posting: PostingPolicy) -> Arc<TlbDomain> {
+    Arc::new(TlbDomain::with_policies(ShootdownPolicy::default(), posting))
 }
 
 fn builder() -> loom::model::Builder {
@@ -94,27 +118,29 @@ fn builder() -> loom::model::Builder {
 /// shoots it down and frees the frame; explored with up to `preemptions`
 /// preemptions.
 fn three_accesses_against_an_unmap(flushes_before: usize, preemptions: usize) {
-    let mut b = builder();
-    b.preemption_bound = Some(preemptions);
-    b.check(move || {
-        let dom = Arc::new(TlbDomain::new());
-        let page = Page::mapped();
-        let mut cpu = ModelCpu::attached(&dom);
-        let t = {
-            let page = page.clone();
-            loom::thread::spawn(move || {
-                for _ in 0..3 {
-                    cpu.access(&page);
-                }
-            })
-        };
-        for _ in 0..flushes_before {
+    each_posting(|posting| {
+        let mut b = builder();
+        b.preemption_bound = Some(preemptions);
+        b.check(move || {
+            let dom = domain(posting);
+            let page = Page::mapped();
+            let mut cpu = ModelCpu::attached(&dom);
+            let t = {
+                let page = page.clone();
+                loom::thread::spawn(move || {
+                    for _ in 0..3 {
+                        cpu.access(&page);
+                    }
+                })
+            };
+            for _ in 0..flushes_before {
+                dom.flush(&[]);
+            }
+            page.unmap();
             dom.flush(&[]);
-        }
-        page.unmap();
-        dom.flush(&[]);
-        page.free();
-        t.join().unwrap();
+            page.free();
+            t.join().unwrap();
+        });
     });
 }
 
@@ -126,24 +152,26 @@ fn a_cpu_in_an_access_finishes_it_before_the_frame_is_freed() {
 /// A CPU parked, or whose thread is inside softmm, between two accesses.
 #[test]
 fn quiescent_cpu_is_not_waited_for_and_flushes_on_resume() {
-    builder().check(|| {
-        let dom = Arc::new(TlbDomain::new());
-        let page = Page::mapped();
-        let mut cpu = ModelCpu::attached(&dom);
-        let t = {
-            let page = page.clone();
-            loom::thread::spawn(move || {
-                cpu.access(&page);
-                // Blocked in softmm (a fault's slow path, or parked).
-                cpu.state.enter_quiescent();
-                cpu.state.exit_quiescent();
-                cpu.access(&page);
-            })
-        };
-        page.unmap();
-        dom.flush(&[]);
-        page.free();
-        t.join().unwrap();
+    each_posting(|posting| {
+        builder().check(move || {
+            let dom = domain(posting);
+            let page = Page::mapped();
+            let mut cpu = ModelCpu::attached(&dom);
+            let t = {
+                let page = page.clone();
+                loom::thread::spawn(move || {
+                    cpu.access(&page);
+                    // Blocked in softmm (a fault's slow path, or parked).
+                    cpu.state.enter_quiescent();
+                    cpu.state.exit_quiescent();
+                    cpu.access(&page);
+                })
+            };
+            page.unmap();
+            dom.flush(&[]);
+            page.free();
+            t.join().unwrap();
+        });
     });
 }
 
@@ -159,24 +187,26 @@ fn quiescent_cpu_is_not_waited_for_and_flushes_on_resume() {
 /// begin and wait, the second one blocked on the CPU-list lock instead.)
 #[test]
 fn two_initiators_and_one_cpu() {
-    builder().check(|| {
-        let dom = Arc::new(TlbDomain::new());
-        let page = Page::mapped();
-        let mut cpu = ModelCpu::attached(&dom);
-        let t = {
-            let (dom, page) = (dom.clone(), page.clone());
-            loom::thread::spawn(move || {
-                cpu.access(&page);
-                cpu.state.enter_quiescent();
-                dom.flush(std::slice::from_ref(&cpu.state));
-                cpu.state.exit_quiescent();
-                cpu.access(&page);
-            })
-        };
-        page.unmap();
-        dom.flush(&[]);
-        page.free();
-        t.join().unwrap();
+    each_posting(|posting| {
+        builder().check(move || {
+            let dom = domain(posting);
+            let page = Page::mapped();
+            let mut cpu = ModelCpu::attached(&dom);
+            let t = {
+                let (dom, page) = (dom.clone(), page.clone());
+                loom::thread::spawn(move || {
+                    cpu.access(&page);
+                    cpu.state.enter_quiescent();
+                    dom.flush(std::slice::from_ref(&cpu.state));
+                    cpu.state.exit_quiescent();
+                    cpu.access(&page);
+                })
+            };
+            page.unmap();
+            dom.flush(&[]);
+            page.free();
+            t.join().unwrap();
+        });
     });
 }
 
@@ -186,27 +216,30 @@ fn two_initiators_and_one_cpu() {
 /// come before the free.
 #[test]
 fn cpu_detaches_while_a_ticket_is_pending() {
-    builder().check(|| {
-        let dom = Arc::new(TlbDomain::new());
-        let elsewhere = Arc::new(TlbDomain::new());
-        let page = Page::mapped();
-        let other_page = Page::mapped();
-        let mut cpu = ModelCpu::attached(&dom);
-        let t = {
-            let (dom, elsewhere, page, other_page) = (dom.clone(), elsewhere.clone(), page.clone(), other_page.clone());
-            loom::thread::spawn(move || {
-                cpu.access(&page);
-                cpu.access(&page);
-                cpu.switch(&dom, &elsewhere);
-                cpu.access(&other_page);
-                // Its owner goes on elsewhere: still running, never acking `dom`.
-            })
-        };
-        page.unmap();
-        let ticket = dom.flush_begin(&[]);
-        ticket.wait();
-        page.free();
-        t.join().unwrap();
+    each_posting(|posting| {
+        builder().check(move || {
+            let dom = domain(posting);
+            let elsewhere = domain(posting);
+            let page = Page::mapped();
+            let other_page = Page::mapped();
+            let mut cpu = ModelCpu::attached(&dom);
+            let t = {
+                let (dom, elsewhere, page, other_page) =
+                    (dom.clone(), elsewhere.clone(), page.clone(), other_page.clone());
+                loom::thread::spawn(move || {
+                    cpu.access(&page);
+                    cpu.access(&page);
+                    cpu.switch(&dom, &elsewhere);
+                    cpu.access(&other_page);
+                    // Its owner goes on elsewhere: still running, never acking `dom`.
+                })
+            };
+            page.unmap();
+            let ticket = dom.flush_begin(&[]);
+            ticket.wait();
+            page.free();
+            t.join().unwrap();
+        });
     });
 }
 
@@ -215,23 +248,25 @@ fn cpu_detaches_while_a_ticket_is_pending() {
 /// neither frame may be freed while that thread can still reach it.
 #[test]
 fn two_domains_flushed_with_two_tickets() {
-    builder().check(|| {
-        let doms = [Arc::new(TlbDomain::new()), Arc::new(TlbDomain::new())];
-        let pages = [Page::mapped(), Page::mapped()];
-        let mut cpus = [ModelCpu::attached(&doms[0]), ModelCpu::attached(&doms[1])];
-        let t = {
-            let pages = pages.clone();
-            loom::thread::spawn(move || {
-                for i in [0, 1, 0, 1] {
-                    cpus[i].access(&pages[i]);
-                }
-            })
-        };
-        pages.iter().for_each(Page::unmap);
-        let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
-        tickets.into_iter().for_each(|t| t.wait());
-        pages.iter().for_each(Page::free);
-        t.join().unwrap();
+    each_posting(|posting| {
+        builder().check(move || {
+            let doms = [domain(posting), domain(posting)];
+            let pages = [Page::mapped(), Page::mapped()];
+            let mut cpus = [ModelCpu::attached(&doms[0]), ModelCpu::attached(&doms[1])];
+            let t = {
+                let pages = pages.clone();
+                loom::thread::spawn(move || {
+                    for i in [0, 1, 0, 1] {
+                        cpus[i].access(&pages[i]);
+                    }
+                })
+            };
+            pages.iter().for_each(Page::unmap);
+            let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
+            tickets.into_iter().for_each(|t| t.wait());
+            pages.iter().for_each(Page::free);
+            t.join().unwrap();
+        });
     });
 }
 
@@ -241,29 +276,31 @@ fn two_domains_flushed_with_two_tickets() {
 /// CPUs, and those CPUs still drop the stale entry at their next access.
 #[test]
 fn a_syscall_does_not_wait_for_its_own_threads_cpus() {
-    builder().check(|| {
-        let dom = Arc::new(TlbDomain::new());
-        let page = Page::mapped();
-        let mut remote = ModelCpu::attached(&dom);
-        let t = {
-            let page = page.clone();
-            loom::thread::spawn(move || {
-                remote.access(&page);
-                remote.access(&page);
-            })
-        };
-        let mut mine = [ModelCpu::attached(&dom), ModelCpu::attached(&dom)];
-        mine.iter().for_each(|c| super::register_thread_cpu(&c.state));
-        mine.iter_mut().for_each(|c| c.access(&page));
-        {
-            let _syscall = QuiescentGuard::enter();
-            page.unmap();
-            with_thread_cpus(|own| dom.flush(own));
-            page.free();
-        }
-        mine.iter_mut().for_each(|c| c.access(&page));
-        mine.iter().for_each(|c| super::unregister_thread_cpu(&c.state));
-        t.join().unwrap();
+    each_posting(|posting| {
+        builder().check(move || {
+            let dom = domain(posting);
+            let page = Page::mapped();
+            let mut remote = ModelCpu::attached(&dom);
+            let t = {
+                let page = page.clone();
+                loom::thread::spawn(move || {
+                    remote.access(&page);
+                    remote.access(&page);
+                })
+            };
+            let mut mine = [ModelCpu::attached(&dom), ModelCpu::attached(&dom)];
+            mine.iter().for_each(|c| super::register_thread_cpu(&c.state));
+            mine.iter_mut().for_each(|c| c.access(&page));
+            {
+                let _syscall = QuiescentGuard::enter();
+                page.unmap();
+                with_thread_cpus(|own| dom.flush(own));
+                page.free();
+            }
+            mine.iter_mut().for_each(|c| c.access(&page));
+            mine.iter().for_each(|c| super::unregister_thread_cpu(&c.state));
+            t.join().unwrap();
+        });
     });
 }
 
@@ -281,6 +318,8 @@ fn a_real_cpu_access_against_a_real_munmap() {
     use crate::{Access, Cpu, PAGE_SIZE};
     const OLD: u8 = 0xab;
     const REUSED: u8 = 0xee;
+    // The default posting policy, whose switches `check_broken` flips.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     // The real munmap takes many loom steps (locks, epoch, frame counts).
@@ -345,6 +384,8 @@ fn a_real_section_against_a_real_munmap() {
     use crate::{Access, Cpu, PAGE_SIZE};
     const OLD: u8 = 0xab;
     const REUSED: u8 = 0xee;
+    // The default posting policy, whose switches `check_broken` flips.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
@@ -476,7 +517,10 @@ fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
 
 /// Runs `model` intact, where no execution may go wrong, then with
 /// `switch` set, where one must.
-fn check_broken(model: fn() -> Result<(), String>, switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>) {
+fn check_broken_local(
+    model: fn() -> Result<(), String>,
+    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+) {
     let builder = || {
         let mut b = loom::model::Builder::new();
         b.preemption_bound = Some(2);
@@ -508,7 +552,7 @@ fn check_broken(model: fn() -> Result<(), String>, switch: &'static std::thread:
 /// keeps using its cached translation of the freed frame.
 #[test]
 fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
-    check_broken(a_real_fill_against_a_real_dontneed, &super::broken::CLEAR_SKIPS_OWNERS);
+    check_broken_local(a_real_fill_against_a_real_dontneed, &super::broken::CLEAR_SKIPS_OWNERS);
 }
 
 /// The model, and its variant where the fill stores the entry instead of a
@@ -516,7 +560,7 @@ fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
 /// maps the freed frame again.
 #[test]
 fn a_fill_that_stores_without_a_compare_exchange_is_caught() {
-    check_broken(a_real_fill_against_a_real_dontneed, &super::broken::FILL_STORES);
+    check_broken_local(a_real_fill_against_a_real_dontneed, &super::broken::FILL_STORES);
 }
 
 /// Ranged requests on the real `CpuTlbState` and `TlbDomain` (one range
@@ -570,5 +614,164 @@ fn ranged_requests_against_a_catch_up() -> Result<(), String> {
 /// tag (`broken::RANGE_WITHOUT_TAG`).
 #[test]
 fn a_ranged_request_is_never_mistaken_for_an_older_one() {
-    check_broken(ranged_requests_against_a_catch_up, &super::broken::RANGE_WITHOUT_TAG);
+    check_broken_local(ranged_requests_against_a_catch_up, &super::broken::RANGE_WITHOUT_TAG);
+}
+
+/// Runs `model` with the loom-only switch `switch` clear, where no
+/// execution may find anything wrong, then set, where some execution must.
+/// A model reports rather than panics: a panic inside a loom execution
+/// aborts the process as loom objects unwind.
+fn check_broken(switch: &'static std::sync::atomic::AtomicBool, preemptions: usize, model: fn() -> bool) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = builder();
+    b.preemption_bound = Some(preemptions);
+    switch.store(false, Relaxed);
+    b.check(move || assert!(model(), "a CPU used a freed frame"));
+    let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = caught.clone();
+    let mut b = builder();
+    b.preemption_bound = Some(preemptions);
+    switch.store(true, Relaxed);
+    b.check(move || {
+        if !model() {
+            seen.store(true, Relaxed);
+        }
+    });
+    switch.store(false, Relaxed);
+    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+}
+
+/// Lock-free posting against an attach: a CPU attaches to the address
+/// space and accesses the page while the main thread unmaps it, shoots it
+/// down with the published list and frees the frame. Either the shootdown
+/// saw the CPU in the list, or the CPU's walk sees the cleared PTE. Without
+/// the initiator's fence before it loads the list (`NO_LIST_FENCE`) both
+/// may miss: the store-buffering race the list's lock used to close.
+/// (Seen to fail so.)
+#[test]
+fn lock_free_posting_against_an_attach() {
+    check_broken(&super::shootdown::broken::NO_LIST_FENCE, 2, || {
+        let dom = domain(PostingPolicy::LockFree);
+        let page = Page::mapped();
+        let t = {
+            let (dom, page) = (dom.clone(), page.clone());
+            loom::thread::spawn(move || {
+                let mut cpu = ModelCpu::attached(&dom);
+                cpu.access_checked(&page, false)
+            })
+        };
+        // Pinned already, as a zap is: the flush's own pin then runs no
+        // fence of its own (crossbeam-epoch fences only the outermost).
+        let _zap = crossbeam_epoch::pin();
+        page.unmap();
+        dom.flush(&[]);
+        page.free();
+        t.join().unwrap()
+    });
+}
+
+/// Lock-free posting against a detach: the CPU a shootdown finds in the
+/// published list detaches and attaches elsewhere meanwhile; the shootdown
+/// still ends (the detach acknowledged), and the CPU's accesses to the
+/// page come before the free.
+#[test]
+fn lock_free_posting_against_a_detach() {
+    builder().check(|| {
+        let (dom, elsewhere) = (domain(PostingPolicy::LockFree), domain(PostingPolicy::LockFree));
+        let page = Page::mapped();
+        let mut cpu = ModelCpu::attached(&dom);
+        let t = {
+            let (dom, elsewhere, page) = (dom.clone(), elsewhere.clone(), page.clone());
+            loom::thread::spawn(move || {
+                cpu.access(&page);
+                cpu.switch(&dom, &elsewhere);
+                cpu.access(&Page::mapped());
+            })
+        };
+        page.unmap();
+        dom.flush(&[]);
+        page.free();
+        t.join().unwrap();
+    });
+}
+
+/// Two initiators share barriers while a CPU with the light section
+/// barrier (membarrier's reader side, modelled in `barrier.rs`) accesses
+/// the page twice: one initiator shoots down another address space (whose
+/// idle CPU makes it run a barrier), the main thread unmaps the page,
+/// shoots it down and frees the frame. A barrier that started before the
+/// main thread posted must not cover it: joining one (`JOIN_RUNNING`) lets
+/// the CPU miss the request while the initiator misses the CPU's section.
+#[test]
+fn a_shared_barrier_against_a_light_section_entry() {
+    check_broken(&super::shared_barrier::broken::JOIN_RUNNING, 3, || {
+        let (dom, other) = (domain(PostingPolicy::SharedBarrier), domain(PostingPolicy::SharedBarrier));
+        let page = Page::mapped();
+        let mut cpu = ModelCpu::attached(&dom);
+        let _idle = ModelCpu::attached(&other);
+        let t = {
+            let page = page.clone();
+            loom::thread::spawn(move || cpu.access_checked(&page, true) & cpu.access_checked(&page, true))
+        };
+        let i = {
+            let other = other.clone();
+            loom::thread::spawn(move || other.flush(&[]))
+        };
+        page.unmap();
+        dom.flush(&[]);
+        page.free();
+        i.join().unwrap();
+        t.join().unwrap()
+    });
+}
+
+/// A CPU with the light barrier, in adaptive mode with a hair trigger,
+/// switches to fence mode at the entry that catches an earlier request
+/// while the main thread unmaps the page, shoots it down (skipping the
+/// barrier if it reads the fence mode in the mark its post returns) and
+/// frees the frame; the CPU then makes a second access, fenced. An
+/// initiator that skips the barrier must still fence: without
+/// (`SKIP_WITHOUT_FENCE`) it may read the switching section's `inside`
+/// as 0 while that section walked before the unmap.
+#[test]
+fn a_switch_to_fence_mode_against_an_initiator() {
+    use super::fence_mode::{EntryBarrier, Tuning};
+    check_broken(&super::fence_mode::broken::SKIP_WITHOUT_FENCE, 3, || {
+        let dom = domain(PostingPolicy::Adaptive);
+        let page = Page::mapped();
+        let mut cpu = ModelCpu::attached(&dom);
+        let mut barrier = EntryBarrier::new(&cpu.state, true);
+        let hair =
+            Tuning { to_fence: 1, window: std::time::Duration::from_secs(3600), back_after: 1 << 20, back_below: 1 };
+        barrier.reset(&cpu.state, true, hair);
+        // An earlier shootdown, while the CPU was idle: its first entry
+        // catches it, and switches.
+        dom.flush(&[]);
+        let t = {
+            let page = page.clone();
+            loom::thread::spawn(move || {
+                let mut ok = true;
+                for _ in 0..2 {
+                    // `Cpu`'s entry: the light barrier, then the slow path
+                    // if the mark is set (always, once fencing).
+                    cpu.state.section_begin(true);
+                    if cpu.state.flush_pending() != 0 && barrier.slow_entry(&cpu.state, &mut cpu.seen) {
+                        cpu.cached = false;
+                    }
+                    if !cpu.cached && page.pte.load(Ordering::Acquire) != 0 {
+                        cpu.cached = true;
+                    }
+                    ok &= !(cpu.cached && page.freed.load(Ordering::Relaxed));
+                    cpu.state.section_end();
+                }
+                assert!(barrier.fences(), "the hair trigger switched");
+                ok
+            })
+        };
+        page.unmap();
+        dom.flush(&[]);
+        page.free();
+        t.join().unwrap()
+    });
 }

@@ -28,12 +28,15 @@
 //!   compare with zero.
 //! * **Initiator** (after clearing or narrowing PTEs under their locks), in
 //!   two steps so that it can shoot down several address spaces at once:
-//!   1. [`TlbDomain::flush_begin`]: under the CPU-list lock, `flush_req +=
-//!      1`, then `flush_pending |= 1`, on every attached CPU (Release); if
-//!      any attached CPU is not its own, one process-wide barrier, then for
-//!      each such CPU count one flush request, and note it in the
-//!      [`FlushTicket`], with its request count `R`, if it is inside an
-//!      access and not quiescent.
+//!   1. [`TlbDomain::flush_begin`]: on every attached CPU (the list read
+//!      under the CPU-list lock, or, under a lock-free [`PostingPolicy`],
+//!      from its epoch-published copy after a SeqCst fence), `flush_req +=
+//!      1`, then `flush_pending |= 1` (Release); if any attached CPU is not
+//!      its own, one process-wide barrier (its own, or, under
+//!      [`PostingPolicy::SharedBarrier`], one that began after it posted,
+//!      `shared_barrier.rs`), then for each such CPU count one flush
+//!      request, and note it in the [`FlushTicket`], with its request's
+//!      number `R`, if it is inside an access and not quiescent.
 //!   2. [`FlushTicket::wait`]: for each noted CPU, wait until `inside` is 0
 //!      (the section seen is over: a 0 read after the 1 is a later store)
 //!      or `flush_ack >= R` (an entry saw the request and emptied the TLB
@@ -69,14 +72,26 @@
 //!   its CPUs whose section is still open has its TLB emptied
 //!   ([`QuiescentGuard`]'s drop): a flush may have skipped it meanwhile,
 //!   and the accesses of a [`crate::Section`] do not check the requests.
-//! * **Attach** (under the list lock): read `flush_req`, with an empty TLB.
-//!   **Detach** (under the list lock): remove it from the list; then, with
-//!   the TLB emptied, acknowledge every request so far. Both happen outside
-//!   any access of the CPU (they take it by `&mut`), and a CPU that
-//!   attaches after begin has read the list starts empty and takes the
-//!   lock after begin released it, so its walks see the cleared entries.
+//! * **Attach** (under the list lock): read `flush_req`, with an empty TLB;
+//!   publish the list, then a SeqCst fence.
+//!   **Detach** (under the list lock): remove it from the list and publish
+//!   it; then, with the TLB emptied, acknowledge every request so far. Both
+//!   happen outside any access of the CPU (they take it by `&mut`). A CPU
+//!   that attaches after begin has read the list starts empty, and its
+//!   walks see the cleared entries: under the lock, it takes the lock after
+//!   begin released it; without, the publication and the initiator's load
+//!   of the list are Dekker's, each after its own fence ([`TlbDomain`]'s
+//!   `# Protocol`). A lock-free initiator that still sees a detached CPU
+//!   sends it a needless request.
 //!   A ticket may outlive the CPU's stay in the domain: the detach's
 //!   acknowledgement ends its wait.
+//!
+//! * **Fence mode** ([`PostingPolicy::Adaptive`], `fence_mode.rs`): a CPU
+//!   shot down often leaves `PENDING_ALWAYS` in its mark with the swap that
+//!   takes it, so that its entries fence; an initiator reads the mode in
+//!   the old mark its post returns and, when every CPU of another thread
+//!   it posted to fences, runs a SeqCst fence of its own instead of the
+//!   barrier.
 //!
 //! [`ShootdownPolicy::NextAccess`] keeps softmm's first protocol beside
 //! this one for the lab: it also waits for a CPU outside an access, until
@@ -101,11 +116,13 @@
 //! The protocol is modelled with loom in `loom_tests.rs`, on this code.
 
 mod barrier;
+mod fence_mode;
 #[cfg(all(test, loom))]
 mod loom_tests;
 // Without the rest of the crate (a loom build), only the models use it.
 #[cfg_attr(loom, allow(dead_code))]
 mod quiescent;
+mod shared_barrier;
 mod shootdown;
 mod soft_tlb;
 mod targets;
@@ -135,10 +152,12 @@ pub(crate) mod broken {
     }
 }
 
-pub(crate) use barrier::{reader_barrier, reader_is_light};
+pub(crate) use barrier::reader_is_light;
+#[cfg_attr(loom, allow(unused_imports))]
+pub(crate) use fence_mode::{EntryBarrier, TUNING};
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
-pub use shootdown::{CpuTlbState, FlushRange, FlushTicket, ShootdownPolicy, TlbDomain, TlbStats};
+pub use shootdown::{CpuTlbState, FlushRange, FlushTicket, PostingPolicy, ShootdownPolicy, TlbDomain, TlbStats};
 pub(crate) use soft_tlb::SoftTlb;
 pub use targets::{CpuSet, ShootdownTargets};
 

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use super::barrier;
+use super::fence_mode;
+use super::shared_barrier::{self, Covered};
 use super::soft_tlb::SoftTlb;
 use super::targets::{self, CpuSet};
 use crate::sync::{fence, spin_hint, AtomicU64, Mutex, Ordering};
@@ -247,16 +249,20 @@ impl CpuTlbState {
 
     /// Asks the CPU to drop the entries of `range` (or every entry) before
     /// its next section uses one. Called by initiators before their
-    /// barrier, after their PTE changes.
-    fn request_flush(&self, range: FlushRange) {
-        let k = self.flush_req.fetch_add(1, Ordering::Release).wrapping_add(1);
+    /// barrier, after their PTE changes. Returns the request's number, the
+    /// count a waiter needs acknowledged, and whether the CPU's entries
+    /// fence (`PENDING_ALWAYS` was in the mark: `fence_mode.rs`).
+    pub(super) fn request_flush(&self, range: FlushRange) -> (u64, bool) {
+        let req = self.flush_req.fetch_add(1, Ordering::Release).wrapping_add(1);
         // After the number is taken, so that the slot names its request: a
         // catch-up that reads the number first and the slot before this
         // store finds another tag and drops everything.
-        self.ranges[range_slot(k)].store(range.pack(k), Ordering::Release);
+        self.ranges[range_slot(req)].store(range.pack(req), Ordering::Release);
         // After the count: an entry that sees the mark and takes it loads
         // a count that includes this request.
-        self.flush_pending.fetch_or(PENDING_REQUEST, Ordering::Release);
+        let mark = self.flush_pending.fetch_or(PENDING_REQUEST, Ordering::Release);
+        crate::sync::shared_write(2);
+        (req, mark & PENDING_ALWAYS != 0)
     }
 
     /// Records, at a section's entry that dropped the TLB, that the CPU
@@ -334,17 +340,16 @@ impl CpuTlbState {
     /// leave it (or acknowledge the request); outside one, nothing under
     /// [`ShootdownPolicy::AccessSections`], and acknowledge the request
     /// under [`ShootdownPolicy::NextAccess`]. Never for a quiescent CPU.
-    /// Under the domain's list lock, the only place requests are sent, so
-    /// `flush_req` is this shootdown's request.
+    /// `ack` is the number of the shootdown's request (later shootdowns'
+    /// may have come since: their acknowledgement covers it too).
     #[inline]
-    fn wait_until(&self, policy: ShootdownPolicy) -> Option<WaitFor> {
+    fn wait_until(&self, policy: ShootdownPolicy, ack: u64) -> Option<WaitFor> {
         // Acquire on `inside` pairs with the Release in `section_end`;
         // SeqCst on `quiescent` with the RMW in `enter_quiescent`.
         let inside = self.inside.load(Ordering::Acquire) == 1;
         if self.quiescent.load(Ordering::SeqCst) > 0 {
             return None;
         }
-        let ack = self.flush_req.load(Ordering::Relaxed);
         match (inside, policy) {
             (true, _) => Some(WaitFor { ack, or_exit: true }),
             (false, ShootdownPolicy::NextAccess) => Some(WaitFor { ack, or_exit: false }),
@@ -409,6 +414,58 @@ impl ShootdownPolicy {
     }
 }
 
+/// How a shootdown reaches the attached CPUs: what it locks while it posts
+/// its requests, and whose barrier covers them. Every policy gives the same
+/// guarantee (once the ticket's wait returns, no CPU uses a translation
+/// removed before the flush began); they differ in what concurrent
+/// shootdowns of one process share. More policies may come, so a `match`
+/// on it needs a wildcard arm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PostingPolicy {
+    /// The posts, the barrier and the look at each CPU under the address
+    /// space's CPU-list lock, one barrier per shootdown: every shootdown of
+    /// the address space runs alone (softmm's first posting, kept for the
+    /// lab).
+    Locked,
+    /// The CPU list read from an epoch-published copy, with no lock held
+    /// (attach and detach fence against initiators instead); one barrier per
+    /// shootdown, concurrent shootdowns' barriers overlapping.
+    LockFree,
+    /// [`PostingPolicy::LockFree`], and concurrent initiators share one
+    /// barrier: one that starts after an initiator posted covers it
+    /// (userspace RCU's batched grace periods, `tlb/shared_barrier.rs`).
+    SharedBarrier,
+    /// [`PostingPolicy::SharedBarrier`], and a CPU shot down often switches
+    /// its own section barrier to a fence, so that a shootdown whose every
+    /// target fences needs no barrier at all (`tlb/fence_mode.rs`); a CPU
+    /// seldom shot down switches back. The default: it measured best
+    /// (`docs/architecture.md`, "Posting policies").
+    #[default]
+    Adaptive,
+}
+
+impl PostingPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [PostingPolicy] =
+        &[PostingPolicy::Locked, PostingPolicy::LockFree, PostingPolicy::SharedBarrier, PostingPolicy::Adaptive];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            PostingPolicy::Locked => "locked",
+            PostingPolicy::LockFree => "lock-free",
+            PostingPolicy::SharedBarrier => "shared-barrier",
+            PostingPolicy::Adaptive => "adaptive",
+        }
+    }
+
+    /// The policy named `name` (see [`PostingPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<PostingPolicy> {
+        PostingPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
 /// Counters of shootdown traffic (the seeds count IPIs). More counters may
 /// come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -424,8 +481,16 @@ pub struct TlbStats {
     pub flush_waits: u64,
     /// Process-wide barriers issued: one per flush that had a CPU of
     /// another thread to ask (`membarrier`, or a fence where it is
-    /// unavailable; see `fences_are_asymmetric`).
+    /// unavailable; see `fences_are_asymmetric`), except under
+    /// [`PostingPolicy::SharedBarrier`], where a flush that joined another
+    /// initiator's barrier counts in `barriers_joined` instead.
     pub barriers: u64,
+    /// Flushes covered by a barrier another initiator issued
+    /// ([`PostingPolicy::SharedBarrier`]).
+    pub barriers_joined: u64,
+    /// Flushes that had CPUs of other threads to ask, all in fence mode,
+    /// and so ran no barrier ([`PostingPolicy::Adaptive`]).
+    pub barriers_skipped: u64,
     /// Nanoseconds initiators spent waiting for CPUs inside an access
     /// (the wait of a flush counted in `flush_waits`), summed over
     /// flushes; a flush that waits for nobody adds nothing and reads no
@@ -435,23 +500,87 @@ pub struct TlbStats {
     /// barrier, no wait (with [`crate::ShootdownTargets::FillOwners`], the
     /// entries were filled by the initiator's CPUs or by none).
     pub local_flushes: u64,
+    /// Writes the flushes made to memory other CPUs also write (lock
+    /// words, other CPUs' request words, the shared barrier's words,
+    /// shared counters); 0 without the `shared-write-stats` feature.
+    pub shared_writes: u64,
 }
 
+/// One stripe of a domain's counters, written by the initiators whose
+/// threads map to it ([`stripe`]), summed by [`TlbDomain::stats`]: flush
+/// statistics cost no shared-line write on the flush path.
+#[derive(Default)]
+struct FlushCounters {
+    flushes: std::sync::atomic::AtomicU64,
+    flush_requests: std::sync::atomic::AtomicU64,
+    flush_waits: std::sync::atomic::AtomicU64,
+    barriers: std::sync::atomic::AtomicU64,
+    barriers_joined: std::sync::atomic::AtomicU64,
+    barriers_skipped: std::sync::atomic::AtomicU64,
+    flush_wait_ns: std::sync::atomic::AtomicU64,
+    shared_writes: std::sync::atomic::AtomicU64,
+    local_flushes: std::sync::atomic::AtomicU64,
+}
+
+/// Stripes of [`FlushCounters`] per domain: enough that the threads of a
+/// 16-CPU machine rarely share one.
+const STRIPES: usize = 16;
+
+type Stripes = Arc<[crossbeam_utils::CachePadded<FlushCounters>]>;
+
+/// The calling thread's stripe: threads take stripes round robin on their
+/// first flush. (Pure statistics: `std`'s atomics and thread-local even
+/// under loom.)
+fn stripe() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Relaxed) % STRIPES;
+    }
+    STRIPE.try_with(|s| *s).unwrap_or(0)
+}
+
+/// Adds `n` to a counter of statistics (Relaxed: read after the fact).
+fn count(c: &std::sync::atomic::AtomicU64, n: u64) {
+    if n != 0 {
+        c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The attached CPUs as initiators read them without a lock
+/// ([`PostingPolicy::LockFree`] and later): a copy published on every
+/// attach and detach, freed once no initiator can hold it.
+type CpuList = Vec<Arc<CpuTlbState>>;
+
 /// The CPUs attached to one address space, and its shootdown counters.
+///
+/// # Protocol (attach and detach against a lock-free initiator)
+///
+/// Attach and detach change `cpus` under its lock, then publish a copy
+/// in `published` (Release) and run a SeqCst fence. An initiator, after
+/// its PTE changes, runs a SeqCst fence, then loads `published`. Attach is
+/// a Dekker handshake with it: the attacher stores the list, fences, and
+/// later walks (loads PTEs); the initiator stores PTEs, fences, and loads
+/// the list. Either the initiator sees the new CPU and posts to it, or the
+/// CPU's walks see the changed PTEs (its TLB starts empty): what the lock
+/// stood for, without the lock. A detached CPU the initiator still sees
+/// gets a needless request (detach empties its TLB and acknowledges).
+/// `tlb/loom_tests.rs` models an attach racing a lock-free flush, and shows
+/// that without the initiator's fence ([`broken::NO_LIST_FENCE`]) a CPU
+/// attaching meanwhile reads a freed frame.
 pub struct TlbDomain {
     /// Number of attached CPUs, readable without the list's lock.
     nr_cpus: AtomicU64,
-    /// Locked to attach, to detach, and for [`TlbDomain::flush_begin`]'s
-    /// look at the CPUs; never while waiting.
-    cpus: Mutex<Vec<Arc<CpuTlbState>>>,
-    flushes: AtomicU64,
-    flush_requests: AtomicU64,
-    flush_waits: AtomicU64,
-    barriers: AtomicU64,
-    local_flushes: AtomicU64,
-    /// `TlbStats::flush_wait_ns`, shared with the tickets that wait.
-    flush_wait_ns: Arc<AtomicU64>,
+    /// Locked to attach and to detach, and, under [`PostingPolicy::Locked`],
+    /// for [`TlbDomain::flush_begin`]'s look at the CPUs; never while
+    /// waiting.
+    cpus: Mutex<CpuList>,
+    /// `cpus` as the lock-free initiators read it.
+    published: crossbeam_epoch::Atomic<CpuList>,
+    /// Statistics, one stripe per group of initiating threads.
+    stats: Stripes,
     policy: ShootdownPolicy,
+    posting: PostingPolicy,
 }
 
 impl Default for TlbDomain {
@@ -461,36 +590,55 @@ impl Default for TlbDomain {
 }
 
 impl TlbDomain {
-    /// A domain with no CPU attached, under the default policy.
+    /// A domain with no CPU attached, under the default policies.
     pub fn new() -> TlbDomain {
         TlbDomain::with_policy(ShootdownPolicy::default())
     }
 
     /// A domain with no CPU attached, whose shootdowns wait as `policy` says.
     pub fn with_policy(policy: ShootdownPolicy) -> TlbDomain {
+        TlbDomain::with_policies(policy, PostingPolicy::default())
+    }
+
+    /// A domain with no CPU attached, whose shootdowns wait as `policy`
+    /// says and post as `posting` says.
+    pub fn with_policies(policy: ShootdownPolicy, posting: PostingPolicy) -> TlbDomain {
         TlbDomain {
             policy,
+            posting,
             nr_cpus: AtomicU64::new(0),
             cpus: Mutex::new(Vec::new()),
-            flushes: AtomicU64::new(0),
-            flush_requests: AtomicU64::new(0),
-            flush_waits: AtomicU64::new(0),
-            barriers: AtomicU64::new(0),
-            local_flushes: AtomicU64::new(0),
-            flush_wait_ns: Arc::new(AtomicU64::new(0)),
+            published: crossbeam_epoch::Atomic::new(Vec::new()),
+            stats: (0..STRIPES).map(|_| Default::default()).collect(),
         }
+    }
+
+    /// Publishes `cpus` for the lock-free initiators (under the list's
+    /// lock), then fences: the attacher's half of the handshake in the
+    /// type's protocol.
+    fn publish(&self, cpus: &CpuList) {
+        self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
+        let guard = crossbeam_epoch::pin();
+        // Release: the copy's contents before its pointer.
+        let old = self.published.swap(crossbeam_epoch::Owned::new(cpus.clone()), Ordering::Release, &guard);
+        // SAFETY: `old` is unreachable from `published` now; initiators
+        // that loaded it hold a guard the destruction waits for.
+        unsafe { guard.defer_destroy(old) };
+        // Pairs with the fence in `flush_begin_lock_free`: the list before
+        // the CPU's first walk.
+        fence(Ordering::SeqCst);
     }
 
     /// Attaches a CPU (attached to no other domain, outside any access,
     /// with an empty TLB); returns its flush requests so far, the count its
-    /// TLB is current for. Under the list's lock, so a shootdown that
-    /// missed the CPU in the list changed its PTEs before the CPU's first
-    /// walk.
+    /// TLB is current for. A shootdown that missed the CPU in the list
+    /// changed its PTEs before the CPU's first walk (under the list's lock,
+    /// or by the type's protocol).
     pub fn attach(&self, cpu: &Arc<CpuTlbState>) -> u64 {
         let mut cpus = self.cpus.lock();
         let seen = cpu.flush_requests();
         cpus.push(cpu.clone());
-        self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
+        self.publish(&cpus);
         seen
     }
 
@@ -501,7 +649,7 @@ impl TlbDomain {
         if let Some(i) = cpus.iter().position(|c| Arc::ptr_eq(c, cpu)) {
             cpus.swap_remove(i);
         }
-        self.nr_cpus.store(cpus.len() as u64, Ordering::Relaxed);
+        self.publish(&cpus);
     }
 
     /// Number of attached CPUs (a racy snapshot; takes no lock).
@@ -534,10 +682,10 @@ impl TlbDomain {
     ///
     /// The caller's own CPUs in the set get their request directly, with no
     /// barrier and no wait; if no other CPU is in it, nothing else is done:
-    /// no lock, no barrier, no wait. That is sound without the list's lock
-    /// because a CPU that attaches meanwhile is not in the set: it has not
-    /// filled from the cleared entries (a fill records its slot with a
-    /// compare-exchange on the entry, which fails on a cleared one, or
+    /// no list, no barrier, no wait. That is sound under every posting
+    /// policy because a CPU that attaches meanwhile is not in the set: it
+    /// has not filled from the cleared entries (a fill records its slot with
+    /// a compare-exchange on the entry, which fails on a cleared one, or
     /// finds its slot already there, which the clear's swap then returned).
     ///
     /// `range` is what the requests ask the CPUs to drop: the pages the
@@ -546,52 +694,125 @@ impl TlbDomain {
         if !targets.is_all() {
             let remote = targets.without(mine.iter().map(|m| m.slot()));
             if remote.is_empty() {
-                self.flushes.fetch_add(1, Ordering::Relaxed);
-                self.local_flushes.fetch_add(1, Ordering::Relaxed);
+                let c = &self.stats[stripe()];
+                count(&c.flushes, 1);
+                count(&c.local_flushes, 1);
                 // They flush at their next access, like any CPU outside one.
-                mine.iter().filter(|m| targets.contains(m.slot())).for_each(|m| m.request_flush(range));
+                for m in mine.iter().filter(|m| targets.contains(m.slot())) {
+                    m.request_flush(range);
+                }
                 return FlushTicket { pending: Vec::new(), barrier: false, wait_ns: None };
             }
         }
         self.flush_begin_filtered(mine, targets, range)
     }
 
-    /// [`TlbDomain::flush_begin_targets`] past its local case.
+    /// [`TlbDomain::flush_begin_targets`] past its local case: the posting
+    /// policy's list of attached CPUs, narrowed to `targets`.
     fn flush_begin_filtered(&self, mine: &[Arc<CpuTlbState>], targets: &CpuSet, range: FlushRange) -> FlushTicket {
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        let mut pending = Vec::new();
-        let mut requests = 0;
-        let mut barrier = false;
-        {
-            // Under the lock, so that a CPU attaching after us starts empty
-            // after our PTE changes, and none detaches and is dropped while
-            // we look at it.
-            let attached = self.cpus.lock();
-            let cpus = || attached.iter().filter(|c| targets.contains(c.slot()));
-            // Before the barrier: the request is the initiator's store of
-            // the handshake.
-            cpus().for_each(|c| c.request_flush(range));
-            let others = || cpus().filter(|c| !mine.iter().any(|m| Arc::ptr_eq(m, c)));
-            if others().next().is_some() {
-                // Pairs with `CpuTlbState::section_begin`'s barrier.
-                barrier::initiator_barrier();
-                self.barriers.fetch_add(1, Ordering::Relaxed);
-                barrier = true;
-            } else {
-                self.local_flushes.fetch_add(1, Ordering::Relaxed);
+        let writes = crate::sync::shared_writes_so_far();
+        let c = &self.stats[stripe()];
+        count(&c.flushes, 1);
+        let mut ticket = match self.posting {
+            PostingPolicy::Locked => {
+                // Under the lock, so that a CPU attaching after us starts
+                // empty after our PTE changes, and none detaches and is
+                // dropped while we look at it.
+                let cpus = self.cpus.lock();
+                crate::sync::shared_write(2);
+                self.post(&cpus, mine, targets, range, || {
+                    barrier::initiator_barrier();
+                    Covered::Issued
+                })
             }
-            for cpu in others() {
-                requests += 1;
+            _ => {
+                let guard = crossbeam_epoch::pin();
+                // The initiator's half of the type's protocol: our PTE
+                // changes before the list's load.
+                if !broken::no_list_fence() {
+                    fence(Ordering::SeqCst);
+                }
+                let list = self.published.load(Ordering::Acquire, &guard);
+                // SAFETY: published lists are never null, and are freed
+                // only after every guard that may have loaded them.
+                let cpus = unsafe { list.deref() };
+                let shared = matches!(self.posting, PostingPolicy::SharedBarrier | PostingPolicy::Adaptive);
+                self.post(cpus, mine, targets, range, || {
+                    if !shared {
+                        barrier::initiator_barrier();
+                        return Covered::Issued;
+                    }
+                    // Our posts before the barrier's start: see
+                    // `shared_barrier.rs`.
+                    fence(Ordering::SeqCst);
+                    shared_barrier::shared().cover()
+                })
+            }
+        };
+        let waits = ticket.pending.len() as u64;
+        count(&c.flush_waits, waits);
+        if waits != 0 {
+            ticket.wait_ns = Some(self.stats.clone());
+        }
+        count(&c.shared_writes, crate::sync::shared_writes_so_far() - writes);
+        ticket
+    }
+
+    /// Posts this flush's requests for `range` to the CPUs of `cpus` (the
+    /// attached CPUs, by the policy's means) that `targets` holds, has
+    /// `barrier` cover them if any CPU of another thread got one, then
+    /// notes the CPUs to wait for.
+    fn post(
+        &self,
+        cpus: &[Arc<CpuTlbState>],
+        mine: &[Arc<CpuTlbState>],
+        targets: &CpuSet,
+        range: FlushRange,
+        barrier: impl FnOnce() -> Covered,
+    ) -> FlushTicket {
+        let c = &self.stats[stripe()];
+        let is_mine = |cpu: &Arc<CpuTlbState>| mine.iter().any(|m| Arc::ptr_eq(m, cpu));
+        // Before the barrier: the request is the initiator's store of the
+        // handshake. Each CPU's request number, for its wait.
+        let mut others: Vec<(&Arc<CpuTlbState>, u64)> = Vec::new();
+        let mut all_fence = true;
+        for cpu in cpus.iter().filter(|c| targets.contains(c.slot())) {
+            let (req, fences) = cpu.request_flush(range);
+            if !is_mine(cpu) {
+                others.push((cpu, req));
+                all_fence &= fences;
+            }
+        }
+        let mut pending = Vec::new();
+        let mut forced = false;
+        if !others.is_empty() {
+            if all_fence && self.posting == PostingPolicy::Adaptive {
+                // Every target's entries fence (`fence_mode.rs`): our own
+                // fence is the other half, and it acquires the mode (and a
+                // section open at the switch) from the posts' reads.
+                if !fence_mode::broken::skip_without_fence() {
+                    fence(Ordering::SeqCst);
+                }
+                count(&c.barriers_skipped, 1);
+            } else {
+                forced = true;
+                // Pairs with `CpuTlbState::section_begin`'s barrier.
+                match barrier() {
+                    Covered::Issued => count(&c.barriers, 1),
+                    Covered::Joined => count(&c.barriers_joined, 1),
+                }
+            }
+            for &(cpu, req) in &others {
                 // A CPU outside an access now flushes before its next one.
-                if let Some(until) = cpu.wait_until(self.policy) {
+                if let Some(until) = cpu.wait_until(self.policy, req) {
                     pending.push(PendingCpu { cpu: cpu.clone(), until });
                 }
             }
+        } else {
+            count(&c.local_flushes, 1);
         }
-        self.flush_requests.fetch_add(requests, Ordering::Relaxed);
-        self.flush_waits.fetch_add(pending.len() as u64, Ordering::Relaxed);
-        let wait_ns = (!pending.is_empty()).then(|| self.flush_wait_ns.clone());
-        FlushTicket { pending, barrier, wait_ns }
+        count(&c.flush_requests, others.len() as u64);
+        FlushTicket { pending, barrier: forced, wait_ns: None }
     }
 
     /// Shoots down every attached CPU's TLB and returns once each CPU that
@@ -602,16 +823,54 @@ impl TlbDomain {
         self.flush_begin(mine).wait();
     }
 
-    /// Shootdown counters so far.
+    /// Shootdown counters so far (the stripes summed: a racy snapshot).
     pub fn stats(&self) -> TlbStats {
+        let sum = |f: fn(&FlushCounters) -> &std::sync::atomic::AtomicU64| {
+            self.stats.iter().map(|c| f(c).load(std::sync::atomic::Ordering::Relaxed)).sum()
+        };
         TlbStats {
-            flushes: self.flushes.load(Ordering::Relaxed),
-            flush_requests: self.flush_requests.load(Ordering::Relaxed),
-            flush_waits: self.flush_waits.load(Ordering::Relaxed),
-            barriers: self.barriers.load(Ordering::Relaxed),
-            flush_wait_ns: self.flush_wait_ns.load(Ordering::Relaxed),
-            local_flushes: self.local_flushes.load(Ordering::Relaxed),
+            flushes: sum(|c| &c.flushes),
+            flush_requests: sum(|c| &c.flush_requests),
+            flush_waits: sum(|c| &c.flush_waits),
+            barriers: sum(|c| &c.barriers),
+            barriers_joined: sum(|c| &c.barriers_joined),
+            barriers_skipped: sum(|c| &c.barriers_skipped),
+            flush_wait_ns: sum(|c| &c.flush_wait_ns),
+            shared_writes: sum(|c| &c.shared_writes),
+            local_flushes: sum(|c| &c.local_flushes),
         }
+    }
+}
+
+impl Drop for TlbDomain {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no initiator is left to hold the list.
+        let guard = unsafe { crossbeam_epoch::unprotected() };
+        let p = self.published.swap(crossbeam_epoch::Shared::null(), Ordering::Relaxed, guard);
+        if !p.is_null() {
+            // SAFETY: owned by `published` alone (see `publish`).
+            drop(unsafe { p.into_owned() });
+        }
+    }
+}
+
+/// Switches for the loom models only, each breaking one step so that a
+/// model can show it catches what the step prevents.
+pub(crate) mod broken {
+    #[cfg(loom)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A lock-free initiator loads the published CPU list without the
+    /// fence that orders its PTE changes before the load.
+    #[cfg(loom)]
+    pub(crate) static NO_LIST_FENCE: AtomicBool = AtomicBool::new(false);
+
+    #[inline(always)]
+    pub(crate) fn no_list_fence() -> bool {
+        #[cfg(loom)]
+        return NO_LIST_FENCE.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        false
     }
 }
 
@@ -644,8 +903,9 @@ pub struct FlushTicket {
     /// This flush forced a barrier on the other running threads (an IPI
     /// each, with `membarrier`): it counts in [`TlbStats::barriers`].
     barrier: bool,
-    /// The domain's `flush_wait_ns`, if there is anyone to wait for.
-    wait_ns: Option<Arc<AtomicU64>>,
+    /// The domain's counters, to add the wait to, if there is anyone to
+    /// wait for.
+    wait_ns: Option<Stripes>,
 }
 
 impl FlushTicket {
@@ -677,8 +937,7 @@ impl FlushTicket {
             }
         }
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // Relaxed: a statistic, read after the fact.
-        wait_ns.fetch_add(ns, Ordering::Relaxed);
+        count(&wait_ns[stripe()].flush_wait_ns, ns);
     }
 }
 
@@ -716,85 +975,91 @@ mod tests {
 
     #[test]
     fn only_a_cpu_inside_an_access_is_waited_for() {
-        let dom = TlbDomain::new();
-        let (inside, outside, parked) = (CpuTlbState::new(), CpuTlbState::new(), CpuTlbState::new());
-        [&inside, &outside, &parked].iter().for_each(|c| _ = dom.attach(c));
-        parked.enter_quiescent();
-        let light = barrier::reader_is_light();
-        inside.section_begin(light);
-        // `outside` entered and left an access: its thread may now block
-        // anywhere for as long as it likes.
-        outside.section_begin(light);
-        outside.section_end();
-        let ticket = dom.flush_begin(&[]);
-        let s = dom.stats();
-        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 3, 1, 1));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            let start = std::time::Instant::now();
-            ticket.wait();
-            let waited = start.elapsed();
-            tx.send(()).unwrap();
-            waited
-        });
-        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
-        inside.section_end();
-        assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
-        let waited = waiter.join().unwrap();
-        // The wait is counted, and no longer than the waiter saw it take.
-        // (Not "at least the 50 ms above": the waiter may start its wait
-        // late on a loaded machine; 47.96 ms was seen.)
-        let wait_ns = dom.stats().flush_wait_ns;
-        assert!(wait_ns > 0 && u128::from(wait_ns) <= waited.as_nanos(), "{wait_ns} ns counted, {waited:?} seen");
-        let before = dom.stats().flush_wait_ns;
-        dom.flush(&[]);
-        assert_eq!(dom.stats().flush_wait_ns, before, "a flush that waits for nobody adds nothing");
-        [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
-        assert_eq!(dom.attached(), 0);
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let (inside, outside, parked) = (CpuTlbState::new(), CpuTlbState::new(), CpuTlbState::new());
+            [&inside, &outside, &parked].iter().for_each(|c| _ = dom.attach(c));
+            parked.enter_quiescent();
+            let light = barrier::reader_is_light();
+            inside.section_begin(light);
+            // `outside` entered and left an access: its thread may now block
+            // anywhere for as long as it likes.
+            outside.section_begin(light);
+            outside.section_end();
+            let ticket = dom.flush_begin(&[]);
+            let s = dom.stats();
+            assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers + s.barriers_joined), (1, 3, 1, 1));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waiter = std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                ticket.wait();
+                let waited = start.elapsed();
+                tx.send(()).unwrap();
+                waited
+            });
+            assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
+            inside.section_end();
+            assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
+            let waited = waiter.join().unwrap();
+            // The wait is counted, and no longer than the waiter saw it take.
+            // (Not "at least the 50 ms above": the waiter may start its wait
+            // late on a loaded machine; 47.96 ms was seen.)
+            let wait_ns = dom.stats().flush_wait_ns;
+            assert!(wait_ns > 0 && u128::from(wait_ns) <= waited.as_nanos(), "{wait_ns} ns counted, {waited:?} seen");
+            let before = dom.stats().flush_wait_ns;
+            dom.flush(&[]);
+            assert_eq!(dom.stats().flush_wait_ns, before, "a flush that waits for nobody adds nothing");
+            [&inside, &outside, &parked].iter().for_each(|c| dom.detach(c));
+            assert_eq!(dom.attached(), 0);
+        }
     }
 
     #[test]
     fn the_next_access_policy_waits_for_an_idle_cpus_next_access() {
-        let dom = TlbDomain::with_policy(ShootdownPolicy::NextAccess);
-        let cpu = CpuTlbState::new();
-        let mut seen = dom.attach(&cpu);
-        let ticket = dom.flush_begin(&[]);
-        assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
-        // Entering the next access is not enough (its flush-request load
-        // may predate the bump); its entry's acknowledgement is.
-        cpu.section_begin(false);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            ticket.wait();
-            tx.send(()).unwrap();
-        });
-        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
-        cpu.section_end();
-        assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned with no acknowledgement");
-        enter(&cpu, &mut seen);
-        assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
-        cpu.section_end();
-        waiter.join().unwrap();
-        // Parked: not waited for.
-        cpu.enter_quiescent();
-        dom.flush(&[]);
-        assert_eq!(dom.stats().flush_waits, 1);
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::NextAccess, posting);
+            let cpu = CpuTlbState::new();
+            let mut seen = dom.attach(&cpu);
+            let ticket = dom.flush_begin(&[]);
+            assert_eq!(dom.stats().flush_waits, 1, "an idle, unparked CPU is waited for");
+            // Entering the next access is not enough (its flush-request load
+            // may predate the bump); its entry's acknowledgement is.
+            cpu.section_begin(false);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let waiter = std::thread::spawn(move || {
+                ticket.wait();
+                tx.send(()).unwrap();
+            });
+            assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned during the access");
+            cpu.section_end();
+            assert!(rx.recv_timeout(std::time::Duration::from_millis(50)).is_err(), "returned with no acknowledgement");
+            enter(&cpu, &mut seen);
+            assert!(rx.recv_timeout(std::time::Duration::from_secs(30)).is_ok(), "the wait never returned");
+            cpu.section_end();
+            waiter.join().unwrap();
+            // Parked: not waited for.
+            cpu.enter_quiescent();
+            dom.flush(&[]);
+            assert_eq!(dom.stats().flush_waits, 1);
+        }
     }
 
     #[test]
     fn a_ticket_ends_with_the_section_even_if_the_cpu_enters_another() {
-        let dom = TlbDomain::new();
-        let cpu = CpuTlbState::new();
-        let mut seen = dom.attach(&cpu);
-        cpu.section_begin(false);
-        let ticket = dom.flush_begin(&[]);
-        assert_eq!(dom.stats().flush_waits, 1);
-        // Out of the access and into the next before the waiter looks: it
-        // never sees the CPU outside, but the next entry acknowledged.
-        cpu.section_end();
-        enter(&cpu, &mut seen);
-        returns(move || ticket.wait());
-        cpu.section_end();
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let cpu = CpuTlbState::new();
+            let mut seen = dom.attach(&cpu);
+            cpu.section_begin(false);
+            let ticket = dom.flush_begin(&[]);
+            assert_eq!(dom.stats().flush_waits, 1);
+            // Out of the access and into the next before the waiter looks: it
+            // never sees the CPU outside, but the next entry acknowledged.
+            cpu.section_end();
+            enter(&cpu, &mut seen);
+            returns(move || ticket.wait());
+            cpu.section_end();
+        }
     }
 
     /// The entry of the very section a ticket saw may be the one that
@@ -805,53 +1070,59 @@ mod tests {
     /// the ticket need not wait for its end.
     #[test]
     fn a_ticket_ends_at_the_entry_of_the_section_it_saw_once_that_entry_saw_the_request() {
-        let dom = TlbDomain::new();
-        let cpu = CpuTlbState::new();
-        let mut seen = dom.attach(&cpu);
-        cpu.section_begin(false);
-        let ticket = dom.flush_begin(&[]);
-        assert_eq!(dom.stats().flush_waits, 1, "the CPU was seen inside");
-        // The rest of the same entry.
-        assert_ne!(cpu.flush_pending(), 0);
-        assert!(cpu.catch_up(&mut seen, false), "the entry sees the request");
-        returns(move || ticket.wait());
-        assert!(cpu.in_section());
-        cpu.section_end();
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let cpu = CpuTlbState::new();
+            let mut seen = dom.attach(&cpu);
+            cpu.section_begin(false);
+            let ticket = dom.flush_begin(&[]);
+            assert_eq!(dom.stats().flush_waits, 1, "the CPU was seen inside");
+            // The rest of the same entry.
+            assert_ne!(cpu.flush_pending(), 0);
+            assert!(cpu.catch_up(&mut seen, false), "the entry sees the request");
+            returns(move || ticket.wait());
+            assert!(cpu.in_section());
+            cpu.section_end();
+        }
     }
 
     #[test]
     fn a_cpu_quiescent_inside_an_access_is_not_waited_for() {
-        // A `with_slice` callback that calls into softmm: its section is
-        // open, but its thread is in softmm, blocked perhaps on a lock the
-        // initiator holds.
-        let dom = TlbDomain::new();
-        let cpu = CpuTlbState::new();
-        dom.attach(&cpu);
-        cpu.section_begin(false);
-        cpu.enter_quiescent();
-        let t = dom.flush_begin(&[]);
-        assert_eq!(dom.stats().flush_waits, 0);
-        t.wait();
-        // Quiescent only after begin noted it: the wait ends then.
-        cpu.exit_quiescent();
-        let t = dom.flush_begin(&[]);
-        assert_eq!(dom.stats().flush_waits, 1);
-        cpu.enter_quiescent();
-        returns(move || t.wait());
-        cpu.exit_quiescent();
-        cpu.section_end();
+        for &posting in PostingPolicy::ALL {
+            // A `with_slice` callback that calls into softmm: its section is
+            // open, but its thread is in softmm, blocked perhaps on a lock the
+            // initiator holds.
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let cpu = CpuTlbState::new();
+            dom.attach(&cpu);
+            cpu.section_begin(false);
+            cpu.enter_quiescent();
+            let t = dom.flush_begin(&[]);
+            assert_eq!(dom.stats().flush_waits, 0);
+            t.wait();
+            // Quiescent only after begin noted it: the wait ends then.
+            cpu.exit_quiescent();
+            let t = dom.flush_begin(&[]);
+            assert_eq!(dom.stats().flush_waits, 1);
+            cpu.enter_quiescent();
+            returns(move || t.wait());
+            cpu.exit_quiescent();
+            cpu.section_end();
+        }
     }
 
     #[test]
     fn the_initiators_own_cpus_get_no_request_and_no_barrier() {
-        let dom = TlbDomain::new();
-        let mine = CpuTlbState::new();
-        dom.attach(&mine);
-        mine.section_begin(false);
-        dom.flush(std::slice::from_ref(&mine));
-        mine.section_end();
-        let s = dom.stats();
-        assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers), (1, 0, 0, 0));
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let mine = CpuTlbState::new();
+            dom.attach(&mine);
+            mine.section_begin(false);
+            dom.flush(std::slice::from_ref(&mine));
+            mine.section_end();
+            let s = dom.stats();
+            assert_eq!((s.flushes, s.flush_requests, s.flush_waits, s.barriers + s.barriers_joined), (1, 0, 0, 0));
+        }
     }
 
     #[test]
@@ -891,41 +1162,95 @@ mod tests {
 
     #[test]
     fn flushes_of_two_domains_begin_together_and_are_waited_for() {
-        let doms = [TlbDomain::new(), TlbDomain::new()];
-        let cpus = [CpuTlbState::new(), CpuTlbState::new()];
-        doms.iter().zip(&cpus).for_each(|(d, c)| _ = d.attach(c));
-        cpus.iter().for_each(|c| c.section_begin(false));
-        let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
-        // Both shootdowns were requested before either wait: the CPUs can
-        // leave their accesses in parallel.
-        for (d, c) in doms.iter().zip(&cpus) {
-            assert_eq!((d.stats().flushes, c.flush_requests()), (1, 1));
-            c.section_end();
+        for &posting in PostingPolicy::ALL {
+            let doms = [
+                TlbDomain::with_policies(ShootdownPolicy::default(), posting),
+                TlbDomain::with_policies(ShootdownPolicy::default(), posting),
+            ];
+            let cpus = [CpuTlbState::new(), CpuTlbState::new()];
+            doms.iter().zip(&cpus).for_each(|(d, c)| _ = d.attach(c));
+            cpus.iter().for_each(|c| c.section_begin(false));
+            let tickets = [doms[0].flush_begin(&[]), doms[1].flush_begin(&[])];
+            // Both shootdowns were requested before either wait: the CPUs can
+            // leave their accesses in parallel.
+            for (d, c) in doms.iter().zip(&cpus) {
+                assert_eq!((d.stats().flushes, c.flush_requests()), (1, 1));
+                c.section_end();
+            }
+            returns(move || tickets.into_iter().for_each(FlushTicket::wait));
+            let s = doms[1].stats();
+            assert_eq!((s.flushes, s.flush_requests, s.flush_waits), (1, 1, 1));
         }
-        returns(move || tickets.into_iter().for_each(FlushTicket::wait));
-        let s = doms[1].stats();
-        assert_eq!((s.flushes, s.flush_requests, s.flush_waits), (1, 1, 1));
+    }
+
+    /// A lock-free posting reads the published list: an attach or detach
+    /// holding the list's lock (here, the test) holds no shootdown up.
+    #[test]
+    fn a_lock_free_flush_takes_no_list_lock() {
+        for &posting in &[PostingPolicy::LockFree, PostingPolicy::SharedBarrier] {
+            let dom = Arc::new(TlbDomain::with_policies(ShootdownPolicy::default(), posting));
+            let cpu = CpuTlbState::new();
+            dom.attach(&cpu);
+            let held = dom.cpus.lock();
+            let d = dom.clone();
+            returns(move || d.flush(&[]));
+            drop(held);
+            assert_eq!(cpu.flush_requests(), 1, "{posting:?}");
+            let s = dom.stats();
+            assert_eq!((s.flushes, s.flush_requests, s.barriers + s.barriers_joined), (1, 1, 1), "{posting:?}");
+        }
+    }
+
+    /// Adaptive posting reads the mode in the mark its post returns: a CPU
+    /// whose entries fence (its catch-up left `PENDING_ALWAYS`) costs no
+    /// barrier, and is still waited for while inside; the other policies
+    /// run the barrier all the same.
+    #[test]
+    fn an_adaptive_flush_of_fencing_cpus_runs_no_barrier() {
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let cpu = CpuTlbState::new();
+            let mut seen = dom.attach(&cpu);
+            dom.flush(&[]);
+            let s = dom.stats();
+            assert_eq!((s.barriers + s.barriers_joined, s.barriers_skipped), (1, 0), "{posting:?}: a light CPU");
+            // The CPU switches to fence mode in a section's entry, and
+            // stays inside.
+            cpu.section_begin(false);
+            assert!(cpu.catch_up(&mut seen, true));
+            let ticket = dom.flush_begin(&[]);
+            let s = dom.stats();
+            let skipped = posting == PostingPolicy::Adaptive;
+            assert_eq!(s.barriers + s.barriers_joined, if skipped { 1 } else { 2 }, "{posting:?}");
+            assert_eq!(s.barriers_skipped, u64::from(skipped), "{posting:?}");
+            assert_eq!(s.flush_waits, 1, "{posting:?}: the section open at the switch is waited for");
+            assert!(!ticket.forced_barrier() || !skipped);
+            cpu.section_end();
+            returns(move || ticket.wait());
+        }
     }
 
     #[test]
     fn a_dropped_ticket_waits_too() {
-        let dom = TlbDomain::new();
-        let cpu = CpuTlbState::new();
-        dom.attach(&cpu);
-        cpu.section_begin(false);
-        let ticket = dom.flush_begin(&[]);
-        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let waiter = {
-            let ended = ended.clone();
-            std::thread::spawn(move || {
-                drop(ticket);
-                // Only the section's end below can have let the drop return.
-                assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
-            })
-        };
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        ended.store(true, std::sync::atomic::Ordering::SeqCst);
-        cpu.section_end();
-        waiter.join().unwrap();
+        for &posting in PostingPolicy::ALL {
+            let dom = TlbDomain::with_policies(ShootdownPolicy::default(), posting);
+            let cpu = CpuTlbState::new();
+            dom.attach(&cpu);
+            cpu.section_begin(false);
+            let ticket = dom.flush_begin(&[]);
+            let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let waiter = {
+                let ended = ended.clone();
+                std::thread::spawn(move || {
+                    drop(ticket);
+                    // Only the section's end below can have let the drop return.
+                    assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
+                })
+            };
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            cpu.section_end();
+            waiter.join().unwrap();
+        }
     }
 }

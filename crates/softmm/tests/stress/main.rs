@@ -7,6 +7,7 @@
 mod blocked_cpu;
 mod hugetlb_stress;
 mod hugetlb_stress_regressions;
+mod posting_stress;
 mod shootdown_targets;
 mod stress;
 mod stress_regressions;
