@@ -107,6 +107,8 @@ fn check_json(path: &Path) -> Vec<Value> {
         "mmap_lock_acquisitions",
         "flush_requests",
         "flush_wait_ns",
+        "shootdowns",
+        "local_shootdowns",
         "barriers",
         "barriers_joined",
         "flush_shared_writes",
