@@ -33,7 +33,7 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use commit::{Overcommit, OvercommitMode};
-pub use config::{FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
+pub use config::{FaultPolicy, HugetlbPolicy, MadvisePolicy, MmConfig, PinPolicy, UnmapPolicy, TASK_SIZE};
 pub use unmap::UnmapStats;
 
 use crate::file::{Inode, Mapper};
@@ -44,7 +44,7 @@ use crate::sync::SeqCount;
 use crate::tlb::{FlushTicket, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
-pub(crate) use gather::MmuGather;
+pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// What `mmap_lock` protects.
 pub(crate) struct MmState {
