@@ -363,7 +363,10 @@ pub fn policy_kind(workload: &str) -> &'static str {
 /// A row's place among its workload's policies: the library's order, the
 /// host last.
 fn policy_rank(workload: &str, p: &str) -> usize {
-    crate::seeds::names(policy_kind(workload)).iter().position(|q| *q == p).unwrap_or(usize::MAX - 1)
+    // tlb-flush --madvise's rows, in the library's order after the fault policies'.
+    let kind = if p.starts_with("madvise-") { "madvise" } else { policy_kind(workload) };
+    let offset = if kind == "madvise" { crate::seeds::POLICIES.len() } else { 0 };
+    crate::seeds::names(kind).iter().position(|q| *q == p).map_or(usize::MAX - 1, |i| offset + i)
 }
 
 fn workload_rank(w: &str) -> usize {
@@ -746,6 +749,9 @@ pub fn table(samples: &[Sample]) -> String {
     if !policies.is_empty() && kind == "fault" {
         out.push_str("Policies:\n");
         out.push_str(&crate::seeds::legend(kind, &policies));
+        // tlb-flush --madvise's rows (the host's line is the fault legend's).
+        let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
+        out.push_str(&crate::seeds::legend("madvise", &madvise));
     }
     out
 }

@@ -111,6 +111,8 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("lock-free", "hugetlb", "no shared lock: the fault validates that its PMD table is still linked (default)"),
     ("one-by-one", "migrate", "unmap, flush, copy and remap one page at a time (before Linux 6.3)"),
     ("batched", "migrate", "seed 003: up to 512 pages unmapped, one flush, then copied and remapped (default)"),
+    ("madvise-mmap-lock", "madvise", "MADV_DONTNEED and MADV_FREE under mmap_lock for read (Linux before 6.16)"),
+    ("madvise-per-vma", "madvise", "a range in one VMA under its read reference, no mmap_lock (Linux 6.16+; default)"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
@@ -156,6 +158,7 @@ pub fn bench_help() -> String {
         ("pin", "  pin (seed 004): pin policies\n"),
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),
         ("migrate", "  migrate (seed 003): migrate policies\n"),
+        ("madvise", "  tlb-flush --madvise all: madvise policies, faults under the default fault policy\n"),
     ];
     for (kind, head) in kinds {
         out.push_str(head);
@@ -212,6 +215,10 @@ mod tests {
         }
         for p in softmm::MigratePolicy::ALL {
             assert!(gloss("migrate", p.name()).is_some(), "{}", p.name());
+        }
+        for &p in softmm::MadvisePolicy::ALL {
+            let row = crate::workloads::Backend::Madvise(p).name();
+            assert!(gloss("madvise", row).is_some(), "{row}");
         }
         assert!(gloss("pin", "host").is_some());
     }

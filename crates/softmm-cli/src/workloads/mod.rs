@@ -16,7 +16,7 @@ mod wis;
 
 use std::sync::Arc;
 
-use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, UnmapPolicy};
+use softmm::{AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysConfig, PhysMem, UnmapPolicy};
 
 use crate::report::Counters;
 pub use harness::Limit;
@@ -174,6 +174,9 @@ pub enum Backend {
     Host,
     /// softmm with an unmap policy (big-munmap; faults under `mmap-lock`).
     Unmap(UnmapPolicy),
+    /// softmm with a `madvise` policy (tlb-flush with `--madvise`; faults
+    /// under the default fault policy).
+    Madvise(MadvisePolicy),
 }
 
 impl Backend {
@@ -183,6 +186,10 @@ impl Backend {
             Backend::Soft(p) => p.name(),
             Backend::Host => "host",
             Backend::Unmap(p) => p.name(),
+            // Named apart from the fault policies of the same names.
+            Backend::Madvise(MadvisePolicy::MmapLock) => "madvise-mmap-lock",
+            Backend::Madvise(MadvisePolicy::PerVma) => "madvise-per-vma",
+            Backend::Madvise(_) => "madvise-other",
         }
     }
 
@@ -277,12 +284,17 @@ pub struct SoftEnv {
     pub policy: FaultPolicy,
     /// `MmConfig::force_speculative`.
     pub force_speculative: bool,
+    /// `MmConfig::madvise_policy`.
+    pub madvise_policy: MadvisePolicy,
 }
 
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config = mm_config().policy(self.policy).force_speculative(self.force_speculative);
+        let config = mm_config()
+            .policy(self.policy)
+            .force_speculative(self.force_speculative)
+            .madvise_policy(self.madvise_policy);
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
@@ -294,11 +306,19 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy,
             force_speculative: p.force_speculative,
+            madvise_policy: MadvisePolicy::default(),
         }),
         Backend::Unmap(_) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy: FaultPolicy::MmapLock,
             force_speculative: false,
+            madvise_policy: MadvisePolicy::default(),
+        }),
+        Backend::Madvise(madvise_policy) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy: FaultPolicy::default(),
+            force_speculative: p.force_speculative,
+            madvise_policy,
         }),
         Backend::Host => None,
     };

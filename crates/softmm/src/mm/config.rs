@@ -184,8 +184,10 @@ pub enum MadvisePolicy {
     /// after finding it in the RCU-published tree (Linux 6.16's
     /// `lock_vma_under_rcu` in `madvise_lock`); anything else, and a VMA
     /// being replaced, falls back to `mmap_lock`. The default: in the lab's
-    /// tlb-flush it takes no `mmap_lock` per operation and is faster at two
-    /// threads (docs/architecture.md, "MADV_DONTNEED without mmap_lock").
+    /// tlb-flush it takes no `mmap_lock` per operation (`lock/op` 1 → 0) at
+    /// the same throughput on the 2-CPU lab machine, where shootdowns
+    /// dominate, and leaves writers on other VMAs alone (docs/architecture.md,
+    /// "`MADV_DONTNEED` and `MADV_FREE` without `mmap_lock`").
     #[default]
     PerVma,
 }
