@@ -545,3 +545,40 @@ impl AddressSpace {
         page
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::mm::MmuGather;
+    use crate::uapi::*;
+    use crate::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, PAGE_SIZE};
+
+    /// Why the per-VMA `MADV_DONTNEED` flushes before it drops the VMA's
+    /// reference: a writer that finds the entries already zapped gathers
+    /// nothing and does not flush, so a CPU's translation of the zapped
+    /// page outlives the writer's `mmap(MAP_FIXED)` until the zapper's own
+    /// flush, and reads the old page through the new mapping. Here the zap's
+    /// flush is held back by hand, as it would be with the reference dropped
+    /// first; with the reference held, the `mmap` waits for that flush.
+    #[test]
+    fn a_writer_finding_the_entries_zapped_does_not_flush_them() {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let (rw, anon) = (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+        let a = mm.mmap(0, 2 * PAGE_SIZE, rw, anon, None, 0).unwrap();
+        // The second page keeps the page table, whose free would flush.
+        mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(a, 1).unwrap();
+        let mut tlb = MmuGather::default();
+        mm.zap_range(a, a + PAGE_SIZE, &mut tlb, |_| true);
+        let flushes = mm.stats().tlb.flushes;
+        assert_eq!(mm.mmap(a, PAGE_SIZE, rw, anon | MAP_FIXED, None, 0), Ok(a));
+        assert_eq!(mm.stats().tlb.flushes, flushes, "the mmap flushed: nothing to show");
+        assert_eq!(cpu.read_u8(a), Ok(1), "the old page, through the new mapping");
+        tlb.finish(&mm);
+        assert_eq!(cpu.read_u8(a), Ok(0), "the new mapping, once the zap's flush is done");
+        drop((cpu, mm));
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
+    }
+}
