@@ -57,6 +57,11 @@ stage shared-write-stats \
 # binary (libtest's filters match substrings of the test paths).
 stage on-demand env SOFTMM_ON_DEMAND=1 \
   cargo test --profile checked --workspace --test semantics -- semantics:: access_remote:: hardening::
+# MADV_DONTNEED and MADV_FREE under the locked madvise (the default runs
+# them per VMA, without mmap_lock): the semantic and differential tests
+# again, the variable read at run time as above.
+stage madvise-mmap-lock env SOFTMM_MADVISE_POLICY=mmap-lock \
+  cargo test --profile checked --workspace --test semantics --test host -- semantics:: differential::
 # loom: the library's unit tests built with --cfg loom, where the whole crate
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`

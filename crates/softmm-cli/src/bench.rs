@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use softmm::{FaultPolicy, PlacementPolicy, ShootdownTargets, UnmapPolicy};
+use softmm::{FaultPolicy, MadvisePolicy, PlacementPolicy, ShootdownTargets, UnmapPolicy};
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
@@ -115,6 +115,13 @@ pub struct BenchArgs {
     /// `<policy>+<posting>`, taking turns as the policies do.
     #[arg(long, default_value = "default")]
     pub posting: String,
+    /// tlb-flush: softmm's rows are one per `madvise` policy named here
+    /// (comma-separated: mmap-lock, per-vma; or all, default) instead of one
+    /// per fault policy, faults under the default fault policy; the rows are
+    /// named `madvise-<policy>`. E.g. `softmm bench tlb-flush --madvise all`
+    /// shows `MADV_DONTNEED` under `mmap_lock` against per-VMA.
+    #[arg(long, value_delimiter = ',')]
+    pub madvise: Vec<String>,
 }
 
 /// The `--placement` values, in the library's order.
@@ -162,6 +169,35 @@ pub(crate) fn parse_postings(s: &str) -> Result<Vec<softmm::PostingPolicy>, Stri
     }
     if out.is_empty() {
         return Err("no posting policy".into());
+    }
+    Ok(out)
+}
+
+/// tlb-flush's backends under `--madvise`: the `madvise` policies named
+/// (`all`, `default`, names), and the host unless `no_host`; empty if
+/// `--madvise` was not given.
+fn parse_madvise_backends(names: &[String], no_host: bool) -> Result<Vec<Backend>, String> {
+    let mut out: Vec<Backend> = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let add: Vec<MadvisePolicy> = match name {
+            "all" => MadvisePolicy::ALL.to_vec(),
+            "default" => vec![MadvisePolicy::default()],
+            _ => vec![MadvisePolicy::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = MadvisePolicy::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown --madvise policy `{name}`: the madvise policies are {}; or all, default",
+                    names.join(", ")
+                )
+            })?],
+        };
+        for b in add.into_iter().map(Backend::Madvise) {
+            if !out.contains(&b) {
+                out.push(b);
+            }
+        }
+    }
+    if !out.is_empty() && !no_host {
+        out.push(Backend::Host);
     }
     Ok(out)
 }
@@ -395,7 +431,12 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     } else {
         parse_backends(&args.policy, args.no_host, &names.join(", "), has_big_munmap)?
     };
-    let backends_of = |w: Workload| if w == Workload::BigMunmap { unmap_backends.clone() } else { backends.clone() };
+    let madvise_backends = parse_madvise_backends(&args.madvise, args.no_host)?;
+    let backends_of = |w: Workload| match w {
+        Workload::BigMunmap => unmap_backends.clone(),
+        Workload::TlbFlush if !madvise_backends.is_empty() => madvise_backends.clone(),
+        _ => backends.clone(),
+    };
     let threads = match &args.threads {
         Some(s) => parse_threads(s)?,
         None => (1..=cores()).collect(),
@@ -660,5 +701,25 @@ mod tests {
             vec![Backend::Targets(ShootdownTargets::Broadcast), Backend::Targets(ShootdownTargets::FillOwners)]
         );
         assert!(e.contains("fill-owners"), "{e}");
+    }
+
+    #[test]
+    fn madvise_backends() {
+        let names = |s: &str| s.split(',').map(String::from).collect::<Vec<_>>();
+        assert_eq!(parse_madvise_backends(&[], false), Ok(vec![]), "without --madvise: the fault policies' rows");
+        let all = parse_madvise_backends(&names("all"), false).unwrap();
+        assert_eq!(all.len(), MadvisePolicy::ALL.len() + 1);
+        assert_eq!(all.last(), Some(&Backend::Host));
+        assert_eq!(
+            parse_madvise_backends(&names("mmap-lock,default,per-vma"), true).unwrap(),
+            vec![Backend::Madvise(MadvisePolicy::MmapLock), Backend::Madvise(MadvisePolicy::PerVma)]
+        );
+        let e = parse_madvise_backends(&names("per-vma-seq"), true).unwrap_err();
+        assert!(e.contains("mmap-lock, per-vma"), "{e}");
+        // Each row is named apart from the fault policies.
+        for &p in MadvisePolicy::ALL {
+            let row = Backend::Madvise(p).name();
+            assert!(row.ends_with(p.name()) && FaultPolicy::from_name(row).is_none(), "{row}");
+        }
     }
 }

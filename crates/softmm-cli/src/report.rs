@@ -390,9 +390,15 @@ pub fn policy_kind(workload: &str) -> &'static str {
 /// A `+placement` row (see `workloads::policy_label`) comes right after its
 /// policy's.
 fn policy_rank(workload: &str, p: &str) -> usize {
+    // tlb-flush --madvise's rows, in the library's order after the fault
+    // policies'; a placed row right after its Linux-placed one.
     let (base, placed) = p.split_once('+').map_or((p, false), |(base, _)| (base, true));
-    let names = crate::seeds::names(policy_kind(workload));
-    names.iter().position(|q| *q == base).map_or(usize::MAX - 1, |i| 2 * i + usize::from(placed))
+    let kind = if base.starts_with("madvise-") { "madvise" } else { policy_kind(workload) };
+    let offset = if kind == "madvise" { 2 * crate::seeds::POLICIES.len() } else { 0 };
+    crate::seeds::names(kind)
+        .iter()
+        .position(|q| *q == base)
+        .map_or(usize::MAX - 1, |i| offset + 2 * i + usize::from(placed))
 }
 
 fn workload_rank(w: &str) -> usize {
@@ -819,6 +825,9 @@ pub fn table(samples: &[Sample]) -> String {
             out.push_str("Shootdown posting (`+name`):\n");
             out.push_str(&posted);
         }
+        // tlb-flush --madvise's rows (the host's line is the fault legend's).
+        let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
+        out.push_str(&crate::seeds::legend("madvise", &madvise));
     }
     out
 }

@@ -124,6 +124,8 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("lock-free", "posting", "the CPU list read from an epoch-published copy, no lock; one barrier per shootdown"),
     ("shared-barrier", "posting", "lock-free, and one membarrier covers every initiator that posted before it began"),
     ("adaptive", "posting", "shared-barrier; CPUs shot down often fence their own sections: no membarrier (default)"),
+    ("madvise-mmap-lock", "madvise", "MADV_DONTNEED and MADV_FREE under mmap_lock for read (Linux before 6.16)"),
+    ("madvise-per-vma", "madvise", "a range in one VMA under its read reference, no mmap_lock (Linux 6.16+; default)"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
@@ -171,6 +173,7 @@ pub fn bench_help() -> String {
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),
         ("migrate", "  migrate (seed 003): migrate policies\n"),
         ("posting", "  --posting (issue 26), for every softmm address space: shootdown posting policies\n"),
+        ("madvise", "  tlb-flush --madvise all: madvise policies, faults under the default fault policy\n"),
     ];
     for (kind, head) in kinds {
         out.push_str(head);
@@ -242,6 +245,10 @@ mod tests {
         }
         for p in softmm::PostingPolicy::ALL {
             assert!(gloss("posting", p.name()).is_some(), "{}", p.name());
+        }
+        for &p in softmm::MadvisePolicy::ALL {
+            let row = crate::workloads::Backend::Madvise(p).name();
+            assert!(gloss("madvise", row).is_some(), "{row}");
         }
         assert!(gloss("pin", "host").is_some());
     }

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use softmm::uapi::*;
-use softmm::{AddressSpace, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+use softmm::{AddressSpace, FaultPolicy, MadvisePolicy, MmConfig, PhysConfig, PhysMem};
 
 pub const PAGE: u64 = 4096;
 pub const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
@@ -22,9 +22,22 @@ pub fn phys(mib: u64) -> Arc<PhysMem> {
 }
 
 /// An address space with the default layout and `policy` (speculation
-/// forced on, so that single-threaded tests exercise it too).
+/// forced on, so that single-threaded tests exercise it too), and the
+/// `madvise` policy of [`madvise_policy`].
 pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
-    AddressSpace::new(phys, MmConfig::default().policy(policy).force_speculative(true)).expect("valid config")
+    let config = MmConfig::default().policy(policy).force_speculative(true).madvise_policy(madvise_policy());
+    AddressSpace::new(phys, config).expect("valid config")
+}
+
+/// The `madvise` policy named by `SOFTMM_MADVISE_POLICY` (the default if
+/// unset), so that a test binary can be run under each (scripts/test.sh).
+pub fn madvise_policy() -> MadvisePolicy {
+    match std::env::var("SOFTMM_MADVISE_POLICY") {
+        Ok(name) => {
+            MadvisePolicy::from_name(&name).unwrap_or_else(|| panic!("SOFTMM_MADVISE_POLICY={name:?}: no such policy"))
+        }
+        Err(_) => MadvisePolicy::default(),
+    }
 }
 
 /// Asserts that everything allocated on `phys` has been freed.

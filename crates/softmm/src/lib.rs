@@ -87,6 +87,7 @@ pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
 pub use mm::HugetlbPolicy;
+pub use mm::MadvisePolicy;
 pub use mm::PinPolicy;
 pub use mm::PlacementPolicy;
 pub use mm::UnmapPolicy;

@@ -17,8 +17,8 @@ mod wis;
 use std::sync::Arc;
 
 use softmm::{
-    AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, PlacementPolicy, ShootdownTargets,
-    UnmapPolicy,
+    AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PlacementPolicy,
+    ShootdownTargets, UnmapPolicy,
 };
 
 use crate::report::Counters;
@@ -180,6 +180,9 @@ pub enum Backend {
     /// softmm with a shootdown-target policy (faults under the default
     /// fault policy): `broadcast` against `fill-owners` in one run.
     Targets(ShootdownTargets),
+    /// softmm with a `madvise` policy (tlb-flush with `--madvise`; faults
+    /// under the default fault policy).
+    Madvise(MadvisePolicy),
 }
 
 impl Backend {
@@ -190,6 +193,10 @@ impl Backend {
             Backend::Host => "host",
             Backend::Unmap(p) => p.name(),
             Backend::Targets(p) => p.name(),
+            // Named apart from the fault policies of the same names.
+            Backend::Madvise(MadvisePolicy::MmapLock) => "madvise-mmap-lock",
+            Backend::Madvise(MadvisePolicy::PerVma) => "madvise-per-vma",
+            Backend::Madvise(_) => "madvise-other",
         }
     }
 
@@ -336,13 +343,18 @@ pub struct SoftEnv {
     /// `MmConfig::shootdown_targets`, where the backend names one (else
     /// the library's default).
     pub targets: Option<ShootdownTargets>,
+    /// `MmConfig::madvise_policy`.
+    pub madvise_policy: MadvisePolicy,
 }
 
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let mut config =
-            mm_config().policy(self.policy).force_speculative(self.force_speculative).placement(self.placement);
+        let mut config = mm_config()
+            .policy(self.policy)
+            .force_speculative(self.force_speculative)
+            .placement(self.placement)
+            .madvise_policy(self.madvise_policy);
         if let Some(t) = self.targets {
             config = config.shootdown_targets(t);
         }
@@ -359,6 +371,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             force_speculative: p.force_speculative,
             placement: p.placement,
             targets: None,
+            madvise_policy: MadvisePolicy::default(),
         }),
         Backend::Unmap(_) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
@@ -366,6 +379,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             force_speculative: false,
             placement: PlacementPolicy::default(),
             targets: None,
+            madvise_policy: MadvisePolicy::default(),
         }),
         Backend::Targets(t) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
@@ -373,6 +387,15 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             force_speculative: p.force_speculative,
             placement: p.placement,
             targets: Some(t),
+            madvise_policy: MadvisePolicy::default(),
+        }),
+        Backend::Madvise(madvise_policy) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy: FaultPolicy::default(),
+            force_speculative: p.force_speculative,
+            placement: p.placement,
+            targets: None,
+            madvise_policy,
         }),
         Backend::Host => None,
     };

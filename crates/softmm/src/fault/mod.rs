@@ -60,6 +60,7 @@ mod per_vma;
 mod speculative;
 mod stats;
 
+pub(crate) use per_vma::VmaReadRef;
 pub use stats::FaultStats;
 
 use crate::error::Fault;

@@ -219,6 +219,45 @@ impl PlacementPolicy {
     }
 }
 
+/// How `MADV_DONTNEED`, `MADV_DONTNEED_LOCKED` and `MADV_FREE` synchronize
+/// with changes to the address space (issue 26, `sys/madvise.rs`). More
+/// policies may come, so a `match` on it needs a wildcard arm. Every policy
+/// gives the same result and errno as Linux's locked `madvise` for any input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MadvisePolicy {
+    /// `mmap_lock` held for read across the call (Linux before 6.16).
+    MmapLock,
+    /// A range inside one VMA runs under that VMA's read reference, taken
+    /// after finding it in the RCU-published tree (Linux 6.16's
+    /// `lock_vma_under_rcu` in `madvise_lock`); anything else, and a VMA
+    /// being replaced, falls back to `mmap_lock`. The default: in the lab's
+    /// tlb-flush it takes no `mmap_lock` per operation (`lock/op` 1 → 0) at
+    /// the same throughput on the 2-CPU lab machine, where shootdowns
+    /// dominate, and leaves writers on other VMAs alone (docs/architecture.md,
+    /// "`MADV_DONTNEED` and `MADV_FREE` without `mmap_lock`").
+    #[default]
+    PerVma,
+}
+
+impl MadvisePolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [MadvisePolicy] = &[MadvisePolicy::MmapLock, MadvisePolicy::PerVma];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            MadvisePolicy::MmapLock => "mmap-lock",
+            MadvisePolicy::PerVma => "per-vma",
+        }
+    }
+
+    /// The policy named `name` (see [`MadvisePolicy::name`]).
+    pub fn from_name(name: &str) -> Option<MadvisePolicy> {
+        MadvisePolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
@@ -310,6 +349,9 @@ pub struct MmConfig {
     pub hugetlb_policy: HugetlbPolicy,
     /// Where non-fixed mappings go when their hint cannot be used.
     pub placement: PlacementPolicy,
+    /// How `MADV_DONTNEED` and `MADV_FREE` synchronize with mapping changes
+    /// (issue 26).
+    pub madvise_policy: MadvisePolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -342,6 +384,7 @@ impl Default for MmConfig {
             posting_policy: crate::tlb::PostingPolicy::default(),
             hugetlb_policy: HugetlbPolicy::default(),
             placement: PlacementPolicy::default(),
+            madvise_policy: MadvisePolicy::default(),
         }
     }
 }
@@ -512,6 +555,13 @@ impl MmConfig {
         self.placement = placement;
         self
     }
+
+    /// Sets `madvise_policy`: how `MADV_DONTNEED` and `MADV_FREE` synchronize with mapping changes (default [`MadvisePolicy::PerVma`]).
+    #[must_use]
+    pub fn madvise_policy(mut self, madvise_policy: MadvisePolicy) -> MmConfig {
+        self.madvise_policy = madvise_policy;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -673,7 +723,8 @@ mod tests {
             .shootdown_targets(crate::tlb::ShootdownTargets::Broadcast)
             .posting_policy(crate::tlb::PostingPolicy::SharedBarrier)
             .hugetlb_policy(HugetlbPolicy::LockFree)
-            .placement(PlacementPolicy::Arenas);
+            .placement(PlacementPolicy::Arenas)
+            .madvise_policy(MadvisePolicy::MmapLock);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -698,6 +749,7 @@ mod tests {
             posting_policy: crate::tlb::PostingPolicy::SharedBarrier,
             hugetlb_policy: HugetlbPolicy::LockFree,
             placement: PlacementPolicy::Arenas,
+            madvise_policy: MadvisePolicy::MmapLock,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

@@ -37,7 +37,8 @@ use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard
 
 pub use commit::{Overcommit, OvercommitMode};
 pub use config::{
-    ConfigError, FaultPolicy, HugetlbPolicy, MmConfig, PinPolicy, PlacementPolicy, UnmapPolicy, TASK_SIZE, TASK_SIZE_32,
+    ConfigError, FaultPolicy, HugetlbPolicy, MadvisePolicy, MmConfig, PinPolicy, PlacementPolicy, UnmapPolicy,
+    TASK_SIZE, TASK_SIZE_32,
 };
 pub use unmap::UnmapStats;
 
@@ -49,7 +50,7 @@ use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
-pub(crate) use gather::MmuGather;
+pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// What `mmap_lock` protects.
 pub(crate) struct MmState {

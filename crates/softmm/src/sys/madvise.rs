@@ -9,7 +9,8 @@ use crate::uapi::*;
 use crate::vma::VmFlags;
 use crate::{page_align, PAGE_SIZE};
 
-use crate::mm::{AddressSpace, MmuGather};
+use crate::fault::VmaReadRef;
+use crate::mm::{AddressSpace, MadvisePolicy, MmuGather, MAX_GATHER_FRAMES};
 use crate::sync::Ordering;
 use crate::vma::{Vma, VmaTree};
 use std::sync::Arc;
@@ -52,6 +53,30 @@ impl VmaWalk {
     }
 }
 
+/// Switches for the loom models only (`sys/loom_tests.rs`), each breaking
+/// one step of the per-VMA `madvise` so that a model can show it catches the
+/// race the step closes; outside loom builds every switch is off.
+pub(crate) mod broken {
+    #[cfg(loom)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The per-VMA path takes no read reference on the VMA it found: it
+    /// zaps under that VMA's flags whether or not a writer has replaced it.
+    #[cfg(loom)]
+    pub(crate) static NO_VMA_REF: AtomicBool = AtomicBool::new(false);
+
+    /// Held by every model that sets a switch (they are process-wide).
+    #[cfg(all(loom, test))]
+    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    pub(crate) fn no_vma_ref() -> bool {
+        #[cfg(loom)]
+        return NO_VMA_REF.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
 /// KSM's `vma_ksm_compatible` for the flags softmm has: KSM never merges
 /// shared or special mappings, so `MADV_MERGEABLE` leaves them alone.
 fn ksm_compatible(flags: VmFlags) -> bool {
@@ -78,6 +103,11 @@ impl AddressSpace {
     /// `EINVAL` for other advice, an unaligned address, a wrapping range or
     /// advice the VMA does not support; `ENOMEM` if part of the range is
     /// unmapped (after advising the mapped parts, as Linux does).
+    ///
+    /// `DONTNEED`, `DONTNEED_LOCKED` and `FREE` run under the
+    /// [`MadvisePolicy`](crate::MadvisePolicy) of the address space's
+    /// configuration; the others under `mmap_lock`, for read or (advice that
+    /// changes VMA flags) for write. Every policy gives the same result.
     pub fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<()> {
         let _q = crate::tlb::QuiescentGuard::enter();
         let known = matches!(
@@ -124,6 +154,11 @@ impl AddressSpace {
                 return crate::populate::faultin_page_range(self, addr, end, advice == MADV_POPULATE_WRITE)
             }
             MADV_REMOVE => return self.madvise_remove(addr, end),
+            MADV_DONTNEED | MADV_DONTNEED_LOCKED | MADV_FREE if self.config.madvise_policy == MadvisePolicy::PerVma => {
+                if let Some(res) = self.madvise_dontneed_free_per_vma(addr, end, advice) {
+                    return res;
+                }
+            }
             _ => {}
         }
         let flag_change = matches!(
@@ -183,35 +218,8 @@ impl AddressSpace {
         } else {
             let st = self.read_lock();
             let res = self.walk_vmas_read(&st, addr, end, |mm, vma, start, stop| match advice {
-                MADV_DONTNEED | MADV_DONTNEED_LOCKED if vma.flags.contains(VmFlags::HUGETLB) => {
-                    // madvise_dontneed_free_valid_vma: an aligned start, the
-                    // end rounded down ("avoid unexpected data loss").
-                    let huge = crate::hugetlb::HPAGE_SIZE;
-                    if start % huge != 0 {
-                        return Err(Errno::Inval);
-                    }
-                    let stop = stop & !(huge - 1);
-                    if start < stop {
-                        mm.hugetlb_restore_reserves(vma, start, stop);
-                        mm.hugetlb_zap_range(vma, start, stop, &mut tlb, |_| true);
-                    }
-                    Ok(())
-                }
-                // Only MADV_DONTNEED may free hugetlb pages.
-                MADV_FREE if vma.flags.contains(VmFlags::HUGETLB) => Err(Errno::Inval),
-                MADV_DONTNEED | MADV_DONTNEED_LOCKED => {
-                    if vma.flags.contains(VmFlags::LOCKED) && advice == MADV_DONTNEED {
-                        return Err(Errno::Inval);
-                    }
-                    mm.zap_range(start, stop, &mut tlb, |_| true);
-                    Ok(())
-                }
-                MADV_FREE => {
-                    if vma.file.is_some() || vma.flags.contains(VmFlags::LOCKED) {
-                        return Err(Errno::Inval);
-                    }
-                    mm.madvise_free(start, stop, &mut tlb);
-                    Ok(())
+                MADV_DONTNEED | MADV_DONTNEED_LOCKED | MADV_FREE => {
+                    mm.madvise_dontneed_free(vma, start, stop, advice, &mut tlb)
                 }
                 MADV_GUARD_INSTALL => mm.guard_install(vma, start, stop, &mut tlb),
                 MADV_GUARD_REMOVE => mm.guard_remove(vma, start, stop),
@@ -225,6 +233,116 @@ impl AddressSpace {
             drop(st);
             res
         }
+    }
+
+    /// `MADV_DONTNEED`, `MADV_DONTNEED_LOCKED` or `MADV_FREE` on one VMA part
+    /// (Linux's `madvise_dontneed_free`), under `mmap_lock` or the VMA's read
+    /// reference: `EINVAL` for a VMA the advice does not apply to
+    /// (`madvise_dontneed_free_valid_vma`: `VM_PFNMAP`, `VM_LOCKED` unless
+    /// `DONTNEED_LOCKED`, `FREE` of hugetlb; `madvise_free_single_vma`: `FREE`
+    /// of a file mapping), checked before anything changes; else the pages go
+    /// into `tlb`, for the caller to flush and free before it lets a writer
+    /// change the VMA.
+    fn madvise_dontneed_free(&self, vma: &Vma, start: u64, stop: u64, advice: i32, tlb: &mut MmuGather) -> Result<()> {
+        if vma.flags.contains(VmFlags::HUGETLB) {
+            // Under mmap_lock only: the per-VMA path leaves hugetlb to it
+            // (the reserves and the unshare rely on it).
+            // Only MADV_DONTNEED may free hugetlb pages.
+            if advice == MADV_FREE {
+                return Err(Errno::Inval);
+            }
+            // madvise_dontneed_free_valid_vma: an aligned start, the end
+            // rounded down ("avoid unexpected data loss").
+            let huge = crate::hugetlb::HPAGE_SIZE;
+            if start % huge != 0 {
+                return Err(Errno::Inval);
+            }
+            let stop = stop & !(huge - 1);
+            if start < stop {
+                self.hugetlb_restore_reserves(vma, start, stop);
+                self.hugetlb_zap_range(vma, start, stop, tlb, |_| true);
+            }
+            return Ok(());
+        }
+        let forbidden =
+            if advice == MADV_DONTNEED_LOCKED { VmFlags::PFNMAP } else { VmFlags::PFNMAP | VmFlags::LOCKED };
+        if vma.flags.intersects(forbidden) {
+            return Err(Errno::Inval);
+        }
+        if advice == MADV_FREE {
+            if vma.file.is_some() {
+                return Err(Errno::Inval);
+            }
+            self.madvise_free(start, stop, tlb);
+        } else {
+            self.zap_range(start, stop, tlb, |_| true);
+        }
+        Ok(())
+    }
+
+    /// [`MadvisePolicy::PerVma`]: `MADV_DONTNEED`, `MADV_DONTNEED_LOCKED` or
+    /// `MADV_FREE` of `[start, end)` without `mmap_lock`, as Linux 6.16's
+    /// `madvise_lock` does for these three (`lock_vma_under_rcu`, falling
+    /// back to `mmap_read_lock`). `None`, having changed nothing, where the
+    /// `mmap_lock` path must decide.
+    ///
+    /// # Protocol
+    ///
+    /// The VMA holding `start` is looked up in the published tree and its
+    /// read reference taken ([`VmaReadRef`], as a `FaultPolicy::PerVma`
+    /// fault takes it); the reference fails on
+    /// a VMA a writer has detached, and a writer's detach waits for it. Every
+    /// writer that changes a VMA (its range, flags or entries: `munmap`,
+    /// `mmap` over it, `mprotect`, `mremap`, `mlock`, `madvise` flag changes,
+    /// `fork`'s write-protection) detaches it before touching its entries,
+    /// under `mmap_lock` for write. So under the reference:
+    ///
+    /// * the VMA is current: its flags give the locked path's answer, and a
+    ///   range inside it has no hole (else: `None`, and the locked walk
+    ///   reports holes and visits several VMAs);
+    /// * the zap comes before any writer's change of the range, and so does
+    ///   its TLB flush, which is done before the reference is dropped: a
+    ///   writer that then removes the VMA and maps something else there (or
+    ///   a `munmap` that returns) finds no CPU still reaching a frame this
+    ///   call cleared. Without the reference, validating the VMA's detached
+    ///   bit under each PTE lock (as `FaultPolicy::PerVmaSeq` faults do)
+    ///   would order the clears but not the flush: a writer finding the
+    ///   entries already empty has nothing to flush and may return while a
+    ///   CPU still holds a translation of this call's frame;
+    /// * page tables are not freed under it: `free_pgtables` of a
+    ///   neighbouring unmap counts the VMA as mapped, and the walk holds
+    ///   an epoch guard against any other free (the lock-free unmap's).
+    ///
+    /// Faults in the VMA run concurrently, ordered with the zap by the PTE
+    /// lock, as under `mmap_lock` for read.
+    ///
+    /// Left to `mmap_lock`: ranges over one VMA, hugetlb VMAs and address
+    /// spaces that ever shared a PMD table (the unshare needs the locks of
+    /// `hugetlb_zap_range`), and ranges of more than one gather
+    /// ([`MAX_GATHER_FRAMES`] pages), because the epoch guard that keeps the
+    /// VMA alive is held across the zap: a long one would hold up every
+    /// grace period of the process (`AddressSpace::zap_range`); for those
+    /// `mmap_lock` costs nothing per page.
+    fn madvise_dontneed_free_per_vma(&self, start: u64, end: u64, advice: i32) -> Option<Result<()>> {
+        if end - start > MAX_GATHER_FRAMES as u64 * PAGE_SIZE || self.pgtables.ever_shared() {
+            return None;
+        }
+        let guard = crossbeam_epoch::pin();
+        // Linux's `lock_vma_under_rcu`, with the range and hugetlb checks
+        // first, so that a call left to `mmap_lock` writes nothing: they
+        // hold for the VMA found, which is immutable, and the reference
+        // then says that it is still the address space's.
+        let vma = self.vmas_rcu(&guard).find(start)?;
+        if end > vma.end || vma.flags.contains(VmFlags::HUGETLB) {
+            return None;
+        }
+        let held = if broken::no_vma_ref() { None } else { Some(VmaReadRef::try_new(vma)?) };
+        let mut tlb = MmuGather::default();
+        let res = self.madvise_dontneed_free(vma, start, end, advice, &mut tlb);
+        // Flushed before the reference goes (see "Protocol").
+        tlb.finish(self);
+        drop(held);
+        Some(res)
     }
 
     /// Linux's `madvise_walk_vmas`: visits each VMA part in `[start, end)`;
@@ -425,5 +543,42 @@ impl AddressSpace {
             page |= pte.is_present() && pte.pfn() != self.phys.zero_pfn();
         }
         page
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::mm::MmuGather;
+    use crate::uapi::*;
+    use crate::{Access, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, PAGE_SIZE};
+
+    /// Why the per-VMA `MADV_DONTNEED` flushes before it drops the VMA's
+    /// reference: a writer that finds the entries already zapped gathers
+    /// nothing and does not flush, so a CPU's translation of the zapped
+    /// page outlives the writer's `mmap(MAP_FIXED)` until the zapper's own
+    /// flush, and reads the old page through the new mapping. Here the zap's
+    /// flush is held back by hand, as it would be with the reference dropped
+    /// first; with the reference held, the `mmap` waits for that flush.
+    #[test]
+    fn a_writer_finding_the_entries_zapped_does_not_flush_them() {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let (rw, anon) = (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+        let a = mm.mmap(0, 2 * PAGE_SIZE, rw, anon, None, 0).unwrap();
+        // The second page keeps the page table, whose free would flush.
+        mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(a, 1).unwrap();
+        let mut tlb = MmuGather::default();
+        mm.zap_range(a, a + PAGE_SIZE, &mut tlb, |_| true);
+        let flushes = mm.stats().tlb.flushes;
+        assert_eq!(mm.mmap(a, PAGE_SIZE, rw, anon | MAP_FIXED, None, 0), Ok(a));
+        assert_eq!(mm.stats().tlb.flushes, flushes, "the mmap flushed: nothing to show");
+        assert_eq!(cpu.read_u8(a), Ok(1), "the old page, through the new mapping");
+        tlb.finish(&mm);
+        assert_eq!(cpu.read_u8(a), Ok(0), "the new mapping, once the zap's flush is done");
+        drop((cpu, mm));
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{s:?}");
     }
 }

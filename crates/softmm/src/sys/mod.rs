@@ -18,6 +18,8 @@
 mod access_remote;
 mod brk;
 mod fork;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod madvise;
 mod maps;
 mod mempolicy;

@@ -18,9 +18,12 @@ use softmm::{AddressSpace, Cpu, Fault, FaultPolicy, File, MmConfig, OpenFile, Ph
 fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
     let phys = PhysMem::new(PhysConfig::new(64 << 20)).expect("arena");
     let trace = {
-        let mm =
-            AddressSpace::new(&phys, MmConfig::default().policy(policy).mmap_base(s.window.1).force_speculative(true))
-                .expect("valid config");
+        let config = MmConfig::default()
+            .policy(policy)
+            .mmap_base(s.window.1)
+            .force_speculative(true)
+            .madvise_policy(common::madvise_policy());
+        let mm = AddressSpace::new(&phys, config).expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
             .expect("placeholder above the window");
         // One open per file, as the host child opens each memfd once.

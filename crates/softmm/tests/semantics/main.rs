@@ -27,6 +27,7 @@ mod hugetlb_migrate;
 mod hugetlb_pin;
 mod hugetlb_share;
 mod layering;
+mod madvise_policies;
 mod maps_names;
 mod mempolicy;
 mod migrate;
