@@ -180,7 +180,7 @@ mod tests {
     /// A CPU with the light barrier: `n` requests, each caught by an entry.
     fn requests(b: &mut EntryBarrier, state: &CpuTlbState, seen: &mut u64, n: u32) {
         for _ in 0..n {
-            state.request_flush();
+            state.request_flush(crate::tlb::FlushRange::ALL);
             state.section_begin(true);
             assert_ne!(state.flush_pending(), 0);
             assert!(b.slow_entry(state, seen));

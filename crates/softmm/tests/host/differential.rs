@@ -22,7 +22,7 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
             .policy(policy)
             .mmap_base(s.window.1)
             .force_speculative(true)
-            .madvise_policy(common::madvise_policy());
+            .madvise_policy(softmm_testkit::common::madvise_policy());
         let mm = AddressSpace::new(&phys, config).expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
             .expect("placeholder above the window");
