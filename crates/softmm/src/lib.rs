@@ -71,6 +71,7 @@ pub use mm::HugetlbPolicy;
 pub use mm::PinPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
+pub use mm::WriterPolicy;
 pub use mm::{AddressSpace, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};

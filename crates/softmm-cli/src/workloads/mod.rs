@@ -16,7 +16,7 @@ mod wis;
 
 use std::sync::Arc;
 
-use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, UnmapPolicy};
+use softmm::{AddressSpace, FaultPolicy, FaultStats, MmConfig, PhysConfig, PhysMem, UnmapPolicy, WriterPolicy};
 
 use crate::report::Counters;
 pub use harness::Limit;
@@ -174,6 +174,9 @@ pub enum Backend {
     Host,
     /// softmm with an unmap policy (big-munmap; faults under `mmap-lock`).
     Unmap(UnmapPolicy),
+    /// softmm with a writer policy (mmap1-2 and the other workloads that
+    /// map and unmap; faults under the default fault policy).
+    Writers(WriterPolicy),
 }
 
 impl Backend {
@@ -183,6 +186,7 @@ impl Backend {
             Backend::Soft(p) => p.name(),
             Backend::Host => "host",
             Backend::Unmap(p) => p.name(),
+            Backend::Writers(p) => p.name(),
         }
     }
 
@@ -277,12 +281,15 @@ pub struct SoftEnv {
     pub policy: FaultPolicy,
     /// `MmConfig::force_speculative`.
     pub force_speculative: bool,
+    /// `MmConfig::writer_policy`.
+    pub writers: WriterPolicy,
 }
 
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let config = mm_config().policy(self.policy).force_speculative(self.force_speculative);
+        let config =
+            mm_config().policy(self.policy).force_speculative(self.force_speculative).writer_policy(self.writers);
         SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
     }
 }
@@ -294,11 +301,19 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy,
             force_speculative: p.force_speculative,
+            writers: WriterPolicy::default(),
         }),
         Backend::Unmap(_) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
             policy: FaultPolicy::MmapLock,
             force_speculative: false,
+            writers: WriterPolicy::default(),
+        }),
+        Backend::Writers(writers) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy: FaultPolicy::default(),
+            force_speculative: p.force_speculative,
+            writers,
         }),
         Backend::Host => None,
     };
@@ -322,14 +337,19 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
 /// spaces' statistics (taken after the run).
 pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
     let fault = out.fault().unwrap_or_default();
-    let (mut lock, mut flush, mut flush_wait_ns) = (0, 0, 0);
+    let (mut lock, mut wlock, mut flush, mut flush_wait_ns) = (0, 0, 0, 0);
     for s in spaces {
         let st = s.mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
+        wlock += st.mmap_lock_write;
         flush += st.tlb.flush_requests;
         flush_wait_ns += st.tlb.flush_wait_ns;
     }
-    let counters = Counters { flush_wait_ns: Some(flush_wait_ns), ..soft_counters(policy, &fault, lock, flush) };
+    let counters = Counters {
+        flush_wait_ns: Some(flush_wait_ns),
+        mmap_lock_writes: Some(wlock),
+        ..soft_counters(policy, &fault, lock, flush)
+    };
     Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }
 }
 

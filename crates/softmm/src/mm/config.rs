@@ -171,6 +171,66 @@ impl HugetlbPolicy {
     }
 }
 
+/// How `mmap_lock` writers run their serialized part (issue 32, "W1" of
+/// the scaling design): how many write sections an unmap of a range with
+/// nothing to zap takes, and how a writer waits for the lock. More policies
+/// may come, so a `match` on it needs a wildcard arm. Every policy gives the
+/// same mappings, errno and placement: only the number of write sections
+/// and the way a waiting writer spends its time differ.
+///
+/// The ladder adds one mechanism per step, so the lab shows what each buys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriterPolicy {
+    /// Under [`UnmapPolicy::LockFree`], every unmap wider than one PTE
+    /// table reserves its range and zaps it without `mmap_lock`, even a
+    /// range with no page table to zap: three write sections per
+    /// map-and-unmap. A waiting writer parks as `parking_lot` does (a few
+    /// spins, `sched_yield`, then a futex).
+    Reserve,
+    /// An unmap that finds no leaf page table in its detached range (the
+    /// check is stable under the write lock: the VMAs are detached and every
+    /// table-allocating fault was waited for) finishes in its first write
+    /// section: no reservation, no unreachable-range update, two write
+    /// sections per map-and-unmap of untouched memory, as Linux.
+    Short,
+    /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
+    /// spins (bounded) while it stays held before it parks, as Linux's
+    /// rwsem optimistic spinning does while the owner runs: write sections
+    /// last a few microseconds, less than a futex sleep and wakeup.
+    #[default]
+    ShortSpin,
+}
+
+impl WriterPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [WriterPolicy] = &[WriterPolicy::Reserve, WriterPolicy::Short, WriterPolicy::ShortSpin];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriterPolicy::Reserve => "reserve",
+            WriterPolicy::Short => "short",
+            WriterPolicy::ShortSpin => "short-spin",
+        }
+    }
+
+    /// The policy named `name` (see [`WriterPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<WriterPolicy> {
+        WriterPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    /// An unmap with nothing to zap ends in its first write section.
+    pub(crate) fn short_unmap(self) -> bool {
+        !matches!(self, WriterPolicy::Reserve)
+    }
+
+    /// A writer spins while `mmap_lock` is held before it parks.
+    pub(crate) fn spin_handoff(self) -> bool {
+        matches!(self, WriterPolicy::ShortSpin)
+    }
+}
+
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
@@ -254,6 +314,8 @@ pub struct MmConfig {
     /// How hugetlb faults synchronize with PMD unsharing and truncate
     /// (seed 000).
     pub hugetlb_policy: HugetlbPolicy,
+    /// How `mmap_lock` writers run their serialized part (issue 32).
+    pub writer_policy: WriterPolicy,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -283,6 +345,7 @@ impl Default for MmConfig {
             migrate_policy: crate::migrate::MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
             hugetlb_policy: HugetlbPolicy::default(),
+            writer_policy: WriterPolicy::default(),
         }
     }
 }
@@ -432,6 +495,13 @@ impl MmConfig {
         self.hugetlb_policy = hugetlb_policy;
         self
     }
+
+    /// Sets `writer_policy`: how `mmap_lock` writers run their serialized part (default [`WriterPolicy::ShortSpin`]).
+    #[must_use]
+    pub fn writer_policy(mut self, writer_policy: WriterPolicy) -> MmConfig {
+        self.writer_policy = writer_policy;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -505,7 +575,8 @@ mod tests {
             .cap_sys_nice(true)
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
-            .hugetlb_policy(HugetlbPolicy::LockFree);
+            .hugetlb_policy(HugetlbPolicy::LockFree)
+            .writer_policy(WriterPolicy::Reserve);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -527,6 +598,7 @@ mod tests {
             migrate_policy: crate::migrate::MigratePolicy::OneByOne,
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
             hugetlb_policy: HugetlbPolicy::LockFree,
+            writer_policy: WriterPolicy::Reserve,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));
