@@ -316,6 +316,9 @@ pub struct MmConfig {
     pub hugetlb_policy: HugetlbPolicy,
     /// How `mmap_lock` writers run their serialized part (issue 32).
     pub writer_policy: WriterPolicy,
+    /// Whether unmaps read the clock to time their parts
+    /// ([`UnmapStats`](crate::UnmapStats)'s `_ns` fields stay 0 otherwise).
+    pub time_unmaps: bool,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -346,6 +349,7 @@ impl Default for MmConfig {
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
             hugetlb_policy: HugetlbPolicy::default(),
             writer_policy: WriterPolicy::default(),
+            time_unmaps: false,
         }
     }
 }
@@ -502,6 +506,13 @@ impl MmConfig {
         self.writer_policy = writer_policy;
         self
     }
+
+    /// Sets `time_unmaps`: whether unmaps time their parts in [`crate::UnmapStats`] (default false).
+    #[must_use]
+    pub fn time_unmaps(mut self, time_unmaps: bool) -> MmConfig {
+        self.time_unmaps = time_unmaps;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -576,7 +587,8 @@ mod tests {
             .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
             .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
             .hugetlb_policy(HugetlbPolicy::LockFree)
-            .writer_policy(WriterPolicy::Reserve);
+            .writer_policy(WriterPolicy::Reserve)
+            .time_unmaps(true);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -599,6 +611,7 @@ mod tests {
             shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
             hugetlb_policy: HugetlbPolicy::LockFree,
             writer_policy: WriterPolicy::Reserve,
+            time_unmaps: true,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

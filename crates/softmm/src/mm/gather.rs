@@ -92,8 +92,14 @@ pub(crate) struct GatherTimes {
     pub(crate) tables_deferred: u64,
 }
 
-fn ns_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+/// The clock now if `mm` times its unmaps ([`crate::MmConfig::time_unmaps`]):
+/// the gather's times are read by the unmap statistics only.
+fn clock(mm: &AddressSpace) -> Option<Instant> {
+    mm.config.time_unmaps.then(Instant::now)
+}
+
+fn ns_since(t: Option<Instant>) -> u64 {
+    t.map_or(0, |t| u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl MmuGather {
@@ -171,10 +177,10 @@ impl MmuGather {
             return;
         }
         if !self.shot_down {
-            let begin = Instant::now();
+            let begin = clock(mm);
             let ticket = mm.flush_tlb_begin();
             let barrier = ticket.forced_barrier();
-            let wait = Instant::now();
+            let wait = clock(mm);
             ticket.wait();
             let t = &mut self.times;
             t.flushes += 1;
@@ -184,7 +190,7 @@ impl MmuGather {
         }
         let t = &mut self.times;
         t.batches += u64::from(!self.frames.is_empty() || !self.tables.is_empty());
-        let free = Instant::now();
+        let free = clock(mm);
         self.need_flush = false;
         t.frames += self.frames.len() as u64;
         // The references `add_frame` took over; no CPU reaches the frames
@@ -226,7 +232,7 @@ impl MmuGather {
         if self.flushed_tables.is_empty() {
             return;
         }
-        let t0 = Instant::now();
+        let t0 = clock(mm);
         let tables = std::mem::take(&mut self.flushed_tables);
         let n = tables.len() as u64;
         if wait_for_grace_period(GRACE_WAIT_LIMIT) {
@@ -329,7 +335,7 @@ mod tests {
     fn a_huge_munmap_flushes_each_full_gather_under(policy: crate::UnmapPolicy) {
         let pages = MAX_GATHER_FRAMES as u64 + 1;
         let phys = PhysMem::new(PhysConfig::new((pages + 64) * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default().unmap_policy(policy)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().unmap_policy(policy).time_unmaps(true)).unwrap();
         let len = pages * PAGE_SIZE;
         let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();
         assert_eq!(mm.stats().rss_pages, pages);

@@ -72,11 +72,13 @@ pub(crate) struct MmState {
     pub(crate) hugetlb_seen: bool,
 }
 
-/// Counters of one address space (changed only on slow paths).
+/// Counters of one address space: those of every write section and of
+/// every unmap per CPU slot (a writer writes only its own slot's lines),
+/// the rest changed only on slow paths.
 #[derive(Default)]
 pub(crate) struct MmCounters {
-    pub(crate) mmap_lock_write: AtomicU64,
-    pub(crate) mmap_lock_read: AtomicU64,
+    /// `mmap_lock` acquisitions, per slot.
+    pub(crate) locks: crate::sync::percpu::PerCpu<LockCounts>,
     /// Pages `move_pages` moved (Linux's `pgmigrate_success`).
     pub(crate) pages_migrated: AtomicU64,
     /// PTE locks its migrations' isolation, unmap and remap walks took.
@@ -85,6 +87,23 @@ pub(crate) struct MmCounters {
     pub(crate) unmap: unmap::UnmapCounters,
     /// hugetlb faults that mapped a huge page.
     pub(crate) hugetlb_faults: AtomicU64,
+}
+
+/// One CPU slot's `mmap_lock` acquisitions ([`MmCounters::locks`]).
+/// Statistics, read after the calls they count returned: `std`'s atomics,
+/// Relaxed.
+#[derive(Default)]
+pub(crate) struct LockCounts {
+    write: std::sync::atomic::AtomicU64,
+    read: std::sync::atomic::AtomicU64,
+}
+
+impl MmCounters {
+    /// The sums over the slots of (write, read) acquisitions.
+    fn lock_counts(&self) -> (u64, u64) {
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        self.locks.iter().fold((0, 0), |(w, r), s| (w + get(&s.write), r + get(&s.read)))
+    }
 }
 
 /// Statistics of an address space. More counters may come: read the fields,
@@ -272,7 +291,7 @@ impl AddressSpace {
     }
 
     pub(crate) fn write_lock(&self) -> MmapWriteGuard<'_> {
-        self.counters.mmap_lock_write.fetch_add(1, Ordering::Relaxed);
+        self.counters.locks.mine().write.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let st =
             if self.config.writer_policy.spin_handoff() { self.write_lock_spinning() } else { self.mmap_lock.write() };
         self.seq.write_begin();
@@ -304,7 +323,7 @@ impl AddressSpace {
 
     /// `mmap_lock` for read, counted in [`MmStats::mmap_lock_read`].
     pub(crate) fn read_lock(&self) -> RwLockReadGuard<'_, MmState> {
-        self.counters.mmap_lock_read.fetch_add(1, Ordering::Relaxed);
+        self.counters.locks.mine().read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.mmap_lock.read()
     }
 
@@ -411,10 +430,11 @@ impl AddressSpace {
         let (huge, small): (Vec<_>, Vec<_>) = st.vmas.iter().partition(|v| v.flags.contains(VmFlags::HUGETLB));
         let rss_pages = small.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
         let hugetlb_pages = huge.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let (mmap_lock_write, mmap_lock_read) = self.counters.lock_counts();
         MmStats {
             map_count,
-            mmap_lock_write: self.counters.mmap_lock_write.load(Ordering::Relaxed),
-            mmap_lock_read: self.counters.mmap_lock_read.load(Ordering::Relaxed),
+            mmap_lock_write,
+            mmap_lock_read,
             tlb: self.tlb.stats(),
             rss_pages,
             pages_migrated: self.counters.pages_migrated.load(Ordering::Relaxed),

@@ -114,7 +114,8 @@ use std::time::Instant;
 
 use crate::error::Result;
 use crate::pgtable::PMD_SIZE;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::gather::GatherTimes;
 #[cfg(all(test, not(loom)))]
@@ -125,7 +126,9 @@ use super::{AddressSpace, MmState, MmapWriteGuard, MmuGather, UnmapPolicy};
 /// shrinks of `mremap` and `brk`) spent their time, summed over the address
 /// space's life ([`crate::MmStats::unmap`]): what a large unmap costs, and
 /// what it makes others wait for. The times are wall-clock (a descheduled
-/// thread's time counts), measured around each part with `Instant`. More
+/// thread's time counts), measured around each part with `Instant` in an
+/// address space that asks for them ([`crate::MmConfig::time_unmaps`]; 0
+/// otherwise). More
 /// counters may come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -200,6 +203,29 @@ impl UnmapStats {
         THIS_THREAD.with(|c| c.get())
     }
 
+    /// Adds `o`'s sums.
+    fn merge(&mut self, o: &UnmapStats) {
+        let add = |a: &mut u64, v: u64| *a = a.saturating_add(v);
+        add(&mut self.unmaps, o.unmaps);
+        add(&mut self.total_ns, o.total_ns);
+        add(&mut self.write_hold_ns, o.write_hold_ns);
+        add(&mut self.read_hold_ns, o.read_hold_ns);
+        add(&mut self.lock_wait_ns, o.lock_wait_ns);
+        add(&mut self.zap_ns, o.zap_ns);
+        add(&mut self.pgtable_ns, o.pgtable_ns);
+        add(&mut self.flushes, o.flushes);
+        add(&mut self.flush_ns, o.flush_ns);
+        add(&mut self.flush_wait_ns, o.flush_wait_ns);
+        add(&mut self.free_ns, o.free_ns);
+        add(&mut self.frames, o.frames);
+        add(&mut self.barriers, o.barriers);
+        add(&mut self.batches, o.batches);
+        add(&mut self.shared_writes, o.shared_writes);
+        add(&mut self.table_free_ns, o.table_free_ns);
+        add(&mut self.tables_freed_here, o.tables_freed_here);
+        add(&mut self.tables_deferred, o.tables_deferred);
+    }
+
     /// Adds one unmap's times.
     fn add(&mut self, t: &UnmapTimes, g: &GatherTimes, total_ns: u64) {
         let add = |a: &mut u64, v: u64| *a = a.saturating_add(v);
@@ -234,9 +260,17 @@ std::thread_local! {
     }) };
 }
 
-/// The atomic sums behind [`UnmapStats`], one per address space.
+/// The sums behind [`UnmapStats`], one per address space, kept per CPU
+/// slot: an unmap adds to its own slot's lines only.
 #[derive(Default)]
 pub(crate) struct UnmapCounters {
+    slots: crate::sync::percpu::PerCpu<UnmapSlot>,
+}
+
+/// One CPU slot's sums ([`UnmapCounters`]). Statistics, read after the
+/// unmaps they count returned: `std`'s atomics, Relaxed.
+#[derive(Default)]
+struct UnmapSlot {
     unmaps: AtomicU64,
     total_ns: AtomicU64,
     write_hold_ns: AtomicU64,
@@ -267,32 +301,47 @@ impl UnmapCounters {
             s.add(t, g, total_ns);
             c.set(s);
         });
+        let s = self.slots.mine();
         // Relaxed: statistics, read after the unmaps they count returned.
+        // A field that did not change is not written.
         let add = |c: &AtomicU64, v: u64| {
-            c.fetch_add(v, Ordering::Relaxed);
+            if v != 0 {
+                c.fetch_add(v, Ordering::Relaxed);
+            }
         };
-        add(&self.unmaps, 1);
-        add(&self.total_ns, total_ns);
-        add(&self.write_hold_ns, t.write_hold_ns);
-        add(&self.read_hold_ns, t.read_hold_ns);
-        add(&self.lock_wait_ns, t.lock_wait_ns);
-        add(&self.zap_ns, t.zap_ns);
-        add(&self.pgtable_ns, t.pgtable_ns);
-        add(&self.flushes, g.flushes);
-        add(&self.flush_ns, g.flush_ns);
-        add(&self.flush_wait_ns, g.flush_wait_ns);
-        add(&self.free_ns, g.free_ns);
-        add(&self.frames, g.frames);
-        add(&self.barriers, g.barriers);
-        add(&self.batches, g.batches);
-        add(&self.shared_writes, t.shared_writes);
-        add(&self.table_free_ns, g.table_free_ns);
-        add(&self.tables_freed_here, g.tables_freed_here);
-        add(&self.tables_deferred, g.tables_deferred);
+        add(&s.unmaps, 1);
+        add(&s.total_ns, total_ns);
+        add(&s.write_hold_ns, t.write_hold_ns);
+        add(&s.read_hold_ns, t.read_hold_ns);
+        add(&s.lock_wait_ns, t.lock_wait_ns);
+        add(&s.zap_ns, t.zap_ns);
+        add(&s.pgtable_ns, t.pgtable_ns);
+        add(&s.flushes, g.flushes);
+        add(&s.flush_ns, g.flush_ns);
+        add(&s.flush_wait_ns, g.flush_wait_ns);
+        add(&s.free_ns, g.free_ns);
+        add(&s.frames, g.frames);
+        add(&s.barriers, g.barriers);
+        add(&s.batches, g.batches);
+        add(&s.shared_writes, t.shared_writes);
+        add(&s.table_free_ns, g.table_free_ns);
+        add(&s.tables_freed_here, g.tables_freed_here);
+        add(&s.tables_deferred, g.tables_deferred);
     }
 
     /// The sums so far.
     pub(crate) fn stats(&self) -> UnmapStats {
+        let mut sum = UnmapStats::default();
+        for slot in self.slots.iter() {
+            sum.merge(&slot.stats());
+        }
+        sum
+    }
+}
+
+impl UnmapSlot {
+    /// This slot's sums.
+    fn stats(&self) -> UnmapStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         UnmapStats {
             unmaps: get(&self.unmaps),
@@ -317,13 +366,17 @@ impl UnmapCounters {
     }
 }
 
-fn ns_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+fn ns_since(t: Option<Instant>) -> u64 {
+    t.map_or(0, |t| u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// One unmap's times, outside its gather's.
+/// One unmap's times, outside its gather's. Read from the clock only when
+/// the address space asks for them ([`crate::MmConfig::time_unmaps`]): a
+/// small unmap's dozen clock reads cost as much as its write section.
 struct UnmapTimes {
-    entry: Instant,
+    /// The clock at entry; `None` when the unmap is not timed, and then
+    /// every time stays 0.
+    entry: Option<Instant>,
     write_hold_ns: u64,
     read_hold_ns: u64,
     lock_wait_ns: u64,
@@ -335,9 +388,9 @@ struct UnmapTimes {
 }
 
 impl UnmapTimes {
-    fn new() -> UnmapTimes {
+    fn new(timed: bool) -> UnmapTimes {
         UnmapTimes {
-            entry: Instant::now(),
+            entry: timed.then(Instant::now),
             write_hold_ns: 0,
             read_hold_ns: 0,
             lock_wait_ns: 0,
@@ -347,9 +400,14 @@ impl UnmapTimes {
         }
     }
 
+    /// The clock now, if this unmap is timed.
+    fn now(&self) -> Option<Instant> {
+        self.entry.map(|_| Instant::now())
+    }
+
     /// Runs `f`, adding its time to the field `at` selects.
     fn time<R>(&mut self, at: fn(&mut UnmapTimes) -> &mut u64, f: impl FnOnce() -> R) -> R {
-        let t = Instant::now();
+        let t = self.now();
         let r = f();
         let v = at(self);
         *v = v.saturating_add(ns_since(t));
@@ -437,7 +495,7 @@ impl AddressSpace {
         end: u64,
         after_detach: impl FnOnce(&mut MmState),
     ) -> Result<()> {
-        let mut t = UnmapTimes::new();
+        let mut t = UnmapTimes::new(self.config.time_unmaps);
         let mut tlb = MmuGather::default();
         if end - start >= KEEP_TABLES_MIN_SPAN {
             tlb.keep_tables();
@@ -476,7 +534,7 @@ impl AddressSpace {
                         Some(g) => g,
                         None => t.time(|t| &mut t.lock_wait_ns, || self.write_lock()),
                     };
-                    let held = Instant::now();
+                    let held = t.now();
                     let res = self.do_munmap_timed(&mut g, from, to, tlb, t);
                     if res.is_ok() {
                         if let Some(f) = after_detach.take() {
@@ -502,7 +560,7 @@ impl AddressSpace {
                 let removed = st.vmas.take_removed();
                 let st = st.downgrade();
                 t.write_hold_ns += ns_since(t.entry);
-                let held = Instant::now();
+                let held = t.now();
                 if let Some((lo, hi)) = span? {
                     // Writers wait for the read lock: the VMAs around the
                     // range, hence the floor and ceiling, cannot change.
@@ -640,7 +698,7 @@ impl AddressSpace {
         // mapping's entries (its faults would find them present, forever).
         self.unreachable.remove(lo, hi);
         let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
-        let held = Instant::now();
+        let held = t.now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(&st, lo, hi, tlb));
         drop(st);
@@ -756,7 +814,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(!b.is_finished(), "MAP_FIXED over a reserved range did not wait");
         mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
-        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new(true));
         tlb.finish(&mm);
         drop(held);
         b.join().unwrap();
@@ -796,7 +854,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(!b.is_finished(), "munmap over a reserved range returned before it was empty");
         mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
-        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new(true));
         tlb.finish(&mm);
         drop(held);
         assert!(b.join().unwrap(), "an entry was left when the second munmap returned");
@@ -841,7 +899,7 @@ mod tests {
         unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
         let after = cpu.read_u64(last);
         assert!(segv(&after), "a stale TLB entry read a freed, reused frame: {after:x?}");
-        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new(true));
         tlb.finish(&mm);
         drop(held);
         drop(cpu);

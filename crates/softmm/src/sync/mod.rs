@@ -26,6 +26,7 @@
 mod loom_lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
+pub(crate) mod percpu;
 mod seqcount;
 mod shared_write;
 mod vma_lock;
