@@ -695,7 +695,7 @@ pub fn table(samples: &[Sample]) -> String {
         .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
         .column("fallbk/op", false, 3, Some("lock-free attempts that fell back to mmap_lock"));
     if shared {
-        t.column("shared/op", false, 1, Some("writes to shared cache lines"));
+        t.column("shared/op", false, 1, Some("writes to shared cache lines (by the tasks' faults and calls)"));
     }
     t.legend(
         "Per-op counters are totals over the repeats divided by the operations; `-`: the counter does not \

@@ -75,6 +75,7 @@ pub use mm::WriterPolicy;
 pub use mm::{AddressSpace, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE};
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
+pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, ShootdownPolicy};

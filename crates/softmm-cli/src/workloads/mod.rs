@@ -348,6 +348,8 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
     let counters = Counters {
         flush_wait_ns: Some(flush_wait_ns),
         mmap_lock_writes: Some(wlock),
+        // The tasks' own calls (mmap, munmap) as well as their faults.
+        shared_writes: cfg!(feature = "shared-write-stats").then(|| out.shared_writes()),
         ..soft_counters(policy, &fault, lock, flush)
     };
     Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }

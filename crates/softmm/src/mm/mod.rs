@@ -15,6 +15,8 @@
 
 pub(crate) mod anon_rmap;
 pub(crate) mod commit;
+#[cfg(all(test, loom))]
+mod commit_loom_tests;
 mod config;
 mod gather;
 #[cfg(test)]
@@ -263,6 +265,8 @@ impl AddressSpace {
         let fresh = self.sync_hugetlb_rmap(st);
         self.publish_carrying_marks(&st.vmas, &fresh);
         self.seq.write_end();
+        // The sequence count, and the lock word the caller's unlock writes.
+        crate::sync::shared_write(2);
         st.vmas.take_removed()
     }
 
@@ -295,6 +299,8 @@ impl AddressSpace {
         let st =
             if self.config.writer_policy.spin_handoff() { self.write_lock_spinning() } else { self.mmap_lock.write() };
         self.seq.write_begin();
+        // The lock word and the sequence count, which every writer writes.
+        crate::sync::shared_write(2);
         MmapWriteGuard { mm: self, st: Some(st) }
     }
 
@@ -323,6 +329,8 @@ impl AddressSpace {
 
     /// `mmap_lock` for read, counted in [`MmStats::mmap_lock_read`].
     pub(crate) fn read_lock(&self) -> RwLockReadGuard<'_, MmState> {
+        // The lock word, at the lock and at the unlock.
+        crate::sync::shared_write(2);
         self.counters.locks.mine().read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.mmap_lock.read()
     }
@@ -350,6 +358,8 @@ impl AddressSpace {
     fn publish(&self, tree: &VmaTree) {
         let guard = crossbeam_epoch::pin();
         let old = self.vmas_rcu.swap(Owned::new(tree.clone()), Ordering::AcqRel, &guard);
+        // `vmas_rcu`, which every lock-free fault reads.
+        crate::sync::shared_write(1);
         // SAFETY: `old` was the published version; it is unreachable from
         // `vmas_rcu` now, and readers that loaded it hold a guard that the
         // deferred destruction waits for.
@@ -831,6 +841,8 @@ impl AddressSpace {
     /// Records in `file`'s reverse map that this address space maps it.
     pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<Inode>) {
         let mut linked = self.linked_files.lock();
+        // The per-mm mutex, locked and unlocked.
+        crate::sync::shared_write(2);
         if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
             linked.push(Arc::downgrade(file));
             let me: Weak<AddressSpace> = Arc::downgrade(self);

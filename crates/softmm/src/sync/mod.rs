@@ -32,6 +32,7 @@ mod shared_write;
 mod vma_lock;
 
 pub use seqcount::SeqCount;
+pub use shared_write::shared_writes_this_thread;
 pub(crate) use shared_write::{shared_write, shared_writes_so_far};
 pub use vma_lock::VmaLock;
 

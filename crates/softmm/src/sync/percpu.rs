@@ -17,13 +17,24 @@ use crossbeam_utils::CachePadded;
 /// own. Two under loom, whose models run two or three threads.
 pub(crate) const SLOTS: usize = if cfg!(loom) { 2 } else { 16 };
 
+/// The next slot, round robin. A hint only (which line a count lands on),
+/// so `std`'s atomic even under loom.
+fn next_slot() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SLOTS
+}
+
+#[cfg(not(loom))]
 std::thread_local! {
-    /// This thread's slot, the next one round robin at its first use. A hint
-    /// only (which line a statistic lands on), so `std`'s atomic even under loom.
-    static SLOT: usize = {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SLOTS
-    };
+    /// This thread's slot, the next one at its first use.
+    static SLOT: usize = next_slot();
+}
+
+// Under loom the model's threads share one OS thread: loom's thread locals
+// give each its own slot, as the protocols built on the slots assume.
+#[cfg(loom)]
+loom::thread_local! {
+    static SLOT: usize = next_slot();
 }
 
 /// The calling thread's slot, below [`SLOTS`].
@@ -53,6 +64,31 @@ impl<T> PerCpu<T> {
     /// Every slot, for a sum (`for_each_possible_cpu`).
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().map(|s| &**s)
+    }
+}
+
+/// A count kept per CPU slot (Linux's `percpu_counter` without the fold:
+/// see `mm/commit.rs` for why none is needed): an add writes the caller's
+/// slot only; [`PercpuCounter::sum`] reads every slot. Its atomics are the
+/// crate's (loom's under loom): a protocol (the commit charge) is built on it.
+#[derive(Default)]
+pub(crate) struct PercpuCounter {
+    slots: PerCpu<crate::sync::AtomicI64>,
+}
+
+impl PercpuCounter {
+    /// Adds `delta` to the calling thread's slot. Relaxed: a reader that
+    /// must see it is ordered after it by a lock of its own (the commit
+    /// charge's `never` mutex), or reads a statistic.
+    #[inline]
+    pub(crate) fn add(&self, delta: i64) {
+        self.slots.mine().fetch_add(delta, crate::sync::Ordering::Relaxed);
+    }
+
+    /// The sum of every slot: exact once the adds it must count happen
+    /// before the call (`percpu_counter_sum`).
+    pub(crate) fn sum(&self) -> i64 {
+        self.slots.iter().map(|s| s.load(crate::sync::Ordering::Relaxed)).sum()
     }
 }
 
