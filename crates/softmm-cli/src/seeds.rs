@@ -107,9 +107,9 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "short",
         "writers",
-        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux)",
+        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux; softmm's default)",
     ),
-    ("short-spin", "writers", "short, and a writer spins while mmap_lock is held before parking (softmm's default)"),
+    ("short-spin", "writers", "short, and a writer spins (bounded) while mmap_lock is held before parking"),
     ("locked", "unmap", "the whole munmap under mmap_lock held for write (Linux before 4.20; seed 002's old design)"),
     ("sectioned", "unmap", "seed 002: the write lock dropped between 1 GiB sections"),
     ("downgrade", "unmap", "VMAs detached under the write lock, the zap under the read lock (Linux 4.20+)"),
