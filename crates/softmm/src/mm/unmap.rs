@@ -446,6 +446,12 @@ impl Reservation {
     fn overlaps(&self, start: u64, end: u64) -> bool {
         start < self.end && self.start < end
     }
+
+    /// A reservation of `[start, end)` nobody waits on, for placement tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(start: u64, end: u64) -> Reservation {
+        Reservation { start, end, done: Arc::default() }
+    }
 }
 
 impl AddressSpace {
@@ -469,9 +475,10 @@ impl AddressSpace {
         }
     }
 
-    /// The VMA tree a placement without `MAP_FIXED` searches: the mappings,
-    /// plus a stand-in VMA for every reserved range, so no mapping is placed
-    /// in one.
+    /// The VMA tree placement searched before it skipped reserved ranges in
+    /// place (`layout::Obstacles`): the mappings, plus a stand-in VMA for
+    /// every reserved range. The reference its tests compare with.
+    #[cfg(test)]
     pub(crate) fn placement_view(&self, st: &MmState) -> crate::vma::VmaTree {
         let mut view = st.vmas.clone();
         for r in &st.reserved {

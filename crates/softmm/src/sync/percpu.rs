@@ -18,10 +18,37 @@ use crossbeam_utils::CachePadded;
 pub(crate) const SLOTS: usize = if cfg!(loom) { 2 } else { 16 };
 
 /// The next slot, round robin. A hint only (which line a count lands on),
-/// so `std`'s atomic even under loom.
+/// so `std`'s atomic.
+#[cfg(not(loom))]
 fn next_slot() -> usize {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SLOTS
+}
+
+#[cfg(loom)]
+std::thread_local! {
+    /// Under loom, the next slot of the model running on this OS thread
+    /// (loom runs a model's threads on the OS thread of its test, so
+    /// models running beside it do not take from it).
+    static NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(loom)]
+fn next_slot() -> usize {
+    NEXT.try_with(|n| {
+        let slot = n.get();
+        n.set(slot + 1);
+        slot % SLOTS
+    })
+    .unwrap_or(0)
+}
+
+/// Under loom, restarts the slots' round robin: called first in a model's
+/// execution, it gives the thread that counts first slot 0 and the next one
+/// slot 1, so that the model's two threads count in slots of their own.
+#[cfg(loom)]
+pub(crate) fn restart_slots() {
+    NEXT.with(|n| n.set(0));
 }
 
 #[cfg(not(loom))]
@@ -37,10 +64,12 @@ loom::thread_local! {
     static SLOT: usize = next_slot();
 }
 
-/// The calling thread's slot, below [`SLOTS`].
+/// The calling thread's slot, below [`SLOTS`]; slot 0 once the thread's
+/// locals are being destroyed (a VMA dropped by an epoch collection at
+/// thread exit still counts, in slot 0).
 #[inline]
 pub(crate) fn this_slot() -> usize {
-    SLOT.with(|s| *s)
+    SLOT.try_with(|s| *s).unwrap_or(0)
 }
 
 /// One `T` per slot, each on cache lines of its own.
