@@ -46,7 +46,7 @@ const MAP_32BIT_AREA: (u64, u64) = (0x4000_0000, 0x8000_0000);
 /// it does not fit, `EINVAL` for a misaligned fixed hugetlb address, `EPERM`
 /// below `mmap_min_addr` (`security_mmap_addr`, for every caller: mmap,
 /// mremap moves and expansions).
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(crate) fn get_unmapped_area(
     cfg: &MmConfig,
     vmas: &VmaTree,
@@ -514,7 +514,7 @@ mod tests {
 
     /// Skipping reserved ranges in place finds the address the search of a
     /// copy of the tree with a stand-in VMA per range (the old
-    /// `placement_view`) found, for every kind of search: top-down with
+    /// `AddressSpace::placement_view`, now gone) found, for every kind of search: top-down with
     /// and without THP alignment, hints, hugetlb, `MAP_32BIT`'s bottom-up
     /// window and the bottom-up fallback.
     #[test]

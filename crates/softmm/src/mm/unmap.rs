@@ -448,7 +448,7 @@ impl Reservation {
     }
 
     /// A reservation of `[start, end)` nobody waits on, for placement tests.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn for_test(start: u64, end: u64) -> Reservation {
         Reservation { start, end, done: Arc::default() }
     }
@@ -473,19 +473,6 @@ impl AddressSpace {
             // The unmap holds it until its reservation is gone.
             drop(done.lock());
         }
-    }
-
-    /// The VMA tree placement searched before it skipped reserved ranges in
-    /// place (`layout::Obstacles`): the mappings, plus a stand-in VMA for
-    /// every reserved range. The reference its tests compare with.
-    #[cfg(test)]
-    pub(crate) fn placement_view(&self, st: &MmState) -> crate::vma::VmaTree {
-        let mut view = st.vmas.clone();
-        for r in &st.reserved {
-            let flags = crate::vma::VmFlags::empty();
-            view.insert(crate::vma::Vma::new(&self.phys, r.start, r.end, flags, 0, None, None));
-        }
-        view
     }
 
     /// Unmaps `[start, end)` (page aligned, non-empty) with the address

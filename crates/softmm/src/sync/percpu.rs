@@ -46,7 +46,7 @@ fn next_slot() -> usize {
 /// Under loom, restarts the slots' round robin: called first in a model's
 /// execution, it gives the thread that counts first slot 0 and the next one
 /// slot 1, so that the model's two threads count in slots of their own.
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 pub(crate) fn restart_slots() {
     NEXT.with(|n| n.set(0));
 }
