@@ -49,7 +49,8 @@ stage checked cargo test --profile checked --workspace
 # The two reruns keep `--workspace`: `-p softmm` would resolve the
 # dependencies' features differently and rebuild a dozen crates and softmm.
 stage shared-write-stats \
-  cargo test --profile checked --workspace --features softmm/shared-write-stats --test shared_writes
+  cargo test --profile checked --workspace --features softmm/shared-write-stats --test shared_writes \
+    --test writer_shared_writes
 # Memory on demand (PhysConfig::on_demand) behaves as a prefaulted arena:
 # the semantic tests again, their arenas reserved instead of prefaulted
 # (the variable is read at run time: the binary above runs again, unbuilt):

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use softmm::{FaultPolicy, MadvisePolicy, PlacementPolicy, ShootdownTargets, UnmapPolicy};
+use softmm::{FaultPolicy, MadvisePolicy, PlacementPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy};
 
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
@@ -271,6 +271,13 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
             skipped = true;
             continue;
         }
+        if let Some(w) = WriterPolicy::from_name(name) {
+            only_host = false;
+            if !out.contains(&Backend::Writers(w)) {
+                out.push(Backend::Writers(w));
+            }
+            continue;
+        }
         let add: Vec<Backend> = match name {
             "all" => FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect(),
             "default" => vec![Backend::Soft(FaultPolicy::default())],
@@ -285,9 +292,10 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
             _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
                 format!(
-                    "unknown policy `{name}` for {workloads}: its fault policies are {}; or the shootdown \
-                     targets {}; or all, default, host",
+                    "unknown policy `{name}` for {workloads}: its fault policies are {}, its writer policies {}; or \
+                     the shootdown targets {}; or all, default, host",
                     names.join(", "),
+                    WriterPolicy::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
                     ShootdownTargets::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
                 )
             })?)],

@@ -28,6 +28,10 @@ pub struct Counters {
     /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub mmap_lock_acquisitions: Option<u64>,
+    /// The part of `mmap_lock_acquisitions` taken for write (softmm's
+    /// address spaces' own: its faults never write-lock).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mmap_lock_writes: Option<u64>,
     /// TLB flush requests sent to other CPUs.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub flush_requests: Option<u64>,
@@ -214,6 +218,7 @@ impl Counters {
         }
         add(&mut self.faults, o.faults);
         add(&mut self.mmap_lock_acquisitions, o.mmap_lock_acquisitions);
+        add(&mut self.mmap_lock_writes, o.mmap_lock_writes);
         add(&mut self.flush_requests, o.flush_requests);
         add(&mut self.flush_wait_ns, o.flush_wait_ns);
         add(&mut self.shootdowns, o.shootdowns);
@@ -719,6 +724,7 @@ pub fn table(samples: &[Sample]) -> String {
     t.column("ops/cpu-s", false, 2, Some("operations per CPU second of the tasks"))
         .column("faults/op", false, 5, Some("page faults (host: the tasks' minor faults)"))
         .column("lock/op", false, 0, Some("mmap_lock acquisitions (by faults and the address space's own calls)"))
+        .column("wlock/op", false, 0, Some("the part of lock/op taken for write"))
         .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
     if waits {
         t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
@@ -741,7 +747,7 @@ pub fn table(samples: &[Sample]) -> String {
         .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
         .column("fallbk/op", false, 3, Some("lock-free attempts that fell back to mmap_lock"));
     if shared {
-        t.column("shared/op", false, 1, Some("writes to shared cache lines"));
+        t.column("shared/op", false, 1, Some("writes to shared cache lines (by the tasks' faults and calls)"));
     }
     t.legend(
         "Per-op counters are totals over the repeats divided by the operations; `-`: the counter does not \
@@ -782,6 +788,7 @@ pub fn table(samples: &[Sample]) -> String {
             row.per_cpu_second().map_or("-".to_string(), si),
             per_op(c.faults, ops),
             per_op(c.mmap_lock_acquisitions, ops),
+            per_op(c.mmap_lock_writes, ops),
             per_op(c.flush_requests, ops),
         ]);
         if waits {
@@ -828,6 +835,8 @@ pub fn table(samples: &[Sample]) -> String {
         // tlb-flush --madvise's rows (the host's line is the fault legend's).
         let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
         out.push_str(&crate::seeds::legend("madvise", &madvise));
+        let writers: Vec<&str> = base.iter().copied().filter(|p| *p != "host").collect();
+        out.push_str(&crate::seeds::legend("writers", &writers));
     }
     out
 }

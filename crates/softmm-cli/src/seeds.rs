@@ -99,6 +99,17 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("speculative", "fault", "seed 001: no lock, validated against the address space's sequence count"),
     ("per-vma", "fault", "a read reference on the faulting VMA instead of mmap_lock (Linux 6.4+ per-VMA locks)"),
     ("per-vma-seq", "fault", "validated against the VMA's own detached bit, with no shared write (softmm's default)"),
+    (
+        "reserve",
+        "writers",
+        "every unmap past 2 MiB reserves its range, touched or not (3 write sections per mmap1 op); writers park",
+    ),
+    (
+        "short",
+        "writers",
+        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux; softmm's default)",
+    ),
+    ("short-spin", "writers", "short, and a writer spins (bounded) while mmap_lock is held before parking"),
     ("locked", "unmap", "the whole munmap under mmap_lock held for write (Linux before 4.20; seed 002's old design)"),
     ("sectioned", "unmap", "seed 002: the write lock dropped between 1 GiB sections"),
     ("downgrade", "unmap", "VMAs detached under the write lock, the zap under the read lock (Linux 4.20+)"),
@@ -163,11 +174,13 @@ fn legend_at(kind: &str, names: &[&str], indent: &str) -> String {
 pub fn bench_help() -> String {
     let mut out = String::from(
         "Workloads and their policies (--policy: names, comma-separated, or all, default, host):\n\
-         \x20 pft, page-fault1..3, mmap1..2, tlb-flush, interference, cortenmm: fault policies\n",
+         \x20 pft, page-fault1..3, mmap1..2, tlb-flush, interference, cortenmm: fault policies, or writer\n\
+         \x20   policies (the default fault policy with another way to run mmap_lock writers)\n",
     );
     let kinds = [
         ("fault", ""),
         ("targets", "  any of those, tlb-flush above all: shootdown-target policies, faults under the default\n"),
+        ("writers", ""),
         ("unmap", "  big-munmap (seed 002): unmap policies, faults under mmap-lock\n"),
         ("pin", "  pin (seed 004): pin policies\n"),
         ("hugetlb", "  hugetlb-fault, hugetlb-fork, hugetlb-fork-fault (seed 000): hugetlb policies\n"),

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const POLICIES: &[&str] = &["mmap-lock", "speculative", "per-vma", "per-vma-seq"];
+/// The writer policies, which the fault-policy workloads also take.
+const WRITER_POLICIES: &[&str] = &["reserve", "short", "short-spin"];
 
 struct Out {
     code: Option<i32>,
@@ -105,6 +107,7 @@ fn check_json(path: &Path) -> Vec<Value> {
     let all_counters = set(&[
         "faults",
         "mmap_lock_acquisitions",
+        "mmap_lock_writes",
         "flush_requests",
         "flush_wait_ns",
         "shootdowns",
@@ -140,7 +143,7 @@ fn check_json(path: &Path) -> Vec<Value> {
         if policy == "host" {
             assert_eq!(c, set(&["faults"]), "{s}");
         } else {
-            assert!(POLICIES.contains(&policy), "{s}");
+            assert!(POLICIES.contains(&policy) || WRITER_POLICIES.contains(&policy), "{s}");
             for k in ["faults", "mmap_lock_acquisitions", "flush_requests", "flush_wait_ns"] {
                 assert!(c.contains(k), "{k} missing in {s}");
             }
@@ -1041,6 +1044,27 @@ fn bench_sweeps_the_posting_policies_with_barrier_counters() {
     let bad = softmm_in(&dir, &["bench", "tlb-flush", "--posting", "never"], Duration::from_secs(10));
     assert_ne!(bad.code, Some(0));
     assert!(bad.stderr.contains("unknown posting policy"), "{}", bad.stderr);
+}
+
+/// mmap1 takes the writer policies on its policy axis: `reserve` write-locks
+/// `mmap_lock` three times per map+unmap of untouched memory, the short
+/// ones twice (the wlock/op column's count).
+#[test]
+fn bench_takes_a_writer_policy() {
+    let dir = scratch("writers");
+    let json = dir.join("out.json");
+    let args = ["bench", "mmap1", "--threads", "1", "--iterations", "4", "--repeat", "1", "--no-host"];
+    let mut a = args.to_vec();
+    a.extend(["--policy", "reserve,short,short-spin", "--json", json.to_str().unwrap()]);
+    let out = softmm_in(&dir, &a, Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("wlock/op"), "{}", out.stdout);
+    let samples = check_json(&json);
+    for policy in WRITER_POLICIES {
+        let s = samples.iter().find(|s| s["policy"] == *policy).unwrap_or_else(|| panic!("no {policy} sample"));
+        let per_op = s["counters"]["mmap_lock_writes"].as_u64().unwrap() / s["ops"].as_u64().unwrap();
+        assert_eq!(per_op, if *policy == "reserve" { 3 } else { 2 }, "{s}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

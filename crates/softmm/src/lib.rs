@@ -92,11 +92,13 @@ pub use mm::PinPolicy;
 pub use mm::PlacementPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
+pub use mm::WriterPolicy;
 pub use mm::{
     AddressSpace, ConfigError, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE, TASK_SIZE_32,
 };
 pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
+pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};

@@ -408,7 +408,9 @@ pub struct PhysMem {
     // munmap's put_batch was 30% slower while another thread mapped and
     // unmapped: docs/results/big-munmap-cause.txt section 7, in git at d35c665).
     page_tables: CachePadded<AtomicI64>,
-    vmas: CachePadded<AtomicI64>,
+    /// VMAs alive, per CPU slot: a statistic, so `std`'s atomics even
+    /// under loom (VMAs are dropped at every thread's exit).
+    vmas: crate::sync::percpu::PerCpu<std::sync::atomic::AtomicI64>,
     rmap_entries: CachePadded<AtomicI64>,
     next_id: CachePadded<AtomicU64>,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
@@ -551,7 +553,7 @@ impl PhysMem {
             shards,
             zero_pfn,
             page_tables: CachePadded::new(AtomicI64::new(0)),
-            vmas: CachePadded::new(AtomicI64::new(0)),
+            vmas: Default::default(),
             rmap_entries: CachePadded::new(AtomicI64::new(0)),
             next_id: CachePadded::new(AtomicU64::new(1)),
             on_demand: config.on_demand,
@@ -1108,8 +1110,10 @@ impl PhysMem {
         self.page_tables.fetch_add(delta, Ordering::Relaxed);
     }
 
+    /// Counts `delta` VMAs made (dropped, if negative): in the caller's CPU
+    /// slot, so that address spaces making VMAs write no line in common.
     pub(crate) fn account_vma(&self, delta: i64) {
-        self.vmas.fetch_add(delta, Ordering::Relaxed);
+        self.vmas.mine().fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn account_rmap(&self, delta: i64) {
@@ -1124,7 +1128,7 @@ impl PhysMem {
             frames_total: self.desc.len() as u64,
             frames_used: used as u64,
             page_tables: self.page_tables.load(Ordering::Relaxed) as u64,
-            vmas: self.vmas.load(Ordering::Relaxed) as u64,
+            vmas: self.vmas.iter().map(|s| s.load(std::sync::atomic::Ordering::Relaxed)).sum::<i64>() as u64,
             rmap_entries: self.rmap_entries.load(Ordering::Relaxed) as u64,
         }
     }

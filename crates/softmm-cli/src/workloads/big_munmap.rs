@@ -370,7 +370,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
     match env {
         Some(env) => {
             let unmap = unmap.unwrap_or_default();
-            let config = super::mm_config().policy(FaultPolicy::MmapLock).unmap_policy(unmap);
+            let config = super::mm_config().policy(FaultPolicy::MmapLock).unmap_policy(unmap).time_unmaps(true);
             let new = || AddressSpace::new(&env.phys, config.clone()).map_err(|e| e.to_string());
             let s = SoftSpace { mm: new()? };
             let other_mm = SoftSpace { mm: new()? };

@@ -59,6 +59,9 @@ pub struct TaskOut {
     pub fault: FaultStats,
     /// Whether `fault` is set.
     pub has_fault: bool,
+    /// Writes to shared cache lines the task's thread made in softmm (its
+    /// faults and its calls; `shared-write-stats` builds, 0 otherwise).
+    pub shared_writes: u64,
 }
 
 /// The results of all tasks of one run.
@@ -100,6 +103,11 @@ impl RunOut {
             f.add(&t.fault);
         }
         any.then_some(f)
+    }
+
+    /// Summed shared-line writes of the tasks' threads.
+    pub fn shared_writes(&self) -> u64 {
+        self.tasks.iter().map(|t| t.shared_writes).sum()
     }
 
     /// Summed host minor faults.
@@ -145,10 +153,12 @@ where
                     barrier.wait();
                     S::resume(&mut cpu);
                     let (cpu0, flt0) = (thread_cpu_ns(), minor_faults(true));
+                    let shw0 = softmm::shared_writes_this_thread();
                     let ctx = TaskCtx { tid, ntasks: n, stop, iterations };
                     let r = body(space, &mut cpu, &ctx);
                     S::park(&mut cpu);
                     let mut out = r?;
+                    out.shared_writes = softmm::shared_writes_this_thread() - shw0;
                     out.cpu_ns = thread_cpu_ns() - cpu0;
                     out.minflt = minor_faults(true) - flt0;
                     if let Some(f) = S::fault_stats(&cpu) {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use softmm::{
     AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PlacementPolicy,
-    ShootdownTargets, UnmapPolicy,
+    ShootdownTargets, UnmapPolicy, WriterPolicy,
 };
 
 use crate::report::Counters;
@@ -183,6 +183,9 @@ pub enum Backend {
     /// softmm with a `madvise` policy (tlb-flush with `--madvise`; faults
     /// under the default fault policy).
     Madvise(MadvisePolicy),
+    /// softmm with a writer policy (mmap1-2 and the other workloads that
+    /// map and unmap; faults under the default fault policy).
+    Writers(WriterPolicy),
 }
 
 impl Backend {
@@ -197,6 +200,7 @@ impl Backend {
             Backend::Madvise(MadvisePolicy::MmapLock) => "madvise-mmap-lock",
             Backend::Madvise(MadvisePolicy::PerVma) => "madvise-per-vma",
             Backend::Madvise(_) => "madvise-other",
+            Backend::Writers(p) => p.name(),
         }
     }
 
@@ -345,6 +349,8 @@ pub struct SoftEnv {
     pub targets: Option<ShootdownTargets>,
     /// `MmConfig::madvise_policy`.
     pub madvise_policy: MadvisePolicy,
+    /// `MmConfig::writer_policy`.
+    pub writers: WriterPolicy,
 }
 
 impl SoftEnv {
@@ -354,7 +360,8 @@ impl SoftEnv {
             .policy(self.policy)
             .force_speculative(self.force_speculative)
             .placement(self.placement)
-            .madvise_policy(self.madvise_policy);
+            .madvise_policy(self.madvise_policy)
+            .writer_policy(self.writers);
         if let Some(t) = self.targets {
             config = config.shootdown_targets(t);
         }
@@ -372,6 +379,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             placement: p.placement,
             targets: None,
             madvise_policy: MadvisePolicy::default(),
+            writers: WriterPolicy::default(),
         }),
         Backend::Unmap(_) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
@@ -380,6 +388,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             placement: PlacementPolicy::default(),
             targets: None,
             madvise_policy: MadvisePolicy::default(),
+            writers: WriterPolicy::default(),
         }),
         Backend::Targets(t) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
@@ -388,6 +397,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             placement: p.placement,
             targets: Some(t),
             madvise_policy: MadvisePolicy::default(),
+            writers: WriterPolicy::default(),
         }),
         Backend::Madvise(madvise_policy) => Some(SoftEnv {
             phys: arena.get(w.arena_bytes(p.threads, p.size))?,
@@ -396,6 +406,16 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             placement: p.placement,
             targets: None,
             madvise_policy,
+            writers: WriterPolicy::default(),
+        }),
+        Backend::Writers(writers) => Some(SoftEnv {
+            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            policy: FaultPolicy::default(),
+            force_speculative: p.force_speculative,
+            placement: p.placement,
+            targets: None,
+            madvise_policy: MadvisePolicy::default(),
+            writers,
         }),
         Backend::Host => None,
     };
@@ -419,11 +439,12 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
 /// spaces' statistics (taken after the run).
 pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
     let fault = out.fault().unwrap_or_default();
-    let (mut lock, mut flush, mut flush_wait_ns) = (0, 0, 0);
+    let (mut lock, mut wlock, mut flush, mut flush_wait_ns) = (0, 0, 0, 0);
     let (mut shootdowns, mut local, mut barriers, mut joined, mut flush_shared) = (0, 0, 0, 0, 0);
     for s in spaces {
         let st = s.mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
+        wlock += st.mmap_lock_write;
         flush += st.tlb.flush_requests;
         flush_wait_ns += st.tlb.flush_wait_ns;
         shootdowns += st.tlb.flushes;
@@ -439,6 +460,9 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
         barriers: Some(barriers),
         barriers_joined: Some(joined),
         flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(flush_shared),
+        mmap_lock_writes: Some(wlock),
+        // The tasks' own calls (mmap, munmap) as well as their faults.
+        shared_writes: cfg!(feature = "shared-write-stats").then(|| out.shared_writes()),
         ..soft_counters(policy, &fault, lock, flush)
     };
     Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }

@@ -1,8 +1,8 @@
 //! Commit accounting (Linux's `vm_committed_as`, `__vm_enough_memory` in
 //! `mm/util.c`) and the memlock limit (`mlock_future_ok`, `can_do_mlock`).
 //!
-//! The committed total is one counter per [`PhysMem`], as Linux's is one per
-//! machine: every private writable mapping (`VM_ACCOUNT`) of every address
+//! The committed total is one per-CPU counter per [`PhysMem`], as Linux's is
+//! one per machine (see [`CommitState`]'s protocol): every private writable mapping (`VM_ACCOUNT`) of every address
 //! space on the arena is charged to it when it is made or grows (mmap, brk,
 //! mremap, mprotect making it writable, fork) and uncharged when it goes
 //! (munmap, mprotect making an untouched one read-only, exit). The policy is
@@ -10,7 +10,10 @@
 //! [`PhysMem::set_overcommit`]; its default is what Linux computes for a
 //! machine whose RAM is the arena.
 
-use crate::sync::{AtomicI64, Ordering, RwLock};
+use crossbeam_epoch::{Atomic, Owned, Shared};
+
+use crate::sync::percpu::PercpuCounter;
+use crate::sync::{Mutex, Ordering};
 
 use crate::error::{Errno, Result};
 use crate::phys::PhysMem;
@@ -149,45 +152,108 @@ impl Overcommit {
 }
 
 /// The committed total and the policy of one [`PhysMem`].
+///
+/// # Protocol
+///
+/// The total is a per-CPU counter (Linux's `vm_committed_as`, a
+/// `percpu_counter`): a charge or an uncharge adds to the caller's slot
+/// only ([`PercpuCounter::add`]), so the `mmap` and `munmap` of different
+/// address spaces write no line in common. Nothing on the
+/// `OVERCOMMIT_GUESS` and `OVERCOMMIT_ALWAYS` paths reads the total, so
+/// the slots are never folded (Linux folds at a batch because its readers
+/// read the approximate global count; there is none here).
+///
+/// `OVERCOMMIT_NEVER` compares the total with the limit, and must refuse
+/// as an exact counter would: of two charges that together pass the
+/// limit, one fails. Its charges therefore run under `never` (the exact
+/// slow path, Linux's `percpu_counter_sum` under the counter's lock): each
+/// adds to its slot and sums every slot while holding the mutex, so the
+/// next one, ordered after it by the mutex, sees its charge. Uncharges
+/// take no lock; one racing a check is seen or not, as it would be with a
+/// single counter (a check may refuse a charge that a concurrent uncharge
+/// would have made room for, as in Linux).
+///
+/// The policy is read on every charge, so it is published through the
+/// epoch (no lock word to write); `set_overcommit` replaces it.
 pub(crate) struct CommitState {
-    committed: AtomicI64,
-    policy: RwLock<Overcommit>,
+    committed: PercpuCounter,
+    /// Serializes `OVERCOMMIT_NEVER` charges with their exact sum.
+    never: Mutex<()>,
+    policy: Atomic<Overcommit>,
 }
 
 impl CommitState {
     /// Nothing committed, Linux's default policy for `frames` pages of RAM.
     pub(crate) fn new(frames: u64) -> CommitState {
-        CommitState { committed: AtomicI64::new(0), policy: RwLock::new(Overcommit::for_ram(frames)) }
+        CommitState {
+            committed: PercpuCounter::default(),
+            never: Mutex::new(()),
+            policy: Atomic::new(Overcommit::for_ram(frames)),
+        }
     }
+}
+
+impl Drop for CommitState {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no other reference to the policy is left, and
+        // every reader copied it out under a guard that has been dropped.
+        unsafe {
+            let guard = crossbeam_epoch::unprotected();
+            let p = self.policy.swap(Shared::null(), Ordering::Relaxed, guard);
+            if !p.is_null() {
+                drop(p.into_owned());
+            }
+        }
+    }
+}
+
+/// `CommitState`'s broken switches for the loom model
+/// (`mm/commit_loom_tests.rs`): each removes a step of the protocol, so that
+/// the model is seen to fail without it.
+#[cfg(loom)]
+pub(crate) mod broken {
+    /// `OVERCOMMIT_NEVER` charges check their sum without the `never` lock.
+    pub(crate) static UNLOCKED_NEVER_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 }
 
 impl PhysMem {
     /// Pages charged to the commit limit (`Committed_AS`) by the address
-    /// spaces on this arena.
+    /// spaces on this arena: the exact sum of the per-CPU counts.
     pub fn committed_pages(&self) -> u64 {
-        self.commit.committed.load(Ordering::Relaxed).max(0) as u64
+        self.commit.committed.sum().max(0) as u64
     }
 
     /// The overcommit policy in force.
     pub fn overcommit(&self) -> Overcommit {
-        *self.commit.policy.read()
+        let guard = crossbeam_epoch::pin();
+        let p = self.commit.policy.load(Ordering::Acquire, &guard);
+        // SAFETY: never null (set in `new`, replaced by non-null in
+        // `set_overcommit`), and freed only after every guard that could
+        // have loaded it is dropped.
+        *unsafe { p.deref() }
     }
 
     /// Sets the overcommit policy (writing the `vm.overcommit_*` sysctls);
     /// later charges follow it, what is committed stays.
     pub fn set_overcommit(&self, policy: Overcommit) {
-        *self.commit.policy.write() = policy;
+        let guard = crossbeam_epoch::pin();
+        let old = self.commit.policy.swap(Owned::new(policy), Ordering::AcqRel, &guard);
+        // SAFETY: `old` is unreachable from `policy` now; readers that loaded
+        // it hold a guard the deferred destruction waits for.
+        unsafe { guard.defer_destroy(old) };
     }
 
     /// `vm_acct_memory`: charges `pages` without a check.
     pub(crate) fn vm_acct_memory(&self, pages: u64) {
-        self.commit.committed.fetch_add(pages as i64, Ordering::Relaxed);
+        if pages != 0 {
+            self.commit.committed.add(pages as i64);
+        }
     }
 
     /// `vm_unacct_memory`: returns `pages` charged earlier.
     pub(crate) fn vm_unacct_memory(&self, pages: u64) {
         if pages != 0 {
-            self.commit.committed.fetch_sub(pages as i64, Ordering::Relaxed);
+            self.commit.committed.add(-(pages as i64));
         }
     }
 
@@ -196,7 +262,6 @@ impl PhysMem {
     /// space's size in pages (it shrinks the user reserve in never mode).
     pub(crate) fn vm_enough_memory(&self, pages: u64, total_vm: impl FnOnce() -> u64) -> Result<()> {
         let p = self.overcommit();
-        self.vm_acct_memory(pages);
         let ok = match p.mode {
             OvercommitMode::Guess => pages <= p.totalram_pages.saturating_add(p.swap_pages),
             OvercommitMode::Always => true,
@@ -207,13 +272,26 @@ impl PhysMem {
                 }
                 let reserve = (p.user_reserve_kbytes >> (PAGE_SHIFT - 10)) as i64;
                 allowed -= ((total_vm() / 32) as i64).min(reserve);
-                self.commit.committed.load(Ordering::Relaxed).max(0) < allowed
+                #[cfg(loom)]
+                let unlocked = broken::UNLOCKED_NEVER_CHECK.load(std::sync::atomic::Ordering::Relaxed);
+                #[cfg(not(loom))]
+                let unlocked = false;
+                let _never = (!unlocked).then(|| self.commit.never.lock());
+                // The mutex, locked and unlocked: the one shared line of a
+                // never-mode charge.
+                crate::sync::shared_write(2);
+                self.vm_acct_memory(pages);
+                if self.commit.committed.sum().max(0) < allowed {
+                    return Ok(());
+                }
+                self.vm_unacct_memory(pages);
+                return Err(Errno::NoMem);
             }
         };
         if ok {
+            self.vm_acct_memory(pages);
             Ok(())
         } else {
-            self.vm_unacct_memory(pages);
             Err(Errno::NoMem)
         }
     }

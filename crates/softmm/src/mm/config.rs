@@ -258,6 +258,73 @@ impl MadvisePolicy {
     }
 }
 
+/// How `mmap_lock` writers run their serialized part (issue 32, "W1" of
+/// the scaling design): how many write sections an unmap of a range with
+/// nothing to zap takes, and how a writer waits for the lock. More policies
+/// may come, so a `match` on it needs a wildcard arm. Every policy gives the
+/// same mappings, errno and placement: only the number of write sections
+/// and the way a waiting writer spends its time differ.
+///
+/// The ladder adds one mechanism per step, so the lab shows what each buys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriterPolicy {
+    /// Under [`UnmapPolicy::LockFree`], every unmap wider than one PTE
+    /// table reserves its range and zaps it without `mmap_lock`, even a
+    /// range with no page table to zap: three write sections per
+    /// map-and-unmap. A waiting writer parks as `parking_lot` does (a few
+    /// spins, `sched_yield`, then a futex).
+    Reserve,
+    /// An unmap that finds no leaf page table in its detached range (the
+    /// check is stable under the write lock: the VMAs are detached and every
+    /// table-allocating fault was waited for) finishes in its first write
+    /// section: no reservation, no unreachable-range update, two write
+    /// sections per map-and-unmap of untouched memory, as Linux. The
+    /// default: on the lab's loaded 2-CPU VM it did as well as `short-spin`
+    /// or better (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k
+    /// against 222k and 246k against 229k map+unmap/s), and 1.15-1.5x
+    /// `reserve`.
+    #[default]
+    Short,
+    /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
+    /// spins (bounded) while it stays held before it parks, as Linux's
+    /// rwsem optimistic spinning does while the owner runs: write sections
+    /// last a few microseconds, less than a futex sleep and wakeup. Without
+    /// knowing whether the owner runs, the spin also burns its bound when
+    /// the owner was preempted, which on an oversubscribed machine (the
+    /// lab's VM) costs what it saves.
+    ShortSpin,
+}
+
+impl WriterPolicy {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [WriterPolicy] = &[WriterPolicy::Reserve, WriterPolicy::Short, WriterPolicy::ShortSpin];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriterPolicy::Reserve => "reserve",
+            WriterPolicy::Short => "short",
+            WriterPolicy::ShortSpin => "short-spin",
+        }
+    }
+
+    /// The policy named `name` (see [`WriterPolicy::name`]).
+    pub fn from_name(name: &str) -> Option<WriterPolicy> {
+        WriterPolicy::ALL.iter().copied().find(|p| p.name() == name)
+    }
+
+    /// An unmap with nothing to zap ends in its first write section.
+    pub(crate) fn short_unmap(self) -> bool {
+        !matches!(self, WriterPolicy::Reserve)
+    }
+
+    /// A writer spins while `mmap_lock` is held before it parks.
+    pub(crate) fn spin_handoff(self) -> bool {
+        matches!(self, WriterPolicy::ShortSpin)
+    }
+}
+
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
 /// stack limit, so that the same calls from the same layout get the same
@@ -352,6 +419,11 @@ pub struct MmConfig {
     /// How `MADV_DONTNEED` and `MADV_FREE` synchronize with mapping changes
     /// (issue 26).
     pub madvise_policy: MadvisePolicy,
+    /// How `mmap_lock` writers run their serialized part (issue 32).
+    pub writer_policy: WriterPolicy,
+    /// Whether unmaps read the clock to time their parts
+    /// ([`UnmapStats`](crate::UnmapStats)'s `_ns` fields stay 0 otherwise).
+    pub time_unmaps: bool,
 }
 
 /// x86-64 `TASK_SIZE` with 4-level paging.
@@ -385,6 +457,8 @@ impl Default for MmConfig {
             hugetlb_policy: HugetlbPolicy::default(),
             placement: PlacementPolicy::default(),
             madvise_policy: MadvisePolicy::default(),
+            writer_policy: WriterPolicy::default(),
+            time_unmaps: false,
         }
     }
 }
@@ -562,6 +636,20 @@ impl MmConfig {
         self.madvise_policy = madvise_policy;
         self
     }
+
+    /// Sets `writer_policy`: how `mmap_lock` writers run their serialized part (default [`WriterPolicy::Short`]).
+    #[must_use]
+    pub fn writer_policy(mut self, writer_policy: WriterPolicy) -> MmConfig {
+        self.writer_policy = writer_policy;
+        self
+    }
+
+    /// Sets `time_unmaps`: whether unmaps time their parts in [`crate::UnmapStats`] (default false).
+    #[must_use]
+    pub fn time_unmaps(mut self, time_unmaps: bool) -> MmConfig {
+        self.time_unmaps = time_unmaps;
+        self
+    }
 }
 
 /// Most page-table entries in a leaf table (`PTRS_PER_PTE`).
@@ -724,7 +812,9 @@ mod tests {
             .posting_policy(crate::tlb::PostingPolicy::SharedBarrier)
             .hugetlb_policy(HugetlbPolicy::LockFree)
             .placement(PlacementPolicy::Arenas)
-            .madvise_policy(MadvisePolicy::MmapLock);
+            .madvise_policy(MadvisePolicy::MmapLock)
+            .writer_policy(WriterPolicy::Reserve)
+            .time_unmaps(true);
         let want = MmConfig {
             policy: FaultPolicy::Speculative,
             task_size: 1 << 40,
@@ -750,6 +840,8 @@ mod tests {
             hugetlb_policy: HugetlbPolicy::LockFree,
             placement: PlacementPolicy::Arenas,
             madvise_policy: MadvisePolicy::MmapLock,
+            writer_policy: WriterPolicy::Reserve,
+            time_unmaps: true,
         };
         assert_eq!(format!("{built:?}"), format!("{want:?}"));
         assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));

@@ -101,8 +101,14 @@ pub(crate) struct GatherTimes {
     pub(crate) tables_deferred: u64,
 }
 
-fn ns_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+/// The clock now if `mm` times its unmaps ([`crate::MmConfig::time_unmaps`]):
+/// the gather's times are read by the unmap statistics only.
+fn clock(mm: &AddressSpace) -> Option<Instant> {
+    mm.config.time_unmaps.then(Instant::now)
+}
+
+fn ns_since(t: Option<Instant>) -> u64 {
+    t.map_or(0, |t| u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl MmuGather {
@@ -197,7 +203,7 @@ impl MmuGather {
             return;
         }
         if !self.shot_down {
-            let begin = Instant::now();
+            let begin = clock(mm);
             // Only the collected owners when every change collected them.
             // Detached tables ask every CPU too: their entries were zapped
             // before, but not necessarily through this gather.
@@ -209,7 +215,7 @@ impl MmuGather {
                 mm.flush_tlb_begin_owners(&self.owners, range)
             };
             let barrier = ticket.forced_barrier();
-            let wait = Instant::now();
+            let wait = clock(mm);
             ticket.wait();
             let t = &mut self.times;
             t.flushes += 1;
@@ -219,7 +225,7 @@ impl MmuGather {
         }
         let t = &mut self.times;
         t.batches += u64::from(!self.frames.is_empty() || !self.tables.is_empty());
-        let free = Instant::now();
+        let free = clock(mm);
         self.need_flush = false;
         self.owners = CpuSet::EMPTY;
         self.cleared = None;
@@ -263,7 +269,7 @@ impl MmuGather {
         if self.flushed_tables.is_empty() {
             return;
         }
-        let t0 = Instant::now();
+        let t0 = clock(mm);
         let tables = std::mem::take(&mut self.flushed_tables);
         let n = tables.len() as u64;
         if wait_for_grace_period(GRACE_WAIT_LIMIT) {
@@ -371,7 +377,10 @@ mod tests {
         let phys = PhysMem::new(PhysConfig::new((pages + 64) * PAGE_SIZE)).unwrap();
         // Every flush asks every CPU: the pages are never filled from, so
         // under `FillOwners` only the flush of the page tables would.
-        let config = MmConfig::default().unmap_policy(policy).shootdown_targets(crate::ShootdownTargets::Broadcast);
+        let config = MmConfig::default()
+            .unmap_policy(policy)
+            .time_unmaps(true)
+            .shootdown_targets(crate::ShootdownTargets::Broadcast);
         let mm = AddressSpace::new(&phys, config).unwrap();
         let len = pages * PAGE_SIZE;
         let a = mm.mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, None, 0).unwrap();

@@ -24,6 +24,7 @@ use crate::pgtable::PMD_SIZE;
 use crate::vma::VmaTree;
 use crate::{page_align, PAGE_SIZE};
 
+use super::unmap::Reservation;
 use super::{MmConfig, PlacementPolicy};
 
 /// Bytes of one placement arena: the span of a PUD entry (1 GiB).
@@ -65,9 +66,41 @@ const MAP_32BIT_AREA: (u64, u64) = (0x4000_0000, 0x8000_0000);
 /// it does not fit, `EINVAL` for a misaligned fixed hugetlb address, `EPERM`
 /// below `mmap_min_addr` (`security_mmap_addr`, for every caller: mmap,
 /// mremap moves and expansions).
+#[cfg(all(test, not(loom)))]
 pub(crate) fn get_unmapped_area(
     cfg: &MmConfig,
     vmas: &VmaTree,
+    kind: AreaKind,
+    addr: u64,
+    len: u64,
+    flags: AreaFlags,
+) -> Result<u64> {
+    get_unmapped_area_avoiding(cfg, Obstacles { vmas, reserved: &[] }, kind, addr, len, flags)
+}
+
+/// What a search must not place a mapping on: the VMAs (with the guard gaps
+/// below growsdown ones) and the ranges lock-free unmaps still zap
+/// ([`super::MmState::reserved`], no guard gap), which the search skips
+/// where it meets them instead of searching a copy of the tree with a
+/// stand-in VMA per range (no allocation, no `Vma` made under the lock).
+#[derive(Clone, Copy)]
+pub(crate) struct Obstacles<'a> {
+    pub(crate) vmas: &'a VmaTree,
+    pub(crate) reserved: &'a [Reservation],
+}
+
+impl Obstacles<'_> {
+    /// The reserved range overlapping `[a, a + len)`, if any.
+    fn reserved_in(&self, a: u64, len: u64) -> Option<&Reservation> {
+        self.reserved.iter().find(|r| a < r.end && r.start < a.saturating_add(len))
+    }
+}
+
+/// [`get_unmapped_area`] that also avoids `obstacles.reserved`: the address
+/// a search of the VMAs plus a stand-in VMA per reserved range would find.
+pub(crate) fn get_unmapped_area_avoiding(
+    cfg: &MmConfig,
+    vmas: Obstacles<'_>,
     kind: AreaKind,
     addr: u64,
     len: u64,
@@ -99,7 +132,7 @@ pub(crate) fn get_unmapped_area(
 /// `__thp_get_unmapped_area`: search for `len + 2 MiB` and align inside it;
 /// with a top-down layout an already aligned result moves up by 2 MiB, so the
 /// mapping ends as high as it can.
-fn thp_get_unmapped_area(cfg: &MmConfig, vmas: &VmaTree, len: u64, flags: AreaFlags) -> Option<u64> {
+fn thp_get_unmapped_area(cfg: &MmConfig, vmas: Obstacles<'_>, len: u64, flags: AreaFlags) -> Option<u64> {
     let len_pad = len.checked_add(PMD_SIZE)?;
     let ret = arch_get_unmapped_area_topdown(cfg, vmas, 0, len_pad, flags, PAGE_SIZE).ok()?;
     let off_sub = ret.wrapping_neg() & (PMD_SIZE - 1);
@@ -112,7 +145,7 @@ fn thp_get_unmapped_area(cfg: &MmConfig, vmas: &VmaTree, len: u64, flags: AreaFl
 /// hint is the caller's to align).
 fn arch_get_unmapped_area_topdown(
     cfg: &MmConfig,
-    vmas: &VmaTree,
+    vmas: Obstacles<'_>,
     addr: u64,
     len: u64,
     flags: AreaFlags,
@@ -134,7 +167,9 @@ fn arch_get_unmapped_area_topdown(
         }
         if addr != 0 {
             let addr = page_align(addr);
-            if end - len >= addr && vmas.find_from(addr).is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap))
+            if end - len >= addr
+                && vmas.vmas.find_from(addr).is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap))
+                && vmas.reserved_in(addr, len).is_none()
             {
                 return Ok(addr);
             }
@@ -145,8 +180,10 @@ fn arch_get_unmapped_area_topdown(
     if addr != 0 {
         let addr = addr & !(PAGE_SIZE - 1);
         if cfg.task_size - len >= addr {
-            let next = vmas.find_from(addr);
-            if next.is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap)) {
+            let next = vmas.vmas.find_from(addr);
+            if next.is_none_or(|v| addr + len <= v.start_gap(cfg.stack_guard_gap))
+                && vmas.reserved_in(addr, len).is_none()
+            {
                 return Ok(addr);
             }
         }
@@ -251,7 +288,7 @@ mod slot {
 /// `MAP_32BIT`.)
 fn hugetlb_get_unmapped_area(
     cfg: &MmConfig,
-    vmas: &VmaTree,
+    vmas: Obstacles<'_>,
     addr: u64,
     len: u64,
     size: u64,
@@ -273,7 +310,7 @@ fn hugetlb_get_unmapped_area(
 /// does, by searching for `len` plus the alignment's slack and aligning
 /// inside the gap found.
 fn unmapped_area_topdown_aligned(
-    vmas: &VmaTree,
+    vmas: Obstacles<'_>,
     len: u64,
     low: u64,
     high: u64,
@@ -281,7 +318,18 @@ fn unmapped_area_topdown_aligned(
     align: u64,
 ) -> Option<u64> {
     let padded = len.checked_add(align - PAGE_SIZE)?;
-    let a = unmapped_area_topdown(vmas, padded, low, high, guard_gap)?;
+    // The highest gap of the VMAs; one that overlaps a reserved range
+    // means no fit above the range's start (every fit is at or below the
+    // one found), so search again below it. Each try lowers `high` past a
+    // reserved range: at most one try per range.
+    let mut high = high;
+    let a = loop {
+        let a = unmapped_area_topdown(vmas.vmas, padded, low, high, guard_gap)?;
+        match vmas.reserved_in(a, padded) {
+            None => break a,
+            Some(r) => high = r.start,
+        }
+    };
     // The gap's top is `a + padded`; the highest aligned start below it.
     Some((a + padded - len) & !(align - 1))
 }
@@ -304,17 +352,32 @@ pub(crate) fn unmapped_area_topdown(vmas: &VmaTree, len: u64, low: u64, high: u6
 /// with `[a, a+len)` in a gap and `a + len <= high`, found by searching for
 /// `len` plus the alignment's slack (`align - PAGE_SIZE`, none for 4 KiB)
 /// and aligning up inside the gap found.
-fn unmapped_area(vmas: &VmaTree, len: u64, low: u64, high: u64, guard_gap: u64, align: u64) -> Option<u64> {
+fn unmapped_area(vmas: Obstacles<'_>, len: u64, low: u64, high: u64, guard_gap: u64, align: u64) -> Option<u64> {
     let padded = len.checked_add(align - PAGE_SIZE)?;
+    // As `unmapped_area_topdown_aligned`, upwards: a gap found overlapping
+    // a reserved range means no fit below its end.
+    let mut low = low;
+    loop {
+        let a = unmapped_area_vmas(vmas.vmas, padded, low, high, guard_gap)?;
+        match vmas.reserved_in(a, padded) {
+            None => return Some(a.next_multiple_of(align)),
+            Some(r) => low = r.end,
+        }
+    }
+}
+
+/// The lowest `a >= low` with `[a, a+padded)` in a gap between the VMAs
+/// and `a + padded <= high`.
+fn unmapped_area_vmas(vmas: &VmaTree, padded: u64, low: u64, high: u64, guard_gap: u64) -> Option<u64> {
     let mut bottom = vmas.find(low).map_or(low, |v| v.end);
     for v in vmas.overlapping(bottom, high) {
         let top = v.start_gap(guard_gap).min(high);
         if top >= bottom && top - bottom >= padded {
-            return Some(bottom.next_multiple_of(align));
+            return Some(bottom);
         }
         bottom = bottom.max(v.end);
     }
-    (high >= bottom && high - bottom >= padded).then(|| bottom.next_multiple_of(align))
+    (high >= bottom && high - bottom >= padded).then_some(bottom)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -671,5 +734,51 @@ mod tests {
             get_unmapped_area(&cfg, &t, AreaKind::Anon, 0, 2 * MIB, AreaFlags::fixed(false)),
             Ok(100 * MIB + 0x1000)
         );
+    }
+
+    /// Skipping reserved ranges in place finds the address the search of a
+    /// copy of the tree with a stand-in VMA per range (the old
+    /// `AddressSpace::placement_view`, now gone) found, for every kind of search: top-down with
+    /// and without THP alignment, hints, hugetlb, `MAP_32BIT`'s bottom-up
+    /// window and the bottom-up fallback.
+    #[test]
+    fn skipping_reserved_ranges_in_place_finds_what_stand_ins_found() {
+        let p = phys();
+        let cfg = small();
+        let vmas = [(188 * MIB, 190 * MIB, false), (150 * MIB, 170 * MIB, false), (60 * MIB, 61 * MIB, false)];
+        let reserved_sets: [&[(u64, u64)]; 5] = [
+            &[],
+            &[(186 * MIB, 188 * MIB)],
+            &[(190 * MIB, 191 * MIB), (180 * MIB, 186 * MIB)],
+            &[(171 * MIB, 172 * MIB), (176 * MIB, 187 * MIB), (140 * MIB, 149 * MIB)],
+            &[(62 * MIB, 150 * MIB), (170 * MIB, 188 * MIB), (1024 * MIB + 4096, 1100 * MIB)],
+        ];
+        let big = MmConfig { task_size: 4096 * MIB, mmap_base: 192 * MIB, ..small() };
+        for reserved in reserved_sets {
+            let t = tree(&p, &vmas);
+            let mut stand_ins = t.clone();
+            for &(start, end) in reserved {
+                stand_ins.insert(Vma::new(&p, start, end, VmFlags::empty(), 0, None, None));
+            }
+            let res: Vec<_> = reserved.iter().map(|&(s, e)| crate::mm::unmap::Reservation::for_test(s, e)).collect();
+            let obstacles = Obstacles { vmas: &t, reserved: &res };
+            for cfg in [&cfg, &big] {
+                for len in [PAGE_SIZE, 2 * MIB, 3 * MIB, 10 * MIB, 40 * MIB] {
+                    for hint in [0, 100 * MIB, 185 * MIB, 187 * MIB, 1030 * MIB] {
+                        for kind in [AreaKind::Anon, AreaKind::Other, AreaKind::Huge(2 * MIB)] {
+                            for low32 in [false, true] {
+                                let flags = AreaFlags { fixed: false, low32 };
+                                let want = get_unmapped_area(cfg, &stand_ins, kind, hint, len, flags);
+                                let got = get_unmapped_area_avoiding(cfg, obstacles, kind, hint, len, flags);
+                                assert_eq!(
+                                    got, want,
+                                    "reserved {reserved:x?}, len {len:#x}, hint {hint:#x}, {kind:?}, low32 {low32}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

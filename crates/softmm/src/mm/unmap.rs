@@ -114,16 +114,21 @@ use std::time::Instant;
 
 use crate::error::Result;
 use crate::pgtable::PMD_SIZE;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::gather::GatherTimes;
+#[cfg(all(test, not(loom)))]
+use super::WriterPolicy;
 use super::{AddressSpace, MmState, MmapWriteGuard, MmuGather, UnmapPolicy};
 
 /// Where the unmaps of [`AddressSpace::munmap`] (and the
 /// shrinks of `mremap` and `brk`) spent their time, summed over the address
 /// space's life ([`crate::MmStats::unmap`]): what a large unmap costs, and
 /// what it makes others wait for. The times are wall-clock (a descheduled
-/// thread's time counts), measured around each part with `Instant`. More
+/// thread's time counts), measured around each part with `Instant` in an
+/// address space that asks for them ([`crate::MmConfig::time_unmaps`]; 0
+/// otherwise). More
 /// counters may come: read the fields, never build one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -198,6 +203,29 @@ impl UnmapStats {
         THIS_THREAD.with(|c| c.get())
     }
 
+    /// Adds `o`'s sums.
+    fn merge(&mut self, o: &UnmapStats) {
+        let add = |a: &mut u64, v: u64| *a = a.saturating_add(v);
+        add(&mut self.unmaps, o.unmaps);
+        add(&mut self.total_ns, o.total_ns);
+        add(&mut self.write_hold_ns, o.write_hold_ns);
+        add(&mut self.read_hold_ns, o.read_hold_ns);
+        add(&mut self.lock_wait_ns, o.lock_wait_ns);
+        add(&mut self.zap_ns, o.zap_ns);
+        add(&mut self.pgtable_ns, o.pgtable_ns);
+        add(&mut self.flushes, o.flushes);
+        add(&mut self.flush_ns, o.flush_ns);
+        add(&mut self.flush_wait_ns, o.flush_wait_ns);
+        add(&mut self.free_ns, o.free_ns);
+        add(&mut self.frames, o.frames);
+        add(&mut self.barriers, o.barriers);
+        add(&mut self.batches, o.batches);
+        add(&mut self.shared_writes, o.shared_writes);
+        add(&mut self.table_free_ns, o.table_free_ns);
+        add(&mut self.tables_freed_here, o.tables_freed_here);
+        add(&mut self.tables_deferred, o.tables_deferred);
+    }
+
     /// Adds one unmap's times.
     fn add(&mut self, t: &UnmapTimes, g: &GatherTimes, total_ns: u64) {
         let add = |a: &mut u64, v: u64| *a = a.saturating_add(v);
@@ -232,9 +260,17 @@ std::thread_local! {
     }) };
 }
 
-/// The atomic sums behind [`UnmapStats`], one per address space.
+/// The sums behind [`UnmapStats`], one per address space, kept per CPU
+/// slot: an unmap adds to its own slot's lines only.
 #[derive(Default)]
 pub(crate) struct UnmapCounters {
+    slots: crate::sync::percpu::PerCpu<UnmapSlot>,
+}
+
+/// One CPU slot's sums ([`UnmapCounters`]). Statistics, read after the
+/// unmaps they count returned: `std`'s atomics, Relaxed.
+#[derive(Default)]
+struct UnmapSlot {
     unmaps: AtomicU64,
     total_ns: AtomicU64,
     write_hold_ns: AtomicU64,
@@ -265,32 +301,47 @@ impl UnmapCounters {
             s.add(t, g, total_ns);
             c.set(s);
         });
+        let s = self.slots.mine();
         // Relaxed: statistics, read after the unmaps they count returned.
+        // A field that did not change is not written.
         let add = |c: &AtomicU64, v: u64| {
-            c.fetch_add(v, Ordering::Relaxed);
+            if v != 0 {
+                c.fetch_add(v, Ordering::Relaxed);
+            }
         };
-        add(&self.unmaps, 1);
-        add(&self.total_ns, total_ns);
-        add(&self.write_hold_ns, t.write_hold_ns);
-        add(&self.read_hold_ns, t.read_hold_ns);
-        add(&self.lock_wait_ns, t.lock_wait_ns);
-        add(&self.zap_ns, t.zap_ns);
-        add(&self.pgtable_ns, t.pgtable_ns);
-        add(&self.flushes, g.flushes);
-        add(&self.flush_ns, g.flush_ns);
-        add(&self.flush_wait_ns, g.flush_wait_ns);
-        add(&self.free_ns, g.free_ns);
-        add(&self.frames, g.frames);
-        add(&self.barriers, g.barriers);
-        add(&self.batches, g.batches);
-        add(&self.shared_writes, t.shared_writes);
-        add(&self.table_free_ns, g.table_free_ns);
-        add(&self.tables_freed_here, g.tables_freed_here);
-        add(&self.tables_deferred, g.tables_deferred);
+        add(&s.unmaps, 1);
+        add(&s.total_ns, total_ns);
+        add(&s.write_hold_ns, t.write_hold_ns);
+        add(&s.read_hold_ns, t.read_hold_ns);
+        add(&s.lock_wait_ns, t.lock_wait_ns);
+        add(&s.zap_ns, t.zap_ns);
+        add(&s.pgtable_ns, t.pgtable_ns);
+        add(&s.flushes, g.flushes);
+        add(&s.flush_ns, g.flush_ns);
+        add(&s.flush_wait_ns, g.flush_wait_ns);
+        add(&s.free_ns, g.free_ns);
+        add(&s.frames, g.frames);
+        add(&s.barriers, g.barriers);
+        add(&s.batches, g.batches);
+        add(&s.shared_writes, t.shared_writes);
+        add(&s.table_free_ns, g.table_free_ns);
+        add(&s.tables_freed_here, g.tables_freed_here);
+        add(&s.tables_deferred, g.tables_deferred);
     }
 
     /// The sums so far.
     pub(crate) fn stats(&self) -> UnmapStats {
+        let mut sum = UnmapStats::default();
+        for slot in self.slots.iter() {
+            sum.merge(&slot.stats());
+        }
+        sum
+    }
+}
+
+impl UnmapSlot {
+    /// This slot's sums.
+    fn stats(&self) -> UnmapStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         UnmapStats {
             unmaps: get(&self.unmaps),
@@ -315,13 +366,17 @@ impl UnmapCounters {
     }
 }
 
-fn ns_since(t: Instant) -> u64 {
-    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+fn ns_since(t: Option<Instant>) -> u64 {
+    t.map_or(0, |t| u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// One unmap's times, outside its gather's.
+/// One unmap's times, outside its gather's. Read from the clock only when
+/// the address space asks for them ([`crate::MmConfig::time_unmaps`]): a
+/// small unmap's dozen clock reads cost as much as its write section.
 struct UnmapTimes {
-    entry: Instant,
+    /// The clock at entry; `None` when the unmap is not timed, and then
+    /// every time stays 0.
+    entry: Option<Instant>,
     write_hold_ns: u64,
     read_hold_ns: u64,
     lock_wait_ns: u64,
@@ -333,9 +388,9 @@ struct UnmapTimes {
 }
 
 impl UnmapTimes {
-    fn new() -> UnmapTimes {
+    fn new(timed: bool) -> UnmapTimes {
         UnmapTimes {
-            entry: Instant::now(),
+            entry: timed.then(Instant::now),
             write_hold_ns: 0,
             read_hold_ns: 0,
             lock_wait_ns: 0,
@@ -345,9 +400,14 @@ impl UnmapTimes {
         }
     }
 
+    /// The clock now, if this unmap is timed.
+    fn now(&self) -> Option<Instant> {
+        self.entry.map(|_| Instant::now())
+    }
+
     /// Runs `f`, adding its time to the field `at` selects.
     fn time<R>(&mut self, at: fn(&mut UnmapTimes) -> &mut u64, f: impl FnOnce() -> R) -> R {
-        let t = Instant::now();
+        let t = self.now();
         let r = f();
         let v = at(self);
         *v = v.saturating_add(ns_since(t));
@@ -386,6 +446,12 @@ impl Reservation {
     fn overlaps(&self, start: u64, end: u64) -> bool {
         start < self.end && self.start < end
     }
+
+    /// A reservation of `[start, end)` nobody waits on, for placement tests.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn for_test(start: u64, end: u64) -> Reservation {
+        Reservation { start, end, done: Arc::default() }
+    }
 }
 
 impl AddressSpace {
@@ -409,18 +475,6 @@ impl AddressSpace {
         }
     }
 
-    /// The VMA tree a placement without `MAP_FIXED` searches: the mappings,
-    /// plus a stand-in VMA for every reserved range, so no mapping is placed
-    /// in one.
-    pub(crate) fn placement_view(&self, st: &MmState) -> crate::vma::VmaTree {
-        let mut view = st.vmas.clone();
-        for r in &st.reserved {
-            let flags = crate::vma::VmFlags::empty();
-            view.insert(crate::vma::Vma::new(&self.phys, r.start, r.end, flags, 0, None, None));
-        }
-        view
-    }
-
     /// Unmaps `[start, end)` (page aligned, non-empty) with the address
     /// space's [`UnmapPolicy`], starting with `st` held; Linux's
     /// `do_vmi_align_munmap(..., unlock=true)`. `after_detach` runs under the
@@ -435,7 +489,7 @@ impl AddressSpace {
         end: u64,
         after_detach: impl FnOnce(&mut MmState),
     ) -> Result<()> {
-        let mut t = UnmapTimes::new();
+        let mut t = UnmapTimes::new(self.config.time_unmaps);
         let mut tlb = MmuGather::default();
         if end - start >= KEEP_TABLES_MIN_SPAN {
             tlb.keep_tables();
@@ -474,7 +528,7 @@ impl AddressSpace {
                         Some(g) => g,
                         None => t.time(|t| &mut t.lock_wait_ns, || self.write_lock()),
                     };
-                    let held = Instant::now();
+                    let held = t.now();
                     let res = self.do_munmap_timed(&mut g, from, to, tlb, t);
                     if res.is_ok() {
                         if let Some(f) = after_detach.take() {
@@ -500,7 +554,7 @@ impl AddressSpace {
                 let removed = st.vmas.take_removed();
                 let st = st.downgrade();
                 t.write_hold_ns += ns_since(t.entry);
-                let held = Instant::now();
+                let held = t.now();
                 if let Some((lo, hi)) = span? {
                     // Writers wait for the read lock: the VMAs around the
                     // range, hence the floor and ceiling, cannot change.
@@ -515,7 +569,20 @@ impl AddressSpace {
             UnmapPolicy::LockFree => {
                 let span = self.detach_vmas(&mut st, start, end)?;
                 after_detach(&mut st);
-                let Some((lo, hi)) = span.filter(|&(lo, hi)| hi - lo > LOCK_FREE_MIN_SPAN) else {
+                // Under `WriterPolicy::Short*`, a range with no leaf table
+                // has nothing to zap and finishes here, in this section (its
+                // empty walk and `free_pgtables` cost less than the two
+                // sections and the reservation of the lock-free path). The
+                // answer cannot change while the write lock is held: the
+                // VMAs are detached, and a fault allocates a table only
+                // under mmap_lock or the per-VMA lock, which the detach
+                // waited for. Were it wrong, the in-section path would still
+                // be right (it zaps whatever it finds), only slower.
+                let lock_free = |&(lo, hi): &(u64, u64)| {
+                    hi - lo > LOCK_FREE_MIN_SPAN
+                        && (!self.config.writer_policy.short_unmap() || self.has_leaf_tables(lo, hi))
+                };
+                let Some((lo, hi)) = span.filter(lock_free) else {
                     if let Some((lo, hi)) = span {
                         self.zap_span_timed(&st, lo, hi, tlb, t);
                     }
@@ -625,7 +692,7 @@ impl AddressSpace {
         // mapping's entries (its faults would find them present, forever).
         self.unreachable.remove(lo, hi);
         let mut st = t.time(|t| &mut t.lock_wait_ns, || self.write_lock());
-        let held = Instant::now();
+        let held = t.now();
         st.reserved.retain(|r| !Arc::ptr_eq(&r.done, done));
         t.time(|t| &mut t.pgtable_ns, || self.free_pgtables(&st, lo, hi, tlb));
         drop(st);
@@ -741,7 +808,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(!b.is_finished(), "MAP_FIXED over a reserved range did not wait");
         mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
-        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new(true));
         tlb.finish(&mm);
         drop(held);
         b.join().unwrap();
@@ -781,7 +848,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert!(!b.is_finished(), "munmap over a reserved range returned before it was empty");
         mm.zap_range(lo + 2 * PAGE_SIZE, hi, &mut tlb, |_| true);
-        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new(true));
         tlb.finish(&mm);
         drop(held);
         assert!(b.join().unwrap(), "an entry was left when the second munmap returned");
@@ -824,7 +891,7 @@ mod tests {
         phys.fill(old, 0, REUSED, PAGE_SIZE as usize);
         let after = cpu.read_u64(last);
         assert!(segv(&after), "a stale TLB entry read a freed, reused frame: {after:x?}");
-        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new());
+        mm.release(lo, hi, &done, &mut tlb, &mut UnmapTimes::new(true));
         tlb.finish(&mm);
         drop(held);
         drop(cpu);
@@ -867,6 +934,49 @@ mod tests {
             drop(mm);
             let s = phys.quiesce();
             assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?} {s:?}");
+        }
+    }
+
+    /// `mmap_lock` write sections of one `mmap` and one `munmap` of
+    /// `len` bytes (`touch`: its first and last pages written in between).
+    fn write_sections_of_map_and_unmap(policy: WriterPolicy, len: u64, touch: bool) -> u64 {
+        let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, crate::MmConfig::default().writer_policy(policy)).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        let before = mm.stats().mmap_lock_write;
+        // Not charged: more than the arena's RAM.
+        let a = mm.mmap(0, len, RW, ANON | MAP_NORESERVE, None, 0).unwrap();
+        if touch {
+            cpu.write_u64(a, 1).unwrap();
+            cpu.write_u64(a + len - PAGE_SIZE, 1).unwrap();
+        }
+        mm.munmap(a, len).unwrap();
+        let sections = mm.stats().mmap_lock_write - before;
+        assert_eq!(mm.stats().map_count, 0);
+        for va in (a..a + len).step_by(PMD_SIZE as usize) {
+            assert!(mm.pte_at(va).is_none(), "{policy:?}: an entry outlived the munmap at {va:#x}");
+        }
+        drop(cpu);
+        drop(mm);
+        let s = phys.quiesce();
+        assert_eq!((s.frames_used, s.page_tables, s.vmas), (0, 0, 0), "{policy:?} {s:?}");
+        sections
+    }
+
+    /// will-it-scale's mmap1 op, a map and an unmap of 128 MiB never
+    /// touched: the short writer policies find nothing to zap under the
+    /// first write section of the unmap and end there (2 sections in all,
+    /// as Linux's 2 `mmap_write_lock`s); `reserve` takes the lock-free
+    /// path and its third section. A touched range takes the lock-free
+    /// path under every policy.
+    #[test]
+    fn an_untouched_range_unmaps_in_one_write_section() {
+        let len = 128 << 20;
+        for &policy in WriterPolicy::ALL {
+            let untouched = write_sections_of_map_and_unmap(policy, len, false);
+            let want = if policy.short_unmap() { 2 } else { 3 };
+            assert_eq!(untouched, want, "{policy:?}: write sections of an untouched map and unmap");
+            assert_eq!(write_sections_of_map_and_unmap(policy, len, true), 3, "{policy:?}: a touched range");
         }
     }
 

@@ -81,6 +81,8 @@ impl UnreachableRanges {
 
     fn replace(&self, change: impl FnOnce(&mut Vec<(u64, u64)>)) {
         let _w = self.write.lock();
+        // The mutex (lock and unlock) and the list pointer every fill reads.
+        crate::sync::shared_write(3);
         let guard = crossbeam_epoch::pin();
         // Relaxed: replacements are serialized by `write`.
         let cur = self.list.load(Ordering::Relaxed, &guard);

@@ -26,11 +26,13 @@
 mod loom_lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
+pub(crate) mod percpu;
 mod seqcount;
 mod shared_write;
 mod vma_lock;
 
 pub use seqcount::SeqCount;
+pub use shared_write::shared_writes_this_thread;
 pub(crate) use shared_write::{shared_write, shared_writes_so_far};
 pub use vma_lock::VmaLock;
 

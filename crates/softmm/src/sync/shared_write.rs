@@ -24,6 +24,19 @@ pub(crate) fn shared_write(n: u64) {
     let _ = n;
 }
 
+/// The calling thread's count of writes to memory that other CPUs also
+/// write, so far: by its CPUs' faults and by its own calls (`mmap`,
+/// `munmap` and the other writers of an address space: the `mmap_lock`
+/// word and sequence count, the published VMA tree, the arena's commit
+/// charge and VMA count, the reservations of a lock-free unmap). 0 without
+/// the `shared-write-stats` feature. Not counted: the reference counts an
+/// imbl node copy increments (one per `Arc<Vma>` of the copied node).
+///
+/// Read it before and after a call to see that call's count.
+pub fn shared_writes_this_thread() -> u64 {
+    shared_writes_so_far()
+}
+
 /// The calling thread's shared-write count so far (0 without the feature).
 #[inline]
 pub(crate) fn shared_writes_so_far() -> u64 {

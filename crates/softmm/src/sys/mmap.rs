@@ -10,7 +10,7 @@ use crate::vma::{AnonVma, Vma, VmaDesc, VmaOps, DEFAULT_VM_OPS};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{accounted_pages, total_vm};
-use crate::mm::layout::{get_unmapped_area, AreaFlags, AreaKind};
+use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
 use crate::mm::{AddressSpace, MmState, MmuGather, OvercommitMode};
 
 /// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
@@ -207,7 +207,7 @@ impl AddressSpace {
             return Err(Errno::Overflow);
         }
         // MAP_FIXED waits for a range a lock-free unmap still zaps; any
-        // other placement goes around it (`placement_view`).
+        // other placement goes around it (`Obstacles`).
         let fixed_range = if fixed { (addr, addr.saturating_add(len)) } else { (0, 0) };
         let mut st = self.write_lock_clear_of(|_| [fixed_range, (0, 0)]);
         if st.vmas.len() > self.config.max_map_count {
@@ -231,14 +231,10 @@ impl AddressSpace {
             _ => AreaKind::Other,
         };
         let area_flags = AreaFlags { fixed, low32: flags & MAP_32BIT != 0 };
-        let view;
-        let vmas = if st.reserved.is_empty() || fixed {
-            &st.vmas
-        } else {
-            view = self.placement_view(&st);
-            &view
-        };
-        let addr = get_unmapped_area(&self.config, vmas, kind, addr, len, area_flags)?;
+        // A fixed range was waited for; any other goes around reserved ranges.
+        let reserved = if fixed { &[][..] } else { &st.reserved[..] };
+        let obstacles = Obstacles { vmas: &st.vmas, reserved };
+        let addr = get_unmapped_area_avoiding(&self.config, obstacles, kind, addr, len, area_flags)?;
         if flags & MAP_FIXED_NOREPLACE != 0 && st.vmas.overlapping(addr, addr + len).next().is_some() {
             return Err(Errno::Exist);
         }

@@ -7,7 +7,7 @@ use crate::vma::{Vma, VmaTree};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{locked_vm, total_vm};
-use crate::mm::layout::{get_unmapped_area, AreaFlags, AreaKind};
+use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
 use crate::mm::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
@@ -302,14 +302,9 @@ impl AddressSpace {
         let hint = if flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 { new_addr } else { 0 };
         let fixed = flags & MREMAP_FIXED != 0;
         // A fixed target was waited for; any other goes around reserved ranges.
-        let view;
-        let vmas = if st.reserved.is_empty() || fixed {
-            &st.vmas
-        } else {
-            view = self.placement_view(st);
-            &view
-        };
-        get_unmapped_area(&self.config, vmas, kind, hint, new_len, AreaFlags::fixed(fixed))
+        let reserved = if fixed { &[][..] } else { &st.reserved[..] };
+        let obstacles = Obstacles { vmas: &st.vmas, reserved };
+        get_unmapped_area_avoiding(&self.config, obstacles, kind, hint, new_len, AreaFlags::fixed(fixed))
     }
 
     /// Linux's `move_vma`: a copy of the VMA part `[addr, addr+old_len)` grown

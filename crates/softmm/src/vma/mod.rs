@@ -173,6 +173,8 @@ impl Drop for Vma {
         self.put_file();
         drop(self.file.take());
         self.acct.account_vma(-1);
+        // `acct`'s `Arc<PhysMem>` count, one line for the whole arena.
+        crate::sync::shared_write(1);
     }
 }
 
@@ -190,6 +192,8 @@ impl Vma {
     ) -> Vma {
         debug_assert!(start < end);
         phys.account_vma(1);
+        // `acct`'s `Arc<PhysMem>` count below, one line for the whole arena.
+        crate::sync::shared_write(1);
         if let Some(f) = &file {
             f.ihold();
         }

@@ -1,0 +1,50 @@
+//! The shared-write counts of the address-space writers (issue 32; build
+//! with `--features shared-write-stats`): will-it-scale's mmap1 op, a map
+//! and an unmap of 128 MiB never touched, under each writer policy.
+#![cfg(feature = "shared-write-stats")]
+
+use softmm::uapi::*;
+use softmm::{AddressSpace, MmConfig, Overcommit, OvercommitMode, PhysConfig, PhysMem, WriterPolicy};
+
+const LEN: u64 = 128 << 20;
+
+/// Shared-line writes per mmap1 op of the calling thread, in steady state.
+fn per_op(policy: WriterPolicy) -> f64 {
+    let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+    // Charged (it is private and writable), and let through by `always`
+    // although it is larger than the arena.
+    phys.set_overcommit(Overcommit::for_ram(2048).mode(OvercommitMode::Always));
+    let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(policy)).unwrap();
+    let op = || {
+        let a = mm.mmap(0, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        mm.munmap(a, LEN).unwrap();
+    };
+    op();
+    const OPS: u64 = 64;
+    let before = softmm::shared_writes_this_thread();
+    for _ in 0..OPS {
+        op();
+    }
+    let n = softmm::shared_writes_this_thread() - before;
+    assert_eq!(phys.committed_pages(), 0);
+    n as f64 / OPS as f64
+}
+
+/// The default policy's op writes the `mmap_lock` word and sequence count
+/// of its two write sections (8), its two publications (2) and the
+/// `Arc<PhysMem>` count of the VMA it makes and drops (2); nothing for the
+/// commit charge or the statistics. The VMAs are dropped by the epoch's
+/// collector, on whichever thread and op collects, so an average over a
+/// few ops may be off by one. `reserve`'s third section and its
+/// unreachable-range updates write about ten more.
+#[test]
+fn an_mmap1_op_writes_about_twelve_shared_lines() {
+    for &policy in WriterPolicy::ALL {
+        // Printed for the record (`-- --nocapture`).
+        eprintln!("{:10} {:.2} shared writes per mmap1 op", policy.name(), per_op(policy));
+    }
+    let default = per_op(WriterPolicy::default());
+    assert!(default <= 13.0, "{default} shared writes per op");
+    let reserve = per_op(WriterPolicy::Reserve);
+    assert!(reserve >= default + 8.0, "reserve: {reserve}, default: {default}");
+}
