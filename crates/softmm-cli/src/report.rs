@@ -517,7 +517,18 @@ pub fn wrap(text: &str, indent: &str) -> String {
     for para in text.split('\n') {
         let mut line: String = para.chars().take_while(|c| *c == ' ').collect();
         let mut empty = true;
+        // A glossed term (`name:`) stays on the line of its gloss's first word.
+        let mut words: Vec<String> = Vec::new();
         for word in para.split_whitespace() {
+            match words.last_mut() {
+                Some(last) if last.ends_with(':') && !last.contains(' ') => {
+                    last.push(' ');
+                    last.push_str(word);
+                }
+                _ => words.push(word.to_string()),
+            }
+        }
+        for word in &words {
             if !empty && line.chars().count() + 1 + word.chars().count() > COLUMNS {
                 out.push_str(&line);
                 out.push('\n');
@@ -821,7 +832,9 @@ pub fn table(samples: &[Sample]) -> String {
         let suffixes: Vec<&str> = policies.iter().flat_map(|p| p.split('+').skip(1)).collect();
         out.push_str("Policies:\n");
         out.push_str(&crate::seeds::legend(kind, &base));
-        out.push_str(&crate::seeds::legend("targets", &base));
+        // The host's line is the fault legend's.
+        let soft: Vec<&str> = base.iter().copied().filter(|p| *p != "host").collect();
+        out.push_str(&crate::seeds::legend("targets", &soft));
         let placed = crate::seeds::legend("placement", &suffixes);
         if !placed.is_empty() {
             out.push_str("Placements (`+name`; rows without one place as Linux):\n");
@@ -835,8 +848,7 @@ pub fn table(samples: &[Sample]) -> String {
         // tlb-flush --madvise's rows (the host's line is the fault legend's).
         let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
         out.push_str(&crate::seeds::legend("madvise", &madvise));
-        let writers: Vec<&str> = base.iter().copied().filter(|p| *p != "host").collect();
-        out.push_str(&crate::seeds::legend("writers", &writers));
+        out.push_str(&crate::seeds::legend("writers", &soft));
     }
     out
 }
