@@ -25,4 +25,11 @@ out=pin; run pin --size 1G $threads --json pin.json
 for w in page-fault1 page-fault2 page-fault3 mmap1 mmap2 tlb-flush; do
     out=$w; run "$w" $threads --mode threads,processes --json "$w.json" --plot "$w.svg"
 done
+# Old against new designs of issues 26 and 32, each axis in one run: the
+# shootdown targets (broadcast, fill-owners) and their posting (locked,
+# adaptive); the writers' serialized path (reserve, short).
+out=shootdowns; run tlb-flush $threads --mode threads --policy default,broadcast --posting locked,adaptive \
+    --duration 0.5 --json shootdowns.json
+out=writers; run mmap1,mmap2 $threads --mode threads,processes --policy reserve,short,host --duration 0.5 \
+    --json writers.json
 out=cortenmm; run cortenmm ${CORTENMM_THREADS:+--threads $CORTENMM_THREADS} --json cortenmm.json --plot cortenmm.svg
