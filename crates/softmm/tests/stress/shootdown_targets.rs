@@ -60,10 +60,13 @@ fn mm_under(p: &Arc<softmm::PhysMem>, targets: ShootdownTargets) -> Arc<AddressS
 /// The change in the counters from `before` to now.
 fn since(mm: &AddressSpace, before: TlbStats) -> (u64, u64, u64, u64) {
     let s = mm.stats().tlb;
+    // A remote request is covered once, by a barrier this shootdown issued,
+    // one it joined, or (adaptive posting) the target's own fences.
+    let covered = |t: &TlbStats| t.barriers + t.barriers_joined + t.barriers_skipped;
     (
         s.flushes - before.flushes,
         s.flush_requests - before.flush_requests,
-        s.barriers - before.barriers,
+        covered(&s) - covered(&before),
         s.local_flushes - before.local_flushes,
     )
 }
