@@ -43,7 +43,12 @@ fn builder() -> loom::model::Builder {
 /// copy: that is the TLB-hit case of a longer-lived entry, in one access.
 fn writeback_vs_store() -> (u64, Option<bool>) {
     let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    // Every CPU asked, the design this model proved page_mkclean's flush
+    // necessary under. Under the default fill-owner targets the variant
+    // without the flush is not caught within the bound: why is open (see
+    // issue 26's note), so the model keeps the configuration it proves.
+    let config = MmConfig::default().shootdown_targets(crate::tlb::ShootdownTargets::Broadcast);
+    let mm = AddressSpace::new(&phys, config).unwrap();
     let file = File::with_memory_backing(&phys, "f", PAGE_SIZE);
     let open = OpenFile::read_write(&file);
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&open), 0).unwrap();

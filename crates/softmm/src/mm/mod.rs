@@ -108,7 +108,7 @@ pub(crate) struct LockCounts {
 
 impl MmCounters {
     /// The sums over the slots of (write, read) acquisitions.
-    fn lock_counts(&self) -> (u64, u64) {
+    pub(crate) fn lock_counts(&self) -> (u64, u64) {
         let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         self.locks.iter().fold((0, 0), |(w, r), s| (w + get(&s.write), r + get(&s.read)))
     }

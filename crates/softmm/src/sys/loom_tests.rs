@@ -58,9 +58,9 @@ fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
 /// `MADV_DONTNEED` of `a`'s page from the calling thread, with whether it
 /// ran without `mmap_lock` (its `mmap_lock_read` count did not move).
 fn dontneed(mm: &AddressSpace, a: u64) -> (Result<()>, bool) {
-    let before = mm.stats().mmap_lock_read;
+    let before = mm.counters.lock_counts().1;
     let r = mm.madvise(a, PAGE_SIZE, MADV_DONTNEED);
-    (r, mm.stats().mmap_lock_read == before)
+    (r, mm.counters.lock_counts().1 == before)
 }
 
 /// What one execution found wrong, reported rather than panicked (a panic
