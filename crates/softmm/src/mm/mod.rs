@@ -572,8 +572,15 @@ impl AddressSpace {
             let guard = crossbeam_epoch::pin();
             let mut stopped = None;
             for leaf in self.pgtables.leaves(from, end, &guard) {
+                #[cfg(loom)]
+                let unlocked: Vec<_> = match crate::pgtable::broken::ZAP_READS_UNLOCKED.with(std::cell::Cell::get) {
+                    true => leaf.iter().collect(),
+                    false => Vec::new(),
+                };
                 let mut ptl = leaf.lock();
                 ptl.update(|va, pte| {
+                    #[cfg(loom)]
+                    let pte = unlocked.iter().find(|&&(v, _)| v == va).map_or(pte, |&(_, p)| p);
                     if stopped.is_some() {
                         return None;
                     }

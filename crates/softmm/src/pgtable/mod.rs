@@ -39,6 +39,22 @@ mod cursor;
 mod pte;
 mod table;
 
+#[cfg(loom)]
+pub(crate) mod broken {
+    //! A switch for the loom models only, breaking the PTE lock's role so
+    //! that a model shows it catches the race the lock closes. Per OS
+    //! thread: loom runs every thread of a model on its test's thread.
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// The zap (`AddressSpace::zap_walk`) decides on each entry from a
+        /// read taken before it locks the table, not under the PTE lock: a
+        /// fault's locked commit may land between the read and the clear,
+        /// which then drops the committed page without its reference.
+        pub(crate) static ZAP_READS_UNLOCKED: Cell<bool> = const { Cell::new(false) };
+    }
+}
+
 use std::ptr::NonNull;
 use std::sync::Arc;
 

@@ -103,14 +103,16 @@ fn check(switch: &'static AtomicBool, model: fn() -> (Outcome, bool)) {
 /// page either holds the fault's frame or nothing, and no frame is left
 /// that nothing maps (a zap that missed the fault's commit, or a commit over
 /// a zapped entry, would leave one or free a mapped one). No writer changes
-/// the VMA here, so there is no broken variant: the PTE lock orders the two.
+/// the VMA here: the PTE lock orders the two, which the model shows by
+/// catching the zap that decides from a read taken before the lock
+/// (`pgtable::broken::ZAP_READS_UNLOCKED`: the fault's commit lands between
+/// the zap's read of the entry and its clear, and the committed frame is
+/// dropped from the table without its reference).
 #[test]
 fn dontneed_vs_fault() {
-    // The switches are process-wide: none may change during this model.
+    // The process-wide switches: none may change during this model.
     let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let lock_free = Arc::new(AtomicBool::new(false));
-    let seen = lock_free.clone();
-    builder().check(move || {
+    let model = || -> (Outcome, bool) {
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
         let mm = AddressSpace::new(&phys, MmConfig::default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
         let a = mm.mmap(0, 2 * PAGE_SIZE, RW, ANON, None, 0).unwrap();
@@ -129,13 +131,39 @@ fn dontneed_vs_fault() {
         assert_eq!((r, f), (Ok(()), Ok(())));
         let pte = mm.pte_at(a);
         let mine = u64::from(pte.has_frame() && pte.pfn() != phys.zero_pfn());
-        assert!(pte.is_none() || mine == 1, "{pte:?}");
-        assert_eq!(phys.stats().frames_used, 1 + mine, "a frame nothing maps, or a mapped one freed");
+        let used = phys.stats().frames_used;
+        let outcome = if !(pte.is_none() || mine == 1) {
+            Err(format!("{pte:?}"))
+        } else if used != 1 + mine {
+            Err(format!("{used} frames used for {} mapped: a frame nothing maps, or a mapped one freed", 1 + mine))
+        } else {
+            Ok(())
+        };
+        (outcome, per_vma)
+    };
+    let lock_free = Arc::new(AtomicBool::new(false));
+    let seen = lock_free.clone();
+    builder().check(move || {
+        let (outcome, per_vma) = model();
+        if let Err(e) = outcome {
+            panic!("{e}");
+        }
         if per_vma {
             seen.store(true, Relaxed);
         }
     });
     assert!(lock_free.load(Relaxed), "the per-VMA path never completed");
+    let caught = Arc::new(AtomicBool::new(false));
+    let seen = caught.clone();
+    // Per OS thread, which runs every thread of the model.
+    crate::pgtable::broken::ZAP_READS_UNLOCKED.with(|c| c.set(true));
+    builder().check(move || {
+        if model().0.is_err() {
+            seen.store(true, Relaxed);
+        }
+    });
+    crate::pgtable::broken::ZAP_READS_UNLOCKED.with(|c| c.set(false));
+    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
 }
 
 /// `munmap` of the VMA and a `MAP_LOCKED` mapping in its place (populated

@@ -515,6 +515,90 @@ fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
     Ok(())
 }
 
+/// Posting against a detach, on the real code: a `Cpu` on another thread
+/// reads a page of `mm` (its walk records it as the entry's fill owner),
+/// switches to another address space and back (`Cpu::attach`: out of the
+/// attached list and in again) and reads the page again, while the main
+/// thread drops the page with the real `MADV_DONTNEED` under `posting` and
+/// reuses the frame. The shootdown asks the CPU only if it finds it in the
+/// list it loads; a CPU out of the list holds no entry (a switch empties
+/// the TLB), and one back in took its request count on attach, after any
+/// request posted to it, so that entry must be gone. Each read sees the old
+/// bytes or the zero page; the reused frame's bytes are the bug, which
+/// `broken::SWITCH_KEEPS_TLB` (a switch that keeps the TLB) shows.
+fn a_real_cpu_switching_against_a_real_dontneed(posting: PostingPolicy) -> Result<(), String> {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Access, Cpu, PAGE_SIZE};
+    const OLD: u8 = 0xab;
+    const REUSED: u8 = 0xee;
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let config = MmConfig::default().posting_policy(posting);
+    let mm = AddressSpace::new(&phys, config.clone()).unwrap();
+    let other = AddressSpace::new(&phys, config).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    let old = mm.pte_at(a).pfn();
+    // SAFETY: the frame is mapped at `a` and nothing else runs.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    // Set once the zap's flush has returned (a loom atomic: guest memory's
+    // bytes are plain atomics that loom does not track).
+    let freed = Arc::new(AtomicBool::new(false));
+    let old_ptr = phys.frame_ptr(old) as usize;
+    let t = {
+        let (mm, other, freed) = (mm.clone(), other.clone(), freed.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            let read = |cpu: &mut Cpu| match cpu.translate(a, Access::Read) {
+                Ok(t) => {
+                    let stale =
+                        t.as_ptr() as usize & !(PAGE_SIZE as usize - 1) == old_ptr && freed.load(Ordering::Acquire);
+                    let mut byte = [0];
+                    // SAFETY: inside the page, while the guard lives and the
+                    // thread makes no call into softmm; atomic.
+                    unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
+                    (Ok(byte[0]), stale)
+                }
+                Err(f) => (Err(f), false),
+            };
+            let (first, stale1) = read(&mut cpu);
+            cpu.attach(&other);
+            cpu.attach(&mm);
+            let (second, stale2) = read(&mut cpu);
+            (first, second, stale1 || stale2)
+        })
+    };
+    mm.madvise(a, PAGE_SIZE, MADV_DONTNEED).unwrap();
+    freed.store(true, Ordering::Release);
+    // SAFETY: arena memory, accessed atomically; no mapping refers to it.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+    let (first, second, stale) = t.join().unwrap();
+    drop((mm, other));
+    assert_eq!(phys.stats().frames_used, 0);
+    let ok = |r: Result<u8, crate::Fault>| r == Ok(OLD) || r == Ok(0);
+    if stale || !ok(first) || !ok(second) {
+        return Err(format!("{posting:?}: a read through a stale entry of a freed frame: {first:?}, {second:?}"));
+    }
+    Ok(())
+}
+
+/// The model under the lock-free list and under the default (adaptive)
+/// posting, and its variant where a switch keeps the TLB
+/// (`broken::SWITCH_KEEPS_TLB`).
+#[test]
+fn a_cpu_that_left_the_list_holds_no_entry_a_shootdown_skipped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    check_broken_local(
+        || a_real_cpu_switching_against_a_real_dontneed(PostingPolicy::LockFree),
+        &super::broken::SWITCH_KEEPS_TLB,
+    );
+    check_broken_local(
+        || a_real_cpu_switching_against_a_real_dontneed(PostingPolicy::Adaptive),
+        &super::broken::SWITCH_KEEPS_TLB,
+    );
+}
+
 /// Runs `model` intact, where no execution may go wrong, then with
 /// `switch` set, where one must.
 fn check_broken_local(

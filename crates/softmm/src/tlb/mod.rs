@@ -130,7 +130,8 @@ mod targets;
 #[cfg(loom)]
 pub(crate) mod broken {
     //! Switches for the loom models only (`loom_tests.rs`), each breaking
-    //! one step of the fill-owner protocol (`targets.rs`) so that a model
+    //! one step of the fill-owner protocol (`targets.rs`) or of a CPU's
+    //! switch between address spaces (`Cpu::attach`) so that a model
     //! shows it catches the race the step closes. Per OS thread: loom runs
     //! every thread of a model on its test's thread, so a switch breaks the
     //! model of the test that sets it and no other test running beside it.
@@ -149,6 +150,10 @@ pub(crate) mod broken {
         /// read before its initiator stored it yields an older request's
         /// range.
         pub(crate) static RANGE_WITHOUT_TAG: Cell<bool> = const { Cell::new(false) };
+        /// A `Cpu` that leaves an address space or attaches to one keeps
+        /// its TLB (`Cpu::empty_tlb` does nothing): a CPU out of the
+        /// attached list, which no initiator asks, still holds entries.
+        pub(crate) static SWITCH_KEEPS_TLB: Cell<bool> = const { Cell::new(false) };
     }
 }
 
