@@ -7,7 +7,10 @@ use std::thread;
 use std::time::Duration;
 
 use softmm::uapi::*;
-use softmm::{AddressSpace, FaultPolicy, MadvisePolicy, MmConfig, PhysConfig, PhysMem};
+use softmm::{
+    AddressSpace, FaultPolicy, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PostingPolicy, ShootdownPolicy,
+    ShootdownTargets,
+};
 
 pub const PAGE: u64 = 4096;
 pub const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
@@ -25,8 +28,75 @@ pub fn phys(mib: u64) -> Arc<PhysMem> {
 /// forced on, so that single-threaded tests exercise it too), and the
 /// `madvise` policy of [`madvise_policy`].
 pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
-    let config = MmConfig::default().policy(policy).force_speculative(true).madvise_policy(madvise_policy());
-    AddressSpace::new(phys, config).expect("valid config")
+    AddressSpace::new(phys, config_with(policy)).expect("valid config")
+}
+
+/// The configuration of [`mm_with`].
+fn config_with(policy: FaultPolicy) -> MmConfig {
+    MmConfig::default().policy(policy).force_speculative(true).madvise_policy(madvise_policy())
+}
+
+/// One way to make TLB shootdowns: the three axes `MmConfig` chooses them
+/// by (when a CPU drops its entries, which CPUs are asked, how requests are
+/// posted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shootdown {
+    pub policy: ShootdownPolicy,
+    pub targets: ShootdownTargets,
+    pub posting: PostingPolicy,
+}
+
+impl Shootdown {
+    /// Configurations that together take every value of each axis: the
+    /// default first, the design before the scaling work (every CPU asked,
+    /// under the list's lock) second. Tests that race a change against
+    /// CPUs holding translations cycle through them, so each mechanism
+    /// meets each race without multiplying the runs.
+    pub const COVERING: &'static [Shootdown] = &[
+        Shootdown {
+            policy: ShootdownPolicy::AccessSections,
+            targets: ShootdownTargets::FillOwners,
+            posting: PostingPolicy::Adaptive,
+        },
+        Shootdown {
+            policy: ShootdownPolicy::AccessSections,
+            targets: ShootdownTargets::Broadcast,
+            posting: PostingPolicy::Locked,
+        },
+        Shootdown {
+            policy: ShootdownPolicy::NextAccess,
+            targets: ShootdownTargets::FillOwnersRanges,
+            posting: PostingPolicy::LockFree,
+        },
+        Shootdown {
+            policy: ShootdownPolicy::NextAccess,
+            targets: ShootdownTargets::Broadcast,
+            posting: PostingPolicy::SharedBarrier,
+        },
+    ];
+
+    /// `config` with this shootdown configuration.
+    pub fn apply(self, config: MmConfig) -> MmConfig {
+        config.shootdown_policy(self.policy).shootdown_targets(self.targets).posting_policy(self.posting)
+    }
+
+    /// A short name for test logs.
+    pub fn name(self) -> String {
+        format!("{}+{}+{}", self.policy.name(), self.targets.name(), self.posting.name())
+    }
+}
+
+/// [`mm_with`] under the shootdown configuration `shootdown`.
+pub fn mm_with_shootdown(phys: &Arc<PhysMem>, policy: FaultPolicy, shootdown: Shootdown) -> Arc<AddressSpace> {
+    AddressSpace::new(phys, shootdown.apply(config_with(policy))).expect("valid config")
+}
+
+/// The fault policies, each paired with a shootdown configuration of
+/// [`Shootdown::COVERING`] in turn (cycling through the longer list), so
+/// that a test run once per pair meets every value of every axis.
+pub fn fault_and_shootdown_policies() -> impl Iterator<Item = (FaultPolicy, Shootdown)> {
+    let n = FaultPolicy::ALL.len().max(Shootdown::COVERING.len());
+    (0..n).map(|i| (FaultPolicy::ALL[i % FaultPolicy::ALL.len()], Shootdown::COVERING[i % Shootdown::COVERING.len()]))
 }
 
 /// The `madvise` policy named by `SOFTMM_MADVISE_POLICY` (the default if
@@ -152,5 +222,35 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value of every shootdown axis is in some covering
+    /// configuration, and the pairs with the fault policies take each.
+    #[test]
+    fn the_covering_shootdown_configurations_take_every_value() {
+        let pairs: Vec<_> = fault_and_shootdown_policies().collect();
+        for &p in ShootdownPolicy::ALL {
+            assert!(pairs.iter().any(|(_, s)| s.policy == p), "{p:?}");
+        }
+        for &t in ShootdownTargets::ALL {
+            assert!(pairs.iter().any(|(_, s)| s.targets == t), "{t:?}");
+        }
+        for &q in PostingPolicy::ALL {
+            assert!(pairs.iter().any(|(_, s)| s.posting == q), "{q:?}");
+        }
+        for &f in FaultPolicy::ALL {
+            assert!(pairs.iter().any(|&(g, _)| g == f), "{f:?}");
+        }
+        let default = MmConfig::default();
+        let first = Shootdown::COVERING[0];
+        assert_eq!(
+            (first.policy, first.targets, first.posting),
+            (default.shootdown_policy, default.shootdown_targets, default.posting_policy)
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! `softmm_testkit::common`) change their choices and lengths.
 
 mod blocked_cpu;
+mod dirty_cow;
 mod hugetlb_stress;
 mod hugetlb_stress_regressions;
 mod posting_stress;

@@ -28,12 +28,13 @@ const WATCHDOG_SECS: u64 = 60;
 const WORDS: usize = (PAGE / 8) as usize;
 
 /// Runs `scenario` for every fault policy, each under its own watchdog.
-fn for_each_policy(test: &str, scenario: fn(FaultPolicy, u64)) {
+fn for_each_policy(test: &str, scenario: fn(FaultPolicy, Shootdown, u64)) {
     let _serial = serial();
     let seed = stress_seed(0x5eed);
-    for &policy in FaultPolicy::ALL {
-        eprintln!("{test} [{}] STRESS_SEED={seed}", policy.name());
-        watchdog(&format!("{test}[{}]", policy.name()), WATCHDOG_SECS, move || scenario(policy, seed));
+    for (policy, shootdown) in fault_and_shootdown_policies() {
+        let name = format!("{}, {}", policy.name(), shootdown.name());
+        eprintln!("{test} [{name}] STRESS_SEED={seed}");
+        watchdog(&format!("{test}[{name}]"), WATCHDOG_SECS, move || scenario(policy, shootdown, seed));
     }
 }
 

@@ -136,15 +136,15 @@ fn reading_maps_during_a_cow_shootdown_with_a_queued_writer() {
 /// writer read back the old value.
 #[test]
 fn fork_keeps_a_write_made_through_a_stale_tlb_entry_during_a_concurrent_cow() {
-    for &policy in FaultPolicy::ALL {
-        watchdog("fork-cow-lost-write", 20, move || fork_vs_cow(policy));
+    for (policy, shootdown) in fault_and_shootdown_policies() {
+        watchdog("fork-cow-lost-write", 20, move || fork_vs_cow(policy, shootdown));
     }
 }
 
-fn fork_vs_cow(policy: FaultPolicy) {
+fn fork_vs_cow(policy: FaultPolicy, shootdown: Shootdown) {
     const X: u64 = 0xabab_abab_abab_abab;
     let p = phys(8);
-    let mm = mm_with(&p, policy);
+    let mm = mm_with_shootdown(&p, policy, shootdown);
     let a = mm.mmap(0, PAGE, RW, ANON, None, 0).unwrap();
     let in_slice = Arc::new(AtomicBool::new(false));
     let b_ready = Arc::new(AtomicBool::new(false));
@@ -220,12 +220,16 @@ fn fork_vs_cow(policy: FaultPolicy) {
 /// range. Like Linux (`vma_start_write`), the source is now detached first.
 #[test]
 fn mremap_move_loses_a_racing_lock_free_write() {
-    for policy in [FaultPolicy::PerVmaSeq, FaultPolicy::PerVma] {
-        watchdog("mremap-vs-lock-free-fault", 60, move || mremap_move_vs_write(policy));
+    // The lock-free fault policies, in turn under each covering shootdown
+    // configuration: the race is the fault's, the stale entries the move
+    // leaves are the shootdown's.
+    for (i, &shootdown) in Shootdown::COVERING.iter().enumerate() {
+        let policy = [FaultPolicy::PerVmaSeq, FaultPolicy::PerVma][i % 2];
+        watchdog("mremap-vs-lock-free-fault", 60, move || mremap_move_vs_write(policy, shootdown));
     }
 }
 
-fn mremap_move_vs_write(policy: FaultPolicy) {
+fn mremap_move_vs_write(policy: FaultPolicy, shootdown: Shootdown) {
     const X: u64 = 0x7000_0000_0000;
     const Y: u64 = 0x7000_4000_0000;
     // Same TLB slot as X (direct mapped): touching it makes every access to X
@@ -235,7 +239,7 @@ fn mremap_move_vs_write(policy: FaultPolicy) {
     const LEN: u64 = 256 * PAGE;
     const MOVES: u64 = 20_000;
     let p = phys(64);
-    let mm = mm_with(&p, policy);
+    let mm = mm_with_shootdown(&p, policy, shootdown);
     assert_eq!(mm.mmap(X, LEN, RW, ANON | MAP_FIXED, None, 0), Ok(X));
     assert_eq!(mm.mmap(Z, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(Z));
     assert_eq!(mm.madvise(X, LEN, MADV_POPULATE_WRITE), Ok(()));

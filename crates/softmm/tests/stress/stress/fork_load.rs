@@ -92,11 +92,11 @@ impl Child3 {
     }
 }
 
-fn fork_under_load(policy: FaultPolicy, seed: u64) {
+fn fork_under_load(policy: FaultPolicy, shootdown: Shootdown, seed: u64) {
     let rounds = scaled(100);
     let mut rng = Rng::new(seed ^ 3);
     let p = phys(64);
-    let mm = mm_with(&p, policy);
+    let mm = mm_with_shootdown(&p, policy, shootdown);
     assert_eq!(mm.mmap(BASE3, PAGES3 * PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(BASE3));
     let (wipe, dontfork, shared) = (SPECIAL3, SPECIAL3 + 2 * PAGE, SPECIAL3 + 4 * PAGE);
     assert_eq!(mm.mmap(wipe, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(wipe));

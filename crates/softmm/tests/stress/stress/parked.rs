@@ -51,11 +51,11 @@ fn check_after(cpu: &mut Cpu, change: Change, val: u64, who: &str) {
     }
 }
 
-fn parked_cpus(policy: FaultPolicy, seed: u64) {
+fn parked_cpus(policy: FaultPolicy, shootdown: Shootdown, seed: u64) {
     let rounds = scaled(1000);
     let mut rng = Rng::new(seed ^ 4);
     let p = phys(16);
-    let mm = mm_with(&p, policy);
+    let mm = mm_with_shootdown(&p, policy, shootdown);
     assert_eq!(mm.mmap(Q4, PAGE, RW, ANON | MAP_FIXED, None, 0), Ok(Q4));
     let (cmd_tx, cmd_rx) = mpsc::channel::<Option<(u64, Change)>>();
     let (ready_tx, ready_rx) = mpsc::channel::<u64>();

@@ -119,11 +119,11 @@ fn hammer2(mm: Arc<AddressSpace>, world: Arc<World2>) -> u64 {
 /// LIFO frame cache), fills it and checks it while A is still writing: any
 /// word of A's there is a write through a translation that the change
 /// should have shot down.
-fn stale_tlb_writes(policy: FaultPolicy, seed: u64) {
+fn stale_tlb_writes(policy: FaultPolicy, shootdown: Shootdown, seed: u64) {
     let rounds = scaled(300);
     let mut rng = Rng::new(seed ^ 2);
     let p = phys(32);
-    let mm = mm_with(&p, policy);
+    let mm = mm_with_shootdown(&p, policy, shootdown);
     let world = Arc::new(World2 {
         round: AtomicU64::new(0),
         started: AtomicU64::new(0),

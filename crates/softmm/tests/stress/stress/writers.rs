@@ -622,10 +622,10 @@ fn mutator1(mm: Arc<AddressSpace>, world: Arc<World1>, m: usize, ops: u64, seed:
     }
 }
 
-fn writers_and_mutators(policy: FaultPolicy, seed: u64) {
+fn writers_and_mutators(policy: FaultPolicy, shootdown: Shootdown, seed: u64) {
     let ops = scaled(400);
     let p = phys(64);
-    let mm = mm_with(&p, policy);
+    let mm = mm_with_shootdown(&p, policy, shootdown);
     let world = Arc::new(World1::new());
     world.map_all(&mm);
     let name = policy.name();
