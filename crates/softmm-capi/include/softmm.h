@@ -67,7 +67,7 @@
 #define SOFTMM_VERSION_MINOR 1
 
 // The patch version of the header.
-#define SOFTMM_VERSION_PATCH 1
+#define SOFTMM_VERSION_PATCH 2
 
 // `FOLL_WRITE`: the device will write: COW is broken first and the
 // mapping must be writable.
@@ -219,6 +219,21 @@ typedef struct softmm_mm_config {
   // Nonzero: the process has `CAP_SYS_NICE` (`MPOL_MF_MOVE_ALL`, moving
   // shared pages; default 0).
   int32_t cap_sys_nice;
+  // Which CPUs a shootdown asks: "broadcast", "fill-owners" or
+  // "fill-owners-ranges"; `NULL` for the default.
+  const char *shootdown_targets;
+  // How a shootdown posts its requests: "locked", "lock-free",
+  // "shared-barrier" or "adaptive"; `NULL` for the default.
+  const char *posting_policy;
+  // Whether `MADV_DONTNEED`/`MADV_FREE` take `mmap_lock`: "mmap-lock"
+  // or "per-vma"; `NULL` for the default.
+  const char *madvise_policy;
+  // How `mmap`/`munmap` serialize: "reserve", "short" or "short-spin";
+  // `NULL` for the default.
+  const char *writer_policy;
+  // Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
+  // `NULL` for the default.
+  const char *placement_policy;
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access.

@@ -11,8 +11,8 @@
 use std::ffi::{c_char, CStr};
 
 use softmm::{
-    AddressSpace, FaultPolicy, HugetlbPolicy, MigratePolicy, MmConfig, PhysConfig, PhysMem, PinPolicy, ShootdownPolicy,
-    UnmapPolicy,
+    AddressSpace, FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, MmConfig, PhysConfig, PhysMem, PinPolicy,
+    PlacementPolicy, PostingPolicy, ShootdownPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy,
 };
 
 use crate::sized::{read_sized, SizedStruct};
@@ -106,6 +106,22 @@ pub struct softmm_mm_config {
     /// Nonzero: the process has `CAP_SYS_NICE` (`MPOL_MF_MOVE_ALL`, moving
     /// shared pages; default 0).
     pub cap_sys_nice: i32,
+    // Added in 0.1.2: a struct from an older header has the defaults.
+    /// Which CPUs a shootdown asks: "broadcast", "fill-owners" or
+    /// "fill-owners-ranges"; `NULL` for the default.
+    pub shootdown_targets: *const c_char,
+    /// How a shootdown posts its requests: "locked", "lock-free",
+    /// "shared-barrier" or "adaptive"; `NULL` for the default.
+    pub posting_policy: *const c_char,
+    /// Whether `MADV_DONTNEED`/`MADV_FREE` take `mmap_lock`: "mmap-lock"
+    /// or "per-vma"; `NULL` for the default.
+    pub madvise_policy: *const c_char,
+    /// How `mmap`/`munmap` serialize: "reserve", "short" or "short-spin";
+    /// `NULL` for the default.
+    pub writer_policy: *const c_char,
+    /// Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
+    /// `NULL` for the default.
+    pub placement_policy: *const c_char,
 }
 
 // SAFETY: `repr(C)`, starts with its `u32` size, integers and raw
@@ -209,6 +225,11 @@ pub(crate) fn mm_config_default() -> softmm_mm_config {
         lsm_mmap_min_addr: d.lsm_mmap_min_addr,
         cap_ipc_lock: i32::from(d.cap_ipc_lock),
         cap_sys_nice: i32::from(d.cap_sys_nice),
+        shootdown_targets: std::ptr::null(),
+        posting_policy: std::ptr::null(),
+        madvise_policy: std::ptr::null(),
+        writer_policy: std::ptr::null(),
+        placement_policy: std::ptr::null(),
     }
 }
 
@@ -246,30 +267,26 @@ pub(crate) unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
         .lsm_mmap_min_addr(c.lsm_mmap_min_addr)
         .cap_ipc_lock(c.cap_ipc_lock != 0)
         .cap_sys_nice(c.cap_sys_nice != 0);
-    // SAFETY: null or NUL-terminated (the caller's contract).
-    if let Some(n) = unsafe { policy_name(c.fault_policy) }.ok()? {
-        m = m.policy(FaultPolicy::from_name(n)?);
+    // Each policy field: its name, if not `NULL`, selects the policy.
+    macro_rules! policy {
+        ($field:ident, $ty:ty, $set:ident) => {
+            // SAFETY: null or NUL-terminated (the caller's contract).
+            if let Some(n) = unsafe { policy_name(c.$field) }.ok()? {
+                m = m.$set(<$ty>::from_name(n)?);
+            }
+        };
     }
-    // SAFETY: as above.
-    if let Some(n) = unsafe { policy_name(c.unmap_policy) }.ok()? {
-        m = m.unmap_policy(UnmapPolicy::from_name(n)?);
-    }
-    // SAFETY: as above.
-    if let Some(n) = unsafe { policy_name(c.pin_policy) }.ok()? {
-        m = m.pin_policy(PinPolicy::from_name(n)?);
-    }
-    // SAFETY: as above.
-    if let Some(n) = unsafe { policy_name(c.migrate_policy) }.ok()? {
-        m = m.migrate_policy(MigratePolicy::from_name(n)?);
-    }
-    // SAFETY: as above.
-    if let Some(n) = unsafe { policy_name(c.shootdown_policy) }.ok()? {
-        m = m.shootdown_policy(ShootdownPolicy::from_name(n)?);
-    }
-    // SAFETY: as above.
-    if let Some(n) = unsafe { policy_name(c.hugetlb_policy) }.ok()? {
-        m = m.hugetlb_policy(HugetlbPolicy::from_name(n)?);
-    }
+    policy!(fault_policy, FaultPolicy, policy);
+    policy!(unmap_policy, UnmapPolicy, unmap_policy);
+    policy!(pin_policy, PinPolicy, pin_policy);
+    policy!(migrate_policy, MigratePolicy, migrate_policy);
+    policy!(shootdown_policy, ShootdownPolicy, shootdown_policy);
+    policy!(hugetlb_policy, HugetlbPolicy, hugetlb_policy);
+    policy!(shootdown_targets, ShootdownTargets, shootdown_targets);
+    policy!(posting_policy, PostingPolicy, posting_policy);
+    policy!(madvise_policy, MadvisePolicy, madvise_policy);
+    policy!(writer_policy, WriterPolicy, writer_policy);
+    policy!(placement_policy, PlacementPolicy, placement);
     Some(m)
 }
 
@@ -345,6 +362,40 @@ mod tests {
             (m.migrate_policy, m.hugetlb_policy, m.shootdown_policy, m.cap_sys_nice),
             (MigratePolicy::OneByOne, HugetlbPolicy::VmaLock, ShootdownPolicy::NextAccess, true)
         );
+        c.shootdown_targets = c"broadcast".as_ptr();
+        c.posting_policy = c"locked".as_ptr();
+        c.madvise_policy = c"mmap-lock".as_ptr();
+        c.writer_policy = c"reserve".as_ptr();
+        c.placement_policy = c"arenas".as_ptr();
+        // SAFETY: as above.
+        let m = unsafe { mm_config(&c) }.unwrap();
+        assert_eq!(
+            (m.shootdown_targets, m.posting_policy, m.madvise_policy, m.writer_policy, m.placement),
+            (
+                ShootdownTargets::Broadcast,
+                PostingPolicy::Locked,
+                MadvisePolicy::MmapLock,
+                WriterPolicy::Reserve,
+                PlacementPolicy::Arenas
+            )
+        );
+        c.writer_policy = c"fast".as_ptr();
+        // SAFETY: as above.
+        assert!(unsafe { mm_config(&c) }.is_none());
+    }
+
+    /// A struct from a 0.1.1 header (without the fields of 0.1.2) reads
+    /// the new fields as the defaults.
+    #[test]
+    fn a_config_of_the_previous_header_takes_the_new_defaults() {
+        let mut c = mm_config_default();
+        c.size = std::mem::offset_of!(softmm_mm_config, shootdown_targets) as u32;
+        c.writer_policy = c"no-such".as_ptr();
+        // SAFETY: valid for its size; the pointers past it are never read.
+        let r = unsafe { read_sized(&c, mm_config_default()) }.unwrap();
+        assert!(r.writer_policy.is_null());
+        // SAFETY: the policy pointers are null.
+        assert!(unsafe { mm_config(&r) }.is_some());
     }
 
     #[test]

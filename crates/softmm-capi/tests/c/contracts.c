@@ -94,6 +94,14 @@ static void embedder_contracts(void) {
     mc.fault_policy = "mmap-lock";
     mc.unmap_policy = "lock-free";
     mc.pin_policy = "batched";
+    mc.writer_policy = "no-such-policy";
+    EXPECT(softmm_mm_new_config(phys, &mc, &mm) == -EINVAL && mm == NULL);
+    /* The scaling policies of 0.1.2, the designs before them. */
+    mc.shootdown_targets = "broadcast";
+    mc.posting_policy = "locked";
+    mc.madvise_policy = "mmap-lock";
+    mc.writer_policy = "reserve";
+    mc.placement_policy = "linux";
     EXPECT(softmm_mm_new_config(phys, &mc, &mm) == 0 && mm != NULL);
     softmm_cpu *cpu = NULL;
     EXPECT(softmm_cpu_new(mm, &cpu) == 0);
