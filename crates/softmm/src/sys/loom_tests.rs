@@ -71,8 +71,14 @@ type Outcome = std::result::Result<(), String>;
 /// the per-VMA path), then with the `broken` switch set (some execution
 /// must fail).
 fn check(switch: &'static AtomicBool, model: fn() -> (Outcome, bool)) {
+    check_with(|on| switch.store(on, Relaxed), model);
+}
+
+/// [`check`] with a switch that `set` turns on and off.
+fn check_with(set: impl Fn(bool), model: fn() -> (Outcome, bool)) {
+    // The process-wide switches: none may change during a model.
     let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    switch.store(false, Relaxed);
+    set(false);
     let lock_free = Arc::new(AtomicBool::new(false));
     let seen = lock_free.clone();
     builder().check(move || {
@@ -87,13 +93,13 @@ fn check(switch: &'static AtomicBool, model: fn() -> (Outcome, bool)) {
     assert!(lock_free.load(Relaxed), "the per-VMA path never completed");
     let caught = Arc::new(AtomicBool::new(false));
     let seen = caught.clone();
-    switch.store(true, Relaxed);
+    set(true);
     builder().check(move || {
         if model().0.is_err() {
             seen.store(true, Relaxed);
         }
     });
-    switch.store(false, Relaxed);
+    set(false);
     assert!(caught.load(Relaxed), "the model did not catch the broken variant");
 }
 
@@ -110,60 +116,39 @@ fn check(switch: &'static AtomicBool, model: fn() -> (Outcome, bool)) {
 /// dropped from the table without its reference).
 #[test]
 fn dontneed_vs_fault() {
-    // The process-wide switches: none may change during this model.
-    let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let model = || -> (Outcome, bool) {
-        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
-        let a = mm.mmap(0, 2 * PAGE_SIZE, RW, ANON, None, 0).unwrap();
-        // The VMA's anon_vma and page table exist; `a` maps the zero page.
-        mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
-        mm.handle_fault(a, Access::Read).unwrap();
-        let t = {
-            let mm = mm.clone();
-            loom::thread::spawn(move || {
-                let _q = crate::tlb::QuiescentGuard::enter();
-                mm.handle_fault(a, Access::Write)
-            })
-        };
-        let (r, per_vma) = dontneed(&mm, a);
-        let f = t.join().unwrap();
-        assert_eq!((r, f), (Ok(()), Ok(())));
-        let pte = mm.pte_at(a);
-        let mine = u64::from(pte.has_frame() && pte.pfn() != phys.zero_pfn());
-        let used = phys.stats().frames_used;
-        let outcome = if !(pte.is_none() || mine == 1) {
-            Err(format!("{pte:?}"))
-        } else if used != 1 + mine {
-            Err(format!("{used} frames used for {} mapped: a frame nothing maps, or a mapped one freed", 1 + mine))
-        } else {
-            Ok(())
-        };
-        (outcome, per_vma)
-    };
-    let lock_free = Arc::new(AtomicBool::new(false));
-    let seen = lock_free.clone();
-    builder().check(move || {
-        let (outcome, per_vma) = model();
-        if let Err(e) = outcome {
-            panic!("{e}");
-        }
-        if per_vma {
-            seen.store(true, Relaxed);
-        }
-    });
-    assert!(lock_free.load(Relaxed), "the per-VMA path never completed");
-    let caught = Arc::new(AtomicBool::new(false));
-    let seen = caught.clone();
     // Per OS thread, which runs every thread of the model.
-    crate::pgtable::broken::ZAP_READS_UNLOCKED.with(|c| c.set(true));
-    builder().check(move || {
-        if model().0.is_err() {
-            seen.store(true, Relaxed);
-        }
-    });
-    crate::pgtable::broken::ZAP_READS_UNLOCKED.with(|c| c.set(false));
-    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+    check_with(
+        |on| crate::pgtable::broken::ZAP_READS_UNLOCKED.with(|c| c.set(on)),
+        || {
+            let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+            let mm = AddressSpace::new(&phys, MmConfig::default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
+            let a = mm.mmap(0, 2 * PAGE_SIZE, RW, ANON, None, 0).unwrap();
+            // The VMA's anon_vma and page table exist; `a` maps the zero page.
+            mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
+            mm.handle_fault(a, Access::Read).unwrap();
+            let t = {
+                let mm = mm.clone();
+                loom::thread::spawn(move || {
+                    let _q = crate::tlb::QuiescentGuard::enter();
+                    mm.handle_fault(a, Access::Write)
+                })
+            };
+            let (r, per_vma) = dontneed(&mm, a);
+            let f = t.join().unwrap();
+            assert_eq!((r, f), (Ok(()), Ok(())));
+            let pte = mm.pte_at(a);
+            let mine = u64::from(pte.has_frame() && pte.pfn() != phys.zero_pfn());
+            let used = phys.stats().frames_used;
+            let outcome = if !(pte.is_none() || mine == 1) {
+                Err(format!("{pte:?}"))
+            } else if used != 1 + mine {
+                Err(format!("{used} frames used for {} mapped: a frame nothing maps, or a mapped one freed", 1 + mine))
+            } else {
+                Ok(())
+            };
+            (outcome, per_vma)
+        },
+    );
 }
 
 /// `munmap` of the VMA and a `MAP_LOCKED` mapping in its place (populated

@@ -455,64 +455,101 @@ fn a_request_sent_while_the_cpu_takes_a_stale_mark_is_not_lost() {
 /// loom execution aborts the process while loom objects unwind, so the
 /// broken variants report rather than panic).
 fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
-    use crate::mm::{AddressSpace, MmConfig};
-    use crate::phys::{PhysConfig, PhysMem};
-    use crate::uapi::*;
-    use crate::{Access, Cpu, PAGE_SIZE};
-    const OLD: u8 = 0xab;
-    const REUSED: u8 = 0xee;
-    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let config = MmConfig::default().shootdown_targets(super::ShootdownTargets::FillOwners);
-    let mm = AddressSpace::new(&phys, config).unwrap();
-    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
-    mm.handle_fault(a, Access::Write).unwrap();
-    let old = mm.pte_at(a).pfn();
-    // SAFETY: the frame is mapped at `a` and nothing else runs.
-    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
-    // Set once the zap's flush has returned: from then on no CPU may hold a
-    // translation to the old frame. A loom atomic, so that the model sees
-    // the reader's check conflict with it (the bytes of guest memory are
-    // plain atomics that loom does not track).
-    let freed = Arc::new(AtomicBool::new(false));
-    let old_ptr = phys.frame_ptr(old) as usize;
+    let page = DroppedPage::new(crate::mm::MmConfig::default().shootdown_targets(super::ShootdownTargets::FillOwners));
     let t = {
-        let (mm, freed) = (mm.clone(), freed.clone());
+        let page = page.clone();
         loom::thread::spawn(move || {
-            let mut cpu = Cpu::attached(&mm);
-            // One access (a held translation): the byte it reads, and
-            // whether it translated to the old frame after the free.
-            let mut read = || match cpu.translate(a, Access::Read) {
-                Ok(t) => {
-                    let stale =
-                        t.as_ptr() as usize & !(PAGE_SIZE as usize - 1) == old_ptr && freed.load(Ordering::Acquire);
-                    let mut byte = [0];
-                    // SAFETY: inside the page, while the guard lives and the
-                    // thread makes no call into softmm; atomic.
-                    unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
-                    (Ok(byte[0]), stale)
-                }
-                Err(f) => (Err(f), false),
-            };
-            let (first, stale1) = read();
-            let (second, stale2) = read();
+            let mut cpu = crate::Cpu::attached(&page.mm);
+            let (first, stale1) = page.read(&mut cpu);
+            let (second, stale2) = page.read(&mut cpu);
             (first, second, stale1 || stale2)
         })
     };
-    mm.madvise(a, PAGE_SIZE, MADV_DONTNEED).unwrap();
-    freed.store(true, Ordering::Release);
-    // Reuse: the frame is free, and its bytes change.
-    // SAFETY: arena memory, accessed atomically; no mapping refers to it.
-    unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+    page.drop_and_reuse();
     let (first, second, stale) = t.join().unwrap();
-    drop(mm);
-    assert_eq!(phys.stats().frames_used, 0);
-    let ok = |r: Result<u8, crate::Fault>| r == Ok(OLD) || r == Ok(0);
-    if stale || !ok(first) || !ok(second) {
-        return Err(format!("a read through a stale entry of a freed frame: {first:?}, {second:?}, {stale}"));
-    }
+    page.verdict(first, second, stale)?;
     // Once the page read as dropped, it stays so.
     assert!(first != Ok(0) || second == Ok(0));
     Ok(())
+}
+
+/// The page the fill-owner models drop: one written page of an address
+/// space, its frame filled with [`DroppedPage::OLD`], which the main
+/// thread drops with the real `MADV_DONTNEED` and reuses.
+#[derive(Clone)]
+struct DroppedPage {
+    phys: Arc<crate::phys::PhysMem>,
+    mm: Arc<crate::mm::AddressSpace>,
+    a: u64,
+    /// The old frame's host address.
+    old_ptr: usize,
+    /// Set once the zap's flush has returned: from then on no CPU may hold
+    /// a translation to the old frame. A loom atomic, so that the model
+    /// sees the reader's check conflict with it (the bytes of guest memory
+    /// are plain atomics that loom does not track).
+    freed: Arc<AtomicBool>,
+}
+
+impl DroppedPage {
+    const OLD: u8 = 0xab;
+    const REUSED: u8 = 0xee;
+
+    fn new(config: crate::mm::MmConfig) -> DroppedPage {
+        use crate::uapi::*;
+        let phys = crate::phys::PhysMem::new(crate::phys::PhysConfig::new(16 * crate::PAGE_SIZE)).unwrap();
+        let mm = crate::mm::AddressSpace::new(&phys, config).unwrap();
+        let a = mm.mmap(0, crate::PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        mm.handle_fault(a, crate::Access::Write).unwrap();
+        let old_ptr = phys.frame_ptr(mm.pte_at(a).pfn());
+        // SAFETY: the frame is mapped at `a` and nothing else runs.
+        unsafe { crate::access::fill_host(old_ptr, Self::OLD, crate::PAGE_SIZE as usize) };
+        DroppedPage { phys, mm, a, old_ptr: old_ptr as usize, freed: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// One access of the page through `cpu` (a held translation): the byte
+    /// it reads, and whether it translated to the old frame after the free.
+    fn read(&self, cpu: &mut crate::Cpu) -> (Result<u8, crate::Fault>, bool) {
+        match cpu.translate(self.a, crate::Access::Read) {
+            Ok(t) => {
+                let page = t.as_ptr() as usize & !(crate::PAGE_SIZE as usize - 1);
+                let stale = page == self.old_ptr && self.freed.load(Ordering::Acquire);
+                let mut byte = [0];
+                // SAFETY: inside the page, while the guard lives and the
+                // thread makes no call into softmm; atomic.
+                unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
+                (Ok(byte[0]), stale)
+            }
+            Err(f) => (Err(f), false),
+        }
+    }
+
+    /// The main thread's side: `MADV_DONTNEED` of the page, then the frame
+    /// reused (its bytes change).
+    fn drop_and_reuse(&self) {
+        self.mm.madvise(self.a, crate::PAGE_SIZE, crate::uapi::MADV_DONTNEED).unwrap();
+        self.freed.store(true, Ordering::Release);
+        // SAFETY: arena memory, accessed atomically; no mapping refers to it.
+        unsafe { crate::access::fill_host(self.old_ptr as *mut u8, Self::REUSED, crate::PAGE_SIZE as usize) };
+    }
+
+    /// Each read saw the old bytes or the zero page, never the reused
+    /// frame's, and none went through a stale entry. Consumes the page and
+    /// checks that its frames are all free.
+    fn verdict(
+        self,
+        first: Result<u8, crate::Fault>,
+        second: Result<u8, crate::Fault>,
+        stale: bool,
+    ) -> Result<(), String> {
+        let DroppedPage { phys, mm, .. } = self;
+        drop(mm);
+        assert_eq!(phys.stats().frames_used, 0);
+        let ok = |r: Result<u8, crate::Fault>| r == Ok(Self::OLD) || r == Ok(0);
+        if stale || !ok(first) || !ok(second) {
+            return Err(format!("a read through a stale entry of a freed frame: {first:?}, {second:?}, {stale}"));
+        }
+        Ok(())
+    }
 }
 
 /// Posting against a detach, on the real code: a `Cpu` on another thread
@@ -527,60 +564,24 @@ fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
 /// bytes or the zero page; the reused frame's bytes are the bug, which
 /// `broken::SWITCH_KEEPS_TLB` (a switch that keeps the TLB) shows.
 fn a_real_cpu_switching_against_a_real_dontneed(posting: PostingPolicy) -> Result<(), String> {
-    use crate::mm::{AddressSpace, MmConfig};
-    use crate::phys::{PhysConfig, PhysMem};
-    use crate::uapi::*;
-    use crate::{Access, Cpu, PAGE_SIZE};
-    const OLD: u8 = 0xab;
-    const REUSED: u8 = 0xee;
-    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let config = MmConfig::default().posting_policy(posting);
-    let mm = AddressSpace::new(&phys, config.clone()).unwrap();
-    let other = AddressSpace::new(&phys, config).unwrap();
-    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
-    mm.handle_fault(a, Access::Write).unwrap();
-    let old = mm.pte_at(a).pfn();
-    // SAFETY: the frame is mapped at `a` and nothing else runs.
-    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
-    // Set once the zap's flush has returned (a loom atomic: guest memory's
-    // bytes are plain atomics that loom does not track).
-    let freed = Arc::new(AtomicBool::new(false));
-    let old_ptr = phys.frame_ptr(old) as usize;
+    let config = crate::mm::MmConfig::default().posting_policy(posting);
+    let page = DroppedPage::new(config.clone());
+    let other = crate::mm::AddressSpace::new(&page.phys, config).unwrap();
     let t = {
-        let (mm, other, freed) = (mm.clone(), other.clone(), freed.clone());
+        let (page, other) = (page.clone(), other.clone());
         loom::thread::spawn(move || {
-            let mut cpu = Cpu::attached(&mm);
-            let read = |cpu: &mut Cpu| match cpu.translate(a, Access::Read) {
-                Ok(t) => {
-                    let stale =
-                        t.as_ptr() as usize & !(PAGE_SIZE as usize - 1) == old_ptr && freed.load(Ordering::Acquire);
-                    let mut byte = [0];
-                    // SAFETY: inside the page, while the guard lives and the
-                    // thread makes no call into softmm; atomic.
-                    unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
-                    (Ok(byte[0]), stale)
-                }
-                Err(f) => (Err(f), false),
-            };
-            let (first, stale1) = read(&mut cpu);
+            let mut cpu = crate::Cpu::attached(&page.mm);
+            let (first, stale1) = page.read(&mut cpu);
             cpu.attach(&other);
-            cpu.attach(&mm);
-            let (second, stale2) = read(&mut cpu);
+            cpu.attach(&page.mm);
+            let (second, stale2) = page.read(&mut cpu);
             (first, second, stale1 || stale2)
         })
     };
-    mm.madvise(a, PAGE_SIZE, MADV_DONTNEED).unwrap();
-    freed.store(true, Ordering::Release);
-    // SAFETY: arena memory, accessed atomically; no mapping refers to it.
-    unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+    page.drop_and_reuse();
     let (first, second, stale) = t.join().unwrap();
-    drop((mm, other));
-    assert_eq!(phys.stats().frames_used, 0);
-    let ok = |r: Result<u8, crate::Fault>| r == Ok(OLD) || r == Ok(0);
-    if stale || !ok(first) || !ok(second) {
-        return Err(format!("{posting:?}: a read through a stale entry of a freed frame: {first:?}, {second:?}"));
-    }
-    Ok(())
+    drop(other);
+    page.verdict(first, second, stale).map_err(|e| format!("{posting:?}: {e}"))
 }
 
 /// The model under the lock-free list and under the default (adaptive)
