@@ -817,6 +817,30 @@ int32_t softmm_set_mempolicy(const struct softmm_mm *mm,
                              const uint64_t *nmask,
                              uint64_t maxnode);
 
+// `get_mempolicy(mode, nmask, maxnode, addr, flags)`: the address
+// space's policy (or with `MPOL_F_ADDR` the policy of the VMA at `addr`)
+// into `*mode` (if not null) and its nodes into `nmask` (if not null) as a
+// bitmap of `maxnode - 1` bits rounded up to whole words, the words past
+// the arena's node count cleared; with `MPOL_F_NODE` a node instead of the
+// mode, with `MPOL_F_MEMS_ALLOWED` the arena's nodes. Linux's errnos in
+// Linux's order: `-EINVAL` (a mask with `maxnode` below the node count, an
+// unknown or conflicting flag, an address without `MPOL_F_ADDR`,
+// `MPOL_F_NODE` alone without an interleave policy, more than a page of
+// bits), `-EFAULT` (no VMA at `addr`, or the page at it cannot be read).
+// `0` on success.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `mode` is null or valid for a write;
+// `nmask` is null or valid for writes of `((maxnode - 1 + 63) & ~63) / 64`
+// 64-bit words when that is at most a page of bits.
+int32_t softmm_get_mempolicy(const struct softmm_mm *mm,
+                             int32_t *mode,
+                             uint64_t *nmask,
+                             uint64_t maxnode,
+                             uint64_t addr,
+                             uint32_t flags);
+
 // `mbind(start, len, mode, nmask, maxnode, flags)`: gives the VMAs of the
 // range their own policy, with `MPOL_MF_STRICT`, `MPOL_MF_MOVE` and
 // `MPOL_MF_MOVE_ALL` (which needs `cap_sys_nice`, else `-EPERM`) as in

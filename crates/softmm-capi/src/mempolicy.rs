@@ -50,6 +50,58 @@ pub unsafe extern "C" fn softmm_set_mempolicy(mm: *const softmm_mm, mode: i32, n
     })
 }
 
+/// `get_mempolicy(mode, nmask, maxnode, addr, flags)`: the address
+/// space's policy (or with `MPOL_F_ADDR` the policy of the VMA at `addr`)
+/// into `*mode` (if not null) and its nodes into `nmask` (if not null) as a
+/// bitmap of `maxnode - 1` bits rounded up to whole words, the words past
+/// the arena's node count cleared; with `MPOL_F_NODE` a node instead of the
+/// mode, with `MPOL_F_MEMS_ALLOWED` the arena's nodes. Linux's errnos in
+/// Linux's order: `-EINVAL` (a mask with `maxnode` below the node count, an
+/// unknown or conflicting flag, an address without `MPOL_F_ADDR`,
+/// `MPOL_F_NODE` alone without an interleave policy, more than a page of
+/// bits), `-EFAULT` (no VMA at `addr`, or the page at it cannot be read).
+/// `0` on success.
+///
+/// # Safety
+///
+/// `mm` is null or a live handle; `mode` is null or valid for a write;
+/// `nmask` is null or valid for writes of `((maxnode - 1 + 63) & ~63) / 64`
+/// 64-bit words when that is at most a page of bits.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_get_mempolicy(
+    mm: *const softmm_mm,
+    mode: *mut i32,
+    nmask: *mut u64,
+    maxnode: u64,
+    addr: u64,
+    flags: u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm.as_ref() }) else { return -libc::EINVAL };
+        let words = (maxnode.wrapping_sub(1).wrapping_add(63) & !63) / 64;
+        let mask = if nmask.is_null() {
+            None
+        } else if words > 4096 / 8 {
+            // More than a page: refused before a word is written.
+            Some(&mut [][..])
+        } else {
+            // SAFETY: valid for that many words (the caller's contract).
+            Some(unsafe { std::slice::from_raw_parts_mut(nmask, words as usize) })
+        };
+        match mm.inner.get_mempolicy(mask, maxnode, addr, flags) {
+            Ok(m) => {
+                // SAFETY: null or valid for a write (the caller's contract).
+                if let Some(out) = unsafe { mode.as_mut() } {
+                    *out = m;
+                }
+                0
+            }
+            Err(e) => neg(e),
+        }
+    })
+}
+
 /// `mbind(start, len, mode, nmask, maxnode, flags)`: gives the VMAs of the
 /// range their own policy, with `MPOL_MF_STRICT`, `MPOL_MF_MOVE` and
 /// `MPOL_MF_MOVE_ALL` (which needs `cap_sys_nice`, else `-EPERM`) as in

@@ -57,9 +57,19 @@ pub(crate) const MPOL_MF_VALID: u32 = MPOL_MF_STRICT | MPOL_MF_MOVE | MPOL_MF_MO
 /// The node every softmm thread runs on (no CPU topology).
 pub(crate) const LOCAL_NODE: usize = 0;
 
+/// `get_mempolicy` flag: return the node (of the page at `addr` with
+/// [`MPOL_F_ADDR`]) instead of the mode.
+pub const MPOL_F_NODE: u32 = 1 << 0;
+/// `get_mempolicy` flag: the policy of the VMA at `addr`, not the address
+/// space's.
+pub const MPOL_F_ADDR: u32 = 1 << 1;
+/// `get_mempolicy` flag: the nodes a policy may use (every node of the
+/// arena: softmm has no cpusets).
+pub const MPOL_F_MEMS_ALLOWED: u32 = 1 << 2;
+
 /// A memory policy other than the default (Linux's `struct mempolicy`; the
 /// default is `None` wherever a policy is held).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Eq)]
 pub(crate) struct MemPolicy {
     /// `MPOL_*`, never `MPOL_DEFAULT`.
     pub(crate) mode: i32,
@@ -68,6 +78,40 @@ pub(crate) struct MemPolicy {
     /// The nodes after `mpol_set_nodemask` (empty for `MPOL_LOCAL`; one node
     /// for `MPOL_PREFERRED`).
     pub(crate) nodes: NodeMask,
+    /// The mask as the caller gave it, kept (and reported by
+    /// `get_mempolicy`) under `MPOL_F_STATIC_NODES` or
+    /// `MPOL_F_RELATIVE_NODES` (Linux's `w.user_nodemask`); empty otherwise.
+    pub(crate) user_nodes: NodeMask,
+}
+
+/// Linux's `mpol_equal`: two policies are the same (and their VMAs may
+/// merge) when mode and flags are, the masks the caller gave are where they
+/// are kept, and the effective nodes are (every `MPOL_LOCAL` is the same).
+impl PartialEq for MemPolicy {
+    fn eq(&self, other: &MemPolicy) -> bool {
+        self.mode == other.mode
+            && self.flags == other.flags
+            && self.user_nodes == other.user_nodes
+            && (self.mode == MPOL_LOCAL || self.nodes == other.nodes)
+    }
+}
+
+impl MemPolicy {
+    /// Whether the caller's mask is kept (Linux's `mpol_store_user_nodemask`).
+    fn stores_user_nodemask(flags: i32) -> bool {
+        flags & (MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES) != 0
+    }
+
+    /// The mask `get_mempolicy` reports for `policy` (`None`: the default):
+    /// the caller's mask where it is kept, else the effective nodes (empty
+    /// for the default and `MPOL_LOCAL`), as Linux's `do_get_mempolicy`.
+    pub(crate) fn reported_nodes(policy: Option<&MemPolicy>) -> NodeMask {
+        match policy {
+            None => NodeMask::default(),
+            Some(p) if Self::stores_user_nodemask(p.flags) => p.user_nodes,
+            Some(p) => p.nodes,
+        }
+    }
 }
 
 /// Splits `mode` into mode and flags and checks them (Linux's
@@ -140,8 +184,9 @@ impl MemPolicy {
             _ if nodes.is_empty() => return Err(Errno::Inval),
             _ => {}
         }
+        let user_nodes = if Self::stores_user_nodemask(flags) { *nodes } else { NodeMask::default() };
         if mode == MPOL_LOCAL {
-            return Ok(Some(MemPolicy { mode, flags, nodes: NodeMask::default() }));
+            return Ok(Some(MemPolicy { mode, flags, nodes: NodeMask::default(), user_nodes }));
         }
         // mpol_set_nodemask: the mask is limited to the nodes with memory
         // (relative masks are folded onto them first).
@@ -151,7 +196,7 @@ impl MemPolicy {
         }
         let nodes =
             if mode == MPOL_PREFERRED { NodeMask::single(usable.iter().next().expect("not empty")) } else { usable };
-        Ok(Some(MemPolicy { mode, flags, nodes }))
+        Ok(Some(MemPolicy { mode, flags, nodes, user_nodes }))
     }
 
     /// Where the page of linear index `ilx` goes: the node to try first and
@@ -246,6 +291,21 @@ mod tests {
         assert_eq!(n(MPOL_PREFERRED, 0, &[1, 0]).unwrap().unwrap().nodes, mask(&[0]), "first node only");
         // Relative: node 3 folds onto 3 % 2 = 1, the second online node.
         assert_eq!(n(MPOL_BIND, MPOL_F_RELATIVE_NODES, &[3]).unwrap().unwrap().nodes, mask(&[1]));
+    }
+
+    /// `mpol_equal`: the effective nodes decide, and the mask the caller
+    /// gave too where it is kept (static or relative nodes).
+    #[test]
+    fn equal_policies_follow_mpol_equal() {
+        let online = mask(&[0]);
+        let n = |flags, nodes: &[usize]| MemPolicy::new(MPOL_BIND, flags, &mask(nodes), &online).unwrap().unwrap();
+        assert_eq!(n(0, &[0, 1]), n(0, &[0]), "the same nodes in use");
+        assert_ne!(n(MPOL_F_STATIC_NODES, &[0, 1]), n(MPOL_F_STATIC_NODES, &[0]), "different masks kept");
+        assert_eq!(n(MPOL_F_STATIC_NODES, &[0, 1]), n(MPOL_F_STATIC_NODES, &[0, 1]));
+        assert_ne!(n(MPOL_F_STATIC_NODES, &[0]), n(0, &[0]), "different flags");
+        assert_eq!(MemPolicy::reported_nodes(Some(&n(MPOL_F_STATIC_NODES, &[0, 1]))), mask(&[0, 1]));
+        assert_eq!(MemPolicy::reported_nodes(Some(&n(0, &[0, 1]))), mask(&[0]));
+        assert_eq!(MemPolicy::reported_nodes(None), NodeMask::default());
     }
 
     #[test]

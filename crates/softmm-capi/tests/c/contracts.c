@@ -27,6 +27,8 @@
 /* <numaif.h>'s values, without libnuma. */
 #define MPOL_BIND 2
 #define MPOL_MF_MOVE (1 << 1)
+#define MPOL_F_NODE (1 << 0)
+#define MPOL_F_ADDR (1 << 1)
 
 static int passed, failed;
 
@@ -421,6 +423,14 @@ static void complete_api_contracts(void) {
     EXPECT(softmm_mbind(mm, page, PAGE, MPOL_BIND, &node0, 3, MPOL_MF_MOVE) == 0);
     EXPECT(softmm_move_pages(mm, 1, &page, NULL, &status, 0) == 0 && status == 0);
     EXPECT(softmm_mbind(mm, page + 1, PAGE, MPOL_BIND, &node0, 3, 0) == -EINVAL);
+    int mode = -1;
+    uint64_t mask[2] = {~0ULL, ~0ULL};
+    EXPECT(softmm_get_mempolicy(mm, &mode, mask, 66, 0, 0) == 0 && mode == MPOL_BIND && mask[0] == 2 && mask[1] == 0);
+    EXPECT(softmm_get_mempolicy(mm, &mode, mask, 3, page, MPOL_F_ADDR) == 0 && mode == MPOL_BIND && mask[0] == 1);
+    EXPECT(softmm_get_mempolicy(mm, &mode, NULL, 0, page, MPOL_F_NODE | MPOL_F_ADDR) == 0 && mode == 0);
+    EXPECT(softmm_get_mempolicy(mm, &mode, mask, 1, 0, 0) == -EINVAL); /* below the 2 nodes */
+    EXPECT(softmm_get_mempolicy(mm, NULL, NULL, 0, page, 0) == -EINVAL);
+    EXPECT(softmm_get_mempolicy(mm, NULL, mask, 1ULL << 40, 0, 0) == -EINVAL);
 
     /* hugetlbfs: pages from the pool, fallocate's order of checks. */
     softmm_file *huge = NULL, *huge_ro = NULL;

@@ -146,6 +146,11 @@ impl PinnedPages {
         self.stats
     }
 
+    /// The frame of the `i`-th page held (`None` past the end).
+    pub(crate) fn pfn(&self, i: usize) -> Option<Pfn> {
+        self.pfns.get(i).copied()
+    }
+
     /// The device reads `buf.len()` bytes at `offset`, straight from the
     /// frames. `EFAULT` (nothing read) if the range is not inside the pages.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {

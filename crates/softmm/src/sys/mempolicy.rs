@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::mempolicy::{get_nodes, sanitize_mode, MemPolicy, MPOL_DEFAULT, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL};
+use crate::mempolicy::{MPOL_F_ADDR, MPOL_F_MEMS_ALLOWED, MPOL_F_NODE, MPOL_INTERLEAVE, MPOL_WEIGHTED_INTERLEAVE};
 use crate::mempolicy::{MPOL_MF_STRICT, MPOL_MF_VALID};
 use crate::migrate::Isolated;
 use crate::phys::{NodeMask, Placement};
@@ -60,6 +61,83 @@ impl AddressSpace {
         let policy = MemPolicy::new(mode, flags, &nodes, &self.phys.online_nodes())?;
         self.set_mm_policy(policy.map(Arc::new));
         Ok(())
+    }
+
+    /// `get_mempolicy(&mode, nmask, maxnode, addr, flags)`: returns the
+    /// mode of the address space's policy (with its `MPOL_F_*` mode flags;
+    /// `MPOL_DEFAULT` for none), or with [`MPOL_F_ADDR`] of the policy of
+    /// the VMA at `addr` (`MPOL_DEFAULT` if it has none: no fall back to the
+    /// address space's), and writes its nodes into `nmask` (`None` for
+    /// NULL) as a bitmap of `maxnode - 1` bits: the mask the caller gave
+    /// under `MPOL_F_STATIC_NODES`/`MPOL_F_RELATIVE_NODES`, else the nodes
+    /// in use, empty for the default and `MPOL_LOCAL`. With [`MPOL_F_NODE`]
+    /// it returns a node instead of the mode: with `MPOL_F_ADDR`, the node
+    /// of the page at `addr`, which is faulted in for reading as
+    /// `get_user_pages` does; without, the node the address space's
+    /// interleave policy uses next, which in softmm (interleave by page
+    /// index, no round-robin state) is the first of its nodes. With
+    /// [`MPOL_F_MEMS_ALLOWED`] it returns 0 and the arena's nodes.
+    ///
+    /// In Linux's order (`kernel_get_mempolicy`, `do_get_mempolicy`,
+    /// `copy_nodes_to_user`; the arena's node count is `nr_node_ids`):
+    /// `EINVAL` for a mask with `maxnode` below the node count, an unknown
+    /// flag, `MPOL_F_MEMS_ALLOWED` with another flag, or an `addr` without
+    /// `MPOL_F_ADDR`; `EFAULT` when no VMA contains `addr`; `EINVAL` for
+    /// `MPOL_F_NODE` alone unless the address space interleaves; the page's
+    /// fault error (`EFAULT`) for `MPOL_F_NODE | MPOL_F_ADDR`; then for the
+    /// mask, `EINVAL` when `maxnode - 1` bits are more than a page, and
+    /// `EFAULT` (nothing written) when `nmask` is shorter than they are.
+    /// The words past the node count are zeroed.
+    pub fn get_mempolicy(&self, nmask: Option<&mut [u64]>, maxnode: u64, addr: u64, flags: u32) -> Result<i32> {
+        let nr_node_ids = self.phys.nodes() as u64;
+        if nmask.is_some() && maxnode < nr_node_ids {
+            return Err(Errno::Inval);
+        }
+        if flags & !(MPOL_F_NODE | MPOL_F_ADDR | MPOL_F_MEMS_ALLOWED) != 0 {
+            return Err(Errno::Inval);
+        }
+        let (mode, nodes) = if flags & MPOL_F_MEMS_ALLOWED != 0 {
+            if flags & (MPOL_F_NODE | MPOL_F_ADDR) != 0 {
+                return Err(Errno::Inval);
+            }
+            (0, self.phys.online_nodes())
+        } else {
+            let (policy, is_mm_policy) = if flags & MPOL_F_ADDR != 0 {
+                let st = self.read_lock();
+                let vma = st.vmas.find(addr).ok_or(Errno::Fault)?;
+                (vma.policy.clone(), false)
+            } else if addr != 0 {
+                return Err(Errno::Inval);
+            } else {
+                (self.mm_policy(), true)
+            };
+            let policy = policy.as_deref();
+            let mode = if flags & MPOL_F_NODE != 0 {
+                match policy {
+                    _ if flags & MPOL_F_ADDR != 0 => self.lookup_node(addr)?,
+                    Some(p) if is_mm_policy && matches!(p.mode, MPOL_INTERLEAVE | MPOL_WEIGHTED_INTERLEAVE) => {
+                        p.nodes.iter().next().unwrap_or(crate::mempolicy::LOCAL_NODE) as i32
+                    }
+                    _ => return Err(Errno::Inval),
+                }
+            } else {
+                policy.map_or(MPOL_DEFAULT, |p| p.mode | p.flags)
+            };
+            (mode, MemPolicy::reported_nodes(policy))
+        };
+        if let Some(words) = nmask {
+            copy_nodes_to_user(words, maxnode, &nodes, nr_node_ids)?;
+        }
+        Ok(mode)
+    }
+
+    /// Linux's `lookup_node`: the node of the page at `addr`, faulted in
+    /// for reading by `get_user_pages` (the zero page's for an untouched
+    /// private page).
+    fn lookup_node(&self, addr: u64) -> Result<i32> {
+        let pages = self.get_user_pages(addr & !(PAGE_SIZE - 1), 1, crate::pin::Foll::empty())?;
+        let pfn = pages.pfn(0).expect("one page asked for and held");
+        Ok(self.phys.node_of(pfn) as i32)
     }
 
     /// `mbind(start, len, mode, nmask, maxnode, flags)`: gives the VMAs of
@@ -348,4 +426,23 @@ impl AddressSpace {
         }
         Ok(failed)
     }
+}
+
+/// Linux's `copy_nodes_to_user`: `nodes` into the user bitmap `words` as
+/// `maxnode - 1` bits rounded up to whole words (`ALIGN`, wrapping as
+/// Linux's unsigned arithmetic does), the words past the `nr_node_ids`
+/// bits zeroed. `EINVAL` for more than a page of words past them; `EFAULT`,
+/// with nothing written, when `words` is shorter.
+fn copy_nodes_to_user(words: &mut [u64], maxnode: u64, nodes: &NodeMask, nr_node_ids: u64) -> Result<()> {
+    let copy = maxnode.wrapping_sub(1).wrapping_add(63) & !63;
+    let copy_words = copy / 64;
+    let node_words = nr_node_ids.div_ceil(64);
+    if copy_words > node_words && copy / 8 > PAGE_SIZE {
+        return Err(Errno::Inval);
+    }
+    let out = words.get_mut(..copy_words as usize).ok_or(Errno::Fault)?;
+    let kept = node_words.min(copy_words) as usize;
+    out[..kept].copy_from_slice(&nodes.words()[..kept]);
+    out[kept..].fill(0);
+    Ok(())
 }

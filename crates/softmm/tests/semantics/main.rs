@@ -20,6 +20,7 @@ mod emulator;
 mod execute;
 mod file_errnos;
 mod fork_host;
+mod get_mempolicy;
 mod hardening;
 mod host_file;
 mod hugetlb;
