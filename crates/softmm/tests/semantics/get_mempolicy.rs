@@ -169,7 +169,8 @@ fn get_mempolicy_matches_the_host() {
     compare("default policies");
 
     // (stage, set_mempolicy mode and mask, mbind of the first page's mode and mask)
-    let stages: &[(&str, i32, &[u64], i32, &[u64])] = &[
+    type Stage = (&'static str, i32, &'static [u64], i32, &'static [u64]);
+    let stages: &[Stage] = &[
         ("interleave, bind", MPOL_INTERLEAVE, &[1], MPOL_BIND, &[1]),
         ("preferred empty (local), static bind", MPOL_PREFERRED, &[], MPOL_BIND | MPOL_F_STATIC_NODES, &[0b101]),
         ("relative bind, preferred", MPOL_BIND | MPOL_F_RELATIVE_NODES, &[0b10], MPOL_PREFERRED, &[1]),
