@@ -3,175 +3,18 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use softmm::{FaultPolicy, MadvisePolicy, PlacementPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy};
 
+use crate::args::{parse_postings, BenchArgs};
 use crate::machine::{cores, Machine};
 use crate::report::{self, Results, Sample};
 use crate::summary;
-use crate::workloads::{self, Arena, Backend, Limit, Params, Workload};
+use crate::workloads::{self, Arena, Backend, Params, Workload};
 
 /// Where the headline plot goes.
 pub const HEADLINE_PLOT: &str = "softmm-results.svg";
-
-/// `softmm bench` options.
-#[derive(Debug, Clone, Parser)]
-#[command(name = "bench", after_help = crate::seeds::bench_help())]
-pub struct BenchArgs {
-    /// Workloads, comma-separated or repeated: pft, page-fault1, page-fault2,
-    /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm,
-    /// big-munmap (seed 002), or all; or alone, each with its own sweep:
-    /// pin (seed 004), migrate (seed 003), or hugetlb-fault, hugetlb-fork
-    /// and hugetlb-fork-fault (seed 000; --threads counts instances; the
-    /// host rows grow the host's huge-page pool for the run, as root).
-    /// None: the headline experiment (pft and interference for every fault
-    /// policy and the host, plotted to softmm-results.svg, then one row per
-    /// seed).
-    #[arg(value_delimiter = ',')]
-    pub workloads: Vec<String>,
-
-    /// Policies: names (comma-separated), `all`, or `default` (the library's
-    /// default, recorded under its real name); `host` alone runs only the
-    /// host. Each workload takes its own kind of policy (listed below).
-    #[arg(long, default_value = "all")]
-    pub policy: String,
-
-    /// Thread counts, e.g. `1,2,4` or `1-8` [default: 1 to the number of
-    /// CPUs; migrate: one accessor per CPU but one].
-    #[arg(long)]
-    pub threads: Option<String>,
-
-    /// Seconds per sample.
-    #[arg(long, default_value_t = 0.5)]
-    pub duration: f64,
-
-    /// Loop iterations per task instead of a duration (one map/touch/unmap
-    /// cycle, one pass over a slice, one page, or one 16 KiB region operation).
-    #[arg(long)]
-    pub iterations: Option<u64>,
-
-    /// Samples per configuration, the policies taking turns (the tables
-    /// show the median and the min-max).
-    #[arg(long, default_value_t = 3)]
-    pub repeat: usize,
-
-    /// Modes, comma-separated: `threads`/`processes` for page-fault1-3,
-    /// mmap1-2 and tlb-flush; CortenMM operations (`mmap-low`, `pf-high`, ...)
-    /// for cortenmm; `fault`, `mmap`, `maps`, `fault-other-mm`, `alone` for
-    /// big-munmap; `alone`, `interfered` for pin. Workloads run in their
-    /// default modes where none applies.
-    #[arg(long, value_delimiter = ',')]
-    pub mode: Vec<String>,
-
-    /// Region size: per mapping for page-fault1-3, mmap1-2 and the mmap
-    /// thread of interference; per thread for pft and interference's faulters;
-    /// per task (at most 1 MiB) for tlb-flush; the region unmapped by
-    /// big-munmap, pinned by pin, migrated by migrate; the shared file of the
-    /// hugetlb workloads. Suffixes K, M, G [default: 128M; 8G for big-munmap
-    /// and pin, 64M for migrate, 1G for hugetlb-*].
-    #[arg(long, value_parser = parse_size)]
-    pub size: Option<u64>,
-
-    /// Write every sample and the machine description as JSON.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-
-    /// Plot throughput against threads (.svg or .png).
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-
-    /// Leave out the host rows.
-    #[arg(long)]
-    pub no_host: bool,
-
-    /// Print every column of the tables, however wide (by default they fit
-    /// 100 columns and say which columns they leave out).
-    #[arg(long)]
-    pub wide: bool,
-
-    /// Try speculative faults even with one CPU attached (MmConfig::force_speculative).
-    #[arg(long)]
-    pub force_speculative: bool,
-
-    /// Which CPUs a TLB shootdown waits for, in every softmm address space
-    /// of the run: `access-sections` (default: only CPUs inside an access)
-    /// or `next-access` (softmm's first protocol: every attached CPU of
-    /// another thread, until its next access).
-    #[arg(long, default_value = "access-sections", value_parser = parse_shootdown)]
-    pub shootdown: softmm::ShootdownPolicy,
-
-    /// Where non-fixed mmaps go, comma-separated, a sweep dimension of the
-    /// softmm rows of the fault-policy workloads: `linux` (default: as
-    /// Linux, top-down), `arenas` (the calling thread's 1 GiB arena first;
-    /// its rows are named `policy+arenas`), or `all`.
-    #[arg(long, default_value = "linux", value_parser = parse_placements)]
-    pub placement: Placements,
-    /// How TLB shootdowns post their requests, in every softmm address
-    /// space: posting policy names (comma-separated), `all`, or `default`.
-    /// With several, each softmm policy runs under each, the rows named
-    /// `<policy>+<posting>`, taking turns as the policies do.
-    #[arg(long, default_value = "default")]
-    pub posting: String,
-    /// tlb-flush: softmm's rows are one per `madvise` policy named here
-    /// (comma-separated: mmap-lock, per-vma; or all, default) instead of one
-    /// per fault policy, faults under the default fault policy; the rows are
-    /// named `madvise-<policy>`. E.g. `softmm bench tlb-flush --madvise all`
-    /// shows `MADV_DONTNEED` under `mmap_lock` against per-VMA.
-    #[arg(long, value_delimiter = ',')]
-    pub madvise: Vec<String>,
-}
-
-/// The `--placement` values, in the library's order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placements(pub Vec<PlacementPolicy>);
-
-/// A `--placement` value: `PlacementPolicy` names, `all` or `default`.
-fn parse_placements(s: &str) -> Result<Placements, String> {
-    let mut named = Vec::new();
-    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        match name {
-            "all" => named.extend_from_slice(PlacementPolicy::ALL),
-            "default" => named.push(PlacementPolicy::default()),
-            _ => named.push(PlacementPolicy::from_name(name).ok_or_else(|| {
-                let names: Vec<_> = PlacementPolicy::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown placement {name:?} (one of: {}; or all, default)", names.join(", "))
-            })?),
-        }
-    }
-    let out: Vec<_> = PlacementPolicy::ALL.iter().copied().filter(|p| named.contains(p)).collect();
-    if out.is_empty() {
-        return Err("no placement".into());
-    }
-    Ok(Placements(out))
-}
-
-/// The `--posting` values: names, `all` or `default`.
-pub(crate) fn parse_postings(s: &str) -> Result<Vec<softmm::PostingPolicy>, String> {
-    use softmm::PostingPolicy;
-    let mut out = Vec::new();
-    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let add = match name {
-            "all" => PostingPolicy::ALL.to_vec(),
-            "default" => vec![PostingPolicy::default()],
-            _ => vec![PostingPolicy::from_name(name).ok_or_else(|| {
-                let names: Vec<_> = PostingPolicy::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown posting policy {name:?} (one of: {}; or all, default)", names.join(", "))
-            })?],
-        };
-        for p in add {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    if out.is_empty() {
-        return Err("no posting policy".into());
-    }
-    Ok(out)
-}
 
 /// tlb-flush's backends under `--madvise`: the `madvise` policies named
 /// (`all`, `default`, names), and the host unless `no_host`; empty if
@@ -199,61 +42,6 @@ fn parse_madvise_backends(names: &[String], no_host: bool) -> Result<Vec<Backend
     if !out.is_empty() && !no_host {
         out.push(Backend::Host);
     }
-    Ok(out)
-}
-
-/// A `--shootdown` value: a `ShootdownPolicy` name.
-fn parse_shootdown(s: &str) -> Result<softmm::ShootdownPolicy, String> {
-    softmm::ShootdownPolicy::from_name(s).ok_or_else(|| {
-        let names: Vec<_> = softmm::ShootdownPolicy::ALL.iter().map(|p| p.name()).collect();
-        format!("unknown shootdown policy {s:?} (one of: {})", names.join(", "))
-    })
-}
-
-/// `4096`, `16K`, `128M`, `1G`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("unknown size suffix in `{s}` (K, M or G)")),
-            };
-            (&s[..i], m)
-        }
-        _ => (s, 1),
-    };
-    let v: u64 = num.trim().parse().map_err(|_| format!("not a size: `{s}`"))?;
-    if v == 0 {
-        return Err("the size must not be zero".into());
-    }
-    Ok(v * mult)
-}
-
-pub(crate) fn parse_threads(s: &str) -> Result<Vec<usize>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("bad thread count `{part}`");
-        if let Some((a, b)) = part.split_once('-') {
-            let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
-            if a == 0 || b < a {
-                return Err(bad());
-            }
-            out.extend(a..=b);
-        } else {
-            let n: usize = part.parse().map_err(|_| bad())?;
-            if n == 0 {
-                return Err(bad());
-            }
-            out.push(n);
-        }
-    }
-    if out.is_empty() {
-        return Err("no thread counts".into());
-    }
-    out.dedup();
     Ok(out)
 }
 
@@ -426,7 +214,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.iter().any(|w| w == "migrate") {
         return workloads::migrate::bench(args); // seed 003's experiment has its own sweep
     }
-    report::set_wide(args.wide);
+    crate::table::set_wide(args.wide);
     let headline = args.workloads.is_empty();
     let workloads =
         if headline { vec![Workload::Pft, Workload::Interference] } else { parse_workloads(&args.workloads)? };
@@ -445,21 +233,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         Workload::TlbFlush if !madvise_backends.is_empty() => madvise_backends.clone(),
         _ => backends.clone(),
     };
-    let threads = match &args.threads {
-        Some(s) => parse_threads(s)?,
-        None => (1..=cores()).collect(),
-    };
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
-    if !(args.duration > 0.0 && args.duration.is_finite()) {
-        return Err("--duration must be positive".into());
-    }
-    let limit = match args.iterations {
-        Some(0) => return Err("--iterations must be at least 1".into()),
-        Some(n) => Limit::Iterations(n),
-        None => Limit::Duration(Duration::from_secs_f64(args.duration)),
-    };
+    let threads = args.thread_counts(|| (1..=cores()).collect())?;
+    args.repeats()?;
+    let limit = args.limit()?;
     for m in &args.mode {
         if !workloads.iter().any(|w| w.modes().contains(&m.as_str())) {
             let valid: Vec<String> =
@@ -589,7 +365,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
                 let ops_per_sec = if m.seconds > 0.0 { m.ops as f64 / m.seconds } else { 0.0 };
                 let note = report::cpu_note(cpu);
                 match &bar {
-                    None => eprintln!("[{}/{}] {label}: {} ops/s{note}", i + 1, jobs.len(), report::si(ops_per_sec)),
+                    None => {
+                        eprintln!("[{}/{}] {label}: {} ops/s{note}", i + 1, jobs.len(), crate::stats::si(ops_per_sec))
+                    }
                     Some(bar) if !note.is_empty() => bar.suspend(|| eprintln!("{label}:{note}")),
                     Some(_) => {}
                 }
@@ -631,10 +409,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     }
     if headline {
         eprintln!("softmm: the per-seed experiments ({} repeats each)", args.repeat);
-        let d = match limit {
-            Limit::Duration(d) => d,
-            Limit::Iterations(_) => Duration::from_millis(500),
-        };
+        let d = limit.duration_or_default();
         let mut seeds = vec![summary::seed_000(limit, args.repeat)];
         seeds.extend(summary::seed_001(&samples, FaultPolicy::default().name()));
         let s002 = summary::seed_002_samples(limit, &mut arena, args.repeat);
@@ -664,14 +439,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_threads_policies() {
-        assert_eq!(parse_size("128M"), Ok(128 << 20));
-        assert_eq!(parse_size("16k"), Ok(16 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("0").is_err());
-        assert_eq!(parse_threads("1,2,4"), Ok(vec![1, 2, 4]));
-        assert_eq!(parse_threads("1-3,8"), Ok(vec![1, 2, 3, 8]));
-        assert!(parse_threads("0").is_err());
+    fn policies() {
         let all = parse_backends("all", false, "pft", false).unwrap();
         assert_eq!(all.len(), FaultPolicy::ALL.len() + 1);
         assert_eq!(all.last(), Some(&Backend::Host));
@@ -694,11 +462,6 @@ mod tests {
         );
         assert_eq!(parse_unmap_backends("host", false).unwrap(), vec![Backend::Host]);
         assert!(parse_unmap_backends("nope", false).is_err());
-        let both = Placements(vec![PlacementPolicy::Linux, PlacementPolicy::Arenas]);
-        assert_eq!(parse_placements("arenas,linux"), Ok(both.clone()));
-        assert_eq!(parse_placements("all"), Ok(both));
-        assert_eq!(parse_placements("default"), Ok(Placements(vec![PlacementPolicy::Linux])));
-        assert!(parse_placements("nope").unwrap_err().contains("arenas"));
         let soft = Backend::Soft(FaultPolicy::PerVmaSeq);
         assert_eq!(workloads::policy_label(soft, PlacementPolicy::Linux), "per-vma-seq");
         assert_eq!(workloads::policy_label(soft, PlacementPolicy::Arenas), "per-vma-seq+arenas");

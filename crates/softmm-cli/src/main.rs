@@ -9,13 +9,16 @@
 //!   softmm address spaces (one per process) and compares every result;
 //!   `softmm replay --run -- CMD ARGS...` records CMD with strace first.
 
+mod args;
 mod bench;
 mod machine;
 mod plot;
 mod replay;
 mod report;
 mod seeds;
+mod stats;
 mod summary;
+mod table;
 mod workloads;
 
 use std::path::PathBuf;
@@ -49,7 +52,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run workloads for fault policies and the host; print a table, write JSON and plots.
-    Bench(bench::BenchArgs),
+    #[command(after_help = seeds::bench_help())]
+    Bench(args::BenchArgs),
     /// Replay an `strace -f -y` log of the memory, process and descriptor calls (or of the memory
     /// calls only), or record a command with `--run -- CMD ARGS...` and replay it.
     #[command(after_help = "TRACE, what --run records, and what to record a log with yourself:\n  \
@@ -89,7 +93,7 @@ struct ReplayArgs {
     #[arg(long, short)]
     verbose: bool,
     /// softmm arena size (default: enough for the log's populating calls).
-    #[arg(long, value_parser = bench::parse_size)]
+    #[arg(long, value_parser = args::parse_size)]
     arena: Option<u64>,
 }
 
@@ -128,7 +132,7 @@ fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<i32, String> 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match &cli.cmd {
-        None => bench::BenchArgs::try_parse_from(["bench"]).map_err(|e| e.to_string()).and_then(|a| bench::run(&a)),
+        None => args::BenchArgs::try_parse_from(["bench"]).map_err(|e| e.to_string()).and_then(|a| bench::run(&a)),
         Some(Cmd::Bench(a)) => bench::run(a),
         Some(Cmd::Replay(a)) => run_replay(a),
         Some(Cmd::Plot { json, out }) => replot(json, out),

@@ -16,7 +16,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::{rows, si, Results};
+use crate::report::{rows, Results};
+use crate::stats::si;
 use crate::workloads::Workload;
 
 /// One panel's size in pixels.

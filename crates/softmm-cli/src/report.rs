@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::{CpuShare, Machine};
+use crate::stats::{self, per_op, si};
+use crate::table::{wrap, Table};
 use crate::workloads::Workload;
 
 /// Per-sample totals.
@@ -330,35 +332,19 @@ impl Row<'_> {
         self.samples[0]
     }
 
-    /// Sorted throughputs.
-    fn rates(&self) -> Vec<f64> {
-        let mut r: Vec<f64> = self.samples.iter().map(|s| s.ops_per_sec).collect();
-        r.sort_by(f64::total_cmp);
-        r
+    fn rates(&self) -> impl Iterator<Item = f64> + '_ {
+        self.samples.iter().map(|s| s.ops_per_sec)
     }
 
     /// Median throughput.
     pub fn median(&self) -> f64 {
-        let r = self.rates();
-        let m = r.len() / 2;
-        if r.len() % 2 == 1 {
-            r[m]
-        } else {
-            (r[m - 1] + r[m]) / 2.0
-        }
-    }
-
-    fn min(&self) -> f64 {
-        self.rates()[0]
-    }
-
-    fn max(&self) -> f64 {
-        *self.rates().last().expect("non-empty row")
+        stats::median(self.rates()).expect("non-empty row")
     }
 
     /// `min-max` of the rates.
     pub fn min_max(&self) -> String {
-        format!("{}-{}", si(self.min()), si(self.max()))
+        let (lo, hi) = stats::range(self.rates()).expect("non-empty row");
+        format!("{}-{}", si(lo), si(hi))
     }
 
     fn ops(&self) -> u64 {
@@ -442,258 +428,6 @@ pub fn median(samples: &[Sample], workload: &str, mode: &str, policy: &str, thre
             s.workload == workload && s.mode == mode && s.policy == policy && s.threads == threads
         })
         .map(|r| r.median())
-}
-
-/// `1.23M`-style number.
-pub fn si(x: f64) -> String {
-    let (v, unit) = match x.abs() {
-        a if a >= 1e9 => (x / 1e9, "G"),
-        a if a >= 1e6 => (x / 1e6, "M"),
-        a if a >= 1e3 => (x / 1e3, "k"),
-        _ => (x, ""),
-    };
-    if v.abs() >= 100.0 {
-        format!("{v:.0}{unit}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.1}{unit}")
-    } else {
-        format!("{v:.2}{unit}")
-    }
-}
-
-fn per_op(total: Option<u64>, ops: u64) -> String {
-    match total {
-        None => "-".to_string(),
-        Some(_) if ops == 0 => "-".to_string(),
-        Some(t) => {
-            let v = t as f64 / ops as f64;
-            if v == 0.0 {
-                "0".to_string()
-            } else if v >= 100.0 {
-                format!("{v:.0}")
-            } else if v >= 0.01 {
-                format!("{v:.3}")
-            } else {
-                format!("{v:.1e}")
-            }
-        }
-    }
-}
-
-/// The widest a table or legend line gets without `--wide`.
-pub const COLUMNS: usize = 100;
-
-/// `--wide`: every column, however wide the table gets.
-static WIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets `--wide` for every table of the run.
-pub fn set_wide(wide: bool) {
-    WIDE.store(wide, std::sync::atomic::Ordering::Relaxed);
-}
-
-thread_local! {
-    /// A test's own `--wide`, which other tests' threads do not see.
-    static WIDE_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-fn wide() -> bool {
-    WIDE_HERE.get().unwrap_or_else(|| WIDE.load(std::sync::atomic::Ordering::Relaxed))
-}
-
-/// Runs `f` with `--wide` set to `wide` on this thread only.
-#[cfg(test)]
-pub fn with_wide<T>(wide: bool, f: impl FnOnce() -> T) -> T {
-    WIDE_HERE.set(Some(wide));
-    let r = f();
-    WIDE_HERE.set(None);
-    r
-}
-
-/// `text` wrapped at [`COLUMNS`] on spaces, each of its lines on its own:
-/// a line's leading spaces are kept, its continuation lines start with
-/// `indent`; with a final newline.
-pub fn wrap(text: &str, indent: &str) -> String {
-    let mut out = String::new();
-    for para in text.split('\n') {
-        let mut line: String = para.chars().take_while(|c| *c == ' ').collect();
-        let mut empty = true;
-        // A glossed term (`name:`) stays on the line of its gloss's first word.
-        let mut words: Vec<String> = Vec::new();
-        for word in para.split_whitespace() {
-            match words.last_mut() {
-                Some(last) if last.ends_with(':') && !last.contains(' ') => {
-                    last.push(' ');
-                    last.push_str(word);
-                }
-                _ => words.push(word.to_string()),
-            }
-        }
-        for word in &words {
-            if !empty && line.chars().count() + 1 + word.chars().count() > COLUMNS {
-                out.push_str(&line);
-                out.push('\n');
-                line = indent.to_string();
-                empty = true;
-            }
-            if !empty {
-                line.push(' ');
-            }
-            line.push_str(word);
-            empty = false;
-        }
-        if !empty {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// One column of a [`Table`].
-struct Column {
-    head: String,
-    left: bool,
-    /// 0: always shown; otherwise left out (highest first) until the
-    /// table fits [`COLUMNS`], unless `--wide`.
-    drop: u8,
-    /// What the column means, for the legend (`None`: it needs no gloss).
-    gloss: Option<String>,
-}
-
-enum Line {
-    Cells(Vec<String>),
-    /// A heading above the rows that follow (a blank line before it).
-    Heading(String),
-    /// A note under the row above, indented.
-    Note(String),
-}
-
-/// A table whose columns fit [`COLUMNS`] (the least needed ones are left
-/// out and named) unless `--wide`, with a legend of the columns shown.
-#[derive(Default)]
-pub struct Table {
-    columns: Vec<Column>,
-    lines: Vec<Line>,
-    notes: Vec<String>,
-}
-
-impl Table {
-    /// An empty table.
-    pub fn new() -> Table {
-        Table::default()
-    }
-
-    /// Adds a column: `drop` 0 for one always shown, else its rank among
-    /// those left out of a narrow table (the highest first).
-    pub fn column(&mut self, head: &str, left: bool, drop: u8, gloss: Option<&str>) -> &mut Table {
-        self.columns.push(Column { head: head.to_string(), left, drop, gloss: gloss.map(str::to_string) });
-        self
-    }
-
-    /// Adds a row, one cell per column.
-    pub fn row(&mut self, cells: Vec<String>) {
-        assert_eq!(cells.len(), self.columns.len(), "one cell per column");
-        self.lines.push(Line::Cells(cells));
-    }
-
-    /// Adds a heading line before the next rows.
-    pub fn heading(&mut self, text: &str) {
-        self.lines.push(Line::Heading(text.to_string()));
-    }
-
-    /// Adds a note under the last row.
-    pub fn note(&mut self, text: &str) {
-        self.lines.push(Line::Note(text.to_string()));
-    }
-
-    /// Adds a legend line after the columns' glosses.
-    pub fn legend(&mut self, text: &str) {
-        self.notes.push(text.to_string());
-    }
-
-    fn widths(&self) -> Vec<usize> {
-        (0..self.columns.len())
-            .map(|i| {
-                self.lines
-                    .iter()
-                    .filter_map(|l| match l {
-                        Line::Cells(c) => Some(c[i].chars().count()),
-                        _ => None,
-                    })
-                    .chain([self.columns[i].head.chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect()
-    }
-
-    /// The table, then its legend; at most [`COLUMNS`] wide unless `--wide`.
-    pub fn render(&self) -> String {
-        self.render_as(wide())
-    }
-
-    /// [`Table::render`], wide or not.
-    pub fn render_as(&self, wide: bool) -> String {
-        let widths = self.widths();
-        let mut shown: Vec<usize> = (0..self.columns.len()).collect();
-        let width = |shown: &[usize]| shown.iter().map(|&i| widths[i] + 2).sum::<usize>().saturating_sub(2);
-        let mut left_out = Vec::new();
-        while !wide && width(&shown) > COLUMNS {
-            // The highest drop rank, the rightmost of equals.
-            let Some(pos) = shown
-                .iter()
-                .enumerate()
-                .filter(|(_, &i)| self.columns[i].drop > 0)
-                .max_by_key(|(pos, &i)| (self.columns[i].drop, *pos))
-                .map(|(pos, _)| pos)
-            else {
-                break;
-            };
-            left_out.push(self.columns[shown.remove(pos)].head.clone());
-        }
-        let mut out = String::new();
-        let fmt = |out: &mut String, cells: &[String]| {
-            let mut line = String::new();
-            for &i in &shown {
-                let (c, w) = (&cells[i], widths[i]);
-                if self.columns[i].left {
-                    line.push_str(&format!("{c:<w$}  "));
-                } else {
-                    line.push_str(&format!("{c:>w$}  "));
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        };
-        fmt(&mut out, &self.columns.iter().map(|c| c.head.clone()).collect::<Vec<_>>());
-        for l in &self.lines {
-            match l {
-                Line::Cells(c) => fmt(&mut out, c),
-                Line::Heading(h) => {
-                    if !out.ends_with("\n\n") && out.lines().count() > 1 {
-                        out.push('\n');
-                    }
-                    out.push_str(&wrap(h, "  "));
-                }
-                Line::Note(n) => out.push_str(&wrap(&format!("    {n}"), "    ")),
-            }
-        }
-        let glosses: Vec<String> = shown
-            .iter()
-            .filter_map(|&i| self.columns[i].gloss.as_ref().map(|g| format!("{}: {g}", self.columns[i].head)))
-            .collect();
-        if !glosses.is_empty() {
-            out.push_str(&wrap(&format!("Columns: {}.", glosses.join("; ")), "  "));
-        }
-        for n in &self.notes {
-            out.push_str(&wrap(n, "  "));
-        }
-        if !left_out.is_empty() {
-            left_out.reverse();
-            out.push_str(&wrap(&format!("(--wide adds the columns {})", left_out.join(", ")), "  "));
-        }
-        out
-    }
 }
 
 /// The CPUs free for the row's samples (median), `!` where one was short.

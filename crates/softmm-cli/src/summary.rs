@@ -17,53 +17,16 @@ use std::time::Duration;
 
 use softmm::{HugetlbPolicy, UnmapPolicy};
 
+use crate::args::Limit;
 use crate::machine::cores;
-use crate::report::{si, wrap, Sample, Table};
+use crate::report::Sample;
 use crate::seeds::{self, Seed};
-use crate::workloads::{self, Arena, Backend, Limit, Params, Workload};
+use crate::stats::{fig, Figure};
+use crate::table::{wrap, Table};
+use crate::workloads::{self, Arena, Backend, Params, Workload};
 
 /// Where the per-seed rows at 16 CPUs are.
 pub const SIXTEEN_CPUS: &str = "docs/results/16cpu/README.md";
-
-/// One design's figure in every repeat.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
-    /// The policy's name.
-    pub policy: String,
-    /// `(repeat, value)`.
-    pub values: Vec<(usize, f64)>,
-}
-
-impl Figure {
-    fn sorted(&self) -> Vec<f64> {
-        let mut v: Vec<f64> = self.values.iter().map(|x| x.1).collect();
-        v.sort_by(f64::total_cmp);
-        v
-    }
-
-    /// The median of the repeats.
-    pub fn median(&self) -> Option<f64> {
-        let v = self.sorted();
-        let m = v.len() / 2;
-        match v.len() {
-            0 => None,
-            n if n % 2 == 1 => Some(v[m]),
-            _ => Some((v[m - 1] + v[m]) / 2.0),
-        }
-    }
-
-    /// `median (min-max)`, or `-`.
-    fn cell(&self) -> String {
-        let v = self.sorted();
-        match (self.median(), v.first(), v.last()) {
-            (Some(m), Some(lo), Some(hi)) if v.len() > 1 && fig(*lo) != fig(*hi) => {
-                format!("{} ({}-{})", fig(m), fig(*lo), fig(*hi))
-            }
-            (Some(m), _, _) => fig(m),
-            _ => "-".into(),
-        }
-    }
-}
 
 /// One seed's result in one figure of merit.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,15 +68,6 @@ impl SeedRow {
             })
             .collect()
     }
-}
-
-/// A figure with three significant digits (`1.23M`, `0.00781`).
-pub fn fig(v: f64) -> String {
-    if v == 0.0 || v.abs() >= 1000.0 {
-        return si(v);
-    }
-    let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
-    format!("{v:.decimals$}")
 }
 
 fn gain_cell(g: Option<f64>) -> String {
@@ -319,10 +273,7 @@ pub fn seed_004(repeats: usize) -> Option<SeedRow> {
 /// sample, `repeats` times in turns; `i-mmap-rwsem` (before the seed,
 /// Linux 5.7-6.0) against softmm's default hugetlb policy.
 pub fn seed_000(limit: Limit, repeats: usize) -> SeedRow {
-    let d = match limit {
-        Limit::Duration(d) => d,
-        Limit::Iterations(_) => Duration::from_millis(500),
-    };
+    let d = limit.duration_or_default();
     let (old, new) = (HugetlbPolicy::IMmapRwsem, HugetlbPolicy::default());
     let samples = crate::workloads::hugetlb::short_run(d, &[old, new], repeats);
     let per_fault = |s: &Sample| {
@@ -462,13 +413,5 @@ mod tests {
         for l in text.lines() {
             assert!(l.chars().count() <= 100, "{l}");
         }
-    }
-
-    #[test]
-    fn figures_keep_three_digits() {
-        assert_eq!(fig(0.0078125), "0.00781");
-        assert_eq!(fig(1.004), "1.00");
-        assert_eq!(fig(36.3), "36.3");
-        assert_eq!(fig(736_000.0), "736k");
     }
 }

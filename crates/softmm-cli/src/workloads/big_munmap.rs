@@ -173,8 +173,8 @@ fn measure<S: Space + Sync>(
     let phase = AtomicU8::new(ALONE);
     let epoch = Instant::now();
     let alone = match p.limit {
-        super::Limit::Duration(d) => d,
-        super::Limit::Iterations(_) => std::time::Duration::from_millis(200),
+        crate::args::Limit::Duration(d) => d,
+        crate::args::Limit::Iterations(_) => std::time::Duration::from_millis(200),
     };
     let tids: Vec<AtomicI32> = (0..p.threads).map(|_| AtomicI32::new(0)).collect();
     std::thread::scope(|sc| {
@@ -427,7 +427,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
     if ours.is_empty() {
         return None;
     }
-    let mut t = crate::report::Table::new();
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("other threads"))
         .column("munmap ms", false, 0, Some("the large munmap's duration"))
@@ -477,9 +477,9 @@ pub fn table(samples: &[Sample]) -> Option<String> {
             v.get(v.len() / 2).copied()
         };
         let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3));
-        let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
+        let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::stats::si(x as f64));
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
-        let ms3 = |v: Option<u64>| v.map_or("-".to_string(), |ns| crate::summary::fig(ns as f64 / 1e6));
+        let ms3 = |v: Option<u64>| v.map_or("-".to_string(), |ns| crate::stats::fig(ns as f64 / 1e6));
         t.row(vec![
             policy.to_string(),
             threads.to_string(),

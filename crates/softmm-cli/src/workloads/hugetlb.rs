@@ -47,8 +47,8 @@ use softmm_hostsys::{HugePages, HUGE_PAGE_SIZE, MAX_PAGES, PUD_SIZE};
 
 use softmm::HugetlbPolicy;
 
-use super::harness::Limit;
-use crate::bench::BenchArgs;
+use crate::args::BenchArgs;
+use crate::args::Limit;
 use crate::machine::{cores, Machine};
 use crate::report::{self, Counters, Results, Sample};
 
@@ -573,7 +573,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     check_size(size)?;
     let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
     let threads = match &args.threads {
-        Some(s) => crate::bench::parse_threads(s)?,
+        Some(s) => crate::args::parse_threads(s)?,
         None => (1..=cores()).collect(),
     };
     if let Some(&t) = threads.iter().find(|&&t| t > MAX_INSTANCES) {
@@ -593,13 +593,13 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         None => return Err("--duration must be positive".into()),
     };
-    crate::report::set_wide(args.wide);
+    crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     let windows = size / PUD_SIZE;
     print!("{}", machine.header(&format!("bench {}", workloads.join(","))));
     print!(
         "{}",
-        crate::report::wrap(
+        crate::table::wrap(
             &format!(
                 "One shared hugetlbfs file of {} MiB ({} huge pages of 2 MiB, {} whole 1 GiB PUD window{} that \
                  can share PMD tables), mapped at a 1 GiB-aligned address by every instance; {} repeats.",
@@ -623,7 +623,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                         eprintln!(
                             "{w} {} {policy} instances={t}: {} ops/s{}",
                             s.mode,
-                            report::si(s.ops_per_sec),
+                            crate::stats::si(s.ops_per_sec),
                             report::cpu_note(cpu)
                         );
                         samples.push(s);
@@ -665,7 +665,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     if !policies.is_empty() {
         let area = soft::SoftArea::new(size)?;
-        print!("{}", report::wrap(sharing_line(&area), "  "));
+        print!("{}", crate::table::wrap(sharing_line(&area), "  "));
         for &w in &workloads {
             for &p in &policies {
                 for &t in &threads {
@@ -708,7 +708,7 @@ fn micros_per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) ->
 fn per_cpu_second(row: &report::Row<'_>, ops: u64) -> String {
     let cpu: Option<u64> = row.samples.iter().map(|x| x.counters.cpu_ns).sum();
     match cpu {
-        Some(ns) if ns > 0 => report::si(ops as f64 * 1e9 / ns as f64),
+        Some(ns) if ns > 0 => crate::stats::si(ops as f64 * 1e9 / ns as f64),
         _ => "-".into(),
     }
 }
@@ -730,7 +730,7 @@ fn rw_per_op(
 /// and instance count with the summed and per-instance rate (medians over
 /// repeats) and the counters per operation.
 pub fn table(samples: &[Sample], size: u64) -> String {
-    let mut t = report::Table::new();
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column(
             "inst",
@@ -806,10 +806,10 @@ pub fn table(samples: &[Sample], size: u64) -> String {
         t.row(vec![
             s.policy.clone(),
             s.threads.to_string(),
-            report::si(rate),
+            crate::stats::si(rate),
             row.min_max(),
             report::cpus_cell(&row.samples),
-            report::si(rate / s.threads.max(1) as f64),
+            crate::stats::si(rate / s.threads.max(1) as f64),
             per_cpu_second(&row, ops),
             micros_per_op(&row, ops, |c| c.cpu_ns),
             micros_per_op(&row, ops, |c| c.lock_wait_ns),
@@ -944,7 +944,7 @@ mod tests {
             ..Counters::default()
         };
         let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
-        let t = report::with_wide(true, || table(&[host.clone(), soft.clone()], DEFAULT_SIZE));
+        let t = crate::table::with_wide(true, || table(&[host.clone(), soft.clone()], DEFAULT_SIZE));
         assert_eq!(t.lines().nth(1), Some("hugetlb-fault faults"), "{t}");
         // softmm's policies first, the host last.
         let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
@@ -959,7 +959,7 @@ mod tests {
         assert_eq!(cells[6..9], ["-", "-", "-"], "host: no CPU time or lock wait per program: {t}");
         assert_eq!(cells[9..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
         // Narrow, the table fits 100 columns and names what it leaves out.
-        let narrow = report::with_wide(false, || table(&[host, soft], DEFAULT_SIZE));
+        let narrow = crate::table::with_wide(false, || table(&[host, soft], DEFAULT_SIZE));
         assert!(narrow.lines().all(|l| l.chars().count() <= 100) && narrow.contains("--wide adds"), "{narrow}");
         assert!(t.contains("1024 MiB") && t.contains("htlb_buddy_alloc_success during the samples: 0"), "{t}");
     }

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use softmm::{AddressSpace, Cpu, MigratePolicy, PhysConfig, PhysMem, PAGE_SIZE};
 
 use super::Measured;
-use crate::bench::BenchArgs;
+use crate::args::BenchArgs;
 use crate::machine::{cores, Machine};
 use crate::report::{self, Counters, Results, Sample};
 
@@ -290,10 +290,10 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     let policies = parse_policies(&args.policy)?;
     let threads = match &args.threads {
-        Some(s) => crate::bench::parse_threads(s)?,
+        Some(s) => crate::args::parse_threads(s)?,
         None => vec![cores().saturating_sub(1).max(1)],
     };
-    crate::report::set_wide(args.wide);
+    crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     print!("{}", machine.header("bench migrate"));
     println!("{} MiB working set moved node 0 <-> node 1, {} repeats", size >> 20, args.repeat);
@@ -321,8 +321,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                             eprintln!(
                                 "migrate {} threads={t}: {} pages/s, accessors {} accesses/s{}",
                                 p.name(),
-                                report::si(m.ops_per_sec),
-                                report::si(x.ops_per_sec),
+                                crate::stats::si(m.ops_per_sec),
+                                crate::stats::si(x.ops_per_sec),
                                 report::cpu_note(cpu)
                             );
                             samples.push(m);
@@ -342,7 +342,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     let migrations: Vec<Sample> = samples.iter().filter(|s| s.mode == "migrate").cloned().collect();
     print!("{}", report::cpu_warnings(&migrations));
     if let Some(c) = comparison(&samples) {
-        print!("{}", report::wrap(&c, "  "));
+        print!("{}", crate::table::wrap(&c, "  "));
     }
     machine.finish();
     print!("{}", machine.footer());
@@ -385,7 +385,7 @@ fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Count
 /// the migrator's CPU time per page, the accessors' accesses/s and their
 /// sampled latencies.
 pub fn table(samples: &[Sample]) -> String {
-    let mut t = report::Table::new();
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("acc", false, 0, Some("accessor threads (beside the migrator)"))
         .column("pages/s", false, 0, Some("pages migrated per second by migrate_pages(2) 0->1, 1->0, ..., median"))
@@ -428,13 +428,13 @@ pub fn table(samples: &[Sample]) -> String {
         t.row(vec![
             p.to_string(),
             th.to_string(),
-            report::si(row.median()),
+            crate::stats::si(row.median()),
             row.min_max(),
             report::cpus_cell(&row.samples),
             flushes_per_page(samples, p, th).map_or("-".into(), |f| format!("{f:.4}")),
             per_page(samples, p, th, |c| c.ptl_locks).map_or("-".into(), |l| format!("{l:.4}")),
             cpu_us_per_page(samples, p, th).map_or("-".into(), |c| format!("{c:.3}")),
-            acc.as_ref().map_or("-".into(), |r| report::si(r.median())),
+            acc.as_ref().map_or("-".into(), |r| crate::stats::si(r.median())),
             lat(|c| c.p50_ns),
             lat(|c| c.p99_ns),
             lat(|c| c.max_ns),
@@ -524,7 +524,7 @@ mod tests {
         ];
         let c = comparison(&s).unwrap();
         assert!(c.contains("-99.8%") && c.contains("+300.0%") && c.contains("-50.0%"), "{c}");
-        let t = report::with_wide(true, || table(&s));
+        let t = crate::table::with_wide(true, || table(&s));
         assert!(
             t.contains("0.0020")
                 && t.contains("1.0000")

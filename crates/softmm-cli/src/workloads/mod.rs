@@ -21,8 +21,8 @@ use softmm::{
     ShootdownTargets, UnmapPolicy, WriterPolicy,
 };
 
+use crate::args::Limit;
 use crate::report::Counters;
-pub use harness::Limit;
 use harness::RunOut;
 use space::SoftSpace;
 

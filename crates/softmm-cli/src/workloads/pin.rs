@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use softmm::{AddressSpace, Foll, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
 
 use super::Measured;
-use crate::bench::BenchArgs;
+use crate::args::BenchArgs;
 use crate::machine::{cores, Machine};
 use crate::report::{self, Counters, Results, Sample};
 
@@ -290,7 +290,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
     let threads = match &args.threads {
-        Some(s) => crate::bench::parse_threads(s)?,
+        Some(s) => crate::args::parse_threads(s)?,
         None => (1..=cores()).collect(),
     };
     if args.repeat == 0 {
@@ -307,7 +307,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         m
     };
-    crate::report::set_wide(args.wide);
+    crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     print!("{}", machine.header("bench pin"));
     println!("{} MiB pinned (FOLL_WRITE | FOLL_LONGTERM), {} repeats\n", size >> 20, args.repeat);
@@ -330,7 +330,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                                 eprintln!(
                                     "pin {mode} {} threads={t}: {} pages/s{}",
                                     p.name(),
-                                    report::si(s.ops_per_sec),
+                                    crate::stats::si(s.ops_per_sec),
                                     report::cpu_note(cpu)
                                 );
                                 samples.push(s);
@@ -377,7 +377,7 @@ fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Optio
 /// min-max), the CPUs free, pages per CPU second, speedup over one thread
 /// of the same policy and mode, and `mmap_lock` acquisitions per 512 pages.
 pub fn table(samples: &[Sample]) -> String {
-    let mut t = report::Table::new();
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("pinning threads"))
         .column("seconds", false, 0, Some("the pin's duration at the median rate"))
@@ -412,12 +412,12 @@ pub fn table(samples: &[Sample]) -> String {
         let secs = s.ops as f64 / rate.max(f64::MIN_POSITIVE);
         let cpu: f64 = row.samples.iter().map(|x| x.cpu_seconds).sum();
         let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
-        let per_cpu = if cpu > 0.0 { report::si(ops as f64 / cpu) } else { "-".into() };
+        let per_cpu = if cpu > 0.0 { crate::stats::si(ops as f64 / cpu) } else { "-".into() };
         t.row(vec![
             s.policy.clone(),
             s.threads.to_string(),
             format!("{secs:.3}"),
-            report::si(rate),
+            crate::stats::si(rate),
             row.min_max(),
             report::cpus_cell(&row.samples),
             per_cpu,

@@ -38,8 +38,8 @@ use softmm::{
 use softmm_hostsys::{HUGE_PAGE_SIZE, PUD_SIZE};
 
 use super::{Program, ProgramRun, FORK_TOUCH, MAX_INSTANCES};
+use crate::args::Limit;
 use crate::report::Counters;
-use crate::workloads::harness::Limit;
 
 /// Where every instance maps the area: 1 GiB-aligned (64 GiB), so that
 /// each whole window of the file sits at the same offset within its PUD in
