@@ -9,9 +9,10 @@ use softmm::{FaultPolicy, MadvisePolicy, PlacementPolicy, ShootdownTargets, Unma
 
 use crate::args::{parse_postings, BenchArgs};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Results, Sample};
+use crate::report::{self, Sample};
 use crate::summary;
-use crate::workloads::{self, Arena, Backend, Params, Workload};
+use crate::workload::Workload;
+use crate::workloads::{self, Arena, Backend, Params};
 
 /// Where the headline plot goes.
 pub const HEADLINE_PLOT: &str = "softmm-results.svg";
@@ -252,7 +253,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     let max_threads = threads.iter().copied().max().unwrap_or(1);
     if let Some(avail) = mem_available() {
         for &w in &workloads {
-            let need = w.arena_bytes(max_threads, size_of(args, w));
+            let need = workloads::arena_bytes(w, max_threads, size_of(args, w));
             if backends_of(w).iter().any(|b| b.is_soft()) && need > avail / 10 * 9 {
                 return Err(format!(
                     "{} at {max_threads} threads needs a {} MiB softmm arena, more than the {} MiB available: use a smaller --size",
@@ -338,7 +339,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
             // threads up front: every sample hands out frames of the same
             // host memory (a larger arena made midway would be backed
             // differently, by huge pages or not).
-            arena.get(job.workload.arena_bytes(max_threads, size_of(args, job.workload)))?;
+            arena.get(workloads::arena_bytes(job.workload, max_threads, size_of(args, job.workload)))?;
         }
         let mut policy = workloads::policy_label(job.backend, job.placement);
         if job.backend.is_soft() && postings.len() > 1 {
@@ -420,7 +421,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     }
     machine.finish();
     print!("{}", machine.footer());
-    let results = Results { machine, samples };
+    let results = workloads::results(machine, samples);
     report::save_json(args.json.as_deref(), &results)?;
     let plot = args.plot.clone().or_else(|| headline.then(|| PathBuf::from(HEADLINE_PLOT)));
     if let Some(path) = plot {

@@ -19,6 +19,7 @@ mod seeds;
 mod stats;
 mod summary;
 mod table;
+mod workload;
 mod workloads;
 
 use std::path::PathBuf;

@@ -18,7 +18,7 @@ use plotters::prelude::*;
 
 use crate::report::{rows, Results};
 use crate::stats::si;
-use crate::workloads::Workload;
+use crate::workload::Workload;
 
 /// One panel's size in pixels.
 const PANEL: (u32, u32) = (800, 440);

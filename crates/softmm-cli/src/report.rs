@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::machine::{CpuShare, Machine};
 use crate::stats::{self, per_op, si};
 use crate::table::{wrap, Table};
-use crate::workloads::Workload;
+use crate::workload::Workload;
 
 /// Per-sample totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,6 +319,13 @@ pub struct Results {
     pub machine: Machine,
     /// Every sample.
     pub samples: Vec<Sample>,
+    /// The `--shootdown` policy every softmm address space of the run used
+    /// (absent from files written before it was recorded).
+    #[serde(default)]
+    pub shootdown: String,
+    /// The run's `--posting` policies, comma-separated.
+    #[serde(default)]
+    pub posting: String,
 }
 
 /// The samples of one table row (same workload, mode, policy, threads).
@@ -656,11 +663,8 @@ pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<()
 
 /// Writes `results` as JSON, with the run's `--shootdown` and `--posting` policies.
 pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
-    let mut v = serde_json::to_value(results).map_err(|e| e.to_string())?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("shootdown".into(), crate::workloads::shootdown_policy().name().into());
-        o.insert("posting".into(), crate::workloads::postings_label().into());
-    }
+    // Through a `Value`, whose keys are sorted, as they always were.
+    let v = serde_json::to_value(results).map_err(|e| e.to_string())?;
     let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -23,7 +23,8 @@ use crate::report::Sample;
 use crate::seeds::{self, Seed};
 use crate::stats::{fig, Figure};
 use crate::table::{wrap, Table};
-use crate::workloads::{self, Arena, Backend, Params, Workload};
+use crate::workload::Workload;
+use crate::workloads::{self, Arena, Backend, Params};
 
 /// Where the per-seed rows at 16 CPUs are.
 pub const SIXTEEN_CPUS: &str = "docs/results/16cpu/README.md";

@@ -45,7 +45,7 @@ use super::{Measured, Params, SoftEnv};
 use crate::report::{Counters, Sample};
 
 /// The modes: what the other threads do during the munmap.
-pub const MODES: &[&str] = &["fault", "mmap", "maps", "fault-other-mm", "alone"];
+pub use crate::workload::BIG_MUNMAP_MODES as MODES;
 
 /// Each faulting thread's region.
 const FAULT_REGION: u64 = 8 << 20;

@@ -50,7 +50,7 @@ use softmm::HugetlbPolicy;
 use crate::args::BenchArgs;
 use crate::args::Limit;
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Results, Sample};
+use crate::report::{self, Counters, Sample};
 
 /// The workload names, each run by this module's own sweep.
 pub const WORKLOADS: &[&str] = &["hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"];
@@ -685,7 +685,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     print!("{}", report::cpu_warnings(&samples));
     machine.finish();
     print!("{}", machine.footer());
-    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
+    report::save_json(args.json.as_deref(), &super::results(machine, samples))?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 

@@ -34,7 +34,7 @@ use softmm::{AddressSpace, Cpu, MigratePolicy, PhysConfig, PhysMem, PAGE_SIZE};
 use super::Measured;
 use crate::args::BenchArgs;
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Results, Sample};
+use crate::report::{self, Counters, Sample};
 
 /// The default working set: pmbench's default is 256 MiB; 64 MiB keeps a
 /// one-by-one pass well under a second.
@@ -346,7 +346,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     machine.finish();
     print!("{}", machine.footer());
-    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
+    report::save_json(args.json.as_deref(), &super::results(machine, samples))?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 

@@ -27,7 +27,7 @@ use softmm::{AddressSpace, Foll, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
 use super::Measured;
 use crate::args::BenchArgs;
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Results, Sample};
+use crate::report::{self, Counters, Sample};
 
 /// The modes.
 pub const MODES: &[&str] = &["alone", "interfered"];
@@ -364,7 +364,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     print!("{}", report::cpu_warnings(&samples));
     machine.finish();
     print!("{}", machine.footer());
-    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
+    report::save_json(args.json.as_deref(), &super::results(machine, samples))?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
