@@ -9,15 +9,19 @@
 //!   softmm address spaces (one per process) and compares every result;
 //!   `softmm replay --run -- CMD ARGS...` records CMD with strace first.
 
+mod arena;
 mod args;
 mod bench;
+mod experiment;
 mod machine;
 mod plot;
+mod registry;
 mod replay;
 mod report;
 mod seeds;
 mod stats;
 mod summary;
+mod sweep;
 mod table;
 mod workload;
 mod workloads;

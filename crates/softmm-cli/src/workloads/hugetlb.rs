@@ -49,8 +49,10 @@ use softmm::HugetlbPolicy;
 
 use crate::args::BenchArgs;
 use crate::args::Limit;
+use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
 use crate::report::{self, Counters, Sample};
+use crate::summary::{cpus_phrase, figure, SeedRow, SIXTEEN_CPUS};
 
 /// The workload names, each run by this module's own sweep.
 pub const WORKLOADS: &[&str] = &["hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"];
@@ -858,6 +860,58 @@ pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize)
         }
     }
     out
+}
+
+/// Seed 000's experiment: the hugetlb workloads over the hugetlb policies.
+pub struct Hugetlb;
+
+impl Experiment for Hugetlb {
+    fn names(&self) -> &'static [&'static str] {
+        WORKLOADS
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn bench(&self, args: &BenchArgs) -> Result<i32, String> {
+        bench(args)
+    }
+
+    fn seed_row(&self, h: &mut Headline<'_>) -> Option<SeedRow> {
+        Some(seed_000(h.limit, h.repeats))
+    }
+}
+
+/// Seed 000 from a short run of its own experiment (`softmm bench
+/// hugetlb-fault`): the files' `i_mmap` lock acquisitions (read and write)
+/// per 2 MiB page faulted by one address space writing a shared 1 GiB
+/// hugetlbfs file, for `limit` (a duration; 0.5 s for iterations) per
+/// sample, `repeats` times in turns; `i-mmap-rwsem` (before the seed,
+/// Linux 5.7-6.0) against softmm's default hugetlb policy.
+pub fn seed_000(limit: Limit, repeats: usize) -> SeedRow {
+    let d = limit.duration_or_default();
+    let (old, new) = (HugetlbPolicy::IMmapRwsem, HugetlbPolicy::default());
+    let samples = short_run(d, &[old, new], repeats);
+    let per_fault = |s: &Sample| {
+        let c = &s.counters;
+        Some((c.i_mmap_read? + c.i_mmap_write?) as f64 / s.ops.max(1) as f64)
+    };
+    SeedRow {
+        seed: "000",
+        metric: "acquisitions of the file-wide i_mmap lock per 2 MiB page faulted, one address space writing \
+                 a shared 1 GiB hugetlbfs file, lower is better"
+            .into(),
+        lower_is_better: true,
+        old: figure(&samples, old.name(), per_fault),
+        new: figure(&samples, new.name(), per_fault),
+        host: None,
+        notes: vec![format!(
+            "its faults/s gain comes from many processes faulting the file at once, more than {} can \
+             show: see the 16-CPU results, {SIXTEEN_CPUS}",
+            cpus_phrase()
+        )],
+    }
 }
 
 #[cfg(test)]

@@ -33,8 +33,11 @@ use softmm::{AddressSpace, Cpu, MigratePolicy, PhysConfig, PhysMem, PAGE_SIZE};
 
 use super::Measured;
 use crate::args::BenchArgs;
+use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
 use crate::report::{self, Counters, Sample};
+use crate::stats::fig;
+use crate::summary::{beside_one, figure, SeedRow};
 
 /// The default working set: pmbench's default is 256 MiB; 64 MiB keeps a
 /// one-by-one pass well under a second.
@@ -486,6 +489,65 @@ pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result
         }
     }
     Ok(out)
+}
+
+/// Seed 003's experiment: `migrate` over the migrate policies.
+pub struct Migrate;
+
+impl Experiment for Migrate {
+    fn names(&self) -> &'static [&'static str] {
+        &["migrate"]
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn bench(&self, args: &BenchArgs) -> Result<i32, String> {
+        bench(args)
+    }
+
+    fn seed_row(&self, h: &mut Headline<'_>) -> Option<SeedRow> {
+        seed_003(h.limit.duration_or_default(), h.repeats)
+    }
+}
+
+/// Seed 003 from a short run of its own experiment (`softmm bench migrate`):
+/// TLB flush requests (Linux's TLB-flush IPIs, the seed's figure) per page
+/// migrated (lower is better) while [`beside_one`] accessor threads read
+/// and write a 16 MiB working set that a migrator moves between node 0 and
+/// node 1 and back, for `duration` per sample, `repeats` times in turns;
+/// `one-by-one` against `batched`, with the migrator's CPU time per page
+/// in a note. No host figure: the host would need two NUMA nodes. `None`
+/// if the arena cannot be made.
+pub fn seed_003(duration: Duration, repeats: usize) -> Option<SeedRow> {
+    let accessors = beside_one();
+    let samples = short_run(duration, accessors, repeats).ok()?;
+    let flushes = |s: &Sample| Some(s.counters.flush_requests? as f64 / s.counters.pages_migrated? as f64);
+    let cpu = |s: &Sample| Some(s.counters.migrator_cpu_ns? as f64 / 1e3 / s.counters.pages_migrated? as f64);
+    let (old, new) = (softmm::MigratePolicy::OneByOne.name(), softmm::MigratePolicy::Batched.name());
+    let mut notes = Vec::new();
+    if let (Some(o), Some(n)) = (figure(&samples, old, cpu).median(), figure(&samples, new, cpu).median()) {
+        notes.push(format!(
+            "the migrator's CPU us per page: {} old, {} new (the old design's includes spinning for the \
+             accessors' acknowledgements, which a busy machine lengthens)",
+            fig(o),
+            fig(n)
+        ));
+    }
+    Some(SeedRow {
+        seed: "003",
+        metric: format!(
+            "TLB flush requests (IPIs) per page moved between two nodes beside {accessors} accessor \
+             thread{} (16 MiB), lower is better",
+            if accessors == 1 { "" } else { "s" }
+        ),
+        lower_is_better: true,
+        old: figure(&samples, old, flushes),
+        new: figure(&samples, new, flushes),
+        host: None,
+        notes,
+    })
 }
 
 #[cfg(test)]

@@ -17,10 +17,11 @@ mod wis;
 use std::sync::Arc;
 
 use softmm::{
-    AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PlacementPolicy,
-    ShootdownTargets, UnmapPolicy, WriterPolicy,
+    AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysMem, PlacementPolicy, ShootdownTargets,
+    UnmapPolicy, WriterPolicy,
 };
 
+pub use crate::arena::Arena;
 use crate::args::Limit;
 use crate::report::Counters;
 use crate::workload::Workload;
@@ -127,33 +128,6 @@ pub struct Measured {
     pub cpu_seconds: f64,
     /// Per-sample totals.
     pub counters: Counters,
-}
-
-/// A softmm arena reused across samples, grown on demand.
-#[derive(Default)]
-pub struct Arena {
-    phys: Option<Arc<PhysMem>>,
-    bytes: u64,
-}
-
-impl Arena {
-    /// An arena of at least `bytes`.
-    pub fn get(&mut self, bytes: u64) -> Result<Arc<PhysMem>, String> {
-        if self.phys.is_none() || self.bytes < bytes {
-            self.phys = None;
-            let phys = PhysMem::new(PhysConfig::new(bytes))
-                .map_err(|e| format!("cannot make a {} MiB softmm arena: {e}", bytes >> 20))?;
-            self.phys = Some(phys);
-            self.bytes = bytes;
-        }
-        Ok(self.phys.clone().expect("made above"))
-    }
-
-    /// Gives the memory back to the host.
-    pub fn release(&mut self) {
-        self.phys = None;
-        self.bytes = 0;
-    }
 }
 
 /// The TLB shootdown policy of every address space the lab makes

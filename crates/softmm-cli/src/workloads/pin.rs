@@ -26,8 +26,10 @@ use softmm::{AddressSpace, Foll, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
 
 use super::Measured;
 use crate::args::BenchArgs;
+use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
 use crate::report::{self, Counters, Sample};
+use crate::summary::{beside_one, cpus_phrase, figure, SeedRow, SIXTEEN_CPUS};
 
 /// The modes.
 pub const MODES: &[&str] = &["alone", "interfered"];
@@ -448,4 +450,54 @@ pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample
         }
     }
     Ok(out)
+}
+
+/// Seed 004's experiment: `pin` over the pin policies.
+pub struct Pin;
+
+impl Experiment for Pin {
+    fn names(&self) -> &'static [&'static str] {
+        &["pin"]
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn bench(&self, args: &BenchArgs) -> Result<i32, String> {
+        bench(args)
+    }
+
+    fn seed_row(&self, h: &mut Headline<'_>) -> Option<SeedRow> {
+        seed_004(h.repeats)
+    }
+}
+
+/// Seed 004 from a short run of its own experiment (`softmm bench pin`):
+/// `mmap_lock` acquisitions per 512 pages pinned (`FOLL_WRITE |
+/// FOLL_LONGTERM`, 256 MiB faulted in by the pin) by [`beside_one`] workers
+/// beside a thread looping mmap/munmap, `repeats` times in turns;
+/// `per-page` (before the seed) against the default pin policy. `None` if
+/// the arena cannot be made.
+pub fn seed_004(repeats: usize) -> Option<SeedRow> {
+    let workers = beside_one();
+    let samples = short_run(256 << 20, workers, repeats).ok()?;
+    let per512 = |s: &Sample| Some(s.counters.mmap_lock_acquisitions? as f64 * 512.0 / s.counters.pages? as f64);
+    Some(SeedRow {
+        seed: "004",
+        metric: format!(
+            "mmap_lock acquisitions per 512 pages pinned by {workers} worker{} beside a thread looping \
+             mmap/munmap (256 MiB), lower is better",
+            if workers == 1 { "" } else { "s" }
+        ),
+        lower_is_better: true,
+        old: figure(&samples, "per-page", per512),
+        new: figure(&samples, softmm::PinPolicy::default().name(), per512),
+        host: None,
+        notes: vec![format!(
+            "its pages/s gain comes from many CPUs pinning at once, more than {} can show: see the 16-CPU \
+             results, {SIXTEEN_CPUS}",
+            cpus_phrase()
+        )],
+    })
 }
