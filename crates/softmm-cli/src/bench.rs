@@ -4,6 +4,7 @@
 
 use crate::arena::Arena;
 use crate::args::{parse_postings, BenchArgs, Limit};
+use crate::counters::FaultCounters;
 use crate::experiment::Headline;
 use crate::registry::{self, EXPERIMENTS};
 use crate::report::Sample;
@@ -19,7 +20,9 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
     if args.workloads.is_empty() {
         return sweep::run(
             args,
-            Some(&mut |samples: &[Sample], arena: &mut Arena, limit: Limit| headline_rows(args, samples, arena, limit)),
+            Some(&mut |samples: &[Sample<FaultCounters>], arena: &mut Arena, limit: Limit| {
+                headline_rows(args, samples, arena, limit)
+            }),
         );
     }
     for &n in &names {
@@ -41,7 +44,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
 
 /// The headline's per-seed table: every experiment's seed row, from the
 /// headline sweep's `samples` or a short run of its own.
-fn headline_rows(args: &BenchArgs, samples: &[Sample], arena: &mut Arena, limit: Limit) -> String {
+fn headline_rows(args: &BenchArgs, samples: &[Sample<FaultCounters>], arena: &mut Arena, limit: Limit) -> String {
     eprintln!("softmm: the per-seed experiments ({} repeats each)", args.repeat);
     let mut h = Headline { limit, repeats: args.repeat, samples, arena };
     let rows: Vec<_> = EXPERIMENTS.iter().filter_map(|e| e.seed_row(&mut h)).collect();

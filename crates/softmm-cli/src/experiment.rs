@@ -6,6 +6,7 @@
 
 use crate::arena::Arena;
 use crate::args::{BenchArgs, Limit};
+use crate::counters::FaultCounters;
 use crate::report::Sample;
 use crate::summary::SeedRow;
 
@@ -39,7 +40,7 @@ pub struct Headline<'a> {
     /// Samples per design (`--repeat`), the designs taking turns.
     pub repeats: usize,
     /// The headline sweep's samples (pft and interference).
-    pub samples: &'a [Sample],
+    pub samples: &'a [Sample<FaultCounters>],
     /// The headline sweep's arena, for short runs that fit it.
     pub arena: &'a mut Arena,
 }

@@ -76,7 +76,7 @@ fn gain_cell(g: Option<f64>) -> String {
 }
 
 /// The figure of `policy` over `samples`, one value per repeat.
-pub fn figure(samples: &[Sample], policy: &str, value: impl Fn(&Sample) -> Option<f64>) -> Figure {
+pub fn figure<C>(samples: &[Sample<C>], policy: &str, value: impl Fn(&Sample<C>) -> Option<f64>) -> Figure {
     Figure {
         policy: policy.to_string(),
         values: samples.iter().filter(|s| s.policy == policy).filter_map(|s| Some((s.repeat, value(s)?))).collect(),

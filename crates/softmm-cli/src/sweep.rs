@@ -12,11 +12,14 @@ use softmm::{FaultPolicy, MadvisePolicy, PlacementPolicy, ShootdownTargets, Unma
 
 use crate::arena::Arena;
 use crate::args::{parse_postings, BenchArgs, Limit};
+use crate::counters::FaultCounters;
 use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Sample};
+use crate::report::{self, cpus_cell, Sample, CPUS_GLOSS};
 use crate::seeds;
+use crate::stats::{per_op, si};
 use crate::summary::{beside_one, figure, SeedRow};
+use crate::table::Table;
 use crate::workload::Workload;
 use crate::workloads::{self, Backend, Params};
 
@@ -195,9 +198,150 @@ fn mem_available() -> Option<u64> {
     Some(l.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
+/// The terminal table of the thread sweeps (pft, will-it-scale, interference,
+/// cortenmm, big-munmap's counters): a heading per workload and mode, a row
+/// per policy and thread count.
+pub fn table(samples: &[Sample<FaultCounters>]) -> String {
+    let rows = report::rows(samples);
+    let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
+    let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
+    let targets = samples.iter().any(|s| s.counters.shootdowns.is_some());
+    let barriers = samples.iter().any(|s| s.workload == "tlb-flush" && s.counters.barriers.is_some());
+    let flush_shared = samples.iter().any(|s| s.counters.flush_shared_writes.is_some());
+    let interfered = samples.iter().any(|s| s.mode == "interfered");
+    let mut t = Table::new();
+    t.column("policy", true, 0, None)
+        .column("thr", false, 0, Some("threads (tasks)"))
+        .column("ops/s", false, 0, Some("operations per second, median of the repeats"))
+        .column("min-max", false, 0, Some("the lowest and highest of the repeats"))
+        .column("cpus", false, 0, Some(CPUS_GLOSS));
+    if interfered {
+        t.column("vs alone", false, 0, Some("the interfered median over the alone one"));
+    }
+    t.column("ops/cpu-s", false, 2, Some("operations per CPU second of the tasks"))
+        .column("faults/op", false, 5, Some("page faults (host: the tasks' minor faults)"))
+        .column("lock/op", false, 0, Some("mmap_lock acquisitions (by faults and the address space's own calls)"))
+        .column("wlock/op", false, 0, Some("the part of lock/op taken for write"))
+        .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
+    if waits {
+        t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
+    }
+    if targets {
+        t.column("local", false, 2, Some("share of the shootdowns that asked no CPU of another thread"));
+    }
+    if barriers || targets {
+        t.column("bar/op", false, 2, Some("process-wide barriers (membarrier) the shootdowns issued")).column(
+            "join/op",
+            false,
+            2,
+            Some("shootdowns covered by a barrier another shootdown issued"),
+        );
+    }
+    if flush_shared {
+        t.column("fshw/op", false, 1, Some("writes the shootdowns made to shared cache lines"));
+    }
+    t.column("spec/op", false, 3, Some("lock-free fault attempts"))
+        .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
+        .column("fallbk/op", false, 3, Some("lock-free attempts that fell back to mmap_lock"));
+    if shared {
+        t.column("shared/op", false, 1, Some("writes to shared cache lines (by the tasks' faults and calls)"));
+    }
+    t.legend(
+        "Per-op counters are totals over the repeats divided by the operations; `-`: the counter does not \
+         apply (the host counts only its minor faults; mmap-lock makes no lock-free attempt).",
+    );
+    let mut last = String::new();
+    let mut policies: Vec<&str> = Vec::new();
+    for row in &rows {
+        let s = row.first();
+        let c = row.counters();
+        let ops = row.ops();
+        let group = format!("{}/{}", s.workload, s.mode);
+        if group != last {
+            let unit = Workload::from_name(&s.workload).map_or("operation", |w| w.op_unit());
+            t.heading(&format!("{} {}: one op = one {unit}", s.workload, s.mode));
+            last = group;
+        }
+        if !policies.contains(&s.policy.as_str()) {
+            policies.push(&s.policy);
+        }
+        let mut line =
+            vec![s.policy.clone(), s.threads.to_string(), si(row.median()), row.min_max(), cpus_cell(&row.samples)];
+        if interfered {
+            let vs_alone = if s.mode == "interfered" {
+                rows.iter()
+                    .find(|r| {
+                        let a = r.first();
+                        a.workload == s.workload && a.mode == "alone" && a.policy == s.policy && a.threads == s.threads
+                    })
+                    .map(|a| format!("{:.2}x", row.median() / a.median()))
+                    .unwrap_or_else(|| "-".to_string())
+            } else {
+                "-".to_string()
+            };
+            line.push(vs_alone);
+        }
+        line.extend([
+            row.per_cpu_second().map_or("-".to_string(), si),
+            per_op(c.faults, ops),
+            per_op(c.mmap_lock_acquisitions, ops),
+            per_op(c.mmap_lock_writes, ops),
+            per_op(c.flush_requests, ops),
+        ]);
+        if waits {
+            line.push(per_op(c.flush_wait_ns, ops));
+        }
+        if targets {
+            line.push(match (c.local_shootdowns, c.shootdowns) {
+                (Some(l), Some(n)) if n > 0 => format!("{:.0}%", 100.0 * l as f64 / n as f64),
+                _ => "-".to_string(),
+            });
+        }
+        if barriers || targets {
+            line.extend([per_op(c.barriers, ops), per_op(c.barriers_joined, ops)]);
+        }
+        if flush_shared {
+            line.push(per_op(c.flush_shared_writes, ops));
+        }
+        line.extend([per_op(c.spec_attempts, ops), per_op(c.spec_aborts, ops), per_op(c.fallbacks, ops)]);
+        if shared {
+            line.push(per_op(c.shared_writes, ops));
+        }
+        t.row(line);
+    }
+    let kind = if samples.iter().all(|s| s.workload == "big-munmap") { "unmap" } else { "fault" };
+    let mut out = t.render();
+    if !policies.is_empty() && kind == "fault" {
+        let base: Vec<&str> = policies.iter().map(|p| p.split('+').next().unwrap_or(p)).collect();
+        // `policy+placement+posting`: each suffix names a placement or a
+        // shootdown posting policy.
+        let suffixes: Vec<&str> = policies.iter().flat_map(|p| p.split('+').skip(1)).collect();
+        out.push_str("Policies:\n");
+        out.push_str(&crate::seeds::legend(kind, &base));
+        // The host's line is the fault legend's.
+        let soft: Vec<&str> = base.iter().copied().filter(|p| *p != "host").collect();
+        out.push_str(&crate::seeds::legend("targets", &soft));
+        let placed = crate::seeds::legend("placement", &suffixes);
+        if !placed.is_empty() {
+            out.push_str("Placements (`+name`; rows without one place as Linux):\n");
+            out.push_str(&placed);
+        }
+        let posted = crate::seeds::legend("posting", &suffixes);
+        if !posted.is_empty() {
+            out.push_str("Shootdown posting (`+name`):\n");
+            out.push_str(&posted);
+        }
+        // tlb-flush --madvise's rows (the host's line is the fault legend's).
+        let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
+        out.push_str(&crate::seeds::legend("madvise", &madvise));
+        out.push_str(&crate::seeds::legend("writers", &soft));
+    }
+    out
+}
+
 /// What the headline adds after the sweep's tables: the text printed
 /// before the machine's footer, from the sweep's samples and arena.
-pub type HeadlineRows<'a> = &'a mut dyn FnMut(&[Sample], &mut Arena, Limit) -> String;
+pub type HeadlineRows<'a> = &'a mut dyn FnMut(&[Sample<FaultCounters>], &mut Arena, Limit) -> String;
 
 /// Runs the thread sweep over `args.workloads` (pft and interference with
 /// `headline`, whose text follows the tables); returns the exit status.
@@ -312,7 +456,7 @@ pub fn run(args: &BenchArgs, headline_rows: Option<HeadlineRows<'_>>) -> Result<
     };
     eprintln!("softmm: {} samples of {} s each, {} repeats", jobs.len(), args.duration, args.repeat);
     let mut arena = Arena::default();
-    let mut samples: Vec<Sample> = Vec::new();
+    let mut samples: Vec<Sample<FaultCounters>> = Vec::new();
     let mut failures = 0;
     let mut last_backend = None;
     for (i, job) in jobs.iter().enumerate() {
@@ -355,7 +499,7 @@ pub fn run(args: &BenchArgs, headline_rows: Option<HeadlineRows<'_>>) -> Result<
                 let note = report::cpu_note(cpu);
                 match &bar {
                     None => {
-                        eprintln!("[{}/{}] {label}: {} ops/s{note}", i + 1, jobs.len(), crate::stats::si(ops_per_sec))
+                        eprintln!("[{}/{}] {label}: {} ops/s{note}", i + 1, jobs.len(), si(ops_per_sec))
                     }
                     Some(bar) if !note.is_empty() => bar.suspend(|| eprintln!("{label}:{note}")),
                     Some(_) => {}
@@ -391,13 +535,13 @@ pub fn run(args: &BenchArgs, headline_rows: Option<HeadlineRows<'_>>) -> Result<
         bar.finish_and_clear();
     }
     println!();
-    print!("{}", report::table(&samples));
+    print!("{}", table(&samples));
     print!("{}", report::cpu_warnings(&samples));
     if let Some(t) = workloads::big_munmap::table(&samples) {
         println!("\n{t}");
     }
-    if let Some(rows) = headline_rows {
-        println!("\n{}", rows(&samples, &mut arena, limit));
+    if let Some(seed_rows) = headline_rows {
+        println!("\n{}", seed_rows(&samples, &mut arena, limit));
     }
     machine.finish();
     print!("{}", machine.footer());
@@ -473,7 +617,14 @@ impl Experiment for BigMunmap {
 }
 
 /// A sample of a seed's short run.
-fn sample(workload: &str, mode: &str, policy: &str, threads: usize, repeat: usize, m: &workloads::Measured) -> Sample {
+fn sample(
+    workload: &str,
+    mode: &str,
+    policy: &str,
+    threads: usize,
+    repeat: usize,
+    m: &workloads::Measured,
+) -> Sample<FaultCounters> {
     Sample {
         workload: workload.into(),
         mode: mode.into(),
@@ -493,17 +644,17 @@ fn sample(workload: &str, mode: &str, policy: &str, threads: usize, repeat: usiz
 /// [`beside_one`] faulting threads while another thread maps and unmaps
 /// (interference, interfered), or of the nearest thread count measured;
 /// `mmap-lock` against the default policy, and the host.
-pub fn seed_001(samples: &[Sample], default_policy: &str) -> Option<SeedRow> {
+pub fn seed_001(samples: &[Sample<FaultCounters>], default_policy: &str) -> Option<SeedRow> {
     let measured: Vec<usize> =
         samples.iter().filter(|s| s.workload == "interference" && s.mode == "interfered").map(|s| s.threads).collect();
     let want = beside_one();
     let threads = measured.iter().copied().filter(|&t| t <= want).max().or_else(|| measured.iter().copied().min())?;
-    let of: Vec<Sample> = samples
+    let of: Vec<Sample<FaultCounters>> = samples
         .iter()
         .filter(|s| s.workload == "interference" && s.mode == "interfered" && s.threads == threads)
         .cloned()
         .collect();
-    let rate = |s: &Sample| Some(s.ops_per_sec);
+    let rate = |s: &Sample<FaultCounters>| Some(s.ops_per_sec);
     let old = seeds::seed("001").old_new.0;
     Some(SeedRow {
         seed: "001",
@@ -524,7 +675,7 @@ pub fn seed_001(samples: &[Sample], default_policy: &str) -> Option<SeedRow> {
 /// faulting thread (`fault` mode, faults under `mmap_lock` as in 2018),
 /// under `locked` and the default unmap policy in turns, `repeats` times;
 /// the faulting thread runs alone for `limit` (a duration) first.
-pub fn seed_002_samples(limit: Limit, arena: &mut Arena, repeats: usize) -> Vec<Sample> {
+pub fn seed_002_samples(limit: Limit, arena: &mut Arena, repeats: usize) -> Vec<Sample<FaultCounters>> {
     let params = Params {
         threads: 1,
         mode: "fault",
@@ -550,12 +701,12 @@ pub fn seed_002_samples(limit: Limit, arena: &mut Arena, repeats: usize) -> Vec<
 /// Seed 002 from [`seed_002_samples`]: how long the munmap held
 /// `mmap_lock` for write, the longest any fault of the other thread could
 /// wait for it (ms, lower is better); `locked` against the default.
-pub fn seed_002(samples: &[Sample]) -> Option<SeedRow> {
-    let ours: Vec<Sample> = samples.iter().filter(|s| s.workload == "big-munmap").cloned().collect();
+pub fn seed_002(samples: &[Sample<FaultCounters>]) -> Option<SeedRow> {
+    let ours: Vec<Sample<FaultCounters>> = samples.iter().filter(|s| s.workload == "big-munmap").cloned().collect();
     if ours.is_empty() {
         return None;
     }
-    let hold = |s: &Sample| s.counters.munmap_write_hold_ns.map(|ns| ns as f64 / 1e6);
+    let hold = |s: &Sample<FaultCounters>| s.counters.munmap_write_hold_ns.map(|ns| ns as f64 / 1e6);
     Some(SeedRow {
         seed: "002",
         metric: "ms a 256 MiB munmap holds mmap_lock for write, during which a fault of the other thread \
@@ -572,7 +723,6 @@ pub fn seed_002(samples: &[Sample]) -> Option<SeedRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Counters;
     use crate::summary;
 
     #[test]
@@ -631,7 +781,7 @@ mod tests {
         }
     }
 
-    fn rate_sample(mode: &str, policy: &str, threads: usize, repeat: usize, ops_per_sec: f64) -> Sample {
+    fn rate_sample(mode: &str, policy: &str, threads: usize, repeat: usize, ops_per_sec: f64) -> Sample<FaultCounters> {
         Sample {
             workload: "interference".into(),
             mode: mode.into(),
@@ -641,7 +791,7 @@ mod tests {
             ops: 1,
             seconds: 1.0,
             ops_per_sec,
-            counters: Counters::default(),
+            counters: FaultCounters::default(),
             cpu_seconds: 1.0,
             cpu: None,
         }
@@ -652,7 +802,7 @@ mod tests {
         let hold = |policy: &str, repeat: usize, ns: u64| Sample {
             workload: "big-munmap".into(),
             mode: "fault".into(),
-            counters: Counters { munmap_write_hold_ns: Some(ns), ..Counters::default() },
+            counters: FaultCounters { munmap_write_hold_ns: Some(ns), ..FaultCounters::default() },
             ..rate_sample("fault", policy, 1, repeat, 1.0)
         };
         let d = UnmapPolicy::default().name();

@@ -51,8 +51,53 @@ use crate::args::BenchArgs;
 use crate::args::Limit;
 use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Sample};
+use crate::report::{self, Sample};
 use crate::summary::{cpus_phrase, figure, SeedRow, SIXTEEN_CPUS};
+
+crate::counters::counters! {
+    /// The hugetlb workloads' counters.
+    pub struct HugetlbCounters {
+        /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+        sum faults,
+        /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
+        sum mmap_lock_acquisitions,
+        /// TLB flush requests sent to other CPUs.
+        sum flush_requests,
+        /// hugetlb: PMD tables linked from another address space (`huge_pmd_share`).
+        sum pmd_shares,
+        /// hugetlb: shared PMD tables detached from an address space (`huge_pmd_unshare`).
+        sum pmd_unshares,
+        /// hugetlb: the files' `i_mmap` lock taken for read (`HugetlbLockStats`).
+        sum i_mmap_read,
+        /// hugetlb: the files' `i_mmap` lock taken for write.
+        sum i_mmap_write,
+        /// hugetlb: the hugetlb VMA lock taken for read.
+        sum vma_lock_read,
+        /// hugetlb: the hugetlb VMA lock taken for write.
+        sum vma_lock_write,
+        /// hugetlb: fault mutexes taken.
+        sum fault_mutex,
+        /// hugetlb: lock-free faults that found their PMD table unshared and retried.
+        sum validation_retries,
+        /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_success` during the sample.
+        sum htlb_buddy_alloc_success,
+        /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_fail` during the sample.
+        sum htlb_buddy_alloc_fail,
+        /// hugetlb: CPU time of the program's instance threads over the sample
+        /// (`CLOCK_THREAD_CPUTIME_ID`), in ns: its cost per op, which the
+        /// other program's share of the CPUs does not inflate.
+        sum cpu_ns,
+        /// hugetlb: time the program's instance threads waited for hugetlb
+        /// locks (`HugetlbLockStats::thread_wait_ns`), in ns.
+        sum lock_wait_ns,
+        /// hugetlb: waits for the files' `i_mmap` locks, whole arena, in ns.
+        sum i_mmap_wait_ns,
+        /// hugetlb: waits for hugetlb VMA locks, whole arena, in ns.
+        sum vma_lock_wait_ns,
+        /// hugetlb: waits for fault mutexes, whole arena, in ns.
+        sum fault_mutex_wait_ns,
+    }
+}
 
 /// The workload names, each run by this module's own sweep.
 pub const WORKLOADS: &[&str] = &["hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"];
@@ -476,7 +521,13 @@ pub fn host(
 
 /// The sample of one program of a run: `policy` names the row (`host`
 /// or a [`HugetlbPolicy`]).
-fn sample(workload: &str, policy: &str, run: &ProgramRun, counters: Counters, repeat: usize) -> Sample {
+fn sample(
+    workload: &str,
+    policy: &str,
+    run: &ProgramRun,
+    counters: HugetlbCounters,
+    repeat: usize,
+) -> Sample<HugetlbCounters> {
     Sample {
         workload: workload.into(),
         mode: run.program.mode().into(),
@@ -493,12 +544,12 @@ fn sample(workload: &str, policy: &str, run: &ProgramRun, counters: Counters, re
 }
 
 /// The host counters of one program of a host run.
-fn host_counters(run: &ProgramRun, vmstat: (u64, u64)) -> Counters {
-    Counters {
+fn host_counters(run: &ProgramRun, vmstat: (u64, u64)) -> HugetlbCounters {
+    HugetlbCounters {
         faults: Some(run.minflt),
         htlb_buddy_alloc_success: Some(vmstat.0),
         htlb_buddy_alloc_fail: Some(vmstat.1),
-        ..Counters::default()
+        ..HugetlbCounters::default()
     }
 }
 
@@ -555,7 +606,7 @@ fn sharing_line(area: &soft::SoftArea) -> &'static str {
 }
 
 /// What one sample of the sweep gave: each program's run and counters.
-type SampleRuns = Result<Vec<(ProgramRun, Counters)>, String>;
+type SampleRuns = Result<Vec<(ProgramRun, HugetlbCounters)>, String>;
 
 /// `softmm bench hugetlb-fault|hugetlb-fork|hugetlb-fork-fault`: the sweep,
 /// its table, `--json`.
@@ -692,14 +743,22 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
 }
 
 /// A counter of the row's samples per operation, `-` where they have none.
-fn per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option<u64>) -> String {
+fn per_op(
+    row: &report::Row<'_, HugetlbCounters>,
+    ops: u64,
+    counter: impl Fn(&HugetlbCounters) -> Option<u64>,
+) -> String {
     let total: Option<u64> = row.samples.iter().map(|x| counter(&x.counters)).sum();
     total.map_or("-".into(), |c| format!("{:.3}", c as f64 / ops.max(1) as f64))
 }
 
 /// A time counter of the row's samples in microseconds per operation, `-`
 /// where they have none.
-fn micros_per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option<u64>) -> String {
+fn micros_per_op(
+    row: &report::Row<'_, HugetlbCounters>,
+    ops: u64,
+    counter: impl Fn(&HugetlbCounters) -> Option<u64>,
+) -> String {
     let total: Option<u64> = row.samples.iter().map(|x| counter(&x.counters)).sum();
     total.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e3 / ops.max(1) as f64))
 }
@@ -707,7 +766,7 @@ fn micros_per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) ->
 /// Operations per second of the instance threads' CPU time (over every
 /// repeat), `-` where the samples have no CPU time: what the program's
 /// rate would be with a CPU of its own per instance and no waiting.
-fn per_cpu_second(row: &report::Row<'_>, ops: u64) -> String {
+fn per_cpu_second(row: &report::Row<'_, HugetlbCounters>, ops: u64) -> String {
     let cpu: Option<u64> = row.samples.iter().map(|x| x.counters.cpu_ns).sum();
     match cpu {
         Some(ns) if ns > 0 => crate::stats::si(ops as f64 * 1e9 / ns as f64),
@@ -717,10 +776,10 @@ fn per_cpu_second(row: &report::Row<'_>, ops: u64) -> String {
 
 /// Read and write acquisitions of one lock per operation, `r+w`.
 fn rw_per_op(
-    row: &report::Row<'_>,
+    row: &report::Row<'_, HugetlbCounters>,
     ops: u64,
-    read: impl Fn(&Counters) -> Option<u64>,
-    write: impl Fn(&Counters) -> Option<u64>,
+    read: impl Fn(&HugetlbCounters) -> Option<u64>,
+    write: impl Fn(&HugetlbCounters) -> Option<u64>,
 ) -> String {
     match (per_op(row, ops, read), per_op(row, ops, write)) {
         (r, w) if r == "-" || w == "-" => "-".into(),
@@ -731,7 +790,7 @@ fn rw_per_op(
 /// The hugetlb table: a heading per workload and mode, a row per policy
 /// and instance count with the summed and per-instance rate (medians over
 /// repeats) and the counters per operation.
-pub fn table(samples: &[Sample], size: u64) -> String {
+pub fn table(samples: &[Sample<HugetlbCounters>], size: u64) -> String {
     let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column(
@@ -837,7 +896,7 @@ pub fn table(samples: &[Sample], size: u64) -> String {
 /// each of `policies` in turns, `repeats` times; the samples, with their
 /// CPU shares (an empty list, the reason printed, if the area cannot be
 /// made).
-pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize) -> Vec<Sample> {
+pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize) -> Vec<Sample<HugetlbCounters>> {
     let limit = Limit::Duration(duration);
     let mut out = Vec::new();
     let area = match soft::SoftArea::new(DEFAULT_SIZE) {
@@ -893,7 +952,7 @@ pub fn seed_000(limit: Limit, repeats: usize) -> SeedRow {
     let d = limit.duration_or_default();
     let (old, new) = (HugetlbPolicy::IMmapRwsem, HugetlbPolicy::default());
     let samples = short_run(d, &[old, new], repeats);
-    let per_fault = |s: &Sample| {
+    let per_fault = |s: &Sample<HugetlbCounters>| {
         let c = &s.counters;
         Some((c.i_mmap_read? + c.i_mmap_write?) as f64 / s.ops.max(1) as f64)
     };
@@ -984,7 +1043,7 @@ mod tests {
             minflt: 512,
         };
         let host = sample("hugetlb-fault", "host", &run, host_counters(&run, (0, 0)), 0);
-        let counters = Counters {
+        let counters = HugetlbCounters {
             faults: Some(1024),
             mmap_lock_acquisitions: Some(2048),
             flush_requests: Some(0),
@@ -995,7 +1054,7 @@ mod tests {
             fault_mutex: Some(2048),
             cpu_ns: Some(500_000_000),
             lock_wait_ns: Some(2_048_000),
-            ..Counters::default()
+            ..HugetlbCounters::default()
         };
         let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
         let t = crate::table::with_wide(true, || table(&[host.clone(), soft.clone()], DEFAULT_SIZE));

@@ -35,9 +35,36 @@ use super::Measured;
 use crate::args::BenchArgs;
 use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Sample};
+use crate::report::{self, Sample};
 use crate::stats::fig;
 use crate::summary::{beside_one, figure, SeedRow};
+
+crate::counters::counters! {
+    /// `migrate`'s counters.
+    pub struct MigrateCounters {
+        /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+        sum faults,
+        /// TLB flush requests sent to other CPUs.
+        sum flush_requests,
+        /// Nanoseconds the flushes spent waiting for CPUs inside an access
+        /// (softmm's `TlbStats::flush_wait_ns`).
+        sum flush_wait_ns,
+        /// Pages migrated (`migrate`).
+        sum pages_migrated,
+        /// big-munmap: median latency of the other threads' operations that
+        /// overlapped the munmap, in ns.
+        max p50_ns,
+        /// big-munmap: their 99th percentile, in ns.
+        max p99_ns,
+        /// big-munmap: their maximum, in ns.
+        max max_ns,
+        /// migrate: CPU time of the migrator thread over the sample, in ns
+        /// (its cost per page, which preemption by other tasks does not inflate).
+        sum migrator_cpu_ns,
+        /// migrate: PTE locks the migrations' unmap and remap walks took.
+        sum ptl_locks,
+    }
+}
 
 /// The default working set: pmbench's default is 256 MiB; 64 MiB keeps a
 /// one-by-one pass well under a second.
@@ -69,9 +96,9 @@ pub fn host_nodes() -> usize {
 /// One run's two measurements.
 pub struct Run {
     /// The migrator: pages migrated, with `pages_migrated` and `flush_requests`.
-    pub migrate: Measured,
+    pub migrate: Measured<MigrateCounters>,
     /// The accessors: accesses, with their sampled latencies.
-    pub accessors: Measured,
+    pub accessors: Measured<MigrateCounters>,
 }
 
 /// A small xorshift generator: the accessors' random addresses.
@@ -200,13 +227,13 @@ pub fn soft(
         ops: pages,
         seconds,
         cpu_seconds,
-        counters: Counters {
+        counters: MigrateCounters {
             pages_migrated: Some(pages),
             flush_requests: Some(after.tlb.flush_requests - before.tlb.flush_requests),
             migrator_cpu_ns: Some(migrator_cpu_ns),
             ptl_locks: Some(after.migrate_ptl_locks - before.migrate_ptl_locks),
             flush_wait_ns: Some(after.tlb.flush_wait_ns - before.tlb.flush_wait_ns),
-            ..Counters::default()
+            ..MigrateCounters::default()
         },
     };
     let mut lat: Vec<u64> = accessed.iter().flat_map(|x| x.latencies_ns.iter().copied()).collect();
@@ -217,12 +244,12 @@ pub fn soft(
         ops: accesses,
         seconds: window,
         cpu_seconds,
-        counters: Counters {
+        counters: MigrateCounters {
             faults: Some(accessed.iter().map(|x| x.faults).sum()),
             p50_ns: quantile(&lat, 0.5),
             p99_ns: quantile(&lat, 0.99),
             max_ns: lat.last().copied(),
-            ..Counters::default()
+            ..MigrateCounters::default()
         },
     };
     drop(mm);
@@ -230,7 +257,13 @@ pub fn soft(
 }
 
 /// A sample record.
-fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured) -> Sample {
+fn sample(
+    mode: &str,
+    policy: &str,
+    threads: usize,
+    repeat: usize,
+    m: &Measured<MigrateCounters>,
+) -> Sample<MigrateCounters> {
     Sample {
         workload: "migrate".into(),
         mode: mode.into(),
@@ -342,7 +375,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     println!();
     print!("{}", table(&samples));
-    let migrations: Vec<Sample> = samples.iter().filter(|s| s.mode == "migrate").cloned().collect();
+    let migrations: Vec<Sample<MigrateCounters>> = samples.iter().filter(|s| s.mode == "migrate").cloned().collect();
     print!("{}", report::cpu_warnings(&migrations));
     if let Some(c) = comparison(&samples) {
         print!("{}", crate::table::wrap(&c, "  "));
@@ -354,14 +387,14 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
 }
 
 /// The median of `mode`/`policy` at `threads` (pages/s or accesses/s).
-fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
+fn median(samples: &[Sample<MigrateCounters>], mode: &str, policy: &str, threads: usize) -> Option<f64> {
     crate::report::median(samples, "migrate", mode, policy, threads)
 }
 
 /// The migrator's CPU time per migrated page in µs over every `migrate`
 /// sample of `policy` at `threads`: what a page costs the migrator itself,
 /// which the machine's load changes far less than pages per second.
-fn cpu_us_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+fn cpu_us_per_page(samples: &[Sample<MigrateCounters>], policy: &str, threads: usize) -> Option<f64> {
     let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
     let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
     let ns: u64 = of().filter_map(|s| s.counters.migrator_cpu_ns).sum();
@@ -370,13 +403,18 @@ fn cpu_us_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f
 
 /// Flush requests per migrated page over every `migrate` sample of `policy`
 /// at `threads`.
-fn flushes_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+fn flushes_per_page(samples: &[Sample<MigrateCounters>], policy: &str, threads: usize) -> Option<f64> {
     per_page(samples, policy, threads, |c| c.flush_requests)
 }
 
 /// A counter per migrated page over every `migrate` sample of `policy` at
 /// `threads`.
-fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Counters) -> Option<u64>) -> Option<f64> {
+fn per_page(
+    samples: &[Sample<MigrateCounters>],
+    policy: &str,
+    threads: usize,
+    counter: fn(&MigrateCounters) -> Option<u64>,
+) -> Option<f64> {
     let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
     let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
     let n: u64 = of().filter_map(|s| counter(&s.counters)).sum();
@@ -387,7 +425,7 @@ fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Count
 /// min-max), the CPUs free, flush requests and PTE locks per migrated page,
 /// the migrator's CPU time per page, the accessors' accesses/s and their
 /// sampled latencies.
-pub fn table(samples: &[Sample]) -> String {
+pub fn table(samples: &[Sample<MigrateCounters>]) -> String {
     let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("acc", false, 0, Some("accessor threads (beside the migrator)"))
@@ -423,7 +461,7 @@ pub fn table(samples: &[Sample]) -> String {
         let acc = report::rows(samples)
             .into_iter()
             .find(|r| r.samples[0].mode == "accessors" && r.samples[0].policy == p && r.samples[0].threads == th);
-        let lat = |f: fn(&Counters) -> Option<u64>| {
+        let lat = |f: fn(&MigrateCounters) -> Option<u64>| {
             acc.as_ref()
                 .and_then(|r| r.samples.iter().filter_map(|x| f(&x.counters)).max())
                 .map_or("-".into(), |v| v.to_string())
@@ -451,7 +489,7 @@ pub fn table(samples: &[Sample]) -> String {
 
 /// `batched` against `one-by-one` at the most accessors measured, beside
 /// the seed's figures (flush IPIs −99.1%, pages migrated/s +291.7%).
-pub fn comparison(samples: &[Sample]) -> Option<String> {
+pub fn comparison(samples: &[Sample<MigrateCounters>]) -> Option<String> {
     let t = samples.iter().filter(|s| s.workload == "migrate").map(|s| s.threads).max()?;
     let (old, new) = (MigratePolicy::OneByOne.name(), MigratePolicy::Batched.name());
     let rate = median(samples, "migrate", new, t)? / median(samples, "migrate", old, t)?;
@@ -475,7 +513,7 @@ pub fn comparison(samples: &[Sample]) -> Option<String> {
 /// `accessors` accessor threads, each policy migrating for `duration`,
 /// `one-by-one` and `batched` in turns, `repeats` times; the `migrate`
 /// samples, with their CPU shares.
-pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result<Vec<Sample>, String> {
+pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result<Vec<Sample<MigrateCounters>>, String> {
     let size = 16 << 20;
     let phys = PhysMem::new(PhysConfig::new(arena_bytes(size)).nodes(2)).map_err(|e| format!("arena: {e}"))?;
     let mut out = Vec::new();
@@ -523,8 +561,11 @@ impl Experiment for Migrate {
 pub fn seed_003(duration: Duration, repeats: usize) -> Option<SeedRow> {
     let accessors = beside_one();
     let samples = short_run(duration, accessors, repeats).ok()?;
-    let flushes = |s: &Sample| Some(s.counters.flush_requests? as f64 / s.counters.pages_migrated? as f64);
-    let cpu = |s: &Sample| Some(s.counters.migrator_cpu_ns? as f64 / 1e3 / s.counters.pages_migrated? as f64);
+    let flushes =
+        |s: &Sample<MigrateCounters>| Some(s.counters.flush_requests? as f64 / s.counters.pages_migrated? as f64);
+    let cpu = |s: &Sample<MigrateCounters>| {
+        Some(s.counters.migrator_cpu_ns? as f64 / 1e3 / s.counters.pages_migrated? as f64)
+    };
     let (old, new) = (softmm::MigratePolicy::OneByOne.name(), softmm::MigratePolicy::Batched.name());
     let mut notes = Vec::new();
     if let (Some(o), Some(n)) = (figure(&samples, old, cpu).median(), figure(&samples, new, cpu).median()) {
@@ -554,7 +595,7 @@ pub fn seed_003(duration: Duration, repeats: usize) -> Option<SeedRow> {
 mod tests {
     use super::*;
 
-    fn sample(mode: &str, policy: &str, ops: u64, pages: Option<u64>, flushes: Option<u64>) -> Sample {
+    fn sample(mode: &str, policy: &str, ops: u64, pages: Option<u64>, flushes: Option<u64>) -> Sample<MigrateCounters> {
         Sample {
             workload: "migrate".into(),
             mode: mode.into(),
@@ -564,12 +605,12 @@ mod tests {
             ops,
             seconds: 1.0,
             ops_per_sec: ops as f64,
-            counters: Counters {
+            counters: MigrateCounters {
                 pages_migrated: pages,
                 flush_requests: flushes,
                 migrator_cpu_ns: pages.map(|p| p * 2000),
                 ptl_locks: pages.map(|p| p / 4),
-                ..Counters::default()
+                ..MigrateCounters::default()
             },
             cpu_seconds: 1.0,
             cpu: None,

@@ -23,7 +23,7 @@ use softmm::{
 
 pub use crate::arena::Arena;
 use crate::args::Limit;
-use crate::report::Counters;
+use crate::counters::FaultCounters;
 use crate::workload::Workload;
 use harness::RunOut;
 use space::SoftSpace;
@@ -117,9 +117,9 @@ pub fn policy_label(backend: Backend, placement: PlacementPolicy) -> String {
     }
 }
 
-/// What a sample measured.
+/// What a sample measured, with its experiment's counters `C`.
 #[derive(Debug, Clone)]
-pub struct Measured {
+pub struct Measured<C = FaultCounters> {
     /// Operations.
     pub ops: u64,
     /// Seconds they took.
@@ -127,7 +127,7 @@ pub struct Measured {
     /// CPU seconds of the tasks.
     pub cpu_seconds: f64,
     /// Per-sample totals.
-    pub counters: Counters,
+    pub counters: C,
 }
 
 /// The TLB shootdown policy of every address space the lab makes
@@ -183,7 +183,10 @@ pub fn postings_label() -> String {
 
 /// A run's results: its machine and samples, with the run's `--shootdown`
 /// and `--posting` policies.
-pub fn results(machine: crate::machine::Machine, samples: Vec<crate::report::Sample>) -> crate::report::Results {
+pub fn results<C>(
+    machine: crate::machine::Machine,
+    samples: Vec<crate::report::Sample<C>>,
+) -> crate::report::Results<C> {
     crate::report::Results {
         machine,
         samples,
@@ -317,7 +320,7 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
         joined += st.tlb.barriers_joined;
         flush_shared += st.tlb.shared_writes;
     }
-    let counters = Counters {
+    let counters = FaultCounters {
         flush_wait_ns: Some(flush_wait_ns),
         shootdowns: Some(shootdowns),
         local_shootdowns: Some(local),
@@ -333,10 +336,10 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
 }
 
 /// The counters of a softmm sample.
-pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flush_requests: u64) -> Counters {
+pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flush_requests: u64) -> FaultCounters {
     let lock_free = policy != FaultPolicy::MmapLock;
     let aborts = fault.aborts_mm_seq + fault.aborts_vma + fault.aborts_unsupported + fault.aborts_contended;
-    Counters {
+    FaultCounters {
         faults: Some(fault.faults),
         mmap_lock_acquisitions: Some(fault.mmap_lock_acquisitions + mm_lock),
         flush_requests: Some(flush_requests),
@@ -344,7 +347,7 @@ pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flus
         spec_aborts: lock_free.then_some(aborts),
         fallbacks: lock_free.then_some(fault.fallbacks),
         shared_writes: cfg!(feature = "shared-write-stats").then_some(fault.shared_writes),
-        ..Counters::default()
+        ..FaultCounters::default()
     }
 }
 
@@ -354,6 +357,6 @@ pub fn host_measured(out: &RunOut) -> Measured {
         ops: out.ops(),
         seconds: out.seconds(),
         cpu_seconds: out.cpu_seconds(),
-        counters: Counters { faults: Some(out.minflt()), ..Counters::default() },
+        counters: FaultCounters { faults: Some(out.minflt()), ..FaultCounters::default() },
     }
 }

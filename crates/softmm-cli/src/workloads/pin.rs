@@ -28,8 +28,20 @@ use super::Measured;
 use crate::args::BenchArgs;
 use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Sample};
+use crate::report::{self, Sample};
 use crate::summary::{beside_one, cpus_phrase, figure, SeedRow, SIXTEEN_CPUS};
+
+crate::counters::counters! {
+    /// `pin`'s counters.
+    pub struct PinCounters {
+        /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+        sum faults,
+        /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
+        sum mmap_lock_acquisitions,
+        /// Pages pinned (`pin`).
+        sum pages,
+    }
+}
 
 /// The modes.
 pub const MODES: &[&str] = &["alone", "interfered"];
@@ -65,7 +77,7 @@ pub fn soft(
     threads: usize,
     size: u64,
     interfered: bool,
-) -> Result<Measured, String> {
+) -> Result<Measured<PinCounters>, String> {
     let config = super::mm_config().pin_policy(policy).cap_ipc_lock(true);
     let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space: {e}"))?;
     let rw = libc::PROT_READ | libc::PROT_WRITE;
@@ -109,11 +121,10 @@ pub fn soft(
         ops: st.pages,
         seconds,
         cpu_seconds,
-        counters: Counters {
+        counters: PinCounters {
             pages: Some(st.pages),
             faults: Some(st.faults),
             mmap_lock_acquisitions: Some(st.mmap_lock_acquisitions),
-            ..Counters::default()
         },
     })
 }
@@ -184,7 +195,7 @@ fn raise_memlock() {
 /// One host sample: `size` bytes mapped but never touched, registered by
 /// `threads` rings at once (each its slice, 2 MiB aligned), timed; then the
 /// rings are closed and the region unmapped.
-pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
+pub fn host(threads: usize, size: u64) -> Result<Measured<PinCounters>, String> {
     raise_memlock();
     // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
     let base = unsafe {
@@ -225,7 +236,7 @@ pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
             ops: pages,
             seconds,
             cpu_seconds,
-            counters: Counters { pages: Some(pages), ..Counters::default() },
+            counters: PinCounters { pages: Some(pages), ..PinCounters::default() },
         })
     })();
     // SAFETY: the mapping made above; the rings that pinned it are closed.
@@ -234,7 +245,7 @@ pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
 }
 
 /// A sample record.
-fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured) -> Sample {
+fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured<PinCounters>) -> Sample<PinCounters> {
     Sample {
         workload: "pin".into(),
         mode: mode.into(),
@@ -371,14 +382,14 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
 }
 
 /// The median pages/s of `mode`/`policy` at `threads`.
-fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
+fn median(samples: &[Sample<PinCounters>], mode: &str, policy: &str, threads: usize) -> Option<f64> {
     crate::report::median(samples, "pin", mode, policy, threads)
 }
 
 /// The pin table, a heading per mode: seconds, pages/s (median and
 /// min-max), the CPUs free, pages per CPU second, speedup over one thread
 /// of the same policy and mode, and `mmap_lock` acquisitions per 512 pages.
-pub fn table(samples: &[Sample]) -> String {
+pub fn table(samples: &[Sample<PinCounters>]) -> String {
     let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("pinning threads"))
@@ -437,7 +448,7 @@ pub fn table(samples: &[Sample]) -> String {
 /// `threads` workers beside a thread looping mmap/munmap, under `per-page`
 /// and the default policy in turns, `repeats` times; the samples, with
 /// their CPU shares.
-pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample>, String> {
+pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample<PinCounters>>, String> {
     let phys = PhysMem::new(PhysConfig::new(arena_bytes(size))).map_err(|e| format!("arena: {e}"))?;
     let mut out = Vec::new();
     for r in 0..repeats {
@@ -482,7 +493,8 @@ impl Experiment for Pin {
 pub fn seed_004(repeats: usize) -> Option<SeedRow> {
     let workers = beside_one();
     let samples = short_run(256 << 20, workers, repeats).ok()?;
-    let per512 = |s: &Sample| Some(s.counters.mmap_lock_acquisitions? as f64 * 512.0 / s.counters.pages? as f64);
+    let per512 =
+        |s: &Sample<PinCounters>| Some(s.counters.mmap_lock_acquisitions? as f64 * 512.0 / s.counters.pages? as f64);
     Some(SeedRow {
         seed: "004",
         metric: format!(
