@@ -48,4 +48,15 @@ mod tests {
         assert_eq!(names(false), sweep);
         assert_eq!(names(true), ["hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault", "migrate", "pin"]);
     }
+
+    #[test]
+    fn bench_help_names_every_experiments_workloads() {
+        use clap::CommandFactory;
+        let help = crate::args::BenchArgs::command().render_long_help().to_string();
+        for e in EXPERIMENTS {
+            for n in e.names() {
+                assert!(help.contains(n), "`{n}` missing in bench --help:\n{help}");
+            }
+        }
+    }
 }
