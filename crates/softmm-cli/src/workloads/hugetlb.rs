@@ -625,16 +625,11 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     let size = args.size.unwrap_or(DEFAULT_SIZE);
     check_size(size)?;
     let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
-    let threads = match &args.threads {
-        Some(s) => crate::args::parse_threads(s)?,
-        None => (1..=cores()).collect(),
-    };
+    let threads = args.thread_counts(|| (1..=cores()).collect())?;
     if let Some(&t) = threads.iter().find(|&&t| t > MAX_INSTANCES) {
         return Err(format!("{t} instances: at most {MAX_INSTANCES}"));
     }
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
+    args.repeats()?;
     if !args.mode.is_empty() {
         return Err("the hugetlb workloads have no --mode (each runs its programs)".into());
     }

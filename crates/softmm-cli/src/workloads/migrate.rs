@@ -321,14 +321,9 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     if !(args.duration > 0.0 && args.duration.is_finite()) {
         return Err("--duration must be positive".into());
     }
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
+    args.repeats()?;
     let policies = parse_policies(&args.policy)?;
-    let threads = match &args.threads {
-        Some(s) => crate::args::parse_threads(s)?,
-        None => vec![cores().saturating_sub(1).max(1)],
-    };
+    let threads = args.thread_counts(|| vec![cores().saturating_sub(1).max(1)])?;
     crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     print!("{}", machine.header("bench migrate"));

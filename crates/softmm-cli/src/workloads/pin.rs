@@ -302,13 +302,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         return Err("--size must be a multiple of 4K for pin".into());
     }
     let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
-    let threads = match &args.threads {
-        Some(s) => crate::args::parse_threads(s)?,
-        None => (1..=cores()).collect(),
-    };
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
+    let threads = args.thread_counts(|| (1..=cores()).collect())?;
+    args.repeats()?;
     let modes: Vec<&str> = if args.mode.is_empty() {
         MODES.to_vec()
     } else {
