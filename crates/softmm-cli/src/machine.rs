@@ -47,7 +47,7 @@ impl Machine {
     /// load average and the CPU count, and a warning where the load leaves
     /// the run less than the CPUs it counts on.
     pub fn header(&self, what: &str) -> String {
-        let mut out = crate::report::wrap(
+        let mut out = crate::table::wrap(
             &format!(
                 "softmm {what}: softmm {} on {} CPUs ({}, {})",
                 self.softmm_commit, self.cores, self.model, self.kernel
@@ -58,7 +58,7 @@ impl Machine {
             Some([l1, l5, l15]) => {
                 out.push_str(&format!("load average at the start: {l1:.2} {l5:.2} {l15:.2} (1, 5, 15 min)\n"));
                 if l1 > busy_load(self.cores) {
-                    out.push_str(&crate::report::wrap(
+                    out.push_str(&crate::table::wrap(
                         &format!(
                             "warning: a load average of {l1:.2} on {} CPUs: other processes are using CPUs that \
                              the samples need, so rates measure the machine's load as much as the design; the \

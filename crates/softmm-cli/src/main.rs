@@ -9,13 +9,22 @@
 //!   softmm address spaces (one per process) and compares every result;
 //!   `softmm replay --run -- CMD ARGS...` records CMD with strace first.
 
+mod arena;
+mod args;
 mod bench;
+mod counters;
+mod experiment;
 mod machine;
 mod plot;
+mod registry;
 mod replay;
 mod report;
 mod seeds;
+mod stats;
 mod summary;
+mod sweep;
+mod table;
+mod workload;
 mod workloads;
 
 use std::path::PathBuf;
@@ -49,7 +58,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run workloads for fault policies and the host; print a table, write JSON and plots.
-    Bench(bench::BenchArgs),
+    #[command(after_help = seeds::bench_help())]
+    Bench(args::BenchArgs),
     /// Replay an `strace -f -y` log of the memory, process and descriptor calls (or of the memory
     /// calls only), or record a command with `--run -- CMD ARGS...` and replay it.
     #[command(after_help = "TRACE, what --run records, and what to record a log with yourself:\n  \
@@ -89,7 +99,7 @@ struct ReplayArgs {
     #[arg(long, short)]
     verbose: bool,
     /// softmm arena size (default: enough for the log's populating calls).
-    #[arg(long, value_parser = bench::parse_size)]
+    #[arg(long, value_parser = args::parse_size)]
     arena: Option<u64>,
 }
 
@@ -119,7 +129,9 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
 
 fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<i32, String> {
     let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
-    let results: report::Results = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    // The plot reads no counters: any experiment's file plots.
+    let results: report::Results<serde::de::IgnoredAny> =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
     plot::plot(out, &results)?;
     println!("wrote {}", out.display());
     Ok(0)
@@ -128,7 +140,7 @@ fn replot(json: &std::path::Path, out: &std::path::Path) -> Result<i32, String> 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match &cli.cmd {
-        None => bench::BenchArgs::try_parse_from(["bench"]).map_err(|e| e.to_string()).and_then(|a| bench::run(&a)),
+        None => args::BenchArgs::try_parse_from(["bench"]).map_err(|e| e.to_string()).and_then(|a| bench::run(&a)),
         Some(Cmd::Bench(a)) => bench::run(a),
         Some(Cmd::Replay(a)) => run_replay(a),
         Some(Cmd::Plot { json, out }) => replot(json, out),

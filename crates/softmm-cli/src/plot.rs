@@ -16,8 +16,9 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::{rows, si, Results};
-use crate::workloads::Workload;
+use crate::report::{rows, Results};
+use crate::stats::si;
+use crate::workload::Workload;
 
 /// One panel's size in pixels.
 const PANEL: (u32, u32) = (800, 440);
@@ -134,7 +135,7 @@ fn y_label(workload: &str) -> String {
     }
 }
 
-fn panels(results: &Results) -> Vec<Panel> {
+fn panels<C>(results: &Results<C>) -> Vec<Panel> {
     let mut panels: Vec<Panel> = Vec::new();
     for row in rows(&results.samples) {
         let s = row.samples[0];
@@ -172,7 +173,7 @@ fn panels(results: &Results) -> Vec<Panel> {
 
 /// The caption, wrapped to `width` pixels: the machine, the commit, the
 /// load, the repeats, the y scales.
-fn caption(results: &Results, panels: &[Panel], width: u32) -> Vec<String> {
+fn caption<C>(results: &Results<C>, panels: &[Panel], width: u32) -> Vec<String> {
     let m = &results.machine;
     let repeats = results.samples.iter().map(|s| s.repeat + 1).max().unwrap_or(1);
     let load = m.load_start.map_or(String::new(), |l| format!(", load average {:.2} at the start", l[0]));
@@ -222,9 +223,9 @@ fn caption(results: &Results, panels: &[Panel], width: u32) -> Vec<String> {
     lines
 }
 
-fn draw<DB: DrawingBackend>(
+fn draw<DB: DrawingBackend, C>(
     root: DrawingArea<DB, Shift>,
-    results: &Results,
+    results: &Results<C>,
     panels: &[Panel],
     text: bool,
 ) -> Result<(), String>
@@ -341,7 +342,7 @@ fn legend_entries(panels: &[Panel]) -> (Vec<String>, bool) {
 const ENTRY_W: i32 = 250;
 const ENTRY_H: i32 = 36;
 
-fn legend_caption_heights(results: &Results, panels: &[Panel], cols: usize) -> (u32, u32) {
+fn legend_caption_heights<C>(results: &Results<C>, panels: &[Panel], cols: usize) -> (u32, u32) {
     let (names, styles) = legend_entries(panels);
     let width = PANEL.0 * cols as u32;
     let per_row = ((width as i32 - 32) / ENTRY_W).max(1) as usize;
@@ -384,7 +385,7 @@ fn draw_legend<DB: DrawingBackend>(
 }
 
 /// Writes the plot of `results` to `path` (`.svg` or `.png`).
-pub fn plot(path: &Path, results: &Results) -> Result<(), String> {
+pub fn plot<C>(path: &Path, results: &Results<C>) -> Result<(), String> {
     let ext = path.extension().map(|x| x.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     if ext != "svg" && ext != "png" {
         return Err(format!("{}: the plot file must end in .svg or .png", path.display()));

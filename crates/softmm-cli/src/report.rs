@@ -16,274 +16,15 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::counters::Counters;
 use crate::machine::{CpuShare, Machine};
-use crate::workloads::Workload;
+use crate::stats::{self, si};
+use crate::table::wrap;
+use crate::workload::Workload;
 
-/// Per-sample totals.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counters {
-    /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub faults: Option<u64>,
-    /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub mmap_lock_acquisitions: Option<u64>,
-    /// The part of `mmap_lock_acquisitions` taken for write (softmm's
-    /// address spaces' own: its faults never write-lock).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub mmap_lock_writes: Option<u64>,
-    /// TLB flush requests sent to other CPUs.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub flush_requests: Option<u64>,
-    /// Nanoseconds the flushes spent waiting for CPUs inside an access
-    /// (softmm's `TlbStats::flush_wait_ns`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub flush_wait_ns: Option<u64>,
-    /// TLB shootdowns begun (softmm's `TlbStats::flushes`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub shootdowns: Option<u64>,
-    /// Shootdowns that asked no CPU of another thread: no request, no
-    /// barrier, no wait (softmm's `TlbStats::local_flushes`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub local_shootdowns: Option<u64>,
-    /// Process-wide barriers the shootdowns issued, `membarrier` (softmm's
-    /// `TlbStats::barriers`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub barriers: Option<u64>,
-    /// Flushes covered by another initiator's barrier
-    /// (`TlbStats::barriers_joined`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub barriers_joined: Option<u64>,
-    /// Writes the flushes made to shared cache lines
-    /// (`TlbStats::shared_writes`, `shared-write-stats` builds).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub flush_shared_writes: Option<u64>,
-    /// Lock-free fault attempts.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub spec_attempts: Option<u64>,
-    /// Lock-free attempts aborted (every cause).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub spec_aborts: Option<u64>,
-    /// Lock-free attempts that fell back to `mmap_lock`.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub fallbacks: Option<u64>,
-    /// Writes to shared cache lines by faults, or in big-munmap by the
-    /// munmapping thread during the munmap (`shared-write-stats` builds).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub shared_writes: Option<u64>,
-    /// Pages pinned (`pin`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub pages: Option<u64>,
-    /// Pages migrated (`migrate`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub pages_migrated: Option<u64>,
-    /// big-munmap: how long the large `munmap` took, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_ns: Option<u64>,
-    /// big-munmap: median latency of the other threads' operations that
-    /// overlapped the munmap, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub p50_ns: Option<u64>,
-    /// big-munmap: their 99th percentile, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub p99_ns: Option<u64>,
-    /// big-munmap: their maximum, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub max_ns: Option<u64>,
-    /// big-munmap: the other threads' operations per second during the munmap.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub ops_per_sec: Option<u64>,
-    /// big-munmap: the same threads' operations per second before it.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub alone_ops_per_sec: Option<u64>,
-    /// hugetlb: PMD tables linked from another address space (`huge_pmd_share`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub pmd_shares: Option<u64>,
-    /// hugetlb: shared PMD tables detached from an address space (`huge_pmd_unshare`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub pmd_unshares: Option<u64>,
-    /// hugetlb: the files' `i_mmap` lock taken for read (`HugetlbLockStats`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub i_mmap_read: Option<u64>,
-    /// hugetlb: the files' `i_mmap` lock taken for write.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub i_mmap_write: Option<u64>,
-    /// hugetlb: the hugetlb VMA lock taken for read.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub vma_lock_read: Option<u64>,
-    /// hugetlb: the hugetlb VMA lock taken for write.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub vma_lock_write: Option<u64>,
-    /// hugetlb: fault mutexes taken.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub fault_mutex: Option<u64>,
-    /// hugetlb: lock-free faults that found their PMD table unshared and retried.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub validation_retries: Option<u64>,
-    /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_success` during the sample.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub htlb_buddy_alloc_success: Option<u64>,
-    /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_fail` during the sample.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub htlb_buddy_alloc_fail: Option<u64>,
-    /// big-munmap: time the munmap held `mmap_lock` for write (softmm's `UnmapStats`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_write_hold_ns: Option<u64>,
-    /// big-munmap: time it held `mmap_lock` for read (`downgrade`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_read_hold_ns: Option<u64>,
-    /// big-munmap: time it waited to take `mmap_lock` for write again.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_lock_wait_ns: Option<u64>,
-    /// big-munmap: time in its zap loop, flushes and frees of full gathers included.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_zap_ns: Option<u64>,
-    /// big-munmap: its TLB shootdowns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_flushes: Option<u64>,
-    /// big-munmap: time in them, request to last acknowledgement.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_flush_ns: Option<u64>,
-    /// big-munmap: the part of that spent waiting for other CPUs' acknowledgements.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_flush_wait_ns: Option<u64>,
-    /// big-munmap: time putting frames and scheduling tables after the flushes.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_free_ns: Option<u64>,
-    /// big-munmap: time detaching the range's page tables (`free_pgtables`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_pgtable_ns: Option<u64>,
-    /// big-munmap: time the munmapping thread waited for a grace period and
-    /// freed the range's page tables itself, after dropping every lock.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_table_free_ns: Option<u64>,
-    /// big-munmap: page tables it left to the epoch collector instead (the
-    /// grace period outlasted its wait).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_tables_deferred: Option<u64>,
-    /// big-munmap: the munmap's flushes that forced a barrier (an IPI per
-    /// CPU running another thread of the process, with `membarrier`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_barriers: Option<u64>,
-    /// big-munmap: the munmap's frees of gathered frames and tables (one
-    /// per full gather and one at the end), with a shootdown before each
-    /// except under `lock-free`, which shoots its range down once.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_batches: Option<u64>,
-    /// big-munmap: CPU time of the munmapping thread during the munmap (`/proc/.../schedstat`).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_cpu_ns: Option<u64>,
-    /// big-munmap: its run-queue delay meanwhile: runnable but not running.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub munmap_runq_ns: Option<u64>,
-    /// big-munmap: CPU time of the other threads during the munmap, summed.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub other_cpu_ns: Option<u64>,
-    /// big-munmap: their run-queue delay meanwhile, summed.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub other_runq_ns: Option<u64>,
-    /// migrate: CPU time of the migrator thread over the sample, in ns
-    /// (its cost per page, which preemption by other tasks does not inflate).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub migrator_cpu_ns: Option<u64>,
-    /// migrate: PTE locks the migrations' unmap and remap walks took.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub ptl_locks: Option<u64>,
-    /// hugetlb: CPU time of the program's instance threads over the sample
-    /// (`CLOCK_THREAD_CPUTIME_ID`), in ns: its cost per op, which the
-    /// other program's share of the CPUs does not inflate.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub cpu_ns: Option<u64>,
-    /// hugetlb: time the program's instance threads waited for hugetlb
-    /// locks (`HugetlbLockStats::thread_wait_ns`), in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub lock_wait_ns: Option<u64>,
-    /// hugetlb: waits for the files' `i_mmap` locks, whole arena, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub i_mmap_wait_ns: Option<u64>,
-    /// hugetlb: waits for hugetlb VMA locks, whole arena, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub vma_lock_wait_ns: Option<u64>,
-    /// hugetlb: waits for fault mutexes, whole arena, in ns.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub fault_mutex_wait_ns: Option<u64>,
-}
-
-impl Counters {
-    fn add(&mut self, o: &Counters) {
-        fn add(a: &mut Option<u64>, b: Option<u64>) {
-            if let Some(b) = b {
-                *a = Some(a.unwrap_or(0) + b);
-            }
-        }
-        add(&mut self.faults, o.faults);
-        add(&mut self.mmap_lock_acquisitions, o.mmap_lock_acquisitions);
-        add(&mut self.mmap_lock_writes, o.mmap_lock_writes);
-        add(&mut self.flush_requests, o.flush_requests);
-        add(&mut self.flush_wait_ns, o.flush_wait_ns);
-        add(&mut self.shootdowns, o.shootdowns);
-        add(&mut self.local_shootdowns, o.local_shootdowns);
-        add(&mut self.barriers, o.barriers);
-        add(&mut self.barriers_joined, o.barriers_joined);
-        add(&mut self.flush_shared_writes, o.flush_shared_writes);
-        add(&mut self.spec_attempts, o.spec_attempts);
-        add(&mut self.spec_aborts, o.spec_aborts);
-        add(&mut self.fallbacks, o.fallbacks);
-        add(&mut self.shared_writes, o.shared_writes);
-        add(&mut self.pages, o.pages);
-        add(&mut self.pmd_shares, o.pmd_shares);
-        add(&mut self.pmd_unshares, o.pmd_unshares);
-        add(&mut self.i_mmap_read, o.i_mmap_read);
-        add(&mut self.i_mmap_write, o.i_mmap_write);
-        add(&mut self.vma_lock_read, o.vma_lock_read);
-        add(&mut self.vma_lock_write, o.vma_lock_write);
-        add(&mut self.fault_mutex, o.fault_mutex);
-        add(&mut self.validation_retries, o.validation_retries);
-        add(&mut self.htlb_buddy_alloc_success, o.htlb_buddy_alloc_success);
-        add(&mut self.htlb_buddy_alloc_fail, o.htlb_buddy_alloc_fail);
-        add(&mut self.pages_migrated, o.pages_migrated);
-        add(&mut self.migrator_cpu_ns, o.migrator_cpu_ns);
-        add(&mut self.ptl_locks, o.ptl_locks);
-        add(&mut self.cpu_ns, o.cpu_ns);
-        add(&mut self.lock_wait_ns, o.lock_wait_ns);
-        add(&mut self.i_mmap_wait_ns, o.i_mmap_wait_ns);
-        add(&mut self.vma_lock_wait_ns, o.vma_lock_wait_ns);
-        add(&mut self.fault_mutex_wait_ns, o.fault_mutex_wait_ns);
-        // Durations and rates do not add up: a row keeps the worst.
-        fn max(a: &mut Option<u64>, b: Option<u64>) {
-            if let Some(b) = b {
-                *a = Some(a.map_or(b, |a| a.max(b)));
-            }
-        }
-        max(&mut self.munmap_ns, o.munmap_ns);
-        max(&mut self.p50_ns, o.p50_ns);
-        max(&mut self.p99_ns, o.p99_ns);
-        max(&mut self.max_ns, o.max_ns);
-        max(&mut self.ops_per_sec, o.ops_per_sec);
-        max(&mut self.alone_ops_per_sec, o.alone_ops_per_sec);
-        max(&mut self.munmap_write_hold_ns, o.munmap_write_hold_ns);
-        max(&mut self.munmap_read_hold_ns, o.munmap_read_hold_ns);
-        max(&mut self.munmap_lock_wait_ns, o.munmap_lock_wait_ns);
-        max(&mut self.munmap_zap_ns, o.munmap_zap_ns);
-        max(&mut self.munmap_flushes, o.munmap_flushes);
-        max(&mut self.munmap_flush_ns, o.munmap_flush_ns);
-        max(&mut self.munmap_flush_wait_ns, o.munmap_flush_wait_ns);
-        max(&mut self.munmap_free_ns, o.munmap_free_ns);
-        max(&mut self.munmap_pgtable_ns, o.munmap_pgtable_ns);
-        max(&mut self.munmap_table_free_ns, o.munmap_table_free_ns);
-        max(&mut self.munmap_tables_deferred, o.munmap_tables_deferred);
-        max(&mut self.munmap_barriers, o.munmap_barriers);
-        max(&mut self.munmap_batches, o.munmap_batches);
-        max(&mut self.munmap_cpu_ns, o.munmap_cpu_ns);
-        max(&mut self.munmap_runq_ns, o.munmap_runq_ns);
-        max(&mut self.other_cpu_ns, o.other_cpu_ns);
-        max(&mut self.other_runq_ns, o.other_runq_ns);
-    }
-}
-
-/// One measurement.
+/// One measurement, with its experiment's counters `C`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Sample {
+pub struct Sample<C> {
     /// Workload name.
     pub workload: String,
     /// Mode (`threads`, `processes`, `alone`, `interfered`, a CortenMM operation).
@@ -300,8 +41,8 @@ pub struct Sample {
     pub seconds: f64,
     /// `ops / seconds`.
     pub ops_per_sec: f64,
-    /// Totals.
-    pub counters: Counters,
+    /// Totals, the experiment's own.
+    pub counters: C,
     /// CPU seconds of the tasks (table only).
     #[serde(skip)]
     pub cpu_seconds: f64,
@@ -312,68 +53,67 @@ pub struct Sample {
 
 /// Everything a run wrote.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Results {
+pub struct Results<C> {
     /// Where it ran.
     pub machine: Machine,
     /// Every sample.
-    pub samples: Vec<Sample>,
+    pub samples: Vec<Sample<C>>,
+    /// The `--shootdown` policy every softmm address space of the run used
+    /// (absent from files written before it was recorded).
+    #[serde(default)]
+    pub shootdown: String,
+    /// The run's `--posting` policies, comma-separated.
+    #[serde(default)]
+    pub posting: String,
 }
 
 /// The samples of one table row (same workload, mode, policy, threads).
-pub struct Row<'a> {
+pub struct Row<'a, C> {
     /// The samples, one per repeat.
-    pub samples: Vec<&'a Sample>,
+    pub samples: Vec<&'a Sample<C>>,
 }
 
-impl Row<'_> {
-    fn first(&self) -> &Sample {
+impl<C> Row<'_, C> {
+    /// The first sample (every one has the row's workload, mode, policy
+    /// and threads).
+    pub fn first(&self) -> &Sample<C> {
         self.samples[0]
     }
 
-    /// Sorted throughputs.
-    fn rates(&self) -> Vec<f64> {
-        let mut r: Vec<f64> = self.samples.iter().map(|s| s.ops_per_sec).collect();
-        r.sort_by(f64::total_cmp);
-        r
+    fn rates(&self) -> impl Iterator<Item = f64> + '_ {
+        self.samples.iter().map(|s| s.ops_per_sec)
     }
 
     /// Median throughput.
     pub fn median(&self) -> f64 {
-        let r = self.rates();
-        let m = r.len() / 2;
-        if r.len() % 2 == 1 {
-            r[m]
-        } else {
-            (r[m - 1] + r[m]) / 2.0
-        }
-    }
-
-    fn min(&self) -> f64 {
-        self.rates()[0]
-    }
-
-    fn max(&self) -> f64 {
-        *self.rates().last().expect("non-empty row")
+        stats::median(self.rates()).expect("non-empty row")
     }
 
     /// `min-max` of the rates.
     pub fn min_max(&self) -> String {
-        format!("{}-{}", si(self.min()), si(self.max()))
+        let (lo, hi) = stats::range(self.rates()).expect("non-empty row");
+        format!("{}-{}", si(lo), si(hi))
     }
 
-    fn ops(&self) -> u64 {
+    /// The operations of every repeat.
+    pub fn ops(&self) -> u64 {
         self.samples.iter().map(|s| s.ops).sum()
     }
 
-    fn counters(&self) -> Counters {
-        let mut c = Counters::default();
+    /// The counters of every repeat, added up.
+    pub fn counters(&self) -> C
+    where
+        C: Counters,
+    {
+        let mut c = C::default();
         for s in &self.samples {
             c.add(&s.counters);
         }
         c
     }
 
-    fn per_cpu_second(&self) -> Option<f64> {
+    /// Operations per CPU second of the tasks.
+    pub fn per_cpu_second(&self) -> Option<f64> {
         let cpu: f64 = self.samples.iter().map(|s| s.cpu_seconds).sum();
         (cpu > 0.0).then(|| self.ops() as f64 / cpu)
     }
@@ -415,9 +155,9 @@ fn mode_rank(w: &str, m: &str) -> usize {
 }
 
 /// Groups samples into rows, in workload, mode, policy (host last), threads order.
-pub fn rows(samples: &[Sample]) -> Vec<Row<'_>> {
+pub fn rows<C>(samples: &[Sample<C>]) -> Vec<Row<'_, C>> {
     type Key = (usize, String, usize, String, usize, String, usize);
-    let mut map: BTreeMap<Key, Vec<&Sample>> = BTreeMap::new();
+    let mut map: BTreeMap<Key, Vec<&Sample<C>>> = BTreeMap::new();
     for s in samples {
         let key = (
             workload_rank(&s.workload),
@@ -434,7 +174,7 @@ pub fn rows(samples: &[Sample]) -> Vec<Row<'_>> {
 }
 
 /// The median of the samples of `workload`/`mode`/`policy` at `threads`.
-pub fn median(samples: &[Sample], workload: &str, mode: &str, policy: &str, threads: usize) -> Option<f64> {
+pub fn median<C>(samples: &[Sample<C>], workload: &str, mode: &str, policy: &str, threads: usize) -> Option<f64> {
     rows(samples)
         .into_iter()
         .find(|r| {
@@ -444,260 +184,8 @@ pub fn median(samples: &[Sample], workload: &str, mode: &str, policy: &str, thre
         .map(|r| r.median())
 }
 
-/// `1.23M`-style number.
-pub fn si(x: f64) -> String {
-    let (v, unit) = match x.abs() {
-        a if a >= 1e9 => (x / 1e9, "G"),
-        a if a >= 1e6 => (x / 1e6, "M"),
-        a if a >= 1e3 => (x / 1e3, "k"),
-        _ => (x, ""),
-    };
-    if v.abs() >= 100.0 {
-        format!("{v:.0}{unit}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.1}{unit}")
-    } else {
-        format!("{v:.2}{unit}")
-    }
-}
-
-fn per_op(total: Option<u64>, ops: u64) -> String {
-    match total {
-        None => "-".to_string(),
-        Some(_) if ops == 0 => "-".to_string(),
-        Some(t) => {
-            let v = t as f64 / ops as f64;
-            if v == 0.0 {
-                "0".to_string()
-            } else if v >= 100.0 {
-                format!("{v:.0}")
-            } else if v >= 0.01 {
-                format!("{v:.3}")
-            } else {
-                format!("{v:.1e}")
-            }
-        }
-    }
-}
-
-/// The widest a table or legend line gets without `--wide`.
-pub const COLUMNS: usize = 100;
-
-/// `--wide`: every column, however wide the table gets.
-static WIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Sets `--wide` for every table of the run.
-pub fn set_wide(wide: bool) {
-    WIDE.store(wide, std::sync::atomic::Ordering::Relaxed);
-}
-
-thread_local! {
-    /// A test's own `--wide`, which other tests' threads do not see.
-    static WIDE_HERE: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-fn wide() -> bool {
-    WIDE_HERE.get().unwrap_or_else(|| WIDE.load(std::sync::atomic::Ordering::Relaxed))
-}
-
-/// Runs `f` with `--wide` set to `wide` on this thread only.
-#[cfg(test)]
-pub fn with_wide<T>(wide: bool, f: impl FnOnce() -> T) -> T {
-    WIDE_HERE.set(Some(wide));
-    let r = f();
-    WIDE_HERE.set(None);
-    r
-}
-
-/// `text` wrapped at [`COLUMNS`] on spaces, each of its lines on its own:
-/// a line's leading spaces are kept, its continuation lines start with
-/// `indent`; with a final newline.
-pub fn wrap(text: &str, indent: &str) -> String {
-    let mut out = String::new();
-    for para in text.split('\n') {
-        let mut line: String = para.chars().take_while(|c| *c == ' ').collect();
-        let mut empty = true;
-        // A glossed term (`name:`) stays on the line of its gloss's first word.
-        let mut words: Vec<String> = Vec::new();
-        for word in para.split_whitespace() {
-            match words.last_mut() {
-                Some(last) if last.ends_with(':') && !last.contains(' ') => {
-                    last.push(' ');
-                    last.push_str(word);
-                }
-                _ => words.push(word.to_string()),
-            }
-        }
-        for word in &words {
-            if !empty && line.chars().count() + 1 + word.chars().count() > COLUMNS {
-                out.push_str(&line);
-                out.push('\n');
-                line = indent.to_string();
-                empty = true;
-            }
-            if !empty {
-                line.push(' ');
-            }
-            line.push_str(word);
-            empty = false;
-        }
-        if !empty {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// One column of a [`Table`].
-struct Column {
-    head: String,
-    left: bool,
-    /// 0: always shown; otherwise left out (highest first) until the
-    /// table fits [`COLUMNS`], unless `--wide`.
-    drop: u8,
-    /// What the column means, for the legend (`None`: it needs no gloss).
-    gloss: Option<String>,
-}
-
-enum Line {
-    Cells(Vec<String>),
-    /// A heading above the rows that follow (a blank line before it).
-    Heading(String),
-    /// A note under the row above, indented.
-    Note(String),
-}
-
-/// A table whose columns fit [`COLUMNS`] (the least needed ones are left
-/// out and named) unless `--wide`, with a legend of the columns shown.
-#[derive(Default)]
-pub struct Table {
-    columns: Vec<Column>,
-    lines: Vec<Line>,
-    notes: Vec<String>,
-}
-
-impl Table {
-    /// An empty table.
-    pub fn new() -> Table {
-        Table::default()
-    }
-
-    /// Adds a column: `drop` 0 for one always shown, else its rank among
-    /// those left out of a narrow table (the highest first).
-    pub fn column(&mut self, head: &str, left: bool, drop: u8, gloss: Option<&str>) -> &mut Table {
-        self.columns.push(Column { head: head.to_string(), left, drop, gloss: gloss.map(str::to_string) });
-        self
-    }
-
-    /// Adds a row, one cell per column.
-    pub fn row(&mut self, cells: Vec<String>) {
-        assert_eq!(cells.len(), self.columns.len(), "one cell per column");
-        self.lines.push(Line::Cells(cells));
-    }
-
-    /// Adds a heading line before the next rows.
-    pub fn heading(&mut self, text: &str) {
-        self.lines.push(Line::Heading(text.to_string()));
-    }
-
-    /// Adds a note under the last row.
-    pub fn note(&mut self, text: &str) {
-        self.lines.push(Line::Note(text.to_string()));
-    }
-
-    /// Adds a legend line after the columns' glosses.
-    pub fn legend(&mut self, text: &str) {
-        self.notes.push(text.to_string());
-    }
-
-    fn widths(&self) -> Vec<usize> {
-        (0..self.columns.len())
-            .map(|i| {
-                self.lines
-                    .iter()
-                    .filter_map(|l| match l {
-                        Line::Cells(c) => Some(c[i].chars().count()),
-                        _ => None,
-                    })
-                    .chain([self.columns[i].head.chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect()
-    }
-
-    /// The table, then its legend; at most [`COLUMNS`] wide unless `--wide`.
-    pub fn render(&self) -> String {
-        self.render_as(wide())
-    }
-
-    /// [`Table::render`], wide or not.
-    pub fn render_as(&self, wide: bool) -> String {
-        let widths = self.widths();
-        let mut shown: Vec<usize> = (0..self.columns.len()).collect();
-        let width = |shown: &[usize]| shown.iter().map(|&i| widths[i] + 2).sum::<usize>().saturating_sub(2);
-        let mut left_out = Vec::new();
-        while !wide && width(&shown) > COLUMNS {
-            // The highest drop rank, the rightmost of equals.
-            let Some(pos) = shown
-                .iter()
-                .enumerate()
-                .filter(|(_, &i)| self.columns[i].drop > 0)
-                .max_by_key(|(pos, &i)| (self.columns[i].drop, *pos))
-                .map(|(pos, _)| pos)
-            else {
-                break;
-            };
-            left_out.push(self.columns[shown.remove(pos)].head.clone());
-        }
-        let mut out = String::new();
-        let fmt = |out: &mut String, cells: &[String]| {
-            let mut line = String::new();
-            for &i in &shown {
-                let (c, w) = (&cells[i], widths[i]);
-                if self.columns[i].left {
-                    line.push_str(&format!("{c:<w$}  "));
-                } else {
-                    line.push_str(&format!("{c:>w$}  "));
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        };
-        fmt(&mut out, &self.columns.iter().map(|c| c.head.clone()).collect::<Vec<_>>());
-        for l in &self.lines {
-            match l {
-                Line::Cells(c) => fmt(&mut out, c),
-                Line::Heading(h) => {
-                    if !out.ends_with("\n\n") && out.lines().count() > 1 {
-                        out.push('\n');
-                    }
-                    out.push_str(&wrap(h, "  "));
-                }
-                Line::Note(n) => out.push_str(&wrap(&format!("    {n}"), "    ")),
-            }
-        }
-        let glosses: Vec<String> = shown
-            .iter()
-            .filter_map(|&i| self.columns[i].gloss.as_ref().map(|g| format!("{}: {g}", self.columns[i].head)))
-            .collect();
-        if !glosses.is_empty() {
-            out.push_str(&wrap(&format!("Columns: {}.", glosses.join("; ")), "  "));
-        }
-        for n in &self.notes {
-            out.push_str(&wrap(n, "  "));
-        }
-        if !left_out.is_empty() {
-            left_out.reverse();
-            out.push_str(&wrap(&format!("(--wide adds the columns {})", left_out.join(", ")), "  "));
-        }
-        out
-    }
-}
-
 /// The CPUs free for the row's samples (median), `!` where one was short.
-pub fn cpus_cell(samples: &[&Sample]) -> String {
+pub fn cpus_cell<C>(samples: &[&Sample<C>]) -> String {
     let mut free: Vec<f64> = samples.iter().filter_map(|s| s.cpu.map(|c| c.free())).collect();
     if free.is_empty() {
         return "-".into();
@@ -712,150 +200,9 @@ pub const CPUS_GLOSS: &str = "CPUs free for the samples (the CPUs this process m
                               processes and the hypervisor took on them meanwhile; median of the repeats), `!` \
                               where a sample had well under a CPU per thread (see the warnings)";
 
-/// The terminal table of the thread sweeps (pft, will-it-scale, interference,
-/// cortenmm, big-munmap's counters): a heading per workload and mode, a row
-/// per policy and thread count.
-pub fn table(samples: &[Sample]) -> String {
-    let rows = rows(samples);
-    let shared = samples.iter().any(|s| s.counters.shared_writes.is_some());
-    let waits = samples.iter().any(|s| s.counters.flush_wait_ns.is_some());
-    let targets = samples.iter().any(|s| s.counters.shootdowns.is_some());
-    let barriers = samples.iter().any(|s| s.workload == "tlb-flush" && s.counters.barriers.is_some());
-    let flush_shared = samples.iter().any(|s| s.counters.flush_shared_writes.is_some());
-    let interfered = samples.iter().any(|s| s.mode == "interfered");
-    let mut t = Table::new();
-    t.column("policy", true, 0, None)
-        .column("thr", false, 0, Some("threads (tasks)"))
-        .column("ops/s", false, 0, Some("operations per second, median of the repeats"))
-        .column("min-max", false, 0, Some("the lowest and highest of the repeats"))
-        .column("cpus", false, 0, Some(CPUS_GLOSS));
-    if interfered {
-        t.column("vs alone", false, 0, Some("the interfered median over the alone one"));
-    }
-    t.column("ops/cpu-s", false, 2, Some("operations per CPU second of the tasks"))
-        .column("faults/op", false, 5, Some("page faults (host: the tasks' minor faults)"))
-        .column("lock/op", false, 0, Some("mmap_lock acquisitions (by faults and the address space's own calls)"))
-        .column("wlock/op", false, 0, Some("the part of lock/op taken for write"))
-        .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
-    if waits {
-        t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
-    }
-    if targets {
-        t.column("local", false, 2, Some("share of the shootdowns that asked no CPU of another thread"));
-    }
-    if barriers || targets {
-        t.column("bar/op", false, 2, Some("process-wide barriers (membarrier) the shootdowns issued")).column(
-            "join/op",
-            false,
-            2,
-            Some("shootdowns covered by a barrier another shootdown issued"),
-        );
-    }
-    if flush_shared {
-        t.column("fshw/op", false, 1, Some("writes the shootdowns made to shared cache lines"));
-    }
-    t.column("spec/op", false, 3, Some("lock-free fault attempts"))
-        .column("aborts/op", false, 0, Some("lock-free attempts aborted"))
-        .column("fallbk/op", false, 3, Some("lock-free attempts that fell back to mmap_lock"));
-    if shared {
-        t.column("shared/op", false, 1, Some("writes to shared cache lines (by the tasks' faults and calls)"));
-    }
-    t.legend(
-        "Per-op counters are totals over the repeats divided by the operations; `-`: the counter does not \
-         apply (the host counts only its minor faults; mmap-lock makes no lock-free attempt).",
-    );
-    let mut last = String::new();
-    let mut policies: Vec<&str> = Vec::new();
-    for row in &rows {
-        let s = row.first();
-        let c = row.counters();
-        let ops = row.ops();
-        let group = format!("{}/{}", s.workload, s.mode);
-        if group != last {
-            let unit = Workload::from_name(&s.workload).map_or("operation", |w| w.op_unit());
-            t.heading(&format!("{} {}: one op = one {unit}", s.workload, s.mode));
-            last = group;
-        }
-        if !policies.contains(&s.policy.as_str()) {
-            policies.push(&s.policy);
-        }
-        let mut line =
-            vec![s.policy.clone(), s.threads.to_string(), si(row.median()), row.min_max(), cpus_cell(&row.samples)];
-        if interfered {
-            let vs_alone = if s.mode == "interfered" {
-                rows.iter()
-                    .find(|r| {
-                        let a = r.first();
-                        a.workload == s.workload && a.mode == "alone" && a.policy == s.policy && a.threads == s.threads
-                    })
-                    .map(|a| format!("{:.2}x", row.median() / a.median()))
-                    .unwrap_or_else(|| "-".to_string())
-            } else {
-                "-".to_string()
-            };
-            line.push(vs_alone);
-        }
-        line.extend([
-            row.per_cpu_second().map_or("-".to_string(), si),
-            per_op(c.faults, ops),
-            per_op(c.mmap_lock_acquisitions, ops),
-            per_op(c.mmap_lock_writes, ops),
-            per_op(c.flush_requests, ops),
-        ]);
-        if waits {
-            line.push(per_op(c.flush_wait_ns, ops));
-        }
-        if targets {
-            line.push(match (c.local_shootdowns, c.shootdowns) {
-                (Some(l), Some(n)) if n > 0 => format!("{:.0}%", 100.0 * l as f64 / n as f64),
-                _ => "-".to_string(),
-            });
-        }
-        if barriers || targets {
-            line.extend([per_op(c.barriers, ops), per_op(c.barriers_joined, ops)]);
-        }
-        if flush_shared {
-            line.push(per_op(c.flush_shared_writes, ops));
-        }
-        line.extend([per_op(c.spec_attempts, ops), per_op(c.spec_aborts, ops), per_op(c.fallbacks, ops)]);
-        if shared {
-            line.push(per_op(c.shared_writes, ops));
-        }
-        t.row(line);
-    }
-    let kind = if samples.iter().all(|s| s.workload == "big-munmap") { "unmap" } else { "fault" };
-    let mut out = t.render();
-    if !policies.is_empty() && kind == "fault" {
-        let base: Vec<&str> = policies.iter().map(|p| p.split('+').next().unwrap_or(p)).collect();
-        // `policy+placement+posting`: each suffix names a placement or a
-        // shootdown posting policy.
-        let suffixes: Vec<&str> = policies.iter().flat_map(|p| p.split('+').skip(1)).collect();
-        out.push_str("Policies:\n");
-        out.push_str(&crate::seeds::legend(kind, &base));
-        // The host's line is the fault legend's.
-        let soft: Vec<&str> = base.iter().copied().filter(|p| *p != "host").collect();
-        out.push_str(&crate::seeds::legend("targets", &soft));
-        let placed = crate::seeds::legend("placement", &suffixes);
-        if !placed.is_empty() {
-            out.push_str("Placements (`+name`; rows without one place as Linux):\n");
-            out.push_str(&placed);
-        }
-        let posted = crate::seeds::legend("posting", &suffixes);
-        if !posted.is_empty() {
-            out.push_str("Shootdown posting (`+name`):\n");
-            out.push_str(&posted);
-        }
-        // tlb-flush --madvise's rows (the host's line is the fault legend's).
-        let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
-        out.push_str(&crate::seeds::legend("madvise", &madvise));
-        out.push_str(&crate::seeds::legend("writers", &soft));
-    }
-    out
-}
-
 /// Warnings for the samples that had well under a CPU per thread, one line
 /// per table row naming each short sample's free CPUs (empty if none).
-pub fn cpu_warnings(samples: &[Sample]) -> String {
+pub fn cpu_warnings<C>(samples: &[Sample<C>]) -> String {
     let short = samples.iter().filter(|s| s.cpu.is_some_and(|c| c.short())).count();
     if short == 0 {
         return String::new();
@@ -912,7 +259,7 @@ pub fn cpu_note(cpu: Option<CpuShare>) -> String {
 
 /// Writes `results` as JSON to `path`, if one was given (`--json`), and
 /// says so.
-pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<(), String> {
+pub fn save_json<C: Serialize>(path: Option<&std::path::Path>, results: &Results<C>) -> Result<(), String> {
     if let Some(path) = path {
         write_json(path, results)?;
         println!("wrote {}", path.display());
@@ -921,12 +268,9 @@ pub fn save_json(path: Option<&std::path::Path>, results: &Results) -> Result<()
 }
 
 /// Writes `results` as JSON, with the run's `--shootdown` and `--posting` policies.
-pub fn write_json(path: &std::path::Path, results: &Results) -> Result<(), String> {
-    let mut v = serde_json::to_value(results).map_err(|e| e.to_string())?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("shootdown".into(), crate::workloads::shootdown_policy().name().into());
-        o.insert("posting".into(), crate::workloads::postings_label().into());
-    }
+pub fn write_json<C: Serialize>(path: &std::path::Path, results: &Results<C>) -> Result<(), String> {
+    // Through a `Value`, whose keys are sorted, as they always were.
+    let v = serde_json::to_value(results).map_err(|e| e.to_string())?;
     let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -163,7 +163,7 @@ fn legend_at(kind: &str, names: &[&str], indent: &str) -> String {
     let mut out = String::new();
     for (name, k, what) in POLICIES {
         if (*k == kind || *k == "every") && names.contains(name) {
-            out.push_str(&crate::report::wrap(&format!("{indent}{name}: {what}"), &format!("{indent}    ")));
+            out.push_str(&crate::table::wrap(&format!("{indent}{name}: {what}"), &format!("{indent}    ")));
         }
     }
     out
@@ -194,13 +194,13 @@ pub fn bench_help() -> String {
         names.retain(|n| *n != "host");
         out.push_str(&legend_at(kind, &names, "      "));
     }
-    out.push_str(&crate::report::wrap(
+    out.push_str(&crate::table::wrap(
         "  placement (--placement, for the fault-policy workloads; a row's policy gets `+name` when not \
          linux):",
         "      ",
     ));
     out.push_str(&legend_at("placement", &names("placement"), "      "));
-    out.push_str(&crate::report::wrap(
+    out.push_str(&crate::table::wrap(
         "  host: the running kernel doing the same work, a row beside every workload's policies \
          (--no-host leaves it out)",
         "      ",
@@ -210,12 +210,12 @@ pub fn bench_help() -> String {
          with softmm's default and the host):\n",
     );
     for s in &SEEDS {
-        out.push_str(&crate::report::wrap(
+        out.push_str(&crate::table::wrap(
             &format!("  {} {}: \"{}\", {}, {}", s.number, s.name, s.title, s.author, s.date),
             "      ",
         ));
         out.push_str(&format!("      {}\n", s.url));
-        out.push_str(&crate::report::wrap(
+        out.push_str(&crate::table::wrap(
             &format!("      {}; the lab's experiment: {}.", s.mechanism, s.experiment),
             "      ",
         ));

@@ -42,10 +42,11 @@ use softmm::{AddressSpace, FaultPolicy, UnmapPolicy};
 
 use super::space::{HostSpace, SoftSpace, Space};
 use super::{Measured, Params, SoftEnv};
-use crate::report::{Counters, Sample};
+use crate::counters::FaultCounters;
+use crate::report::Sample;
 
 /// The modes: what the other threads do during the munmap.
-pub const MODES: &[&str] = &["fault", "mmap", "maps", "fault-other-mm", "alone"];
+pub use crate::workload::BIG_MUNMAP_MODES as MODES;
 
 /// Each faulting thread's region.
 const FAULT_REGION: u64 = 8 << 20;
@@ -173,8 +174,8 @@ fn measure<S: Space + Sync>(
     let phase = AtomicU8::new(ALONE);
     let epoch = Instant::now();
     let alone = match p.limit {
-        super::Limit::Duration(d) => d,
-        super::Limit::Iterations(_) => std::time::Duration::from_millis(200),
+        crate::args::Limit::Duration(d) => d,
+        crate::args::Limit::Iterations(_) => std::time::Duration::from_millis(200),
     };
     let tids: Vec<AtomicI32> = (0..p.threads).map(|_| AtomicI32::new(0)).collect();
     std::thread::scope(|sc| {
@@ -258,7 +259,7 @@ impl Latencies {
 }
 
 /// The sample from what the threads saw.
-fn summarize(run: &Run, mut counters: Counters) -> Measured {
+fn summarize(run: &Run, mut counters: FaultCounters) -> Measured {
     let Run { munmap_ns, ref seen, t0, t1, munmapper, others, .. } = *run;
     counters.munmap_cpu_ns = Some(munmapper.cpu_ns);
     counters.munmap_runq_ns = Some(munmapper.runq_ns);
@@ -382,7 +383,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
             // alone, not the other threads' small unmaps in `mmap` mode.
             let (before, u) = run.unmap.unwrap_or_default();
             let d = |f: fn(&softmm::UnmapStats) -> u64| Some(f(&u) - f(&before));
-            let counters = Counters {
+            let counters = FaultCounters {
                 mmap_lock_acquisitions: Some(st.mmap_lock_write + st.mmap_lock_read),
                 flush_requests: Some(st.tlb.flush_requests),
                 flush_wait_ns: Some(st.tlb.flush_wait_ns),
@@ -401,7 +402,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
                 munmap_batches: d(|u| u.batches),
                 // The munmapping thread's, during the munmap.
                 shared_writes: cfg!(feature = "shared-write-stats").then_some(d(|u| u.shared_writes)).flatten(),
-                ..Counters::default()
+                ..FaultCounters::default()
             };
             Ok(summarize(&run, counters))
         }
@@ -409,7 +410,7 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
             let s = HostSpace;
             let maps = || std::fs::read_to_string("/proc/self/maps").map_or(0, |t| t.len());
             let run = measure(&s, &s, p, true, &maps)?;
-            Ok(summarize(&run, Counters::default()))
+            Ok(summarize(&run, FaultCounters::default()))
         }
     }
 }
@@ -422,12 +423,12 @@ pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Res
 /// acknowledgements and its flushes that forced a barrier on the running
 /// threads (medians over repeats of each figure), or `None` without
 /// big-munmap samples.
-pub fn table(samples: &[Sample]) -> Option<String> {
-    let ours: Vec<&Sample> = samples.iter().filter(|s| s.workload == "big-munmap").collect();
+pub fn table(samples: &[Sample<FaultCounters>]) -> Option<String> {
+    let ours: Vec<&Sample<FaultCounters>> = samples.iter().filter(|s| s.workload == "big-munmap").collect();
     if ours.is_empty() {
         return None;
     }
-    let mut t = crate::report::Table::new();
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("other threads"))
         .column("munmap ms", false, 0, Some("the large munmap's duration"))
@@ -467,7 +468,7 @@ pub fn table(samples: &[Sample]) -> Option<String> {
         if !policies.contains(&policy) {
             policies.push(policy);
         }
-        let of = |f: fn(&Counters) -> Option<u64>| {
+        let of = |f: fn(&FaultCounters) -> Option<u64>| {
             let mut v: Vec<u64> = ours
                 .iter()
                 .filter(|s| s.mode == mode && s.policy == policy && s.threads == threads)
@@ -477,9 +478,9 @@ pub fn table(samples: &[Sample]) -> Option<String> {
             v.get(v.len() / 2).copied()
         };
         let us = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e3));
-        let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::report::si(x as f64));
+        let n = |v: Option<u64>| v.map_or("-".to_string(), |x| crate::stats::si(x as f64));
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |ns| format!("{:.1}", ns as f64 / 1e6));
-        let ms3 = |v: Option<u64>| v.map_or("-".to_string(), |ns| crate::summary::fig(ns as f64 / 1e6));
+        let ms3 = |v: Option<u64>| v.map_or("-".to_string(), |ns| crate::stats::fig(ns as f64 / 1e6));
         t.row(vec![
             policy.to_string(),
             threads.to_string(),

@@ -8,16 +8,9 @@ use std::time::{Duration, Instant};
 
 use softmm::FaultStats;
 
-use super::space::{minor_faults, process_cpu_ns, thread_cpu_ns, HostSpace, Space};
+use crate::args::Limit;
 
-/// How long each task runs.
-#[derive(Debug, Clone, Copy)]
-pub enum Limit {
-    /// Until this much time has passed (the current iteration completes).
-    Duration(Duration),
-    /// This many loop iterations per task.
-    Iterations(u64),
-}
+use super::space::{minor_faults, process_cpu_ns, thread_cpu_ns, HostSpace, Space};
 
 /// What a task sees of the run.
 pub struct TaskCtx<'a> {

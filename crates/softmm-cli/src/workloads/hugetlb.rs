@@ -47,10 +47,57 @@ use softmm_hostsys::{HugePages, HUGE_PAGE_SIZE, MAX_PAGES, PUD_SIZE};
 
 use softmm::HugetlbPolicy;
 
-use super::harness::Limit;
-use crate::bench::BenchArgs;
+use crate::args::BenchArgs;
+use crate::args::Limit;
+use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Results, Sample};
+use crate::report::{self, Sample};
+use crate::summary::{cpus_phrase, figure, SeedRow, SIXTEEN_CPUS};
+
+crate::counters::counters! {
+    /// The hugetlb workloads' counters.
+    pub struct HugetlbCounters {
+        /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+        sum faults,
+        /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
+        sum mmap_lock_acquisitions,
+        /// TLB flush requests sent to other CPUs.
+        sum flush_requests,
+        /// hugetlb: PMD tables linked from another address space (`huge_pmd_share`).
+        sum pmd_shares,
+        /// hugetlb: shared PMD tables detached from an address space (`huge_pmd_unshare`).
+        sum pmd_unshares,
+        /// hugetlb: the files' `i_mmap` lock taken for read (`HugetlbLockStats`).
+        sum i_mmap_read,
+        /// hugetlb: the files' `i_mmap` lock taken for write.
+        sum i_mmap_write,
+        /// hugetlb: the hugetlb VMA lock taken for read.
+        sum vma_lock_read,
+        /// hugetlb: the hugetlb VMA lock taken for write.
+        sum vma_lock_write,
+        /// hugetlb: fault mutexes taken.
+        sum fault_mutex,
+        /// hugetlb: lock-free faults that found their PMD table unshared and retried.
+        sum validation_retries,
+        /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_success` during the sample.
+        sum htlb_buddy_alloc_success,
+        /// hugetlb host rows: `/proc/vmstat` `htlb_buddy_alloc_fail` during the sample.
+        sum htlb_buddy_alloc_fail,
+        /// hugetlb: CPU time of the program's instance threads over the sample
+        /// (`CLOCK_THREAD_CPUTIME_ID`), in ns: its cost per op, which the
+        /// other program's share of the CPUs does not inflate.
+        sum cpu_ns,
+        /// hugetlb: time the program's instance threads waited for hugetlb
+        /// locks (`HugetlbLockStats::thread_wait_ns`), in ns.
+        sum lock_wait_ns,
+        /// hugetlb: waits for the files' `i_mmap` locks, whole arena, in ns.
+        sum i_mmap_wait_ns,
+        /// hugetlb: waits for hugetlb VMA locks, whole arena, in ns.
+        sum vma_lock_wait_ns,
+        /// hugetlb: waits for fault mutexes, whole arena, in ns.
+        sum fault_mutex_wait_ns,
+    }
+}
 
 /// The workload names, each run by this module's own sweep.
 pub const WORKLOADS: &[&str] = &["hugetlb-fault", "hugetlb-fork", "hugetlb-fork-fault"];
@@ -474,7 +521,13 @@ pub fn host(
 
 /// The sample of one program of a run: `policy` names the row (`host`
 /// or a [`HugetlbPolicy`]).
-fn sample(workload: &str, policy: &str, run: &ProgramRun, counters: Counters, repeat: usize) -> Sample {
+fn sample(
+    workload: &str,
+    policy: &str,
+    run: &ProgramRun,
+    counters: HugetlbCounters,
+    repeat: usize,
+) -> Sample<HugetlbCounters> {
     Sample {
         workload: workload.into(),
         mode: run.program.mode().into(),
@@ -491,12 +544,12 @@ fn sample(workload: &str, policy: &str, run: &ProgramRun, counters: Counters, re
 }
 
 /// The host counters of one program of a host run.
-fn host_counters(run: &ProgramRun, vmstat: (u64, u64)) -> Counters {
-    Counters {
+fn host_counters(run: &ProgramRun, vmstat: (u64, u64)) -> HugetlbCounters {
+    HugetlbCounters {
         faults: Some(run.minflt),
         htlb_buddy_alloc_success: Some(vmstat.0),
         htlb_buddy_alloc_fail: Some(vmstat.1),
-        ..Counters::default()
+        ..HugetlbCounters::default()
     }
 }
 
@@ -553,7 +606,7 @@ fn sharing_line(area: &soft::SoftArea) -> &'static str {
 }
 
 /// What one sample of the sweep gave: each program's run and counters.
-type SampleRuns = Result<Vec<(ProgramRun, Counters)>, String>;
+type SampleRuns = Result<Vec<(ProgramRun, HugetlbCounters)>, String>;
 
 /// `softmm bench hugetlb-fault|hugetlb-fork|hugetlb-fork-fault`: the sweep,
 /// its table, `--json`.
@@ -572,16 +625,11 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     let size = args.size.unwrap_or(DEFAULT_SIZE);
     check_size(size)?;
     let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
-    let threads = match &args.threads {
-        Some(s) => crate::bench::parse_threads(s)?,
-        None => (1..=cores()).collect(),
-    };
+    let threads = args.thread_counts(|| (1..=cores()).collect())?;
     if let Some(&t) = threads.iter().find(|&&t| t > MAX_INSTANCES) {
         return Err(format!("{t} instances: at most {MAX_INSTANCES}"));
     }
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
+    args.repeats()?;
     if !args.mode.is_empty() {
         return Err("the hugetlb workloads have no --mode (each runs its programs)".into());
     }
@@ -593,13 +641,13 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         None => return Err("--duration must be positive".into()),
     };
-    crate::report::set_wide(args.wide);
+    crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     let windows = size / PUD_SIZE;
     print!("{}", machine.header(&format!("bench {}", workloads.join(","))));
     print!(
         "{}",
-        crate::report::wrap(
+        crate::table::wrap(
             &format!(
                 "One shared hugetlbfs file of {} MiB ({} huge pages of 2 MiB, {} whole 1 GiB PUD window{} that \
                  can share PMD tables), mapped at a 1 GiB-aligned address by every instance; {} repeats.",
@@ -623,7 +671,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                         eprintln!(
                             "{w} {} {policy} instances={t}: {} ops/s{}",
                             s.mode,
-                            report::si(s.ops_per_sec),
+                            crate::stats::si(s.ops_per_sec),
                             report::cpu_note(cpu)
                         );
                         samples.push(s);
@@ -665,7 +713,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     if !policies.is_empty() {
         let area = soft::SoftArea::new(size)?;
-        print!("{}", report::wrap(sharing_line(&area), "  "));
+        print!("{}", crate::table::wrap(sharing_line(&area), "  "));
         for &w in &workloads {
             for &p in &policies {
                 for &t in &threads {
@@ -685,19 +733,27 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     print!("{}", report::cpu_warnings(&samples));
     machine.finish();
     print!("{}", machine.footer());
-    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
+    report::save_json(args.json.as_deref(), &super::results(machine, samples))?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
 /// A counter of the row's samples per operation, `-` where they have none.
-fn per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option<u64>) -> String {
+fn per_op(
+    row: &report::Row<'_, HugetlbCounters>,
+    ops: u64,
+    counter: impl Fn(&HugetlbCounters) -> Option<u64>,
+) -> String {
     let total: Option<u64> = row.samples.iter().map(|x| counter(&x.counters)).sum();
     total.map_or("-".into(), |c| format!("{:.3}", c as f64 / ops.max(1) as f64))
 }
 
 /// A time counter of the row's samples in microseconds per operation, `-`
 /// where they have none.
-fn micros_per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) -> Option<u64>) -> String {
+fn micros_per_op(
+    row: &report::Row<'_, HugetlbCounters>,
+    ops: u64,
+    counter: impl Fn(&HugetlbCounters) -> Option<u64>,
+) -> String {
     let total: Option<u64> = row.samples.iter().map(|x| counter(&x.counters)).sum();
     total.map_or("-".into(), |ns| format!("{:.2}", ns as f64 / 1e3 / ops.max(1) as f64))
 }
@@ -705,20 +761,20 @@ fn micros_per_op(row: &report::Row<'_>, ops: u64, counter: impl Fn(&Counters) ->
 /// Operations per second of the instance threads' CPU time (over every
 /// repeat), `-` where the samples have no CPU time: what the program's
 /// rate would be with a CPU of its own per instance and no waiting.
-fn per_cpu_second(row: &report::Row<'_>, ops: u64) -> String {
+fn per_cpu_second(row: &report::Row<'_, HugetlbCounters>, ops: u64) -> String {
     let cpu: Option<u64> = row.samples.iter().map(|x| x.counters.cpu_ns).sum();
     match cpu {
-        Some(ns) if ns > 0 => report::si(ops as f64 * 1e9 / ns as f64),
+        Some(ns) if ns > 0 => crate::stats::si(ops as f64 * 1e9 / ns as f64),
         _ => "-".into(),
     }
 }
 
 /// Read and write acquisitions of one lock per operation, `r+w`.
 fn rw_per_op(
-    row: &report::Row<'_>,
+    row: &report::Row<'_, HugetlbCounters>,
     ops: u64,
-    read: impl Fn(&Counters) -> Option<u64>,
-    write: impl Fn(&Counters) -> Option<u64>,
+    read: impl Fn(&HugetlbCounters) -> Option<u64>,
+    write: impl Fn(&HugetlbCounters) -> Option<u64>,
 ) -> String {
     match (per_op(row, ops, read), per_op(row, ops, write)) {
         (r, w) if r == "-" || w == "-" => "-".into(),
@@ -729,8 +785,8 @@ fn rw_per_op(
 /// The hugetlb table: a heading per workload and mode, a row per policy
 /// and instance count with the summed and per-instance rate (medians over
 /// repeats) and the counters per operation.
-pub fn table(samples: &[Sample], size: u64) -> String {
-    let mut t = report::Table::new();
+pub fn table(samples: &[Sample<HugetlbCounters>], size: u64) -> String {
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column(
             "inst",
@@ -806,10 +862,10 @@ pub fn table(samples: &[Sample], size: u64) -> String {
         t.row(vec![
             s.policy.clone(),
             s.threads.to_string(),
-            report::si(rate),
+            crate::stats::si(rate),
             row.min_max(),
             report::cpus_cell(&row.samples),
-            report::si(rate / s.threads.max(1) as f64),
+            crate::stats::si(rate / s.threads.max(1) as f64),
             per_cpu_second(&row, ops),
             micros_per_op(&row, ops, |c| c.cpu_ns),
             micros_per_op(&row, ops, |c| c.lock_wait_ns),
@@ -835,7 +891,7 @@ pub fn table(samples: &[Sample], size: u64) -> String {
 /// each of `policies` in turns, `repeats` times; the samples, with their
 /// CPU shares (an empty list, the reason printed, if the area cannot be
 /// made).
-pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize) -> Vec<Sample> {
+pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize) -> Vec<Sample<HugetlbCounters>> {
     let limit = Limit::Duration(duration);
     let mut out = Vec::new();
     let area = match soft::SoftArea::new(DEFAULT_SIZE) {
@@ -858,6 +914,58 @@ pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize)
         }
     }
     out
+}
+
+/// Seed 000's experiment: the hugetlb workloads over the hugetlb policies.
+pub struct Hugetlb;
+
+impl Experiment for Hugetlb {
+    fn names(&self) -> &'static [&'static str] {
+        WORKLOADS
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn bench(&self, args: &BenchArgs) -> Result<i32, String> {
+        bench(args)
+    }
+
+    fn seed_row(&self, h: &mut Headline<'_>) -> Option<SeedRow> {
+        Some(seed_000(h.limit, h.repeats))
+    }
+}
+
+/// Seed 000 from a short run of its own experiment (`softmm bench
+/// hugetlb-fault`): the files' `i_mmap` lock acquisitions (read and write)
+/// per 2 MiB page faulted by one address space writing a shared 1 GiB
+/// hugetlbfs file, for `limit` (a duration; 0.5 s for iterations) per
+/// sample, `repeats` times in turns; `i-mmap-rwsem` (before the seed,
+/// Linux 5.7-6.0) against softmm's default hugetlb policy.
+pub fn seed_000(limit: Limit, repeats: usize) -> SeedRow {
+    let d = limit.duration_or_default();
+    let (old, new) = (HugetlbPolicy::IMmapRwsem, HugetlbPolicy::default());
+    let samples = short_run(d, &[old, new], repeats);
+    let per_fault = |s: &Sample<HugetlbCounters>| {
+        let c = &s.counters;
+        Some((c.i_mmap_read? + c.i_mmap_write?) as f64 / s.ops.max(1) as f64)
+    };
+    SeedRow {
+        seed: "000",
+        metric: "acquisitions of the file-wide i_mmap lock per 2 MiB page faulted, one address space writing \
+                 a shared 1 GiB hugetlbfs file, lower is better"
+            .into(),
+        lower_is_better: true,
+        old: figure(&samples, old.name(), per_fault),
+        new: figure(&samples, new.name(), per_fault),
+        host: None,
+        notes: vec![format!(
+            "its faults/s gain comes from many processes faulting the file at once, more than {} can \
+             show: see the 16-CPU results, {SIXTEEN_CPUS}",
+            cpus_phrase()
+        )],
+    }
 }
 
 #[cfg(test)]
@@ -930,7 +1038,7 @@ mod tests {
             minflt: 512,
         };
         let host = sample("hugetlb-fault", "host", &run, host_counters(&run, (0, 0)), 0);
-        let counters = Counters {
+        let counters = HugetlbCounters {
             faults: Some(1024),
             mmap_lock_acquisitions: Some(2048),
             flush_requests: Some(0),
@@ -941,10 +1049,10 @@ mod tests {
             fault_mutex: Some(2048),
             cpu_ns: Some(500_000_000),
             lock_wait_ns: Some(2_048_000),
-            ..Counters::default()
+            ..HugetlbCounters::default()
         };
         let soft = sample("hugetlb-fault", "vma-lock", &run, counters, 0);
-        let t = report::with_wide(true, || table(&[host.clone(), soft.clone()], DEFAULT_SIZE));
+        let t = crate::table::with_wide(true, || table(&[host.clone(), soft.clone()], DEFAULT_SIZE));
         assert_eq!(t.lines().nth(1), Some("hugetlb-fault faults"), "{t}");
         // softmm's policies first, the host last.
         let cells: Vec<&str> = t.lines().nth(2).unwrap().split_whitespace().collect();
@@ -959,7 +1067,7 @@ mod tests {
         assert_eq!(cells[6..9], ["-", "-", "-"], "host: no CPU time or lock wait per program: {t}");
         assert_eq!(cells[9..], ["0.500", "-", "-", "-", "-", "-", "-", "-", "-"], "host: minor faults only: {t}");
         // Narrow, the table fits 100 columns and names what it leaves out.
-        let narrow = report::with_wide(false, || table(&[host, soft], DEFAULT_SIZE));
+        let narrow = crate::table::with_wide(false, || table(&[host, soft], DEFAULT_SIZE));
         assert!(narrow.lines().all(|l| l.chars().count() <= 100) && narrow.contains("--wide adds"), "{narrow}");
         assert!(t.contains("1024 MiB") && t.contains("htlb_buddy_alloc_success during the samples: 0"), "{t}");
     }

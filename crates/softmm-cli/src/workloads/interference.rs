@@ -9,24 +9,9 @@
 //! the faulters; the table gives the interfered throughput relative to the
 //! one alone.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use super::space::Space;
 use super::{pft, Measured, Params, SoftEnv};
 
-/// The interfering thread: a thread of the address space (the harness gives
-/// it a parked CPU, so the address space counts as multithreaded) that only
-/// maps and unmaps.
-pub fn mapper<S: Space>(s: &S, stop: &AtomicBool, size: u64) -> Result<u64, i32> {
-    let mut n = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let a = s.mmap(0, size, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, None, 0)?;
-        s.munmap(a, size)?;
-        n += 1;
-    }
-    Ok(n)
-}
-
+/// Runs pft's passes, with [`pft::mapper`] beside them in `interfered` mode.
 pub fn run(env: Option<&SoftEnv>, p: &Params) -> Result<Measured, String> {
     pft::run_passes(env, p, p.mode == "interfered")
 }

@@ -32,9 +32,39 @@ use std::time::{Duration, Instant};
 use softmm::{AddressSpace, Cpu, MigratePolicy, PhysConfig, PhysMem, PAGE_SIZE};
 
 use super::Measured;
-use crate::bench::BenchArgs;
+use crate::args::BenchArgs;
+use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Results, Sample};
+use crate::report::{self, Sample};
+use crate::stats::fig;
+use crate::summary::{beside_one, figure, SeedRow};
+
+crate::counters::counters! {
+    /// `migrate`'s counters.
+    pub struct MigrateCounters {
+        /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+        sum faults,
+        /// TLB flush requests sent to other CPUs.
+        sum flush_requests,
+        /// Nanoseconds the flushes spent waiting for CPUs inside an access
+        /// (softmm's `TlbStats::flush_wait_ns`).
+        sum flush_wait_ns,
+        /// Pages migrated (`migrate`).
+        sum pages_migrated,
+        /// big-munmap: median latency of the other threads' operations that
+        /// overlapped the munmap, in ns.
+        max p50_ns,
+        /// big-munmap: their 99th percentile, in ns.
+        max p99_ns,
+        /// big-munmap: their maximum, in ns.
+        max max_ns,
+        /// migrate: CPU time of the migrator thread over the sample, in ns
+        /// (its cost per page, which preemption by other tasks does not inflate).
+        sum migrator_cpu_ns,
+        /// migrate: PTE locks the migrations' unmap and remap walks took.
+        sum ptl_locks,
+    }
+}
 
 /// The default working set: pmbench's default is 256 MiB; 64 MiB keeps a
 /// one-by-one pass well under a second.
@@ -66,9 +96,9 @@ pub fn host_nodes() -> usize {
 /// One run's two measurements.
 pub struct Run {
     /// The migrator: pages migrated, with `pages_migrated` and `flush_requests`.
-    pub migrate: Measured,
+    pub migrate: Measured<MigrateCounters>,
     /// The accessors: accesses, with their sampled latencies.
-    pub accessors: Measured,
+    pub accessors: Measured<MigrateCounters>,
 }
 
 /// A small xorshift generator: the accessors' random addresses.
@@ -197,13 +227,13 @@ pub fn soft(
         ops: pages,
         seconds,
         cpu_seconds,
-        counters: Counters {
+        counters: MigrateCounters {
             pages_migrated: Some(pages),
             flush_requests: Some(after.tlb.flush_requests - before.tlb.flush_requests),
             migrator_cpu_ns: Some(migrator_cpu_ns),
             ptl_locks: Some(after.migrate_ptl_locks - before.migrate_ptl_locks),
             flush_wait_ns: Some(after.tlb.flush_wait_ns - before.tlb.flush_wait_ns),
-            ..Counters::default()
+            ..MigrateCounters::default()
         },
     };
     let mut lat: Vec<u64> = accessed.iter().flat_map(|x| x.latencies_ns.iter().copied()).collect();
@@ -214,12 +244,12 @@ pub fn soft(
         ops: accesses,
         seconds: window,
         cpu_seconds,
-        counters: Counters {
+        counters: MigrateCounters {
             faults: Some(accessed.iter().map(|x| x.faults).sum()),
             p50_ns: quantile(&lat, 0.5),
             p99_ns: quantile(&lat, 0.99),
             max_ns: lat.last().copied(),
-            ..Counters::default()
+            ..MigrateCounters::default()
         },
     };
     drop(mm);
@@ -227,7 +257,13 @@ pub fn soft(
 }
 
 /// A sample record.
-fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured) -> Sample {
+fn sample(
+    mode: &str,
+    policy: &str,
+    threads: usize,
+    repeat: usize,
+    m: &Measured<MigrateCounters>,
+) -> Sample<MigrateCounters> {
     Sample {
         workload: "migrate".into(),
         mode: mode.into(),
@@ -285,15 +321,10 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     if !(args.duration > 0.0 && args.duration.is_finite()) {
         return Err("--duration must be positive".into());
     }
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
+    args.repeats()?;
     let policies = parse_policies(&args.policy)?;
-    let threads = match &args.threads {
-        Some(s) => crate::bench::parse_threads(s)?,
-        None => vec![cores().saturating_sub(1).max(1)],
-    };
-    crate::report::set_wide(args.wide);
+    let threads = args.thread_counts(|| vec![cores().saturating_sub(1).max(1)])?;
+    crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     print!("{}", machine.header("bench migrate"));
     println!("{} MiB working set moved node 0 <-> node 1, {} repeats", size >> 20, args.repeat);
@@ -321,8 +352,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                             eprintln!(
                                 "migrate {} threads={t}: {} pages/s, accessors {} accesses/s{}",
                                 p.name(),
-                                report::si(m.ops_per_sec),
-                                report::si(x.ops_per_sec),
+                                crate::stats::si(m.ops_per_sec),
+                                crate::stats::si(x.ops_per_sec),
                                 report::cpu_note(cpu)
                             );
                             samples.push(m);
@@ -339,26 +370,26 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     }
     println!();
     print!("{}", table(&samples));
-    let migrations: Vec<Sample> = samples.iter().filter(|s| s.mode == "migrate").cloned().collect();
+    let migrations: Vec<Sample<MigrateCounters>> = samples.iter().filter(|s| s.mode == "migrate").cloned().collect();
     print!("{}", report::cpu_warnings(&migrations));
     if let Some(c) = comparison(&samples) {
-        print!("{}", report::wrap(&c, "  "));
+        print!("{}", crate::table::wrap(&c, "  "));
     }
     machine.finish();
     print!("{}", machine.footer());
-    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
+    report::save_json(args.json.as_deref(), &super::results(machine, samples))?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
 /// The median of `mode`/`policy` at `threads` (pages/s or accesses/s).
-fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
+fn median(samples: &[Sample<MigrateCounters>], mode: &str, policy: &str, threads: usize) -> Option<f64> {
     crate::report::median(samples, "migrate", mode, policy, threads)
 }
 
 /// The migrator's CPU time per migrated page in µs over every `migrate`
 /// sample of `policy` at `threads`: what a page costs the migrator itself,
 /// which the machine's load changes far less than pages per second.
-fn cpu_us_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+fn cpu_us_per_page(samples: &[Sample<MigrateCounters>], policy: &str, threads: usize) -> Option<f64> {
     let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
     let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
     let ns: u64 = of().filter_map(|s| s.counters.migrator_cpu_ns).sum();
@@ -367,13 +398,18 @@ fn cpu_us_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f
 
 /// Flush requests per migrated page over every `migrate` sample of `policy`
 /// at `threads`.
-fn flushes_per_page(samples: &[Sample], policy: &str, threads: usize) -> Option<f64> {
+fn flushes_per_page(samples: &[Sample<MigrateCounters>], policy: &str, threads: usize) -> Option<f64> {
     per_page(samples, policy, threads, |c| c.flush_requests)
 }
 
 /// A counter per migrated page over every `migrate` sample of `policy` at
 /// `threads`.
-fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Counters) -> Option<u64>) -> Option<f64> {
+fn per_page(
+    samples: &[Sample<MigrateCounters>],
+    policy: &str,
+    threads: usize,
+    counter: fn(&MigrateCounters) -> Option<u64>,
+) -> Option<f64> {
     let of = || samples.iter().filter(|s| s.mode == "migrate" && s.policy == policy && s.threads == threads);
     let pages: u64 = of().filter_map(|s| s.counters.pages_migrated).sum();
     let n: u64 = of().filter_map(|s| counter(&s.counters)).sum();
@@ -384,8 +420,8 @@ fn per_page(samples: &[Sample], policy: &str, threads: usize, counter: fn(&Count
 /// min-max), the CPUs free, flush requests and PTE locks per migrated page,
 /// the migrator's CPU time per page, the accessors' accesses/s and their
 /// sampled latencies.
-pub fn table(samples: &[Sample]) -> String {
-    let mut t = report::Table::new();
+pub fn table(samples: &[Sample<MigrateCounters>]) -> String {
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("acc", false, 0, Some("accessor threads (beside the migrator)"))
         .column("pages/s", false, 0, Some("pages migrated per second by migrate_pages(2) 0->1, 1->0, ..., median"))
@@ -420,7 +456,7 @@ pub fn table(samples: &[Sample]) -> String {
         let acc = report::rows(samples)
             .into_iter()
             .find(|r| r.samples[0].mode == "accessors" && r.samples[0].policy == p && r.samples[0].threads == th);
-        let lat = |f: fn(&Counters) -> Option<u64>| {
+        let lat = |f: fn(&MigrateCounters) -> Option<u64>| {
             acc.as_ref()
                 .and_then(|r| r.samples.iter().filter_map(|x| f(&x.counters)).max())
                 .map_or("-".into(), |v| v.to_string())
@@ -428,13 +464,13 @@ pub fn table(samples: &[Sample]) -> String {
         t.row(vec![
             p.to_string(),
             th.to_string(),
-            report::si(row.median()),
+            crate::stats::si(row.median()),
             row.min_max(),
             report::cpus_cell(&row.samples),
             flushes_per_page(samples, p, th).map_or("-".into(), |f| format!("{f:.4}")),
             per_page(samples, p, th, |c| c.ptl_locks).map_or("-".into(), |l| format!("{l:.4}")),
             cpu_us_per_page(samples, p, th).map_or("-".into(), |c| format!("{c:.3}")),
-            acc.as_ref().map_or("-".into(), |r| report::si(r.median())),
+            acc.as_ref().map_or("-".into(), |r| crate::stats::si(r.median())),
             lat(|c| c.p50_ns),
             lat(|c| c.p99_ns),
             lat(|c| c.max_ns),
@@ -448,7 +484,7 @@ pub fn table(samples: &[Sample]) -> String {
 
 /// `batched` against `one-by-one` at the most accessors measured, beside
 /// the seed's figures (flush IPIs −99.1%, pages migrated/s +291.7%).
-pub fn comparison(samples: &[Sample]) -> Option<String> {
+pub fn comparison(samples: &[Sample<MigrateCounters>]) -> Option<String> {
     let t = samples.iter().filter(|s| s.workload == "migrate").map(|s| s.threads).max()?;
     let (old, new) = (MigratePolicy::OneByOne.name(), MigratePolicy::Batched.name());
     let rate = median(samples, "migrate", new, t)? / median(samples, "migrate", old, t)?;
@@ -472,7 +508,7 @@ pub fn comparison(samples: &[Sample]) -> Option<String> {
 /// `accessors` accessor threads, each policy migrating for `duration`,
 /// `one-by-one` and `batched` in turns, `repeats` times; the `migrate`
 /// samples, with their CPU shares.
-pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result<Vec<Sample>, String> {
+pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result<Vec<Sample<MigrateCounters>>, String> {
     let size = 16 << 20;
     let phys = PhysMem::new(PhysConfig::new(arena_bytes(size)).nodes(2)).map_err(|e| format!("arena: {e}"))?;
     let mut out = Vec::new();
@@ -488,11 +524,73 @@ pub fn short_run(duration: Duration, accessors: usize, repeats: usize) -> Result
     Ok(out)
 }
 
+/// Seed 003's experiment: `migrate` over the migrate policies.
+pub struct Migrate;
+
+impl Experiment for Migrate {
+    fn names(&self) -> &'static [&'static str] {
+        &["migrate"]
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn bench(&self, args: &BenchArgs) -> Result<i32, String> {
+        bench(args)
+    }
+
+    fn seed_row(&self, h: &mut Headline<'_>) -> Option<SeedRow> {
+        seed_003(h.limit.duration_or_default(), h.repeats)
+    }
+}
+
+/// Seed 003 from a short run of its own experiment (`softmm bench migrate`):
+/// TLB flush requests (Linux's TLB-flush IPIs, the seed's figure) per page
+/// migrated (lower is better) while [`beside_one`] accessor threads read
+/// and write a 16 MiB working set that a migrator moves between node 0 and
+/// node 1 and back, for `duration` per sample, `repeats` times in turns;
+/// `one-by-one` against `batched`, with the migrator's CPU time per page
+/// in a note. No host figure: the host would need two NUMA nodes. `None`
+/// if the arena cannot be made.
+pub fn seed_003(duration: Duration, repeats: usize) -> Option<SeedRow> {
+    let accessors = beside_one();
+    let samples = short_run(duration, accessors, repeats).ok()?;
+    let flushes =
+        |s: &Sample<MigrateCounters>| Some(s.counters.flush_requests? as f64 / s.counters.pages_migrated? as f64);
+    let cpu = |s: &Sample<MigrateCounters>| {
+        Some(s.counters.migrator_cpu_ns? as f64 / 1e3 / s.counters.pages_migrated? as f64)
+    };
+    let (old, new) = (softmm::MigratePolicy::OneByOne.name(), softmm::MigratePolicy::Batched.name());
+    let mut notes = Vec::new();
+    if let (Some(o), Some(n)) = (figure(&samples, old, cpu).median(), figure(&samples, new, cpu).median()) {
+        notes.push(format!(
+            "the migrator's CPU us per page: {} old, {} new (the old design's includes spinning for the \
+             accessors' acknowledgements, which a busy machine lengthens)",
+            fig(o),
+            fig(n)
+        ));
+    }
+    Some(SeedRow {
+        seed: "003",
+        metric: format!(
+            "TLB flush requests (IPIs) per page moved between two nodes beside {accessors} accessor \
+             thread{} (16 MiB), lower is better",
+            if accessors == 1 { "" } else { "s" }
+        ),
+        lower_is_better: true,
+        old: figure(&samples, old, flushes),
+        new: figure(&samples, new, flushes),
+        host: None,
+        notes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sample(mode: &str, policy: &str, ops: u64, pages: Option<u64>, flushes: Option<u64>) -> Sample {
+    fn sample(mode: &str, policy: &str, ops: u64, pages: Option<u64>, flushes: Option<u64>) -> Sample<MigrateCounters> {
         Sample {
             workload: "migrate".into(),
             mode: mode.into(),
@@ -502,12 +600,12 @@ mod tests {
             ops,
             seconds: 1.0,
             ops_per_sec: ops as f64,
-            counters: Counters {
+            counters: MigrateCounters {
                 pages_migrated: pages,
                 flush_requests: flushes,
                 migrator_cpu_ns: pages.map(|p| p * 2000),
                 ptl_locks: pages.map(|p| p / 4),
-                ..Counters::default()
+                ..MigrateCounters::default()
             },
             cpu_seconds: 1.0,
             cpu: None,
@@ -524,7 +622,7 @@ mod tests {
         ];
         let c = comparison(&s).unwrap();
         assert!(c.contains("-99.8%") && c.contains("+300.0%") && c.contains("-50.0%"), "{c}");
-        let t = report::with_wide(true, || table(&s));
+        let t = crate::table::with_wide(true, || table(&s));
         assert!(
             t.contains("0.0020")
                 && t.contains("1.0000")

@@ -17,155 +17,35 @@ mod wis;
 use std::sync::Arc;
 
 use softmm::{
-    AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PlacementPolicy,
-    ShootdownTargets, UnmapPolicy, WriterPolicy,
+    AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysMem, PlacementPolicy, ShootdownTargets,
+    UnmapPolicy, WriterPolicy,
 };
 
-use crate::report::Counters;
-pub use harness::Limit;
+pub use crate::arena::Arena;
+use crate::args::Limit;
+use crate::counters::FaultCounters;
+use crate::workload::Workload;
 use harness::RunOut;
 use space::SoftSpace;
 
-/// A workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Workload {
-    /// mmtests' page-fault test.
-    Pft,
-    /// will-it-scale page_fault1: anonymous private.
-    PageFault1,
-    /// will-it-scale page_fault2: private file.
-    PageFault2,
-    /// will-it-scale page_fault3: shared file.
-    PageFault3,
-    /// will-it-scale mmap1: anonymous map/unmap.
-    Mmap1,
-    /// will-it-scale mmap2: file map/unmap.
-    Mmap2,
-    /// will-it-scale tlb_flush1-3: write, MADV_DONTNEED, check.
-    TlbFlush,
-    /// Faulting threads beside an mmap/munmap thread.
-    Interference,
-    /// The CortenMM microbenchmarks.
-    Cortenmm,
-    /// Seed 002: a large munmap beside faulting, mapping or maps-reading threads.
-    BigMunmap,
-}
-
-/// The CortenMM operations, each in low and high contention.
-pub const CORTENMM_MODES: &[&str] = &[
-    "mmap-low",
-    "mmap-high",
-    "mmap-pf-low",
-    "mmap-pf-high",
-    "pf-low",
-    "pf-high",
-    "unmap-virt-low",
-    "unmap-virt-high",
-    "unmap-low",
-    "unmap-high",
-];
-
-impl Workload {
-    /// Every workload, in the order they are listed and run.
-    pub const ALL: &'static [Workload] = &[
-        Workload::Pft,
-        Workload::PageFault1,
-        Workload::PageFault2,
-        Workload::PageFault3,
-        Workload::Mmap1,
-        Workload::Mmap2,
-        Workload::TlbFlush,
-        Workload::Interference,
-        Workload::Cortenmm,
-        Workload::BigMunmap,
-    ];
-
-    /// The command-line and result name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Pft => "pft",
-            Workload::PageFault1 => "page-fault1",
-            Workload::PageFault2 => "page-fault2",
-            Workload::PageFault3 => "page-fault3",
-            Workload::Mmap1 => "mmap1",
-            Workload::Mmap2 => "mmap2",
-            Workload::TlbFlush => "tlb-flush",
-            Workload::Interference => "interference",
-            Workload::Cortenmm => "cortenmm",
-            Workload::BigMunmap => "big-munmap",
-        }
-    }
-
-    /// The workload called `name`.
-    pub fn from_name(name: &str) -> Option<Workload> {
-        Workload::ALL.iter().copied().find(|w| w.name() == name)
-    }
-
-    /// The modes it can run in.
-    pub fn modes(self) -> &'static [&'static str] {
-        match self {
-            Workload::Pft => &["threads"],
-            Workload::PageFault1
-            | Workload::PageFault2
-            | Workload::PageFault3
-            | Workload::Mmap1
-            | Workload::Mmap2
-            | Workload::TlbFlush => &["threads", "processes"],
-            Workload::Interference => &["alone", "interfered"],
-            Workload::Cortenmm => CORTENMM_MODES,
-            Workload::BigMunmap => big_munmap::MODES,
-        }
-    }
-
-    /// The modes it runs in when `--mode` names none of its own.
-    pub fn default_modes(self) -> &'static [&'static str] {
-        match self {
-            Workload::Interference | Workload::Cortenmm | Workload::BigMunmap => self.modes(),
-            _ => &self.modes()[..1],
-        }
-    }
-
-    /// What one operation is, for the table's legend.
-    pub fn op_unit(self) -> &'static str {
-        match self {
-            Workload::Pft | Workload::PageFault1 | Workload::PageFault2 | Workload::PageFault3 => "page faulted",
-            Workload::Mmap1 | Workload::Mmap2 => "map+unmap",
-            Workload::TlbFlush => "page written, dropped, checked",
-            Workload::Interference => "page faulted by a faulter",
-            Workload::Cortenmm => "16 KiB region operation",
-            Workload::BigMunmap => "other thread's operation during the munmap",
-        }
-    }
-
-    /// Threads (or processes) of a sample in `mode` with `threads` tasks
-    /// that want a CPU at once: the tasks, and the mapping thread of
-    /// `interference`'s interfered mode or the munmapping thread of
-    /// `big-munmap`.
-    pub fn tasks(self, mode: &str, threads: usize) -> usize {
-        match (self, mode) {
-            (Workload::Interference, "interfered") | (Workload::BigMunmap, _) => threads + 1,
-            _ => threads,
-        }
-    }
-
-    /// Frames the softmm arena needs for `tasks` tasks of `size` bytes.
-    pub fn arena_bytes(self, tasks: usize, size: u64) -> u64 {
-        let t = tasks as u64;
-        let frames = match self {
-            Workload::Pft | Workload::PageFault1 | Workload::PageFault3 | Workload::Interference => t * size,
-            // Page-cache page plus the private copy.
-            Workload::PageFault2 => 2 * t * size,
-            // Never touched, but a private writable mapping is charged to
-            // the commit total, and the heuristic refuses one larger than RAM.
-            Workload::Mmap1 | Workload::Mmap2 => size,
-            Workload::TlbFlush => t * tlb_flush::region(size),
-            Workload::Cortenmm => t * cortenmm::REGION,
-            Workload::BigMunmap => size + big_munmap::arena_extra(tasks),
-        };
-        // Frames may sit in per-thread caches of threads that have exited.
-        let cpus = std::thread::available_parallelism().map_or(4, |n| n.get()) as u64;
-        frames + (16 << 20) + cpus * (2 << 20)
-    }
+/// Frames the softmm arena of a sample of `w` needs for `tasks` tasks of
+/// `size` bytes.
+pub fn arena_bytes(w: Workload, tasks: usize, size: u64) -> u64 {
+    let t = tasks as u64;
+    let frames = match w {
+        Workload::Pft | Workload::PageFault1 | Workload::PageFault3 | Workload::Interference => t * size,
+        // Page-cache page plus the private copy.
+        Workload::PageFault2 => 2 * t * size,
+        // Never touched, but a private writable mapping is charged to
+        // the commit total, and the heuristic refuses one larger than RAM.
+        Workload::Mmap1 | Workload::Mmap2 => size,
+        Workload::TlbFlush => t * tlb_flush::region(size),
+        Workload::Cortenmm => t * cortenmm::REGION,
+        Workload::BigMunmap => size + big_munmap::arena_extra(tasks),
+    };
+    // Frames may sit in per-thread caches of threads that have exited.
+    let cpus = std::thread::available_parallelism().map_or(4, |n| n.get()) as u64;
+    frames + (16 << 20) + cpus * (2 << 20)
 }
 
 /// What runs the workload.
@@ -237,9 +117,9 @@ pub fn policy_label(backend: Backend, placement: PlacementPolicy) -> String {
     }
 }
 
-/// What a sample measured.
+/// What a sample measured, with its experiment's counters `C`.
 #[derive(Debug, Clone)]
-pub struct Measured {
+pub struct Measured<C = FaultCounters> {
     /// Operations.
     pub ops: u64,
     /// Seconds they took.
@@ -247,34 +127,7 @@ pub struct Measured {
     /// CPU seconds of the tasks.
     pub cpu_seconds: f64,
     /// Per-sample totals.
-    pub counters: Counters,
-}
-
-/// A softmm arena reused across samples, grown on demand.
-#[derive(Default)]
-pub struct Arena {
-    phys: Option<Arc<PhysMem>>,
-    bytes: u64,
-}
-
-impl Arena {
-    /// An arena of at least `bytes`.
-    pub fn get(&mut self, bytes: u64) -> Result<Arc<PhysMem>, String> {
-        if self.phys.is_none() || self.bytes < bytes {
-            self.phys = None;
-            let phys = PhysMem::new(PhysConfig::new(bytes))
-                .map_err(|e| format!("cannot make a {} MiB softmm arena: {e}", bytes >> 20))?;
-            self.phys = Some(phys);
-            self.bytes = bytes;
-        }
-        Ok(self.phys.clone().expect("made above"))
-    }
-
-    /// Gives the memory back to the host.
-    pub fn release(&mut self) {
-        self.phys = None;
-        self.bytes = 0;
-    }
+    pub counters: C,
 }
 
 /// The TLB shootdown policy of every address space the lab makes
@@ -328,6 +181,20 @@ pub fn postings_label() -> String {
     POSTINGS.get().cloned().unwrap_or_else(|| softmm::PostingPolicy::default().name().to_string())
 }
 
+/// A run's results: its machine and samples, with the run's `--shootdown`
+/// and `--posting` policies.
+pub fn results<C>(
+    machine: crate::machine::Machine,
+    samples: Vec<crate::report::Sample<C>>,
+) -> crate::report::Results<C> {
+    crate::report::Results {
+        machine,
+        samples,
+        shootdown: shootdown_policy().name().to_string(),
+        posting: postings_label(),
+    }
+}
+
 /// `MmConfig::default()` with `--shootdown`'s policy and the sample's
 /// posting policy.
 pub fn mm_config() -> MmConfig {
@@ -373,7 +240,7 @@ impl SoftEnv {
 pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Result<Measured, String> {
     let env = match backend {
         Backend::Soft(policy) => Some(SoftEnv {
-            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
             policy,
             force_speculative: p.force_speculative,
             placement: p.placement,
@@ -382,7 +249,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             writers: WriterPolicy::default(),
         }),
         Backend::Unmap(_) => Some(SoftEnv {
-            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
             policy: FaultPolicy::MmapLock,
             force_speculative: false,
             placement: PlacementPolicy::default(),
@@ -391,7 +258,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             writers: WriterPolicy::default(),
         }),
         Backend::Targets(t) => Some(SoftEnv {
-            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
             policy: FaultPolicy::default(),
             force_speculative: p.force_speculative,
             placement: p.placement,
@@ -400,7 +267,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             writers: WriterPolicy::default(),
         }),
         Backend::Madvise(madvise_policy) => Some(SoftEnv {
-            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
             policy: FaultPolicy::default(),
             force_speculative: p.force_speculative,
             placement: p.placement,
@@ -409,7 +276,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
             writers: WriterPolicy::default(),
         }),
         Backend::Writers(writers) => Some(SoftEnv {
-            phys: arena.get(w.arena_bytes(p.threads, p.size))?,
+            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
             policy: FaultPolicy::default(),
             force_speculative: p.force_speculative,
             placement: p.placement,
@@ -453,7 +320,7 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
         joined += st.tlb.barriers_joined;
         flush_shared += st.tlb.shared_writes;
     }
-    let counters = Counters {
+    let counters = FaultCounters {
         flush_wait_ns: Some(flush_wait_ns),
         shootdowns: Some(shootdowns),
         local_shootdowns: Some(local),
@@ -469,10 +336,10 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
 }
 
 /// The counters of a softmm sample.
-pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flush_requests: u64) -> Counters {
+pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flush_requests: u64) -> FaultCounters {
     let lock_free = policy != FaultPolicy::MmapLock;
     let aborts = fault.aborts_mm_seq + fault.aborts_vma + fault.aborts_unsupported + fault.aborts_contended;
-    Counters {
+    FaultCounters {
         faults: Some(fault.faults),
         mmap_lock_acquisitions: Some(fault.mmap_lock_acquisitions + mm_lock),
         flush_requests: Some(flush_requests),
@@ -480,7 +347,7 @@ pub fn soft_counters(policy: FaultPolicy, fault: &FaultStats, mm_lock: u64, flus
         spec_aborts: lock_free.then_some(aborts),
         fallbacks: lock_free.then_some(fault.fallbacks),
         shared_writes: cfg!(feature = "shared-write-stats").then_some(fault.shared_writes),
-        ..Counters::default()
+        ..FaultCounters::default()
     }
 }
 
@@ -490,6 +357,6 @@ pub fn host_measured(out: &RunOut) -> Measured {
         ops: out.ops(),
         seconds: out.seconds(),
         cpu_seconds: out.cpu_seconds(),
-        counters: Counters { faults: Some(out.minflt()), ..Counters::default() },
+        counters: FaultCounters { faults: Some(out.minflt()), ..FaultCounters::default() },
     }
 }

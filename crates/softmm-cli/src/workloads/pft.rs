@@ -63,6 +63,19 @@ fn body<S: Space>(s: &S, cpu: &mut S::Cpu, ctx: &TaskCtx, pass: &Pass, size: u64
     Ok(out)
 }
 
+/// The interfering thread of `interference`'s interfered mode: a thread of
+/// the address space (the harness gives it a parked CPU, so the address
+/// space counts as multithreaded) that only maps and unmaps.
+pub fn mapper<S: Space>(s: &S, stop: &AtomicBool, size: u64) -> Result<u64, i32> {
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let a = s.mmap(0, size, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, None, 0)?;
+        s.munmap(a, size)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Runs pft; with `interfere`, one more thread of the address space loops
 /// mmap/munmap of an unrelated region meanwhile (the `interference` workload).
 pub fn run_passes(env: Option<&SoftEnv>, p: &Params, interfere: bool) -> Result<Measured, String> {
@@ -72,13 +85,13 @@ pub fn run_passes(env: Option<&SoftEnv>, p: &Params, interfere: bool) -> Result<
     match env {
         Some(env) => {
             let s = env.space();
-            let bg = |s: &SoftSpace, stop: &AtomicBool| super::interference::mapper(s, stop, size);
+            let bg = |s: &SoftSpace, stop: &AtomicBool| mapper(s, stop, size);
             let background: Option<Background<SoftSpace>> = if interfere { Some(&bg) } else { None };
             let out = run_threads(&[&s], n, p.limit, |s, cpu, ctx| body(s, cpu, ctx, &pass, size), background)?;
             Ok(soft_measured(env.policy, &out, &[&s]))
         }
         None => {
-            let bg = |s: &HostSpace, stop: &AtomicBool| super::interference::mapper(s, stop, size);
+            let bg = |s: &HostSpace, stop: &AtomicBool| mapper(s, stop, size);
             let background: Option<Background<HostSpace>> = if interfere { Some(&bg) } else { None };
             let out = run_threads(&[&HostSpace], n, p.limit, |s, cpu, ctx| body(s, cpu, ctx, &pass, size), background)?;
             Ok(host_measured(&out))

@@ -25,9 +25,23 @@ use std::time::{Duration, Instant};
 use softmm::{AddressSpace, Foll, PhysConfig, PhysMem, PinPolicy, PAGE_SIZE};
 
 use super::Measured;
-use crate::bench::BenchArgs;
+use crate::args::BenchArgs;
+use crate::experiment::{Experiment, Headline};
 use crate::machine::{cores, Machine};
-use crate::report::{self, Counters, Results, Sample};
+use crate::report::{self, Sample};
+use crate::summary::{beside_one, cpus_phrase, figure, SeedRow, SIXTEEN_CPUS};
+
+crate::counters::counters! {
+    /// `pin`'s counters.
+    pub struct PinCounters {
+        /// Page faults (softmm: handled by its CPUs; host: minor faults of the tasks).
+        sum faults,
+        /// `mmap_lock` acquisitions: by faults, plus the address spaces' own.
+        sum mmap_lock_acquisitions,
+        /// Pages pinned (`pin`).
+        sum pages,
+    }
+}
 
 /// The modes.
 pub const MODES: &[&str] = &["alone", "interfered"];
@@ -63,7 +77,7 @@ pub fn soft(
     threads: usize,
     size: u64,
     interfered: bool,
-) -> Result<Measured, String> {
+) -> Result<Measured<PinCounters>, String> {
     let config = super::mm_config().pin_policy(policy).cap_ipc_lock(true);
     let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space: {e}"))?;
     let rw = libc::PROT_READ | libc::PROT_WRITE;
@@ -107,11 +121,10 @@ pub fn soft(
         ops: st.pages,
         seconds,
         cpu_seconds,
-        counters: Counters {
+        counters: PinCounters {
             pages: Some(st.pages),
             faults: Some(st.faults),
             mmap_lock_acquisitions: Some(st.mmap_lock_acquisitions),
-            ..Counters::default()
         },
     })
 }
@@ -182,7 +195,7 @@ fn raise_memlock() {
 /// One host sample: `size` bytes mapped but never touched, registered by
 /// `threads` rings at once (each its slice, 2 MiB aligned), timed; then the
 /// rings are closed and the region unmapped.
-pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
+pub fn host(threads: usize, size: u64) -> Result<Measured<PinCounters>, String> {
     raise_memlock();
     // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
     let base = unsafe {
@@ -223,7 +236,7 @@ pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
             ops: pages,
             seconds,
             cpu_seconds,
-            counters: Counters { pages: Some(pages), ..Counters::default() },
+            counters: PinCounters { pages: Some(pages), ..PinCounters::default() },
         })
     })();
     // SAFETY: the mapping made above; the rings that pinned it are closed.
@@ -232,7 +245,7 @@ pub fn host(threads: usize, size: u64) -> Result<Measured, String> {
 }
 
 /// A sample record.
-fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured) -> Sample {
+fn sample(mode: &str, policy: &str, threads: usize, repeat: usize, m: &Measured<PinCounters>) -> Sample<PinCounters> {
     Sample {
         workload: "pin".into(),
         mode: mode.into(),
@@ -289,13 +302,8 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         return Err("--size must be a multiple of 4K for pin".into());
     }
     let (policies, with_host) = parse_policies(&args.policy, args.no_host)?;
-    let threads = match &args.threads {
-        Some(s) => crate::bench::parse_threads(s)?,
-        None => (1..=cores()).collect(),
-    };
-    if args.repeat == 0 {
-        return Err("--repeat must be at least 1".into());
-    }
+    let threads = args.thread_counts(|| (1..=cores()).collect())?;
+    args.repeats()?;
     let modes: Vec<&str> = if args.mode.is_empty() {
         MODES.to_vec()
     } else {
@@ -307,7 +315,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         m
     };
-    crate::report::set_wide(args.wide);
+    crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     print!("{}", machine.header("bench pin"));
     println!("{} MiB pinned (FOLL_WRITE | FOLL_LONGTERM), {} repeats\n", size >> 20, args.repeat);
@@ -330,7 +338,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                                 eprintln!(
                                     "pin {mode} {} threads={t}: {} pages/s{}",
                                     p.name(),
-                                    report::si(s.ops_per_sec),
+                                    crate::stats::si(s.ops_per_sec),
                                     report::cpu_note(cpu)
                                 );
                                 samples.push(s);
@@ -364,20 +372,20 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
     print!("{}", report::cpu_warnings(&samples));
     machine.finish();
     print!("{}", machine.footer());
-    report::save_json(args.json.as_deref(), &Results { machine, samples })?;
+    report::save_json(args.json.as_deref(), &super::results(machine, samples))?;
     Ok(if failures > 0 { 1 } else { 0 })
 }
 
 /// The median pages/s of `mode`/`policy` at `threads`.
-fn median(samples: &[Sample], mode: &str, policy: &str, threads: usize) -> Option<f64> {
+fn median(samples: &[Sample<PinCounters>], mode: &str, policy: &str, threads: usize) -> Option<f64> {
     crate::report::median(samples, "pin", mode, policy, threads)
 }
 
 /// The pin table, a heading per mode: seconds, pages/s (median and
 /// min-max), the CPUs free, pages per CPU second, speedup over one thread
 /// of the same policy and mode, and `mmap_lock` acquisitions per 512 pages.
-pub fn table(samples: &[Sample]) -> String {
-    let mut t = report::Table::new();
+pub fn table(samples: &[Sample<PinCounters>]) -> String {
+    let mut t = crate::table::Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("pinning threads"))
         .column("seconds", false, 0, Some("the pin's duration at the median rate"))
@@ -412,12 +420,12 @@ pub fn table(samples: &[Sample]) -> String {
         let secs = s.ops as f64 / rate.max(f64::MIN_POSITIVE);
         let cpu: f64 = row.samples.iter().map(|x| x.cpu_seconds).sum();
         let ops: u64 = row.samples.iter().map(|x| x.ops).sum();
-        let per_cpu = if cpu > 0.0 { report::si(ops as f64 / cpu) } else { "-".into() };
+        let per_cpu = if cpu > 0.0 { crate::stats::si(ops as f64 / cpu) } else { "-".into() };
         t.row(vec![
             s.policy.clone(),
             s.threads.to_string(),
             format!("{secs:.3}"),
-            report::si(rate),
+            crate::stats::si(rate),
             row.min_max(),
             report::cpus_cell(&row.samples),
             per_cpu,
@@ -435,7 +443,7 @@ pub fn table(samples: &[Sample]) -> String {
 /// `threads` workers beside a thread looping mmap/munmap, under `per-page`
 /// and the default policy in turns, `repeats` times; the samples, with
 /// their CPU shares.
-pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample>, String> {
+pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample<PinCounters>>, String> {
     let phys = PhysMem::new(PhysConfig::new(arena_bytes(size))).map_err(|e| format!("arena: {e}"))?;
     let mut out = Vec::new();
     for r in 0..repeats {
@@ -448,4 +456,55 @@ pub fn short_run(size: u64, threads: usize, repeats: usize) -> Result<Vec<Sample
         }
     }
     Ok(out)
+}
+
+/// Seed 004's experiment: `pin` over the pin policies.
+pub struct Pin;
+
+impl Experiment for Pin {
+    fn names(&self) -> &'static [&'static str] {
+        &["pin"]
+    }
+
+    fn alone(&self) -> bool {
+        true
+    }
+
+    fn bench(&self, args: &BenchArgs) -> Result<i32, String> {
+        bench(args)
+    }
+
+    fn seed_row(&self, h: &mut Headline<'_>) -> Option<SeedRow> {
+        seed_004(h.repeats)
+    }
+}
+
+/// Seed 004 from a short run of its own experiment (`softmm bench pin`):
+/// `mmap_lock` acquisitions per 512 pages pinned (`FOLL_WRITE |
+/// FOLL_LONGTERM`, 256 MiB faulted in by the pin) by [`beside_one`] workers
+/// beside a thread looping mmap/munmap, `repeats` times in turns;
+/// `per-page` (before the seed) against the default pin policy. `None` if
+/// the arena cannot be made.
+pub fn seed_004(repeats: usize) -> Option<SeedRow> {
+    let workers = beside_one();
+    let samples = short_run(256 << 20, workers, repeats).ok()?;
+    let per512 =
+        |s: &Sample<PinCounters>| Some(s.counters.mmap_lock_acquisitions? as f64 * 512.0 / s.counters.pages? as f64);
+    Some(SeedRow {
+        seed: "004",
+        metric: format!(
+            "mmap_lock acquisitions per 512 pages pinned by {workers} worker{} beside a thread looping \
+             mmap/munmap (256 MiB), lower is better",
+            if workers == 1 { "" } else { "s" }
+        ),
+        lower_is_better: true,
+        old: figure(&samples, "per-page", per512),
+        new: figure(&samples, softmm::PinPolicy::default().name(), per512),
+        host: None,
+        notes: vec![format!(
+            "its pages/s gain comes from many CPUs pinning at once, more than {} can show: see the 16-CPU \
+             results, {SIXTEEN_CPUS}",
+            cpus_phrase()
+        )],
+    })
 }

@@ -15,7 +15,7 @@
 //!   the child writes one page on a CPU of the instance's thread and exits
 //!   (its last reference dropped), unmap, loop; one operation is one fork.
 //!
-//! Counters per sample: the instances' and their children's faults and the
+//! HugetlbCounters per sample: the instances' and their children's faults and the
 //! `mmap_lock` acquisitions of their faults (the CPUs' [`softmm::FaultStats`]),
 //! the `mmap_lock` acquisitions of the instances' own address spaces and
 //! their TLB flush requests ([`softmm::MmStats`]; a child's address space
@@ -37,9 +37,8 @@ use softmm::{
 };
 use softmm_hostsys::{HUGE_PAGE_SIZE, PUD_SIZE};
 
-use super::{Program, ProgramRun, FORK_TOUCH, MAX_INSTANCES};
-use crate::report::Counters;
-use crate::workloads::harness::Limit;
+use super::{HugetlbCounters, Program, ProgramRun, FORK_TOUCH, MAX_INSTANCES};
+use crate::args::Limit;
 
 /// Where every instance maps the area: 1 GiB-aligned (64 GiB), so that
 /// each whole window of the file sits at the same offset within its PUD in
@@ -126,7 +125,7 @@ fn pmd_sharing(area: &SoftArea) -> Result<bool, String> {
 
 /// The arena's hugetlb event counters at one moment: the lab's one reading
 /// of them, so that new ones (hugetlb lock acquisitions by kind) are read
-/// here and turned into [`Counters`] in [`PoolReading::counters_since`].
+/// here and turned into [`HugetlbCounters`] in [`PoolReading::counters_since`].
 #[derive(Debug, Clone, Copy)]
 pub struct PoolReading {
     stats: HugePageStats,
@@ -141,11 +140,11 @@ impl PoolReading {
 
     /// What happened between `before` and this reading: PMD shares and
     /// unshares, and hugetlb lock acquisitions by kind, of the whole arena.
-    pub fn counters_since(&self, before: &PoolReading) -> Counters {
+    pub fn counters_since(&self, before: &PoolReading) -> HugetlbCounters {
         let (a, b) = (&self.stats, &before.stats);
         let (l, m) = (&self.locks, &before.locks);
         let d = |x: u64, y: u64| Some(x.saturating_sub(y));
-        Counters {
+        HugetlbCounters {
             pmd_shares: d(a.pmd_shares, b.pmd_shares),
             pmd_unshares: d(a.pmd_unshares, b.pmd_unshares),
             i_mmap_read: d(l.i_mmap_read, m.i_mmap_read),
@@ -157,7 +156,7 @@ impl PoolReading {
             i_mmap_wait_ns: d(l.i_mmap_wait_ns, m.i_mmap_wait_ns),
             vma_lock_wait_ns: d(l.vma_lock_wait_ns, m.vma_lock_wait_ns),
             fault_mutex_wait_ns: d(l.fault_mutex_wait_ns, m.fault_mutex_wait_ns),
-            ..Counters::default()
+            ..HugetlbCounters::default()
         }
     }
 }
@@ -265,7 +264,7 @@ pub struct SoftRun {
     pub run: ProgramRun,
     /// Faults, `mmap_lock` acquisitions, flush requests, PMD shares and
     /// unshares (the last two of the whole arena during the run).
-    pub counters: Counters,
+    pub counters: HugetlbCounters,
 }
 
 /// Runs `instances` instances of each of `programs` at once under `policy`
@@ -332,7 +331,7 @@ pub fn run(
                 ops_per_sec: of.iter().map(|o| if secs(o) > 0.0 { o.ops as f64 / secs(o) } else { 0.0 }).sum(),
                 minflt: faults,
             },
-            counters: Counters {
+            counters: HugetlbCounters {
                 faults: Some(faults),
                 mmap_lock_acquisitions: Some(of.iter().map(|o| o.mmap_lock).sum()),
                 flush_requests: Some(of.iter().map(|o| o.flush_requests).sum()),
