@@ -23,6 +23,7 @@ mod fork_host;
 mod hardening;
 mod host_file;
 mod hugetlb;
+mod hugetlb_fork_share;
 mod hugetlb_migrate;
 mod hugetlb_pin;
 mod hugetlb_share;
