@@ -12,7 +12,7 @@
 //! `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch: Linux's
 //! `__hugetlb_zap_begin`, `AddressSpace::hugetlb_zap_range`), around its
 //! unshare and its walk. No step reaches another address space's locks
-//! except `huge_pmd_share`'s try-lock of its `mmap_lock`. Truncate and hole punch hold a fault mutex
+//! except `huge_pmd_share`'s try of the read reference of the VMA it links from. Truncate and hole punch hold a fault mutex
 //! only around removing one page from the page cache, taking nothing else
 //! meanwhile, so Linux's back-off (`hugetlb_unmap_file_folio` trylocking the
 //! VMA lock under `i_mmap`) has nothing to back off from: softmm's truncate
@@ -358,6 +358,12 @@ pub(crate) mod broken {
     /// and re-shares.
     pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
 
+    /// `huge_pmd_share` links the table of another address space's VMA
+    /// without taking that VMA's read reference (and so without seeing it
+    /// detached): a writer there (`munmap`) may zap and free the table
+    /// while the link is made.
+    pub(crate) static SHARE_WITHOUT_VMA_REF: AtomicBool = AtomicBool::new(false);
+
     /// Held by every model whose faults read these switches (they are
     /// process-wide, and loom requires each model to replay the same
     /// execution): one such model at a time.
@@ -382,6 +388,10 @@ pub(crate) mod broken {
 
     pub(crate) fn free_at_once() -> bool {
         FREE_AT_ONCE.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn share_without_vma_ref() -> bool {
+        SHARE_WITHOUT_VMA_REF.load(Ordering::Relaxed)
     }
 
     pub(crate) fn no_share() -> bool {

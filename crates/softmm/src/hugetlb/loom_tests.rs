@@ -203,12 +203,19 @@ fn setup_unshared(
     policy: HugetlbPolicy,
     b_faulted: bool,
 ) -> (Arc<PhysMem>, Arc<File>, Arc<AddressSpace>, Arc<AddressSpace>, u64, u64) {
+    setup_unshared_config(MmConfig::default().hugetlb_policy(policy), b_faulted)
+}
+
+/// [`setup_unshared`] with both address spaces made with `config`.
+fn setup_unshared_config(
+    config: MmConfig,
+    b_faulted: bool,
+) -> (Arc<PhysMem>, Arc<File>, Arc<AddressSpace>, Arc<AddressSpace>, u64, u64) {
     broken::NO_SHARE.store(false, std::sync::atomic::Ordering::Relaxed);
     let phys = PhysMem::new(PhysConfig::new(3 * HP).hugepages(2)).unwrap();
     let f = File::create_hugetlbfs(&phys, "/db", PUD_SIZE).unwrap();
     f.fallocate(0, 0, 2 * HP).unwrap();
     let open = OpenFile::read_write(&f);
-    let config = MmConfig::default().hugetlb_policy(policy);
     let map = |mm: &AddressSpace, at: u64| {
         let flags = MAP_SHARED | MAP_FIXED | MAP_NORESERVE;
         mm.mmap(at, PUD_SIZE, PROT_READ | PROT_WRITE, flags, Some(&open), 0).unwrap()
@@ -374,4 +381,46 @@ fn exit_vs_lock_free_fault_on_the_shared_table() {
     // up to its walk and then the other thread through the unshare and
     // the drop, and the broken variant goes uncaught (seen).
     check(HugetlbPolicy::LockFree, &broken::FREE_AT_ONCE, exit_vs_lock_free_fault);
+}
+
+/// `huge_pmd_share` from an address space whose writer is unmapping the
+/// window: `B` faulted page 0 into a table of its own, never shared; `A`,
+/// with the window mapped and no table, read-faults page 0 (linking `B`'s
+/// table through the real `huge_pmd_share`, which takes no lock of `B`)
+/// while `B` unmaps the whole window under `UnmapPolicy::Locked` (one
+/// write section: the VMA detached, the unshare check, the zap, the tables
+/// freed, and only then the tree published and the reverse map updated,
+/// so `i_mmap` does not order the zap against the link). `A`'s fault must
+/// leave page 0 mapped in `A`: either it linked before `B`'s detach
+/// (which waits for the read reference of `B`'s VMA that the share holds),
+/// and `B`'s unmap then finds the table shared and only drops its link;
+/// or the detached VMA refused the reference and `A` faulted into a table
+/// of its own. Broken by `SHARE_WITHOUT_VMA_REF` (the share links without
+/// that reference), `B`'s unmap, having found its table never shared,
+/// zaps the entry `A` just mapped through the link. (Under the lock-free
+/// and downgrade unmaps the tree is published and the reverse map updated,
+/// under `i_mmap` for write, before the zap, so there `i_mmap` alone
+/// orders them, as in Linux.)
+fn munmap_vs_sharing_fault(policy: HugetlbPolicy) -> Outcome {
+    let config = MmConfig::default().hugetlb_policy(policy).unmap_policy(crate::UnmapPolicy::Locked);
+    let (phys, f, mm_a, mm_b, a, b) = setup_unshared_config(config, true);
+    let t = {
+        let mm_a = mm_a.clone();
+        loom::thread::spawn(move || mm_a.handle_fault(a, Access::Read))
+    };
+    mm_b.munmap(b, PUD_SIZE).unwrap();
+    let r = t.join().unwrap();
+    if r.is_err() {
+        return Err(format!("A's fault failed: {r:?}"));
+    }
+    if !mm_a.pte_at(a).has_frame() {
+        return Err("B's munmap cleared the entry A's fault had mapped through B's table".into());
+    }
+    drop((phys, mm_a, mm_b, f));
+    Ok(())
+}
+
+#[test]
+fn munmap_vs_sharing_fault_from_another_address_space() {
+    check(HugetlbPolicy::default(), &broken::SHARE_WITHOUT_VMA_REF, munmap_vs_sharing_fault);
 }

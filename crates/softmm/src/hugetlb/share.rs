@@ -27,22 +27,26 @@
 //! table (a fault under [`crate::HugetlbPolicy::IMmapRwsem`] already holds
 //! it, across the whole fault); every unshare holds it for write, inside
 //! this address space's hugetlb VMA lock (write), from the unlink to the end
-//! of its TLB flush. Under it, `huge_pmd_share` only tries the other
-//! address space's `mmap_lock`: a writer there (munmap, mprotect, ...) may
-//! wait for `i_mmap` to unshare, so waiting for it could deadlock; a busy
-//! candidate is skipped, which only means this fault does not share. A
-//! candidate VMA of the faulting address space itself is found in its
-//! published VMA tree and held by its own read reference (tried, as a
-//! per-VMA fault takes it): the fault may hold `mmap_lock` for read
-//! already, or only its VMA's reference, and a writer detaches every VMA it
-//! changes before it touches that VMA's entries or tables.
-//! Holding that `mmap_lock` keeps the source table linked: its owner
-//! unshares, zaps, moves or frees it only under its own `mmap_lock` for
-//! write (or after a write section that detached the VMA, which the lookup
-//! then no longer finds), or at exit, when the reverse map's weak reference
-//! no longer upgrades. A share records the file's `i_mmap` lock for the
-//! window in both address spaces (`HugetlbVmaLock::note_shared`), so that
-//! their unshares, which know the window but not the VMA, find it.
+//! of its TLB flush. As in Linux, `huge_pmd_share` takes no lock of the
+//! address space it links from, whose `mmap_lock` may be held for write
+//! (a fork, an `mmap` or `munmap` elsewhere in it) for as long as it
+//! likes. The candidate VMA is found in that address space's published
+//! VMA tree and held by its own read reference (tried, as a per-VMA fault
+//! takes it: no writer can hold the try up), which keeps the source table
+//! linked until the link is made: its owner unshares, zaps, moves or frees
+//! it only after a write section detached the VMA (`detach` waits for the
+//! reference; a detached VMA refuses it), under `i_mmap` for write (the
+//! zaps under `mmap_lock` for read, migration), or at exit, when the
+//! reverse map's weak reference no longer upgrades. The same holds for a
+//! candidate of the faulting address space itself, whether the fault holds
+//! `mmap_lock` for read or only its VMA's reference. A share records the
+//! file's `i_mmap` lock for the window in both address spaces
+//! (`HugetlbVmaLock::note_shared`), so that their unshares, which know the
+//! window but not the VMA, find it. (Before, the share tried the other
+//! address space's `mmap_lock` and skipped it when busy: seed 000's
+//! faulters then met the forkers' locks held across their forks and
+//! filled tables of their own, a fault per page where Linux takes one per
+//! pass; `docs/architecture.md`, "hugetlb".)
 //!
 //! Unshare ([`AddressSpace::hugetlb_unshare_range`] in `mm/pmd_unshare.rs`, Linux's
 //! `huge_pmd_unshare` + `huge_pmd_unshare_flush`): every path that changes
@@ -148,36 +152,41 @@ impl AddressSpace {
             // VMAs under `i_mmap` for write, which we hold for read.
             reap.push(smm.clone());
             let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
-            if std::ptr::eq(&*smm, self) {
-                // Our own other VMA: Linux skips only `svma == vma` (the
-                // reverse map names a VMA of ours by its start). The table
-                // is then linked at two PUD entries of this tree.
-                if svma.start == vma.start {
-                    continue;
-                }
-                // Not `try_read_lock`: we may hold `mmap_lock` for read
-                // already. The published tree is the current one under it;
-                // under the VMA's read reference alone a writer may be
-                // changing the tree, but it detaches every VMA it replaces
-                // or removes before it changes that VMA's entries or frees
-                // its tables, so the source VMA's own read reference
-                // (refused once detached) keeps its table linked until we
-                // let go (a split's unshare too comes after the detach).
-                // No writer can hold that reference up: it is only tried.
-                let Some(s) = self.vmas_rcu(guard).find(saddr) else { continue };
-                if std::ptr::eq(&**s, vma) || !s.lock.try_read() {
-                    continue;
-                }
-                let linked = self.link_shared(vma, addr, &smm, s, &svma, guard);
-                s.lock.read_unlock();
-                if linked {
+            // Our own other VMA: Linux skips only `svma == vma` (the
+            // reverse map names a VMA of ours by its start). The table is
+            // then linked at two PUD entries of this tree.
+            if std::ptr::eq(&*smm, self) && svma.start == vma.start {
+                continue;
+            }
+            // As Linux's, no lock of the other address space: its
+            // `mmap_lock` may be held for write for as long as a fork
+            // (every fork instance of seed 000 holds it most of the time),
+            // and a fault that skipped it would fill a table of its own.
+            // The VMA as published, held by its own read reference (only
+            // tried: no writer can hold that up), keeps its table linked
+            // until we let go: every writer detaches the VMAs it replaces
+            // or removes before it changes their entries or frees their
+            // tables (a split's unshare too comes after the detach), and
+            // the zaps that run without a detach (`MADV_DONTNEED`,
+            // truncate, hole punch, migration) take `i_mmap` for write,
+            // which we hold for read. Exit cannot come while `reap` holds
+            // the address space. For this address space, the same holds
+            // whether the fault holds `mmap_lock` for read or only its
+            // VMA's reference.
+            let Some(s) = smm.vmas_rcu(guard).find(saddr) else { continue };
+            #[cfg(loom)]
+            if super::lock::broken::share_without_vma_ref() {
+                if !std::ptr::eq(&**s, vma) && self.link_shared(vma, addr, &smm, s, &svma, guard) {
                     return true;
                 }
                 continue;
             }
-            let Some(st) = smm.try_read_lock() else { continue };
-            let Some(s) = st.vmas.find(saddr) else { continue };
-            if self.link_shared(vma, addr, &smm, s, &svma, guard) {
+            if std::ptr::eq(&**s, vma) || !s.lock.try_read() {
+                continue;
+            }
+            let linked = self.link_shared(vma, addr, &smm, s, &svma, guard);
+            s.lock.read_unlock();
+            if linked {
                 return true;
             }
         }
@@ -188,10 +197,9 @@ impl AddressSpace {
     /// map, found as `s` in `smm` (this address space or another): if `s`
     /// is still the VMA the reverse map names and `page_table_shareable`
     /// holds, links its PMD table at `addr` and counts the share. The
-    /// caller holds what keeps `s` and its table in place (`smm`'s
-    /// `mmap_lock` for read, or `s`'s read reference) and the file's
-    /// `i_mmap` lock for read, and checked that `svma` maps the page at
-    /// `addr` at the same offset within its PUD.
+    /// caller holds what keeps `s` and its table in place (`s`'s read
+    /// reference) and the file's `i_mmap` lock for read, and checked that
+    /// `svma` maps the page at `addr` at the same offset within its PUD.
     fn link_shared(
         &self,
         vma: &Vma,

@@ -348,13 +348,6 @@ impl AddressSpace {
         self.mmap_lock.read()
     }
 
-    /// `mmap_lock` for read if it is free of writers now; `None` otherwise.
-    /// For `huge_pmd_share`, which looks at another address space's VMA and
-    /// page tables while holding locks that that one's writers may need.
-    pub(crate) fn try_read_lock(&self) -> Option<RwLockReadGuard<'_, MmState>> {
-        self.mmap_lock.try_read()
-    }
-
     /// `mmap_lock` for read even while a writer waits; only for paths that
     /// already hold a lock a writer may need (truncate under `invalidate_lock`).
     pub(crate) fn read_lock_recursive(&self) -> RwLockReadGuard<'_, MmState> {

@@ -269,7 +269,9 @@ impl PageTables {
         // find the table counted as exclusive.
         spmd.share_inc();
         // Relaxed: read by this tree's and `source`'s unshare checks, which
-        // run under their `mmap_lock` that this fault or `try_read` holds.
+        // come after this fault (its `mmap_lock` or VMA reference) and
+        // after the source VMA's read reference held here is dropped (the
+        // detach before any unshare waits for it), or under `i_mmap`.
         source.ever_shared.store(true, crate::sync::Ordering::Relaxed);
         match pud.install_child(index(va, 2), spmd_ptr) {
             Ok(()) => {

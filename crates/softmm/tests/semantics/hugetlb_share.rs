@@ -16,7 +16,7 @@ use softmm::{MPOL_MF_MOVE_ALL, MPOL_MF_STRICT};
 
 /// The full-size tests take 1 GiB of arena and 1 GiB of the host's pool
 /// each: one at a time, so a run stays within 2 GiB.
-static FULL_SIZE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static FULL_SIZE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const HP: u64 = 2 << 20;
 const PUD: u64 = 1 << 30;

@@ -24,6 +24,7 @@ mod get_mempolicy;
 mod hardening;
 mod host_file;
 mod hugetlb;
+mod hugetlb_fork_share;
 mod hugetlb_migrate;
 mod hugetlb_pin;
 mod hugetlb_share;

@@ -669,3 +669,39 @@ fn a_sharer_dying_under_a_sharing_fault_does_not_deadlock() {
         assert_no_leaks(&phys);
     }
 }
+
+/// Linux's `huge_pmd_share` takes no lock of the address space it links
+/// from: the file's `i_mmap` lock, held for read, keeps the other VMA's
+/// table in place. So a new mapping's first fault links the populated
+/// table of an address space whose `mmap_lock` is held for write (a fork,
+/// an `mmap` or `munmap` elsewhere in it) and maps all its pages with that
+/// one fault, under every fault and hugetlb policy. The cause of
+/// `hugetlb-fork-fault`'s faulters taking a fault on most pages: the
+/// forkers hold their `mmap_lock` for write across each fork, and a
+/// faulter whose first fault met that skipped the forker and filled a
+/// table of its own. Failed before the share took the other VMA's read
+/// reference instead of trying the other `mmap_lock`: 8 faults, no share.
+#[test]
+fn a_fault_shares_the_table_of_an_address_space_whose_mmap_lock_is_write_held() {
+    for &policy in crate::FaultPolicy::ALL {
+        for &hugetlb in crate::HugetlbPolicy::ALL {
+            let what = (policy, hugetlb);
+            let phys = arena();
+            let f = shared_file(&phys);
+            let cfg = MmConfig::default().policy(policy).hugetlb_policy(hugetlb);
+            let forker = AddressSpace::new(&phys, cfg.clone()).unwrap();
+            let a = map(&forker, &f, 4 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+            write_all(&forker, a);
+            let faulter = AddressSpace::new(&phys, cfg).unwrap();
+            let b = map(&faulter, &f, 8 * PUD_SIZE, 0, PUD_SIZE, 0, MAP_SHARED);
+            let held = forker.write_lock();
+            // On another thread: this one holds the forker's lock.
+            let faults = std::thread::scope(|s| s.spawn(|| touch(&faulter, b)).join().unwrap());
+            drop(held);
+            assert_eq!(faults, 1, "{what:?}: one fault links the forker's populated table");
+            assert_eq!(phys.huge_page_stats().pmd_shares, 1, "{what:?}");
+            drop((forker, faulter, f));
+            assert_no_leaks(&phys);
+        }
+    }
+}
