@@ -93,10 +93,8 @@ pub use mm::PlacementPolicy;
 pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
 pub use mm::WriterPolicy;
-pub use mm::{
-    AddressSpace, ConfigError, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE, TASK_SIZE_32,
-};
-pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
+pub use mm::{AddressSpace, ConfigError, FaultPolicy, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
+pub use phys::{Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;

@@ -19,6 +19,9 @@ use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
 
+mod commit;
+pub use commit::{Overcommit, OvercommitMode};
+
 /// A physical frame number: the index of a 4 KiB frame in the arena.
 pub type Pfn = u64;
 
@@ -414,7 +417,7 @@ pub struct PhysMem {
     rmap_entries: CachePadded<AtomicI64>,
     next_id: CachePadded<AtomicU64>,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
-    pub(crate) commit: CachePadded<crate::mm::commit::CommitState>,
+    pub(crate) commit: CachePadded<commit::CommitState>,
     /// [`PhysConfig::on_demand`]: give frames back to the host when they
     /// return to the node free lists.
     on_demand: bool,
@@ -557,7 +560,7 @@ impl PhysMem {
             rmap_entries: CachePadded::new(AtomicI64::new(0)),
             next_id: CachePadded::new(AtomicU64::new(1)),
             on_demand: config.on_demand,
-            commit: CachePadded::new(crate::mm::commit::CommitState::new(frames - hugetlb.frames())),
+            commit: CachePadded::new(commit::CommitState::new(frames - hugetlb.frames())),
             hugetlb,
         }))
     }

@@ -15,8 +15,6 @@
 
 pub(crate) mod anon_rmap;
 pub(crate) mod commit;
-#[cfg(all(test, loom))]
-mod commit_loom_tests;
 mod config;
 mod gather;
 #[cfg(test)]
@@ -37,7 +35,6 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub use commit::{Overcommit, OvercommitMode};
 pub use config::{
     ConfigError, FaultPolicy, HugetlbPolicy, MadvisePolicy, MmConfig, PinPolicy, PlacementPolicy, UnmapPolicy,
     WriterPolicy, TASK_SIZE, TASK_SIZE_32,

@@ -11,7 +11,8 @@ use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{accounted_pages, total_vm};
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
-use crate::mm::{AddressSpace, MmState, MmuGather, OvercommitMode};
+use crate::mm::{AddressSpace, MmState, MmuGather};
+use crate::phys::OvercommitMode;
 
 /// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
 const MAP_ABOVE4G: i32 = 0x80;

@@ -204,7 +204,6 @@ const LAYERS: &[&[&str]] = &[
 /// docs/architecture.md).
 const UPWARD_EDGES: &[(&str, &str, &str)] = &[
     ("phys", "hugetlb:pool", "the arena owns its huge page pool, set aside when it is made (Linux's global hstate)"),
-    ("phys", "mm", "PhysMem holds the commit charge, whose policy type (Overcommit) is mm/commit.rs's"),
     ("hugetlb:pool", "file", "the hugetlb reverse map by VMA holds Weak<dyn file::Mapper>"),
     ("tlb", "fault", "a software TLB entry's permission check takes fault::Access"),
     (
