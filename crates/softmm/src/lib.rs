@@ -63,6 +63,8 @@ mod phys;
 #[deny(unsafe_code)]
 mod pin;
 #[deny(unsafe_code)]
+mod policy;
+#[deny(unsafe_code)]
 mod populate;
 #[deny(unsafe_code)]
 mod rmap;
@@ -86,14 +88,8 @@ pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Section, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
-pub use mm::HugetlbPolicy;
-pub use mm::MadvisePolicy;
-pub use mm::PinPolicy;
-pub use mm::PlacementPolicy;
-pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
-pub use mm::WriterPolicy;
-pub use mm::{AddressSpace, ConfigError, FaultPolicy, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
+pub use mm::{AddressSpace, ConfigError, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
 pub use phys::{Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;
@@ -111,8 +107,12 @@ pub use mempolicy::{
     MPOL_LOCAL, MPOL_MAX, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL, MPOL_MF_STRICT, MPOL_PREFERRED, MPOL_PREFERRED_MANY,
     MPOL_WEIGHTED_INTERLEAVE,
 };
-pub use migrate::{MigratePolicy, NR_MAX_BATCHED_MIGRATION};
+pub use migrate::NR_MAX_BATCHED_MIGRATION;
 pub use phys::{NodeMask, NodeStats};
+// The policies, one per mechanism the lab compares.
+pub use policy::{
+    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+};
 
 /// log2 of the page size.
 pub const PAGE_SHIFT: u64 = 12;

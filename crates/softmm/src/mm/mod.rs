@@ -35,10 +35,10 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub use config::{
-    ConfigError, FaultPolicy, HugetlbPolicy, MadvisePolicy, MmConfig, PinPolicy, PlacementPolicy, UnmapPolicy,
-    WriterPolicy, TASK_SIZE, TASK_SIZE_32,
-};
+pub use config::{ConfigError, MmConfig, TASK_SIZE, TASK_SIZE_32};
+// The policies the core and its callers name through `mm` (they are
+// `crate::policy`'s).
+pub(crate) use crate::policy::{FaultPolicy, HugetlbPolicy, MadvisePolicy, PinPolicy, PlacementPolicy, UnmapPolicy};
 pub use unmap::UnmapStats;
 
 use crate::file::{Inode, Mapper};
@@ -52,7 +52,7 @@ use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// Pauses a writer spins for while `mmap_lock` is held before it parks
-/// ([`WriterPolicy::ShortSpin`]): about 20-60 us on current x86 (a `pause`
+/// ([`WriterPolicy::ShortSpin`](crate::WriterPolicy::ShortSpin)): about 20-60 us on current x86 (a `pause`
 /// is 10-40 ns), several write sections of mmap1.
 #[cfg(not(loom))]
 const WRITE_SPIN_LIMIT: u32 = 2048;
@@ -307,7 +307,7 @@ impl AddressSpace {
         MmapWriteGuard { mm: self, st: Some(st) }
     }
 
-    /// `mmap_lock` for write under [`WriterPolicy::ShortSpin`]: while the
+    /// `mmap_lock` for write under [`WriterPolicy::ShortSpin`](crate::WriterPolicy::ShortSpin): while the
     /// lock stays held, spin (reading the lock word only, so the owner's
     /// unlock is not slowed by our RMWs) for up to [`WRITE_SPIN_LIMIT`]
     /// pauses, taking it as soon as it is seen free; then park as

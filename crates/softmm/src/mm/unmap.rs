@@ -118,9 +118,9 @@ use crate::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::gather::GatherTimes;
-#[cfg(all(test, not(loom)))]
-use super::WriterPolicy;
 use super::{AddressSpace, MmState, MmapWriteGuard, MmuGather, UnmapPolicy};
+#[cfg(all(test, not(loom)))]
+use crate::policy::WriterPolicy;
 
 /// Where the unmaps of [`AddressSpace::munmap`] (and the
 /// shrinks of `mremap` and `brk`) spent their time, summed over the address

@@ -1,7 +1,8 @@
 //! The crate's layering, checked on its sources: which module may name which.
 //!
 //! softmm's modules form layers (docs/architecture.md, "Layers"; the table
-//! is [`LAYERS`]): `sync` and `access` at the bottom, then `phys`,
+//! is [`LAYERS`]): `sync`, `access` and the vocabulary (`error`, `uapi`,
+//! `policy`) at the bottom, then `phys`,
 //! `pgtable` and `tlb`, then `file` and `vma`, then the address space core
 //! (`mm`), the features over it, `populate` and the fault handler
 //! (`fault`), the system calls (`sys`) over them, and `cpu` on top.
@@ -130,7 +131,7 @@ fn the_address_space_core_and_its_config_do_not_depend_on_the_fault_handler() {
         &s,
         |s| s.path == "mm/mod.rs" || s.path == "mm/config.rs",
         "fault",
-        "FaultPolicy is configuration and lives beside MmConfig in mm/config.rs",
+        "FaultPolicy is vocabulary (policy.rs), carried by MmConfig in mm/config.rs",
     );
 }
 
@@ -183,7 +184,7 @@ fn the_synchronization_primitives_depend_on_nothing_above_them() {
 /// helpers, PMD sharing, migration, copy-on-write, pins, its `VmaOps`) is
 /// a feature over the core.
 const LAYERS: &[&[&str]] = &[
-    &["error", "uapi", "sync", "access"],
+    &["error", "uapi", "policy", "sync", "access"],
     &["phys"],
     &["hugetlb:pool", "tlb", "mempolicy"],
     &["pgtable", "host_file"],
@@ -212,7 +213,6 @@ const UPWARD_EDGES: &[(&str, &str, &str)] = &[
         "VmaOps hooks receive the address space (Linux's vma->vm_mm): the hook of a backing \
          (hugetlb_split, the zap) works on the page tables of the VMA's address space",
     ),
-    ("mm", "migrate", "MmConfig carries MigratePolicy, which would move to mm/config.rs with the other policies"),
     ("mm", "pin", "the address space holds its PinState (write_protect_seq, MMF_HAS_PINNED) that fork reads"),
     ("hugetlb", "migrate", "hugetlb's migration (hugetlb/migrate.rs) and its pins use migrate's page lock and queue"),
     ("migrate", "hugetlb", "migrate_pages hands its 2 MiB pages to hugetlb's migration"),
