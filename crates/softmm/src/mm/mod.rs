@@ -24,8 +24,6 @@ mod mkclean;
 mod pmd_unshare;
 mod stack;
 mod unmap;
-#[cfg(all(test, loom))]
-mod unmap_loom_tests;
 mod unmap_unreachable;
 mod vma;
 
@@ -40,6 +38,7 @@ pub use config::{ConfigError, MmConfig, TASK_SIZE, TASK_SIZE_32};
 // `crate::policy`'s).
 pub(crate) use crate::policy::{FaultPolicy, HugetlbPolicy, MadvisePolicy, PinPolicy, PlacementPolicy, UnmapPolicy};
 pub use unmap::UnmapStats;
+pub(crate) use unmap::{ns_since, UnmapTimes};
 
 use crate::file::{Inode, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
@@ -219,7 +218,7 @@ impl Drop for MmapWriteGuard<'_> {
 /// or downgraded, as Linux's `fput` defers the final `__fput`, so that an
 /// eviction (a host file's writeback takes each mapper's `mmap_lock` for
 /// read) never runs under the write lock.
-fn put_files(removed: Vec<Arc<Vma>>) {
+pub(crate) fn put_files(removed: Vec<Arc<Vma>>) {
     for v in removed {
         v.put_file();
     }

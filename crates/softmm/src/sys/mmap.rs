@@ -458,22 +458,4 @@ impl AddressSpace {
             (false, false) => st.vmas.insert(new),
         }
     }
-
-    /// `munmap(addr, len)`: `EINVAL` for an unaligned address, a zero length or
-    /// a range outside the user address space; unmapping nothing succeeds.
-    pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
-        let _q = crate::tlb::QuiescentGuard::enter();
-        let task = self.config.task_size;
-        if addr % PAGE_SIZE != 0 || addr > task || len > task - addr {
-            return Err(Errno::Inval);
-        }
-        let len = page_align(len);
-        if len == 0 {
-            return Err(Errno::Inval);
-        }
-        // A range still being zapped by a lock-free unmap is waited for:
-        // this call must not return before it is empty either.
-        let st = self.write_lock_clear_of(|_| [(addr, addr + len), (0, 0)]);
-        self.vm_munmap(st, addr, addr + len, |_| {})
-    }
 }
