@@ -29,6 +29,9 @@
 //! lock-free readers that still look at a removed VMA.
 
 mod hugetlbfs;
+pub(crate) mod interval_tree;
+
+pub(crate) use hugetlbfs::HugetlbInode;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -110,7 +113,7 @@ pub(crate) struct Inode {
     /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
-    pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
+    pub(crate) hugetlb: Option<HugetlbInode>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
     /// The handle, while one exists, and the VMAs that map the inode
@@ -304,12 +307,7 @@ impl File {
 impl Inode {
     /// A new inode, in use by nothing yet: [`File::named`] gives it its
     /// handle, a mapping of an anonymous object its first VMA.
-    pub(crate) fn new(
-        phys: &Arc<PhysMem>,
-        name: &str,
-        size: u64,
-        hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
-    ) -> Inode {
+    pub(crate) fn new(phys: &Arc<PhysMem>, name: &str, size: u64, hugetlb: Option<HugetlbInode>) -> Inode {
         Inode {
             id: phys.next_id(),
             name: name.to_string(),

@@ -40,8 +40,7 @@
 // `pgtable`, `tlb`), the primitives (`sync`), the host file calls
 // (`host_file`), and the core's RCU publication (`mm`). The modules above
 // them may not use `unsafe` (`deny`, overridden only by the migrators' bulk
-// copy of a frozen page, `PhysMem::copy_frames_unshared`, and the huge-page
-// pool's zeroing until the pool moves under `phys`).
+// copy of a frozen page, `PhysMem::copy_frames_unshared`).
 mod access;
 mod cpu;
 #[deny(unsafe_code)]
@@ -97,10 +96,10 @@ pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
 // hugetlb (seed 000).
-pub use hugetlb::HugePageStats;
-pub use hugetlb::HugetlbLockStats;
+pub use phys::hugetlb::HugePageStats;
+pub use phys::hugetlb::HugetlbLockStats;
 // hugetlb migration: the pool per node.
-pub use hugetlb::HugePageNodeStats;
+pub use phys::hugetlb::HugePageNodeStats;
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
     MPOL_BIND, MPOL_DEFAULT, MPOL_F_NUMA_BALANCING, MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE,

@@ -98,7 +98,7 @@ fn trylock_page(phys: &PhysMem, pfn: Pfn) -> bool {
 pub(crate) struct LockedPage<'p> {
     page: FrameRef<'p>,
     /// Under loom, false for a page a broken variant did not lock
-    /// (`hugetlb::lock::broken::UNLOCKED_PAGE_REF`).
+    /// (`phys::hugetlb::lock::broken::UNLOCKED_PAGE_REF`).
     #[cfg(loom)]
     locked: bool,
 }

@@ -20,6 +20,7 @@ use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
 
 mod commit;
+pub(crate) mod hugetlb;
 pub use commit::{Overcommit, OvercommitMode};
 
 /// A physical frame number: the index of a 4 KiB frame in the arena.
@@ -421,8 +422,8 @@ pub struct PhysMem {
     /// [`PhysConfig::on_demand`]: give frames back to the host when they
     /// return to the node free lists.
     on_demand: bool,
-    /// The hugetlb pool (see [`crate::hugetlb`]).
-    pub(crate) hugetlb: crate::hugetlb::pool::HugePool,
+    /// The hugetlb pool (see [`hugetlb`]).
+    pub(crate) hugetlb: hugetlb::pool::HugePool,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -485,7 +486,7 @@ impl PhysMem {
         let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
         // Checked before anything is mapped. The hugetlb pool takes the top of each node; the rest is 4 KiB frames.
         let spans: Vec<(Pfn, Pfn)> = (0..nodes as u64).map(|n| (n * per_node, (n + 1) * per_node)).collect();
-        let (hugetlb, small_ends) = crate::hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
+        let (hugetlb, small_ends) = hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
         let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
         // Miri cannot read /proc (isolation); its arenas are tiny anyway.
         let avail = if cfg!(miri) || config.on_demand { None } else { host_mem_available() };

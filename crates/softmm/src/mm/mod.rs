@@ -165,8 +165,8 @@ pub struct AddressSpace {
     /// (`mm/unmap_unreachable.rs`).
     pub(crate) unreachable: unmap_unreachable::UnreachableRanges,
     /// The hugetlb VMA lock and the windows whose PMD tables were shared
-    /// (seed 000, `hugetlb/lock.rs`).
-    pub(crate) hugetlb_lock: crate::hugetlb::lock::HugetlbVmaLock,
+    /// (seed 000, `phys/hugetlb/lock.rs`).
+    pub(crate) hugetlb_lock: crate::phys::hugetlb::lock::HugetlbVmaLock,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -806,7 +806,7 @@ impl AddressSpace {
         let mut fresh = Vec::new();
         let now: Vec<Arc<Vma>> = st.vmas.iter().filter(|v| v.flags.contains(VmFlags::HUGETLB)).cloned().collect();
         let me: Weak<dyn Mapper> = self.self_weak.clone();
-        let id = crate::hugetlb::rmap::mm_id(&me);
+        let id = crate::file::interval_tree::mm_id(&me);
         for old in &st.hugetlb_linked {
             if !now.iter().any(|v| Arc::ptr_eq(v, old)) {
                 unlink_hugetlb_vma(&self.phys, id, old);
@@ -818,8 +818,12 @@ impl AddressSpace {
                     fresh.push(v.clone());
                 }
                 if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
-                    let entry =
-                        crate::hugetlb::rmap::RmapVma { mm: me.clone(), start: v.start, end: v.end, pgoff: v.pgoff };
+                    let entry = crate::file::interval_tree::RmapVma {
+                        mm: me.clone(),
+                        start: v.start,
+                        end: v.end,
+                        pgoff: v.pgoff,
+                    };
                     inode.vmas.insert(&self.phys, entry);
                 }
             }
@@ -844,14 +848,16 @@ impl AddressSpace {
         if fresh.is_empty() {
             return self.publish(tree);
         }
-        let mut locks: Vec<&crate::hugetlb::lock::IMmapLock> =
+        let mut locks: Vec<&crate::phys::hugetlb::lock::IMmapLock> =
             fresh.iter().filter_map(|v| v.file.as_ref()?.hugetlb.as_ref()).map(|inode| &inode.vmas.i_mmap).collect();
         // One order for several files' locks (a write section may split
         // mappings of two), and each once.
         locks.sort_by_key(|l| Arc::as_ptr(l));
         locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        let held: Vec<_> =
-            locks.iter().map(|l| self.phys.hugetlb.locks.read(crate::hugetlb::lock::Kind::IMmapRead, l)).collect();
+        let held: Vec<_> = locks
+            .iter()
+            .map(|l| self.phys.hugetlb.locks.read(crate::phys::hugetlb::lock::Kind::IMmapRead, l))
+            .collect();
         for v in fresh {
             if v.hugetlb_unmapped_from.as_ref().is_some_and(|from| from.load(Ordering::Relaxed)) {
                 v.hugetlb_unmapped.store(true, Ordering::Relaxed);
@@ -877,7 +883,7 @@ impl AddressSpace {
 /// The identity of the address space behind `w` in a reverse map.
 fn mapper_weak_id(w: &Weak<AddressSpace>) -> usize {
     let w: Weak<dyn Mapper> = w.clone();
-    crate::hugetlb::rmap::mm_id(&w)
+    crate::file::interval_tree::mm_id(&w)
 }
 
 /// Removes `v`, a hugetlb VMA of the address space `mm`, from its file's

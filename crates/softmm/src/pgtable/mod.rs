@@ -58,6 +58,8 @@ use table::{Child, Table};
 pub(crate) const PTRS_PER_TABLE: usize = 512;
 /// Bytes mapped by one PTE table (and by one PMD leaf): 2 MiB.
 pub(crate) const PMD_SIZE: u64 = PAGE_SIZE * PTRS_PER_TABLE as u64;
+// The one huge page size (`phys/hugetlb.rs`) is a PMD leaf.
+const _: () = assert!(crate::phys::hugetlb::HPAGE_SIZE == PMD_SIZE);
 /// Bytes one PUD entry maps: the window a PMD table covers.
 pub(crate) const PUD_SIZE: u64 = PMD_SIZE * PTRS_PER_TABLE as u64;
 
@@ -419,7 +421,7 @@ unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem, defer: O
         return;
     }
     #[cfg(loom)]
-    if level == 1 && crate::hugetlb::lock::broken::free_at_once() {
+    if level == 1 && crate::phys::hugetlb::lock::broken::free_at_once() {
         // The model's "free": marked and left allocated (and its entries'
         // references held), so that a walker still holding it is seen.
         // SAFETY: alive (the caller's contract).
@@ -468,7 +470,7 @@ impl Drop for PageTables {
         // after a grace period (its link goes at once).
         let guard = self.ever_shared().then(crossbeam_epoch::pin);
         #[cfg(loom)]
-        let guard = guard.filter(|_| !crate::hugetlb::lock::broken::free_at_once());
+        let guard = guard.filter(|_| !crate::phys::hugetlb::lock::broken::free_at_once());
         let defer = guard.as_ref().map(|g| (g, &self.phys));
         // SAFETY: `&mut self`: nothing borrows the tree, so no walk of it
         // is in progress, and the root is never detached.
