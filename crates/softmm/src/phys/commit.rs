@@ -210,14 +210,9 @@ impl Drop for CommitState {
     }
 }
 
-/// `CommitState`'s broken switches for the loom model
-/// (`phys/commit/loom_tests.rs`): each removes a step of the protocol, so that
-/// the model is seen to fail without it.
+// The loom models' broken switches: `sync/broken.rs`.
 #[cfg(loom)]
-pub(crate) mod broken {
-    /// `OVERCOMMIT_NEVER` charges check their sum without the `never` lock.
-    pub(crate) static UNLOCKED_NEVER_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-}
+pub(crate) use crate::sync::broken::commit as broken;
 
 impl PhysMem {
     /// Pages charged to the commit limit (`Committed_AS`) by the address
