@@ -2,8 +2,9 @@
 //!
 //! softmm's modules form layers (docs/architecture.md, "Layers"; the table
 //! is [`LAYERS`]): `sync`, `access` and the vocabulary (`error`, `uapi`,
-//! `policy`) at the bottom, then `phys`,
-//! `pgtable` and `tlb`, then `file` and `vma`, then the address space core
+//! `policy`) at the bottom, then `phys` (with the commit charge and
+//! hugetlb's state), `tlb`, `pgtable`, `rmap`, then `file` and `vma`, then
+//! the address space core
 //! (`mm`), the features over it, `populate` and the fault handler
 //! (`fault`), the system calls (`sys`) over them, and `cpu` on top.
 //! Two cycles are by design: the syscalls and `populate` call the fault
