@@ -21,6 +21,7 @@ mod gather;
 pub(crate) mod hooks;
 pub(crate) mod layout;
 mod mkclean;
+mod pin_state;
 mod pmd_unshare;
 mod stack;
 mod unmap;
@@ -37,6 +38,7 @@ pub use config::{ConfigError, MmConfig, TASK_SIZE, TASK_SIZE_32};
 // The policies the core and its callers name through `mm` (they are
 // `crate::policy`'s).
 pub(crate) use crate::policy::{FaultPolicy, HugetlbPolicy, MadvisePolicy, PinPolicy, PlacementPolicy, UnmapPolicy};
+pub(crate) use pin_state::PinState;
 pub use unmap::UnmapStats;
 pub(crate) use unmap::{ns_since, UnmapTimes};
 
@@ -157,7 +159,7 @@ pub struct AddressSpace {
     linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
-    pub(crate) pins: Arc<crate::pin::PinState>,
+    pub(crate) pins: Arc<PinState>,
     /// The address space's memory policy (`set_mempolicy`); null for the
     /// default. Read by lock-free faults under an epoch guard.
     mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,

@@ -217,7 +217,6 @@ const UPWARD_EDGES: &[(&str, &str, &str)] = &[
         "VmaOps hooks receive the address space (Linux's vma->vm_mm): the hook of a backing \
          (hugetlb_split, the zap) works on the page tables of the VMA's address space",
     ),
-    ("mm", "pin", "the address space holds its PinState (write_protect_seq, MMF_HAS_PINNED) that fork reads"),
     ("hugetlb", "migrate", "hugetlb's migration (hugetlb/migrate.rs) and its pins use migrate's page lock and queue"),
     ("migrate", "hugetlb", "migrate_pages hands its 2 MiB pages to hugetlb's migration"),
     (
