@@ -29,6 +29,9 @@
 //! lock-free readers that still look at a removed VMA.
 
 mod hugetlbfs;
+pub(crate) mod interval_tree;
+
+pub(crate) use hugetlbfs::HugetlbInode;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -110,7 +113,7 @@ pub(crate) struct Inode {
     /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
-    pub(crate) hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
+    pub(crate) hugetlb: Option<HugetlbInode>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
     /// The handle, while one exists, and the VMAs that map the inode
@@ -304,12 +307,7 @@ impl File {
 impl Inode {
     /// A new inode, in use by nothing yet: [`File::named`] gives it its
     /// handle, a mapping of an anonymous object its first VMA.
-    pub(crate) fn new(
-        phys: &Arc<PhysMem>,
-        name: &str,
-        size: u64,
-        hugetlb: Option<crate::hugetlb::resv::HugetlbInode>,
-    ) -> Inode {
+    pub(crate) fn new(phys: &Arc<PhysMem>, name: &str, size: u64, hugetlb: Option<HugetlbInode>) -> Inode {
         Inode {
             id: phys.next_id(),
             name: name.to_string(),
@@ -951,47 +949,8 @@ impl OpenFile {
     }
 }
 
-/// Switches for the writeback model only (`host_file/loom_tests.rs`), each
-/// breaking one step of `Inode::writeback` so that the model can show it
-/// catches the lost store the step prevents. Per OS thread: a loom model's
-/// threads all run on the thread of its test, and other tests are left alone.
-pub(crate) mod broken {
-    #[cfg(all(test, loom))]
-    std::thread_local! {
-        /// The dirty flag is cleared after the copy instead of before the
-        /// write-protect.
-        pub(crate) static CLEAR_AFTER_COPY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-        /// No `page_mkclean`: mappings stay writable across writeback.
-        pub(crate) static SKIP_MKCLEAN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-        /// `page_mkclean` write-protects but does not wait for the TLB
-        /// shootdown before the copy.
-        pub(crate) static SKIP_MKCLEAN_FLUSH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn clear_after_copy() -> bool {
-        #[cfg(all(test, loom))]
-        return CLEAR_AFTER_COPY.with(|c| c.get());
-        #[cfg(not(all(test, loom)))]
-        false
-    }
-
-    #[inline(always)]
-    pub(crate) fn skip_mkclean() -> bool {
-        #[cfg(all(test, loom))]
-        return SKIP_MKCLEAN.with(|c| c.get());
-        #[cfg(not(all(test, loom)))]
-        false
-    }
-
-    #[inline(always)]
-    pub(crate) fn skip_mkclean_flush() -> bool {
-        #[cfg(all(test, loom))]
-        return SKIP_MKCLEAN_FLUSH.with(|c| c.get());
-        #[cfg(not(all(test, loom)))]
-        false
-    }
-}
+// The loom models' broken switches: `sync/broken.rs`.
+pub(crate) use crate::sync::broken::writeback as broken;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -40,8 +40,7 @@
 // `pgtable`, `tlb`), the primitives (`sync`), the host file calls
 // (`host_file`), and the core's RCU publication (`mm`). The modules above
 // them may not use `unsafe` (`deny`, overridden only by the migrators' bulk
-// copy of a frozen page, `PhysMem::copy_frames_unshared`, and the huge-page
-// pool's zeroing until the pool moves under `phys`).
+// copy of a frozen page, `PhysMem::copy_frames_unshared`).
 mod access;
 mod cpu;
 #[deny(unsafe_code)]
@@ -62,6 +61,8 @@ mod pgtable;
 mod phys;
 #[deny(unsafe_code)]
 mod pin;
+#[deny(unsafe_code)]
+mod policy;
 #[deny(unsafe_code)]
 mod populate;
 #[deny(unsafe_code)]
@@ -86,35 +87,31 @@ pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Section, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
-pub use mm::HugetlbPolicy;
-pub use mm::MadvisePolicy;
-pub use mm::PinPolicy;
-pub use mm::PlacementPolicy;
-pub use mm::UnmapPolicy;
 pub use mm::UnmapStats;
-pub use mm::WriterPolicy;
-pub use mm::{
-    AddressSpace, ConfigError, FaultPolicy, MmConfig, MmStats, Overcommit, OvercommitMode, TASK_SIZE, TASK_SIZE_32,
-};
-pub use phys::{PhysConfig, PhysMem, PhysStats, MAX_NODES};
+pub use mm::{AddressSpace, ConfigError, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
+pub use phys::{Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
 // hugetlb (seed 000).
-pub use hugetlb::HugePageStats;
-pub use hugetlb::HugetlbLockStats;
+pub use phys::hugetlb::HugePageStats;
+pub use phys::hugetlb::HugetlbLockStats;
 // hugetlb migration: the pool per node.
-pub use hugetlb::HugePageNodeStats;
+pub use phys::hugetlb::HugePageNodeStats;
 // NUMA memory policies and page migration (seed 003).
 pub use mempolicy::{
     MPOL_BIND, MPOL_DEFAULT, MPOL_F_ADDR, MPOL_F_MEMS_ALLOWED, MPOL_F_NODE, MPOL_F_NUMA_BALANCING,
     MPOL_F_RELATIVE_NODES, MPOL_F_STATIC_NODES, MPOL_INTERLEAVE, MPOL_LOCAL, MPOL_MAX, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL,
     MPOL_MF_STRICT, MPOL_PREFERRED, MPOL_PREFERRED_MANY, MPOL_WEIGHTED_INTERLEAVE,
 };
-pub use migrate::{MigratePolicy, NR_MAX_BATCHED_MIGRATION};
+pub use migrate::NR_MAX_BATCHED_MIGRATION;
 pub use phys::{NodeMask, NodeStats};
+// The policies, one per mechanism the lab compares.
+pub use policy::{
+    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+};
 
 /// log2 of the page size.
 pub const PAGE_SHIFT: u64 = 12;

@@ -50,6 +50,8 @@ use crate::PAGE_SIZE;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
+pub(crate) use crate::policy::MigratePolicy;
+
 /// Most pages unmapped at once by [`MigratePolicy::Batched`] (Linux's
 /// `NR_MAX_BATCHED_MIGRATION`, `HPAGE_PMD_NR`): it bounds how long a page
 /// stays unmapped while a faulting thread waits for it.
@@ -58,37 +60,6 @@ pub const NR_MAX_BATCHED_MIGRATION: usize = 512;
 /// Passes over pages whose unaccounted references may be transient (Linux's
 /// `NR_MAX_MIGRATE_PAGES_RETRY`).
 pub(crate) const NR_MAX_MIGRATE_PAGES_RETRY: usize = 10;
-
-/// How `migrate_pages` moves a list of pages. The lab runs both in one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigratePolicy {
-    /// Before Linux 6.3: unmap, flush, copy and remap one page at a time
-    /// (a TLB flush per page).
-    OneByOne,
-    /// Seed 003: unmap up to [`NR_MAX_BATCHED_MIGRATION`] pages, one flush
-    /// for every address space involved, copy all, remap all; page locks
-    /// after the first taken with a trylock, failures retried one by one.
-    #[default]
-    Batched,
-}
-
-impl MigratePolicy {
-    /// Every policy, for the lab.
-    pub const ALL: [MigratePolicy; 2] = [MigratePolicy::OneByOne, MigratePolicy::Batched];
-
-    /// The name the lab prints and parses (`one-by-one`, `batched`).
-    pub fn name(self) -> &'static str {
-        match self {
-            MigratePolicy::OneByOne => "one-by-one",
-            MigratePolicy::Batched => "batched",
-        }
-    }
-
-    /// The policy named `name` (see [`MigratePolicy::name`]).
-    pub fn from_name(name: &str) -> Option<MigratePolicy> {
-        MigratePolicy::ALL.into_iter().find(|p| p.name() == name)
-    }
-}
 
 /// A page isolated for migration: the caller's reference keeps it, and its
 /// owner and index find its mappings.
@@ -127,7 +98,7 @@ fn trylock_page(phys: &PhysMem, pfn: Pfn) -> bool {
 pub(crate) struct LockedPage<'p> {
     page: FrameRef<'p>,
     /// Under loom, false for a page a broken variant did not lock
-    /// (`hugetlb::lock::broken::UNLOCKED_PAGE_REF`).
+    /// (`phys::hugetlb::lock::broken::UNLOCKED_PAGE_REF`).
     #[cfg(loom)]
     locked: bool,
 }

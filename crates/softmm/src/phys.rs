@@ -19,6 +19,10 @@ use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Mutex, Ordering};
 use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
 
+mod commit;
+pub(crate) mod hugetlb;
+pub use commit::{Overcommit, OvercommitMode};
+
 /// A physical frame number: the index of a 4 KiB frame in the arena.
 pub type Pfn = u64;
 
@@ -414,12 +418,12 @@ pub struct PhysMem {
     rmap_entries: CachePadded<AtomicI64>,
     next_id: CachePadded<AtomicU64>,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
-    pub(crate) commit: CachePadded<crate::mm::commit::CommitState>,
+    pub(crate) commit: CachePadded<commit::CommitState>,
     /// [`PhysConfig::on_demand`]: give frames back to the host when they
     /// return to the node free lists.
     on_demand: bool,
-    /// The hugetlb pool (see [`crate::hugetlb`]).
-    pub(crate) hugetlb: crate::hugetlb::pool::HugePool,
+    /// The hugetlb pool (see [`hugetlb`]).
+    pub(crate) hugetlb: hugetlb::pool::HugePool,
 }
 
 // SAFETY: the arena pointer is only dereferenced through raw, atomic or
@@ -482,7 +486,7 @@ impl PhysMem {
         let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
         // Checked before anything is mapped. The hugetlb pool takes the top of each node; the rest is 4 KiB frames.
         let spans: Vec<(Pfn, Pfn)> = (0..nodes as u64).map(|n| (n * per_node, (n + 1) * per_node)).collect();
-        let (hugetlb, small_ends) = crate::hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
+        let (hugetlb, small_ends) = hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
         let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
         // Miri cannot read /proc (isolation); its arenas are tiny anyway.
         let avail = if cfg!(miri) || config.on_demand { None } else { host_mem_available() };
@@ -557,7 +561,7 @@ impl PhysMem {
             rmap_entries: CachePadded::new(AtomicI64::new(0)),
             next_id: CachePadded::new(AtomicU64::new(1)),
             on_demand: config.on_demand,
-            commit: CachePadded::new(crate::mm::commit::CommitState::new(frames - hugetlb.frames())),
+            commit: CachePadded::new(commit::CommitState::new(frames - hugetlb.frames())),
             hugetlb,
         }))
     }

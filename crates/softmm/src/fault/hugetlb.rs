@@ -21,7 +21,7 @@
 //! Every fault runs under `mmap_lock` for read or, under the per-VMA fault
 //! policies, the VMA's read reference (so the address space's own munmap,
 //! mprotect and mremap wait for it), and holds the fault mutex of its page
-//! (`hugetlb/lock.rs`: file and huge page index hashed into a fixed table)
+//! (`phys/hugetlb/lock.rs`: file and huge page index hashed into a fixed table)
 //! across the allocation and the install, so two faults on one page never
 //! both allocate and truncate or hole punch, which take the same mutex to
 //! remove the page, never see it mapped anew behind them. What each policy

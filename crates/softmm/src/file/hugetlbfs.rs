@@ -4,7 +4,7 @@
 //! reservations back (`fs/hugetlbfs/inode.c`).
 //!
 //! Unlike a tmpfs fault, a hugetlb fault does not take `invalidate_lock`:
-//! as in Linux, the fault mutex of the page (`hugetlb/lock.rs`) orders it
+//! as in Linux, the fault mutex of the page (`phys/hugetlb/lock.rs`) orders it
 //! against truncate and hole punch, which remove each page under it and
 //! zap again a page found mapped behind their first zap
 //! (`remove_huge_pages`).
@@ -12,9 +12,10 @@
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
-use crate::hugetlb::resv::HugetlbInode;
-use crate::hugetlb::{HPAGE_SHIFT, HPAGE_SIZE};
+use crate::phys::hugetlb::resv::Regions;
+use crate::phys::hugetlb::{HPAGE_SHIFT, HPAGE_SIZE};
 use crate::phys::{FrameRef, PhysMem};
+use crate::sync::Mutex;
 use crate::uapi::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
 use crate::PAGE_SHIFT;
 
@@ -24,6 +25,62 @@ use super::{File, Inode, MAX_FILE_SIZE};
 const FALLOC_FL_MODE_MASK: i32 = 0x02 | 0x08 | 0x10 | 0x20 | 0x40;
 /// `FALLOC_FL_COLLAPSE_RANGE` and `FALLOC_FL_INSERT_RANGE`.
 const FALLOC_FL_COLLAPSE_OR_INSERT: [i32; 2] = [0x08, 0x20];
+
+/// A hugetlb file's inode state: its reserve map (the inode's `resv_map`)
+/// and its reverse map by VMA with its `i_mmap` lock. (Its faults serialize
+/// on the pool's fault mutex table, `phys/hugetlb/lock.rs`.) Linux's
+/// `hugetlbfs_inode_info`.
+// No `Debug`: loom's locks (under `cfg(loom)`) have none.
+#[derive(Default)]
+pub(crate) struct HugetlbInode {
+    /// Indices reserved or instantiated (Linux's `file_region` list).
+    regions: Mutex<Regions>,
+    /// The VMAs mapping the file (Linux's `i_mmap` interval tree).
+    pub(crate) vmas: super::interval_tree::VmaIntervalTree,
+}
+
+impl HugetlbInode {
+    /// `hugetlb_reserve_pages` for a shared mapping of indices `[from, to)`:
+    /// reserves the indices not yet covered. `ENOMEM`, with nothing
+    /// reserved, when the pool cannot promise them.
+    pub(crate) fn reserve(&self, phys: &PhysMem, from: u64, to: u64) -> Result<()> {
+        let mut regions = self.regions.lock();
+        // region_chg, then region_add once the pool promised the pages.
+        let missing = (to.saturating_sub(from)) - regions.count(from, to);
+        if missing > 0 {
+            phys.hugetlb.reserve(missing)?;
+            regions.insert(from, to);
+        }
+        Ok(())
+    }
+
+    /// `hugetlb_unreserve_pages(inode, from, to, freed)`: forgets the
+    /// indices of `[from, to)`, of which `freed` held pages (their
+    /// reservations were consumed when the pages were allocated), and gives
+    /// the rest back to the pool.
+    pub(crate) fn unreserve(&self, phys: &PhysMem, from: u64, to: u64, freed: u64) {
+        let chg = self.regions.lock().remove(from, to);
+        debug_assert!(chg >= freed, "hugetlb: {freed} pages freed from {chg} regions");
+        phys.hugetlb.unreserve(chg.saturating_sub(freed));
+    }
+
+    /// Records index `i` as instantiated without a reservation
+    /// (`vma_commit_reservation`'s `region_add` for a `MAP_NORESERVE`
+    /// fault), so removing its page later gives back nothing.
+    pub(crate) fn add(&self, i: u64) {
+        self.regions.lock().insert(i, i + 1);
+    }
+
+    /// The indices of `[from, to)` reserved or instantiated.
+    pub(crate) fn indices(&self, from: u64, to: u64) -> Vec<u64> {
+        self.regions.lock().iter(from, to).flat_map(|(s, e)| s..e).collect()
+    }
+
+    /// Whether index `i` is reserved or instantiated (`region_chg == 0`).
+    pub(crate) fn covers(&self, i: u64) -> bool {
+        self.regions.lock().count(i, i + 1) == 1
+    }
+}
 
 impl File {
     /// A file on hugetlbfs of `size` bytes (`open(O_CREAT)` on a hugetlbfs
@@ -242,7 +299,7 @@ impl Inode {
             }
         }
         #[cfg(loom)]
-        let mapped = mapped && !crate::hugetlb::lock::broken::skip_rezap();
+        let mapped = mapped && !crate::phys::hugetlb::lock::broken::skip_rezap();
         if mapped {
             let shift = HPAGE_SHIFT - PAGE_SHIFT;
             self.unmap_mapping_range(first << shift, last.saturating_mul(1 << shift), true);

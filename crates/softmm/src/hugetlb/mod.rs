@@ -1,15 +1,12 @@
 //! hugetlb: 2 MiB pages from a pool set aside when the arena is made (seed 000,
 //! Mike Kravetz's "hugetlb: Change huge pmd sharing synchronization again").
 //!
-//! - `pool.rs`: the pool itself (Linux's `struct hstate` for the one 2 MiB
-//!   size: per-node free lists, `nr_huge_pages`, `free_huge_pages`,
-//!   `resv_huge_pages`, `surplus_huge_pages` under one `hugetlb_lock`) and
-//!   the counts `/proc/meminfo` shows, [`HugePageStats`].
+//! The state these mechanisms share with the layers below the core is
+//! theirs: the pool, the locks and the reserve maps are
+//! `phys/hugetlb.rs`'s (with the huge page size), a file's reverse map by
+//! VMA `file/interval_tree.rs`'s and its inode state
+//! `file/hugetlbfs.rs`'s.
 //!
-//! - `resv.rs`: reservations (Linux's `resv_map`): per file for shared
-//!   mappings, per mapping for private ones.
-//! - `rmap.rs`: a hugetlb file's reverse map by VMA (`i_mmap`'s interval
-//!   tree), kept by the address spaces when their write sections end.
 //! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
 //!   `hugetlb_split`, the read-locked zap) and its protocol; the unshare
 //!   every change of a range starts with is the core's
@@ -23,9 +20,6 @@
 //!   4 KiB subpage) and their unshare.
 //! - `vm_ops.rs`: the hooks through which the core maps, splits, closes
 //!   and zaps hugetlb VMAs (`hugetlb_vm_ops`, `hugetlbfs_file_mmap`).
-//! - `lock.rs`: the locks of the seed's schemes (the file's `i_mmap` lock,
-//!   the fault mutex table, the per-address-space hugetlb VMA lock) and
-//!   their counters, [`HugetlbLockStats`].
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
 //!
@@ -34,28 +28,15 @@
 
 pub(crate) mod cow;
 pub(crate) mod gup;
-pub(crate) mod lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod migrate;
-pub(crate) mod pool;
-pub(crate) mod resv;
-pub(crate) mod rmap;
 pub(crate) mod share;
 mod vm_ops;
 
-pub use lock::HugetlbLockStats;
-pub use pool::HugePageNodeStats;
-pub use pool::HugePageStats;
+// The state below the core, by the paths the features above it use.
+pub(crate) use crate::phys::hugetlb::{lock, pool, resv, HPAGE_FRAMES, HPAGE_SHIFT, HPAGE_SIZE};
 pub(crate) use vm_ops::HUGETLB_VM_OPS;
-
-/// The one huge page size softmm supports: 2 MiB, a PMD leaf on x86-64
-/// (Linux's default hstate).
-pub(crate) const HPAGE_SIZE: u64 = crate::pgtable::PMD_SIZE;
-/// `log2(HPAGE_SIZE)`.
-pub(crate) const HPAGE_SHIFT: u64 = 21;
-/// 4 KiB frames per huge page (`pages_per_huge_page`).
-pub(crate) const HPAGE_FRAMES: u64 = HPAGE_SIZE / crate::PAGE_SIZE;
 
 /// `hugetlb_vm_op_close` for the part `[start, end)` of `vma` that is going
 /// away: a private mapping's unused reservations there return to the pool.
@@ -74,7 +55,7 @@ pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std:
         phys,
         "/anon_hugepage (deleted)",
         len,
-        Some(resv::HugetlbInode::default()),
+        Some(crate::file::HugetlbInode::default()),
     ))
 }
 

@@ -22,7 +22,7 @@
 //!
 //! # Locks
 //!
-//! The file's `i_mmap` lock (`hugetlb/lock.rs`), as Linux's: `huge_pmd_share`
+//! The file's `i_mmap` lock (`phys/hugetlb/lock.rs`), as Linux's: `huge_pmd_share`
 //! holds it for read while it looks through the reverse map and links a
 //! table (a fault under [`crate::HugetlbPolicy::IMmapRwsem`] already holds
 //! it, across the whole fault); every unshare holds it for write, inside
@@ -206,7 +206,7 @@ impl AddressSpace {
         addr: u64,
         smm: &AddressSpace,
         s: &Vma,
-        svma: &super::rmap::RmapVma,
+        svma: &crate::file::interval_tree::RmapVma,
         guard: &Guard,
     ) -> bool {
         let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };

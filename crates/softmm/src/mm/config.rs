@@ -1,329 +1,16 @@
 //! An address space's configuration: its layout and limits ([`MmConfig`]),
-//! the fault policy it runs ([`FaultPolicy`]), and the checks that refuse a
+//! the policies it runs (`crate::policy`), and the checks that refuse a
 //! configuration Linux could not have.
 //!
-//! The policy is part of the configuration, not of the fault handler: the
-//! address space and its calls only carry it, and the handler (`crate::fault`)
-//! is what reads it, so the core of `mm` does not depend on `fault`.
+//! A policy is part of the configuration, not of its mechanism: the
+//! address space and its calls only carry it, and the mechanism (the fault
+//! handler, `crate::fault`, for [`FaultPolicy`]) is what reads it, so the
+//! core of `mm` does not depend on the features.
 
+use crate::policy::{
+    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+};
 use crate::PAGE_SIZE;
-
-/// How page faults synchronize with changes to the address space. More
-/// policies may come, so a `match` on it needs a wildcard arm.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum FaultPolicy {
-    /// Every fault takes `mmap_lock` for read.
-    MmapLock,
-    /// Seed 001: validate against the address space's sequence count.
-    Speculative,
-    /// Linux 6.4: a read reference on the VMA.
-    PerVma,
-    /// Validate against the VMA's own detached bit; no shared write.
-    #[default]
-    PerVmaSeq,
-}
-
-impl FaultPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [FaultPolicy] =
-        &[FaultPolicy::MmapLock, FaultPolicy::Speculative, FaultPolicy::PerVma, FaultPolicy::PerVmaSeq];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultPolicy::MmapLock => "mmap-lock",
-            FaultPolicy::Speculative => "speculative",
-            FaultPolicy::PerVma => "per-vma",
-            FaultPolicy::PerVmaSeq => "per-vma-seq",
-        }
-    }
-
-    /// The policy named `name` (see [`FaultPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<FaultPolicy> {
-        FaultPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// How a large unmap (`munmap`, `mremap` shrink, `brk` shrink) synchronizes
-/// with the rest of the address space (seed 002; see `mm/unmap.rs`). More
-/// policies may come, so a `match` on it needs a wildcard arm. Every policy
-/// gives the same result: once the call returns, nothing of the range is
-/// mapped, no CPU can reach its old frames, and its frames and page tables
-/// are freed (after the TLB flush).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum UnmapPolicy {
-    /// The whole unmap under `mmap_lock` held for write (Linux before 4.20).
-    Locked,
-    /// Seed 002: the range in 1 GiB (PUD-sized) sections, each unmapped
-    /// whole under the write lock, which is dropped between sections.
-    Sectioned,
-    /// Linux 4.20+ (`do_vmi_align_munmap`): the VMAs detached under the write
-    /// lock, then the zap and the page-table freeing under the read lock.
-    Downgrade,
-    /// The VMAs detached and the range reserved under the write lock, then
-    /// the zap with no `mmap_lock` at all; the page tables are freed and the
-    /// reservation dropped in a second, short write section.
-    #[default]
-    LockFree,
-}
-
-impl UnmapPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [UnmapPolicy] =
-        &[UnmapPolicy::Locked, UnmapPolicy::Sectioned, UnmapPolicy::Downgrade, UnmapPolicy::LockFree];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnmapPolicy::Locked => "locked",
-            UnmapPolicy::Sectioned => "sectioned",
-            UnmapPolicy::Downgrade => "downgrade",
-            UnmapPolicy::LockFree => "lock-free",
-        }
-    }
-
-    /// The policy named `name` (see [`UnmapPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<UnmapPolicy> {
-        UnmapPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// How `pin_user_pages` synchronizes with changes to the address space
-/// (seed 004). More policies may come, so a `match` on it needs a wildcard
-/// arm.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PinPolicy {
-    /// `mmap_lock` for read taken and dropped around every page (VFIO
-    /// before seed 004).
-    PerPage,
-    /// `mmap_lock` for read held across 512 pages, then dropped so writers
-    /// are not starved (seed 004; VFIO's batching in Linux 5.12).
-    Batched,
-    /// gup-fast for present pages and the fault path's own lock-free
-    /// protocol for the rest: no `mmap_lock` and no shared write per page.
-    #[default]
-    PerVma,
-}
-
-impl PinPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [PinPolicy] = &[PinPolicy::PerPage, PinPolicy::Batched, PinPolicy::PerVma];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            PinPolicy::PerPage => "per-page",
-            PinPolicy::Batched => "batched",
-            PinPolicy::PerVma => "per-vma",
-        }
-    }
-
-    /// The policy named `name` (see [`PinPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<PinPolicy> {
-        PinPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// How hugetlb faults synchronize with `huge_pmd_unshare` and truncate
-/// (seed 000). More policies may come, so a `match` on it needs a wildcard
-/// arm. Every policy gives the same result: a fault never maps through a PMD
-/// table another address space has unlinked, and never maps a page truncate
-/// has removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum HugetlbPolicy {
-    /// Linux 5.7–6.0: every hugetlb fault holds the file's `i_mmap` lock for
-    /// read; unshare holds it for write.
-    IMmapRwsem,
-    /// Seed 000, Linux 6.1+: a per-VMA hugetlb lock (read across the fault,
-    /// write around unshare) and the fault mutex table; `i_mmap` only inside
-    /// `huge_pmd_share`.
-    VmaLock,
-    /// No shared lock in the fault: it validates under the PMD table's lock
-    /// that the table is still linked into this address space. The default:
-    /// in the lab (`docs/results/hugetlb.txt`) its forks cost as much CPU
-    /// per fork as `IMmapRwsem`'s and its faults as little as the
-    /// cheapest, with no lock shared across address spaces per fault.
-    #[default]
-    LockFree,
-}
-
-impl HugetlbPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [HugetlbPolicy] =
-        &[HugetlbPolicy::IMmapRwsem, HugetlbPolicy::VmaLock, HugetlbPolicy::LockFree];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            HugetlbPolicy::IMmapRwsem => "i-mmap-rwsem",
-            HugetlbPolicy::VmaLock => "vma-lock",
-            HugetlbPolicy::LockFree => "lock-free",
-        }
-    }
-
-    /// The policy named `name` (see [`HugetlbPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<HugetlbPolicy> {
-        HugetlbPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// Where a non-fixed `mmap` or `mremap` move without a usable hint is
-/// placed (issue 32, item 4). More policies may come, so a `match` on it
-/// needs a wildcard arm.
-///
-/// Linux leaves that address to the kernel, and every policy keeps all the
-/// rest of Linux's behaviour: a free hint is taken as is, `MAP_FIXED` and
-/// `MAP_FIXED_NOREPLACE` are unaffected, `MAP_32BIT` searches its own
-/// window, the stack guard gap, `mmap_min_addr`, hugetlb and THP alignment
-/// are respected, and a call fails with `ENOMEM` exactly when Linux's
-/// search finds no room (an arena's room is room Linux's search would have
-/// found too). `brk` and the stack do not use placement.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum PlacementPolicy {
-    /// Linux's `arch_get_unmapped_area_topdown`: the highest gap below
-    /// `mmap_base`, then bottom-up from `TASK_SIZE / 3`. The default: the
-    /// same calls from the same layout get the same addresses as on Linux,
-    /// which the differential and replay tests compare.
-    #[default]
-    Linux,
-    /// CortenMM's 1/N ranges: the mmap area below `mmap_base` is cut into
-    /// 1 GiB-aligned 1 GiB arenas, numbered down from the highest, and the
-    /// calling thread's slot (a small number per live thread, reused after
-    /// it exits) owns arena `slot % arenas`. The search runs top-down in
-    /// that arena first, then as [`PlacementPolicy::Linux`]. Threads'
-    /// mappings then do not abut, do not merge with one another, and do
-    /// not share page tables below the PUD level.
-    Arenas,
-}
-
-impl PlacementPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [PlacementPolicy] = &[PlacementPolicy::Linux, PlacementPolicy::Arenas];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            PlacementPolicy::Linux => "linux",
-            PlacementPolicy::Arenas => "arenas",
-        }
-    }
-
-    /// The policy named `name` (see [`PlacementPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<PlacementPolicy> {
-        PlacementPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// How `MADV_DONTNEED`, `MADV_DONTNEED_LOCKED` and `MADV_FREE` synchronize
-/// with changes to the address space (issue 26, `sys/madvise.rs`). More
-/// policies may come, so a `match` on it needs a wildcard arm. Every policy
-/// gives the same result and errno as Linux's locked `madvise` for any input.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum MadvisePolicy {
-    /// `mmap_lock` held for read across the call (Linux before 6.16).
-    MmapLock,
-    /// A range inside one VMA runs under that VMA's read reference, taken
-    /// after finding it in the RCU-published tree (Linux 6.16's
-    /// `lock_vma_under_rcu` in `madvise_lock`); anything else, and a VMA
-    /// being replaced, falls back to `mmap_lock`. The default: in the lab's
-    /// tlb-flush it takes no `mmap_lock` per operation (`lock/op` 1 → 0) at
-    /// the same throughput on the 2-CPU lab machine, where shootdowns
-    /// dominate, and leaves writers on other VMAs alone (docs/architecture.md,
-    /// "`MADV_DONTNEED` and `MADV_FREE` without `mmap_lock`").
-    #[default]
-    PerVma,
-}
-
-impl MadvisePolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [MadvisePolicy] = &[MadvisePolicy::MmapLock, MadvisePolicy::PerVma];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            MadvisePolicy::MmapLock => "mmap-lock",
-            MadvisePolicy::PerVma => "per-vma",
-        }
-    }
-
-    /// The policy named `name` (see [`MadvisePolicy::name`]).
-    pub fn from_name(name: &str) -> Option<MadvisePolicy> {
-        MadvisePolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// How `mmap_lock` writers run their serialized part (issue 32, "W1" of
-/// the scaling design): how many write sections an unmap of a range with
-/// nothing to zap takes, and how a writer waits for the lock. More policies
-/// may come, so a `match` on it needs a wildcard arm. Every policy gives the
-/// same mappings, errno and placement: only the number of write sections
-/// and the way a waiting writer spends its time differ.
-///
-/// The ladder adds one mechanism per step, so the lab shows what each buys.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WriterPolicy {
-    /// Under [`UnmapPolicy::LockFree`], every unmap wider than one PTE
-    /// table reserves its range and zaps it without `mmap_lock`, even a
-    /// range with no page table to zap: three write sections per
-    /// map-and-unmap. A waiting writer parks as `parking_lot` does (a few
-    /// spins, `sched_yield`, then a futex).
-    Reserve,
-    /// An unmap that finds no leaf page table in its detached range (the
-    /// check is stable under the write lock: the VMAs are detached and every
-    /// table-allocating fault was waited for) finishes in its first write
-    /// section: no reservation, no unreachable-range update, two write
-    /// sections per map-and-unmap of untouched memory, as Linux. The
-    /// default: on the lab's loaded 2-CPU VM it did as well as `short-spin`
-    /// or better (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k
-    /// against 222k and 246k against 229k map+unmap/s), and 1.15-1.5x
-    /// `reserve`.
-    #[default]
-    Short,
-    /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
-    /// spins (bounded) while it stays held before it parks, as Linux's
-    /// rwsem optimistic spinning does while the owner runs: write sections
-    /// last a few microseconds, less than a futex sleep and wakeup. Without
-    /// knowing whether the owner runs, the spin also burns its bound when
-    /// the owner was preempted, which on an oversubscribed machine (the
-    /// lab's VM) costs what it saves.
-    ShortSpin,
-}
-
-impl WriterPolicy {
-    /// Every policy, for sweeps.
-    pub const ALL: &'static [WriterPolicy] = &[WriterPolicy::Reserve, WriterPolicy::Short, WriterPolicy::ShortSpin];
-
-    /// The kebab-case name used on the command line and in results.
-    pub fn name(self) -> &'static str {
-        match self {
-            WriterPolicy::Reserve => "reserve",
-            WriterPolicy::Short => "short",
-            WriterPolicy::ShortSpin => "short-spin",
-        }
-    }
-
-    /// The policy named `name` (see [`WriterPolicy::name`]).
-    pub fn from_name(name: &str) -> Option<WriterPolicy> {
-        WriterPolicy::ALL.iter().copied().find(|p| p.name() == name)
-    }
-
-    /// An unmap with nothing to zap ends in its first write section.
-    pub(crate) fn short_unmap(self) -> bool {
-        !matches!(self, WriterPolicy::Reserve)
-    }
-
-    /// A writer spins while `mmap_lock` is held before it parks.
-    pub(crate) fn spin_handoff(self) -> bool {
-        matches!(self, WriterPolicy::ShortSpin)
-    }
-}
 
 /// Layout and limits of an address space. The defaults are those of an x86-64
 /// Linux process started without address randomization and with an 8 MiB
@@ -403,7 +90,7 @@ pub struct MmConfig {
     /// `MPOL_MF_MOVE_ALL`).
     pub cap_sys_nice: bool,
     /// How page migration batches its TLB flushes (seed 003).
-    pub migrate_policy: crate::migrate::MigratePolicy,
+    pub migrate_policy: MigratePolicy,
     /// Which CPUs a TLB shootdown waits for (issue 15).
     pub shootdown_policy: crate::tlb::ShootdownPolicy,
     /// Which CPUs a TLB shootdown asks (issue 26).
@@ -450,7 +137,7 @@ impl Default for MmConfig {
             pin_policy: PinPolicy::default(),
             unmap_policy: UnmapPolicy::default(),
             cap_sys_nice: false,
-            migrate_policy: crate::migrate::MigratePolicy::default(),
+            migrate_policy: MigratePolicy::default(),
             shootdown_policy: crate::tlb::ShootdownPolicy::default(),
             shootdown_targets: crate::tlb::ShootdownTargets::default(),
             posting_policy: crate::tlb::PostingPolicy::default(),
@@ -576,7 +263,7 @@ impl MmConfig {
 
     /// Sets `migrate_policy`: how page migration batches its TLB flushes (default [`crate::MigratePolicy::Batched`]).
     #[must_use]
-    pub fn migrate_policy(mut self, migrate_policy: crate::migrate::MigratePolicy) -> MmConfig {
+    pub fn migrate_policy(mut self, migrate_policy: MigratePolicy) -> MmConfig {
         self.migrate_policy = migrate_policy;
         self
     }
@@ -781,69 +468,4 @@ impl MmConfig {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_setter_sets_its_own_field() {
-        // Every field differs from its default, and the literal names every
-        // field: a new field fails to compile here until it gets a setter.
-        let built = MmConfig::default()
-            .policy(FaultPolicy::Speculative)
-            .task_size(1 << 40)
-            .mmap_base(1 << 39)
-            .mmap_min_addr(0x2000)
-            .lsm_mmap_min_addr(0x10000)
-            .start_brk(1 << 30)
-            .max_map_count(77)
-            .stack_guard_gap(3 * PAGE_SIZE)
-            .stack_limit(5 << 20)
-            .thp_align(false)
-            .fault_around_pages(4)
-            .force_speculative(true)
-            .memlock_limit(9 << 20)
-            .cap_ipc_lock(true)
-            .pin_policy(PinPolicy::Batched)
-            .unmap_policy(UnmapPolicy::Sectioned)
-            .cap_sys_nice(true)
-            .migrate_policy(crate::migrate::MigratePolicy::OneByOne)
-            .shootdown_policy(crate::tlb::ShootdownPolicy::NextAccess)
-            .shootdown_targets(crate::tlb::ShootdownTargets::Broadcast)
-            .posting_policy(crate::tlb::PostingPolicy::SharedBarrier)
-            .hugetlb_policy(HugetlbPolicy::LockFree)
-            .placement(PlacementPolicy::Arenas)
-            .madvise_policy(MadvisePolicy::MmapLock)
-            .writer_policy(WriterPolicy::Reserve)
-            .time_unmaps(true);
-        let want = MmConfig {
-            policy: FaultPolicy::Speculative,
-            task_size: 1 << 40,
-            mmap_base: 1 << 39,
-            mmap_min_addr: 0x2000,
-            lsm_mmap_min_addr: 0x10000,
-            start_brk: 1 << 30,
-            max_map_count: 77,
-            stack_guard_gap: 3 * PAGE_SIZE,
-            stack_limit: 5 << 20,
-            thp_align: false,
-            fault_around_pages: 4,
-            force_speculative: true,
-            memlock_limit: 9 << 20,
-            cap_ipc_lock: true,
-            pin_policy: PinPolicy::Batched,
-            unmap_policy: UnmapPolicy::Sectioned,
-            cap_sys_nice: true,
-            migrate_policy: crate::migrate::MigratePolicy::OneByOne,
-            shootdown_policy: crate::tlb::ShootdownPolicy::NextAccess,
-            shootdown_targets: crate::tlb::ShootdownTargets::Broadcast,
-            posting_policy: crate::tlb::PostingPolicy::SharedBarrier,
-            hugetlb_policy: HugetlbPolicy::LockFree,
-            placement: PlacementPolicy::Arenas,
-            madvise_policy: MadvisePolicy::MmapLock,
-            writer_policy: WriterPolicy::Reserve,
-            time_unmaps: true,
-        };
-        assert_eq!(format!("{built:?}"), format!("{want:?}"));
-        assert_ne!(format!("{:?}", MmConfig::default()), format!("{want:?}"));
-    }
-}
+mod tests;

@@ -15,19 +15,16 @@
 
 pub(crate) mod anon_rmap;
 pub(crate) mod commit;
-#[cfg(all(test, loom))]
-mod commit_loom_tests;
 mod config;
 mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
 pub(crate) mod layout;
 mod mkclean;
+mod pin_state;
 mod pmd_unshare;
 mod stack;
 mod unmap;
-#[cfg(all(test, loom))]
-mod unmap_loom_tests;
 mod unmap_unreachable;
 mod vma;
 
@@ -37,12 +34,13 @@ use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-pub use commit::{Overcommit, OvercommitMode};
-pub use config::{
-    ConfigError, FaultPolicy, HugetlbPolicy, MadvisePolicy, MmConfig, PinPolicy, PlacementPolicy, UnmapPolicy,
-    WriterPolicy, TASK_SIZE, TASK_SIZE_32,
-};
+pub use config::{ConfigError, MmConfig, TASK_SIZE, TASK_SIZE_32};
+// The policies the core and its callers name through `mm` (they are
+// `crate::policy`'s).
+pub(crate) use crate::policy::{FaultPolicy, HugetlbPolicy, MadvisePolicy, PinPolicy, PlacementPolicy, UnmapPolicy};
+pub(crate) use pin_state::PinState;
 pub use unmap::UnmapStats;
+pub(crate) use unmap::{ns_since, UnmapTimes};
 
 use crate::file::{Inode, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
@@ -55,7 +53,7 @@ use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// Pauses a writer spins for while `mmap_lock` is held before it parks
-/// ([`WriterPolicy::ShortSpin`]): about 20-60 us on current x86 (a `pause`
+/// ([`WriterPolicy::ShortSpin`](crate::WriterPolicy::ShortSpin)): about 20-60 us on current x86 (a `pause`
 /// is 10-40 ns), several write sections of mmap1.
 #[cfg(not(loom))]
 const WRITE_SPIN_LIMIT: u32 = 2048;
@@ -161,7 +159,7 @@ pub struct AddressSpace {
     linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
-    pub(crate) pins: Arc<crate::pin::PinState>,
+    pub(crate) pins: Arc<PinState>,
     /// The address space's memory policy (`set_mempolicy`); null for the
     /// default. Read by lock-free faults under an epoch guard.
     mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
@@ -169,8 +167,8 @@ pub struct AddressSpace {
     /// (`mm/unmap_unreachable.rs`).
     pub(crate) unreachable: unmap_unreachable::UnreachableRanges,
     /// The hugetlb VMA lock and the windows whose PMD tables were shared
-    /// (seed 000, `hugetlb/lock.rs`).
-    pub(crate) hugetlb_lock: crate::hugetlb::lock::HugetlbVmaLock,
+    /// (seed 000, `phys/hugetlb/lock.rs`).
+    pub(crate) hugetlb_lock: crate::phys::hugetlb::lock::HugetlbVmaLock,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -222,7 +220,7 @@ impl Drop for MmapWriteGuard<'_> {
 /// or downgraded, as Linux's `fput` defers the final `__fput`, so that an
 /// eviction (a host file's writeback takes each mapper's `mmap_lock` for
 /// read) never runs under the write lock.
-fn put_files(removed: Vec<Arc<Vma>>) {
+pub(crate) fn put_files(removed: Vec<Arc<Vma>>) {
     for v in removed {
         v.put_file();
     }
@@ -310,7 +308,7 @@ impl AddressSpace {
         MmapWriteGuard { mm: self, st: Some(st) }
     }
 
-    /// `mmap_lock` for write under [`WriterPolicy::ShortSpin`]: while the
+    /// `mmap_lock` for write under [`WriterPolicy::ShortSpin`](crate::WriterPolicy::ShortSpin): while the
     /// lock stays held, spin (reading the lock word only, so the owner's
     /// unlock is not slowed by our RMWs) for up to [`WRITE_SPIN_LIMIT`]
     /// pauses, taking it as soon as it is seen free; then park as
@@ -810,7 +808,7 @@ impl AddressSpace {
         let mut fresh = Vec::new();
         let now: Vec<Arc<Vma>> = st.vmas.iter().filter(|v| v.flags.contains(VmFlags::HUGETLB)).cloned().collect();
         let me: Weak<dyn Mapper> = self.self_weak.clone();
-        let id = crate::hugetlb::rmap::mm_id(&me);
+        let id = crate::file::interval_tree::mm_id(&me);
         for old in &st.hugetlb_linked {
             if !now.iter().any(|v| Arc::ptr_eq(v, old)) {
                 unlink_hugetlb_vma(&self.phys, id, old);
@@ -822,8 +820,12 @@ impl AddressSpace {
                     fresh.push(v.clone());
                 }
                 if let Some(inode) = v.file.as_ref().and_then(|f| f.hugetlb.as_ref()) {
-                    let entry =
-                        crate::hugetlb::rmap::RmapVma { mm: me.clone(), start: v.start, end: v.end, pgoff: v.pgoff };
+                    let entry = crate::file::interval_tree::RmapVma {
+                        mm: me.clone(),
+                        start: v.start,
+                        end: v.end,
+                        pgoff: v.pgoff,
+                    };
                     inode.vmas.insert(&self.phys, entry);
                 }
             }
@@ -848,14 +850,16 @@ impl AddressSpace {
         if fresh.is_empty() {
             return self.publish(tree);
         }
-        let mut locks: Vec<&crate::hugetlb::lock::IMmapLock> =
+        let mut locks: Vec<&crate::phys::hugetlb::lock::IMmapLock> =
             fresh.iter().filter_map(|v| v.file.as_ref()?.hugetlb.as_ref()).map(|inode| &inode.vmas.i_mmap).collect();
         // One order for several files' locks (a write section may split
         // mappings of two), and each once.
         locks.sort_by_key(|l| Arc::as_ptr(l));
         locks.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        let held: Vec<_> =
-            locks.iter().map(|l| self.phys.hugetlb.locks.read(crate::hugetlb::lock::Kind::IMmapRead, l)).collect();
+        let held: Vec<_> = locks
+            .iter()
+            .map(|l| self.phys.hugetlb.locks.read(crate::phys::hugetlb::lock::Kind::IMmapRead, l))
+            .collect();
         for v in fresh {
             if v.hugetlb_unmapped_from.as_ref().is_some_and(|from| from.load(Ordering::Relaxed)) {
                 v.hugetlb_unmapped.store(true, Ordering::Relaxed);
@@ -881,7 +885,7 @@ impl AddressSpace {
 /// The identity of the address space behind `w` in a reverse map.
 fn mapper_weak_id(w: &Weak<AddressSpace>) -> usize {
     let w: Weak<dyn Mapper> = w.clone();
-    crate::hugetlb::rmap::mm_id(&w)
+    crate::file::interval_tree::mm_id(&w)
 }
 
 /// Removes `v`, a hugetlb VMA of the address space `mm`, from its file's

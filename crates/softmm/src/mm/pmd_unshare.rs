@@ -9,8 +9,8 @@
 
 use crossbeam_epoch::Guard;
 
-use crate::hugetlb::lock::Kind;
 use crate::pgtable::{PmdUnshare, PUD_SIZE};
+use crate::phys::hugetlb::lock::Kind;
 use crate::sync::Ordering;
 
 use super::AddressSpace;

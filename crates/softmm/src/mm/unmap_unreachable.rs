@@ -1,7 +1,7 @@
 //! Ranges a lock-free unmap has made unreachable: no TLB fill creates a
 //! translation inside one, so the unmap shoots the range down once, right
 //! after its detach, and frees every later gather without another
-//! shootdown (`mm/unmap.rs`, "One shootdown per unmap").
+//! shootdown (`sys/munmap.rs`, "One shootdown per lock-free unmap").
 //!
 //! Why that is enough: a TLB entry is the only translation in softmm that
 //! holds no frame reference (a `with_slice` slice, a pin, `access_remote`

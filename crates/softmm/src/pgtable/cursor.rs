@@ -128,7 +128,7 @@ impl<'a> Leaf<'a> {
     pub(crate) fn lock(&self) -> PteGuard<'a> {
         #[cfg(loom)]
         if self.table.freed.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::hugetlb::lock::broken::USED_FREED_TABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+            crate::phys::hugetlb::lock::broken::USED_FREED_TABLE.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         PteGuard { _lock: self.table.lock(), leaf: *self, owners: CpuSet::EMPTY }
     }

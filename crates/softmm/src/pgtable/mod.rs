@@ -39,21 +39,9 @@ mod cursor;
 mod pte;
 mod table;
 
+// The loom models' broken switches: `sync/broken.rs`.
 #[cfg(loom)]
-pub(crate) mod broken {
-    //! A switch for the loom models only, breaking the PTE lock's role so
-    //! that a model shows it catches the race the lock closes. Per OS
-    //! thread: loom runs every thread of a model on its test's thread.
-    use std::cell::Cell;
-
-    std::thread_local! {
-        /// The zap (`AddressSpace::zap_walk`) decides on each entry from a
-        /// read taken before it locks the table, not under the PTE lock: a
-        /// fault's locked commit may land between the read and the clear,
-        /// which then drops the committed page without its reference.
-        pub(crate) static ZAP_READS_UNLOCKED: Cell<bool> = const { Cell::new(false) };
-    }
-}
+pub(crate) use crate::sync::broken::pgtable as broken;
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -74,6 +62,8 @@ use table::{Child, Table};
 pub(crate) const PTRS_PER_TABLE: usize = 512;
 /// Bytes mapped by one PTE table (and by one PMD leaf): 2 MiB.
 pub(crate) const PMD_SIZE: u64 = PAGE_SIZE * PTRS_PER_TABLE as u64;
+// The one huge page size (`phys/hugetlb.rs`) is a PMD leaf.
+const _: () = assert!(crate::phys::hugetlb::HPAGE_SIZE == PMD_SIZE);
 /// Bytes one PUD entry maps: the window a PMD table covers.
 pub(crate) const PUD_SIZE: u64 = PMD_SIZE * PTRS_PER_TABLE as u64;
 
@@ -437,7 +427,7 @@ unsafe fn free_table(table: NonNull<Table>, level: u32, phys: &PhysMem, defer: O
         return;
     }
     #[cfg(loom)]
-    if level == 1 && crate::hugetlb::lock::broken::free_at_once() {
+    if level == 1 && crate::phys::hugetlb::lock::broken::free_at_once() {
         // The model's "free": marked and left allocated (and its entries'
         // references held), so that a walker still holding it is seen.
         // SAFETY: alive (the caller's contract).
@@ -486,7 +476,7 @@ impl Drop for PageTables {
         // after a grace period (its link goes at once).
         let guard = self.ever_shared().then(crossbeam_epoch::pin);
         #[cfg(loom)]
-        let guard = guard.filter(|_| !crate::hugetlb::lock::broken::free_at_once());
+        let guard = guard.filter(|_| !crate::phys::hugetlb::lock::broken::free_at_once());
         let defer = guard.as_ref().map(|g| (g, &self.phys));
         // SAFETY: `&mut self`: nothing borrows the tree, so no walk of it
         // is in progress, and the root is never detached.

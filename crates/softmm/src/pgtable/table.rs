@@ -25,7 +25,7 @@ pub(super) struct Table {
     /// that counts frames or tables can confuse a sharer with a user.
     share_count: AtomicUsize,
     /// loom models only: set instead of freeing when a model breaks the
-    /// exit's grace period (`hugetlb::lock::broken::FREE_AT_ONCE`), so that
+    /// exit's grace period (`phys::hugetlb::lock::broken::FREE_AT_ONCE`), so that
     /// a later lock of the table is seen rather than undefined.
     #[cfg(loom)]
     pub(super) freed: std::sync::atomic::AtomicBool,

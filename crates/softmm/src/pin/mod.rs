@@ -32,9 +32,8 @@
 //!   chunks taken by N worker threads (seed 004's ktask).
 //!
 //! Long-term pins are charged to the address space's `pinned_vm` against
-//! `RLIMIT_MEMLOCK` (`account.rs`).
+//! `RLIMIT_MEMLOCK` (the address space's `PinState`, `mm/pin_state.rs`).
 
-mod account;
 mod fast;
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -43,7 +42,7 @@ mod slow;
 
 use std::sync::Arc;
 
-pub(crate) use account::PinState;
+pub(crate) use crate::mm::PinState;
 
 use crate::error::{Errno, Result};
 use crate::mm::{AddressSpace, PinPolicy};

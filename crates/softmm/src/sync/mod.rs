@@ -22,6 +22,7 @@
 //! program's data, not softmm's protocol), pure statistics counters, and
 //! thread-local hints such as the frame-cache shard slot.
 
+pub(crate) mod broken;
 #[cfg(loom)]
 mod loom_lock;
 #[cfg(all(test, loom))]

@@ -97,7 +97,7 @@ impl<T> PerCpu<T> {
 }
 
 /// A count kept per CPU slot (Linux's `percpu_counter` without the fold:
-/// see `mm/commit.rs` for why none is needed): an add writes the caller's
+/// see `phys/commit.rs` for why none is needed): an add writes the caller's
 /// slot only; [`PercpuCounter::sum`] reads every slot. Its atomics are the
 /// crate's (loom's under loom): a protocol (the commit charge) is built on it.
 #[derive(Default)]

@@ -53,29 +53,8 @@ impl VmaWalk {
     }
 }
 
-/// Switches for the loom models only (`sys/loom_tests.rs`), each breaking
-/// one step of the per-VMA `madvise` so that a model can show it catches the
-/// race the step closes; outside loom builds every switch is off.
-pub(crate) mod broken {
-    #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// The per-VMA path takes no read reference on the VMA it found: it
-    /// zaps under that VMA's flags whether or not a writer has replaced it.
-    #[cfg(loom)]
-    pub(crate) static NO_VMA_REF: AtomicBool = AtomicBool::new(false);
-
-    /// Held by every model that sets a switch (they are process-wide).
-    #[cfg(all(loom, test))]
-    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    pub(crate) fn no_vma_ref() -> bool {
-        #[cfg(loom)]
-        return NO_VMA_REF.load(Ordering::Relaxed);
-        #[cfg(not(loom))]
-        false
-    }
-}
+// The loom models' broken switches: `sync/broken.rs`.
+pub(crate) use crate::sync::broken::madvise as broken;
 
 /// KSM's `vma_ksm_compatible` for the flags softmm has: KSM never merges
 /// shared or special mappings, so `MADV_MERGEABLE` leaves them alone.

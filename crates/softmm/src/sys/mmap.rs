@@ -11,7 +11,8 @@ use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{accounted_pages, total_vm};
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
-use crate::mm::{AddressSpace, MmState, MmuGather, OvercommitMode};
+use crate::mm::{AddressSpace, MmState, MmuGather};
+use crate::phys::OvercommitMode;
 
 /// `MAP_ABOVE4G`: keep the mapping above 4 GiB (x86-64).
 const MAP_ABOVE4G: i32 = 0x80;
@@ -456,23 +457,5 @@ impl AddressSpace {
             }
             (false, false) => st.vmas.insert(new),
         }
-    }
-
-    /// `munmap(addr, len)`: `EINVAL` for an unaligned address, a zero length or
-    /// a range outside the user address space; unmapping nothing succeeds.
-    pub fn munmap(&self, addr: u64, len: u64) -> Result<()> {
-        let _q = crate::tlb::QuiescentGuard::enter();
-        let task = self.config.task_size;
-        if addr % PAGE_SIZE != 0 || addr > task || len > task - addr {
-            return Err(Errno::Inval);
-        }
-        let len = page_align(len);
-        if len == 0 {
-            return Err(Errno::Inval);
-        }
-        // A range still being zapped by a lock-free unmap is waited for:
-        // this call must not return before it is empty either.
-        let st = self.write_lock_clear_of(|_| [(addr, addr + len), (0, 0)]);
-        self.vm_munmap(st, addr, addr + len, |_| {})
     }
 }

@@ -6,8 +6,8 @@
 //! `get_mempolicy`: `mempolicy.rs`), `move_pages`, `fork`, the
 //! `/proc/pid/maps` view (`maps.rs`) and forced remote access
 //! (`access_remote.rs`: `access_remote_vm`, `/proc/pid/mem`). `munmap`
-//! stays with its policies in `mm/unmap.rs` for now, as its zap is the
-//! core's.
+//! with its policies (`munmap.rs`, seed 002) over the core's detach, zap
+//! and reservation.
 //!
 //! A system call takes `mmap_lock` (or runs lock-free where its policy
 //! says), checks its arguments as Linux does before changing anything, and
@@ -29,5 +29,6 @@ mod move_pages;
 mod mprotect;
 mod mremap;
 mod msync;
+mod munmap;
 
 pub use maps::MapEntry;

@@ -153,25 +153,8 @@ impl EntryBarrier {
     }
 }
 
-/// Switches for the loom models only, each breaking one step so that a
-/// model can show it catches what the step prevents.
-pub(crate) mod broken {
-    #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// An initiator whose every target fences skips the barrier and its
-    /// own fence too.
-    #[cfg(loom)]
-    pub(crate) static SKIP_WITHOUT_FENCE: AtomicBool = AtomicBool::new(false);
-
-    #[inline(always)]
-    pub(crate) fn skip_without_fence() -> bool {
-        #[cfg(loom)]
-        return SKIP_WITHOUT_FENCE.load(Ordering::Relaxed);
-        #[cfg(not(loom))]
-        false
-    }
-}
+// The loom models' broken switches: `sync/broken.rs`.
+pub(crate) use crate::sync::broken::fence_mode as broken;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -127,35 +127,9 @@ mod shootdown;
 mod soft_tlb;
 mod targets;
 
+// The loom models' broken switches: `sync/broken.rs`.
 #[cfg(loom)]
-pub(crate) mod broken {
-    //! Switches for the loom models only (`loom_tests.rs`), each breaking
-    //! one step of the fill-owner protocol (`targets.rs`) or of a CPU's
-    //! switch between address spaces (`Cpu::attach`) so that a model
-    //! shows it catches the race the step closes. Per OS thread: loom runs
-    //! every thread of a model on its test's thread, so a switch breaks the
-    //! model of the test that sets it and no other test running beside it.
-    use std::cell::Cell;
-
-    std::thread_local! {
-        /// A locked change of a present entry does not add the owners it
-        /// swapped out to its guard's (`PteGuard::replace`): the clear does
-        /// not collect the CPUs its shootdown must ask.
-        pub(crate) static CLEAR_SKIPS_OWNERS: Cell<bool> = const { Cell::new(false) };
-        /// The TLB fill records itself with a plain store instead of a
-        /// compare-exchange against the value it read (`Leaf::set_filled`).
-        pub(crate) static FILL_STORES: Cell<bool> = const { Cell::new(false) };
-        /// A catch-up takes a request's range from its slot without
-        /// checking the slot's tag (`CpuTlbState::drop_requested`): a slot
-        /// read before its initiator stored it yields an older request's
-        /// range.
-        pub(crate) static RANGE_WITHOUT_TAG: Cell<bool> = const { Cell::new(false) };
-        /// A `Cpu` that leaves an address space or attaches to one keeps
-        /// its TLB (`Cpu::empty_tlb` does nothing): a CPU out of the
-        /// attached list, which no initiator asks, still holds entries.
-        pub(crate) static SWITCH_KEEPS_TLB: Cell<bool> = const { Cell::new(false) };
-    }
-}
+pub(crate) use crate::sync::broken::tlb as broken;
 
 pub(crate) use barrier::reader_is_light;
 #[cfg_attr(loom, allow(unused_imports))]

@@ -129,25 +129,8 @@ pub(crate) fn shared() -> &'static SharedBarrier {
     &SHARED
 }
 
-/// Switches for the loom models only, each breaking one step so that a
-/// model can show it catches what the step prevents.
-pub(crate) mod broken {
-    #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// An initiator is content with a barrier that had already started
-    /// when it loaded `started` (waits for `done >= s`, not `s + 1`).
-    #[cfg(loom)]
-    pub(crate) static JOIN_RUNNING: AtomicBool = AtomicBool::new(false);
-
-    #[inline(always)]
-    pub(crate) fn join_running() -> bool {
-        #[cfg(loom)]
-        return JOIN_RUNNING.load(Ordering::Relaxed);
-        #[cfg(not(loom))]
-        false
-    }
-}
+// The loom models' broken switches: `sync/broken.rs`.
+pub(crate) use crate::sync::broken::shared_barrier as broken;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -854,25 +854,8 @@ impl Drop for TlbDomain {
     }
 }
 
-/// Switches for the loom models only, each breaking one step so that a
-/// model can show it catches what the step prevents.
-pub(crate) mod broken {
-    #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// A lock-free initiator loads the published CPU list without the
-    /// fence that orders its PTE changes before the load.
-    #[cfg(loom)]
-    pub(crate) static NO_LIST_FENCE: AtomicBool = AtomicBool::new(false);
-
-    #[inline(always)]
-    pub(crate) fn no_list_fence() -> bool {
-        #[cfg(loom)]
-        return NO_LIST_FENCE.load(Ordering::Relaxed);
-        #[cfg(not(loom))]
-        false
-    }
-}
+// The loom models' broken switches: `sync/broken.rs`.
+pub(crate) use crate::sync::broken::shootdown as broken;
 
 /// What a ticket waits for a CPU to do: acknowledge the request `ack`
 /// (the count of requests sent to it, this shootdown's included) at a

@@ -136,7 +136,7 @@ pub struct Vma {
     /// A private hugetlb mapping's reserve map (Linux's `vm_private_data`
     /// with `HPAGE_RESV_OWNER`), shared by the VMAs split from it; `None`
     /// for every other VMA, a `MAP_NORESERVE` one and a forked child's.
-    pub(crate) hugetlb_resv: Option<Arc<crate::hugetlb::resv::PrivateResv>>,
+    pub(crate) hugetlb_resv: Option<Arc<crate::phys::hugetlb::resv::PrivateResv>>,
     /// Linux's `HPAGE_RESV_UNMAPPED`: the owner of this private hugetlb
     /// mapping's reservations took a page from it when a copy-on-write
     /// found the pool empty (`unmap_ref_private`), so the next fault here
@@ -307,8 +307,8 @@ impl Vma {
     /// Linux's `vma_hugecache_offset`: the huge page index in the file (or
     /// the private mapping's reserve map) of `addr` in a hugetlb VMA.
     pub(crate) fn huge_index(&self, addr: u64) -> u64 {
-        ((addr - self.start) >> crate::hugetlb::HPAGE_SHIFT)
-            + (self.pgoff >> (crate::hugetlb::HPAGE_SHIFT - PAGE_SHIFT))
+        ((addr - self.start) >> crate::phys::hugetlb::HPAGE_SHIFT)
+            + (self.pgoff >> (crate::phys::hugetlb::HPAGE_SHIFT - PAGE_SHIFT))
     }
 
     /// The file page offset that `addr` maps.

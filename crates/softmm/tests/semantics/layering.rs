@@ -1,8 +1,10 @@
 //! The crate's layering, checked on its sources: which module may name which.
 //!
 //! softmm's modules form layers (docs/architecture.md, "Layers"; the table
-//! is [`LAYERS`]): `sync` and `access` at the bottom, then `phys`,
-//! `pgtable` and `tlb`, then `file` and `vma`, then the address space core
+//! is [`LAYERS`]): `sync`, `access` and the vocabulary (`error`, `uapi`,
+//! `policy`) at the bottom, then `phys` (with the commit charge and
+//! hugetlb's state), `tlb`, `pgtable`, `rmap`, then `file` and `vma`, then
+//! the address space core
 //! (`mm`), the features over it, `populate` and the fault handler
 //! (`fault`), the system calls (`sys`) over them, and `cpu` on top.
 //! Two cycles are by design: the syscalls and `populate` call the fault
@@ -130,7 +132,7 @@ fn the_address_space_core_and_its_config_do_not_depend_on_the_fault_handler() {
         &s,
         |s| s.path == "mm/mod.rs" || s.path == "mm/config.rs",
         "fault",
-        "FaultPolicy is configuration and lives beside MmConfig in mm/config.rs",
+        "FaultPolicy is vocabulary (policy.rs), carried by MmConfig in mm/config.rs",
     );
 }
 
@@ -176,16 +178,15 @@ fn the_synchronization_primitives_depend_on_nothing_above_them() {
 }
 
 /// The layers, bottom first: a module may name modules of lower layers
-/// only (docs/architecture.md, "Layers"). `hugetlb` is two: its pool,
-/// reservations, locks and reverse map by VMA (`hugetlb/{pool,resv,lock,
-/// rmap}.rs`, the sizes and the statistics), which the arena and the files
-/// hold, sit just above `phys` as `hugetlb:pool`; the rest (faults'
+/// only (docs/architecture.md, "Layers"). hugetlb's state that the arena,
+/// the files, the VMAs and the core hold (its pool, locks, reserve maps
+/// and page size) is `phys::hugetlb`; the rest of `hugetlb` (faults'
 /// helpers, PMD sharing, migration, copy-on-write, pins, its `VmaOps`) is
 /// a feature over the core.
 const LAYERS: &[&[&str]] = &[
-    &["error", "uapi", "sync", "access"],
+    &["error", "uapi", "policy", "sync", "access"],
     &["phys"],
-    &["hugetlb:pool", "tlb", "mempolicy"],
+    &["tlb", "mempolicy"],
     &["pgtable", "host_file"],
     &["rmap"],
     &["file"],
@@ -203,18 +204,19 @@ const LAYERS: &[&[&str]] = &[
 /// listed edge that is gone (remove it from the list and from
 /// docs/architecture.md).
 const UPWARD_EDGES: &[(&str, &str, &str)] = &[
-    ("phys", "hugetlb:pool", "the arena owns its huge page pool, set aside when it is made (Linux's global hstate)"),
-    ("phys", "mm", "PhysMem holds the commit charge, whose policy type (Overcommit) is mm/commit.rs's"),
-    ("hugetlb:pool", "file", "the hugetlb reverse map by VMA holds Weak<dyn file::Mapper>"),
     ("tlb", "fault", "a software TLB entry's permission check takes fault::Access"),
+    (
+        "vma",
+        "hugetlb",
+        "vma/ops.rs names the private reserve map by the features' re-export (crate::hugetlb::resv); \
+         it is phys::hugetlb::resv, one import to change",
+    ),
     (
         "vma",
         "mm",
         "VmaOps hooks receive the address space (Linux's vma->vm_mm): the hook of a backing \
          (hugetlb_split, the zap) works on the page tables of the VMA's address space",
     ),
-    ("mm", "migrate", "MmConfig carries MigratePolicy, which would move to mm/config.rs with the other policies"),
-    ("mm", "pin", "the address space holds its PinState (write_protect_seq, MMF_HAS_PINNED) that fork reads"),
     ("hugetlb", "migrate", "hugetlb's migration (hugetlb/migrate.rs) and its pins use migrate's page lock and queue"),
     ("migrate", "hugetlb", "migrate_pages hands its 2 MiB pages to hugetlb's migration"),
     (
@@ -224,75 +226,9 @@ const UPWARD_EDGES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The layer of `module` (`hugetlb:pool` for hugetlb's low half).
+/// The layer of `module`.
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
-}
-
-/// The items of hugetlb that form its low half (`hugetlb:pool`).
-const HUGETLB_POOL: &[&str] = &[
-    "pool",
-    "resv",
-    "lock",
-    "rmap",
-    "HPAGE_SIZE",
-    "HPAGE_SHIFT",
-    "HPAGE_FRAMES",
-    "HugePageStats",
-    "HugePageNodeStats",
-    "HugetlbLockStats",
-];
-
-impl Source {
-    /// The layer-table module of this file (`hugetlb:pool` for
-    /// `hugetlb/pool.rs`).
-    fn layer_module(&self) -> String {
-        let mut parts = self.path.split('/');
-        let first = parts.next().unwrap_or_default();
-        let module = first.strip_suffix(".rs").unwrap_or(first);
-        let second = parts.next().map(|s| s.strip_suffix(".rs").unwrap_or(s));
-        if module == "hugetlb" && second.is_some_and(|s| HUGETLB_POOL.contains(&s)) {
-            return "hugetlb:pool".into();
-        }
-        module.into()
-    }
-
-    /// The layer-table modules this file names as `crate::<module>`, with
-    /// `crate::hugetlb::<item>` (or `crate::hugetlb::{items}`) of the
-    /// pool's items as `hugetlb:pool`.
-    fn layer_names(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let mut push = |n: &str| {
-            if !out.iter().any(|o| o == n) {
-                out.push(n.to_string());
-            }
-        };
-        let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
-        let mut rest = self.code.as_str();
-        while let Some(i) = rest.find("crate::") {
-            rest = &rest[i + "crate::".len()..];
-            let name = ident(rest);
-            if name != "hugetlb" {
-                if !name.is_empty() {
-                    push(&name);
-                }
-                continue;
-            }
-            let after = &rest[name.len()..];
-            let items: Vec<String> = match after.strip_prefix("::") {
-                Some(list) if list.starts_with('{') => {
-                    let body = &list[1..list.find('}').unwrap_or(list.len())];
-                    body.split(',').map(|s| ident(s.trim())).filter(|s| !s.is_empty()).collect()
-                }
-                Some(path) => vec![ident(path)],
-                None => vec![String::new()],
-            };
-            for item in items {
-                push(if HUGETLB_POOL.contains(&item.as_str()) { "hugetlb:pool" } else { "hugetlb" });
-            }
-        }
-        out
-    }
 }
 
 /// Loom models are tests (as the unit-test modules are): they may build
@@ -307,12 +243,12 @@ fn every_edge_between_top_level_modules_points_down() {
     let mut unplaced = Vec::new();
     let mut upward: Vec<(String, String, String)> = Vec::new();
     for f in s.iter().filter(|f| f.path != "lib.rs" && !is_loom_model(f)) {
-        let from = f.layer_module();
+        let from = f.module().to_string();
         let Some(lf) = layer_of(&from) else {
             unplaced.push(f.path.clone());
             continue;
         };
-        for to in f.layer_names() {
+        for to in f.names() {
             // Crate-root items (`crate::PAGE_SIZE`, re-exports) are lib.rs's.
             let Some(lt) = layer_of(&to) else { continue };
             if to != from && lt >= lf {

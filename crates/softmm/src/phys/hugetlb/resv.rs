@@ -5,7 +5,8 @@
 //!
 //! Two kinds, as in Linux:
 //!
-//! - [`HugetlbInode`], per hugetlb file, for shared mappings: the huge page
+//! - [`Regions`], in each hugetlb file's inode (`file/hugetlbfs.rs`'s
+//!   `HugetlbInode`), for shared mappings: the huge page
 //!   indices that are reserved or instantiated, so a second mapping of the
 //!   same range reserves nothing more. Released when pages leave the file
 //!   (truncate, hole punch) or the file dies.
@@ -29,61 +30,6 @@ use crate::error::Result;
 use crate::phys::PhysMem;
 use crate::sync::Mutex;
 
-/// A hugetlb file's inode state: its reserve map (the inode's `resv_map`)
-/// and its reverse map by VMA with its `i_mmap` lock. (Its faults serialize
-/// on the pool's fault mutex table, `hugetlb/lock.rs`.)
-// No `Debug`: loom's locks (under `cfg(loom)`) have none.
-#[derive(Default)]
-pub(crate) struct HugetlbInode {
-    /// Indices reserved or instantiated (Linux's `file_region` list).
-    regions: Mutex<Regions>,
-    /// The VMAs mapping the file (Linux's `i_mmap` interval tree).
-    pub(crate) vmas: super::rmap::VmaIntervalTree,
-}
-
-impl HugetlbInode {
-    /// `hugetlb_reserve_pages` for a shared mapping of indices `[from, to)`:
-    /// reserves the indices not yet covered. `ENOMEM`, with nothing
-    /// reserved, when the pool cannot promise them.
-    pub(crate) fn reserve(&self, phys: &PhysMem, from: u64, to: u64) -> Result<()> {
-        let mut regions = self.regions.lock();
-        // region_chg, then region_add once the pool promised the pages.
-        let missing = (to.saturating_sub(from)) - regions.count(from, to);
-        if missing > 0 {
-            phys.hugetlb.reserve(missing)?;
-            regions.insert(from, to);
-        }
-        Ok(())
-    }
-
-    /// `hugetlb_unreserve_pages(inode, from, to, freed)`: forgets the
-    /// indices of `[from, to)`, of which `freed` held pages (their
-    /// reservations were consumed when the pages were allocated), and gives
-    /// the rest back to the pool.
-    pub(crate) fn unreserve(&self, phys: &PhysMem, from: u64, to: u64, freed: u64) {
-        let chg = self.regions.lock().remove(from, to);
-        debug_assert!(chg >= freed, "hugetlb: {freed} pages freed from {chg} regions");
-        phys.hugetlb.unreserve(chg.saturating_sub(freed));
-    }
-
-    /// Records index `i` as instantiated without a reservation
-    /// (`vma_commit_reservation`'s `region_add` for a `MAP_NORESERVE`
-    /// fault), so removing its page later gives back nothing.
-    pub(crate) fn add(&self, i: u64) {
-        self.regions.lock().insert(i, i + 1);
-    }
-
-    /// The indices of `[from, to)` reserved or instantiated.
-    pub(crate) fn indices(&self, from: u64, to: u64) -> Vec<u64> {
-        self.regions.lock().iter(from, to).flat_map(|(s, e)| s..e).collect()
-    }
-
-    /// Whether index `i` is reserved or instantiated (`region_chg == 0`).
-    pub(crate) fn covers(&self, i: u64) -> bool {
-        self.regions.lock().count(i, i + 1) == 1
-    }
-}
-
 /// A set of huge page indices as disjoint, non-adjacent ranges `[start,
 /// end)`, keyed by start: Linux's `file_region` list, as a B-tree.
 #[derive(Default, Debug)]
@@ -91,7 +37,7 @@ pub(crate) struct Regions(BTreeMap<u64, u64>);
 
 impl Regions {
     /// The parts of `[from, to)` in the set, in order.
-    fn iter(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pub(crate) fn iter(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
         // The range starting at or below `from` may reach into it.
         let first = self.0.range(..=from).next_back().map_or(from, |(&s, _)| s);
         self.0.range(first..to).filter_map(move |(&s, &e)| {
@@ -101,13 +47,13 @@ impl Regions {
     }
 
     /// How many indices of `[from, to)` are in the set.
-    fn count(&self, from: u64, to: u64) -> u64 {
+    pub(crate) fn count(&self, from: u64, to: u64) -> u64 {
         self.iter(from, to).map(|(s, e)| e - s).sum()
     }
 
     /// Adds `[from, to)`, merging it with the ranges it overlaps or
     /// touches.
-    fn insert(&mut self, from: u64, to: u64) {
+    pub(crate) fn insert(&mut self, from: u64, to: u64) {
         if from >= to {
             return;
         }
@@ -125,7 +71,7 @@ impl Regions {
 
     /// Removes `[from, to)`, splitting the ranges it cuts; returns how many
     /// indices were in the set.
-    fn remove(&mut self, from: u64, to: u64) -> u64 {
+    pub(crate) fn remove(&mut self, from: u64, to: u64) -> u64 {
         if from >= to {
             return 0;
         }
@@ -223,7 +169,7 @@ mod tests {
     #[test]
     fn a_file_reserves_each_index_once() {
         let phys = pool(4);
-        let f = HugetlbInode::default();
+        let f = crate::file::HugetlbInode::default();
         f.reserve(&phys, 0, 2).unwrap();
         f.reserve(&phys, 1, 3).unwrap();
         assert_eq!(phys.huge_page_stats().rsvd, 3, "index 1 is not reserved twice");

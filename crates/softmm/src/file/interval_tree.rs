@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 use std::sync::Weak;
 
-use super::lock::{IMmapLock, Kind};
-use crate::file::Mapper;
+use super::Mapper;
+use crate::phys::hugetlb::lock::{IMmapLock, Kind};
 use crate::phys::PhysMem;
 use crate::sync::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
@@ -44,7 +44,7 @@ impl std::fmt::Debug for RmapVma {
 type Key = (u64, usize, u64);
 
 /// The VMAs mapping one hugetlb file, under the file's `i_mmap` lock
-/// (`hugetlb/lock.rs`): changes hold it for write, lookups for read.
+/// (`phys/hugetlb/lock.rs`): changes hold it for write, lookups for read.
 // No `Debug`: loom's locks (under `cfg(loom)`) have none.
 #[derive(Default)]
 pub(crate) struct VmaIntervalTree {

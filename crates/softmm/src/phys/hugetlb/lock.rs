@@ -12,7 +12,7 @@
 //! `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch: Linux's
 //! `__hugetlb_zap_begin`, `AddressSpace::hugetlb_zap_range`), around its
 //! unshare and its walk. No step reaches another address space's locks
-//! except `huge_pmd_share`'s try of the read reference of the VMA it links from. Truncate and hole punch hold a fault mutex
+//! except `huge_pmd_share`'s try-lock of its `mmap_lock`. Truncate and hole punch hold a fault mutex
 //! only around removing one page from the page cache, taking nothing else
 //! meanwhile, so Linux's back-off (`hugetlb_unmap_file_folio` trylocking the
 //! VMA lock under `i_mmap`) has nothing to back off from: softmm's truncate
@@ -324,96 +324,9 @@ impl HugetlbLockStats {
     }
 }
 
+// The loom models' broken switches: `sync/broken.rs`.
 #[cfg(loom)]
-pub(crate) mod broken {
-    //! Switches for the loom models only (`hugetlb/loom_tests.rs`), each
-    //! breaking one mechanism so a model can show that it catches the race
-    //! the mechanism closes.
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// Faults skip their policy's lock (`IMmapRwsem`, `VmaLock`) or
-    /// validation (`LockFree`).
-    pub(crate) static SKIP_POLICY: AtomicBool = AtomicBool::new(false);
-    /// Truncate and hole punch do not zap again a page that a fault mapped
-    /// between their first zap and the page's removal.
-    pub(crate) static SKIP_REZAP: AtomicBool = AtomicBool::new(false);
-    /// A zap of a shareable hugetlb VMA under `mmap_lock` for read
-    /// (`MADV_DONTNEED`, truncate, hole punch) takes neither the VMA lock
-    /// nor `i_mmap` for write around its walk (no `__hugetlb_zap_begin`).
-    pub(crate) static SKIP_ZAP_LOCK: AtomicBool = AtomicBool::new(false);
-
-    /// `huge_pmd_share` links nothing (set by the models once their
-    /// tables are shared). Not a broken variant: loom treats a thread
-    /// parked at a `try_read` as waiting for the lock, so a writer that
-    /// takes that `mmap_lock` and then waits for `i_mmap`, which the
-    /// sharing fault holds, is reported as a deadlock that cannot happen
-    /// (the `try_read` fails). In loom 0.7.2, `try_acquire_read_lock`
-    /// registers the thread's next operation as a read of the lock
-    /// (`branch_action`), and `post_acquire_write_lock` marks every other
-    /// thread whose next operation is on that lock blocked, a try
-    /// included; no retry loop is involved, so a `yield_now` would not
-    /// help. With it set, a fault whose table was unshared allocates a
-    /// table of its own instead of linking one again; the model with no
-    /// `mmap_lock` writer (`dontneed_vs_resharing_fault`) leaves it clear
-    /// and re-shares.
-    pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
-
-    /// `huge_pmd_share` links the table of another address space's VMA
-    /// without taking that VMA's read reference (and so without seeing it
-    /// detached): a writer there (`munmap`) may zap and free the table
-    /// while the link is made.
-    pub(crate) static SHARE_WITHOUT_VMA_REF: AtomicBool = AtomicBool::new(false);
-
-    /// Held by every model whose faults read these switches (they are
-    /// process-wide, and loom requires each model to replay the same
-    /// execution): one such model at a time.
-    #[cfg(test)]
-    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// A dying tree that shared a PMD table frees the PMD tables whose last
-    /// link it held at once, not after a grace period (`PageTables`'
-    /// drop); under loom such a table is marked freed instead
-    /// (`pgtable::table::Table::freed`) and a lock of it sets
-    /// [`USED_FREED_TABLE`].
-    pub(crate) static FREE_AT_ONCE: AtomicBool = AtomicBool::new(false);
-    /// `hugetlb_wp` and the pin's unshare take no page lock, and take their
-    /// reference on the page they copy from only after the PMD lock is gone,
-    /// from the frame number read under it: a migration (or a zap) may free
-    /// the page in between, and the copy's reference then lands on a free
-    /// page (the order before the reference came from the locked entry).
-    pub(crate) static UNLOCKED_PAGE_REF: AtomicBool = AtomicBool::new(false);
-    /// Set when a walker locked a PMD table that a dying tree had freed
-    /// (under [`FREE_AT_ONCE`]): a use after free.
-    pub(crate) static USED_FREED_TABLE: AtomicBool = AtomicBool::new(false);
-
-    pub(crate) fn free_at_once() -> bool {
-        FREE_AT_ONCE.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn share_without_vma_ref() -> bool {
-        SHARE_WITHOUT_VMA_REF.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn no_share() -> bool {
-        NO_SHARE.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn skip_policy() -> bool {
-        SKIP_POLICY.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn skip_zap_lock() -> bool {
-        SKIP_ZAP_LOCK.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn skip_rezap() -> bool {
-        SKIP_REZAP.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn unlocked_page_ref() -> bool {
-        UNLOCKED_PAGE_REF.load(Ordering::Relaxed)
-    }
-}
+pub(crate) use crate::sync::broken::hugetlb as broken;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

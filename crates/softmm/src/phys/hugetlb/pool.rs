@@ -87,7 +87,7 @@ pub(crate) struct HugePool {
     alloc_failures: AtomicU64,
     pub(crate) pmd_shares: AtomicU64,
     pub(crate) pmd_unshares: AtomicU64,
-    /// Linux's `hugetlb_fault_mutex_table` (see `hugetlb/lock.rs`).
+    /// Linux's `hugetlb_fault_mutex_table` (see `phys/hugetlb/lock.rs`).
     pub(crate) fault_mutexes: super::lock::FaultMutexTable,
     /// hugetlb lock acquisitions by kind ([`crate::HugetlbLockStats`]).
     pub(crate) locks: super::lock::LockCounters,
@@ -266,13 +266,10 @@ impl PhysMem {
         // pages are contiguous frames of it.
         let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
         // The pool is part of the physical allocator, whose clear of a free
-        // page is a `memset` (`lib.rs` on `unsafe` above `phys`).
+        // page is a `memset`.
         // SAFETY: the page's 512 frames are contiguous arena memory (checked
         // above) that nothing else maps or references: the page was free.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::ptr::write_bytes(self.frame_ptr(pfn), 0, super::HPAGE_SIZE as usize)
-        };
+        unsafe { std::ptr::write_bytes(self.frame_ptr(pfn), 0, super::HPAGE_SIZE as usize) };
         let d = self.desc(pfn);
         d.flags.store(0, Ordering::Relaxed);
         d.mapping.store(0, Ordering::Relaxed);
@@ -441,7 +438,7 @@ mod tests {
         let p = phys.alloc_huge(&Placement::new(1, None), false).unwrap();
         assert_eq!(phys.node_of(p.pfn()), 1, "the preferred node first");
         // Dirty every frame, free, take it again: zero.
-        phys.fill(p.pfn(), 0, 0xa5, crate::hugetlb::HPAGE_SIZE as usize);
+        phys.fill(p.pfn(), 0, 0xa5, crate::phys::hugetlb::HPAGE_SIZE as usize);
         let pfn = p.pfn();
         drop(p);
         let q = phys.alloc_huge(&Placement::new(1, None), false).unwrap();

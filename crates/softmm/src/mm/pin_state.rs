@@ -1,6 +1,8 @@
 //! An address space's pinning state: `write_protect_seq` (which makes
 //! gup-fast and `fork` mutually exclusive), `MMF_HAS_PINNED`, and the
-//! `pinned_vm` charge of long-term pins against `RLIMIT_MEMLOCK`.
+//! `pinned_vm` charge of long-term pins against `RLIMIT_MEMLOCK`. These
+//! are fields of Linux's `mm_struct`, so they are the core's: `fork` reads
+//! them, and the pinning calls (`crate::pin`) set them.
 //!
 //! # The memlock rule
 //!
@@ -17,8 +19,8 @@
 //! compare-exchange, so a refused pin never makes a concurrent one fail.
 //! Short-term pins (without `FOLL_LONGTERM`) charge nothing.
 
+use super::MmConfig;
 use crate::error::{Errno, Result};
-use crate::mm::MmConfig;
 use crate::sync::{AtomicBool, AtomicU64, Ordering, SeqCount};
 use crate::PAGE_SHIFT;
 

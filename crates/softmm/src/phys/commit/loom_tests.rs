@@ -1,5 +1,5 @@
-//! Loom model of the commit charge's protocol (`mm/commit.rs`,
-//! [`super::commit::CommitState`]): per-CPU counts, and the exact check of
+//! Loom model of the commit charge's protocol (`phys/commit.rs`,
+//! [`super::CommitState`]): per-CPU counts, and the exact check of
 //! `OVERCOMMIT_NEVER` under its mutex. Two address spaces' charges run
 //! `PhysMem::vm_enough_memory`, the real code, against a limit that only
 //! one of them fits under: exactly one must be refused, as with one exact
@@ -10,8 +10,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::mm::commit::broken;
-use crate::mm::{Overcommit, OvercommitMode};
+use super::{broken, Overcommit, OvercommitMode};
 use crate::phys::{PhysConfig, PhysMem};
 use crate::PAGE_SIZE;
 

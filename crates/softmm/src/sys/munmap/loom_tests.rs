@@ -1,5 +1,5 @@
 //! loom models of the unmap policies that differ from holding `mmap_lock`
-//! for write throughout (`mm/unmap.rs`): `downgrade` (zap under the read
+//! for write throughout (`sys/munmap.rs`): `downgrade` (zap under the read
 //! lock) and `lock-free` (zap under a reservation, no `mmap_lock`), each on
 //! the real [`AddressSpace::munmap`] against a concurrent fault in the range
 //! and against a concurrent `mmap(MAP_FIXED)` of part of it, on a two-page

@@ -1,0 +1,284 @@
+//! Every switch that breaks one step of a protocol, for the loom models
+//! only: a model is trusted once it is seen to fail with the step removed
+//! (each model's file names the switch it was seen to fail with). They are
+//! kept in this one place, as crossbeam-epoch keeps its loom/std choice in
+//! `mod primitive`, so that a reader finds every fault injection of the
+//! crate at once; each module is named for the protocol it breaks, and the
+//! protocol's own module imports it as `broken`, so a use site reads
+//! `broken::no_list_fence()` beside the step it skips. Outside loom builds
+//! the switches are constants `false` or absent.
+//!
+//! They depend on nothing of the crate (`std`'s atomics and thread-locals:
+//! a switch is set by the model's test thread, outside any model
+//! execution).
+
+/// The switches of the fill-owner protocol (`tlb/targets.rs`), its ranged
+/// catch-up and a CPU's switch between address spaces (`Cpu::attach`);
+/// models `tlb/loom_tests.rs`. Per OS thread: loom runs every thread of a
+/// model on its test's thread, so a switch breaks the model of the test
+/// that sets it and no other test running beside it.
+#[cfg(loom)]
+pub(crate) mod tlb {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// A locked change of a present entry does not add the owners it
+        /// swapped out to its guard's (`PteGuard::replace`): the clear does
+        /// not collect the CPUs its shootdown must ask.
+        pub(crate) static CLEAR_SKIPS_OWNERS: Cell<bool> = const { Cell::new(false) };
+        /// The TLB fill records itself with a plain store instead of a
+        /// compare-exchange against the value it read (`Leaf::set_filled`).
+        pub(crate) static FILL_STORES: Cell<bool> = const { Cell::new(false) };
+        /// A catch-up takes a request's range from its slot without
+        /// checking the slot's tag (`CpuTlbState::drop_requested`): a slot
+        /// read before its initiator stored it yields an older request's
+        /// range.
+        pub(crate) static RANGE_WITHOUT_TAG: Cell<bool> = const { Cell::new(false) };
+        /// A `Cpu` that leaves an address space or attaches to one keeps
+        /// its TLB (`Cpu::empty_tlb` does nothing): a CPU out of the
+        /// attached list, which no initiator asks, still holds entries.
+        pub(crate) static SWITCH_KEEPS_TLB: Cell<bool> = const { Cell::new(false) };
+    }
+}
+
+/// The switches of the shootdown initiator (`tlb/shootdown.rs`); models
+/// `tlb/loom_tests.rs`.
+pub(crate) mod shootdown {
+    #[cfg(loom)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A lock-free initiator loads the published CPU list without the
+    /// fence that orders its PTE changes before the load.
+    #[cfg(loom)]
+    pub(crate) static NO_LIST_FENCE: AtomicBool = AtomicBool::new(false);
+
+    #[inline(always)]
+    pub(crate) fn no_list_fence() -> bool {
+        #[cfg(loom)]
+        return NO_LIST_FENCE.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
+/// The switches of the shared barrier (`tlb/shared_barrier.rs`); models
+/// `tlb/loom_tests.rs`.
+pub(crate) mod shared_barrier {
+    #[cfg(loom)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// An initiator is content with a barrier that had already started
+    /// when it loaded `started` (waits for `done >= s`, not `s + 1`).
+    #[cfg(loom)]
+    pub(crate) static JOIN_RUNNING: AtomicBool = AtomicBool::new(false);
+
+    #[inline(always)]
+    pub(crate) fn join_running() -> bool {
+        #[cfg(loom)]
+        return JOIN_RUNNING.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
+/// The switches of the per-CPU fence mode (`tlb/fence_mode.rs`); models
+/// `tlb/loom_tests.rs`.
+pub(crate) mod fence_mode {
+    #[cfg(loom)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// An initiator whose every target fences skips the barrier and its
+    /// own fence too.
+    #[cfg(loom)]
+    pub(crate) static SKIP_WITHOUT_FENCE: AtomicBool = AtomicBool::new(false);
+
+    #[inline(always)]
+    pub(crate) fn skip_without_fence() -> bool {
+        #[cfg(loom)]
+        return SKIP_WITHOUT_FENCE.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
+/// The switches of the commit charge (`phys/commit.rs`); model
+/// `phys/commit/loom_tests.rs`.
+#[cfg(loom)]
+pub(crate) mod commit {
+    /// `OVERCOMMIT_NEVER` charges check their sum without the `never` lock.
+    pub(crate) static UNLOCKED_NEVER_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+}
+
+/// The switches of seed 000's schemes (`phys/hugetlb/lock.rs`,
+/// `fault/hugetlb.rs`, `file/hugetlbfs.rs`, the page tables' free); models
+/// `hugetlb/loom_tests.rs`, `migrate/loom_tests.rs`.
+///
+/// Switches for the loom models only (`hugetlb/loom_tests.rs`), each
+/// breaking one mechanism so a model can show that it catches the race
+/// the mechanism closes.
+#[cfg(loom)]
+pub(crate) mod hugetlb {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Faults skip their policy's lock (`IMmapRwsem`, `VmaLock`) or
+    /// validation (`LockFree`).
+    pub(crate) static SKIP_POLICY: AtomicBool = AtomicBool::new(false);
+    /// Truncate and hole punch do not zap again a page that a fault mapped
+    /// between their first zap and the page's removal.
+    pub(crate) static SKIP_REZAP: AtomicBool = AtomicBool::new(false);
+    /// A zap of a shareable hugetlb VMA under `mmap_lock` for read
+    /// (`MADV_DONTNEED`, truncate, hole punch) takes neither the VMA lock
+    /// nor `i_mmap` for write around its walk (no `__hugetlb_zap_begin`).
+    pub(crate) static SKIP_ZAP_LOCK: AtomicBool = AtomicBool::new(false);
+
+    /// `huge_pmd_share` links nothing (set by the models once their
+    /// tables are shared). Not a broken variant: loom treats a thread
+    /// parked at a `try_read` as waiting for the lock, so a writer that
+    /// takes that `mmap_lock` and then waits for `i_mmap`, which the
+    /// sharing fault holds, is reported as a deadlock that cannot happen
+    /// (the `try_read` fails). In loom 0.7.2, `try_acquire_read_lock`
+    /// registers the thread's next operation as a read of the lock
+    /// (`branch_action`), and `post_acquire_write_lock` marks every other
+    /// thread whose next operation is on that lock blocked, a try
+    /// included; no retry loop is involved, so a `yield_now` would not
+    /// help. With it set, a fault whose table was unshared allocates a
+    /// table of its own instead of linking one again; the model with no
+    /// `mmap_lock` writer (`dontneed_vs_resharing_fault`) leaves it clear
+    /// and re-shares.
+    pub(crate) static NO_SHARE: AtomicBool = AtomicBool::new(false);
+
+    /// Held by every model whose faults read these switches (they are
+    /// process-wide, and loom requires each model to replay the same
+    /// execution): one such model at a time.
+    #[cfg(test)]
+    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A dying tree that shared a PMD table frees the PMD tables whose last
+    /// link it held at once, not after a grace period (`PageTables`'
+    /// drop); under loom such a table is marked freed instead
+    /// (`pgtable::table::Table::freed`) and a lock of it sets
+    /// [`USED_FREED_TABLE`].
+    pub(crate) static FREE_AT_ONCE: AtomicBool = AtomicBool::new(false);
+    /// `hugetlb_wp` and the pin's unshare take no page lock, and take their
+    /// reference on the page they copy from only after the PMD lock is gone,
+    /// from the frame number read under it: a migration (or a zap) may free
+    /// the page in between, and the copy's reference then lands on a free
+    /// page (the order before the reference came from the locked entry).
+    pub(crate) static UNLOCKED_PAGE_REF: AtomicBool = AtomicBool::new(false);
+    /// `huge_pmd_share` links the table of another address space's VMA
+    /// without taking that VMA's read reference (and so without seeing it
+    /// detached): a writer there (`munmap`) may zap and free the table
+    /// while the link is made.
+    pub(crate) static SHARE_WITHOUT_VMA_REF: AtomicBool = AtomicBool::new(false);
+    /// Set when a walker locked a PMD table that a dying tree had freed
+    /// (under [`FREE_AT_ONCE`]): a use after free.
+    pub(crate) static USED_FREED_TABLE: AtomicBool = AtomicBool::new(false);
+
+    pub(crate) fn free_at_once() -> bool {
+        FREE_AT_ONCE.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn share_without_vma_ref() -> bool {
+        SHARE_WITHOUT_VMA_REF.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn no_share() -> bool {
+        NO_SHARE.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn skip_policy() -> bool {
+        SKIP_POLICY.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn skip_zap_lock() -> bool {
+        SKIP_ZAP_LOCK.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn skip_rezap() -> bool {
+        SKIP_REZAP.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn unlocked_page_ref() -> bool {
+        UNLOCKED_PAGE_REF.load(Ordering::Relaxed)
+    }
+}
+
+/// The switches of writeback (`Inode::writeback`, `page_mkclean`); model
+/// `host_file/loom_tests.rs`. Per OS thread: a loom model's threads all run
+/// on the thread of its test, and other tests are left alone.
+pub(crate) mod writeback {
+    #[cfg(all(test, loom))]
+    std::thread_local! {
+        /// The dirty flag is cleared after the copy instead of before the
+        /// write-protect.
+        pub(crate) static CLEAR_AFTER_COPY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// No `page_mkclean`: mappings stay writable across writeback.
+        pub(crate) static SKIP_MKCLEAN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// `page_mkclean` write-protects but does not wait for the TLB
+        /// shootdown before the copy.
+        pub(crate) static SKIP_MKCLEAN_FLUSH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn clear_after_copy() -> bool {
+        #[cfg(all(test, loom))]
+        return CLEAR_AFTER_COPY.with(|c| c.get());
+        #[cfg(not(all(test, loom)))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn skip_mkclean() -> bool {
+        #[cfg(all(test, loom))]
+        return SKIP_MKCLEAN.with(|c| c.get());
+        #[cfg(not(all(test, loom)))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn skip_mkclean_flush() -> bool {
+        #[cfg(all(test, loom))]
+        return SKIP_MKCLEAN_FLUSH.with(|c| c.get());
+        #[cfg(not(all(test, loom)))]
+        false
+    }
+}
+
+/// The switch of the PTE lock's role in a zap (`AddressSpace::zap_walk`);
+/// model `sys/loom_tests.rs`. Per OS thread: loom runs every thread of a
+/// model on its test's thread.
+#[cfg(loom)]
+pub(crate) mod pgtable {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// The zap decides on each entry from a read taken before it locks
+        /// the table, not under the PTE lock: a fault's locked commit may
+        /// land between the read and the clear, which then drops the
+        /// committed page without its reference.
+        pub(crate) static ZAP_READS_UNLOCKED: Cell<bool> = const { Cell::new(false) };
+    }
+}
+
+/// The switches of the per-VMA `madvise` (`sys/madvise.rs`); models
+/// `sys/loom_tests.rs`. Outside loom builds every switch is off.
+pub(crate) mod madvise {
+    #[cfg(loom)]
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The per-VMA path takes no read reference on the VMA it found: it
+    /// zaps under that VMA's flags whether or not a writer has replaced it.
+    #[cfg(loom)]
+    pub(crate) static NO_VMA_REF: AtomicBool = AtomicBool::new(false);
+
+    /// Held by every model that sets a switch (they are process-wide).
+    #[cfg(all(loom, test))]
+    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    pub(crate) fn no_vma_ref() -> bool {
+        #[cfg(loom)]
+        return NO_VMA_REF.load(Ordering::Relaxed);
+        #[cfg(not(loom))]
+        false
+    }
+}
