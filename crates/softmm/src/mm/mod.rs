@@ -171,6 +171,9 @@ pub struct AddressSpace {
     /// The hugetlb VMA lock and the windows whose PMD tables were shared
     /// (seed 000, `hugetlb/lock.rs`).
     pub(crate) hugetlb_lock: crate::hugetlb::lock::HugetlbVmaLock,
+    /// The emulator's write watches and dirty log (`crate::watch`), read by
+    /// the TLB fill.
+    pub(crate) watches: crate::watch::Watches,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -258,6 +261,7 @@ impl AddressSpace {
             mempolicy: Atomic::null(),
             unreachable: Default::default(),
             hugetlb_lock: Default::default(),
+            watches: crate::watch::Watches::new(),
         }))
     }
 

@@ -29,5 +29,6 @@ mod move_pages;
 mod mprotect;
 mod mremap;
 mod msync;
+mod watch;
 
 pub use maps::MapEntry;

@@ -185,7 +185,7 @@ fn the_synchronization_primitives_depend_on_nothing_above_them() {
 const LAYERS: &[&[&str]] = &[
     &["error", "uapi", "sync", "access"],
     &["phys"],
-    &["hugetlb:pool", "tlb", "mempolicy"],
+    &["hugetlb:pool", "tlb", "mempolicy", "watch"],
     &["pgtable", "host_file"],
     &["rmap"],
     &["file"],
