@@ -306,3 +306,126 @@ fn watch_calls_refuse_bad_ranges_and_change_nothing() {
     drop((cpu, mm));
     assert_no_leaks(&phys);
 }
+
+/// The emulator's translation cache: one translated code page, shared by
+/// its guest threads (as QEMU's TB cache is).
+#[derive(Default)]
+struct TranslationCache {
+    /// The page and its instruction words, while valid.
+    page: Option<(u64, Vec<u32>)>,
+    translations: u32,
+}
+
+/// `op | rd << 8 | imm16 << 16` of the toy ISA's `LI r5, imm`, the one
+/// instruction the runner executes.
+const fn li_r5(imm: u16) -> u32 {
+    1 | 5 << 8 | (imm as u32) << 16
+}
+
+/// Runs the instruction at `pc` (a `LI r5, imm`) from the translation
+/// cache, translating its page if needed: the watch is armed before the
+/// page is read, so a store after the read is reported, and one before it
+/// is in what was read. Returns `r5`.
+fn run_translated(mm: &AddressSpace, cpu: &mut Cpu, cache: &std::sync::Mutex<TranslationCache>, pc: u64) -> u16 {
+    let page = pc & !(PAGE - 1);
+    let mut c = cache.lock().unwrap();
+    if c.page.as_ref().map(|(p, _)| *p) != Some(page) {
+        mm.write_watch(page, PAGE, WatchMode::Notify).unwrap();
+        let mut bytes = vec![0; PAGE as usize];
+        cpu.fetch(page, &mut bytes).unwrap();
+        c.page = Some((page, bytes.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect()));
+        c.translations += 1;
+    }
+    let (_, insn) = c.page.as_ref().unwrap();
+    (insn[((pc - page) / 4) as usize] >> 16) as u16
+}
+
+/// A store by the guest: a write-watch event drops the translation of the
+/// page, unwatches it and retries the store, as the emulator's loop does.
+/// Returns the number of events.
+fn guest_store(mm: &AddressSpace, cpu: &mut Cpu, cache: &std::sync::Mutex<TranslationCache>, at: u64, v: u32) -> u32 {
+    let mut events = 0;
+    loop {
+        match cpu.write_u32(at, v) {
+            Ok(()) => return events,
+            Err(Fault::WriteWatch { addr }) => {
+                events += 1;
+                let page = addr & !(PAGE - 1);
+                let mut c = cache.lock().unwrap();
+                if c.page.as_ref().is_some_and(|(p, _)| *p == page) {
+                    c.page = None;
+                }
+                mm.write_unwatch(page, PAGE, WatchMode::Notify).unwrap();
+            }
+            Err(f) => panic!("guest fault {f:?}"),
+        }
+    }
+}
+
+/// An emulator with two guest threads: a runner executes code from a
+/// translation cache (its page watched for notify), a writer stores to
+/// data pages and then rewrites the runner's code. Meanwhile the main
+/// thread munmaps and maps again a logged scratch range and forks. The
+/// runner's next run after the rewrite executes the new code (the event
+/// dropped the translation), and the dirty log of the whole range is
+/// exactly the pages the writer stored to (a model), the code page among
+/// them, the scratch range not.
+#[test]
+fn an_emulator_sees_its_guest_rewrite_code_and_logs_exactly_the_pages_written() {
+    const DATA: u64 = 64;
+    const SCRATCH: u64 = 8;
+    let (phys, mm) = setup();
+    // [code | data pages | scratch pages], all logged.
+    let pages = 1 + DATA + SCRATCH;
+    let code = mm.mmap(0, pages * PAGE, RWX, ANON, None, 0).unwrap();
+    let (data, scratch) = (code + PAGE, code + (1 + DATA) * PAGE);
+    let mut loader = Cpu::attached(&mm);
+    loader.write_u32(code, li_r5(1)).unwrap();
+    mm.write_watch(code, pages * PAGE, WatchMode::Log).unwrap();
+    let cache = std::sync::Mutex::new(TranslationCache::default());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (mm_ref, cache, done) = (&mm, &cache, &done);
+    let (model, events, runs, last) = std::thread::scope(|s| {
+        let runner = s.spawn(move || {
+            let mut cpu = Cpu::attached(mm_ref);
+            let mut runs = 0u64;
+            while !done.load(Ordering::Acquire) {
+                assert!(matches!(run_translated(mm_ref, &mut cpu, cache, code), 1 | 2));
+                runs += 1;
+            }
+            // After the writer is done: the code it wrote.
+            (runs, run_translated(mm_ref, &mut cpu, cache, code))
+        });
+        let writer = s.spawn(move || {
+            let mut cpu = Cpu::attached(mm_ref);
+            let mut model = std::collections::BTreeSet::new();
+            let mut seed = 7u64;
+            for i in 0..2000u32 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let page = (seed >> 33) % DATA;
+                model.insert(1 + page);
+                cpu.write_u32(data + page * PAGE + 4 * (i as u64 % 1000), i).unwrap();
+            }
+            let events = guest_store(mm_ref, &mut cpu, cache, code, li_r5(2));
+            model.insert(0);
+            (model, events)
+        });
+        for _ in 0..20 {
+            mm_ref.munmap(scratch, SCRATCH * PAGE).unwrap();
+            assert_eq!(mm_ref.mmap(scratch, SCRATCH * PAGE, RWX, ANON | MAP_FIXED, None, 0), Ok(scratch));
+            let child = mm_ref.fork().unwrap();
+            assert_eq!(child.write_watched_pages(), 0);
+        }
+        let (model, events) = writer.join().unwrap();
+        done.store(true, Ordering::Release);
+        let (runs, last) = runner.join().unwrap();
+        (model, events, runs, last)
+    });
+    assert_eq!(last, 2, "the runner executed a stale translation ({runs} runs before)");
+    // The writer's store met the watch at least once, unless the runner
+    // had not translated the page yet (then its store was not watched).
+    assert!(events >= 1 || cache.lock().unwrap().translations == 1, "{events} events");
+    assert_eq!(dirty(&mm, code, pages, true), model.into_iter().collect::<Vec<_>>());
+    drop((loader, mm));
+    assert_no_leaks(&phys);
+}
