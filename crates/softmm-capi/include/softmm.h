@@ -98,6 +98,8 @@
 // `softmm_mm_get_dirty_log`.
 #define SOFTMM_WATCH_LOG 2
 
+
+
 // `softmm_fault.code` when `signo` is 0 (an embedder's event, not a guest
 // signal): a store to a page watched with [`SOFTMM_WATCH_NOTIFY`], not
 // made; `addr` is the store's first byte in the watched page.
@@ -1418,7 +1420,8 @@ int32_t softmm_phys_get_node_stats(const struct softmm_phys *phys,
 // a write needs (the guest's `SIGSEGV` first) and before the store:
 // unwatch (or not) and retry it. `0`; `-EINVAL` for a `NULL` handle, a
 // bad `mode`, an `addr` not page aligned, or a range past the user
-// address space.
+// address space; `-ENOMEM` past `SOFTMM_MAX_WATCHED_PAGES` watched pages.
+// A failed call changes nothing.
 //
 // # Safety
 //

@@ -15,6 +15,9 @@ pub const SOFTMM_WATCH_NOTIFY: u32 = 1;
 /// `softmm_mm_get_dirty_log`.
 pub const SOFTMM_WATCH_LOG: u32 = 2;
 
+/// The most pages an address space may watch at once.
+pub const SOFTMM_MAX_WATCHED_PAGES: u64 = softmm::MAX_WATCHED_PAGES;
+
 /// `softmm_fault.code` when `signo` is 0 (an embedder's event, not a guest
 /// signal): a store to a page watched with [`SOFTMM_WATCH_NOTIFY`], not
 /// made; `addr` is the store's first byte in the watched page.
@@ -42,7 +45,8 @@ fn modes(mode: u32) -> Option<Vec<WatchMode>> {
 /// a write needs (the guest's `SIGSEGV` first) and before the store:
 /// unwatch (or not) and retry it. `0`; `-EINVAL` for a `NULL` handle, a
 /// bad `mode`, an `addr` not page aligned, or a range past the user
-/// address space.
+/// address space; `-ENOMEM` past `SOFTMM_MAX_WATCHED_PAGES` watched pages.
+/// A failed call changes nothing.
 ///
 /// # Safety
 ///
@@ -55,7 +59,8 @@ pub unsafe extern "C" fn softmm_mm_write_watch(mm: *const softmm_mm, addr: u64, 
         let Some(modes) = modes(mode) else { return -libc::EINVAL };
         for m in modes {
             if let Err(e) = mm.write_watch(addr, len, m) {
-                // The range is checked first: the first mode fails alone.
+                // Only the first mode can fail: the second finds the
+                // range checked and its pages counted.
                 return neg(e);
             }
         }

@@ -104,7 +104,7 @@ pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
-pub use watch::WatchMode;
+pub use watch::{WatchMode, MAX_WATCHED_PAGES};
 // hugetlb (seed 000).
 pub use hugetlb::HugePageStats;
 pub use hugetlb::HugetlbLockStats;

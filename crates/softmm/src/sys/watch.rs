@@ -31,8 +31,10 @@ impl AddressSpace {
     /// made, and marks its page for [`AddressSpace::dirty_log`].
     ///
     /// `EINVAL` for an `addr` not page aligned or a range past the user
-    /// address space (`task_size`); `len` is rounded up to pages, and 0
-    /// does nothing.
+    /// address space (`task_size`); `ENOMEM` if more than
+    /// [`crate::MAX_WATCHED_PAGES`] pages would be watched. `len` is
+    /// rounded up to pages, and 0 does nothing. A failed call changes
+    /// nothing.
     ///
     /// ```
     /// use softmm::{uapi::*, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, WatchMode};
@@ -53,7 +55,7 @@ impl AddressSpace {
     pub fn write_watch(&self, addr: u64, len: u64, mode: WatchMode) -> Result<()> {
         let _q = QuiescentGuard::enter();
         let Some((first, end)) = self.watch_range(addr, len)? else { return Ok(()) };
-        self.watches.watch(first, end, mode);
+        self.watches.watch(first, end, mode)?;
         if crate::watch::broken::ARM_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get) {
             return Ok(());
         }

@@ -54,8 +54,15 @@ mod loom_tests;
 
 use std::collections::BTreeMap;
 
+use crate::error::{Errno, Result};
 use crate::sync::{AtomicU32, AtomicUsize, Ordering, RwLock};
 use crate::PAGE_SIZE;
+
+/// The most pages an address space may watch at once (16 GiB of guest
+/// memory; a page's state costs a map entry, some 30 bytes): the bound
+/// that keeps a watch of a huge range from exhausting host memory, or
+/// holding the lock long.
+pub const MAX_WATCHED_PAGES: u64 = 1 << 22;
 
 /// How a page is watched (`AddressSpace::write_watch`). A page may have
 /// both; each is set and cleared on its own.
@@ -170,8 +177,15 @@ impl Watches {
 
     /// Adds `mode` to the pages `[first, end)` (page numbers). The caller
     /// shoots the range down before it returns to its own caller.
-    pub(crate) fn watch(&self, first: u64, end: u64, mode: WatchMode) {
+    /// `ENOMEM`, with nothing changed, if more than [`MAX_WATCHED_PAGES`]
+    /// pages would be watched.
+    pub(crate) fn watch(&self, first: u64, end: u64, mode: WatchMode) -> Result<()> {
         let mut map = self.map.write();
+        let watched_here = map.range(first..end).count() as u64;
+        let new = end - first - watched_here;
+        if self.pages.load(Ordering::Relaxed) as u64 + new > MAX_WATCHED_PAGES {
+            return Err(Errno::NoMem);
+        }
         let mut added = 0;
         for page in first..end {
             map.entry(page)
@@ -184,6 +198,7 @@ impl Watches {
         // Under the write lock, before the shootdown: a fill that sees the
         // count sees the entries (`none`'s Acquire, and the read lock).
         self.pages.fetch_add(added, Ordering::Release);
+        Ok(())
     }
 
     /// Removes `mode` from the pages `[first, end)`, and their dirty bits

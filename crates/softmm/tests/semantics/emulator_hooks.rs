@@ -294,6 +294,15 @@ fn watch_calls_refuse_bad_ranges_and_change_nothing() {
         assert_eq!(mm.dirty_log(addr, len, &mut [0; 4], false), Err(Errno::Inval));
     }
     assert_eq!(mm.write_watched_pages(), 0);
+    // Past the bound on watched pages: ENOMEM, nothing watched (the whole
+    // user address space would be 2^35 pages).
+    assert_eq!(mm.write_watch(0, task, WatchMode::Log), Err(Errno::NoMem));
+    mm.write_watch(a, PAGE, WatchMode::Log).unwrap();
+    let over = softmm::MAX_WATCHED_PAGES * PAGE;
+    assert_eq!(mm.write_watch(0x10000, over, WatchMode::Notify), Err(Errno::NoMem));
+    assert_eq!(mm.write_watched_pages(), 1);
+    mm.write_unwatch(0, task, WatchMode::Log).unwrap();
+    assert_eq!(mm.write_watched_pages(), 0);
     mm.write_watch(a, 0, WatchMode::Notify).unwrap();
     mm.write_watch(task - PAGE, 1, WatchMode::Log).unwrap();
     assert_eq!(mm.write_watched_pages(), 1);
