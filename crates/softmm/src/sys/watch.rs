@@ -113,7 +113,9 @@ impl AddressSpace {
         if (bits.len() as u64) < words {
             return Err(Errno::Inval);
         }
-        if self.watches.dirty_log(first, end, &mut bits[..words as usize], clear) {
+        if self.watches.dirty_log(first, end, &mut bits[..words as usize], clear)
+            && !crate::watch::broken::CLEAR_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get)
+        {
             self.flush_tlb_owners(&CpuSet::all(), FlushRange::new(first * PAGE_SIZE, end * PAGE_SIZE));
         }
         Ok(())

@@ -65,6 +65,46 @@ fn a_store_cached_before_the_arm_does_not_land_after_it() -> Result<(), String> 
     }
 }
 
+/// The clear of the dirty log on the real code: a page is logged and
+/// dirty, and a `Cpu` on another thread stores to it twice, the first
+/// store filling its TLB with the page writable (its mark is set), the
+/// second in a section that then reads `cleared`; meanwhile the main
+/// thread reads and clears the log with the real `dirty_log`, then sets
+/// `cleared`. A store made in a section that sees `cleared` set must be
+/// in the next log: the clear's shootdown must have dropped the writable
+/// entry, so that the store missed and marked the page again.
+fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    mm.write_watch(a, PAGE_SIZE, super::WatchMode::Log).unwrap();
+    let cleared = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (mm, cleared) = (mm.clone(), cleared.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u8(a, 1).unwrap();
+            let mut s = cpu.section();
+            let late = s.write_u8(a, 2).map(|()| cleared.load(Ordering::Acquire));
+            drop(s);
+            late
+        })
+    };
+    let mut bits = [0];
+    mm.dirty_log(a, PAGE_SIZE, &mut bits, true).unwrap();
+    cleared.store(true, Ordering::Release);
+    let late = t.join().unwrap();
+    mm.dirty_log(a, PAGE_SIZE, &mut bits, false).unwrap();
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    match late {
+        Ok(true) if bits[0] == 0 => Err("a store after the clear returned is in no log".into()),
+        Ok(_) => Ok(()),
+        Err(f) => Err(format!("second store: {f:?}")),
+    }
+}
+
 /// Runs `model` intact, where no execution may go wrong, then with
 /// `switch` set, where one must (as `tlb::loom_tests::check_broken_local`).
 fn check_broken_local(
@@ -102,4 +142,13 @@ fn check_broken_local(
 #[test]
 fn a_watch_armed_while_another_cpu_holds_the_page_writable_takes_effect_before_the_call_returns() {
     check_broken_local(a_store_cached_before_the_arm_does_not_land_after_it, &super::broken::ARM_WITHOUT_SHOOTDOWN);
+}
+
+/// The model, and its variant where `dirty_log` clears without its
+/// shootdown (`broken::CLEAR_WITHOUT_SHOOTDOWN`): the other CPU's writable
+/// entry survives, and its second store, made after the call returned,
+/// marks nothing.
+#[test]
+fn a_store_after_the_dirty_log_is_cleared_marks_the_page_again() {
+    check_broken_local(a_store_after_a_clear_is_in_the_next_log, &super::broken::CLEAR_WITHOUT_SHOOTDOWN);
 }

@@ -45,7 +45,8 @@
 //!   range down. A store through an entry cached before the clear lands
 //!   before the call returns (the shootdown waits for it), so a copy of
 //!   the page made after the call sees it; the next store misses and marks
-//!   the page again.
+//!   the page again (`loom_tests.rs`, with
+//!   `broken::CLEAR_WITHOUT_SHOOTDOWN`).
 //!
 //! With no watch at all, the fill's one extra step is a load of a count.
 
@@ -257,5 +258,7 @@ pub(crate) mod broken {
     std::thread_local! {
         /// `write_watch` returns without shooting the range down.
         pub(crate) static ARM_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
+        /// `dirty_log` clears the marks without shooting the range down.
+        pub(crate) static CLEAR_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
     }
 }
