@@ -5,9 +5,14 @@
  * CPU, one access section per basic block, and guest faults become guest
  * signals: a store into the text page
  * and a load from a hole are skipped like a SIGSEGV handler would, a jump
- * into the data page stops the guest. Then the guest forks (copy on
- * write), prints its regions and counters, and everything is freed with
- * no leak.
+ * into the data page stops the guest. Then a second guest runs through a
+ * translation cache: the emulator decodes a code page once, watches it
+ * for stores (softmm_mm_write_watch, notify mode: the guest's own
+ * protections are unchanged), and when the guest rewrites its own code
+ * the store comes back as an event, the translation is dropped and the
+ * store retried; a dirty log (log mode) names the pages the guest wrote,
+ * which are copied as a snapshot. Then the guest forks (copy on write),
+ * prints its regions and counters, and everything is freed with no leak.
  *
  * Build: cc -I include examples/emulator.c libsoftmm_capi.a -lpthread -ldl -lm
  * (crates/softmm-capi/tests/c.rs builds and runs it in the test suite.)
@@ -82,6 +87,64 @@ static int run(struct vcpu *v, softmm_fault *f) {
     return rc;
 }
 
+/* A translation cache of one page: its instructions decoded once, valid
+ * until the guest stores to the page (a write-watch event). */
+struct tcache {
+    uint64_t page; /* 0: empty */
+    uint32_t insn[1024];
+    unsigned translations;
+};
+
+/* Runs from the translation cache until HALT (0) or a guest fault
+ * (SOFTMM_FAULTED). A store to a translated page returns an event (signo
+ * 0, SOFTMM_EVENT_WRITE_WATCH) before it is made: the translation is
+ * dropped, the page unwatched, and the store retried. */
+static int run_translated(softmm_mm *mm, struct vcpu *v, struct tcache *tc, softmm_fault *f) {
+    for (;;) {
+        uint64_t page = v->pc & ~4095ull;
+        if (tc->page != page) {
+            int rc = softmm_cpu_fetch(v->cpu, page, tc->insn, sizeof tc->insn, f);
+            if (rc != 0)
+                return rc;
+            CHECK(softmm_mm_write_watch(mm, page, 4096, SOFTMM_WATCH_NOTIFY));
+            tc->page = page;
+            tc->translations++;
+        }
+        uint32_t insn = tc->insn[(v->pc & 4095) / 4];
+        unsigned op = insn & 0xff, rd = insn >> 8 & 15, rs = insn >> 12 & 15;
+        int64_t imm = (int16_t)(insn >> 16);
+        int rc = 0;
+        switch (op) {
+        case HALT: return 0;
+        case LI: v->r[rd] = (uint64_t)imm; break;
+        case LD: rc = softmm_cpu_read_uint(v->cpu, v->r[rs], 8, &v->r[rd], f); break;
+        case ST: rc = softmm_cpu_write_uint(v->cpu, v->r[rd], 8, v->r[rs], f); break;
+        case ADD: v->r[rd] += v->r[rs]; break;
+        case ADDI: v->r[rd] += (uint64_t)imm; break;
+        case BNZ: if (v->r[rd] != 0) v->pc += (uint64_t)(imm * 4) - 4; break;
+        case JR: v->pc = v->r[rd] - 4; break;
+        default: fprintf(stderr, "illegal instruction %#x\n", insn); exit(1);
+        }
+        while (rc == SOFTMM_FAULTED && f->signo == 0 && f->code == SOFTMM_EVENT_WRITE_WATCH) {
+            uint64_t written = f->addr & ~4095ull;
+            printf("self-modifying code: store of %u bytes at %#llx, translation of %#llx dropped\n", f->size,
+                   (unsigned long long)f->addr, (unsigned long long)written);
+            if (tc->page == written)
+                tc->page = 0;
+            CHECK(softmm_mm_write_unwatch(mm, written, 4096, SOFTMM_WATCH_NOTIFY));
+            /* Retry the store now, before anything is translated again. */
+            rc = softmm_cpu_write_uint(v->cpu, v->r[rd], 8, v->r[rs], f);
+        }
+        if (rc != 0)
+            return rc;
+        v->pc += 4;
+    }
+}
+
+static const char *access_name(const softmm_fault *f) {
+    return f->access == SOFTMM_ACCESS_WRITE ? "write" : f->access == SOFTMM_ACCESS_FETCH ? "fetch" : "read";
+}
+
 static const char *code_name(const softmm_fault *f) {
     if (f->signo == SIGSEGV)
         return f->code == 1 ? "SEGV_MAPERR" : f->code == 2 ? "SEGV_ACCERR" : "SI_KERNEL";
@@ -134,8 +197,8 @@ int main(void) {
             printf("guest halted\n");
             break;
         }
-        printf("guest signal %d %s at %#llx, pc %#llx\n", f.signo, code_name(&f), (unsigned long long)f.addr,
-               (unsigned long long)v.pc);
+        printf("guest signal %d %s at %#llx, pc %#llx, %s of %u bytes\n", f.signo, code_name(&f),
+               (unsigned long long)f.addr, (unsigned long long)v.pc, access_name(&f), f.size);
         if (f.addr == v.pc) {
             printf("guest killed: fetch from a non-executable page\n");
             break;
@@ -146,6 +209,51 @@ int main(void) {
     uint64_t sum;
     CHECK(softmm_cpu_read_uint(v.cpu, (uint64_t)data, 8, &sum, &f));
     printf("sum = %llu\n", (unsigned long long)sum);
+
+    /* Self-modifying code, and a dirty-page snapshot. Three pages, rwx:
+     * code, then the new code as data, then data. The guest stores a
+     * value to page 2, loads the new code from page 1, writes it over
+     * its own code at page 0 + 16, and jumps there: the new code (LI r5,
+     * 7; HALT) must run, not the stale translation (LI r5, 99). */
+    const uint32_t smc[] = {
+        INSN(ST, 6, 3, 0),   /* [r6] = r3 (page 2) */
+        INSN(LD, 4, 1, 0),   /* r4 = the new code */
+        INSN(ST, 2, 4, 0),   /* [r2] = r4: over instructions 4 and 5 */
+        INSN(JR, 2, 0, 0),   /* jump to them */
+        INSN(LI, 5, 0, 99),  /* replaced by LI r5, 7 */
+        INSN(HALT, 0, 0, 0), /* replaced by HALT */
+    };
+    const uint32_t patch[] = {INSN(LI, 5, 0, 7), INSN(HALT, 0, 0, 0)};
+    long long g = softmm_mmap(mm, 0, 3 * 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, NULL, 0);
+    CHECK(g);
+    if (softmm_cpu_write(v.cpu, (uint64_t)g, smc, sizeof smc, &f) != 0 ||
+        softmm_cpu_write(v.cpu, (uint64_t)g + 4096, patch, sizeof patch, &f) != 0)
+        return 1;
+    /* Log the three pages from here on: the loader's stores are before. */
+    uint64_t log;
+    CHECK(softmm_mm_write_watch(mm, (uint64_t)g, 3 * 4096, SOFTMM_WATCH_LOG));
+    struct tcache tc = {0};
+    struct vcpu v2 = {.cpu = v.cpu, .pc = (uint64_t)g};
+    v2.r[1] = (uint64_t)g + 4096;
+    v2.r[2] = (uint64_t)g + 16;
+    v2.r[3] = 42;
+    v2.r[6] = (uint64_t)g + 2 * 4096;
+    CHECK(run_translated(mm, &v2, &tc, &f));
+    printf("smc: r5 = %llu after %u translations\n", (unsigned long long)v2.r[5], tc.translations);
+    CHECK(softmm_mm_get_dirty_log(mm, (uint64_t)g, 3 * 4096, &log, 1, 1));
+    printf("dirty pages:");
+    unsigned char snapshot[3][4096];
+    unsigned copied = 0;
+    for (unsigned i = 0; i < 3; i++) {
+        if (!(log >> i & 1))
+            continue;
+        printf(" %u", i);
+        /* Copied after the call: a store under way has landed. */
+        CHECK(softmm_cpu_read(v.cpu, (uint64_t)g + i * 4096ull, snapshot[copied++], 4096, &f));
+    }
+    printf("\nsnapshot: %u pages, page 2 holds %u\n", copied, snapshot[copied - 1][0]);
+    CHECK(softmm_mm_write_unwatch(mm, (uint64_t)g, 3 * 4096, SOFTMM_WATCH_NOTIFY | SOFTMM_WATCH_LOG));
+    CHECK(softmm_munmap(mm, (uint64_t)g, 3 * 4096));
 
     /* fork: the child's CPU (a second one on this thread) writes its copy. */
     softmm_mm *child;

@@ -60,14 +60,23 @@
 // argument.
 #define SOFTMM_FAULTED 1
 
+// `softmm_fault.access` of a load.
+#define SOFTMM_ACCESS_READ 1
+
+// `softmm_fault.access` of a store (an atomic read-modify-write is one).
+#define SOFTMM_ACCESS_WRITE 2
+
+// `softmm_fault.access` of an instruction fetch.
+#define SOFTMM_ACCESS_FETCH 4
+
 // The major version of the header (`softmm_version` gives the library's).
 #define SOFTMM_VERSION_MAJOR 0
 
 // The minor version of the header.
-#define SOFTMM_VERSION_MINOR 1
+#define SOFTMM_VERSION_MINOR 2
 
 // The patch version of the header.
-#define SOFTMM_VERSION_PATCH 2
+#define SOFTMM_VERSION_PATCH 0
 
 // `FOLL_WRITE`: the device will write: COW is broken first and the
 // mapping must be writable.
@@ -79,6 +88,22 @@
 
 // Bytes of [`softmm_region::name`], its terminating NUL included.
 #define SOFTMM_REGION_NAME_MAX 256
+
+// `softmm_mm_write_watch` mode: a store to a watched page is not made;
+// the access returns `SOFTMM_FAULTED` with a `softmm_fault` of `signo` 0
+// and `code` [`SOFTMM_EVENT_WRITE_WATCH`].
+#define SOFTMM_WATCH_NOTIFY 1
+
+// `softmm_mm_write_watch` mode: a store is made and marks its page for
+// `softmm_mm_get_dirty_log`.
+#define SOFTMM_WATCH_LOG 2
+
+
+
+// `softmm_fault.code` when `signo` is 0 (an embedder's event, not a guest
+// signal): a store to a page watched with [`SOFTMM_WATCH_NOTIFY`], not
+// made; `addr` is the store's first byte in the watched page.
+#define SOFTMM_EVENT_WRITE_WATCH 1
 
 // An atomic read-modify-write operation for `softmm_cpu_atomic_rmw`.
 typedef enum softmm_atomic_op {
@@ -236,7 +261,12 @@ typedef struct softmm_mm_config {
   const char *placement_policy;
 } softmm_mm_config;
 
-// A guest fault: the signal Linux would deliver for the access.
+// A guest fault: the signal Linux would deliver for the access (or, with
+// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`]), and what
+// the access was (the page-fault error code's kind, and the access's
+// extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
+// soname: a program built against 0.1's 16-byte struct keeps 0.1's
+// library).
 typedef struct softmm_fault {
   // `SIGSEGV`, `SIGBUS`, or `SIGKILL` (out of memory).
   int32_t signo;
@@ -246,6 +276,13 @@ typedef struct softmm_fault {
   int32_t code;
   // The faulting guest address (`si_addr`; 0 for `SI_KERNEL`).
   uint64_t addr;
+  // `SOFTMM_ACCESS_READ`, `_WRITE` or `_FETCH`.
+  uint32_t access;
+  // The access's size in bytes: the scalar's width, the copy's length.
+  uint32_t size;
+  // The access's first byte (`addr` is the byte that faulted: for an
+  // access across a page boundary, possibly in the second page).
+  uint64_t access_addr;
 } softmm_fault;
 
 // What an arena holds, after pending frees have run (leak checks: all
@@ -1413,6 +1450,66 @@ int32_t softmm_phys_get_meminfo(const struct softmm_phys *phys, struct softmm_me
 int32_t softmm_phys_get_node_stats(const struct softmm_phys *phys,
                                    uint32_t node,
                                    struct softmm_node_stats *out);
+
+// Watches the stores to the pages of `[addr, addr + len)` in `mode`
+// (`SOFTMM_WATCH_NOTIFY`, `SOFTMM_WATCH_LOG`, or both), whatever is
+// mapped there now or later, without changing what the guest sees (its
+// mappings, `mprotect` results and faults). In force for every CPU when
+// the call returns. A notify store is reported after the fault handling
+// a write needs (the guest's `SIGSEGV` first) and before the store:
+// unwatch (or not) and retry it. `0`; `-EINVAL` for a `NULL` handle, a
+// bad `mode`, an `addr` not page aligned, or a range past the user
+// address space; `-ENOMEM` past `SOFTMM_MAX_WATCHED_PAGES` watched pages.
+// A failed call changes nothing.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mm_write_watch(const struct softmm_mm *mm,
+                              uint64_t addr,
+                              uint64_t len,
+                              uint32_t mode);
+
+// Removes `mode` from the watches of `[addr, addr + len)` (removing
+// `SOFTMM_WATCH_LOG` drops the pages' dirty bits). Errors as
+// [`softmm_mm_write_watch`].
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mm_write_unwatch(const struct softmm_mm *mm,
+                                uint64_t addr,
+                                uint64_t len,
+                                uint32_t mode);
+
+// The dirty log of `[addr, addr + len)` into `bits` (`nwords` words):
+// bit `i % 64` of `bits[i / 64]` is set if page `i` of the range is
+// logged and was stored to since its log was last cleared; the rest of
+// the range's bits are cleared. With `clear` non-zero, the marks are
+// cleared and the next store to each page marks it again. Copy the pages
+// after the call (a store under way lands before it returns). `0`;
+// `-EINVAL` for a `NULL` handle, an `addr` not page aligned, a range past
+// the user address space, or fewer than `ceil(pages / 64)` words;
+// `-EFAULT` for a `NULL` `bits` with a non-empty range.
+//
+// # Safety
+//
+// `mm` is null or a live handle; `bits` is valid for `nwords` words of
+// writes.
+int32_t softmm_mm_get_dirty_log(const struct softmm_mm *mm,
+                                uint64_t addr,
+                                uint64_t len,
+                                uint64_t *bits,
+                                size_t nwords,
+                                int32_t clear);
+
+// Number of pages under a write watch, in either mode; `-EINVAL` for a
+// `NULL` handle.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int64_t softmm_mm_write_watched_pages(const struct softmm_mm *mm);
 
 #ifdef __cplusplus
 }  // extern "C"

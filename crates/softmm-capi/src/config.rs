@@ -106,7 +106,7 @@ pub struct softmm_mm_config {
     /// Nonzero: the process has `CAP_SYS_NICE` (`MPOL_MF_MOVE_ALL`, moving
     /// shared pages; default 0).
     pub cap_sys_nice: i32,
-    // Added in 0.1.2: a struct from an older header has the defaults.
+    // Added in 0.2.0: a struct from an older header has the defaults.
     /// Which CPUs a shootdown asks: "broadcast", "fill-owners" or
     /// "fill-owners-ranges"; `NULL` for the default.
     pub shootdown_targets: *const c_char,
@@ -384,7 +384,7 @@ mod tests {
         assert!(unsafe { mm_config(&c) }.is_none());
     }
 
-    /// A struct from a 0.1.1 header (without the fields of 0.1.2) reads
+    /// A struct from a 0.1.1 header (without the fields of 0.2.0) reads
     /// the new fields as the defaults.
     #[test]
     fn a_config_of_the_previous_header_takes_the_new_defaults() {

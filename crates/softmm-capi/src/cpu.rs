@@ -303,7 +303,11 @@ unsafe fn access(cpu: *mut softmm_cpu, fault: *mut softmm_fault, f: impl FnOnce(
         // SAFETY: null or live (the caller's contract).
         match unsafe { running(cpu) } {
             // SAFETY: null or valid (the caller's contract).
-            Ok(c) => unsafe { access_result(f(c), fault) },
+            Ok(c) => {
+                let r = f(c);
+                // SAFETY: null or valid (the caller's contract).
+                unsafe { access_result(r, c.last_fault(), fault) }
+            }
             Err(e) => e,
         }
     })

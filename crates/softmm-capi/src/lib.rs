@@ -20,7 +20,10 @@
 //!   [`SOFTMM_FAULTED`] and, if `fault` is not `NULL`, fills it with the
 //!   signal Linux would deliver ([`softmm_fault`]: `SIGSEGV` with
 //!   `SEGV_MAPERR`/`SEGV_ACCERR`, `SIGBUS` with `BUS_ADRERR`/`BUS_ADRALN`,
-//!   `SIGKILL` for out of memory).
+//!   `SIGKILL` for out of memory), with the access's kind, first byte and
+//!   size; `signo` 0 is the embedder's own event, a store stopped by a
+//!   write watch ([`softmm_mm_write_watch`], `code`
+//!   [`SOFTMM_EVENT_WRITE_WATCH`]).
 //! * **Configuration**: `softmm_phys_new`/`softmm_mm_new` take the
 //!   defaults; [`softmm_phys_new_config`]/[`softmm_mm_new_config`] take a
 //!   struct filled by its `*_default` function first (which sets its
@@ -73,6 +76,7 @@ mod section;
 mod settings;
 mod sized;
 mod stats;
+mod watch;
 
 /// `docs/embedding.md`: its Rust examples run as this crate's doctests,
 /// its C ones (those with a `main`) are built and run by `tests/c.rs`.
@@ -93,17 +97,30 @@ pub use remote::*;
 pub use section::*;
 pub use settings::*;
 pub use stats::*;
+pub use watch::*;
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use softmm::{Errno, Fault};
+use softmm::{Access, Errno, Fault, FaultInfo};
 
 /// Returned by a guest access that faulted; the fault is in its `fault`
 /// argument.
 pub const SOFTMM_FAULTED: i32 = 1;
 
-/// A guest fault: the signal Linux would deliver for the access.
+/// `softmm_fault.access` of a load.
+pub const SOFTMM_ACCESS_READ: u32 = 1;
+/// `softmm_fault.access` of a store (an atomic read-modify-write is one).
+pub const SOFTMM_ACCESS_WRITE: u32 = 2;
+/// `softmm_fault.access` of an instruction fetch.
+pub const SOFTMM_ACCESS_FETCH: u32 = 4;
+
+/// A guest fault: the signal Linux would deliver for the access (or, with
+/// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`]), and what
+/// the access was (the page-fault error code's kind, and the access's
+/// extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
+/// soname: a program built against 0.1's 16-byte struct keeps 0.1's
+/// library).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct softmm_fault {
@@ -115,6 +132,13 @@ pub struct softmm_fault {
     pub code: i32,
     /// The faulting guest address (`si_addr`; 0 for `SI_KERNEL`).
     pub addr: u64,
+    /// `SOFTMM_ACCESS_READ`, `_WRITE` or `_FETCH`.
+    pub access: u32,
+    /// The access's size in bytes: the scalar's width, the copy's length.
+    pub size: u32,
+    /// The access's first byte (`addr` is the byte that faulted: for an
+    /// access across a page boundary, possibly in the second page).
+    pub access_addr: u64,
 }
 
 impl From<Fault> for softmm_fault {
@@ -124,10 +148,24 @@ impl From<Fault> for softmm_fault {
             Fault::Bus { addr } => (libc::BUS_ADRERR, addr),
             Fault::Unaligned { addr } => (libc::BUS_ADRALN, addr),
             Fault::Oom { addr } => (0, addr),
+            Fault::WriteWatch { addr } => (SOFTMM_EVENT_WRITE_WATCH, addr),
             // A signal added later: its number at least.
             _ => (0, 0),
         };
-        softmm_fault { signo: f.signal(), code, addr }
+        softmm_fault { signo: f.signal(), code, addr, ..Default::default() }
+    }
+}
+
+impl From<FaultInfo> for softmm_fault {
+    fn from(i: FaultInfo) -> Self {
+        let access = match i.access {
+            Access::Read => SOFTMM_ACCESS_READ,
+            Access::Write => SOFTMM_ACCESS_WRITE,
+            _ => SOFTMM_ACCESS_FETCH,
+        };
+        // A size past 4 GiB (a copy that long) saturates.
+        let size = u32::try_from(i.size).unwrap_or(u32::MAX);
+        softmm_fault { access, size, access_addr: i.addr, ..softmm_fault::from(i.fault) }
     }
 }
 
@@ -189,18 +227,23 @@ pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> i32 {
 }
 
 /// The result of a guest access: `0`, or [`SOFTMM_FAULTED`] with the fault
-/// stored through `fault` (if not null).
+/// stored through `fault` (if not null), completed by `info`, the CPU's
+/// record of it (`Cpu::last_fault`).
 ///
 /// # Safety
 ///
 /// `fault` is null or valid for a write of a `softmm_fault`.
-pub(crate) unsafe fn access_result(r: Result<(), Fault>, fault: *mut softmm_fault) -> i32 {
+pub(crate) unsafe fn access_result(r: Result<(), Fault>, info: Option<FaultInfo>, fault: *mut softmm_fault) -> i32 {
     match r {
         Ok(()) => 0,
         Err(f) => {
             if !fault.is_null() {
+                let v = match info {
+                    Some(i) if i.fault == f => i.into(),
+                    _ => f.into(),
+                };
                 // SAFETY: not null, and valid for a write (the caller's contract).
-                unsafe { fault.write(f.into()) };
+                unsafe { fault.write(v) };
             }
             SOFTMM_FAULTED
         }
@@ -220,11 +263,14 @@ mod tests {
 
     #[test]
     fn faults_map_to_their_signal_code_and_address() {
+        let f = |signo, code, addr| softmm_fault { signo, code, addr, ..Default::default() };
         let segv = softmm_fault::from(Fault::Segv { addr: 0x1000, code: softmm::SegvCode::AccErr });
-        assert_eq!(segv, softmm_fault { signo: libc::SIGSEGV, code: 2, addr: 0x1000 });
+        assert_eq!(segv, f(libc::SIGSEGV, 2, 0x1000));
         let bus = softmm_fault::from(Fault::Bus { addr: 8 });
-        assert_eq!(bus, softmm_fault { signo: libc::SIGBUS, code: libc::BUS_ADRERR, addr: 8 });
+        assert_eq!(bus, f(libc::SIGBUS, libc::BUS_ADRERR, 8));
         let aln = softmm_fault::from(Fault::Unaligned { addr: 9 });
-        assert_eq!(aln, softmm_fault { signo: libc::SIGBUS, code: libc::BUS_ADRALN, addr: 9 });
+        assert_eq!(aln, f(libc::SIGBUS, libc::BUS_ADRALN, 9));
+        let watch = softmm_fault::from(Fault::WriteWatch { addr: 0x2000 });
+        assert_eq!(watch, f(0, SOFTMM_EVENT_WRITE_WATCH, 0x2000));
     }
 }

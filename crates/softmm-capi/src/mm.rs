@@ -32,7 +32,7 @@ fn ret(r: softmm::Result<()>) -> i32 {
 /// # Safety
 ///
 /// `mm` is null or a live handle.
-unsafe fn mm_ref<'a>(mm: *const softmm_mm) -> Option<&'a AddressSpace> {
+pub(crate) unsafe fn mm_ref<'a>(mm: *const softmm_mm) -> Option<&'a AddressSpace> {
     // SAFETY: null or live (the caller's contract).
     unsafe { mm.as_ref() }.map(|m| &*m.inner)
 }

@@ -171,7 +171,11 @@ unsafe fn access(
         // SAFETY: the caller's contract.
         match unsafe { open(s) } {
             // SAFETY: null or valid (the caller's contract).
-            Ok(c) => unsafe { access_result(f(c), fault) },
+            Ok(c) => {
+                let r = f(c);
+                // SAFETY: null or valid (the caller's contract).
+                unsafe { access_result(r, c.last_fault(), fault) }
+            }
             Err(e) => e,
         }
     })

@@ -71,10 +71,17 @@ fn the_c_emulator_example_runs() {
     let signals: Vec<&&str> = lines.iter().filter(|l| l.starts_with("guest signal")).collect();
     assert_eq!(signals.len(), 3, "{out}");
     assert!(signals[0].starts_with("guest signal 11 SEGV_ACCERR"), "store into text: {out}");
+    assert!(signals[0].ends_with("write of 8 bytes"), "the fault's access: {out}");
+    assert!(signals[2].ends_with("fetch of 4 bytes"), "the fault's access: {out}");
     assert!(signals[1].starts_with("guest signal 11 SEGV_MAPERR"), "load from the hole: {out}");
     assert!(signals[2].starts_with("guest signal 11 SEGV_ACCERR"), "jump into data: {out}");
     assert!(lines.contains(&"guest killed: fetch from a non-executable page"), "{out}");
     assert!(lines.contains(&"sum = 55"), "{out}");
+    let smc: Vec<&&str> = lines.iter().filter(|l| l.starts_with("self-modifying code: store of 8 bytes")).collect();
+    assert_eq!(smc.len(), 1, "the guest's store to its code is seen once: {out}");
+    assert!(lines.contains(&"smc: r5 = 7 after 2 translations"), "the new code ran, translated anew: {out}");
+    assert!(lines.contains(&"dirty pages: 0 2"), "the pages the guest stored to, not the one it read: {out}");
+    assert!(lines.contains(&"snapshot: 2 pages, page 2 holds 42"), "{out}");
     assert!(lines.contains(&"after fork: parent 55, child 99"), "{out}");
     assert!(lines.iter().any(|l| l.ends_with(" [stack]") && l.contains(" rw-p ")), "{out}");
     assert!(lines.iter().any(|l| l.contains(" r-xp ")), "the text page: {out}");

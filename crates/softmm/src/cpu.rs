@@ -24,6 +24,7 @@ use crate::mm::AddressSpace;
 use crate::pgtable::Pte;
 use crate::phys::FrameRef;
 use crate::tlb::{CpuTlbState, EntryBarrier, QuiescentGuard, ShootdownTargets};
+use crate::watch::StoreCheck;
 use crate::PAGE_SIZE;
 
 mod accessors;
@@ -86,6 +87,8 @@ pub struct Cpu {
     barrier: EntryBarrier,
     parked: bool,
     stats: CpuStats,
+    /// The last fault an access of this CPU returned ([`Cpu::last_fault`]).
+    last_fault: Option<FaultInfo>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -103,7 +106,16 @@ impl Cpu {
         // Without the light barrier, the mark keeps a bit so that every
         // entry takes the slow path, which fences.
         let barrier = EntryBarrier::new(&state, crate::tlb::reader_is_light());
-        Cpu { mm: None, state, seen_req: 0, barrier, parked: false, stats: CpuStats::default(), _not_send: PhantomData }
+        Cpu {
+            mm: None,
+            state,
+            seen_req: 0,
+            barrier,
+            parked: false,
+            stats: CpuStats::default(),
+            last_fault: None,
+            _not_send: PhantomData,
+        }
     }
 
     /// A CPU attached to `mm`.
@@ -179,6 +191,43 @@ impl Cpu {
         self.stats
     }
 
+    /// What the last access of this CPU that faulted was: its kind, its
+    /// first byte and its size, beside the [`Fault`] it returned (x86's
+    /// page-fault error code and CR2, which stay in the CPU until the next
+    /// fault). Kept until another access of this CPU (or of one of its
+    /// [`Section`]s) faults; `None` before the first fault.
+    ///
+    /// ```
+    /// # use softmm::{Access, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, SegvCode, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// let f = cpu.write_u32(a + 8, 1).unwrap_err();
+    /// let info = cpu.last_fault().unwrap();
+    /// assert_eq!((info.fault, info.access, info.addr, info.size), (f, Access::Write, a + 8, 4));
+    /// ```
+    pub fn last_fault(&self) -> Option<FaultInfo> {
+        self.last_fault
+    }
+
+    /// Records `fault` as that of the `size`-byte `access` at `addr`, and
+    /// returns it. Called by every accessor's fault path (never on a hit),
+    /// the outermost last: a scalar across a page records its own extent,
+    /// not its copy's.
+    #[cold]
+    fn note_fault(&mut self, fault: Fault, access: Access, addr: u64, size: usize) -> Fault {
+        self.last_fault = Some(FaultInfo { fault, access, addr, size });
+        fault
+    }
+
+    /// `r`, with an error recorded as a fault of the `size`-byte access at
+    /// `addr` ([`Cpu::note_fault`]).
+    #[inline(always)]
+    fn sized<T>(&mut self, r: Result<T, Fault>, access: Access, addr: u64, size: usize) -> Result<T, Fault> {
+        r.map_err(|f| self.note_fault(f, access, addr, size))
+    }
+
     /// Translates `va` for `access`, faulting the page in if needed, and
     /// holds the translation open: the returned [`Translation`] gives the
     /// host address of the byte, usable for the rest of its page until the
@@ -249,7 +298,7 @@ impl Cpu {
     pub fn translate(&mut self, va: u64, access: Access) -> Result<Translation<'_>, Fault> {
         let mut section = self.section();
         // On a fault, the section ends as it is dropped.
-        let ptr = section.lookup(va, access)?;
+        let ptr = section.lookup(va, access).map_err(|f| section.cpu_mut().note_fault(f, access, va, 1))?;
         Ok(Translation { section, ptr, len: (PAGE_SIZE - va % PAGE_SIZE) as usize })
     }
 
@@ -351,6 +400,12 @@ impl Cpu {
                         return Err(Fault::Segv { addr: va, code: SegvCode::AccErr });
                     }
                     if pte.is_present() && (!write || pte.has(Pte::WRITE)) {
+                        // The embedder's write watch (`crate::watch`), after
+                        // the guest's own permission and before anything is
+                        // marked or cached: a watched store is not made.
+                        if write && mm.watches.store(va) == StoreCheck::Notify {
+                            return Err(Fault::WriteWatch { addr: va });
+                        }
                         let want = Pte::ACCESSED | if write { Pte::DIRTY } else { 0 };
                         // Set A/D like the hardware walker, and record this
                         // CPU among the entry's fill owners (`tlb/targets.rs`):
@@ -363,7 +418,12 @@ impl Cpu {
                         if filled != pte && !leaf.set_filled(va, pte, filled) {
                             continue;
                         }
-                        let writable = pte.has(Pte::WRITE) && (write || pte.has(Pte::DIRTY));
+                        // A watched page is cached without write permission
+                        // while its stores must trap (`crate::watch`), so
+                        // the hit path needs no check of its own.
+                        let writable = pte.has(Pte::WRITE)
+                            && (write || pte.has(Pte::DIRTY))
+                            && mm.watches.may_cache_write(va & !(leaf.entry_size() - 1), leaf.entry_size() / PAGE_SIZE);
                         let perms = Access::Read.bit()
                             | if writable { Access::Write.bit() } else { 0 }
                             | if pte.has(Pte::NX) { 0 } else { Access::Execute.bit() };
@@ -422,7 +482,8 @@ impl Cpu {
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
-            self.section().copy_in(a, &mut buf[done..done + n], access)?;
+            let r = self.section().copy_in(a, &mut buf[done..done + n], access);
+            self.sized(r, access, addr, buf.len())?;
             done += n;
         }
         Ok(())
@@ -436,7 +497,8 @@ impl Cpu {
         while done < data.len() {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
-            self.section().write(a, &data[done..done + n])?;
+            let r = self.section().write(a, &data[done..done + n]);
+            self.sized(r, Access::Write, addr, data.len())?;
             done += n;
         }
         Ok(())
@@ -519,6 +581,18 @@ impl Cpu {
         addr: u64,
         len: usize,
         access: Access,
+        f: impl FnMut(usize, &[AtomicU8]),
+    ) -> Result<(), Fault> {
+        let r = self.for_each_page_chunk(addr, len, access, f);
+        self.sized(r, access, addr, len)
+    }
+
+    /// [`Cpu::for_each_chunk`]'s loop.
+    fn for_each_page_chunk(
+        &mut self,
+        addr: u64,
+        len: usize,
+        access: Access,
         mut f: impl FnMut(usize, &[AtomicU8]),
     ) -> Result<(), Fault> {
         let mut done = 0;
@@ -543,6 +617,24 @@ impl Cpu {
         }
         Ok(())
     }
+}
+
+/// What a faulting access was ([`Cpu::last_fault`]): the [`Fault`] it
+/// returned, and what the fault itself does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FaultInfo {
+    /// The fault the access returned.
+    pub fault: Fault,
+    /// A read, a write (an atomic read-modify-write is one) or a fetch.
+    pub access: Access,
+    /// The access's first byte. The fault's own address is the byte that
+    /// faulted: for an access across a page boundary, possibly the first
+    /// byte of the second page.
+    pub addr: u64,
+    /// The access's size in bytes: the scalar's width, the copy's length,
+    /// 1 for [`Cpu::translate`].
+    pub size: usize,
 }
 
 /// A translation held open by [`Cpu::translate`]: an access section of its

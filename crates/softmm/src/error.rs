@@ -161,15 +161,27 @@ pub enum Fault {
         /// The faulting guest address.
         addr: u64,
     },
+    /// Not a signal: a store to a page the embedder watches for notify
+    /// (`AddressSpace::write_watch`), reported before the store is made.
+    /// The embedder invalidates what it derived from the page (its
+    /// translations), unwatches the page or not, and retries the store.
+    #[error("write watch at {addr:#x}")]
+    WriteWatch {
+        /// The store's first byte in the watched page.
+        addr: u64,
+    },
 }
 
 impl Fault {
-    /// The signal number Linux would deliver (`SIGSEGV`, `SIGBUS`, or `SIGKILL` for OOM).
+    /// The signal number Linux would deliver (`SIGSEGV`, `SIGBUS`, or
+    /// `SIGKILL` for OOM); 0 for an embedder's event that is no guest
+    /// signal ([`Fault::WriteWatch`]).
     pub fn signal(&self) -> i32 {
         match self {
             Fault::Segv { .. } => libc::SIGSEGV,
             Fault::Bus { .. } | Fault::Unaligned { .. } => libc::SIGBUS,
             Fault::Oom { .. } => libc::SIGKILL,
+            Fault::WriteWatch { .. } => 0,
         }
     }
 }

@@ -78,12 +78,14 @@ pub mod uapi;
 mod surface;
 #[deny(unsafe_code)]
 mod vma;
+#[deny(unsafe_code)]
+mod watch;
 
 /// The `bytemuck` crate whose [`Pod`](bytemuck::Pod) bound
 /// [`Cpu::read_obj`]/[`Cpu::write_obj`] take (derive it with the same
 /// version).
 pub use bytemuck;
-pub use cpu::{Cpu, CpuStats, GuestBytes, Scalar, Section, Translation};
+pub use cpu::{Cpu, CpuStats, FaultInfo, GuestBytes, Scalar, Section, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
@@ -95,6 +97,7 @@ pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
+pub use watch::{WatchMode, MAX_WATCHED_PAGES};
 // hugetlb (seed 000).
 pub use phys::hugetlb::HugePageStats;
 pub use phys::hugetlb::HugetlbLockStats;

@@ -98,7 +98,7 @@ static void embedder_contracts(void) {
     mc.pin_policy = "batched";
     mc.writer_policy = "no-such-policy";
     EXPECT(softmm_mm_new_config(phys, &mc, &mm) == -EINVAL && mm == NULL);
-    /* The scaling policies of 0.1.2, the designs before them. */
+    /* The scaling policies of 0.2.0, the designs before them. */
     mc.shootdown_targets = "broadcast";
     mc.posting_policy = "locked";
     mc.madvise_policy = "mmap-lock";

@@ -147,6 +147,12 @@ impl Cpu {
     /// Copies guest bytes at `addr` into `buf`, each page translated for
     /// `access` (a read or a fetch).
     pub(super) fn section_copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
+        let r = self.section_copy_in_pages(addr, buf, access);
+        self.sized(r, access, addr, buf.len())
+    }
+
+    /// [`Cpu::section_copy_in`]'s copy.
+    fn section_copy_in_pages(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
         let mut done = 0;
         while done < buf.len() {
             let a = addr.wrapping_add(done as u64);
@@ -165,6 +171,12 @@ impl Cpu {
 
     /// Writes `data` at `addr`, page by page.
     pub(super) fn section_write(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
+        let r = self.section_write_pages(addr, data);
+        self.sized(r, Access::Write, addr, data.len())
+    }
+
+    /// [`Cpu::section_write`]'s copy.
+    fn section_write_pages(&mut self, addr: u64, data: &[u8]) -> Result<(), Fault> {
         let mut done = 0;
         while done < data.len() {
             let a = addr.wrapping_add(done as u64);
@@ -181,6 +193,13 @@ impl Cpu {
     #[cold]
     #[inline(never)]
     fn section_load_slow(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
+        let r = self.section_load_split(addr, n, access);
+        self.sized(r, access, addr, n)
+    }
+
+    /// [`Cpu::section_load_slow`]'s load: in the page or across.
+    #[inline(always)]
+    fn section_load_split(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: `[p, p + n)` does not cross the page end (checked), so
             // it and the aligned words holding it lie in one arena frame
@@ -203,6 +222,13 @@ impl Cpu {
     #[cold]
     #[inline(never)]
     fn section_store_slow(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
+        let r = self.section_store_split(addr, n, raw);
+        self.sized(r, Access::Write, addr, n)
+    }
+
+    /// [`Cpu::section_store_slow`]'s store: in the page or across.
+    #[inline(always)]
+    fn section_store_split(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
             return self.section_access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
@@ -238,6 +264,18 @@ impl Section<'_> {
     #[inline(always)]
     pub(super) fn cpu(&self) -> &Cpu {
         self.cpu
+    }
+
+    /// The section's CPU, mutably.
+    #[inline(always)]
+    pub(super) fn cpu_mut(&mut self) -> &mut Cpu {
+        self.cpu
+    }
+
+    /// What the last access of the CPU that faulted was, as
+    /// [`Cpu::last_fault`].
+    pub fn last_fault(&self) -> Option<super::FaultInfo> {
+        self.cpu.last_fault()
     }
 
     /// The CPU's TLB.
@@ -338,9 +376,12 @@ impl Section<'_> {
         op: impl FnOnce(&T::Atomic) -> R,
     ) -> Result<R, Fault> {
         if addr % T::SIZE as u64 != 0 {
-            return Err(Fault::Unaligned { addr });
+            return Err(self.cpu.note_fault(Fault::Unaligned { addr }, access, addr, T::SIZE));
         }
-        let p = self.lookup(addr, access)?;
+        let p = match self.lookup(addr, access) {
+            Ok(p) => p,
+            Err(f) => return Err(self.cpu.note_fault(f, access, addr, T::SIZE)),
+        };
         // SAFETY: aligned to its width (checked), so inside one arena frame
         // (a naturally aligned scalar never crosses a page), which the
         // section keeps from being freed while `op` runs; the reference does

@@ -169,6 +169,9 @@ pub struct AddressSpace {
     /// The hugetlb VMA lock and the windows whose PMD tables were shared
     /// (seed 000, `phys/hugetlb/lock.rs`).
     pub(crate) hugetlb_lock: crate::phys::hugetlb::lock::HugetlbVmaLock,
+    /// The emulator's write watches and dirty log (`crate::watch`), read by
+    /// the TLB fill.
+    pub(crate) watches: crate::watch::Watches,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -256,6 +259,7 @@ impl AddressSpace {
             mempolicy: Atomic::null(),
             unreachable: Default::default(),
             hugetlb_lock: Default::default(),
+            watches: crate::watch::Watches::new(),
         }))
     }
 

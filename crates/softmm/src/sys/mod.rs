@@ -30,5 +30,6 @@ mod mprotect;
 mod mremap;
 mod msync;
 mod munmap;
+mod watch;
 
 pub use maps::MapEntry;

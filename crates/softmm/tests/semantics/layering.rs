@@ -186,7 +186,7 @@ fn the_synchronization_primitives_depend_on_nothing_above_them() {
 const LAYERS: &[&[&str]] = &[
     &["error", "uapi", "policy", "sync", "access"],
     &["phys"],
-    &["tlb", "mempolicy"],
+    &["tlb", "mempolicy", "watch"],
     &["pgtable", "host_file"],
     &["rmap"],
     &["file"],

@@ -17,6 +17,7 @@ mod accessors;
 mod big_munmap;
 mod compat32;
 mod emulator;
+mod emulator_hooks;
 mod execute;
 mod file_errnos;
 mod fork_host;

@@ -1,0 +1,146 @@
+//! Write watches and the dirty log of an address space (`crate::watch`):
+//! the calls an emulator makes to learn that the guest wrote a page it
+//! translated (self-modifying code) or which pages the guest wrote since a
+//! point (snapshots, live migration, a fuzzer's reset).
+
+use crate::error::{Errno, Result};
+use crate::mm::AddressSpace;
+use crate::tlb::{CpuSet, FlushRange, QuiescentGuard};
+use crate::watch::WatchMode;
+use crate::PAGE_SIZE;
+
+impl AddressSpace {
+    /// Watches the stores to the pages of `[addr, addr + len)` in `mode`
+    /// (see `crate::watch`), whatever is mapped there now or later; a page
+    /// watched in the other mode keeps it too. The guest sees nothing: its
+    /// mappings, `/proc/pid/maps`, `mprotect` results and faults are
+    /// unchanged, and its loads, fetches and stores to other pages keep the
+    /// TLB's hit path.
+    ///
+    /// The watch is in force when the call returns, for every CPU: a store
+    /// through a TLB entry another CPU filled writable before the call
+    /// lands before it returns (the range is shot down), and a later store
+    /// misses the TLB and is checked.
+    ///
+    /// A [`WatchMode::Notify`] store returns [`crate::Fault::WriteWatch`]
+    /// at the store's address after the fault handling a write needs
+    /// (so the guest's own `SIGSEGV` comes first, and a copy-on-write page
+    /// is broken as the store would) and before the store itself: the
+    /// page's bytes are unchanged, and the store is the embedder's to
+    /// retry once it has unwatched the page. A [`WatchMode::Log`] store is
+    /// made, and marks its page for [`AddressSpace::dirty_log`].
+    ///
+    /// `EINVAL` for an `addr` not page aligned or a range past the user
+    /// address space (`task_size`); `ENOMEM` if more than
+    /// [`crate::MAX_WATCHED_PAGES`] pages would be watched. `len` is
+    /// rounded up to pages, and 0 does nothing. A failed call changes
+    /// nothing.
+    ///
+    /// ```
+    /// use softmm::{uapi::*, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, WatchMode};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let code = mm.mmap(0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_u32(code, 0x90).unwrap();
+    /// // The emulator translated the page: it watches it.
+    /// mm.write_watch(code, 4096, WatchMode::Notify).unwrap();
+    /// assert_eq!(cpu.read_u32(code), Ok(0x90));
+    /// assert_eq!(cpu.write_u32(code, 0xc3), Err(Fault::WriteWatch { addr: code }));
+    /// assert_eq!(cpu.read_u32(code), Ok(0x90)); // not stored
+    /// // It drops its translation, unwatches, and retries the store.
+    /// mm.write_unwatch(code, 4096, WatchMode::Notify).unwrap();
+    /// cpu.write_u32(code, 0xc3).unwrap();
+    /// ```
+    pub fn write_watch(&self, addr: u64, len: u64, mode: WatchMode) -> Result<()> {
+        let _q = QuiescentGuard::enter();
+        let Some((first, end)) = self.watch_range(addr, len)? else { return Ok(()) };
+        self.watches.watch(first, end, mode)?;
+        if crate::watch::broken::ARM_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get) {
+            return Ok(());
+        }
+        // Every CPU: the entries' fill owners are not collected here (a
+        // watch is armed rarely, and only its range is asked for under
+        // ranged requests).
+        self.flush_tlb_owners(&CpuSet::all(), FlushRange::new(first * PAGE_SIZE, end * PAGE_SIZE));
+        Ok(())
+    }
+
+    /// Removes `mode` from the watches of `[addr, addr + len)`; removing
+    /// [`WatchMode::Log`] drops the pages' dirty bits. Pages not watched in
+    /// `mode` are left alone. Errors as [`AddressSpace::write_watch`].
+    pub fn write_unwatch(&self, addr: u64, len: u64, mode: WatchMode) -> Result<()> {
+        let _q = QuiescentGuard::enter();
+        let Some((first, end)) = self.watch_range(addr, len)? else { return Ok(()) };
+        self.watches.unwatch(first, end, mode);
+        Ok(())
+    }
+
+    /// The dirty log of `[addr, addr + len)`: bit `i` of `bits` (bit
+    /// `i % 64` of `bits[i / 64]`) is set if page `i` of the range is
+    /// logged ([`WatchMode::Log`]) and a [`crate::Cpu`] stored to it since
+    /// its log was last cleared (or since it was logged); the other bits
+    /// are cleared. With `clear`, the pages' marks are cleared and the
+    /// range is shot down, so that the next store to each is marked again.
+    ///
+    /// Copy the pages the log names after the call: a store that was under
+    /// way through a TLB entry filled before it lands before the call
+    /// returns, and is then in the copy (KVM's `KVM_GET_DIRTY_LOG` order).
+    ///
+    /// `EINVAL` for an `addr` not page aligned, a range past the user
+    /// address space, or `bits` shorter than the range's pages; `len` is
+    /// rounded up to pages.
+    ///
+    /// ```
+    /// use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, PhysConfig, PhysMem, WatchMode};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// mm.write_watch(a, 4 * 4096, WatchMode::Log).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_u8(a + 4096, 1).unwrap();
+    /// cpu.write_u64(a + 3 * 4096 + 8, 2).unwrap();
+    /// let mut bits = [0u64; 1];
+    /// mm.dirty_log(a, 4 * 4096, &mut bits, true).unwrap();
+    /// assert_eq!(bits[0], 0b1010);
+    /// mm.dirty_log(a, 4 * 4096, &mut bits, false).unwrap();
+    /// assert_eq!(bits[0], 0);
+    /// ```
+    pub fn dirty_log(&self, addr: u64, len: u64, bits: &mut [u64], clear: bool) -> Result<()> {
+        let _q = QuiescentGuard::enter();
+        let Some((first, end)) = self.watch_range(addr, len)? else { return Ok(()) };
+        let words = (end - first).div_ceil(64);
+        if (bits.len() as u64) < words {
+            return Err(Errno::Inval);
+        }
+        if self.watches.dirty_log(first, end, &mut bits[..words as usize], clear)
+            && !crate::watch::broken::CLEAR_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get)
+        {
+            self.flush_tlb_owners(&CpuSet::all(), FlushRange::new(first * PAGE_SIZE, end * PAGE_SIZE));
+        }
+        Ok(())
+    }
+
+    /// Number of pages under a write watch, in either mode.
+    pub fn write_watched_pages(&self) -> u64 {
+        self.watches.pages() as u64
+    }
+
+    /// The page numbers `[first, end)` of a watch call's range, `None` for
+    /// an empty one; `EINVAL` for an unaligned `addr` or a range past
+    /// `task_size`.
+    fn watch_range(&self, addr: u64, len: u64) -> Result<Option<(u64, u64)>> {
+        if addr % PAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        if len == 0 {
+            return Ok(None);
+        }
+        let task = self.config.task_size;
+        if addr > task || len > task - addr {
+            return Err(Errno::Inval);
+        }
+        // `addr + len <= task_size`: no overflow, and rounding up stays below 2^64.
+        Ok(Some((addr / PAGE_SIZE, (addr + len).div_ceil(PAGE_SIZE))))
+    }
+}

@@ -1,0 +1,154 @@
+//! loom models of the write watch's arming (`super`'s `# Protocol`) on the
+//! real code: a real `Cpu` with a page cached writable against the real
+//! `AddressSpace::write_watch`.
+//!
+//! Run with `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release -p softmm --lib watch::`.
+
+use std::sync::Arc;
+
+use loom::sync::atomic::{AtomicBool, Ordering};
+
+use crate::mm::{AddressSpace, MmConfig};
+use crate::phys::{PhysConfig, PhysMem};
+use crate::uapi::*;
+use crate::{Access, Cpu, Fault, PAGE_SIZE};
+
+/// A `Cpu` on another thread stores to a page twice, the first store
+/// filling its TLB with the page writable (the page is mapped and dirty:
+/// no fault), the second in a section that then reads `armed`; meanwhile
+/// the main thread watches the page for notify with the real
+/// `write_watch`, then sets `armed`. A store made in a section that sees
+/// `armed` set (the call returned while the store's section was open) is
+/// the bug: `write_watch`'s shootdown must have
+/// dropped the entry, so that the store misses, sees the watch and
+/// returns `Fault::WriteWatch`.
+///
+/// Returns what went wrong in one execution, if anything (a panic inside
+/// a loom execution aborts the process while loom objects unwind, so the
+/// broken variant reports rather than panics).
+fn a_store_cached_before_the_arm_does_not_land_after_it() -> Result<(), String> {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    // A loom atomic, so that the model sees the store's check conflict
+    // with it.
+    let armed = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (mm, armed) = (mm.clone(), armed.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            let first = cpu.write_u8(a, 1);
+            // The second store, in a section held open after it: whether
+            // it was made, and the call had returned, before the section
+            // ended (which the call's shootdown waits for).
+            let mut s = cpu.section();
+            let second = s.write_u8(a, 2).map(|()| armed.load(Ordering::Acquire));
+            drop(s);
+            (first, second)
+        })
+    };
+    mm.write_watch(a, PAGE_SIZE, super::WatchMode::Notify).unwrap();
+    armed.store(true, Ordering::Release);
+    let (first, second) = t.join().unwrap();
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    let watched = Err(Fault::WriteWatch { addr: a });
+    if !(first == Ok(()) || first == watched) {
+        return Err(format!("first store: {first:?}"));
+    }
+    match second {
+        Ok(false) => Ok(()),
+        Err(f) if f == (Fault::WriteWatch { addr: a }) => Ok(()),
+        Ok(true) => Err("a store through an entry cached writable landed after write_watch returned".into()),
+        Err(f) => Err(format!("second store: {f:?}")),
+    }
+}
+
+/// The clear of the dirty log on the real code: a page is logged and
+/// dirty, and a `Cpu` on another thread stores to it twice, the first
+/// store filling its TLB with the page writable (its mark is set), the
+/// second in a section that then reads `cleared`; meanwhile the main
+/// thread reads and clears the log with the real `dirty_log`, then sets
+/// `cleared`. A store made in a section that sees `cleared` set must be
+/// in the next log: the clear's shootdown must have dropped the writable
+/// entry, so that the store missed and marked the page again.
+fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    mm.write_watch(a, PAGE_SIZE, super::WatchMode::Log).unwrap();
+    let cleared = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (mm, cleared) = (mm.clone(), cleared.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u8(a, 1).unwrap();
+            let mut s = cpu.section();
+            let late = s.write_u8(a, 2).map(|()| cleared.load(Ordering::Acquire));
+            drop(s);
+            late
+        })
+    };
+    let mut bits = [0];
+    mm.dirty_log(a, PAGE_SIZE, &mut bits, true).unwrap();
+    cleared.store(true, Ordering::Release);
+    let late = t.join().unwrap();
+    mm.dirty_log(a, PAGE_SIZE, &mut bits, false).unwrap();
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    match late {
+        Ok(true) if bits[0] == 0 => Err("a store after the clear returned is in no log".into()),
+        Ok(_) => Ok(()),
+        Err(f) => Err(format!("second store: {f:?}")),
+    }
+}
+
+/// Runs `model` intact, where no execution may go wrong, then with
+/// `switch` set, where one must (as `tlb::loom_tests::check_broken_local`).
+fn check_broken_local(
+    model: fn() -> Result<(), String>,
+    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+) {
+    let builder = || {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        // The real calls take many loom steps (locks, epoch, frame counts).
+        b.max_branches = 100_000;
+        b
+    };
+    switch.with(|s| s.set(false));
+    builder().check(move || {
+        if let Err(e) = model() {
+            panic!("{e}");
+        }
+    });
+    let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = caught.clone();
+    switch.with(|s| s.set(true));
+    builder().check(move || {
+        if model().is_err() {
+            seen.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    switch.with(|s| s.set(false));
+    assert!(caught.load(std::sync::atomic::Ordering::Relaxed), "the model did not catch the broken variant");
+}
+
+/// The model, and its variant where `write_watch` returns without its
+/// shootdown (`broken::ARM_WITHOUT_SHOOTDOWN`): the other CPU's writable
+/// entry survives, and its second store lands after the call returned.
+#[test]
+fn a_watch_armed_while_another_cpu_holds_the_page_writable_takes_effect_before_the_call_returns() {
+    check_broken_local(a_store_cached_before_the_arm_does_not_land_after_it, &super::broken::ARM_WITHOUT_SHOOTDOWN);
+}
+
+/// The model, and its variant where `dirty_log` clears without its
+/// shootdown (`broken::CLEAR_WITHOUT_SHOOTDOWN`): the other CPU's writable
+/// entry survives, and its second store, made after the call returned,
+/// marks nothing.
+#[test]
+fn a_store_after_the_dirty_log_is_cleared_marks_the_page_again() {
+    check_broken_local(a_store_after_a_clear_is_in_the_next_log, &super::broken::CLEAR_WITHOUT_SHOOTDOWN);
+}

@@ -1,0 +1,264 @@
+//! Write watches and the dirty log: an emulator's own state per guest page,
+//! kept apart from the guest's protections (QEMU's `PAGE_WRITE_ORG` and
+//! `TLB_NOTDIRTY` for translated code, KVM's dirty log for snapshots and
+//! live migration). The calls are `AddressSpace::write_watch`,
+//! `write_unwatch` and `dirty_log` (`sys/watch.rs`); the enforcement is in
+//! the TLB fill (`Cpu::translate_slow`).
+//!
+//! A page may be watched in two modes at once ([`WatchMode`]):
+//!
+//! * **notify**: a store to it is not made; the access returns
+//!   [`crate::Fault::WriteWatch`] to the embedder's loop, which invalidates
+//!   what it derived from the page (its translations) and unwatches it, or
+//!   not, before it retries the store;
+//! * **log**: a store to it is made and marks it dirty; `dirty_log` reads
+//!   the marks and, if asked, clears them.
+//!
+//! The watches are on guest virtual addresses of one address space, as a
+//! hardware watchpoint is: `munmap`, `mremap` and `mprotect` leave them and
+//! the dirty bits where they are (a page mapped later in a watched range is
+//! watched; the pages `mremap` moves are not watched at their new address
+//! unless it is), and a `fork`'s child starts with none. Only stores
+//! through a [`crate::Cpu`] are watched and logged, not forced remote
+//! writes (`access_remote_vm`) nor a device's through pinned pages (as
+//! KVM's log holds the vCPUs' writes only).
+//!
+//! # Protocol
+//!
+//! The TLB hit path knows nothing of watches: a watched page is never
+//! filled with write permission while a store to it must trap (notify, or
+//! log with its dirty bit clear), so every such store misses and reaches
+//! the fill, which checks the page here. The fill runs inside an access
+//! section (`crate::tlb`), and reads the watches after the page table.
+//!
+//! * **Arming** (`write_watch`): insert the watch under the lock, then shoot
+//!   the range down and wait. A fill that read the watches before the
+//!   insert ran in a section the shootdown either waits for or finds ended,
+//!   and that CPU drops its entries at its next entry; a fill after the
+//!   insert sees it. So no store through an entry filled writable before
+//!   the call lands after it returns (`loom_tests.rs`, with
+//!   `broken::ARM_WITHOUT_SHOOTDOWN`).
+//! * **Logging**: a store to a logged page sets the dirty bit before the
+//!   fill caches write permission; a read fill caches it only if the bit
+//!   is set already.
+//! * **Clearing** (`dirty_log` with `clear`): take the bits, then shoot the
+//!   range down. A store through an entry cached before the clear lands
+//!   before the call returns (the shootdown waits for it), so a copy of
+//!   the page made after the call sees it; the next store misses and marks
+//!   the page again (`loom_tests.rs`, with
+//!   `broken::CLEAR_WITHOUT_SHOOTDOWN`).
+//!
+//! With no watch at all, the fill's one extra step is a load of a count.
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+use std::collections::BTreeMap;
+
+use crate::error::{Errno, Result};
+use crate::sync::{AtomicU32, AtomicUsize, Ordering, RwLock};
+use crate::PAGE_SIZE;
+
+/// The most pages an address space may watch at once (16 GiB of guest
+/// memory; a page's state costs a map entry, some 30 bytes): the bound
+/// that keeps a watch of a huge range from exhausting host memory, or
+/// holding the lock long.
+pub const MAX_WATCHED_PAGES: u64 = 1 << 22;
+
+/// How a page is watched (`AddressSpace::write_watch`). A page may have
+/// both; each is set and cleared on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchMode {
+    /// A store faults with [`crate::Fault::WriteWatch`] before it is made.
+    Notify,
+    /// A store is made and marks the page dirty (`AddressSpace::dirty_log`).
+    Log,
+}
+
+impl WatchMode {
+    /// Every mode.
+    pub const ALL: &'static [WatchMode] = &[WatchMode::Notify, WatchMode::Log];
+
+    /// The mode's name: `notify` or `log`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WatchMode::Notify => "notify",
+            WatchMode::Log => "log",
+        }
+    }
+
+    /// The mode named `name` ([`WatchMode::name`]).
+    pub fn from_name(name: &str) -> Option<WatchMode> {
+        Self::ALL.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// The mode's bit of a page's state.
+    fn bit(self) -> u32 {
+        match self {
+            WatchMode::Notify => NOTIFY,
+            WatchMode::Log => LOG,
+        }
+    }
+}
+
+/// A page's state: watched for notify,
+const NOTIFY: u32 = 1;
+/// logged,
+const LOG: u32 = 2;
+/// and written since its log was last cleared.
+const DIRTY: u32 = 4;
+
+/// What a store to a page may do ([`Watches::store`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreCheck {
+    /// Not this store: the page is watched for notify.
+    Notify,
+    /// Go ahead (the page was marked dirty if logged).
+    Proceed,
+}
+
+/// The watched pages of one address space.
+#[derive(Default)]
+pub(crate) struct Watches {
+    /// The number of watched pages: the fill looks no further while it is 0.
+    pages: AtomicUsize,
+    /// Page number to state (`NOTIFY`, `LOG`, `DIRTY`); a page with no
+    /// watch has no entry. The bits change under the read lock too (a
+    /// store's `DIRTY`), the entries under the write lock only.
+    map: RwLock<BTreeMap<u64, AtomicU32>>,
+}
+
+impl Watches {
+    /// No watch.
+    pub(crate) fn new() -> Watches {
+        Watches::default()
+    }
+
+    /// True if no page is watched: the fill needs no other check. Acquire:
+    /// a fill that sees a watch count sees the watches inserted before it.
+    #[inline]
+    pub(crate) fn none(&self) -> bool {
+        self.pages.load(Ordering::Acquire) == 0
+    }
+
+    /// The check of a store to `va`, made by the fill before it caches
+    /// anything: `Notify` if its page is watched for notify; else marks the
+    /// page dirty if it is logged, and lets the store proceed.
+    pub(crate) fn store(&self, va: u64) -> StoreCheck {
+        if self.none() {
+            return StoreCheck::Proceed;
+        }
+        let map = self.map.read();
+        match map.get(&(va / PAGE_SIZE)) {
+            Some(s) if s.load(Ordering::Relaxed) & NOTIFY != 0 => StoreCheck::Notify,
+            Some(s) => {
+                if s.load(Ordering::Relaxed) & LOG != 0 {
+                    s.fetch_or(DIRTY, Ordering::Relaxed);
+                }
+                StoreCheck::Proceed
+            }
+            None => StoreCheck::Proceed,
+        }
+    }
+
+    /// True if a TLB entry of the `pages` pages from `va` (page aligned)
+    /// may allow stores: none of them is watched for notify, or logged
+    /// with its dirty bit clear.
+    pub(crate) fn may_cache_write(&self, va: u64, pages: u64) -> bool {
+        if self.none() {
+            return true;
+        }
+        let first = va / PAGE_SIZE;
+        let map = self.map.read();
+        map.range(first..first + pages).all(|(_, s)| {
+            let s = s.load(Ordering::Relaxed);
+            s & NOTIFY == 0 && (s & LOG == 0 || s & DIRTY != 0)
+        })
+    }
+
+    /// Adds `mode` to the pages `[first, end)` (page numbers). The caller
+    /// shoots the range down before it returns to its own caller.
+    /// `ENOMEM`, with nothing changed, if more than [`MAX_WATCHED_PAGES`]
+    /// pages would be watched.
+    pub(crate) fn watch(&self, first: u64, end: u64, mode: WatchMode) -> Result<()> {
+        let mut map = self.map.write();
+        let watched_here = map.range(first..end).count() as u64;
+        let new = end - first - watched_here;
+        if self.pages.load(Ordering::Relaxed) as u64 + new > MAX_WATCHED_PAGES {
+            return Err(Errno::NoMem);
+        }
+        let mut added = 0;
+        for page in first..end {
+            map.entry(page)
+                .or_insert_with(|| {
+                    added += 1;
+                    AtomicU32::new(0)
+                })
+                .fetch_or(mode.bit(), Ordering::Relaxed);
+        }
+        // Under the write lock, before the shootdown: a fill that sees the
+        // count sees the entries (`none`'s Acquire, and the read lock).
+        self.pages.fetch_add(added, Ordering::Release);
+        Ok(())
+    }
+
+    /// Removes `mode` from the pages `[first, end)`, and their dirty bits
+    /// with the log; a page left with no mode is no longer watched. No
+    /// shootdown is needed: what is left only traps less.
+    pub(crate) fn unwatch(&self, first: u64, end: u64, mode: WatchMode) {
+        let mut map = self.map.write();
+        let clear = match mode {
+            WatchMode::Notify => NOTIFY,
+            WatchMode::Log => LOG | DIRTY,
+        };
+        let pages: Vec<u64> = map.range(first..end).map(|(&p, _)| p).collect();
+        let mut removed = 0;
+        for page in pages {
+            let left = map[&page].fetch_and(!clear, Ordering::Relaxed) & !clear;
+            if left & (NOTIFY | LOG) == 0 {
+                map.remove(&page);
+                removed += 1;
+            }
+        }
+        self.pages.fetch_sub(removed, Ordering::Release);
+    }
+
+    /// Sets bit `i` of `bits` (bit `i % 64` of word `i / 64`) for each page
+    /// `first + i` below `end` that is logged and dirty; with `clear`,
+    /// clears those dirty bits. Returns whether it cleared any (the caller
+    /// then shoots the range down). `bits` holds at least `end - first`
+    /// bits and is zeroed here first.
+    pub(crate) fn dirty_log(&self, first: u64, end: u64, bits: &mut [u64], clear: bool) -> bool {
+        bits.iter_mut().for_each(|w| *w = 0);
+        let map = self.map.read();
+        let mut cleared = false;
+        for (&page, s) in map.range(first..end) {
+            let was = if clear { s.fetch_and(!DIRTY, Ordering::Relaxed) } else { s.load(Ordering::Relaxed) };
+            if was & (LOG | DIRTY) == LOG | DIRTY {
+                let i = (page - first) as usize;
+                bits[i / 64] |= 1 << (i % 64);
+                cleared |= clear;
+            }
+        }
+        cleared
+    }
+
+    /// Number of watched pages (statistics, tests).
+    pub(crate) fn pages(&self) -> usize {
+        self.pages.load(Ordering::Relaxed)
+    }
+}
+
+/// Switches for the loom models only (`loom_tests.rs`), each breaking one
+/// step of the protocol so that a model shows it catches the race the step
+/// closes. Per OS thread, as `tlb::broken`'s.
+pub(crate) mod broken {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// `write_watch` returns without shooting the range down.
+        pub(crate) static ARM_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
+        /// `dirty_log` clears the marks without shooting the range down.
+        pub(crate) static CLEAR_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
+    }
+}
