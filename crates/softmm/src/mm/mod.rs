@@ -18,6 +18,7 @@ pub(crate) mod commit;
 #[cfg(all(test, loom))]
 mod commit_loom_tests;
 mod config;
+mod copy;
 mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
@@ -52,6 +53,7 @@ use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
+pub(crate) use copy::copy_page_range;
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// Pauses a writer spins for while `mmap_lock` is held before it parks

@@ -336,11 +336,7 @@ fn every_edge_between_top_level_modules_points_down() {
 const ADDRESS_SPACE_IMPLS: &[(&str, &str)] = &[
     ("fault/mod.rs", "handle_fault and handle_mm_fault, the fault entry points every layer above calls"),
     ("pin/mod.rs", "pin_user_pages and friends, the public pinning calls"),
-    (
-        "hugetlb/mod.rs",
-        "hugetlb_restore_reserves, which sys/madvise.rs's MADV_DONTNEED still calls (its zap hook to come)",
-    ),
-    ("hugetlb/share.rs", "huge_pmd_share and hugetlb_zap_range, called by the hugetlb fault and sys/madvise.rs"),
+    ("hugetlb/share.rs", "huge_pmd_share and hugetlb_zap_range, called by the hugetlb fault and hugetlb's zap hook"),
     ("hugetlb/cow.rs", "unmap_ref_private, called by the hugetlb fault"),
     ("hugetlb/gup.rs", "hugetlb_unshare, called by pin/"),
     ("hugetlb/migrate.rs", "hugetlb_isolate and hugetlb_queue_skips, called by sys/move_pages.rs and sys/mempolicy.rs"),
