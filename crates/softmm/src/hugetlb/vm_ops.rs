@@ -77,7 +77,7 @@ impl VmaOps for HugetlbVmOps {
     }
 
     fn split(&self, mm: &AddressSpace, vma: &Vma, addr: u64) {
-        mm.hugetlb_split(vma, addr);
+        super::share::hugetlb_split(mm, vma, addr);
     }
 
     /// `hugetlb_vm_op_close` for the part that goes: a private mapping's
@@ -106,11 +106,11 @@ impl VmaOps for HugetlbVmOps {
     /// `even_cows`, a private mapping's owner gets its reservations back
     /// for the pages that go ([`super::restore_reserves`]);
     /// the zap takes the locks that keep a shareable window unshared
-    /// ([`AddressSpace::hugetlb_zap_range`]).
+    /// ([`super::share::hugetlb_zap_range`]).
     fn zap(&self, mm: &AddressSpace, vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
         if details.even_cows {
             super::restore_reserves(mm, vma, start, end);
         }
-        mm.hugetlb_zap_range(vma, start, end, tlb, details.filter);
+        super::share::hugetlb_zap_range(mm, vma, start, end, tlb, details.filter);
     }
 }

@@ -424,9 +424,11 @@ impl AddressSpace {
 
     /// Shoots down every CPU's TLB for this address space (see [`crate::tlb`]).
     /// The calling thread's own CPUs are quiescent (it is inside softmm) and
-    /// are not sent a request.
-    pub(crate) fn flush_tlb(&self) {
+    /// are not sent a request. Returns the proof that releases what the
+    /// caller unmapped before it ([`rmap::Unmapped::release`]).
+    pub(crate) fn flush_tlb(&self) -> rmap::TlbFlushed {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush(mine));
+        rmap::TlbFlushed::completed()
     }
 
     /// Begins a shootdown of every CPU's TLB for this address space and
@@ -460,9 +462,12 @@ impl AddressSpace {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin_targets(mine, &targets, range))
     }
 
-    /// [`AddressSpace::flush_tlb_begin_owners`], waited for.
-    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet, range: FlushRange) {
+    /// [`AddressSpace::flush_tlb_begin_owners`], waited for: the proof that
+    /// releases what the caller unmapped in `range` before it
+    /// ([`rmap::Unmapped::release`]).
+    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet, range: FlushRange) -> rmap::TlbFlushed {
         self.flush_tlb_begin_owners(owners, range).wait();
+        rmap::TlbFlushed::completed()
     }
 
     /// Current statistics.
