@@ -56,7 +56,7 @@ pub(crate) fn unmap_ref_private(mm: &AddressSpace, vma: &Vma, haddr: u64, head: 
     for r in inode.vmas.covering_locked(&i_mmap, pgoff) {
         let Some(smm) = r.mm.upgrade() else { continue };
         reap.push(smm.clone());
-        let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
+        let Some(smm) = AddressSpace::from_mapper(smm) else { continue };
         if std::ptr::eq(&*smm, mm) {
             continue;
         }

@@ -200,7 +200,7 @@ fn walk_huge(
         let next = file
             .mappers()
             .into_iter()
-            .filter_map(|m| m.as_any().downcast::<AddressSpace>().ok())
+            .filter_map(AddressSpace::from_mapper)
             .find(|mm| !visited.contains(&Arc::as_ptr(mm)));
         let Some(mm) = next else { return };
         visited.push(Arc::as_ptr(&mm));

@@ -146,7 +146,7 @@ pub(crate) fn huge_pmd_share(
         // last reference, and an address space that dies unlinks its
         // VMAs under `i_mmap` for write, which we hold for read.
         reap.push(smm.clone());
-        let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
+        let Some(smm) = AddressSpace::from_mapper(smm) else { continue };
         if std::ptr::eq(&*smm, mm) {
             // Our own other VMA: Linux skips only `svma == vma` (the
             // reverse map names a VMA of ours by its start). The table

@@ -885,6 +885,18 @@ impl AddressSpace {
     }
 }
 
+impl AddressSpace {
+    /// The address space that `mapper`, an entry of a file's reverse map
+    /// (`Inode::mappers`, hugetlb's reverse map by VMA), is: every
+    /// `file::Mapper` is one, so this is `None` for no mapper the crate
+    /// makes. The one place that turns a reverse-map entry back into its
+    /// type, for the walks above the core that need the whole address space
+    /// (migration's, hugetlb's PMD sharing and `unmap_ref_private`).
+    pub(crate) fn from_mapper(mapper: Arc<dyn Mapper>) -> Option<Arc<AddressSpace>> {
+        mapper.as_any().downcast().ok()
+    }
+}
+
 /// The identity of the address space behind `w` in a reverse map.
 fn mapper_weak_id(w: &Weak<AddressSpace>) -> usize {
     let w: Weak<dyn Mapper> = w.clone();

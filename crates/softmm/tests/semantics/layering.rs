@@ -373,14 +373,16 @@ fn the_address_space_is_implemented_only_in_the_core_and_the_syscalls() {
     assert!(stale.is_empty(), "{stale:?} no longer implement AddressSpace: take them off ADDRESS_SPACE_IMPLS");
 }
 
-/// The files that still downcast a `file::Mapper` (`as_any`) to reach the
-/// address space behind it, each with why.
-const MAPPER_DOWNCASTS: &[(&str, &str)] = &[
-    ("migrate.rs", "the reverse walk of a file page finds its mappers through the file's i_mmap of Weak<dyn Mapper>"),
-    ("hugetlb/migrate.rs", "as migrate.rs, for a hugetlbfs page"),
-    ("hugetlb/share.rs", "huge_pmd_share looks at another address space's VMA through the hugetlb reverse map"),
-    ("hugetlb/cow.rs", "unmap_ref_private unmaps the page from the children through the hugetlb reverse map"),
-];
+/// The files that downcast a `file::Mapper` (`as_any`) to reach the
+/// address space behind it, each with why: only the implementor itself,
+/// in one typed function (`AddressSpace::from_mapper`), which the reverse
+/// walks above the core call; a feature that needs less than the whole
+/// address space gets a `Mapper` call instead.
+const MAPPER_DOWNCASTS: &[(&str, &str)] = &[(
+    "mm/mod.rs",
+    "AddressSpace::from_mapper, for migration's reverse walks and hugetlb's (huge_pmd_share, unmap_ref_private), \
+     which need the whole address space of a reverse-map entry",
+)];
 
 #[test]
 fn no_mapper_is_downcast_to_an_address_space() {
