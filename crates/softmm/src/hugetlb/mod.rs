@@ -21,8 +21,9 @@
 //!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
 //!   4 KiB subpage) and their unshare.
-//! - `vm_ops.rs`: the hooks through which the core maps, splits, closes
-//!   and zaps hugetlb VMAs (`hugetlb_vm_ops`, `hugetlbfs_file_mmap`).
+//! - `vm_ops.rs`: the hooks through which the core maps, splits, closes,
+//!   zaps and copies at fork hugetlb VMAs (`hugetlb_vm_ops`,
+//!   `hugetlbfs_file_mmap`, `copy_hugetlb_page_range`).
 //! - `lock.rs`: the locks of the seed's schemes (the file's `i_mmap` lock,
 //!   the fault mutex table, the per-address-space hugetlb VMA lock) and
 //!   their counters, [`HugetlbLockStats`].

@@ -1,6 +1,6 @@
 //! hugetlb's hooks (Linux's `hugetlb_vm_ops` and `hugetlbfs_file_mmap`):
-//! how the core maps, splits, closes and zaps a hugetlb VMA without
-//! naming hugetlb.
+//! how the core maps, splits, closes, zaps and copies (at fork) a hugetlb
+//! VMA without naming hugetlb.
 
 use std::sync::Arc;
 

@@ -5,9 +5,10 @@
 //!
 //! Anonymous memory and files take the defaults ([`DEFAULT_VM_OPS`]):
 //! split anywhere, nothing to prepare, close or unshare, 4 KiB pages, a zap
-//! of the entries. hugetlb implements every hook (`hugetlb/vm_ops.rs`,
-//! Linux's `hugetlb_vm_ops`), so the core (`mm/`) never names hugetlb to
-//! split, close or zap a mapping.
+//! of the entries, and at fork a copy of them that copies a pinned page into
+//! a 4 KiB page. hugetlb implements every hook (`hugetlb/vm_ops.rs`, Linux's
+//! `hugetlb_vm_ops`), so the core (`mm/`) and fork never name hugetlb to
+//! split, close, zap or copy a mapping.
 
 use std::sync::Arc;
 
