@@ -224,33 +224,3 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.0);
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every value of every shootdown axis is in some covering
-    /// configuration, and the pairs with the fault policies take each.
-    #[test]
-    fn the_covering_shootdown_configurations_take_every_value() {
-        let pairs: Vec<_> = fault_and_shootdown_policies().collect();
-        for &p in ShootdownPolicy::ALL {
-            assert!(pairs.iter().any(|(_, s)| s.policy == p), "{p:?}");
-        }
-        for &t in ShootdownTargets::ALL {
-            assert!(pairs.iter().any(|(_, s)| s.targets == t), "{t:?}");
-        }
-        for &q in PostingPolicy::ALL {
-            assert!(pairs.iter().any(|(_, s)| s.posting == q), "{q:?}");
-        }
-        for &f in FaultPolicy::ALL {
-            assert!(pairs.iter().any(|&(g, _)| g == f), "{f:?}");
-        }
-        let default = MmConfig::default();
-        let first = Shootdown::COVERING[0];
-        assert_eq!(
-            (first.policy, first.targets, first.posting),
-            (default.shootdown_policy, default.shootdown_targets, default.posting_policy)
-        );
-    }
-}

@@ -65,8 +65,8 @@ pub(crate) trait Mapper: Send + Sync {
     /// may take `mmap_lock` only for read, recursively.
     fn mkclean_file_pages(&self, file: &Inode, pages: &[(u64, Pfn)]);
 
-    /// The mapper itself, for a caller above this layer that knows its type
-    /// (migration's reverse walk finds the address spaces this way).
+    /// The mapper itself, for `AddressSpace::from_mapper`, the one place
+    /// that turns a reverse-map entry back into the address space it is.
     fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
 }
 

@@ -203,7 +203,7 @@ fn walk_entries(
         let unvisited = |mm: &Arc<AddressSpace>| !visited.contains(&Arc::as_ptr(mm));
         let next = match owner {
             Owner::Anon(family) => family.members().into_iter().filter_map(|m| m.downcast().ok()).find(unvisited),
-            Owner::File(file) => file.mappers().into_iter().filter_map(|m| m.as_any().downcast().ok()).find(unvisited),
+            Owner::File(file) => file.mappers().into_iter().filter_map(AddressSpace::from_mapper).find(unvisited),
         };
         let Some(mm) = next else { return ptl_locks };
         visited.push(Arc::as_ptr(&mm));
@@ -281,7 +281,7 @@ pub(crate) fn page_mapcount(owner: &Owner, index: u64, pfn: Pfn) -> usize {
         Owner::Anon(family) => crate::mm::anon_rmap::for_each_anon_vma(family, index, |mm, _, addr| count(mm, addr)),
         Owner::File(file) => {
             for mapper in file.mappers() {
-                let Ok(mm) = mapper.as_any().downcast::<AddressSpace>() else { continue };
+                let Some(mm) = AddressSpace::from_mapper(mapper) else { continue };
                 let guard = crossbeam_epoch::pin();
                 for v in mm.vmas_rcu(&guard).iter() {
                     let ours = v.file.as_ref().is_some_and(|f| f.id() == file.id());

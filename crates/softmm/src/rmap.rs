@@ -53,21 +53,109 @@ pub(crate) fn map_pte(ptl: &mut PteGuard<'_>, va: u64, frame: FrameRef<'_>, pte:
     ptl.set(va, pte.with_pfn(frame.into_raw()));
 }
 
-/// Clears the entry at `va` and returns it with the reference it held, if it
-/// held a frame; any other entry (a guard marker) is left alone.
+/// A frame reference taken out of a page-table entry that was just cleared
+/// (Asterinas's `PageTableFrag`: "the caller is responsible for dropping it
+/// after TLB coherence"), with the entry it was taken from.
+///
+/// # Invariant
+///
+/// Until the TLB of the address space whose entry was cleared is flushed,
+/// a CPU may still read and write the frame through a translation it
+/// cached from that entry. So the reference is put only after such a
+/// flush, by one of the two consumers:
+///
+/// * an `MmuGather` (`MmuGather::add_cleared_frame`), which puts it after
+///   its own flush (the zaps);
+/// * [`Unmapped::release`], given the [`TlbFlushed`] that a flush of the
+///   address space returned, begun after the clear (the single-page
+///   replacements: clear, flush, install, unlock, release).
+///
+/// Dropped any other way, it is leaked, never put (a debug assertion
+/// fails, and the leak tests catch it in a release build): a frame reused
+/// while a stale translation still reaches it would be written through
+/// that translation. Safe code cannot free the frame early.
+#[must_use = "a stale TLB entry may still reach the frame: hand it to an MmuGather or release it after the flush"]
+pub(crate) struct Unmapped<'p> {
+    pte: Pte,
+    /// `None` once consumed.
+    frame: Option<FrameRef<'p>>,
+}
+
+/// Proof that a TLB flush of an address space completed: every CPU that
+/// could cache a translation of the flushed range has dropped it. Returned
+/// by the address space's synchronous flushes (`AddressSpace::flush_tlb`,
+/// `AddressSpace::flush_tlb_owners`), consumed by [`Unmapped::release`].
+/// Only `mm/` makes one (`tests/semantics/layering.rs`).
+#[derive(Debug)]
+pub(crate) struct TlbFlushed(());
+
+impl TlbFlushed {
+    /// The proof, for a flush of `mm/` that has just completed.
+    pub(crate) fn completed() -> TlbFlushed {
+        TlbFlushed(())
+    }
+}
+
+impl<'p> Unmapped<'p> {
+    /// Puts the reference now that `flushed`, a flush of the address space
+    /// begun after the entry was cleared, has completed.
+    pub(crate) fn release(mut self, flushed: TlbFlushed) {
+        let _ = flushed;
+        drop(self.frame.take());
+    }
+
+    /// The reference as a frame number, for the gather that puts it after
+    /// its flush (`MmuGather::add_cleared_frame`, the only caller, with
+    /// `FrameRef::from_raw`).
+    pub(crate) fn into_gathered(mut self) -> crate::phys::Pfn {
+        self.frame.take().expect("not consumed yet").into_raw()
+    }
+}
+
+impl Drop for Unmapped<'_> {
+    fn drop(&mut self) {
+        if let Some(frame) = self.frame.take() {
+            // Leaked: no flush was shown, so a CPU may still reach it.
+            let pfn = frame.into_raw();
+            debug_assert!(
+                std::thread::panicking(),
+                "the reference of the entry {:?} (frame {pfn}) was dropped without a TLB flush",
+                self.pte
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for Unmapped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Unmapped({:?})", self.pte)
+    }
+}
+
+/// Clears the entry at `va` and returns its reference, to be put after the
+/// TLB flush ([`Unmapped`]), if it held a frame; any other entry (a guard
+/// marker) is left alone.
 #[inline]
-pub(crate) fn unmap_page<'p>(ptl: &mut PteGuard<'_>, va: u64, phys: &'p PhysMem) -> Option<(Pte, FrameRef<'p>)> {
+pub(crate) fn unmap_page<'p>(ptl: &mut PteGuard<'_>, va: u64, phys: &'p PhysMem) -> Option<Unmapped<'p>> {
     if !ptl.get(va).has_frame() {
         return None;
     }
     let old = ptl.replace(va, Pte::NONE);
-    Some((old, unmapped(phys, old)))
+    Some(unmapped(phys, old))
 }
 
 /// The reference that `pte`, an entry holding a frame which the caller has
-/// just cleared under its table's lock (in [`PteGuard::update`]), held.
+/// just cleared under its table's lock (in [`PteGuard::update`]), held: to
+/// be put after the TLB flush ([`Unmapped`]).
 #[inline]
-pub(crate) fn unmapped(phys: &PhysMem, pte: Pte) -> FrameRef<'_> {
+pub(crate) fn unmapped(phys: &PhysMem, pte: Pte) -> Unmapped<'_> {
+    Unmapped { pte, frame: Some(entry_reference(phys, pte)) }
+}
+
+/// The reference the frame-holding entry `pte` held, with a huge page's
+/// map count dropped.
+#[inline]
+fn entry_reference(phys: &PhysMem, pte: Pte) -> FrameRef<'_> {
     debug_assert!(pte.has_frame());
     let frame = FrameRef::from_raw(phys, pte.pfn());
     if pte.has(Pte::HUGE) {
@@ -115,6 +203,45 @@ pub(crate) fn try_to_migrate_pte(phys: &PhysMem, pte: Pte) -> Pte {
     let exclusive = d.flags.fetch_and(!crate::phys::PG_ANON_EXCLUSIVE, crate::sync::Ordering::Relaxed)
         & crate::phys::PG_ANON_EXCLUSIVE
         != 0;
-    drop(unmapped(phys, pte));
+    // No flush first: the migrator holds a reference of its own, so this
+    // put cannot free the frame; the migration's flush comes before the copy.
+    drop(entry_reference(phys, pte));
     pte.to_migration(exclusive)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::{PhysConfig, PhysMem};
+
+    fn mapped_frame(phys: &PhysMem) -> Pte {
+        Pte::page(phys.alloc(0).expect("a frame").into_raw(), Pte::WRITE)
+    }
+
+    /// The invariant's consumer for the single-page replacements: released
+    /// with a flush's proof, the entry's reference is put.
+    #[test]
+    fn an_unmapped_page_released_after_the_flush_is_put() {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+        let pte = mapped_frame(&phys);
+        assert_eq!(phys.stats().frames_used, 1);
+        unmapped(&phys, pte).release(TlbFlushed::completed());
+        assert_eq!(phys.stats().frames_used, 0, "the reference was put");
+    }
+
+    /// Dropped without a flush, the reference is leaked, never put, so no
+    /// stale translation can reach a reused frame; a debug build says so
+    /// at once.
+    #[test]
+    fn an_unmapped_page_dropped_without_a_flush_is_leaked_not_freed() {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+        let pte = mapped_frame(&phys);
+        let old = unmapped(&phys, pte);
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(old)));
+        assert_eq!(dropped.is_err(), cfg!(debug_assertions), "the debug assertion fires in a debug build only");
+        assert_eq!(phys.stats().frames_used, 1, "the frame was freed without a flush");
+        assert_eq!(phys.desc(pte.pfn()).refcount.load(crate::sync::Ordering::Relaxed), 1);
+        drop(FrameRef::from_raw(&phys, pte.pfn()));
+        assert_eq!(phys.stats().frames_used, 0);
+    }
 }

@@ -391,14 +391,14 @@ fn do_wp_page(ctx: &FaultCtx<'_>, va: u64, leaf: Leaf<'_>, pte: Pte) -> FaultRes
     }
     // Other CPUs may cache the read-only translation of the old frame: clear,
     // flush, then install, so no CPU reads the old copy after a write to the new.
-    let (_, old) = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
+    let old = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
     shared_write(1); // the shootdown generation
                      // Only the CPUs that filled from the old entry, as the clear returned
                      // them: none but this thread's in the common case, and then no request
                      // and no barrier under the PTE lock.
-    mm.flush_tlb_owners(&ptl.take_fill_owners(), crate::tlb::FlushRange::new(va, va + PAGE_SIZE));
+    let flushed = mm.flush_tlb_owners(&ptl.take_fill_owners(), crate::tlb::FlushRange::new(va, va + PAGE_SIZE));
     ptl.set(va, vm_page_prot(vma, rmap::mapped(new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | nx(vma))));
     drop(ptl);
-    drop(old);
+    old.release(flushed);
     Ok(true)
 }

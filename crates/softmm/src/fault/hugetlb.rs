@@ -122,7 +122,7 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
             drop(reap);
             #[cfg(all(test, not(loom)))]
             crate::mm::hooks::before_unmap_ref_private();
-            ctx.mm.unmap_ref_private(ctx.vma, addr & !(HPAGE_SIZE - 1), pfn);
+            crate::hugetlb::cow::unmap_ref_private(ctx.mm, ctx.vma, addr & !(HPAGE_SIZE - 1), pfn);
             Ok(())
         }
         // A migration of the page is under way: its migration entry met
@@ -205,7 +205,7 @@ fn fault_once(
     let guard = crossbeam_epoch::pin();
     // huge_pte_alloc: link another address space's PMD table when Linux
     // would (the first fault in a shareable window), else allocate one.
-    f.mm.huge_pmd_share(f.vma, haddr, i_mmap, reap, &guard);
+    crate::hugetlb::share::huge_pmd_share(f.mm, f.vma, haddr, i_mmap, reap, &guard);
     let leaf = f.mm.pgtables.pmd_leaf_alloc(haddr, &guard).ok_or(Fault::Oom { addr })?;
     let pte = leaf.load(haddr);
     match pte.kind() {
@@ -516,11 +516,11 @@ fn wp(
     }
     // Clear, flush, then install: no CPU may read the old copy after a
     // write to the new one.
-    let (_, old) = crate::rmap::unmap_page(&mut ptl, haddr, phys).expect("a present entry holds a page");
-    mm.flush_tlb();
+    let old = crate::rmap::unmap_page(&mut ptl, haddr, phys).expect("a present entry holds a page");
+    let flushed = mm.flush_tlb();
     ptl.set(haddr, huge_entry(new, Pte::WRITE | Pte::DIRTY | Pte::ACCESSED | nx(vma)));
     drop(ptl);
-    drop(old);
+    old.release(flushed);
     mm.count_hugetlb_fault();
     Ok(())
 }

@@ -18,81 +18,79 @@ use crate::PAGE_SHIFT;
 
 use super::HPAGE_SIZE;
 
-impl AddressSpace {
-    /// `unmap_ref_private`: unmaps the huge page `head`, which the owner's
-    /// VMA `vma` maps at `haddr`, from every other private mapping of the
-    /// same file page that holds no reservations of its own (a child since
-    /// `fork`), marking each VMA it unmapped from. The owner's
-    /// copy-on-write then retries whatever it unmapped, as Linux's does, and
-    /// finds the page its own unless a child still maps it.
-    ///
-    /// As Linux 6.12's: under the file's `i_mmap` lock for write, and no
-    /// lock of the other address spaces, so a child whose `mmap_lock` is
-    /// held meanwhile (a writer there may itself wait for `i_mmap`) loses
-    /// the page all the same. The caller holds this address space's
-    /// `mmap_lock` for read or the VMA's read reference, and nothing else:
-    /// `hugetlb_wp` drops the fault mutex and the policy's lock first (an
-    /// `i-mmap-rwsem` fault holds `i_mmap` for read), as Linux's does.
-    ///
-    /// Sound without the child's `mmap_lock`: its VMA is found in the tree
-    /// published for lock-free readers, under an epoch guard; the walk goes
-    /// from the root under guards of its own and changes the entry only
-    /// under its PMD table's lock, where a zap of the child's own finds it
-    /// cleared or clears it first. A VMA the child is moving or copying
-    /// may keep a mapping of the page (a fork that copied the entry before
-    /// its child's VMA was linked): the owner's retry then finds the page
-    /// still shared and comes back here. A private VMA's PMD table is
-    /// never shared (`want_pmd_share` needs `VM_MAYSHARE`), so the walk
-    /// unshares nothing, and the child's TLB is flushed before `i_mmap`
-    /// goes.
-    pub(crate) fn unmap_ref_private(&self, vma: &Vma, haddr: u64, head: Pfn) {
-        let Some(file) = vma.file.as_ref() else { return };
-        let Some(inode) = file.hugetlb.as_ref() else { return };
-        let pgoff = vma.pgoff_at(haddr);
-        // The address spaces upgraded below, dropped after `i_mmap`
-        // (declared first, so dropped last): ours may be the last reference
-        // to one, and its exit unlinks its VMAs under `i_mmap` for write.
-        let mut reap = Vec::new();
-        let i_mmap = self.phys.hugetlb.locks.write(super::lock::Kind::IMmapWrite, &inode.vmas.i_mmap);
-        for r in inode.vmas.covering_locked(&i_mmap, pgoff) {
-            let Some(smm) = r.mm.upgrade() else { continue };
-            reap.push(smm.clone());
-            let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
-            if std::ptr::eq(&*smm, self) {
-                continue;
-            }
-            let saddr = r.start + ((pgoff - r.pgoff) << PAGE_SHIFT);
-            let sv = {
-                let guard = crossbeam_epoch::pin();
-                let Some(sv) = smm.vmas_rcu(&guard).find(saddr).cloned() else { continue };
-                sv
-            };
-            // The VMA the reverse map names; shared mappings map the page
-            // cache, and another owner's pages are its own: only
-            // reserve-less private mappings lose it.
-            if sv.start != r.start
-                || sv.pgoff != r.pgoff
-                || sv.flags.contains(VmFlags::MAYSHARE)
-                || sv.hugetlb_resv.is_some()
-                || !sv.file.as_ref().is_some_and(|f| std::sync::Arc::ptr_eq(f, file))
-            {
-                continue;
-            }
-            let mut tlb = MmuGather::default();
-            let filter = |pte: crate::pgtable::Pte| {
-                let ours = pte.pfn() == head;
-                if ours {
-                    // Before the entry goes (its store is Release): a fault
-                    // that finds it gone sees the mark.
-                    sv.hugetlb_unmapped.store(true, Ordering::Relaxed);
-                }
-                ours
-            };
-            smm.zap_walk(saddr, saddr + HPAGE_SIZE, &mut tlb, filter, false);
-            tlb.finish(&smm);
+/// `unmap_ref_private`: unmaps the huge page `head`, which the owner's
+/// VMA `vma` maps at `haddr`, from every other private mapping of the
+/// same file page that holds no reservations of its own (a child since
+/// `fork`), marking each VMA it unmapped from. The owner's
+/// copy-on-write then retries whatever it unmapped, as Linux's does, and
+/// finds the page its own unless a child still maps it.
+///
+/// As Linux 6.12's: under the file's `i_mmap` lock for write, and no
+/// lock of the other address spaces, so a child whose `mmap_lock` is
+/// held meanwhile (a writer there may itself wait for `i_mmap`) loses
+/// the page all the same. The caller holds this address space's
+/// `mmap_lock` for read or the VMA's read reference, and nothing else:
+/// `hugetlb_wp` drops the fault mutex and the policy's lock first (an
+/// `i-mmap-rwsem` fault holds `i_mmap` for read), as Linux's does.
+///
+/// Sound without the child's `mmap_lock`: its VMA is found in the tree
+/// published for lock-free readers, under an epoch guard; the walk goes
+/// from the root under guards of its own and changes the entry only
+/// under its PMD table's lock, where a zap of the child's own finds it
+/// cleared or clears it first. A VMA the child is moving or copying
+/// may keep a mapping of the page (a fork that copied the entry before
+/// its child's VMA was linked): the owner's retry then finds the page
+/// still shared and comes back here. A private VMA's PMD table is
+/// never shared (`want_pmd_share` needs `VM_MAYSHARE`), so the walk
+/// unshares nothing, and the child's TLB is flushed before `i_mmap`
+/// goes.
+pub(crate) fn unmap_ref_private(mm: &AddressSpace, vma: &Vma, haddr: u64, head: Pfn) {
+    let Some(file) = vma.file.as_ref() else { return };
+    let Some(inode) = file.hugetlb.as_ref() else { return };
+    let pgoff = vma.pgoff_at(haddr);
+    // The address spaces upgraded below, dropped after `i_mmap`
+    // (declared first, so dropped last): ours may be the last reference
+    // to one, and its exit unlinks its VMAs under `i_mmap` for write.
+    let mut reap = Vec::new();
+    let i_mmap = mm.phys.hugetlb.locks.write(super::lock::Kind::IMmapWrite, &inode.vmas.i_mmap);
+    for r in inode.vmas.covering_locked(&i_mmap, pgoff) {
+        let Some(smm) = r.mm.upgrade() else { continue };
+        reap.push(smm.clone());
+        let Some(smm) = AddressSpace::from_mapper(smm) else { continue };
+        if std::ptr::eq(&*smm, mm) {
+            continue;
         }
-        drop(i_mmap);
+        let saddr = r.start + ((pgoff - r.pgoff) << PAGE_SHIFT);
+        let sv = {
+            let guard = crossbeam_epoch::pin();
+            let Some(sv) = smm.vmas_rcu(&guard).find(saddr).cloned() else { continue };
+            sv
+        };
+        // The VMA the reverse map names; shared mappings map the page
+        // cache, and another owner's pages are its own: only
+        // reserve-less private mappings lose it.
+        if sv.start != r.start
+            || sv.pgoff != r.pgoff
+            || sv.flags.contains(VmFlags::MAYSHARE)
+            || sv.hugetlb_resv.is_some()
+            || !sv.file.as_ref().is_some_and(|f| std::sync::Arc::ptr_eq(f, file))
+        {
+            continue;
+        }
+        let mut tlb = MmuGather::default();
+        let filter = |pte: crate::pgtable::Pte| {
+            let ours = pte.pfn() == head;
+            if ours {
+                // Before the entry goes (its store is Release): a fault
+                // that finds it gone sees the mark.
+                sv.hugetlb_unmapped.store(true, Ordering::Relaxed);
+            }
+            ours
+        };
+        smm.zap_walk(saddr, saddr + HPAGE_SIZE, &mut tlb, filter, false);
+        tlb.finish(&smm);
     }
+    drop(i_mmap);
 }
 
 #[cfg(all(test, not(loom)))]

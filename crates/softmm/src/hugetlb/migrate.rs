@@ -54,7 +54,7 @@ use crate::file::Inode;
 use crate::mempolicy::MPOL_MF_MOVE_ALL;
 use crate::migrate::{lock_page, unlock_page, Isolated, LockedPage, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
-use crate::pgtable::{Leaf, Pte};
+use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::{PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
@@ -62,54 +62,57 @@ use crate::PAGE_SHIFT;
 
 use super::{HPAGE_SHIFT, HPAGE_SIZE};
 
-impl AddressSpace {
-    /// `__add_folio_for_migration` for the hugetlb page mapped at `addr` of
-    /// the hugetlb VMA `vma` (the caller holds `mmap_lock`, and has already
-    /// answered for a page on the target node): `-ENOENT` for nothing
-    /// mapped (a page under migration included: its entry is not present);
-    /// `Ok(None)` (left where it is: `-EACCES` in `move_pages`, not a
-    /// failure in `mbind`) for a page mapped more than once without
-    /// `MPOL_MF_MOVE_ALL` (`folio_likely_mapped_shared`: one PMD entry maps
-    /// it per page table, so sharers through one shared table count once);
-    /// `-EBUSY` when another migration holds it (`isolate_hugetlb` failed);
-    /// else the page, isolated, found through its VMA's file at its huge
-    /// index.
-    pub(crate) fn hugetlb_isolate(&self, vma: &Vma, addr: u64, flags: u32) -> Result<Option<Isolated<'_>>, i32> {
-        let guard = crossbeam_epoch::pin();
-        let leaf = self.pgtables.leaf(addr, &guard).ok_or(-libc::ENOENT)?;
-        let ptl = leaf.lock();
-        let pte = ptl.get(addr);
-        if !pte.has_frame() {
-            return Err(-libc::ENOENT);
-        }
-        // The entry holds the head frame; its counts are the huge page's.
-        let d = self.phys.desc(pte.pfn());
-        let cached = vma.file.is_some() && d.flags.load(Ordering::Relaxed) & PG_FILE != 0;
-        let own = 1 + u64::from(cached);
-        let mapped_shared =
-            u64::from(d.refcount.load(Ordering::Relaxed)) > own + u64::from(d.pincount.load(Ordering::Relaxed));
-        if mapped_shared && flags & MPOL_MF_MOVE_ALL == 0 {
-            return Ok(None);
-        }
-        let file = vma.file.clone().ok_or(-libc::EBUSY)?;
-        // Our reference keeps the page (not its mappings) once the PMD
-        // lock goes for the reverse walk.
-        let page = ptl.page(addr, &self.phys).expect("the entry holds a page");
-        drop(ptl);
-        if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
-            return Err(-libc::EBUSY);
-        }
-        let index = vma.huge_index(addr & !(HPAGE_SIZE - 1));
-        Ok(Some(Isolated { page, owner: Owner::File(file), index }))
+/// `__add_folio_for_migration` for the hugetlb page mapped at `addr` of
+/// the hugetlb VMA `vma` (the caller holds `mmap_lock`, and has already
+/// answered for a page on the target node): `-ENOENT` for nothing
+/// mapped (a page under migration included: its entry is not present);
+/// `Ok(None)` (left where it is: `-EACCES` in `move_pages`, not a
+/// failure in `mbind`) for a page mapped more than once without
+/// `MPOL_MF_MOVE_ALL` (`folio_likely_mapped_shared`: one PMD entry maps
+/// it per page table, so sharers through one shared table count once);
+/// `-EBUSY` when another migration holds it (`isolate_hugetlb` failed);
+/// else the page, isolated, found through its VMA's file at its huge
+/// index.
+pub(crate) fn hugetlb_isolate<'m>(
+    mm: &'m AddressSpace,
+    vma: &Vma,
+    addr: u64,
+    flags: u32,
+) -> Result<Option<Isolated<'m>>, i32> {
+    let guard = crossbeam_epoch::pin();
+    let leaf = mm.pgtables.leaf(addr, &guard).ok_or(-libc::ENOENT)?;
+    let ptl = leaf.lock();
+    let pte = ptl.get(addr);
+    if !pte.has_frame() {
+        return Err(-libc::ENOENT);
     }
+    // The entry holds the head frame; its counts are the huge page's.
+    let d = mm.phys.desc(pte.pfn());
+    let cached = vma.file.is_some() && d.flags.load(Ordering::Relaxed) & PG_FILE != 0;
+    let own = 1 + u64::from(cached);
+    let mapped_shared =
+        u64::from(d.refcount.load(Ordering::Relaxed)) > own + u64::from(d.pincount.load(Ordering::Relaxed));
+    if mapped_shared && flags & MPOL_MF_MOVE_ALL == 0 {
+        return Ok(None);
+    }
+    let file = vma.file.clone().ok_or(-libc::EBUSY)?;
+    // Our reference keeps the page (not its mappings) once the PMD
+    // lock goes for the reverse walk.
+    let page = ptl.page(addr, &mm.phys).expect("the entry holds a page");
+    drop(ptl);
+    if d.flags.fetch_or(PG_ISOLATED, Ordering::AcqRel) & PG_ISOLATED != 0 {
+        return Err(-libc::EBUSY);
+    }
+    let index = vma.huge_index(addr & !(HPAGE_SIZE - 1));
+    Ok(Some(Isolated { page, owner: Owner::File(file), index }))
+}
 
-    /// `queue_folios_hugetlb`'s extra rule for `mbind` and `migrate_pages`:
-    /// without `MPOL_MF_MOVE_ALL`, a hugetlb page mapped through a shared
-    /// PMD table (`hugetlb_pmd_shared`) is left where it is, and that is
-    /// not a failure.
-    pub(crate) fn hugetlb_queue_skips(&self, addr: u64, flags: u32) -> bool {
-        flags & MPOL_MF_MOVE_ALL == 0 && self.pgtables.pmd_is_shared(addr, &crossbeam_epoch::pin())
-    }
+/// `queue_folios_hugetlb`'s extra rule for `mbind` and `migrate_pages`:
+/// without `MPOL_MF_MOVE_ALL`, a hugetlb page mapped through a shared
+/// PMD table (`hugetlb_pmd_shared`) is left where it is, and that is
+/// not a failure.
+pub(crate) fn hugetlb_queue_skips(pgtables: &PageTables, addr: u64, flags: u32) -> bool {
+    flags & MPOL_MF_MOVE_ALL == 0 && pgtables.pmd_is_shared(addr, &crossbeam_epoch::pin())
 }
 
 /// How long a hugetlb fault (or unshare) waits, with its locks dropped, for
@@ -197,7 +200,7 @@ fn walk_huge(
         let next = file
             .mappers()
             .into_iter()
-            .filter_map(|m| m.as_any().downcast::<AddressSpace>().ok())
+            .filter_map(AddressSpace::from_mapper)
             .find(|mm| !visited.contains(&Arc::as_ptr(mm)));
         let Some(mm) = next else { return };
         visited.push(Arc::as_ptr(&mm));

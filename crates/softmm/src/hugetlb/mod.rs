@@ -18,8 +18,9 @@
 //!   (`unmap_ref_private`: the children lose the page).
 //! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
 //!   4 KiB subpage) and their unshare.
-//! - `vm_ops.rs`: the hooks through which the core maps, splits, closes
-//!   and zaps hugetlb VMAs (`hugetlb_vm_ops`, `hugetlbfs_file_mmap`).
+//! - `vm_ops.rs`: the hooks through which the core maps, splits, closes,
+//!   zaps and copies at fork hugetlb VMAs (`hugetlb_vm_ops`,
+//!   `hugetlbfs_file_mmap`, `copy_hugetlb_page_range`).
 //!
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
 //!
@@ -59,36 +60,34 @@ pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std:
     ))
 }
 
-impl crate::mm::AddressSpace {
-    /// `__unmap_hugepage_range`'s reservation restore, before `[start,
-    /// end)` of the hugetlb VMA `vma` is zapped (`MADV_DONTNEED`,
-    /// truncate): in a private mapping that owns its reserve map, each
-    /// anonymous page mapped there gets its index's reservation back in the
-    /// map at once and in the pool when the page is freed (by this zap, or
-    /// later by the last child that still maps it), so a later fault there
-    /// is as sure to find a page as the first was. The caller holds
-    /// `mmap_lock` (no fork copies an entry meanwhile).
-    pub(crate) fn hugetlb_restore_reserves(&self, vma: &crate::vma::Vma, start: u64, end: u64) {
-        use crate::phys::{PG_ANON, PG_FILE};
-        use crate::sync::Ordering;
-        let Some(resv) = &vma.hugetlb_resv else { return };
-        let guard = crossbeam_epoch::pin();
-        for leaf in self.pgtables.leaves(start, end, &guard) {
-            if leaf.entry_size() != HPAGE_SIZE {
+/// `__unmap_hugepage_range`'s reservation restore, before `[start,
+/// end)` of the hugetlb VMA `vma` of `mm` is zapped (`MADV_DONTNEED`,
+/// truncate): in a private mapping that owns its reserve map, each
+/// anonymous page mapped there gets its index's reservation back in the
+/// map at once and in the pool when the page is freed (by this zap, or
+/// later by the last child that still maps it), so a later fault there
+/// is as sure to find a page as the first was. The caller holds
+/// `mmap_lock` (no fork copies an entry meanwhile).
+pub(crate) fn restore_reserves(mm: &crate::mm::AddressSpace, vma: &crate::vma::Vma, start: u64, end: u64) {
+    use crate::phys::{PG_ANON, PG_FILE};
+    use crate::sync::Ordering;
+    let Some(resv) = &vma.hugetlb_resv else { return };
+    let guard = crossbeam_epoch::pin();
+    for leaf in mm.pgtables.leaves(start, end, &guard) {
+        if leaf.entry_size() != HPAGE_SIZE {
+            continue;
+        }
+        let ptl = leaf.lock();
+        for (va, pte) in leaf.iter() {
+            if !pte.has_frame() {
                 continue;
             }
-            let ptl = leaf.lock();
-            for (va, pte) in leaf.iter() {
-                if !pte.has_frame() {
-                    continue;
-                }
-                let d = self.phys.desc(pte.pfn());
-                let flags = d.flags.load(Ordering::Relaxed);
-                if flags & PG_ANON != 0 && flags & PG_FILE == 0 && resv.restore(vma.huge_index(va)) {
-                    d.flags.fetch_or(pool::PG_HUGETLB_RESTORE_RESERVE, Ordering::Relaxed);
-                }
+            let d = mm.phys.desc(pte.pfn());
+            let flags = d.flags.load(Ordering::Relaxed);
+            if flags & PG_ANON != 0 && flags & PG_FILE == 0 && resv.restore(vma.huge_index(va)) {
+                d.flags.fetch_or(pool::PG_HUGETLB_RESTORE_RESERVE, Ordering::Relaxed);
             }
-            drop(ptl);
         }
+        drop(ptl);
     }
 }

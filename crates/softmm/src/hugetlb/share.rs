@@ -102,221 +102,215 @@ fn share_flags(vma: &Vma) -> VmFlags {
     vma.flags - VmFlags::LOCKED
 }
 
-impl AddressSpace {
-    /// `huge_pmd_share`: before the fault at `addr` in the hugetlb VMA `vma`
-    /// allocates a PMD table, links the table of another VMA, of another
-    /// address space or of this one, that maps the same file page at the
-    /// same offset within its PUD, with equal flags, covering its whole
-    /// window too. True if it linked
-    /// one (counted in [`crate::HugePageStats::pmd_shares`]). The caller
-    /// holds `mmap_lock` for read or the VMA's read reference, the fault
-    /// mutex of the page, and, if `i_mmap` is `Some`, the file's `i_mmap`
-    /// lock for read (else this takes it). The address spaces it looked at
-    /// go into `reap`, for the caller to drop once it holds no lock (the
-    /// last reference's drop unlinks VMAs under `i_mmap`).
-    pub(crate) fn huge_pmd_share(
-        &self,
-        vma: &Vma,
-        addr: u64,
-        i_mmap: Option<&crate::sync::RwLockReadGuard<'_, ()>>,
-        reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
-        guard: &Guard,
-    ) -> bool {
-        let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
-        if !want_pmd_share(vma, addr) || self.pgtables.has_pmd_table(addr, guard) {
-            return false;
+/// `huge_pmd_share`: before the fault at `addr` in the hugetlb VMA `vma`
+/// allocates a PMD table, links the table of another VMA, of another
+/// address space or of this one, that maps the same file page at the
+/// same offset within its PUD, with equal flags, covering its whole
+/// window too. True if it linked
+/// one (counted in [`crate::HugePageStats::pmd_shares`]). The caller
+/// holds `mmap_lock` for read or the VMA's read reference, the fault
+/// mutex of the page, and, if `i_mmap` is `Some`, the file's `i_mmap`
+/// lock for read (else this takes it). The address spaces it looked at
+/// go into `reap`, for the caller to drop once it holds no lock (the
+/// last reference's drop unlinks VMAs under `i_mmap`).
+pub(crate) fn huge_pmd_share(
+    mm: &AddressSpace,
+    vma: &Vma,
+    addr: u64,
+    i_mmap: Option<&crate::sync::RwLockReadGuard<'_, ()>>,
+    reap: &mut Vec<std::sync::Arc<dyn crate::file::Mapper>>,
+    guard: &Guard,
+) -> bool {
+    let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
+    if !want_pmd_share(vma, addr) || mm.pgtables.has_pmd_table(addr, guard) {
+        return false;
+    }
+    #[cfg(loom)]
+    if super::lock::broken::no_share() {
+        return false;
+    }
+    let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
+    let taken;
+    let i_mmap = match i_mmap {
+        Some(held) => held,
+        None => {
+            taken = mm.phys.hugetlb.locks.read(Kind::IMmapRead, &inode.vmas.i_mmap);
+            &taken
         }
+    };
+    for svma in inode.vmas.covering(i_mmap, idx) {
+        let saddr = svma.start + ((idx - svma.pgoff) << PAGE_SHIFT);
+        // pmd_index(addr) == pmd_index(saddr): each entry of the table
+        // then maps the same file page for both.
+        if saddr % PUD_SIZE != addr % PUD_SIZE {
+            continue;
+        }
+        let Some(smm) = svma.mm.upgrade() else { continue };
+        // Kept until the caller has dropped every lock: ours may be the
+        // last reference, and an address space that dies unlinks its
+        // VMAs under `i_mmap` for write, which we hold for read.
+        reap.push(smm.clone());
+        let Some(smm) = AddressSpace::from_mapper(smm) else { continue };
+        // Our own other VMA: Linux skips only `svma == vma` (the reverse
+        // map names a VMA of ours by its start). The table is then linked
+        // at two PUD entries of this tree.
+        if std::ptr::eq(&*smm, mm) && svma.start == vma.start {
+            continue;
+        }
+        // As Linux's, no lock of the other address space: its `mmap_lock`
+        // may be held for write for as long as a fork (every fork instance
+        // of seed 000 holds it most of the time), and a fault that skipped
+        // it would fill a table of its own. The VMA as published, held by
+        // its own read reference (only tried: no writer can hold that up),
+        // keeps its table linked until we let go: every writer detaches the
+        // VMAs it replaces or removes before it changes their entries or
+        // frees their tables (a split's unshare too comes after the
+        // detach), and the zaps that run without a detach (`MADV_DONTNEED`,
+        // truncate, hole punch, migration) take `i_mmap` for write, which we
+        // hold for read. Exit cannot come while `reap` holds the address
+        // space. For this address space, the same holds whether the fault
+        // holds `mmap_lock` for read or only its VMA's reference.
+        let Some(s) = smm.vmas_rcu(guard).find(saddr) else { continue };
         #[cfg(loom)]
-        if super::lock::broken::no_share() {
-            return false;
-        }
-        let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
-        let taken;
-        let i_mmap = match i_mmap {
-            Some(held) => held,
-            None => {
-                taken = self.phys.hugetlb.locks.read(Kind::IMmapRead, &inode.vmas.i_mmap);
-                &taken
-            }
-        };
-        for svma in inode.vmas.covering(i_mmap, idx) {
-            let saddr = svma.start + ((idx - svma.pgoff) << PAGE_SHIFT);
-            // pmd_index(addr) == pmd_index(saddr): each entry of the table
-            // then maps the same file page for both.
-            if saddr % PUD_SIZE != addr % PUD_SIZE {
-                continue;
-            }
-            let Some(smm) = svma.mm.upgrade() else { continue };
-            // Kept until the caller has dropped every lock: ours may be the
-            // last reference, and an address space that dies unlinks its
-            // VMAs under `i_mmap` for write, which we hold for read.
-            reap.push(smm.clone());
-            let Ok(smm) = smm.as_any().downcast::<AddressSpace>() else { continue };
-            // Our own other VMA: Linux skips only `svma == vma` (the
-            // reverse map names a VMA of ours by its start). The table is
-            // then linked at two PUD entries of this tree.
-            if std::ptr::eq(&*smm, self) && svma.start == vma.start {
-                continue;
-            }
-            // As Linux's, no lock of the other address space: its
-            // `mmap_lock` may be held for write for as long as a fork
-            // (every fork instance of seed 000 holds it most of the time),
-            // and a fault that skipped it would fill a table of its own.
-            // The VMA as published, held by its own read reference (only
-            // tried: no writer can hold that up), keeps its table linked
-            // until we let go: every writer detaches the VMAs it replaces
-            // or removes before it changes their entries or frees their
-            // tables (a split's unshare too comes after the detach), and
-            // the zaps that run without a detach (`MADV_DONTNEED`,
-            // truncate, hole punch, migration) take `i_mmap` for write,
-            // which we hold for read. Exit cannot come while `reap` holds
-            // the address space. For this address space, the same holds
-            // whether the fault holds `mmap_lock` for read or only its
-            // VMA's reference.
-            let Some(s) = smm.vmas_rcu(guard).find(saddr) else { continue };
-            #[cfg(loom)]
-            if super::lock::broken::share_without_vma_ref() {
-                if !std::ptr::eq(&**s, vma) && self.link_shared(vma, addr, &smm, s, &svma, guard) {
-                    return true;
-                }
-                continue;
-            }
-            if std::ptr::eq(&**s, vma) || !s.lock.try_read() {
-                continue;
-            }
-            let linked = self.link_shared(vma, addr, &smm, s, &svma, guard);
-            s.lock.read_unlock();
-            if linked {
+        if super::lock::broken::share_without_vma_ref() {
+            if !std::ptr::eq(&**s, vma) && link_shared(mm, vma, addr, &smm, s, &svma, guard) {
                 return true;
             }
+            continue;
         }
-        false
-    }
-
-    /// The end of `huge_pmd_share` for one candidate `svma` of the reverse
-    /// map, found as `s` in `smm` (this address space or another): if `s`
-    /// is still the VMA the reverse map names and `page_table_shareable`
-    /// holds, links its PMD table at `addr` and counts the share. The
-    /// caller holds what keeps `s` and its table in place (`s`'s read
-    /// reference) and the file's `i_mmap` lock for read, and checked that
-    /// `svma` maps the page at `addr` at the same offset within its PUD.
-    fn link_shared(
-        &self,
-        vma: &Vma,
-        addr: u64,
-        smm: &AddressSpace,
-        s: &Vma,
-        svma: &crate::file::interval_tree::RmapVma,
-        guard: &Guard,
-    ) -> bool {
-        let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
-        let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
-        let saddr = svma.start + ((idx - svma.pgoff) << PAGE_SHIFT);
-        let i_mmap = &inode.vmas.i_mmap;
-        // The VMA as the reverse map names it (not one made since, whose
-        // link is still to come), shareable, with the same flags.
-        if s.start != svma.start
-            || s.pgoff != svma.pgoff
-            || !want_pmd_share(s, saddr)
-            || !s.file.as_ref().is_some_and(|f| vma.file.as_ref().is_some_and(|g| std::sync::Arc::ptr_eq(f, g)))
-            || share_flags(s) != share_flags(vma)
-        {
-            return false;
+        if std::ptr::eq(&**s, vma) || !s.lock.try_read() {
+            continue;
         }
-        // Recorded before the link exists, so neither side's unshare can
-        // find the table shared without its `i_mmap` lock (both windows
-        // of this address space, when `smm` is this one).
-        self.hugetlb_lock.note_shared(addr & !(PUD_SIZE - 1), i_mmap);
-        smm.hugetlb_lock.note_shared(saddr & !(PUD_SIZE - 1), i_mmap);
-        if self.pgtables.pmd_share_from(addr, &smm.pgtables, saddr, guard) {
-            self.phys.hugetlb.pmd_shares.fetch_add(1, Ordering::Relaxed);
+        let linked = link_shared(mm, vma, addr, &smm, s, &svma, guard);
+        s.lock.read_unlock();
+        if linked {
             return true;
         }
-        false
+    }
+    false
+}
+
+/// The end of `huge_pmd_share` for one candidate `svma` of the reverse
+/// map, found as `s` in `smm` (this address space or another): if `s`
+/// is still the VMA the reverse map names and `page_table_shareable`
+/// holds, links its PMD table at `addr` and counts the share. The
+/// caller holds what keeps `s` and its table in place (`s`'s read
+/// reference) and the file's `i_mmap` lock for read, and checked that
+/// `svma` maps the page at `addr` at the same offset within its PUD.
+fn link_shared(
+    mm: &AddressSpace,
+    vma: &Vma,
+    addr: u64,
+    smm: &AddressSpace,
+    s: &Vma,
+    svma: &crate::file::interval_tree::RmapVma,
+    guard: &Guard,
+) -> bool {
+    let Some(inode) = vma.file.as_ref().and_then(|f| f.hugetlb.as_ref()) else { return false };
+    let idx = ((addr - vma.start) >> PAGE_SHIFT) + vma.pgoff;
+    let saddr = svma.start + ((idx - svma.pgoff) << PAGE_SHIFT);
+    let i_mmap = &inode.vmas.i_mmap;
+    // The VMA as the reverse map names it (not one made since, whose
+    // link is still to come), shareable, with the same flags.
+    if s.start != svma.start
+        || s.pgoff != svma.pgoff
+        || !want_pmd_share(s, saddr)
+        || !s.file.as_ref().is_some_and(|f| vma.file.as_ref().is_some_and(|g| std::sync::Arc::ptr_eq(f, g)))
+        || share_flags(s) != share_flags(vma)
+    {
+        return false;
+    }
+    // Recorded before the link exists, so neither side's unshare can
+    // find the table shared without its `i_mmap` lock (both windows
+    // of this address space, when `smm` is this one).
+    mm.hugetlb_lock.note_shared(addr & !(PUD_SIZE - 1), i_mmap);
+    smm.hugetlb_lock.note_shared(saddr & !(PUD_SIZE - 1), i_mmap);
+    if mm.pgtables.pmd_share_from(addr, &smm.pgtables, saddr, guard) {
+        mm.phys.hugetlb.pmd_shares.fetch_add(1, Ordering::Relaxed);
+        return true;
+    }
+    false
+}
+
+/// Linux's zap of a hugetlb VMA between `__hugetlb_zap_begin` and
+/// `__hugetlb_zap_end`: clears the entries of `[start, end)`, a range of
+/// `vma`, for which `filter` holds, as [`AddressSpace::zap_range`], for
+/// the callers that hold `mmap_lock` only for read (`MADV_DONTNEED`,
+/// truncate, hole punch). Each PUD window of the range that `vma`
+/// covers whole, where a PMD table may be shared, is unshared and
+/// zapped under this address space's hugetlb VMA lock and the file's
+/// `i_mmap` lock, both for write, as an unshare. Under them no fault
+/// of any address space links the window's table (`huge_pmd_share`
+/// holds `i_mmap` for read), so the zap never clears an entry through a
+/// table another address space links: without them, another address
+/// space could link a table never shared while this zap clears it and
+/// flushes only this address space, or this address space's own fault
+/// could link another's table after the unshare check, and the walk
+/// would clear that one's entries. Other windows, and every other VMA,
+/// zap as [`AddressSpace::zap_range`] (no lock: no sharing can reach
+/// them), so a zap of 4 KiB pages never meets these locks.
+///
+/// The gathered frames are flushed and freed by the caller after the
+/// locks go, as before: an entry cleared here maps nothing once the
+/// locks are dropped, so a later link sees none, and its frame is held
+/// by the gather until this address space's flush.
+pub(crate) fn hugetlb_zap_range(
+    mm: &AddressSpace,
+    vma: &Vma,
+    start: u64,
+    end: u64,
+    tlb: &mut crate::mm::MmuGather,
+    mut filter: impl FnMut(crate::pgtable::Pte) -> bool,
+) {
+    let i_mmap = vma
+        .file
+        .as_ref()
+        .and_then(|f| f.hugetlb.as_ref())
+        .filter(|_| vma.flags.contains(VmFlags::MAYSHARE))
+        .map(|inode| &inode.vmas.i_mmap);
+    #[cfg(loom)]
+    let i_mmap = i_mmap.filter(|_| !super::lock::broken::skip_zap_lock());
+    let Some(i_mmap) = i_mmap else { return mm.zap_range(start, end, tlb, filter) };
+    let mut from = start;
+    while from < end {
+        let w = from & !(PUD_SIZE - 1);
+        let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
+        if want_pmd_share(vma, w) {
+            let locks = &mm.phys.hugetlb.locks;
+            let _vma_lock = locks.write(Kind::VmaLockWrite, mm.hugetlb_lock.stripe(w));
+            let _i_mmap = locks.write(Kind::IMmapWrite, i_mmap);
+            let guard = crossbeam_epoch::pin();
+            if mm.pgtables.has_pmd_table(w, &guard) {
+                mm.huge_pmd_unshare_locked(w, &guard);
+            }
+            drop(guard);
+            mm.zap_walk(from, to, tlb, &mut filter, false);
+        } else {
+            mm.zap_range(from, to, tlb, &mut filter);
+        }
+        from = to;
     }
 }
 
-impl AddressSpace {
-    /// Linux's zap of a hugetlb VMA between `__hugetlb_zap_begin` and
-    /// `__hugetlb_zap_end`: clears the entries of `[start, end)`, a range of
-    /// `vma`, for which `filter` holds, as [`AddressSpace::zap_range`], for
-    /// the callers that hold `mmap_lock` only for read (`MADV_DONTNEED`,
-    /// truncate, hole punch). Each PUD window of the range that `vma`
-    /// covers whole, where a PMD table may be shared, is unshared and
-    /// zapped under this address space's hugetlb VMA lock and the file's
-    /// `i_mmap` lock, both for write, as an unshare. Under them no fault
-    /// of any address space links the window's table (`huge_pmd_share`
-    /// holds `i_mmap` for read), so the zap never clears an entry through a
-    /// table another address space links: without them, another address
-    /// space could link a table never shared while this zap clears it and
-    /// flushes only this address space, or this address space's own fault
-    /// could link another's table after the unshare check, and the walk
-    /// would clear that one's entries. Other windows, and every other VMA,
-    /// zap as [`AddressSpace::zap_range`] (no lock: no sharing can reach
-    /// them), so a zap of 4 KiB pages never meets these locks.
-    ///
-    /// The gathered frames are flushed and freed by the caller after the
-    /// locks go, as before: an entry cleared here maps nothing once the
-    /// locks are dropped, so a later link sees none, and its frame is held
-    /// by the gather until this address space's flush.
-    pub(crate) fn hugetlb_zap_range(
-        &self,
-        vma: &Vma,
-        start: u64,
-        end: u64,
-        tlb: &mut crate::mm::MmuGather,
-        mut filter: impl FnMut(crate::pgtable::Pte) -> bool,
-    ) {
-        let i_mmap = vma
-            .file
-            .as_ref()
-            .and_then(|f| f.hugetlb.as_ref())
-            .filter(|_| vma.flags.contains(VmFlags::MAYSHARE))
-            .map(|inode| &inode.vmas.i_mmap);
-        #[cfg(loom)]
-        let i_mmap = i_mmap.filter(|_| !super::lock::broken::skip_zap_lock());
-        let Some(i_mmap) = i_mmap else { return self.zap_range(start, end, tlb, filter) };
-        let mut from = start;
-        while from < end {
-            let w = from & !(PUD_SIZE - 1);
-            let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
-            if want_pmd_share(vma, w) {
-                let locks = &self.phys.hugetlb.locks;
-                let _vma_lock = locks.write(Kind::VmaLockWrite, self.hugetlb_lock.stripe(w));
-                let _i_mmap = locks.write(Kind::IMmapWrite, i_mmap);
-                let guard = crossbeam_epoch::pin();
-                if self.pgtables.has_pmd_table(w, &guard) {
-                    self.huge_pmd_unshare_locked(w, &guard);
-                }
-                drop(guard);
-                self.zap_walk(from, to, tlb, &mut filter, false);
-            } else {
-                self.zap_range(from, to, tlb, &mut filter);
-            }
-            from = to;
-        }
+/// `hugetlb_split` (Linux 6.16+, backported to 6.12): `vma` is about to
+/// split at `addr`, with `mmap_lock` held for write. If the PUD window
+/// around `addr` lies wholly inside `vma` and `addr` is not its start,
+/// neither part will cover it after the split, so `want_pmd_share`
+/// would no longer hold: the window's table is unshared now (with the
+/// flush, as every unshare), not left linked until some later change of
+/// the window. A split on a PUD boundary keeps each window whole and
+/// unshares nothing. Called for every split, including those that
+/// change no entry (`madvise`'s flag changes, `mbind`).
+pub(crate) fn hugetlb_split(mm: &AddressSpace, vma: &Vma, addr: u64) {
+    if !vma.flags.contains(VmFlags::HUGETLB) || addr % PUD_SIZE == 0 {
+        return;
     }
-
-    /// `hugetlb_split` (Linux 6.16+, backported to 6.12): `vma` is about to
-    /// split at `addr`, with `mmap_lock` held for write. If the PUD window
-    /// around `addr` lies wholly inside `vma` and `addr` is not its start,
-    /// neither part will cover it after the split, so `want_pmd_share`
-    /// would no longer hold: the window's table is unshared now (with the
-    /// flush, as every unshare), not left linked until some later change of
-    /// the window. A split on a PUD boundary keeps each window whole and
-    /// unshares nothing. Called for every split, including those that
-    /// change no entry (`madvise`'s flag changes, `mbind`).
-    pub(crate) fn hugetlb_split(&self, vma: &Vma, addr: u64) {
-        if !vma.flags.contains(VmFlags::HUGETLB) || addr % PUD_SIZE == 0 {
-            return;
-        }
-        let floor = addr & !(PUD_SIZE - 1);
-        if let Some(ceil) = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end) {
-            self.hugetlb_unshare_range(floor, ceil);
-        }
-        #[cfg(all(test, not(loom)))]
-        crate::mm::hooks::after_hugetlb_split();
+    let floor = addr & !(PUD_SIZE - 1);
+    if let Some(ceil) = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end) {
+        mm.hugetlb_unshare_range(floor, ceil);
     }
+    #[cfg(all(test, not(loom)))]
+    crate::mm::hooks::after_hugetlb_split();
 }
 
 #[cfg(all(test, not(loom)))]

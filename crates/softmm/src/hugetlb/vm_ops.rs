@@ -1,6 +1,6 @@
 //! hugetlb's hooks (Linux's `hugetlb_vm_ops` and `hugetlbfs_file_mmap`):
-//! how the core maps, splits, closes and zaps a hugetlb VMA without
-//! naming hugetlb.
+//! how the core maps, splits, closes, zaps and copies (at fork) a hugetlb
+//! VMA without naming hugetlb.
 
 use std::sync::Arc;
 
@@ -77,7 +77,7 @@ impl VmaOps for HugetlbVmOps {
     }
 
     fn split(&self, mm: &AddressSpace, vma: &Vma, addr: u64) {
-        mm.hugetlb_split(vma, addr);
+        super::share::hugetlb_split(mm, vma, addr);
     }
 
     /// `hugetlb_vm_op_close` for the part that goes: a private mapping's
@@ -91,15 +91,26 @@ impl VmaOps for HugetlbVmOps {
         HPAGE_SIZE
     }
 
+    /// `copy_hugetlb_page_range`: a pinned page's copy for the child is a
+    /// pool page outside any reservation; none left fails the fork
+    /// (`ENOSPC`, which `copy_mm` turns into `ENOMEM`).
+    fn copy_page_range(&self, dst: &AddressSpace, src: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
+        crate::mm::copy_page_range(dst, src, vma, tlb, &|va, pfn| {
+            let copy = src.phys.alloc_huge(&src.placement(vma, va), false).ok_or(Errno::NoSpc)?;
+            src.phys.copy_frames(pfn, copy.pfn(), super::HPAGE_FRAMES as usize);
+            Ok(copy)
+        })
+    }
+
     /// `hugetlb_vmdelete_list` → `__unmap_hugepage_range`: with
     /// `even_cows`, a private mapping's owner gets its reservations back
-    /// for the pages that go ([`AddressSpace::hugetlb_restore_reserves`]);
+    /// for the pages that go ([`super::restore_reserves`]);
     /// the zap takes the locks that keep a shareable window unshared
-    /// ([`AddressSpace::hugetlb_zap_range`]).
+    /// ([`super::share::hugetlb_zap_range`]).
     fn zap(&self, mm: &AddressSpace, vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
         if details.even_cows {
-            mm.hugetlb_restore_reserves(vma, start, end);
+            super::restore_reserves(mm, vma, start, end);
         }
-        mm.hugetlb_zap_range(vma, start, end, tlb, details.filter);
+        super::share::hugetlb_zap_range(mm, vma, start, end, tlb, details.filter);
     }
 }

@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::pgtable::DetachedTable;
-use crate::phys::{FrameRef, Pfn};
+use crate::phys::Pfn;
+use crate::rmap::Unmapped;
 use crate::tlb::{CpuSet, FlushRange};
 
 use super::AddressSpace;
@@ -113,7 +114,7 @@ fn ns_since(t: Option<Instant>) -> u64 {
 
 impl MmuGather {
     /// Holds `frame` until the flush; false once the gather is full.
-    fn push_frame(&mut self, frame: FrameRef<'_>) -> bool {
+    fn push_frame(&mut self, frame: Unmapped<'_>) -> bool {
         debug_assert!(!self.is_full(), "frame added to a full gather");
         let cap = self.frames.capacity();
         if self.frames.len() == cap {
@@ -123,12 +124,13 @@ impl MmuGather {
                 cap.saturating_mul(2).clamp(MAX_GATHER_FRAMES.min(8), MAX_GATHER_FRAMES).saturating_sub(cap),
             );
         }
-        self.frames.push(frame.into_raw());
+        self.frames.push(frame.into_gathered());
         !self.is_full()
     }
 
     /// Takes over the reference an entry that was just cleared held on
-    /// `frame`; it is put after the flush. Returns `false` once the gather
+    /// `frame`; it is put after the flush (the gather is one of
+    /// [`Unmapped`]'s two consumers). Returns `false` once the gather
     /// is full: the caller must then stop clearing entries, drop its PTE
     /// lock and call [`MmuGather::flush_if_full`] before it adds another.
     /// `va` and `size` are the cleared entry's address and size.
@@ -138,7 +140,7 @@ impl MmuGather {
     /// asks (unless something sets `need_flush`). A caller that does not
     /// collect them sets `need_flush`, and every CPU is asked.
     #[must_use = "a full gather must be flushed before more frames are added"]
-    pub(crate) fn add_cleared_frame(&mut self, frame: FrameRef<'_>, va: u64, size: u64) -> bool {
+    pub(crate) fn add_cleared_frame(&mut self, frame: Unmapped<'_>, va: u64, size: u64) -> bool {
         let end = va.saturating_add(size);
         self.cleared = Some(self.cleared.map_or((va, end), |(s, e)| (s.min(va), e.max(end))));
         self.push_frame(frame)
@@ -348,14 +350,12 @@ mod tests {
         let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
         let mut tlb = MmuGather::default();
         // The zero page's references are not counted: any number will do.
+        let zero = || crate::rmap::unmapped(&phys, crate::pgtable::Pte::page(phys.zero_pfn(), 0));
         for _ in 0..MAX_GATHER_FRAMES - 1 {
-            assert!(tlb.add_cleared_frame(phys.zero_page(), 0, PAGE_SIZE));
+            assert!(tlb.add_cleared_frame(zero(), 0, PAGE_SIZE));
         }
         assert!(!tlb.is_full());
-        assert!(
-            !tlb.add_cleared_frame(phys.zero_page(), 0, PAGE_SIZE),
-            "the last frame under the bound reports the gather full"
-        );
+        assert!(!tlb.add_cleared_frame(zero(), 0, PAGE_SIZE), "the last frame under the bound reports the gather full");
         assert!(tlb.is_full());
         assert!(tlb.frames.capacity() <= MAX_GATHER_FRAMES + 8, "the batch grew past its bound");
         std::mem::forget(tlb); // frame numbers only: nothing to free

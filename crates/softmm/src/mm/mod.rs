@@ -16,6 +16,7 @@
 pub(crate) mod anon_rmap;
 pub(crate) mod commit;
 mod config;
+mod copy;
 mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
@@ -50,6 +51,7 @@ use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
+pub(crate) use copy::copy_page_range;
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// Pauses a writer spins for while `mmap_lock` is held before it parks
@@ -417,9 +419,11 @@ impl AddressSpace {
 
     /// Shoots down every CPU's TLB for this address space (see [`crate::tlb`]).
     /// The calling thread's own CPUs are quiescent (it is inside softmm) and
-    /// are not sent a request.
-    pub(crate) fn flush_tlb(&self) {
+    /// are not sent a request. Returns the proof that releases what the
+    /// caller unmapped before it ([`rmap::Unmapped::release`]).
+    pub(crate) fn flush_tlb(&self) -> rmap::TlbFlushed {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush(mine));
+        rmap::TlbFlushed::completed()
     }
 
     /// Begins a shootdown of every CPU's TLB for this address space and
@@ -453,9 +457,12 @@ impl AddressSpace {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin_targets(mine, &targets, range))
     }
 
-    /// [`AddressSpace::flush_tlb_begin_owners`], waited for.
-    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet, range: FlushRange) {
+    /// [`AddressSpace::flush_tlb_begin_owners`], waited for: the proof that
+    /// releases what the caller unmapped in `range` before it
+    /// ([`rmap::Unmapped::release`]).
+    pub(crate) fn flush_tlb_owners(&self, owners: &CpuSet, range: FlushRange) -> rmap::TlbFlushed {
         self.flush_tlb_begin_owners(owners, range).wait();
+        rmap::TlbFlushed::completed()
     }
 
     /// Current statistics.
@@ -883,6 +890,18 @@ impl AddressSpace {
             let me: Weak<AddressSpace> = Arc::downgrade(self);
             file.add_mapping(me);
         }
+    }
+}
+
+impl AddressSpace {
+    /// The address space that `mapper`, an entry of a file's reverse map
+    /// (`Inode::mappers`, hugetlb's reverse map by VMA), is: every
+    /// `file::Mapper` is one, so this is `None` for no mapper the crate
+    /// makes. The one place that turns a reverse-map entry back into its
+    /// type, for the walks above the core that need the whole address space
+    /// (migration's, hugetlb's PMD sharing and `unmap_ref_private`).
+    pub(crate) fn from_mapper(mapper: Arc<dyn Mapper>) -> Option<Arc<AddressSpace>> {
+        mapper.as_any().downcast().ok()
     }
 }
 

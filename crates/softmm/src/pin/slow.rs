@@ -134,7 +134,7 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
 /// again whatever happened.
 fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     if vma.flags.contains(VmFlags::HUGETLB) {
-        return mm.hugetlb_unshare(vma, va);
+        return crate::hugetlb::gup::hugetlb_unshare(mm, vma, va);
     }
     if !mm.anon_vma_prepare_locked(vma) {
         return Err(Errno::NoMem);
@@ -176,11 +176,11 @@ fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     }
     // As a COW break: clear, shoot down, install, so that no CPU reads the
     // old page after the pin's device writes the new one.
-    let (_, old) = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
-    mm.flush_tlb();
+    let old = rmap::unmap_page(&mut ptl, va, phys).expect("a present entry holds a frame");
+    let flushed = mm.flush_tlb();
     rmap::map_page(&mut ptl, va, new, Pte::ACCESSED);
     drop(ptl);
-    drop(old);
+    old.release(flushed);
     Ok(())
 }
 

@@ -209,7 +209,7 @@ impl AddressSpace {
                 Follow::Got(frame, page) => return Some((frame, page)),
                 // The COW break of a forced write to a read-only private
                 // huge page: an exclusive anonymous copy, mapped read-only.
-                Follow::Unshare => self.hugetlb_unshare(vma, va).ok()?,
+                Follow::Unshare => crate::hugetlb::gup::hugetlb_unshare(self, vma, va).ok()?,
                 Follow::Stop => return None,
                 // The fault gup makes (`faultin_page`): no MMU permission
                 // check, `check_vma_flags` allowed the access.

@@ -4,9 +4,6 @@ use crate::sync::Ordering;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::pgtable::Pte;
-use crate::phys::{PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY};
-use crate::rmap;
 use crate::vma::VmFlags;
 use crate::vma::Vma;
 use crate::Errno;
@@ -111,105 +108,8 @@ impl AddressSpace {
             // Like Linux's vma_needs_copy: only VMAs with anonymous pages need
             // their entries copied; file pages are faulted back in.
             if !wipe && v.anon_vma.get().is_some() {
-                child.copy_page_range(self, v, tlb)?;
+                v.ops.copy_page_range(child, self, v, tlb)?;
             }
-        }
-        Ok(())
-    }
-
-    /// Copies the entries of `vma` from `parent` into `self` (the child),
-    /// Linux's `copy_page_range`: private pages become read-only in both
-    /// (COW) and anonymous ones lose their exclusive mark; pinned anonymous
-    /// pages are copied into the child at once and stay the parent's,
-    /// writable (`copy_present_pte` since 5.19: `folio_needs_cow_for_dma`,
-    /// the CVE-2020-29374 fix); guard markers are copied as they are.
-    fn copy_page_range(&self, parent: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
-        let guard = crossbeam_epoch::pin();
-        let phys = &self.phys;
-        let private = !vma.flags.contains(VmFlags::MAYSHARE);
-        // MMF_HAS_PINNED: pin counts matter only once something was pinned.
-        let has_pinned = parent.pins.has_pinned();
-        let mut err = Ok(());
-        for src in parent.pgtables.leaves(vma.start, vma.end, &guard) {
-            // The parent's lock first, as everywhere (the child is not
-            // reachable by anyone else yet, so its lock is never contended).
-            let mut sptl = src.lock();
-            // A 2 MiB leaf (private hugetlb) goes to a PMD leaf of the child.
-            let Some(dleaf) = self.pgtables.leaf_alloc_sized(src.start(), src.entry_size(), &guard) else {
-                return Err(Errno::NoMem);
-            };
-            let huge = src.entry_size() > crate::PAGE_SIZE;
-            let mut dst = dleaf.with_range(src.start(), src.end()).lock();
-            sptl.update(|va, pte| {
-                if err.is_err() {
-                    return None;
-                }
-                if pte.is_guard() {
-                    // copy_nonpresent_pte: guard markers go to the child.
-                    dst.set(va, pte);
-                    return None;
-                }
-                if pte.is_migration() {
-                    // copy_nonpresent_pte: the child gets the entry too (the
-                    // migrator's remap finds it: the child joined the anon
-                    // family); a writable or exclusive one in a COW mapping
-                    // becomes readable and shared in both, as the page is
-                    // shared now.
-                    if private && (pte.has(Pte::WRITE) || pte.is_exclusive_migration()) {
-                        dst.set(va, pte.shared_migration());
-                        return Some(pte.shared_migration());
-                    }
-                    dst.set(va, pte);
-                    return None;
-                }
-                if !pte.has_frame() {
-                    return None;
-                }
-                let d = phys.desc(pte.pfn());
-                let anon = private && pte.pfn() != phys.zero_pfn() && d.flags.load(Ordering::Relaxed) & PG_ANON != 0;
-                // Ordered after write_protect_seq's odd value by the fence in
-                // `fork`: a gup-fast pin not seen here sees the count move.
-                if anon && has_pinned && d.pincount.load(Ordering::Relaxed) > 0 {
-                    // folio_needs_cow_for_dma: the pinned page stays the
-                    // parent's, writable; the child gets a copy.
-                    let copy = if huge {
-                        // copy_hugetlb_page_range: a pool page outside any
-                        // reservation; none left fails dup_mmap (ENOSPC).
-                        let Some(c) = phys.alloc_huge(&parent.placement(vma, va), false) else {
-                            err = Err(Errno::NoSpc);
-                            return None;
-                        };
-                        crate::fault::hugetlb::copy_huge(parent, &phys.get(pte.pfn()), &c);
-                        Some(c)
-                    } else {
-                        phys.alloc_copy_at(pte.pfn(), &parent.placement(vma, va))
-                    };
-                    let Some(copy) = copy else {
-                        err = Err(Errno::NoMem);
-                        return None;
-                    };
-                    let cd = copy.desc();
-                    cd.flags.store(PG_ANON | PG_DIRTY | PG_ANON_EXCLUSIVE, Ordering::Relaxed);
-                    cd.index.store(d.index.load(Ordering::Relaxed), Ordering::Relaxed);
-                    let cpte = pte.with_pfn(copy.pfn());
-                    rmap::map_pte(&mut dst, va, copy, cpte);
-                    return None;
-                }
-                if anon {
-                    // folio_try_dup_anon_rmap: shared now, so not pinnable
-                    // until a write or an unshare makes it exclusive again.
-                    d.flags.fetch_and(!PG_ANON_EXCLUSIVE, Ordering::Relaxed);
-                }
-                let frame = rmap::dup_page(phys, pte);
-                if private && pte.has(Pte::WRITE) {
-                    tlb.need_flush = true;
-                    rmap::map_pte(&mut dst, va, frame, pte.clear(Pte::WRITE));
-                    return Some(pte.clear(Pte::WRITE));
-                }
-                rmap::map_pte(&mut dst, va, frame, pte);
-                None
-            });
-            err?;
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use crate::{page_align, PAGE_SIZE};
 use crate::fault::VmaReadRef;
 use crate::mm::{AddressSpace, MadvisePolicy, MmuGather, MAX_GATHER_FRAMES};
 use crate::sync::Ordering;
-use crate::vma::{Vma, VmaTree};
+use crate::vma::{Vma, VmaTree, ZapDetails};
 use std::sync::Arc;
 
 /// The cursor of `madvise_walk_vmas`: the next VMA part of a range, noting
@@ -232,14 +232,17 @@ impl AddressSpace {
             }
             // madvise_dontneed_free_valid_vma: an aligned start, the end
             // rounded down ("avoid unexpected data loss").
-            let huge = crate::hugetlb::HPAGE_SIZE;
+            let huge = vma.ops.pagesize(vma);
             if start % huge != 0 {
                 return Err(Errno::Inval);
             }
             let stop = stop & !(huge - 1);
             if start < stop {
-                self.hugetlb_restore_reserves(vma, start, stop);
-                self.hugetlb_zap_range(vma, start, stop, tlb, |_| true);
+                // The backing's zap (hugetlb's restores a private owner's
+                // reservations and keeps shareable windows unshared), of
+                // every entry, private copies included.
+                let details = ZapDetails { even_cows: true, filter: &mut |_| true };
+                vma.ops.zap(self, vma, start, stop, tlb, details);
             }
             return Ok(());
         }

@@ -5,13 +5,14 @@
 //!
 //! Anonymous memory and files take the defaults ([`DEFAULT_VM_OPS`]):
 //! split anywhere, nothing to prepare, close or unshare, 4 KiB pages, a zap
-//! of the entries. hugetlb implements every hook (`hugetlb/vm_ops.rs`,
-//! Linux's `hugetlb_vm_ops`), so the core (`mm/`) never names hugetlb to
-//! split, close or zap a mapping.
+//! of the entries, and at fork a copy of them that copies a pinned page into
+//! a 4 KiB page. hugetlb implements every hook (`hugetlb/vm_ops.rs`, Linux's
+//! `hugetlb_vm_ops`), so the core (`mm/`) and fork never name hugetlb to
+//! split, close, zap or copy a mapping.
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Errno, Result};
 use crate::mm::{AddressSpace, MmuGather};
 use crate::pgtable::Pte;
 use crate::phys::PhysMem;
@@ -39,7 +40,7 @@ pub(crate) struct VmaDesc {
     /// `MAP_NORESERVE` was passed, whatever the overcommit mode.
     pub(crate) map_noreserve: bool,
     /// A private hugetlb mapping's reserve map, made by the preparation.
-    pub(crate) hugetlb_resv: Option<Arc<crate::hugetlb::resv::PrivateResv>>,
+    pub(crate) hugetlb_resv: Option<Arc<crate::phys::hugetlb::resv::PrivateResv>>,
 }
 
 /// One kind of backing's answers to the core, as Linux's
@@ -86,6 +87,18 @@ pub(crate) trait VmaOps: Send + Sync + 'static {
     /// `unmap_single_vma` under `mmap_lock` for read (truncate, hole punch):
     /// clears the entries of `[start, end)`, a range of `vma`, that
     /// `details` selects, gathering their frames in `tlb`.
+    /// `copy_page_range` at fork (`dup_mmap`, for a VMA with anonymous
+    /// pages): copies `vma`'s entries from `src` into `dst`, the child,
+    /// both `mmap_lock`s held for write; the parent's write-protected
+    /// entries go into `tlb`'s flush. A pinned anonymous page is copied at
+    /// once, into a 4 KiB page here (`ENOMEM` if none is left); hugetlb
+    /// copies into a pool page (Linux's `copy_hugetlb_page_range`).
+    fn copy_page_range(&self, dst: &AddressSpace, src: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
+        crate::mm::copy_page_range(dst, src, vma, tlb, &|va, pfn| {
+            src.phys.alloc_copy_at(pfn, &src.placement(vma, va)).ok_or(Errno::NoMem)
+        })
+    }
+
     fn zap(&self, mm: &AddressSpace, _vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
         mm.zap_range(start, end, tlb, details.filter);
     }

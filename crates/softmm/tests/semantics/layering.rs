@@ -207,12 +207,6 @@ const UPWARD_EDGES: &[(&str, &str, &str)] = &[
     ("tlb", "fault", "a software TLB entry's permission check takes fault::Access"),
     (
         "vma",
-        "hugetlb",
-        "vma/ops.rs names the private reserve map by the features' re-export (crate::hugetlb::resv); \
-         it is phys::hugetlb::resv, one import to change",
-    ),
-    (
-        "vma",
         "mm",
         "VmaOps hooks receive the address space (Linux's vma->vm_mm): the hook of a backing \
          (hugetlb_split, the zap) works on the page tables of the VMA's address space",
@@ -265,21 +259,16 @@ fn every_edge_between_top_level_modules_points_down() {
     assert!(stale.is_empty(), "{stale:?} no longer exist: take them off UPWARD_EDGES and docs/architecture.md");
 }
 
-/// The files outside `mm/` and `sys/` that still add methods to the
-/// address space, each with why. Features are free functions or hooks
-/// over the core; a method defined in a feature folder and called from
-/// `mm/` is an upward call the name check cannot see.
+/// The one file per feature outside `mm/` and `sys/` that may add methods
+/// to the address space: the feature's entry points, the calls that every
+/// layer above it makes (`mm.handle_fault(..)`, `mm.pin_user_pages(..)`),
+/// as `sys/` holds the system calls. Everything else of a feature is free
+/// functions over the core types, or a `VmaOps` hook; a method defined in a
+/// feature folder and called from `mm/` would be an upward call the name
+/// check cannot see.
 const ADDRESS_SPACE_IMPLS: &[(&str, &str)] = &[
-    ("fault/mod.rs", "handle_fault and handle_mm_fault, the fault entry points every layer above calls"),
-    ("pin/mod.rs", "pin_user_pages and friends, the public pinning calls"),
-    (
-        "hugetlb/mod.rs",
-        "hugetlb_restore_reserves, which sys/madvise.rs's MADV_DONTNEED still calls (its zap hook to come)",
-    ),
-    ("hugetlb/share.rs", "huge_pmd_share and hugetlb_zap_range, called by the hugetlb fault and sys/madvise.rs"),
-    ("hugetlb/cow.rs", "unmap_ref_private, called by the hugetlb fault"),
-    ("hugetlb/gup.rs", "hugetlb_unshare, called by pin/"),
-    ("hugetlb/migrate.rs", "hugetlb_isolate and hugetlb_queue_skips, called by sys/move_pages.rs and sys/mempolicy.rs"),
+    ("fault/mod.rs", "handle_fault, handle_mm_fault and their variants: the fault handler's entry points"),
+    ("pin/mod.rs", "pin_user_pages, get_user_pages and the pin queries: the public pinning calls"),
 ];
 
 /// Whether `code` adds methods to `AddressSpace` (an inherent or a trait impl).
@@ -297,6 +286,10 @@ fn the_address_space_is_implemented_only_in_the_core_and_the_syscalls() {
     let implementing: Vec<&str> =
         s.iter().filter(|f| !is_loom_model(f) && impls_address_space(&f.code)).map(|f| f.path.as_str()).collect();
     assert!(implementing.contains(&"mm/mod.rs"), "the check finds no impl AddressSpace");
+    assert!(
+        ADDRESS_SPACE_IMPLS.iter().all(|(p, _)| p.ends_with("/mod.rs")),
+        "one file per feature: a feature's entry points are in its mod.rs"
+    );
     let unlisted: Vec<&&str> = implementing
         .iter()
         .filter(|p| !core(s.iter().find(|f| f.path == **p).expect("listed")))
@@ -310,14 +303,16 @@ fn the_address_space_is_implemented_only_in_the_core_and_the_syscalls() {
     assert!(stale.is_empty(), "{stale:?} no longer implement AddressSpace: take them off ADDRESS_SPACE_IMPLS");
 }
 
-/// The files that still downcast a `file::Mapper` (`as_any`) to reach the
-/// address space behind it, each with why.
-const MAPPER_DOWNCASTS: &[(&str, &str)] = &[
-    ("migrate.rs", "the reverse walk of a file page finds its mappers through the file's i_mmap of Weak<dyn Mapper>"),
-    ("hugetlb/migrate.rs", "as migrate.rs, for a hugetlbfs page"),
-    ("hugetlb/share.rs", "huge_pmd_share looks at another address space's VMA through the hugetlb reverse map"),
-    ("hugetlb/cow.rs", "unmap_ref_private unmaps the page from the children through the hugetlb reverse map"),
-];
+/// The files that downcast a `file::Mapper` (`as_any`) to reach the
+/// address space behind it, each with why: only the implementor itself,
+/// in one typed function (`AddressSpace::from_mapper`), which the reverse
+/// walks above the core call; a feature that needs less than the whole
+/// address space gets a `Mapper` call instead.
+const MAPPER_DOWNCASTS: &[(&str, &str)] = &[(
+    "mm/mod.rs",
+    "AddressSpace::from_mapper, for migration's reverse walks and hugetlb's (huge_pmd_share, unmap_ref_private), \
+     which need the whole address space of a reverse-map entry",
+)];
 
 #[test]
 fn no_mapper_is_downcast_to_an_address_space() {
@@ -381,4 +376,29 @@ fn the_core_calls_no_address_space_method_defined_above_it() {
         }
     }
     assert!(calls.is_empty(), "{calls:?}");
+}
+
+/// Freeing after the flush is a type (`rmap::Unmapped`): its two consumers
+/// are the gather and a release with a flush's proof, `rmap::TlbFlushed`.
+/// Only the address space's flushes in `mm/` make that proof, and only the
+/// gather takes an unmapped reference as a bare frame number.
+#[test]
+fn only_the_core_flushes_release_unmapped_pages() {
+    let s = sources();
+    let making: Vec<&str> = s
+        .iter()
+        .filter(|f| !f.path.starts_with("mm/") && !is_loom_model(f) && f.code.contains("TlbFlushed::completed("))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(making.is_empty(), "{making:?} make a TlbFlushed: only a flush of mm/ proves one");
+    assert!(
+        s.iter().any(|f| f.path == "mm/mod.rs" && f.code.contains("TlbFlushed::completed(")),
+        "the check finds no flush that makes the proof"
+    );
+    let gathering: Vec<&str> = s
+        .iter()
+        .filter(|f| f.path != "mm/gather.rs" && !is_loom_model(f) && f.code.contains(".into_gathered("))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(gathering.is_empty(), "{gathering:?} take an unmapped page's reference as a number: only MmuGather may");
 }
