@@ -7,7 +7,7 @@
 
 use softmm_testkit::common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::{assert_no_leaks, watchdog};
@@ -407,8 +407,11 @@ fn migration_racing_with_fork_and_munmap_loses_nothing_and_leaks_nothing() {
     let u = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
     fill(&mut Cpu::attached(&mm), p, 0);
     let stop = Arc::new(AtomicBool::new(false));
+    // The threads that have been round their loop once: the migrator
+    // starts only then, so that it races both however the host schedules.
+    let started = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (mm, stop) = (mm.clone(), stop.clone());
+        let (mm, stop, started) = (mm.clone(), stop.clone(), started.clone());
         std::thread::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             let mut seq = 0u64;
@@ -420,12 +423,15 @@ fn migration_racing_with_fork_and_munmap_loses_nothing_and_leaks_nothing() {
                 for k in 0..8 {
                     assert_eq!(cpu.read_u64(p + k * (HP / 8) + 8 * (seq % 8)).unwrap(), seq, "word {k}");
                 }
+                if seq == 1 {
+                    started.fetch_add(1, Ordering::Relaxed);
+                }
             }
             seq
         })
     };
     let churn = {
-        let (mm, stop) = (mm.clone(), stop.clone());
+        let (mm, stop, started) = (mm.clone(), stop.clone(), started.clone());
         std::thread::spawn(move || {
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -434,12 +440,18 @@ fn migration_racing_with_fork_and_munmap_loses_nothing_and_leaks_nothing() {
                 mm.mmap(u, HP, RW, PRIVATE_HUGE | MAP_FIXED, None, 0).unwrap();
                 Cpu::attached(&mm).write_u64(u, rounds).unwrap();
                 rounds += 1;
+                if rounds == 1 {
+                    started.fetch_add(1, Ordering::Relaxed);
+                }
             }
             rounds
         })
     };
     let mm2 = mm.clone();
     let moves = watchdog("migrator", 60, move || {
+        while started.load(Ordering::Relaxed) < 2 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let mut moves = 0;
         for round in 0..60 {
             let node = round % 2;
