@@ -21,83 +21,68 @@
 //!   folder's `mod.rs` (the parent) is not a node.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
-/// One source file: its path under `src/` and its code without comments or
-/// unit tests.
-struct Source {
-    path: String,
-    code: String,
+use softmm_testkit::sources::{code_of, Source};
+
+/// The folder the file is a child of and its name there
+/// (`("workloads", "pft")` for `workloads/pft.rs`, and for
+/// `workloads/hugetlb/soft.rs` the child `hugetlb` of `workloads` as
+/// well as `soft` of `workloads/hugetlb`); `None` for a top-level file
+/// or a folder's `mod.rs`.
+fn child_of(s: &Source) -> Option<(String, String)> {
+    let (folder, file) = s.path.rsplit_once('/')?;
+    let name = file.strip_suffix(".rs")?;
+    (name != "mod").then(|| (folder.to_string(), name.to_string()))
 }
 
-impl Source {
-    /// The top-level module the file belongs to (`workloads` for
-    /// `workloads/pin.rs`; `main` for the crate root).
-    fn module(&self) -> &str {
-        let first = self.path.split('/').next().unwrap_or_default();
-        first.strip_suffix(".rs").unwrap_or(first)
-    }
-
-    /// The folder the file is a child of and its name there
-    /// (`("workloads", "pft")` for `workloads/pft.rs`, and for
-    /// `workloads/hugetlb/soft.rs` the child `hugetlb` of `workloads` as
-    /// well as `soft` of `workloads/hugetlb`); `None` for a top-level file
-    /// or a folder's `mod.rs`.
-    fn child_of(&self) -> Option<(String, String)> {
-        let (folder, file) = self.path.rsplit_once('/')?;
-        let name = file.strip_suffix(".rs")?;
-        (name != "mod").then(|| (folder.to_string(), name.to_string()))
-    }
-
-    /// The names that follow `prefix` in the code, a `{...}` list expanded
-    /// to its items' first names (`self` for the prefix itself).
-    fn names_after(&self, prefix: &str) -> BTreeSet<String> {
-        let mut out = BTreeSet::new();
-        let mut rest = self.code.as_str();
-        while let Some(i) = rest.find(prefix) {
-            // `xsuper::` or `my_crate::` is not the keyword.
-            let before = rest[..i].chars().next_back();
-            rest = &rest[i + prefix.len()..];
-            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-                continue;
-            }
-            if let Some(list) = rest.strip_prefix('{') {
-                let mut depth = 0;
-                let end = list
-                    .char_indices()
-                    .find(|&(_, c)| {
-                        match c {
-                            '{' => depth += 1,
-                            '}' if depth == 0 => return true,
-                            '}' => depth -= 1,
-                            _ => {}
-                        }
-                        false
-                    })
-                    .map_or(list.len(), |(i, _)| i);
-                let mut depth = 0;
-                let mut item_start = true;
-                for (i, c) in list[..end].char_indices() {
+/// The names that follow `prefix` in the code, a `{...}` list expanded
+/// to its items' first names (`self` for the prefix itself).
+fn names_after(s: &Source, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = s.code.as_str();
+    while let Some(i) = rest.find(prefix) {
+        // `xsuper::` or `my_crate::` is not the keyword.
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + prefix.len()..];
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(list) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let end = list
+                .char_indices()
+                .find(|&(_, c)| {
                     match c {
                         '{' => depth += 1,
+                        '}' if depth == 0 => return true,
                         '}' => depth -= 1,
-                        ',' if depth == 0 => item_start = true,
-                        c if item_start && (c.is_ascii_alphanumeric() || c == '_') => {
-                            out.insert(ident(&list[i..]));
-                            item_start = false;
-                        }
                         _ => {}
                     }
-                }
-            } else {
-                let name = ident(rest);
-                if !name.is_empty() {
-                    out.insert(name);
+                    false
+                })
+                .map_or(list.len(), |(i, _)| i);
+            let mut depth = 0;
+            let mut item_start = true;
+            for (i, c) in list[..end].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && (c.is_ascii_alphanumeric() || c == '_') => {
+                        out.insert(ident(&list[i..]));
+                        item_start = false;
+                    }
+                    _ => {}
                 }
             }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                out.insert(name);
+            }
         }
-        out
     }
+    out
 }
 
 /// The identifier `s` starts with.
@@ -105,46 +90,10 @@ fn ident(s: &str) -> String {
     s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
 }
 
-fn src_dir() -> PathBuf {
-    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    Path::new(&root).join("src")
-}
-
-/// Every `.rs` file under `src/`, without comments and without the
-/// `#[cfg(..test..)] mod tests` block that ends a file.
+/// The lab's sources, from `$CARGO_MANIFEST_DIR` at run time if set.
 fn sources() -> Vec<Source> {
-    fn walk(dir: &Path, base: &Path, out: &mut Vec<Source>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src").map(|e| e.expect("entry").path()).collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, base, out);
-            } else if p.extension().is_some_and(|e| e == "rs") && !p.ends_with("tests.rs") {
-                let text = std::fs::read_to_string(&p).expect("read source");
-                let path = p.strip_prefix(base).expect("under src").to_string_lossy().replace('\\', "/");
-                out.push(Source { path, code: code_of(&text) });
-            }
-        }
-    }
-    let base = src_dir();
-    let mut out = Vec::new();
-    walk(&base, &base, &mut out);
-    assert!(out.iter().any(|s| s.path == "main.rs"), "no main.rs under {}", base.display());
-    out
-}
-
-/// `text` without `//` comments and without the unit-test module that ends
-/// a file (from a `#[cfg(` line mentioning `test` followed by `mod tests`).
-fn code_of(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let end = lines
-        .windows(2)
-        .position(|w| {
-            let (attr, item) = (w[0].trim(), w[1].trim());
-            attr.starts_with("#[cfg(") && attr.contains("test") && item.starts_with("mod tests")
-        })
-        .unwrap_or(lines.len());
-    lines[..end].iter().map(|l| l.find("//").map_or(*l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    softmm_testkit::sources::sources(&dir, "main.rs")
 }
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
@@ -219,7 +168,7 @@ fn module_graph(sources: &[Source]) -> Graph {
     for s in sources {
         let from = s.module().to_string();
         let to = g.entry(from.clone()).or_default();
-        for name in s.names_after("crate::") {
+        for name in names_after(s, "crate::") {
             if name != from && modules.contains(name.as_str()) {
                 to.insert(name);
             }
@@ -233,7 +182,7 @@ fn module_graph(sources: &[Source]) -> Graph {
 fn sibling_graph(sources: &[Source]) -> Graph {
     let children: BTreeSet<(String, String)> = sources
         .iter()
-        .filter_map(Source::child_of)
+        .filter_map(child_of)
         .chain(
             // A subfolder (`workloads/hugetlb/`) is a child of its folder too.
             sources.iter().filter_map(|s| {
@@ -245,10 +194,10 @@ fn sibling_graph(sources: &[Source]) -> Graph {
         .collect();
     let mut g = Graph::new();
     for s in sources {
-        let Some((folder, me)) = s.child_of() else { continue };
+        let Some((folder, me)) = child_of(s) else { continue };
         let node = format!("{folder}/{me}");
-        let mut named = s.names_after("super::");
-        named.extend(s.names_after(&format!("crate::{}::", folder.replace('/', "::"))));
+        let mut named = names_after(s, "super::");
+        named.extend(names_after(s, &format!("crate::{}::", folder.replace('/', "::"))));
         let to = g.entry(node).or_default();
         for n in named {
             if n != me && children.contains(&(folder.clone(), n.clone())) {

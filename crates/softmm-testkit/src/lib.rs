@@ -12,11 +12,13 @@
 //! - [`reference`](mod@reference): the sequential reference model of Linux's mapping
 //!   semantics;
 //! - [`fuzz_ops`]: the fuzz targets' decoding and checking, softmm against
-//!   the reference model (and [`fuzz_ops::huge`] for hugetlb).
+//!   the reference model (and [`fuzz_ops::huge`] for hugetlb);
+//! - [`sources`]: a crate's sources as the layering tests read them.
 
 pub mod common;
 pub mod fuzz_ops;
 pub mod reference;
+pub mod sources;
 
 /// The differential test's harness: scenarios and the host runner.
 #[cfg(feature = "differential")]

@@ -19,84 +19,32 @@
 //! are left out. The sources are read from `$CARGO_MANIFEST_DIR/src` at run
 //! time, so the compiled test can be pointed at another checkout.
 
-use std::path::{Path, PathBuf};
+use softmm_testkit::sources::Source;
 
-/// One source file: its path under `src/` and its code without comments or
-/// unit tests.
-struct Source {
-    path: String,
-    code: String,
-}
-
-impl Source {
-    /// The top-level module the file belongs to (`mm` for `mm/mmap.rs`).
-    fn module(&self) -> &str {
-        let first = self.path.split('/').next().unwrap_or_default();
-        first.strip_suffix(".rs").unwrap_or(first)
-    }
-
-    /// The modules this file names as `crate::<module>`.
-    fn names(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let mut rest = self.code.as_str();
-        while let Some(i) = rest.find("crate::") {
-            rest = &rest[i + "crate::".len()..];
-            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            if !name.is_empty() && !out.contains(&name) {
-                out.push(name);
-            }
-        }
-        out
-    }
-}
-
-fn src_dir() -> PathBuf {
-    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    Path::new(&root).join("src")
-}
-
-/// Every `.rs` file under `src/`, comments and `#[cfg(..test..)] mod tests`
-/// blocks (which end their files) removed, and without the unit-test
-/// modules kept in files of their own (`x/tests.rs` beside `x.rs`).
-fn sources() -> Vec<Source> {
-    fn walk(dir: &Path, base: &Path, out: &mut Vec<Source>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read src").map(|e| e.expect("entry").path()).collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, base, out);
-            } else if p.extension().is_some_and(|e| e == "rs") && !p.ends_with("tests.rs") {
-                let text = std::fs::read_to_string(&p).expect("read source");
-                let path = p.strip_prefix(base).expect("under src").to_string_lossy().replace('\\', "/");
-                out.push(Source { path, code: code_of(&text) });
-            }
+/// The modules the file `s` names as `crate::<module>`.
+fn names(s: &Source) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = s.code.as_str();
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if !name.is_empty() && !out.contains(&name) {
+            out.push(name);
         }
     }
-    let base = src_dir();
-    let mut out = Vec::new();
-    walk(&base, &base, &mut out);
-    assert!(out.iter().any(|s| s.path == "lib.rs"), "no lib.rs under {}", base.display());
     out
 }
 
-/// `text` without `//` comments and without the unit-test module that ends
-/// a file (from a `#[cfg(` line mentioning `test` followed by `mod tests`).
-fn code_of(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let end = lines
-        .windows(2)
-        .position(|w| {
-            let (attr, item) = (w[0].trim(), w[1].trim());
-            attr.starts_with("#[cfg(") && attr.contains("test") && item.starts_with("mod tests")
-        })
-        .unwrap_or(lines.len());
-    lines[..end].iter().map(|l| l.find("//").map_or(*l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+/// The library's sources, from `$CARGO_MANIFEST_DIR` at run time if set.
+fn sources() -> Vec<Source> {
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    softmm_testkit::sources::sources(&dir, "lib.rs")
 }
 
 #[track_caller]
 fn assert_no_reference(sources: &[Source], from: impl Fn(&Source) -> bool, to: &str, rule: &str) {
     let offenders: Vec<&str> =
-        sources.iter().filter(|s| from(s) && s.names().iter().any(|n| n == to)).map(|s| s.path.as_str()).collect();
+        sources.iter().filter(|s| from(s) && names(s).iter().any(|n| n == to)).map(|s| s.path.as_str()).collect();
     assert!(offenders.is_empty(), "{offenders:?} name crate::{to}: {rule}");
 }
 
@@ -164,7 +112,7 @@ fn syscalls_reach_the_fault_handler_through_populate() {
     assert!(populate.code.contains("fn get_user_pages"), "populate.rs has no get_user_pages loop");
     for caller in ["sys/mmap.rs", "sys/mprotect.rs", "sys/mremap.rs", "sys/madvise.rs"] {
         let f = s.iter().find(|f| f.path == caller).unwrap_or_else(|| panic!("{caller} is missing"));
-        assert!(f.names().iter().any(|n| n == "populate"), "{caller} does not populate through crate::populate");
+        assert!(names(f).iter().any(|n| n == "populate"), "{caller} does not populate through crate::populate");
     }
 }
 
@@ -172,7 +120,7 @@ fn syscalls_reach_the_fault_handler_through_populate() {
 fn the_synchronization_primitives_depend_on_nothing_above_them() {
     let s = sources();
     for f in s.iter().filter(|f| f.module() == "sync") {
-        let above: Vec<String> = f.names().into_iter().filter(|n| n != "sync").collect();
+        let above: Vec<String> = names(f).into_iter().filter(|n| n != "sync").collect();
         assert!(above.is_empty(), "{} names {above:?}: sync is the bottom layer", f.path);
     }
 }
@@ -242,7 +190,7 @@ fn every_edge_between_top_level_modules_points_down() {
             unplaced.push(f.path.clone());
             continue;
         };
-        for to in f.names() {
+        for to in names(f) {
             // Crate-root items (`crate::PAGE_SIZE`, re-exports) are lib.rs's.
             let Some(lt) = layer_of(&to) else { continue };
             if to != from && lt >= lf {
