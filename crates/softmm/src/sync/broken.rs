@@ -282,3 +282,41 @@ pub(crate) mod madvise {
         false
     }
 }
+
+/// Runs a loom model of the real code as it is, where no execution may go
+/// wrong (a panic fails the test), then with the thread-local `switch` set,
+/// where some execution must: how a model shows that it catches what its
+/// switch breaks. The model reports what went wrong rather than panicking
+/// (a panic inside a loom execution aborts the process while loom objects
+/// unwind). Preemption bound 2, and room for the real calls' many steps
+/// (locks, epoch, frame counts).
+#[cfg(all(test, loom))]
+pub(crate) fn check_model(
+    model: fn() -> Result<(), String>,
+    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let builder = || {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.max_branches = 100_000;
+        b
+    };
+    // Per OS thread, which runs every thread of the model.
+    switch.with(|s| s.set(false));
+    builder().check(move || {
+        if let Err(e) = model() {
+            panic!("{e}");
+        }
+    });
+    let caught = std::sync::Arc::new(AtomicBool::new(false));
+    let seen = caught.clone();
+    switch.with(|s| s.set(true));
+    builder().check(move || {
+        if model().is_err() {
+            seen.store(true, Relaxed);
+        }
+    });
+    switch.with(|s| s.set(false));
+    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+}

@@ -590,46 +590,14 @@ fn a_real_cpu_switching_against_a_real_dontneed(posting: PostingPolicy) -> Resul
 #[test]
 fn a_cpu_that_left_the_list_holds_no_entry_a_shootdown_skipped() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    check_broken_local(
+    crate::sync::broken::check_model(
         || a_real_cpu_switching_against_a_real_dontneed(PostingPolicy::LockFree),
         &super::broken::SWITCH_KEEPS_TLB,
     );
-    check_broken_local(
+    crate::sync::broken::check_model(
         || a_real_cpu_switching_against_a_real_dontneed(PostingPolicy::Adaptive),
         &super::broken::SWITCH_KEEPS_TLB,
     );
-}
-
-/// Runs `model` intact, where no execution may go wrong, then with
-/// `switch` set, where one must.
-fn check_broken_local(
-    model: fn() -> Result<(), String>,
-    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
-) {
-    let builder = || {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        // The real madvise takes many loom steps (locks, epoch, frame counts).
-        b.max_branches = 100_000;
-        b
-    };
-    // Per OS thread, which runs every thread of the models below.
-    switch.with(|s| s.set(false));
-    builder().check(move || {
-        if let Err(e) = model() {
-            panic!("{e}");
-        }
-    });
-    let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let seen = caught.clone();
-    switch.with(|s| s.set(true));
-    builder().check(move || {
-        if model().is_err() {
-            seen.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    switch.with(|s| s.set(false));
-    assert!(caught.load(std::sync::atomic::Ordering::Relaxed), "the model did not catch the broken variant");
 }
 
 /// The model, and its variant where the zap collects no owner
@@ -637,7 +605,7 @@ fn check_broken_local(
 /// keeps using its cached translation of the freed frame.
 #[test]
 fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
-    check_broken_local(a_real_fill_against_a_real_dontneed, &super::broken::CLEAR_SKIPS_OWNERS);
+    crate::sync::broken::check_model(a_real_fill_against_a_real_dontneed, &super::broken::CLEAR_SKIPS_OWNERS);
 }
 
 /// The model, and its variant where the fill stores the entry instead of a
@@ -645,7 +613,7 @@ fn a_fill_racing_a_clear_is_seen_by_the_clear_or_sees_the_cleared_entry() {
 /// maps the freed frame again.
 #[test]
 fn a_fill_that_stores_without_a_compare_exchange_is_caught() {
-    check_broken_local(a_real_fill_against_a_real_dontneed, &super::broken::FILL_STORES);
+    crate::sync::broken::check_model(a_real_fill_against_a_real_dontneed, &super::broken::FILL_STORES);
 }
 
 /// Ranged requests on the real `CpuTlbState` and `TlbDomain` (one range
@@ -699,7 +667,7 @@ fn ranged_requests_against_a_catch_up() -> Result<(), String> {
 /// tag (`broken::RANGE_WITHOUT_TAG`).
 #[test]
 fn a_ranged_request_is_never_mistaken_for_an_older_one() {
-    check_broken_local(ranged_requests_against_a_catch_up, &super::broken::RANGE_WITHOUT_TAG);
+    crate::sync::broken::check_model(ranged_requests_against_a_catch_up, &super::broken::RANGE_WITHOUT_TAG);
 }
 
 /// Runs `model` with the loom-only switch `switch` clear, where no

@@ -105,43 +105,15 @@ fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
     }
 }
 
-/// Runs `model` intact, where no execution may go wrong, then with
-/// `switch` set, where one must (as `tlb::loom_tests::check_broken_local`).
-fn check_broken_local(
-    model: fn() -> Result<(), String>,
-    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
-) {
-    let builder = || {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
-        // The real calls take many loom steps (locks, epoch, frame counts).
-        b.max_branches = 100_000;
-        b
-    };
-    switch.with(|s| s.set(false));
-    builder().check(move || {
-        if let Err(e) = model() {
-            panic!("{e}");
-        }
-    });
-    let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let seen = caught.clone();
-    switch.with(|s| s.set(true));
-    builder().check(move || {
-        if model().is_err() {
-            seen.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    switch.with(|s| s.set(false));
-    assert!(caught.load(std::sync::atomic::Ordering::Relaxed), "the model did not catch the broken variant");
-}
-
 /// The model, and its variant where `write_watch` returns without its
 /// shootdown (`broken::ARM_WITHOUT_SHOOTDOWN`): the other CPU's writable
 /// entry survives, and its second store lands after the call returned.
 #[test]
 fn a_watch_armed_while_another_cpu_holds_the_page_writable_takes_effect_before_the_call_returns() {
-    check_broken_local(a_store_cached_before_the_arm_does_not_land_after_it, &super::broken::ARM_WITHOUT_SHOOTDOWN);
+    crate::sync::broken::check_model(
+        a_store_cached_before_the_arm_does_not_land_after_it,
+        &super::broken::ARM_WITHOUT_SHOOTDOWN,
+    );
 }
 
 /// The model, and its variant where `dirty_log` clears without its
@@ -150,5 +122,5 @@ fn a_watch_armed_while_another_cpu_holds_the_page_writable_takes_effect_before_t
 /// marks nothing.
 #[test]
 fn a_store_after_the_dirty_log_is_cleared_marks_the_page_again() {
-    check_broken_local(a_store_after_a_clear_is_in_the_next_log, &super::broken::CLEAR_WITHOUT_SHOOTDOWN);
+    crate::sync::broken::check_model(a_store_after_a_clear_is_in_the_next_log, &super::broken::CLEAR_WITHOUT_SHOOTDOWN);
 }
