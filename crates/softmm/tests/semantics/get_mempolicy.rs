@@ -25,20 +25,9 @@ struct Host {
 
 impl Host {
     fn new() -> Host {
-        // SAFETY: a fresh mapping the test owns.
-        let p = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                2 * PAGE as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            assert_eq!(libc::mprotect((p as *mut u8).add(PAGE as usize).cast(), PAGE as usize, libc::PROT_NONE), 0);
-            p
-        };
+        let p = host_anon(2);
+        // SAFETY: the second page of the test's own fresh mapping.
+        assert_eq!(unsafe { libc::mprotect(p.add(PAGE as usize).cast(), PAGE as usize, libc::PROT_NONE) }, 0);
         Host { guard: p.cast() }
     }
 
@@ -89,6 +78,24 @@ impl Drop for Host {
     }
 }
 
+/// A fresh private anonymous read-write mapping of `pages` pages on the
+/// host, which the test owns.
+fn host_anon(pages: u64) -> *mut u8 {
+    // SAFETY: a new mapping; nothing else is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            (pages * PAGE) as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p.cast()
+}
+
 fn soft(mm: &AddressSpace, mask: Option<usize>, maxnode: u64, addr: u64, flags: u32) -> Outcome {
     let mut words = vec![POISON; WORDS];
     let r = match mask {
@@ -105,19 +112,11 @@ fn get_mempolicy_matches_the_host() {
     let host = Host::new();
     // Four pages at the same address on both sides: the first written, the
     // third a hole, the fourth PROT_NONE.
-    // SAFETY: a fresh anonymous mapping the test owns; it unmaps a page of it.
+    let p = host_anon(4);
+    // SAFETY: pages of the test's own fresh mapping.
     let base = unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            4 * PAGE as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        libc::munmap((p as *mut u8).add(2 * PAGE as usize).cast(), PAGE as usize);
-        libc::mprotect((p as *mut u8).add(3 * PAGE as usize).cast(), PAGE as usize, libc::PROT_NONE);
+        libc::munmap(p.add(2 * PAGE as usize).cast(), PAGE as usize);
+        libc::mprotect(p.add(3 * PAGE as usize).cast(), PAGE as usize, libc::PROT_NONE);
         *(p as *mut u64) = 1;
         p as u64
     };
