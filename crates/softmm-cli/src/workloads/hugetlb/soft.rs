@@ -410,6 +410,18 @@ mod tests {
         .is_err());
     }
 
+    /// `--fork-hold`: each fork's hold is spent, so a run of n forks lasts
+    /// at least n holds (a bound that holds however busy the machine).
+    #[test]
+    fn a_forker_holds_its_mapping_for_the_fork_hold_after_each_fork() {
+        let area = SoftArea::new(4 * HUGE_PAGE_SIZE).unwrap();
+        let hold = Duration::from_millis(5);
+        let runs = run(&area, HugetlbPolicy::default(), &[Program::Fork], 1, Limit::Iterations(3), hold).unwrap();
+        assert_eq!(runs[0].run.ops, 3);
+        assert!(runs[0].run.seconds >= 3.0 * hold.as_secs_f64(), "{runs:?}");
+        area.check_leftovers().unwrap();
+    }
+
     #[test]
     fn the_default_area_is_one_whole_window_and_the_probe_reports_sharing() {
         // 1 GiB of pool pages, zeroed by the fallocate: the probe's answer
