@@ -330,6 +330,42 @@ impl Process {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
+            Call::Mlock { addr, len, flags } => {
+                let a = self.tr.tr(addr);
+                got = match flags {
+                    None => mm.mlock(a, len),
+                    Some(f) => mm.mlock2(a, len, f),
+                }
+                .map(|()| 0)
+                .map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Munlock { addr, len } => {
+                got = mm.munlock(self.tr.tr(addr), len).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mlockall { flags } => {
+                got = mm.mlockall(flags).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Munlockall => {
+                got = mm.munlockall().map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mseal { addr, len, flags } => {
+                got = mm.mseal(self.tr.tr(addr), len, flags).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
             Call::Mremap { old, old_len, new_len, flags, new_addr } => {
                 if exp.is_ok() {
                     self.pretrace(r);
