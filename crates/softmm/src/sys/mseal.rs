@@ -35,7 +35,7 @@ pub(crate) fn can_modify_vma_madv(vma: &Vma, advice: i32) -> bool {
     // is_ro_anon: a file or shared mapping (hugetlb's has a file in Linux)
     // is not anonymous.
     let anon = vma.file.is_none() && !vma.flags.intersects(VmFlags::SHARED | VmFlags::HUGETLB);
-    !(anon && !vma.flags.contains(VmFlags::WRITE))
+    !anon || vma.flags.contains(VmFlags::WRITE)
 }
 
 /// `can_modify_vma`: `EPERM` for a sealed VMA.

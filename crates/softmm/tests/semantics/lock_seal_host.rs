@@ -144,6 +144,7 @@ fn host(creds: Creds, ops: &[Op]) -> (Vec<i64>, Vec<Mapping>) {
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "host child failed: {status:#x}");
     // SAFETY: the child wrote `ops.len()` results and a NUL-terminated text.
     let res: Vec<i64> = (0..ops.len()).map(|i| unsafe { results.add(i).read() }).collect();
+    // SAFETY: as above: the child NUL-terminated the text in the buffer.
     let smaps = unsafe { std::ffi::CStr::from_ptr(text.cast()) }.to_string_lossy().into_owned();
     // SAFETY: our own mappings.
     unsafe {
