@@ -314,7 +314,7 @@ impl AddressSpace {
         if super::mdwe::map_deny_write_exec(st.mdwe, vm_flags, vm_flags) {
             return Err(Errno::Acces);
         }
-        self.munmap_split_check(&st.vmas, addr, addr + len)?;
+        self.munmap_gather_check(&mut st, addr, addr + len)?;
         // The backing's preparation (Linux's `f_op->mmap`; for hugetlb,
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {

@@ -354,6 +354,8 @@ impl AddressSpace {
             self.detach_vmas_keep_charge(st, addr, addr + old_len)?
         } else {
             let mut stays = vma.rebound(vma.start, vma.end, vma.pgoff);
+            // move_vma: the source VMA, all of it, is never locked after.
+            stays.flags &= !VmFlags::LOCKED_MASK;
             if vma.start == addr && vma.end == addr + old_len {
                 // The whole VMA moved: the empty source leaves its anon_vma
                 // behind (unlink_anon_vmas), which decides its later merges.

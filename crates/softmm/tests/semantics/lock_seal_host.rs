@@ -288,6 +288,9 @@ pub fn same_as_host(creds: Creds, ops: &[Op]) {
     for (i, op) in ops.iter().enumerate() {
         assert_eq!(sres[i], hres[i], "call {i} {op:?} (creds {creds:?}): softmm {} host {}", sres[i], hres[i]);
     }
+    if smaps != hmaps {
+        eprintln!("SOFTMM {smaps:#?}\nHOST {hmaps:#?}");
+    }
     assert_eq!(smaps, hmaps, "maps after {ops:?} (creds {creds:?})");
 }
 
@@ -468,4 +471,33 @@ fn cap_sys_rawio_maps_below_mmap_min_addr_as_linux() {
             ],
         );
     }
+}
+
+#[test]
+fn seals_and_locks_across_several_vmas_as_linux() {
+    const RO: i32 = PROT_READ;
+    same_as_host(
+        Creds::USER,
+        &[
+            Op::Mmap(r(0), 4 * P, RO, ANON_FIXED),
+            Op::Mmap(r(4 * P), 4 * P, RW, ANON_FIXED),
+            Op::Mseal(r(4 * P), 2 * P, 0),
+            // The unsealed first VMA, then the sealed one: EPERM.
+            Op::Munmap(r(2 * P), 4 * P),
+            Op::Mmap(r(2 * P), 4 * P, RO, ANON_FIXED),
+            Op::Mremap(r(0), 2 * P, 2 * P, MREMAP_MAYMOVE | MREMAP_FIXED, r(3 * P)),
+            // Locks over sealed VMAs are allowed, and split them.
+            Op::Mlock(r(3 * P), 2 * P),
+            Op::Mlock2(r(5 * P), P, MLOCK_ONFAULT),
+            Op::Munlock(r(0), 8 * P),
+            // A locked VMA moved with MREMAP_DONTUNMAP: the source keeps
+            // its range, unlocked.
+            Op::Mmap(r(16 * P), 2 * P, RW, ANON_FIXED),
+            Op::Mlock(r(16 * P), 2 * P),
+            Op::Mremap(r(16 * P), 2 * P, 2 * P, MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED, r(24 * P)),
+            Op::Mremap(r(24 * P), 2 * P, 4 * P, MREMAP_MAYMOVE | MREMAP_FIXED, r(32 * P)),
+            Op::Mseal(r(32 * P), 4 * P, 0),
+            Op::Mprotect(r(32 * P), 4 * P, RW), // EPERM even with no change
+        ],
+    );
 }
