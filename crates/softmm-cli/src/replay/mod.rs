@@ -43,6 +43,7 @@
 //!   with a mapping an overlapping call of another thread of the same process
 //!   removed, that call is replayed first.
 
+mod caps;
 mod fds;
 mod files;
 pub mod parse;
@@ -126,6 +127,8 @@ struct Tracker<'a> {
     fd_lines: bool,
     /// What the replay assumed about pids, for the report.
     notes: Vec<String>,
+    /// The privileges the log implies (`caps.rs`).
+    caps: caps::Caps,
 }
 
 impl Tracker<'_> {
@@ -203,7 +206,7 @@ impl Tracker<'_> {
 
     /// A new process for `pid` with a fresh address space.
     fn start(&mut self, i: usize, pid: Option<u64>, origin: String) -> Result<usize, String> {
-        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid))?;
+        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), self.caps)?;
         Ok(self.add(p, pid))
     }
 
@@ -404,6 +407,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             .collect(),
         process_lines: recs.iter().any(|r| r.call.is_process() && !matches!(r.call, Call::Exit { .. })),
         notes: Vec::new(),
+        caps: caps::Caps::infer(recs, &crate::workloads::mm_config()),
         fdts: Vec::new(),
         fdt_of: HashMap::new(),
         fd_lines: recs.iter().any(|r| {

@@ -72,8 +72,9 @@ impl Process {
         pid: Option<u64>,
         origin: String,
         start_brk: Option<u64>,
+        caps: super::caps::Caps,
     ) -> Result<Process, String> {
-        let mut config = crate::workloads::mm_config();
+        let mut config = caps.apply(crate::workloads::mm_config());
         if let Some(b) = start_brk {
             config.start_brk = b;
         }
