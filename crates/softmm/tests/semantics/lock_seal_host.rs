@@ -501,3 +501,58 @@ fn seals_and_locks_across_several_vmas_as_linux() {
         ],
     );
 }
+
+/// A random call of the window for [`random_scripts_agree_with_the_host`]:
+/// ranges of whole pages (and some unaligned starts and lengths), fixed
+/// targets only, so both sides use the same addresses.
+fn random_op(rng: &mut softmm_testkit::common::Rng, creds: Creds) -> Op {
+    let page = |rng: &mut softmm_testkit::common::Rng| rng.below(24) * P;
+    let len = |rng: &mut softmm_testkit::common::Rng| {
+        if rng.one_in(8) {
+            rng.below(3 * P)
+        } else {
+            (1 + rng.below(8)) * P
+        }
+    };
+    let at = |rng: &mut softmm_testkit::common::Rng| r(page(rng) + if rng.one_in(10) { 1 } else { 0 });
+    let prot = |rng: &mut softmm_testkit::common::Rng| {
+        [PROT_NONE, PROT_READ, RW, PROT_READ | PROT_EXEC][rng.below(4) as usize]
+    };
+    match rng.below(if creds.ipc_lock { 14 } else { 13 }) {
+        0 | 1 => Op::Mmap(r(page(rng)), len(rng), prot(rng), ANON_FIXED | if rng.one_in(6) { MAP_LOCKED } else { 0 }),
+        2 => Op::Munmap(at(rng), len(rng)),
+        3 => Op::Mprotect(at(rng), len(rng), prot(rng)),
+        4 => Op::Madvise(
+            at(rng),
+            len(rng),
+            [MADV_DONTNEED, MADV_FREE, MADV_DONTFORK, MADV_WILLNEED][rng.below(4) as usize],
+        ),
+        5 => Op::Mlock(at(rng), len(rng)),
+        6 => Op::Mlock2(at(rng), len(rng), rng.below(2) as i32),
+        7 => Op::Munlock(at(rng), len(rng)),
+        8 | 9 => Op::Mseal(at(rng), len(rng), u64::from(rng.one_in(12))),
+        10 => {
+            let (old, new) = (len(rng) & !(P - 1), len(rng) & !(P - 1));
+            Op::Mremap(at(rng), old, new, 0, r(0))
+        }
+        11 => Op::Mremap(at(rng), P, P, MREMAP_MAYMOVE | MREMAP_FIXED, r(page(rng) + 32 * P)),
+        12 => Op::Munlockall,
+        _ => Op::Mlockall(
+            [MCL_CURRENT | MCL_ONFAULT, MCL_FUTURE | MCL_ONFAULT, MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT]
+                [rng.below(3) as usize],
+        ),
+    }
+}
+
+#[test]
+fn random_scripts_agree_with_the_host() {
+    let seed = softmm_testkit::common::stress_seed(0x5ea1);
+    let mut rng = softmm_testkit::common::Rng::new(seed);
+    for script in 0..softmm_testkit::common::scaled(150) {
+        let creds = [Creds::ROOT, Creds::USER, Creds { memlock: 6 * P, ..Creds::USER }][script as usize % 3];
+        let n = 4 + rng.below(24) as usize;
+        let ops: Vec<Op> = (0..n).map(|_| random_op(&mut rng, creds)).collect();
+        eprintln!("seed {seed:#x} script {script}");
+        same_as_host(creds, &ops);
+    }
+}
