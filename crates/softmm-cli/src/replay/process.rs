@@ -361,6 +361,16 @@ impl Process {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
+            Call::Mdwe { get, args: [a2, a3, a4, a5] } => {
+                got = if get {
+                    mm.prctl_get_mdwe(a2, a3, a4, a5).map_err(code)
+                } else {
+                    mm.prctl_set_mdwe(a2, a3, a4, a5).map(|()| 0).map_err(code)
+                };
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
             Call::Mseal { addr, len, flags } => {
                 got = mm.mseal(self.tr.tr(addr), len, flags).map(|()| 0).map_err(code);
                 if got != exp {
