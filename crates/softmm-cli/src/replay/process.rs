@@ -72,8 +72,9 @@ impl Process {
         pid: Option<u64>,
         origin: String,
         start_brk: Option<u64>,
+        caps: super::caps::Caps,
     ) -> Result<Process, String> {
-        let mut config = crate::workloads::mm_config();
+        let mut config = caps.apply(crate::workloads::mm_config());
         if let Some(b) = start_brk {
             config.start_brk = b;
         }
@@ -326,6 +327,52 @@ impl Process {
                     self.pretrace(r);
                 }
                 got = mm.madvise(self.tr.tr(addr), len, advice).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mlock { addr, len, flags } => {
+                let a = self.tr.tr(addr);
+                got = match flags {
+                    None => mm.mlock(a, len),
+                    Some(f) => mm.mlock2(a, len, f),
+                }
+                .map(|()| 0)
+                .map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Munlock { addr, len } => {
+                got = mm.munlock(self.tr.tr(addr), len).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mlockall { flags } => {
+                got = mm.mlockall(flags).map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Munlockall => {
+                got = mm.munlockall().map(|()| 0).map_err(code);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mdwe { get, args: [a2, a3, a4, a5] } => {
+                got = if get {
+                    mm.prctl_get_mdwe(a2, a3, a4, a5).map_err(code)
+                } else {
+                    mm.prctl_set_mdwe(a2, a3, a4, a5).map(|()| 0).map_err(code)
+                };
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mseal { addr, len, flags } => {
+                got = mm.mseal(self.tr.tr(addr), len, flags).map(|()| 0).map_err(code);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
