@@ -412,9 +412,9 @@ pub struct PhysMem {
     // munmap's put_batch was 30% slower while another thread mapped and
     // unmapped: docs/results/big-munmap-cause.txt section 7, in git at d35c665).
     page_tables: CachePadded<AtomicI64>,
-    /// VMAs alive, per CPU slot: a statistic, so `std`'s atomics even
-    /// under loom (VMAs are dropped at every thread's exit).
-    vmas: crate::sync::percpu::PerCpu<std::sync::atomic::AtomicI64>,
+    /// VMAs alive, per CPU slot: the references each slot's token
+    /// ([`VmaAcct`]) holds beyond this one.
+    vmas: crate::sync::percpu::PerCpu<VmaAcct>,
     rmap_entries: CachePadded<AtomicI64>,
     next_id: CachePadded<AtomicU64>,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
@@ -557,7 +557,7 @@ impl PhysMem {
             shards,
             zero_pfn,
             page_tables: CachePadded::new(AtomicI64::new(0)),
-            vmas: Default::default(),
+            vmas: crate::sync::percpu::PerCpu::from_fn(VmaAcct::new),
             rmap_entries: CachePadded::new(AtomicI64::new(0)),
             next_id: CachePadded::new(AtomicU64::new(1)),
             on_demand: config.on_demand,
@@ -1114,10 +1114,13 @@ impl PhysMem {
         self.page_tables.fetch_add(delta, Ordering::Relaxed);
     }
 
-    /// Counts `delta` VMAs made (dropped, if negative): in the caller's CPU
-    /// slot, so that address spaces making VMAs write no line in common.
-    pub(crate) fn account_vma(&self, delta: i64) {
-        self.vmas.mine().fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+    /// Counts a VMA made, in the caller's CPU slot, until the returned
+    /// token is dropped: so that address spaces making VMAs write no line
+    /// in common, and a VMA that outlives its address space and this arena
+    /// (an old tree version freed after a grace period) still has its
+    /// count to drop.
+    pub(crate) fn account_vma(&self) -> VmaAcct {
+        self.vmas.mine().clone()
     }
 
     pub(crate) fn account_rmap(&self, delta: i64) {
@@ -1132,7 +1135,7 @@ impl PhysMem {
             frames_total: self.desc.len() as u64,
             frames_used: used as u64,
             page_tables: self.page_tables.load(Ordering::Relaxed) as u64,
-            vmas: self.vmas.iter().map(|s| s.load(std::sync::atomic::Ordering::Relaxed)).sum::<i64>() as u64,
+            vmas: self.vmas.iter().map(VmaAcct::others).sum::<usize>() as u64,
             rmap_entries: self.rmap_entries.load(Ordering::Relaxed) as u64,
         }
     }
@@ -1149,6 +1152,41 @@ impl PhysMem {
                 return now;
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
+/// One CPU slot's count of VMAs alive (Linux counts `vm_area_struct`s in
+/// the slab's per-CPU caches): the reference count of a block of its own,
+/// which every [`crate::vma::Vma`] made in the slot holds one reference of.
+///
+/// A VMA thus writes, when it is made and when it is dropped, the line of
+/// the slot it was made in, which only the threads of that slot write; an
+/// `Arc<PhysMem>` per VMA wrote the arena's reference count instead, one
+/// line for every address space of the arena (2 shared writes per mmap +
+/// munmap). The block outlives the arena if a VMA does: no VMA reaches the
+/// arena through it.
+#[derive(Clone)]
+pub(crate) struct VmaAcct(std::sync::Arc<CachePadded<usize>>);
+
+impl VmaAcct {
+    /// Slot `slot`'s token, held by the arena.
+    fn new(slot: usize) -> VmaAcct {
+        VmaAcct(std::sync::Arc::new(CachePadded::new(slot)))
+    }
+
+    /// The references beyond the arena's: VMAs alive that were made in
+    /// this slot.
+    fn others(&self) -> usize {
+        std::sync::Arc::strong_count(&self.0) - 1
+    }
+
+    /// Counts a write of this token's count in [`crate::sync::shared_write`]
+    /// when the calling thread is not of its slot (a VMA copied from one
+    /// made by another thread, or dropped by another thread's collection).
+    pub(crate) fn note_write(&self) {
+        if **self.0 != crate::sync::percpu::this_slot() {
+            crate::sync::shared_write(1);
         }
     }
 }

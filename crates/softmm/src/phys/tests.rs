@@ -349,10 +349,10 @@ fn allocation_counts_add_up_across_threads() {
 #[test]
 fn stats_count_vmas_and_page_tables_and_quiesce_waits_for_deferred_frees() {
     let phys = arena(4);
-    phys.account_vma(2);
+    let vmas = [phys.account_vma(), phys.account_vma()];
     phys.account_page_table(3);
     assert_eq!((phys.stats().vmas, phys.stats().page_tables), (2, 3));
-    phys.account_vma(-2);
+    drop(vmas);
     phys.account_page_table(-1);
     // Free the last two page tables after a grace period, as detached page tables are.
     let guard = crossbeam_epoch::pin();

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use crate::file::Inode;
 use crate::mempolicy::MemPolicy;
-use crate::phys::PhysMem;
+use crate::phys::{PhysMem, VmaAcct};
 use crate::sync::{Mutex, VmaLock};
 use crate::PAGE_SHIFT;
 
@@ -154,7 +154,10 @@ pub struct Vma {
     /// The backing's hooks (Linux's `vm_ops`): [`DEFAULT_VM_OPS`] unless
     /// the mapping's preparation chose others; every copy keeps them.
     pub(crate) ops: &'static dyn VmaOps,
-    acct: Arc<PhysMem>,
+    /// Counts this VMA in its arena's statistics until it is dropped
+    /// (see [`VmaAcct`]: not the arena itself, whose reference count every
+    /// address space writes).
+    acct: VmaAcct,
 }
 
 impl std::fmt::Debug for Vma {
@@ -172,9 +175,8 @@ impl Drop for Vma {
         // address space's tree (a copy made and dropped on an error path).
         self.put_file();
         drop(self.file.take());
-        self.acct.account_vma(-1);
-        // `acct`'s `Arc<PhysMem>` count, one line for the whole arena.
-        crate::sync::shared_write(1);
+        // `acct` is dropped after this, writing its slot's line.
+        self.acct.note_write();
     }
 }
 
@@ -182,7 +184,21 @@ impl Vma {
     /// A new VMA, counted in `phys`'s VMA statistics until it is dropped.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        phys: &Arc<PhysMem>,
+        phys: &PhysMem,
+        start: u64,
+        end: u64,
+        flags: VmFlags,
+        pgoff: u64,
+        file: Option<Arc<Inode>>,
+        anon_vma: Option<Arc<AnonVma>>,
+    ) -> Vma {
+        Vma::counted(phys.account_vma(), start, end, flags, pgoff, file, anon_vma)
+    }
+
+    /// A new VMA counted by `acct`.
+    #[allow(clippy::too_many_arguments)]
+    fn counted(
+        acct: VmaAcct,
         start: u64,
         end: u64,
         flags: VmFlags,
@@ -191,9 +207,7 @@ impl Vma {
         anon_vma: Option<Arc<AnonVma>>,
     ) -> Vma {
         debug_assert!(start < end);
-        phys.account_vma(1);
-        // `acct`'s `Arc<PhysMem>` count below, one line for the whole arena.
-        crate::sync::shared_write(1);
+        acct.note_write();
         if let Some(f) = &file {
             f.ihold();
         }
@@ -216,7 +230,7 @@ impl Vma {
             hugetlb_unmapped: Arc::new(crate::sync::AtomicBool::new(false)),
             hugetlb_unmapped_from: None,
             ops: &DEFAULT_VM_OPS,
-            acct: phys.clone(),
+            acct,
         }
     }
 
@@ -243,8 +257,8 @@ impl Vma {
     /// A copy of this VMA limited to `[start, end)` with `flags`.
     pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
-        let mut v = Vma::new(
-            &self.acct,
+        let mut v = Vma::counted(
+            self.acct.clone(),
             start,
             end,
             flags,
@@ -262,9 +276,16 @@ impl Vma {
 
     /// The same VMA with other bounds and page offset (for merges and moves).
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
-        let mut v =
-            Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
-                .with_open(self.open);
+        let mut v = Vma::counted(
+            self.acct.clone(),
+            start,
+            end,
+            self.flags,
+            pgoff,
+            self.file.clone(),
+            self.anon_vma.get().cloned(),
+        )
+        .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
         v.ops = self.ops;
@@ -531,6 +552,27 @@ mod tests {
         t.insert(anon(phys, 0x5000, 0x8000));
         t.insert(anon(phys, 0x1000, 0x3000));
         t
+    }
+
+    /// A VMA counts itself in a per-CPU slot of the arena, not by holding
+    /// the arena (whose reference count every address space of it writes),
+    /// and its count stays sound when it outlives the arena, as a VMA of an
+    /// old tree version freed after a grace period may.
+    #[test]
+    fn a_vma_takes_no_reference_on_its_arena_and_may_outlive_it() {
+        let phys = phys();
+        let vmas: Vec<Vma> = (1..9).map(|i| anon(&phys, i << 16, (i << 16) + 0x1000)).collect();
+        let copy = vmas[0].slice(0x10000, 0x11000, RW);
+        assert_eq!(Arc::strong_count(&phys), 1, "the arena's count is not written per VMA");
+        assert_eq!(phys.stats().vmas, 9);
+        drop(copy);
+        assert_eq!(phys.stats().vmas, 8);
+        let made_elsewhere = std::thread::scope(|s| s.spawn(|| anon(&phys, 0x100000, 0x101000)).join().unwrap());
+        assert_eq!(phys.stats().vmas, 9);
+        drop(phys);
+        // Dropped after the arena: each drops its count in its slot's block.
+        drop(vmas);
+        drop(made_elsewhere);
     }
 
     /// A `per-vma` fault writes the VMA's reference word twice while every
