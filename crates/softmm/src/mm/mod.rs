@@ -881,14 +881,20 @@ impl AddressSpace {
     }
 
     /// Records in `file`'s reverse map that this address space maps it.
+    ///
+    /// The file's own set answers whether the link exists, under the file's
+    /// lock (Linux's `i_mmap_rwsem`, which every file mmap takes), which
+    /// only the mappers of that file write: threads mapping different files
+    /// share no line here. Only a new link takes this address space's list,
+    /// which its teardown walks to unlink itself (at most once per file;
+    /// the caller holds the address space, so no teardown can run between
+    /// the two).
     pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<Inode>) {
-        let mut linked = self.linked_files.lock();
-        // The per-mm mutex, locked and unlocked.
-        crate::sync::shared_write(2);
-        if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
-            linked.push(Arc::downgrade(file));
-            let me: Weak<AddressSpace> = Arc::downgrade(self);
-            file.add_mapping(me);
+        let me: Weak<AddressSpace> = Arc::downgrade(self);
+        if file.add_mapping(me) {
+            // The per-mm mutex, locked and unlocked.
+            crate::sync::shared_write(2);
+            self.linked_files.lock().push(Arc::downgrade(file));
         }
     }
 }
