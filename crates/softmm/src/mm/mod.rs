@@ -873,7 +873,7 @@ impl AddressSpace {
             .collect();
         for v in fresh {
             if v.hugetlb_unmapped_from.as_ref().is_some_and(|from| from.load(Ordering::Relaxed)) {
-                v.hugetlb_unmapped.store(true, Ordering::Relaxed);
+                v.mark_hugetlb_unmapped();
             }
         }
         self.publish(tree);

@@ -141,8 +141,9 @@ pub struct Vma {
     /// mapping's reservations took a page from it when a copy-on-write
     /// found the pool empty (`unmap_ref_private`), so the next fault here
     /// that needs a page raises `SIGBUS`. Kept by split pieces; a fork's
-    /// child starts without it.
-    pub(crate) hugetlb_unmapped: Arc<crate::sync::AtomicBool>,
+    /// child starts without it. `None` for a VMA that is not hugetlb: only
+    /// those are ever marked, and no other VMA pays for the allocation.
+    hugetlb_unmapped: Option<Arc<crate::sync::AtomicBool>>,
     /// For a copy ([`Vma::slice`], [`Vma::rebound`]) of a private hugetlb
     /// VMA without reservations (the only kind `unmap_ref_private` marks),
     /// the mark of the VMA it was copied from: the owner may mark that one
@@ -227,7 +228,7 @@ impl Vma {
             lock: VmaLock::new(),
             policy: None,
             hugetlb_resv: None,
-            hugetlb_unmapped: Arc::new(crate::sync::AtomicBool::new(false)),
+            hugetlb_unmapped: flags.contains(VmFlags::HUGETLB).then(|| Arc::new(crate::sync::AtomicBool::new(false))),
             hugetlb_unmapped_from: None,
             ops: &DEFAULT_VM_OPS,
             acct,
@@ -297,9 +298,26 @@ impl Vma {
     /// is now and, if the owner could still mark this VMA before `v` is
     /// published, a link to this VMA's mark ([`Vma::hugetlb_unmapped_from`]).
     fn copy_hugetlb_unmapped(&self, v: &mut Vma) {
-        v.hugetlb_unmapped =
-            Arc::new(crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed)));
-        v.hugetlb_unmapped_from = self.may_be_marked_unmapped().then(|| self.hugetlb_unmapped.clone());
+        if let Some(mark) = &self.hugetlb_unmapped {
+            v.hugetlb_unmapped =
+                Some(Arc::new(crate::sync::AtomicBool::new(mark.load(crate::sync::Ordering::Relaxed))));
+            v.hugetlb_unmapped_from = self.may_be_marked_unmapped().then(|| mark.clone());
+        }
+    }
+
+    /// Linux's `is_vma_resv_set(vma, HPAGE_RESV_UNMAPPED)`: the owner of
+    /// this private hugetlb mapping's reservations took a page from it.
+    pub(crate) fn hugetlb_unmapped(&self) -> bool {
+        self.hugetlb_unmapped.as_ref().is_some_and(|m| m.load(crate::sync::Ordering::Relaxed))
+    }
+
+    /// Sets the `HPAGE_RESV_UNMAPPED` mark of this hugetlb VMA (Relaxed:
+    /// the caller orders it before what a fault must see it with).
+    pub(crate) fn mark_hugetlb_unmapped(&self) {
+        debug_assert!(self.flags.contains(VmFlags::HUGETLB), "only hugetlb VMAs are marked");
+        if let Some(m) = &self.hugetlb_unmapped {
+            m.store(true, crate::sync::Ordering::Relaxed);
+        }
     }
 
     /// A private hugetlb VMA without reservations of its own: the kind
@@ -573,6 +591,22 @@ mod tests {
         // Dropped after the arena: each drops its count in its slot's block.
         drop(vmas);
         drop(made_elsewhere);
+    }
+
+    /// Only a hugetlb VMA carries an `HPAGE_RESV_UNMAPPED` mark: making any
+    /// other VMA allocates nothing for it, and its copies neither.
+    #[test]
+    fn only_hugetlb_vmas_allocate_the_unmapped_mark() {
+        let phys = phys();
+        let v = anon(&phys, 0x1000, 0x3000);
+        assert!(v.hugetlb_unmapped.is_none() && v.slice(0x1000, 0x2000, RW).hugetlb_unmapped.is_none());
+        assert!(!v.hugetlb_unmapped());
+        let h = Vma::new(&phys, 0x200000, 0x600000, RW | VmFlags::HUGETLB, 0, None, None);
+        let piece = h.slice(0x200000, 0x400000, RW | VmFlags::HUGETLB);
+        h.mark_hugetlb_unmapped();
+        assert!(h.hugetlb_unmapped() && !piece.hugetlb_unmapped());
+        assert!(piece.hugetlb_unmapped_from.as_ref().is_some_and(|m| m.load(crate::sync::Ordering::Relaxed)));
+        assert!(h.rebound(0x200000, 0x400000, 0).hugetlb_unmapped(), "a copy keeps the mark");
     }
 
     /// A `per-vma` fault writes the VMA's reference word twice while every
