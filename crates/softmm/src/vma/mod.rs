@@ -609,6 +609,24 @@ mod tests {
         assert!(h.rebound(0x200000, 0x400000, 0).hugetlb_unmapped(), "a copy keeps the mark");
     }
 
+    /// Each copy of a tree leaf writes the `Arc<Vma>` strong count of every
+    /// VMA in it (and each old version's drop, often on a faulting thread's
+    /// epoch collection, writes it again) while every fault reads the VMA's
+    /// fields: the count is on a line of its own, because `Vma`'s alignment
+    /// (its padded `VmaLock`) puts the fields a full line past the `Arc`'s
+    /// counts.
+    #[test]
+    fn the_arc_count_is_off_the_lines_a_fault_reads() {
+        assert!(std::mem::align_of::<Vma>() >= 64);
+        let phys = phys();
+        let v = Arc::new(anon(&phys, 0x1000, 0x3000));
+        // The counts precede the value (`Arc`'s layout), which starts a
+        // line: the last of them is at most this word.
+        let counts_end = Arc::as_ptr(&v) as usize - std::mem::size_of::<usize>();
+        assert_eq!(Arc::as_ptr(&v) as usize % 64, 0);
+        assert_ne!(counts_end / 64, &v.start as *const u64 as usize / 64);
+    }
+
     /// A `per-vma` fault writes the VMA's reference word twice while every
     /// fault on the VMA reads its bounds, flags, file and `anon_vma`: on one
     /// cache line, each of those writes would evict the line from every other
