@@ -111,7 +111,11 @@ fn default_policy_fault_writes_nothing_shared_beside_another_faulter_or_a_writer
     let two_interfered = per_fault_threads(2, true);
     // Printed for the record (`-- --nocapture`).
     eprintln!("shared writes per fault: 1 thread {alone:.3?}, 2 threads {two:.3?}, 1 beside a writer {interfered:.3?}, 2 beside a writer {two_interfered:.3?}");
+    // Alone 0.061 (a refill of 32 frames writes the node list's lock);
+    // up to twice that when two threads' slots share a frame cache (two
+    // caches per CPU), which each then refills for the other. A lock or a
+    // counter per fault would be 2 or more.
     for f in alone.iter().chain(&two).chain(&interfered).chain(&two_interfered) {
-        assert!(*f < 0.1, "{f} shared writes per fault");
+        assert!(*f < 0.3, "{f} shared writes per fault");
     }
 }
