@@ -117,6 +117,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "access-sections", value_parser = parse_shootdown)]
     pub shootdown: softmm::ShootdownPolicy,
 
+    /// How each node's free frames are kept, in every softmm arena of the
+    /// sweep: `node` (default: one list and lock per node, which every
+    /// thread cache refills from) or `striped` (one list per CPU slot,
+    /// each thread refilling from its own first).
+    #[arg(long, default_value = "node", value_parser = parse_free_lists)]
+    pub free_lists: softmm::FreeLists,
+
     /// Where non-fixed mmaps go, comma-separated, a sweep dimension of the
     /// softmm rows of the fault-policy workloads: `linux` (default: as
     /// Linux, top-down), `arenas` (the calling thread's 1 GiB arena first;
@@ -199,6 +206,14 @@ pub fn parse_shootdown(s: &str) -> Result<softmm::ShootdownPolicy, String> {
     softmm::ShootdownPolicy::from_name(s).ok_or_else(|| {
         let names: Vec<_> = softmm::ShootdownPolicy::ALL.iter().map(|p| p.name()).collect();
         format!("unknown shootdown policy {s:?} (one of: {})", names.join(", "))
+    })
+}
+
+/// A `--free-lists` value: a `FreeLists` name.
+pub fn parse_free_lists(s: &str) -> Result<softmm::FreeLists, String> {
+    softmm::FreeLists::from_name(s).ok_or_else(|| {
+        let names: Vec<_> = softmm::FreeLists::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown free-list policy {s:?} (one of: {})", names.join(", "))
     })
 }
 

@@ -455,7 +455,7 @@ pub fn run(args: &BenchArgs, headline_rows: Option<HeadlineRows<'_>>) -> Result<
         None
     };
     eprintln!("softmm: {} samples of {} s each, {} repeats", jobs.len(), args.duration, args.repeat);
-    let mut arena = Arena::default();
+    let mut arena = Arena::with_free_lists(args.free_lists);
     let mut samples: Vec<Sample<FaultCounters>> = Vec::new();
     let mut failures = 0;
     let mut last_backend = None;

@@ -837,13 +837,16 @@ impl Inode {
         true
     }
 
-    /// Records that `mm` maps this file (the `i_mmap` reverse map).
-    pub(crate) fn add_mapping(&self, mm: Weak<dyn Mapper>) {
+    /// Records that `mm` maps this file (the `i_mmap` reverse map): `true`
+    /// if it was not recorded yet.
+    pub(crate) fn add_mapping(&self, mm: Weak<dyn Mapper>) -> bool {
         let mut list = self.i_mmap.lock();
-        if !list.iter().any(|w| mapper_id(w.as_ptr()) == mapper_id(mm.as_ptr())) {
-            list.push(mm);
-            self.phys.account_rmap(1);
+        if list.iter().any(|w| mapper_id(w.as_ptr()) == mapper_id(mm.as_ptr())) {
+            return false;
         }
+        list.push(mm);
+        self.phys.account_rmap(1);
+        true
     }
 
     /// Forgets the mapper at `mm` (an address space being torn down) in the

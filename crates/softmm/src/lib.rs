@@ -91,7 +91,7 @@ pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
 pub use mm::UnmapStats;
 pub use mm::{AddressSpace, ConfigError, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
-pub use phys::{Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
+pub use phys::{FreeLists, Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;

@@ -299,7 +299,7 @@ fn no_page_private(
     let (mm, vma) = (f.mm, f.vma);
     // HPAGE_RESV_UNMAPPED: the owner took a page of this mapping
     // (`unmap_ref_private`): "killed due to inadequate hugepage pool".
-    if vma.hugetlb_unmapped.load(Ordering::Relaxed) {
+    if vma.hugetlb_unmapped() {
         return Err(sigbus(addr));
     }
     let file = vma.file.as_ref().expect("file");

@@ -12,7 +12,6 @@
 
 use crate::mm::{AddressSpace, MmuGather};
 use crate::phys::Pfn;
-use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
 
@@ -83,7 +82,7 @@ pub(crate) fn unmap_ref_private(mm: &AddressSpace, vma: &Vma, haddr: u64, head: 
             if ours {
                 // Before the entry goes (its store is Release): a fault
                 // that finds it gone sees the mark.
-                sv.hugetlb_unmapped.store(true, Ordering::Relaxed);
+                sv.mark_hugetlb_unmapped();
             }
             ours
         };
@@ -210,9 +209,7 @@ mod tests {
             // Both pieces carry the mark, as if the owner had come before
             // the split (the other one needs no page while its entry stays).
             let guard = crossbeam_epoch::pin();
-            let marked = |at: u64| {
-                child.vmas_rcu(&guard).find(at).unwrap().hugetlb_unmapped.load(crate::sync::Ordering::Relaxed)
-            };
+            let marked = |at: u64| child.vmas_rcu(&guard).find(at).unwrap().hugetlb_unmapped();
             assert!(marked(a) && marked(a + HP), "{policy:?}: both pieces");
             drop(guard);
             drop(cc);

@@ -21,6 +21,8 @@ mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
 pub(crate) mod layout;
+#[cfg(all(test, not(loom)))]
+mod line_layout_tests;
 mod mkclean;
 mod pin_state;
 mod pmd_unshare;
@@ -32,6 +34,7 @@ mod vma;
 use std::sync::{Arc, Weak};
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -159,14 +162,22 @@ pub struct MmStats {
 pub struct AddressSpace {
     pub(crate) phys: Arc<PhysMem>,
     pub(crate) config: MmConfig,
-    mmap_lock: RwLock<MmState>,
+    // Each writer-written word below is on cache lines of its own (see
+    // `mm/line_layout_tests.rs`): the lock word and `MmState` (written by
+    // every write section), `vmas_rcu` (swapped by every publication) and
+    // `seq` (2 stores per write section) would otherwise take away from
+    // every faulting CPU the line it reads `pgtables`' root, `mempolicy`,
+    // `config` or `unreachable`'s list from, on each write section.
+    mmap_lock: CachePadded<RwLock<MmState>>,
     /// The published VMA tree for lock-free readers.
-    vmas_rcu: Atomic<VmaTree>,
+    vmas_rcu: CachePadded<Atomic<VmaTree>>,
     pub(crate) pgtables: PageTables,
     pub(crate) tlb: TlbDomain,
     pub(crate) counters: MmCounters,
     /// Odd while an `mmap_lock` writer runs (seed 001's `mmap_seq`).
-    pub(crate) seq: SeqCount,
+    /// Padded: written by every write section, read only by `speculative`
+    /// faults, while every fault reads its neighbours.
+    pub(crate) seq: CachePadded<SeqCount>,
     /// Files whose reverse map lists this address space, so that dying it
     /// can remove itself from them.
     linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
@@ -263,11 +274,11 @@ impl AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
             config,
-            mmap_lock: RwLock::new(st),
-            vmas_rcu: Atomic::new(VmaTree::default()),
+            mmap_lock: CachePadded::new(RwLock::new(st)),
+            vmas_rcu: CachePadded::new(Atomic::new(VmaTree::default())),
             tlb: TlbDomain::with_policies(shootdown_policy, posting_policy),
             counters: MmCounters::default(),
-            seq: SeqCount::new(),
+            seq: CachePadded::new(SeqCount::new()),
             linked_files: crate::sync::Mutex::new(Vec::new()),
             self_weak: w.clone(),
             pins: Arc::default(),
@@ -914,7 +925,7 @@ impl AddressSpace {
             .collect();
         for v in fresh {
             if v.hugetlb_unmapped_from.as_ref().is_some_and(|from| from.load(Ordering::Relaxed)) {
-                v.hugetlb_unmapped.store(true, Ordering::Relaxed);
+                v.mark_hugetlb_unmapped();
             }
         }
         self.publish(tree);
@@ -922,14 +933,20 @@ impl AddressSpace {
     }
 
     /// Records in `file`'s reverse map that this address space maps it.
+    ///
+    /// The file's own set answers whether the link exists, under the file's
+    /// lock (Linux's `i_mmap_rwsem`, which every file mmap takes), which
+    /// only the mappers of that file write: threads mapping different files
+    /// share no line here. Only a new link takes this address space's list,
+    /// which its teardown walks to unlink itself (at most once per file;
+    /// the caller holds the address space, so no teardown can run between
+    /// the two).
     pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<Inode>) {
-        let mut linked = self.linked_files.lock();
-        // The per-mm mutex, locked and unlocked.
-        crate::sync::shared_write(2);
-        if !linked.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(file))) {
-            linked.push(Arc::downgrade(file));
-            let me: Weak<AddressSpace> = Arc::downgrade(self);
-            file.add_mapping(me);
+        let me: Weak<AddressSpace> = Arc::downgrade(self);
+        if file.add_mapping(me) {
+            // The per-mm mutex, locked and unlocked.
+            crate::sync::shared_write(2);
+            self.linked_files.lock().push(Arc::downgrade(file));
         }
     }
 }

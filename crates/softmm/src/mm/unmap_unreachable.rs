@@ -33,14 +33,16 @@ use crate::sync::{Mutex, Ordering};
 /// [`UnreachableRanges::remove`].
 pub(crate) struct UnreachableRanges {
     /// `[start, end)` pairs; null when empty.
-    list: Atomic<Vec<(u64, u64)>>,
-    /// Serializes the replacements (a few per large unmap).
-    write: Mutex<()>,
+    pub(super) list: Atomic<Vec<(u64, u64)>>,
+    /// Serializes the replacements (a few per large unmap). Padded: every
+    /// TLB miss reads `list`, and a lock-free unmap locks this while other
+    /// CPUs fill.
+    pub(super) write: crossbeam_utils::CachePadded<Mutex<()>>,
 }
 
 impl Default for UnreachableRanges {
     fn default() -> Self {
-        UnreachableRanges { list: Atomic::null(), write: Mutex::new(()) }
+        UnreachableRanges { list: Atomic::null(), write: crossbeam_utils::CachePadded::new(Mutex::new(())) }
     }
 }
 

@@ -349,10 +349,10 @@ fn allocation_counts_add_up_across_threads() {
 #[test]
 fn stats_count_vmas_and_page_tables_and_quiesce_waits_for_deferred_frees() {
     let phys = arena(4);
-    phys.account_vma(2);
+    let vmas = [phys.account_vma(), phys.account_vma()];
     phys.account_page_table(3);
     assert_eq!((phys.stats().vmas, phys.stats().page_tables), (2, 3));
-    phys.account_vma(-2);
+    drop(vmas);
     phys.account_page_table(-1);
     // Free the last two page tables after a grace period, as detached page tables are.
     let guard = crossbeam_epoch::pin();
@@ -455,4 +455,55 @@ fn alloc_bulk_on_takes_only_the_node_and_all_of_it() {
     assert_eq!(phys.node_stats()[0].frames_used, 0);
     drop((some, rest));
     assert_eq!(phys.quiesce().frames_used, 0);
+}
+
+/// Under `FreeLists::Striped` a thread's refill takes a batch from its own
+/// slot's list and leaves the others' lists (other lines) alone; under
+/// `Node` there is one list, which every refill takes from.
+#[test]
+fn a_refill_takes_from_the_threads_own_list_when_striped() {
+    for &policy in FreeLists::ALL {
+        let phys = PhysMem::new(PhysConfig::new(4 << 20).free_lists(policy)).unwrap();
+        let node = &phys.nodes[0];
+        assert_eq!(node.free.len(), if policy == FreeLists::Node { 1 } else { crate::sync::percpu::SLOTS });
+        for _ in 0..2 {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // Empty caches: the allocation below refills.
+                    phys.drain_all_caches();
+                    let lens: Vec<usize> = node.free.iter().map(|l| l.lock().len()).collect();
+                    let pfn = alloc_raw(&phys, 0).unwrap();
+                    let after: Vec<usize> = node.free.iter().map(|l| l.lock().len()).collect();
+                    for (i, (b, a)) in lens.iter().zip(&after).enumerate() {
+                        let taken = if i == node.mine() { CACHE_BATCH } else { 0 };
+                        assert_eq!(b - a, taken, "{policy:?}: list {i} of {}", lens.len());
+                    }
+                    put(&phys, pfn);
+                });
+            });
+        }
+    }
+}
+
+/// Under every policy one thread can take every frame (its own list first,
+/// then the others), an allocation fails only then, and every frame comes
+/// back.
+#[test]
+fn every_free_list_policy_hands_out_every_frame_once() {
+    for &policy in FreeLists::ALL {
+        let phys = PhysMem::new(PhysConfig::new(1 << 20).free_lists(policy)).unwrap();
+        let total = phys.stats().frames_total;
+        let frames = alloc_all(&phys, 0);
+        assert_eq!(frames.len() as u64, total - 1, "{policy:?}: every frame but the zero page");
+        let mut sorted = frames.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), frames.len(), "{policy:?}: each once");
+        assert!(alloc_raw(&phys, 0).is_none());
+        for p in frames {
+            put(&phys, p);
+        }
+        assert_eq!(phys.stats().frames_used, 0);
+        assert_eq!(FreeLists::from_name(policy.name()), Some(policy));
+    }
 }

@@ -84,6 +84,11 @@ impl<T: Default> Default for PerCpu<T> {
 }
 
 impl<T> PerCpu<T> {
+    /// Slot `i` holds `f(i)`.
+    pub(crate) fn from_fn(f: impl FnMut(usize) -> T) -> Self {
+        PerCpu { slots: (0..SLOTS).map(f).map(CachePadded::new).collect() }
+    }
+
     /// The calling thread's slot (`this_cpu_ptr`).
     #[inline]
     pub(crate) fn mine(&self) -> &T {

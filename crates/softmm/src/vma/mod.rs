@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use crate::file::Inode;
 use crate::mempolicy::MemPolicy;
-use crate::phys::PhysMem;
+use crate::phys::{PhysMem, VmaAcct};
 use crate::sync::{Mutex, VmaLock};
 use crate::PAGE_SHIFT;
 
@@ -141,8 +141,9 @@ pub struct Vma {
     /// mapping's reservations took a page from it when a copy-on-write
     /// found the pool empty (`unmap_ref_private`), so the next fault here
     /// that needs a page raises `SIGBUS`. Kept by split pieces; a fork's
-    /// child starts without it.
-    pub(crate) hugetlb_unmapped: Arc<crate::sync::AtomicBool>,
+    /// child starts without it. `None` for a VMA that is not hugetlb: only
+    /// those are ever marked, and no other VMA pays for the allocation.
+    hugetlb_unmapped: Option<Arc<crate::sync::AtomicBool>>,
     /// For a copy ([`Vma::slice`], [`Vma::rebound`]) of a private hugetlb
     /// VMA without reservations (the only kind `unmap_ref_private` marks),
     /// the mark of the VMA it was copied from: the owner may mark that one
@@ -154,7 +155,10 @@ pub struct Vma {
     /// The backing's hooks (Linux's `vm_ops`): [`DEFAULT_VM_OPS`] unless
     /// the mapping's preparation chose others; every copy keeps them.
     pub(crate) ops: &'static dyn VmaOps,
-    acct: Arc<PhysMem>,
+    /// Counts this VMA in its arena's statistics until it is dropped
+    /// (see [`VmaAcct`]: not the arena itself, whose reference count every
+    /// address space writes).
+    acct: VmaAcct,
 }
 
 impl std::fmt::Debug for Vma {
@@ -172,9 +176,8 @@ impl Drop for Vma {
         // address space's tree (a copy made and dropped on an error path).
         self.put_file();
         drop(self.file.take());
-        self.acct.account_vma(-1);
-        // `acct`'s `Arc<PhysMem>` count, one line for the whole arena.
-        crate::sync::shared_write(1);
+        // `acct` is dropped after this, writing its slot's line.
+        self.acct.note_write();
     }
 }
 
@@ -182,7 +185,21 @@ impl Vma {
     /// A new VMA, counted in `phys`'s VMA statistics until it is dropped.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        phys: &Arc<PhysMem>,
+        phys: &PhysMem,
+        start: u64,
+        end: u64,
+        flags: VmFlags,
+        pgoff: u64,
+        file: Option<Arc<Inode>>,
+        anon_vma: Option<Arc<AnonVma>>,
+    ) -> Vma {
+        Vma::counted(phys.account_vma(), start, end, flags, pgoff, file, anon_vma)
+    }
+
+    /// A new VMA counted by `acct`.
+    #[allow(clippy::too_many_arguments)]
+    fn counted(
+        acct: VmaAcct,
         start: u64,
         end: u64,
         flags: VmFlags,
@@ -191,9 +208,7 @@ impl Vma {
         anon_vma: Option<Arc<AnonVma>>,
     ) -> Vma {
         debug_assert!(start < end);
-        phys.account_vma(1);
-        // `acct`'s `Arc<PhysMem>` count below, one line for the whole arena.
-        crate::sync::shared_write(1);
+        acct.note_write();
         if let Some(f) = &file {
             f.ihold();
         }
@@ -213,10 +228,10 @@ impl Vma {
             lock: VmaLock::new(),
             policy: None,
             hugetlb_resv: None,
-            hugetlb_unmapped: Arc::new(crate::sync::AtomicBool::new(false)),
+            hugetlb_unmapped: flags.contains(VmFlags::HUGETLB).then(|| Arc::new(crate::sync::AtomicBool::new(false))),
             hugetlb_unmapped_from: None,
             ops: &DEFAULT_VM_OPS,
-            acct: phys.clone(),
+            acct,
         }
     }
 
@@ -243,8 +258,8 @@ impl Vma {
     /// A copy of this VMA limited to `[start, end)` with `flags`.
     pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
-        let mut v = Vma::new(
-            &self.acct,
+        let mut v = Vma::counted(
+            self.acct.clone(),
             start,
             end,
             flags,
@@ -262,9 +277,16 @@ impl Vma {
 
     /// The same VMA with other bounds and page offset (for merges and moves).
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
-        let mut v =
-            Vma::new(&self.acct, start, end, self.flags, pgoff, self.file.clone(), self.anon_vma.get().cloned())
-                .with_open(self.open);
+        let mut v = Vma::counted(
+            self.acct.clone(),
+            start,
+            end,
+            self.flags,
+            pgoff,
+            self.file.clone(),
+            self.anon_vma.get().cloned(),
+        )
+        .with_open(self.open);
         v.policy = self.policy.clone();
         v.hugetlb_resv = self.hugetlb_resv.clone();
         v.ops = self.ops;
@@ -276,9 +298,26 @@ impl Vma {
     /// is now and, if the owner could still mark this VMA before `v` is
     /// published, a link to this VMA's mark ([`Vma::hugetlb_unmapped_from`]).
     fn copy_hugetlb_unmapped(&self, v: &mut Vma) {
-        v.hugetlb_unmapped =
-            Arc::new(crate::sync::AtomicBool::new(self.hugetlb_unmapped.load(crate::sync::Ordering::Relaxed)));
-        v.hugetlb_unmapped_from = self.may_be_marked_unmapped().then(|| self.hugetlb_unmapped.clone());
+        if let Some(mark) = &self.hugetlb_unmapped {
+            v.hugetlb_unmapped =
+                Some(Arc::new(crate::sync::AtomicBool::new(mark.load(crate::sync::Ordering::Relaxed))));
+            v.hugetlb_unmapped_from = self.may_be_marked_unmapped().then(|| mark.clone());
+        }
+    }
+
+    /// Linux's `is_vma_resv_set(vma, HPAGE_RESV_UNMAPPED)`: the owner of
+    /// this private hugetlb mapping's reservations took a page from it.
+    pub(crate) fn hugetlb_unmapped(&self) -> bool {
+        self.hugetlb_unmapped.as_ref().is_some_and(|m| m.load(crate::sync::Ordering::Relaxed))
+    }
+
+    /// Sets the `HPAGE_RESV_UNMAPPED` mark of this hugetlb VMA (Relaxed:
+    /// the caller orders it before what a fault must see it with).
+    pub(crate) fn mark_hugetlb_unmapped(&self) {
+        debug_assert!(self.flags.contains(VmFlags::HUGETLB), "only hugetlb VMAs are marked");
+        if let Some(m) = &self.hugetlb_unmapped {
+            m.store(true, crate::sync::Ordering::Relaxed);
+        }
     }
 
     /// A private hugetlb VMA without reservations of its own: the kind
@@ -531,6 +570,61 @@ mod tests {
         t.insert(anon(phys, 0x5000, 0x8000));
         t.insert(anon(phys, 0x1000, 0x3000));
         t
+    }
+
+    /// A VMA counts itself in a per-CPU slot of the arena, not by holding
+    /// the arena (whose reference count every address space of it writes),
+    /// and its count stays sound when it outlives the arena, as a VMA of an
+    /// old tree version freed after a grace period may.
+    #[test]
+    fn a_vma_takes_no_reference_on_its_arena_and_may_outlive_it() {
+        let phys = phys();
+        let vmas: Vec<Vma> = (1..9).map(|i| anon(&phys, i << 16, (i << 16) + 0x1000)).collect();
+        let copy = vmas[0].slice(0x10000, 0x11000, RW);
+        assert_eq!(Arc::strong_count(&phys), 1, "the arena's count is not written per VMA");
+        assert_eq!(phys.stats().vmas, 9);
+        drop(copy);
+        assert_eq!(phys.stats().vmas, 8);
+        let made_elsewhere = std::thread::scope(|s| s.spawn(|| anon(&phys, 0x100000, 0x101000)).join().unwrap());
+        assert_eq!(phys.stats().vmas, 9);
+        drop(phys);
+        // Dropped after the arena: each drops its count in its slot's block.
+        drop(vmas);
+        drop(made_elsewhere);
+    }
+
+    /// Only a hugetlb VMA carries an `HPAGE_RESV_UNMAPPED` mark: making any
+    /// other VMA allocates nothing for it, and its copies neither.
+    #[test]
+    fn only_hugetlb_vmas_allocate_the_unmapped_mark() {
+        let phys = phys();
+        let v = anon(&phys, 0x1000, 0x3000);
+        assert!(v.hugetlb_unmapped.is_none() && v.slice(0x1000, 0x2000, RW).hugetlb_unmapped.is_none());
+        assert!(!v.hugetlb_unmapped());
+        let h = Vma::new(&phys, 0x200000, 0x600000, RW | VmFlags::HUGETLB, 0, None, None);
+        let piece = h.slice(0x200000, 0x400000, RW | VmFlags::HUGETLB);
+        h.mark_hugetlb_unmapped();
+        assert!(h.hugetlb_unmapped() && !piece.hugetlb_unmapped());
+        assert!(piece.hugetlb_unmapped_from.as_ref().is_some_and(|m| m.load(crate::sync::Ordering::Relaxed)));
+        assert!(h.rebound(0x200000, 0x400000, 0).hugetlb_unmapped(), "a copy keeps the mark");
+    }
+
+    /// Each copy of a tree leaf writes the `Arc<Vma>` strong count of every
+    /// VMA in it (and each old version's drop, often on a faulting thread's
+    /// epoch collection, writes it again) while every fault reads the VMA's
+    /// fields: the count is on a line of its own, because `Vma`'s alignment
+    /// (its padded `VmaLock`) puts the fields a full line past the `Arc`'s
+    /// counts.
+    #[test]
+    fn the_arc_count_is_off_the_lines_a_fault_reads() {
+        assert!(std::mem::align_of::<Vma>() >= 64);
+        let phys = phys();
+        let v = Arc::new(anon(&phys, 0x1000, 0x3000));
+        // The counts precede the value (`Arc`'s layout), which starts a
+        // line: the last of them is at most this word.
+        let counts_end = Arc::as_ptr(&v) as usize - std::mem::size_of::<usize>();
+        assert_eq!(Arc::as_ptr(&v) as usize % 64, 0);
+        assert_ne!(counts_end / 64, &v.start as *const u64 as usize / 64);
     }
 
     /// A `per-vma` fault writes the VMA's reference word twice while every
