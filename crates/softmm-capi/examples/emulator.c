@@ -2,8 +2,10 @@
  * A tiny emulator on softmm's C API: a loader maps a text page (written,
  * then made read+exec as an ELF loader would) and a data page, an
  * interpreter loop fetches and executes 4-byte toy instructions through a
- * CPU, one access section per basic block, and guest faults become guest
- * signals: a store into the text page
+ * CPU, one access section per basic block whose TLB hits are tested inline
+ * (the header's softmm_tlb_* helpers over softmm_section_tlb_abi, as
+ * QEMU's generated code does; a miss calls into the library), and guest
+ * faults become guest signals: a store into the text page
  * and a load from a hole are skipped like a SIGSEGV handler would, a jump
  * into the data page stops the guest. Then a second guest runs through a
  * translation cache: the emulator decodes a code page once, watches it
@@ -52,11 +54,16 @@ struct vcpu {
  * with one open. */
 static int run(struct vcpu *v, softmm_fault *f) {
     softmm_section *s;
+    softmm_tlb_abi abi;
     int rc;
     CHECK(softmm_cpu_section_begin(v->cpu, &s));
+    /* The CPU's TLB table: at the same address for the CPU's life, read
+     * only while a section of it is open, an entry anew for each access. */
+    CHECK(softmm_section_tlb_abi(s, &abi));
+    const softmm_tlb_entry *tlb = abi.table;
     for (;;) {
         uint64_t insn;
-        rc = softmm_section_fetch_uint(s, v->pc, 4, &insn, f);
+        rc = softmm_tlb_fetch_u32(s, tlb, v->pc, &insn, f);
         if (rc != 0)
             break;
         unsigned op = insn & 0xff, rd = insn >> 8 & 15, rs = insn >> 12 & 15;
@@ -66,8 +73,8 @@ static int run(struct vcpu *v, softmm_fault *f) {
         switch (op) {
         case HALT: CHECK(softmm_section_end(s)); return 0;
         case LI: v->r[rd] = (uint64_t)imm; break;
-        case LD: rc = softmm_section_read_uint(s, v->r[rs], 8, &v->r[rd], f); break;
-        case ST: rc = softmm_section_write_uint(s, v->r[rd], 8, v->r[rs], f); break;
+        case LD: rc = softmm_tlb_read_u64(s, tlb, v->r[rs], &v->r[rd], f); break;
+        case ST: rc = softmm_tlb_write_u64(s, tlb, v->r[rd], v->r[rs], f); break;
         case ADD: v->r[rd] += v->r[rs]; break;
         case ADDI: v->r[rd] += (uint64_t)imm; break;
         case BNZ: if (v->r[rd] != 0) { v->pc += (uint64_t)(imm * 4) - 4; block_end = 1; } break;

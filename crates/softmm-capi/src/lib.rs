@@ -76,6 +76,7 @@ mod section;
 mod settings;
 mod sized;
 mod stats;
+mod tlb;
 mod watch;
 
 /// `docs/embedding.md`: its Rust examples run as this crate's doctests,
@@ -97,6 +98,7 @@ pub use remote::*;
 pub use section::*;
 pub use settings::*;
 pub use stats::*;
+pub use tlb::*;
 pub use watch::*;
 
 use std::ffi::c_void;

@@ -32,7 +32,7 @@ mod scalar;
 mod section;
 
 pub use scalar::Scalar;
-pub use section::Section;
+pub use section::{Section, TlbAbi};
 
 /// Per-CPU counters (never written by another thread). More counters may
 /// come: read the fields, never build one.
