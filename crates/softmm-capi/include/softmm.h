@@ -113,6 +113,14 @@
 // made; `addr` is the store's first byte in the watched page.
 #define SOFTMM_EVENT_WRITE_WATCH 1
 
+// `softmm_fault.code` when `signo` is 0: an access that overlaps a
+// watchpoint of its kind ([`softmm_mm_watchpoint_insert`]), not made;
+// `addr` is the access's first byte in the page that holds the
+// watchpoint, `access`, `access_addr` and `size` say what it was.
+#define SOFTMM_EVENT_WATCHPOINT 2
+
+
+
 // An atomic read-modify-write operation for `softmm_cpu_atomic_rmw`.
 typedef enum softmm_atomic_op {
   // Exchange.
@@ -270,7 +278,8 @@ typedef struct softmm_mm_config {
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access (or, with
-// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`]), and what
+// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`] or
+// [`SOFTMM_EVENT_WATCHPOINT`]), and what
 // the access was (the page-fault error code's kind, and the access's
 // extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
 // soname: a program built against 0.1's 16-byte struct keeps 0.1's
@@ -1601,6 +1610,47 @@ int32_t softmm_mm_get_dirty_log(const struct softmm_mm *mm,
 //
 // `mm` is null or a live handle.
 int64_t softmm_mm_write_watched_pages(const struct softmm_mm *mm);
+
+// Inserts a watchpoint (QEMU's `cpu_watchpoint_insert`): an access
+// through any CPU of a kind in `access_mask` (`SOFTMM_ACCESS_READ`,
+// `_WRITE`, `_FETCH`, or'ed) whose bytes overlap `[addr, addr + len)`
+// returns `SOFTMM_FAULTED` before it is made, with a `softmm_fault` of
+// `signo` 0 and `code` [`SOFTMM_EVENT_WATCHPOINT`], after the guest's own
+// faults. Any length and alignment; in force for every CPU when the call
+// returns; the guest sees nothing of it. Resume with
+// [`softmm_cpu_pass_watchpoint`] or remove it. `0`; `-EINVAL` for a
+// `NULL` handle, a bad mask, `len` 0 or a range past the user address
+// space; `-ENOSPC` past `SOFTMM_MAX_WATCHPOINTS`.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mm_watchpoint_insert(const struct softmm_mm *mm,
+                                    uint64_t addr,
+                                    uint64_t len,
+                                    uint32_t access_mask);
+
+// Removes one watchpoint inserted with the same `addr`, `len` and
+// `access_mask`. `-ENOENT` if there is none; `-EINVAL` as
+// [`softmm_mm_watchpoint_insert`].
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mm_watchpoint_remove(const struct softmm_mm *mm,
+                                    uint64_t addr,
+                                    uint64_t len,
+                                    uint32_t access_mask);
+
+// Lets the next access of `cpu` that hits a watchpoint be made, once (how
+// an emulator resumes the instruction that reported
+// `SOFTMM_EVENT_WATCHPOINT`). `-EINVAL` for `NULL`, `-EPERM` from another
+// thread, `-EBUSY` while a section of the CPU is open.
+//
+// # Safety
+//
+// `cpu` is null or a live handle.
+int32_t softmm_cpu_pass_watchpoint(struct softmm_cpu *cpu);
 
 #ifdef __cplusplus
 }  // extern "C"

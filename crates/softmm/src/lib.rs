@@ -98,7 +98,7 @@ pub use sys::MapEntry;
 pub use tlb::TlbEntryAbi;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
-pub use watch::{WatchMode, MAX_WATCHED_PAGES};
+pub use watch::{WatchAccess, WatchMode, MAX_WATCHED_PAGES, MAX_WATCHPOINTS};
 // hugetlb (seed 000).
 pub use phys::hugetlb::HugePageStats;
 pub use phys::hugetlb::HugetlbLockStats;

@@ -347,6 +347,44 @@ static void tlb_abi_contracts(void) {
     softmm_phys_free(phys);
 }
 
+/* Watchpoints: an access of a watched kind overlapping the bytes is an
+ * event with the access's kind and size, nothing is stored, others pass;
+ * passing one, removing one, bad calls. */
+static void watchpoint_contracts(void) {
+    softmm_phys *phys;
+    softmm_mm *mm;
+    softmm_cpu *cpu;
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    EXPECT(softmm_mm_new(phys, &mm) == 0);
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    long long a = softmm_mmap(mm, 0, PAGE, RW, ANON, NULL, 0);
+    EXPECT(a > 0);
+    uint64_t base = (uint64_t)a, v = 0;
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 5, NULL) == 0);
+    EXPECT(softmm_mm_watchpoint_insert(NULL, base, 1, SOFTMM_ACCESS_READ) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base, 1, 0) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base, 1, 8) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base, 0, SOFTMM_ACCESS_READ) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base + 13, 2, SOFTMM_ACCESS_WRITE) == 0);
+    softmm_fault f = {0};
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 6, &f) == SOFTMM_FAULTED);
+    EXPECT(f.signo == 0 && f.code == SOFTMM_EVENT_WATCHPOINT && f.addr == base + 8);
+    EXPECT(f.access == SOFTMM_ACCESS_WRITE && f.size == 8 && f.access_addr == base + 8);
+    EXPECT(softmm_cpu_read_uint(cpu, base + 8, 8, &v, NULL) == 0 && v == 5); /* not stored; reads pass */
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 4, 7, NULL) == 0);          /* other bytes pass */
+    EXPECT(softmm_cpu_pass_watchpoint(NULL) == -EINVAL);
+    EXPECT(softmm_cpu_pass_watchpoint(cpu) == 0);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 6, NULL) == 0);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 14, 1, 6, NULL) == SOFTMM_FAULTED);
+    EXPECT(softmm_mm_watchpoint_remove(mm, base + 13, 2, SOFTMM_ACCESS_READ) == -ENOENT);
+    EXPECT(softmm_mm_watchpoint_remove(mm, base + 13, 2, SOFTMM_ACCESS_WRITE) == 0);
+    EXPECT(softmm_mm_watchpoint_remove(mm, base + 13, 2, SOFTMM_ACCESS_WRITE) == -ENOENT);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 14, 1, 6, NULL) == 0);
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_mm_free(mm);
+    softmm_phys_free(phys);
+}
+
 /* What an embedder needs besides system calls and accesses: structured
  * regions, statistics, pins, NUMA policy, hugetlbfs, overcommit. */
 static void complete_api_contracts(void) {
@@ -655,6 +693,7 @@ int main(void) {
     embedder_contracts();
     section_contracts();
     tlb_abi_contracts();
+    watchpoint_contracts();
     complete_api_contracts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -172,12 +172,19 @@ impl Cpu {
 /// in a loop would load its TLB pointer back from the stack. Each is called
 /// with a section of the CPU open.
 impl Cpu {
-    /// Runs `op` on the host address of `va`, translated for `access`.
+    /// Runs `op` on the host address of `va`, translated for the `size`-byte
+    /// `access` there (inside one page).
     /// `op` must not panic nor call into softmm: the pointer is valid only
     /// until the thread's next call into softmm or the section's end.
     #[inline(always)]
-    fn section_access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
-        Ok(op(self.lookup(va, access)?))
+    fn section_access<R>(
+        &mut self,
+        va: u64,
+        size: usize,
+        access: Access,
+        op: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, Fault> {
+        Ok(op(self.lookup(va, size, access)?))
     }
 
     /// Copies guest bytes at `addr` into `buf`, each page translated for
@@ -199,7 +206,7 @@ impl Cpu {
             // (hence the arena mapping) alive; `n` stops at the page end;
             // the open section keeps the frame from being freed until the
             // copy is done, and the copy makes no call into softmm.
-            self.section_access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            self.section_access(a, n, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
             done += n;
         }
         Ok(())
@@ -219,7 +226,7 @@ impl Cpu {
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
             let src = &data[done..done + n];
             // SAFETY: as in `section_copy_in`.
-            self.section_access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            self.section_access(a, n, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
             done += n;
         }
         Ok(())
@@ -242,7 +249,7 @@ impl Cpu {
             // (frames are page aligned); the section keeps the frame
             // allocated until the load is done; arena memory is only ever
             // accessed atomically.
-            return self.section_access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
+            return self.section_access(addr, n, access, |p| unsafe { scalar::load_in_page(p, n) });
         }
         self.section_load_across(addr, n, access)
     }
@@ -267,7 +274,7 @@ impl Cpu {
     fn section_store_split(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
-            return self.section_access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
+            return self.section_access(addr, n, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
         }
         self.section_store_across(addr, n, raw)
     }
@@ -348,7 +355,7 @@ impl Section<'_> {
             size != 0 && (va % PAGE_SIZE) as usize + size <= PAGE_SIZE as usize,
             "probe of {size} bytes at {va:#x}: empty or across a page boundary"
         );
-        match self.lookup(va, access) {
+        match self.lookup(va, size, access) {
             Ok(p) => Ok(p),
             Err(f) => Err(self.cpu.note_fault(f, access, va, size)),
         }
@@ -364,10 +371,10 @@ impl Section<'_> {
     /// until the section ends or the thread calls into softmm), with the
     /// TLB reached through the section's own pointer.
     #[inline(always)]
-    pub(super) fn lookup(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+    pub(super) fn lookup(&mut self, va: u64, size: usize, access: Access) -> Result<*mut u8, Fault> {
         match self.tlb().hit(va, access) {
             Some(p) => Ok(p),
-            None => self.cpu.translate_slow(va, access),
+            None => self.cpu.translate_slow(va, size, access),
         }
     }
 
@@ -454,7 +461,7 @@ impl Section<'_> {
         if addr % T::SIZE as u64 != 0 {
             return Err(self.cpu.note_fault(Fault::Unaligned { addr }, access, addr, T::SIZE));
         }
-        let p = match self.lookup(addr, access) {
+        let p = match self.lookup(addr, T::SIZE, access) {
             Ok(p) => p,
             Err(f) => return Err(self.cpu.note_fault(f, access, addr, T::SIZE)),
         };

@@ -39,3 +39,4 @@ mod pin;
 mod pin_host;
 mod placement;
 mod semantics;
+mod watchpoints;
