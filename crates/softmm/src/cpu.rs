@@ -452,7 +452,7 @@ impl Cpu {
                         // the guest's own faults and before anything is
                         // marked or cached: the access is not made, unless
                         // the embedder passes it (`Cpu::pass_watchpoint`).
-                        if mm.watches.point_hit(va, size, access) && !std::mem::take(&mut self.pass_watchpoint) {
+                        if mm.watches.point_hit(va, size, access.bit()) && !std::mem::take(&mut self.pass_watchpoint) {
                             return Err(Fault::Watchpoint { addr: va });
                         }
                         // The embedder's write watch (`crate::watch`), after
@@ -780,6 +780,15 @@ impl GuestBytes<'_> {
         unsafe { crate::access::copy_from_host(self.0.as_ptr().cast(), dst) };
     }
 }
+
+// A watchpoint's mask is a set of `Access` bits (`watch` sits below
+// `fault`, and names the bits by value).
+const _: () = {
+    use crate::watch::WatchAccess;
+    assert!(WatchAccess::READ.bits() == Access::Read.bit() as u32);
+    assert!(WatchAccess::WRITE.bits() == Access::Write.bit() as u32);
+    assert!(WatchAccess::FETCH.bits() == Access::Execute.bit() as u32);
+};
 
 /// The panic of an access through a CPU attached to nothing, kept out of
 /// the accessors' fast path.

@@ -75,7 +75,6 @@ mod loom_tests;
 use std::collections::BTreeMap;
 
 use crate::error::{Errno, Result};
-use crate::fault::Access;
 use crate::sync::{AtomicU32, AtomicUsize, Ordering, RwLock};
 use crate::PAGE_SIZE;
 
@@ -85,44 +84,44 @@ use crate::PAGE_SIZE;
 pub const MAX_WATCHPOINTS: usize = 1024;
 
 /// Which accesses a watchpoint traps (QEMU's `BP_MEM_READ`,
-/// `BP_MEM_WRITE`, `BP_MEM_ACCESS`, and fetches): a set of
-/// [`Access`] kinds.
+/// `BP_MEM_WRITE`, `BP_MEM_ACCESS`, and fetches): a set of access kinds,
+/// whose bits are those of [`crate::Access`]'s discriminants (read 1,
+/// write 2, fetch 4, C's `SOFTMM_ACCESS_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WatchAccess(u8);
 
 impl WatchAccess {
     /// Loads.
-    pub const READ: WatchAccess = WatchAccess(Access::Read.bit());
+    pub const READ: WatchAccess = WatchAccess(1);
     /// Stores (an atomic read-modify-write is a store).
-    pub const WRITE: WatchAccess = WatchAccess(Access::Write.bit());
+    pub const WRITE: WatchAccess = WatchAccess(2);
     /// Instruction fetches.
-    pub const FETCH: WatchAccess = WatchAccess(Access::Execute.bit());
+    pub const FETCH: WatchAccess = WatchAccess(4);
     /// Loads and stores (QEMU's `BP_MEM_ACCESS`).
-    pub const ACCESS: WatchAccess = WatchAccess(Access::Read.bit() | Access::Write.bit());
+    pub const ACCESS: WatchAccess = WatchAccess(1 | 2);
 
     /// Both sets.
     pub const fn union(self, other: WatchAccess) -> WatchAccess {
         WatchAccess(self.0 | other.0)
     }
 
-    /// Whether the set holds `access`.
-    pub const fn contains(self, access: Access) -> bool {
-        self.0 & access.bit() != 0
-    }
-
-    /// The set of the [`Access`] bits in `bits` (read 1, write 2, fetch 4,
-    /// C's `SOFTMM_ACCESS_*`); `None` for 0 or an unknown bit.
+    /// The set of the access bits in `bits`; `None` for 0 or an unknown
+    /// bit.
     pub const fn from_bits(bits: u32) -> Option<WatchAccess> {
-        let all = (Access::Read.bit() | Access::Write.bit() | Access::Execute.bit()) as u32;
-        if bits == 0 || bits & !all != 0 {
+        if bits == 0 || bits & !7 != 0 {
             return None;
         }
         Some(WatchAccess(bits as u8))
     }
 
-    /// The set as [`Access`] bits.
+    /// The set's access bits.
     pub const fn bits(self) -> u32 {
         self.0 as u32
+    }
+
+    /// Whether the set holds the access whose bit is `bit`.
+    const fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
     }
 }
 
@@ -322,18 +321,19 @@ impl Watches {
         cleared
     }
 
-    /// Whether a `size`-byte `access` at `va` overlaps a watchpoint that
-    /// traps it. The fill asks before it marks or caches anything.
+    /// Whether a `size`-byte access at `va`, of the kind whose bit is
+    /// `access` (`Access::bit`), overlaps a watchpoint that traps it. The
+    /// fill asks before it marks or caches anything.
     #[inline]
-    pub(crate) fn point_hit(&self, va: u64, size: usize, access: Access) -> bool {
+    pub(crate) fn point_hit(&self, va: u64, size: usize, access: u8) -> bool {
         if self.points.load(Ordering::Acquire) == 0 {
             return false;
         }
         let end = va.saturating_add(size as u64);
-        self.point_list.read().iter().any(|w| w.mask.contains(access) && w.start < end && va < w.end)
+        self.point_list.read().iter().any(|w| w.mask.has(access) && w.start < end && va < w.end)
     }
 
-    /// The [`Access`] bits a TLB entry of the `pages` pages from `va`
+    /// The access bits (`Access::bit`) a TLB entry of the `pages` pages from `va`
     /// (page aligned) must not allow: those of the watchpoints in them.
     #[inline]
     pub(crate) fn point_mask(&self, va: u64, pages: u64) -> u8 {
