@@ -534,7 +534,8 @@ typedef struct softmm_node_stats {
 // test is the compare). A hit's host address is `bias + addr`
 // (wrapping), and its `n` bytes lie in one page. A write tag is present
 // only on a page the guest may write now (written once already, not
-// COW-shared, not write-watched), a fetch tag only on an executable one.
+// COW-shared, not write-watched), a fetch tag only on an executable one,
+// and no tag for a kind a watchpoint in the page traps.
 typedef struct softmm_tlb_entry {
   // Indexed by the access kind shifted right by one: read 0, write 1,
   // fetch 2.

@@ -34,7 +34,8 @@ pub const SOFTMM_TLB_PAGE_SHIFT: u32 = 12;
 /// test is the compare). A hit's host address is `bias + addr`
 /// (wrapping), and its `n` bytes lie in one page. A write tag is present
 /// only on a page the guest may write now (written once already, not
-/// COW-shared, not write-watched), a fetch tag only on an executable one.
+/// COW-shared, not write-watched), a fetch tag only on an executable one,
+/// and no tag for a kind a watchpoint in the page traps.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct softmm_tlb_entry {

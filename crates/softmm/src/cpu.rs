@@ -318,13 +318,13 @@ impl Cpu {
     /// std::thread::scope(|s| { s.spawn(move || drop(t)); });
     /// ```
     ///
-    /// # Panics
-    ///
-    /// If the CPU is not attached.
-    ///
     /// The access it stands for is the rest of the page: a watchpoint
     /// ([`AddressSpace::watchpoint_insert`]) anywhere in it that traps
     /// `access` stops it.
+    ///
+    /// # Panics
+    ///
+    /// If the CPU is not attached.
     #[inline]
     pub fn translate(&mut self, va: u64, access: Access) -> Result<Translation<'_>, Fault> {
         // A fault is recorded as the translated byte's.
@@ -451,8 +451,10 @@ impl Cpu {
                         // The embedder's watchpoints (`crate::watch`), after
                         // the guest's own faults and before anything is
                         // marked or cached: the access is not made, unless
-                        // the embedder passes it (`Cpu::pass_watchpoint`).
-                        if mm.watches.point_hit(va, size, access.bit()) && !std::mem::take(&mut self.pass_watchpoint) {
+                        // the embedder passes it (`Cpu::pass_watchpoint`),
+                        // which the access uses up once it is made below.
+                        let watchpoint = mm.watches.point_hit(va, size, access.bit());
+                        if watchpoint && !self.pass_watchpoint {
                             return Err(Fault::Watchpoint { addr: va });
                         }
                         // The embedder's write watch (`crate::watch`), after
@@ -472,6 +474,9 @@ impl Cpu {
                         };
                         if filled != pte && !leaf.set_filled(va, pte, filled) {
                             continue;
+                        }
+                        if watchpoint {
+                            self.pass_watchpoint = false;
                         }
                         // A watched page is cached without write permission
                         // while its stores must trap (`crate::watch`), so

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use softmm::uapi::*;
 use softmm::{
-    Access, AddressSpace, Cpu, Errno, Fault, MmConfig, PhysConfig, PhysMem, SegvCode, WatchAccess, MAX_WATCHPOINTS,
+    Access, AddressSpace, Cpu, Errno, Fault, MmConfig, PhysConfig, PhysMem, SegvCode, WatchAccess, WatchMode,
+    MAX_WATCHPOINTS,
 };
 
 const PAGE: u64 = 4096;
@@ -204,6 +205,15 @@ fn passing_removing_and_bad_input() {
     cpu.write_u32(a, 2).unwrap();
     assert_eq!(cpu.write_u32(a, 3), Err(Fault::Watchpoint { addr: a }));
     assert_eq!(cpu.read_u32(a), Ok(2));
+    // A pass is used up by the access it lets through, not by one that
+    // stops for another reason (here a notify write watch on the page).
+    mm.write_watch(a, PAGE, WatchMode::Notify).unwrap();
+    cpu.pass_watchpoint();
+    assert_eq!(cpu.write_u32(a, 3), Err(Fault::WriteWatch { addr: a }));
+    mm.write_unwatch(a, PAGE, WatchMode::Notify).unwrap();
+    cpu.write_u32(a, 3).unwrap();
+    assert_eq!(cpu.write_u32(a, 2), Err(Fault::Watchpoint { addr: a }));
+    assert_eq!(cpu.read_u32(a), Ok(3));
     assert_eq!(mm.watchpoint_remove(a, 4, WatchAccess::READ), Err(Errno::NoEnt));
     assert_eq!(mm.watchpoint_remove(a, 2, WatchAccess::WRITE), Err(Errno::NoEnt));
     mm.watchpoint_remove(a, 4, WatchAccess::WRITE).unwrap();
