@@ -2,8 +2,10 @@
  * A tiny emulator on softmm's C API: a loader maps a text page (written,
  * then made read+exec as an ELF loader would) and a data page, an
  * interpreter loop fetches and executes 4-byte toy instructions through a
- * CPU, one access section per basic block, and guest faults become guest
- * signals: a store into the text page
+ * CPU, one access section per basic block whose TLB hits are tested inline
+ * (the header's softmm_tlb_* helpers over softmm_section_tlb_abi, as
+ * QEMU's generated code does; a miss calls into the library), and guest
+ * faults become guest signals: a store into the text page
  * and a load from a hole are skipped like a SIGSEGV handler would, a jump
  * into the data page stops the guest. Then a second guest runs through a
  * translation cache: the emulator decodes a code page once, watches it
@@ -11,7 +13,9 @@
  * protections are unchanged), and when the guest rewrites its own code
  * the store comes back as an event, the translation is dropped and the
  * store retried; a dirty log (log mode) names the pages the guest wrote,
- * which are copied as a snapshot. Then the guest forks (copy on write),
+ * which are copied as a snapshot. A debugger's watchpoint stops the
+ * guest before each store to a variable and resumes it past the store.
+ * Then the guest forks (copy on write),
  * prints its regions and counters, and everything is freed with no leak.
  *
  * Build: cc -I include examples/emulator.c libsoftmm_capi.a -lpthread -ldl -lm
@@ -52,11 +56,16 @@ struct vcpu {
  * with one open. */
 static int run(struct vcpu *v, softmm_fault *f) {
     softmm_section *s;
+    softmm_tlb_abi abi;
     int rc;
     CHECK(softmm_cpu_section_begin(v->cpu, &s));
+    /* The CPU's TLB table: at the same address for the CPU's life, read
+     * only while a section of it is open, an entry anew for each access. */
+    CHECK(softmm_section_tlb_abi(s, &abi));
+    const softmm_tlb_entry *tlb = abi.table;
     for (;;) {
         uint64_t insn;
-        rc = softmm_section_fetch_uint(s, v->pc, 4, &insn, f);
+        rc = softmm_tlb_fetch_u32(s, tlb, v->pc, &insn, f);
         if (rc != 0)
             break;
         unsigned op = insn & 0xff, rd = insn >> 8 & 15, rs = insn >> 12 & 15;
@@ -66,8 +75,8 @@ static int run(struct vcpu *v, softmm_fault *f) {
         switch (op) {
         case HALT: CHECK(softmm_section_end(s)); return 0;
         case LI: v->r[rd] = (uint64_t)imm; break;
-        case LD: rc = softmm_section_read_uint(s, v->r[rs], 8, &v->r[rd], f); break;
-        case ST: rc = softmm_section_write_uint(s, v->r[rd], 8, v->r[rs], f); break;
+        case LD: rc = softmm_tlb_read_u64(s, tlb, v->r[rs], &v->r[rd], f); break;
+        case ST: rc = softmm_tlb_write_u64(s, tlb, v->r[rd], v->r[rs], f); break;
         case ADD: v->r[rd] += v->r[rs]; break;
         case ADDI: v->r[rd] += (uint64_t)imm; break;
         case BNZ: if (v->r[rd] != 0) { v->pc += (uint64_t)(imm * 4) - 4; block_end = 1; } break;
@@ -209,6 +218,38 @@ int main(void) {
     uint64_t sum;
     CHECK(softmm_cpu_read_uint(v.cpu, (uint64_t)data, 8, &sum, &f));
     printf("sum = %llu\n", (unsigned long long)sum);
+
+    /* A debugger's watchpoint on the 8 bytes at data + 64, for stores:
+     * each store the guest makes there stops it before the store, with
+     * the access in the fault; the debugger reports it and resumes the
+     * guest past it. Loads of those bytes, and stores elsewhere, run. */
+    const uint32_t watched[] = {
+        INSN(LI, 3, 0, 5),   INSN(ST, 1, 3, 0), /* [r1] = 5: stops */
+        INSN(ADDI, 3, 0, 1), INSN(ST, 2, 3, 0), /* [r2] = 6: runs */
+        INSN(LD, 4, 1, 0),   INSN(ST, 1, 3, 0), /* r4 = [r1]; [r1] = 6: stops */
+        INSN(HALT, 0, 0, 0),
+    };
+    long long wtext = softmm_mmap(mm, 0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, NULL, 0);
+    CHECK(wtext);
+    if (softmm_cpu_write(v.cpu, (uint64_t)wtext, watched, sizeof watched, &f) != 0)
+        return 1;
+    CHECK(softmm_mprotect(mm, (uint64_t)wtext, 4096, PROT_READ | PROT_EXEC));
+    CHECK(softmm_mm_watchpoint_insert(mm, (uint64_t)data + 64, 8, SOFTMM_ACCESS_WRITE));
+    struct vcpu vw = {.cpu = v.cpu, .pc = (uint64_t)wtext};
+    vw.r[1] = (uint64_t)data + 64;
+    vw.r[2] = (uint64_t)data + 72;
+    int wrc;
+    while ((wrc = run(&vw, &f)) == SOFTMM_FAULTED && f.signo == 0 && f.code == SOFTMM_EVENT_WATCHPOINT) {
+        printf("watchpoint: %s of %u bytes at %#llx, pc %#llx\n", access_name(&f), f.size,
+               (unsigned long long)(f.access_addr - (uint64_t)data), (unsigned long long)(vw.pc - (uint64_t)wtext));
+        CHECK(softmm_cpu_pass_watchpoint(v.cpu)); /* the same instruction runs again, past it */
+    }
+    CHECK(wrc);
+    uint64_t w64;
+    CHECK(softmm_cpu_read_uint(v.cpu, (uint64_t)data + 64, 8, &w64, &f));
+    printf("watched: r4 = %llu, [data + 64] = %llu\n", (unsigned long long)vw.r[4], (unsigned long long)w64);
+    CHECK(softmm_mm_watchpoint_remove(mm, (uint64_t)data + 64, 8, SOFTMM_ACCESS_WRITE));
+    CHECK(softmm_munmap(mm, (uint64_t)wtext, 4096));
 
     /* Self-modifying code, and a dirty-page snapshot. Three pages, rwx:
      * code, then the new code as data, then data. The guest stores a

@@ -89,6 +89,14 @@
 // Bytes of [`softmm_region::name`], its terminating NUL included.
 #define SOFTMM_REGION_NAME_MAX 256
 
+// Entries in a CPU's 4 KiB TLB table (a power of two): a page's entry is
+// `table[(addr >> SOFTMM_TLB_PAGE_SHIFT) & (SOFTMM_TLB_ENTRIES - 1)]`.
+// Part of the ABI: it changes only with the library's SONAME.
+#define SOFTMM_TLB_ENTRIES 64
+
+// `log2` of the page size a TLB entry maps.
+#define SOFTMM_TLB_PAGE_SHIFT 12
+
 // `softmm_mm_write_watch` mode: a store to a watched page is not made;
 // the access returns `SOFTMM_FAULTED` with a `softmm_fault` of `signo` 0
 // and `code` [`SOFTMM_EVENT_WRITE_WATCH`].
@@ -104,6 +112,14 @@
 // signal): a store to a page watched with [`SOFTMM_WATCH_NOTIFY`], not
 // made; `addr` is the store's first byte in the watched page.
 #define SOFTMM_EVENT_WRITE_WATCH 1
+
+// `softmm_fault.code` when `signo` is 0: an access that overlaps a
+// watchpoint of its kind ([`softmm_mm_watchpoint_insert`]), not made;
+// `addr` is the access's first byte in the page that holds the
+// watchpoint, `access`, `access_addr` and `size` say what it was.
+#define SOFTMM_EVENT_WATCHPOINT 2
+
+
 
 // An atomic read-modify-write operation for `softmm_cpu_atomic_rmw`.
 typedef enum softmm_atomic_op {
@@ -262,7 +278,8 @@ typedef struct softmm_mm_config {
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access (or, with
-// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`]), and what
+// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`] or
+// [`SOFTMM_EVENT_WATCHPOINT`]), and what
 // the access was (the page-fault error code's kind, and the access's
 // extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
 // soname: a program built against 0.1's 16-byte struct keeps 0.1's
@@ -506,6 +523,38 @@ typedef struct softmm_node_stats {
   // Of those, free ones (`free_hugepages` of the node).
   uint64_t hugepages_free;
 } softmm_node_stats;
+
+// One entry of a CPU's 4 KiB TLB (32 bytes on 64-bit hosts).
+//
+// For an `n`-byte access (`n` 1, 2, 4 or 8) of kind `a`
+// (`SOFTMM_ACCESS_READ`, `_WRITE` or `_FETCH`) at `addr`, the entry hits
+// when `tag[a >> 1] == (addr & ~(uint64_t)0xfff) | (addr & (n - 1))`: the
+// tag is the page's address if the entry allows that access, else a value
+// no address has, and a misaligned address never matches (the alignment
+// test is the compare). A hit's host address is `bias + addr`
+// (wrapping), and its `n` bytes lie in one page. A write tag is present
+// only on a page the guest may write now (written once already, not
+// COW-shared, not write-watched), a fetch tag only on an executable one,
+// and no tag for a kind a watchpoint in the page traps.
+typedef struct softmm_tlb_entry {
+  // Indexed by the access kind shifted right by one: read 0, write 1,
+  // fetch 2.
+  uint64_t tag[3];
+  // The host address of the page's first byte minus its guest address.
+  size_t bias;
+} softmm_tlb_entry;
+
+// The TLB table of an open section's CPU, as [`softmm_section_tlb_abi`]
+// gives it.
+typedef struct softmm_tlb_abi {
+  // The first of `entries` entries; fixed for the CPU's life.
+  const struct softmm_tlb_entry *table;
+  // `SOFTMM_TLB_ENTRIES` (the library's; the header's inline helpers
+  // use the constant).
+  uint32_t entries;
+  // `SOFTMM_TLB_PAGE_SHIFT`.
+  uint32_t page_shift;
+} softmm_tlb_abi;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1517,6 +1566,58 @@ int32_t softmm_phys_get_node_stats(const struct softmm_phys *phys,
                                    uint32_t node,
                                    struct softmm_node_stats *out);
 
+// Stores in `*out` the TLB table of the section's CPU, for an inline hit
+// test in C or generated code (QEMU's `tlb_hit`; the header's
+// `softmm_tlb_lookup` and `softmm_tlb_read_*`/`_write_*`). `-EINVAL` for
+// NULL or a section not open, `-EPERM` from another thread.
+//
+// The rules (the section's, unchanged; `softmm::TlbAbi` in Rust):
+//  1. read the table only on the section's thread while the section is
+//     open (it may be kept across sections of the same CPU, and stays at
+//     the same address for the CPU's life); never write it;
+//  2. read the entry anew for every access: any call into softmm on the
+//     thread (a miss, a munmap, another CPU's access) may empty it;
+//  3. a hit's host address is valid for the access's bytes until the
+//     section ends or the thread calls into softmm; access them only with
+//     relaxed atomics (`__atomic_load_n(p, __ATOMIC_RELAXED)`, a plain
+//     `mov` on x86-64 and arm64: other guest threads may access the same
+//     bytes) and never block meanwhile;
+//  4. a miss is not a fault: call [`softmm_section_tlb_fill`] (or a
+//     `softmm_section_*` accessor), which walks, fills and faults.
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `out` is null or valid
+// for a write.
+int32_t softmm_section_tlb_abi(struct softmm_section *s, struct softmm_tlb_abi *out);
+
+// The miss path of the inline ABI (QEMU's `tlb_fill` and
+// `probe_access`): translates the `size` bytes at `addr` for `access`
+// (`SOFTMM_ACCESS_READ`, `_WRITE` or `_FETCH`), filling the TLB entry,
+// and stores their host address in `*host`. `0` on success;
+// `SOFTMM_FAULTED` with `fault` filled (its `access`, `size` and
+// `access_addr` are this call's) when the access faults; `-EINVAL` for
+// NULL, a bad `access`, a `size` of 0, bytes that cross a page boundary
+// (split the access, or use `softmm_section_read`), or a section not
+// open; `-EPERM` from another thread.
+//
+// After a 0, an inline lookup of an aligned scalar in the page hits
+// unless the page is a 2 MiB one (those hit in a TLB of their own, which
+// only this call reads) or is never cached for that access (a write
+// watch): callers always keep this call as their miss path. The host
+// address obeys rule 3 of [`softmm_section_tlb_abi`].
+//
+// # Safety
+//
+// `s` is null or the section handle of a live CPU; `host` and `fault` are
+// null or valid for a write.
+int32_t softmm_section_tlb_fill(struct softmm_section *s,
+                                uint64_t addr,
+                                uint32_t size,
+                                uint32_t access_kind,
+                                void **host,
+                                struct softmm_fault *fault);
+
 // Watches the stores to the pages of `[addr, addr + len)` in `mode`
 // (`SOFTMM_WATCH_NOTIFY`, `SOFTMM_WATCH_LOG`, or both), whatever is
 // mapped there now or later, without changing what the guest sees (its
@@ -1577,8 +1678,156 @@ int32_t softmm_mm_get_dirty_log(const struct softmm_mm *mm,
 // `mm` is null or a live handle.
 int64_t softmm_mm_write_watched_pages(const struct softmm_mm *mm);
 
+// Inserts a watchpoint (QEMU's `cpu_watchpoint_insert`): an access
+// through any CPU of a kind in `access_mask` (`SOFTMM_ACCESS_READ`,
+// `_WRITE`, `_FETCH`, or'ed) whose bytes overlap `[addr, addr + len)`
+// returns `SOFTMM_FAULTED` before it is made, with a `softmm_fault` of
+// `signo` 0 and `code` [`SOFTMM_EVENT_WATCHPOINT`], after the guest's own
+// faults. Any length and alignment; in force for every CPU when the call
+// returns; the guest sees nothing of it. Resume with
+// [`softmm_cpu_pass_watchpoint`] or remove it. `0`; `-EINVAL` for a
+// `NULL` handle, a bad mask, `len` 0 or a range past the user address
+// space; `-ENOSPC` past `SOFTMM_MAX_WATCHPOINTS`.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mm_watchpoint_insert(const struct softmm_mm *mm,
+                                    uint64_t addr,
+                                    uint64_t len,
+                                    uint32_t access_mask);
+
+// Removes one watchpoint inserted with the same `addr`, `len` and
+// `access_mask`. `-ENOENT` if there is none; `-EINVAL` as
+// [`softmm_mm_watchpoint_insert`].
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mm_watchpoint_remove(const struct softmm_mm *mm,
+                                    uint64_t addr,
+                                    uint64_t len,
+                                    uint32_t access_mask);
+
+// Lets the next access of `cpu` that hits a watchpoint be made, once (how
+// an emulator resumes the instruction that reported
+// `SOFTMM_EVENT_WATCHPOINT`). `-EINVAL` for `NULL`, `-EPERM` from another
+// thread, `-EBUSY` while a section of the CPU is open.
+//
+// # Safety
+//
+// `cpu` is null or a live handle.
+int32_t softmm_cpu_pass_watchpoint(struct softmm_cpu *cpu);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
 
 #endif  /* SOFTMM_H */
+
+/*
+ * The inline TLB ABI: a TLB hit tested in the caller (QEMU's tlb_hit), a
+ * call into the library only on a miss. Inside an open section:
+ *
+ *     softmm_tlb_abi abi;
+ *     softmm_section_tlb_abi(s, &abi);   (once; valid for the CPU's life)
+ *     uint64_t v;
+ *     int rc = softmm_tlb_read_u64(s, abi.table, addr, &v, &fault);
+ *
+ * The rules are softmm_section_tlb_abi's: same thread, section open, the
+ * entry read anew for each access, the host address used at once with
+ * relaxed atomics and dropped at the thread's next call into softmm.
+ */
+#ifndef SOFTMM_TLB_INLINE_H
+#define SOFTMM_TLB_INLINE_H
+#ifdef __cplusplus
+#define SOFTMM_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define SOFTMM_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+SOFTMM_STATIC_ASSERT(offsetof(softmm_tlb_entry, tag) == 0, "softmm_tlb_entry layout");
+SOFTMM_STATIC_ASSERT(offsetof(softmm_tlb_entry, bias) == 3 * sizeof(uint64_t), "softmm_tlb_entry layout");
+SOFTMM_STATIC_ASSERT(sizeof(softmm_tlb_entry) == 3 * sizeof(uint64_t) + sizeof(size_t), "softmm_tlb_entry layout");
+SOFTMM_STATIC_ASSERT((SOFTMM_TLB_ENTRIES & (SOFTMM_TLB_ENTRIES - 1)) == 0, "a power of two");
+SOFTMM_STATIC_ASSERT(sizeof(void *) == sizeof(size_t), "the bias is an address");
+SOFTMM_STATIC_ASSERT(SOFTMM_ACCESS_READ >> 1 == 0 && SOFTMM_ACCESS_WRITE >> 1 == 1 && SOFTMM_ACCESS_FETCH >> 1 == 2,
+                     "tag index");
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SOFTMM_LIKELY(x) __builtin_expect(!!(x), 1)
+#else
+#define SOFTMM_LIKELY(x) (x)
+#endif
+
+/*
+ * The entry of `addr`'s page in a CPU's table (softmm_tlb_abi.table), and
+ * the key its tag must equal for a `size`-byte access (1, 2, 4 or 8): the
+ * page's address with the low bits of a misaligned address, which no tag
+ * has.
+ */
+static inline const softmm_tlb_entry *softmm_tlb_entry_of(const softmm_tlb_entry *table, uint64_t addr) {
+  return &table[(addr >> SOFTMM_TLB_PAGE_SHIFT) & (SOFTMM_TLB_ENTRIES - 1)];
+}
+static inline uint64_t softmm_tlb_key(uint64_t addr, uint32_t size) {
+  return addr & (~(((uint64_t)1 << SOFTMM_TLB_PAGE_SHIFT) - 1) | (uint64_t)(size - 1));
+}
+
+/*
+ * The host address of the `size`-byte access of kind `access`
+ * (SOFTMM_ACCESS_*) at `addr` if the CPU's TLB holds its page for that
+ * access and `addr` is aligned to `size`; NULL otherwise (a miss: call
+ * softmm_section_tlb_fill or an accessor). An index, a compare, an add.
+ */
+static inline void *softmm_tlb_lookup(const softmm_tlb_entry *table, uint64_t addr, uint32_t size, uint32_t access) {
+  const softmm_tlb_entry *e = softmm_tlb_entry_of(table, addr);
+  if (e->tag[access >> 1] != softmm_tlb_key(addr, size)) {
+    return NULL;
+  }
+  return (void *)(e->bias + (size_t)addr);
+}
+
+/*
+ * softmm_tlb_{read,write,fetch}_uN(s, table, addr, ...):
+ * softmm_section_{read,write,fetch}_uint with the hit inline (same
+ * results, faults and errno; a misaligned or page-crossing scalar and
+ * every miss take the library's path). Pass the table itself (keep it in
+ * a local): a pointer to the softmm_tlb_abi would be loaded again for
+ * each access.
+ */
+#define SOFTMM_TLB_LOAD(name, bits, kind, slow)                                                          \
+  static inline int softmm_tlb_##name##_u##bits(softmm_section *s, const softmm_tlb_entry *table,       \
+                                                uint64_t addr, uint64_t *out, softmm_fault *fault) {    \
+    const softmm_tlb_entry *e = softmm_tlb_entry_of(table, addr);                                         \
+    if (SOFTMM_LIKELY(e->tag[(kind) >> 1] == softmm_tlb_key(addr, (bits) / 8))) {                        \
+      *out = __atomic_load_n((const uint##bits##_t *)(e->bias + (size_t)addr), __ATOMIC_RELAXED);        \
+      return 0;                                                                                           \
+    }                                                                                                     \
+    /* A local of its own: the caller's `out` then need not live in memory. */                           \
+    uint64_t v = 0;                                                                                       \
+    int rc = slow(s, addr, (bits) / 8, &v, fault);                                                        \
+    *out = v;                                                                                             \
+    return rc;                                                                                            \
+  }
+#define SOFTMM_TLB_STORE(bits)                                                                           \
+  static inline int softmm_tlb_write_u##bits(softmm_section *s, const softmm_tlb_entry *table,          \
+                                             uint64_t addr, uint##bits##_t value, softmm_fault *fault) { \
+    const softmm_tlb_entry *e = softmm_tlb_entry_of(table, addr);                                         \
+    if (SOFTMM_LIKELY(e->tag[SOFTMM_ACCESS_WRITE >> 1] == softmm_tlb_key(addr, (bits) / 8))) {           \
+      __atomic_store_n((uint##bits##_t *)(e->bias + (size_t)addr), value, __ATOMIC_RELAXED);              \
+      return 0;                                                                                           \
+    }                                                                                                     \
+    return softmm_section_write_uint(s, addr, (bits) / 8, value, fault);                                  \
+  }
+SOFTMM_TLB_LOAD(read, 8, SOFTMM_ACCESS_READ, softmm_section_read_uint)
+SOFTMM_TLB_LOAD(read, 16, SOFTMM_ACCESS_READ, softmm_section_read_uint)
+SOFTMM_TLB_LOAD(read, 32, SOFTMM_ACCESS_READ, softmm_section_read_uint)
+SOFTMM_TLB_LOAD(read, 64, SOFTMM_ACCESS_READ, softmm_section_read_uint)
+SOFTMM_TLB_LOAD(fetch, 8, SOFTMM_ACCESS_FETCH, softmm_section_fetch_uint)
+SOFTMM_TLB_LOAD(fetch, 16, SOFTMM_ACCESS_FETCH, softmm_section_fetch_uint)
+SOFTMM_TLB_LOAD(fetch, 32, SOFTMM_ACCESS_FETCH, softmm_section_fetch_uint)
+SOFTMM_TLB_LOAD(fetch, 64, SOFTMM_ACCESS_FETCH, softmm_section_fetch_uint)
+SOFTMM_TLB_STORE(8)
+SOFTMM_TLB_STORE(16)
+SOFTMM_TLB_STORE(32)
+SOFTMM_TLB_STORE(64)
+#endif /* SOFTMM_TLB_INLINE_H */

@@ -76,6 +76,7 @@ mod section;
 mod settings;
 mod sized;
 mod stats;
+mod tlb;
 mod watch;
 
 /// `docs/embedding.md`: its Rust examples run as this crate's doctests,
@@ -97,6 +98,7 @@ pub use remote::*;
 pub use section::*;
 pub use settings::*;
 pub use stats::*;
+pub use tlb::*;
 pub use watch::*;
 
 use std::ffi::c_void;
@@ -116,7 +118,8 @@ pub const SOFTMM_ACCESS_WRITE: u32 = 2;
 pub const SOFTMM_ACCESS_FETCH: u32 = 4;
 
 /// A guest fault: the signal Linux would deliver for the access (or, with
-/// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`]), and what
+/// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`] or
+/// [`SOFTMM_EVENT_WATCHPOINT`]), and what
 /// the access was (the page-fault error code's kind, and the access's
 /// extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
 /// soname: a program built against 0.1's 16-byte struct keeps 0.1's
@@ -149,6 +152,7 @@ impl From<Fault> for softmm_fault {
             Fault::Unaligned { addr } => (libc::BUS_ADRALN, addr),
             Fault::Oom { addr } => (0, addr),
             Fault::WriteWatch { addr } => (SOFTMM_EVENT_WRITE_WATCH, addr),
+            Fault::Watchpoint { addr } => (SOFTMM_EVENT_WATCHPOINT, addr),
             // A signal added later: its number at least.
             _ => (0, 0),
         };
@@ -272,5 +276,7 @@ mod tests {
         assert_eq!(aln, f(libc::SIGBUS, libc::BUS_ADRALN, 9));
         let watch = softmm_fault::from(Fault::WriteWatch { addr: 0x2000 });
         assert_eq!(watch, f(0, SOFTMM_EVENT_WRITE_WATCH, 0x2000));
+        let point = softmm_fault::from(Fault::Watchpoint { addr: 0x3000 });
+        assert_eq!(point, f(0, SOFTMM_EVENT_WATCHPOINT, 0x3000));
     }
 }

@@ -65,7 +65,7 @@ impl softmm_section {
 ///
 /// `s` is null or the section handle of a live CPU.
 #[inline(always)]
-unsafe fn open<'a>(s: *mut softmm_section) -> Result<&'a mut Section<'static>, i32> {
+pub(crate) unsafe fn open<'a>(s: *mut softmm_section) -> Result<&'a mut Section<'static>, i32> {
     // SAFETY: null or live (the caller's contract); shared, as in
     // `cpu::owned`: another thread may pass it too, to be refused.
     let h = unsafe { s.as_ref() }.ok_or(-libc::EINVAL)?;
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn softmm_section_end(s: *mut softmm_section) -> i32 {
 /// `s` is null or the section handle of a live CPU; `fault` is null or
 /// valid for a write.
 #[inline(always)]
-unsafe fn access(
+pub(crate) unsafe fn access(
     s: *mut softmm_section,
     fault: *mut softmm_fault,
     f: impl FnOnce(&mut Section<'static>) -> Result<(), Fault>,

@@ -2,8 +2,9 @@
 //! `dirty_log`): what a translating emulator needs to see self-modifying
 //! code, and a snapshot needs to know which pages were written.
 
-use softmm::WatchMode;
+use softmm::{WatchAccess, WatchMode};
 
+use crate::cpu::{owned, softmm_cpu};
 use crate::mm::mm_ref;
 use crate::{guard, neg, softmm_mm};
 
@@ -22,6 +23,15 @@ pub const SOFTMM_MAX_WATCHED_PAGES: u64 = softmm::MAX_WATCHED_PAGES;
 /// signal): a store to a page watched with [`SOFTMM_WATCH_NOTIFY`], not
 /// made; `addr` is the store's first byte in the watched page.
 pub const SOFTMM_EVENT_WRITE_WATCH: i32 = 1;
+
+/// `softmm_fault.code` when `signo` is 0: an access that overlaps a
+/// watchpoint of its kind ([`softmm_mm_watchpoint_insert`]), not made;
+/// `addr` is the access's first byte in the page that holds the
+/// watchpoint, `access`, `access_addr` and `size` say what it was.
+pub const SOFTMM_EVENT_WATCHPOINT: i32 = 2;
+
+/// The most watchpoints an address space may hold at once.
+pub const SOFTMM_MAX_WATCHPOINTS: usize = softmm::MAX_WATCHPOINTS;
 
 /// The modes of a `mode` mask, or `None` for 0 or an unknown bit.
 fn modes(mode: u32) -> Option<Vec<WatchMode>> {
@@ -140,6 +150,79 @@ pub unsafe extern "C" fn softmm_mm_write_watched_pages(mm: *const softmm_mm) -> 
         // SAFETY: null or live (the caller's contract).
         let Some(mm) = (unsafe { mm_ref(mm) }) else { return -i64::from(libc::EINVAL) };
         mm.write_watched_pages() as i64
+    })
+}
+
+/// Inserts a watchpoint (QEMU's `cpu_watchpoint_insert`): an access
+/// through any CPU of a kind in `access_mask` (`SOFTMM_ACCESS_READ`,
+/// `_WRITE`, `_FETCH`, or'ed) whose bytes overlap `[addr, addr + len)`
+/// returns `SOFTMM_FAULTED` before it is made, with a `softmm_fault` of
+/// `signo` 0 and `code` [`SOFTMM_EVENT_WATCHPOINT`], after the guest's own
+/// faults. Any length and alignment; in force for every CPU when the call
+/// returns; the guest sees nothing of it. Resume with
+/// [`softmm_cpu_pass_watchpoint`] or remove it. `0`; `-EINVAL` for a
+/// `NULL` handle, a bad mask, `len` 0 or a range past the user address
+/// space; `-ENOSPC` past `SOFTMM_MAX_WATCHPOINTS`.
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_mm_watchpoint_insert(
+    mm: *const softmm_mm,
+    addr: u64,
+    len: u64,
+    access_mask: u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        let Some(mask) = WatchAccess::from_bits(access_mask) else { return -libc::EINVAL };
+        mm.watchpoint_insert(addr, len, mask).map_or_else(neg, |()| 0)
+    })
+}
+
+/// Removes one watchpoint inserted with the same `addr`, `len` and
+/// `access_mask`. `-ENOENT` if there is none; `-EINVAL` as
+/// [`softmm_mm_watchpoint_insert`].
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_mm_watchpoint_remove(
+    mm: *const softmm_mm,
+    addr: u64,
+    len: u64,
+    access_mask: u32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        let Some(mask) = WatchAccess::from_bits(access_mask) else { return -libc::EINVAL };
+        mm.watchpoint_remove(addr, len, mask).map_or_else(neg, |()| 0)
+    })
+}
+
+/// Lets the next access of `cpu` that hits a watchpoint be made, once (how
+/// an emulator resumes the instruction that reported
+/// `SOFTMM_EVENT_WATCHPOINT`). `-EINVAL` for `NULL`, `-EPERM` from another
+/// thread, `-EBUSY` while a section of the CPU is open.
+///
+/// # Safety
+///
+/// `cpu` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_cpu_pass_watchpoint(cpu: *mut softmm_cpu) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        match unsafe { owned(cpu) } {
+            Ok(c) => {
+                c.cpu.pass_watchpoint();
+                0
+            }
+            Err(e) => e,
+        }
     })
 }
 

@@ -82,6 +82,13 @@ fn the_c_emulator_example_runs() {
     assert!(lines.contains(&"smc: r5 = 7 after 2 translations"), "the new code ran, translated anew: {out}");
     assert!(lines.contains(&"dirty pages: 0 2"), "the pages the guest stored to, not the one it read: {out}");
     assert!(lines.contains(&"snapshot: 2 pages, page 2 holds 42"), "{out}");
+    let stops: Vec<&&str> = lines.iter().filter(|l| l.starts_with("watchpoint: ")).collect();
+    assert_eq!(
+        stops,
+        [&"watchpoint: write of 8 bytes at 0x40, pc 0x4", &"watchpoint: write of 8 bytes at 0x40, pc 0x14"],
+        "each store to the watched bytes, and only those: {out}"
+    );
+    assert!(lines.contains(&"watched: r4 = 5, [data + 64] = 6"), "{out}");
     assert!(lines.contains(&"after fork: parent 55, child 99"), "{out}");
     assert!(lines.iter().any(|l| l.ends_with(" [stack]") && l.contains(" rw-p ")), "{out}");
     assert!(lines.iter().any(|l| l.contains(" r-xp ")), "the text page: {out}");

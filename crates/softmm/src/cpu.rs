@@ -32,7 +32,7 @@ mod scalar;
 mod section;
 
 pub use scalar::Scalar;
-pub use section::Section;
+pub use section::{Section, TlbAbi};
 
 /// Per-CPU counters (never written by another thread). More counters may
 /// come: read the fields, never build one.
@@ -89,6 +89,8 @@ pub struct Cpu {
     stats: CpuStats,
     /// The last fault an access of this CPU returned ([`Cpu::last_fault`]).
     last_fault: Option<FaultInfo>,
+    /// The next access that hits a watchpoint is made ([`Cpu::pass_watchpoint`]).
+    pass_watchpoint: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -114,6 +116,7 @@ impl Cpu {
             parked: false,
             stats: CpuStats::default(),
             last_fault: None,
+            pass_watchpoint: false,
             _not_send: PhantomData,
         }
     }
@@ -211,6 +214,30 @@ impl Cpu {
         self.last_fault
     }
 
+    /// Lets the next access of this CPU that hits a watchpoint
+    /// ([`AddressSpace::watchpoint_insert`]) be made, once: how an embedder
+    /// resumes the instruction that reported [`Fault::Watchpoint`] without
+    /// removing the watchpoint (x86's resume flag does this for
+    /// instruction breakpoints). Accesses that hit none leave it set.
+    ///
+    /// ```
+    /// # use softmm::{AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, WatchAccess, uapi::*};
+    /// # let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// # let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// mm.watchpoint_insert(a + 6, 2, WatchAccess::WRITE).unwrap();
+    /// cpu.write_u32(a, 1).unwrap(); // bytes 0..4: not watched
+    /// assert_eq!(cpu.write_u64(a, 2), Err(Fault::Watchpoint { addr: a }));
+    /// assert_eq!(cpu.read_u64(a), Ok(1)); // not made; reads are not watched
+    /// cpu.pass_watchpoint();
+    /// cpu.write_u64(a, 2).unwrap();
+    /// assert_eq!(cpu.write_u8(a + 7, 3), Err(Fault::Watchpoint { addr: a + 7 }));
+    /// ```
+    pub fn pass_watchpoint(&mut self) {
+        self.pass_watchpoint = true;
+    }
+
     /// Records `fault` as that of the `size`-byte `access` at `addr`, and
     /// returns it. Called by every accessor's fault path (never on a hit),
     /// the outermost last: a scalar across a page records its own extent,
@@ -291,14 +318,33 @@ impl Cpu {
     /// std::thread::scope(|s| { s.spawn(move || drop(t)); });
     /// ```
     ///
+    /// The access it stands for is the rest of the page: a watchpoint
+    /// ([`AddressSpace::watchpoint_insert`]) anywhere in it that traps
+    /// `access` stops it.
+    ///
     /// # Panics
     ///
     /// If the CPU is not attached.
     #[inline]
     pub fn translate(&mut self, va: u64, access: Access) -> Result<Translation<'_>, Fault> {
+        // A fault is recorded as the translated byte's.
+        self.translate_sized(va, (PAGE_SIZE - va % PAGE_SIZE) as usize, 1, access)
+    }
+
+    /// [`Cpu::translate`] for an access of the `size` bytes at `va`, which
+    /// lie in one page: a watchpoint is checked against those bytes, and a
+    /// fault recorded with `record` bytes.
+    #[inline]
+    fn translate_sized(
+        &mut self,
+        va: u64,
+        size: usize,
+        record: usize,
+        access: Access,
+    ) -> Result<Translation<'_>, Fault> {
         let mut section = self.section();
         // On a fault, the section ends as it is dropped.
-        let ptr = section.lookup(va, access).map_err(|f| section.cpu_mut().note_fault(f, access, va, 1))?;
+        let ptr = section.lookup(va, size, access).map_err(|f| section.cpu_mut().note_fault(f, access, va, record))?;
         Ok(Translation { section, ptr, len: (PAGE_SIZE - va % PAGE_SIZE) as usize })
     }
 
@@ -341,14 +387,15 @@ impl Cpu {
         self.state.section_end();
     }
 
-    /// The host address of `va` for `access`, from the TLB or a walk (and a
-    /// fault, if needed). Called inside a section, which it leaves and
-    /// re-enters around a fault; the pointer is valid until the section ends.
+    /// The host address of `va` for the `size`-byte `access` there (inside
+    /// one page), from the TLB or a walk (and a fault, if needed). Called
+    /// inside a section, which it leaves and re-enters around a fault; the
+    /// pointer is valid until the section ends.
     #[inline(always)]
-    fn lookup(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+    fn lookup(&mut self, va: u64, size: usize, access: Access) -> Result<*mut u8, Fault> {
         match self.tlb_hit(va, access) {
             Some(p) => Ok(p),
-            None => self.translate_slow(va, access),
+            None => self.translate_slow(va, size, access),
         }
     }
 
@@ -368,11 +415,12 @@ impl Cpu {
         self.state.tlb.clear();
     }
 
-    /// A miss of the 4 KiB TLB, inside a section: the 2 MiB TLB, then a
-    /// walk (a TLB miss proper).
+    /// A miss of the 4 KiB TLB for the `size`-byte `access` at `va`, inside
+    /// a section: the 2 MiB TLB, then a walk (a TLB miss proper). The size
+    /// is for the watchpoints alone: the bytes lie in one page.
     #[cold]
     #[inline(never)]
-    fn translate_slow(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+    fn translate_slow(&mut self, va: u64, size: usize, access: Access) -> Result<*mut u8, Fault> {
         if let Some(p) = self.state.tlb.hit_huge(va, access) {
             return Ok(p);
         }
@@ -400,6 +448,15 @@ impl Cpu {
                         return Err(Fault::Segv { addr: va, code: SegvCode::AccErr });
                     }
                     if pte.is_present() && (!write || pte.has(Pte::WRITE)) {
+                        // The embedder's watchpoints (`crate::watch`), after
+                        // the guest's own faults and before anything is
+                        // marked or cached: the access is not made, unless
+                        // the embedder passes it (`Cpu::pass_watchpoint`),
+                        // which the access uses up once it is made below.
+                        let watchpoint = mm.watches.point_hit(va, size, access.bit());
+                        if watchpoint && !self.pass_watchpoint {
+                            return Err(Fault::Watchpoint { addr: va });
+                        }
                         // The embedder's write watch (`crate::watch`), after
                         // the guest's own permission and before anything is
                         // marked or cached: a watched store is not made.
@@ -418,15 +475,23 @@ impl Cpu {
                         if filled != pte && !leaf.set_filled(va, pte, filled) {
                             continue;
                         }
+                        if watchpoint {
+                            self.pass_watchpoint = false;
+                        }
                         // A watched page is cached without write permission
                         // while its stores must trap (`crate::watch`), so
                         // the hit path needs no check of its own.
                         let writable = pte.has(Pte::WRITE)
                             && (write || pte.has(Pte::DIRTY))
                             && mm.watches.may_cache_write(va & !(leaf.entry_size() - 1), leaf.entry_size() / PAGE_SIZE);
-                        let perms = Access::Read.bit()
+                        // A page that holds a watchpoint is not cached for
+                        // the kinds it traps, whose accesses then all miss.
+                        let watched =
+                            mm.watches.point_mask(va & !(leaf.entry_size() - 1), leaf.entry_size() / PAGE_SIZE);
+                        let perms = (Access::Read.bit()
                             | if writable { Access::Write.bit() } else { 0 }
-                            | if pte.has(Pte::NX) { 0 } else { Access::Execute.bit() };
+                            | if pte.has(Pte::NX) { 0 } else { Access::Execute.bit() })
+                            & !watched;
                         if leaf.entry_size() > PAGE_SIZE {
                             // A 2 MiB leaf: its 512 frames are contiguous
                             // arena memory (`frame_ptr` checks the last).
@@ -599,7 +664,7 @@ impl Cpu {
         while done < len {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
-            let t = self.translate(a, access)?;
+            let t = self.translate_sized(a, n, n, access)?;
             let phys = &t.section.cpu().mm.as_deref().expect("attached").phys;
             let _frame: FrameRef<'_> = phys.get(phys.pfn_of_ptr(t.ptr));
             // SAFETY:
@@ -720,6 +785,15 @@ impl GuestBytes<'_> {
         unsafe { crate::access::copy_from_host(self.0.as_ptr().cast(), dst) };
     }
 }
+
+// A watchpoint's mask is a set of `Access` bits (`watch` sits below
+// `fault`, and names the bits by value).
+const _: () = {
+    use crate::watch::WatchAccess;
+    assert!(WatchAccess::READ.bits() == Access::Read.bit() as u32);
+    assert!(WatchAccess::WRITE.bits() == Access::Write.bit() as u32);
+    assert!(WatchAccess::FETCH.bits() == Access::Execute.bit() as u32);
+};
 
 /// The panic of an access through a CPU attached to nothing, kept out of
 /// the accessors' fast path.

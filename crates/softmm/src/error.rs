@@ -51,6 +51,9 @@ pub enum Errno {
     /// `ENOSPC`: a hugetlbfs `fallocate` found no free huge page.
     #[error("ENOSPC: no space left on device")]
     NoSpc,
+    /// `ENOENT`: no such watchpoint (`watchpoint_remove`).
+    #[error("ENOENT: no such file or directory")]
+    NoEnt,
 }
 
 impl Errno {
@@ -71,6 +74,7 @@ impl Errno {
         Errno::OpNotSupp,
         Errno::Io,
         Errno::NoSpc,
+        Errno::NoEnt,
     ];
 
     /// The errno whose number ([`Errno::code`]) is `code`, if softmm
@@ -97,6 +101,7 @@ impl Errno {
             Errno::OpNotSupp => libc::EOPNOTSUPP,
             Errno::Io => libc::EIO,
             Errno::NoSpc => libc::ENOSPC,
+            Errno::NoEnt => libc::ENOENT,
         }
     }
 }
@@ -161,6 +166,16 @@ pub enum Fault {
         /// The faulting guest address.
         addr: u64,
     },
+    /// Not a signal: an access that overlaps a watchpoint trapping its kind
+    /// (`AddressSpace::watchpoint_insert`), reported before the access is
+    /// made; [`crate::Cpu::last_fault`] says its kind, first byte and size.
+    /// The embedder reports it, and resumes with
+    /// [`crate::Cpu::pass_watchpoint`] or removes the watchpoint.
+    #[error("watchpoint at {addr:#x}")]
+    Watchpoint {
+        /// The access's first byte in the page that holds the watchpoint.
+        addr: u64,
+    },
     /// Not a signal: a store to a page the embedder watches for notify
     /// (`AddressSpace::write_watch`), reported before the store is made.
     /// The embedder invalidates what it derived from the page (its
@@ -175,13 +190,13 @@ pub enum Fault {
 impl Fault {
     /// The signal number Linux would deliver (`SIGSEGV`, `SIGBUS`, or
     /// `SIGKILL` for OOM); 0 for an embedder's event that is no guest
-    /// signal ([`Fault::WriteWatch`]).
+    /// signal ([`Fault::WriteWatch`], [`Fault::Watchpoint`]).
     pub fn signal(&self) -> i32 {
         match self {
             Fault::Segv { .. } => libc::SIGSEGV,
             Fault::Bus { .. } | Fault::Unaligned { .. } => libc::SIGBUS,
             Fault::Oom { .. } => libc::SIGKILL,
-            Fault::WriteWatch { .. } => 0,
+            Fault::WriteWatch { .. } | Fault::Watchpoint { .. } => 0,
         }
     }
 }
@@ -209,7 +224,8 @@ mod tests {
             | Errno::Overflow
             | Errno::OpNotSupp
             | Errno::Io
-            | Errno::NoSpc => 15,
+            | Errno::NoSpc
+            | Errno::NoEnt => 16,
         };
         assert_eq!(Errno::ALL.len(), count(Errno::Perm));
         for &e in Errno::ALL {

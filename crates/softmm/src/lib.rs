@@ -85,7 +85,7 @@ mod watch;
 /// [`Cpu::read_obj`]/[`Cpu::write_obj`] take (derive it with the same
 /// version).
 pub use bytemuck;
-pub use cpu::{Cpu, CpuStats, FaultInfo, GuestBytes, Scalar, Section, Translation};
+pub use cpu::{Cpu, CpuStats, FaultInfo, GuestBytes, Scalar, Section, TlbAbi, Translation};
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
@@ -95,9 +95,10 @@ pub use phys::{FreeLists, Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysS
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;
 pub use sys::MapEntry;
+pub use tlb::TlbEntryAbi;
 pub use tlb::TlbStats;
 pub use tlb::{fences_are_asymmetric, PostingPolicy, ShootdownPolicy, ShootdownTargets};
-pub use watch::{WatchMode, MAX_WATCHED_PAGES};
+pub use watch::{WatchAccess, WatchMode, MAX_WATCHED_PAGES, MAX_WATCHPOINTS};
 // hugetlb (seed 000).
 pub use phys::hugetlb::HugePageStats;
 pub use phys::hugetlb::HugetlbLockStats;

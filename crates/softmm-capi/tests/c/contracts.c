@@ -285,6 +285,106 @@ static void section_contracts(void) {
     softmm_phys_free(phys);
 }
 
+/* The inline TLB ABI: a miss is the library's (a fill, or a fault with
+ * the access's size), a fill makes the inline test hit with the fill's
+ * host address, the tags follow the permissions and the alignment, and a
+ * call into softmm from inside the section empties the entry. */
+static void tlb_abi_contracts(void) {
+    softmm_phys *phys;
+    softmm_mm *mm;
+    softmm_cpu *cpu;
+    softmm_section *s = NULL;
+    softmm_tlb_abi abi;
+    void *host = NULL;
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    EXPECT(softmm_mm_new(phys, &mm) == 0);
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    long long a = softmm_mmap(mm, 0, 2 * PAGE, RW, ANON, NULL, 0);
+    EXPECT(a > 0);
+    uint64_t base = (uint64_t)a, v = 0;
+    EXPECT(softmm_cpu_section_begin(cpu, &s) == 0);
+    EXPECT(softmm_section_tlb_abi(NULL, &abi) == -EINVAL);
+    EXPECT(softmm_section_tlb_abi(s, NULL) == -EINVAL);
+    EXPECT(softmm_section_tlb_abi(s, &abi) == 0);
+    EXPECT(abi.table != NULL && abi.entries == SOFTMM_TLB_ENTRIES && abi.page_shift == SOFTMM_TLB_PAGE_SHIFT);
+    EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_READ) == NULL);
+    /* The miss path: bad calls, then a fill. */
+    EXPECT(softmm_section_tlb_fill(s, base + PAGE - 4, 8, SOFTMM_ACCESS_READ, &host, NULL) == -EINVAL);
+    EXPECT(softmm_section_tlb_fill(s, base, 0, SOFTMM_ACCESS_READ, &host, NULL) == -EINVAL);
+    EXPECT(softmm_section_tlb_fill(s, base, 8, 3, &host, NULL) == -EINVAL);
+    EXPECT(softmm_section_tlb_fill(s, base, 8, SOFTMM_ACCESS_READ, NULL, NULL) == -EINVAL);
+    EXPECT(softmm_section_tlb_fill(NULL, base, 8, SOFTMM_ACCESS_READ, &host, NULL) == -EINVAL);
+    EXPECT(softmm_section_tlb_fill(s, base + 8, 8, SOFTMM_ACCESS_WRITE, &host, NULL) == 0 && host != NULL);
+    EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_WRITE) == host);
+    EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_READ) == host);
+    EXPECT(softmm_tlb_lookup(abi.table, base + 12, 8, SOFTMM_ACCESS_READ) == NULL);         /* misaligned */
+    EXPECT(softmm_tlb_lookup(abi.table, base + 12, 4, SOFTMM_ACCESS_READ) == (char *)host + 4);
+    EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_FETCH) == NULL);         /* not executable */
+    EXPECT(softmm_tlb_lookup(abi.table, base + PAGE + 8, 8, SOFTMM_ACCESS_READ) == NULL);   /* another page */
+    /* The typed helpers, hit and miss alike. */
+    EXPECT(softmm_tlb_write_u64(s, abi.table, base + 8, 0x1122334455667788ULL, NULL) == 0);
+    EXPECT(softmm_tlb_read_u32(s, abi.table, base + 12, &v, NULL) == 0 && v == 0x11223344);
+    EXPECT(softmm_tlb_read_u16(s, abi.table, base + 9, &v, NULL) == 0 && v == 0x6677); /* misaligned: the library's */
+    EXPECT(softmm_tlb_write_u16(s, abi.table, base + PAGE - 1, 0xabcd, NULL) == 0);   /* across pages */
+    EXPECT(softmm_tlb_read_u8(s, abi.table, base + PAGE, &v, NULL) == 0 && v == 0xab);
+    EXPECT(softmm_section_read_uint(s, base + 8, 8, &v, NULL) == 0 && v == 0x1122334455667788ULL);
+    EXPECT_FAULT(softmm_tlb_fetch_u32(s, abi.table, base + 8, &v, &f_), SIGSEGV, SEGV_ACCERR, base + 8);
+    softmm_fault f = {0};
+    EXPECT(softmm_section_tlb_fill(s, base + 2 * PAGE + 8, 4, SOFTMM_ACCESS_READ, &host, &f) == SOFTMM_FAULTED);
+    EXPECT(f.signo == SIGSEGV && f.code == SEGV_MAPERR && f.addr == base + 2 * PAGE + 8);
+    EXPECT(f.size == 4 && f.access == SOFTMM_ACCESS_READ && f.access_addr == base + 2 * PAGE + 8);
+    /* A call into softmm on this thread empties the entry: the inline test
+     * misses, and the miss path faults. */
+    EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_READ) != NULL);
+    EXPECT(softmm_munmap(mm, base, PAGE) == 0);
+    EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_READ) == NULL);
+    EXPECT_FAULT(softmm_tlb_read_u64(s, abi.table, base + 8, &v, &f_), SIGSEGV, SEGV_MAPERR, base + 8);
+    EXPECT(softmm_section_end(s) == 0);
+    EXPECT(softmm_section_tlb_abi(s, &abi) == -EINVAL); /* not open */
+    EXPECT(softmm_section_tlb_fill(s, base + PAGE, 8, SOFTMM_ACCESS_READ, &host, NULL) == -EINVAL);
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_mm_free(mm);
+    softmm_phys_free(phys);
+}
+
+/* Watchpoints: an access of a watched kind overlapping the bytes is an
+ * event with the access's kind and size, nothing is stored, others pass;
+ * passing one, removing one, bad calls. */
+static void watchpoint_contracts(void) {
+    softmm_phys *phys;
+    softmm_mm *mm;
+    softmm_cpu *cpu;
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    EXPECT(softmm_mm_new(phys, &mm) == 0);
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    long long a = softmm_mmap(mm, 0, PAGE, RW, ANON, NULL, 0);
+    EXPECT(a > 0);
+    uint64_t base = (uint64_t)a, v = 0;
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 5, NULL) == 0);
+    EXPECT(softmm_mm_watchpoint_insert(NULL, base, 1, SOFTMM_ACCESS_READ) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base, 1, 0) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base, 1, 8) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base, 0, SOFTMM_ACCESS_READ) == -EINVAL);
+    EXPECT(softmm_mm_watchpoint_insert(mm, base + 13, 2, SOFTMM_ACCESS_WRITE) == 0);
+    softmm_fault f = {0};
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 6, &f) == SOFTMM_FAULTED);
+    EXPECT(f.signo == 0 && f.code == SOFTMM_EVENT_WATCHPOINT && f.addr == base + 8);
+    EXPECT(f.access == SOFTMM_ACCESS_WRITE && f.size == 8 && f.access_addr == base + 8);
+    EXPECT(softmm_cpu_read_uint(cpu, base + 8, 8, &v, NULL) == 0 && v == 5); /* not stored; reads pass */
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 4, 7, NULL) == 0);          /* other bytes pass */
+    EXPECT(softmm_cpu_pass_watchpoint(NULL) == -EINVAL);
+    EXPECT(softmm_cpu_pass_watchpoint(cpu) == 0);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 8, 8, 6, NULL) == 0);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 14, 1, 6, NULL) == SOFTMM_FAULTED);
+    EXPECT(softmm_mm_watchpoint_remove(mm, base + 13, 2, SOFTMM_ACCESS_READ) == -ENOENT);
+    EXPECT(softmm_mm_watchpoint_remove(mm, base + 13, 2, SOFTMM_ACCESS_WRITE) == 0);
+    EXPECT(softmm_mm_watchpoint_remove(mm, base + 13, 2, SOFTMM_ACCESS_WRITE) == -ENOENT);
+    EXPECT(softmm_cpu_write_uint(cpu, base + 14, 1, 6, NULL) == 0);
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_mm_free(mm);
+    softmm_phys_free(phys);
+}
+
 /* What an embedder needs besides system calls and accesses: structured
  * regions, statistics, pins, NUMA policy, hugetlbfs, overcommit. */
 static void complete_api_contracts(void) {
@@ -613,6 +713,8 @@ int main(void) {
 
     embedder_contracts();
     section_contracts();
+    tlb_abi_contracts();
+    watchpoint_contracts();
     complete_api_contracts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use super::{load_part, scalar, store_part, Cpu, Scalar};
 use crate::error::Fault;
 use crate::fault::Access;
-use crate::tlb::{CpuTlbState, SoftTlb};
+use crate::tlb::{CpuTlbState, SoftTlb, TlbEntryAbi, TLB_ENTRIES};
 use crate::PAGE_SIZE;
 
 /// An access section of a [`Cpu`] held open across many accesses (an
@@ -112,6 +112,42 @@ pub struct Section<'a> {
     state: std::ptr::NonNull<CpuTlbState>,
 }
 
+/// A CPU's 4 KiB TLB as C and generated code read it inside an open
+/// [`Section`] ([`Section::tlb_abi`]; C's `softmm_section_tlb_abi`): a
+/// direct-mapped table of [`TlbEntryAbi`] entries. The hit test and the
+/// host address are [`TlbEntryAbi`]'s.
+///
+/// # Rules for a reader
+///
+/// The section protocol is unchanged: an inline hit is exactly what the
+/// section's own accessors do, so it is sound under theirs, which are:
+///
+/// 1. Read the table only on the CPU's thread while the section it came
+///    from is open; never write it (only the CPU's thread writes it, in
+///    softmm's calls, so plain loads race with nothing).
+/// 2. Read the entry anew for every access: any call into softmm on the
+///    thread (a miss through [`Section::probe`], a `munmap`, another CPU's
+///    access) may empty or refill it.
+/// 3. A hit's host address is valid for the access's bytes (inside one
+///    page) until the section ends or the thread calls into softmm; access
+///    those bytes only atomically (a relaxed load or store: other guest
+///    threads may access them), and never block meanwhile.
+/// 4. A miss is not a fault: call [`Section::probe`] (or an accessor),
+///    which walks, fills and faults as the accessors do.
+///
+/// The table's address is fixed for the CPU's life; its layout and
+/// [`TlbAbi::entries`] change only with the C library's SONAME.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlbAbi {
+    /// The first of [`TlbAbi::entries`] entries.
+    pub table: *const TlbEntryAbi,
+    /// The table's length, a power of two: a page's entry is
+    /// `table[(va >> page_shift) & (entries - 1)]`.
+    pub entries: usize,
+    /// `log2` of the page size the table maps (12).
+    pub page_shift: u32,
+}
+
 impl Cpu {
     /// Opens an access section for several accesses ([`Section`]): the
     /// CPU counts as inside an access until the section is dropped.
@@ -136,12 +172,19 @@ impl Cpu {
 /// in a loop would load its TLB pointer back from the stack. Each is called
 /// with a section of the CPU open.
 impl Cpu {
-    /// Runs `op` on the host address of `va`, translated for `access`.
+    /// Runs `op` on the host address of `va`, translated for the `size`-byte
+    /// `access` there (inside one page).
     /// `op` must not panic nor call into softmm: the pointer is valid only
     /// until the thread's next call into softmm or the section's end.
     #[inline(always)]
-    fn section_access<R>(&mut self, va: u64, access: Access, op: impl FnOnce(*mut u8) -> R) -> Result<R, Fault> {
-        Ok(op(self.lookup(va, access)?))
+    fn section_access<R>(
+        &mut self,
+        va: u64,
+        size: usize,
+        access: Access,
+        op: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, Fault> {
+        Ok(op(self.lookup(va, size, access)?))
     }
 
     /// Copies guest bytes at `addr` into `buf`, each page translated for
@@ -163,7 +206,7 @@ impl Cpu {
             // (hence the arena mapping) alive; `n` stops at the page end;
             // the open section keeps the frame from being freed until the
             // copy is done, and the copy makes no call into softmm.
-            self.section_access(a, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            self.section_access(a, n, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
             done += n;
         }
         Ok(())
@@ -183,7 +226,7 @@ impl Cpu {
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
             let src = &data[done..done + n];
             // SAFETY: as in `section_copy_in`.
-            self.section_access(a, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            self.section_access(a, n, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
             done += n;
         }
         Ok(())
@@ -206,7 +249,7 @@ impl Cpu {
             // (frames are page aligned); the section keeps the frame
             // allocated until the load is done; arena memory is only ever
             // accessed atomically.
-            return self.section_access(addr, access, |p| unsafe { scalar::load_in_page(p, n) });
+            return self.section_access(addr, n, access, |p| unsafe { scalar::load_in_page(p, n) });
         }
         self.section_load_across(addr, n, access)
     }
@@ -231,7 +274,7 @@ impl Cpu {
     fn section_store_split(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
-            return self.section_access(addr, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
+            return self.section_access(addr, n, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
         }
         self.section_store_across(addr, n, raw)
     }
@@ -278,6 +321,46 @@ impl Section<'_> {
         self.cpu.last_fault()
     }
 
+    /// The CPU's 4 KiB TLB as an ABI, for C and generated code that test
+    /// a hit themselves (QEMU's inline `tlb_hit`) and call
+    /// [`Section::probe`] on a miss. See [`TlbAbi`] for the rules a reader
+    /// follows.
+    #[inline]
+    pub fn tlb_abi(&self) -> TlbAbi {
+        TlbAbi { table: self.tlb().abi_table(), entries: TLB_ENTRIES, page_shift: PAGE_SIZE.trailing_zeros() }
+    }
+
+    /// The host address of the `size` bytes at `va`, translated for
+    /// `access` (QEMU's `probe_access`, its `tlb_fill` on a miss): from the
+    /// TLB, else the 2 MiB TLB, else a walk that fills the entry (and a
+    /// page fault, if needed; the fault is recorded with `size`, as
+    /// [`Cpu::last_fault`] reports it). After an `Ok`, a lookup through
+    /// [`Section::tlb_abi`] of a naturally aligned scalar in the page hits,
+    /// unless the page is in the 2 MiB TLB, or must trap (a write watch)
+    /// and is never cached for that access.
+    ///
+    /// The pointer is valid for the `size` bytes until the section ends or
+    /// the thread calls into softmm (this call included); dereferencing it
+    /// is the caller's `unsafe`, and must be atomic: other guest threads
+    /// may access the bytes.
+    ///
+    /// # Panics
+    ///
+    /// If `size` is 0 or the bytes cross a page boundary (split such an
+    /// access, or use the accessors), and as the accessors do if the CPU is
+    /// not attached.
+    #[inline]
+    pub fn probe(&mut self, va: u64, size: usize, access: Access) -> Result<*mut u8, Fault> {
+        assert!(
+            size != 0 && (va % PAGE_SIZE) as usize + size <= PAGE_SIZE as usize,
+            "probe of {size} bytes at {va:#x}: empty or across a page boundary"
+        );
+        match self.lookup(va, size, access) {
+            Ok(p) => Ok(p),
+            Err(f) => Err(self.cpu.note_fault(f, access, va, size)),
+        }
+    }
+
     /// The CPU's TLB.
     #[inline(always)]
     fn tlb(&self) -> &SoftTlb {
@@ -288,10 +371,10 @@ impl Section<'_> {
     /// until the section ends or the thread calls into softmm), with the
     /// TLB reached through the section's own pointer.
     #[inline(always)]
-    pub(super) fn lookup(&mut self, va: u64, access: Access) -> Result<*mut u8, Fault> {
+    pub(super) fn lookup(&mut self, va: u64, size: usize, access: Access) -> Result<*mut u8, Fault> {
         match self.tlb().hit(va, access) {
             Some(p) => Ok(p),
-            None => self.cpu.translate_slow(va, access),
+            None => self.cpu.translate_slow(va, size, access),
         }
     }
 
@@ -378,7 +461,7 @@ impl Section<'_> {
         if addr % T::SIZE as u64 != 0 {
             return Err(self.cpu.note_fault(Fault::Unaligned { addr }, access, addr, T::SIZE));
         }
-        let p = match self.lookup(addr, access) {
+        let p = match self.lookup(addr, T::SIZE, access) {
             Ok(p) => p,
             Err(f) => return Err(self.cpu.note_fault(f, access, addr, T::SIZE)),
         };
@@ -491,6 +574,57 @@ mod tests {
         assert_eq!(cpu.read_u64(a), Ok(8));
         drop((cpu, mm));
         assert_no_leaks(&p);
+    }
+
+    /// The hit an inline reader computes from the ABI alone.
+    fn abi_hit(abi: &super::TlbAbi, va: u64, n: u64, access: crate::Access) -> Option<*mut u8> {
+        // SAFETY: the index is below `entries`; the test's section is open
+        // on this thread and nothing writes the table meanwhile.
+        let e = unsafe { *abi.table.add(((va >> abi.page_shift) as usize) & (abi.entries - 1)) };
+        let key = va & (!((1u64 << abi.page_shift) - 1) | (n - 1));
+        (e.tags[access as usize >> 1] == key).then(|| (e.bias as *mut u8).wrapping_add(va as usize))
+    }
+
+    /// The ABI reads what the section's own accessors read: a probe fills
+    /// the entry, the inline hit then gives the probe's address for a read
+    /// (not a write of a clean page, nor a fetch of a non-executable one,
+    /// nor a misaligned scalar), and a call into softmm that unmaps the
+    /// page leaves no tag that matches.
+    #[test]
+    fn the_tlb_abi_hits_where_the_section_does_and_nowhere_else() {
+        use crate::Access::{Execute, Read, Write};
+        let (p, mm, a) = setup(2);
+        let mut cpu = Cpu::attached(&mm);
+        let mut s = cpu.section();
+        let abi = s.tlb_abi();
+        assert_eq!((abi.entries, abi.page_shift), (64, 12));
+        assert_eq!(abi_hit(&abi, a + 8, 8, Read), None, "nothing cached yet");
+        let host = s.probe(a + 8, 8, Read).unwrap();
+        assert_eq!(abi_hit(&abi, a + 8, 8, Read), Some(host));
+        assert_eq!(abi_hit(&abi, a + 16, 8, Read), Some(host.wrapping_add(8)));
+        assert_eq!(abi_hit(&abi, a + 12, 8, Read), None, "misaligned");
+        assert_eq!(abi_hit(&abi, a + 8, 8, Write), None, "a read fault maps the zero page");
+        assert_eq!(abi_hit(&abi, a + 8, 8, Execute), None, "not executable");
+        let w = s.probe(a + 8, 8, Write).unwrap();
+        assert_eq!(abi_hit(&abi, a + 8, 8, Write), Some(w));
+        // SAFETY: aligned, in the page, the section open, no call since.
+        unsafe { &*(w as *const std::sync::atomic::AtomicU64) }.store(0x55, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(s.read_u64(a + 8), Ok(0x55));
+        mm.munmap(a, PAGE_SIZE).unwrap();
+        assert_eq!(abi_hit(&abi, a + 8, 8, Read), None, "the call emptied the entry");
+        assert_eq!(s.probe(a + 8, 8, Read), Err(Fault::Segv { addr: a + 8, code: SegvCode::MapErr }));
+        assert_eq!(s.last_fault().map(|f| (f.access, f.addr, f.size)), Some((Read, a + 8, 8)));
+        drop(s);
+        drop((cpu, mm));
+        assert_no_leaks(&p);
+    }
+
+    #[test]
+    #[should_panic(expected = "across a page boundary")]
+    fn a_probe_across_a_page_panics() {
+        let (_p, mm, a) = setup(2);
+        let mut cpu = Cpu::attached(&mm);
+        let _ = cpu.section().probe(a + PAGE_SIZE - 4, 8, crate::Access::Read);
     }
 
     /// A call into softmm from inside the section (here `munmap` on the

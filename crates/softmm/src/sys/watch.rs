@@ -6,7 +6,7 @@
 use crate::error::{Errno, Result};
 use crate::mm::AddressSpace;
 use crate::tlb::{CpuSet, FlushRange, QuiescentGuard};
-use crate::watch::WatchMode;
+use crate::watch::{WatchAccess, WatchMode};
 use crate::PAGE_SIZE;
 
 impl AddressSpace {
@@ -124,6 +124,80 @@ impl AddressSpace {
     /// Number of pages under a write watch, in either mode.
     pub fn write_watched_pages(&self) -> u64 {
         self.watches.pages() as u64
+    }
+
+    /// Inserts a watchpoint (QEMU's `cpu_watchpoint_insert`): an access
+    /// through a [`crate::Cpu`] of a kind in `mask` whose bytes overlap
+    /// `[addr, addr + len)` returns [`crate::Fault::Watchpoint`] before it
+    /// is made, after the guest's own faults (its `SIGSEGV` comes first);
+    /// [`crate::Cpu::last_fault`] says its kind, first byte and size. Any
+    /// length and alignment; watchpoints may overlap. Like a write watch,
+    /// it belongs to the addresses (munmap, mremap and mprotect leave it, a
+    /// fork's child has none) and the guest sees nothing of it; accesses
+    /// of other kinds and to other pages keep the TLB's hit path, those of
+    /// a watched kind to its pages take the miss path.
+    ///
+    /// In force when the call returns, for every CPU: an access through a
+    /// TLB entry filled before the call is made before it returns (the
+    /// pages are shot down). Resume with [`crate::Cpu::pass_watchpoint`],
+    /// or remove it with [`AddressSpace::watchpoint_remove`].
+    ///
+    /// `EINVAL` for `len` 0 or a range past the user address space
+    /// (`task_size`); `ENOSPC` past [`crate::MAX_WATCHPOINTS`]. A failed
+    /// call changes nothing.
+    ///
+    /// ```
+    /// use softmm::{uapi::*, Access, AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, WatchAccess};
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let a = mm.mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// mm.watchpoint_insert(a + 4093, 5, WatchAccess::ACCESS).unwrap();
+    /// assert_eq!(cpu.read_u32(a + 4088), Ok(0));
+    /// // A load across the page boundary: its second page's bytes hit.
+    /// assert_eq!(cpu.read_u64(a + 4090), Err(Fault::Watchpoint { addr: a + 4090 }));
+    /// let hit = cpu.last_fault().unwrap();
+    /// assert_eq!((hit.access, hit.addr, hit.size), (Access::Read, a + 4090, 8));
+    /// mm.watchpoint_remove(a + 4093, 5, WatchAccess::ACCESS).unwrap();
+    /// assert_eq!(cpu.read_u64(a + 4090), Ok(0));
+    /// ```
+    pub fn watchpoint_insert(&self, addr: u64, len: u64, mask: WatchAccess) -> Result<()> {
+        let _q = QuiescentGuard::enter();
+        let end = self.watchpoint_range(addr, len)?;
+        self.watches.insert_point(addr, end, mask)?;
+        if crate::watch::broken::POINT_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get) {
+            return Ok(());
+        }
+        // As `write_watch`: every CPU, the pages that hold the bytes.
+        self.flush_tlb_owners(
+            &CpuSet::all(),
+            FlushRange::new(addr & !(PAGE_SIZE - 1), end.div_ceil(PAGE_SIZE) * PAGE_SIZE),
+        );
+        Ok(())
+    }
+
+    /// Removes one watchpoint inserted with the same `addr`, `len` and
+    /// `mask` (QEMU's `cpu_watchpoint_remove`). `ENOENT` if there is none,
+    /// `EINVAL` as [`AddressSpace::watchpoint_insert`].
+    pub fn watchpoint_remove(&self, addr: u64, len: u64, mask: WatchAccess) -> Result<()> {
+        let _q = QuiescentGuard::enter();
+        let end = self.watchpoint_range(addr, len)?;
+        self.watches.remove_point(addr, end, mask)
+    }
+
+    /// Number of watchpoints.
+    pub fn watchpoints(&self) -> usize {
+        self.watches.points()
+    }
+
+    /// The end of a watchpoint's bytes; `EINVAL` for an empty range or one
+    /// past `task_size`.
+    fn watchpoint_range(&self, addr: u64, len: u64) -> Result<u64> {
+        let task = self.config.task_size;
+        if len == 0 || addr >= task || len > task - addr {
+            return Err(Errno::Inval);
+        }
+        Ok(addr + len)
     }
 
     /// The page numbers `[first, end)` of a watch call's range, `None` for

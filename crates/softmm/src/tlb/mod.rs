@@ -137,7 +137,8 @@ pub(crate) use fence_mode::{EntryBarrier, TUNING};
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use quiescent::{register_thread_cpu, unregister_thread_cpu, with_thread_cpus, QuiescentGuard};
 pub use shootdown::{CpuTlbState, FlushRange, FlushTicket, PostingPolicy, ShootdownPolicy, TlbDomain, TlbStats};
-pub(crate) use soft_tlb::SoftTlb;
+pub use soft_tlb::TlbEntryAbi;
+pub(crate) use soft_tlb::{SoftTlb, TLB_ENTRIES};
 pub use targets::{CpuSet, ShootdownTargets};
 
 /// True if shootdowns use asymmetric fences in this process: accesses pay

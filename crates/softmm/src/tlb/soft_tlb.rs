@@ -41,7 +41,9 @@ const fn tag_index(access: Access) -> usize {
     access as usize >> 1
 }
 
-/// One entry.
+/// One entry. `repr(C)`: its layout is an ABI ([`TlbEntryAbi`]), read by
+/// C and generated code inside an access section (`Section::tlb_abi`).
+#[repr(C)]
 struct TlbEntry {
     /// Indexed by [`tag_index`] (read, write, execute): the page's address
     /// if the entry allows that access, else [`NO_TAG`].
@@ -86,7 +88,9 @@ impl TlbEntry {
     }
 }
 
-/// A CPU's 4 KiB and 2 MiB TLBs.
+/// A CPU's 4 KiB and 2 MiB TLBs. `repr(C)`: the 4 KiB table comes first,
+/// at the address [`SoftTlb::abi_table`] gives out.
+#[repr(C)]
 pub(crate) struct SoftTlb {
     small: [TlbEntry; TLB_ENTRIES],
     huge: [TlbEntry; HUGE_TLB_ENTRIES],
@@ -158,7 +162,49 @@ impl SoftTlb {
     pub(crate) fn clear(&self) {
         self.small.iter().chain(&self.huge).for_each(TlbEntry::clear);
     }
+
+    /// The 4 KiB table as its ABI: [`TLB_ENTRIES`] entries laid out as
+    /// [`TlbEntryAbi`]. The address is the TLB's for as long as it lives.
+    pub(crate) fn abi_table(&self) -> *const TlbEntryAbi {
+        self.small.as_ptr().cast()
+    }
 }
+
+/// The layout of a 4 KiB TLB entry, as C and generated code read it
+/// (C's `softmm_tlb_entry`): QEMU softmmu's `CPUTLBEntry`, a tag per kind
+/// of access and a biased host address.
+///
+/// For an `n`-byte access (`n` a power of two up to 8) of kind `a` at
+/// guest address `va`, the entry is `table[(va >> 12) & (entries - 1)]`,
+/// and it hits when `tags[a as usize >> 1] == va & (!0xfff | (n - 1))`
+/// (the alignment test is in the compare: no tag has a low bit set). A
+/// hit's host address is `bias.wrapping_add(va)`, and the `n` bytes lie in
+/// one page. A byte-granular copy checks each page with `n = 1`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlbEntryAbi {
+    /// Indexed by the access's discriminant shifted right by one (read 0,
+    /// write 1, fetch 2): the page's guest address if the entry allows that
+    /// access, else a value no key has.
+    pub tags: [u64; 3],
+    /// The host address of the page's first byte minus its guest address,
+    /// wrapping.
+    pub bias: usize,
+}
+
+// The ABI is the entry's layout: the atomics have their value's size and
+// alignment (loom's do not, and loom builds no C API).
+#[cfg(not(loom))]
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<TlbEntry>() == size_of::<TlbEntryAbi>());
+    assert!(align_of::<TlbEntry>() == align_of::<TlbEntryAbi>());
+    assert!(offset_of!(TlbEntry, tags) == offset_of!(TlbEntryAbi, tags));
+    assert!(offset_of!(TlbEntry, bias) == offset_of!(TlbEntryAbi, bias));
+    assert!(offset_of!(SoftTlb, small) == 0);
+    assert!(TLB_ENTRIES.is_power_of_two());
+    assert!(size_of::<TlbEntryAbi>() == 32 || size_of::<usize>() != 8);
+};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

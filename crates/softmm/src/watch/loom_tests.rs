@@ -105,6 +105,60 @@ fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
     }
 }
 
+/// The watchpoint's arming on the real code: a `Cpu` on another thread
+/// reads a byte twice, the first load filling its TLB with the page
+/// readable, the second in a section that then reads `armed`; meanwhile
+/// the main thread inserts a read watchpoint on that byte with the real
+/// `watchpoint_insert`, then sets `armed`. A load made in a section that
+/// sees `armed` set is the bug: the insert's shootdown must have dropped
+/// the entry, so that the load misses, sees the watchpoint and returns
+/// `Fault::Watchpoint`.
+fn a_load_cached_before_a_watchpoint_does_not_pass_after_it() -> Result<(), String> {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (mm, armed) = (mm.clone(), armed.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            let first = cpu.read_u8(a + 5);
+            let mut s = cpu.section();
+            let second = s.read_u8(a + 5).map(|_| armed.load(Ordering::Acquire));
+            drop(s);
+            (first, second)
+        })
+    };
+    mm.watchpoint_insert(a + 5, 1, super::WatchAccess::READ).unwrap();
+    armed.store(true, Ordering::Release);
+    let (first, second) = t.join().unwrap();
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    let hit = Fault::Watchpoint { addr: a + 5 };
+    if !(first == Ok(0) || first == Err(hit)) {
+        return Err(format!("first load: {first:?}"));
+    }
+    match second {
+        Ok(false) => Ok(()),
+        Err(f) if f == hit => Ok(()),
+        Ok(true) => Err("a load through an entry cached before watchpoint_insert passed after it returned".into()),
+        Err(f) => Err(format!("second load: {f:?}")),
+    }
+}
+
+/// The model, and its variant where `watchpoint_insert` returns without
+/// its shootdown (`broken::POINT_WITHOUT_SHOOTDOWN`): the other CPU's
+/// readable entry survives, and its second load passes after the call
+/// returned.
+#[test]
+fn a_watchpoint_inserted_while_another_cpu_holds_the_page_takes_effect_before_the_call_returns() {
+    crate::sync::broken::check_model(
+        a_load_cached_before_a_watchpoint_does_not_pass_after_it,
+        &super::broken::POINT_WITHOUT_SHOOTDOWN,
+    );
+}
+
 /// The model, and its variant where `write_watch` returns without its
 /// shootdown (`broken::ARM_WITHOUT_SHOOTDOWN`): the other CPU's writable
 /// entry survives, and its second store lands after the call returned.

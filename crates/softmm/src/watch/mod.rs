@@ -49,6 +49,25 @@
 //!   `broken::CLEAR_WITHOUT_SHOOTDOWN`).
 //!
 //! With no watch at all, the fill's one extra step is a load of a count.
+//!
+//! # Watchpoints
+//!
+//! A watchpoint ([`AddressSpace::watchpoint_insert`], QEMU's
+//! `cpu_watchpoint_insert`) is a byte range of any length and alignment
+//! with an access mask ([`WatchAccess`]: reads, writes, fetches, or any of
+//! them). An access of a kind in the mask whose bytes overlap the range
+//! returns [`crate::Fault::Watchpoint`] before it is made (QEMU's
+//! `BP_STOP_BEFORE_ACCESS`), after the guest's own faults; the embedder
+//! reports it, and resumes with `Cpu::pass_watchpoint` (the next
+//! access that hits one is made) or removes the watchpoint. The protocol
+//! is the write watch's, for every kind of access: a page holding a
+//! watchpoint is never filled into the TLB for the kinds it watches, so
+//! those accesses miss and reach the fill, which checks the access's bytes
+//! here; arming inserts under the lock, then shoots the pages down and
+//! waits (`loom_tests.rs`, with `broken::POINT_WITHOUT_SHOOTDOWN`).
+//! Accesses of other kinds, and of other pages, keep the hit path.
+//!
+//! [`AddressSpace::watchpoint_insert`]: crate::AddressSpace::watchpoint_insert
 
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -58,6 +77,61 @@ use std::collections::BTreeMap;
 use crate::error::{Errno, Result};
 use crate::sync::{AtomicU32, AtomicUsize, Ordering, RwLock};
 use crate::PAGE_SIZE;
+
+/// The most watchpoints an address space may hold at once: the fill scans
+/// them on a miss of a page that holds one, so the bound keeps that scan
+/// and the lock's hold short.
+pub const MAX_WATCHPOINTS: usize = 1024;
+
+/// Which accesses a watchpoint traps (QEMU's `BP_MEM_READ`,
+/// `BP_MEM_WRITE`, `BP_MEM_ACCESS`, and fetches): a set of access kinds,
+/// whose bits are those of [`crate::Access`]'s discriminants (read 1,
+/// write 2, fetch 4, C's `SOFTMM_ACCESS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WatchAccess(u8);
+
+impl WatchAccess {
+    /// Loads.
+    pub const READ: WatchAccess = WatchAccess(1);
+    /// Stores (an atomic read-modify-write is a store).
+    pub const WRITE: WatchAccess = WatchAccess(2);
+    /// Instruction fetches.
+    pub const FETCH: WatchAccess = WatchAccess(4);
+    /// Loads and stores (QEMU's `BP_MEM_ACCESS`).
+    pub const ACCESS: WatchAccess = WatchAccess(1 | 2);
+
+    /// Both sets.
+    pub const fn union(self, other: WatchAccess) -> WatchAccess {
+        WatchAccess(self.0 | other.0)
+    }
+
+    /// The set of the access bits in `bits`; `None` for 0 or an unknown
+    /// bit.
+    pub const fn from_bits(bits: u32) -> Option<WatchAccess> {
+        if bits == 0 || bits & !7 != 0 {
+            return None;
+        }
+        Some(WatchAccess(bits as u8))
+    }
+
+    /// The set's access bits.
+    pub const fn bits(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// Whether the set holds the access whose bit is `bit`.
+    const fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+}
+
+/// One watchpoint: the bytes `[start, end)` and the accesses it traps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Watchpoint {
+    start: u64,
+    end: u64,
+    mask: WatchAccess,
+}
 
 /// The most pages an address space may watch at once (16 GiB of guest
 /// memory; a page's state costs a map entry, some 30 bytes): the bound
@@ -126,6 +200,10 @@ pub(crate) struct Watches {
     /// watch has no entry. The bits change under the read lock too (a
     /// store's `DIRTY`), the entries under the write lock only.
     map: RwLock<BTreeMap<u64, AtomicU32>>,
+    /// The number of watchpoints: the fill looks no further while it is 0.
+    points: AtomicUsize,
+    /// The watchpoints, changed under the write lock only.
+    point_list: RwLock<Vec<Watchpoint>>,
 }
 
 impl Watches {
@@ -243,6 +321,61 @@ impl Watches {
         cleared
     }
 
+    /// Whether a `size`-byte access at `va`, of the kind whose bit is
+    /// `access` (`Access::bit`), overlaps a watchpoint that traps it. The
+    /// fill asks before it marks or caches anything.
+    #[inline]
+    pub(crate) fn point_hit(&self, va: u64, size: usize, access: u8) -> bool {
+        if self.points.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let end = va.saturating_add(size as u64);
+        self.point_list.read().iter().any(|w| w.mask.has(access) && w.start < end && va < w.end)
+    }
+
+    /// The access bits (`Access::bit`) a TLB entry of the `pages` pages from `va`
+    /// (page aligned) must not allow: those of the watchpoints in them.
+    #[inline]
+    pub(crate) fn point_mask(&self, va: u64, pages: u64) -> u8 {
+        if self.points.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let end = va.saturating_add(pages * PAGE_SIZE);
+        let list = self.point_list.read();
+        list.iter().filter(|w| w.start < end && va < w.end).fold(0, |m, w| m | w.mask.0)
+    }
+
+    /// Adds a watchpoint on `[start, end)` (not empty). The caller shoots
+    /// its pages down before it returns to its own caller. `ENOSPC`, with
+    /// nothing changed, past [`MAX_WATCHPOINTS`].
+    pub(crate) fn insert_point(&self, start: u64, end: u64, mask: WatchAccess) -> Result<()> {
+        let mut list = self.point_list.write();
+        if list.len() >= MAX_WATCHPOINTS {
+            return Err(Errno::NoSpc);
+        }
+        list.push(Watchpoint { start, end, mask });
+        // Under the write lock, before the shootdown: a fill that sees the
+        // count sees the watchpoint (`point_hit`'s Acquire, and the lock).
+        self.points.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Removes one watchpoint inserted with exactly these bounds and mask;
+    /// `ENOENT` if there is none (QEMU's `cpu_watchpoint_remove`). No
+    /// shootdown is needed: what is left only traps less.
+    pub(crate) fn remove_point(&self, start: u64, end: u64, mask: WatchAccess) -> Result<()> {
+        let mut list = self.point_list.write();
+        let i = list.iter().position(|w| *w == Watchpoint { start, end, mask }).ok_or(Errno::NoEnt)?;
+        list.swap_remove(i);
+        self.points.fetch_sub(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Number of watchpoints.
+    pub(crate) fn points(&self) -> usize {
+        self.points.load(Ordering::Relaxed)
+    }
+
     /// Number of watched pages (statistics, tests).
     pub(crate) fn pages(&self) -> usize {
         self.pages.load(Ordering::Relaxed)
@@ -260,5 +393,7 @@ pub(crate) mod broken {
         pub(crate) static ARM_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
         /// `dirty_log` clears the marks without shooting the range down.
         pub(crate) static CLEAR_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
+        /// `watchpoint_insert` returns without shooting its pages down.
+        pub(crate) static POINT_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
     }
 }

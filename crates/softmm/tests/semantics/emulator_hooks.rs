@@ -438,3 +438,38 @@ fn an_emulator_sees_its_guest_rewrite_code_and_logs_exactly_the_pages_written() 
     drop((loader, mm));
     assert_no_leaks(&phys);
 }
+
+/// A write watch on part of a 2 MiB hugetlb page: the page was cached
+/// writable in the 2 MiB TLB before the watch, arming drops it, and then
+/// a notify store to a watched 4 KiB page is stopped while the rest of the
+/// huge page (read, and written outside the watched pages) goes on; a
+/// logged store marks exactly its 4 KiB page.
+#[test]
+fn a_write_watch_inside_a_hugetlb_page() {
+    const HP: u64 = 2 << 20;
+    let phys = PhysMem::new(PhysConfig::new((8 << 20) + 2 * HP).hugepages(1)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, HP, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, None, 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + 3 * PAGE, 1).unwrap();
+    cpu.write_u64(a + 100 * PAGE, 2).unwrap();
+    mm.write_watch(a + 3 * PAGE, PAGE, WatchMode::Notify).unwrap();
+    assert_eq!(cpu.write_u64(a + 3 * PAGE + 8, 3), Err(Fault::WriteWatch { addr: a + 3 * PAGE + 8 }));
+    assert_eq!(cpu.read_u64(a + 3 * PAGE + 8), Ok(0), "not stored");
+    cpu.write_u64(a + 100 * PAGE, 4).unwrap();
+    assert_eq!(cpu.read_u64(a + 3 * PAGE), Ok(1));
+    mm.write_unwatch(a + 3 * PAGE, PAGE, WatchMode::Notify).unwrap();
+    cpu.write_u64(a + 3 * PAGE + 8, 3).unwrap();
+    // The log of 8 of its 4 KiB pages.
+    mm.write_watch(a, 8 * PAGE, WatchMode::Log).unwrap();
+    cpu.write_u8(a + 5 * PAGE + 1, 1).unwrap();
+    cpu.write_u8(a + 100 * PAGE, 1).unwrap();
+    let mut bits = [0u64; 1];
+    mm.dirty_log(a, 8 * PAGE, &mut bits, true).unwrap();
+    assert_eq!(bits[0], 1 << 5);
+    cpu.write_u8(a + 5 * PAGE + 1, 2).unwrap();
+    mm.dirty_log(a, 8 * PAGE, &mut bits, false).unwrap();
+    assert_eq!(bits[0], 1 << 5, "marked again after the clear");
+    drop((cpu, mm));
+    assert_no_leaks(&phys);
+}

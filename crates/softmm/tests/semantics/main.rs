@@ -41,3 +41,4 @@ mod pin;
 mod pin_host;
 mod placement;
 mod semantics;
+mod watchpoints;
