@@ -76,7 +76,7 @@
 #define SOFTMM_VERSION_MINOR 2
 
 // The patch version of the header.
-#define SOFTMM_VERSION_PATCH 0
+#define SOFTMM_VERSION_PATCH 1
 
 // `FOLL_WRITE`: the device will write: COW is broken first and the
 // mapping must be writable.
