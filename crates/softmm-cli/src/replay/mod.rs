@@ -43,8 +43,10 @@
 //!   with a mapping an overlapping call of another thread of the same process
 //!   removed, that call is replayed first.
 
+pub mod faults;
 mod fds;
 mod files;
+mod maps;
 pub mod parse;
 mod process;
 mod ranges;
@@ -81,6 +83,11 @@ pub struct Options {
     pub verbose: bool,
     /// Arena bytes (default: enough for the populating calls in the log).
     pub arena: Option<u64>,
+    /// The recording's page faults: `perf script` text (see [`faults`]).
+    pub faults: Option<Arc<str>>,
+    /// The real `/proc/PID/maps` of the log's first pid's last program at
+    /// its end, to compare the replay's final mappings with ([`maps`]).
+    pub compare_maps: Option<Arc<str>>,
 }
 
 /// What every process of a replay shares.
@@ -91,6 +98,8 @@ pub(crate) struct Shared {
     mismatches: Vec<String>,
     /// `--verbose` lines.
     out: String,
+    /// The recorded faults, once replayed.
+    faults: Option<faults::Faults>,
 }
 
 /// A pid's relation to the process it runs in.
@@ -333,6 +342,59 @@ impl Tracker<'_> {
     }
 }
 
+/// The recorded faults during a replay: which comes next for each thread,
+/// and each thread's CPU.
+struct FaultReplay {
+    faults: faults::Faults,
+    /// Per tid: the index of its next anchor call.
+    next: HashMap<u64, usize>,
+    cpus: HashMap<u64, softmm::Cpu>,
+}
+
+impl FaultReplay {
+    /// The thread record `r` ran on, as the fault stream names it.
+    fn tid(&self, r: &Record) -> Option<u64> {
+        r.pid.or(self.faults.pidless_tid)
+    }
+
+    /// Replays the faults its thread took before record `r` (one of
+    /// [`faults::ANCHORS`]), in the process the thread runs in now, if any.
+    fn before(&mut self, tr: &mut Tracker, r: &Record) {
+        let Some(tid) = self.tid(r) else { return };
+        if faults::anchor_name(r).is_none() {
+            return;
+        }
+        let k = self.next.entry(tid).or_insert(0);
+        let slot = *k;
+        *k += 1;
+        self.replay(tr, r.pid, tid, slot..slot + 1);
+    }
+
+    /// Replays the faults of `tid` in `slots` in the process `pid` runs in.
+    fn replay(&mut self, tr: &mut Tracker, pid: Option<u64>, tid: u64, slots: std::ops::Range<usize>) {
+        let Some(list) = self.faults.by_tid.get(&tid) else { return };
+        let Some(&(p, _)) = tr.by_pid.get(&pid) else { return };
+        if !tr.procs[p].alive() {
+            return;
+        }
+        let cpu = self.cpus.entry(tid).or_default();
+        let end = slots.end.min(list.len());
+        for pf in list[slots.start.min(end)..end].iter().flatten() {
+            tr.procs[p].fault(cpu, *pf);
+        }
+    }
+
+    /// Replays the faults each thread took after its last anchor call.
+    fn rest(&mut self, tr: &mut Tracker) {
+        let tids: Vec<u64> = self.faults.by_tid.keys().copied().collect();
+        for tid in tids {
+            let from = self.next.get(&tid).copied().unwrap_or(0);
+            let pid = if self.faults.pidless_tid == Some(tid) { None } else { Some(tid) };
+            self.replay(tr, pid, tid, from..usize::MAX);
+        }
+    }
+}
+
 /// `s`, cut to 60 characters.
 fn short(s: &str) -> String {
     match s.char_indices().nth(60) {
@@ -386,8 +448,13 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         phys.set_overcommit(oc);
     }
     let recs = &log.records;
-    let mut sh =
-        Shared { opts: opts.clone(), files: Files::new(&phys, recs), mismatches: Vec::new(), out: String::new() };
+    let mut sh = Shared {
+        opts: opts.clone(),
+        files: Files::new(&phys, recs),
+        mismatches: Vec::new(),
+        out: String::new(),
+        faults: None,
+    };
     let mut tr = Tracker {
         recs,
         phys: phys.clone(),
@@ -412,6 +479,11 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     };
     let mut process_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut fd_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut fr = opts.faults.as_ref().map(|script| FaultReplay {
+        faults: faults::place(script, recs),
+        next: HashMap::new(),
+        cpus: HashMap::new(),
+    });
     let mut done = vec![false; recs.len()];
     for i in 0..recs.len() {
         if done[i] {
@@ -419,6 +491,9 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         }
         done[i] = true;
         let r = &recs[i];
+        if let Some(fr) = &mut fr {
+            fr.before(&mut tr, r);
+        }
         if r.call.is_process() {
             *process_calls.entry(r.call.name()).or_default() += 1;
             tr.process_call(i)?;
@@ -441,6 +516,9 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
                 }
                 let same = tr.by_pid.get(&recs[j].pid).is_some_and(|&(q, _)| q == p);
                 if !done[j] && recs[j].pid != r.pid && same && Process::frees(&recs[j]) {
+                    if let Some(fr) = &mut fr {
+                        fr.before(&mut tr, &recs[j]);
+                    }
                     let fds = if tr.fd_lines { tr.fdt_of.get(&recs[j].pid).map(|&t| &tr.fdts[t]) } else { None };
                     let _ = tr.procs[p].step(&mut sh, &recs[j], fds, true);
                     done[j] = true;
@@ -450,6 +528,14 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             let fds = if tr.fd_lines { tr.fdt_of.get(&r.pid).map(|&t| &tr.fdts[t]) } else { None };
             let _ = tr.procs[p].step(&mut sh, r, fds, true);
         }
+    }
+    if let Some(fr) = &mut fr {
+        fr.rest(&mut tr);
+    }
+    // The CPUs hold their address spaces: they go first.
+    let faults = fr.map(|fr| fr.faults);
+    if let Some(real) = &opts.compare_maps {
+        compare_maps(&mut sh, &tr, real);
     }
     // Every address space and file dies: softmm must be back to nothing.
     for p in &mut tr.procs {
@@ -464,7 +550,33 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             left.frames_used, left.page_tables, left.vmas, left.rmap_entries
         ));
     }
+    sh.faults = faults;
     report(name, opts, &log, &tr, &sh, &process_calls, &fd_calls)
+}
+
+/// Compares the final mappings of the log's first pid's last program with
+/// `real` (see [`maps`]); each difference is a mismatch.
+fn compare_maps(sh: &mut Shared, tr: &Tracker, real: &str) {
+    let first = tr.recs.first().map(|r| r.pid);
+    let Some(p) = tr.procs.iter().rev().find(|p| Some(p.pid) == first && !p.counts.is_empty()) else {
+        sh.mismatches.push("--compare-maps: the log has no process with memory calls".into());
+        return;
+    };
+    if sh.opts.addresses != Addresses::Recorded {
+        sh.mismatches.push("--compare-maps needs --addresses recorded".into());
+        return;
+    }
+    let diffs = maps::compare(&maps::parse(real), &maps::parse(&p.maps_text()), &p.traced_region());
+    let n = maps::parse(real).len();
+    let _ = writeln!(
+        sh.out,
+        "final mappings of pid {} compared with the real maps ({n} lines) where traced calls made them: {} differences",
+        fmt_pid(p.pid),
+        diffs.len()
+    );
+    for d in diffs {
+        sh.mismatches.push(format!("final maps: {d}"));
+    }
 }
 
 /// `name 3, other 1`.
@@ -481,6 +593,7 @@ fn report(
     process_calls: &BTreeMap<&'static str, usize>,
     fd_calls: &BTreeMap<&'static str, usize>,
 ) -> Result<(String, bool), String> {
+    let faults = sh.faults.as_ref();
     let mut out = sh.out.clone();
     let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
     for p in &tr.procs {
@@ -518,6 +631,16 @@ fn report(
     for n in &tr.notes {
         let _ = writeln!(out, "  {n}");
     }
+    if let Some(f) = faults {
+        let _ = writeln!(
+            out,
+            "page faults: {} recorded, {} of threads the log does not show (the tracer's)",
+            f.total, f.other_threads
+        );
+        for d in &f.disagreements {
+            let _ = writeln!(out, "  {d}");
+        }
+    }
     for p in &shown {
         let indent = if several {
             let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
@@ -537,6 +660,23 @@ fn report(
         };
         if let Some(b) = p.start_brk {
             let _ = writeln!(out, "{indent}initial break {b:#x}");
+        }
+        if faults.is_some() {
+            let f = &p.faults;
+            let _ = writeln!(
+                out,
+                "{indent}page faults: {} replayed ({} read, {} write, {} fetch), {} on pre-trace memory skipped, \
+                 {} raised a signal in softmm",
+                f.replayed.iter().sum::<u64>(),
+                f.replayed[0],
+                f.replayed[1],
+                f.replayed[2],
+                f.pretrace,
+                f.signalled
+            );
+            for s in &f.signalled_first {
+                let _ = writeln!(out, "{indent}  {s}");
+            }
         }
         if !p.pretrace.is_empty() {
             let bytes: u64 = p.placeholders.iter().map(|p| p.end - p.start).sum();
@@ -628,7 +768,14 @@ mod tests {
     use super::*;
 
     fn opts() -> Options {
-        Options { addresses: Addresses::Recorded, maps: true, verbose: false, arena: Some(64 << 20) }
+        Options {
+            addresses: Addresses::Recorded,
+            maps: true,
+            verbose: false,
+            arena: Some(64 << 20),
+            faults: None,
+            compare_maps: None,
+        }
     }
 
     /// A log where pid 10 maps 8 KiB at 0x300000000 and forks pid 11, which

@@ -43,6 +43,23 @@ pub(super) struct Process {
     pub final_maps: Option<String>,
     /// How it ended (`exit_group at line 40`), if it did.
     pub ended: Option<String>,
+    /// What became of the recorded page faults replayed into it.
+    pub faults: FaultCounts,
+}
+
+/// The recorded page faults of a process, by what the replay did with them.
+#[derive(Default, Clone)]
+pub(super) struct FaultCounts {
+    /// Replayed, by access: read, write, fetch.
+    pub replayed: [u64; 3],
+    /// On memory no traced call touched (mapped before tracing began: the
+    /// executable, the interpreter, the stack): skipped.
+    pub pretrace: u64,
+    /// Replayed, and softmm raised a signal (a `SIGSEGV` the program may
+    /// have taken on purpose, as a JVM does, or a divergence): the count and
+    /// the first few.
+    pub signalled: u64,
+    pub signalled_first: Vec<String>,
 }
 
 fn show(r: Result<u64, i32>) -> String {
@@ -119,6 +136,7 @@ impl Process {
             mismatches: 0,
             final_maps: None,
             ended: None,
+            faults: FaultCounts::default(),
         }
     }
 
@@ -153,6 +171,46 @@ impl Process {
             Some(mm) => mm.maps_text(),
             None => self.final_maps.clone().unwrap_or_default(),
         }
+    }
+
+    /// Replays a recorded page fault of one of its threads on that thread's
+    /// `cpu`: an access of the fault's kind at its address (softmm's
+    /// addresses), without changing the memory's contents
+    /// ([`softmm::Cpu::translate`]). A fault on memory no traced call
+    /// touched is skipped.
+    pub(super) fn fault(&mut self, cpu: &mut softmm::Cpu, pf: super::faults::PageFault) {
+        let page = pf.addr & !(PAGE_SIZE - 1);
+        if self.known.gaps(page, page + PAGE_SIZE) == [(page, page + PAGE_SIZE)] {
+            self.faults.pretrace += 1;
+            return;
+        }
+        let mm = self.mm();
+        if !cpu.mm().is_some_and(|m| Arc::ptr_eq(m, mm)) {
+            cpu.attach(mm);
+        }
+        let addr = self.tr.tr(pf.addr);
+        let k = match pf.access {
+            softmm::Access::Write => 1,
+            softmm::Access::Execute => 2,
+            _ => 0,
+        };
+        self.faults.replayed[k] += 1;
+        if let Err(f) = cpu.translate(addr, pf.access) {
+            self.faults.signalled += 1;
+            if self.faults.signalled_first.len() < 5 {
+                self.faults.signalled_first.push(format!("{:?} at {addr:#x}: {f}", pf.access));
+            }
+        }
+    }
+
+    /// The recorded ranges traced calls made or changed, without the
+    /// placeholders for pre-trace memory.
+    pub(super) fn traced_region(&self) -> RangeSet {
+        let mut r = self.known.clone();
+        for ph in &self.placeholders {
+            r.remove(ph.start, ph.end);
+        }
+        r
     }
 
     /// After a successful `brk`: the heap from the initial break is known.
