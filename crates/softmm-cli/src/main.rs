@@ -106,7 +106,13 @@ struct ReplayArgs {
     /// LOG's name with the extension `.perf.data`).
     #[arg(long, value_name = "PERF_DATA_OR_SCRIPT", conflicts_with = "run")]
     faults: Option<PathBuf>,
-    /// Compare the final mappings of the log's first pid (its last program) with this real
+    /// Huge pages (2 MiB) in the replay's hugetlb pool (default: as many as the log's successful
+    /// hugetlb mappings take at once; give the recording host's `vm.nr_hugepages` where the log
+    /// shows the pool running out).
+    #[arg(long, value_name = "N")]
+    hugepages: Option<u64>,
+    /// Compare the final mappings of the log's first pid (its last program; else the last program
+    /// with memory calls) with this real
     /// `/proc/PID/maps`, where traced calls made them; each difference is a mismatch.
     #[arg(long, value_name = "MAPS")]
     compare_maps: Option<PathBuf>,
@@ -162,6 +168,7 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
         arena: a.arena,
         faults: faults.map(Into::into),
         compare_maps,
+        hugepages: a.hugepages,
     };
     let (out, ok) = replay::replay(&name, &text, &opts)?;
     print!("{out}");

@@ -61,7 +61,7 @@ use softmm::{PhysConfig, PhysMem};
 use fds::{Desc, FdTable};
 use files::Files;
 use parse::{Call, Record, Ret, CLONE_FILES, CLONE_THREAD, CLONE_VM};
-use process::Process;
+use process::{Limits, Process};
 
 /// Where non-fixed mappings go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -85,8 +85,12 @@ pub struct Options {
     pub arena: Option<u64>,
     /// The recording's page faults: `perf script` text (see [`faults`]).
     pub faults: Option<Arc<str>>,
-    /// The real `/proc/PID/maps` of the log's first pid's last program at
-    /// its end, to compare the replay's final mappings with ([`maps`]).
+    /// Huge pages in the replay's hugetlb pool (default: what the log's
+    /// successful hugetlb mappings take, all at once).
+    pub hugepages: Option<u64>,
+    /// The real `/proc/PID/maps` of the log's first pid's last program (or,
+    /// where that made no memory call, the last program that did) at its
+    /// end, to compare the replay's final mappings with ([`maps`]).
     pub compare_maps: Option<Arc<str>>,
 }
 
@@ -100,6 +104,8 @@ pub(crate) struct Shared {
     out: String,
     /// The recorded faults, once replayed.
     faults: Option<faults::Faults>,
+    /// Huge pages in the pool.
+    hugepages: u64,
 }
 
 /// A pid's relation to the process it runs in.
@@ -135,6 +141,9 @@ struct Tracker<'a> {
     fd_lines: bool,
     /// What the replay assumed about pids, for the report.
     notes: Vec<String>,
+    /// Each pid's resource limits that softmm models, set by the log's
+    /// `setrlimit`/`prlimit64` (inherited by children, kept by `execve`).
+    limits: HashMap<Option<u64>, Limits>,
 }
 
 impl Tracker<'_> {
@@ -149,6 +158,36 @@ impl Tracker<'_> {
             }
         }
         None
+    }
+
+    /// Whether the program `pid` runs from record `from` on (until its next
+    /// `execve`) locks more than its `RLIMIT_MEMLOCK` with `MAP_LOCKED`
+    /// mmaps that succeeded, and none failed with `EAGAIN`: then it could
+    /// lock without limit (`CAP_IPC_LOCK`), and the line that shows it.
+    fn locks_past_the_limit(&self, from: usize, pid: Option<u64>, limits: Limits) -> Option<String> {
+        let limit = limits.memlock.unwrap_or(crate::workloads::mm_config().memlock_limit);
+        let mut locked = 0u64;
+        let mut past = None;
+        for (j, r) in self.recs.iter().enumerate().skip(from).filter(|(_, r)| r.pid == pid) {
+            match (&r.call, r.ret) {
+                (Call::Execve { .. }, Ret::Val(_)) if j > from => break,
+                (Call::Mmap { len, flags, .. }, ret) if flags & libc::MAP_LOCKED != 0 => match ret {
+                    Ret::Err(libc::EAGAIN) => return None,
+                    Ret::Err(_) => {}
+                    Ret::Val(_) => {
+                        locked = locked.saturating_add(softmm::page_align(*len));
+                        if locked > limit && past.is_none() {
+                            past = Some(format!(
+                                "MAP_LOCKED mappings of {locked} bytes succeeded by line {}, past RLIMIT_MEMLOCK {limit}",
+                                r.line
+                            ));
+                        }
+                    }
+                },
+                _ => {}
+            }
+        }
+        past
     }
 
     /// The descriptor table of `pid` (a new, empty one for a pid the log
@@ -179,14 +218,42 @@ impl Tracker<'_> {
             }
             Call::Close { fd } => table.close(*fd),
             Call::Dup { old, cloexec } => table.dup(*old, fd, *cloexec),
-            Call::MemfdCreate { name, cloexec } => {
-                let path = r.ret_path.clone().unwrap_or_else(|| format!("/memfd:{name} (deleted)"));
+            Call::MemfdCreate { name, cloexec, hugetlb } => {
+                let path = r.ret_path.clone().unwrap_or_else(|| format!("/memfd:{name}"));
                 let flags = libc::O_RDWR | if *cloexec { libc::O_CLOEXEC } else { 0 };
-                table.install(fd, Desc::opened(path, flags));
+                table.install(fd, Desc { memfd: true, hugetlb: *hugetlb, ..Desc::opened(path, flags) });
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Applies a successful `setrlimit`/`prlimit64` recorded at `i` to its
+    /// pid's limits. softmm fixes an address space's limits when it makes
+    /// it, so a limit applies to the address spaces the pid's `execve`s (and
+    /// its children's) make from then on; the report says so, and names the
+    /// limits softmm does not model.
+    fn rlimit(&mut self, i: usize) {
+        let r = &self.recs[i];
+        let (Call::Rlimit { resource, cur }, Ret::Val(_)) = (&r.call, r.ret) else { return };
+        if resource.is_empty() {
+            return;
+        }
+        let l = self.limits.entry(r.pid).or_default();
+        let what = match resource.as_str() {
+            "RLIMIT_STACK" => {
+                l.stack = Some(*cur);
+                "MmConfig::stack_limit, for address spaces made after it"
+            }
+            "RLIMIT_MEMLOCK" => {
+                l.memlock = Some(*cur);
+                "MmConfig::memlock_limit, for address spaces made after it"
+            }
+            "RLIMIT_AS" | "RLIMIT_DATA" => "not modelled by softmm: ignored",
+            _ => return,
+        };
+        let v = if *cur == u64::MAX { "unlimited".to_string() } else { cur.to_string() };
+        self.notes.push(format!("pid {}: {resource} = {v} at line {}: {what}", fmt_pid(r.pid), r.line));
     }
 
     /// Sets up the child whose line `i` comes before its fork's result:
@@ -212,7 +279,12 @@ impl Tracker<'_> {
 
     /// A new process for `pid` with a fresh address space.
     fn start(&mut self, i: usize, pid: Option<u64>, origin: String) -> Result<usize, String> {
-        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid))?;
+        let mut limits = self.limits.get(&pid).copied().unwrap_or_default();
+        if let Some(why) = self.locks_past_the_limit(i, pid, limits) {
+            self.notes.push(format!("pid {}: {why}: taken for CAP_IPC_LOCK (root)", fmt_pid(pid)));
+            limits.cap_ipc_lock = true;
+        }
+        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), limits)?;
         Ok(self.add(p, pid))
     }
 
@@ -231,6 +303,9 @@ impl Tracker<'_> {
             self.fdts.len() - 1
         };
         self.fdt_of.insert(Some(child), fds);
+        if let Some(&l) = self.limits.get(&r.pid) {
+            self.limits.insert(Some(child), l);
+        }
         if flags & CLONE_VM != 0 {
             let role = if flags & CLONE_THREAD != 0 { Role::Member } else { Role::Borrower };
             self.by_pid.insert(Some(child), (parent, role));
@@ -439,7 +514,11 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         let want = (64 << 20) + populate.min(8 << 30);
         mem_available().map_or(want, |a| want.min(a / 2).max(64 << 20))
     });
-    let phys = PhysMem::new(PhysConfig::new(arena)).map_err(|e| format!("arena of {arena} bytes: {e}"))?;
+    // The hugetlb pool, taken from the arena.
+    let hugepages = opts.hugepages.unwrap_or_else(|| Files::hugepages_needed(&log.records));
+    let arena = arena.saturating_add(hugepages.saturating_mul(files::HPAGE_SIZE));
+    let phys = PhysMem::new(PhysConfig::new(arena).hugepages(hugepages))
+        .map_err(|e| format!("arena of {arena} bytes with {hugepages} huge pages: {e}"))?;
     // The traced process was charged against a real machine's RAM, not the
     // arena's: commit accounting follows this machine's RAM and swap.
     if let Some(ram) = meminfo("MemTotal:") {
@@ -454,6 +533,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         mismatches: Vec::new(),
         out: String::new(),
         faults: None,
+        hugepages,
     };
     let mut tr = Tracker {
         recs,
@@ -471,6 +551,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             .collect(),
         process_lines: recs.iter().any(|r| r.call.is_process() && !matches!(r.call, Call::Exit { .. })),
         notes: Vec::new(),
+        limits: HashMap::new(),
         fdts: Vec::new(),
         fdt_of: HashMap::new(),
         fd_lines: recs.iter().any(|r| {
@@ -493,6 +574,15 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         let r = &recs[i];
         if let Some(fr) = &mut fr {
             fr.before(&mut tr, r);
+        }
+        match r.call {
+            Call::Rlimit { .. } => {
+                tr.rlimit(i);
+                continue;
+            }
+            // Read by `Files` for the names of unlinked files.
+            Call::Unlink { .. } => continue,
+            _ => {}
         }
         if r.call.is_process() {
             *process_calls.entry(r.call.name()).or_default() += 1;
@@ -557,8 +647,11 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
 /// Compares the final mappings of the log's first pid's last program with
 /// `real` (see [`maps`]); each difference is a mismatch.
 fn compare_maps(sh: &mut Shared, tr: &Tracker, real: &str) {
+    // The log's first pid's last program, else the last program that made
+    // memory calls (a shell's child that ran the program).
     let first = tr.recs.first().map(|r| r.pid);
-    let Some(p) = tr.procs.iter().rev().find(|p| Some(p.pid) == first && !p.counts.is_empty()) else {
+    let with_calls = || tr.procs.iter().rev().filter(|p| !p.counts.is_empty());
+    let Some(p) = with_calls().find(|p| Some(p.pid) == first).or_else(|| with_calls().next()) else {
         sh.mismatches.push("--compare-maps: the log has no process with memory calls".into());
         return;
     };
@@ -630,6 +723,9 @@ fn report(
     }
     for n in &tr.notes {
         let _ = writeln!(out, "  {n}");
+    }
+    if sh.hugepages > 0 {
+        let _ = writeln!(out, "hugetlb pool: {} huge pages of 2 MiB", sh.hugepages);
     }
     if let Some(f) = faults {
         let _ = writeln!(
@@ -775,6 +871,7 @@ mod tests {
             arena: Some(64 << 20),
             faults: None,
             compare_maps: None,
+            hugepages: None,
         }
     }
 

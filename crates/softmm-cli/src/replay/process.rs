@@ -45,6 +45,21 @@ pub(super) struct Process {
     pub ended: Option<String>,
     /// What became of the recorded page faults replayed into it.
     pub faults: FaultCounts,
+    /// Starts (recorded addresses) of the `MAP_GROWSDOWN` mappings traced
+    /// calls made: a fault below one may grow it.
+    growsdown: Vec<u64>,
+}
+
+/// The resource limits of a pid that softmm models (`MmConfig`), where the
+/// log set them.
+#[derive(Default, Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// `RLIMIT_STACK`.
+    pub stack: Option<u64>,
+    /// `RLIMIT_MEMLOCK`.
+    pub memlock: Option<u64>,
+    /// Inferred from the log: it locked past the limit.
+    pub cap_ipc_lock: bool,
 }
 
 /// The recorded page faults of a process, by what the replay did with them.
@@ -89,11 +104,19 @@ impl Process {
         pid: Option<u64>,
         origin: String,
         start_brk: Option<u64>,
+        limits: Limits,
     ) -> Result<Process, String> {
         let mut config = crate::workloads::mm_config();
         if let Some(b) = start_brk {
             config.start_brk = b;
         }
+        if let Some(l) = limits.stack {
+            config.stack_limit = l;
+        }
+        if let Some(l) = limits.memlock {
+            config.memlock_limit = l;
+        }
+        config.cap_ipc_lock |= limits.cap_ipc_lock;
         let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space for the recorded layout: {e}"))?;
         let mut known = RangeSet::default();
         if let Some(b) = start_brk {
@@ -107,7 +130,7 @@ impl Process {
     pub(super) fn fork(&self, pid: Option<u64>, origin: String) -> Result<Process, String> {
         let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
         let child = Process::begin(pid, origin, mm, self.start_brk, self.known.clone(), self.tr.clone());
-        Ok(Process { program: self.program.clone(), ..child })
+        Ok(Process { program: self.program.clone(), growsdown: self.growsdown.clone(), ..child })
     }
 
     /// A process that begins with `mm`, knowing `known` and `tr` of it, with
@@ -137,6 +160,7 @@ impl Process {
             final_maps: None,
             ended: None,
             faults: FaultCounts::default(),
+            growsdown: Vec::new(),
         }
     }
 
@@ -180,7 +204,10 @@ impl Process {
     /// touched is skipped.
     pub(super) fn fault(&mut self, cpu: &mut softmm::Cpu, pf: super::faults::PageFault) {
         let page = pf.addr & !(PAGE_SIZE - 1);
-        if self.known.gaps(page, page + PAGE_SIZE) == [(page, page + PAGE_SIZE)] {
+        // Below a traced growsdown mapping (within 128 MiB, Linux's
+        // largest stack gap at mmap_base): softmm decides whether it grows.
+        let below_growsdown = self.growsdown.iter().any(|&s| s > page && s - page <= 128 << 20);
+        if !below_growsdown && self.known.gaps(page, page + PAGE_SIZE) == [(page, page + PAGE_SIZE)] {
             self.faults.pretrace += 1;
             return;
         }
@@ -317,6 +344,16 @@ impl Process {
                     Fd::Num(n) | Fd::Path(n, _) => fds.and_then(|t| t.get(*n)),
                     Fd::None => None,
                 };
+                if super::files::no_mmap(fd, desc) && flags & MAP_ANONYMOUS == 0 {
+                    // A file without `mmap`: Linux's checks before it looks
+                    // for one, then `ENODEV`; softmm has no such file.
+                    got = self.checks_before_f_op_mmap(addr, len, prot, flags, off, desc, exp);
+                    if got != exp {
+                        self.mismatch(sh, r, exp, got, "a file without mmap");
+                    }
+                    self.verbose(sh, r, got, exp);
+                    return Ok(());
+                }
                 let open = sh.files.for_mmap(fd, prot, flags, exp, desc);
                 let (a, fl) = match (own, fixed, exp) {
                     // MAP_SHARED_VALIDATE refuses MAP_FIXED_NOREPLACE (not in
@@ -349,6 +386,9 @@ impl Process {
                             self.mismatch(sh, r, exp, got, "");
                         }
                         self.known.insert(rec, rec.saturating_add(page_align(len)));
+                        if flags & softmm::uapi::MAP_GROWSDOWN != 0 {
+                            self.growsdown.push(rec);
+                        }
                     }
                     (Err(e), Err(g)) if e == g => {}
                     (Err(_), Ok(g)) => {
@@ -439,12 +479,70 @@ impl Process {
             }
             _ => return Ok(()),
         }
+        self.verbose(sh, r, got, exp);
+        Ok(())
+    }
+
+    /// With `--verbose`, prints the call and softmm's result.
+    fn verbose(&self, sh: &mut Shared, r: &Record, got: Result<u64, i32>, exp: Result<u64, i32>) {
         if sh.opts.verbose {
             let ok = if got == exp { "" } else { "  <-- MISMATCH" };
             let pid = r.pid.map(|p| format!("{p} ")).unwrap_or_default();
             let _ = writeln!(sh.out, "{:>6}  {pid}{} = {}{}", r.line, r.text, show(got), ok);
         }
-        Ok(())
+    }
+
+    /// The result of an `mmap` of a file without an `mmap` operation (a
+    /// pipe, a socket, `/dev/null`): the errors Linux finds before it looks
+    /// for one (`ksys_mmap_pgoff`, `do_mmap`, in that order), else `ENODEV`.
+    /// The descriptor's mode is the table's, else taken as readable and
+    /// writable unless the recorded result was `EACCES`.
+    #[allow(clippy::too_many_arguments)]
+    fn checks_before_f_op_mmap(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        off: u64,
+        desc: Option<&super::fds::Desc>,
+        exp: Result<u64, i32>,
+    ) -> Result<u64, i32> {
+        let task_size = self.mm().config().task_size;
+        if off % PAGE_SIZE != 0 || flags & softmm::uapi::MAP_HUGETLB != 0 {
+            return Err(libc::EINVAL);
+        }
+        if !matches!(flags & MAP_TYPE, MAP_PRIVATE | softmm::uapi::MAP_SHARED | MAP_SHARED_VALIDATE) || len == 0 {
+            return Err(libc::EINVAL);
+        }
+        let alen = page_align(len);
+        if alen == 0 || alen > task_size {
+            return Err(libc::ENOMEM);
+        }
+        if (off >> softmm::PAGE_SHIFT).checked_add(alen >> softmm::PAGE_SHIFT).is_none() {
+            return Err(libc::EOVERFLOW);
+        }
+        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0 {
+            if addr % PAGE_SIZE != 0 {
+                return Err(libc::EINVAL);
+            }
+            if addr.checked_add(alen).is_none_or(|e| e > task_size) {
+                return Err(libc::ENOMEM);
+            }
+            let a = self.tr.tr(addr);
+            if flags & MAP_FIXED == 0 && self.unmapped(a, a + alen) != [(a, a + alen)] {
+                return Err(libc::EEXIST);
+            }
+        }
+        let (readable, writable) = match desc {
+            Some(d) => (d.readable, d.writable),
+            None => (exp != Err(libc::EACCES), exp != Err(libc::EACCES)),
+        };
+        let shared = matches!(flags & MAP_TYPE, softmm::uapi::MAP_SHARED | MAP_SHARED_VALIDATE);
+        if (shared && prot & libc::PROT_WRITE != 0 && !writable) || !readable {
+            return Err(libc::EACCES);
+        }
+        Err(libc::ENODEV)
     }
 
     /// What a successful `mremap` (recorded addresses, result `rec`) tells

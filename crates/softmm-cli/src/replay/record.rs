@@ -8,7 +8,8 @@ use std::process::Command;
 
 /// The `-e trace=` set: the memory calls, the process calls (one address
 /// space per program, forks, exits) and the descriptor calls (open modes).
-pub const TRACE_SET: &str = "trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create";
+pub const TRACE_SET: &str =
+    "trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create,unlink,unlinkat,setrlimit,prlimit64";
 
 /// What a recording produced.
 pub struct Recording {
