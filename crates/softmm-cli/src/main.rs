@@ -106,6 +106,23 @@ struct ReplayArgs {
     /// LOG's name with the extension `.perf.data`).
     #[arg(long, value_name = "PERF_DATA_OR_SCRIPT", conflicts_with = "run")]
     faults: Option<PathBuf>,
+    /// After the replay, run the log as a workload: each recorded thread's calls and faults on a
+    /// thread of its own, on a fresh address space per policy, as fast as possible, ordered across
+    /// threads only where the log orders them on the same memory. Prints per program and policy
+    /// the total and per-thread times, calls and faults per second and the lab's counters; every
+    /// result must be the replay's (the log's), else the replay fails. Needs `--addresses
+    /// recorded`; with `--faults` (or `--run` with perf) the faults are part of the workload.
+    #[arg(long)]
+    bench: bool,
+    /// With `--bench`: fault policies, comma-separated, or `all`.
+    #[arg(long, requires = "bench", default_value = "all", value_name = "POLICIES")]
+    policy: String,
+    /// With `--bench`: runs per policy (the table gives the median run and the range).
+    #[arg(long, requires = "bench", default_value_t = 3)]
+    repeat: usize,
+    /// With `--bench`: write every run (times, rates, counters) to this JSON file.
+    #[arg(long, requires = "bench", value_name = "FILE")]
+    json: Option<PathBuf>,
     /// Huge pages (2 MiB) in the replay's hugetlb pool (default: as many as the log's successful
     /// hugetlb mappings take at once; give the recording host's `vm.nr_hugepages` where the log
     /// shows the pool running out).
@@ -161,6 +178,22 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
         Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?.into()),
         None => None,
     };
+    let bench = if a.bench {
+        if a.addresses != replay::Addresses::Recorded {
+            return Err("--bench needs --addresses recorded".into());
+        }
+        let policies = if a.policy == "all" {
+            softmm::FaultPolicy::ALL.to_vec()
+        } else {
+            a.policy
+                .split(',')
+                .map(|n| softmm::FaultPolicy::from_name(n.trim()).ok_or_else(|| format!("unknown fault policy `{n}`")))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        Some(replay::bench::BenchOptions { policies, repeat: a.repeat, json: a.json.clone() })
+    } else {
+        None
+    };
     let opts = replay::Options {
         addresses: a.addresses,
         maps: a.maps,
@@ -169,6 +202,7 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
         faults: faults.map(Into::into),
         compare_maps,
         hugepages: a.hugepages,
+        bench,
     };
     let (out, ok) = replay::replay(&name, &text, &opts)?;
     print!("{out}");

@@ -43,10 +43,12 @@
 //!   with a mapping an overlapping call of another thread of the same process
 //!   removed, that call is replayed first.
 
+pub mod bench;
 pub mod faults;
 mod fds;
 mod files;
 mod maps;
+mod ops;
 pub mod parse;
 mod process;
 mod ranges;
@@ -85,6 +87,10 @@ pub struct Options {
     pub arena: Option<u64>,
     /// The recording's page faults: `perf script` text (see [`faults`]).
     pub faults: Option<Arc<str>>,
+    /// `--bench`: after the replay, run its calls and faults again as fast
+    /// as possible, each thread on a thread of its own, under these
+    /// policies ([`bench`]).
+    pub bench: Option<bench::BenchOptions>,
     /// Huge pages in the replay's hugetlb pool (default: what the log's
     /// successful hugetlb mappings take, all at once).
     pub hugepages: Option<u64>,
@@ -106,6 +112,8 @@ pub(crate) struct Shared {
     faults: Option<faults::Faults>,
     /// Huge pages in the pool.
     hugepages: u64,
+    /// `--bench`'s tables.
+    bench_out: String,
 }
 
 /// A pid's relation to the process it runs in.
@@ -144,6 +152,8 @@ struct Tracker<'a> {
     /// Each pid's resource limits that softmm models, set by the log's
     /// `setrlimit`/`prlimit64` (inherited by children, kept by `execve`).
     limits: HashMap<Option<u64>, Limits>,
+    /// Whether processes keep the plan of their calls (`--bench`).
+    plan: bool,
 }
 
 impl Tracker<'_> {
@@ -284,7 +294,10 @@ impl Tracker<'_> {
             self.notes.push(format!("pid {}: {why}: taken for CAP_IPC_LOCK (root)", fmt_pid(pid)));
             limits.cap_ipc_lock = true;
         }
-        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), limits)?;
+        let mut p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), limits)?;
+        if self.plan {
+            p.plan = Some(Vec::new());
+        }
         Ok(self.add(p, pid))
     }
 
@@ -312,7 +325,7 @@ impl Tracker<'_> {
             return Ok(parent);
         }
         let origin = format!("fork of pid {} at line {}", fmt_pid(r.pid), r.line);
-        let p = self.procs[parent].fork(Some(child), origin)?;
+        let p = self.procs[parent].fork(r.pid, Some(child), origin)?;
         Ok(self.add(p, Some(child)))
     }
 
@@ -455,7 +468,7 @@ impl FaultReplay {
         let cpu = self.cpus.entry(tid).or_default();
         let end = slots.end.min(list.len());
         for pf in list[slots.start.min(end)..end].iter().flatten() {
-            tr.procs[p].fault(cpu, *pf);
+            tr.procs[p].fault(cpu, tid, *pf);
         }
     }
 
@@ -534,6 +547,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         out: String::new(),
         faults: None,
         hugepages,
+        bench_out: String::new(),
     };
     let mut tr = Tracker {
         recs,
@@ -552,6 +566,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         process_lines: recs.iter().any(|r| r.call.is_process() && !matches!(r.call, Call::Exit { .. })),
         notes: Vec::new(),
         limits: HashMap::new(),
+        plan: opts.bench.is_some(),
         fdts: Vec::new(),
         fdt_of: HashMap::new(),
         fd_lines: recs.iter().any(|r| {
@@ -630,6 +645,17 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     // Every address space and file dies: softmm must be back to nothing.
     for p in &mut tr.procs {
         p.release();
+    }
+    if let Some(b) = &opts.bench {
+        let procs: Vec<&Process> = tr.procs.iter().collect();
+        let ok = bench::run(&phys, &procs, b, sh.mismatches.len(), &mut sh.bench_out);
+        if !ok {
+            sh.mismatches.push("--bench: a call's result differed from the replay's (see above)".into());
+        }
+        // The plans hold the files' opens.
+        for p in &mut tr.procs {
+            p.plan = None;
+        }
     }
     sh.files.clear();
     let left = phys.quiesce();
@@ -813,6 +839,7 @@ fn report(
     for (line, why) in &log.bad {
         let _ = writeln!(out, "line {line}: cannot parse: {why}");
     }
+    out.push_str(&sh.bench_out);
     for m in &sh.mismatches {
         let _ = writeln!(out, "MISMATCH {m}");
     }
@@ -872,6 +899,7 @@ mod tests {
             faults: None,
             compare_maps: None,
             hugepages: None,
+            bench: None,
         }
     }
 

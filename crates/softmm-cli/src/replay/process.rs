@@ -12,6 +12,7 @@ use softmm::uapi::{
 use softmm::{page_align, AddressSpace, PhysMem, PAGE_SIZE};
 
 use super::fds::FdTable;
+use super::ops::{Op, Planned};
 use super::parse::{errno_name, Call, Fd, Record, Ret};
 use super::ranges::{proof, Placeholder, RangeSet, Translation};
 use super::{Addresses, Shared};
@@ -48,6 +49,13 @@ pub(super) struct Process {
     /// Starts (recorded addresses) of the `MAP_GROWSDOWN` mappings traced
     /// calls made: a fault below one may grow it.
     growsdown: Vec<u64>,
+    /// For `--bench`: every softmm call made into it, in order.
+    pub plan: Option<Vec<Planned>>,
+    /// The configuration its address space was made with.
+    pub config: softmm::MmConfig,
+    /// Whether it began as a fork (the bench runs programs from their
+    /// start only).
+    pub forked: bool,
 }
 
 /// The resource limits of a pid that softmm models (`MmConfig`), where the
@@ -92,10 +100,6 @@ fn recorded(ret: Ret) -> Result<u64, i32> {
     }
 }
 
-fn code(e: softmm::Errno) -> i32 {
-    e.code()
-}
-
 impl Process {
     /// A process with a new, empty address space whose heap starts at
     /// `start_brk` (the recorded initial break).
@@ -127,10 +131,15 @@ impl Process {
 
     /// A child of `fork()`: a copy-on-write copy of this address space
     /// ([`AddressSpace::fork`]) and of what the replay knows of it.
-    pub(super) fn fork(&self, pid: Option<u64>, origin: String) -> Result<Process, String> {
+    /// `tid`: the parent's thread that forked.
+    pub(super) fn fork(&mut self, tid: Option<u64>, pid: Option<u64>, origin: String) -> Result<Process, String> {
         let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
+        if let Some(plan) = &mut self.plan {
+            plan.push(Planned { tid: tid.unwrap_or(0), op: Op::Fork, result: Ok(0), call: false });
+        }
         let child = Process::begin(pid, origin, mm, self.start_brk, self.known.clone(), self.tr.clone());
-        Ok(Process { program: self.program.clone(), growsdown: self.growsdown.clone(), ..child })
+        let plan = self.plan.as_ref().map(|_| Vec::new());
+        Ok(Process { program: self.program.clone(), growsdown: self.growsdown.clone(), plan, forked: true, ..child })
     }
 
     /// A process that begins with `mm`, knowing `known` and `tr` of it, with
@@ -143,6 +152,7 @@ impl Process {
         known: RangeSet,
         tr: Translation,
     ) -> Process {
+        let config = mm.config().clone();
         Process {
             pid,
             program: None,
@@ -161,6 +171,9 @@ impl Process {
             ended: None,
             faults: FaultCounts::default(),
             growsdown: Vec::new(),
+            plan: None,
+            config,
+            forked: false,
         }
     }
 
@@ -202,7 +215,7 @@ impl Process {
     /// addresses), without changing the memory's contents
     /// ([`softmm::Cpu::translate`]). A fault on memory no traced call
     /// touched is skipped.
-    pub(super) fn fault(&mut self, cpu: &mut softmm::Cpu, pf: super::faults::PageFault) {
+    pub(super) fn fault(&mut self, cpu: &mut softmm::Cpu, cpu_tid: u64, pf: super::faults::PageFault) {
         let page = pf.addr & !(PAGE_SIZE - 1);
         // Below a traced growsdown mapping (within 128 MiB, Linux's
         // largest stack gap at mmap_base): softmm decides whether it grows.
@@ -222,7 +235,12 @@ impl Process {
             _ => 0,
         };
         self.faults.replayed[k] += 1;
-        if let Err(f) = cpu.translate(addr, pf.access) {
+        let r = cpu.translate(addr, pf.access).map(|_| ());
+        if let Some(plan) = &mut self.plan {
+            let op = Op::Fault { addr, access: pf.access };
+            plan.push(Planned { tid: cpu_tid, op, result: r.map(|()| 0).map_err(|_| 1), call: false });
+        }
+        if let Err(f) = r {
             self.faults.signalled += 1;
             if self.faults.signalled_first.len() < 5 {
                 self.faults.signalled_first.push(format!("{:?} at {addr:#x}: {f}", pf.access));
@@ -288,7 +306,15 @@ impl Process {
             let (s, e) = (self.tr.tr(s), self.tr.tr(s).saturating_add(e - s));
             for (hs, he) in self.unmapped(s, e) {
                 let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
-                if self.mm().mmap(hs, he - hs, libc::PROT_READ | libc::PROT_WRITE, flags, None, 0).is_ok() {
+                let op = Op::Mmap {
+                    addr: hs,
+                    len: he - hs,
+                    prot: libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    file: None,
+                    off: 0,
+                };
+                if self.op(r, op, false).is_ok() {
                     self.placeholders.push(Placeholder { start: hs, end: he, line: r.line, call: r.call.name() });
                 }
             }
@@ -370,10 +396,16 @@ impl Process {
                 got = if occupied {
                     Err(libc::EEXIST)
                 } else {
-                    mm.mmap(a, len, prot, fl, open.as_ref(), off).map_err(code)
+                    self.op(r, Op::Mmap { addr: a, len, prot, flags: fl, file: open.clone(), off }, true)
                 };
                 if !own && !fixed && exp.is_ok() && got == Err(libc::EEXIST) && !last_try {
                     *self.counts.entry("mmap").or_default() -= 1;
+                    // Retried: the attempt changed nothing and is no op.
+                    if !occupied {
+                        if let Some(plan) = &mut self.plan {
+                            plan.pop();
+                        }
+                    }
                     return Err(());
                 }
                 match (exp, got) {
@@ -394,7 +426,7 @@ impl Process {
                     (Err(_), Ok(g)) => {
                         self.mismatch(sh, r, exp, got, "undone");
                         if !fixed {
-                            let _ = mm.munmap(g, len);
+                            let _ = self.op(r, Op::Munmap { addr: g, len }, false);
                         }
                     }
                     _ => self.mismatch(sh, r, exp, got, ""),
@@ -402,7 +434,7 @@ impl Process {
             }
             Call::Munmap { addr, len } => {
                 // Success proves nothing: Linux unmaps holes without error.
-                got = mm.munmap(self.tr.tr(addr), len).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Munmap { addr: self.tr.tr(addr), len }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -414,7 +446,7 @@ impl Process {
                 if exp.is_ok() {
                     self.pretrace(r);
                 }
-                got = mm.mprotect(self.tr.tr(addr), len, prot).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Mprotect { addr: self.tr.tr(addr), len, prot }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -423,7 +455,7 @@ impl Process {
                 if exp.is_ok() {
                     self.pretrace(r);
                 }
-                got = mm.madvise(self.tr.tr(addr), len, advice).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Madvise { addr: self.tr.tr(addr), len, advice }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -450,7 +482,8 @@ impl Process {
                 {
                     na = self.tr.tr(old);
                 }
-                got = mm.mremap(self.tr.tr(old), old_len, new_len, fl, na).map_err(code);
+                let op = Op::Mremap { old: self.tr.tr(old), old_len, new_len, flags: fl, new_addr: na };
+                got = self.op(r, op, true);
                 match (exp, got) {
                     (Ok(rec), Ok(g)) => {
                         if own && g != self.tr.tr(rec) && flags & MREMAP_FIXED == 0 {
@@ -468,8 +501,7 @@ impl Process {
                 }
             }
             Call::Brk { addr } => {
-                let g = mm.brk(addr);
-                got = Ok(g);
+                got = self.op(r, Op::Brk { addr }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -481,6 +513,16 @@ impl Process {
         }
         self.verbose(sh, r, got, exp);
         Ok(())
+    }
+
+    /// Runs `op` (for record `r`; `call`: one of the log's calls) and, for
+    /// `--bench`, keeps it in the plan.
+    fn op(&mut self, r: &Record, op: Op, call: bool) -> Result<u64, i32> {
+        let result = op.run(self.mm(), None);
+        if let Some(plan) = &mut self.plan {
+            plan.push(Planned { tid: r.pid.unwrap_or(0), op, result, call });
+        }
+        result
     }
 
     /// With `--verbose`, prints the call and softmm's result.
