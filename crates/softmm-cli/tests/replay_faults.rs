@@ -131,3 +131,40 @@ fn faults_from_a_script_written_by_hand() {
     assert!(out.stdout.contains("thread 7: perf's call 1 is munmap, the log's is brk"), "{}", out.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fault that perf saw before another thread's `munmap` entered the
+/// kernel is replayed before it, though its own thread's next call comes
+/// after the `munmap` in the log (found replaying Node's worker threads:
+/// 125 such faults raised SIGSEGV in softmm before).
+#[test]
+fn a_fault_before_another_threads_munmap_is_replayed_before_it() {
+    let dir = scratch("order");
+    let log = dir.join("t.log");
+    std::fs::write(
+        &log,
+        "7 brk(NULL) = 0x555555559000\n\
+         7 mmap(0x7f0000000000, 16384, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x7f0000000000\n\
+         8 munmap(0x7f0000000000, 16384) = 0\n\
+         7 mmap(0x7f0000100000, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x7f0000100000\n",
+    )
+    .unwrap();
+    let script = dir.join("t.script");
+    std::fs::write(
+        &script,
+        "7 1.0: syscalls:sys_enter_brk: brk: 0x0\n\
+         7 1.1: syscalls:sys_enter_mmap: addr: 0x7f0000000000\n\
+         7 1.2: exceptions:page_fault_user: address=0x7f0000000010 ip=0x1 error_code=0x6\n\
+         8 1.3: syscalls:sys_enter_munmap: addr: 0x7f0000000000\n\
+         7 1.4: exceptions:page_fault_user: address=0x7f0000001000 ip=0x1 error_code=0x6\n\
+         7 1.5: syscalls:sys_enter_mmap: addr: 0x7f0000100000\n",
+    )
+    .unwrap();
+    let out = softmm(&["replay", log.to_str().unwrap(), "--faults", script.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    // The first before the munmap; the second after it, as on the host
+    // (where it took SIGSEGV).
+    assert!(out.stdout.contains("2 replayed (0 read, 2 write, 0 fetch)"), "{}", out.stdout);
+    assert!(out.stdout.contains("1 raised a signal in softmm"), "{}", out.stdout);
+    assert!(out.stdout.contains("Write at 0x7f0000001000: SIGSEGV (MapErr)"), "{}", out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}

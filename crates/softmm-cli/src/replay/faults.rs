@@ -14,7 +14,10 @@
 //! a thread's k-th anchor call in perf is its k-th anchor call in the log.
 //! A user page fault happens in user mode, so it lies strictly between two
 //! of its thread's system calls: placing it before the thread's next anchor
-//! call is exact.
+//! call is exact. Across threads, perf's one clock orders a fault against
+//! other threads' calls: the replay runs a thread's pending faults that
+//! perf saw before another thread's call entered the kernel before that
+//! call (a fault another thread's later `munmap` would otherwise refuse).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -95,6 +98,10 @@ pub struct Faults {
     /// faults just before it; the last entry holds the faults after its
     /// last anchor call.
     pub by_tid: HashMap<u64, Vec<Vec<PageFault>>>,
+    /// perf's time of each fault of `by_tid`, in the same places.
+    pub times: HashMap<u64, Vec<Vec<f64>>>,
+    /// perf's time of the entry of each anchor call of each thread.
+    pub enters: HashMap<u64, Vec<f64>>,
     /// The thread that stands for a log without pids (the one perf shows
     /// making the most calls).
     pub pidless_tid: Option<u64>,
@@ -138,7 +145,7 @@ pub const INSTALL: &str = "perf is in Debian's `linux-perf` package (Ubuntu: `li
 /// Parses a perf script: lines `[comm] TID[/TID] [[CPU]] TIME: EVENT: FIELDS`
 /// (the default output, or `-F tid,time,event,trace`). Other lines
 /// (headers, comments, other events) are skipped.
-fn parse_script(text: &str) -> Vec<(u64, Event)> {
+fn parse_script(text: &str) -> Vec<(u64, f64, Event)> {
     let mut out = Vec::new();
     for line in text.lines() {
         let toks: Vec<&str> = line.split_whitespace().collect();
@@ -156,9 +163,13 @@ fn parse_script(text: &str) -> Vec<(u64, Event)> {
         }) else {
             continue;
         };
+        // perf's time (`123.456789:`), the same clock for every thread;
+        // unknown: never before another thread's call.
+        let time = e.checked_sub(1).and_then(|i| toks[i].trim_end_matches(':').parse::<f64>().ok());
+        let time = time.unwrap_or(f64::INFINITY);
         let ev = toks[e].trim_end_matches(':');
         if let Some(name) = ev.strip_prefix("syscalls:sys_enter_") {
-            out.push((tid, Event::Enter(name.to_string())));
+            out.push((tid, time, Event::Enter(name.to_string())));
             continue;
         }
         let field = |k: &str| {
@@ -169,7 +180,7 @@ fn parse_script(text: &str) -> Vec<(u64, Event)> {
             })
         };
         if let (Some(addr), Some(code)) = (field("address="), field("error_code=")) {
-            out.push((tid, Event::Fault(PageFault { addr, access: access_of(code) })));
+            out.push((tid, time, Event::Fault(PageFault { addr, access: access_of(code) })));
         }
     }
     out
@@ -201,7 +212,7 @@ pub fn place(script: &str, records: &[Record]) -> Faults {
     let mut f = Faults::default();
     let tid_of_single = single.as_ref().and_then(|_| {
         let mut n: HashMap<u64, usize> = HashMap::new();
-        for (t, e) in &events {
+        for (t, _, e) in &events {
             if matches!(e, Event::Enter(_)) {
                 *n.entry(*t).or_default() += 1;
             }
@@ -215,7 +226,7 @@ pub fn place(script: &str, records: &[Record]) -> Faults {
     // Per tid: the index of its next anchor call, or None once the two
     // recordings disagreed.
     let mut next: HashMap<u64, Option<usize>> = HashMap::new();
-    for (tid, e) in events {
+    for (tid, time, e) in events {
         let Some(seq) = calls.get(&tid) else {
             if matches!(e, Event::Fault(_)) {
                 f.total += 1;
@@ -224,12 +235,14 @@ pub fn place(script: &str, records: &[Record]) -> Faults {
             continue;
         };
         let slots = f.by_tid.entry(tid).or_insert_with(|| vec![Vec::new(); seq.len() + 1]);
+        let times = f.times.entry(tid).or_insert_with(|| vec![Vec::new(); seq.len() + 1]);
         let k = next.entry(tid).or_insert(Some(0));
         match e {
             Event::Fault(pf) => {
                 f.total += 1;
                 if let Some(k) = *k {
                     slots[k].push(pf);
+                    times[k].push(time);
                 }
             }
             Event::Enter(name) => {
@@ -239,6 +252,7 @@ pub fn place(script: &str, records: &[Record]) -> Faults {
                 // not the log's next call: a disagreement.
                 if seq.get(i).is_some_and(|&n| n == name) {
                     *k = Some(i + 1);
+                    f.enters.entry(tid).or_default().push(time);
                 } else {
                     f.disagreements.push(format!(
                         "thread {tid}: perf's call {} is {name}, the log's is {}; its later faults are dropped",

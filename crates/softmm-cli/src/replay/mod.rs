@@ -434,8 +434,9 @@ impl Tracker<'_> {
 /// and each thread's CPU.
 struct FaultReplay {
     faults: faults::Faults,
-    /// Per tid: the index of its next anchor call.
-    next: HashMap<u64, usize>,
+    /// Per tid: the index of its next anchor call, and how many faults
+    /// before it are replayed.
+    next: HashMap<u64, (usize, usize)>,
     cpus: HashMap<u64, softmm::Cpu>,
 }
 
@@ -445,40 +446,53 @@ impl FaultReplay {
         r.pid.or(self.faults.pidless_tid)
     }
 
-    /// Replays the faults its thread took before record `r` (one of
-    /// [`faults::ANCHORS`]), in the process the thread runs in now, if any.
+    /// Before record `r` (one of [`faults::ANCHORS`]): the faults other
+    /// threads took before it entered the kernel (perf's clock), then the
+    /// rest of the faults its thread took before it, each in the process
+    /// its thread runs in now, if any.
     fn before(&mut self, tr: &mut Tracker, r: &Record) {
         let Some(tid) = self.tid(r) else { return };
         if faults::anchor_name(r).is_none() {
             return;
         }
-        let k = self.next.entry(tid).or_insert(0);
-        let slot = *k;
-        *k += 1;
-        self.replay(tr, r.pid, tid, slot..slot + 1);
+        let (slot, _) = self.next.get(&tid).copied().unwrap_or_default();
+        let entered = self.faults.enters.get(&tid).and_then(|v| v.get(slot)).copied();
+        if let Some(t) = entered {
+            let others: Vec<u64> = self.faults.by_tid.keys().copied().filter(|&u| u != tid).collect();
+            for u in others {
+                self.replay(tr, u, t);
+            }
+        }
+        self.replay(tr, tid, f64::INFINITY);
+        let n = self.next.entry(tid).or_default();
+        *n = (n.0 + 1, 0);
     }
 
-    /// Replays the faults of `tid` in `slots` in the process `pid` runs in.
-    fn replay(&mut self, tr: &mut Tracker, pid: Option<u64>, tid: u64, slots: std::ops::Range<usize>) {
-        let Some(list) = self.faults.by_tid.get(&tid) else { return };
+    /// Replays the faults of `tid` before its next anchor call that perf
+    /// saw before `until`, in the process it runs in.
+    fn replay(&mut self, tr: &mut Tracker, tid: u64, until: f64) {
+        let pid = if self.faults.pidless_tid == Some(tid) { None } else { Some(tid) };
         let Some(&(p, _)) = tr.by_pid.get(&pid) else { return };
         if !tr.procs[p].alive() {
             return;
         }
+        let (slot, done) = self.next.get(&tid).copied().unwrap_or_default();
+        let (Some(list), Some(times)) = (self.faults.by_tid.get(&tid), self.faults.times.get(&tid)) else { return };
+        let (Some(list), Some(times)) = (list.get(slot), times.get(slot)) else { return };
         let cpu = self.cpus.entry(tid).or_default();
-        let end = slots.end.min(list.len());
-        for pf in list[slots.start.min(end)..end].iter().flatten() {
-            tr.procs[p].fault(cpu, tid, *pf);
+        let mut n = done;
+        while n < list.len() && times[n] < until {
+            tr.procs[p].fault(cpu, tid, list[n]);
+            n += 1;
         }
+        self.next.insert(tid, (slot, n));
     }
 
     /// Replays the faults each thread took after its last anchor call.
     fn rest(&mut self, tr: &mut Tracker) {
         let tids: Vec<u64> = self.faults.by_tid.keys().copied().collect();
         for tid in tids {
-            let from = self.next.get(&tid).copied().unwrap_or(0);
-            let pid = if self.faults.pidless_tid == Some(tid) { None } else { Some(tid) };
-            self.replay(tr, pid, tid, from..usize::MAX);
+            self.replay(tr, tid, f64::INFINITY);
         }
     }
 }
