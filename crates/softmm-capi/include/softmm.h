@@ -1041,6 +1041,72 @@ int32_t softmm_mm_set_start_stack(const struct softmm_mm *mm, uint64_t sp);
 // for writes of `len` bytes.
 int64_t softmm_mm_maps(const struct softmm_mm *mm, char *buf, size_t len);
 
+// `mlock`: locks the pages of the range and faults them in; `0` or `-errno`
+// (`EPERM`, `ENOMEM` past the memlock limit or for a hole, `EINVAL`,
+// `EAGAIN`).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mlock(const struct softmm_mm *mm, uint64_t addr, uint64_t len);
+
+// `mlock2`: `softmm_mlock`, or with `MLOCK_ONFAULT` (1) locks pages as they
+// are faulted in; `0` or `-errno` (`EINVAL` for another flag).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mlock2(const struct softmm_mm *mm, uint64_t addr, uint64_t len, int32_t flags);
+
+// `munlock`: unlocks the range; `0` or `-errno` (`ENOMEM` for a hole).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_munlock(const struct softmm_mm *mm, uint64_t addr, uint64_t len);
+
+// `mlockall`: `MCL_CURRENT` (1), `MCL_FUTURE` (2), `MCL_ONFAULT` (4); `0` or
+// `-errno` (`EINVAL`, `EPERM`, `ENOMEM`).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mlockall(const struct softmm_mm *mm, int32_t flags);
+
+// `munlockall`: unlocks every mapping and clears `MCL_FUTURE`; `0`.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_munlockall(const struct softmm_mm *mm);
+
+// `mseal` (Linux 6.10+): seals the VMAs of the range against unmapping,
+// moving, `mprotect` and discarding advice (`EPERM` from those); `0` or
+// `-errno` (`EINVAL` for flags or a bad range, `ENOMEM` for a hole).
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_mseal(const struct softmm_mm *mm, uint64_t addr, uint64_t len, uint64_t flags);
+
+// `prctl(PR_SET_MDWE, bits, 0, 0, 0)`: memory-deny-write-execute
+// (`PR_MDWE_REFUSE_EXEC_GAIN` 1, `PR_MDWE_NO_INHERIT` 2); `0` or `-errno`
+// (`EINVAL`, `EPERM` to change bits once set). Then `mmap` and `mprotect`
+// refuse writable-executable or newly executable mappings with `EACCES`.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int32_t softmm_prctl_set_mdwe(const struct softmm_mm *mm, uint64_t bits);
+
+// `prctl(PR_GET_MDWE, 0, 0, 0, 0)`: the MDWE bits set (`>= 0`), or
+// `-errno`.
+//
+// # Safety
+//
+// `mm` is null or a live handle.
+int64_t softmm_prctl_get_mdwe(const struct softmm_mm *mm);
+
 // Makes an arena of `bytes` bytes (rounded up to whole pages), backed by
 // host memory at once. `-EINVAL` for 0 or a size the host cannot address,
 // `-ENOMEM` if the host cannot back it.

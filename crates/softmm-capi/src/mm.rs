@@ -276,3 +276,125 @@ pub unsafe extern "C" fn softmm_mm_maps(mm: *const softmm_mm, buf: *mut c_char, 
         text.len() as i64
     })
 }
+
+/// `mlock`: locks the pages of the range and faults them in; `0` or `-errno`
+/// (`EPERM`, `ENOMEM` past the memlock limit or for a hole, `EINVAL`,
+/// `EAGAIN`).
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_mlock(mm: *const softmm_mm, addr: u64, len: u64) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.mlock(addr, len))
+    })
+}
+
+/// `mlock2`: `softmm_mlock`, or with `MLOCK_ONFAULT` (1) locks pages as they
+/// are faulted in; `0` or `-errno` (`EINVAL` for another flag).
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_mlock2(mm: *const softmm_mm, addr: u64, len: u64, flags: i32) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.mlock2(addr, len, flags))
+    })
+}
+
+/// `munlock`: unlocks the range; `0` or `-errno` (`ENOMEM` for a hole).
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_munlock(mm: *const softmm_mm, addr: u64, len: u64) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.munlock(addr, len))
+    })
+}
+
+/// `mlockall`: `MCL_CURRENT` (1), `MCL_FUTURE` (2), `MCL_ONFAULT` (4); `0` or
+/// `-errno` (`EINVAL`, `EPERM`, `ENOMEM`).
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_mlockall(mm: *const softmm_mm, flags: i32) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.mlockall(flags))
+    })
+}
+
+/// `munlockall`: unlocks every mapping and clears `MCL_FUTURE`; `0`.
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_munlockall(mm: *const softmm_mm) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.munlockall())
+    })
+}
+
+/// `mseal` (Linux 6.10+): seals the VMAs of the range against unmapping,
+/// moving, `mprotect` and discarding advice (`EPERM` from those); `0` or
+/// `-errno` (`EINVAL` for flags or a bad range, `ENOMEM` for a hole).
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_mseal(mm: *const softmm_mm, addr: u64, len: u64, flags: u64) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.mseal(addr, len, flags))
+    })
+}
+
+/// `prctl(PR_SET_MDWE, bits, 0, 0, 0)`: memory-deny-write-execute
+/// (`PR_MDWE_REFUSE_EXEC_GAIN` 1, `PR_MDWE_NO_INHERIT` 2); `0` or `-errno`
+/// (`EINVAL`, `EPERM` to change bits once set). Then `mmap` and `mprotect`
+/// refuse writable-executable or newly executable mappings with `EACCES`.
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_prctl_set_mdwe(mm: *const softmm_mm, bits: u64) -> i32 {
+    guard(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
+        ret(mm.prctl_set_mdwe(bits, 0, 0, 0))
+    })
+}
+
+/// `prctl(PR_GET_MDWE, 0, 0, 0, 0)`: the MDWE bits set (`>= 0`), or
+/// `-errno`.
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn softmm_prctl_get_mdwe(mm: *const softmm_mm) -> i64 {
+    guard64(|| {
+        // SAFETY: null or live (the caller's contract).
+        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -i64::from(libc::EINVAL) };
+        mm.prctl_get_mdwe(0, 0, 0, 0).map_or_else(|e| i64::from(neg(e)), |b| b as i64)
+    })
+}

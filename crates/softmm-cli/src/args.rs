@@ -136,6 +136,13 @@ pub struct BenchArgs {
     /// shows `MADV_DONTNEED` under `mmap_lock` against per-VMA.
     #[arg(long, value_delimiter = ',')]
     pub madvise: Vec<String>,
+    /// hugetlb-fork and hugetlb-fork-fault: microseconds each forker spins
+    /// after its child exits, before it unmaps the area, on the host and on
+    /// softmm alike, as a slower fork would keep its mapping: how often a
+    /// faulter finds a populated shared table depends on how much of the
+    /// time forkers hold one (docs/architecture.md, "hugetlb").
+    #[arg(long, default_value_t = 0)]
+    pub fork_hold: u64,
 }
 
 /// The `--placement` values, in the library's order.

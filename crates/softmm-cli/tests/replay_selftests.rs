@@ -1,7 +1,8 @@
 //! Linux's own mm selftests (`tests/data/selftests`, see its README),
 //! recorded on the host with their page faults, replay with every call
 //! matching, or differing exactly where the test's `.expected` file says,
-//! with Linux's reason.
+//! with Linux's reason; and as a workload (`--bench`), with the same
+//! results.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ fn dir() -> PathBuf {
 fn replay(test: &str) -> (BTreeSet<usize>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_softmm"))
         .args(["replay", &format!("{test}.log"), "--faults", &format!("{test}.faults")])
+        .args(["--bench", "--repeat", "1", "--policy", "mmap-lock,per-vma"])
         .current_dir(dir())
         .output()
         .expect("run softmm");
@@ -46,5 +48,6 @@ fn linux_mm_selftests_replay_as_recorded() {
         assert_eq!(got, want, "{test}: mismatches other than the expected ones:\n{out}");
         assert!(out.contains("0 unparsed lines"), "{test}:\n{out}");
         assert!(out.contains("page faults:") && out.contains(" replayed ("), "{test}: its faults replay:\n{out}");
+        assert!(!out.contains("--bench:") && !out.contains("DIFFERS"), "{test}: the bench's results:\n{out}");
     }
 }

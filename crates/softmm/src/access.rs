@@ -1,4 +1,5 @@
-//! Copies between guest frames and Rust memory.
+//! The kinds of guest access ([`Access`]), and copies between guest frames
+//! and Rust memory.
 //!
 //! Guest memory may be written by other guest threads at any time, so softmm
 //! touches it only with relaxed atomic accesses: word-sized for the aligned
@@ -10,6 +11,36 @@
 //! `unsafe fn`s; each caller says why its range is live arena memory.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// The kind of access that faulted. More kinds may come, so a `match` on it
+/// needs a wildcard arm.
+///
+/// Permissions are x86-64's with NX: a page that is mapped at all is
+/// readable (`PROT_WRITE` alone and `PROT_EXEC` alone included, as Linux's
+/// x86-64 `protection_map` makes them without protection keys), writable
+/// only with `PROT_WRITE`, and executable only with `PROT_EXEC`
+/// (`READ_IMPLIES_EXEC` is off for 64-bit programs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[repr(u8)]
+pub enum Access {
+    /// A load.
+    Read = 1,
+    /// A store.
+    Write = 2,
+    /// An instruction fetch (x86's `X86_PF_INSTR`): faults with
+    /// `SEGV_ACCERR` on a page mapped without `PROT_EXEC`.
+    Execute = 4,
+}
+
+impl Access {
+    /// The access as a bit of a TLB entry's permission mask (the
+    /// discriminants are distinct bits).
+    #[inline]
+    pub(crate) const fn bit(self) -> u8 {
+        self as u8
+    }
+}
 
 /// Copy in words where alignment allows.
 const WORDS: bool = !cfg!(miri);

@@ -47,6 +47,7 @@ use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
 
+pub(crate) mod hugetlb;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
@@ -415,9 +416,9 @@ pub(crate) fn migrate_pages<'p>(
     };
     let mut ptl_locks = 0;
     // migrate_hugetlbs: hugetlb pages first, one at a time
-    // (`hugetlb/migrate.rs`); the target's pools running dry ends the call.
+    // (`migrate/hugetlb.rs`); the target's pools running dry ends the call.
     let (huge, mut todo): (Vec<usize>, Vec<usize>) = (0..pages.len()).partition(|&i| phys.is_huge(pages[i].page.pfn()));
-    if crate::hugetlb::migrate::migrate_hugetlbs(phys, pages, &huge, at, &mut out, &mut ptl_locks) {
+    if hugetlb::migrate_hugetlbs(phys, pages, &huge, at, &mut out, &mut ptl_locks) {
         for i in todo {
             out[i] = Outcome::Failed(Errno::NoMem);
         }

@@ -61,18 +61,34 @@ pub(crate) fn populate_vma_page_range(
 /// others for read. Errors are ignored, as Linux's `__mm_populate(.., 1)`
 /// does: the call that asked has already succeeded.
 pub(crate) fn mm_populate(mm: &AddressSpace, start: u64, end: u64) {
+    let _ = populate_range(mm, start, end, true);
+}
+
+/// Linux's `__mm_populate(start, len, ignore_errors)`: [`mm_populate`]'s
+/// walk over the VMAs of `[start, end)` (holes skipped). A `VM_LOCKONFAULT`
+/// VMA is left as it is (its pages lock as they fault); a `PROT_NONE` one
+/// is `EFAULT`. Unless `ignore_errors`, the first VMA that fails ends the
+/// walk with its errno (`mlock`'s populate).
+pub(crate) fn populate_range(mm: &AddressSpace, start: u64, end: u64, ignore_errors: bool) -> Result<()> {
     let st = mm.read_lock();
     let mut a = start;
     while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
         let from = a.max(vma.start);
         a = vma.end.min(end);
-        if !vma.flags.intersects(VmFlags::ACCESS_FLAGS) {
-            continue;
+        let res = if vma.flags.contains(VmFlags::LOCKONFAULT) {
+            Ok(())
+        } else if !vma.flags.intersects(VmFlags::ACCESS_FLAGS) {
+            Err(Errno::Fault)
+        } else {
+            let write = vma.flags & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE;
+            let access = if write { Access::Write } else { Access::Read };
+            populate_vma_page_range(mm, vma, from, a, access)
+        };
+        if !ignore_errors {
+            res?;
         }
-        let write = vma.flags & (VmFlags::WRITE | VmFlags::SHARED) == VmFlags::WRITE;
-        let access = if write { Access::Write } else { Access::Read };
-        let _ = populate_vma_page_range(mm, vma, from, a, access);
     }
+    Ok(())
 }
 
 /// Linux's `faultin_page_range` (`MADV_POPULATE_READ`/`WRITE`): faults in

@@ -42,6 +42,23 @@ pub const MADV_GUARD_INSTALL: i32 = 102;
 /// Remove guard markers.
 pub const MADV_GUARD_REMOVE: i32 = 103;
 
+/// `mlock2`: lock the pages as they are faulted in, populate nothing.
+pub const MLOCK_ONFAULT: i32 = 0x01;
+/// `mlockall`: lock every current mapping.
+pub const MCL_CURRENT: i32 = 1;
+/// `mlockall`: lock every future mapping (`mm->def_flags`).
+pub const MCL_FUTURE: i32 = 2;
+/// `mlockall`: with `MCL_CURRENT` or `MCL_FUTURE`, lock on fault.
+pub const MCL_ONFAULT: i32 = 4;
+/// `prctl(PR_SET_MDWE, bits)`: memory-deny-write-execute (Linux 6.3+).
+pub const PR_SET_MDWE: i32 = 65;
+/// `prctl(PR_GET_MDWE)`: the MDWE bits.
+pub const PR_GET_MDWE: i32 = 66;
+/// MDWE: refuse mappings that are writable and executable, or gain execute.
+pub const PR_MDWE_REFUSE_EXEC_GAIN: u64 = 1;
+/// MDWE: a child made by `fork` does not inherit the bits.
+pub const PR_MDWE_NO_INHERIT: u64 = 2;
+
 /// `fallocate`: keep the size (`FALLOC_FL_KEEP_SIZE`).
 pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
 /// `fallocate`: free the range (`FALLOC_FL_PUNCH_HOLE`, with `KEEP_SIZE`).

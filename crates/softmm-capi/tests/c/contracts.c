@@ -505,6 +505,27 @@ int main(void) {
     EXPECT(softmm_mm_maps(mm, maps_after, sizeof maps_after) > 0);
     EXPECT(strcmp(maps_before, maps_after) == 0);
 
+    /* Locks, seals and MDWE, with Linux's errnos, on a mapping of their own
+     * (sealed for good) with a hole after it. */
+    long long l = softmm_mmap(mm, 0, 5 * PAGE, RW, ANON, NULL, 0);
+    EXPECT(l > 0 && softmm_munmap(mm, (uint64_t)l + 4 * PAGE, PAGE) == 0);
+    EXPECT(softmm_mlock2(mm, (uint64_t)l, PAGE, 2) == -EINVAL);
+    EXPECT(softmm_mlock(mm, (uint64_t)l, PAGE) == 0);
+    EXPECT(softmm_mlock2(mm, (uint64_t)l + PAGE, PAGE, 1 /* MLOCK_ONFAULT */) == 0);
+    EXPECT(softmm_munlock(mm, (uint64_t)l, 2 * PAGE) == 0);
+    EXPECT(softmm_mlockall(mm, 4 /* MCL_ONFAULT alone */) == -EINVAL);
+    EXPECT(softmm_mlockall(mm, 2 /* MCL_FUTURE */) == 0);
+    EXPECT(softmm_munlockall(mm) == 0);
+    EXPECT(softmm_mseal(mm, (uint64_t)l, PAGE, 1) == -EINVAL);
+    EXPECT(softmm_mseal(mm, (uint64_t)l + 3 * PAGE, 2 * PAGE, 0) == -ENOMEM); /* a hole */
+    EXPECT(softmm_mseal(mm, (uint64_t)l + 3 * PAGE, PAGE, 0) == 0);
+    EXPECT(softmm_munmap(mm, (uint64_t)l + 3 * PAGE, PAGE) == -EPERM);
+    EXPECT(softmm_prctl_get_mdwe(mm) == 0);
+    EXPECT(softmm_prctl_set_mdwe(mm, 2 /* NO_INHERIT alone */) == -EINVAL);
+    EXPECT(softmm_prctl_set_mdwe(mm, 1 /* PR_MDWE_REFUSE_EXEC_GAIN */) == 0);
+    EXPECT(softmm_prctl_get_mdwe(mm) == 1);
+    EXPECT(softmm_mprotect(mm, (uint64_t)l, PAGE, RW | PROT_EXEC) == -EACCES);
+
     /* Files: the open mode decides, as for a file descriptor. */
     softmm_file *ro, *rw;
     EXPECT(softmm_file_create(phys, "ro", PAGE, 3, &ro) == -EINVAL);

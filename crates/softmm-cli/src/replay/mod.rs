@@ -26,6 +26,12 @@
 //!   exactly; a descriptor the log never showed opened gets the mode
 //!   inferred from the whole log. A call that names a descriptor and fails
 //!   never makes it bad for later calls.
+//! * Locks, seals and MDWE (`mlock*`, `munlock*`, `mseal`, which strace 6.1
+//!   prints `syscall_0x1ce`, `prctl(PR_SET_MDWE/PR_GET_MDWE)`; other
+//!   `prctl`s are not memory calls) are replayed; privileges strace does
+//!   not print are inferred from the log (`caps.rs`: `CAP_SYS_RAWIO` from
+//!   a fixed mapping below `mmap_min_addr` that succeeded, `CAP_IPC_LOCK`
+//!   from a lock longer than the memlock limit that succeeded).
 //! * `--addresses recorded`: a non-fixed `mmap` that succeeded is made at the
 //!   recorded address with `MAP_FIXED_NOREPLACE` (so a divergence shows up as
 //!   `EEXIST`, never as a silent overwrite); a moving `mremap` gets
@@ -44,6 +50,7 @@
 //!   removed, that call is replayed first.
 
 pub mod bench;
+mod caps;
 pub mod faults;
 mod fds;
 mod files;
@@ -154,6 +161,8 @@ struct Tracker<'a> {
     limits: HashMap<Option<u64>, Limits>,
     /// Whether processes keep the plan of their calls (`--bench`).
     plan: bool,
+    /// The privileges the log implies (`caps.rs`).
+    caps: caps::Caps,
 }
 
 impl Tracker<'_> {
@@ -294,7 +303,7 @@ impl Tracker<'_> {
             self.notes.push(format!("pid {}: {why}: taken for CAP_IPC_LOCK (root)", fmt_pid(pid)));
             limits.cap_ipc_lock = true;
         }
-        let mut p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), limits)?;
+        let mut p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), limits, self.caps)?;
         if self.plan {
             p.plan = Some(Vec::new());
         }
@@ -581,6 +590,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         notes: Vec::new(),
         limits: HashMap::new(),
         plan: opts.bench.is_some(),
+        caps: caps::Caps::infer(recs, &crate::workloads::mm_config()),
         fdts: Vec::new(),
         fdt_of: HashMap::new(),
         fd_lines: recs.iter().any(|r| {
@@ -930,6 +940,28 @@ mod tests {
              10 <... clone resumed>, child_tidptr=0x7f6b411c2990) = 11\n\
              10 exit_group(0) = ?\n"
         )
+    }
+
+    /// The selftests' calls: locks, a seal (strace 6.1's `syscall_0x1ce`)
+    /// and MDWE replay with every result as recorded, and a fixed mapping
+    /// at 0 implies `CAP_SYS_RAWIO`.
+    #[test]
+    fn locks_seals_mdwe_and_a_low_fixed_mapping_replay_as_recorded() {
+        let log = "10 mmap(NULL, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0\n\
+                   10 mmap(0x300000000, 16384, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
+                   10 mlock2(0x300000000, 4096, MLOCK_ONFAULT) = 0\n\
+                   10 mlockall(MCL_ONFAULT) = -1 EINVAL (Invalid argument)\n\
+                   10 syscall_0x1ce(0x300002000, 0x2000, 0, 0, 0, 0) = 0\n\
+                   10 munmap(0x300000000, 16384) = -1 EPERM (Operation not permitted)\n\
+                   10 prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) = 0\n\
+                   10 mprotect(0x300000000, 4096, PROT_READ|PROT_EXEC) = -1 EACCES (Permission denied)\n\
+                   10 prctl(PR_GET_MDWE, 0, 0, 0, 0) = 0x1\n\
+                   10 munlockall() = 0\n";
+        let (out, ok) = replay("t", log, &opts()).expect("replay");
+        assert!(ok, "{out}");
+        assert!(out.contains("OK: 0 mismatches"), "{out}");
+        let maps = &out[out.find("final mappings").expect("maps")..];
+        assert!(maps.lines().nth(1).is_some_and(|l| l.starts_with("00000000-00001000")), "{out}");
     }
 
     /// strace writes a `fork`'s result after the child's own lines when the

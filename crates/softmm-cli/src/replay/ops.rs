@@ -42,6 +42,30 @@ pub(super) enum Op {
     Brk {
         addr: u64,
     },
+    /// `mlock` (no flags) or `mlock2`.
+    Mlock {
+        addr: u64,
+        len: u64,
+        flags: Option<i32>,
+    },
+    Munlock {
+        addr: u64,
+        len: u64,
+    },
+    Mlockall {
+        flags: i32,
+    },
+    Munlockall,
+    Mseal {
+        addr: u64,
+        len: u64,
+        flags: u64,
+    },
+    /// `prctl(PR_SET_MDWE, ...)`, or `PR_GET_MDWE` with `get`.
+    Mdwe {
+        get: bool,
+        args: [u64; 4],
+    },
     /// A `fork` of the address space (the parent's side: its pages become
     /// copy-on-write; the child is dropped at once).
     Fork,
@@ -80,6 +104,14 @@ impl Op {
                 mm.mremap(old, old_len, new_len, flags, new_addr).map_err(code)
             }
             Op::Brk { addr } => Ok(mm.brk(addr)),
+            Op::Mlock { addr, len, flags: None } => mm.mlock(addr, len).map(|()| 0).map_err(code),
+            Op::Mlock { addr, len, flags: Some(f) } => mm.mlock2(addr, len, f).map(|()| 0).map_err(code),
+            Op::Munlock { addr, len } => mm.munlock(addr, len).map(|()| 0).map_err(code),
+            Op::Mlockall { flags } => mm.mlockall(flags).map(|()| 0).map_err(code),
+            Op::Munlockall => mm.munlockall().map(|()| 0).map_err(code),
+            Op::Mseal { addr, len, flags } => mm.mseal(addr, len, flags).map(|()| 0).map_err(code),
+            Op::Mdwe { get: true, args: [a, b, c, d] } => mm.prctl_get_mdwe(a, b, c, d).map_err(code),
+            Op::Mdwe { get: false, args: [a, b, c, d] } => mm.prctl_set_mdwe(a, b, c, d).map(|()| 0).map_err(code),
             Op::Fork => mm.fork().map(|_child| 0).map_err(|e| e.code()),
             Op::Fault { addr, access } => {
                 let cpu = cpu.expect("a fault runs on a CPU");
@@ -96,7 +128,10 @@ impl Op {
             Op::Mmap { addr, len, .. }
             | Op::Munmap { addr, len }
             | Op::Mprotect { addr, len, .. }
-            | Op::Madvise { addr, len, .. } => Some(span(addr, len)),
+            | Op::Madvise { addr, len, .. }
+            | Op::Mlock { addr, len, .. }
+            | Op::Munlock { addr, len }
+            | Op::Mseal { addr, len, .. } => Some(span(addr, len)),
             // Both ends: the new place is only known where it is fixed, so
             // a moving mremap orders against everything.
             Op::Mremap { old, old_len, new_len, flags, new_addr } => {
@@ -111,7 +146,7 @@ impl Op {
                 Some((a, b))
             }
             Op::Fault { addr, .. } => Some(span(addr & !(PAGE_SIZE - 1), PAGE_SIZE)),
-            Op::Brk { .. } | Op::Fork => None,
+            Op::Brk { .. } | Op::Fork | Op::Mlockall { .. } | Op::Munlockall | Op::Mdwe { .. } => None,
         }
     }
 
@@ -124,6 +159,12 @@ impl Op {
             Op::Madvise { .. } => "madvise",
             Op::Mremap { .. } => "mremap",
             Op::Brk { .. } => "brk",
+            Op::Mlock { .. } => "mlock",
+            Op::Munlock { .. } => "munlock",
+            Op::Mlockall { .. } => "mlockall",
+            Op::Munlockall => "munlockall",
+            Op::Mseal { .. } => "mseal",
+            Op::Mdwe { .. } => "prctl",
             Op::Fork => "fork",
             Op::Fault { .. } => "fault",
         }

@@ -49,6 +49,19 @@ pub enum Call {
     Brk { addr: u64 },
     /// `madvise(addr, len, advice)`.
     Madvise { addr: u64, len: u64, advice: i32 },
+    /// `mlock(addr, len)` (`flags` `None`) or `mlock2(addr, len, flags)`.
+    Mlock { addr: u64, len: u64, flags: Option<i32> },
+    /// `munlock(addr, len)`.
+    Munlock { addr: u64, len: u64 },
+    /// `mlockall(flags)`.
+    Mlockall { flags: i32 },
+    /// `munlockall()`.
+    Munlockall,
+    /// `mseal(addr, len, flags)` (strace 6.1 prints it `syscall_0x1ce`).
+    Mseal { addr: u64, len: u64, flags: u64 },
+    /// `prctl(PR_SET_MDWE, ...)` or (`get`) `prctl(PR_GET_MDWE, ...)`: the
+    /// four arguments after the option (missing ones 0).
+    Mdwe { get: bool, args: [u64; 4] },
     /// `execve(path, argv, envp)` or `execveat`: on success the thread's
     /// process runs a new program in a new address space.
     Execve { path: String, argv: Vec<String> },
@@ -97,6 +110,13 @@ impl Call {
             Call::Mremap { .. } => "mremap",
             Call::Brk { .. } => "brk",
             Call::Madvise { .. } => "madvise",
+            Call::Mlock { flags: None, .. } => "mlock",
+            Call::Mlock { .. } => "mlock2",
+            Call::Munlock { .. } => "munlock",
+            Call::Mlockall { .. } => "mlockall",
+            Call::Munlockall => "munlockall",
+            Call::Mseal { .. } => "mseal",
+            Call::Mdwe { .. } => "prctl",
             Call::Execve { .. } => "execve",
             Call::Clone { .. } => "clone",
             Call::Exit { .. } => "exit",
@@ -119,6 +139,12 @@ impl Call {
                 | Call::Mremap { .. }
                 | Call::Brk { .. }
                 | Call::Madvise { .. }
+                | Call::Mlock { .. }
+                | Call::Munlock { .. }
+                | Call::Mlockall { .. }
+                | Call::Munlockall
+                | Call::Mseal { .. }
+                | Call::Mdwe { .. }
         )
     }
 
@@ -176,6 +202,14 @@ const NAMES: &[&str] = &[
     "mremap",
     "brk",
     "madvise",
+    "mlock",
+    "mlock2",
+    "munlock",
+    "mlockall",
+    "munlockall",
+    "mseal",
+    "syscall_0x1ce",
+    "prctl",
     "execve",
     "execveat",
     "clone",
@@ -300,6 +334,11 @@ fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &
         }
         return;
     }
+    // Of prctl's options only MDWE's concern the address space.
+    if name == "prctl" && mdwe_option(&text[open + 1..]).is_none() {
+        log.other_calls += 1;
+        return;
+    }
     // The result follows the last `)` that is followed by `=`.
     let Some((close, ret)) = split_result(text) else {
         log.bad.push((line, "no result (`= ...`)".into()));
@@ -326,6 +365,17 @@ fn finish(log: &mut Log, line: usize, end_line: usize, pid: Option<u64>, text: &
             log.records.push(Record { line, end_line, pid, call, ret, ret_path, text })
         }
         Err(e) => log.bad.push((line, e)),
+    }
+}
+
+/// `Some(get)` if `args` (a `prctl` line after its `(`) starts with
+/// `PR_SET_MDWE` (65) or `PR_GET_MDWE` (66), by name or number.
+fn mdwe_option(args: &str) -> Option<bool> {
+    let first = args.split([',', ')']).next()?;
+    match strip_comments(first).trim() {
+        "PR_SET_MDWE" | "0x41" | "65" => Some(false),
+        "PR_GET_MDWE" | "0x42" | "66" => Some(true),
+        _ => None,
     }
 }
 
@@ -526,6 +576,12 @@ const MAP: &[(&str, i64)] = &[
 ];
 
 const MREMAP: &[(&str, i64)] = &[("MREMAP_MAYMOVE", 1), ("MREMAP_FIXED", 2), ("MREMAP_DONTUNMAP", 4)];
+
+const MLOCK: &[(&str, i64)] = &[("MLOCK_ONFAULT", 1)];
+
+const MDWE: &[(&str, i64)] = &[("PR_MDWE_REFUSE_EXEC_GAIN", 1), ("PR_MDWE_NO_INHERIT", 2)];
+
+const MCL: &[(&str, i64)] = &[("MCL_CURRENT", 1), ("MCL_FUTURE", 2), ("MCL_ONFAULT", 4)];
 
 const MADV: &[(&str, i64)] = &[
     ("MADV_NORMAL", 0),
@@ -777,6 +833,40 @@ fn parse_call(name: &str, a: &[String]) -> Result<Call, String> {
             want(3)?;
             Call::Madvise { addr: number(&a[0])?, len: number(&a[1])?, advice: flags(&a[2], MADV)? }
         }
+        "mlock" | "munlock" => {
+            want(2)?;
+            let (addr, len) = (number(&a[0])?, number(&a[1])?);
+            if name == "mlock" {
+                Call::Mlock { addr, len, flags: None }
+            } else {
+                Call::Munlock { addr, len }
+            }
+        }
+        "mlock2" => {
+            want(3)?;
+            Call::Mlock { addr: number(&a[0])?, len: number(&a[1])?, flags: Some(flags(&a[2], MLOCK)?) }
+        }
+        "mlockall" => {
+            want(1)?;
+            Call::Mlockall { flags: flags(&a[0], MCL)? }
+        }
+        "munlockall" => Call::Munlockall,
+        "mseal" | "syscall_0x1ce" => {
+            // strace 6.1 does not know mseal (462 = 0x1ce) and prints six
+            // raw arguments.
+            if a.len() < 3 {
+                return Err(format!("{name} with {} arguments, expected 3", a.len()));
+            }
+            Call::Mseal { addr: number(&a[0])?, len: number(&a[1])?, flags: number(&a[2])? }
+        }
+        "prctl" => {
+            let get = mdwe_option(&format!("{})", a.first().map_or("", String::as_str))).ok_or("prctl not of MDWE")?;
+            let mut args = [0; 4];
+            for (i, v) in a.iter().skip(1).take(4).enumerate() {
+                args[i] = if i == 0 && !get { flags(v, MDWE)? as u64 } else { number(v)? };
+            }
+            Call::Mdwe { get, args }
+        }
         "execve" | "execveat" => {
             // execveat(dirfd, path, argv, envp, flags)
             let at = usize::from(name == "execveat");
@@ -911,6 +1001,33 @@ fn open_flags(s: &str) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_and_seal_lines() {
+        let log = parse(
+            "7 mlock(0x7f0000001000, 4096)           = 0\n\
+             7 mlock2(0x7f0000001000, 4096, MLOCK_ONFAULT) = 0\n\
+             7 munlock(0x7f0000001000, 4096)         = 0\n\
+             7 mlockall(MCL_CURRENT|MCL_FUTURE)      = -1 ENOMEM (Cannot allocate memory)\n\
+             7 munlockall()                          = 0\n\
+             7 syscall_0x1ce(0x7f0000001000, 0x1000, 0, 0x7f, 0, 0) = 0\n\
+             7 prctl(PR_SET_NAME, \"x\") = 0\n\
+             7 prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN|PR_MDWE_NO_INHERIT, 0, 0, 0) = 0\n\
+             7 prctl(0x42 /* PR_??? */, 0, 0, 0, 0) = 0x3\n",
+        );
+        let calls: Vec<&Call> = log.records.iter().map(|r| &r.call).collect();
+        assert_eq!(calls[0], &Call::Mlock { addr: 0x7f0000001000, len: 4096, flags: None });
+        assert_eq!(calls[1], &Call::Mlock { addr: 0x7f0000001000, len: 4096, flags: Some(1) });
+        assert_eq!(calls[2], &Call::Munlock { addr: 0x7f0000001000, len: 4096 });
+        assert_eq!(calls[3], &Call::Mlockall { flags: 3 });
+        assert_eq!(calls[4], &Call::Munlockall);
+        assert_eq!(calls[5], &Call::Mseal { addr: 0x7f0000001000, len: 0x1000, flags: 0 });
+        assert_eq!(calls[6], &Call::Mdwe { get: false, args: [3, 0, 0, 0] });
+        assert_eq!(calls[7], &Call::Mdwe { get: true, args: [0; 4] });
+        assert_eq!((calls.len(), log.other_calls), (8, 1), "PR_SET_NAME is not a memory call");
+        assert!(calls.iter().all(|c| c.is_memory()));
+        assert_eq!(log.records[3].ret, Ret::Err(libc::ENOMEM));
+    }
 
     #[test]
     fn strace_lines() {

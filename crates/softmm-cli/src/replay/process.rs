@@ -109,8 +109,9 @@ impl Process {
         origin: String,
         start_brk: Option<u64>,
         limits: Limits,
+        caps: super::caps::Caps,
     ) -> Result<Process, String> {
-        let mut config = crate::workloads::mm_config();
+        let mut config = caps.apply(crate::workloads::mm_config());
         if let Some(b) = start_brk {
             config.start_brk = b;
         }
@@ -456,6 +457,42 @@ impl Process {
                     self.pretrace(r);
                 }
                 got = self.op(r, Op::Madvise { addr: self.tr.tr(addr), len, advice }, true);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mlock { addr, len, flags } => {
+                got = self.op(r, Op::Mlock { addr: self.tr.tr(addr), len, flags }, true);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Munlock { addr, len } => {
+                got = self.op(r, Op::Munlock { addr: self.tr.tr(addr), len }, true);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mlockall { flags } => {
+                got = self.op(r, Op::Mlockall { flags }, true);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Munlockall => {
+                got = self.op(r, Op::Munlockall, true);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mdwe { get, args } => {
+                got = self.op(r, Op::Mdwe { get, args }, true);
+                if got != exp {
+                    self.mismatch(sh, r, exp, got, "");
+                }
+            }
+            Call::Mseal { addr, len, flags } => {
+                got = self.op(r, Op::Mseal { addr: self.tr.tr(addr), len, flags }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }

@@ -300,6 +300,20 @@ fn minflt(who: libc::c_int) -> u64 {
     ru.ru_minflt as u64
 }
 
+/// A forker's stay after its child exits, before it unmaps (`--fork-hold`):
+/// spins, as a longer fork would keep the CPU, so that softmm's forkers
+/// and the host's can run at one period. Async-signal-safe (the clock is
+/// the vDSO's), for the host's instances.
+pub fn hold(d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
 /// Writes one byte of each of `pages` huge pages from `base`.
 ///
 /// # Safety
@@ -316,7 +330,14 @@ unsafe fn write_pages(base: *mut u8, pages: u64) {
 /// board says stop (or for `iterations`), reports into `slot`, and returns
 /// the exit status. Only async-signal-safe calls: the sweep's process may
 /// have other threads when it forks this one.
-fn instance(program: Program, area: &HostArea, board: &Board, slot: &Slot, iterations: Option<u64>) -> i32 {
+fn instance(
+    program: Program,
+    area: &HostArea,
+    board: &Board,
+    slot: &Slot,
+    iterations: Option<u64>,
+    fork_hold: Duration,
+) -> i32 {
     let fail = |step: u64| {
         let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as u64;
         slot.error.store(step | (errno << 8), Ordering::Release);
@@ -395,6 +416,7 @@ fn instance(program: Program, area: &HostArea, board: &Board, slot: &Slot, itera
                 if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
                     return fail(4);
                 }
+                hold(fork_hold);
                 ops += 1;
             }
         }
@@ -419,6 +441,7 @@ pub fn host(
     programs: &[Program],
     instances: usize,
     limit: Limit,
+    fork_hold: Duration,
 ) -> Result<(Vec<ProgramRun>, (u64, u64)), String> {
     if instances == 0 || instances > MAX_INSTANCES {
         return Err(format!("instances must be 1..={MAX_INSTANCES}"));
@@ -455,7 +478,7 @@ pub fn host(
                         libc::_exit(1);
                     }
                 }
-                let code = instance(program, area, b, slot, iterations);
+                let code = instance(program, area, b, slot, iterations, fork_hold);
                 // SAFETY: ends the instance without unwinding into the sweep.
                 unsafe { libc::_exit(code) };
             }
@@ -641,6 +664,10 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
         }
         None => return Err("--duration must be positive".into()),
     };
+    let fork_hold = Duration::from_micros(args.fork_hold);
+    if !fork_hold.is_zero() && !workloads.iter().any(|w| programs(w).contains(&Program::Fork)) {
+        return Err("--fork-hold applies to hugetlb-fork and hugetlb-fork-fault only".into());
+    }
     crate::table::set_wide(args.wide);
     let mut machine = Machine::detect();
     let windows = size / PUD_SIZE;
@@ -660,6 +687,9 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
             "  "
         )
     );
+    if !fork_hold.is_zero() {
+        println!("  Each forker holds its mapping {} us after its child exits (--fork-hold).", args.fork_hold);
+    }
     let mut samples = Vec::new();
     let mut failures = 0;
     let mut record =
@@ -695,7 +725,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                     for &t in &threads {
                         for r in 0..args.repeat {
                             let got = crate::machine::measured(t * programs(w).len(), || {
-                                host(&area, programs(w), t, limit).map(|(runs, vm)| {
+                                host(&area, programs(w), t, limit, fork_hold).map(|(runs, vm)| {
                                     runs.into_iter()
                                         .map(|run| {
                                             let c = host_counters(&run, vm);
@@ -719,7 +749,7 @@ pub fn bench(args: &BenchArgs) -> Result<i32, String> {
                 for &t in &threads {
                     for r in 0..args.repeat {
                         let got = crate::machine::measured(t * programs(w).len(), || {
-                            soft::run(&area, p, programs(w), t, limit)
+                            soft::run(&area, p, programs(w), t, limit, fork_hold)
                                 .map(|runs| runs.into_iter().map(|s| (s.run, s.counters)).collect())
                         });
                         record(w, p.name(), t, r, got);
@@ -903,7 +933,9 @@ pub fn short_run(duration: Duration, policies: &[HugetlbPolicy], repeats: usize)
     };
     for r in 0..repeats {
         for &p in policies {
-            let (got, cpu) = crate::machine::measured(1, || soft::run(&area, p, programs("hugetlb-fault"), 1, limit));
+            let (got, cpu) = crate::machine::measured(1, || {
+                soft::run(&area, p, programs("hugetlb-fault"), 1, limit, Duration::ZERO)
+            });
             match got {
                 Ok(runs) => out.extend(
                     runs.into_iter()
@@ -1008,7 +1040,7 @@ mod tests {
     #[test]
     fn instances_run_their_iterations_and_report_them() {
         let area = HostArea::on_memfd(8 << 20);
-        let (runs, _) = host(&area, programs("hugetlb-fork-fault"), 2, Limit::Iterations(3)).unwrap();
+        let (runs, _) = host(&area, programs("hugetlb-fork-fault"), 2, Limit::Iterations(3), Duration::ZERO).unwrap();
         let forks = runs.iter().find(|r| r.program == Program::Fork).unwrap();
         let faults = runs.iter().find(|r| r.program == Program::Fault).unwrap();
         assert_eq!((forks.instances, forks.ops), (2, 2 * 3));
@@ -1023,7 +1055,8 @@ mod tests {
         // SAFETY: closes the memfd; the area's drop closes -1, which fails harmlessly.
         unsafe { libc::close(area.fd) };
         area.fd = -1;
-        let e = host(&area, programs("hugetlb-fault"), 1, Limit::Duration(Duration::from_millis(10))).unwrap_err();
+        let e = host(&area, programs("hugetlb-fault"), 1, Limit::Duration(Duration::from_millis(10)), Duration::ZERO)
+            .unwrap_err();
         assert!(e.contains("failed at mmap of the area") && e.contains("Bad file descriptor"), "{e}");
     }
 

@@ -138,10 +138,10 @@ pub(crate) fn hugetlb_fault(ctx: &FaultCtx<'_>, addr: u64, write: bool) -> Fault
                 let pte = leaf.load(haddr);
                 match abort {
                     Abort::HugeMigration if pte.is_migration() => {
-                        crate::hugetlb::migrate::migration_entry_wait_huge(leaf, haddr, pte);
+                        crate::migrate::hugetlb::migration_entry_wait_huge(leaf, haddr, pte);
                     }
                     Abort::HugePageLocked if pte.has_frame() => {
-                        let spins = crate::hugetlb::migrate::WAIT_SPINS;
+                        let spins = crate::migrate::hugetlb::WAIT_SPINS;
                         crate::migrate::wait_on_page_locked(&ctx.mm.phys, pte.pfn(), spins);
                     }
                     _ => {}

@@ -62,41 +62,14 @@ mod stats;
 
 pub(crate) use per_vma::VmaReadRef;
 pub use stats::FaultStats;
+// The access kind is vocabulary below the TLB (`crate::access`); faults
+// name it here, where embedders meet it.
+pub use crate::access::Access;
 
 use crate::error::Fault;
 use crate::mm::{AddressSpace, FaultPolicy};
 use crate::vma::Vma;
 use handler::{Check, FaultCtx};
-
-/// The kind of access that faulted. More kinds may come, so a `match` on it
-/// needs a wildcard arm.
-///
-/// Permissions are x86-64's with NX: a page that is mapped at all is
-/// readable (`PROT_WRITE` alone and `PROT_EXEC` alone included, as Linux's
-/// x86-64 `protection_map` makes them without protection keys), writable
-/// only with `PROT_WRITE`, and executable only with `PROT_EXEC`
-/// (`READ_IMPLIES_EXEC` is off for 64-bit programs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-#[repr(u8)]
-pub enum Access {
-    /// A load.
-    Read = 1,
-    /// A store.
-    Write = 2,
-    /// An instruction fetch (x86's `X86_PF_INSTR`): faults with
-    /// `SEGV_ACCERR` on a page mapped without `PROT_EXEC`.
-    Execute = 4,
-}
-
-impl Access {
-    /// The access as a bit of a TLB entry's permission mask (the
-    /// discriminants are distinct bits).
-    #[inline]
-    pub(crate) const fn bit(self) -> u8 {
-        self as u8
-    }
-}
 
 /// Why a lock-free attempt gave up (it then retries under `mmap_lock`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

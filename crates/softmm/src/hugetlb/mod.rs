@@ -28,10 +28,8 @@
 //! `docs/architecture.md`, "hugetlb".
 
 pub(crate) mod cow;
-pub(crate) mod gup;
 #[cfg(all(test, loom))]
 mod loom_tests;
-pub(crate) mod migrate;
 pub(crate) mod share;
 mod vm_ops;
 

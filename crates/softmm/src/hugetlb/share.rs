@@ -16,9 +16,9 @@
 //! path that changes entries unshares first, and so does a VMA split that
 //! breaks a window; exit drops its link through the share count. Page
 //! migration unshares the table in every sharer but the last, which alone
-//! gets the migration entry (`hugetlb/migrate.rs`, Linux's
+//! gets the migration entry (`migrate/hugetlb.rs`, Linux's
 //! `try_to_migrate_one`), and a pin counts on the huge page, not on the
-//! table (`hugetlb/gup.rs`).
+//! table (`pin/hugetlb.rs`).
 //!
 //! # Locks
 //!

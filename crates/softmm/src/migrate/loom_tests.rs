@@ -231,7 +231,7 @@ fn batched_flush_covers_two_address_spaces() {
     });
 }
 
-/// A private hugetlb page (`hugetlb/migrate.rs`) moving against two writes
+/// A private hugetlb page (`migrate/hugetlb.rs`) moving against two writes
 /// through a real `Cpu`: the first write may fault on the PMD migration
 /// entry (the hugetlb fault then waits for the remap and retries), the
 /// second goes through the translation the first one cached. Neither write

@@ -81,6 +81,10 @@ pub struct MmConfig {
     pub memlock_limit: u64,
     /// The process has `CAP_IPC_LOCK` (locks without limit).
     pub cap_ipc_lock: bool,
+    /// `CAP_SYS_RAWIO`: a fixed mapping (`mmap`, `mremap`'s target) may
+    /// go below `mmap_min_addr` (Linux's `cap_mmap_addr`; hints and
+    /// searches still keep above it). Default false.
+    pub cap_sys_rawio: bool,
     /// How `pin_user_pages` synchronizes with mapping changes. Long-term
     /// pins are charged to `pinned_vm` against `memlock_limit` too.
     pub pin_policy: PinPolicy,
@@ -134,6 +138,7 @@ impl Default for MmConfig {
             force_speculative: false,
             memlock_limit: 8 << 20,
             cap_ipc_lock: false,
+            cap_sys_rawio: false,
             pin_policy: PinPolicy::default(),
             unmap_policy: UnmapPolicy::default(),
             cap_sys_nice: false,
@@ -251,6 +256,13 @@ impl MmConfig {
     #[must_use]
     pub fn cap_ipc_lock(mut self, cap_ipc_lock: bool) -> MmConfig {
         self.cap_ipc_lock = cap_ipc_lock;
+        self
+    }
+
+    /// Sets `cap_sys_rawio`: whether the process has `CAP_SYS_RAWIO` and may map below `mmap_min_addr` (default false).
+    #[must_use]
+    pub fn cap_sys_rawio(mut self, cap_sys_rawio: bool) -> MmConfig {
+        self.cap_sys_rawio = cap_sys_rawio;
         self
     }
 

@@ -123,7 +123,8 @@ pub(crate) fn get_unmapped_area_avoiding(
     if a % PAGE_SIZE != 0 {
         return Err(Errno::Inval);
     }
-    if a < cfg.mmap_min_addr {
+    if a < cfg.mmap_min_addr && !cfg.cap_sys_rawio {
+        // cap_mmap_addr: below dac_mmap_min_addr only with CAP_SYS_RAWIO.
         return Err(Errno::Perm);
     }
     Ok(a)

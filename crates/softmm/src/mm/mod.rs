@@ -78,6 +78,13 @@ pub(crate) struct MmState {
     pub(crate) hugetlb_linked: Vec<Arc<Vma>>,
     /// A hugetlb VMA was mapped or inherited: write sections sync the reverse maps.
     pub(crate) hugetlb_seen: bool,
+    /// Linux's `mm->def_flags`: flags every new mapping gets
+    /// (`mlockall(MCL_FUTURE)`'s `VM_LOCKED_MASK`; `sys/mlock.rs`).
+    pub(crate) def_flags: VmFlags,
+    /// The MDWE bits of `mm->flags` (`MMF_HAS_MDWE`,
+    /// `MMF_HAS_MDWE_NO_INHERIT`), as `PR_GET_MDWE` returns them
+    /// (`sys/mdwe.rs`).
+    pub(crate) mdwe: u64,
 }
 
 /// Counters of one address space: those of every write section and of
@@ -142,6 +149,10 @@ pub struct MmStats {
     pub hugetlb_pages: u64,
     /// hugetlb faults that mapped a huge page (first touch, COW).
     pub hugetlb_faults: u64,
+    /// Pages of locked VMAs (`mm->locked_vm`, `/proc/pid/status` `VmLck`
+    /// over 4 KiB): what `mlock`, `mlockall` and `MAP_LOCKED` count against
+    /// the memlock limit.
+    pub locked_pages: u64,
 }
 
 /// A virtual address space with Linux semantics.
@@ -244,6 +255,8 @@ impl AddressSpace {
             reserved: Vec::new(),
             hugetlb_linked: Vec::new(),
             hugetlb_seen: false,
+            def_flags: VmFlags::empty(),
+            mdwe: 0,
         };
         let (shootdown_policy, posting_policy) = (config.shootdown_policy, config.posting_policy);
         Ok(Arc::new_cyclic(|w| AddressSpace {
@@ -485,6 +498,7 @@ impl AddressSpace {
             unmap: self.counters.unmap.stats(),
             hugetlb_pages,
             hugetlb_faults: self.counters.hugetlb_faults.load(Ordering::Relaxed),
+            locked_pages: commit::locked_vm(&st.vmas),
         }
     }
 
@@ -755,7 +769,7 @@ impl AddressSpace {
         let (Some(first), Some(last)) = (victims.first(), victims.last()) else {
             return Ok(None);
         };
-        self.munmap_split_check(&st.vmas, start, end)?;
+        self.munmap_gather_check(st, start, end)?;
         // Each goes from the tree; the first and last put back what lies
         // outside the range (`split_vma`).
         for v in &victims {
@@ -764,10 +778,29 @@ impl AddressSpace {
         Ok(Some((start.max(first.start), end.min(last.end))))
     }
 
+    /// [`Self::munmap_split_check`] with what Linux leaves of a call it
+    /// refuses for a sealed VMA past the first: `vms_gather_munmap_vmas`
+    /// has split the first VMA at `start` by then and does not merge it
+    /// back, so neither does this (the maps show two VMAs where there was
+    /// one). Any other refusal changes nothing.
+    pub(crate) fn munmap_gather_check(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<()> {
+        let res = self.munmap_split_check(&st.vmas, start, end);
+        if res == Err(crate::Errno::Perm) {
+            let first = st.vmas.overlapping(start, end).next().cloned();
+            if let Some(first) = first.filter(|f| f.start < start && !f.flags.contains(VmFlags::SEALED)) {
+                self.split_vma(st, &first, start, first.end);
+                st.vmas.insert(first.slice(start, first.end, first.flags));
+            }
+        }
+        res
+    }
+
     /// The refusals of [`Self::detach_vmas`] for `[start, end)`, checked
     /// without changing anything (Linux's `vms_gather_munmap_vmas` before
     /// its splits): `ENOMEM` if splitting one VMA in two would exceed
-    /// `max_map_count`, then `EINVAL` if a VMA cannot be split at an edge
+    /// `max_map_count`, `EPERM` if a VMA is sealed (`mseal`; the first VMA
+    /// before its split is checked, the others after), then `EINVAL` if a
+    /// VMA cannot be split at an edge
     /// (`vm_ops->may_split`: hugetlb inside a huge page). `mmap` checks them
     /// before a file's mmap hook runs, as `mmap_region` gathers the VMAs it
     /// replaces first.
@@ -780,10 +813,18 @@ impl AddressSpace {
         if start > first.start && end < first.end && vmas.len() >= self.config.max_map_count {
             return Err(crate::Errno::NoMem);
         }
+        // A sealed VMA (mseal) is never unmapped nor split: EPERM, after
+        // the map count and before the split (vms_gather_munmap_vmas).
+        if first.flags.contains(VmFlags::SEALED) {
+            return Err(crate::Errno::Perm);
+        }
         // __split_vma: vm_ops->may_split (hugetlb), after the map count.
         Self::split_vma_check(first, start, end)?;
         if Arc::ptr_eq(first, last) {
             return Ok(());
+        }
+        if vmas.overlapping(start, end).any(|v| v.flags.contains(VmFlags::SEALED)) {
+            return Err(crate::Errno::Perm);
         }
         Self::split_vma_check(last, start, end)
     }

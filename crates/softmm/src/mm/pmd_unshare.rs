@@ -58,7 +58,7 @@ impl AddressSpace {
     /// file's `i_mmap` lock, both for write: nothing if the table is not
     /// shared; else the link goes and this address space's TLB is flushed
     /// before the caller drops `i_mmap`. Page migration calls it too
-    /// (`hugetlb/migrate.rs`, Linux's `try_to_migrate_one`).
+    /// (`migrate/hugetlb.rs`, Linux's `try_to_migrate_one`).
     pub(crate) fn huge_pmd_unshare_locked(&self, w: u64, guard: &Guard) {
         let freed = match self.pgtables.pmd_unshare(w) {
             PmdUnshare::NotShared => return,

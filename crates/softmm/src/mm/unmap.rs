@@ -108,8 +108,9 @@ pub struct UnmapStats {
     pub table_free_ns: u64,
     /// Page tables freed that way (subtables counted with their parent).
     pub tables_freed_here: u64,
-    /// Page tables left to the epoch collector instead, because the grace
-    /// period outlasted the wait's limit (a guard held long somewhere).
+    /// Page tables left to the epoch collector instead: too few to be
+    /// worth a wait (under 16 with their subtables), or the grace period
+    /// outlasted the wait's limit (a guard held long somewhere).
     pub tables_deferred: u64,
 }
 

@@ -404,6 +404,31 @@ fn detach_level(t: &Table, level: u32, base: u64, span: &Span, out: &mut Vec<Det
     }
 }
 
+/// [`DetachedTable::tables_up_to`] for `table` at `level`.
+///
+/// # Safety
+///
+/// `table` stays allocated for the call.
+unsafe fn count_tables(table: NonNull<Table>, level: u32, limit: usize) -> usize {
+    let mut n = 1;
+    if level == 0 {
+        return n;
+    }
+    // SAFETY: allocated (the caller's contract).
+    let t = unsafe { table.as_ref() };
+    for i in 0..PTRS_PER_TABLE {
+        if n >= limit {
+            break;
+        }
+        if let Child::Table(c) = t.child(i) {
+            // SAFETY: a present directory entry of a table that stays
+            // allocated keeps its child allocated.
+            n += unsafe { count_tables(c, level - 1, limit - n) };
+        }
+    }
+    n
+}
+
 /// Frees `table` at `level` and every table below it, putting the frames
 /// that leaf entries still hold. A shared PMD table only loses the caller's
 /// link; its last user frees it. With `defer`, a PMD table whose last link
@@ -503,6 +528,18 @@ impl DetachedTable {
         // SAFETY: the table was detached before `defer`, so once the grace
         // period ends no walker holds it; `self` is its only owner.
         guard.defer(move || unsafe { self.free_now(&phys) });
+    }
+
+    /// How many tables freeing this one would free, itself and its
+    /// subtables, counted no further than `limit`: what a free costs,
+    /// without scanning more than `limit` tables to find out. A shared PMD
+    /// table counts as one (freeing it may only drop a link).
+    pub(crate) fn tables_up_to(&self, limit: usize) -> usize {
+        // SAFETY: `self` owns the table (detached, so no tree links it
+        // and no one frees it meanwhile); walkers may still read it, and
+        // other sharers of a PMD table change its leaf entries only, all
+        // through atomics, so reading its entries is sound.
+        unsafe { count_tables(self.table, self.level, limit) }
     }
 
     /// Frees the table now.

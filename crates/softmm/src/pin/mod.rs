@@ -35,6 +35,7 @@
 //! `RLIMIT_MEMLOCK` (the address space's `PinState`, `mm/pin_state.rs`).
 
 mod fast;
+pub(crate) mod hugetlb;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod parallel;

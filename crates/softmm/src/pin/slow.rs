@@ -122,7 +122,7 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
         d.pincount.fetch_add(1, Ordering::Relaxed);
     }
     let head = frame.into_raw();
-    Follow::Got(if huge { crate::hugetlb::gup::subpage(head, va) } else { head })
+    Follow::Got(if huge { crate::pin::hugetlb::subpage(head, va) } else { head })
 }
 
 /// `FAULT_FLAG_UNSHARE` for a read-only pin: marks the anonymous page mapped
@@ -134,7 +134,7 @@ fn follow_page(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64) -> Follow {
 /// again whatever happened.
 fn unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<()> {
     if vma.flags.contains(VmFlags::HUGETLB) {
-        return crate::hugetlb::gup::hugetlb_unshare(mm, vma, va);
+        return crate::pin::hugetlb::hugetlb_unshare(mm, vma, va);
     }
     if !mm.anon_vma_prepare_locked(vma) {
         return Err(Errno::NoMem);

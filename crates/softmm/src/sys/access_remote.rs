@@ -209,7 +209,7 @@ impl AddressSpace {
                 Follow::Got(frame, page) => return Some((frame, page)),
                 // The COW break of a forced write to a read-only private
                 // huge page: an exclusive anonymous copy, mapped read-only.
-                Follow::Unshare => crate::hugetlb::gup::hugetlb_unshare(self, vma, va).ok()?,
+                Follow::Unshare => crate::pin::hugetlb::hugetlb_unshare(self, vma, va).ok()?,
                 Follow::Stop => return None,
                 // The fault gup makes (`faultin_page`): no MMU permission
                 // check, `check_vma_flags` allowed the access.
@@ -253,7 +253,7 @@ impl AddressSpace {
         // The reference is on the head frame for a huge page, which copies
         // go through the subpage of `va` of.
         let head = pte.pfn();
-        let page = if huge { crate::hugetlb::gup::subpage(head, va) } else { head };
+        let page = if huge { crate::pin::hugetlb::subpage(head, va) } else { head };
         Follow::Got(ptl.page(va, &self.phys).expect("the entry holds a frame"), page)
     }
 

@@ -5,7 +5,7 @@ use crate::vma::Vma;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use super::mmap::accountable;
-use crate::mm::commit::total_vm;
+use crate::mm::commit::{locked_vm, total_vm};
 use crate::mm::{AddressSpace, MmuGather};
 
 impl AddressSpace {
@@ -24,6 +24,7 @@ impl AddressSpace {
         });
         let orig = st.brk;
         let mut shrink = None;
+        let mut populate = None;
         let result = 'out: {
             if brk < st.start_brk || brk > self.config.task_size {
                 break 'out orig;
@@ -56,10 +57,17 @@ impl AddressSpace {
             }
             // do_brk_flags charges the growth: brk(TASK_SIZE) asks for more
             // than the machine has and is refused.
+            // check_brk_limits: with mlockall(MCL_FUTURE), the memlock limit.
+            let def_flags = st.def_flags;
+            if !self.config.mlock_future_ok(def_flags, newbrk - oldbrk, || locked_vm(&st.vmas)) {
+                break 'out orig;
+            }
             if self.phys.vm_enough_memory((newbrk - oldbrk) >> PAGE_SHIFT, || total_vm(&st.vmas)).is_err() {
                 break 'out orig;
             }
-            let mut flags = VmFlags::READ | VmFlags::WRITE | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC;
+            populate = def_flags.contains(VmFlags::LOCKED).then_some((oldbrk, newbrk));
+            let mut flags =
+                VmFlags::READ | VmFlags::WRITE | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC | def_flags;
             if accountable(flags) {
                 flags |= VmFlags::ACCOUNT;
             }
@@ -81,6 +89,10 @@ impl AddressSpace {
         // still reach the old frames through its TLB.
         tlb.finish(self);
         drop(st);
+        if let Some((lo, hi)) = populate {
+            // brk: a heap grown under mlockall(MCL_FUTURE) is faulted in.
+            crate::populate::mm_populate(self, lo, hi);
+        }
         result
     }
 }

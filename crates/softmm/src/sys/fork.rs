@@ -79,6 +79,10 @@ impl AddressSpace {
         cst.brk = st.brk;
         cst.start_stack = st.start_stack;
         cst.hugetlb_seen = st.hugetlb_seen;
+        // mm_init: def_flags keep only VM_INIT_DEF_MASK (no lock), the MDWE
+        // bits go unless PR_MDWE_NO_INHERIT (mmf_init_flags).
+        cst.def_flags = st.def_flags & VmFlags::NOHUGEPAGE;
+        cst.mdwe = if st.mdwe & crate::uapi::PR_MDWE_NO_INHERIT != 0 { 0 } else { st.mdwe };
         for v in st.vmas.iter() {
             if v.flags.contains(VmFlags::DONTCOPY) {
                 continue;
@@ -92,8 +96,9 @@ impl AddressSpace {
                 Some(a) if !wipe => Some(a.fork(child.weak())),
                 _ => None,
             };
-            // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK).
-            let flags = v.flags & !VmFlags::LOCKED;
+            // dup_mmap: memory locks are not inherited (VM_LOCKED_MASK);
+            // a seal is.
+            let flags = v.flags & !VmFlags::LOCKED_MASK;
             let mut cv = Vma::new(&self.phys, v.start, v.end, flags, v.pgoff, v.file.clone(), anon).with_open(v.open);
             // vma_dup_policy: the child's VMA keeps the parent's policy.
             cv.policy = v.policy.clone();

@@ -160,6 +160,9 @@ impl AddressSpace {
         if flag_change {
             let mut st = self.write_lock();
             let res = self.walk_vmas(&mut st, addr, end, |mm, st, vma, start, stop| {
+                if !super::mseal::can_modify_vma_madv(vma, advice) {
+                    return Err(Errno::Perm);
+                }
                 let mut f = vma.flags;
                 match advice {
                     MADV_NORMAL => f &= !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
@@ -223,6 +226,10 @@ impl AddressSpace {
     /// into `tlb`, for the caller to flush and free before it lets a writer
     /// change the VMA.
     fn madvise_dontneed_free(&self, vma: &Vma, start: u64, stop: u64, advice: i32, tlb: &mut MmuGather) -> Result<()> {
+        // madvise_vma_behavior: a sealed read-only anonymous VMA keeps its pages.
+        if !super::mseal::can_modify_vma_madv(vma, advice) {
+            return Err(Errno::Perm);
+        }
         if vma.flags.contains(VmFlags::HUGETLB) {
             // Under mmap_lock only: the per-VMA path leaves hugetlb to it
             // (the reserves and the unshare rely on it).
@@ -393,6 +400,9 @@ impl AddressSpace {
             let (file, offset, len) = {
                 let st = self.read_lock();
                 let Some((vma, a, stop)) = walk.step(&st.vmas)? else { break };
+                if !super::mseal::can_modify_vma_madv(&vma, MADV_REMOVE) {
+                    return Err(Errno::Perm);
+                }
                 if vma.flags.contains(VmFlags::LOCKED) {
                     return Err(Errno::Inval);
                 }

@@ -26,6 +26,10 @@ pub struct MapEntry {
     pub name: String,
     /// Resident bytes (smaps `Rss`).
     pub rss: u64,
+    /// smaps's `VmFlags:` line: Linux's two-letter names of the VMA's
+    /// flags in bit order, space separated (`lo` locked, `lf` lock on
+    /// fault, `sl` sealed, `ac` accounted, ...).
+    pub vm_flags: String,
 }
 
 impl MapEntry {
@@ -115,6 +119,7 @@ impl AddressSpace {
                     } else {
                         self.resident_pages(v.start, v.end) * PAGE_SIZE
                     },
+                    vm_flags: v.flags.smaps_mnemonics(),
                 }
             })
             .collect()

@@ -309,7 +309,7 @@ impl AddressSpace {
                 if pte.has_frame() && misplaced(pte.pfn()).is_some() {
                     // queue_folios_hugetlb: a page reached through a shared
                     // PMD table without MOVE_ALL stays, before any isolation.
-                    let skip = crate::hugetlb::migrate::hugetlb_queue_skips(&self.pgtables, a, flags);
+                    let skip = crate::migrate::hugetlb::hugetlb_queue_skips(&self.pgtables, a, flags);
                     match if skip { Ok(None) } else { self.isolate_at(v, a, flags) } {
                         Ok(Some(p)) => queue.push((p, v.pgoff_at(a))),
                         Ok(None) => {}
@@ -399,7 +399,7 @@ impl AddressSpace {
                     let pte = self.pte_at(a);
                     if let Some(d) = pte.has_frame().then(|| target(pte.pfn())).flatten() {
                         // queue_folios_hugetlb, as in mbind.
-                        let skip = crate::hugetlb::migrate::hugetlb_queue_skips(&self.pgtables, a, flags);
+                        let skip = crate::migrate::hugetlb::hugetlb_queue_skips(&self.pgtables, a, flags);
                         let r = if skip { Ok(None) } else { self.isolate_at(v, a, flags) };
                         enqueue(&mut by_node, &mut failed, d, r);
                     }

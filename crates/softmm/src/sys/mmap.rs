@@ -214,8 +214,9 @@ impl AddressSpace {
         if st.vmas.len() > self.config.max_map_count {
             return Err(Errno::NoMem);
         }
-        // calc_vm_prot_bits | calc_vm_flag_bits | VM_MAY*.
-        let mut vm_flags = VmFlags::from_prot(prot) | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC;
+        // calc_vm_prot_bits | calc_vm_flag_bits | mm->def_flags | VM_MAY*.
+        let mut vm_flags =
+            VmFlags::from_prot(prot) | st.def_flags | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC;
         if flags & MAP_GROWSDOWN != 0 {
             vm_flags |= VmFlags::GROWSDOWN;
         }
@@ -308,7 +309,12 @@ impl AddressSpace {
         // split refused here finds nothing reserved, charged or grown. The
         // unmap in mmap_region then cannot fail, and a hugetlb mapping is
         // never charged, so nothing after the hook can refuse the call.
-        self.munmap_split_check(&st.vmas, addr, addr + len)?;
+        // mmap_region: memory-deny-write-execute (sys/mdwe.rs), before the
+        // VMAs it replaces are gathered (a sealed one: EPERM).
+        if super::mdwe::map_deny_write_exec(st.mdwe, vm_flags, vm_flags) {
+            return Err(Errno::Acces);
+        }
+        self.munmap_gather_check(&mut st, addr, addr + len)?;
         // The backing's preparation (Linux's `f_op->mmap`; for hugetlb,
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {
@@ -357,8 +363,14 @@ impl AddressSpace {
         };
         let mut tlb = MmuGather::default();
         let open = file.map_or(0, OpenFile::open_id);
+        // __mmap_region: a hugetlb mapping is never locked (mlock's
+        // vma_supports_mlock), though do_mmap still populates it below.
+        let mut region_flags = vm_flags;
+        if vm_flags.intersects(VmFlags::SPECIAL | VmFlags::HUGETLB) {
+            region_flags &= !VmFlags::LOCKED_MASK;
+        }
         let res =
-            self.mmap_region(&mut st, backing, open, addr, len, vm_flags, pgoff, ops, desc.hugetlb_resv, &mut tlb);
+            self.mmap_region(&mut st, backing, open, addr, len, region_flags, pgoff, ops, desc.hugetlb_resv, &mut tlb);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.

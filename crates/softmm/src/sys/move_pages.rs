@@ -122,7 +122,7 @@ impl AddressSpace {
     ) -> std::result::Result<Option<Isolated<'_>>, i32> {
         if vma.flags.contains(crate::vma::VmFlags::HUGETLB) {
             // Never migrated: reported as Linux reports an unmovable page.
-            return crate::hugetlb::migrate::hugetlb_isolate(self, vma, addr, flags);
+            return crate::migrate::hugetlb::hugetlb_isolate(self, vma, addr, flags);
         }
         let va = addr & !(PAGE_SIZE - 1);
         let guard = crossbeam_epoch::pin();

@@ -109,6 +109,12 @@ impl AddressSpace {
             if !newflags.access_without_may().is_empty() {
                 return Err(Errno::Acces);
             }
+            // Memory-deny-write-execute (sys/mdwe.rs), then mprotect_fixup's
+            // seal (sys/mseal.rs), even for no change.
+            if super::mdwe::map_deny_write_exec(st.mdwe, v.flags, newflags) {
+                return Err(Errno::Acces);
+            }
+            super::mseal::check_unsealed(&v)?;
             let range_end = v.end.min(end);
             // Linux's mprotect_fixup accounting: a private mapping turning
             // writable is charged, an untouched anonymous one turning

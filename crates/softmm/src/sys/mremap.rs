@@ -106,6 +106,11 @@ impl AddressSpace {
         tlb: &mut MmuGather,
         tail: &mut Option<(u64, u64)>,
     ) -> Result<u64> {
+        // A sealed VMA is never moved or resized (sys/mseal.rs), checked
+        // right after the lookup.
+        if let Some(v) = st.vmas.find(addr) {
+            super::mseal::check_unsealed(v)?;
+        }
         if st.vmas.find(addr).is_some_and(|v| v.flags.contains(VmFlags::HUGETLB)) {
             // Lengths rounded up to huge pages, both addresses aligned, and
             // no expansion: the reservations cannot follow a split one.
@@ -192,6 +197,7 @@ impl AddressSpace {
         new_len: u64,
         flags: i32,
     ) -> Result<()> {
+        super::mseal::check_unsealed(vma)?;
         if old_len == 0 && !vma.flags.intersects(VmFlags::SHARED | VmFlags::MAYSHARE) {
             return Err(Errno::Inval);
         }
@@ -348,6 +354,8 @@ impl AddressSpace {
             self.detach_vmas_keep_charge(st, addr, addr + old_len)?
         } else {
             let mut stays = vma.rebound(vma.start, vma.end, vma.pgoff);
+            // move_vma: the source VMA, all of it, is never locked after.
+            stays.flags &= !VmFlags::LOCKED_MASK;
             if vma.start == addr && vma.end == addr + old_len {
                 // The whole VMA moved: the empty source leaves its anon_vma
                 // behind (unlink_anon_vmas), which decides its later merges.

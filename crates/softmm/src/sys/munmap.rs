@@ -42,6 +42,10 @@
 //! on the unmapping CPU. The wait is bounded (`GRACE_WAIT_LIMIT`): a guard
 //! held long, even by the caller, sends them to the collector as before
 //! ([`UnmapStats::tables_deferred`](crate::UnmapStats::tables_deferred)).
+//! So do fewer than 16 tables, subtables included (a 1 GiB hugetlb area's
+//! PUD table, a sparse range), which cost the collector microseconds: the
+//! wait lasts as long as the longest guard pinned meanwhile, and seed 000's
+//! forker spent most of each `munmap` in it (`mm/gather.rs`).
 //!
 //! # The reservation (`lock-free`)
 //!

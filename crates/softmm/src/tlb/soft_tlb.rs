@@ -15,7 +15,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Relaxed};
 
-use crate::fault::Access;
+use crate::access::Access;
 use crate::PAGE_SIZE;
 
 /// Entries in the 4 KiB TLB (direct mapped).

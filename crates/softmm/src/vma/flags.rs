@@ -40,6 +40,9 @@ bitflags::bitflags! {
         const DONTCOPY = 0x20000;
         /// Cannot be expanded by mremap.
         const DONTEXPAND = 0x40000;
+        /// `MLOCK_ONFAULT`/`MCL_ONFAULT`: locked pages are the ones faulted
+        /// in, nothing is populated (always with `LOCKED`).
+        const LOCKONFAULT = 0x80000;
         /// Charged to the commit limit (private writable).
         const ACCOUNT = 0x100000;
         /// `MAP_NORESERVE`.
@@ -60,7 +63,13 @@ bitflags::bitflags! {
         const MERGEABLE = 0x8000_0000;
         /// `MAP_DROPPABLE` (bit 40 on 64-bit).
         const DROPPABLE = 1 << 40;
+        /// `mseal`ed (Linux 6.10+, bit 63): the VMA can no longer be
+        /// unmapped, moved, resized, reprotected or discarded.
+        const SEALED = 1 << 63;
 
+        /// Linux's `VM_LOCKED_MASK`: the flags `mlock` and `munlock` set
+        /// and clear together.
+        const LOCKED_MASK = Self::LOCKED.bits() | Self::LOCKONFAULT.bits();
         /// The access bits.
         const ACCESS_FLAGS = Self::READ.bits() | Self::WRITE.bits() | Self::EXEC.bits();
         /// Linux's `VM_SPECIAL`: never merged, never split by THP or KSM
@@ -77,6 +86,45 @@ impl VmFlags {
         f.set(VmFlags::WRITE, prot & libc::PROT_WRITE != 0);
         f.set(VmFlags::EXEC, prot & libc::PROT_EXEC != 0);
         f
+    }
+
+    /// The flags as smaps's `VmFlags:` line prints them (Linux's
+    /// `show_smap_vma_flags` mnemonics, in bit order, space separated).
+    pub(crate) fn smaps_mnemonics(self) -> String {
+        const NAMES: [(VmFlags, &str); 27] = [
+            (VmFlags::READ, "rd"),
+            (VmFlags::WRITE, "wr"),
+            (VmFlags::EXEC, "ex"),
+            (VmFlags::SHARED, "sh"),
+            (VmFlags::MAYREAD, "mr"),
+            (VmFlags::MAYWRITE, "mw"),
+            (VmFlags::MAYEXEC, "me"),
+            (VmFlags::MAYSHARE, "ms"),
+            (VmFlags::GROWSDOWN, "gd"),
+            (VmFlags::PFNMAP, "pf"),
+            (VmFlags::LOCKED, "lo"),
+            (VmFlags::IO, "io"),
+            (VmFlags::SEQ_READ, "sr"),
+            (VmFlags::RAND_READ, "rr"),
+            (VmFlags::DONTCOPY, "dc"),
+            (VmFlags::DONTEXPAND, "de"),
+            (VmFlags::LOCKONFAULT, "lf"),
+            (VmFlags::ACCOUNT, "ac"),
+            (VmFlags::NORESERVE, "nr"),
+            (VmFlags::HUGETLB, "ht"),
+            (VmFlags::WIPEONFORK, "wf"),
+            (VmFlags::DONTDUMP, "dd"),
+            (VmFlags::MIXEDMAP, "mm"),
+            (VmFlags::HUGEPAGE, "hg"),
+            (VmFlags::NOHUGEPAGE, "nh"),
+            (VmFlags::MERGEABLE, "mg"),
+            (VmFlags::DROPPABLE, "dp"),
+        ];
+        let mut names: Vec<&str> = NAMES.iter().filter(|(f, _)| self.contains(*f)).map(|&(_, n)| n).collect();
+        if self.contains(VmFlags::SEALED) {
+            names.push("sl");
+        }
+        names.join(" ")
     }
 
     /// The access bits that lack their `VM_MAY*` twin (which sits four bits
@@ -96,6 +144,13 @@ mod tests {
         assert_eq!(VmFlags::from_prot(libc::PROT_NONE), VmFlags::empty());
         assert_eq!(VmFlags::from_prot(libc::PROT_READ | libc::PROT_EXEC), VmFlags::READ | VmFlags::EXEC);
         assert_eq!(VmFlags::from_prot(libc::PROT_WRITE), VmFlags::WRITE);
+    }
+
+    #[test]
+    fn smaps_names_the_flags_in_bit_order() {
+        let f = VmFlags::READ | VmFlags::MAYREAD | VmFlags::LOCKED | VmFlags::LOCKONFAULT | VmFlags::SEALED;
+        assert_eq!(f.smaps_mnemonics(), "rd mr lo lf sl");
+        assert_eq!(VmFlags::empty().smaps_mnemonics(), "");
     }
 
     #[test]

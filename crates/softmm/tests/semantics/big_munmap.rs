@@ -405,6 +405,32 @@ fn each_policy_frees_its_page_tables_before_munmap_returns() {
     }
 }
 
+/// A big range with few page tables (one page touched: a PTE table and
+/// the tables above it) does not wait for a grace period to free them
+/// itself: they go to the collector, which frees them in microseconds,
+/// while the wait lasts as long as the longest guard pinned meanwhile
+/// (seed 000's forker, which unmaps a 1 GiB hugetlb area per fork, spent
+/// most of each munmap in it). Nothing is left once the collector ran.
+#[test]
+fn a_big_munmap_with_few_page_tables_leaves_them_to_the_collector() {
+    for &unmap in UnmapPolicy::ALL {
+        let phys = phys(128);
+        let mm = mm_for(&phys, unmap, FaultPolicy::default());
+        let mut cpu = Cpu::attached(&mm);
+        let a = mm.mmap(0, BIG_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+        cpu.write_u64(a + BIG_LEN / 2, 1).unwrap();
+        let before = softmm::UnmapStats::this_thread();
+        mm.munmap(a, BIG_LEN).unwrap();
+        let u = softmm::UnmapStats::this_thread();
+        let (here, deferred) =
+            (u.tables_freed_here - before.tables_freed_here, u.tables_deferred - before.tables_deferred);
+        assert_eq!((here, deferred > 0), (0, true), "{unmap:?}: tables freed here {here}, deferred {deferred}");
+        drop(cpu);
+        drop(mm);
+        assert_no_leaks(&phys);
+    }
+}
+
 /// A munmap of a range in which nothing was ever mapped (no page table, so
 /// no translation any CPU could hold) shoots nothing down, under every
 /// policy: Linux's `tlb_flush_mmu_tlbonly` returns early when the gather

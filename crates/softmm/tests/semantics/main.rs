@@ -30,6 +30,8 @@ mod hugetlb_migrate;
 mod hugetlb_pin;
 mod hugetlb_share;
 mod layering;
+mod lock_seal;
+mod lock_seal_host;
 mod madvise_policies;
 mod maps_names;
 mod mempolicy;

@@ -190,6 +190,7 @@ fn instance(
     start: &Barrier,
     stop: &AtomicBool,
     iterations: Option<u64>,
+    fork_hold: Duration,
 ) -> Result<InstanceOut, String> {
     let setup = || -> Result<_, String> {
         let mm = AddressSpace::new(&area.phys, MmConfig::default().hugetlb_policy(policy))
@@ -237,6 +238,7 @@ fn instance(
                 write(&mut child_cpu, 0)?;
                 child_cpu.detach();
                 drop(child); // the child's exit
+                super::hold(fork_hold);
                 ops += 1;
             }
         }
@@ -277,6 +279,7 @@ pub fn run(
     programs: &[Program],
     instances: usize,
     limit: Limit,
+    fork_hold: Duration,
 ) -> Result<Vec<SoftRun>, String> {
     if instances == 0 || instances > MAX_INSTANCES {
         return Err(format!("instances must be 1..={MAX_INSTANCES}"));
@@ -294,7 +297,7 @@ pub fn run(
             .flat_map(|&p| std::iter::repeat_n(p, instances))
             .map(|p| {
                 let (stop, start) = (&stop, &start);
-                (p, scope.spawn(move || instance(area, policy, p, start, stop, iterations)))
+                (p, scope.spawn(move || instance(area, policy, p, start, stop, iterations, fork_hold)))
             })
             .collect();
         start.wait();
@@ -356,7 +359,8 @@ mod tests {
         let area = SoftArea::new(SMALL).unwrap();
         assert!(!area.sharing, "no whole 1 GiB window, no sharing");
         for &policy in HugetlbPolicy::ALL {
-            let runs = run(&area, policy, &[Program::Fork, Program::Fault], 2, Limit::Iterations(3)).unwrap();
+            let runs =
+                run(&area, policy, &[Program::Fork, Program::Fault], 2, Limit::Iterations(3), Duration::ZERO).unwrap();
             let fork = &runs[0];
             let fault = &runs[1];
             assert_eq!((fork.run.program, fork.run.ops), (Program::Fork, 2 * 3));
@@ -380,16 +384,42 @@ mod tests {
     #[test]
     fn a_timed_run_stops_and_a_bad_instance_count_is_refused() {
         let area = SoftArea::new(SMALL).unwrap();
-        let runs =
-            run(&area, HugetlbPolicy::default(), &[Program::Fault], 1, Limit::Duration(Duration::from_millis(20)))
-                .unwrap();
+        let runs = run(
+            &area,
+            HugetlbPolicy::default(),
+            &[Program::Fault],
+            1,
+            Limit::Duration(Duration::from_millis(20)),
+            Duration::ZERO,
+        )
+        .unwrap();
         // At least one pass, and it stopped (the time is not asserted: the
         // machine may be busy).
         assert!(runs[0].run.ops >= 8 && runs[0].run.ops % 8 == 0 && runs[0].run.seconds > 0.0, "{runs:?}");
-        assert!(run(&area, HugetlbPolicy::default(), &[Program::Fault], 0, Limit::Iterations(1)).is_err());
         assert!(
-            run(&area, HugetlbPolicy::default(), &[Program::Fault], MAX_INSTANCES + 1, Limit::Iterations(1)).is_err()
+            run(&area, HugetlbPolicy::default(), &[Program::Fault], 0, Limit::Iterations(1), Duration::ZERO).is_err()
         );
+        assert!(run(
+            &area,
+            HugetlbPolicy::default(),
+            &[Program::Fault],
+            MAX_INSTANCES + 1,
+            Limit::Iterations(1),
+            Duration::ZERO
+        )
+        .is_err());
+    }
+
+    /// `--fork-hold`: each fork's hold is spent, so a run of n forks lasts
+    /// at least n holds (a bound that holds however busy the machine).
+    #[test]
+    fn a_forker_holds_its_mapping_for_the_fork_hold_after_each_fork() {
+        let area = SoftArea::new(4 * HUGE_PAGE_SIZE).unwrap();
+        let hold = Duration::from_millis(5);
+        let runs = run(&area, HugetlbPolicy::default(), &[Program::Fork], 1, Limit::Iterations(3), hold).unwrap();
+        assert_eq!(runs[0].run.ops, 3);
+        assert!(runs[0].run.seconds >= 3.0 * hold.as_secs_f64(), "{runs:?}");
+        area.check_leftovers().unwrap();
     }
 
     #[test]
@@ -397,7 +427,8 @@ mod tests {
         // 1 GiB of pool pages, zeroed by the fallocate: the probe's answer
         // is whatever the library does for a new hugetlbfs file.
         let area = SoftArea::new(PUD_SIZE).unwrap();
-        let runs = run(&area, HugetlbPolicy::default(), &[Program::Fork], 1, Limit::Iterations(2)).unwrap();
+        let runs =
+            run(&area, HugetlbPolicy::default(), &[Program::Fork], 1, Limit::Iterations(2), Duration::ZERO).unwrap();
         let shares = runs[0].counters.pmd_shares.unwrap();
         // Every child links its parent's table where sharing is on: its
         // one fault is a share.

@@ -19,6 +19,7 @@ fn each_setter_sets_its_own_field() {
         .force_speculative(true)
         .memlock_limit(9 << 20)
         .cap_ipc_lock(true)
+        .cap_sys_rawio(true)
         .pin_policy(PinPolicy::Batched)
         .unmap_policy(UnmapPolicy::Sectioned)
         .cap_sys_nice(true)
@@ -46,6 +47,7 @@ fn each_setter_sets_its_own_field() {
         force_speculative: true,
         memlock_limit: 9 << 20,
         cap_ipc_lock: true,
+        cap_sys_rawio: true,
         pin_policy: PinPolicy::Batched,
         unmap_policy: UnmapPolicy::Sectioned,
         cap_sys_nice: true,

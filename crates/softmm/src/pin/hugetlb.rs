@@ -20,7 +20,7 @@ use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
 
-use super::HPAGE_SIZE;
+use crate::hugetlb::HPAGE_SIZE;
 
 /// The frame `gup` hands out for `va` in the huge page `head` maps.
 pub(crate) fn subpage(head: Pfn, va: u64) -> Pfn {
@@ -66,7 +66,7 @@ pub(crate) fn hugetlb_unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<(
     let Some(old_page) = lock_mapped_page(&ptl, haddr, &mm.phys) else {
         drop(ptl);
         drop((_fault_mutex, _inval));
-        wait_on_page_locked(&mm.phys, pte.pfn(), super::migrate::WAIT_SPINS);
+        wait_on_page_locked(&mm.phys, pte.pfn(), crate::migrate::hugetlb::WAIT_SPINS);
         return Ok(());
     };
     let flags = d.flags.load(Ordering::Relaxed);
@@ -105,7 +105,7 @@ pub(crate) fn hugetlb_unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<(
             drop((_fault_mutex, _inval, guard));
             // Whatever it unmapped: a child that dropped the page
             // meanwhile left it mapped once (Linux's retry_avoidcopy).
-            super::cow::unmap_ref_private(mm, vma, haddr, pfn);
+            crate::hugetlb::cow::unmap_ref_private(mm, vma, haddr, pfn);
             return Ok(());
         }
         Err(_) => return Err(Errno::Fault),

@@ -60,7 +60,7 @@ use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
 
-use super::{HPAGE_SHIFT, HPAGE_SIZE};
+use crate::hugetlb::{HPAGE_SHIFT, HPAGE_SIZE};
 
 /// `__add_folio_for_migration` for the hugetlb page mapped at `addr` of
 /// the hugetlb VMA `vma` (the caller holds `mmap_lock`, and has already
@@ -208,7 +208,7 @@ fn walk_huge(
         // `i_mmap` for write, as every change to a table that was shared
         // (`hugetlb/share.rs`): it waits out an unsharer's flush.
         let inode = file.hugetlb.as_ref().expect("a hugetlb page's file is a hugetlb file");
-        phys.hugetlb.locks.count(super::lock::Kind::IMmapWrite);
+        phys.hugetlb.locks.count(crate::hugetlb::lock::Kind::IMmapWrite);
         let _i_mmap = inode.vmas.i_mmap.write();
         let guard = crossbeam_epoch::pin();
         for vma in st.vmas.iter() {
@@ -217,15 +217,15 @@ fn walk_huge(
                 continue;
             }
             let haddr = vma.start + ((first - vma.pgoff) << PAGE_SHIFT);
-            if unshare && super::share::want_pmd_share(vma, haddr) {
+            if unshare && crate::hugetlb::share::want_pmd_share(vma, haddr) {
                 // try_to_migrate_one, a file page: the VMA lock is taken
                 // before i_mmap elsewhere, so only tried here; busy, the
                 // page stays mapped in this address space and the move
                 // fails its reference check. Under both locks no sharer
                 // links or unlinks the table, so the check holds.
-                let w = haddr & !(super::share::PUD_SIZE - 1);
+                let w = haddr & !(crate::hugetlb::share::PUD_SIZE - 1);
                 let Some(_vma_lock) = mm.hugetlb_lock.stripe(w).try_write() else { continue };
-                phys.hugetlb.locks.count(super::lock::Kind::VmaLockWrite);
+                phys.hugetlb.locks.count(crate::hugetlb::lock::Kind::VmaLockWrite);
                 if mm.pgtables.pmd_is_shared(haddr, &guard) {
                     // Unmaps the page here, and flushes this address space.
                     mm.huge_pmd_unshare_locked(w, &guard);
@@ -308,7 +308,7 @@ fn unmap_and_move_huge_page<'p>(
     // and the checks below (pincount 0, and our reference alone or ours and
     // the cache's, checked under the cache's lock) found it unshared, as in
     // `migrate_batch`. Two different huge pages: the runs do not overlap.
-    let copy = || unsafe { phys.copy_frames_unshared(old, dst.pfn(), super::HPAGE_FRAMES as usize) };
+    let copy = || unsafe { phys.copy_frames_unshared(old, dst.pfn(), crate::hugetlb::HPAGE_FRAMES as usize) };
     let moved = d.pincount.load(Ordering::Acquire) == 0
         && if is_file {
             file.migrate_page(p.index, old, dst, copy)
