@@ -62,9 +62,7 @@ enum Cmd {
     Bench(args::BenchArgs),
     /// Replay an `strace -f -y` log of the memory, process and descriptor calls (or of the memory
     /// calls only), or record a command with `--run -- CMD ARGS...` and replay it.
-    #[command(after_help = "TRACE, what --run records, and what to record a log with yourself:\n  \
-                            strace -f -y -e trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create \
-                            -o LOG CMD")]
+    #[command(after_help = replay_help())]
     Replay(ReplayArgs),
     /// Plot the samples of a `bench --json` file again (.svg or .png).
     Plot {
@@ -101,14 +99,69 @@ struct ReplayArgs {
     /// softmm arena size (default: enough for the log's populating calls).
     #[arg(long, value_parser = args::parse_size)]
     arena: Option<u64>,
+    /// The recording's page faults, replayed as accesses of their kind at their address on the
+    /// faulting thread's CPU, in order with that thread's calls: a `perf.data` file or `perf
+    /// script` output of `perf record` with the events FAULT_EVENTS below, run around the strace
+    /// line. `--run` records them itself when perf can trace (with `--save LOG`, kept in
+    /// LOG's name with the extension `.perf.data`).
+    #[arg(long, value_name = "PERF_DATA_OR_SCRIPT", conflicts_with = "run")]
+    faults: Option<PathBuf>,
+    /// After the replay, run the log as a workload: each recorded thread's calls and faults on a
+    /// thread of its own, on a fresh address space per policy, as fast as possible, ordered across
+    /// threads only where the log orders them on the same memory. Prints per program and policy
+    /// the total and per-thread times, calls and faults per second and the lab's counters; every
+    /// result must be the replay's (the log's), else the replay fails. Needs `--addresses
+    /// recorded`; with `--faults` (or `--run` with perf) the faults are part of the workload.
+    #[arg(long)]
+    bench: bool,
+    /// With `--bench`: fault policies, comma-separated, or `all`.
+    #[arg(long, requires = "bench", default_value = "all", value_name = "POLICIES")]
+    policy: String,
+    /// With `--bench`: runs per policy (the table gives the median run and the range).
+    #[arg(long, requires = "bench", default_value_t = 3)]
+    repeat: usize,
+    /// With `--bench`: write every run (times, rates, counters) to this JSON file.
+    #[arg(long, requires = "bench", value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Huge pages (2 MiB) in the replay's hugetlb pool (default: as many as the log's successful
+    /// hugetlb mappings take at once; give the recording host's `vm.nr_hugepages` where the log
+    /// shows the pool running out).
+    #[arg(long, value_name = "N")]
+    hugepages: Option<u64>,
+    /// Compare the final mappings of the log's first pid (its last program; else the last program
+    /// with memory calls) with this real
+    /// `/proc/PID/maps`, where traced calls made them; each difference is a mismatch.
+    #[arg(long, value_name = "MAPS")]
+    compare_maps: Option<PathBuf>,
+}
+
+/// `softmm replay --help`'s closing text: what to record with.
+fn replay_help() -> String {
+    format!(
+        "TRACE, what --run records, and what to record a log with yourself:\n  \
+         strace -f -y -e {} -o LOG CMD\n\n\
+         FAULT_EVENTS, what --run records with perf where it can, around that strace line:\n  \
+         {}\n\
+         (the sys_enter events place each fault among its thread's calls: the two tools' clocks differ)",
+        replay::record::TRACE_SET,
+        replay::faults::perf_line()
+    )
 }
 
 fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
+    let mut faults = match &a.faults {
+        Some(p) => Some(replay::faults::read(p)?),
+        None => None,
+    };
     let (name, text) = match &a.log {
         None => {
             let rec = replay::record::record(&a.cmd, a.save.as_deref())?;
             println!("recorded `{}` ({})", a.cmd.join(" "), rec.status);
             let name = a.save.as_ref().map_or_else(|| "the recorded log".to_string(), |p| p.display().to_string());
+            match rec.faults {
+                Ok(f) => faults = Some(f),
+                Err(why) => println!("no page faults recorded: {why}"),
+            }
             (name, rec.text)
         }
         Some(log) if log.as_os_str() == "-" => {
@@ -121,7 +174,36 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
             (log.display().to_string(), String::from_utf8_lossy(&bytes).into_owned())
         }
     };
-    let opts = replay::Options { addresses: a.addresses, maps: a.maps, verbose: a.verbose, arena: a.arena };
+    let compare_maps = match &a.compare_maps {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?.into()),
+        None => None,
+    };
+    let bench = if a.bench {
+        if a.addresses != replay::Addresses::Recorded {
+            return Err("--bench needs --addresses recorded".into());
+        }
+        let policies = if a.policy == "all" {
+            softmm::FaultPolicy::ALL.to_vec()
+        } else {
+            a.policy
+                .split(',')
+                .map(|n| softmm::FaultPolicy::from_name(n.trim()).ok_or_else(|| format!("unknown fault policy `{n}`")))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        Some(replay::bench::BenchOptions { policies, repeat: a.repeat, json: a.json.clone() })
+    } else {
+        None
+    };
+    let opts = replay::Options {
+        addresses: a.addresses,
+        maps: a.maps,
+        verbose: a.verbose,
+        arena: a.arena,
+        faults: faults.map(Into::into),
+        compare_maps,
+        hugepages: a.hugepages,
+        bench,
+    };
     let (out, ok) = replay::replay(&name, &text, &opts)?;
     print!("{out}");
     Ok(if ok { 0 } else { 1 })

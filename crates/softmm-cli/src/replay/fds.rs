@@ -22,6 +22,13 @@ pub(super) struct Desc {
     /// The open file description: `dup` and `fork` copy it, `open` makes a
     /// new one (VMAs of two opens of one file never merge).
     pub open: u64,
+    /// Opened with `O_DIRECTORY`: a directory, which has no `mmap`.
+    pub directory: bool,
+    /// A `memfd_create` descriptor: its file is its own, whatever its name
+    /// (two memfds of one name are two files).
+    pub memfd: bool,
+    /// On hugetlbfs (`memfd_create(MFD_HUGETLB)`).
+    pub hugetlb: bool,
 }
 
 /// The next open file description's number.
@@ -38,6 +45,9 @@ impl Desc {
             path_only: flags & libc::O_PATH != 0,
             cloexec: flags & libc::O_CLOEXEC != 0,
             open: NEXT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            directory: flags & libc::O_DIRECTORY != 0,
+            memfd: false,
+            hugetlb: false,
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use softmm::uapi::MAP_ANONYMOUS;
+use softmm::uapi::{MAP_ANONYMOUS, MAP_HUGETLB};
 use softmm::{page_align, AddressSpace, File, OpenFile, PhysMem, PAGE_SIZE};
 
 use super::fds::Desc;
@@ -33,6 +33,77 @@ pub(super) struct Files {
     /// Descriptors the log shows were opened for writing (inferred from the
     /// memory calls, see [`writable_fds`]).
     writable: HashSet<(i64, String)>,
+    /// Paths whose file was unlinked by the end of the log (see
+    /// [`deleted_paths`]): their mappings are named `PATH (deleted)`.
+    deleted: HashSet<String>,
+    /// Paths of `memfd_create(MFD_HUGETLB)` files, for logs without a
+    /// descriptor table to say which descriptor is one.
+    hugetlb: HashSet<String>,
+}
+
+/// The size of a huge page (the pool's pages).
+pub(super) const HPAGE_SIZE: u64 = 2 << 20;
+
+/// The descriptor names `-y` gives files without an `mmap` operation:
+/// pipes, sockets (every protocol but packet and TCP zero-copy receive,
+/// which programs map on purpose and this does not model), these anonymous
+/// inodes and `/dev/null`. `mmap` of one fails with `ENODEV`.
+const NO_MMAP_PREFIXES: &[&str] = &["pipe:[", "socket:["];
+const NO_MMAP_NAMES: &[&str] = &[
+    "/dev/null",
+    "anon_inode:[eventfd]",
+    "anon_inode:[signalfd]",
+    "anon_inode:[timerfd]",
+    "anon_inode:[eventpoll]",
+    "anon_inode:[pidfd]",
+    "anon_inode:[userfaultfd]",
+    "anon_inode:inotify",
+    "anon_inode:[fanotify]",
+];
+
+/// Whether the file behind `fd` has no `mmap` operation (Linux's `mmap`
+/// then fails with `ENODEV`): a pipe, a socket, an eventfd (and the other
+/// anonymous inodes of [`NO_MMAP_NAMES`]), `/dev/null`, or a directory (one
+/// opened with `O_DIRECTORY`, or an absolute path that is a directory here).
+pub(super) fn no_mmap(fd: &Fd, desc: Option<&Desc>) -> bool {
+    let path = match (fd, desc) {
+        (Fd::Path(_, p), _) => p.as_str(),
+        (Fd::Num(_), Some(d)) => d.path.as_str(),
+        _ => return false,
+    };
+    NO_MMAP_PREFIXES.iter().any(|p| path.starts_with(p))
+        || NO_MMAP_NAMES.contains(&path)
+        || desc.is_some_and(|d| d.directory && d.path == path)
+        || (path.starts_with('/') && std::fs::metadata(path).is_ok_and(|m| m.is_dir()))
+}
+
+/// The paths whose file the log shows unlinked at its end: the last line
+/// naming the path is an `unlink` of it or an `mmap` whose descriptor `-y`
+/// marks `(deleted)` (always so for a memfd).
+fn deleted_paths(records: &[Record]) -> HashSet<String> {
+    let mut last: HashMap<String, bool> = HashMap::new();
+    for r in records {
+        match (&r.call, r.ret) {
+            (Call::Mmap { fd: Fd::Path(_, p), .. }, _) => {
+                last.insert(p.clone(), r.text.contains(&format!("<{p}>(deleted)")));
+            }
+            (Call::Unlink { path }, Ret::Val(_)) => {
+                last.insert(path.clone(), true);
+            }
+            (Call::Open { .. }, Ret::Val(_)) => {
+                if let Some(p) = &r.ret_path {
+                    last.insert(p.clone(), false);
+                }
+            }
+            (Call::MemfdCreate { .. }, Ret::Val(_)) => {
+                if let Some(p) = &r.ret_path {
+                    last.insert(p.clone(), true);
+                }
+            }
+            _ => {}
+        }
+    }
+    last.into_iter().filter(|&(_, d)| d).map(|(p, _)| p).collect()
 }
 
 impl Files {
@@ -57,19 +128,62 @@ impl Files {
             sizes,
             annotated: records.iter().any(|r| matches!(&r.call, Call::Mmap { fd: Fd::Path(..), .. })),
             writable: writable_fds(records),
+            deleted: deleted_paths(records),
+            hugetlb: records
+                .iter()
+                .filter(|r| matches!(r.call, Call::MemfdCreate { hugetlb: true, .. }))
+                .filter_map(|r| r.ret_path.clone())
+                .collect(),
         }
     }
 
-    /// The file named `key`. A descriptor the log names is open whatever its
-    /// size: a file too large for softmm gets one page rather than turning
-    /// the descriptor bad.
-    fn file(&mut self, key: &str) -> Option<Arc<File>> {
-        if let Some(f) = self.by_key.get(key) {
+    /// Huge pages the log's successful hugetlb mappings take, all at once
+    /// (an upper bound of what the recorded program had in use): the pool
+    /// the replay gets by default.
+    pub(super) fn hugepages_needed(records: &[Record]) -> u64 {
+        let hugetlb: HashSet<String> = records
+            .iter()
+            .filter(|r| matches!(r.call, Call::MemfdCreate { hugetlb: true, .. }))
+            .filter_map(|r| r.ret_path.clone())
+            .collect();
+        let mut pages = 0u64;
+        for r in records {
+            if let (Call::Mmap { len, flags, fd, .. }, Ret::Val(_)) = (&r.call, r.ret) {
+                let huge = if flags & MAP_ANONYMOUS != 0 {
+                    flags & MAP_HUGETLB != 0
+                } else {
+                    matches!(fd, Fd::Path(_, p) if hugetlb.contains(p))
+                };
+                if huge {
+                    pages = pages.saturating_add(len.div_ceil(HPAGE_SIZE));
+                }
+            }
+        }
+        pages
+    }
+
+    /// The file at `path`, or for a memfd the descriptor's own (`desc`). A
+    /// descriptor the log names is open whatever its size: a file too large
+    /// for softmm gets one page rather than turning the descriptor bad.
+    fn file(&mut self, path: &str, desc: Option<&Desc>) -> Option<Arc<File>> {
+        let memfd = desc.filter(|d| d.memfd);
+        let key = match memfd {
+            Some(d) => format!("{path}\0{}", d.open),
+            None => path.to_string(),
+        };
+        if let Some(f) = self.by_key.get(&key) {
             return Some(f.clone());
         }
-        let size = self.sizes.get(key).copied().unwrap_or(PAGE_SIZE);
-        let f = File::create(&self.phys, key, size).or_else(|_| File::create(&self.phys, key, PAGE_SIZE)).ok()?;
-        self.by_key.insert(key.to_string(), f.clone());
+        let name = if self.deleted.contains(path) { format!("{path} (deleted)") } else { path.to_string() };
+        let size = self.sizes.get(path).copied().unwrap_or(PAGE_SIZE);
+        let hugetlb = memfd.map_or_else(|| self.hugetlb.contains(path), |d| d.hugetlb);
+        let f = if hugetlb {
+            File::create_hugetlbfs(&self.phys, &name, size.div_ceil(HPAGE_SIZE).max(1) * HPAGE_SIZE)
+        } else {
+            File::create(&self.phys, &name, size).or_else(|_| File::create(&self.phys, &name, PAGE_SIZE))
+        }
+        .ok()?;
+        self.by_key.insert(key, f.clone());
         self.by_id.insert(f.id(), f.clone());
         Some(f)
     }
@@ -99,10 +213,10 @@ impl Files {
             if d.path_only {
                 return None;
             }
-            let file = self.file(&key)?;
+            let file = self.file(&key, Some(d))?;
             return Some(self.open(&file, (d.open, (-1, String::new())), d.readable, d.writable));
         }
-        let file = self.file(&key)?;
+        let file = self.file(&key, None)?;
         let shared_write = is_shared(flags) && prot & libc::PROT_WRITE != 0;
         let (readable, writable) = match expected {
             Err(libc::EACCES) if !shared_write => (false, true),

@@ -49,9 +49,13 @@
 //!   with a mapping an overlapping call of another thread of the same process
 //!   removed, that call is replayed first.
 
+pub mod bench;
 mod caps;
+pub mod faults;
 mod fds;
 mod files;
+mod maps;
+mod ops;
 pub mod parse;
 mod process;
 mod ranges;
@@ -66,7 +70,7 @@ use softmm::{PhysConfig, PhysMem};
 use fds::{Desc, FdTable};
 use files::Files;
 use parse::{Call, Record, Ret, CLONE_FILES, CLONE_THREAD, CLONE_VM};
-use process::Process;
+use process::{Limits, Process};
 
 /// Where non-fixed mappings go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -88,6 +92,19 @@ pub struct Options {
     pub verbose: bool,
     /// Arena bytes (default: enough for the populating calls in the log).
     pub arena: Option<u64>,
+    /// The recording's page faults: `perf script` text (see [`faults`]).
+    pub faults: Option<Arc<str>>,
+    /// `--bench`: after the replay, run its calls and faults again as fast
+    /// as possible, each thread on a thread of its own, under these
+    /// policies ([`bench`]).
+    pub bench: Option<bench::BenchOptions>,
+    /// Huge pages in the replay's hugetlb pool (default: what the log's
+    /// successful hugetlb mappings take, all at once).
+    pub hugepages: Option<u64>,
+    /// The real `/proc/PID/maps` of the log's first pid's last program (or,
+    /// where that made no memory call, the last program that did) at its
+    /// end, to compare the replay's final mappings with ([`maps`]).
+    pub compare_maps: Option<Arc<str>>,
 }
 
 /// What every process of a replay shares.
@@ -98,6 +115,12 @@ pub(crate) struct Shared {
     mismatches: Vec<String>,
     /// `--verbose` lines.
     out: String,
+    /// The recorded faults, once replayed.
+    faults: Option<faults::Faults>,
+    /// Huge pages in the pool.
+    hugepages: u64,
+    /// `--bench`'s tables.
+    bench_out: String,
 }
 
 /// A pid's relation to the process it runs in.
@@ -133,6 +156,11 @@ struct Tracker<'a> {
     fd_lines: bool,
     /// What the replay assumed about pids, for the report.
     notes: Vec<String>,
+    /// Each pid's resource limits that softmm models, set by the log's
+    /// `setrlimit`/`prlimit64` (inherited by children, kept by `execve`).
+    limits: HashMap<Option<u64>, Limits>,
+    /// Whether processes keep the plan of their calls (`--bench`).
+    plan: bool,
     /// The privileges the log implies (`caps.rs`).
     caps: caps::Caps,
 }
@@ -149,6 +177,36 @@ impl Tracker<'_> {
             }
         }
         None
+    }
+
+    /// Whether the program `pid` runs from record `from` on (until its next
+    /// `execve`) locks more than its `RLIMIT_MEMLOCK` with `MAP_LOCKED`
+    /// mmaps that succeeded, and none failed with `EAGAIN`: then it could
+    /// lock without limit (`CAP_IPC_LOCK`), and the line that shows it.
+    fn locks_past_the_limit(&self, from: usize, pid: Option<u64>, limits: Limits) -> Option<String> {
+        let limit = limits.memlock.unwrap_or(crate::workloads::mm_config().memlock_limit);
+        let mut locked = 0u64;
+        let mut past = None;
+        for (j, r) in self.recs.iter().enumerate().skip(from).filter(|(_, r)| r.pid == pid) {
+            match (&r.call, r.ret) {
+                (Call::Execve { .. }, Ret::Val(_)) if j > from => break,
+                (Call::Mmap { len, flags, .. }, ret) if flags & libc::MAP_LOCKED != 0 => match ret {
+                    Ret::Err(libc::EAGAIN) => return None,
+                    Ret::Err(_) => {}
+                    Ret::Val(_) => {
+                        locked = locked.saturating_add(softmm::page_align(*len));
+                        if locked > limit && past.is_none() {
+                            past = Some(format!(
+                                "MAP_LOCKED mappings of {locked} bytes succeeded by line {}, past RLIMIT_MEMLOCK {limit}",
+                                r.line
+                            ));
+                        }
+                    }
+                },
+                _ => {}
+            }
+        }
+        past
     }
 
     /// The descriptor table of `pid` (a new, empty one for a pid the log
@@ -179,14 +237,42 @@ impl Tracker<'_> {
             }
             Call::Close { fd } => table.close(*fd),
             Call::Dup { old, cloexec } => table.dup(*old, fd, *cloexec),
-            Call::MemfdCreate { name, cloexec } => {
-                let path = r.ret_path.clone().unwrap_or_else(|| format!("/memfd:{name} (deleted)"));
+            Call::MemfdCreate { name, cloexec, hugetlb } => {
+                let path = r.ret_path.clone().unwrap_or_else(|| format!("/memfd:{name}"));
                 let flags = libc::O_RDWR | if *cloexec { libc::O_CLOEXEC } else { 0 };
-                table.install(fd, Desc::opened(path, flags));
+                table.install(fd, Desc { memfd: true, hugetlb: *hugetlb, ..Desc::opened(path, flags) });
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Applies a successful `setrlimit`/`prlimit64` recorded at `i` to its
+    /// pid's limits. softmm fixes an address space's limits when it makes
+    /// it, so a limit applies to the address spaces the pid's `execve`s (and
+    /// its children's) make from then on; the report says so, and names the
+    /// limits softmm does not model.
+    fn rlimit(&mut self, i: usize) {
+        let r = &self.recs[i];
+        let (Call::Rlimit { resource, cur }, Ret::Val(_)) = (&r.call, r.ret) else { return };
+        if resource.is_empty() {
+            return;
+        }
+        let l = self.limits.entry(r.pid).or_default();
+        let what = match resource.as_str() {
+            "RLIMIT_STACK" => {
+                l.stack = Some(*cur);
+                "MmConfig::stack_limit, for address spaces made after it"
+            }
+            "RLIMIT_MEMLOCK" => {
+                l.memlock = Some(*cur);
+                "MmConfig::memlock_limit, for address spaces made after it"
+            }
+            "RLIMIT_AS" | "RLIMIT_DATA" => "not modelled by softmm: ignored",
+            _ => return,
+        };
+        let v = if *cur == u64::MAX { "unlimited".to_string() } else { cur.to_string() };
+        self.notes.push(format!("pid {}: {resource} = {v} at line {}: {what}", fmt_pid(r.pid), r.line));
     }
 
     /// Sets up the child whose line `i` comes before its fork's result:
@@ -212,7 +298,15 @@ impl Tracker<'_> {
 
     /// A new process for `pid` with a fresh address space.
     fn start(&mut self, i: usize, pid: Option<u64>, origin: String) -> Result<usize, String> {
-        let p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), self.caps)?;
+        let mut limits = self.limits.get(&pid).copied().unwrap_or_default();
+        if let Some(why) = self.locks_past_the_limit(i, pid, limits) {
+            self.notes.push(format!("pid {}: {why}: taken for CAP_IPC_LOCK (root)", fmt_pid(pid)));
+            limits.cap_ipc_lock = true;
+        }
+        let mut p = Process::new(&self.phys, pid, origin, self.first_brk(i, pid), limits, self.caps)?;
+        if self.plan {
+            p.plan = Some(Vec::new());
+        }
         Ok(self.add(p, pid))
     }
 
@@ -231,13 +325,16 @@ impl Tracker<'_> {
             self.fdts.len() - 1
         };
         self.fdt_of.insert(Some(child), fds);
+        if let Some(&l) = self.limits.get(&r.pid) {
+            self.limits.insert(Some(child), l);
+        }
         if flags & CLONE_VM != 0 {
             let role = if flags & CLONE_THREAD != 0 { Role::Member } else { Role::Borrower };
             self.by_pid.insert(Some(child), (parent, role));
             return Ok(parent);
         }
         let origin = format!("fork of pid {} at line {}", fmt_pid(r.pid), r.line);
-        let p = self.procs[parent].fork(Some(child), origin)?;
+        let p = self.procs[parent].fork(r.pid, Some(child), origin)?;
         Ok(self.add(p, Some(child)))
     }
 
@@ -342,6 +439,73 @@ impl Tracker<'_> {
     }
 }
 
+/// The recorded faults during a replay: which comes next for each thread,
+/// and each thread's CPU.
+struct FaultReplay {
+    faults: faults::Faults,
+    /// Per tid: the index of its next anchor call, and how many faults
+    /// before it are replayed.
+    next: HashMap<u64, (usize, usize)>,
+    cpus: HashMap<u64, softmm::Cpu>,
+}
+
+impl FaultReplay {
+    /// The thread record `r` ran on, as the fault stream names it.
+    fn tid(&self, r: &Record) -> Option<u64> {
+        r.pid.or(self.faults.pidless_tid)
+    }
+
+    /// Before record `r` (one of [`faults::ANCHORS`]): the faults other
+    /// threads took before it entered the kernel (perf's clock), then the
+    /// rest of the faults its thread took before it, each in the process
+    /// its thread runs in now, if any.
+    fn before(&mut self, tr: &mut Tracker, r: &Record) {
+        let Some(tid) = self.tid(r) else { return };
+        if faults::anchor_name(r).is_none() {
+            return;
+        }
+        let (slot, _) = self.next.get(&tid).copied().unwrap_or_default();
+        let entered = self.faults.enters.get(&tid).and_then(|v| v.get(slot)).copied();
+        if let Some(t) = entered {
+            let others: Vec<u64> = self.faults.by_tid.keys().copied().filter(|&u| u != tid).collect();
+            for u in others {
+                self.replay(tr, u, t);
+            }
+        }
+        self.replay(tr, tid, f64::INFINITY);
+        let n = self.next.entry(tid).or_default();
+        *n = (n.0 + 1, 0);
+    }
+
+    /// Replays the faults of `tid` before its next anchor call that perf
+    /// saw before `until`, in the process it runs in.
+    fn replay(&mut self, tr: &mut Tracker, tid: u64, until: f64) {
+        let pid = if self.faults.pidless_tid == Some(tid) { None } else { Some(tid) };
+        let Some(&(p, _)) = tr.by_pid.get(&pid) else { return };
+        if !tr.procs[p].alive() {
+            return;
+        }
+        let (slot, done) = self.next.get(&tid).copied().unwrap_or_default();
+        let (Some(list), Some(times)) = (self.faults.by_tid.get(&tid), self.faults.times.get(&tid)) else { return };
+        let (Some(list), Some(times)) = (list.get(slot), times.get(slot)) else { return };
+        let cpu = self.cpus.entry(tid).or_default();
+        let mut n = done;
+        while n < list.len() && times[n] < until {
+            tr.procs[p].fault(cpu, tid, list[n]);
+            n += 1;
+        }
+        self.next.insert(tid, (slot, n));
+    }
+
+    /// Replays the faults each thread took after its last anchor call.
+    fn rest(&mut self, tr: &mut Tracker) {
+        let tids: Vec<u64> = self.faults.by_tid.keys().copied().collect();
+        for tid in tids {
+            self.replay(tr, tid, f64::INFINITY);
+        }
+    }
+}
+
 /// `s`, cut to 60 characters.
 fn short(s: &str) -> String {
     match s.char_indices().nth(60) {
@@ -386,7 +550,11 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         let want = (64 << 20) + populate.min(8 << 30);
         mem_available().map_or(want, |a| want.min(a / 2).max(64 << 20))
     });
-    let phys = PhysMem::new(PhysConfig::new(arena)).map_err(|e| format!("arena of {arena} bytes: {e}"))?;
+    // The hugetlb pool, taken from the arena.
+    let hugepages = opts.hugepages.unwrap_or_else(|| Files::hugepages_needed(&log.records));
+    let arena = arena.saturating_add(hugepages.saturating_mul(files::HPAGE_SIZE));
+    let phys = PhysMem::new(PhysConfig::new(arena).hugepages(hugepages))
+        .map_err(|e| format!("arena of {arena} bytes with {hugepages} huge pages: {e}"))?;
     // The traced process was charged against a real machine's RAM, not the
     // arena's: commit accounting follows this machine's RAM and swap.
     if let Some(ram) = meminfo("MemTotal:") {
@@ -395,8 +563,15 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         phys.set_overcommit(oc);
     }
     let recs = &log.records;
-    let mut sh =
-        Shared { opts: opts.clone(), files: Files::new(&phys, recs), mismatches: Vec::new(), out: String::new() };
+    let mut sh = Shared {
+        opts: opts.clone(),
+        files: Files::new(&phys, recs),
+        mismatches: Vec::new(),
+        out: String::new(),
+        faults: None,
+        hugepages,
+        bench_out: String::new(),
+    };
     let mut tr = Tracker {
         recs,
         phys: phys.clone(),
@@ -413,6 +588,8 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             .collect(),
         process_lines: recs.iter().any(|r| r.call.is_process() && !matches!(r.call, Call::Exit { .. })),
         notes: Vec::new(),
+        limits: HashMap::new(),
+        plan: opts.bench.is_some(),
         caps: caps::Caps::infer(recs, &crate::workloads::mm_config()),
         fdts: Vec::new(),
         fdt_of: HashMap::new(),
@@ -422,6 +599,11 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     };
     let mut process_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut fd_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut fr = opts.faults.as_ref().map(|script| FaultReplay {
+        faults: faults::place(script, recs),
+        next: HashMap::new(),
+        cpus: HashMap::new(),
+    });
     let mut done = vec![false; recs.len()];
     for i in 0..recs.len() {
         if done[i] {
@@ -429,6 +611,18 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
         }
         done[i] = true;
         let r = &recs[i];
+        if let Some(fr) = &mut fr {
+            fr.before(&mut tr, r);
+        }
+        match r.call {
+            Call::Rlimit { .. } => {
+                tr.rlimit(i);
+                continue;
+            }
+            // Read by `Files` for the names of unlinked files.
+            Call::Unlink { .. } => continue,
+            _ => {}
+        }
         if r.call.is_process() {
             *process_calls.entry(r.call.name()).or_default() += 1;
             tr.process_call(i)?;
@@ -451,6 +645,9 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
                 }
                 let same = tr.by_pid.get(&recs[j].pid).is_some_and(|&(q, _)| q == p);
                 if !done[j] && recs[j].pid != r.pid && same && Process::frees(&recs[j]) {
+                    if let Some(fr) = &mut fr {
+                        fr.before(&mut tr, &recs[j]);
+                    }
                     let fds = if tr.fd_lines { tr.fdt_of.get(&recs[j].pid).map(|&t| &tr.fdts[t]) } else { None };
                     let _ = tr.procs[p].step(&mut sh, &recs[j], fds, true);
                     done[j] = true;
@@ -461,9 +658,28 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             let _ = tr.procs[p].step(&mut sh, r, fds, true);
         }
     }
+    if let Some(fr) = &mut fr {
+        fr.rest(&mut tr);
+    }
+    // The CPUs hold their address spaces: they go first.
+    let faults = fr.map(|fr| fr.faults);
+    if let Some(real) = &opts.compare_maps {
+        compare_maps(&mut sh, &tr, real);
+    }
     // Every address space and file dies: softmm must be back to nothing.
     for p in &mut tr.procs {
         p.release();
+    }
+    if let Some(b) = &opts.bench {
+        let procs: Vec<&Process> = tr.procs.iter().collect();
+        let ok = bench::run(&phys, &procs, b, sh.mismatches.len(), &mut sh.bench_out);
+        if !ok {
+            sh.mismatches.push("--bench: a call's result differed from the replay's (see above)".into());
+        }
+        // The plans hold the files' opens.
+        for p in &mut tr.procs {
+            p.plan = None;
+        }
     }
     sh.files.clear();
     let left = phys.quiesce();
@@ -474,7 +690,36 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             left.frames_used, left.page_tables, left.vmas, left.rmap_entries
         ));
     }
+    sh.faults = faults;
     report(name, opts, &log, &tr, &sh, &process_calls, &fd_calls)
+}
+
+/// Compares the final mappings of the log's first pid's last program with
+/// `real` (see [`maps`]); each difference is a mismatch.
+fn compare_maps(sh: &mut Shared, tr: &Tracker, real: &str) {
+    // The log's first pid's last program, else the last program that made
+    // memory calls (a shell's child that ran the program).
+    let first = tr.recs.first().map(|r| r.pid);
+    let with_calls = || tr.procs.iter().rev().filter(|p| !p.counts.is_empty());
+    let Some(p) = with_calls().find(|p| Some(p.pid) == first).or_else(|| with_calls().next()) else {
+        sh.mismatches.push("--compare-maps: the log has no process with memory calls".into());
+        return;
+    };
+    if sh.opts.addresses != Addresses::Recorded {
+        sh.mismatches.push("--compare-maps needs --addresses recorded".into());
+        return;
+    }
+    let diffs = maps::compare(&maps::parse(real), &maps::parse(&p.maps_text()), &p.traced_region());
+    let n = maps::parse(real).len();
+    let _ = writeln!(
+        sh.out,
+        "final mappings of pid {} compared with the real maps ({n} lines) where traced calls made them: {} differences",
+        fmt_pid(p.pid),
+        diffs.len()
+    );
+    for d in diffs {
+        sh.mismatches.push(format!("final maps: {d}"));
+    }
 }
 
 /// `name 3, other 1`.
@@ -491,6 +736,7 @@ fn report(
     process_calls: &BTreeMap<&'static str, usize>,
     fd_calls: &BTreeMap<&'static str, usize>,
 ) -> Result<(String, bool), String> {
+    let faults = sh.faults.as_ref();
     let mut out = sh.out.clone();
     let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
     for p in &tr.procs {
@@ -528,6 +774,19 @@ fn report(
     for n in &tr.notes {
         let _ = writeln!(out, "  {n}");
     }
+    if sh.hugepages > 0 {
+        let _ = writeln!(out, "hugetlb pool: {} huge pages of 2 MiB", sh.hugepages);
+    }
+    if let Some(f) = faults {
+        let _ = writeln!(
+            out,
+            "page faults: {} recorded, {} of threads the log does not show (the tracer's)",
+            f.total, f.other_threads
+        );
+        for d in &f.disagreements {
+            let _ = writeln!(out, "  {d}");
+        }
+    }
     for p in &shown {
         let indent = if several {
             let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
@@ -547,6 +806,23 @@ fn report(
         };
         if let Some(b) = p.start_brk {
             let _ = writeln!(out, "{indent}initial break {b:#x}");
+        }
+        if faults.is_some() {
+            let f = &p.faults;
+            let _ = writeln!(
+                out,
+                "{indent}page faults: {} replayed ({} read, {} write, {} fetch), {} on pre-trace memory skipped, \
+                 {} raised a signal in softmm",
+                f.replayed.iter().sum::<u64>(),
+                f.replayed[0],
+                f.replayed[1],
+                f.replayed[2],
+                f.pretrace,
+                f.signalled
+            );
+            for s in &f.signalled_first {
+                let _ = writeln!(out, "{indent}  {s}");
+            }
         }
         if !p.pretrace.is_empty() {
             let bytes: u64 = p.placeholders.iter().map(|p| p.end - p.start).sum();
@@ -587,6 +863,7 @@ fn report(
     for (line, why) in &log.bad {
         let _ = writeln!(out, "line {line}: cannot parse: {why}");
     }
+    out.push_str(&sh.bench_out);
     for m in &sh.mismatches {
         let _ = writeln!(out, "MISMATCH {m}");
     }
@@ -638,7 +915,16 @@ mod tests {
     use super::*;
 
     fn opts() -> Options {
-        Options { addresses: Addresses::Recorded, maps: true, verbose: false, arena: Some(64 << 20) }
+        Options {
+            addresses: Addresses::Recorded,
+            maps: true,
+            verbose: false,
+            arena: Some(64 << 20),
+            faults: None,
+            compare_maps: None,
+            hugepages: None,
+            bench: None,
+        }
     }
 
     /// A log where pid 10 maps 8 KiB at 0x300000000 and forks pid 11, which

@@ -78,8 +78,17 @@ pub enum Call {
     /// `dup(old)`, `dup2(old, new)` or `dup3(old, new, flags)`: the result is
     /// a descriptor for the same open file, close-on-exec if `dup3` said so.
     Dup { old: i64, cloexec: bool },
-    /// `memfd_create(name, flags)`: a new read-write descriptor.
-    MemfdCreate { name: String, cloexec: bool },
+    /// `memfd_create(name, flags)`: a new read-write descriptor, on
+    /// hugetlbfs with `MFD_HUGETLB`.
+    MemfdCreate { name: String, cloexec: bool, hugetlb: bool },
+    /// `setrlimit(resource, {rlim_cur=...})` or `prlimit64` of the caller
+    /// (pid 0 or its own) with a new limit: the soft limit `cur` of
+    /// `resource` (`RLIMIT_STACK`), `u64::MAX` for `RLIM_INFINITY`.
+    Rlimit { resource: String, cur: u64 },
+    /// `unlink(path)` or `unlinkat(dirfd, path, flags)`, the path made
+    /// absolute with the `-y` path of the directory descriptor (or of
+    /// `AT_FDCWD`).
+    Unlink { path: String },
 }
 
 /// `CLONE_VM`: the child shares the parent's address space.
@@ -115,6 +124,8 @@ impl Call {
             Call::Close { .. } => "close",
             Call::Dup { .. } => "dup",
             Call::MemfdCreate { .. } => "memfd_create",
+            Call::Rlimit { .. } => "setrlimit",
+            Call::Unlink { .. } => "unlink",
         }
     }
 
@@ -215,6 +226,10 @@ const NAMES: &[&str] = &[
     "dup2",
     "dup3",
     "memfd_create",
+    "setrlimit",
+    "prlimit64",
+    "unlink",
+    "unlinkat",
 ];
 
 /// Parses a whole log.
@@ -887,9 +902,45 @@ fn parse_call(name: &str, a: &[String]) -> Result<Call, String> {
         "memfd_create" => Call::MemfdCreate {
             name: unquote(a.first().ok_or("memfd_create without a name")?),
             cloexec: a.get(1).is_some_and(|f| f.contains("MFD_CLOEXEC")),
+            hugetlb: a.get(1).is_some_and(|f| f.contains("MFD_HUGETLB")),
         },
+        "unlink" | "unlinkat" => {
+            let at = usize::from(name == "unlinkat");
+            let path = unquote(a.get(at).ok_or_else(|| format!("{name} without a path"))?);
+            let dir = if at == 1 { a[0].split_once('<').map(|(_, d)| d.trim_end_matches('>')) } else { None };
+            match dir {
+                Some(d) if !path.starts_with('/') => {
+                    Call::Unlink { path: format!("{}/{path}", d.trim_end_matches('/')) }
+                }
+                _ => Call::Unlink { path },
+            }
+        }
+        "setrlimit" | "prlimit64" => {
+            // setrlimit(resource, new), prlimit64(pid, resource, new, old).
+            let at = usize::from(name == "prlimit64");
+            let resource = a.get(at).ok_or_else(|| format!("{name} without a resource"))?.clone();
+            let new = a.get(at + 1).map_or("NULL", |s| s.as_str());
+            let cur = new
+                .split_once("rlim_cur=")
+                .map(|(_, r)| rlim(&r[..r.find([',', '}']).unwrap_or(r.len())]))
+                .transpose()?;
+            match cur {
+                // Only a new limit of the caller itself matters.
+                Some(cur) if at == 0 || number(&a[0]).is_ok_and(|p| p == 0) => Call::Rlimit { resource, cur },
+                _ => Call::Rlimit { resource: String::new(), cur: 0 },
+            }
+        }
         _ => unreachable!("filtered by NAMES"),
     })
+}
+
+/// A limit as strace writes it: `8192*1024`, `RLIM64_INFINITY`, a number.
+fn rlim(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s.starts_with("RLIM") && s.ends_with("INFINITY") {
+        return Ok(u64::MAX);
+    }
+    s.split('*').try_fold(1u64, |acc, f| Ok(acc.saturating_mul(number(f)?)))
 }
 
 /// A quoted string argument without its quotes (strace's escapes kept).
@@ -940,6 +991,7 @@ fn open_flags(s: &str) -> i32 {
             "O_TRUNC" => libc::O_TRUNC,
             "O_PATH" => libc::O_PATH,
             "O_CLOEXEC" => libc::O_CLOEXEC,
+            "O_DIRECTORY" => libc::O_DIRECTORY,
             _ => number(tok).map_or(0, |n| n as i32),
         };
     }
@@ -1060,6 +1112,30 @@ mod tests {
         assert_eq!(log.records[8].ret_path.as_deref(), Some("pipe:[444347]"));
         assert_eq!(calls[9], &Call::Close { fd: 3 });
         assert_eq!(log.records[10].ret, Ret::Err(libc::ENXIO));
+    }
+
+    #[test]
+    fn rlimit_lines() {
+        let log = parse(
+            "prlimit64(0, RLIMIT_STACK, {rlim_cur=16384*1024, rlim_max=RLIM64_INFINITY}, NULL) = 0\n\
+             setrlimit(RLIMIT_MEMLOCK, {rlim_cur=RLIM_INFINITY, rlim_max=RLIM_INFINITY}) = 0\n\
+             prlimit64(0, RLIMIT_NOFILE, NULL, {rlim_cur=1024, rlim_max=1024*1024}) = 0\n\
+             prlimit64(77, RLIMIT_AS, {rlim_cur=4096, rlim_max=4096}, NULL) = 0\n\
+             memfd_create(\"hx\", MFD_HUGETLB) = 14</memfd:hx>(deleted)\n\
+             unlinkat(AT_FDCWD</tmp/rp>, \"delme\", 0) = 0\n\
+             unlink(\"/tmp/x\") = 0\n",
+        );
+        assert!(log.bad.is_empty(), "{:?}", log.bad);
+        let calls: Vec<&Call> = log.records.iter().map(|r| &r.call).collect();
+        assert_eq!(calls[0], &Call::Rlimit { resource: "RLIMIT_STACK".into(), cur: 16 << 20 });
+        assert_eq!(calls[1], &Call::Rlimit { resource: "RLIMIT_MEMLOCK".into(), cur: u64::MAX });
+        // A query, and another process's limit, change nothing here.
+        assert_eq!(calls[2], &Call::Rlimit { resource: String::new(), cur: 0 });
+        assert_eq!(calls[3], &Call::Rlimit { resource: String::new(), cur: 0 });
+        assert_eq!(calls[4], &Call::MemfdCreate { name: "hx".into(), cloexec: false, hugetlb: true });
+        assert_eq!(log.records[4].ret_path.as_deref(), Some("/memfd:hx"));
+        assert_eq!(calls[5], &Call::Unlink { path: "/tmp/rp/delme".into() });
+        assert_eq!(calls[6], &Call::Unlink { path: "/tmp/x".into() });
     }
 
     #[test]

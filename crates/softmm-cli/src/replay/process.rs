@@ -12,6 +12,7 @@ use softmm::uapi::{
 use softmm::{page_align, AddressSpace, PhysMem, PAGE_SIZE};
 
 use super::fds::FdTable;
+use super::ops::{Op, Planned};
 use super::parse::{errno_name, Call, Fd, Record, Ret};
 use super::ranges::{proof, Placeholder, RangeSet, Translation};
 use super::{Addresses, Shared};
@@ -43,6 +44,45 @@ pub(super) struct Process {
     pub final_maps: Option<String>,
     /// How it ended (`exit_group at line 40`), if it did.
     pub ended: Option<String>,
+    /// What became of the recorded page faults replayed into it.
+    pub faults: FaultCounts,
+    /// Starts (recorded addresses) of the `MAP_GROWSDOWN` mappings traced
+    /// calls made: a fault below one may grow it.
+    growsdown: Vec<u64>,
+    /// For `--bench`: every softmm call made into it, in order.
+    pub plan: Option<Vec<Planned>>,
+    /// The configuration its address space was made with.
+    pub config: softmm::MmConfig,
+    /// Whether it began as a fork (the bench runs programs from their
+    /// start only).
+    pub forked: bool,
+}
+
+/// The resource limits of a pid that softmm models (`MmConfig`), where the
+/// log set them.
+#[derive(Default, Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// `RLIMIT_STACK`.
+    pub stack: Option<u64>,
+    /// `RLIMIT_MEMLOCK`.
+    pub memlock: Option<u64>,
+    /// Inferred from the log: it locked past the limit.
+    pub cap_ipc_lock: bool,
+}
+
+/// The recorded page faults of a process, by what the replay did with them.
+#[derive(Default, Clone)]
+pub(super) struct FaultCounts {
+    /// Replayed, by access: read, write, fetch.
+    pub replayed: [u64; 3],
+    /// On memory no traced call touched (mapped before tracing began: the
+    /// executable, the interpreter, the stack): skipped.
+    pub pretrace: u64,
+    /// Replayed, and softmm raised a signal (a `SIGSEGV` the program may
+    /// have taken on purpose, as a JVM does, or a divergence): the count and
+    /// the first few.
+    pub signalled: u64,
+    pub signalled_first: Vec<String>,
 }
 
 fn show(r: Result<u64, i32>) -> String {
@@ -60,10 +100,6 @@ fn recorded(ret: Ret) -> Result<u64, i32> {
     }
 }
 
-fn code(e: softmm::Errno) -> i32 {
-    e.code()
-}
-
 impl Process {
     /// A process with a new, empty address space whose heap starts at
     /// `start_brk` (the recorded initial break).
@@ -72,12 +108,20 @@ impl Process {
         pid: Option<u64>,
         origin: String,
         start_brk: Option<u64>,
+        limits: Limits,
         caps: super::caps::Caps,
     ) -> Result<Process, String> {
         let mut config = caps.apply(crate::workloads::mm_config());
         if let Some(b) = start_brk {
             config.start_brk = b;
         }
+        if let Some(l) = limits.stack {
+            config.stack_limit = l;
+        }
+        if let Some(l) = limits.memlock {
+            config.memlock_limit = l;
+        }
+        config.cap_ipc_lock |= limits.cap_ipc_lock;
         let mm = AddressSpace::new(phys, config).map_err(|e| format!("address space for the recorded layout: {e}"))?;
         let mut known = RangeSet::default();
         if let Some(b) = start_brk {
@@ -88,10 +132,15 @@ impl Process {
 
     /// A child of `fork()`: a copy-on-write copy of this address space
     /// ([`AddressSpace::fork`]) and of what the replay knows of it.
-    pub(super) fn fork(&self, pid: Option<u64>, origin: String) -> Result<Process, String> {
+    /// `tid`: the parent's thread that forked.
+    pub(super) fn fork(&mut self, tid: Option<u64>, pid: Option<u64>, origin: String) -> Result<Process, String> {
         let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
+        if let Some(plan) = &mut self.plan {
+            plan.push(Planned { tid: tid.unwrap_or(0), op: Op::Fork, result: Ok(0), call: false });
+        }
         let child = Process::begin(pid, origin, mm, self.start_brk, self.known.clone(), self.tr.clone());
-        Ok(Process { program: self.program.clone(), ..child })
+        let plan = self.plan.as_ref().map(|_| Vec::new());
+        Ok(Process { program: self.program.clone(), growsdown: self.growsdown.clone(), plan, forked: true, ..child })
     }
 
     /// A process that begins with `mm`, knowing `known` and `tr` of it, with
@@ -104,6 +153,7 @@ impl Process {
         known: RangeSet,
         tr: Translation,
     ) -> Process {
+        let config = mm.config().clone();
         Process {
             pid,
             program: None,
@@ -120,6 +170,11 @@ impl Process {
             mismatches: 0,
             final_maps: None,
             ended: None,
+            faults: FaultCounts::default(),
+            growsdown: Vec::new(),
+            plan: None,
+            config,
+            forked: false,
         }
     }
 
@@ -154,6 +209,54 @@ impl Process {
             Some(mm) => mm.maps_text(),
             None => self.final_maps.clone().unwrap_or_default(),
         }
+    }
+
+    /// Replays a recorded page fault of one of its threads on that thread's
+    /// `cpu`: an access of the fault's kind at its address (softmm's
+    /// addresses), without changing the memory's contents
+    /// ([`softmm::Cpu::translate`]). A fault on memory no traced call
+    /// touched is skipped.
+    pub(super) fn fault(&mut self, cpu: &mut softmm::Cpu, cpu_tid: u64, pf: super::faults::PageFault) {
+        let page = pf.addr & !(PAGE_SIZE - 1);
+        // Below a traced growsdown mapping (within 128 MiB, Linux's
+        // largest stack gap at mmap_base): softmm decides whether it grows.
+        let below_growsdown = self.growsdown.iter().any(|&s| s > page && s - page <= 128 << 20);
+        if !below_growsdown && self.known.gaps(page, page + PAGE_SIZE) == [(page, page + PAGE_SIZE)] {
+            self.faults.pretrace += 1;
+            return;
+        }
+        let mm = self.mm();
+        if !cpu.mm().is_some_and(|m| Arc::ptr_eq(m, mm)) {
+            cpu.attach(mm);
+        }
+        let addr = self.tr.tr(pf.addr);
+        let k = match pf.access {
+            softmm::Access::Write => 1,
+            softmm::Access::Execute => 2,
+            _ => 0,
+        };
+        self.faults.replayed[k] += 1;
+        let r = cpu.translate(addr, pf.access).map(|_| ());
+        if let Some(plan) = &mut self.plan {
+            let op = Op::Fault { addr, access: pf.access };
+            plan.push(Planned { tid: cpu_tid, op, result: r.map(|()| 0).map_err(|_| 1), call: false });
+        }
+        if let Err(f) = r {
+            self.faults.signalled += 1;
+            if self.faults.signalled_first.len() < 5 {
+                self.faults.signalled_first.push(format!("{:?} at {addr:#x}: {f}", pf.access));
+            }
+        }
+    }
+
+    /// The recorded ranges traced calls made or changed, without the
+    /// placeholders for pre-trace memory.
+    pub(super) fn traced_region(&self) -> RangeSet {
+        let mut r = self.known.clone();
+        for ph in &self.placeholders {
+            r.remove(ph.start, ph.end);
+        }
+        r
     }
 
     /// After a successful `brk`: the heap from the initial break is known.
@@ -204,7 +307,15 @@ impl Process {
             let (s, e) = (self.tr.tr(s), self.tr.tr(s).saturating_add(e - s));
             for (hs, he) in self.unmapped(s, e) {
                 let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
-                if self.mm().mmap(hs, he - hs, libc::PROT_READ | libc::PROT_WRITE, flags, None, 0).is_ok() {
+                let op = Op::Mmap {
+                    addr: hs,
+                    len: he - hs,
+                    prot: libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    file: None,
+                    off: 0,
+                };
+                if self.op(r, op, false).is_ok() {
                     self.placeholders.push(Placeholder { start: hs, end: he, line: r.line, call: r.call.name() });
                 }
             }
@@ -260,6 +371,16 @@ impl Process {
                     Fd::Num(n) | Fd::Path(n, _) => fds.and_then(|t| t.get(*n)),
                     Fd::None => None,
                 };
+                if super::files::no_mmap(fd, desc) && flags & MAP_ANONYMOUS == 0 {
+                    // A file without `mmap`: Linux's checks before it looks
+                    // for one, then `ENODEV`; softmm has no such file.
+                    got = self.checks_before_f_op_mmap(addr, len, prot, flags, off, desc, exp);
+                    if got != exp {
+                        self.mismatch(sh, r, exp, got, "a file without mmap");
+                    }
+                    self.verbose(sh, r, got, exp);
+                    return Ok(());
+                }
                 let open = sh.files.for_mmap(fd, prot, flags, exp, desc);
                 let (a, fl) = match (own, fixed, exp) {
                     // MAP_SHARED_VALIDATE refuses MAP_FIXED_NOREPLACE (not in
@@ -276,10 +397,16 @@ impl Process {
                 got = if occupied {
                     Err(libc::EEXIST)
                 } else {
-                    mm.mmap(a, len, prot, fl, open.as_ref(), off).map_err(code)
+                    self.op(r, Op::Mmap { addr: a, len, prot, flags: fl, file: open.clone(), off }, true)
                 };
                 if !own && !fixed && exp.is_ok() && got == Err(libc::EEXIST) && !last_try {
                     *self.counts.entry("mmap").or_default() -= 1;
+                    // Retried: the attempt changed nothing and is no op.
+                    if !occupied {
+                        if let Some(plan) = &mut self.plan {
+                            plan.pop();
+                        }
+                    }
                     return Err(());
                 }
                 match (exp, got) {
@@ -292,12 +419,15 @@ impl Process {
                             self.mismatch(sh, r, exp, got, "");
                         }
                         self.known.insert(rec, rec.saturating_add(page_align(len)));
+                        if flags & softmm::uapi::MAP_GROWSDOWN != 0 {
+                            self.growsdown.push(rec);
+                        }
                     }
                     (Err(e), Err(g)) if e == g => {}
                     (Err(_), Ok(g)) => {
                         self.mismatch(sh, r, exp, got, "undone");
                         if !fixed {
-                            let _ = mm.munmap(g, len);
+                            let _ = self.op(r, Op::Munmap { addr: g, len }, false);
                         }
                     }
                     _ => self.mismatch(sh, r, exp, got, ""),
@@ -305,7 +435,7 @@ impl Process {
             }
             Call::Munmap { addr, len } => {
                 // Success proves nothing: Linux unmaps holes without error.
-                got = mm.munmap(self.tr.tr(addr), len).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Munmap { addr: self.tr.tr(addr), len }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -317,7 +447,7 @@ impl Process {
                 if exp.is_ok() {
                     self.pretrace(r);
                 }
-                got = mm.mprotect(self.tr.tr(addr), len, prot).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Mprotect { addr: self.tr.tr(addr), len, prot }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -326,53 +456,43 @@ impl Process {
                 if exp.is_ok() {
                     self.pretrace(r);
                 }
-                got = mm.madvise(self.tr.tr(addr), len, advice).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Madvise { addr: self.tr.tr(addr), len, advice }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
             Call::Mlock { addr, len, flags } => {
-                let a = self.tr.tr(addr);
-                got = match flags {
-                    None => mm.mlock(a, len),
-                    Some(f) => mm.mlock2(a, len, f),
-                }
-                .map(|()| 0)
-                .map_err(code);
+                got = self.op(r, Op::Mlock { addr: self.tr.tr(addr), len, flags }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
             Call::Munlock { addr, len } => {
-                got = mm.munlock(self.tr.tr(addr), len).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Munlock { addr: self.tr.tr(addr), len }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
             Call::Mlockall { flags } => {
-                got = mm.mlockall(flags).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Mlockall { flags }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
             Call::Munlockall => {
-                got = mm.munlockall().map(|()| 0).map_err(code);
+                got = self.op(r, Op::Munlockall, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
-            Call::Mdwe { get, args: [a2, a3, a4, a5] } => {
-                got = if get {
-                    mm.prctl_get_mdwe(a2, a3, a4, a5).map_err(code)
-                } else {
-                    mm.prctl_set_mdwe(a2, a3, a4, a5).map(|()| 0).map_err(code)
-                };
+            Call::Mdwe { get, args } => {
+                got = self.op(r, Op::Mdwe { get, args }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
             }
             Call::Mseal { addr, len, flags } => {
-                got = mm.mseal(self.tr.tr(addr), len, flags).map(|()| 0).map_err(code);
+                got = self.op(r, Op::Mseal { addr: self.tr.tr(addr), len, flags }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -399,7 +519,8 @@ impl Process {
                 {
                     na = self.tr.tr(old);
                 }
-                got = mm.mremap(self.tr.tr(old), old_len, new_len, fl, na).map_err(code);
+                let op = Op::Mremap { old: self.tr.tr(old), old_len, new_len, flags: fl, new_addr: na };
+                got = self.op(r, op, true);
                 match (exp, got) {
                     (Ok(rec), Ok(g)) => {
                         if own && g != self.tr.tr(rec) && flags & MREMAP_FIXED == 0 {
@@ -417,8 +538,7 @@ impl Process {
                 }
             }
             Call::Brk { addr } => {
-                let g = mm.brk(addr);
-                got = Ok(g);
+                got = self.op(r, Op::Brk { addr }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");
                 }
@@ -428,12 +548,80 @@ impl Process {
             }
             _ => return Ok(()),
         }
+        self.verbose(sh, r, got, exp);
+        Ok(())
+    }
+
+    /// Runs `op` (for record `r`; `call`: one of the log's calls) and, for
+    /// `--bench`, keeps it in the plan.
+    fn op(&mut self, r: &Record, op: Op, call: bool) -> Result<u64, i32> {
+        let result = op.run(self.mm(), None);
+        if let Some(plan) = &mut self.plan {
+            plan.push(Planned { tid: r.pid.unwrap_or(0), op, result, call });
+        }
+        result
+    }
+
+    /// With `--verbose`, prints the call and softmm's result.
+    fn verbose(&self, sh: &mut Shared, r: &Record, got: Result<u64, i32>, exp: Result<u64, i32>) {
         if sh.opts.verbose {
             let ok = if got == exp { "" } else { "  <-- MISMATCH" };
             let pid = r.pid.map(|p| format!("{p} ")).unwrap_or_default();
             let _ = writeln!(sh.out, "{:>6}  {pid}{} = {}{}", r.line, r.text, show(got), ok);
         }
-        Ok(())
+    }
+
+    /// The result of an `mmap` of a file without an `mmap` operation (a
+    /// pipe, a socket, `/dev/null`): the errors Linux finds before it looks
+    /// for one (`ksys_mmap_pgoff`, `do_mmap`, in that order), else `ENODEV`.
+    /// The descriptor's mode is the table's, else taken as readable and
+    /// writable unless the recorded result was `EACCES`.
+    #[allow(clippy::too_many_arguments)]
+    fn checks_before_f_op_mmap(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        off: u64,
+        desc: Option<&super::fds::Desc>,
+        exp: Result<u64, i32>,
+    ) -> Result<u64, i32> {
+        let task_size = self.mm().config().task_size;
+        if off % PAGE_SIZE != 0 || flags & softmm::uapi::MAP_HUGETLB != 0 {
+            return Err(libc::EINVAL);
+        }
+        if !matches!(flags & MAP_TYPE, MAP_PRIVATE | softmm::uapi::MAP_SHARED | MAP_SHARED_VALIDATE) || len == 0 {
+            return Err(libc::EINVAL);
+        }
+        let alen = page_align(len);
+        if alen == 0 || alen > task_size {
+            return Err(libc::ENOMEM);
+        }
+        if (off >> softmm::PAGE_SHIFT).checked_add(alen >> softmm::PAGE_SHIFT).is_none() {
+            return Err(libc::EOVERFLOW);
+        }
+        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0 {
+            if addr % PAGE_SIZE != 0 {
+                return Err(libc::EINVAL);
+            }
+            if addr.checked_add(alen).is_none_or(|e| e > task_size) {
+                return Err(libc::ENOMEM);
+            }
+            let a = self.tr.tr(addr);
+            if flags & MAP_FIXED == 0 && self.unmapped(a, a + alen) != [(a, a + alen)] {
+                return Err(libc::EEXIST);
+            }
+        }
+        let (readable, writable) = match desc {
+            Some(d) => (d.readable, d.writable),
+            None => (exp != Err(libc::EACCES), exp != Err(libc::EACCES)),
+        };
+        let shared = matches!(flags & MAP_TYPE, softmm::uapi::MAP_SHARED | MAP_SHARED_VALIDATE);
+        if (shared && prot & libc::PROT_WRITE != 0 && !writable) || !readable {
+            return Err(libc::EACCES);
+        }
+        Err(libc::ENODEV)
     }
 
     /// What a successful `mremap` (recorded addresses, result `rec`) tells

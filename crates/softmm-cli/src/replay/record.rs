@@ -1,5 +1,6 @@
 //! `softmm replay --run -- CMD ARGS...`: records CMD with strace, with the
-//! calls the replay follows, and hands the log to the replay.
+//! calls the replay follows, and, where `perf` can trace, its page faults
+//! beside it (see [`super::faults`]); hands both to the replay.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -7,7 +8,8 @@ use std::process::Command;
 
 /// The `-e trace=` set: the memory calls, the process calls (one address
 /// space per program, forks, exits) and the descriptor calls (open modes).
-pub const TRACE_SET: &str = "trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create";
+pub const TRACE_SET: &str =
+    "trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create,unlink,unlinkat,setrlimit,prlimit64";
 
 /// What a recording produced.
 pub struct Recording {
@@ -15,11 +17,24 @@ pub struct Recording {
     pub text: String,
     /// How the traced command ended (`exit status 0`).
     pub status: String,
+    /// The page faults (`perf script` text), or why there are none.
+    pub faults: Result<String, String>,
 }
 
-/// Runs `cmd` under `strace -f -y -e TRACE_SET -o LOG`, its standard streams
-/// the caller's, and returns the log. `keep`: where the log stays (else a
-/// temporary file, removed). A clear error when strace is missing or cannot
+/// Whether `perf` runs here, or what to install.
+fn perf_available() -> Result<(), String> {
+    match Command::new("perf").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!("`perf --version` failed ({}): {}", o.status, super::faults::INSTALL)),
+        Err(_) => Err(format!("perf is not installed: {}", super::faults::INSTALL)),
+    }
+}
+
+/// Runs `cmd` under `strace -f -y -e TRACE_SET -o LOG`, itself under `perf
+/// record` of the fault events ([`super::faults::perf_events`]) where perf
+/// runs, its standard streams the caller's, and returns the log and the
+/// faults. `keep`: where the log stays, the perf data beside it with the
+/// extension `.perf.data` (else temporary files, removed). A clear error when strace is missing or cannot
 /// trace (ptrace refused), or `cmd` is empty.
 pub fn record(cmd: &[String], keep: Option<&Path>) -> Result<Recording, String> {
     if cmd.is_empty() {
@@ -29,26 +44,53 @@ pub fn record(cmd: &[String], keep: Option<&Path>) -> Result<Recording, String> 
         Some(p) => p.to_path_buf(),
         None => std::env::temp_dir().join(format!("softmm-replay-{}.strace", std::process::id())),
     };
-    let status = Command::new("strace")
-        .args(["-f", "-y", "-e", TRACE_SET, "-o"])
-        .arg(&log)
-        .arg("--")
-        .args(cmd)
-        .status()
-        .map_err(|e| match e.kind() {
-            ErrorKind::NotFound => {
-                "strace is not installed (or not on PATH): --run records the command with \
+    // The faults: `perf record` runs strace, whose children it follows, so
+    // it sees the traced threads' faults and calls (and strace's own, which
+    // the log does not name and the replay leaves out).
+    let perf_data = log.with_extension("perf.data");
+    let mut faults = perf_available();
+    let strace = |prog: &str| {
+        let mut c = Command::new(prog);
+        if prog == "perf" {
+            c.args(["record", "-q"]);
+            for e in super::faults::perf_events() {
+                c.args(["-e", &e]);
+            }
+            c.arg("-o").arg(&perf_data).args(["--", "strace"]);
+        }
+        c.args(["-f", "-y", "-e", TRACE_SET, "-o"]).arg(&log).arg("--").args(cmd);
+        c
+    };
+    // A log left from an earlier recording must not pass for this one's.
+    let _ = std::fs::remove_file(&log);
+    let mut status = strace(if faults.is_ok() { "perf" } else { "strace" }).status();
+    if faults.is_ok() && !std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
+        // perf could not trace (perf_event_paranoid, no tracefs): strace
+        // alone.
+        faults = Err(format!(
+            "`perf record` could not trace the command ({}): run as root or lower \
+             kernel.perf_event_paranoid; {}",
+            status.as_ref().map_or_else(|e| e.to_string(), |s| s.to_string()),
+            super::faults::INSTALL
+        ));
+        status = strace("strace").status();
+    }
+    let status = status.map_err(|e| match e.kind() {
+        ErrorKind::NotFound => {
+            "strace is not installed (or not on PATH): --run records the command with \
                                     strace; install it (`apt-get install strace`) or record a log yourself with \
                                     `strace -f -y -e "
-                    .to_string()
-                    + TRACE_SET
-                    + " -o LOG CMD` and run `softmm replay LOG`"
-            }
-            _ => format!("cannot run strace: {e}"),
-        })?;
+                .to_string()
+                + TRACE_SET
+                + " -o LOG CMD` and run `softmm replay LOG`"
+        }
+        _ => format!("cannot run strace: {e}"),
+    })?;
     let text = std::fs::read(&log).map(|b| String::from_utf8_lossy(&b).into_owned());
+    let faults = faults.and_then(|()| super::faults::read(&perf_data));
     if keep.is_none() {
         let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_file(&perf_data);
     }
     let text = match text {
         Ok(t) if !t.trim().is_empty() => t,
@@ -66,5 +108,5 @@ pub fn record(cmd: &[String], keep: Option<&Path>) -> Result<Recording, String> 
         Some(c) => format!("exit status {c}"),
         None => status.to_string(),
     };
-    Ok(Recording { text, status })
+    Ok(Recording { text, status, faults })
 }

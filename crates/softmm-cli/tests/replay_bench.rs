@@ -1,0 +1,61 @@
+//! `softmm replay --bench`: a recorded program as a workload under every
+//! fault policy, each thread on a thread of its own, with every result
+//! checked against the replay's (and so the log's).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn logs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logs")
+}
+
+fn softmm(args: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_softmm")).args(args).current_dir(logs()).output().expect("run softmm");
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// The Node log (eight threads) and the recorded C program with its page
+/// faults, under every policy: every op as in the replay, the JSON has one
+/// run per policy and repeat with its counters.
+#[test]
+fn every_policy_runs_the_log_with_the_recorded_results() {
+    let json = std::env::temp_dir().join(format!("softmm-replay-bench-{}.json", std::process::id()));
+    let (code, out) =
+        softmm(&["replay", "node-workers.log", "--bench", "--repeat", "2", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("program pid 14801: 8 threads, 1541 calls"), "{out}");
+    let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = runs.as_array().unwrap();
+    let policies = softmm::FaultPolicy::ALL;
+    assert_eq!(runs.len(), 2 * policies.len());
+    for p in policies {
+        let row = out.lines().find(|l| l.starts_with(&format!("{} ", p.name()))).unwrap_or_else(|| panic!("{out}"));
+        assert!(row.trim_end().ends_with(" 0"), "no op differs: {row}");
+        let run = runs.iter().find(|r| r["policy"] == p.name()).unwrap();
+        assert_eq!(run["differed"], 0);
+        assert_eq!(run["calls"], 1541);
+        assert!(run["counters"]["mmap_lock_acquisitions"].as_u64().unwrap() > 0, "{run}");
+        assert_eq!(run["thread_seconds"].as_array().unwrap().len(), 8);
+    }
+    let _ = std::fs::remove_file(&json);
+    // With faults: they are replayed, and counted by the CPUs.
+    let (code, out) = softmm(&[
+        "replay",
+        "inference.log",
+        "--faults",
+        "inference.faults",
+        "--bench",
+        "--policy",
+        "mmap-lock,per-vma",
+        "--repeat",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    // Calls the replay answers itself (ENODEV for a pipe) are no softmm
+    // calls: 19 of the 29.
+    assert!(out.contains("`./inference /tmp/rp/inference.maps`: 1 threads, 19 calls, 38 faults"), "{out}");
+    assert!(out.contains("`./inference`: 1 threads, 19 calls, 33 faults"), "{out}");
+    let bad = softmm(&["replay", "inference.log", "--bench", "--policy", "nope"]);
+    assert_eq!(bad.0, Some(2), "{}", bad.1);
+    assert!(bad.1.contains("unknown fault policy `nope`"), "{}", bad.1);
+}
