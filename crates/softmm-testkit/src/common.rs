@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use softmm::uapi::*;
 use softmm::{
-    AddressSpace, FaultPolicy, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PostingPolicy, ShootdownPolicy,
-    ShootdownTargets,
+    Access, AddressSpace, Cpu, FaultPolicy, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PostingPolicy,
+    ShootdownPolicy, ShootdownTargets,
 };
 
 pub const PAGE: u64 = 4096;
@@ -118,6 +118,14 @@ pub fn assert_no_leaks(phys: &PhysMem) {
     // Every huge page back in the pool, no reservation left.
     let h = phys.huge_page_stats();
     assert_eq!((h.free, h.rsvd, h.surp), (h.total, 0, 0), "hugetlb leak: {h:?}");
+}
+
+/// The kind, first byte and size of the access whose fault `cpu` recorded
+/// last ([`Cpu::last_fault`]); fails if none was.
+#[track_caller]
+pub fn last_fault(cpu: &Cpu) -> (Access, u64, usize) {
+    let i = cpu.last_fault().expect("a fault was recorded");
+    (i.access, i.addr, i.size)
 }
 
 /// Runs `f` on its own thread named `name`; fails if it panics or does not

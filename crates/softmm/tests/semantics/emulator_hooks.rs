@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use softmm::uapi::*;
-use softmm::{Access, AddressSpace, Cpu, Errno, Fault, FaultInfo, MmConfig, PhysConfig, PhysMem, SegvCode, WatchMode};
+use softmm::{Access, AddressSpace, Cpu, Errno, Fault, MmConfig, PhysConfig, PhysMem, SegvCode, WatchMode};
+use softmm_testkit::common::{assert_no_leaks, last_fault};
 
 const PAGE: u64 = 4096;
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
@@ -16,19 +17,6 @@ fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>) {
     let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     (phys, mm)
-}
-
-#[track_caller]
-fn assert_no_leaks(phys: &PhysMem) {
-    let s = phys.quiesce();
-    assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
-}
-
-/// The kind, first byte and size of the access that faulted.
-#[track_caller]
-fn info(cpu: &Cpu) -> (Access, u64, usize) {
-    let i: FaultInfo = cpu.last_fault().expect("a fault was recorded");
-    (i.access, i.addr, i.size)
 }
 
 /// Every accessor records its access beside the fault it returns: loads,
@@ -50,37 +38,37 @@ fn a_fault_says_what_access_it_came_from() {
     let acc = |addr| Fault::Segv { addr, code: SegvCode::AccErr };
     let map = |addr| Fault::Segv { addr, code: SegvCode::MapErr };
     assert_eq!(cpu.write_u64(ro + 8, 1), Err(acc(ro + 8)));
-    assert_eq!(info(&cpu), (Access::Write, ro + 8, 8));
+    assert_eq!(last_fault(&cpu), (Access::Write, ro + 8, 8));
     assert_eq!(cpu.last_fault().unwrap().fault, acc(ro + 8));
     assert_eq!(cpu.read_u16(hole + 2), Err(map(hole + 2)));
-    assert_eq!(info(&cpu), (Access::Read, hole + 2, 2));
+    assert_eq!(last_fault(&cpu), (Access::Read, hole + 2, 2));
     assert_eq!(cpu.fetch_u32(a), Err(acc(a)));
-    assert_eq!(info(&cpu), (Access::Execute, a, 4));
+    assert_eq!(last_fault(&cpu), (Access::Execute, a, 4));
     // Across a page boundary: the fault is at the first byte of the page
     // that refused, the access starts before it.
     assert_eq!(cpu.write_le::<u32>(ro - 2, 7), Err(acc(ro)));
-    assert_eq!(info(&cpu), (Access::Write, ro - 2, 4));
+    assert_eq!(last_fault(&cpu), (Access::Write, ro - 2, 4));
     assert_eq!(cpu.read_le::<u64>(hole - 3), Err(map(hole)));
-    assert_eq!(info(&cpu), (Access::Read, hole - 3, 8));
+    assert_eq!(last_fault(&cpu), (Access::Read, hole - 3, 8));
     let mut buf = [0; 100];
     assert_eq!(cpu.read(hole - 10, &mut buf), Err(map(hole)));
-    assert_eq!(info(&cpu), (Access::Read, hole - 10, 100));
+    assert_eq!(last_fault(&cpu), (Access::Read, hole - 10, 100));
     assert_eq!(cpu.write(ro - 1, &[1; 3]), Err(acc(ro)));
-    assert_eq!(info(&cpu), (Access::Write, ro - 1, 3));
+    assert_eq!(last_fault(&cpu), (Access::Write, ro - 1, 3));
     assert_eq!(cpu.fetch(a + 5, &mut buf[..9]), Err(acc(a + 5)));
-    assert_eq!(info(&cpu), (Access::Execute, a + 5, 9));
+    assert_eq!(last_fault(&cpu), (Access::Execute, a + 5, 9));
     // Atomics: a read-modify-write is a write, even one that changes nothing.
     assert_eq!(cpu.atomic_compare_exchange::<u32>(ro, 1, 2, Ordering::SeqCst, Ordering::SeqCst), Err(acc(ro)));
-    assert_eq!(info(&cpu), (Access::Write, ro, 4));
+    assert_eq!(last_fault(&cpu), (Access::Write, ro, 4));
     assert_eq!(cpu.atomic_load::<u64>(hole, Ordering::Acquire), Err(map(hole)));
-    assert_eq!(info(&cpu), (Access::Read, hole, 8));
+    assert_eq!(last_fault(&cpu), (Access::Read, hole, 8));
     assert_eq!(cpu.atomic_fetch_add::<u16>(a + 1, 1, Ordering::SeqCst), Err(Fault::Unaligned { addr: a + 1 }));
-    assert_eq!(info(&cpu), (Access::Write, a + 1, 2));
+    assert_eq!(last_fault(&cpu), (Access::Write, a + 1, 2));
     // A translation and a slice.
     assert!(cpu.translate(ro + 3, Access::Write).is_err());
-    assert_eq!(info(&cpu), (Access::Write, ro + 3, 1));
+    assert_eq!(last_fault(&cpu), (Access::Write, ro + 3, 1));
     assert_eq!(cpu.with_slice_mut(ro - 4, 20, |_, _| ()), Err(acc(ro)));
-    assert_eq!(info(&cpu), (Access::Write, ro - 4, 20));
+    assert_eq!(last_fault(&cpu), (Access::Write, ro - 4, 20));
     // A section's accesses record on its CPU, and a success changes nothing.
     {
         let mut s = cpu.section();
@@ -89,7 +77,7 @@ fn a_fault_says_what_access_it_came_from() {
         s.write_u16(a, 1).unwrap();
         assert_eq!(s.read_be::<u32>(hole - 1), Err(map(hole)));
     }
-    assert_eq!(info(&cpu), (Access::Read, hole - 1, 4));
+    assert_eq!(last_fault(&cpu), (Access::Read, hole - 1, 4));
     drop((cpu, mm));
     assert_no_leaks(&phys);
 }

@@ -13,6 +13,7 @@ use softmm::{
     Access, AddressSpace, Cpu, Errno, Fault, MmConfig, PhysConfig, PhysMem, SegvCode, WatchAccess, WatchMode,
     MAX_WATCHPOINTS,
 };
+use softmm_testkit::common::{assert_no_leaks, last_fault};
 
 const PAGE: u64 = 4096;
 const HP: u64 = 2 << 20;
@@ -23,19 +24,6 @@ fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>) {
     let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     (phys, mm)
-}
-
-#[track_caller]
-fn assert_no_leaks(phys: &PhysMem) {
-    let s = phys.quiesce();
-    assert_eq!((s.frames_used, s.page_tables, s.vmas, s.rmap_entries), (0, 0, 0, 0), "{s:?}");
-}
-
-/// The kind, first byte and size of the access that faulted.
-#[track_caller]
-fn info(cpu: &Cpu) -> (Access, u64, usize) {
-    let i = cpu.last_fault().expect("a fault was recorded");
-    (i.access, i.addr, i.size)
 }
 
 /// What a hit returns, whatever the accessor's value.
@@ -56,11 +44,11 @@ fn a_watchpoint_stops_the_accesses_of_its_mask_only() {
 
     mm.watchpoint_insert(w, 8, WatchAccess::READ).unwrap();
     assert_eq!(cpu.read_u64(w), hit(w));
-    assert_eq!(info(&cpu), (Access::Read, w, 8));
+    assert_eq!(last_fault(&cpu), (Access::Read, w, 8));
     assert_eq!(cpu.atomic_load::<u32>(w + 4, Ordering::Relaxed), hit(w + 4));
     let mut buf = [0; 16];
     assert_eq!(cpu.read(w - 8, &mut buf), hit(w - 8));
-    assert_eq!(info(&cpu), (Access::Read, w - 8, 16));
+    assert_eq!(last_fault(&cpu), (Access::Read, w - 8, 16));
     assert_eq!(cpu.with_slice(w + 7, 1, |_, _| ()), hit(w + 7));
     assert_eq!(cpu.section().read_u8(w + 3), hit(w + 3));
     assert!(cpu.translate(a, Access::Read).is_err(), "the rest of the page holds it");
@@ -70,7 +58,7 @@ fn a_watchpoint_stops_the_accesses_of_its_mask_only() {
 
     mm.watchpoint_insert(w, 8, WatchAccess::WRITE).unwrap();
     assert_eq!(cpu.write_u16(w + 6, 1), hit(w + 6));
-    assert_eq!(info(&cpu), (Access::Write, w + 6, 2));
+    assert_eq!(last_fault(&cpu), (Access::Write, w + 6, 2));
     assert_eq!(cpu.atomic_fetch_add::<u64>(w, 1, Ordering::Relaxed), hit(w));
     assert_eq!(cpu.atomic_compare_exchange::<u64>(w, 0, 1, Ordering::Relaxed, Ordering::Relaxed), hit(w));
     assert_eq!(cpu.write(w + 4, &[1; 64]), hit(w + 4));
@@ -80,7 +68,7 @@ fn a_watchpoint_stops_the_accesses_of_its_mask_only() {
 
     mm.watchpoint_insert(w, 4, WatchAccess::FETCH).unwrap();
     assert_eq!(cpu.fetch_u32(w), hit(w));
-    assert_eq!(info(&cpu), (Access::Execute, w, 4));
+    assert_eq!(last_fault(&cpu), (Access::Execute, w, 4));
     assert_eq!(cpu.read_u32(w), Ok(8));
     cpu.write_u32(w, 9).unwrap();
     mm.watchpoint_insert(w, 4, WatchAccess::ACCESS).unwrap();
@@ -113,7 +101,7 @@ fn a_watchpoint_is_exact_to_the_byte() {
     assert_eq!(cpu.read_u32(a + 0x200), Err(Fault::Watchpoint { addr: a + 0x200 }));
     assert_eq!(cpu.write_u16(a + 0x202, 0), Err(Fault::Watchpoint { addr: a + 0x202 }));
     assert_eq!(cpu.read_u64(a + 0x1fc), Err(Fault::Watchpoint { addr: a + 0x1fc }), "misaligned");
-    assert_eq!(info(&cpu), (Access::Read, a + 0x1fc, 8));
+    assert_eq!(last_fault(&cpu), (Access::Read, a + 0x1fc, 8));
     mm.watchpoint_remove(w, 1, WatchAccess::ACCESS).unwrap();
     // A range across the page boundary; accesses across it.
     mm.watchpoint_insert(a + PAGE - 2, 3, WatchAccess::WRITE).unwrap();
