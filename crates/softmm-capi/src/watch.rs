@@ -63,19 +63,8 @@ fn modes(mode: u32) -> Option<Vec<WatchMode>> {
 /// `mm` is null or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn softmm_mm_write_watch(mm: *const softmm_mm, addr: u64, len: u64, mode: u32) -> i32 {
-    guard(|| {
-        // SAFETY: null or live (the caller's contract).
-        let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
-        let Some(modes) = modes(mode) else { return -libc::EINVAL };
-        for m in modes {
-            if let Err(e) = mm.write_watch(addr, len, m) {
-                // Only the first mode can fail: the second finds the
-                // range checked and its pages counted.
-                return neg(e);
-            }
-        }
-        0
-    })
+    // SAFETY: null or live (the caller's contract).
+    unsafe { each_mode(mm, mode, |mm, m| mm.write_watch(addr, len, m)) }
 }
 
 /// Removes `mode` from the watches of `[addr, addr + len)` (removing
@@ -87,12 +76,29 @@ pub unsafe extern "C" fn softmm_mm_write_watch(mm: *const softmm_mm, addr: u64, 
 /// `mm` is null or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn softmm_mm_write_unwatch(mm: *const softmm_mm, addr: u64, len: u64, mode: u32) -> i32 {
+    // SAFETY: null or live (the caller's contract).
+    unsafe { each_mode(mm, mode, |mm, m| mm.write_unwatch(addr, len, m)) }
+}
+
+/// Runs `f` for each mode of the C `mode` mask, in order, on `mm`'s
+/// address space: `0`, or the first error (only the first mode can fail:
+/// the second finds the range checked and its pages counted); `-EINVAL`
+/// for a `NULL` handle or a bad mask.
+///
+/// # Safety
+///
+/// `mm` is null or a live handle.
+unsafe fn each_mode(
+    mm: *const softmm_mm,
+    mode: u32,
+    f: impl Fn(&softmm::AddressSpace, WatchMode) -> softmm::Result<()>,
+) -> i32 {
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(mm) = (unsafe { mm_ref(mm) }) else { return -libc::EINVAL };
         let Some(modes) = modes(mode) else { return -libc::EINVAL };
         for m in modes {
-            if let Err(e) = mm.write_unwatch(addr, len, m) {
+            if let Err(e) = f(mm, m) {
                 return neg(e);
             }
         }
