@@ -7,7 +7,7 @@ use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::populate;
 use crate::uapi::*;
 use crate::vma::VmFlags;
-use crate::{page_align, PAGE_SIZE};
+use crate::PAGE_SIZE;
 
 use crate::fault::VmaReadRef;
 use crate::mm::{AddressSpace, MadvisePolicy, MmuGather, MAX_GATHER_FRAMES};
@@ -120,11 +120,7 @@ impl AddressSpace {
         if !known || addr % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
-        let alen = page_align(len);
-        if len != 0 && alen == 0 {
-            return Err(Errno::Inval);
-        }
-        let end = addr.checked_add(alen).ok_or(Errno::Inval)?;
+        let end = super::aligned_end(addr, len)?;
         if end == addr {
             return Ok(());
         }

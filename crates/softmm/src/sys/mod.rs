@@ -36,3 +36,14 @@ mod munmap;
 mod watch;
 
 pub use maps::MapEntry;
+
+/// `addr + PAGE_ALIGN(len)`, the end of the range `madvise` and `mseal`
+/// act on: `EINVAL` if the length rounds up past 2^64 or the range wraps
+/// (Linux's `len && !PAGE_ALIGN(len)` and `end < start` checks).
+fn aligned_end(addr: u64, len: u64) -> crate::error::Result<u64> {
+    let alen = crate::page_align(len);
+    if len != 0 && alen == 0 {
+        return Err(crate::error::Errno::Inval);
+    }
+    addr.checked_add(alen).ok_or(crate::error::Errno::Inval)
+}

@@ -14,7 +14,7 @@
 use crate::error::{Errno, Result};
 use crate::uapi::*;
 use crate::vma::{VmFlags, Vma};
-use crate::{page_align, PAGE_SIZE};
+use crate::PAGE_SIZE;
 
 use crate::mm::AddressSpace;
 
@@ -72,11 +72,7 @@ impl AddressSpace {
         if flags != 0 || addr % PAGE_SIZE != 0 {
             return Err(Errno::Inval);
         }
-        let alen = page_align(len);
-        if len != 0 && alen == 0 {
-            return Err(Errno::Inval);
-        }
-        let end = addr.checked_add(alen).ok_or(Errno::Inval)?;
+        let end = super::aligned_end(addr, len)?;
         if end == addr {
             return Ok(());
         }
