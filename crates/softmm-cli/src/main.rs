@@ -114,7 +114,9 @@ struct ReplayArgs {
     /// recorded`; with `--faults` (or `--run` with perf) the faults are part of the workload.
     #[arg(long)]
     bench: bool,
-    /// With `--bench`: fault policies, comma-separated, or `all`.
+    /// With `--bench`: policies, comma-separated, as the lab's `--policy` names them (fault, unmap,
+    /// shootdown-target, madvise and writer policies, each with the others at their defaults), or
+    /// `all` (every one) or `default`.
     #[arg(long, requires = "bench", default_value = "all", value_name = "POLICIES")]
     policy: String,
     /// With `--bench`: runs per policy (the table gives the median run and the range).
@@ -182,14 +184,7 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
         if a.addresses != replay::Addresses::Recorded {
             return Err("--bench needs --addresses recorded".into());
         }
-        let policies = if a.policy == "all" {
-            softmm::FaultPolicy::ALL.to_vec()
-        } else {
-            a.policy
-                .split(',')
-                .map(|n| softmm::FaultPolicy::from_name(n.trim()).ok_or_else(|| format!("unknown fault policy `{n}`")))
-                .collect::<Result<Vec<_>, _>>()?
-        };
+        let policies = replay::bench::parse_policies(&a.policy)?;
         Some(replay::bench::BenchOptions { policies, repeat: a.repeat, json: a.json.clone() })
     } else {
         None

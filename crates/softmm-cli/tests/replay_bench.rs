@@ -14,6 +14,17 @@ fn softmm(args: &[&str]) -> (Option<i32>, String) {
     (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
+/// The names `--policy all` runs: every fault, unmap, shootdown-target,
+/// `madvise` and writer policy of the library.
+fn every_policy() -> Vec<String> {
+    let mut names: Vec<String> = softmm::FaultPolicy::ALL.iter().map(|p| p.name().to_string()).collect();
+    names.extend(softmm::UnmapPolicy::ALL.iter().map(|p| p.name().to_string()));
+    names.extend(softmm::ShootdownTargets::ALL.iter().map(|p| p.name().to_string()));
+    names.extend(softmm::MadvisePolicy::ALL.iter().map(|p| format!("madvise-{}", p.name())));
+    names.extend(softmm::WriterPolicy::ALL.iter().map(|p| p.name().to_string()));
+    names
+}
+
 /// The Node log (eight threads) and the recorded C program with its page
 /// faults, under every policy: every op as in the replay, the JSON has one
 /// run per policy and repeat with its counters.
@@ -26,12 +37,12 @@ fn every_policy_runs_the_log_with_the_recorded_results() {
     assert!(out.contains("program pid 14801: 8 threads, 1541 calls"), "{out}");
     let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = runs.as_array().unwrap();
-    let policies = softmm::FaultPolicy::ALL;
+    let policies = every_policy();
     assert_eq!(runs.len(), 2 * policies.len());
-    for p in policies {
-        let row = out.lines().find(|l| l.starts_with(&format!("{} ", p.name()))).unwrap_or_else(|| panic!("{out}"));
+    for p in &policies {
+        let row = out.lines().find(|l| l.starts_with(&format!("{p} "))).unwrap_or_else(|| panic!("{p}: {out}"));
         assert!(row.trim_end().ends_with(" 0"), "no op differs: {row}");
-        let run = runs.iter().find(|r| r["policy"] == p.name()).unwrap();
+        let run = runs.iter().find(|r| r["policy"] == p.as_str()).unwrap();
         assert_eq!(run["differed"], 0);
         assert_eq!(run["calls"], 1541);
         assert!(run["counters"]["mmap_lock_acquisitions"].as_u64().unwrap() > 0, "{run}");
@@ -57,5 +68,12 @@ fn every_policy_runs_the_log_with_the_recorded_results() {
     assert!(out.contains("`./inference`: 1 threads, 19 calls, 33 faults"), "{out}");
     let bad = softmm(&["replay", "inference.log", "--bench", "--policy", "nope"]);
     assert_eq!(bad.0, Some(2), "{}", bad.1);
-    assert!(bad.1.contains("unknown fault policy `nope`"), "{}", bad.1);
+    assert!(bad.1.contains("unknown policy `nope`: the policies are mmap-lock,"), "{}", bad.1);
+    // An unmap and a shootdown-target policy each run beside a fault policy.
+    let (code, out) =
+        softmm(&["replay", "node-workers.log", "--bench", "--policy", "lock-free,broadcast,per-vma", "--repeat", "1"]);
+    assert_eq!(code, Some(0), "{out}");
+    for p in ["lock-free ", "broadcast ", "per-vma "] {
+        assert!(out.lines().any(|l| l.starts_with(p) && l.trim_end().ends_with(" 0")), "{p}: {out}");
+    }
 }

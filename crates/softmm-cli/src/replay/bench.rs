@@ -28,17 +28,44 @@ use softmm::{AddressSpace, Cpu, FaultPolicy, FaultStats, PhysMem};
 use super::ops::{Op, Planned};
 use super::process::Process;
 use crate::counters::FaultCounters;
-use crate::workloads::soft_counters;
+use crate::workloads::{soft_counters, Backend};
 
 /// What `--bench` runs.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    /// The fault policies, in order.
-    pub policies: Vec<FaultPolicy>,
+    /// The softmm configurations, in order: each a fault, unmap,
+    /// shootdown-target, `madvise` or writer policy, the others at their
+    /// defaults (as the lab's `--policy` names them).
+    pub policies: Vec<Backend>,
     /// Runs per policy (the table gives the median, and min-max).
     pub repeat: usize,
     /// Where to write every run as JSON.
     pub json: Option<std::path::PathBuf>,
+}
+
+/// The backends `--policy` names: `all` (every softmm backend,
+/// [`Backend::all_soft`]), `default`, or names, comma-separated.
+pub fn parse_policies(s: &str) -> Result<Vec<Backend>, String> {
+    let mut out: Vec<Backend> = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let add = match name {
+            "all" => Backend::all_soft(),
+            "default" => vec![Backend::Soft(FaultPolicy::default())],
+            _ => vec![Backend::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = Backend::all_soft().into_iter().map(Backend::name).collect();
+                format!("unknown policy `{name}`: the policies are {}; or all, default", names.join(", "))
+            })?],
+        };
+        for b in add {
+            if !out.contains(&b) {
+                out.push(b);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no policy to run".into());
+    }
+    Ok(out)
 }
 
 /// The waits of an op: `(thread index, ops that thread must have done)`.
@@ -234,7 +261,7 @@ pub(super) fn run(
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>10} {:>19} {:>11} {:>11} {:>9} {:>9} {:>8} {:>7} {:>6}",
+            "{:<18} {:>10} {:>19} {:>11} {:>11} {:>9} {:>9} {:>8} {:>7} {:>6}",
             "policy",
             "total ms",
             "threads ms",
@@ -250,11 +277,11 @@ pub(super) fn run(
         let mut by_policy: Vec<Vec<Sample>> = b.policies.iter().map(|_| Vec::new()).collect();
         for _ in 0..b.repeat.max(1) {
             for (i, &policy) in b.policies.iter().enumerate() {
-                let config = p.config.clone().policy(policy);
+                let config = policy.configure(p.config.clone());
                 match run_once(phys, config, &threads, calls) {
                     Ok(s) => by_policy[i].push(s),
                     Err(e) => {
-                        let _ = writeln!(out, "{:<12} {e}", policy.name());
+                        let _ = writeln!(out, "{:<18} {e}", policy.name());
                         ok = false;
                     }
                 }
@@ -274,7 +301,7 @@ pub(super) fn run(
             let differ: usize = samples.iter().map(|s| s.differed_count).sum();
             let _ = writeln!(
                 out,
-                "{:<12} {:>10} {:>19} {:>11.0} {:>11.0} {:>9} {:>9} {:>8} {:>7} {:>6}",
+                "{:<18} {:>10} {:>19} {:>11.0} {:>11.0} {:>9} {:>9} {:>8} {:>7} {:>6}",
                 policy.name(),
                 format!("{:.3}", med * 1e3),
                 format!("{:.3}-{:.3}", tmin * 1e3, tmax * 1e3),
@@ -288,7 +315,7 @@ pub(super) fn run(
             );
             if b.repeat > 1 {
                 let _ =
-                    writeln!(out, "{:<12} (total ms over {} runs: {:.3}-{:.3})", "", samples.len(), lo * 1e3, hi * 1e3);
+                    writeln!(out, "{:<18} (total ms over {} runs: {:.3}-{:.3})", "", samples.len(), lo * 1e3, hi * 1e3);
             }
             for s in &samples {
                 for d in &s.differed {

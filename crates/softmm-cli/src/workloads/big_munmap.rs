@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use softmm::{AddressSpace, FaultPolicy, UnmapPolicy};
+use softmm::{AddressSpace, UnmapPolicy};
 
 use super::space::{HostSpace, SoftSpace, Space};
 use super::{Measured, Params, SoftEnv};
@@ -366,12 +366,13 @@ fn op_for<'a, S: Space>(
     })
 }
 
-/// Runs one sample: softmm with `unmap` when `env` is given, else the host.
-pub fn run(env: Option<&SoftEnv>, unmap: Option<UnmapPolicy>, p: &Params) -> Result<Measured, String> {
+/// Runs one sample: softmm with `env`'s configuration (its unmap policy,
+/// faults under `mmap-lock`: [`super::Backend::configure`]) when `env` is
+/// given, else the host.
+pub fn run(env: Option<&SoftEnv>, p: &Params) -> Result<Measured, String> {
     match env {
         Some(env) => {
-            let unmap = unmap.unwrap_or_default();
-            let config = super::mm_config().policy(FaultPolicy::MmapLock).unmap_policy(unmap).time_unmaps(true);
+            let config = env.config.clone().time_unmaps(true);
             let new = || AddressSpace::new(&env.phys, config.clone()).map_err(|e| e.to_string());
             let s = SoftSpace { mm: new()? };
             let other_mm = SoftSpace { mm: new()? };

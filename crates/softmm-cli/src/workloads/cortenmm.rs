@@ -260,7 +260,7 @@ pub fn run(env: Option<&SoftEnv>, p: &Params) -> Result<Measured, String> {
         Some(env) => {
             let s = env.space();
             let out = run_on(&s, p)?;
-            Ok(soft_measured(env.policy, &out, &[&s]))
+            Ok(soft_measured(env.policy(), &out, &[&s]))
         }
         None => Ok(host_measured(&run_on(&HostSpace, p)?)),
     }

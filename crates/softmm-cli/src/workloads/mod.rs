@@ -88,6 +88,35 @@ impl Backend {
     pub fn is_soft(self) -> bool {
         !matches!(self, Backend::Host)
     }
+
+    /// Every softmm backend: each fault, unmap, shootdown-target, `madvise`
+    /// and writer policy, the others at their defaults.
+    pub fn all_soft() -> Vec<Backend> {
+        let mut out: Vec<Backend> = FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect();
+        out.extend(UnmapPolicy::ALL.iter().map(|&p| Backend::Unmap(p)));
+        out.extend(ShootdownTargets::ALL.iter().map(|&p| Backend::Targets(p)));
+        out.extend(MadvisePolicy::ALL.iter().map(|&p| Backend::Madvise(p)));
+        out.extend(WriterPolicy::ALL.iter().map(|&p| Backend::Writers(p)));
+        out
+    }
+
+    /// The softmm backend named `name` (as [`Backend::name`] names it).
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::all_soft().into_iter().find(|b| b.name() == name)
+    }
+
+    /// `config` with this backend's policy; an unmap policy runs its faults
+    /// under `mmap-lock`, as big-munmap measures it.
+    pub fn configure(self, config: MmConfig) -> MmConfig {
+        match self {
+            Backend::Soft(p) => config.policy(p),
+            Backend::Host => config,
+            Backend::Unmap(u) => config.policy(FaultPolicy::MmapLock).unmap_policy(u),
+            Backend::Targets(t) => config.shootdown_targets(t),
+            Backend::Madvise(m) => config.madvise_policy(m),
+            Backend::Writers(w) => config.writer_policy(w),
+        }
+    }
 }
 
 /// The parameters of one sample.
@@ -201,94 +230,35 @@ pub fn mm_config() -> MmConfig {
     MmConfig::default().shootdown_policy(SHOOTDOWN.get().copied().unwrap_or_default()).posting_policy(posting_policy())
 }
 
-/// The context of a softmm sample: the arena and how to make address spaces.
+/// The context of a softmm sample: the arena and the configuration its
+/// address spaces get.
 pub struct SoftEnv {
     /// Physical memory.
     pub phys: Arc<PhysMem>,
-    /// The policy.
-    pub policy: FaultPolicy,
-    /// `MmConfig::force_speculative`.
-    pub force_speculative: bool,
-    /// `MmConfig::placement`.
-    pub placement: PlacementPolicy,
-    /// `MmConfig::shootdown_targets`, where the backend names one (else
-    /// the library's default).
-    pub targets: Option<ShootdownTargets>,
-    /// `MmConfig::madvise_policy`.
-    pub madvise_policy: MadvisePolicy,
-    /// `MmConfig::writer_policy`.
-    pub writers: WriterPolicy,
+    /// Every address space of the sample is made with this.
+    pub config: MmConfig,
 }
 
 impl SoftEnv {
     /// A fresh address space.
     pub fn space(&self) -> SoftSpace {
-        let mut config = mm_config()
-            .policy(self.policy)
-            .force_speculative(self.force_speculative)
-            .placement(self.placement)
-            .madvise_policy(self.madvise_policy)
-            .writer_policy(self.writers);
-        if let Some(t) = self.targets {
-            config = config.shootdown_targets(t);
-        }
-        SoftSpace { mm: AddressSpace::new(&self.phys, config).expect("the default layout is valid") }
+        SoftSpace { mm: AddressSpace::new(&self.phys, self.config.clone()).expect("the default layout is valid") }
+    }
+
+    /// The fault policy of its address spaces.
+    pub fn policy(&self) -> FaultPolicy {
+        self.config.policy
     }
 }
 
 /// Runs one sample.
 pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Result<Measured, String> {
     let env = match backend {
-        Backend::Soft(policy) => Some(SoftEnv {
-            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
-            policy,
-            force_speculative: p.force_speculative,
-            placement: p.placement,
-            targets: None,
-            madvise_policy: MadvisePolicy::default(),
-            writers: WriterPolicy::default(),
-        }),
-        Backend::Unmap(_) => Some(SoftEnv {
-            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
-            policy: FaultPolicy::MmapLock,
-            force_speculative: false,
-            placement: PlacementPolicy::default(),
-            targets: None,
-            madvise_policy: MadvisePolicy::default(),
-            writers: WriterPolicy::default(),
-        }),
-        Backend::Targets(t) => Some(SoftEnv {
-            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
-            policy: FaultPolicy::default(),
-            force_speculative: p.force_speculative,
-            placement: p.placement,
-            targets: Some(t),
-            madvise_policy: MadvisePolicy::default(),
-            writers: WriterPolicy::default(),
-        }),
-        Backend::Madvise(madvise_policy) => Some(SoftEnv {
-            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
-            policy: FaultPolicy::default(),
-            force_speculative: p.force_speculative,
-            placement: p.placement,
-            targets: None,
-            madvise_policy,
-            writers: WriterPolicy::default(),
-        }),
-        Backend::Writers(writers) => Some(SoftEnv {
-            phys: arena.get(arena_bytes(w, p.threads, p.size))?,
-            policy: FaultPolicy::default(),
-            force_speculative: p.force_speculative,
-            placement: p.placement,
-            targets: None,
-            madvise_policy: MadvisePolicy::default(),
-            writers,
-        }),
         Backend::Host => None,
-    };
-    let unmap = match backend {
-        Backend::Unmap(u) => Some(u),
-        _ => None,
+        _ => {
+            let base = mm_config().force_speculative(p.force_speculative).placement(p.placement);
+            Some(SoftEnv { phys: arena.get(arena_bytes(w, p.threads, p.size))?, config: backend.configure(base) })
+        }
     };
     match w {
         Workload::Pft => pft::run(env.as_ref(), p),
@@ -298,7 +268,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
         Workload::TlbFlush => tlb_flush::run(env.as_ref(), p),
         Workload::Interference => interference::run(env.as_ref(), p),
         Workload::Cortenmm => cortenmm::run(env.as_ref(), p),
-        Workload::BigMunmap => big_munmap::run(env.as_ref(), unmap, p),
+        Workload::BigMunmap => big_munmap::run(env.as_ref(), p),
     }
 }
 

@@ -88,7 +88,7 @@ pub fn run_passes(env: Option<&SoftEnv>, p: &Params, interfere: bool) -> Result<
             let bg = |s: &SoftSpace, stop: &AtomicBool| mapper(s, stop, size);
             let background: Option<Background<SoftSpace>> = if interfere { Some(&bg) } else { None };
             let out = run_threads(&[&s], n, p.limit, |s, cpu, ctx| body(s, cpu, ctx, &pass, size), background)?;
-            Ok(soft_measured(env.policy, &out, &[&s]))
+            Ok(soft_measured(env.policy(), &out, &[&s]))
         }
         None => {
             let bg = |s: &HostSpace, stop: &AtomicBool| mapper(s, stop, size);

@@ -42,7 +42,7 @@ pub fn run(env: Option<&SoftEnv>, p: &Params) -> Result<Measured, String> {
             let spaces: Vec<_> = (0..if processes { n } else { 1 }).map(|_| env.space()).collect();
             let refs: Vec<_> = spaces.iter().collect();
             let out = run_threads(&refs, n, p.limit, |s, cpu, ctx| body(s, cpu, ctx, len), None)?;
-            Ok(soft_measured(env.policy, &out, &refs))
+            Ok(soft_measured(env.policy(), &out, &refs))
         }
         None => {
             let out = if processes {

@@ -81,7 +81,7 @@ pub fn run(w: Workload, env: Option<&SoftEnv>, p: &Params) -> Result<Measured, S
             let spaces: Vec<_> = (0..if processes { n } else { 1 }).map(|_| env.space()).collect();
             let refs: Vec<_> = spaces.iter().collect();
             let out = run_threads(&refs, n, p.limit, |s, cpu, ctx| body(s, cpu, ctx, pat, size, &files), None)?;
-            Ok(soft_measured(env.policy, &out, &refs))
+            Ok(soft_measured(env.policy(), &out, &refs))
         }
         None => {
             let files: Vec<i32> = if pat.file {
