@@ -111,7 +111,8 @@ struct ReplayArgs {
     /// threads only where the log orders them on the same memory. Prints per program and policy
     /// the total and per-thread times, calls and faults per second and the lab's counters; every
     /// result must be the replay's (the log's), else the replay fails. Needs `--addresses
-    /// recorded`; with `--faults` (or `--run` with perf) the faults are part of the workload.
+    /// recorded`; with `--faults` (or `--run` with perf) the faults are part of the workload. With
+    /// `--run`, a host row: the command run again untraced, its whole time marked as such.
     #[arg(long)]
     bench: bool,
     /// With `--bench`: policies, comma-separated, as the lab's `--policy` names them (fault, unmap,
@@ -122,9 +123,14 @@ struct ReplayArgs {
     /// With `--bench`: runs per policy (the table gives the median run and the range).
     #[arg(long, requires = "bench", default_value_t = 3)]
     repeat: usize,
-    /// With `--bench`: write every run (times, rates, counters) to this JSON file.
+    /// With `--bench`: write every run (times, rates, counters) to this JSON file; with `--run`,
+    /// the host's untraced runs of the command too (`"policy": "host"`, `"whole_program": true`).
     #[arg(long, requires = "bench", value_name = "FILE")]
     json: Option<PathBuf>,
+    /// With `--bench`: draw each program's calls and faults per second under each policy (median,
+    /// and the range of the runs) to this `.svg` or `.png` file.
+    #[arg(long, requires = "bench", value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Huge pages (2 MiB) in the replay's hugetlb pool (default: as many as the log's successful
     /// hugetlb mappings take at once; give the recording host's `vm.nr_hugepages` where the log
     /// shows the pool running out).
@@ -185,7 +191,13 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
             return Err("--bench needs --addresses recorded".into());
         }
         let policies = replay::bench::parse_policies(&a.policy)?;
-        Some(replay::bench::BenchOptions { policies, repeat: a.repeat, json: a.json.clone() })
+        Some(replay::bench::BenchOptions {
+            policies,
+            repeat: a.repeat,
+            json: a.json.clone(),
+            plot: a.plot.clone(),
+            host: a.run.then(|| a.cmd.clone()),
+        })
     } else {
         None
     };

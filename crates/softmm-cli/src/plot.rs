@@ -15,6 +15,7 @@ use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::report::{rows, Results};
 use crate::stats::si;
@@ -412,4 +413,145 @@ pub fn plot<C>(path: &Path, results: &Results<C>) -> Result<(), String> {
         }
         draw(SVGBackend::new(path, size).into_drawing_area(), results, &panels, font.is_some())
     }
+}
+
+/// One panel of [`bars`]: a horizontal bar per row, its median, with a
+/// line from its min to its max.
+pub struct BarPanel {
+    /// The panel's title.
+    pub title: String,
+    /// The x axis' label (what the bars measure).
+    pub unit: String,
+    /// The bars, top to bottom.
+    pub rows: Vec<Bar>,
+}
+
+/// One bar of a [`BarPanel`].
+pub struct Bar {
+    /// Its label.
+    pub label: String,
+    /// Its colour's index in the palette: bars of one kind share one.
+    pub group: usize,
+    /// The median, and the range of the runs.
+    pub median: f64,
+    /// The slowest run's value.
+    pub min: f64,
+    /// The fastest run's value.
+    pub max: f64,
+}
+
+/// Okabe & Ito's palette, less black (the host's).
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(213, 94, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(240, 228, 66),
+];
+
+/// Rows' height and the room for a panel's title and axis, in pixels.
+const BAR_H: u32 = 34;
+const BAR_PANEL_EXTRA: u32 = 130;
+/// The label column's width.
+const BAR_LABELS: u32 = 240;
+
+/// Writes `panels` as bar charts, one column, with `caption` under them,
+/// to `path` (`.svg` or `.png`): the replay bench's per-policy figure.
+pub fn bars(path: &Path, panels: &[BarPanel], caption: &str) -> Result<(), String> {
+    let ext = path.extension().map(|x| x.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    if ext != "svg" && ext != "png" {
+        return Err(format!("{}: the plot file must end in .svg or .png", path.display()));
+    }
+    if panels.iter().all(|p| p.rows.is_empty()) {
+        return Err("nothing to plot".to_string());
+    }
+    let font = find_font();
+    if ext == "png" && font.is_none() {
+        return Err(
+            "no TrueType/OpenType font under /usr/share/fonts: a PNG needs one for its text; write FILE.svg instead"
+                .to_string(),
+        );
+    }
+    let heights: Vec<u32> = panels.iter().map(|p| BAR_PANEL_EXTRA + BAR_H * p.rows.len() as u32).collect();
+    let size = (PANEL.0 + BAR_LABELS, heights.iter().sum::<u32>() + 2 * CAPTION + 20);
+    if ext == "png" {
+        draw_bars(BitMapBackend::new(path, size).into_drawing_area(), panels, &heights, caption, true)
+    } else {
+        if font.is_none() {
+            eprintln!("softmm: no font under /usr/share/fonts: {} is drawn without text", path.display());
+        }
+        draw_bars(SVGBackend::new(path, size).into_drawing_area(), panels, &heights, caption, font.is_some())
+    }
+}
+
+fn draw_bars<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    panels: &[BarPanel],
+    heights: &[u32],
+    caption: &str,
+    text: bool,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (body, foot) = root.split_vertically(heights.iter().sum::<u32>());
+    let mut rest = body;
+    for (panel, &h) in panels.iter().zip(heights) {
+        let (area, below) = rest.split_vertically(h);
+        rest = below;
+        bar_panel(&area, panel, text).map_err(|e| e.to_string())?;
+    }
+    if text {
+        foot.draw(&Text::new(caption.to_string(), (16, 8), ("sans-serif", CAPTION))).map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+fn bar_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &BarPanel,
+    text: bool,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let n = panel.rows.len();
+    let top = panel.rows.iter().map(|r| r.max.max(r.median)).fold(0.0, f64::max).max(f64::MIN_POSITIVE) * 1.1;
+    let mut chart = ChartBuilder::on(area);
+    chart.margin(12).x_label_area_size(if text { 56 } else { 10 }).y_label_area_size(BAR_LABELS);
+    if text {
+        chart.caption(&panel.title, ("sans-serif", TITLE));
+    }
+    // Row k (from the top) spans y in [n - 1 - k, n - k).
+    let mut chart = chart.build_cartesian_2d(0.0..top, 0.0..n as f64)?;
+    let x_label = |v: &f64| si(*v);
+    let mut mesh = chart.configure_mesh();
+    mesh.disable_y_mesh().x_labels(6).y_labels(0);
+    if text {
+        mesh.x_desc(panel.unit.as_str())
+            .label_style(("sans-serif", TICK))
+            .axis_desc_style(("sans-serif", LABEL))
+            .x_label_formatter(&x_label);
+    } else {
+        mesh.x_label_formatter(&|_| String::new());
+    }
+    mesh.draw()?;
+    for (k, bar) in panel.rows.iter().enumerate() {
+        let y = (n - 1 - k) as f64;
+        let colour = PALETTE[bar.group % PALETTE.len()];
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(0.0, y + 0.15), (bar.median, y + 0.85)],
+            colour.mix(0.85).filled(),
+        )))?;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(bar.min, y + 0.5), (bar.max, y + 0.5)],
+            BLACK.stroke_width(3),
+        )))?;
+        if text {
+            // The label, right-aligned left of the axis, in the panel's
+            // pixels (the chart clips to its plotting area).
+            let (px, py) = chart.backend_coord(&(0.0, y + 0.5));
+            let (ax, ay) = area.get_base_pixel();
+            let style = TextStyle::from(("sans-serif", TICK).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+            area.draw(&Text::new(bar.label.clone(), (px - ax - 10, py - ay), style))?;
+        }
+    }
+    Ok(())
 }

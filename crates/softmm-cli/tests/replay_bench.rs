@@ -77,3 +77,64 @@ fn every_policy_runs_the_log_with_the_recorded_results() {
         assert!(out.lines().any(|l| l.starts_with(p) && l.trim_end().ends_with(" 0")), "{p}: {out}");
     }
 }
+
+/// `--plot` draws a bar per policy; with `--run`, a host row times the
+/// command itself, untraced, and the JSON marks it as the whole program's.
+#[test]
+fn the_bench_plots_and_times_the_recorded_command_on_the_host() {
+    let svg = std::env::temp_dir().join(format!("softmm-replay-bench-{}.svg", std::process::id()));
+    let (code, out) = softmm(&[
+        "replay",
+        "node-workers.log",
+        "--bench",
+        "--policy",
+        "mmap-lock,lock-free",
+        "--repeat",
+        "1",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    // The background and a bar per policy, each in its kind's colour
+    // (fault policies blue, unmap policies orange).
+    assert_eq!(drawn.matches("<rect").count(), 3, "{drawn}");
+    assert!(drawn.contains(r##"fill="#0072B2""##) && drawn.contains(r##"fill="#E69F00""##), "{drawn}");
+    let _ = std::fs::remove_file(&svg);
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped the host row: strace is not installed");
+        return;
+    }
+    let json = std::env::temp_dir().join(format!("softmm-replay-bench-host-{}.json", std::process::id()));
+    let (code, out) = softmm(&[
+        "replay",
+        "--run",
+        "--bench",
+        "--policy",
+        "default",
+        "--repeat",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "seq 1000 | sort -n | tail -1",
+    ]);
+    if out.contains("may not be allowed to trace here") {
+        eprintln!("skipped the host row: ptrace refused");
+        return;
+    }
+    assert_eq!(code, Some(0), "{out}");
+    let host =
+        out.lines().find(|l| l.starts_with("host: `sh -c seq 1000 | sort -n | tail -1` itself, untraced, 2 runs"));
+    assert!(host.is_some_and(|l| l.contains("ms CPU")), "{out}");
+    let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let hosts: Vec<_> = runs.as_array().unwrap().iter().filter(|r| r["policy"] == "host").collect();
+    assert_eq!(hosts.len(), 2, "{runs}");
+    for h in hosts {
+        assert_eq!(h["whole_program"], true);
+        assert!(h["seconds"].as_f64().unwrap() > 0.0 && h["cpu_seconds"].as_f64().unwrap() >= 0.0, "{h}");
+    }
+    let _ = std::fs::remove_file(&json);
+}

@@ -41,6 +41,12 @@ pub struct BenchOptions {
     pub repeat: usize,
     /// Where to write every run as JSON.
     pub json: Option<std::path::PathBuf>,
+    /// Where to draw each program's ops per second under each policy
+    /// (`.svg` or `.png`).
+    pub plot: Option<std::path::PathBuf>,
+    /// The recorded command (`--run`), run again untraced `repeat` times
+    /// for the host row: the program's own time, computation included.
+    pub host: Option<Vec<String>>,
 }
 
 /// The backends `--policy` names: `all` (every softmm backend,
@@ -245,6 +251,7 @@ pub(super) fn run(
     }
     let mut ok = true;
     let mut json = Vec::new();
+    let mut panels = Vec::new();
     for p in procs.iter().filter(|p| !p.forked) {
         let Some(plan) = p.plan.as_ref().filter(|v| !v.is_empty()) else { continue };
         let threads = schedule(plan);
@@ -287,10 +294,17 @@ pub(super) fn run(
                 }
             }
         }
+        let mut panel = crate::plot::BarPanel {
+            title: format!("pid {}{prog}, {} threads", super::fmt_pid(p.pid), threads.len()),
+            unit: "calls and faults per second".into(),
+            rows: Vec::new(),
+        };
         for (&policy, samples) in b.policies.iter().zip(by_policy) {
             if samples.is_empty() {
                 continue;
             }
+            let rates: Vec<f64> = samples.iter().map(|s| (s.calls + s.faults) as f64 / s.seconds).collect();
+            let (rlo, rhi) = rates.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
             let mut secs: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
             let med = median(&mut secs);
             let (lo, hi) = (secs[0], secs[secs.len() - 1]);
@@ -298,6 +312,13 @@ pub(super) fn run(
             let tmin = m.thread_seconds.iter().copied().fold(f64::INFINITY, f64::min);
             let tmax = m.thread_seconds.iter().copied().fold(0.0, f64::max);
             let c = &m.counters;
+            panel.rows.push(crate::plot::Bar {
+                label: policy.name().to_string(),
+                group: policy.kind(),
+                median: (m.calls + m.faults) as f64 / med,
+                min: rlo,
+                max: rhi,
+            });
             let differ: usize = samples.iter().map(|s| s.differed_count).sum();
             let _ = writeln!(
                 out,
@@ -338,6 +359,10 @@ pub(super) fn run(
                 }));
             }
         }
+        panels.push(panel);
+    }
+    if let Some(cmd) = &b.host {
+        ok &= host_row(cmd, b.repeat, out, &mut json);
     }
     let _ = writeln!(
         out,
@@ -345,6 +370,21 @@ pub(super) fn run(
          TLB flush requests to other CPUs; aborts: lock-free fault attempts aborted; differ: ops whose result was \
          not the replay's, over every run)"
     );
+    if let Some(path) = &b.plot {
+        let caption = format!(
+            "softmm replay --bench: median of {} runs per policy, bar from the slowest to the fastest",
+            b.repeat.max(1)
+        );
+        match crate::plot::bars(path, &panels, &caption) {
+            Ok(()) => {
+                let _ = writeln!(out, "wrote {}", path.display());
+            }
+            Err(e) => {
+                let _ = writeln!(out, "bench: cannot plot {}: {e}", path.display());
+                ok = false;
+            }
+        }
+    }
     if let Some(path) = &b.json {
         match serde_json::to_string_pretty(&json)
             .map_err(|e| e.to_string())
@@ -360,6 +400,46 @@ pub(super) fn run(
         }
     }
     ok
+}
+
+/// The host row: `cmd` run `repeat` times untraced ([`super::record::run_untraced`]),
+/// its median wall time and CPU time, marked as the whole program's; added
+/// to `json` with `"policy": "host"`. False if it could not run.
+fn host_row(cmd: &[String], repeat: usize, out: &mut String, json: &mut Vec<serde_json::Value>) -> bool {
+    let mut runs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        match super::record::run_untraced(cmd) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                let _ = writeln!(out, "host: `{}` did not run untraced: {e}", cmd.join(" "));
+                return false;
+            }
+        }
+    }
+    let mut secs: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
+    let med = median(&mut secs);
+    let m = runs.iter().min_by(|a, b| (a.seconds - med).abs().total_cmp(&(b.seconds - med).abs())).expect("a run");
+    let _ = writeln!(
+        out,
+        "\nhost: `{}` itself, untraced, {} runs: {:.3} ms wall (median; {:.3}-{:.3}), {:.3} ms CPU. The whole \
+         program's time, its own computation and every process included: beside the rows above, not op for op",
+        cmd.join(" "),
+        runs.len(),
+        med * 1e3,
+        secs[0] * 1e3,
+        secs[secs.len() - 1] * 1e3,
+        m.cpu_seconds * 1e3
+    );
+    for r in &runs {
+        json.push(serde_json::json!({
+            "policy": "host",
+            "whole_program": true,
+            "command": cmd,
+            "seconds": r.seconds,
+            "cpu_seconds": r.cpu_seconds,
+        }));
+    }
+    true
 }
 
 #[cfg(test)]

@@ -110,3 +110,40 @@ pub fn record(cmd: &[String], keep: Option<&Path>) -> Result<Recording, String> 
     };
     Ok(Recording { text, status, faults })
 }
+
+/// One untraced run of a recorded command: the host's own time for it.
+#[derive(Debug, Clone, Copy)]
+pub struct HostRun {
+    /// Wall-clock seconds from spawn to exit.
+    pub seconds: f64,
+    /// CPU seconds (user and system) of the command and its children.
+    pub cpu_seconds: f64,
+}
+
+/// Runs `cmd` once untraced, its standard streams discarded, and returns its
+/// wall and CPU time (`wait4`'s resource usage, which counts the children it
+/// waited for): the recorded program's own time, computation included, for
+/// the bench's host row.
+pub fn run_untraced(cmd: &[String]) -> Result<HostRun, String> {
+    let (prog, args) = cmd.split_first().ok_or("no command")?;
+    let t0 = std::time::Instant::now();
+    let child = Command::new(prog)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is valid (plain integers).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our unwaited child; the pointers are to locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let seconds = t0.elapsed().as_secs_f64();
+    if r != pid {
+        return Err(format!("wait4: {}", std::io::Error::last_os_error()));
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Ok(HostRun { seconds, cpu_seconds: tv(usage.ru_utime) + tv(usage.ru_stime) })
+}

@@ -84,6 +84,19 @@ impl Backend {
         }
     }
 
+    /// Which policy it varies, as an index: fault 0, unmap 1, shootdown
+    /// targets 2, `madvise` 3, writers 4, the host 5 (plots colour by it).
+    pub fn kind(self) -> usize {
+        match self {
+            Backend::Soft(_) => 0,
+            Backend::Unmap(_) => 1,
+            Backend::Targets(_) => 2,
+            Backend::Madvise(_) => 3,
+            Backend::Writers(_) => 4,
+            Backend::Host => 5,
+        }
+    }
+
     /// Runs on softmm (needs an arena).
     pub fn is_soft(self) -> bool {
         !matches!(self, Backend::Host)
