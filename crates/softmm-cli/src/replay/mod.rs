@@ -546,8 +546,16 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
             _ => {}
         }
     }
+    // The recorded faults, placed among their threads' calls: each may map
+    // a page, and every one of them stays mapped in the worst case (a
+    // program that never unmaps), so the arena has a frame for each.
+    let placed = opts.faults.as_ref().map(|script| faults::place(script, &log.records));
+    let fault_pages = placed.as_ref().map_or(0, |f| (f.total - f.other_threads) as u64);
     let arena = opts.arena.unwrap_or_else(|| {
-        let want = (64 << 20) + populate.min(8 << 30);
+        let faulted = fault_pages.saturating_mul(softmm::PAGE_SIZE);
+        // Page tables: at most one per 512 faults and one per populated
+        // 2 MiB, with the 64 MiB base for the rest.
+        let want = (64 << 20) + (populate.saturating_add(faulted)).min(8 << 30) * 513 / 512;
         mem_available().map_or(want, |a| want.min(a / 2).max(64 << 20))
     });
     // The hugetlb pool, taken from the arena.
@@ -599,11 +607,7 @@ pub fn replay(name: &str, text: &str, opts: &Options) -> Result<(String, bool), 
     };
     let mut process_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut fd_calls: BTreeMap<&'static str, usize> = BTreeMap::new();
-    let mut fr = opts.faults.as_ref().map(|script| FaultReplay {
-        faults: faults::place(script, recs),
-        next: HashMap::new(),
-        cpus: HashMap::new(),
-    });
+    let mut fr = placed.map(|faults| FaultReplay { faults, next: HashMap::new(), cpus: HashMap::new() });
     let mut done = vec![false; recs.len()];
     for i in 0..recs.len() {
         if done[i] {
