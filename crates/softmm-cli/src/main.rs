@@ -123,7 +123,7 @@ struct ReplayArgs {
     /// With `--bench`: runs per policy (the table gives the median run and the range).
     #[arg(long, requires = "bench", default_value_t = 3)]
     repeat: usize,
-    /// With `--bench`: write every run (times, rates, counters) to this JSON file; with `--run`,
+    /// With `--bench`: write the machine and every run (times, rates, counters) to this JSON file; with `--run`,
     /// the host's untraced runs of the command too (`"policy": "host"`, `"whole_program": true`).
     #[arg(long, requires = "bench", value_name = "FILE")]
     json: Option<PathBuf>,

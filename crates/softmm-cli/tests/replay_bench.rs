@@ -36,7 +36,8 @@ fn every_policy_runs_the_log_with_the_recorded_results() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("program pid 14801: 8 threads, 1541 calls"), "{out}");
     let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let runs = runs.as_array().unwrap();
+    assert_eq!(runs["machine"]["cores"], std::thread::available_parallelism().unwrap().get(), "{runs}");
+    let runs = runs["runs"].as_array().unwrap();
     let policies = every_policy();
     assert_eq!(runs.len(), 2 * policies.len());
     for p in &policies {
@@ -130,7 +131,7 @@ fn the_bench_plots_and_times_the_recorded_command_on_the_host() {
         out.lines().find(|l| l.starts_with("host: `sh -c seq 1000 | sort -n | tail -1` itself, untraced, 2 runs"));
     assert!(host.is_some_and(|l| l.contains("ms CPU")), "{out}");
     let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let hosts: Vec<_> = runs.as_array().unwrap().iter().filter(|r| r["policy"] == "host").collect();
+    let hosts: Vec<_> = runs["runs"].as_array().unwrap().iter().filter(|r| r["policy"] == "host").collect();
     assert_eq!(hosts.len(), 2, "{runs}");
     for h in hosts {
         assert_eq!(h["whole_program"], true);

@@ -237,7 +237,9 @@ pub(super) fn run(
     mismatches: usize,
     out: &mut String,
 ) -> bool {
-    let _ = writeln!(out, "\nbench: each recorded thread on a thread of its own, as fast as possible");
+    let mut machine = crate::machine::Machine::detect();
+    let _ = write!(out, "\n{}", machine.header("replay, bench"));
+    let _ = writeln!(out, "bench: each recorded thread on a thread of its own, as fast as possible");
     if mismatches > 0 {
         let _ = writeln!(
             out,
@@ -385,7 +387,10 @@ pub(super) fn run(
             }
         }
     }
+    machine.finish();
+    out.push_str(&machine.footer());
     if let Some(path) = &b.json {
+        let json = serde_json::json!({ "machine": machine, "runs": json });
         match serde_json::to_string_pretty(&json)
             .map_err(|e| e.to_string())
             .and_then(|t| std::fs::write(path, t).map_err(|e| e.to_string()))
