@@ -127,6 +127,11 @@ struct ReplayArgs {
     /// the host's untraced runs of the command too (`"policy": "host"`, `"whole_program": true`).
     #[arg(long, requires = "bench", value_name = "FILE")]
     json: Option<PathBuf>,
+    /// With `--bench`: run every process of the log at once, each on its own address space, a fork
+    /// child on its parent's copy from the parent's fork, instead of one program after another from
+    /// its start (which runs no fork child).
+    #[arg(long, requires = "bench")]
+    processes: bool,
     /// With `--bench`: draw each program's calls and faults per second under each policy (median,
     /// and the range of the runs) to this `.svg` or `.png` file.
     #[arg(long, requires = "bench", value_name = "FILE")]
@@ -197,6 +202,7 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
             json: a.json.clone(),
             plot: a.plot.clone(),
             host: a.run.then(|| a.cmd.clone()),
+            processes: a.processes,
         })
     } else {
         None

@@ -139,3 +139,38 @@ fn the_bench_plots_and_times_the_recorded_command_on_the_host() {
     }
     let _ = std::fs::remove_file(&json);
 }
+
+/// `--processes` runs every process of a multi-process log at once: the
+/// fork child's ops too, on the copy its parent's fork made, with every
+/// result the replay's.
+#[test]
+fn every_process_runs_at_once_and_a_fork_child_on_its_parents_copy() {
+    let (code, out) = softmm(&["replay", "fork-exec.log", "--bench", "--policy", "default", "--repeat", "1"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("bench: 2 ops of forked children not run"), "{out}");
+    let json = std::env::temp_dir().join(format!("softmm-replay-bench-procs-{}.json", std::process::id()));
+    let (code, out) = softmm(&[
+        "replay",
+        "fork-exec.log",
+        "--bench",
+        "--processes",
+        "--policy",
+        "mmap-lock,per-vma-seq",
+        "--repeat",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("not run"), "{out}");
+    // The parent's 28 ops and two threads, the fork child's 2 ops, the
+    // exec'd `true`'s 15.
+    assert!(out.contains("3 processes at once: 4 threads, 40 calls, 0 faults, 45 ops in all"), "{out}");
+    let runs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for r in runs {
+        assert_eq!((r["processes"].as_u64(), r["differed"].as_u64()), (Some(3), Some(0)), "{r}");
+    }
+    let _ = std::fs::remove_file(&json);
+}

@@ -17,10 +17,10 @@
 //! the wall time, the threads' times, calls and faults per second and the
 //! lab's counters.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Instant;
 
 use softmm::{AddressSpace, Cpu, FaultPolicy, FaultStats, PhysMem};
@@ -41,6 +41,10 @@ pub struct BenchOptions {
     pub repeat: usize,
     /// Where to write every run as JSON.
     pub json: Option<std::path::PathBuf>,
+    /// Every process at once, each fork child on its parent's copy from
+    /// the parent's fork op, instead of one program after another from its
+    /// start.
+    pub processes: bool,
     /// Where to draw each program's ops per second under each policy
     /// (`.svg` or `.png`).
     pub plot: Option<std::path::PathBuf>,
@@ -125,7 +129,7 @@ fn schedule(plan: &[Planned]) -> Vec<ThreadOps> {
     threads
 }
 
-/// One run of one program under one policy.
+/// One run of one program (or of every process at once) under one policy.
 struct Sample {
     seconds: f64,
     thread_seconds: Vec<f64>,
@@ -137,31 +141,74 @@ struct Sample {
     differed_count: usize,
 }
 
-/// Runs `threads` once on a new address space made with `config`.
+/// One process of a run: its threads' ops, and where its address space
+/// comes from.
+struct Job<'a> {
+    threads: &'a [ThreadOps],
+    /// A fresh address space made with this configuration (the recorded
+    /// process's, under the run's policy); else the copy its parent's fork
+    /// op makes.
+    fresh: Option<softmm::MmConfig>,
+}
+
+/// What one bench thread did: its start and end, its CPU's fault counts,
+/// and the ops whose result was not the replay's (the first few, and how
+/// many).
+type ThreadOut = (Instant, Instant, FaultStats, Vec<String>, usize);
+
+/// Runs `jobs` once, all at once, each fresh one on a new address space,
+/// each forked one on the copy made by the fork op whose child index
+/// `job_of` maps to it (a fork op of a child not in `job_of` drops its
+/// copy). `policy`: the fault policy, for the counters.
 fn run_once(
     phys: &Arc<PhysMem>,
-    config: softmm::MmConfig,
-    threads: &[ThreadOps],
+    policy: FaultPolicy,
+    jobs: &[Job],
+    job_of: &HashMap<usize, usize>,
     calls: usize,
 ) -> Result<Sample, String> {
-    let policy = config.policy;
-    let mm = AddressSpace::new(phys, config).map_err(|e| format!("bench address space: {e}"))?;
-    let progress: Vec<AtomicUsize> = threads.iter().map(|_| AtomicUsize::new(0)).collect();
-    let start = Barrier::new(threads.len() + 1);
-    let faults = threads.iter().map(|t| t.ops.iter().filter(|o| matches!(o.0, Op::Fault { .. })).count()).sum();
-    let (seconds, outs) = std::thread::scope(|s| {
-        let handles: Vec<_> = threads
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let (mm, progress, start) = (&mm, &progress, &start);
-                s.spawn(move || {
-                    let mut cpu = Cpu::attached(mm);
+    // Each job's address space: set before the start for a fresh one, by
+    // its parent's fork op for a forked one (`None` where that fork failed).
+    let spaces: Vec<OnceLock<Option<Arc<AddressSpace>>>> = jobs.iter().map(|_| OnceLock::new()).collect();
+    for (space, job) in spaces.iter().zip(jobs) {
+        if let Some(config) = &job.fresh {
+            let mm = AddressSpace::new(phys, config.clone()).map_err(|e| format!("bench address space: {e}"))?;
+            let _ = space.set(Some(mm));
+        }
+    }
+    let progress: Vec<Vec<AtomicUsize>> =
+        jobs.iter().map(|j| j.threads.iter().map(|_| AtomicUsize::new(0)).collect()).collect();
+    let n: usize = jobs.iter().map(|j| j.threads.len()).sum();
+    let start = Barrier::new(n + 1);
+    let faults = jobs
+        .iter()
+        .flat_map(|j| j.threads.iter())
+        .map(|t| t.ops.iter().filter(|o| matches!(o.0, Op::Fault { .. })).count())
+        .sum();
+    let outs: Vec<ThreadOut> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(n);
+        for (j, job) in jobs.iter().enumerate() {
+            for (i, t) in job.threads.iter().enumerate() {
+                let (spaces, progress, start) = (&spaces, &progress[j], &start);
+                handles.push(s.spawn(move || {
+                    start.wait();
+                    // A forked job's parent runs its ops without locks of
+                    // ours: it reaches its fork in bounded time.
+                    let space = loop {
+                        match spaces[j].get() {
+                            Some(space) => break space.clone(),
+                            None => std::thread::yield_now(),
+                        }
+                    };
+                    let t0 = Instant::now();
+                    let Some(mm) = space else {
+                        let why = format!("thread {}: its process's fork failed", t.tid);
+                        return (t0, Instant::now(), FaultStats::default(), vec![why], t.ops.len());
+                    };
+                    let mut cpu = Cpu::attached(&mm);
                     let mut differed = Vec::new();
                     let mut count = 0usize;
-                    start.wait();
-                    let t0 = Instant::now();
-                    for (n, (op, expected, waits)) in t.ops.iter().enumerate() {
+                    for (k, (op, expected, waits)) in t.ops.iter().enumerate() {
                         for &(other, done) in waits {
                             // The other thread runs ops without locks of
                             // ours: it reaches `done` in bounded time.
@@ -169,35 +216,43 @@ fn run_once(
                                 std::thread::yield_now();
                             }
                         }
-                        let got = op.run(mm, Some(&mut cpu));
+                        let got = match *op {
+                            Op::Fork { child } => {
+                                let copy = mm.fork();
+                                if let Some(&c) = job_of.get(&child) {
+                                    let _ = spaces[c].set(copy.as_ref().ok().cloned());
+                                }
+                                copy.map(|_| 0).map_err(|e| e.code())
+                            }
+                            _ => op.run(&mm, Some(&mut cpu)),
+                        };
                         if got != *expected {
                             count += 1;
                             if differed.len() < 5 {
                                 differed.push(format!(
                                     "thread {} op {} ({}): {:?}, the replay had {:?}",
                                     t.tid,
-                                    n + 1,
+                                    k + 1,
                                     op.name(),
                                     got,
                                     expected
                                 ));
                             }
                         }
-                        progress[i].store(n + 1, Ordering::Release);
+                        progress[i].store(k + 1, Ordering::Release);
                     }
-                    let end = Instant::now();
-                    (t0, end, cpu.stats().fault, differed, count)
-                })
-            })
-            .collect();
+                    (t0, Instant::now(), cpu.stats().fault, differed, count)
+                }));
+            }
+        }
         start.wait();
-        let outs: Vec<_> = handles.into_iter().map(|h| h.join().expect("bench thread")).collect();
-        // From the first thread's start to the last one's end (this thread
-        // may run after they all finished).
-        let first = outs.iter().map(|o| o.0).min().expect("a thread");
-        let last = outs.iter().map(|o| o.1).max().expect("a thread");
-        (last.duration_since(first).as_secs_f64(), outs)
+        handles.into_iter().map(|h| h.join().expect("bench thread")).collect()
     });
+    // From the first thread's start to the last one's end (this thread
+    // may run after they all finished).
+    let first = outs.iter().map(|o| o.0).min().ok_or("no thread to run")?;
+    let last = outs.iter().map(|o| o.1).max().ok_or("no thread to run")?;
+    let seconds = last.duration_since(first).as_secs_f64();
     let mut fault = FaultStats::default();
     let mut differed = Vec::new();
     let mut differed_count = 0;
@@ -208,14 +263,22 @@ fn run_once(
         differed.extend(d);
         differed_count += c;
     }
-    let st = mm.stats();
-    let lock = st.mmap_lock_write + st.mmap_lock_read;
+    let (mut lock, mut wlock, mut barriers, mut flushes, mut requests, mut shared) = (0, 0, 0, 0, 0, 0);
+    for mm in spaces.iter().filter_map(|s| s.get().cloned().flatten()) {
+        let st = mm.stats();
+        lock += st.mmap_lock_write + st.mmap_lock_read;
+        wlock += st.mmap_lock_write;
+        barriers += st.tlb.barriers;
+        flushes += st.tlb.flushes;
+        requests += st.tlb.flush_requests;
+        shared += st.tlb.shared_writes;
+    }
     let counters = FaultCounters {
-        barriers: Some(st.tlb.barriers),
-        shootdowns: Some(st.tlb.flushes),
-        mmap_lock_writes: Some(st.mmap_lock_write),
-        flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(st.tlb.shared_writes),
-        ..soft_counters(policy, &fault, lock, st.tlb.flush_requests)
+        barriers: Some(barriers),
+        shootdowns: Some(flushes),
+        mmap_lock_writes: Some(wlock),
+        flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(shared),
+        ..soft_counters(policy, &fault, lock, requests)
     };
     Ok(Sample { seconds, thread_seconds, calls, faults, counters, differed, differed_count })
 }
@@ -247,26 +310,50 @@ pub(super) fn run(
              against the replay's, not the log's"
         );
     }
-    let forked: usize = procs.iter().filter(|p| p.forked).map(|p| p.plan.as_ref().map_or(0, Vec::len)).sum();
-    if forked > 0 {
-        let _ = writeln!(out, "bench: {forked} ops of forked children not run (a program is run from its start)");
-    }
+    // What runs together: one program at a time from its start, or (with
+    // `processes`) every process at once, each fork child from its
+    // parent's fork.
+    let units: Vec<Vec<usize>> = if b.processes {
+        vec![(0..procs.len()).filter(|&i| procs[i].plan.as_ref().is_some_and(|v| !v.is_empty())).collect()]
+    } else {
+        let forked: usize = procs.iter().filter(|p| p.forked).map(|p| p.plan.as_ref().map_or(0, Vec::len)).sum();
+        if forked > 0 {
+            let _ = writeln!(
+                out,
+                "bench: {forked} ops of forked children not run (a program is run from its start; --processes \
+                 runs them)"
+            );
+        }
+        (0..procs.len())
+            .filter(|&i| !procs[i].forked && procs[i].plan.as_ref().is_some_and(|v| !v.is_empty()))
+            .map(|i| vec![i])
+            .collect()
+    };
     let mut ok = true;
     let mut json = Vec::new();
     let mut panels = Vec::new();
-    for p in procs.iter().filter(|p| !p.forked) {
-        let Some(plan) = p.plan.as_ref().filter(|v| !v.is_empty()) else { continue };
-        let threads = schedule(plan);
-        let calls = plan.iter().filter(|o| o.call).count();
-        let waits: usize = threads.iter().flat_map(|t| t.ops.iter()).filter(|o| !o.2.is_empty()).count();
-        let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
+    for unit in units.iter().filter(|u| !u.is_empty()) {
+        let plans: Vec<&[Planned]> = unit.iter().map(|&i| procs[i].plan.as_deref().unwrap_or_default()).collect();
+        let threads: Vec<Vec<ThreadOps>> = plans.iter().map(|plan| schedule(plan)).collect();
+        let job_of: HashMap<usize, usize> = unit.iter().enumerate().map(|(j, &i)| (i, j)).collect();
+        let all = || plans.iter().flat_map(|plan| plan.iter());
+        let calls = all().filter(|o| o.call).count();
+        let faults = all().filter(|o| matches!(o.op, Op::Fault { .. })).count();
+        let nthreads: usize = threads.iter().map(Vec::len).sum();
+        let waits: usize = threads.iter().flatten().flat_map(|t| t.ops.iter()).filter(|o| !o.2.is_empty()).count();
+        let (title, pid, program) = match unit[..] {
+            [i] => {
+                let p = procs[i];
+                let prog = p.program.as_deref().map(|s| format!(" `{s}`")).unwrap_or_default();
+                (format!("program pid {}{prog}", super::fmt_pid(p.pid)), p.pid, p.program.clone())
+            }
+            _ => (format!("{} processes at once", unit.len()), None, None),
+        };
         let _ = writeln!(
             out,
-            "\nprogram pid {}{prog}: {} threads, {calls} calls, {} faults, {} ops in all, {waits} wait for another thread",
-            super::fmt_pid(p.pid),
-            threads.len(),
-            plan.iter().filter(|o| matches!(o.op, Op::Fault { .. })).count(),
-            plan.len()
+            "\n{title}: {nthreads} threads, {calls} calls, {faults} faults, {} ops in all, {waits} wait for another \
+             thread",
+            all().count()
         );
         let _ = writeln!(
             out,
@@ -285,10 +372,18 @@ pub(super) fn run(
         // The policies take turns, as in the lab's sweeps.
         let mut by_policy: Vec<Vec<Sample>> = b.policies.iter().map(|_| Vec::new()).collect();
         for _ in 0..b.repeat.max(1) {
-            for (i, &policy) in b.policies.iter().enumerate() {
-                let config = policy.configure(p.config.clone());
-                match run_once(phys, config, &threads, calls) {
-                    Ok(s) => by_policy[i].push(s),
+            for (k, &policy) in b.policies.iter().enumerate() {
+                let jobs: Vec<Job> = unit
+                    .iter()
+                    .zip(&threads)
+                    .map(|(&i, t)| Job {
+                        threads: t,
+                        fresh: (!b.processes || !procs[i].forked).then(|| policy.configure(procs[i].config.clone())),
+                    })
+                    .collect();
+                let fault_policy = policy.configure(softmm::MmConfig::default()).policy;
+                match run_once(phys, fault_policy, &jobs, &job_of, calls) {
+                    Ok(s) => by_policy[k].push(s),
                     Err(e) => {
                         let _ = writeln!(out, "{:<18} {e}", policy.name());
                         ok = false;
@@ -297,7 +392,7 @@ pub(super) fn run(
             }
         }
         let mut panel = crate::plot::BarPanel {
-            title: format!("pid {}{prog}, {} threads", super::fmt_pid(p.pid), threads.len()),
+            title: format!("{title}, {nthreads} threads"),
             unit: "calls and faults per second".into(),
             rows: Vec::new(),
         };
@@ -346,10 +441,11 @@ pub(super) fn run(
                 }
                 ok &= s.differed_count == 0;
                 json.push(serde_json::json!({
-                    "pid": p.pid,
-                    "program": p.program,
+                    "pid": pid,
+                    "program": program,
+                    "processes": unit.len(),
                     "policy": policy.name(),
-                    "threads": threads.len(),
+                    "threads": nthreads,
                     "calls": s.calls,
                     "faults": s.faults,
                     "seconds": s.seconds,
@@ -467,7 +563,8 @@ mod tests {
             tid: 7,
             ops: vec![(mmap, Ok(0x10000000), vec![]), (fault.clone(), Ok(0), vec![]), (fault, Err(1), vec![])],
         }];
-        let s = run_once(&phys, softmm::MmConfig::default(), &threads, 1).unwrap();
+        let jobs = [Job { threads: &threads, fresh: Some(softmm::MmConfig::default()) }];
+        let s = run_once(&phys, FaultPolicy::default(), &jobs, &HashMap::new(), 1).unwrap();
         assert_eq!((s.calls, s.faults, s.differed_count), (1, 2, 1));
         assert!(s.differed[0].contains("thread 7 op 3 (fault): Ok(0), the replay had Err(1)"), "{:?}", s.differed);
         assert_eq!(s.counters.faults, Some(1), "the second access hits the TLB");

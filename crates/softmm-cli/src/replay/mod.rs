@@ -334,7 +334,8 @@ impl Tracker<'_> {
             return Ok(parent);
         }
         let origin = format!("fork of pid {} at line {}", fmt_pid(r.pid), r.line);
-        let p = self.procs[parent].fork(r.pid, Some(child), origin)?;
+        let index = self.procs.len();
+        let p = self.procs[parent].fork(r.pid, Some(child), origin, index)?;
         Ok(self.add(p, Some(child)))
     }
 

@@ -66,9 +66,13 @@ pub(super) enum Op {
         get: bool,
         args: [u64; 4],
     },
-    /// A `fork` of the address space (the parent's side: its pages become
-    /// copy-on-write; the child is dropped at once).
-    Fork,
+    /// A `fork` of the address space: its pages become copy-on-write. The
+    /// child is the replay's process of that index, whose plan the bench
+    /// runs on the copy when it runs processes at once (else it drops the
+    /// copy).
+    Fork {
+        child: usize,
+    },
     /// A recorded page fault: an access of its kind at `addr`.
     Fault {
         addr: u64,
@@ -112,7 +116,7 @@ impl Op {
             Op::Mseal { addr, len, flags } => mm.mseal(addr, len, flags).map(|()| 0).map_err(code),
             Op::Mdwe { get: true, args: [a, b, c, d] } => mm.prctl_get_mdwe(a, b, c, d).map_err(code),
             Op::Mdwe { get: false, args: [a, b, c, d] } => mm.prctl_set_mdwe(a, b, c, d).map(|()| 0).map_err(code),
-            Op::Fork => mm.fork().map(|_child| 0).map_err(|e| e.code()),
+            Op::Fork { .. } => mm.fork().map(|_child| 0).map_err(|e| e.code()),
             Op::Fault { addr, access } => {
                 let cpu = cpu.expect("a fault runs on a CPU");
                 cpu.translate(addr, access).map(|_| 0).map_err(|_| 1)
@@ -146,7 +150,7 @@ impl Op {
                 Some((a, b))
             }
             Op::Fault { addr, .. } => Some(span(addr & !(PAGE_SIZE - 1), PAGE_SIZE)),
-            Op::Brk { .. } | Op::Fork | Op::Mlockall { .. } | Op::Munlockall | Op::Mdwe { .. } => None,
+            Op::Brk { .. } | Op::Fork { .. } | Op::Mlockall { .. } | Op::Munlockall | Op::Mdwe { .. } => None,
         }
     }
 
@@ -165,7 +169,7 @@ impl Op {
             Op::Munlockall => "munlockall",
             Op::Mseal { .. } => "mseal",
             Op::Mdwe { .. } => "prctl",
-            Op::Fork => "fork",
+            Op::Fork { .. } => "fork",
             Op::Fault { .. } => "fault",
         }
     }

@@ -132,11 +132,18 @@ impl Process {
 
     /// A child of `fork()`: a copy-on-write copy of this address space
     /// ([`AddressSpace::fork`]) and of what the replay knows of it.
-    /// `tid`: the parent's thread that forked.
-    pub(super) fn fork(&mut self, tid: Option<u64>, pid: Option<u64>, origin: String) -> Result<Process, String> {
+    /// `tid`: the parent's thread that forked; `index`: the child's among
+    /// the replay's processes.
+    pub(super) fn fork(
+        &mut self,
+        tid: Option<u64>,
+        pid: Option<u64>,
+        origin: String,
+        index: usize,
+    ) -> Result<Process, String> {
         let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
         if let Some(plan) = &mut self.plan {
-            plan.push(Planned { tid: tid.unwrap_or(0), op: Op::Fork, result: Ok(0), call: false });
+            plan.push(Planned { tid: tid.unwrap_or(0), op: Op::Fork { child: index }, result: Ok(0), call: false });
         }
         let child = Process::begin(pid, origin, mm, self.start_brk, self.known.clone(), self.tr.clone());
         let plan = self.plan.as_ref().map(|_| Vec::new());
