@@ -1,7 +1,7 @@
 //! Fork's copy of a VMA's entries (Linux's `copy_page_range` in
 //! `mm/memory.c`), the page-table walk every backing shares; a backing
 //! differs only in how it copies a pinned page, which its
-//! [`crate::vma::VmaOps::copy_page_range`] hook passes in.
+//! [`crate::vma::VmaOps::copy_pinned`] hook does.
 
 use crate::sync::Ordering;
 

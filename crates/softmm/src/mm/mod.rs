@@ -585,7 +585,7 @@ impl AddressSpace {
 
     /// The walk of [`Self::zap_range_markers`], without its unshare: for a
     /// caller that has unshared the range under the locks that keep it
-    /// unshared ([`Self::hugetlb_zap_range`]).
+    /// unshared ([`Self::zap_vma_range`]).
     pub(crate) fn zap_walk(
         &self,
         start: u64,
@@ -1007,7 +1007,7 @@ impl Mapper for AddressSpace {
             // read only, a shareable hugetlb window needs the locks that
             // keep it unshared, and a private copy's owner gets its
             // reservation back.
-            v.ops.zap(self, v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
+            self.zap_vma_range(v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may

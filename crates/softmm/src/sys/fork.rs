@@ -113,7 +113,10 @@ impl AddressSpace {
             // Like Linux's vma_needs_copy: only VMAs with anonymous pages need
             // their entries copied; file pages are faulted back in.
             if !wipe && v.anon_vma.get().is_some() {
-                v.ops.copy_page_range(child, self, v, tlb)?;
+                // The backing copies a pinned page (hugetlb: into a pool page).
+                crate::mm::copy_page_range(child, self, v, tlb, &|va, pfn| {
+                    v.ops.copy_pinned(&self.phys, v, &self.placement(v, va), pfn)
+                })?;
             }
         }
         Ok(())

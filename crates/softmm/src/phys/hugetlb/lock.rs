@@ -10,7 +10,7 @@
 //! and every unshare takes the VMA lock and `i_mmap` for write, then the PMD
 //! lock, without any fault mutex; so does a zap of a shareable window under
 //! `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch: Linux's
-//! `__hugetlb_zap_begin`, `share::hugetlb_zap_range`), around its
+//! `__hugetlb_zap_begin`, `AddressSpace::zap_vma_range`), around its
 //! unshare and its walk. No step reaches another address space's locks
 //! except `huge_pmd_share`'s try-lock of its `mmap_lock`. Truncate and hole punch hold a fault mutex
 //! only around removing one page from the page cache, taking nothing else
