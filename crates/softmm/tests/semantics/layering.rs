@@ -166,7 +166,7 @@ fn layer_of(module: &str) -> Option<usize> {
 /// Loom models are tests (as the unit-test modules are): they may build
 /// whatever they need.
 fn is_loom_model(s: &Source) -> bool {
-    s.path.ends_with("loom_tests.rs")
+    s.path.ends_with("loom_tests.rs") || s.path.contains("loom_tests/")
 }
 
 #[test]
