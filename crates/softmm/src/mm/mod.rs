@@ -16,7 +16,6 @@
 pub(crate) mod anon_rmap;
 pub(crate) mod commit;
 mod config;
-mod copy;
 mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
@@ -28,7 +27,6 @@ mod pin_state;
 mod pmd_unshare;
 mod stack;
 mod unmap;
-mod unmap_unreachable;
 mod vma;
 
 use std::sync::{Arc, Weak};
@@ -54,7 +52,6 @@ use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
-pub(crate) use copy::copy_page_range;
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// Pauses a writer spins for while `mmap_lock` is held before it parks
@@ -188,8 +185,8 @@ pub struct AddressSpace {
     /// default. Read by lock-free faults under an epoch guard.
     mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
     /// Ranges a lock-free unmap is zapping, where no TLB fill may walk
-    /// (`mm/unmap_unreachable.rs`).
-    pub(crate) unreachable: unmap_unreachable::UnreachableRanges,
+    /// (`tlb/unreachable.rs`).
+    pub(crate) unreachable: crate::tlb::UnreachableRanges,
     /// The hugetlb VMA lock and the windows whose PMD tables were shared
     /// (seed 000, `phys/hugetlb/lock.rs`).
     pub(crate) hugetlb_lock: crate::phys::hugetlb::lock::HugetlbVmaLock,
