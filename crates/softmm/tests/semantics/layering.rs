@@ -340,3 +340,28 @@ fn only_the_core_flushes_release_unmapped_pages() {
         .collect();
     assert!(gathering.is_empty(), "{gathering:?} take an unmapped page's reference as a number: only MmuGather may");
 }
+
+/// One per-thread numbering: every per-thread slot, shard, stripe and
+/// arena takes the thread's number from `sync/percpu.rs`
+/// (`this_thread_number`, `this_slot`), so no other file numbers threads
+/// itself (a thread-local initialized from a counter of its own).
+#[test]
+fn threads_are_numbered_in_one_place() {
+    let s = sources();
+    assert!(
+        s.iter().any(|f| f.path == "sync/percpu.rs" && f.code.contains("fn this_thread_number")),
+        "the check finds no this_thread_number"
+    );
+    let numbering: Vec<&str> = s
+        .iter()
+        .filter(|f| f.path != "sync/percpu.rs" && !is_loom_model(f))
+        .filter(|f| {
+            f.code.split("thread_local!").skip(1).any(|after| {
+                let init = &after[..after.find("\n}").unwrap_or(after.len())];
+                init.contains("fetch_add") || init.contains("::take()")
+            })
+        })
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(numbering.is_empty(), "{numbering:?} number threads: take crate::sync::percpu::this_thread_number");
+}
