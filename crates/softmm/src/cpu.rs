@@ -436,7 +436,7 @@ impl Cpu {
                 let guard = crossbeam_epoch::pin();
                 // Nothing is filled from a range a lock-free munmap is
                 // zapping: it shot the range down once and frees the rest
-                // without another shootdown (`mm/unmap_unreachable.rs`).
+                // without another shootdown (`tlb/unreachable.rs`).
                 let walk = if mm.unreachable.contains(va, &guard) { None } else { mm.pgtables.leaf(va, &guard) };
                 if let Some(leaf) = walk {
                     let pte = leaf.load(va);

@@ -10,7 +10,6 @@
 //! the calling thread's cache.
 
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicUsize;
 
 use crossbeam_utils::CachePadded;
 
@@ -463,7 +462,7 @@ impl Node {
     /// The list the calling thread refills from and spills to first: its
     /// slot's.
     fn mine(&self) -> usize {
-        SLOT.with(|s| *s) % self.free.len()
+        crate::sync::percpu::this_thread_number().unwrap_or(0) % self.free.len()
     }
 
     /// The lists in the order the calling thread takes from them: its own,
@@ -531,14 +530,6 @@ pub struct PhysMem {
 unsafe impl Send for PhysMem {}
 // SAFETY: as for `Send`: shared access goes through atomics and locks.
 unsafe impl Sync for PhysMem {}
-
-thread_local! {
-    /// This thread's shard slot, like the current CPU's per-cpu pageset.
-    static SLOT: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    };
-}
 
 impl PhysMem {
     /// Maps and prefaults an arena of `config.bytes` rounded up to whole
@@ -650,7 +641,7 @@ impl PhysMem {
             })
             .collect();
         // Under loom one shard: a model's threads share one OS thread (and so
-        // one `SLOT`), and every lock is a point the model checker explores.
+        // one thread number), and every lock is a point the model checker explores.
         let nshards = if cfg!(loom) { 1 } else { std::thread::available_parallelism().map_or(4, |n| n.get()) * 2 };
         let shards = (0..nshards).map(|_| CachePadded::new(Mutex::default())).collect();
         Ok(std::sync::Arc::new(PhysMem {
@@ -833,8 +824,8 @@ impl PhysMem {
     }
 
     fn shard(&self) -> &Mutex<Shard> {
-        let slot = SLOT.with(|s| *s);
-        &self.shards[slot % self.shards.len()]
+        // The calling thread's shard, like the current CPU's per-cpu pageset.
+        &self.shards[crate::sync::percpu::this_thread_number().unwrap_or(0) % self.shards.len()]
     }
 
     /// Allocates a frame, preferring `node`, with unspecified contents: the

@@ -7,21 +7,16 @@
 //! VMA `file/interval_tree.rs`'s and its inode state
 //! `file/hugetlbfs.rs`'s.
 //!
-//! - `share.rs`: PMD sharing (`want_pmd_share`, `huge_pmd_share`,
-//!   `hugetlb_split`, the read-locked zap) and its protocol; the unshare
-//!   every change of a range starts with is the core's
-//!   (`mm/pmd_unshare.rs`).
-//! - `migrate.rs`: hugetlb page migration (`isolate_hugetlb`,
-//!   `unmap_and_move_huge_page`): PMD-level migration entries, a target
-//!   from the target node's pool, the page cache switched for files.
+//! - `share.rs`: PMD sharing (`huge_pmd_share`) and its protocol; the
+//!   unshare every change of a range starts with, and the read-locked zap,
+//!   are the core's (`mm/pmd_unshare.rs`).
 //! - `cow.rs`: the owner's copy-on-write with the pool empty
 //!   (`unmap_ref_private`: the children lose the page).
-//! - `gup.rs`: pins of hugetlb pages (counted on the head frame, one per
-//!   4 KiB subpage) and their unshare.
 //! - `vm_ops.rs`: the hooks through which the core maps, splits, closes,
 //!   zaps and copies at fork hugetlb VMAs (`hugetlb_vm_ops`,
 //!   `hugetlbfs_file_mmap`, `copy_hugetlb_page_range`).
 //!
+//! Its migration is `migrate/hugetlb.rs`'s, its pins `pin/hugetlb.rs`'s.
 //! The faults that map these pages are `crate::fault`'s (`fault/hugetlb.rs`).
 //!
 //! The locking schemes and what is left are described in
@@ -59,19 +54,25 @@ pub(crate) fn anon_file(phys: &std::sync::Arc<crate::PhysMem>, len: u64) -> std:
 }
 
 /// `__unmap_hugepage_range`'s reservation restore, before `[start,
-/// end)` of the hugetlb VMA `vma` of `mm` is zapped (`MADV_DONTNEED`,
+/// end)` of the hugetlb VMA `vma`, mapped by `pgtables`, is zapped (`MADV_DONTNEED`,
 /// truncate): in a private mapping that owns its reserve map, each
 /// anonymous page mapped there gets its index's reservation back in the
 /// map at once and in the pool when the page is freed (by this zap, or
 /// later by the last child that still maps it), so a later fault there
 /// is as sure to find a page as the first was. The caller holds
 /// `mmap_lock` (no fork copies an entry meanwhile).
-pub(crate) fn restore_reserves(mm: &crate::mm::AddressSpace, vma: &crate::vma::Vma, start: u64, end: u64) {
+pub(crate) fn restore_reserves(
+    pgtables: &crate::pgtable::PageTables,
+    phys: &crate::phys::PhysMem,
+    vma: &crate::vma::Vma,
+    start: u64,
+    end: u64,
+) {
     use crate::phys::{PG_ANON, PG_FILE};
     use crate::sync::Ordering;
     let Some(resv) = &vma.hugetlb_resv else { return };
     let guard = crossbeam_epoch::pin();
-    for leaf in mm.pgtables.leaves(start, end, &guard) {
+    for leaf in pgtables.leaves(start, end, &guard) {
         if leaf.entry_size() != HPAGE_SIZE {
             continue;
         }
@@ -80,7 +81,7 @@ pub(crate) fn restore_reserves(mm: &crate::mm::AddressSpace, vma: &crate::vma::V
             if !pte.has_frame() {
                 continue;
             }
-            let d = mm.phys.desc(pte.pfn());
+            let d = phys.desc(pte.pfn());
             let flags = d.flags.load(Ordering::Relaxed);
             if flags & PG_ANON != 0 && flags & PG_FILE == 0 && resv.restore(vma.huge_index(va)) {
                 d.flags.fetch_or(pool::PG_HUGETLB_RESTORE_RESERVE, Ordering::Relaxed);

@@ -58,8 +58,8 @@
 //! address space's TLB before `i_mmap` is dropped (CVE-2021-4002). The PUD
 //! entry is cleared under the shared table's own lock, which is what a
 //! fault under [`crate::HugetlbPolicy::LockFree`] validates against. A VMA
-//! split that breaks a window unshares it too
-//! ([`AddressSpace::hugetlb_split`]), whether or not the operation then
+//! split that breaks a window unshares it too (hugetlb's `VmaOps::split`,
+//! Linux's `hugetlb_split`), whether or not the operation then
 //! changes entries. A table left exclusive is changed only after its owner
 //! took `i_mmap` for write too: that waits out the unsharer's flush, the
 //! grace period for the unsharer's CPUs; its epoch-pinned walkers are done
@@ -68,8 +68,9 @@
 //! period.
 //!
 //! Zaps under `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch)
-//! go through [`AddressSpace::hugetlb_zap_range`] (Linux's
-//! `__hugetlb_zap_begin`): each window their VMA could share is unshared
+//! go through [`AddressSpace::zap_vma_range`] (Linux's
+//! `__hugetlb_zap_begin`, with the lock hugetlb's `VmaOps::pmd_share_lock`
+//! names): each window their VMA could share is unshared
 //! and walked under the VMA lock and `i_mmap`, both for write, so that no
 //! `huge_pmd_share` links the table between the unshare check and the
 //! walk. Writers of `mmap_lock` need no more than the unshare: no other
@@ -83,19 +84,10 @@ use crossbeam_epoch::Guard;
 use super::lock::Kind;
 use crate::mm::AddressSpace;
 use crate::sync::Ordering;
-use crate::vma::{VmFlags, Vma};
+use crate::vma::{want_pmd_share, VmFlags, Vma};
 use crate::PAGE_SHIFT;
 
 pub(crate) use crate::pgtable::PUD_SIZE;
-
-/// `want_pmd_share`: a `VM_MAYSHARE` VMA that covers the whole PUD-aligned
-/// window around `addr`.
-pub(crate) fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
-    let start = addr & !(PUD_SIZE - 1);
-    vma.flags.contains(VmFlags::MAYSHARE)
-        && start >= vma.start
-        && start.checked_add(PUD_SIZE).is_some_and(|end| end <= vma.end)
-}
 
 /// The flags `page_table_shareable` compares: all but `VM_LOCKED_MASK`.
 fn share_flags(vma: &Vma) -> VmFlags {
@@ -230,87 +222,6 @@ fn link_shared(
         return true;
     }
     false
-}
-
-/// Linux's zap of a hugetlb VMA between `__hugetlb_zap_begin` and
-/// `__hugetlb_zap_end`: clears the entries of `[start, end)`, a range of
-/// `vma`, for which `filter` holds, as [`AddressSpace::zap_range`], for
-/// the callers that hold `mmap_lock` only for read (`MADV_DONTNEED`,
-/// truncate, hole punch). Each PUD window of the range that `vma`
-/// covers whole, where a PMD table may be shared, is unshared and
-/// zapped under this address space's hugetlb VMA lock and the file's
-/// `i_mmap` lock, both for write, as an unshare. Under them no fault
-/// of any address space links the window's table (`huge_pmd_share`
-/// holds `i_mmap` for read), so the zap never clears an entry through a
-/// table another address space links: without them, another address
-/// space could link a table never shared while this zap clears it and
-/// flushes only this address space, or this address space's own fault
-/// could link another's table after the unshare check, and the walk
-/// would clear that one's entries. Other windows, and every other VMA,
-/// zap as [`AddressSpace::zap_range`] (no lock: no sharing can reach
-/// them), so a zap of 4 KiB pages never meets these locks.
-///
-/// The gathered frames are flushed and freed by the caller after the
-/// locks go, as before: an entry cleared here maps nothing once the
-/// locks are dropped, so a later link sees none, and its frame is held
-/// by the gather until this address space's flush.
-pub(crate) fn hugetlb_zap_range(
-    mm: &AddressSpace,
-    vma: &Vma,
-    start: u64,
-    end: u64,
-    tlb: &mut crate::mm::MmuGather,
-    mut filter: impl FnMut(crate::pgtable::Pte) -> bool,
-) {
-    let i_mmap = vma
-        .file
-        .as_ref()
-        .and_then(|f| f.hugetlb.as_ref())
-        .filter(|_| vma.flags.contains(VmFlags::MAYSHARE))
-        .map(|inode| &inode.vmas.i_mmap);
-    #[cfg(loom)]
-    let i_mmap = i_mmap.filter(|_| !super::lock::broken::skip_zap_lock());
-    let Some(i_mmap) = i_mmap else { return mm.zap_range(start, end, tlb, filter) };
-    let mut from = start;
-    while from < end {
-        let w = from & !(PUD_SIZE - 1);
-        let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
-        if want_pmd_share(vma, w) {
-            let locks = &mm.phys.hugetlb.locks;
-            let _vma_lock = locks.write(Kind::VmaLockWrite, mm.hugetlb_lock.stripe(w));
-            let _i_mmap = locks.write(Kind::IMmapWrite, i_mmap);
-            let guard = crossbeam_epoch::pin();
-            if mm.pgtables.has_pmd_table(w, &guard) {
-                mm.huge_pmd_unshare_locked(w, &guard);
-            }
-            drop(guard);
-            mm.zap_walk(from, to, tlb, &mut filter, false);
-        } else {
-            mm.zap_range(from, to, tlb, &mut filter);
-        }
-        from = to;
-    }
-}
-
-/// `hugetlb_split` (Linux 6.16+, backported to 6.12): `vma` is about to
-/// split at `addr`, with `mmap_lock` held for write. If the PUD window
-/// around `addr` lies wholly inside `vma` and `addr` is not its start,
-/// neither part will cover it after the split, so `want_pmd_share`
-/// would no longer hold: the window's table is unshared now (with the
-/// flush, as every unshare), not left linked until some later change of
-/// the window. A split on a PUD boundary keeps each window whole and
-/// unshares nothing. Called for every split, including those that
-/// change no entry (`madvise`'s flag changes, `mbind`).
-pub(crate) fn hugetlb_split(mm: &AddressSpace, vma: &Vma, addr: u64) {
-    if !vma.flags.contains(VmFlags::HUGETLB) || addr % PUD_SIZE == 0 {
-        return;
-    }
-    let floor = addr & !(PUD_SIZE - 1);
-    if let Some(ceil) = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end) {
-        mm.hugetlb_unshare_range(floor, ceil);
-    }
-    #[cfg(all(test, not(loom)))]
-    crate::mm::hooks::after_hugetlb_split();
 }
 
 #[cfg(all(test, not(loom)))]

@@ -2,12 +2,14 @@
 //! how the core maps, splits, closes, zaps and copies (at fork) a hugetlb
 //! VMA without naming hugetlb.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
-use crate::mm::{AddressSpace, MmuGather};
-use crate::phys::PhysMem;
-use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps, ZapDetails};
+use crate::pgtable::{PageTables, PUD_SIZE};
+use crate::phys::hugetlb::lock::IMmapLock;
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement};
+use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps};
 use crate::PAGE_SHIFT;
 
 use super::{HPAGE_SHIFT, HPAGE_SIZE};
@@ -76,8 +78,22 @@ impl VmaOps for HugetlbVmOps {
         Ok(())
     }
 
-    fn split(&self, mm: &AddressSpace, vma: &Vma, addr: u64) {
-        super::share::hugetlb_split(mm, vma, addr);
+    /// `hugetlb_split` (Linux 6.16+, backported to 6.12): if the PUD window
+    /// around `addr` lies wholly inside `vma` and `addr` is not its start,
+    /// neither piece will cover it after the split, so
+    /// [`crate::vma::want_pmd_share`]
+    /// would no longer hold: the window's table is unshared now (by the
+    /// core, with the flush, as every unshare), not left linked until some
+    /// later change of the window. A split on a PUD boundary keeps each
+    /// window whole and unshares nothing. Asked for every split, including
+    /// those that change no entry (`madvise`'s flag changes, `mbind`).
+    fn split(&self, vma: &Vma, addr: u64) -> Option<Range<u64>> {
+        if !vma.flags.contains(VmFlags::HUGETLB) || addr % PUD_SIZE == 0 {
+            return None;
+        }
+        let floor = addr & !(PUD_SIZE - 1);
+        let ceil = floor.checked_add(PUD_SIZE).filter(|&c| floor >= vma.start && c <= vma.end)?;
+        Some(floor..ceil)
     }
 
     /// `hugetlb_vm_op_close` for the part that goes: a private mapping's
@@ -94,23 +110,34 @@ impl VmaOps for HugetlbVmOps {
     /// `copy_hugetlb_page_range`: a pinned page's copy for the child is a
     /// pool page outside any reservation; none left fails the fork
     /// (`ENOSPC`, which `copy_mm` turns into `ENOMEM`).
-    fn copy_page_range(&self, dst: &AddressSpace, src: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
-        crate::mm::copy_page_range(dst, src, vma, tlb, &|va, pfn| {
-            let copy = src.phys.alloc_huge(&src.placement(vma, va), false).ok_or(Errno::NoSpc)?;
-            src.phys.copy_frames(pfn, copy.pfn(), super::HPAGE_FRAMES as usize);
-            Ok(copy)
-        })
+    fn copy_pinned<'p>(&self, phys: &'p PhysMem, _vma: &Vma, placement: &Placement, pfn: Pfn) -> Result<FrameRef<'p>> {
+        let copy = phys.alloc_huge(placement, false).ok_or(Errno::NoSpc)?;
+        phys.copy_frames(pfn, copy.pfn(), super::HPAGE_FRAMES as usize);
+        Ok(copy)
     }
 
-    /// `hugetlb_vmdelete_list` → `__unmap_hugepage_range`: with
-    /// `even_cows`, a private mapping's owner gets its reservations back
-    /// for the pages that go ([`super::restore_reserves`]);
-    /// the zap takes the locks that keep a shareable window unshared
-    /// ([`super::share::hugetlb_zap_range`]).
-    fn zap(&self, mm: &AddressSpace, vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
-        if details.even_cows {
-            super::restore_reserves(mm, vma, start, end);
+    /// `__unmap_hugepage_range`: with `even_cows`, a private mapping's owner
+    /// gets its reservations back for the pages that go
+    /// ([`super::restore_reserves`]).
+    fn zap_begin(&self, pgtables: &PageTables, phys: &PhysMem, vma: &Vma, start: u64, end: u64, even_cows: bool) {
+        if even_cows {
+            super::restore_reserves(pgtables, phys, vma, start, end);
         }
-        super::share::hugetlb_zap_range(mm, vma, start, end, tlb, details.filter);
+    }
+
+    /// `__hugetlb_zap_begin`'s lock: a shared mapping's windows may link
+    /// another address space's PMD table, so a zap under `mmap_lock` for
+    /// read holds the file's `i_mmap` lock for write over each window it
+    /// may share (the protocol: `hugetlb/share.rs`).
+    fn pmd_share_lock<'v>(&self, vma: &'v Vma) -> Option<&'v IMmapLock> {
+        let i_mmap = vma
+            .file
+            .as_ref()
+            .and_then(|f| f.hugetlb.as_ref())
+            .filter(|_| vma.flags.contains(VmFlags::MAYSHARE))
+            .map(|inode| &inode.vmas.i_mmap);
+        #[cfg(loom)]
+        let i_mmap = i_mmap.filter(|_| !super::lock::broken::skip_zap_lock());
+        i_mmap
     }
 }

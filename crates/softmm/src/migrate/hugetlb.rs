@@ -217,7 +217,7 @@ fn walk_huge(
                 continue;
             }
             let haddr = vma.start + ((first - vma.pgoff) << PAGE_SHIFT);
-            if unshare && crate::hugetlb::share::want_pmd_share(vma, haddr) {
+            if unshare && crate::vma::want_pmd_share(vma, haddr) {
                 // try_to_migrate_one, a file page: the VMA lock is taken
                 // before i_mmap elsewhere, so only tried here; busy, the
                 // page stays mapped in this address space and the move

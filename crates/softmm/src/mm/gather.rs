@@ -189,7 +189,7 @@ impl MmuGather {
     /// call): once it returns, no CPU holds or can make a translation into
     /// the range, so every frame and table the gather takes from the range
     /// afterwards is freed at each full gather and at the end without
-    /// another shootdown (`mm/unmap_unreachable.rs`). The caller must gather
+    /// another shootdown (`tlb/unreachable.rs`). The caller must gather
     /// nothing else into it afterwards.
     pub(crate) fn shoot_down_unreachable(&mut self, mm: &AddressSpace) {
         self.need_flush = true;
@@ -449,7 +449,7 @@ mod tests {
         assert_eq!(u.batches - unmap_before.batches, batches, "{policy:?}");
         assert_eq!(mine.batches - mine_before.batches, batches, "{policy:?}");
         // A shootdown before each free, except under lock-free: one for the
-        // whole range, before the zap (`mm/unmap_unreachable.rs`).
+        // whole range, before the zap (`tlb/unreachable.rs`).
         assert_eq!(flushes, if lock_free { 1 } else { batches }, "{policy:?}");
         assert!(batches >= 2);
         assert_eq!(after.flush_requests - before.flush_requests, flushes);

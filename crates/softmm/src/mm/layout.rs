@@ -223,62 +223,12 @@ pub(crate) fn arena(cfg: &MmConfig, slot: usize) -> Option<(u64, u64)> {
     Some((top - ARENA_SIZE, top))
 }
 
-/// The calling thread's slot: the lowest number no other live thread holds,
-/// taken at its first call and given back when it exits. `None` while the
-/// thread is being torn down (its thread-locals may be gone already; the
-/// search is then Linux's).
-///
-/// The only shared write is the slot table's lock, at a thread's first
-/// arena placement and at its exit, never per call.
+/// The calling thread's slot: its number
+/// ([`crate::sync::percpu::this_thread_number`], the lowest no other live
+/// thread holds). `None` while the thread is being torn down (the search is
+/// then Linux's).
 pub(crate) fn thread_slot() -> Option<usize> {
-    slot::current()
-}
-
-/// Thread slots. Plain `std` state, not the `crate::sync` shim: a slot only
-/// chooses where a search starts, no protocol depends on it, and a loom
-/// model's threads may all share one.
-mod slot {
-    use std::collections::BTreeSet;
-    use std::sync::Mutex;
-
-    /// Numbers given back by exited threads, and the next never used one.
-    static SLOTS: Mutex<Slots> = Mutex::new(Slots { freed: BTreeSet::new(), next: 0 });
-
-    struct Slots {
-        freed: BTreeSet<usize>,
-        next: usize,
-    }
-
-    /// The slot a thread holds, given back when the thread-local is dropped.
-    struct Held(usize);
-
-    impl Held {
-        fn take() -> Held {
-            let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-            let n = match slots.freed.pop_first() {
-                Some(n) => n,
-                None => {
-                    slots.next += 1;
-                    slots.next - 1
-                }
-            };
-            Held(n)
-        }
-    }
-
-    impl Drop for Held {
-        fn drop(&mut self) {
-            SLOTS.lock().unwrap_or_else(|e| e.into_inner()).freed.insert(self.0);
-        }
-    }
-
-    std::thread_local! {
-        static SLOT: Held = Held::take();
-    }
-
-    pub(super) fn current() -> Option<usize> {
-        SLOT.try_with(|h| h.0).ok()
-    }
+    crate::sync::percpu::this_thread_number()
 }
 
 /// `hugetlb_get_unmapped_area` (Linux 6.13+): the length and a fixed

@@ -16,7 +16,6 @@
 pub(crate) mod anon_rmap;
 pub(crate) mod commit;
 mod config;
-mod copy;
 mod gather;
 #[cfg(test)]
 pub(crate) mod hooks;
@@ -28,7 +27,6 @@ mod pin_state;
 mod pmd_unshare;
 mod stack;
 mod unmap;
-mod unmap_unreachable;
 mod vma;
 
 use std::sync::{Arc, Weak};
@@ -54,7 +52,6 @@ use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
-pub(crate) use copy::copy_page_range;
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
 /// Pauses a writer spins for while `mmap_lock` is held before it parks
@@ -188,8 +185,8 @@ pub struct AddressSpace {
     /// default. Read by lock-free faults under an epoch guard.
     mempolicy: Atomic<Arc<crate::mempolicy::MemPolicy>>,
     /// Ranges a lock-free unmap is zapping, where no TLB fill may walk
-    /// (`mm/unmap_unreachable.rs`).
-    pub(crate) unreachable: unmap_unreachable::UnreachableRanges,
+    /// (`tlb/unreachable.rs`).
+    pub(crate) unreachable: crate::tlb::UnreachableRanges,
     /// The hugetlb VMA lock and the windows whose PMD tables were shared
     /// (seed 000, `phys/hugetlb/lock.rs`).
     pub(crate) hugetlb_lock: crate::phys::hugetlb::lock::HugetlbVmaLock,
@@ -585,7 +582,7 @@ impl AddressSpace {
 
     /// The walk of [`Self::zap_range_markers`], without its unshare: for a
     /// caller that has unshared the range under the locks that keep it
-    /// unshared ([`Self::hugetlb_zap_range`]).
+    /// unshared ([`Self::zap_vma_range`]).
     pub(crate) fn zap_walk(
         &self,
         start: u64,
@@ -1007,7 +1004,7 @@ impl Mapper for AddressSpace {
             // read only, a shareable hugetlb window needs the locks that
             // keep it unshared, and a private copy's owner gets its
             // reservation back.
-            v.ops.zap(self, v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
+            self.zap_vma_range(v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may

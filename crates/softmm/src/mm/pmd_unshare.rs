@@ -5,15 +5,18 @@
 //! `huge_pmd_share`, which documents the protocol), but a shared table is
 //! a property of the address space's page tables, which the core changes,
 //! so the unshare is the core's: it costs one load in an address space
-//! that never shared a table.
+//! that never shared a table. So is the zap under `mmap_lock` for read
+//! that keeps a shareable window unshared ([`AddressSpace::zap_vma_range`]),
+//! with the lock the VMA's backing names.
 
 use crossbeam_epoch::Guard;
 
 use crate::pgtable::{PmdUnshare, PUD_SIZE};
 use crate::phys::hugetlb::lock::Kind;
 use crate::sync::Ordering;
+use crate::vma::{want_pmd_share, Vma, ZapDetails};
 
-use super::AddressSpace;
+use super::{AddressSpace, MmuGather};
 
 impl AddressSpace {
     /// Unshares every PUD window overlapping `[start, end)` whose PMD table
@@ -21,7 +24,7 @@ impl AddressSpace {
     /// released (the protocol: `hugetlb/share.rs`). Called by every path that changes the
     /// entries of a range, with `mmap_lock` held, before it changes them;
     /// with `mmap_lock` held only for read, a shareable window also needs
-    /// the locks of [`Self::hugetlb_zap_range`] across the change, or a
+    /// the locks of [`Self::zap_vma_range`] across the change, or a
     /// link made after this check would be walked through.
     /// Costs one load in an address space that never shared a table.
     pub(crate) fn hugetlb_unshare_range(&self, start: u64, end: u64) {
@@ -51,6 +54,57 @@ impl AddressSpace {
         let _vma_lock = locks.write(Kind::VmaLockWrite, self.hugetlb_lock.stripe(w));
         let _i_mmap = locks.write(Kind::IMmapWrite, &i_mmap);
         self.huge_pmd_unshare_locked(w, guard);
+    }
+
+    /// Linux's `unmap_single_vma` (for hugetlb between `__hugetlb_zap_begin`
+    /// and `__hugetlb_zap_end`): clears the entries of `[start, end)`, a
+    /// range of `vma`, for which `details.filter` holds, as
+    /// [`Self::zap_range`], for the callers that hold `mmap_lock` only for
+    /// read (`MADV_DONTNEED`, truncate, hole punch). The backing goes first
+    /// ([`crate::vma::VmaOps::zap_begin`]: hugetlb restores a private
+    /// owner's reservations). If the backing names a lock that orders the
+    /// sharing of the VMA's tables ([`crate::vma::VmaOps::pmd_share_lock`],
+    /// hugetlb's `i_mmap`), each PUD window of the range that `vma` covers
+    /// whole, where a PMD table may be shared, is unshared and zapped under
+    /// this address space's hugetlb VMA lock and that lock, both for write,
+    /// as an unshare. Under them no fault
+    /// of any address space links the window's table (`huge_pmd_share`
+    /// holds `i_mmap` for read), so the zap never clears an entry through a
+    /// table another address space links: without them, another address
+    /// space could link a table never shared while this zap clears it and
+    /// flushes only this address space, or this address space's own fault
+    /// could link another's table after the unshare check, and the walk
+    /// would clear that one's entries. Other windows, and every other VMA,
+    /// zap as [`AddressSpace::zap_range`] (no lock: no sharing can reach
+    /// them), so a zap of 4 KiB pages never meets these locks.
+    ///
+    /// The gathered frames are flushed and freed by the caller after the
+    /// locks go, as before: an entry cleared here maps nothing once the
+    /// locks are dropped, so a later link sees none, and its frame is held
+    /// by the gather until this address space's flush.
+    pub(crate) fn zap_vma_range(&self, vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
+        vma.ops.zap_begin(&self.pgtables, &self.phys, vma, start, end, details.even_cows);
+        let filter = details.filter;
+        let Some(i_mmap) = vma.ops.pmd_share_lock(vma) else { return self.zap_range(start, end, tlb, filter) };
+        let mut from = start;
+        while from < end {
+            let w = from & !(PUD_SIZE - 1);
+            let to = w.checked_add(PUD_SIZE).map_or(end, |e| e.min(end));
+            if want_pmd_share(vma, w) {
+                let locks = &self.phys.hugetlb.locks;
+                let _vma_lock = locks.write(Kind::VmaLockWrite, self.hugetlb_lock.stripe(w));
+                let _i_mmap = locks.write(Kind::IMmapWrite, i_mmap);
+                let guard = crossbeam_epoch::pin();
+                if self.pgtables.has_pmd_table(w, &guard) {
+                    self.huge_pmd_unshare_locked(w, &guard);
+                }
+                drop(guard);
+                self.zap_walk(from, to, tlb, &mut *filter, false);
+            } else {
+                self.zap_range(from, to, tlb, &mut *filter);
+            }
+            from = to;
+        }
     }
 
     /// The unshare of [`Self::huge_pmd_unshare`], for a caller holding this

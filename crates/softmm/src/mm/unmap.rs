@@ -89,7 +89,7 @@ pub struct UnmapStats {
     /// threads: with `membarrier` (the default), an IPI to each CPU running
     /// one, which a flush pays only while another thread has a CPU attached.
     /// A `lock-free` unmap shoots its range down once, before the zap
-    /// (`mm/unmap_unreachable.rs`): at most one barrier per unmap.
+    /// (`tlb/unreachable.rs`): at most one barrier per unmap.
     pub barriers: u64,
     /// Frees of gathered frames or page tables: one per full gather and
     /// one at the end. Under `locked`, `sectioned` and `downgrade` each

@@ -60,16 +60,27 @@ impl AddressSpace {
         // detached (Linux write-locks it first, `vma_start_write`): a
         // fault through it could link the window's table again.
         if start > vma.start {
-            vma.ops.split(self, vma, start);
+            self.split_unshare(vma, start);
         }
         if end < vma.end {
-            vma.ops.split(self, vma, end);
+            self.split_unshare(vma, end);
         }
         if start > vma.start {
             st.vmas.insert(vma.slice(vma.start, start, vma.flags));
         }
         if end < vma.end {
             st.vmas.insert(vma.slice(end, vma.end, vma.flags));
+        }
+    }
+
+    /// The backing's step of a split of the detached `vma` at `addr`
+    /// ([`crate::vma::VmaOps::split`], Linux's `hugetlb_split`): the range
+    /// it names, whose tables no piece will cover whole, is unshared now.
+    fn split_unshare(&self, vma: &Vma, addr: u64) {
+        if let Some(window) = vma.ops.split(vma, addr) {
+            self.hugetlb_unshare_range(window.start, window.end);
+            #[cfg(all(test, not(loom)))]
+            super::hooks::after_hugetlb_split();
         }
     }
 

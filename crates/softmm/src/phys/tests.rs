@@ -311,20 +311,44 @@ fn frames_cached_by_another_thread_are_still_allocatable() {
     let phys = arena(8);
     let got = alloc_all(&phys, 0);
     assert_eq!(got.len(), 7);
-    // Free from a thread whose cache is not this thread's (threads share caches modulo their count).
-    let here = SLOT.with(|s| *s) % phys.shards.len();
+    // Free from a thread whose cache is not this thread's (threads share
+    // caches modulo their count). A thread of this shard gives the frames
+    // back and stays alive, holding its number, so that the next one takes
+    // another (threads alive together hold different numbers).
+    let number = || crate::sync::percpu::this_thread_number().unwrap_or(0);
+    let here = number() % phys.shards.len();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut parked = Vec::new();
     let mut frames = got;
-    while !frames.is_empty() {
-        let freer = phys.clone();
-        frames = std::thread::spawn(move || {
-            if SLOT.with(|s| *s) % freer.shards.len() == here {
-                return frames;
+    loop {
+        let (freer, done2) = (phys.clone(), done.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            if number() % freer.shards.len() == here {
+                tx.send(Some(frames)).unwrap();
+                while !done2.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::park();
+                }
+                return;
             }
             frames.into_iter().for_each(|p| put(&freer, p));
-            Vec::new()
-        })
-        .join()
-        .unwrap();
+            tx.send(None).unwrap();
+        });
+        match rx.recv().unwrap() {
+            Some(back) => {
+                frames = back;
+                parked.push(t);
+            }
+            None => {
+                t.join().unwrap();
+                break;
+            }
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in parked {
+        t.thread().unpark();
+        t.join().unwrap();
     }
     assert_eq!(phys.stats().frames_used, 0);
     assert_eq!(alloc_all(&phys, 0).len(), 7);

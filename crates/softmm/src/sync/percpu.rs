@@ -3,8 +3,8 @@
 //! its own [`this_slot`], a reader summing them all.
 //!
 //! A thread is not pinned to a CPU, so the slot is the thread's (handed out
-//! round robin at its first use, as the frame allocator's shard slot is),
-//! and two threads may share one when more threads than slots run: writes
+//! round robin at its first use, from [`this_thread_number`]), and two
+//! threads may share one when more threads than slots run: writes
 //! to a slot are therefore atomic read-modify-writes, which cost a local
 //! cache hit while a slot has one writer, and stay correct when it has
 //! two. What this buys is that a writer never writes a line another
@@ -17,12 +17,70 @@ use crossbeam_utils::CachePadded;
 /// own. Two under loom, whose models run two or three threads.
 pub(crate) const SLOTS: usize = if cfg!(loom) { 2 } else { 16 };
 
-/// The next slot, round robin. A hint only (which line a count lands on),
-/// so `std`'s atomic.
-#[cfg(not(loom))]
-fn next_slot() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SLOTS
+/// The calling thread's number, the one source of every per-thread slot,
+/// shard, stripe and arena of the crate (as a CPU's number is in Linux,
+/// `raw_smp_processor_id`, or a per-mm concurrency id): the lowest number
+/// no other live thread holds, taken at the thread's first call and given
+/// back when it exits, so that threads alive together hold different
+/// numbers and a user that takes the number modulo its count of slots
+/// gives up to that many live threads a slot each. `None` while the thread
+/// is being torn down (its thread-locals may be gone already).
+///
+/// The only shared write is the number table's lock, at a thread's first
+/// call and at its exit, never per call. A hint only (which line a count
+/// lands on, which free list is tried first, where a search starts), so
+/// plain `std` state, under loom too: a loom model's threads share one OS
+/// thread, and so one number ([`this_slot`] is loom's where a model needs a
+/// slot per thread).
+#[inline]
+pub(crate) fn this_thread_number() -> Option<usize> {
+    number::current()
+}
+
+/// Thread numbers: the lowest free one at a thread's first use, given back
+/// at its exit.
+mod number {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    /// Numbers given back by exited threads, and the next never used one.
+    static NUMBERS: Mutex<Numbers> = Mutex::new(Numbers { freed: BTreeSet::new(), next: 0 });
+
+    struct Numbers {
+        freed: BTreeSet<usize>,
+        next: usize,
+    }
+
+    /// The number a thread holds, given back when the thread-local is dropped.
+    struct Held(usize);
+
+    impl Held {
+        fn take() -> Held {
+            let mut numbers = NUMBERS.lock().unwrap_or_else(|e| e.into_inner());
+            let n = match numbers.freed.pop_first() {
+                Some(n) => n,
+                None => {
+                    numbers.next += 1;
+                    numbers.next - 1
+                }
+            };
+            Held(n)
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            NUMBERS.lock().unwrap_or_else(|e| e.into_inner()).freed.insert(self.0);
+        }
+    }
+
+    std::thread_local! {
+        static NUMBER: Held = Held::take();
+    }
+
+    pub(super) fn current() -> Option<usize> {
+        NUMBER.try_with(|h| h.0).ok()
+    }
 }
 
 #[cfg(loom)]
@@ -51,12 +109,6 @@ pub(crate) fn restart_slots() {
     NEXT.with(|n| n.set(0));
 }
 
-#[cfg(not(loom))]
-std::thread_local! {
-    /// This thread's slot, the next one at its first use.
-    static SLOT: usize = next_slot();
-}
-
 // Under loom the model's threads share one OS thread: loom's thread locals
 // give each its own slot, as the protocols built on the slots assume.
 #[cfg(loom)]
@@ -64,9 +116,19 @@ loom::thread_local! {
     static SLOT: usize = next_slot();
 }
 
-/// The calling thread's slot, below [`SLOTS`]; slot 0 once the thread's
+/// The calling thread's slot, below [`SLOTS`]: its
+/// [`this_thread_number`] modulo [`SLOTS`]; slot 0 once the thread's
 /// locals are being destroyed (a VMA dropped by an epoch collection at
 /// thread exit still counts, in slot 0).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn this_slot() -> usize {
+    this_thread_number().unwrap_or(0) % SLOTS
+}
+
+/// The calling thread's slot, below [`SLOTS`]: under loom, the model
+/// thread's own ([`restart_slots`]).
+#[cfg(loom)]
 #[inline]
 pub(crate) fn this_slot() -> usize {
     SLOT.try_with(|s| *s).unwrap_or(0)
@@ -151,5 +213,40 @@ mod tests {
         }
         let n = 2 * SLOTS as u64;
         assert_eq!(c.iter().map(|s| s.load(Ordering::Relaxed)).sum::<u64>(), 100 * n * (n - 1) / 2);
+    }
+
+    /// A thread keeps its number, threads alive together hold different
+    /// ones, a thread's slot is its number modulo [`SLOTS`], and an exited
+    /// thread's number is taken again (by the lowest-first rule, some
+    /// thread's number is at most the count of threads alive then).
+    #[test]
+    fn threads_alive_together_hold_different_numbers_and_exited_ones_are_reused() {
+        let mine = this_thread_number().unwrap();
+        assert_eq!(this_thread_number(), Some(mine));
+        assert_eq!(this_slot(), mine % SLOTS);
+        let barrier = std::sync::Barrier::new(4);
+        let numbers: Vec<usize> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let n = this_thread_number().unwrap();
+                        assert_eq!(this_slot(), n % SLOTS);
+                        barrier.wait(); // all four alive at once
+                        n
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all = numbers.clone();
+        all.push(mine);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 5, "{numbers:?} and {mine}");
+        // Many threads one after the other: each takes a number an exited
+        // one gave back, so the numbers stay bounded by the threads alive
+        // at once (this test's and the test harness's), not the threads made.
+        let most = (0..256).map(|_| std::thread::spawn(|| this_thread_number().unwrap()).join().unwrap()).max();
+        assert!(most.unwrap() < 256, "numbers are not reused: {most:?}");
     }
 }

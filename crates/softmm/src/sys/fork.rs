@@ -10,6 +10,8 @@ use crate::Errno;
 
 use crate::mm::{AddressSpace, MmState, MmuGather};
 
+mod copy;
+
 impl AddressSpace {
     /// `fork()`'s `dup_mmap`: a child with the same mappings. Private pages
     /// are shared copy-on-write (write-protected in both; the parent's TLBs
@@ -113,7 +115,10 @@ impl AddressSpace {
             // Like Linux's vma_needs_copy: only VMAs with anonymous pages need
             // their entries copied; file pages are faulted back in.
             if !wipe && v.anon_vma.get().is_some() {
-                v.ops.copy_page_range(child, self, v, tlb)?;
+                // The backing copies a pinned page (hugetlb: into a pool page).
+                copy::copy_page_range(child, self, v, tlb, &|va, pfn| {
+                    v.ops.copy_pinned(&self.phys, v, &self.placement(v, va), pfn)
+                })?;
             }
         }
         Ok(())

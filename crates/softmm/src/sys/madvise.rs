@@ -245,7 +245,7 @@ impl AddressSpace {
                 // reservations and keeps shareable windows unshared), of
                 // every entry, private copies included.
                 let details = ZapDetails { even_cows: true, filter: &mut |_| true };
-                vma.ops.zap(self, vma, start, stop, tlb, details);
+                self.zap_vma_range(vma, start, stop, tlb, details);
             }
             return Ok(());
         }
@@ -303,7 +303,7 @@ impl AddressSpace {
     ///
     /// Left to `mmap_lock`: ranges over one VMA, hugetlb VMAs and address
     /// spaces that ever shared a PMD table (the unshare needs the locks of
-    /// `hugetlb_zap_range`), and ranges of more than one gather
+    /// `zap_vma_range`), and ranges of more than one gather
     /// ([`MAX_GATHER_FRAMES`] pages), because the epoch guard that keeps the
     /// VMA alive is held across the zap: a long one would hold up every
     /// grace period of the process (`AddressSpace::zap_range`); for those

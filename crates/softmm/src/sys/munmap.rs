@@ -63,7 +63,7 @@
 //! shootdown of a running CPU of another thread costs a process-wide
 //! barrier (a `membarrier` IPI, ~17 µs on the lab's VM; 56 per 2 GiB).
 //! `lock-free` instead makes the range unreachable to fills
-//! (`mm/unmap_unreachable.rs`) once its tree is published, and shoots it
+//! (`tlb/unreachable.rs`) once its tree is published, and shoots it
 //! down once before the zap ([`MmuGather::shoot_down_unreachable`]): from
 //! then on no CPU holds or can make a translation into it, so each full
 //! gather (and the page tables at the end) is freed with no shootdown, no

@@ -126,6 +126,7 @@ mod shared_barrier;
 mod shootdown;
 mod soft_tlb;
 mod targets;
+mod unreachable;
 
 // The loom models' broken switches: `sync/broken.rs`.
 #[cfg(loom)]
@@ -140,6 +141,7 @@ pub use shootdown::{CpuTlbState, FlushRange, FlushTicket, PostingPolicy, Shootdo
 pub use soft_tlb::TlbEntryAbi;
 pub(crate) use soft_tlb::{SoftTlb, TLB_ENTRIES};
 pub use targets::{CpuSet, ShootdownTargets};
+pub(crate) use unreachable::UnreachableRanges;
 
 /// True if shootdowns use asymmetric fences in this process: accesses pay
 /// a compiler barrier only, and each flush that has another thread's CPU

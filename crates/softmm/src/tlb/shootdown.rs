@@ -528,16 +528,11 @@ const STRIPES: usize = 16;
 
 type Stripes = Arc<[crossbeam_utils::CachePadded<FlushCounters>]>;
 
-/// The calling thread's stripe: threads take stripes round robin on their
-/// first flush. (Pure statistics: `std`'s atomics and thread-local even
-/// under loom.)
+/// The calling thread's stripe, from its number
+/// ([`crate::sync::percpu::this_thread_number`]). (Pure statistics: `std`'s
+/// thread number even under loom.)
 fn stripe() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    std::thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Relaxed) % STRIPES;
-    }
-    STRIPE.try_with(|s| *s).unwrap_or(0)
+    crate::sync::percpu::this_thread_number().unwrap_or(0) % STRIPES
 }
 
 /// Adds `n` to a counter of statistics (Relaxed: read after the fact).

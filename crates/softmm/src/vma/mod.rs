@@ -23,7 +23,7 @@ mod ops;
 pub(crate) type FileKey = (u64, u64);
 
 pub(crate) use flags::VmFlags;
-pub(crate) use ops::{VmaDesc, VmaOps, ZapDetails, DEFAULT_VM_OPS};
+pub(crate) use ops::{want_pmd_share, VmaDesc, VmaOps, ZapDetails, DEFAULT_VM_OPS};
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
 /// one may merge; it is assigned on the first anonymous fault. Its identity is

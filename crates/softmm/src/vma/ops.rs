@@ -4,18 +4,24 @@
 //! every copy of it made by a merge, a move or a fork.
 //!
 //! Anonymous memory and files take the defaults ([`DEFAULT_VM_OPS`]):
-//! split anywhere, nothing to prepare, close or unshare, 4 KiB pages, a zap
-//! of the entries, and at fork a copy of them that copies a pinned page into
-//! a 4 KiB page. hugetlb implements every hook (`hugetlb/vm_ops.rs`, Linux's
+//! split anywhere, nothing to prepare, close or unshare, 4 KiB pages, no
+//! shared page tables, and at fork a pinned page copied into a 4 KiB page.
+//! hugetlb implements every hook (`hugetlb/vm_ops.rs`, Linux's
 //! `hugetlb_vm_ops`), so the core (`mm/`) and fork never name hugetlb to
 //! split, close, zap or copy a mapping.
+//!
+//! The hooks take the types of the layers below this one (the page tables,
+//! the arena, a placement), never the address space: what a backing asks
+//! of the core (an unshare before a split, the locks of a zap) it returns,
+//! and the core does it.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
-use crate::mm::{AddressSpace, MmuGather};
-use crate::pgtable::Pte;
-use crate::phys::PhysMem;
+use crate::pgtable::{PageTables, PUD_SIZE};
+use crate::phys::hugetlb::lock::IMmapLock;
+use crate::phys::{FrameRef, Pfn, PhysMem, Placement};
 use crate::PAGE_SIZE;
 
 use super::{VmFlags, Vma};
@@ -46,8 +52,8 @@ pub(crate) struct VmaDesc {
 /// One kind of backing's answers to the core, as Linux's
 /// `vm_operations_struct`. Every hook is called with `mmap_lock` held (for
 /// write where it changes the VMA set, for read at least where it zaps),
-/// for a VMA of the address space the hook is given; none may take
-/// `mmap_lock`. The defaults are anonymous memory's and a file's.
+/// with the page tables or arena of the VMA's address space where it
+/// needs them; none may take `mmap_lock`. The defaults are anonymous memory's and a file's.
 pub(crate) trait VmaOps: Send + Sync + 'static {
     /// The backing's name, for debugging.
     fn name(&self) -> &'static str;
@@ -70,8 +76,13 @@ pub(crate) trait VmaOps: Send + Sync + 'static {
 
     /// `__split_vma`'s backing step (Linux's `hugetlb_split`): `vma`, which
     /// [`VmaOps::may_split`] allowed to split at `addr`, is detached from
-    /// `mm`'s tree and is about to be replaced by its pieces.
-    fn split(&self, _mm: &AddressSpace, _vma: &Vma, _addr: u64) {}
+    /// its address space's tree and is about to be replaced by its pieces.
+    /// Returns the range whose shared page tables the core must unshare
+    /// first, because no piece will cover it whole (hugetlb: the PUD window
+    /// around `addr`, which [`want_pmd_share`] would no longer allow).
+    fn split(&self, _vma: &Vma, _addr: u64) -> Option<Range<u64>> {
+        None
+    }
 
     /// `vm_ops->close` for the part `[start, end)` of `vma` that leaves the
     /// address space (munmap, exit): what the backing keeps for that part
@@ -84,24 +95,42 @@ pub(crate) trait VmaOps: Send + Sync + 'static {
         PAGE_SIZE
     }
 
-    /// `unmap_single_vma` under `mmap_lock` for read (truncate, hole punch):
-    /// clears the entries of `[start, end)`, a range of `vma`, that
-    /// `details` selects, gathering their frames in `tlb`.
-    /// `copy_page_range` at fork (`dup_mmap`, for a VMA with anonymous
-    /// pages): copies `vma`'s entries from `src` into `dst`, the child,
-    /// both `mmap_lock`s held for write; the parent's write-protected
-    /// entries go into `tlb`'s flush. A pinned anonymous page is copied at
-    /// once, into a 4 KiB page here (`ENOMEM` if none is left); hugetlb
-    /// copies into a pool page (Linux's `copy_hugetlb_page_range`).
-    fn copy_page_range(&self, dst: &AddressSpace, src: &AddressSpace, vma: &Vma, tlb: &mut MmuGather) -> Result<()> {
-        crate::mm::copy_page_range(dst, src, vma, tlb, &|va, pfn| {
-            src.phys.alloc_copy_at(pfn, &src.placement(vma, va)).ok_or(Errno::NoMem)
-        })
+    /// `__unmap_hugepage_range`'s first step, before the core zaps
+    /// `[start, end)`, a range of `vma`, in `pgtables` under `mmap_lock`
+    /// for read (`MADV_DONTNEED`, truncate, hole punch); `even_cows`: private
+    /// copies go too. hugetlb: a private owner gets back the reservations
+    /// of its anonymous pages there.
+    fn zap_begin(&self, _pgtables: &PageTables, _phys: &PhysMem, _vma: &Vma, _start: u64, _end: u64, _even_cows: bool) {
     }
 
-    fn zap(&self, mm: &AddressSpace, _vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
-        mm.zap_range(start, end, tlb, details.filter);
+    /// The lock that orders a zap under `mmap_lock` for read against the
+    /// sharing of `vma`'s page tables (hugetlb: its file's `i_mmap`, for a
+    /// `VM_MAYSHARE` VMA): the core zaps each PUD window of `vma` that
+    /// [`want_pmd_share`] allows under it and its hugetlb VMA lock, both
+    /// for write, as an unshare. `None` (the default): no table of `vma`
+    /// is ever shared, the zap takes no lock.
+    fn pmd_share_lock<'v>(&self, _vma: &'v Vma) -> Option<&'v IMmapLock> {
+        None
     }
+
+    /// `copy_page_range`'s copy at fork of the pinned anonymous page `pfn`
+    /// of `vma` (`folio_needs_cow_for_dma`): a new page of `phys` at
+    /// `placement` with its contents, or the errno that fails the fork.
+    /// The default copies into a 4 KiB page (`ENOMEM` if none is left);
+    /// hugetlb into a pool page outside any reservation (`ENOSPC`, Linux's
+    /// `copy_hugetlb_page_range`).
+    fn copy_pinned<'p>(&self, phys: &'p PhysMem, _vma: &Vma, placement: &Placement, pfn: Pfn) -> Result<FrameRef<'p>> {
+        phys.alloc_copy_at(pfn, placement).ok_or(Errno::NoMem)
+    }
+}
+
+/// `want_pmd_share`: a `VM_MAYSHARE` VMA that covers the whole PUD-aligned
+/// window around `addr`, whose PMD table it may share.
+pub(crate) fn want_pmd_share(vma: &Vma, addr: u64) -> bool {
+    let start = addr & !(PUD_SIZE - 1);
+    vma.flags.contains(VmFlags::MAYSHARE)
+        && start >= vma.start
+        && start.checked_add(PUD_SIZE).is_some_and(|end| end <= vma.end)
 }
 
 /// Linux's `struct zap_details`: which entries a zap of a file's range
@@ -111,7 +140,7 @@ pub(crate) struct ZapDetails<'a> {
     /// (hole punch): Linux's `even_cows`.
     pub(crate) even_cows: bool,
     /// Whether the entry goes (`filter` already answers `even_cows`).
-    pub(crate) filter: &'a mut dyn FnMut(Pte) -> bool,
+    pub(crate) filter: &'a mut dyn FnMut(crate::pgtable::Pte) -> bool,
 }
 
 /// Anonymous memory's and a file's hooks: every default.

@@ -94,9 +94,10 @@ impl crate::vma::VmaOps for RecordingOps {
         }
         Ok(())
     }
-    fn split(&self, _mm: &AddressSpace, vma: &crate::vma::Vma, addr: u64) {
+    fn split(&self, vma: &crate::vma::Vma, addr: u64) -> Option<std::ops::Range<u64>> {
         assert!(vma.lock.is_detached(), "split before the VMA left the tree");
         CALLS.with(|c| c.borrow_mut().push(format!("split {addr:#x}")));
+        None
     }
     fn close(&self, _vma: &crate::vma::Vma, start: u64, end: u64) {
         CALLS.with(|c| c.borrow_mut().push(format!("close {start:#x}-{end:#x}")));

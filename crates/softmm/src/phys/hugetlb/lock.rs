@@ -10,7 +10,7 @@
 //! and every unshare takes the VMA lock and `i_mmap` for write, then the PMD
 //! lock, without any fault mutex; so does a zap of a shareable window under
 //! `mmap_lock` for read (`MADV_DONTNEED`, truncate, hole punch: Linux's
-//! `__hugetlb_zap_begin`, `share::hugetlb_zap_range`), around its
+//! `__hugetlb_zap_begin`, `AddressSpace::zap_vma_range`), around its
 //! unshare and its walk. No step reaches another address space's locks
 //! except `huge_pmd_share`'s try-lock of its `mmap_lock`. Truncate and hole punch hold a fault mutex
 //! only around removing one page from the page cache, taking nothing else
@@ -147,12 +147,9 @@ pub(crate) enum Kind {
 /// atomics, as `crate::sync` allows).
 const SHARDS: usize = 16;
 
-thread_local! {
-    /// This thread's counter shard.
-    static SLOT: usize = {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        NEXT.fetch_add(1, StatOrdering::Relaxed) % SHARDS
-    };
+/// This thread's counter shard.
+fn shard() -> usize {
+    crate::sync::percpu::this_thread_number().unwrap_or(0) % SHARDS
 }
 
 /// Counted kinds: [`Kind`]'s six, then the three wait times
@@ -202,8 +199,7 @@ impl LockCounters {
     /// Counts one acquisition of `kind`.
     #[inline]
     pub(crate) fn count(&self, kind: Kind) {
-        let slot = SLOT.with(|s| *s);
-        self.shards[slot].0[kind as usize].fetch_add(1, StatOrdering::Relaxed);
+        self.shards[shard()].0[kind as usize].fetch_add(1, StatOrdering::Relaxed);
     }
 
     /// Adds the wait of a contended acquisition of `kind` that began at
@@ -211,8 +207,7 @@ impl LockCounters {
     #[cold]
     fn waited(&self, kind: Kind, since: std::time::Instant) {
         let ns = since.elapsed().as_nanos() as u64;
-        let slot = SLOT.with(|s| *s);
-        self.shards[slot].0[kind.wait() as usize].fetch_add(ns, StatOrdering::Relaxed);
+        self.shards[shard()].0[kind.wait() as usize].fetch_add(ns, StatOrdering::Relaxed);
         THREAD_WAIT_NS.with(|t| t.set(t.get().saturating_add(ns)));
     }
 

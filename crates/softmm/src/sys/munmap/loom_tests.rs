@@ -134,7 +134,7 @@ fn fixed_mmap_vs_policy_munmap() {
     });
 }
 
-/// The lock-free unmap's one shootdown (`mm/unmap_unreachable.rs`), on the
+/// The lock-free unmap's one shootdown (`tlb/unreachable.rs`), on the
 /// real `Cpu` and the real `munmap`: a CPU reads the second page twice
 /// while the main thread unmaps both pages (two gathers, the second freed
 /// with no shootdown of its own) and then reuses both frames. Each read

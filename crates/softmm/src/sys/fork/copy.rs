@@ -1,7 +1,7 @@
 //! Fork's copy of a VMA's entries (Linux's `copy_page_range` in
 //! `mm/memory.c`), the page-table walk every backing shares; a backing
 //! differs only in how it copies a pinned page, which its
-//! [`crate::vma::VmaOps::copy_page_range`] hook passes in.
+//! [`crate::vma::VmaOps::copy_pinned`] hook does.
 
 use crate::sync::Ordering;
 
@@ -11,7 +11,7 @@ use crate::phys::{FrameRef, Pfn, PG_ANON, PG_ANON_EXCLUSIVE, PG_DIRTY};
 use crate::rmap;
 use crate::vma::{VmFlags, Vma};
 
-use super::{AddressSpace, MmuGather};
+use crate::mm::{AddressSpace, MmuGather};
 
 /// Copies the entries of `vma` from `src` (the parent) into `dst` (the
 /// child), Linux's `copy_page_range`: private pages become read-only in
@@ -27,7 +27,7 @@ use super::{AddressSpace, MmuGather};
 /// down by its caller); write-protected parent entries are in `tlb`'s
 /// flush. The caller holds both `mmap_lock`s for write, the parent's
 /// `write_protect_seq` odd.
-pub(crate) fn copy_page_range<'p>(
+pub(super) fn copy_page_range<'p>(
     dst: &AddressSpace,
     src: &'p AddressSpace,
     vma: &Vma,

@@ -33,11 +33,11 @@ use crate::sync::{Mutex, Ordering};
 /// [`UnreachableRanges::remove`].
 pub(crate) struct UnreachableRanges {
     /// `[start, end)` pairs; null when empty.
-    pub(super) list: Atomic<Vec<(u64, u64)>>,
+    pub(crate) list: Atomic<Vec<(u64, u64)>>,
     /// Serializes the replacements (a few per large unmap). Padded: every
     /// TLB miss reads `list`, and a lock-free unmap locks this while other
     /// CPUs fill.
-    pub(super) write: crossbeam_utils::CachePadded<Mutex<()>>,
+    pub(crate) write: crossbeam_utils::CachePadded<Mutex<()>>,
 }
 
 impl Default for UnreachableRanges {
