@@ -110,6 +110,10 @@ pub(crate) struct Inode {
     /// The host file the pages come from and go back to, if any
     /// ([`File::from_host`], `crate::host_file`).
     host: Option<HostBacking>,
+    /// For the file behind [`crate::AddressSpace::mmap_host`]: the
+    /// embedder's memory its pages are (`crate::host_mem`); its page cache
+    /// stays empty.
+    pub(crate) host_mem: Option<crate::host_mem::HostMem>,
     /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
@@ -317,6 +321,7 @@ impl Inode {
             i_mmap: Mutex::new(Vec::new()),
             shmem_acct: AtomicU64::new(0),
             host: None,
+            host_mem: None,
             hugetlb,
             written_back: AtomicU64::new(0),
             users: AtomicU64::new(0),
@@ -376,6 +381,9 @@ impl Inode {
         self.phys.vm_unacct_memory(self.shmem_acct.swap(0, Ordering::Relaxed));
         if let Some(resv) = &self.hugetlb {
             resv.unreserve(&self.phys, 0, u64::MAX, freed);
+        }
+        if let Some(mem) = &self.host_mem {
+            mem.retire();
         }
     }
 

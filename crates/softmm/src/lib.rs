@@ -50,6 +50,7 @@ mod fault;
 #[deny(unsafe_code)]
 mod file;
 mod host_file;
+mod host_mem;
 #[deny(unsafe_code)]
 mod hugetlb;
 #[deny(unsafe_code)]

@@ -319,6 +319,10 @@ impl AddressSpace {
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {
             Backing::Hugetlb(_) => &crate::hugetlb::HUGETLB_VM_OPS,
+            // Embedder memory (`mmap_host`): `VM_PFNMAP`-like.
+            Backing::File if file.is_some_and(|f| f.file.inode().host_mem.is_some()) => {
+                &super::mmap_host::HOST_MEM_VM_OPS
+            }
             Backing::Anon | Backing::File => &DEFAULT_VM_OPS,
         };
         let mut desc = VmaDesc {
