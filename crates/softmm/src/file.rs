@@ -404,7 +404,16 @@ impl Inode {
 
     /// [`File::sync`].
     pub(crate) fn sync(&self) -> Result<()> {
+        if let Some(mem) = &self.host_mem {
+            // A window onto a host file: its pages are the host's.
+            return mem.sync();
+        }
         self.writeback(true)
+    }
+
+    /// The host file behind a host-backed file, `None` for any other.
+    pub(crate) fn host_backing(&self) -> Option<&HostBacking> {
+        self.host.as_ref()
     }
 
     /// [`File::pages_written_back`].

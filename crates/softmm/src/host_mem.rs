@@ -74,6 +74,18 @@ pub(crate) struct HostMem {
     len: u64,
     /// The inode's hold on the release, dropped when it is evicted.
     hold: Mutex<Option<Arc<HostRelease>>>,
+    /// For the window of a host file (`HostFileCoherence::Shared`): its
+    /// end of file and its `fsync`.
+    file: Option<HostFileHooks>,
+}
+
+/// What a window onto a host file asks of the file.
+pub(crate) struct HostFileHooks {
+    /// The pages of the window that lie (at least in part) below the
+    /// host file's end now; an access to a page past them is `SIGBUS`.
+    pub(crate) pages: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// `msync(MS_SYNC)`/`fsync` of the window: the host's `fdatasync`.
+    pub(crate) sync: Box<dyn Fn() -> crate::error::Result<()> + Send + Sync>,
 }
 
 impl std::fmt::Debug for HostMem {
@@ -95,7 +107,26 @@ impl HostMem {
     pub(crate) unsafe fn new(base: *mut u8, len: u64, release: Option<ReleaseFn>) -> HostMem {
         debug_assert!(base as usize % PAGE_SIZE as usize == 0 && len % PAGE_SIZE == 0);
         let hold = Arc::new(HostRelease { release: Mutex::new(release) });
-        HostMem { base: base as usize, len, hold: Mutex::new(Some(hold)) }
+        HostMem { base: base as usize, len, hold: Mutex::new(Some(hold)), file: None }
+    }
+
+    /// The window with `file`'s hooks: a window onto a host file.
+    pub(crate) fn with_file(mut self, file: HostFileHooks) -> HostMem {
+        self.file = Some(file);
+        self
+    }
+
+    /// Whether page `index` of the window may be accessed: inside the
+    /// window and, for a host file, not wholly past its end now (Linux's
+    /// `SIGBUS` past `i_size`; the host mapping is never touched there).
+    #[inline]
+    pub(crate) fn page_backed(&self, index: u64) -> bool {
+        self.file.as_ref().is_none_or(|f| index < (f.pages)())
+    }
+
+    /// `fsync` of the window's host file (`Ok` for embedder memory).
+    pub(crate) fn sync(&self) -> crate::error::Result<()> {
+        self.file.as_ref().map_or(Ok(()), |f| (f.sync)())
     }
 
     /// The host address of page `index` of the window, `None` past its end.

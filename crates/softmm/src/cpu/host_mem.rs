@@ -44,8 +44,13 @@ impl Cpu {
         }
         let page = va & !(PAGE_SIZE - 1);
         let index = vma.pgoff + (page - vma.start) / PAGE_SIZE;
-        // The VMA never reaches past its window (mremap cannot grow it).
-        let Some(host) = mem.page_ptr(index) else { return Some(Err(Fault::Bus { addr: va })) };
+        // The VMA never reaches past its window (mremap cannot grow it); a
+        // host file's page past its end now is SIGBUS, checked on every
+        // fill (see "Coherent shared host files" in docs/architecture.md
+        // for a truncation after the fill).
+        let Some(host) = mem.page_ptr(index).filter(|_| mem.page_backed(index)) else {
+            return Some(Err(Fault::Bus { addr: va }));
+        };
         // The embedder's watches, as for a page-table entry's fill.
         let watchpoint = mm.watches.point_hit(va, size, access.bit());
         if watchpoint && !self.pass_watchpoint {

@@ -141,6 +141,14 @@ impl AddressSpace {
             // address space's page tables cannot name.
             return Err(Errno::Inval);
         }
+        // A coherent shared mapping of a host file (`sys/mmap_host.rs`).
+        if let Some(f) = file.filter(|f| {
+            self.config.host_file_coherence == crate::HostFileCoherence::Shared
+                && f.file.inode().host_backing().is_some()
+                && matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE)
+        }) {
+            return self.mmap_host_file(addr, len, prot, flags, f, offset);
+        }
         let mut len = len;
         let backing = if file.is_some_and(|f| f.file.is_hugetlbfs()) {
             // A hugetlbfs file: the length rounds up, MAP_HUGETLB or not.

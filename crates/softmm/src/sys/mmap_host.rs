@@ -9,17 +9,23 @@
 //! it (`EFAULT`, `vma_to_resize`), `MADV_DONTNEED`/`MADV_FREE` are
 //! `EINVAL`, `get_user_pages`/pins and forced remote access are `EFAULT`
 //! (`check_vma_flags`), and `MAP_POPULATE`/`mlock` skip it (`__mm_populate`).
+//!
+//! A `MAP_SHARED` mapping of a host file under
+//! [`HostFileCoherence::Shared`](crate::HostFileCoherence::Shared) is one
+//! of these too ([`AddressSpace::mmap_host_file`]): its window is the
+//! host's own `MAP_SHARED` mapping of the file's range, with the file's end
+//! checked on every TLB fill.
 
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::file::{File, Inode, OpenFile};
-use crate::host_mem::{HostMem, ReleaseFn};
+use crate::host_mem::{HostFileHooks, HostMem, ReleaseFn};
 use crate::mm::AddressSpace;
 use crate::phys::PhysMem;
 use crate::uapi::*;
 use crate::vma::{VmFlags, VmaDesc, VmaOps};
-use crate::PAGE_SIZE;
+use crate::{page_align, PAGE_SIZE};
 
 /// The hooks of a host-memory VMA: its preparation marks it `VM_PFNMAP`.
 pub(crate) struct HostMemVmOps;
@@ -105,5 +111,74 @@ impl AddressSpace {
             file.inode().host_mem.as_ref().expect("made above").defuse();
         }
         res
+    }
+
+    /// `mmap` of `open`, a host file, `MAP_SHARED` under
+    /// `HostFileCoherence::Shared`: the pages are the host's own shared
+    /// mapping of `[offset, offset + len)` of the file, made here and
+    /// unmapped (with the file's use put) when the last mapping of it goes,
+    /// after the shootdown that leaves no CPU able to reach it
+    /// (`crate::host_mem`'s release). Guest and host see each other's
+    /// stores at once; `msync(MS_SYNC)` is the host's `fdatasync`; a page
+    /// wholly past the file's end is `SIGBUS` on access, checked against
+    /// the host's size on every TLB fill. `mmap`'s checks and errnos, then
+    /// the host `mmap`'s (`EACCES`, `ENOMEM`, `ENODEV`).
+    pub(super) fn mmap_host_file(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        open: &OpenFile,
+        offset: u64,
+    ) -> Result<u64> {
+        // do_mmap's length and offset checks, before the host is asked.
+        if len == 0 {
+            return Err(Errno::Inval);
+        }
+        let len = page_align(len);
+        if len == 0 {
+            return Err(Errno::NoMem);
+        }
+        if offset.checked_add(len).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(Errno::Overflow);
+        }
+        let inode = open.file.inode().clone();
+        let backing = inode.host_backing().expect("a host file");
+        let mapping = backing.map_shared(offset, len)?;
+        let base = mapping.ptr();
+        // Weak: the release's strong use is the one that keeps the host
+        // descriptor open, and it goes with the host mapping (the window's
+        // inode itself lives on until its VMAs' grace period).
+        let hooks = {
+            let (pages, sync) = (Arc::downgrade(&inode), Arc::downgrade(&inode));
+            HostFileHooks {
+                pages: Box::new(move || {
+                    let size = pages.upgrade().and_then(|f| Some(f.host_backing()?.host_size())).unwrap_or(0);
+                    size.saturating_sub(offset).div_ceil(PAGE_SIZE)
+                }),
+                sync: Box::new(move || {
+                    sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
+                }),
+            }
+        };
+        // The release: the host mapping goes, then the file's use.
+        let keep = inode.clone();
+        let release: ReleaseFn = Box::new(move || {
+            drop(mapping);
+            drop(keep);
+        });
+        let mut window = Inode::new(&self.phys, inode.name(), len, None);
+        // SAFETY: the host mapping is valid for reads (and writes, if the
+        // file is writable: a read-only open never maps it writable, so no
+        // guest store reaches it) until the release drops it; the guest's
+        // accesses are atomic, the host's are the host's, as between
+        // processes sharing the file.
+        window.host_mem = Some(unsafe { HostMem::new(base, len, Some(release)) }.with_file(hooks));
+        let file = File::named(window);
+        let view = OpenFile::new(&file, open.readable, open.writable);
+        // Refused, the window's only handle drops here and its release
+        // unmaps the host mapping.
+        self.mmap(addr, len, prot, flags, Some(&view), 0)
     }
 }
