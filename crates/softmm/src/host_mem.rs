@@ -81,6 +81,9 @@ pub(crate) struct HostMem {
 
 /// What a window onto a host file asks of the file.
 pub(crate) struct HostFileHooks {
+    /// The host file's inode id: a truncate of it shoots the window's
+    /// address spaces down (`AddressSpace::unmap_file_range`).
+    pub(crate) origin: u64,
     /// The pages of the window that lie (at least in part) below the
     /// host file's end now; an access to a page past them is `SIGBUS`.
     pub(crate) pages: Box<dyn Fn() -> u64 + Send + Sync>,
@@ -122,6 +125,11 @@ impl HostMem {
     #[inline]
     pub(crate) fn page_backed(&self, index: u64) -> bool {
         self.file.as_ref().is_none_or(|f| index < (f.pages)())
+    }
+
+    /// The id of the host file this is a window onto, if any.
+    pub(crate) fn origin(&self) -> Option<u64> {
+        self.file.as_ref().map(|f| f.origin)
     }
 
     /// `fsync` of the window's host file (`Ok` for embedder memory).

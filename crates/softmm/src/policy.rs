@@ -376,8 +376,11 @@ pub enum HostFileCoherence {
     /// other's writes at once; an access to a page wholly past the host
     /// file's end is `SIGBUS` (`BUS_ADRERR`). Like `mmap_host`'s, the
     /// mapping is `VM_PFNMAP`: pins, forced remote access, `MADV_DONTNEED`
-    /// and growth by `mremap` are refused. See `docs/architecture.md`
-    /// ("Coherent shared host files") for the truncation window.
+    /// and growth by `mremap` are refused. `File::set_len` shoots the
+    /// pages past the new end down before the host file shrinks; a
+    /// truncation by the host itself leaves a window (a translation cached
+    /// before it reaches the host's `SIGBUS`): see `docs/architecture.md`,
+    /// "Coherent shared host files".
     Shared,
 }
 

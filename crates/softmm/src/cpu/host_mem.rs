@@ -46,8 +46,9 @@ impl Cpu {
         let index = vma.pgoff + (page - vma.start) / PAGE_SIZE;
         // The VMA never reaches past its window (mremap cannot grow it); a
         // host file's page past its end now is SIGBUS, checked on every
-        // fill (see "Coherent shared host files" in docs/architecture.md
-        // for a truncation after the fill).
+        // fill (a truncation after the fill: `Inode::set_len` shoots the
+        // page down first; see "Coherent shared host files" in
+        // docs/architecture.md for one by the host).
         let Some(host) = mem.page_ptr(index).filter(|_| mem.page_backed(index)) else {
             return Some(Err(Fault::Bus { addr: va }));
         };

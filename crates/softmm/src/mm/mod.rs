@@ -1026,6 +1026,16 @@ impl Mapper for AddressSpace {
             // reservation back.
             v.ops.zap(self, v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
         }
+        // A coherent shared mapping of the file (its own `[host]`-like
+        // inode, a window onto the host's pages) records no fill owners:
+        // every CPU goes, before the host file shrinks under it.
+        if st
+            .vmas
+            .iter()
+            .any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.as_ref().and_then(|m| m.origin()) == Some(file.id())))
+        {
+            tlb.need_flush = true;
+        }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.

@@ -153,8 +153,13 @@ impl AddressSpace {
         let hooks = {
             let (pages, sync) = (Arc::downgrade(&inode), Arc::downgrade(&inode));
             HostFileHooks {
+                origin: inode.id(),
                 pages: Box::new(move || {
-                    let size = pages.upgrade().and_then(|f| Some(f.host_backing()?.host_size())).unwrap_or(0);
+                    let Some(f) = pages.upgrade() else { return 0 };
+                    // `window_size` first: a shrinking `File::set_len` lowers
+                    // it before the host's size.
+                    let lowered = f.window_size.load(crate::sync::Ordering::SeqCst);
+                    let size = f.host_backing().map_or(0, |h| h.host_size()).min(lowered);
                     size.saturating_sub(offset).div_ceil(PAGE_SIZE)
                 }),
                 sync: Box::new(move || {
@@ -179,6 +184,11 @@ impl AddressSpace {
         let view = OpenFile::new(&file, open.readable, open.writable);
         // Refused, the window's only handle drops here and its release
         // unmaps the host mapping.
-        self.mmap(addr, len, prot, flags, Some(&view), 0)
+        let a = self.mmap(addr, len, prot, flags, Some(&view), 0)?;
+        // A truncate of the file through softmm shoots this address space
+        // down before the host's pages go (`Inode::set_len`).
+        inode.has_windows.store(true, crate::sync::Ordering::Release);
+        self.arc().link_file(&inode);
+        Ok(a)
     }
 }

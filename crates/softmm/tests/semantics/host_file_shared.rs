@@ -157,3 +157,33 @@ fn a_read_only_host_file_maps_read_only() {
     drop((mm, open));
     assert_no_leaks(&phys);
 }
+
+/// A truncate through softmm (`File::set_len`) closes the window a host
+/// truncation leaves: the pages past the new end go from every TLB before
+/// the host's do, so a CPU that had cached one gets the guest's `SIGBUS`,
+/// not the host's.
+#[test]
+fn a_truncate_through_softmm_shoots_cached_pages_down_first() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let tf = TempFile::new("coherent-set-len", &[2u8; 3 * PAGE as usize]);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-set-len").unwrap();
+    let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    // Every page cached, the last one for writing.
+    assert_eq!(cpu.read_u8(a).unwrap(), 2);
+    assert_eq!(cpu.read_u8(a + PAGE).unwrap(), 2);
+    cpu.write_u8(a + 2 * PAGE, 3).unwrap();
+    open.file.set_len(PAGE + 10).unwrap();
+    assert_eq!(tf.read().len() as u64, PAGE + 10);
+    assert_eq!(cpu.read_u8(a + 2 * PAGE), Err(Fault::Bus { addr: a + 2 * PAGE }));
+    assert_eq!(cpu.write_u8(a + 2 * PAGE + 1, 1), Err(Fault::Bus { addr: a + 2 * PAGE + 1 }));
+    assert_eq!(cpu.read_u8(a + PAGE + 9).unwrap(), 2);
+    assert_eq!(cpu.read_u8(a + PAGE + 10).unwrap(), 0, "past the end, in the last page");
+    // It grows back: the page is there again, as zeros.
+    open.file.set_len(3 * PAGE).unwrap();
+    assert_eq!(cpu.read_u8(a + 2 * PAGE).unwrap(), 0);
+    drop(cpu);
+    drop((mm, open));
+    assert_no_leaks(&phys);
+}
