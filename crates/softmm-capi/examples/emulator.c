@@ -154,6 +154,10 @@ static const char *access_name(const softmm_fault *f) {
     return f->access == SOFTMM_ACCESS_WRITE ? "write" : f->access == SOFTMM_ACCESS_FETCH ? "fetch" : "read";
 }
 
+/* The release callback of host memory mapped into the guest: softmm
+ * calls it once no CPU can reach the memory any more. */
+static void on_release(void *ctx) { *(int *)ctx += 1; }
+
 static const char *code_name(const softmm_fault *f) {
     if (f->signo == SIGSEGV)
         return f->code == 1 ? "SEGV_MAPERR" : f->code == 2 ? "SEGV_ACCERR" : "SI_KERNEL";
@@ -295,6 +299,25 @@ int main(void) {
     printf("\nsnapshot: %u pages, page 2 holds %u\n", copied, snapshot[copied - 1][0]);
     CHECK(softmm_mm_write_unwatch(mm, (uint64_t)g, 3 * 4096, SOFTMM_WATCH_NOTIFY | SOFTMM_WATCH_LOG));
     CHECK(softmm_munmap(mm, (uint64_t)g, 3 * 4096));
+
+    /* Host memory in the guest (unicorn's uc_mem_map_ptr): two pages the
+     * host owns, say a framebuffer. A guest store lands in them, a host
+     * store is seen by the guest's next load (even through a translation
+     * the CPU cached), and the release callback runs at the munmap. */
+    static _Alignas(4096) uint32_t fb[2 * 1024];
+    static int released;
+    long long h = softmm_mmap_host(mm, 0, sizeof fb, PROT_READ | PROT_WRITE, 0, fb, on_release, &released);
+    CHECK(h);
+    uint64_t guest_sees;
+    CHECK(softmm_cpu_read_uint(v.cpu, (uint64_t)h, 4, &guest_sees, &f));
+    CHECK(softmm_cpu_write_uint(v.cpu, (uint64_t)h + 4096, 4, 0xc0ffee, &f));
+    unsigned host_sees = __atomic_load_n(&fb[1024], __ATOMIC_SEQ_CST);
+    __atomic_store_n(&fb[0], 7, __ATOMIC_SEQ_CST);
+    CHECK(softmm_cpu_read_uint(v.cpu, (uint64_t)h, 4, &guest_sees, &f));
+    int before = released;
+    CHECK(softmm_munmap(mm, (uint64_t)h, sizeof fb));
+    printf("host memory: host sees %#x, guest sees %llu, released %d then %d\n", host_sees,
+           (unsigned long long)guest_sees, before, released);
 
     /* fork: the child's CPU (a second one on this thread) writes its copy. */
     softmm_mm *child;

@@ -76,7 +76,7 @@
 #define SOFTMM_VERSION_MINOR 2
 
 // The patch version of the header.
-#define SOFTMM_VERSION_PATCH 1
+#define SOFTMM_VERSION_PATCH 2
 
 // `FOLL_WRITE`: the device will write: COW is broken first and the
 // mapping must be writable.
@@ -275,6 +275,11 @@ typedef struct softmm_mm_config {
   // Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
   // `NULL` for the default.
   const char *placement_policy;
+  // What a `MAP_SHARED` mapping of a host file is: "cache" (softmm's
+  // page cache, written back at `msync`; the default) or "shared" (the
+  // host's own shared mapping: both sides see each other's writes at
+  // once, `SIGBUS` past the host's end of file); `NULL` for the default.
+  const char *host_file_coherence;
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access (or, with
@@ -301,6 +306,10 @@ typedef struct softmm_fault {
   // access across a page boundary, possibly in the second page).
   uint64_t access_addr;
 } softmm_fault;
+
+// Called once when softmm no longer uses memory mapped by
+// [`softmm_mmap_host`], with the `ctx` given there.
+typedef void (*softmm_release_fn)(void *ctx);
 
 // What an arena holds, after pending frees have run (leak checks: all
 // four are 0 once every address space and file made from it is freed).
@@ -861,6 +870,43 @@ int64_t softmm_file_pread(const struct softmm_file *file, void *buf, size_t len,
 //
 // `file` is null or a live handle.
 int32_t softmm_file_truncate(const struct softmm_file *file, uint64_t size);
+
+// Maps `len` bytes of the caller's memory at `host` into the guest and
+// returns the guest address or `-errno`: shared, so a guest store is a
+// store to `host` and a store to `host` is seen by the guest's next load.
+// `prot` is `mmap`'s; `flags` may hold `MAP_FIXED`,
+// `MAP_FIXED_NOREPLACE` and `MAP_32BIT` (with `addr` as `mmap`'s hint or
+// fixed address) and nothing else. The mapping is Linux's `VM_PFNMAP`: a
+// fork shares it, `mremap` moves or shrinks it but growing it is
+// `-EFAULT`, pins and remote access are `-EFAULT`, `MADV_DONTNEED` is
+// `-EINVAL`.
+//
+// `release`, if not `NULL`, is called exactly once with `ctx`, on the
+// thread that ends the last mapping of this memory (a munmap, mremap or
+// `MAP_FIXED` over it, the last `softmm_mm_free` of an address space a
+// fork shared it with) and only once no CPU can reach it any more: the
+// memory may be freed then. It must not call into softmm for this
+// address space.
+//
+// Errors, with nothing mapped and `release` not called: `-EINVAL` for a
+// null handle, a null or not page-aligned `host`, a `len` that is zero or
+// not a multiple of 4096, another flag; then `mmap`'s errnos.
+//
+// # Safety
+//
+// `mm` is null or a live handle. `[host, host + len)` is memory the
+// caller owns, readable and writable until `release` is called (for ever
+// if `release` is `NULL`); while it is mapped the caller's own accesses
+// to it are atomic or ordered with the guest's by the caller. `release`
+// may be called on any thread.
+int64_t softmm_mmap_host(const struct softmm_mm *mm,
+                         uint64_t addr,
+                         uint64_t len,
+                         int32_t prot,
+                         int32_t flags,
+                         void *host,
+                         softmm_release_fn release,
+                         void *ctx);
 
 // The library's version, `"MAJOR.MINOR.PATCH"`: compare it with the
 // header's `SOFTMM_VERSION_*` to detect a header and library mismatch.

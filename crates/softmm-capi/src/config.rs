@@ -11,8 +11,8 @@
 use std::ffi::{c_char, CStr};
 
 use softmm::{
-    AddressSpace, FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, MmConfig, PhysConfig, PhysMem, PinPolicy,
-    PlacementPolicy, PostingPolicy, ShootdownPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy,
+    AddressSpace, FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, MmConfig, PhysConfig,
+    PhysMem, PinPolicy, PlacementPolicy, PostingPolicy, ShootdownPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy,
 };
 
 use crate::sized::{read_sized, SizedStruct};
@@ -122,6 +122,12 @@ pub struct softmm_mm_config {
     /// Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
     /// `NULL` for the default.
     pub placement_policy: *const c_char,
+    // Added in 0.2.2: a struct from an older header has the default.
+    /// What a `MAP_SHARED` mapping of a host file is: "cache" (softmm's
+    /// page cache, written back at `msync`; the default) or "shared" (the
+    /// host's own shared mapping: both sides see each other's writes at
+    /// once, `SIGBUS` past the host's end of file); `NULL` for the default.
+    pub host_file_coherence: *const c_char,
 }
 
 // SAFETY: `repr(C)`, starts with its `u32` size, integers and raw
@@ -230,6 +236,7 @@ pub(crate) fn mm_config_default() -> softmm_mm_config {
         madvise_policy: std::ptr::null(),
         writer_policy: std::ptr::null(),
         placement_policy: std::ptr::null(),
+        host_file_coherence: std::ptr::null(),
     }
 }
 
@@ -287,6 +294,7 @@ pub(crate) unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
     policy!(madvise_policy, MadvisePolicy, madvise_policy);
     policy!(writer_policy, WriterPolicy, writer_policy);
     policy!(placement_policy, PlacementPolicy, placement);
+    policy!(host_file_coherence, HostFileCoherence, host_file_coherence);
     Some(m)
 }
 
@@ -379,6 +387,13 @@ mod tests {
                 PlacementPolicy::Arenas
             )
         );
+        c.host_file_coherence = c"shared".as_ptr();
+        // SAFETY: as above.
+        assert_eq!(unsafe { mm_config(&c) }.unwrap().host_file_coherence, HostFileCoherence::Shared);
+        c.host_file_coherence = c"coherent".as_ptr();
+        // SAFETY: as above.
+        assert!(unsafe { mm_config(&c) }.is_none());
+        c.host_file_coherence = std::ptr::null();
         c.writer_policy = c"fast".as_ptr();
         // SAFETY: as above.
         assert!(unsafe { mm_config(&c) }.is_none());

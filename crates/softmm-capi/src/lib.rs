@@ -65,6 +65,7 @@
 mod config;
 mod cpu;
 mod file;
+mod host_mem;
 mod info;
 mod mempolicy;
 mod mm;
@@ -88,6 +89,7 @@ mod embedding_guide {}
 pub use config::*;
 pub use cpu::*;
 pub use file::*;
+pub use host_mem::*;
 pub use info::*;
 pub use mempolicy::*;
 pub use mm::*;

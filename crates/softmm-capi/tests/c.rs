@@ -89,6 +89,10 @@ fn the_c_emulator_example_runs() {
         "each store to the watched bytes, and only those: {out}"
     );
     assert!(lines.contains(&"watched: r4 = 5, [data + 64] = 6"), "{out}");
+    assert!(
+        lines.contains(&"host memory: host sees 0xc0ffee, guest sees 7, released 0 then 1"),
+        "guest and host see each other's stores, the release runs once at the munmap: {out}"
+    );
     assert!(lines.contains(&"after fork: parent 55, child 99"), "{out}");
     assert!(lines.iter().any(|l| l.ends_with(" [stack]") && l.contains(" rw-p ")), "{out}");
     assert!(lines.iter().any(|l| l.contains(" r-xp ")), "the text page: {out}");

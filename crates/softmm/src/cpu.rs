@@ -28,6 +28,7 @@ use crate::watch::StoreCheck;
 use crate::PAGE_SIZE;
 
 mod accessors;
+mod host_mem;
 mod scalar;
 mod section;
 
@@ -437,8 +438,9 @@ impl Cpu {
                 // Nothing is filled from a range a lock-free munmap is
                 // zapping: it shot the range down once and frees the rest
                 // without another shootdown (`tlb/unreachable.rs`).
-                let walk = if mm.unreachable.contains(va, &guard) { None } else { mm.pgtables.leaf(va, &guard) };
-                if let Some(leaf) = walk {
+                let unreachable = mm.unreachable.contains(va, &guard);
+                let walk = if unreachable { None } else { mm.pgtables.leaf(va, &guard) };
+                if let Some(leaf) = &walk {
                     let pte = leaf.load(va);
                     if access == Access::Execute && pte.is_present() && pte.has(Pte::NX) {
                         // x86-64 raises a protection fault for a fetch
@@ -503,6 +505,12 @@ impl Cpu {
                         let host = mm.phys.frame_ptr(pte.pfn());
                         self.state.tlb.fill(va, host, perms);
                         return Ok(host.wrapping_add((va % PAGE_SIZE) as usize));
+                    }
+                }
+                // Embedder memory has no entries: filled from its VMA.
+                if !unreachable && walk.as_ref().is_none_or(|leaf| leaf.load(va).is_none()) {
+                    if let Some(r) = self.fill_host_mem(&mm, va, size, access, &guard) {
+                        return r;
                     }
                 }
             }
@@ -665,16 +673,30 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
             let t = self.translate_sized(a, n, n, access)?;
-            let phys = &t.section.cpu().mm.as_deref().expect("attached").phys;
-            let _frame: FrameRef<'_> = phys.get(phys.pfn_of_ptr(t.ptr));
+            let mm = t.section.cpu().mm.as_deref().expect("attached");
+            let phys = &mm.phys;
+            // Embedder memory (`mmap_host`) has no frame: its release is
+            // held instead, or, if its VMA went meanwhile, the page is
+            // translated again (and faults).
+            let (_frame, _host): (Option<FrameRef<'_>>, _) = if phys.is_arena_ptr(t.ptr) {
+                (Some(phys.get(phys.pfn_of_ptr(t.ptr))), None)
+            } else {
+                match Cpu::hold_host_mem(mm, a, t.ptr) {
+                    Some(hold) => (None, Some(hold)),
+                    None => continue,
+                }
+            };
             // SAFETY:
-            // 1. `[t.ptr, t.ptr+n)` lies in one arena frame: `translate`
-            //    returned a pointer into it and `n` stops at the page end;
-            // 2. the frame stays allocated until `_frame` is dropped after
+            // 1. `[t.ptr, t.ptr+n)` lies in one arena frame or one page of
+            //    embedder memory: `translate` returned a pointer into it and
+            //    `n` stops at the page end;
+            // 2. the frame (the embedder's memory: its release waits for
+            //    `_host`) stays allocated until `_frame` is dropped after
             //    `f` returns, whatever `f` does to the address space (the
             //    section `t` holds would not be enough if `f` calls into
             //    softmm, which makes the CPU quiescent);
-            // 3. arena memory is only ever accessed atomically.
+            // 3. arena memory is only ever accessed atomically, and so is
+            //    the embedder's while mapped (`mmap_host`'s contract).
             let chunk = unsafe { std::slice::from_raw_parts(t.ptr as *const AtomicU8, n) };
             // A panic in `f` drops `_frame` and `t`, which ends the section.
             f(done, chunk);

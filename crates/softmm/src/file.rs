@@ -110,6 +110,18 @@ pub(crate) struct Inode {
     /// The host file the pages come from and go back to, if any
     /// ([`File::from_host`], `crate::host_file`).
     host: Option<HostBacking>,
+    /// For the file behind [`crate::AddressSpace::mmap_host`]: the
+    /// embedder's memory its pages are (`crate::host_mem`); its page cache
+    /// stays empty.
+    pub(crate) host_mem: Option<crate::host_mem::HostMem>,
+    /// For a host file with coherent shared mappings
+    /// (`HostFileCoherence::Shared`, which set `has_windows`): the size
+    /// their TLB fills see besides the host's, lowered by a shrinking
+    /// [`Inode::set_len`] before the host file shrinks (`u64::MAX` when
+    /// the host's size alone counts).
+    pub(crate) window_size: AtomicU64,
+    /// A coherent shared mapping of this host file was made.
+    pub(crate) has_windows: crate::sync::AtomicBool,
     /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
@@ -317,6 +329,9 @@ impl Inode {
             i_mmap: Mutex::new(Vec::new()),
             shmem_acct: AtomicU64::new(0),
             host: None,
+            host_mem: None,
+            window_size: AtomicU64::new(u64::MAX),
+            has_windows: crate::sync::AtomicBool::new(false),
             hugetlb,
             written_back: AtomicU64::new(0),
             users: AtomicU64::new(0),
@@ -377,6 +392,9 @@ impl Inode {
         if let Some(resv) = &self.hugetlb {
             resv.unreserve(&self.phys, 0, u64::MAX, freed);
         }
+        if let Some(mem) = &self.host_mem {
+            mem.retire();
+        }
     }
 
     /// The little-endian `u64` at `offset` of the memory backing (what
@@ -396,7 +414,16 @@ impl Inode {
 
     /// [`File::sync`].
     pub(crate) fn sync(&self) -> Result<()> {
+        if let Some(mem) = &self.host_mem {
+            // A window onto a host file: its pages are the host's.
+            return mem.sync();
+        }
         self.writeback(true)
+    }
+
+    /// The host file behind a host-backed file, `None` for any other.
+    pub(crate) fn host_backing(&self) -> Option<&HostBacking> {
+        self.host.as_ref()
     }
 
     /// [`File::pages_written_back`].
@@ -706,8 +733,24 @@ impl Inode {
         }
         if let Some(host) = &self.host {
             // do_ftruncate's checks, and the host file's new size before
-            // anything here changes.
-            host.set_len(size)?;
+            // anything here changes; for coherent mappings of it, no
+            // translation may reach past the new end once the host's pages
+            // go (the host's SIGBUS): first `window_size`, which their fills
+            // check, then a shootdown of every address space that maps one
+            // (`unmap_file_range`), then the host's truncation.
+            let shrink = self.has_windows.load(Ordering::Acquire) && size < self.len();
+            if shrink {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                let _inval = self.invalidate_lock.write();
+                self.window_size.store(size, Ordering::SeqCst);
+                self.unmap_mapping_range(size.div_ceil(PAGE_SIZE), u64::MAX, true);
+            }
+            let res = host.set_len(size);
+            if shrink {
+                // The host's size alone counts again.
+                self.window_size.store(u64::MAX, Ordering::SeqCst);
+            }
+            res?;
         }
         let _q = crate::tlb::QuiescentGuard::enter();
         let _inval = self.invalidate_lock.write();

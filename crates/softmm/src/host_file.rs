@@ -203,6 +203,66 @@ impl HostBacking {
     }
 }
 
+impl HostBacking {
+    /// The host file's size now (`fstat`), `0` if it cannot be read (an
+    /// access then finds the page past the end: `SIGBUS`, never the host's).
+    pub(crate) fn host_size(&self) -> u64 {
+        #[cfg(all(test, loom))]
+        if let Io::Memory(bytes) = &self.file {
+            return bytes.lock().len() as u64;
+        }
+        self.host().metadata().map_or(0, |m| m.len())
+    }
+
+    /// The host's own `MAP_SHARED` mapping of `len` bytes of the file at
+    /// `offset` (page aligned), readable, and writable if the file was
+    /// opened for writing: what a coherent shared mapping's pages are
+    /// (`HostFileCoherence::Shared`). The host's errno as softmm's
+    /// (`EACCES`, `ENOMEM`, else `ENODEV`).
+    pub(crate) fn map_shared(&self, offset: u64, len: u64) -> Result<HostMapping> {
+        let prot = libc::PROT_READ | if self.writable { libc::PROT_WRITE } else { 0 };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.host());
+        let (Ok(len_), Ok(off)) = (usize::try_from(len), libc::off_t::try_from(offset)) else {
+            return Err(Errno::Overflow);
+        };
+        // SAFETY: a new mapping the kernel places (no fixed address), of a
+        // descriptor `self.file` owns; no memory of ours is passed.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len_, prot, libc::MAP_SHARED, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EACCES) => Errno::Acces,
+                Some(libc::ENOMEM) => Errno::NoMem,
+                _ => Errno::NoDev,
+            });
+        }
+        Ok(HostMapping { addr: p as usize, len: len_ })
+    }
+}
+
+/// A host `MAP_SHARED` mapping of a host file ([`HostBacking::map_shared`]),
+/// unmapped when dropped.
+#[derive(Debug)]
+pub(crate) struct HostMapping {
+    addr: usize,
+    len: usize,
+}
+
+impl HostMapping {
+    /// Its first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+}
+
+impl Drop for HostMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `map_shared` made, unmapped once; whoever
+        // handed out pointers into it drops it only once none is in use
+        // (`crate::host_mem`'s release).
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
 /// The bytes of page `index` that lie below a file end of `size`.
 pub(crate) fn page_bytes(index: u64, size: u64) -> usize {
     size.saturating_sub(index.saturating_mul(PAGE_SIZE)).min(PAGE_SIZE) as usize

@@ -50,6 +50,7 @@ mod fault;
 #[deny(unsafe_code)]
 mod file;
 mod host_file;
+mod host_mem;
 #[deny(unsafe_code)]
 mod hugetlb;
 #[deny(unsafe_code)]
@@ -114,7 +115,8 @@ pub use migrate::NR_MAX_BATCHED_MIGRATION;
 pub use phys::{NodeMask, NodeStats};
 // The policies, one per mechanism the lab compares.
 pub use policy::{
-    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+    FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy,
+    UnmapPolicy, WriterPolicy,
 };
 
 /// log2 of the page size.

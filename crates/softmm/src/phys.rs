@@ -814,6 +814,14 @@ impl PhysMem {
         unsafe { std::ptr::copy_nonoverlapping(s, d, len) };
     }
 
+    /// True if `ptr` points into the arena (not into embedder memory that
+    /// `AddressSpace::mmap_host` maps).
+    #[inline]
+    pub(crate) fn is_arena_ptr(&self, ptr: *const u8) -> bool {
+        let off = ptr.addr().wrapping_sub(self.base.as_ptr().addr());
+        off < self.desc.len() * PAGE_SIZE as usize
+    }
+
     /// The frame holding the arena byte at `ptr`, which must come from
     /// [`PhysMem::frame_ptr`] of this arena (plus an offset inside the frame).
     #[inline]

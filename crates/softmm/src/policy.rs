@@ -3,7 +3,8 @@
 //! faults ([`FaultPolicy`]), large unmaps ([`UnmapPolicy`]), pins
 //! ([`PinPolicy`]), hugetlb's locking ([`HugetlbPolicy`]), placement
 //! ([`PlacementPolicy`]), `MADV_DONTNEED`/`MADV_FREE` ([`MadvisePolicy`]),
-//! writers ([`WriterPolicy`]) and migration ([`MigratePolicy`]). Each has
+//! writers ([`WriterPolicy`]), migration ([`MigratePolicy`]) and shared
+//! mappings of host files ([`HostFileCoherence`]). Each has
 //! `ALL` (for sweeps), `name` and `from_name` (the command line's names).
 //!
 //! They are vocabulary, re-exported at the crate root: the configuration
@@ -357,5 +358,46 @@ impl MigratePolicy {
     /// The policy named `name` (see [`MigratePolicy::name`]).
     pub fn from_name(name: &str) -> Option<MigratePolicy> {
         MigratePolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// What the pages of a `MAP_SHARED` mapping of a host file
+/// ([`OpenFile::from_host`](crate::OpenFile::from_host)) are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostFileCoherence {
+    /// softmm's own page cache, read from the host on a fault and written
+    /// back at `msync(MS_SYNC)`, `File::sync` and the last unmap: a host
+    /// write to a page already cached is not seen by the guest, and a guest
+    /// write reaches the host at writeback.
+    #[default]
+    Cache,
+    /// The host's own `MAP_SHARED` mapping of the file (one per `mmap`), as
+    /// `crate::host_mem` maps embedder memory: guest and host see each
+    /// other's writes at once; an access to a page wholly past the host
+    /// file's end is `SIGBUS` (`BUS_ADRERR`). Like `mmap_host`'s, the
+    /// mapping is `VM_PFNMAP`: pins, forced remote access, `MADV_DONTNEED`
+    /// and growth by `mremap` are refused. `File::set_len` shoots the
+    /// pages past the new end down before the host file shrinks; a
+    /// truncation by the host itself leaves a window (a translation cached
+    /// before it reaches the host's `SIGBUS`): see `docs/architecture.md`,
+    /// "Coherent shared host files".
+    Shared,
+}
+
+impl HostFileCoherence {
+    /// Every policy, for the lab.
+    pub const ALL: [HostFileCoherence; 2] = [HostFileCoherence::Cache, HostFileCoherence::Shared];
+
+    /// The name the lab prints and parses (`cache`, `shared`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HostFileCoherence::Cache => "cache",
+            HostFileCoherence::Shared => "shared",
+        }
+    }
+
+    /// The policy named `name` (see [`HostFileCoherence::name`]).
+    pub fn from_name(name: &str) -> Option<HostFileCoherence> {
+        HostFileCoherence::ALL.into_iter().find(|p| p.name() == name)
     }
 }

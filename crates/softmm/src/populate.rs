@@ -27,6 +27,11 @@ pub(crate) fn get_user_pages(
     end: u64,
     access: Access,
 ) -> core::result::Result<(), Fault> {
+    // check_vma_flags: raw memory without pages (`mmap_host`) cannot be
+    // got, which the errno-returning callers turn into `EFAULT`.
+    if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
+        return Err(Fault::Segv { addr: start, code: crate::error::SegvCode::AccErr });
+    }
     // A hugetlb fault maps a whole 2 MiB page: one per huge page.
     let step = vma.ops.pagesize(vma);
     let mut a = start;
@@ -75,7 +80,8 @@ pub(crate) fn populate_range(mm: &AddressSpace, start: u64, end: u64, ignore_err
     while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
         let from = a.max(vma.start);
         a = vma.end.min(end);
-        let res = if vma.flags.contains(VmFlags::LOCKONFAULT) {
+        let res = if vma.flags.intersects(VmFlags::LOCKONFAULT | VmFlags::IO | VmFlags::PFNMAP) {
+            // __mm_populate skips VM_IO and VM_PFNMAP VMAs (`mmap_host`).
             Ok(())
         } else if !vma.flags.intersects(VmFlags::ACCESS_FLAGS) {
             Err(Errno::Fault)

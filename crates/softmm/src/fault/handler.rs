@@ -94,6 +94,11 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
+    if vma.file.as_ref().is_some_and(|f| f.host_mem.is_some()) {
+        // Embedder memory (`mmap_host`) has no entry to install: the
+        // retried access fills its TLB from the VMA (`cpu/host_mem.rs`).
+        return Ok(());
+    }
     if vma.flags.contains(VmFlags::HUGETLB) {
         // A hugetlb fault allocates its PMD table, so it needs `mmap_lock`
         // or the VMA's reference (`PerVmaSeq` then retries with it;

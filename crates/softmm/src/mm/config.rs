@@ -8,7 +8,8 @@
 //! core of `mm` does not depend on the features.
 
 use crate::policy::{
-    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+    FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy,
+    UnmapPolicy, WriterPolicy,
 };
 use crate::PAGE_SIZE;
 
@@ -112,6 +113,9 @@ pub struct MmConfig {
     pub madvise_policy: MadvisePolicy,
     /// How `mmap_lock` writers run their serialized part (issue 32).
     pub writer_policy: WriterPolicy,
+    /// What the pages of a `MAP_SHARED` mapping of a host file are
+    /// (issue 31).
+    pub host_file_coherence: HostFileCoherence,
     /// Whether unmaps read the clock to time their parts
     /// ([`UnmapStats`](crate::UnmapStats)'s `_ns` fields stay 0 otherwise).
     pub time_unmaps: bool,
@@ -150,6 +154,7 @@ impl Default for MmConfig {
             placement: PlacementPolicy::default(),
             madvise_policy: MadvisePolicy::default(),
             writer_policy: WriterPolicy::default(),
+            host_file_coherence: HostFileCoherence::default(),
             time_unmaps: false,
         }
     }
@@ -340,6 +345,13 @@ impl MmConfig {
     #[must_use]
     pub fn writer_policy(mut self, writer_policy: WriterPolicy) -> MmConfig {
         self.writer_policy = writer_policy;
+        self
+    }
+
+    /// Sets `host_file_coherence`: what the pages of a `MAP_SHARED` mapping of a host file are (default [`HostFileCoherence::Cache`]).
+    #[must_use]
+    pub fn host_file_coherence(mut self, host_file_coherence: HostFileCoherence) -> MmConfig {
+        self.host_file_coherence = host_file_coherence;
         self
     }
 

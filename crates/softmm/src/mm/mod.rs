@@ -298,7 +298,24 @@ impl AddressSpace {
         self.seq.write_end();
         // The sequence count, and the lock word the caller's unlock writes.
         crate::sync::shared_write(2);
-        st.vmas.take_removed()
+        let removed = st.vmas.take_removed();
+        self.shoot_down_host_mem(&removed);
+        removed
+    }
+
+    /// Step 2 of `crate::host_mem`'s protocol: a TLB fill from a
+    /// host-memory VMA records no owner in any entry, so once a tree
+    /// without (part of) such a VMA is published, every CPU is shot down
+    /// before the VMA's file use is put (which may run the embedder's
+    /// release). Nothing for the VMAs of every other kind.
+    fn shoot_down_host_mem(&self, removed: &[Arc<Vma>]) {
+        #[cfg(loom)]
+        if crate::sync::broken::host_mem::NO_SHOOTDOWN.with(std::cell::Cell::get) {
+            return;
+        }
+        if removed.iter().any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.is_some())) {
+            let _ = self.flush_tlb();
+        }
     }
 
     /// The physical memory this address space allocates from.
@@ -1005,6 +1022,16 @@ impl Mapper for AddressSpace {
             // keep it unshared, and a private copy's owner gets its
             // reservation back.
             self.zap_vma_range(v, start, end, &mut tlb, crate::vma::ZapDetails { even_cows, filter: &mut filter });
+        }
+        // A coherent shared mapping of the file (its own `[host]`-like
+        // inode, a window onto the host's pages) records no fill owners:
+        // every CPU goes, before the host file shrinks under it.
+        if st
+            .vmas
+            .iter()
+            .any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.as_ref().and_then(|m| m.origin()) == Some(file.id())))
+        {
+            tlb.need_flush = true;
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may

@@ -41,6 +41,18 @@ pub(crate) mod tlb {
     }
 }
 
+/// The switch of host memory's release protocol (`crate::host_mem`);
+/// model `host_mem/loom_tests.rs`.
+#[cfg(loom)]
+pub(crate) mod host_mem {
+    std::thread_local! {
+        /// A write section that removes a host-memory VMA publishes the new
+        /// tree without shooting every CPU down (step 2 of the protocol,
+        /// `AddressSpace::end_write_section`).
+        pub(crate) static NO_SHOOTDOWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+}
+
 /// The switches of the shootdown initiator (`tlb/shootdown.rs`); models
 /// `tlb/loom_tests.rs`.
 pub(crate) mod shootdown {

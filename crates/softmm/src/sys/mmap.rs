@@ -141,6 +141,14 @@ impl AddressSpace {
             // address space's page tables cannot name.
             return Err(Errno::Inval);
         }
+        // A coherent shared mapping of a host file (`sys/mmap_host.rs`).
+        if let Some(f) = file.filter(|f| {
+            self.config.host_file_coherence == crate::HostFileCoherence::Shared
+                && f.file.inode().host_backing().is_some()
+                && matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE)
+        }) {
+            return self.mmap_host_file(addr, len, prot, flags, f, offset);
+        }
         let mut len = len;
         let backing = if file.is_some_and(|f| f.file.is_hugetlbfs()) {
             // A hugetlbfs file: the length rounds up, MAP_HUGETLB or not.
@@ -319,6 +327,10 @@ impl AddressSpace {
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {
             Backing::Hugetlb(_) => &crate::hugetlb::HUGETLB_VM_OPS,
+            // Embedder memory (`mmap_host`): `VM_PFNMAP`-like.
+            Backing::File if file.is_some_and(|f| f.file.inode().host_mem.is_some()) => {
+                &super::mmap_host::HOST_MEM_VM_OPS
+            }
             Backing::Anon | Backing::File => &DEFAULT_VM_OPS,
         };
         let mut desc = VmaDesc {

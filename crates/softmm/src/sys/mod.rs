@@ -27,6 +27,9 @@ mod mempolicy;
 mod mincore;
 mod mlock;
 mod mmap;
+// `mmap_host` is `unsafe` at the API boundary: the caller vouches for its memory.
+#[allow(unsafe_code)]
+mod mmap_host;
 mod move_pages;
 mod mprotect;
 mod mremap;

@@ -137,7 +137,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "uapi", "policy", "sync", "access"],
     &["phys"],
     &["tlb", "mempolicy", "watch"],
-    &["pgtable", "host_file"],
+    &["pgtable", "host_file", "host_mem"],
     &["rmap"],
     &["file"],
     &["vma"],

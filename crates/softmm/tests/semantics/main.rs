@@ -24,6 +24,8 @@ mod fork_host;
 mod get_mempolicy;
 mod hardening;
 mod host_file;
+mod host_file_shared;
+mod host_mem;
 mod hugetlb;
 mod hugetlb_fork_share;
 mod hugetlb_migrate;

@@ -1,0 +1,194 @@
+//! `mmap_host`: a mapping of the embedder's own memory (unicorn's
+//! `uc_mem_map_ptr`), mapped as Linux maps device memory with
+//! `remap_pfn_range`: `VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP`.
+//! The mechanism and its protocol are `crate::host_mem`'s.
+//!
+//! What Linux's `VM_PFNMAP` rules give it here, unchanged: `fork` shares
+//! the pages with the child (`copy_page_range` copies the raw entries;
+//! nothing is copy-on-write), `mremap` may move or shrink it but not grow
+//! it (`EFAULT`, `vma_to_resize`), `MADV_DONTNEED`/`MADV_FREE` are
+//! `EINVAL`, `get_user_pages`/pins and forced remote access are `EFAULT`
+//! (`check_vma_flags`), and `MAP_POPULATE`/`mlock` skip it (`__mm_populate`).
+//!
+//! A `MAP_SHARED` mapping of a host file under
+//! [`HostFileCoherence::Shared`](crate::HostFileCoherence::Shared) is one
+//! of these too ([`AddressSpace::mmap_host_file`]): its window is the
+//! host's own `MAP_SHARED` mapping of the file's range, with the file's end
+//! checked on every TLB fill.
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Result};
+use crate::file::{File, Inode, OpenFile};
+use crate::host_mem::{HostFileHooks, HostMem, ReleaseFn};
+use crate::mm::AddressSpace;
+use crate::phys::PhysMem;
+use crate::uapi::*;
+use crate::vma::{VmFlags, VmaDesc, VmaOps};
+use crate::{page_align, PAGE_SIZE};
+
+/// The hooks of a host-memory VMA: its preparation marks it `VM_PFNMAP`.
+pub(crate) struct HostMemVmOps;
+
+impl VmaOps for HostMemVmOps {
+    fn name(&self) -> &'static str {
+        "host-mem"
+    }
+
+    /// `remap_pfn_range`'s flags: raw memory without page descriptors,
+    /// never expanded, merged, dumped, populated or pinned.
+    fn mmap_prepare(&self, _phys: &Arc<PhysMem>, desc: &mut VmaDesc) -> Result<()> {
+        desc.flags |= VmFlags::IO | VmFlags::PFNMAP | VmFlags::DONTEXPAND | VmFlags::DONTDUMP;
+        Ok(())
+    }
+}
+
+/// The hooks of every host-memory VMA.
+pub(crate) static HOST_MEM_VM_OPS: HostMemVmOps = HostMemVmOps;
+
+/// The placement flags `mmap_host` takes.
+const HOST_MAP_FLAGS: i32 = MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_32BIT;
+
+impl AddressSpace {
+    /// Maps `len` bytes of the caller's memory at `host` into the guest,
+    /// shared (a guest store is a store to `host`, a host store is seen by
+    /// the guest's next load), with protection `prot`, and returns the
+    /// guest address. `flags` may hold `MAP_FIXED`, `MAP_FIXED_NOREPLACE`
+    /// and `MAP_32BIT`, which place the mapping as `mmap`'s do, and nothing
+    /// else; `addr` is `mmap`'s hint or fixed address.
+    ///
+    /// The mapping is Linux's `VM_PFNMAP` (see the module): forks share it,
+    /// `mremap` moves or shrinks it but does not grow it, `mprotect` and
+    /// `munmap` of part of it work as for any mapping; pins, forced remote
+    /// access and `MADV_DONTNEED` refuse it.
+    ///
+    /// `release`, if given, runs exactly once, on the thread that ends the
+    /// last mapping of this call's memory (`munmap`, `mremap`, `MAP_FIXED`
+    /// over it, the exit of the last address space a fork shared it with,
+    /// or the end of a `Cpu::with_slice` callback that was still using it),
+    /// and only once no CPU can reach the memory any more: the caller may
+    /// free it then. It must not call into this address space.
+    ///
+    /// Errors, with nothing mapped and `release` dropped without being
+    /// called: `EINVAL` for a null or unaligned `host`, a `len` that is
+    /// zero or not a multiple of the page size, or another flag; then
+    /// every errno of [`AddressSpace::mmap`] of a shared file mapping.
+    ///
+    /// # Safety
+    ///
+    /// `[host, host + len)` must be memory the caller owns, valid for reads
+    /// and writes from this call until `release` runs (for ever if it is
+    /// `None`), and not freed, unmapped or made inaccessible meanwhile. The
+    /// guest's accesses to it are word-atomic, as to any guest memory; the
+    /// caller's own accesses while it is mapped must be atomic too (or
+    /// ordered with the guest's by the caller), as with memory shared
+    /// between processes.
+    pub unsafe fn mmap_host(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        host: *mut u8,
+        release: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<u64> {
+        let release: Option<ReleaseFn> = release;
+        if host.is_null() || host as usize % PAGE_SIZE as usize != 0 || len == 0 || len % PAGE_SIZE != 0 {
+            return Err(Errno::Inval);
+        }
+        if flags & !HOST_MAP_FLAGS != 0 || (host as u64).checked_add(len).is_none() {
+            return Err(Errno::Inval);
+        }
+        let mut inode = Inode::new(&self.phys, "[host]", len, None);
+        // SAFETY: the caller's contract is `HostMem::new`'s.
+        inode.host_mem = Some(unsafe { HostMem::new(host, len, release) });
+        let file = File::named(inode);
+        let open = OpenFile::read_write(&file);
+        let res = self.mmap(addr, len, prot, MAP_SHARED | flags, Some(&open), 0);
+        if res.is_err() {
+            // Refused: the caller keeps its memory, and the callback, which
+            // dropping the only handle would run, is dropped unrun.
+            file.inode().host_mem.as_ref().expect("made above").defuse();
+        }
+        res
+    }
+
+    /// `mmap` of `open`, a host file, `MAP_SHARED` under
+    /// `HostFileCoherence::Shared`: the pages are the host's own shared
+    /// mapping of `[offset, offset + len)` of the file, made here and
+    /// unmapped (with the file's use put) when the last mapping of it goes,
+    /// after the shootdown that leaves no CPU able to reach it
+    /// (`crate::host_mem`'s release). Guest and host see each other's
+    /// stores at once; `msync(MS_SYNC)` is the host's `fdatasync`; a page
+    /// wholly past the file's end is `SIGBUS` on access, checked against
+    /// the host's size on every TLB fill. `mmap`'s checks and errnos, then
+    /// the host `mmap`'s (`EACCES`, `ENOMEM`, `ENODEV`).
+    pub(super) fn mmap_host_file(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        open: &OpenFile,
+        offset: u64,
+    ) -> Result<u64> {
+        // do_mmap's length and offset checks, before the host is asked.
+        if len == 0 {
+            return Err(Errno::Inval);
+        }
+        let len = page_align(len);
+        if len == 0 {
+            return Err(Errno::NoMem);
+        }
+        if offset.checked_add(len).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(Errno::Overflow);
+        }
+        let inode = open.file.inode().clone();
+        let backing = inode.host_backing().expect("a host file");
+        let mapping = backing.map_shared(offset, len)?;
+        let base = mapping.ptr();
+        // Weak: the release's strong use is the one that keeps the host
+        // descriptor open, and it goes with the host mapping (the window's
+        // inode itself lives on until its VMAs' grace period).
+        let hooks = {
+            let (pages, sync) = (Arc::downgrade(&inode), Arc::downgrade(&inode));
+            HostFileHooks {
+                origin: inode.id(),
+                pages: Box::new(move || {
+                    let Some(f) = pages.upgrade() else { return 0 };
+                    // `window_size` first: a shrinking `File::set_len` lowers
+                    // it before the host's size.
+                    let lowered = f.window_size.load(crate::sync::Ordering::SeqCst);
+                    let size = f.host_backing().map_or(0, |h| h.host_size()).min(lowered);
+                    size.saturating_sub(offset).div_ceil(PAGE_SIZE)
+                }),
+                sync: Box::new(move || {
+                    sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
+                }),
+            }
+        };
+        // The release: the host mapping goes, then the file's use.
+        let keep = inode.clone();
+        let release: ReleaseFn = Box::new(move || {
+            drop(mapping);
+            drop(keep);
+        });
+        let mut window = Inode::new(&self.phys, inode.name(), len, None);
+        // SAFETY: the host mapping is valid for reads (and writes, if the
+        // file is writable: a read-only open never maps it writable, so no
+        // guest store reaches it) until the release drops it; the guest's
+        // accesses are atomic, the host's are the host's, as between
+        // processes sharing the file.
+        window.host_mem = Some(unsafe { HostMem::new(base, len, Some(release)) }.with_file(hooks));
+        let file = File::named(window);
+        let view = OpenFile::new(&file, open.readable, open.writable);
+        // Refused, the window's only handle drops here and its release
+        // unmaps the host mapping.
+        let a = self.mmap(addr, len, prot, flags, Some(&view), 0)?;
+        // A truncate of the file through softmm shoots this address space
+        // down before the host's pages go (`Inode::set_len`).
+        inode.has_windows.store(true, crate::sync::Ordering::Release);
+        self.arc().link_file(&inode);
+        Ok(a)
+    }
+}
