@@ -126,3 +126,21 @@ fn hugetlb_memfds_and_the_pool() {
         out.stdout
     );
 }
+
+/// A successful `mseal` proves its whole range was mapped (Linux 6.12's
+/// `check_mm_seal` refuses a hole with `ENOMEM`): on memory mapped before
+/// tracing began (the executable's segments, as `seal_elf` seals them) it
+/// gets a placeholder, sealed, so a later `mprotect` there is `EPERM` as
+/// recorded.
+#[test]
+fn mseal_on_pretrace_memory() {
+    let log = log_file(
+        "mseal-pretrace.log",
+        "9 brk(NULL) = 0x555555559000\n\
+         9 syscall_0x1ce(0x555555550000, 0x2000, 0, 0, 0, 0) = 0\n\
+         9 mprotect(0x555555551000, 4096, PROT_READ|PROT_WRITE) = -1 EPERM (Operation not permitted)\n",
+    );
+    let out = softmm(&["replay", log.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stdout.contains("placeholder 555555550000-555555552000 for line 2 (mseal)"), "{}", out.stdout);
+}
