@@ -137,8 +137,9 @@ struct ReplayArgs {
     #[arg(long, requires = "bench", value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Huge pages (2 MiB) in the replay's hugetlb pool (default: as many as the log's successful
-    /// hugetlb mappings take at once; give the recording host's `vm.nr_hugepages` where the log
-    /// shows the pool running out).
+    /// hugetlb mappings take at once, or, where an anonymous `MAP_HUGETLB` mapping failed with
+    /// ENOMEM, the most its anonymous ones held at once; give the recording host's
+    /// `vm.nr_hugepages` where the log shows the pool running out otherwise).
     #[arg(long, value_name = "N")]
     hugepages: Option<u64>,
     /// Compare the final mappings of the log's first pid (its last program; else the last program

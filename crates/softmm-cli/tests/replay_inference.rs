@@ -126,3 +126,42 @@ fn hugetlb_memfds_and_the_pool() {
         out.stdout
     );
 }
+
+/// An anonymous `MAP_HUGETLB` mapping that failed with `ENOMEM` shows the
+/// recording host's pool ran out: the pool is then the most huge pages the
+/// log held at once (here one, as `hugetlb_madv_vs_map` records it with
+/// `vm.nr_hugepages` 1), not the sum of every mapping, so the refused
+/// mapping is refused in softmm too, and a mapping after the `munmap` fits.
+#[test]
+fn hugetlb_pool_that_ran_out() {
+    let log = log_file(
+        "hugetlb-ran-out.log",
+        "9 brk(NULL) = 0x555555559000\n\
+         9 mmap(NULL, 2097152, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB, -1, 0) = 0x7f0000a00000\n\
+         10 mmap(NULL, 2097152, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB, -1, 0) = -1 ENOMEM (Cannot allocate memory)\n\
+         9 munmap(0x7f0000a00000, 2097152) = 0\n\
+         9 mmap(NULL, 2097152, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB, -1, 0) = 0x7f0000a00000\n\
+         10 mmap(NULL, 2097152, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB, -1, 0) = -1 ENOMEM (Cannot allocate memory)\n",
+    );
+    let out = softmm(&["replay", log.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stdout.contains("hugetlb pool: 1 huge pages of 2 MiB"), "{}", out.stdout);
+}
+
+/// A successful `mseal` proves its whole range was mapped (Linux 6.12's
+/// `check_mm_seal` refuses a hole with `ENOMEM`): on memory mapped before
+/// tracing began (the executable's segments, as `seal_elf` seals them) it
+/// gets a placeholder, sealed, so a later `mprotect` there is `EPERM` as
+/// recorded.
+#[test]
+fn mseal_on_pretrace_memory() {
+    let log = log_file(
+        "mseal-pretrace.log",
+        "9 brk(NULL) = 0x555555559000\n\
+         9 syscall_0x1ce(0x555555550000, 0x2000, 0, 0, 0, 0) = 0\n\
+         9 mprotect(0x555555551000, 4096, PROT_READ|PROT_WRITE) = -1 EPERM (Operation not permitted)\n",
+    );
+    let out = softmm(&["replay", log.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stdout.contains("placeholder 555555550000-555555552000 for line 2 (mseal)"), "{}", out.stdout);
+}

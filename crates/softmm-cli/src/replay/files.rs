@@ -140,26 +140,78 @@ impl Files {
     /// Huge pages the log's successful hugetlb mappings take, all at once
     /// (an upper bound of what the recorded program had in use): the pool
     /// the replay gets by default.
+    ///
+    /// Where an anonymous `MAP_HUGETLB` mapping failed with `ENOMEM`, the
+    /// recording host's pool ran out, and the upper bound would let it
+    /// succeed: the anonymous part is then the most pages the log's
+    /// anonymous hugetlb mappings held at once (each freed by the `munmap`
+    /// that covers it), as `hugetlb_madv_vs_map` shows with a pool of one
+    /// page. hugetlbfs files keep their pages after `munmap`, so each of
+    /// their mappings counts in full either way.
     pub(super) fn hugepages_needed(records: &[Record]) -> u64 {
         let hugetlb: HashSet<String> = records
             .iter()
             .filter(|r| matches!(r.call, Call::MemfdCreate { hugetlb: true, .. }))
             .filter_map(|r| r.ret_path.clone())
             .collect();
-        let mut pages = 0u64;
+        let (mut files, mut anon, mut live, mut peak, mut ran_out) = (0u64, 0u64, 0u64, 0u64, false);
+        // Live anonymous hugetlb mappings: start -> end (recorded addresses).
+        let mut mapped = std::collections::BTreeMap::<u64, u64>::new();
         for r in records {
-            if let (Call::Mmap { len, flags, fd, .. }, Ret::Val(_)) = (&r.call, r.ret) {
-                let huge = if flags & MAP_ANONYMOUS != 0 {
-                    flags & MAP_HUGETLB != 0
-                } else {
-                    matches!(fd, Fd::Path(_, p) if hugetlb.contains(p))
-                };
-                if huge {
-                    pages = pages.saturating_add(len.div_ceil(HPAGE_SIZE));
+            match (&r.call, r.ret) {
+                (Call::Mmap { len, flags, fd, .. }, Ret::Val(addr)) => {
+                    let pages = len.div_ceil(HPAGE_SIZE);
+                    if flags & MAP_ANONYMOUS == 0 {
+                        if matches!(fd, Fd::Path(_, p) if hugetlb.contains(p)) {
+                            files = files.saturating_add(pages);
+                        }
+                    } else if flags & MAP_HUGETLB != 0 {
+                        anon = anon.saturating_add(pages);
+                        let end = addr.saturating_add(pages * HPAGE_SIZE);
+                        // MAP_FIXED over a live one replaces it.
+                        live = live.saturating_sub(Self::unmap_hugetlb(&mut mapped, addr, end));
+                        mapped.insert(addr, end);
+                        live += pages;
+                        peak = peak.max(live);
+                    }
                 }
+                (Call::Mmap { flags, .. }, Ret::Err(libc::ENOMEM))
+                    if flags & MAP_ANONYMOUS != 0 && flags & MAP_HUGETLB != 0 =>
+                {
+                    ran_out = true
+                }
+                (Call::Munmap { addr, len }, Ret::Val(_)) => {
+                    live = live.saturating_sub(Self::unmap_hugetlb(
+                        &mut mapped,
+                        *addr,
+                        addr.saturating_add(page_align(*len)),
+                    ));
+                }
+                _ => {}
             }
         }
-        pages
+        files.saturating_add(if ran_out { peak } else { anon })
+    }
+
+    /// Forgets the live anonymous hugetlb mappings that `[start, end)` covers
+    /// (or overlaps: a hugetlb VMA is unmapped only in whole huge pages),
+    /// returning their huge pages.
+    fn unmap_hugetlb(mapped: &mut std::collections::BTreeMap<u64, u64>, start: u64, end: u64) -> u64 {
+        let gone: Vec<(u64, u64)> = mapped.range(..end).filter(|&(_, &e)| e > start).map(|(&s, &e)| (s, e)).collect();
+        gone.iter()
+            .map(|&(s, e)| {
+                mapped.remove(&s);
+                // The huge pages of [s, e) the unmap covers; the rest stays.
+                let (cut_s, cut_e) = (s.max(start), e.min(end));
+                if cut_s > s {
+                    mapped.insert(s, cut_s);
+                }
+                if cut_e < e {
+                    mapped.insert(cut_e, e);
+                }
+                (cut_e - cut_s).div_ceil(HPAGE_SIZE)
+            })
+            .sum()
     }
 
     /// The file at `path`, or for a memfd the descriptor's own (`desc`). A

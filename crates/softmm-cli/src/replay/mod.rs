@@ -99,7 +99,9 @@ pub struct Options {
     /// policies ([`bench`]).
     pub bench: Option<bench::BenchOptions>,
     /// Huge pages in the replay's hugetlb pool (default: what the log's
-    /// successful hugetlb mappings take, all at once).
+    /// successful hugetlb mappings take, all at once; where an anonymous
+    /// `MAP_HUGETLB` mapping failed with `ENOMEM`, the most its anonymous
+    /// ones held at once).
     pub hugepages: Option<u64>,
     /// The real `/proc/PID/maps` of the log's first pid's last program (or,
     /// where that made no memory call, the last program that did) at its

@@ -499,6 +499,9 @@ impl Process {
                 }
             }
             Call::Mseal { addr, len, flags } => {
+                if exp.is_ok() {
+                    self.pretrace(r);
+                }
                 got = self.op(r, Op::Mseal { addr: self.tr.tr(addr), len, flags }, true);
                 if got != exp {
                     self.mismatch(sh, r, exp, got, "");

@@ -105,7 +105,9 @@ pub(super) struct Placeholder {
 /// mapped before it, by the checks Linux makes before it succeeds; `None`
 /// where success proves nothing (`munmap`, `mmap`, `brk`, an empty range).
 ///
-/// * `mprotect`, `madvise`: the whole range (a hole is `ENOMEM`).
+/// * `mprotect`, `madvise`, `mseal`: the whole range (a hole is `ENOMEM`;
+///   glibc's startup and `seal_elf` seal the executable's and ld.so's
+///   segments, mapped before tracing began).
 /// * `mremap` that resizes in place or moves without `MREMAP_FIXED`: a shrink
 ///   or a same-size call only looks up the VMA at `old` (its tail may cross
 ///   holes and other VMAs): one page; a growth needs `[old, old + old_len)`
@@ -116,7 +118,9 @@ pub(super) struct Placeholder {
 ///   `old`: one page. (Checked on Linux 6.18.)
 pub(super) fn proof(call: &Call) -> Option<(u64, u64)> {
     let (start, len) = match *call {
-        Call::Mprotect { addr, len, .. } | Call::Madvise { addr, len, .. } => (addr, page_align(len)),
+        Call::Mprotect { addr, len, .. } | Call::Madvise { addr, len, .. } | Call::Mseal { addr, len, .. } => {
+            (addr, page_align(len))
+        }
         Call::Mremap { old, old_len, new_len, flags, .. } => {
             let (o, n) = (page_align(old_len), page_align(new_len));
             let len = if flags & MREMAP_FIXED != 0 && o == n {
@@ -160,6 +164,10 @@ mod tests {
         assert_eq!(proof(&mremap(4 * P, 4 * P, MREMAP_MAYMOVE | MREMAP_DONTUNMAP)), Some((0x10000, 0x10000 + 4 * P)));
         assert_eq!(proof(&Call::Mprotect { addr: P, len: 3 * P - 1, prot: 0 }), Some((P, 4 * P)));
         assert_eq!(proof(&Call::Madvise { addr: P, len: 0, advice: 0 }), None);
+        // mseal of a hole is ENOMEM (Linux 6.12 check_mm_seal): success
+        // proves the whole range, as seal_elf's seals of the executable do.
+        assert_eq!(proof(&Call::Mseal { addr: P, len: 2 * P + 1, flags: 0 }), Some((P, 4 * P)));
+        assert_eq!(proof(&Call::Mseal { addr: P, len: 0, flags: 0 }), None);
         assert_eq!(proof(&Call::Munmap { addr: P, len: P }), None);
         // A range past 2^64 proves nothing (it cannot have succeeded).
         assert_eq!(proof(&Call::Mprotect { addr: u64::MAX - P + 1, len: 2 * P, prot: 0 }), None);

@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The `-e trace=` set: the memory calls, the process calls (one address
-/// space per program, forks, exits) and the descriptor calls (open modes).
+/// space per program, forks, exits), the descriptor calls (open modes) and
+/// `prctl` (`PR_SET_MDWE` changes what `mmap` and `mprotect` allow; strace's
+/// `memory` class leaves it out, and the replay counts its other options as
+/// other calls).
 pub const TRACE_SET: &str =
-    "trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create,unlink,unlinkat,setrlimit,prlimit64";
+    "trace=memory,process,open,openat,creat,close,dup,dup2,dup3,memfd_create,unlink,unlinkat,setrlimit,prlimit64,prctl";
 
 /// What a recording produced.
 pub struct Recording {
@@ -146,4 +149,20 @@ pub fn run_untraced(cmd: &[String]) -> Result<HostRun, String> {
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     Ok(HostRun { seconds, cpu_seconds: tv(usage.ru_utime) + tv(usage.ru_stime) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TRACE_SET;
+
+    /// strace's `memory` class has no `prctl`: without it a program's
+    /// `PR_SET_MDWE` never reached the log, and `mdwe_test`'s refused
+    /// `PROT_WRITE|PROT_EXEC` mappings replayed as successes.
+    #[test]
+    fn trace_set_records_mdwe() {
+        let calls: Vec<&str> = TRACE_SET.trim_start_matches("trace=").split(',').collect();
+        for call in ["memory", "process", "prctl", "memfd_create", "prlimit64"] {
+            assert!(calls.contains(&call), "{call} missing from {TRACE_SET}");
+        }
+    }
 }

@@ -202,8 +202,13 @@ impl AddressSpace {
                 MADV_GUARD_INSTALL => mm.guard_install(vma, start, stop, &mut tlb),
                 MADV_GUARD_REMOVE => mm.guard_remove(vma, start, stop),
                 MADV_COLLAPSE => mm.madvise_collapse(vma, start, stop),
-                // can_madv_lru_vma: locked pages stay on their LRU.
-                MADV_COLD | MADV_PAGEOUT if vma.flags.contains(VmFlags::LOCKED) => Err(Errno::Inval),
+                // can_madv_lru_vma: locked pages stay on their LRU, and
+                // hugetlb and PFN-mapped pages are on none.
+                MADV_COLD | MADV_PAGEOUT
+                    if vma.flags.intersects(VmFlags::LOCKED | VmFlags::PFNMAP | VmFlags::HUGETLB) =>
+                {
+                    Err(Errno::Inval)
+                }
                 _ => Ok(()), // WILLNEED, COLD, PAGEOUT: hints with no effect on contents
             });
             // Flush while mmap_lock is still held (see `munmap`).

@@ -778,3 +778,40 @@ fn hugetlb_rules_match_the_host() {
     assert_eq!(h_counts(base), (0, 0), "the host's pool is back as it was");
     drop(guard);
 }
+
+/// `MADV_COLD` and `MADV_PAGEOUT` refuse a hugetlb VMA with `EINVAL`
+/// (Linux 6.12 `can_madv_lru_vma`: `VM_LOCKED|VM_PFNMAP|VM_HUGETLB`), on
+/// the host and on softmm, touched or not, private or shared; an ordinary
+/// anonymous mapping takes them. Found by `uffd-unit-tests`' replay, where
+/// softmm accepted `MADV_PAGEOUT` on a hugetlb memfd mapping.
+#[test]
+fn madv_cold_and_pageout_refuse_hugetlb_as_on_the_host() {
+    let Some(guard) = host_pool() else { return };
+    let phys = pool(PAGES as u64);
+    let mm = super::mm(&phys);
+    let mut cpu = Cpu::attached(&mm);
+    for flags in [PRIVATE_HUGE, SHARED_HUGE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS] {
+        for touch in [false, true] {
+            for advice in [libc::MADV_COLD, libc::MADV_PAGEOUT] {
+                let h = h_mmap(0, HP, RW, flags, -1, 0).unwrap();
+                if touch {
+                    // SAFETY: the host mapping just made, writable.
+                    unsafe { std::ptr::write_volatile(h as *mut u8, 1) };
+                }
+                let host = h_madvise(h, HP, advice);
+                h_munmap(h, HP).unwrap();
+                let a = mm.mmap(0, HP, RW, flags, None, 0).unwrap();
+                if touch {
+                    cpu.write_u8(a, 1).unwrap();
+                }
+                let soft = mm.madvise(a, HP, advice);
+                mm.munmap(a, HP).unwrap();
+                assert_eq!(soft, host, "flags {flags:#x}, touched {touch}, advice {advice}");
+            }
+        }
+    }
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&phys);
+    drop(guard);
+}
