@@ -9,8 +9,11 @@ thread_local! {
     static BEFORE_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
     static AFTER_HUGETLB_SPLIT: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
     static BEFORE_UNMAP_REF_PRIVATE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
-    static AFTER_WINDOW_PUBLISHED: RefCell<Option<Box<dyn FnMut(u64)>>> = const { RefCell::new(None) };
+    static AFTER_WINDOW_PUBLISHED: RefCell<Option<WindowHook>> = const { RefCell::new(None) };
 }
+
+/// A hook run after each window a write section publishes, with the window.
+type WindowHook = Box<dyn FnMut(u64)>;
 
 /// Runs `f` on this thread after each window its write sections publish,
 /// with the window, until [`clear_after_window_published`].
