@@ -517,7 +517,10 @@ mod tests {
             crate::mm::hooks::set_after_window_published(move |_| {
                 let guard = crossbeam_epoch::pin();
                 let published = hook_mm.vmas_rcu(&guard);
-                let found: Vec<_> = hook_probes.iter().map(|&p| published.find(p).map(|v| (v.start, v.end))).collect();
+                // The state between two publications itself: the lookup
+                // without its recheck, which would wait for this section.
+                let find = |p| crate::vma::query::find(published, p).map(|v| (v.start, v.end));
+                let found: Vec<_> = hook_probes.iter().map(|&p| find(p)).collect();
                 hook_seen.borrow_mut().push(found);
             });
             // Errors are Linux's to decide; only the published set is checked.
