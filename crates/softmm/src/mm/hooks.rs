@@ -9,6 +9,32 @@ thread_local! {
     static BEFORE_PUBLISH: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
     static AFTER_HUGETLB_SPLIT: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
     static BEFORE_UNMAP_REF_PRIVATE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    static AFTER_WINDOW_PUBLISHED: RefCell<Option<WindowHook>> = const { RefCell::new(None) };
+}
+
+/// A hook run after each window a write section publishes, with the window.
+type WindowHook = Box<dyn FnMut(u64)>;
+
+/// Runs `f` on this thread after each window its write sections publish,
+/// with the window, until [`clear_after_window_published`].
+pub(crate) fn set_after_window_published(f: impl FnMut(u64) + 'static) {
+    AFTER_WINDOW_PUBLISHED.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Removes the hook of [`set_after_window_published`].
+pub(crate) fn clear_after_window_published() {
+    AFTER_WINDOW_PUBLISHED.with(|h| *h.borrow_mut() = None);
+}
+
+/// Runs the hook set on this thread, if any (after window `w` was published).
+pub(super) fn after_window_published(w: u64) {
+    // Taken out while it runs: it may look up the published set but
+    // publishes nothing.
+    let hook = AFTER_WINDOW_PUBLISHED.with(|h| h.borrow_mut().take());
+    if let Some(mut f) = hook {
+        f(w);
+        AFTER_WINDOW_PUBLISHED.with(|h| *h.borrow_mut() = Some(f));
+    }
 }
 
 /// Runs `f` once, on this thread, at the end of its next `mmap_lock`

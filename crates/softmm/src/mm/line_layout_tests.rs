@@ -13,8 +13,9 @@ fn span<T>(field: &T) -> (&'static str, std::ops::RangeInclusive<usize>) {
     (std::any::type_name::<T>(), lines(field as *const T as usize, std::mem::size_of::<T>()))
 }
 
-/// A write section writes the `mmap_lock` word and `MmState`, swaps
-/// `vmas_rcu` and bumps `seq` twice; a lock-free unmap locks
+/// A write section writes the `mmap_lock` word and `MmState`, swaps the
+/// pointers of the windows it changed (off this struct, each on a line of
+/// its own: `mm/windows.rs`) and bumps `seq` twice; a lock-free unmap locks
 /// `unreachable.write`. A fault reads the arena and configuration
 /// pointers, the page-table root, the memory policy, the unreachable list
 /// and the watches: were one of those on a written line, each write section
@@ -26,7 +27,6 @@ fn no_line_a_writer_writes_holds_a_field_a_fault_reads() {
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     let written = [
         span::<RwLock<MmState>>(&mm.mmap_lock),
-        span::<Atomic<VmaTree>>(&mm.vmas_rcu),
         span::<SeqCount>(&mm.seq),
         span::<crate::sync::Mutex<()>>(&mm.unreachable.write),
     ];
@@ -38,6 +38,7 @@ fn no_line_a_writer_writes_holds_a_field_a_fault_reads() {
         span(&mm.unreachable.list),
         span(&mm.watches),
         span(&mm.pins),
+        span(&mm.windows),
     ];
     for (w, wl) in &written {
         for (r, rl) in &read {

@@ -22,17 +22,21 @@ pub(crate) mod hooks;
 pub(crate) mod layout;
 #[cfg(all(test, not(loom)))]
 mod line_layout_tests;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod mkclean;
 mod pin_state;
 mod pmd_unshare;
 mod stack;
 mod unmap;
 mod vma;
+mod windows;
 
 use std::sync::{Arc, Weak};
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
+pub(crate) use windows::PublishedVmas;
 
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -166,8 +170,9 @@ pub struct AddressSpace {
     // every faulting CPU the line it reads `pgtables`' root, `mempolicy`,
     // `config` or `unreachable`'s list from, on each write section.
     mmap_lock: CachePadded<RwLock<MmState>>,
-    /// The published VMA tree for lock-free readers.
-    vmas_rcu: CachePadded<Atomic<VmaTree>>,
+    /// The published VMA set for lock-free readers, one version per 1 GiB
+    /// window, each window's pointer on a line of its own (`mm/windows.rs`).
+    windows: windows::WindowDir,
     pub(crate) pgtables: PageTables,
     pub(crate) tlb: TlbDomain,
     pub(crate) counters: MmCounters,
@@ -272,7 +277,7 @@ impl AddressSpace {
             pgtables: PageTables::new(phys),
             config,
             mmap_lock: CachePadded::new(RwLock::new(st)),
-            vmas_rcu: CachePadded::new(Atomic::new(VmaTree::default())),
+            windows: windows::WindowDir::default(),
             tlb: TlbDomain::with_policies(shootdown_policy, posting_policy),
             counters: MmCounters::default(),
             seq: CachePadded::new(SeqCount::new()),
@@ -294,7 +299,7 @@ impl AddressSpace {
         #[cfg(test)]
         hooks::before_publish();
         let fresh = self.sync_hugetlb_rmap(st);
-        self.publish_carrying_marks(&st.vmas, &fresh);
+        self.publish_carrying_marks(&mut st.vmas, &fresh);
         self.seq.write_end();
         // The sequence count, and the lock word the caller's unlock writes.
         crate::sync::shared_write(2);
@@ -396,15 +401,17 @@ impl AddressSpace {
         self.mmap_lock.read_recursive()
     }
 
-    fn publish(&self, tree: &VmaTree) {
+    /// Publishes the windows of `tree` its write section changed, one by
+    /// one, each as one RCU version, in the order that never shows a
+    /// lock-free reader a hole (see `mm/windows.rs`).
+    fn publish(&self, tree: &mut VmaTree) {
         let guard = crossbeam_epoch::pin();
-        let old = self.vmas_rcu.swap(Owned::new(tree.clone()), Ordering::AcqRel, &guard);
-        // `vmas_rcu`, which every lock-free fault reads.
-        crate::sync::shared_write(1);
-        // SAFETY: `old` was the published version; it is unreachable from
-        // `vmas_rcu` now, and readers that loaded it hold a guard that the
-        // deferred destruction waits for.
-        unsafe { guard.defer_destroy(old) };
+        self.windows.publish_changed(tree, &guard, |_w| {
+            // The window's pointer, which the lock-free faults in it read.
+            crate::sync::shared_write(1);
+            #[cfg(test)]
+            hooks::after_window_published(_w);
+        });
     }
 
     /// The address space's memory policy (`None`: the default).
@@ -445,14 +452,11 @@ impl AddressSpace {
         }
     }
 
-    /// The published VMA tree, readable without `mmap_lock` for as long as
-    /// `guard` is held.
-    pub(crate) fn vmas_rcu<'g>(&self, guard: &'g Guard) -> &'g VmaTree {
-        let p: Shared<'g, VmaTree> = self.vmas_rcu.load(Ordering::Acquire, guard);
-        // SAFETY: the pointer is never null (set in `new`, swapped for non-null
-        // in `publish`) and is freed only after every guard that could have
-        // loaded it is dropped.
-        unsafe { p.deref() }
+    /// The published VMA set, readable without `mmap_lock` for as long as
+    /// `guard` is held: each 1 GiB window at the version the reader loads
+    /// (see `mm/windows.rs`).
+    pub(crate) fn vmas_rcu<'d, 'g>(&'d self, guard: &'g Guard) -> PublishedVmas<'d, 'g> {
+        self.windows.published(guard)
     }
 
     /// Shoots down every CPU's TLB for this address space (see [`crate::tlb`]).
@@ -923,7 +927,7 @@ impl AddressSpace {
     /// keeps a mark set meanwhile; softmm replaces every piece, so each
     /// piece carries the mark over. No fault reaches a copy before it is
     /// published.
-    fn publish_carrying_marks(&self, tree: &VmaTree, fresh: &[Arc<Vma>]) {
+    fn publish_carrying_marks(&self, tree: &mut VmaTree, fresh: &[Arc<Vma>]) {
         if fresh.is_empty() {
             return self.publish(tree);
         }
@@ -1072,12 +1076,7 @@ impl Drop for AddressSpace {
         }
         put_files(st.vmas.take_removed());
         st.vmas = VmaTree::default();
-        let guard = crossbeam_epoch::pin();
-        let old = self.vmas_rcu.swap(Shared::null(), Ordering::AcqRel, &guard);
-        // SAFETY: as in `publish`; no reader can load the null left behind
-        // because no one holds a reference to a dying address space.
-        unsafe { guard.defer_destroy(old) };
-        drop(guard);
+        self.windows.clear();
         self.set_mm_policy(None);
     }
 }

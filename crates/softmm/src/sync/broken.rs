@@ -332,3 +332,43 @@ pub(crate) fn check_model(
     switch.with(|s| s.set(false));
     assert!(caught.load(Relaxed), "the model did not catch the broken variant");
 }
+
+/// The switches of the publication of the VMA set's windows
+/// (`mm/windows.rs`, `VmaTree::publish_changed`): the lookup's recheck,
+/// model `mm/loom_tests.rs`; the order, test
+/// `mm::windows::tests::the_order_matters` (a test build's switch, not a
+/// loom one: what it breaks is seen between two publications of one
+/// thread). Per OS thread, as `tlb`'s.
+pub(crate) mod windows {
+    #[cfg(any(test, loom))]
+    std::thread_local! {
+        /// The changed windows are published in the reverse of the order
+        /// that never shows a hole: a split's left window before its right
+        /// one, a merge's losing window before its gaining one.
+        pub(crate) static PUBLISH_REVERSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[cfg(loom)]
+    std::thread_local! {
+        /// A lock-free lookup that falls through to the windows below and
+        /// finds nothing returns that without confirming it against the
+        /// sequence count of sections publishing several windows.
+        pub(crate) static NO_FALL_THROUGH_RECHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn no_fall_through_recheck() -> bool {
+        #[cfg(loom)]
+        return NO_FALL_THROUGH_RECHECK.with(|c| c.get());
+        #[cfg(not(loom))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn publish_reversed() -> bool {
+        #[cfg(any(test, loom))]
+        return PUBLISH_REVERSED.with(|c| c.get());
+        #[cfg(not(any(test, loom)))]
+        false
+    }
+}

@@ -1,11 +1,14 @@
 //! Virtual memory areas and the tree that holds them.
 //!
 //! A [`Vma`] is immutable once published: a writer under `mmap_lock` builds
-//! new VMAs and a new [`VmaTree`] version (a persistent B-tree, so a version
-//! costs O(log n) new nodes), then publishes it. Lock-free readers load the
-//! published version under an epoch guard and read it without writing any
-//! shared memory; an old version, and the VMAs only it holds, are freed after
-//! the grace period.
+//! new VMAs and a new [`VmaTree`] version, then publishes it. The set is
+//! sharded by 1 GiB window, each VMA stored once, in the window of its
+//! start; each window is a persistent B-tree (so a version costs O(log n)
+//! new nodes in the windows it changes, whatever the VMAs' sizes), and each
+//! changed window is published on its own (`mm/windows.rs`). Lock-free
+//! readers load a window's published version under an epoch guard and read
+//! it without writing any shared memory; an old version, and the VMAs only
+//! it holds, are freed after the grace period.
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock, Weak};
@@ -443,20 +446,250 @@ pub(crate) fn anon_compatible(a: Option<&Arc<AnonVma>>, b: Option<&Arc<AnonVma>>
     }
 }
 
-/// A version of the VMA set: an ordered map from start address to VMA.
+/// The span of one window of the VMA set: 1 GiB, one PMD table's span.
+pub(crate) const WINDOW_SHIFT: u32 = 30;
+
+/// The window holding `addr`.
+#[inline]
+pub(crate) fn window_of(addr: u64) -> u64 {
+    addr >> WINDOW_SHIFT
+}
+
+/// The first address of window `w`.
+#[inline]
+fn window_start(w: u64) -> u64 {
+    w << WINDOW_SHIFT
+}
+
+/// One window's VMAs: those that START in the window, keyed by start. A
+/// VMA is stored once, however many windows it covers, so that making,
+/// splitting or removing one costs O(log n) whatever its size.
+pub(crate) type WindowMap = imbl::OrdMap<u64, Arc<Vma>>;
+
+/// A set of windows, read through: the writer's own version
+/// ([`VmaTree`]) or the published one (`crate::mm`'s window directory).
+/// The queries of the VMA set are written once over it ([`query`]).
+///
+/// The invariant every query relies on: a VMA is in the map of the window
+/// of its start and of no other, and a window with no VMA is absent (or,
+/// in a published set, may read as absent or empty).
+pub(crate) trait Windows<'a>: Copy {
+    /// Window `w`'s map, `None` if no VMA starts in it.
+    fn window(self, w: u64) -> Option<&'a WindowMap>;
+    /// The first window at or after `w` that holds a VMA.
+    fn next_window(self, w: u64) -> Option<u64>;
+    /// The last window at or before `w` that holds a VMA.
+    fn prev_window(self, w: u64) -> Option<u64>;
+}
+
+/// The queries of the VMA set over any [`Windows`].
+pub(crate) mod query {
+    use super::*;
+
+    /// The last VMA starting in a window below `w`: the last VMA of the
+    /// nearest non-empty window below (one bitmap scan). A window listed
+    /// but read empty (a published one emptied since) is skipped.
+    fn last_below<'a>(s: impl Windows<'a>, w: u64) -> Option<&'a Arc<Vma>> {
+        let mut w = w.checked_sub(1)?;
+        loop {
+            let at = s.prev_window(w)?;
+            if let Some((_, v)) = s.window(at).and_then(|m| m.get_max()) {
+                return Some(v);
+            }
+            w = at.checked_sub(1)?;
+        }
+    }
+
+    /// The last VMA starting at or below `addr`: in `addr`'s window if one
+    /// starts there at or below it, else the last of the windows below.
+    #[inline]
+    pub(crate) fn last_at_or_below<'a>(s: impl Windows<'a>, addr: u64) -> Option<&'a Arc<Vma>> {
+        let w = window_of(addr);
+        match s.window(w).and_then(|m| m.get_prev(&addr)) {
+            Some((_, v)) => Some(v),
+            None => last_below(s, w),
+        }
+    }
+
+    /// The VMA containing `addr`.
+    #[inline]
+    pub(crate) fn find<'a>(s: impl Windows<'a>, addr: u64) -> Option<&'a Arc<Vma>> {
+        last_at_or_below(s, addr).filter(|v| v.end > addr)
+    }
+
+    /// The first VMA starting at or above `addr`.
+    pub(crate) fn first_starting_at<'a>(s: impl Windows<'a>, addr: u64) -> Option<&'a Arc<Vma>> {
+        let w = window_of(addr);
+        if let Some((_, v)) = s.window(w).and_then(|m| m.get_next(&addr)) {
+            return Some(v);
+        }
+        let mut w = w.checked_add(1)?;
+        loop {
+            let at = s.next_window(w)?;
+            if let Some((_, v)) = s.window(at).and_then(|m| m.get_min()) {
+                return Some(v);
+            }
+            w = at.checked_add(1)?;
+        }
+    }
+
+    /// Linux's `find_vma`: the first VMA with `end > addr`.
+    pub(crate) fn find_from<'a>(s: impl Windows<'a>, addr: u64) -> Option<&'a Arc<Vma>> {
+        find(s, addr).or_else(|| first_starting_at(s, addr))
+    }
+
+    /// The last VMA with `end <= addr`.
+    pub(crate) fn prev_of<'a>(s: impl Windows<'a> + 'a, addr: u64) -> Option<&'a Arc<Vma>> {
+        // At most one VMA starting below `addr` ends above it (the one
+        // containing it), so this looks at two VMAs at most.
+        rev_starting_before(s, addr).find(|v| v.end <= addr)
+    }
+
+    /// The windows holding a VMA from `first` on, ascending.
+    fn ascending<'a>(s: impl Windows<'a> + 'a, first: u64) -> impl Iterator<Item = u64> + 'a {
+        std::iter::successors(s.next_window(first), move |&w| s.next_window(w.checked_add(1)?))
+    }
+
+    /// The VMAs starting at or above `from`, in address order.
+    pub(crate) fn starting_at<'a>(s: impl Windows<'a> + 'a, from: u64) -> impl Iterator<Item = &'a Arc<Vma>> {
+        let first = window_of(from);
+        ascending(s, first).flat_map(move |w| {
+            let lo = if w == first { from } else { window_start(w) };
+            s.window(w).into_iter().flat_map(move |m| m.range(lo..)).map(|(_, v)| v)
+        })
+    }
+
+    /// Every VMA overlapping `[start, end)`, in address order.
+    pub(crate) fn overlapping<'a>(
+        s: impl Windows<'a> + 'a,
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = &'a Arc<Vma>> {
+        // From the VMA containing `start` if any (an empty range inside a
+        // VMA still yields it, as a range query of one ordered map did).
+        let lo = find_from(s, start).map_or(end, |v| v.start.min(end));
+        starting_at(s, lo).take_while(move |v| v.start < end).filter(move |v| v.end > start)
+    }
+
+    /// The VMAs starting below `addr`, highest first.
+    pub(crate) fn rev_starting_before<'a>(s: impl Windows<'a> + 'a, addr: u64) -> impl Iterator<Item = &'a Arc<Vma>> {
+        let top = addr.checked_sub(1).map(window_of);
+        std::iter::successors(top.and_then(|w| s.prev_window(w)), move |&w| s.prev_window(w.checked_sub(1)?))
+            .flat_map(move |w| s.window(w).into_iter().flat_map(move |m| m.range(..addr).rev()).map(|(_, v)| v))
+    }
+
+    /// Every VMA in address order.
+    pub(crate) fn iter<'a>(s: impl Windows<'a> + 'a) -> impl Iterator<Item = &'a Arc<Vma>> {
+        starting_at(s, 0)
+    }
+}
+
+/// The writer's windows that hold a VMA, sorted by window: a binary
+/// search finds one, or the next or previous one, in a few compares of one
+/// contiguous array (a process has VMAs in a handful of windows; a
+/// `BTreeMap`'s range searches cost mmap1 ~5%). Making or emptying a
+/// window moves the entries above it: at most 2^17 windows of 24 bytes.
+#[derive(Clone, Default)]
+struct WindowList(Vec<(u64, WindowMap)>);
+
+impl WindowList {
+    /// The index of the first window at or after `w`.
+    #[inline]
+    fn at_or_after(&self, w: u64) -> usize {
+        self.0.partition_point(|&(k, _)| k < w)
+    }
+
+    #[inline]
+    fn get(&self, w: u64) -> Option<&WindowMap> {
+        self.0.get(self.at_or_after(w)).filter(|(k, _)| *k == w).map(|(_, m)| m)
+    }
+
+    fn next(&self, w: u64) -> Option<u64> {
+        self.0.get(self.at_or_after(w)).map(|&(k, _)| k)
+    }
+
+    fn prev(&self, w: u64) -> Option<u64> {
+        let i = w.checked_add(1).map_or(self.0.len(), |above| self.at_or_after(above));
+        i.checked_sub(1).map(|i| self.0[i].0)
+    }
+
+    /// Window `w`'s map, made (from `spare` if there is one) if absent.
+    fn get_or_make(&mut self, w: u64, spare: &mut Option<WindowMap>) -> &mut WindowMap {
+        let i = self.at_or_after(w);
+        if self.0.get(i).is_none_or(|(k, _)| *k != w) {
+            self.0.insert(i, (w, spare.take().unwrap_or_default()));
+        }
+        &mut self.0[i].1
+    }
+
+    /// Removes the VMA starting at `start` from window `w`; an emptied
+    /// window's map is returned in `spare`.
+    fn remove(&mut self, w: u64, start: u64, spare: &mut Option<WindowMap>) -> Option<Arc<Vma>> {
+        let i = self.at_or_after(w);
+        let (k, map) = self.0.get_mut(i)?;
+        if *k != w {
+            return None;
+        }
+        let v = map.remove(&start)?;
+        if map.is_empty() {
+            *spare = Some(self.0.remove(i).1);
+        }
+        Some(v)
+    }
+
+    #[cfg(all(test, not(loom)))]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    #[cfg(all(test, not(loom)))]
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A version of the VMA set as its writer holds it: one persistent ordered
+/// map per 1 GiB window ([`WindowMap`]) of the VMAs starting in it, each
+/// VMA once. The writer changes its own version; the windows it changed
+/// are published when its write section ends (`AddressSpace::publish`),
+/// each as one RCU version, in the order [`VmaTree::publish_changed`] gives.
 #[derive(Default)]
 pub struct VmaTree {
-    map: imbl::OrdMap<u64, Arc<Vma>>,
+    /// The windows holding a VMA.
+    windows: WindowList,
+    /// Number of VMAs.
+    len: usize,
+    /// The windows changed since the last [`VmaTree::publish_changed`].
+    changed: Vec<u64>,
     /// The VMAs with a file that [`VmaTree::remove`] took out and whose
     /// uses of their files are still to be put ([`VmaTree::take_removed`]):
     /// by the owner of the tree, once the entries they mapped are zapped.
     /// Never copied: a clone is a version for readers.
     removed: Vec<Arc<Vma>>,
+    /// The map of the last window emptied, kept for the next window made:
+    /// an imbl map always holds a root node, and a map and unmap alone in
+    /// their window would otherwise allocate and free one each time.
+    spare: Option<WindowMap>,
 }
 
 impl Clone for VmaTree {
+    /// A version for readers (tests' snapshots): without the changes and
+    /// removals still to be handled, which stay the writer's.
     fn clone(&self) -> VmaTree {
-        VmaTree { map: self.map.clone(), removed: Vec::new() }
+        VmaTree { windows: self.windows.clone(), len: self.len, changed: Vec::new(), removed: Vec::new(), spare: None }
+    }
+}
+
+impl<'a> Windows<'a> for &'a VmaTree {
+    #[inline]
+    fn window(self, w: u64) -> Option<&'a WindowMap> {
+        self.windows.get(w)
+    }
+    fn next_window(self, w: u64) -> Option<u64> {
+        self.windows.next(w)
+    }
+    fn prev_window(self, w: u64) -> Option<u64> {
+        self.windows.prev(w)
     }
 }
 
@@ -464,47 +697,45 @@ impl VmaTree {
     /// The VMA containing `addr`.
     #[inline]
     pub fn find(&self, addr: u64) -> Option<&Arc<Vma>> {
-        self.map.get_prev(&addr).map(|(_, v)| v).filter(|v| v.end > addr)
+        query::find(self, addr)
     }
 
     /// Linux's `find_vma`: the first VMA with `end > addr`.
     pub fn find_from(&self, addr: u64) -> Option<&Arc<Vma>> {
-        self.find(addr).or_else(|| self.map.get_next(&addr).map(|(_, v)| v))
+        query::find_from(self, addr)
     }
 
     /// The last VMA with `end <= addr` (the one before a gap at `addr`).
     pub fn prev_of(&self, addr: u64) -> Option<&Arc<Vma>> {
-        let mut it = self.map.range(..addr).rev();
-        it.find(|(_, v)| v.end <= addr).map(|(_, v)| v)
+        query::prev_of(self, addr)
     }
 
     /// Every VMA overlapping `[start, end)`, in address order.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &Arc<Vma>> {
-        let first = self.find_from(start).map_or(end, |v| v.start.min(end));
-        self.map.range(first..end).map(|(_, v)| v).filter(move |v| v.end > start)
+        query::overlapping(self, start, end)
     }
 
     /// The first VMA starting at or above `addr`.
     pub fn first_starting_at(&self, addr: u64) -> Option<&Arc<Vma>> {
-        self.map.range(addr..).next().map(|(_, v)| v)
+        query::first_starting_at(self, addr)
     }
 
     /// The VMAs starting below `addr`, highest first.
     pub fn rev_starting_before(&self, addr: u64) -> impl Iterator<Item = &Arc<Vma>> {
-        self.map.range(..addr).rev().map(|(_, v)| v)
+        query::rev_starting_before(self, addr)
     }
 
     /// Every VMA in address order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Vma>> {
-        self.map.values()
+        query::iter(self)
     }
 
     /// Number of VMAs (Linux's `map_count`).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
-    /// Inserts a VMA that overlaps none.
+    /// Inserts a VMA that overlaps none, in the window of its start only.
     pub(crate) fn insert(&mut self, v: Vma) -> Arc<Vma> {
         debug_assert!(self.overlapping(v.start, v.end).next().is_none(), "overlap inserting {v:?}");
         debug_assert_eq!(
@@ -514,15 +745,23 @@ impl VmaTree {
             v.ops.name()
         );
         let v = Arc::new(v);
-        self.map.insert(v.start, v.clone());
+        let w = window_of(v.start);
+        self.windows.get_or_make(w, &mut self.spare).insert(v.start, v.clone());
+        self.changed.push(w);
+        self.len += 1;
         v
     }
 
     /// Removes the VMA starting at `start` and detaches it, waiting for
     /// faults holding it (see [`VmaLock::detach`]). Callers hold `mmap_lock`
     /// for write and have not yet touched the VMA's page-table entries.
+    /// Detached before any window is published: a reader still finding it
+    /// in a window not yet republished aborts.
     pub(crate) fn remove(&mut self, start: u64) -> Option<Arc<Vma>> {
-        let v = self.map.remove(&start)?;
+        let w = window_of(start);
+        let v = self.windows.remove(w, start, &mut self.spare)?;
+        self.changed.push(w);
+        self.len -= 1;
         v.lock.detach();
         if v.file.is_some() {
             self.removed.push(v.clone());
@@ -542,6 +781,99 @@ impl VmaTree {
     pub(crate) fn replace(&mut self, old_start: u64, v: Vma) -> Arc<Vma> {
         self.remove(old_start);
         self.insert(v)
+    }
+
+    /// Calls `f` with each window changed since the last call, each once,
+    /// and its map now (`None`: the window holds no VMA any more), in an
+    /// order in which a lock-free reader of `old` (the version published
+    /// before, which `f` replaces window by window) finds at every address
+    /// either what `old` held there or what this version holds: never a
+    /// hole where both hold a VMA. Allocates nothing once the list of
+    /// changed windows has grown to its size.
+    ///
+    /// # Protocol
+    ///
+    /// A reader looks for `addr` in `addr`'s window; if no VMA starts there
+    /// at or below `addr`, it takes the last VMA of the nearest non-empty
+    /// window below. Each window it reads is at its old or its new version.
+    /// Every VMA this section removed or replaced was detached before the
+    /// first publication ([`VmaTree::remove`]), so finding an old VMA is
+    /// safe (a per-VMA fault aborts on it); the danger is a reader falling
+    /// through a window to a lower one whose VMA ends below `addr`.
+    ///
+    /// 1. First, in descending order, the windows whose first VMA starts
+    ///    inside an old VMA that started in a lower window (the right-hand
+    ///    piece of a split, a mapping placed over the middle of a big one).
+    ///    Below that first VMA such a window falls through to the lower
+    ///    windows, all still old, which answer the old VMA; at and above
+    ///    it, the window answers itself. Descending: a lower one of them
+    ///    published first would shorten what the higher ones fall through
+    ///    to while they still hold nothing there.
+    /// 2. Then every other changed window, ascending: when one is published
+    ///    every changed window below it is new, so its fall-through reads
+    ///    the new version. One not yet published either answers itself
+    ///    (old) or falls through to a new window whose last VMA is the new
+    ///    VMA at `addr`: a new VMA starting in an old window below, or in
+    ///    this one, over an old VMA from below, would have put that window
+    ///    in step 1.
+    ///
+    /// `broken::windows::publish_reversed` publishes in the reverse order;
+    /// the models of `mm/loom_tests.rs` (a split and a merge across a
+    /// window boundary against a lock-free lookup) then fail.
+    ///
+    /// The order alone does not make a lookup exact: a reader loads
+    /// `addr`'s window before the one it falls through to, so it may pair
+    /// the first at an older version with the second at a newer one. A
+    /// lookup that falls through to find nothing is therefore confirmed
+    /// against the sequence count of sections publishing several windows
+    /// (`mm/windows.rs`); `several` is called before the first of them.
+    pub(crate) fn publish_changed<'o>(
+        &mut self,
+        old: impl Windows<'o>,
+        several: impl FnOnce(),
+        mut f: impl FnMut(u64, Option<&WindowMap>),
+    ) {
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.sort_unstable();
+        changed.dedup();
+        if changed.len() > 1 {
+            several();
+        }
+        if changed.len() == 1 {
+            f(changed[0], self.windows.get(changed[0]));
+        } else {
+            // Step 1's windows, found before anything is published (`old`
+            // then reads the new versions).
+            let mut first: Vec<u64> = Vec::new();
+            for &w in &changed {
+                let start = self.windows.get(w).and_then(|m| m.get_min()).map(|(_, v)| v.start);
+                if start.is_some_and(|a| query::find(old, a).is_some_and(|o| window_of(o.start) < w)) {
+                    first.push(w);
+                }
+            }
+            let order = first.iter().rev().chain(changed.iter().filter(|w| !first.contains(w)));
+            if crate::sync::broken::windows::publish_reversed() {
+                let order: Vec<u64> = order.copied().collect();
+                for &w in order.iter().rev() {
+                    f(w, self.windows.get(w));
+                }
+            } else {
+                for &w in order {
+                    f(w, self.windows.get(w));
+                }
+            }
+        }
+        changed.clear();
+        self.changed = changed;
+    }
+
+    /// The windows [`VmaTree::publish_changed`] would publish now, in its
+    /// order (for tests; the list is cleared as by a publication).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn take_changed<'o>(&mut self, old: impl Windows<'o>) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.publish_changed(old, || (), |w, _| out.push(w));
+        out
     }
 }
 
@@ -889,6 +1221,119 @@ mod tests {
         assert!(!child.can_merge_before(RW, None, None, 8, 2));
         assert!(child.can_merge_after(RW, None, Some(&forked), 12));
         assert!(child.can_merge_before(RW, None, Some(&forked), 8, 2));
+    }
+
+    const GIB: u64 = 1 << WINDOW_SHIFT;
+
+    /// Every query of the windowed set answers as a brute-force search of
+    /// its VMAs, for VMAs that span many windows, end on window
+    /// boundaries, or share a window, at addresses around every boundary.
+    #[test]
+    fn the_windowed_queries_answer_as_a_search_of_every_vma() {
+        let p = phys();
+        let mut t = VmaTree::default();
+        let layout = [
+            (0x1000, 0x3000),
+            (GIB - 0x1000, GIB + 0x1000),
+            (3 * GIB, 3 * GIB + 0x1000),
+            (3 * GIB + 0x2000, 9 * GIB),
+            (9 * GIB, 10 * GIB),
+            (12 * GIB + 0x5000, (1 << 44) + 0x1000),
+            ((1 << 46) - GIB, 1 << 46),
+        ];
+        for &(s, e) in &layout {
+            t.insert(anon(&p, s, e));
+        }
+        let all: Vec<(u64, u64)> = layout.to_vec();
+        let mut probes = vec![0, u64::MAX, 1 << 47];
+        for &(s, e) in &all {
+            for a in [s, e] {
+                probes.extend([a - 0x1000, a, a + 0x1000, window_start(window_of(a)), window_start(window_of(a) + 1)]);
+            }
+            probes.push(s + (e - s) / 2);
+        }
+        assert_eq!(t.len(), all.len());
+        assert_eq!(spans(t.iter()), all);
+        for &a in &probes {
+            let find = all.iter().copied().find(|&(s, e)| s <= a && a < e);
+            assert_eq!(span(t.find(a)), find, "find {a:#x}");
+            assert_eq!(span(t.find_from(a)), all.iter().copied().find(|&(_, e)| e > a), "find_from {a:#x}");
+            assert_eq!(span(t.prev_of(a)), all.iter().copied().rev().find(|&(_, e)| e <= a), "prev_of {a:#x}");
+            assert_eq!(span(t.first_starting_at(a)), all.iter().copied().find(|&(s, _)| s >= a), "first {a:#x}");
+            let below: Vec<_> = all.iter().copied().rev().filter(|&(s, _)| s < a).collect();
+            assert_eq!(spans(t.rev_starting_before(a)), below, "rev_starting_before {a:#x}");
+            for &b in &probes {
+                // An empty range inside a VMA yields it (but for one at its start).
+                let over: Vec<_> = all.iter().copied().filter(|&(s, e)| s < b && e > a).collect();
+                if a <= b {
+                    assert_eq!(spans(t.overlapping(a, b)), over, "overlapping {a:#x}..{b:#x}");
+                }
+            }
+        }
+    }
+
+    /// A VMA is stored once, in the window of its start: making, splitting
+    /// and removing one of 16 TiB changes one or two windows, not the 16384
+    /// it covers.
+    #[test]
+    fn a_vma_is_stored_once_whatever_its_size() {
+        let p = phys();
+        let mut t = VmaTree::default();
+        let (s, e) = (GIB, GIB + (16 << 40));
+        t.insert(Vma::new(&p, s, e, VmFlags::empty(), 0, None, None));
+        assert_eq!(t.take_changed(&VmaTree::default()), [1]);
+        assert_eq!(t.windows.len(), 1);
+        let old = t.clone();
+        let mid = s + (8 << 40) + 0x1000;
+        let v = t.remove(s).unwrap();
+        t.insert(v.slice(s, mid, RW));
+        t.insert(v.slice(mid, e, VmFlags::empty()));
+        assert_eq!(t.take_changed(&old), [window_of(mid), 1], "the split's two windows, the gaining one first");
+        assert_eq!((t.windows.len(), t.len()), (2, 2));
+        t.remove(s);
+        t.remove(mid);
+        assert_eq!(t.take_changed(&old).len(), 2);
+        assert!(t.windows.is_empty());
+    }
+
+    /// The order of publication: the right-hand piece of a split across a
+    /// window boundary before the window that keeps the left one; a merge's
+    /// window before the window that loses the VMA merged into it; and a
+    /// merge into a VMA from below before the windows it covers, ascending.
+    #[test]
+    fn windows_gaining_a_vma_are_published_before_those_losing_it() {
+        let p = phys();
+        let mut t = VmaTree::default();
+        t.insert(anon(&p, GIB - 0x1000, 3 * GIB + 0x1000));
+        t.take_changed(&VmaTree::default());
+        // Split at 2 GiB + 4 KiB: window 2 gains the right piece.
+        let old = t.clone();
+        let v = t.remove(GIB - 0x1000).unwrap();
+        t.insert(v.slice(GIB - 0x1000, 2 * GIB + 0x1000, RW));
+        t.insert(v.slice(2 * GIB + 0x1000, 3 * GIB + 0x1000, RW));
+        assert_eq!(t.take_changed(&old), [2, 0]);
+        // Merge back: window 0 gains the whole, window 2 loses its piece.
+        let old = t.clone();
+        t.remove(GIB - 0x1000);
+        t.remove(2 * GIB + 0x1000);
+        t.insert(anon(&p, GIB - 0x1000, 3 * GIB + 0x1000));
+        assert_eq!(t.take_changed(&old), [0, 2]);
+        // A merge from window 0 over windows 2 and 3 that also splits the
+        // VMA starting in window 3: ascending, so that window 3, falling
+        // through below its new piece, never reaches window 2's old VMA
+        // (ending at 3 GiB) while window 0's new one covers the address.
+        t.remove(GIB - 0x1000);
+        t.insert(anon(&p, GIB - 0x1000, GIB));
+        t.insert(anon(&p, 2 * GIB, 3 * GIB));
+        t.insert(anon(&p, 3 * GIB, 3 * GIB + 0x2000));
+        t.take_changed(&VmaTree::default());
+        let old = t.clone();
+        t.remove(GIB - 0x1000);
+        t.remove(2 * GIB);
+        t.remove(3 * GIB);
+        t.insert(anon(&p, GIB - 0x1000, 3 * GIB + 0x1000));
+        t.insert(anon(&p, 3 * GIB + 0x1000, 3 * GIB + 0x2000));
+        assert_eq!(t.take_changed(&old), [0, 2, 3]);
     }
 
     #[test]
