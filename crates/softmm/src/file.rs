@@ -114,6 +114,9 @@ pub(crate) struct Inode {
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
     pub(crate) hugetlb: Option<HugetlbInode>,
+    /// For a device inode (`AddressSpace::mmap_io`): the device whose
+    /// registers its mappings are (`crate::mmio`); it has no page cache.
+    pub(crate) mmio: Option<Arc<dyn crate::mmio::MmioDevice>>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
     /// The handle, while one exists, and the VMAs that map the inode
@@ -318,6 +321,7 @@ impl Inode {
             shmem_acct: AtomicU64::new(0),
             host: None,
             hugetlb,
+            mmio: None,
             written_back: AtomicU64::new(0),
             users: AtomicU64::new(0),
         }

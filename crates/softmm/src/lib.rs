@@ -57,6 +57,8 @@ mod mempolicy;
 #[deny(unsafe_code)]
 mod migrate;
 mod mm;
+#[deny(unsafe_code)]
+mod mmio;
 mod pgtable;
 mod phys;
 #[deny(unsafe_code)]
@@ -91,6 +93,7 @@ pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
 pub use mm::UnmapStats;
 pub use mm::{AddressSpace, ConfigError, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
+pub use mmio::MmioDevice;
 pub use phys::{FreeLists, Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;

@@ -75,7 +75,8 @@ pub(crate) fn populate_range(mm: &AddressSpace, start: u64, end: u64, ignore_err
     while let Some(vma) = st.vmas.find_from(a).filter(|v| a < end && v.start < end) {
         let from = a.max(vma.start);
         a = vma.end.min(end);
-        let res = if vma.flags.contains(VmFlags::LOCKONFAULT) {
+        let res = if vma.flags.intersects(VmFlags::LOCKONFAULT | VmFlags::IO | VmFlags::PFNMAP) {
+            // `__mm_populate` skips device memory: it has no pages.
             Ok(())
         } else if !vma.flags.intersects(VmFlags::ACCESS_FLAGS) {
             Err(Errno::Fault)
@@ -102,6 +103,10 @@ pub(crate) fn faultin_page_range(mm: &AddressSpace, start: u64, end: u64, write:
     let mut a = start;
     while a < end {
         let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
+        // `check_vma_flags` refuses device memory before anything else.
+        if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
+            return Err(Errno::Fault);
+        }
         if !vma.flags.intersects(need) {
             return Err(Errno::Inval);
         }

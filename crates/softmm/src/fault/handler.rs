@@ -94,6 +94,12 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
+    if vma.flags.contains(VmFlags::PFNMAP) {
+        // Device memory (`crate::mmio`) has no page to map: Linux's
+        // `do_fault` without `vm_ops->fault`. A CPU's access dispatches
+        // to the device on this signal instead.
+        return Err(Fault::Bus { addr }.into());
+    }
     if vma.flags.contains(VmFlags::HUGETLB) {
         // A hugetlb fault allocates its PMD table, so it needs `mmap_lock`
         // or the VMA's reference (`PerVmaSeq` then retries with it;

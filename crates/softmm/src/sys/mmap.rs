@@ -319,6 +319,8 @@ impl AddressSpace {
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {
             Backing::Hugetlb(_) => &crate::hugetlb::HUGETLB_VM_OPS,
+            // A device's registers (`AddressSpace::mmap_io`).
+            Backing::File if file.is_some_and(|f| f.file.inode().mmio.is_some()) => &crate::mmio::MMIO_VM_OPS,
             Backing::Anon | Backing::File => &DEFAULT_VM_OPS,
         };
         let mut desc = VmaDesc {

@@ -36,6 +36,7 @@ mod madvise_policies;
 mod maps_names;
 mod mempolicy;
 mod migrate;
+mod mmio;
 mod on_demand;
 mod pin;
 mod pin_host;

@@ -1,0 +1,237 @@
+//! MMIO regions: a device's registers mapped into an address space
+//! ([`AddressSpace::mmap_io`]), as a driver's `mmap` maps them with
+//! `remap_pfn_range` (`VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP`).
+//!
+//! The mapping is a `MAP_SHARED` mapping of a device inode (Linux's device
+//! file) whose [`MmioDevice`] answers its accesses: it has no page, so
+//! nothing of it is ever in a page table or a TLB, and the fault handler
+//! answers its faults with `SIGBUS` (Linux's `do_fault` without
+//! `vm_ops->fault`). A CPU's load, store or copy that meets that `SIGBUS`
+//! on a device VMA calls the device instead ([`dispatch`]); the calls that
+//! hand out host memory get [`Fault::Mmio`]. Everything else is Linux's
+//! `VM_IO`/`VM_PFNMAP` behaviour, from the flags: `mremap` may move the
+//! region, not grow it (`EFAULT`), nor `MREMAP_DONTUNMAP` it (`EINVAL`);
+//! `mlock` and `MAP_POPULATE` skip it; `MADV_DONTNEED`, `MADV_DOFORK` and
+//! `MADV_DODUMP` are `EINVAL`, `MADV_POPULATE_*` `EFAULT`, `MADV_REMOVE`
+//! `ENODEV`; `get_user_pages` (pins) is `EFAULT` and `access_remote_*`
+//! copies nothing (`EIO`, no `vm_ops->access`); `fork` copies the mapping,
+//! so the child's accesses reach the same device.
+//!
+//! # Dispatch
+//!
+//! An access of one page's bytes that finds a device VMA leaves its access
+//! section (the thread's CPUs are quiescent, as for a page fault), takes
+//! the VMA's read reference (Linux's per-VMA lock, `vma_start_read`),
+//! checks the VMA's protection (a store needs `PROT_WRITE`, a fetch
+//! `PROT_EXEC`, else `SEGV_ACCERR`), calls the device, drops the reference
+//! and enters the section again. An access of 1, 2, 4 or 8 bytes is one
+//! call of its size at its offset, whatever its alignment; any other
+//! length (a copy) the naturally aligned pieces of at most 8 bytes that
+//! make it up, in address order. A watchpoint stops a device access as any
+//! other; write watches and dirty logs see none (there is no page).
+//!
+//! # What a callback may do
+//!
+//! A callback runs outside any access section, so it may block (host I/O,
+//! a lock, a channel) without holding up another thread's shootdown, and
+//! it may access other memory. It runs under the region's read reference:
+//! a `munmap`, `mprotect`, `mremap` or `mmap(MAP_FIXED)` that removes or
+//! changes the region waits for it, so **every callback of a region
+//! returns before the call that removes the region returns** (and none
+//! starts after). Hence, as a Linux fault handler, a callback must not
+//! change the mappings of the address space it serves (it would wait for
+//! itself, or for a writer that waits for it), nor touch its guest memory
+//! through a CPU (a fault there may wait for such a writer); it may read
+//! them (`maps`) and use any other address space.
+
+use std::sync::Arc;
+
+use crate::error::{Errno, Fault, Result, SegvCode};
+use crate::fault::Access;
+use crate::file::{File, Inode, OpenFile};
+use crate::mm::AddressSpace;
+use crate::phys::PhysMem;
+use crate::uapi::MAP_ANONYMOUS;
+use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps};
+use crate::PAGE_SIZE;
+
+/// A device whose registers an MMIO region maps ([`AddressSpace::mmap_io`];
+/// `uc_mmio_map`'s callbacks, QEMU's `MemoryRegionOps`). Offsets are from
+/// the region's first byte (its page offset follows the region through
+/// splits and moves, as a file offset does); values are little endian, in
+/// the low `size` bytes.
+///
+/// Callbacks may run on any guest thread, concurrently; see "What a
+/// callback may do" in the module docs (`docs/architecture.md`, "MMIO
+/// regions") for what they may call. A panic in a callback unwinds through
+/// the access that made it.
+pub trait MmioDevice: Send + Sync + 'static {
+    /// A load of `size` bytes (1, 2, 4 or 8, any alignment; inside one
+    /// page) at `offset`: the value, in its low `size` bytes.
+    fn read(&self, offset: u64, size: usize) -> u64;
+
+    /// A store of the low `size` bytes of `value` at `offset`.
+    fn write(&self, offset: u64, size: usize, value: u64);
+
+    /// The name the region's `/proc/pid/maps` line shows (a device file's
+    /// path).
+    fn name(&self) -> &str {
+        "/dev/mmio"
+    }
+}
+
+/// The hooks of a device mapping: every default but the preparation.
+pub(crate) struct MmioVmOps;
+
+impl VmaOps for MmioVmOps {
+    fn name(&self) -> &'static str {
+        "mmio"
+    }
+
+    /// A driver's `mmap` with `remap_pfn_range`: registers are shared with
+    /// the device, so a private mapping is `EINVAL` (as VFIO's `mmap`).
+    fn mmap_prepare(&self, _phys: &Arc<PhysMem>, desc: &mut VmaDesc) -> Result<()> {
+        if !desc.flags.contains(VmFlags::MAYSHARE) {
+            return Err(Errno::Inval);
+        }
+        desc.flags |= VmFlags::IO | VmFlags::PFNMAP | VmFlags::DONTEXPAND | VmFlags::DONTDUMP;
+        Ok(())
+    }
+}
+
+/// The hooks every device VMA holds.
+pub(crate) static MMIO_VM_OPS: MmioVmOps = MmioVmOps;
+
+impl AddressSpace {
+    /// Maps `device`'s registers at `[addr, addr + len)` (an MMIO region):
+    /// `mmap(addr, len, prot, flags, fd, 0)` of a new device file whose
+    /// accesses call `device` ([`MmioDevice`]; see `crate::mmio` in
+    /// `docs/architecture.md` for the dispatch and what a callback may do).
+    ///
+    /// `flags` are `mmap`'s with a file: `MAP_SHARED` or
+    /// `MAP_SHARED_VALIDATE`, with `MAP_FIXED` or `MAP_FIXED_NOREPLACE`
+    /// for an exact address (without them `addr` is a hint, and a mapping
+    /// there is not replaced). Every `mmap` errno applies (`EINVAL` for a
+    /// zero length or an unaligned fixed address, `EEXIST`, `ENOMEM`...);
+    /// `MAP_PRIVATE` and `MAP_ANONYMOUS` are `EINVAL`. A failed call
+    /// changes nothing.
+    ///
+    /// ```
+    /// use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, MmioDevice, PhysConfig, PhysMem};
+    /// use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
+    /// struct Reg(AtomicU64);
+    /// impl MmioDevice for Reg {
+    ///     fn read(&self, offset: u64, _size: usize) -> u64 { self.0.load(Ordering::Relaxed) + offset }
+    ///     fn write(&self, _offset: u64, _size: usize, value: u64) { self.0.store(value, Ordering::Relaxed) }
+    /// }
+    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    /// let io = mm.mmap_io(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, Arc::new(Reg(AtomicU64::new(0)))).unwrap();
+    /// let mut cpu = Cpu::attached(&mm);
+    /// cpu.write_u32(io, 40).unwrap();
+    /// assert_eq!(cpu.read_u16(io + 2).unwrap(), 42);
+    /// ```
+    pub fn mmap_io(&self, addr: u64, len: u64, prot: i32, flags: i32, device: Arc<dyn MmioDevice>) -> Result<u64> {
+        if flags & MAP_ANONYMOUS != 0 {
+            return Err(Errno::Inval);
+        }
+        let mut inode = Inode::new(&self.phys, device.name(), len, None);
+        inode.mmio = Some(device);
+        let file = File::named(inode);
+        self.mmap(addr, len, prot, flags, Some(&OpenFile::read_write(&file)), 0)
+    }
+}
+
+/// The bytes of a device access: where a load puts them, or what a store
+/// writes.
+pub(crate) enum IoBytes<'a> {
+    /// A load (or fetch) into these bytes.
+    Load(&'a mut [u8]),
+    /// A store of these bytes.
+    Store(&'a [u8]),
+}
+
+impl IoBytes<'_> {
+    fn len(&self) -> usize {
+        match self {
+            IoBytes::Load(b) => b.len(),
+            IoBytes::Store(b) => b.len(),
+        }
+    }
+}
+
+/// Drops a VMA's read reference, also on a callback's panic.
+struct ReadRef<'a>(&'a Vma);
+
+impl Drop for ReadRef<'_> {
+    fn drop(&mut self) {
+        self.0.lock.read_unlock();
+    }
+}
+
+/// Whether `va` lies in a device VMA of `mm` now.
+pub(crate) fn is_mmio(mm: &AddressSpace, va: u64) -> bool {
+    let guard = crossbeam_epoch::pin();
+    mm.vmas_rcu(&guard).find(va).is_some_and(|v| v.file.as_ref().is_some_and(|f| f.mmio.is_some()))
+}
+
+/// The device access of `bytes` at `va` (inside one page) for `access`,
+/// for a CPU whose thread is quiescent (no access section open): `None`
+/// if `va` is no longer in a device VMA (a writer changed it since the
+/// fault said it was; the caller translates again), else the access's
+/// result (`SEGV_ACCERR` if the region's protection refuses it).
+pub(crate) fn dispatch(
+    mm: &AddressSpace,
+    va: u64,
+    access: Access,
+    bytes: IoBytes<'_>,
+) -> Option<std::result::Result<(), Fault>> {
+    debug_assert!(bytes.len() != 0 && (va % PAGE_SIZE) as usize + bytes.len() <= PAGE_SIZE as usize);
+    let vma = {
+        let guard = crossbeam_epoch::pin();
+        mm.vmas_rcu(&guard).find(va)?.clone()
+    };
+    let device = vma.file.as_ref()?.mmio.clone()?;
+    // The read reference: a writer that removes or changes the VMA
+    // detaches it first, and waits for this callback to return.
+    if !vma.lock.try_read() {
+        return None;
+    }
+    let _held = ReadRef(&vma);
+    // x86's `access_error`, as the fault that sent the access here.
+    let allowed = match access {
+        Access::Read => vma.flags.intersects(VmFlags::ACCESS_FLAGS),
+        Access::Write => vma.flags.contains(VmFlags::WRITE),
+        Access::Execute => vma.flags.contains(VmFlags::EXEC),
+    };
+    if !allowed {
+        return Some(Err(Fault::Segv { addr: va, code: SegvCode::AccErr }));
+    }
+    let base = vma.pgoff.wrapping_mul(PAGE_SIZE).wrapping_add(va - vma.start);
+    let whole = matches!(bytes.len(), 1 | 2 | 4 | 8);
+    let (mut done, len) = (0, bytes.len());
+    let mut bytes = bytes;
+    while done < len {
+        let at = va + done as u64;
+        // One call for a scalar; else the widest aligned piece that fits.
+        let n = if whole {
+            len
+        } else {
+            [8, 4, 2, 1].into_iter().find(|&w| at % w as u64 == 0 && w <= len - done).expect("1 fits")
+        };
+        let offset = base.wrapping_add(done as u64);
+        match &mut bytes {
+            IoBytes::Load(b) => {
+                let v = device.read(offset, n);
+                b[done..done + n].copy_from_slice(&v.to_le_bytes()[..n]);
+            }
+            IoBytes::Store(b) => {
+                let mut v = [0; 8];
+                v[..n].copy_from_slice(&b[done..done + n]);
+                device.write(offset, n, u64::from_le_bytes(v));
+            }
+        }
+        done += n;
+    }
+    Some(Ok(()))
+}
