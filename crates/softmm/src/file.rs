@@ -116,7 +116,7 @@ pub(crate) struct Inode {
     pub(crate) hugetlb: Option<HugetlbInode>,
     /// For a device inode (`AddressSpace::mmap_io`): the device whose
     /// registers its mappings are (`crate::mmio`); it has no page cache.
-    pub(crate) mmio: Option<Arc<dyn crate::mmio::MmioDevice>>,
+    pub(crate) mmio: Option<crate::mmio::DeviceSlot>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
     /// The handle, while one exists, and the VMAs that map the inode
@@ -380,6 +380,9 @@ impl Inode {
         self.phys.vm_unacct_memory(self.shmem_acct.swap(0, Ordering::Relaxed));
         if let Some(resv) = &self.hugetlb {
             resv.unreserve(&self.phys, 0, u64::MAX, freed);
+        }
+        if let Some(device) = &self.mmio {
+            device.release();
         }
     }
 

@@ -51,6 +51,7 @@ use crate::fault::Access;
 use crate::file::{File, Inode, OpenFile};
 use crate::mm::AddressSpace;
 use crate::phys::PhysMem;
+use crate::sync::RwLock;
 use crate::uapi::MAP_ANONYMOUS;
 use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps};
 use crate::PAGE_SIZE;
@@ -64,7 +65,10 @@ use crate::PAGE_SIZE;
 /// Callbacks may run on any guest thread, concurrently; see "What a
 /// callback may do" in the module docs (`docs/architecture.md`, "MMIO
 /// regions") for what they may call. A panic in a callback unwinds through
-/// the access that made it.
+/// the access that made it. softmm drops its reference to the device in
+/// the call that removes the region's last mapping (`munmap`, the
+/// address space's end; a fork's copies count), after its last callback
+/// returned.
 pub trait MmioDevice: Send + Sync + 'static {
     /// A load of `size` bytes (1, 2, 4 or 8, any alignment; inside one
     /// page) at `offset`: the value, in its low `size` bytes.
@@ -77,6 +81,32 @@ pub trait MmioDevice: Send + Sync + 'static {
     /// path).
     fn name(&self) -> &str {
         "/dev/mmio"
+    }
+}
+
+/// A device inode's device (`Inode::mmio`), dropped when the inode is
+/// evicted (its last mapping gone, in the call that removed it), so that
+/// an embedder's resources go then, not when lock-free readers of the
+/// removed VMAs are done.
+pub(crate) struct DeviceSlot(RwLock<Option<Arc<dyn MmioDevice>>>);
+
+impl DeviceSlot {
+    /// A slot holding `device`.
+    pub(crate) fn new(device: Arc<dyn MmioDevice>) -> DeviceSlot {
+        DeviceSlot(RwLock::new(Some(device)))
+    }
+
+    /// The device, unless the inode was evicted.
+    fn get(&self) -> Option<Arc<dyn MmioDevice>> {
+        self.0.read().clone()
+    }
+
+    /// Drops the slot's reference (`Inode::evict`). No callback runs then:
+    /// every mapping's VMA was detached, which waited for its callbacks,
+    /// and each drops its reference before its VMA's.
+    pub(crate) fn release(&self) {
+        let device = self.0.write().take();
+        drop(device);
     }
 }
 
@@ -136,7 +166,7 @@ impl AddressSpace {
             return Err(Errno::Inval);
         }
         let mut inode = Inode::new(&self.phys, device.name(), len, None);
-        inode.mmio = Some(device);
+        inode.mmio = Some(DeviceSlot::new(device));
         let file = File::named(inode);
         self.mmap(addr, len, prot, flags, Some(&OpenFile::read_write(&file)), 0)
     }
@@ -191,13 +221,17 @@ pub(crate) fn dispatch(
         let guard = crossbeam_epoch::pin();
         mm.vmas_rcu(&guard).find(va)?.clone()
     };
-    let device = vma.file.as_ref()?.mmio.clone()?;
+    let slot = vma.file.as_ref()?.mmio.as_ref()?;
     // The read reference: a writer that removes or changes the VMA
-    // detaches it first, and waits for this callback to return.
+    // detaches it first, and waits for this callback to return. Taken
+    // before the device, which is dropped before it: the inode's eviction,
+    // after the last VMA's detach, then drops the last reference.
     if !vma.lock.try_read() {
         return None;
     }
     let _held = ReadRef(&vma);
+    // Attached, so the inode (which the VMA uses) is not evicted.
+    let device = slot.get()?;
     // x86's `access_error`, as the fault that sent the access here.
     let allowed = match access {
         Access::Read => vma.flags.intersects(VmFlags::ACCESS_FLAGS),

@@ -403,3 +403,38 @@ fn fork_copies_an_mmio_region_to_the_same_device() {
     drop((ccpu, child, cpu, mm));
     assert_no_leaks(&p);
 }
+
+/// softmm drops the device in the call that removes its last mapping,
+/// fork's copy included, and never before.
+#[test]
+fn the_device_is_dropped_with_its_last_mapping() {
+    struct Dropped(Arc<AtomicBool>);
+    impl MmioDevice for Dropped {
+        fn read(&self, _offset: u64, _size: usize) -> u64 {
+            assert!(!self.0.load(Ordering::SeqCst));
+            1
+        }
+        fn write(&self, _offset: u64, _size: usize, _value: u64) {}
+    }
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let (p, mm) = setup();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let io = mm.mmap_io(0, 2 * PAGE, RW, SHARED, Arc::new(Dropped(dropped.clone()))).unwrap();
+    let child = mm.fork().unwrap();
+    mm.munmap(io, PAGE).unwrap();
+    mm.munmap(io + PAGE, PAGE).unwrap();
+    assert!(!dropped.load(Ordering::SeqCst), "the child still maps it");
+    assert_eq!(Cpu::attached(&child).read_u8(io + PAGE), Ok(1));
+    drop(child);
+    assert!(dropped.load(Ordering::SeqCst), "gone with the child");
+    // A failed mapping drops its device at once.
+    let failed = Arc::new(AtomicBool::new(false));
+    assert_eq!(mm.mmap_io(0, 0, RW, SHARED, Arc::new(Dropped(failed.clone()))), Err(Errno::Inval));
+    assert!(failed.load(Ordering::SeqCst));
+    drop(mm);
+    assert_no_leaks(&p);
+}
