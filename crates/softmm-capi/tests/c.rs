@@ -89,6 +89,8 @@ fn the_c_emulator_example_runs() {
         "each store to the watched bytes, and only those: {out}"
     );
     assert!(lines.contains(&"watched: r4 = 5, [data + 64] = 6"), "{out}");
+    assert!(lines.contains(&"mmio: uart printed \"hi\", status 2"), "the device served the guest: {out}");
+    assert!(lines.contains(&"mmio: released 1"), "released with its last mapping: {out}");
     assert!(lines.contains(&"after fork: parent 55, child 99"), "{out}");
     assert!(lines.iter().any(|l| l.ends_with(" [stack]") && l.contains(" rw-p ")), "{out}");
     assert!(lines.iter().any(|l| l.contains(" r-xp ")), "the text page: {out}");
