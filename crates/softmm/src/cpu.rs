@@ -521,13 +521,9 @@ impl Cpu {
             drop(quiescent);
             // Back in, with the TLB checked again: the entry is walked anew.
             self.section_begin();
-            if let Err(Fault::Bus { .. }) = r {
-                // Device memory faults so: the access goes to the device
-                // (`cpu/mmio.rs`), or the caller learns it has no host address.
-                if crate::mmio::is_mmio(&mm, va) {
-                    return Err(Fault::Mmio { addr: va });
-                }
-            }
+            // `Fault::Mmio` (device memory) included: the access goes to
+            // the device (`cpu/mmio.rs`), or the caller learns it has no
+            // host address.
             r?;
         }
     }

@@ -5,10 +5,11 @@
 //! The mapping is a `MAP_SHARED` mapping of a device inode (Linux's device
 //! file) whose [`MmioDevice`] answers its accesses: it has no page, so
 //! nothing of it is ever in a page table or a TLB, and the fault handler
-//! answers its faults with `SIGBUS` (Linux's `do_fault` without
-//! `vm_ops->fault`). A CPU's load, store or copy that meets that `SIGBUS`
-//! on a device VMA calls the device instead ([`dispatch`]); the calls that
-//! hand out host memory get [`Fault::Mmio`]. Everything else is Linux's
+//! answers its faults with [`Fault::Mmio`] (where Linux's `do_fault`
+//! without `vm_ops->fault` raises `SIGBUS`, which `get_user_pages` turns
+//! into `EFAULT`, as here). A CPU's load, store or copy that meets it calls
+//! the device instead ([`dispatch`]); the calls that hand out host memory
+//! return it. Everything else is Linux's
 //! `VM_IO`/`VM_PFNMAP` behaviour, from the flags: `mremap` may move the
 //! region, not grow it (`EFAULT`), nor `MREMAP_DONTUNMAP` it (`EINVAL`);
 //! `mlock` and `MAP_POPULATE` skip it; `MADV_DONTNEED`, `MADV_DOFORK` and
@@ -30,6 +31,19 @@
 //! make it up, in address order. A watchpoint stops a device access as any
 //! other; write watches and dirty logs see none (there is no page).
 //!
+//! # Protocol
+//!
+//! The promise "no callback runs after the call that removes the region
+//! returns" rests on the VMA's read reference (`sync::VmaLock`): a writer
+//! detaches a VMA it replaces or removes (`VmaTree::remove`), which waits
+//! until every read reference is dropped, before it returns; a dispatch
+//! takes the reference (which fails once the VMA is detached) before it
+//! calls the device and drops it after. So either the dispatch's
+//! `try_read` comes first, and the writer's detach waits for the callback,
+//! or the detach comes first, and the dispatch calls nothing (it walks
+//! again and faults). Loom: `mmio::loom_tests`, the real `Cpu` against the
+//! real `munmap`; `broken::DISPATCH_WITHOUT_REFERENCE` fails it.
+//!
 //! # What a callback may do
 //!
 //! A callback runs outside any access section, so it may block (host I/O,
@@ -43,6 +57,9 @@
 //! itself, or for a writer that waits for it), nor touch its guest memory
 //! through a CPU (a fault there may wait for such a writer); it may read
 //! them (`maps`) and use any other address space.
+
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 use std::sync::Arc;
 
@@ -199,12 +216,6 @@ impl Drop for ReadRef<'_> {
     }
 }
 
-/// Whether `va` lies in a device VMA of `mm` now.
-pub(crate) fn is_mmio(mm: &AddressSpace, va: u64) -> bool {
-    let guard = crossbeam_epoch::pin();
-    mm.vmas_rcu(&guard).find(va).is_some_and(|v| v.file.as_ref().is_some_and(|f| f.mmio.is_some()))
-}
-
 /// The device access of `bytes` at `va` (inside one page) for `access`,
 /// for a CPU whose thread is quiescent (no access section open): `None`
 /// if `va` is no longer in a device VMA (a writer changed it since the
@@ -226,10 +237,11 @@ pub(crate) fn dispatch(
     // detaches it first, and waits for this callback to return. Taken
     // before the device, which is dropped before it: the inode's eviction,
     // after the last VMA's detach, then drops the last reference.
-    if !vma.lock.try_read() {
+    let skip = broken::DISPATCH_WITHOUT_REFERENCE.with(std::cell::Cell::get);
+    if !skip && !vma.lock.try_read() {
         return None;
     }
-    let _held = ReadRef(&vma);
+    let _held = (!skip).then(|| ReadRef(&vma));
     // Attached, so the inode (which the VMA uses) is not evicted.
     let device = slot.get()?;
     // x86's `access_error`, as the fault that sent the access here.
@@ -268,4 +280,16 @@ pub(crate) fn dispatch(
         done += n;
     }
     Some(Ok(()))
+}
+
+/// Switches for the loom model only (`loom_tests.rs`), each breaking one
+/// step of the dispatch so that the model shows it catches the race the
+/// step closes. Per OS thread, as `tlb::broken`'s.
+pub(crate) mod broken {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// `dispatch` calls the device without the VMA's read reference.
+        pub(crate) static DISPATCH_WITHOUT_REFERENCE: Cell<bool> = const { Cell::new(false) };
+    }
 }
