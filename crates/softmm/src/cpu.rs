@@ -31,6 +31,7 @@ mod accessors;
 mod mmio;
 mod scalar;
 mod section;
+mod split_atomic;
 
 pub use scalar::Scalar;
 pub use section::{Section, TlbAbi};

@@ -117,7 +117,8 @@ pub use migrate::NR_MAX_BATCHED_MIGRATION;
 pub use phys::{NodeMask, NodeStats};
 // The policies, one per mechanism the lab compares.
 pub use policy::{
-    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+    AtomicAlignment, FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy,
+    WriterPolicy,
 };
 
 /// log2 of the page size.

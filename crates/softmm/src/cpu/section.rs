@@ -473,16 +473,19 @@ impl Section<'_> {
     }
 
     /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
-    /// for `access`.
+    /// for `access`; an unaligned `addr` follows the address space's
+    /// [`AtomicAlignment`](crate::AtomicAlignment), `split` being the
+    /// operation on values (`cpu/split_atomic.rs`).
     #[inline]
     fn atomic_at<T: Scalar, R>(
         &mut self,
         addr: u64,
         access: Access,
         op: impl FnOnce(&T::Atomic) -> R,
+        split: impl Fn(T) -> (Option<T>, R),
     ) -> Result<R, Fault> {
         if addr % T::SIZE as u64 != 0 {
-            return Err(self.cpu.note_fault(Fault::Unaligned { addr }, access, addr, T::SIZE));
+            return self.atomic_unaligned(addr, access, split);
         }
         let p = match self.lookup(addr, T::SIZE, access) {
             Ok(p) => p,
@@ -495,19 +498,37 @@ impl Section<'_> {
         Ok(op(unsafe { T::atomic(p) }))
     }
 
+    /// [`Section::atomic_at`] for an `addr` not aligned to the scalar:
+    /// `Fault::Unaligned` (`Strict`), or a split atomic (`Split`).
+    #[cold]
+    #[inline(never)]
+    fn atomic_unaligned<T: Scalar, R>(
+        &mut self,
+        addr: u64,
+        access: Access,
+        split: impl Fn(T) -> (Option<T>, R),
+    ) -> Result<R, Fault> {
+        let policy = self.cpu.mm.as_ref().map(|mm| mm.config.atomic_alignment);
+        let r = match policy {
+            Some(crate::AtomicAlignment::Split) => self.cpu.split_atomic(addr, access, split),
+            _ => Err(Fault::Unaligned { addr }),
+        };
+        r.map_err(|f| self.cpu.note_fault(f, access, addr, T::SIZE))
+    }
+
     /// Atomically loads the `T` at `addr`, as [`Cpu::atomic_load`].
     pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)))
+        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)), |old| (None, old))
     }
 
     /// Atomically stores `v` at `addr`, as [`Cpu::atomic_store`].
     pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)), |_| (Some(v), ()))
     }
 
     /// Atomically swaps the `T` at `addr`, as [`Cpu::atomic_swap`].
     pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order), |old| (Some(v), old))
     }
 
     /// Atomic compare-and-exchange, as [`Cpu::atomic_compare_exchange`].
@@ -519,34 +540,62 @@ impl Section<'_> {
         success: Ordering,
         failure: Ordering,
     ) -> Result<Result<T, T>, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| {
-            T::compare_exchange(a, current, new, success, load_part(failure))
-        })
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::compare_exchange(a, current, new, success, load_part(failure)),
+            |old| if old == current { (Some(new), Ok(old)) } else { (None, Err(old)) },
+        )
     }
 
     /// Atomic wrapping add, as [`Cpu::atomic_fetch_add`].
     pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_add(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_add(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw().wrapping_add(v.to_raw()))), old),
+        )
     }
 
     /// Atomic wrapping subtract, as [`Cpu::atomic_fetch_sub`].
     pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_sub(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_sub(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw().wrapping_sub(v.to_raw()))), old),
+        )
     }
 
     /// Atomic bitwise and, as [`Cpu::atomic_fetch_and`].
     pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_and(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_and(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw() & v.to_raw())), old),
+        )
     }
 
     /// Atomic bitwise or, as [`Cpu::atomic_fetch_or`].
     pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_or(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_or(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw() | v.to_raw())), old),
+        )
     }
 
     /// Atomic bitwise exclusive or, as [`Cpu::atomic_fetch_xor`].
     pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_xor(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_xor(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw() ^ v.to_raw())), old),
+        )
     }
 }
 

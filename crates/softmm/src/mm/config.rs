@@ -8,7 +8,8 @@
 //! core of `mm` does not depend on the features.
 
 use crate::policy::{
-    FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy, WriterPolicy,
+    AtomicAlignment, FaultPolicy, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy, UnmapPolicy,
+    WriterPolicy,
 };
 use crate::PAGE_SIZE;
 
@@ -112,6 +113,8 @@ pub struct MmConfig {
     pub madvise_policy: MadvisePolicy,
     /// How `mmap_lock` writers run their serialized part (issue 32).
     pub writer_policy: WriterPolicy,
+    /// What an atomic that is not naturally aligned does (issue 28).
+    pub atomic_alignment: AtomicAlignment,
     /// Whether unmaps read the clock to time their parts
     /// ([`UnmapStats`](crate::UnmapStats)'s `_ns` fields stay 0 otherwise).
     pub time_unmaps: bool,
@@ -150,6 +153,7 @@ impl Default for MmConfig {
             placement: PlacementPolicy::default(),
             madvise_policy: MadvisePolicy::default(),
             writer_policy: WriterPolicy::default(),
+            atomic_alignment: AtomicAlignment::default(),
             time_unmaps: false,
         }
     }
@@ -326,6 +330,13 @@ impl MmConfig {
     #[must_use]
     pub fn placement(mut self, placement: PlacementPolicy) -> MmConfig {
         self.placement = placement;
+        self
+    }
+
+    /// Sets `atomic_alignment`: what an unaligned atomic does (default
+    /// [`AtomicAlignment::Strict`]).
+    pub fn atomic_alignment(mut self, atomic_alignment: AtomicAlignment) -> MmConfig {
+        self.atomic_alignment = atomic_alignment;
         self
     }
 

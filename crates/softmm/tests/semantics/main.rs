@@ -42,4 +42,5 @@ mod pin;
 mod pin_host;
 mod placement;
 mod semantics;
+mod split_atomics;
 mod watchpoints;

@@ -31,6 +31,7 @@ fn each_setter_sets_its_own_field() {
         .placement(PlacementPolicy::Arenas)
         .madvise_policy(MadvisePolicy::MmapLock)
         .writer_policy(WriterPolicy::Reserve)
+        .atomic_alignment(crate::AtomicAlignment::Split)
         .time_unmaps(true);
     let want = MmConfig {
         policy: FaultPolicy::Speculative,
@@ -59,6 +60,7 @@ fn each_setter_sets_its_own_field() {
         placement: PlacementPolicy::Arenas,
         madvise_policy: MadvisePolicy::MmapLock,
         writer_policy: WriterPolicy::Reserve,
+        atomic_alignment: crate::AtomicAlignment::Split,
         time_unmaps: true,
     };
     assert_eq!(format!("{built:?}"), format!("{want:?}"));
