@@ -287,8 +287,11 @@ impl Cpu {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
             loop {
                 match self.lookup(addr, n, Access::Write) {
-                    // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
-                    Ok(p) => return Ok(unsafe { scalar::store_in_page(p, raw, n) }),
+                    Ok(p) => {
+                        // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
+                        unsafe { scalar::store_in_page(p, raw, n) };
+                        return Ok(());
+                    }
                     Err(Fault::Mmio { .. }) => {
                         let b = raw.to_le_bytes();
                         if let Some(r) = self.mmio_access(addr, Access::Write, IoBytes::Store(&b[..n])) {

@@ -37,7 +37,9 @@ use crate::PAGE_SIZE;
 /// process-wide (x86's bus lock). Held only for the bytes' read, compute
 /// and write, inside an access section, with no call into softmm: never
 /// across anything that blocks.
-static SPLIT_LOCK: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+/// `std`'s, also under loom: the split path is not modelled (arena bytes
+/// are host atomics that loom does not see).
+static SPLIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cpu {
     /// The unaligned atomic on the `T` at `addr` for `access`, inside a
@@ -66,7 +68,8 @@ impl Cpu {
                 // which may have dropped the first translation. Again.
                 continue;
             }
-            let _bus = SPLIT_LOCK.lock();
+            // Nothing panics under it; a poisoned lock is still the lock.
+            let _bus = SPLIT_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let mut b = [0u8; 8];
             // SAFETY: `p1` is valid for the `first` bytes left in its page
             // and `p2` for the rest in the next (each from `lookup` in this
