@@ -1,5 +1,5 @@
 //! MMIO regions: a device's registers mapped into an address space
-//! ([`AddressSpace::mmap_io`]), as a driver's `mmap` maps them with
+//! (`AddressSpace::mmap_io`), as a driver's `mmap` maps them with
 //! `remap_pfn_range` (`VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP`).
 //!
 //! The mapping is a `MAP_SHARED` mapping of a device inode (Linux's device
@@ -8,7 +8,7 @@
 //! answers its faults with [`Fault::Mmio`] (where Linux's `do_fault`
 //! without `vm_ops->fault` raises `SIGBUS`, which `get_user_pages` turns
 //! into `EFAULT`, as here). A CPU's load, store or copy that meets it calls
-//! the device instead ([`dispatch`]); the calls that hand out host memory
+//! the device instead (`cpu/mmio.rs`); the calls that hand out host memory
 //! return it. Everything else is Linux's
 //! `VM_IO`/`VM_PFNMAP` behaviour, from the flags: `mremap` may move the
 //! region, not grow it (`EFAULT`), nor `MREMAP_DONTUNMAP` it (`EINVAL`);
@@ -63,17 +63,9 @@ mod loom_tests;
 
 use std::sync::Arc;
 
-use crate::error::{Errno, Fault, Result, SegvCode};
-use crate::fault::Access;
-use crate::file::{File, Inode, OpenFile};
-use crate::mm::AddressSpace;
-use crate::phys::PhysMem;
 use crate::sync::RwLock;
-use crate::uapi::MAP_ANONYMOUS;
-use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps};
-use crate::PAGE_SIZE;
 
-/// A device whose registers an MMIO region maps ([`AddressSpace::mmap_io`];
+/// A device whose registers an MMIO region maps (`AddressSpace::mmap_io`;
 /// `uc_mmio_map`'s callbacks, QEMU's `MemoryRegionOps`). Offsets are from
 /// the region's first byte (its page offset follows the region through
 /// splits and moves, as a file offset does); values are little endian, in
@@ -114,7 +106,7 @@ impl DeviceSlot {
     }
 
     /// The device, unless the inode was evicted.
-    fn get(&self) -> Option<Arc<dyn MmioDevice>> {
+    pub(crate) fn get(&self) -> Option<Arc<dyn MmioDevice>> {
         self.0.read().clone()
     }
 
@@ -124,68 +116,6 @@ impl DeviceSlot {
     pub(crate) fn release(&self) {
         let device = self.0.write().take();
         drop(device);
-    }
-}
-
-/// The hooks of a device mapping: every default but the preparation.
-pub(crate) struct MmioVmOps;
-
-impl VmaOps for MmioVmOps {
-    fn name(&self) -> &'static str {
-        "mmio"
-    }
-
-    /// A driver's `mmap` with `remap_pfn_range`: registers are shared with
-    /// the device, so a private mapping is `EINVAL` (as VFIO's `mmap`).
-    fn mmap_prepare(&self, _phys: &Arc<PhysMem>, desc: &mut VmaDesc) -> Result<()> {
-        if !desc.flags.contains(VmFlags::MAYSHARE) {
-            return Err(Errno::Inval);
-        }
-        desc.flags |= VmFlags::IO | VmFlags::PFNMAP | VmFlags::DONTEXPAND | VmFlags::DONTDUMP;
-        Ok(())
-    }
-}
-
-/// The hooks every device VMA holds.
-pub(crate) static MMIO_VM_OPS: MmioVmOps = MmioVmOps;
-
-impl AddressSpace {
-    /// Maps `device`'s registers at `[addr, addr + len)` (an MMIO region):
-    /// `mmap(addr, len, prot, flags, fd, 0)` of a new device file whose
-    /// accesses call `device` ([`MmioDevice`]; see `crate::mmio` in
-    /// `docs/architecture.md` for the dispatch and what a callback may do).
-    ///
-    /// `flags` are `mmap`'s with a file: `MAP_SHARED` or
-    /// `MAP_SHARED_VALIDATE`, with `MAP_FIXED` or `MAP_FIXED_NOREPLACE`
-    /// for an exact address (without them `addr` is a hint, and a mapping
-    /// there is not replaced). Every `mmap` errno applies (`EINVAL` for a
-    /// zero length or an unaligned fixed address, `EEXIST`, `ENOMEM`...);
-    /// `MAP_PRIVATE` and `MAP_ANONYMOUS` are `EINVAL`. A failed call
-    /// changes nothing.
-    ///
-    /// ```
-    /// use softmm::{uapi::*, AddressSpace, Cpu, MmConfig, MmioDevice, PhysConfig, PhysMem};
-    /// use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
-    /// struct Reg(AtomicU64);
-    /// impl MmioDevice for Reg {
-    ///     fn read(&self, offset: u64, _size: usize) -> u64 { self.0.load(Ordering::Relaxed) + offset }
-    ///     fn write(&self, _offset: u64, _size: usize, value: u64) { self.0.store(value, Ordering::Relaxed) }
-    /// }
-    /// let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
-    /// let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
-    /// let io = mm.mmap_io(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, Arc::new(Reg(AtomicU64::new(0)))).unwrap();
-    /// let mut cpu = Cpu::attached(&mm);
-    /// cpu.write_u32(io, 40).unwrap();
-    /// assert_eq!(cpu.read_u16(io + 2).unwrap(), 42);
-    /// ```
-    pub fn mmap_io(&self, addr: u64, len: u64, prot: i32, flags: i32, device: Arc<dyn MmioDevice>) -> Result<u64> {
-        if flags & MAP_ANONYMOUS != 0 {
-            return Err(Errno::Inval);
-        }
-        let mut inode = Inode::new(&self.phys, device.name(), len, None);
-        inode.mmio = Some(DeviceSlot::new(device));
-        let file = File::named(inode);
-        self.mmap(addr, len, prot, flags, Some(&OpenFile::read_write(&file)), 0)
     }
 }
 
@@ -199,87 +129,12 @@ pub(crate) enum IoBytes<'a> {
 }
 
 impl IoBytes<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             IoBytes::Load(b) => b.len(),
             IoBytes::Store(b) => b.len(),
         }
     }
-}
-
-/// Drops a VMA's read reference, also on a callback's panic.
-struct ReadRef<'a>(&'a Vma);
-
-impl Drop for ReadRef<'_> {
-    fn drop(&mut self) {
-        self.0.lock.read_unlock();
-    }
-}
-
-/// The device access of `bytes` at `va` (inside one page) for `access`,
-/// for a CPU whose thread is quiescent (no access section open): `None`
-/// if `va` is no longer in a device VMA (a writer changed it since the
-/// fault said it was; the caller translates again), else the access's
-/// result (`SEGV_ACCERR` if the region's protection refuses it).
-pub(crate) fn dispatch(
-    mm: &AddressSpace,
-    va: u64,
-    access: Access,
-    bytes: IoBytes<'_>,
-) -> Option<std::result::Result<(), Fault>> {
-    debug_assert!(bytes.len() != 0 && (va % PAGE_SIZE) as usize + bytes.len() <= PAGE_SIZE as usize);
-    let vma = {
-        let guard = crossbeam_epoch::pin();
-        mm.vmas_rcu(&guard).find(va)?.clone()
-    };
-    let slot = vma.file.as_ref()?.mmio.as_ref()?;
-    // The read reference: a writer that removes or changes the VMA
-    // detaches it first, and waits for this callback to return. Taken
-    // before the device, which is dropped before it: the inode's eviction,
-    // after the last VMA's detach, then drops the last reference.
-    let skip = broken::DISPATCH_WITHOUT_REFERENCE.with(std::cell::Cell::get);
-    if !skip && !vma.lock.try_read() {
-        return None;
-    }
-    let _held = (!skip).then(|| ReadRef(&vma));
-    // Attached, so the inode (which the VMA uses) is not evicted.
-    let device = slot.get()?;
-    // x86's `access_error`, as the fault that sent the access here.
-    let allowed = match access {
-        Access::Read => vma.flags.intersects(VmFlags::ACCESS_FLAGS),
-        Access::Write => vma.flags.contains(VmFlags::WRITE),
-        Access::Execute => vma.flags.contains(VmFlags::EXEC),
-    };
-    if !allowed {
-        return Some(Err(Fault::Segv { addr: va, code: SegvCode::AccErr }));
-    }
-    let base = vma.pgoff.wrapping_mul(PAGE_SIZE).wrapping_add(va - vma.start);
-    let whole = matches!(bytes.len(), 1 | 2 | 4 | 8);
-    let (mut done, len) = (0, bytes.len());
-    let mut bytes = bytes;
-    while done < len {
-        let at = va + done as u64;
-        // One call for a scalar; else the widest aligned piece that fits.
-        let n = if whole {
-            len
-        } else {
-            [8, 4, 2, 1].into_iter().find(|&w| at % w as u64 == 0 && w <= len - done).expect("1 fits")
-        };
-        let offset = base.wrapping_add(done as u64);
-        match &mut bytes {
-            IoBytes::Load(b) => {
-                let v = device.read(offset, n);
-                b[done..done + n].copy_from_slice(&v.to_le_bytes()[..n]);
-            }
-            IoBytes::Store(b) => {
-                let mut v = [0; 8];
-                v[..n].copy_from_slice(&b[done..done + n]);
-                device.write(offset, n, u64::from_le_bytes(v));
-            }
-        }
-        done += n;
-    }
-    Some(Ok(()))
 }
 
 /// Switches for the loom model only (`loom_tests.rs`), each breaking one

@@ -320,7 +320,7 @@ impl AddressSpace {
         let ops: &'static dyn VmaOps = match backing {
             Backing::Hugetlb(_) => &crate::hugetlb::HUGETLB_VM_OPS,
             // A device's registers (`AddressSpace::mmap_io`).
-            Backing::File if file.is_some_and(|f| f.file.inode().mmio.is_some()) => &crate::mmio::MMIO_VM_OPS,
+            Backing::File if file.is_some_and(|f| f.file.inode().mmio.is_some()) => &super::mmio::MMIO_VM_OPS,
             Backing::Anon | Backing::File => &DEFAULT_VM_OPS,
         };
         let mut desc = VmaDesc {

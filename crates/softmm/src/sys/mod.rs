@@ -27,6 +27,7 @@ mod mempolicy;
 mod mincore;
 mod mlock;
 mod mmap;
+mod mmio;
 mod move_pages;
 mod mprotect;
 mod mremap;
