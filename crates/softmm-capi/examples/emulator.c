@@ -15,7 +15,8 @@
  * store retried; a dirty log (log mode) names the pages the guest wrote,
  * which are copied as a snapshot. A debugger's watchpoint stops the
  * guest before each store to a variable and resumes it past the store.
- * Then the guest forks (copy on write),
+ * A UART's registers are an MMIO region (softmm_mmio_map) whose loads and
+ * stores call the emulator's callbacks. Then the guest forks (copy on write),
  * prints its regions and counters, and everything is freed with no leak.
  *
  * Build: cc -I include examples/emulator.c libsoftmm_capi.a -lpthread -ldl -lm
@@ -162,6 +163,33 @@ static const char *code_name(const softmm_fault *f) {
     if (f->signo == SIGSEGV)
         return f->code == 1 ? "SEGV_MAPERR" : f->code == 2 ? "SEGV_ACCERR" : "SI_KERNEL";
     return f->code == 1 ? "BUS_ADRALN" : "BUS_ADRERR";
+}
+
+/* A UART for the guest: a store to its data register (offset 0) prints a
+ * character, a load of its status register (offset 8) says how many it
+ * has printed. Its callbacks run outside any access section: they could
+ * block on host I/O without holding up another guest thread's munmap. */
+struct uart {
+    char out[32];
+    unsigned n;
+    unsigned released;
+};
+
+static uint64_t uart_read(void *opaque, uint64_t offset, uint32_t size) {
+    struct uart *u = opaque;
+    (void)size;
+    return offset == 8 ? u->n : 0;
+}
+
+static void uart_write(void *opaque, uint64_t offset, uint32_t size, uint64_t value) {
+    struct uart *u = opaque;
+    (void)size;
+    if (offset == 0 && u->n + 1 < sizeof u->out)
+        u->out[u->n++] = (char)value;
+}
+
+static void uart_release(void *opaque) {
+    ((struct uart *)opaque)->released = 1;
 }
 
 int main(void) {
@@ -318,6 +346,32 @@ int main(void) {
     CHECK(softmm_munmap(mm, (uint64_t)h, sizeof fb));
     printf("host memory: host sees %#x, guest sees %llu, released %d then %d\n", host_sees,
            (unsigned long long)guest_sees, before, released);
+    /* MMIO: the UART's registers mapped into the guest. Its loads and
+     * stores take the same interpreter path (the inline TLB helpers miss,
+     * and the library calls the device instead of touching a page). */
+    static struct uart uart;
+    const softmm_mmio_ops uart_ops = {.read = uart_read, .write = uart_write, .release = uart_release};
+    long long io = softmm_mmio_map(mm, 0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, &uart_ops, &uart);
+    CHECK(io);
+    const uint32_t hello[] = {
+        INSN(LI, 3, 0, 'h'), INSN(ST, 1, 3, 0), /* data register = 'h' */
+        INSN(LI, 3, 0, 'i'), INSN(ST, 1, 3, 0), /* data register = 'i' */
+        INSN(LD, 4, 2, 0),                      /* r4 = status */
+        INSN(HALT, 0, 0, 0),
+    };
+    long long htext = softmm_mmap(mm, 0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, NULL, 0);
+    CHECK(htext);
+    if (softmm_cpu_write(v.cpu, (uint64_t)htext, hello, sizeof hello, &f) != 0)
+        return 1;
+    CHECK(softmm_mprotect(mm, (uint64_t)htext, 4096, PROT_READ | PROT_EXEC));
+    struct vcpu vu = {.cpu = v.cpu, .pc = (uint64_t)htext};
+    vu.r[1] = (uint64_t)io;
+    vu.r[2] = (uint64_t)io + 8;
+    CHECK(run(&vu, &f));
+    printf("mmio: uart printed \"%s\", status %llu\n", uart.out, (unsigned long long)vu.r[4]);
+    CHECK(softmm_munmap(mm, (uint64_t)htext, 4096));
+    CHECK(softmm_munmap(mm, (uint64_t)io, 4096));
+    printf("mmio: released %u\n", uart.released); /* with the last mapping */
 
     /* fork: the child's CPU (a second one on this thread) writes its copy. */
     softmm_mm *child;

@@ -78,6 +78,14 @@
 // The patch version of the header.
 #define SOFTMM_VERSION_PATCH 2
 
+// `softmm_fault.code` when `signo` is 0: the bytes are an MMIO region's
+// ([`softmm_mmio_map`]), which have no host address. Only
+// `softmm_section_tlb_fill` and the atomics return it; the loads, stores
+// and copies (`softmm_cpu_*`, `softmm_section_*`, the inline
+// `softmm_tlb_*` helpers, which miss to them) call the device instead:
+// make the access through one of those.
+#define SOFTMM_EVENT_MMIO 3
+
 // `FOLL_WRITE`: the device will write: COW is broken first and the
 // mapping must be writable.
 #define SOFTMM_FOLL_WRITE 1
@@ -283,8 +291,8 @@ typedef struct softmm_mm_config {
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access (or, with
-// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`] or
-// [`SOFTMM_EVENT_WATCHPOINT`]), and what
+// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`],
+// [`SOFTMM_EVENT_WATCHPOINT`] or [`SOFTMM_EVENT_MMIO`]), and what
 // the access was (the page-fault error code's kind, and the access's
 // extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
 // soname: a program built against 0.1's 16-byte struct keeps 0.1's
@@ -310,6 +318,31 @@ typedef struct softmm_fault {
 // Called once when softmm no longer uses memory mapped by
 // [`softmm_mmap_host`], with the `ctx` given there.
 typedef void (*softmm_release_fn)(void *ctx);
+
+// A device's callbacks, for [`softmm_mmio_map`] (unicorn's
+// `uc_cb_mmio_read_t`/`uc_cb_mmio_write_t`). Offsets are from the
+// region's first byte; values little endian, in the low `size` bytes.
+// A load or store of 1, 2, 4 or 8 bytes in a page is one call of its
+// size at its offset (any alignment); a longer copy, its naturally
+// aligned pieces of at most 8 bytes, in address order.
+//
+// The callbacks run on the guest threads, concurrently, outside any
+// access section: they may block and use other memory and other address
+// spaces, but must not change the mappings of the address space they
+// serve nor access its guest memory (either may wait for a `munmap` that
+// waits for them). Every callback of a region returns before the call
+// that removes the region (`softmm_munmap`, `softmm_mprotect`, ...)
+// returns.
+typedef struct softmm_mmio_ops {
+  // A load of `size` bytes at `offset`: the value. Required.
+  uint64_t (*read)(void *opaque, uint64_t offset, uint32_t size);
+  // A store of the low `size` bytes of `value` at `offset`. Required.
+  void (*write)(void *opaque, uint64_t offset, uint32_t size, uint64_t value);
+  // Called once, when no mapping of the region is left in any address
+  // space (forks included) and no callback runs: `opaque` may be freed.
+  // May be `NULL`.
+  void (*release)(void *opaque);
+} softmm_mmio_ops;
 
 // What an arena holds, after pending frees have run (leak checks: all
 // four are 0 once every address space and file made from it is freed).
@@ -1201,6 +1234,30 @@ int32_t softmm_prctl_set_mdwe(const struct softmm_mm *mm, uint64_t bits);
 //
 // `mm` is null or a live handle.
 int64_t softmm_prctl_get_mdwe(const struct softmm_mm *mm);
+
+// Maps a device's registers at `[addr, addr + len)`: `mmap(addr, len,
+// prot, flags, fd, 0)` of a new device file whose loads and stores call
+// `ops` with `opaque` ([`softmm_mmio_ops`]). Returns the address or
+// `-errno`, as `softmm_mmap` with a file: `flags` is `MAP_SHARED` (or
+// `MAP_SHARED_VALIDATE`) with `MAP_FIXED`/`MAP_FIXED_NOREPLACE` for an
+// exact address; `-EINVAL` for a `NULL` handle or `ops`, a `NULL`
+// `read` or `write`, `MAP_PRIVATE` or `MAP_ANONYMOUS`, and `mmap`'s
+// errno otherwise. The region behaves as Linux's `VM_IO | VM_PFNMAP`
+// mappings (no pins, no remote access, no growth by `mremap`, skipped by
+// `mlock`). On failure `release` is not called and nothing changed; on
+// success it is called once the region is gone from every address space.
+//
+// # Safety
+//
+// `mm` and `ops` are null or valid; the callbacks may be called with
+// `opaque` from any thread, concurrently, until `release` is.
+int64_t softmm_mmio_map(const struct softmm_mm *mm,
+                        uint64_t addr,
+                        uint64_t len,
+                        int32_t prot,
+                        int32_t flags,
+                        const struct softmm_mmio_ops *ops,
+                        void *opaque);
 
 // Makes an arena of `bytes` bytes (rounded up to whole pages), backed by
 // host memory at once. `-EINVAL` for 0 or a size the host cannot address,

@@ -69,6 +69,7 @@ mod host_mem;
 mod info;
 mod mempolicy;
 mod mm;
+mod mmio;
 mod phys;
 mod pin;
 mod regions;
@@ -93,6 +94,7 @@ pub use host_mem::*;
 pub use info::*;
 pub use mempolicy::*;
 pub use mm::*;
+pub use mmio::*;
 pub use phys::*;
 pub use pin::*;
 pub use regions::*;
@@ -120,8 +122,8 @@ pub const SOFTMM_ACCESS_WRITE: u32 = 2;
 pub const SOFTMM_ACCESS_FETCH: u32 = 4;
 
 /// A guest fault: the signal Linux would deliver for the access (or, with
-/// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`] or
-/// [`SOFTMM_EVENT_WATCHPOINT`]), and what
+/// `signo` 0, an embedder's event: `code` [`SOFTMM_EVENT_WRITE_WATCH`],
+/// [`SOFTMM_EVENT_WATCHPOINT`] or [`SOFTMM_EVENT_MMIO`]), and what
 /// the access was (the page-fault error code's kind, and the access's
 /// extent). Grew `access`, `access_addr` and `size` in 0.2 (a new
 /// soname: a program built against 0.1's 16-byte struct keeps 0.1's
@@ -155,6 +157,7 @@ impl From<Fault> for softmm_fault {
             Fault::Oom { addr } => (0, addr),
             Fault::WriteWatch { addr } => (SOFTMM_EVENT_WRITE_WATCH, addr),
             Fault::Watchpoint { addr } => (SOFTMM_EVENT_WATCHPOINT, addr),
+            Fault::Mmio { addr } => (SOFTMM_EVENT_MMIO, addr),
             // A signal added later: its number at least.
             _ => (0, 0),
         };
@@ -280,5 +283,7 @@ mod tests {
         assert_eq!(watch, f(0, SOFTMM_EVENT_WRITE_WATCH, 0x2000));
         let point = softmm_fault::from(Fault::Watchpoint { addr: 0x3000 });
         assert_eq!(point, f(0, SOFTMM_EVENT_WATCHPOINT, 0x3000));
+        let mmio = softmm_fault::from(Fault::Mmio { addr: 0x4000 });
+        assert_eq!(mmio, f(0, SOFTMM_EVENT_MMIO, 0x4000));
     }
 }

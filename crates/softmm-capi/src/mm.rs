@@ -14,7 +14,7 @@ pub struct softmm_mm {
 }
 
 /// A value or `-errno` as an `i64`.
-fn ret64(r: softmm::Result<u64>) -> i64 {
+pub(crate) fn ret64(r: softmm::Result<u64>) -> i64 {
     match r {
         // Addresses and brk values are below the 47-bit user limit.
         Ok(v) => v as i64,

@@ -93,6 +93,8 @@ fn the_c_emulator_example_runs() {
         lines.contains(&"host memory: host sees 0xc0ffee, guest sees 7, released 0 then 1"),
         "guest and host see each other's stores, the release runs once at the munmap: {out}"
     );
+    assert!(lines.contains(&"mmio: uart printed \"hi\", status 2"), "the device served the guest: {out}");
+    assert!(lines.contains(&"mmio: released 1"), "released with its last mapping: {out}");
     assert!(lines.contains(&"after fork: parent 55, child 99"), "{out}");
     assert!(lines.iter().any(|l| l.ends_with(" [stack]") && l.contains(" rw-p ")), "{out}");
     assert!(lines.iter().any(|l| l.contains(" r-xp ")), "the text page: {out}");

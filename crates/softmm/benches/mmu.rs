@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use softmm::uapi::*;
-use softmm::{Access, AddressSpace, Cpu, FaultPolicy, MmConfig, PhysConfig, PhysMem};
+use softmm::{Access, AddressSpace, AtomicAlignment, Cpu, FaultPolicy, MmConfig, MmioDevice, PhysConfig, PhysMem};
 
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 const RW: i32 = PROT_READ | PROT_WRITE;
@@ -175,5 +175,43 @@ fn mmap_munmap(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, translate_hit, fault, mmap_munmap);
+/// The cost of atomics by alignment under each `AtomicAlignment` (the
+/// aligned one is the same code under both), and of an MMIO register load
+/// against a RAM hit, single-threaded.
+fn atomics_and_mmio(c: &mut Criterion) {
+    struct Reg;
+    impl MmioDevice for Reg {
+        fn read(&self, offset: u64, _size: usize) -> u64 {
+            offset
+        }
+        fn write(&self, _offset: u64, _size: usize, _value: u64) {}
+    }
+    for &policy in AtomicAlignment::ALL {
+        let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().atomic_alignment(policy)).unwrap();
+        let a = mm.mmap(0, 2 * 4096, RW, ANON, None, 0).unwrap();
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(a, 1).unwrap();
+        cpu.write_u8(a + 4096, 1).unwrap();
+        let sc = std::sync::atomic::Ordering::SeqCst;
+        let name = policy.name();
+        c.bench_function(&format!("fetch_add_u32_aligned/{name}"), |b| {
+            b.iter(|| cpu.atomic_fetch_add::<u32>(std::hint::black_box(a + 8), 1, sc))
+        });
+        if policy == AtomicAlignment::Split {
+            for (what, at) in [("in_word", a + 9), ("across_words", a + 6), ("across_pages", a + 4094)] {
+                c.bench_function(&format!("fetch_add_u32_{what}/{name}"), |b| {
+                    b.iter(|| cpu.atomic_fetch_add::<u32>(std::hint::black_box(at), 1, sc).unwrap())
+                });
+            }
+        }
+    }
+    let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let io = mm.mmap_io(0, 4096, RW, MAP_SHARED, std::sync::Arc::new(Reg)).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    c.bench_function("mmio_read_u32", |b| b.iter(|| cpu.read_u32(std::hint::black_box(io + 8)).unwrap()));
+}
+
+criterion_group!(benches, translate_hit, fault, mmap_munmap, atomics_and_mmio);
 criterion_main!(benches);

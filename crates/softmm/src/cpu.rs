@@ -29,8 +29,10 @@ use crate::PAGE_SIZE;
 
 mod accessors;
 mod host_mem;
+mod mmio;
 mod scalar;
 mod section;
+mod split_atomic;
 
 pub use scalar::Scalar;
 pub use section::{Section, TlbAbi};
@@ -528,6 +530,9 @@ impl Cpu {
             drop(quiescent);
             // Back in, with the TLB checked again: the entry is walked anew.
             self.section_begin();
+            // `Fault::Mmio` (device memory) included: the access goes to
+            // the device (`cpu/mmio.rs`), or the caller learns it has no
+            // host address.
             r?;
         }
     }

@@ -185,6 +185,18 @@ pub enum Fault {
         /// The store's first byte in the watched page.
         addr: u64,
     },
+    /// Not a signal: the bytes are a device's registers
+    /// (`AddressSpace::mmap_io`), which have no host address. Returned only
+    /// by the calls that hand out host memory or make an atomic
+    /// read-modify-write ([`crate::Section::probe`], [`crate::Cpu::translate`],
+    /// [`crate::Cpu::with_slice`], the `atomic_*` accessors); the loads,
+    /// stores and copies call the device instead. The embedder makes the
+    /// access through one of those.
+    #[error("MMIO at {addr:#x}")]
+    Mmio {
+        /// The access's first byte in the device's region.
+        addr: u64,
+    },
 }
 
 impl Fault {
@@ -196,7 +208,7 @@ impl Fault {
             Fault::Segv { .. } => libc::SIGSEGV,
             Fault::Bus { .. } | Fault::Unaligned { .. } => libc::SIGBUS,
             Fault::Oom { .. } => libc::SIGKILL,
-            Fault::WriteWatch { .. } | Fault::Watchpoint { .. } => 0,
+            Fault::WriteWatch { .. } | Fault::Watchpoint { .. } | Fault::Mmio { .. } => 0,
         }
     }
 }

@@ -126,6 +126,9 @@ pub(crate) struct Inode {
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
     pub(crate) hugetlb: Option<HugetlbInode>,
+    /// For a device inode (`AddressSpace::mmap_io`): the device whose
+    /// registers its mappings are (`crate::mmio`); it has no page cache.
+    pub(crate) mmio: Option<crate::mmio::DeviceSlot>,
     /// Pages written back to the host so far ([`File::pages_written_back`]).
     written_back: AtomicU64,
     /// The handle, while one exists, and the VMAs that map the inode
@@ -333,6 +336,7 @@ impl Inode {
             window_size: AtomicU64::new(u64::MAX),
             has_windows: crate::sync::AtomicBool::new(false),
             hugetlb,
+            mmio: None,
             written_back: AtomicU64::new(0),
             users: AtomicU64::new(0),
         }
@@ -394,6 +398,9 @@ impl Inode {
         }
         if let Some(mem) = &self.host_mem {
             mem.retire();
+        }
+        if let Some(device) = &self.mmio {
+            device.release();
         }
     }
 

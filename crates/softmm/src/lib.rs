@@ -58,6 +58,8 @@ mod mempolicy;
 #[deny(unsafe_code)]
 mod migrate;
 mod mm;
+#[deny(unsafe_code)]
+mod mmio;
 mod pgtable;
 mod phys;
 #[deny(unsafe_code)]
@@ -92,6 +94,7 @@ pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
 pub use mm::UnmapStats;
 pub use mm::{AddressSpace, ConfigError, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
+pub use mmio::MmioDevice;
 pub use phys::{FreeLists, Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
 pub use sync::shared_writes_this_thread;
@@ -115,8 +118,8 @@ pub use migrate::NR_MAX_BATCHED_MIGRATION;
 pub use phys::{NodeMask, NodeStats};
 // The policies, one per mechanism the lab compares.
 pub use policy::{
-    FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy,
-    UnmapPolicy, WriterPolicy,
+    AtomicAlignment, FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy,
+    PlacementPolicy, UnmapPolicy, WriterPolicy,
 };
 
 /// log2 of the page size.

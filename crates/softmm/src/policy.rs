@@ -401,3 +401,43 @@ impl HostFileCoherence {
         HostFileCoherence::ALL.into_iter().find(|p| p.name() == name)
     }
 }
+
+/// What an atomic read-modify-write (or atomic load or store) that is not
+/// naturally aligned does. More policies may come, so a `match` on it
+/// needs a wildcard arm. Aligned atomics run the same code under every
+/// policy: the policy is read only on the unaligned path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AtomicAlignment {
+    /// `SIGBUS`/`BUS_ADRALN` ([`Fault::Unaligned`](crate::Fault::Unaligned)),
+    /// as aarch64 and x86 with `split_lock_detect=fatal`. The default:
+    /// what softmm always did, and what a guest that never splits an
+    /// atomic keeps.
+    #[default]
+    Strict,
+    /// x86's split locks: the atomic is made. Inside one naturally aligned
+    /// 8-byte word, a compare-and-swap loop on that word (atomic with
+    /// respect to every access); across words or pages, the bytes are
+    /// read and written under the split lock with both pages' translations
+    /// held (atomic with respect to other split atomics only: see
+    /// `cpu/split_atomic.rs`).
+    Split,
+}
+
+impl AtomicAlignment {
+    /// Every policy, for sweeps.
+    pub const ALL: &'static [AtomicAlignment] = &[AtomicAlignment::Strict, AtomicAlignment::Split];
+
+    /// The kebab-case name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicAlignment::Strict => "strict",
+            AtomicAlignment::Split => "split",
+        }
+    }
+
+    /// The policy named `name` (see [`AtomicAlignment::name`]).
+    pub fn from_name(name: &str) -> Option<AtomicAlignment> {
+        AtomicAlignment::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}

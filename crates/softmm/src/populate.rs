@@ -108,6 +108,10 @@ pub(crate) fn faultin_page_range(mm: &AddressSpace, start: u64, end: u64, write:
     let mut a = start;
     while a < end {
         let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
+        // `check_vma_flags` refuses device memory before anything else.
+        if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
+            return Err(Errno::Fault);
+        }
         if !vma.flags.intersects(need) {
             return Err(Errno::Inval);
         }

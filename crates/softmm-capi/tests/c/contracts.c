@@ -385,6 +385,140 @@ static void watchpoint_contracts(void) {
     softmm_phys_free(phys);
 }
 
+/* An MMIO region's device: 64 bytes of registers, the calls counted. */
+struct regs {
+    pthread_mutex_t lock;
+    unsigned char bytes[64];
+    unsigned reads, writes, released;
+    unsigned last_size;
+    uint64_t last_offset;
+};
+
+static uint64_t regs_read(void *opaque, uint64_t offset, uint32_t size) {
+    struct regs *r = opaque;
+    uint64_t v = 0;
+    pthread_mutex_lock(&r->lock);
+    memcpy(&v, r->bytes + offset % 56, size);
+    r->reads++;
+    r->last_offset = offset;
+    r->last_size = size;
+    pthread_mutex_unlock(&r->lock);
+    return v;
+}
+
+static void regs_write(void *opaque, uint64_t offset, uint32_t size, uint64_t value) {
+    struct regs *r = opaque;
+    pthread_mutex_lock(&r->lock);
+    memcpy(r->bytes + offset % 56, &value, size);
+    r->writes++;
+    r->last_offset = offset;
+    r->last_size = size;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void regs_release(void *opaque) {
+    ((struct regs *)opaque)->released++;
+}
+
+struct mmio_guest {
+    softmm_mm *mm;
+    uint64_t reg;
+    int rc;
+};
+
+/* A guest thread with a CPU of its own: 1000 stores and loads of its own
+ * register. */
+static void *mmio_guest_thread(void *arg) {
+    struct mmio_guest *g = arg;
+    softmm_cpu *cpu;
+    g->rc = softmm_cpu_new(g->mm, &cpu);
+    for (uint64_t i = 0; i < 1000 && g->rc == 0; i++) {
+        uint64_t v = 0;
+        g->rc = softmm_cpu_write_uint(cpu, g->reg, 4, i, NULL);
+        if (g->rc == 0)
+            g->rc = softmm_cpu_read_uint(cpu, g->reg, 4, &v, NULL);
+        if (g->rc == 0 && v != i)
+            g->rc = -1;
+    }
+    softmm_cpu_free(cpu);
+    return NULL;
+}
+
+/* MMIO regions: every size from the CPU and a section, the inline TLB's
+ * miss path, bad input, several guest threads, release. */
+static void mmio_contracts(void) {
+    softmm_phys *phys;
+    softmm_mm *mm;
+    softmm_cpu *cpu;
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    EXPECT(softmm_mm_new(phys, &mm) == 0);
+    EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+    static struct regs r = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    softmm_mmio_ops ops = {.read = regs_read, .write = regs_write, .release = regs_release};
+    softmm_mmio_ops no_read = {.write = regs_write};
+    /* Bad input: the errno, nothing mapped, nothing released. */
+    EXPECT(softmm_mmio_map(NULL, 0, PAGE, RW, MAP_SHARED, &ops, &r) == -EINVAL);
+    EXPECT(softmm_mmio_map(mm, 0, PAGE, RW, MAP_SHARED, NULL, &r) == -EINVAL);
+    EXPECT(softmm_mmio_map(mm, 0, PAGE, RW, MAP_SHARED, &no_read, &r) == -EINVAL);
+    EXPECT(softmm_mmio_map(mm, 0, 0, RW, MAP_SHARED, &ops, &r) == -EINVAL);
+    EXPECT(softmm_mmio_map(mm, 0, PAGE, RW, MAP_PRIVATE, &ops, &r) == -EINVAL);
+    EXPECT(softmm_mmio_map(mm, 0x10001, PAGE, RW, MAP_SHARED | MAP_FIXED, &ops, &r) == -EINVAL);
+    long long a = softmm_mmap(mm, 0, PAGE, RW, ANON, NULL, 0);
+    EXPECT(a > 0);
+    EXPECT(softmm_mmio_map(mm, (uint64_t)a, PAGE, RW, MAP_SHARED | MAP_FIXED_NOREPLACE, &ops, &r) == -EEXIST);
+    EXPECT(r.released == 0 && r.reads == 0 && r.writes == 0);
+    long long io = softmm_mmio_map(mm, 0, PAGE, RW, MAP_SHARED, &ops, &r);
+    EXPECT(io > 0);
+    uint64_t base = (uint64_t)io, v = 0;
+    /* Each size, aligned or not: one call of that size at that offset. */
+    for (uint32_t size = 1; size <= 8; size *= 2) {
+        EXPECT(softmm_cpu_write_uint(cpu, base + 3, size, 0x1122334455667788ull, NULL) == 0);
+        EXPECT(r.last_offset == 3 && r.last_size == size);
+        EXPECT(softmm_cpu_read_uint(cpu, base + 3, size, &v, NULL) == 0);
+        EXPECT(v == (0x1122334455667788ull & (size == 8 ? ~0ull : (1ull << 8 * size) - 1)));
+        EXPECT(r.last_offset == 3 && r.last_size == size);
+    }
+    /* The inline TLB: the fill has no host address to give (an event);
+     * the helpers miss to the section's accessors, which call the device. */
+    softmm_section *s;
+    EXPECT(softmm_cpu_section_begin(cpu, &s) == 0);
+    softmm_tlb_abi abi;
+    EXPECT(softmm_section_tlb_abi(s, &abi) == 0);
+    void *host = NULL;
+    softmm_fault f = {0};
+    EXPECT(softmm_section_tlb_fill(s, base + 16, 8, SOFTMM_ACCESS_READ, &host, &f) == SOFTMM_FAULTED);
+    EXPECT(f.signo == 0 && f.code == SOFTMM_EVENT_MMIO && f.addr == base + 16 && host == NULL);
+    EXPECT(softmm_tlb_write_u64(s, abi.table, base + 16, 42, NULL) == 0);
+    EXPECT(softmm_tlb_read_u64(s, abi.table, base + 16, &v, NULL) == 0 && v == 42);
+    EXPECT(r.last_offset == 16 && r.last_size == 8);
+    EXPECT(softmm_section_end(s) == 0);
+    /* Atomics have no device path: the event. */
+    EXPECT_FAULT(softmm_cpu_atomic_rmw(cpu, base + 8, 8, SOFTMM_ATOMIC_ADD, 1, 5, &v, &f_), 0, SOFTMM_EVENT_MMIO, base + 8);
+    /* Guest threads, each with its own CPU and register. */
+    struct mmio_guest g[4];
+    pthread_t th[4];
+    unsigned before = r.writes;
+    for (int i = 0; i < 4; i++) {
+        g[i] = (struct mmio_guest){.mm = mm, .reg = base + 32 + 4 * (uint64_t)i};
+        EXPECT(pthread_create(&th[i], NULL, mmio_guest_thread, &g[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        EXPECT(g[i].rc == 0);
+    }
+    EXPECT(r.writes - before == 4000);
+    /* fork: the child maps the same device; released with the last mapping. */
+    softmm_mm *child;
+    EXPECT(softmm_mm_fork(mm, &child) == 0);
+    EXPECT(softmm_munmap(mm, base, PAGE) == 0);
+    EXPECT(r.released == 0);
+    softmm_mm_free(child);
+    EXPECT(r.released == 1);
+    EXPECT(softmm_cpu_free(cpu) == 0);
+    softmm_mm_free(mm);
+    softmm_phys_free(phys);
+}
+
 /* What an embedder needs besides system calls and accesses: structured
  * regions, statistics, pins, NUMA policy, hugetlbfs, overcommit. */
 static void complete_api_contracts(void) {
@@ -715,6 +849,7 @@ int main(void) {
     section_contracts();
     tlb_abi_contracts();
     watchpoint_contracts();
+    mmio_contracts();
     complete_api_contracts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

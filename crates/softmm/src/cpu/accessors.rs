@@ -66,7 +66,12 @@ one_access_section! {
 
     /// Atomically loads the naturally aligned `T` at `addr` with `order`
     /// (host byte order, as every atomic here). An unaligned address is
-    /// `Fault::Unaligned`. An ordering that a load cannot have is reduced
+    /// `Fault::Unaligned` under [`AtomicAlignment::Strict`](crate::AtomicAlignment::Strict)
+    /// (the default); under [`AtomicAlignment::Split`](crate::AtomicAlignment::Split)
+    /// every atomic here is made at any alignment, inside a page or across
+    /// two, as x86's split locks (`SeqCst`; see that policy for what it is
+    /// atomic with). An atomic on an MMIO region is `Fault::Mmio`. An
+    /// ordering that a load cannot have is reduced
     /// to its load part (`Release` to `Relaxed`, `AcqRel` to `Acquire`)
     /// instead of panicking as `std`'s atomics do.
     ///

@@ -28,6 +28,7 @@ use std::sync::atomic::Ordering;
 use super::{load_part, scalar, store_part, Cpu, Scalar};
 use crate::error::Fault;
 use crate::fault::Access;
+use crate::mmio::IoBytes;
 use crate::tlb::{CpuTlbState, SoftTlb, TlbEntryAbi, TLB_ENTRIES};
 use crate::PAGE_SIZE;
 
@@ -172,21 +173,6 @@ impl Cpu {
 /// in a loop would load its TLB pointer back from the stack. Each is called
 /// with a section of the CPU open.
 impl Cpu {
-    /// Runs `op` on the host address of `va`, translated for the `size`-byte
-    /// `access` there (inside one page).
-    /// `op` must not panic nor call into softmm: the pointer is valid only
-    /// until the thread's next call into softmm or the section's end.
-    #[inline(always)]
-    fn section_access<R>(
-        &mut self,
-        va: u64,
-        size: usize,
-        access: Access,
-        op: impl FnOnce(*mut u8) -> R,
-    ) -> Result<R, Fault> {
-        Ok(op(self.lookup(va, size, access)?))
-    }
-
     /// Copies guest bytes at `addr` into `buf`, each page translated for
     /// `access` (a read or a fetch).
     pub(super) fn section_copy_in(&mut self, addr: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
@@ -201,12 +187,20 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(buf.len() - done);
             let dst = &mut buf[done..done + n];
-            // SAFETY: `section_access` gives a pointer into an arena frame
-            // of the attached address space, which holds its `PhysMem`
-            // (hence the arena mapping) alive; `n` stops at the page end;
-            // the open section keeps the frame from being freed until the
-            // copy is done, and the copy makes no call into softmm.
-            self.section_access(a, n, access, |p| unsafe { crate::access::copy_from_host(p, dst) })?;
+            match self.lookup(a, n, access) {
+                // SAFETY: `lookup` gives a pointer into an arena frame of
+                // the attached address space, which holds its `PhysMem`
+                // (hence the arena mapping) alive; `n` stops at the page
+                // end; the open section keeps the frame from being freed
+                // until the copy is done, and the copy makes no call into
+                // softmm.
+                Ok(p) => unsafe { crate::access::copy_from_host(p, dst) },
+                Err(Fault::Mmio { .. }) => match self.mmio_access(a, access, IoBytes::Load(dst)) {
+                    Some(r) => r?,
+                    None => continue,
+                },
+                Err(f) => return Err(f),
+            }
             done += n;
         }
         Ok(())
@@ -225,8 +219,15 @@ impl Cpu {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(data.len() - done);
             let src = &data[done..done + n];
-            // SAFETY: as in `section_copy_in`.
-            self.section_access(a, n, Access::Write, |p| unsafe { crate::access::copy_to_host(src, p) })?;
+            match self.lookup(a, n, Access::Write) {
+                // SAFETY: as in `section_copy_in`.
+                Ok(p) => unsafe { crate::access::copy_to_host(src, p) },
+                Err(Fault::Mmio { .. }) => match self.mmio_access(a, Access::Write, IoBytes::Store(src)) {
+                    Some(r) => r?,
+                    None => continue,
+                },
+                Err(f) => return Err(f),
+            }
             done += n;
         }
         Ok(())
@@ -244,12 +245,23 @@ impl Cpu {
     #[inline(always)]
     fn section_load_split(&mut self, addr: u64, n: usize, access: Access) -> Result<u64, Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: `[p, p + n)` does not cross the page end (checked), so
-            // it and the aligned words holding it lie in one arena frame
-            // (frames are page aligned); the section keeps the frame
-            // allocated until the load is done; arena memory is only ever
-            // accessed atomically.
-            return self.section_access(addr, n, access, |p| unsafe { scalar::load_in_page(p, n) });
+            loop {
+                match self.lookup(addr, n, access) {
+                    // SAFETY: `[p, p + n)` does not cross the page end
+                    // (checked), so it and the aligned words holding it lie
+                    // in one arena frame (frames are page aligned); the
+                    // section keeps the frame allocated until the load is
+                    // done; arena memory is only ever accessed atomically.
+                    Ok(p) => return Ok(unsafe { scalar::load_in_page(p, n) }),
+                    Err(Fault::Mmio { .. }) => {
+                        let mut b = [0; 8];
+                        if let Some(r) = self.mmio_access(addr, access, IoBytes::Load(&mut b[..n])) {
+                            return r.map(|()| u64::from_le_bytes(b));
+                        }
+                    }
+                    Err(f) => return Err(f),
+                }
+            }
         }
         self.section_load_across(addr, n, access)
     }
@@ -273,8 +285,22 @@ impl Cpu {
     #[inline(always)]
     fn section_store_split(&mut self, addr: u64, n: usize, raw: u64) -> Result<(), Fault> {
         if addr % PAGE_SIZE <= PAGE_SIZE - n as u64 {
-            // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
-            return self.section_access(addr, n, Access::Write, |p| unsafe { scalar::store_in_page(p, raw, n) });
+            loop {
+                match self.lookup(addr, n, Access::Write) {
+                    Ok(p) => {
+                        // SAFETY: as in `section_load_slow`, for `[p, p + n)`.
+                        unsafe { scalar::store_in_page(p, raw, n) };
+                        return Ok(());
+                    }
+                    Err(Fault::Mmio { .. }) => {
+                        let b = raw.to_le_bytes();
+                        if let Some(r) = self.mmio_access(addr, Access::Write, IoBytes::Store(&b[..n])) {
+                            return r;
+                        }
+                    }
+                    Err(f) => return Err(f),
+                }
+            }
         }
         self.section_store_across(addr, n, raw)
     }
@@ -450,16 +476,19 @@ impl Section<'_> {
     }
 
     /// Runs `op` on the naturally aligned atomic `T` at `addr`, translated
-    /// for `access`.
+    /// for `access`; an unaligned `addr` follows the address space's
+    /// [`AtomicAlignment`](crate::AtomicAlignment), `split` being the
+    /// operation on values (`cpu/split_atomic.rs`).
     #[inline]
     fn atomic_at<T: Scalar, R>(
         &mut self,
         addr: u64,
         access: Access,
         op: impl FnOnce(&T::Atomic) -> R,
+        split: impl Fn(T) -> (Option<T>, R),
     ) -> Result<R, Fault> {
         if addr % T::SIZE as u64 != 0 {
-            return Err(self.cpu.note_fault(Fault::Unaligned { addr }, access, addr, T::SIZE));
+            return self.atomic_unaligned(addr, access, split);
         }
         let p = match self.lookup(addr, T::SIZE, access) {
             Ok(p) => p,
@@ -472,19 +501,37 @@ impl Section<'_> {
         Ok(op(unsafe { T::atomic(p) }))
     }
 
+    /// [`Section::atomic_at`] for an `addr` not aligned to the scalar:
+    /// `Fault::Unaligned` (`Strict`), or a split atomic (`Split`).
+    #[cold]
+    #[inline(never)]
+    fn atomic_unaligned<T: Scalar, R>(
+        &mut self,
+        addr: u64,
+        access: Access,
+        split: impl Fn(T) -> (Option<T>, R),
+    ) -> Result<R, Fault> {
+        let policy = self.cpu.mm.as_ref().map(|mm| mm.config.atomic_alignment);
+        let r = match policy {
+            Some(crate::AtomicAlignment::Split) => self.cpu.split_atomic(addr, access, split),
+            _ => Err(Fault::Unaligned { addr }),
+        };
+        r.map_err(|f| self.cpu.note_fault(f, access, addr, T::SIZE))
+    }
+
     /// Atomically loads the `T` at `addr`, as [`Cpu::atomic_load`].
     pub fn atomic_load<T: Scalar>(&mut self, addr: u64, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)))
+        self.atomic_at::<T, _>(addr, Access::Read, |a| T::load(a, load_part(order)), |old| (None, old))
     }
 
     /// Atomically stores `v` at `addr`, as [`Cpu::atomic_store`].
     pub fn atomic_store<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<(), Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::store(a, v, store_part(order)), |_| (Some(v), ()))
     }
 
     /// Atomically swaps the `T` at `addr`, as [`Cpu::atomic_swap`].
     pub fn atomic_swap<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order))
+        self.atomic_at::<T, _>(addr, Access::Write, |a| T::swap(a, v, order), |old| (Some(v), old))
     }
 
     /// Atomic compare-and-exchange, as [`Cpu::atomic_compare_exchange`].
@@ -496,34 +543,62 @@ impl Section<'_> {
         success: Ordering,
         failure: Ordering,
     ) -> Result<Result<T, T>, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| {
-            T::compare_exchange(a, current, new, success, load_part(failure))
-        })
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::compare_exchange(a, current, new, success, load_part(failure)),
+            |old| if old == current { (Some(new), Ok(old)) } else { (None, Err(old)) },
+        )
     }
 
     /// Atomic wrapping add, as [`Cpu::atomic_fetch_add`].
     pub fn atomic_fetch_add<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_add(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_add(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw().wrapping_add(v.to_raw()))), old),
+        )
     }
 
     /// Atomic wrapping subtract, as [`Cpu::atomic_fetch_sub`].
     pub fn atomic_fetch_sub<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_sub(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_sub(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw().wrapping_sub(v.to_raw()))), old),
+        )
     }
 
     /// Atomic bitwise and, as [`Cpu::atomic_fetch_and`].
     pub fn atomic_fetch_and<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_and(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_and(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw() & v.to_raw())), old),
+        )
     }
 
     /// Atomic bitwise or, as [`Cpu::atomic_fetch_or`].
     pub fn atomic_fetch_or<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_or(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_or(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw() | v.to_raw())), old),
+        )
     }
 
     /// Atomic bitwise exclusive or, as [`Cpu::atomic_fetch_xor`].
     pub fn atomic_fetch_xor<T: Scalar>(&mut self, addr: u64, v: T, order: Ordering) -> Result<T, Fault> {
-        self.atomic_at::<T, _>(addr, Access::Write, |a| T::fetch_xor(a, v, order))
+        self.atomic_at::<T, _>(
+            addr,
+            Access::Write,
+            |a| T::fetch_xor(a, v, order),
+            |old| (Some(T::from_raw(old.to_raw() ^ v.to_raw())), old),
+        )
     }
 }
 

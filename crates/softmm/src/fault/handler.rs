@@ -99,6 +99,12 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         // retried access fills its TLB from the VMA (`cpu/host_mem.rs`).
         return Ok(());
     }
+    if vma.flags.contains(VmFlags::PFNMAP) {
+        // Device memory (`crate::mmio`) has no page to map: Linux's
+        // `do_fault` without `vm_ops->fault` (`SIGBUS`, which gup turns
+        // into `EFAULT` as it does this). A CPU's access calls the device.
+        return Err(Fault::Mmio { addr }.into());
+    }
     if vma.flags.contains(VmFlags::HUGETLB) {
         // A hugetlb fault allocates its PMD table, so it needs `mmap_lock`
         // or the VMA's reference (`PerVmaSeq` then retries with it;

@@ -8,8 +8,8 @@
 //! core of `mm` does not depend on the features.
 
 use crate::policy::{
-    FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy, PlacementPolicy,
-    UnmapPolicy, WriterPolicy,
+    AtomicAlignment, FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, PinPolicy,
+    PlacementPolicy, UnmapPolicy, WriterPolicy,
 };
 use crate::PAGE_SIZE;
 
@@ -116,6 +116,8 @@ pub struct MmConfig {
     /// What the pages of a `MAP_SHARED` mapping of a host file are
     /// (issue 31).
     pub host_file_coherence: HostFileCoherence,
+    /// What an atomic that is not naturally aligned does (issue 28).
+    pub atomic_alignment: AtomicAlignment,
     /// Whether unmaps read the clock to time their parts
     /// ([`UnmapStats`](crate::UnmapStats)'s `_ns` fields stay 0 otherwise).
     pub time_unmaps: bool,
@@ -155,6 +157,7 @@ impl Default for MmConfig {
             madvise_policy: MadvisePolicy::default(),
             writer_policy: WriterPolicy::default(),
             host_file_coherence: HostFileCoherence::default(),
+            atomic_alignment: AtomicAlignment::default(),
             time_unmaps: false,
         }
     }
@@ -331,6 +334,13 @@ impl MmConfig {
     #[must_use]
     pub fn placement(mut self, placement: PlacementPolicy) -> MmConfig {
         self.placement = placement;
+        self
+    }
+
+    /// Sets `atomic_alignment`: what an unaligned atomic does (default
+    /// [`AtomicAlignment::Strict`]).
+    pub fn atomic_alignment(mut self, atomic_alignment: AtomicAlignment) -> MmConfig {
+        self.atomic_alignment = atomic_alignment;
         self
     }
 

@@ -165,7 +165,13 @@ impl AddressSpace {
                     MADV_RANDOM => f = (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
                     MADV_SEQUENTIAL => f = (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
                     MADV_DONTFORK => f |= VmFlags::DONTCOPY,
-                    MADV_DOFORK => f &= !VmFlags::DONTCOPY,
+                    MADV_DOFORK => {
+                        // A device mapping stays out of children.
+                        if vma.flags.contains(VmFlags::IO) {
+                            return Err(Errno::Inval);
+                        }
+                        f &= !VmFlags::DONTCOPY;
+                    }
                     MADV_WIPEONFORK => {
                         if vma.file.is_some() || vma.flags.contains(VmFlags::SHARED) {
                             return Err(Errno::Inval);
@@ -175,6 +181,10 @@ impl AddressSpace {
                     // A droppable mapping stays wipe-on-fork and out of
                     // core dumps (Linux 6.12+'s madvise_vma_behavior).
                     MADV_KEEPONFORK | MADV_DODUMP if vma.flags.contains(VmFlags::DROPPABLE) => {
+                        return Err(Errno::Inval);
+                    }
+                    // A device mapping stays out of core dumps.
+                    MADV_DODUMP if !f.contains(VmFlags::HUGETLB) && f.intersects(VmFlags::SPECIAL) => {
                         return Err(Errno::Inval);
                     }
                     MADV_KEEPONFORK => f &= !VmFlags::WIPEONFORK,
@@ -410,6 +420,10 @@ impl AddressSpace {
                 let Some(file) = vma.file.clone() else { return Err(Errno::Inval) };
                 if vma.flags & (VmFlags::SHARED | VmFlags::MAYWRITE) != (VmFlags::SHARED | VmFlags::MAYWRITE) {
                     return Err(Errno::Acces);
+                }
+                // `vfs_fallocate` of a device file (`crate::mmio`).
+                if file.mmio.is_some() {
+                    return Err(Errno::NoDev);
                 }
                 // Linux's `(start - vm_start) + (vm_pgoff << PAGE_SHIFT)` as a
                 // loff_t. Where it does not overflow, this is the same value;

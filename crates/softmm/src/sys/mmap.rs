@@ -331,6 +331,8 @@ impl AddressSpace {
             Backing::File if file.is_some_and(|f| f.file.inode().host_mem.is_some()) => {
                 &super::mmap_host::HOST_MEM_VM_OPS
             }
+            // A device's registers (`AddressSpace::mmap_io`).
+            Backing::File if file.is_some_and(|f| f.file.inode().mmio.is_some()) => &super::mmio::MMIO_VM_OPS,
             Backing::Anon | Backing::File => &DEFAULT_VM_OPS,
         };
         let mut desc = VmaDesc {

@@ -30,6 +30,7 @@ mod mmap;
 // `mmap_host` is `unsafe` at the API boundary: the caller vouches for its memory.
 #[allow(unsafe_code)]
 mod mmap_host;
+mod mmio;
 mod move_pages;
 mod mprotect;
 mod mremap;

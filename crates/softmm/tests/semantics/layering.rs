@@ -135,7 +135,7 @@ fn the_synchronization_primitives_depend_on_nothing_above_them() {
 /// are `pin`'s (`pin/hugetlb.rs`).
 const LAYERS: &[&[&str]] = &[
     &["error", "uapi", "policy", "sync", "access"],
-    &["phys"],
+    &["phys", "mmio"],
     &["tlb", "mempolicy", "watch"],
     &["pgtable", "host_file", "host_mem"],
     &["rmap"],

@@ -32,6 +32,7 @@ fn each_setter_sets_its_own_field() {
         .madvise_policy(MadvisePolicy::MmapLock)
         .writer_policy(WriterPolicy::Reserve)
         .host_file_coherence(HostFileCoherence::Shared)
+        .atomic_alignment(crate::AtomicAlignment::Split)
         .time_unmaps(true);
     let want = MmConfig {
         policy: FaultPolicy::Speculative,
@@ -61,6 +62,7 @@ fn each_setter_sets_its_own_field() {
         madvise_policy: MadvisePolicy::MmapLock,
         writer_policy: WriterPolicy::Reserve,
         host_file_coherence: HostFileCoherence::Shared,
+        atomic_alignment: crate::AtomicAlignment::Split,
         time_unmaps: true,
     };
     assert_eq!(format!("{built:?}"), format!("{want:?}"));
