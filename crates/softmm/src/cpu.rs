@@ -434,6 +434,10 @@ impl Cpu {
         // page. (The TLB is filled only here, so its hit path needs no check.)
         check_user_address(va, mm.config.task_size)?;
         let write = access == Access::Write;
+        // Whether the fault handler ran and returned: only then may the
+        // address be embedder memory, which has no entries (its handler
+        // returns at once), so an ordinary first touch pays no VMA lookup.
+        let mut handled = false;
         loop {
             {
                 let guard = crossbeam_epoch::pin();
@@ -510,7 +514,7 @@ impl Cpu {
                     }
                 }
                 // Embedder memory has no entries: filled from its VMA.
-                if !unreachable && walk.as_ref().is_none_or(|leaf| leaf.load(va).is_none()) {
+                if handled && !unreachable && walk.as_ref().is_none_or(|leaf| leaf.load(va).is_none()) {
                     if let Some(r) = self.fill_host_mem(&mm, va, size, access, &guard) {
                         return r;
                     }
@@ -534,6 +538,7 @@ impl Cpu {
             // the device (`cpu/mmio.rs`), or the caller learns it has no
             // host address.
             r?;
+            handled = true;
         }
     }
 

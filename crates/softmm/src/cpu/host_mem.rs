@@ -16,7 +16,9 @@ use crate::PAGE_SIZE;
 use super::Cpu;
 
 impl Cpu {
-    /// A miss at `va` that no entry translates, inside a section: if a
+    /// A miss at `va` that no entry translates even after the fault
+    /// handler returned for it (which it does at once for embedder memory,
+    /// so that an ordinary fault never pays this lookup), inside a section: if a
     /// host-memory VMA of the tree `guard` reads maps it, the host address
     /// for the `size`-byte `access` (its TLB entry filled), or the fault
     /// Linux's `access_error` or the embedder's watches raise; `None` for
