@@ -126,6 +126,9 @@ pub struct MmConfig {
 /// x86-64 `TASK_SIZE` with 4-level paging.
 pub const TASK_SIZE: u64 = 0x7fff_ffff_f000;
 
+// The published VMA set's windows cover the whole user address space.
+const _: () = assert!(crate::vma::WINDOWS_END >= TASK_SIZE);
+
 impl Default for MmConfig {
     fn default() -> Self {
         MmConfig {

@@ -15,7 +15,7 @@ fn span<T>(field: &T) -> (&'static str, std::ops::RangeInclusive<usize>) {
 
 /// A write section writes the `mmap_lock` word and `MmState`, swaps the
 /// pointers of the windows it changed (off this struct, each on a line of
-/// its own: `mm/windows.rs`) and bumps `seq` twice; a lock-free unmap locks
+/// its own: `vma/windows.rs`) and bumps `seq` twice; a lock-free unmap locks
 /// `unreachable.write`. A fault reads the arena and configuration
 /// pointers, the page-table root, the memory policy, the unreachable list
 /// and the watches: were one of those on a written line, each write section

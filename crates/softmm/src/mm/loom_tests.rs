@@ -1,5 +1,5 @@
 //! loom models of the publication of the VMA set by window
-//! (`mm/windows.rs`, `VmaTree::publish_changed`) on the real code: the
+//! (`vma/windows.rs`, `VmaTree::publish_changed`) on the real code: the
 //! real `mprotect` on one thread, splitting or merging a VMA across a 1 GiB
 //! window boundary, against the real lock-free lookup
 //! (`AddressSpace::vmas_rcu(..).find`) on another, which must find a VMA

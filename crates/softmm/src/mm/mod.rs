@@ -30,13 +30,12 @@ mod pmd_unshare;
 mod stack;
 mod unmap;
 mod vma;
-mod windows;
 
 use std::sync::{Arc, Weak};
 
+pub(crate) use crate::vma::PublishedVmas;
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
-pub(crate) use windows::PublishedVmas;
 
 use crate::sync::{AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -171,8 +170,8 @@ pub struct AddressSpace {
     // `config` or `unreachable`'s list from, on each write section.
     mmap_lock: CachePadded<RwLock<MmState>>,
     /// The published VMA set for lock-free readers, one version per 1 GiB
-    /// window, each window's pointer on a line of its own (`mm/windows.rs`).
-    windows: windows::WindowDir,
+    /// window, each window's pointer on a line of its own (`vma/windows.rs`).
+    windows: crate::vma::WindowDir,
     pub(crate) pgtables: PageTables,
     pub(crate) tlb: TlbDomain,
     pub(crate) counters: MmCounters,
@@ -277,7 +276,7 @@ impl AddressSpace {
             pgtables: PageTables::new(phys),
             config,
             mmap_lock: CachePadded::new(RwLock::new(st)),
-            windows: windows::WindowDir::default(),
+            windows: crate::vma::WindowDir::default(),
             tlb: TlbDomain::with_policies(shootdown_policy, posting_policy),
             counters: MmCounters::default(),
             seq: CachePadded::new(SeqCount::new()),
@@ -403,7 +402,7 @@ impl AddressSpace {
 
     /// Publishes the windows of `tree` its write section changed, one by
     /// one, each as one RCU version, in the order that never shows a
-    /// lock-free reader a hole (see `mm/windows.rs`).
+    /// lock-free reader a hole (see `vma/windows.rs`).
     fn publish(&self, tree: &mut VmaTree) {
         let guard = crossbeam_epoch::pin();
         self.windows.publish_changed(tree, &guard, |_w| {
@@ -454,7 +453,7 @@ impl AddressSpace {
 
     /// The published VMA set, readable without `mmap_lock` for as long as
     /// `guard` is held: each 1 GiB window at the version the reader loads
-    /// (see `mm/windows.rs`).
+    /// (see `vma/windows.rs`).
     pub(crate) fn vmas_rcu<'d, 'g>(&'d self, guard: &'g Guard) -> PublishedVmas<'d, 'g> {
         self.windows.published(guard)
     }

@@ -334,9 +334,9 @@ pub(crate) fn check_model(
 }
 
 /// The switches of the publication of the VMA set's windows
-/// (`mm/windows.rs`, `VmaTree::publish_changed`): the lookup's recheck,
+/// (`vma/windows.rs`, `VmaTree::publish_changed`): the lookup's recheck,
 /// model `mm/loom_tests.rs`; the order, test
-/// `mm::windows::tests::the_order_matters` (a test build's switch, not a
+/// `sys::publish_tests::the_order_matters` (a test build's switch, not a
 /// loom one: what it breaks is seen between two publications of one
 /// thread). Per OS thread, as `tlb`'s.
 pub(crate) mod windows {

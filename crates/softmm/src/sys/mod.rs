@@ -37,6 +37,8 @@ mod mremap;
 mod mseal;
 mod msync;
 mod munmap;
+#[cfg(all(test, not(loom)))]
+mod publish_tests;
 mod watch;
 
 pub use maps::MapEntry;

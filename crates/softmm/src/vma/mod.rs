@@ -5,7 +5,7 @@
 //! sharded by 1 GiB window, each VMA stored once, in the window of its
 //! start; each window is a persistent B-tree (so a version costs O(log n)
 //! new nodes in the windows it changes, whatever the VMAs' sizes), and each
-//! changed window is published on its own (`mm/windows.rs`). Lock-free
+//! changed window is published on its own (`windows.rs`). Lock-free
 //! readers load a window's published version under an epoch guard and read
 //! it without writing any shared memory; an old version, and the VMAs only
 //! it holds, are freed after the grace period.
@@ -21,12 +21,18 @@ use crate::PAGE_SHIFT;
 
 mod flags;
 mod ops;
+// The published set's RCU (crossbeam-epoch's `defer_destroy` and loads of
+// its `Shared` pointers) and its install-once leaves: the one module of this
+// layer with `unsafe`, each block with the invariant that makes it sound.
+#[allow(unsafe_code)]
+mod windows;
 
 /// A VMA's backing for merge checks: the file's id and the open's.
 pub(crate) type FileKey = (u64, u64);
 
 pub(crate) use flags::VmFlags;
 pub(crate) use ops::{want_pmd_share, VmaDesc, VmaOps, ZapDetails, DEFAULT_VM_OPS};
+pub(crate) use windows::{PublishedVmas, WindowDir, WINDOWS_END};
 
 /// The anonymous-memory identity of a VMA (Linux's `anon_vma`): VMAs that share
 /// one may merge; it is assigned on the first anonymous fault. Its identity is
@@ -826,7 +832,7 @@ impl VmaTree {
     /// the first at an older version with the second at a newer one. A
     /// lookup that falls through to find nothing is therefore confirmed
     /// against the sequence count of sections publishing several windows
-    /// (`mm/windows.rs`); `several` is called before the first of them.
+    /// (`windows.rs`); `several` is called before the first of them.
     pub(crate) fn publish_changed<'o>(
         &mut self,
         old: impl Windows<'o>,
