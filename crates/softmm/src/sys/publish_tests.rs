@@ -16,6 +16,10 @@ fn spans<'a>(it: impl Iterator<Item = &'a Arc<Vma>>) -> Vec<(u64, u64)> {
 /// reverse order: the order is what keeps every state between two
 /// publications free of holes.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "400 rounds of system calls across 1 GiB windows: many minutes under Miri; the windows' unsafe code runs under Miri in vma::windows::tests and every address-space test"
+)]
 fn the_order_matters() {
     crate::sync::broken::windows::PUBLISH_REVERSED.with(|c| c.set(true));
     let res = std::panic::catch_unwind(every_write_section_publishes_the_windows_it_changed);
@@ -33,6 +37,10 @@ fn the_order_matters() {
 /// hole where both held a VMA (the publication order,
 /// `VmaTree::publish_changed`).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "400 rounds of system calls across 1 GiB windows: many minutes under Miri; the windows' unsafe code runs under Miri in vma::windows::tests and every address-space test"
+)]
 fn every_write_section_publishes_the_windows_it_changed() {
     use crate::uapi::*;
     use crate::{AddressSpace, MmConfig, PAGE_SIZE};
