@@ -28,7 +28,7 @@ use softmm::{AddressSpace, Cpu, FaultPolicy, FaultStats, PhysMem};
 use super::ops::{Op, Planned};
 use super::process::Process;
 use crate::counters::FaultCounters;
-use crate::workloads::{soft_counters, Backend};
+use crate::workloads::{space_counters, Backend};
 
 /// What `--bench` runs.
 #[derive(Debug, Clone)]
@@ -263,23 +263,8 @@ fn run_once(
         differed.extend(d);
         differed_count += c;
     }
-    let (mut lock, mut wlock, mut barriers, mut flushes, mut requests, mut shared) = (0, 0, 0, 0, 0, 0);
-    for mm in spaces.iter().filter_map(|s| s.get().cloned().flatten()) {
-        let st = mm.stats();
-        lock += st.mmap_lock_write + st.mmap_lock_read;
-        wlock += st.mmap_lock_write;
-        barriers += st.tlb.barriers;
-        flushes += st.tlb.flushes;
-        requests += st.tlb.flush_requests;
-        shared += st.tlb.shared_writes;
-    }
-    let counters = FaultCounters {
-        barriers: Some(barriers),
-        shootdowns: Some(flushes),
-        mmap_lock_writes: Some(wlock),
-        flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(shared),
-        ..soft_counters(policy, &fault, lock, requests)
-    };
+    let spaces: Vec<Arc<AddressSpace>> = spaces.iter().filter_map(|s| s.get().cloned().flatten()).collect();
+    let counters = space_counters(policy, &fault, spaces.iter().map(|mm| &**mm));
     Ok(Sample { seconds, thread_seconds, calls, faults, counters, differed, differed_count })
 }
 

@@ -285,14 +285,18 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
     }
 }
 
-/// The counters of a softmm run: its CPUs' fault counters and its address
-/// spaces' statistics (taken after the run).
-pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
-    let fault = out.fault().unwrap_or_default();
+/// The counters of `fault` (the run's CPUs') under `policy` and of the
+/// statistics of `spaces`, summed (taken after the run): lock
+/// acquisitions, flush requests and shootdowns.
+pub fn space_counters<'a>(
+    policy: FaultPolicy,
+    fault: &FaultStats,
+    spaces: impl IntoIterator<Item = &'a AddressSpace>,
+) -> FaultCounters {
     let (mut lock, mut wlock, mut flush, mut flush_wait_ns) = (0, 0, 0, 0);
     let (mut shootdowns, mut local, mut barriers, mut joined, mut flush_shared) = (0, 0, 0, 0, 0);
-    for s in spaces {
-        let st = s.mm.stats();
+    for mm in spaces {
+        let st = mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
         wlock += st.mmap_lock_write;
         flush += st.tlb.flush_requests;
@@ -303,7 +307,7 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
         joined += st.tlb.barriers_joined;
         flush_shared += st.tlb.shared_writes;
     }
-    let counters = FaultCounters {
+    FaultCounters {
         flush_wait_ns: Some(flush_wait_ns),
         shootdowns: Some(shootdowns),
         local_shootdowns: Some(local),
@@ -311,9 +315,18 @@ pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -
         barriers_joined: Some(joined),
         flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(flush_shared),
         mmap_lock_writes: Some(wlock),
+        ..soft_counters(policy, fault, lock, flush)
+    }
+}
+
+/// The counters of a softmm run: its CPUs' fault counters and its address
+/// spaces' statistics (taken after the run).
+pub fn soft_measured(policy: FaultPolicy, out: &RunOut, spaces: &[&SoftSpace]) -> Measured {
+    let fault = out.fault().unwrap_or_default();
+    let counters = FaultCounters {
         // The tasks' own calls (mmap, munmap) as well as their faults.
         shared_writes: cfg!(feature = "shared-write-stats").then(|| out.shared_writes()),
-        ..soft_counters(policy, &fault, lock, flush)
+        ..space_counters(policy, &fault, spaces.iter().map(|s| &*s.mm))
     };
     Measured { ops: out.ops(), seconds: out.seconds(), cpu_seconds: out.cpu_seconds(), counters }
 }
