@@ -9,6 +9,16 @@ use softmm_testkit::common;
 use common::*;
 use softmm::{Cpu, FaultPolicy};
 
+/// Held by each test of this file: an epoch collection in one test's
+/// threads would free another's garbage, which
+/// `a_fault_counts_nothing_for_the_vmas_another_thread_left_to_its_collection`
+/// needs its own faulter to free.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Shared writes per fault for steady-state anonymous write faults.
 fn per_fault(policy: FaultPolicy) -> f64 {
     let p = phys(16);
@@ -19,7 +29,15 @@ fn per_fault(policy: FaultPolicy) -> f64 {
 /// Shared writes per fault of the calling thread, for 1024 steady-state
 /// anonymous write faults in a region of its own of `mm`.
 fn faults_in(mm: &std::sync::Arc<softmm::AddressSpace>) -> f64 {
-    const PAGES: u64 = 1024;
+    let (mut cpu, a) = region_to_fault(mm);
+    fault_region(&mut cpu, a)
+}
+
+const PAGES: u64 = 1024;
+
+/// A region of `PAGES` pages of `mm` whose page tables and anon_vma exist
+/// and whose pages do not, and a CPU to fault it in.
+fn region_to_fault(mm: &std::sync::Arc<softmm::AddressSpace>) -> (Cpu, u64) {
     let a = mm.mmap(0, PAGES * PAGE, RW, ANON, None, 0).unwrap();
     let mut cpu = Cpu::attached(mm);
     // First touch of each 2 MiB creates the page tables and the anon_vma (locked path).
@@ -27,6 +45,12 @@ fn faults_in(mm: &std::sync::Arc<softmm::AddressSpace>) -> f64 {
         cpu.write_u8(a + p * PAGE, 1).unwrap();
     }
     mm.madvise(a, PAGES * PAGE, softmm::uapi::MADV_DONTNEED).unwrap();
+    (cpu, a)
+}
+
+/// Shared writes per fault of `cpu`'s write faults of each page of the
+/// region at `a` ([`region_to_fault`]).
+fn fault_region(cpu: &mut Cpu, a: u64) -> f64 {
     let before = cpu.stats().fault;
     for p in 0..PAGES {
         cpu.write_u8(a + p * PAGE, 1).unwrap();
@@ -38,6 +62,7 @@ fn faults_in(mm: &std::sync::Arc<softmm::AddressSpace>) -> f64 {
 
 #[test]
 fn default_policy_anonymous_fault_writes_nothing_shared() {
+    let _one = one_at_a_time();
     for &policy in FaultPolicy::ALL {
         // Printed for the record (`-- --nocapture`).
         eprintln!("{:12} {:.3} shared writes per anonymous fault", policy.name(), per_fault(policy));
@@ -105,6 +130,7 @@ fn per_fault_threads(faulters: usize, beside_writer: bool) -> Vec<f64> {
 /// amortized over the VMAs a collection drops).
 #[test]
 fn default_policy_fault_writes_nothing_shared_beside_another_faulter_or_a_writer() {
+    let _one = one_at_a_time();
     let alone = per_fault_threads(1, false);
     let two = per_fault_threads(2, false);
     let interfered = per_fault_threads(1, true);
@@ -118,4 +144,48 @@ fn default_policy_fault_writes_nothing_shared_beside_another_faulter_or_a_writer
     for f in alone.iter().chain(&two).chain(&interfered).chain(&two_interfered) {
         assert!(*f < 0.3, "{f} shared writes per fault");
     }
+}
+
+/// The VMAs another thread unmapped are freed after a grace period by
+/// whichever thread's epoch collection comes first, often a faulter's (an
+/// RCU callback in Linux runs on the CPU that queued it instead). Freeing
+/// one writes the line of the slot that made it: counted in the thread's
+/// whole count, but not in the fault's, whose own writes are what predicts
+/// its scaling. Deterministic: the writer has exited, and no other test of
+/// this file runs meanwhile, so this thread's collections free its VMAs.
+#[test]
+fn a_fault_counts_nothing_for_the_vmas_another_thread_left_to_its_collection() {
+    let _one = one_at_a_time();
+    const LEFT: u64 = 512;
+    let p = phys(16);
+    let mm = mm_with(&p, FaultPolicy::default());
+    // This thread takes its slot (its region's VMA's) before the writer
+    // does: they differ.
+    let (mut cpu, a) = region_to_fault(&mm);
+    // A pin held meanwhile keeps the writer's own collections from freeing
+    // what it unmaps (no grace period ends under it).
+    let pin = crossbeam_epoch::pin();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..LEFT {
+                let a = mm.mmap(0, 1 << 20, softmm::uapi::PROT_READ, ANON, None, 0).unwrap();
+                mm.munmap(a, 1 << 20).unwrap();
+            }
+        });
+    });
+    drop(pin);
+    assert!(p.stats().vmas >= LEFT, "the writer's VMAs wait for a grace period: {}", p.stats().vmas);
+    // Nothing but faults from here: the faults' pins run the collections
+    // (one per 128 pins), which free the writer's VMAs.
+    let whole = softmm::shared_writes_this_thread();
+    let fault = (fault_region(&mut cpu, a) * PAGES as f64).round() as u64;
+    let whole = softmm::shared_writes_this_thread() - whole;
+    let left = p.stats().vmas;
+    eprintln!("{fault} shared writes in {PAGES} faults, {whole} in all; {left} VMAs left");
+    assert!(left < LEFT / 2, "the faults' collections freed the writer's VMAs: {left} left");
+    assert!(
+        whole >= fault + LEFT / 2,
+        "the thread counts the VMAs its collections freed: {whole} in all, {fault} in faults"
+    );
+    assert!((fault as f64) / (PAGES as f64) < 0.1, "{fault} shared writes in {PAGES} faults");
 }

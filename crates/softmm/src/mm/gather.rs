@@ -334,7 +334,7 @@ pub(crate) fn wait_for_grace_period(limit: Duration) -> bool {
         let e = ended.clone();
         // The collector runs it once every guard pinned before this defer
         // is gone, on whichever thread collects (this one, below, mostly).
-        guard.defer(move || e.store(true, std::sync::atomic::Ordering::Release));
+        crate::sync::rcu::call_rcu(&guard, move || e.store(true, std::sync::atomic::Ordering::Release));
         guard.flush();
     }
     let start = Instant::now();

@@ -447,7 +447,7 @@ impl AddressSpace {
         if !old.is_null() {
             // SAFETY: `old` is unreachable from `mempolicy` now; readers that
             // loaded it hold a guard the deferred destruction waits for.
-            unsafe { guard.defer_destroy(old) };
+            unsafe { crate::sync::rcu::defer_destroy(&guard, old) };
         }
     }
 

@@ -527,7 +527,7 @@ impl DetachedTable {
         let phys = phys.clone();
         // SAFETY: the table was detached before `defer`, so once the grace
         // period ends no walker holds it; `self` is its only owner.
-        guard.defer(move || unsafe { self.free_now(&phys) });
+        crate::sync::rcu::call_rcu(guard, move || unsafe { self.free_now(&phys) });
     }
 
     /// How many tables freeing this one would free, itself and its

@@ -238,7 +238,7 @@ impl PhysMem {
         let old = self.commit.policy.swap(Owned::new(policy), Ordering::AcqRel, &guard);
         // SAFETY: `old` is unreachable from `policy` now; readers that loaded
         // it hold a guard the deferred destruction waits for.
-        unsafe { guard.defer_destroy(old) };
+        unsafe { crate::sync::rcu::defer_destroy(&guard, old) };
     }
 
     /// `vm_acct_memory`: charges `pages` without a check.

@@ -618,7 +618,7 @@ impl TlbDomain {
         let old = self.published.swap(crossbeam_epoch::Owned::new(cpus.clone()), Ordering::Release, &guard);
         // SAFETY: `old` is unreachable from `published` now; initiators
         // that loaded it hold a guard the destruction waits for.
-        unsafe { guard.defer_destroy(old) };
+        unsafe { crate::sync::rcu::defer_destroy(&guard, old) };
         // Pairs with the fence in `flush_begin_lock_free`: the list before
         // the CPU's first walk.
         fence(Ordering::SeqCst);

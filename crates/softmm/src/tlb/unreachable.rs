@@ -97,7 +97,7 @@ impl UnreachableRanges {
         if !old.is_null() {
             // SAFETY: `old` is unreachable from `list` now; readers that
             // loaded it hold a guard the destruction waits for.
-            unsafe { guard.defer_destroy(old) };
+            unsafe { crate::sync::rcu::defer_destroy(&guard, old) };
         }
     }
 }

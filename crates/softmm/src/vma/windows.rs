@@ -222,7 +222,7 @@ impl WindowDir {
             // SAFETY: `old` was the published version; it is unreachable
             // from the window now, and readers that loaded it hold a guard
             // that the deferred destruction waits for.
-            unsafe { guard.defer_destroy(old) };
+            unsafe { crate::sync::rcu::defer_destroy(guard, old) };
         }
     }
 
@@ -285,7 +285,7 @@ impl Drop for WindowDir {
                 if !old.is_null() {
                     // SAFETY: as in `publish`: a version a reader loaded
                     // under a guard outlives the guard, not the directory.
-                    unsafe { guard.defer_destroy(old) };
+                    unsafe { crate::sync::rcu::defer_destroy(&guard, old) };
                 }
             }
         }
