@@ -20,10 +20,10 @@ use crate::PAGE_SIZE;
 
 mod commit;
 pub(crate) mod hugetlb;
+mod pfn;
 pub use commit::{Overcommit, OvercommitMode};
 
-/// A physical frame number: the index of a 4 KiB frame in the arena.
-pub type Pfn = u64;
+pub(crate) use pfn::Pfn;
 
 /// Frames moved between a thread cache and its node's free list at once.
 const CACHE_BATCH: usize = 32;
@@ -575,7 +575,8 @@ impl PhysMem {
         let frames = per_node * nodes as u64; // <= bytes / PAGE_SIZE + nodes: no overflow
         let bytes = frames.checked_mul(PAGE_SIZE).and_then(|b| usize::try_from(b).ok()).ok_or(Errno::Inval)?;
         // Checked before anything is mapped. The hugetlb pool takes the top of each node; the rest is 4 KiB frames.
-        let spans: Vec<(Pfn, Pfn)> = (0..nodes as u64).map(|n| (n * per_node, (n + 1) * per_node)).collect();
+        let spans: Vec<(Pfn, Pfn)> =
+            (0..nodes as u64).map(|n| (Pfn::new(n * per_node), Pfn::new((n + 1) * per_node))).collect();
         let (hugetlb, small_ends) = hugetlb::pool::HugePool::carve(&spans, config.hugepages)?;
         let desc_bytes = frames.saturating_mul(std::mem::size_of::<FrameDesc>() as u64);
         // Miri cannot read /proc (isolation); its arenas are tiny anyway.
@@ -624,13 +625,13 @@ impl PhysMem {
             }
         }
         // Frame 0 is the zero page: never allocated, never refcounted.
-        let zero_pfn = 0;
+        let zero_pfn = Pfn::new(0);
         let nodes: Box<[Node]> = (0..nodes as u64)
             .map(|n| {
-                let first = n * per_node;
+                let first = Pfn::new(n * per_node);
                 let end = first + per_node;
                 // Pop from the end gives ascending frames.
-                let free: Vec<Pfn> = (first..small_ends[n as usize]).filter(|&p| p != zero_pfn).rev().collect();
+                let free: Vec<Pfn> = first.range(small_ends[n as usize]).filter(|&p| p != zero_pfn).rev().collect();
                 // Split in equal runs, each list popping ascending frames.
                 let stripes = config.free_lists.stripes();
                 let run = free.len().div_ceil(stripes).max(1);
@@ -675,7 +676,7 @@ impl PhysMem {
 
     /// The node a frame belongs to, in O(1) (Linux's `page_to_nid`).
     pub(crate) fn node_of(&self, pfn: Pfn) -> usize {
-        let node = (pfn / self.per_node) as usize;
+        let node = (pfn.get() / self.per_node) as usize;
         assert!(node < self.nodes.len(), "pfn {pfn} outside the arena");
         debug_assert!(self.nodes[node].first <= pfn && pfn < self.nodes[node].end);
         node
@@ -717,23 +718,23 @@ impl PhysMem {
 
     #[inline]
     pub(crate) fn desc(&self, pfn: Pfn) -> &FrameDesc {
-        &self.desc[pfn as usize]
+        &self.desc[pfn.index()]
     }
 
     /// The host address of a frame's first byte.
     #[inline]
     pub(crate) fn frame_ptr(&self, pfn: Pfn) -> *mut u8 {
         // A frame number of another arena must never become a pointer here.
-        assert!((pfn as usize) < self.desc.len(), "pfn {pfn} outside the arena");
+        assert!(pfn.index() < self.desc.len(), "pfn {pfn} outside the arena");
         // SAFETY: pfn < frames (checked), so the offset stays inside the arena mapping.
-        unsafe { self.base.as_ptr().add(pfn as usize * PAGE_SIZE as usize) }
+        unsafe { self.base.as_ptr().add(pfn.index() * PAGE_SIZE as usize) }
     }
 
     /// The host address of byte `off` of the run of frames that starts at
     /// `pfn`, checked to leave `len` bytes inside the arena (a run longer
     /// than a frame is a huge page: contiguous frames of the arena).
     fn range_ptr(&self, pfn: Pfn, off: usize, len: usize) -> *mut u8 {
-        let start = (pfn as usize).checked_mul(PAGE_SIZE as usize).and_then(|b| b.checked_add(off));
+        let start = pfn.index().checked_mul(PAGE_SIZE as usize).and_then(|b| b.checked_add(off));
         let end = start.and_then(|s| s.checked_add(len));
         // Never a pointer outside the arena, whatever the caller computed.
         assert!(
@@ -828,7 +829,7 @@ impl PhysMem {
     pub(crate) fn pfn_of_ptr(&self, ptr: *const u8) -> Pfn {
         let off = ptr.addr().wrapping_sub(self.base.as_ptr().addr());
         debug_assert!(off < self.desc.len() * PAGE_SIZE as usize, "pointer outside the arena");
-        (off / PAGE_SIZE as usize) as Pfn
+        Pfn::new((off / PAGE_SIZE as usize) as u64)
     }
 
     fn shard(&self) -> &Mutex<Shard> {

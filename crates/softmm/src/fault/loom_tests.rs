@@ -156,8 +156,10 @@ fn fault_vs_mremap_move() {
         for page in [a, a + PAGE_SIZE] {
             assert!(mm.pte_at(page).is_none(), "{policy:?}: an entry survived the move at {page:#x}");
         }
-        let mapped =
-            [b, b + PAGE_SIZE].iter().filter(|&&p| mm.pte_at(p).has_frame() && mm.pte_at(p).pfn() != 0).count();
+        let mapped = [b, b + PAGE_SIZE]
+            .iter()
+            .filter(|&&p| mm.pte_at(p).has_frame() && mm.pte_at(p).pfn() != phys.zero_pfn())
+            .count();
         assert_eq!(phys.stats().frames_used, mapped as u64, "{policy:?}: a frame nobody maps");
         stats
     });

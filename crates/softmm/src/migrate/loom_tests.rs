@@ -33,7 +33,7 @@ fn builder() -> loom::model::Builder {
 }
 
 /// The first u64 of frame `pfn`.
-fn word(phys: &PhysMem, pfn: u64) -> u64 {
+fn word(phys: &PhysMem, pfn: crate::phys::Pfn) -> u64 {
     let mut b = [0u8; 8];
     phys.read(pfn, 0, &mut b);
     u64::from_le_bytes(b)

@@ -108,7 +108,8 @@ impl<'a> Leaf<'a> {
     pub(crate) fn set_filled(&self, va: u64, seen: Pte, filled: Pte) -> bool {
         // Only accessed, dirty and fill-owner bits added (`with_pfn` drops the owners).
         let ad = Pte::ACCESSED | Pte::DIRTY;
-        debug_assert_eq!((filled.with_pfn(0).clear(ad), filled.pfn()), (seen.with_pfn(0).clear(ad), seen.pfn()));
+        let zero = crate::phys::Pfn::new(0);
+        debug_assert_eq!((filled.with_pfn(zero).clear(ad), filled.pfn()), (seen.with_pfn(zero).clear(ad), seen.pfn()));
         #[cfg(loom)]
         if crate::tlb::broken::FILL_STORES.with(std::cell::Cell::get) {
             self.table.store(index(va, self.level), filled, Ordering::Release);

@@ -21,7 +21,6 @@
 //! migration entry has none.
 
 use crate::phys::Pfn;
-use crate::PAGE_SHIFT;
 
 /// One page-table entry's value. Only a PTE lock guard
 /// ([`PteGuard`](super::PteGuard)) stores one into a table.
@@ -96,13 +95,13 @@ impl Pte {
     #[inline]
     pub(crate) fn page(pfn: Pfn, flags: u64) -> Pte {
         debug_assert_eq!(flags & Self::PFN_MASK, 0);
-        Pte((pfn << PAGE_SHIFT) | flags | Self::PRESENT | Self::USER)
+        Pte(pfn.phys() | flags | Self::PRESENT | Self::USER)
     }
 
     /// A migration entry for `pfn`, remembering whether the page was writable.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn migration(pfn: Pfn, writable: bool) -> Pte {
-        Pte((pfn << PAGE_SHIFT) | Self::MIGRATION | if writable { Self::WRITE } else { 0 })
+        Pte(pfn.phys() | Self::MIGRATION | if writable { Self::WRITE } else { 0 })
     }
 
     /// The migration entry replacing the entry `self`, present or
@@ -218,7 +217,7 @@ impl Pte {
     /// migration entry).
     #[inline]
     pub(crate) fn pfn(self) -> Pfn {
-        (self.0 & Self::PFN_MASK) >> PAGE_SHIFT
+        Pfn::from_phys(self.0 & Self::PFN_MASK)
     }
 
     /// The entry with `flags` added.
@@ -298,7 +297,7 @@ impl Pte {
     #[inline]
     #[must_use]
     pub(crate) fn with_pfn(self, pfn: Pfn) -> Pte {
-        Pte((self.0 & Self::FLAGS_MASK) | (pfn << PAGE_SHIFT))
+        Pte((self.0 & Self::FLAGS_MASK) | pfn.phys())
     }
 
     /// The entry hidden by `PROT_NONE`: it keeps its frame and dirty state
@@ -326,42 +325,47 @@ impl std::fmt::Debug for Pte {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::PAGE_SHIFT;
+
+    /// Two frame numbers.
+    const P: Pfn = Pfn::new(0x1234);
+    const Q: Pfn = Pfn::new(9);
 
     #[test]
     fn every_kind_decodes_to_itself() {
         assert_eq!(Pte::NONE.kind(), PteKind::None);
         assert_eq!(Pte::GUARD_MARKER.kind(), PteKind::Guard);
-        let p = Pte::page(0x1234, Pte::WRITE | Pte::DIRTY);
-        assert_eq!(p.kind(), PteKind::Page(0x1234));
+        let p = Pte::page(P, Pte::WRITE | Pte::DIRTY);
+        assert_eq!(p.kind(), PteKind::Page(P));
         assert!(p.is_present() && p.has_frame() && p.has(Pte::WRITE | Pte::DIRTY | Pte::USER));
         let hidden = p.protnone();
-        assert_eq!(hidden.kind(), PteKind::ProtNone(0x1234));
+        assert_eq!(hidden.kind(), PteKind::ProtNone(P));
         assert!(!hidden.is_present() && hidden.has_frame() && !hidden.has(Pte::WRITE) && hidden.has(Pte::DIRTY));
         assert_eq!(hidden.unprotnone(), p.clear(Pte::WRITE));
-        assert_eq!(Pte::migration(7, true).kind(), PteKind::Migration(7));
-        assert!(!Pte::migration(7, true).has_frame() && !Pte::migration(7, true).is_present());
+        assert_eq!(Pte::migration(Pfn::new(7), true).kind(), PteKind::Migration(Pfn::new(7)));
+        assert!(!Pte::migration(Pfn::new(7), true).has_frame() && !Pte::migration(Pfn::new(7), true).is_present());
         let m = p.to_migration(false);
         assert!(m.is_migration() && !m.is_present() && !m.has_frame() && m.has(Pte::WRITE | Pte::DIRTY));
         assert!(!m.is_exclusive_migration());
         let x = p.to_migration(true);
-        assert!(x.is_exclusive_migration() && x.kind() == PteKind::Migration(0x1234));
-        assert_eq!(x.restored(9), p.with_pfn(9), "the remap keeps no software bit");
+        assert!(x.is_exclusive_migration() && x.kind() == PteKind::Migration(P));
+        assert_eq!(x.restored(Q), p.with_pfn(Q), "the remap keeps no software bit");
         assert_eq!(x.shared_migration(), m.clear(Pte::WRITE));
-        assert_eq!(m.kind(), PteKind::Migration(0x1234));
-        assert_eq!(m.restored(9), p.with_pfn(9));
+        assert_eq!(m.kind(), PteKind::Migration(P));
+        assert_eq!(m.restored(Q), p.with_pfn(Q));
         assert!(!p.is_migration() && !hidden.is_migration() && !Pte::NONE.is_migration());
         // A PROT_NONE entry migrates too; the remap hides it again.
         let hm = hidden.to_migration(false);
-        assert_eq!(hm.kind(), PteKind::Migration(0x1234));
-        assert_eq!(hm.restored(9).protnone(), hidden.with_pfn(9));
-        assert_eq!(p.with_pfn(9).kind(), PteKind::Page(9));
-        assert_eq!(p.with_pfn(9).clear(Pte::PFN_MASK), p.clear(Pte::PFN_MASK));
+        assert_eq!(hm.kind(), PteKind::Migration(P));
+        assert_eq!(hm.restored(Q).protnone(), hidden.with_pfn(Q));
+        assert_eq!(p.with_pfn(Q).kind(), PteKind::Page(Q));
+        assert_eq!(p.with_pfn(Q).clear(Pte::PFN_MASK), p.clear(Pte::PFN_MASK));
     }
 
     #[test]
     fn a_fill_records_one_owner_then_several() {
         use crate::tlb::CpuSet;
-        let p = Pte::page(0x1234, Pte::WRITE | Pte::ACCESSED);
+        let p = Pte::page(P, Pte::WRITE | Pte::ACCESSED);
         let owners = |p: Pte| {
             let mut s = CpuSet::EMPTY;
             p.add_fill_owners(&mut s);
@@ -380,9 +384,9 @@ mod tests {
         assert!(owners(mine).contains(Some(3)) && !owners(mine).contains(Some(4)));
         // Frame, kind and permissions are untouched by the owners.
         assert_eq!(both.kind(), p.kind());
-        assert_eq!(both.pfn(), 0x1234);
-        assert_eq!(mine.with_pfn(9), p.with_pfn(9), "a copy has no owner");
-        assert!(mine.to_migration(false).restored(0x1234) == p, "nor a migration entry");
+        assert_eq!(both.pfn(), P);
+        assert_eq!(mine.with_pfn(Q), p.with_pfn(Q), "a copy has no owner");
+        assert!(mine.to_migration(false).restored(P) == p, "nor a migration entry");
         // A locked change that keeps the entry keeps its owners.
         assert_eq!(p.clear(Pte::WRITE).with_fill_owners_of(mine).fill_owner(), Some(3));
         assert_eq!(mine.clear(Pte::WRITE).with_fill_owners_of(mine).fill_owner(), Some(3));
@@ -394,8 +398,8 @@ mod tests {
 
     #[test]
     fn the_frame_field_holds_every_frame_of_a_52_bit_space() {
-        let max: Pfn = (1 << 40) - 1;
+        let max = Pfn::new((1 << 40) - 1);
         assert_eq!(Pte::page(max, 0).pfn(), max);
-        assert_eq!(Pte::page(max, 0).clear(Pte::PRESENT | Pte::USER).bits(), max << PAGE_SHIFT);
+        assert_eq!(Pte::page(max, 0).clear(Pte::PRESENT | Pte::USER).bits(), max.get() << PAGE_SHIFT);
     }
 }

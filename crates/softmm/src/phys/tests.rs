@@ -3,6 +3,11 @@
 use super::*;
 use std::sync::Arc;
 
+/// Frame `n`.
+fn pfn(n: u64) -> Pfn {
+    Pfn::new(n)
+}
+
 /// A one-node arena of `frames` frames, frame 0 being the zero page.
 fn arena(frames: u64) -> Arc<PhysMem> {
     PhysMem::new(PhysConfig::new(frames * PAGE_SIZE)).unwrap()
@@ -11,16 +16,16 @@ fn arena(frames: u64) -> Arc<PhysMem> {
 #[test]
 fn guest_copies_cross_frames_and_stop_at_the_arena_end() {
     let phys = arena(8);
-    let last = phys.desc.len() as Pfn - 1;
+    let last = pfn(phys.desc.len() as u64 - 1);
     let data: Vec<u8> = (0..PAGE_SIZE as usize + 100).map(|i| i as u8 ^ 0x5a).collect();
     // From the middle of one frame into the next, at an odd offset.
-    phys.write(2, 4000, &data);
+    phys.write(pfn(2), 4000, &data);
     let mut back = vec![0; data.len()];
-    phys.read(2, 4000, &mut back);
+    phys.read(pfn(2), 4000, &mut back);
     assert_eq!(back, data);
-    phys.fill(3, 10, 0xcc, 7);
+    phys.fill(pfn(3), 10, 0xcc, 7);
     let mut b = [0; 9];
-    phys.read(3, 9, &mut b);
+    phys.read(pfn(3), 9, &mut b);
     assert_eq!(
         b,
         [
@@ -35,18 +40,18 @@ fn guest_copies_cross_frames_and_stop_at_the_arena_end() {
             data[PAGE_SIZE as usize - 4000 + 17]
         ]
     );
-    phys.copy_frames(2, 5, 2);
+    phys.copy_frames(pfn(2), pfn(5), 2);
     let mut c = vec![0; data.len()];
-    phys.read(5, 4000, &mut c);
+    phys.read(pfn(5), 4000, &mut c);
     assert_eq!(c[..9 + PAGE_SIZE as usize - 4000], back[..9 + PAGE_SIZE as usize - 4000]);
     // The last byte of the arena is in range; one past it is not.
     phys.write(last, PAGE_SIZE as usize - 1, &[1]);
     for bad in [
-        || arena(8).read(7, PAGE_SIZE as usize - 1, &mut [0; 2]),
-        || arena(8).write(8, 0, &[0]),
-        || arena(8).fill(0, usize::MAX, 0, 2),
-        || arena(8).copy_frames(6, 0, 3),
-        || arena(8).read(u64::MAX, 0, &mut [0]),
+        || arena(8).read(pfn(7), PAGE_SIZE as usize - 1, &mut [0; 2]),
+        || arena(8).write(pfn(8), 0, &[0]),
+        || arena(8).fill(pfn(0), usize::MAX, 0, 2),
+        || arena(8).copy_frames(pfn(6), pfn(0), 3),
+        || arena(8).read(pfn(u64::MAX), 0, &mut [0]),
     ] {
         let r = std::panic::catch_unwind(bad);
         assert!(r.is_err(), "a copy past the arena's end was not refused");
@@ -83,7 +88,7 @@ fn fresh_arena_counts_every_frame_and_uses_none() {
     let phys = arena(16);
     assert_eq!(phys.stats(), PhysStats { frames_total: 16, frames_used: 0, page_tables: 0, vmas: 0, rmap_entries: 0 });
     assert_eq!(phys.nodes(), 1);
-    assert_eq!(phys.zero_pfn(), 0);
+    assert_eq!(phys.zero_pfn(), pfn(0));
     assert_eq!(phys.quiesce(), phys.stats());
 }
 
@@ -95,7 +100,7 @@ fn arena_size_rounds_up_to_whole_frames_per_node() {
     // The smallest arena: the zero page and one frame to allocate.
     let phys = PhysMem::new(PhysConfig::new(PAGE_SIZE + 1)).unwrap();
     assert_eq!(phys.stats().frames_total, 2);
-    assert_eq!(alloc_all(&phys, 0), vec![1]);
+    assert_eq!(alloc_all(&phys, 0), vec![pfn(1)]);
 }
 
 #[track_caller]
@@ -161,7 +166,7 @@ fn alloc_hands_out_distinct_frames_never_the_zero_page() {
         assert_eq!(phys.desc(p).refcount.load(Ordering::Relaxed), 1);
     }
     got.sort_unstable();
-    assert_eq!(got, (1..16).collect::<Vec<_>>());
+    assert_eq!(got, (1..16).map(pfn).collect::<Vec<_>>());
     for p in got {
         put(&phys, p);
     }
@@ -267,9 +272,9 @@ fn numa_nodes_split_the_arena_and_alloc_prefers_the_asked_node() {
     // 16 frames on 2 nodes: node 0 holds frames 0..8 (0 is the zero page), node 1 frames 8..16.
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE).nodes(2)).unwrap();
     assert_eq!(phys.nodes(), 2);
-    assert_eq!((phys.node_of(0), phys.node_of(7), phys.node_of(8), phys.node_of(15)), (0, 0, 1, 1));
+    assert_eq!((phys.node_of(pfn(0)), phys.node_of(pfn(7)), phys.node_of(pfn(8)), phys.node_of(pfn(15))), (0, 0, 1, 1));
     let on1: Vec<Pfn> = (0..8).map(|_| alloc_raw(&phys, 1).unwrap()).collect();
-    assert!(on1.iter().all(|&p| phys.node_of(p) == 1 && (8..16).contains(&p)), "{on1:?}");
+    assert!(on1.iter().all(|&p| phys.node_of(p) == 1 && (pfn(8)..pfn(16)).contains(&p)), "{on1:?}");
     // Node 1 is empty: the allocation falls back to node 0 rather than failing.
     let fallback = alloc_raw(&phys, 1).unwrap();
     assert_eq!(phys.node_of(fallback), 0);

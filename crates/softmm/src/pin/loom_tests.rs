@@ -37,11 +37,11 @@ fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     (phys, mm, a)
 }
 
-fn write(phys: &PhysMem, pfn: u64, v: u8) {
+fn write(phys: &PhysMem, pfn: crate::phys::Pfn, v: u8) {
     phys.write(pfn, 0, &[v]);
 }
 
-fn read(phys: &PhysMem, pfn: u64) -> u8 {
+fn read(phys: &PhysMem, pfn: crate::phys::Pfn) -> u8 {
     let mut b = [0u8];
     phys.read(pfn, 0, &mut b);
     b[0]
@@ -49,7 +49,7 @@ fn read(phys: &PhysMem, pfn: u64) -> u8 {
 
 /// gup-fast (a write pin of the page) on another thread; returns the frame
 /// it pinned, if it did not fall back.
-fn spawn_gup_fast(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle<Option<u64>> {
+fn spawn_gup_fast(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle<Option<crate::phys::Pfn>> {
     let mm = mm.clone();
     loom::thread::spawn(move || {
         let req = Request { start: a, end: a + PAGE_SIZE, write: true, longterm: true, pin: true };

@@ -113,9 +113,9 @@ impl HugePool {
                 continue;
             }
             // The highest aligned blocks below the node's end.
-            let hi = end - end % HPAGE_FRAMES;
-            let lo = hi.checked_sub(span).ok_or(Errno::Inval)?;
-            if lo < first.saturating_add(2) {
+            let hi = end.align_down(HPAGE_FRAMES);
+            let lo = Pfn::new(hi.get().checked_sub(span).ok_or(Errno::Inval)?);
+            if lo < first + 2 {
                 return Err(Errno::Inval);
             }
             ranges.push((lo, hi));
@@ -264,7 +264,7 @@ impl PhysMem {
         let pfn = self.hugetlb.dequeue(at, reserved)?;
         // `frame_ptr` checks the last frame is inside the arena; the pool's
         // pages are contiguous frames of it.
-        let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
+        let _ = self.frame_ptr(pfn + (HPAGE_FRAMES - 1));
         // The pool is part of the physical allocator, whose clear of a free
         // page is a `memset`.
         // SAFETY: the page's 512 frames are contiguous arena memory (checked
@@ -292,7 +292,7 @@ impl PhysMem {
     #[inline]
     pub(crate) fn compound_head(&self, pfn: Pfn) -> Pfn {
         if self.is_huge(pfn) {
-            pfn & !(HPAGE_FRAMES - 1)
+            pfn.align_down(HPAGE_FRAMES)
         } else {
             pfn
         }
@@ -300,7 +300,7 @@ impl PhysMem {
 
     /// Called by `put` when the last reference of a pool page of `node` went.
     pub(crate) fn free_huge(&self, node: usize, pfn: Pfn) {
-        debug_assert_eq!(pfn % HPAGE_FRAMES, 0, "huge page {pfn} freed through a tail frame");
+        debug_assert!(pfn.is_aligned(HPAGE_FRAMES), "huge page {pfn} freed through a tail frame");
         debug_assert_eq!(self.desc(pfn).mapcount.load(Ordering::Relaxed), 0, "huge page {pfn} freed while mapped");
         let restore = self.desc(pfn).flags.load(Ordering::Relaxed) & PG_HUGETLB_RESTORE_RESERVE != 0;
         self.hugetlb.enqueue(node, pfn, restore);
@@ -364,7 +364,7 @@ impl PhysMem {
     pub(crate) fn alloc_huge_on(&self, node: usize) -> Option<FrameRef<'_>> {
         let pfn = self.hugetlb.dequeue_on_node(node)?;
         // As `alloc_huge`: the page's last frame is inside the arena.
-        let _ = self.frame_ptr(pfn + HPAGE_FRAMES - 1);
+        let _ = self.frame_ptr(pfn + (HPAGE_FRAMES - 1));
         let d = self.desc(pfn);
         d.flags.store(0, Ordering::Relaxed);
         d.mapping.store(0, Ordering::Relaxed);
@@ -380,28 +380,38 @@ mod tests {
     use crate::phys::{PhysConfig, Placement};
     use crate::PAGE_SIZE;
 
+    /// [`HugePool::carve`] over frame numbers written as integers.
+    fn carve(nodes: &[(u64, u64)], per_node: u64) -> Result<(HugePool, Vec<u64>)> {
+        let nodes: Vec<_> = nodes.iter().map(|&(first, end)| (Pfn::new(first), Pfn::new(end))).collect();
+        HugePool::carve(&nodes, per_node).map(|(pool, ends)| (pool, ends.into_iter().map(Pfn::get).collect()))
+    }
+
     fn arena(nodes: usize, huge: u64) -> std::sync::Arc<PhysMem> {
         PhysMem::new(PhysConfig::new(nodes as u64 * (8 << 20)).nodes(nodes).hugepages(huge)).unwrap()
     }
 
     #[test]
     fn carving_takes_aligned_blocks_from_every_node() {
-        let (pool, ends) = HugePool::carve(&[(0, 2000), (2000, 4000)], 2).unwrap();
+        let (pool, ends) = carve(&[(0, 2000), (2000, 4000)], 2).unwrap();
         assert_eq!(pool.total, 4);
         // Node 0: highest aligned end 1536, two pages [512, 1536); node 1: end
         // 4000 → 3584, two pages [2560, 3584).
-        assert_eq!(&*pool.ranges, &[(512, 1536), (2560, 3584)]);
+        assert_eq!(
+            pool.ranges.iter().map(|&(lo, hi)| (lo.get(), hi.get())).collect::<Vec<_>>(),
+            [(512, 1536), (2560, 3584)]
+        );
         assert_eq!(ends, vec![512, 2560]);
-        assert!(pool.owns(1, 2560) && !pool.owns(1, 2559) && !pool.owns(0, 2560));
+        let p = Pfn::new;
+        assert!(pool.owns(1, p(2560)) && !pool.owns(1, p(2559)) && !pool.owns(0, p(2560)));
     }
 
     #[test]
     fn a_node_too_small_for_its_pages_is_einval() {
-        assert_eq!(HugePool::carve(&[(0, 1024)], 2).err(), Some(Errno::Inval));
+        assert_eq!(carve(&[(0, 1024)], 2).err(), Some(Errno::Inval));
         // The aligned block below 513 is [0, 512): no frame left for node 0.
-        assert_eq!(HugePool::carve(&[(0, 513)], 1).err(), Some(Errno::Inval));
-        assert!(HugePool::carve(&[(0, 1024)], 1).is_ok());
-        assert_eq!(HugePool::carve(&[(0, 1 << 20)], u64::MAX / 2).err(), Some(Errno::Inval));
+        assert_eq!(carve(&[(0, 513)], 1).err(), Some(Errno::Inval));
+        assert!(carve(&[(0, 1024)], 1).is_ok());
+        assert_eq!(carve(&[(0, 1 << 20)], u64::MAX / 2).err(), Some(Errno::Inval));
         assert_eq!(
             PhysMem::new(PhysConfig::new(2 << 20).hugepages(1)).err(),
             Some(Errno::Inval),
@@ -421,7 +431,7 @@ mod tests {
         let b = phys.alloc_huge(&Placement::new(0, None), true).unwrap();
         let s = phys.huge_page_stats();
         assert_eq!((s.free, s.rsvd, s.allocations, s.alloc_failures), (1, 1, 2, 1));
-        assert_eq!(a.pfn() % HPAGE_FRAMES, 0);
+        assert!(a.pfn().is_aligned(HPAGE_FRAMES));
         assert_ne!(a.pfn(), b.pfn());
         drop(a);
         drop(b);
@@ -443,7 +453,7 @@ mod tests {
         drop(p);
         let q = phys.alloc_huge(&Placement::new(1, None), false).unwrap();
         assert_eq!(q.pfn(), pfn);
-        for f in q.pfn()..q.pfn() + HPAGE_FRAMES {
+        for f in q.pfn().range(q.pfn() + HPAGE_FRAMES) {
             let mut b = [0xffu8; PAGE_SIZE as usize];
             phys.read(f, 0, &mut b);
             assert!(b.iter().all(|&x| x == 0), "frame {f} not zeroed");

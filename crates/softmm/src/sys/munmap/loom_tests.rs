@@ -38,7 +38,7 @@ fn builder() -> loom::model::Builder {
 const OLD: u8 = 0xab;
 
 /// The first byte of the frame `pfn`.
-fn first_byte(phys: &PhysMem, pfn: u64) -> u8 {
+fn first_byte(phys: &PhysMem, pfn: crate::phys::Pfn) -> u8 {
     let mut b = [0u8];
     phys.read(pfn, 0, &mut b);
     b[0]
@@ -46,7 +46,7 @@ fn first_byte(phys: &PhysMem, pfn: u64) -> u8 {
 
 /// Two pages: the first maps the zero page (read), the second a frame
 /// filled with [`OLD`]; returns the frame's number too.
-fn setup(unmap: UnmapPolicy, fault: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64, u64) {
+fn setup(unmap: UnmapPolicy, fault: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64, crate::phys::Pfn) {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default().policy(fault).unmap_policy(unmap)).unwrap();
     let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
