@@ -866,21 +866,30 @@ impl Inode {
         self.i_mmap.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Replaces page-cache page `old` at `index` by `new` for migration
-    /// (Linux's `folio_migrate_mapping` under the mapping's lock), after
-    /// `copy` has copied it, all under the page cache's lock: `false`, with
-    /// nothing copied or changed, if `index` no longer holds `old`
-    /// (truncated meanwhile) or `old` has references besides the page
-    /// cache's and the migrator's (a `write` or a fault holding it: Linux's
-    /// refcount freeze fails). `read_at` reads under the same lock, and a
-    /// writer or a fault takes its reference under it, so none sees `old`
-    /// after the switch.
-    pub(crate) fn migrate_page(&self, index: u64, old: Pfn, new: &FrameRef<'_>, copy: impl FnOnce()) -> bool {
+    /// Replaces page-cache page `page` (the migrator's reference) at
+    /// `index` by `new` for migration (Linux's `folio_migrate_mapping`
+    /// under the mapping's lock), after copying it into `new`, all under
+    /// the page cache's lock: `false`, with nothing copied or changed, if
+    /// `index` no longer holds the page (truncated meanwhile) or the page
+    /// does not freeze once `flushed` (a pin, or references besides the
+    /// page cache's and the migrator's: a `write` or a fault holding it,
+    /// Linux's refcount freeze fails). `read_at` reads under the same lock,
+    /// and a writer or a fault takes its reference under it, so none sees
+    /// the old page after the switch.
+    pub(crate) fn migrate_page(
+        &self,
+        index: u64,
+        page: &FrameRef<'_>,
+        new: &FrameRef<'_>,
+        flushed: &crate::phys::TlbFlushed,
+    ) -> bool {
         let mut inner = self.inner.lock();
-        if inner.pages.get(&index) != Some(&old) || self.phys.desc(old).refcount.load(Ordering::Acquire) != 2 {
+        let old = page.pfn();
+        if inner.pages.get(&index) != Some(&old) {
             return false;
         }
-        copy();
+        let Some(frozen) = crate::phys::FrozenPage::freeze_cached(page, flushed, &inner) else { return false };
+        frozen.copy_to(new);
         // The page cache's reference moves from `old` to `new`.
         inner.pages.insert(index, self.phys.get(new.pfn()).into_raw());
         drop(FrameRef::from_raw(&self.phys, old));

@@ -39,8 +39,8 @@
 // makes it sound: guest memory copies (`access`, `phys`), the MMU (`cpu`,
 // `pgtable`, `tlb`), the primitives (`sync`), the host file calls
 // (`host_file`), and the core's RCU publication (`mm`). The modules above
-// them may not use `unsafe` (`deny`, overridden only by the migrators' bulk
-// copy of a frozen page, `PhysMem::copy_frames_unshared`).
+// them may not use `unsafe` (`deny`; the migrators' bulk copy of a frozen
+// page is `phys::FrozenPage::copy_to`).
 mod access;
 mod cpu;
 #[deny(unsafe_code)]

@@ -42,7 +42,10 @@ use crate::error::Errno;
 use crate::file::Inode;
 use crate::mm::AddressSpace;
 use crate::pgtable::{Pte, PMD_SIZE};
-use crate::phys::{FrameRef, Pfn, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED};
+use crate::phys::{
+    FrameRef, FrozenPage, Pfn, PhysMem, Placement, TlbFlushed, PG_ANON_EXCLUSIVE, PG_ISOLATED, PG_LOCKED,
+};
+use crate::sync::broken::migrate as broken;
 use crate::sync::Ordering;
 use crate::vma::{AnonFamily, VmFlags};
 use crate::PAGE_SIZE;
@@ -332,6 +335,19 @@ fn remove_migration_ptes(phys: &PhysMem, owner: &Owner, moves: &[(u64, Pfn, Pfn)
     })
 }
 
+/// The flushes of `mms`, where the pages to copy were unmapped, all begun
+/// before any is waited for, and the proof of their completion that the
+/// copies' freeze takes. Under loom with
+/// `sync::broken::migrate::SKIP_FLUSH_WAIT`, begun only: the tickets come
+/// back, to be waited for when the caller drops them after its copies.
+fn flush_unmapped(mms: &[Arc<AddressSpace>]) -> (TlbFlushed, Vec<crate::tlb::FlushTicket>) {
+    if broken::skip_flush_wait() {
+        let late = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
+        return (AddressSpace::flush_tlbs(&[]), late);
+    }
+    (AddressSpace::flush_tlbs(mms), Vec::new())
+}
+
 /// Whether two isolated pages' mappings are found through the same owner
 /// (so one walk serves both).
 fn same_owner(a: &Owner, b: &Owner) -> bool {
@@ -526,11 +542,9 @@ fn migrate_batch(
             ptl_locks += try_to_migrate(phys, owner, &run, &mut mms);
         },
     );
-    // One flush per address space involved, all begun before any is waited for.
-    let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
-    for t in tickets {
-        t.wait();
-    }
+    // One flush per address space involved, all begun before any is waited
+    // for; the proof of their completion lets the copies freeze the pages.
+    let (flushed, _late) = flush_unmapped(&mms);
     // Copy each page, or find it still referenced: `(page, old, new)` for
     // the remap, `new == old` putting a page back where it was.
     let mut moves: Vec<(usize, Pfn, Pfn)> = Vec::with_capacity(unmapped.len());
@@ -539,38 +553,16 @@ fn migrate_batch(
         let p = &pages[i];
         let old = p.page.pfn();
         let d = phys.desc(old);
-        #[allow(unsafe_code)]
-        // SAFETY: (`PhysMem::copy_frames_unshared`) `dst` is a fresh frame
-        // other than `old`, reachable through our reference alone. `copy`
-        // runs only once the checks below found `old` unshared, as Linux's
-        // refcount freeze before `folio_copy`: every entry mapping it is a
-        // migration entry and the flush of every address space involved has
-        // completed, so no CPU holds a translation to it (a fault on the
-        // entry waits for the remap, and so does `get_user_pages`); no pin
-        // (pincount 0) and no reference besides ours (an anonymous page:
-        // refcount 1) or ours and the page cache's (a file page: refcount 2,
-        // checked and copied under the cache's lock, under which `read(2)`
-        // reads, `write(2)` and a fault take their reference, and writeback
-        // reads): a `write(2)` in progress or a pin holds a reference, so it
-        // would have failed the check, and no new reference can be taken
-        // without an entry or the cache's lock. Concurrent reads of `old`
-        // (writeback, `read(2)` before the lock) are allowed.
-        let copy = || unsafe { phys.copy_frames_unshared(old, dst.pfn(), 1) };
         // Our reference is the only one left once every entry is a
         // migration entry (besides the page cache's, which a file page's
-        // switch checks under the cache's lock); anything more (a pin or a
+        // switch freezes under the cache's lock); anything more (a pin or a
         // get_user_pages reference taken meanwhile, a write(2) in progress,
-        // an entry the walk missed) keeps the page where it is.
-        let moved = d.pincount.load(Ordering::Acquire) == 0
-            && match &p.owner {
-                Owner::Anon(_) => {
-                    d.refcount.load(Ordering::Acquire) == 1 && {
-                        copy();
-                        true
-                    }
-                }
-                Owner::File(file) => file.migrate_page(p.index, old, dst, copy),
-            };
+        // an entry the walk missed) keeps the page where it is: the freeze
+        // fails (`phys/frozen.rs`, Linux's `folio_ref_freeze`).
+        let moved = match &p.owner {
+            Owner::Anon(_) => FrozenPage::freeze(&p.page, &flushed).map(|page| page.copy_to(dst)).is_some(),
+            Owner::File(file) => file.migrate_page(p.index, &p.page, dst, &flushed),
+        };
         if !moved {
             moves.push((i, old, old));
             continue;

@@ -19,10 +19,12 @@ use crate::error::{Errno, Result};
 use crate::PAGE_SIZE;
 
 mod commit;
+mod frozen;
 pub(crate) mod hugetlb;
 mod pfn;
 pub use commit::{Overcommit, OvercommitMode};
 
+pub(crate) use frozen::{FrozenPage, TlbFlushed};
 pub(crate) use pfn::Pfn;
 
 /// Frames moved between a thread cache and its node's free list at once.
@@ -786,33 +788,6 @@ impl PhysMem {
             // `self` lives; arena memory is only accessed atomically.
             unsafe { copy_frame(s.wrapping_add(off), d.wrapping_add(off)) };
         }
-    }
-
-    /// Copies `frames` whole frames from `src` to `dst` with one bulk copy
-    /// (the host's `memcpy`), for a page nobody else can read or write: a
-    /// migration's frozen page. The bulk copy writes whole destination lines
-    /// without reading them; on the 2-CPU development VM a cached 4 KiB page
-    /// took 98 ns against 145–196 ns word by word, a cached 2 MiB page 46 µs
-    /// against 77–103 µs (uncached, both cost the same; the measurement is in
-    /// `docs/architecture.md`, "Guest memory copies"). Panics if either run
-    /// leaves the arena.
-    ///
-    /// # Safety
-    ///
-    /// The runs do not overlap, and for the whole call nothing writes `src`
-    /// nor reads or writes `dst` (concurrent reads of `src` are allowed):
-    /// no CPU holds a translation to either (every entry of `src` is a
-    /// migration entry whose flush completed; `dst` is fresh), and no other
-    /// reference can access them (no pin; the only references are the
-    /// caller's and, for a page-cache page, the cache's, whose lock the
-    /// caller holds). The migrators say how they ensure it.
-    pub(crate) unsafe fn copy_frames_unshared(&self, src: Pfn, dst: Pfn, frames: usize) {
-        let len = frames * PAGE_SIZE as usize;
-        let (s, d) = (self.range_ptr(src, 0, len), self.range_ptr(dst, 0, len));
-        // SAFETY: both runs lie in the arena (checked), do not overlap, and
-        // are not accessed concurrently except for reads of `src` (the
-        // caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(s, d, len) };
     }
 
     /// True if `ptr` points into the arena (not into embedder memory that

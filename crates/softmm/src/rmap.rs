@@ -81,20 +81,9 @@ pub(crate) struct Unmapped<'p> {
     frame: Option<FrameRef<'p>>,
 }
 
-/// Proof that a TLB flush of an address space completed: every CPU that
-/// could cache a translation of the flushed range has dropped it. Returned
-/// by the address space's synchronous flushes (`AddressSpace::flush_tlb`,
-/// `AddressSpace::flush_tlb_owners`), consumed by [`Unmapped::release`].
-/// Only `mm/` makes one (`tests/semantics/layering.rs`).
-#[derive(Debug)]
-pub(crate) struct TlbFlushed(());
-
-impl TlbFlushed {
-    /// The proof, for a flush of `mm/` that has just completed.
-    pub(crate) fn completed() -> TlbFlushed {
-        TlbFlushed(())
-    }
-}
+/// Proof that a TLB flush completed (defined with the frozen page that
+/// also takes it, in `phys`, below this module).
+pub(crate) use crate::phys::TlbFlushed;
 
 impl<'p> Unmapped<'p> {
     /// Puts the reference now that `flushed`, a flush of the address space

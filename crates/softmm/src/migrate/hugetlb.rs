@@ -55,7 +55,7 @@ use crate::mempolicy::MPOL_MF_MOVE_ALL;
 use crate::migrate::{lock_page, unlock_page, Isolated, LockedPage, Outcome, Owner, NR_MAX_MIGRATE_PAGES_RETRY};
 use crate::mm::AddressSpace;
 use crate::pgtable::{Leaf, PageTables, Pte};
-use crate::phys::{PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
+use crate::phys::{FrozenPage, PhysMem, Placement, PG_ANON_EXCLUSIVE, PG_FILE, PG_ISOLATED, PG_LOCKED};
 use crate::sync::Ordering;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SHIFT;
@@ -297,27 +297,15 @@ fn unmap_and_move_huge_page<'p>(
         // The entry's reference goes; ours keeps the page.
         Some(crate::rmap::try_to_migrate_pte(phys, pte))
     });
-    let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
-    for t in tickets {
-        t.wait();
-    }
-    #[allow(unsafe_code)]
-    // SAFETY: (`PhysMem::copy_frames_unshared`) `dst` is fresh from the
-    // pool, reachable through its reference alone; `copy` runs only once
-    // every entry of `old` is a migration entry whose flush has completed
-    // and the checks below (pincount 0, and our reference alone or ours and
-    // the cache's, checked under the cache's lock) found it unshared, as in
-    // `migrate_batch`. Two different huge pages: the runs do not overlap.
-    let copy = || unsafe { phys.copy_frames_unshared(old, dst.pfn(), crate::hugetlb::HPAGE_FRAMES as usize) };
-    let moved = d.pincount.load(Ordering::Acquire) == 0
-        && if is_file {
-            file.migrate_page(p.index, old, dst, copy)
-        } else {
-            d.refcount.load(Ordering::Acquire) == 1 && {
-                copy();
-                true
-            }
-        };
+    let (flushed, _late) = super::flush_unmapped(&mms);
+    // Frozen and copied once only our reference (and the cache's, under
+    // its lock) is left, as in `migrate_batch`; `dst` is fresh from the
+    // pool, reachable through its reference alone.
+    let moved = if is_file {
+        file.migrate_page(p.index, &p.page, dst, &flushed)
+    } else {
+        FrozenPage::freeze(&p.page, &flushed).map(|page| page.copy_to(dst)).is_some()
+    };
     let new = if moved { dst.pfn() } else { old };
     if moved {
         // move_hugetlb_state: the new page takes the old one's state (a

@@ -110,6 +110,50 @@ fn migration_vs_lock_free_fault() {
     }
 }
 
+/// The flush before the freeze (`phys/frozen.rs`, step 3 of its protocol):
+/// the real `move_pages` of a present, writable page against a real `Cpu`
+/// writing it twice, the second time through the translation the first
+/// one cached (or, once the entry is a migration entry, after waiting for
+/// the remap). The page must end present on node 1 holding the second
+/// write. With `sync::broken::migrate::SKIP_FLUSH_WAIT` the migrator
+/// begins its flush but copies before it completed, still holding the
+/// proof its freeze takes: the cached translation writes 3 into the old
+/// page after its copy, and the model catches it ("a write was lost";
+/// seen failing, through `check_model`).
+fn a_write_through_a_cached_translation_against_a_frozen_copy() -> Result<(), String> {
+    let (phys, mm, a) = setup(FaultPolicy::PerVmaSeq, MigratePolicy::Batched);
+    let t = {
+        let mm = mm.clone();
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u64(a, 2).unwrap();
+            cpu.write_u64(a, 3).unwrap();
+        })
+    };
+    let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE);
+    t.join().unwrap();
+    if left != 0 || status != 1 {
+        return Err(format!("status {status}, {left} not moved"));
+    }
+    let pte = mm.pte_at(a);
+    if !pte.is_present() {
+        return Err(format!("{pte:?} left at the page"));
+    }
+    match word(&phys, pte.pfn()) {
+        3 => Ok(()),
+        w => Err(format!("a write was lost: the page holds {w}")),
+    }
+}
+
+/// The model, and its variant without the flush.
+#[test]
+fn a_frozen_copy_comes_after_the_flush() {
+    crate::sync::broken::check_model(
+        a_write_through_a_cached_translation_against_a_frozen_copy,
+        &crate::sync::broken::migrate::SKIP_FLUSH_WAIT,
+    );
+}
+
 /// A page-cache page of a shared file mapping moving against writes
 /// through the mapping: the page is mapped read-only (a read fault), so the
 /// first write faults (the shared write-protect fault) and the second goes

@@ -478,6 +478,18 @@ impl AddressSpace {
         crate::tlb::with_thread_cpus(|mine| self.tlb.flush_begin(mine))
     }
 
+    /// Flushes the TLBs of every address space of `mms`, all begun before
+    /// any is waited for (the flushes proceed together), and returns the
+    /// proof that they completed: what a migration's copy of the pages it
+    /// unmapped in them before the call takes (`phys::FrozenPage`).
+    pub(crate) fn flush_tlbs(mms: &[Arc<AddressSpace>]) -> rmap::TlbFlushed {
+        let tickets: Vec<_> = mms.iter().map(|mm| mm.flush_tlb_begin()).collect();
+        for t in tickets {
+            t.wait();
+        }
+        rmap::TlbFlushed::completed()
+    }
+
     /// [`AddressSpace::flush_tlb_begin`] for the CPUs that may cache what
     /// the caller removed: `owners`, the fill owners its locked changes
     /// collected (`PteGuard::take_fill_owners`), under

@@ -53,6 +53,33 @@ pub(crate) mod host_mem {
     }
 }
 
+/// The switch of page migration's freeze (`phys/frozen.rs`, the
+/// migrators `migrate.rs` and `migrate/hugetlb.rs`); model
+/// `migrate/loom_tests.rs`. Per OS thread, as `tlb`'s.
+pub(crate) mod migrate {
+    #[cfg(loom)]
+    std::thread_local! {
+        /// The migrator begins the flushes of its unmap but does not wait
+        /// for them before it copies (they are waited for at the end of
+        /// its batch), and still holds the proof that its freeze takes
+        /// (`AddressSpace::flush_tlbs` of no address space): a CPU may
+        /// write the old page through a translation it cached before the
+        /// unmap. (Skipping the flush outright would break the copy as
+        /// well, but loom, which sees no guest memory, would find no
+        /// interleaving that differs: the migrator would never touch the
+        /// CPU's state.)
+        pub(crate) static SKIP_FLUSH_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn skip_flush_wait() -> bool {
+        #[cfg(loom)]
+        return SKIP_FLUSH_WAIT.with(std::cell::Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
 /// The switches of the shootdown initiator (`tlb/shootdown.rs`); models
 /// `tlb/loom_tests.rs`.
 pub(crate) mod shootdown {

@@ -341,6 +341,47 @@ fn only_the_core_flushes_release_unmapped_pages() {
     assert!(gathering.is_empty(), "{gathering:?} take an unmapped page's reference as a number: only MmuGather may");
 }
 
+/// A migrator's bulk copy is `phys::FrozenPage::copy_to`, of a page frozen
+/// once a flush's proof is shown. A page-cache page freezes with the
+/// cache's reference counted as accounted for only under the cache's lock,
+/// which `File::migrate_page` holds: it is the one caller of
+/// `FrozenPage::freeze_cached`.
+#[test]
+fn only_the_page_cache_freezes_a_cached_page() {
+    let s = sources();
+    let callers: Vec<&str> = s
+        .iter()
+        .filter(|f| !["file.rs", "phys/frozen.rs"].contains(&f.path.as_str()) && !is_loom_model(f))
+        .filter(|f| f.code.contains("freeze_cached("))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(callers.is_empty(), "{callers:?} freeze a page-cache page: only the page cache, under its lock, may");
+    assert!(
+        s.iter().any(|f| f.path == "file.rs" && f.code.contains("FrozenPage::freeze_cached(")),
+        "the check finds no freeze of a page-cache page"
+    );
+}
+
+/// `unsafe` stays in the low layers: of the modules `lib.rs` denies it
+/// to, only two override the deny, each for one use that
+/// docs/architecture.md's "`unsafe`" lists (`sys/`: passing `mmap_host`'s
+/// contract on; `vma/`: the windows' epoch publication). The migrators'
+/// bulk copy is `phys::FrozenPage::copy_to`.
+#[test]
+fn no_feature_module_allows_unsafe_code() {
+    let s = sources();
+    let allowing: Vec<&str> = s
+        .iter()
+        .filter(|f| f.code.contains("allow(unsafe_code)") && !["sys/mod.rs", "vma/mod.rs"].contains(&f.path.as_str()))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(allowing.is_empty(), "{allowing:?} allow unsafe code above the low layers");
+    assert!(
+        s.iter().any(|f| f.path == "sys/mod.rs" && f.code.contains("allow(unsafe_code)")),
+        "the check finds no override"
+    );
+}
+
 /// One per-thread numbering: every per-thread slot, shard, stripe and
 /// arena takes the thread's number from `sync/percpu.rs`
 /// (`this_thread_number`, `this_slot`), so no other file numbers threads
