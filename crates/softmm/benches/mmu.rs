@@ -3,7 +3,10 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use softmm::uapi::*;
-use softmm::{Access, AddressSpace, AtomicAlignment, Cpu, FaultPolicy, MmConfig, MmioDevice, PhysConfig, PhysMem};
+use softmm::{
+    Access, AddressSpace, AtomicAlignment, Cpu, FaultPolicy, MmConfig, MmioDevice, PhysConfig, PhysMem,
+    ShootdownTargets, WatchMode,
+};
 
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 const RW: i32 = PROT_READ | PROT_WRITE;
@@ -213,5 +216,40 @@ fn atomics_and_mmio(c: &mut Criterion) {
     c.bench_function("mmio_read_u32", |b| b.iter(|| cpu.read_u32(std::hint::black_box(io + 8)).unwrap()));
 }
 
-criterion_group!(benches, translate_hit, fault, mmap_munmap, atomics_and_mmio);
+/// Arming and removing a write watch on a page no other CPU touched,
+/// while another thread's CPU keeps loading from another page, under each
+/// shootdown-target policy: `broadcast` sends it a request (and waits for
+/// its section) on every arm, the fill-owner policies only run their
+/// barrier.
+fn watch_arm(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for &targets in ShootdownTargets::ALL {
+        let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().shootdown_targets(targets)).unwrap();
+        let a = mm.mmap(0, 2 * 4096, RW, ANON, None, 0).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (mm2, stop) = (&mm, &stop);
+            s.spawn(move || {
+                let mut cpu = Cpu::attached(mm2);
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..64 {
+                        std::hint::black_box(cpu.read_u64(a + 4096).unwrap());
+                    }
+                }
+            });
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u8(a, 1).unwrap();
+            c.bench_function(&format!("write_watch_arm/{}", targets.name()), |b| {
+                b.iter(|| {
+                    mm.write_watch(a, 4096, WatchMode::Notify).unwrap();
+                    mm.write_unwatch(a, 4096, WatchMode::Notify).unwrap();
+                })
+            });
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
+
+criterion_group!(benches, translate_hit, fault, mmap_munmap, atomics_and_mmio, watch_arm);
 criterion_main!(benches);
