@@ -38,7 +38,8 @@
 //!   insert sees it. So no store through an entry filled writable before
 //!   the call lands after it returns (`loom_tests.rs`, with
 //!   `broken::ARM_WITHOUT_SHOOTDOWN`).
-//! * **Targeted arming** (`ShootdownTargets::FillOwners*`, the default):
+//! * **Targeted arming** (`ShootdownTargets::FillOwners`, the default, and
+//!   `FillOwnersRanges`):
 //!   the shootdown asks only the range's fill owners (`tlb/targets.rs`).
 //!   Arm: insert, the process-wide barrier (`tlb::initiator_barrier`),
 //!   then read the owners of the range's entries. Fill: name this CPU in
