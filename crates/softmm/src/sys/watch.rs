@@ -237,13 +237,15 @@ impl AddressSpace {
         if (end - start) / PAGE_SIZE > OWNER_SCAN_PAGES {
             return CpuSet::all();
         }
-        let st = self.read_lock();
-        let host_mem = st.vmas.overlapping(start, end).any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.is_some()));
-        drop(st);
-        if host_mem {
+        // The published VMAs, not `mmap_lock`: a watch may be armed where
+        // a writer waits for the caller (an MMIO callback's VMA reference).
+        // A fill of embedder memory found its VMA before its barrier.
+        let guard = crossbeam_epoch::pin();
+        if crate::vma::query::overlapping(self.vmas_rcu(&guard), start, end)
+            .any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.is_some()))
+        {
             return CpuSet::all();
         }
-        let guard = crossbeam_epoch::pin();
         let mut owners = CpuSet::EMPTY;
         for leaf in self.pgtables.leaves(start, end, &guard) {
             for (_, pte) in leaf.iter().filter(|(_, pte)| pte.has_frame()) {

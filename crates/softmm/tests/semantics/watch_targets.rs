@@ -4,7 +4,7 @@
 //! CPU, as before. Either way a store after the call returns traps.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{Arc, Barrier};
 
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, ShootdownTargets, WatchAccess, WatchMode};
@@ -97,11 +97,12 @@ fn arming_a_watch_asks_only_the_cpus_that_cached_the_range() {
 
 /// A thread stores to a page in a loop, each store in an access section
 /// that then reads whether the watch is armed, while the main thread arms
-/// a notify watch on the page, sets `armed`, clears it and unwatches, 300
-/// times; a third thread's CPU stays attached, storing to another page. A
-/// store made in a section that saw `armed` set landed after
-/// `write_watch` returned: under every shootdown-target policy there is
-/// none, and stores do trap while the watch is armed.
+/// a notify watch on the page, sets `armed`, waits for two more of the
+/// thread's stores, clears `armed` and unwatches, 300 times; a third
+/// thread's CPU stays attached, storing to another page. A store made in
+/// a section that saw `armed` set landed after `write_watch` returned:
+/// under every shootdown-target policy there is none, and the stores made
+/// while the watch is armed trap.
 #[test]
 fn a_store_after_the_watch_is_armed_always_traps() {
     const ROUNDS: u64 = 300;
@@ -109,10 +110,9 @@ fn a_store_after_the_watch_is_armed_always_traps() {
         let (phys, mm) = setup(targets);
         let a = mm.mmap(0, 2 * PAGE, PROT_READ | PROT_WRITE, ANON, None, 0).unwrap();
         let armed = AtomicBool::new(false);
-        let round = AtomicU64::new(0);
-        let (armed, round, mm2) = (&armed, &round, &mm);
+        let (round, attempts) = (AtomicU64::new(0), AtomicU64::new(0));
+        let (armed, round, attempts, mm2) = (&armed, &round, &attempts, &mm);
         let (late, trapped) = std::thread::scope(|s| {
-            let (to_writer, from_main) = mpsc::channel::<()>();
             let writer = s.spawn(move || {
                 let mut cpu = Cpu::attached(mm2);
                 let (mut late, mut trapped) = (0u64, 0u64);
@@ -124,7 +124,7 @@ fn a_store_after_the_watch_is_armed_always_traps() {
                         Err(f) => panic!("{f:?}"),
                     }
                     drop(sec);
-                    let _ = from_main.try_recv();
+                    attempts.fetch_add(1, Ordering::SeqCst);
                 }
                 (late, trapped)
             });
@@ -138,20 +138,21 @@ fn a_store_after_the_watch_is_armed_always_traps() {
             for i in 0..ROUNDS {
                 mm.write_watch(a, PAGE, WatchMode::Notify).unwrap();
                 armed.store(true, Ordering::SeqCst);
-                for _ in 0..3 {
-                    let _ = to_writer.send(());
+                // Two whole stores of the writer while armed (the first
+                // may have begun before the arm).
+                let seen = attempts.load(Ordering::SeqCst);
+                while attempts.load(Ordering::SeqCst) < seen + 2 && !writer.is_finished() {
                     std::thread::yield_now();
                 }
                 armed.store(false, Ordering::SeqCst);
                 mm.write_unwatch(a, PAGE, WatchMode::Notify).unwrap();
-                std::thread::yield_now();
                 round.store(i + 1, Ordering::Release);
             }
             bystander.join().unwrap();
             writer.join().unwrap()
         });
         assert_eq!(late, 0, "{targets:?}: stores landed after write_watch returned");
-        assert!(trapped > 0, "{targets:?}: no store met the watch");
+        assert!(trapped >= ROUNDS, "{targets:?}: {trapped} stores met the watch");
         drop(mm);
         assert_no_leaks(&phys);
     }
