@@ -76,7 +76,7 @@
 #define SOFTMM_VERSION_MINOR 2
 
 // The patch version of the header.
-#define SOFTMM_VERSION_PATCH 2
+#define SOFTMM_VERSION_PATCH 3
 
 // `softmm_fault.code` when `signo` is 0: the bytes are an MMIO region's
 // ([`softmm_mmio_map`]), which have no host address. Only
@@ -288,6 +288,12 @@ typedef struct softmm_mm_config {
   // host's own shared mapping: both sides see each other's writes at
   // once, `SIGBUS` past the host's end of file); `NULL` for the default.
   const char *host_file_coherence;
+  // What an atomic that is not naturally aligned does: "strict"
+  // (`SIGBUS`/`BUS_ADRALN`, as aarch64; the default) or "split" (made,
+  // as x86's split locks: atomic against every access inside one
+  // 8-byte word, against other split atomics across words or pages);
+  // `NULL` for the default.
+  const char *atomic_alignment;
 } softmm_mm_config;
 
 // A guest fault: the signal Linux would deliver for the access (or, with
@@ -771,8 +777,10 @@ int32_t softmm_cpu_fetch_uint(struct softmm_cpu *cpu,
 // aligned unsigned integer of `size` bytes (1, 2, 4, 8) at `addr` with
 // the low `size` bytes of `value`, ordered by the C11 `memory_order`
 // `order`; the old value goes to `*old` (if not null). An unaligned
-// address faults with `SIGBUS`/`BUS_ADRALN`; a bad size, operation or
-// order is `-EINVAL`.
+// address faults with `SIGBUS`/`BUS_ADRALN`, unless the address space's
+// `atomic_alignment` is "split" (`softmm_mm_config`): the atomic is then
+// made, as x86's split locks; a bad size, operation or order is
+// `-EINVAL`.
 //
 // # Safety
 //

@@ -1,7 +1,7 @@
 //! Configuration from C: `softmm_phys_config` for an arena (size, NUMA
 //! nodes, memory on demand) and `softmm_mm_config` for an address space
-//! (fault, unmap, pin, migrate, shootdown and hugetlb policies by name,
-//! layout, limits and capabilities). Each struct starts with its own
+//! (fault, unmap, pin, migrate, shootdown, hugetlb, atomic-alignment and
+//! other policies by name, layout, limits and capabilities). Each struct starts with its own
 //! `size`, which its `*_default` function sets: a struct from an older
 //! header (a smaller `size`) gets the defaults of the fields it lacks, one
 //! from a newer header is accepted if the fields this library does not
@@ -11,8 +11,9 @@
 use std::ffi::{c_char, CStr};
 
 use softmm::{
-    AddressSpace, FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy, MmConfig, PhysConfig,
-    PhysMem, PinPolicy, PlacementPolicy, PostingPolicy, ShootdownPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy,
+    AddressSpace, AtomicAlignment, FaultPolicy, HostFileCoherence, HugetlbPolicy, MadvisePolicy, MigratePolicy,
+    MmConfig, PhysConfig, PhysMem, PinPolicy, PlacementPolicy, PostingPolicy, ShootdownPolicy, ShootdownTargets,
+    UnmapPolicy, WriterPolicy,
 };
 
 use crate::sized::{read_sized, SizedStruct};
@@ -128,6 +129,13 @@ pub struct softmm_mm_config {
     /// host's own shared mapping: both sides see each other's writes at
     /// once, `SIGBUS` past the host's end of file); `NULL` for the default.
     pub host_file_coherence: *const c_char,
+    // Added in 0.2.3: a struct from an older header has the default.
+    /// What an atomic that is not naturally aligned does: "strict"
+    /// (`SIGBUS`/`BUS_ADRALN`, as aarch64; the default) or "split" (made,
+    /// as x86's split locks: atomic against every access inside one
+    /// 8-byte word, against other split atomics across words or pages);
+    /// `NULL` for the default.
+    pub atomic_alignment: *const c_char,
 }
 
 // SAFETY: `repr(C)`, starts with its `u32` size, integers and raw
@@ -237,6 +245,7 @@ pub(crate) fn mm_config_default() -> softmm_mm_config {
         writer_policy: std::ptr::null(),
         placement_policy: std::ptr::null(),
         host_file_coherence: std::ptr::null(),
+        atomic_alignment: std::ptr::null(),
     }
 }
 
@@ -295,6 +304,7 @@ pub(crate) unsafe fn mm_config(c: &softmm_mm_config) -> Option<MmConfig> {
     policy!(writer_policy, WriterPolicy, writer_policy);
     policy!(placement_policy, PlacementPolicy, placement);
     policy!(host_file_coherence, HostFileCoherence, host_file_coherence);
+    policy!(atomic_alignment, AtomicAlignment, atomic_alignment);
     Some(m)
 }
 
@@ -394,6 +404,13 @@ mod tests {
         // SAFETY: as above.
         assert!(unsafe { mm_config(&c) }.is_none());
         c.host_file_coherence = std::ptr::null();
+        c.atomic_alignment = c"split".as_ptr();
+        // SAFETY: as above.
+        assert_eq!(unsafe { mm_config(&c) }.unwrap().atomic_alignment, AtomicAlignment::Split);
+        c.atomic_alignment = c"bus-lock".as_ptr();
+        // SAFETY: as above.
+        assert!(unsafe { mm_config(&c) }.is_none());
+        c.atomic_alignment = std::ptr::null();
         c.writer_policy = c"fast".as_ptr();
         // SAFETY: as above.
         assert!(unsafe { mm_config(&c) }.is_none());

@@ -590,8 +590,10 @@ pub(crate) fn atomic_cmpxchg<A: Accessor>(
 /// aligned unsigned integer of `size` bytes (1, 2, 4, 8) at `addr` with
 /// the low `size` bytes of `value`, ordered by the C11 `memory_order`
 /// `order`; the old value goes to `*old` (if not null). An unaligned
-/// address faults with `SIGBUS`/`BUS_ADRALN`; a bad size, operation or
-/// order is `-EINVAL`.
+/// address faults with `SIGBUS`/`BUS_ADRALN`, unless the address space's
+/// `atomic_alignment` is "split" (`softmm_mm_config`): the atomic is then
+/// made, as x86's split locks; a bad size, operation or order is
+/// `-EINVAL`.
 ///
 /// # Safety
 ///

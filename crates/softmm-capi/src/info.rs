@@ -14,7 +14,7 @@ pub const SOFTMM_VERSION_MAJOR: u32 = 0;
 /// The minor version of the header.
 pub const SOFTMM_VERSION_MINOR: u32 = 2;
 /// The patch version of the header.
-pub const SOFTMM_VERSION_PATCH: u32 = 2;
+pub const SOFTMM_VERSION_PATCH: u32 = 3;
 
 /// The library's version, `"MAJOR.MINOR.PATCH"`: compare it with the
 /// header's `SOFTMM_VERSION_*` to detect a header and library mismatch.

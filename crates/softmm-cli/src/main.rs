@@ -116,7 +116,7 @@ struct ReplayArgs {
     #[arg(long)]
     bench: bool,
     /// With `--bench`: policies, comma-separated, as the lab's `--policy` names them (fault, unmap,
-    /// shootdown-target, madvise and writer policies, each with the others at their defaults), or
+    /// shootdown-target, madvise, writer and atomic-alignment policies, each with the others at their defaults), or
     /// `all` (every one) or `default`.
     #[arg(long, requires = "bench", default_value = "all", value_name = "POLICIES")]
     policy: String,

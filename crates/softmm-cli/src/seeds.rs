@@ -137,6 +137,8 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     ("adaptive", "posting", "shared-barrier; CPUs shot down often fence their own sections: no membarrier (default)"),
     ("madvise-mmap-lock", "madvise", "MADV_DONTNEED and MADV_FREE under mmap_lock for read (Linux before 6.16)"),
     ("madvise-per-vma", "madvise", "a range in one VMA under its read reference, no mmap_lock (Linux 6.16+; default)"),
+    ("atomics-strict", "atomics", "an unaligned atomic faults with SIGBUS/BUS_ADRALN, as on aarch64 (default)"),
+    ("atomics-split", "atomics", "x86's split locks: a CAS loop inside a word, the split lock across words or pages"),
     ("host", "every", "the running Linux kernel doing the same work (processes, io_uring, /proc)"),
 ];
 
@@ -187,6 +189,11 @@ pub fn bench_help() -> String {
         ("migrate", "  migrate (seed 003): migrate policies\n"),
         ("posting", "  --posting (issue 26), for every softmm address space: shootdown posting policies\n"),
         ("madvise", "  tlb-flush --madvise all: madvise policies, faults under the default fault policy\n"),
+        (
+            "atomics",
+            "  any of those: atomic-alignment policies, faults under the default (the atomics' own cost:\n\
+             \x20   cargo bench -p softmm --bench mmu atomics)\n",
+        ),
     ];
     for (kind, head) in kinds {
         out.push_str(head);

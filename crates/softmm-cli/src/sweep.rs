@@ -87,11 +87,16 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
             _ if ShootdownTargets::from_name(name).is_some() => {
                 vec![Backend::Targets(ShootdownTargets::from_name(name).expect("matched"))]
             }
+            // An atomic-alignment policy (`atomics-strict`, `atomics-split`),
+            // under the default fault policy.
+            _ if name.starts_with("atomics-") && Backend::from_name(name).is_some() => {
+                vec![Backend::from_name(name).expect("matched")]
+            }
             _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
                 format!(
                     "unknown policy `{name}` for {workloads}: its fault policies are {}, its writer policies {}; or \
-                     the shootdown targets {}; or all, default, host",
+                     the shootdown targets {}; or atomics-strict, atomics-split; or all, default, host",
                     names.join(", "),
                     WriterPolicy::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
                     ShootdownTargets::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
@@ -335,6 +340,7 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
         let madvise: Vec<&str> = policies.iter().copied().filter(|p| p.starts_with("madvise-")).collect();
         out.push_str(&crate::seeds::legend("madvise", &madvise));
         out.push_str(&crate::seeds::legend("writers", &soft));
+        out.push_str(&crate::seeds::legend("atomics", &soft));
     }
     out
 }
@@ -759,6 +765,15 @@ mod tests {
             vec![Backend::Targets(ShootdownTargets::Broadcast), Backend::Targets(ShootdownTargets::FillOwners)]
         );
         assert!(e.contains("fill-owners"), "{e}");
+        // Atomic alignment, old against new in one sweep, each configuring
+        // its address spaces.
+        let both = parse_backends("atomics-strict,atomics-split", true, "pft", false).unwrap();
+        assert_eq!(
+            both,
+            vec![Backend::Atomics(softmm::AtomicAlignment::Strict), Backend::Atomics(softmm::AtomicAlignment::Split)]
+        );
+        assert_eq!(both[1].configure(softmm::MmConfig::default()).atomic_alignment, softmm::AtomicAlignment::Split);
+        assert!(e.contains("atomics-split"), "{e}");
     }
 
     #[test]

@@ -15,13 +15,14 @@ fn softmm(args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// The names `--policy all` runs: every fault, unmap, shootdown-target,
-/// `madvise` and writer policy of the library.
+/// `madvise`, writer and atomic-alignment policy of the library.
 fn every_policy() -> Vec<String> {
     let mut names: Vec<String> = softmm::FaultPolicy::ALL.iter().map(|p| p.name().to_string()).collect();
     names.extend(softmm::UnmapPolicy::ALL.iter().map(|p| p.name().to_string()));
     names.extend(softmm::ShootdownTargets::ALL.iter().map(|p| p.name().to_string()));
     names.extend(softmm::MadvisePolicy::ALL.iter().map(|p| format!("madvise-{}", p.name())));
     names.extend(softmm::WriterPolicy::ALL.iter().map(|p| p.name().to_string()));
+    names.extend(softmm::AtomicAlignment::ALL.iter().map(|p| format!("atomics-{}", p.name())));
     names
 }
 

@@ -3,7 +3,10 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use softmm::uapi::*;
-use softmm::{Access, AddressSpace, AtomicAlignment, Cpu, FaultPolicy, MmConfig, MmioDevice, PhysConfig, PhysMem};
+use softmm::{
+    Access, AddressSpace, AtomicAlignment, Cpu, FaultPolicy, MmConfig, MmioDevice, PhysConfig, PhysMem,
+    ShootdownTargets, WatchMode,
+};
 
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 const RW: i32 = PROT_READ | PROT_WRITE;
@@ -213,5 +216,75 @@ fn atomics_and_mmio(c: &mut Criterion) {
     c.bench_function("mmio_read_u32", |b| b.iter(|| cpu.read_u32(std::hint::black_box(io + 8)).unwrap()));
 }
 
-criterion_group!(benches, translate_hit, fault, mmap_munmap, atomics_and_mmio);
+/// Arming and removing a write watch on a page no other CPU touched,
+/// while another thread's CPU keeps loading from another page, under each
+/// shootdown-target policy: `broadcast` sends it a request (and waits for
+/// its section) on every arm, the fill-owner policies only run their
+/// barrier.
+fn watch_arm(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for &targets in ShootdownTargets::ALL {
+        let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().shootdown_targets(targets)).unwrap();
+        let a = mm.mmap(0, 2 * 4096, RW, ANON, None, 0).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (mm2, stop) = (&mm, &stop);
+            s.spawn(move || {
+                let mut cpu = Cpu::attached(mm2);
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..64 {
+                        std::hint::black_box(cpu.read_u64(a + 4096).unwrap());
+                    }
+                }
+            });
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u8(a, 1).unwrap();
+            c.bench_function(&format!("write_watch_arm/{}", targets.name()), |b| {
+                b.iter(|| {
+                    mm.write_watch(a, 4096, WatchMode::Notify).unwrap();
+                    mm.write_unwatch(a, 4096, WatchMode::Notify).unwrap();
+                })
+            });
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
+
+/// The other side of `watch_arm`: a CPU's loads from its 64-page working
+/// set (one `read_u64` per page) while another thread arms and removes a
+/// write watch on a page this CPU never touches, over and over, under each
+/// shootdown-target policy. Under `broadcast` every arm sends this CPU a
+/// request (its TLB is emptied, and a CPU shot down often fences its own
+/// sections); under the fill-owner policies it gets none, only the arm's
+/// `membarrier`.
+fn hit_during_watch_arms(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for &targets in ShootdownTargets::ALL {
+        let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::default().shootdown_targets(targets)).unwrap();
+        let a = mm.mmap(0, 65 * 4096, RW, ANON, None, 0).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (mm2, stop) = (&mm, &stop);
+            s.spawn(move || {
+                let mut cpu = Cpu::attached(mm2);
+                cpu.write_u8(a, 1).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    mm2.write_watch(a, 4096, WatchMode::Notify).unwrap();
+                    mm2.write_unwatch(a, 4096, WatchMode::Notify).unwrap();
+                }
+            });
+            let mut cpu = Cpu::attached(&mm);
+            let pages = (1..65).map(|i| a + i * 4096);
+            pages.clone().for_each(|p| cpu.write_u8(p, 1).unwrap());
+            c.bench_function(&format!("read_64_pages_during_watch_arms/{}", targets.name()), |b| {
+                b.iter(|| pages.clone().map(|p| cpu.read_u64(std::hint::black_box(p + 8)).unwrap()).sum::<u64>())
+            });
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
+
+criterion_group!(benches, translate_hit, fault, mmap_munmap, atomics_and_mmio, watch_arm, hit_during_watch_arms);
 criterion_main!(benches);

@@ -461,7 +461,7 @@ impl Cpu {
                         // marked or cached: the access is not made, unless
                         // the embedder passes it (`Cpu::pass_watchpoint`),
                         // which the access uses up once it is made below.
-                        let watchpoint = mm.watches.point_hit(va, size, access.bit());
+                        let mut watchpoint = mm.watches.point_hit(va, size, access.bit());
                         if watchpoint && !self.pass_watchpoint {
                             return Err(Fault::Watchpoint { addr: va });
                         }
@@ -482,6 +482,24 @@ impl Cpu {
                         };
                         if filled != pte && !leaf.set_filled(va, pte, filled) {
                             continue;
+                        }
+                        // A fill that just named this CPU in the entry looks
+                        // at the watches again, after a barrier: a watch
+                        // armed meanwhile either read the entry after the
+                        // exchange (and shoots this CPU down, waiting for
+                        // this section) or is seen here (`crate::watch`'s
+                        // `# Protocol`, targeted shootdowns).
+                        if filled != pte && !crate::watch::broken::FILL_WITHOUT_RECHECK.with(std::cell::Cell::get) {
+                            crate::tlb::reader_barrier(crate::tlb::reader_is_light());
+                            if !watchpoint && mm.watches.point_hit(va, size, access.bit()) {
+                                if !self.pass_watchpoint {
+                                    return Err(Fault::Watchpoint { addr: va });
+                                }
+                                watchpoint = true;
+                            }
+                            if write && mm.watches.store(va) == StoreCheck::Notify {
+                                return Err(Fault::WriteWatch { addr: va });
+                            }
                         }
                         if watchpoint {
                             self.pass_watchpoint = false;

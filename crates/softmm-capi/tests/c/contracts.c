@@ -6,7 +6,7 @@
  * memory on demand), forced access, msync and host-backed files; access
  * sections. The structured regions, statistics, pins, NUMA policy,
  * hugetlbfs files and overcommit settings, with their size-versioned
- * structs.
+ * structs. The atomic-alignment policy.
  * Run by tests/c.rs; prints "N passed, M failed" and exits non-zero on a
  * failure.
  */
@@ -710,6 +710,79 @@ static void complete_api_contracts(void) {
     softmm_phys_free(phys);
 }
 
+/* softmm_mm_config.atomic_alignment: an atomic across a word and across
+ * a page is made under "split", with every other thread's atomics on the
+ * same bytes, and faults with SIGBUS/BUS_ADRALN under "strict" (the
+ * default, and what NULL selects). */
+struct split_counter {
+    softmm_mm *mm;
+    uint64_t addr;
+    int failed;
+};
+
+static void *split_adder(void *arg) {
+    struct split_counter *c = arg;
+    softmm_cpu *cpu;
+    if (softmm_cpu_new(c->mm, &cpu) != 0) {
+        c->failed = 1;
+        return NULL;
+    }
+    for (int i = 0; i < 1000; i++)
+        if (softmm_cpu_atomic_rmw(cpu, c->addr, 4, SOFTMM_ATOMIC_ADD, 1, 5, NULL, NULL) != 0)
+            c->failed = 1;
+    softmm_cpu_free(cpu);
+    return NULL;
+}
+
+static void atomic_alignment_contracts(void) {
+    softmm_phys *phys;
+    EXPECT(softmm_phys_new(4 << 20, &phys) == 0);
+    const char *policies[] = {NULL, "strict", "split"};
+    for (int p = 0; p < 3; p++) {
+        softmm_mm_config mc;
+        softmm_mm_config_default(&mc);
+        EXPECT(mc.atomic_alignment == NULL);
+        mc.atomic_alignment = policies[p];
+        softmm_mm *mm = NULL;
+        EXPECT(softmm_mm_new_config(phys, &mc, &mm) == 0);
+        softmm_cpu *cpu;
+        EXPECT(softmm_cpu_new(mm, &cpu) == 0);
+        long long a = softmm_mmap(mm, 0, 2 * PAGE, RW, ANON, NULL, 0);
+        EXPECT(a > 0);
+        uint64_t base = (uint64_t)a, v = 0;
+        uint64_t across_word = base + 6, across_page = base + PAGE - 2;
+        if (p < 2) {
+            EXPECT_FAULT(softmm_cpu_atomic_rmw(cpu, across_word, 4, SOFTMM_ATOMIC_ADD, 1, 5, &v, &f_), SIGBUS,
+                         BUS_ADRALN, across_word);
+            EXPECT_FAULT(softmm_cpu_atomic_rmw(cpu, across_page, 4, SOFTMM_ATOMIC_ADD, 1, 5, &v, &f_), SIGBUS,
+                         BUS_ADRALN, across_page);
+            EXPECT(softmm_cpu_read_uint(cpu, across_page, 4, &v, NULL) == 0 && v == 0); /* not made */
+        } else {
+            EXPECT(softmm_cpu_write_uint(cpu, across_word, 4, 0x01020304, NULL) == 0);
+            EXPECT(softmm_cpu_atomic_rmw(cpu, across_word, 4, SOFTMM_ATOMIC_ADD, 1, 5, &v, NULL) == 0);
+            EXPECT(v == 0x01020304);
+            EXPECT(softmm_cpu_read_uint(cpu, across_word, 4, &v, NULL) == 0 && v == 0x01020305);
+            /* Two threads add across the page boundary: no count lost. */
+            struct split_counter c = {mm, across_page, 0};
+            pthread_t t[2];
+            for (int i = 0; i < 2; i++)
+                EXPECT(pthread_create(&t[i], NULL, split_adder, &c) == 0);
+            for (int i = 0; i < 2; i++)
+                pthread_join(t[i], NULL);
+            EXPECT(c.failed == 0);
+            EXPECT(softmm_cpu_read_uint(cpu, across_page, 4, &v, NULL) == 0 && v == 2000);
+        }
+        EXPECT(softmm_cpu_free(cpu) == 0);
+        softmm_mm_free(mm);
+    }
+    softmm_mm_config mc;
+    softmm_mm_config_default(&mc);
+    mc.atomic_alignment = "bus-lock";
+    softmm_mm *mm = NULL;
+    EXPECT(softmm_mm_new_config(phys, &mc, &mm) == -EINVAL && mm == NULL);
+    softmm_phys_free(phys);
+}
+
 int main(void) {
     softmm_phys *phys;
     softmm_mm *mm;
@@ -849,6 +922,7 @@ int main(void) {
     section_contracts();
     tlb_abi_contracts();
     watchpoint_contracts();
+    atomic_alignment_contracts();
     mmio_contracts();
     complete_api_contracts();
     printf("%d passed, %d failed\n", passed, failed);

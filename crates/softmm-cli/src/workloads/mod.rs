@@ -17,8 +17,8 @@ mod wis;
 use std::sync::Arc;
 
 use softmm::{
-    AddressSpace, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysMem, PlacementPolicy, ShootdownTargets,
-    UnmapPolicy, WriterPolicy,
+    AddressSpace, AtomicAlignment, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysMem, PlacementPolicy,
+    ShootdownTargets, UnmapPolicy, WriterPolicy,
 };
 
 pub use crate::arena::Arena;
@@ -66,6 +66,12 @@ pub enum Backend {
     /// softmm with a writer policy (mmap1-2 and the other workloads that
     /// map and unmap; faults under the default fault policy).
     Writers(WriterPolicy),
+    /// softmm with an atomic-alignment policy (faults under the default
+    /// fault policy): what an unaligned or page-crossing atomic does. The
+    /// lab's workloads make no atomic access, so its rows show that the
+    /// policy costs nothing off that path; the atomics' own cost under
+    /// each is the criterion group `atomics` (`benches/mmu.rs`).
+    Atomics(AtomicAlignment),
 }
 
 impl Backend {
@@ -81,11 +87,16 @@ impl Backend {
             Backend::Madvise(MadvisePolicy::PerVma) => "madvise-per-vma",
             Backend::Madvise(_) => "madvise-other",
             Backend::Writers(p) => p.name(),
+            // Named apart from the other policies' `strict`-like names.
+            Backend::Atomics(AtomicAlignment::Strict) => "atomics-strict",
+            Backend::Atomics(AtomicAlignment::Split) => "atomics-split",
+            Backend::Atomics(_) => "atomics-other",
         }
     }
 
     /// Which policy it varies, as an index: fault 0, unmap 1, shootdown
-    /// targets 2, `madvise` 3, writers 4, the host 5 (plots colour by it).
+    /// targets 2, `madvise` 3, writers 4, the host 5, atomic alignment 6
+    /// (plots colour by it).
     pub fn kind(self) -> usize {
         match self {
             Backend::Soft(_) => 0,
@@ -94,6 +105,7 @@ impl Backend {
             Backend::Madvise(_) => 3,
             Backend::Writers(_) => 4,
             Backend::Host => 5,
+            Backend::Atomics(_) => 6,
         }
     }
 
@@ -102,14 +114,15 @@ impl Backend {
         !matches!(self, Backend::Host)
     }
 
-    /// Every softmm backend: each fault, unmap, shootdown-target, `madvise`
-    /// and writer policy, the others at their defaults.
+    /// Every softmm backend: each fault, unmap, shootdown-target, `madvise`,
+    /// writer and atomic-alignment policy, the others at their defaults.
     pub fn all_soft() -> Vec<Backend> {
         let mut out: Vec<Backend> = FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect();
         out.extend(UnmapPolicy::ALL.iter().map(|&p| Backend::Unmap(p)));
         out.extend(ShootdownTargets::ALL.iter().map(|&p| Backend::Targets(p)));
         out.extend(MadvisePolicy::ALL.iter().map(|&p| Backend::Madvise(p)));
         out.extend(WriterPolicy::ALL.iter().map(|&p| Backend::Writers(p)));
+        out.extend(AtomicAlignment::ALL.iter().map(|&p| Backend::Atomics(p)));
         out
     }
 
@@ -128,6 +141,7 @@ impl Backend {
             Backend::Targets(t) => config.shootdown_targets(t),
             Backend::Madvise(m) => config.madvise_policy(m),
             Backend::Writers(w) => config.writer_policy(w),
+            Backend::Atomics(a) => config.atomic_alignment(a),
         }
     }
 }

@@ -54,7 +54,11 @@ impl Cpu {
         let Some(host) = mem.page_ptr(index).filter(|_| mem.page_backed(index)) else {
             return Some(Err(Fault::Bus { addr: va }));
         };
-        // The embedder's watches, as for a page-table entry's fill.
+        // The embedder's watches, as for a page-table entry's fill, after a
+        // barrier: embedder memory records no fill owner, so a watch armed
+        // on it shoots every CPU down, and either its VMA lookup (after its
+        // own barrier) sees this VMA or this check sees the watch.
+        crate::tlb::reader_barrier(crate::tlb::reader_is_light());
         let watchpoint = mm.watches.point_hit(va, size, access.bit());
         if watchpoint && !self.pass_watchpoint {
             return Some(Err(Fault::Watchpoint { addr: va }));

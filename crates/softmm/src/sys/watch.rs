@@ -5,9 +5,14 @@
 
 use crate::error::{Errno, Result};
 use crate::mm::AddressSpace;
-use crate::tlb::{CpuSet, FlushRange, QuiescentGuard};
+use crate::tlb::{CpuSet, FlushRange, QuiescentGuard, ShootdownTargets};
 use crate::watch::{WatchAccess, WatchMode};
 use crate::PAGE_SIZE;
+
+/// The most pages whose entries [`AddressSpace::watch_fill_owners`] reads
+/// (1 GiB): a larger watch shoots every CPU down, as the zaps' gather
+/// flushes everything past its own bound.
+const OWNER_SCAN_PAGES: u64 = 1 << 18;
 
 impl AddressSpace {
     /// Watches the stores to the pages of `[addr, addr + len)` in `mode`
@@ -19,8 +24,12 @@ impl AddressSpace {
     ///
     /// The watch is in force when the call returns, for every CPU: a store
     /// through a TLB entry another CPU filled writable before the call
-    /// lands before it returns (the range is shot down), and a later store
-    /// misses the TLB and is checked.
+    /// lands before it returns (the range is shot down: under the default
+    /// [`crate::ShootdownTargets`], only the CPUs that filled from its
+    /// entries), and a later store misses the TLB and is checked. The one
+    /// exception is a store through an entry that a concurrent `munmap`,
+    /// `mremap` or `MADV_DONTNEED` has already cleared: it is ordered
+    /// before that change, which waits for it.
     ///
     /// A [`WatchMode::Notify`] store returns [`crate::Fault::WriteWatch`]
     /// at the store's address after the fault handling a write needs
@@ -59,10 +68,7 @@ impl AddressSpace {
         if crate::watch::broken::ARM_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get) {
             return Ok(());
         }
-        // Every CPU: the entries' fill owners are not collected here (a
-        // watch is armed rarely, and only its range is asked for under
-        // ranged requests).
-        self.flush_tlb_owners(&CpuSet::all(), FlushRange::new(first * PAGE_SIZE, end * PAGE_SIZE));
+        self.shoot_down_watched(first * PAGE_SIZE, end * PAGE_SIZE);
         Ok(())
     }
 
@@ -116,7 +122,7 @@ impl AddressSpace {
         if self.watches.dirty_log(first, end, &mut bits[..words as usize], clear)
             && !crate::watch::broken::CLEAR_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get)
         {
-            self.flush_tlb_owners(&CpuSet::all(), FlushRange::new(first * PAGE_SIZE, end * PAGE_SIZE));
+            self.shoot_down_watched(first * PAGE_SIZE, end * PAGE_SIZE);
         }
         Ok(())
     }
@@ -168,11 +174,8 @@ impl AddressSpace {
         if crate::watch::broken::POINT_WITHOUT_SHOOTDOWN.with(std::cell::Cell::get) {
             return Ok(());
         }
-        // As `write_watch`: every CPU, the pages that hold the bytes.
-        self.flush_tlb_owners(
-            &CpuSet::all(),
-            FlushRange::new(addr & !(PAGE_SIZE - 1), end.div_ceil(PAGE_SIZE) * PAGE_SIZE),
-        );
+        // As `write_watch`, for the pages that hold the bytes.
+        self.shoot_down_watched(addr & !(PAGE_SIZE - 1), end.div_ceil(PAGE_SIZE) * PAGE_SIZE);
         Ok(())
     }
 
@@ -188,6 +191,74 @@ impl AddressSpace {
     /// Number of watchpoints.
     pub fn watchpoints(&self) -> usize {
         self.watches.points()
+    }
+
+    /// The shootdown of a watch armed, or of dirty marks cleared, on the
+    /// pages `[start, end)`, called after the change to the watches: when
+    /// it returns, no CPU holds an entry filled before the change that
+    /// lets an access through which the change now traps, and every later
+    /// fill sees the change (`crate::watch`'s `# Protocol`).
+    ///
+    /// Under [`ShootdownTargets::Broadcast`], every CPU. Otherwise, as
+    /// the zaps do, only the CPUs that may cache a translation of the
+    /// range: a barrier (the fills' recheck's other half), then the fill
+    /// owners of the range's entries ([`AddressSpace::watch_fill_owners`]);
+    /// a CPU that never filled from them gets no request.
+    fn shoot_down_watched(&self, start: u64, end: u64) {
+        let range = FlushRange::new(start, end);
+        if self.config.shootdown_targets == ShootdownTargets::Broadcast {
+            self.flush_tlb_owners(&CpuSet::all(), range);
+            return;
+        }
+        // The fills' recheck's other half. Under `membarrier` the fills
+        // run only a compiler barrier, and this one is what orders them;
+        // with fences on both sides (loom's only mode for a real `Cpu`)
+        // the epoch pin below fences as well.
+        crate::tlb::initiator_barrier();
+        let owners = self.watch_fill_owners(start, end);
+        self.flush_tlb_owners(&owners, range);
+    }
+
+    /// The CPUs that may cache a translation of `[start, end)` (page
+    /// aligned), read after the barrier of
+    /// [`AddressSpace::shoot_down_watched`]: the fill owners of its
+    /// entries that hold a frame (present, or hidden by `PROT_NONE`, which
+    /// keeps them). Every CPU where the owners are not recorded: a 2 MiB
+    /// entry (hugetlb, whose tables may be shared, as the zaps do),
+    /// embedder memory (`mmap_host`, filled from its VMA), or a range of
+    /// more than [`OWNER_SCAN_PAGES`] pages, where one broadcast is
+    /// cheaper than the scan.
+    ///
+    /// Not the CPUs of an entry a concurrent change (`munmap`, `mremap`,
+    /// `MADV_DONTNEED`) has already cleared: that change shoots them down
+    /// before it returns, and a store through such an entry is ordered
+    /// before the change and so before this call (see `crate::watch`).
+    fn watch_fill_owners(&self, start: u64, end: u64) -> CpuSet {
+        if (end - start) / PAGE_SIZE > OWNER_SCAN_PAGES {
+            return CpuSet::all();
+        }
+        // The published VMAs, not `mmap_lock`: a watch may be armed where
+        // a writer waits for the caller (an MMIO callback's VMA reference).
+        // A fill of embedder memory found its VMA before its barrier.
+        let guard = crossbeam_epoch::pin();
+        if crate::vma::query::overlapping(self.vmas_rcu(&guard), start, end)
+            .any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.is_some()))
+        {
+            return CpuSet::all();
+        }
+        let mut owners = CpuSet::EMPTY;
+        for leaf in self.pgtables.leaves(start, end, &guard) {
+            for (_, pte) in leaf.iter().filter(|(_, pte)| pte.has_frame()) {
+                if leaf.entry_size() > PAGE_SIZE {
+                    return CpuSet::all();
+                }
+                pte.add_fill_owners(&mut owners);
+            }
+            if owners.is_all() {
+                break;
+            }
+        }
+        owners
     }
 
     /// The end of a watchpoint's bytes; `EINVAL` for an empty range or one

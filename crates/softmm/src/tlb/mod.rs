@@ -132,7 +132,7 @@ mod unreachable;
 #[cfg(loom)]
 pub(crate) use crate::sync::broken::tlb as broken;
 
-pub(crate) use barrier::reader_is_light;
+pub(crate) use barrier::{initiator_barrier, reader_barrier, reader_is_light};
 #[cfg_attr(loom, allow(unused_imports))]
 pub(crate) use fence_mode::{EntryBarrier, TUNING};
 #[cfg_attr(loom, allow(unused_imports))]

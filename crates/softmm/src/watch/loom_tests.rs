@@ -1,6 +1,8 @@
 //! loom models of the write watch's arming (`super`'s `# Protocol`) on the
-//! real code: a real `Cpu` with a page cached writable against the real
-//! `AddressSpace::write_watch`.
+//! real code: a real `Cpu` with a page cached writable, or filling it,
+//! against the real `AddressSpace::write_watch` (targeted, under the
+//! default `ShootdownTargets::FillOwners`), `dirty_log` and
+//! `watchpoint_insert`.
 //!
 //! Run with `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release -p softmm --lib watch::`.
 
@@ -145,6 +147,57 @@ fn a_load_cached_before_a_watchpoint_does_not_pass_after_it() -> Result<(), Stri
         Ok(true) => Err("a load through an entry cached before watchpoint_insert passed after it returned".into()),
         Err(f) => Err(format!("second load: {f:?}")),
     }
+}
+
+/// The targeted arming's race on the real code: the page is mapped and
+/// dirty but no CPU has filled from it, so its entry names no fill owner;
+/// a `Cpu` on another thread makes its first store to it in a section that
+/// then reads `armed`, while the main thread watches it with the real
+/// `write_watch` (default `ShootdownTargets::FillOwners`), then sets
+/// `armed`. The store's fill may check the watches before the arm and
+/// record itself in the entry after the arm read the owners: the arm then
+/// asks no CPU, and only the fill's own recheck, after its barrier, stops
+/// the store. A store made in a section that sees `armed` set is the bug.
+fn a_first_store_racing_a_targeted_arm_traps_or_lands_before_it_returns() -> Result<(), String> {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (mm, armed) = (mm.clone(), armed.clone());
+        loom::thread::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            let mut s = cpu.section();
+            let store = s.write_u8(a, 1).map(|()| armed.load(Ordering::Acquire));
+            drop(s);
+            store
+        })
+    };
+    mm.write_watch(a, PAGE_SIZE, super::WatchMode::Notify).unwrap();
+    armed.store(true, Ordering::Release);
+    let store = t.join().unwrap();
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    match store {
+        Ok(false) => Ok(()),
+        Err(f) if f == (Fault::WriteWatch { addr: a }) => Ok(()),
+        Ok(true) => Err("a first store racing a targeted arm landed after write_watch returned".into()),
+        Err(f) => Err(format!("store: {f:?}")),
+    }
+}
+
+/// The model, and its variant where the fill does not look at the watches
+/// again after naming itself in the entry
+/// (`broken::FILL_WITHOUT_RECHECK`): the store checked before the arm,
+/// the arm read the entry before the fill named its CPU and asked nobody,
+/// and the store lands after the call returned.
+#[test]
+fn a_first_store_racing_a_targeted_arm_is_stopped_by_the_fills_recheck() {
+    crate::sync::broken::check_model(
+        a_first_store_racing_a_targeted_arm_traps_or_lands_before_it_returns,
+        &super::broken::FILL_WITHOUT_RECHECK,
+    );
 }
 
 /// The model, and its variant where `watchpoint_insert` returns without

@@ -38,11 +38,27 @@
 //!   insert sees it. So no store through an entry filled writable before
 //!   the call lands after it returns (`loom_tests.rs`, with
 //!   `broken::ARM_WITHOUT_SHOOTDOWN`).
+//! * **Targeted arming** (`ShootdownTargets::FillOwners`, the default, and
+//!   `FillOwnersRanges`):
+//!   the shootdown asks only the range's fill owners (`tlb/targets.rs`).
+//!   Arm: insert, the process-wide barrier (`tlb::initiator_barrier`),
+//!   then read the owners of the range's entries. Fill: name this CPU in
+//!   the entry (its compare-exchange), the reader's barrier, then check
+//!   the watches again before caching or accessing. Dekker's: either the
+//!   arm's read sees the fill's owner, and the shootdown waits for that
+//!   section, or the recheck sees the watch. A fill that finds this CPU
+//!   already named exchanges nothing: the arm's read sees it too (owners
+//!   leave an entry only through a change, which shoots them down). Where
+//!   no owner is recorded (2 MiB entries, embedder memory), every CPU.
+//!   The fill's first check stays before the exchange, so that a store
+//!   refused outside a race sets no accessed or dirty bit (`loom_tests.rs`,
+//!   with `broken::FILL_WITHOUT_RECHECK`).
 //! * **Logging**: a store to a logged page sets the dirty bit before the
 //!   fill caches write permission; a read fill caches it only if the bit
 //!   is set already.
 //! * **Clearing** (`dirty_log` with `clear`): take the bits, then shoot the
-//!   range down. A store through an entry cached before the clear lands
+//!   range down (targeted as arming; the fill reads the dirty bit after its
+//!   barrier). A store through an entry cached before the clear lands
 //!   before the call returns (the shootdown waits for it), so a copy of
 //!   the page made after the call sees it; the next store misses and marks
 //!   the page again (`loom_tests.rs`, with
@@ -395,5 +411,8 @@ pub(crate) mod broken {
         pub(crate) static CLEAR_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
         /// `watchpoint_insert` returns without shooting its pages down.
         pub(crate) static POINT_WITHOUT_SHOOTDOWN: Cell<bool> = const { Cell::new(false) };
+        /// A TLB fill that recorded itself in an entry does not look at the
+        /// watches again after its barrier.
+        pub(crate) static FILL_WITHOUT_RECHECK: Cell<bool> = const { Cell::new(false) };
     }
 }

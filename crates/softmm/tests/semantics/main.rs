@@ -45,4 +45,5 @@ mod pin_host;
 mod placement;
 mod semantics;
 mod split_atomics;
+mod watch_targets;
 mod watchpoints;
