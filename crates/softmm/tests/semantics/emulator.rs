@@ -3,13 +3,17 @@
 //! with the typed accessors, faults become guest signals, two guest threads
 //! share a counter through atomics, and a forked guest runs on its own
 //! copy; a loader maps a program from a host file and a debugger plants a
-//! breakpoint in its read-only text with a forced write.
+//! breakpoint in its read-only text with a forced write; and everything an
+//! emulator layers on its TLB at once (a device register, a watchpoint, an
+//! atomic across a page boundary) in guest threads beside munmap and fork.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use softmm::uapi::*;
-use softmm::{AddressSpace, Cpu, Fault, MmConfig, PhysConfig, PhysMem, SegvCode};
+use softmm::{
+    AddressSpace, AtomicAlignment, Cpu, Fault, MmConfig, MmioDevice, PhysConfig, PhysMem, SegvCode, WatchAccess,
+};
 
 const PAGE: u64 = 4096;
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
@@ -229,4 +233,113 @@ fn a_debugger_plants_a_breakpoint_in_text_mapped_from_a_host_file() {
     assert_no_leaks(&phys);
     assert!(std::fs::read(&path).unwrap() == image, "the host file is untouched");
     std::fs::remove_file(&path).unwrap();
+}
+
+/// A device register that counts the stores it serves and keeps the last.
+#[derive(Default)]
+struct Port {
+    stores: std::sync::atomic::AtomicU64,
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl MmioDevice for Port {
+    fn read(&self, _offset: u64, _size: usize) -> u64 {
+        self.last.load(Ordering::Relaxed)
+    }
+
+    fn write(&self, _offset: u64, _size: usize, value: u64) {
+        self.stores.fetch_add(1, Ordering::Relaxed);
+        self.last.store(value, Ordering::Relaxed);
+    }
+
+    fn name(&self) -> &str {
+        "/dev/port"
+    }
+}
+
+/// `r1` = a counter that straddles two pages, `r2` = N, `r4` = a device
+/// register, `r6` = a watched word: N times, adds 1 to the counter (a
+/// split atomic) and stores the count left to the device; then stores to
+/// the watched word.
+const COUNT_TO_PORT: [u32; 7] = [
+    insn(Op::Li, 3, 0, 1),
+    insn(Op::AtomicAdd, 1, 3, 0), // loop: [r1] += r3
+    insn(Op::St16, 4, 2, 0),      // [r4] = r2: the device
+    insn(Op::AddI, 2, 0, -1),
+    insn(Op::Bnz, 2, 0, -3),
+    insn(Op::St16, 6, 3, 0), // [r6] = r3: the watchpoint
+    insn(Op::Halt, 0, 0, 0),
+];
+
+/// Two guest threads run `COUNT_TO_PORT` under `AtomicAlignment::Split`
+/// while a third maps and unmaps and forks the address space: every split
+/// atomic counts (the fork's COW protection of the counter's pages races
+/// them), the device serves every store and outlives no munmap, and each
+/// thread's watchpoint fires once and is passed.
+#[test]
+fn a_device_a_watchpoint_and_split_atomics_in_guest_threads_beside_munmap_and_fork() {
+    const N: u64 = 2000;
+    let phys = PhysMem::new(PhysConfig::new(4 << 20)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default().atomic_alignment(AtomicAlignment::Split)).unwrap();
+    let (text, _) = load(&mm, &COUNT_TO_PORT);
+    let data = mm.mmap(0, 3 * PAGE, PROT_READ | PROT_WRITE, ANON, None, 0).unwrap();
+    // The counter straddles the first two pages.
+    let (counter, watched) = (data + PAGE - 4, data + 2 * PAGE + 64);
+    let port = Arc::new(Port::default());
+    let io = mm.mmap_io(0, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, port.clone()).unwrap();
+    mm.watchpoint_insert(watched, 2, WatchAccess::WRITE).unwrap();
+    let (done, forked) = (std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicBool::new(false));
+    let forks = std::thread::scope(|s| {
+        let guests: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    // The guests start beside the forker's first fork.
+                    while !forked.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    let mut v = Vcpu { cpu: Cpu::attached(&mm), r: [0; 16], pc: text };
+                    (v.r[1], v.r[2], v.r[4], v.r[6]) = (counter, N, io, watched);
+                    let mut watchpoints = Vec::new();
+                    let r = loop {
+                        match v.run() {
+                            Err(Fault::Watchpoint { addr }) => {
+                                watchpoints.push((addr, v.pc));
+                                v.cpu.pass_watchpoint();
+                            }
+                            r => break r,
+                        }
+                    };
+                    done.fetch_add(1, Ordering::Release);
+                    (r, watchpoints)
+                })
+            })
+            .collect();
+        let forker = s.spawn(|| {
+            let mut forks = 0;
+            while done.load(Ordering::Acquire) < 2 {
+                let a = mm.mmap(0, 16 * PAGE, PROT_READ | PROT_WRITE, ANON, None, 0).unwrap();
+                Cpu::attached(&mm).write_u64(a, 1).unwrap();
+                mm.munmap(a, 16 * PAGE).unwrap();
+                drop(mm.fork().unwrap());
+                forked.store(true, Ordering::Release);
+                forks += 1;
+            }
+            forks
+        });
+        for g in guests {
+            let (r, watchpoints) = g.join().unwrap();
+            assert_eq!(r, Ok(()));
+            assert_eq!(watchpoints, [(watched, text + 5 * 4)], "one watchpoint, at the store");
+        }
+        forker.join().unwrap()
+    });
+    let mut cpu = Cpu::attached(&mm);
+    assert_eq!(cpu.read_u64(counter).unwrap(), 2 * N, "every split atomic counted ({forks} forks beside)");
+    assert_eq!(port.stores.load(Ordering::Relaxed), 2 * N);
+    assert_eq!(cpu.read_u16(watched).unwrap(), 1, "the passed store was made");
+    drop(cpu);
+    mm.munmap(io, PAGE).unwrap();
+    assert_eq!(Arc::strong_count(&port), 1, "the device is released with its mapping");
+    drop(mm);
+    assert_no_leaks(&phys);
 }
