@@ -54,6 +54,7 @@ mod caps;
 pub mod faults;
 mod fds;
 mod files;
+pub mod headline;
 mod maps;
 mod ops;
 pub mod parse;
