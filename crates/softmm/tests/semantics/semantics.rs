@@ -603,6 +603,89 @@ fn madvise_collapse_of_shmem_as_linux_6_12() {
     assert_no_leaks(&p);
 }
 
+/// The shmem collapses on which Linux 6.12 and the host's 6.18 agree, run
+/// on both sides: a fully written 2 MiB block of a memfd collapses (every
+/// page resident), an extent with nothing cached, an offset not congruent
+/// with the address and `MADV_NOHUGEPAGE` are `EINVAL`. Skipped where the
+/// host has no THP (`MADV_COLLAPSE` is `EINVAL` for everything there) or
+/// shmem THP is `deny`.
+#[test]
+fn madvise_collapse_of_shmem_agrees_with_the_host() {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    if thp.as_deref().map_or(true, |t| t.contains("[deny]")) {
+        eprintln!("no shmem THP on the host ({thp:?}): skipped");
+        return;
+    }
+    let pmd = 2u64 << 20;
+    // The cases: (what, file offset of the mapping, write the first block
+    // fully, MADV_NOHUGEPAGE first).
+    let cases = [("full", 0, true, false), ("empty", 2 * pmd, false, false), ("offset", PAGE, true, false)];
+    let cases = cases.into_iter().chain([("nohugepage", 4 * pmd, true, true)]);
+    // The host: one memfd, each case at a 2 MiB boundary.
+    // SAFETY: a memfd and mappings of this test's own, unmapped at the end.
+    let host: Vec<(i32, usize)> = unsafe {
+        let fd = libc::memfd_create(c"collapse".as_ptr(), 0);
+        assert!(fd >= 0 && libc::ftruncate(fd, (8 * pmd) as i64) == 0);
+        let out = cases
+            .clone()
+            .map(|(_, off, fill, nohuge)| {
+                let r = libc::mmap(
+                    std::ptr::null_mut(),
+                    (3 * pmd) as usize,
+                    0,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                let a = ((r as u64 + pmd - 1) & !(pmd - 1)) as *mut libc::c_void;
+                let m = libc::mmap(a, pmd as usize, 3, libc::MAP_SHARED | libc::MAP_FIXED, fd, off as i64);
+                assert_eq!(m, a);
+                if fill {
+                    std::ptr::write_bytes(m.cast::<u8>(), 1, pmd as usize);
+                }
+                if nohuge {
+                    libc::madvise(m, pmd as usize, libc::MADV_NOHUGEPAGE);
+                }
+                let rc = libc::madvise(m, pmd as usize, 25);
+                let e = if rc == 0 { 0 } else { *libc::__errno_location() };
+                let mut v = vec![0u8; 512];
+                libc::mincore(m, pmd as usize, v.as_mut_ptr());
+                libc::munmap(r, (3 * pmd) as usize);
+                (e, v.iter().filter(|&&b| b & 1 == 1).count())
+            })
+            .collect();
+        libc::close(fd);
+        out
+    };
+    let p = phys(64);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let f = File::create(&p, "/memfd:collapse (deleted)", 8 * pmd).unwrap();
+    let of = OpenFile::read_write(&f);
+    let mut cpu = Cpu::attached(&mm);
+    for ((what, off, fill, nohuge), host) in cases.zip(host) {
+        let r = mm.mmap(0, 3 * pmd, PROT_NONE, ANON, None, 0).unwrap();
+        let a = (r + pmd - 1) & !(pmd - 1);
+        mm.mmap(a, pmd, RW, MAP_SHARED | MAP_FIXED, Some(&of), off).unwrap();
+        if fill {
+            for pg in 0..512 {
+                cpu.write_u8(a + pg * PAGE, 1).unwrap();
+            }
+        }
+        if nohuge {
+            mm.madvise(a, pmd, MADV_NOHUGEPAGE).unwrap();
+        }
+        let e = mm.madvise(a, pmd, MADV_COLLAPSE).err().map_or(0, |e| e.code());
+        let mut v = vec![0u8; 512];
+        mm.mincore(a, pmd, &mut v).unwrap();
+        assert_eq!((e, v.iter().filter(|&&b| b == 1).count()), host, "{what}: softmm against the host");
+        mm.munmap(r, 3 * pmd).unwrap();
+    }
+    drop(cpu);
+    drop(mm);
+    drop((f, of));
+    assert_no_leaks(&p);
+}
+
 #[test]
 fn guard_regions_behave_as_linux_6_18() {
     for &policy in FaultPolicy::ALL {
