@@ -179,24 +179,50 @@ pub fn parse_placements(s: &str) -> Result<Placements, String> {
 /// The `--posting` values: names, `all` or `default`.
 pub fn parse_postings(s: &str) -> Result<Vec<softmm::PostingPolicy>, String> {
     use softmm::PostingPolicy;
-    let mut out = Vec::new();
-    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+    let out = parse_policy_list(
+        s.split(','),
+        PostingPolicy::ALL,
+        PostingPolicy::default(),
+        |name| PostingPolicy::from_name(name).map(|p| vec![p]),
+        |name| {
+            let names: Vec<_> = PostingPolicy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown posting policy {name:?} (one of: {}; or all, default)", names.join(", "))
+        },
+    )?;
+    if out.is_empty() {
+        return Err("no posting policy".into());
+    }
+    Ok(out)
+}
+
+/// A list of policies of one kind, as every `--policy`-like option takes
+/// it: each item (trimmed; empty ones skipped) is `all` (every one of
+/// `all`), `default`, or a name `by_name` knows (which may stand for
+/// several policies, or none); each policy comes once, in the order named.
+/// An item `by_name` does not know is an error worded by `unknown`: each
+/// option names its own kind of policy (and its messages are pinned by the
+/// CLI tests).
+pub fn parse_policy_list<P: Clone + PartialEq>(
+    items: impl IntoIterator<Item = impl AsRef<str>>,
+    all: &[P],
+    default: P,
+    by_name: impl Fn(&str) -> Option<Vec<P>>,
+    unknown: impl Fn(&str) -> String,
+) -> Result<Vec<P>, String> {
+    let mut out: Vec<P> = Vec::new();
+    for item in items {
+        let name = item.as_ref().trim();
         let add = match name {
-            "all" => PostingPolicy::ALL.to_vec(),
-            "default" => vec![PostingPolicy::default()],
-            _ => vec![PostingPolicy::from_name(name).ok_or_else(|| {
-                let names: Vec<_> = PostingPolicy::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown posting policy {name:?} (one of: {}; or all, default)", names.join(", "))
-            })?],
+            "" => continue,
+            "all" => all.to_vec(),
+            "default" => vec![default.clone()],
+            _ => by_name(name).ok_or_else(|| unknown(name))?,
         };
         for p in add {
             if !out.contains(&p) {
                 out.push(p);
             }
         }
-    }
-    if out.is_empty() {
-        return Err("no posting policy".into());
     }
     Ok(out)
 }
@@ -299,6 +325,31 @@ impl BenchArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `all`, `default` and names, each policy once in the order named,
+    /// empty items skipped, a name standing for none, and the caller's
+    /// wording for an unknown name.
+    #[test]
+    fn a_policy_list_takes_all_default_and_names_once() {
+        let parse = |s: &str| {
+            parse_policy_list(
+                s.split(','),
+                &[1, 2, 3],
+                2,
+                |n| match n {
+                    "one" => Some(vec![1]),
+                    "three" => Some(vec![3]),
+                    "host" => Some(vec![]),
+                    _ => None,
+                },
+                |n| format!("no {n}"),
+            )
+        };
+        assert_eq!(parse("three, default,,three"), Ok(vec![3, 2]));
+        assert_eq!(parse("one,all"), Ok(vec![1, 2, 3]));
+        assert_eq!(parse("host"), Ok(vec![]));
+        assert_eq!(parse("one,four"), Err("no four".to_string()));
+    }
 
     #[test]
     fn sizes_threads_placements() {

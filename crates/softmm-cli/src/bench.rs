@@ -1,6 +1,7 @@
 //! `softmm bench`: finds the experiments the workloads name in the
 //! registry and runs them, or with no workload the headline: the thread
-//! sweep of pft and interference, then every experiment's seed row.
+//! sweep of pft and interference, then every experiment's seed row and the
+//! replay of a recorded program.
 
 use crate::arena::Arena;
 use crate::args::{parse_postings, BenchArgs, Limit};
@@ -47,6 +48,13 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
 fn headline_rows(args: &BenchArgs, samples: &[Sample<FaultCounters>], arena: &mut Arena, limit: Limit) -> String {
     eprintln!("softmm: the per-seed experiments ({} repeats each)", args.repeat);
     let mut h = Headline { limit, repeats: args.repeat, samples, arena };
-    let rows: Vec<_> = EXPERIMENTS.iter().filter_map(|e| e.seed_row(&mut h)).collect();
+    let mut rows: Vec<_> = EXPERIMENTS.iter().filter_map(|e| e.seed_row(&mut h)).collect();
+    // A real program as a workload: a recorded log replayed with its page
+    // faults (milliseconds per run).
+    eprintln!("softmm: the replay of a recorded program with its page faults");
+    match crate::replay::headline::row(args.repeat) {
+        Ok(row) => rows.push(row),
+        Err(e) => eprintln!("softmm: no replay row: {e}"),
+    }
     summary::table(&rows, args.repeat)
 }

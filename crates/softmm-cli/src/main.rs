@@ -93,6 +93,10 @@ struct ReplayArgs {
     /// Print the final mappings in /proc/pid/maps format.
     #[arg(long)]
     maps: bool,
+    /// With `--maps`: follow each mapping with its /proc/pid/smaps `VmFlags:` line (`lo` locked,
+    /// `lf` lock on fault, `sl` sealed, ...).
+    #[arg(long, requires = "maps")]
+    vm_flags: bool,
     /// Print every call with softmm's result.
     #[arg(long, short)]
     verbose: bool,
@@ -211,6 +215,7 @@ fn run_replay(a: &ReplayArgs) -> Result<i32, String> {
     let opts = replay::Options {
         addresses: a.addresses,
         maps: a.maps,
+        vm_flags: a.vm_flags,
         verbose: a.verbose,
         arena: a.arena,
         faults: faults.map(Into::into),

@@ -26,7 +26,8 @@ pub const SIXTEEN_CPUS: &str = "docs/results/16cpu/README.md";
 /// One seed's result in one figure of merit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeedRow {
-    /// The seed.
+    /// The seed's number, or the row's own label where it is no seed's
+    /// (the replay of a recorded program).
     pub seed: &'static str,
     /// What the figures measure, with the setting they were taken at.
     pub metric: String,
@@ -103,9 +104,9 @@ pub fn beside_one() -> usize {
 pub fn table(rows: &[SeedRow], repeats: usize) -> String {
     let mut out = wrap(
         &format!(
-            "Per seed (Linux mm patch series; softmm bench --help cites them): the design before the \
-             series (old) against softmm's default (new), median of {repeats} repeats (min-max) taken in \
-             turns.",
+            "Per seed (Linux mm patch series; softmm bench --help cites them), and for a recorded \
+             program replayed as a workload: the design before the series (old) against softmm's default \
+             (new), median of {repeats} repeats (min-max) taken in turns.",
         ),
         "",
     );
@@ -121,9 +122,12 @@ pub fn table(rows: &[SeedRow], repeats: usize) -> String {
             Some("how many times better new is than old (new/old, or old/new where lower is better)"),
         );
     for r in rows {
-        let s: &Seed = seeds::seed(r.seed);
+        let label = match seeds::SEEDS.iter().find(|s: &&Seed| s.number == r.seed) {
+            Some(s) => format!("{} {}", s.number, s.name),
+            None => r.seed.to_string(),
+        };
         t.row(vec![
-            format!("{} {}", s.number, s.name),
+            label,
             r.old.cell(),
             r.new.cell(),
             r.host.as_ref().map_or("-".into(), |h| h.median().map_or("-".into(), fig)),

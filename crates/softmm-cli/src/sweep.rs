@@ -30,25 +30,19 @@ pub const HEADLINE_PLOT: &str = "softmm-results.svg";
 /// (`all`, `default`, names), and the host unless `no_host`; empty if
 /// `--madvise` was not given.
 fn parse_madvise_backends(names: &[String], no_host: bool) -> Result<Vec<Backend>, String> {
-    let mut out: Vec<Backend> = Vec::new();
-    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-        let add: Vec<MadvisePolicy> = match name {
-            "all" => MadvisePolicy::ALL.to_vec(),
-            "default" => vec![MadvisePolicy::default()],
-            _ => vec![MadvisePolicy::from_name(name).ok_or_else(|| {
-                let names: Vec<&str> = MadvisePolicy::ALL.iter().map(|p| p.name()).collect();
-                format!(
-                    "unknown --madvise policy `{name}`: the madvise policies are {}; or all, default",
-                    names.join(", ")
-                )
-            })?],
-        };
-        for b in add.into_iter().map(Backend::Madvise) {
-            if !out.contains(&b) {
-                out.push(b);
-            }
-        }
-    }
+    let mut out: Vec<Backend> = crate::args::parse_policy_list(
+        names,
+        MadvisePolicy::ALL,
+        MadvisePolicy::default(),
+        |name| MadvisePolicy::from_name(name).map(|p| vec![p]),
+        |name| {
+            let names: Vec<&str> = MadvisePolicy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown --madvise policy `{name}`: the madvise policies are {}; or all, default", names.join(", "))
+        },
+    )?
+    .into_iter()
+    .map(Backend::Madvise)
+    .collect();
     if !out.is_empty() && !no_host {
         out.push(Backend::Host);
     }
@@ -130,23 +124,28 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
 /// `default`, names; fault policy names, meant for the other workloads of
 /// the run, select every unmap policy), and the host.
 fn parse_unmap_backends(s: &str, no_host: bool) -> Result<Vec<Backend>, String> {
-    let mut out: Vec<Backend> = Vec::new();
-    for name in s.split(',').map(str::trim) {
-        let add: Vec<UnmapPolicy> = match name {
-            "all" => UnmapPolicy::ALL.to_vec(),
-            "default" => vec![UnmapPolicy::default()],
-            "host" => vec![],
-            _ if FaultPolicy::from_name(name).is_some() => vec![],
-            _ => vec![UnmapPolicy::from_name(name).ok_or_else(|| {
-                let names: Vec<&str> = UnmapPolicy::ALL.iter().map(|p| p.name()).collect();
-                format!(
-                    "unknown policy `{name}` for big-munmap: its unmap policies are {}; or all, default, host",
-                    names.join(", ")
-                )
-            })?],
-        };
-        out.extend(add.into_iter().map(Backend::Unmap).filter(|b| !out.contains(b)).collect::<Vec<_>>());
-    }
+    let mut out: Vec<Backend> = crate::args::parse_policy_list(
+        s.split(','),
+        UnmapPolicy::ALL,
+        UnmapPolicy::default(),
+        // The host, and the fault policies meant for the other workloads,
+        // are no unmap policy.
+        |name| match name {
+            "host" => Some(vec![]),
+            _ if FaultPolicy::from_name(name).is_some() => Some(vec![]),
+            _ => UnmapPolicy::from_name(name).map(|p| vec![p]),
+        },
+        |name| {
+            let names: Vec<&str> = UnmapPolicy::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "unknown policy `{name}` for big-munmap: its unmap policies are {}; or all, default, host",
+                names.join(", ")
+            )
+        },
+    )?
+    .into_iter()
+    .map(Backend::Unmap)
+    .collect();
     if s.split(',').all(|n| FaultPolicy::from_name(n.trim()).is_some()) {
         // Only fault policies named: every unmap policy.
         out = UnmapPolicy::ALL.iter().map(|&p| Backend::Unmap(p)).collect();

@@ -56,22 +56,16 @@ pub struct BenchOptions {
 /// The backends `--policy` names: `all` (every softmm backend,
 /// [`Backend::all_soft`]), `default`, or names, comma-separated.
 pub fn parse_policies(s: &str) -> Result<Vec<Backend>, String> {
-    let mut out: Vec<Backend> = Vec::new();
-    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        let add = match name {
-            "all" => Backend::all_soft(),
-            "default" => vec![Backend::Soft(FaultPolicy::default())],
-            _ => vec![Backend::from_name(name).ok_or_else(|| {
-                let names: Vec<&str> = Backend::all_soft().into_iter().map(Backend::name).collect();
-                format!("unknown policy `{name}`: the policies are {}; or all, default", names.join(", "))
-            })?],
-        };
-        for b in add {
-            if !out.contains(&b) {
-                out.push(b);
-            }
-        }
-    }
+    let out = crate::args::parse_policy_list(
+        s.split(','),
+        &Backend::all_soft(),
+        Backend::Soft(FaultPolicy::default()),
+        |name| Backend::from_name(name).map(|b| vec![b]),
+        |name| {
+            let names: Vec<&str> = Backend::all_soft().into_iter().map(Backend::name).collect();
+            format!("unknown policy `{name}`: the policies are {}; or all, default", names.join(", "))
+        },
+    )?;
     if out.is_empty() {
         return Err("no policy to run".into());
     }

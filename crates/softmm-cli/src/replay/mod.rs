@@ -54,6 +54,7 @@ mod caps;
 pub mod faults;
 mod fds;
 mod files;
+pub mod headline;
 mod maps;
 mod ops;
 pub mod parse;
@@ -88,6 +89,8 @@ pub struct Options {
     pub addresses: Addresses,
     /// Print the final mappings.
     pub maps: bool,
+    /// With `maps`: each mapping's smaps `VmFlags:` line after it.
+    pub vm_flags: bool,
     /// Print every call.
     pub verbose: bool,
     /// Arena bytes (default: enough for the populating calls in the log).
@@ -400,7 +403,11 @@ impl Tracker<'_> {
         }
         match (&r.call, r.ret) {
             (Call::Execve { path, argv }, Ret::Val(_)) => {
+                let mut mdwe = 0;
                 if let Some(&(p, role)) = self.by_pid.get(&r.pid) {
+                    // The mm the exec leaves (a vfork child's is its
+                    // parent's) passes its MDWE on.
+                    mdwe = self.procs[p].mdwe_for_exec();
                     // A borrowing vfork child leaves its parent's address
                     // space as it was; a member's exec replaces its process.
                     if role == Role::Member && self.procs[p].alive() {
@@ -413,6 +420,7 @@ impl Tracker<'_> {
                 let program = short(&if argv.is_empty() { path.clone() } else { argv.join(" ") });
                 let p = self.start(i, r.pid, format!("execve at line {}", r.line))?;
                 self.procs[p].program = Some(program);
+                self.procs[p].inherit_mdwe(r.pid, mdwe);
             }
             (Call::Clone { .. }, Ret::Val(child)) => {
                 self.process_of(i)?;
@@ -716,7 +724,7 @@ fn compare_maps(sh: &mut Shared, tr: &Tracker, real: &str) {
         sh.mismatches.push("--compare-maps needs --addresses recorded".into());
         return;
     }
-    let diffs = maps::compare(&maps::parse(real), &maps::parse(&p.maps_text()), &p.traced_region());
+    let diffs = maps::compare(&maps::parse(real), &maps::parse(&p.maps_text(false)), &p.traced_region());
     let n = maps::parse(real).len();
     let _ = writeln!(
         sh.out,
@@ -904,7 +912,7 @@ fn report(
             } else {
                 let _ = writeln!(out, "\nfinal mappings:");
             }
-            out.push_str(&p.maps_text());
+            out.push_str(&p.maps_text(opts.vm_flags));
             if !p.placeholders.is_empty() {
                 let _ = writeln!(out, "(placeholders for pre-trace memory:");
                 for ph in &p.placeholders {
@@ -925,6 +933,7 @@ mod tests {
         Options {
             addresses: Addresses::Recorded,
             maps: true,
+            vm_flags: false,
             verbose: false,
             arena: Some(64 << 20),
             faults: None,
@@ -969,6 +978,47 @@ mod tests {
         assert!(out.contains("OK: 0 mismatches"), "{out}");
         let maps = &out[out.find("final mappings").expect("maps")..];
         assert!(maps.lines().nth(1).is_some_and(|l| l.starts_with("00000000-00001000")), "{out}");
+    }
+
+    /// MDWE outlives `execve` (Linux's `mm_init` copies `MMF_HAS_MDWE`
+    /// into the new program's `mm` unless `PR_MDWE_NO_INHERIT`); found by
+    /// `tests/replay_random` with MDWE: the exec'd program's `PR_GET_MDWE`
+    /// returned 0 in the replay and setting other bits succeeded. With
+    /// `--bench`, the new program starts with the bits set too.
+    #[test]
+    fn mdwe_outlives_execve_unless_no_inherit() {
+        let log = |bits: &str, after: &str| {
+            format!(
+                "10 prctl(PR_SET_MDWE, {bits}, 0, 0, 0) = 0\n\
+                 10 execve(\"/bin/true\", [\"true\"], 0x7ffd /* 1 var */) = 0\n\
+                 10 mmap(0x300000000, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0) = 0x300000000\n\
+                 {after}"
+            )
+        };
+        let kept = log(
+            "PR_MDWE_REFUSE_EXEC_GAIN",
+            "10 prctl(PR_GET_MDWE, 0, 0, 0, 0) = 0x1\n\
+             10 mprotect(0x300000000, 4096, PROT_READ|PROT_EXEC) = -1 EACCES (Permission denied)\n\
+             10 prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN|PR_MDWE_NO_INHERIT, 0, 0, 0) = -1 EPERM (Operation not permitted)\n",
+        );
+        let dropped = log(
+            "PR_MDWE_REFUSE_EXEC_GAIN|PR_MDWE_NO_INHERIT",
+            "10 prctl(PR_GET_MDWE, 0, 0, 0, 0) = 0\n\
+             10 mprotect(0x300000000, 4096, PROT_READ|PROT_EXEC) = 0\n",
+        );
+        for log in [kept, dropped] {
+            let mut o = opts();
+            o.bench = Some(bench::BenchOptions {
+                policies: bench::parse_policies("default").expect("policies"),
+                repeat: 1,
+                json: None,
+                processes: false,
+                plot: None,
+                host: None,
+            });
+            let (out, ok) = replay("t", &log, &o).expect("replay");
+            assert!(ok && out.contains("OK: 0 mismatches"), "{log}\n{out}");
+        }
     }
 
     /// strace writes a `fork`'s result after the child's own lines when the

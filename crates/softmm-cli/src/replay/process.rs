@@ -40,8 +40,8 @@ pub(super) struct Process {
     /// Memory calls replayed, per call.
     pub counts: BTreeMap<&'static str, usize>,
     pub mismatches: usize,
-    /// `/proc/pid/maps` text at its end (exit or execve).
-    pub final_maps: Option<String>,
+    /// Its mappings at its end (exit or execve).
+    pub final_maps: Option<Vec<softmm::MapEntry>>,
     /// How it ended (`exit_group at line 40`), if it did.
     pub ended: Option<String>,
     /// What became of the recorded page faults replayed into it.
@@ -198,24 +198,66 @@ impl Process {
     /// Ends it (exit or execve): keeps its final maps, frees its address space.
     pub(super) fn end(&mut self, why: String) {
         if let Some(mm) = self.mm.take() {
-            self.final_maps = Some(mm.maps_text());
+            self.final_maps = Some(mm.maps());
         }
         self.ended = Some(why);
+    }
+
+    /// The MDWE bits a program it runs with `execve` starts with: Linux's
+    /// `mm_init` copies them into the new `mm` unless
+    /// `PR_MDWE_NO_INHERIT` (`mmf_init_flags`).
+    pub(super) fn mdwe_for_exec(&self) -> u64 {
+        let bits = self.mm.as_ref().and_then(|mm| mm.prctl_get_mdwe(0, 0, 0, 0).ok()).unwrap_or(0);
+        if bits & softmm::uapi::PR_MDWE_NO_INHERIT != 0 {
+            0
+        } else {
+            bits
+        }
+    }
+
+    /// Gives a program that `execve` started (on thread `tid`) the MDWE
+    /// bits it inherited, as an op of its plan that is not one of the
+    /// log's calls, so that `--bench` starts it so too.
+    pub(super) fn inherit_mdwe(&mut self, tid: Option<u64>, bits: u64) {
+        if bits == 0 {
+            return;
+        }
+        let op = Op::Mdwe { get: false, args: [bits, 0, 0, 0] };
+        let result = op.run(self.mm(), None);
+        debug_assert_eq!(result, Ok(0), "a fresh address space takes any valid MDWE bits");
+        if let Some(plan) = &mut self.plan {
+            plan.push(Planned { tid: tid.unwrap_or(0), op, result, call: false });
+        }
     }
 
     /// Frees its address space at the end of the log, keeping its maps.
     pub(super) fn release(&mut self) {
         if let Some(mm) = self.mm.take() {
-            self.final_maps = Some(mm.maps_text());
+            self.final_maps = Some(mm.maps());
         }
     }
 
-    /// Its maps now, or at its end.
-    pub(super) fn maps_text(&self) -> String {
-        match &self.mm {
-            Some(mm) => mm.maps_text(),
-            None => self.final_maps.clone().unwrap_or_default(),
+    /// Its maps now, or at its end, in `/proc/pid/maps` format; with
+    /// `vm_flags`, each line followed by its smaps `VmFlags:` line (locks
+    /// and seals show there only).
+    pub(super) fn maps_text(&self, vm_flags: bool) -> String {
+        let now;
+        let entries = match &self.mm {
+            Some(mm) => {
+                now = mm.maps();
+                &now
+            }
+            None => self.final_maps.as_deref().unwrap_or_default(),
+        };
+        let mut out = String::new();
+        for e in entries {
+            out += &e.to_line();
+            out.push('\n');
+            if vm_flags {
+                out += &format!("VmFlags: {}\n", e.vm_flags);
+            }
         }
+        out
     }
 
     /// Replays a recorded page fault of one of its threads on that thread's

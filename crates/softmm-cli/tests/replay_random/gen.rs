@@ -71,8 +71,49 @@ pub(super) fn prot(r: &mut Rng) -> i32 {
     }
 }
 
+/// A length for a lock or a seal at `addr`: mostly in the window; else one
+/// past the memlock limit (refused before any change, the runner has no
+/// `CAP_IPC_LOCK`), one whose end wraps past 2^64, one that page-aligns to
+/// 0, or one whose walk meets the hole above the window (munlock, mseal).
+fn lock_len(r: &mut Rng, addr: u64) -> u64 {
+    if r.chance(85) {
+        return wlen(r, addr);
+    }
+    r.pick(&[0, 1 << 40, u64::MAX - P + 2, 0u64.wrapping_sub(addr).wrapping_add(P), TASK_SIZE])
+}
+
 pub(super) fn gen_op(r: &mut Rng) -> Op {
-    match r.below(103) {
+    match r.below(116) {
+        103..=105 => {
+            let addr = waddr(r) + if r.chance(5) { 1 } else { 0 };
+            let len = lock_len(r, addr);
+            let flags = r.chance(50).then(|| r.pick(&[0, 1, 1, 2]));
+            Op::Mlock { addr, len, flags }
+        }
+        106 | 107 => {
+            let addr = waddr(r) + if r.chance(5) { 1 } else { 0 };
+            Op::Munlock { addr, len: lock_len(r, addr) }
+        }
+        108 => Op::Mlockall {
+            flags: r.pick(&[
+                libc::MCL_FUTURE,
+                libc::MCL_FUTURE | libc::MCL_ONFAULT,
+                libc::MCL_FUTURE,
+                libc::MCL_ONFAULT,
+                0,
+                8,
+                libc::MCL_CURRENT | 8,
+            ]),
+        },
+        109 => Op::Munlockall,
+        110..=112 => {
+            let addr = waddr(r) + if r.chance(5) { 1 } else { 0 };
+            Op::Mseal { addr, len: lock_len(r, addr), flags: if r.chance(5) { 1 } else { 0 } }
+        }
+        113 | 114 => {
+            Op::Mdwe { get: false, arg2: r.pick(&[1, 1, 1, 3, 3, 0, 2, 4]), arg3: if r.chance(10) { 1 } else { 0 } }
+        }
+        115 => Op::Mdwe { get: true, arg2: if r.chance(10) { 1 } else { 0 }, arg3: 0 },
         102 => Op::Exec,
         100 | 101 => Op::Fork,
         0..=7 => Op::Open {
@@ -107,11 +148,18 @@ pub(super) fn gen_op(r: &mut Rng) -> Op {
                     _ => refused_len(r, addr),
                 };
             }
-            if r.chance(3) {
-                flags |= r.pick(&[libc::MAP_POPULATE, 0x0400_0000, libc::MAP_NORESERVE, 0x40 /* MAP_32BIT */]);
+            if r.chance(4) {
+                flags |= r.pick(&[
+                    libc::MAP_POPULATE,
+                    0x0400_0000,
+                    libc::MAP_NORESERVE,
+                    0x40, /* MAP_32BIT */
+                    libc::MAP_LOCKED,
+                ]);
             }
             if len >= 1 << 30 {
-                // Never populate a huge mapping (NORESERVE would let it be made).
+                // Never populate a huge mapping (NORESERVE would let it be
+                // made; a locked one is refused past the memlock limit).
                 flags &= !libc::MAP_POPULATE;
             }
             if r.chance(3) {
@@ -241,6 +289,14 @@ pub(super) fn encode(seqs: &[Vec<Op>]) -> String {
                 }
                 Op::Fork => "fork".to_string(),
                 Op::Exec => "exec".to_string(),
+                Op::Mlock { addr, len, flags: None } => format!("mlock {addr:x} {len:x}"),
+                Op::Mlock { addr, len, flags: Some(f) } => format!("mlock2 {addr:x} {len:x} {f:x}"),
+                Op::Munlock { addr, len } => format!("munlock {addr:x} {len:x}"),
+                Op::Mlockall { flags } => format!("mlockall {flags:x}"),
+                Op::Munlockall => "munlockall".to_string(),
+                Op::Mseal { addr, len, flags } => format!("mseal {addr:x} {len:x} {flags:x}"),
+                Op::Mdwe { get: false, arg2, arg3 } => format!("setmdwe {arg2:x} {arg3:x}"),
+                Op::Mdwe { get: true, arg2, .. } => format!("getmdwe {arg2:x}"),
             };
             o.push_str(&line);
             o.push('\n');
@@ -280,6 +336,14 @@ pub(super) fn decode(text: &str) -> Vec<Vec<Op>> {
             "mremap" => Op::Mremap { old: h(1), old_len: h(2), new_len: h(3), flags: h(4) as i32, new_addr: h(5) },
             "fork" => Op::Fork,
             "exec" => Op::Exec,
+            "mlock" => Op::Mlock { addr: h(1), len: h(2), flags: None },
+            "mlock2" => Op::Mlock { addr: h(1), len: h(2), flags: Some(h(3) as i32) },
+            "munlock" => Op::Munlock { addr: h(1), len: h(2) },
+            "mlockall" => Op::Mlockall { flags: h(1) as i32 },
+            "munlockall" => Op::Munlockall,
+            "mseal" => Op::Mseal { addr: h(1), len: h(2), flags: h(3) },
+            "setmdwe" => Op::Mdwe { get: false, arg2: h(1), arg3: h(2) },
+            "getmdwe" => Op::Mdwe { get: true, arg2: h(1), arg3: 0 },
             other => panic!("bad op {other}"),
         };
         out.last_mut().expect("seq first").push(op);

@@ -9,9 +9,13 @@
 //! fixed and noreplace, hints, bad lengths and flags, descriptors it opens
 //! itself (read-write, read-only, write-only) whose first use often fails,
 //! munmap, mprotect, madvise, mremap with and without `MREMAP_FIXED` /
-//! `MREMAP_DONTUNMAP`, shrinks over holes and across VMAs, huge and wrapping
-//! lengths in every length argument; then it writes its `/proc/self/maps` to
-//! the runner's standard output and exits. A sequence may fork up to twice
+//! `MREMAP_DONTUNMAP`, shrinks over holes and across VMAs, `mlock`,
+//! `mlock2`, `munlock`, `mlockall`, `munlockall`, `MAP_LOCKED`, `mseal` and
+//! MDWE (`prctl(PR_SET_MDWE)`), huge and wrapping lengths in every length
+//! argument; then it writes its `/proc/self/smaps` to the runner's standard
+//! output and exits. Seals and MDWE cannot be undone: each sequence runs in
+//! a process of its own (below), so they end with it. The runner has no
+//! `CAP_IPC_LOCK` and an 8 MiB memlock limit (see `drop_ipc_lock`). A sequence may fork up to twice
 //! (the child runs the rest of the sequence, then the parent) and exec once:
 //! every process that reaches the exec writes its maps, then `execve`s this
 //! test binary, which runs the rest of the sequence as a new program (a
@@ -22,7 +26,8 @@
 //! address space for each child, exactly as the kernel did, and starts a new
 //! one at each `execve`. Every call of every process must agree, and so must
 //! the maps each process wrote (at its execve and at its end) with the
-//! replay's final maps of that address space.
+//! replay's final maps of that address space: bounds, permissions, offset
+//! and the lock and seal flags of smaps' `VmFlags` (`lo`, `lf`, `sl`).
 //!
 //! Arguments that could touch the runner's own memory outside the window are
 //! never generated: a fixed range lies in the window or ends past
@@ -105,6 +110,37 @@ enum Op {
     /// runs the rest of the sequence as a new program (a fresh address
     /// space, its descriptors but the close-on-exec ones).
     Exec,
+    /// `mlock(addr, len)` (`flags` `None`) or `mlock2(addr, len, flags)`.
+    Mlock {
+        addr: u64,
+        len: u64,
+        flags: Option<i32>,
+    },
+    Munlock {
+        addr: u64,
+        len: u64,
+    },
+    /// `mlockall(flags)`: never `MCL_CURRENT` with a valid set of flags,
+    /// which would lock (or, past the limit, refuse for) the runner's own
+    /// memory, which the log does not show.
+    Mlockall {
+        flags: i32,
+    },
+    Munlockall,
+    /// `mseal(addr, len, flags)` (system call 462): irreversible, like the
+    /// rest, for the sequence's own process only.
+    Mseal {
+        addr: u64,
+        len: u64,
+        flags: u64,
+    },
+    /// `prctl(PR_SET_MDWE, arg2, arg3, 0, 0)`, or with `get`
+    /// `prctl(PR_GET_MDWE, arg2, 0, 0, 0)`.
+    Mdwe {
+        get: bool,
+        arg2: u64,
+        arg3: u64,
+    },
 }
 
 const SLOTS: usize = 4;
@@ -137,18 +173,39 @@ fn runner_entry() {
 // Comparing
 // ---------------------------------------------------------------------------
 
-/// `start-end perms offset` of the maps lines that start in the window.
+/// The `VmFlags` compared: the lock and seal flags (the host prints more,
+/// some of which softmm does not model).
+const COMPARED_FLAGS: [&str; 3] = ["lo", "lf", "sl"];
+
+/// `start-end perms offset` of the maps lines that start in the window,
+/// each followed by the compared flags of the smaps `VmFlags:` line after
+/// it (the host's smaps, the replay's `--maps --vm-flags`).
 fn window_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
-    lines
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let range = f.next()?;
-            let perms = f.next()?;
-            let off = f.next()?;
-            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
-            (perms.len() == 4 && (W..W_END).contains(&start)).then(|| format!("{range} {perms} {off}"))
-        })
-        .collect()
+    let mut out = Vec::new();
+    // Whether the last maps line was the window's (its VmFlags follow).
+    let mut in_window = false;
+    for l in lines {
+        if let Some(flags) = l.strip_prefix("VmFlags:") {
+            if let (true, Some(last)) = (in_window, out.last_mut()) {
+                for f in flags.split_whitespace().filter(|f| COMPARED_FLAGS.contains(f)) {
+                    *last += " ";
+                    *last += f;
+                }
+            }
+            continue;
+        }
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(perms), Some(off)) = (f.next(), f.next(), f.next()) else { continue };
+        let Some(start) = range.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok()) else { continue };
+        if perms.len() != 4 {
+            continue;
+        }
+        in_window = (W..W_END).contains(&start);
+        if in_window {
+            out.push(format!("{range} {perms} {off}"));
+        }
+    }
+    out
 }
 
 struct Batch {
@@ -165,7 +222,13 @@ fn run_batch(dir: &Path, seqs: &[Vec<Op>]) -> Option<Batch> {
     std::fs::write(&input, encode(seqs)).expect("ops file");
     let log = dir.join("runner.strace");
     let out = Command::new("strace")
-        .args(["-f", "-y", "-e", "trace=memory,process,openat,close,dup,dup2,dup3,memfd_create", "-o"])
+        .args([
+            "-f",
+            "-y",
+            "-e",
+            "trace=memory,process,openat,close,dup,dup2,dup3,memfd_create,setrlimit,prlimit64,prctl",
+            "-o",
+        ])
         .arg(&log)
         .arg(std::env::current_exe().expect("current_exe"))
         .args(["runner_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
@@ -206,7 +269,7 @@ fn run_batch(dir: &Path, seqs: &[Vec<Op>]) -> Option<Batch> {
 fn check_batch(dir: &Path, first_seed: u64, seqs: &[Vec<Op>], b: &Batch) -> (Vec<String>, usize, usize) {
     let log = dir.join("runner.strace");
     let out = Command::new(env!("CARGO_BIN_EXE_softmm"))
-        .args(["replay", "--maps"])
+        .args(["replay", "--maps", "--vm-flags"])
         .arg(&log)
         .output()
         .expect("softmm replay");
@@ -390,6 +453,21 @@ const REGRESSIONS: &[(&str, &str)] = &[
         // has the failing lines.
         "a fork child reopens its parent's write-only descriptor read-write, execs and maps it shared",
         "open 0 0 1\nfork\nclose 0\nopen 0 0 2\nexec\nmmap 0 3000 1 1 s 0 1000\nmmap 300010000 2000 3 11 s 0 0\n",
+    ),
+    (
+        // A lock of 2^64 - 4095 bytes locks nothing and succeeds; the
+        // replay took it for a lock past the limit, so for CAP_IPC_LOCK,
+        // and a later lock refused for the limit (ENOMEM) failed on its
+        // wrapping range (EINVAL) instead.
+        "a lock whose length rounds to nothing, then one whose range wraps",
+        "mlock 3000f6000 fffffffffffff001\nmlock 30005f000 fffffffcfffa2000\n",
+    ),
+    (
+        // MDWE outlives execve unless PR_MDWE_NO_INHERIT: the exec'd
+        // program could not gain PROT_EXEC on the host, and could in the
+        // replay.
+        "MDWE set before an exec, then a mapping made executable",
+        "setmdwe 1 0\nexec\nmmap 300010000 2000 1 32 a 0 0\nmprotect 300010000 1000 5\ngetmdwe 0\nsetmdwe 3 0\n",
     ),
 ];
 

@@ -47,6 +47,60 @@ impl Ctx {
     }
 }
 
+/// The size of the runner's files (sparse): past every offset a sequence
+/// maps (`1 << 40` and a window's length beyond), so that no page of a
+/// file mapping lies past the end of its file. strace shows no file's size
+/// and the replay sizes a file to cover what the log mapped, so a lock
+/// (whose populate fails with `ENOMEM` on a page past the end) would see
+/// a different file.
+const FILE_SIZE: u64 = 1 << 41;
+
+/// `mseal`'s number (x86-64; Linux 6.10).
+const SYS_MSEAL: libc::c_long = 462;
+const PR_SET_MDWE: libc::c_int = 65;
+const PR_GET_MDWE: libc::c_int = 66;
+/// `CAP_IPC_LOCK`.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Takes `CAP_IPC_LOCK` away from the runner and every program it and its
+/// children exec (from the bounding set too: root regains its permitted
+/// set at `execve`), and sets `RLIMIT_MEMLOCK` to softmm's default (8
+/// MiB): strace does not print capabilities, so the replay, which infers
+/// them only from a lock past the limit that succeeded, locks as a process
+/// without them, and the limit is the same on every host. Without the
+/// capability, a lock longer than the limit is refused before any change:
+/// the sequences' huge lengths never lock (nor populate) the runner's
+/// memory.
+fn drop_ipc_lock() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    let limit = libc::rlimit { rlim_cur: 8 << 20, rlim_max: 8 << 20 };
+    // SAFETY: plain system calls on this function's own structures. The
+    // bounding set's drop fails without CAP_SETPCAP, where the runner is
+    // not root and holds no capability to drop.
+    unsafe {
+        libc::prctl(libc::PR_CAPBSET_DROP, CAP_IPC_LOCK as libc::c_ulong, 0, 0, 0);
+        assert_eq!(libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()), 0, "capget");
+        data[0].effective &= !(1 << CAP_IPC_LOCK);
+        data[0].permitted &= !(1 << CAP_IPC_LOCK);
+        data[0].inheritable &= !(1 << CAP_IPC_LOCK);
+        assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0, "capset");
+        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit), 0, "setrlimit");
+    }
+}
+
 /// A line built on the stack (a forked child must not allocate).
 pub(super) struct Line {
     b: [u8; 256],
@@ -84,12 +138,14 @@ impl Line {
 pub(super) fn runner_main(input: &Path) -> ! {
     let seqs = decode(&std::fs::read_to_string(input).expect("ops file"));
     let dir = input.parent().expect("ops file dir");
+    drop_ipc_lock();
     // Everything the children use is made before the first fork: they run
     // raw system calls only (no allocation).
     let paths: Vec<std::ffi::CString> = (0..FILES)
         .map(|i| {
             let p = dir.join(format!("file{i}"));
             std::fs::write(&p, vec![7u8; 16 * P as usize]).expect("file");
+            std::fs::File::options().write(true).open(&p).and_then(|f| f.set_len(FILE_SIZE)).expect("file size");
             std::ffi::CString::new(p.to_str().expect("utf-8 path")).expect("path")
         })
         .collect();
@@ -98,7 +154,7 @@ pub(super) fn runner_main(input: &Path) -> ! {
     let inherited: Vec<i32> = unsafe {
         let mut v: Vec<i32> = paths.iter().zip(modes).map(|(p, m)| libc::open(p.as_ptr(), m)).collect();
         let m = libc::memfd_create(c"replay".as_ptr(), 0);
-        libc::ftruncate(m, 16 * P as i64);
+        libc::ftruncate(m, FILE_SIZE as i64);
         v.push(m);
         v
     };
@@ -142,15 +198,16 @@ pub(super) fn exec_main(input: &Path, state: &str) -> ! {
     unsafe { run_child(&seqs[seq][next..], next, slots, &ctx, &mut maps_buf) }
 }
 
-/// Writes `/proc/self/maps` to standard output as a block of the runner's
-/// output: `header`, the pid, the maps, `@@end`.
+/// Writes `/proc/self/smaps` to standard output as a block of the runner's
+/// output: `header`, the pid, the smaps, `@@end` (the maps lines with their
+/// `VmFlags`: locks and seals show there only).
 ///
 /// # Safety
 /// Only system calls, on `buf` and `header` (allocated before any fork).
 unsafe fn dump_maps(buf: &mut [u8], header: &str) {
     // SAFETY: open/read/write/close on valid buffers.
     unsafe {
-        let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY);
+        let fd = libc::open(c"/proc/self/smaps".as_ptr(), libc::O_RDONLY);
         let mut n = 0usize;
         loop {
             let r = libc::read(fd, buf[n..].as_mut_ptr().cast(), buf.len() - n);
@@ -216,6 +273,30 @@ unsafe fn run_child(seq: &[Op], base: usize, mut slots: [i32; SLOTS], ctx: &Ctx,
                 }
                 Op::Mremap { old, old_len, new_len, flags, new_addr } => {
                     libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr);
+                }
+                Op::Mlock { addr, len, flags: None } => {
+                    libc::syscall(libc::SYS_mlock, addr, len);
+                }
+                Op::Mlock { addr, len, flags: Some(f) } => {
+                    libc::syscall(libc::SYS_mlock2, addr, len, f);
+                }
+                Op::Munlock { addr, len } => {
+                    libc::syscall(libc::SYS_munlock, addr, len);
+                }
+                Op::Mlockall { flags } => {
+                    libc::syscall(libc::SYS_mlockall, flags);
+                }
+                Op::Munlockall => {
+                    libc::syscall(libc::SYS_munlockall);
+                }
+                Op::Mseal { addr, len, flags } => {
+                    libc::syscall(SYS_MSEAL, addr, len, flags);
+                }
+                Op::Mdwe { get: false, arg2, arg3 } => {
+                    libc::syscall(libc::SYS_prctl, PR_SET_MDWE, arg2, arg3, 0u64, 0u64);
+                }
+                Op::Mdwe { get: true, arg2, .. } => {
+                    libc::syscall(libc::SYS_prctl, PR_GET_MDWE, arg2, 0u64, 0u64, 0u64);
                 }
                 Op::Fork => {
                     let pid = libc::fork();

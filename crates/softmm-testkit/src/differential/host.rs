@@ -247,7 +247,16 @@ pub fn check_scenario(s: &Scenario) -> Result<(), String> {
                     || (flags & MREMAP_FIXED != 0 && outside(new_addr, new_len) && !past_task_size(new_addr, new_len))
             }
             Op::Probe { addr, write: Some(_) } => !(addr >= lo && addr < hi),
-            Op::Ftruncate { .. } | Op::Probe { .. } | Op::Mincore { .. } => false,
+            Op::Ftruncate { .. } | Op::Probe { .. } | Op::Mincore { .. } | Op::SetMdwe => false,
+            // A lock's walk does not stop at the window's end, and rounds an
+            // unaligned start down: the whole rounded range stays inside.
+            Op::MlockOnfault { addr, len } | Op::Munlock { addr, len } => {
+                let start = addr & !(PAGE - 1);
+                let end = page_up(len.wrapping_add(addr - start)).checked_add(start);
+                len != 0 && !end.is_some_and(|e| start >= lo && e <= hi)
+            }
+            // mseal changes nothing unless the whole range is mapped.
+            Op::Mseal { addr, len } => outside(addr, len),
         };
         if bad {
             return Err(format!("op {i} ({op:?}) may modify memory outside the window"));
@@ -296,6 +305,10 @@ fn encode_scenario(s: &Scenario, opts: &HostOptions) -> String {
             Op::Probe { addr, write: None } => format!("probe {addr:x} -"),
             Op::Probe { addr, write: Some(b) } => format!("probe {addr:x} {b:x}"),
             Op::Mincore { addr, len } => format!("mincore {addr:x} {len:x}"),
+            Op::MlockOnfault { addr, len } => format!("mlockonfault {addr:x} {len:x}"),
+            Op::Munlock { addr, len } => format!("munlock {addr:x} {len:x}"),
+            Op::Mseal { addr, len } => format!("mseal {addr:x} {len:x}"),
+            Op::SetMdwe => "setmdwe".to_string(),
         };
         o.push_str(&line);
         o.push('\n');
@@ -372,6 +385,10 @@ fn decode_scenario(input: &str) -> Result<(Scenario, bool), String> {
                 Op::Probe { addr, write }
             }
             "mincore" => Op::Mincore { addr: hex(t.next())?, len: hex(t.next())? },
+            "mlockonfault" => Op::MlockOnfault { addr: hex(t.next())?, len: hex(t.next())? },
+            "munlock" => Op::Munlock { addr: hex(t.next())?, len: hex(t.next())? },
+            "mseal" => Op::Mseal { addr: hex(t.next())?, len: hex(t.next())? },
+            "setmdwe" => Op::SetMdwe,
             other => return Err(format!("unknown input line {other:?}")),
         };
         ops.push(op);

@@ -117,6 +117,28 @@ pub enum Op {
         addr: u64,
         len: u64,
     },
+    /// `mlock2(addr, len, MLOCK_ONFAULT)`: locks without populating (a
+    /// populating `mlock` of a window-sized range would fault in more than
+    /// a model's arena holds). Always inside the window: a lock's walk
+    /// past it would lock the host's fillers.
+    MlockOnfault {
+        addr: u64,
+        len: u64,
+    },
+    /// `munlock(addr, len)`, inside the window likewise.
+    Munlock {
+        addr: u64,
+        len: u64,
+    },
+    /// `mseal(addr, len, 0)`: irreversible, but only for the runner of
+    /// this one scenario.
+    Mseal {
+        addr: u64,
+        len: u64,
+    },
+    /// `prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0)`: from then
+    /// on no mapping may gain `PROT_EXEC` or be writable and executable.
+    SetMdwe,
 }
 
 /// What one op produced.
@@ -207,6 +229,10 @@ pub fn check_in_window(s: &Scenario) -> Result<(), String> {
             | Op::Mprotect { addr, len, .. }
             | Op::Madvise { addr, len, .. }
             | Op::Mincore { addr, len } => inside(addr, len, true),
+            // A lock rounds an unaligned start down: never exempt.
+            Op::MlockOnfault { addr, len } | Op::Munlock { addr, len } => inside(addr, len, false),
+            Op::Mseal { addr, len } => inside(addr, len, true),
+            Op::SetMdwe => true,
             Op::Mremap { old_addr, old_len, new_len, flags, new_addr } => {
                 inside(old_addr, old_len, true)
                     && (flags & MREMAP_FIXED == 0 || inside(new_addr, new_len, true))
@@ -518,6 +544,17 @@ fn mremap(ctx: Ctx) -> BoxedStrategy<Op> {
         .boxed()
 }
 
+/// Locks, unlocks and seals of ranges inside the window, and MDWE.
+fn lock_seal(ctx: Ctx) -> BoxedStrategy<Op> {
+    prop_oneof![
+        3 => range_in(ctx).prop_map(|(addr, len)| Op::MlockOnfault { addr, len }),
+        2 => range_in(ctx).prop_map(|(addr, len)| Op::Munlock { addr, len }),
+        2 => range_in(ctx).prop_map(|(addr, len)| Op::Mseal { addr, len }),
+        1 => Just(Op::SetMdwe),
+    ]
+    .boxed()
+}
+
 fn op_strategy(ctx: Ctx) -> BoxedStrategy<Op> {
     prop_oneof![
         6 => mmap_anon(ctx),
@@ -529,6 +566,7 @@ fn op_strategy(ctx: Ctx) -> BoxedStrategy<Op> {
         1 => ftruncate(ctx),
         6 => probe(ctx),
         2 => mincore(ctx),
+        2 => lock_seal(ctx),
     ]
     .boxed()
 }
@@ -603,6 +641,9 @@ fn retarget(ctx: Ctx, op: &mut Op, sel: RefSel, known: &[(u64, u64)]) {
         | Op::Mprotect { addr, len, .. }
         | Op::Madvise { addr, len, .. }
         | Op::Mincore { addr, len }
+        | Op::MlockOnfault { addr, len }
+        | Op::Munlock { addr, len }
+        | Op::Mseal { addr, len }
             if page_ok(ctx, *addr, *len) =>
         {
             *addr = sa;

@@ -2,12 +2,13 @@
 
 use crate::error::{Errno, Result};
 use crate::fault::Access;
+use crate::file::Inode;
 use crate::pgtable::{Pte, PMD_SIZE};
 use crate::phys::{PG_ANON, PG_DIRTY, PG_LAZYFREE};
 use crate::populate;
 use crate::uapi::*;
 use crate::vma::VmFlags;
-use crate::PAGE_SIZE;
+use crate::{PAGE_SHIFT, PAGE_SIZE};
 
 use crate::fault::VmaReadRef;
 use crate::mm::{AddressSpace, MadvisePolicy, MmuGather, MAX_GATHER_FRAMES};
@@ -499,31 +500,47 @@ impl AddressSpace {
         self.pgtables.update_range(start, end, |_, pte| pte.is_guard().then_some(Pte::NONE));
     }
 
-    /// `MADV_COLLAPSE` on one VMA part, with the outcome Linux 6.18 gives for
-    /// the mappings softmm has (THP `madvise` mode, shmem THP `never`, both
-    /// checked on the host): `EINVAL` unless the VMA is private anonymous,
-    /// not `MADV_NOHUGEPAGE`, and holds an aligned 2 MiB block below its end
-    /// (`thp_vma_allowable_order`). Then each whole 2 MiB block of the range,
-    /// in order, collapses if the VMA is writable and the block holds an
-    /// anonymous page (not only the zero page) and no guard marker; a block
-    /// that does not makes the result `EINVAL` (the errno of `SCAN_PMD_NULL`,
-    /// `SCAN_PAGE_RO`, `SCAN_PTE_NON_PRESENT`, …) but does not stop the
-    /// others. A range with no whole block is `Ok`. softmm has no huge pages:
-    /// a collapsed block is every page of it made present, private and
-    /// writable (missing pages zero, shared ones copied), which is what the
-    /// host's huge page shows to mincore, `Rss` and the program; `ENOMEM` if
-    /// frames run out part way.
+    /// `MADV_COLLAPSE` on one VMA part. `EINVAL` where Linux's
+    /// `thp_vma_allowable_order` refuses: `MADV_NOHUGEPAGE`, special and
+    /// hugetlb VMAs, a VMA without an aligned 2 MiB block below its end, a
+    /// file other than shmem (a host file), and for shmem a start address
+    /// and file offset not congruent modulo 2 MiB. Then each whole 2 MiB
+    /// block of the range, in order:
+    ///
+    /// * anonymous memory, with the outcome Linux 6.18 gives (THP `madvise`
+    ///   mode, checked on the host): the block collapses if the VMA is
+    ///   writable and the block holds an anonymous page (not only the zero
+    ///   page) and no guard marker; a block that does not makes the result
+    ///   `EINVAL` (the errno of `SCAN_PMD_NULL`, `SCAN_PAGE_RO`,
+    ///   `SCAN_PTE_NON_PRESENT`, …) but does not stop the others;
+    /// * shmem ([`AddressSpace::madvise_collapse_shmem`]), as Linux 6.12.
+    ///
+    /// A range with no whole block is `Ok`. softmm has no huge pages: a
+    /// collapsed block is every page of it made present (anonymous: private
+    /// and writable, missing pages zero, shared ones copied), which is what
+    /// the host's huge page shows to mincore, `Rss` and the program;
+    /// `ENOMEM` if frames run out part way.
     fn madvise_collapse(&self, vma: &Vma, start: u64, end: u64) -> Result<()> {
         let pmd = PMD_SIZE;
-        let eligible = vma.file.is_none()
-            && !vma.flags.intersects(VmFlags::NOHUGEPAGE | VmFlags::SPECIAL | VmFlags::SHARED | VmFlags::MAYSHARE)
-            && vma.end.checked_sub(pmd).is_some_and(|last| last & !(pmd - 1) >= vma.start);
-        if !eligible {
+        let has_block = vma.end.checked_sub(pmd).is_some_and(|last| last & !(pmd - 1) >= vma.start);
+        if !has_block || vma.flags.intersects(VmFlags::NOHUGEPAGE | VmFlags::SPECIAL | VmFlags::HUGETLB) {
             return Err(Errno::Inval);
         }
         // start < end <= task size, so neither rounding overflows.
         let hstart = (start + pmd - 1) & !(pmd - 1);
         let hend = end & !(pmd - 1);
+        if let Some(file) = &vma.file {
+            // thp_vma_suitable_order: a file's huge page maps at an address
+            // congruent with its offset.
+            let shmem = file.host_backing().is_none() && file.hugetlb.is_none();
+            if !shmem || (vma.start >> PAGE_SHIFT).wrapping_sub(vma.pgoff) % (pmd / PAGE_SIZE) != 0 {
+                return Err(Errno::Inval);
+            }
+            return self.madvise_collapse_shmem(vma, file, hstart, hend);
+        }
+        if vma.flags.intersects(VmFlags::SHARED | VmFlags::MAYSHARE) {
+            return Err(Errno::Inval);
+        }
         let mut res = Ok(());
         let mut block = hstart;
         while block < hend {
@@ -535,6 +552,82 @@ impl AddressSpace {
             block += pmd;
         }
         res
+    }
+
+    /// `MADV_COLLAPSE` of the whole 2 MiB blocks `[hstart, hend)` of a shmem
+    /// VMA (a memfd, a [`crate::File::create`] file, shared anonymous
+    /// memory) as Linux 6.12 does it: `hpage_collapse_scan_file` and
+    /// `collapse_file` replace the file's 512 pages with one huge page
+    /// (holes filled with zeros; a forced collapse ignores `shmem_enabled`
+    /// but `deny`, which softmm does not have), then
+    /// `collapse_pte_mapped_thp` maps it by a PMD. Per block, in order:
+    ///
+    /// * no page of the extent cached: `SCAN_TRUNCATED`, `EINVAL`, and the
+    ///   walk stops;
+    /// * the page cache collapses: every page of the extent within the
+    ///   file's size is cached (`ENOMEM`, stopping, if frames run out);
+    /// * a guard marker in the block: `SCAN_PTE_NON_PRESENT`, not mapped,
+    ///   `EINVAL` at the end, the walk goes on;
+    /// * a private copy mapped in the block (a private mapping written to):
+    ///   the PMD is not installed, `EINVAL`, and the walk stops;
+    /// * else the block is mapped, as the PMD maps it (an inaccessible VMA
+    ///   maps nothing that could be seen).
+    ///
+    /// softmm has no huge page cache folio, so two things differ from Linux
+    /// and are left so: past the end of the file nothing is cached or
+    /// mapped (an access there raises `SIGBUS`, where Linux's huge page
+    /// covers it), and a pinned page does not refuse the collapse (Linux:
+    /// `SCAN_PAGE_COUNT`, `EAGAIN`). Linux 6.18 returns `EINVAL` for a
+    /// block that had holes, having collapsed its page cache all the same.
+    fn madvise_collapse_shmem(&self, vma: &Vma, file: &Arc<Inode>, hstart: u64, hend: u64) -> Result<()> {
+        let pmd = PMD_SIZE;
+        let size_pages = file.len().div_ceil(PAGE_SIZE);
+        let mut res = Ok(());
+        let mut block = hstart;
+        while block < hend {
+            let index = vma.pgoff + ((block - vma.start) >> PAGE_SHIFT);
+            let extent = index..index + pmd / PAGE_SIZE;
+            if !extent.clone().any(|i| file.is_cached(i)) {
+                return Err(Errno::Inval);
+            }
+            {
+                let _inval = file.invalidate_lock.read();
+                for i in extent.clone().take_while(|&i| i < size_pages) {
+                    let at = self.placement(vma, vma.start + ((i - vma.pgoff) << PAGE_SHIFT));
+                    file.get_page_at(i, &at)?;
+                }
+            }
+            match self.shmem_block_mapped(block, file, index) {
+                BlockPtes::Guard => res = Err(Errno::Inval),
+                BlockPtes::PrivateCopy => return Err(Errno::Inval),
+                BlockPtes::Mappable if vma.flags.intersects(VmFlags::ACCESS_FLAGS) => {
+                    let last = block + (size_pages.saturating_sub(index).min(pmd / PAGE_SIZE) << PAGE_SHIFT);
+                    populate::get_user_pages(self, vma, block, last, Access::Read).map_err(|_| Errno::NoMem)?;
+                }
+                BlockPtes::Mappable => {}
+            }
+            block += pmd;
+        }
+        res
+    }
+
+    /// What `collapse_pte_mapped_thp` finds in the page table of the block
+    /// at `block`, whose first page is the file's page `index`.
+    fn shmem_block_mapped(&self, block: u64, file: &Inode, index: u64) -> BlockPtes {
+        let guard = crossbeam_epoch::pin();
+        let Some(leaf) = self.pgtables.leaf(block, &guard) else { return BlockPtes::Mappable };
+        for (va, pte) in leaf.with_range(block, block + PMD_SIZE).iter() {
+            if pte.is_guard() {
+                return BlockPtes::Guard;
+            }
+            if pte.is_present() {
+                let i = index + ((va - block) >> PAGE_SHIFT);
+                if file.find_get_page(i).is_none_or(|p| p.pfn() != pte.pfn()) {
+                    return BlockPtes::PrivateCopy;
+                }
+            }
+        }
+        BlockPtes::Mappable
     }
 
     /// True if the 2 MiB block at `block` holds an anonymous page and no
@@ -551,6 +644,16 @@ impl AddressSpace {
         }
         page
     }
+}
+
+/// What a shmem block's page table holds, for `MADV_COLLAPSE`.
+enum BlockPtes {
+    /// Nothing, or the file's own pages: the PMD can map the block.
+    Mappable,
+    /// A guard marker (`SCAN_PTE_NON_PRESENT`).
+    Guard,
+    /// A page that is not the file's (a private mapping's copy).
+    PrivateCopy,
 }
 
 #[cfg(all(test, not(loom)))]

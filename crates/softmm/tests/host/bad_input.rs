@@ -662,6 +662,10 @@ fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[Arc<File>], mincore_cap: usi
             errno(mm.mremap(old_addr, old_len, new_len, flags, new_addr))
         }
         Op::Madvise { addr, len, advice } => errno(mm.madvise(addr, len, advice).map(|()| 0)),
+        Op::MlockOnfault { addr, len } => errno(mm.mlock2(addr, len, MLOCK_ONFAULT).map(|()| 0)),
+        Op::Munlock { addr, len } => errno(mm.munlock(addr, len).map(|()| 0)),
+        Op::Mseal { addr, len } => errno(mm.mseal(addr, len, 0).map(|()| 0)),
+        Op::SetMdwe => errno(mm.prctl_set_mdwe(PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0).map(|()| 0)),
         Op::Ftruncate { file, len } => errno(files[file].set_len(len).map(|()| 0)),
         Op::Mincore { addr, len } => {
             let mut v = vec![0u8; mincore_cap];

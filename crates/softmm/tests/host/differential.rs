@@ -1,7 +1,9 @@
 //! Differential test against the host kernel: the same scenario of mmap,
-//! munmap, mprotect, mremap, madvise, ftruncate, mincore calls and probing
-//! accesses runs on Linux (in a child process, inside a reserved address
-//! window) and on softmm, under every fault policy; every return value,
+//! munmap, mprotect, mremap, madvise, ftruncate, mincore, `mlock2`
+//! (`MLOCK_ONFAULT`), munlock, mseal and `PR_SET_MDWE` calls and probing
+//! accesses runs on Linux (in a child process of its own per scenario, so
+//! that seals and MDWE end with it, inside a reserved address window) and
+//! on softmm, under every fault policy; every return value,
 //! errno, probe outcome and the `/proc/self/maps` lines of the window after
 //! every step must agree.
 
@@ -22,6 +24,9 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
             .policy(policy)
             .mmap_base(s.window.1)
             .force_speculative(true)
+            // The runner runs as the test does (root on CI): no memlock
+            // limit for its locks.
+            .cap_ipc_lock(host_has_ipc_lock())
             .madvise_policy(softmm_testkit::common::madvise_policy());
         let mm = AddressSpace::new(&phys, config).expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
@@ -54,6 +59,16 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
     trace
 }
 
+/// Whether this process (whose runner children inherit its privileges)
+/// has `CAP_IPC_LOCK` (bit 14 of `CapEff`).
+fn host_has_ipc_lock() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string())))
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
 fn errno(r: softmm::Result<u64>) -> Outcome {
     match r {
         Ok(v) => Outcome::Ok(v),
@@ -84,6 +99,10 @@ fn apply(mm: &AddressSpace, cpu: &mut Cpu, files: &[OpenFile], mincore_cap: usiz
                 Err(e) => Outcome::Err(e.code()),
             }
         }
+        Op::MlockOnfault { addr, len } => errno(mm.mlock2(addr, len, MLOCK_ONFAULT).map(|()| 0)),
+        Op::Munlock { addr, len } => errno(mm.munlock(addr, len).map(|()| 0)),
+        Op::Mseal { addr, len } => errno(mm.mseal(addr, len, 0).map(|()| 0)),
+        Op::SetMdwe => errno(mm.prctl_set_mdwe(PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0).map(|()| 0)),
         Op::Probe { addr, write } => {
             let r = match write {
                 None => cpu.read_u8(addr),

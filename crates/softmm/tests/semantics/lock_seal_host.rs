@@ -518,7 +518,11 @@ fn random_op(rng: &mut softmm_testkit::common::Rng, creds: Creds) -> Op {
     let prot = |rng: &mut softmm_testkit::common::Rng| {
         [PROT_NONE, PROT_READ, RW, PROT_READ | PROT_EXEC][rng.below(4) as usize]
     };
-    match rng.below(if creds.ipc_lock { 14 } else { 13 }) {
+    match rng.below(if creds.ipc_lock { 17 } else { 16 }) {
+        // MDWE: set (valid and invalid bits, a stray argument) or read;
+        // it refuses later mmaps and mprotects that gain PROT_EXEC.
+        13 | 14 => Op::SetMdwe([1, 1, 3, 0, 2, 4][rng.below(6) as usize], u64::from(rng.one_in(10))),
+        15 => Op::GetMdwe(u64::from(rng.one_in(10))),
         0 | 1 => Op::Mmap(r(page(rng)), len(rng), prot(rng), ANON_FIXED | if rng.one_in(6) { MAP_LOCKED } else { 0 }),
         2 => Op::Munmap(at(rng), len(rng)),
         3 => Op::Mprotect(at(rng), len(rng), prot(rng)),
@@ -537,6 +541,7 @@ fn random_op(rng: &mut softmm_testkit::common::Rng, creds: Creds) -> Op {
         }
         11 => Op::Mremap(at(rng), P, P, MREMAP_MAYMOVE | MREMAP_FIXED, r(page(rng) + 32 * P)),
         12 => Op::Munlockall,
+        // 16, with CAP_IPC_LOCK only (MCL_CURRENT locks the whole process).
         _ => Op::Mlockall(
             [MCL_CURRENT | MCL_ONFAULT, MCL_FUTURE | MCL_ONFAULT, MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT]
                 [rng.below(3) as usize],

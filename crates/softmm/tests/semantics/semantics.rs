@@ -479,9 +479,9 @@ fn madvise_mergeable_sets_a_flag_as_ksm_does() {
     assert_no_leaks(&p);
 }
 
-/// `MADV_COLLAPSE` on the mappings softmm has, with the outcomes the host
-/// (Linux 6.18, THP `madvise` mode, shmem THP `never`) gives: `EINVAL` for a
-/// VMA that holds no aligned 2 MiB block, for shared, file, read-only,
+/// `MADV_COLLAPSE` of anonymous memory, with the outcomes the host
+/// (Linux 6.18, THP `madvise` mode) gives: `EINVAL` for a
+/// VMA that holds no aligned 2 MiB block, for read-only,
 /// `PROT_NONE` and `MADV_NOHUGEPAGE` mappings, and for a block with no
 /// anonymous page, a guard marker or no page table; `Ok` when every block of
 /// the range collapses, and for a range holding no whole block. softmm has
@@ -527,20 +527,159 @@ fn madvise_collapse_returns_what_linux_returns() {
     assert_eq!(mm.madvise(ro, pmd, MADV_COLLAPSE), Err(Errno::Inval), "read-only");
     let none = big(PROT_NONE, ANON);
     assert_eq!(mm.madvise(none, pmd, MADV_COLLAPSE), Err(Errno::Inval), "PROT_NONE");
-    let sh = big(RW, MAP_SHARED | MAP_ANONYMOUS);
-    cpu.write_u8(sh + 5 * PAGE, 1).unwrap();
-    assert_eq!(mm.madvise(sh, pmd, MADV_COLLAPSE), Err(Errno::Inval), "shared anonymous");
-    let f = File::create(&p, "/memfd:x (deleted)", 4 * pmd).unwrap();
-    let of = OpenFile::read_write(&f);
-    for flags in [MAP_SHARED, MAP_PRIVATE] {
-        let m = mm.mmap(0, 2 * pmd, RW, flags, Some(&of), 0).unwrap();
-        cpu.write_u8(m + 5 * PAGE, 1).unwrap();
-        assert_eq!(mm.madvise(m, 2 * pmd, MADV_COLLAPSE), Err(Errno::Inval), "file, flags {flags:#x}");
-    }
     let nh = big(RW, ANON);
     cpu.write_u8(nh + 5 * PAGE, 1).unwrap();
     mm.madvise(nh, 2 * pmd, MADV_NOHUGEPAGE).unwrap();
     assert_eq!(mm.madvise(nh, pmd, MADV_COLLAPSE), Err(Errno::Inval), "MADV_NOHUGEPAGE");
+    drop(cpu);
+    drop(mm);
+    assert_no_leaks(&p);
+}
+
+/// `MADV_COLLAPSE` of shmem (memfds, `File::create`'s files, shared
+/// anonymous memory) as Linux 6.12 does it (`madvise_collapse` ->
+/// `hpage_collapse_scan_file` -> `collapse_file`, then
+/// `collapse_pte_mapped_thp` installing the PMD; a forced collapse ignores
+/// `shmem_enabled` but `deny`): `EINVAL` where `thp_vma_allowable_order`
+/// refuses (the VMA's start and file offset not congruent modulo 2 MiB,
+/// `MADV_NOHUGEPAGE`), for a 2 MiB extent of the file with no page cached
+/// (`SCAN_TRUNCATED`, which ends the walk) and for a private mapping whose
+/// block maps a private copy (the PMD is not installed); otherwise every
+/// block collapses: every page of the extent is in the page cache (holes
+/// zero) and mapped, which is what the huge page shows to mincore, `Rss`
+/// and the program. (Linux 6.18, this repository's host, returns `EINVAL`
+/// for a block that had holes while collapsing its page cache all the
+/// same; a fully populated block collapses on both.)
+#[test]
+fn madvise_collapse_of_shmem_as_linux_6_12() {
+    let p = phys(32);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let pmd = 2 << 20;
+    let mut cpu = Cpu::attached(&mm);
+    let resident = |a: u64| {
+        let mut v = vec![0u8; 512];
+        mm.mincore(a, pmd, &mut v).unwrap();
+        v.iter().filter(|&&b| b == 1).count()
+    };
+    // `len` bytes at a 2 MiB boundary (over a reservation).
+    let at = |len: u64, prot: i32, flags: i32, file: Option<&OpenFile>, off: u64| {
+        let r = mm.mmap(0, len + pmd, PROT_NONE, ANON, None, 0).unwrap();
+        let a = (r + pmd - 1) & !(pmd - 1);
+        mm.mmap(a, len, prot, flags | MAP_FIXED, file, off).unwrap()
+    };
+    let sh = at(2 * pmd, RW, MAP_SHARED | MAP_ANONYMOUS, None, 0);
+    assert_eq!(mm.madvise(sh, pmd, MADV_COLLAPSE), Err(Errno::Inval), "nothing cached: SCAN_TRUNCATED");
+    cpu.write_u8(sh + 5 * PAGE, 7).unwrap();
+    assert_eq!(mm.madvise(sh, pmd, MADV_COLLAPSE), Ok(()), "shared anonymous");
+    assert_eq!(resident(sh), 512, "the whole block is in the page cache");
+    assert_eq!((cpu.read_u8(sh + 5 * PAGE), cpu.read_u8(sh + 6 * PAGE)), (Ok(7), Ok(0)));
+    assert_eq!(mm.maps().iter().find(|e| e.start == sh).unwrap().rss, pmd);
+    assert_eq!(mm.madvise(sh, 2 * pmd, MADV_COLLAPSE), Err(Errno::Inval), "the second extent is empty");
+    let f = File::create(&p, "/memfd:x (deleted)", 4 * pmd).unwrap();
+    let of = OpenFile::read_write(&f);
+    let m = at(2 * pmd, RW, MAP_SHARED, Some(&of), 0);
+    cpu.write_u8(m + pmd + 9 * PAGE, 1).unwrap();
+    assert_eq!(mm.madvise(m + pmd, pmd, MADV_COLLAPSE), Ok(()), "memfd, shared");
+    assert_eq!(f.cached_pages(), 512);
+    // A second mapping of the file sees the collapsed page cache.
+    let r = at(2 * pmd, PROT_READ, MAP_SHARED, Some(&of), 0);
+    assert_eq!(resident(r + pmd), 512);
+    // A private mapping: collapses while it maps the file's pages, not
+    // once a block holds a private copy.
+    let pv = at(2 * pmd, RW, MAP_PRIVATE, Some(&of), 0);
+    cpu.read_u8(pv + pmd + 3 * PAGE).unwrap();
+    assert_eq!(mm.madvise(pv + pmd, pmd, MADV_COLLAPSE), Ok(()), "memfd, private, no copy");
+    cpu.write_u8(pv + pmd + 3 * PAGE, 2).unwrap();
+    assert_eq!(mm.madvise(pv + pmd, pmd, MADV_COLLAPSE), Err(Errno::Inval), "a private copy in the block");
+    // The file offset must be congruent with the address modulo 2 MiB.
+    let odd = at(2 * pmd, RW, MAP_SHARED, Some(&of), PAGE);
+    assert_eq!(mm.madvise(odd, pmd, MADV_COLLAPSE), Err(Errno::Inval), "offset not aligned");
+    let nh = at(2 * pmd, RW, MAP_SHARED, Some(&of), 0);
+    mm.madvise(nh, 2 * pmd, MADV_NOHUGEPAGE).unwrap();
+    assert_eq!(mm.madvise(nh + pmd, pmd, MADV_COLLAPSE), Err(Errno::Inval), "MADV_NOHUGEPAGE");
+    drop(cpu);
+    drop(mm);
+    drop((f, of));
+    assert_no_leaks(&p);
+}
+
+/// The shmem collapses on which Linux 6.12 and the host's 6.18 agree, run
+/// on both sides: a fully written 2 MiB block of a memfd collapses (every
+/// page resident), an extent with nothing cached, an offset not congruent
+/// with the address and `MADV_NOHUGEPAGE` are `EINVAL`. Skipped where the
+/// host has no THP (`MADV_COLLAPSE` is `EINVAL` for everything there) or
+/// shmem THP is `deny`.
+#[test]
+fn madvise_collapse_of_shmem_agrees_with_the_host() {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    if thp.as_deref().map_or(true, |t| t.contains("[deny]")) {
+        eprintln!("no shmem THP on the host ({thp:?}): skipped");
+        return;
+    }
+    let pmd = 2u64 << 20;
+    // The cases: (what, file offset of the mapping, write the first block
+    // fully, MADV_NOHUGEPAGE first).
+    let cases = [("full", 0, true, false), ("empty", 2 * pmd, false, false), ("offset", PAGE, true, false)];
+    let cases = cases.into_iter().chain([("nohugepage", 4 * pmd, true, true)]);
+    // The host: one memfd, each case at a 2 MiB boundary.
+    // SAFETY: a memfd and mappings of this test's own, unmapped at the end.
+    let host: Vec<(i32, usize)> = unsafe {
+        let fd = libc::memfd_create(c"collapse".as_ptr(), 0);
+        assert!(fd >= 0 && libc::ftruncate(fd, (8 * pmd) as i64) == 0);
+        let out = cases
+            .clone()
+            .map(|(_, off, fill, nohuge)| {
+                let r = libc::mmap(
+                    std::ptr::null_mut(),
+                    (3 * pmd) as usize,
+                    0,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                let a = ((r as u64 + pmd - 1) & !(pmd - 1)) as *mut libc::c_void;
+                let m = libc::mmap(a, pmd as usize, 3, libc::MAP_SHARED | libc::MAP_FIXED, fd, off as i64);
+                assert_eq!(m, a);
+                if fill {
+                    std::ptr::write_bytes(m.cast::<u8>(), 1, pmd as usize);
+                }
+                if nohuge {
+                    libc::madvise(m, pmd as usize, libc::MADV_NOHUGEPAGE);
+                }
+                let rc = libc::madvise(m, pmd as usize, 25);
+                let e = if rc == 0 { 0 } else { *libc::__errno_location() };
+                let mut v = vec![0u8; 512];
+                libc::mincore(m, pmd as usize, v.as_mut_ptr());
+                libc::munmap(r, (3 * pmd) as usize);
+                (e, v.iter().filter(|&&b| b & 1 == 1).count())
+            })
+            .collect();
+        libc::close(fd);
+        out
+    };
+    let p = phys(64);
+    let mm = mm_with(&p, FaultPolicy::default());
+    let f = File::create(&p, "/memfd:collapse (deleted)", 8 * pmd).unwrap();
+    let of = OpenFile::read_write(&f);
+    let mut cpu = Cpu::attached(&mm);
+    for ((what, off, fill, nohuge), host) in cases.zip(host) {
+        let r = mm.mmap(0, 3 * pmd, PROT_NONE, ANON, None, 0).unwrap();
+        let a = (r + pmd - 1) & !(pmd - 1);
+        mm.mmap(a, pmd, RW, MAP_SHARED | MAP_FIXED, Some(&of), off).unwrap();
+        if fill {
+            for pg in 0..512 {
+                cpu.write_u8(a + pg * PAGE, 1).unwrap();
+            }
+        }
+        if nohuge {
+            mm.madvise(a, pmd, MADV_NOHUGEPAGE).unwrap();
+        }
+        let e = mm.madvise(a, pmd, MADV_COLLAPSE).err().map_or(0, |e| e.code());
+        let mut v = vec![0u8; 512];
+        mm.mincore(a, pmd, &mut v).unwrap();
+        assert_eq!((e, v.iter().filter(|&&b| b == 1).count()), host, "{what}: softmm against the host");
+        mm.munmap(r, 3 * pmd).unwrap();
+    }
     drop(cpu);
     drop(mm);
     drop((f, of));

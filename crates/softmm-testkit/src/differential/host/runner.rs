@@ -477,6 +477,24 @@ impl Runner {
                 // SAFETY: ftruncate of one of our memfds.
                 Self::sys(unsafe { syscall(libc::SYS_ftruncate, fd, len as c_long) })
             }
+            Op::MlockOnfault { addr, len } => {
+                // SAFETY: see above (inside the window).
+                Self::sys(unsafe { syscall(libc::SYS_mlock2, addr as c_long, len as c_long, 1 as c_long) })
+            }
+            Op::Munlock { addr, len } => {
+                // SAFETY: see above (inside the window).
+                Self::sys(unsafe { syscall(libc::SYS_munlock, addr as c_long, len as c_long) })
+            }
+            // SAFETY: mseal (462) of a range inside the window, for this
+            // runner process only.
+            Op::Mseal { addr, len } => Self::sys(unsafe { syscall(462, addr as c_long, len as c_long, 0 as c_long) }),
+            Op::SetMdwe => {
+                // SAFETY: PR_SET_MDWE (65), REFUSE_EXEC_GAIN, for this
+                // runner process only.
+                Self::sys(unsafe {
+                    syscall(libc::SYS_prctl, 65 as c_long, 1 as c_long, 0 as c_long, 0 as c_long, 0 as c_long)
+                })
+            }
             Op::Probe { addr, write } => probe(addr, write),
             Op::Mincore { addr, len } => {
                 self.mincore(addr, len);
