@@ -299,11 +299,36 @@ pub enum WriterPolicy {
     /// the owner was preempted, which on an oversubscribed machine (the
     /// lab's VM) costs what it saves.
     ShortSpin,
+    /// [`WriterPolicy::Short`], and after publishing the VMA windows a
+    /// write section changed, the writer hands its thread's epoch bag to
+    /// the global queue and collects what has expired (crossbeam-epoch's
+    /// `Guard::flush`). Otherwise the old versions a writer defers are
+    /// freed by whichever thread's pin collects next (every 128th pin):
+    /// often a faulting thread, which then pays for the writer's frees
+    /// (issue 32 item 5, `interference`). Statistical only: a faulter that
+    /// collects before the writer's next section still frees them; and
+    /// each flush allocates a queue node and advances the epoch, whose line
+    /// every pin reads.
+    ShortCollect,
+    /// [`WriterPolicy::Short`], and the old versions a write section
+    /// unpublishes are the writer thread's own RCU callbacks
+    /// (`sync::rcu::defer_destroy_own`, Linux's per-CPU callback lists):
+    /// the collector only marks a batch's grace period as ended, one store
+    /// per write section, and the writer frees the batch itself after a
+    /// later write section, once `mmap_lock` is released. A faulting
+    /// thread's collection never frees a writer's VMAs.
+    ShortOwnRcu,
 }
 
 impl WriterPolicy {
     /// Every policy, for sweeps.
-    pub const ALL: &'static [WriterPolicy] = &[WriterPolicy::Reserve, WriterPolicy::Short, WriterPolicy::ShortSpin];
+    pub const ALL: &'static [WriterPolicy] = &[
+        WriterPolicy::Reserve,
+        WriterPolicy::Short,
+        WriterPolicy::ShortSpin,
+        WriterPolicy::ShortCollect,
+        WriterPolicy::ShortOwnRcu,
+    ];
 
     /// The kebab-case name used on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -311,6 +336,8 @@ impl WriterPolicy {
             WriterPolicy::Reserve => "reserve",
             WriterPolicy::Short => "short",
             WriterPolicy::ShortSpin => "short-spin",
+            WriterPolicy::ShortCollect => "short-collect",
+            WriterPolicy::ShortOwnRcu => "short-own-rcu",
         }
     }
 
