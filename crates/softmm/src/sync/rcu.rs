@@ -165,6 +165,9 @@ impl Default for OwnCallbacks {
 
 impl Drop for OwnCallbacks {
     fn drop(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
         let done = self.done.load(Ordering::Acquire);
         while self.queue.front().is_some_and(|(b, _)| *b <= done) {
             let (_, g) = self.queue.pop_front().expect("checked");
@@ -248,6 +251,12 @@ pub(crate) fn end_batch() {
         // and the marker's grace period starts only there.
         guard.flush();
     });
+}
+
+/// How many frees the calling thread has queued and not yet run.
+#[cfg(all(test, loom))]
+pub(crate) fn own_queued() -> usize {
+    OWN.with(|own| own.borrow().queue.len())
 }
 
 /// Runs the calling thread's queued frees whose batch's grace period has

@@ -274,6 +274,14 @@ impl WindowDir {
         }
     }
 
+    /// Whether window `w` has a published version, loaded under `guard`
+    /// but not read: a model's check that a version is still reachable to
+    /// this reader, which does not touch what a broken reclaim freed.
+    #[cfg(all(test, loom))]
+    pub(crate) fn has_version(&self, w: u64, guard: &Guard) -> bool {
+        self.window(w).is_some_and(|win| !win.tree.load(Ordering::Acquire, guard).is_null())
+    }
+
     /// The published windows, readable for as long as `guard` is held.
     pub(crate) fn published<'d, 'g>(&'d self, guard: &'g Guard) -> PublishedVmas<'d, 'g> {
         PublishedVmas { dir: self, guard }
