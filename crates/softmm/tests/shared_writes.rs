@@ -158,7 +158,14 @@ fn a_fault_counts_nothing_for_the_vmas_another_thread_left_to_its_collection() {
     let _one = one_at_a_time();
     const LEFT: u64 = 512;
     let p = phys(16);
-    let mm = mm_with(&p, FaultPolicy::default());
+    // A writer policy that leaves its old versions to the collector (under
+    // the default, `short-own-rcu`, the writer frees them itself: see
+    // `a_writer_under_short_own_rcu_frees_its_own_vmas_not_the_faulter`).
+    let config = softmm::MmConfig::default()
+        .policy(FaultPolicy::default())
+        .force_speculative(true)
+        .writer_policy(softmm::WriterPolicy::Short);
+    let mm = softmm::AddressSpace::new(&p, config).unwrap();
     // This thread takes its slot (its region's VMA's) before the writer
     // does: they differ.
     let (mut cpu, a) = region_to_fault(&mm);

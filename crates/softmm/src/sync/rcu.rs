@@ -237,15 +237,18 @@ pub(crate) fn end_batch() {
         if !own.open_used || own.done.load(Ordering::Acquire) + 1 < own.open {
             return;
         }
-        let (b, done) = (own.open, own.done.clone());
+        let (b, done, owner) = (own.open, own.done.clone(), super::percpu::this_slot());
         own.open += 1;
         own.open_used = false;
         drop(own);
         let guard = crossbeam_epoch::pin();
         call_rcu(&guard, move || {
             done.fetch_max(b, Ordering::Release);
-            // `done`, and the count of the `Arc` that holds it.
-            super::shared_write(2);
+            if super::percpu::this_slot() != owner {
+                // `done`, and the count of the `Arc` that holds it: the
+                // owner's lines, written by another thread's collection.
+                super::shared_write(2);
+            }
         });
         // To the global queue now: the thread's bag may not fill for long,
         // and the marker's grace period starts only there.
