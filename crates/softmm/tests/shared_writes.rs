@@ -159,7 +159,7 @@ fn a_fault_counts_nothing_for_the_vmas_another_thread_left_to_its_collection() {
     const LEFT: u64 = 512;
     let p = phys(16);
     // A writer policy that leaves its old versions to the collector (under
-    // the default, `short-own-rcu`, the writer frees them itself: see
+    // `short-own-rcu` the writer frees them itself: see
     // `a_writer_under_short_own_rcu_frees_its_own_vmas_not_the_faulter`).
     let config = softmm::MmConfig::default()
         .policy(FaultPolicy::default())
