@@ -110,6 +110,16 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
         "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux; softmm's default)",
     ),
     ("short-spin", "writers", "short, and a writer spins (bounded) while mmap_lock is held before parking"),
+    (
+        "short-collect",
+        "writers",
+        "short, and a writer flushes its epoch bag and collects after publishing (faults collect less of its garbage)",
+    ),
+    (
+        "short-own-rcu",
+        "writers",
+        "short, and a writer frees its own old VMA versions after their grace period (faults never free them)",
+    ),
     ("locked", "unmap", "the whole munmap under mmap_lock held for write (Linux before 4.20; seed 002's old design)"),
     ("sectioned", "unmap", "seed 002: the write lock dropped between 1 GiB sections"),
     ("downgrade", "unmap", "VMAs detached under the write lock, the zap under the read lock (Linux 4.20+)"),

@@ -1227,10 +1227,15 @@ impl PhysMem {
     /// Runs deferred frees until no grace period is pending that would change
     /// [`PhysMem::stats`], or ten seconds have passed (a thread of the process
     /// that stays pinned holds every grace period back), and returns the stats.
+    /// The calling thread's own callbacks (a writer's under
+    /// [`crate::WriterPolicy::ShortOwnRcu`]) run too; another live thread's
+    /// wait for its next write section or its exit.
     pub fn quiesce(&self) -> PhysStats {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
+            crate::sync::rcu::end_batch();
             crossbeam_epoch::pin().flush();
+            crate::sync::rcu::reclaim_own();
             let now = self.stats();
             if (now.page_tables == 0 && now.vmas == 0) || std::time::Instant::now() > deadline {
                 return now;

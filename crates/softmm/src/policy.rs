@@ -285,10 +285,10 @@ pub enum WriterPolicy {
     /// table-allocating fault was waited for) finishes in its first write
     /// section: no reservation, no unreachable-range update, two write
     /// sections per map-and-unmap of untouched memory, as Linux. The
-    /// default: on the lab's loaded 2-CPU VM it did as well as `short-spin`
-    /// or better (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k
-    /// against 222k and 246k against 229k map+unmap/s), and 1.15-1.5x
-    /// `reserve`.
+    /// default (see [`WriterPolicy::ShortOwnRcu`] for why not that one): on
+    /// the lab's loaded 2-CPU VM it did as well as `short-spin` or better
+    /// (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k against 222k
+    /// and 246k against 229k map+unmap/s), and 1.15-1.5x `reserve`.
     #[default]
     Short,
     /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
@@ -299,11 +299,44 @@ pub enum WriterPolicy {
     /// the owner was preempted, which on an oversubscribed machine (the
     /// lab's VM) costs what it saves.
     ShortSpin,
+    /// [`WriterPolicy::Short`], and after publishing the VMA windows a
+    /// write section changed, the writer hands its thread's epoch bag to
+    /// the global queue and collects what has expired (crossbeam-epoch's
+    /// `Guard::flush`). Otherwise the old versions a writer defers are
+    /// freed by whichever thread's pin collects next (every 128th pin):
+    /// often a faulting thread, which then pays for the writer's frees
+    /// (issue 32 item 5, `interference`). Statistical only: a faulter that
+    /// collects before the writer's next section still frees them; and
+    /// each flush allocates a queue node and advances the epoch, whose line
+    /// every pin reads.
+    ShortCollect,
+    /// [`WriterPolicy::Short`], and the old versions a write section
+    /// unpublishes are the writer thread's own RCU callbacks
+    /// (`sync::rcu::defer_destroy_own`, Linux's per-CPU callback lists):
+    /// the collector only marks a batch's grace period as ended, one store
+    /// per write section, and the writer frees the batch itself after a
+    /// later write section, once `mmap_lock` is released. A faulting
+    /// thread's collection never frees a writer's VMAs. On the lab's
+    /// loaded 2-CPU VM a faulter beside an mmap/munmap loop kept 0.93-1.02
+    /// of its rate alone per CPU-second, against 0.82-0.90 under `short`,
+    /// and mmap1/mmap2 ran within the noise of `short`
+    /// (`docs/results/interference-2cpu.txt`). Not yet the default: a
+    /// thread that exits with frees queued hands them to the collector
+    /// from its locals' destructor, which loom cannot replay, so the loom
+    /// models that run writers on threads under the default would first
+    /// need to drain their threads' lists.
+    ShortOwnRcu,
 }
 
 impl WriterPolicy {
     /// Every policy, for sweeps.
-    pub const ALL: &'static [WriterPolicy] = &[WriterPolicy::Reserve, WriterPolicy::Short, WriterPolicy::ShortSpin];
+    pub const ALL: &'static [WriterPolicy] = &[
+        WriterPolicy::Reserve,
+        WriterPolicy::Short,
+        WriterPolicy::ShortSpin,
+        WriterPolicy::ShortCollect,
+        WriterPolicy::ShortOwnRcu,
+    ];
 
     /// The kebab-case name used on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -311,6 +344,8 @@ impl WriterPolicy {
             WriterPolicy::Reserve => "reserve",
             WriterPolicy::Short => "short",
             WriterPolicy::ShortSpin => "short-spin",
+            WriterPolicy::ShortCollect => "short-collect",
+            WriterPolicy::ShortOwnRcu => "short-own-rcu",
         }
     }
 

@@ -158,7 +158,14 @@ fn a_fault_counts_nothing_for_the_vmas_another_thread_left_to_its_collection() {
     let _one = one_at_a_time();
     const LEFT: u64 = 512;
     let p = phys(16);
-    let mm = mm_with(&p, FaultPolicy::default());
+    // A writer policy that leaves its old versions to the collector (under
+    // `short-own-rcu` the writer frees them itself: see
+    // `a_writer_under_short_own_rcu_frees_its_own_vmas_not_the_faulter`).
+    let config = softmm::MmConfig::default()
+        .policy(FaultPolicy::default())
+        .force_speculative(true)
+        .writer_policy(softmm::WriterPolicy::Short);
+    let mm = softmm::AddressSpace::new(&p, config).unwrap();
     // This thread takes its slot (its region's VMA's) before the writer
     // does: they differ.
     let (mut cpu, a) = region_to_fault(&mm);
@@ -188,4 +195,76 @@ fn a_fault_counts_nothing_for_the_vmas_another_thread_left_to_its_collection() {
         "the thread counts the VMAs its collections freed: {whole} in all, {fault} in faults"
     );
     assert!((fault as f64) / (PAGES as f64) < 0.1, "{fault} shared writes in {PAGES} faults");
+}
+
+/// The VMAs of `left` mmap/munmap ops of a writer thread that are still
+/// allocated after this thread's faults ran its epoch collections (the
+/// writer idle meanwhile), and whether the writer alone, in at most 4,096
+/// more ops, then freed most of them, under `policy`. A pin held during
+/// the writer's ops keeps every one of its VMAs waiting for a grace period
+/// until the faults begin.
+fn writer_vmas_left(policy: softmm::WriterPolicy, left: u64) -> (u64, bool) {
+    use std::sync::mpsc::channel;
+    let p = phys(16);
+    let config = softmm::MmConfig::default().policy(FaultPolicy::default()).writer_policy(policy);
+    let mm = softmm::AddressSpace::new(&p, config).unwrap();
+    let (mut cpu, a) = region_to_fault(&mm);
+    let op = |mm: &softmm::AddressSpace| {
+        let a = mm.mmap(0, 1 << 20, softmm::uapi::PROT_READ, ANON, None, 0).unwrap();
+        mm.munmap(a, 1 << 20).unwrap();
+    };
+    let (go, next) = channel::<()>();
+    let (done, wait) = channel::<Option<u64>>();
+    let (mm, p) = (&mm, &p);
+    std::thread::scope(move |s| {
+        let pin = crossbeam_epoch::pin();
+        // The writer lives on, idle, while this thread faults: its list of
+        // callbacks outlives the faults. (A failed assertion below drops
+        // `go`, which ends the writer.)
+        s.spawn(move || {
+            for _ in 0..left {
+                op(mm);
+            }
+            done.send(None).unwrap();
+            next.recv().unwrap();
+            // Alone now: its own pins' collections end its grace periods.
+            let ops = (1..=4096).find(|_| {
+                op(mm);
+                p.stats().vmas < left / 2
+            });
+            done.send(ops).unwrap();
+        });
+        wait.recv().unwrap();
+        drop(pin);
+        let before = p.stats().vmas;
+        // Nothing but faults from here: the faults' pins run the
+        // collections (one per 128 pins).
+        fault_region(&mut cpu, a);
+        let after_faults = p.stats().vmas;
+        go.send(()).unwrap();
+        let ops = wait.recv().unwrap();
+        eprintln!(
+            "  {}: {before} VMAs before the faults, {after_faults} after; the writer alone freed them in {ops:?} ops",
+            policy.name()
+        );
+        assert!(before >= left, "the writer's VMAs wait for a grace period: {before}");
+        (after_faults, ops.is_some())
+    })
+}
+
+/// Under `short-own-rcu` the old window versions a writer unpublishes are
+/// its own RCU callbacks (Linux runs a callback on the CPU that queued
+/// it): a faulting thread's collections only end their grace periods and
+/// free none of the writer's VMAs, which the writer frees itself in its
+/// later write sections. Under `short` the same faults free most of them
+/// (the assertion that fails under the old policy).
+#[test]
+fn a_writer_under_short_own_rcu_frees_its_own_vmas_not_the_faulter() {
+    let _one = one_at_a_time();
+    const LEFT: u64 = 512;
+    let (faulted, freed) = writer_vmas_left(softmm::WriterPolicy::ShortOwnRcu, LEFT);
+    assert!(faulted >= LEFT, "the faults' collections freed the writer's VMAs: {faulted} left");
+    assert!(freed, "the writer freed its own VMAs");
+    let (faulted, _) = writer_vmas_left(softmm::WriterPolicy::Short, LEFT);
+    assert!(faulted < LEFT / 2, "under short the faults' collections free the writer's VMAs: {faulted} left");
 }

@@ -496,7 +496,8 @@ fn bench_takes_a_writer_policy() {
     let json = dir.join("out.json");
     let args = ["bench", "mmap1", "--threads", "1", "--iterations", "4", "--repeat", "1", "--no-host"];
     let mut a = args.to_vec();
-    a.extend(["--policy", "reserve,short,short-spin", "--json", json.to_str().unwrap()]);
+    let policies = WRITER_POLICIES.join(",");
+    a.extend(["--policy", &policies, "--json", json.to_str().unwrap()]);
     let out = softmm_in(&dir, &a, Duration::from_secs(60));
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("wlock/op"), "{}", out.stdout);

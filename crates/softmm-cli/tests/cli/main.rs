@@ -12,7 +12,7 @@ use serde_json::Value;
 
 const POLICIES: &[&str] = &["mmap-lock", "speculative", "per-vma", "per-vma-seq"];
 /// The writer policies, which the fault-policy workloads also take.
-const WRITER_POLICIES: &[&str] = &["reserve", "short", "short-spin"];
+const WRITER_POLICIES: &[&str] = &["reserve", "short", "short-spin", "short-collect", "short-own-rcu"];
 
 struct Out {
     code: Option<i32>,

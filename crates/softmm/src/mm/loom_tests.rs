@@ -92,3 +92,52 @@ fn a_merge_across_windows_never_shows_a_hole() {
     crate::sync::broken::check_model(|| model(true, merge), &PUBLISH_REVERSED);
     NO_FALL_THROUGH_RECHECK.with(|c| c.set(false));
 }
+
+/// `short-own-rcu` (`sync/rcu.rs`, `OwnCallbacks`): a munmap on a writer
+/// thread queues the old version of the VMA's window on the writer's own
+/// list, and the writer's next write section frees it once its batch's
+/// marker ran; a reader on this thread that loaded the window's version
+/// holding the VMA must see the VMA alive (counted in the arena) until its
+/// guard is dropped. The writer flushes its bag and collects in between, so that
+/// the marker can run in the model (crossbeam collects every 128 pins
+/// otherwise), until it has freed the version. Seen failing with `broken::rcu::FREE_WITHOUT_GRACE_PERIOD`
+/// (the writer frees the version at once).
+#[test]
+fn a_writer_frees_its_own_old_versions_after_their_grace_period() {
+    crate::sync::broken::check_model(own_rcu_model, &crate::sync::broken::rcu::FREE_WITHOUT_GRACE_PERIOD);
+}
+
+fn own_rcu_model() -> Result<(), String> {
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let config = MmConfig::default().writer_policy(crate::WriterPolicy::ShortOwnRcu);
+    let mm = AddressSpace::new(&phys, config).unwrap();
+    let a = 5 * GIB;
+    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+    assert_eq!(mm.mmap(a, PAGE_SIZE, PROT_READ, flags, None, 0), Ok(a));
+    let writer = {
+        let mm = mm.clone();
+        loom::thread::spawn(move || {
+            mm.munmap(a, PAGE_SIZE).unwrap();
+            // Until the writer freed the old version: each flush tries to
+            // end a grace period (the reader's guard holds it back), and a
+            // write section with nothing to change reclaims at its end. So
+            // the thread exits with nothing queued.
+            while crate::sync::rcu::own_queued() > 0 {
+                crossbeam_epoch::pin().flush();
+                mm.munmap(a, PAGE_SIZE).unwrap();
+                loom::thread::yield_now();
+            }
+        })
+    };
+    let mut res = Ok(());
+    {
+        let guard = crossbeam_epoch::pin();
+        // The window's version loaded, not read: a broken reclaim may have
+        // freed it, and the model must see that without touching it.
+        if mm.windows.has_version(a >> WINDOW_SHIFT, &guard) && phys.stats().vmas == 0 {
+            res = Err("a VMA found under a guard was freed before the guard was dropped".to_string());
+        }
+    }
+    writer.join().unwrap();
+    res
+}

@@ -51,9 +51,11 @@ use crate::file::{Inode, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
+use crate::sync::rcu::Reclaimer;
 use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
 use crate::vma::{VmFlags, Vma, VmaTree};
+use crate::WriterPolicy;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 pub(crate) use gather::{MmuGather, MAX_GATHER_FRAMES};
 
@@ -228,7 +230,7 @@ impl<'a> MmapWriteGuard<'a> {
         let mut st = self.st.take().expect("held until downgraded");
         let removed = self.mm.end_write_section(&mut st);
         let st = RwLockWriteGuard::downgrade(st);
-        put_files(removed);
+        self.mm.after_write_section(removed);
         st
     }
 }
@@ -238,7 +240,7 @@ impl Drop for MmapWriteGuard<'_> {
         if let Some(mut st) = self.st.take() {
             let removed = self.mm.end_write_section(&mut st);
             drop(st);
-            put_files(removed);
+            self.mm.after_write_section(removed);
         }
     }
 }
@@ -405,12 +407,36 @@ impl AddressSpace {
     /// lock-free reader a hole (see `vma/windows.rs`).
     fn publish(&self, tree: &mut VmaTree) {
         let guard = crossbeam_epoch::pin();
-        self.windows.publish_changed(tree, &guard, |_w| {
+        self.windows.publish_changed(tree, &guard, self.reclaimer(), |_w| {
             // The window's pointer, which the lock-free faults in it read.
             crate::sync::shared_write(1);
             #[cfg(test)]
             hooks::after_window_published(_w);
         });
+    }
+
+    /// Who frees the old versions of the windows a write section
+    /// unpublishes (`WriterPolicy`).
+    fn reclaimer(&self) -> Reclaimer {
+        match self.config.writer_policy {
+            WriterPolicy::ShortCollect => Reclaimer::Flush,
+            WriterPolicy::ShortOwnRcu => Reclaimer::ThisThread,
+            _ => Reclaimer::AnyThread,
+        }
+    }
+
+    /// What ends every write section once `mmap_lock` is released or
+    /// downgraded: the file uses of the VMAs it removed are put
+    /// ([`put_files`]), and under [`WriterPolicy::ShortOwnRcu`] the writer
+    /// closes its batch of old versions and frees those whose grace period
+    /// has ended ([`crate::sync::rcu::end_batch`],
+    /// [`crate::sync::rcu::reclaim_own`]).
+    fn after_write_section(&self, removed: Vec<Arc<Vma>>) {
+        put_files(removed);
+        if self.reclaimer() == Reclaimer::ThisThread {
+            crate::sync::rcu::end_batch();
+            crate::sync::rcu::reclaim_own();
+        }
     }
 
     /// The address space's memory policy (`None`: the default).

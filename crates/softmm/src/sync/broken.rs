@@ -399,3 +399,22 @@ pub(crate) mod windows {
         false
     }
 }
+
+/// The switch of a thread's own RCU callbacks (`sync/rcu.rs`,
+/// `reclaim_own`); model `mm/loom_tests.rs`.
+pub(crate) mod rcu {
+    #[cfg(loom)]
+    std::thread_local! {
+        /// `reclaim_own` frees every queued free without waiting for its
+        /// batch's marker: no grace period.
+        pub(crate) static FREE_WITHOUT_GRACE_PERIOD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn free_without_grace_period() -> bool {
+        #[cfg(loom)]
+        return FREE_WITHOUT_GRACE_PERIOD.with(|c| c.get());
+        #[cfg(not(loom))]
+        false
+    }
+}

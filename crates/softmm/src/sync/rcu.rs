@@ -12,7 +12,9 @@
 //! and the thread's whole count ([`super::shared_writes_this_thread`])
 //! still holds them.
 
+use super::broken::rcu as broken;
 use super::shared_write::Reclaiming;
+use super::{AtomicU64, Ordering};
 use crossbeam_epoch::{Guard, Shared};
 
 /// Destroys `old` once every guard pinned now is gone.
@@ -40,4 +42,270 @@ pub(crate) fn call_rcu(guard: &Guard, f: impl FnOnce() + Send + 'static) {
         let _reclaiming = Reclaiming::enter();
         f()
     });
+}
+
+/// Who runs the frees a writer defers (`WriterPolicy` chooses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reclaimer {
+    /// Whichever thread's collection comes first ([`defer_destroy`]).
+    AnyThread,
+    /// As `AnyThread`, and the writer flushes its bag to the global queue
+    /// and collects after it publishes ([`Guard::flush`]): it runs what
+    /// has expired by then, its own and others'.
+    Flush,
+    /// The writer's own thread ([`defer_destroy_own`], [`end_batch`],
+    /// [`reclaim_own`]).
+    ThisThread,
+}
+
+impl Reclaimer {
+    /// Destroys `old` once every guard pinned now is gone, on the thread
+    /// this reclaimer names.
+    ///
+    /// # Safety
+    ///
+    /// As [`defer_destroy`].
+    pub(crate) unsafe fn defer_destroy<T>(self, guard: &Guard, old: Shared<'_, T>) {
+        match self {
+            // SAFETY: the caller's contract is the callee's.
+            Reclaimer::AnyThread | Reclaimer::Flush => unsafe { defer_destroy(guard, old) },
+            // SAFETY: as above.
+            Reclaimer::ThisThread => unsafe { defer_destroy_own(guard, old) },
+        }
+    }
+
+    /// Ends a write section's deferrals: under `Flush`, flushes and
+    /// collects. (Under `ThisThread` the writer calls [`end_batch`] and
+    /// [`reclaim_own`] once its lock is released.)
+    pub(crate) fn end_section(self, guard: &Guard) {
+        if self == Reclaimer::Flush {
+            guard.flush();
+        }
+    }
+}
+
+/// A free queued on its thread's own list.
+struct Garbage {
+    ptr: *mut (),
+    free: unsafe fn(*mut ()),
+}
+
+impl Garbage {
+    fn new<T>(old: Box<T>) -> Garbage {
+        /// Frees a box made by [`Garbage::new`] for `T`.
+        unsafe fn free<T>(p: *mut ()) {
+            // SAFETY: `p` came from `Box::<T>::into_raw` in `Garbage::new`,
+            // and `Garbage::free` runs this once.
+            drop(unsafe { Box::from_raw(p.cast::<T>()) });
+        }
+        Garbage { ptr: Box::into_raw(old).cast(), free: free::<T> }
+    }
+
+    /// Runs the free, counted as reclaim.
+    fn free(self) {
+        let _reclaiming = Reclaiming::enter();
+        // SAFETY: `ptr` and `free` were made together in `Garbage::new`,
+        // and `self` is consumed, so the box is freed once.
+        unsafe { (self.free)(self.ptr) }
+    }
+}
+
+/// The end of the last batch whose grace period ended, written by the
+/// batches' markers (on whichever thread collects) and read by the owner.
+/// On lines of its own: the markers write it, the owner's CPU reads it.
+type Done = crossbeam_utils::CachePadded<AtomicU64>;
+
+/// A thread's own RCU callbacks, Linux's per-CPU callback list
+/// (`rcu_data::cblist` and `rcu_do_batch`): frees queued by
+/// [`defer_destroy_own`] and run by the same thread ([`reclaim_own`]).
+///
+/// # Protocol
+///
+/// * The owner queues each free tagged with its open batch's number,
+///   after the object was unlinked from every shared location.
+/// * [`end_batch`] closes the open batch unless the last batch closed is
+///   still waiting for its grace period (then the open one waits for the
+///   next, as Linux's `RCU_NEXT_TAIL` segment does): it defers one marker
+///   through the collector, `done.fetch_max(batch, Release)`, flushes it
+///   to the global queue, and opens the next batch. The collector runs the
+///   marker, on whichever thread collects, once every guard pinned before
+///   the marker was deferred is gone; every free of the batch was unlinked
+///   before that (program order on the owner), so no guard pinned since
+///   can reach them and every guard that could is gone.
+/// * [`reclaim_own`] loads `done` (Acquire, pairing with the marker's
+///   Release) and frees, oldest first, each queued free of a batch at or
+///   below it: the free happens after the marker ran, which happens after
+///   the last guard that could reach the object was dropped.
+/// * A collecting thread that runs a marker writes `done` and the count
+///   of the `Arc` holding it, once per grace period of the owner's, instead
+///   of freeing the owner's objects (their reference counts, their
+///   allocator's lines).
+/// * A thread that exits frees what has expired and hands the rest to
+///   the collector as one deferred function ([`defer_destroy`]'s way).
+struct OwnCallbacks {
+    /// The batch that frees queued now join.
+    open: u64,
+    /// Whether a free joined `open` since it was opened.
+    open_used: bool,
+    done: std::sync::Arc<Done>,
+    /// Each queued free with its batch, oldest first.
+    queue: std::collections::VecDeque<(u64, Garbage)>,
+}
+
+impl Default for OwnCallbacks {
+    fn default() -> OwnCallbacks {
+        OwnCallbacks {
+            open: 1,
+            open_used: false,
+            done: std::sync::Arc::new(Done::new(AtomicU64::new(0))),
+            queue: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl Drop for OwnCallbacks {
+    fn drop(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        // A loom model thread's locals are dropped in an order the model
+        // does not fix, so epoch operations here would make an execution
+        // differ from its replay: a model's thread that exits with frees
+        // queued leaks them instead (`own_rcu_model` drains its own).
+        if cfg!(loom) {
+            std::mem::forget(std::mem::take(&mut self.queue));
+            return;
+        }
+        let done = self.done.load(Ordering::Acquire);
+        while self.queue.front().is_some_and(|(b, _)| *b <= done) {
+            let (_, g) = self.queue.pop_front().expect("checked");
+            g.free();
+        }
+        if self.queue.is_empty() {
+            return;
+        }
+        let rest = std::mem::take(&mut self.queue);
+        let guard = crossbeam_epoch::pin();
+        // SAFETY: each free was unlinked before now and waits, as the
+        // markers would have, for every guard pinned now; the pointers are
+        // the queue's own (`Garbage` is not `Send` only because it holds a
+        // raw pointer, freed once, on one thread).
+        unsafe {
+            guard.defer_unchecked(move || {
+                for (_, g) in rest {
+                    g.free();
+                }
+            })
+        };
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static OWN: std::cell::RefCell<OwnCallbacks> = std::cell::RefCell::default();
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static OWN: std::cell::RefCell<OwnCallbacks> = std::cell::RefCell::default();
+}
+
+/// Destroys `old` on the calling thread once every guard pinned before the
+/// next [`end_batch`] of this thread is gone: at a [`reclaim_own`] of this
+/// thread after that (or, at its exit, by the collector).
+///
+/// # Safety
+///
+/// As [`defer_destroy`]: `old` is unreachable from every shared location,
+/// and nothing else destroys it.
+pub(crate) unsafe fn defer_destroy_own<T>(guard: &Guard, old: Shared<'_, T>) {
+    // SAFETY: the caller's contract: `old` is ours to destroy.
+    let mut g = Some(Garbage::new(unsafe { old.into_owned() }.into_box()));
+    let _ = OWN.try_with(|own| {
+        let mut own = own.borrow_mut();
+        let b = own.open;
+        own.open_used = true;
+        own.queue.push_back((b, g.take().expect("once")));
+    });
+    if let Some(g) = g {
+        // The thread is exiting and its list is gone: the collector's way.
+        // SAFETY: as in `OwnCallbacks::drop`.
+        unsafe { guard.defer_unchecked(move || g.free()) };
+    }
+}
+
+/// Closes the calling thread's open batch of [`defer_destroy_own`] frees,
+/// unless it is empty or the batch closed before it still waits for its
+/// grace period: its marker runs once every guard pinned now is gone.
+/// Call it with no lock held (it flushes the thread's epoch bag, which
+/// collects).
+pub(crate) fn end_batch() {
+    let _ = OWN.try_with(|own| {
+        let mut own = own.borrow_mut();
+        if !own.open_used || own.done.load(Ordering::Acquire) + 1 < own.open {
+            return;
+        }
+        let (b, done, owner) = (own.open, own.done.clone(), counting_slot());
+        own.open += 1;
+        own.open_used = false;
+        drop(own);
+        let guard = crossbeam_epoch::pin();
+        call_rcu(&guard, move || {
+            done.fetch_max(b, Ordering::Release);
+            if counting_slot() != owner {
+                // `done`, and the count of the `Arc` that holds it: the
+                // owner's lines, written by another thread's collection.
+                super::shared_write(2);
+            }
+        });
+        // To the global queue now: the thread's bag may not fill for long,
+        // and the marker's grace period starts only there.
+        guard.flush();
+    });
+}
+
+/// The slot a marker's shared writes are counted against. Not under loom,
+/// where a marker may run while a model thread's locals are being
+/// destroyed (crossbeam's `Local::finalize`), and a first use of the
+/// slot's loom thread-local there is not deterministic; the count is
+/// statistics only.
+#[inline]
+fn counting_slot() -> usize {
+    #[cfg(loom)]
+    return 0;
+    #[cfg(not(loom))]
+    super::percpu::this_slot()
+}
+
+/// How many frees the calling thread has queued and not yet run.
+#[cfg(all(test, loom))]
+pub(crate) fn own_queued() -> usize {
+    OWN.with(|own| own.borrow().queue.len())
+}
+
+/// Runs the calling thread's queued frees whose batch's grace period has
+/// ended, oldest first; returns how many. Call it with no lock held: a
+/// free drops the last references of what it frees.
+pub(crate) fn reclaim_own() -> usize {
+    let mut n = 0;
+    loop {
+        // One free at a time, the list not borrowed while it runs.
+        let next = OWN.try_with(|own| {
+            let mut own = own.borrow_mut();
+            let done = own.done.load(Ordering::Acquire);
+            let done = if broken::free_without_grace_period() { u64::MAX } else { done };
+            if own.queue.front().is_some_and(|(b, _)| *b <= done) {
+                own.queue.pop_front().map(|(_, g)| g)
+            } else {
+                None
+            }
+        });
+        match next {
+            Ok(Some(g)) => {
+                g.free();
+                n += 1;
+            }
+            _ => return n,
+        }
+    }
 }

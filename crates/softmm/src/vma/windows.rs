@@ -52,6 +52,7 @@ use crossbeam_utils::CachePadded;
 
 use super::{VmaTree, WindowMap, Windows, WINDOW_SHIFT};
 use crate::sync::broken::windows as broken;
+use crate::sync::rcu::Reclaimer;
 use crate::sync::{Ordering, SeqCount};
 
 /// Windows per leaf of the directory: 256 (a 16 KiB leaf); 4 under loom,
@@ -202,8 +203,9 @@ impl WindowDir {
     }
 
     /// Publishes `map` as window `w`'s version (`None`: the window holds no
-    /// VMA any more). Only the window's writer calls it.
-    pub(crate) fn publish(&self, w: u64, map: Option<WindowMap>, guard: &Guard) {
+    /// VMA any more), the old version freed by `reclaimer` after a grace
+    /// period. Only the window's writer calls it.
+    pub(crate) fn publish(&self, w: u64, map: Option<WindowMap>, guard: &Guard, reclaimer: Reclaimer) {
         let (leaf, window) = self.window_or_alloc(w);
         let i = w as usize % LEAF_WINDOWS;
         let (word, bit) = (&leaf.nonempty[i / 64], 1u64 << (i % 64));
@@ -222,15 +224,23 @@ impl WindowDir {
             // SAFETY: `old` was the published version; it is unreachable
             // from the window now, and readers that loaded it hold a guard
             // that the deferred destruction waits for.
-            unsafe { crate::sync::rcu::defer_destroy(guard, old) };
+            unsafe { reclaimer.defer_destroy(guard, old) };
         }
     }
 
     /// Publishes the windows of `tree` its write section changed, each as
     /// one RCU version, in the order of [`VmaTree::publish_changed`],
     /// inside a write section of the sequence count when there are
-    /// several; `each` after each window. Only the writer calls it.
-    pub(crate) fn publish_changed(&self, tree: &mut VmaTree, guard: &Guard, mut each: impl FnMut(u64)) {
+    /// several; `each` after each window; the old versions freed by
+    /// `reclaimer` (whose section ends with the publication). Only the
+    /// writer calls it.
+    pub(crate) fn publish_changed(
+        &self,
+        tree: &mut VmaTree,
+        guard: &Guard,
+        reclaimer: Reclaimer,
+        mut each: impl FnMut(u64),
+    ) {
         let old = self.published(guard);
         let mut began = false;
         tree.publish_changed(
@@ -240,13 +250,14 @@ impl WindowDir {
                 began = true;
             },
             |w, map| {
-                self.publish(w, map.cloned(), guard);
+                self.publish(w, map.cloned(), guard, reclaimer);
                 each(w);
             },
         );
         if began {
             self.several.write_end();
         }
+        reclaimer.end_section(guard);
     }
 
     /// Publishes every window empty (exit: the VMAs go after the grace
@@ -258,9 +269,17 @@ impl WindowDir {
                 continue;
             }
             for i in 0..LEAF_WINDOWS {
-                self.publish(((l as u64) << LEAF_SHIFT) + i as u64, None, &guard);
+                self.publish(((l as u64) << LEAF_SHIFT) + i as u64, None, &guard, Reclaimer::AnyThread);
             }
         }
+    }
+
+    /// Whether window `w` has a published version, loaded under `guard`
+    /// but not read: a model's check that a version is still reachable to
+    /// this reader, which does not touch what a broken reclaim freed.
+    #[cfg(all(test, loom))]
+    pub(crate) fn has_version(&self, w: u64, guard: &Guard) -> bool {
+        self.window(w).is_some_and(|win| !win.tree.load(Ordering::Acquire, guard).is_null())
     }
 
     /// The published windows, readable for as long as `guard` is held.
@@ -420,7 +439,7 @@ mod tests {
         let mut t = VmaTree::default();
         let publish = |t: &mut VmaTree| {
             let guard = crossbeam_epoch::pin();
-            dir.publish_changed(t, &guard, |_| ());
+            dir.publish_changed(t, &guard, Reclaimer::AnyThread, |_| ());
         };
         let vma = |s: u64, e: u64| Vma::new(&phys, s, e, VmFlags::READ, 0, None, None);
         // Across bitmap word 0/1 (window 63/64), across leaves (255/256),
