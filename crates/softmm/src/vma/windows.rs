@@ -502,7 +502,7 @@ mod tests {
 
     /// `clear` (exit) empties every window that holds a VMA, in every leaf,
     /// though it visits only the windows whose bits are set; the last
-    /// versions go with the directory (leaks are Miri's to see).
+    /// versions go with the directory's drop, whose unsafe code Miri runs.
     #[test]
     fn clear_empties_every_window_it_finds_by_the_bitmaps() {
         let phys = PhysMem::new(PhysConfig::new(64 << 10)).unwrap();
