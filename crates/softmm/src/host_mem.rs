@@ -72,6 +72,10 @@ pub(crate) struct HostMem {
     base: usize,
     /// The window's length, a multiple of the page size.
     len: u64,
+    /// The file page index of its first page: 0 for embedder memory, the
+    /// mapped offset's page for a window onto a host file (whose VMAs'
+    /// `pgoff` is then the host file's, as `/proc/pid/maps` shows it).
+    first: u64,
     /// The inode's hold on the release, dropped when it is evicted.
     hold: Mutex<Option<Arc<HostRelease>>>,
     /// For the window of a host file (`HostFileCoherence::Shared`): its
@@ -86,9 +90,74 @@ pub(crate) struct HostFileHooks {
     pub(crate) origin: u64,
     /// The pages of the window that lie (at least in part) below the
     /// host file's end now; an access to a page past them is `SIGBUS`.
-    pub(crate) pages: Box<dyn Fn() -> u64 + Send + Sync>,
+    pub(crate) pages: Arc<dyn Fn() -> u64 + Send + Sync>,
     /// `msync(MS_SYNC)`/`fsync` of the window: the host's `fdatasync`.
     pub(crate) sync: Box<dyn Fn() -> crate::error::Result<()> + Send + Sync>,
+}
+
+/// A page of a host-memory window held mapped: what a pin of a host
+/// file's shared mapping holds (Linux pins the page-cache page; here the
+/// page is the host's, and the hold keeps the host mapping from being
+/// released, step 4 of the protocol, until the pin goes).
+pub(crate) struct HeldPage {
+    /// The page's host address.
+    addr: usize,
+    /// Its file page index, and the host file's pages now (for a window
+    /// onto a host file): the page is read and written only below them.
+    index: u64,
+    pages: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    /// Taken for writing: the host memory is writable.
+    writable: bool,
+    _hold: Arc<HostRelease>,
+}
+
+impl HeldPage {
+    /// File page `index` of `mem`, held, for writing if `write` (the
+    /// caller has checked that the mapping may write: `VM_MAYWRITE`, which
+    /// a host file opened read-only never gives); `None` outside the
+    /// window, past a host file's end now, or once the window is released.
+    pub(crate) fn new(mem: &HostMem, index: u64, write: bool) -> Option<HeldPage> {
+        let hold = mem.hold()?;
+        let addr = mem.page_ptr(index).filter(|_| mem.page_backed(index))? as usize;
+        let pages = mem.file.as_ref().map(|f| f.pages.clone());
+        Some(HeldPage { addr, index, pages, writable: write, _hold: hold })
+    }
+
+    /// Whether the page lies below the host file's end now. A page the
+    /// file no longer reaches is Linux's truncated page-cache page, which
+    /// a pin keeps; here it is the host's `SIGBUS`, never touched.
+    fn backed(&self) -> bool {
+        self.pages.as_ref().is_none_or(|pages| self.index < pages())
+    }
+
+    /// Copies the page's bytes at `off` into `dst` (word-atomic, as the
+    /// guest's accesses are); `false`, copying nothing, if the host file no
+    /// longer reaches the page. Panics if the bytes leave the page.
+    pub(crate) fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        assert!(off + dst.len() <= PAGE_SIZE as usize, "inside the page");
+        if !self.backed() {
+            return false;
+        }
+        // SAFETY: inside the page (asserted), mapped until `_hold` goes;
+        // the guest's accesses to it are atomic too (`HostMem::new`).
+        unsafe { crate::access::copy_from_host((self.addr + off) as *const u8, dst) };
+        true
+    }
+
+    /// Copies `src` to the page at `off`; `false` as for
+    /// [`HeldPage::read`]. Panics if it leaves the page or the page was
+    /// not taken for writing.
+    pub(crate) fn write(&self, off: usize, src: &[u8]) -> bool {
+        assert!(off + src.len() <= PAGE_SIZE as usize, "inside the page");
+        assert!(self.writable, "a page taken for writing");
+        if !self.backed() {
+            return false;
+        }
+        // SAFETY: as in `read`; taken for writing, so the memory is
+        // writable (`HeldPage::new`).
+        unsafe { crate::access::copy_to_host(src, (self.addr + off) as *mut u8) };
+        true
+    }
 }
 
 impl std::fmt::Debug for HostMem {
@@ -110,18 +179,20 @@ impl HostMem {
     pub(crate) unsafe fn new(base: *mut u8, len: u64, release: Option<ReleaseFn>) -> HostMem {
         debug_assert!(base as usize % PAGE_SIZE as usize == 0 && len % PAGE_SIZE == 0);
         let hold = Arc::new(HostRelease { release: Mutex::new(release) });
-        HostMem { base: base as usize, len, hold: Mutex::new(Some(hold)), file: None }
+        HostMem { base: base as usize, len, first: 0, hold: Mutex::new(Some(hold)), file: None }
     }
 
-    /// The window with `file`'s hooks: a window onto a host file.
-    pub(crate) fn with_file(mut self, file: HostFileHooks) -> HostMem {
+    /// The window with `file`'s hooks: a window onto a host file whose
+    /// first page is the file's page `first`.
+    pub(crate) fn with_file(mut self, file: HostFileHooks, first: u64) -> HostMem {
         self.file = Some(file);
+        self.first = first;
         self
     }
 
-    /// Whether page `index` of the window may be accessed: inside the
-    /// window and, for a host file, not wholly past its end now (Linux's
-    /// `SIGBUS` past `i_size`; the host mapping is never touched there).
+    /// Whether file page `index` may be accessed: for a host file, not
+    /// wholly past its end now (Linux's `SIGBUS` past `i_size`; the host
+    /// mapping is never touched there).
     #[inline]
     pub(crate) fn page_backed(&self, index: u64) -> bool {
         self.file.as_ref().is_none_or(|f| index < (f.pages)())
@@ -137,15 +208,21 @@ impl HostMem {
         self.file.as_ref().map_or(Ok(()), |f| (f.sync)())
     }
 
-    /// The host address of page `index` of the window, `None` past its end.
+    /// Whether this is a window onto a host file
+    /// (`HostFileCoherence::Shared`), not embedder memory (`mmap_host`).
+    pub(crate) fn is_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// The host address of file page `index`, `None` outside the window.
     #[inline]
     pub(crate) fn page_ptr(&self, index: u64) -> Option<*mut u8> {
-        let off = index.checked_mul(PAGE_SIZE).filter(|&o| o < self.len)?;
+        let off = index.checked_sub(self.first)?.checked_mul(PAGE_SIZE).filter(|&o| o < self.len)?;
         Some((self.base + off as usize) as *mut u8)
     }
 
     /// A hold on the release for a user of the window outside a section
-    /// (`Cpu::with_slice`); `None` once the inode is evicted.
+    /// (`Cpu::with_slice`, a pin); `None` once the inode is evicted.
     pub(crate) fn hold(&self) -> Option<Arc<HostRelease>> {
         self.hold.lock().clone()
     }

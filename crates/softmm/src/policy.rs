@@ -409,9 +409,11 @@ pub enum HostFileCoherence {
     /// The host's own `MAP_SHARED` mapping of the file (one per `mmap`), as
     /// `crate::host_mem` maps embedder memory: guest and host see each
     /// other's writes at once; an access to a page wholly past the host
-    /// file's end is `SIGBUS` (`BUS_ADRERR`). Like `mmap_host`'s, the
-    /// mapping is `VM_PFNMAP`: pins, forced remote access, `MADV_DONTNEED`
-    /// and growth by `mremap` are refused. `File::set_len` shoots the
+    /// file's end is `SIGBUS` (`BUS_ADRERR`). The mapping has a shared
+    /// file mapping's flags (not `VM_PFNMAP`): `MADV_DONTNEED` drops the
+    /// translations (the bytes stay the file's), pins hold the host's page
+    /// mapped, forced remote access reads and writes the file; growth by
+    /// `mremap` is still refused (`EFAULT`). `File::set_len` shoots the
     /// pages past the new end down before the host file shrinks; a
     /// truncation by the host itself leaves a window (a translation cached
     /// before it reaches the host's `SIGBUS`): see `docs/architecture.md`,

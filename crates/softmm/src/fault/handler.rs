@@ -94,9 +94,14 @@ fn handle_page_fault(ctx: &FaultCtx<'_>, addr: u64, access: Access) -> FaultResu
         handle_page_fault(ctx, addr, Access::Read)?;
         return Err(Fault::Segv { addr, code: SegvCode::AccErr }.into());
     }
-    if vma.file.as_ref().is_some_and(|f| f.host_mem.is_some()) {
-        // Embedder memory (`mmap_host`) has no entry to install: the
-        // retried access fills its TLB from the VMA (`cpu/host_mem.rs`).
+    if crate::fault::host_window::window(vma).is_some() {
+        // Embedder memory (`mmap_host`) and host-file windows have no
+        // entry to install: the retried access fills its TLB from the VMA
+        // (`cpu/host_mem.rs`). A host file's page wholly past its end is
+        // Linux's `SIGBUS` (which gup turns into `EFAULT`).
+        if crate::fault::host_window::page_of(vma, addr).is_none() {
+            return Err(Fault::Bus { addr }.into());
+        }
         return Ok(());
     }
     if vma.flags.contains(VmFlags::PFNMAP) {

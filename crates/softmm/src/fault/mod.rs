@@ -52,6 +52,7 @@
 //! the locks of their [`crate::HugetlbPolicy`].
 
 mod handler;
+pub(crate) mod host_window;
 pub(crate) mod hugetlb;
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -56,7 +56,7 @@ fn spawn_gup_fast(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle<Op
         let mut out = Taken::new(&mm.phys, true, 1);
         let next = fast::gup_fast(&mm, &req, a, a + PAGE_SIZE, &mut out);
         assert_eq!(next == a + PAGE_SIZE, out.pfns.len() == 1);
-        let (pfns, _) = out.into_pfns();
+        let (pfns, _, _) = out.into_pfns();
         pfns.first().copied()
     })
 }

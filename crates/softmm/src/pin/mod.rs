@@ -46,6 +46,7 @@ use std::sync::Arc;
 pub(crate) use crate::mm::PinState;
 
 use crate::error::{Errno, Result};
+use crate::host_mem::HeldPage;
 use crate::mm::{AddressSpace, PinPolicy};
 use crate::phys::{FrameRef, Pfn, PhysMem, PG_DIRTY};
 use crate::sync::Ordering;
@@ -106,12 +107,21 @@ impl PinStats {
 /// stay allocated, and the device view reads and writes them, until the
 /// handle goes. The device view addresses bytes from the first pinned page
 /// (`offset` 0 is the page containing the address the pin was asked for).
+///
+/// A page of a coherent shared mapping of a host file
+/// (`HostFileCoherence::Shared`) is the host's page, not a frame: the
+/// handle holds the host mapping of it (Linux pins the page-cache page),
+/// which stays mapped, and the device view reads and writes the file's
+/// bytes there, until the handle goes.
 #[must_use = "dropping the handle unpins the pages at once"]
 pub struct PinnedPages {
     phys: Arc<PhysMem>,
     state: Arc<PinState>,
     addr: u64,
     pfns: Vec<Pfn>,
+    /// The host pages among them, by index in `pfns` (whose entry there is
+    /// the zero page's, which a release skips), in order.
+    host: Vec<(usize, HeldPage)>,
     /// `FOLL_PIN` (else `FOLL_GET`).
     pin: bool,
     write: bool,
@@ -152,15 +162,22 @@ impl PinnedPages {
     }
 
     /// The device reads `buf.len()` bytes at `offset`, straight from the
-    /// frames. `EFAULT` (nothing read) if the range is not inside the pages.
+    /// frames. `EFAULT` (nothing read) if the range is not inside the pages;
+    /// `EFAULT` too, at a host file's page the file no longer reaches (the
+    /// bytes before it read), where Linux's pin would read a truncated
+    /// page-cache page.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check(offset, buf.len())?;
         let mut done = 0;
         while done < buf.len() {
             // Inside one frame that this handle holds a reference on (so it
             // is not freed and reused).
-            let (pfn, within, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
-            self.phys.read(pfn, within, &mut buf[done..done + n]);
+            let (page, within, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
+            match self.host_page(page) {
+                Some(held) if !held.read(within, &mut buf[done..done + n]) => return Err(Errno::Fault),
+                Some(_) => {}
+                None => self.phys.read(self.pfns[page], within, &mut buf[done..done + n]),
+            }
             done += n;
         }
         Ok(())
@@ -171,7 +188,8 @@ impl PinnedPages {
     /// frame is still the one its page tables map). `EFAULT` (nothing
     /// written) if the range is not inside the pages, `EPERM` if they were
     /// not taken with [`Foll::WRITE`] (the frame may be the shared zero page
-    /// or a page the process shares copy-on-write).
+    /// or a page the process shares copy-on-write); `EFAULT` at a host
+    /// file's page as for [`PinnedPages::read`].
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.check(offset, buf.len())?;
         if !self.write {
@@ -179,8 +197,12 @@ impl PinnedPages {
         }
         let mut done = 0;
         while done < buf.len() {
-            let (pfn, within, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
-            self.phys.write(pfn, within, &buf[done..done + n]);
+            let (page, within, n) = self.frame_bytes(offset + done as u64, buf.len() - done);
+            match self.host_page(page) {
+                Some(held) if !held.write(within, &buf[done..done + n]) => return Err(Errno::Fault),
+                Some(_) => {}
+                None => self.phys.write(self.pfns[page], within, &buf[done..done + n]),
+            }
             done += n;
         }
         Ok(())
@@ -194,13 +216,19 @@ impl PinnedPages {
         }
     }
 
-    /// The frame holding byte `offset`, the byte's offset in it, and how
-    /// many bytes of the frame follow it, at most `max`.
-    fn frame_bytes(&self, offset: u64, max: usize) -> (Pfn, usize, usize) {
+    /// The index of the page holding byte `offset`, the byte's offset in
+    /// it, and how many bytes of the page follow it, at most `max`.
+    fn frame_bytes(&self, offset: u64, max: usize) -> (usize, usize, usize) {
         let page = (offset / PAGE_SIZE) as usize;
         let within = offset % PAGE_SIZE;
         let n = ((PAGE_SIZE - within) as usize).min(max);
-        (self.pfns[page], within as usize, n)
+        (page, within as usize, n)
+    }
+
+    /// The host page at index `page`, if it is one.
+    fn host_page(&self, page: usize) -> Option<&HeldPage> {
+        let i = self.host.binary_search_by_key(&page, |(i, _)| *i).ok()?;
+        Some(&self.host[i].1)
     }
 }
 
@@ -230,6 +258,8 @@ impl PinnedPages {
             }
             release(&self.phys, pfn, self.pin);
         }
+        // The holds on host pages: a released window unmaps after this.
+        self.host.clear();
         self.state.unaccount(std::mem::take(&mut self.accounted));
     }
 }
@@ -313,6 +343,8 @@ pub(crate) struct Taken<'a> {
     phys: &'a PhysMem,
     pin: bool,
     pub(crate) pfns: Vec<Pfn>,
+    /// The host pages taken, by index in `pfns` (see [`PinnedPages`]).
+    pub(crate) host: Vec<(usize, HeldPage)>,
     pub(crate) stats: PinStats,
 }
 
@@ -321,13 +353,25 @@ impl<'a> Taken<'a> {
         // Reserved for at most 64Ki pages up front: a request may name far
         // more pages than exist (it then fails), and the vector only grows
         // with pages actually taken, which the arena bounds.
-        Taken { phys, pin, pfns: Vec::with_capacity(capacity.min(1 << 16)), stats: PinStats::default() }
+        let pfns = Vec::with_capacity(capacity.min(1 << 16));
+        Taken { phys, pin, pfns, host: Vec::new(), stats: PinStats::default() }
     }
 
-    fn into_pfns(mut self) -> (Vec<Pfn>, PinStats) {
-        (std::mem::take(&mut self.pfns), self.stats)
+    /// Takes a host page: the zero page's entry in `pfns` stands for it.
+    pub(crate) fn push_host(&mut self, held: HeldPage) {
+        self.host.push((self.pfns.len(), held));
+        self.pfns.push(self.phys.zero_pfn());
+    }
+
+    fn into_pfns(mut self) -> Pages {
+        (std::mem::take(&mut self.pfns), std::mem::take(&mut self.host), self.stats)
     }
 }
+
+/// What a request took: the frames, the host pages among them, the stats.
+pub(crate) type Pages = (Vec<Pfn>, Vec<(usize, HeldPage)>, PinStats);
+
+impl Taken<'_> {}
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
@@ -438,7 +482,7 @@ impl AddressSpace {
             let mut out = Taken::new(&self.phys, pin, req.pages() as usize);
             take_range(self, &req, req.start, req.end, &mut out).map(|()| out.into_pfns())
         };
-        let (pfns, stats) = match taken {
+        let (pfns, host, stats) = match taken {
             Ok(t) => t,
             Err(e) => {
                 self.pins.unaccount(accounted);
@@ -450,6 +494,7 @@ impl AddressSpace {
             state: self.pins.clone(),
             addr: req.start,
             pfns,
+            host,
             pin,
             write: req.write,
             accounted,

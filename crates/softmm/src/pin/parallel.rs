@@ -9,7 +9,6 @@
 use crate::error::Result;
 use crate::mm::AddressSpace;
 use crate::pgtable::PMD_SIZE;
-use crate::phys::Pfn;
 use crate::sync::{AtomicUsize, Ordering};
 
 use super::{take_range, PinStats, Request, Taken};
@@ -34,7 +33,7 @@ fn chunks(start: u64, end: u64, threads: usize) -> Vec<(u64, u64)> {
 }
 
 /// Pins (or references) `req`'s range with `threads` workers.
-pub(crate) fn take(mm: &AddressSpace, req: &Request, threads: usize) -> Result<(Vec<Pfn>, PinStats)> {
+pub(crate) fn take(mm: &AddressSpace, req: &Request, threads: usize) -> Result<super::Pages> {
     let chunks = chunks(req.start, req.end, threads);
     let next = AtomicUsize::new(0);
     let workers = threads.min(chunks.len()).max(1);
@@ -69,12 +68,15 @@ pub(crate) fn take(mm: &AddressSpace, req: &Request, threads: usize) -> Result<(
     }
     parts.sort_by_key(|(i, _)| *i);
     let mut pfns = Vec::with_capacity(parts.iter().map(|(_, t)| t.pfns.len()).sum());
+    let mut host = Vec::new();
     let mut stats = PinStats::default();
     for (_, mut t) in parts {
+        let base = pfns.len();
+        host.extend(t.host.drain(..).map(|(i, held)| (base + i, held)));
         pfns.append(&mut t.pfns);
         stats.add(&t.stats);
     }
-    Ok((pfns, stats))
+    Ok((pfns, host, stats))
 }
 
 #[cfg(all(test, not(loom)))]

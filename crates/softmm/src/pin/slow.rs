@@ -64,7 +64,7 @@ fn check_vma_flags(vma: &Vma, req: &Request) -> Result<()> {
     // bytes before the unpin. Shared mappings of in-memory (shmem) and
     // hugetlbfs files need no tracking, and a private mapping's pin breaks
     // COW into anonymous memory first.
-    if req.write && req.pin && req.longterm && vma.needs_dirty_tracking() {
+    if req.write && req.pin && req.longterm && (vma.needs_dirty_tracking() || host_file_needs_dirty_tracking(vma)) {
         return Err(Errno::Fault);
     }
     let need = if req.write { VmFlags::WRITE } else { VmFlags::READ };
@@ -72,6 +72,13 @@ fn check_vma_flags(vma: &Vma, req: &Request) -> Result<()> {
         return Err(Errno::Fault);
     }
     Ok(())
+}
+
+/// `vma_needs_dirty_tracking` of a coherent shared mapping of a host file:
+/// a shared writable mapping of a file the host writes back, as the same
+/// file under `HostFileCoherence::Cache` is.
+fn host_file_needs_dirty_tracking(vma: &Vma) -> bool {
+    vma.flags.contains(VmFlags::SHARED | VmFlags::WRITE) && crate::fault::host_window::is_host_file_window(vma)
 }
 
 /// What `follow_page` found.
@@ -196,6 +203,13 @@ const FOLLOW_TRIES: u32 = 64;
 /// `mmap_lock`, faulting or unsharing it first where needed; `EAGAIN` after
 /// [`FOLLOW_TRIES`] rounds that did not make it pinnable.
 fn take_one_locked(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64, out: &mut Taken<'_>) -> Result<()> {
+    if crate::fault::host_window::is_host_file_window(vma) {
+        // A coherent shared mapping of a host file: the host's page, held
+        // mapped; past the file's end the fault's `SIGBUS` (`EFAULT`).
+        let held = crate::fault::host_window::hold_page(vma, va, req.write).ok_or(Errno::Fault)?;
+        out.push_host(held);
+        return Ok(());
+    }
     let access = if req.write { Access::Write } else { Access::Read };
     for _ in 0..FOLLOW_TRIES {
         match follow_page(mm, vma, req, va) {

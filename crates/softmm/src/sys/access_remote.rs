@@ -26,7 +26,10 @@
 //!   private mapping of a file opened read-only which has no
 //!   `VM_MAYWRITE`) fails: `EFAULT` inside gup, 0 bytes done here;
 //! * `VM_IO`/`VM_PFNMAP` VMAs are refused (Linux then tries the VMA's
-//!   `vm_ops->access`, which softmm's VMAs do not have).
+//!   `vm_ops->access`, which softmm's VMAs do not have);
+//! * a coherent shared mapping of a host file (`HostFileCoherence::Shared`)
+//!   is a shared file mapping: copied straight from or to the host's page
+//!   of the window, stopping where the file ends (Linux's `SIGBUS`).
 //!
 //! The result is the number of bytes done, as `access_remote_vm` returns:
 //! the copy stops at the first page that cannot be had (no VMA, a refused
@@ -167,22 +170,21 @@ impl AddressSpace {
             if check_vma_flags(vma, write, force).is_err() {
                 break;
             }
-            let Some((frame, page)) = self.get_user_page(vma, addr, write, force) else { break };
             let offset = addr % PAGE_SIZE;
             let n = ((PAGE_SIZE - offset) as usize).min(len - done);
-            let at = offset as usize;
-            // `offset + n <= PAGE_SIZE`: inside the 4 KiB frame `page`, which
-            // the reference `frame` (on it, or on the head of the huge page
-            // holding it) keeps from being freed and reused meanwhile.
-            match &mut buf {
-                Buf::Read(b) => self.phys.read(page, at, &mut b[done..done + n]),
-                Buf::Write(b) => {
-                    self.phys.write(page, at, &b[done..done + n]);
-                    // `set_page_dirty_lock`: a page-cache page now differs
-                    // from what its file was last written with (a huge
-                    // page's state is its head's).
-                    frame.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+            if crate::fault::host_window::is_host_file_window(vma) {
+                // A window onto a host file: the host's page, or a stop
+                // where the file ends (the fault's `SIGBUS`).
+                let copied = match &mut buf {
+                    Buf::Read(b) => crate::fault::host_window::read_window(vma, addr, &mut b[done..done + n]),
+                    Buf::Write(b) => crate::fault::host_window::write_window(vma, addr, &b[done..done + n]),
+                };
+                if !copied {
+                    break;
                 }
+            } else {
+                let Some((frame, page)) = self.get_user_page(vma, addr, write, force) else { break };
+                self.copy_frame(&mut buf, &frame, page, offset as usize, done, n);
             }
             done += n;
             match addr.checked_add(n as u64) {
@@ -191,6 +193,23 @@ impl AddressSpace {
             }
         }
         done
+    }
+
+    /// The copy of `n` bytes at `at` of the 4 KiB frame `page`, which the
+    /// reference `frame` (on it, or on the head of the huge page holding
+    /// it) keeps from being freed and reused meanwhile, from or to
+    /// `buf[done..]` (`at + n <= PAGE_SIZE`).
+    fn copy_frame(&self, buf: &mut Buf<'_>, frame: &FrameRef<'_>, page: Pfn, at: usize, done: usize, n: usize) {
+        match buf {
+            Buf::Read(b) => self.phys.read(page, at, &mut b[done..done + n]),
+            Buf::Write(b) => {
+                self.phys.write(page, at, &b[done..done + n]);
+                // `set_page_dirty_lock`: a page-cache page now differs
+                // from what its file was last written with (a huge
+                // page's state is its head's).
+                frame.desc().flags.fetch_or(PG_DIRTY, Ordering::Relaxed);
+            }
+        }
     }
 
     /// `get_user_pages_remote` for the one page at `addr` of `vma`

@@ -277,6 +277,13 @@ impl AddressSpace {
             self.madvise_free(start, stop, tlb);
         } else {
             self.zap_range(start, stop, tlb, |_| true);
+            if crate::fault::host_window::is_host_file_window(vma) {
+                // A window onto a host file has no entries to zap: its
+                // translations live only in TLBs, which record no owner,
+                // so every CPU is shot down. The bytes stay in the file;
+                // the next access fills from it again.
+                tlb.need_flush = true;
+            }
         }
         Ok(())
     }

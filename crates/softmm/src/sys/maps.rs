@@ -100,7 +100,11 @@ impl AddressSpace {
                 let stack = st.start_stack.is_some_and(|s| v.start <= s && v.end >= s);
                 let (offset, inode, name) = match &v.file {
                     // show_map_vma prints `pgoff << PAGE_SHIFT` (wrapping).
-                    Some(f) => (v.pgoff.wrapping_shl(PAGE_SHIFT as u32), f.id(), f.name().to_string()),
+                    // A window onto a host file shows the file's own inode.
+                    Some(f) => {
+                        let inode = f.host_mem.as_ref().and_then(|m| m.origin()).unwrap_or(f.id());
+                        (v.pgoff.wrapping_shl(PAGE_SHIFT as u32), inode, f.name().to_string())
+                    }
                     None if heap => (0, 0, "[heap]".to_string()),
                     None if stack => (0, 0, "[stack]".to_string()),
                     None => (0, 0, String::new()),

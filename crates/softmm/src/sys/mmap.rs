@@ -327,6 +327,11 @@ impl AddressSpace {
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {
             Backing::Hugetlb(_) => &crate::hugetlb::HUGETLB_VM_OPS,
+            // A window onto a host file (`HostFileCoherence::Shared`): a
+            // shared file mapping's flags.
+            Backing::File if file.is_some_and(|f| f.file.inode().host_mem.as_ref().is_some_and(|m| m.is_file())) => {
+                &super::mmap_host::HOST_FILE_VM_OPS
+            }
             // Embedder memory (`mmap_host`): `VM_PFNMAP`-like.
             Backing::File if file.is_some_and(|f| f.file.inode().host_mem.is_some()) => {
                 &super::mmap_host::HOST_MEM_VM_OPS

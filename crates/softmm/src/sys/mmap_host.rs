@@ -11,10 +11,20 @@
 //! (`check_vma_flags`), and `MAP_POPULATE`/`mlock` skip it (`__mm_populate`).
 //!
 //! A `MAP_SHARED` mapping of a host file under
-//! [`HostFileCoherence::Shared`](crate::HostFileCoherence::Shared) is one
-//! of these too ([`AddressSpace::mmap_host_file`]): its window is the
+//! [`HostFileCoherence::Shared`](crate::HostFileCoherence::Shared) has the
+//! same mechanism ([`AddressSpace::mmap_host_file`]): its window is the
 //! host's own `MAP_SHARED` mapping of the file's range, with the file's end
-//! checked on every TLB fill.
+//! checked on every TLB fill. But it is Linux's shared file mapping, not
+//! `VM_PFNMAP` ([`HostFileVmOps`]): its flags, offset and inode in
+//! `/proc/pid/maps` and smaps are the file mapping's; `MADV_DONTNEED`
+//! shoots its translations down (`sys/madvise.rs`); a pin holds the host
+//! page and its window mapped (`host_mem::HeldPage`, `pin/slow.rs`);
+//! forced remote access copies from and to the host page
+//! (`sys/access_remote.rs`); gup and `MADV_POPULATE_*` past the file's end
+//! are `EFAULT` (the fault handler's `SIGBUS`). Two differences remain:
+//! `mremap` growth is `EFAULT` (the window is the range first mapped), and
+//! two adjacent mappings of the file never merge (each `mmap` has its own
+//! window).
 
 use std::sync::Arc;
 
@@ -45,6 +55,23 @@ impl VmaOps for HostMemVmOps {
 
 /// The hooks of every host-memory VMA.
 pub(crate) static HOST_MEM_VM_OPS: HostMemVmOps = HostMemVmOps;
+
+/// The hooks of a coherent shared mapping of a host file: its flags are a
+/// shared file mapping's, as Linux's over page-cache pages (no
+/// `VM_PFNMAP`, `VM_IO`, `VM_DONTEXPAND` or `VM_DONTDUMP`), so
+/// `MADV_DONTNEED`, pins, forced remote access and `mremap` growth treat
+/// it as Linux treats a `MAP_SHARED` file mapping; each of them looks its
+/// pages up in the window (`crate::host_mem::page_of`).
+pub(crate) struct HostFileVmOps;
+
+impl VmaOps for HostFileVmOps {
+    fn name(&self) -> &'static str {
+        "host-file"
+    }
+}
+
+/// The hooks of every coherent shared mapping of a host file.
+pub(crate) static HOST_FILE_VM_OPS: HostFileVmOps = HostFileVmOps;
 
 /// The placement flags `mmap_host` takes.
 const HOST_MAP_FLAGS: i32 = MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_32BIT;
@@ -154,13 +181,13 @@ impl AddressSpace {
             let (pages, sync) = (Arc::downgrade(&inode), Arc::downgrade(&inode));
             HostFileHooks {
                 origin: inode.id(),
-                pages: Box::new(move || {
+                pages: Arc::new(move || {
                     let Some(f) = pages.upgrade() else { return 0 };
                     // `window_size` first: a shrinking `File::set_len` lowers
                     // it before the host's size.
                     let lowered = f.window_size.load(crate::sync::Ordering::SeqCst);
                     let size = f.host_backing().map_or(0, |h| h.host_size()).min(lowered);
-                    size.saturating_sub(offset).div_ceil(PAGE_SIZE)
+                    size.div_ceil(PAGE_SIZE)
                 }),
                 sync: Box::new(move || {
                     sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
@@ -173,18 +200,18 @@ impl AddressSpace {
             drop(mapping);
             drop(keep);
         });
-        let mut window = Inode::new(&self.phys, inode.name(), len, None);
+        let mut window = Inode::new(&self.phys, inode.name(), offset + len, None);
         // SAFETY: the host mapping is valid for reads (and writes, if the
         // file is writable: a read-only open never maps it writable, so no
         // guest store reaches it) until the release drops it; the guest's
         // accesses are atomic, the host's are the host's, as between
         // processes sharing the file.
-        window.host_mem = Some(unsafe { HostMem::new(base, len, Some(release)) }.with_file(hooks));
+        window.host_mem = Some(unsafe { HostMem::new(base, len, Some(release)) }.with_file(hooks, offset / PAGE_SIZE));
         let file = File::named(window);
         let view = OpenFile::new(&file, open.readable, open.writable);
         // Refused, the window's only handle drops here and its release
         // unmaps the host mapping.
-        let a = self.mmap(addr, len, prot, flags, Some(&view), 0)?;
+        let a = self.mmap(addr, len, prot, flags, Some(&view), offset)?;
         // A truncate of the file through softmm shoots this address space
         // down before the host's pages go (`Inode::set_len`).
         inode.has_windows.store(true, crate::sync::Ordering::Release);

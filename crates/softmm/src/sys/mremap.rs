@@ -216,6 +216,12 @@ impl AddressSpace {
         if vma.flags.contains(VmFlags::DONTEXPAND) {
             return Err(Errno::Fault);
         }
+        // Growth of a coherent shared mapping of a host file would reach
+        // past its window (the host mapping of the range it was mapped
+        // with): not done yet, refused as for `VM_DONTEXPAND`.
+        if new_len > old_len && crate::fault::host_window::is_host_file_window(vma) {
+            return Err(Errno::Fault);
+        }
         let delta = new_len.abs_diff(old_len);
         if !self.config.mlock_future_ok(vma.flags, delta, || locked_vm(vmas)) {
             return Err(Errno::Again);

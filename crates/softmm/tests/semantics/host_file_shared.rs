@@ -103,8 +103,9 @@ fn a_page_past_the_hosts_end_of_file_is_sigbus() {
     assert_eq!(cpu.read_u8(a + PAGE + 99).unwrap(), 1);
     assert_eq!(cpu.read_u8(a + PAGE + 200).unwrap(), 0);
     assert_eq!(cpu.write_u8(a + 2 * PAGE, 3), Err(Fault::Bus { addr: a + 2 * PAGE }));
-    assert_eq!(mm.madvise(a, PAGE, MADV_DONTNEED), Err(Errno::Inval), "VM_PFNMAP");
-    assert_eq!(mm.pin_user_pages(a, 1, Foll::empty()).err(), Some(Errno::Fault));
+    // gup of a page past the end is the fault's SIGBUS: EFAULT.
+    assert_eq!(mm.pin_user_pages(a + 2 * PAGE, 1, Foll::empty()).err(), Some(Errno::Fault));
+    assert_eq!(mm.madvise(a + 2 * PAGE, PAGE, MADV_POPULATE_READ), Err(Errno::Fault));
     // The file grows again: the page is back, as zeros.
     host.set_len(3 * PAGE).unwrap();
     assert_eq!(cpu.read_u8(a + 2 * PAGE).unwrap(), 0);
@@ -185,5 +186,149 @@ fn a_truncate_through_softmm_shoots_cached_pages_down_first() {
     assert_eq!(cpu.read_u8(a + 2 * PAGE).unwrap(), 0);
     drop(cpu);
     drop((mm, open));
+    assert_no_leaks(&phys);
+}
+
+/// The host's own `MAP_SHARED` mapping of `len` bytes of `file` at
+/// `offset`, read and write, unmapped when dropped.
+struct HostMap(*mut u8, usize);
+
+impl HostMap {
+    fn new(file: &std::fs::File, len: u64, prot: i32, offset: u64) -> HostMap {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh mapping the kernel places, of a descriptor we own.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len as usize, prot, libc::MAP_SHARED, file.as_raw_fd(), offset as i64)
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        HostMap(p.cast(), len as usize)
+    }
+
+    fn addr(&self) -> u64 {
+        self.0 as u64
+    }
+
+    /// `madvise` on the host: 0 or the errno.
+    fn madvise(&self, off: u64, len: u64, advice: i32) -> i32 {
+        // SAFETY: advice on our own mapping; none of those used frees
+        // memory anything else refers to.
+        let r = unsafe { libc::madvise(self.0.add(off as usize).cast(), len as usize, advice) };
+        if r == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap()
+        }
+    }
+
+    /// smaps's `VmFlags:` of the mapping, without the flags softmm does
+    /// not model (`sd` soft-dirty, `um`/`uw` userfaultfd).
+    fn vm_flags(&self) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = format!("{:x}-", self.addr());
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&head));
+        let flags = lines.find_map(|l| l.strip_prefix("VmFlags:")).expect("the mapping's smaps");
+        flags.split_whitespace().filter(|f| !matches!(*f, "sd" | "um" | "uw")).collect::<Vec<_>>().join(" ")
+    }
+
+    /// A write through `/proc/self/mem` (forced remote access): bytes
+    /// written, or 0 for the kernel's `EIO`.
+    fn poke(&self, off: u64, bytes: &[u8]) -> usize {
+        let mem = std::fs::OpenOptions::new().read(true).write(true).open("/proc/self/mem").unwrap();
+        mem.write_at(bytes, self.addr() + off).unwrap_or(0)
+    }
+
+    /// A read through `/proc/self/mem`: bytes read, or 0 for `EIO`.
+    fn peek(&self, off: u64, buf: &mut [u8]) -> usize {
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        mem.read_at(buf, self.addr() + off).unwrap_or(0)
+    }
+}
+
+impl Drop for HostMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once.
+        unsafe { libc::munmap(self.0.cast(), self.1) };
+    }
+}
+
+/// What Linux does with a `MAP_SHARED` file mapping, done on the host and
+/// on a coherent window side by side, over the same file: the same smaps
+/// flags and offset (no `VM_PFNMAP`), `MADV_DONTNEED` keeps the bytes
+/// (they are the file's), `MADV_FREE` refused, forced remote access reads
+/// and writes the file and stops at its end, and a pin holds the file's
+/// page, written through by the device and seen by both sides.
+#[test]
+fn a_coherent_window_is_a_linux_shared_file_mapping_against_the_host() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    // Four pages; both sides map three of them from page 1, so the
+    // mappings' last page is past a later truncation.
+    let tf = TempFile::new("coherent-linux", &[6u8; 4 * PAGE as usize]);
+    let file = tf.open(true);
+    let host = HostMap::new(&file, 3 * PAGE, libc::PROT_READ | libc::PROT_WRITE, PAGE);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-linux").unwrap();
+    let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), PAGE).unwrap();
+    let e = mm.maps().into_iter().find(|e| e.start == a).unwrap();
+    assert_eq!(e.vm_flags, host.vm_flags(), "a shared file mapping's flags, not VM_PFNMAP's");
+    assert_eq!((e.offset, e.perms.as_str()), (PAGE, "rw-s"));
+
+    // MADV_DONTNEED: 0 on both, the bytes stay the file's.
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + 8, 0xfeed).unwrap();
+    assert_eq!(host.madvise(0, 3 * PAGE, libc::MADV_DONTNEED), 0);
+    assert_eq!(mm.madvise(a, 3 * PAGE, MADV_DONTNEED), Ok(()));
+    assert_eq!(cpu.read_u64(a + 8).unwrap(), 0xfeed);
+    let mut b = [0u8; 8];
+    file.read_exact_at(&mut b, PAGE + 8).unwrap();
+    assert_eq!(u64::from_le_bytes(b), 0xfeed);
+    // A host write after the drop: the guest's next access fills anew.
+    file.write_all_at(&7u64.to_le_bytes(), PAGE + 16).unwrap();
+    assert_eq!(cpu.read_u64(a + 16).unwrap(), 7);
+    // MADV_FREE of a file mapping: EINVAL on both.
+    assert_eq!(host.madvise(0, PAGE, libc::MADV_FREE), libc::EINVAL);
+    assert_eq!(mm.madvise(a, PAGE, MADV_FREE), Err(Errno::Inval));
+
+    // Forced remote access: written and read as the file's bytes.
+    assert_eq!(host.poke(PAGE + 1, &[0xa1; 3]), 3);
+    assert_eq!(mm.access_remote_write(a + PAGE + 4, &[0xb2; 3], true), 3);
+    let (mut h, mut g) = ([0u8; 8], [0u8; 8]);
+    assert_eq!(host.peek(PAGE, &mut h), 8);
+    assert_eq!(mm.access_remote_read(a + PAGE, &mut g, false), 8);
+    assert_eq!(h, g, "both sides read the same file bytes");
+    assert_eq!(h, [6, 0xa1, 0xa1, 0xa1, 0xb2, 0xb2, 0xb2, 6]);
+
+    // A pin: the file's page, written by the device, seen by all.
+    let pin = mm.pin_user_pages(a + 2 * PAGE, 1, Foll::WRITE).unwrap();
+    pin.write(24, &9u64.to_le_bytes()).unwrap();
+    assert_eq!(cpu.read_u64(a + 2 * PAGE + 24).unwrap(), 9);
+    // SAFETY: inside the host's own mapping, which lives until `host` drops.
+    assert_eq!(unsafe { (host.0.add(2 * PAGE as usize + 24) as *const u64).read_volatile() }, 9);
+    let mut p = [0u8; 8];
+    file.write_all_at(&11u64.to_le_bytes(), 3 * PAGE + 32).unwrap();
+    pin.read(32, &mut p).unwrap();
+    assert_eq!(u64::from_le_bytes(p), 11, "the pin reads the host's write");
+    // A long-term write pin of a shared writable file mapping needs dirty
+    // tracking (`writable_file_mapping_allowed`): EFAULT.
+    assert_eq!(mm.pin_user_pages(a, 1, Foll::WRITE | Foll::LONGTERM).err(), Some(Errno::Fault));
+    let read_pin = mm.pin_user_pages(a, 1, Foll::LONGTERM).unwrap();
+
+    // The file shrinks to end inside the mapping's second page: past its
+    // end, remote access stops on both (the host's EIO is 0 bytes).
+    drop(cpu);
+    file.set_len(2 * PAGE).unwrap();
+    assert_eq!(host.peek(PAGE, &mut h), 0);
+    assert_eq!(mm.access_remote_read(a + PAGE, &mut g, false), 0);
+    assert_eq!(mm.access_remote_read(a + PAGE - 4, &mut g, false), 4, "stops at the page past the end");
+    // The munmap: the pins still hold the host mapping and descriptor.
+    mm.munmap(a, 3 * PAGE).unwrap();
+    drop(open);
+    let path = path_of("coherent-linux");
+    assert_eq!(host_uses(&path).0, 2, "the host's own mapping and the pinned window");
+    assert_eq!(pin.read(0, &mut p), Err(Errno::Fault), "past the file's end now");
+    assert_eq!(read_pin.read(0, &mut p), Ok(()));
+    drop((pin, read_pin));
+    assert_eq!(host_uses(&path).0, 1, "the last pin's release unmaps the window");
+    drop(host);
+    drop(mm);
     assert_no_leaks(&phys);
 }

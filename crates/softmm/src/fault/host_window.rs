@@ -1,0 +1,66 @@
+//! The pages of a host-memory VMA (`crate::host_mem`: `mmap_host`'s
+//! embedder memory and the coherent windows onto host files), looked up
+//! from the VMA for the fault handler and the callers above it: gup,
+//! `madvise`, forced remote access, `mremap`.
+
+use crate::host_mem::{HeldPage, HostMem};
+use crate::vma::{VmFlags, Vma};
+use crate::PAGE_SIZE;
+
+/// The host-memory window `vma` maps (its file's), if it is one.
+#[inline]
+pub(crate) fn window(vma: &Vma) -> Option<&HostMem> {
+    vma.file.as_ref()?.host_mem.as_ref()
+}
+
+/// Whether `vma` is a coherent shared mapping of a host file
+/// (`HostFileCoherence::Shared`): a window whose VMA has a shared file
+/// mapping's flags, not `VM_PFNMAP`'s.
+#[inline]
+pub(crate) fn is_host_file_window(vma: &Vma) -> bool {
+    window(vma).is_some_and(HostMem::is_file)
+}
+
+/// The file page index of `va` in `vma`.
+#[inline]
+fn index(vma: &Vma, va: u64) -> u64 {
+    vma.pgoff + ((va & !(PAGE_SIZE - 1)) - vma.start) / PAGE_SIZE
+}
+
+/// The host address of the page holding `va` in `vma`, a host-memory
+/// VMA: `None` outside its window or, for a host file, wholly past the
+/// file's end now (`SIGBUS` for an access).
+#[inline]
+pub(crate) fn page_of(vma: &Vma, va: u64) -> Option<*mut u8> {
+    let mem = window(vma)?;
+    let index = index(vma, va);
+    mem.page_ptr(index).filter(|_| mem.page_backed(index))
+}
+
+/// The page holding `va` of `vma`, a host-memory VMA, held mapped, for
+/// writing if `write`: `None` where [`page_of`] finds none, the window is
+/// released already, or `write` and the VMA may never write.
+pub(crate) fn hold_page(vma: &Vma, va: u64, write: bool) -> Option<HeldPage> {
+    if write && !vma.flags.contains(VmFlags::MAYWRITE) {
+        return None;
+    }
+    HeldPage::new(window(vma)?, index(vma, va), write)
+}
+
+/// Copies `dst.len()` bytes at `va` of `vma`, a host-memory VMA, into
+/// `dst`, all within the page holding `va`, under a hold on the window
+/// (so the memory stays mapped for the copy, whoever calls); `false`,
+/// having copied nothing, where [`hold_page`] finds no page or the bytes
+/// leave it.
+pub(crate) fn read_window(vma: &Vma, va: u64, dst: &mut [u8]) -> bool {
+    let off = (va % PAGE_SIZE) as usize;
+    off + dst.len() <= PAGE_SIZE as usize && hold_page(vma, va, false).is_some_and(|p| p.read(off, dst))
+}
+
+/// [`read_window`]'s write of `src` to `va` of `vma`; `false` also for a
+/// VMA that may never write. The caller has checked that the VMA allows
+/// the write now.
+pub(crate) fn write_window(vma: &Vma, va: u64, src: &[u8]) -> bool {
+    let off = (va % PAGE_SIZE) as usize;
+    off + src.len() <= PAGE_SIZE as usize && hold_page(vma, va, true).is_some_and(|p| p.write(off, src))
+}
