@@ -284,10 +284,11 @@ typedef struct softmm_mm_config {
   // Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
   // `NULL` for the default.
   const char *placement_policy;
-  // What a `MAP_SHARED` mapping of a host file is: "cache" (softmm's
-  // page cache, written back at `msync`; the default) or "shared" (the
-  // host's own shared mapping: both sides see each other's writes at
-  // once, `SIGBUS` past the host's end of file); `NULL` for the default.
+  // What a `MAP_SHARED` mapping of a host file is: "shared" (the
+  // host's own shared mapping, as Linux's: both sides see each other's
+  // writes at once, `SIGBUS` past the host's end of file; the
+  // default) or "cache" (softmm's page cache, written back at
+  // `msync`); `NULL` for the default.
   const char *host_file_coherence;
   // What an atomic that is not naturally aligned does: "strict"
   // (`SIGBUS`/`BUS_ADRALN`, as aarch64; the default) or "split" (made,

@@ -125,10 +125,11 @@ pub struct softmm_mm_config {
     /// `NULL` for the default.
     pub placement_policy: *const c_char,
     // Added in 0.2.2: a struct from an older header has the default.
-    /// What a `MAP_SHARED` mapping of a host file is: "cache" (softmm's
-    /// page cache, written back at `msync`; the default) or "shared" (the
-    /// host's own shared mapping: both sides see each other's writes at
-    /// once, `SIGBUS` past the host's end of file); `NULL` for the default.
+    /// What a `MAP_SHARED` mapping of a host file is: "shared" (the
+    /// host's own shared mapping, as Linux's: both sides see each other's
+    /// writes at once, `SIGBUS` past the host's end of file; the
+    /// default) or "cache" (softmm's page cache, written back at
+    /// `msync`); `NULL` for the default.
     pub host_file_coherence: *const c_char,
     // Added in 0.2.3: a struct from an older header has the default.
     /// What an atomic that is not naturally aligned does: "strict"
@@ -398,9 +399,9 @@ mod tests {
                 PlacementPolicy::Arenas
             )
         );
-        c.host_file_coherence = c"shared".as_ptr();
+        c.host_file_coherence = c"cache".as_ptr();
         // SAFETY: as above.
-        assert_eq!(unsafe { mm_config(&c) }.unwrap().host_file_coherence, HostFileCoherence::Shared);
+        assert_eq!(unsafe { mm_config(&c) }.unwrap().host_file_coherence, HostFileCoherence::Cache);
         c.host_file_coherence = c"coherent".as_ptr();
         // SAFETY: as above.
         assert!(unsafe { mm_config(&c) }.is_none());

@@ -86,11 +86,17 @@ fn parse_backends(s: &str, no_host: bool, workloads: &str, big_munmap: bool) -> 
             _ if name.starts_with("atomics-") && Backend::from_name(name).is_some() => {
                 vec![Backend::from_name(name).expect("matched")]
             }
+            // A host-file coherence policy (`host-file-cache`,
+            // `host-file-shared`), under the default fault policy.
+            _ if name.starts_with("host-file-") && Backend::from_name(name).is_some() => {
+                vec![Backend::from_name(name).expect("matched")]
+            }
             _ => vec![Backend::Soft(FaultPolicy::from_name(name).ok_or_else(|| {
                 let names: Vec<&str> = FaultPolicy::ALL.iter().map(|p| p.name()).collect();
                 format!(
                     "unknown policy `{name}` for {workloads}: its fault policies are {}, its writer policies {}; or \
-                     the shootdown targets {}; or atomics-strict, atomics-split; or all, default, host",
+                     the shootdown targets {}; or atomics-strict, atomics-split; or host-file-cache, \
+                     host-file-shared; or all, default, host",
                     names.join(", "),
                     WriterPolicy::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
                     ShootdownTargets::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
@@ -772,6 +778,13 @@ mod tests {
             vec![Backend::Atomics(softmm::AtomicAlignment::Strict), Backend::Atomics(softmm::AtomicAlignment::Split)]
         );
         assert_eq!(both[1].configure(softmm::MmConfig::default()).atomic_alignment, softmm::AtomicAlignment::Split);
+        // Host-file coherence, the old policy against the default.
+        let files = parse_backends("host-file-cache,host-file-shared", true, "pft", false).unwrap();
+        assert_eq!(
+            files[0].configure(softmm::MmConfig::default()).host_file_coherence,
+            softmm::HostFileCoherence::Cache
+        );
+        assert_eq!(files[1].name(), "host-file-shared");
         assert!(e.contains("atomics-split"), "{e}");
     }
 

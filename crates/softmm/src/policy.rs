@@ -398,14 +398,14 @@ impl MigratePolicy {
 
 /// What the pages of a `MAP_SHARED` mapping of a host file
 /// ([`OpenFile::from_host`](crate::OpenFile::from_host)) are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum HostFileCoherence {
     /// softmm's own page cache, read from the host on a fault and written
     /// back at `msync(MS_SYNC)`, `File::sync` and the last unmap: a host
     /// write to a page already cached is not seen by the guest, and a guest
     /// write reaches the host at writeback.
-    #[default]
     Cache,
+    /// The default: Linux's behaviour, both sides see each other at once.
     /// The host's own `MAP_SHARED` mapping of the file (one per `mmap`), as
     /// `crate::host_mem` maps embedder memory: guest and host see each
     /// other's writes at once; an access to a page wholly past the host
@@ -418,6 +418,7 @@ pub enum HostFileCoherence {
     /// truncation by the host itself leaves a window (a translation cached
     /// before it reaches the host's `SIGBUS`): see `docs/architecture.md`,
     /// "Coherent shared host files".
+    #[default]
     Shared,
 }
 

@@ -17,8 +17,8 @@ mod wis;
 use std::sync::Arc;
 
 use softmm::{
-    AddressSpace, AtomicAlignment, FaultPolicy, FaultStats, MadvisePolicy, MmConfig, PhysMem, PlacementPolicy,
-    ShootdownTargets, UnmapPolicy, WriterPolicy,
+    AddressSpace, AtomicAlignment, FaultPolicy, FaultStats, HostFileCoherence, MadvisePolicy, MmConfig, PhysMem,
+    PlacementPolicy, ShootdownTargets, UnmapPolicy, WriterPolicy,
 };
 
 pub use crate::arena::Arena;
@@ -72,6 +72,12 @@ pub enum Backend {
     /// policy costs nothing off that path; the atomics' own cost under
     /// each is the criterion group `atomics` (`benches/mmu.rs`).
     Atomics(AtomicAlignment),
+    /// softmm with a host-file coherence policy (faults under the default
+    /// fault policy): what a `MAP_SHARED` mapping of a host file is. The
+    /// lab's workloads map no host file, so its rows show the policy costs
+    /// nothing off that path; `replay` of a program that maps files (and
+    /// `tests/semantics/host_file*.rs`) tells the two apart.
+    HostFile(HostFileCoherence),
 }
 
 impl Backend {
@@ -91,12 +97,14 @@ impl Backend {
             Backend::Atomics(AtomicAlignment::Strict) => "atomics-strict",
             Backend::Atomics(AtomicAlignment::Split) => "atomics-split",
             Backend::Atomics(_) => "atomics-other",
+            Backend::HostFile(HostFileCoherence::Cache) => "host-file-cache",
+            Backend::HostFile(HostFileCoherence::Shared) => "host-file-shared",
         }
     }
 
     /// Which policy it varies, as an index: fault 0, unmap 1, shootdown
-    /// targets 2, `madvise` 3, writers 4, the host 5, atomic alignment 6
-    /// (plots colour by it).
+    /// targets 2, `madvise` 3, writers 4, the host 5, atomic alignment 6,
+    /// host-file coherence 7 (plots colour by it).
     pub fn kind(self) -> usize {
         match self {
             Backend::Soft(_) => 0,
@@ -106,6 +114,7 @@ impl Backend {
             Backend::Writers(_) => 4,
             Backend::Host => 5,
             Backend::Atomics(_) => 6,
+            Backend::HostFile(_) => 7,
         }
     }
 
@@ -115,7 +124,8 @@ impl Backend {
     }
 
     /// Every softmm backend: each fault, unmap, shootdown-target, `madvise`,
-    /// writer and atomic-alignment policy, the others at their defaults.
+    /// writer, atomic-alignment and host-file coherence policy, the others
+    /// at their defaults.
     pub fn all_soft() -> Vec<Backend> {
         let mut out: Vec<Backend> = FaultPolicy::ALL.iter().map(|&p| Backend::Soft(p)).collect();
         out.extend(UnmapPolicy::ALL.iter().map(|&p| Backend::Unmap(p)));
@@ -123,6 +133,7 @@ impl Backend {
         out.extend(MadvisePolicy::ALL.iter().map(|&p| Backend::Madvise(p)));
         out.extend(WriterPolicy::ALL.iter().map(|&p| Backend::Writers(p)));
         out.extend(AtomicAlignment::ALL.iter().map(|&p| Backend::Atomics(p)));
+        out.extend(HostFileCoherence::ALL.iter().map(|&p| Backend::HostFile(p)));
         out
     }
 
@@ -142,6 +153,7 @@ impl Backend {
             Backend::Madvise(m) => config.madvise_policy(m),
             Backend::Writers(w) => config.writer_policy(w),
             Backend::Atomics(a) => config.atomic_alignment(a),
+            Backend::HostFile(c) => config.host_file_coherence(c),
         }
     }
 }

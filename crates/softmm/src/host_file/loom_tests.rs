@@ -51,7 +51,10 @@ fn builder() -> loom::model::Builder {
 /// `tlb/targets.rs`) is ordered before the write-protect.
 fn writeback_vs_store(targets: ShootdownTargets) -> (u64, Option<bool>) {
     let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default().shootdown_targets(targets)).unwrap();
+    // The page cache's writeback is `Cache`'s (`Shared`, the default,
+    // maps the host file itself, which the in-memory backing has not).
+    let config = MmConfig::default().shootdown_targets(targets).host_file_coherence(crate::HostFileCoherence::Cache);
+    let mm = AddressSpace::new(&phys, config).unwrap();
     let file = File::with_memory_backing(&phys, "f", PAGE_SIZE);
     let open = OpenFile::read_write(&file);
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, Some(&open), 0).unwrap();

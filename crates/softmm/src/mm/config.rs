@@ -361,7 +361,7 @@ impl MmConfig {
         self
     }
 
-    /// Sets `host_file_coherence`: what the pages of a `MAP_SHARED` mapping of a host file are (default [`HostFileCoherence::Cache`]).
+    /// Sets `host_file_coherence`: what the pages of a `MAP_SHARED` mapping of a host file are (default [`HostFileCoherence::Shared`]).
     #[must_use]
     pub fn host_file_coherence(mut self, host_file_coherence: HostFileCoherence) -> MmConfig {
         self.host_file_coherence = host_file_coherence;

@@ -2,7 +2,9 @@
 //! `msync`: pages read from the host on fault, shared writes written back
 //! on `msync(MS_SYNC)`, `File::sync` and when the file goes, truncate and
 //! hole punch applied to the host, a read-only host file's limits; and
-//! `msync`'s errnos against the host's.
+//! `msync`'s errnos against the host's. All under the page-cache policy,
+//! `HostFileCoherence::Cache`, named here since `Shared` is the default
+//! (`host_file_shared.rs`).
 
 use softmm_testkit::common;
 
@@ -10,10 +12,12 @@ use std::sync::Arc;
 
 use common::{assert_no_leaks, phys, TempFile, ANON, PAGE, RW};
 use softmm::uapi::*;
-use softmm::{AddressSpace, Cpu, Errno, Fault, File, MmConfig, OpenFile, PhysMem};
+use softmm::{AddressSpace, Cpu, Errno, Fault, File, HostFileCoherence, MmConfig, OpenFile, PhysMem};
 
+/// An address space whose shared mappings of host files are softmm's page
+/// cache, written back (`Cache`).
 fn mm(phys: &Arc<PhysMem>) -> Arc<AddressSpace> {
-    AddressSpace::new(phys, MmConfig::default()).unwrap()
+    AddressSpace::new(phys, MmConfig::default().host_file_coherence(HostFileCoherence::Cache)).unwrap()
 }
 
 fn pattern(len: usize) -> Vec<u8> {

@@ -31,7 +31,7 @@ fn each_setter_sets_its_own_field() {
         .placement(PlacementPolicy::Arenas)
         .madvise_policy(MadvisePolicy::MmapLock)
         .writer_policy(WriterPolicy::Reserve)
-        .host_file_coherence(HostFileCoherence::Shared)
+        .host_file_coherence(HostFileCoherence::Cache)
         .atomic_alignment(crate::AtomicAlignment::Split)
         .time_unmaps(true);
     let want = MmConfig {
@@ -61,7 +61,7 @@ fn each_setter_sets_its_own_field() {
         placement: PlacementPolicy::Arenas,
         madvise_policy: MadvisePolicy::MmapLock,
         writer_policy: WriterPolicy::Reserve,
-        host_file_coherence: HostFileCoherence::Shared,
+        host_file_coherence: HostFileCoherence::Cache,
         atomic_alignment: crate::AtomicAlignment::Split,
         time_unmaps: true,
     };
