@@ -180,8 +180,11 @@ impl File {
     /// is the host descriptor's access mode: an `O_RDONLY` one refuses
     /// writes (`EBADF`), truncation (`EINVAL`) and, through
     /// [`OpenFile::from_host`], shared writable mappings (`EACCES`).
-    /// Changes made to the host file by others meanwhile are not seen for
-    /// pages already cached. See `crate::host_file`.
+    /// A `MAP_SHARED` mapping of it is the host's own shared mapping under
+    /// the default [`HostFileCoherence::Shared`](crate::HostFileCoherence),
+    /// which sees others' changes at once; under `Cache`, and for private
+    /// mappings, changes made to the host file by others meanwhile are not
+    /// seen for pages already cached. See `crate::host_file`.
     ///
     /// ```
     /// # use softmm::{AddressSpace, Cpu, File, MmConfig, OpenFile, PhysConfig, PhysMem, uapi::*};
