@@ -93,6 +93,9 @@ pub(crate) struct HostFileHooks {
     pub(crate) pages: Arc<dyn Fn() -> u64 + Send + Sync>,
     /// `msync(MS_SYNC)`/`fsync` of the window: the host's `fdatasync`.
     pub(crate) sync: Box<dyn Fn() -> crate::error::Result<()> + Send + Sync>,
+    /// The host file itself, for a new window over more of it (`mremap`
+    /// growth): a `Weak` of its inode, which this layer cannot name.
+    pub(crate) owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
 /// A page of a host-memory window held mapped: what a pin of a host
@@ -196,6 +199,16 @@ impl HostMem {
     #[inline]
     pub(crate) fn page_backed(&self, index: u64) -> bool {
         self.file.as_ref().is_none_or(|f| index < (f.pages)())
+    }
+
+    /// The hooks of a window onto a host file, `None` for embedder memory.
+    pub(crate) fn hooks(&self) -> Option<&HostFileHooks> {
+        self.file.as_ref()
+    }
+
+    /// Whether the window holds file pages `[first, end)`.
+    pub(crate) fn covers(&self, first: u64, end: u64) -> bool {
+        first < end && self.page_ptr(first).is_some() && self.page_ptr(end - 1).is_some()
     }
 
     /// The id of the host file this is a window onto, if any.

@@ -412,8 +412,8 @@ pub enum HostFileCoherence {
     /// file's end is `SIGBUS` (`BUS_ADRERR`). The mapping has a shared
     /// file mapping's flags (not `VM_PFNMAP`): `MADV_DONTNEED` drops the
     /// translations (the bytes stay the file's), pins hold the host's page
-    /// mapped, forced remote access reads and writes the file; growth by
-    /// `mremap` is still refused (`EFAULT`). `File::set_len` shoots the
+    /// mapped, forced remote access reads and writes the file, `mremap`
+    /// grows it over more of the file. `File::set_len` shoots the
     /// pages past the new end down before the host file shrinks; a
     /// truncation by the host itself leaves a window (a translation cached
     /// before it reaches the host's `SIGBUS`): see `docs/architecture.md`,

@@ -21,10 +21,10 @@
 //! page and its window mapped (`host_mem::HeldPage`, `pin/slow.rs`);
 //! forced remote access copies from and to the host page
 //! (`sys/access_remote.rs`); gup and `MADV_POPULATE_*` past the file's end
-//! are `EFAULT` (the fault handler's `SIGBUS`). Two differences remain:
-//! `mremap` growth is `EFAULT` (the window is the range first mapped), and
-//! two adjacent mappings of the file never merge (each `mmap` has its own
-//! window).
+//! are `EFAULT` (the fault handler's `SIGBUS`); `mremap` growth gives the
+//! VMA a new window over all it will map
+//! ([`AddressSpace::grow_host_file_window`]). One difference remains: two
+//! adjacent mappings of the file never merge (each has its own window).
 
 use std::sync::Arc;
 
@@ -140,6 +140,77 @@ impl AddressSpace {
         res
     }
 
+    /// A window onto `[offset, offset + len)` (page aligned) of the host
+    /// file `inode`: a `[host]`-like inode named after the file whose
+    /// `HostMem` is the host's own `MAP_SHARED` mapping of the range, made
+    /// here and unmapped (with the file's use put) by the window's release
+    /// (`crate::host_mem`'s protocol). The host `mmap`'s errnos (`EACCES`,
+    /// `ENOMEM`, `ENODEV`).
+    fn host_file_window(&self, inode: &Arc<Inode>, offset: u64, len: u64) -> Result<Arc<File>> {
+        let backing = inode.host_backing().expect("a host file");
+        let mapping = backing.map_shared(offset, len)?;
+        let base = mapping.ptr();
+        // Weak: the release's strong use is the one that keeps the host
+        // descriptor open, and it goes with the host mapping (the window's
+        // inode itself lives on until its VMAs' grace period).
+        let hooks = {
+            let (pages, sync) = (Arc::downgrade(inode), Arc::downgrade(inode));
+            HostFileHooks {
+                origin: inode.id(),
+                pages: Arc::new(move || {
+                    let Some(f) = pages.upgrade() else { return 0 };
+                    // `window_size` first: a shrinking `File::set_len` lowers
+                    // it before the host's size.
+                    let lowered = f.window_size.load(crate::sync::Ordering::SeqCst);
+                    let size = f.host_backing().map_or(0, |h| h.host_size()).min(lowered);
+                    size.div_ceil(PAGE_SIZE)
+                }),
+                sync: Box::new(move || {
+                    sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
+                }),
+                owner: Box::new(Arc::downgrade(inode)),
+            }
+        };
+        // The release: the host mapping goes, then the file's use.
+        let keep = inode.clone();
+        let release: ReleaseFn = Box::new(move || {
+            drop(mapping);
+            drop(keep);
+        });
+        let mut window = Inode::new(&self.phys, inode.name(), offset + len, None);
+        // SAFETY: the host mapping is valid for reads (and writes, if the
+        // file is writable: a read-only open never maps it writable, so no
+        // guest store reaches it) until the release drops it; the guest's
+        // accesses are atomic, the host's are the host's, as between
+        // processes sharing the file.
+        window.host_mem = Some(unsafe { HostMem::new(base, len, Some(release)) }.with_file(hooks, offset / PAGE_SIZE));
+        Ok(File::named(window))
+    }
+
+    /// `mremap` growth of a coherent window (`vma_expand` of a shared file
+    /// mapping, over more of the file): if the VMA at `addr`, growing so
+    /// that `[addr, addr + new_len)` maps on from `addr`'s file offset,
+    /// would reach past its window, it is replaced by the same VMA over a
+    /// new window onto all it will map. The old VMA leaves the tree, so the
+    /// write section's end shoots every CPU down before its window (the old
+    /// host mapping, which `mremap(2)` of it could have moved) is released
+    /// (`crate::host_mem`'s protocol, step 2); the growth then proceeds as
+    /// for any VMA. Nothing for any other VMA. The host `mmap`'s errnos,
+    /// and `EFAULT` if the file is gone (it cannot be while a VMA maps it).
+    pub(super) fn grow_host_file_window(&self, st: &mut crate::mm::MmState, addr: u64, new_len: u64) -> Result<()> {
+        let Some(vma) = st.vmas.find(addr).cloned() else { return Ok(()) };
+        let Some(mem) = crate::fault::host_window::window(&vma).filter(|m| m.is_file()) else { return Ok(()) };
+        let end = (vma.pgoff_at(addr) + (new_len >> crate::PAGE_SHIFT)).max(vma.pgoff + vma.pages());
+        if mem.covers(vma.pgoff, end) {
+            return Ok(());
+        }
+        let owner = mem.hooks().and_then(|h| h.owner.downcast_ref::<std::sync::Weak<Inode>>());
+        let origin = owner.and_then(std::sync::Weak::upgrade).ok_or(Errno::Fault)?;
+        let file = self.host_file_window(&origin, vma.pgoff * PAGE_SIZE, (end - vma.pgoff) * PAGE_SIZE)?;
+        st.vmas.replace(vma.start, vma.with_file(file.inode().clone()));
+        Ok(())
+    }
+
     /// `mmap` of `open`, a host file, `MAP_SHARED` under
     /// `HostFileCoherence::Shared`: the pages are the host's own shared
     /// mapping of `[offset, offset + len)` of the file, made here and
@@ -171,43 +242,7 @@ impl AddressSpace {
             return Err(Errno::Overflow);
         }
         let inode = open.file.inode().clone();
-        let backing = inode.host_backing().expect("a host file");
-        let mapping = backing.map_shared(offset, len)?;
-        let base = mapping.ptr();
-        // Weak: the release's strong use is the one that keeps the host
-        // descriptor open, and it goes with the host mapping (the window's
-        // inode itself lives on until its VMAs' grace period).
-        let hooks = {
-            let (pages, sync) = (Arc::downgrade(&inode), Arc::downgrade(&inode));
-            HostFileHooks {
-                origin: inode.id(),
-                pages: Arc::new(move || {
-                    let Some(f) = pages.upgrade() else { return 0 };
-                    // `window_size` first: a shrinking `File::set_len` lowers
-                    // it before the host's size.
-                    let lowered = f.window_size.load(crate::sync::Ordering::SeqCst);
-                    let size = f.host_backing().map_or(0, |h| h.host_size()).min(lowered);
-                    size.div_ceil(PAGE_SIZE)
-                }),
-                sync: Box::new(move || {
-                    sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
-                }),
-            }
-        };
-        // The release: the host mapping goes, then the file's use.
-        let keep = inode.clone();
-        let release: ReleaseFn = Box::new(move || {
-            drop(mapping);
-            drop(keep);
-        });
-        let mut window = Inode::new(&self.phys, inode.name(), offset + len, None);
-        // SAFETY: the host mapping is valid for reads (and writes, if the
-        // file is writable: a read-only open never maps it writable, so no
-        // guest store reaches it) until the release drops it; the guest's
-        // accesses are atomic, the host's are the host's, as between
-        // processes sharing the file.
-        window.host_mem = Some(unsafe { HostMem::new(base, len, Some(release)) }.with_file(hooks, offset / PAGE_SIZE));
-        let file = File::named(window);
+        let file = self.host_file_window(&inode, offset, len)?;
         let view = OpenFile::new(&file, open.readable, open.writable);
         // Refused, the window's only handle drops here and its release
         // unmaps the host mapping.

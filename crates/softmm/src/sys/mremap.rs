@@ -145,6 +145,10 @@ impl AddressSpace {
         // expand_vma: in place if the old range ends the VMA and the space
         // after it is free, else move.
         self.remap_is_valid(&st.vmas, &vma, addr, old_len, new_len, flags)?;
+        // A coherent window onto a host file first gets one over all the
+        // VMA will map.
+        self.grow_host_file_window(st, addr, new_len)?;
+        let vma = st.vmas.find(addr).cloned().ok_or(Errno::Fault)?;
         let delta = new_len - old_len;
         let in_place = vma.end - addr == old_len
             && vma.end.checked_add(delta).is_some_and(|e| e <= self.config.task_size)
@@ -216,12 +220,6 @@ impl AddressSpace {
         if vma.flags.contains(VmFlags::DONTEXPAND) {
             return Err(Errno::Fault);
         }
-        // Growth of a coherent shared mapping of a host file would reach
-        // past its window (the host mapping of the range it was mapped
-        // with): not done yet, refused as for `VM_DONTEXPAND`.
-        if new_len > old_len && crate::fault::host_window::is_host_file_window(vma) {
-            return Err(Errno::Fault);
-        }
         let delta = new_len.abs_diff(old_len);
         if !self.config.mlock_future_ok(vma.flags, delta, || locked_vm(vmas)) {
             return Err(Errno::Again);
@@ -252,6 +250,9 @@ impl AddressSpace {
         }
         let vma = st.vmas.find(addr).cloned().ok_or(Errno::Fault)?;
         self.remap_is_valid(&st.vmas, &vma, addr, old_len, new_len, flags)?;
+        if new_len > old_len {
+            self.grow_host_file_window(st, addr, new_len)?;
+        }
         let dst = self.mremap_target(st, addr, new_len, flags, new_addr)?;
         self.move_vma(st, addr, old_len, new_len, dst, flags & MREMAP_DONTUNMAP != 0, tlb)
     }

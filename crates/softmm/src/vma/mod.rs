@@ -303,6 +303,24 @@ impl Vma {
         v
     }
 
+    /// The same VMA over another file (a coherent window onto more of a
+    /// host file, `sys/mmap_host.rs`), which takes its own use of it.
+    pub(crate) fn with_file(&self, file: Arc<Inode>) -> Vma {
+        let mut v = Vma::counted(
+            self.acct.clone(),
+            self.start,
+            self.end,
+            self.flags,
+            self.pgoff,
+            Some(file),
+            self.anon_vma.get().cloned(),
+        )
+        .with_open(self.open);
+        v.policy = self.policy.clone();
+        v.ops = self.ops;
+        v
+    }
+
     /// Gives `v`, a copy of this VMA, its `HPAGE_RESV_UNMAPPED` mark as it
     /// is now and, if the owner could still mark this VMA before `v` is
     /// published, a link to this VMA's mark ([`Vma::hugetlb_unmapped_from`]).

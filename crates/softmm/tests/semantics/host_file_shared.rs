@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use softmm::uapi::*;
 use softmm::{AddressSpace, Cpu, Errno, Fault, Foll, HostFileCoherence, MmConfig, OpenFile, PhysMem};
-use softmm_testkit::common::{assert_no_leaks, phys, TempFile, PAGE, RW};
+use softmm_testkit::common::{assert_no_leaks, phys, TempFile, ANON, PAGE, RW};
 
 fn mm(phys: &Arc<PhysMem>, coherence: HostFileCoherence) -> Arc<AddressSpace> {
     AddressSpace::new(phys, MmConfig::default().host_file_coherence(coherence)).unwrap()
@@ -329,6 +329,63 @@ fn a_coherent_window_is_a_linux_shared_file_mapping_against_the_host() {
     drop((pin, read_pin));
     assert_eq!(host_uses(&path).0, 1, "the last pin's release unmaps the window");
     drop(host);
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+/// `mremap` growth of a coherent window, as Linux grows a shared file
+/// mapping over more of the file, beside the host's own mapping: in place
+/// and moved, the grown pages are the file's on both sides, a CPU that
+/// cached the old window refills from the new one, the old host mapping
+/// goes, and a page grown past the file's end is `SIGBUS`.
+#[test]
+fn mremap_grows_a_coherent_window_over_more_of_the_file_as_the_host() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let content: Vec<u8> = (0..4 * PAGE as usize).map(|i| (i / PAGE as usize) as u8 + 1).collect();
+    let tf = TempFile::new("coherent-grow", &content);
+    let path = path_of("coherent-grow");
+    let file = tf.open(true);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-grow").unwrap();
+    // In place: one page with room after it, grown to three.
+    let host = HostMap::new(&file, 3 * PAGE, libc::PROT_READ | libc::PROT_WRITE, 0);
+    // SAFETY: the tail of the host's own mapping, unmapped, then grown back
+    // over by mremap in place (the range after it is free).
+    let grown = unsafe {
+        assert_eq!(libc::munmap(host.0.add(PAGE as usize).cast(), 2 * PAGE as usize), 0);
+        libc::mremap(host.0.cast(), PAGE as usize, 3 * PAGE as usize, 0)
+    };
+    assert_eq!(grown as u64, host.addr(), "the host grows in place");
+    let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
+    mm.munmap(a + PAGE, 2 * PAGE).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    assert_eq!(cpu.read_u8(a).unwrap(), 1, "cached from the one-page window");
+    assert_eq!(mm.mremap(a, PAGE, 3 * PAGE, 0, 0), Ok(a));
+    for page in 0..3 {
+        // SAFETY: inside the host's grown mapping.
+        let h = unsafe { host.0.add((page * PAGE) as usize).read_volatile() };
+        assert_eq!(cpu.read_u8(a + page * PAGE).unwrap(), h, "page {page}");
+    }
+    cpu.write_u8(a + 2 * PAGE + 1, 0x77).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { host.0.add(2 * PAGE as usize + 1).read_volatile() }, 0x77);
+    let e = mm.maps().into_iter().find(|e| e.start == a).unwrap();
+    assert_eq!((e.end, e.offset, e.vm_flags.clone()), (a + 3 * PAGE, 0, host.vm_flags()));
+    assert_eq!(host_uses(&path).0, 2, "the host's mapping and the new window; the old one went");
+    // Moved: grown past what fits, and past the file's end.
+    let hold = mm.mmap(a + 3 * PAGE, PAGE, PROT_NONE, ANON | MAP_FIXED, None, 0).unwrap();
+    let b = mm.mremap(a + PAGE, 2 * PAGE, 4 * PAGE, MREMAP_MAYMOVE, 0).unwrap();
+    assert_ne!(b, a + PAGE);
+    assert_eq!(cpu.read_u8(b).unwrap(), 2);
+    assert_eq!(cpu.read_u8(b + 2 * PAGE).unwrap(), 4);
+    assert_eq!(cpu.read_u8(b + 3 * PAGE), Err(Fault::Bus { addr: b + 3 * PAGE }), "past the file's end");
+    assert_eq!(cpu.read_u8(a).unwrap(), 1, "the page left behind keeps its window");
+    drop(cpu);
+    mm.munmap(hold, PAGE).unwrap();
+    mm.munmap(a, PAGE).unwrap();
+    mm.munmap(b, 4 * PAGE).unwrap();
+    drop((open, host));
+    assert_eq!(host_uses(&path), (0, 1), "every window went; the test's own descriptor stays");
     drop(mm);
     assert_no_leaks(&phys);
 }
