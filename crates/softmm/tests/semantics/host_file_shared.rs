@@ -389,3 +389,35 @@ fn mremap_grows_a_coherent_window_over_more_of_the_file_as_the_host() {
     drop(mm);
     assert_no_leaks(&phys);
 }
+
+/// `MREMAP_DONTUNMAP` of a coherent window (no `VM_DONTEXPAND` refuses it
+/// now), as Linux 6.12's `vma_to_resize` allows it for a shared file
+/// mapping (only `VM_DONTEXPAND | VM_PFNMAP` are `EINVAL`) and as the same
+/// file under `Cache` does: both ranges stay the file's, so a store through
+/// the moved range is read through the one left behind and by the host.
+/// (The host kernel the tests run on, 6.18, refuses every `DONTUNMAP` move
+/// of a non-anonymous mapping with `EINVAL`; softmm follows 6.12, its
+/// reference, as for its other `DONTUNMAP` cases.)
+#[test]
+fn a_dontunmap_move_of_a_coherent_window_keeps_both_ranges_the_files() {
+    let phys = phys(4);
+    for coherence in HostFileCoherence::ALL {
+        let mm = mm(&phys, coherence);
+        let tf = TempFile::new("coherent-dontunmap", &[3u8; PAGE as usize]);
+        let file = tf.open(true);
+        let open = OpenFile::from_host(&phys, tf.open(true), "coherent-dontunmap").unwrap();
+        let a = mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
+        let b = mm.mremap(a, PAGE, PAGE, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, 0).unwrap();
+        assert_ne!(a, b);
+        let mut cpu = Cpu::attached(&mm);
+        cpu.write_u8(b + 5, 0x55).unwrap();
+        assert_eq!(cpu.read_u8(a + 5).unwrap(), 0x55, "{coherence:?}: the range left behind is the file's");
+        mm.msync(a, PAGE, MS_SYNC).unwrap();
+        let mut byte = [0u8];
+        file.read_exact_at(&mut byte, 5).unwrap();
+        assert_eq!(byte[0], 0x55, "{coherence:?}: the host reads the store");
+        drop(cpu);
+        drop((mm, open));
+    }
+    assert_no_leaks(&phys);
+}
