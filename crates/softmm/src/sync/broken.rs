@@ -322,6 +322,39 @@ pub(crate) mod madvise {
     }
 }
 
+/// The switches of the range writers' shared mode (`sync/range_writers.rs`);
+/// model `sync/loom_tests.rs`'s `range_writer_vs_blocker`. Per OS thread,
+/// as the tlb switches.
+pub(crate) mod range_writers {
+    #[cfg(loom)]
+    use std::cell::Cell;
+
+    #[cfg(loom)]
+    std::thread_local! {
+        /// A range writer looks at `blockers` without the SeqCst fence
+        /// after its announcement.
+        pub(crate) static NO_ENTER_FENCE: Cell<bool> = const { Cell::new(false) };
+        /// A range writer enters without looking at `blockers`.
+        pub(crate) static NO_RECHECK: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn no_enter_fence() -> bool {
+        #[cfg(loom)]
+        return NO_ENTER_FENCE.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn no_recheck() -> bool {
+        #[cfg(loom)]
+        return NO_RECHECK.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
 /// Runs a loom model of the real code as it is, where no execution may go
 /// wrong (a panic fails the test), then with the thread-local `switch` set,
 /// where some execution must: how a model shows that it catches what its
