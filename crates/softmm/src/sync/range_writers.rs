@@ -17,9 +17,8 @@
 //!
 //! * A range writer adds one to its slot's `inside` count, fences, and
 //!   loads `blockers` (Acquire). If it is zero the writer is in; otherwise
-//!   it takes its count back (Release) and fails, and its caller waits
-//!   for `blockers` to fall to zero ([`RangeWriters::wait_unblocked`]) or
-//!   takes the exclusive path. Leaving subtracts one (Release).
+//!   it takes its count back (Release) and fails, and its caller takes the
+//!   exclusive path. Leaving subtracts one (Release).
 //! * A blocker adds one to `blockers`, fences, and waits until it loads
 //!   (Acquire) zero from every slot. Unblocking subtracts one (Release).
 //!
@@ -37,8 +36,6 @@
 //! with [`broken::range_writers`](super::broken::range_writers)'
 //! `NO_ENTER_FENCE` (the writer's fence skipped) and `NO_RECHECK` (the
 //! writer never looks at `blockers`).
-
-#![cfg_attr(any(not(test), loom), allow(dead_code, reason = "the range policy's lock, not yet wired to the writers"))]
 
 use super::broken::range_writers as broken;
 use super::percpu::PerCpu;
@@ -80,8 +77,7 @@ impl Drop for Blocked<'_> {
 
 impl RangeWriters {
     /// Enters the shared mode, or `None` without waiting while a blocker
-    /// holds it (the caller waits with [`RangeWriters::wait_unblocked`] and
-    /// tries again, or takes the exclusive path). Writes only the caller's
+    /// holds it (the caller takes the exclusive path). Writes only the caller's
     /// slot while no blocker runs.
     pub(crate) fn try_enter(&self) -> Option<SharedGuard<'_>> {
         let slot = self.inside.mine();
@@ -97,13 +93,23 @@ impl RangeWriters {
     }
 
     /// Waits, holding nothing, until no blocker holds the shared mode (as
-    /// seen now: another may come at once).
+    /// seen now: another may come at once). The range writers themselves
+    /// take the `mmap_lock` path at once instead (`mm/range.rs`).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn wait_unblocked(&self) {
         let mut i = 0;
         while self.blockers.load(Ordering::Acquire) != 0 {
             super::spin_hint(i);
             i = i.wrapping_add(1);
         }
+    }
+
+    /// How many range writers are inside, as read slot by slot (for
+    /// `mm/range.rs`'s bound on the map count, which explains why that
+    /// suffices); Acquire, so that a writer seen gone is seen with what it
+    /// wrote before leaving.
+    pub(crate) fn inside_total(&self) -> u64 {
+        self.inside.iter().map(|s| s.load(Ordering::Acquire)).sum()
     }
 
     /// Blocks the shared mode and waits until every range writer inside has
