@@ -213,6 +213,7 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
     let barriers = samples.iter().any(|s| s.workload == "tlb-flush" && s.counters.barriers.is_some());
     let flush_shared = samples.iter().any(|s| s.counters.flush_shared_writes.is_some());
     let interfered = samples.iter().any(|s| s.mode == "interfered");
+    let ranged = samples.iter().any(|s| s.counters.range_writes.is_some_and(|n| n > 0));
     let mut t = Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("threads (tasks)"))
@@ -227,6 +228,15 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
         .column("lock/op", false, 0, Some("mmap_lock acquisitions (by faults and the address space's own calls)"))
         .column("wlock/op", false, 0, Some("the part of lock/op taken for write"))
         .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
+    if ranged {
+        t.column("range/op", false, 3, Some("calls range-parallel writers made without mmap_lock (--policy range)"))
+            .column(
+                "range-conflicts",
+                false,
+                3,
+                Some("per op: range writers refused by an mmap_lock holder, or finding their window's lock held"),
+            );
+    }
     if waits {
         t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
     }
@@ -292,6 +302,9 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
             per_op(c.mmap_lock_writes, ops),
             per_op(c.flush_requests, ops),
         ]);
+        if ranged {
+            line.extend([per_op(c.range_writes, ops), per_op(c.range_conflicts, ops)]);
+        }
         if waits {
             line.push(per_op(c.flush_wait_ns, ops));
         }

@@ -309,6 +309,7 @@ pub fn space_counters<'a>(
 ) -> FaultCounters {
     let (mut lock, mut wlock, mut flush, mut flush_wait_ns) = (0, 0, 0, 0);
     let (mut shootdowns, mut local, mut barriers, mut joined, mut flush_shared) = (0, 0, 0, 0, 0);
+    let (mut range, mut range_conflicts) = (0, 0);
     for mm in spaces {
         let st = mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
@@ -320,6 +321,8 @@ pub fn space_counters<'a>(
         barriers += st.tlb.barriers;
         joined += st.tlb.barriers_joined;
         flush_shared += st.tlb.shared_writes;
+        range += st.range.writes;
+        range_conflicts += st.range.conflicts;
     }
     FaultCounters {
         flush_wait_ns: Some(flush_wait_ns),
@@ -329,6 +332,8 @@ pub fn space_counters<'a>(
         barriers_joined: Some(joined),
         flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(flush_shared),
         mmap_lock_writes: Some(wlock),
+        range_writes: Some(range),
+        range_conflicts: Some(range_conflicts),
         ..soft_counters(policy, fault, lock, flush)
     }
 }
