@@ -432,9 +432,11 @@ pub fn run(args: &BenchArgs, headline_rows: Option<HeadlineRows<'_>>) -> Result<
                 for &t in &threads {
                     for r in 0..args.repeat {
                         for &b in &group {
-                            // Placement is a dimension of the fault-policy rows only.
+                            // Placement is a dimension of the fault-policy and
+                            // writer-policy rows only (range writers' non-fixed
+                            // mmaps need arenas).
                             let placements = match b {
-                                Backend::Soft(_) => &args.placement.0[..],
+                                Backend::Soft(_) | Backend::Writers(_) => &args.placement.0[..],
                                 _ => &[PlacementPolicy::Linux][..],
                             };
                             let postings = if b.is_soft() { &postings[..] } else { &postings[..1] };

@@ -168,7 +168,9 @@ pub struct Params {
 /// does not place as Linux (so that both placements show in one table).
 pub fn policy_label(backend: Backend, placement: PlacementPolicy) -> String {
     match backend {
-        Backend::Soft(_) if placement != PlacementPolicy::Linux => format!("{}+{}", backend.name(), placement.name()),
+        Backend::Soft(_) | Backend::Writers(_) if placement != PlacementPolicy::Linux => {
+            format!("{}+{}", backend.name(), placement.name())
+        }
         _ => backend.name().to_string(),
     }
 }

@@ -142,6 +142,38 @@ impl RangeState {
     }
 }
 
+/// The window next to its own whose lock a range writer takes too, before
+/// its own (address order): the one below, when its new mapping starts at
+/// its window's first address and might merge with a VMA of that window
+/// ending there.
+///
+/// Why one side suffices: two VMAs that meet at a window bound, one
+/// ending there and one starting there, are made by writers of the two
+/// windows; the one making the VMA that starts at the bound holds both
+/// windows' locks, so it is serialized with the other, and whichever runs
+/// second sees the first's VMA and falls back (a merge across the bound is
+/// `mmap_lock`'s). No other range writer makes a VMA that starts at a bound:
+/// `mprotect` changes VMAs in place and never one at a bound
+/// ([`AddressSpace::range_touch_ok`]), and `munmap`'s pieces keep their
+/// ends. So a writer whose new mapping ends at the bound above reads the
+/// window above without its lock: a VMA starting at the bound is there or
+/// not for as long as it holds its own window's lock (a munmap may remove
+/// one meanwhile, which only makes a fallback needless).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Neighbours {
+    /// The window below.
+    pub(crate) below: bool,
+}
+
+impl Neighbours {
+    /// The neighbour a new mapping of `[start, end)` (inside one window)
+    /// locks.
+    pub(crate) fn of(start: u64) -> Neighbours {
+        let lo = window_of(start) << crate::vma::WINDOW_SHIFT;
+        Neighbours { below: start == lo }
+    }
+}
+
 /// The VMAs a range writer may remove, split or merge with: private
 /// anonymous memory, neither locked nor hugetlb (see the module).
 fn range_vma_ok(v: &Vma) -> bool {
@@ -179,14 +211,21 @@ impl AddressSpace {
     /// `None` when the call must take `mmap_lock` (nothing changed then).
     /// `[start, end)` is page aligned and inside the user address space.
     pub(crate) fn range_munmap(&self, start: u64, end: u64) -> Option<Result<()>> {
-        let res = self.range_write_span(start, end, |mm, st, tlb| {
+        let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
             if !st.vmas.overlapping(start, end).all(|v| range_vma_ok(v)) {
                 return None;
             }
             let res = mm.detach_vmas(st, start, end);
             if let Ok(Some((lo, hi))) = res {
-                mm.unmap_range(lo, hi, tlb);
-                mm.free_pgtables(st, lo, hi, tlb);
+                // A window with no page table at all has nothing to zap or
+                // free (a fault that allocates one meanwhile does so for a
+                // VMA outside the range, whose VMAs are detached), and its
+                // writers need not meet on the tables' detach lock.
+                let guard = crossbeam_epoch::pin();
+                if mm.pgtables.has_pmd_table(lo, &guard) {
+                    mm.unmap_range(lo, hi, tlb);
+                    mm.free_pgtables(st, lo, hi, tlb);
+                }
             }
             Some(res.map(|_| ()))
         });
@@ -203,12 +242,19 @@ impl AddressSpace {
 
     /// Whether a new mapping of `[start, end)` may be made by a range
     /// writer whose view is `st`: every VMA it replaces is one a range
-    /// writer may remove, and it does not touch its window's bounds, where
-    /// it could merge with a VMA of the next window.
+    /// writer may remove, and where it reaches its window's bounds, no VMA
+    /// of the next window touches it there (it would merge across the
+    /// bound). The caller holds the lock of the window below if it starts
+    /// at its window's first address ([`Neighbours`]).
     pub(crate) fn range_footprint_ok(&self, st: &MmState, start: u64, end: u64) -> bool {
         let w = window_of(start);
         let (lo, hi) = (w << crate::vma::WINDOW_SHIFT, (w + 1) << crate::vma::WINDOW_SHIFT);
-        start > lo && end < hi && st.vmas.overlapping(start, end).all(|v| range_vma_ok(v))
+        let guard = crossbeam_epoch::pin();
+        let published = self.vmas_rcu(&guard);
+        let below_clear =
+            start > lo || lo == 0 || crate::vma::query::last_at_or_below(published, lo - 1).is_none_or(|v| v.end != lo);
+        let above_clear = end < hi || published.first_starting_at(hi).is_none_or(|v| v.start != hi);
+        below_clear && above_clear && st.vmas.overlapping(start, end).all(|v| range_vma_ok(v))
     }
 
     /// Whether a change to the VMAs overlapping `[start, end)` (their
@@ -237,12 +283,13 @@ impl AddressSpace {
         &self,
         start: u64,
         end: u64,
+        neighbours: Neighbours,
         op: impl FnOnce(&AddressSpace, &mut MmState, &mut MmuGather) -> Option<Result<T>>,
     ) -> Option<Result<T>> {
         if !self.range_candidate(start, end) {
             return None;
         }
-        self.range_write(start, op)
+        self.range_write(start, neighbours, op)
     }
 
     /// Runs `op` as a range writer of window `window_of(start)` on a view
@@ -251,6 +298,7 @@ impl AddressSpace {
     fn range_write<T>(
         &self,
         start: u64,
+        neighbours: Neighbours,
         op: impl FnOnce(&AddressSpace, &mut MmState, &mut MmuGather) -> Option<Result<T>>,
     ) -> Option<Result<T>> {
         let w = window_of(start);
@@ -263,9 +311,16 @@ impl AddressSpace {
         if self.range.mmap_lock_only.load(Ordering::Acquire) {
             return None;
         }
-        let (locked, contended) = self.windows.lock_window(w);
-        if contended {
-            self.range.count(|c| &c.conflicts);
+        // In address order, the neighbours' locks around this window's:
+        // see `Neighbours`.
+        let mut locked = Vec::with_capacity(2);
+        let below = (neighbours.below && w > 0).then(|| w - 1);
+        for lw in below.into_iter().chain([w]) {
+            let (g, contended) = self.windows.lock_window(lw);
+            if contended {
+                self.range.count(|c| &c.conflicts);
+            }
+            locked.push(g);
         }
         let guard = crossbeam_epoch::pin();
         let published = self.vmas_rcu(&guard);

@@ -11,6 +11,7 @@ use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{accounted_pages, total_vm};
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
+use crate::mm::range::Neighbours;
 use crate::mm::{AddressSpace, MmState, MmuGather};
 use crate::phys::OvercommitMode;
 
@@ -247,14 +248,18 @@ impl AddressSpace {
             return None;
         }
         let fixed = flags & MAP_FIXED != 0;
-        let (lo, hi) = if fixed {
-            (addr, addr.checked_add(len)?)
+        let (lo, hi, neighbours) = if fixed {
+            let end = addr.checked_add(len)?;
+            (addr, end, Neighbours::of(addr))
         } else if addr == 0 && self.config.placement == crate::PlacementPolicy::Arenas {
-            crate::mm::layout::arena(&self.config, crate::mm::layout::thread_slot()?)?
+            // A mapping the search puts at the arena's bottom falls back
+            // (it would need the lock of the window below).
+            let (lo, hi) = crate::mm::layout::arena(&self.config, crate::mm::layout::thread_slot()?)?;
+            (lo, hi, Neighbours { below: false })
         } else {
             return None;
         };
-        let res = self.range_write_span(lo, hi, |mm, st, _tlb| {
+        let res = self.range_write_span(lo, hi, neighbours, |mm, st, _tlb| {
             let a = if fixed {
                 addr
             } else {
@@ -263,7 +268,7 @@ impl AddressSpace {
                 let obstacles = Obstacles { vmas: &st.vmas, reserved: &[] };
                 let area_flags = AreaFlags { fixed: false, low32: false };
                 let a = get_unmapped_area_avoiding(&mm.config, obstacles, AreaKind::Anon, 0, len, area_flags).ok()?;
-                if a < lo || a + len > hi || !mm.range_arena_is_closed(hi) {
+                if a <= lo || a + len > hi || !mm.range_arena_is_closed(hi) {
                     return None;
                 }
                 a

@@ -79,7 +79,7 @@ impl AddressSpace {
         {
             return None;
         }
-        let res = self.range_write_span(start, end, |mm, st, tlb| {
+        let res = self.range_write_span(start, end, crate::mm::range::Neighbours::default(), |mm, st, tlb| {
             if !mm.range_touch_ok(st, start, end) {
                 return None;
             }
