@@ -340,7 +340,11 @@ pub enum WriterPolicy {
     /// first brings its view of the VMA set up to date from the windows
     /// range writers published. The mappings, errnos and placement are
     /// those of every other policy; what falls back to `mmap_lock`, and why,
-    /// is listed in `mm/range.rs`.
+    /// is listed in `mm/range.rs`. Not the default: on the lab's loaded
+    /// 2-CPU VM a range write cost more CPU than a short write section
+    /// (mmap1 with arenas, 0 global write acquisitions per op against 2,
+    /// but 650-680k against 890-950k ops per CPU-second at one thread;
+    /// `docs/results/range-writers-2cpu.txt`).
     Range,
 }
 

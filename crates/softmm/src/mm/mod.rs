@@ -1177,7 +1177,12 @@ impl Drop for AddressSpace {
         for file in self.linked_files.get_mut().drain(..).filter_map(|w| w.upgrade()) {
             file.remove_mapping(me);
         }
+        // The windows range writers changed since the last mmap_lock
+        // section: exit tears down (and uncharges) what is mapped now.
+        let mut vmas = std::mem::take(&mut self.mmap_lock.get_mut().vmas);
+        self.sync_range_windows_into(&mut vmas);
         let st = self.mmap_lock.get_mut();
+        st.vmas = vmas;
         // exit_mmap's unlink_file_vma: out of the hugetlb files' reverse maps.
         let me = mapper_weak_id(&self.self_weak);
         for v in st.hugetlb_linked.drain(..) {

@@ -341,7 +341,8 @@ impl AddressSpace {
         if changed {
             // The published version it replaces was loaded under this
             // window's lock, which every writer of the window holds.
-            self.windows.publish(w, map, &guard, crate::sync::rcu::Reclaimer::AnyThread);
+            // An emptied window keeps its bit (see `publish_keeping`).
+            self.windows.publish_keeping(w, map, &guard, crate::sync::rcu::Reclaimer::AnyThread, true);
             // The window's line: its version and its lock.
             crate::sync::shared_write(1);
             self.windows.mark_range_dirty(w);
@@ -364,12 +365,18 @@ impl AddressSpace {
     /// `map_count` changes. Called by every `mmap_lock` holder under the
     /// range policy once it has blocked and drained the range writers.
     pub(crate) fn sync_range_windows(&self, st: &mut MmState) {
+        self.sync_range_windows_into(&mut st.vmas);
+    }
+
+    /// [`Self::sync_range_windows`] into `vmas` (the address space's drop,
+    /// which holds `MmState` through `&mut self`).
+    pub(crate) fn sync_range_windows_into(&self, vmas: &mut VmaTree) {
         if !self.windows.any_range_dirty() {
             return;
         }
         let guard = crossbeam_epoch::pin();
         let published = self.vmas_rcu(&guard);
-        self.windows.take_range_dirty(true, |w| st.vmas.sync_window(w, published.window(w).cloned()));
+        self.windows.take_range_dirty(true, |w| vmas.sync_window(w, published.window(w).cloned()));
         for d in self.range.map_count_delta.iter() {
             if d.load(Ordering::Relaxed) != 0 {
                 d.store(0, Ordering::Relaxed);

@@ -222,6 +222,23 @@ impl WindowDir {
     /// VMA any more), the old version freed by `reclaimer` after a grace
     /// period. Only the window's writer calls it.
     pub(crate) fn publish(&self, w: u64, map: Option<WindowMap>, guard: &Guard, reclaimer: Reclaimer) {
+        self.publish_keeping(w, map, guard, reclaimer, false)
+    }
+
+    /// [`WindowDir::publish`]; with `keep_bit`, an emptied window keeps
+    /// its bit in the bitmap of non-empty windows, which the protocol
+    /// allows (a reader skips a listed window that reads empty): a range
+    /// writer whose window empties and fills again on every call (an
+    /// mmap/munmap loop alone in its arena) then never writes the bitmap
+    /// word, which 64 windows share.
+    pub(crate) fn publish_keeping(
+        &self,
+        w: u64,
+        map: Option<WindowMap>,
+        guard: &Guard,
+        reclaimer: Reclaimer,
+        keep_bit: bool,
+    ) {
         let (leaf, window) = self.window_or_alloc(w);
         let i = w as usize % LEAF_WINDOWS;
         let (word, bit) = (&leaf.nonempty[i / 64], 1u64 << (i % 64));
@@ -233,7 +250,7 @@ impl WindowDir {
             None => Shared::null(),
         };
         let old = window.tree.swap(new, Ordering::AcqRel, guard);
-        if new.is_null() && word.load(StdOrdering::Relaxed) & bit != 0 {
+        if new.is_null() && !keep_bit && word.load(StdOrdering::Relaxed) & bit != 0 {
             word.fetch_and(!bit, StdOrdering::Release);
         }
         if !old.is_null() {

@@ -116,3 +116,20 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
         assert!(s.writes > 80 && s.fallbacks > 50, "{placement:?}: {s:?}");
     }
 }
+
+/// An address space dropped right after range writes (no `mmap_lock`
+/// section took their windows in) returns the commit charge of what they
+/// mapped, and frees everything.
+#[test]
+fn exit_after_range_writes_returns_their_charge() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let before = phys.committed_pages();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 8 * PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.range.stats().writes, 2);
+    assert_eq!(phys.committed_pages(), before + 6);
+    drop(mm);
+    assert_eq!(phys.committed_pages(), before);
+}
