@@ -63,6 +63,10 @@ stage on-demand env SOFTMM_ON_DEMAND=1 \
 # again, the variable read at run time as above.
 stage madvise-mmap-lock env SOFTMM_MADVISE_POLICY=mmap-lock \
   cargo test --profile checked --workspace --test semantics --test host -- semantics:: differential::
+# Range-parallel writers (WriterPolicy::Range): the semantic, differential,
+# bad-input and model tests again with range writers, Linux placement.
+stage writer-range env SOFTMM_WRITER_POLICY=range \
+  cargo test --profile checked --workspace --test semantics --test host --test models
 # loom: the library's unit tests built with --cfg loom, where the whole crate
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`

@@ -278,8 +278,8 @@ typedef struct softmm_mm_config {
   // or "per-vma"; `NULL` for the default.
   const char *madvise_policy;
   // How `mmap`/`munmap` serialize: "reserve", "short", "short-spin",
-  // "short-collect" or "short-own-rcu" (who frees a writer's old VMAs);
-  // `NULL` for the default.
+  // "short-collect", "short-own-rcu" (who frees a writer's old VMAs) or
+  // "range" (range-parallel writers); `NULL` for the default.
   const char *writer_policy;
   // Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
   // `NULL` for the default.

@@ -118,8 +118,8 @@ pub struct softmm_mm_config {
     /// or "per-vma"; `NULL` for the default.
     pub madvise_policy: *const c_char,
     /// How `mmap`/`munmap` serialize: "reserve", "short", "short-spin",
-    /// "short-collect" or "short-own-rcu" (who frees a writer's old VMAs);
-    /// `NULL` for the default.
+    /// "short-collect", "short-own-rcu" (who frees a writer's old VMAs) or
+    /// "range" (range-parallel writers); `NULL` for the default.
     pub writer_policy: *const c_char,
     /// Where a non-fixed `mmap` places a mapping: "linux" or "arenas";
     /// `NULL` for the default.

@@ -62,6 +62,12 @@ counters! {
         /// The part of `mmap_lock_acquisitions` taken for write (softmm's
         /// address spaces' own: its faults never write-lock).
         sum mmap_lock_writes,
+        /// Calls softmm's range-parallel writers completed without
+        /// `mmap_lock` (`--policy range`; `MmStats::range`).
+        sum range_writes,
+        /// Range-writer conflicts: the shared mode refused (an `mmap_lock`
+        /// holder blocked it) or a window's lock found held.
+        sum range_conflicts,
         /// TLB flush requests sent to other CPUs.
         sum flush_requests,
         /// Nanoseconds the flushes spent waiting for CPUs inside an access

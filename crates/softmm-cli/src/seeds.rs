@@ -120,6 +120,11 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
         "writers",
         "short, and a writer frees its own old VMA versions after their grace period (faults never free them)",
     ),
+    (
+        "range",
+        "writers",
+        "range-parallel writers: an anonymous munmap/mmap inside one 1 GiB window runs without mmap_lock",
+    ),
     ("locked", "unmap", "the whole munmap under mmap_lock held for write (Linux before 4.20; seed 002's old design)"),
     ("sectioned", "unmap", "seed 002: the write lock dropped between 1 GiB sections"),
     ("downgrade", "unmap", "VMAs detached under the write lock, the zap under the read lock (Linux 4.20+)"),

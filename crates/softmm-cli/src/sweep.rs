@@ -219,6 +219,7 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
     let barriers = samples.iter().any(|s| s.workload == "tlb-flush" && s.counters.barriers.is_some());
     let flush_shared = samples.iter().any(|s| s.counters.flush_shared_writes.is_some());
     let interfered = samples.iter().any(|s| s.mode == "interfered");
+    let ranged = samples.iter().any(|s| s.counters.range_writes.is_some_and(|n| n > 0));
     let mut t = Table::new();
     t.column("policy", true, 0, None)
         .column("thr", false, 0, Some("threads (tasks)"))
@@ -233,6 +234,15 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
         .column("lock/op", false, 0, Some("mmap_lock acquisitions (by faults and the address space's own calls)"))
         .column("wlock/op", false, 0, Some("the part of lock/op taken for write"))
         .column("flush/op", false, 0, Some("TLB flush requests to other CPUs"));
+    if ranged {
+        t.column("range/op", false, 3, Some("calls range-parallel writers made without mmap_lock (--policy range)"))
+            .column(
+                "range-conflicts",
+                false,
+                3,
+                Some("per op: range writers refused by an mmap_lock holder, or finding their window's lock held"),
+            );
+    }
     if waits {
         t.column("fwait ns/op", false, 4, Some("ns the flushes waited for CPUs inside an access"));
     }
@@ -298,6 +308,9 @@ pub fn table(samples: &[Sample<FaultCounters>]) -> String {
             per_op(c.mmap_lock_writes, ops),
             per_op(c.flush_requests, ops),
         ]);
+        if ranged {
+            line.extend([per_op(c.range_writes, ops), per_op(c.range_conflicts, ops)]);
+        }
         if waits {
             line.push(per_op(c.flush_wait_ns, ops));
         }
@@ -425,9 +438,11 @@ pub fn run(args: &BenchArgs, headline_rows: Option<HeadlineRows<'_>>) -> Result<
                 for &t in &threads {
                     for r in 0..args.repeat {
                         for &b in &group {
-                            // Placement is a dimension of the fault-policy rows only.
+                            // Placement is a dimension of the fault-policy and
+                            // writer-policy rows only (range writers' non-fixed
+                            // mmaps need arenas).
                             let placements = match b {
-                                Backend::Soft(_) => &args.placement.0[..],
+                                Backend::Soft(_) | Backend::Writers(_) => &args.placement.0[..],
                                 _ => &[PlacementPolicy::Linux][..],
                             };
                             let postings = if b.is_soft() { &postings[..] } else { &postings[..1] };

@@ -9,7 +9,7 @@ use std::time::Duration;
 use softmm::uapi::*;
 use softmm::{
     Access, AddressSpace, Cpu, FaultPolicy, MadvisePolicy, MmConfig, PhysConfig, PhysMem, PostingPolicy,
-    ShootdownPolicy, ShootdownTargets,
+    ShootdownPolicy, ShootdownTargets, WriterPolicy,
 };
 
 pub const PAGE: u64 = 4096;
@@ -33,7 +33,23 @@ pub fn mm_with(phys: &Arc<PhysMem>, policy: FaultPolicy) -> Arc<AddressSpace> {
 
 /// The configuration of [`mm_with`].
 fn config_with(policy: FaultPolicy) -> MmConfig {
-    MmConfig::default().policy(policy).force_speculative(true).madvise_policy(madvise_policy())
+    MmConfig::default()
+        .policy(policy)
+        .force_speculative(true)
+        .madvise_policy(madvise_policy())
+        .writer_policy(writer_policy())
+}
+
+/// The writer policy named by `SOFTMM_WRITER_POLICY` (the default if
+/// unset), so that a test binary can be run under each (scripts/test.sh
+/// runs the semantic, differential and model tests under `range`).
+pub fn writer_policy() -> WriterPolicy {
+    match std::env::var("SOFTMM_WRITER_POLICY") {
+        Ok(name) => {
+            WriterPolicy::from_name(&name).unwrap_or_else(|| panic!("SOFTMM_WRITER_POLICY={name:?}: no such policy"))
+        }
+        Err(_) => WriterPolicy::default(),
+    }
 }
 
 /// One way to make TLB shootdowns: the three axes `MmConfig` chooses them

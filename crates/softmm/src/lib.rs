@@ -92,8 +92,8 @@ pub use cpu::{Cpu, CpuStats, FaultInfo, GuestBytes, Scalar, Section, TlbAbi, Tra
 pub use error::{Errno, Fault, Result, SegvCode};
 pub use fault::{Access, FaultStats};
 pub use file::{File, OpenFile};
-pub use mm::UnmapStats;
 pub use mm::{AddressSpace, ConfigError, MmConfig, MmStats, TASK_SIZE, TASK_SIZE_32};
+pub use mm::{RangeStats, UnmapStats};
 pub use mmio::MmioDevice;
 pub use phys::{FreeLists, Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};

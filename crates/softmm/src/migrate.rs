@@ -213,7 +213,7 @@ fn walk_entries(
         visited.push(Arc::as_ptr(&mm));
         let st = mm.read_lock_recursive();
         let guard = crossbeam_epoch::pin();
-        for vma in st.vmas.iter() {
+        for vma in st.vmas().iter() {
             let ours = match owner {
                 Owner::Anon(family) => {
                     vma.anon_vma.get().is_some_and(|a| std::ptr::eq(Arc::as_ptr(&a.family), Arc::as_ptr(family)))

@@ -326,6 +326,26 @@ pub enum WriterPolicy {
     /// models that run writers on threads under the default would first
     /// need to drain their threads' lists.
     ShortOwnRcu,
+    /// [`WriterPolicy::Short`] for every call it does not cover, and
+    /// range-parallel writers for those it does (issue 32 item 3, CortenMM's
+    /// and RadixVM's point): a `munmap` of anonymous memory, or a
+    /// `MAP_FIXED` (or, under [`PlacementPolicy::Arenas`], a non-fixed)
+    /// anonymous private `mmap`, whose range and every VMA it touches or may
+    /// merge with lie inside one 1 GiB window of the VMA set, runs without
+    /// `mmap_lock`: in the address-space lock's shared mode
+    /// (`sync/range_writers.rs`) under that window's own lock, on the
+    /// window's published version, with the same split/merge/insert/remove
+    /// code as the `mmap_lock` path, then publishes the window. Every
+    /// `mmap_lock` holder blocks the shared mode, waits for it to drain and
+    /// first brings its view of the VMA set up to date from the windows
+    /// range writers published. The mappings, errnos and placement are
+    /// those of every other policy; what falls back to `mmap_lock`, and why,
+    /// is listed in `mm/range.rs`. Not the default: on the lab's loaded
+    /// 2-CPU VM a range write cost more CPU than a short write section
+    /// (mmap1 with arenas, 0 global write acquisitions per op against 2,
+    /// but 650-680k against 890-950k ops per CPU-second at one thread;
+    /// `docs/results/range-writers-2cpu.txt`).
+    Range,
 }
 
 impl WriterPolicy {
@@ -336,6 +356,7 @@ impl WriterPolicy {
         WriterPolicy::ShortSpin,
         WriterPolicy::ShortCollect,
         WriterPolicy::ShortOwnRcu,
+        WriterPolicy::Range,
     ];
 
     /// The kebab-case name used on the command line and in results.
@@ -346,6 +367,7 @@ impl WriterPolicy {
             WriterPolicy::ShortSpin => "short-spin",
             WriterPolicy::ShortCollect => "short-collect",
             WriterPolicy::ShortOwnRcu => "short-own-rcu",
+            WriterPolicy::Range => "range",
         }
     }
 
@@ -362,6 +384,12 @@ impl WriterPolicy {
     /// A writer spins while `mmap_lock` is held before it parks.
     pub(crate) fn spin_handoff(self) -> bool {
         matches!(self, WriterPolicy::ShortSpin)
+    }
+
+    /// Bounded-range writers run in the shared mode, without `mmap_lock`,
+    /// and every `mmap_lock` holder blocks them.
+    pub(crate) fn range_writers(self) -> bool {
+        matches!(self, WriterPolicy::Range)
     }
 }
 

@@ -180,7 +180,9 @@ pub struct Params {
 /// does not place as Linux (so that both placements show in one table).
 pub fn policy_label(backend: Backend, placement: PlacementPolicy) -> String {
     match backend {
-        Backend::Soft(_) if placement != PlacementPolicy::Linux => format!("{}+{}", backend.name(), placement.name()),
+        Backend::Soft(_) | Backend::Writers(_) if placement != PlacementPolicy::Linux => {
+            format!("{}+{}", backend.name(), placement.name())
+        }
         _ => backend.name().to_string(),
     }
 }
@@ -321,6 +323,7 @@ pub fn space_counters<'a>(
 ) -> FaultCounters {
     let (mut lock, mut wlock, mut flush, mut flush_wait_ns) = (0, 0, 0, 0);
     let (mut shootdowns, mut local, mut barriers, mut joined, mut flush_shared) = (0, 0, 0, 0, 0);
+    let (mut range, mut range_conflicts) = (0, 0);
     for mm in spaces {
         let st = mm.stats();
         lock += st.mmap_lock_write + st.mmap_lock_read;
@@ -332,6 +335,8 @@ pub fn space_counters<'a>(
         barriers += st.tlb.barriers;
         joined += st.tlb.barriers_joined;
         flush_shared += st.tlb.shared_writes;
+        range += st.range.writes;
+        range_conflicts += st.range.conflicts;
     }
     FaultCounters {
         flush_wait_ns: Some(flush_wait_ns),
@@ -341,6 +346,8 @@ pub fn space_counters<'a>(
         barriers_joined: Some(joined),
         flush_shared_writes: cfg!(feature = "shared-write-stats").then_some(flush_shared),
         mmap_lock_writes: Some(wlock),
+        range_writes: Some(range),
+        range_conflicts: Some(range_conflicts),
         ..soft_counters(policy, fault, lock, flush)
     }
 }

@@ -89,7 +89,7 @@ const MADV_COLLAPSE: i32 = 25;
 const MAX_FILE: u64 = i64::MAX as u64;
 
 fn cfg() -> MmConfig {
-    MmConfig::default().thp_align(false).force_speculative(true)
+    MmConfig::default().thp_align(false).force_speculative(true).writer_policy(crate::common::writer_policy())
 }
 
 fn win_pg() -> u64 {

@@ -211,7 +211,7 @@ fn walk_huge(
         phys.hugetlb.locks.count(crate::hugetlb::lock::Kind::IMmapWrite);
         let _i_mmap = inode.vmas.i_mmap.write();
         let guard = crossbeam_epoch::pin();
-        for vma in st.vmas.iter() {
+        for vma in st.vmas().iter() {
             let ours = vma.file.as_ref().is_some_and(|f| f.id() == file.id());
             if !ours || !(vma.pgoff..vma.pgoff + vma.pages()).contains(&first) {
                 continue;

@@ -141,3 +141,139 @@ fn own_rcu_model() -> Result<(), String> {
     writer.join().unwrap();
     res
 }
+
+/// An address space under the range policy with one private anonymous
+/// read-write VMA `[a, a + 2 pages)` in window 5, its first page written
+/// (a frame, its tables, its `anon_vma`) by an `mmap_lock`-free fault.
+fn range_setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
+    crate::sync::percpu::restart_slots();
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(crate::WriterPolicy::Range)).unwrap();
+    let a = 5 * GIB + 4 * PAGE_SIZE;
+    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+    assert_eq!(mm.mmap(a, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(a));
+    mm.handle_fault(a, crate::fault::Access::Write).unwrap();
+    (phys, mm, a)
+}
+
+/// Fails unless some execution of a model took the range path (else it
+/// would only check the `mmap_lock` fallback): `seen`, set by the model
+/// when its calls all ran as range writers.
+fn assert_ranged(seen: &std::sync::atomic::AtomicBool) {
+    assert!(seen.load(std::sync::atomic::Ordering::Relaxed), "no execution ran a range writer");
+}
+
+/// A range writer's `munmap` (`mm/range.rs`, no `mmap_lock`) against a
+/// lock-free write fault in its range: once both are done, nothing is
+/// mapped there and no frame is left (a fault that committed after the zap
+/// would leave both), and the fault succeeded or raised `SIGSEGV`. Seen
+/// failing with `broken::range_writers::NO_DETACH` (the VMA taken out of
+/// the window's view without its detach: the fault that found it in the
+/// window's old version commits after the zap).
+#[test]
+fn a_range_munmap_against_a_fault_in_its_range() {
+    use crate::sync::broken::range_writers::NO_DETACH;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        let (phys, mm, a) = range_setup();
+        let fault = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
+            })
+        };
+        mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+        let r = fault.join().unwrap();
+        if mm.range.stats().writes == 2 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if !(r.is_ok() || r.is_err_and(|f| f.signal() == libc::SIGSEGV)) {
+            return Err(format!("the fault ended {r:?}"));
+        }
+        if !mm.pte_at(a + PAGE_SIZE).is_none() || phys.stats().frames_used != 0 {
+            return Err("an entry or a frame outlived the range munmap".to_string());
+        }
+        Ok(())
+    }
+    crate::sync::broken::check_model(model, &NO_DETACH);
+    assert_ranged(&SEEN);
+}
+
+/// Two range writers of one window, each mapping a page next to the same
+/// VMA (`[a - 1 page, a)` and `[a + 2 pages, a + 3 pages)`): both merge
+/// with it, one after the other under the window's lock, and the result is
+/// one VMA `[a - 1 page, a + 3 pages)`, as under `mmap_lock`. Seen failing
+/// with `broken::range_writers::NO_WINDOW_LOCK` (both merge into the
+/// version they loaded; the second publication loses the first's page).
+#[test]
+fn a_range_mmap_against_a_merging_neighbour() {
+    use crate::sync::broken::range_writers::NO_WINDOW_LOCK;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        let (_phys, mm, a) = range_setup();
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+        let right = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || mm.mmap(a + 2 * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0))
+        };
+        let left = mm.mmap(a - PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0);
+        let right = right.join().unwrap();
+        if mm.range.stats().writes == 3 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if (left, right) != (Ok(a - PAGE_SIZE), Ok(a + 2 * PAGE_SIZE)) {
+            return Err(format!("{left:?} {right:?}"));
+        }
+        let spans: Vec<(u64, u64)> = mm.maps().iter().map(|e| (e.start, e.end)).collect();
+        if spans != [(a - PAGE_SIZE, a + 3 * PAGE_SIZE)] {
+            return Err(format!("{spans:x?}: a merge was lost"));
+        }
+        Ok(())
+    }
+    crate::sync::broken::check_model(model, &NO_WINDOW_LOCK);
+    assert_ranged(&SEEN);
+}
+
+/// A range writer's `munmap` of the written page against `fork`, an
+/// `mmap_lock` writer that blocks the range writers and takes their windows
+/// in: the child has the VMA whole with its page (fork first) or without
+/// the page's part (the munmap first), never the VMA whole without the
+/// page's entry. Seen failing with `broken::range_writers::NO_BLOCK` (fork
+/// neither waits for the range writer nor takes its window in: it copies
+/// the VMA the munmap removes, without the entry the munmap zapped).
+#[test]
+fn a_range_munmap_against_fork() {
+    use crate::sync::broken::range_writers::NO_BLOCK;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        // The setup's first write fault takes mmap_lock (it assigns the
+        // anon_vma), which the switch would leave behind the setup's mmap.
+        let broken = NO_BLOCK.with(|c| c.replace(false));
+        let (phys, mm, a) = range_setup();
+        NO_BLOCK.with(|c| c.set(broken));
+        let unmap = {
+            let mm = mm.clone();
+            loom::thread::spawn(move || mm.munmap(a, PAGE_SIZE))
+        };
+        let child = mm.fork().unwrap();
+        unmap.join().unwrap().unwrap();
+        if mm.range.stats().writes == 2 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let kept = child.maps().iter().any(|e| e.start <= a && a < e.end);
+        let res = if kept && !child.pte_at(a).has_frame() {
+            Err("the child maps the page without its entry".to_string())
+        } else {
+            Ok(())
+        };
+        drop(child);
+        drop(mm);
+        if phys.stats().frames_used != 0 {
+            return Err("a frame outlived both address spaces".to_string());
+        }
+        res
+    }
+    crate::sync::broken::check_model(model, &NO_BLOCK);
+    assert_ranged(&SEEN);
+}

@@ -23,7 +23,7 @@ impl AddressSpace {
     pub(crate) fn page_mkclean(&self, file: &Inode, pages: &[(u64, Pfn)]) {
         let st = self.read_lock_recursive();
         let mut cleaned = false;
-        for v in st.vmas.iter() {
+        for v in st.vmas().iter() {
             if v.file.as_ref().is_none_or(|f| f.id() != file.id()) {
                 continue;
             }

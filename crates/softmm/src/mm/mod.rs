@@ -27,6 +27,7 @@ mod loom_tests;
 mod mkclean;
 mod pin_state;
 mod pmd_unshare;
+pub(crate) mod range;
 mod stack;
 mod unmap;
 mod vma;
@@ -44,6 +45,7 @@ pub use config::{ConfigError, MmConfig, TASK_SIZE, TASK_SIZE_32};
 // `crate::policy`'s).
 pub(crate) use crate::policy::{FaultPolicy, HugetlbPolicy, MadvisePolicy, PinPolicy, PlacementPolicy, UnmapPolicy};
 pub(crate) use pin_state::PinState;
+pub use range::RangeStats;
 pub use unmap::UnmapStats;
 pub(crate) use unmap::{ns_since, UnmapTimes};
 
@@ -51,6 +53,7 @@ use crate::file::{Inode, Mapper};
 use crate::pgtable::{Leaf, PageTables, Pte};
 use crate::phys::PhysMem;
 use crate::rmap;
+use crate::sync::range_writers::Blocked;
 use crate::sync::rcu::Reclaimer;
 use crate::sync::SeqCount;
 use crate::tlb::{CpuSet, FlushRange, FlushTicket, ShootdownTargets, TlbDomain, TlbStats};
@@ -158,6 +161,9 @@ pub struct MmStats {
     /// over 4 KiB): what `mlock`, `mlockall` and `MAP_LOCKED` count against
     /// the memlock limit.
     pub locked_pages: u64,
+    /// Range-parallel writers' calls, conflicts and fallbacks
+    /// ([`WriterPolicy::Range`]; zero under every other policy).
+    pub range: RangeStats,
 }
 
 /// A virtual address space with Linux semantics.
@@ -199,6 +205,10 @@ pub struct AddressSpace {
     /// The emulator's write watches and dirty log (`crate::watch`), read by
     /// the TLB fill.
     pub(crate) watches: crate::watch::Watches,
+    /// Range-parallel writers (`range.rs`): the address-space lock's shared
+    /// mode, which every `mmap_lock` holder blocks under
+    /// [`WriterPolicy::Range`], and what range writers count.
+    pub(crate) range: range::RangeState,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -206,6 +216,43 @@ pub(crate) struct MmapWriteGuard<'a> {
     mm: &'a AddressSpace,
     /// `None` only inside [`MmapWriteGuard::downgrade`].
     st: Option<RwLockWriteGuard<'a, MmState>>,
+    /// The range writers kept out (under [`WriterPolicy::Range`]), until
+    /// the section's end is published.
+    blocked: Option<Blocked<'a>>,
+}
+
+/// `mmap_lock` held for read, with the range writers kept out under
+/// [`WriterPolicy::Range`] (its `MmState` is then up to date with their
+/// windows).
+pub(crate) struct MmapReadGuard<'a> {
+    st: RwLockReadGuard<'a, MmState>,
+    _blocked: Option<Blocked<'a>>,
+}
+
+impl std::ops::Deref for MmapReadGuard<'_> {
+    type Target = MmState;
+    fn deref(&self) -> &MmState {
+        &self.st
+    }
+}
+
+/// `mmap_lock` held for read recursively ([`AddressSpace::read_lock_recursive`]),
+/// range writers kept out. Its VMA set is read through
+/// [`MmapRecursiveGuard::vmas`]: under [`WriterPolicy::Range`] a copy
+/// brought up to date with the range writers' windows when `MmState`'s is
+/// behind them, since a recursive reader may not take the write lock that
+/// updating `MmState` needs.
+pub(crate) struct MmapRecursiveGuard<'a> {
+    st: RwLockReadGuard<'a, MmState>,
+    synced: Option<VmaTree>,
+    _blocked: Option<Blocked<'a>>,
+}
+
+impl MmapRecursiveGuard<'_> {
+    /// The VMA set, up to date.
+    pub(crate) fn vmas(&self) -> &VmaTree {
+        self.synced.as_ref().unwrap_or(&self.st.vmas)
+    }
 }
 
 impl std::ops::Deref for MmapWriteGuard<'_> {
@@ -226,12 +273,12 @@ impl<'a> MmapWriteGuard<'a> {
     /// keeps `mmap_lock` for read without letting a writer in between
     /// (`mmap_write_downgrade`): readers may enter at once, writers wait for
     /// the returned guard.
-    pub(crate) fn downgrade(mut self) -> RwLockReadGuard<'a, MmState> {
+    pub(crate) fn downgrade(mut self) -> MmapReadGuard<'a> {
         let mut st = self.st.take().expect("held until downgraded");
         let removed = self.mm.end_write_section(&mut st);
         let st = RwLockWriteGuard::downgrade(st);
         self.mm.after_write_section(removed);
-        st
+        MmapReadGuard { st, _blocked: self.blocked.take() }
     }
 }
 
@@ -240,6 +287,7 @@ impl Drop for MmapWriteGuard<'_> {
         if let Some(mut st) = self.st.take() {
             let removed = self.mm.end_write_section(&mut st);
             drop(st);
+            drop(self.blocked.take());
             self.mm.after_write_section(removed);
         }
     }
@@ -289,6 +337,7 @@ impl AddressSpace {
             unreachable: Default::default(),
             hugetlb_lock: Default::default(),
             watches: crate::watch::Watches::new(),
+            range: Default::default(),
         }))
     }
 
@@ -301,6 +350,9 @@ impl AddressSpace {
         hooks::before_publish();
         let fresh = self.sync_hugetlb_rmap(st);
         self.publish_carrying_marks(&mut st.vmas, &fresh);
+        if self.config.writer_policy.range_writers() {
+            self.range_end_section(st);
+        }
         self.seq.write_end();
         // The sequence count, and the lock word the caller's unlock writes.
         crate::sync::shared_write(2);
@@ -350,12 +402,19 @@ impl AddressSpace {
 
     pub(crate) fn write_lock(&self) -> MmapWriteGuard<'_> {
         self.counters.locks.mine().write.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let st =
+        let mut st =
             if self.config.writer_policy.spin_handoff() { self.write_lock_spinning() } else { self.mmap_lock.write() };
+        // Range writers out and drained, then their windows taken in: from
+        // here this section runs alone (`range.rs`).
+        let blocked = (self.config.writer_policy.range_writers() && !crate::sync::broken::range_writers::no_block())
+            .then(|| self.range.writers.block());
+        if blocked.is_some() {
+            self.sync_range_windows(&mut st);
+        }
         self.seq.write_begin();
         // The lock word and the sequence count, which every writer writes.
         crate::sync::shared_write(2);
-        MmapWriteGuard { mm: self, st: Some(st) }
+        MmapWriteGuard { mm: self, st: Some(st), blocked }
     }
 
     /// `mmap_lock` for write under [`WriterPolicy::ShortSpin`](crate::WriterPolicy::ShortSpin): while the
@@ -382,24 +441,48 @@ impl AddressSpace {
     }
 
     /// `mmap_lock` for read, counted in [`MmStats::mmap_lock_read`].
-    pub(crate) fn read_lock(&self) -> RwLockReadGuard<'_, MmState> {
+    pub(crate) fn read_lock(&self) -> MmapReadGuard<'_> {
         // The lock word, at the lock and at the unlock.
         crate::sync::shared_write(2);
         self.counters.locks.mine().read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.mmap_lock.read()
+        self.read_lock_blocking()
+    }
+
+    /// `mmap_lock` for read; under [`WriterPolicy::Range`] with the range
+    /// writers blocked and drained, and `MmState` up to date with their
+    /// windows: when it is behind, through a write section that takes them
+    /// in, downgraded.
+    fn read_lock_blocking(&self) -> MmapReadGuard<'_> {
+        let st = self.mmap_lock.read();
+        if !self.config.writer_policy.range_writers() {
+            return MmapReadGuard { st, _blocked: None };
+        }
+        let blocked = self.range.writers.block();
+        if !self.windows.any_range_dirty() {
+            return MmapReadGuard { st, _blocked: Some(blocked) };
+        }
+        drop(blocked);
+        drop(st);
+        self.write_lock().downgrade()
     }
 
     /// `mmap_lock` for read in a fault: counted by the faulting CPU instead
     /// ([`crate::FaultStats::mmap_lock_acquisitions`]), so that the fault
     /// writes no shared counter besides the lock word itself.
-    pub(crate) fn read_lock_fault(&self) -> RwLockReadGuard<'_, MmState> {
-        self.mmap_lock.read()
+    pub(crate) fn read_lock_fault(&self) -> MmapReadGuard<'_> {
+        self.read_lock_blocking()
     }
 
     /// `mmap_lock` for read even while a writer waits; only for paths that
     /// already hold a lock a writer may need (truncate under `invalidate_lock`).
-    pub(crate) fn read_lock_recursive(&self) -> RwLockReadGuard<'_, MmState> {
-        self.mmap_lock.read_recursive()
+    pub(crate) fn read_lock_recursive(&self) -> MmapRecursiveGuard<'_> {
+        let st = self.mmap_lock.read_recursive();
+        if !self.config.writer_policy.range_writers() {
+            return MmapRecursiveGuard { st, synced: None, _blocked: None };
+        }
+        let blocked = self.range.writers.block();
+        let synced = self.range_synced_copy(&st);
+        MmapRecursiveGuard { st, synced, _blocked: Some(blocked) }
     }
 
     /// Publishes the windows of `tree` its write section changed, one by
@@ -565,6 +648,7 @@ impl AddressSpace {
             hugetlb_pages,
             hugetlb_faults: self.counters.hugetlb_faults.load(Ordering::Relaxed),
             locked_pages: commit::locked_vm(&st.vmas),
+            range: self.range.stats(),
         }
     }
 
@@ -901,12 +985,10 @@ impl AddressSpace {
     pub(crate) fn free_pgtables(&self, st: &MmState, start: u64, end: u64, tlb: &mut MmuGather) {
         let below = st.reserved.iter().filter(|r| r.end <= start).map(|r| r.end);
         let above = st.reserved.iter().filter(|r| r.start >= end).map(|r| r.start);
-        let floor = st.vmas.prev_of(start).map_or(0, |v| v.end).max(below.max().unwrap_or(0));
-        let ceiling = st
-            .vmas
-            .find_from(end)
-            .map_or(self.config.task_size.next_power_of_two(), |v| v.start)
-            .min(above.min().unwrap_or(u64::MAX));
+        // A range writer's one-window view stops at its window's bounds.
+        let (bottom, top) = st.vmas.table_bounds(self.config.task_size.next_power_of_two());
+        let floor = st.vmas.prev_of(start).map_or(bottom, |v| v.end).max(below.max().unwrap_or(0));
+        let ceiling = st.vmas.find_from(end).map_or(top, |v| v.start).min(above.min().unwrap_or(u64::MAX));
         self.pgtables.detach_tables(start, end, floor, ceiling, &mut tlb.tables);
     }
 
@@ -1042,7 +1124,7 @@ impl Mapper for AddressSpace {
     fn unmap_file_range(&self, file: &Inode, first: u64, last: u64, even_cows: bool) {
         let st = self.read_lock_recursive();
         let mut tlb = MmuGather::default();
-        for v in st.vmas.iter() {
+        for v in st.vmas().iter() {
             if v.file.as_ref().is_none_or(|f| f.id() != file.id()) {
                 continue;
             }
@@ -1068,7 +1150,7 @@ impl Mapper for AddressSpace {
         // inode, a window onto the host's pages) records no fill owners:
         // every CPU goes, before the host file shrinks under it.
         if st
-            .vmas
+            .vmas()
             .iter()
             .any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.as_ref().and_then(|m| m.origin()) == Some(file.id())))
         {
@@ -1095,7 +1177,12 @@ impl Drop for AddressSpace {
         for file in self.linked_files.get_mut().drain(..).filter_map(|w| w.upgrade()) {
             file.remove_mapping(me);
         }
+        // The windows range writers changed since the last mmap_lock
+        // section: exit tears down (and uncharges) what is mapped now.
+        let mut vmas = std::mem::take(&mut self.mmap_lock.get_mut().vmas);
+        self.sync_range_windows_into(&mut vmas);
         let st = self.mmap_lock.get_mut();
+        st.vmas = vmas;
         // exit_mmap's unlink_file_vma: out of the hugetlb files' reverse maps.
         let me = mapper_weak_id(&self.self_weak);
         for v in st.hugetlb_linked.drain(..) {

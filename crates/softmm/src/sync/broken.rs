@@ -322,6 +322,81 @@ pub(crate) mod madvise {
     }
 }
 
+/// The switches of the range writers' shared mode (`sync/range_writers.rs`);
+/// model `sync/loom_tests.rs`'s `range_writer_vs_blocker`. Per OS thread,
+/// as the tlb switches.
+pub(crate) mod range_writers {
+    #[cfg(loom)]
+    use std::cell::Cell;
+
+    #[cfg(loom)]
+    std::thread_local! {
+        /// A range writer looks at `blockers` without the SeqCst fence
+        /// after its announcement.
+        pub(crate) static NO_ENTER_FENCE: Cell<bool> = const { Cell::new(false) };
+        /// A range writer enters without looking at `blockers`.
+        pub(crate) static NO_RECHECK: Cell<bool> = const { Cell::new(false) };
+        /// A range writer removes VMAs from its window's view without
+        /// detaching them (`VmaTree::remove`): a lock-free fault that found
+        /// one goes on and commits after the zap (`mm/loom_tests.rs`,
+        /// `a_range_munmap_against_a_fault_in_its_range`).
+        pub(crate) static NO_DETACH: Cell<bool> = const { Cell::new(false) };
+        /// A range writer does not take its window's lock: two writers of
+        /// one window both change the version they loaded, and the second
+        /// publication loses the first's change
+        /// (`a_range_mmap_against_a_merging_neighbour`).
+        pub(crate) static NO_WINDOW_LOCK: Cell<bool> = const { Cell::new(false) };
+        /// An `mmap_lock` writer under the range policy neither blocks nor
+        /// drains the range writers (`AddressSpace::write_lock`): fork
+        /// copies a VMA a range writer is removing
+        /// (`a_range_munmap_against_fork`).
+        pub(crate) static NO_BLOCK: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// [`NO_DETACH`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn no_detach() -> bool {
+        #[cfg(loom)]
+        return NO_DETACH.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+
+    /// [`NO_WINDOW_LOCK`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn no_window_lock() -> bool {
+        #[cfg(loom)]
+        return NO_WINDOW_LOCK.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+
+    /// [`NO_BLOCK`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn no_block() -> bool {
+        #[cfg(loom)]
+        return NO_BLOCK.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn no_enter_fence() -> bool {
+        #[cfg(loom)]
+        return NO_ENTER_FENCE.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+
+    #[inline(always)]
+    pub(crate) fn no_recheck() -> bool {
+        #[cfg(loom)]
+        return NO_RECHECK.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
 /// Runs a loom model of the real code as it is, where no execution may go
 /// wrong (a panic fails the test), then with the thread-local `switch` set,
 /// where some execution must: how a model shows that it catches what its

@@ -240,3 +240,46 @@ fn per_vma_seq_table_allocation_against_munmap() {
         assert_eq!(*pte.lock().unwrap(), NONE, "an entry outlived its VMA");
     });
 }
+
+/// The range writers' shared mode (`sync/range_writers.rs`, the real
+/// code): a range writer and a blocker (a whole-space `mmap_lock` holder)
+/// are never inside at once. Each side marks a shared flag with a
+/// read-modify-write while inside, so an overlap is seen whatever the
+/// orderings. Seen failing with `NO_ENTER_FENCE` (store buffering: the
+/// writer's announcement and the blocker's both unseen) and `NO_RECHECK`.
+#[test]
+fn range_writer_vs_blocker() {
+    use super::broken::range_writers::{NO_ENTER_FENCE, NO_RECHECK};
+    use super::range_writers::RangeWriters;
+
+    fn model() -> Result<(), String> {
+        super::percpu::restart_slots();
+        let lock = Arc::new(RangeWriters::default());
+        let busy = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (lock, busy) = (lock.clone(), busy.clone());
+            loom::thread::spawn(move || {
+                let Some(g) = lock.try_enter() else { return Ok(()) };
+                let overlap = busy.swap(true, Ordering::AcqRel);
+                busy.store(false, Ordering::Release);
+                drop(g);
+                if overlap {
+                    Err("a range writer inside beside a blocker".to_string())
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        let b = lock.block();
+        let overlap = busy.swap(true, Ordering::AcqRel);
+        busy.store(false, Ordering::Release);
+        drop(b);
+        writer.join().unwrap()?;
+        if overlap {
+            return Err("a blocker inside beside a range writer".to_string());
+        }
+        Ok(())
+    }
+    super::broken::check_model(model, &NO_ENTER_FENCE);
+    super::broken::check_model(model, &NO_RECHECK);
+}

@@ -28,6 +28,7 @@ mod loom_lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod percpu;
+pub(crate) mod range_writers;
 pub(crate) mod rcu;
 mod seqcount;
 mod shared_write;

@@ -11,6 +11,7 @@ use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use crate::mm::commit::{accounted_pages, total_vm};
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
+use crate::mm::range::Neighbours;
 use crate::mm::{AddressSpace, MmState, MmuGather};
 use crate::phys::OvercommitMode;
 
@@ -191,7 +192,7 @@ impl AddressSpace {
         mut flags: i32,
         file: Option<&OpenFile>,
         backing: Backing,
-        mut pgoff: u64,
+        pgoff: u64,
     ) -> Result<(u64, Option<u64>)> {
         if len == 0 {
             return Err(Errno::Inval);
@@ -218,12 +219,90 @@ impl AddressSpace {
         // MAP_FIXED waits for a range a lock-free unmap still zaps; any
         // other placement goes around it (`Obstacles`).
         let fixed_range = if fixed { (addr, addr.saturating_add(len)) } else { (0, 0) };
+        // Range-parallel writers: inside one window, without mmap_lock.
+        if backing == Backing::Anon && flags & MAP_TYPE == MAP_PRIVATE {
+            if let Some(res) = self.range_mmap(addr, len, prot, flags, pgoff) {
+                return res;
+            }
+        }
         let mut st = self.write_lock_clear_of(|_| [fixed_range, (0, 0)]);
+        let res = self.mmap_locked(&mut st, addr, len, prot, flags, file, backing, pgoff);
+        drop(st);
+        res
+    }
+
+    /// A private anonymous `mmap` as a range writer (`mm/range.rs`), or
+    /// `None` (nothing changed) for the `mmap_lock` path: `MAP_FIXED` inside
+    /// one window, or, under [`crate::PlacementPolicy::Arenas`], a call
+    /// without a hint whose search finds room in the calling thread's arena
+    /// (one window). Everything else falls back: hints, `MAP_LOCKED`,
+    /// `MAP_GROWSDOWN` (the stack guard gap and expansion), `MAP_32BIT`,
+    /// `MAP_HUGETLB`, and never-mode overcommit (whose check reads the
+    /// whole address space's size).
+    fn range_mmap(&self, addr: u64, len: u64, prot: i32, flags: i32, pgoff: u64) -> Option<Result<(u64, Option<u64>)>> {
+        const NOT_RANGE: i32 = MAP_LOCKED | MAP_GROWSDOWN | MAP_32BIT | MAP_HUGETLB;
+        if !self.config.writer_policy.range_writers()
+            || flags & NOT_RANGE != 0
+            || self.phys.overcommit().mode == OvercommitMode::Never
+        {
+            return None;
+        }
+        let fixed = flags & MAP_FIXED != 0;
+        let (lo, hi, neighbours) = if fixed {
+            let end = addr.checked_add(len)?;
+            (addr, end, Neighbours::of(addr))
+        } else if addr == 0 && self.config.placement == crate::PlacementPolicy::Arenas {
+            // A mapping the search puts at the arena's bottom falls back
+            // (it would need the lock of the window below).
+            let (lo, hi) = crate::mm::layout::arena(&self.config, crate::mm::layout::thread_slot()?)?;
+            (lo, hi, Neighbours { below: false })
+        } else {
+            return None;
+        };
+        let res = self.range_write_span(lo, hi, neighbours, |mm, st, _tlb| {
+            let a = if fixed {
+                addr
+            } else {
+                // The arena's search on the window alone is the whole
+                // set's: the window is the arena, closed at its bounds.
+                let obstacles = Obstacles { vmas: &st.vmas, reserved: &[] };
+                let area_flags = AreaFlags { fixed: false, low32: false };
+                let a = get_unmapped_area_avoiding(&mm.config, obstacles, AreaKind::Anon, 0, len, area_flags).ok()?;
+                if a <= lo || a + len > hi || !mm.range_arena_is_closed(hi) {
+                    return None;
+                }
+                a
+            };
+            if !mm.range_footprint_ok(st, a, a + len) {
+                return None;
+            }
+            // Placed, the call is MAP_FIXED's at `a`, as in do_mmap.
+            Some(mm.mmap_locked(st, a, len, prot, flags | MAP_FIXED, None, Backing::Anon, pgoff))
+        });
+        self.range_count_fallback(res.is_none());
+        res
+    }
+
+    /// The rest of [`Self::do_mmap`] with `mmap_lock` held for write (`st`)
+    /// or as a range writer (`st` its window's view).
+    #[allow(clippy::too_many_arguments)]
+    fn mmap_locked(
+        &self,
+        st: &mut MmState,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        file: Option<&OpenFile>,
+        backing: Backing,
+        mut pgoff: u64,
+    ) -> Result<(u64, Option<u64>)> {
+        let fixed = flags & MAP_FIXED != 0;
         if st.vmas.len() > self.config.max_map_count {
             return Err(Errno::NoMem);
         }
         // calc_vm_prot_bits | calc_vm_flag_bits | mm->def_flags | VM_MAY*.
-        let mut vm_flags =
+        let mut vm_flags: VmFlags =
             VmFlags::from_prot(prot) | st.def_flags | VmFlags::MAYREAD | VmFlags::MAYWRITE | VmFlags::MAYEXEC;
         if flags & MAP_GROWSDOWN != 0 {
             vm_flags |= VmFlags::GROWSDOWN;
@@ -322,7 +401,7 @@ impl AddressSpace {
         if super::mdwe::map_deny_write_exec(st.mdwe, vm_flags, vm_flags) {
             return Err(Errno::Acces);
         }
-        self.munmap_gather_check(&mut st, addr, addr + len)?;
+        self.munmap_gather_check(st, addr, addr + len)?;
         // The backing's preparation (Linux's `f_op->mmap`; for hugetlb,
         // `hugetlbfs_file_mmap`'s flags, reservations and growth).
         let ops: &'static dyn VmaOps = match backing {
@@ -388,13 +467,11 @@ impl AddressSpace {
         if vm_flags.intersects(VmFlags::SPECIAL | VmFlags::HUGETLB) {
             region_flags &= !VmFlags::LOCKED_MASK;
         }
-        let res =
-            self.mmap_region(&mut st, backing, open, addr, len, region_flags, pgoff, ops, desc.hugetlb_resv, &mut tlb);
+        let res = self.mmap_region(st, backing, open, addr, len, region_flags, pgoff, ops, desc.hugetlb_resv, &mut tlb);
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may
         // still reach the old frames through its TLB.
         tlb.finish(self);
-        drop(st);
         res?;
         let populate = (flags & (MAP_POPULATE | MAP_NONBLOCK) == MAP_POPULATE || vm_flags.contains(VmFlags::LOCKED))
             .then_some(len);

@@ -45,6 +45,10 @@ impl AddressSpace {
             return Err(Errno::Inval);
         }
         let prot = prot | grows;
+        // Range-parallel writers: inside one window, without mmap_lock.
+        if let Some(res) = self.range_mprotect(addr, end, prot) {
+            return res;
+        }
         let mut tlb = MmuGather::default();
         let mut st = self.write_lock();
         let mut populate = Vec::new();
@@ -60,6 +64,32 @@ impl AddressSpace {
         for (start, end) in populate {
             crate::populate::mm_populate(self, start, end);
         }
+        res
+    }
+
+    /// `mprotect` of `[start, end)` as a range writer (`mm/range.rs`), or
+    /// `None` (nothing changed) for the `mmap_lock` path: also for
+    /// `PROT_GROWSDOWN`/`PROT_GROWSUP`, never-mode overcommit (its check
+    /// reads the whole address space's size) and a VMA at its window's
+    /// bounds, which could merge with one of the next window.
+    fn range_mprotect(&self, start: u64, end: u64, prot: i32) -> Option<Result<()>> {
+        if !self.config.writer_policy.range_writers()
+            || prot & (PROT_GROWSDOWN | PROT_GROWSUP) != 0
+            || self.phys.overcommit().mode == crate::phys::OvercommitMode::Never
+        {
+            return None;
+        }
+        let res = self.range_write_span(start, end, crate::mm::range::Neighbours::default(), |mm, st, tlb| {
+            if !mm.range_touch_ok(st, start, end) {
+                return None;
+            }
+            let mut populate = Vec::new();
+            let res = mm.do_mprotect(st, start, end, prot, tlb, &mut populate);
+            // Only a locked VMA is populated, and none is a range writer's.
+            debug_assert!(populate.is_empty());
+            Some(res)
+        });
+        self.range_count_fallback(res.is_none());
         res
     }
 

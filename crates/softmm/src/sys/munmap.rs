@@ -137,6 +137,10 @@ impl AddressSpace {
         if len == 0 {
             return Err(Errno::Inval);
         }
+        // Range-parallel writers: inside one window, without mmap_lock.
+        if let Some(res) = self.range_munmap(addr, addr + len) {
+            return res;
+        }
         // A range still being zapped by a lock-free unmap is waited for:
         // this call must not return before it is empty either.
         let st = self.write_lock_clear_of(|_| [(addr, addr + len), (0, 0)]);

@@ -661,6 +661,22 @@ impl WindowList {
         Some(v)
     }
 
+    /// Sets window `w`'s map (`None`: no VMA starts there any more) and
+    /// returns the one it replaced.
+    fn set(&mut self, w: u64, map: Option<WindowMap>) -> Option<WindowMap> {
+        let i = self.at_or_after(w);
+        let present = self.0.get(i).is_some_and(|(k, _)| *k == w);
+        match (map, present) {
+            (Some(m), true) => Some(std::mem::replace(&mut self.0[i].1, m)),
+            (Some(m), false) => {
+                self.0.insert(i, (w, m));
+                None
+            }
+            (None, true) => Some(self.0.remove(i).1),
+            (None, false) => None,
+        }
+    }
+
     #[cfg(all(test, not(loom)))]
     fn len(&self) -> usize {
         self.0.len()
@@ -694,13 +710,25 @@ pub struct VmaTree {
     /// an imbl map always holds a root node, and a map and unmap alone in
     /// their window would otherwise allocate and free one each time.
     spare: Option<WindowMap>,
+    /// A range writer's view of one window ([`VmaTree::window_view`]):
+    /// the bounds of that window, which stand for the VMAs beyond it where
+    /// the page-table floor and ceiling are computed
+    /// ([`VmaTree::table_bounds`]). `None` for the whole set.
+    view: Option<(u64, u64)>,
 }
 
 impl Clone for VmaTree {
     /// A version for readers (tests' snapshots): without the changes and
     /// removals still to be handled, which stay the writer's.
     fn clone(&self) -> VmaTree {
-        VmaTree { windows: self.windows.clone(), len: self.len, changed: Vec::new(), removed: Vec::new(), spare: None }
+        VmaTree {
+            windows: self.windows.clone(),
+            len: self.len,
+            changed: Vec::new(),
+            removed: Vec::new(),
+            spare: None,
+            view: self.view,
+        }
     }
 }
 
@@ -759,6 +787,52 @@ impl VmaTree {
         self.len
     }
 
+    /// A range writer's view of window `w` alone (`mm/range.rs`): its
+    /// published `map`, with `len` standing for the whole set's map count
+    /// (a bound on it, for the `max_map_count` checks). The range writer
+    /// has checked that no VMA crosses the window's bounds, so every query
+    /// the `mmap_lock` path's code asks about a range inside the window
+    /// gets the whole set's answer, except that nothing lies below or above
+    /// the window: [`VmaTree::table_bounds`] stops the page-table floor and
+    /// ceiling at its bounds instead.
+    pub(crate) fn window_view(w: u64, map: Option<WindowMap>, len: usize) -> VmaTree {
+        let mut windows = WindowList::default();
+        windows.set(w, map);
+        VmaTree {
+            windows,
+            len,
+            changed: Vec::new(),
+            removed: Vec::new(),
+            spare: None,
+            view: Some((window_start(w), window_start(w + 1))),
+        }
+    }
+
+    /// The end of [`VmaTree::window_view`]: window `w`'s map now (`None`:
+    /// empty), whether it changed, and the VMAs with a file it removed.
+    pub(crate) fn into_window(mut self, w: u64) -> (Option<WindowMap>, bool, Vec<Arc<Vma>>) {
+        assert!(self.changed.iter().all(|&c| c == w), "a range writer changed a window outside its own");
+        let changed = !self.changed.is_empty();
+        (self.windows.set(w, None), changed, std::mem::take(&mut self.removed))
+    }
+
+    /// Makes window `w` hold `map` (the version a range writer published),
+    /// for an `mmap_lock` holder that has blocked the range writers. Not a
+    /// change to publish: the window is published already.
+    pub(crate) fn sync_window(&mut self, w: u64, map: Option<WindowMap>) {
+        let new = map.as_ref().map_or(0, |m| m.len());
+        let old = self.windows.set(w, map.filter(|m| !m.is_empty())).map_or(0, |m| m.len());
+        self.len = self.len + new - old;
+    }
+
+    /// Where the page-table floor and ceiling stop when no VMA lies below
+    /// or above: the user address space's ends for the whole set, a
+    /// window's bounds for a range writer's view (whose neighbours' tables
+    /// it must not free).
+    pub(crate) fn table_bounds(&self, task_top: u64) -> (u64, u64) {
+        self.view.unwrap_or((0, task_top))
+    }
+
     /// Inserts a VMA that overlaps none, in the window of its start only.
     pub(crate) fn insert(&mut self, v: Vma) -> Arc<Vma> {
         debug_assert!(self.overlapping(v.start, v.end).next().is_none(), "overlap inserting {v:?}");
@@ -786,7 +860,9 @@ impl VmaTree {
         let v = self.windows.remove(w, start, &mut self.spare)?;
         self.changed.push(w);
         self.len -= 1;
-        v.lock.detach();
+        if !(self.view.is_some() && crate::sync::broken::range_writers::no_detach()) {
+            v.lock.detach();
+        }
         if v.file.is_some() {
             self.removed.push(v.clone());
         }

@@ -79,6 +79,11 @@ const MAX_RECHECKS: u32 = if cfg!(loom) { u32::MAX } else { 1 << 12 };
 pub(crate) struct Window {
     /// The published version of the window's VMAs; null while it has none.
     tree: Atomic<WindowMap>,
+    /// The window's writer lock under [`crate::WriterPolicy::Range`]: held
+    /// by a range writer from before it loads the window's version until
+    /// after it publishes the next (`mm/range.rs`). On the window's line:
+    /// only the writers of this window take it.
+    lock: crate::sync::Mutex<()>,
 }
 
 /// A leaf's windows are inline, so that a lookup loads the leaf pointer
@@ -87,6 +92,11 @@ struct Leaf {
     windows: Box<[Window]>,
     /// Bit `i`: window `i` of this leaf holds a VMA (a hint, see the protocol).
     nonempty: [StdAtomicU64; LEAF_WINDOWS.div_ceil(64)],
+    /// Bit `i`: a range writer published window `i` since the last
+    /// `mmap_lock` holder took the range writers' windows in
+    /// ([`WindowDir::take_range_dirty`]). Set only when clear, so a range
+    /// writer writes it once per `mmap_lock` section, not once per call.
+    range_dirty: [StdAtomicU64; LEAF_WINDOWS.div_ceil(64)],
 }
 
 /// The published windows of one address space.
@@ -99,6 +109,8 @@ pub(crate) struct WindowDir {
     /// across a window boundary), so its line stays shared in the readers'
     /// caches. Boxed: on a line of its own, off the address space.
     several: Box<CachePadded<SeqCount>>,
+    /// Bit `i`: leaf `i` has a bit of `range_dirty` set.
+    range_dirty: Box<[StdAtomicU64]>,
 }
 
 impl Default for WindowDir {
@@ -107,6 +119,7 @@ impl Default for WindowDir {
             leaves: (0..TOP_LEAVES).map(|_| StdAtomicPtr::new(std::ptr::null_mut())).collect(),
             present: (0..TOP_LEAVES.div_ceil(64)).map(|_| StdAtomicU64::new(0)).collect(),
             several: Box::default(),
+            range_dirty: (0..TOP_LEAVES.div_ceil(64)).map(|_| StdAtomicU64::new(0)).collect(),
         }
     }
 }
@@ -205,8 +218,11 @@ impl WindowDir {
         let l = (w >> LEAF_SHIFT) as usize;
         let leaf = install(&self.leaves[l], || {
             Box::new(Leaf {
-                windows: (0..LEAF_WINDOWS).map(|_| Window { tree: Atomic::null() }).collect(),
+                windows: (0..LEAF_WINDOWS)
+                    .map(|_| Window { tree: Atomic::null(), lock: crate::sync::Mutex::new(()) })
+                    .collect(),
                 nonempty: [const { StdAtomicU64::new(0) }; LEAF_WINDOWS.div_ceil(64)],
+                range_dirty: [const { StdAtomicU64::new(0) }; LEAF_WINDOWS.div_ceil(64)],
             })
         });
         set_bit(&self.present[l / 64], 1 << (l % 64));
@@ -217,6 +233,23 @@ impl WindowDir {
     /// VMA any more), the old version freed by `reclaimer` after a grace
     /// period. Only the window's writer calls it.
     pub(crate) fn publish(&self, w: u64, map: Option<WindowMap>, guard: &Guard, reclaimer: Reclaimer) {
+        self.publish_keeping(w, map, guard, reclaimer, false)
+    }
+
+    /// [`WindowDir::publish`]; with `keep_bit`, an emptied window keeps
+    /// its bit in the bitmap of non-empty windows, which the protocol
+    /// allows (a reader skips a listed window that reads empty): a range
+    /// writer whose window empties and fills again on every call (an
+    /// mmap/munmap loop alone in its arena) then never writes the bitmap
+    /// word, which 64 windows share.
+    pub(crate) fn publish_keeping(
+        &self,
+        w: u64,
+        map: Option<WindowMap>,
+        guard: &Guard,
+        reclaimer: Reclaimer,
+        keep_bit: bool,
+    ) {
         let (leaf, window) = self.window_or_alloc(w);
         let i = w as usize % LEAF_WINDOWS;
         let (word, bit) = (&leaf.nonempty[i / 64], 1u64 << (i % 64));
@@ -228,7 +261,7 @@ impl WindowDir {
             None => Shared::null(),
         };
         let old = window.tree.swap(new, Ordering::AcqRel, guard);
-        if new.is_null() && word.load(StdOrdering::Relaxed) & bit != 0 {
+        if new.is_null() && !keep_bit && word.load(StdOrdering::Relaxed) & bit != 0 {
             word.fetch_and(!bit, StdOrdering::Release);
         }
         if !old.is_null() {
@@ -269,6 +302,71 @@ impl WindowDir {
             self.several.write_end();
         }
         reclaimer.end_section(guard);
+    }
+
+    /// Takes window `w`'s writer lock (`mm/range.rs`), its leaf allocated
+    /// at its first use; the flag is true when another writer held it.
+    pub(crate) fn lock_window(&self, w: u64) -> (Option<crate::sync::MutexGuard<'_, ()>>, bool) {
+        let (_, window) = self.window_or_alloc(w);
+        if crate::sync::broken::range_writers::no_window_lock() {
+            return (None, false);
+        }
+        match window.lock.try_lock() {
+            Some(g) => (Some(g), false),
+            None => (Some(window.lock.lock()), true),
+        }
+    }
+
+    /// Records that a range writer published window `w`, for the next
+    /// `mmap_lock` holder ([`WindowDir::take_range_dirty`]). Called by the
+    /// window's range writer after its publication, inside the shared
+    /// mode, whose exit orders it before the blocker's look.
+    pub(crate) fn mark_range_dirty(&self, w: u64) {
+        let l = (w >> LEAF_SHIFT) as usize;
+        let leaf = self.leaf(l).expect("a published window's leaf is allocated");
+        let i = w as usize % LEAF_WINDOWS;
+        set_bit(&leaf.range_dirty[i / 64], 1 << (i % 64));
+        set_bit(&self.range_dirty[l / 64], 1 << (l % 64));
+    }
+
+    /// Whether a range writer published a window since the last
+    /// [`WindowDir::take_range_dirty`]. Exact only while the range writers
+    /// are blocked and drained.
+    pub(crate) fn any_range_dirty(&self) -> bool {
+        self.range_dirty.iter().any(|w| w.load(StdOrdering::Acquire) != 0)
+    }
+
+    /// Calls `f` with each window a range writer published since the last
+    /// call, ascending, and clears the marks when `clear`. Only a holder of
+    /// `mmap_lock` that has blocked and drained the range writers calls it
+    /// (the marks cannot change meanwhile); a reader that may not change its
+    /// view (`read_lock_recursive`) reads them without clearing.
+    pub(crate) fn take_range_dirty(&self, clear: bool, mut f: impl FnMut(u64)) {
+        for (lw, word) in self.range_dirty.iter().enumerate() {
+            let mut leaves = word.load(StdOrdering::Acquire);
+            if leaves == 0 {
+                continue;
+            }
+            if clear {
+                word.store(0, StdOrdering::Relaxed);
+            }
+            while leaves != 0 {
+                let l = lw * 64 + leaves.trailing_zeros() as usize;
+                leaves &= leaves - 1;
+                let leaf = self.leaf(l).expect("a marked leaf is allocated");
+                for (iw, wword) in leaf.range_dirty.iter().enumerate() {
+                    let mut bits = wword.load(StdOrdering::Acquire);
+                    if bits != 0 && clear {
+                        wword.store(0, StdOrdering::Relaxed);
+                    }
+                    while bits != 0 {
+                        let i = iw * 64 + bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        f(((l as u64) << LEAF_SHIFT) + i as u64);
+                    }
+                }
+            }
+        }
     }
 
     /// Publishes every window empty (exit: the VMAs go after the grace

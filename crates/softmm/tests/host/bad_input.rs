@@ -97,7 +97,7 @@ fn invalid_configs_are_einval_not_panics() {
 #[test]
 fn brk_to_task_size_is_refused_by_the_commit_limit() {
     let p = phys();
-    let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&p, MmConfig::default().writer_policy(softmm_testkit::common::writer_policy())).unwrap();
     let start = mm.brk(0);
     assert_eq!(mm.brk(TASK_SIZE), start, "a 42 TiB heap is more than the machine has");
     assert_eq!(mm.map_count_for_test(), 0);
@@ -123,7 +123,8 @@ fn commit_charges_follow_linux_and_return_to_zero() {
     let rw = PROT_READ | PROT_WRITE;
     let anon = MAP_PRIVATE | MAP_ANONYMOUS;
     {
-        let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+        let mm =
+            AddressSpace::new(&p, MmConfig::default().writer_policy(softmm_testkit::common::writer_policy())).unwrap();
         // Heuristic mode: only a single charge above RAM + swap fails.
         assert_eq!(mm.mmap(0, (8 << 20) + P, rw, anon, None, 0), Err(Errno::NoMem));
         assert_eq!(mm.mmap(0, (8 << 20) + P, PROT_READ, anon, None, 0).map(|_| ()), Ok(()), "read-only: no charge");
@@ -168,7 +169,7 @@ fn never_mode_limits_the_committed_total() {
     // reserve): 942 pages with 600 mapped.
     p.set_overcommit(p.overcommit().mode(OvercommitMode::Never));
     assert_eq!(p.overcommit().commit_limit(), 1024);
-    let mm = AddressSpace::new(&p, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&p, MmConfig::default().writer_policy(softmm_testkit::common::writer_policy())).unwrap();
     let a = mm.mmap(0, 600 * P, rw, anon, None, 0).unwrap();
     assert_eq!(mm.mmap(0, 400 * P, rw, anon, None, 0), Err(Errno::NoMem));
     assert_eq!(p.committed_pages(), 600);
@@ -187,14 +188,26 @@ fn memlock_limit_refuses_map_locked_and_locked_growth() {
     let p = phys();
     let rw = PROT_READ | PROT_WRITE;
     let locked = MAP_PRIVATE | MAP_ANONYMOUS | MAP_LOCKED;
-    let mm = AddressSpace::new(&p, MmConfig::default().memlock_limit(4 * P)).unwrap();
+    let mm = AddressSpace::new(
+        &p,
+        MmConfig::default().writer_policy(softmm_testkit::common::writer_policy()).memlock_limit(4 * P),
+    )
+    .unwrap();
     assert_eq!(mm.mmap(0, 5 * P, rw, locked, None, 0), Err(Errno::Again));
     let a = mm.mmap(0, 3 * P, rw, locked, None, 0).unwrap();
     assert_eq!(mm.mremap(a, 3 * P, 5 * P, MREMAP_MAYMOVE, 0), Err(Errno::Again));
     assert_eq!(mm.mremap(a, 3 * P, 4 * P, MREMAP_MAYMOVE, 0).map(|_| ()), Ok(()));
-    let mm = AddressSpace::new(&p, MmConfig::default().memlock_limit(0)).unwrap();
+    let mm = AddressSpace::new(
+        &p,
+        MmConfig::default().writer_policy(softmm_testkit::common::writer_policy()).memlock_limit(0),
+    )
+    .unwrap();
     assert_eq!(mm.mmap(0, P, rw, locked, None, 0), Err(Errno::Perm), "can_do_mlock");
-    let mm = AddressSpace::new(&p, MmConfig::default().memlock_limit(0).cap_ipc_lock(true)).unwrap();
+    let mm = AddressSpace::new(
+        &p,
+        MmConfig::default().writer_policy(softmm_testkit::common::writer_policy()).memlock_limit(0).cap_ipc_lock(true),
+    )
+    .unwrap();
     assert!(mm.mmap(0, 5 * P, rw, locked, None, 0).is_ok());
 }
 
@@ -625,6 +638,7 @@ fn softmm_for(outside: &[host::OutsideVma], lim: &HostLimits) -> (Arc<PhysMem>, 
     let phys = PhysMem::new(PhysConfig::new(32 << 20)).expect("arena");
     phys.set_overcommit(lim.overcommit);
     let cfg = MmConfig::default()
+        .writer_policy(softmm_testkit::common::writer_policy())
         .mmap_base(WINDOW.1)
         .mmap_min_addr(lim.mmap_min_addr)
         // The host kernel's CONFIG_LSM_MMAP_MIN_ADDR (65536, as distributions

@@ -27,7 +27,8 @@ fn run_on_softmm(s: &Scenario, policy: FaultPolicy) -> Trace {
             // The runner runs as the test does (root on CI): no memlock
             // limit for its locks.
             .cap_ipc_lock(host_has_ipc_lock())
-            .madvise_policy(softmm_testkit::common::madvise_policy());
+            .madvise_policy(softmm_testkit::common::madvise_policy())
+            .writer_policy(softmm_testkit::common::writer_policy());
         let mm = AddressSpace::new(&phys, config).expect("valid config");
         mm.mmap(s.window.1, ops::PAGE, PROT_NONE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, None, 0)
             .expect("placeholder above the window");

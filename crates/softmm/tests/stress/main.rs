@@ -9,6 +9,7 @@ mod dirty_cow;
 mod hugetlb_stress;
 mod hugetlb_stress_regressions;
 mod posting_stress;
+mod range_writers;
 mod shootdown_targets;
 mod stress;
 mod stress_regressions;

@@ -1,0 +1,436 @@
+//! Range-parallel writers ([`WriterPolicy::Range`](crate::WriterPolicy::Range),
+//! issue 32 item 3, CortenMM's and RadixVM's point): a bounded-range call
+//! whose footprint lies inside one 1 GiB window of the VMA set runs without
+//! `mmap_lock`, beside the writers of other windows.
+//!
+//! # Protocol
+//!
+//! A range writer
+//!
+//! 1. enters the address-space lock's shared mode
+//!    ([`RangeWriters::try_enter`]); refused (an `mmap_lock` holder blocks
+//!    it), the call takes the `mmap_lock` path;
+//! 2. takes its window's lock ([`WindowDir::lock_window`]); a range writer
+//!    holds one window lock at a time, and never waits for anything else
+//!    while inside (a VMA's detach waits only for faults, which wait for
+//!    no range writer);
+//! 3. loads the window's published version and checks that no VMA crosses
+//!    the window's bounds and that nothing listed below sends the call to
+//!    `mmap_lock`;
+//! 4. applies the change with the `mmap_lock` path's own code
+//!    (`detach_vmas`, `mmap_region`'s insert and merge) to a
+//!    [`VmaTree::window_view`] of the window: every VMA it removes is
+//!    detached ([`VmaTree::remove`]) before anything is published, so a
+//!    lock-free fault that found it aborts, exactly as under `mmap_lock`;
+//! 5. zaps, frees the page tables (never beyond its window: the view's
+//!    floor and ceiling stop at the window's bounds) and flushes, as the
+//!    `mmap_lock` path does in its section;
+//! 6. publishes the window, marks it for the next `mmap_lock` holder
+//!    ([`WindowDir::mark_range_dirty`]) and counts its change of
+//!    `map_count` in its slot; then unlocks the window and leaves.
+//!
+//! Every `mmap_lock` holder, read or write, blocks the shared mode and
+//! waits for it to drain once it holds the lock ([`AddressSpace::write_lock`],
+//! `read_lock`), then takes the windows the range writers published into
+//! `MmState`'s version of the set ([`AddressSpace::sync_range_windows`]):
+//! after that it runs alone, as under every other policy, and its end of
+//! section publishes the map count and the mirrors below for the range
+//! writers that come after it (whose entry synchronizes with its unblock).
+//!
+//! # What falls back to `mmap_lock`
+//!
+//! Each of these takes the ordinary path, whose result is the reference:
+//!
+//! * a footprint that spans two windows, or touches a VMA crossing its
+//!   window's bounds (stored in one window, it is seen from the other);
+//!   for `mmap`, a new VMA that would merge with a neighbour in another
+//!   window (the merged VMA would cross);
+//! * the shared mode blocked (an `mmap_lock` holder in or waiting);
+//! * `FaultPolicy::Speculative`, whose faults validate against the address
+//!   space's sequence count, which range writers do not bump;
+//! * a lock-free unmap's reservation in flight anywhere
+//!   (`MmState::reserved`, mirrored), whose range `free_pgtables` and
+//!   placement must honour;
+//! * `mlockall(MCL_FUTURE)` (`MmState::def_flags`) or MDWE in force
+//!   (mirrored), which `mmap` consults;
+//! * any VMA in the footprint with a file (shmem, files, hugetlb, host
+//!   memory, device mappings: their reverse maps, reservations and
+//!   `close` hooks live under `mmap_lock`) or `VM_LOCKED`/`VM_LOCKONFAULT`
+//!   (`locked_vm` and the memlock limit);
+//! * `map_count` near `max_map_count`: the bound a range writer checks
+//!   against is exact or above ([`RangeState::map_count_bound`]), so a call
+//!   the limit might refuse goes to `mmap_lock`, whose check is exact.
+
+use crate::error::Result;
+use crate::sync::percpu::PerCpu;
+use crate::sync::range_writers::RangeWriters;
+use crate::sync::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use crate::vma::{window_of, PublishedVmas, VmFlags, Vma, VmaTree, Windows};
+
+use super::{put_files, AddressSpace, MmState, MmuGather};
+
+/// The range writers' state of one address space.
+#[derive(Default)]
+pub(crate) struct RangeState {
+    /// The shared mode.
+    pub(crate) writers: RangeWriters,
+    /// `map_count` as the last `mmap_lock` section left it.
+    map_count_base: AtomicUsize,
+    /// Range writers' changes of `map_count` since, per slot; folded (reset)
+    /// by the next `mmap_lock` holder.
+    map_count_delta: PerCpu<AtomicI64>,
+    /// Something under `mmap_lock` sends every range writer there
+    /// (a reservation in flight, `def_flags`, MDWE: see the module).
+    mmap_lock_only: AtomicBool,
+    /// Statistics per slot.
+    counts: PerCpu<RangeCounts>,
+}
+
+/// One slot's range-writer statistics (`std`'s atomics: statistics).
+#[derive(Default)]
+struct RangeCounts {
+    writes: std::sync::atomic::AtomicU64,
+    conflicts: std::sync::atomic::AtomicU64,
+    fallbacks: std::sync::atomic::AtomicU64,
+}
+
+/// Range-writer statistics of an address space (see [`MmStats`](crate::MmStats)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeStats {
+    /// Calls a range writer completed without `mmap_lock`.
+    pub writes: u64,
+    /// Range-writer conflicts: the shared mode refused (an `mmap_lock`
+    /// holder blocked it) or the window's lock found held.
+    pub conflicts: u64,
+    /// Calls that could have been range writes but took `mmap_lock` (a
+    /// footprint across windows, a VMA it may not handle, a limit near).
+    pub fallbacks: u64,
+}
+
+impl RangeState {
+    /// The statistics, summed over the slots.
+    pub(crate) fn stats(&self) -> RangeStats {
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        self.counts.iter().fold(RangeStats::default(), |s, c| RangeStats {
+            writes: s.writes + get(&c.writes),
+            conflicts: s.conflicts + get(&c.conflicts),
+            fallbacks: s.fallbacks + get(&c.fallbacks),
+        })
+    }
+
+    fn count(&self, f: impl Fn(&RangeCounts) -> &std::sync::atomic::AtomicU64) {
+        f(self.counts.mine()).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A bound on `map_count` now, at least its exact value, for a range
+    /// writer inside the shared mode: the base the last `mmap_lock` section
+    /// left, every range writer's change since, and one for every other
+    /// range writer inside (each adds at most one VMA).
+    ///
+    /// Why it bounds: the inside counts are read first, then the changes.
+    /// A writer that left before its slot was read wrote its change before
+    /// leaving (Release), so the change is read; one still inside is counted
+    /// as one. A writer that enters after its slot was read announced itself
+    /// after this writer's announcement and fence, so its own bound counts
+    /// this writer: of any two writers, the later one's check counts the
+    /// other, and the last one's check bounds the total.
+    fn map_count_bound(&self) -> usize {
+        let others = self.writers.inside_total().saturating_sub(1);
+        let base = self.map_count_base.load(Ordering::Acquire) as i64;
+        let delta: i64 = self.map_count_delta.iter().map(|d| d.load(Ordering::Acquire)).sum();
+        (base + delta).max(0) as usize + others as usize
+    }
+}
+
+/// The window next to its own whose lock a range writer takes too, before
+/// its own (address order): the one below, when its new mapping starts at
+/// its window's first address and might merge with a VMA of that window
+/// ending there.
+///
+/// Why one side suffices: two VMAs that meet at a window bound, one
+/// ending there and one starting there, are made by writers of the two
+/// windows; the one making the VMA that starts at the bound holds both
+/// windows' locks, so it is serialized with the other, and whichever runs
+/// second sees the first's VMA and falls back (a merge across the bound is
+/// `mmap_lock`'s). No other range writer makes a VMA that starts at a bound:
+/// `mprotect` changes VMAs in place and never one at a bound
+/// ([`AddressSpace::range_touch_ok`]), and `munmap`'s pieces keep their
+/// ends. So a writer whose new mapping ends at the bound above reads the
+/// window above without its lock: a VMA starting at the bound is there or
+/// not for as long as it holds its own window's lock (a munmap may remove
+/// one meanwhile, which only makes a fallback needless).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Neighbours {
+    /// The window below.
+    pub(crate) below: bool,
+}
+
+impl Neighbours {
+    /// The neighbour a new mapping of `[start, end)` (inside one window)
+    /// locks.
+    pub(crate) fn of(start: u64) -> Neighbours {
+        let lo = window_of(start) << crate::vma::WINDOW_SHIFT;
+        Neighbours { below: start == lo }
+    }
+}
+
+/// The VMAs a range writer may remove, split or merge with: private
+/// anonymous memory, neither locked nor hugetlb (see the module).
+fn range_vma_ok(v: &Vma) -> bool {
+    v.file.is_none()
+        && v.hugetlb_resv.is_none()
+        && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::SPECIAL)
+}
+
+/// Whether `published`'s window `w`, loaded as `map`, can be a range
+/// writer's whole world: no VMA of a lower window reaches into it and none
+/// of its own reaches beyond it.
+fn window_is_closed(published: PublishedVmas<'_, '_>, w: u64, map: Option<&crate::vma::WindowMap>) -> bool {
+    let (lo, hi) = (w << crate::vma::WINDOW_SHIFT, (w + 1) << crate::vma::WINDOW_SHIFT);
+    // A VMA from below that reaches `lo` is stable while this writer is
+    // inside: only an `mmap_lock` holder, blocked now, makes or changes a
+    // VMA across a window's bounds.
+    if lo > 0 && crate::vma::query::last_at_or_below(published, lo - 1).is_some_and(|v| v.end > lo) {
+        return false;
+    }
+    map.and_then(|m| m.get_max()).is_none_or(|(_, v)| v.end <= hi)
+}
+
+impl AddressSpace {
+    /// Whether `[start, end)` may be a range write at all: the policy, the
+    /// fault policy and one window.
+    fn range_candidate(&self, start: u64, end: u64) -> bool {
+        self.config.writer_policy.range_writers()
+            && self.config.policy != crate::FaultPolicy::Speculative
+            && start < end
+            && end <= self.config.task_size
+            && window_of(start) == window_of(end - 1)
+    }
+
+    /// `munmap(start, end - start)` as a range writer (see the module), or
+    /// `None` when the call must take `mmap_lock` (nothing changed then).
+    /// `[start, end)` is page aligned and inside the user address space.
+    pub(crate) fn range_munmap(&self, start: u64, end: u64) -> Option<Result<()>> {
+        let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
+            if !st.vmas.overlapping(start, end).all(|v| range_vma_ok(v)) {
+                return None;
+            }
+            let res = mm.detach_vmas(st, start, end);
+            if let Ok(Some((lo, hi))) = res {
+                // A window with no page table at all has nothing to zap or
+                // free (a fault that allocates one meanwhile does so for a
+                // VMA outside the range, whose VMAs are detached), and its
+                // writers need not meet on the tables' detach lock.
+                let guard = crossbeam_epoch::pin();
+                if mm.pgtables.has_pmd_table(lo, &guard) {
+                    mm.unmap_range(lo, hi, tlb);
+                    mm.free_pgtables(st, lo, hi, tlb);
+                }
+            }
+            Some(res.map(|_| ()))
+        });
+        self.range_count_fallback(res.is_none());
+        res
+    }
+
+    /// Counts a call the range policy sent to `mmap_lock` (`fell`).
+    pub(crate) fn range_count_fallback(&self, fell: bool) {
+        if fell && self.config.writer_policy.range_writers() {
+            self.range.count(|c| &c.fallbacks);
+        }
+    }
+
+    /// Whether a new mapping of `[start, end)` may be made by a range
+    /// writer whose view is `st`: every VMA it replaces is one a range
+    /// writer may remove, and where it reaches its window's bounds, no VMA
+    /// of the next window touches it there (it would merge across the
+    /// bound). The caller holds the lock of the window below if it starts
+    /// at its window's first address ([`Neighbours`]).
+    pub(crate) fn range_footprint_ok(&self, st: &MmState, start: u64, end: u64) -> bool {
+        let w = window_of(start);
+        let (lo, hi) = (w << crate::vma::WINDOW_SHIFT, (w + 1) << crate::vma::WINDOW_SHIFT);
+        let guard = crossbeam_epoch::pin();
+        let published = self.vmas_rcu(&guard);
+        let below_clear =
+            start > lo || lo == 0 || crate::vma::query::last_at_or_below(published, lo - 1).is_none_or(|v| v.end != lo);
+        let above_clear = end < hi || published.first_starting_at(hi).is_none_or(|v| v.start != hi);
+        below_clear && above_clear && st.vmas.overlapping(start, end).all(|v| range_vma_ok(v))
+    }
+
+    /// Whether a change to the VMAs overlapping `[start, end)` (their
+    /// flags: `mprotect`) may be made by a range writer whose view is `st`:
+    /// each is one a range writer may change, and none touches its
+    /// window's bounds, where it could merge with a VMA of the next window.
+    pub(crate) fn range_touch_ok(&self, st: &MmState, start: u64, end: u64) -> bool {
+        let w = window_of(start);
+        let (lo, hi) = (w << crate::vma::WINDOW_SHIFT, (w + 1) << crate::vma::WINDOW_SHIFT);
+        st.vmas.overlapping(start, end).all(|v| range_vma_ok(v) && v.start > lo && v.end < hi)
+    }
+
+    /// Whether a non-fixed search inside the window ending at `hi` sees
+    /// all it would see in the whole set: the VMA above the window, if its
+    /// stack guard gap reaches into the window, would shorten the room
+    /// below it.
+    pub(crate) fn range_arena_is_closed(&self, hi: u64) -> bool {
+        let guard = crossbeam_epoch::pin();
+        crate::vma::query::first_starting_at(self.vmas_rcu(&guard), hi)
+            .is_none_or(|v| v.start_gap(self.config.stack_guard_gap) >= hi)
+    }
+
+    /// [`Self::range_write`] for a footprint `[start, end)`, if the
+    /// policy and the footprint allow a range writer at all.
+    pub(crate) fn range_write_span<T>(
+        &self,
+        start: u64,
+        end: u64,
+        neighbours: Neighbours,
+        op: impl FnOnce(&AddressSpace, &mut MmState, &mut MmuGather) -> Option<Result<T>>,
+    ) -> Option<Result<T>> {
+        if !self.range_candidate(start, end) {
+            return None;
+        }
+        self.range_write(start, neighbours, op)
+    }
+
+    /// Runs `op` as a range writer of window `window_of(start)` on a view
+    /// of that window (steps 1-6 of the protocol); `op` returns `None`,
+    /// having changed nothing, to send the call to `mmap_lock`.
+    fn range_write<T>(
+        &self,
+        start: u64,
+        neighbours: Neighbours,
+        op: impl FnOnce(&AddressSpace, &mut MmState, &mut MmuGather) -> Option<Result<T>>,
+    ) -> Option<Result<T>> {
+        let w = window_of(start);
+        let Some(inside) = self.range.writers.try_enter() else {
+            self.range.count(|c| &c.conflicts);
+            return None;
+        };
+        // The shared mode's own line, at entry and exit.
+        crate::sync::shared_write(1);
+        if self.range.mmap_lock_only.load(Ordering::Acquire) {
+            return None;
+        }
+        // In address order, the neighbours' locks around this window's:
+        // see `Neighbours`.
+        let mut locked = Vec::with_capacity(2);
+        let below = (neighbours.below && w > 0).then(|| w - 1);
+        for lw in below.into_iter().chain([w]) {
+            let (g, contended) = self.windows.lock_window(lw);
+            if contended {
+                self.range.count(|c| &c.conflicts);
+            }
+            locked.push(g);
+        }
+        let guard = crossbeam_epoch::pin();
+        let published = self.vmas_rcu(&guard);
+        let map = published.window(w);
+        if !window_is_closed(published, w, map) {
+            return None;
+        }
+        let len = self.range.map_count_bound();
+        if len + 2 > self.config.max_map_count {
+            return None;
+        }
+        let mut st = MmState::range_view(VmaTree::window_view(w, map.cloned(), len));
+        let mut tlb = MmuGather::default();
+        let res = op(self, &mut st, &mut tlb)?;
+        tlb.flush_and_free(self);
+        let new_len = st.vmas.len();
+        let (map, changed, removed) = std::mem::take(&mut st.vmas).into_window(w);
+        if changed {
+            // The published version it replaces was loaded under this
+            // window's lock, which every writer of the window holds.
+            // An emptied window keeps its bit (see `publish_keeping`).
+            self.windows.publish_keeping(w, map, &guard, crate::sync::rcu::Reclaimer::AnyThread, true);
+            // The window's line: its version and its lock.
+            crate::sync::shared_write(1);
+            self.windows.mark_range_dirty(w);
+            if new_len != len {
+                self.range.map_count_delta.mine().fetch_add(new_len as i64 - len as i64, Ordering::Release);
+            }
+        }
+        drop(guard);
+        drop(locked);
+        self.range.count(|c| &c.writes);
+        drop(inside);
+        put_files(removed);
+        tlb.free_tables_here(self);
+        tlb.finish(self);
+        Some(res)
+    }
+
+    /// Takes the windows range writers published since the last
+    /// `mmap_lock` section into `st`'s version of the set and folds their
+    /// `map_count` changes. Called by every `mmap_lock` holder under the
+    /// range policy once it has blocked and drained the range writers.
+    pub(crate) fn sync_range_windows(&self, st: &mut MmState) {
+        self.sync_range_windows_into(&mut st.vmas);
+    }
+
+    /// [`Self::sync_range_windows`] into `vmas` (the address space's drop,
+    /// which holds `MmState` through `&mut self`).
+    pub(crate) fn sync_range_windows_into(&self, vmas: &mut VmaTree) {
+        if !self.windows.any_range_dirty() {
+            return;
+        }
+        let guard = crossbeam_epoch::pin();
+        let published = self.vmas_rcu(&guard);
+        self.windows.take_range_dirty(true, |w| vmas.sync_window(w, published.window(w).cloned()));
+        for d in self.range.map_count_delta.iter() {
+            if d.load(Ordering::Relaxed) != 0 {
+                d.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The set `st` holds, brought up to date from the range writers'
+    /// windows without changing `st` (a recursive reader, which may not
+    /// take the write lock): `None` when it is up to date.
+    pub(crate) fn range_synced_copy(&self, st: &MmState) -> Option<VmaTree> {
+        if !self.windows.any_range_dirty() {
+            return None;
+        }
+        let mut copy = st.vmas.clone();
+        let guard = crossbeam_epoch::pin();
+        let published = self.vmas_rcu(&guard);
+        self.windows.take_range_dirty(false, |w| copy.sync_window(w, published.window(w).cloned()));
+        Some(copy)
+    }
+
+    /// The end of an `mmap_lock` write section under the range policy,
+    /// before the range writers are unblocked: what they read of `st`.
+    /// Each word is written only when it changes.
+    pub(crate) fn range_end_section(&self, st: &MmState) {
+        let len = st.vmas.len();
+        if self.range.map_count_base.load(Ordering::Relaxed) != len {
+            self.range.map_count_base.store(len, Ordering::Release);
+        }
+        let only = !st.reserved.is_empty() || !st.def_flags.is_empty() || st.mdwe != 0;
+        if self.range.mmap_lock_only.load(Ordering::Relaxed) != only {
+            self.range.mmap_lock_only.store(only, Ordering::Release);
+        }
+    }
+}
+
+impl MmState {
+    /// A range writer's state: `vmas` its window's view, the rest as the
+    /// range writer may assume it (no reservation, no `def_flags`, no
+    /// MDWE: it checked their mirror). Never reaches `mmap_lock`.
+    fn range_view(vmas: VmaTree) -> MmState {
+        MmState {
+            vmas,
+            start_brk: 0,
+            brk: 0,
+            start_stack: None,
+            reserved: Vec::new(),
+            hugetlb_linked: Vec::new(),
+            hugetlb_seen: false,
+            def_flags: VmFlags::empty(),
+            mdwe: 0,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

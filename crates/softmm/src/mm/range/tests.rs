@@ -1,0 +1,135 @@
+use std::sync::Arc;
+
+use crate::phys::{PhysConfig, PhysMem};
+use crate::uapi::*;
+use crate::{AddressSpace, MmConfig, PlacementPolicy, WriterPolicy, PAGE_SIZE};
+
+const GIB: u64 = 1 << 30;
+const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
+
+fn mm(phys: &Arc<PhysMem>, writer: WriterPolicy, placement: PlacementPolicy) -> Arc<AddressSpace> {
+    AddressSpace::new(phys, MmConfig::default().writer_policy(writer).placement(placement)).unwrap()
+}
+
+/// The VMAs as (start, end, flags), from the `mmap_lock` holder's view.
+fn spans(mm: &AddressSpace) -> Vec<(u64, u64, String)> {
+    mm.maps().into_iter().map(|e| (e.start, e.end, e.perms.clone())).collect()
+}
+
+/// A `munmap` inside one window runs without `mmap_lock`; the next
+/// `mmap_lock` holder sees its result.
+#[test]
+fn a_munmap_inside_a_window_takes_no_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 8 * PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    let writes = mm.counters.lock_counts().0;
+    mm.munmap(a + 2 * PAGE_SIZE, PAGE_SIZE).unwrap();
+    mm.munmap(a + 6 * PAGE_SIZE, 2 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, 3, "the mmap and both unmaps");
+    // Published, and taken in by the next mmap_lock holder.
+    let guard = crossbeam_epoch::pin();
+    assert!(mm.vmas_rcu(&guard).find(a + 2 * PAGE_SIZE).is_none());
+    assert!(mm.vmas_rcu(&guard).find(a + 3 * PAGE_SIZE).is_some());
+    let want = vec![(a, a + 2 * PAGE_SIZE), (a + 3 * PAGE_SIZE, a + 6 * PAGE_SIZE)];
+    assert_eq!(mm.maps().iter().map(|e| (e.start, e.end)).collect::<Vec<_>>(), want);
+    assert_eq!(mm.stats().map_count, 2);
+    // A munmap across two windows falls back.
+    let b = 0x102 * GIB - 2 * PAGE_SIZE;
+    mm.mmap(b, 4 * PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+    let fallbacks = mm.range.stats().fallbacks;
+    mm.munmap(b, 4 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.range.stats().fallbacks, fallbacks + 1);
+}
+
+/// A VMA a range writer removes is detached before its window is
+/// published, and a fault in it aborts; a lock-free fault after the
+/// munmap finds nothing.
+#[test]
+fn a_range_munmap_detaches_before_it_publishes() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 4 * PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    let mut cpu = crate::Cpu::attached(&mm);
+    cpu.write_u32(a, 7).unwrap();
+    let guard = crossbeam_epoch::pin();
+    let old = mm.vmas_rcu(&guard).find(a).unwrap().clone();
+    mm.munmap(a, 4 * PAGE_SIZE).unwrap();
+    assert!(old.lock.is_detached());
+    assert!(cpu.read_u32(a).is_err());
+    drop(cpu);
+    assert_eq!(mm.stats().rss_pages, 0);
+}
+
+/// Every call under `range` gives the errno and the mappings it gives
+/// under `short`, over random calls around the bounds of a few windows
+/// (most range writes, some falling back), and the published set always
+/// equals what the next `mmap_lock` holder holds.
+#[test]
+#[cfg_attr(miri, ignore = "hundreds of system calls across 1 GiB windows")]
+fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
+    for placement in [PlacementPolicy::Linux, PlacementPolicy::Arenas] {
+        let phys = PhysMem::new(PhysConfig::new(256 * PAGE_SIZE)).unwrap();
+        let (reference, range) = (mm(&phys, WriterPolicy::Short, placement), mm(&phys, WriterPolicy::Range, placement));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let base = 0x100 * GIB;
+        let addr = |next: &mut dyn FnMut(u64) -> u64| base + next(3) * GIB + next(24) * PAGE_SIZE - 8 * PAGE_SIZE;
+        let prots = [PROT_READ, PROT_READ | PROT_WRITE, PROT_NONE];
+        for round in 0..600 {
+            let a = addr(&mut next);
+            let len = match next(4) {
+                0 => GIB + next(8) * PAGE_SIZE,
+                _ => (1 + next(8)) * PAGE_SIZE,
+            };
+            let prot = prots[next(3) as usize];
+            let op = next(8);
+            let run = |mm: &AddressSpace| match op {
+                0..=2 => mm.mmap(a, len, prot, ANON | MAP_FIXED, None, 0),
+                3 => mm.mmap(a, len, prot, ANON | MAP_FIXED_NOREPLACE, None, 0),
+                4 => mm.mmap(0, len, prot, ANON, None, 0).map(|_| 0),
+                5 | 6 => mm.munmap(a, len).map(|_| 0),
+                _ => mm.mprotect(a, len, prot).map(|_| 0),
+            };
+            let (want, got) = (run(&reference), run(&range));
+            assert_eq!(got, want, "{placement:?} round {round}: op {op} at {a:#x}+{len:#x}");
+            let guard = crossbeam_epoch::pin();
+            let published: Vec<(u64, u64)> =
+                crate::vma::query::iter(range.vmas_rcu(&guard)).map(|v| (v.start, v.end)).collect();
+            // Lock-free faults' view first, then the mmap_lock holder's.
+            let held: Vec<(u64, u64)> = range.read_lock().vmas.iter().map(|v| (v.start, v.end)).collect();
+            assert_eq!(published, held, "{placement:?} round {round}");
+            // Arenas place non-fixed calls per thread: one thread here, so
+            // the same addresses under both policies.
+            assert_eq!(spans(&range), spans(&reference), "{placement:?} round {round}");
+            assert_eq!(range.stats().map_count, reference.stats().map_count);
+        }
+        let s = range.range.stats();
+        assert!(s.writes > 80 && s.fallbacks > 50, "{placement:?}: {s:?}");
+    }
+}
+
+/// An address space dropped right after range writes (no `mmap_lock`
+/// section took their windows in) returns the commit charge of what they
+/// mapped, and frees everything.
+#[test]
+fn exit_after_range_writes_returns_their_charge() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let before = phys.committed_pages();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 8 * PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    mm.munmap(a, 2 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.range.stats().writes, 2);
+    assert_eq!(phys.committed_pages(), before + 6);
+    drop(mm);
+    assert_eq!(phys.committed_pages(), before);
+}
