@@ -352,6 +352,7 @@ fn thp_alignment_falls_back_to_an_exact_fit() {
 /// and without THP alignment, hints, hugetlb, `MAP_32BIT`'s bottom-up
 /// window and the bottom-up fallback.
 #[test]
+#[cfg_attr(miri, ignore = "safe placement arithmetic, 1,500 searches of each kind: most of a minute under Miri")]
 fn skipping_reserved_ranges_in_place_finds_what_stand_ins_found() {
     let p = phys();
     let cfg = small();

@@ -270,6 +270,10 @@ fn write_sections_of_map_and_unmap(policy: WriterPolicy, len: u64, touch: bool) 
 /// range write, touched or not: its two sections are the mmap's and the
 /// one the statistics' reader takes to take the unmap's window in.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "maps and unmaps 128 MiB twice under each writer policy: a minute under Miri; its unsafe paths run in the other unmap tests"
+)]
 fn an_untouched_range_unmaps_in_one_write_section() {
     let len = 128 << 20;
     for &policy in WriterPolicy::ALL {
