@@ -107,7 +107,7 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "short",
         "writers",
-        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux; softmm's default)",
+        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux)",
     ),
     ("short-spin", "writers", "short, and a writer spins (bounded) while mmap_lock is held before parking"),
     (
@@ -118,7 +118,7 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "short-own-rcu",
         "writers",
-        "short, and a writer frees its own old VMA versions after their grace period (faults never free them)",
+        "short, and a writer frees its own old VMA versions after their grace period (faults never free them; softmm's default)",
     ),
     ("locked", "unmap", "the whole munmap under mmap_lock held for write (Linux before 4.20; seed 002's old design)"),
     ("sectioned", "unmap", "seed 002: the write lock dropped between 1 GiB sections"),
