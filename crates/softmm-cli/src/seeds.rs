@@ -107,7 +107,7 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "short",
         "writers",
-        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux; softmm's default)",
+        "an unmap with no page table to zap ends in its first write section (2 per mmap1 op, as Linux)",
     ),
     ("short-spin", "writers", "short, and a writer spins (bounded) while mmap_lock is held before parking"),
     (
@@ -118,7 +118,7 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "short-own-rcu",
         "writers",
-        "short, and a writer frees its own old VMA versions after their grace period (faults never free them)",
+        "short, and a writer frees its own old VMA versions after their grace period (faults never free them; softmm's default)",
     ),
     (
         "range",

@@ -4,6 +4,8 @@
 //! It uses softmm's public API only, as any other user of the library: what
 //! a test checks through it is what a user can observe.
 //!
+//! - [`caps`]: dropping the process's capabilities, to compare with the
+//!   host as an ordinary process;
 //! - [`common`]: the integration tests' small helpers (arenas, leak checks,
 //!   watchdogs, the stress tests' seeds and threads);
 //! - [`differential`]: scenarios of mapping calls ([`differential::ops`])
@@ -15,6 +17,7 @@
 //!   the reference model (and [`fuzz_ops::huge`] for hugetlb);
 //! - [`sources`]: a crate's sources as the layering tests read them.
 
+pub mod caps;
 pub mod common;
 pub mod fuzz_ops;
 pub mod reference;

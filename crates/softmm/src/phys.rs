@@ -656,7 +656,7 @@ impl PhysMem {
             shards,
             zero_pfn,
             page_tables: CachePadded::new(AtomicI64::new(0)),
-            vmas: crate::sync::percpu::PerCpu::from_fn(VmaAcct::new),
+            vmas: VmaAcct::per_slot(),
             rmap_entries: CachePadded::new(AtomicI64::new(0)),
             next_id: CachePadded::new(AtomicU64::new(1)),
             on_demand: config.on_demand,
@@ -1254,14 +1254,48 @@ impl PhysMem {
 /// `Arc<PhysMem>` per VMA wrote the arena's reference count instead, one
 /// line for every address space of the arena (2 shared writes per mmap +
 /// munmap). The block outlives the arena if a VMA does: no VMA reaches the
-/// arena through it.
+/// arena through it. A copy of a VMA (a split piece, a merge) is counted
+/// in the slot of the thread that makes it, as Linux's `vm_area_dup`
+/// allocates from the calling CPU's slab: each block reaches its arena's
+/// other blocks by weak references ([`VmaAcct::this_slot`]), so that a
+/// thread that merges with or splits another thread's VMA writes no line of
+/// that thread's slot.
 #[derive(Clone)]
-pub(crate) struct VmaAcct(std::sync::Arc<CachePadded<usize>>);
+pub(crate) struct VmaAcct(std::sync::Arc<CachePadded<SlotVmas>>);
+
+/// A [`VmaAcct`] block: its slot and its arena's blocks, by slot.
+struct SlotVmas {
+    slot: usize,
+    /// Set once, when the arena made every block.
+    siblings: std::sync::OnceLock<std::sync::Arc<[std::sync::Weak<CachePadded<SlotVmas>>]>>,
+}
 
 impl VmaAcct {
-    /// Slot `slot`'s token, held by the arena.
-    fn new(slot: usize) -> VmaAcct {
-        VmaAcct(std::sync::Arc::new(CachePadded::new(slot)))
+    /// One token per slot, each reaching the others, held by the arena.
+    fn per_slot() -> crate::sync::percpu::PerCpu<VmaAcct> {
+        let slots = crate::sync::percpu::PerCpu::from_fn(|slot| {
+            VmaAcct(std::sync::Arc::new(CachePadded::new(SlotVmas { slot, siblings: Default::default() })))
+        });
+        let weak: std::sync::Arc<[_]> = slots.iter().map(|a| std::sync::Arc::downgrade(&a.0)).collect();
+        for a in slots.iter() {
+            let _ = a.0.siblings.set(weak.clone());
+        }
+        slots
+    }
+
+    /// The token of the calling thread's slot in this token's arena, for a
+    /// copy made by this thread: a reference taken on this thread's own
+    /// line. This token if it is that slot's, or if that slot's is gone
+    /// (no arena and no VMA of the slot left).
+    pub(crate) fn this_slot(&self) -> VmaAcct {
+        let me = crate::sync::percpu::this_slot();
+        if self.0.slot != me {
+            let sibling = self.0.siblings.get().and_then(|s| s.get(me)).and_then(std::sync::Weak::upgrade);
+            if let Some(s) = sibling {
+                return VmaAcct(s);
+            }
+        }
+        self.clone()
     }
 
     /// The references beyond the arena's: VMAs alive that were made in
@@ -1271,10 +1305,10 @@ impl VmaAcct {
     }
 
     /// Counts a write of this token's count in [`crate::sync::shared_write`]
-    /// when the calling thread is not of its slot (a VMA copied from one
-    /// made by another thread, or dropped by another thread's collection).
+    /// when the calling thread is not of its slot (a VMA dropped by
+    /// another thread: the last version holding it freed there).
     pub(crate) fn note_write(&self) {
-        if **self.0 != crate::sync::percpu::this_slot() {
+        if self.0.slot != crate::sync::percpu::this_slot() {
             crate::sync::shared_write(1);
         }
     }

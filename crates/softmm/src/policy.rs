@@ -284,12 +284,12 @@ pub enum WriterPolicy {
     /// check is stable under the write lock: the VMAs are detached and every
     /// table-allocating fault was waited for) finishes in its first write
     /// section: no reservation, no unreachable-range update, two write
-    /// sections per map-and-unmap of untouched memory, as Linux. The
-    /// default (see [`WriterPolicy::ShortOwnRcu`] for why not that one): on
-    /// the lab's loaded 2-CPU VM it did as well as `short-spin` or better
+    /// sections per map-and-unmap of untouched memory, as Linux. On the
+    /// lab's loaded 2-CPU VM it did as well as `short-spin` or better
     /// (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k against 222k
-    /// and 246k against 229k map+unmap/s), and 1.15-1.5x `reserve`.
-    #[default]
+    /// and 246k against 229k map+unmap/s), and 1.15-1.5x `reserve`. The
+    /// old versions of the VMA windows are freed by whichever thread's
+    /// epoch collection comes first, often a faulter's.
     Short,
     /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
     /// spins (bounded) while it stays held before it parks, as Linux's
@@ -316,15 +316,15 @@ pub enum WriterPolicy {
     /// the collector only marks a batch's grace period as ended, one store
     /// per write section, and the writer frees the batch itself after a
     /// later write section, once `mmap_lock` is released. A faulting
-    /// thread's collection never frees a writer's VMAs. On the lab's
-    /// loaded 2-CPU VM a faulter beside an mmap/munmap loop kept 0.93-1.02
-    /// of its rate alone per CPU-second, against 0.82-0.90 under `short`,
-    /// and mmap1/mmap2 ran within the noise of `short`
-    /// (`docs/results/interference-2cpu.txt`). Not yet the default: a
-    /// thread that exits with frees queued hands them to the collector
-    /// from its locals' destructor, which loom cannot replay, so the loom
-    /// models that run writers on threads under the default would first
-    /// need to drain their threads' lists.
+    /// thread's collection never frees a writer's VMAs; a thread that
+    /// exits hands what it still has queued to the collector. The default,
+    /// for the interference it removes at no cost to the writers: on the
+    /// lab's loaded 2-CPU VM a faulter beside an mmap/munmap loop kept
+    /// 0.93-1.02 of its rate alone per CPU-second, against 0.82-0.90 under
+    /// `short`, and wrote 0.067-0.069 shared lines per fault (as alone)
+    /// against 0.14-0.155; mmap1/mmap2 ran within the noise of `short`
+    /// (`docs/results/interference-2cpu.txt`).
+    #[default]
     ShortOwnRcu,
     /// [`WriterPolicy::Short`] for every call it does not cover, and
     /// range-parallel writers for those it does (issue 32 item 3, CortenMM's

@@ -59,9 +59,6 @@ const FILE_SIZE: u64 = 1 << 41;
 const SYS_MSEAL: libc::c_long = 462;
 const PR_SET_MDWE: libc::c_int = 65;
 const PR_GET_MDWE: libc::c_int = 66;
-/// `CAP_IPC_LOCK`.
-const CAP_IPC_LOCK: u32 = 14;
-
 /// Takes `CAP_IPC_LOCK` away from the runner and every program it and its
 /// children exec (from the bounding set too: root regains its permitted
 /// set at `execve`), and sets `RLIMIT_MEMLOCK` to softmm's default (8
@@ -72,33 +69,11 @@ const CAP_IPC_LOCK: u32 = 14;
 /// the sequences' huge lengths never lock (nor populate) the runner's
 /// memory.
 fn drop_ipc_lock() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut hdr = Header { version: 0x2008_0522, pid: 0 };
-    let mut data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    use softmm_testkit::caps::{drop_capabilities, Caps, CAP_IPC_LOCK};
     let limit = libc::rlimit { rlim_cur: 8 << 20, rlim_max: 8 << 20 };
-    // SAFETY: plain system calls on this function's own structures. The
-    // bounding set's drop fails without CAP_SETPCAP, where the runner is
-    // not root and holds no capability to drop.
-    unsafe {
-        libc::prctl(libc::PR_CAPBSET_DROP, CAP_IPC_LOCK as libc::c_ulong, 0, 0, 0);
-        assert_eq!(libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()), 0, "capget");
-        data[0].effective &= !(1 << CAP_IPC_LOCK);
-        data[0].permitted &= !(1 << CAP_IPC_LOCK);
-        data[0].inheritable &= !(1 << CAP_IPC_LOCK);
-        assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0, "capset");
-        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit), 0, "setrlimit");
-    }
+    assert_eq!(drop_capabilities(Caps::one(CAP_IPC_LOCK), true), Ok(()));
+    // SAFETY: a plain system call on this function's own structure.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) }, 0, "setrlimit");
 }
 
 /// A line built on the stack (a forked child must not allocate).

@@ -26,8 +26,8 @@ const POLICIES: [FaultPolicy; 3] = [FaultPolicy::PerVmaSeq, FaultPolicy::Specula
 /// Two preemptions: enough for the fault to be overtaken between its lookup
 /// and its commit and for the writer to be overtaken inside its zap, while
 /// keeping each model to seconds.
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     // A table scan (is this table empty now?) is 512 atomic loads, each a
     // loom branch: far more than the default 1000 in one execution.
@@ -54,7 +54,7 @@ fn setup(policy: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
 /// A write fault on `a` from another thread, with its counts.
 fn spawn_write_fault(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle<(Result<(), Fault>, FaultStats)> {
     let mm = mm.clone();
-    loom::thread::spawn(move || {
+    crate::sync::model::spawn(move || {
         let _q = crate::tlb::QuiescentGuard::enter();
         let mut stats = FaultStats::default();
         let r = mm.handle_fault_counted(a, Access::Write, &mut stats);

@@ -24,8 +24,8 @@ use crate::{Access, Cpu, PAGE_SIZE};
 /// than loom's default coroutine stack.
 const STACK: usize = 1 << 20;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
     b
@@ -61,17 +61,14 @@ fn writeback_vs_store(targets: ShootdownTargets) -> (u64, Option<bool>) {
     Cpu::attached(&mm).write_u64(a, 2).unwrap();
     let writer = {
         let mm = mm.clone();
-        loom::thread::Builder::new()
-            .stack_size(STACK)
-            .spawn(move || {
-                let mut cpu = Cpu::attached(&mm);
-                let t = cpu.translate(a, Access::Write).unwrap();
-                loom::thread::yield_now();
-                // SAFETY: 8 bytes inside the page, while the translation
-                // (and its access section) lives; atomic stores.
-                unsafe { crate::access::copy_to_host(&3u64.to_le_bytes(), t.as_ptr()) };
-            })
-            .unwrap()
+        crate::sync::model::spawn_with(loom::thread::Builder::new().stack_size(STACK), move || {
+            let mut cpu = Cpu::attached(&mm);
+            let t = cpu.translate(a, Access::Write).unwrap();
+            loom::thread::yield_now();
+            // SAFETY: 8 bytes inside the page, while the translation
+            // (and its access section) lives; atomic stores.
+            unsafe { crate::access::copy_to_host(&3u64.to_le_bytes(), t.as_ptr()) };
+        })
     };
     file.sync().unwrap();
     writer.join().unwrap();

@@ -36,7 +36,7 @@ fn a_real_cpu_against_a_real_munmap() -> Result<(), String> {
     let a = unsafe { mm.mmap_host(0, PAGE_SIZE, PROT_READ | PROT_WRITE, 0, buf, Some(release)) }.unwrap();
     let t = {
         let (mm, released) = (mm.clone(), released.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = crate::Cpu::attached(&mm);
             let mut stale = false;
             for _ in 0..2 {

@@ -38,8 +38,8 @@ use crate::phys::{PhysConfig, PhysMem};
 use crate::uapi::*;
 use crate::{File, OpenFile};
 
-fn builder(preemptions: usize) -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder(preemptions: usize) -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(preemptions);
     // Table scans are 512 loads each.
     b.max_branches = 200_000;
@@ -74,7 +74,7 @@ fn setup(policy: HugetlbPolicy) -> (Arc<PhysMem>, Arc<File>, Arc<AddressSpace>, 
 /// The write fault on page 1 of `A`, on its own thread.
 fn spawn_fault(mm: &Arc<AddressSpace>, addr: u64) -> loom::thread::JoinHandle<Result<(), Fault>> {
     let mm = mm.clone();
-    loom::thread::spawn(move || mm.handle_fault(addr, Access::Write))
+    crate::sync::model::spawn(move || mm.handle_fault(addr, Access::Write))
 }
 
 /// What a model found wrong in one execution, if anything.
@@ -249,7 +249,7 @@ fn truncate_vs_sharing_fault(policy: HugetlbPolicy) -> Outcome {
     let done = Arc::new(AtomicBool::new(false));
     let t = {
         let (mm_b, done) = (mm_b.clone(), done.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = crate::Cpu::attached(&mm_b);
             let first = cpu.read_u64(b + HP + 8);
             // Quiescent meanwhile (outside any access), as a thread that
@@ -284,7 +284,7 @@ fn dontneed_vs_own_sharing_fault(policy: HugetlbPolicy) -> Outcome {
     let (phys, f, mm_a, mm_b, a, b) = setup_unshared(policy, true);
     let t = {
         let mm_a = mm_a.clone();
-        loom::thread::spawn(move || mm_a.handle_fault(a + HP, Access::Read))
+        crate::sync::model::spawn(move || mm_a.handle_fault(a + HP, Access::Read))
     };
     mm_a.madvise(a, 2 * HP, MADV_DONTNEED).unwrap();
     let r = t.join().unwrap();
@@ -406,7 +406,7 @@ fn munmap_vs_sharing_fault(policy: HugetlbPolicy) -> Outcome {
     let (phys, f, mm_a, mm_b, a, b) = setup_unshared_config(config, true);
     let t = {
         let mm_a = mm_a.clone();
-        loom::thread::spawn(move || mm_a.handle_fault(a, Access::Read))
+        crate::sync::model::spawn(move || mm_a.handle_fault(a, Access::Read))
     };
     mm_b.munmap(b, PUD_SIZE).unwrap();
     let r = t.join().unwrap();

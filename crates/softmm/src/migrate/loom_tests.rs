@@ -24,8 +24,8 @@ use crate::{Cpu, PAGE_SIZE};
 
 use super::MigratePolicy;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     // A table scan is 512 atomic loads, each a loom branch.
     b.max_branches = 100_000;
@@ -84,7 +84,7 @@ fn migration_vs_lock_free_fault() {
             mm.mprotect(a, PAGE_SIZE, PROT_READ | PROT_WRITE).unwrap();
             let t = {
                 let mm = mm.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     let mut cpu = Cpu::attached(&mm);
                     cpu.write_u64(a, 2).unwrap();
                     cpu.write_u64(a, 3).unwrap();
@@ -124,7 +124,7 @@ fn a_write_through_a_cached_translation_against_a_frozen_copy() -> Result<(), St
     let (phys, mm, a) = setup(FaultPolicy::PerVmaSeq, MigratePolicy::Batched);
     let t = {
         let mm = mm.clone();
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             cpu.write_u64(a, 2).unwrap();
             cpu.write_u64(a, 3).unwrap();
@@ -175,7 +175,7 @@ fn file_page_migration_vs_write() {
         mm.handle_fault(a, Access::Read).unwrap();
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpu = Cpu::attached(&mm);
                 cpu.write_u64(a, 2).unwrap();
                 cpu.write_u64(a, 3).unwrap();
@@ -216,7 +216,7 @@ fn migration_vs_munmap() {
             let (phys, mm, a) = setup(FaultPolicy::PerVmaSeq, migrate);
             let t = {
                 let mm = mm.clone();
-                loom::thread::spawn(move || mm.munmap(a, PAGE_SIZE).unwrap())
+                crate::sync::model::spawn(move || mm.munmap(a, PAGE_SIZE).unwrap())
             };
             let (status, left) = move_to_node_1(&mm, a, MPOL_MF_MOVE);
             t.join().unwrap();
@@ -252,7 +252,7 @@ fn batched_flush_covers_two_address_spaces() {
         let old = mm.pte_at(a).pfn();
         let t = {
             let (mm, child) = (mm.clone(), child.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpus = [Cpu::attached(&mm), Cpu::attached(&child)];
                 for i in [0, 1, 0, 1] {
                     assert_eq!(cpus[i].read_u64(a).unwrap(), 1, "CPU {i} read a reused frame");
@@ -299,7 +299,7 @@ fn hugetlb_migration_vs_write() {
         assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 0);
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpu = Cpu::attached(&mm);
                 cpu.write_u64(a + HP - 8, 2).unwrap();
                 cpu.write_u64(a + HP - 8, 3).unwrap();
@@ -371,7 +371,7 @@ fn hugetlb_migration_unshares_vs_write() {
             assert_eq!(phys.node_of(first.pte_at(a).pfn()), 0);
             let t = {
                 let mm = second.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     let mut cpu = Cpu::attached(&mm);
                     cpu.write_u64(b + HP - 8, 2).unwrap();
                     cpu.write_u64(b + HP - 8, 3).unwrap();
@@ -503,7 +503,7 @@ fn hugetlb_cow_vs_migration() -> Outcome {
     let (phys, parent, child, a) = forked_huge_page();
     let t = {
         let child = child.clone();
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = Cpu::attached(&child);
             cpu.write_u64(a + 8, 2).unwrap();
         })
@@ -537,7 +537,7 @@ fn hugetlb_unshare_vs_migration() -> Outcome {
     let (phys, parent, child, a) = forked_huge_page();
     let t = {
         let child = child.clone();
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let pin = child.pin_user_pages(a, 1, crate::Foll::LONGTERM).unwrap();
             let mut b = [0u8; 8];
             pin.read(0, &mut b).unwrap();

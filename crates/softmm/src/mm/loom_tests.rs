@@ -50,7 +50,7 @@ fn model(split: bool, change: fn(&AddressSpace)) -> Result<(), String> {
     let mm = setup(split);
     let writer = {
         let mm = mm.clone();
-        loom::thread::spawn(move || change(&mm))
+        crate::sync::model::spawn(move || change(&mm))
     };
     let mut res = Ok(());
     for addr in [5 * GIB, 5 * GIB - PAGE_SIZE] {
@@ -116,7 +116,7 @@ fn own_rcu_model() -> Result<(), String> {
     assert_eq!(mm.mmap(a, PAGE_SIZE, PROT_READ, flags, None, 0), Ok(a));
     let writer = {
         let mm = mm.clone();
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             mm.munmap(a, PAGE_SIZE).unwrap();
             // Until the writer freed the old version: each flush tries to
             // end a grace period (the reader's guard holds it back), and a

@@ -43,7 +43,7 @@ fn no_callback_runs_after_munmap_returns() -> Result<(), String> {
     let io = mm.mmap_io(0, PAGE_SIZE, PROT_READ, MAP_SHARED, device).unwrap();
     let t = {
         let mm = mm.clone();
-        loom::thread::spawn(move || Cpu::attached(&mm).read_u8(io))
+        crate::sync::model::spawn(move || Cpu::attached(&mm).read_u8(io))
     };
     mm.munmap(io, PAGE_SIZE).unwrap();
     unmapped.store(true, Ordering::Release);

@@ -18,8 +18,8 @@ use crate::PAGE_SIZE;
 
 use super::{fast, Request, Taken};
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
     b
@@ -51,7 +51,7 @@ fn read(phys: &PhysMem, pfn: crate::phys::Pfn) -> u8 {
 /// it pinned, if it did not fall back.
 fn spawn_gup_fast(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle<Option<crate::phys::Pfn>> {
     let mm = mm.clone();
-    loom::thread::spawn(move || {
+    crate::sync::model::spawn(move || {
         let req = Request { start: a, end: a + PAGE_SIZE, write: true, longterm: true, pin: true };
         let mut out = Taken::new(&mm.phys, true, 1);
         let next = fast::gup_fast(&mm, &req, a, a + PAGE_SIZE, &mut out);

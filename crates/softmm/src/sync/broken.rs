@@ -411,7 +411,7 @@ pub(crate) fn check_model(
 ) {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let builder = || {
-        let mut b = loom::model::Builder::new();
+        let mut b = crate::sync::model::Builder::new();
         b.preemption_bound = Some(2);
         b.max_branches = 100_000;
         b

@@ -17,8 +17,8 @@ const NONE: u64 = 0;
 const READ_ONLY: u64 = 1;
 const WRITABLE: u64 = 2;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(3);
     b
 }
@@ -33,7 +33,7 @@ fn speculative_fault_against_munmap() {
         let pte = Arc::new(Mutex::new(NONE));
         let fault = {
             let (seq, vma_mapped, pte) = (seq.clone(), vma_mapped.clone(), pte.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let Some(s) = seq.read_begin() else { return false };
                 if !vma_mapped.load(Ordering::Acquire) {
                     return false;
@@ -66,7 +66,7 @@ fn per_vma_lock_against_vma_write() {
         let pte = Arc::new(Mutex::new(NONE));
         let fault = {
             let (vma, writer_passed, pte) = (vma.clone(), writer_passed.clone(), pte.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 if !vma.try_read() {
                     return;
                 }
@@ -92,7 +92,7 @@ fn per_vma_seq_against_mprotect() {
         let pte = Arc::new(Mutex::new(NONE));
         let fault = {
             let (vma, pte) = (vma.clone(), pte.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 if vma.is_detached() {
                     return;
                 }
@@ -126,7 +126,7 @@ fn per_vma_seq_unaffected_by_neighbour_split() {
         let pte_neighbour = Arc::new(Mutex::new(WRITABLE));
         let fault = {
             let (mine, pte_mine) = (mine.clone(), pte_mine.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 assert!(!mine.is_detached());
                 let mut p = pte_mine.lock().unwrap();
                 assert!(!mine.is_detached(), "aborted by an unrelated writer");
@@ -157,7 +157,7 @@ fn lockless_walk_against_page_table_free() {
         let fault = {
             let (seq, parent_entry, table_freed, walkers, pte) =
                 (seq.clone(), parent_entry.clone(), table_freed.clone(), walkers.clone(), pte.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let Some(s) = seq.read_begin() else { return };
                 // pin: crossbeam-epoch publishes the pin, then a SeqCst fence.
                 walkers.fetch_add(1, Ordering::Relaxed);
@@ -226,7 +226,7 @@ fn per_vma_seq_table_allocation_against_munmap() {
         let faults: Vec<_> = (0..2)
             .map(|_| {
                 let (vma, table, pte) = (vma.clone(), table.clone(), pte.clone());
-                loom::thread::spawn(move || per_vma_seq_fault(&vma, &table, &pte))
+                crate::sync::model::spawn(move || per_vma_seq_fault(&vma, &table, &pte))
             })
             .collect();
         // munmap: detach (waits for references), then zap what the walk finds.

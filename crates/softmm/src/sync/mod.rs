@@ -27,6 +27,8 @@ pub(crate) mod broken;
 mod loom_lock;
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(all(test, loom))]
+pub(crate) mod model;
 pub(crate) mod percpu;
 pub(crate) mod range_writers;
 pub(crate) mod rcu;

@@ -140,8 +140,10 @@ type Done = crossbeam_utils::CachePadded<AtomicU64>;
 ///   of the `Arc` holding it, once per grace period of the owner's, instead
 ///   of freeing the owner's objects (their reference counts, their
 ///   allocator's lines).
-/// * A thread that exits frees what has expired and hands the rest to
-///   the collector as one deferred function ([`defer_destroy`]'s way).
+/// * A thread that exits, or calls [`hand_over_own`], frees what has
+///   expired and hands the rest to the collector as one deferred function
+///   ([`defer_destroy`]'s way): Linux's callback migration off a CPU
+///   going offline.
 struct OwnCallbacks {
     /// The batch that frees queued now join.
     open: u64,
@@ -163,28 +165,20 @@ impl Default for OwnCallbacks {
     }
 }
 
-impl Drop for OwnCallbacks {
-    fn drop(&mut self) {
-        if self.queue.is_empty() {
-            return;
-        }
-        // A loom model thread's locals are dropped in an order the model
-        // does not fix, so epoch operations here would make an execution
-        // differ from its replay: a model's thread that exits with frees
-        // queued leaks them instead (`own_rcu_model` drains its own).
-        if cfg!(loom) {
-            std::mem::forget(std::mem::take(&mut self.queue));
-            return;
-        }
-        let done = self.done.load(Ordering::Acquire);
-        while self.queue.front().is_some_and(|(b, _)| *b <= done) {
-            let (_, g) = self.queue.pop_front().expect("checked");
+impl OwnCallbacks {
+    /// Hands the queued frees over: runs those whose grace period has
+    /// ended and defers the rest, as one function, through the collector
+    /// (`defer_destroy`'s way), which runs it once every guard pinned now
+    /// is gone. Leaves the list empty.
+    fn hand_over(queue: &mut std::collections::VecDeque<(u64, Garbage)>, done: u64) {
+        while queue.front().is_some_and(|(b, _)| *b <= done) {
+            let (_, g) = queue.pop_front().expect("checked");
             g.free();
         }
-        if self.queue.is_empty() {
+        if queue.is_empty() {
             return;
         }
-        let rest = std::mem::take(&mut self.queue);
+        let rest = std::mem::take(queue);
         let guard = crossbeam_epoch::pin();
         // SAFETY: each free was unlinked before now and waits, as the
         // markers would have, for every guard pinned now; the pointers are
@@ -197,6 +191,36 @@ impl Drop for OwnCallbacks {
                 }
             })
         };
+    }
+}
+
+impl Drop for OwnCallbacks {
+    /// A thread that exits with frees queued hands them over
+    /// ([`hand_over_own`]'s way).
+    fn drop(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        // loom drops a model thread's locals in no fixed order (a hash
+        // map's), after the model's lazy statics for its first thread: a
+        // hand-over here would pin through crossbeam's own thread-local or
+        // its collector while they may be gone, and an execution would
+        // differ from its replay. A model's thread hands its list over
+        // where its work ends instead (`sync::model`); leaking it would
+        // leak the arenas its VMAs hold.
+        if cfg!(loom) {
+            if !std::thread::panicking() {
+                panic!(
+                    "a loom model thread exited with {} RCU callbacks queued: spawn and check models \
+                     through `sync::model`, which hand a thread's list over where its work ends",
+                    self.queue.len()
+                );
+            }
+            std::mem::forget(std::mem::take(&mut self.queue));
+            return;
+        }
+        let done = self.done.load(Ordering::Acquire);
+        OwnCallbacks::hand_over(&mut self.queue, done);
     }
 }
 
@@ -275,6 +299,29 @@ fn counting_slot() -> usize {
     return 0;
     #[cfg(not(loom))]
     super::percpu::this_slot()
+}
+
+/// Hands the calling thread's queued frees over, as Linux hands an
+/// offlined CPU's callbacks to a live CPU (`rcutree_migrate_callbacks`):
+/// runs those whose grace period has ended and defers the rest through
+/// the collector, which runs them once every guard pinned now is gone.
+/// What a thread that exits does from its locals' destructor; a loom
+/// model's thread calls it where its work ends (`sync::model`), since
+/// loom cannot replay a destructor that pins. Call it with no lock held.
+#[cfg(all(test, loom))]
+pub(crate) fn hand_over_own() {
+    let taken = OWN.try_with(|own| {
+        let mut own = own.borrow_mut();
+        own.open_used = false;
+        if own.queue.is_empty() {
+            return None;
+        }
+        Some((std::mem::take(&mut own.queue), own.done.load(Ordering::Acquire)))
+    });
+    // The frees run with the list not borrowed.
+    if let Ok(Some((mut queue, done))) = taken {
+        OwnCallbacks::hand_over(&mut queue, done);
+    }
 }
 
 /// How many frees the calling thread has queued and not yet run.

@@ -35,8 +35,8 @@ use super::madvise::broken;
 const RW: i32 = PROT_READ | PROT_WRITE;
 const ANON: i32 = MAP_PRIVATE | MAP_ANONYMOUS;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     // A table scan (is this table empty now?) is 512 atomic loads, each a
     // loom branch.
@@ -128,7 +128,7 @@ fn dontneed_vs_fault() {
             mm.handle_fault(a, Access::Read).unwrap();
             let t = {
                 let mm = mm.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     let _q = crate::tlb::QuiescentGuard::enter();
                     mm.handle_fault(a, Access::Write)
                 })
@@ -163,7 +163,7 @@ fn dontneed_vs_munmap_and_locked_remap() {
         let (phys, mm, a) = setup();
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let _q = crate::tlb::QuiescentGuard::enter();
                 mm.munmap(a, 2 * PAGE_SIZE).unwrap();
                 mm.mmap(a, PAGE_SIZE, RW, ANON | MAP_FIXED | MAP_LOCKED, None, 0).unwrap();
@@ -197,7 +197,7 @@ fn dontneed_vs_mremap() {
         let b = a + 16 * PAGE_SIZE;
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let _q = crate::tlb::QuiescentGuard::enter();
                 mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, b)
             })

@@ -110,8 +110,8 @@ fn domain(posting: PostingPolicy) -> Arc<TlbDomain> {
     Arc::new(TlbDomain::with_policies(ShootdownPolicy::default(), posting))
 }
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(3);
     b
 }
@@ -130,7 +130,7 @@ fn three_accesses_against_an_unmap(flushes_before: usize, preemptions: usize) {
             let mut cpu = ModelCpu::attached(&dom);
             let t = {
                 let page = page.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     for _ in 0..3 {
                         cpu.access(&page);
                     }
@@ -162,7 +162,7 @@ fn quiescent_cpu_is_not_waited_for_and_flushes_on_resume() {
             let mut cpu = ModelCpu::attached(&dom);
             let t = {
                 let page = page.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     cpu.access(&page);
                     // Blocked in softmm (a fault's slow path, or parked).
                     cpu.state.enter_quiescent();
@@ -197,7 +197,7 @@ fn two_initiators_and_one_cpu() {
             let mut cpu = ModelCpu::attached(&dom);
             let t = {
                 let (dom, page) = (dom.clone(), page.clone());
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     cpu.access(&page);
                     cpu.state.enter_quiescent();
                     dom.flush(std::slice::from_ref(&cpu.state));
@@ -229,7 +229,7 @@ fn cpu_detaches_while_a_ticket_is_pending() {
             let t = {
                 let (dom, elsewhere, page, other_page) =
                     (dom.clone(), elsewhere.clone(), page.clone(), other_page.clone());
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     cpu.access(&page);
                     cpu.access(&page);
                     cpu.switch(&dom, &elsewhere);
@@ -258,7 +258,7 @@ fn two_domains_flushed_with_two_tickets() {
             let mut cpus = [ModelCpu::attached(&doms[0]), ModelCpu::attached(&doms[1])];
             let t = {
                 let pages = pages.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     for i in [0, 1, 0, 1] {
                         cpus[i].access(&pages[i]);
                     }
@@ -286,7 +286,7 @@ fn a_syscall_does_not_wait_for_its_own_threads_cpus() {
             let mut remote = ModelCpu::attached(&dom);
             let t = {
                 let page = page.clone();
-                loom::thread::spawn(move || {
+                crate::sync::model::spawn(move || {
                     remote.access(&page);
                     remote.access(&page);
                 })

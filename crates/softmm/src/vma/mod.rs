@@ -264,11 +264,12 @@ impl Vma {
         self
     }
 
-    /// A copy of this VMA limited to `[start, end)` with `flags`.
+    /// A copy of this VMA limited to `[start, end)` with `flags`, counted
+    /// in the calling thread's slot ([`crate::phys::VmaAcct::this_slot`]).
     pub(crate) fn slice(&self, start: u64, end: u64, flags: VmFlags) -> Vma {
         debug_assert!(self.start <= start && end <= self.end);
         let mut v = Vma::counted(
-            self.acct.clone(),
+            self.acct.this_slot(),
             start,
             end,
             flags,
@@ -284,10 +285,11 @@ impl Vma {
         v
     }
 
-    /// The same VMA with other bounds and page offset (for merges and moves).
+    /// The same VMA with other bounds and page offset (for merges and
+    /// moves), counted in the calling thread's slot.
     pub(crate) fn rebound(&self, start: u64, end: u64, pgoff: u64) -> Vma {
         let mut v = Vma::counted(
-            self.acct.clone(),
+            self.acct.this_slot(),
             start,
             end,
             self.flags,

@@ -38,7 +38,7 @@ fn a_store_cached_before_the_arm_does_not_land_after_it() -> Result<(), String> 
     let armed = Arc::new(AtomicBool::new(false));
     let t = {
         let (mm, armed) = (mm.clone(), armed.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             let first = cpu.write_u8(a, 1);
             // The second store, in a section held open after it: whether
@@ -84,7 +84,7 @@ fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
     let cleared = Arc::new(AtomicBool::new(false));
     let t = {
         let (mm, cleared) = (mm.clone(), cleared.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             cpu.write_u8(a, 1).unwrap();
             let mut s = cpu.section();
@@ -123,7 +123,7 @@ fn a_load_cached_before_a_watchpoint_does_not_pass_after_it() -> Result<(), Stri
     let armed = Arc::new(AtomicBool::new(false));
     let t = {
         let (mm, armed) = (mm.clone(), armed.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             let first = cpu.read_u8(a + 5);
             let mut s = cpu.section();
@@ -166,7 +166,7 @@ fn a_first_store_racing_a_targeted_arm_traps_or_lands_before_it_returns() -> Res
     let armed = Arc::new(AtomicBool::new(false));
     let t = {
         let (mm, armed) = (mm.clone(), armed.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = Cpu::attached(&mm);
             let mut s = cpu.section();
             let store = s.write_u8(a, 1).map(|()| armed.load(Ordering::Acquire));

@@ -606,27 +606,10 @@ pub fn host_runner_main() -> ! {
     unsafe { libc::_exit(0) }
 }
 
-/// Drops every capability of the runner (`capset` with empty sets), so that
-/// the kernel checks what it checks for an ordinary process.
+/// Drops every capability of the runner, so that the kernel checks what it
+/// checks for an ordinary process.
 fn drop_capabilities() {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut h = Header { version: 0x2008_0522, pid: 0 };
-    let d = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
-    // SAFETY: capset reads the header and two data structs of the
-    // _LINUX_CAPABILITY_VERSION_3 layout, which these are.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr()) };
-    if r != 0 {
-        die("capset");
+    if let Err((call, _)) = crate::caps::drop_capabilities(crate::caps::Caps::ALL, false) {
+        die(call);
     }
 }

@@ -31,7 +31,7 @@ fn two_charges_at_the_limit() -> Result<(), String> {
     phys.set_overcommit(policy);
     let t = {
         let phys = phys.clone();
-        loom::thread::spawn(move || phys.vm_enough_memory(CHARGE, || 0).is_ok())
+        crate::sync::model::spawn(move || phys.vm_enough_memory(CHARGE, || 0).is_ok())
     };
     let here = phys.vm_enough_memory(CHARGE, || 0).is_ok();
     let there = t.join().unwrap();
@@ -44,8 +44,8 @@ fn two_charges_at_the_limit() -> Result<(), String> {
     }
 }
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b
 }

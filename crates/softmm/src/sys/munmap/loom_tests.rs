@@ -27,8 +27,8 @@ const UNMAP: [UnmapPolicy; 2] = [UnmapPolicy::Downgrade, UnmapPolicy::LockFree];
 /// zap) and the default lock-free one.
 const FAULT: [FaultPolicy; 2] = [FaultPolicy::MmapLock, FaultPolicy::PerVmaSeq];
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
+fn builder() -> crate::sync::model::Builder {
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
     b
@@ -77,7 +77,7 @@ fn fault_vs_policy_munmap() {
         let (phys, mm, a, _) = setup(unmap, fault);
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let _q = crate::tlb::QuiescentGuard::enter();
                 mm.handle_fault(a, Access::Write)
             })
@@ -105,7 +105,7 @@ fn fixed_mmap_vs_policy_munmap() {
         let b = a + PAGE_SIZE;
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let _q = crate::tlb::QuiescentGuard::enter();
                 let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
                 assert_eq!(mm.mmap(b, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(b));
@@ -160,7 +160,7 @@ fn a_real_cpu_against_the_one_shootdown_of_a_lock_free_munmap() {
         }
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpu = crate::Cpu::attached(&mm);
                 let first = cpu.read_u8(b);
                 let second = cpu.read_u8(b);

@@ -42,7 +42,7 @@ fn lock_free_posting_against_an_attach() {
         let page = Page::mapped();
         let t = {
             let (dom, page) = (dom.clone(), page.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpu = ModelCpu::attached(&dom);
                 cpu.access_checked(&page, false)
             })
@@ -69,7 +69,7 @@ fn lock_free_posting_against_a_detach() {
         let mut cpu = ModelCpu::attached(&dom);
         let t = {
             let (dom, elsewhere, page) = (dom.clone(), elsewhere.clone(), page.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 cpu.access(&page);
                 cpu.switch(&dom, &elsewhere);
                 cpu.access(&Page::mapped());
@@ -98,11 +98,11 @@ fn a_shared_barrier_against_a_light_section_entry() {
         let _idle = ModelCpu::attached(&other);
         let t = {
             let page = page.clone();
-            loom::thread::spawn(move || cpu.access_checked(&page, true) & cpu.access_checked(&page, true))
+            crate::sync::model::spawn(move || cpu.access_checked(&page, true) & cpu.access_checked(&page, true))
         };
         let i = {
             let other = other.clone();
-            loom::thread::spawn(move || other.flush(&[]))
+            crate::sync::model::spawn(move || other.flush(&[]))
         };
         page.unmap();
         dom.flush(&[]);
@@ -136,7 +136,7 @@ fn a_switch_to_fence_mode_against_an_initiator() {
         dom.flush(&[]);
         let t = {
             let page = page.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut ok = true;
                 for _ in 0..2 {
                     // `Cpu`'s entry: the light barrier, then the slow path

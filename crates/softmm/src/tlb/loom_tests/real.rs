@@ -20,7 +20,7 @@ fn a_real_cpu_access_against_a_real_munmap() {
     const REUSED: u8 = 0xee;
     // The default posting policy, whose switches `check_broken` flips.
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut b = loom::model::Builder::new();
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     // The real munmap takes many loom steps (locks, epoch, frame counts).
     b.max_branches = 100_000;
@@ -34,7 +34,7 @@ fn a_real_cpu_access_against_a_real_munmap() {
         unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpu = Cpu::attached(&mm);
                 // A walk fills the TLB (the entry is present: no fault).
                 let first = cpu.read_u8(a);
@@ -86,7 +86,7 @@ fn a_real_section_against_a_real_munmap() {
     const REUSED: u8 = 0xee;
     // The default posting policy, whose switches `check_broken` flips.
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut b = loom::model::Builder::new();
+    let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
     b.check(|| {
@@ -99,7 +99,7 @@ fn a_real_section_against_a_real_munmap() {
         unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
         let t = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let mut cpu = Cpu::attached(&mm);
                 let mut s = cpu.section();
                 // A walk fills the TLB (the entry is present: no fault).
@@ -159,7 +159,7 @@ fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
         DroppedPage::new(crate::mm::MmConfig::default().shootdown_targets(crate::tlb::ShootdownTargets::FillOwners));
     let t = {
         let page = page.clone();
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = crate::Cpu::attached(&page.mm);
             let (first, stale1) = page.read(&mut cpu);
             let (second, stale2) = page.read(&mut cpu);
@@ -270,7 +270,7 @@ fn a_real_cpu_switching_against_a_real_dontneed(posting: PostingPolicy) -> Resul
     let other = crate::mm::AddressSpace::new(&page.phys, config).unwrap();
     let t = {
         let (page, other) = (page.clone(), other.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut cpu = crate::Cpu::attached(&page.mm);
             let (first, stale1) = page.read(&mut cpu);
             cpu.attach(&other);
@@ -340,7 +340,7 @@ fn ranged_requests_against_a_catch_up() -> Result<(), String> {
     let freed = Arc::new(AtomicBool::new(false));
     let t = {
         let (state, freed) = (state.clone(), freed.clone());
-        loom::thread::spawn(move || {
+        crate::sync::model::spawn(move || {
             let mut stale = false;
             for _ in 0..2 {
                 state.section_begin(false);
