@@ -178,7 +178,7 @@ fn a_range_munmap_against_a_fault_in_its_range() {
         let (phys, mm, a) = range_setup();
         let fault = {
             let mm = mm.clone();
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let _q = crate::tlb::QuiescentGuard::enter();
                 mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
             })
@@ -215,7 +215,9 @@ fn a_range_mmap_against_a_merging_neighbour() {
         let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
         let right = {
             let mm = mm.clone();
-            loom::thread::spawn(move || mm.mmap(a + 2 * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0))
+            crate::sync::model::spawn(move || {
+                mm.mmap(a + 2 * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0)
+            })
         };
         let left = mm.mmap(a - PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0);
         let right = right.join().unwrap();
@@ -254,7 +256,7 @@ fn a_range_munmap_against_fork() {
         NO_BLOCK.with(|c| c.set(broken));
         let unmap = {
             let mm = mm.clone();
-            loom::thread::spawn(move || mm.munmap(a, PAGE_SIZE))
+            crate::sync::model::spawn(move || mm.munmap(a, PAGE_SIZE))
         };
         let child = mm.fork().unwrap();
         unmap.join().unwrap().unwrap();

@@ -258,7 +258,7 @@ fn range_writer_vs_blocker() {
         let busy = Arc::new(AtomicBool::new(false));
         let writer = {
             let (lock, busy) = (lock.clone(), busy.clone());
-            loom::thread::spawn(move || {
+            crate::sync::model::spawn(move || {
                 let Some(g) = lock.try_enter() else { return Ok(()) };
                 let overlap = busy.swap(true, Ordering::AcqRel);
                 busy.store(false, Ordering::Release);
