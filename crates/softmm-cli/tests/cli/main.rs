@@ -119,6 +119,8 @@ fn check_json(path: &Path) -> Vec<Value> {
         "spec_aborts",
         "fallbacks",
         "shared_writes",
+        "range_writes",
+        "range_conflicts",
     ]);
     for s in &samples {
         let mut k = keys(s);
