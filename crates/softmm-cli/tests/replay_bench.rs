@@ -15,7 +15,8 @@ fn softmm(args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// The names `--policy all` runs: every fault, unmap, shootdown-target,
-/// `madvise`, writer and atomic-alignment policy of the library.
+/// `madvise`, writer, atomic-alignment and host-file coherence policy of
+/// the library.
 fn every_policy() -> Vec<String> {
     let mut names: Vec<String> = softmm::FaultPolicy::ALL.iter().map(|p| p.name().to_string()).collect();
     names.extend(softmm::UnmapPolicy::ALL.iter().map(|p| p.name().to_string()));
@@ -23,6 +24,7 @@ fn every_policy() -> Vec<String> {
     names.extend(softmm::MadvisePolicy::ALL.iter().map(|p| format!("madvise-{}", p.name())));
     names.extend(softmm::WriterPolicy::ALL.iter().map(|p| p.name().to_string()));
     names.extend(softmm::AtomicAlignment::ALL.iter().map(|p| format!("atomics-{}", p.name())));
+    names.extend(softmm::HostFileCoherence::ALL.iter().map(|p| format!("host-file-{}", p.name())));
     names
 }
 
