@@ -289,7 +289,9 @@ pub enum WriterPolicy {
     /// (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k against 222k
     /// and 246k against 229k map+unmap/s), and 1.15-1.5x `reserve`. The
     /// old versions of the VMA windows are freed by whichever thread's
-    /// epoch collection comes first, often a faulter's.
+    /// epoch collection comes first, often a faulter's. The default (see
+    /// [`WriterPolicy::ShortOwnRcu`] for why not that one).
+    #[default]
     Short,
     /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
     /// spins (bounded) while it stays held before it parks, as Linux's
@@ -317,14 +319,20 @@ pub enum WriterPolicy {
     /// per write section, and the writer frees the batch itself after a
     /// later write section, once `mmap_lock` is released. A faulting
     /// thread's collection never frees a writer's VMAs; a thread that
-    /// exits hands what it still has queued to the collector. The default,
-    /// for the interference it removes at no cost to the writers: on the
-    /// lab's loaded 2-CPU VM a faulter beside an mmap/munmap loop kept
-    /// 0.93-1.02 of its rate alone per CPU-second, against 0.82-0.90 under
-    /// `short`, and wrote 0.067-0.069 shared lines per fault (as alone)
-    /// against 0.14-0.155; mmap1/mmap2 ran within the noise of `short`
-    /// (`docs/results/interference-2cpu.txt`).
-    #[default]
+    /// exits hands what it still has queued to the collector. It removes
+    /// the interference at no cost to the writers: on the lab's loaded
+    /// 2-CPU VM a faulter beside an mmap/munmap loop kept 0.93-1.02 of its
+    /// rate alone per CPU-second, against 0.82-0.90 under `short`, and
+    /// wrote 0.067-0.069 shared lines per fault (as alone) against
+    /// 0.14-0.155; mmap1/mmap2 ran within the noise of `short`
+    /// (`docs/results/interference-2cpu.txt`). Not the default yet: a
+    /// VMA's last file reference goes with the VMA's deferred free, which
+    /// here waits for the writer's next write section, so a
+    /// `MAP_HUGETLB` munmap followed by an mmap of the same pool page can
+    /// meet `ENOMEM` (seen in 1 of 12 replays of the hugetlb_madv_vs_map
+    /// selftest under the `mmap-lock` fault policy) where Linux has freed
+    /// it before munmap returns. The file's last reference must first go
+    /// when the VMA is removed.
     ShortOwnRcu,
     /// [`WriterPolicy::Short`] for every call it does not cover, and
     /// range-parallel writers for those it does (issue 32 item 3, CortenMM's
