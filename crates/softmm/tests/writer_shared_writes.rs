@@ -6,6 +6,11 @@
 use softmm::uapi::*;
 use softmm::{AddressSpace, File, MmConfig, OpenFile, Overcommit, OvercommitMode, PhysConfig, PhysMem, WriterPolicy};
 
+/// The tests take turns: each counts its own thread's shared writes,
+/// which include the deferred frees its epoch collections run, and the
+/// other test's would be among them.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const LEN: u64 = 128 << 20;
 
 /// Shared-line writes per mmap1 op of the calling thread, in steady state.
@@ -50,6 +55,7 @@ fn per_op_of(policy: WriterPolicy, file: bool) -> f64 {
 /// collection may drop this one's VMAs, writing their slots' lines.
 #[test]
 fn an_mmap1_op_writes_ten_shared_lines() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // First: a `short-own-rcu` run leaves batch markers in this thread's
     // epoch bag, which a later run's collections would run and count.
     let default = per_op(WriterPolicy::default());
@@ -80,9 +86,14 @@ fn an_mmap1_op_writes_ten_shared_lines() {
 /// threads' mappings lie side by side.
 #[test]
 fn merging_with_another_threads_vma_writes_none_of_its_lines() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
     phys.set_overcommit(Overcommit::for_ram(2048).mode(OvercommitMode::Always));
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    // `short-own-rcu`: this thread frees only its own old versions, so its
+    // count is its own ops' (under `short` its collections also run other
+    // threads' frees, which the count includes).
+    let config = MmConfig::default().writer_policy(WriterPolicy::ShortOwnRcu);
+    let mm = AddressSpace::new(&phys, config).unwrap();
     let (prot, flags) = (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
     let base = 1u64 << 40;
     // This thread takes its slot (its first VMA's) before the other one
