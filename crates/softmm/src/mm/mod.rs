@@ -95,6 +95,25 @@ pub(crate) struct MmState {
     pub(crate) mdwe: u64,
 }
 
+impl MmState {
+    /// The state of an address space with `vmas` and its heap at
+    /// `start_brk`: no stack yet, no reservation, no hugetlb window linked,
+    /// no `def_flags`, no MDWE.
+    fn with_vmas(vmas: VmaTree, start_brk: u64) -> MmState {
+        MmState {
+            vmas,
+            start_brk,
+            brk: start_brk,
+            start_stack: None,
+            reserved: Vec::new(),
+            hugetlb_linked: Vec::new(),
+            hugetlb_seen: false,
+            def_flags: VmFlags::empty(),
+            mdwe: 0,
+        }
+    }
+}
+
 /// Counters of one address space: those of every write section and of
 /// every unmap per CPU slot (a writer writes only its own slot's lines),
 /// the rest changed only on slow paths.
@@ -309,17 +328,7 @@ impl AddressSpace {
     /// Linux could not have (see [`MmConfig`]'s "Validity").
     pub fn new(phys: &Arc<PhysMem>, config: MmConfig) -> crate::Result<Arc<AddressSpace>> {
         let config = config.validate()?;
-        let st = MmState {
-            vmas: VmaTree::default(),
-            start_brk: config.start_brk,
-            brk: config.start_brk,
-            start_stack: None,
-            reserved: Vec::new(),
-            hugetlb_linked: Vec::new(),
-            hugetlb_seen: false,
-            def_flags: VmFlags::empty(),
-            mdwe: 0,
-        };
+        let st = MmState::with_vmas(VmaTree::default(), config.start_brk);
         let (shootdown_policy, posting_policy) = (config.shootdown_policy, config.posting_policy);
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),

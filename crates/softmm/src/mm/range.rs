@@ -418,17 +418,7 @@ impl MmState {
     /// range writer may assume it (no reservation, no `def_flags`, no
     /// MDWE: it checked their mirror). Never reaches `mmap_lock`.
     fn range_view(vmas: VmaTree) -> MmState {
-        MmState {
-            vmas,
-            start_brk: 0,
-            brk: 0,
-            start_stack: None,
-            reserved: Vec::new(),
-            hugetlb_linked: Vec::new(),
-            hugetlb_seen: false,
-            def_flags: VmFlags::empty(),
-            mdwe: 0,
-        }
+        MmState::with_vmas(vmas, 0)
     }
 }
 
