@@ -57,6 +57,11 @@
 //!   memory, device mappings: their reverse maps, reservations and
 //!   `close` hooks live under `mmap_lock`) or `VM_LOCKED`/`VM_LOCKONFAULT`
 //!   (`locked_vm` and the memlock limit);
+//! * `madvise` other than the advice that changes VMA flags
+//!   (`mm/range/madvise.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
+//!   `mmap_lock` for write: a call inside one VMA runs under its read
+//!   reference under the default `MadvisePolicy::PerVma`, the rest under
+//!   `mmap_lock` for read, which blocks range writers as every holder does);
 //! * `map_count` near `max_map_count`: the bound a range writer checks
 //!   against is exact or above ([`RangeState::map_count_bound`]), so a call
 //!   the limit might refuse goes to `mmap_lock`, whose check is exact.
@@ -421,6 +426,8 @@ impl MmState {
         MmState::with_vmas(vmas, 0)
     }
 }
+
+mod madvise;
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -87,7 +87,9 @@ impl AddressSpace {
     /// `DONTNEED`, `DONTNEED_LOCKED` and `FREE` run under the
     /// [`MadvisePolicy`](crate::MadvisePolicy) of the address space's
     /// configuration; the others under `mmap_lock`, for read or (advice that
-    /// changes VMA flags) for write. Every policy gives the same result.
+    /// changes VMA flags) for write, or, under `WriterPolicy::Range`, as a
+    /// range writer inside one window (`mm/range/madvise.rs`). Every policy
+    /// gives the same result.
     pub fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<()> {
         let _q = crate::tlb::QuiescentGuard::enter();
         let known = matches!(
@@ -155,52 +157,12 @@ impl AddressSpace {
         );
         let mut tlb = MmuGather::default();
         if flag_change {
+            // Range-parallel writers: inside one window, without mmap_lock.
+            if let Some(res) = self.range_madvise_behavior(addr, end, advice) {
+                return res;
+            }
             let mut st = self.write_lock();
-            let res = self.walk_vmas(&mut st, addr, end, |mm, st, vma, start, stop| {
-                if !super::mseal::can_modify_vma_madv(vma, advice) {
-                    return Err(Errno::Perm);
-                }
-                let mut f = vma.flags;
-                match advice {
-                    MADV_NORMAL => f &= !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
-                    MADV_RANDOM => f = (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
-                    MADV_SEQUENTIAL => f = (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
-                    MADV_DONTFORK => f |= VmFlags::DONTCOPY,
-                    MADV_DOFORK => {
-                        // A device mapping stays out of children.
-                        if vma.flags.contains(VmFlags::IO) {
-                            return Err(Errno::Inval);
-                        }
-                        f &= !VmFlags::DONTCOPY;
-                    }
-                    MADV_WIPEONFORK => {
-                        if vma.file.is_some() || vma.flags.contains(VmFlags::SHARED) {
-                            return Err(Errno::Inval);
-                        }
-                        f |= VmFlags::WIPEONFORK;
-                    }
-                    // A droppable mapping stays wipe-on-fork and out of
-                    // core dumps (Linux 6.12+'s madvise_vma_behavior).
-                    MADV_KEEPONFORK | MADV_DODUMP if vma.flags.contains(VmFlags::DROPPABLE) => {
-                        return Err(Errno::Inval);
-                    }
-                    // A device mapping stays out of core dumps.
-                    MADV_DODUMP if !f.contains(VmFlags::HUGETLB) && f.intersects(VmFlags::SPECIAL) => {
-                        return Err(Errno::Inval);
-                    }
-                    MADV_KEEPONFORK => f &= !VmFlags::WIPEONFORK,
-                    MADV_DONTDUMP => f |= VmFlags::DONTDUMP,
-                    MADV_DODUMP => f &= !VmFlags::DONTDUMP,
-                    MADV_HUGEPAGE => f = (f & !VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE,
-                    MADV_NOHUGEPAGE => f = (f & !VmFlags::HUGEPAGE) | VmFlags::NOHUGEPAGE,
-                    // ksm_madvise: advice on a VMA KSM cannot merge is ignored.
-                    MADV_MERGEABLE if ksm_compatible(f) => f |= VmFlags::MERGEABLE,
-                    MADV_MERGEABLE => {}
-                    MADV_UNMERGEABLE => f &= !VmFlags::MERGEABLE,
-                    _ => unreachable!(),
-                }
-                mm.vma_modify_flags(st, vma, start, stop, f)
-            });
+            let res = self.madvise_vma_behavior(&mut st, addr, end, advice);
             std::mem::take(&mut tlb).finish(self);
             drop(st);
             res
@@ -227,6 +189,65 @@ impl AddressSpace {
             drop(st);
             res
         }
+    }
+
+    /// The advice of `madvise` that changes VMA flags (Linux's
+    /// `madvise_vma_behavior` for them), over `[start, end)`: each VMA part
+    /// is split off or merged by `vma_modify_flags`, as `mprotect` does.
+    /// Runs under `mmap_lock` for write or as a range writer on its
+    /// window's view (`mm/range/madvise.rs`), with the same result.
+    pub(crate) fn madvise_vma_behavior(
+        &self,
+        st: &mut crate::mm::MmState,
+        start: u64,
+        end: u64,
+        advice: i32,
+    ) -> Result<()> {
+        self.walk_vmas(st, start, end, |mm, st, vma, start, stop| {
+            if !super::mseal::can_modify_vma_madv(vma, advice) {
+                return Err(Errno::Perm);
+            }
+            let mut f = vma.flags;
+            match advice {
+                MADV_NORMAL => f &= !(VmFlags::SEQ_READ | VmFlags::RAND_READ),
+                MADV_RANDOM => f = (f & !VmFlags::SEQ_READ) | VmFlags::RAND_READ,
+                MADV_SEQUENTIAL => f = (f & !VmFlags::RAND_READ) | VmFlags::SEQ_READ,
+                MADV_DONTFORK => f |= VmFlags::DONTCOPY,
+                MADV_DOFORK => {
+                    // A device mapping stays out of children.
+                    if vma.flags.contains(VmFlags::IO) {
+                        return Err(Errno::Inval);
+                    }
+                    f &= !VmFlags::DONTCOPY;
+                }
+                MADV_WIPEONFORK => {
+                    if vma.file.is_some() || vma.flags.contains(VmFlags::SHARED) {
+                        return Err(Errno::Inval);
+                    }
+                    f |= VmFlags::WIPEONFORK;
+                }
+                // A droppable mapping stays wipe-on-fork and out of
+                // core dumps (Linux 6.12+'s madvise_vma_behavior).
+                MADV_KEEPONFORK | MADV_DODUMP if vma.flags.contains(VmFlags::DROPPABLE) => {
+                    return Err(Errno::Inval);
+                }
+                // A device mapping stays out of core dumps.
+                MADV_DODUMP if !f.contains(VmFlags::HUGETLB) && f.intersects(VmFlags::SPECIAL) => {
+                    return Err(Errno::Inval);
+                }
+                MADV_KEEPONFORK => f &= !VmFlags::WIPEONFORK,
+                MADV_DONTDUMP => f |= VmFlags::DONTDUMP,
+                MADV_DODUMP => f &= !VmFlags::DONTDUMP,
+                MADV_HUGEPAGE => f = (f & !VmFlags::NOHUGEPAGE) | VmFlags::HUGEPAGE,
+                MADV_NOHUGEPAGE => f = (f & !VmFlags::HUGEPAGE) | VmFlags::NOHUGEPAGE,
+                // ksm_madvise: advice on a VMA KSM cannot merge is ignored.
+                MADV_MERGEABLE if ksm_compatible(f) => f |= VmFlags::MERGEABLE,
+                MADV_MERGEABLE => {}
+                MADV_UNMERGEABLE => f &= !VmFlags::MERGEABLE,
+                _ => unreachable!(),
+            }
+            mm.vma_modify_flags(st, vma, start, stop, f)
+        })
     }
 
     /// `MADV_DONTNEED`, `MADV_DONTNEED_LOCKED` or `MADV_FREE` on one VMA part

@@ -16,6 +16,28 @@ fn spans(mm: &AddressSpace) -> Vec<(u64, u64, String)> {
     mm.maps().into_iter().map(|e| (e.start, e.end, e.perms.clone())).collect()
 }
 
+/// The VMAs with all their flags (`madvise`'s are not in the maps'
+/// permissions), from the `mmap_lock` holder's view.
+fn vma_flags(mm: &AddressSpace) -> Vec<(u64, u64, crate::vma::VmFlags)> {
+    mm.read_lock().vmas.iter().map(|v| (v.start, v.end, v.flags)).collect()
+}
+
+/// The advice the random calls give: the VMA-flag ones (range writes) and
+/// two that change no VMA.
+const ADVICE: [i32; 11] = [
+    MADV_DONTFORK,
+    MADV_DOFORK,
+    MADV_WIPEONFORK,
+    MADV_KEEPONFORK,
+    MADV_HUGEPAGE,
+    MADV_NOHUGEPAGE,
+    MADV_NORMAL,
+    MADV_RANDOM,
+    MADV_SEQUENTIAL,
+    MADV_DONTNEED,
+    MADV_FREE,
+];
+
 /// A `munmap` inside one window runs without `mmap_lock`; the next
 /// `mmap_lock` holder sees its result.
 #[test]
@@ -42,6 +64,47 @@ fn a_munmap_inside_a_window_takes_no_mmap_lock() {
     let fallbacks = mm.range.stats().fallbacks;
     mm.munmap(b, 4 * PAGE_SIZE).unwrap();
     assert_eq!(mm.range.stats().fallbacks, fallbacks + 1);
+}
+
+/// A VMA-flag `madvise` inside a window splits and merges VMAs without
+/// `mmap_lock`, as `mprotect` does; one reaching a VMA at the window's
+/// bounds falls back.
+#[test]
+fn a_madvise_inside_a_window_takes_no_mmap_lock() {
+    use crate::vma::VmFlags;
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 8 * PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    let writes = mm.counters.lock_counts().0;
+    mm.madvise(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE, MADV_DONTFORK).unwrap();
+    mm.madvise(a + 4 * PAGE_SIZE, 2 * PAGE_SIZE, MADV_WIPEONFORK).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, 3, "the mmap and both madvises");
+    let want = [
+        (a, a + 2 * PAGE_SIZE, VmFlags::empty()),
+        (a + 2 * PAGE_SIZE, a + 4 * PAGE_SIZE, VmFlags::DONTCOPY),
+        (a + 4 * PAGE_SIZE, a + 6 * PAGE_SIZE, VmFlags::WIPEONFORK),
+        (a + 6 * PAGE_SIZE, a + 8 * PAGE_SIZE, VmFlags::empty()),
+    ];
+    let advised = VmFlags::DONTCOPY | VmFlags::WIPEONFORK;
+    let got: Vec<_> = vma_flags(&mm).into_iter().map(|(s, e, f)| (s, e, f & advised)).collect();
+    assert_eq!(got, want);
+    // Back as they were: the four merge into one again.
+    mm.madvise(a, 8 * PAGE_SIZE, MADV_DOFORK).unwrap();
+    mm.madvise(a, 8 * PAGE_SIZE, MADV_KEEPONFORK).unwrap();
+    assert_eq!(mm.stats().map_count, 1);
+    assert_eq!(mm.range.stats().writes, 5);
+    // A hole: ENOMEM after advising the mapped part, as under mmap_lock.
+    assert_eq!(mm.madvise(a, 9 * PAGE_SIZE, MADV_HUGEPAGE), Err(crate::Errno::NoMem));
+    assert!(vma_flags(&mm)[0].2.contains(VmFlags::HUGEPAGE));
+    // A VMA at the window's first address falls back.
+    let b = 0x101 * GIB;
+    mm.mmap(b, 4 * PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+    let fallbacks = mm.range.stats().fallbacks;
+    mm.madvise(b + PAGE_SIZE, PAGE_SIZE, MADV_DONTFORK).unwrap();
+    assert_eq!(mm.range.stats().fallbacks, fallbacks + 1);
+    assert_eq!(mm.stats().map_count, 4);
 }
 
 /// A VMA a range writer removes is detached before its window is
@@ -91,13 +154,15 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
                 _ => (1 + next(8)) * PAGE_SIZE,
             };
             let prot = prots[next(3) as usize];
-            let op = next(8);
+            let advice = ADVICE[next(ADVICE.len() as u64) as usize];
+            let op = next(10);
             let run = |mm: &AddressSpace| match op {
                 0..=2 => mm.mmap(a, len, prot, ANON | MAP_FIXED, None, 0),
                 3 => mm.mmap(a, len, prot, ANON | MAP_FIXED_NOREPLACE, None, 0),
                 4 => mm.mmap(0, len, prot, ANON, None, 0).map(|_| 0),
                 5 | 6 => mm.munmap(a, len).map(|_| 0),
-                _ => mm.mprotect(a, len, prot).map(|_| 0),
+                7 => mm.mprotect(a, len, prot).map(|_| 0),
+                _ => mm.madvise(a, len, advice).map(|_| 0),
             };
             let (want, got) = (run(&reference), run(&range));
             assert_eq!(got, want, "{placement:?} round {round}: op {op} at {a:#x}+{len:#x}");
@@ -110,6 +175,7 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             // Arenas place non-fixed calls per thread: one thread here, so
             // the same addresses under both policies.
             assert_eq!(spans(&range), spans(&reference), "{placement:?} round {round}");
+            assert_eq!(vma_flags(&range), vma_flags(&reference), "{placement:?} round {round}");
             assert_eq!(range.stats().map_count, reference.stats().map_count);
         }
         let s = range.range.stats();
