@@ -57,6 +57,10 @@ impl AddressSpace {
                 return Err(Errno::Inval);
             }
         }
+        // Range-parallel writers: inside one window, without mmap_lock.
+        if let Some(res) = self.range_mremap(old_addr, old_len, new_len, flags, new_addr) {
+            return res;
+        }
         let mut tlb = MmuGather::default();
         // Wait for a lock-free unmap still zapping the source, its in-place
         // growth or a fixed target (a moved mapping goes around one).
@@ -94,8 +98,11 @@ impl AddressSpace {
         res
     }
 
+    /// The call under `mmap_lock` for write, or as a range writer on its
+    /// window's view (`mm/range/mremap.rs`); an in-place shrink leaves its
+    /// tail in `tail` for the caller to unmap.
     #[allow(clippy::too_many_arguments)]
-    fn do_mremap(
+    pub(crate) fn do_mremap(
         &self,
         st: &mut MmState,
         addr: u64,

@@ -107,6 +107,47 @@ fn a_madvise_inside_a_window_takes_no_mmap_lock() {
     assert_eq!(mm.stats().map_count, 4);
 }
 
+/// `mremap` inside a window shrinks, grows in place and moves
+/// (`MREMAP_FIXED`) without `mmap_lock`, the pages going with the move; a
+/// growth that would have to move without a fixed target falls back.
+#[test]
+fn a_mremap_inside_a_window_takes_no_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 8 * PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    let mut cpu = crate::Cpu::attached(&mm);
+    for i in 0..8 {
+        cpu.write_u32(a + i * PAGE_SIZE, 100 + i as u32).unwrap();
+    }
+    let writes = mm.counters.lock_counts().0;
+    assert_eq!(mm.mremap(a, 8 * PAGE_SIZE, 6 * PAGE_SIZE, 0, 0), Ok(a));
+    // (A reader such as `stats` takes range writers' windows in under the
+    // write lock: none before the count below.)
+    assert_eq!(phys.stats().frames_used, 6, "the tail's pages went");
+    assert_eq!(mm.mremap(a, 6 * PAGE_SIZE, 7 * PAGE_SIZE, 0, 0), Ok(a));
+    let b = a + 64 * PAGE_SIZE;
+    assert_eq!(mm.mremap(a, 7 * PAGE_SIZE, 7 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, b), Ok(b));
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, 4, "the mmap and the three mremaps");
+    assert_eq!(spans(&mm), vec![(b, b + 7 * PAGE_SIZE, "rw-p".to_string())]);
+    for i in 0..6 {
+        assert_eq!(cpu.read_u32(b + i * PAGE_SIZE), Ok(100 + i as u32));
+    }
+    assert_eq!(cpu.read_u32(b + 6 * PAGE_SIZE), Ok(0), "the grown page is new");
+    assert!(cpu.read_u32(a).is_err(), "the old range is unmapped");
+    // Something in the way of a growth: MAYMOVE without a target falls back.
+    mm.mmap(b + 7 * PAGE_SIZE, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+    let fallbacks = mm.range.stats().fallbacks;
+    let moved = mm.mremap(b, 7 * PAGE_SIZE, 9 * PAGE_SIZE, MREMAP_MAYMOVE, 0).unwrap();
+    assert_ne!(moved, b);
+    assert_eq!(mm.range.stats().fallbacks, fallbacks + 1);
+    assert_eq!(cpu.read_u32(moved + 5 * PAGE_SIZE), Ok(105));
+    drop(cpu);
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+}
+
 /// A VMA a range writer removes is detached before its window is
 /// published, and a fault in it aborts; a lock-free fault after the
 /// munmap finds nothing.
@@ -129,12 +170,15 @@ fn a_range_munmap_detaches_before_it_publishes() {
 
 /// Every call under `range` gives the errno and the mappings it gives
 /// under `short`, over random calls around the bounds of a few windows
-/// (most range writes, some falling back), and the published set always
-/// equals what the next `mmap_lock` holder holds.
+/// (most range writes, some falling back), and then inside them (`interior`:
+/// 256 pages above a bound, no call longer than 8 pages, where most
+/// `madvise` and `mremap` calls are range writes), and the published set
+/// always equals what the next `mmap_lock` holder holds.
 #[test]
 #[cfg_attr(miri, ignore = "hundreds of system calls across 1 GiB windows")]
 fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
-    for placement in [PlacementPolicy::Linux, PlacementPolicy::Arenas] {
+    let runs = [(PlacementPolicy::Linux, false), (PlacementPolicy::Arenas, false), (PlacementPolicy::Linux, true)];
+    for (placement, interior) in runs {
         let phys = PhysMem::new(PhysConfig::new(256 * PAGE_SIZE)).unwrap();
         let (reference, range) = (mm(&phys, WriterPolicy::Short, placement), mm(&phys, WriterPolicy::Range, placement));
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -145,26 +189,54 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             seed % n
         };
         let base = 0x100 * GIB;
-        let addr = |next: &mut dyn FnMut(u64) -> u64| base + next(3) * GIB + next(24) * PAGE_SIZE - 8 * PAGE_SIZE;
+        let above = if interior { 256 * PAGE_SIZE } else { 0 };
+        let addr =
+            |next: &mut dyn FnMut(u64) -> u64| base + next(3) * GIB + above + next(24) * PAGE_SIZE - 8 * PAGE_SIZE;
         let prots = [PROT_READ, PROT_READ | PROT_WRITE, PROT_NONE];
+        // Range writes per kind of call (`op`).
+        let mut ranged = [0u64; 12];
         for round in 0..600 {
             let a = addr(&mut next);
             let len = match next(4) {
-                0 => GIB + next(8) * PAGE_SIZE,
+                0 if !interior => GIB + next(8) * PAGE_SIZE,
                 _ => (1 + next(8)) * PAGE_SIZE,
             };
             let prot = prots[next(3) as usize];
             let advice = ADVICE[next(ADVICE.len() as u64) as usize];
-            let op = next(10);
+            // mremap: mostly a part of a VMA there is, a new length, a
+            // fixed target (mostly near, in the same window) and whether
+            // the mapping may move.
+            let vmas = spans(&reference);
+            let (old_addr, old_len) = match (next(4), vmas.len() as u64) {
+                (0, _) | (_, 0) => (a, (1 + next(8)) * PAGE_SIZE),
+                (_, n) => {
+                    let (start, end, _) = vmas[next(n) as usize];
+                    let pages = (end - start) / PAGE_SIZE;
+                    let skip = next(pages.min(4));
+                    (start + skip * PAGE_SIZE, (1 + next((pages - skip).min(8))) * PAGE_SIZE)
+                }
+            };
+            let new_len = (1 + next(8)) * PAGE_SIZE;
+            let target = match next(4) {
+                0 => addr(&mut next),
+                // Mostly near the old range, in its window.
+                _ => (old_addr + next(32) * PAGE_SIZE).saturating_sub(16 * PAGE_SIZE),
+            };
+            let may_move = if next(2) == 0 { MREMAP_MAYMOVE } else { 0 };
+            let op = next(12);
             let run = |mm: &AddressSpace| match op {
                 0..=2 => mm.mmap(a, len, prot, ANON | MAP_FIXED, None, 0),
                 3 => mm.mmap(a, len, prot, ANON | MAP_FIXED_NOREPLACE, None, 0),
                 4 => mm.mmap(0, len, prot, ANON, None, 0).map(|_| 0),
                 5 | 6 => mm.munmap(a, len).map(|_| 0),
                 7 => mm.mprotect(a, len, prot).map(|_| 0),
-                _ => mm.madvise(a, len, advice).map(|_| 0),
+                8 | 9 => mm.madvise(a, len, advice).map(|_| 0),
+                10 => mm.mremap(old_addr, old_len, new_len, may_move, 0),
+                _ => mm.mremap(old_addr, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target),
             };
+            let before = range.range.stats().writes;
             let (want, got) = (run(&reference), run(&range));
+            ranged[op as usize] += range.range.stats().writes - before;
             assert_eq!(got, want, "{placement:?} round {round}: op {op} at {a:#x}+{len:#x}");
             let guard = crossbeam_epoch::pin();
             let published: Vec<(u64, u64)> =
@@ -179,7 +251,14 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             assert_eq!(range.stats().map_count, reference.stats().map_count);
         }
         let s = range.range.stats();
-        assert!(s.writes > 80 && s.fallbacks > 50, "{placement:?}: {s:?}");
+        if !interior {
+            assert!(s.writes > 80 && s.fallbacks > 50, "{placement:?}: {s:?}");
+            continue;
+        }
+        // madvise, mremap in place and mremap moves each ran as range
+        // writes, not only their fallbacks.
+        let (madvised, resized, moved) = (ranged[8] + ranged[9], ranged[10], ranged[11]);
+        assert!(madvised > 30 && resized > 5 && moved > 15, "{placement:?}: {ranged:?}");
     }
 }
 

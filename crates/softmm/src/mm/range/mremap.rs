@@ -1,0 +1,122 @@
+//! `mremap` as a range writer: a private anonymous mapping shrunk in
+//! place, grown in place, or moved with `MREMAP_MAYMOVE | MREMAP_FIXED`,
+//! where the old range, the new one and every VMA the call removes,
+//! splits or merges with lie in one window. It runs the `mmap_lock`
+//! path's own code (`do_mremap`: `remap_is_valid`, `vma_merge_extend`'s
+//! insert, `move_vma` with its detach, `move_ptes` and `free_pgtables`)
+//! on the window's view, so the result and the errno are that code's.
+//!
+//! The page-table move keeps the `mmap_lock` path's order: the source VMA
+//! is detached ([`VmaTree::remove`](crate::vma::VmaTree)) before its
+//! entries move, so a lock-free fault that found it aborts instead of
+//! installing a page behind the move (which no VMA would then map), and
+//! the destination gets its VMA only in the window version published after
+//! the entries are in place. The anonymous reverse map needs nothing more:
+//! a moved VMA keeps its `pgoff` and `anon_vma`, and the walk
+//! (`mm/anon_rmap.rs`) reads the published windows and confirms each
+//! candidate under its entry's lock, as it does beside an `mmap_lock`
+//! writer.
+//!
+//! Falls back to `mmap_lock` (besides the cases of `mm/range.rs`):
+//! `MREMAP_DONTUNMAP`; a move without `MREMAP_FIXED` (its target search
+//! covers the whole address space); a growth that cannot stay in place;
+//! a footprint (the old range with its growth, the fixed target) across
+//! two windows; a VMA in it that is not private anonymous memory, or that
+//! reaches its window's bounds, or a moved or grown VMA that would reach
+//! them (it could merge with a VMA of the next window); no VMA at the old
+//! address; never-mode overcommit; `map_count` within 8 of the limit by
+//! the range writers' bound (a move may split both ranges in three).
+
+use crate::error::Result;
+use crate::uapi::*;
+use crate::vma::{window_of, WINDOW_SHIFT};
+
+use super::{AddressSpace, MmState, Neighbours};
+
+impl AddressSpace {
+    /// `mremap` as a range writer (see the module), or `None` (nothing
+    /// changed) for the `mmap_lock` path. The arguments passed
+    /// `check_mremap_params`: lengths page aligned, `new_len` not zero.
+    pub(crate) fn range_mremap(
+        &self,
+        old_addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: i32,
+        new_addr: u64,
+    ) -> Option<Result<u64>> {
+        if !self.config.writer_policy.range_writers()
+            || flags & MREMAP_DONTUNMAP != 0
+            || self.phys.overcommit().mode == crate::phys::OvercommitMode::Never
+        {
+            return None;
+        }
+        let fixed = flags & MREMAP_FIXED != 0;
+        let old_end = old_addr.checked_add(old_len.max(new_len))?;
+        let (lo, hi) = if fixed {
+            let new_end = new_addr.checked_add(new_len)?;
+            (old_addr.min(new_addr), old_end.max(new_end))
+        } else {
+            (old_addr, old_end)
+        };
+        let res = self.range_write_span(lo, hi, Neighbours::default(), |mm, st, tlb| {
+            if !mm.range_mremap_ok(st, old_addr, old_len, new_len, flags, new_addr) {
+                return None;
+            }
+            let mut tail = None;
+            let res = mm.do_mremap(st, old_addr, old_len, new_len, flags, new_addr, tlb, &mut tail);
+            if let (Ok(_), Some((start, end))) = (&res, tail) {
+                // The shrink's tail, as `vm_munmap` unmaps it under
+                // `mmap_lock`: inside the old range, so in this window.
+                if let Err(e) = mm.do_munmap(st, start, end, tlb) {
+                    return Some(Err(e));
+                }
+            }
+            Some(res)
+        });
+        self.range_count_fallback(res.is_none());
+        res
+    }
+
+    /// Whether the window's view `st` lets a range writer run this
+    /// `mremap` (see the module): decided before anything changes.
+    fn range_mremap_ok(
+        &self,
+        st: &MmState,
+        old_addr: u64,
+        old_len: u64,
+        new_len: u64,
+        flags: i32,
+        new_addr: u64,
+    ) -> bool {
+        let w = window_of(old_addr);
+        let (lo, hi) = (w << WINDOW_SHIFT, (w + 1) << WINDOW_SHIFT);
+        // Room for a move's splits of both ranges, and for a shrink's.
+        if st.vmas.len() + 8 > self.config.max_map_count {
+            return false;
+        }
+        let Some(vma) = st.vmas.find(old_addr) else { return false };
+        // Every VMA of the old range may be split or removed, and none
+        // reaches the window's bounds.
+        if !self.range_touch_ok(st, old_addr, old_addr + old_len.max(1)) || !self.range_touch_ok(st, vma.start, vma.end)
+        {
+            return false;
+        }
+        if flags & MREMAP_FIXED != 0 {
+            // The target's VMAs are unmapped (their pieces keep their
+            // ends); the moved VMA, which may merge, stays off the bounds.
+            return new_addr > lo
+                && new_addr + new_len < hi
+                && st.vmas.overlapping(new_addr, new_addr + new_len).all(|v| super::range_vma_ok(v));
+        }
+        if new_len <= old_len {
+            return true;
+        }
+        // A growth: only in place (`expand_vma`'s test), and the grown VMA
+        // stays off the window's upper bound.
+        let delta = new_len - old_len;
+        vma.end - old_addr == old_len
+            && vma.end + delta < hi
+            && st.vmas.overlapping(vma.end, vma.end + delta).next().is_none()
+    }
+}
