@@ -146,13 +146,19 @@ fn own_rcu_model() -> Result<(), String> {
 /// read-write VMA `[a, a + 2 pages)` in window 5, its first page written
 /// (a frame, its tables, its `anon_vma`) by an `mmap_lock`-free fault.
 fn range_setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
+    let (phys, mm, a) = range_setup_unfaulted();
+    mm.handle_fault(a, crate::fault::Access::Write).unwrap();
+    (phys, mm, a)
+}
+
+/// [`range_setup`] before its fault: the VMA has no page and no `anon_vma`.
+fn range_setup_unfaulted() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     crate::sync::percpu::restart_slots();
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(crate::WriterPolicy::Range)).unwrap();
     let a = 5 * GIB + 4 * PAGE_SIZE;
     let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
     assert_eq!(mm.mmap(a, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(a));
-    mm.handle_fault(a, crate::fault::Access::Write).unwrap();
     (phys, mm, a)
 }
 
@@ -275,6 +281,111 @@ fn a_range_munmap_against_fork() {
             return Err("a frame outlived both address spaces".to_string());
         }
         res
+    }
+    crate::sync::broken::check_model(model, &NO_BLOCK);
+    assert_ranged(&SEEN);
+}
+
+/// A range writer's `mremap` move (`mm/range/mremap.rs`: `MREMAP_FIXED`
+/// inside the window, no `mmap_lock`) of the VMA against a lock-free write
+/// fault in it: once both are done, the old range holds no entry, the new
+/// one holds the moved page (and the faulted one if the fault came first),
+/// no frame is left unmapped, and the fault succeeded or raised `SIGSEGV`.
+/// Seen failing with `broken::range_writers::NO_DETACH` (the source VMA
+/// taken out of the window's view without its detach: the fault that found
+/// it installs its page in the old range after `move_ptes` emptied it).
+#[test]
+fn a_range_mremap_against_a_fault_in_its_range() {
+    use crate::sync::broken::range_writers::NO_DETACH;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        let (phys, mm, a) = range_setup();
+        let fault = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
+            })
+        };
+        let b = a + 8 * PAGE_SIZE;
+        let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, b);
+        let r = fault.join().unwrap();
+        if mm.range.stats().writes == 2 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if moved != Ok(b) {
+            return Err(format!("the move ended {moved:?}"));
+        }
+        if !(r.is_ok() || r.is_err_and(|f| f.signal() == libc::SIGSEGV)) {
+            return Err(format!("the fault ended {r:?}"));
+        }
+        if !mm.pte_at(a).is_none() || !mm.pte_at(a + PAGE_SIZE).is_none() {
+            return Err("an entry was left in the old range".to_string());
+        }
+        if !mm.pte_at(b).has_frame() {
+            return Err("the moved page is not at its new address".to_string());
+        }
+        let mapped = [b, b + PAGE_SIZE].iter().filter(|&&x| mm.pte_at(x).has_frame()).count() as u64;
+        if phys.stats().frames_used != mapped {
+            return Err(format!("{} frames for {mapped} entries", phys.stats().frames_used));
+        }
+        Ok(())
+    }
+    crate::sync::broken::check_model(model, &NO_DETACH);
+    assert_ranged(&SEEN);
+}
+
+/// A range writer's `madvise(MADV_DONTFORK)` (`mm/range/madvise.rs`),
+/// splitting the VMA, against the first write fault in its range, which
+/// gives the VMA its `anon_vma` under `mmap_lock` for read: once both are
+/// done, the VMA mapping the new page has the advice's flag and the
+/// `anon_vma` (else `fork`, `munmap` and the reverse map would miss the
+/// page). Seen failing with `broken::range_writers::NO_BLOCK` (the fault's
+/// `mmap_lock` reader neither blocks nor drains the range writer: it gives
+/// the `anon_vma` to the VMA the split copied before).
+#[test]
+fn a_range_madvise_against_a_fault_in_its_range() {
+    use crate::sync::broken::range_writers::NO_BLOCK;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        // The setup's mmap is a range write, which a reader takes in under
+        // the write lock: done unbroken, so that the broken reader finds
+        // the VMA (and races the split, not the publication).
+        let broken = NO_BLOCK.with(|c| c.replace(false));
+        let (phys, mm, a) = range_setup_unfaulted();
+        drop(mm.read_lock());
+        NO_BLOCK.with(|c| c.set(broken));
+        let fault = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
+            })
+        };
+        let advised = mm.madvise(a + PAGE_SIZE, PAGE_SIZE, MADV_DONTFORK);
+        let r = fault.join().unwrap();
+        if mm.range.stats().writes == 2 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if advised.is_err() || r.is_err() {
+            return Err(format!("madvise {advised:?}, fault {r:?}"));
+        }
+        let guard = crossbeam_epoch::pin();
+        let Some(v) = mm.vmas_rcu(&guard).find(a + PAGE_SIZE) else {
+            return Err("no VMA at the advised page".to_string());
+        };
+        if !v.flags.contains(crate::vma::VmFlags::DONTCOPY) || v.start != a + PAGE_SIZE {
+            return Err(format!("the advised VMA is {v:?}"));
+        }
+        if mm.pte_at(a + PAGE_SIZE).has_frame() && v.anon_vma.get().is_none() {
+            return Err("an anonymous page mapped by a VMA without its anon_vma".to_string());
+        }
+        drop(guard);
+        drop(mm);
+        if phys.stats().frames_used != 0 {
+            return Err("a frame outlived the address space".to_string());
+        }
+        Ok(())
     }
     crate::sync::broken::check_model(model, &NO_BLOCK);
     assert_ranged(&SEEN);

@@ -346,10 +346,12 @@ pub(crate) mod range_writers {
         /// publication loses the first's change
         /// (`a_range_mmap_against_a_merging_neighbour`).
         pub(crate) static NO_WINDOW_LOCK: Cell<bool> = const { Cell::new(false) };
-        /// An `mmap_lock` writer under the range policy neither blocks nor
-        /// drains the range writers (`AddressSpace::write_lock`): fork
-        /// copies a VMA a range writer is removing
-        /// (`a_range_munmap_against_fork`).
+        /// An `mmap_lock` holder under the range policy, writer or reader,
+        /// neither blocks nor drains the range writers
+        /// (`AddressSpace::write_lock`, `read_lock`): fork copies a VMA a
+        /// range writer is removing (`a_range_munmap_against_fork`); a
+        /// fault gives its `anon_vma` to a VMA a range `madvise` has
+        /// replaced (`a_range_madvise_against_a_fault_in_its_range`).
         pub(crate) static NO_BLOCK: Cell<bool> = const { Cell::new(false) };
     }
 

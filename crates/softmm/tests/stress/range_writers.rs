@@ -155,3 +155,145 @@ fn range_writers_on_their_own_windows_beside_a_faulter_and_fork() {
         assert_no_leaks(&phys);
     });
 }
+
+/// A page of an advising writer's model: whether `MADV_DONTFORK` is on it,
+/// and the value last stored in it.
+#[derive(Clone, Copy)]
+struct Page {
+    dontfork: bool,
+    value: u64,
+}
+
+/// One writer of `madvise` and `mremap` (besides `mmap` and `munmap`) on
+/// its own read-write pages, storing a value in each page it maps and
+/// checking every page's value after each call: a moved page keeps its
+/// value at its new address. Returns the model.
+fn advising_writer(mm: Arc<AddressSpace>, i: u64, seed: u64, rounds: u64) -> BTreeMap<u64, Page> {
+    let mut rng = Rng::new(seed ^ (i + 7).wrapping_mul(0x9e37_79b9));
+    let mut model: BTreeMap<u64, Page> = BTreeMap::new();
+    let mut cpu = Cpu::attached(&mm);
+    let at = |p: u64| base(i) + p * PAGE;
+    for round in 0..rounds {
+        let first = rng.below(PAGES);
+        let n = 1 + rng.below((PAGES - first).min(8));
+        let (a, len) = (at(first), n * PAGE);
+        match rng.below(4) {
+            0 => {
+                let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+                assert_eq!(mm.mmap(a, len, PROT_READ | PROT_WRITE, flags, None, 0), Ok(a));
+                for p in first..first + n {
+                    let value = (i << 48) | (round << 8) | p;
+                    cpu.write_u64(at(p), value).unwrap();
+                    model.insert(p, Page { dontfork: false, value });
+                }
+            }
+            1 => {
+                mm.munmap(a, len).unwrap();
+                for p in first..first + n {
+                    model.remove(&p);
+                }
+            }
+            2 => {
+                let dontfork = rng.below(2) == 0;
+                let r = mm.madvise(a, len, if dontfork { MADV_DONTFORK } else { MADV_DOFORK });
+                // Every mapped part is advised; a hole makes it ENOMEM after.
+                let mut hole = false;
+                for p in first..first + n {
+                    match model.get_mut(&p) {
+                        Some(page) => page.dontfork = dontfork,
+                        None => hole = true,
+                    }
+                }
+                assert_eq!(r, if hole { Err(softmm::Errno::NoMem) } else { Ok(()) });
+            }
+            _ => {
+                // One mapped page moved to another of its own pages.
+                let Some(&p) = model.keys().nth(rng.below(model.len().max(1) as u64) as usize) else { continue };
+                let q = (p + 1 + rng.below(PAGES - 1)) % PAGES;
+                let r = mm.mremap(at(p), PAGE, PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, at(q));
+                assert_eq!(r, Ok(at(q)));
+                let page = model.remove(&p).unwrap();
+                model.insert(q, page);
+            }
+        }
+        for (&p, page) in &model {
+            assert_eq!(cpu.read_u64(at(p)), Ok(page.value), "writer {i} page {p} round {round}");
+        }
+    }
+    model
+}
+
+/// `madvise` and `mremap` as range writers on their own windows, beside a
+/// faulter and an `mmap_lock` reader and forker: every page keeps its
+/// value through the moves, the final maps equal the models, a child of
+/// the final address space maps exactly the pages without `MADV_DONTFORK`,
+/// nothing leaks.
+#[test]
+fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
+    let seed = stress_seed(0x7a6f);
+    eprintln!("STRESS_SEED={seed}");
+    watchdog("range madvise and mremap", 120, move || {
+        let phys = phys(8);
+        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let faulter = {
+            let (mm, stop) = (mm.clone(), stop.clone());
+            spawn("faulter".into(), move || {
+                let mut rng = Rng::new(seed);
+                let mut cpu = Cpu::attached(&mm);
+                while !stop.load(Relaxed) {
+                    let i = rng.below(WRITERS);
+                    let a = base(i) + rng.below(PAGES) * PAGE;
+                    // Unmapped at any moment, or holding its writer's value.
+                    if let Ok(v) = cpu.read_u64(a) {
+                        assert!(v == 0 || v >> 48 == i, "a value of another writer at {a:#x}: {v:#x}");
+                    }
+                }
+            })
+        };
+        let locker = {
+            let (mm, stop) = (mm.clone(), stop.clone());
+            spawn("locker".into(), move || {
+                let mut forks = 0u64;
+                while !stop.load(Relaxed) {
+                    let maps = mm.maps();
+                    assert!(maps.windows(2).all(|w| w[0].end <= w[1].start), "overlapping maps");
+                    drop(mm.fork().unwrap());
+                    forks += 1;
+                }
+                forks
+            })
+        };
+        let rounds = scaled(1000);
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                let mm = mm.clone();
+                spawn(format!("writer {i}"), move || advising_writer(mm, i, seed, rounds))
+            })
+            .collect();
+        let models = join_all(writers);
+        stop.store(true, Relaxed);
+        faulter.join().unwrap();
+        assert!(locker.join().unwrap() > 0);
+        let pages = |mm: &AddressSpace| -> Vec<u64> {
+            mm.maps().iter().flat_map(|e| (e.start..e.end).step_by(PAGE as usize)).collect()
+        };
+        let all = |keep: fn(&Page) -> bool| -> Vec<u64> {
+            let mut v: Vec<u64> = models
+                .iter()
+                .enumerate()
+                .flat_map(|(i, m)| m.iter().filter(|(_, pg)| keep(pg)).map(move |(&p, _)| base(i as u64) + p * PAGE))
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(pages(&mm), all(|_| true));
+        let child = mm.fork().unwrap();
+        assert_eq!(pages(&child), all(|pg| !pg.dontfork));
+        drop(child);
+        let s = mm.stats();
+        assert!(s.range.writes > rounds, "range writers ran: {:?}", s.range);
+        drop(mm);
+        assert_no_leaks(&phys);
+    });
+}
