@@ -286,7 +286,7 @@ fn a_range_munmap_against_fork() {
     assert_ranged(&SEEN);
 }
 
-/// A range writer's `mremap` move (`mm/range/mremap.rs`: `MREMAP_FIXED`
+/// A range writer's `mremap` move (`sys/mremap/range.rs`: `MREMAP_FIXED`
 /// inside the window, no `mmap_lock`) of the VMA against a lock-free write
 /// fault in it: once both are done, the old range holds no entry, the new
 /// one holds the moved page (and the faulted one if the fault came first),
@@ -335,7 +335,7 @@ fn a_range_mremap_against_a_fault_in_its_range() {
     assert_ranged(&SEEN);
 }
 
-/// A range writer's `madvise(MADV_DONTFORK)` (`mm/range/madvise.rs`),
+/// A range writer's `madvise(MADV_DONTFORK)` (`sys/madvise/range.rs`),
 /// splitting the VMA, against the first write fault in its range, which
 /// gives the VMA its `anon_vma` under `mmap_lock` for read: once both are
 /// done, the VMA mapping the new page has the advice's flag and the

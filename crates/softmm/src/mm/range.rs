@@ -58,13 +58,13 @@
 //!   `close` hooks live under `mmap_lock`) or `VM_LOCKED`/`VM_LOCKONFAULT`
 //!   (`locked_vm` and the memlock limit);
 //! * `madvise` other than the advice that changes VMA flags
-//!   (`mm/range/madvise.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
+//!   (`sys/madvise/range.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
 //!   `mmap_lock` for write: a call inside one VMA runs under its read
 //!   reference under the default `MadvisePolicy::PerVma`, the rest under
 //!   `mmap_lock` for read, which blocks range writers as every holder does);
 //! * `mremap` with `MREMAP_DONTUNMAP`, a move without `MREMAP_FIXED`, a
 //!   growth that cannot stay in place, or a moved or grown VMA that would
-//!   reach its window's bounds (`mm/range/mremap.rs`);
+//!   reach its window's bounds (`sys/mremap/range.rs`);
 //! * `map_count` near `max_map_count`: the bound a range writer checks
 //!   against is exact or above ([`RangeState::map_count_bound`]), so a call
 //!   the limit might refuse goes to `mmap_lock`, whose check is exact.
@@ -184,7 +184,7 @@ impl Neighbours {
 
 /// The VMAs a range writer may remove, split or merge with: private
 /// anonymous memory, neither locked nor hugetlb (see the module).
-pub(super) fn range_vma_ok(v: &Vma) -> bool {
+pub(crate) fn range_vma_ok(v: &Vma) -> bool {
     v.file.is_none()
         && v.hugetlb_resv.is_none()
         && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::SPECIAL)
@@ -429,9 +429,6 @@ impl MmState {
         MmState::with_vmas(vmas, 0)
     }
 }
-
-mod madvise;
-mod mremap;
 
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -54,6 +54,8 @@ impl VmaWalk {
     }
 }
 
+mod range;
+
 // The loom models' broken switches: `sync/broken.rs`.
 pub(crate) use crate::sync::broken::madvise as broken;
 
@@ -88,7 +90,7 @@ impl AddressSpace {
     /// [`MadvisePolicy`](crate::MadvisePolicy) of the address space's
     /// configuration; the others under `mmap_lock`, for read or (advice that
     /// changes VMA flags) for write, or, under `WriterPolicy::Range`, as a
-    /// range writer inside one window (`mm/range/madvise.rs`). Every policy
+    /// range writer inside one window (`sys/madvise/range.rs`). Every policy
     /// gives the same result.
     pub fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<()> {
         let _q = crate::tlb::QuiescentGuard::enter();
@@ -195,14 +197,8 @@ impl AddressSpace {
     /// `madvise_vma_behavior` for them), over `[start, end)`: each VMA part
     /// is split off or merged by `vma_modify_flags`, as `mprotect` does.
     /// Runs under `mmap_lock` for write or as a range writer on its
-    /// window's view (`mm/range/madvise.rs`), with the same result.
-    pub(crate) fn madvise_vma_behavior(
-        &self,
-        st: &mut crate::mm::MmState,
-        start: u64,
-        end: u64,
-        advice: i32,
-    ) -> Result<()> {
+    /// window's view (`range.rs`), with the same result.
+    fn madvise_vma_behavior(&self, st: &mut crate::mm::MmState, start: u64, end: u64, advice: i32) -> Result<()> {
         self.walk_vmas(st, start, end, |mm, st, vma, start, stop| {
             if !super::mseal::can_modify_vma_madv(vma, advice) {
                 return Err(Errno::Perm);

@@ -10,6 +10,8 @@ use crate::mm::commit::{locked_vm, total_vm};
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
 use crate::mm::{AddressSpace, MmState, MmuGather};
 
+mod range;
+
 impl AddressSpace {
     /// `mremap(old_addr, old_len, new_len, flags, new_addr)`; returns the new address.
     ///
@@ -99,10 +101,10 @@ impl AddressSpace {
     }
 
     /// The call under `mmap_lock` for write, or as a range writer on its
-    /// window's view (`mm/range/mremap.rs`); an in-place shrink leaves its
+    /// window's view (`range.rs`); an in-place shrink leaves its
     /// tail in `tail` for the caller to unmap.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn do_mremap(
+    fn do_mremap(
         &self,
         st: &mut MmState,
         addr: u64,

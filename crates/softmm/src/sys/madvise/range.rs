@@ -13,7 +13,8 @@
 
 use crate::error::Result;
 
-use super::{AddressSpace, Neighbours};
+use crate::mm::range::Neighbours;
+use crate::mm::AddressSpace;
 
 impl AddressSpace {
     /// A VMA-flag `madvise` of `[start, end)` as a range writer, or `None`

@@ -31,7 +31,8 @@ use crate::error::Result;
 use crate::uapi::*;
 use crate::vma::{window_of, WINDOW_SHIFT};
 
-use super::{AddressSpace, MmState, Neighbours};
+use crate::mm::range::{range_vma_ok, Neighbours};
+use crate::mm::{AddressSpace, MmState};
 
 impl AddressSpace {
     /// `mremap` as a range writer (see the module), or `None` (nothing
@@ -107,7 +108,7 @@ impl AddressSpace {
             // ends); the moved VMA, which may merge, stays off the bounds.
             return new_addr > lo
                 && new_addr + new_len < hi
-                && st.vmas.overlapping(new_addr, new_addr + new_len).all(|v| super::range_vma_ok(v));
+                && st.vmas.overlapping(new_addr, new_addr + new_len).all(|v| range_vma_ok(v));
         }
         if new_len <= old_len {
             return true;
