@@ -16,13 +16,18 @@ thread_local! {
     static RECLAIM_WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Whether a deferred free is running on the thread.
     static RECLAIMING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The thread's counts by the site that made them ([`SharedWriteSite`]).
+    static BY_SITE: std::cell::RefCell<std::collections::BTreeMap<(&'static str, u32, bool), u64>> =
+        const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
 }
 
 /// Records `n` writes to memory that other CPUs also write (a lock word, a
 /// shared reference count or statistic). Compiles to nothing without the
 /// `shared-write-stats` feature. Inside a deferred free ([`Reclaiming`]),
-/// counted apart from the thread's own.
+/// counted apart from the thread's own. Each count is also kept by the
+/// source line that called ([`shared_writes_by_site_this_thread`]).
 #[inline(always)]
+#[track_caller]
 pub(crate) fn shared_write(n: u64) {
     #[cfg(feature = "shared-write-stats")]
     {
@@ -31,6 +36,12 @@ pub(crate) fn shared_write(n: u64) {
         let reclaiming = RECLAIMING.try_with(|r| r.get()).unwrap_or(false);
         let count = if reclaiming { &RECLAIM_WRITES } else { &SHARED_WRITES };
         let _ = count.try_with(|c| c.set(c.get() + n));
+        let at = std::panic::Location::caller();
+        let _ = BY_SITE.try_with(|m| {
+            if let Ok(mut m) = m.try_borrow_mut() {
+                *m.entry((at.file(), at.line(), reclaiming)).or_default() += n;
+            }
+        });
     }
     #[cfg(not(feature = "shared-write-stats"))]
     let _ = n;
@@ -79,6 +90,39 @@ pub fn shared_writes_this_thread() -> u64 {
     return shared_writes_so_far() + RECLAIM_WRITES.try_with(|c| c.get()).unwrap_or(0);
     #[cfg(not(feature = "shared-write-stats"))]
     0
+}
+
+/// One source line's share of the calling thread's shared-write count
+/// ([`shared_writes_by_site_this_thread`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SharedWriteSite {
+    /// The source file of the write (`crates/softmm/src/...`).
+    pub file: &'static str,
+    /// Its line.
+    pub line: u32,
+    /// Made by a deferred free the thread's collection ran (another
+    /// call's garbage, possibly another thread's), not by its own call.
+    pub reclaim: bool,
+    /// Shared-line writes counted there so far.
+    pub writes: u64,
+}
+
+/// The calling thread's [`shared_writes_this_thread`] broken down by the
+/// source line that counted each write, in file and line order: what a
+/// call writes, site by site (the difference of two readings). Empty
+/// without the `shared-write-stats` feature.
+pub fn shared_writes_by_site_this_thread() -> Vec<SharedWriteSite> {
+    #[cfg(feature = "shared-write-stats")]
+    return BY_SITE
+        .try_with(|m| {
+            m.borrow()
+                .iter()
+                .map(|(&(file, line, reclaim), &writes)| SharedWriteSite { file, line, reclaim, writes })
+                .collect()
+        })
+        .unwrap_or_default();
+    #[cfg(not(feature = "shared-write-stats"))]
+    Vec::new()
 }
 
 /// The calling thread's own shared-write count so far, without the deferred
