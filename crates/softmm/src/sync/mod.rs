@@ -37,7 +37,7 @@ mod shared_write;
 mod vma_lock;
 
 pub use seqcount::SeqCount;
-pub(crate) use shared_write::{shared_write, shared_writes_so_far};
+pub(crate) use shared_write::{shared_write, shared_writes_so_far, LastWriter};
 pub use shared_write::{shared_writes_by_site_this_thread, shared_writes_this_thread, SharedWriteSite};
 pub use vma_lock::VmaLock;
 

@@ -135,3 +135,34 @@ pub(crate) fn shared_writes_so_far() -> u64 {
     #[cfg(not(feature = "shared-write-stats"))]
     0
 }
+
+/// The thread that last wrote a line which is normally one thread's (a
+/// per-CPU slot, a window that one arena's writer owns), kept beside it
+/// with the `shared-write-stats` feature (empty without): a write to the
+/// line is counted as shared ([`shared_write`]) only when another thread
+/// wrote it last, that is when the line moves between CPUs, as a
+/// coherence miss does. Two threads sharing a slot, or writing one window,
+/// count every write that takes the line from the other.
+#[derive(Default)]
+pub(crate) struct LastWriter {
+    /// The last writer's thread number plus one; 0 before the first write.
+    #[cfg(feature = "shared-write-stats")]
+    thread: std::sync::atomic::AtomicUsize,
+}
+
+impl LastWriter {
+    /// Records a write to the line by the calling thread, counted at the
+    /// caller's site when the line was another thread's.
+    #[inline(always)]
+    #[track_caller]
+    pub(crate) fn write(&self) {
+        #[cfg(feature = "shared-write-stats")]
+        {
+            let me = super::percpu::this_thread_number().map_or(usize::MAX, |n| n + 1);
+            let was = self.thread.swap(me, std::sync::atomic::Ordering::Relaxed);
+            if was != 0 && was != me {
+                shared_write(1);
+            }
+        }
+    }
+}
