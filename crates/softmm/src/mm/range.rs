@@ -17,7 +17,9 @@
 //! 3. loads the window's published version and checks that no VMA crosses
 //!    the window's bounds and that nothing listed below sends the call to
 //!    `mmap_lock`;
-//! 4. applies the change with the `mmap_lock` path's own code
+//! 4. unpins (the view owns its copy of the window: a writer preempted
+//!    while pinned would hold back every thread's reclamation), and
+//!    applies the change with the `mmap_lock` path's own code
 //!    (`detach_vmas`, `mmap_region`'s insert and merge) to a
 //!    [`VmaTree::window_view`] of the window: every VMA it removes is
 //!    detached ([`VmaTree::remove`]) before anything is published, so a
@@ -25,8 +27,8 @@
 //! 5. zaps, frees the page tables (never beyond its window: the view's
 //!    floor and ceiling stop at the window's bounds) and flushes, as the
 //!    `mmap_lock` path does in its section;
-//! 6. publishes the window, marks it for the next `mmap_lock` holder
-//!    ([`WindowDir::mark_range_dirty`]) and counts its change of
+//! 6. pins again, publishes the window, marks it for the next `mmap_lock`
+//!    holder ([`WindowDir::mark_range_dirty`]) and counts its change of
 //!    `map_count` in its slot; then unlocks the window and leaves.
 //!
 //! Every `mmap_lock` holder, read or write, blocks the shared mode and
@@ -36,6 +38,26 @@
 //! after that it runs alone, as under every other policy, and its end of
 //! section publishes the map count and the mirrors below for the range
 //! writers that come after it (whose entry synchronizes with its unblock).
+//!
+//! # What a range write writes
+//!
+//! With placement arenas, where each thread's calls stay in its own
+//! window, only lines no other thread writes: its slot's `inside` count
+//! ([`RangeWriters::try_enter`], entry and exit), its window's line (the
+//! lock and the published version), its slot's `map_count` change and
+//! statistics, its thread's epoch record and allocator pages; the leaf's
+//! dirty bit once per `mmap_lock` section. It reads, besides its own
+//! lines, `blockers` and the mirrors above (written by `mmap_lock`
+//! sections only), the leaf bitmaps, and at its window's bounds the
+//! neighbouring window's version (`window_is_closed`, the arena's
+//! guard-gap check, [`AddressSpace::range_footprint_ok`]), which that
+//! window's writer does write. The old versions it unpublishes are freed
+//! by whichever thread's epoch collection comes first (so some of its VMAs
+//! are dropped, and their slot's count written, by another thread). With
+//! `shared-write-stats`, the window's and the `inside` slot's lines count as
+//! shared only when another thread wrote them last
+//! ([`crate::sync::LastWriter`]): `tests/writer_shared_writes.rs` holds an
+//! mmap1 op to at most one shared-line write at 1 and 2 threads.
 //!
 //! # What falls back to `mmap_lock`
 //!
