@@ -403,10 +403,12 @@ impl AddressSpace {
         // again only to publish. A writer preempted while pinned holds back
         // every thread's reclamation (the epoch cannot advance past it), and
         // range writers, unlike `mmap_lock` writers, run while another
-        // writer is preempted: pinned across the whole call, two mmap1
-        // threads on the lab's oversubscribed 2-CPU VM left 50 MB more
-        // garbage unreclaimed (peak RSS) than one thread; pinned only to
-        // read and to publish, 27 MB.
+        // writer is preempted. Pinned across the whole call, two mmap1
+        // threads (arenas) on the lab's oversubscribed 2-CPU VM peaked 28 MB
+        // above one thread (garbage waiting for the epoch) and ran at
+        // 451-457k ops per CPU-second against 568-637k at one thread;
+        // pinned only to read and to publish, 18 MB and 587-617k against
+        // 619-669k (`docs/results/range-writers-2cpu.txt`, run E).
         drop(guard);
         let mut tlb = MmuGather::default();
         let res = op(self, &mut st, &mut tlb)?;
