@@ -188,3 +188,49 @@ fn range_writers_with_arenas_write_at_most_one_shared_line_per_mmap1_op() {
         }
     }
 }
+
+/// The count sees a window's line move: two range writers taking turns in
+/// one window (`MAP_FIXED` inside it) each take the line from the other at
+/// their turn's first call, one shared write per op, where writers in
+/// windows of their own write none.
+#[test]
+fn range_writers_taking_turns_in_one_window_count_its_line() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let phys = PhysMem::new(PhysConfig::new(8 << 20)).unwrap();
+    phys.set_overcommit(Overcommit::for_ram(2048).mode(OvercommitMode::Always));
+    let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
+    let turn = std::sync::Barrier::new(2);
+    const OPS: u64 = 64;
+    let per_op: Vec<f64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (mm, turn) = (&mm, &turn);
+                s.spawn(move || {
+                    // Both in the window at 1 TiB, at addresses of their own.
+                    let at = (1u64 << 40) + t * LEN;
+                    let (prot, flags) = (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+                    let mut n = 0;
+                    for i in 0..2 * OPS + 2 {
+                        // Turn `i` is thread `i % 2`'s; the first two warm up.
+                        if i % 2 == t {
+                            let before = softmm::shared_writes_this_thread();
+                            mm.mmap(at, LEN, prot, flags, None, 0).unwrap();
+                            mm.munmap(at, LEN).unwrap();
+                            if i >= 2 {
+                                n += softmm::shared_writes_this_thread() - before;
+                            }
+                        }
+                        turn.wait();
+                    }
+                    n as f64 / OPS as f64
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(mm.stats().range.fallbacks, 0);
+    for p in per_op {
+        eprintln!("{p:.3} shared writes per op taking turns in one window");
+        assert!(p >= 1.0, "{p} shared writes per op: the window's line moved every turn");
+    }
+}
