@@ -141,6 +141,7 @@ fn exit_after_range_writes_returns_their_charge() {
 /// count of `short`, call by call, and most calls before the limit are
 /// range writes.
 #[test]
+#[cfg_attr(miri, ignore = "hundreds of calls and maps dumps; safe code above the windows' tests")]
 fn the_map_count_limit_is_exact_under_range_writers() {
     const MAX: usize = 64;
     let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
