@@ -67,6 +67,18 @@ stage madvise-mmap-lock env SOFTMM_MADVISE_POLICY=mmap-lock \
 # bad-input and model tests again with range writers, Linux placement.
 stage writer-range env SOFTMM_WRITER_POLICY=range \
   cargo test --profile checked --workspace --test semantics --test host --test models
+# Every other writer policy (`WriterPolicy::ALL` less `range`): the
+# differential and bad-input tests again under each (the `host` binary,
+# ~20 s a policy), Linux placement. The replay tests run every writer
+# policy themselves (`replay_selftests`).
+writer_policies() {
+  local p
+  for p in reserve short short-spin short-collect short-own-rcu; do
+    echo "writer policy $p:"
+    SOFTMM_WRITER_POLICY=$p cargo test --profile checked --workspace --test host
+  done
+}
+stage writer-policies writer_policies
 # loom: the library's unit tests built with --cfg loom, where the whole crate
 # runs on loom's atomics and locks (crate::sync) and crossbeam-epoch on its own
 # loom support (--cfg crossbeam_loom); the only tests are the `loom_tests`

@@ -2,21 +2,32 @@
 //! recorded on the host with their page faults, replay with every call
 //! matching, or differing exactly where the test's `.expected` file says,
 //! with Linux's reason; and as a workload (`--bench`), with the same
-//! results.
+//! results under the `mmap-lock` and `per-vma` fault policies and under
+//! every writer policy.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use softmm::WriterPolicy;
+
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/selftests")
+}
+
+/// The policies the bench replays under: the two fault policies that differ
+/// most, and every writer policy (each under the default fault policy).
+fn policies() -> String {
+    let mut names = vec!["mmap-lock", "per-vma"];
+    names.extend(WriterPolicy::ALL.iter().map(|p| p.name()));
+    names.join(",")
 }
 
 /// The log lines of `test`'s mismatches, and the replay's report.
 fn replay(test: &str) -> (BTreeSet<usize>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_softmm"))
         .args(["replay", &format!("{test}.log"), "--faults", &format!("{test}.faults")])
-        .args(["--bench", "--repeat", "1", "--policy", "mmap-lock,per-vma"])
+        .args(["--bench", "--repeat", "1", "--policy", &policies()])
         .current_dir(dir())
         .output()
         .expect("run softmm");

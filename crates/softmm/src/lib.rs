@@ -97,7 +97,7 @@ pub use mm::{RangeStats, UnmapStats};
 pub use mmio::MmioDevice;
 pub use phys::{FreeLists, Overcommit, OvercommitMode, PhysConfig, PhysMem, PhysStats, MAX_NODES};
 pub use pin::{Foll, PinStats, PinnedPages, MAX_PIN_THREADS};
-pub use sync::shared_writes_this_thread;
+pub use sync::{shared_writes_by_site_this_thread, shared_writes_this_thread, SharedWriteSite};
 pub use sys::MapEntry;
 pub use tlb::TlbEntryAbi;
 pub use tlb::TlbStats;

@@ -169,6 +169,10 @@ fn hugetlb_fault_locked(
     let shared = vma.flags.contains(VmFlags::MAYSHARE);
     let hugetlb = &mm.phys.hugetlb;
     let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
+    // hugetlb_vma_lock_read of a private owner's VMA: no zap clears and
+    // frees a page of it, restoring its reservation, while this fault runs
+    // (`PrivateResv::vma_lock`).
+    let _resv_lock = vma.hugetlb_resv.as_ref().map(|r| r.vma_lock.read());
     let (policy, broken) = policy(mm);
     let mut f = HugeFault { ctx, mm, vma, validate: false, unmap_ref };
     match policy {

@@ -9,6 +9,7 @@ use crate::error::{Errno, Result};
 use crate::pgtable::{PageTables, PUD_SIZE};
 use crate::phys::hugetlb::lock::IMmapLock;
 use crate::phys::{FrameRef, Pfn, PhysMem, Placement};
+use crate::sync::RwLock;
 use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps};
 use crate::PAGE_SHIFT;
 
@@ -123,6 +124,12 @@ impl VmaOps for HugetlbVmOps {
         if even_cows {
             super::restore_reserves(pgtables, phys, vma, start, end);
         }
+    }
+
+    /// `__hugetlb_zap_begin`'s lock of a private owner's VMA: its
+    /// reservation map's `rw_sema`, which the faults hold for read.
+    fn zap_lock<'v>(&self, vma: &'v Vma) -> Option<&'v RwLock<()>> {
+        vma.hugetlb_resv.as_ref().map(|r| &r.vma_lock)
     }
 
     /// `__hugetlb_zap_begin`'s lock: a shared mapping's windows may link

@@ -330,6 +330,7 @@ impl AddressSpace {
         let config = config.validate()?;
         let st = MmState::with_vmas(VmaTree::default(), config.start_brk);
         let (shootdown_policy, posting_policy) = (config.shootdown_policy, config.posting_policy);
+        let max_map_count = config.max_map_count;
         Ok(Arc::new_cyclic(|w| AddressSpace {
             phys: phys.clone(),
             pgtables: PageTables::new(phys),
@@ -346,7 +347,7 @@ impl AddressSpace {
             unreachable: Default::default(),
             hugetlb_lock: Default::default(),
             watches: crate::watch::Watches::new(),
-            range: Default::default(),
+            range: range::RangeState::new(max_map_count),
         }))
     }
 

@@ -81,8 +81,24 @@ impl AddressSpace {
     /// The gathered frames are flushed and freed by the caller after the
     /// locks go, as before: an entry cleared here maps nothing once the
     /// locks are dropped, so a later link sees none, and its frame is held
-    /// by the gather until this address space's flush.
+    /// by the gather until this address space's flush. A backing with a
+    /// zap lock ([`crate::vma::VmaOps::zap_lock`], a private hugetlb
+    /// owner's) has its zap run under that lock for write and `tlb`
+    /// flushed and freed before the lock goes, as Linux's
+    /// `zap_page_range_single` calls `tlb_finish_mmu` before
+    /// `hugetlb_zap_end`: a fault of the range waits until the pages whose
+    /// reservations the zap restored are back in the pool.
     pub(crate) fn zap_vma_range(&self, vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
+        let Some(lock) = vma.ops.zap_lock(vma) else {
+            return self.zap_vma_range_unlocked(vma, start, end, tlb, details);
+        };
+        let _zap = lock.write();
+        self.zap_vma_range_unlocked(vma, start, end, tlb, details);
+        std::mem::take(tlb).finish(self);
+    }
+
+    /// [`Self::zap_vma_range`] without the backing's zap lock.
+    fn zap_vma_range_unlocked(&self, vma: &Vma, start: u64, end: u64, tlb: &mut MmuGather, details: ZapDetails<'_>) {
         vma.ops.zap_begin(&self.pgtables, &self.phys, vma, start, end, details.even_cows);
         let filter = details.filter;
         let Some(i_mmap) = vma.ops.pmd_share_lock(vma) else { return self.zap_range(start, end, tlb, filter) };

@@ -17,7 +17,9 @@
 //! 3. loads the window's published version and checks that no VMA crosses
 //!    the window's bounds and that nothing listed below sends the call to
 //!    `mmap_lock`;
-//! 4. applies the change with the `mmap_lock` path's own code
+//! 4. unpins (the view owns its copy of the window: a writer preempted
+//!    while pinned would hold back every thread's reclamation), and
+//!    applies the change with the `mmap_lock` path's own code
 //!    (`detach_vmas`, `mmap_region`'s insert and merge) to a
 //!    [`VmaTree::window_view`] of the window: every VMA it removes is
 //!    detached ([`VmaTree::remove`]) before anything is published, so a
@@ -25,8 +27,8 @@
 //! 5. zaps, frees the page tables (never beyond its window: the view's
 //!    floor and ceiling stop at the window's bounds) and flushes, as the
 //!    `mmap_lock` path does in its section;
-//! 6. publishes the window, marks it for the next `mmap_lock` holder
-//!    ([`WindowDir::mark_range_dirty`]) and counts its change of
+//! 6. pins again, publishes the window, marks it for the next `mmap_lock`
+//!    holder ([`WindowDir::mark_range_dirty`]) and counts its change of
 //!    `map_count` in its slot; then unlocks the window and leaves.
 //!
 //! Every `mmap_lock` holder, read or write, blocks the shared mode and
@@ -36,6 +38,26 @@
 //! after that it runs alone, as under every other policy, and its end of
 //! section publishes the map count and the mirrors below for the range
 //! writers that come after it (whose entry synchronizes with its unblock).
+//!
+//! # What a range write writes
+//!
+//! With placement arenas, where each thread's calls stay in its own
+//! window, only lines no other thread writes: its slot's `inside` count
+//! ([`RangeWriters::try_enter`], entry and exit), its window's line (the
+//! lock and the published version), its slot's `map_count` change and
+//! statistics, its thread's epoch record and allocator pages; the leaf's
+//! dirty bit once per `mmap_lock` section. It reads, besides its own
+//! lines, `blockers` and the mirrors above (written by `mmap_lock`
+//! sections only), the leaf bitmaps, and at its window's bounds the
+//! neighbouring window's version (`window_is_closed`, the arena's
+//! guard-gap check, [`AddressSpace::range_footprint_ok`]), which that
+//! window's writer does write. The old versions it unpublishes are freed
+//! by whichever thread's epoch collection comes first (so some of its VMAs
+//! are dropped, and their slot's count written, by another thread). With
+//! `shared-write-stats`, the window's and the `inside` slot's lines count as
+//! shared only when another thread wrote them last
+//! ([`crate::sync::LastWriter`]): `tests/writer_shared_writes.rs` holds an
+//! mmap1 op to at most one shared-line write at 1 and 2 threads.
 //!
 //! # What falls back to `mmap_lock`
 //!
@@ -65,12 +87,13 @@
 //! * `mremap` with `MREMAP_DONTUNMAP`, a move without `MREMAP_FIXED`, a
 //!   growth that cannot stay in place, or a moved or grown VMA that would
 //!   reach its window's bounds (`sys/mremap/range.rs`);
-//! * `map_count` near `max_map_count`: the bound a range writer checks
-//!   against is exact or above ([`RangeState::map_count_bound`]), so a call
-//!   the limit might refuse goes to `mmap_lock`, whose check is exact.
+//! * its slot's share of the room below `max_map_count` used up
+//!   ([`RangeState::map_count_share`], Linux's `percpu_counter` batch): a
+//!   call the limit might refuse goes to `mmap_lock`, whose check is
+//!   exact, and whose section splits the room among the slots again.
 
 use crate::error::Result;
-use crate::sync::percpu::PerCpu;
+use crate::sync::percpu::{PerCpu, SLOTS};
 use crate::sync::range_writers::RangeWriters;
 use crate::sync::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use crate::vma::{window_of, PublishedVmas, VmFlags, Vma, VmaTree, Windows};
@@ -78,20 +101,38 @@ use crate::vma::{window_of, PublishedVmas, VmFlags, Vma, VmaTree, Windows};
 use super::{put_files, AddressSpace, MmState, MmuGather};
 
 /// The range writers' state of one address space.
-#[derive(Default)]
 pub(crate) struct RangeState {
     /// The shared mode.
     pub(crate) writers: RangeWriters,
-    /// `map_count` as the last `mmap_lock` section left it.
+    /// `map_count` as the last `mmap_lock` section left it, which the
+    /// slots' shares were split from.
     map_count_base: AtomicUsize,
-    /// Range writers' changes of `map_count` since, per slot; folded (reset)
-    /// by the next `mmap_lock` holder.
-    map_count_delta: PerCpu<AtomicI64>,
+    /// Per slot: the range writers' change of `map_count` and their share
+    /// of the room below `max_map_count` ([`RangeState::map_count_share`]).
+    map_count: PerCpu<MapCountSlot>,
     /// Something under `mmap_lock` sends every range writer there
     /// (a reservation in flight, `def_flags`, MDWE: see the module).
     mmap_lock_only: AtomicBool,
     /// Statistics per slot.
     counts: PerCpu<RangeCounts>,
+}
+
+/// One slot's part of `map_count` under range writers (Linux's
+/// `percpu_counter` with a batch: the slot's writers read and write only
+/// this line, and a share used up sends them to `mmap_lock`, whose check
+/// is exact and whose section splits the room again).
+#[derive(Default)]
+struct MapCountSlot {
+    /// The slot's range writers' change of `map_count` since the last
+    /// `mmap_lock` section; folded (reset) by the next one.
+    delta: AtomicI64,
+    /// How many VMAs the slot's range writers may add, all together,
+    /// since the last `mmap_lock` section: its share of `max_map_count`
+    /// less the base. Written only by `mmap_lock` holders, with the range
+    /// writers blocked.
+    share: AtomicI64,
+    /// Which thread last changed `delta` (`shared-write-stats`).
+    written: crate::sync::LastWriter,
 }
 
 /// One slot's range-writer statistics (`std`'s atomics: statistics).
@@ -130,23 +171,53 @@ impl RangeState {
         f(self.counts.mine()).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// A bound on `map_count` now, at least its exact value, for a range
-    /// writer inside the shared mode: the base the last `mmap_lock` section
-    /// left, every range writer's change since, and one for every other
-    /// range writer inside (each adds at most one VMA).
+    /// A new address space's state: each slot's share of `max_map_count`
+    /// split from an empty set.
+    pub(crate) fn new(max_map_count: usize) -> RangeState {
+        let share = (max_map_count / SLOTS) as i64;
+        RangeState {
+            writers: RangeWriters::default(),
+            map_count_base: AtomicUsize::new(0),
+            map_count: PerCpu::from_fn(|_| MapCountSlot { share: AtomicI64::new(share), ..Default::default() }),
+            mmap_lock_only: AtomicBool::new(false),
+            counts: PerCpu::default(),
+        }
+    }
+
+    /// For a range writer inside the shared mode that may add one VMA: the
+    /// `map_count` its view stands for, at most `max_map_count - 2` so
+    /// that the `mmap_lock` path's checks it runs pass (each refuses only
+    /// a count that `max_map_count` bounds), or `None` when its slot's
+    /// share may not cover it (the call takes `mmap_lock`, whose check is
+    /// exact). It reads only its own slot's lines.
     ///
-    /// Why it bounds: the inside counts are read first, then the changes.
-    /// A writer that left before its slot was read wrote its change before
-    /// leaving (Release), so the change is read; one still inside is counted
-    /// as one. A writer that enters after its slot was read announced itself
-    /// after this writer's announcement and fence, so its own bound counts
-    /// this writer: of any two writers, the later one's check counts the
-    /// other, and the last one's check bounds the total.
-    fn map_count_bound(&self) -> usize {
-        let others = self.writers.inside_total().saturating_sub(1);
-        let base = self.map_count_base.load(Ordering::Acquire) as i64;
-        let delta: i64 = self.map_count_delta.iter().map(|d| d.load(Ordering::Acquire)).sum();
-        (base + delta).max(0) as usize + others as usize
+    /// Why the set stays below `max_map_count - 1`: each `mmap_lock`
+    /// section leaves `base` VMAs and splits the room above it,
+    /// `max_map_count - base`, into the slots' shares. A slot's writers
+    /// together stay within its share less one: a writer counts its slot's
+    /// change so far, one for every other writer inside in its slot (each
+    /// adds at most one VMA) and two for itself (its own VMA and the
+    /// margin every check keeps), and goes ahead only if that fits. The
+    /// inside count is read after the writer's announcement and fence; of
+    /// two writers of one slot, the later to announce (the count is one
+    /// read-modify-write chain) reads the other inside, or gone, with its
+    /// change (written, Release, before it left). So the last writer's
+    /// check bounds its slot's total, and the set is at most `base` plus
+    /// the shares less one each. The shares change only while the range
+    /// writers are blocked and drained.
+    fn map_count_share(&self, max_map_count: usize) -> Option<usize> {
+        let slot = self.map_count.mine();
+        let others = self.writers.inside_mine().saturating_sub(1) as i64;
+        let used = slot.delta.load(Ordering::Acquire) + others + 2;
+        let room = slot.share.load(Ordering::Relaxed) - used;
+        (room >= 0).then(|| max_map_count.saturating_sub(2 + room as usize))
+    }
+
+    /// Counts a range writer's change of `map_count` in its slot.
+    fn add_map_count(&self, delta: i64) {
+        let slot = self.map_count.mine();
+        slot.written.write();
+        slot.delta.fetch_add(delta, Ordering::Release);
     }
 }
 
@@ -314,8 +385,6 @@ impl AddressSpace {
             self.range.count(|c| &c.conflicts);
             return None;
         };
-        // The shared mode's own line, at entry and exit.
-        crate::sync::shared_write(1);
         if self.range.mmap_lock_only.load(Ordering::Acquire) {
             return None;
         }
@@ -336,11 +405,19 @@ impl AddressSpace {
         if !window_is_closed(published, w, map) {
             return None;
         }
-        let len = self.range.map_count_bound();
-        if len + 2 > self.config.max_map_count {
-            return None;
-        }
+        let len = self.range.map_count_share(self.config.max_map_count)?;
         let mut st = MmState::range_view(VmaTree::window_view(w, map.cloned(), len));
+        // The view owns its copy: unpinned while the call runs, and pinned
+        // again only to publish. A writer preempted while pinned holds back
+        // every thread's reclamation (the epoch cannot advance past it), and
+        // range writers, unlike `mmap_lock` writers, run while another
+        // writer is preempted. Pinned across the whole call, two mmap1
+        // threads (arenas) on the lab's oversubscribed 2-CPU VM peaked 28 MB
+        // above one thread (garbage waiting for the epoch) and ran at
+        // 451-457k ops per CPU-second against 568-637k at one thread;
+        // pinned only to read and to publish, 18 MB and 587-617k against
+        // 619-669k (`docs/results/range-writers-2cpu.txt`, run E).
+        drop(guard);
         let mut tlb = MmuGather::default();
         let res = op(self, &mut st, &mut tlb)?;
         tlb.flush_and_free(self);
@@ -350,15 +427,15 @@ impl AddressSpace {
             // The published version it replaces was loaded under this
             // window's lock, which every writer of the window holds.
             // An emptied window keeps its bit (see `publish_keeping`).
+            // Its old version was loaded under the lock, so it is still the
+            // published one.
+            let guard = crossbeam_epoch::pin();
             self.windows.publish_keeping(w, map, &guard, crate::sync::rcu::Reclaimer::AnyThread, true);
-            // The window's line: its version and its lock.
-            crate::sync::shared_write(1);
             self.windows.mark_range_dirty(w);
             if new_len != len {
-                self.range.map_count_delta.mine().fetch_add(new_len as i64 - len as i64, Ordering::Release);
+                self.range.add_map_count(new_len as i64 - len as i64);
             }
         }
-        drop(guard);
         drop(locked);
         self.range.count(|c| &c.writes);
         drop(inside);
@@ -385,9 +462,9 @@ impl AddressSpace {
         let guard = crossbeam_epoch::pin();
         let published = self.vmas_rcu(&guard);
         self.windows.take_range_dirty(true, |w| vmas.sync_window(w, published.window(w).cloned()));
-        for d in self.range.map_count_delta.iter() {
-            if d.load(Ordering::Relaxed) != 0 {
-                d.store(0, Ordering::Relaxed);
+        for slot in self.range.map_count.iter() {
+            if slot.delta.load(Ordering::Relaxed) != 0 {
+                slot.delta.store(0, Ordering::Relaxed);
             }
         }
     }
@@ -410,9 +487,15 @@ impl AddressSpace {
     /// before the range writers are unblocked: what they read of `st`.
     /// Each word is written only when it changes.
     pub(crate) fn range_end_section(&self, st: &MmState) {
+        // The slots' shares, split again from the new base (their changes
+        // were folded into it when this section began).
         let len = st.vmas.len();
         if self.range.map_count_base.load(Ordering::Relaxed) != len {
-            self.range.map_count_base.store(len, Ordering::Release);
+            self.range.map_count_base.store(len, Ordering::Relaxed);
+            let share = (self.config.max_map_count.saturating_sub(len) / SLOTS) as i64;
+            for slot in self.range.map_count.iter() {
+                slot.share.store(share, Ordering::Relaxed);
+            }
         }
         let only = !st.reserved.is_empty() || !st.def_flags.is_empty() || st.mdwe != 0;
         if self.range.mmap_lock_only.load(Ordering::Relaxed) != only {

@@ -45,6 +45,7 @@ pub(crate) fn hugetlb_unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<(
     let _inval = file.invalidate_lock.read();
     let hugetlb = &mm.phys.hugetlb;
     let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
+    let _resv_lock = vma.hugetlb_resv.as_ref().map(|r| r.vma_lock.read());
     let guard = crossbeam_epoch::pin();
     let Some(leaf) = mm.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) else {
         return Ok(());
@@ -65,7 +66,7 @@ pub(crate) fn hugetlb_unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<(
     // count; held, wait for it with every lock but `mmap_lock` dropped.
     let Some(old_page) = lock_mapped_page(&ptl, haddr, &mm.phys) else {
         drop(ptl);
-        drop((_fault_mutex, _inval));
+        drop((_resv_lock, _fault_mutex, _inval));
         wait_on_page_locked(&mm.phys, pte.pfn(), crate::migrate::hugetlb::WAIT_SPINS);
         return Ok(());
     };
@@ -102,7 +103,7 @@ pub(crate) fn hugetlb_unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<(
         Err(_) if vma.hugetlb_resv.is_some() && anon => {
             let pfn = pte.pfn();
             drop(old_page);
-            drop((_fault_mutex, _inval, guard));
+            drop((_resv_lock, _fault_mutex, _inval, guard));
             // Whatever it unmapped: a child that dropped the page
             // meanwhile left it mapped once (Linux's retry_avoidcopy).
             crate::hugetlb::cow::unmap_ref_private(mm, vma, haddr, pfn);

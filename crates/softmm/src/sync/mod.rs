@@ -37,8 +37,8 @@ mod shared_write;
 mod vma_lock;
 
 pub use seqcount::SeqCount;
-pub use shared_write::shared_writes_this_thread;
-pub(crate) use shared_write::{shared_write, shared_writes_so_far};
+pub(crate) use shared_write::{shared_write, shared_writes_so_far, LastWriter};
+pub use shared_write::{shared_writes_by_site_this_thread, shared_writes_this_thread, SharedWriteSite};
 pub use vma_lock::VmaLock;
 
 // The whole set, used or not yet, so no file needs `std`'s for a protocol.

@@ -46,9 +46,18 @@ use super::{fence, AtomicU64, Ordering};
 pub(crate) struct RangeWriters {
     /// Range writers inside, per CPU slot (a thread's slot: two threads may
     /// share one, so the counts are read-modify-writes).
-    inside: PerCpu<AtomicU64>,
+    inside: PerCpu<Inside>,
     /// Blockers: whole-space holders that keep range writers out.
     blockers: AtomicU64,
+}
+
+/// One slot's count of range writers inside, and (with the
+/// `shared-write-stats` feature) which thread wrote it last: the slot is
+/// its threads' own line, shared only when two threads share the slot.
+#[derive(Default)]
+struct Inside {
+    count: AtomicU64,
+    written: super::LastWriter,
 }
 
 /// A range writer inside the shared mode; leaving on drop.
@@ -80,7 +89,9 @@ impl RangeWriters {
     /// holds it (the caller takes the exclusive path). Writes only the caller's
     /// slot while no blocker runs.
     pub(crate) fn try_enter(&self) -> Option<SharedGuard<'_>> {
-        let slot = self.inside.mine();
+        let Inside { count: slot, written } = self.inside.mine();
+        // Entry and exit: one write while the line stays this thread's.
+        written.write();
         slot.fetch_add(1, Ordering::Relaxed);
         if !broken::no_enter_fence() {
             fence(Ordering::SeqCst);
@@ -104,12 +115,13 @@ impl RangeWriters {
         }
     }
 
-    /// How many range writers are inside, as read slot by slot (for
-    /// `mm/range.rs`'s bound on the map count, which explains why that
-    /// suffices); Acquire, so that a writer seen gone is seen with what it
-    /// wrote before leaving.
-    pub(crate) fn inside_total(&self) -> u64 {
-        self.inside.iter().map(|s| s.load(Ordering::Acquire)).sum()
+    /// How many range writers are inside in the caller's slot (itself
+    /// included, once entered), for `mm/range.rs`'s share of the map
+    /// count, which explains why that suffices; Acquire, so that a writer
+    /// seen gone is seen with what it wrote before leaving. Reads only the
+    /// caller's slot.
+    pub(crate) fn inside_mine(&self) -> u64 {
+        self.inside.mine().count.load(Ordering::Acquire)
     }
 
     /// Blocks the shared mode and waits until every range writer inside has
@@ -117,7 +129,7 @@ impl RangeWriters {
     pub(crate) fn block(&self) -> Blocked<'_> {
         self.blockers.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        for slot in self.inside.iter() {
+        for Inside { count: slot, .. } in self.inside.iter() {
             let mut i = 0;
             while slot.load(Ordering::Acquire) != 0 {
                 super::spin_hint(i);
@@ -148,9 +160,9 @@ mod tests {
         l.wait_unblocked();
         let w1 = l.try_enter().expect("unblocked");
         let w2 = l.try_enter().expect("writers share the mode");
-        assert_eq!(l.inside.iter().map(|s| s.load(Ordering::Relaxed)).sum::<u64>(), 2);
+        assert_eq!(l.inside.iter().map(|s| s.count.load(Ordering::Relaxed)).sum::<u64>(), 2);
         drop((w1, w2));
-        assert_eq!(l.inside.iter().map(|s| s.load(Ordering::Relaxed)).sum::<u64>(), 0);
+        assert_eq!(l.inside.iter().map(|s| s.count.load(Ordering::Relaxed)).sum::<u64>(), 0);
     }
 
     /// A blocker waits for the writers inside: with writers entering and

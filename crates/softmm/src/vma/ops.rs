@@ -22,6 +22,7 @@ use crate::error::{Errno, Result};
 use crate::pgtable::{PageTables, PUD_SIZE};
 use crate::phys::hugetlb::lock::IMmapLock;
 use crate::phys::{FrameRef, Pfn, PhysMem, Placement};
+use crate::sync::RwLock;
 use crate::PAGE_SIZE;
 
 use super::{VmFlags, Vma};
@@ -110,6 +111,15 @@ pub(crate) trait VmaOps: Send + Sync + 'static {
     /// for write, as an unshare. `None` (the default): no table of `vma`
     /// is ever shared, the zap takes no lock.
     fn pmd_share_lock<'v>(&self, _vma: &'v Vma) -> Option<&'v IMmapLock> {
+        None
+    }
+
+    /// The lock a zap of `vma` under `mmap_lock` for read holds for write
+    /// from [`VmaOps::zap_begin`] until the pages it cleared are freed,
+    /// and the backing's faults hold for read (hugetlb: a private owner's
+    /// `resv_map->rw_sema`). `None` (the default): the zap takes no lock
+    /// and leaves the freeing to its caller.
+    fn zap_lock<'v>(&self, _vma: &'v Vma) -> Option<&'v RwLock<()>> {
         None
     }
 

@@ -84,6 +84,9 @@ pub(crate) struct Window {
     /// after it publishes the next (`mm/range.rs`). On the window's line:
     /// only the writers of this window take it.
     lock: crate::sync::Mutex<()>,
+    /// Which thread last took `lock` (`shared-write-stats`): the line
+    /// counts as shared when it moves between threads.
+    written: crate::sync::LastWriter,
 }
 
 /// A leaf's windows are inline, so that a lookup loads the leaf pointer
@@ -219,7 +222,11 @@ impl WindowDir {
         let leaf = install(&self.leaves[l], || {
             Box::new(Leaf {
                 windows: (0..LEAF_WINDOWS)
-                    .map(|_| Window { tree: Atomic::null(), lock: crate::sync::Mutex::new(()) })
+                    .map(|_| Window {
+                        tree: Atomic::null(),
+                        lock: crate::sync::Mutex::new(()),
+                        written: Default::default(),
+                    })
                     .collect(),
                 nonempty: [const { StdAtomicU64::new(0) }; LEAF_WINDOWS.div_ceil(64)],
                 range_dirty: [const { StdAtomicU64::new(0) }; LEAF_WINDOWS.div_ceil(64)],
@@ -306,8 +313,12 @@ impl WindowDir {
 
     /// Takes window `w`'s writer lock (`mm/range.rs`), its leaf allocated
     /// at its first use; the flag is true when another writer held it.
+    /// The window's line (its lock, then its version) counts as one shared
+    /// write when another thread wrote it last.
+    #[track_caller]
     pub(crate) fn lock_window(&self, w: u64) -> (Option<crate::sync::MutexGuard<'_, ()>>, bool) {
         let (_, window) = self.window_or_alloc(w);
+        window.written.write();
         if crate::sync::broken::range_writers::no_window_lock() {
             return (None, false);
         }

@@ -25,3 +25,21 @@ mod bad_input;
 mod differential;
 mod migrate_host;
 mod mremap_shrink_overflow;
+
+/// `scripts/test.sh` runs this binary again under every writer policy
+/// (`range` in its own stage, the others in `writer-policies`): a policy
+/// added to `WriterPolicy::ALL` and not to the script would go untested
+/// against the host.
+#[test]
+fn the_suite_runs_these_tests_under_every_writer_policy() {
+    let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/test.sh")).unwrap();
+    let looped = script
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("for p in ").and_then(|l| l.strip_suffix("; do")))
+        .expect("the writer-policies loop");
+    for p in softmm::WriterPolicy::ALL {
+        let covered = looped.split_whitespace().any(|q| q == p.name())
+            || (p.name() == "range" && script.contains("SOFTMM_WRITER_POLICY=range"));
+        assert!(covered, "scripts/test.sh runs no host tests under the writer policy {}", p.name());
+    }
+}

@@ -6,6 +6,7 @@
 
 mod blocked_cpu;
 mod dirty_cow;
+mod hugetlb_dontneed_race;
 mod hugetlb_stress;
 mod hugetlb_stress_regressions;
 mod posting_stress;

@@ -278,3 +278,43 @@ fn exit_after_range_writes_returns_their_charge() {
     drop(mm);
     assert_eq!(phys.committed_pages(), before);
 }
+
+/// `max_map_count` is exact under range writers: a range writer goes
+/// ahead only within its slot's share of the room below the limit, and
+/// near it the call takes `mmap_lock`, whose check is exact. Maps (and
+/// a munmap that splits) up to the limit give the errnos and the map
+/// count of `short`, call by call, and most calls before the limit are
+/// range writes.
+#[test]
+#[cfg_attr(miri, ignore = "hundreds of calls and maps dumps; safe code above the windows' tests")]
+fn the_map_count_limit_is_exact_under_range_writers() {
+    const MAX: usize = 64;
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let config = |w| MmConfig::default().writer_policy(w).max_map_count(MAX);
+    let reference = AddressSpace::new(&phys, config(WriterPolicy::Short)).unwrap();
+    let range = AddressSpace::new(&phys, config(WriterPolicy::Range)).unwrap();
+    let a = 0x100 * GIB;
+    let mut refused = 0;
+    for i in 0..MAX as u64 + 8 {
+        // One page apart: no two merge. Every third call punches a hole
+        // in the last mapping made two pages wide instead (a split).
+        let at = a + 4 * i * PAGE_SIZE;
+        let call = |mm: &AddressSpace| {
+            mm.mmap(at, 2 * PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).map(|_| ())?;
+            if i % 3 == 2 {
+                mm.munmap(at + PAGE_SIZE, PAGE_SIZE)?;
+                mm.mmap(at + PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).map(|_| ())?;
+                mm.munmap(at, PAGE_SIZE)?;
+            }
+            Ok::<_, crate::Errno>(())
+        };
+        let (want, got) = (call(&reference), call(&range));
+        assert_eq!(got, want, "call {i}");
+        refused += u32::from(got.is_err());
+        assert_eq!(range.stats().map_count, reference.stats().map_count, "after call {i}");
+        assert_eq!(spans(&range), spans(&reference), "after call {i}");
+    }
+    assert!(refused > 0, "the limit was never reached");
+    let stats = range.range.stats();
+    assert!(stats.writes > 16 && stats.fallbacks > 0, "{stats:?}");
+}

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::phys::PhysMem;
-use crate::sync::Mutex;
+use crate::sync::{Mutex, RwLock};
 
 /// A set of huge page indices as disjoint, non-adjacent ranges `[start,
 /// end)`, keyed by start: Linux's `file_region` list, as a B-tree.
@@ -100,6 +100,16 @@ pub(crate) struct PrivateResv {
     phys: Arc<PhysMem>,
     /// Indices whose reservation is still unused.
     unused: Mutex<BTreeSet<u64>>,
+    /// The owner's hugetlb VMA lock (`resv_map->rw_sema`, which Linux's
+    /// `hugetlb_vma_lock_read`/`_write` take for a private owner's VMA): a
+    /// fault holds it for read; a zap holds it for write from before it
+    /// restores the reservations of the pages it clears until those pages
+    /// are freed (`__hugetlb_zap_begin` to `__hugetlb_zap_end`), so that no
+    /// fault maps a page between the restore's look and the clearing (the
+    /// page would go back to the pool with no reservation), and no fault
+    /// finds the reservation back in the map while the pool does not have
+    /// the page yet.
+    pub(crate) vma_lock: RwLock<()>,
 }
 
 impl PrivateResv {
@@ -109,7 +119,11 @@ impl PrivateResv {
     /// promise it.
     pub(crate) fn new(phys: &Arc<PhysMem>, from: u64, to: u64) -> Result<Arc<PrivateResv>> {
         phys.hugetlb.reserve(to - from)?;
-        Ok(Arc::new(PrivateResv { phys: phys.clone(), unused: Mutex::new((from..to).collect()) }))
+        Ok(Arc::new(PrivateResv {
+            phys: phys.clone(),
+            unused: Mutex::new((from..to).collect()),
+            vma_lock: RwLock::new(()),
+        }))
     }
 
     /// `hugetlb_vm_op_close` for the part `[from, to)` of the mapping: its

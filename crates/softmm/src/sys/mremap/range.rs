@@ -24,8 +24,9 @@
 //! two windows; a VMA in it that is not private anonymous memory, or that
 //! reaches its window's bounds, or a moved or grown VMA that would reach
 //! them (it could merge with a VMA of the next window); no VMA at the old
-//! address; never-mode overcommit; `map_count` within 8 of the limit by
-//! the range writers' bound (a move may split both ranges in three).
+//! address; never-mode overcommit; a view whose `map_count` leaves fewer
+//! than 8 below the limit (its slot's share short of 6 more VMAs than the
+//! range writer's usual 2: a move may split both ranges in three).
 
 use crate::error::Result;
 use crate::uapi::*;
@@ -92,7 +93,9 @@ impl AddressSpace {
     ) -> bool {
         let w = window_of(old_addr);
         let (lo, hi) = (w << WINDOW_SHIFT, (w + 1) << WINDOW_SHIFT);
-        // Room for a move's splits of both ranges, and for a shrink's.
+        // Room for a move's splits of both ranges, and for a shrink's: the
+        // view's `map_count` stands at `max_map_count` less 2 and the
+        // slot's room (`RangeState::map_count_share`).
         if st.vmas.len() + 8 > self.config.max_map_count {
             return false;
         }
