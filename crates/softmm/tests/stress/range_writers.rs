@@ -291,8 +291,12 @@ fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
         let child = mm.fork().unwrap();
         assert_eq!(pages(&child), all(|pg| !pg.dontfork));
         drop(child);
+        // Every call stays inside its window, away from the bounds: each
+        // is a range write, or refused by an `mmap_lock` holder (the
+        // locker's forks and maps, as many as the schedule makes).
         let s = mm.stats();
-        assert!(s.range.writes > rounds, "range writers ran: {:?}", s.range);
+        let r = s.range;
+        assert!(r.writes > 0 && r.writes + r.conflicts > 2 * rounds, "range writers ran: {r:?}");
         drop(mm);
         assert_no_leaks(&phys);
     });
