@@ -135,6 +135,12 @@ struct MapCountSlot {
     written: crate::sync::LastWriter,
 }
 
+/// The most VMAs one range writer's call adds: an `mremap` move that
+/// splits its source and its target each in three and inserts the moved
+/// VMA (an `mmap`, `mprotect` or `madvise` splitting a VMA in three adds
+/// two, a `munmap` one).
+const MAX_VMAS_ADDED: i64 = 3;
+
 /// One slot's range-writer statistics (`std`'s atomics: statistics).
 #[derive(Default)]
 struct RangeCounts {
@@ -195,9 +201,10 @@ impl RangeState {
     /// section leaves `base` VMAs and splits the room above it,
     /// `max_map_count - base`, into the slots' shares. A slot's writers
     /// together stay within its share less one: a writer counts its slot's
-    /// change so far, one for every other writer inside in its slot (each
-    /// adds at most one VMA) and two for itself (its own VMA and the
-    /// margin every check keeps), and goes ahead only if that fits. The
+    /// change so far, [`MAX_VMAS_ADDED`] for every other writer inside in
+    /// its slot and two for itself (its own VMA and the margin every check
+    /// keeps; a call that may add more checks its own room in its view),
+    /// and goes ahead only if that fits. The
     /// inside count is read after the writer's announcement and fence; of
     /// two writers of one slot, the later to announce (the count is one
     /// read-modify-write chain) reads the other inside, or gone, with its
@@ -207,7 +214,7 @@ impl RangeState {
     /// writers are blocked and drained.
     fn map_count_share(&self, max_map_count: usize) -> Option<usize> {
         let slot = self.map_count.mine();
-        let others = self.writers.inside_mine().saturating_sub(1) as i64;
+        let others = MAX_VMAS_ADDED * self.writers.inside_mine().saturating_sub(1) as i64;
         let used = slot.delta.load(Ordering::Acquire) + others + 2;
         let room = slot.share.load(Ordering::Relaxed) - used;
         (room >= 0).then(|| max_map_count.saturating_sub(2 + room as usize))
