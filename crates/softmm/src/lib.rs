@@ -73,6 +73,8 @@ mod rmap;
 mod sync;
 #[deny(unsafe_code)]
 mod sys;
+#[cfg(test)]
+mod testing;
 mod tlb;
 #[deny(unsafe_code)]
 pub mod uapi;

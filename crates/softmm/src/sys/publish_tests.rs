@@ -46,13 +46,7 @@ fn every_write_section_publishes_the_windows_it_changed() {
     use crate::{AddressSpace, MmConfig, PAGE_SIZE};
     let phys = PhysMem::new(PhysConfig::new(256 * PAGE_SIZE)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
     // Pages around the boundaries of windows 0x100..0x104 (1 GiB each).
     let base = 0x100 * GIB;
     let addr = |next: &mut dyn FnMut(u64) -> u64| base + next(4) * GIB + next(16) * PAGE_SIZE - 8 * PAGE_SIZE;

@@ -134,7 +134,7 @@ fn the_synchronization_primitives_depend_on_nothing_above_them() {
 /// Linux's `mm/migrate.c` holds `unmap_and_move_huge_page`) and its pins
 /// are `pin`'s (`pin/hugetlb.rs`).
 const LAYERS: &[&[&str]] = &[
-    &["error", "uapi", "policy", "sync", "access"],
+    &["error", "uapi", "policy", "sync", "access", "testing"],
     &["phys", "mmio"],
     &["tlb", "mempolicy", "watch"],
     &["pgtable", "host_file", "host_mem"],

@@ -181,13 +181,7 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
     for (placement, interior) in runs {
         let phys = PhysMem::new(PhysConfig::new(256 * PAGE_SIZE)).unwrap();
         let (reference, range) = (mm(&phys, WriterPolicy::Short, placement), mm(&phys, WriterPolicy::Range, placement));
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let base = 0x100 * GIB;
         let above = if interior { 256 * PAGE_SIZE } else { 0 };
         let addr =

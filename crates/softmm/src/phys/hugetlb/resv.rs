@@ -200,13 +200,7 @@ mod tests {
     fn regions_are_the_set_of_their_indices() {
         let mut r = Regions::default();
         let mut set = BTreeSet::new();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
         // Under Miri, fewer rounds: 2,000 take minutes there, and the
         // module has no unsafe code, so Miri checks std's BTreeMap here,
         // which 50 rounds of inserts, removals and merges already drive.
