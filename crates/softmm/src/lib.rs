@@ -73,7 +73,7 @@ mod rmap;
 mod sync;
 #[deny(unsafe_code)]
 mod sys;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod testing;
 mod tlb;
 #[deny(unsafe_code)]
