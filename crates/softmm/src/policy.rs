@@ -289,9 +289,10 @@ pub enum WriterPolicy {
     /// (mmap1 and mmap2 threads, 2 threads, 7 repeats: 225k against 222k
     /// and 246k against 229k map+unmap/s), and 1.15-1.5x `reserve`. The
     /// old versions of the VMA windows are freed by whichever thread's
-    /// epoch collection comes first, often a faulter's. The default (see
-    /// [`WriterPolicy::ShortOwnRcu`] for why not that one).
-    #[default]
+    /// epoch collection comes first, often a faulter's, which then pays
+    /// for the writer's frees: beside an mmap/munmap loop a faulter kept
+    /// 0.82-0.90 of its rate alone (see [`WriterPolicy::ShortOwnRcu`], the
+    /// default, for the measurement).
     Short,
     /// [`WriterPolicy::Short`], and a writer that finds `mmap_lock` held
     /// spins (bounded) while it stays held before it parks, as Linux's
@@ -325,14 +326,13 @@ pub enum WriterPolicy {
     /// rate alone per CPU-second, against 0.82-0.90 under `short`, and
     /// wrote 0.067-0.069 shared lines per fault (as alone) against
     /// 0.14-0.155; mmap1/mmap2 ran within the noise of `short`
-    /// (`docs/results/interference-2cpu.txt`). Not the default yet: a
-    /// VMA's last file reference goes with the VMA's deferred free, which
-    /// here waits for the writer's next write section, so a
-    /// `MAP_HUGETLB` munmap followed by an mmap of the same pool page can
-    /// meet `ENOMEM` (seen in 1 of 12 replays of the hugetlb_madv_vs_map
-    /// selftest under the `mmap-lock` fault policy) where Linux has freed
-    /// it before munmap returns. The file's last reference must first go
-    /// when the VMA is removed.
+    /// (`docs/results/interference-2cpu.txt`). The default, for that
+    /// measurement. What a caller can observe is released before the call
+    /// returns under it as under every policy (Linux's `remove_vma`: a
+    /// hugetlb mapping's reservations at `vm_ops->close`, its file use
+    /// after the zap); only the VMAs' memory and the old window versions
+    /// wait for the writer's next write section or its exit.
+    #[default]
     ShortOwnRcu,
     /// [`WriterPolicy::Short`] for every call it does not cover, and
     /// range-parallel writers for those it does (issue 32 item 3, CortenMM's

@@ -91,6 +91,10 @@ pub(super) struct Planned {
     /// Whether it is one of the log's calls (else an op the replay added:
     /// a placeholder for pre-trace memory, an undo, a fault).
     pub call: bool,
+    /// Whether its result depends on the hugetlb pool or it changes the
+    /// pool ([`Op::uses_hugetlb_pool`], asked before it ran): the bench
+    /// runs such ops in the log's order, whatever their ranges.
+    pub pool: bool,
 }
 
 impl Op {
@@ -122,6 +126,31 @@ impl Op {
                 cpu.translate(addr, access).map(|_| 0).map_err(|_| 1)
             }
         }
+    }
+
+    /// Whether, run now on `mm`, it may take huge pages or reservations from
+    /// the hugetlb pool, give some back, or fail for want of them: an
+    /// `mmap` with `MAP_HUGETLB` or of a file (which may be on hugetlbfs),
+    /// or an op whose range meets a hugetlb mapping (its `munmap`, a
+    /// `MAP_FIXED` over it, `MADV_DONTNEED`, a fault). The pool is one for
+    /// the whole arena, so two such ops on disjoint ranges still depend on
+    /// each other: a `munmap` that frees the pool's last page and another
+    /// thread's `mmap` that the log saw fail with `ENOMEM` must run in the
+    /// log's order. Always `false` without a pool.
+    pub(super) fn uses_hugetlb_pool(&self, mm: &AddressSpace) -> bool {
+        if mm.phys().huge_page_stats().total == 0 {
+            return false;
+        }
+        if let Op::Mmap { flags, ref file, .. } = *self {
+            if flags & libc::MAP_HUGETLB != 0 || file.is_some() {
+                return true;
+            }
+        }
+        let Some((s, e)) = self.range() else {
+            // Ordered against every op anyway.
+            return false;
+        };
+        mm.maps().iter().any(|m| m.start < e && s < m.end && m.vm_flags.split(' ').any(|f| f == "ht"))
     }
 
     /// The addresses it reads or changes (`[start, end)`), for the bench's

@@ -143,7 +143,8 @@ impl Process {
     ) -> Result<Process, String> {
         let mm = self.mm().fork().map_err(|e| format!("fork for {origin}: {e}"))?;
         if let Some(plan) = &mut self.plan {
-            plan.push(Planned { tid: tid.unwrap_or(0), op: Op::Fork { child: index }, result: Ok(0), call: false });
+            let op = Op::Fork { child: index };
+            plan.push(Planned { tid: tid.unwrap_or(0), op, result: Ok(0), call: false, pool: false });
         }
         let child = Process::begin(pid, origin, mm, self.start_brk, self.known.clone(), self.tr.clone());
         let plan = self.plan.as_ref().map(|_| Vec::new());
@@ -226,7 +227,7 @@ impl Process {
         let result = op.run(self.mm(), None);
         debug_assert_eq!(result, Ok(0), "a fresh address space takes any valid MDWE bits");
         if let Some(plan) = &mut self.plan {
-            plan.push(Planned { tid: tid.unwrap_or(0), op, result, call: false });
+            plan.push(Planned { tid: tid.unwrap_or(0), op, result, call: false, pool: false });
         }
     }
 
@@ -279,6 +280,8 @@ impl Process {
             cpu.attach(mm);
         }
         let addr = self.tr.tr(pf.addr);
+        let op = Op::Fault { addr, access: pf.access };
+        let pool = self.plan.is_some() && op.uses_hugetlb_pool(mm);
         let k = match pf.access {
             softmm::Access::Write => 1,
             softmm::Access::Execute => 2,
@@ -287,8 +290,7 @@ impl Process {
         self.faults.replayed[k] += 1;
         let r = cpu.translate(addr, pf.access).map(|_| ());
         if let Some(plan) = &mut self.plan {
-            let op = Op::Fault { addr, access: pf.access };
-            plan.push(Planned { tid: cpu_tid, op, result: r.map(|()| 0).map_err(|_| 1), call: false });
+            plan.push(Planned { tid: cpu_tid, op, result: r.map(|()| 0).map_err(|_| 1), call: false, pool });
         }
         if let Err(f) = r {
             self.faults.signalled += 1;
@@ -607,9 +609,10 @@ impl Process {
     /// Runs `op` (for record `r`; `call`: one of the log's calls) and, for
     /// `--bench`, keeps it in the plan.
     fn op(&mut self, r: &Record, op: Op, call: bool) -> Result<u64, i32> {
+        let pool = self.plan.is_some() && op.uses_hugetlb_pool(self.mm());
         let result = op.run(self.mm(), None);
         if let Some(plan) = &mut self.plan {
-            plan.push(Planned { tid: r.pid.unwrap_or(0), op, result, call });
+            plan.push(Planned { tid: r.pid.unwrap_or(0), op, result, call, pool });
         }
         result
     }

@@ -354,7 +354,7 @@ impl MmConfig {
         self
     }
 
-    /// Sets `writer_policy`: how `mmap_lock` writers run their serialized part (default [`WriterPolicy::Short`]).
+    /// Sets `writer_policy`: how `mmap_lock` writers run their serialized part (default [`WriterPolicy::ShortOwnRcu`]).
     #[must_use]
     pub fn writer_policy(mut self, writer_policy: WriterPolicy) -> MmConfig {
         self.writer_policy = writer_policy;

@@ -2,7 +2,8 @@
 //!
 //! A thread that exits hands its own RCU callbacks over to the collector
 //! (`rcu::hand_over_own`, from its locals' destructor, under
-//! [`WriterPolicy::ShortOwnRcu`](crate::WriterPolicy::ShortOwnRcu)). loom drops a model thread's locals in no fixed order, and the
+//! [`WriterPolicy::ShortOwnRcu`](crate::WriterPolicy::ShortOwnRcu), the
+//! default). loom drops a model thread's locals in no fixed order, and the
 //! first thread's only after the model's lazy statics (crossbeam's
 //! collector among them), so a destructor that pins cannot be replayed:
 //! the threads this harness runs call the same hand-over where their work

@@ -492,6 +492,52 @@ fn madv_dontneed_of_a_private_page_restores_its_reservation() {
     assert_no_leaks(&phys);
 }
 
+/// Linux's `remove_vma` runs `hugetlb_vm_op_close` before `munmap`
+/// returns: the reservations a private mapping still holds go back to the
+/// pool then, and its pages with the zap, so the next `mmap` of the pool's
+/// only page succeeds, on any thread. Only the VMA's memory may wait for a
+/// grace period; under `short-own-rcu` that wait ends at the writer's next
+/// write section, after the next `mmap` has reserved. Each round leaves the
+/// mapping's index reserved again (another thread's `MADV_DONTNEED`) or its
+/// page mapped (another thread's fault) when the writer unmaps it. Seen
+/// failing with the `vm_ops->close` of `detach_vmas` left out, so that the
+/// reservation went only with the VMA's deferred free: `(1, 1)` after the
+/// `munmap`, under the first policy tried.
+#[test]
+fn munmap_gives_the_pool_back_before_it_returns_under_every_writer_policy() {
+    for &policy in softmm::WriterPolicy::ALL {
+        let phys = pool(1);
+        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(policy)).unwrap();
+        for round in 0..8 {
+            let a = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).unwrap();
+            let dontneed = round % 2 == 0;
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    Cpu::attached(&mm).write_u64(a, 7).unwrap();
+                    if dontneed {
+                        mm.madvise(a, HP, MADV_DONTNEED).unwrap();
+                    }
+                });
+            });
+            let held = if dontneed { (1, 1) } else { (0, 0) };
+            assert_eq!(counts(&phys), held, "{policy:?} round {round}: freed and reserved again, or mapped");
+            mm.munmap(a, HP).unwrap();
+            assert_eq!(counts(&phys), (1, 0), "{policy:?} round {round}: munmap gave the pool back before it returned");
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let b = mm.mmap(0, HP, RW, PRIVATE_HUGE, None, 0).expect("the pool's page is free");
+                    Cpu::attached(&mm).write_u64(b, 1).unwrap();
+                    mm.munmap(b, HP).unwrap();
+                });
+            });
+            assert_eq!(counts(&phys), (1, 0), "{policy:?} round {round}: the other thread's munmap too");
+        }
+        drop(mm);
+        phys.quiesce();
+        assert_no_leaks(&phys);
+    }
+}
+
 #[test]
 fn madv_dontneed_in_an_owner_restores_the_reservation_of_a_page_a_child_still_maps() {
     // Linux's __unmap_hugepage_range restores the reservation of every
