@@ -123,18 +123,23 @@ fn merging_with_another_threads_vma_writes_none_of_its_lines() {
 }
 
 /// The per-site difference of two readings of
-/// [`softmm::shared_writes_by_site_this_thread`], for the record.
-fn sites_since(before: &[softmm::SharedWriteSite]) -> String {
-    let mut out = String::new();
+/// [`softmm::shared_writes_by_site_this_thread`], for the record, and how
+/// many of those writes were reclaim (frees the thread's epoch collection
+/// ran for other threads).
+fn sites_since(before: &[softmm::SharedWriteSite]) -> (String, u64) {
+    let (mut out, mut reclaim) = (String::new(), 0);
     for s in softmm::shared_writes_by_site_this_thread() {
         let was = before.iter().find(|b| (b.file, b.line, b.reclaim) == (s.file, s.line, s.reclaim));
         let n = s.writes - was.map_or(0, |b| b.writes);
         if n != 0 {
             let kind = if s.reclaim { " (reclaim)" } else { "" };
             out += &format!("  {}:{}{kind}: {n}\n", s.file, s.line);
+            if s.reclaim {
+                reclaim += n;
+            }
         }
     }
-    out
+    (out, reclaim)
 }
 
 /// Under range-parallel writers with placement arenas, an mmap1 op (both
@@ -144,6 +149,13 @@ fn sites_since(before: &[softmm::SharedWriteSite]) -> String {
 /// its slot of the shared mode are its own thread's lines, and the map
 /// count's bound reads no other slot. Before, each range write counted
 /// its slot's line and its window's line as shared: 4 per op.
+///
+/// The bound is on the op's own writes. The frees that a thread's epoch
+/// collection runs for the other thread (its VMAs' counts) are printed,
+/// not bounded: which thread collects is the scheduler's doing, and on
+/// the loaded 2-CPU VM they came to 0.07-1.6 per op at 2 threads (more
+/// with the old versions freed on their own thread, `short-own-rcu`'s
+/// way, whose batch markers another thread's collection then runs).
 #[test]
 fn range_writers_with_arenas_write_at_most_one_shared_line_per_mmap1_op() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -154,7 +166,7 @@ fn range_writers_with_arenas_write_at_most_one_shared_line_per_mmap1_op() {
         let mm = AddressSpace::new(&phys, config).unwrap();
         let start = std::sync::Barrier::new(threads);
         const OPS: u64 = 256;
-        let results: Vec<(f64, String)> = std::thread::scope(|s| {
+        let results: Vec<(f64, f64, String)> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..threads)
                 .map(|_| {
                     s.spawn(|| {
@@ -170,7 +182,8 @@ fn range_writers_with_arenas_write_at_most_one_shared_line_per_mmap1_op() {
                             op();
                         }
                         let n = softmm::shared_writes_this_thread() - before;
-                        (n as f64 / OPS as f64, sites_since(&sites))
+                        let (sites, reclaim) = sites_since(&sites);
+                        ((n - reclaim) as f64 / OPS as f64, reclaim as f64 / OPS as f64, sites)
                     })
                 })
                 .collect();
@@ -182,8 +195,11 @@ fn range_writers_with_arenas_write_at_most_one_shared_line_per_mmap1_op() {
         // `mmap_lock`, which would send a running writer there).
         let range = mm.stats().range;
         assert_eq!((range.writes, range.fallbacks), (threads as u64 * 2 * (OPS + 1), 0), "{range:?}");
-        for (per_op, sites) in results {
-            eprintln!("range+arenas, {threads} thread(s): {per_op:.3} shared writes per mmap1 op\n{sites}");
+        for (per_op, reclaim, sites) in results {
+            eprintln!(
+                "range+arenas, {threads} thread(s): {per_op:.3} shared writes per mmap1 op, and {reclaim:.3} \
+                 reclaiming other threads' frees\n{sites}"
+            );
             assert!(per_op <= 1.0, "{per_op} shared writes per op at {threads} thread(s):\n{sites}");
         }
     }
