@@ -85,6 +85,23 @@ fn writer(mm: Arc<AddressSpace>, i: u64, seed: u64, rounds: u64) -> BTreeMap<u64
     model
 }
 
+/// The `mmap_lock` side of the stress tests: a thread that reads the maps
+/// (checking that no two entries overlap) and forks, until `stop`; it
+/// returns how many forks it made.
+fn spawn_locker(mm: &Arc<AddressSpace>, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let (mm, stop) = (mm.clone(), stop.clone());
+    spawn("locker".into(), move || {
+        let mut forks = 0u64;
+        while !stop.load(Relaxed) {
+            let maps = mm.maps();
+            assert!(maps.windows(2).all(|w| w[0].end <= w[1].start), "overlapping maps");
+            drop(mm.fork().unwrap());
+            forks += 1;
+        }
+        forks
+    })
+}
+
 /// N writers on their own windows, a faulter across them and an
 /// `mmap_lock` reader and forker: the final maps equal the writers' models,
 /// the published set equals `mmap_lock`'s, nothing leaks.
@@ -111,19 +128,7 @@ fn range_writers_on_their_own_windows_beside_a_faulter_and_fork() {
                 ok
             })
         };
-        let locker = {
-            let (mm, stop) = (mm.clone(), stop.clone());
-            spawn("locker".into(), move || {
-                let mut forks = 0u64;
-                while !stop.load(Relaxed) {
-                    let maps = mm.maps();
-                    assert!(maps.windows(2).all(|w| w[0].end <= w[1].start), "overlapping maps");
-                    drop(mm.fork().unwrap());
-                    forks += 1;
-                }
-                forks
-            })
-        };
+        let locker = spawn_locker(&mm, &stop);
         let rounds = scaled(1500);
         let writers: Vec<_> = (0..WRITERS)
             .map(|i| {
@@ -251,19 +256,7 @@ fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
                 }
             })
         };
-        let locker = {
-            let (mm, stop) = (mm.clone(), stop.clone());
-            spawn("locker".into(), move || {
-                let mut forks = 0u64;
-                while !stop.load(Relaxed) {
-                    let maps = mm.maps();
-                    assert!(maps.windows(2).all(|w| w[0].end <= w[1].start), "overlapping maps");
-                    drop(mm.fork().unwrap());
-                    forks += 1;
-                }
-                forks
-            })
-        };
+        let locker = spawn_locker(&mm, &stop);
         let rounds = scaled(1000);
         let writers: Vec<_> = (0..WRITERS)
             .map(|i| {
