@@ -44,7 +44,7 @@ fn builder() -> crate::sync::model::Builder {
 /// lock without `mmap_lock`: the step the writer must not miss.
 fn setup(policy: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default().policy(policy).force_speculative(true)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default().policy(policy).force_speculative(true)).unwrap();
     let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
     mm.handle_fault(a, Access::Read).unwrap();
@@ -106,7 +106,7 @@ fn fault_vs_munmap() {
 fn shared_fault_vs_munmap() {
     check_policies(|policy| {
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default().policy(policy).force_speculative(true)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::model_default().policy(policy).force_speculative(true)).unwrap();
         let flags = MAP_SHARED | MAP_ANONYMOUS;
         let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0).unwrap();
         // Its page table exists (the lock-free paths do not allocate one);

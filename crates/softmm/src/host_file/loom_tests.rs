@@ -53,7 +53,8 @@ fn writeback_vs_store(targets: ShootdownTargets) -> (u64, Option<bool>) {
     let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE)).unwrap();
     // The page cache's writeback is `Cache`'s (`Shared`, the default,
     // maps the host file itself, which the in-memory backing has not).
-    let config = MmConfig::default().shootdown_targets(targets).host_file_coherence(crate::HostFileCoherence::Cache);
+    let config =
+        MmConfig::model_default().shootdown_targets(targets).host_file_coherence(crate::HostFileCoherence::Cache);
     let mm = AddressSpace::new(&phys, config).unwrap();
     let file = File::with_memory_backing(&phys, "f", PAGE_SIZE);
     let open = OpenFile::read_write(&file);

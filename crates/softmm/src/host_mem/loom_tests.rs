@@ -26,7 +26,7 @@ fn a_real_cpu_against_a_real_munmap() -> Result<(), String> {
     // SAFETY: a non-zero size and a valid alignment.
     let buf = unsafe { alloc_zeroed(layout) };
     let phys = crate::phys::PhysMem::new(crate::phys::PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = crate::mm::AddressSpace::new(&phys, crate::mm::MmConfig::default()).unwrap();
+    let mm = crate::mm::AddressSpace::new(&phys, crate::mm::MmConfig::model_default()).unwrap();
     let released = Arc::new(AtomicBool::new(false));
     let release = {
         let released = released.clone();

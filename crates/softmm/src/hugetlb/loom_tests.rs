@@ -55,7 +55,7 @@ fn setup(policy: HugetlbPolicy) -> (Arc<PhysMem>, Arc<File>, Arc<AddressSpace>, 
     let f = File::create_hugetlbfs(&phys, "/db", PUD_SIZE).unwrap();
     f.fallocate(0, HP, HP).unwrap();
     let open = OpenFile::read_write(&f);
-    let config = MmConfig::default().hugetlb_policy(policy);
+    let config = MmConfig::model_default().hugetlb_policy(policy);
     let map = |mm: &AddressSpace, at: u64| {
         let flags = MAP_SHARED | MAP_FIXED | MAP_NORESERVE;
         mm.mmap(at, PUD_SIZE, PROT_READ | PROT_WRITE, flags, Some(&open), 0).unwrap()
@@ -203,7 +203,7 @@ fn setup_unshared(
     policy: HugetlbPolicy,
     b_faulted: bool,
 ) -> (Arc<PhysMem>, Arc<File>, Arc<AddressSpace>, Arc<AddressSpace>, u64, u64) {
-    setup_unshared_config(MmConfig::default().hugetlb_policy(policy), b_faulted)
+    setup_unshared_config(MmConfig::model_default().hugetlb_policy(policy), b_faulted)
 }
 
 /// [`setup_unshared`] with both address spaces made with `config`.
@@ -402,7 +402,7 @@ fn exit_vs_lock_free_fault_on_the_shared_table() {
 /// under `i_mmap` for write, before the zap, so there `i_mmap` alone
 /// orders them, as in Linux.)
 fn munmap_vs_sharing_fault(policy: HugetlbPolicy) -> Outcome {
-    let config = MmConfig::default().hugetlb_policy(policy).unmap_policy(crate::UnmapPolicy::Locked);
+    let config = MmConfig::model_default().hugetlb_policy(policy).unmap_policy(crate::UnmapPolicy::Locked);
     let (phys, f, mm_a, mm_b, a, b) = setup_unshared_config(config, true);
     let t = {
         let mm_a = mm_a.clone();

@@ -43,7 +43,8 @@ fn word(phys: &PhysMem, pfn: crate::phys::Pfn) -> u64 {
 /// one private anonymous page at the returned address holding 1 on node 0.
 fn setup(policy: FaultPolicy, migrate: MigratePolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE).nodes(2)).unwrap();
-    let config = MmConfig::default().policy(policy).force_speculative(true).migrate_policy(migrate).cap_sys_nice(true);
+    let config =
+        MmConfig::model_default().policy(policy).force_speculative(true).migrate_policy(migrate).cap_sys_nice(true);
     let mm = AddressSpace::new(&phys, config).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
@@ -167,7 +168,7 @@ fn a_frozen_copy_comes_after_the_flush() {
 fn file_page_migration_vs_write() {
     builder().check(|| {
         let phys = PhysMem::new(PhysConfig::new(32 * PAGE_SIZE).nodes(2)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default().force_speculative(true)).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::model_default().force_speculative(true)).unwrap();
         let f = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
         f.write_at(0, &1u64.to_le_bytes()).unwrap();
         let of = crate::OpenFile::read_write(&f);
@@ -293,7 +294,7 @@ fn hugetlb_migration_vs_write() {
     builder().check(move || {
         // Two nodes of 2 MiB + 64 KiB past an aligned 2 MiB: one pool page each.
         let phys = PhysMem::new(PhysConfig::new(2 * (HP + HP + 16 * PAGE_SIZE)).nodes(2).hugepages(1)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
         let a = mm.mmap(0, HP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, None, 0).unwrap();
         mm.handle_fault(a, Access::Write).unwrap();
         assert_eq!(phys.node_of(mm.pte_at(a).pfn()), 0);
@@ -354,7 +355,7 @@ fn hugetlb_migration_unshares_vs_write() {
         let phys = PhysMem::new(PhysConfig::new(2 * (HP + HP + 16 * PAGE_SIZE)).nodes(2).hugepages(1)).unwrap();
         let f = File::create_hugetlbfs(&phys, "/db", PUD).unwrap();
         let open = OpenFile::read_write(&f);
-        let config = MmConfig::default().cap_sys_nice(true);
+        let config = MmConfig::model_default().cap_sys_nice(true);
         let map = |mm: &AddressSpace, at: u64| {
             let flags = MAP_SHARED | MAP_FIXED | MAP_NORESERVE;
             mm.mmap(at, PUD, PROT_READ | PROT_WRITE, flags, Some(&open), 0).unwrap()
@@ -441,7 +442,7 @@ fn check_page_ref(preemptions: usize, model: fn() -> Outcome) {
 fn forked_huge_page() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<AddressSpace>, u64) {
     use crate::hugetlb::HPAGE_SIZE as HP;
     let phys = PhysMem::new(PhysConfig::new(2 * (3 * HP + 16 * PAGE_SIZE)).nodes(2).hugepages(2)).unwrap();
-    let parent = AddressSpace::new(&phys, MmConfig::default().cap_sys_nice(true)).unwrap();
+    let parent = AddressSpace::new(&phys, MmConfig::model_default().cap_sys_nice(true)).unwrap();
     let a = parent.mmap(0, HP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, None, 0).unwrap();
     parent.handle_fault(a, Access::Write).unwrap();
     phys.write(parent.pte_at(a).pfn(), 0, &1u64.to_le_bytes());

@@ -34,7 +34,7 @@ const GIB: u64 = 1 << WINDOW_SHIFT;
 /// its upper page read-only: two VMAs, one in each window.
 fn setup(split: bool) -> Arc<AddressSpace> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let a = 5 * GIB - PAGE_SIZE;
     let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
     assert_eq!(mm.mmap(a, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(a));
@@ -109,7 +109,7 @@ fn a_writer_frees_its_own_old_versions_after_their_grace_period() {
 
 fn own_rcu_model() -> Result<(), String> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let config = MmConfig::default().writer_policy(crate::WriterPolicy::ShortOwnRcu);
+    let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::ShortOwnRcu);
     let mm = AddressSpace::new(&phys, config).unwrap();
     let a = 5 * GIB;
     let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
@@ -155,7 +155,7 @@ fn range_setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
 fn range_setup_unfaulted() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     crate::sync::percpu::restart_slots();
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(crate::WriterPolicy::Range)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default().writer_policy(crate::WriterPolicy::Range)).unwrap();
     let a = 5 * GIB + 4 * PAGE_SIZE;
     let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
     assert_eq!(mm.mmap(a, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(a));

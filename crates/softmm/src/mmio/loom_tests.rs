@@ -36,7 +36,7 @@ impl super::MmioDevice for Late {
 /// that sees `unmapped` set ran after `munmap` returned: the bug.
 fn no_callback_runs_after_munmap_returns() -> Result<(), String> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let unmapped = Arc::new(AtomicBool::new(false));
     let late = Arc::new(AtomicBool::new(false));
     let device = Arc::new(Late { unmapped: unmapped.clone(), late: late.clone() });

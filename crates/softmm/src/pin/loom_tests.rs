@@ -29,7 +29,7 @@ fn builder() -> crate::sync::model::Builder {
 /// before (so `MMF_HAS_PINNED` is set and fork looks at pin counts).
 fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
     write(&phys, mm.pte_at(a).pfn(), 0x55);

@@ -8,7 +8,9 @@
 //! collector among them), so a destructor that pins cannot be replayed:
 //! the threads this harness runs call the same hand-over where their work
 //! ends instead. A model thread run otherwise that exits with callbacks
-//! queued panics with a message naming this module.
+//! queued panics with a message naming this module. (Most models start
+//! from `MmConfig::model_default`, under `short`, and meet the own lists
+//! only where they model them.)
 
 /// [`loom::model::Builder`], whose [`Builder::check`] ends each execution's
 /// first thread with the hand-over.

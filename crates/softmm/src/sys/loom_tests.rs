@@ -48,7 +48,7 @@ fn builder() -> crate::sync::model::Builder {
 /// VMA of two pages, both written (frames allocated, page tables present).
 fn setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
     let a = mm.mmap(0, 2 * PAGE_SIZE, RW, ANON, None, 0).unwrap();
     mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
@@ -121,7 +121,7 @@ fn dontneed_vs_fault() {
         |on| crate::pgtable::broken::ZAP_READS_UNLOCKED.with(|c| c.set(on)),
         || {
             let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-            let mm = AddressSpace::new(&phys, MmConfig::default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
+            let mm = AddressSpace::new(&phys, MmConfig::model_default().madvise_policy(MadvisePolicy::PerVma)).unwrap();
             let a = mm.mmap(0, 2 * PAGE_SIZE, RW, ANON, None, 0).unwrap();
             // The VMA's anon_vma and page table exist; `a` maps the zero page.
             mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();

@@ -30,7 +30,7 @@ use crate::{Access, Cpu, Fault, PAGE_SIZE};
 /// broken variant reports rather than panics).
 fn a_store_cached_before_the_arm_does_not_land_after_it() -> Result<(), String> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
     // A loom atomic, so that the model sees the store's check conflict
@@ -77,7 +77,7 @@ fn a_store_cached_before_the_arm_does_not_land_after_it() -> Result<(), String> 
 /// entry, so that the store missed and marked the page again.
 fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
     mm.write_watch(a, PAGE_SIZE, super::WatchMode::Log).unwrap();
@@ -117,7 +117,7 @@ fn a_store_after_a_clear_is_in_the_next_log() -> Result<(), String> {
 /// `Fault::Watchpoint`.
 fn a_load_cached_before_a_watchpoint_does_not_pass_after_it() -> Result<(), String> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
     let armed = Arc::new(AtomicBool::new(false));
@@ -160,7 +160,7 @@ fn a_load_cached_before_a_watchpoint_does_not_pass_after_it() -> Result<(), Stri
 /// the store. A store made in a section that sees `armed` set is the bug.
 fn a_first_store_racing_a_targeted_arm_traps_or_lands_before_it_returns() -> Result<(), String> {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
     let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a, Access::Write).unwrap();
     let armed = Arc::new(AtomicBool::new(false));

@@ -48,7 +48,7 @@ fn first_byte(phys: &PhysMem, pfn: crate::phys::Pfn) -> u8 {
 /// filled with [`OLD`]; returns the frame's number too.
 fn setup(unmap: UnmapPolicy, fault: FaultPolicy) -> (Arc<PhysMem>, Arc<AddressSpace>, u64, crate::phys::Pfn) {
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default().policy(fault).unmap_policy(unmap)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default().policy(fault).unmap_policy(unmap)).unwrap();
     let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
     mm.handle_fault(a + PAGE_SIZE, Access::Write).unwrap();
     mm.handle_fault(a, Access::Read).unwrap();
@@ -147,7 +147,7 @@ fn a_real_cpu_against_the_one_shootdown_of_a_lock_free_munmap() {
     const REUSED: u8 = 0xee;
     builder().check(|| {
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let config = MmConfig::default().policy(FaultPolicy::PerVmaSeq).unmap_policy(UnmapPolicy::LockFree);
+        let config = MmConfig::model_default().policy(FaultPolicy::PerVmaSeq).unmap_policy(UnmapPolicy::LockFree);
         let mm = AddressSpace::new(&phys, config).unwrap();
         let a = mm.mmap(0, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
         let b = a + PAGE_SIZE;

@@ -26,7 +26,7 @@ fn a_real_cpu_access_against_a_real_munmap() {
     b.max_branches = 100_000;
     b.check(|| {
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
         let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
         mm.handle_fault(a, Access::Write).unwrap();
         let old = mm.pte_at(a).pfn();
@@ -91,7 +91,7 @@ fn a_real_section_against_a_real_munmap() {
     b.max_branches = 100_000;
     b.check(|| {
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
+        let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
         let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
         mm.handle_fault(a, Access::Write).unwrap();
         let old = mm.pte_at(a).pfn();
@@ -155,8 +155,9 @@ fn a_request_sent_while_the_cpu_takes_a_stale_mark_is_not_lost() {
 /// loom execution aborts the process while loom objects unwind, so the
 /// broken variants report rather than panic).
 fn a_real_fill_against_a_real_dontneed() -> Result<(), String> {
-    let page =
-        DroppedPage::new(crate::mm::MmConfig::default().shootdown_targets(crate::tlb::ShootdownTargets::FillOwners));
+    let page = DroppedPage::new(
+        crate::mm::MmConfig::model_default().shootdown_targets(crate::tlb::ShootdownTargets::FillOwners),
+    );
     let t = {
         let page = page.clone();
         crate::sync::model::spawn(move || {
@@ -265,7 +266,7 @@ impl DroppedPage {
 /// bytes or the zero page; the reused frame's bytes are the bug, which
 /// `broken::SWITCH_KEEPS_TLB` (a switch that keeps the TLB) shows.
 fn a_real_cpu_switching_against_a_real_dontneed(posting: PostingPolicy) -> Result<(), String> {
-    let config = crate::mm::MmConfig::default().posting_policy(posting);
+    let config = crate::mm::MmConfig::model_default().posting_policy(posting);
     let page = DroppedPage::new(config.clone());
     let other = crate::mm::AddressSpace::new(&page.phys, config).unwrap();
     let t = {
