@@ -172,7 +172,7 @@ fn hugetlb_fault_locked(
     // hugetlb_vma_lock_read of a private owner's VMA: no zap clears and
     // frees a page of it, restoring its reservation, while this fault runs
     // (`PrivateResv::vma_lock`).
-    let _resv_lock = vma.hugetlb_resv.as_ref().map(|r| r.vma_lock.read());
+    let _resv_lock = crate::hugetlb::vma_lock(vma).map(|l| l.read());
     let (policy, broken) = policy(mm);
     let mut f = HugeFault { ctx, mm, vma, validate: false, unmap_ref };
     match policy {

@@ -40,6 +40,15 @@ pub(crate) fn close_vma_range(vma: &crate::vma::Vma, start: u64, end: u64) {
     }
 }
 
+/// The hugetlb VMA lock of `vma` (Linux's `hugetlb_vma_lock_read`/`_write`
+/// on a private owner's `resv_map->rw_sema`, [`resv::PrivateResv::vma_lock`]),
+/// `None` for a VMA without a private reservation map. Faults and gup's
+/// unshare hold it for read; a zap holds it for write through
+/// [`crate::vma::VmaOps::zap_lock`], whose hugetlb answer is this one.
+pub(crate) fn vma_lock(vma: &crate::vma::Vma) -> Option<&crate::sync::RwLock<()>> {
+    vma.hugetlb_resv.as_ref().map(|r| &r.vma_lock)
+}
+
 /// The hugetlbfs pseudo-file behind an anonymous `MAP_HUGETLB` mapping of
 /// `len` bytes (Linux's `hugetlb_file_setup(HUGETLB_ANON_FILE, ..)`, made
 /// with `VM_NORESERVE`: the mapping reserves, not the file). Its name is what

@@ -129,7 +129,7 @@ impl VmaOps for HugetlbVmOps {
     /// `__hugetlb_zap_begin`'s lock of a private owner's VMA: its
     /// reservation map's `rw_sema`, which the faults hold for read.
     fn zap_lock<'v>(&self, vma: &'v Vma) -> Option<&'v RwLock<()>> {
-        vma.hugetlb_resv.as_ref().map(|r| &r.vma_lock)
+        super::vma_lock(vma)
     }
 
     /// `__hugetlb_zap_begin`'s lock: a shared mapping's windows may link

@@ -45,7 +45,7 @@ pub(crate) fn hugetlb_unshare(mm: &AddressSpace, vma: &Vma, va: u64) -> Result<(
     let _inval = file.invalidate_lock.read();
     let hugetlb = &mm.phys.hugetlb;
     let _fault_mutex = hugetlb.fault_mutexes.lock(&hugetlb.locks, file.id(), vma.huge_index(haddr));
-    let _resv_lock = vma.hugetlb_resv.as_ref().map(|r| r.vma_lock.read());
+    let _resv_lock = crate::hugetlb::vma_lock(vma).map(|l| l.read());
     let guard = crossbeam_epoch::pin();
     let Some(leaf) = mm.pgtables.leaf(haddr, &guard).filter(|l| l.entry_size() == HPAGE_SIZE) else {
         return Ok(());
