@@ -94,6 +94,9 @@ pub struct Cpu {
     last_fault: Option<FaultInfo>,
     /// The next access that hits a watchpoint is made ([`Cpu::pass_watchpoint`]).
     pass_watchpoint: bool,
+    /// The last anonymous VMA this CPU faulted in, of `mm`
+    /// ([`crate::fault::VmaHint`]; cleared when the CPU leaves `mm`).
+    vma_hint: crate::fault::VmaHint,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -119,6 +122,7 @@ impl Cpu {
             parked: false,
             stats: CpuStats::default(),
             last_fault: None,
+            vma_hint: Default::default(),
             pass_watchpoint: false,
             _not_send: PhantomData,
         }
@@ -161,6 +165,7 @@ impl Cpu {
         if let Some(mm) = self.mm.take() {
             mm.tlb.detach(&self.state);
         }
+        self.vma_hint.clear();
         self.empty_tlb();
         // Out of the domain with an empty TLB: a shootdown still waiting
         // for this CPU's next access stops waiting.
@@ -547,7 +552,7 @@ impl Cpu {
             self.section_end();
             let quiescent = QuiescentGuard::enter();
             let before = crate::sync::shared_writes_so_far();
-            let r = mm.handle_fault_counted(va, access, &mut self.stats.fault);
+            let r = mm.handle_fault_counted(va, access, &mut self.stats.fault, Some(&mut self.vma_hint));
             self.stats.fault.shared_writes += crate::sync::shared_writes_so_far() - before;
             drop(quiescent);
             // Back in, with the TLB checked again: the entry is walked anew.

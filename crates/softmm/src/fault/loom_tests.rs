@@ -57,7 +57,7 @@ fn spawn_write_fault(mm: &Arc<AddressSpace>, a: u64) -> loom::thread::JoinHandle
     crate::sync::model::spawn(move || {
         let _q = crate::tlb::QuiescentGuard::enter();
         let mut stats = FaultStats::default();
-        let r = mm.handle_fault_counted(a, Access::Write, &mut stats);
+        let r = mm.handle_fault_counted(a, Access::Write, &mut stats, None);
         (r, stats)
     })
 }

@@ -61,7 +61,7 @@ mod per_vma;
 mod speculative;
 mod stats;
 
-pub(crate) use per_vma::VmaReadRef;
+pub(crate) use per_vma::{VmaHint, VmaReadRef};
 pub use stats::FaultStats;
 // The access kind is vocabulary below the TLB (`crate::access`); faults
 // name it here, where embedders meet it.
@@ -119,7 +119,7 @@ impl AddressSpace {
     /// failure the signal Linux would deliver.
     pub fn handle_fault(&self, addr: u64, access: Access) -> Result<(), Fault> {
         let _q = crate::tlb::QuiescentGuard::enter();
-        self.handle_fault_counted(addr, access, &mut FaultStats::default())
+        self.handle_fault_counted(addr, access, &mut FaultStats::default(), None)
     }
 
     /// Linux's `handle_mm_fault` for a caller that holds `mmap_lock` (for
@@ -153,15 +153,23 @@ impl AddressSpace {
         handler::anon_vma_prepare(&ctx).is_ok()
     }
 
-    /// [`AddressSpace::handle_fault`], counting into `stats` (a CPU's own).
-    pub(crate) fn handle_fault_counted(&self, addr: u64, access: Access, stats: &mut FaultStats) -> Result<(), Fault> {
+    /// [`AddressSpace::handle_fault`], counting into `stats` (a CPU's own),
+    /// trying first the VMA of `hint` (a CPU's own, [`VmaHint`]) under the
+    /// per-VMA fault policies.
+    pub(crate) fn handle_fault_counted(
+        &self,
+        addr: u64,
+        access: Access,
+        stats: &mut FaultStats,
+        hint: Option<&mut VmaHint>,
+    ) -> Result<(), Fault> {
         stats.faults += 1;
         let attempt = match self.policy() {
             FaultPolicy::MmapLock => None,
             FaultPolicy::Speculative => (self.config.force_speculative || self.tlb.attached() > 1)
                 .then(|| speculative::handle(self, addr, access)),
-            FaultPolicy::PerVma => Some(per_vma::handle(self, addr, access, true)),
-            FaultPolicy::PerVmaSeq => Some(per_vma::handle(self, addr, access, false)),
+            FaultPolicy::PerVma => Some(per_vma::handle(self, addr, access, true, hint)),
+            FaultPolicy::PerVmaSeq => Some(per_vma::handle(self, addr, access, false, hint)),
         };
         if let Some(result) = attempt {
             stats.spec_attempts += 1;

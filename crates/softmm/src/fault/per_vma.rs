@@ -7,11 +7,9 @@
 
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
-
 use crate::mm::AddressSpace;
 use crate::sync::shared_write;
-use crate::vma::Vma;
+use crate::vma::{VmFlags, Vma};
 
 use super::handler::{self, Check, FaultCtx};
 use super::{Abort, Access, FaultError};
@@ -50,26 +48,91 @@ impl Drop for VmaReadRef<'_> {
     }
 }
 
-/// Linux's `lock_vma_under_rcu`: the VMA holding `addr` in the tree published
-/// for lock-free readers, with its read reference taken. `Unsupported` if no
-/// VMA holds `addr` (the caller's `mmap_lock` path decides what that means:
-/// a stack to grow, `SIGSEGV`, `ENOMEM`), `VmaChanged` if a writer is
-/// replacing or removing the one found. The VMA lives as long as `guard`.
-fn lock_vma_under_rcu<'g>(mm: &AddressSpace, addr: u64, guard: &'g Guard) -> Result<VmaReadRef<'g>, Abort> {
-    let vma = mm.vmas_rcu(guard).find(addr).ok_or(Abort::Unsupported)?;
-    VmaReadRef::try_new(vma).ok_or(Abort::VmaChanged)
+/// The last private anonymous VMA a CPU faulted in (Linux's per-task
+/// `vmacache`, removed in 6.1 with the maple tree). A fault at an address
+/// inside it starts from it instead of looking the address up in the
+/// published VMA set, whose nodes a writer of the same window copies anew
+/// at every call: each lookup after one missed the cache on every level
+/// (a faulter beside an unrelated mmap/munmap loop, `docs/interference.md`).
+///
+/// Linux validated its cache by a per-mm sequence number that every VMA
+/// change wrote, a line every fault read; this one is validated by the
+/// VMA's own detached bit, which only a writer removing or replacing this
+/// VMA writes: a VMA that is attached is in the current published set (a
+/// VMA leaves it only detached, [`crate::vma::VmaTree::remove`]), so a
+/// hinted VMA found attached is the one the lookup would have found.
+///
+/// Only private anonymous VMAs without special flags are kept: the `Arc`
+/// keeps the VMA until the CPU's next fault elsewhere, its detach or its
+/// drop, and such a VMA holds nothing whose release Linux makes visible
+/// (a file, a hugetlb reservation, embedder memory).
+#[derive(Default)]
+pub(crate) struct VmaHint(Option<Arc<Vma>>);
+
+impl VmaHint {
+    /// Takes the hinted VMA out if it holds `addr` and is still attached
+    /// (put back with [`VmaHint::keep`]: no reference count is written on
+    /// a hit).
+    fn take_for(&mut self, addr: u64) -> Option<Arc<Vma>> {
+        self.0.take_if(|v| v.start <= addr && addr < v.end && !v.lock.is_detached())
+    }
+
+    /// Whether a hint may hold `vma`.
+    fn may_hold(vma: &Vma) -> bool {
+        vma.is_anonymous() && !vma.flags.intersects(VmFlags::SPECIAL)
+    }
+
+    /// Keeps `vma` as the hint.
+    fn keep(&mut self, vma: Arc<Vma>) {
+        debug_assert!(Self::may_hold(&vma));
+        self.0 = Some(vma);
+    }
+
+    /// Forgets the hint (the CPU leaves its address space).
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
+/// The fault at `addr`: on the VMA of `hint` (the faulting CPU's
+/// [`VmaHint`]) if it holds `addr`, else on the one of the published set,
+/// which becomes the hint if it may.
+pub(super) fn handle(
+    mm: &AddressSpace,
+    addr: u64,
+    access: Access,
+    with_ref: bool,
+    hint: Option<&mut VmaHint>,
+) -> Result<(), FaultError> {
+    let guard = crossbeam_epoch::pin();
+    let find = || mm.vmas_rcu(&guard).find(addr).ok_or(FaultError::Abort(Abort::Unsupported));
+    let Some(hint) = hint else { return fault_on(mm, find()?, addr, access, with_ref) };
+    let vma = match hint.take_for(addr) {
+        Some(v) => v,
+        None => {
+            let v = find()?;
+            if !VmaHint::may_hold(v) {
+                return fault_on(mm, v, addr, access, with_ref);
+            }
+            // One reference count write per change of VMA.
+            v.clone()
+        }
+    };
+    let r = fault_on(mm, &vma, addr, access, with_ref);
+    hint.keep(vma);
+    r
 }
 
 /// `with_ref`: take the VMA's read reference (`PerVma`); else validate
 /// optimistically (`PerVmaSeq`), taking the reference only when a page table
-/// must be allocated.
-pub(super) fn handle(mm: &AddressSpace, addr: u64, access: Access, with_ref: bool) -> Result<(), FaultError> {
-    let guard = crossbeam_epoch::pin();
+/// must be allocated. `vma` was found in the published set, or is a hint
+/// found attached: either way a VMA of the current set until it is
+/// detached, which both ways check.
+fn fault_on(mm: &AddressSpace, vma: &Arc<Vma>, addr: u64, access: Access, with_ref: bool) -> Result<(), FaultError> {
     if with_ref {
-        let vma = lock_vma_under_rcu(mm, addr, &guard).map_err(FaultError::Abort)?;
+        let vma = VmaReadRef::try_new(vma).ok_or(FaultError::Abort(Abort::VmaChanged))?;
         return with_reference(mm, &vma, addr, access);
     }
-    let vma = mm.vmas_rcu(&guard).find(addr).ok_or(FaultError::Abort(Abort::Unsupported))?;
     if vma.lock.is_detached() {
         return Err(FaultError::Abort(Abort::VmaChanged));
     }
@@ -119,8 +182,58 @@ mod tests {
         vma.lock.detach(); // returns: the reference was dropped
         assert!(VmaReadRef::try_new(vma).is_none());
         assert!(vma.lock.is_detached());
-        assert!(lock_vma_under_rcu(&mm, a, &guard).is_err());
+        assert!(matches!(handle(&mm, a, Access::Write, true, None), Err(FaultError::Abort(Abort::VmaChanged))));
         vma.lock.detach(); // returns: no reader left behind
         assert!(vma.lock.is_detached());
+    }
+
+    /// A CPU's hint serves only the VMA it names, only while that VMA is
+    /// in the set: after a fault in one VMA, a fault in its neighbour (other
+    /// protections) and faults after the hinted VMA was replaced (mprotect)
+    /// or removed and its range mapped anew each give the result of the set
+    /// as it is, under both per-VMA policies. A hint taken for any address
+    /// (no range check) wrote the read-only neighbour; one taken while
+    /// detached fell back to the locked path, which gives the same results.
+    #[test]
+    fn a_cpus_vma_hint_never_serves_another_vma() {
+        use crate::error::{Fault, SegvCode};
+        use crate::Cpu;
+        for policy in [crate::FaultPolicy::PerVmaSeq, crate::FaultPolicy::PerVma] {
+            let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
+            let mm = Arc::new(AddressSpace::new(&phys, MmConfig::default().policy(policy)).unwrap());
+            let a = mm.mmap(0, 4 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+            let b = a + 2 * PAGE_SIZE;
+            mm.mprotect(b, 2 * PAGE_SIZE, PROT_READ).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            cpu.write_u8(a, 1).unwrap(); // the hint: [a, b)
+            let acc = |addr| Err(Fault::Segv { addr, code: SegvCode::AccErr });
+            assert_eq!(cpu.write_u8(b, 1), acc(b), "{policy:?}: the read-only neighbour");
+            assert_eq!(cpu.read_u8(b + PAGE_SIZE), Ok(0), "{policy:?}");
+            cpu.write_u8(a + PAGE_SIZE, 2).unwrap(); // the hint: [a, b) again
+                                                     // Replaced from another thread: the hinted VMA is detached.
+            let m = mm.clone();
+            std::thread::spawn(move || m.mprotect(a, 2 * PAGE_SIZE, PROT_READ).unwrap()).join().unwrap();
+            let addr = a + PAGE_SIZE;
+            assert_eq!(cpu.write_u8(addr, 3), acc(addr), "{policy:?}: after mprotect");
+            assert_eq!(cpu.read_u8(addr), Ok(2), "{policy:?}");
+            // Removed and mapped anew, writable, with fresh pages.
+            let m = mm.clone();
+            std::thread::spawn(move || {
+                m.mprotect(a, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE).unwrap();
+                m.munmap(a, 2 * PAGE_SIZE).unwrap();
+                m.mmap(a, 2 * PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, None, 0)
+                    .unwrap();
+            })
+            .join()
+            .unwrap();
+            assert_eq!(cpu.read_u8(a + PAGE_SIZE), Ok(0), "{policy:?}: a new mapping");
+            cpu.write_u8(a + PAGE_SIZE, 4).unwrap();
+            assert_eq!(cpu.read_u8(a + PAGE_SIZE), Ok(4), "{policy:?}");
+            // The CPU's hint is no reference the address space waits on.
+            drop(cpu);
+            let m = Arc::try_unwrap(mm).ok().expect("the last reference");
+            drop(m);
+            assert_eq!(phys.quiesce().vmas, 0, "{policy:?}");
+        }
     }
 }

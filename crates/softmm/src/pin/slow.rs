@@ -276,7 +276,7 @@ fn fault_lock_free(mm: &AddressSpace, req: &Request, va: u64, out: &mut Taken<'_
     }
     let access = if req.write { Access::Write } else { Access::Read };
     let mut fs = FaultStats::default();
-    let ok = mm.handle_fault_counted(va, access, &mut fs).is_ok();
+    let ok = mm.handle_fault_counted(va, access, &mut fs, None).is_ok();
     out.stats.faults += fs.faults;
     out.stats.mmap_lock_acquisitions += fs.mmap_lock_acquisitions;
     ok
