@@ -8,8 +8,10 @@
 //! hole punch around shrinking the file, zapping mappings and dropping pages,
 //! so no fault can map a page that the shrink is about to drop. Order:
 //! `mmap_lock` → `invalidate_lock` → page-cache lock → PTE lock. Truncate
-//! takes `mmap_lock` under `invalidate_lock`, but only with `read_recursive`,
-//! and no `mmap_lock` writer ever takes `invalidate_lock`, so the two orders
+//! takes `mmap_lock` under `invalidate_lock`, but only as a recursive reader
+//! that enters beside any reader inside, even while a writer waits
+//! (`AddressSpace::read_lock_recursive`, which retries a parked wait), and
+//! no `mmap_lock` writer ever takes `invalidate_lock`, so the two orders
 //! cannot deadlock.
 //!
 //! # Reverse map

@@ -22,6 +22,8 @@ pub(crate) mod hooks;
 pub(crate) mod layout;
 #[cfg(all(test, not(loom)))]
 mod line_layout_tests;
+#[cfg(all(test, not(loom)))]
+mod lock_order_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 mod mkclean;
@@ -184,6 +186,11 @@ pub struct MmStats {
     /// ([`WriterPolicy::Range`]; zero under every other policy).
     pub range: RangeStats,
 }
+
+/// How long [`AddressSpace::read_lock_recursive`] stays parked before it
+/// tries `mmap_lock` again: a truncate meets it only when it would
+/// otherwise stay parked beside a reader it could join.
+const RECURSIVE_READ_RETRY: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// A virtual address space with Linux semantics.
 pub struct AddressSpace {
@@ -484,9 +491,27 @@ impl AddressSpace {
     }
 
     /// `mmap_lock` for read even while a writer waits; only for paths that
-    /// already hold a lock a writer may need (truncate under `invalidate_lock`).
+    /// already hold a lock a fault under `mmap_lock` may wait for (truncate
+    /// under `invalidate_lock`).
+    ///
+    /// `read_recursive` enters beside a writer that waits for readers only
+    /// if it finds readers inside when it tries. Parked before (while a
+    /// writer held the lock), it is woken only by an exclusive unlock, and
+    /// parking_lot's unlock or downgrade wakes the waiters queued up to the
+    /// first writer and that writer, none queued after it. So a truncate
+    /// parked behind a writer's section could stay parked while a fault
+    /// that entered `mmap_lock` for read as the section ended waits for the
+    /// truncate's `invalidate_lock`, and the writer woken waits for the
+    /// fault. The wait here is timed, and tries again at each timeout: it
+    /// then finds the fault inside and enters (`lock_order_tests`). Bounded
+    /// as the plain wait: a writer holding the lock never waits for
+    /// `invalidate_lock`.
     pub(crate) fn read_lock_recursive(&self) -> MmapRecursiveGuard<'_> {
-        let st = self.mmap_lock.read_recursive();
+        let st = loop {
+            if let Some(st) = self.mmap_lock.try_read_recursive_for(RECURSIVE_READ_RETRY) {
+                break st;
+            }
+        };
         if !self.config.writer_policy.range_writers() {
             return MmapRecursiveGuard { st, synced: None, _blocked: None };
         }

@@ -94,6 +94,12 @@ impl<T> RwLock<T> {
         self.read()
     }
 
+    /// [`RwLock::read_recursive`], which a loom model's scheduler never
+    /// leaves parked while it could enter: the timeout is not modelled.
+    pub(crate) fn try_read_recursive_for(&self, _timeout: std::time::Duration) -> Option<RwLockReadGuard<'_, T>> {
+        Some(self.read_recursive())
+    }
+
     /// Locks for reading if no writer holds it.
     pub(crate) fn try_read(&self) -> Option<RwLockReadGuard<'_, T>> {
         self.0.try_read().ok()
