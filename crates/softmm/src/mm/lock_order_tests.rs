@@ -5,14 +5,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::file::{File, OpenFile};
+use crate::file::File;
 use crate::mm::{AddressSpace, MmConfig};
 use crate::phys::{PhysConfig, PhysMem};
-use crate::uapi::*;
 use crate::PAGE_SIZE;
 
 /// A truncate that parked for `mmap_lock` behind a writer's section, while
-/// holding `invalidate_lock`, must not stay parked once a reader holds
+/// holding `invalidate_lock` (of a file the address space maps), must not stay parked once a reader holds
 /// `mmap_lock` and a second writer waits for that reader: the reader (a
 /// fault) waits for `invalidate_lock`. The order of the parked waiters is
 /// set by sleeps: a writer, then the truncate; the downgrade of the first
@@ -25,8 +24,8 @@ fn a_truncate_parked_behind_a_writer_enters_beside_the_reader_it_waits_for() {
     let phys = PhysMem::new(PhysConfig::new(1 << 20)).unwrap();
     let mm = Arc::new(AddressSpace::new(&phys, MmConfig::default()).unwrap());
     let file = File::create(&phys, "f", 4 * PAGE_SIZE).unwrap();
-    let open = OpenFile::new(&file, true, true);
-    let a = mm.mmap(0, 4 * PAGE_SIZE, PROT_READ, MAP_SHARED, Some(&open), 0).unwrap();
+    // A mapper of the file, so that the truncate takes its `mmap_lock`.
+    mm.link_file(file.inode());
     let (done, finished) = mpsc::channel();
     let scenario = {
         let (mm, file) = (mm.clone(), file.clone());
@@ -34,7 +33,7 @@ fn a_truncate_parked_behind_a_writer_enters_beside_the_reader_it_waits_for() {
             let first = mm.write_lock();
             let writer = {
                 let mm = mm.clone();
-                std::thread::spawn(move || mm.mprotect(a, PAGE_SIZE, PROT_NONE).unwrap())
+                std::thread::spawn(move || drop(mm.write_lock()))
             };
             std::thread::sleep(Duration::from_millis(100)); // the writer parks
             let truncate = {
