@@ -214,7 +214,11 @@ impl RangeState {
     /// writers are blocked and drained.
     fn map_count_share(&self, max_map_count: usize) -> Option<usize> {
         let slot = self.map_count.mine();
-        let others = MAX_VMAS_ADDED * self.writers.inside_mine().saturating_sub(1) as i64;
+        let others = if crate::sync::broken::range_writers::no_count_others() {
+            0
+        } else {
+            MAX_VMAS_ADDED * self.writers.inside_mine().saturating_sub(1) as i64
+        };
         let used = slot.delta.load(Ordering::Acquire) + others + 2;
         let room = slot.share.load(Ordering::Relaxed) - used;
         (room >= 0).then(|| max_map_count.saturating_sub(2 + room as usize))
