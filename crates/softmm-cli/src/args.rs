@@ -37,7 +37,9 @@ impl Limit {
 pub struct BenchArgs {
     /// Workloads, comma-separated or repeated: pft, page-fault1, page-fault2,
     /// page-fault3, mmap1, mmap2, tlb-flush, interference, cortenmm,
-    /// big-munmap (seed 002), or all; or alone, each with its own sweep:
+    /// madvise-flags and mremap-move (a split and a merge per operation, by
+    /// `madvise` flags or an `mremap` move: the writer policies' range
+    /// paths), big-munmap (seed 002), or all; or alone, each with its own sweep:
     /// pin (seed 004), migrate (seed 003), or hugetlb-fault, hugetlb-fork
     /// and hugetlb-fork-fault (seed 000; --threads counts instances; the
     /// host rows grow the host's huge-page pool for the run, as root).

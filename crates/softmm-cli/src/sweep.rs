@@ -600,6 +600,8 @@ const FAULT_SWEEP: &[&str] = &[
     "tlb-flush",
     "interference",
     "cortenmm",
+    "madvise-flags",
+    "mremap-move",
     "all",
 ];
 

@@ -30,6 +30,13 @@ pub enum Workload {
     Cortenmm,
     /// Seed 002: a large munmap beside faulting, mapping or maps-reading threads.
     BigMunmap,
+    /// `MADV_DONTFORK` and `MADV_DOFORK` on one page of each thread's own
+    /// mapping: a split and a merge per operation (issue 32's range
+    /// `madvise`).
+    MadviseFlags,
+    /// A page of each thread's own mapping moved with
+    /// `MREMAP_MAYMOVE | MREMAP_FIXED` and back (issue 32's range `mremap`).
+    MremapMove,
 }
 
 /// The CortenMM operations, each in low and high contention.
@@ -58,6 +65,8 @@ impl Workload {
         Workload::TlbFlush,
         Workload::Interference,
         Workload::Cortenmm,
+        Workload::MadviseFlags,
+        Workload::MremapMove,
         Workload::BigMunmap,
     ];
 
@@ -74,6 +83,8 @@ impl Workload {
             Workload::Interference => "interference",
             Workload::Cortenmm => "cortenmm",
             Workload::BigMunmap => "big-munmap",
+            Workload::MadviseFlags => "madvise-flags",
+            Workload::MremapMove => "mremap-move",
         }
     }
 
@@ -95,6 +106,7 @@ impl Workload {
             Workload::Interference => &["alone", "interfered"],
             Workload::Cortenmm => CORTENMM_MODES,
             Workload::BigMunmap => BIG_MUNMAP_MODES,
+            Workload::MadviseFlags | Workload::MremapMove => &["threads"],
         }
     }
 
@@ -115,6 +127,8 @@ impl Workload {
             Workload::Interference => "page faulted by a faulter",
             Workload::Cortenmm => "16 KiB region operation",
             Workload::BigMunmap => "other thread's operation during the munmap",
+            Workload::MadviseFlags => "DONTFORK+DOFORK pair (a split and a merge)",
+            Workload::MremapMove => "page moved and moved back",
         }
     }
 

@@ -13,6 +13,7 @@ pub mod pin;
 pub mod space;
 mod tlb_flush;
 mod wis;
+pub mod writers;
 
 use std::sync::Arc;
 
@@ -42,6 +43,8 @@ pub fn arena_bytes(w: Workload, tasks: usize, size: u64) -> u64 {
         Workload::TlbFlush => t * tlb_flush::region(size),
         Workload::Cortenmm => t * cortenmm::REGION,
         Workload::BigMunmap => size + big_munmap::arena_extra(tasks),
+        // One page per thread.
+        Workload::MadviseFlags | Workload::MremapMove => t * 4096,
     };
     // Frames may sit in per-thread caches of threads that have exited.
     let cpus = std::thread::available_parallelism().map_or(4, |n| n.get()) as u64;
@@ -310,6 +313,7 @@ pub fn run(w: Workload, backend: Backend, p: &Params, arena: &mut Arena) -> Resu
         Workload::Interference => interference::run(env.as_ref(), p),
         Workload::Cortenmm => cortenmm::run(env.as_ref(), p),
         Workload::BigMunmap => big_munmap::run(env.as_ref(), p),
+        Workload::MadviseFlags | Workload::MremapMove => writers::run(w, env.as_ref(), p),
     }
 }
 

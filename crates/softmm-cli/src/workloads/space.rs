@@ -30,6 +30,8 @@ pub trait Space: Sync {
     fn munmap(&self, addr: u64, len: u64) -> Result<(), i32>;
     /// `madvise`.
     fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), i32>;
+    /// `mremap`; the new address.
+    fn mremap(&self, addr: u64, old_len: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64, i32>;
     /// Stores a byte (faulting the page in as needed).
     fn write(cpu: &mut Self::Cpu, addr: u64, v: u8) -> Result<(), i32>;
     /// Loads a byte.
@@ -78,6 +80,10 @@ impl Space for SoftSpace {
 
     fn madvise(&self, addr: u64, len: u64, advice: i32) -> Result<(), i32> {
         self.mm.madvise(addr, len, advice).map_err(|e| e.code())
+    }
+
+    fn mremap(&self, addr: u64, old_len: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64, i32> {
+        self.mm.mremap(addr, old_len, new_len, flags, new_addr).map_err(|e| e.code())
     }
 
     #[inline]
@@ -147,6 +153,26 @@ impl Space for HostSpace {
             Err(errno())
         } else {
             Ok(())
+        }
+    }
+
+    fn mremap(&self, addr: u64, old_len: u64, new_len: u64, flags: i32, new_addr: u64) -> Result<u64, i32> {
+        // SAFETY: the workload moves only pages of its own mappings, and with
+        // `MREMAP_FIXED` only onto ranges it mapped or unmapped itself, where
+        // no Rust object lives.
+        let p = unsafe {
+            libc::mremap(
+                addr as *mut libc::c_void,
+                old_len as usize,
+                new_len as usize,
+                flags,
+                new_addr as *mut libc::c_void,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(errno())
+        } else {
+            Ok(p as u64)
         }
     }
 

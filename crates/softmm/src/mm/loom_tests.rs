@@ -390,3 +390,78 @@ fn a_range_madvise_against_a_fault_in_its_range() {
     crate::sync::broken::check_model(model, &NO_BLOCK);
     assert_ranged(&SEEN);
 }
+
+/// `max_map_count` under two range writers of one slot
+/// (`RangeState::map_count_share`, Linux's `percpu_counter` with a batch):
+/// with `max_map_count` 6, an `mmap_lock` section leaves two VMAs `x` and
+/// `y` (3 pages each, in windows 5 and 6) and splits the room, 4, into
+/// shares of 2; a writer of the other slot adds a VMA `z` (3 VMAs, window
+/// 7). Then two threads of slot 0 each
+/// `mprotect` the middle page of one of `x` and `y`, a split in three (2
+/// more VMAs each). In either order under `mmap_lock` the first goes
+/// (5 VMAs) and the second is refused with `ENOMEM` (7 > 6), changing
+/// nothing. So in every execution exactly one is refused, the map count is
+/// 5, never past the limit, and the refused one's VMA is whole: the range
+/// writer goes ahead only within its share, counting the writer beside it
+/// (3 for another inside), and a call its share does not cover takes
+/// `mmap_lock` (blocking and draining the range writer beside it), whose
+/// check is exact. Seen failing with
+/// `broken::range_writers::NO_COUNT_OTHERS` (both read the slot's change
+/// as 0 and go ahead: 7 VMAs, no `ENOMEM`).
+#[test]
+fn a_range_writer_pair_against_the_map_count_limit() {
+    use crate::sync::broken::range_writers::NO_COUNT_OTHERS;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    const MAX: usize = 6;
+    fn model() -> Result<(), String> {
+        crate::sync::percpu::restart_slots();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range).max_map_count(MAX);
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+        let rw = PROT_READ | PROT_WRITE;
+        // Each in a window of its own: two writers of one window are
+        // serialized by its lock, and the later one reads the earlier's change.
+        let (x, y, z) = (5 * GIB + 4 * PAGE_SIZE, 6 * GIB + 4 * PAGE_SIZE, 7 * GIB + 4 * PAGE_SIZE);
+        // Range writes of slot 0 (this thread's, taken first), then an
+        // `mmap_lock` section that takes them in: base 2, shares of 2.
+        assert_eq!(mm.mmap(x, 3 * PAGE_SIZE, rw, flags, None, 0), Ok(x));
+        assert_eq!(mm.mmap(y, 3 * PAGE_SIZE, rw, flags, None, 0), Ok(y));
+        drop(mm.write_lock());
+        // A writer of slot 1 (the next thread to count) uses half its share.
+        let other = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || mm.mmap(z, PAGE_SIZE, rw, flags, None, 0))
+        };
+        assert_eq!(other.join().unwrap(), Ok(z));
+        if mm.range.stats().writes != 3 {
+            return Err(format!("the setup's calls were not all range writes: {:?}", mm.range.stats()));
+        }
+        // The next thread counts in slot 0 again, beside this one.
+        crate::sync::percpu::restart_slots();
+        let first = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || mm.mprotect(x + PAGE_SIZE, PAGE_SIZE, PROT_READ))
+        };
+        let second = mm.mprotect(y + PAGE_SIZE, PAGE_SIZE, PROT_READ);
+        let first = first.join().unwrap();
+        if mm.range.stats().writes == 4 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let spans: Vec<(u64, u64)> = mm.maps().iter().map(|e| (e.start, e.end)).collect();
+        if spans.len() > MAX {
+            return Err(format!("{} VMAs, past max_map_count {MAX}: {first:?} {second:?}", spans.len()));
+        }
+        let refused = match (first, second) {
+            (Ok(()), Err(crate::Errno::NoMem)) => y,
+            (Err(crate::Errno::NoMem), Ok(())) => x,
+            other => return Err(format!("not one refusal with ENOMEM: {other:?}")),
+        };
+        if spans.len() != MAX - 1 || !spans.contains(&(refused, refused + 3 * PAGE_SIZE)) {
+            return Err(format!("{spans:x?}: the refused call changed its VMA, or the other did not split"));
+        }
+        Ok(())
+    }
+    crate::sync::broken::check_model(model, &NO_COUNT_OTHERS);
+    assert_ranged(&SEEN);
+}

@@ -84,9 +84,10 @@
 //!   `mmap_lock` for write: a call inside one VMA runs under its read
 //!   reference under the default `MadvisePolicy::PerVma`, the rest under
 //!   `mmap_lock` for read, which blocks range writers as every holder does);
-//! * `mremap` with `MREMAP_DONTUNMAP`, a move without `MREMAP_FIXED`, a
-//!   growth that cannot stay in place, or a moved or grown VMA that would
-//!   reach its window's bounds (`sys/mremap/range.rs`);
+//! * `mremap` moving to where a search over more than its window puts it
+//!   (under Linux placement, or outside the calling thread's arena), or a
+//!   moved or grown VMA that would reach its window's bounds
+//!   (`sys/mremap/range.rs`);
 //! * its slot's share of the room below `max_map_count` used up
 //!   ([`RangeState::map_count_share`], Linux's `percpu_counter` batch): a
 //!   call the limit might refuse goes to `mmap_lock`, whose check is
@@ -214,7 +215,11 @@ impl RangeState {
     /// writers are blocked and drained.
     fn map_count_share(&self, max_map_count: usize) -> Option<usize> {
         let slot = self.map_count.mine();
-        let others = MAX_VMAS_ADDED * self.writers.inside_mine().saturating_sub(1) as i64;
+        let others = if crate::sync::broken::range_writers::no_count_others() {
+            0
+        } else {
+            MAX_VMAS_ADDED * self.writers.inside_mine().saturating_sub(1) as i64
+        };
         let used = slot.delta.load(Ordering::Acquire) + others + 2;
         let room = slot.share.load(Ordering::Relaxed) - used;
         (room >= 0).then(|| max_map_count.saturating_sub(2 + room as usize))

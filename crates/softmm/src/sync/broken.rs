@@ -353,6 +353,13 @@ pub(crate) mod range_writers {
         /// fault gives its `anon_vma` to a VMA a range `madvise` has
         /// replaced (`a_range_madvise_against_a_fault_in_its_range`).
         pub(crate) static NO_BLOCK: Cell<bool> = const { Cell::new(false) };
+        /// A range writer's check of its slot's share of the room below
+        /// `max_map_count` (`RangeState::map_count_share`) does not count
+        /// the other writers inside in its slot: two writers of one slot
+        /// that both read its change before either adds to it both go
+        /// ahead, and together pass the limit
+        /// (`a_range_writer_pair_against_the_map_count_limit`).
+        pub(crate) static NO_COUNT_OTHERS: Cell<bool> = const { Cell::new(false) };
     }
 
     /// [`NO_DETACH`]'s value (false outside loom).
@@ -369,6 +376,15 @@ pub(crate) mod range_writers {
     pub(crate) fn no_window_lock() -> bool {
         #[cfg(loom)]
         return NO_WINDOW_LOCK.with(Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+
+    /// [`NO_COUNT_OTHERS`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn no_count_others() -> bool {
+        #[cfg(loom)]
+        return NO_COUNT_OTHERS.with(Cell::get);
         #[cfg(not(loom))]
         false
     }

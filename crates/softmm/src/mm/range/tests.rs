@@ -148,6 +148,47 @@ fn a_mremap_inside_a_window_takes_no_mmap_lock() {
     assert_eq!(phys.stats().frames_used, 0);
 }
 
+/// Under `PlacementPolicy::Arenas`, a growth that cannot stay in place
+/// moves inside the calling thread's arena, and `MREMAP_DONTUNMAP` to a
+/// hint moves the pages and leaves the source mapped and empty: both as
+/// range writes, with the mappings, pages and map count of `short`.
+#[test]
+fn a_searched_mremap_move_inside_the_arena_is_a_range_write() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let run = |mm: &Arc<AddressSpace>| {
+        let rw = PROT_READ | PROT_WRITE;
+        // Placed at the arena's top: four pages off each end, and the
+        // upper half read-only, in the way of the lower half's growth.
+        let base = mm.mmap(0, 16 * PAGE_SIZE, rw, ANON, None, 0).unwrap();
+        mm.munmap(base, 4 * PAGE_SIZE).unwrap();
+        mm.munmap(base + 12 * PAGE_SIZE, 4 * PAGE_SIZE).unwrap();
+        mm.mprotect(base + 8 * PAGE_SIZE, 4 * PAGE_SIZE, PROT_READ).unwrap();
+        let a = base + 4 * PAGE_SIZE;
+        let mut cpu = crate::Cpu::attached(mm);
+        for i in 0..4 {
+            cpu.write_u32(a + i * PAGE_SIZE, 100 + i as u32).unwrap();
+        }
+        let grown = mm.mremap(a, 4 * PAGE_SIZE, 6 * PAGE_SIZE, MREMAP_MAYMOVE, 0).unwrap();
+        let hint = grown - 16 * PAGE_SIZE;
+        let kept = mm.mremap(grown, 6 * PAGE_SIZE, 6 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, hint).unwrap();
+        let values: Vec<_> = (0..6).map(|i| cpu.read_u32(kept + i * PAGE_SIZE).unwrap()).collect();
+        let source: Vec<_> = (0..6).map(|i| cpu.read_u32(grown + i * PAGE_SIZE).unwrap()).collect();
+        drop(cpu);
+        (a, grown, kept, hint, values, source, spans(mm), mm.stats().map_count)
+    };
+    let reference = run(&mm(&phys, WriterPolicy::Short, PlacementPolicy::Arenas));
+    let range = mm(&phys, WriterPolicy::Range, PlacementPolicy::Arenas);
+    let got = run(&range);
+    // mmap, two munmaps, mprotect and the two mremaps.
+    let stats = range.range.stats();
+    assert_eq!((stats.writes, stats.fallbacks), (6, 0), "{stats:?}");
+    assert_eq!(got, reference);
+    let (a, grown, kept, hint, values, source, ..) = got;
+    assert!(grown != a && kept == hint, "moved by the search, then to the hint");
+    assert_eq!(values, [100, 101, 102, 103, 0, 0]);
+    assert_eq!(source, [0; 6], "the source stays mapped, empty");
+}
+
 /// A VMA a range writer removes is detached before its window is
 /// published, and a fault in it aborts; a lock-free fault after the
 /// munmap finds nothing.
@@ -188,7 +229,7 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             |next: &mut dyn FnMut(u64) -> u64| base + next(3) * GIB + above + next(24) * PAGE_SIZE - 8 * PAGE_SIZE;
         let prots = [PROT_READ, PROT_READ | PROT_WRITE, PROT_NONE];
         // Range writes per kind of call (`op`).
-        let mut ranged = [0u64; 12];
+        let mut ranged = [0u64; 14];
         for round in 0..600 {
             let a = addr(&mut next);
             let len = match next(4) {
@@ -217,7 +258,7 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
                 _ => (old_addr + next(32) * PAGE_SIZE).saturating_sub(16 * PAGE_SIZE),
             };
             let may_move = if next(2) == 0 { MREMAP_MAYMOVE } else { 0 };
-            let op = next(12);
+            let op = next(14);
             let run = |mm: &AddressSpace| match op {
                 0..=2 => mm.mmap(a, len, prot, ANON | MAP_FIXED, None, 0),
                 3 => mm.mmap(a, len, prot, ANON | MAP_FIXED_NOREPLACE, None, 0),
@@ -226,7 +267,10 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
                 7 => mm.mprotect(a, len, prot).map(|_| 0),
                 8 | 9 => mm.madvise(a, len, advice).map(|_| 0),
                 10 => mm.mremap(old_addr, old_len, new_len, may_move, 0),
-                _ => mm.mremap(old_addr, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target),
+                11 => mm.mremap(old_addr, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target),
+                // MREMAP_DONTUNMAP: the target a hint, or fixed.
+                12 => mm.mremap(old_addr, old_len, old_len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, target),
+                _ => mm.mremap(old_addr, old_len, old_len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED, target),
             };
             let before = range.range.stats().writes;
             let (want, got) = (run(&reference), run(&range));
@@ -253,6 +297,7 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
         // writes, not only their fallbacks.
         let (madvised, resized, moved) = (ranged[8] + ranged[9], ranged[10], ranged[11]);
         assert!(madvised > 30 && resized > 5 && moved > 15, "{placement:?}: {ranged:?}");
+        assert!(ranged[12] > 5 && ranged[13] > 5, "MREMAP_DONTUNMAP, {placement:?}: {ranged:?}");
     }
 }
 

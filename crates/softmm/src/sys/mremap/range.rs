@@ -1,7 +1,10 @@
 //! `mremap` as a range writer: a private anonymous mapping shrunk in
-//! place, grown in place, or moved with `MREMAP_MAYMOVE | MREMAP_FIXED`,
-//! where the old range, the new one and every VMA the call removes,
-//! splits or merges with lie in one window. It runs the `mmap_lock`
+//! place, grown in place, or moved (with `MREMAP_MAYMOVE | MREMAP_FIXED`;
+//! by a growth that cannot stay in place, to where the search puts it;
+//! with `MREMAP_DONTUNMAP`, to its hint or fixed target or where the
+//! search puts it, the source left mapped and empty), where the old
+//! range, the new one and every VMA the call removes, splits or merges
+//! with lie in one window. It runs the `mmap_lock`
 //! path's own code (`do_mremap`: `remap_is_valid`, `vma_merge_extend`'s
 //! insert, `move_vma` with its detach, `move_ptes` and `free_pgtables`)
 //! on the window's view, so the result and the errno are that code's.
@@ -17,10 +20,21 @@
 //! candidate under its entry's lock, as it does beside an `mmap_lock`
 //! writer.
 //!
+//! `MREMAP_DONTUNMAP` keeps the same order: the source VMA is replaced
+//! (detached, `VmaTree::replace`) by one without its pages before they
+//! move, so a fault that found it aborts, and one that finds the
+//! replacement comes after the move (a fresh page in the source).
+//!
+//! A target the search picks (`range_search_ok`) is the whole set's only
+//! where the window decides it: a `MREMAP_DONTUNMAP` hint taken as given,
+//! or, under `PlacementPolicy::Arenas`, room in the calling thread's
+//! arena when that is the window.
+//!
 //! Falls back to `mmap_lock` (besides the cases of `mm/range.rs`):
-//! `MREMAP_DONTUNMAP`; a move without `MREMAP_FIXED` (its target search
-//! covers the whole address space); a growth that cannot stay in place;
-//! a footprint (the old range with its growth, the fixed target) across
+//! a move whose target the search picks elsewhere (under Linux placement,
+//! or outside the calling thread's arena, or a THP-aligned search of a
+//! multiple of 2 MiB: the search covers the whole address space); a
+//! footprint (the old range with its growth, the fixed target) across
 //! two windows; a VMA in it that is not private anonymous memory, or that
 //! reaches its window's bounds, or a moved or grown VMA that would reach
 //! them (it could merge with a VMA of the next window); no VMA at the old
@@ -48,14 +62,14 @@ impl AddressSpace {
         new_addr: u64,
     ) -> Option<Result<u64>> {
         if !self.config.writer_policy.range_writers()
-            || flags & MREMAP_DONTUNMAP != 0
             || self.phys.overcommit().mode == crate::phys::OvercommitMode::Never
         {
             return None;
         }
-        let fixed = flags & MREMAP_FIXED != 0;
+        // A fixed target, or `MREMAP_DONTUNMAP`'s hint: in the footprint.
+        let targeted = flags & (MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 && new_addr != 0;
         let old_end = old_addr.checked_add(old_len.max(new_len))?;
-        let (lo, hi) = if fixed {
+        let (lo, hi) = if targeted {
             let new_end = new_addr.checked_add(new_len)?;
             (old_addr.min(new_addr), old_end.max(new_end))
         } else {
@@ -113,14 +127,61 @@ impl AddressSpace {
                 && new_addr + new_len < hi
                 && st.vmas.overlapping(new_addr, new_addr + new_len).all(|v| range_vma_ok(v));
         }
+        if flags & MREMAP_DONTUNMAP != 0 {
+            // A move (same length) to where the search puts it.
+            return self.range_search_ok(st, old_addr, new_len, flags, new_addr, (lo, hi));
+        }
         if new_len <= old_len {
             return true;
         }
-        // A growth: only in place (`expand_vma`'s test), and the grown VMA
-        // stays off the window's upper bound.
+        // A growth: in place (`expand_vma`'s test) if the grown VMA stays
+        // off the window's upper bound, else moved by the search.
         let delta = new_len - old_len;
-        vma.end - old_addr == old_len
-            && vma.end + delta < hi
-            && st.vmas.overlapping(vma.end, vma.end + delta).next().is_none()
+        if vma.end - old_addr == old_len {
+            if vma.end + delta >= hi {
+                return false;
+            }
+            if st.vmas.overlapping(vma.end, vma.end + delta).next().is_none() {
+                return true;
+            }
+        }
+        flags & MREMAP_MAYMOVE != 0 && self.range_search_ok(st, old_addr, new_len, flags, new_addr, (lo, hi))
+    }
+
+    /// Whether the target `mremap_target`'s search picks on the window's
+    /// view `st` is the one it picks on the whole set, inside the window
+    /// `[lo, hi)` and off its bounds: a `MREMAP_DONTUNMAP` hint taken as it
+    /// is (a hint is checked against the VMAs around it, which are the
+    /// window's, and against the stack guard gap of the VMA above the
+    /// window), or, under `PlacementPolicy::Arenas`, room found in the
+    /// calling thread's arena when that is this window (the arena is
+    /// searched before the rest of the space, as a non-fixed `mmap` is:
+    /// room found there is the whole set's answer). Anything else (the
+    /// search below `mmap_base`, the THP-aligned search of a multiple of
+    /// 2 MiB) covers the whole space, which the view does not hold.
+    fn range_search_ok(
+        &self,
+        st: &MmState,
+        old_addr: u64,
+        new_len: u64,
+        flags: i32,
+        new_addr: u64,
+        (lo, hi): (u64, u64),
+    ) -> bool {
+        let hint = if flags & MREMAP_DONTUNMAP != 0 { new_addr } else { 0 };
+        if hint == 0 && self.config.thp_align && new_len % crate::pgtable::PMD_SIZE == 0 {
+            return false;
+        }
+        let Ok(a) = self.mremap_target(st, old_addr, new_len, flags, new_addr) else { return false };
+        let in_arena = || {
+            self.config.placement == crate::PlacementPolicy::Arenas
+                && crate::mm::layout::thread_slot()
+                    .and_then(|slot| crate::mm::layout::arena(&self.config, slot))
+                    .is_some_and(|(bottom, _)| window_of(bottom) == window_of(lo))
+        };
+        a > lo
+            && a.checked_add(new_len).is_some_and(|e| e < hi)
+            && ((hint != 0 && a == hint) || in_arena())
+            && self.range_arena_is_closed(hi)
     }
 }
