@@ -268,6 +268,34 @@ pub(crate) fn range_vma_ok(v: &Vma) -> bool {
         && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::SPECIAL)
 }
 
+/// The VMAs a range writer's `munmap` may remove or split: those of
+/// [`range_vma_ok`], and besides them mappings, shared or private, of a
+/// file whose pages live only in softmm's page cache (a [`crate::File`]
+/// made by `File::create`, a memfd, the object behind a shared anonymous
+/// mapping), with the default hooks; not hugetlb, host files, host memory
+/// or devices, nor locked or special VMAs.
+///
+/// Why the file's reverse-map walkers need nothing more: a munmap changes
+/// no file's `i_mmap` entry here (an address space stays listed until it
+/// dies, `AddressSpace::link_file`), and every walker of an address space's
+/// VMAs of a file (truncate and hole punch through
+/// `Mapper::unmap_file_range`, `page_mkclean`, the migration walks) takes
+/// `mmap_lock` for read, recursively, which blocks the shared mode and
+/// waits for the range writers inside to leave (`read_lock_recursive`).
+/// So a walker sees a range munmap whole (its VMAs detached and published,
+/// its entries zapped and flushed: both before the writer leaves) or not
+/// at all (the writer, refused, takes `mmap_lock` for write, which waits
+/// for the walker), as Linux's walkers under `i_mmap_rwsem` see an
+/// `unlink_file_vma` before or after them. The file's use is put after the
+/// writer leaves ([`put_files`]), as the `mmap_lock` path puts it after its
+/// section; the last one evicts the file's pages.
+pub(crate) fn range_unmap_vma_ok(v: &Vma) -> bool {
+    let plain_file = |f: &crate::file::Inode| f.is_plain_memory() && v.ops.name() == "default";
+    v.hugetlb_resv.is_none()
+        && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SPECIAL)
+        && v.file.as_deref().is_none_or(plain_file)
+}
+
 /// Whether `published`'s window `w`, loaded as `map`, can be a range
 /// writer's whole world: no VMA of a lower window reaches into it and none
 /// of its own reaches beyond it.
@@ -298,7 +326,7 @@ impl AddressSpace {
     /// `[start, end)` is page aligned and inside the user address space.
     pub(crate) fn range_munmap(&self, start: u64, end: u64) -> Option<Result<()>> {
         let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
-            if !st.vmas.overlapping(start, end).all(|v| range_vma_ok(v)) {
+            if !st.vmas.overlapping(start, end).all(|v| range_unmap_vma_ok(v)) {
                 return None;
             }
             let res = mm.detach_vmas(st, start, end);
