@@ -77,8 +77,11 @@
 //!   (mirrored), which `mmap` consults;
 //! * any VMA in the footprint with a file (shmem, files, hugetlb, host
 //!   memory, device mappings: their reverse maps, reservations and
-//!   `close` hooks live under `mmap_lock`) or `VM_LOCKED`/`VM_LOCKONFAULT`
-//!   (`locked_vm` and the memlock limit);
+//!   `close` hooks live under `mmap_lock`), except, for `munmap`, shared
+//!   and private mappings of plain page-cache files and shmem
+//!   ([`range_unmap_vma_ok`], which says why their reverse-map walkers
+//!   need nothing more); or `VM_LOCKED`/`VM_LOCKONFAULT` (`locked_vm` and
+//!   the memlock limit);
 //! * `madvise` other than the advice that changes VMA flags
 //!   (`sys/madvise/range.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
 //!   `mmap_lock` for write: a call inside one VMA runs under its read

@@ -93,7 +93,9 @@ fn a_munmap_of_file_mappings_takes_no_mmap_lock() {
     mm.munmap(c, 4 * PAGE_SIZE).unwrap();
     assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
     assert_eq!(mm.range.stats().writes, ranged + 3, "the three unmaps");
-    assert!(cpu.read_u32(b + PAGE_SIZE).is_err() && cpu.read_u32(c).is_err() && cpu.read_u32(a + 2 * PAGE_SIZE).is_err());
+    assert!(
+        cpu.read_u32(b + PAGE_SIZE).is_err() && cpu.read_u32(c).is_err() && cpu.read_u32(a + 2 * PAGE_SIZE).is_err()
+    );
     assert_eq!(cpu.read_u32(a), Ok(1));
     let mut page = [0u8; 4];
     file.read_at(PAGE_SIZE, &mut page).unwrap();
