@@ -328,11 +328,22 @@ impl AddressSpace {
     /// `None` when the call must take `mmap_lock` (nothing changed then).
     /// `[start, end)` is page aligned and inside the user address space.
     pub(crate) fn range_munmap(&self, start: u64, end: u64) -> Option<Result<()>> {
+        // The zap comes before the window is published and the writer
+        // leaves the shared mode: a file's reverse-map walker (truncate)
+        // that finds the published set without the VMAs must find their
+        // entries gone too (`range_unmap_vma_ok`). The loom switch moves
+        // it after (`mm/loom_tests.rs`).
+        let late = crate::sync::broken::range_writers::zap_after_leave();
+        let mut late_span = None;
         let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
             if !st.vmas.overlapping(start, end).all(|v| range_unmap_vma_ok(v)) {
                 return None;
             }
             let res = mm.detach_vmas(st, start, end);
+            if let (true, Ok(Some(span))) = (late, &res) {
+                late_span = Some(*span);
+                return Some(res.map(|_| ()));
+            }
             if let Ok(Some((lo, hi))) = res {
                 // A window with no page table at all has nothing to zap or
                 // free (a fault that allocates one meanwhile does so for a
@@ -346,6 +357,12 @@ impl AddressSpace {
             }
             Some(res.map(|_| ()))
         });
+        if let Some((lo, hi)) = late_span {
+            let mut tlb = MmuGather::default();
+            self.unmap_range(lo, hi, &mut tlb);
+            tlb.flush_and_free(self);
+            tlb.finish(self);
+        }
         self.range_count_fallback(res.is_none());
         res
     }

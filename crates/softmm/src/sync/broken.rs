@@ -353,6 +353,21 @@ pub(crate) mod range_writers {
         /// fault gives its `anon_vma` to a VMA a range `madvise` has
         /// replaced (`a_range_madvise_against_a_fault_in_its_range`).
         pub(crate) static NO_BLOCK: Cell<bool> = const { Cell::new(false) };
+        /// A range writer's `munmap` zaps after it has published its
+        /// window and left the shared mode, as a lock-free unmap would: a
+        /// truncate that walks the address space's VMAs of the file after
+        /// the publication misses the entries still there and returns with
+        /// a dropped page mapped (`a_range_munmap_of_a_file_against_truncate`).
+        pub(crate) static ZAP_AFTER_LEAVE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// [`ZAP_AFTER_LEAVE`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn zap_after_leave() -> bool {
+        #[cfg(loom)]
+        return ZAP_AFTER_LEAVE.with(Cell::get);
+        #[cfg(not(loom))]
+        false
     }
 
     /// [`NO_DETACH`]'s value (false outside loom).
