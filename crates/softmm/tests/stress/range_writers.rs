@@ -334,18 +334,18 @@ fn check_file_read(r: Result<u64, softmm::Fault>, p: u64, done: u64, at: u64) {
 /// no truncate has dropped yet, zero, or SIGBUS past the end (Linux's
 /// results for a truncate racing `mmap`/`munmap`); nothing leaks.
 ///
-/// Ignored: it deadlocks under every writer policy (`short` too, with the
-/// range policy's line changed), before any range write is involved: a
-/// fault under `mmap_lock` for read waits for the file's
-/// `invalidate_lock` (`do_file_fault`, `may_sleep`), truncate holds that
-/// for write and waits in `read_lock_recursive` for `mmap_lock`, parked
-/// behind a writer (a file `mmap`) that waits for the fault's read. The
-/// lock order in `file.rs` ("no `mmap_lock` writer ever takes
-/// `invalidate_lock`") misses the writer waiting for a reader that does;
-/// Linux's truncate never takes `mmap_lock` (it walks `i_mmap` under
-/// `i_mmap_rwsem`). Run it with `--ignored` once that is fixed.
+/// The reads hold `gate` for read and the truncates hold it for write, so
+/// that no read faults while a truncate runs (the munmaps and mmaps do run
+/// beside it): without the gate the test deadlocks under every writer
+/// policy (`short` too), before any range write is involved. A fault under
+/// `mmap_lock` for read waits for the file's `invalidate_lock`
+/// (`do_file_fault`, `may_sleep`), truncate holds that for write and waits
+/// in `read_lock_recursive` for `mmap_lock`, parked behind a pending writer
+/// (a file `mmap`) that waits for the fault's read. The lock order in
+/// `file.rs` ("no `mmap_lock` writer ever takes `invalidate_lock`") misses
+/// a writer waiting for a reader that does; Linux's truncate never takes
+/// `mmap_lock` (it walks `i_mmap` under `i_mmap_rwsem`).
 #[test]
-#[ignore = "deadlocks under every writer policy: truncate's read_lock_recursive behind a pending mmap_lock writer, a fault holding mmap_lock waiting for invalidate_lock"]
 fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
     use std::sync::atomic::AtomicU64;
     let seed = stress_seed(0x7a70);
@@ -361,13 +361,16 @@ fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
         // Truncates done: a read that starts after `done` of them must not
         // see what an earlier generation stored in a dropped page.
         let done = Arc::new(AtomicU64::new(0));
+        let gate = Arc::new(std::sync::RwLock::new(()));
         let stop = Arc::new(AtomicBool::new(false));
         let truncator = {
-            let (file, done, stop) = (file.clone(), done.clone(), stop.clone());
+            let (file, done, gate, stop) = (file.clone(), done.clone(), gate.clone(), stop.clone());
             spawn("truncator".into(), move || {
                 let mut gen = 0;
                 while !stop.load(Relaxed) {
+                    let held = gate.write().unwrap();
                     file.set_len(KEPT_PAGES * PAGE).unwrap();
+                    drop(held);
                     gen += 1;
                     done.store(gen, std::sync::atomic::Ordering::SeqCst);
                     file.set_len(FILE_PAGES * PAGE).unwrap();
@@ -379,7 +382,7 @@ fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
             })
         };
         let faulter = {
-            let (mm, done, stop) = (mm.clone(), done.clone(), stop.clone());
+            let (mm, done, gate, stop) = (mm.clone(), done.clone(), gate.clone(), stop.clone());
             spawn("faulter".into(), move || {
                 let mut rng = Rng::new(seed);
                 let mut cpu = Cpu::attached(&mm);
@@ -387,14 +390,18 @@ fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
                     let (i, p) = (rng.below(WRITERS), rng.below(FILE_PAGES));
                     let at = base(i) + p * PAGE;
                     let d = done.load(std::sync::atomic::Ordering::SeqCst);
-                    check_file_read(cpu.read_u64(at), p, d, at);
+                    let r = {
+                        let _held = gate.read().unwrap();
+                        cpu.read_u64(at)
+                    };
+                    check_file_read(r, p, d, at);
                 }
             })
         };
         let rounds = scaled(1500);
         let writers: Vec<_> = (0..WRITERS)
             .map(|i| {
-                let (mm, open, done) = (mm.clone(), open.clone(), done.clone());
+                let (mm, open, done, gate) = (mm.clone(), open.clone(), done.clone(), gate.clone());
                 spawn(format!("writer {i}"), move || {
                     let mut rng = Rng::new(seed ^ (i + 11).wrapping_mul(0x9e37_79b9));
                     let mut cpu = Cpu::attached(&mm);
@@ -415,7 +422,10 @@ fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
                         for p in (0..FILE_PAGES).filter(|&p| mapped[p as usize]) {
                             let at = base(i) + p * PAGE;
                             let d = done.load(std::sync::atomic::Ordering::SeqCst);
-                            let r = cpu.read_u64(at);
+                            let r = {
+                                let _held = gate.read().unwrap();
+                                cpu.read_u64(at)
+                            };
                             assert!(!matches!(r, Err(softmm::Fault::Segv { .. })), "page {p} mapped at {at:#x}");
                             check_file_read(r, p, d, at);
                         }
