@@ -901,6 +901,13 @@ impl Inode {
         true
     }
 
+    /// Whether this file's pages live only in its page cache: not a host
+    /// file, host memory, a device or hugetlb (whose mappings keep to
+    /// `mmap_lock` under the range writers, `mm/range.rs`).
+    pub(crate) fn is_plain_memory(&self) -> bool {
+        self.host.is_none() && self.host_mem.is_none() && self.hugetlb.is_none() && self.mmio.is_none()
+    }
+
     /// Records that `mm` maps this file (the `i_mmap` reverse map): `true`
     /// if it was not recorded yet.
     pub(crate) fn add_mapping(&self, mm: Weak<dyn Mapper>) -> bool {

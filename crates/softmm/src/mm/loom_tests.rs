@@ -286,6 +286,58 @@ fn a_range_munmap_against_fork() {
     assert_ranged(&SEEN);
 }
 
+/// A range writer's `munmap` of a shared file mapping (`mm/range.rs`,
+/// `range_unmap_vma_ok`) against a truncate of the file to nothing, whose
+/// reverse-map walk (`Mapper::unmap_file_range` under
+/// `read_lock_recursive`) zaps the address space's VMAs of the file: once
+/// the truncate returns, no entry maps the page it dropped (Linux's
+/// `truncate_pagecache`), whether the munmap ran before it, after it or
+/// beside it; once both are done, nothing is mapped and no frame is left.
+/// Seen failing with `broken::range_writers::ZAP_AFTER_LEAVE` (the munmap
+/// zaps after publishing and leaving: the walk finds the VMA gone and
+/// returns while its entry still maps the dropped page).
+#[test]
+fn a_range_munmap_of_a_file_against_truncate() {
+    use crate::sync::broken::range_writers::ZAP_AFTER_LEAVE;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        crate::sync::percpu::restart_slots();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range);
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        let file = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
+        let open = crate::OpenFile::new(&file, true, true);
+        let a = 5 * GIB + 4 * PAGE_SIZE;
+        let flags = MAP_SHARED | MAP_FIXED;
+        assert_eq!(mm.mmap(a, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, Some(&open), 0), Ok(a));
+        mm.handle_fault(a, crate::fault::Access::Write).unwrap();
+        let unmap = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || mm.munmap(a, PAGE_SIZE))
+        };
+        file.set_len(0).unwrap();
+        let after_truncate = mm.pte_at(a).has_frame();
+        unmap.join().unwrap().unwrap();
+        if mm.range.stats().writes == 1 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let res = if after_truncate {
+            Err("the truncate returned with its dropped page still mapped".to_string())
+        } else if mm.pte_at(a).has_frame() {
+            Err("an entry outlived the munmap".to_string())
+        } else {
+            Ok(())
+        };
+        drop((open, file, mm));
+        if phys.stats().frames_used != 0 {
+            return Err("a frame outlived the file and the address space".to_string());
+        }
+        res
+    }
+    crate::sync::broken::check_model(model, &ZAP_AFTER_LEAVE);
+    assert_ranged(&SEEN);
+}
+
 /// A range writer's `mremap` move (`sys/mremap/range.rs`: `MREMAP_FIXED`
 /// inside the window, no `mmap_lock`) of the VMA against a lock-free write
 /// fault in it: once both are done, the old range holds no entry, the new

@@ -77,8 +77,11 @@
 //!   (mirrored), which `mmap` consults;
 //! * any VMA in the footprint with a file (shmem, files, hugetlb, host
 //!   memory, device mappings: their reverse maps, reservations and
-//!   `close` hooks live under `mmap_lock`) or `VM_LOCKED`/`VM_LOCKONFAULT`
-//!   (`locked_vm` and the memlock limit);
+//!   `close` hooks live under `mmap_lock`), except, for `munmap`, shared
+//!   and private mappings of plain page-cache files and shmem
+//!   ([`range_unmap_vma_ok`], which says why their reverse-map walkers
+//!   need nothing more); or `VM_LOCKED`/`VM_LOCKONFAULT` (`locked_vm` and
+//!   the memlock limit);
 //! * `madvise` other than the advice that changes VMA flags
 //!   (`sys/madvise/range.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
 //!   `mmap_lock` for write: a call inside one VMA runs under its read
@@ -273,6 +276,34 @@ pub(crate) fn range_vma_ok(v: &Vma) -> bool {
         && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::SPECIAL)
 }
 
+/// The VMAs a range writer's `munmap` may remove or split: those of
+/// [`range_vma_ok`], and besides them mappings, shared or private, of a
+/// file whose pages live only in softmm's page cache (a [`crate::File`]
+/// made by `File::create`, a memfd, the object behind a shared anonymous
+/// mapping), with the default hooks; not hugetlb, host files, host memory
+/// or devices, nor locked or special VMAs.
+///
+/// Why the file's reverse-map walkers need nothing more: a munmap changes
+/// no file's `i_mmap` entry here (an address space stays listed until it
+/// dies, `AddressSpace::link_file`), and every walker of an address space's
+/// VMAs of a file (truncate and hole punch through
+/// `Mapper::unmap_file_range`, `page_mkclean`, the migration walks) takes
+/// `mmap_lock` for read, recursively, which blocks the shared mode and
+/// waits for the range writers inside to leave (`read_lock_recursive`).
+/// So a walker sees a range munmap whole (its VMAs detached and published,
+/// its entries zapped and flushed: both before the writer leaves) or not
+/// at all (the writer, refused, takes `mmap_lock` for write, which waits
+/// for the walker), as Linux's walkers under `i_mmap_rwsem` see an
+/// `unlink_file_vma` before or after them. The file's use is put after the
+/// writer leaves ([`put_files`]), as the `mmap_lock` path puts it after its
+/// section; the last one evicts the file's pages.
+pub(crate) fn range_unmap_vma_ok(v: &Vma) -> bool {
+    let plain_file = |f: &crate::file::Inode| f.is_plain_memory() && v.ops.name() == "default";
+    v.hugetlb_resv.is_none()
+        && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SPECIAL)
+        && v.file.as_deref().is_none_or(plain_file)
+}
+
 /// Whether `published`'s window `w`, loaded as `map`, can be a range
 /// writer's whole world: no VMA of a lower window reaches into it and none
 /// of its own reaches beyond it.
@@ -302,11 +333,22 @@ impl AddressSpace {
     /// `None` when the call must take `mmap_lock` (nothing changed then).
     /// `[start, end)` is page aligned and inside the user address space.
     pub(crate) fn range_munmap(&self, start: u64, end: u64) -> Option<Result<()>> {
+        // The zap comes before the window is published and the writer
+        // leaves the shared mode: a file's reverse-map walker (truncate)
+        // that finds the published set without the VMAs must find their
+        // entries gone too (`range_unmap_vma_ok`). The loom switch moves
+        // it after (`mm/loom_tests.rs`).
+        let late = crate::sync::broken::range_writers::zap_after_leave();
+        let mut late_span = None;
         let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
-            if !st.vmas.overlapping(start, end).all(|v| range_vma_ok(v)) {
+            if !st.vmas.overlapping(start, end).all(|v| range_unmap_vma_ok(v)) {
                 return None;
             }
             let res = mm.detach_vmas(st, start, end);
+            if let (true, Ok(Some(span))) = (late, &res) {
+                late_span = Some(*span);
+                return Some(res.map(|_| ()));
+            }
             if let Ok(Some((lo, hi))) = res {
                 // A window with no page table at all has nothing to zap or
                 // free (a fault that allocates one meanwhile does so for a
@@ -320,6 +362,12 @@ impl AddressSpace {
             }
             Some(res.map(|_| ()))
         });
+        if let Some((lo, hi)) = late_span {
+            let mut tlb = MmuGather::default();
+            self.unmap_range(lo, hi, &mut tlb);
+            tlb.flush_and_free(self);
+            tlb.finish(self);
+        }
         self.range_count_fallback(res.is_none());
         res
     }

@@ -360,6 +360,21 @@ pub(crate) mod range_writers {
         /// ahead, and together pass the limit
         /// (`a_range_writer_pair_against_the_map_count_limit`).
         pub(crate) static NO_COUNT_OTHERS: Cell<bool> = const { Cell::new(false) };
+        /// A range writer's `munmap` zaps after it has published its
+        /// window and left the shared mode, as a lock-free unmap would: a
+        /// truncate that walks the address space's VMAs of the file after
+        /// the publication misses the entries still there and returns with
+        /// a dropped page mapped (`a_range_munmap_of_a_file_against_truncate`).
+        pub(crate) static ZAP_AFTER_LEAVE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// [`ZAP_AFTER_LEAVE`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn zap_after_leave() -> bool {
+        #[cfg(loom)]
+        return ZAP_AFTER_LEAVE.with(Cell::get);
+        #[cfg(not(loom))]
+        false
     }
 
     /// [`NO_DETACH`]'s value (false outside loom).

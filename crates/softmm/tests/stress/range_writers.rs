@@ -294,3 +294,136 @@ fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
         assert_no_leaks(&phys);
     });
 }
+
+/// Pages of the file the truncate test maps, and how many a truncate keeps.
+const FILE_PAGES: u64 = 32;
+const KEPT_PAGES: u64 = 8;
+
+/// The value the truncate test stores at the start of file page `p` in
+/// generation `gen` (the truncates done before the store).
+fn file_value(p: u64, gen: u64) -> u64 {
+    (1 << 63) | (gen << 16) | p
+}
+
+/// Checks a read of file page `p` through a mapping of the truncate test
+/// made `done` truncates after the start: a kept page holds its first
+/// value; a page a truncate dropped holds zero (extended, not yet
+/// written) or a value stored after the last truncate seen done (a page
+/// an earlier generation stored would be one the truncate's zap missed);
+/// past the end, SIGBUS.
+fn check_file_read(r: Result<u64, softmm::Fault>, p: u64, done: u64, at: u64) {
+    match r {
+        Ok(v) if p < KEPT_PAGES => assert_eq!(v, file_value(p, 0), "kept page {p} at {at:#x}"),
+        Ok(0) => {}
+        Ok(v) => {
+            assert_eq!(v & 0xffff, p, "page {p} at {at:#x} holds another page's value {v:#x}");
+            assert!((v >> 16) & 0xffff_ffff >= done, "page {p} at {at:#x}: {v:#x} from before truncate {done}");
+        }
+        Err(softmm::Fault::Bus { .. }) => assert!(p >= KEPT_PAGES, "SIGBUS on kept page {p} at {at:#x}"),
+        // Unmapped meanwhile (the faulter's reads).
+        Err(softmm::Fault::Segv { .. }) => {}
+        Err(e) => panic!("page {p} at {at:#x}: {e:?}"),
+    }
+}
+
+/// Range writers mapping (`MAP_SHARED` and `MAP_PRIVATE`) and unmapping
+/// (a range write) parts of one file in their own windows, at the
+/// addresses its offsets give, beside a thread that truncates the file to
+/// `KEPT_PAGES` and extends and rewrites it again, and a faulter reading
+/// across the windows: every read gives the page's value of a generation
+/// no truncate has dropped yet, zero, or SIGBUS past the end (Linux's
+/// results for a truncate racing `mmap`/`munmap`); nothing leaks.
+///
+/// Its reads fault beside the truncates: it found the deadlock of a
+/// truncate parked for `mmap_lock` behind a writer while a fault holding
+/// it for read waited for the truncate's `invalidate_lock` (under every
+/// writer policy; `AddressSpace::read_lock_recursive` now retries a parked
+/// wait).
+#[test]
+fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
+    use std::sync::atomic::AtomicU64;
+    let seed = stress_seed(0x7a70);
+    eprintln!("STRESS_SEED={seed}");
+    watchdog("range file munmaps beside truncate", 120, move || {
+        let phys = phys(8);
+        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
+        let file = softmm::File::create(&phys, "f", FILE_PAGES * PAGE).unwrap();
+        for p in 0..FILE_PAGES {
+            file.write_at(p * PAGE, &file_value(p, 0).to_le_bytes()).unwrap();
+        }
+        let open = Arc::new(softmm::OpenFile::new(&file, true, true));
+        // Truncates done: a read that starts after `done` of them must not
+        // see what an earlier generation stored in a dropped page.
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let truncator = {
+            let (file, done, stop) = (file.clone(), done.clone(), stop.clone());
+            spawn("truncator".into(), move || {
+                let mut gen = 0;
+                while !stop.load(Relaxed) {
+                    file.set_len(KEPT_PAGES * PAGE).unwrap();
+                    gen += 1;
+                    done.store(gen, std::sync::atomic::Ordering::SeqCst);
+                    file.set_len(FILE_PAGES * PAGE).unwrap();
+                    for p in KEPT_PAGES..FILE_PAGES {
+                        file.write_at(p * PAGE, &file_value(p, gen).to_le_bytes()).unwrap();
+                    }
+                }
+                gen
+            })
+        };
+        let faulter = {
+            let (mm, done, stop) = (mm.clone(), done.clone(), stop.clone());
+            spawn("faulter".into(), move || {
+                let mut rng = Rng::new(seed);
+                let mut cpu = Cpu::attached(&mm);
+                while !stop.load(Relaxed) {
+                    let (i, p) = (rng.below(WRITERS), rng.below(FILE_PAGES));
+                    let at = base(i) + p * PAGE;
+                    let d = done.load(std::sync::atomic::Ordering::SeqCst);
+                    check_file_read(cpu.read_u64(at), p, d, at);
+                }
+            })
+        };
+        let rounds = scaled(1500);
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                let (mm, open, done) = (mm.clone(), open.clone(), done.clone());
+                spawn(format!("writer {i}"), move || {
+                    let mut rng = Rng::new(seed ^ (i + 11).wrapping_mul(0x9e37_79b9));
+                    let mut cpu = Cpu::attached(&mm);
+                    let mut mapped = [false; FILE_PAGES as usize];
+                    for _ in 0..rounds {
+                        let first = rng.below(FILE_PAGES);
+                        let n = 1 + rng.below((FILE_PAGES - first).min(8));
+                        let (a, len) = (base(i) + first * PAGE, n * PAGE);
+                        if rng.below(2) == 0 {
+                            let flags = if rng.below(2) == 0 { MAP_SHARED } else { MAP_PRIVATE };
+                            let r = mm.mmap(a, len, PROT_READ, flags | MAP_FIXED, Some(&open), first * PAGE);
+                            assert_eq!(r, Ok(a));
+                            mapped[first as usize..(first + n) as usize].fill(true);
+                        } else {
+                            mm.munmap(a, len).unwrap();
+                            mapped[first as usize..(first + n) as usize].fill(false);
+                        }
+                        for p in (0..FILE_PAGES).filter(|&p| mapped[p as usize]) {
+                            let at = base(i) + p * PAGE;
+                            let d = done.load(std::sync::atomic::Ordering::SeqCst);
+                            let r = cpu.read_u64(at);
+                            assert!(!matches!(r, Err(softmm::Fault::Segv { .. })), "page {p} mapped at {at:#x}");
+                            check_file_read(r, p, d, at);
+                        }
+                    }
+                })
+            })
+            .collect();
+        join_all(writers);
+        stop.store(true, Relaxed);
+        faulter.join().unwrap();
+        assert!(truncator.join().unwrap() > 0);
+        let s = mm.stats();
+        assert!(s.range.writes > 0, "range writers ran: {:?}", s.range);
+        drop((mm, open, file));
+        assert_no_leaks(&phys);
+    });
+}

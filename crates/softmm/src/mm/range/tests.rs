@@ -66,6 +66,56 @@ fn a_munmap_inside_a_window_takes_no_mmap_lock() {
     assert_eq!(mm.range.stats().fallbacks, fallbacks + 1);
 }
 
+/// A `munmap` of file mappings inside a window (shared and private
+/// mappings of a file, a shared anonymous mapping) runs without
+/// `mmap_lock`: the file keeps the pages written through the shared
+/// mapping, the private copies go, a truncate afterwards finds the rest
+/// of the shared mapping (SIGBUS past the new end) and nothing leaks.
+#[test]
+fn a_munmap_of_file_mappings_takes_no_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let file = crate::File::create(&phys, "f", 8 * PAGE_SIZE).unwrap();
+    let open = crate::OpenFile::new(&file, true, true);
+    let rw = PROT_READ | PROT_WRITE;
+    let (a, b, c) = (0x100 * GIB + 16 * PAGE_SIZE, 0x100 * GIB + 32 * PAGE_SIZE, 0x100 * GIB + 48 * PAGE_SIZE);
+    mm.mmap(a, 8 * PAGE_SIZE, rw, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+    mm.mmap(b, 8 * PAGE_SIZE, rw, MAP_PRIVATE | MAP_FIXED, Some(&open), 0).unwrap();
+    mm.mmap(c, 4 * PAGE_SIZE, rw, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0).unwrap();
+    let mut cpu = crate::Cpu::attached(&mm);
+    cpu.write_u32(a, 1).unwrap();
+    cpu.write_u32(a + 5 * PAGE_SIZE, 5).unwrap();
+    cpu.write_u32(b + PAGE_SIZE, 2).unwrap();
+    cpu.write_u32(c, 3).unwrap();
+    let (writes, ranged) = (mm.counters.lock_counts().0, mm.range.stats().writes);
+    mm.munmap(a + 2 * PAGE_SIZE, 2 * PAGE_SIZE).unwrap();
+    mm.munmap(b, 8 * PAGE_SIZE).unwrap();
+    mm.munmap(c, 4 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, ranged + 3, "the three unmaps");
+    assert!(
+        cpu.read_u32(b + PAGE_SIZE).is_err() && cpu.read_u32(c).is_err() && cpu.read_u32(a + 2 * PAGE_SIZE).is_err()
+    );
+    assert_eq!(cpu.read_u32(a), Ok(1));
+    let mut page = [0u8; 4];
+    file.read_at(PAGE_SIZE, &mut page).unwrap();
+    assert_eq!(page, [0; 4], "the private copy never reached the file");
+    let want = vec![(a, a + 2 * PAGE_SIZE), (a + 4 * PAGE_SIZE, a + 8 * PAGE_SIZE)];
+    assert_eq!(mm.maps().iter().map(|e| (e.start, e.end)).collect::<Vec<_>>(), want);
+    assert_eq!(mm.stats().map_count, 2);
+    // The truncate's walk finds what is left of the shared mapping.
+    file.set_len(4 * PAGE_SIZE).unwrap();
+    assert!(matches!(cpu.read_u32(a + 5 * PAGE_SIZE), Err(crate::Fault::Bus { .. })));
+    assert_eq!(cpu.read_u32(a), Ok(1));
+    mm.munmap(a, 8 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.stats().map_count, 0);
+    drop(cpu);
+    drop(mm);
+    drop(open);
+    drop(file);
+    assert_eq!(phys.stats().frames_used, 0);
+}
+
 /// A VMA-flag `madvise` inside a window splits and merges VMAs without
 /// `mmap_lock`, as `mprotect` does; one reaching a VMA at the window's
 /// bounds falls back.
@@ -229,7 +279,11 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             |next: &mut dyn FnMut(u64) -> u64| base + next(3) * GIB + above + next(24) * PAGE_SIZE - 8 * PAGE_SIZE;
         let prots = [PROT_READ, PROT_READ | PROT_WRITE, PROT_NONE];
         // Range writes per kind of call (`op`).
-        let mut ranged = [0u64; 14];
+        let mut ranged = [0u64; 16];
+        let file = crate::File::create(&phys, "f", 48 * PAGE_SIZE).unwrap();
+        let open = crate::OpenFile::new(&file, true, true);
+        // Range munmaps that removed a file mapping.
+        let mut file_unmaps = 0;
         for round in 0..600 {
             let a = addr(&mut next);
             let len = match next(4) {
@@ -258,7 +312,15 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
                 _ => (old_addr + next(32) * PAGE_SIZE).saturating_sub(16 * PAGE_SIZE),
             };
             let may_move = if next(2) == 0 { MREMAP_MAYMOVE } else { 0 };
-            let op = next(14);
+            // File and shared anonymous mappings only inside windows: at
+            // the bounds they would send most later calls there to
+            // `mmap_lock` (a VMA across a bound, one range writers may not
+            // replace).
+            let op = next(if interior { 16 } else { 14 });
+            let file_flags = if next(2) == 0 { MAP_SHARED } else { MAP_PRIVATE };
+            // File mappings at the offset their address gives (so that
+            // neighbours merge), most inside the file, some past its end.
+            let offset = (a / PAGE_SIZE % 64) * PAGE_SIZE;
             let run = |mm: &AddressSpace| match op {
                 0..=2 => mm.mmap(a, len, prot, ANON | MAP_FIXED, None, 0),
                 3 => mm.mmap(a, len, prot, ANON | MAP_FIXED_NOREPLACE, None, 0),
@@ -270,11 +332,16 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
                 11 => mm.mremap(old_addr, old_len, new_len, MREMAP_MAYMOVE | MREMAP_FIXED, target),
                 // MREMAP_DONTUNMAP: the target a hint, or fixed.
                 12 => mm.mremap(old_addr, old_len, old_len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, target),
-                _ => mm.mremap(old_addr, old_len, old_len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED, target),
+                13 => mm.mremap(old_addr, old_len, old_len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED, target),
+                14 => mm.mmap(a, len, prot, file_flags | MAP_FIXED, Some(&open), offset),
+                _ => mm.mmap(a, len, prot, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0),
             };
             let before = range.range.stats().writes;
+            let had_file = matches!(op, 5 | 6)
+                && range.read_lock().vmas.overlapping(a, a.saturating_add(len)).any(|v| v.file.is_some());
             let (want, got) = (run(&reference), run(&range));
             ranged[op as usize] += range.range.stats().writes - before;
+            file_unmaps += u64::from(had_file && range.range.stats().writes > before);
             assert_eq!(got, want, "{placement:?} round {round}: op {op} at {a:#x}+{len:#x}");
             let guard = crossbeam_epoch::pin();
             let published: Vec<(u64, u64)> =
@@ -289,6 +356,10 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             assert_eq!(range.stats().map_count, reference.stats().map_count);
         }
         let s = range.range.stats();
+        assert!(!interior || file_unmaps > 20, "{placement:?}: {file_unmaps} range munmaps of file mappings");
+        drop((reference, range, open, file));
+        let left = phys.quiesce();
+        assert_eq!((left.vmas, left.frames_used), (0, 0), "{placement:?}: nothing leaked");
         if !interior {
             assert!(s.writes > 80 && s.fallbacks > 50, "{placement:?}: {s:?}");
             continue;
