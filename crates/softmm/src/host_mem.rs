@@ -96,6 +96,38 @@ pub(crate) struct HostFileHooks {
     /// The host file itself, for a new window over more of it (`mremap`
     /// growth): a `Weak` of its inode, which this layer cannot name.
     pub(crate) owner: Box<dyn std::any::Any + Send + Sync>,
+    /// The file's `FOLL_PIN` pins by file page, shared by every window
+    /// onto the file (its `HostBacking`'s).
+    pub(crate) pins: Arc<PinCounts>,
+}
+
+/// The `FOLL_PIN` pins of a host file's pages, by file page index: Linux's
+/// pin count of a page-cache page (`folio_maybe_dma_pinned`), which every
+/// mapping of the page sees, whichever window the pin went through.
+#[derive(Debug, Default)]
+pub(crate) struct PinCounts {
+    counts: Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl PinCounts {
+    /// Whether file page `index` is pinned now.
+    pub(crate) fn pinned(&self, index: u64) -> bool {
+        self.counts.lock().contains_key(&index)
+    }
+
+    fn get(&self, index: u64) {
+        *self.counts.lock().entry(index).or_insert(0) += 1;
+    }
+
+    fn put(&self, index: u64) {
+        let mut counts = self.counts.lock();
+        if let std::collections::hash_map::Entry::Occupied(mut e) = counts.entry(index) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
 }
 
 /// A page of a host-memory window held mapped: what a pin of a host
@@ -111,19 +143,35 @@ pub(crate) struct HeldPage {
     pages: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
     /// Taken for writing: the host memory is writable.
     writable: bool,
+    /// A `FOLL_PIN` pin: the file's pin count of the page, put on drop.
+    pin: Option<Arc<PinCounts>>,
     _hold: Arc<HostRelease>,
+}
+
+impl Drop for HeldPage {
+    fn drop(&mut self) {
+        if let Some(pins) = &self.pin {
+            pins.put(self.index);
+        }
+    }
 }
 
 impl HeldPage {
     /// File page `index` of `mem`, held, for writing if `write` (the
     /// caller has checked that the mapping may write: `VM_MAYWRITE`, which
-    /// a host file opened read-only never gives); `None` outside the
-    /// window, past a host file's end now, or once the window is released.
-    pub(crate) fn new(mem: &HostMem, index: u64, write: bool) -> Option<HeldPage> {
+    /// a host file opened read-only never gives), and counted as a
+    /// `FOLL_PIN` pin of the file's page while held if `pin`; `None`
+    /// outside the window, past a host file's end now, or once the window
+    /// is released.
+    pub(crate) fn new(mem: &HostMem, index: u64, write: bool, pin: bool) -> Option<HeldPage> {
         let hold = mem.hold()?;
         let addr = mem.page_ptr(index).filter(|_| mem.page_backed(index))? as usize;
         let pages = mem.file.as_ref().map(|f| f.pages.clone());
-        Some(HeldPage { addr, index, pages, writable: write, _hold: hold })
+        let pin = mem.file.as_ref().filter(|_| pin).map(|f| f.pins.clone());
+        if let Some(pins) = &pin {
+            pins.get(index);
+        }
+        Some(HeldPage { addr, index, pages, writable: write, pin, _hold: hold })
     }
 
     /// Whether the page lies below the host file's end now. A page the
@@ -209,6 +257,12 @@ impl HostMem {
     /// Whether the window holds file pages `[first, end)`.
     pub(crate) fn covers(&self, first: u64, end: u64) -> bool {
         first < end && self.page_ptr(first).is_some() && self.page_ptr(end - 1).is_some()
+    }
+
+    /// Whether file page `index` of this window's host file is pinned
+    /// (`FOLL_PIN`) now; `false` for embedder memory, which nothing pins.
+    pub(crate) fn page_pinned(&self, index: u64) -> bool {
+        self.file.as_ref().is_some_and(|f| f.pins.pinned(index))
     }
 
     /// The id of the host file this is a window onto, if any.

@@ -38,13 +38,20 @@ pub(crate) fn page_of(vma: &Vma, va: u64) -> Option<*mut u8> {
 }
 
 /// The page holding `va` of `vma`, a host-memory VMA, held mapped, for
-/// writing if `write`: `None` where [`page_of`] finds none, the window is
-/// released already, or `write` and the VMA may never write.
-pub(crate) fn hold_page(vma: &Vma, va: u64, write: bool) -> Option<HeldPage> {
+/// writing if `write`, counted as a `FOLL_PIN` pin of the page while held
+/// if `pin`: `None` where [`page_of`] finds none, the window is released
+/// already, or `write` and the VMA may never write.
+pub(crate) fn hold_page(vma: &Vma, va: u64, write: bool, pin: bool) -> Option<HeldPage> {
     if write && !vma.flags.contains(VmFlags::MAYWRITE) {
         return None;
     }
-    HeldPage::new(window(vma)?, index(vma, va), write)
+    HeldPage::new(window(vma)?, index(vma, va), write, pin)
+}
+
+/// Whether the page at `va` of `vma`, a host-memory VMA, is pinned
+/// (`FOLL_PIN`) now, through any window onto its file.
+pub(crate) fn page_pinned(vma: &Vma, va: u64) -> bool {
+    window(vma).is_some_and(|m| m.page_pinned(index(vma, va)))
 }
 
 /// Copies `dst.len()` bytes at `va` of `vma`, a host-memory VMA, into
@@ -54,7 +61,7 @@ pub(crate) fn hold_page(vma: &Vma, va: u64, write: bool) -> Option<HeldPage> {
 /// leave it.
 pub(crate) fn read_window(vma: &Vma, va: u64, dst: &mut [u8]) -> bool {
     let off = (va % PAGE_SIZE) as usize;
-    off + dst.len() <= PAGE_SIZE as usize && hold_page(vma, va, false).is_some_and(|p| p.read(off, dst))
+    off + dst.len() <= PAGE_SIZE as usize && hold_page(vma, va, false, false).is_some_and(|p| p.read(off, dst))
 }
 
 /// [`read_window`]'s write of `src` to `va` of `vma`; `false` also for a
@@ -62,5 +69,5 @@ pub(crate) fn read_window(vma: &Vma, va: u64, dst: &mut [u8]) -> bool {
 /// the write now.
 pub(crate) fn write_window(vma: &Vma, va: u64, src: &[u8]) -> bool {
     let off = (va % PAGE_SIZE) as usize;
-    off + src.len() <= PAGE_SIZE as usize && hold_page(vma, va, true).is_some_and(|p| p.write(off, src))
+    off + src.len() <= PAGE_SIZE as usize && hold_page(vma, va, true, false).is_some_and(|p| p.write(off, src))
 }

@@ -169,6 +169,7 @@ impl AddressSpace {
                     sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
                 }),
                 owner: Box::new(Arc::downgrade(inode)),
+                pins: backing.pins.clone(),
             }
         };
         // The release: the host mapping goes, then the file's use.

@@ -421,3 +421,31 @@ fn a_dontunmap_move_of_a_coherent_window_keeps_both_ranges_the_files() {
     }
     assert_no_leaks(&phys);
 }
+
+/// `page_maybe_dma_pinned` of a coherent window's page, as Linux's for a
+/// page-cache page: true while a `FOLL_PIN` pin holds it, seen through
+/// every mapping of the file's page (another `mmap` of it too), not for a
+/// `FOLL_GET` reference, and false after the unpin.
+#[test]
+fn a_pinned_host_file_page_is_maybe_dma_pinned_until_unpinned() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let tf = TempFile::new("coherent-pinned", &[1u8; 3 * PAGE as usize]);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-pinned").unwrap();
+    let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
+    // The same file page 1, mapped a second time elsewhere.
+    let b = mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&open), PAGE).unwrap();
+    assert!(!mm.page_maybe_dma_pinned(a + PAGE));
+    let got = mm.get_user_pages(a + PAGE, 1, Foll::empty()).unwrap();
+    assert!(!mm.page_maybe_dma_pinned(a + PAGE), "FOLL_GET is no pin");
+    let pin = mm.pin_user_pages(a + PAGE, 1, Foll::WRITE).unwrap();
+    let again = mm.pin_user_pages(b, 1, Foll::empty()).unwrap();
+    assert!(mm.page_maybe_dma_pinned(a + PAGE) && mm.page_maybe_dma_pinned(b));
+    assert!(!mm.page_maybe_dma_pinned(a) && !mm.page_maybe_dma_pinned(a + 2 * PAGE));
+    drop(pin);
+    assert!(mm.page_maybe_dma_pinned(a + PAGE), "the second pin still holds it");
+    drop((again, got));
+    assert!(!mm.page_maybe_dma_pinned(a + PAGE) && !mm.page_maybe_dma_pinned(b));
+    drop((mm, open));
+    assert_no_leaks(&phys);
+}
