@@ -1008,6 +1008,13 @@ impl OpenFile {
         OpenFile::new(file, true, false)
     }
 
+    /// An open of `file` (a coherent window onto this open's host file)
+    /// with this open's mode and identity, so that the VMAs mapping
+    /// windows through it are one `vm_file`'s, as Linux merges them.
+    pub(crate) fn view_of(&self, file: &Arc<File>) -> OpenFile {
+        OpenFile { file: file.clone(), readable: self.readable, writable: self.writable, open: self.open }
+    }
+
     /// This open's identity, for the VMAs that map through it.
     pub(crate) fn open_id(&self) -> u64 {
         self.open

@@ -449,3 +449,131 @@ fn a_pinned_host_file_page_is_maybe_dma_pinned_until_unpinned() {
     drop((mm, open));
     assert_no_leaks(&phys);
 }
+
+/// The host's `/proc/self/maps` lines inside `[base, base + len)`, as
+/// `(start - base, end - base, offset)`.
+fn host_lines(base: u64, len: u64) -> Vec<(u64, u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (s, e) = f.next()?.split_once('-')?;
+            let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+            let off = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+            (s >= base && e <= base + len).then(|| (s - base, e - base, off))
+        })
+        .collect()
+}
+
+/// softmm's mappings inside `[base, base + len)`, as [`host_lines`].
+fn guest_lines(mm: &AddressSpace, base: u64, len: u64) -> Vec<(u64, u64, u64)> {
+    mm.maps()
+        .into_iter()
+        .filter(|e| e.start >= base && e.end <= base + len)
+        .map(|e| (e.start - base, e.end - base, e.offset))
+        .collect()
+}
+
+/// Host `mmap` of `len` bytes of `file` at `offset`, `MAP_SHARED`, at the
+/// fixed address `at` (inside a reservation of the test's).
+fn host_map_at(file: &std::fs::File, at: u64, len: u64, prot: i32, offset: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `at` lies in a reservation the test made and owns; nothing
+    // else uses that range.
+    let p = unsafe {
+        libc::mmap(at as *mut _, len as usize, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as i64)
+    };
+    assert_eq!(p as u64, at);
+}
+
+/// Adjacent coherent mappings of one host file merge as Linux's
+/// `vma_merge` merges them, beside the host doing the same in a
+/// reservation of its own: two `mmap`s at contiguous addresses and
+/// offsets through one open are one VMA, a third filling a hole between
+/// two joins them, an `mprotect` of the middle splits and one back to the
+/// same flags merges again, and mappings through two opens stay apart.
+/// The bytes stay the file's throughout, a CPU that cached a page before
+/// a merge reads the file after it, and a pin taken before a merge keeps
+/// its page (the old window) until it goes.
+#[test]
+fn adjacent_mappings_of_a_host_file_merge_as_the_hosts() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let content: Vec<u8> = (0..4 * PAGE as usize).map(|i| (i / PAGE as usize) as u8 + 1).collect();
+    let tf = TempFile::new("coherent-merge", &content);
+    let path = path_of("coherent-merge");
+    let file = tf.open(true);
+    let other = tf.open(true);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
+    let open2 = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
+    let len = 4 * PAGE;
+    // SAFETY: a fresh reservation the kernel places, owned by the test.
+    let host = unsafe { libc::mmap(std::ptr::null_mut(), len as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    assert_ne!(host, libc::MAP_FAILED);
+    let h = host as u64;
+    let g = mm.mmap(0, len, PROT_NONE, ANON, None, 0).unwrap();
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let fixed = MAP_SHARED | MAP_FIXED;
+
+    // Pages 0 and 1, then 3: two VMAs on both sides.
+    host_map_at(&file, h, PAGE, prot, 0);
+    host_map_at(&file, h + PAGE, PAGE, prot, PAGE);
+    host_map_at(&file, h + 3 * PAGE, PAGE, prot, 3 * PAGE);
+    mm.mmap(g, PAGE, RW, fixed, Some(&open), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    assert_eq!(cpu.read_u8(g).unwrap(), 1, "cached from the first window");
+    let pin = mm.pin_user_pages(g, 1, Foll::WRITE).unwrap();
+    mm.mmap(g + PAGE, PAGE, RW, fixed, Some(&open), PAGE).unwrap();
+    mm.mmap(g + 3 * PAGE, PAGE, RW, fixed, Some(&open), 3 * PAGE).unwrap();
+    let want = vec![(0, 2 * PAGE, 0), (2 * PAGE, 3 * PAGE, 0), (3 * PAGE, 4 * PAGE, 3 * PAGE)];
+    assert_eq!(host_lines(h, len), want, "the host merges the first two");
+    assert_eq!(guest_lines(&mm, g, len), want);
+    // The hole filled: one VMA over all four pages on both.
+    host_map_at(&file, h + 2 * PAGE, PAGE, prot, 2 * PAGE);
+    mm.mmap(g + 2 * PAGE, PAGE, RW, fixed, Some(&open), 2 * PAGE).unwrap();
+    assert_eq!(host_lines(h, len), vec![(0, len, 0)]);
+    assert_eq!(guest_lines(&mm, g, len), vec![(0, len, 0)]);
+    for page in 0..4 {
+        assert_eq!(cpu.read_u8(g + page * PAGE).unwrap(), page as u8 + 1, "page {page}");
+    }
+    cpu.write_u8(g + 3 * PAGE + 1, 0x44).unwrap();
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, 3 * PAGE + 1).unwrap();
+    assert_eq!(b[0], 0x44, "the host reads the guest's store through the merged VMA");
+    // The pin taken before the merges: still the file's page, and pinned.
+    pin.write(8, &[0x99]).unwrap();
+    assert_eq!(cpu.read_u8(g + 8).unwrap(), 0x99);
+    assert!(mm.page_maybe_dma_pinned(g));
+    drop(pin);
+    assert!(!mm.page_maybe_dma_pinned(g));
+
+    // mprotect of the middle: three VMAs; back: one again, on both.
+    // SAFETY: inside the host's own mapping of the file.
+    assert_eq!(unsafe { libc::mprotect((h + PAGE) as *mut _, PAGE as usize, libc::PROT_READ) }, 0);
+    mm.mprotect(g + PAGE, PAGE, PROT_READ).unwrap();
+    let split = vec![(0, PAGE, 0), (PAGE, 2 * PAGE, PAGE), (2 * PAGE, len, 2 * PAGE)];
+    assert_eq!(host_lines(h, len), split);
+    assert_eq!(guest_lines(&mm, g, len), split);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mprotect((h + PAGE) as *mut _, PAGE as usize, prot) }, 0);
+    mm.mprotect(g + PAGE, PAGE, RW).unwrap();
+    assert_eq!(host_lines(h, len), vec![(0, len, 0)]);
+    assert_eq!(guest_lines(&mm, g, len), vec![(0, len, 0)]);
+
+    // Through another open (another `struct file`): never merged.
+    host_map_at(&other, h + 2 * PAGE, 2 * PAGE, prot, 2 * PAGE);
+    mm.mmap(g + 2 * PAGE, 2 * PAGE, RW, fixed, Some(&open2), 2 * PAGE).unwrap();
+    let apart = vec![(0, 2 * PAGE, 0), (2 * PAGE, len, 2 * PAGE)];
+    assert_eq!(host_lines(h, len), apart);
+    assert_eq!(guest_lines(&mm, g, len), apart);
+    assert_eq!(cpu.read_u8(g + 3 * PAGE + 1).unwrap(), 0x44);
+
+    drop(cpu);
+    mm.munmap(g, len).unwrap();
+    // SAFETY: the test's reservation, unmapped once.
+    unsafe { libc::munmap(host, len as usize) };
+    drop((open, open2));
+    assert_eq!(host_uses(&path).0, 0, "every window was released");
+    drop(mm);
+    assert_no_leaks(&phys);
+}
