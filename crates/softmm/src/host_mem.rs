@@ -130,6 +130,82 @@ impl PinCounts {
     }
 }
 
+/// The pages of coherent host-file windows an address space has mapped:
+/// what Linux's page table would hold present for its shared file
+/// mappings, counted in smaps `Rss`. A window page has no entry (its
+/// translations live only in TLBs, which may drop them at any time), so
+/// this records, by guest page address, the pages a fill or a pin brought
+/// in, until a zap of their range (`munmap`, `MADV_DONTNEED`, a truncation
+/// through softmm) takes them out; `mremap` moves them, `mprotect` keeps
+/// them, and a fork's child starts without them, as Linux's page table.
+///
+/// Bookkeeping for smaps only: no protocol depends on it, so it uses the
+/// standard library's lock and flag, not `crate::sync`'s, and the loom
+/// models do not explore it (nothing runs under its lock but the set's
+/// own operations).
+#[derive(Debug, Default)]
+pub(crate) struct HostPresent {
+    /// Set by the first page recorded: until then no zap takes the lock.
+    any: std::sync::atomic::AtomicBool,
+    pages: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl HostPresent {
+    fn pages(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The window page at `va` is mapped now; `true` if it was not before
+    /// (Linux's fault, where a TLB refill of a mapped page is none).
+    pub(crate) fn insert(&self, va: u64) -> bool {
+        self.insert_all(std::iter::once(va)) == 1
+    }
+
+    /// [`HostPresent::insert`] of every page of `vas`; how many were new.
+    pub(crate) fn insert_all(&self, vas: impl IntoIterator<Item = u64>) -> usize {
+        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            self.any.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut pages = self.pages();
+        vas.into_iter().filter(|va| pages.insert(va & !(PAGE_SIZE - 1))).count()
+    }
+
+    /// The pages recorded in `[start, end)`, taken out.
+    fn take(&self, start: u64, end: u64) -> Vec<u64> {
+        if start >= end || !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut pages = self.pages();
+        let taken: Vec<u64> = pages.range(start..end).copied().collect();
+        for p in &taken {
+            pages.remove(p);
+        }
+        taken
+    }
+
+    /// `[start, end)` is zapped: none of its pages is mapped any more.
+    pub(crate) fn clear(&self, start: u64, end: u64) {
+        self.take(start, end);
+    }
+
+    /// `[old, old + len)` moved to `new` (`mremap`): its pages with it.
+    pub(crate) fn moved(&self, old: u64, new: u64, len: u64) {
+        let taken = self.take(old, old.saturating_add(len));
+        if !taken.is_empty() {
+            let mut pages = self.pages();
+            pages.extend(taken.into_iter().map(|p| p - old + new));
+        }
+    }
+
+    /// The pages recorded in `[start, end)`.
+    pub(crate) fn count(&self, start: u64, end: u64) -> u64 {
+        if start >= end || !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return 0;
+        }
+        self.pages().range(start..end).count() as u64
+    }
+}
+
 /// A page of a host-memory window held mapped: what a pin of a host
 /// file's shared mapping holds (Linux pins the page-cache page; here the
 /// page is the host's, and the hold keeps the host mapping from being
@@ -247,6 +323,30 @@ impl HostMem {
     #[inline]
     pub(crate) fn page_backed(&self, index: u64) -> bool {
         self.file.as_ref().is_none_or(|f| index < (f.pages)())
+    }
+
+    /// Which of file pages `[first, first + n)`, all inside the window, the
+    /// host holds in its page cache now (`mincore` of the host mapping):
+    /// what Linux's fault-around maps (`filemap_map_pages` maps only pages
+    /// already cached). All `false` if the host refuses (nothing is then
+    /// mapped around).
+    pub(crate) fn cached(&self, first: u64, n: usize) -> Vec<bool> {
+        let mut vec = vec![0u8; n];
+        let Some(ptr) = self.page_ptr(first).filter(|_| n > 0 && self.page_ptr(first + n as u64 - 1).is_some())
+        else {
+            return vec![false; n];
+        };
+        // SAFETY: `[ptr, ptr + n pages)` lies inside the window (both ends
+        // checked), mapped while its inode is alive, which the caller's
+        // VMA keeps it; `vec` has one byte per page, as `mincore` writes.
+        let r = unsafe { libc::mincore(ptr.cast(), n * PAGE_SIZE as usize, vec.as_mut_ptr()) };
+        vec.into_iter().map(|b| r == 0 && b & 1 != 0).collect()
+    }
+
+    /// The file's pages now (Linux's `i_size` in pages, rounded up): an
+    /// access past them is `SIGBUS`. `u64::MAX` for embedder memory.
+    pub(crate) fn backed_pages(&self) -> u64 {
+        self.file.as_ref().map_or(u64::MAX, |f| (f.pages)())
     }
 
     /// The hooks of a window onto a host file, `None` for embedder memory.

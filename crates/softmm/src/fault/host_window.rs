@@ -4,6 +4,7 @@
 //! `madvise`, forced remote access, `mremap`.
 
 use crate::host_mem::{HeldPage, HostMem};
+use crate::mm::AddressSpace;
 use crate::vma::{VmFlags, Vma};
 use crate::PAGE_SIZE;
 
@@ -70,4 +71,41 @@ pub(crate) fn read_window(vma: &Vma, va: u64, dst: &mut [u8]) -> bool {
 pub(crate) fn write_window(vma: &Vma, va: u64, src: &[u8]) -> bool {
     let off = (va % PAGE_SIZE) as usize;
     off + src.len() <= PAGE_SIZE as usize && hold_page(vma, va, true, false).is_some_and(|p| p.write(off, src))
+}
+
+/// The page at `va` of `vma`, a coherent window onto a host file, is
+/// mapped now (a TLB fill or gup of it, which on Linux fault it in):
+/// recorded for smaps `Rss` (`crate::host_mem::HostPresent`), and if it
+/// was not mapped before and the access reads, the cached pages around it
+/// too, as Linux's fault-around.
+pub(crate) fn mapped(mm: &AddressSpace, vma: &Vma, va: u64, write: bool) {
+    if mm.host_present.insert(va) && !write {
+        if let Some(mem) = window(vma) {
+            fault_around(mm, vma, mem, va & !(PAGE_SIZE - 1));
+        }
+    }
+}
+
+/// Linux's fault-around for a read fault at `page` of `vma`, a coherent
+/// window onto a host file (`do_fault_around` with `filemap_map_pages`,
+/// as `fault/handler.rs`'s `fault_around` does for softmm's page cache):
+/// the pages of one `fault_around_pages` window from the aligned (then
+/// clamped to the VMA and page table) start, below the file's end and
+/// in the host's page cache, are mapped too, for smaps `Rss`. Their
+/// translations are filled on their own first access, as any refill.
+fn fault_around(mm: &AddressSpace, vma: &Vma, mem: &HostMem, page: u64) {
+    let window = mm.config().fault_around_pages * PAGE_SIZE;
+    if window <= PAGE_SIZE {
+        return;
+    }
+    let pmd = crate::pgtable::PMD_SIZE;
+    let table_start = page & !(pmd - 1);
+    let start = (page & !(window - 1)).max(vma.start).max(table_start);
+    let end = (start + window).min(vma.end).min(table_start + pmd);
+    let first = vma.pgoff_at(start);
+    // filemap_map_pages stops at the file's end.
+    let n = ((end - start) / PAGE_SIZE).min(mem.backed_pages().saturating_sub(first));
+    let cached = mem.cached(first, n as usize);
+    let around = (0..n).filter(|&i| cached[i as usize]).map(|i| start + i * PAGE_SIZE);
+    mm.host_present.insert_all(around);
 }

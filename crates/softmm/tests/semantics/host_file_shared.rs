@@ -577,3 +577,144 @@ fn adjacent_mappings_of_a_host_file_merge_as_the_hosts() {
     drop(mm);
     assert_no_leaks(&phys);
 }
+
+/// The host's smaps `Rss` in bytes summed over its mappings inside
+/// `[base, base + len)`.
+fn host_rss(base: u64, len: u64) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    let mut rss = 0;
+    for l in smaps.lines() {
+        if let Some((range, _)) = l.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+            let (s, e) = range.split_once('-').unwrap();
+            let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+            inside = s >= base && e <= base + len;
+        } else if let Some(kb) = l.strip_prefix("Rss:").filter(|_| inside) {
+            rss += kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024;
+        }
+    }
+    rss
+}
+
+/// A file in `/dev/shm` (tmpfs), removed when dropped.
+struct ShmFile(PathBuf);
+
+fn tempfile_in_shm(tag: &str, content: &[u8]) -> std::io::Result<ShmFile> {
+    let path = PathBuf::from(format!("/dev/shm/softmm-host-file-{}-{tag}", std::process::id()));
+    std::fs::write(&path, content)?;
+    Ok(ShmFile(path))
+}
+
+impl ShmFile {
+    fn open(&self) -> std::fs::File {
+        std::fs::OpenOptions::new().read(true).write(true).open(&self.0).unwrap()
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// softmm's `Rss` summed over its mappings inside `[base, base + len)`.
+fn guest_rss(mm: &AddressSpace, base: u64, len: u64) -> u64 {
+    mm.maps().into_iter().filter(|e| e.start >= base && e.end <= base + len).map(|e| e.rss).sum()
+}
+
+/// smaps `Rss` of a coherent window counts the pages the guest has mapped,
+/// as Linux's counts the present entries of a shared file mapping, beside
+/// the host mapping the same file at an address of the same alignment and
+/// doing the same: a read maps the cached pages around it (fault-around),
+/// a write only its page, `MADV_DONTNEED` takes pages out and a read maps
+/// them back, `mprotect` keeps them, `munmap` takes its part, `mremap`
+/// moves them, a pin maps its page; a fork's child starts at 0.
+#[test]
+fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    const PAGES: u64 = 48;
+    let len = PAGES * PAGE;
+    // On tmpfs, whose folios are single pages unless shmem THP is on:
+    // Linux 6.18 maps a whole large folio on a read fault (ext4's page
+    // cache has them), where 6.12, softmm's reference, maps one
+    // `fault_around_bytes` window.
+    let Ok(shm) = tempfile_in_shm("coherent-rss", &vec![1u8; len as usize]) else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let file = shm.open();
+    let open = OpenFile::from_host(&phys, shm.open(), "coherent-rss").unwrap();
+    // Both mappings at a 2 MiB boundary: fault-around aligns by address.
+    const PMD: u64 = 2 << 20;
+    // SAFETY: a fresh reservation the kernel places, owned by the test.
+    let resv = unsafe { libc::mmap(std::ptr::null_mut(), 2 * PMD as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    assert_ne!(resv, libc::MAP_FAILED);
+    let h = (resv as u64).next_multiple_of(PMD);
+    let g = mm.mmap(0, 2 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    host_map_at(&file, h, len, prot, 0);
+    mm.mmap(g, len, RW, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    let span = 2 * PMD;
+    let check = |what: &str| {
+        let host = host_rss(h, span);
+        assert_eq!(guest_rss(&mm, g, span), host, "{what}: softmm's Rss against the host's");
+        host / PAGE
+    };
+    assert_eq!(check("untouched"), 0);
+    // SAFETY (each host access below): inside the host's mapping of the
+    // file, which lives until the test unmaps the reservation.
+    let hread = |page: u64| unsafe { ((h + page * PAGE) as *const u8).read_volatile() };
+    let hwrite = |page: u64| unsafe { ((h + page * PAGE + 1) as *mut u8).write_volatile(9) };
+    hread(0);
+    cpu.read_u8(g).unwrap();
+    assert_eq!(check("a read of page 0"), 16, "fault-around");
+    hwrite(20);
+    cpu.write_u8(g + 20 * PAGE + 1, 9).unwrap();
+    assert_eq!(check("a write of page 20"), 17);
+    // SAFETY: advice on the host's own file mapping (its bytes stay).
+    assert_eq!(unsafe { libc::madvise((h + 4 * PAGE) as *mut _, 4 * PAGE as usize, libc::MADV_DONTNEED) }, 0);
+    mm.madvise(g + 4 * PAGE, 4 * PAGE, MADV_DONTNEED).unwrap();
+    assert_eq!(check("MADV_DONTNEED of pages 4-7"), 13);
+    hread(5);
+    cpu.read_u8(g + 5 * PAGE).unwrap();
+    assert_eq!(check("a read of page 5"), 17);
+    hread(40);
+    cpu.read_u8(g + 40 * PAGE).unwrap();
+    assert_eq!(check("a read of page 40"), 33, "its aligned window, 32-47");
+    // SAFETY: mprotect of part of the host's own mapping.
+    assert_eq!(unsafe { libc::mprotect((h + 8 * PAGE) as *mut _, 8 * PAGE as usize, libc::PROT_READ) }, 0);
+    mm.mprotect(g + 8 * PAGE, 8 * PAGE, PROT_READ).unwrap();
+    assert_eq!(check("mprotect of pages 8-15"), 33);
+    // SAFETY: munmap of part of the host's own mapping.
+    assert_eq!(unsafe { libc::munmap((h + 44 * PAGE) as *mut _, 4 * PAGE as usize) }, 0);
+    mm.munmap(g + 44 * PAGE, 4 * PAGE).unwrap();
+    assert_eq!(check("munmap of pages 44-47"), 29);
+    // A pin (gup's read fault) of page 30, in a window only a write touched.
+    let pin = mm.pin_user_pages(g + 30 * PAGE, 1, Foll::empty()).unwrap();
+    hread(30);
+    let with_pin = check("a read pin of page 30");
+    assert_eq!(with_pin, 29 + 15, "its aligned window, 16-31, but for page 20");
+    drop(pin);
+    // A fork's child has none of the parent's (shared file entries are
+    // not copied), the parent keeps its own.
+    let child = mm.fork().unwrap();
+    assert_eq!(guest_rss(&child, g, span), 0);
+    drop(child);
+    // mremap moves the pages: the host's too (moved within its
+    // reservation, to the second 2 MiB half).
+    // SAFETY: a move of part of the host's own mapping inside its reservation.
+    let moved = unsafe {
+        libc::mremap((h + 16 * PAGE) as *mut _, 8 * PAGE as usize, 8 * PAGE as usize, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, (h + PMD) as *mut libc::c_void)
+    };
+    assert_eq!(moved as u64, h + PMD);
+    assert_eq!(mm.mremap(g + 16 * PAGE, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, g + PMD), Ok(g + PMD));
+    assert_eq!(check("mremap of pages 16-23"), with_pin);
+    assert_eq!(host_rss(h + PMD, 8 * PAGE), 8 * PAGE);
+    drop(cpu);
+    // SAFETY: the test's reservation, unmapped once.
+    unsafe { libc::munmap(resv, 2 * PMD as usize) };
+    drop((mm, open));
+    assert_no_leaks(&phys);
+}
