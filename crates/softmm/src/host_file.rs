@@ -66,9 +66,6 @@ pub(crate) struct HostBacking {
     pub(crate) readable: bool,
     /// Opened for writing: writeback, truncate and hole punch allowed.
     pub(crate) writable: bool,
-    /// The pins of its pages taken through coherent windows
-    /// (`crate::host_mem::PinCounts`), one count for all of them.
-    pub(crate) pins: std::sync::Arc<crate::host_mem::PinCounts>,
 }
 
 impl HostBacking {
@@ -88,14 +85,14 @@ impl HostBacking {
         let acc = mode & libc::O_ACCMODE;
         let readable = acc == libc::O_RDONLY || acc == libc::O_RDWR;
         let writable = acc == libc::O_WRONLY || acc == libc::O_RDWR;
-        Ok((HostBacking { file: Io::Host(file), readable, writable, pins: Default::default() }, meta.len()))
+        Ok((HostBacking { file: Io::Host(file), readable, writable }, meta.len()))
     }
 
     /// A readable and writable backing of `size` zero bytes in memory.
     #[cfg(all(test, loom))]
     pub(crate) fn memory(size: u64) -> HostBacking {
         let bytes = crate::sync::Mutex::new(vec![0; size as usize]);
-        HostBacking { file: Io::Memory(bytes), readable: true, writable: true, pins: Default::default() }
+        HostBacking { file: Io::Memory(bytes), readable: true, writable: true }
     }
 
     /// The bytes at `offset` of the in-memory backing, as written back.

@@ -123,13 +123,6 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         }
         Self::split_vma_check(vma, start, end)?;
-        // Coherent windows onto one host file that would merge but for
-        // their windows get one window, and the change starts again.
-        if let Some(vma) =
-            self.merge_host_file_windows_around(st, vma, prev.as_ref(), next.as_ref(), start, end, flags, pol)
-        {
-            return self.vma_modify(st, &vma, start, end, VmaChange { flags, policy });
-        }
         self.split_vma(st, vma, start, end);
         let (mut lo, mut hi, mut pg) = (start, end, pgoff);
         let mut anon_new = vma.anon_vma.get().cloned();

@@ -169,7 +169,7 @@ impl AddressSpace {
                     sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
                 }),
                 owner: Box::new(Arc::downgrade(inode)),
-                pins: backing.pins.clone(),
+                pins: inode.host_pins.clone(),
             }
         };
         // The release: the host mapping goes, then the file's use.
@@ -277,42 +277,44 @@ impl AddressSpace {
         Some(new.with_file(window.clone()))
     }
 
-    /// [`AddressSpace::merge_host_file_windows`] for `vma_modify` of
-    /// `[start, end)` of `vma`, a coherent window, to `flags` and `policy`
-    /// (`mprotect` back to a neighbour's flags): where `prev` or `next`
-    /// (the neighbours touching the range's edges) would merge with the
-    /// range but for their windows, `prev`, `vma` and `next` are replaced
-    /// by themselves over one window onto all their pages, and `vma`'s
-    /// replacement is returned for the caller to modify instead.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn merge_host_file_windows_around(
+    /// [`AddressSpace::merge_host_file_windows`] before `vma_modify` of
+    /// `[start, end)` of `vma` to `flags` and `policy` (`mprotect` back to
+    /// a neighbour's flags, `madvise`, `mlock`, `mseal`, `mbind`): where
+    /// the VMA touching the range's start or end would merge with the
+    /// range but for its window, it and `vma`, both coherent windows onto
+    /// one host file, are replaced by themselves over one window onto all
+    /// their pages, and `vma`'s replacement is returned for the caller to
+    /// modify; `vma` itself otherwise, with nothing changed. Called by the
+    /// system calls (the core's `vma_modify` knows no windows).
+    pub(super) fn host_file_windows_merged(
         &self,
         st: &mut MmState,
         vma: &Arc<Vma>,
-        prev: Option<&Arc<Vma>>,
-        next: Option<&Arc<Vma>>,
         start: u64,
         end: u64,
         flags: VmFlags,
         policy: Option<&Arc<crate::mempolicy::MemPolicy>>,
-    ) -> Option<Arc<Vma>> {
+    ) -> Arc<Vma> {
         if !crate::fault::host_window::is_host_file_window(vma) {
-            return None;
+            return vma.clone();
         }
         let (anon, pgoff, pages) = (vma.anon_vma.get(), vma.pgoff_at(start), (end - start) / PAGE_SIZE);
         let mate = |v: &&Arc<Vma>| Self::same_host_file(v, vma.file.as_ref(), vma.open) && v.same_policy(policy);
-        let prev = prev.filter(mate).filter(|p| p.can_merge_after(flags, p.file_id(), anon, pgoff));
-        let next = next.filter(mate).filter(|n| n.can_merge_before(flags, n.file_id(), anon, pgoff, pages));
+        // vma_modify's neighbours: only where the range reaches the edge.
+        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start);
+        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end);
+        let prev = prev.filter(mate).filter(|p| p.can_merge_after(flags, p.file_id(), anon, pgoff)).cloned();
+        let next = next.filter(mate).filter(|n| n.can_merge_before(flags, n.file_id(), anon, pgoff, pages)).cloned();
         if !prev.iter().chain(next.iter()).any(|v| !Self::same_window(v, vma)) {
-            return None;
+            return vma.clone();
         }
-        let vmas: Vec<&Vma> = [prev.map(|v| &**v), Some(&**vma), next.map(|v| &**v)].into_iter().flatten().collect();
-        let handle = self.window_over(&vmas)?;
+        let vmas: Vec<&Vma> = [prev.as_deref(), Some(&**vma), next.as_deref()].into_iter().flatten().collect();
+        let Some(handle) = self.window_over(&vmas) else { return vma.clone() };
         let window = handle.inode();
         for v in prev.iter().chain(next.iter()) {
             st.vmas.replace(v.start, v.with_file(window.clone()));
         }
-        Some(st.vmas.replace(vma.start, vma.with_file(window.clone())))
+        st.vmas.replace(vma.start, vma.with_file(window.clone()))
     }
 
     /// `mmap` of `open`, a host file, `MAP_SHARED` under
