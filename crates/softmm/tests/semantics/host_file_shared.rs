@@ -568,6 +568,22 @@ fn adjacent_mappings_of_a_host_file_merge_as_the_hosts() {
     assert_eq!(guest_lines(&mm, g, len), apart);
     assert_eq!(cpu.read_u8(g + 3 * PAGE + 1).unwrap(), 0x44);
 
+    // Two mappings with different flags, each its own window, then an
+    // mprotect that makes them equal: merged there, on both.
+    host_map_at(&file, h + 2 * PAGE, PAGE, libc::PROT_READ, 2 * PAGE);
+    host_map_at(&file, h + 3 * PAGE, PAGE, prot, 3 * PAGE);
+    mm.mmap(g + 2 * PAGE, PAGE, PROT_READ, fixed, Some(&open), 2 * PAGE).unwrap();
+    mm.mmap(g + 3 * PAGE, PAGE, RW, fixed, Some(&open), 3 * PAGE).unwrap();
+    let two = vec![(0, 2 * PAGE, 0), (2 * PAGE, 3 * PAGE, 2 * PAGE), (3 * PAGE, len, 3 * PAGE)];
+    assert_eq!(host_lines(h, len), two);
+    assert_eq!(guest_lines(&mm, g, len), two);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mprotect((h + 2 * PAGE) as *mut _, PAGE as usize, prot) }, 0);
+    mm.mprotect(g + 2 * PAGE, PAGE, RW).unwrap();
+    assert_eq!(host_lines(h, len), vec![(0, len, 0)]);
+    assert_eq!(guest_lines(&mm, g, len), vec![(0, len, 0)]);
+    assert_eq!(cpu.read_u8(g + 3 * PAGE + 1).unwrap(), 0x44);
+
     drop(cpu);
     mm.munmap(g, len).unwrap();
     // SAFETY: the test's reservation, unmapped once.
