@@ -332,8 +332,7 @@ impl HostMem {
     /// mapped around).
     pub(crate) fn cached(&self, first: u64, n: usize) -> Vec<bool> {
         let mut vec = vec![0u8; n];
-        let Some(ptr) = self.page_ptr(first).filter(|_| n > 0 && self.page_ptr(first + n as u64 - 1).is_some())
-        else {
+        let Some(ptr) = self.page_ptr(first).filter(|_| n > 0 && self.page_ptr(first + n as u64 - 1).is_some()) else {
             return vec![false; n];
         };
         // SAFETY: `[ptr, ptr + n pages)` lies inside the window (both ends

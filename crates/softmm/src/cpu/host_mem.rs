@@ -99,4 +99,3 @@ impl Cpu {
         (page == ptr.wrapping_sub(ptr as usize % PAGE_SIZE as usize)).then(|| mem.hold())?
     }
 }
-

@@ -1177,7 +1177,8 @@ impl Mapper for AddressSpace {
             // zap takes a shared file mapping's entries.
             let (lo, hi) = (first.max(v.pgoff), last.min(v.pgoff + v.pages()));
             if lo < hi {
-                self.host_present.clear(v.start + ((lo - v.pgoff) << PAGE_SHIFT), v.start + ((hi - v.pgoff) << PAGE_SHIFT));
+                self.host_present
+                    .clear(v.start + ((lo - v.pgoff) << PAGE_SHIFT), v.start + ((hi - v.pgoff) << PAGE_SHIFT));
             }
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu

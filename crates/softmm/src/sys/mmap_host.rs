@@ -23,8 +23,12 @@
 //! (`sys/access_remote.rs`); gup and `MADV_POPULATE_*` past the file's end
 //! are `EFAULT` (the fault handler's `SIGBUS`); `mremap` growth gives the
 //! VMA a new window over all it will map
-//! ([`AddressSpace::grow_host_file_window`]). One difference remains: two
-//! adjacent mappings of the file never merge (each has its own window).
+//! ([`AddressSpace::grow_host_file_window`]); adjacent mappings of the
+//! file through one open merge as Linux's do, by being given one window
+//! over all their pages ([`AddressSpace::merge_host_file_windows`]).
+//! smaps `Rss` counts the pages fills and gup mapped
+//! (`crate::host_mem::HostPresent`), and `page_maybe_dma_pinned` sees the
+//! file pages' pins (`crate::host_mem::PinCounts`).
 
 use std::sync::Arc;
 
@@ -258,9 +262,10 @@ impl AddressSpace {
         }
         let (anon, pol) = (new.anon_vma.get(), new.policy.as_ref());
         let mate = |v: &Arc<Vma>| Self::same_host_file(v, new.file.as_ref(), new.open) && v.same_policy(pol);
-        let prev = st.vmas.prev_of(new.start).filter(|p| {
-            p.end == new.start && mate(p) && p.can_merge_after(new.flags, p.file_id(), anon, new.pgoff)
-        });
+        let prev = st
+            .vmas
+            .prev_of(new.start)
+            .filter(|p| p.end == new.start && mate(p) && p.can_merge_after(new.flags, p.file_id(), anon, new.pgoff));
         let next = st.vmas.first_starting_at(new.end).filter(|n| {
             n.start == new.end && mate(n) && n.can_merge_before(new.flags, n.file_id(), anon, new.pgoff, new.pages())
         });

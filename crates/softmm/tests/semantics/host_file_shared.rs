@@ -481,7 +481,14 @@ fn host_map_at(file: &std::fs::File, at: u64, len: u64, prot: i32, offset: u64) 
     // SAFETY: `at` lies in a reservation the test made and owns; nothing
     // else uses that range.
     let p = unsafe {
-        libc::mmap(at as *mut _, len as usize, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as i64)
+        libc::mmap(
+            at as *mut _,
+            len as usize,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            offset as i64,
+        )
     };
     assert_eq!(p as u64, at);
 }
@@ -508,7 +515,8 @@ fn adjacent_mappings_of_a_host_file_merge_as_the_hosts() {
     let open2 = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
     let len = 4 * PAGE;
     // SAFETY: a fresh reservation the kernel places, owned by the test.
-    let host = unsafe { libc::mmap(std::ptr::null_mut(), len as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let host =
+        unsafe { libc::mmap(std::ptr::null_mut(), len as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
     assert_ne!(host, libc::MAP_FAILED);
     let h = host as u64;
     let g = mm.mmap(0, len, PROT_NONE, ANON, None, 0).unwrap();
@@ -664,7 +672,9 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
     // Both mappings at a 2 MiB boundary: fault-around aligns by address.
     const PMD: u64 = 2 << 20;
     // SAFETY: a fresh reservation the kernel places, owned by the test.
-    let resv = unsafe { libc::mmap(std::ptr::null_mut(), 2 * PMD as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let resv = unsafe {
+        libc::mmap(std::ptr::null_mut(), 2 * PMD as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
     assert_ne!(resv, libc::MAP_FAILED);
     let h = (resv as u64).next_multiple_of(PMD);
     let g = mm.mmap(0, 2 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
@@ -679,10 +689,15 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
         host / PAGE
     };
     assert_eq!(check("untouched"), 0);
-    // SAFETY (each host access below): inside the host's mapping of the
-    // file, which lives until the test unmaps the reservation.
-    let hread = |page: u64| unsafe { ((h + page * PAGE) as *const u8).read_volatile() };
-    let hwrite = |page: u64| unsafe { ((h + page * PAGE + 1) as *mut u8).write_volatile(9) };
+    let hread = |page: u64| {
+        // SAFETY: a page of the host's mapping of the file (the callers'
+        // pages stay mapped), which lives until the test unmaps it.
+        unsafe { ((h + page * PAGE) as *const u8).read_volatile() }
+    };
+    let hwrite = |page: u64| {
+        // SAFETY: as in `hread`; the mapping is writable there.
+        unsafe { ((h + page * PAGE + 1) as *mut u8).write_volatile(9) }
+    };
     hread(0);
     cpu.read_u8(g).unwrap();
     assert_eq!(check("a read of page 0"), 16, "fault-around");
@@ -722,7 +737,13 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
     // reservation, to the second 2 MiB half).
     // SAFETY: a move of part of the host's own mapping inside its reservation.
     let moved = unsafe {
-        libc::mremap((h + 16 * PAGE) as *mut _, 8 * PAGE as usize, 8 * PAGE as usize, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, (h + PMD) as *mut libc::c_void)
+        libc::mremap(
+            (h + 16 * PAGE) as *mut _,
+            8 * PAGE as usize,
+            8 * PAGE as usize,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            (h + PMD) as *mut libc::c_void,
+        )
     };
     assert_eq!(moved as u64, h + PMD);
     assert_eq!(mm.mremap(g + 16 * PAGE, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, g + PMD), Ok(g + PMD));
