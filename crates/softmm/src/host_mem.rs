@@ -104,9 +104,15 @@ pub(crate) struct HostFileHooks {
 /// The `FOLL_PIN` pins of a host file's pages, by file page index: Linux's
 /// pin count of a page-cache page (`folio_maybe_dma_pinned`), which every
 /// mapping of the page sees, whichever window the pin went through.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct PinCounts {
     counts: Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl std::fmt::Debug for PinCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PinCounts")
+    }
 }
 
 impl PinCounts {
