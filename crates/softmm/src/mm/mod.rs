@@ -647,7 +647,7 @@ impl AddressSpace {
         let st = self.read_lock();
         let map_count = st.vmas.len();
         let (huge, small): (Vec<_>, Vec<_>) = st.vmas.iter().partition(|v| v.flags.contains(VmFlags::HUGETLB));
-        let rss_pages = small.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let rss_pages = small.iter().map(|v| self.vma_resident_pages(v)).sum();
         let hugetlb_pages = huge.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
         let (mmap_lock_write, mmap_lock_read) = self.counters.lock_counts();
         MmStats {
@@ -679,9 +679,15 @@ impl AddressSpace {
             leaf.iter().filter(|(_, pte)| pte.has_frame() || pte.is_migration()).count() as u64
                 * (leaf.entry_size() / PAGE_SIZE)
         };
-        // A coherent host-file window's pages have no entries: the pages
-        // its fills and pins brought in (`HostPresent`).
-        self.pgtables.leaves(start, end, &guard).map(pages).sum::<u64>() + self.host_present.count(start, end)
+        self.pgtables.leaves(start, end, &guard).map(pages).sum()
+    }
+
+    /// Present pages of `v` (smaps `Rss` in pages): its entries', and for
+    /// a coherent host-file window, which has none, the pages its fills and
+    /// gup mapped (`HostPresent`), counted for such a VMA only.
+    pub(crate) fn vma_resident_pages(&self, v: &Vma) -> u64 {
+        let window = v.file.as_ref().and_then(|f| f.host_mem.as_ref()).is_some_and(|m| m.is_file());
+        self.resident_pages(v.start, v.end) + if window { self.host_present.count(v.start, v.end) } else { 0 }
     }
 
     /// The entry mapping `va` (none if no table), read without locks.
