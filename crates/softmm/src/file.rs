@@ -124,6 +124,10 @@ pub(crate) struct Inode {
     pub(crate) window_size: AtomicU64,
     /// A coherent shared mapping of this host file was made.
     pub(crate) has_windows: crate::sync::AtomicBool,
+    /// The `FOLL_PIN` pins of a host file's pages taken through its
+    /// coherent windows, one count for all of them
+    /// (`crate::host_mem::PinCounts`).
+    pub(crate) host_pins: Arc<crate::host_mem::PinCounts>,
     /// For a file of huge pages (hugetlbfs, or the file behind an anonymous
     /// `MAP_HUGETLB` mapping): its reserve map. Its page cache is then
     /// indexed in 2 MiB pages and holds each page's head frame.
@@ -340,6 +344,7 @@ impl Inode {
             host_mem: None,
             window_size: AtomicU64::new(u64::MAX),
             has_windows: crate::sync::AtomicBool::new(false),
+            host_pins: Arc::default(),
             hugetlb,
             mmio: None,
             written_back: AtomicU64::new(0),
@@ -1015,6 +1020,13 @@ impl OpenFile {
     /// A new open of `file`, read-only.
     pub fn read_only(file: &Arc<File>) -> OpenFile {
         OpenFile::new(file, true, false)
+    }
+
+    /// An open of `file` (a coherent window onto this open's host file)
+    /// with this open's mode and identity, so that the VMAs mapping
+    /// windows through it are one `vm_file`'s, as Linux merges them.
+    pub(crate) fn view_of(&self, file: &Arc<File>) -> OpenFile {
+        OpenFile { file: file.clone(), readable: self.readable, writable: self.writable, open: self.open }
     }
 
     /// This open's identity, for the VMAs that map through it.

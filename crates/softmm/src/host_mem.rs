@@ -96,6 +96,120 @@ pub(crate) struct HostFileHooks {
     /// The host file itself, for a new window over more of it (`mremap`
     /// growth): a `Weak` of its inode, which this layer cannot name.
     pub(crate) owner: Box<dyn std::any::Any + Send + Sync>,
+    /// The file's `FOLL_PIN` pins by file page, shared by every window
+    /// onto the file (its `HostBacking`'s).
+    pub(crate) pins: Arc<PinCounts>,
+}
+
+/// The `FOLL_PIN` pins of a host file's pages, by file page index: Linux's
+/// pin count of a page-cache page (`folio_maybe_dma_pinned`), which every
+/// mapping of the page sees, whichever window the pin went through.
+#[derive(Default)]
+pub(crate) struct PinCounts {
+    counts: Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl std::fmt::Debug for PinCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PinCounts")
+    }
+}
+
+impl PinCounts {
+    /// Whether file page `index` is pinned now.
+    pub(crate) fn pinned(&self, index: u64) -> bool {
+        self.counts.lock().contains_key(&index)
+    }
+
+    fn get(&self, index: u64) {
+        *self.counts.lock().entry(index).or_insert(0) += 1;
+    }
+
+    fn put(&self, index: u64) {
+        let mut counts = self.counts.lock();
+        if let std::collections::hash_map::Entry::Occupied(mut e) = counts.entry(index) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
+
+/// The pages of coherent host-file windows an address space has mapped:
+/// what Linux's page table would hold present for its shared file
+/// mappings, counted in smaps `Rss`. A window page has no entry (its
+/// translations live only in TLBs, which may drop them at any time), so
+/// this records, by guest page address, the pages a fill or a pin brought
+/// in, until a zap of their range (`munmap`, `MADV_DONTNEED`, a truncation
+/// through softmm) takes them out; `mremap` moves them, `mprotect` keeps
+/// them, and a fork's child starts without them, as Linux's page table.
+///
+/// Bookkeeping for smaps only: no protocol depends on it, so it uses the
+/// standard library's lock and flag, not `crate::sync`'s, and the loom
+/// models do not explore it (nothing runs under its lock but the set's
+/// own operations).
+#[derive(Debug, Default)]
+pub(crate) struct HostPresent {
+    /// Set by the first page recorded: until then no zap takes the lock.
+    any: std::sync::atomic::AtomicBool,
+    pages: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl HostPresent {
+    fn pages(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<u64>> {
+        self.pages.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The window page at `va` is mapped now; `true` if it was not before
+    /// (Linux's fault, where a TLB refill of a mapped page is none).
+    pub(crate) fn insert(&self, va: u64) -> bool {
+        self.insert_all(std::iter::once(va)) == 1
+    }
+
+    /// [`HostPresent::insert`] of every page of `vas`; how many were new.
+    pub(crate) fn insert_all(&self, vas: impl IntoIterator<Item = u64>) -> usize {
+        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            self.any.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut pages = self.pages();
+        vas.into_iter().filter(|va| pages.insert(va & !(PAGE_SIZE - 1))).count()
+    }
+
+    /// The pages recorded in `[start, end)`, taken out.
+    fn take(&self, start: u64, end: u64) -> Vec<u64> {
+        if start >= end || !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut pages = self.pages();
+        let taken: Vec<u64> = pages.range(start..end).copied().collect();
+        for p in &taken {
+            pages.remove(p);
+        }
+        taken
+    }
+
+    /// `[start, end)` is zapped: none of its pages is mapped any more.
+    pub(crate) fn clear(&self, start: u64, end: u64) {
+        self.take(start, end);
+    }
+
+    /// `[old, old + len)` moved to `new` (`mremap`): its pages with it.
+    pub(crate) fn moved(&self, old: u64, new: u64, len: u64) {
+        let taken = self.take(old, old.saturating_add(len));
+        if !taken.is_empty() {
+            let mut pages = self.pages();
+            pages.extend(taken.into_iter().map(|p| p - old + new));
+        }
+    }
+
+    /// The pages recorded in `[start, end)`.
+    pub(crate) fn count(&self, start: u64, end: u64) -> u64 {
+        if start >= end || !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return 0;
+        }
+        self.pages().range(start..end).count() as u64
+    }
 }
 
 /// A page of a host-memory window held mapped: what a pin of a host
@@ -111,19 +225,35 @@ pub(crate) struct HeldPage {
     pages: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
     /// Taken for writing: the host memory is writable.
     writable: bool,
+    /// A `FOLL_PIN` pin: the file's pin count of the page, put on drop.
+    pin: Option<Arc<PinCounts>>,
     _hold: Arc<HostRelease>,
+}
+
+impl Drop for HeldPage {
+    fn drop(&mut self) {
+        if let Some(pins) = &self.pin {
+            pins.put(self.index);
+        }
+    }
 }
 
 impl HeldPage {
     /// File page `index` of `mem`, held, for writing if `write` (the
     /// caller has checked that the mapping may write: `VM_MAYWRITE`, which
-    /// a host file opened read-only never gives); `None` outside the
-    /// window, past a host file's end now, or once the window is released.
-    pub(crate) fn new(mem: &HostMem, index: u64, write: bool) -> Option<HeldPage> {
+    /// a host file opened read-only never gives), and counted as a
+    /// `FOLL_PIN` pin of the file's page while held if `pin`; `None`
+    /// outside the window, past a host file's end now, or once the window
+    /// is released.
+    pub(crate) fn new(mem: &HostMem, index: u64, write: bool, pin: bool) -> Option<HeldPage> {
         let hold = mem.hold()?;
         let addr = mem.page_ptr(index).filter(|_| mem.page_backed(index))? as usize;
         let pages = mem.file.as_ref().map(|f| f.pages.clone());
-        Some(HeldPage { addr, index, pages, writable: write, _hold: hold })
+        let pin = mem.file.as_ref().filter(|_| pin).map(|f| f.pins.clone());
+        if let Some(pins) = &pin {
+            pins.get(index);
+        }
+        Some(HeldPage { addr, index, pages, writable: write, pin, _hold: hold })
     }
 
     /// Whether the page lies below the host file's end now. A page the
@@ -201,6 +331,29 @@ impl HostMem {
         self.file.as_ref().is_none_or(|f| index < (f.pages)())
     }
 
+    /// Which of file pages `[first, first + n)`, all inside the window, the
+    /// host holds in its page cache now (`mincore` of the host mapping):
+    /// what Linux's fault-around maps (`filemap_map_pages` maps only pages
+    /// already cached). All `false` if the host refuses (nothing is then
+    /// mapped around).
+    pub(crate) fn cached(&self, first: u64, n: usize) -> Vec<bool> {
+        let mut vec = vec![0u8; n];
+        let Some(ptr) = self.page_ptr(first).filter(|_| n > 0 && self.page_ptr(first + n as u64 - 1).is_some()) else {
+            return vec![false; n];
+        };
+        // SAFETY: `[ptr, ptr + n pages)` lies inside the window (both ends
+        // checked), mapped while its inode is alive, which the caller's
+        // VMA keeps it; `vec` has one byte per page, as `mincore` writes.
+        let r = unsafe { libc::mincore(ptr.cast(), n * PAGE_SIZE as usize, vec.as_mut_ptr()) };
+        vec.into_iter().map(|b| r == 0 && b & 1 != 0).collect()
+    }
+
+    /// The file's pages now (Linux's `i_size` in pages, rounded up): an
+    /// access past them is `SIGBUS`. `u64::MAX` for embedder memory.
+    pub(crate) fn backed_pages(&self) -> u64 {
+        self.file.as_ref().map_or(u64::MAX, |f| (f.pages)())
+    }
+
     /// The hooks of a window onto a host file, `None` for embedder memory.
     pub(crate) fn hooks(&self) -> Option<&HostFileHooks> {
         self.file.as_ref()
@@ -209,6 +362,12 @@ impl HostMem {
     /// Whether the window holds file pages `[first, end)`.
     pub(crate) fn covers(&self, first: u64, end: u64) -> bool {
         first < end && self.page_ptr(first).is_some() && self.page_ptr(end - 1).is_some()
+    }
+
+    /// Whether file page `index` of this window's host file is pinned
+    /// (`FOLL_PIN`) now; `false` for embedder memory, which nothing pins.
+    pub(crate) fn page_pinned(&self, index: u64) -> bool {
+        self.file.as_ref().is_some_and(|f| f.pins.pinned(index))
     }
 
     /// The id of the host file this is a window onto, if any.

@@ -76,6 +76,13 @@ impl Cpu {
             | if vma.flags.contains(VmFlags::EXEC) { Access::Execute.bit() } else { 0 })
             & !mm.watches.point_mask(page, 1);
         self.state.tlb.fill(va, host, perms);
+        // A host file's page is now mapped, as its page-table entry would
+        // be on Linux (smaps `Rss`), and a read fault maps the cached pages
+        // around it; embedder memory is `VM_PFNMAP`, which smaps never
+        // counts and which nothing maps around.
+        if mem.is_file() {
+            crate::fault::host_window::mapped(mm, vma, va, write);
+        }
         Some(Ok(host.wrapping_add((va % PAGE_SIZE) as usize)))
     }
 

@@ -235,6 +235,9 @@ pub struct AddressSpace {
     /// mode, which every `mmap_lock` holder blocks under
     /// [`WriterPolicy::Range`], and what range writers count.
     pub(crate) range: range::RangeState,
+    /// The coherent host-file window pages mapped (smaps `Rss`), off this
+    /// struct's lines: fills of those pages write it.
+    pub(crate) host_present: Box<crate::host_mem::HostPresent>,
 }
 
 /// `mmap_lock` held for write. Dropping it publishes the VMA tree it left.
@@ -355,6 +358,7 @@ impl AddressSpace {
             hugetlb_lock: Default::default(),
             watches: crate::watch::Watches::new(),
             range: range::RangeState::new(max_map_count),
+            host_present: Box::default(),
         }))
     }
 
@@ -668,7 +672,7 @@ impl AddressSpace {
         let st = self.read_lock();
         let map_count = st.vmas.len();
         let (huge, small): (Vec<_>, Vec<_>) = st.vmas.iter().partition(|v| v.flags.contains(VmFlags::HUGETLB));
-        let rss_pages = small.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
+        let rss_pages = small.iter().map(|v| self.vma_resident_pages(v)).sum();
         let hugetlb_pages = huge.iter().map(|v| self.resident_pages(v.start, v.end)).sum();
         let (mmap_lock_write, mmap_lock_read) = self.counters.lock_counts();
         MmStats {
@@ -701,6 +705,14 @@ impl AddressSpace {
                 * (leaf.entry_size() / PAGE_SIZE)
         };
         self.pgtables.leaves(start, end, &guard).map(pages).sum()
+    }
+
+    /// Present pages of `v` (smaps `Rss` in pages): its entries', and for
+    /// a coherent host-file window, which has none, the pages its fills and
+    /// gup mapped (`HostPresent`), counted for such a VMA only.
+    pub(crate) fn vma_resident_pages(&self, v: &Vma) -> u64 {
+        let window = v.file.as_ref().and_then(|f| f.host_mem.as_ref()).is_some_and(|m| m.is_file());
+        self.resident_pages(v.start, v.end) + if window { self.host_present.count(v.start, v.end) } else { 0 }
     }
 
     /// The entry mapping `va` (none if no table), read without locks.
@@ -768,6 +780,8 @@ impl AddressSpace {
         mut filter: impl FnMut(Pte) -> bool,
         drop_markers: bool,
     ) {
+        // The window pages of the range go with its entries.
+        self.host_present.clear(start, end);
         let mut from = start;
         while from < end {
             let guard = crossbeam_epoch::pin();
@@ -871,6 +885,7 @@ impl AddressSpace {
     pub(crate) fn move_ptes(&self, old: u64, new: u64, len: u64, tlb: &mut MmuGather) {
         // huge_pmd_unshare: never move entries other address spaces map.
         self.hugetlb_unshare_range(old, old.saturating_add(len));
+        self.host_present.moved(old, new, len);
         let guard = crossbeam_epoch::pin();
         let mut moved = Vec::new();
         for leaf in self.pgtables.leaves(old, old + len, &guard) {
@@ -1184,12 +1199,18 @@ impl Mapper for AddressSpace {
         // A coherent shared mapping of the file (its own `[host]`-like
         // inode, a window onto the host's pages) records no fill owners:
         // every CPU goes, before the host file shrinks under it.
-        if st
-            .vmas()
-            .iter()
-            .any(|v| v.file.as_ref().is_some_and(|f| f.host_mem.as_ref().and_then(|m| m.origin()) == Some(file.id())))
-        {
+        for v in st.vmas().iter() {
+            if v.file.as_ref().and_then(|f| f.host_mem.as_ref()?.origin()) != Some(file.id()) {
+                continue;
+            }
             tlb.need_flush = true;
+            // Its pages in the range leave this address space, as the
+            // zap takes a shared file mapping's entries.
+            let (lo, hi) = (first.max(v.pgoff), last.min(v.pgoff + v.pages()));
+            if lo < hi {
+                self.host_present
+                    .clear(v.start + ((lo - v.pgoff) << PAGE_SHIFT), v.start + ((hi - v.pgoff) << PAGE_SHIFT));
+            }
         }
         // Flush before mmap_lock is released, as Linux's tlb_finish_mmu
         // does: once another thread can map this range again, no CPU may

@@ -454,11 +454,18 @@ impl AddressSpace {
     }
 
     /// Linux's `page_maybe_dma_pinned` for the page mapped at `addr`: true
-    /// if it is pinned (exact here: the frame's pin count). False if nothing
-    /// is mapped there.
+    /// if it is pinned (exact here: the frame's pin count; for a coherent
+    /// shared mapping of a host file, the file page's `FOLL_PIN` pins
+    /// through any mapping of the file, as a page-cache page's pin count).
+    /// False if nothing is mapped there.
     pub fn page_maybe_dma_pinned(&self, addr: u64) -> bool {
         let pte = self.pte_at(addr & !(PAGE_SIZE - 1));
-        pte.has_frame() && self.phys.desc(pte.pfn()).pincount.load(Ordering::Acquire) > 0
+        if pte.has_frame() {
+            return self.phys.desc(pte.pfn()).pincount.load(Ordering::Acquire) > 0;
+        }
+        // A host file's page has no entry: its window knows its pins.
+        let guard = crossbeam_epoch::pin();
+        self.vmas_rcu(&guard).find(addr).is_some_and(|v| crate::fault::host_window::page_pinned(v, addr))
     }
 
     fn take_pages(&self, addr: u64, npages: usize, flags: Foll, pin: bool, threads: usize) -> Result<PinnedPages> {

@@ -206,7 +206,9 @@ fn take_one_locked(mm: &AddressSpace, vma: &Vma, req: &Request, va: u64, out: &m
     if crate::fault::host_window::is_host_file_window(vma) {
         // A coherent shared mapping of a host file: the host's page, held
         // mapped; past the file's end the fault's `SIGBUS` (`EFAULT`).
-        let held = crate::fault::host_window::hold_page(vma, va, req.write).ok_or(Errno::Fault)?;
+        let held = crate::fault::host_window::hold_page(vma, va, req.write, req.pin).ok_or(Errno::Fault)?;
+        // gup faults the page in on Linux: it is mapped from now on.
+        crate::fault::host_window::mapped(mm, vma, va, req.write);
         out.push_host(held);
         return Ok(());
     }

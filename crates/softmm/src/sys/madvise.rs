@@ -242,7 +242,11 @@ impl AddressSpace {
                 MADV_UNMERGEABLE => f &= !VmFlags::MERGEABLE,
                 _ => unreachable!(),
             }
-            mm.vma_modify_flags(st, vma, start, stop, f)
+            if f == vma.flags {
+                return Ok(());
+            }
+            let vma = mm.host_file_windows_merged(st, vma, start, stop, f, vma.policy.as_ref());
+            mm.vma_modify_flags(st, &vma, start, stop, f)
         })
     }
 

@@ -118,11 +118,7 @@ impl AddressSpace {
                     name,
                     // smaps counts hugetlb pages apart (`Shared_Hugetlb`,
                     // `Private_Hugetlb`), never in `Rss`.
-                    rss: if v.flags.contains(VmFlags::HUGETLB) {
-                        0
-                    } else {
-                        self.resident_pages(v.start, v.end) * PAGE_SIZE
-                    },
+                    rss: if v.flags.contains(VmFlags::HUGETLB) { 0 } else { self.vma_resident_pages(v) * PAGE_SIZE },
                     vm_flags: v.flags.smaps_mnemonics(),
                 }
             })

@@ -206,7 +206,9 @@ impl AddressSpace {
             if cur.same_policy(new.as_ref()) {
                 continue;
             }
-            self.vma_modify_policy(&mut st, &cur, start.max(cur.start), end.min(cur.end), new.clone())?;
+            let (lo, hi) = (start.max(cur.start), end.min(cur.end));
+            let cur = self.host_file_windows_merged(&mut st, &cur, lo, hi, cur.flags, new.as_ref());
+            self.vma_modify_policy(&mut st, &cur, lo, hi, new.clone())?;
         }
         drop(st);
         // Migrated after mmap_lock is dropped, each page to where the new

@@ -215,7 +215,8 @@ impl AddressSpace {
         if newflags == vma.flags || !vma_supports_mlock(vma.flags) {
             return Ok(());
         }
-        self.vma_modify_flags(st, vma, start, end, newflags)
+        let vma = self.host_file_windows_merged(st, vma, start, end, newflags, vma.policy.as_ref());
+        self.vma_modify_flags(st, &vma, start, end, newflags)
     }
 }
 

@@ -524,7 +524,11 @@ impl AddressSpace {
     /// Inserts `new` into a free range, merging it with the VMA ending at its
     /// start and the one starting at its end where Linux's
     /// `vma_merge_new_range` would. Returns the VMA now covering `new`.
-    pub(crate) fn insert_merged(&self, st: &mut MmState, new: Vma) -> Arc<Vma> {
+    pub(crate) fn insert_merged(&self, st: &mut MmState, mut new: Vma) -> Arc<Vma> {
+        // Coherent windows onto one host file first get one window.
+        if let Some(over) = self.merge_host_file_windows(st, &new) {
+            new = over;
+        }
         let file = new.file_id();
         let anon: Option<Arc<AnonVma>> = new.anon_vma.get().cloned();
         let prev = st.vmas.prev_of(new.start).filter(|p| p.end == new.start).cloned();

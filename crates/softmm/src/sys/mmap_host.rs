@@ -23,18 +23,22 @@
 //! (`sys/access_remote.rs`); gup and `MADV_POPULATE_*` past the file's end
 //! are `EFAULT` (the fault handler's `SIGBUS`); `mremap` growth gives the
 //! VMA a new window over all it will map
-//! ([`AddressSpace::grow_host_file_window`]). One difference remains: two
-//! adjacent mappings of the file never merge (each has its own window).
+//! ([`AddressSpace::grow_host_file_window`]); adjacent mappings of the
+//! file through one open merge as Linux's do, by being given one window
+//! over all their pages ([`AddressSpace::merge_host_file_windows`]).
+//! smaps `Rss` counts the pages fills and gup mapped
+//! (`crate::host_mem::HostPresent`), and `page_maybe_dma_pinned` sees the
+//! file pages' pins (`crate::host_mem::PinCounts`).
 
 use std::sync::Arc;
 
 use crate::error::{Errno, Result};
 use crate::file::{File, Inode, OpenFile};
 use crate::host_mem::{HostFileHooks, HostMem, ReleaseFn};
-use crate::mm::AddressSpace;
+use crate::mm::{AddressSpace, MmState};
 use crate::phys::PhysMem;
 use crate::uapi::*;
-use crate::vma::{VmFlags, VmaDesc, VmaOps};
+use crate::vma::{VmFlags, Vma, VmaDesc, VmaOps};
 use crate::{page_align, PAGE_SIZE};
 
 /// The hooks of a host-memory VMA: its preparation marks it `VM_PFNMAP`.
@@ -169,6 +173,7 @@ impl AddressSpace {
                     sync.upgrade().and_then(|f| Some(f.host_backing()?.sync_data())).unwrap_or(Ok(()))
                 }),
                 owner: Box::new(Arc::downgrade(inode)),
+                pins: inode.host_pins.clone(),
             }
         };
         // The release: the host mapping goes, then the file's use.
@@ -211,6 +216,112 @@ impl AddressSpace {
         Ok(())
     }
 
+    /// Whether `v` maps a coherent window onto the host file `file` (a
+    /// window) is one onto, through the open `open`: a neighbour Linux
+    /// would merge with (`vma_merge`, one `vm_file`) where flags, offsets
+    /// and policy allow, whichever window each has.
+    fn same_host_file(v: &Vma, file: Option<&Arc<Inode>>, open: u64) -> bool {
+        let origin = |f: &Arc<Inode>| f.host_mem.as_ref().and_then(HostMem::origin);
+        let Some(o) = file.and_then(origin) else { return false };
+        v.open == open && v.file.as_ref().and_then(origin) == Some(o)
+    }
+
+    /// Whether `a` and `b` map the same window (one file, one identity).
+    fn same_window(a: &Vma, b: &Vma) -> bool {
+        matches!((&a.file, &b.file), (Some(x), Some(y)) if Arc::ptr_eq(x, y))
+    }
+
+    /// One window onto the host file over all the file pages of `vmas`
+    /// (windows onto it, whose pages are contiguous): the file of their
+    /// merged VMA. `None` if the host refuses the mapping (they then stay
+    /// apart, each with its window, as before) or the file is gone. The
+    /// handle is the window's only use until a VMA takes one: the caller
+    /// keeps it until then (dropped first, it would release the window).
+    fn window_over(&self, vmas: &[&Vma]) -> Option<Arc<File>> {
+        let first = vmas.iter().map(|v| v.pgoff).min()?;
+        let end = vmas.iter().map(|v| v.pgoff + v.pages()).max()?;
+        let mem = crate::fault::host_window::window(vmas.first()?)?;
+        let owner = mem.hooks()?.owner.downcast_ref::<std::sync::Weak<Inode>>()?.upgrade()?;
+        self.host_file_window(&owner, first * PAGE_SIZE, (end - first) * PAGE_SIZE).ok()
+    }
+
+    /// Linux's `vma_merge_new_range` of `new`, a coherent window about to
+    /// be inserted ([`AddressSpace::insert_merged`]), with a neighbour
+    /// mapping the same host file through the same open at contiguous
+    /// offsets, with the same flags and policy, over another window: the
+    /// neighbours are replaced by themselves over one new window onto all
+    /// of their pages and `new`'s, and `new` over it is returned, so that
+    /// the insert merges them as one file's VMAs. The replaced VMAs leave
+    /// the tree, so the write section's end shoots every CPU down before
+    /// their old windows may be released (`crate::host_mem`'s protocol,
+    /// step 2); a pin keeps its old window, the same file pages, until it
+    /// goes. `None`, changing nothing, where no such neighbour is.
+    pub(crate) fn merge_host_file_windows(&self, st: &mut MmState, new: &Vma) -> Option<Vma> {
+        if !crate::fault::host_window::is_host_file_window(new) {
+            return None;
+        }
+        let (anon, pol) = (new.anon_vma.get(), new.policy.as_ref());
+        let mate = |v: &Arc<Vma>| Self::same_host_file(v, new.file.as_ref(), new.open) && v.same_policy(pol);
+        let prev = st
+            .vmas
+            .prev_of(new.start)
+            .filter(|p| p.end == new.start && mate(p) && p.can_merge_after(new.flags, p.file_id(), anon, new.pgoff));
+        let next = st.vmas.first_starting_at(new.end).filter(|n| {
+            n.start == new.end && mate(n) && n.can_merge_before(new.flags, n.file_id(), anon, new.pgoff, new.pages())
+        });
+        let (prev, next) = (prev.cloned(), next.cloned());
+        if !prev.iter().chain(next.iter()).any(|v| !Self::same_window(v, new)) {
+            return None;
+        }
+        let vmas: Vec<&Vma> = [prev.as_deref(), Some(new), next.as_deref()].into_iter().flatten().collect();
+        let handle = self.window_over(&vmas)?;
+        let window = handle.inode();
+        for v in prev.iter().chain(next.iter()) {
+            st.vmas.replace(v.start, v.with_file(window.clone()));
+        }
+        Some(new.with_file(window.clone()))
+    }
+
+    /// [`AddressSpace::merge_host_file_windows`] before `vma_modify` of
+    /// `[start, end)` of `vma` to `flags` and `policy` (`mprotect` back to
+    /// a neighbour's flags, `madvise`, `mlock`, `mseal`, `mbind`): where
+    /// the VMA touching the range's start or end would merge with the
+    /// range but for its window, it and `vma`, both coherent windows onto
+    /// one host file, are replaced by themselves over one window onto all
+    /// their pages, and `vma`'s replacement is returned for the caller to
+    /// modify; `vma` itself otherwise, with nothing changed. Called by the
+    /// system calls (the core's `vma_modify` knows no windows).
+    pub(super) fn host_file_windows_merged(
+        &self,
+        st: &mut MmState,
+        vma: &Arc<Vma>,
+        start: u64,
+        end: u64,
+        flags: VmFlags,
+        policy: Option<&Arc<crate::mempolicy::MemPolicy>>,
+    ) -> Arc<Vma> {
+        if !crate::fault::host_window::is_host_file_window(vma) {
+            return vma.clone();
+        }
+        let (anon, pgoff, pages) = (vma.anon_vma.get(), vma.pgoff_at(start), (end - start) / PAGE_SIZE);
+        let mate = |v: &&Arc<Vma>| Self::same_host_file(v, vma.file.as_ref(), vma.open) && v.same_policy(policy);
+        // vma_modify's neighbours: only where the range reaches the edge.
+        let prev = st.vmas.prev_of(vma.start).filter(|p| p.end == start && start == vma.start);
+        let next = st.vmas.first_starting_at(vma.end).filter(|n| n.start == end && end == vma.end);
+        let prev = prev.filter(mate).filter(|p| p.can_merge_after(flags, p.file_id(), anon, pgoff)).cloned();
+        let next = next.filter(mate).filter(|n| n.can_merge_before(flags, n.file_id(), anon, pgoff, pages)).cloned();
+        if !prev.iter().chain(next.iter()).any(|v| !Self::same_window(v, vma)) {
+            return vma.clone();
+        }
+        let vmas: Vec<&Vma> = [prev.as_deref(), Some(&**vma), next.as_deref()].into_iter().flatten().collect();
+        let Some(handle) = self.window_over(&vmas) else { return vma.clone() };
+        let window = handle.inode();
+        for v in prev.iter().chain(next.iter()) {
+            st.vmas.replace(v.start, v.with_file(window.clone()));
+        }
+        st.vmas.replace(vma.start, vma.with_file(window.clone()))
+    }
+
     /// `mmap` of `open`, a host file, `MAP_SHARED` under
     /// `HostFileCoherence::Shared`: the pages are the host's own shared
     /// mapping of `[offset, offset + len)` of the file, made here and
@@ -243,7 +354,8 @@ impl AddressSpace {
         }
         let inode = open.file.inode().clone();
         let file = self.host_file_window(&inode, offset, len)?;
-        let view = OpenFile::new(&file, open.readable, open.writable);
+        // The view keeps the open's identity: mappings through one open merge.
+        let view = open.view_of(&file);
         // Refused, the window's only handle drops here and its release
         // unmaps the host mapping.
         let a = self.mmap(addr, len, prot, flags, Some(&view), offset)?;

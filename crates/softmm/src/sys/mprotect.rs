@@ -161,6 +161,7 @@ impl AddressSpace {
                 newflags &= !VmFlags::ACCOUNT;
             }
             if newflags != v.flags {
+                let v = self.host_file_windows_merged(st, &v, tmp, range_end, newflags, v.policy.as_ref());
                 if let Err(e) = self.vma_modify_flags(st, &v, tmp, range_end, newflags) {
                     self.phys.vm_unacct_memory(charged);
                     return Err(e);

@@ -93,7 +93,11 @@ impl AddressSpace {
         while tmp < end {
             let Some(v) = st.vmas.find_from(tmp).cloned() else { break };
             let stop = v.end.min(end);
-            self.vma_modify_flags(&mut st, &v, tmp.max(v.start), stop, v.flags | VmFlags::SEALED)?;
+            let (lo, flags) = (tmp.max(v.start), v.flags | VmFlags::SEALED);
+            if flags != v.flags {
+                let v = self.host_file_windows_merged(&mut st, &v, lo, stop, flags, v.policy.as_ref());
+                self.vma_modify_flags(&mut st, &v, lo, stop, flags)?;
+            }
             tmp = stop;
         }
         Ok(())

@@ -421,3 +421,337 @@ fn a_dontunmap_move_of_a_coherent_window_keeps_both_ranges_the_files() {
     }
     assert_no_leaks(&phys);
 }
+
+/// `page_maybe_dma_pinned` of a coherent window's page, as Linux's for a
+/// page-cache page: true while a `FOLL_PIN` pin holds it, seen through
+/// every mapping of the file's page (another `mmap` of it too), not for a
+/// `FOLL_GET` reference, and false after the unpin.
+#[test]
+fn a_pinned_host_file_page_is_maybe_dma_pinned_until_unpinned() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let tf = TempFile::new("coherent-pinned", &[1u8; 3 * PAGE as usize]);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-pinned").unwrap();
+    let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
+    // The same file page 1, mapped a second time elsewhere.
+    let b = mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&open), PAGE).unwrap();
+    assert!(!mm.page_maybe_dma_pinned(a + PAGE));
+    let got = mm.get_user_pages(a + PAGE, 1, Foll::empty()).unwrap();
+    assert!(!mm.page_maybe_dma_pinned(a + PAGE), "FOLL_GET is no pin");
+    let pin = mm.pin_user_pages(a + PAGE, 1, Foll::WRITE).unwrap();
+    let again = mm.pin_user_pages(b, 1, Foll::empty()).unwrap();
+    assert!(mm.page_maybe_dma_pinned(a + PAGE) && mm.page_maybe_dma_pinned(b));
+    assert!(!mm.page_maybe_dma_pinned(a) && !mm.page_maybe_dma_pinned(a + 2 * PAGE));
+    drop(pin);
+    assert!(mm.page_maybe_dma_pinned(a + PAGE), "the second pin still holds it");
+    drop((again, got));
+    assert!(!mm.page_maybe_dma_pinned(a + PAGE) && !mm.page_maybe_dma_pinned(b));
+    drop((mm, open));
+    assert_no_leaks(&phys);
+}
+
+/// The host's `/proc/self/maps` lines inside `[base, base + len)`, as
+/// `(start - base, end - base, offset)`.
+fn host_lines(base: u64, len: u64) -> Vec<(u64, u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (s, e) = f.next()?.split_once('-')?;
+            let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+            let off = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+            (s >= base && e <= base + len).then(|| (s - base, e - base, off))
+        })
+        .collect()
+}
+
+/// softmm's mappings inside `[base, base + len)`, as [`host_lines`].
+fn guest_lines(mm: &AddressSpace, base: u64, len: u64) -> Vec<(u64, u64, u64)> {
+    mm.maps()
+        .into_iter()
+        .filter(|e| e.start >= base && e.end <= base + len)
+        .map(|e| (e.start - base, e.end - base, e.offset))
+        .collect()
+}
+
+/// Host `mmap` of `len` bytes of `file` at `offset`, `MAP_SHARED`, at the
+/// fixed address `at` (inside a reservation of the test's).
+fn host_map_at(file: &std::fs::File, at: u64, len: u64, prot: i32, offset: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `at` lies in a reservation the test made and owns; nothing
+    // else uses that range.
+    let p = unsafe {
+        libc::mmap(
+            at as *mut _,
+            len as usize,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            offset as i64,
+        )
+    };
+    assert_eq!(p as u64, at);
+}
+
+/// Adjacent coherent mappings of one host file merge as Linux's
+/// `vma_merge` merges them, beside the host doing the same in a
+/// reservation of its own: two `mmap`s at contiguous addresses and
+/// offsets through one open are one VMA, a third filling a hole between
+/// two joins them, an `mprotect` of the middle splits and one back to the
+/// same flags merges again, and mappings through two opens stay apart.
+/// The bytes stay the file's throughout, a CPU that cached a page before
+/// a merge reads the file after it, and a pin taken before a merge keeps
+/// its page (the old window) until it goes.
+#[test]
+fn adjacent_mappings_of_a_host_file_merge_as_the_hosts() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let content: Vec<u8> = (0..4 * PAGE as usize).map(|i| (i / PAGE as usize) as u8 + 1).collect();
+    let tf = TempFile::new("coherent-merge", &content);
+    let path = path_of("coherent-merge");
+    let file = tf.open(true);
+    let other = tf.open(true);
+    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
+    let open2 = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
+    let len = 4 * PAGE;
+    // SAFETY: a fresh reservation the kernel places, owned by the test.
+    let host =
+        unsafe { libc::mmap(std::ptr::null_mut(), len as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    assert_ne!(host, libc::MAP_FAILED);
+    let h = host as u64;
+    let g = mm.mmap(0, len, PROT_NONE, ANON, None, 0).unwrap();
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let fixed = MAP_SHARED | MAP_FIXED;
+
+    // Pages 0 and 1, then 3: two VMAs on both sides.
+    host_map_at(&file, h, PAGE, prot, 0);
+    host_map_at(&file, h + PAGE, PAGE, prot, PAGE);
+    host_map_at(&file, h + 3 * PAGE, PAGE, prot, 3 * PAGE);
+    mm.mmap(g, PAGE, RW, fixed, Some(&open), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    assert_eq!(cpu.read_u8(g).unwrap(), 1, "cached from the first window");
+    let pin = mm.pin_user_pages(g, 1, Foll::WRITE).unwrap();
+    mm.mmap(g + PAGE, PAGE, RW, fixed, Some(&open), PAGE).unwrap();
+    mm.mmap(g + 3 * PAGE, PAGE, RW, fixed, Some(&open), 3 * PAGE).unwrap();
+    let want = vec![(0, 2 * PAGE, 0), (2 * PAGE, 3 * PAGE, 0), (3 * PAGE, 4 * PAGE, 3 * PAGE)];
+    assert_eq!(host_lines(h, len), want, "the host merges the first two");
+    assert_eq!(guest_lines(&mm, g, len), want);
+    // The hole filled: one VMA over all four pages on both.
+    host_map_at(&file, h + 2 * PAGE, PAGE, prot, 2 * PAGE);
+    mm.mmap(g + 2 * PAGE, PAGE, RW, fixed, Some(&open), 2 * PAGE).unwrap();
+    assert_eq!(host_lines(h, len), vec![(0, len, 0)]);
+    assert_eq!(guest_lines(&mm, g, len), vec![(0, len, 0)]);
+    for page in 0..4 {
+        assert_eq!(cpu.read_u8(g + page * PAGE).unwrap(), page as u8 + 1, "page {page}");
+    }
+    cpu.write_u8(g + 3 * PAGE + 1, 0x44).unwrap();
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, 3 * PAGE + 1).unwrap();
+    assert_eq!(b[0], 0x44, "the host reads the guest's store through the merged VMA");
+    // The pin taken before the merges: still the file's page, and pinned.
+    pin.write(8, &[0x99]).unwrap();
+    assert_eq!(cpu.read_u8(g + 8).unwrap(), 0x99);
+    assert!(mm.page_maybe_dma_pinned(g));
+    drop(pin);
+    assert!(!mm.page_maybe_dma_pinned(g));
+
+    // mprotect of the middle: three VMAs; back: one again, on both.
+    // SAFETY: inside the host's own mapping of the file.
+    assert_eq!(unsafe { libc::mprotect((h + PAGE) as *mut _, PAGE as usize, libc::PROT_READ) }, 0);
+    mm.mprotect(g + PAGE, PAGE, PROT_READ).unwrap();
+    let split = vec![(0, PAGE, 0), (PAGE, 2 * PAGE, PAGE), (2 * PAGE, len, 2 * PAGE)];
+    assert_eq!(host_lines(h, len), split);
+    assert_eq!(guest_lines(&mm, g, len), split);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mprotect((h + PAGE) as *mut _, PAGE as usize, prot) }, 0);
+    mm.mprotect(g + PAGE, PAGE, RW).unwrap();
+    assert_eq!(host_lines(h, len), vec![(0, len, 0)]);
+    assert_eq!(guest_lines(&mm, g, len), vec![(0, len, 0)]);
+
+    // Through another open (another `struct file`): never merged.
+    host_map_at(&other, h + 2 * PAGE, 2 * PAGE, prot, 2 * PAGE);
+    mm.mmap(g + 2 * PAGE, 2 * PAGE, RW, fixed, Some(&open2), 2 * PAGE).unwrap();
+    let apart = vec![(0, 2 * PAGE, 0), (2 * PAGE, len, 2 * PAGE)];
+    assert_eq!(host_lines(h, len), apart);
+    assert_eq!(guest_lines(&mm, g, len), apart);
+    assert_eq!(cpu.read_u8(g + 3 * PAGE + 1).unwrap(), 0x44);
+
+    // Two mappings with different flags, each its own window, then an
+    // mprotect that makes them equal: merged there, on both.
+    host_map_at(&file, h + 2 * PAGE, PAGE, libc::PROT_READ, 2 * PAGE);
+    host_map_at(&file, h + 3 * PAGE, PAGE, prot, 3 * PAGE);
+    mm.mmap(g + 2 * PAGE, PAGE, PROT_READ, fixed, Some(&open), 2 * PAGE).unwrap();
+    mm.mmap(g + 3 * PAGE, PAGE, RW, fixed, Some(&open), 3 * PAGE).unwrap();
+    let two = vec![(0, 2 * PAGE, 0), (2 * PAGE, 3 * PAGE, 2 * PAGE), (3 * PAGE, len, 3 * PAGE)];
+    assert_eq!(host_lines(h, len), two);
+    assert_eq!(guest_lines(&mm, g, len), two);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mprotect((h + 2 * PAGE) as *mut _, PAGE as usize, prot) }, 0);
+    mm.mprotect(g + 2 * PAGE, PAGE, RW).unwrap();
+    assert_eq!(host_lines(h, len), vec![(0, len, 0)]);
+    assert_eq!(guest_lines(&mm, g, len), vec![(0, len, 0)]);
+    assert_eq!(cpu.read_u8(g + 3 * PAGE + 1).unwrap(), 0x44);
+
+    drop(cpu);
+    mm.munmap(g, len).unwrap();
+    // SAFETY: the test's reservation, unmapped once.
+    unsafe { libc::munmap(host, len as usize) };
+    drop((open, open2));
+    assert_eq!(host_uses(&path).0, 0, "every window was released");
+    drop(mm);
+    assert_no_leaks(&phys);
+}
+
+/// The host's smaps `Rss` in bytes summed over its mappings inside
+/// `[base, base + len)`.
+fn host_rss(base: u64, len: u64) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    let mut rss = 0;
+    for l in smaps.lines() {
+        if let Some((range, _)) = l.split_once(' ').filter(|(r, _)| r.contains('-') && !r.ends_with(':')) {
+            let (s, e) = range.split_once('-').unwrap();
+            let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+            inside = s >= base && e <= base + len;
+        } else if let Some(kb) = l.strip_prefix("Rss:").filter(|_| inside) {
+            rss += kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024;
+        }
+    }
+    rss
+}
+
+/// A file in `/dev/shm` (tmpfs), removed when dropped.
+struct ShmFile(PathBuf);
+
+fn tempfile_in_shm(tag: &str, content: &[u8]) -> std::io::Result<ShmFile> {
+    let path = PathBuf::from(format!("/dev/shm/softmm-host-file-{}-{tag}", std::process::id()));
+    std::fs::write(&path, content)?;
+    Ok(ShmFile(path))
+}
+
+impl ShmFile {
+    fn open(&self) -> std::fs::File {
+        std::fs::OpenOptions::new().read(true).write(true).open(&self.0).unwrap()
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// softmm's `Rss` summed over its mappings inside `[base, base + len)`.
+fn guest_rss(mm: &AddressSpace, base: u64, len: u64) -> u64 {
+    mm.maps().into_iter().filter(|e| e.start >= base && e.end <= base + len).map(|e| e.rss).sum()
+}
+
+/// smaps `Rss` of a coherent window counts the pages the guest has mapped,
+/// as Linux's counts the present entries of a shared file mapping, beside
+/// the host mapping the same file at an address of the same alignment and
+/// doing the same: a read maps the cached pages around it (fault-around),
+/// a write only its page, `MADV_DONTNEED` takes pages out and a read maps
+/// them back, `mprotect` keeps them, `munmap` takes its part, `mremap`
+/// moves them, a pin maps its page; a fork's child starts at 0.
+#[test]
+fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    const PAGES: u64 = 48;
+    let len = PAGES * PAGE;
+    // On tmpfs, whose folios are single pages unless shmem THP is on:
+    // Linux 6.18 maps a whole large folio on a read fault (ext4's page
+    // cache has them), where 6.12, softmm's reference, maps one
+    // `fault_around_bytes` window.
+    let Ok(shm) = tempfile_in_shm("coherent-rss", &vec![1u8; len as usize]) else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let file = shm.open();
+    let open = OpenFile::from_host(&phys, shm.open(), "coherent-rss").unwrap();
+    // Both mappings at a 2 MiB boundary: fault-around aligns by address.
+    const PMD: u64 = 2 << 20;
+    // SAFETY: a fresh reservation the kernel places, owned by the test.
+    let resv = unsafe {
+        libc::mmap(std::ptr::null_mut(), 2 * PMD as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(resv, libc::MAP_FAILED);
+    let h = (resv as u64).next_multiple_of(PMD);
+    let g = mm.mmap(0, 2 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    host_map_at(&file, h, len, prot, 0);
+    mm.mmap(g, len, RW, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    let span = 2 * PMD;
+    let check = |what: &str| {
+        let host = host_rss(h, span);
+        assert_eq!(guest_rss(&mm, g, span), host, "{what}: softmm's Rss against the host's");
+        host / PAGE
+    };
+    assert_eq!(check("untouched"), 0);
+    let hread = |page: u64| {
+        // SAFETY: a page of the host's mapping of the file (the callers'
+        // pages stay mapped), which lives until the test unmaps it.
+        unsafe { ((h + page * PAGE) as *const u8).read_volatile() }
+    };
+    let hwrite = |page: u64| {
+        // SAFETY: as in `hread`; the mapping is writable there.
+        unsafe { ((h + page * PAGE + 1) as *mut u8).write_volatile(9) }
+    };
+    hread(0);
+    cpu.read_u8(g).unwrap();
+    assert_eq!(check("a read of page 0"), 16, "fault-around");
+    hwrite(20);
+    cpu.write_u8(g + 20 * PAGE + 1, 9).unwrap();
+    assert_eq!(check("a write of page 20"), 17);
+    // SAFETY: advice on the host's own file mapping (its bytes stay).
+    assert_eq!(unsafe { libc::madvise((h + 4 * PAGE) as *mut _, 4 * PAGE as usize, libc::MADV_DONTNEED) }, 0);
+    mm.madvise(g + 4 * PAGE, 4 * PAGE, MADV_DONTNEED).unwrap();
+    assert_eq!(check("MADV_DONTNEED of pages 4-7"), 13);
+    hread(5);
+    cpu.read_u8(g + 5 * PAGE).unwrap();
+    assert_eq!(check("a read of page 5"), 17);
+    hread(40);
+    cpu.read_u8(g + 40 * PAGE).unwrap();
+    assert_eq!(check("a read of page 40"), 33, "its aligned window, 32-47");
+    // SAFETY: mprotect of part of the host's own mapping.
+    assert_eq!(unsafe { libc::mprotect((h + 8 * PAGE) as *mut _, 8 * PAGE as usize, libc::PROT_READ) }, 0);
+    mm.mprotect(g + 8 * PAGE, 8 * PAGE, PROT_READ).unwrap();
+    assert_eq!(check("mprotect of pages 8-15"), 33);
+    // SAFETY: munmap of part of the host's own mapping.
+    assert_eq!(unsafe { libc::munmap((h + 44 * PAGE) as *mut _, 4 * PAGE as usize) }, 0);
+    mm.munmap(g + 44 * PAGE, 4 * PAGE).unwrap();
+    assert_eq!(check("munmap of pages 44-47"), 29);
+    // A pin (gup's read fault) of page 30, in a window only a write touched.
+    let pin = mm.pin_user_pages(g + 30 * PAGE, 1, Foll::empty()).unwrap();
+    hread(30);
+    let with_pin = check("a read pin of page 30");
+    assert_eq!(with_pin, 29 + 15, "its aligned window, 16-31, but for page 20");
+    drop(pin);
+    // A fork's child has none of the parent's (shared file entries are
+    // not copied), the parent keeps its own.
+    let child = mm.fork().unwrap();
+    assert_eq!(guest_rss(&child, g, span), 0);
+    drop(child);
+    // mremap moves the pages: the host's too (moved within its
+    // reservation, to the second 2 MiB half).
+    // SAFETY: a move of part of the host's own mapping inside its reservation.
+    let moved = unsafe {
+        libc::mremap(
+            (h + 16 * PAGE) as *mut _,
+            8 * PAGE as usize,
+            8 * PAGE as usize,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            (h + PMD) as *mut libc::c_void,
+        )
+    };
+    assert_eq!(moved as u64, h + PMD);
+    assert_eq!(mm.mremap(g + 16 * PAGE, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, g + PMD), Ok(g + PMD));
+    assert_eq!(check("mremap of pages 16-23"), with_pin);
+    assert_eq!(host_rss(h + PMD, 8 * PAGE), 8 * PAGE);
+    drop(cpu);
+    // SAFETY: the test's reservation, unmapped once.
+    unsafe { libc::munmap(resv, 2 * PMD as usize) };
+    drop((mm, open));
+    assert_no_leaks(&phys);
+}
