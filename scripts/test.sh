@@ -58,6 +58,11 @@ stage shared-write-stats \
 # binary (libtest's filters match substrings of the test paths).
 stage on-demand env SOFTMM_ON_DEMAND=1 \
   cargo test --profile checked --workspace --test semantics -- semantics:: access_remote:: hardening::
+# The on-demand arena's host cost, measured from the process's RSS: alone in
+# its process, since every other test of the binary moves the RSS.
+stage on-demand-rss \
+  cargo test --profile checked --workspace --test semantics -- --ignored --exact \
+    on_demand::an_on_demand_arena_costs_what_it_uses
 # MADV_DONTNEED and MADV_FREE under the locked madvise (the default runs
 # them per VMA, without mmap_lock): the semantic and differential tests
 # again, the variable read at run time as above.

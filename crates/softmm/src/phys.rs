@@ -1228,12 +1228,13 @@ impl PhysMem {
     /// [`PhysMem::stats`], or ten seconds have passed (a thread of the process
     /// that stays pinned holds every grace period back), and returns the stats.
     /// The calling thread's own callbacks (a writer's under
-    /// [`crate::WriterPolicy::ShortOwnRcu`]) run too; another live thread's
-    /// wait for its next write section or its exit.
+    /// [`crate::WriterPolicy::ShortOwnRcu`]) run too, its open batch closed
+    /// whatever it holds; another live thread's wait for a later write
+    /// section of it once its batch holds 32 frees, or its exit.
     pub fn quiesce(&self) -> PhysStats {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            crate::sync::rcu::end_batch();
+            crate::sync::rcu::end_batch_now();
             crossbeam_epoch::pin().flush();
             crate::sync::rcu::reclaim_own();
             let now = self.stats();

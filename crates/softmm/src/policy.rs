@@ -317,7 +317,7 @@ pub enum WriterPolicy {
     /// unpublishes are the writer thread's own RCU callbacks
     /// (`sync::rcu::defer_destroy_own`, Linux's per-CPU callback lists):
     /// the collector only marks a batch's grace period as ended, one store
-    /// per write section, and the writer frees the batch itself after a
+    /// per batch of 32 frees, and the writer frees the batch itself after a
     /// later write section, once `mmap_lock` is released. A faulting
     /// thread's collection never frees a writer's VMAs; a thread that
     /// exits hands what it still has queued to the collector. It removes
@@ -331,7 +331,8 @@ pub enum WriterPolicy {
     /// returns under it as under every policy (Linux's `remove_vma`: a
     /// hugetlb mapping's reservations at `vm_ops->close`, its file use
     /// after the zap); only the VMAs' memory and the old window versions
-    /// wait for the writer's next write section or its exit.
+    /// wait, until the writer's batch holds 32 frees and a later write
+    /// section of it, or its exit.
     #[default]
     ShortOwnRcu,
     /// [`WriterPolicy::Short`] for every call it does not cover, and

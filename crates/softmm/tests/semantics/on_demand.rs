@@ -1,7 +1,10 @@
 //! Memory on demand (`PhysConfig::on_demand`): a large arena costs the host
 //! little until its frames are used, and freed frames go back to the host.
-//! One test, so that nothing else in this binary moves the process's RSS
-//! while it measures. (The semantics are the same as a prefaulted arena's:
+//! It measures the process's RSS, which every other test of this binary
+//! moves while it runs (their arenas are prefaulted: 1 failure in 3 runs of
+//! the whole binary, the process 10 MiB larger), so it is ignored there and
+//! scripts/test.sh runs it by itself (`--ignored`, its own process). (The
+//! semantics are the same as a prefaulted arena's:
 //! `SOFTMM_ON_DEMAND=1` runs the other test binaries on such arenas, see
 //! scripts/test.sh.)
 
@@ -19,6 +22,7 @@ fn rss() -> u64 {
 }
 
 #[test]
+#[ignore = "measures the process's RSS: scripts/test.sh runs it alone (--ignored)"]
 fn an_on_demand_arena_costs_what_it_uses() {
     let before = rss();
     let phys = PhysMem::new(PhysConfig::new(1024 * MIB).on_demand(true)).unwrap();
