@@ -335,7 +335,7 @@ pub enum WriterPolicy {
     /// section of it, or its exit.
     #[default]
     ShortOwnRcu,
-    /// [`WriterPolicy::Short`] for every call it does not cover, and
+    /// [`WriterPolicy::ShortOwnRcu`] for every call it does not cover, and
     /// range-parallel writers for those it does (issue 32 item 3, CortenMM's
     /// and RadixVM's point): a `munmap` of anonymous memory, or a
     /// `MAP_FIXED` (or, under [`PlacementPolicy::Arenas`], a non-fixed)
@@ -349,7 +349,8 @@ pub enum WriterPolicy {
     /// first brings its view of the VMA set up to date from the windows
     /// range writers published. The mappings, errnos and placement are
     /// those of every other policy; what falls back to `mmap_lock`, and why,
-    /// is listed in `mm/range.rs`. Not the default: on the lab's loaded
+    /// is listed in `mm/range.rs`. A range writer frees the window versions
+    /// it replaced itself, as `ShortOwnRcu`'s writers do. Not the default: on the lab's loaded
     /// 2-CPU VM a range write cost more CPU than a short write section
     /// (mmap1 with arenas, 0 global write acquisitions per op against 2,
     /// but 650-680k against 890-950k ops per CPU-second at one thread;

@@ -98,9 +98,11 @@ fn a_merge_across_windows_never_shows_a_hole() {
 /// list, and the writer's next write section frees it once its batch's
 /// marker ran; a reader on this thread that loaded the window's version
 /// holding the VMA must see the VMA alive (counted in the arena) until its
-/// guard is dropped. The writer flushes its bag and collects in between, so that
-/// the marker can run in the model (crossbeam collects every 128 pins
-/// otherwise), until it has freed the version. Seen failing with `broken::rcu::FREE_WITHOUT_GRACE_PERIOD`
+/// guard is dropped. The writer closes its batch whatever it holds
+/// (`end_batch_now`, as `PhysMem::quiesce` does: a write section closes
+/// it only once it holds `BATCH_FREES`), flushes its bag and collects in
+/// between, so that the marker can run in the model (crossbeam collects
+/// every 128 pins otherwise), until it has freed the version. Seen failing with `broken::rcu::FREE_WITHOUT_GRACE_PERIOD`
 /// (the writer frees the version at once).
 #[test]
 fn a_writer_frees_its_own_old_versions_after_their_grace_period() {
@@ -118,11 +120,13 @@ fn own_rcu_model() -> Result<(), String> {
         let mm = mm.clone();
         crate::sync::model::spawn(move || {
             mm.munmap(a, PAGE_SIZE).unwrap();
-            // Until the writer freed the old version: each flush tries to
-            // end a grace period (the reader's guard holds it back), and a
+            // Until the writer freed the old version: each close after the
+            // first is refused while the first batch waits, each flush tries
+            // to end a grace period (the reader's guard holds it back), and a
             // write section with nothing to change reclaims at its end. So
             // the thread exits with nothing queued.
             while crate::sync::rcu::own_queued() > 0 {
+                crate::sync::rcu::end_batch_now();
                 crossbeam_epoch::pin().flush();
                 mm.munmap(a, PAGE_SIZE).unwrap();
                 loom::thread::yield_now();

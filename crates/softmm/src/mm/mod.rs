@@ -542,7 +542,7 @@ impl AddressSpace {
     fn reclaimer(&self) -> Reclaimer {
         match self.config.writer_policy {
             WriterPolicy::ShortCollect => Reclaimer::Flush,
-            WriterPolicy::ShortOwnRcu => Reclaimer::ThisThread,
+            WriterPolicy::ShortOwnRcu | WriterPolicy::Range => Reclaimer::ThisThread,
             _ => Reclaimer::AnyThread,
         }
     }

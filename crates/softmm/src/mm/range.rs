@@ -102,7 +102,7 @@ use crate::sync::range_writers::RangeWriters;
 use crate::sync::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use crate::vma::{window_of, PublishedVmas, VmFlags, Vma, VmaTree, Windows};
 
-use super::{put_files, AddressSpace, MmState, MmuGather};
+use super::{AddressSpace, MmState, MmuGather};
 
 /// The range writers' state of one address space.
 pub(crate) struct RangeState {
@@ -295,7 +295,7 @@ pub(crate) fn range_vma_ok(v: &Vma) -> bool {
 /// at all (the writer, refused, takes `mmap_lock` for write, which waits
 /// for the walker), as Linux's walkers under `i_mmap_rwsem` see an
 /// `unlink_file_vma` before or after them. The file's use is put after the
-/// writer leaves ([`put_files`]), as the `mmap_lock` path puts it after its
+/// writer leaves ([`super::put_files`]), as the `mmap_lock` path puts it after its
 /// section; the last one evicts the file's pages.
 pub(crate) fn range_unmap_vma_ok(v: &Vma) -> bool {
     let plain_file = |f: &crate::file::Inode| f.is_plain_memory() && v.ops.name() == "default";
@@ -490,7 +490,7 @@ impl AddressSpace {
             // Its old version was loaded under the lock, so it is still the
             // published one.
             let guard = crossbeam_epoch::pin();
-            self.windows.publish_keeping(w, map, &guard, crate::sync::rcu::Reclaimer::AnyThread, true);
+            self.windows.publish_keeping(w, map, &guard, self.reclaimer(), true);
             self.windows.mark_range_dirty(w);
             if new_len != len {
                 self.range.add_map_count(new_len as i64 - len as i64);
@@ -499,7 +499,7 @@ impl AddressSpace {
         drop(locked);
         self.range.count(|c| &c.writes);
         drop(inside);
-        put_files(removed);
+        self.after_write_section(removed);
         tlb.free_tables_here(self);
         tlb.finish(self);
         Some(res)

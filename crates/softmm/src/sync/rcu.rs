@@ -269,12 +269,13 @@ pub(crate) unsafe fn defer_destroy_own<T>(guard: &Guard, old: Shared<'_, T>) {
 /// before it began. What the batch holds meanwhile is the writer's old
 /// window versions, which no caller can observe (the architecture doc's
 /// "Who frees a writer's garbage"); [`PhysMem::quiesce`] closes the batch
-/// whatever it holds ([`end_batch_now`]). A loom model closes at every
-/// free, its executions as small as before: the protocol is the same
-/// for any threshold.
+/// whatever it holds ([`end_batch_now`]), and so does the loom model of
+/// this protocol. The other models, whose threads queue fewer frees, hand
+/// them over where each thread's work ends (`sync::model`), as a thread's
+/// exit does.
 ///
 /// [`PhysMem::quiesce`]: crate::PhysMem::quiesce
-const BATCH_FREES: usize = if cfg!(loom) { 1 } else { 32 };
+const BATCH_FREES: usize = 32;
 
 /// Closes the calling thread's open batch of [`defer_destroy_own`] frees
 /// once it holds [`BATCH_FREES`] frees, unless the batch closed before it
