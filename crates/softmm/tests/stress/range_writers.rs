@@ -102,41 +102,76 @@ fn spawn_locker(mm: &Arc<AddressSpace>, stop: &Arc<AtomicBool>) -> std::thread::
     })
 }
 
+/// Runs a stress test of range writers under a 120 s watchdog: `body` gets
+/// the seed (`STRESS_SEED`, else `default_seed`; printed), an address space
+/// under `WriterPolicy::Range` and a stop flag for its helper threads, and
+/// must join every thread it starts; nothing may leak once the address
+/// space is dropped.
+fn range_stress(
+    name: &'static str,
+    default_seed: u64,
+    body: impl FnOnce(u64, &Arc<AddressSpace>, &Arc<AtomicBool>) + Send + 'static,
+) {
+    let seed = stress_seed(default_seed);
+    eprintln!("STRESS_SEED={seed}");
+    watchdog(name, 120, move || {
+        let phys = phys(8);
+        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
+        body(seed, &mm, &Arc::new(AtomicBool::new(false)));
+        drop(mm);
+        assert_no_leaks(&phys);
+    });
+}
+
+/// Starts a thread with a CPU of its own in `mm` that runs `step` until
+/// `stop`.
+fn spawn_faulter(
+    mm: &Arc<AddressSpace>,
+    stop: &Arc<AtomicBool>,
+    seed: u64,
+    mut step: impl FnMut(&mut Cpu, &mut Rng) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let (mm, stop) = (mm.clone(), stop.clone());
+    spawn("faulter".into(), move || {
+        let mut rng = Rng::new(seed);
+        let mut cpu = Cpu::attached(&mm);
+        while !stop.load(Relaxed) {
+            step(&mut cpu, &mut rng);
+        }
+    })
+}
+
+/// Runs `writer(mm, i)` for each of the `WRITERS` writers on a thread of
+/// its own; returns what each returned, in order.
+fn run_writers<M: Send + 'static>(
+    mm: &Arc<AddressSpace>,
+    writer: impl Fn(Arc<AddressSpace>, u64) -> M + Send + Sync + 'static,
+) -> Vec<M> {
+    let writer = Arc::new(writer);
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|i| {
+            let (mm, writer) = (mm.clone(), writer.clone());
+            spawn(format!("writer {i}"), move || writer(mm, i))
+        })
+        .collect();
+    join_all(threads)
+}
+
 /// N writers on their own windows, a faulter across them and an
 /// `mmap_lock` reader and forker: the final maps equal the writers' models,
 /// the published set equals `mmap_lock`'s, nothing leaks.
 #[test]
 fn range_writers_on_their_own_windows_beside_a_faulter_and_fork() {
-    let seed = stress_seed(0x7a6e);
-    eprintln!("STRESS_SEED={seed}");
-    watchdog("range writers", 120, move || {
-        let phys = phys(8);
-        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let faulter = {
-            let (mm, stop) = (mm.clone(), stop.clone());
-            spawn("faulter".into(), move || {
-                let mut rng = Rng::new(seed);
-                let mut cpu = Cpu::attached(&mm);
-                let mut ok = 0u64;
-                while !stop.load(Relaxed) {
-                    let a = base(rng.below(WRITERS)) + rng.below(PAGES) * PAGE + 8 * rng.below(512);
-                    // Any outcome but a wrong value: the page may be unmapped,
-                    // read-only or PROT_NONE at any moment.
-                    ok += u64::from(cpu.read_u64(a).is_ok());
-                }
-                ok
-            })
-        };
-        let locker = spawn_locker(&mm, &stop);
+    range_stress("range writers", 0x7a6e, |seed, mm, stop| {
+        let faulter = spawn_faulter(mm, stop, seed, |cpu, rng| {
+            let a = base(rng.below(WRITERS)) + rng.below(PAGES) * PAGE + 8 * rng.below(512);
+            // Any outcome but a wrong value: the page may be unmapped,
+            // read-only or PROT_NONE at any moment.
+            let _ = cpu.read_u64(a);
+        });
+        let locker = spawn_locker(mm, stop);
         let rounds = scaled(1500);
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|i| {
-                let mm = mm.clone();
-                spawn(format!("writer {i}"), move || writer(mm, i, seed, rounds))
-            })
-            .collect();
-        let models = join_all(writers);
+        let models = run_writers(mm, move |mm, i| writer(mm, i, seed, rounds));
         stop.store(true, Relaxed);
         faulter.join().unwrap();
         assert!(locker.join().unwrap() > 0);
@@ -156,8 +191,6 @@ fn range_writers_on_their_own_windows_beside_a_faulter_and_fork() {
         assert_eq!(got, want);
         let s = mm.stats();
         assert!(s.range.writes > rounds, "range writers ran: {:?}", s.range);
-        drop(mm);
-        assert_no_leaks(&phys);
     });
 }
 
@@ -235,36 +268,18 @@ fn advising_writer(mm: Arc<AddressSpace>, i: u64, seed: u64, rounds: u64) -> BTr
 /// nothing leaks.
 #[test]
 fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
-    let seed = stress_seed(0x7a6f);
-    eprintln!("STRESS_SEED={seed}");
-    watchdog("range madvise and mremap", 120, move || {
-        let phys = phys(8);
-        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let faulter = {
-            let (mm, stop) = (mm.clone(), stop.clone());
-            spawn("faulter".into(), move || {
-                let mut rng = Rng::new(seed);
-                let mut cpu = Cpu::attached(&mm);
-                while !stop.load(Relaxed) {
-                    let i = rng.below(WRITERS);
-                    let a = base(i) + rng.below(PAGES) * PAGE;
-                    // Unmapped at any moment, or holding its writer's value.
-                    if let Ok(v) = cpu.read_u64(a) {
-                        assert!(v == 0 || v >> 48 == i, "a value of another writer at {a:#x}: {v:#x}");
-                    }
-                }
-            })
-        };
-        let locker = spawn_locker(&mm, &stop);
+    range_stress("range madvise and mremap", 0x7a6f, |seed, mm, stop| {
+        let faulter = spawn_faulter(mm, stop, seed, |cpu, rng| {
+            let i = rng.below(WRITERS);
+            let a = base(i) + rng.below(PAGES) * PAGE;
+            // Unmapped at any moment, or holding its writer's value.
+            if let Ok(v) = cpu.read_u64(a) {
+                assert!(v == 0 || v >> 48 == i, "a value of another writer at {a:#x}: {v:#x}");
+            }
+        });
+        let locker = spawn_locker(mm, stop);
         let rounds = scaled(1000);
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|i| {
-                let mm = mm.clone();
-                spawn(format!("writer {i}"), move || advising_writer(mm, i, seed, rounds))
-            })
-            .collect();
-        let models = join_all(writers);
+        let models = run_writers(mm, move |mm, i| advising_writer(mm, i, seed, rounds));
         stop.store(true, Relaxed);
         faulter.join().unwrap();
         assert!(locker.join().unwrap() > 0);
@@ -280,7 +295,7 @@ fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
             v.sort_unstable();
             v
         };
-        assert_eq!(pages(&mm), all(|_| true));
+        assert_eq!(pages(mm), all(|_| true));
         let child = mm.fork().unwrap();
         assert_eq!(pages(&child), all(|pg| !pg.dontfork));
         drop(child);
@@ -290,8 +305,6 @@ fn range_madvise_and_mremap_beside_a_faulter_and_fork() {
         let s = mm.stats();
         let r = s.range;
         assert!(r.writes > 0 && r.writes + r.conflicts > 2 * rounds, "range writers ran: {r:?}");
-        drop(mm);
-        assert_no_leaks(&phys);
     });
 }
 
@@ -342,12 +355,8 @@ fn check_file_read(r: Result<u64, softmm::Fault>, p: u64, done: u64, at: u64) {
 #[test]
 fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
     use std::sync::atomic::AtomicU64;
-    let seed = stress_seed(0x7a70);
-    eprintln!("STRESS_SEED={seed}");
-    watchdog("range file munmaps beside truncate", 120, move || {
-        let phys = phys(8);
-        let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(WriterPolicy::Range)).unwrap();
-        let file = softmm::File::create(&phys, "f", FILE_PAGES * PAGE).unwrap();
+    range_stress("range file munmaps beside truncate", 0x7a70, |seed, mm, stop| {
+        let file = softmm::File::create(mm.phys(), "f", FILE_PAGES * PAGE).unwrap();
         for p in 0..FILE_PAGES {
             file.write_at(p * PAGE, &file_value(p, 0).to_le_bytes()).unwrap();
         }
@@ -355,7 +364,6 @@ fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
         // Truncates done: a read that starts after `done` of them must not
         // see what an earlier generation stored in a dropped page.
         let done = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
         let truncator = {
             let (file, done, stop) = (file.clone(), done.clone(), stop.clone());
             spawn("truncator".into(), move || {
@@ -373,57 +381,50 @@ fn range_munmaps_of_a_file_beside_truncate_and_a_faulter() {
             })
         };
         let faulter = {
-            let (mm, done, stop) = (mm.clone(), done.clone(), stop.clone());
-            spawn("faulter".into(), move || {
-                let mut rng = Rng::new(seed);
-                let mut cpu = Cpu::attached(&mm);
-                while !stop.load(Relaxed) {
-                    let (i, p) = (rng.below(WRITERS), rng.below(FILE_PAGES));
-                    let at = base(i) + p * PAGE;
-                    let d = done.load(std::sync::atomic::Ordering::SeqCst);
-                    check_file_read(cpu.read_u64(at), p, d, at);
-                }
+            let done = done.clone();
+            spawn_faulter(mm, stop, seed, move |cpu, rng| {
+                let (i, p) = (rng.below(WRITERS), rng.below(FILE_PAGES));
+                let at = base(i) + p * PAGE;
+                let d = done.load(std::sync::atomic::Ordering::SeqCst);
+                check_file_read(cpu.read_u64(at), p, d, at);
             })
         };
         let rounds = scaled(1500);
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|i| {
-                let (mm, open, done) = (mm.clone(), open.clone(), done.clone());
-                spawn(format!("writer {i}"), move || {
-                    let mut rng = Rng::new(seed ^ (i + 11).wrapping_mul(0x9e37_79b9));
-                    let mut cpu = Cpu::attached(&mm);
-                    let mut mapped = [false; FILE_PAGES as usize];
-                    for _ in 0..rounds {
-                        let first = rng.below(FILE_PAGES);
-                        let n = 1 + rng.below((FILE_PAGES - first).min(8));
-                        let (a, len) = (base(i) + first * PAGE, n * PAGE);
-                        if rng.below(2) == 0 {
-                            let flags = if rng.below(2) == 0 { MAP_SHARED } else { MAP_PRIVATE };
-                            let r = mm.mmap(a, len, PROT_READ, flags | MAP_FIXED, Some(&open), first * PAGE);
-                            assert_eq!(r, Ok(a));
-                            mapped[first as usize..(first + n) as usize].fill(true);
-                        } else {
-                            mm.munmap(a, len).unwrap();
-                            mapped[first as usize..(first + n) as usize].fill(false);
-                        }
-                        for p in (0..FILE_PAGES).filter(|&p| mapped[p as usize]) {
-                            let at = base(i) + p * PAGE;
-                            let d = done.load(std::sync::atomic::Ordering::SeqCst);
-                            let r = cpu.read_u64(at);
-                            assert!(!matches!(r, Err(softmm::Fault::Segv { .. })), "page {p} mapped at {at:#x}");
-                            check_file_read(r, p, d, at);
-                        }
+        let writer = {
+            let (open, done) = (open.clone(), done.clone());
+            move |mm: Arc<AddressSpace>, i: u64| {
+                let mut rng = Rng::new(seed ^ (i + 11).wrapping_mul(0x9e37_79b9));
+                let mut cpu = Cpu::attached(&mm);
+                let mut mapped = [false; FILE_PAGES as usize];
+                for _ in 0..rounds {
+                    let first = rng.below(FILE_PAGES);
+                    let n = 1 + rng.below((FILE_PAGES - first).min(8));
+                    let (a, len) = (base(i) + first * PAGE, n * PAGE);
+                    if rng.below(2) == 0 {
+                        let flags = if rng.below(2) == 0 { MAP_SHARED } else { MAP_PRIVATE };
+                        let r = mm.mmap(a, len, PROT_READ, flags | MAP_FIXED, Some(&open), first * PAGE);
+                        assert_eq!(r, Ok(a));
+                        mapped[first as usize..(first + n) as usize].fill(true);
+                    } else {
+                        mm.munmap(a, len).unwrap();
+                        mapped[first as usize..(first + n) as usize].fill(false);
                     }
-                })
-            })
-            .collect();
-        join_all(writers);
+                    for p in (0..FILE_PAGES).filter(|&p| mapped[p as usize]) {
+                        let at = base(i) + p * PAGE;
+                        let d = done.load(std::sync::atomic::Ordering::SeqCst);
+                        let r = cpu.read_u64(at);
+                        assert!(!matches!(r, Err(softmm::Fault::Segv { .. })), "page {p} mapped at {at:#x}");
+                        check_file_read(r, p, d, at);
+                    }
+                }
+            }
+        };
+        run_writers(mm, writer);
         stop.store(true, Relaxed);
         faulter.join().unwrap();
         assert!(truncator.join().unwrap() > 0);
         let s = mm.stats();
         assert!(s.range.writes > 0, "range writers ran: {:?}", s.range);
-        drop((mm, open, file));
-        assert_no_leaks(&phys);
+        drop((open, file));
     });
 }
