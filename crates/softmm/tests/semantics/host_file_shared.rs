@@ -18,6 +18,22 @@ fn mm(phys: &Arc<PhysMem>, coherence: HostFileCoherence) -> Arc<AddressSpace> {
     AddressSpace::new(phys, MmConfig::default().host_file_coherence(coherence)).unwrap()
 }
 
+/// The start of most tests here: a 4-frame arena, an address space whose
+/// host-file mappings are coherent, the host file `tag` holding `content`
+/// (`path_of(tag)`), and an open of it in softmm.
+fn coherent_file(tag: &str, content: &[u8]) -> (Arc<PhysMem>, Arc<AddressSpace>, TempFile, OpenFile) {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let tf = TempFile::new(tag, content);
+    let open = OpenFile::from_host(&phys, tf.open(true), tag).unwrap();
+    (phys, mm, tf, open)
+}
+
+/// `pages` pages of file content, page `i` filled with the byte `i + 1`.
+fn numbered_pages(pages: usize) -> Vec<u8> {
+    (0..pages * PAGE as usize).map(|i| (i / PAGE as usize) as u8 + 1).collect()
+}
+
 /// `TempFile::new(tag, ..)`'s path.
 fn path_of(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("softmm-host-file-{}-{tag}", std::process::id()))
@@ -38,11 +54,8 @@ fn host_uses(path: &PathBuf) -> (usize, usize) {
 
 #[test]
 fn guest_and_host_see_each_others_writes_at_once() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let tf = TempFile::new("coherent-rw", &[0u8; 2 * PAGE as usize]);
+    let (phys, mm, tf, open) = coherent_file("coherent-rw", &[0u8; 2 * PAGE as usize]);
     let host = tf.open(true);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-rw").unwrap();
     let a = mm.mmap(0, 2 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
     cpu.write_u64(a + 8, 0x1234_5678).unwrap();
@@ -85,11 +98,8 @@ fn the_cache_policy_writes_back_at_msync_and_keeps_its_copy() {
 
 #[test]
 fn a_page_past_the_hosts_end_of_file_is_sigbus() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let tf = TempFile::new("coherent-eof", &[1u8; 3 * PAGE as usize]);
+    let (phys, mm, tf, open) = coherent_file("coherent-eof", &[1u8; 3 * PAGE as usize]);
     let host = tf.open(true);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-eof").unwrap();
     // Four pages of a three-page file: the fourth is past the end.
     let a = mm.mmap(0, 4 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
@@ -116,11 +126,8 @@ fn a_page_past_the_hosts_end_of_file_is_sigbus() {
 
 #[test]
 fn a_fork_shares_and_the_last_unmap_closes_the_host_mapping_and_descriptor() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let tf = TempFile::new("coherent-fork", &[0u8; PAGE as usize]);
+    let (phys, mm, tf, open) = coherent_file("coherent-fork", &[0u8; PAGE as usize]);
     let path = path_of("coherent-fork");
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-fork").unwrap();
     assert_eq!(host_uses(&path), (0, 1));
     let a = mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
     drop(open);
@@ -165,10 +172,7 @@ fn a_read_only_host_file_maps_read_only() {
 /// not the host's.
 #[test]
 fn a_truncate_through_softmm_shoots_cached_pages_down_first() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let tf = TempFile::new("coherent-set-len", &[2u8; 3 * PAGE as usize]);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-set-len").unwrap();
+    let (phys, mm, tf, open) = coherent_file("coherent-set-len", &[2u8; 3 * PAGE as usize]);
     let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
     let mut cpu = Cpu::attached(&mm);
     // Every page cached, the last one for writing.
@@ -259,14 +263,11 @@ impl Drop for HostMap {
 /// page, written through by the device and seen by both sides.
 #[test]
 fn a_coherent_window_is_a_linux_shared_file_mapping_against_the_host() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
     // Four pages; both sides map three of them from page 1, so the
     // mappings' last page is past a later truncation.
-    let tf = TempFile::new("coherent-linux", &[6u8; 4 * PAGE as usize]);
+    let (phys, mm, tf, open) = coherent_file("coherent-linux", &[6u8; 4 * PAGE as usize]);
     let file = tf.open(true);
     let host = HostMap::new(&file, 3 * PAGE, libc::PROT_READ | libc::PROT_WRITE, PAGE);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-linux").unwrap();
     let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), PAGE).unwrap();
     let e = mm.maps().into_iter().find(|e| e.start == a).unwrap();
     assert_eq!(e.vm_flags, host.vm_flags(), "a shared file mapping's flags, not VM_PFNMAP's");
@@ -340,13 +341,9 @@ fn a_coherent_window_is_a_linux_shared_file_mapping_against_the_host() {
 /// goes, and a page grown past the file's end is `SIGBUS`.
 #[test]
 fn mremap_grows_a_coherent_window_over_more_of_the_file_as_the_host() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let content: Vec<u8> = (0..4 * PAGE as usize).map(|i| (i / PAGE as usize) as u8 + 1).collect();
-    let tf = TempFile::new("coherent-grow", &content);
+    let (phys, mm, tf, open) = coherent_file("coherent-grow", &numbered_pages(4));
     let path = path_of("coherent-grow");
     let file = tf.open(true);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-grow").unwrap();
     // In place: one page with room after it, grown to three.
     let host = HostMap::new(&file, 3 * PAGE, libc::PROT_READ | libc::PROT_WRITE, 0);
     // SAFETY: the tail of the host's own mapping, unmapped, then grown back
@@ -428,10 +425,7 @@ fn a_dontunmap_move_of_a_coherent_window_keeps_both_ranges_the_files() {
 /// `FOLL_GET` reference, and false after the unpin.
 #[test]
 fn a_pinned_host_file_page_is_maybe_dma_pinned_until_unpinned() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let tf = TempFile::new("coherent-pinned", &[1u8; 3 * PAGE as usize]);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-pinned").unwrap();
+    let (phys, mm, _tf, open) = coherent_file("coherent-pinned", &[1u8; 3 * PAGE as usize]);
     let a = mm.mmap(0, 3 * PAGE, RW, MAP_SHARED, Some(&open), 0).unwrap();
     // The same file page 1, mapped a second time elsewhere.
     let b = mm.mmap(0, PAGE, RW, MAP_SHARED, Some(&open), PAGE).unwrap();
@@ -504,14 +498,10 @@ fn host_map_at(file: &std::fs::File, at: u64, len: u64, prot: i32, offset: u64) 
 /// its page (the old window) until it goes.
 #[test]
 fn adjacent_mappings_of_a_host_file_merge_as_the_hosts() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    let content: Vec<u8> = (0..4 * PAGE as usize).map(|i| (i / PAGE as usize) as u8 + 1).collect();
-    let tf = TempFile::new("coherent-merge", &content);
+    let (phys, mm, tf, open) = coherent_file("coherent-merge", &numbered_pages(4));
     let path = path_of("coherent-merge");
     let file = tf.open(true);
     let other = tf.open(true);
-    let open = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
     let open2 = OpenFile::from_host(&phys, tf.open(true), "coherent-merge").unwrap();
     let len = 4 * PAGE;
     // SAFETY: a fresh reservation the kernel places, owned by the test.
