@@ -123,7 +123,7 @@ pub const POLICIES: &[(&str, &str, &str)] = &[
     (
         "range",
         "writers",
-        "range-parallel writers: anonymous mmap, munmap, mprotect, madvise (VMA flags) and mremap inside one 1 GiB window run without mmap_lock",
+        "range-parallel writers: mmap (anonymous and page-cache files), munmap, mprotect, madvise (VMA flags) and mremap inside one 1 GiB window run without mmap_lock",
     ),
     ("locked", "unmap", "the whole munmap under mmap_lock held for write (Linux before 4.20; seed 002's old design)"),
     ("sectioned", "unmap", "seed 002: the write lock dropped between 1 GiB sections"),

@@ -913,14 +913,15 @@ impl Inode {
         self.host.is_none() && self.host_mem.is_none() && self.hugetlb.is_none() && self.mmio.is_none()
     }
 
-    /// Records that `mm` maps this file (the `i_mmap` reverse map): `true`
-    /// if it was not recorded yet.
-    pub(crate) fn add_mapping(&self, mm: Weak<dyn Mapper>) -> bool {
+    /// Records that the mapper at `id` maps this file (the `i_mmap`
+    /// reverse map), with the reference `mm` makes: `true` if it was not
+    /// recorded yet (`mm` is called only then).
+    pub(crate) fn add_mapping(&self, id: *const (), mm: impl FnOnce() -> Weak<dyn Mapper>) -> bool {
         let mut list = self.i_mmap.lock();
-        if list.iter().any(|w| mapper_id(w.as_ptr()) == mapper_id(mm.as_ptr())) {
+        if list.iter().any(|w| mapper_id(w.as_ptr()) == id) {
             return false;
         }
-        list.push(mm);
+        list.push(mm());
         self.phys.account_rmap(1);
         true
     }

@@ -337,9 +337,11 @@ pub enum WriterPolicy {
     ShortOwnRcu,
     /// [`WriterPolicy::ShortOwnRcu`] for every call it does not cover, and
     /// range-parallel writers for those it does (issue 32 item 3, CortenMM's
-    /// and RadixVM's point): a `munmap` of anonymous memory, or a
-    /// `MAP_FIXED` (or, under [`PlacementPolicy::Arenas`], a non-fixed)
-    /// anonymous private `mmap`, whose range and every VMA it touches or may
+    /// and RadixVM's point): a `munmap` of anonymous memory or of
+    /// page-cache files, a `MAP_FIXED` (or, under
+    /// [`PlacementPolicy::Arenas`], a non-fixed) `mmap` of private anonymous
+    /// memory or of a page-cache file, or an `mprotect`, a VMA-flag
+    /// `madvise` or an `mremap` of private anonymous memory, whose range and every VMA it touches or may
     /// merge with lie inside one 1 GiB window of the VMA set, runs without
     /// `mmap_lock`: in the address-space lock's shared mode
     /// (`sync/range_writers.rs`) under that window's own lock, on the

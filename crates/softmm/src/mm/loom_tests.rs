@@ -342,6 +342,67 @@ fn a_range_munmap_of_a_file_against_truncate() {
     assert_ranged(&SEEN);
 }
 
+/// A range writer's `mmap` of a shared file mapping (`sys/mmap.rs`,
+/// `range_mmap`) against a write fault in the new mapping followed by a
+/// truncate of the file to nothing: once the truncate returns, no entry
+/// maps the page it dropped, whether the fault found the mapping or not.
+/// Seen failing with `broken::range_writers::LINK_AFTER_LEAVE` (the
+/// address space is linked to the file after the VMA is published: the
+/// fault maps the page, and the truncate's reverse-map walk, which finds
+/// no link, leaves it mapped).
+#[test]
+fn a_range_mmap_of_a_file_against_truncate() {
+    use crate::sync::broken::range_writers::LINK_AFTER_LEAVE;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        crate::sync::percpu::restart_slots();
+        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+        let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range);
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        let file = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
+        let open = crate::OpenFile::new(&file, true, true);
+        let a = 5 * GIB + 4 * PAGE_SIZE;
+        // Window 5's leaf of the directory made before the threads, as in
+        // the other models: its pointer is a `std` atomic, whose order loom
+        // does not see, so a leaf made beside a reader reads to loom as a
+        // race on the windows' own atomics.
+        let other = 5 * GIB + 64 * PAGE_SIZE;
+        let anon = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+        assert_eq!(mm.mmap(other, PAGE_SIZE, PROT_READ, anon, None, 0), Ok(other));
+        let map = {
+            let (mm, open) = (mm.clone(), open.clone());
+            crate::sync::model::spawn(move || {
+                mm.mmap(a, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, Some(&open), 0)
+            })
+        };
+        let fault = {
+            let _q = crate::tlb::QuiescentGuard::enter();
+            mm.handle_fault(a, crate::fault::Access::Write)
+        };
+        file.set_len(0).unwrap();
+        let after_truncate = mm.pte_at(a).has_frame();
+        assert_eq!(map.join().unwrap(), Ok(a));
+        if mm.range.stats().writes == 2 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let res = if after_truncate {
+            Err(format!("the truncate returned with its dropped page still mapped (the fault: {fault:?})"))
+        } else if !(fault.is_ok() || fault.is_err_and(|f| f.signal() == libc::SIGSEGV)) {
+            Err(format!("the fault ended {fault:?}"))
+        } else {
+            Ok(())
+        };
+        mm.munmap(a, PAGE_SIZE).unwrap();
+        drop((open, file, mm));
+        if phys.stats().frames_used != 0 {
+            return Err("a frame outlived the file and the address space".to_string());
+        }
+        res
+    }
+    crate::sync::broken::check_model(model, &LINK_AFTER_LEAVE);
+    assert_ranged(&SEEN);
+}
+
 /// A range writer's `mremap` move (`sys/mremap/range.rs`: `MREMAP_FIXED`
 /// inside the window, no `mmap_lock`) of the VMA against a lock-free write
 /// fault in it: once both are done, the old range holds no entry, the new

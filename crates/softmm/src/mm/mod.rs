@@ -417,10 +417,6 @@ impl AddressSpace {
         self.self_weak.clone()
     }
 
-    pub(crate) fn arc(&self) -> Arc<AddressSpace> {
-        self.self_weak.upgrade().expect("address space is alive")
-    }
-
     pub(crate) fn write_lock(&self) -> MmapWriteGuard<'_> {
         self.counters.locks.mine().write.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut st =
@@ -1127,10 +1123,11 @@ impl AddressSpace {
     /// share no line here. Only a new link takes this address space's list,
     /// which its teardown walks to unlink itself (at most once per file;
     /// the caller holds the address space, so no teardown can run between
-    /// the two).
-    pub(crate) fn link_file(self: &Arc<Self>, file: &Arc<Inode>) {
-        let me: Weak<AddressSpace> = Arc::downgrade(self);
-        if file.add_mapping(me) {
+    /// the two). A link already there costs no write to the address
+    /// space's own reference counts, which every thread of the process
+    /// shares: the weak reference is made only for a new link.
+    pub(crate) fn link_file(&self, file: &Arc<Inode>) {
+        if file.add_mapping(self as *const AddressSpace as *const (), || self.self_weak.clone()) {
             // The per-mm mutex, locked and unlocked.
             crate::sync::shared_write(2);
             self.linked_files.lock().push(Arc::downgrade(file));

@@ -77,11 +77,16 @@
 //!   (mirrored), which `mmap` consults;
 //! * any VMA in the footprint with a file (shmem, files, hugetlb, host
 //!   memory, device mappings: their reverse maps, reservations and
-//!   `close` hooks live under `mmap_lock`), except, for `munmap`, shared
-//!   and private mappings of plain page-cache files and shmem
-//!   ([`range_unmap_vma_ok`], which says why their reverse-map walkers
-//!   need nothing more); or `VM_LOCKED`/`VM_LOCKONFAULT` (`locked_vm` and
-//!   the memlock limit);
+//!   `close` hooks live under `mmap_lock`), except, for `munmap` and the
+//!   VMAs an `mmap` replaces, shared and private mappings of plain
+//!   page-cache files and shmem ([`range_unmap_vma_ok`], which says why
+//!   their reverse-map walkers need nothing more); or
+//!   `VM_LOCKED`/`VM_LOCKONFAULT` (`locked_vm` and the memlock limit);
+//! * an `mmap` of anything but private anonymous memory or a plain
+//!   page-cache file, shared or private (`sys/mmap.rs`, `range_mmap`):
+//!   hugetlb, host and device files, and shared anonymous memory, whose
+//!   every call makes an object and links it in the address space's one
+//!   list of mapped files;
 //! * `madvise` other than the advice that changes VMA flags
 //!   (`sys/madvise/range.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
 //!   `mmap_lock` for write: a call inside one VMA runs under its read
@@ -381,7 +386,9 @@ impl AddressSpace {
 
     /// Whether a new mapping of `[start, end)` may be made by a range
     /// writer whose view is `st`: every VMA it replaces is one a range
-    /// writer may remove, and where it reaches its window's bounds, no VMA
+    /// writer's `munmap` may remove ([`range_unmap_vma_ok`]: the mapping's
+    /// unmap zaps them in the view before it is published, as `munmap`
+    /// does), and where it reaches its window's bounds, no VMA
     /// of the next window touches it there (it would merge across the
     /// bound). The caller holds the lock of the window below if it starts
     /// at its window's first address ([`Neighbours`]).
@@ -393,7 +400,7 @@ impl AddressSpace {
         let below_clear =
             start > lo || lo == 0 || crate::vma::query::last_at_or_below(published, lo - 1).is_none_or(|v| v.end != lo);
         let above_clear = end < hi || published.first_starting_at(hi).is_none_or(|v| v.start != hi);
-        below_clear && above_clear && st.vmas.overlapping(start, end).all(|v| range_vma_ok(v))
+        below_clear && above_clear && st.vmas.overlapping(start, end).all(|v| range_unmap_vma_ok(v))
     }
 
     /// Whether a change to the VMAs overlapping `[start, end)` (their

@@ -366,6 +366,22 @@ pub(crate) mod range_writers {
         /// the publication misses the entries still there and returns with
         /// a dropped page mapped (`a_range_munmap_of_a_file_against_truncate`).
         pub(crate) static ZAP_AFTER_LEAVE: Cell<bool> = const { Cell::new(false) };
+        /// An `mmap` of a file links the address space to the file
+        /// (`AddressSpace::link_file`) after it has published the new VMA
+        /// and left the shared mode or `mmap_lock`: a fault in the new
+        /// mapping installs a page, and a truncate whose reverse-map walk
+        /// finds no link returns with its dropped page mapped
+        /// (`a_range_mmap_of_a_file_against_truncate`).
+        pub(crate) static LINK_AFTER_LEAVE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// [`LINK_AFTER_LEAVE`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn link_after_leave() -> bool {
+        #[cfg(loom)]
+        return LINK_AFTER_LEAVE.with(Cell::get);
+        #[cfg(not(loom))]
+        false
     }
 
     /// [`ZAP_AFTER_LEAVE`]'s value (false outside loom).

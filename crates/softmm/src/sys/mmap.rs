@@ -65,6 +65,17 @@ enum Backing {
     Hugetlb(u64),
 }
 
+/// Where the search for a mapping of `backing` with `flags` places it
+/// (`get_unmapped_area`'s choice of alignment).
+fn area_kind(backing: Backing, flags: i32) -> AreaKind {
+    let shared = matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE);
+    match backing {
+        Backing::Anon if !shared => AreaKind::Anon,
+        Backing::Hugetlb(size) => AreaKind::Huge(size),
+        _ => AreaKind::Other,
+    }
+}
+
 /// Linux's `accountable_mapping`: private writable memory is charged.
 pub(crate) fn accountable(flags: VmFlags) -> bool {
     // hugetlb pages are reserved from their pool, never charged.
@@ -220,28 +231,63 @@ impl AddressSpace {
         // other placement goes around it (`Obstacles`).
         let fixed_range = if fixed { (addr, addr.saturating_add(len)) } else { (0, 0) };
         // Range-parallel writers: inside one window, without mmap_lock.
-        if backing == Backing::Anon && flags & MAP_TYPE == MAP_PRIVATE {
-            if let Some(res) = self.range_mmap(addr, len, prot, flags, pgoff) {
-                return res;
+        let res = match self.range_mmap(addr, len, prot, flags, file, backing, pgoff) {
+            Some(res) => res,
+            None => {
+                let mut st = self.write_lock_clear_of(|_| [fixed_range, (0, 0)]);
+                self.mmap_locked(&mut st, addr, len, prot, flags, file, backing, pgoff)
             }
+        };
+        // The loom switch moves the link `mmap_region` makes to here,
+        // after the new VMA is published (`mm/loom_tests.rs`).
+        if let (true, Ok(_), Some(f)) = (crate::sync::broken::range_writers::link_after_leave(), &res, file) {
+            self.link_file(f.file.inode());
         }
-        let mut st = self.write_lock_clear_of(|_| [fixed_range, (0, 0)]);
-        let res = self.mmap_locked(&mut st, addr, len, prot, flags, file, backing, pgoff);
-        drop(st);
         res
     }
 
-    /// A private anonymous `mmap` as a range writer (`mm/range.rs`), or
-    /// `None` (nothing changed) for the `mmap_lock` path: `MAP_FIXED` inside
-    /// one window, or, under [`crate::PlacementPolicy::Arenas`], a call
-    /// without a hint whose search finds room in the calling thread's arena
-    /// (one window). Everything else falls back: hints, `MAP_LOCKED`,
-    /// `MAP_GROWSDOWN` (the stack guard gap and expansion), `MAP_32BIT`,
-    /// `MAP_HUGETLB`, and never-mode overcommit (whose check reads the
+    /// An `mmap` of private anonymous memory or of a file whose pages live
+    /// only in softmm's page cache ([`crate::file::Inode::is_plain_memory`]:
+    /// files, memfds), shared or private, as a range writer
+    /// (`mm/range.rs`), or `None` (nothing changed) for the `mmap_lock`
+    /// path: `MAP_FIXED` inside one window, or, under
+    /// [`crate::PlacementPolicy::Arenas`], a call without a hint whose
+    /// search finds room in the calling thread's arena (one window).
+    /// Everything else falls back: hints, `MAP_LOCKED`, `MAP_GROWSDOWN`
+    /// (the stack guard gap and expansion), `MAP_32BIT`, `MAP_HUGETLB`,
+    /// hugetlbfs, host and device files, shared anonymous memory (each call
+    /// makes an object and links it in the address space's one list of
+    /// mapped files), and never-mode overcommit (whose check reads the
     /// whole address space's size).
-    fn range_mmap(&self, addr: u64, len: u64, prot: i32, flags: i32, pgoff: u64) -> Option<Result<(u64, Option<u64>)>> {
+    ///
+    /// A file mapping's reverse-map walkers need nothing more than they
+    /// do for a range `munmap` ([`crate::mm::range::range_unmap_vma_ok`]):
+    /// the address space is linked to the file before the window is
+    /// published, and every walker takes `mmap_lock` for read, which waits
+    /// for the range writers inside; so a truncate sees the new VMA whole,
+    /// or the call, falling back, waits for it, as Linux's `mmap_region`
+    /// links the VMA under `i_mmap_rwsem`. The checks of the open file's
+    /// modes are `mmap_locked`'s, run on the window's view: an errno there
+    /// changes nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn range_mmap(
+        &self,
+        addr: u64,
+        len: u64,
+        prot: i32,
+        flags: i32,
+        file: Option<&OpenFile>,
+        backing: Backing,
+        pgoff: u64,
+    ) -> Option<Result<(u64, Option<u64>)>> {
         const NOT_RANGE: i32 = MAP_LOCKED | MAP_GROWSDOWN | MAP_32BIT | MAP_HUGETLB;
+        let backing_ok = match backing {
+            Backing::Anon => flags & MAP_TYPE == MAP_PRIVATE,
+            Backing::File => file.is_some_and(|f| f.file.inode().is_plain_memory()),
+            Backing::Hugetlb(_) => false,
+        };
         if !self.config.writer_policy.range_writers()
+            || !backing_ok
             || flags & NOT_RANGE != 0
             || self.phys.overcommit().mode == OvercommitMode::Never
         {
@@ -267,7 +313,8 @@ impl AddressSpace {
                 // set's: the window is the arena, closed at its bounds.
                 let obstacles = Obstacles { vmas: &st.vmas, reserved: &[] };
                 let area_flags = AreaFlags { fixed: false, low32: false };
-                let a = get_unmapped_area_avoiding(&mm.config, obstacles, AreaKind::Anon, 0, len, area_flags).ok()?;
+                let kind = area_kind(backing, flags);
+                let a = get_unmapped_area_avoiding(&mm.config, obstacles, kind, 0, len, area_flags).ok()?;
                 if a <= lo || a + len > hi || !mm.range_arena_is_closed(hi) {
                     return None;
                 }
@@ -277,7 +324,7 @@ impl AddressSpace {
                 return None;
             }
             // Placed, the call is MAP_FIXED's at `a`, as in do_mmap.
-            Some(mm.mmap_locked(st, a, len, prot, flags | MAP_FIXED, None, Backing::Anon, pgoff))
+            Some(mm.mmap_locked(st, a, len, prot, flags | MAP_FIXED, file, backing, pgoff))
         });
         self.range_count_fallback(res.is_none());
         res
@@ -313,12 +360,7 @@ impl AddressSpace {
         if flags & MAP_STACK != 0 {
             vm_flags |= VmFlags::NOHUGEPAGE;
         }
-        let shared = matches!(flags & MAP_TYPE, MAP_SHARED | MAP_SHARED_VALIDATE);
-        let kind = match backing {
-            Backing::Anon if !shared => AreaKind::Anon,
-            Backing::Hugetlb(size) => AreaKind::Huge(size),
-            _ => AreaKind::Other,
-        };
+        let kind = area_kind(backing, flags);
         let area_flags = AreaFlags { fixed, low32: flags & MAP_32BIT != 0 };
         // A fixed range was waited for; any other goes around reserved ranges.
         let reserved = if fixed { &[][..] } else { &st.reserved[..] };
@@ -511,8 +553,10 @@ impl AddressSpace {
             self.phys.vm_acct_memory(replaced);
             vm_flags |= VmFlags::ACCOUNT;
         }
-        if let Some(f) = &file {
-            self.arc().link_file(f);
+        // Linked before the VMA is published: a truncate's reverse-map walk
+        // that finds no link must find no VMA of the file either.
+        if let Some(f) = file.as_ref().filter(|_| !crate::sync::broken::range_writers::link_after_leave()) {
+            self.link_file(f);
         }
         let mut vma = Vma::new(&self.phys, addr, end, vm_flags, pgoff, file, None).with_open(open);
         vma.ops = ops;

@@ -362,7 +362,7 @@ impl AddressSpace {
         // A truncate of the file through softmm shoots this address space
         // down before the host's pages go (`Inode::set_len`).
         inode.has_windows.store(true, crate::sync::Ordering::Release);
-        self.arc().link_file(&inode);
+        self.link_file(&inode);
         Ok(a)
     }
 }

@@ -116,6 +116,54 @@ fn a_munmap_of_file_mappings_takes_no_mmap_lock() {
     assert_eq!(phys.stats().frames_used, 0);
 }
 
+/// An `mmap` of a file inside a window, shared or private, fixed or
+/// placed in the calling thread's arena, runs without `mmap_lock`: the
+/// address space is linked to the file (a truncate afterwards finds the
+/// shared mapping: SIGBUS past the new end), writes through the shared
+/// mapping reach the file and the private copy's do not, a mapping
+/// right after one of the same open merges with it, a mode the open
+/// forbids gets `mmap_lock`'s errno, and nothing leaks.
+#[test]
+fn a_file_mmap_inside_a_window_takes_no_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Arenas);
+    let file = crate::File::create(&phys, "f", 8 * PAGE_SIZE).unwrap();
+    let (open, read_only) = (crate::OpenFile::new(&file, true, true), crate::OpenFile::new(&file, true, false));
+    let rw = PROT_READ | PROT_WRITE;
+    let writes = mm.counters.lock_counts().0;
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 4 * PAGE_SIZE, rw, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+    mm.mmap(a + 4 * PAGE_SIZE, 4 * PAGE_SIZE, rw, MAP_SHARED | MAP_FIXED, Some(&open), 4 * PAGE_SIZE).unwrap();
+    let b = mm.mmap(0, 8 * PAGE_SIZE, rw, MAP_PRIVATE, Some(&open), 0).unwrap();
+    let refused = mm.mmap(a + 64 * PAGE_SIZE, PAGE_SIZE, rw, MAP_SHARED | MAP_FIXED, Some(&read_only), 0);
+    assert_eq!(refused, Err(crate::Errno::Acces));
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, 4, "the three maps and the refused one");
+    let mut cpu = crate::Cpu::attached(&mm);
+    cpu.write_u32(a + 5 * PAGE_SIZE, 5).unwrap();
+    cpu.write_u32(b + PAGE_SIZE, 2).unwrap();
+    let maps: Vec<(u64, u64)> = mm.maps().iter().map(|e| (e.start, e.end)).collect();
+    assert!(maps.contains(&(a, a + 8 * PAGE_SIZE)) && maps.len() == 2, "merged: {maps:x?}");
+    let mut page = [0u8; 4];
+    file.read_at(5 * PAGE_SIZE, &mut page).unwrap();
+    assert_eq!(u32::from_le_bytes(page), 5, "the shared mapping's write reached the file");
+    file.read_at(PAGE_SIZE, &mut page).unwrap();
+    assert_eq!(page, [0; 4], "the private copy never reached the file");
+    // The truncate's walk finds the mapping a range writer made.
+    file.set_len(4 * PAGE_SIZE).unwrap();
+    assert!(matches!(cpu.read_u32(a + 5 * PAGE_SIZE), Err(crate::Fault::Bus { .. })));
+    assert_eq!(cpu.read_u32(a), Ok(0));
+    // (The maps dump above took the range writers' windows in under
+    // `mmap_lock`.)
+    let writes = mm.counters.lock_counts().0;
+    mm.munmap(a, 8 * PAGE_SIZE).unwrap();
+    mm.munmap(b, 8 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.stats().map_count, 0);
+    drop((cpu, mm, open, read_only, file));
+    assert_eq!(phys.quiesce().frames_used, 0);
+}
+
 /// A VMA-flag `madvise` inside a window splits and merges VMAs without
 /// `mmap_lock`, as `mprotect` does; one reaching a VMA at the window's
 /// bounds falls back.
@@ -372,6 +420,8 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
         // This stream: 33, 7, 6, and 7 and 16 MREMAP_DONTUNMAP moves.
         assert!(madvised > 15 && resized > 3 && moved > 3, "{placement:?}: {ranged:?}");
         assert!(ranged[12] > 3 && ranged[13] > 3, "MREMAP_DONTUNMAP, {placement:?}: {ranged:?}");
+        // And file mmaps (41 of this stream's).
+        assert!(ranged[14] > 20, "file mmaps, {placement:?}: {ranged:?}");
     }
 }
 
