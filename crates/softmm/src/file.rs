@@ -67,6 +67,13 @@ pub(crate) trait Mapper: Send + Sync {
     /// may take `mmap_lock` only for read, recursively.
     fn mkclean_file_pages(&self, file: &Inode, pages: &[(u64, Pfn)]);
 
+    /// `file`, whose reverse map lists this mapper, is being dropped: the
+    /// mapper forgets it (its own list of linked files, which its teardown
+    /// walks), so that a file that lived and died while the mapper lives
+    /// leaves nothing behind, as Linux frees a shmem inode at its last
+    /// `munmap`. Called from the inode's drop, with no lock held.
+    fn forget_file(&self, file: *const Inode);
+
     /// The mapper itself, for `AddressSpace::from_mapper`, the one place
     /// that turns a reverse-map entry back into the address space it is.
     fn as_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
@@ -955,9 +962,15 @@ impl Drop for File {
 
 impl Drop for Inode {
     fn drop(&mut self) {
-        // Address spaces that still list this inode died before it; nothing
-        // else can hold an entry (a mapping holds the inode).
-        self.phys.account_rmap(-(self.i_mmap.get_mut().len() as i64));
+        // Address spaces that still list this inode died before it or no
+        // longer map it (nothing else can hold an entry: a mapping holds
+        // the inode); the live ones forget it.
+        let me: *const Inode = self;
+        let mappers = self.i_mmap.get_mut();
+        self.phys.account_rmap(-(mappers.len() as i64));
+        for m in mappers.drain(..).filter_map(|w| w.upgrade()) {
+            m.forget_file(me);
+        }
         // An inode nothing ever used (a shared anonymous mapping whose
         // `mmap` failed after making its object) is evicted here.
         if !self.inner.get_mut().evicted {

@@ -214,8 +214,9 @@ pub struct AddressSpace {
     /// faults, while every fault reads its neighbours.
     pub(crate) seq: CachePadded<SeqCount>,
     /// Files whose reverse map lists this address space, so that dying it
-    /// can remove itself from them.
-    linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
+    /// can remove itself from them; a file dying first removes itself
+    /// from here (`Mapper::forget_file`).
+    pub(crate) linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
     pub(crate) pins: Arc<PinState>,
@@ -1218,6 +1219,10 @@ impl Mapper for AddressSpace {
 
     fn mkclean_file_pages(&self, file: &Inode, pages: &[(u64, crate::phys::Pfn)]) {
         self.page_mkclean(file, pages);
+    }
+
+    fn forget_file(&self, file: *const Inode) {
+        self.linked_files.lock().retain(|w| !std::ptr::eq(w.as_ptr(), file));
     }
 }
 

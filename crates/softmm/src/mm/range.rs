@@ -290,7 +290,7 @@ pub(crate) fn range_vma_ok(v: &Vma) -> bool {
 ///
 /// Why the file's reverse-map walkers need nothing more: a munmap changes
 /// no file's `i_mmap` entry here (an address space stays listed until it
-/// dies, `AddressSpace::link_file`), and every walker of an address space's
+/// or the file dies, `AddressSpace::link_file`), and every walker of an address space's
 /// VMAs of a file (truncate and hole punch through
 /// `Mapper::unmap_file_range`, `page_mkclean`, the migration walks) takes
 /// `mmap_lock` for read, recursively, which blocks the shared mode and
