@@ -290,6 +290,19 @@ fn a_range_munmap_against_fork() {
     assert_ranged(&SEEN);
 }
 
+/// The file models' start: an address space under range writers, a file
+/// of one page opened read-write, and the address `a` in window 5 where
+/// they map it.
+fn file_setup() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<crate::File>, crate::OpenFile, u64) {
+    crate::sync::percpu::restart_slots();
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range);
+    let mm = AddressSpace::new(&phys, config).unwrap();
+    let file = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
+    let open = crate::OpenFile::new(&file, true, true);
+    (phys, mm, file, open, 5 * GIB + 4 * PAGE_SIZE)
+}
+
 /// A range writer's `munmap` of a shared file mapping (`mm/range.rs`,
 /// `range_unmap_vma_ok`) against a truncate of the file to nothing, whose
 /// reverse-map walk (`Mapper::unmap_file_range` under
@@ -305,13 +318,7 @@ fn a_range_munmap_of_a_file_against_truncate() {
     use crate::sync::broken::range_writers::ZAP_AFTER_LEAVE;
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
-        crate::sync::percpu::restart_slots();
-        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range);
-        let mm = AddressSpace::new(&phys, config).unwrap();
-        let file = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
-        let open = crate::OpenFile::new(&file, true, true);
-        let a = 5 * GIB + 4 * PAGE_SIZE;
+        let (phys, mm, file, open, a) = file_setup();
         let flags = MAP_SHARED | MAP_FIXED;
         assert_eq!(mm.mmap(a, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, Some(&open), 0), Ok(a));
         mm.handle_fault(a, crate::fault::Access::Write).unwrap();
@@ -355,13 +362,7 @@ fn a_range_mmap_of_a_file_against_truncate() {
     use crate::sync::broken::range_writers::LINK_AFTER_LEAVE;
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
-        crate::sync::percpu::restart_slots();
-        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range);
-        let mm = AddressSpace::new(&phys, config).unwrap();
-        let file = crate::File::create(&phys, "f", PAGE_SIZE).unwrap();
-        let open = crate::OpenFile::new(&file, true, true);
-        let a = 5 * GIB + 4 * PAGE_SIZE;
+        let (phys, mm, file, open, a) = file_setup();
         // Window 5's leaf of the directory made before the threads, as in
         // the other models: its pointer is a `std` atomic, whose order loom
         // does not see, so a leaf made beside a reader reads to loom as a
