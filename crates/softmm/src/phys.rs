@@ -1234,9 +1234,7 @@ impl PhysMem {
     pub fn quiesce(&self) -> PhysStats {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            crate::sync::rcu::end_batch_now();
-            crossbeam_epoch::pin().flush();
-            crate::sync::rcu::reclaim_own();
+            crate::sync::rcu::reclaim_now();
             let now = self.stats();
             if (now.page_tables == 0 && now.vmas == 0) || std::time::Instant::now() > deadline {
                 return now;

@@ -31,24 +31,36 @@ fn per_op_of(policy: WriterPolicy, file: bool) -> f64 {
     phys.set_overcommit(Overcommit::for_ram(2048).mode(OvercommitMode::Always));
     let mm = AddressSpace::new(&phys, MmConfig::default().writer_policy(policy)).unwrap();
     let open = file.then(|| OpenFile::read_write(&File::create(&phys, "mmap2", LEN).unwrap()));
-    let op = || {
-        let a = match &open {
-            Some(f) => mm.mmap(0, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, Some(f), 0),
-            None => mm.mmap(0, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0),
-        }
-        .unwrap();
-        mm.munmap(a, LEN).unwrap();
-    };
+    let op = || map_unmap(&mm, open.as_ref(), MAP_SHARED);
     op();
-    const OPS: u64 = 64;
+    let (own, _, _) = shared_writes_per_call(64, op);
+    assert_eq!(phys.committed_pages(), 0);
+    own
+}
+
+/// One mmap1 op: a map and an unmap of `LEN` never touched, of anonymous
+/// memory, or (mmap2's) of `file` with `file_type` (`MAP_SHARED` or
+/// `MAP_PRIVATE`).
+fn map_unmap(mm: &AddressSpace, file: Option<&OpenFile>, file_type: i32) {
+    let a = match file {
+        Some(f) => mm.mmap(0, LEN, PROT_READ | PROT_WRITE, file_type, Some(f), 0),
+        None => mm.mmap(0, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0),
+    };
+    mm.munmap(a.unwrap(), LEN).unwrap();
+}
+
+/// The calling thread's shared-line writes per call of `op`, over `calls`
+/// calls: its own, and apart from them the frees of other threads'
+/// garbage that its epoch collections ran (reclaim), with the sites of
+/// all of them, for the record.
+fn shared_writes_per_call(calls: u64, op: impl Fn()) -> (f64, f64, String) {
     let (before, sites) = (softmm::shared_writes_this_thread(), softmm::shared_writes_by_site_this_thread());
-    for _ in 0..OPS {
+    for _ in 0..calls {
         op();
     }
     let n = softmm::shared_writes_this_thread() - before;
-    let (_, reclaim) = sites_since(&sites);
-    assert_eq!(phys.committed_pages(), 0);
-    (n - reclaim) as f64 / OPS as f64
+    let (sites, reclaim) = sites_since(&sites);
+    ((n - reclaim) as f64 / calls as f64, reclaim as f64 / calls as f64, sites)
 }
 
 /// The default policy's op writes the `mmap_lock` word and sequence count
@@ -181,23 +193,10 @@ fn range_writers_with_arenas_write_at_most_one_shared_line_per_op() {
                 .map(|_| {
                     s.spawn(|| {
                         let open = file.then(|| OpenFile::read_write(&File::create(&phys, name, LEN).unwrap()));
-                        let op = || {
-                            let a = match &open {
-                                Some(f) => mm.mmap(0, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE, Some(f), 0),
-                                None => mm.mmap(0, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0),
-                            };
-                            mm.munmap(a.unwrap(), LEN).unwrap();
-                        };
+                        let op = || map_unmap(&mm, open.as_ref(), MAP_PRIVATE);
                         op();
                         start.wait();
-                        let (before, sites) =
-                            (softmm::shared_writes_this_thread(), softmm::shared_writes_by_site_this_thread());
-                        for _ in 0..OPS {
-                            op();
-                        }
-                        let n = softmm::shared_writes_this_thread() - before;
-                        let (sites, reclaim) = sites_since(&sites);
-                        ((n - reclaim) as f64 / OPS as f64, reclaim as f64 / OPS as f64, sites)
+                        shared_writes_per_call(OPS, op)
                     })
                 })
                 .collect();

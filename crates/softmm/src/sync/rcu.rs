@@ -358,6 +358,18 @@ pub(crate) fn own_queued() -> usize {
     OWN.with(|own| own.borrow().queue.len())
 }
 
+/// One pass of everything the calling thread can do towards running the
+/// frees waiting for a grace period, its own and its epoch bag's: closes
+/// its open batch whatever it holds, flushes its epoch bag (a collection,
+/// which advances the epoch and runs what is due), and runs its own frees
+/// whose grace period ended. What `PhysMem::quiesce` repeats until nothing
+/// is left; call it with no lock held.
+pub(crate) fn reclaim_now() {
+    end_batch_now();
+    crossbeam_epoch::pin().flush();
+    reclaim_own();
+}
+
 /// Runs the calling thread's queued frees whose batch's grace period has
 /// ended, oldest first; returns how many. Call it with no lock held: a
 /// free drops the last references of what it frees.
@@ -422,9 +434,7 @@ mod tests {
         // `quiesce`'s way: whatever the open batch holds is closed, and
         // every free runs once its grace period ends.
         for _ in 0..10_000 {
-            end_batch_now();
-            crossbeam_epoch::pin().flush();
-            reclaim_own();
+            reclaim_now();
             if OWN.with(|o| o.borrow().queue.is_empty()) {
                 return;
             }

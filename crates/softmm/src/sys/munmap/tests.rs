@@ -400,9 +400,7 @@ fn dead_files_leave_no_link_behind() {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let links = || mm.linked_files.lock().len();
         while (objects.iter().any(|o| o.strong_count() != 0) || links() != 1) && std::time::Instant::now() < deadline {
-            crate::sync::rcu::end_batch_now();
-            crossbeam_epoch::pin().flush();
-            crate::sync::rcu::reclaim_own();
+            crate::sync::rcu::reclaim_now();
             std::thread::sleep(Duration::from_micros(200));
         }
         assert!(objects.iter().all(|o| o.strong_count() == 0), "{}: an object outlived its mapping", policy.name());
