@@ -341,7 +341,7 @@ pub enum WriterPolicy {
     /// page-cache files, a `MAP_FIXED` (or, under
     /// [`PlacementPolicy::Arenas`], a non-fixed) `mmap` of private anonymous
     /// memory or of a page-cache file, or an `mprotect`, a VMA-flag
-    /// `madvise` or an `mremap` of private anonymous memory, whose range and every VMA it touches or may
+    /// `madvise` or an `mremap` of either, whose range and every VMA it touches or may
     /// merge with lie inside one 1 GiB window of the VMA set, runs without
     /// `mmap_lock`: in the address-space lock's shared mode
     /// (`sync/range_writers.rs`) under that window's own lock, on the

@@ -516,9 +516,11 @@ impl AddressSpace {
         if !self.config.writer_policy.range_writers() {
             return MmapRecursiveGuard { st, synced: None, _blocked: None };
         }
-        let blocked = self.range.writers.block();
+        // The loom switch reads the published windows beside the range
+        // writers inside, as a walker that took no part in the lock would.
+        let blocked = (!crate::sync::broken::range_writers::no_block()).then(|| self.range.writers.block());
         let synced = self.range_synced_copy(&st);
-        MmapRecursiveGuard { st, synced, _blocked: Some(blocked) }
+        MmapRecursiveGuard { st, synced, _blocked: blocked }
     }
 
     /// Publishes the windows of `tree` its write section changed, one by

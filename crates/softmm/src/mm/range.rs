@@ -75,13 +75,13 @@
 //!   placement must honour;
 //! * `mlockall(MCL_FUTURE)` (`MmState::def_flags`) or MDWE in force
 //!   (mirrored), which `mmap` consults;
-//! * any VMA in the footprint with a file (shmem, files, hugetlb, host
-//!   memory, device mappings: their reverse maps, reservations and
-//!   `close` hooks live under `mmap_lock`), except, for `munmap` and the
-//!   VMAs an `mmap` replaces, shared and private mappings of plain
-//!   page-cache files and shmem ([`range_unmap_vma_ok`], which says why
-//!   their reverse-map walkers need nothing more); or
-//!   `VM_LOCKED`/`VM_LOCKONFAULT` (`locked_vm` and the memlock limit);
+//! * any VMA in the footprint of hugetlb, a host file, host memory or a
+//!   device (their reverse maps, reservations and `close` hooks live
+//!   under `mmap_lock`), or `VM_LOCKED`/`VM_LOCKONFAULT` (`locked_vm` and
+//!   the memlock limit); shared and private mappings of plain page-cache
+//!   files and shmem are a range writer's to remove, split, merge, move
+//!   and change, as private anonymous memory is ([`range_vma_ok`], which
+//!   says why their reverse-map walkers need nothing more);
 //! * an `mmap` of anything but private anonymous memory or a plain
 //!   page-cache file, shared or private (`sys/mmap.rs`, `range_mmap`):
 //!   hugetlb, host and device files, and shared anonymous memory, whose
@@ -273,36 +273,32 @@ impl Neighbours {
     }
 }
 
-/// The VMAs a range writer may remove, split or merge with: private
-/// anonymous memory, neither locked nor hugetlb (see the module).
-pub(crate) fn range_vma_ok(v: &Vma) -> bool {
-    v.file.is_none()
-        && v.hugetlb_resv.is_none()
-        && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::SPECIAL)
-}
-
-/// The VMAs a range writer's `munmap` may remove or split: those of
-/// [`range_vma_ok`], and besides them mappings, shared or private, of a
-/// file whose pages live only in softmm's page cache (a [`crate::File`]
-/// made by `File::create`, a memfd, the object behind a shared anonymous
-/// mapping), with the default hooks; not hugetlb, host files, host memory
-/// or devices, nor locked or special VMAs.
+/// The VMAs a range writer may remove, split, merge with, move or change:
+/// private anonymous memory, and mappings, shared or private, of a file
+/// whose pages live only in softmm's page cache (a [`crate::File`] made by
+/// `File::create`, a memfd, the object behind a shared anonymous mapping),
+/// with the default hooks; not hugetlb, host files, host memory or
+/// devices, nor locked or special VMAs (`locked_vm` and the memlock limit
+/// are `mmap_lock`'s).
 ///
-/// Why the file's reverse-map walkers need nothing more: a munmap changes
-/// no file's `i_mmap` entry here (an address space stays listed until it
-/// or the file dies, `AddressSpace::link_file`), and every walker of an address space's
+/// Why a file's reverse-map walkers need nothing more: a range write
+/// changes no file's `i_mmap` entry here (an address space stays listed
+/// until it or the file dies, `AddressSpace::link_file`, and an `mmap`
+/// links it before publishing), and every walker of an address space's
 /// VMAs of a file (truncate and hole punch through
 /// `Mapper::unmap_file_range`, `page_mkclean`, the migration walks) takes
 /// `mmap_lock` for read, recursively, which blocks the shared mode and
 /// waits for the range writers inside to leave (`read_lock_recursive`).
-/// So a walker sees a range munmap whole (its VMAs detached and published,
-/// its entries zapped and flushed: both before the writer leaves) or not
-/// at all (the writer, refused, takes `mmap_lock` for write, which waits
-/// for the walker), as Linux's walkers under `i_mmap_rwsem` see an
-/// `unlink_file_vma` before or after them. The file's use is put after the
-/// writer leaves ([`super::put_files`]), as the `mmap_lock` path puts it after its
-/// section; the last one evicts the file's pages.
-pub(crate) fn range_unmap_vma_ok(v: &Vma) -> bool {
+/// So a walker sees a range write whole (its VMAs detached and published,
+/// its entries zapped, moved or changed and flushed: all before the writer
+/// leaves) or not at all (the writer, refused, takes `mmap_lock` for
+/// write, which waits for the walker), as Linux's walkers under
+/// `i_mmap_rwsem` see an `unlink_file_vma`, a `vma_merge` or a
+/// `move_ptes` under its `i_mmap` lock before or after them. The file's
+/// use is put after the writer leaves ([`super::put_files`]), as the
+/// `mmap_lock` path puts it after its section; the last one evicts the
+/// file's pages.
+pub(crate) fn range_vma_ok(v: &Vma) -> bool {
     let plain_file = |f: &crate::file::Inode| f.is_plain_memory() && v.ops.name() == "default";
     v.hugetlb_resv.is_none()
         && !v.flags.intersects(VmFlags::LOCKED_MASK | VmFlags::HUGETLB | VmFlags::SPECIAL)
@@ -341,12 +337,12 @@ impl AddressSpace {
         // The zap comes before the window is published and the writer
         // leaves the shared mode: a file's reverse-map walker (truncate)
         // that finds the published set without the VMAs must find their
-        // entries gone too (`range_unmap_vma_ok`). The loom switch moves
+        // entries gone too (`range_vma_ok`). The loom switch moves
         // it after (`mm/loom_tests.rs`).
         let late = crate::sync::broken::range_writers::zap_after_leave();
         let mut late_span = None;
         let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
-            if !st.vmas.overlapping(start, end).all(|v| range_unmap_vma_ok(v)) {
+            if !st.vmas.overlapping(start, end).all(|v| range_vma_ok(v)) {
                 return None;
             }
             let res = mm.detach_vmas(st, start, end);
@@ -386,7 +382,7 @@ impl AddressSpace {
 
     /// Whether a new mapping of `[start, end)` may be made by a range
     /// writer whose view is `st`: every VMA it replaces is one a range
-    /// writer's `munmap` may remove ([`range_unmap_vma_ok`]: the mapping's
+    /// writer's `munmap` may remove ([`range_vma_ok`]: the mapping's
     /// unmap zaps them in the view before it is published, as `munmap`
     /// does), and where it reaches its window's bounds, no VMA
     /// of the next window touches it there (it would merge across the
@@ -400,7 +396,7 @@ impl AddressSpace {
         let below_clear =
             start > lo || lo == 0 || crate::vma::query::last_at_or_below(published, lo - 1).is_none_or(|v| v.end != lo);
         let above_clear = end < hi || published.first_starting_at(hi).is_none_or(|v| v.start != hi);
-        below_clear && above_clear && st.vmas.overlapping(start, end).all(|v| range_unmap_vma_ok(v))
+        below_clear && above_clear && st.vmas.overlapping(start, end).all(|v| range_vma_ok(v))
     }
 
     /// Whether a change to the VMAs overlapping `[start, end)` (their

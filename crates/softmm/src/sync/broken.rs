@@ -348,10 +348,14 @@ pub(crate) mod range_writers {
         pub(crate) static NO_WINDOW_LOCK: Cell<bool> = const { Cell::new(false) };
         /// An `mmap_lock` holder under the range policy, writer or reader,
         /// neither blocks nor drains the range writers
-        /// (`AddressSpace::write_lock`, `read_lock`): fork copies a VMA a
-        /// range writer is removing (`a_range_munmap_against_fork`); a
-        /// fault gives its `anon_vma` to a VMA a range `madvise` has
-        /// replaced (`a_range_madvise_against_a_fault_in_its_range`).
+        /// (`AddressSpace::write_lock`, `read_lock`,
+        /// `read_lock_recursive`): fork copies a VMA a range writer is
+        /// removing (`a_range_munmap_against_fork`); a fault gives its
+        /// `anon_vma` to a VMA a range `madvise` has replaced
+        /// (`a_range_madvise_against_a_fault_in_its_range`); a truncate's
+        /// reverse-map walk zaps a file page's old place while a range
+        /// `mremap` moves it to a new one
+        /// (`a_range_mremap_of_a_file_against_truncate`).
         pub(crate) static NO_BLOCK: Cell<bool> = const { Cell::new(false) };
         /// A range writer's check of its slot's share of the room below
         /// `max_map_count` (`RangeState::map_count_share`) does not count

@@ -261,7 +261,7 @@ impl AddressSpace {
     /// whole address space's size).
     ///
     /// A file mapping's reverse-map walkers need nothing more than they
-    /// do for a range `munmap` ([`crate::mm::range::range_unmap_vma_ok`]):
+    /// do for a range `munmap` ([`crate::mm::range::range_vma_ok`]):
     /// the address space is linked to the file before the window is
     /// published, and every walker takes `mmap_lock` for read, which waits
     /// for the range writers inside; so a truncate sees the new VMA whole,

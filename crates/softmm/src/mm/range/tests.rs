@@ -164,6 +164,56 @@ fn a_file_mmap_inside_a_window_takes_no_mmap_lock() {
     assert_eq!(phys.quiesce().frames_used, 0);
 }
 
+/// A shared file mapping inside a window is split by `mprotect` and
+/// `madvise`, merged back and moved by `mremap` without `mmap_lock`, as a
+/// private anonymous one is: each call gives what the `mmap_lock` path
+/// gives (the protection refused, the write through the shared mapping in
+/// the file, the moved page at its new place), a truncate afterwards finds
+/// the moved mapping (SIGBUS past the new end), and nothing leaks.
+#[test]
+fn a_file_mapping_is_changed_and_moved_without_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let file = crate::File::create(&phys, "f", 8 * PAGE_SIZE).unwrap();
+    let open = crate::OpenFile::new(&file, true, true);
+    let rw = PROT_READ | PROT_WRITE;
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 8 * PAGE_SIZE, rw, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+    let mut cpu = crate::Cpu::attached(&mm);
+    cpu.write_u32(a + 5 * PAGE_SIZE, 5).unwrap();
+    let writes = mm.counters.lock_counts().0;
+    mm.mprotect(a, 2 * PAGE_SIZE, PROT_READ).unwrap();
+    mm.madvise(a + 4 * PAGE_SIZE, 2 * PAGE_SIZE, MADV_DONTFORK).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert!(matches!(cpu.write_u32(a, 1), Err(crate::Fault::Segv { .. })));
+    cpu.write_u32(a + 3 * PAGE_SIZE, 3).unwrap();
+    assert_eq!(mm.stats().map_count, 4, "split by both calls");
+    // Back as they were: one VMA again, and the move takes it whole.
+    mm.mprotect(a, 2 * PAGE_SIZE, rw).unwrap();
+    mm.madvise(a + 4 * PAGE_SIZE, 2 * PAGE_SIZE, MADV_DOFORK).unwrap();
+    assert_eq!(mm.stats().map_count, 1, "merged again");
+    let writes = mm.counters.lock_counts().0;
+    let c = a + 64 * PAGE_SIZE;
+    assert_eq!(mm.mremap(a, 8 * PAGE_SIZE, 8 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, c), Ok(c));
+    cpu.write_u32(c, 7).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, 6, "the mmap, two mprotects, two madvises and the mremap");
+    assert_eq!(cpu.read_u32(c + 5 * PAGE_SIZE), Ok(5), "the page moved with its entry");
+    let mut page = [0u8; 4];
+    file.read_at(0, &mut page).unwrap();
+    assert_eq!(u32::from_le_bytes(page), 7, "a write after the calls reached the file");
+    file.read_at(3 * PAGE_SIZE, &mut page).unwrap();
+    assert_eq!(u32::from_le_bytes(page), 3);
+    // The truncate's walk finds the moved mapping.
+    file.set_len(4 * PAGE_SIZE).unwrap();
+    assert!(matches!(cpu.read_u32(c + 5 * PAGE_SIZE), Err(crate::Fault::Bus { .. })));
+    assert!(matches!(cpu.read_u32(a), Err(crate::Fault::Segv { .. })), "nothing left at the old place");
+    mm.munmap(c, 8 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.stats().map_count, 0);
+    drop((cpu, mm, open, file));
+    assert_eq!(phys.quiesce().frames_used, 0);
+}
+
 /// A VMA-flag `madvise` inside a window splits and merges VMAs without
 /// `mmap_lock`, as `mprotect` does; one reaching a VMA at the window's
 /// bounds falls back.
@@ -330,8 +380,9 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
         let mut ranged = [0u64; 16];
         let file = crate::File::create(&phys, "f", 48 * PAGE_SIZE).unwrap();
         let open = crate::OpenFile::new(&file, true, true);
-        // Range munmaps that removed a file mapping.
-        let mut file_unmaps = 0;
+        // Range writes that found a file mapping: munmaps, and mprotect,
+        // madvise and mremap calls.
+        let mut file_writes = [0u64; 2];
         for round in 0..600 {
             let a = addr(&mut next);
             let len = match next(4) {
@@ -385,11 +436,14 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
                 _ => mm.mmap(a, len, prot, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, None, 0),
             };
             let before = range.range.stats().writes;
-            let had_file = matches!(op, 5 | 6)
-                && range.read_lock().vmas.overlapping(a, a.saturating_add(len)).any(|v| v.file.is_some());
+            let (at, span) = if (10..=13).contains(&op) { (old_addr, old_len) } else { (a, len) };
+            let had_file = (5..=13).contains(&op)
+                && range.read_lock().vmas.overlapping(at, at.saturating_add(span)).any(|v| v.file.is_some());
             let (want, got) = (run(&reference), run(&range));
             ranged[op as usize] += range.range.stats().writes - before;
-            file_unmaps += u64::from(had_file && range.range.stats().writes > before);
+            if had_file && range.range.stats().writes > before {
+                file_writes[usize::from(op > 6)] += 1;
+            }
             assert_eq!(got, want, "{placement:?} round {round}: op {op} at {a:#x}+{len:#x}");
             let guard = crossbeam_epoch::pin();
             let published: Vec<(u64, u64)> =
@@ -404,7 +458,7 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
             assert_eq!(range.stats().map_count, reference.stats().map_count);
         }
         let s = range.range.stats();
-        assert!(!interior || file_unmaps > 20, "{placement:?}: {file_unmaps} range munmaps of file mappings");
+        assert!(!interior || file_writes[0] > 20, "{placement:?}: {file_writes:?} range writes of file mappings");
         drop((reference, range, open, file));
         let left = phys.quiesce();
         assert_eq!((left.vmas, left.frames_used), (0, 0), "{placement:?}: nothing leaked");
@@ -420,8 +474,10 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
         // This stream: 33, 7, 6, and 7 and 16 MREMAP_DONTUNMAP moves.
         assert!(madvised > 15 && resized > 3 && moved > 3, "{placement:?}: {ranged:?}");
         assert!(ranged[12] > 3 && ranged[13] > 3, "MREMAP_DONTUNMAP, {placement:?}: {ranged:?}");
-        // And file mmaps (41 of this stream's).
+        // And file mmaps (41 of this stream's), and calls that changed
+        // or moved file mappings (64; 35 range munmaps of them above).
         assert!(ranged[14] > 20, "file mmaps, {placement:?}: {ranged:?}");
+        assert!(file_writes[1] > 20, "file changes, {placement:?}: {file_writes:?}");
     }
 }
 

@@ -1,5 +1,6 @@
-//! `mremap` as a range writer: a private anonymous mapping shrunk in
-//! place, grown in place, or moved (with `MREMAP_MAYMOVE | MREMAP_FIXED`;
+//! `mremap` as a range writer: a private anonymous mapping, or a mapping
+//! of a plain page-cache file or shmem (`mm/range.rs`, `range_vma_ok`),
+//! shrunk in place, grown in place, or moved (with `MREMAP_MAYMOVE | MREMAP_FIXED`;
 //! by a growth that cannot stay in place, to where the search puts it;
 //! with `MREMAP_DONTUNMAP`, to its hint or fixed target or where the
 //! search puts it, the source left mapped and empty), where the old
@@ -18,7 +19,10 @@
 //! a moved VMA keeps its `pgoff` and `anon_vma`, and the walk
 //! (`mm/anon_rmap.rs`) reads the published windows and confirms each
 //! candidate under its entry's lock, as it does beside an `mmap_lock`
-//! writer.
+//! writer. A file's walkers (truncate, `page_mkclean`, migration) block
+//! the range writers and wait for the ones inside, so they see a move
+//! whole or not at all (`mm/loom_tests.rs`,
+//! `a_range_mremap_of_a_file_against_truncate`).
 //!
 //! `MREMAP_DONTUNMAP` keeps the same order: the source VMA is replaced
 //! (detached, `VmaTree::replace`) by one without its pages before they
@@ -35,8 +39,9 @@
 //! or outside the calling thread's arena, or a THP-aligned search of a
 //! multiple of 2 MiB: the search covers the whole address space); a
 //! footprint (the old range with its growth, the fixed target) across
-//! two windows; a VMA in it that is not private anonymous memory, or that
-//! reaches its window's bounds, or a moved or grown VMA that would reach
+//! two windows; a VMA in it that a range writer may not change (hugetlb,
+//! host files and memory, devices, locked VMAs), or that reaches its
+//! window's bounds, or a moved or grown VMA that would reach
 //! them (it could merge with a VMA of the next window); no VMA at the old
 //! address; never-mode overcommit; a view whose `map_count` leaves fewer
 //! than 8 below the limit (its slot's share short of 6 more VMAs than the
