@@ -22,6 +22,7 @@ pub(crate) mod hooks;
 pub(crate) mod layout;
 #[cfg(all(test, not(loom)))]
 mod line_layout_tests;
+mod linked_files;
 #[cfg(all(test, not(loom)))]
 mod lock_order_tests;
 #[cfg(all(test, loom))]
@@ -216,7 +217,7 @@ pub struct AddressSpace {
     /// Files whose reverse map lists this address space, so that dying it
     /// can remove itself from them; a file dying first removes itself
     /// from here (`Mapper::forget_file`).
-    pub(crate) linked_files: crate::sync::Mutex<Vec<Weak<Inode>>>,
+    pub(crate) linked_files: linked_files::LinkedFiles,
     self_weak: Weak<AddressSpace>,
     /// Pinning: `write_protect_seq`, `MMF_HAS_PINNED`, `pinned_vm` (`crate::pin`).
     pub(crate) pins: Arc<PinState>,
@@ -351,7 +352,7 @@ impl AddressSpace {
             tlb: TlbDomain::with_policies(shootdown_policy, posting_policy),
             counters: MmCounters::default(),
             seq: CachePadded::new(SeqCount::new()),
-            linked_files: crate::sync::Mutex::new(Vec::new()),
+            linked_files: Default::default(),
             self_weak: w.clone(),
             pins: Arc::default(),
             mempolicy: Atomic::null(),
@@ -1131,9 +1132,7 @@ impl AddressSpace {
     /// shares: the weak reference is made only for a new link.
     pub(crate) fn link_file(&self, file: &Arc<Inode>) {
         if file.add_mapping(self as *const AddressSpace as *const (), || self.self_weak.clone()) {
-            // The per-mm mutex, locked and unlocked.
-            crate::sync::shared_write(2);
-            self.linked_files.lock().push(Arc::downgrade(file));
+            self.linked_files.link(Arc::downgrade(file));
         }
     }
 }
@@ -1224,7 +1223,7 @@ impl Mapper for AddressSpace {
     }
 
     fn forget_file(&self, file: *const Inode) {
-        self.linked_files.lock().retain(|w| !std::ptr::eq(w.as_ptr(), file));
+        self.linked_files.forget(file);
     }
 }
 
@@ -1234,7 +1233,7 @@ impl Drop for AddressSpace {
         // when `pgtables` drops after this: no CPU is attached (each holds an
         // Arc) and no walker can reach the tree, so nothing waits for a flush.
         let me: *const dyn Mapper = self as *const AddressSpace;
-        for file in self.linked_files.get_mut().drain(..).filter_map(|w| w.upgrade()) {
+        for file in self.linked_files.drain_live() {
             file.remove_mapping(me);
         }
         // The windows range writers changed since the last mmap_lock

@@ -82,11 +82,9 @@
 //!   files and shmem are a range writer's to remove, split, merge, move
 //!   and change, as private anonymous memory is ([`range_vma_ok`], which
 //!   says why their reverse-map walkers need nothing more);
-//! * an `mmap` of anything but private anonymous memory or a plain
-//!   page-cache file, shared or private (`sys/mmap.rs`, `range_mmap`):
-//!   hugetlb, host and device files, and shared anonymous memory, whose
-//!   every call makes an object and links it in the address space's one
-//!   list of mapped files;
+//! * an `mmap` of anything but anonymous memory or a plain page-cache
+//!   file, shared or private (`sys/mmap.rs`, `range_mmap`): hugetlb, host
+//!   and device files;
 //! * `madvise` other than the advice that changes VMA flags
 //!   (`sys/madvise/range.rs`; `MADV_DONTNEED` and `MADV_FREE` never take
 //!   `mmap_lock` for write: a call inside one VMA runs under its read

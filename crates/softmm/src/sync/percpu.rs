@@ -161,6 +161,11 @@ impl<T> PerCpu<T> {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().map(|s| &**s)
     }
+
+    /// Every slot, held alone (a teardown).
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().map(|s| &mut **s)
+    }
 }
 
 /// A count kept per CPU slot (Linux's `percpu_counter` without the fold:

@@ -246,19 +246,18 @@ impl AddressSpace {
         res
     }
 
-    /// An `mmap` of private anonymous memory or of a file whose pages live
-    /// only in softmm's page cache ([`crate::file::Inode::is_plain_memory`]:
-    /// files, memfds), shared or private, as a range writer
+    /// An `mmap` of anonymous memory, shared or private, or of a file whose
+    /// pages live only in softmm's page cache
+    /// ([`crate::file::Inode::is_plain_memory`]: files, memfds), shared or
+    /// private, as a range writer
     /// (`mm/range.rs`), or `None` (nothing changed) for the `mmap_lock`
     /// path: `MAP_FIXED` inside one window, or, under
     /// [`crate::PlacementPolicy::Arenas`], a call without a hint whose
     /// search finds room in the calling thread's arena (one window).
     /// Everything else falls back: hints, `MAP_LOCKED`, `MAP_GROWSDOWN`
     /// (the stack guard gap and expansion), `MAP_32BIT`, `MAP_HUGETLB`,
-    /// hugetlbfs, host and device files, shared anonymous memory (each call
-    /// makes an object and links it in the address space's one list of
-    /// mapped files), and never-mode overcommit (whose check reads the
-    /// whole address space's size).
+    /// `MAP_DROPPABLE`, hugetlbfs, host and device files, and never-mode
+    /// overcommit (whose check reads the whole address space's size).
     ///
     /// A file mapping's reverse-map walkers need nothing more than they
     /// do for a range `munmap` ([`crate::mm::range::range_vma_ok`]):
@@ -282,7 +281,9 @@ impl AddressSpace {
     ) -> Option<Result<(u64, Option<u64>)>> {
         const NOT_RANGE: i32 = MAP_LOCKED | MAP_GROWSDOWN | MAP_32BIT | MAP_HUGETLB;
         let backing_ok = match backing {
-            Backing::Anon => flags & MAP_TYPE == MAP_PRIVATE,
+            // Shared anonymous memory too: its object is made on the view
+            // and linked in the thread's own list (`mm/linked_files.rs`).
+            Backing::Anon => matches!(flags & MAP_TYPE, MAP_PRIVATE | MAP_SHARED),
             Backing::File => file.is_some_and(|f| f.file.inode().is_plain_memory()),
             Backing::Hugetlb(_) => false,
         };

@@ -164,6 +164,55 @@ fn a_file_mmap_inside_a_window_takes_no_mmap_lock() {
     assert_eq!(phys.quiesce().frames_used, 0);
 }
 
+/// A shared anonymous `mmap` inside a window, fixed or placed in the
+/// calling thread's arena, runs without `mmap_lock`: its object is made
+/// and linked on the window's view, its pages are shared with a child, a
+/// `MADV_REMOVE` (the object's hole punch, whose reverse-map walk must
+/// find the mapping) drops them, and once unmapped the object and its
+/// link are gone and its charge returned.
+#[test]
+fn a_shared_anonymous_mmap_inside_a_window_takes_no_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Arenas);
+    let (rw, shared) = (PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS);
+    let committed = phys.committed_pages();
+    let writes = mm.counters.lock_counts().0;
+    let a = 0x100 * GIB + 16 * PAGE_SIZE;
+    mm.mmap(a, 4 * PAGE_SIZE, rw, shared | MAP_FIXED, None, 0).unwrap();
+    let b = mm.mmap(0, 4 * PAGE_SIZE, rw, shared, None, 0).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    assert_eq!(mm.range.stats().writes, 2);
+    assert_eq!(phys.committed_pages(), committed + 8, "each object charged whole");
+    assert_eq!(mm.linked_files.len(), 2);
+    let mut cpu = crate::Cpu::attached(&mm);
+    cpu.write_u32(a + PAGE_SIZE, 1).unwrap();
+    cpu.write_u32(b + 2 * PAGE_SIZE, 2).unwrap();
+    // A child shares the pages: its write is the parent's.
+    let child = mm.fork().unwrap();
+    let mut ccpu = crate::Cpu::attached(&child);
+    ccpu.write_u32(a + PAGE_SIZE, 3).unwrap();
+    assert_eq!(cpu.read_u32(a + PAGE_SIZE), Ok(3));
+    drop((ccpu, child));
+    // The hole punch finds the range writer's mapping.
+    mm.madvise(b, 4 * PAGE_SIZE, MADV_REMOVE).unwrap();
+    assert_eq!(cpu.read_u32(b + 2 * PAGE_SIZE), Ok(0));
+    drop(cpu);
+    let writes = mm.counters.lock_counts().0;
+    mm.munmap(a, 4 * PAGE_SIZE).unwrap();
+    mm.munmap(b, 4 * PAGE_SIZE).unwrap();
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    // The objects' pages and charge went with the last unmap.
+    assert_eq!(phys.committed_pages(), committed);
+    assert_eq!(phys.stats().frames_used, 0);
+    // Their memory goes with the last VMA that holds them: the `mmap_lock`
+    // holder's copy of the window (from the fork's section) until the next
+    // section takes the window in, as Linux frees VMAs and inodes after a
+    // grace period. Each object then takes itself out of the list.
+    assert_eq!(mm.stats().map_count, 0);
+    crate::sync::rcu::reclaim_now();
+    assert_eq!(mm.linked_files.len(), 0, "the dead objects took themselves out");
+}
+
 /// A shared file mapping inside a window is split by `mprotect` and
 /// `madvise`, merged back and moved by `mremap` without `mmap_lock`, as a
 /// private anonymous one is: each call gives what the `mmap_lock` path
@@ -477,6 +526,8 @@ fn range_writers_give_the_mappings_and_errnos_of_mmap_lock() {
         // And file mmaps (41 of this stream's), and calls that changed
         // or moved file mappings (64; 35 range munmaps of them above).
         assert!(ranged[14] > 20, "file mmaps, {placement:?}: {ranged:?}");
+        // And shared anonymous ones (33).
+        assert!(ranged[15] > 10, "shared anonymous mmaps, {placement:?}: {ranged:?}");
         assert!(file_writes[1] > 20, "file changes, {placement:?}: {file_writes:?}");
     }
 }

@@ -398,7 +398,7 @@ fn dead_files_leave_no_link_behind() {
         // The objects die with the last VMA versions that hold them, after
         // a grace period, maybe on another thread: wait for the links to go.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let links = || mm.linked_files.lock().len();
+        let links = || mm.linked_files.len();
         while (objects.iter().any(|o| o.strong_count() != 0) || links() != 1) && std::time::Instant::now() < deadline {
             crate::sync::rcu::reclaim_now();
             std::thread::sleep(Duration::from_micros(200));
