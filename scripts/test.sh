@@ -95,10 +95,11 @@ loom() {
   RUSTFLAGS="--cfg loom --cfg crossbeam_loom" CARGO_TARGET_DIR=target/loom "$@"
 }
 # The address space's models (`mm::loom_tests`, the range writers', about
-# 130 s) join the hugetlb models' shard, which is otherwise the shorter (at
-# c811945 the other shard took 1,028 s, the hugetlb shard 666 s with the
-# map-count share's model alone).
-stage loom two_shards "hugetlb:: mm::loom_tests::" loom cargo test --release -p softmm --lib
+# 70 s) and the fault handler's (`fault::loom_tests`, about 200 s) join the
+# hugetlb models' shard, which is otherwise the shorter (with the first
+# alone, the hugetlb shard took 425 s and the other 894 s, whose
+# migration models of hugetlb pages take the same process-wide lock).
+stage loom two_shards "hugetlb:: mm::loom_tests:: fault::loom_tests::" loom cargo test --release -p softmm --lib
 # Clippy on the loom build too: its code differs by `cfg(loom)` (the models,
 # crate::sync's loom types, test helpers the models do not use).
 stage loom-clippy loom cargo clippy -p softmm --lib --tests -- -D warnings

@@ -95,7 +95,7 @@ fn check_bounded(
     switch: &'static std::sync::atomic::AtomicBool,
     model: fn(HugetlbPolicy) -> Outcome,
 ) {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::atomic::Ordering::Relaxed;
     // The switches are process-wide: one model at a time.
     let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     switch.store(false, Relaxed);
@@ -104,16 +104,10 @@ fn check_bounded(
             panic!("{policy:?}: {e}");
         }
     });
-    let caught = Arc::new(AtomicBool::new(false));
-    let seen = caught.clone();
     switch.store(true, Relaxed);
-    builder(preemptions).check(move || {
-        if model(policy).is_err() {
-            seen.store(true, Relaxed);
-        }
-    });
+    let caught = crate::sync::broken::caught(preemptions, || builder(preemptions), move || model(policy).is_err());
     switch.store(false, Relaxed);
-    assert!(caught.load(Relaxed), "{policy:?}: the model did not catch the broken variant");
+    assert!(caught, "{policy:?}: the model did not catch the broken variant");
 }
 
 /// The cover letter's race. While `A`'s fault holds its PMD entry in the

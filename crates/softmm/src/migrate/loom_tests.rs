@@ -423,18 +423,10 @@ fn check_page_ref(preemptions: usize, model: fn() -> Outcome) {
             panic!("{e}");
         }
     });
-    let caught = Arc::new(AtomicBool::new(false));
-    let seen = caught.clone();
     broken::UNLOCKED_PAGE_REF.store(true, Relaxed);
-    let mut b = builder();
-    b.preemption_bound = Some(preemptions);
-    b.check(move || {
-        if model().is_err() {
-            seen.store(true, Relaxed);
-        }
-    });
+    let caught = crate::sync::broken::caught(preemptions, builder, move || model().is_err());
     broken::UNLOCKED_PAGE_REF.store(false, Relaxed);
-    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+    assert!(caught, "the model did not catch the broken variant");
 }
 
 /// A parent with a private hugetlb page holding 1 on node 0, forked: both

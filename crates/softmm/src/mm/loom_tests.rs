@@ -500,6 +500,63 @@ fn a_range_mremap_against_a_fault_in_its_range() {
     assert_ranged(&SEEN);
 }
 
+/// A range writer's `MREMAP_DONTUNMAP` move (`sys/mremap/range.rs`, a
+/// fixed target inside the window) of the whole VMA against a lock-free
+/// write fault in its source: the source VMA is replaced by an empty one
+/// without the `anon_vma` (which the moved VMA takes along) before the
+/// entries move, so the fault either came first (its page moved) or
+/// finds the replacement (a fresh page in the source, under the
+/// replacement's own `anon_vma`). Once both are done, the old page is at
+/// its new address only, and a page in the source is mapped by a VMA with
+/// an `anon_vma`. Seen failing with `broken::range_writers::NO_DETACH`
+/// (the source VMA replaced without its detach: the fault that found it
+/// commits after the move, a page in the source under a VMA with no
+/// `anon_vma`, which no reverse-map walk reaches).
+#[test]
+fn a_range_dontunmap_move_against_a_fault_in_its_source() {
+    use crate::sync::broken::range_writers::NO_DETACH;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        let (phys, mm, a) = range_setup();
+        let fault = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
+            })
+        };
+        let b = a + 8 * PAGE_SIZE;
+        let flags = MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED;
+        let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, flags, b);
+        let r = fault.join().unwrap();
+        if mm.range.stats().writes == 2 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if moved != Ok(b) {
+            return Err(format!("the move ended {moved:?}"));
+        }
+        if r.is_err() {
+            return Err(format!("the fault ended {r:?}"));
+        }
+        if !mm.pte_at(a).is_none() || !mm.pte_at(b).has_frame() {
+            return Err("the old page is not at its new address only".to_string());
+        }
+        if mm.pte_at(a + PAGE_SIZE).has_frame() {
+            let st = mm.read_lock();
+            if st.vmas.find(a + PAGE_SIZE).is_none_or(|v| v.anon_vma.get().is_none()) {
+                return Err("a page in the source under a VMA with no anon_vma".to_string());
+            }
+        }
+        let mapped = [a + PAGE_SIZE, b, b + PAGE_SIZE].iter().filter(|&&x| mm.pte_at(x).has_frame()).count() as u64;
+        if phys.stats().frames_used != mapped {
+            return Err(format!("{} frames for {mapped} entries", phys.stats().frames_used));
+        }
+        Ok(())
+    }
+    crate::sync::broken::check_model(model, &NO_DETACH);
+    assert_ranged(&SEEN);
+}
+
 /// A range writer's `madvise(MADV_DONTFORK)` (`sys/madvise/range.rs`),
 /// splitting the VMA, against the first write fault in its range, which
 /// gives the VMA its `anon_vma` under `mmap_lock` for read: once both are

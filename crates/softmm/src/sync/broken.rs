@@ -455,37 +455,62 @@ pub(crate) mod range_writers {
 /// where some execution must: how a model shows that it catches what its
 /// switch breaks. The model reports what went wrong rather than panicking
 /// (a panic inside a loom execution aborts the process while loom objects
-/// unwind). Preemption bound 2, and room for the real calls' many steps
-/// (locks, epoch, frame counts).
+/// unwind). Preemption bound 2 (the broken variant: 1, then 2 if that
+/// showed nothing wrong), and room for the real calls' many steps (locks,
+/// epoch, frame counts).
 #[cfg(all(test, loom))]
 pub(crate) fn check_model(
     model: fn() -> Result<(), String>,
     switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
 ) {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-    let builder = || {
+    let builder = |preemptions| {
         let mut b = crate::sync::model::Builder::new();
-        b.preemption_bound = Some(2);
+        b.preemption_bound = Some(preemptions);
         b.max_branches = 100_000;
         b
     };
     // Per OS thread, which runs every thread of the model.
     switch.with(|s| s.set(false));
-    builder().check(move || {
+    builder(2).check(move || {
         if let Err(e) = model() {
             panic!("{e}");
         }
     });
-    let caught = std::sync::Arc::new(AtomicBool::new(false));
-    let seen = caught.clone();
     switch.with(|s| s.set(true));
-    builder().check(move || {
-        if model().is_err() {
-            seen.store(true, Relaxed);
-        }
-    });
+    let caught = caught(2, || builder(2), move || model().is_err());
     switch.with(|s| s.set(false));
-    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+    assert!(caught, "the model did not catch the broken variant");
+}
+
+/// Whether some execution of a broken variant's model goes wrong (`wrong`
+/// returns `true`) under loom, with the builder `builder` makes, searched
+/// under preemption bound 1, then each larger bound up to `max` until one
+/// shows it. A missing step usually shows under one preemption, whose
+/// search is a fraction of a larger bound's (loom cannot stop a search at
+/// its first wrong execution: a panic inside one aborts the process), and
+/// the variant is shown wrong as well by any bound. Halved the address
+/// space's models (`mm::loom_tests`, 134 s to 67 s on the 2-CPU VM).
+#[cfg(all(test, loom))]
+pub(crate) fn caught<F>(max: usize, builder: impl Fn() -> crate::sync::model::Builder, wrong: F) -> bool
+where
+    F: Fn() -> bool + Sync + Send + Clone + 'static,
+{
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let seen = std::sync::Arc::new(AtomicBool::new(false));
+    for bound in 1..=max {
+        let mut b = builder();
+        b.preemption_bound = Some(bound);
+        let (seen_here, wrong) = (seen.clone(), wrong.clone());
+        b.check(move || {
+            if wrong() {
+                seen_here.store(true, Relaxed);
+            }
+        });
+        if seen.load(Relaxed) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The switches of the publication of the VMA set's windows

@@ -91,16 +91,10 @@ fn check_with(set: impl Fn(bool), model: fn() -> (Outcome, bool)) {
         }
     });
     assert!(lock_free.load(Relaxed), "the per-VMA path never completed");
-    let caught = Arc::new(AtomicBool::new(false));
-    let seen = caught.clone();
     set(true);
-    builder().check(move || {
-        if model().0.is_err() {
-            seen.store(true, Relaxed);
-        }
-    });
+    let caught = crate::sync::broken::caught(2, builder, move || model().0.is_err());
     set(false);
-    assert!(caught.load(Relaxed), "the model did not catch the broken variant");
+    assert!(caught, "the model did not catch the broken variant");
 }
 
 /// A write fault in the same VMA (a write to the zero page: a COW that

@@ -8,7 +8,6 @@
 //! the other's charge is visible.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 use super::{broken, Overcommit, OvercommitMode};
 use crate::phys::{PhysConfig, PhysMem};
@@ -60,14 +59,8 @@ fn never_mode_refuses_one_of_two_charges_at_the_limit() {
             panic!("{e}");
         }
     });
-    let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let seen = caught.clone();
     broken::UNLOCKED_NEVER_CHECK.store(true, Relaxed);
-    builder().check(move || {
-        if two_charges_at_the_limit().is_err() {
-            seen.store(true, Relaxed);
-        }
-    });
+    let caught = crate::sync::broken::caught(2, builder, || two_charges_at_the_limit().is_err());
     broken::UNLOCKED_NEVER_CHECK.store(false, Relaxed);
-    assert!(caught.load(Relaxed), "the model did not catch the unlocked never-mode check");
+    assert!(caught, "the model did not catch the unlocked never-mode check");
 }
