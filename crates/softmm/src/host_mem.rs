@@ -144,6 +144,11 @@ impl PinCounts {
 /// in, until a zap of their range (`munmap`, `MADV_DONTNEED`, a truncation
 /// through softmm) takes them out; `mremap` moves them, `mprotect` keeps
 /// them, and a fork's child starts without them, as Linux's page table.
+/// A page the host itself dropped from its page cache (its truncate or
+/// hole punch, which on Linux unmap it from every mapping of the file)
+/// is taken out when `Rss` is next read ([`HostPresent::count`]):
+/// a mapped page is always cached, so one the host no longer caches is
+/// not mapped.
 ///
 /// Bookkeeping for smaps only: no protocol depends on it, so it uses the
 /// standard library's lock and flag, not `crate::sync`'s, and the loom
@@ -203,12 +208,20 @@ impl HostPresent {
         }
     }
 
-    /// The pages recorded in `[start, end)`.
-    pub(crate) fn count(&self, start: u64, end: u64) -> u64 {
+    /// How many pages are recorded in `[start, end)` for which `still(va)`
+    /// holds; the others are taken out (a page the host dropped is no
+    /// longer mapped, whatever comes after: Linux's page table lost its
+    /// entry).
+    pub(crate) fn count(&self, start: u64, end: u64, still: impl Fn(u64) -> bool) -> u64 {
         if start >= end || !self.any.load(std::sync::atomic::Ordering::Relaxed) {
             return 0;
         }
-        self.pages().range(start..end).count() as u64
+        let mut pages = self.pages();
+        let gone: Vec<u64> = pages.range(start..end).copied().filter(|&va| !still(va)).collect();
+        for va in &gone {
+            pages.remove(va);
+        }
+        pages.range(start..end).count() as u64
     }
 }
 

@@ -182,6 +182,8 @@ impl AddressSpace {
                 if !copied {
                     break;
                 }
+                // Mapped now, as gup's fault maps it on Linux (`Rss`).
+                crate::fault::host_window::mapped(self, vma, addr, write);
             } else {
                 let Some((frame, page)) = self.get_user_page(vma, addr, write, force) else { break };
                 self.copy_frame(&mut buf, &frame, page, offset as usize, done, n);

@@ -745,3 +745,70 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
     drop((mm, open));
     assert_no_leaks(&phys);
 }
+
+/// smaps `Rss` of a coherent window after a forced remote read
+/// (`access_remote_read`, as `/proc/pid/mem` reads: gup's fault maps the
+/// page and the cached pages around it) and after the host's own
+/// truncate, hole punch and regrowth of the file (a dropped page is
+/// unmapped from every mapping of the file, and growing the file back
+/// maps nothing), against the host doing the same: its remote read
+/// through `/proc/self/mem`, the file calls on the one file both map.
+#[test]
+fn smaps_rss_after_a_remote_read_and_the_hosts_truncate_is_the_hosts() {
+    use std::os::fd::AsRawFd;
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    const PAGES: u64 = 48;
+    let len = PAGES * PAGE;
+    let Ok(shm) = tempfile_in_shm("remote-rss", &vec![1u8; len as usize]) else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let file = shm.open();
+    let open = OpenFile::from_host(&phys, shm.open(), "remote-rss").unwrap();
+    // Both mappings at a 2 MiB boundary: fault-around aligns by address.
+    const PMD: u64 = 2 << 20;
+    // SAFETY: a fresh reservation the kernel places, owned by the test.
+    let resv = unsafe {
+        libc::mmap(std::ptr::null_mut(), PMD as usize * 2, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(resv, libc::MAP_FAILED);
+    let h = (resv as u64).next_multiple_of(PMD);
+    let g = mm.mmap(0, 2 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
+    host_map_at(&file, h, len, libc::PROT_READ | libc::PROT_WRITE, 0);
+    mm.mmap(g, len, RW, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+    let check = |what: &str| {
+        let host = host_rss(h, PMD);
+        assert_eq!(guest_rss(&mm, g, PMD), host, "{what}: softmm's Rss against the host's");
+        host / PAGE
+    };
+    assert_eq!(check("untouched"), 0);
+    let proc_mem = std::fs::File::open("/proc/self/mem").unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(proc_mem.read_at(&mut byte, h + 5 * PAGE).unwrap(), 1);
+    assert_eq!(mm.access_remote_read(g + 5 * PAGE, &mut byte, true), 1);
+    assert_eq!(check("a remote read of page 5"), 16, "fault-around");
+    assert_eq!(proc_mem.read_at(&mut byte, h + 40 * PAGE).unwrap(), 1);
+    assert_eq!(mm.access_remote_read(g + 40 * PAGE, &mut byte, true), 1);
+    assert_eq!(check("a remote read of page 40"), 32, "its aligned window, 32-47");
+    // The host's own calls on the file both map.
+    file.set_len(36 * PAGE).unwrap();
+    assert_eq!(check("the host's truncate to 36 pages"), 20);
+    // SAFETY: a hole punched in the test's own file.
+    let punched = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            2 * PAGE as i64,
+            2 * PAGE as i64,
+        )
+    };
+    assert_eq!(punched, 0);
+    assert_eq!(check("the host's hole punch of pages 2-3"), 18);
+    file.set_len(len).unwrap();
+    assert_eq!(check("the file grown back"), 18, "what was dropped stays unmapped");
+    // SAFETY: the test's reservation, unmapped once.
+    unsafe { libc::munmap(resv, 2 * PMD as usize) };
+    drop((mm, open));
+    assert_no_leaks(&phys);
+}
