@@ -16,21 +16,23 @@ stage() {
 # contain one of the space-separated FILTERS, and every other test (the
 # same strings as filters and as --skip: each test runs exactly once).
 # Both the loom and the Miri lines need it to use the second CPU.
+# SHARD_ARGS, if set, are more arguments for both shards' test harness.
 # loom: the hugetlb models take one process-wide lock each (their broken-
 # variant switches are statics), so in one harness they run one at a time,
 # a third of the models' time, with the second test thread waiting on it.
 # Miri interprets a test binary, all its threads, on one host thread (and
 # its harness sees one CPU), so only a second process uses a second CPU.
 two_shards() {
-  local filters skips=() log rc=0 shard
+  local filters skips=() harness log rc=0 shard
   read -ra filters <<<"$1"
   shift
   for f in "${filters[@]}"; do skips+=(--skip "$f"); done
   "$@" --no-run
   log=$(mktemp)
-  "$@" -- "${filters[@]}" >"$log" 2>&1 &
+  read -ra harness <<<"${SHARD_ARGS:-}"
+  "$@" -- "${filters[@]}" "${harness[@]}" >"$log" 2>&1 &
   shard=$!
-  "$@" -- "${skips[@]}" || rc=$?
+  "$@" -- "${skips[@]}" "${harness[@]}" || rc=$?
   wait "$shard" || rc=$?
   echo "--- the shard of (${filters[*]}):"
   cat "$log"
@@ -119,8 +121,13 @@ miri_test() {
 # 2fb699a): the hugetlb tests 154 s and the rest 348 s (wall 921 and 1,637
 # s, run together); with the page allocator's, the range writers' and the
 # files' tests beside the hugetlb ones, 257 s and 245 s.
+# Each test's time by Miri's clock is in the log (`--report-time`), to
+# even the shards out again as tests come and go.
+miri_shards() {
+  SHARD_ARGS="-Zunstable-options --report-time" two_shards "hugetlb:: phys::tests:: mm::range:: file::tests::" miri_test
+}
 if cargo +nightly miri --version >/dev/null 2>&1; then
-  stage miri two_shards "hugetlb:: phys::tests:: mm::range:: file::tests::" miri_test
+  stage miri miri_shards
 else
   echo "miri: nightly component not installed, skipped"
 fi
