@@ -194,6 +194,51 @@ fn range_writers_on_their_own_windows_beside_a_faulter_and_fork() {
     });
 }
 
+/// Writers mapping shared anonymous memory in their own windows (each
+/// call a new object, made and linked by the range writer in the thread's
+/// own list of linked files), storing into it and unmapping it, beside a
+/// faulter across the windows and an `mmap_lock` reader and forker whose
+/// children share the objects: every store reads back, the final maps are
+/// the writers' last mappings, and once the address space is dropped
+/// nothing leaks (the objects' pages, their reverse-map links, the charge).
+#[test]
+fn shared_anonymous_range_mmaps_beside_a_faulter_and_fork() {
+    range_stress("shared anonymous range mmaps", 0x5a11, |seed, mm, stop| {
+        let faulter = spawn_faulter(mm, stop, seed, |cpu, rng| {
+            let _ = cpu.read_u64(base(rng.below(WRITERS)) + rng.below(PAGES) * PAGE);
+        });
+        let locker = spawn_locker(mm, stop);
+        let rounds = scaled(500);
+        let last = run_writers(mm, move |mm, i| {
+            let mut rng = Rng::new(seed ^ (i + 3).wrapping_mul(0x9e37_79b9));
+            let mut cpu = Cpu::attached(&mm);
+            let mut mapped = None;
+            for round in 0..rounds {
+                if let Some((a, len)) = mapped.take() {
+                    mm.munmap(a, len).unwrap();
+                }
+                let (first, n) = (rng.below(PAGES - 8), 1 + rng.below(8));
+                let (a, len) = (base(i) + first * PAGE, n * PAGE);
+                let flags = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED;
+                assert_eq!(mm.mmap(a, len, PROT_READ | PROT_WRITE, flags, None, 0), Ok(a));
+                let at = a + rng.below(n) * PAGE;
+                cpu.write_u64(at, round).unwrap();
+                assert_eq!(cpu.read_u64(at), Ok(round));
+                mapped = Some((a, len));
+            }
+            mapped
+        });
+        stop.store(true, Relaxed);
+        faulter.join().unwrap();
+        assert!(locker.join().unwrap() > 0);
+        let got: Vec<(u64, u64)> = mm.maps().iter().map(|e| (e.start, e.end)).collect();
+        let want: Vec<(u64, u64)> = last.iter().flatten().map(|&(a, len)| (a, a + len)).collect();
+        assert_eq!(got, want);
+        let s = mm.stats();
+        assert!(s.range.writes > rounds, "range writers ran: {:?}", s.range);
+    });
+}
+
 /// A page of an advising writer's model: whether `MADV_DONTFORK` is on it,
 /// and the value last stored in it.
 #[derive(Clone, Copy)]
