@@ -166,6 +166,26 @@ fn range_setup_unfaulted() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
     (phys, mm, a)
 }
 
+/// A write fault at `va` of `mm`, on a model thread of its own (a CPU
+/// that holds no translation the other threads' shootdowns wait for).
+fn spawn_write_fault(mm: &Arc<AddressSpace>, va: u64) -> loom::thread::JoinHandle<Result<(), crate::Fault>> {
+    let mm = mm.clone();
+    crate::sync::model::spawn(move || {
+        let _q = crate::tlb::QuiescentGuard::enter();
+        mm.handle_fault(va, crate::fault::Access::Write)
+    })
+}
+
+/// `Err` unless the frames in use are exactly those mapped at `vas`: a
+/// page a fault left behind a move, unmapped, would be one more.
+fn frames_are_mapped(phys: &PhysMem, mm: &AddressSpace, vas: &[u64]) -> Result<(), String> {
+    let mapped = vas.iter().filter(|&&va| mm.pte_at(va).has_frame()).count() as u64;
+    match phys.stats().frames_used {
+        used if used == mapped => Ok(()),
+        used => Err(format!("{used} frames for {mapped} entries")),
+    }
+}
+
 /// Fails unless some execution of a model took the range path (else it
 /// would only check the `mmap_lock` fallback): `seen`, set by the model
 /// when its calls all ran as range writers.
@@ -186,13 +206,7 @@ fn a_range_munmap_against_a_fault_in_its_range() {
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
         let (phys, mm, a) = range_setup();
-        let fault = {
-            let mm = mm.clone();
-            crate::sync::model::spawn(move || {
-                let _q = crate::tlb::QuiescentGuard::enter();
-                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
-            })
-        };
+        let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
         mm.munmap(a, 2 * PAGE_SIZE).unwrap();
         let r = fault.join().unwrap();
         if mm.range.stats().writes == 2 {
@@ -465,13 +479,7 @@ fn a_range_mremap_against_a_fault_in_its_range() {
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
         let (phys, mm, a) = range_setup();
-        let fault = {
-            let mm = mm.clone();
-            crate::sync::model::spawn(move || {
-                let _q = crate::tlb::QuiescentGuard::enter();
-                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
-            })
-        };
+        let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
         let b = a + 8 * PAGE_SIZE;
         let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, b);
         let r = fault.join().unwrap();
@@ -490,11 +498,7 @@ fn a_range_mremap_against_a_fault_in_its_range() {
         if !mm.pte_at(b).has_frame() {
             return Err("the moved page is not at its new address".to_string());
         }
-        let mapped = [b, b + PAGE_SIZE].iter().filter(|&&x| mm.pte_at(x).has_frame()).count() as u64;
-        if phys.stats().frames_used != mapped {
-            return Err(format!("{} frames for {mapped} entries", phys.stats().frames_used));
-        }
-        Ok(())
+        frames_are_mapped(&phys, &mm, &[b, b + PAGE_SIZE])
     }
     crate::sync::broken::check_model(model, &NO_DETACH);
     assert_ranged(&SEEN);
@@ -518,13 +522,7 @@ fn a_range_dontunmap_move_against_a_fault_in_its_source() {
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
         let (phys, mm, a) = range_setup();
-        let fault = {
-            let mm = mm.clone();
-            crate::sync::model::spawn(move || {
-                let _q = crate::tlb::QuiescentGuard::enter();
-                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
-            })
-        };
+        let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
         let b = a + 8 * PAGE_SIZE;
         let flags = MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED;
         let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, flags, b);
@@ -547,11 +545,7 @@ fn a_range_dontunmap_move_against_a_fault_in_its_source() {
                 return Err("a page in the source under a VMA with no anon_vma".to_string());
             }
         }
-        let mapped = [a + PAGE_SIZE, b, b + PAGE_SIZE].iter().filter(|&&x| mm.pte_at(x).has_frame()).count() as u64;
-        if phys.stats().frames_used != mapped {
-            return Err(format!("{} frames for {mapped} entries", phys.stats().frames_used));
-        }
-        Ok(())
+        frames_are_mapped(&phys, &mm, &[a + PAGE_SIZE, b, b + PAGE_SIZE])
     }
     crate::sync::broken::check_model(model, &NO_DETACH);
     assert_ranged(&SEEN);
@@ -577,13 +571,7 @@ fn a_range_madvise_against_a_fault_in_its_range() {
         let (phys, mm, a) = range_setup_unfaulted();
         drop(mm.read_lock());
         NO_BLOCK.with(|c| c.set(broken));
-        let fault = {
-            let mm = mm.clone();
-            crate::sync::model::spawn(move || {
-                let _q = crate::tlb::QuiescentGuard::enter();
-                mm.handle_fault(a + PAGE_SIZE, crate::fault::Access::Write)
-            })
-        };
+        let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
         let advised = mm.madvise(a + PAGE_SIZE, PAGE_SIZE, MADV_DONTFORK);
         let r = fault.join().unwrap();
         if mm.range.stats().writes == 2 {
