@@ -176,6 +176,36 @@ fn spawn_write_fault(mm: &Arc<AddressSpace>, va: u64) -> loom::thread::JoinHandl
     })
 }
 
+/// What the mremap models check once both sides are done.
+struct Moved {
+    phys: Arc<PhysMem>,
+    mm: Arc<AddressSpace>,
+    /// The old place and the new one.
+    a: u64,
+    b: u64,
+    /// How the write fault ended.
+    fault: Result<(), crate::Fault>,
+}
+
+/// The mremap models' start: [`range_setup`]'s two pages at `a` moved
+/// with `flags` to `b`, 8 pages above, against a write fault at the second
+/// page; `seen` set when both calls were range writes. `Err` if the move
+/// did not end at `b`.
+fn move_against_a_fault(flags: i32, seen: &std::sync::atomic::AtomicBool) -> Result<Moved, String> {
+    let (phys, mm, a) = range_setup();
+    let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
+    let b = a + 8 * PAGE_SIZE;
+    let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, flags, b);
+    let fault = fault.join().unwrap();
+    if mm.range.stats().writes == 2 {
+        seen.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if moved != Ok(b) {
+        return Err(format!("the move ended {moved:?}"));
+    }
+    Ok(Moved { phys, mm, a, b, fault })
+}
+
 /// `Err` unless the frames in use are exactly those mapped at `vas`: a
 /// page a fault left behind a move, unmapped, would be one more.
 fn frames_are_mapped(phys: &PhysMem, mm: &AddressSpace, vas: &[u64]) -> Result<(), String> {
@@ -478,17 +508,7 @@ fn a_range_mremap_against_a_fault_in_its_range() {
     use crate::sync::broken::range_writers::NO_DETACH;
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
-        let (phys, mm, a) = range_setup();
-        let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
-        let b = a + 8 * PAGE_SIZE;
-        let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, b);
-        let r = fault.join().unwrap();
-        if mm.range.stats().writes == 2 {
-            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if moved != Ok(b) {
-            return Err(format!("the move ended {moved:?}"));
-        }
+        let Moved { phys, mm, a, b, fault: r } = move_against_a_fault(MREMAP_MAYMOVE | MREMAP_FIXED, &SEEN)?;
         if !(r.is_ok() || r.is_err_and(|f| f.signal() == libc::SIGSEGV)) {
             return Err(format!("the fault ended {r:?}"));
         }
@@ -521,18 +541,8 @@ fn a_range_dontunmap_move_against_a_fault_in_its_source() {
     use crate::sync::broken::range_writers::NO_DETACH;
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     fn model() -> Result<(), String> {
-        let (phys, mm, a) = range_setup();
-        let fault = spawn_write_fault(&mm, a + PAGE_SIZE);
-        let b = a + 8 * PAGE_SIZE;
         let flags = MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED;
-        let moved = mm.mremap(a, 2 * PAGE_SIZE, 2 * PAGE_SIZE, flags, b);
-        let r = fault.join().unwrap();
-        if mm.range.stats().writes == 2 {
-            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if moved != Ok(b) {
-            return Err(format!("the move ended {moved:?}"));
-        }
+        let Moved { phys, mm, a, b, fault: r } = move_against_a_fault(flags, &SEEN)?;
         if r.is_err() {
             return Err(format!("the fault ended {r:?}"));
         }
