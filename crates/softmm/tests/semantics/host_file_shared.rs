@@ -636,6 +636,68 @@ fn guest_rss(mm: &AddressSpace, base: u64, len: u64) -> u64 {
     mm.maps().into_iter().filter(|e| e.start >= base && e.end <= base + len).map(|e| e.rss).sum()
 }
 
+/// The `Rss` tests' start: one tmpfs file of `PAGES` pages, mapped shared
+/// and read-write by the host at `h` and by softmm at `g`, both at a 2 MiB
+/// boundary (fault-around aligns by address) with a second 2 MiB of
+/// reservation above. `None` (the test skips) without `/dev/shm`.
+struct RssPair {
+    phys: Arc<PhysMem>,
+    mm: Arc<AddressSpace>,
+    open: OpenFile,
+    /// The host's open of the file.
+    file: std::fs::File,
+    shm: ShmFile,
+    /// The host's reservation, `2 * PMD` past its 2 MiB boundary `h`.
+    resv: *mut libc::c_void,
+    h: u64,
+    g: u64,
+}
+
+const RSS_PAGES: u64 = 48;
+const PMD: u64 = 2 << 20;
+
+impl RssPair {
+    fn new(tag: &str) -> Option<RssPair> {
+        let phys = phys(4);
+        let mm = mm(&phys, HostFileCoherence::Shared);
+        let len = RSS_PAGES * PAGE;
+        let Ok(shm) = tempfile_in_shm(tag, &vec![1u8; len as usize]) else {
+            eprintln!("skipped: no /dev/shm");
+            return None;
+        };
+        let file = shm.open();
+        let open = OpenFile::from_host(&phys, shm.open(), tag).unwrap();
+        // SAFETY: a fresh reservation the kernel places, owned by the test.
+        let resv = unsafe {
+            libc::mmap(std::ptr::null_mut(), 3 * PMD as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        assert_ne!(resv, libc::MAP_FAILED);
+        let h = (resv as u64).next_multiple_of(PMD);
+        let g = mm.mmap(0, 3 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
+        host_map_at(&file, h, len, libc::PROT_READ | libc::PROT_WRITE, 0);
+        mm.mmap(g, len, RW, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
+        Some(RssPair { phys, mm, open, file, shm, resv, h, g })
+    }
+
+    /// softmm's `Rss` over the two 2 MiB from `g`, which must be the host's
+    /// from `h` (`what` names the step); in pages.
+    fn check(&self, what: &str) -> u64 {
+        let host = host_rss(self.h, 2 * PMD);
+        assert_eq!(guest_rss(&self.mm, self.g, 2 * PMD), host, "{what}: softmm's Rss against the host's");
+        host / PAGE
+    }
+
+    /// The reservation unmapped, the address space and the open dropped:
+    /// nothing of softmm's left.
+    fn finish(self) {
+        // SAFETY: the test's reservation, unmapped once.
+        unsafe { libc::munmap(self.resv, 3 * PMD as usize) };
+        let RssPair { phys, mm, open, file, shm, .. } = self;
+        drop((mm, open, file, shm));
+        assert_no_leaks(&phys);
+    }
+}
+
 /// smaps `Rss` of a coherent window counts the pages the guest has mapped,
 /// as Linux's counts the present entries of a shared file mapping, beside
 /// the host mapping the same file at an address of the same alignment and
@@ -645,39 +707,14 @@ fn guest_rss(mm: &AddressSpace, base: u64, len: u64) -> u64 {
 /// moves them, a pin maps its page; a fork's child starts at 0.
 #[test]
 fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    const PAGES: u64 = 48;
-    let len = PAGES * PAGE;
     // On tmpfs, whose folios are single pages unless shmem THP is on:
     // Linux 6.18 maps a whole large folio on a read fault (ext4's page
     // cache has them), where 6.12, softmm's reference, maps one
     // `fault_around_bytes` window.
-    let Ok(shm) = tempfile_in_shm("coherent-rss", &vec![1u8; len as usize]) else {
-        eprintln!("skipped: no /dev/shm");
-        return;
-    };
-    let file = shm.open();
-    let open = OpenFile::from_host(&phys, shm.open(), "coherent-rss").unwrap();
-    // Both mappings at a 2 MiB boundary: fault-around aligns by address.
-    const PMD: u64 = 2 << 20;
-    // SAFETY: a fresh reservation the kernel places, owned by the test.
-    let resv = unsafe {
-        libc::mmap(std::ptr::null_mut(), 2 * PMD as usize, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(resv, libc::MAP_FAILED);
-    let h = (resv as u64).next_multiple_of(PMD);
-    let g = mm.mmap(0, 2 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
-    let prot = libc::PROT_READ | libc::PROT_WRITE;
-    host_map_at(&file, h, len, prot, 0);
-    mm.mmap(g, len, RW, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
-    let mut cpu = Cpu::attached(&mm);
-    let span = 2 * PMD;
-    let check = |what: &str| {
-        let host = host_rss(h, span);
-        assert_eq!(guest_rss(&mm, g, span), host, "{what}: softmm's Rss against the host's");
-        host / PAGE
-    };
+    let Some(pair) = RssPair::new("coherent-rss") else { return };
+    let (mm, h, g) = (&pair.mm, pair.h, pair.g);
+    let mut cpu = Cpu::attached(mm);
+    let check = |what: &str| pair.check(what);
     assert_eq!(check("untouched"), 0);
     let hread = |page: u64| {
         // SAFETY: a page of the host's mapping of the file (the callers'
@@ -721,7 +758,7 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
     // A fork's child has none of the parent's (shared file entries are
     // not copied), the parent keeps its own.
     let child = mm.fork().unwrap();
-    assert_eq!(guest_rss(&child, g, span), 0);
+    assert_eq!(guest_rss(&child, g, 2 * PMD), 0);
     drop(child);
     // mremap moves the pages: the host's too (moved within its
     // reservation, to the second 2 MiB half).
@@ -740,10 +777,7 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
     assert_eq!(check("mremap of pages 16-23"), with_pin);
     assert_eq!(host_rss(h + PMD, 8 * PAGE), 8 * PAGE);
     drop(cpu);
-    // SAFETY: the test's reservation, unmapped once.
-    unsafe { libc::munmap(resv, 2 * PMD as usize) };
-    drop((mm, open));
-    assert_no_leaks(&phys);
+    pair.finish();
 }
 
 /// smaps `Rss` of a coherent window after a forced remote read
@@ -756,32 +790,9 @@ fn smaps_rss_of_a_coherent_window_counts_the_mapped_pages_as_the_hosts() {
 #[test]
 fn smaps_rss_after_a_remote_read_and_the_hosts_truncate_is_the_hosts() {
     use std::os::fd::AsRawFd;
-    let phys = phys(4);
-    let mm = mm(&phys, HostFileCoherence::Shared);
-    const PAGES: u64 = 48;
-    let len = PAGES * PAGE;
-    let Ok(shm) = tempfile_in_shm("remote-rss", &vec![1u8; len as usize]) else {
-        eprintln!("skipped: no /dev/shm");
-        return;
-    };
-    let file = shm.open();
-    let open = OpenFile::from_host(&phys, shm.open(), "remote-rss").unwrap();
-    // Both mappings at a 2 MiB boundary: fault-around aligns by address.
-    const PMD: u64 = 2 << 20;
-    // SAFETY: a fresh reservation the kernel places, owned by the test.
-    let resv = unsafe {
-        libc::mmap(std::ptr::null_mut(), PMD as usize * 2, 0, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(resv, libc::MAP_FAILED);
-    let h = (resv as u64).next_multiple_of(PMD);
-    let g = mm.mmap(0, 2 * PMD, PROT_NONE, ANON, None, 0).unwrap().next_multiple_of(PMD);
-    host_map_at(&file, h, len, libc::PROT_READ | libc::PROT_WRITE, 0);
-    mm.mmap(g, len, RW, MAP_SHARED | MAP_FIXED, Some(&open), 0).unwrap();
-    let check = |what: &str| {
-        let host = host_rss(h, PMD);
-        assert_eq!(guest_rss(&mm, g, PMD), host, "{what}: softmm's Rss against the host's");
-        host / PAGE
-    };
+    let Some(pair) = RssPair::new("remote-rss") else { return };
+    let (mm, file, h, g) = (&pair.mm, &pair.file, pair.h, pair.g);
+    let check = |what: &str| pair.check(what);
     assert_eq!(check("untouched"), 0);
     let proc_mem = std::fs::File::open("/proc/self/mem").unwrap();
     let mut byte = [0u8; 1];
@@ -805,10 +816,7 @@ fn smaps_rss_after_a_remote_read_and_the_hosts_truncate_is_the_hosts() {
     };
     assert_eq!(punched, 0);
     assert_eq!(check("the host's hole punch of pages 2-3"), 18);
-    file.set_len(len).unwrap();
+    file.set_len(RSS_PAGES * PAGE).unwrap();
     assert_eq!(check("the file grown back"), 18, "what was dropped stays unmapped");
-    // SAFETY: the test's reservation, unmapped once.
-    unsafe { libc::munmap(resv, 2 * PMD as usize) };
-    drop((mm, open));
-    assert_no_leaks(&phys);
+    pair.finish();
 }
