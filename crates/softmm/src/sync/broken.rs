@@ -463,21 +463,21 @@ pub(crate) fn check_model(
     model: fn() -> Result<(), String>,
     switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
 ) {
-    let builder = |preemptions| {
+    let builder = || {
         let mut b = crate::sync::model::Builder::new();
-        b.preemption_bound = Some(preemptions);
+        b.preemption_bound = Some(2);
         b.max_branches = 100_000;
         b
     };
     // Per OS thread, which runs every thread of the model.
     switch.with(|s| s.set(false));
-    builder(2).check(move || {
+    builder().check(move || {
         if let Err(e) = model() {
             panic!("{e}");
         }
     });
     switch.with(|s| s.set(true));
-    let caught = caught(2, || builder(2), move || model().is_err());
+    let caught = caught(2, builder, move || model().is_err());
     switch.with(|s| s.set(false));
     assert!(caught, "the model did not catch the broken variant");
 }
