@@ -117,16 +117,22 @@ impl FrameDesc {
     pub(crate) fn mapcount(&self) -> u32 {
         self.mapcount.load(Ordering::Acquire)
     }
+}
 
-    /// `n` descriptors, all zero (free, unreferenced), as a boxed slice.
-    /// Allocated zeroed, so that the host backs them only when written
-    /// (memory on demand), unless `touch` asks to write them all now.
-    /// `ENOMEM` if the allocation fails.
-    #[cfg(not(loom))]
-    fn new_array(n: usize, touch: bool) -> Result<Box<[FrameDesc]>> {
+/// The arena's frame descriptors, one per frame, indexed by frame number.
+#[cfg(not(loom))]
+struct FrameDescs(Box<[FrameDesc]>);
+
+#[cfg(not(loom))]
+impl FrameDescs {
+    /// `n` descriptors, all zero (free, unreferenced). Allocated zeroed, so
+    /// that the host backs them only when written (memory on demand),
+    /// unless `touch` asks to write them all now. `ENOMEM` if the
+    /// allocation fails.
+    fn new(n: usize, touch: bool) -> Result<Self> {
         let layout = std::alloc::Layout::array::<FrameDesc>(n).map_err(|_| Errno::NoMem)?;
         if layout.size() == 0 {
-            return Ok(Box::new([]));
+            return Ok(Self(Box::new([])));
         }
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<FrameDesc>();
@@ -141,16 +147,48 @@ impl FrameDesc {
         // layout of `[FrameDesc; n]`, which is what the box frees with;
         // (2) all-zero bytes are a valid `FrameDesc` (every field is an
         // atomic integer, zero is `FrameDesc::default()`).
-        Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
+        Ok(Self(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) }))
     }
 
-    /// Under loom the atomics are the model's objects, which must be built.
-    #[cfg(loom)]
-    fn new_array(n: usize, _touch: bool) -> Result<Box<[FrameDesc]>> {
+    #[inline]
+    fn get(&self, i: usize) -> &FrameDesc {
+        &self.0[i]
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Under loom a descriptor's atomics are the model's objects, and every
+/// acquire fence visits every object of the execution: a two-node arena
+/// with a pool page per node is over 2,000 descriptors, six atomics each,
+/// most of them never used (a huge page's tail frames, free frames). So a
+/// descriptor is built at its first use, all zero as the real array's
+/// are from the start: no store can precede it, so a load reads the same
+/// zero either way. (A `OnceLock` of std: loom runs one model thread at a
+/// time, and the lock is bookkeeping, not part of any protocol modelled.)
+#[cfg(loom)]
+struct FrameDescs(Box<[std::sync::OnceLock<FrameDesc>]>);
+
+#[cfg(loom)]
+impl FrameDescs {
+    fn new(n: usize, _touch: bool) -> Result<Self> {
         let mut desc = Vec::new();
         desc.try_reserve_exact(n).map_err(|_| Errno::NoMem)?;
-        desc.extend((0..n).map(|_| FrameDesc::default()));
-        Ok(desc.into_boxed_slice())
+        desc.extend((0..n).map(|_| std::sync::OnceLock::new()));
+        Ok(Self(desc.into_boxed_slice()))
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> &FrameDesc {
+        self.0[i].get_or_init(FrameDesc::default)
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -500,7 +538,7 @@ impl Node {
 pub struct PhysMem {
     base: NonNull<u8>,
     bytes: usize,
-    desc: Box<[FrameDesc]>,
+    desc: FrameDescs,
     nodes: Box<[Node]>,
     /// Frames per node: every node holds the same number, so `node_of` divides.
     per_node: u64,
@@ -586,7 +624,7 @@ impl PhysMem {
         if avail.is_some_and(|avail| (bytes as u64).saturating_add(desc_bytes) > avail) {
             return Err(Errno::NoMem);
         }
-        let desc = FrameDesc::new_array(frames as usize, !config.on_demand)?;
+        let desc = FrameDescs::new(frames as usize, !config.on_demand)?;
         let noreserve = if config.on_demand { libc::MAP_NORESERVE } else { 0 };
         // SAFETY: a fresh private anonymous mapping; the kernel picks the address.
         let base = unsafe {
@@ -720,7 +758,7 @@ impl PhysMem {
 
     #[inline]
     pub(crate) fn desc(&self, pfn: Pfn) -> &FrameDesc {
-        &self.desc[pfn.index()]
+        self.desc.get(pfn.index())
     }
 
     /// The host address of a frame's first byte.
