@@ -211,7 +211,6 @@ impl Drop for CommitState {
 }
 
 // The loom models' broken switches: `sync/broken.rs`.
-#[cfg(loom)]
 pub(crate) use crate::sync::broken::commit as broken;
 
 impl PhysMem {
@@ -270,10 +269,7 @@ impl PhysMem {
                 }
                 let reserve = (p.user_reserve_kbytes >> (PAGE_SHIFT - 10)) as i64;
                 allowed -= ((total_vm() / 32) as i64).min(reserve);
-                #[cfg(loom)]
-                let unlocked = broken::UNLOCKED_NEVER_CHECK.load(std::sync::atomic::Ordering::Relaxed);
-                #[cfg(not(loom))]
-                let unlocked = false;
+                let unlocked = broken::unlocked_never_check();
                 let _never = (!unlocked).then(|| self.commit.never.lock());
                 // The mutex, locked and unlocked: the one shared line of a
                 // never-mode charge.

@@ -81,71 +81,79 @@ pub(crate) mod migrate {
 }
 
 /// The switches of the shootdown initiator (`tlb/shootdown.rs`); models
-/// `tlb/loom_tests.rs`.
+/// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s: every model's
+/// shootdowns read it, and only the model that sets it may see it set.
 pub(crate) mod shootdown {
     #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// A lock-free initiator loads the published CPU list without the
-    /// fence that orders its PTE changes before the load.
-    #[cfg(loom)]
-    pub(crate) static NO_LIST_FENCE: AtomicBool = AtomicBool::new(false);
+    std::thread_local! {
+        /// A lock-free initiator loads the published CPU list without the
+        /// fence that orders its PTE changes before the load.
+        pub(crate) static NO_LIST_FENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     #[inline(always)]
     pub(crate) fn no_list_fence() -> bool {
         #[cfg(loom)]
-        return NO_LIST_FENCE.load(Ordering::Relaxed);
+        return NO_LIST_FENCE.with(std::cell::Cell::get);
         #[cfg(not(loom))]
         false
     }
 }
 
 /// The switches of the shared barrier (`tlb/shared_barrier.rs`); models
-/// `tlb/loom_tests.rs`.
+/// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod shared_barrier {
     #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// An initiator is content with a barrier that had already started
-    /// when it loaded `started` (waits for `done >= s`, not `s + 1`).
-    #[cfg(loom)]
-    pub(crate) static JOIN_RUNNING: AtomicBool = AtomicBool::new(false);
+    std::thread_local! {
+        /// An initiator is content with a barrier that had already started
+        /// when it loaded `started` (waits for `done >= s`, not `s + 1`).
+        pub(crate) static JOIN_RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     #[inline(always)]
     pub(crate) fn join_running() -> bool {
         #[cfg(loom)]
-        return JOIN_RUNNING.load(Ordering::Relaxed);
+        return JOIN_RUNNING.with(std::cell::Cell::get);
         #[cfg(not(loom))]
         false
     }
 }
 
 /// The switches of the per-CPU fence mode (`tlb/fence_mode.rs`); models
-/// `tlb/loom_tests.rs`.
+/// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod fence_mode {
     #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// An initiator whose every target fences skips the barrier and its
-    /// own fence too.
-    #[cfg(loom)]
-    pub(crate) static SKIP_WITHOUT_FENCE: AtomicBool = AtomicBool::new(false);
+    std::thread_local! {
+        /// An initiator whose every target fences skips the barrier and its
+        /// own fence too.
+        pub(crate) static SKIP_WITHOUT_FENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
     #[inline(always)]
     pub(crate) fn skip_without_fence() -> bool {
         #[cfg(loom)]
-        return SKIP_WITHOUT_FENCE.load(Ordering::Relaxed);
+        return SKIP_WITHOUT_FENCE.with(std::cell::Cell::get);
         #[cfg(not(loom))]
         false
     }
 }
 
 /// The switches of the commit charge (`phys/commit.rs`); model
-/// `phys/commit/loom_tests.rs`.
-#[cfg(loom)]
+/// `phys/commit/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod commit {
-    /// `OVERCOMMIT_NEVER` charges check their sum without the `never` lock.
-    pub(crate) static UNLOCKED_NEVER_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    #[cfg(loom)]
+    std::thread_local! {
+        /// `OVERCOMMIT_NEVER` charges check their sum without the `never` lock.
+        pub(crate) static UNLOCKED_NEVER_CHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn unlocked_never_check() -> bool {
+        #[cfg(loom)]
+        return UNLOCKED_NEVER_CHECK.with(std::cell::Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
 }
 
 /// The switches of seed 000's schemes (`phys/hugetlb/lock.rs`,
@@ -300,23 +308,20 @@ pub(crate) mod pgtable {
 }
 
 /// The switches of the per-VMA `madvise` (`sys/madvise.rs`); models
-/// `sys/loom_tests.rs`. Outside loom builds every switch is off.
+/// `sys/loom_tests.rs`. Per OS thread, as `tlb`'s: every model's
+/// `MADV_DONTNEED` reads it. Outside loom builds every switch is off.
 pub(crate) mod madvise {
     #[cfg(loom)]
-    use std::sync::atomic::{AtomicBool, Ordering};
+    std::thread_local! {
+        /// The per-VMA path takes no read reference on the VMA it found: it
+        /// zaps under that VMA's flags whether or not a writer has replaced it.
+        pub(crate) static NO_VMA_REF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 
-    /// The per-VMA path takes no read reference on the VMA it found: it
-    /// zaps under that VMA's flags whether or not a writer has replaced it.
-    #[cfg(loom)]
-    pub(crate) static NO_VMA_REF: AtomicBool = AtomicBool::new(false);
-
-    /// Held by every model that sets a switch (they are process-wide).
-    #[cfg(all(loom, test))]
-    pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
+    #[inline(always)]
     pub(crate) fn no_vma_ref() -> bool {
         #[cfg(loom)]
-        return NO_VMA_REF.load(Ordering::Relaxed);
+        return NO_VMA_REF.with(std::cell::Cell::get);
         #[cfg(not(loom))]
         false
     }

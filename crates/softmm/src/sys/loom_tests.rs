@@ -70,14 +70,12 @@ type Outcome = std::result::Result<(), String>;
 /// Runs `model` as the code is (no execution may fail, and some must take
 /// the per-VMA path), then with the `broken` switch set (some execution
 /// must fail).
-fn check(switch: &'static AtomicBool, model: fn() -> (Outcome, bool)) {
-    check_with(|on| switch.store(on, Relaxed), model);
+fn check(switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>, model: fn() -> (Outcome, bool)) {
+    check_with(|on| switch.with(|s| s.set(on)), model);
 }
 
 /// [`check`] with a switch that `set` turns on and off.
 fn check_with(set: impl Fn(bool), model: fn() -> (Outcome, bool)) {
-    // The process-wide switches: none may change during a model.
-    let _serial = broken::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     set(false);
     let lock_free = Arc::new(AtomicBool::new(false));
     let seen = lock_free.clone();

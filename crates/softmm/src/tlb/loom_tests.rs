@@ -92,14 +92,10 @@ impl ModelCpu {
     }
 }
 
-/// Held by every model that posts without the lock: the broken switches
-/// its code reads are process-wide, and loom requires each model to replay
-/// the same execution.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Runs `model` under each posting policy, holding [`SERIAL`].
+/// Runs `model` under each posting policy. (The broken switches its code
+/// reads are per OS thread, `crate::sync::broken`: models run side by
+/// side.)
 fn each_posting(model: impl Fn(PostingPolicy)) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for &posting in PostingPolicy::ALL {
         model(posting);
     }

@@ -7,8 +7,6 @@
 //! mutex) some execution lets both through, each summing the slots before
 //! the other's charge is visible.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use super::{broken, Overcommit, OvercommitMode};
 use crate::phys::{PhysConfig, PhysMem};
 use crate::PAGE_SIZE;
@@ -53,14 +51,14 @@ fn builder() -> crate::sync::model::Builder {
 /// and the model catches the check made without the `never` mutex.
 #[test]
 fn never_mode_refuses_one_of_two_charges_at_the_limit() {
-    broken::UNLOCKED_NEVER_CHECK.store(false, Relaxed);
+    broken::UNLOCKED_NEVER_CHECK.with(|s| s.set(false));
     builder().check(|| {
         if let Err(e) = two_charges_at_the_limit() {
             panic!("{e}");
         }
     });
-    broken::UNLOCKED_NEVER_CHECK.store(true, Relaxed);
+    broken::UNLOCKED_NEVER_CHECK.with(|s| s.set(true));
     let caught = crate::sync::broken::caught(2, builder, || two_charges_at_the_limit().is_err());
-    broken::UNLOCKED_NEVER_CHECK.store(false, Relaxed);
+    broken::UNLOCKED_NEVER_CHECK.with(|s| s.set(false));
     assert!(caught, "the model did not catch the unlocked never-mode check");
 }

@@ -7,24 +7,27 @@ use super::*;
 /// execution may find anything wrong, then set, where some execution must.
 /// A model reports rather than panics: a panic inside a loom execution
 /// aborts the process as loom objects unwind.
-fn check_broken(switch: &'static std::sync::atomic::AtomicBool, preemptions: usize, model: fn() -> bool) {
+fn check_broken(
+    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    preemptions: usize,
+    model: fn() -> bool,
+) {
     use std::sync::atomic::Ordering::Relaxed;
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = builder();
     b.preemption_bound = Some(preemptions);
-    switch.store(false, Relaxed);
+    switch.with(|s| s.set(false));
     b.check(move || assert!(model(), "a CPU used a freed frame"));
     let caught = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = caught.clone();
     let mut b = builder();
     b.preemption_bound = Some(preemptions);
-    switch.store(true, Relaxed);
+    switch.with(|s| s.set(true));
     b.check(move || {
         if !model() {
             seen.store(true, Relaxed);
         }
     });
-    switch.store(false, Relaxed);
+    switch.with(|s| s.set(false));
     assert!(caught.load(Relaxed), "the model did not catch the broken variant");
 }
 

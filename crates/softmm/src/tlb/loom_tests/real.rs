@@ -18,8 +18,6 @@ fn a_real_cpu_access_against_a_real_munmap() {
     use crate::{Access, Cpu, PAGE_SIZE};
     const OLD: u8 = 0xab;
     const REUSED: u8 = 0xee;
-    // The default posting policy, whose switches `check_broken` flips.
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     // The real munmap takes many loom steps (locks, epoch, frame counts).
@@ -84,8 +82,6 @@ fn a_real_section_against_a_real_munmap() {
     use crate::{Access, Cpu, PAGE_SIZE};
     const OLD: u8 = 0xab;
     const REUSED: u8 = 0xee;
-    // The default posting policy, whose switches `check_broken` flips.
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
@@ -291,7 +287,6 @@ fn a_real_cpu_switching_against_a_real_dontneed(posting: PostingPolicy) -> Resul
 /// (`broken::SWITCH_KEEPS_TLB`).
 #[test]
 fn a_cpu_that_left_the_list_holds_no_entry_a_shootdown_skipped() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     crate::sync::broken::check_model(
         || a_real_cpu_switching_against_a_real_dontneed(PostingPolicy::LockFree),
         &crate::tlb::broken::SWITCH_KEEPS_TLB,
