@@ -339,6 +339,10 @@ impl Inode {
     /// A new inode, in use by nothing yet: [`File::named`] gives it its
     /// handle, a mapping of an anonymous object its first VMA.
     pub(crate) fn new(phys: &Arc<PhysMem>, name: &str, size: u64, hugetlb: Option<HugetlbInode>) -> Inode {
+        // The arena's reference count, which every file of the arena
+        // writes when it is made and when it goes (as Linux's `new_inode`
+        // and `evict` take the superblock's inode-list lock).
+        crate::sync::shared_write(1);
         Inode {
             id: phys.next_id(),
             name: name.to_string(),
@@ -965,6 +969,8 @@ impl Drop for Inode {
         // Address spaces that still list this inode died before it or no
         // longer map it (nothing else can hold an entry: a mapping holds
         // the inode); the live ones forget it.
+        // The arena's reference count, dropped after this (`Inode::new`).
+        crate::sync::shared_write(1);
         let me: *const Inode = self;
         let mappers = self.i_mmap.get_mut();
         self.phys.account_rmap(-(mappers.len() as i64));

@@ -553,8 +553,13 @@ pub struct PhysMem {
     /// VMAs alive, per CPU slot: the references each slot's token
     /// ([`VmaAcct`]) holds beyond this one.
     vmas: crate::sync::percpu::PerCpu<VmaAcct>,
-    rmap_entries: CachePadded<AtomicI64>,
-    next_id: CachePadded<AtomicU64>,
+    /// Reverse-map entries (statistics), per CPU slot: a shared
+    /// anonymous `mmap` links its new object, and range writers do that
+    /// beside each other.
+    rmap_entries: crate::sync::percpu::PercpuCounter,
+    /// File ids, per CPU slot in batches (Linux's `get_next_ino`): every
+    /// shared anonymous `mmap` makes a file.
+    next_id: crate::sync::percpu::PercpuIds,
     /// The committed total and overcommit policy (see [`crate::mm::commit`]).
     pub(crate) commit: CachePadded<commit::CommitState>,
     /// [`PhysConfig::on_demand`]: give frames back to the host when they
@@ -695,8 +700,8 @@ impl PhysMem {
             zero_pfn,
             page_tables: CachePadded::new(AtomicI64::new(0)),
             vmas: VmaAcct::per_slot(),
-            rmap_entries: CachePadded::new(AtomicI64::new(0)),
-            next_id: CachePadded::new(AtomicU64::new(1)),
+            rmap_entries: Default::default(),
+            next_id: Default::default(),
             on_demand: config.on_demand,
             commit: CachePadded::new(commit::CommitState::new(frames - hugetlb.frames())),
             hugetlb,
@@ -751,9 +756,9 @@ impl PhysMem {
             .collect()
     }
 
-    /// A process-unique id for files made on this memory.
+    /// A process-unique id for files made on this memory, never zero.
     pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+        self.next_id.next()
     }
 
     #[inline]
@@ -1245,8 +1250,10 @@ impl PhysMem {
         self.vmas.mine().clone()
     }
 
+    /// Counts `delta` more reverse-map entries ([`PhysStats::rmap_entries`])
+    /// in the calling thread's slot.
     pub(crate) fn account_rmap(&self, delta: i64) {
-        self.rmap_entries.fetch_add(delta, Ordering::Relaxed);
+        self.rmap_entries.add(delta);
     }
 
     /// Current allocation counts. Objects freed after a grace period are
@@ -1258,7 +1265,7 @@ impl PhysMem {
             frames_used: used as u64,
             page_tables: self.page_tables.load(Ordering::Relaxed) as u64,
             vmas: self.vmas.iter().map(VmaAcct::others).sum::<usize>() as u64,
-            rmap_entries: self.rmap_entries.load(Ordering::Relaxed) as u64,
+            rmap_entries: self.rmap_entries.sum() as u64,
         }
     }
 

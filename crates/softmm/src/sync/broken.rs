@@ -80,6 +80,25 @@ pub(crate) mod migrate {
     }
 }
 
+/// The switch of the per-CPU numbers (`sync/percpu.rs`, `PercpuIds`);
+/// its model is beside them. Per OS thread, as `tlb`'s.
+pub(crate) mod percpu_ids {
+    #[cfg(loom)]
+    std::thread_local! {
+        /// A slot's next number is stored, not compare-exchanged against
+        /// the number loaded: two threads of the slot take the same one.
+        pub(crate) static STORE_WITHOUT_COMPARE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[inline(always)]
+    pub(crate) fn store_without_compare() -> bool {
+        #[cfg(loom)]
+        return STORE_WITHOUT_COMPARE.with(std::cell::Cell::get);
+        #[cfg(not(loom))]
+        false
+    }
+}
+
 /// The switches of the shootdown initiator (`tlb/shootdown.rs`); models
 /// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s: every model's
 /// shootdowns read it, and only the model that sets it may see it set.
