@@ -148,11 +148,14 @@ impl AddressSpace {
             let range_end = v.end.min(end);
             // Linux's mprotect_fixup accounting: a private mapping turning
             // writable is charged, an untouched anonymous one turning
-            // read-only is uncharged.
+            // read-only is uncharged. hugetlb is never charged: its pool
+            // reservation covers its pages, writable or not.
             let nrpages = (range_end - tmp) >> PAGE_SHIFT;
             let mut charged = 0;
             if newflags.contains(VmFlags::WRITE) {
-                if !v.flags.intersects(VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::SHARED | VmFlags::NORESERVE) {
+                let uncharged =
+                    VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::NORESERVE;
+                if !v.flags.intersects(uncharged) {
                     self.phys.vm_enough_memory(nrpages, || total_vm(&st.vmas))?;
                     charged = nrpages;
                     newflags |= VmFlags::ACCOUNT;

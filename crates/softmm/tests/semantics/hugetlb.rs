@@ -584,3 +584,32 @@ fn hugetlb_pages_are_not_migrated_yet_and_stay_intact() {
     drop(mm);
     assert_no_leaks(&phys);
 }
+
+/// A private hugetlb mapping made read-only and then writable is not
+/// charged to the commit (Linux's `mprotect_fixup` leaves out
+/// `VM_HUGETLB`, whose pages the pool's reservation covers, as it does
+/// `VM_SHARED` and `VM_NORESERVE`): the charge is unchanged, and under
+/// `OVERCOMMIT_NEVER` with no room for the mapping's length in small pages
+/// the `mprotect` still succeeds. Before, it charged 512 pages per 2 MiB
+/// and failed with `ENOMEM` there.
+#[test]
+fn mprotect_of_a_private_hugetlb_mapping_to_writable_charges_nothing() {
+    let phys = pool(2);
+    let mm = mm(&phys);
+    let a = mm.mmap(0, 2 * HP, PROT_READ, PRIVATE_HUGE, None, 0).unwrap();
+    let committed = phys.committed_pages();
+    assert_eq!(mm.mprotect(a, HP, PROT_READ | PROT_WRITE), Ok(()));
+    assert_eq!(phys.committed_pages(), committed, "the writable half was charged");
+    // No room left for 2 MiB of small pages: the second half still turns writable.
+    let limit = phys.overcommit().mode(softmm::OvercommitMode::Never).kbytes(0).ratio(0);
+    phys.set_overcommit(limit);
+    assert!(phys.overcommit().commit_limit() < committed + HP / 4096);
+    assert_eq!(mm.mprotect(a + HP, HP, PROT_READ | PROT_WRITE), Ok(()));
+    assert_eq!(phys.committed_pages(), committed);
+    let mut cpu = Cpu::attached(&mm);
+    cpu.write_u64(a + HP, 7).unwrap();
+    assert_eq!(cpu.read_u64(a + HP), Ok(7));
+    drop(cpu);
+    mm.munmap(a, 2 * HP).unwrap();
+    assert_eq!(phys.committed_pages(), committed);
+}
