@@ -146,9 +146,11 @@ impl PinCounts {
 /// them, and a fork's child starts without them, as Linux's page table.
 /// A page the host itself dropped from its page cache (its truncate or
 /// hole punch, which on Linux unmap it from every mapping of the file)
-/// is taken out when `Rss` is next read ([`HostPresent::count`]):
-/// a mapped page is always cached, so one the host no longer caches is
-/// not mapped.
+/// is not counted while it is not cached ([`HostPresent::count`]): a
+/// mapped page is always cached, so one the host no longer caches is not
+/// mapped. It stays recorded: a CPU's translation may still reach it (the
+/// host's drop shoots no softmm TLB down), and the access through it
+/// caches the page again, as Linux's next fault there would map it.
 ///
 /// Bookkeeping for smaps only: no protocol depends on it, so it uses the
 /// standard library's lock and flag, not `crate::sync`'s, and the loom
@@ -208,20 +210,25 @@ impl HostPresent {
         }
     }
 
-    /// How many pages are recorded in `[start, end)` for which `still(va)`
-    /// holds; the others are taken out (a page the host dropped is no
-    /// longer mapped, whatever comes after: Linux's page table lost its
-    /// entry).
-    pub(crate) fn count(&self, start: u64, end: u64, still: impl Fn(u64) -> bool) -> u64 {
+    /// How many pages are recorded in `[start, end)` that `cached` finds
+    /// still cached: it is called, without the lock, once per run of
+    /// consecutive recorded pages, with the run's first page and length,
+    /// and answers per page (`None` if it cannot tell: the run counts
+    /// whole). Time and memory are those of the pages recorded, whatever
+    /// the range's length.
+    pub(crate) fn count(&self, start: u64, end: u64, mut cached: impl FnMut(u64, usize) -> Option<Vec<bool>>) -> u64 {
         if start >= end || !self.any.load(std::sync::atomic::Ordering::Relaxed) {
             return 0;
         }
-        let mut pages = self.pages();
-        let gone: Vec<u64> = pages.range(start..end).copied().filter(|&va| !still(va)).collect();
-        for va in &gone {
-            pages.remove(va);
+        let recorded: Vec<u64> = self.pages().range(start..end).copied().collect();
+        let mut count = 0;
+        for run in recorded.chunk_by(|a, b| a + PAGE_SIZE == *b) {
+            count += match cached(run[0], run.len()) {
+                Some(cached) => cached.iter().filter(|&&c| c).count(),
+                None => run.len(),
+            } as u64;
         }
-        pages.range(start..end).count() as u64
+        count
     }
 }
 
@@ -350,15 +357,22 @@ impl HostMem {
     /// already cached). All `false` if the host refuses (nothing is then
     /// mapped around).
     pub(crate) fn cached(&self, first: u64, n: usize) -> Vec<bool> {
+        self.try_cached(first, n).unwrap_or_else(|| vec![false; n])
+    }
+
+    /// [`HostMem::cached`], `None` if the host refuses (`mincore` failed)
+    /// or the pages are not all inside the window.
+    pub(crate) fn try_cached(&self, first: u64, n: usize) -> Option<Vec<bool>> {
+        let last = first.checked_add(n as u64)?.checked_sub(1)?;
+        let ptr = self.page_ptr(first).filter(|_| self.page_ptr(last).is_some())?;
         let mut vec = vec![0u8; n];
-        let Some(ptr) = self.page_ptr(first).filter(|_| n > 0 && self.page_ptr(first + n as u64 - 1).is_some()) else {
-            return vec![false; n];
-        };
         // SAFETY: `[ptr, ptr + n pages)` lies inside the window (both ends
-        // checked), mapped while its inode is alive, which the caller's
-        // VMA keeps it; `vec` has one byte per page, as `mincore` writes.
+        // checked), which stays mapped until the release that follows the
+        // inode's eviction, and the caller's VMA holds a use of the inode
+        // (`mincore` reads no byte of it anyway); `vec` has one byte per
+        // page, as `mincore` writes.
         let r = unsafe { libc::mincore(ptr.cast(), n * PAGE_SIZE as usize, vec.as_mut_ptr()) };
-        vec.into_iter().map(|b| r == 0 && b & 1 != 0).collect()
+        (r == 0).then(|| vec.into_iter().map(|b| b & 1 != 0).collect())
     }
 
     /// The file's pages now (Linux's `i_size` in pages, rounded up): an

@@ -710,16 +710,12 @@ impl AddressSpace {
     /// Present pages of `v` (smaps `Rss` in pages): its entries', and for
     /// a coherent host-file window, which has none, the pages its fills,
     /// gup and remote accesses mapped (`HostPresent`) that the host still
-    /// caches (`mincore`: one it truncated or punched away is unmapped on
-    /// Linux), counted for such a VMA only.
+    /// caches (`mincore` of those pages only: one it truncated or punched
+    /// away is unmapped on Linux), counted for such a VMA only.
     pub(crate) fn vma_resident_pages(&self, v: &Vma) -> u64 {
         let window = v.file.as_ref().and_then(|f| f.host_mem.as_ref()).filter(|m| m.is_file());
         let mapped = window.map_or(0, |mem| {
-            let cached = std::cell::OnceCell::new();
-            self.host_present.count(v.start, v.end, |va| {
-                let cached = cached.get_or_init(|| mem.cached(v.pgoff, v.pages() as usize));
-                cached.get(((va - v.start) / PAGE_SIZE) as usize) == Some(&true)
-            })
+            self.host_present.count(v.start, v.end, |va, n| mem.try_cached(v.pgoff + (va - v.start) / PAGE_SIZE, n))
         });
         self.resident_pages(v.start, v.end) + mapped
     }

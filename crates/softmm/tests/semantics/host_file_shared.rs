@@ -820,3 +820,69 @@ fn smaps_rss_after_a_remote_read_and_the_hosts_truncate_is_the_hosts() {
     assert_eq!(check("the file grown back"), 18, "what was dropped stays unmapped");
     pair.finish();
 }
+
+/// smaps `Rss` of a coherent window after the host punched a page out
+/// and a CPU, whose translation of the page the punch left in place (the
+/// host shoots no softmm TLB down), read it again, caching it anew: the
+/// host's mapping, whose entry the punch removed, faults it back in and
+/// counts it, and so does softmm. Before, reading `Rss` between the two
+/// took the page out of the record for good (15 against 16), so that
+/// reading smaps changed what later smaps said.
+#[test]
+fn smaps_rss_counts_a_punched_page_that_a_cached_translation_reads_again() {
+    use std::os::fd::AsRawFd;
+    let Some(pair) = RssPair::new("punch-reread") else { return };
+    let (mm, h, g) = (&pair.mm, pair.h, pair.g);
+    let mut cpu = Cpu::attached(mm);
+    // SAFETY: page 5 of the host's mapping of the file, which lives until
+    // the test unmaps it.
+    let hread = || unsafe { ((h + 5 * PAGE) as *const u8).read_volatile() };
+    hread();
+    cpu.read_u8(g + 5 * PAGE).unwrap();
+    assert_eq!(pair.check("a read of page 5"), 16, "fault-around");
+    // SAFETY: a hole punched in the test's own file.
+    let punched = unsafe {
+        libc::fallocate(
+            pair.file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            5 * PAGE as i64,
+            PAGE as i64,
+        )
+    };
+    assert_eq!(punched, 0);
+    assert_eq!(pair.check("the host's hole punch of page 5"), 15);
+    assert_eq!(cpu.stats().fault.faults, 1);
+    hread();
+    assert_eq!(cpu.read_u8(g + 5 * PAGE), Ok(0), "the punched page reads zero");
+    assert_eq!(cpu.stats().fault.faults, 1, "the read went through the translation it had");
+    assert_eq!(pair.check("page 5 read again"), 16);
+    drop(cpu);
+    pair.finish();
+}
+
+/// smaps `Rss` of a coherent window 1 TiB long, of a 48-page file of which
+/// a read mapped 16 pages: counting them asks the host about those pages
+/// only. Before, it asked about every page of the window, into two
+/// buffers of a byte per page (268 MB here, and 32 GiB for a 64 TiB
+/// window) allocated while the window's record was locked.
+#[test]
+fn smaps_rss_of_a_huge_coherent_window_costs_what_is_mapped() {
+    let phys = phys(4);
+    let mm = mm(&phys, HostFileCoherence::Shared);
+    let Ok(shm) = tempfile_in_shm("huge-window", &[1u8; 48 * PAGE as usize]) else {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    };
+    let open = OpenFile::from_host(&phys, shm.open(), "huge-window").unwrap();
+    let len = 1u64 << 40;
+    let a = mm.mmap(0, len, PROT_READ, MAP_SHARED, Some(&open), 0).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    cpu.read_u8(a + 5 * PAGE).unwrap();
+    let (rss, largest) = crate::alloc_watch::largest_allocation_in(|| guest_rss(&mm, a, len));
+    assert_eq!(rss, 16 * PAGE, "fault-around");
+    assert!(largest < 1 << 20, "{largest} bytes allocated at once to count 16 pages");
+    drop(cpu);
+    mm.munmap(a, len).unwrap();
+    drop((mm, open, shm));
+    assert_no_leaks(&phys);
+}

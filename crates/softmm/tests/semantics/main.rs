@@ -14,6 +14,7 @@
 
 mod access_remote;
 mod accessors;
+mod alloc_watch;
 mod big_munmap;
 mod compat32;
 mod emulator;
