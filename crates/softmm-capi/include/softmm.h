@@ -1918,7 +1918,9 @@ static inline void *softmm_tlb_lookup(const softmm_tlb_entry *table, uint64_t ad
     /* A local of its own: the caller's `out` then need not live in memory. */                           \
     uint64_t v = 0;                                                                                       \
     int rc = slow(s, addr, (bits) / 8, &v, fault);                                                        \
-    *out = v;                                                                                             \
+    if (rc == 0) {                                                                                        \
+      *out = v;                                                                                           \
+    }                                                                                                     \
     return rc;                                                                                            \
   }
 #define SOFTMM_TLB_STORE(bits)                                                                           \

@@ -47,6 +47,7 @@ pub struct softmm_phys_config {
 unsafe impl SizedStruct for softmm_phys_config {
     /// Up to `on_demand` (0.1.0).
     const MIN_SIZE: usize = 24;
+    const OLDER: &'static [usize] = &[24];
 }
 
 /// How to build an address space. Fill it with `softmm_mm_config_default`,
@@ -145,6 +146,9 @@ pub struct softmm_mm_config {
 unsafe impl SizedStruct for softmm_mm_config {
     /// Up to `fault_around_pages` (0.1.0).
     const MIN_SIZE: usize = 96;
+    /// 0.1.0, then up to `cap_sys_nice` (0.1.1), `placement_policy`
+    /// (0.2.0), `host_file_coherence` (0.2.2).
+    const OLDER: &'static [usize] = &[96, 144, 184, 192];
 }
 
 /// Fills `out` with the defaults of `softmm_phys_new` (and sets its `size`).

@@ -161,7 +161,13 @@ pub unsafe extern "C" fn softmm_move_pages(
         // this: such a count cannot describe the caller's arrays.
         let Some(n) = usize::try_from(count).ok().filter(|&n| n <= isize::MAX as usize / 8) else { return efault };
         if n > 0 && (pages.is_null() || status.is_null()) {
-            return efault;
+            // The flags and the capability are checked before the arrays
+            // are read, as Linux's `kernel_move_pages` does: asked of no
+            // page, the call checks them only.
+            return match mm.inner.move_pages(&[], (!nodes.is_null()).then_some(&[][..]), &mut [], flags as u32) {
+                Ok(_) => efault,
+                Err(e) => i64::from(neg(e)),
+            };
         }
         let (pages, status) = if n == 0 {
             (&[][..], &mut [][..])

@@ -218,10 +218,10 @@ pub unsafe extern "C" fn softmm_mincore(mm: *const softmm_mm, addr: u64, len: u6
         // A range past user space fails before the vector is touched: give
         // it none, so no slice is made from a length that cannot be.
         let pages = if len > TASK_SIZE { 0 } else { len.div_ceil(4096) as usize };
-        let v: &mut [u8] = if pages == 0 {
+        // A NULL vector is an empty one: the range is checked first, as
+        // Linux's `mincore` checks it before `copy_to_user` faults.
+        let v: &mut [u8] = if pages == 0 || vec.is_null() {
             &mut []
-        } else if vec.is_null() {
-            return -libc::EFAULT;
         } else {
             // SAFETY: valid for `pages` bytes of writes (the caller's contract).
             unsafe { std::slice::from_raw_parts_mut(vec, pages) }

@@ -27,6 +27,12 @@ pub(crate) unsafe trait SizedStruct: Copy {
     /// The `size` of the first version of the struct: the smallest a caller
     /// may pass.
     const MIN_SIZE: usize;
+    /// The `size` of every older version ([`SizedStruct::MIN_SIZE`]
+    /// first): a caller's size below the library's own must be one of
+    /// them, so that no field is read in part (a pointer cut to its low
+    /// bytes would be followed). None by default: the first version is the
+    /// only one.
+    const OLDER: &'static [usize] = &[];
 }
 
 /// The caller's `size` of the struct at `p`.
@@ -42,8 +48,11 @@ unsafe fn size_of_callers<T: SizedStruct>(p: *const T) -> usize {
 
 /// Reads the caller's struct at `p` over `base` (the defaults of the
 /// fields an older caller does not know), as `copy_struct_from_user`:
-/// `-EINVAL` for a null `p` or a `size` below [`SizedStruct::MIN_SIZE`], `-E2BIG`
-/// for a larger struct whose extra bytes are not all zero.
+/// `-EINVAL` for a null `p`, a `size` below [`SizedStruct::MIN_SIZE`] or
+/// one below the library's that no version had ([`SizedStruct::OLDER`]:
+/// Linux's structs hold integers, whose part is harmless, where these hold
+/// pointers), `-E2BIG` for a larger struct whose extra bytes are not all
+/// zero.
 ///
 /// # Safety
 ///
@@ -54,10 +63,10 @@ pub(crate) unsafe fn read_sized<T: SizedStruct>(p: *const T, base: T) -> Result<
     }
     // SAFETY: not null and valid (the caller's contract).
     let size = unsafe { size_of_callers(p) };
-    if size < T::MIN_SIZE {
+    let ours = size_of::<T>();
+    if size < T::MIN_SIZE || (size < ours && !T::OLDER.contains(&size)) {
         return Err(-libc::EINVAL);
     }
-    let ours = size_of::<T>();
     if size > ours {
         // SAFETY: valid for `size` bytes of reads (the caller's contract).
         let tail = unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(ours), size - ours) };
@@ -117,6 +126,7 @@ mod tests {
     // SAFETY: `repr(C)`, starts with its size, integers only.
     unsafe impl SizedStruct for V2 {
         const MIN_SIZE: usize = 8;
+        const OLDER: &'static [usize] = &[8];
     }
 
     const BASE: V2 = V2 { size: 0, a: 1, b: 2 };

@@ -328,6 +328,9 @@ pub unsafe extern "C" fn softmm_phys_get_node_stats(
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(phys) = (unsafe { phys.as_ref() }) else { return -libc::EINVAL };
+        if out.is_null() {
+            return -libc::EINVAL;
+        }
         let p = &phys.inner;
         let node = node as usize;
         let Some(n) = p.node_stats().get(node).copied() else { return -libc::ENODEV };

@@ -104,6 +104,23 @@ static void embedder_contracts(void) {
     mc.madvise_policy = "mmap-lock";
     mc.writer_policy = "reserve";
     mc.placement_policy = "linux";
+    /* A size no version had is refused, not read in part: 100 cuts
+     * `migrate_policy`, a pointer whose low half would be followed. An
+     * older version's size reads its fields only, whatever lies past it. */
+    softmm_mm_config cut = mc;
+    cut.migrate_policy = "batched";
+    cut.size = 100;
+    EXPECT(softmm_mm_new_config(phys, &cut, &mm) == -EINVAL && mm == NULL);
+    EXPECT(softmm_mm_config_check(&cut) != NULL);
+    cut.size = 144;
+    cut.shootdown_targets = (const char *)(uintptr_t)1; /* past 0.1.1's fields */
+    EXPECT(softmm_mm_new_config(phys, &cut, &mm) == 0 && mm != NULL);
+    softmm_mm_free(mm);
+    mm = NULL;
+    softmm_phys_config pcut = pc;
+    pcut.size = 28;
+    softmm_phys *p2 = NULL;
+    EXPECT(softmm_phys_new_config(&pcut, &p2) == -EINVAL && p2 == NULL);
     EXPECT(softmm_mm_new_config(phys, &mc, &mm) == 0 && mm != NULL);
     softmm_cpu *cpu = NULL;
     EXPECT(softmm_cpu_new(mm, &cpu) == 0);
@@ -338,7 +355,9 @@ static void tlb_abi_contracts(void) {
     EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_READ) != NULL);
     EXPECT(softmm_munmap(mm, base, PAGE) == 0);
     EXPECT(softmm_tlb_lookup(abi.table, base + 8, 8, SOFTMM_ACCESS_READ) == NULL);
+    v = 0x5e5e;
     EXPECT_FAULT(softmm_tlb_read_u64(s, abi.table, base + 8, &v, &f_), SIGSEGV, SEGV_MAPERR, base + 8);
+    EXPECT(v == 0x5e5e); /* a faulting load leaves `*out`, as the library's call does */
     EXPECT(softmm_section_end(s) == 0);
     EXPECT(softmm_section_tlb_abi(s, &abi) == -EINVAL); /* not open */
     EXPECT(softmm_section_tlb_fill(s, base + PAGE, 8, SOFTMM_ACCESS_READ, &host, NULL) == -EINVAL);
@@ -614,6 +633,7 @@ static void complete_api_contracts(void) {
     softmm_node_stats ns = {.size = sizeof ns};
     EXPECT(softmm_phys_get_node_stats(phys, 1, &ns) == 0 && ns.hugepages_total == 1);
     EXPECT(softmm_phys_get_node_stats(phys, 2, &ns) == -ENODEV);
+    EXPECT(softmm_phys_get_node_stats(phys, 7, NULL) == -EINVAL); /* the output first */
 
     /* Pins: the device's view outlives the mapping. */
     softmm_pinned *pin = NULL;
@@ -652,6 +672,12 @@ static void complete_api_contracts(void) {
     EXPECT(softmm_move_pages(mm, 1, &page, &to, &status, 0) == 0 && status == 0);
     to = 5;
     EXPECT(softmm_move_pages(mm, 1, &page, &to, &status, 0) == -ENODEV);
+    /* Linux's order: the flags before the arrays are read. */
+    EXPECT(softmm_move_pages(mm, 1, NULL, NULL, NULL, 0x8) == -EINVAL);
+    EXPECT(softmm_move_pages(mm, 1, NULL, NULL, NULL, 0) == -EFAULT);
+    /* mincore checks the range before it writes the vector. */
+    EXPECT(softmm_mincore(mm, page + 1, PAGE, NULL) == -EINVAL);
+    EXPECT(softmm_mincore(mm, page, PAGE, NULL) == -EFAULT);
     EXPECT(softmm_migrate_pages(mm, 3, &node0, &node1) == 0);
     EXPECT(softmm_move_pages(mm, 1, &page, NULL, &status, 0) == 0 && status == 1);
     EXPECT(softmm_mbind(mm, page, PAGE, MPOL_BIND, &node0, 3, MPOL_MF_MOVE) == 0);

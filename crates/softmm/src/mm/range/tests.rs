@@ -207,9 +207,16 @@ fn a_shared_anonymous_mmap_inside_a_window_takes_no_mmap_lock() {
     // Their memory goes with the last VMA that holds them: the `mmap_lock`
     // holder's copy of the window (from the fork's section) until the next
     // section takes the window in, as Linux frees VMAs and inodes after a
-    // grace period. Each object then takes itself out of the list.
+    // grace period. Each object then takes itself out of the list. (A
+    // pass of reclamation may leave them to a later one while other
+    // tests' threads hold the epoch back: passes until they are gone, or
+    // 10 s, as `PhysMem::quiesce` waits.)
     assert_eq!(mm.stats().map_count, 0);
-    crate::sync::rcu::reclaim_now();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while mm.linked_files.len() != 0 && std::time::Instant::now() < deadline {
+        crate::sync::rcu::reclaim_now();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
     assert_eq!(mm.linked_files.len(), 0, "the dead objects took themselves out");
 }
 
