@@ -13,7 +13,7 @@
 //! translation of its CPUs. A CPU is therefore registered with the thread
 //! that made it, which is why the `Cpu` that owns it is not `Send`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -25,26 +25,49 @@ type ThreadCpus = RefCell<Vec<Arc<CpuTlbState>>>;
 std::thread_local! {
     /// The shootdown state of every CPU made on this thread.
     static THREAD_CPUS: ThreadCpus = const { RefCell::new(Vec::new()) };
+    /// How many [`QuiescentGuard`]s of this thread are alive.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
 }
 
 #[cfg(loom)]
 loom::thread_local! {
     /// The shootdown state of every CPU made on this (modelled) thread.
     static THREAD_CPUS: ThreadCpus = RefCell::new(Vec::new());
+    /// How many [`QuiescentGuard`]s of this (modelled) thread are alive.
+    static DEPTH: Cell<usize> = Cell::new(0);
+}
+
+/// How many [`QuiescentGuard`]s of the calling thread are alive (0 once
+/// its locals are being destroyed).
+fn depth() -> usize {
+    DEPTH.try_with(Cell::get).unwrap_or(0)
 }
 
 /// Registers `cpu` as one of the calling thread's CPUs: from now on every
 /// [`QuiescentGuard`] of this thread marks it quiescent, and this thread's
 /// shootdowns neither count a request for it nor wait for it (see
-/// [`with_thread_cpus`]).
+/// [`with_thread_cpus`]). Made while guards of the thread are alive (by a
+/// callback that softmm runs inside a call: a device's, a host memory
+/// release), it enters each of them now, as if it had been there when they
+/// began, so that each one's end leaves the level it entered.
 pub(crate) fn register_thread_cpu(cpu: &Arc<CpuTlbState>) {
     THREAD_CPUS.with(|c| c.borrow_mut().push(cpu.clone()));
+    (0..depth()).for_each(|_| cpu.enter_quiescent());
 }
 
-/// Undoes [`register_thread_cpu`] (the CPU is being dropped); a CPU that is
-/// not registered is ignored, and so is a thread whose list is gone.
+/// Undoes [`register_thread_cpu`] (the CPU is being dropped), leaving the
+/// levels of the guards alive, which will not visit it again; a CPU that
+/// is not registered is ignored, and so is a thread whose list is gone.
 pub(crate) fn unregister_thread_cpu(cpu: &Arc<CpuTlbState>) {
-    let _ = THREAD_CPUS.try_with(|c| c.borrow_mut().retain(|s| !Arc::ptr_eq(s, cpu)));
+    let listed = THREAD_CPUS.try_with(|c| {
+        let mut c = c.borrow_mut();
+        let before = c.len();
+        c.retain(|s| !Arc::ptr_eq(s, cpu));
+        c.len() != before
+    });
+    if matches!(listed, Ok(true)) {
+        (0..depth()).for_each(|_| cpu.exit_quiescent());
+    }
 }
 
 /// Runs `f` on the shootdown state of the calling thread's CPUs (the `mine`
@@ -65,9 +88,10 @@ pub(crate) fn with_thread_cpus<R>(f: impl FnOnce(&[Arc<CpuTlbState>]) -> R) -> R
 
 /// Marks the calling thread's CPUs quiescent for the life of the guard.
 /// Guards nest. Not `Send`: it must be dropped on the thread whose CPUs it
-/// marked. A CPU registered while a guard is alive is not marked by it, and
-/// must not be unregistered while one is: neither happens, since a `Cpu` is
-/// made and dropped only by its owner, never inside a softmm call.
+/// marked. A CPU registered or unregistered while guards are alive (a
+/// callback's, inside a softmm call) enters or leaves their levels then
+/// ([`register_thread_cpu`]), so that each guard's end leaves exactly the
+/// levels it entered.
 #[must_use = "the CPUs are quiescent only while the guard lives"]
 pub(crate) struct QuiescentGuard(PhantomData<*const ()>);
 
@@ -75,12 +99,14 @@ impl QuiescentGuard {
     /// Marks every CPU of the calling thread quiescent.
     pub(crate) fn enter() -> QuiescentGuard {
         with_thread_cpus(|cpus| cpus.iter().for_each(|s| s.enter_quiescent()));
+        let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
         QuiescentGuard(PhantomData)
     }
 }
 
 impl Drop for QuiescentGuard {
     fn drop(&mut self) {
+        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
         with_thread_cpus(|cpus| {
             cpus.iter().for_each(|s| {
                 s.exit_quiescent();

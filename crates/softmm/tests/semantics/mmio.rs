@@ -438,3 +438,64 @@ fn the_device_is_dropped_with_its_last_mapping() {
     drop(mm);
     assert_no_leaks(&p);
 }
+
+thread_local! {
+    /// The DMA engine's CPU of [`ADmaEngine`], made at its first call and kept.
+    static DMA_CPU: std::cell::RefCell<Option<Cpu>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A device that, at a read of its register, reads guest memory of another
+/// address space through a CPU of its own, made at its first call on the
+/// guest thread and kept there (a DMA engine made lazily).
+struct ADmaEngine {
+    other: Arc<AddressSpace>,
+    at: u64,
+}
+
+impl MmioDevice for ADmaEngine {
+    fn read(&self, _offset: u64, _size: usize) -> u64 {
+        DMA_CPU.with(|c| {
+            let mut c = c.borrow_mut();
+            c.get_or_insert_with(|| Cpu::attached(&self.other)).read_u64(self.at).unwrap_or(u64::MAX)
+        })
+    }
+
+    fn write(&self, _offset: u64, _size: usize, _value: u64) {}
+
+    fn name(&self) -> &str {
+        "/dev/dma"
+    }
+}
+
+/// A device callback may make a CPU and keep it: every CPU of the guest
+/// thread is quiescent while the callback runs (softmm is inside the
+/// access), and a CPU made then enters that state too, so that the state's
+/// end leaves each CPU where it was. Before, the end left a level the new
+/// CPU never entered (debug builds: the assertion that the depth was
+/// positive; release builds: a depth wrapped to `u64::MAX`, a CPU no
+/// shootdown would ever wait for). After the call the kept CPU reads,
+/// and sees another thread's `munmap` of its page.
+#[test]
+fn a_device_callback_may_make_a_cpu_and_keep_it() {
+    let (p, mm) = setup();
+    let other = AddressSpace::new(&p, MmConfig::default()).unwrap();
+    let at = other.mmap(0, PAGE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
+    let mut writer = Cpu::attached(&other);
+    writer.write_u64(at, 77).unwrap();
+    let io = mm.mmap_io(0, PAGE, RW, SHARED, Arc::new(ADmaEngine { other: other.clone(), at })).unwrap();
+    let mut cpu = Cpu::attached(&mm);
+    assert_eq!(cpu.read_u64(io), Ok(77), "the device read the other address space");
+    assert_eq!(cpu.read_u64(io), Ok(77), "and again through the CPU it kept");
+    DMA_CPU.with(|c| assert_eq!(c.borrow_mut().as_mut().unwrap().read_u64(at), Ok(77)));
+    let o = other.clone();
+    std::thread::spawn(move || o.munmap(at, PAGE).unwrap()).join().unwrap();
+    DMA_CPU.with(|c| {
+        let r = c.borrow_mut().as_mut().unwrap().read_u64(at);
+        assert!(matches!(r, Err(Fault::Segv { code: SegvCode::MapErr, .. })), "{r:?}");
+    });
+    DMA_CPU.with(|c| c.borrow_mut().take());
+    drop((cpu, writer));
+    mm.munmap(io, PAGE).unwrap();
+    drop((mm, other));
+    assert_no_leaks(&p);
+}
