@@ -595,3 +595,30 @@ fn the_map_count_limit_is_exact_under_range_writers() {
     let stats = range.range.stats();
     assert!(stats.writes > 16 && stats.fallbacks > 0, "{stats:?}");
 }
+
+/// A fixed `mremap` whose source spans several VMAs moves each of them
+/// (each piece may add a VMA), more than the three a range write's share
+/// of the room below `max_map_count` allows for: it takes `mmap_lock`,
+/// whose check is exact, and gives `short`'s result. Before, the range
+/// writer ran it on a view whose count stands near the limit, and failed
+/// part-way with `ENOMEM` (29 VMAs left where `short` gives 40).
+#[test]
+fn a_fixed_mremap_of_many_vmas_takes_mmap_lock() {
+    let run = |writer: WriterPolicy| {
+        let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+        let config = MmConfig::default().writer_policy(writer).max_map_count(200);
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        let a = 0x100 * GIB + 16 * PAGE_SIZE;
+        for i in 0..20 {
+            mm.mmap(a + 2 * i * PAGE_SIZE, PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+        }
+        let to = a + 64 * PAGE_SIZE;
+        mm.mmap(to, 64 * PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+        let _ = mm.stats();
+        let r = mm.mremap(a, 39 * PAGE_SIZE, 39 * PAGE_SIZE, MREMAP_MAYMOVE | MREMAP_FIXED, to + 8 * PAGE_SIZE);
+        (r, spans(&mm))
+    };
+    let short = run(WriterPolicy::Short);
+    assert_eq!(short.0, Ok(0x100 * GIB + 88 * PAGE_SIZE));
+    assert_eq!(run(WriterPolicy::Range), short);
+}

@@ -119,6 +119,13 @@ impl AddressSpace {
             return false;
         }
         let Some(vma) = st.vmas.find(old_addr) else { return false };
+        // One VMA in the old range: a move of several moves each (Linux
+        // 6.17's multi-VMA move), each piece adding up to one VMA, more
+        // than a range write's share of the room below `max_map_count`
+        // allows for (`MAX_VMAS_ADDED`); `mmap_lock`'s check is exact.
+        if st.vmas.overlapping(old_addr, old_addr.saturating_add(old_len.max(1))).nth(1).is_some() {
+            return false;
+        }
         // Every VMA of the old range may be split or removed, and none
         // reaches the window's bounds.
         if !self.range_touch_ok(st, old_addr, old_addr + old_len.max(1)) || !self.range_touch_ok(st, vma.start, vma.end)
