@@ -91,8 +91,9 @@
 //!   reference under the default `MadvisePolicy::PerVma`, the rest under
 //!   `mmap_lock` for read, which blocks range writers as every holder does);
 //! * `mremap` moving to where a search over more than its window puts it
-//!   (under Linux placement, or outside the calling thread's arena), or a
-//!   moved or grown VMA that would reach its window's bounds
+//!   (under Linux placement, or outside the calling thread's arena), a
+//!   moved or grown VMA that would reach its window's bounds, or an old
+//!   range of more than one VMA, whose move adds a VMA per piece
 //!   (`sys/mremap/range.rs`);
 //! * its slot's share of the room below `max_map_count` used up
 //!   ([`RangeState::map_count_share`], Linux's `percpu_counter` batch): a
