@@ -157,7 +157,6 @@ fn range_setup() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
 
 /// [`range_setup`] before its fault: the VMA has no page and no `anon_vma`.
 fn range_setup_unfaulted() -> (Arc<PhysMem>, Arc<AddressSpace>, u64) {
-    crate::sync::percpu::restart_slots();
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::model_default().writer_policy(crate::WriterPolicy::Range)).unwrap();
     let a = 5 * GIB + 4 * PAGE_SIZE;
@@ -338,7 +337,6 @@ fn a_range_munmap_against_fork() {
 /// of one page opened read-write, and the address `a` in window 5 where
 /// they map it.
 fn file_setup() -> (Arc<PhysMem>, Arc<AddressSpace>, Arc<crate::File>, crate::OpenFile, u64) {
-    crate::sync::percpu::restart_slots();
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
     let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range);
     let mm = AddressSpace::new(&phys, config).unwrap();
@@ -634,7 +632,6 @@ fn a_range_writer_pair_against_the_map_count_limit() {
     static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     const MAX: usize = 6;
     fn model() -> Result<(), String> {
-        crate::sync::percpu::restart_slots();
         let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
         let config = MmConfig::model_default().writer_policy(crate::WriterPolicy::Range).max_map_count(MAX);
         let mm = AddressSpace::new(&phys, config).unwrap();

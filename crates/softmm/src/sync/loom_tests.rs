@@ -253,7 +253,6 @@ fn range_writer_vs_blocker() {
     use super::range_writers::RangeWriters;
 
     fn model() -> Result<(), String> {
-        super::percpu::restart_slots();
         let lock = Arc::new(RangeWriters::default());
         let busy = Arc::new(AtomicBool::new(false));
         let writer = {

@@ -24,12 +24,15 @@ impl Builder {
     }
 
     /// Runs every execution of `f`, as `loom::model::Builder::check`,
-    /// then hands the first thread's own callbacks over.
+    /// each from the first CPU slot (`percpu::restart_slots`: a model's
+    /// replays must give its threads the same slots, hence the same
+    /// atomics), then hands the first thread's own callbacks over.
     pub(crate) fn check<F>(&self, f: F)
     where
         F: Fn() + Sync + Send + 'static,
     {
         self.0.check(move || {
+            super::percpu::restart_slots();
             f();
             super::rcu::hand_over_own();
         });

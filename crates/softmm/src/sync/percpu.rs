@@ -103,9 +103,10 @@ fn next_slot() -> usize {
     .unwrap_or(0)
 }
 
-/// Under loom, restarts the slots' round robin: called first in a model's
-/// execution, it gives the thread that counts first slot 0 and the next one
-/// slot 1, so that the model's two threads count in slots of their own.
+/// Under loom, restarts the slots' round robin: called first in every
+/// model's execution (`sync::model::Builder::check`), it gives the thread
+/// that counts first slot 0 and the next one slot 1, so that the model's
+/// two threads count in slots of their own, the same in every replay.
 #[cfg(all(test, loom))]
 pub(crate) fn restart_slots() {
     NEXT.with(|n| n.set(0));

@@ -18,7 +18,6 @@ const CHARGE: u64 = 2;
 /// limit of `2 * CHARGE` (the check is `committed < limit`). `Err` names
 /// what went wrong (a panic would abort the process as loom objects unwind).
 fn two_charges_at_the_limit() -> Result<(), String> {
-    crate::sync::percpu::restart_slots();
     let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
     let policy = Overcommit::for_ram(16)
         .mode(OvercommitMode::Never)
