@@ -150,7 +150,10 @@ typedef enum softmm_atomic_op {
 // it (other threads get `-EPERM`), and it must be freed before that
 // thread exits. While an access section is open on it
 // (`softmm_cpu_section_begin`) every `softmm_cpu_*` call on it is
-// refused with `-EBUSY`.
+// refused with `-EBUSY`, and so is every call on it or its section from a
+// callback that a call on it runs (a device's `read` or `write`, a
+// host-memory `release`): a callback may use other CPUs, and make new
+// ones, but not the one whose access called it.
 typedef struct softmm_cpu softmm_cpu;
 
 // An in-memory (tmpfs-like) file with a page cache, opened with an access
@@ -184,7 +187,8 @@ typedef struct softmm_pinned softmm_pinned;
 //
 // Contract: only the CPU's thread uses it (others get `-EPERM`); one
 // section per CPU at a time (a second `begin` is `-EBUSY`); while it is
-// open the CPU's own calls, `softmm_cpu_free` included, are `-EBUSY`;
+// open the CPU's own calls, `softmm_cpu_free` included, are `-EBUSY`, and
+// so are its own calls from a callback that one of its accesses runs;
 // after `softmm_section_end` its accessors are `-EINVAL` until the next
 // `begin` returns the same handle; it must be ended before its thread
 // exits. The handle lives as long as its CPU: using it after

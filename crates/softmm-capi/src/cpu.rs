@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use softmm::{Cpu, Fault, Scalar, Section};
 
-use crate::section::softmm_section;
+use crate::section::{softmm_section, InCall};
 use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault, softmm_mm};
 
 /// A CPU: one host thread's software TLB, attached to at most one address
@@ -14,7 +14,10 @@ use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault, softmm_mm
 /// it (other threads get `-EPERM`), and it must be freed before that
 /// thread exits. While an access section is open on it
 /// (`softmm_cpu_section_begin`) every `softmm_cpu_*` call on it is
-/// refused with `-EBUSY`.
+/// refused with `-EBUSY`, and so is every call on it or its section from a
+/// callback that a call on it runs (a device's `read` or `write`, a
+/// host-memory `release`): a callback may use other CPUs, and make new
+/// ones, but not the one whose access called it.
 pub struct softmm_cpu {
     /// The identity of the thread that made it (see [`thread_id`]). Never
     /// written after creation, and read by any thread that passes the
@@ -45,30 +48,30 @@ pub(crate) fn thread_id() -> usize {
     THREAD_MARK.with(|m| m as *const u8 as usize)
 }
 
-/// The CPU of a live handle, if the calling thread owns it and it is
-/// attached and running; else `-EINVAL` (null, detached, parked) or
-/// `-EPERM` (another thread's).
+/// [`owned`], if the CPU is attached and running; else `-EINVAL`
+/// (detached, parked) or `owned`'s error.
 ///
 /// # Safety
 ///
 /// `cpu` is null or a live handle.
-pub(crate) unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut Cpu, i32> {
+pub(crate) unsafe fn running<'a>(cpu: *mut softmm_cpu) -> Result<InCall<'a, CpuState>, i32> {
     // SAFETY: the caller's contract.
     let c = unsafe { owned(cpu) }?;
     if c.parked || c.cpu.mm().is_none() {
         return Err(-libc::EINVAL);
     }
-    Ok(&mut c.cpu)
+    Ok(c)
 }
 
-/// The owner's state of a handle, if the calling thread owns it and no
-/// section is open on it; `-EINVAL` for null, `-EPERM` for another
-/// thread's, `-EBUSY` while a section is open.
+/// The owner's state of a handle, if the calling thread owns it, no
+/// section is open on it and no other call on it runs; `-EINVAL` for
+/// null, `-EPERM` for another thread's, `-EBUSY` while a section is open
+/// or from a callback of a running call on it (a device's, a release).
 ///
 /// # Safety
 ///
 /// `cpu` is null or a live handle.
-pub(crate) unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut CpuState, i32> {
+pub(crate) unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<InCall<'a, CpuState>, i32> {
     // A shared reference: other threads may hold one too (to be refused
     // here), and the owner's mutable borrow is of `state` only.
     // SAFETY: null or live (the caller's contract).
@@ -80,11 +83,14 @@ pub(crate) unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<&'a mut CpuState,
     if h.section.is_open() {
         return Err(-libc::EBUSY);
     }
+    if h.section.in_call.get() {
+        return Err(-libc::EBUSY);
+    }
     // SAFETY: only the owner thread gets past the check, no section holds
-    // a borrow of the state (checked), and no call of this API runs
-    // another one on its thread (there are no callbacks), so this is the
-    // one reference to the state while the call lasts.
-    Ok(unsafe { &mut *h.state.get() })
+    // a borrow of the state, and no other call of this API on the CPU
+    // runs (both checked: a callback that a running call made is refused),
+    // so this is the one reference to the state while the call lasts.
+    h.section.enter(unsafe { &mut *h.state.get() })
 }
 
 /// Makes a CPU on the calling thread, attached to `mm` unless `mm` is null.
@@ -145,7 +151,7 @@ pub unsafe extern "C" fn softmm_cpu_free(cpu: *mut softmm_cpu) -> i32 {
 pub unsafe extern "C" fn softmm_cpu_attach(cpu: *mut softmm_cpu, mm: *const softmm_mm) -> i32 {
     guard(|| {
         // SAFETY: null or live (the caller's contract).
-        let c = match unsafe { owned(cpu) } {
+        let mut c = match unsafe { owned(cpu) } {
             Ok(c) => c,
             Err(e) => return e,
         };
@@ -166,7 +172,7 @@ pub unsafe extern "C" fn softmm_cpu_detach(cpu: *mut softmm_cpu) -> i32 {
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         match unsafe { owned(cpu) } {
-            Ok(c) => {
+            Ok(mut c) => {
                 c.cpu.detach();
                 0
             }
@@ -187,7 +193,7 @@ pub unsafe extern "C" fn softmm_cpu_park(cpu: *mut softmm_cpu) -> i32 {
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         match unsafe { owned(cpu) } {
-            Ok(c) => {
+            Ok(mut c) => {
                 c.cpu.park();
                 c.parked = true;
                 0
@@ -207,7 +213,7 @@ pub unsafe extern "C" fn softmm_cpu_resume(cpu: *mut softmm_cpu) -> i32 {
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         match unsafe { owned(cpu) } {
-            Ok(c) => {
+            Ok(mut c) => {
                 c.cpu.resume();
                 c.parked = false;
                 0
@@ -303,10 +309,10 @@ unsafe fn access(cpu: *mut softmm_cpu, fault: *mut softmm_fault, f: impl FnOnce(
         // SAFETY: null or live (the caller's contract).
         match unsafe { running(cpu) } {
             // SAFETY: null or valid (the caller's contract).
-            Ok(c) => {
-                let r = f(c);
+            Ok(mut c) => {
+                let r = f(&mut c.cpu);
                 // SAFETY: null or valid (the caller's contract).
-                unsafe { access_result(r, c.last_fault(), fault) }
+                unsafe { access_result(r, c.cpu.last_fault(), fault) }
             }
             Err(e) => e,
         }

@@ -31,7 +31,8 @@ use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault};
 ///
 /// Contract: only the CPU's thread uses it (others get `-EPERM`); one
 /// section per CPU at a time (a second `begin` is `-EBUSY`); while it is
-/// open the CPU's own calls, `softmm_cpu_free` included, are `-EBUSY`;
+/// open the CPU's own calls, `softmm_cpu_free` included, are `-EBUSY`, and
+/// so are its own calls from a callback that one of its accesses runs;
 /// after `softmm_section_end` its accessors are `-EINVAL` until the next
 /// `begin` returns the same handle; it must be ended before its thread
 /// exits. The handle lives as long as its CPU: using it after
@@ -42,6 +43,9 @@ pub struct softmm_section {
     owner: usize,
     /// Whether `open` holds a section; read by the owner thread only.
     is_open: Cell<bool>,
+    /// Whether a call of this API on the CPU or its section is running
+    /// ([`InCall`]); read by the owner thread only.
+    pub(crate) in_call: Cell<bool>,
     /// The open section, borrowing the CPU's `state.cpu` mutably.
     open: UnsafeCell<Option<Section<'static>>>,
 }
@@ -49,34 +53,82 @@ pub struct softmm_section {
 impl softmm_section {
     /// The closed section of a CPU being made on the calling thread.
     pub(crate) fn closed() -> Self {
-        softmm_section { owner: thread_id(), is_open: Cell::new(false), open: UnsafeCell::new(None) }
+        softmm_section {
+            owner: thread_id(),
+            is_open: Cell::new(false),
+            in_call: Cell::new(false),
+            open: UnsafeCell::new(None),
+        }
     }
 
     /// Whether a section is open (meaningful to the owner thread only).
     pub(crate) fn is_open(&self) -> bool {
         self.is_open.get()
     }
+
+    /// Marks a call of this API on the CPU or its section as running,
+    /// with `value` its one reference to the state it uses; `-EBUSY` if
+    /// one is already running on this thread: a callback that the running
+    /// call made (a device's `read` or `write`, a host-memory `release`)
+    /// and that calls in again on the same CPU or section, which would
+    /// otherwise take a second reference to the state in use (or free it).
+    pub(crate) fn enter<'a, T>(&'a self, value: &'a mut T) -> Result<InCall<'a, T>, i32> {
+        if self.in_call.replace(true) {
+            return Err(-libc::EBUSY);
+        }
+        Ok(InCall { flag: &self.in_call, value })
+    }
 }
 
-/// The open section behind a handle, if the calling thread owns it;
-/// `-EINVAL` for null or a closed section, `-EPERM` for another thread's.
+/// The one reference of a running call to a CPU's state or its open
+/// section (see [`softmm_section::enter`]); the call is over when it drops.
+pub(crate) struct InCall<'a, T> {
+    flag: &'a Cell<bool>,
+    value: &'a mut T,
+}
+
+impl<T> std::ops::Deref for InCall<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value
+    }
+}
+
+impl<T> std::ops::DerefMut for InCall<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.value
+    }
+}
+
+impl<T> Drop for InCall<'_, T> {
+    fn drop(&mut self) {
+        self.flag.set(false);
+    }
+}
+
+/// The open section behind a handle, if the calling thread owns it and no
+/// other call on it runs; `-EINVAL` for null or a closed section, `-EPERM`
+/// for another thread's, `-EBUSY` from a callback of a running call on it.
 ///
 /// # Safety
 ///
 /// `s` is null or the section handle of a live CPU.
 #[inline(always)]
-pub(crate) unsafe fn open<'a>(s: *mut softmm_section) -> Result<&'a mut Section<'static>, i32> {
+pub(crate) unsafe fn open<'a>(s: *mut softmm_section) -> Result<InCall<'a, Section<'static>>, i32> {
     // SAFETY: null or live (the caller's contract); shared, as in
     // `cpu::owned`: another thread may pass it too, to be refused.
     let h = unsafe { s.as_ref() }.ok_or(-libc::EINVAL)?;
     if h.owner != thread_id() {
         return Err(-libc::EPERM);
     }
-    // SAFETY: only the owner thread gets here, and no call of this API runs
-    // another on its thread, so this is the one reference to `open` while
-    // the call lasts.
+    if h.in_call.get() {
+        return Err(-libc::EBUSY);
+    }
+    // SAFETY: only the owner thread gets here, and no other call of this
+    // API on the CPU runs (checked: a callback of one is refused), so this
+    // is the one reference to `open` while the call lasts.
     let open = unsafe { &mut *h.open.get() };
-    open.as_mut().ok_or(-libc::EINVAL)
+    h.enter(open.as_mut().ok_or(-libc::EINVAL)?)
 }
 
 /// Opens an access section on `cpu` and stores its handle in `*out`
@@ -104,12 +156,12 @@ pub unsafe extern "C" fn softmm_cpu_section_begin(cpu: *mut softmm_cpu, out: *mu
             return -libc::EINVAL;
         }
         // SAFETY: null or live (the caller's contract); refuses another
-        // thread and an open section.
-        let c = match unsafe { running(cpu) } {
+        // thread, an open section and a callback of a running call.
+        let mut c = match unsafe { running(cpu) } {
             Ok(c) => c,
             Err(e) => return e,
         };
-        let c: *mut softmm::Cpu = c;
+        let c: *mut softmm::Cpu = &mut c.cpu;
         // SAFETY: `cpu` is live (the caller's contract), and `running`
         // passed, so this is its owner thread.
         let h = unsafe { &*cpu };
@@ -171,8 +223,8 @@ pub(crate) unsafe fn access(
         // SAFETY: the caller's contract.
         match unsafe { open(s) } {
             // SAFETY: null or valid (the caller's contract).
-            Ok(c) => {
-                let r = f(c);
+            Ok(mut c) => {
+                let r = f(&mut c);
                 // SAFETY: null or valid (the caller's contract).
                 unsafe { access_result(r, c.last_fault(), fault) }
             }

@@ -223,7 +223,7 @@ pub unsafe extern "C" fn softmm_cpu_pass_watchpoint(cpu: *mut softmm_cpu) -> i32
     guard(|| {
         // SAFETY: null or live (the caller's contract).
         match unsafe { owned(cpu) } {
-            Ok(c) => {
+            Ok(mut c) => {
                 c.cpu.pass_watchpoint();
                 0
             }
