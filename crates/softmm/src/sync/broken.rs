@@ -12,6 +12,29 @@
 //! a switch is set by the model's test thread, outside any model
 //! execution).
 
+/// Declares a model's switch: a thread-local flag under loom (per OS
+/// thread: loom runs every thread of a model on its test's thread, so a
+/// model that sets it breaks itself only) and `$reader`, its value, which
+/// is `false` outside loom builds.
+macro_rules! switch {
+    ($(#[$doc:meta])* $name:ident, $reader:ident) => {
+        #[cfg(loom)]
+        std::thread_local! {
+            $(#[$doc])*
+            pub(crate) static $name: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`]'s value (false outside loom).")]
+        #[inline(always)]
+        pub(crate) fn $reader() -> bool {
+            #[cfg(loom)]
+            return $name.with(std::cell::Cell::get);
+            #[cfg(not(loom))]
+            false
+        }
+    };
+}
+
 /// The switches of the fill-owner protocol (`tlb/targets.rs`), its ranged
 /// catch-up and a CPU's switch between address spaces (`Cpu::attach`);
 /// models `tlb/loom_tests.rs`. Per OS thread: loom runs every thread of a
@@ -57,8 +80,7 @@ pub(crate) mod host_mem {
 /// migrators `migrate.rs` and `migrate/hugetlb.rs`); model
 /// `migrate/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod migrate {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// The migrator begins the flushes of its unmap but does not wait
         /// for them before it copies (they are waited for at the end of
         /// its batch), and still holds the proof that its freeze takes
@@ -68,111 +90,64 @@ pub(crate) mod migrate {
         /// well, but loom, which sees no guest memory, would find no
         /// interleaving that differs: the migrator would never touch the
         /// CPU's state.)
-        pub(crate) static SKIP_FLUSH_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn skip_flush_wait() -> bool {
-        #[cfg(loom)]
-        return SKIP_FLUSH_WAIT.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        SKIP_FLUSH_WAIT,
+        skip_flush_wait
+    );
 }
 
 /// The switch of the per-CPU numbers (`sync/percpu.rs`, `PercpuIds`);
 /// its model is beside them. Per OS thread, as `tlb`'s.
 pub(crate) mod percpu_ids {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// A slot's next number is stored, not compare-exchanged against
         /// the number loaded: two threads of the slot take the same one.
-        pub(crate) static STORE_WITHOUT_COMPARE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn store_without_compare() -> bool {
-        #[cfg(loom)]
-        return STORE_WITHOUT_COMPARE.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        STORE_WITHOUT_COMPARE,
+        store_without_compare
+    );
 }
 
 /// The switches of the shootdown initiator (`tlb/shootdown.rs`); models
 /// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s: every model's
 /// shootdowns read it, and only the model that sets it may see it set.
 pub(crate) mod shootdown {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// A lock-free initiator loads the published CPU list without the
         /// fence that orders its PTE changes before the load.
-        pub(crate) static NO_LIST_FENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn no_list_fence() -> bool {
-        #[cfg(loom)]
-        return NO_LIST_FENCE.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        NO_LIST_FENCE,
+        no_list_fence
+    );
 }
 
 /// The switches of the shared barrier (`tlb/shared_barrier.rs`); models
 /// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod shared_barrier {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// An initiator is content with a barrier that had already started
         /// when it loaded `started` (waits for `done >= s`, not `s + 1`).
-        pub(crate) static JOIN_RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn join_running() -> bool {
-        #[cfg(loom)]
-        return JOIN_RUNNING.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        JOIN_RUNNING,
+        join_running
+    );
 }
 
 /// The switches of the per-CPU fence mode (`tlb/fence_mode.rs`); models
 /// `tlb/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod fence_mode {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// An initiator whose every target fences skips the barrier and its
         /// own fence too.
-        pub(crate) static SKIP_WITHOUT_FENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn skip_without_fence() -> bool {
-        #[cfg(loom)]
-        return SKIP_WITHOUT_FENCE.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        SKIP_WITHOUT_FENCE,
+        skip_without_fence
+    );
 }
 
 /// The switches of the commit charge (`phys/commit.rs`); model
 /// `phys/commit/loom_tests.rs`. Per OS thread, as `tlb`'s.
 pub(crate) mod commit {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// `OVERCOMMIT_NEVER` charges check their sum without the `never` lock.
-        pub(crate) static UNLOCKED_NEVER_CHECK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn unlocked_never_check() -> bool {
-        #[cfg(loom)]
-        return UNLOCKED_NEVER_CHECK.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        UNLOCKED_NEVER_CHECK,
+        unlocked_never_check
+    );
 }
 
 /// The switches of seed 000's schemes (`phys/hugetlb/lock.rs`,
@@ -330,20 +305,12 @@ pub(crate) mod pgtable {
 /// `sys/loom_tests.rs`. Per OS thread, as `tlb`'s: every model's
 /// `MADV_DONTNEED` reads it. Outside loom builds every switch is off.
 pub(crate) mod madvise {
-    #[cfg(loom)]
-    std::thread_local! {
+    switch!(
         /// The per-VMA path takes no read reference on the VMA it found: it
         /// zaps under that VMA's flags whether or not a writer has replaced it.
-        pub(crate) static NO_VMA_REF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    #[inline(always)]
-    pub(crate) fn no_vma_ref() -> bool {
-        #[cfg(loom)]
-        return NO_VMA_REF.with(std::cell::Cell::get);
-        #[cfg(not(loom))]
-        false
-    }
+        NO_VMA_REF,
+        no_vma_ref
+    );
 }
 
 /// The switches of the range writers' shared mode (`sync/range_writers.rs`);
