@@ -83,14 +83,12 @@ pub(crate) unsafe fn owned<'a>(cpu: *mut softmm_cpu) -> Result<InCall<'a, CpuSta
     if h.section.is_open() {
         return Err(-libc::EBUSY);
     }
-    if h.section.in_call.get() {
-        return Err(-libc::EBUSY);
-    }
     // SAFETY: only the owner thread gets past the check, no section holds
     // a borrow of the state, and no other call of this API on the CPU
-    // runs (both checked: a callback that a running call made is refused),
-    // so this is the one reference to the state while the call lasts.
-    h.section.enter(unsafe { &mut *h.state.get() })
+    // runs (both checked, the second by `enter` first: a callback that a
+    // running call made is refused), so this is the one reference to the
+    // state while the call lasts.
+    h.section.enter(|| Ok(unsafe { &mut *h.state.get() }))
 }
 
 /// Makes a CPU on the calling thread, attached to `mm` unless `mm` is null.

@@ -45,7 +45,7 @@ pub struct softmm_section {
     is_open: Cell<bool>,
     /// Whether a call of this API on the CPU or its section is running
     /// ([`InCall`]); read by the owner thread only.
-    pub(crate) in_call: Cell<bool>,
+    in_call: Cell<bool>,
     /// The open section, borrowing the CPU's `state.cpu` mutably.
     open: UnsafeCell<Option<Section<'static>>>,
 }
@@ -67,15 +67,18 @@ impl softmm_section {
     }
 
     /// Marks a call of this API on the CPU or its section as running,
-    /// with `value` its one reference to the state it uses; `-EBUSY` if
-    /// one is already running on this thread: a callback that the running
-    /// call made (a device's `read` or `write`, a host-memory `release`)
-    /// and that calls in again on the same CPU or section, which would
+    /// with the one reference to the state it uses, which `value` makes
+    /// (or refuses) only once no other call runs; `-EBUSY` if one is
+    /// already running on this thread: a callback that the running call
+    /// made (a device's `read` or `write`, a host-memory `release`) and
+    /// that calls in again on the same CPU or section, which would
     /// otherwise take a second reference to the state in use (or free it).
-    pub(crate) fn enter<'a, T>(&'a self, value: &'a mut T) -> Result<InCall<'a, T>, i32> {
-        if self.in_call.replace(true) {
+    pub(crate) fn enter<'a, T>(&'a self, value: impl FnOnce() -> Result<&'a mut T, i32>) -> Result<InCall<'a, T>, i32> {
+        if self.in_call.get() {
             return Err(-libc::EBUSY);
         }
+        let value = value()?;
+        self.in_call.set(true);
         Ok(InCall { flag: &self.in_call, value })
     }
 }
@@ -121,14 +124,10 @@ pub(crate) unsafe fn open<'a>(s: *mut softmm_section) -> Result<InCall<'a, Secti
     if h.owner != thread_id() {
         return Err(-libc::EPERM);
     }
-    if h.in_call.get() {
-        return Err(-libc::EBUSY);
-    }
     // SAFETY: only the owner thread gets here, and no other call of this
-    // API on the CPU runs (checked: a callback of one is refused), so this
-    // is the one reference to `open` while the call lasts.
-    let open = unsafe { &mut *h.open.get() };
-    h.enter(open.as_mut().ok_or(-libc::EINVAL)?)
+    // API on the CPU runs (`enter` checks first: a callback of one is
+    // refused), so this is the one reference to `open` while the call lasts.
+    h.enter(|| unsafe { &mut *h.open.get() }.as_mut().ok_or(-libc::EINVAL))
 }
 
 /// Opens an access section on `cpu` and stores its handle in `*out`
