@@ -258,8 +258,8 @@ impl PercpuIds {
 #[cfg(all(test, loom))]
 #[test]
 fn two_threads_of_one_slot_take_different_numbers() {
-    use crate::sync::Ordering::Relaxed;
-    let model = || {
+    fn model() -> Result<(), String> {
+        use crate::sync::Ordering::Relaxed;
         let ids = std::sync::Arc::new(PercpuIds::default());
         // One number left in slot 0's batch: the second call of the two
         // threads takes a new batch.
@@ -273,19 +273,12 @@ fn two_threads_of_one_slot_take_different_numbers() {
         let theirs = t.join().unwrap();
         let mut all = [mine, theirs].concat();
         all.sort_unstable();
-        all.windows(2).all(|w| w[0] != w[1]) && all[0] != 0
-    };
-    let builder = || {
-        let mut b = crate::sync::model::Builder::new();
-        b.preemption_bound = Some(2);
-        b
-    };
-    broken::percpu_ids::STORE_WITHOUT_COMPARE.with(|s| s.set(false));
-    builder().check(move || assert!(model(), "two calls returned one number"));
-    broken::percpu_ids::STORE_WITHOUT_COMPARE.with(|s| s.set(true));
-    let caught = crate::sync::broken::caught(2, builder, move || !model());
-    broken::percpu_ids::STORE_WITHOUT_COMPARE.with(|s| s.set(false));
-    assert!(caught, "the model did not catch the broken variant");
+        match all.windows(2).all(|w| w[0] != w[1]) && all[0] != 0 {
+            true => Ok(()),
+            false => Err(format!("two calls returned one number: {all:?}")),
+        }
+    }
+    broken::check_model(model, &broken::percpu_ids::STORE_WITHOUT_COMPARE);
 }
 
 #[cfg(all(test, not(loom)))]

@@ -40,24 +40,9 @@ fn two_charges_at_the_limit() -> Result<(), String> {
     }
 }
 
-fn builder() -> crate::sync::model::Builder {
-    let mut b = crate::sync::model::Builder::new();
-    b.preemption_bound = Some(2);
-    b
-}
-
 /// Exactly one of two charges that together pass the limit is refused,
 /// and the model catches the check made without the `never` mutex.
 #[test]
 fn never_mode_refuses_one_of_two_charges_at_the_limit() {
-    broken::UNLOCKED_NEVER_CHECK.with(|s| s.set(false));
-    builder().check(|| {
-        if let Err(e) = two_charges_at_the_limit() {
-            panic!("{e}");
-        }
-    });
-    broken::UNLOCKED_NEVER_CHECK.with(|s| s.set(true));
-    let caught = crate::sync::broken::caught(2, builder, || two_charges_at_the_limit().is_err());
-    broken::UNLOCKED_NEVER_CHECK.with(|s| s.set(false));
-    assert!(caught, "the model did not catch the unlocked never-mode check");
+    crate::sync::broken::check_model(two_charges_at_the_limit, &broken::UNLOCKED_NEVER_CHECK);
 }
