@@ -89,6 +89,9 @@ pub struct Cpu {
     /// request rate under `PostingPolicy::Adaptive` (`tlb/fence_mode.rs`).
     barrier: EntryBarrier,
     parked: bool,
+    /// The open section lifted the CPU's quiescence
+    /// (`CpuTlbState::lift_quiescence`): its end gives it back.
+    lifted: bool,
     stats: CpuStats,
     /// The last fault an access of this CPU returned ([`Cpu::last_fault`]).
     last_fault: Option<FaultInfo>,
@@ -120,6 +123,7 @@ impl Cpu {
             seen_req: 0,
             barrier,
             parked: false,
+            lifted: false,
             stats: CpuStats::default(),
             last_fault: None,
             vma_hint: Default::default(),
@@ -384,6 +388,14 @@ impl Cpu {
     #[cold]
     #[inline(never)]
     fn section_begin_slow(&mut self) {
+        // A section made while the CPU is quiescent (by a callback that
+        // softmm runs inside a call of this thread, which marked the
+        // thread's CPUs so): it is an access all the same, which a
+        // shootdown must wait for. Before the catch-up, which then sees
+        // every request that did not see the lift.
+        if self.state.lift_quiescence() {
+            self.lifted = true;
+        }
         if self.barrier.slow_entry(&self.state, &mut self.seen_req) {
             self.stats.tlb_flushes += 1;
         }
@@ -393,6 +405,17 @@ impl Cpu {
     #[inline(always)]
     fn section_end(&mut self) {
         self.state.section_end();
+        self.end_lift();
+    }
+
+    /// After a section's end: gives back the quiescence the section lifted,
+    /// if it did.
+    #[inline(always)]
+    fn end_lift(&mut self) {
+        if self.lifted {
+            self.lifted = false;
+            self.state.end_lift();
+        }
     }
 
     /// The host address of `va` for the `size`-byte `access` there (inside

@@ -315,6 +315,7 @@ impl Drop for Section<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         self.state().section_end();
+        self.cpu.end_lift();
     }
 }
 

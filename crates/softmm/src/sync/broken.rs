@@ -61,6 +61,11 @@ pub(crate) mod tlb {
         /// its TLB (`Cpu::empty_tlb` does nothing): a CPU out of the
         /// attached list, which no initiator asks, still holds entries.
         pub(crate) static SWITCH_KEEPS_TLB: Cell<bool> = const { Cell::new(false) };
+        /// A section entered while its CPU is quiescent (by a callback that
+        /// softmm runs inside a call of its thread) does not lift the
+        /// quiescence (`CpuTlbState::lift_quiescence`): no shootdown waits
+        /// for it.
+        pub(crate) static SECTION_KEEPS_QUIESCENCE: Cell<bool> = const { Cell::new(false) };
     }
 }
 

@@ -72,6 +72,13 @@
 //!   its CPUs whose section is still open has its TLB emptied
 //!   ([`QuiescentGuard`]'s drop): a flush may have skipped it meanwhile,
 //!   and the accesses of a [`crate::Section`] do not check the requests.
+//!   A section *entered* while its CPU is quiescent (a callback that
+//!   softmm runs inside the call accesses memory through a CPU of the
+//!   thread) is an access like any other: each level entered marks the
+//!   CPU's pending word, so that the entry takes the slow path, where
+//!   [`CpuTlbState::lift_quiescence`] counts the levels entered as lifted
+//!   (a CPU is quiescent while more are entered than lifted), fences, and
+//!   only then catches up; the section's end gives them back.
 //! * **Attach** (under the list lock): read `flush_req`, with an empty TLB;
 //!   publish the list, then a SeqCst fence.
 //!   **Detach** (under the list lock): remove it from the list and publish

@@ -97,8 +97,13 @@ pub struct CpuTlbState {
     /// section the waiter saw, which then uses no translation from before
     /// the request.
     flush_ack: AtomicU64,
-    /// Non-zero while the CPU is parked or its thread is inside softmm (a
-    /// syscall or a fault), where it uses none of its translations.
+    /// The CPU's quiescence, written only by its own thread: in the low 32
+    /// bits, the levels entered (1 while parked, 1 per [`super::QuiescentGuard`]
+    /// of its thread alive: a syscall, a fault); in the high 32 bits, how
+    /// many of them a section of the CPU's own lifted
+    /// ([`CpuTlbState::lift_quiescence`]). The CPU is quiescent, and no
+    /// shootdown waits for it, while more levels are entered than lifted
+    /// ([`is_quiescent`]).
     quiescent: AtomicU64,
     /// What each of the last [`FLUSH_RANGES`] flush requests covers, in
     /// the slot of its number (modulo): the number's low bits as a tag,
@@ -118,6 +123,21 @@ pub struct CpuTlbState {
 const PENDING_REQUEST: u64 = 1;
 /// [`CpuTlbState::flush_pending`]: every entry looks (and fences first).
 const PENDING_ALWAYS: u64 = 2;
+/// [`CpuTlbState::flush_pending`]: the CPU is quiescent, so that an entry
+/// takes the slow path, where it lifts that for its section
+/// ([`CpuTlbState::lift_quiescence`]). Set with each level entered, kept by
+/// the entries' takes while any is.
+const PENDING_QUIESCENT: u64 = 4;
+
+/// [`CpuTlbState`]'s `quiescent` word: the levels entered.
+const QUIESCENT_LEVELS: u64 = u32::MAX as u64;
+
+/// Whether a `quiescent` word says the CPU is quiescent: more levels
+/// entered than a section of its own lifted.
+#[inline]
+fn is_quiescent(word: u64) -> bool {
+    word & QUIESCENT_LEVELS > word >> 32
+}
 
 impl CpuTlbState {
     /// A CPU outside any access.
@@ -184,7 +204,11 @@ impl CpuTlbState {
     /// path; `Cpu::new` sets the CPU's mode so. On the CPU's own thread.
     #[inline]
     pub fn take_flush_pending(&self, always: bool) {
-        let keep = if always { PENDING_ALWAYS } else { 0 };
+        let mut keep = if always { PENDING_ALWAYS } else { 0 };
+        // Relaxed: the CPU's own thread is the word's only writer.
+        if self.quiescent.load(Ordering::Relaxed) & QUIESCENT_LEVELS != 0 {
+            keep |= PENDING_QUIESCENT;
+        }
         // AcqRel: the requests load that follows is not hoisted above it.
         self.flush_pending.swap(keep, Ordering::AcqRel);
     }
@@ -306,14 +330,60 @@ impl CpuTlbState {
         self.acknowledge(self.flush_req.load(Ordering::Acquire));
     }
 
-    /// Marks the CPU quiescent (parked or blocked in softmm); nests.
+    /// Marks the CPU quiescent (parked or blocked in softmm); nests. On the
+    /// CPU's own thread, as every write of its quiescence.
     #[inline]
     pub fn enter_quiescent(&self) {
         // SeqCst, hence Release: the CPU's accesses so far (a `with_slice`
         // callback's, whose section is still open) happen before an
-        // initiator that reads this depth (SeqCst, hence Acquire) stops
-        // waiting.
-        self.quiescent.fetch_add(1, Ordering::SeqCst);
+        // initiator that reads this word (SeqCst, hence Acquire) stops
+        // waiting. An entered level is above any lifted one, so the CPU is
+        // quiescent from here whatever its sections lifted.
+        let w = self.quiescent.load(Ordering::Relaxed);
+        debug_assert!(w & QUIESCENT_LEVELS < QUIESCENT_LEVELS);
+        self.quiescent.store(w + 1, Ordering::SeqCst);
+        // A section entered while this level lives (by a callback that
+        // softmm runs inside the call) must take the slow path, which lifts
+        // it (`lift_quiescence`). Relaxed: only this thread reads it so.
+        self.flush_pending.fetch_or(PENDING_QUIESCENT, Ordering::Relaxed);
+    }
+
+    /// Called by a section's entry, on the slow path, after its store of
+    /// `inside` and before it takes the mark: if the CPU is quiescent, a
+    /// callback that softmm runs inside a call of this thread (a device's,
+    /// a host memory release) is accessing memory through it. A shootdown
+    /// must wait for that section as for any other, so it lifts every level
+    /// entered until [`CpuTlbState::end_lift`], which the caller calls
+    /// after the section's end. Returns whether it lifted.
+    #[inline]
+    pub(crate) fn lift_quiescence(&self) -> bool {
+        let w = self.quiescent.load(Ordering::Relaxed);
+        #[cfg(loom)]
+        if super::broken::SECTION_KEEPS_QUIESCENCE.with(std::cell::Cell::get) {
+            return false;
+        }
+        if !is_quiescent(w) {
+            return false;
+        }
+        let levels = w & QUIESCENT_LEVELS;
+        self.quiescent.store(levels | levels << 32, Ordering::SeqCst);
+        // Dekker with an initiator, as the entry's own barrier, but on the
+        // word: our store of it, this fence, then the mark's and the
+        // requests' loads (the caller's catch-up); the initiator's request,
+        // its barrier, then its load of the word. Either it sees the CPU
+        // not quiescent (and inside, stored before) and waits, or we see
+        // its request and drop the entries it covers before any lookup.
+        fence(Ordering::SeqCst);
+        true
+    }
+
+    /// Ends what [`CpuTlbState::lift_quiescence`] lifted, after the
+    /// section's end: the levels still entered count again.
+    #[cold]
+    pub(crate) fn end_lift(&self) {
+        let w = self.quiescent.load(Ordering::Relaxed);
+        // SeqCst, hence Release, as `enter_quiescent`'s store.
+        self.quiescent.store(w & QUIESCENT_LEVELS, Ordering::SeqCst);
     }
 
     /// True while the CPU is inside an access section. Exact only on the
@@ -326,8 +396,15 @@ impl CpuTlbState {
     /// Leaves one level of quiescence.
     #[inline]
     pub fn exit_quiescent(&self) {
-        let old = self.quiescent.fetch_sub(1, Ordering::SeqCst);
-        debug_assert!(old > 0);
+        let w = self.quiescent.load(Ordering::Relaxed);
+        let levels = w & QUIESCENT_LEVELS;
+        debug_assert!(levels > 0);
+        let levels = levels.saturating_sub(1);
+        // A lifting section that outlives the guard whose level it lifted
+        // (its `Cpu` leaked, so its `Translation` may be kept anywhere)
+        // keeps no more lifted than entered: a level entered later counts.
+        let lifted = (w >> 32).min(levels);
+        self.quiescent.store(levels | lifted << 32, Ordering::SeqCst);
         // Nothing after this uses a translation without a new section,
         // whose own barrier orders its load of `gen`; the fence keeps the
         // quiescent state's end ordered for the fallback's Dekker reasoning
@@ -345,9 +422,10 @@ impl CpuTlbState {
     #[inline]
     fn wait_until(&self, policy: ShootdownPolicy, ack: u64) -> Option<WaitFor> {
         // Acquire on `inside` pairs with the Release in `section_end`;
-        // SeqCst on `quiescent` with the RMW in `enter_quiescent`.
+        // SeqCst on `quiescent` with the stores of `enter_quiescent` and
+        // `end_lift`.
         let inside = self.inside.load(Ordering::Acquire) == 1;
-        if self.quiescent.load(Ordering::SeqCst) > 0 {
+        if is_quiescent(self.quiescent.load(Ordering::SeqCst)) {
             return None;
         }
         match (inside, policy) {
@@ -365,7 +443,7 @@ impl CpuTlbState {
         // Acquire on each pairs with the CPU's Release stores.
         w.or_exit && self.inside.load(Ordering::Acquire) == 0
             || self.flush_ack.load(Ordering::Acquire) >= w.ack
-            || self.quiescent.load(Ordering::SeqCst) > 0
+            || is_quiescent(self.quiescent.load(Ordering::SeqCst))
     }
 }
 
@@ -1087,6 +1165,57 @@ mod tests {
             cpu.exit_quiescent();
             cpu.section_end();
         }
+    }
+
+    /// A section entered while its CPU is quiescent (a callback's, inside
+    /// a call of its thread) lifts the levels entered so far and is waited
+    /// for; a level entered inside it (a call from the section) counts
+    /// again; a lifted level whose guard ends while the section is open
+    /// leaves no level lifted that a later call entered.
+    #[test]
+    fn a_section_entered_while_quiescent_is_waited_for() {
+        let dom = TlbDomain::with_policies(ShootdownPolicy::default(), PostingPolicy::Locked);
+        let cpu = CpuTlbState::new();
+        dom.attach(&cpu);
+        // Each flush's ticket, kept (dropping one waits) until the section
+        // ends, with the flushes that noted the CPU so far.
+        let mut tickets = Vec::new();
+        let mut flush = |n| {
+            tickets.push(dom.flush_begin(&[]));
+            assert_eq!(dom.stats().flush_waits, n);
+        };
+        cpu.enter_quiescent();
+        cpu.enter_quiescent();
+        assert_ne!(cpu.flush_pending() & PENDING_QUIESCENT, 0, "the next entry takes the slow path");
+        cpu.section_begin(false);
+        assert!(cpu.lift_quiescence());
+        flush(1);
+        // A call from inside the section: quiescent, not waited for.
+        cpu.enter_quiescent();
+        flush(1);
+        cpu.exit_quiescent();
+        flush(2);
+        // The guard whose level it lifted ends first.
+        cpu.exit_quiescent();
+        flush(3);
+        // A later call's level counts.
+        cpu.enter_quiescent();
+        flush(3);
+        cpu.exit_quiescent();
+        cpu.section_end();
+        cpu.end_lift();
+        // One level left, the quiescence back; kept in the mark.
+        cpu.section_begin(false);
+        cpu.take_flush_pending(false);
+        assert_ne!(cpu.flush_pending() & PENDING_QUIESCENT, 0);
+        flush(3);
+        cpu.section_end();
+        returns(move || tickets.into_iter().for_each(FlushTicket::wait));
+        cpu.exit_quiescent();
+        cpu.take_flush_pending(false);
+        assert_eq!(cpu.flush_pending(), 0);
+        assert!(!cpu.lift_quiescence());
+        dom.detach(&cpu);
     }
 
     #[test]

@@ -366,3 +366,70 @@ fn ranged_requests_against_a_catch_up() -> Result<(), String> {
 fn a_ranged_request_is_never_mistaken_for_an_older_one() {
     crate::sync::broken::check_model(ranged_requests_against_a_catch_up, &crate::tlb::broken::RANGE_WITHOUT_TAG);
 }
+
+/// A callback that softmm runs inside a call of its thread (a device's, a
+/// host memory release) accesses memory through a CPU of that thread,
+/// which the call marked quiescent ([`QuiescentGuard`]): the real `Cpu`
+/// holds a translation open, preempted inside, while the main thread
+/// munmaps the page with the real `munmap` and reuses the frame. The
+/// section lifts the quiescence (`CpuTlbState::lift_quiescence`), so the
+/// munmap's flush waits for it or the section sees the request; reading
+/// the reused frame's bytes is the bug.
+fn a_real_callback_access_against_a_real_munmap() -> Result<(), String> {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Access, Cpu, PAGE_SIZE};
+    const OLD: u8 = 0xab;
+    const REUSED: u8 = 0xee;
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    let old = mm.pte_at(a).pfn();
+    // SAFETY: the frame is mapped at `a` and nothing else runs.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    let t = {
+        let mm = mm.clone();
+        crate::sync::model::spawn(move || {
+            let mut cpu = Cpu::attached(&mm);
+            // A walk fills the TLB (the entry is present: no fault).
+            let first = cpu.read_u8(a);
+            // The call that runs the callback.
+            let call = QuiescentGuard::enter();
+            let held = cpu.translate(a, Access::Read).map(|t| {
+                loom::thread::yield_now();
+                let mut byte = [0];
+                // SAFETY: inside the page, while the guard lives; atomic.
+                unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
+                byte[0]
+            });
+            drop(call);
+            (first, held)
+        })
+    };
+    mm.munmap(a, PAGE_SIZE).unwrap();
+    // SAFETY: arena memory, accessed atomically; no mapping refers to it.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), REUSED, PAGE_SIZE as usize) };
+    let (first, held) = t.join().unwrap();
+    let segv = |r: Result<u8, crate::Fault>| r.is_err_and(|f| f.signal() == libc::SIGSEGV);
+    if !(first == Ok(OLD) || segv(first)) {
+        return Err(format!("{first:?}"));
+    }
+    if !(held == Ok(OLD) || segv(held)) {
+        return Err(format!("a callback's access read a freed, reused frame: {held:?}"));
+    }
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+    Ok(())
+}
+
+/// The model above, and its variant whose section keeps the quiescence
+/// (`broken::SECTION_KEEPS_QUIESCENCE`).
+#[test]
+fn a_callbacks_access_through_a_quiescent_cpu_is_waited_for() {
+    crate::sync::broken::check_model(
+        a_real_callback_access_against_a_real_munmap,
+        &crate::tlb::broken::SECTION_KEEPS_QUIESCENCE,
+    );
+}
