@@ -26,7 +26,10 @@
 //!    lock-free fault that found it aborts, exactly as under `mmap_lock`;
 //! 5. zaps, frees the page tables (never beyond its window: the view's
 //!    floor and ceiling stop at the window's bounds) and flushes, as the
-//!    `mmap_lock` path does in its section;
+//!    `mmap_lock` path does in its section; a `munmap` that empties its
+//!    window and leaves its 512 GiB region without a VMA frees the
+//!    region's PUD table under `mmap_lock` after it leaves
+//!    ([`AddressSpace::range_munmap`]), as Linux's `free_pgtables` does;
 //! 6. pins again, publishes the window, marks it for the next `mmap_lock`
 //!    holder ([`WindowDir::mark_range_dirty`]) and counts its change of
 //!    `map_count` in its slot; then unlocks the window and leaves.
@@ -68,6 +71,8 @@
 //!   for `mmap`, a new VMA that would merge with a neighbour in another
 //!   window (the merged VMA would cross);
 //! * the shared mode blocked (an `mmap_lock` holder in or waiting);
+//! * a call that cannot make a VMA on a window that never held one (whose
+//!   directory leaf it would allocate for nothing, [`Neighbours`]);
 //! * `FaultPolicy::Speculative`, whose faults validate against the address
 //!   space's sequence count, which range writers do not bump;
 //! * a lock-free unmap's reservation in flight anywhere
@@ -257,10 +262,18 @@ impl RangeState {
 /// window above without its lock: a VMA starting at the bound is there or
 /// not for as long as it holds its own window's lock (a munmap may remove
 /// one meanwhile, which only makes a fallback needless).
+///
+/// It also says whether the call makes a new VMA (`mmap`): only such a
+/// call allocates the directory leaf of a window that never held a VMA
+/// (`WindowDir::lock_window`); any other finds nothing of its own there,
+/// and goes to `mmap_lock` rather than allocate 16 KiB that nothing frees
+/// before the address space goes.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Neighbours {
     /// The window below.
     pub(crate) below: bool,
+    /// The call makes a new VMA in its window.
+    pub(crate) new_vma: bool,
 }
 
 impl Neighbours {
@@ -268,7 +281,7 @@ impl Neighbours {
     /// locks.
     pub(crate) fn of(start: u64) -> Neighbours {
         let lo = window_of(start) << crate::vma::WINDOW_SHIFT;
-        Neighbours { below: start == lo }
+        Neighbours { below: start == lo, new_vma: true }
     }
 }
 
@@ -340,11 +353,13 @@ impl AddressSpace {
         // it after (`mm/loom_tests.rs`).
         let late = crate::sync::broken::range_writers::zap_after_leave();
         let mut late_span = None;
+        let mut emptied = false;
         let res = self.range_write_span(start, end, Neighbours::default(), |mm, st, tlb| {
             if !st.vmas.overlapping(start, end).all(|v| range_vma_ok(v)) {
                 return None;
             }
             let res = mm.detach_vmas(st, start, end);
+            emptied = matches!(res, Ok(Some(_))) && st.vmas.iter().next().is_none();
             if let (true, Ok(Some(span))) = (late, &res) {
                 late_span = Some(*span);
                 return Some(res.map(|_| ()));
@@ -369,7 +384,45 @@ impl AddressSpace {
             tlb.finish(self);
         }
         self.range_count_fallback(res.is_none());
+        if emptied {
+            self.range_free_emptied_region(start);
+        }
         res
+    }
+
+    /// After a range `munmap` that left its window without a VMA: Linux's
+    /// `free_pgtables` also frees the PUD table of a 512 GiB region that
+    /// the unmap leaves without any VMA, which the window's view cannot
+    /// (its floor and ceiling stop at the window's bounds). If the
+    /// published set holds no VMA in the region of `va` and its PUD table
+    /// is still there, frees it under `mmap_lock`, where the floor and the
+    /// ceiling are the whole set's (the check is repeated there), before
+    /// the call returns.
+    fn range_free_emptied_region(&self, va: u64) {
+        use crate::pgtable::PGDIR_SIZE;
+        let lo = va & !(PGDIR_SIZE - 1);
+        let hi = lo + PGDIR_SIZE;
+        // Dekker with the range writer emptying another window of the
+        // region: each published its window (a swap), then looks at the
+        // other's; with a fence between on both sides, one of them sees
+        // both windows empty.
+        crate::sync::fence(Ordering::SeqCst);
+        {
+            let guard = crossbeam_epoch::pin();
+            let published = self.vmas_rcu(&guard);
+            if !self.pgtables.has_pud_table(va)
+                || crate::vma::query::last_at_or_below(published, hi - 1).is_some_and(|v| v.end > lo)
+            {
+                return;
+            }
+        }
+        let st = self.write_lock();
+        let mut tlb = MmuGather::default();
+        self.free_pgtables(&st, lo, hi.min(self.config.task_size.next_power_of_two()), &mut tlb);
+        tlb.flush_and_free(self);
+        drop(st);
+        tlb.free_tables_here(self);
+        tlb.finish(self);
     }
 
     /// Counts a call the range policy sent to `mmap_lock` (`fell`).
@@ -455,7 +508,7 @@ impl AddressSpace {
         let mut locked = Vec::with_capacity(2);
         let below = (neighbours.below && w > 0).then(|| w - 1);
         for lw in below.into_iter().chain([w]) {
-            let (g, contended) = self.windows.lock_window(lw);
+            let (g, contended) = self.windows.lock_window(lw, neighbours.new_vma)?;
             if contended {
                 self.range.count(|c| &c.conflicts);
             }

@@ -66,6 +66,9 @@ pub(crate) const PMD_SIZE: u64 = PAGE_SIZE * PTRS_PER_TABLE as u64;
 const _: () = assert!(crate::phys::hugetlb::HPAGE_SIZE == PMD_SIZE);
 /// Bytes one PUD entry maps: the window a PMD table covers.
 pub(crate) const PUD_SIZE: u64 = PMD_SIZE * PTRS_PER_TABLE as u64;
+/// Bytes one top-level entry maps: the region a PUD table covers, 512 GiB
+/// (the P4D level folded, as on 4-level x86-64).
+pub(crate) const PGDIR_SIZE: u64 = PUD_SIZE * PTRS_PER_TABLE as u64;
 
 /// The 4-level tree of one address space.
 pub(crate) struct PageTables {
@@ -227,6 +230,11 @@ impl PageTables {
     /// under that lock, so the answer holds until the guard is dropped.
     pub(crate) fn pmd_links(&self, va: u64, leaf: &Leaf<'_>, guard: &Guard) -> bool {
         self.pmd_table(va, guard).is_some_and(|t| leaf.is_in(t))
+    }
+
+    /// True if the top-level entry of `va` links a PUD table (`!pgd_none`).
+    pub(crate) fn has_pud_table(&self, va: u64) -> bool {
+        matches!(step(self.root(), va, 3), Child::Table(_))
     }
 
     /// True if the PUD entry of `va` links a PMD table (`!pud_none`).

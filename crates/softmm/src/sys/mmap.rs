@@ -302,7 +302,7 @@ impl AddressSpace {
             // A mapping the search puts at the arena's bottom falls back
             // (it would need the lock of the window below).
             let (lo, hi) = crate::mm::layout::arena(&self.config, crate::mm::layout::thread_slot()?)?;
-            (lo, hi, Neighbours { below: false })
+            (lo, hi, Neighbours { below: false, new_vma: true })
         } else {
             return None;
         };

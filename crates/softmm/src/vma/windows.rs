@@ -311,21 +311,29 @@ impl WindowDir {
         reclaimer.end_section(guard);
     }
 
-    /// Takes window `w`'s writer lock (`mm/range.rs`), its leaf allocated
-    /// at its first use; the flag is true when another writer held it.
-    /// The window's line (its lock, then its version) counts as one shared
-    /// write when another thread wrote it last.
+    /// Takes window `w`'s writer lock (`mm/range.rs`); the flag is true
+    /// when another writer held it. A window whose leaf was never allocated
+    /// has never held a VMA: with `alloc` (a call that may make one there)
+    /// its leaf is allocated now, else the answer is `None` and nothing is
+    /// allocated. The window's line (its lock, then its version) counts as
+    /// one shared write when another thread wrote it last.
     #[track_caller]
-    pub(crate) fn lock_window(&self, w: u64) -> (Option<crate::sync::MutexGuard<'_, ()>>, bool) {
-        let (_, window) = self.window_or_alloc(w);
+    pub(crate) fn lock_window(&self, w: u64, alloc: bool) -> Option<(Option<crate::sync::MutexGuard<'_, ()>>, bool)> {
+        let window = if alloc { self.window_or_alloc(w).1 } else { self.window(w)? };
         window.written.write();
         if crate::sync::broken::range_writers::no_window_lock() {
-            return (None, false);
+            return Some((None, false));
         }
-        match window.lock.try_lock() {
+        Some(match window.lock.try_lock() {
             Some(g) => (Some(g), false),
             None => (Some(window.lock.lock()), true),
-        }
+        })
+    }
+
+    /// How many leaves the directory has allocated (for the tests).
+    #[cfg(test)]
+    pub(crate) fn leaves_allocated(&self) -> usize {
+        self.leaves.iter().filter(|l| !l.load(StdOrdering::Relaxed).is_null()).count()
     }
 
     /// Records that a range writer published window `w`, for the next

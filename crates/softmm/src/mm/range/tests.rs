@@ -158,7 +158,9 @@ fn a_file_mmap_inside_a_window_takes_no_mmap_lock() {
     let writes = mm.counters.lock_counts().0;
     mm.munmap(a, 8 * PAGE_SIZE).unwrap();
     mm.munmap(b, 8 * PAGE_SIZE).unwrap();
-    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    // Each leaves its 512 GiB region (the fixed address's, the arena's)
+    // without a VMA: its PUD table is freed under `mmap_lock`.
+    assert_eq!(mm.counters.lock_counts().0, writes + 2, "no mmap_lock write section but the PUD tables'");
     assert_eq!(mm.stats().map_count, 0);
     drop((cpu, mm, open, read_only, file));
     assert_eq!(phys.quiesce().frames_used, 0);
@@ -200,7 +202,9 @@ fn a_shared_anonymous_mmap_inside_a_window_takes_no_mmap_lock() {
     let writes = mm.counters.lock_counts().0;
     mm.munmap(a, 4 * PAGE_SIZE).unwrap();
     mm.munmap(b, 4 * PAGE_SIZE).unwrap();
-    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    // Each leaves its 512 GiB region (the fixed address's, the arena's)
+    // without a VMA: its PUD table is freed under `mmap_lock`.
+    assert_eq!(mm.counters.lock_counts().0, writes + 2, "no mmap_lock write section but the PUD tables'");
     // The objects' pages and charge went with the last unmap.
     assert_eq!(phys.committed_pages(), committed);
     assert_eq!(phys.stats().frames_used, 0);
@@ -621,4 +625,65 @@ fn a_fixed_mremap_of_many_vmas_takes_mmap_lock() {
     let short = run(WriterPolicy::Short);
     assert_eq!(short.0, Ok(0x100 * GIB + 88 * PAGE_SIZE));
     assert_eq!(run(WriterPolicy::Range), short);
+}
+
+/// A range `munmap` that leaves its 512 GiB region without a VMA frees the
+/// region's PUD table before it returns, as Linux's `free_pgtables` does
+/// (the window's view alone frees only the window's tables); one that
+/// leaves a VMA in another window of the region keeps it. Before, the PUD
+/// table stayed until a later `mmap_lock` unmap or the exit.
+#[test]
+fn a_range_munmap_that_empties_its_region_frees_the_pud_table() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    // Freed tables are counted once their grace period is over: waited
+    // for (another test thread may hold it back a while), up to 10 s.
+    let tables_reach = |want: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            crate::sync::rcu::reclaim_now();
+            let now = phys.stats().page_tables;
+            if now == want || std::time::Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    let base = phys.stats().page_tables;
+    let (a, b) = (0x100 * GIB, 0x105 * GIB);
+    for at in [a, b] {
+        mm.mmap(at, PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+        mm.handle_fault(at, crate::Access::Write).unwrap();
+    }
+    assert_eq!(phys.stats().page_tables, base + 5, "a PUD table, two PMD tables, two PTE tables");
+    let writes = mm.counters.lock_counts().0;
+    mm.munmap(b, PAGE_SIZE).unwrap();
+    assert_eq!(tables_reach(base + 3), base + 3, "the region keeps its PUD table for the VMA at a");
+    assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
+    mm.munmap(a, PAGE_SIZE).unwrap();
+    assert_eq!(mm.range.stats().fallbacks, 0);
+    assert_eq!(tables_reach(base), base, "the emptied region's PUD table is freed");
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
+}
+
+/// A range call that cannot make a VMA, on a window that never held one,
+/// allocates nothing for it (its directory leaf, 16 KiB): it goes to
+/// `mmap_lock`, with the same answers. Before, each such window's leaf was
+/// allocated and kept until the address space went.
+#[test]
+fn a_range_call_on_a_window_that_never_held_a_vma_allocates_nothing() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let leaves = mm.windows.leaves_allocated();
+    let at = 0x7000 * GIB + 16 * PAGE_SIZE;
+    assert_eq!(mm.munmap(at, PAGE_SIZE), Ok(()));
+    assert_eq!(mm.mprotect(at, PAGE_SIZE, PROT_READ), Err(crate::Errno::NoMem));
+    assert_eq!(mm.madvise(at, PAGE_SIZE, MADV_DONTFORK), Err(crate::Errno::NoMem));
+    assert_eq!(mm.mremap(at, PAGE_SIZE, 2 * PAGE_SIZE, 0, 0), Err(crate::Errno::Fault));
+    assert_eq!(mm.windows.leaves_allocated(), leaves, "no leaf for a window that holds nothing");
+    assert_eq!(mm.range.stats().fallbacks, 4);
+    // A mapping there makes one.
+    mm.mmap(at, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+    assert_eq!(mm.windows.leaves_allocated(), leaves + 1);
 }
