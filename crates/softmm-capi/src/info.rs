@@ -46,6 +46,13 @@ fn leak_c(s: String) -> *const c_char {
 /// `"unknown error"` for a negative value softmm never returns.
 #[no_mangle]
 pub extern "C" fn softmm_strerror(result: i64) -> *const c_char {
+    // No unwinding into C: a panic (none is known) answers as the bug it is.
+    std::panic::catch_unwind(|| strerror(result))
+        .unwrap_or_else(|_| c"ENOTRECOVERABLE: softmm panicked (a bug in softmm, to be reported)".as_ptr())
+}
+
+/// [`softmm_strerror`]'s text.
+fn strerror(result: i64) -> *const c_char {
     let text = match result {
         r if r == i64::from(SOFTMM_FAULTED) => {
             "SOFTMM_FAULTED: the guest access faulted (its softmm_fault says how)".to_string()
