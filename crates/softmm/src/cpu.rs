@@ -174,6 +174,9 @@ impl Cpu {
         // Out of the domain with an empty TLB: a shootdown still waiting
         // for this CPU's next access stops waiting.
         self.state.passed_quiescent_point();
+        // That ends a section whose end was skipped (forgotten), and with
+        // it what the section lifted.
+        self.end_lift();
     }
 
     /// The attached address space.
@@ -728,17 +731,25 @@ impl Cpu {
         while done < len {
             let a = addr.wrapping_add(done as u64);
             let n = ((PAGE_SIZE - a % PAGE_SIZE) as usize).min(len - done);
+            // Declared before the section, so dropped after its end: the
+            // last hold runs the embedder's release callback, which must
+            // not run inside this CPU's open, waited-for section (anything
+            // it blocks on would hold shootdowns up).
+            let mut _host_hold = None;
             let t = self.translate_sized(a, n, n, access)?;
             let mm = t.section.cpu().mm.as_deref().expect("attached");
             let phys = &mm.phys;
             // Embedder memory (`mmap_host`) has no frame: its release is
             // held instead, or, if its VMA went meanwhile, the page is
             // translated again (and faults).
-            let (_frame, _host): (Option<FrameRef<'_>>, _) = if phys.is_arena_ptr(t.ptr) {
-                (Some(phys.get(phys.pfn_of_ptr(t.ptr))), None)
+            let _frame: Option<FrameRef<'_>> = if phys.is_arena_ptr(t.ptr) {
+                Some(phys.get(phys.pfn_of_ptr(t.ptr)))
             } else {
                 match Cpu::hold_host_mem(mm, a, t.ptr) {
-                    Some(hold) => (None, Some(hold)),
+                    Some(hold) => {
+                        _host_hold = Some(hold);
+                        None
+                    }
                     None => continue,
                 }
             };
@@ -747,7 +758,7 @@ impl Cpu {
             //    embedder memory: `translate` returned a pointer into it and
             //    `n` stops at the page end;
             // 2. the frame (the embedder's memory: its release waits for
-            //    `_host`) stays allocated until `_frame` is dropped after
+            //    `_host_hold`) stays allocated until `_frame` is dropped after
             //    `f` returns, whatever `f` does to the address space (the
             //    section `t` holds would not be enough if `f` calls into
             //    softmm, which makes the CPU quiescent);

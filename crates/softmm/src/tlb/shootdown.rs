@@ -342,10 +342,13 @@ impl CpuTlbState {
         let w = self.quiescent.load(Ordering::Relaxed);
         debug_assert!(w & QUIESCENT_LEVELS < QUIESCENT_LEVELS);
         self.quiescent.store(w + 1, Ordering::SeqCst);
-        // A section entered while this level lives (by a callback that
-        // softmm runs inside the call) must take the slow path, which lifts
-        // it (`lift_quiescence`). Relaxed: only this thread reads it so.
-        self.flush_pending.fetch_or(PENDING_QUIESCENT, Ordering::Relaxed);
+        // A section entered while a level lives (by a callback that softmm
+        // runs inside the call) must take the slow path, which lifts it
+        // (`lift_quiescence`); set by the first level, cleared by the last
+        // one's exit. Relaxed: only this thread reads it so.
+        if w & QUIESCENT_LEVELS == 0 {
+            self.flush_pending.fetch_or(PENDING_QUIESCENT, Ordering::Relaxed);
+        }
     }
 
     /// Called by a section's entry, on the slow path, after its store of
@@ -405,6 +408,13 @@ impl CpuTlbState {
         // keeps no more lifted than entered: a level entered later counts.
         let lifted = (w >> 32).min(levels);
         self.quiescent.store(levels | lifted << 32, Ordering::SeqCst);
+        if levels == 0 {
+            // No entry after this one lifts anything: none takes the slow
+            // path for it (each would count toward the fence mode's switch,
+            // `fence_mode.rs`). Only this thread clears the bit; the
+            // initiators' `fetch_or`s of theirs are kept.
+            self.flush_pending.fetch_and(!PENDING_QUIESCENT, Ordering::Relaxed);
+        }
         // Nothing after this uses a translation without a new section,
         // whose own barrier orders its load of `gen`; the fence keeps the
         // quiescent state's end ordered for the fallback's Dekker reasoning
@@ -1212,6 +1222,9 @@ mod tests {
         cpu.section_end();
         returns(move || tickets.into_iter().for_each(FlushTicket::wait));
         cpu.exit_quiescent();
+        // The last level's exit takes the bit back: the next entry takes
+        // the slow path only for the requests.
+        assert_eq!(cpu.flush_pending() & PENDING_QUIESCENT, 0);
         cpu.take_flush_pending(false);
         assert_eq!(cpu.flush_pending(), 0);
         assert!(!cpu.lift_quiescence());

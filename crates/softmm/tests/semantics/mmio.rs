@@ -572,3 +572,72 @@ fn a_shootdown_waits_for_a_device_callbacks_access_through_another_cpu() {
         assert_no_leaks(&p);
     });
 }
+
+thread_local! {
+    /// The CPU of [`AProbe`]'s callbacks, made by the test on the guest thread.
+    static PROBE_CPU: std::cell::RefCell<Option<Cpu>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A device whose register read runs a closure of the test.
+struct AProbe(Box<dyn Fn() -> u64 + Send + Sync>);
+
+impl MmioDevice for AProbe {
+    fn read(&self, _offset: u64, _size: usize) -> u64 {
+        (self.0)()
+    }
+
+    fn write(&self, _offset: u64, _size: usize, _value: u64) {}
+
+    fn name(&self) -> &str {
+        "/dev/probe"
+    }
+}
+
+/// Under `ShootdownPolicy::NextAccess` (a shootdown waits for a CPU
+/// outside an access until its next one), a device callback that accessed
+/// memory through a CPU of its thread and then blocks on another thread's
+/// shootdown of that CPU's address space does not hold it up: the access's
+/// section gave back the quiescence it lifted when it ended (after a plain
+/// access, or after a translation forgotten inside and the CPU moved to
+/// another address space and back). Before, the CPU stayed lifted until
+/// the call ended, and the two threads waited for each other.
+#[test]
+fn a_callback_that_blocks_after_its_access_holds_no_shootdown_up() {
+    watchdog("blocking-after-access", 30, || {
+        for forget in [false, true] {
+            let (p, mm) = setup();
+            let config = MmConfig::default()
+                .shootdown_policy(softmm::ShootdownPolicy::NextAccess)
+                .shootdown_targets(softmm::ShootdownTargets::Broadcast);
+            let other = AddressSpace::new(&p, config).unwrap();
+            let elsewhere = AddressSpace::new(&p, MmConfig::default()).unwrap();
+            let at = other.mmap(0, 2 * PAGE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
+            PROBE_CPU.with(|c| *c.borrow_mut() = Some(Cpu::attached(&other)));
+            let (o, e) = (other.clone(), elsewhere.clone());
+            let run = move || {
+                PROBE_CPU.with(|c| {
+                    let mut c = c.borrow_mut();
+                    let cpu = c.as_mut().unwrap();
+                    if forget {
+                        std::mem::forget(cpu.translate(at, Access::Read).unwrap());
+                        cpu.attach(&e);
+                        cpu.attach(&o);
+                    } else {
+                        cpu.read_u64(at).unwrap();
+                    }
+                });
+                let o = o.clone();
+                std::thread::spawn(move || o.munmap(at + PAGE, PAGE).unwrap()).join().unwrap();
+                7
+            };
+            let io = mm.mmap_io(0, PAGE, RW, SHARED, Arc::new(AProbe(Box::new(run)))).unwrap();
+            let mut cpu = Cpu::attached(&mm);
+            assert_eq!(cpu.read_u64(io), Ok(7), "forget: {forget}");
+            PROBE_CPU.with(|c| c.borrow_mut().take());
+            drop(cpu);
+            mm.munmap(io, PAGE).unwrap();
+            drop((mm, other, elsewhere));
+            assert_no_leaks(&p);
+        }
+    });
+}
