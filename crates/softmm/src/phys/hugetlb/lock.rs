@@ -331,6 +331,7 @@ mod tests {
     const HP: u64 = 2 << 20;
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe lock accounting under every policy, hundreds of faults")]
     fn each_policy_takes_its_own_locks_per_fault_and_truncate_one_fault_mutex_per_page() {
         for &policy in HugetlbPolicy::ALL {
             let phys = PhysMem::new(PhysConfig::new((16 << 20) + 5 * HP).hugepages(4)).unwrap();
