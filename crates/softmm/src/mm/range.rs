@@ -395,13 +395,18 @@ impl AddressSpace {
     /// the unmap leaves without any VMA, which the window's view cannot
     /// (its floor and ceiling stop at the window's bounds). If the
     /// published set holds no VMA in the region of `va` and its PUD table
-    /// is still there, frees it under `mmap_lock`, where the floor and the
-    /// ceiling are the whole set's (the check is repeated there), before
-    /// the call returns.
+    /// is still there, frees it under `mmap_lock` before the call returns
+    /// ([`Self::free_empty_region_tables`]).
     fn range_free_emptied_region(&self, va: u64) {
         use crate::pgtable::PGDIR_SIZE;
         let lo = va & !(PGDIR_SIZE - 1);
         let hi = lo + PGDIR_SIZE;
+        // `free_pgtables`' ceiling never passes the table bounds' top: a
+        // smaller address space keeps its PUD table to the end, as under
+        // `mmap_lock`.
+        if hi > self.config.task_size.next_power_of_two() {
+            return;
+        }
         // Dekker with the range writer emptying another window of the
         // region: each published its window (a swap), then looks at the
         // other's; with a fence between on both sides, one of them sees
@@ -416,9 +421,23 @@ impl AddressSpace {
                 return;
             }
         }
+        self.free_empty_region_tables(lo, hi);
+    }
+
+    /// Under `mmap_lock` for write, frees the page tables of `[lo, hi)`,
+    /// a 512 GiB region, if it is still empty: no VMA overlaps it (one may
+    /// have been made since the caller looked, by a range writer that
+    /// published before the lock drained it, or by the holder the lock
+    /// waited for) and no lock-free unmap's reservation does (its zap
+    /// still walks the tables; `free_pgtables` honours only reservations
+    /// outside the span it is given).
+    pub(crate) fn free_empty_region_tables(&self, lo: u64, hi: u64) {
         let st = self.write_lock();
+        if st.vmas.overlapping(lo, hi).next().is_some() || st.reserved.iter().any(|r| r.start < hi && lo < r.end) {
+            return;
+        }
         let mut tlb = MmuGather::default();
-        self.free_pgtables(&st, lo, hi.min(self.config.task_size.next_power_of_two()), &mut tlb);
+        self.free_pgtables(&st, lo, hi, &mut tlb);
         tlb.flush_and_free(self);
         drop(st);
         tlb.free_tables_here(self);

@@ -670,6 +670,7 @@ fn a_range_munmap_that_empties_its_region_frees_the_pud_table() {
     assert_eq!(mm.counters.lock_counts().0, writes, "no mmap_lock write section");
     mm.munmap(a, PAGE_SIZE).unwrap();
     assert_eq!(mm.range.stats().fallbacks, 0);
+    assert_eq!(mm.counters.lock_counts().0, writes + 1, "one mmap_lock write section, the PUD table's");
     assert_eq!(tables_reach(base), base, "the emptied region's PUD table is freed");
     drop(mm);
     assert_eq!(phys.stats().frames_used, 0);
@@ -694,4 +695,28 @@ fn a_range_call_on_a_window_that_never_held_a_vma_allocates_nothing() {
     // A mapping there makes one.
     mm.mmap(at, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
     assert_eq!(mm.windows.leaves_allocated(), leaves + 1);
+}
+
+/// The free of an emptied region's tables looks again under `mmap_lock`:
+/// a VMA made in the region since the range writer looked (another range
+/// writer's, published before the lock drained it) keeps its tables and
+/// its pages. Before, the locked free detached the whole PUD table, and
+/// the VMA's written page read back 0.
+#[test]
+fn the_free_of_an_emptied_region_looks_again_under_mmap_lock() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let b = 0x105 * GIB;
+    mm.mmap(b, PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+    let mut cpu = crate::Cpu::attached(&mm);
+    cpu.write_u64(b, 0x1234).unwrap();
+    let tables = phys.stats().page_tables;
+    // What the range writer that emptied the region runs once it holds the
+    // lock, after the mapping at `b` was made.
+    mm.free_empty_region_tables(0, crate::pgtable::PGDIR_SIZE);
+    assert_eq!(phys.stats().page_tables, tables, "the live VMA's tables are kept");
+    assert_eq!(cpu.read_u64(b), Ok(0x1234), "the live VMA's page is kept");
+    drop(cpu);
+    drop(mm);
+    assert_eq!(phys.stats().frames_used, 0);
 }
