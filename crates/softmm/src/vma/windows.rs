@@ -331,7 +331,7 @@ impl WindowDir {
     }
 
     /// How many leaves the directory has allocated (for the tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn leaves_allocated(&self) -> usize {
         self.leaves.iter().filter(|l| !l.load(StdOrdering::Relaxed).is_null()).count()
     }

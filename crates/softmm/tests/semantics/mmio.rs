@@ -500,49 +500,6 @@ fn a_device_callback_may_make_a_cpu_and_keep_it() {
     assert_no_leaks(&p);
 }
 
-thread_local! {
-    /// The CPU of [`AHoldingDmaEngine`], made by the test on the guest thread.
-    static HOLDING_CPU: std::cell::RefCell<Option<Cpu>> = const { std::cell::RefCell::new(None) };
-}
-
-/// A device that, at a read of its register, holds a translation of
-/// another address space's page through a CPU of the guest thread, while
-/// another thread unmaps that page; it answers 1 if that `munmap` returned
-/// (and so could have freed the frame) while the translation was held.
-struct AHoldingDmaEngine {
-    other: Arc<AddressSpace>,
-    at: u64,
-}
-
-impl MmioDevice for AHoldingDmaEngine {
-    fn read(&self, _offset: u64, _size: usize) -> u64 {
-        HOLDING_CPU.with(|c| {
-            let mut c = c.borrow_mut();
-            let held = c.as_mut().unwrap().translate(self.at, Access::Read).unwrap();
-            let unmapped = Arc::new(AtomicBool::new(false));
-            let unmapper = {
-                let (other, at, unmapped) = (self.other.clone(), self.at, unmapped.clone());
-                std::thread::spawn(move || {
-                    other.munmap(at, PAGE).unwrap();
-                    unmapped.store(true, Ordering::SeqCst);
-                })
-            };
-            // Long enough for an unmap that does not wait to return.
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let early = unmapped.load(Ordering::SeqCst);
-            drop(held);
-            unmapper.join().unwrap();
-            u64::from(early)
-        })
-    }
-
-    fn write(&self, _offset: u64, _size: usize, _value: u64) {}
-
-    fn name(&self) -> &str {
-        "/dev/dma"
-    }
-}
-
 /// A device callback that accesses memory through another CPU of its
 /// thread is an access like any other: a shootdown of that memory by
 /// another thread waits for it. Every CPU of the guest thread is quiescent
@@ -556,16 +513,40 @@ fn a_shootdown_waits_for_a_device_callbacks_access_through_another_cpu() {
         let (p, mm) = setup();
         let other = AddressSpace::new(&p, MmConfig::default()).unwrap();
         let at = other.mmap(0, PAGE, RW, ANON | MAP_POPULATE, None, 0).unwrap();
-        HOLDING_CPU.with(|c| *c.borrow_mut() = Some(Cpu::attached(&other)));
-        HOLDING_CPU.with(|c| assert_eq!(c.borrow_mut().as_mut().unwrap().read_u64(at), Ok(0)));
-        let io = mm.mmap_io(0, PAGE, RW, SHARED, Arc::new(AHoldingDmaEngine { other: other.clone(), at })).unwrap();
+        PROBE_CPU.with(|c| *c.borrow_mut() = Some(Cpu::attached(&other)));
+        PROBE_CPU.with(|c| assert_eq!(c.borrow_mut().as_mut().unwrap().read_u64(at), Ok(0)));
+        // The register answers 1 if another thread's munmap of the page
+        // returned (and so could have freed the frame) while the callback
+        // held a translation of it.
+        let o = other.clone();
+        let run = move || {
+            PROBE_CPU.with(|c| {
+                let mut c = c.borrow_mut();
+                let held = c.as_mut().unwrap().translate(at, Access::Read).unwrap();
+                let unmapped = Arc::new(AtomicBool::new(false));
+                let unmapper = {
+                    let (o, unmapped) = (o.clone(), unmapped.clone());
+                    std::thread::spawn(move || {
+                        o.munmap(at, PAGE).unwrap();
+                        unmapped.store(true, Ordering::SeqCst);
+                    })
+                };
+                // Long enough for an unmap that does not wait to return.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let early = unmapped.load(Ordering::SeqCst);
+                drop(held);
+                unmapper.join().unwrap();
+                u64::from(early)
+            })
+        };
+        let io = mm.mmap_io(0, PAGE, RW, SHARED, Arc::new(AProbe(Box::new(run)))).unwrap();
         let mut cpu = Cpu::attached(&mm);
         assert_eq!(cpu.read_u64(io), Ok(0), "the munmap returned while the callback held a translation of its page");
-        HOLDING_CPU.with(|c| {
+        PROBE_CPU.with(|c| {
             let r = c.borrow_mut().as_mut().unwrap().read_u64(at);
             assert!(matches!(r, Err(Fault::Segv { code: SegvCode::MapErr, .. })), "{r:?}");
         });
-        HOLDING_CPU.with(|c| c.borrow_mut().take());
+        PROBE_CPU.with(|c| c.borrow_mut().take());
         drop(cpu);
         mm.munmap(io, PAGE).unwrap();
         drop((mm, other));

@@ -4,6 +4,41 @@
 
 use super::*;
 
+/// The bytes of the page the models' CPUs read before the munmap.
+const OLD: u8 = 0xab;
+/// The bytes the frame gets once it is reused after the munmap.
+const REUSED: u8 = 0xee;
+
+/// An arena and an address space with one private anonymous page mapped at
+/// the returned address, its frame (also returned) full of [`OLD`].
+fn page_of_old_bytes() -> (Arc<crate::phys::PhysMem>, Arc<crate::mm::AddressSpace>, u64, crate::phys::Pfn) {
+    use crate::mm::{AddressSpace, MmConfig};
+    use crate::phys::{PhysConfig, PhysMem};
+    use crate::uapi::*;
+    use crate::{Access, PAGE_SIZE};
+    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
+    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
+    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
+    mm.handle_fault(a, Access::Write).unwrap();
+    let old = mm.pte_at(a).pfn();
+    // SAFETY: the frame is mapped at `a` and nothing else runs.
+    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    (phys, mm, a, old)
+}
+
+/// The byte at `a` read through a translation held open across a
+/// scheduling point (where a real CPU could be preempted inside the
+/// access, its entry cached).
+fn read_held(cpu: &mut crate::Cpu, a: u64) -> Result<u8, crate::Fault> {
+    cpu.translate(a, crate::Access::Read).map(|t| {
+        loom::thread::yield_now();
+        let mut byte = [0];
+        // SAFETY: inside the page, while the translation lives; atomic.
+        unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
+        byte[0]
+    })
+}
+
 /// The protocol on the real code: a `Cpu` with a cached translation holds it
 /// open ([`crate::Cpu::translate`], one access section, with a scheduling
 /// point inside, where a real CPU could be preempted) while the main thread
@@ -12,39 +47,20 @@ use super::*;
 /// access must fault; reading the reused frame's bytes is the bug.
 #[test]
 fn a_real_cpu_access_against_a_real_munmap() {
-    use crate::mm::{AddressSpace, MmConfig};
-    use crate::phys::{PhysConfig, PhysMem};
-    use crate::uapi::*;
-    use crate::{Access, Cpu, PAGE_SIZE};
-    const OLD: u8 = 0xab;
-    const REUSED: u8 = 0xee;
+    use crate::{Cpu, PAGE_SIZE};
     let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     // The real munmap takes many loom steps (locks, epoch, frame counts).
     b.max_branches = 100_000;
     b.check(|| {
-        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
-        let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
-        mm.handle_fault(a, Access::Write).unwrap();
-        let old = mm.pte_at(a).pfn();
-        // SAFETY: the frame is mapped at `a` and nothing else runs.
-        unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+        let (phys, mm, a, old) = page_of_old_bytes();
         let t = {
             let mm = mm.clone();
             crate::sync::model::spawn(move || {
                 let mut cpu = Cpu::attached(&mm);
                 // A walk fills the TLB (the entry is present: no fault).
                 let first = cpu.read_u8(a);
-                let held = cpu.translate(a, Access::Read).map(|t| {
-                    // Preempted inside the access, its entry cached.
-                    loom::thread::yield_now();
-                    let mut byte = [0];
-                    // SAFETY: inside the page, while the guard lives and
-                    // the thread makes no call into softmm; atomic.
-                    unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
-                    byte[0]
-                });
+                let held = read_held(&mut cpu, a);
                 let after = cpu.read_u8(a);
                 (first, held, after)
             })
@@ -76,23 +92,12 @@ fn a_real_cpu_access_against_a_real_munmap() {
 /// (`QuiescentGuard`'s drop), fails this model.
 #[test]
 fn a_real_section_against_a_real_munmap() {
-    use crate::mm::{AddressSpace, MmConfig};
-    use crate::phys::{PhysConfig, PhysMem};
-    use crate::uapi::*;
-    use crate::{Access, Cpu, PAGE_SIZE};
-    const OLD: u8 = 0xab;
-    const REUSED: u8 = 0xee;
+    use crate::{Cpu, PAGE_SIZE};
     let mut b = crate::sync::model::Builder::new();
     b.preemption_bound = Some(2);
     b.max_branches = 100_000;
     b.check(|| {
-        let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-        let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
-        let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
-        mm.handle_fault(a, Access::Write).unwrap();
-        let old = mm.pte_at(a).pfn();
-        // SAFETY: the frame is mapped at `a` and nothing else runs.
-        unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+        let (phys, mm, a, old) = page_of_old_bytes();
         let t = {
             let mm = mm.clone();
             crate::sync::model::spawn(move || {
@@ -189,9 +194,6 @@ struct DroppedPage {
 }
 
 impl DroppedPage {
-    const OLD: u8 = 0xab;
-    const REUSED: u8 = 0xee;
-
     fn new(config: crate::mm::MmConfig) -> DroppedPage {
         use crate::uapi::*;
         let phys = crate::phys::PhysMem::new(crate::phys::PhysConfig::new(16 * crate::PAGE_SIZE)).unwrap();
@@ -200,7 +202,7 @@ impl DroppedPage {
         mm.handle_fault(a, crate::Access::Write).unwrap();
         let old_ptr = phys.frame_ptr(mm.pte_at(a).pfn());
         // SAFETY: the frame is mapped at `a` and nothing else runs.
-        unsafe { crate::access::fill_host(old_ptr, Self::OLD, crate::PAGE_SIZE as usize) };
+        unsafe { crate::access::fill_host(old_ptr, OLD, crate::PAGE_SIZE as usize) };
         DroppedPage { phys, mm, a, old_ptr: old_ptr as usize, freed: Arc::new(AtomicBool::new(false)) }
     }
 
@@ -227,7 +229,7 @@ impl DroppedPage {
         self.mm.madvise(self.a, crate::PAGE_SIZE, crate::uapi::MADV_DONTNEED).unwrap();
         self.freed.store(true, Ordering::Release);
         // SAFETY: arena memory, accessed atomically; no mapping refers to it.
-        unsafe { crate::access::fill_host(self.old_ptr as *mut u8, Self::REUSED, crate::PAGE_SIZE as usize) };
+        unsafe { crate::access::fill_host(self.old_ptr as *mut u8, REUSED, crate::PAGE_SIZE as usize) };
     }
 
     /// Each read saw the old bytes or the zero page, never the reused
@@ -242,7 +244,7 @@ impl DroppedPage {
         let DroppedPage { phys, mm, .. } = self;
         drop(mm);
         assert_eq!(phys.stats().frames_used, 0);
-        let ok = |r: Result<u8, crate::Fault>| r == Ok(Self::OLD) || r == Ok(0);
+        let ok = |r: Result<u8, crate::Fault>| r == Ok(OLD) || r == Ok(0);
         if stale || !ok(first) || !ok(second) {
             return Err(format!("a read through a stale entry of a freed frame: {first:?}, {second:?}, {stale}"));
         }
@@ -376,19 +378,8 @@ fn a_ranged_request_is_never_mistaken_for_an_older_one() {
 /// munmap's flush waits for it or the section sees the request; reading
 /// the reused frame's bytes is the bug.
 fn a_real_callback_access_against_a_real_munmap() -> Result<(), String> {
-    use crate::mm::{AddressSpace, MmConfig};
-    use crate::phys::{PhysConfig, PhysMem};
-    use crate::uapi::*;
-    use crate::{Access, Cpu, PAGE_SIZE};
-    const OLD: u8 = 0xab;
-    const REUSED: u8 = 0xee;
-    let phys = PhysMem::new(PhysConfig::new(16 * PAGE_SIZE)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::model_default()).unwrap();
-    let a = mm.mmap(0, PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, None, 0).unwrap();
-    mm.handle_fault(a, Access::Write).unwrap();
-    let old = mm.pte_at(a).pfn();
-    // SAFETY: the frame is mapped at `a` and nothing else runs.
-    unsafe { crate::access::fill_host(phys.frame_ptr(old), OLD, PAGE_SIZE as usize) };
+    use crate::{Cpu, PAGE_SIZE};
+    let (phys, mm, a, old) = page_of_old_bytes();
     let t = {
         let mm = mm.clone();
         crate::sync::model::spawn(move || {
@@ -397,13 +388,7 @@ fn a_real_callback_access_against_a_real_munmap() -> Result<(), String> {
             let first = cpu.read_u8(a);
             // The call that runs the callback.
             let call = QuiescentGuard::enter();
-            let held = cpu.translate(a, Access::Read).map(|t| {
-                loom::thread::yield_now();
-                let mut byte = [0];
-                // SAFETY: inside the page, while the guard lives; atomic.
-                unsafe { crate::access::copy_from_host(t.as_ptr(), &mut byte) };
-                byte[0]
-            });
+            let held = read_held(&mut cpu, a);
             drop(call);
             (first, held)
         })
