@@ -125,8 +125,8 @@ const PENDING_REQUEST: u64 = 1;
 const PENDING_ALWAYS: u64 = 2;
 /// [`CpuTlbState::flush_pending`]: the CPU is quiescent, so that an entry
 /// takes the slow path, where it lifts that for its section
-/// ([`CpuTlbState::lift_quiescence`]). Set with each level entered, kept by
-/// the entries' takes while any is.
+/// ([`CpuTlbState::lift_quiescence`]). Set by the first level entered,
+/// kept by the entries' takes while any is, cleared by the last one's exit.
 const PENDING_QUIESCENT: u64 = 4;
 
 /// [`CpuTlbState`]'s `quiescent` word: the levels entered.
