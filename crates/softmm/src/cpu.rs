@@ -89,9 +89,6 @@ pub struct Cpu {
     /// request rate under `PostingPolicy::Adaptive` (`tlb/fence_mode.rs`).
     barrier: EntryBarrier,
     parked: bool,
-    /// The open section lifted the CPU's quiescence
-    /// (`CpuTlbState::lift_quiescence`): its end gives it back.
-    lifted: bool,
     stats: CpuStats,
     /// The last fault an access of this CPU returned ([`Cpu::last_fault`]).
     last_fault: Option<FaultInfo>,
@@ -123,7 +120,6 @@ impl Cpu {
             seen_req: 0,
             barrier,
             parked: false,
-            lifted: false,
             stats: CpuStats::default(),
             last_fault: None,
             vma_hint: Default::default(),
@@ -174,9 +170,6 @@ impl Cpu {
         // Out of the domain with an empty TLB: a shootdown still waiting
         // for this CPU's next access stops waiting.
         self.state.passed_quiescent_point();
-        // That ends a section whose end was skipped (forgotten), and with
-        // it what the section lifted.
-        self.end_lift();
     }
 
     /// The attached address space.
@@ -396,9 +389,7 @@ impl Cpu {
         // thread's CPUs so): it is an access all the same, which a
         // shootdown must wait for. Before the catch-up, which then sees
         // every request that did not see the lift.
-        if self.state.lift_quiescence() {
-            self.lifted = true;
-        }
+        self.state.lift_quiescence();
         if self.barrier.slow_entry(&self.state, &mut self.seen_req) {
             self.stats.tlb_flushes += 1;
         }
@@ -408,17 +399,6 @@ impl Cpu {
     #[inline(always)]
     fn section_end(&mut self) {
         self.state.section_end();
-        self.end_lift();
-    }
-
-    /// After a section's end: gives back the quiescence the section lifted,
-    /// if it did.
-    #[inline(always)]
-    fn end_lift(&mut self) {
-        if self.lifted {
-            self.lifted = false;
-            self.state.end_lift();
-        }
     }
 
     /// The host address of `va` for the `size`-byte `access` there (inside

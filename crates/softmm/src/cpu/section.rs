@@ -315,7 +315,6 @@ impl Drop for Section<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         self.state().section_end();
-        self.cpu.end_lift();
     }
 }
 

@@ -77,8 +77,8 @@
 //!   thread) is an access like any other: each level entered marks the
 //!   CPU's pending word, so that the entry takes the slow path, where
 //!   [`CpuTlbState::lift_quiescence`] counts the levels entered as lifted
-//!   (a CPU is quiescent while more are entered than lifted), fences, and
-//!   only then catches up; the section's end gives them back.
+//!   (a CPU is quiescent while more are entered than lifted, or while any
+//!   is entered and no section is open), fences, and only then catches up.
 //! * **Attach** (under the list lock): read `flush_req`, with an empty TLB;
 //!   publish the list, then a SeqCst fence.
 //!   **Detach** (under the list lock): remove it from the list and publish

@@ -132,11 +132,15 @@ const PENDING_QUIESCENT: u64 = 4;
 /// [`CpuTlbState`]'s `quiescent` word: the levels entered.
 const QUIESCENT_LEVELS: u64 = u32::MAX as u64;
 
-/// Whether a `quiescent` word says the CPU is quiescent: more levels
-/// entered than a section of its own lifted.
+/// Whether a CPU whose `quiescent` word is `word` and which is `inside`
+/// an access section (or not) is quiescent: more levels entered than a
+/// section of its own lifted, or any level entered and no section open
+/// (a lift counts only inside the section that made it: after its end the
+/// CPU is quiescent again, with no store on the section's exit).
 #[inline]
-fn is_quiescent(word: u64) -> bool {
-    word & QUIESCENT_LEVELS > word >> 32
+fn is_quiescent(word: u64, inside: bool) -> bool {
+    let levels = word & QUIESCENT_LEVELS;
+    levels > word >> 32 || (levels > 0 && !inside)
 }
 
 impl CpuTlbState {
@@ -352,12 +356,13 @@ impl CpuTlbState {
     }
 
     /// Called by a section's entry, on the slow path, after its store of
-    /// `inside` and before it takes the mark: if the CPU is quiescent, a
+    /// `inside` and before it takes the mark: if a level is entered, a
     /// callback that softmm runs inside a call of this thread (a device's,
-    /// a host memory release) is accessing memory through it. A shootdown
-    /// must wait for that section as for any other, so it lifts every level
-    /// entered until [`CpuTlbState::end_lift`], which the caller calls
-    /// after the section's end. Returns whether it lifted.
+    /// a host memory release) is accessing memory through the CPU. A
+    /// shootdown must wait for that section as for any other, so it lifts
+    /// every level entered, for as long as the section is open
+    /// ([`is_quiescent`]; a level entered later counts again). Returns
+    /// whether it lifted.
     #[inline]
     pub(crate) fn lift_quiescence(&self) -> bool {
         let w = self.quiescent.load(Ordering::Relaxed);
@@ -365,10 +370,10 @@ impl CpuTlbState {
         if super::broken::SECTION_KEEPS_QUIESCENCE.with(std::cell::Cell::get) {
             return false;
         }
-        if !is_quiescent(w) {
+        let levels = w & QUIESCENT_LEVELS;
+        if levels == 0 {
             return false;
         }
-        let levels = w & QUIESCENT_LEVELS;
         self.quiescent.store(levels | levels << 32, Ordering::SeqCst);
         // Dekker with an initiator, as the entry's own barrier, but on the
         // word: our store of it, this fence, then the mark's and the
@@ -378,15 +383,6 @@ impl CpuTlbState {
         // its request and drop the entries it covers before any lookup.
         fence(Ordering::SeqCst);
         true
-    }
-
-    /// Ends what [`CpuTlbState::lift_quiescence`] lifted, after the
-    /// section's end: the levels still entered count again.
-    #[cold]
-    pub(crate) fn end_lift(&self) {
-        let w = self.quiescent.load(Ordering::Relaxed);
-        // SeqCst, hence Release, as `enter_quiescent`'s store.
-        self.quiescent.store(w & QUIESCENT_LEVELS, Ordering::SeqCst);
     }
 
     /// True while the CPU is inside an access section. Exact only on the
@@ -433,9 +429,9 @@ impl CpuTlbState {
     fn wait_until(&self, policy: ShootdownPolicy, ack: u64) -> Option<WaitFor> {
         // Acquire on `inside` pairs with the Release in `section_end`;
         // SeqCst on `quiescent` with the stores of `enter_quiescent` and
-        // `end_lift`.
+        // `exit_quiescent`.
         let inside = self.inside.load(Ordering::Acquire) == 1;
-        if is_quiescent(self.quiescent.load(Ordering::SeqCst)) {
+        if is_quiescent(self.quiescent.load(Ordering::SeqCst), inside) {
             return None;
         }
         match (inside, policy) {
@@ -451,9 +447,10 @@ impl CpuTlbState {
         // A 0 read after the 1 that `wait_until` read is a later store (the
         // location's modification order): the section seen then is over.
         // Acquire on each pairs with the CPU's Release stores.
-        w.or_exit && self.inside.load(Ordering::Acquire) == 0
+        let inside = self.inside.load(Ordering::Acquire) == 1;
+        w.or_exit && !inside
             || self.flush_ack.load(Ordering::Acquire) >= w.ack
-            || is_quiescent(self.quiescent.load(Ordering::SeqCst))
+            || is_quiescent(self.quiescent.load(Ordering::SeqCst), inside)
     }
 }
 
@@ -1181,7 +1178,8 @@ mod tests {
     /// a call of its thread) lifts the levels entered so far and is waited
     /// for; a level entered inside it (a call from the section) counts
     /// again; a lifted level whose guard ends while the section is open
-    /// leaves no level lifted that a later call entered.
+    /// leaves no level lifted that a later call entered; once the section
+    /// ends, the CPU is quiescent again.
     #[test]
     fn a_section_entered_while_quiescent_is_waited_for() {
         let dom = TlbDomain::with_policies(ShootdownPolicy::default(), PostingPolicy::Locked);
@@ -1213,13 +1211,13 @@ mod tests {
         flush(3);
         cpu.exit_quiescent();
         cpu.section_end();
-        cpu.end_lift();
-        // One level left, the quiescence back; kept in the mark.
-        cpu.section_begin(false);
+        // One level left, and the section over: quiescent again (a wait
+        // for its next access, under `NextAccess`, ends); the bit is kept
+        // in the mark for the next section, which lifts again.
+        assert!(is_quiescent(cpu.quiescent.load(Ordering::Relaxed), cpu.in_section()));
         cpu.take_flush_pending(false);
         assert_ne!(cpu.flush_pending() & PENDING_QUIESCENT, 0);
         flush(3);
-        cpu.section_end();
         returns(move || tickets.into_iter().for_each(FlushTicket::wait));
         cpu.exit_quiescent();
         // The last level's exit takes the bit back: the next entry takes
