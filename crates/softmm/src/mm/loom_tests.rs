@@ -682,3 +682,54 @@ fn a_range_writer_pair_against_the_map_count_limit() {
     crate::sync::broken::check_model(model, &NO_COUNT_OTHERS);
     assert_ranged(&SEEN);
 }
+
+/// Two range writers that each `munmap` the last VMA of one window of a
+/// 512 GiB region (windows 5 and 6, the first with a page written: the
+/// region's PUD table, a PMD table and a PTE table): once both are done,
+/// the region's PUD table is gone, as Linux's `free_pgtables` frees it
+/// before the last `munmap` returns. Each publishes its emptied window
+/// (a swap), fences, and looks at the region in the published set; one
+/// of them sees both windows empty and frees the table under `mmap_lock`
+/// (`AddressSpace::range_free_emptied_region`). Each side holds an epoch
+/// guard across its call, so that the pins inside it are nested and issue
+/// no fence: an outermost pin's own SeqCst fence (crossbeam-epoch's, not
+/// the protocol's) would order the look after the publication as well,
+/// and hide whether the protocol's fence is needed. Seen failing with
+/// `broken::range_writers::NO_REGION_FENCE` (each sees the other's window
+/// as it was, and the table stays until the exit).
+#[test]
+fn two_range_munmaps_that_empty_a_region_free_its_pud_table() {
+    use crate::sync::broken::range_writers::NO_REGION_FENCE;
+    static SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    fn model() -> Result<(), String> {
+        let (_phys, mm, a) = range_setup();
+        let b = 6 * GIB;
+        let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+        assert_eq!(mm.mmap(b, PAGE_SIZE, PROT_READ | PROT_WRITE, flags, None, 0), Ok(b));
+        let other = {
+            let mm = mm.clone();
+            crate::sync::model::spawn(move || {
+                let _q = crate::tlb::QuiescentGuard::enter();
+                let _pinned = crossbeam_epoch::pin();
+                mm.munmap(b, PAGE_SIZE)
+            })
+        };
+        let mine = {
+            let _pinned = crossbeam_epoch::pin();
+            mm.munmap(a, 2 * PAGE_SIZE)
+        };
+        let other = other.join().unwrap();
+        if (mine, other) != (Ok(()), Ok(())) {
+            return Err(format!("the munmaps ended {mine:?} and {other:?}"));
+        }
+        if mm.range.stats().writes == 4 {
+            SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if mm.pgtables.has_pud_table(a) {
+            return Err("the emptied region kept its PUD table".to_string());
+        }
+        Ok(())
+    }
+    crate::sync::broken::check_model(model, &NO_REGION_FENCE);
+    assert_ranged(&SEEN);
+}

@@ -373,6 +373,22 @@ pub(crate) mod range_writers {
         /// finds no link returns with its dropped page mapped
         /// (`a_range_mmap_of_a_file_against_truncate`).
         pub(crate) static LINK_AFTER_LEAVE: Cell<bool> = const { Cell::new(false) };
+        /// A range `munmap` that emptied its window looks at the rest of
+        /// its 512 GiB region (`AddressSpace::range_free_emptied_region`)
+        /// without the SeqCst fence after its publication: two writers
+        /// that empty the region's last two windows each see the other's
+        /// window as it was, and neither frees the region's PUD table
+        /// (`two_range_munmaps_that_empty_a_region_free_its_pud_table`).
+        pub(crate) static NO_REGION_FENCE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// [`NO_REGION_FENCE`]'s value (false outside loom).
+    #[inline(always)]
+    pub(crate) fn no_region_fence() -> bool {
+        #[cfg(loom)]
+        return NO_REGION_FENCE.with(Cell::get);
+        #[cfg(not(loom))]
+        false
     }
 
     /// [`LINK_AFTER_LEAVE`]'s value (false outside loom).
