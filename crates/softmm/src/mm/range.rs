@@ -369,8 +369,11 @@ impl AddressSpace {
                 // free (a fault that allocates one meanwhile does so for a
                 // VMA outside the range, whose VMAs are detached), and its
                 // writers need not meet on the tables' detach lock.
-                let guard = crossbeam_epoch::pin();
-                if mm.pgtables.has_pmd_table(lo, &guard) {
+                // Unpinned before the zap: its walks pin for themselves,
+                // and a pin held through it would hold back every other
+                // thread's reclaim for as long as the zap runs.
+                let has_tables = mm.pgtables.has_pmd_table(lo, &crossbeam_epoch::pin());
+                if has_tables {
                     mm.unmap_range(lo, hi, tlb);
                     mm.free_pgtables(st, lo, hi, tlb);
                 }
