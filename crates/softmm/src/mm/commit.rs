@@ -24,9 +24,30 @@ pub(crate) fn pages_with(vmas: &VmaTree, start: u64, end: u64, flags: VmFlags) -
         .sum()
 }
 
-/// `mm->total_vm`: every mapped page.
-pub(crate) fn total_vm(vmas: &VmaTree) -> u64 {
+/// Every page of the VMAs `vmas` holds.
+fn pages_of(vmas: &VmaTree) -> u64 {
     vmas.iter().map(|v| v.pages()).sum()
+}
+
+impl super::AddressSpace {
+    /// `mm->total_vm`, every mapped page of the address space, for a call
+    /// whose view of the VMA set is `vmas`. A range writer's view holds
+    /// its own window alone (`VmaTree::window_view`): the other windows'
+    /// pages are read from the published set, each window's version as
+    /// some moment of the call left it (the range writers of other
+    /// windows run beside it, unordered with it, as Linux's calls under
+    /// `mmap_lock` are in some order). Only never-mode overcommit's charge
+    /// and `mlockall` ask, so the walk over every VMA is theirs alone, as
+    /// Linux's `__vm_enough_memory` reads a count kept on every change.
+    pub(crate) fn total_vm(&self, vmas: &VmaTree) -> u64 {
+        let own = pages_of(vmas);
+        let Some((lo, hi)) = vmas.view() else {
+            return own;
+        };
+        let guard = crossbeam_epoch::pin();
+        let others = self.vmas_rcu(&guard).iter().filter(|v| v.end <= lo || v.start >= hi).map(|v| v.pages());
+        own + others.sum::<u64>()
+    }
 }
 
 /// `mm->locked_vm`: the pages of `VM_LOCKED` VMAs.

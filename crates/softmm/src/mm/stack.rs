@@ -52,7 +52,7 @@ impl AddressSpace {
             return Err(Errno::NoMem);
         }
         if vma.flags.contains(VmFlags::ACCOUNT) {
-            self.phys.vm_enough_memory(grow, || super::commit::total_vm(&st.vmas))?;
+            self.phys.vm_enough_memory(grow, || self.total_vm(&st.vmas))?;
         }
         let grown = vma.rebound(new_start, vma.end, vma.pgoff.wrapping_sub(grow));
         st.vmas.replace(vma.start, grown);

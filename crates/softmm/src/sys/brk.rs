@@ -5,7 +5,7 @@ use crate::vma::Vma;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
 use super::mmap::accountable;
-use crate::mm::commit::{locked_vm, total_vm};
+use crate::mm::commit::locked_vm;
 use crate::mm::{AddressSpace, MmuGather};
 
 impl AddressSpace {
@@ -62,7 +62,7 @@ impl AddressSpace {
             if !self.config.mlock_future_ok(def_flags, newbrk - oldbrk, || locked_vm(&st.vmas)) {
                 break 'out orig;
             }
-            if self.phys.vm_enough_memory((newbrk - oldbrk) >> PAGE_SHIFT, || total_vm(&st.vmas)).is_err() {
+            if self.phys.vm_enough_memory((newbrk - oldbrk) >> PAGE_SHIFT, || self.total_vm(&st.vmas)).is_err() {
                 break 'out orig;
             }
             populate = def_flags.contains(VmFlags::LOCKED).then_some((oldbrk, newbrk));

@@ -91,7 +91,7 @@ impl AddressSpace {
             }
             if v.flags.contains(VmFlags::ACCOUNT) {
                 // dup_mmap charges the child's copy; the child's exit returns it.
-                self.phys.vm_enough_memory(v.pages(), || crate::mm::commit::total_vm(&st.vmas))?;
+                self.phys.vm_enough_memory(v.pages(), || self.total_vm(&st.vmas))?;
             }
             let wipe = v.flags.contains(VmFlags::WIPEONFORK);
             let anon = match v.anon_vma.get() {

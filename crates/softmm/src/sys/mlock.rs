@@ -16,7 +16,7 @@ use crate::uapi::*;
 use crate::vma::{VmFlags, Vma};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use crate::mm::commit::{locked_vm, total_vm};
+use crate::mm::commit::locked_vm;
 use crate::mm::{AddressSpace, MmState};
 use std::sync::Arc;
 
@@ -102,7 +102,7 @@ impl AddressSpace {
         }
         let mut st = self.write_lock();
         let limit = self.config.memlock_limit >> PAGE_SHIFT;
-        if flags & MCL_CURRENT != 0 && total_vm(&st.vmas) > limit && !self.config.cap_ipc_lock {
+        if flags & MCL_CURRENT != 0 && self.total_vm(&st.vmas) > limit && !self.config.cap_ipc_lock {
             return Err(Errno::NoMem);
         }
         self.apply_mlockall_flags(&mut st, flags);

@@ -9,7 +9,7 @@ use crate::vma::VmFlags;
 use crate::vma::{AnonVma, Vma, VmaDesc, VmaOps, DEFAULT_VM_OPS};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use crate::mm::commit::{accounted_pages, total_vm};
+use crate::mm::commit::accounted_pages;
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
 use crate::mm::range::Neighbours;
 use crate::mm::{AddressSpace, MmState, MmuGather};
@@ -256,8 +256,9 @@ impl AddressSpace {
     /// search finds room in the calling thread's arena (one window).
     /// Everything else falls back: hints, `MAP_LOCKED`, `MAP_GROWSDOWN`
     /// (the stack guard gap and expansion), `MAP_32BIT`, `MAP_HUGETLB`,
-    /// `MAP_DROPPABLE`, hugetlbfs, host and device files, and never-mode
-    /// overcommit (whose check reads the whole address space's size).
+    /// `MAP_DROPPABLE`, hugetlbfs, host and device files. Never-mode
+    /// overcommit's charge reads the whole address space's size
+    /// ([`AddressSpace::total_vm`]).
     ///
     /// A file mapping's reverse-map walkers need nothing more than they
     /// do for a range `munmap` ([`crate::mm::range::range_vma_ok`]):
@@ -287,11 +288,7 @@ impl AddressSpace {
             Backing::File => file.is_some_and(|f| f.file.inode().is_plain_memory()),
             Backing::Hugetlb(_) => false,
         };
-        if !self.config.writer_policy.range_writers()
-            || !backing_ok
-            || flags & NOT_RANGE != 0
-            || self.phys.overcommit().mode == OvercommitMode::Never
-        {
+        if !self.config.writer_policy.range_writers() || !backing_ok || flags & NOT_RANGE != 0 {
             return None;
         }
         let fixed = flags & MAP_FIXED != 0;
@@ -487,7 +484,7 @@ impl AddressSpace {
                 // MAP_NORESERVE (shmem_acct_size); the object returns it.
                 let pages = if !vm_flags.contains(VmFlags::NORESERVE) { len >> PAGE_SHIFT } else { 0 };
                 if pages != 0 {
-                    self.phys.vm_enough_memory(pages, || total_vm(&st.vmas))?;
+                    self.phys.vm_enough_memory(pages, || self.total_vm(&st.vmas))?;
                 }
                 // shmem_file_setup: a size past the largest file size is EINVAL.
                 if len > crate::file::MAX_FILE_SIZE {
@@ -543,7 +540,7 @@ impl AddressSpace {
         let replaced = accounted_pages(&st.vmas, addr, end);
         let charged = if accountable(vm_flags) { (len >> PAGE_SHIFT) - replaced } else { 0 };
         if charged != 0 {
-            self.phys.vm_enough_memory(charged, || total_vm(&st.vmas))?;
+            self.phys.vm_enough_memory(charged, || self.total_vm(&st.vmas))?;
         }
         if let Err(e) = self.do_munmap(st, addr, end, tlb) {
             self.phys.vm_unacct_memory(charged);

@@ -6,7 +6,6 @@ use crate::uapi::*;
 use crate::vma::VmFlags;
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use crate::mm::commit::total_vm;
 use crate::mm::{AddressSpace, MmState, MmuGather};
 
 impl AddressSpace {
@@ -69,14 +68,10 @@ impl AddressSpace {
 
     /// `mprotect` of `[start, end)` as a range writer (`mm/range.rs`), or
     /// `None` (nothing changed) for the `mmap_lock` path: also for
-    /// `PROT_GROWSDOWN`/`PROT_GROWSUP`, never-mode overcommit (its check
-    /// reads the whole address space's size) and a VMA at its window's
-    /// bounds, which could merge with one of the next window.
+    /// `PROT_GROWSDOWN`/`PROT_GROWSUP` and a VMA at its window's bounds,
+    /// which could merge with one of the next window.
     fn range_mprotect(&self, start: u64, end: u64, prot: i32) -> Option<Result<()>> {
-        if !self.config.writer_policy.range_writers()
-            || prot & (PROT_GROWSDOWN | PROT_GROWSUP) != 0
-            || self.phys.overcommit().mode == crate::phys::OvercommitMode::Never
-        {
+        if !self.config.writer_policy.range_writers() || prot & (PROT_GROWSDOWN | PROT_GROWSUP) != 0 {
             return None;
         }
         let res = self.range_write_span(start, end, crate::mm::range::Neighbours::default(), |mm, st, tlb| {
@@ -156,7 +151,7 @@ impl AddressSpace {
                 let uncharged =
                     VmFlags::ACCOUNT | VmFlags::WRITE | VmFlags::HUGETLB | VmFlags::SHARED | VmFlags::NORESERVE;
                 if !v.flags.intersects(uncharged) {
-                    self.phys.vm_enough_memory(nrpages, || total_vm(&st.vmas))?;
+                    self.phys.vm_enough_memory(nrpages, || self.total_vm(&st.vmas))?;
                     charged = nrpages;
                     newflags |= VmFlags::ACCOUNT;
                 }

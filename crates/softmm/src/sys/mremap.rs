@@ -6,7 +6,7 @@ use crate::vma::VmFlags;
 use crate::vma::{Vma, VmaTree};
 use crate::{page_align, PAGE_SHIFT, PAGE_SIZE};
 
-use crate::mm::commit::{locked_vm, total_vm};
+use crate::mm::commit::locked_vm;
 use crate::mm::layout::{get_unmapped_area_avoiding, AreaFlags, AreaKind, Obstacles};
 use crate::mm::{AddressSpace, MmState, MmuGather};
 
@@ -164,7 +164,7 @@ impl AddressSpace {
             && st.vmas.overlapping(vma.end, vma.end + delta).next().is_none();
         if in_place {
             if vma.flags.contains(VmFlags::ACCOUNT) {
-                self.phys.vm_enough_memory(delta >> PAGE_SHIFT, || total_vm(&st.vmas))?;
+                self.phys.vm_enough_memory(delta >> PAGE_SHIFT, || self.total_vm(&st.vmas))?;
             }
             // vma_merge_extend: the extension joins this VMA, and the next one
             // too when it becomes adjacent and compatible.
@@ -353,7 +353,7 @@ impl AddressSpace {
         let accounted = vma.flags.contains(VmFlags::ACCOUNT);
         if accounted {
             let charge = if dontunmap { new_len } else { new_len - old_len };
-            self.phys.vm_enough_memory(charge >> PAGE_SHIFT, || total_vm(&st.vmas))?;
+            self.phys.vm_enough_memory(charge >> PAGE_SHIFT, || self.total_vm(&st.vmas))?;
         }
         // Never-faulted anonymous memory takes the linear index of its new home.
         let pgoff =

@@ -827,6 +827,12 @@ impl VmaTree {
         self.len = self.len + new - old;
     }
 
+    /// The bounds of the window a range writer's view holds
+    /// ([`VmaTree::window_view`]); `None` for the whole set.
+    pub(crate) fn view(&self) -> Option<(u64, u64)> {
+        self.view
+    }
+
     /// Where the page-table floor and ceiling stop when no VMA lies below
     /// or above: the user address space's ends for the whole set, a
     /// window's bounds for a range writer's view (whose neighbours' tables

@@ -720,3 +720,35 @@ fn the_free_of_an_emptied_region_looks_again_under_mmap_lock() {
     drop(mm);
     assert_eq!(phys.stats().frames_used, 0);
 }
+
+/// Under never-mode overcommit a range writer charges as the `mmap_lock`
+/// path does: its view holds one window, but the user reserve it takes
+/// off the limit is `total_vm / 32` of the whole address space (128 MiB
+/// mapped read-only in window 2: 1,024 pages), so a private writable
+/// mapping that fits only without that reserve is refused with `ENOMEM`
+/// under both, one that fits with it is made under both, and both are
+/// range writes. Before, a never-mode call took `mmap_lock` (its check
+/// read the whole set's size), and a range call that read another mode
+/// before a switch to never charged with its window's size alone.
+#[test]
+fn a_never_mode_charge_counts_the_whole_address_space() {
+    use crate::phys::OvercommitMode;
+    let run = |writer: WriterPolicy| {
+        let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+        // A commit limit of 2,048 pages, no admin reserve, a user reserve
+        // larger than `total_vm / 32`.
+        let policy = phys.overcommit().mode(OvercommitMode::Never).kbytes(8192).admin_reserve_kbytes(0);
+        phys.set_overcommit(policy.user_reserve_kbytes(1 << 20));
+        let mm = mm(&phys, writer, PlacementPolicy::Linux);
+        let other = 2 * GIB;
+        assert_eq!(mm.mmap(other, 32768 * PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Ok(other));
+        let rw = PROT_READ | PROT_WRITE;
+        let (big, small) = (5 * GIB, 6 * GIB);
+        let refused = mm.mmap(big, 1500 * PAGE_SIZE, rw, ANON | MAP_FIXED, None, 0);
+        let made = mm.mmap(small, 1000 * PAGE_SIZE, rw, ANON | MAP_FIXED, None, 0);
+        ((refused, made, phys.committed_pages()), mm.range.stats().writes)
+    };
+    let (short, _) = run(WriterPolicy::Short);
+    assert_eq!(short, (Err(crate::Errno::NoMem), Ok(6 * GIB), 1000));
+    assert_eq!(run(WriterPolicy::Range), (short, 3), "the same answers and charge, each call a range write");
+}

@@ -43,7 +43,7 @@
 //! host files and memory, devices, locked VMAs), or that reaches its
 //! window's bounds, or a moved or grown VMA that would reach
 //! them (it could merge with a VMA of the next window); no VMA at the old
-//! address; never-mode overcommit; a view whose `map_count` leaves fewer
+//! address; a view whose `map_count` leaves fewer
 //! than 8 below the limit (its slot's share short of 6 more VMAs than the
 //! range writer's usual 2: a move may split both ranges in three).
 
@@ -66,9 +66,7 @@ impl AddressSpace {
         flags: i32,
         new_addr: u64,
     ) -> Option<Result<u64>> {
-        if !self.config.writer_policy.range_writers()
-            || self.phys.overcommit().mode == crate::phys::OvercommitMode::Never
-        {
+        if !self.config.writer_policy.range_writers() {
             return None;
         }
         // A fixed target, or `MREMAP_DONTUNMAP`'s hint: in the footprint.
