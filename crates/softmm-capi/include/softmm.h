@@ -152,7 +152,9 @@ typedef enum softmm_atomic_op {
 // (`softmm_cpu_section_begin`) every `softmm_cpu_*` call on it is
 // refused with `-EBUSY`, and so is every call on it or its section from a
 // callback that a call on it runs (a device's `read` or `write`, a
-// host-memory `release`): a callback may use other CPUs, and make new
+// release run by its `softmm_cpu_free`, `softmm_cpu_attach` or
+// `softmm_cpu_detach` ending an address space it held last): a callback
+// may use other CPUs, and make new
 // ones, but not the one whose access called it.
 typedef struct softmm_cpu softmm_cpu;
 
@@ -824,7 +826,7 @@ int32_t softmm_cpu_atomic_cmpxchg(struct softmm_cpu *cpu,
 // Creates a file named `name` (shown in the maps) of `size` bytes, zero
 // filled, opened with `flags`' access mode (`O_RDONLY`, `O_WRONLY` or
 // `O_RDWR`; other bits are ignored). `-EINVAL` for a bad mode or name,
-// `-EFBIG` for a size past the file size limit.
+// or a size above `INT64_MAX` (as `ftruncate`'s negative length).
 //
 // # Safety
 //
@@ -889,8 +891,9 @@ int32_t softmm_file_get_size(const struct softmm_file *file, uint64_t *out);
 void softmm_file_free(struct softmm_file *file);
 
 // `pwrite`: writes `len` bytes of `buf` at `offset`, growing the file;
-// returns the bytes written or `-errno` (`-EBADF` if not opened for
-// writing, `-EFBIG`, `-EINVAL` for an offset past the file size limit).
+// returns the bytes written or `-errno`, in Linux's order: `-EINVAL` for
+// an offset above `INT64_MAX` (negative as `loff_t`), `-EBADF` if not
+// opened for writing, `-EFAULT`, `-EFBIG` past the file size limit.
 //
 // # Safety
 //
@@ -901,8 +904,9 @@ int64_t softmm_file_pwrite(const struct softmm_file *file,
                            uint64_t offset);
 
 // `pread`: reads up to `len` bytes at `offset` into `buf`; returns the
-// bytes read (0 at or past the end) or `-errno` (`-EBADF` if not opened
-// for reading).
+// bytes read (0 at or past the end) or `-errno`, in Linux's order:
+// `-EINVAL` for an offset above `INT64_MAX`, `-EBADF` if not opened for
+// reading, `-EFAULT`.
 //
 // # Safety
 //
@@ -930,8 +934,10 @@ int32_t softmm_file_truncate(const struct softmm_file *file, uint64_t size);
 //
 // `release`, if not `NULL`, is called exactly once with `ctx`, on the
 // thread that ends the last mapping of this memory (a munmap, mremap or
-// `MAP_FIXED` over it, the last `softmm_mm_free` of an address space a
-// fork shared it with) and only once no CPU can reach it any more: the
+// `MAP_FIXED` over it, the end of the last address space holding it:
+// a `softmm_mm_free`, or the `softmm_cpu_free`, `softmm_cpu_attach` or
+// `softmm_cpu_detach` of the last CPU attached to an address space whose
+// handle was freed before) and only once no CPU can reach it any more: the
 // memory may be freed then. It must not call into softmm for this
 // address space.
 //
@@ -1259,7 +1265,9 @@ int64_t softmm_prctl_get_mdwe(const struct softmm_mm *mm);
 // errno otherwise. The region behaves as Linux's `VM_IO | VM_PFNMAP`
 // mappings (no pins, no remote access, no growth by `mremap`, skipped by
 // `mlock`). On failure `release` is not called and nothing changed; on
-// success it is called once the region is gone from every address space.
+// success it is called once the region is gone from every address space,
+// on the thread whose call ended the last mapping (as
+// `softmm_mmap_host`'s `release`).
 //
 // # Safety
 //

@@ -16,7 +16,9 @@ use crate::{access_result, buf_mut, buf_ref, guard, put, softmm_fault, softmm_mm
 /// (`softmm_cpu_section_begin`) every `softmm_cpu_*` call on it is
 /// refused with `-EBUSY`, and so is every call on it or its section from a
 /// callback that a call on it runs (a device's `read` or `write`, a
-/// host-memory `release`): a callback may use other CPUs, and make new
+/// release run by its `softmm_cpu_free`, `softmm_cpu_attach` or
+/// `softmm_cpu_detach` ending an address space it held last): a callback
+/// may use other CPUs, and make new
 /// ones, but not the one whose access called it.
 pub struct softmm_cpu {
     /// The identity of the thread that made it (see [`thread_id`]). Never
@@ -130,11 +132,20 @@ pub unsafe extern "C" fn softmm_cpu_free(cpu: *mut softmm_cpu) -> i32 {
         if cpu.is_null() {
             return 0;
         }
-        // SAFETY: live (the caller's contract).
-        if let Err(e) = unsafe { owned(cpu) } {
-            return e;
+        {
+            // SAFETY: live (the caller's contract).
+            let mut state = match unsafe { owned(cpu) } {
+                Ok(state) => state,
+                Err(e) => return e,
+            };
+            // The detach may drop the address space's last reference, whose
+            // teardown runs device and host-memory releases on this thread:
+            // under the in-call mark, so that one calling in on this CPU
+            // (to free it again) is refused.
+            state.cpu.detach();
         }
-        // SAFETY: a live handle made by `Box::into_raw`, owned by this thread.
+        // SAFETY: a live handle made by `Box::into_raw`, owned by this
+        // thread, and detached: its drop runs no callback.
         drop(unsafe { Box::from_raw(cpu) });
         0
     })

@@ -40,7 +40,7 @@ pub(crate) unsafe fn file_args<'a>(
 /// Creates a file named `name` (shown in the maps) of `size` bytes, zero
 /// filled, opened with `flags`' access mode (`O_RDONLY`, `O_WRONLY` or
 /// `O_RDWR`; other bits are ignored). `-EINVAL` for a bad mode or name,
-/// `-EFBIG` for a size past the file size limit.
+/// or a size above `INT64_MAX` (as `ftruncate`'s negative length).
 ///
 /// # Safety
 ///
@@ -209,8 +209,9 @@ pub unsafe extern "C" fn softmm_file_free(file: *mut softmm_file) {
 }
 
 /// `pwrite`: writes `len` bytes of `buf` at `offset`, growing the file;
-/// returns the bytes written or `-errno` (`-EBADF` if not opened for
-/// writing, `-EFBIG`, `-EINVAL` for an offset past the file size limit).
+/// returns the bytes written or `-errno`, in Linux's order: `-EINVAL` for
+/// an offset above `INT64_MAX` (negative as `loff_t`), `-EBADF` if not
+/// opened for writing, `-EFAULT`, `-EFBIG` past the file size limit.
 ///
 /// # Safety
 ///
@@ -225,6 +226,10 @@ pub unsafe extern "C" fn softmm_file_pwrite(
     guard64(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(file) = (unsafe { file.as_ref() }) else { return -i64::from(libc::EINVAL) };
+        // `ksys_pwrite64`'s `pos < 0`, before the descriptor's mode.
+        if offset > i64::MAX as u64 {
+            return -i64::from(libc::EINVAL);
+        }
         if !file.inner.writable {
             return -i64::from(libc::EBADF);
         }
@@ -238,8 +243,9 @@ pub unsafe extern "C" fn softmm_file_pwrite(
 }
 
 /// `pread`: reads up to `len` bytes at `offset` into `buf`; returns the
-/// bytes read (0 at or past the end) or `-errno` (`-EBADF` if not opened
-/// for reading).
+/// bytes read (0 at or past the end) or `-errno`, in Linux's order:
+/// `-EINVAL` for an offset above `INT64_MAX`, `-EBADF` if not opened for
+/// reading, `-EFAULT`.
 ///
 /// # Safety
 ///
@@ -249,6 +255,10 @@ pub unsafe extern "C" fn softmm_file_pread(file: *const softmm_file, buf: *mut c
     guard64(|| {
         // SAFETY: null or live (the caller's contract).
         let Some(file) = (unsafe { file.as_ref() }) else { return -i64::from(libc::EINVAL) };
+        // `ksys_pread64`'s `pos < 0`, before the descriptor's mode.
+        if offset > i64::MAX as u64 {
+            return -i64::from(libc::EINVAL);
+        }
         if !file.inner.readable {
             return -i64::from(libc::EBADF);
         }

@@ -32,8 +32,10 @@ unsafe impl Send for Release {}
 ///
 /// `release`, if not `NULL`, is called exactly once with `ctx`, on the
 /// thread that ends the last mapping of this memory (a munmap, mremap or
-/// `MAP_FIXED` over it, the last `softmm_mm_free` of an address space a
-/// fork shared it with) and only once no CPU can reach it any more: the
+/// `MAP_FIXED` over it, the end of the last address space holding it:
+/// a `softmm_mm_free`, or the `softmm_cpu_free`, `softmm_cpu_attach` or
+/// `softmm_cpu_detach` of the last CPU attached to an address space whose
+/// handle was freed before) and only once no CPU can reach it any more: the
 /// memory may be freed then. It must not call into softmm for this
 /// address space.
 ///

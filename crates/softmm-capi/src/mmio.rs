@@ -93,7 +93,9 @@ impl Drop for CDevice {
 /// errno otherwise. The region behaves as Linux's `VM_IO | VM_PFNMAP`
 /// mappings (no pins, no remote access, no growth by `mremap`, skipped by
 /// `mlock`). On failure `release` is not called and nothing changed; on
-/// success it is called once the region is gone from every address space.
+/// success it is called once the region is gone from every address space,
+/// on the thread whose call ended the last mapping (as
+/// `softmm_mmap_host`'s `release`).
 ///
 /// # Safety
 ///

@@ -98,3 +98,57 @@ fn a_callback_calling_in_on_its_own_cpu_or_section_is_busy() {
         softmm_phys_free(phys);
     }
 }
+
+thread_local! {
+    /// The CPU the release below calls in on, whether it frees it (else it
+    /// asks for its statistics), and what that call returned.
+    static RELEASE_ON: std::cell::Cell<(*mut softmm_cpu, bool, i32)> =
+        const { std::cell::Cell::new((null_mut(), false, 1)) };
+}
+
+unsafe extern "C" fn release_calling_in(_opaque: *mut c_void) {
+    let (cpu, free, _) = RELEASE_ON.with(std::cell::Cell::get);
+    let mut st = softmm_cpu_stats { size: std::mem::size_of::<softmm_cpu_stats>() as u32, ..Default::default() };
+    // SAFETY: the test's live handle, on its thread; `st` is valid.
+    let rc = unsafe {
+        if free {
+            softmm_cpu_free(cpu)
+        } else {
+            softmm_cpu_get_stats(cpu, &mut st)
+        }
+    };
+    RELEASE_ON.with(|r| r.set((cpu, free, rc)));
+}
+
+/// A device's release that `softmm_cpu_free` runs (the CPU held the last
+/// reference to the address space) and that calls in on that CPU is
+/// refused with `-EBUSY`, as from any callback its call runs; the CPU is
+/// freed once. Before, the free let go of its in-call mark before the
+/// address space's teardown: the release's `softmm_cpu_get_stats` got a
+/// reference to the state being dropped (0), and its `softmm_cpu_free`
+/// freed the handle twice (glibc: "double free detected").
+#[test]
+fn a_release_run_by_softmm_cpu_free_that_calls_in_on_that_cpu_is_busy() {
+    // SAFETY: every handle is made and freed here, on this thread; every
+    // output pointer is valid.
+    unsafe {
+        let mut phys = null_mut();
+        assert_eq!(softmm_phys_new(1 << 20, &mut phys), 0);
+        for free in [false, true] {
+            let (mut mm, mut cpu) = (null_mut(), null_mut());
+            assert_eq!(softmm_mm_new(phys, &mut mm), 0);
+            assert_eq!(softmm_cpu_new(mm, &mut cpu), 0);
+            RELEASE_ON.with(|r| r.set((cpu, free, 1)));
+            let ops =
+                softmm_mmio_ops { read: Some(dev_read), write: Some(dev_write), release: Some(release_calling_in) };
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            assert!(softmm_mmio_map(mm, 0, 4096, rw, libc::MAP_SHARED, &ops, null_mut()) > 0);
+            // The CPU now holds the address space alone.
+            softmm_mm_free(mm);
+            assert_eq!(RELEASE_ON.with(std::cell::Cell::get).2, 1, "no release before the CPU's free");
+            assert_eq!(softmm_cpu_free(cpu), 0);
+            assert_eq!(RELEASE_ON.with(std::cell::Cell::get).2, -libc::EBUSY, "free {free}: the release's call");
+        }
+        softmm_phys_free(phys);
+    }
+}

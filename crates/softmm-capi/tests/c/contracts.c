@@ -872,6 +872,14 @@ int main(void) {
     char buf[8] = {0};
     EXPECT(softmm_file_pread(rw, buf, sizeof buf, 0) == sizeof buf && memcmp(buf, "hello", 6) == 0);
     EXPECT(softmm_file_pread(rw, buf, sizeof buf, 2 * PAGE) == 0);
+    /* A negative offset is -EINVAL before the open mode is looked at
+     * (ksys_pread64, ksys_pwrite64); a size past INT64_MAX too. */
+    softmm_file *wo, *big = NULL;
+    EXPECT(softmm_file_create(phys, "wo", PAGE, O_WRONLY, &wo) == 0);
+    EXPECT(softmm_file_pwrite(ro, "x", 1, 1ULL << 63) == -EINVAL);
+    EXPECT(softmm_file_pread(wo, buf, sizeof buf, 1ULL << 63) == -EINVAL);
+    EXPECT(softmm_file_create(phys, "big", 1ULL << 63, O_RDWR, &big) == -EINVAL && big == NULL);
+    softmm_file_free(wo);
 
     /* Faults as {signo, code, addr}. */
     softmm_cpu *cpu;
