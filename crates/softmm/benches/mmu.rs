@@ -204,6 +204,17 @@ fn mmap_munmap(c: &mut Criterion) {
             mm.munmap(a, 64 << 10).unwrap();
         })
     });
+    // The same with a CPU of the calling thread attached: every call marks
+    // it quiescent for its length, and gives the mark back at its end.
+    let mut cpu = Cpu::new();
+    cpu.attach(&mm);
+    c.bench_function("mmap_munmap_64k_cpu_attached", |b| {
+        b.iter(|| {
+            let a = mm.mmap(0, 64 << 10, RW, ANON, None, 0).unwrap();
+            mm.munmap(a, 64 << 10).unwrap();
+        })
+    });
+    drop(cpu);
 }
 
 /// The cost of atomics by alignment under each `AtomicAlignment` (the
