@@ -99,18 +99,20 @@ pub(crate) fn populate_range(mm: &AddressSpace, start: u64, end: u64, ignore_err
 
 /// Linux's `faultin_page_range` (`MADV_POPULATE_READ`/`WRITE`): faults in
 /// `[start, end)` (page aligned) for read or write. `ENOMEM` for an unmapped
-/// page, `EINVAL` for a VMA without the access, `EFAULT` for a page that
-/// would raise a signal (`ENOMEM` if frames ran out); the pages before the
-/// failing one stay in.
+/// page, `EINVAL` for a VMA without the access or of device memory,
+/// `EFAULT` for a page that would raise a signal (`ENOMEM` if frames ran
+/// out); the pages before the failing one stay in.
 pub(crate) fn faultin_page_range(mm: &AddressSpace, start: u64, end: u64, write: bool) -> Result<()> {
     let st = mm.read_lock();
     let (need, access) = if write { (VmFlags::WRITE, Access::Write) } else { (VmFlags::READ, Access::Read) };
     let mut a = start;
     while a < end {
         let vma = st.vmas.find(a).ok_or(Errno::NoMem)?;
-        // `check_vma_flags` refuses device memory before anything else.
+        // `check_vma_flags` refuses device memory before anything else,
+        // and `__get_user_pages` reports any refusal of a populate as
+        // `EINVAL` (6.12 `mm/gup.c`, `FOLL_MADV_POPULATE`).
         if vma.flags.intersects(VmFlags::IO | VmFlags::PFNMAP) {
-            return Err(Errno::Fault);
+            return Err(Errno::Inval);
         }
         if !vma.flags.intersects(need) {
             return Err(Errno::Inval);

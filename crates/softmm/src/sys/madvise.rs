@@ -60,9 +60,11 @@ mod range;
 pub(crate) use crate::sync::broken::madvise as broken;
 
 /// KSM's `vma_ksm_compatible` for the flags softmm has: KSM never merges
-/// shared or special mappings, so `MADV_MERGEABLE` leaves them alone.
+/// shared, special, hugetlb or droppable mappings, so `MADV_MERGEABLE`
+/// leaves them alone.
 fn ksm_compatible(flags: VmFlags) -> bool {
-    !flags.intersects(VmFlags::SHARED | VmFlags::MAYSHARE | VmFlags::SPECIAL)
+    let never = VmFlags::SHARED | VmFlags::MAYSHARE | VmFlags::SPECIAL | VmFlags::HUGETLB | VmFlags::DROPPABLE;
+    !flags.intersects(never)
 }
 
 impl AddressSpace {

@@ -23,6 +23,7 @@ fn host_runner_entry() {
 
 mod bad_input;
 mod differential;
+mod edge_cases;
 mod migrate_host;
 mod mremap_shrink_overflow;
 

@@ -166,7 +166,7 @@ fn linux_refuses_what_it_refuses_for_vm_pfnmap() {
     let buf = Buffer::new(2);
     let a = buf.map(&mm, RW);
     assert_eq!(mm.madvise(a, PAGE, MADV_DONTNEED), Err(Errno::Inval));
-    assert_eq!(mm.madvise(a, PAGE, MADV_POPULATE_READ), Err(Errno::Fault));
+    assert_eq!(mm.madvise(a, PAGE, MADV_POPULATE_READ), Err(Errno::Inval));
     assert_eq!(mm.pin_user_pages(a, 1, Foll::WRITE).err(), Some(Errno::Fault));
     let mut b = [0u8; 8];
     assert_eq!(mm.access_remote_read(a, &mut b, true), 0);

@@ -168,8 +168,8 @@ fn an_mmio_region_gets_linux_vm_io_answers() {
         (MADV_DONTNEED, Errno::Inval),
         (MADV_DOFORK, Errno::Inval),
         (MADV_DODUMP, Errno::Inval),
-        (MADV_POPULATE_READ, Errno::Fault),
-        (MADV_POPULATE_WRITE, Errno::Fault),
+        (MADV_POPULATE_READ, Errno::Inval),
+        (MADV_POPULATE_WRITE, Errno::Inval),
         (MADV_REMOVE, Errno::NoDev),
     ] {
         assert_eq!(mm.madvise(io, PAGE, advice), Err(e), "advice {advice}");
