@@ -836,9 +836,10 @@ impl VmaTree {
     /// Where the page-table floor and ceiling stop when no VMA lies below
     /// or above: the user address space's ends for the whole set, a
     /// window's bounds for a range writer's view (whose neighbours' tables
-    /// it must not free).
+    /// it must not free), its top no higher than the whole set's (a
+    /// window reaching past a small address space's table top).
     pub(crate) fn table_bounds(&self, task_top: u64) -> (u64, u64) {
-        self.view.unwrap_or((0, task_top))
+        self.view.map_or((0, task_top), |(lo, hi)| (lo, hi.min(task_top)))
     }
 
     /// Inserts a VMA that overlaps none, in the window of its start only.

@@ -752,3 +752,36 @@ fn a_never_mode_charge_counts_the_whole_address_space() {
     assert_eq!(short, (Err(crate::Errno::NoMem), Ok(6 * GIB), 1000));
     assert_eq!(run(WriterPolicy::Range), (short, 3), "the same answers and charge, each call a range write");
 }
+
+/// With a `task_size` of 256 MiB, a range `munmap` frees the page tables
+/// that `mmap_lock`'s frees: the PTE table alone, as `free_pgtables`'
+/// ceiling is the table bounds' top (`task_size.next_power_of_two()`).
+/// Before, a window's view set its ceiling at the window's end, 1 GiB,
+/// above that top, and freed the PMD table too.
+#[test]
+fn a_range_munmap_in_a_small_address_space_frees_what_mmap_lock_frees() {
+    let run = |writer: WriterPolicy| {
+        let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+        let config =
+            MmConfig::default().writer_policy(writer).task_size(256 << 20).mmap_base(192 << 20).start_brk(64 << 20);
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        let a = 16 << 20;
+        mm.mmap(a, PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
+        mm.handle_fault(a, crate::Access::Write).unwrap();
+        let faulted = phys.stats().page_tables;
+        mm.munmap(a, PAGE_SIZE).unwrap();
+        // Freed tables count once their grace period is over (one batch:
+        // one `free_pgtables`): waited for until some went, up to 10 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            crate::sync::rcu::reclaim_now();
+            let now = phys.stats().page_tables;
+            if now < faulted || std::time::Instant::now() > deadline {
+                return (faulted - now, mm.range.stats().writes);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    assert_eq!(run(WriterPolicy::Short), (1, 0), "mmap_lock frees the PTE table alone");
+    assert_eq!(run(WriterPolicy::Range), (1, 2), "the range munmap frees what mmap_lock frees");
+}
