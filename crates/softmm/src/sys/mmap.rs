@@ -312,6 +312,15 @@ impl AddressSpace {
                 let obstacles = Obstacles { vmas: &st.vmas, reserved: &[] };
                 let area_flags = AreaFlags { fixed: false, low32: false };
                 let kind = area_kind(backing, flags);
+                // A THP-aligned search (`thp_get_unmapped_area`) looks for
+                // 2 MiB more than `len`: where the arena has no room for
+                // that, it goes on over the whole space, which the view
+                // does not hold (it could align its way back into the
+                // window, below a VMA above it that the view lacks).
+                if kind == AreaKind::Anon && mm.config.thp_align && len % crate::pgtable::PMD_SIZE == 0 {
+                    let padded = len.checked_add(crate::pgtable::PMD_SIZE)?;
+                    crate::mm::layout::unmapped_area_topdown(&st.vmas, padded, lo, hi, mm.config.stack_guard_gap)?;
+                }
                 let a = get_unmapped_area_avoiding(&mm.config, obstacles, kind, 0, len, area_flags).ok()?;
                 if a <= lo || a + len > hi || !mm.range_arena_is_closed(hi) {
                     return None;

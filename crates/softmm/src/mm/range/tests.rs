@@ -785,3 +785,27 @@ fn a_range_munmap_in_a_small_address_space_frees_what_mmap_lock_frees() {
     assert_eq!(run(WriterPolicy::Short), (1, 0), "mmap_lock frees the PTE table alone");
     assert_eq!(run(WriterPolicy::Range), (1, 2), "the range munmap frees what mmap_lock frees");
 }
+
+/// A non-fixed anonymous `mmap` of a multiple of 2 MiB under arenas (the
+/// THP-aligned search, for 2 MiB more than its length) lands where it
+/// does under `mmap_lock`: here the arena (window 1, `mmap_base` just
+/// above it, a VMA between) has 3 MiB left at its top, too little for
+/// the padded search, which goes on below the arena. Before, the range
+/// writer's search on its window's view, which lacks the VMA above,
+/// aligned its way back to the window's top.
+#[test]
+fn a_thp_aligned_arena_mmap_is_placed_as_under_mmap_lock() {
+    let run = |writer: WriterPolicy| {
+        let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+        let config =
+            MmConfig::default().writer_policy(writer).placement(PlacementPolicy::Arenas).mmap_base(2 * GIB + (1 << 20));
+        let mm = AddressSpace::new(&phys, config).unwrap();
+        mm.mmap(2 * GIB + PAGE_SIZE, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+        mm.mmap(GIB + PAGE_SIZE, GIB - PAGE_SIZE - (3 << 20), PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
+        let got = mm.mmap(0, 2 << 20, PROT_READ, ANON, None, 0);
+        (got, spans(&mm))
+    };
+    let short = run(WriterPolicy::Short);
+    assert_eq!(short.0, Ok(GIB - (2 << 20)));
+    assert_eq!(run(WriterPolicy::Range), short);
+}
