@@ -72,7 +72,17 @@ impl AddressSpace {
                 flags |= VmFlags::ACCOUNT;
             }
             let heap = Vma::new(&self.phys, oldbrk, newbrk, flags, oldbrk >> PAGE_SHIFT, None, None);
-            self.insert_merged(&mut st, heap);
+            // do_brk_flags only expands `brkvma`, the VMA below the old
+            // break that reaches past `start_brk` (`vma_prev_limit`), if it
+            // ends at the old break; a new heap VMA merges with nothing (a
+            // mapping ending at `start_brk` stays apart). Nothing lies at
+            // the new break: the guard gap check above keeps a page free.
+            let expands = st.vmas.prev_of(oldbrk).is_some_and(|v| v.end == oldbrk && v.end > st.start_brk);
+            if expands {
+                self.insert_merged(&mut st, heap);
+            } else {
+                st.vmas.insert(heap);
+            }
             st.brk = brk;
             brk
         };

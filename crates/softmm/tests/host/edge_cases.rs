@@ -118,7 +118,6 @@ fn brk_on_softmm() -> (Vec<i64>, Vec<(i64, i64, String)>) {
 /// started next to a compatible mapping that ends at `start_brk` stays a
 /// VMA of its own.
 #[test]
-#[ignore = "wip"]
 fn a_heap_grown_from_empty_does_not_merge_with_the_mapping_below_start_brk() {
     let Some(host) = brk_on_host(host_start_brk()) else { return };
     let mine = brk_on_softmm();
