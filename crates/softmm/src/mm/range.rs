@@ -109,7 +109,7 @@ use crate::error::Result;
 use crate::sync::percpu::{PerCpu, SLOTS};
 use crate::sync::range_writers::RangeWriters;
 use crate::sync::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use crate::vma::{window_of, PublishedVmas, VmFlags, Vma, VmaTree, Windows};
+use crate::vma::{window_of, PublishedVmas, VmFlags, Vma, VmaTree, WindowDir, Windows};
 
 use super::{AddressSpace, MmState, MmuGather};
 
@@ -264,10 +264,12 @@ impl RangeState {
 /// one meanwhile, which only makes a fallback needless).
 ///
 /// It also says whether the call makes a new VMA (`mmap`): only such a
-/// call allocates the directory leaf of a window that never held a VMA
-/// (`WindowDir::lock_window`); any other finds nothing of its own there,
-/// and goes to `mmap_lock` rather than allocate 16 KiB that nothing frees
-/// before the address space goes.
+/// call allocates the directory leaf of its own window if that window
+/// never held a VMA (`WindowDir::lock_window`), and never the leaf of the
+/// window below where that is another leaf; any other finds nothing of its own there, and goes to
+/// `mmap_lock` rather than allocate 16 KiB that nothing frees before the
+/// address space goes. (`mmap` refuses the arguments it can refuse without
+/// a view before it comes here: `range_mmap`.)
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Neighbours {
     /// The window below.
@@ -534,7 +536,11 @@ impl AddressSpace {
         let mut locked = Vec::with_capacity(2);
         let below = (neighbours.below && w > 0).then(|| w - 1);
         for lw in below.into_iter().chain([w]) {
-            let (g, contended) = self.windows.lock_window(lw, neighbours.new_vma)?;
+            // The window below, if its leaf is not this window's, holds no
+            // VMA to merge with unless that leaf was allocated: a call
+            // that would allocate it for its lock alone goes to `mmap_lock`.
+            let alloc = neighbours.new_vma && WindowDir::same_leaf(lw, w);
+            let (g, contended) = self.windows.lock_window(lw, alloc)?;
             if contended {
                 self.range.count(|c| &c.conflicts);
             }

@@ -293,6 +293,13 @@ impl AddressSpace {
         }
         let fixed = flags & MAP_FIXED != 0;
         let (lo, hi, neighbours) = if fixed {
+            // An address `get_unmapped_area` refuses whatever is mapped
+            // (unaligned, below `mmap_min_addr`) goes to `mmap_lock`, which
+            // refuses it allocating nothing: here it could allocate its
+            // window's leaf (`Neighbours`).
+            if addr % PAGE_SIZE != 0 || addr < self.config.min_addr() {
+                return None;
+            }
             let end = addr.checked_add(len)?;
             (addr, end, Neighbours::of(addr))
         } else if addr == 0 && self.config.placement == crate::PlacementPolicy::Arenas {

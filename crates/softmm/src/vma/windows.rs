@@ -330,6 +330,11 @@ impl WindowDir {
         })
     }
 
+    /// Whether windows `a` and `b` share a directory leaf.
+    pub(crate) fn same_leaf(a: u64, b: u64) -> bool {
+        a >> LEAF_SHIFT == b >> LEAF_SHIFT
+    }
+
     /// How many leaves the directory has allocated (for the tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn leaves_allocated(&self) -> usize {

@@ -658,7 +658,7 @@ fn a_range_munmap_that_empties_its_region_frees_the_pud_table() {
         }
     };
     let base = phys.stats().page_tables;
-    let (a, b) = (0x100 * GIB, 0x105 * GIB);
+    let (a, b) = (0x101 * GIB, 0x105 * GIB);
     for at in [a, b] {
         mm.mmap(at, PAGE_SIZE, PROT_READ | PROT_WRITE, ANON | MAP_FIXED, None, 0).unwrap();
         mm.handle_fault(at, crate::Access::Write).unwrap();
@@ -808,4 +808,25 @@ fn a_thp_aligned_arena_mmap_is_placed_as_under_mmap_lock() {
     let short = run(WriterPolicy::Short);
     assert_eq!(short.0, Ok(GIB - (2 << 20)));
     assert_eq!(run(WriterPolicy::Range), short);
+}
+
+/// A range `mmap` allocates no directory leaf it does not need: one
+/// refused for its address (unaligned: `EINVAL`) allocates none, and one
+/// at a window's first address allocates none for the window below (whose
+/// lock it takes): where that window's leaf was never allocated (no VMA
+/// in its 256 GiB), the call takes `mmap_lock`. Before, each allocated a
+/// leaf (16 KiB) kept until the address space went.
+#[test]
+fn a_range_mmap_allocates_no_leaf_for_nothing() {
+    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
+    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
+    let leaves = mm.windows.leaves_allocated();
+    let at = 0x7000 * GIB + 16 * PAGE_SIZE;
+    assert_eq!(mm.mmap(at + 1, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Err(crate::Errno::Inval));
+    assert_eq!(mm.windows.leaves_allocated(), leaves, "a leaf for a refused call");
+    // Window 0x6000 is the first of its leaf: its lock takes window 0x5fff's.
+    let b = 0x6000 * GIB;
+    assert_eq!(mm.mmap(b, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Ok(b));
+    assert_eq!(mm.windows.leaves_allocated(), leaves + 1, "a leaf for the window below too");
+    assert_eq!(mm.range.stats().fallbacks, 1, "the mapping at the leaf's first window took mmap_lock");
 }
