@@ -11,6 +11,9 @@ use softmm::{AddressSpace, Errno, MmConfig, MmioDevice, PhysConfig, PhysMem};
 
 const P: u64 = 4096;
 
+/// Maps lines as (start, end) in pages from the heap's start, and perms.
+type Lines = Vec<(i64, i64, String)>;
+
 /// `mm->start_brk`, field 47 of `/proc/self/stat`.
 fn host_start_brk() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -20,7 +23,7 @@ fn host_start_brk() -> u64 {
 }
 
 /// The maps lines around `sb`, as (start, end) in pages from `sb` and perms.
-fn lines_near(text: &str, sb: u64) -> Vec<(i64, i64, String)> {
+fn lines_near(text: &str, sb: u64) -> Lines {
     text.lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
@@ -36,7 +39,7 @@ fn lines_near(text: &str, sb: u64) -> Vec<(i64, i64, String)> {
 /// The steps, relative to the start of the heap `sb`: the heap emptied,
 /// a read-write anonymous page mapped right below `sb`, then the heap
 /// grown by one page and by two more. Results relative to `sb`.
-fn brk_on_host(sb: u64) -> Option<(Vec<i64>, Vec<(i64, i64, String)>)> {
+fn brk_on_host(sb: u64) -> Option<(Vec<i64>, Lines)> {
     const TEXT: usize = 1 << 20;
     // SAFETY: a fresh shared mapping of this test's own.
     let shared = unsafe {
@@ -98,7 +101,7 @@ fn brk_on_host(sb: u64) -> Option<(Vec<i64>, Vec<(i64, i64, String)>)> {
     Some((res, lines_near(&text, sb)))
 }
 
-fn brk_on_softmm() -> (Vec<i64>, Vec<(i64, i64, String)>) {
+fn brk_on_softmm() -> (Vec<i64>, Lines) {
     let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
     let mm = AddressSpace::new(&phys, MmConfig::default()).unwrap();
     let sb = mm.config().start_brk;
