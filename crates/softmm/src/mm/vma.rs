@@ -84,13 +84,42 @@ impl AddressSpace {
         }
     }
 
+    /// `vma_modify`'s splits where nothing merges: `split_vma` of the head,
+    /// then of the tail, each refused with `ENOMEM` once `map_count` is at
+    /// `max_map_count`, then with the backing's `may_split` error. A
+    /// refused tail leaves the head split off (the error returned, nothing
+    /// else changed), as Linux does; a refused head changes nothing.
+    fn split_edges_check(&self, st: &mut MmState, vma: &Arc<Vma>, start: u64, end: u64) -> Result<()> {
+        let max = self.config.max_map_count;
+        let head = start > vma.start;
+        if head {
+            if st.vmas.len() >= max {
+                return Err(Errno::NoMem);
+            }
+            vma.ops.may_split(vma, start)?;
+        }
+        if end < vma.end {
+            let tail =
+                if st.vmas.len() + head as usize >= max { Err(Errno::NoMem) } else { vma.ops.may_split(vma, end) };
+            if let Err(e) = tail {
+                if head {
+                    self.split_vma(st, vma, start, vma.end);
+                    st.vmas.insert(vma.slice(start, vma.end, vma.flags));
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Linux's `vma_modify`: gives `[start, end)`, a range of `vma`, the
     /// flags and policy of `change`, merging with the previous or next VMA
     /// when the range touches it and they become identical (same flags,
     /// backing, compatible anon_vma and same policy), splitting `vma`
-    /// otherwise. `ENOMEM` if the splits would exceed `max_map_count`,
-    /// then `EINVAL` if `vma`'s backing refuses a split; nothing changes
-    /// then.
+    /// otherwise. A merge checks no limit; a split is refused with `ENOMEM`
+    /// at `max_map_count`, then with the backing's error, the head's
+    /// before the tail's, and a refused tail leaves the head split off
+    /// ([`Self::split_edges_check`]).
     pub(crate) fn vma_modify(
         &self,
         st: &mut MmState,
@@ -116,13 +145,13 @@ impl AddressSpace {
                 next.as_ref().and_then(|n| n.anon_vma.get()),
             );
         }
-        // A merge on one side needs the range to reach that side's edge, so
-        // each edge inside `vma` is a split.
-        let splits = (start > vma.start) as usize + (end < vma.end) as usize;
-        if splits > 0 && st.vmas.len() + splits > self.config.max_map_count {
-            return Err(Errno::NoMem);
+        if left || right {
+            // `vma_merge_existing_range`: a merge adds no VMA, and checks
+            // no limit.
+            Self::split_vma_check(vma, start, end)?;
+        } else {
+            self.split_edges_check(st, vma, start, end)?;
         }
-        Self::split_vma_check(vma, start, end)?;
         self.split_vma(st, vma, start, end);
         let (mut lo, mut hi, mut pg) = (start, end, pgoff);
         let mut anon_new = vma.anon_vma.get().cloned();

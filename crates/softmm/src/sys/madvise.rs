@@ -248,7 +248,10 @@ impl AddressSpace {
                 return Ok(());
             }
             let vma = mm.host_file_windows_merged(st, vma, start, stop, f, vma.policy.as_ref());
-            mm.vma_modify_flags(st, &vma, start, stop, f)
+            // "madvise() returns EAGAIN if kernel resources, such as slab,
+            // are temporarily unavailable" (`madvise_vma_behavior`): the
+            // map count limit's `ENOMEM` too.
+            mm.vma_modify_flags(st, &vma, start, stop, f).map_err(|e| if e == Errno::NoMem { Errno::Again } else { e })
         })
     }
 

@@ -1,8 +1,7 @@
-//! Edge cases of `brk`, `madvise` and `mremap` run on the host kernel and
+//! Edge cases of `brk` and `madvise` run on the host kernel and
 //! on softmm and compared: a heap grown from empty next to a mapping that
 //! ends at `start_brk`, `MADV_POPULATE_READ`/`WRITE` of device memory,
-//! `MADV_MERGEABLE` on a droppable mapping, the memlock limit after a
-//! partial `MREMAP_DONTUNMAP` of a locked VMA.
+//! `MADV_MERGEABLE` on a droppable mapping.
 
 use std::sync::Arc;
 
@@ -228,87 +227,4 @@ fn mergeable_advice_on_a_droppable_mapping_is_ignored_as_on_the_host() {
     let v = mm.maps().into_iter().map(|e| (e.start, e.end, e.perms)).collect();
     let mine = (r, lines(v, base));
     assert_eq!(mine, host, "softmm (left) and the host (right): result and maps lines");
-}
-
-/// A partial `MREMAP_DONTUNMAP` move of a locked VMA, then an `mlock` that
-/// the memlock limit decides. Linux 6.12's `move_vma` splits the locked
-/// source around the moved range first (mm/mremap.c, "To account
-/// mlock()'d pages correctly in the MREMAP_DONTUNMAP case perform any
-/// split ahead of time"), so only the moved part is unlocked and
-/// `locked_vm` stays 4 pages; Linux 6.18 unlocks the whole source but
-/// leaves `locked_vm` counting it and adds the moved part. Either way the
-/// last `mlock` passes a 4-page limit: `ENOMEM`.
-#[test]
-#[ignore = "wip"]
-fn the_memlock_limit_after_a_partial_dontunmap_of_a_locked_vma_matches_the_host() {
-    const PAGES: u64 = 64;
-    let rw = PROT_READ | PROT_WRITE;
-    let fixed = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
-    let mv = MREMAP_MAYMOVE | MREMAP_DONTUNMAP | MREMAP_FIXED;
-    // SAFETY: a reservation and a result page of this test's own.
-    let (base, shared) = unsafe {
-        let b = libc::mmap(std::ptr::null_mut(), (PAGES * P) as usize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        let s = libc::mmap(std::ptr::null_mut(), P as usize, rw, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        assert!(b != libc::MAP_FAILED && s != libc::MAP_FAILED);
-        (b as u64, s as *mut i64)
-    };
-    // SAFETY: the child makes raw system calls only and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        // SAFETY: the child's own address space and credentials.
-        unsafe {
-            libc::munmap(base as *mut _, (PAGES * P) as usize);
-            let rl = libc::rlimit { rlim_cur: 4 * P, rlim_max: 4 * P };
-            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) != 0 {
-                libc::_exit(2);
-            }
-            // Drop CAP_IPC_LOCK (14), as the softmm side has it not.
-            let mut hdr = [0x2008_0522u32, 0];
-            let mut data = [0u32; 6];
-            if libc::syscall(libc::SYS_capget, hdr.as_mut_ptr(), data.as_mut_ptr()) != 0 {
-                libc::_exit(3);
-            }
-            data[0] &= !(1 << 14);
-            data[1] &= !(1 << 14);
-            if libc::syscall(libc::SYS_capset, hdr.as_mut_ptr(), data.as_ptr()) != 0 {
-                libc::_exit(4);
-            }
-            let err = |r: i64| if r == -1 { -(*libc::__errno_location()) as i64 } else { r };
-            let a = base as *mut libc::c_void;
-            let at = |o: u64| (base + o) as *mut libc::c_void;
-            shared.write(err(libc::mmap(a, (4 * P) as usize, rw, fixed, -1, 0) as i64 - base as i64));
-            shared.add(1).write(err(libc::mlock(a, (4 * P) as usize) as i64));
-            let r = libc::syscall(libc::SYS_mremap, base + P, P, P, mv, base + 16 * P);
-            shared.add(2).write(err(r) - if r == -1 { 0 } else { base as i64 });
-            libc::mmap(at(32 * P), (3 * P) as usize, rw, fixed, -1, 0);
-            shared.add(3).write(err(libc::mlock(at(32 * P), (3 * P) as usize) as i64));
-            libc::_exit(0);
-        }
-    }
-    let mut status = 0;
-    // SAFETY: our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "host child failed: {status:#x}");
-    // SAFETY: the child wrote four results.
-    let host: Vec<i64> = (0..4).map(|i| unsafe { shared.add(i).read() }).collect();
-    // SAFETY: our own mappings.
-    unsafe {
-        libc::munmap(base as *mut _, (PAGES * P) as usize);
-        libc::munmap(shared.cast(), P as usize);
-    }
-    let phys = PhysMem::new(PhysConfig::new(16 << 20)).unwrap();
-    let mm = AddressSpace::new(&phys, MmConfig::default().memlock_limit(4 * P).cap_ipc_lock(false)).unwrap();
-    let b = 0x2000_0000_0000u64;
-    let e = |r: Result<(), Errno>| r.map_or_else(|e| -(e.code() as i64), |()| 0);
-    let mine = vec![
-        mm.mmap(b, 4 * P, rw, fixed, None, 0).map_or_else(|e| -(e.code() as i64), |a| (a - b) as i64),
-        e(mm.mlock(b, 4 * P)),
-        mm.mremap(b + P, P, P, mv, b + 16 * P).map_or_else(|e| -(e.code() as i64), |a| (a - b) as i64),
-        {
-            mm.mmap(b + 32 * P, 3 * P, rw, fixed, None, 0).unwrap();
-            e(mm.mlock(b + 32 * P, 3 * P))
-        },
-    ];
-    assert_eq!(mine, host, "softmm (left) and the host (right): mmap, mlock, mremap, mlock");
 }

@@ -24,6 +24,7 @@ fn host_runner_entry() {
 mod bad_input;
 mod differential;
 mod edge_cases;
+mod map_count_limit;
 mod migrate_host;
 mod mremap_shrink_overflow;
 
