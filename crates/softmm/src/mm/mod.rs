@@ -984,15 +984,24 @@ impl AddressSpace {
     }
 
     /// [`Self::munmap_split_check`] with what Linux leaves of a call it
-    /// refuses for a sealed VMA past the first: `vms_gather_munmap_vmas`
-    /// has split the first VMA at `start` by then and does not merge it
-    /// back, so neither does this (the maps show two VMAs where there was
-    /// one). Any other refusal changes nothing.
+    /// refuses after the first VMA's split at `start` (a sealed VMA past
+    /// the first, the tail's `may_split`): `vms_gather_munmap_vmas` has
+    /// split the first VMA by then and does not merge it back, so neither
+    /// does this (the maps show two VMAs where there was one; on the host,
+    /// a hugetlb `munmap` whose end is inside a huge page). A refusal of
+    /// the head split itself (the map count, the first VMA sealed, its
+    /// `may_split` at `start`) changes nothing.
     pub(crate) fn munmap_gather_check(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<()> {
         let res = self.munmap_split_check(&st.vmas, start, end);
-        if res == Err(crate::Errno::Perm) {
+        if let Err(e) = res {
             let first = st.vmas.overlapping(start, end).next().cloned();
-            if let Some(first) = first.filter(|f| f.start < start && !f.flags.contains(VmFlags::SEALED)) {
+            let head_split = first.filter(|f| {
+                f.start < start
+                    && e != crate::Errno::NoMem
+                    && !f.flags.contains(VmFlags::SEALED)
+                    && f.ops.may_split(f, start).is_ok()
+            });
+            if let Some(first) = head_split {
                 self.split_vma(st, &first, start, first.end);
                 st.vmas.insert(first.slice(start, first.end, first.flags));
             }
