@@ -284,8 +284,12 @@ fn range_writers_taking_turns_in_one_window_count_its_line() {
             .map(|t| {
                 let (mm, turn) = (&mm, &turn);
                 s.spawn(move || {
-                    // Both in the window at 1 TiB, at addresses of their own.
-                    let at = (1u64 << 40) + t * LEN;
+                    // Both in the window at 1 TiB + 1 GiB, at addresses of
+                    // their own. (At 1 TiB, the first window of a directory
+                    // leaf, the first mapping's lock of the window below
+                    // would need the leaf below, which no VMA made: every
+                    // call would take `mmap_lock`.)
+                    let at = (1u64 << 40) + (1 << 30) + t * LEN;
                     let (prot, flags) = (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
                     let mut n = 0;
                     for i in 0..2 * OPS + 2 {
