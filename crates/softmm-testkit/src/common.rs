@@ -248,3 +248,33 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Reads the file at `path` (a `/proc` file of the calling process) into
+/// `buf[..cap - 1]` and ends it with a NUL; returns the bytes read (0 if
+/// it cannot be opened). Only `open`, `read` and `close`: callable in a
+/// child forked from a threaded test process, where the allocator may be
+/// held by a thread that did not come along.
+///
+/// # Safety
+///
+/// `buf` is valid for writes of `cap` bytes, and `cap` is at least 1.
+pub unsafe fn read_raw_nul(path: &std::ffi::CStr, buf: *mut u8, cap: usize) -> usize {
+    // SAFETY: system calls on a descriptor of our own; `buf` as the caller
+    // promises, written below `cap` only.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let mut got = 0;
+        while fd >= 0 && got < cap - 1 {
+            let n = libc::read(fd, buf.add(got).cast(), cap - 1 - got);
+            if n <= 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        buf.add(got).write(0);
+        got
+    }
+}

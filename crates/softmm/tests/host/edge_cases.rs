@@ -67,17 +67,7 @@ fn brk_on_host(sb: u64) -> Option<(Vec<i64>, Lines)> {
             res.add(1).write(if m == libc::MAP_FAILED { i64::MIN } else { rel(m as i64) });
             res.add(2).write(rel(libc::syscall(libc::SYS_brk, sb + P)));
             res.add(3).write(rel(libc::syscall(libc::SYS_brk, sb + 3 * P)));
-            let text = shared.add(64);
-            let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY);
-            let mut got = 0;
-            while fd >= 0 && got < TEXT - 1 {
-                let n = libc::read(fd, text.add(got).cast(), TEXT - 1 - got);
-                if n <= 0 {
-                    break;
-                }
-                got += n as usize;
-            }
-            text.add(got).write(0);
+            softmm_testkit::common::read_raw_nul(c"/proc/self/maps", shared.add(64), TEXT);
             libc::_exit(0);
         }
     }

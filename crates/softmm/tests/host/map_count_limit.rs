@@ -108,17 +108,7 @@ fn on_host(k: u64, call: Call) -> (i64, Lines) {
             // The fill is far from the window: unmapping it changes nothing
             // there, and keeps the maps text short.
             libc::munmap(fill as *mut _, (FILL_PAGES * P) as usize);
-            let text = shared.add(8);
-            let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY);
-            let mut got = 0;
-            while fd >= 0 && got < TEXT_BYTES - 1 {
-                let m = libc::read(fd, text.add(got).cast(), TEXT_BYTES - 1 - got);
-                if m <= 0 {
-                    break;
-                }
-                got += m as usize;
-            }
-            text.add(got).write(0);
+            softmm_testkit::common::read_raw_nul(c"/proc/self/maps", shared.add(8), TEXT_BYTES);
             libc::_exit(0);
         }
     }

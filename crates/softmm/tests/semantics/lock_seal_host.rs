@@ -201,16 +201,7 @@ unsafe fn child(creds: Creds, base: u64, ops: &[Op], results: *mut i64, text: *m
             let r = if r == -1 { -(*libc::__errno_location()) as i64 } else { rel(base, r as u64, op) };
             results.add(i).write(r);
         }
-        let fd = libc::open(c"/proc/self/smaps".as_ptr(), libc::O_RDONLY);
-        let mut n = 0;
-        while fd >= 0 && n < SMAPS_BYTES - 1 {
-            let got = libc::read(fd, text.add(n).cast(), SMAPS_BYTES - 1 - n);
-            if got <= 0 {
-                break;
-            }
-            n += got as usize;
-        }
-        text.add(n).write(0);
+        softmm_testkit::common::read_raw_nul(c"/proc/self/smaps", text, SMAPS_BYTES);
         libc::_exit(0)
     }
 }

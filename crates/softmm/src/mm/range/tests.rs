@@ -678,8 +678,11 @@ fn a_range_munmap_that_empties_its_region_frees_the_pud_table() {
 
 /// A range call that cannot make a VMA, on a window that never held one,
 /// allocates nothing for it (its directory leaf, 16 KiB): it goes to
-/// `mmap_lock`, with the same answers. Before, each such window's leaf was
-/// allocated and kept until the address space went.
+/// `mmap_lock`, with the same answers. So does an `mmap` refused for its
+/// address (unaligned: `EINVAL`), and one at a leaf's first window, whose
+/// lock of the window below would allocate the leaf below (no VMA in its
+/// 256 GiB). Before, each such window's leaf was allocated and kept until
+/// the address space went.
 #[test]
 fn a_range_call_on_a_window_that_never_held_a_vma_allocates_nothing() {
     let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
@@ -690,11 +693,17 @@ fn a_range_call_on_a_window_that_never_held_a_vma_allocates_nothing() {
     assert_eq!(mm.mprotect(at, PAGE_SIZE, PROT_READ), Err(crate::Errno::NoMem));
     assert_eq!(mm.madvise(at, PAGE_SIZE, MADV_DONTFORK), Err(crate::Errno::NoMem));
     assert_eq!(mm.mremap(at, PAGE_SIZE, 2 * PAGE_SIZE, 0, 0), Err(crate::Errno::Fault));
+    assert_eq!(mm.mmap(at + 1, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Err(crate::Errno::Inval));
     assert_eq!(mm.windows.leaves_allocated(), leaves, "no leaf for a window that holds nothing");
     assert_eq!(mm.range.stats().fallbacks, 4);
     // A mapping there makes one.
     mm.mmap(at, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0).unwrap();
     assert_eq!(mm.windows.leaves_allocated(), leaves + 1);
+    // Window 0x6000 is the first of its leaf: its lock takes window 0x5fff's.
+    let b = 0x6000 * GIB;
+    assert_eq!(mm.mmap(b, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Ok(b));
+    assert_eq!(mm.windows.leaves_allocated(), leaves + 2, "no leaf for the window below");
+    assert_eq!(mm.range.stats().fallbacks, 5, "the mapping at the leaf's first window took mmap_lock");
 }
 
 /// The free of an emptied region's tables looks again under `mmap_lock`:
@@ -808,25 +817,4 @@ fn a_thp_aligned_arena_mmap_is_placed_as_under_mmap_lock() {
     let short = run(WriterPolicy::Short);
     assert_eq!(short.0, Ok(GIB - (2 << 20)));
     assert_eq!(run(WriterPolicy::Range), short);
-}
-
-/// A range `mmap` allocates no directory leaf it does not need: one
-/// refused for its address (unaligned: `EINVAL`) allocates none, and one
-/// at a window's first address allocates none for the window below (whose
-/// lock it takes): where that window's leaf was never allocated (no VMA
-/// in its 256 GiB), the call takes `mmap_lock`. Before, each allocated a
-/// leaf (16 KiB) kept until the address space went.
-#[test]
-fn a_range_mmap_allocates_no_leaf_for_nothing() {
-    let phys = PhysMem::new(PhysConfig::new(64 * PAGE_SIZE)).unwrap();
-    let mm = mm(&phys, WriterPolicy::Range, PlacementPolicy::Linux);
-    let leaves = mm.windows.leaves_allocated();
-    let at = 0x7000 * GIB + 16 * PAGE_SIZE;
-    assert_eq!(mm.mmap(at + 1, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Err(crate::Errno::Inval));
-    assert_eq!(mm.windows.leaves_allocated(), leaves, "a leaf for a refused call");
-    // Window 0x6000 is the first of its leaf: its lock takes window 0x5fff's.
-    let b = 0x6000 * GIB;
-    assert_eq!(mm.mmap(b, PAGE_SIZE, PROT_READ, ANON | MAP_FIXED, None, 0), Ok(b));
-    assert_eq!(mm.windows.leaves_allocated(), leaves + 1, "a leaf for the window below too");
-    assert_eq!(mm.range.stats().fallbacks, 1, "the mapping at the leaf's first window took mmap_lock");
 }
