@@ -993,11 +993,13 @@ impl AddressSpace {
     /// `may_split` at `start`) changes nothing.
     pub(crate) fn munmap_gather_check(&self, st: &mut MmState, start: u64, end: u64) -> crate::Result<()> {
         let res = self.munmap_split_check(&st.vmas, start, end);
-        if let Err(e) = res {
+        if res.is_err() {
             let first = st.vmas.overlapping(start, end).next().cloned();
+            // The head split's own checks, in `munmap_split_check`'s order.
+            let max = self.config.max_map_count;
             let head_split = first.filter(|f| {
                 f.start < start
-                    && e != crate::Errno::NoMem
+                    && !(end < f.end && st.vmas.len() >= max)
                     && !f.flags.contains(VmFlags::SEALED)
                     && f.ops.may_split(f, start).is_ok()
             });
