@@ -89,7 +89,7 @@ impl AddressSpace {
     /// `max_map_count`, then with the backing's `may_split` error. A
     /// refused tail leaves the head split off (the error returned, nothing
     /// else changed), as Linux does; a refused head changes nothing.
-    fn split_edges_check(&self, st: &mut MmState, vma: &Arc<Vma>, start: u64, end: u64) -> Result<()> {
+    fn check_splits_keeping_head(&self, st: &mut MmState, vma: &Arc<Vma>, start: u64, end: u64) -> Result<()> {
         let max = self.config.max_map_count;
         let head = start > vma.start;
         if head {
@@ -119,7 +119,7 @@ impl AddressSpace {
     /// otherwise. A merge checks no limit; a split is refused with `ENOMEM`
     /// at `max_map_count`, then with the backing's error, the head's
     /// before the tail's, and a refused tail leaves the head split off
-    /// ([`Self::split_edges_check`]).
+    /// ([`Self::check_splits_keeping_head`]).
     pub(crate) fn vma_modify(
         &self,
         st: &mut MmState,
@@ -150,7 +150,7 @@ impl AddressSpace {
             // no limit.
             Self::split_vma_check(vma, start, end)?;
         } else {
-            self.split_edges_check(st, vma, start, end)?;
+            self.check_splits_keeping_head(st, vma, start, end)?;
         }
         self.split_vma(st, vma, start, end);
         let (mut lo, mut hi, mut pg) = (start, end, pgoff);
